@@ -1,0 +1,55 @@
+/* model.h — a GPT-2 checkpoint in Hugging Face layout, loaded once.
+ *
+ * Owns the read-only mmap of model.safetensors and the views into it (llama2.c
+ * style: weights are pointers into the mapping, nothing is copied unless a
+ * tensor is F16/BF16 and must be widened to F32).  After model_load returns the
+ * struct is immutable and may be read from any thread. */
+#ifndef GPT2D_MODEL_H
+#define GPT2D_MODEL_H
+
+#include <stddef.h>
+
+#include "gpt2d/error.h"
+
+typedef struct model_config {
+    size_t n_layer;
+    size_t n_head;
+    size_t n_embd;
+    size_t n_ctx;               /* n_positions */
+    size_t vocab_size;
+    float layer_norm_epsilon;
+} model_config;
+
+/* HF GPT-2 linear weights are Conv1D: stored [in, out], row-major, so
+ * y[rows, out] = x[rows, in] · W[in, out] + b[out]. */
+typedef struct layer_weights {
+    const float *ln_1_w, *ln_1_b;           /* [C] */
+    const float *attn_w, *attn_b;           /* [C, 3C], [3C]: q | k | v */
+    const float *attn_proj_w, *attn_proj_b; /* [C, C], [C] */
+    const float *ln_2_w, *ln_2_b;           /* [C] */
+    const float *fc_w, *fc_b;               /* [C, 4C], [4C] */
+    const float *mlp_proj_w, *mlp_proj_b;   /* [4C, C], [C] */
+} layer_weights;
+
+typedef struct model {
+    model_config config;
+    const float *wte;           /* [vocab, C] */
+    const float *wpe;           /* [n_ctx, C] */
+    layer_weights *layers;      /* [n_layer] */
+    const float *ln_f_w, *ln_f_b;
+    const float *lm_head;       /* [vocab, C]; == wte when tied */
+    char name[256];             /* directory basename, reported as model id */
+    size_t weight_bytes;        /* bytes of F32 weights a forward pass reads */
+    /* private */
+    void *map;
+    size_t map_size;
+    float *widened;             /* F16/BF16 tensors converted to F32 */
+} model;
+
+/* Reads DIR/config.json and mmaps DIR/model.safetensors.  Every tensor's
+ * name, dtype and shape is checked; a bad directory yields one line naming the
+ * problem. */
+int model_load(model *m, const char *dir, gpt2d_error *err);
+void model_free(model *m);
+
+#endif

@@ -1,0 +1,421 @@
+/* model.c — load a Hugging Face GPT-2 checkpoint (see model.h).
+ *
+ * config.json gives the shapes; model.safetensors is mmap'ed read-only and
+ * every tensor is bound by name after its dtype and shape are checked against
+ * the config.  F32 tensors are used in place; F16/BF16 ones (and any F32 one
+ * the file leaves misaligned) are widened into one owned buffer. */
+#include "gpt2d/model.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "gpt2d/safetensors.h"
+
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "safetensors data is little-endian; big-endian hosts are not supported"
+#endif
+
+/* ---- config.json ---- */
+
+static int config_size(const json_t *root, const char *key, size_t lo,
+                       size_t hi, size_t *out, const char *path,
+                       gpt2d_error *err)
+{
+    const json_t *v = json_object_get(root, key);
+    if (v == NULL)
+        return error_set(err, "%s: missing \"%s\"", path, key);
+    if (!json_is_integer(v) || json_integer_value(v) < (json_int_t)lo ||
+        json_integer_value(v) > (json_int_t)hi)
+        return error_set(err, "%s: \"%s\" must be an integer in [%zu, %zu]",
+                         path, key, lo, hi);
+    *out = (size_t)json_integer_value(v);
+    return 0;
+}
+
+static int config_read(model_config *cfg, const char *dir, gpt2d_error *err)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    json_error_t jerr;
+    json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
+    if (root == NULL) {
+        if (access(path, R_OK) != 0)
+            return error_set(err, "%s: %s", path, strerror(errno));
+        return error_set(err, "%s: not valid JSON: %s (line %d)", path,
+                         jerr.text, jerr.line);
+    }
+    int rc = -1;
+    if (!json_is_object(root)) {
+        error_set(err, "%s: not a JSON object", path);
+        goto out;
+    }
+    const json_t *type = json_object_get(root, "model_type");
+    if (type != NULL && (!json_is_string(type) ||
+                         strcmp(json_string_value(type), "gpt2") != 0)) {
+        error_set(err, "%s: model_type is not \"gpt2\"", path);
+        goto out;
+    }
+    const json_t *act = json_object_get(root, "activation_function");
+    if (act != NULL &&
+        (!json_is_string(act) || (strcmp(json_string_value(act), "gelu_new") != 0 &&
+                                  strcmp(json_string_value(act), "gelu_pytorch_tanh") != 0))) {
+        error_set(err, "%s: activation_function must be \"gelu_new\" (tanh GELU)",
+                  path);
+        goto out;
+    }
+    /* Bounds keep every later size product far from overflow. */
+    if (config_size(root, "n_layer", 1, 512, &cfg->n_layer, path, err) != 0 ||
+        config_size(root, "n_head", 1, 1024, &cfg->n_head, path, err) != 0 ||
+        config_size(root, "n_embd", 1, 65536, &cfg->n_embd, path, err) != 0 ||
+        config_size(root, "vocab_size", 1, 1u << 22, &cfg->vocab_size, path,
+                    err) != 0)
+        goto out;
+    const char *ctx_key =
+        json_object_get(root, "n_positions") != NULL ? "n_positions" : "n_ctx";
+    if (config_size(root, ctx_key, 1, 1u << 20, &cfg->n_ctx, path, err) != 0)
+        goto out;
+    if (cfg->n_embd % cfg->n_head != 0) {
+        error_set(err, "%s: n_embd %zu is not a multiple of n_head %zu", path,
+                  cfg->n_embd, cfg->n_head);
+        goto out;
+    }
+    cfg->layer_norm_epsilon = 1e-5f;
+    const json_t *eps = json_object_get(root, "layer_norm_epsilon");
+    if (eps != NULL) {
+        if (!json_is_number(eps) || json_number_value(eps) <= 0 ||
+            json_number_value(eps) >= 1) {
+            error_set(err, "%s: layer_norm_epsilon must be a number in (0, 1)",
+                      path);
+            goto out;
+        }
+        cfg->layer_norm_epsilon = (float)json_number_value(eps);
+    }
+    rc = 0;
+out:
+    json_decref(root);
+    return rc;
+}
+
+/* ---- binding tensors ---- */
+
+typedef struct binding {
+    const st_tensor *tensor;
+    const float **dst;
+} binding;
+
+typedef struct loader {
+    const char *path;           /* model.safetensors, for messages */
+    st_file file;
+    const char *prefix;         /* "" or "transformer." */
+    binding *bindings;
+    size_t n_bindings, cap_bindings;
+    unsigned char *used;        /* per tensor of `file` */
+} loader;
+
+static int bind(loader *L, const char *name, size_t d0, size_t d1,
+                const float **dst, gpt2d_error *err)
+{
+    char full[256];
+    snprintf(full, sizeof full, "%s%s", L->prefix, name);
+    const st_tensor *t = safetensors_find(&L->file, full);
+    if (t == NULL)
+        return error_set(err, "%s: missing tensor '%s'", L->path, full);
+    if (t->dtype == ST_UNSUPPORTED)
+        return error_set(err, "%s: tensor '%s' has dtype %s (F32, F16 or BF16 needed)",
+                         L->path, full, t->dtype_name);
+    size_t want_dims = d1 ? 2 : 1;
+    if (t->n_dims != want_dims || t->shape[0] != d0 ||
+        (d1 && t->shape[1] != d1)) {
+        char got[96] = "";
+        size_t len = 0;
+        for (size_t i = 0; i < t->n_dims && len < sizeof got - 24; i++)
+            len += (size_t)snprintf(got + len, sizeof got - len, "%s%zu",
+                                    i ? ", " : "", t->shape[i]);
+        if (d1)
+            return error_set(err, "%s: tensor '%s' has shape [%s], expected [%zu, %zu]",
+                             L->path, full, got, d0, d1);
+        return error_set(err, "%s: tensor '%s' has shape [%s], expected [%zu]",
+                         L->path, full, got, d0);
+    }
+    if (L->n_bindings == L->cap_bindings) {
+        size_t cap = L->cap_bindings ? 2 * L->cap_bindings : 64;
+        binding *b = realloc(L->bindings, cap * sizeof *b);
+        if (b == NULL)
+            return error_set(err, "out of memory");
+        L->bindings = b;
+        L->cap_bindings = cap;
+    }
+    L->bindings[L->n_bindings++] = (binding){t, dst};
+    L->used[t - L->file.tensors] = 1;
+    return 0;
+}
+
+static int bind_layer(loader *L, size_t i, size_t C, layer_weights *w,
+                      gpt2d_error *err)
+{
+    char n[64];
+#define BIND(field, suffix, d0, d1)                                        \
+    do {                                                                   \
+        snprintf(n, sizeof n, "h.%zu.%s", i, suffix);                      \
+        if (bind(L, n, d0, d1, &w->field, err) != 0)                       \
+            return -1;                                                     \
+    } while (0)
+    BIND(ln_1_w, "ln_1.weight", C, 0);
+    BIND(ln_1_b, "ln_1.bias", C, 0);
+    BIND(attn_w, "attn.c_attn.weight", C, 3 * C);
+    BIND(attn_b, "attn.c_attn.bias", 3 * C, 0);
+    BIND(attn_proj_w, "attn.c_proj.weight", C, C);
+    BIND(attn_proj_b, "attn.c_proj.bias", C, 0);
+    BIND(ln_2_w, "ln_2.weight", C, 0);
+    BIND(ln_2_b, "ln_2.bias", C, 0);
+    BIND(fc_w, "mlp.c_fc.weight", C, 4 * C);
+    BIND(fc_b, "mlp.c_fc.bias", 4 * C, 0);
+    BIND(mlp_proj_w, "mlp.c_proj.weight", 4 * C, C);
+    BIND(mlp_proj_b, "mlp.c_proj.bias", C, 0);
+#undef BIND
+    return 0;
+}
+
+/* The causal-mask buffers some HF exports carry are not weights. */
+static int is_ignored_buffer(const char *name)
+{
+    size_t len = strlen(name);
+    static const char *const suffixes[] = {".attn.bias", ".attn.masked_bias"};
+    for (size_t i = 0; i < 2; i++) {
+        size_t sl = strlen(suffixes[i]);
+        if (len > sl && strcmp(name + len - sl, suffixes[i]) == 0)
+            return 1;
+    }
+    return 0;
+}
+
+static float f16_to_f32(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h >> 15) << 31;
+    uint32_t exp = (h >> 10) & 0x1f;
+    uint32_t mant = h & 0x3ff;
+    uint32_t bits;
+    if (exp == 0x1f) {
+        bits = sign | 0x7f800000u | (mant << 13);
+    } else if (exp != 0) {
+        bits = sign | ((exp + 112) << 23) | (mant << 13);
+    } else if (mant == 0) {
+        bits = sign;
+    } else {                    /* subnormal: normalise */
+        int shift = 0;
+        while ((mant & 0x400) == 0) {
+            mant <<= 1;
+            shift++;
+        }
+        bits = sign | ((uint32_t)(113 - shift) << 23) | ((mant & 0x3ff) << 13);
+    }
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
+
+static void widen(const st_tensor *t, float *dst)
+{
+    for (size_t i = 0; i < t->n_elements; i++) {
+        uint16_t h;
+        switch (t->dtype) {
+        case ST_F16:
+            memcpy(&h, t->data + 2 * i, 2);
+            dst[i] = f16_to_f32(h);
+            break;
+        case ST_BF16: {
+            memcpy(&h, t->data + 2 * i, 2);
+            uint32_t bits = (uint32_t)h << 16;
+            memcpy(&dst[i], &bits, sizeof bits);
+            break;
+        }
+        default:                /* F32 the mapping leaves misaligned */
+            memcpy(&dst[i], t->data + 4 * i, 4);
+            break;
+        }
+    }
+}
+
+static int needs_copy(const st_tensor *t)
+{
+    return t->dtype != ST_F32 || ((uintptr_t)t->data % _Alignof(float)) != 0;
+}
+
+/* Points every binding at its data, widening what cannot be used in place. */
+static int resolve_bindings(loader *L, model *m, gpt2d_error *err)
+{
+    size_t total = 0;
+    for (size_t i = 0; i < L->n_bindings; i++)
+        if (needs_copy(L->bindings[i].tensor))
+            total += L->bindings[i].tensor->n_elements;
+    if (total > 0) {
+        m->widened = malloc(total * sizeof(float));
+        if (m->widened == NULL)
+            return error_set(err, "out of memory widening %zu weights to F32",
+                             total);
+    }
+    float *next = m->widened;
+    for (size_t i = 0; i < L->n_bindings; i++) {
+        const st_tensor *t = L->bindings[i].tensor;
+        if (needs_copy(t)) {
+            widen(t, next);
+            *L->bindings[i].dst = next;
+            next += t->n_elements;
+        } else {
+            *L->bindings[i].dst = (const float *)(const void *)t->data;
+        }
+    }
+    return 0;
+}
+
+static int bind_all(loader *L, model *m, gpt2d_error *err)
+{
+    const model_config *c = &m->config;
+    if (safetensors_find(&L->file, "wte.weight") != NULL)
+        L->prefix = "";
+    else if (safetensors_find(&L->file, "transformer.wte.weight") != NULL)
+        L->prefix = "transformer.";
+    else
+        return error_set(err, "%s: missing tensor 'wte.weight'", L->path);
+
+    if (bind(L, "wte.weight", c->vocab_size, c->n_embd, &m->wte, err) != 0 ||
+        bind(L, "wpe.weight", c->n_ctx, c->n_embd, &m->wpe, err) != 0)
+        return -1;
+    m->layers = calloc(c->n_layer, sizeof *m->layers);
+    if (m->layers == NULL)
+        return error_set(err, "out of memory");
+    for (size_t i = 0; i < c->n_layer; i++)
+        if (bind_layer(L, i, c->n_embd, &m->layers[i], err) != 0)
+            return -1;
+    if (bind(L, "ln_f.weight", c->n_embd, 0, &m->ln_f_w, err) != 0 ||
+        bind(L, "ln_f.bias", c->n_embd, 0, &m->ln_f_b, err) != 0)
+        return -1;
+
+    /* lm_head sits outside the transformer. prefix in HF exports. */
+    const st_tensor *head = safetensors_find(&L->file, "lm_head.weight");
+    const st_tensor *wte = L->bindings[0].tensor;     /* bound first */
+    int untied = 0;
+    if (head != NULL) {
+        const char *saved = L->prefix;
+        L->prefix = "";
+        int rc = bind(L, "lm_head.weight", c->vocab_size, c->n_embd,
+                      &m->lm_head, err);
+        L->prefix = saved;
+        if (rc != 0)
+            return -1;
+        untied = head->dtype != wte->dtype ||
+                 memcmp(head->data, wte->data, wte->n_bytes) != 0;
+        if (!untied)
+            L->n_bindings--;    /* identical bytes: share wte instead */
+    }
+
+    for (size_t i = 0; i < L->file.n_tensors; i++) {
+        const char *name = L->file.tensors[i].name;
+        if (!L->used[i] && !is_ignored_buffer(name))
+            return error_set(err, "%s: unexpected tensor '%s' (not part of GPT-2 with %zu layers)",
+                             L->path, name, c->n_layer);
+    }
+    if (resolve_bindings(L, m, err) != 0)
+        return -1;
+    if (!untied)
+        m->lm_head = m->wte;
+    return 0;
+}
+
+/* ---- public ---- */
+
+static size_t weight_bytes_per_token(const model_config *c)
+{
+    size_t C = c->n_embd;
+    size_t per_layer = 4 * C                    /* two LayerNorms */
+                       + C * 3 * C + 3 * C      /* c_attn */
+                       + C * C + C              /* attn c_proj */
+                       + C * 4 * C + 4 * C      /* c_fc */
+                       + 4 * C * C + C;         /* mlp c_proj */
+    return sizeof(float) *
+           (c->n_layer * per_layer + 2 * C + c->vocab_size * C);
+}
+
+static void set_name(model *m, const char *dir)
+{
+    size_t len = strlen(dir);
+    while (len > 1 && dir[len - 1] == '/')
+        len--;
+    size_t start = len;
+    while (start > 0 && dir[start - 1] != '/')
+        start--;
+    snprintf(m->name, sizeof m->name, "%.*s", (int)(len - start), dir + start);
+}
+
+int model_load(model *m, const char *dir, gpt2d_error *err)
+{
+    memset(m, 0, sizeof *m);
+    struct stat st;
+    if (stat(dir, &st) != 0)
+        return error_set(err, "%s: %s", dir, strerror(errno));
+    if (!S_ISDIR(st.st_mode))
+        return error_set(err, "%s: not a directory", dir);
+    if (config_read(&m->config, dir, err) != 0)
+        return -1;
+    set_name(m, dir);
+
+    char path[4096];
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return error_set(err, "%s: %s", path, strerror(errno));
+    if (fstat(fd, &st) != 0 || st.st_size <= 0) {
+        int e = errno;
+        close(fd);
+        return st.st_size == 0 ? error_set(err, "%s: file is empty", path)
+                               : error_set(err, "%s: %s", path, strerror(e));
+    }
+    m->map_size = (size_t)st.st_size;
+    m->map = mmap(NULL, m->map_size, PROT_READ, MAP_PRIVATE, fd, 0);
+    close(fd);
+    if (m->map == MAP_FAILED) {
+        m->map = NULL;
+        return error_set(err, "%s: mmap: %s", path, strerror(errno));
+    }
+
+    loader L = {.path = path};
+    gpt2d_error parse_err;
+    int rc = -1;
+    if (safetensors_parse(m->map, m->map_size, &L.file, &parse_err) != 0) {
+        error_set(err, "%s: %s", path, parse_err.message);
+        goto out;
+    }
+    L.used = calloc(L.file.n_tensors ? L.file.n_tensors : 1, 1);
+    if (L.used == NULL) {
+        error_set(err, "out of memory");
+        goto out;
+    }
+    if (bind_all(&L, m, err) != 0)
+        goto out;
+    m->weight_bytes = weight_bytes_per_token(&m->config);
+    rc = 0;
+out:
+    free(L.used);
+    free(L.bindings);
+    safetensors_free(&L.file);
+    if (rc != 0)
+        model_free(m);
+    return rc;
+}
+
+void model_free(model *m)
+{
+    if (m->map != NULL)
+        munmap(m->map, m->map_size);
+    free(m->layers);
+    free(m->widened);
+    memset(m, 0, sizeof *m);
+}

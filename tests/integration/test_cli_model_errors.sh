@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# gpt2d --model refuses each malformed model directory with exactly one line
+# on stderr that names the problem, and exits 1; a good directory loads.
+set -euo pipefail
+
+gpt2d="${GPT2D_BUILDDIR:?}/src/gpt2d"
+tiny="${GPT2D_TEST_DATA:?}/models/tiny"
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+failures=0
+
+# expect_error NAME EXIT_CODE PATTERN -- ARGS...
+expect_error() {
+    local name=$1 want_rc=$2 pattern=$3
+    shift 4
+    local rc=0
+    "$gpt2d" "$@" >"$work/out" 2>"$work/err" || rc=$?
+    local lines
+    lines=$(wc -l <"$work/err")
+    if [[ $rc -ne $want_rc ]] || [[ $lines -ne 1 ]] || ! grep -qF -- "$pattern" "$work/err"; then
+        echo "FAIL: $name: exit $rc (want $want_rc), $lines stderr lines, wanted '$pattern':"
+        sed 's/^/  | /' "$work/err"
+        failures=$((failures + 1))
+    else
+        echo "ok: $name: $(cat "$work/err")"
+    fi
+}
+
+# make_dir NAME: a copy of the tiny model to break
+make_dir() {
+    mkdir -p "$work/$1"
+    cp "$tiny/config.json" "$tiny/model.safetensors" "$tiny/vocab.json" "$tiny/merges.txt" "$work/$1/"
+    echo "$work/$1"
+}
+
+expect_error "no --model" 2 "--model DIR is required" --
+expect_error "unknown option" 2 "gpt2d: unrecognized option '--bogus'" -- --bogus
+expect_error "option without value" 2 "gpt2d: option '--model' needs a value" -- --model
+expect_error "missing directory" 1 "gpt2d: $work/absent: No such file or directory" -- --model "$work/absent"
+
+d=$(make_dir no-config); rm "$d/config.json"
+expect_error "missing config.json" 1 "$d/config.json: No such file or directory" -- --model "$d"
+
+d=$(make_dir bad-config); echo '{"n_layer": 2' >"$d/config.json"
+expect_error "config.json not JSON" 1 "config.json: not valid JSON" -- --model "$d"
+
+d=$(make_dir no-weights); rm "$d/model.safetensors"
+expect_error "missing weights" 1 "$d/model.safetensors: No such file or directory" -- --model "$d"
+
+d=$(make_dir truncated)
+size=$(stat -c %s "$d/model.safetensors")
+truncate -s $((size / 2)) "$d/model.safetensors"
+expect_error "truncated weights" 1 "outside the" -- --model "$d"
+
+d=$(make_dir wrong-config)
+sed -i 's/"n_layer": *[0-9]*/"n_layer": 7/' "$d/config.json"
+expect_error "config disagrees with weights" 1 "missing tensor 'h." -- --model "$d"
+
+d=$(make_dir no-vocab); rm "$d/vocab.json"
+expect_error "missing vocab.json" 1 "$d/vocab.json" -- --model "$d"
+
+d=$(make_dir bad-merges); printf '#version: 0.2\nonlyonefield\n' >"$d/merges.txt"
+expect_error "malformed merges.txt" 1 "$d/merges.txt" -- --model "$d"
+
+rc=0
+"$gpt2d" --model "$tiny" >"$work/out" 2>"$work/err" || rc=$?
+if [[ $rc -eq 0 ]] && grep -q '^gpt2d: loaded tiny: ' "$work/out"; then
+    echo "ok: good directory: $(cat "$work/out")"
+else
+    echo "FAIL: good directory: exit $rc"; cat "$work/out" "$work/err"
+    failures=$((failures + 1))
+fi
+
+echo "cli model errors: $failures failed"
+[[ $failures -eq 0 ]]
