@@ -1,0 +1,41 @@
+/* tokenizer.h — GPT-2 byte-level BPE, exactly as OpenAI's encoder.
+ *
+ * Owns the vocabulary (vocab.json), merge ranks (merges.txt) and a cache of
+ * already-merged words.  After tokenizer_load, encode and decode may be called
+ * from any number of threads at once (the word cache has its own lock). */
+#ifndef GPT2D_TOKENIZER_H
+#define GPT2D_TOKENIZER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gpt2d/error.h"
+
+#define TOKENIZER_EOT 50256     /* <|endoftext|> */
+
+typedef struct tokenizer tokenizer;
+
+int tokenizer_load(tokenizer **out, const char *vocab_json_path,
+                   const char *merges_path, gpt2d_error *err);
+void tokenizer_free(tokenizer *tok);
+
+size_t tokenizer_vocab_size(const tokenizer *tok);
+
+/* Encodes `len` bytes of text.  The literal text "<|endoftext|>" becomes
+ * TOKENIZER_EOT.  Invalid UTF-8 is encoded byte-wise (every byte has a token),
+ * so encoding never fails on content.  *ids is malloc'ed; the caller frees. */
+int tokenizer_encode(const tokenizer *tok, const char *text, size_t len,
+                     int32_t **ids, size_t *n_ids, gpt2d_error *err);
+
+/* The raw bytes of one token (may be part of a UTF-8 character); NULL and
+ * *len = 0 for an id outside the vocabulary. */
+const char *tokenizer_token_bytes(const tokenizer *tok, int32_t id,
+                                  size_t *len);
+
+/* Concatenated bytes of `n` tokens, NUL-terminated for convenience (the bytes
+ * themselves may contain NUL).  Fails on an id outside the vocabulary.  *out is
+ * malloc'ed; the caller frees. */
+int tokenizer_decode(const tokenizer *tok, const int32_t *ids, size_t n,
+                     char **out, size_t *out_len, gpt2d_error *err);
+
+#endif
