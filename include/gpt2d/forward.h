@@ -1,0 +1,48 @@
+/* forward.h — the GPT-2 forward pass over one batch of rows.
+ *
+ * One call runs one engine step: the new tokens of several sequences (a
+ * prefill chunk for some, a single decode token for others), each against its
+ * own KV cache at its own position.  Every weight matrix is applied to all rows
+ * of the step in one CBLAS call, so weights are read once per step; the
+ * thread pool splits the rest (attention per sequence × head, row-wise ops).
+ *
+ * A forward_state owns the scratch activations, sized at creation for at most
+ * `max_rows` rows per step; nothing is allocated per step.  Only the engine
+ * thread calls forward_step; the model is shared read-only. */
+#ifndef GPT2D_FORWARD_H
+#define GPT2D_FORWARD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gpt2d/error.h"
+#include "gpt2d/kvcache.h"
+#include "gpt2d/model.h"
+#include "gpt2d/threadpool.h"
+
+typedef struct forward_seq {
+    kv_slot *kv;                /* positions [0, kv->n_tokens) already cached */
+    const int32_t *tokens;      /* new tokens, at positions kv->n_tokens + i */
+    size_t n_tokens;            /* >= 1 */
+    size_t n_logits;            /* logits for the last n_logits new tokens
+                                   (0 = none, 1 = next-token, n_tokens = all,
+                                   as echo scoring needs) */
+} forward_seq;
+
+typedef struct forward_state forward_state;
+
+int forward_state_create(forward_state **out, const model *m, size_t max_rows,
+                         gpt2d_error *err);
+void forward_state_free(forward_state *st);
+
+/* Runs one step.  Appends each sequence's new tokens to its cache
+ * (kv->tokens and kv->n_tokens advance).  `logits` receives
+ * sum(n_logits) rows of vocab_size floats, in sequence order, each
+ * sequence's rows in token order.  Fails (and changes nothing) when the rows
+ * exceed max_rows, a token id is out of range, or a sequence would pass
+ * n_ctx. */
+int forward_step(forward_state *st, const model *m, threadpool *pool,
+                 forward_seq *seqs, size_t n_seqs, float *logits,
+                 gpt2d_error *err);
+
+#endif

@@ -1,0 +1,868 @@
+/* forward.c — the batched GPT-2 forward pass (see forward.h).
+ *
+ * One step runs every new row of every sequence through the model together:
+ * R rows in total, each belonging to one sequence at one position.  Matrices
+ * below are row-major; C = n_embd, NH = n_head, hd = C / NH, V = vocab.
+ *
+ *   x = wte[token] + wpe[pos]                       x is (R, C)
+ *   for each layer:
+ *     xn  = layernorm(x)                            (R, C)
+ *     qkv = xn · attn_w + attn_b                    (R, 3C)  one sgemm
+ *     K, V of each row -> its sequence's KV slot    head-major
+ *     att = causal softmax(q·Kᵀ/sqrt(hd)) · V       (R, C)   per seq × head
+ *     x  += att · attn_proj_w + attn_proj_b         (R, C)   one sgemm
+ *     xn  = layernorm(x)
+ *     h   = gelu(xn · fc_w + fc_b)                  (R, 4C)  one sgemm
+ *     x  += h · mlp_proj_w + mlp_proj_b             (R, C)   one sgemm
+ *   logits = layernorm(x[rows wanted]) · lm_headᵀ   (L, V)
+ *
+ * Threading.  Every weight matrix is multiplied with all R rows at once so it
+ * is read from memory once per step.  The product is split by output columns
+ * (N) into one block per pool worker; each worker runs the kernels below on
+ * its block and then the epilogue (bias, GELU) on the block it just wrote.
+ * Attention runs one task per (sequence, head), its prefill blocks through
+ * single-threaded OpenBLAS sgemm; LayerNorm and embedding by row blocks.
+ *
+ * Measurements (2-core EPYC Zen 3 VM, OpenBLAS 0.3.21 pthreads, GPT-2 124M
+ * shape, 2 threads; the machine was shared, figures ±20%):
+ *   sgemm 512x768x3072, N split over the pool, OpenBLAS 1 thread: 90 GFLOP/s
+ *   the same as one call with OpenBLAS threading (2 threads):     60 GFLOP/s
+ *   so OpenBLAS is set to one thread (process-wide) and the pool splits.
+ *   With OpenBLAS for the weight products: prefill 390 tok/s, decode batch 1
+ *   89.7 ms/step, batch 16 194 ms/step, and NOT batch invariant (below).
+ *   With the kernels below: prefill 356-413 tok/s (64-74 GFLOP/s, 71-80% of
+ *   the OpenBLAS peak), decode batch 1 51-60 ms/step (59-82% of the
+ *   bandwidth bound), batch 16 120-170 ms/step (95-134 tok/s).  Small-M
+ *   products are the open problem: they walk W down 16/32-column panels,
+ *   one cache line per page per k, so they are TLB- and prefetch-bound.  GELU via libm tanhf would add ~15% to
+ *   prefill; the vector form below removes it.
+ *
+ * Determinism.  Each output element of every stage is computed by the same
+ * instructions in the same order whatever else is in the batch: the matmul
+ * kernels below fix the summation order per element independent of M, column
+ * blocks depend only on N and the pool size, attention of a sequence touches
+ * only that sequence, and GELU runs every element through the same 8-lane
+ * code (tails are padded).  So a sequence's logits are bit-identical alone or
+ * batched (test_forward and bench_forward check it), and identical for any
+ * pool size.  They do depend on how the engine chunks the sequence's own
+ * prompt (prefill attention uses sgemm, decode a dot loop), and on the CPU
+ * (AVX2+FMA kernels vs the portable fallback).
+ */
+#include "config.h"
+
+#include "gpt2d/forward.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Query rows per attention sgemm block when a sequence brings several rows;
+ * bounds the per-worker score scratch to ATT_BLOCK × n_ctx floats. */
+#define ATT_BLOCK 64
+/* Rows per LayerNorm / embedding task. */
+#define ROW_BLOCK 16
+/* Matmul column blocks are multiples of this (keeps sgemm's N edges and the
+ * 8-lane GELU aligned). */
+#define COL_ALIGN 16
+
+typedef struct seq_rows {
+    kv_slot *kv;
+    size_t row0;                /* first row of this sequence in the step */
+    size_t n_rows;
+    size_t pos0;                /* position of its first new row */
+} seq_rows;
+
+struct forward_state {
+    model_config cfg;
+    size_t max_rows;
+    /* activations, all (max_rows, ·) */
+    float *x;                   /* (R, C) residual stream */
+    float *xn;                  /* (R, C) LayerNorm output */
+    float *qkv;                 /* (R, 3C) */
+    float *att;                 /* (R, C) attention output before projection */
+    float *h;                   /* (R, 4C) MLP hidden */
+    float *lnf;                 /* (L, C) final LayerNorm of the logit rows */
+    /* per step bookkeeping */
+    seq_rows *seqs;             /* [max_rows] */
+    size_t *row_pos;            /* [max_rows] */
+    const int32_t **row_tok;    /* [max_rows] pointer to the row's token */
+    size_t *logit_rows;         /* [max_rows] which rows get logits */
+    /* per-worker attention scores, (ATT_BLOCK, n_ctx) each */
+    float *scores;
+    size_t n_score_workers;
+    /* per-worker packed weight panel, (4C, 16) each */
+    float *pack;
+    size_t pack_floats;
+    int use_avx2;               /* AVX2+FMA kernels, chosen at creation */
+};
+
+/* ---- thread pool helpers ---- */
+
+static void pool_run(threadpool *pool, size_t n_tasks, threadpool_fn fn,
+                     void *ctx)
+{
+    if (pool != NULL) {
+        threadpool_run(pool, n_tasks, fn, ctx);
+        return;
+    }
+    for (size_t t = 0; t < n_tasks; t++)
+        fn(ctx, t, 0);
+}
+
+static size_t pool_workers(const threadpool *pool)
+{
+    return pool != NULL ? threadpool_size(pool) : 1;
+}
+
+static void *alloc_floats(size_t n)
+{
+    size_t bytes = (n * sizeof(float) + 63) / 64 * 64;
+    return aligned_alloc(64, bytes > 0 ? bytes : 64);
+}
+
+/* ---- element-wise kernels ---- */
+
+typedef float v8sf __attribute__((vector_size(32)));
+typedef int32_t v8si __attribute__((vector_size(32)));
+
+#define V8(f) ((v8sf){ (f), (f), (f), (f), (f), (f), (f), (f) })
+
+/* GELU, tanh form: 0.5x(1 + tanh(u)) with u = sqrt(2/pi)(x + 0.044715x³),
+ * computed as x / (1 + exp(-2u)), which is the same function.  exp is a
+ * Cody–Waite reduction and a degree-6 polynomial (~2 ulp), its argument
+ * clamped to [-87, 88].  Plain vector arithmetic with no FMA contraction
+ * (-std=c11 turns it off), so every lane and every build gives the same bits.
+ * libm tanhf cost ~15% of a 512-token prefill; this costs a few cycles per
+ * element.  Vectors stay inside the function (no vector ABI at calls). */
+static inline __attribute__((always_inline))
+void gelu8(float *out, const float *in, const float *bias)
+{
+    v8sf x, b;
+    memcpy(&x, in, sizeof x);
+    memcpy(&b, bias, sizeof b);
+    x = x + b;
+    v8sf u = x + V8(0.044715f) * x * x * x;
+    v8sf a = V8(-2.0f * 0.7978845608028654f) * u;       /* exp(a) = e^-2u */
+    const v8sf lo = V8(-87.0f), hi = V8(88.0f);
+    a = (v8sf)(((v8si)a & (a > lo)) | ((v8si)lo & ~(a > lo)));
+    a = (v8sf)(((v8si)a & (a < hi)) | ((v8si)hi & ~(a < hi)));
+    const v8sf magic = V8(12582912.0f);        /* 1.5 · 2^23: round to int */
+    v8sf n = (a * V8(1.44269504088896341f) + magic) - magic;
+    v8sf r = a - n * V8(0.693359375f);
+    r = r - n * V8(-2.12194440e-4f);
+    v8sf p = V8(1.9875691500e-4f);
+    p = p * r + V8(1.3981999507e-3f);
+    p = p * r + V8(8.3334519073e-3f);
+    p = p * r + V8(4.1665795894e-2f);
+    p = p * r + V8(1.6666665459e-1f);
+    p = p * r + V8(5.0000001201e-1f);
+    p = p * (r * r) + r + V8(1.0f);
+    v8si e = (__builtin_convertvector(n, v8si) + 127) << 23;
+    v8sf y = x / (V8(1.0f) + p * (v8sf)e);
+    memcpy(out, &y, sizeof y);
+}
+
+/* row is (n,), bias is (n,): row = gelu(row + bias), in place. */
+__attribute__((target_clones("avx2", "default")))
+static void bias_gelu_forward(float *row, const float *bias, size_t n)
+{
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        gelu8(row + i, row + i, bias + i);
+    if (i < n) {                /* same lanes, padded, so same bits */
+        float x[8] = { 0 }, b[8] = { 0 };
+        memcpy(x, row + i, (n - i) * sizeof(float));
+        memcpy(b, bias + i, (n - i) * sizeof(float));
+        gelu8(x, x, b);
+        memcpy(row + i, x, (n - i) * sizeof(float));
+    }
+}
+
+/* row is (n,), bias is (n,): row += bias. */
+static void bias_add(float *row, const float *bias, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        row[i] += bias[i];
+}
+
+/* a, b are (n,).  Eight independent partial sums, added in a fixed order. */
+static float dot(const float *a, const float *b, size_t n)
+{
+    float acc[8] = { 0 };
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (size_t j = 0; j < 8; j++)
+            acc[j] += a[i + j] * b[i + j];
+    for (size_t j = 0; i < n; i++, j++)
+        acc[j] += a[i] * b[i];
+    return ((acc[0] + acc[4]) + (acc[1] + acc[5]))
+         + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+}
+
+/* out is (C,), inp is (C,), w, b are (C,). */
+static void layernorm_row(float *out, const float *inp, const float *w,
+                          const float *b, size_t C, float eps)
+{
+    float mean = 0.0f;
+    for (size_t i = 0; i < C; i++)
+        mean += inp[i];
+    mean /= (float)C;
+    float var = 0.0f;
+    for (size_t i = 0; i < C; i++) {
+        float d = inp[i] - mean;
+        var += d * d;
+    }
+    var /= (float)C;
+    float rstd = 1.0f / sqrtf(var + eps);
+    for (size_t i = 0; i < C; i++)
+        out[i] = (inp[i] - mean) * rstd * w[i] + b[i];
+}
+
+/* ---- batch-invariant matrix kernels ----
+ *
+ * OpenBLAS's sgemm is not batch invariant: its Zen/Haswell kernels round a
+ * row differently depending on how many rows share the call (measured: row 0
+ * of an M=4 product differs from the same row computed with M=1), so a
+ * sequence's logits would change with the batch around it and seeded sampling
+ * would not reproduce.  These kernels compute every output element the same
+ * way whatever M is: out[m][n] is one fused multiply-add chain over k in
+ * increasing order (for x·W), or eight such lane chains over k ≡ lane mod 8
+ * summed in a fixed tree (for x·Eᵀ).  Tile shapes vary with M, the
+ * arithmetic per element does not.  They are also faster than OpenBLAS for
+ * the small M of decode steps (no packing, weights streamed once). */
+
+/* a is (M, K), w is (K, ldw) from column n0, out is (M, ldo) from n0:
+ * out[:, n0:n1] (+)= a · w[:, n0:n1].  Portable fallback, same order. */
+static void matmul_generic(float *out, size_t ldo, const float *a,
+                           const float *w, size_t ldw, size_t M, size_t K,
+                           size_t n0, size_t n1, int accumulate)
+{
+    for (size_t m = 0; m < M; m++)
+        for (size_t n = n0; n < n1; n++) {
+            float acc = 0.0f;
+            for (size_t k = 0; k < K; k++)
+                acc += a[m * K + k] * w[k * ldw + n];
+            out[m * ldo + n] = accumulate ? out[m * ldo + n] + acc : acc;
+        }
+}
+
+/* a is (M, K), e is (N, K): out[:, n0:n1] = a · e[n0:n1]ᵀ.  Fallback. */
+static void matmul_t_generic(float *out, size_t ldo, const float *a,
+                             const float *e, size_t M, size_t K, size_t n0,
+                             size_t n1)
+{
+    for (size_t m = 0; m < M; m++)
+        for (size_t n = n0; n < n1; n++) {
+            float lane[8] = { 0 };
+            for (size_t k = 0; k < K; k++)
+                lane[k % 8] += a[m * K + k] * e[n * K + k];
+            out[m * ldo + n] = ((lane[0] + lane[4]) + (lane[1] + lane[5]))
+                             + ((lane[2] + lane[6]) + (lane[3] + lane[7]));
+        }
+}
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#define HAVE_AVX2_KERNELS 1
+
+/* One MR × (8·NV) tile of out = a · w over all K, W rows read with stride
+ * ldw (or packed, ldw = 8·NV).  Inlined with constant MR, NV. */
+#define TILE_BODY(MR, NV)                                                    \
+    do {                                                                     \
+        __m256 acc[MR][NV];                                                  \
+        _Pragma("GCC unroll 8") for (int r = 0; r < MR; r++)                 \
+            _Pragma("GCC unroll 8") for (int v = 0; v < NV; v++)             \
+                acc[r][v] = _mm256_setzero_ps();                             \
+        for (size_t k = 0; k < K; k++) {                                     \
+            __m256 wv[NV];                                                   \
+            _Pragma("GCC unroll 8") for (int v = 0; v < NV; v++)             \
+                wv[v] = _mm256_loadu_ps(w + k * ldw + 8 * v);                \
+            _Pragma("GCC unroll 8") for (int r = 0; r < MR; r++) {           \
+                __m256 av = _mm256_broadcast_ss(a + r * K + k);              \
+                _Pragma("GCC unroll 8") for (int v = 0; v < NV; v++)         \
+                    acc[r][v] = _mm256_fmadd_ps(av, wv[v], acc[r][v]);       \
+            }                                                                \
+        }                                                                    \
+        _Pragma("GCC unroll 8") for (int r = 0; r < MR; r++)                 \
+            _Pragma("GCC unroll 8") for (int v = 0; v < NV; v++) {           \
+                float *o = out + r * ldo + 8 * v;                            \
+                __m256 x = acc[r][v];                                        \
+                if (accumulate)                                              \
+                    x = _mm256_add_ps(_mm256_loadu_ps(o), x);                \
+                _mm256_storeu_ps(o, x);                                      \
+            }                                                                \
+    } while (0)
+
+#define DEFINE_TILE(MR, NV)                                                  \
+    __attribute__((target("avx2,fma"), always_inline)) static inline void   \
+    tile_##MR##x##NV(float *out, size_t ldo, const float *a, const float *w, \
+                     size_t ldw, size_t K, int accumulate)                   \
+    {                                                                        \
+        TILE_BODY(MR, NV);                                                   \
+    }
+DEFINE_TILE(1, 2)
+DEFINE_TILE(2, 2)
+DEFINE_TILE(3, 2)
+DEFINE_TILE(4, 2)
+DEFINE_TILE(5, 2)
+DEFINE_TILE(6, 2)
+DEFINE_TILE(1, 4)
+DEFINE_TILE(2, 4)
+DEFINE_TILE(3, 4)
+
+/* Rows [0, M) of a 16- or 32-column panel, in row blocks.  M <= 3
+ * takes 32-column panels: more independent chains and longer W reads. */
+__attribute__((target("avx2,fma")))
+static void panel_avx2(float *out, size_t ldo, const float *a, const float *w,
+                       size_t ldw, size_t M, size_t K, int nv, int accumulate)
+{
+    size_t m = 0;
+    if (nv == 4) {
+        for (; m + 3 <= M; m += 3)
+            tile_3x4(out + m * ldo, ldo, a + m * K, w, ldw, K, accumulate);
+        if (M - m == 2)
+            tile_2x4(out + m * ldo, ldo, a + m * K, w, ldw, K, accumulate);
+        else if (M - m == 1)
+            tile_1x4(out + m * ldo, ldo, a + m * K, w, ldw, K, accumulate);
+        return;
+    }
+    for (; m + 6 <= M; m += 6)
+        tile_6x2(out + m * ldo, ldo, a + m * K, w, ldw, K, accumulate);
+    float *o = out + m * ldo;
+    const float *am = a + m * K;
+    switch (M - m) {
+    case 5: tile_5x2(o, ldo, am, w, ldw, K, accumulate); break;
+    case 4: tile_4x2(o, ldo, am, w, ldw, K, accumulate); break;
+    case 3: tile_3x2(o, ldo, am, w, ldw, K, accumulate); break;
+    case 2: tile_2x2(o, ldo, am, w, ldw, K, accumulate); break;
+    case 1: tile_1x2(o, ldo, am, w, ldw, K, accumulate); break;
+    default: break;
+    }
+}
+
+/* out[:, n0:n1] (+)= a · w[:, n0:n1], a is (M, K), w is (K, ldw).  For
+ * M > 3 each 16-column panel of W is first copied contiguous into `pack`
+ * (K × 16 floats): it is then reused by M/6 row blocks from L1/L2 without
+ * strided page walks.  Columns past the last full panel use scalar fmaf,
+ * which is the same fused operation. */
+__attribute__((target("avx2,fma")))
+static void matmul_avx2(float *out, size_t ldo, const float *a,
+                        const float *w, size_t ldw, size_t M, size_t K,
+                        size_t n0, size_t n1, int accumulate, float *pack)
+{
+    size_t n = n0;
+    if (M <= 3) {
+        for (; n + 32 <= n1; n += 32)
+            panel_avx2(out + n, ldo, a, w + n, ldw, M, K, 4, accumulate);
+    }
+    for (; n + 16 <= n1; n += 16) {
+        if (M > 3) {
+            for (size_t k = 0; k < K; k++) {
+                _mm256_store_ps(pack + k * 16, _mm256_loadu_ps(w + k * ldw + n));
+                _mm256_store_ps(pack + k * 16 + 8,
+                                _mm256_loadu_ps(w + k * ldw + n + 8));
+            }
+            panel_avx2(out + n, ldo, a, pack, 16, M, K, 2, accumulate);
+        } else {
+            panel_avx2(out + n, ldo, a, w + n, ldw, M, K, 2, accumulate);
+        }
+    }
+    for (; n < n1; n++)
+        for (size_t m = 0; m < M; m++) {
+            float acc = 0.0f;
+            for (size_t k = 0; k < K; k++)
+                acc = fmaf(a[m * K + k], w[k * ldw + n], acc);
+            out[m * ldo + n] = accumulate ? out[m * ldo + n] + acc : acc;
+        }
+}
+
+__attribute__((target("avx2,fma"), always_inline))
+static inline float hsum8(__m256 v)
+{
+    float l[8];
+    _mm256_storeu_ps(l, v);
+    return ((l[0] + l[4]) + (l[1] + l[5])) + ((l[2] + l[6]) + (l[3] + l[7]));
+}
+
+/* out[:, n0:n1] = a · e[n0:n1]ᵀ, a is (M, K), e is (N, K): the unembedding.
+ * Tiles of up to 4 rows × 3 vocabulary entries, 8 k-lanes each. */
+__attribute__((target("avx2,fma")))
+static void matmul_t_avx2(float *out, size_t ldo, const float *a,
+                          const float *e, size_t M, size_t K, size_t n0,
+                          size_t n1)
+{
+    if (K % 8 != 0) {
+        matmul_t_generic(out, ldo, a, e, M, K, n0, n1);
+        return;
+    }
+    /* vocabulary outer: each 3-row slice of e is read from memory once and
+     * stays in L1 while every row block of a passes over it */
+    for (size_t n = n0; n < n1; n += 3) {
+        size_t nr = n1 - n < 3 ? n1 - n : 3;
+        for (size_t m0 = 0; m0 < M; m0 += 4) {
+            size_t mr = M - m0 < 4 ? M - m0 : 4;
+            __m256 acc[4][3];
+            for (size_t r = 0; r < 4; r++)
+                for (size_t v = 0; v < 3; v++)
+                    acc[r][v] = _mm256_setzero_ps();
+            const float *e0 = e + n * K;
+            const float *e1 = e + (n + (nr > 1 ? 1 : 0)) * K;
+            const float *e2 = e + (n + (nr > 2 ? 2 : 0)) * K;
+            if (mr == 4) {
+                for (size_t k = 0; k < K; k += 8) {
+                    __m256 w0 = _mm256_loadu_ps(e0 + k);
+                    __m256 w1 = _mm256_loadu_ps(e1 + k);
+                    __m256 w2 = _mm256_loadu_ps(e2 + k);
+                    for (size_t r = 0; r < 4; r++) {
+                        __m256 x = _mm256_loadu_ps(a + (m0 + r) * K + k);
+                        acc[r][0] = _mm256_fmadd_ps(x, w0, acc[r][0]);
+                        acc[r][1] = _mm256_fmadd_ps(x, w1, acc[r][1]);
+                        acc[r][2] = _mm256_fmadd_ps(x, w2, acc[r][2]);
+                    }
+                }
+            } else {
+                for (size_t k = 0; k < K; k += 8) {
+                    __m256 w0 = _mm256_loadu_ps(e0 + k);
+                    __m256 w1 = _mm256_loadu_ps(e1 + k);
+                    __m256 w2 = _mm256_loadu_ps(e2 + k);
+                    for (size_t r = 0; r < mr; r++) {
+                        __m256 x = _mm256_loadu_ps(a + (m0 + r) * K + k);
+                        acc[r][0] = _mm256_fmadd_ps(x, w0, acc[r][0]);
+                        acc[r][1] = _mm256_fmadd_ps(x, w1, acc[r][1]);
+                        acc[r][2] = _mm256_fmadd_ps(x, w2, acc[r][2]);
+                    }
+                }
+            }
+            for (size_t r = 0; r < mr; r++)
+                for (size_t v = 0; v < nr; v++)
+                    out[(m0 + r) * ldo + n + v] = hsum8(acc[r][v]);
+        }
+    }
+}
+#endif
+
+/* ---- embedding and LayerNorm, by row blocks ---- */
+
+typedef struct rows_job {
+    const forward_state *st;
+    const model *m;
+    size_t n_rows;
+    const size_t *row_index;    /* NULL: rows 0..n_rows-1 */
+    const float *inp;           /* (·, C) */
+    float *out;                 /* (n_rows, C) */
+    const float *w, *b;
+} rows_job;
+
+static void embedding_task(void *ctx, size_t task, size_t worker)
+{
+    (void)worker;
+    const rows_job *j = ctx;
+    const size_t C = j->st->cfg.n_embd;
+    size_t r1 = (task + 1) * ROW_BLOCK;
+    if (r1 > j->n_rows)
+        r1 = j->n_rows;
+    for (size_t r = task * ROW_BLOCK; r < r1; r++) {
+        const float *te = j->m->wte + (size_t)*j->st->row_tok[r] * C;
+        const float *pe = j->m->wpe + j->st->row_pos[r] * C;
+        float *o = j->out + r * C;
+        for (size_t i = 0; i < C; i++)
+            o[i] = te[i] + pe[i];
+    }
+}
+
+/* x is (R, C): out[r] = wte[token of r] + wpe[position of r]. */
+static void embedding_forward(forward_state *st, const model *m,
+                              threadpool *pool, size_t R)
+{
+    rows_job j = { .st = st, .m = m, .n_rows = R, .out = st->x };
+    pool_run(pool, (R + ROW_BLOCK - 1) / ROW_BLOCK, embedding_task, &j);
+}
+
+static void layernorm_task(void *ctx, size_t task, size_t worker)
+{
+    (void)worker;
+    const rows_job *j = ctx;
+    const size_t C = j->st->cfg.n_embd;
+    size_t r1 = (task + 1) * ROW_BLOCK;
+    if (r1 > j->n_rows)
+        r1 = j->n_rows;
+    for (size_t r = task * ROW_BLOCK; r < r1; r++) {
+        size_t src = j->row_index != NULL ? j->row_index[r] : r;
+        layernorm_row(j->out + r * C, j->inp + src * C, j->w, j->b, C,
+                      j->st->cfg.layer_norm_epsilon);
+    }
+}
+
+/* inp is (·, C), out is (n_rows, C); row r of out normalises row
+ * row_index[r] (or r) of inp. */
+static void layernorm_forward(forward_state *st, threadpool *pool, float *out,
+                              const float *inp, const size_t *row_index,
+                              size_t n_rows, const float *w, const float *b)
+{
+    rows_job j = { .st = st, .n_rows = n_rows, .row_index = row_index,
+                   .inp = inp, .out = out, .w = w, .b = b };
+    pool_run(pool, (n_rows + ROW_BLOCK - 1) / ROW_BLOCK, layernorm_task, &j);
+}
+
+/* ---- matrix products ---- */
+
+typedef enum epilogue { EPI_NONE, EPI_BIAS, EPI_BIAS_GELU } epilogue;
+
+typedef struct matmul_job {
+    const forward_state *st;
+    size_t M, N, K;
+    const float *a;             /* (M, K) */
+    const float *w;             /* (K, N), or (N, K) when trans_w */
+    int trans_w;
+    float *out;                 /* (M, N) with row stride N */
+    float beta;                 /* 1: accumulate into out (residual) */
+    const float *bias;          /* (N,) */
+    epilogue epi;
+    size_t cols_per_task;
+} matmul_job;
+
+static void matmul_task(void *ctx, size_t task, size_t worker)
+{
+    const matmul_job *j = ctx;
+    size_t n0 = task * j->cols_per_task;
+    size_t n1 = n0 + j->cols_per_task < j->N ? n0 + j->cols_per_task : j->N;
+    int acc = j->beta != 0.0f;
+#ifdef HAVE_AVX2_KERNELS
+    if (j->st->use_avx2) {
+        if (j->trans_w)
+            matmul_t_avx2(j->out, j->N, j->a, j->w, j->M, j->K, n0, n1);
+        else
+            matmul_avx2(j->out, j->N, j->a, j->w, j->N, j->M, j->K, n0, n1,
+                        acc, j->st->pack + worker * j->st->pack_floats);
+    } else
+#endif
+    if (j->trans_w)
+        matmul_t_generic(j->out, j->N, j->a, j->w, j->M, j->K, n0, n1);
+    else
+        matmul_generic(j->out, j->N, j->a, j->w, j->N, j->M, j->K, n0, n1,
+                       acc);
+    size_t nb = n1 - n0;
+    for (size_t r = 0; r < j->M; r++) {
+        float *row = j->out + r * j->N + n0;
+        if (j->epi == EPI_BIAS)
+            bias_add(row, j->bias + n0, nb);
+        else if (j->epi == EPI_BIAS_GELU)
+            bias_gelu_forward(row, j->bias + n0, nb);
+    }
+}
+
+/* a is (M, K), w is (K, N) [or (N, K) if trans_w], out is (M, N):
+ * out = beta·out + a·w, then the epilogue.  Split by output columns. */
+static void matmul_forward(threadpool *pool, matmul_job *j)
+{
+    size_t workers = pool_workers(pool);
+    size_t per = (j->N + workers - 1) / workers;
+    per = (per + COL_ALIGN - 1) / COL_ALIGN * COL_ALIGN;
+    j->cols_per_task = per;
+    pool_run(pool, (j->N + per - 1) / per, matmul_task, j);
+}
+
+/* ---- attention ---- */
+
+typedef struct attention_job {
+    forward_state *st;
+    size_t layer;
+    size_t n_seqs;
+} attention_job;
+
+/* Copies this head's new keys and values from qkv into the sequence's slot. */
+static void kv_store(const forward_state *st, const seq_rows *s, size_t layer,
+                     size_t head)
+{
+    const size_t C = st->cfg.n_embd, hd = C / st->cfg.n_head;
+    float *kc = kvcache_k(s->kv, layer, head) + s->pos0 * hd;
+    float *vc = kvcache_v(s->kv, layer, head) + s->pos0 * hd;
+    for (size_t i = 0; i < s->n_rows; i++) {
+        const float *row = st->qkv + (s->row0 + i) * 3 * C;
+        memcpy(kc + i * hd, row + C + head * hd, hd * sizeof(float));
+        memcpy(vc + i * hd, row + 2 * C + head * hd, hd * sizeof(float));
+    }
+}
+
+/* scores is (n_keys,): in-place softmax over its first n_valid entries, the
+ * rest set to zero. */
+static void softmax_causal(float *scores, size_t n_valid, size_t n_keys)
+{
+    float maxv = -INFINITY;
+    for (size_t t = 0; t < n_valid; t++)
+        if (scores[t] > maxv)
+            maxv = scores[t];
+    float sum = 0.0f;
+    for (size_t t = 0; t < n_valid; t++) {
+        scores[t] = expf(scores[t] - maxv);
+        sum += scores[t];
+    }
+    float inv = 1.0f / sum;
+    for (size_t t = 0; t < n_valid; t++)
+        scores[t] *= inv;
+    for (size_t t = n_valid; t < n_keys; t++)
+        scores[t] = 0.0f;
+}
+
+/* q is (hd,), K and V are (pos+1, hd) in the slot, out is (hd,). */
+static void attention_row(float *out, const float *q, const float *kc,
+                          const float *vc, size_t n_keys, size_t hd,
+                          float scale, float *scores)
+{
+    for (size_t t = 0; t < n_keys; t++)
+        scores[t] = dot(q, kc + t * hd, hd) * scale;
+    softmax_causal(scores, n_keys, n_keys);
+    for (size_t i = 0; i < hd; i++)
+        out[i] = 0.0f;
+    for (size_t t = 0; t < n_keys; t++) {
+        const float w = scores[t], *v = vc + t * hd;
+        for (size_t i = 0; i < hd; i++)
+            out[i] += w * v[i];
+    }
+}
+
+/* One (sequence, head): store the new K/V, then each new row attends to the
+ * slot's positions [0, its own position].  Q rows are read from qkv (row
+ * stride 3C), outputs go to att (row stride C) at column head·hd. */
+static void attention_task(void *ctx, size_t task, size_t worker)
+{
+    const attention_job *j = ctx;
+    const forward_state *st = j->st;
+    const size_t NH = st->cfg.n_head, C = st->cfg.n_embd, hd = C / NH;
+    const seq_rows *s = &st->seqs[task / NH];
+    const size_t head = task % NH;
+    const float scale = 1.0f / sqrtf((float)hd);
+    float *scores = st->scores + worker * ATT_BLOCK * st->cfg.n_ctx;
+
+    kv_store(st, s, j->layer, head);
+    const float *kc = kvcache_k(s->kv, j->layer, head);
+    const float *vc = kvcache_v(s->kv, j->layer, head);
+    const float *q = st->qkv + s->row0 * 3 * C + head * hd;
+    float *out = st->att + s->row0 * C + head * hd;
+
+    if (s->n_rows == 1) {
+        attention_row(out, q, kc, vc, s->pos0 + 1, hd, scale, scores);
+        return;
+    }
+    for (size_t b0 = 0; b0 < s->n_rows; b0 += ATT_BLOCK) {
+        size_t nb = s->n_rows - b0 < ATT_BLOCK ? s->n_rows - b0 : ATT_BLOCK;
+        size_t n_keys = s->pos0 + b0 + nb;  /* keys the last row sees */
+        /* scores (nb, n_keys) = scale · Q_blk (nb, hd) · Kᵀ (hd, n_keys) */
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)nb,
+                    (int)n_keys, (int)hd, scale, q + b0 * 3 * C, (int)(3 * C),
+                    kc, (int)hd, 0.0f, scores, (int)n_keys);
+        for (size_t i = 0; i < nb; i++)
+            softmax_causal(scores + i * n_keys, s->pos0 + b0 + i + 1, n_keys);
+        /* out_blk (nb, hd) = P (nb, n_keys) · V (n_keys, hd) */
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)nb,
+                    (int)hd, (int)n_keys, 1.0f, scores, (int)n_keys, vc,
+                    (int)hd, 0.0f, out + b0 * C, (int)C);
+    }
+}
+
+/* qkv is (R, 3C), att is (R, C). */
+static void attention_forward(forward_state *st, threadpool *pool,
+                              size_t layer, size_t n_seqs)
+{
+    attention_job j = { .st = st, .layer = layer, .n_seqs = n_seqs };
+    pool_run(pool, n_seqs * st->cfg.n_head, attention_task, &j);
+}
+
+/* ---- state ---- */
+
+int forward_state_create(forward_state **out, const model *m, size_t max_rows,
+                         gpt2d_error *err)
+{
+    *out = NULL;
+    const model_config *cfg = &m->config;
+    if (max_rows == 0)
+        return error_set(err, "forward: max_rows must be at least 1");
+    if (cfg->n_head == 0 || cfg->n_embd % cfg->n_head != 0)
+        return error_set(err, "forward: n_embd %zu is not a multiple of "
+                         "n_head %zu", cfg->n_embd, cfg->n_head);
+    if (max_rows > INT32_MAX / 4 / cfg->n_embd
+        || cfg->vocab_size > INT32_MAX / cfg->n_embd)
+        return error_set(err, "forward: max_rows %zu is too large for "
+                         "n_embd %zu", max_rows, cfg->n_embd);
+    forward_state *st = calloc(1, sizeof *st);
+    if (st == NULL)
+        return error_set(err, "forward: out of memory");
+    st->cfg = *cfg;
+    st->max_rows = max_rows;
+    const size_t C = cfg->n_embd;
+    st->x = alloc_floats(max_rows * C);
+    st->xn = alloc_floats(max_rows * C);
+    st->qkv = alloc_floats(max_rows * 3 * C);
+    st->att = alloc_floats(max_rows * C);
+    st->h = alloc_floats(max_rows * 4 * C);
+    st->lnf = alloc_floats(max_rows * C);
+    st->seqs = calloc(max_rows, sizeof *st->seqs);
+    st->row_pos = calloc(max_rows, sizeof *st->row_pos);
+    st->row_tok = calloc(max_rows, sizeof *st->row_tok);
+    st->logit_rows = calloc(max_rows, sizeof *st->logit_rows);
+    if (!st->x || !st->xn || !st->qkv || !st->att || !st->h || !st->lnf
+        || !st->seqs || !st->row_pos || !st->row_tok || !st->logit_rows) {
+        forward_state_free(st);
+        return error_set(err, "forward: cannot allocate scratch for %zu rows "
+                         "(%zu bytes)", max_rows, max_rows * 11 * C * 4);
+    }
+    st->pack_floats = 4 * C * 16;
+#ifdef HAVE_AVX2_KERNELS
+    __builtin_cpu_init();
+    st->use_avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#endif
+#ifdef HAVE_OPENBLAS_SET_NUM_THREADS
+    /* Our pool splits every product itself; OpenBLAS's own threads would
+     * spin-wait against the pool's on a small machine.  Process-wide. */
+    openblas_set_num_threads(1);
+#endif
+    *out = st;
+    return 0;
+}
+
+void forward_state_free(forward_state *st)
+{
+    if (st == NULL)
+        return;
+    free(st->x);
+    free(st->xn);
+    free(st->qkv);
+    free(st->att);
+    free(st->h);
+    free(st->lnf);
+    free(st->seqs);
+    free(st->row_pos);
+    free(st->row_tok);
+    free(st->logit_rows);
+    free(st->scores);
+    free(st->pack);
+    free(st);
+}
+
+/* Checks the whole step before anything is written; fills the row tables. */
+static int plan_step(forward_state *st, const forward_seq *seqs,
+                     size_t n_seqs, size_t *n_rows, size_t *n_logit_rows,
+                     gpt2d_error *err)
+{
+    const model_config *cfg = &st->cfg;
+    size_t R = 0, L = 0;
+    for (size_t s = 0; s < n_seqs; s++) {
+        const forward_seq *q = &seqs[s];
+        const kv_slot *kv = q->kv;
+        if (kv == NULL || q->tokens == NULL)
+            return error_set(err, "forward: sequence %zu has no KV slot or "
+                             "no tokens", s);
+        if (q->n_tokens == 0)
+            return error_set(err, "forward: sequence %zu has no new tokens", s);
+        if (kv->n_ctx != cfg->n_ctx || kv->n_layer != cfg->n_layer
+            || kv->n_head != cfg->n_head
+            || kv->head_dim * cfg->n_head != cfg->n_embd)
+            return error_set(err, "forward: sequence %zu's KV slot does not "
+                             "match the model", s);
+        if (q->n_logits > q->n_tokens)
+            return error_set(err, "forward: sequence %zu asks logits for %zu "
+                             "rows but brings %zu tokens", s, q->n_logits,
+                             q->n_tokens);
+        if (kv->n_tokens > cfg->n_ctx || q->n_tokens > cfg->n_ctx - kv->n_tokens)
+            return error_set(err, "forward: sequence %zu would reach %zu "
+                             "positions, past n_ctx %zu", s,
+                             kv->n_tokens + q->n_tokens, cfg->n_ctx);
+        if (q->n_tokens > st->max_rows - R)
+            return error_set(err, "forward: step has more than max_rows %zu "
+                             "rows", st->max_rows);
+        for (size_t t = 0; t < q->n_tokens; t++)
+            if (q->tokens[t] < 0 || (size_t)q->tokens[t] >= cfg->vocab_size)
+                return error_set(err, "forward: sequence %zu token %zu has id "
+                                 "%ld, outside [0, %zu)", s, t,
+                                 (long)q->tokens[t], cfg->vocab_size);
+        for (size_t p = 0; p < s; p++)
+            if (seqs[p].kv == kv)
+                return error_set(err, "forward: sequences %zu and %zu share "
+                                 "a KV slot", p, s);
+        st->seqs[s] = (seq_rows){ .kv = q->kv, .row0 = R,
+                                  .n_rows = q->n_tokens,
+                                  .pos0 = kv->n_tokens };
+        for (size_t t = 0; t < q->n_tokens; t++) {
+            st->row_pos[R + t] = kv->n_tokens + t;
+            st->row_tok[R + t] = &q->tokens[t];
+        }
+        for (size_t t = q->n_tokens - q->n_logits; t < q->n_tokens; t++)
+            st->logit_rows[L++] = R + t;
+        R += q->n_tokens;
+    }
+    *n_rows = R;
+    *n_logit_rows = L;
+    return 0;
+}
+
+int forward_step(forward_state *st, const model *m, threadpool *pool,
+                 forward_seq *seqs, size_t n_seqs, float *logits,
+                 gpt2d_error *err)
+{
+    size_t R = 0, L = 0;
+    if (plan_step(st, seqs, n_seqs, &R, &L, err) != 0)
+        return -1;
+    if (R == 0)
+        return 0;
+    size_t workers = pool_workers(pool);
+    if (st->n_score_workers < workers) {
+        /* once per pool size, never per step in steady state */
+        float *s = alloc_floats(workers * ATT_BLOCK * st->cfg.n_ctx);
+        if (s == NULL)
+            return error_set(err, "forward: cannot allocate attention scratch "
+                             "for %zu workers", workers);
+        float *pk = alloc_floats(workers * st->pack_floats);
+        if (pk == NULL) {
+            free(s);
+            return error_set(err, "forward: cannot allocate matmul scratch "
+                             "for %zu workers", workers);
+        }
+        free(st->scores);
+        free(st->pack);
+        st->scores = s;
+        st->pack = pk;
+        st->n_score_workers = workers;
+    }
+    const size_t C = st->cfg.n_embd;
+
+    embedding_forward(st, m, pool, R);
+    for (size_t l = 0; l < st->cfg.n_layer; l++) {
+        const layer_weights *w = &m->layers[l];
+        layernorm_forward(st, pool, st->xn, st->x, NULL, R, w->ln_1_w,
+                          w->ln_1_b);
+        matmul_forward(pool, &(matmul_job){ .st = st,
+            .M = R, .N = 3 * C, .K = C, .a = st->xn, .w = w->attn_w,
+            .out = st->qkv, .bias = w->attn_b, .epi = EPI_BIAS });
+        attention_forward(st, pool, l, n_seqs);
+        matmul_forward(pool, &(matmul_job){ .st = st,
+            .M = R, .N = C, .K = C, .a = st->att, .w = w->attn_proj_w,
+            .out = st->x, .beta = 1.0f, .bias = w->attn_proj_b,
+            .epi = EPI_BIAS });
+        layernorm_forward(st, pool, st->xn, st->x, NULL, R, w->ln_2_w,
+                          w->ln_2_b);
+        matmul_forward(pool, &(matmul_job){ .st = st,
+            .M = R, .N = 4 * C, .K = C, .a = st->xn, .w = w->fc_w,
+            .out = st->h, .bias = w->fc_b, .epi = EPI_BIAS_GELU });
+        matmul_forward(pool, &(matmul_job){ .st = st,
+            .M = R, .N = C, .K = 4 * C, .a = st->h, .w = w->mlp_proj_w,
+            .out = st->x, .beta = 1.0f, .bias = w->mlp_proj_b,
+            .epi = EPI_BIAS });
+    }
+    if (L > 0) {
+        layernorm_forward(st, pool, st->lnf, st->x, st->logit_rows, L,
+                          m->ln_f_w, m->ln_f_b);
+        matmul_forward(pool, &(matmul_job){ .st = st,
+            .M = L, .N = st->cfg.vocab_size, .K = C, .a = st->lnf,
+            .w = m->lm_head, .trans_w = 1, .out = logits, .epi = EPI_NONE });
+    }
+
+    for (size_t s = 0; s < n_seqs; s++) {
+        kv_slot *kv = seqs[s].kv;
+        memcpy(kv->tokens + kv->n_tokens, seqs[s].tokens,
+               seqs[s].n_tokens * sizeof(int32_t));
+        kv->n_tokens += seqs[s].n_tokens;
+    }
+    return 0;
+}
