@@ -1,0 +1,284 @@
+#!/usr/bin/env python3
+"""make_fixtures.py — tiny random GPT-2 models and their reference logits.
+
+    make_fixtures.py DATA_DIR      (DATA_DIR = $GPT2D_TEST_DATA)
+
+Reads DATA_DIR/tokenizer/{vocab.json,merges.txt} (the real GPT-2 vocabulary)
+and writes:
+
+  DATA_DIR/models/<name>/   config.json, model.safetensors, vocab.json,
+                            merges.txt — written by make_model.py.  `tiny`
+                            (C=64, H=4, L=2, n_ctx=64, F32, plain names, tied)
+                            is the model other suites use.
+  DATA_DIR/fixtures/cases.json
+  DATA_DIR/fixtures/<model>.<sequence>.f32
+  DATA_DIR/fixtures/STAMP   hash of the generators and the vocabulary; when it
+                            matches, nothing is regenerated.
+
+cases.json (all paths relative to DATA_DIR):
+
+  {
+    "format": 1,
+    "tolerance": 1e-3,            max |logit difference| a float32 forward
+                                  pass may show against this reference
+    "models": [
+      { "name": "tiny", "dir": "models/tiny",
+        "n_layer": 2, "n_head": 4, "n_embd": 64, "n_ctx": 64,
+        "vocab_size": 50257, "dtype": "F32", "prefix": "", "tied": true,
+        "sequences": [
+          { "name": "prompt",            plain random tokens
+            "tokens": [ ... ],
+            "logits": "fixtures/tiny.prompt.f32",
+            "prompt_len": 19,            for "greedy": tokens[prompt_len:]
+                                         were generated
+            "greedy": false,             true: tokens[i] = argmax of logits
+                                         row i-1 for every i >= prompt_len
+            "min_margin": 0.0,           greedy only: smallest gap between the
+                                         best and second-best logit over the
+                                         generated steps (kept >= 10 x
+                                         tolerance, so argmax is unambiguous)
+            "fills_context": false }     true: len(tokens) == n_ctx
+        ] } ] }
+
+A .f32 file holds len(tokens) rows of vocab_size little-endian float32,
+row-major: row i is the logits after tokens[0..i] (the distribution of token
+i+1).  The reference computes in float64 with full recompute; before writing,
+this script checks that the reference's KV-cache path (token by token and in
+uneven chunks) agrees with full recompute to 1e-9, that the safetensors file
+reads back bit-exactly, and that a plain-loop implementation agrees with the
+vectorised one on the tiny model.
+"""
+
+import hashlib
+import json
+import math
+import os
+import shutil
+import sys
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+import gpt2_numpy  # noqa: E402
+import make_model  # noqa: E402
+
+FORMAT = 1
+TOLERANCE = 1e-3
+MIN_MARGIN = 10 * TOLERANCE
+GREEDY_PROMPT = 5
+GREEDY_NEW = 16
+PROMPT_LEN = 19
+
+# name, layers, heads, width, n_ctx, dtype, prefix, untied, context sequence?
+MODELS = [
+    ("tiny", 2, 4, 64, 64, "F32", "", False, True),
+    ("w48h3", 1, 3, 48, 32, "F32", "", False, True),     # head_dim 16
+    ("w40h5", 3, 5, 40, 48, "F32", "transformer.", False, False),  # hd 8
+    ("w72h6-untied", 2, 6, 72, 40, "F32", "", True, False),      # hd 12
+    ("w36h4", 1, 4, 36, 33, "F32", "", False, True),     # hd 9, odd n_ctx
+    ("f16", 2, 4, 64, 64, "F16", "transformer.", False, False),
+    ("bf16", 1, 2, 32, 32, "BF16", "transformer.", True, False),
+]
+
+GENERATORS = ("make_fixtures.py", "make_model.py", "gpt2_numpy.py",
+              "make-fixtures.sh")
+
+
+def stamp_of(tok_dir):
+    h = hashlib.sha256()
+    h.update(b"format %d\n" % FORMAT)
+    for name in GENERATORS:
+        path = os.path.join(HERE, name)
+        if os.path.exists(path):
+            with open(path, "rb") as f:
+                h.update(name.encode() + b"\0" + f.read())
+    for name in ("vocab.json", "merges.txt"):
+        with open(os.path.join(tok_dir, name), "rb") as f:
+            h.update(name.encode() + b"\0" + f.read())
+    return h.hexdigest()
+
+
+def check(cond, what):
+    if not cond:
+        raise AssertionError("reference self-check failed: " + what)
+
+
+def naive_logits(m, tokens):
+    """Plain loops over positions and heads, float64; last row only."""
+    C, H, D = m.n_embd, m.n_head, m.head_dim
+    xs = [m.wte[t] + m.wpe[p] for p, t in enumerate(tokens)]
+
+    def ln(v, w, b):
+        mu = sum(v) / len(v)
+        var = sum((e - mu) ** 2 for e in v) / len(v)
+        return np.array([(e - mu) / math.sqrt(var + m.eps) for e in v]) * w + b
+
+    for L in m.layers:
+        qkv = [ln(x, L["ln_1_w"], L["ln_1_b"]) @ L["attn_w"] + L["attn_b"]
+               for x in xs]
+        new = []
+        for i, x in enumerate(xs):
+            y = np.zeros(C)
+            for h in range(H):
+                q = qkv[i][h * D:(h + 1) * D]
+                scores = [float(q @ qkv[j][C + h * D:C + (h + 1) * D])
+                          / math.sqrt(D) for j in range(i + 1)]
+                top = max(scores)
+                w = [math.exp(s - top) for s in scores]
+                tot = sum(w)
+                for j in range(i + 1):
+                    y[h * D:(h + 1) * D] += (w[j] / tot) * \
+                        qkv[j][2 * C + h * D:2 * C + (h + 1) * D]
+            x = x + y @ L["proj_w"] + L["proj_b"]
+            f = ln(x, L["ln_2_w"], L["ln_2_b"]) @ L["fc_w"] + L["fc_b"]
+            g = np.array([0.5 * e * (1 + math.tanh(
+                math.sqrt(2 / math.pi) * (e + 0.044715 * e ** 3))) for e in f])
+            new.append(x + g @ L["mproj_w"] + L["mproj_b"])
+        xs = new
+    return ln(xs[-1], m.ln_f_w, m.ln_f_b) @ m.lm_head.T
+
+
+def self_check_model(m, written, prefix, tied):
+    back = gpt2_numpy.read_safetensors(m.path)
+    check(set(back) == set(written), "tensor names read back")
+    for name, a in written.items():
+        if a.dtype == np.uint16:     # BF16 bits
+            a = (a.astype(np.uint32) << 16).view(np.float32)
+        check(np.array_equal(back[name], a.astype(np.float32)),
+              "tensor %s reads back bit-exactly" % name)
+    check(prefix + "wte.weight" in back and prefix + "h.0.attn.bias" in back,
+          "names carry the prefix %r" % prefix)
+    check(m.tied == tied, "tied/untied lm_head detected")
+
+
+def self_check_sequence(m, tokens, full):
+    # token by token through the cache
+    cache = m.new_cache()
+    inc = np.concatenate([m.forward([t], cache) for t in tokens])
+    err = np.abs(inc - full).max()
+    check(err < 1e-9, "token-by-token vs full recompute: %g" % err)
+    # uneven chunks
+    cache, rows, at = m.new_cache(), [], 0
+    for size in (1, 4, 2, 7, 3, 11, 5, 64):
+        if at >= len(tokens):
+            break
+        rows.append(m.forward(tokens[at:at + size], cache))
+        at += size
+    err = np.abs(np.concatenate(rows) - full).max()
+    check(err < 1e-9, "chunked vs full recompute: %g" % err)
+
+
+def greedy_sequence(m, rng):
+    """A prompt whose greedy continuation has unambiguous argmaxes."""
+    for _ in range(50):
+        prompt = [int(t) for t in rng.integers(0, m.vocab_size, GREEDY_PROMPT)]
+        gen, steps = m.greedy(prompt, GREEDY_NEW)
+        margins = []
+        for s in steps:
+            top2 = np.partition(s, -2)[-2:]
+            margins.append(float(top2[1] - top2[0]))
+        if min(margins) >= MIN_MARGIN:
+            return prompt + gen, min(margins)
+    raise AssertionError("no prompt with a clear greedy continuation found")
+
+
+def build(data_dir):
+    tok_dir = os.path.join(data_dir, "tokenizer")
+    fix_dir = os.path.join(data_dir, "fixtures")
+    stamp_path = os.path.join(fix_dir, "STAMP")
+    stamp = stamp_of(tok_dir)
+    try:
+        with open(stamp_path, encoding="ascii") as f:
+            if f.read().strip() == stamp and os.path.exists(
+                    os.path.join(fix_dir, "cases.json")) and all(
+                    os.path.exists(os.path.join(data_dir, "models", mm[0],
+                                                "model.safetensors"))
+                    for mm in MODELS):
+                print("fixtures up to date (%s)" % stamp[:12])
+                return
+    except FileNotFoundError:
+        pass
+
+    shutil.rmtree(fix_dir, ignore_errors=True)
+    os.makedirs(fix_dir)
+    cases = {"format": FORMAT, "tolerance": TOLERANCE, "models": []}
+    for seed, (name, L, H, C, T, dtype, prefix, untied, ctx) in \
+            enumerate(MODELS):
+        mdir = os.path.join(data_dir, "models", name)
+        shutil.rmtree(mdir, ignore_errors=True)
+        written = make_model.make_model(mdir, tok_dir, L, H, C, T,
+                                        seed=1000 + seed, prefix=prefix,
+                                        dtype=dtype, untied=untied)
+        m = gpt2_numpy.GPT2(mdir)
+        m.path = os.path.join(mdir, "model.safetensors")
+        self_check_model(m, written, prefix, not untied)
+        m32 = gpt2_numpy.GPT2(mdir, dtype=np.float32)
+        rng = np.random.default_rng(2000 + seed)
+
+        seqs = []
+        prompt = [int(t) for t in rng.integers(0, m.vocab_size, PROMPT_LEN)]
+        prompt[3] = m.vocab_size - 1            # <|endoftext|>
+        prompt[7] = 0                           # the first and last rows
+        seqs.append({"name": "prompt", "tokens": prompt,
+                     "prompt_len": len(prompt), "greedy": False})
+        tokens, margin = greedy_sequence(m, rng)
+        seqs.append({"name": "greedy", "tokens": tokens,
+                     "prompt_len": GREEDY_PROMPT, "greedy": True,
+                     "min_margin": margin})
+        if ctx:
+            full_ctx = [int(t) for t in rng.integers(0, m.vocab_size, T)]
+            seqs.append({"name": "context", "tokens": full_ctx,
+                         "prompt_len": T, "greedy": False})
+
+        for s in seqs:
+            full = m.full(s["tokens"])
+            self_check_sequence(m, s["tokens"], full)
+            if s["greedy"]:
+                p = s["prompt_len"]
+                check(all(int(np.argmax(full[i - 1])) == s["tokens"][i]
+                          for i in range(p, len(s["tokens"]))),
+                      "greedy tokens are the argmax of full recompute")
+            f32_err = float(np.abs(m32.full(s["tokens"]) - full).max())
+            s["fills_context"] = len(s["tokens"]) == T
+            s["logits"] = "fixtures/%s.%s.f32" % (name, s["name"])
+            full.astype("<f4").tofile(os.path.join(data_dir, s["logits"]))
+            print("%-14s %-8s %3d tokens  |logit| max %.2f  "
+                  "numpy float32 vs float64: %.2g"
+                  % (name, s["name"], len(s["tokens"]),
+                     float(np.abs(full).max()), f32_err))
+        if name == "tiny":
+            short = seqs[0]["tokens"][:6]
+            err = np.abs(naive_logits(m, short) - m.full(short)[-1]).max()
+            check(err < 1e-9, "plain loops vs vectorised: %g" % err)
+
+        cases["models"].append({
+            "name": name, "dir": "models/" + name, "n_layer": L,
+            "n_head": H, "n_embd": C, "n_ctx": T,
+            "vocab_size": m.vocab_size, "dtype": dtype, "prefix": prefix,
+            "tied": not untied, "sequences": seqs})
+
+    with open(os.path.join(fix_dir, "cases.json"), "w",
+              encoding="utf-8") as f:
+        json.dump(cases, f, indent=1)
+        f.write("\n")
+    with open(stamp_path, "w", encoding="ascii") as f:
+        f.write(stamp + "\n")
+    print("fixtures written (%s)" % stamp[:12])
+
+
+def main(argv):
+    if len(argv) != 2:
+        print("usage: make_fixtures.py DATA_DIR", file=sys.stderr)
+        return 2
+    try:
+        build(argv[1])
+    except (OSError, ValueError, KeyError, AssertionError) as e:
+        print("make_fixtures.py: %s" % e, file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,841 @@
+/* test_forward.c — the C forward pass against the numpy reference.
+ *
+ * tests/reference/make_fixtures.py writes tiny random GPT-2 models and, for
+ * each, a few token sequences with the float64 reference's logits at every
+ * position (format at the top of that script).  Every check here drives
+ * forward_step the way the engine does — prefill chunks, single-token
+ * decodes, several sequences per step — and compares the logits it asked for
+ * with the reference rows at the same positions, to TOL absolute.  Each case
+ * prints its largest difference so a drift is visible before it fails. */
+#include <check.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpt2d/error.h"
+#include "gpt2d/forward.h"
+#include "gpt2d/kvcache.h"
+#include "gpt2d/model.h"
+#include "gpt2d/threadpool.h"
+#include "test_util.h"
+
+#define TOL 1e-3          /* float32 C vs float64 reference, absolute */
+#define SAME_TOL 1e-4     /* C vs C under a different schedule */
+#define MAX_ROWS 64       /* >= every fixture model's n_ctx */
+#define MAX_MODELS 32
+
+/* cases.json, parsed once in main(); the forked tests only read it. */
+static json_t *g_cases;
+static size_t g_n_models;
+static size_t g_ctx_models[MAX_MODELS]; /* models with a "context" sequence */
+static size_t g_n_ctx_models;
+static size_t g_tiny;
+
+/* ---- fixtures ---- */
+
+typedef struct fx_seq {
+    char name[64];
+    int32_t *tokens;
+    size_t n;
+    float *logits;              /* [n][vocab]: row i predicts token i+1 */
+    size_t prompt_len;
+    bool greedy;
+} fx_seq;
+
+static json_t *fx_model_json(size_t idx)
+{
+    json_t *models = json_object_get(g_cases, "models");
+    /* no ck_assert here: main() calls this before any test runs */
+    return json_array_get(models, idx);
+}
+
+static const char *fx_model_name(size_t idx)
+{
+    return json_string_value(json_object_get(fx_model_json(idx), "name"));
+}
+
+static size_t fx_n_seqs(size_t idx)
+{
+    return json_array_size(json_object_get(fx_model_json(idx), "sequences"));
+}
+
+static void fx_seq_load(size_t model_idx, size_t seq_idx, size_t vocab,
+                        fx_seq *s)
+{
+    json_t *sj = json_array_get(
+        json_object_get(fx_model_json(model_idx), "sequences"), seq_idx);
+    ck_assert_ptr_nonnull(sj);
+    json_t *toks = json_object_get(sj, "tokens");
+    memset(s, 0, sizeof *s);
+    snprintf(s->name, sizeof s->name, "%s",
+             json_string_value(json_object_get(sj, "name")));
+    s->n = json_array_size(toks);
+    ck_assert_uint_gt(s->n, 0);
+    s->prompt_len =
+        (size_t)json_integer_value(json_object_get(sj, "prompt_len"));
+    s->greedy = json_is_true(json_object_get(sj, "greedy"));
+    s->tokens = malloc(s->n * sizeof *s->tokens);
+    s->logits = malloc(s->n * vocab * sizeof *s->logits);
+    ck_assert(s->tokens != NULL && s->logits != NULL);
+    for (size_t i = 0; i < s->n; i++)
+        s->tokens[i] = (int32_t)json_integer_value(json_array_get(toks, i));
+
+    char path[4096];
+    test_data_path(path, sizeof path,
+                   json_string_value(json_object_get(sj, "logits")));
+    FILE *f = fopen(path, "rb");
+    ck_assert_msg(f != NULL, "cannot open %s", path);
+    size_t got = fread(s->logits, sizeof(float), s->n * vocab, f);
+    int extra = fgetc(f);
+    fclose(f);
+    ck_assert_msg(got == s->n * vocab && extra == EOF,
+                  "%s: expected %zu x %zu float32", path, s->n, vocab);
+}
+
+/* Index of the sequence named `name`, or SIZE_MAX. */
+static size_t fx_seq_find(size_t model_idx, const char *name)
+{
+    json_t *seqs = json_object_get(fx_model_json(model_idx), "sequences");
+    for (size_t i = 0; i < json_array_size(seqs); i++) {
+        const char *n =
+            json_string_value(json_object_get(json_array_get(seqs, i), "name"));
+        if (n != NULL && strcmp(n, name) == 0)
+            return i;
+    }
+    return SIZE_MAX;
+}
+
+static void fx_seq_free(fx_seq *s)
+{
+    free(s->tokens);
+    free(s->logits);
+}
+
+/* ---- the engine side: model, pool, scratch state ---- */
+
+typedef struct harness {
+    model m;
+    threadpool *pool;
+    forward_state *st;
+    size_t vocab;
+    gpt2d_error err;
+} harness;
+
+static void harness_open(harness *h, size_t model_idx, size_t threads,
+                         size_t max_rows)
+{
+    char dir[4096];
+    memset(h, 0, sizeof *h);
+    test_data_path(dir, sizeof dir,
+                   json_string_value(
+                       json_object_get(fx_model_json(model_idx), "dir")));
+    ck_assert_msg(model_load(&h->m, dir, &h->err) == 0, "model_load %s: %s",
+                  dir, h->err.message);
+    h->vocab = h->m.config.vocab_size;
+    ck_assert_uint_eq(h->vocab, (size_t)json_integer_value(json_object_get(
+                                    fx_model_json(model_idx), "vocab_size")));
+    ck_assert_msg(threadpool_create(&h->pool, threads, &h->err) == 0,
+                  "threadpool_create: %s", h->err.message);
+    ck_assert_msg(forward_state_create(&h->st, &h->m, max_rows, &h->err) == 0,
+                  "forward_state_create: %s", h->err.message);
+}
+
+static void harness_close(harness *h)
+{
+    forward_state_free(h->st);
+    threadpool_destroy(h->pool);
+    model_free(&h->m);
+}
+
+static void slot_open(harness *h, kv_slot *slot)
+{
+    ck_assert_msg(kvcache_slot_alloc(slot, &h->m.config, &h->err) == 0,
+                  "kvcache_slot_alloc: %s", h->err.message);
+    ck_assert_uint_eq(slot->n_tokens, 0);
+}
+
+static float *logits_alloc(const harness *h, size_t rows)
+{
+    float *p = calloc(rows * h->vocab, sizeof *p);
+    ck_assert_ptr_nonnull(p);
+    return p;
+}
+
+static void step_ok(harness *h, forward_seq *seqs, size_t n_seqs,
+                    float *logits)
+{
+    h->err.message[0] = '\0';
+    int rc = forward_step(h->st, &h->m, h->pool, seqs, n_seqs, logits,
+                          &h->err);
+    ck_assert_msg(rc == 0, "forward_step failed: %s", h->err.message);
+}
+
+static void step_refused(harness *h, forward_seq *seqs, size_t n_seqs,
+                         float *logits, const char *why)
+{
+    h->err.message[0] = '\0';
+    int rc = forward_step(h->st, &h->m, h->pool, seqs, n_seqs, logits,
+                          &h->err);
+    ck_assert_msg(rc == -1, "forward_step accepted %s", why);
+    ck_assert_msg(h->err.message[0] != '\0', "no message when refusing %s",
+                  why);
+    printf("refused %s: %s\n", why, h->err.message);
+}
+
+static double max_abs_diff(const float *a, const float *b, size_t n)
+{
+    double m = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - (double)b[i]);
+        if (!(d <= m))          /* also catches NaN */
+            m = isnan(d) ? INFINITY : d;
+    }
+    return m;
+}
+
+/* Compares `rows` rows of C logits with reference rows starting at `first`;
+ * returns the max difference. */
+static double cmp_rows(const harness *h, const float *got, const fx_seq *s,
+                       size_t first, size_t rows)
+{
+    ck_assert_uint_le(first + rows, s->n);
+    return max_abs_diff(got, s->logits + first * h->vocab, rows * h->vocab);
+}
+
+static void report(const char *model_name, const char *seq, const char *what,
+                   double diff)
+{
+    char name[256];
+    snprintf(name, sizeof name, "%s/%s/%s", model_name, seq, what);
+    printf("case %s: max |dlogit| = %.3g\n", name, diff);
+    fflush(stdout);
+    ck_assert_msg(diff <= TOL, "case %s: max |dlogit| = %.3g > %g", name,
+                  diff, TOL);
+}
+
+static size_t argmax(const float *v, size_t n)
+{
+    size_t best = 0;
+    for (size_t i = 1; i < n; i++)
+        if (v[i] > v[best])
+            best = i;
+    return best;
+}
+
+/* ---- logits against the reference ---- */
+
+START_TEST(test_prefill_last_token_logits_match_reference)
+{
+    harness h;
+    harness_open(&h, (size_t)_i, 2, MAX_ROWS);
+    for (size_t q = 0; q < fx_n_seqs((size_t)_i); q++) {
+        fx_seq s;
+        kv_slot slot;
+        fx_seq_load((size_t)_i, q, h.vocab, &s);
+        slot_open(&h, &slot);
+        float *out = logits_alloc(&h, 1);
+        forward_seq fs = {&slot, s.tokens, s.n, 1};
+        step_ok(&h, &fs, 1, out);
+        ck_assert_uint_eq(slot.n_tokens, s.n);
+        report(fx_model_name((size_t)_i), s.name, "prefill",
+               cmp_rows(&h, out, &s, s.n - 1, 1));
+        free(out);
+        kvcache_slot_free(&slot);
+        fx_seq_free(&s);
+    }
+    harness_close(&h);
+}
+END_TEST
+
+START_TEST(test_echo_logits_for_every_prompt_position)
+{
+    harness h;
+    harness_open(&h, (size_t)_i, 2, MAX_ROWS);
+    for (size_t q = 0; q < fx_n_seqs((size_t)_i); q++) {
+        fx_seq s;
+        kv_slot slot;
+        fx_seq_load((size_t)_i, q, h.vocab, &s);
+        slot_open(&h, &slot);
+        float *out = logits_alloc(&h, s.n);
+        forward_seq fs = {&slot, s.tokens, s.n, s.n};
+        step_ok(&h, &fs, 1, out);
+        report(fx_model_name((size_t)_i), s.name, "echo",
+               cmp_rows(&h, out, &s, 0, s.n));
+        free(out);
+        kvcache_slot_free(&slot);
+        fx_seq_free(&s);
+    }
+    harness_close(&h);
+}
+END_TEST
+
+/* The KV-cache path: a short prefill, then one token per step; every step's
+ * logits must equal the reference's full recompute at that position. */
+START_TEST(test_decode_token_by_token_equals_full_recompute)
+{
+    harness h;
+    harness_open(&h, (size_t)_i, 2, MAX_ROWS);
+    for (size_t q = 0; q < fx_n_seqs((size_t)_i); q++) {
+        fx_seq s;
+        kv_slot slot;
+        fx_seq_load((size_t)_i, q, h.vocab, &s);
+        slot_open(&h, &slot);
+        float *out = logits_alloc(&h, 1);
+        size_t pre = s.n < 3 ? 1 : 3;
+        forward_seq fs = {&slot, s.tokens, pre, 1};
+        step_ok(&h, &fs, 1, out);
+        double worst = cmp_rows(&h, out, &s, pre - 1, 1);
+        for (size_t i = pre; i < s.n; i++) {
+            forward_seq one = {&slot, s.tokens + i, 1, 1};
+            step_ok(&h, &one, 1, out);
+            ck_assert_uint_eq(slot.n_tokens, i + 1);
+            double d = cmp_rows(&h, out, &s, i, 1);
+            worst = d > worst ? d : worst;
+        }
+        ck_assert_msg(memcmp(slot.tokens, s.tokens, s.n * sizeof(int32_t))
+                          == 0,
+                      "kv->tokens does not hold the sequence's tokens");
+        report(fx_model_name((size_t)_i), s.name, "decode", worst);
+        free(out);
+        kvcache_slot_free(&slot);
+        fx_seq_free(&s);
+    }
+    harness_close(&h);
+}
+END_TEST
+
+/* A prompt prefilled in chunks of uneven sizes, asking all, one or no logits
+ * per chunk in turn. */
+START_TEST(test_prefill_in_uneven_chunks_matches_reference)
+{
+    static const size_t sizes[] = {1, 4, 2, 7, 3, 11, 5};
+    harness h;
+    harness_open(&h, (size_t)_i, 2, MAX_ROWS);
+    for (size_t q = 0; q < fx_n_seqs((size_t)_i); q++) {
+        fx_seq s;
+        kv_slot slot;
+        fx_seq_load((size_t)_i, q, h.vocab, &s);
+        slot_open(&h, &slot);
+        float *out = logits_alloc(&h, s.n);
+        double worst = 0.0;
+        size_t at = 0;
+        for (size_t c = 0; at < s.n; c++) {
+            size_t n = sizes[c % (sizeof sizes / sizeof sizes[0])];
+            if (n > s.n - at)
+                n = s.n - at;
+            size_t want = c % 3 == 0 ? n : c % 3 == 1 ? 1 : 0;
+            if (at + n == s.n && want == 0)
+                want = 1;
+            forward_seq fs = {&slot, s.tokens + at, n, want};
+            step_ok(&h, &fs, 1, out);
+            at += n;
+            ck_assert_uint_eq(slot.n_tokens, at);
+            if (want > 0) {
+                double d = cmp_rows(&h, out, &s, at - want, want);
+                worst = d > worst ? d : worst;
+            }
+        }
+        report(fx_model_name((size_t)_i), s.name, "chunks", worst);
+        free(out);
+        kvcache_slot_free(&slot);
+        fx_seq_free(&s);
+    }
+    harness_close(&h);
+}
+END_TEST
+
+/* One step mixing a prefill chunk (from a nonzero position), decode rows of
+ * two sequences at different positions and a fresh prefill with no logits;
+ * the next step proves the no-logits prefill filled its cache. */
+START_TEST(test_batch_mixes_prefill_chunk_and_decodes)
+{
+    harness h;
+    fx_seq p, g;
+    kv_slot a, b, c, d;
+    harness_open(&h, (size_t)_i, 2, MAX_ROWS);
+    fx_seq_load((size_t)_i, fx_seq_find((size_t)_i, "prompt"), h.vocab, &p);
+    fx_seq_load((size_t)_i, fx_seq_find((size_t)_i, "greedy"), h.vocab, &g);
+    ck_assert_uint_ge(p.n, 16);
+    ck_assert_uint_ge(g.n, 10);
+    slot_open(&h, &a);
+    slot_open(&h, &b);
+    slot_open(&h, &c);
+    slot_open(&h, &d);
+    float *out = logits_alloc(&h, MAX_ROWS);
+    double worst = 0.0, x;
+
+    /* step 1: three prefills of different lengths */
+    forward_seq s1[] = {
+        {&a, p.tokens, 4, 0},
+        {&b, g.tokens, 9, 2},
+        {&c, p.tokens, 13, 1},
+    };
+    step_ok(&h, s1, 3, out);
+    x = cmp_rows(&h, out, &g, 7, 2);
+    worst = x > worst ? x : worst;
+    x = cmp_rows(&h, out + 2 * h.vocab, &p, 12, 1);
+    worst = x > worst ? x : worst;
+
+    /* step 2: decode b (pos 9), chunk of a (pos 4..14), decode c (pos 13),
+     * prefill d without logits */
+    forward_seq s2[] = {
+        {&b, g.tokens + 9, 1, 1},
+        {&a, p.tokens + 4, 11, 11},
+        {&c, p.tokens + 13, 1, 1},
+        {&d, g.tokens, 5, 0},
+    };
+    step_ok(&h, s2, 4, out);
+    x = cmp_rows(&h, out, &g, 9, 1);
+    worst = x > worst ? x : worst;
+    x = cmp_rows(&h, out + 1 * h.vocab, &p, 4, 11);
+    worst = x > worst ? x : worst;
+    x = cmp_rows(&h, out + 12 * h.vocab, &p, 13, 1);
+    worst = x > worst ? x : worst;
+    ck_assert_uint_eq(a.n_tokens, 15);
+    ck_assert_uint_eq(b.n_tokens, 10);
+    ck_assert_uint_eq(c.n_tokens, 14);
+    ck_assert_uint_eq(d.n_tokens, 5);
+
+    /* step 3: d and a continue */
+    forward_seq s3[] = {
+        {&d, g.tokens + 5, 1, 1},
+        {&a, p.tokens + 15, 1, 1},
+    };
+    step_ok(&h, s3, 2, out);
+    x = cmp_rows(&h, out, &g, 5, 1);
+    worst = x > worst ? x : worst;
+    x = cmp_rows(&h, out + h.vocab, &p, 15, 1);
+    worst = x > worst ? x : worst;
+
+    report(fx_model_name((size_t)_i), "prompt+greedy", "mixed-batch", worst);
+    free(out);
+    kvcache_slot_free(&a);
+    kvcache_slot_free(&b);
+    kvcache_slot_free(&c);
+    kvcache_slot_free(&d);
+    fx_seq_free(&p);
+    fx_seq_free(&g);
+    harness_close(&h);
+}
+END_TEST
+
+/* Greedy decoding driven by the C logits alone: prefill the prompt, then
+ * feed back the argmax each step.  The reference kept every argmax margin at
+ * least 10 x TOL, so the tokens must agree exactly. */
+START_TEST(test_greedy_generation_matches_reference_tokens)
+{
+    harness h;
+    fx_seq s;
+    kv_slot slot;
+    harness_open(&h, (size_t)_i, 2, MAX_ROWS);
+    fx_seq_load((size_t)_i, fx_seq_find((size_t)_i, "greedy"), h.vocab, &s);
+    ck_assert(s.greedy);
+    slot_open(&h, &slot);
+    float *out = logits_alloc(&h, 1);
+    forward_seq fs = {&slot, s.tokens, s.prompt_len, 1};
+    step_ok(&h, &fs, 1, out);
+    double worst = 0.0;
+    for (size_t pos = s.prompt_len; pos < s.n; pos++) {
+        double d = cmp_rows(&h, out, &s, pos - 1, 1);
+        worst = d > worst ? d : worst;
+        int32_t tok = (int32_t)argmax(out, h.vocab);
+        ck_assert_msg(tok == s.tokens[pos],
+                      "%s: generated token %zu is %d, reference %d",
+                      fx_model_name((size_t)_i), pos - s.prompt_len,
+                      (int)tok, (int)s.tokens[pos]);
+        forward_seq one = {&slot, &tok, 1, 1};
+        step_ok(&h, &one, 1, out);
+    }
+    worst = fmax(worst, cmp_rows(&h, out, &s, s.n - 1, 1));
+    report(fx_model_name((size_t)_i), s.name, "greedy", worst);
+    free(out);
+    kvcache_slot_free(&slot);
+    fx_seq_free(&s);
+    harness_close(&h);
+}
+END_TEST
+
+/* ---- the context limit and refused steps ---- */
+
+START_TEST(test_fill_to_n_ctx_then_one_more_token_refused)
+{
+    size_t mi = g_ctx_models[_i];
+    harness h;
+    fx_seq s;
+    kv_slot slot, other;
+    harness_open(&h, mi, 2, MAX_ROWS);
+    fx_seq_load(mi, fx_seq_find(mi, "context"), h.vocab, &s);
+    size_t n_ctx = h.m.config.n_ctx;
+    ck_assert_uint_eq(s.n, n_ctx);
+    ck_assert_uint_le(n_ctx, MAX_ROWS);
+    slot_open(&h, &slot);
+    slot_open(&h, &other);
+    float *out = logits_alloc(&h, n_ctx);
+
+    /* n_ctx - 2 tokens, then asking 3 more is refused and changes nothing */
+    forward_seq fs = {&slot, s.tokens, n_ctx - 2, 1};
+    step_ok(&h, &fs, 1, out);
+    double worst = cmp_rows(&h, out, &s, n_ctx - 3, 1);
+    forward_seq over = {&slot, s.tokens + n_ctx - 2, 3, 1};
+    step_refused(&h, &over, 1, out, "a step past n_ctx");
+    ck_assert_uint_eq(slot.n_tokens, n_ctx - 2);
+
+    /* a batch where only the second sequence overflows: nothing moves */
+    forward_seq mixed[] = {
+        {&other, s.tokens, 4, 1},
+        {&slot, s.tokens + n_ctx - 2, 3, 1},
+    };
+    step_refused(&h, mixed, 2, out, "a batch with one sequence past n_ctx");
+    ck_assert_uint_eq(other.n_tokens, 0);
+    ck_assert_uint_eq(slot.n_tokens, n_ctx - 2);
+
+    /* exactly n_ctx works, and the cache was not disturbed */
+    forward_seq last = {&slot, s.tokens + n_ctx - 2, 2, 2};
+    step_ok(&h, &last, 1, out);
+    ck_assert_uint_eq(slot.n_tokens, n_ctx);
+    worst = fmax(worst, cmp_rows(&h, out, &s, n_ctx - 2, 2));
+
+    /* one more token is refused */
+    forward_seq extra = {&slot, s.tokens, 1, 1};
+    step_refused(&h, &extra, 1, out, "token n_ctx + 1");
+    ck_assert_uint_eq(slot.n_tokens, n_ctx);
+
+    /* a full-context prompt in one step (echo) also works */
+    kvcache_slot_free(&other);
+    slot_open(&h, &other);
+    forward_seq whole = {&other, s.tokens, n_ctx, n_ctx};
+    step_ok(&h, &whole, 1, out);
+    worst = fmax(worst, cmp_rows(&h, out, &s, 0, n_ctx));
+
+    report(fx_model_name(mi), s.name, "fill-n_ctx", worst);
+    free(out);
+    kvcache_slot_free(&slot);
+    kvcache_slot_free(&other);
+    fx_seq_free(&s);
+    harness_close(&h);
+}
+END_TEST
+
+START_TEST(test_out_of_range_token_refused)
+{
+    harness h;
+    fx_seq s;
+    kv_slot a, b;
+    harness_open(&h, g_tiny, 2, MAX_ROWS);
+    fx_seq_load(g_tiny, fx_seq_find(g_tiny, "prompt"), h.vocab, &s);
+    slot_open(&h, &a);
+    slot_open(&h, &b);
+    float *out = logits_alloc(&h, 4);
+
+    int32_t too_big[] = {5, (int32_t)h.vocab};
+    int32_t negative[] = {-1};
+    forward_seq fs = {&a, too_big, 2, 1};
+    step_refused(&h, &fs, 1, out, "token id == vocab_size");
+    forward_seq neg = {&a, negative, 1, 1};
+    step_refused(&h, &neg, 1, out, "token id -1");
+    forward_seq batch[] = {
+        {&b, s.tokens, 3, 1},
+        {&a, too_big, 2, 1},
+    };
+    step_refused(&h, batch, 2, out, "a batch with one bad token id");
+    ck_assert_uint_eq(a.n_tokens, 0);
+    ck_assert_uint_eq(b.n_tokens, 0);
+
+    /* both slots still work from position 0 */
+    forward_seq good[] = {
+        {&a, s.tokens, 3, 1},
+        {&b, s.tokens, 4, 1},
+    };
+    step_ok(&h, good, 2, out);
+    double worst = fmax(cmp_rows(&h, out, &s, 2, 1),
+                        cmp_rows(&h, out + h.vocab, &s, 3, 1));
+    report(fx_model_name(g_tiny), s.name, "after-bad-token", worst);
+    free(out);
+    kvcache_slot_free(&a);
+    kvcache_slot_free(&b);
+    fx_seq_free(&s);
+    harness_close(&h);
+}
+END_TEST
+
+START_TEST(test_more_rows_than_max_rows_refused)
+{
+    harness h;
+    fx_seq s;
+    kv_slot a, b;
+    harness_open(&h, g_tiny, 2, 8);
+    fx_seq_load(g_tiny, fx_seq_find(g_tiny, "prompt"), h.vocab, &s);
+    slot_open(&h, &a);
+    slot_open(&h, &b);
+    float *out = logits_alloc(&h, 8);
+
+    forward_seq nine = {&a, s.tokens, 9, 1};
+    step_refused(&h, &nine, 1, out, "9 rows with max_rows 8");
+    forward_seq split[] = {
+        {&a, s.tokens, 5, 1},
+        {&b, s.tokens, 4, 1},
+    };
+    step_refused(&h, split, 2, out, "5 + 4 rows with max_rows 8");
+    ck_assert_uint_eq(a.n_tokens, 0);
+    ck_assert_uint_eq(b.n_tokens, 0);
+
+    forward_seq eight[] = {
+        {&a, s.tokens, 5, 5},
+        {&b, s.tokens, 3, 3},
+    };
+    step_ok(&h, eight, 2, out);
+    double worst = fmax(cmp_rows(&h, out, &s, 0, 5),
+                        cmp_rows(&h, out + 5 * h.vocab, &s, 0, 3));
+    report(fx_model_name(g_tiny), s.name, "max-rows", worst);
+    free(out);
+    kvcache_slot_free(&a);
+    kvcache_slot_free(&b);
+    fx_seq_free(&s);
+    harness_close(&h);
+}
+END_TEST
+
+/* ---- the schedule must not change the numbers ---- */
+
+/* Runs a fixed two-step schedule (an echo prefill of "prompt" batched with a
+ * prefill of "greedy", then a decode of each) and returns the packed logits
+ * (s.n + 1 + 2 rows). */
+static float *run_schedule(size_t mi, size_t threads, const fx_seq *p,
+                           const fx_seq *g, double *ref_diff)
+{
+    harness h;
+    kv_slot a, b;
+    harness_open(&h, mi, threads, MAX_ROWS);
+    slot_open(&h, &a);
+    slot_open(&h, &b);
+    size_t n = p->n - 1;
+    float *out = logits_alloc(&h, n + 3);
+    forward_seq s1[] = {
+        {&a, p->tokens, n, n},
+        {&b, g->tokens, 6, 1},
+    };
+    step_ok(&h, s1, 2, out);
+    forward_seq s2[] = {
+        {&b, g->tokens + 6, 1, 1},
+        {&a, p->tokens + n, 1, 1},
+    };
+    step_ok(&h, s2, 2, out + (n + 1) * h.vocab);
+    *ref_diff = fmax(cmp_rows(&h, out, p, 0, n),
+                     fmax(cmp_rows(&h, out + n * h.vocab, g, 5, 1),
+                          fmax(cmp_rows(&h, out + (n + 1) * h.vocab, g, 6, 1),
+                               cmp_rows(&h, out + (n + 2) * h.vocab, p, n,
+                                        1))));
+    kvcache_slot_free(&a);
+    kvcache_slot_free(&b);
+    harness_close(&h);
+    return out;
+}
+
+START_TEST(test_thread_pools_of_1_and_2_give_same_logits)
+{
+    fx_seq p, g;
+    size_t mi = (size_t)_i;
+    size_t vocab = (size_t)json_integer_value(
+        json_object_get(fx_model_json(mi), "vocab_size"));
+    fx_seq_load(mi, fx_seq_find(mi, "prompt"), vocab, &p);
+    fx_seq_load(mi, fx_seq_find(mi, "greedy"), vocab, &g);
+    size_t count = (p.n + 2) * vocab;
+    double d1, d2, d3;
+    float *one = run_schedule(mi, 1, &p, &g, &d1);
+    float *two = run_schedule(mi, 2, &p, &g, &d2);
+    float *three = run_schedule(mi, 3, &p, &g, &d3);
+    double between = fmax(max_abs_diff(one, two, count),
+                          max_abs_diff(one, three, count));
+    bool identical = memcmp(one, two, count * sizeof(float)) == 0 &&
+                     memcmp(one, three, count * sizeof(float)) == 0;
+    printf("case %s/threads: pools of 1, 2, 3 differ by %.3g (%s)\n",
+           fx_model_name(mi), between,
+           identical ? "bit-identical" : "not bit-identical");
+    report(fx_model_name(mi), "prompt+greedy", "threads",
+           fmax(d1, fmax(d2, d3)));
+    ck_assert_msg(between <= SAME_TOL, "pool sizes change logits by %.3g",
+                  between);
+    free(one);
+    free(two);
+    free(three);
+    fx_seq_free(&p);
+    fx_seq_free(&g);
+}
+END_TEST
+
+START_TEST(test_sequence_alone_or_in_batch_gives_same_logits)
+{
+    harness h;
+    fx_seq p, g;
+    kv_slot a, b, c;
+    size_t mi = (size_t)_i;
+    harness_open(&h, mi, 2, MAX_ROWS);
+    fx_seq_load(mi, fx_seq_find(mi, "prompt"), h.vocab, &p);
+    fx_seq_load(mi, fx_seq_find(mi, "greedy"), h.vocab, &g);
+    size_t n = 10;
+    float *alone = logits_alloc(&h, n + 1);
+    float *batch = logits_alloc(&h, 1 + n + 1 + 3);
+
+    /* alone: prefill 10 with echo, then one decode */
+    slot_open(&h, &a);
+    forward_seq s1 = {&a, p.tokens, n, n};
+    step_ok(&h, &s1, 1, alone);
+    forward_seq s2 = {&a, p.tokens + n, 1, 1};
+    step_ok(&h, &s2, 1, alone + n * h.vocab);
+    kvcache_slot_free(&a);
+
+    /* batched: the same sequence between others, in both steps */
+    slot_open(&h, &a);
+    slot_open(&h, &b);
+    slot_open(&h, &c);
+    forward_seq pre[] = {{&c, g.tokens, 7, 0}};
+    step_ok(&h, pre, 1, batch);
+    forward_seq b1[] = {
+        {&b, g.tokens, 5, 1},
+        {&a, p.tokens, n, n},
+        {&c, g.tokens + 7, 1, 1},
+    };
+    step_ok(&h, b1, 3, batch);
+    forward_seq b2[] = {
+        {&c, g.tokens + 8, 1, 1},
+        {&b, g.tokens + 5, 1, 1},
+        {&a, p.tokens + n, 1, 1},
+    };
+    step_ok(&h, b2, 3, batch + (n + 2) * h.vocab);
+
+    size_t cnt = n * h.vocab;
+    double d = fmax(max_abs_diff(alone, batch + h.vocab, cnt),
+                    max_abs_diff(alone + cnt, batch + (n + 4) * h.vocab,
+                                 h.vocab));
+    bool identical =
+        memcmp(alone, batch + h.vocab, cnt * sizeof(float)) == 0 &&
+        memcmp(alone + cnt, batch + (n + 4) * h.vocab,
+               h.vocab * sizeof(float)) == 0;
+    printf("case %s/batching: alone vs batched differ by %.3g (%s)\n",
+           fx_model_name(mi), d,
+           identical ? "bit-identical" : "not bit-identical");
+    double ref = fmax(cmp_rows(&h, batch, &g, 4, 1),
+                      cmp_rows(&h, batch + h.vocab, &p, 0, n));
+    ref = fmax(ref, cmp_rows(&h, batch + (n + 1) * h.vocab, &g, 7, 1));
+    ref = fmax(ref, cmp_rows(&h, batch + (n + 2) * h.vocab, &g, 8, 1));
+    ref = fmax(ref, cmp_rows(&h, batch + (n + 3) * h.vocab, &g, 5, 1));
+    ref = fmax(ref, cmp_rows(&h, alone, &p, 0, n + 1));
+    report(fx_model_name(mi), "prompt+greedy", "batching", ref);
+    ck_assert_msg(d <= SAME_TOL, "batching changes logits by %.3g", d);
+
+    free(alone);
+    free(batch);
+    kvcache_slot_free(&a);
+    kvcache_slot_free(&b);
+    kvcache_slot_free(&c);
+    fx_seq_free(&p);
+    fx_seq_free(&g);
+    harness_close(&h);
+}
+END_TEST
+
+/* ---- suite ---- */
+
+static int load_cases(void)
+{
+    char path[4096];
+    json_error_t jerr;
+    test_data_path(path, sizeof path, "fixtures/cases.json");
+    g_cases = json_load_file(path, 0, &jerr);
+    if (g_cases == NULL) {
+        fprintf(stderr,
+                "test_forward: %s: %s (tests/reference/make-fixtures.sh "
+                "writes it)\n",
+                path, jerr.text);
+        return -1;
+    }
+    json_t *models = json_object_get(g_cases, "models");
+    if (json_integer_value(json_object_get(g_cases, "format")) != 1 ||
+        !json_is_array(models) || json_array_size(models) == 0 ||
+        json_array_size(models) > MAX_MODELS) {
+        fprintf(stderr, "test_forward: %s: unexpected format\n", path);
+        return -1;
+    }
+    g_n_models = json_array_size(models);
+    g_tiny = SIZE_MAX;
+    for (size_t i = 0; i < g_n_models; i++) {
+        const char *name = fx_model_name(i);
+        if (name != NULL && strcmp(name, "tiny") == 0)
+            g_tiny = i;
+        if (fx_seq_find(i, "prompt") == SIZE_MAX ||
+            fx_seq_find(i, "greedy") == SIZE_MAX) {
+            fprintf(stderr, "test_forward: model %zu lacks a sequence\n", i);
+            return -1;
+        }
+        if (fx_seq_find(i, "context") != SIZE_MAX)
+            g_ctx_models[g_n_ctx_models++] = i;
+    }
+    if (g_tiny == SIZE_MAX) {
+        fprintf(stderr, "test_forward: %s: no model named tiny\n", path);
+        return -1;
+    }
+    return 0;
+}
+
+static Suite *forward_suite(void)
+{
+    Suite *s = suite_create("forward");
+    int nm = (int)g_n_models;
+
+    TCase *ref = tcase_create("reference");
+    tcase_add_loop_test(ref, test_prefill_last_token_logits_match_reference,
+                        0, nm);
+    tcase_add_loop_test(ref, test_echo_logits_for_every_prompt_position, 0,
+                        nm);
+    tcase_add_loop_test(ref, test_decode_token_by_token_equals_full_recompute,
+                        0, nm);
+    tcase_add_loop_test(ref, test_prefill_in_uneven_chunks_matches_reference,
+                        0, nm);
+    tcase_add_loop_test(ref, test_batch_mixes_prefill_chunk_and_decodes, 0,
+                        nm);
+    tcase_add_loop_test(ref, test_greedy_generation_matches_reference_tokens,
+                        0, nm);
+    suite_add_tcase(s, ref);
+
+    TCase *lim = tcase_create("limits");
+    tcase_add_loop_test(lim, test_fill_to_n_ctx_then_one_more_token_refused,
+                        0, (int)g_n_ctx_models);
+    tcase_add_test(lim, test_out_of_range_token_refused);
+    tcase_add_test(lim, test_more_rows_than_max_rows_refused);
+    suite_add_tcase(s, lim);
+
+    TCase *det = tcase_create("determinism");
+    tcase_add_loop_test(det, test_thread_pools_of_1_and_2_give_same_logits, 0,
+                        nm);
+    tcase_add_loop_test(det, test_sequence_alone_or_in_batch_gives_same_logits,
+                        0, nm);
+    suite_add_tcase(s, det);
+    return s;
+}
+
+int main(void)
+{
+    char path[4096];
+    FILE *probe = fopen(test_data_path(path, sizeof path,
+                                       "fixtures/cases.json"), "r");
+    if (probe == NULL) {
+        /* make-fixtures.sh failed and said why; this suite cannot run */
+        fprintf(stderr, "test_forward: FAIL: %s missing\n", path);
+        return 1;
+    }
+    fclose(probe);
+    if (load_cases() != 0) {
+        json_decref(g_cases);
+        return EXIT_FAILURE;
+    }
+    SRunner *sr = srunner_create(forward_suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    json_decref(g_cases);
+    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
