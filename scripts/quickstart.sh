@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# quickstart.sh — the README's two commands on a fresh Debian machine.
+#
+#   scripts/quickstart.sh serve [MODEL]   install build deps, build, fetch MODEL
+#                                         (default gpt2) and start gpt2d on it
+#   scripts/quickstart.sh test            install build + test deps, build with
+#                                         -Werror, run the whole test suite
+#
+# Builds out of tree in build/ (override with BUILD_DIR).  Package installs
+# use sudo when not run as root; set GPT2D_SKIP_APT=1 to skip them.
+set -euo pipefail
+
+top=$(cd "$(dirname "$0")/.." && pwd)
+build=${BUILD_DIR:-$top/build}
+
+BUILD_PACKAGES=(build-essential autoconf automake libtool pkg-config
+                libmicrohttpd-dev libjansson-dev libopenblas-dev)
+TEST_PACKAGES=(check python3 python3-numpy curl ca-certificates)
+
+as_root() { if [[ $(id -u) -eq 0 ]]; then "$@"; else sudo "$@"; fi; }
+
+install_packages() {
+    [[ ${GPT2D_SKIP_APT:-0} == 1 ]] && return 0
+    local missing=()
+    for p in "$@"; do
+        dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+    done
+    # The tokenizer reference runs on Node.js; any node + npm will do.
+    if [[ " $* " == *" check "* ]] && ! command -v npm >/dev/null; then
+        missing+=(nodejs npm)
+    fi
+    [[ ${#missing[@]} -eq 0 ]] && return 0
+    echo "Installing: ${missing[*]}"
+    as_root apt-get update -qq
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
+}
+
+build() {
+    if [[ ! -x $top/configure || $top/configure.ac -nt $top/configure ]]; then
+        (cd "$top" && autoreconf -fi)
+    fi
+    mkdir -p "$build"
+    cd "$build"
+    # Reconfigure when the options differ from the last run's.
+    if [[ ! -f Makefile || "$*" != "$(cat .quickstart-args 2>/dev/null)" ]]; then
+        "$top/configure" "$@"
+        echo "$*" >.quickstart-args
+    fi
+    make -j"$(nproc)"
+}
+
+case ${1:-} in
+    serve)
+        model=${2:-gpt2}
+        install_packages "${BUILD_PACKAGES[@]}" curl ca-certificates python3
+        build
+        "$top/scripts/fetch-model.sh" "$model" --dest "$top/models/$model"
+        exec "$build/src/gpt2d" --model "$top/models/$model"
+        ;;
+    test)
+        install_packages "${BUILD_PACKAGES[@]}" "${TEST_PACKAGES[@]}"
+        build --enable-werror
+        make -j"$(nproc)" check
+        ;;
+    *)
+        sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'
+        exit 2
+        ;;
+esac
