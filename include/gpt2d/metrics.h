@@ -1,0 +1,30 @@
+/* metrics.h — the Prometheus registry (the one piece of global mutable
+ * state besides the settings).  Every update is a relaxed atomic, so any
+ * thread may record without locks; metrics_render takes a consistent-enough
+ * snapshot for scraping. */
+#ifndef GPT2D_METRICS_H
+#define GPT2D_METRICS_H
+
+#include <stddef.h>
+
+#include "gpt2d/engine.h"
+
+/* `endpoint`: completions, models, health, metrics, tokenize, detokenize or
+ * sessions, or a route path whose first segment (after an optional "/v1/")
+ * is one of them ("/v1/sessions/{id}"); anything else counts as "other".
+ * Status codes outside 200,400,401,404,405,409,413,429,500,503 count as
+ * code="other".  Both label sets are closed, so clients can't add series. */
+void metrics_request_done(const char *endpoint, int http_status);
+void metrics_add_prompt_tokens(size_t n);
+void metrics_add_generated_tokens(size_t n);
+void metrics_add_cached_tokens(size_t n);
+void metrics_cancelled(void);                 /* a client vanished mid-request */
+void metrics_observe_ttft(double seconds);     /* submit -> first token */
+void metrics_observe_token_latency(double seconds); /* between tokens */
+void metrics_observe_batch_rows(size_t rows);  /* rows in one engine step */
+
+/* Prometheus text exposition (version 0.0.4), gauges from `stats`.
+ * Returns a malloc'ed NUL-terminated string, or NULL on OOM. */
+char *metrics_render(const engine_stats *stats);
+
+#endif

@@ -1,0 +1,47 @@
+/* settings.h — the one table of options: defaults, then the config file,
+ * then GPT2D_* environment variables, then command-line flags (later wins).
+ *
+ * Parsed once in main before any thread starts; read-only afterwards, so any
+ * thread may read it. */
+#ifndef GPT2D_SETTINGS_H
+#define GPT2D_SETTINGS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdio.h>
+
+#include "gpt2d/error.h"
+
+typedef struct settings {
+    char *model_dir;            /* --model (required) */
+    char *host;                 /* --host, default 127.0.0.1 */
+    unsigned port;              /* --port, default 8080; 0 = any free port */
+    size_t threads;             /* --threads, default: online CPUs */
+    size_t slots;               /* --slots, default 4 */
+    size_t max_queue;           /* --max-queue, default 64 */
+    size_t max_batch_rows;      /* --max-batch-rows, default 256 */
+    size_t max_body_bytes;      /* --max-body, default 1 MiB */
+    size_t max_connections;     /* --max-connections, default 256 */
+    unsigned connection_timeout;/* --timeout seconds idle, default 60 */
+    int drain_ms;               /* --drain-timeout ms on SIGTERM, default 10000 */
+    char *web_root;             /* --web-root, default $(datadir)/gpt2d/web */
+    char *api_key_file;         /* --api-key-file; keys also from GPT2D_API_KEY */
+    char *cors_origin;          /* --cors-origin, default none (CORS off) */
+    char *config_file;          /* --config */
+    char *port_file;            /* --port-file: write the bound port (tests) */
+    bool log_prompts;           /* --log-prompts (debug only) */
+    int log_level;              /* --log-level error|warn|info|debug */
+} settings;
+
+typedef enum settings_result {
+    SETTINGS_RUN = 0,           /* start the daemon */
+    SETTINGS_EXIT_OK,           /* --help / --version printed */
+    SETTINGS_USAGE_ERROR,       /* message in err; exit 2 */
+} settings_result;
+
+settings_result settings_load(settings *s, int argc, char **argv,
+                              gpt2d_error *err);
+void settings_usage(FILE *out);
+void settings_free(settings *s);
+
+#endif

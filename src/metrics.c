@@ -1,0 +1,286 @@
+/* metrics.c — the Prometheus registry (see metrics.h).
+ *
+ * Every series is a fixed slot in a static table of C11 atomics, so recording
+ * is one relaxed fetch_add with no lock and no allocation: HTTP threads and
+ * the engine thread record concurrently.  Label values come from small closed
+ * sets (endpoints, status codes), so the series count is bounded whatever
+ * clients send.
+ *
+ * Histogram sums are kept as integers (nanoseconds for latencies, rows for
+ * batch sizes): an integer fetch_add is exact and lock-free, where a double
+ * sum would need a compare-exchange loop.  Buckets are stored per bucket (not
+ * cumulative) so an observation touches one bucket; render accumulates them.
+ * A scrape racing with updates may see a sample counted in _count but not yet
+ * in _sum; _count is rendered as the +Inf bucket, so the buckets and _count of
+ * one scrape always agree with each other. */
+#include "gpt2d/metrics.h"
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- label sets ---- */
+
+static const char *const endpoint_names[] = {
+    "completions", "models", "health", "metrics",
+    "tokenize", "detokenize", "sessions", "other",
+};
+enum { N_ENDPOINTS = sizeof endpoint_names / sizeof endpoint_names[0] };
+
+static const int status_codes[] = {
+    200, 400, 401, 404, 405, 409, 413, 429, 500, 503,
+};
+enum { N_CODES = sizeof status_codes / sizeof status_codes[0] };
+#define CODE_OTHER N_CODES      /* index of the "other" bucket */
+
+/* ---- histograms ---- */
+
+enum { MAX_BUCKETS = 16 };
+
+typedef struct histogram {
+    const char *name;
+    const char *help;
+    const double *bounds;       /* upper bounds, ascending; +Inf is implicit */
+    size_t n_bounds;
+    double sum_unit;            /* seconds (or rows) per unit of `sum` */
+    atomic_uint_fast64_t buckets[MAX_BUCKETS + 1]; /* last one is +Inf */
+    atomic_uint_fast64_t sum;
+} histogram;
+
+/* First token: prefill of a short prompt takes milliseconds, a long one
+ * under load can take seconds. */
+static const double ttft_bounds[] = {
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10,
+};
+/* Between tokens: one engine step, a few ms alone, tens of ms in a big batch. */
+static const double itl_bounds[] = {
+    0.001, 0.0025, 0.005, 0.01, 0.02, 0.035, 0.05, 0.1, 0.25, 0.5, 1,
+};
+/* Rows per step: powers of two up to well past the default max of 256. */
+static const double rows_bounds[] = {
+    1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024,
+};
+
+#define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+
+static histogram ttft_hist = {
+    .name = "gpt2d_time_to_first_token_seconds",
+    .help = "Time from submission to the first generated token.",
+    .bounds = ttft_bounds, .n_bounds = ARRAY_LEN(ttft_bounds),
+    .sum_unit = 1e-9,
+};
+static histogram itl_hist = {
+    .name = "gpt2d_inter_token_latency_seconds",
+    .help = "Time between consecutive generated tokens of one sequence.",
+    .bounds = itl_bounds, .n_bounds = ARRAY_LEN(itl_bounds),
+    .sum_unit = 1e-9,
+};
+static histogram rows_hist = {
+    .name = "gpt2d_batch_rows",
+    .help = "Rows (prefill and decode tokens) in one engine step.",
+    .bounds = rows_bounds, .n_bounds = ARRAY_LEN(rows_bounds),
+    .sum_unit = 1,
+};
+
+/* ---- counters ---- */
+
+static atomic_uint_fast64_t requests[N_ENDPOINTS][N_CODES + 1];
+static atomic_uint_fast64_t prompt_tokens;
+static atomic_uint_fast64_t generated_tokens;
+static atomic_uint_fast64_t cached_tokens;
+static atomic_uint_fast64_t cancelled;
+
+static void counter_add(atomic_uint_fast64_t *c, uint_fast64_t n)
+{
+    atomic_fetch_add_explicit(c, n, memory_order_relaxed);
+}
+
+static uint_fast64_t counter_get(atomic_uint_fast64_t *c)
+{
+    return atomic_load_explicit(c, memory_order_relaxed);
+}
+
+/* `endpoint` is a name from endpoint_names or a route path: "/v1/completions",
+ * "/v1/sessions/{id}" and "/tokenize" count under their first segment after
+ * an optional "/v1/", so the HTTP layer can pass its route table's paths. */
+static size_t endpoint_index(const char *endpoint)
+{
+    if (endpoint == NULL)
+        return N_ENDPOINTS - 1;
+    if (strncmp(endpoint, "/v1/", 4) == 0)
+        endpoint += 4;
+    else if (endpoint[0] == '/')
+        endpoint += 1;
+    size_t len = strcspn(endpoint, "/");
+    for (size_t i = 0; i + 1 < N_ENDPOINTS; i++)
+        if (strlen(endpoint_names[i]) == len &&
+            strncmp(endpoint, endpoint_names[i], len) == 0)
+            return i;
+    return N_ENDPOINTS - 1;     /* "other" */
+}
+
+static size_t code_index(int status)
+{
+    for (size_t i = 0; i < N_CODES; i++)
+        if (status_codes[i] == status)
+            return i;
+    return CODE_OTHER;
+}
+
+void metrics_request_done(const char *endpoint, int http_status)
+{
+    counter_add(&requests[endpoint_index(endpoint)][code_index(http_status)], 1);
+}
+
+void metrics_add_prompt_tokens(size_t n) { counter_add(&prompt_tokens, n); }
+void metrics_add_generated_tokens(size_t n) { counter_add(&generated_tokens, n); }
+void metrics_add_cached_tokens(size_t n) { counter_add(&cached_tokens, n); }
+void metrics_cancelled(void) { counter_add(&cancelled, 1); }
+
+/* `value` in the histogram's own unit; `sum_units` the same value in the
+ * integer unit of `sum`. */
+static void histogram_observe(histogram *h, double value, uint_fast64_t sum_units)
+{
+    size_t b = 0;
+    while (b < h->n_bounds && !(value <= h->bounds[b]))
+        b++;                    /* NaN falls through to +Inf */
+    counter_add(&h->buckets[b], 1);
+    counter_add(&h->sum, sum_units);
+}
+
+/* Seconds to whole nanoseconds; a clock that went backwards or a NaN counts
+ * as zero time rather than wrapping the unsigned sum. */
+static uint_fast64_t seconds_to_ns(double seconds)
+{
+    if (!(seconds > 0))
+        return 0;
+    if (seconds > 1e9)          /* ~31 years: beyond any real latency */
+        seconds = 1e9;
+    return (uint_fast64_t)(seconds * 1e9 + 0.5);
+}
+
+void metrics_observe_ttft(double seconds)
+{
+    histogram_observe(&ttft_hist, seconds, seconds_to_ns(seconds));
+}
+
+void metrics_observe_token_latency(double seconds)
+{
+    histogram_observe(&itl_hist, seconds, seconds_to_ns(seconds));
+}
+
+void metrics_observe_batch_rows(size_t rows)
+{
+    histogram_observe(&rows_hist, (double)rows, rows);
+}
+
+/* ---- rendering ---- */
+
+static void render_header(FILE *f, const char *name, const char *type,
+                          const char *help)
+{
+    fprintf(f, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+static void render_counter(FILE *f, const char *name, const char *help,
+                           atomic_uint_fast64_t *c)
+{
+    render_header(f, name, "counter", help);
+    fprintf(f, "%s %ju\n", name, (uintmax_t)counter_get(c));
+}
+
+static void render_gauge(FILE *f, const char *name, const char *help,
+                         size_t value)
+{
+    render_header(f, name, "gauge", help);
+    fprintf(f, "%s %zu\n", name, value);
+}
+
+/* Only series that have been hit are listed: 8 endpoints x 11 codes of zeros
+ * would drown the scrape, and Prometheus treats an absent series as none. */
+static void render_requests(FILE *f)
+{
+    const char *name = "gpt2d_requests_total";
+    render_header(f, name, "counter", "HTTP requests answered, by endpoint and status code.");
+    for (size_t e = 0; e < N_ENDPOINTS; e++) {
+        for (size_t c = 0; c <= N_CODES; c++) {
+            uint_fast64_t n = counter_get(&requests[e][c]);
+            if (n == 0)
+                continue;
+            if (c == CODE_OTHER)
+                fprintf(f, "%s{endpoint=\"%s\",code=\"other\"} %ju\n", name,
+                        endpoint_names[e], (uintmax_t)n);
+            else
+                fprintf(f, "%s{endpoint=\"%s\",code=\"%d\"} %ju\n", name,
+                        endpoint_names[e], status_codes[c], (uintmax_t)n);
+        }
+    }
+}
+
+static void render_histogram(FILE *f, histogram *h)
+{
+    render_header(f, h->name, "histogram", h->help);
+    uint_fast64_t cumulative = 0;
+    for (size_t b = 0; b <= h->n_bounds; b++) {
+        cumulative += counter_get(&h->buckets[b]);
+        if (b < h->n_bounds)
+            fprintf(f, "%s_bucket{le=\"%g\"} %ju\n", h->name, h->bounds[b],
+                    (uintmax_t)cumulative);
+        else
+            fprintf(f, "%s_bucket{le=\"+Inf\"} %ju\n", h->name,
+                    (uintmax_t)cumulative);
+    }
+    fprintf(f, "%s_sum %.12g\n", h->name,
+            (double)counter_get(&h->sum) * h->sum_unit);
+    fprintf(f, "%s_count %ju\n", h->name, (uintmax_t)cumulative);
+}
+
+/* Without stats (the engine is not up yet) the gauges are left out rather
+ * than reported as zeros that would look like a real, idle engine. */
+static void render_gauges(FILE *f, const engine_stats *st)
+{
+    if (st == NULL)
+        return;
+    render_gauge(f, "gpt2d_queue_depth", "Requests waiting for the engine.",
+                 st->queue_depth);
+    render_gauge(f, "gpt2d_sequences_running",
+                 "Sequences prefilling or generating.", st->running);
+    render_gauge(f, "gpt2d_slots_total", "KV-cache slots allocated at start.",
+                 st->slots_total);
+    render_gauge(f, "gpt2d_slots_busy", "KV-cache slots in use by a running sequence.",
+                 st->slots_busy);
+    render_gauge(f, "gpt2d_slots_cached",
+                 "Idle KV-cache slots holding a reusable prefix.", st->slots_cached);
+}
+
+char *metrics_render(const engine_stats *stats)
+{
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    if (f == NULL)
+        return NULL;
+    render_requests(f);
+    render_counter(f, "gpt2d_prompt_tokens_total",
+                   "Prompt tokens received (including cached ones).", &prompt_tokens);
+    render_counter(f, "gpt2d_generated_tokens_total",
+                   "Tokens generated, over all sequences.", &generated_tokens);
+    render_counter(f, "gpt2d_cached_tokens_total",
+                   "Prompt tokens reused from the KV cache instead of computed.",
+                   &cached_tokens);
+    render_counter(f, "gpt2d_requests_cancelled_total",
+                   "Requests dropped because the client went away.", &cancelled);
+    render_histogram(f, &ttft_hist);
+    render_histogram(f, &itl_hist);
+    render_histogram(f, &rows_hist);
+    render_gauges(f, stats);
+    bool failed = ferror(f) != 0;
+    if (fclose(f) != 0 || failed) {
+        free(text);
+        return NULL;
+    }
+    return text;
+}
