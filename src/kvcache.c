@@ -7,6 +7,7 @@
 #include "gpt2d/kvcache.h"
 
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -72,4 +73,185 @@ void kvcache_slot_free(kv_slot *slot)
     free(slot->v);
     free(slot->tokens);
     memset(slot, 0, sizeof *slot);
+}
+
+/* ---- the slot pool ---- */
+
+int kvcache_pool_create(kv_pool *pool, const model_config *cfg,
+                        size_t n_slots, gpt2d_error *err)
+{
+    memset(pool, 0, sizeof *pool);
+    if (n_slots == 0)
+        return error_set(err, "KV pool: at least one slot is needed");
+    pool->slots = calloc(n_slots, sizeof *pool->slots);
+    if (pool->slots == NULL)
+        return error_set(err, "KV pool: out of memory for %zu slots", n_slots);
+    pool->n_slots = n_slots;
+    for (size_t i = 0; i < n_slots; i++) {
+        kv_slot *kv = &pool->slots[i].kv;
+        if (kvcache_slot_alloc(kv, cfg, err) != 0) {
+            kvcache_pool_free(pool);
+            return -1;
+        }
+        /* Touch every page now: the pool's memory is committed at start-up
+         * (an overcommitted box fails here, not mid-request) and RSS shows
+         * the real footprint from the first minute. */
+        size_t floats = kv->n_layer * kv->n_head * kv->n_ctx * kv->head_dim;
+        memset(kv->k, 0, floats * sizeof *kv->k);
+        memset(kv->v, 0, floats * sizeof *kv->v);
+        memset(kv->tokens, 0, kv->n_ctx * sizeof *kv->tokens);
+    }
+    return 0;
+}
+
+void kvcache_pool_free(kv_pool *pool)
+{
+    if (pool == NULL)
+        return;
+    for (size_t i = 0; i < pool->n_slots; i++)
+        kvcache_slot_free(&pool->slots[i].kv);
+    free(pool->slots);
+    memset(pool, 0, sizeof *pool);
+}
+
+size_t kvcache_common_prefix(const int32_t *a, size_t na, const int32_t *b,
+                             size_t nb)
+{
+    size_t n = na < nb ? na : nb, i = 0;
+    while (i < n && a[i] == b[i])
+        i++;
+    return i;
+}
+
+long kvcache_pool_find_session(const kv_pool *pool, const char *session)
+{
+    if (session == NULL)
+        return -1;
+    for (size_t i = 0; i < pool->n_slots; i++)
+        if (pool->slots[i].pinned && strcmp(pool->slots[i].session, session) == 0)
+            return (long)i;
+    return -1;
+}
+
+size_t kvcache_pool_idle(const kv_pool *pool)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < pool->n_slots; i++)
+        n += !pool->slots[i].busy;
+    return n;
+}
+
+/* The slot a new sequence should take when it has no session slot: the
+ * longest reusable prefix among idle unpinned slots, else an empty slot,
+ * else the least recently used idle one.  SIZE_MAX when all are busy. */
+static size_t pick_slot(const kv_pool *pool, const int32_t *prompt,
+                        size_t n_prompt, bool reuse)
+{
+    size_t best = SIZE_MAX, best_prefix = 0;
+    if (reuse) {
+        for (size_t i = 0; i < pool->n_slots; i++) {
+            const kv_pool_slot *s = &pool->slots[i];
+            if (s->busy || s->pinned)
+                continue;
+            size_t p = kvcache_common_prefix(s->kv.tokens, s->kv.n_tokens,
+                                             prompt, n_prompt);
+            if (p > best_prefix) {
+                best = i;
+                best_prefix = p;
+            }
+        }
+        if (best != SIZE_MAX)
+            return best;
+    }
+    for (size_t i = 0; i < pool->n_slots; i++)
+        if (!pool->slots[i].busy && !pool->slots[i].pinned
+            && pool->slots[i].kv.n_tokens == 0)
+            return i;
+    for (size_t i = 0; i < pool->n_slots; i++) {
+        const kv_pool_slot *s = &pool->slots[i];
+        if (!s->busy && (best == SIZE_MAX
+                         || s->last_used < pool->slots[best].last_used))
+            best = i;
+    }
+    return best;
+}
+
+kv_acquire_status kvcache_pool_acquire(kv_pool *pool, const char *session,
+                                       const int32_t *prompt, size_t n_prompt,
+                                       bool reuse, double now,
+                                       size_t *slot_index, size_t *n_reused)
+{
+    long pinned = kvcache_pool_find_session(pool, session);
+    size_t idx;
+    if (pinned >= 0) {
+        if (pool->slots[pinned].busy)
+            return KV_SESSION_BUSY;
+        idx = (size_t)pinned;
+    } else {
+        idx = pick_slot(pool, prompt, n_prompt, reuse);
+        if (idx == SIZE_MAX)
+            return KV_NO_SLOT;
+    }
+    kv_pool_slot *s = &pool->slots[idx];
+    size_t keep = 0;
+    if (reuse && n_prompt > 0) {
+        keep = kvcache_common_prefix(s->kv.tokens, s->kv.n_tokens, prompt,
+                                     n_prompt);
+        if (keep > n_prompt - 1)
+            keep = n_prompt - 1;
+    }
+    s->kv.n_tokens = keep;
+    s->n_tokens_shown = keep;
+    s->busy = true;
+    if (pinned < 0) {
+        /* whatever session owned this (evicted) slot loses it */
+        s->pinned = session != NULL;
+        snprintf(s->session, sizeof s->session, "%s",
+                 session != NULL ? session : "");
+    }
+    s->last_used = ++pool->clock;
+    s->last_used_time = now;
+    *slot_index = idx;
+    *n_reused = keep;
+    return KV_ACQUIRED;
+}
+
+void kvcache_pool_release(kv_pool *pool, size_t slot_index, double now)
+{
+    kv_pool_slot *s = &pool->slots[slot_index];
+    s->busy = false;
+    s->n_tokens_shown = s->kv.n_tokens;
+    s->last_used = ++pool->clock;
+    s->last_used_time = now;
+}
+
+int kvcache_pool_delete_session(kv_pool *pool, const char *session)
+{
+    long i = kvcache_pool_find_session(pool, session);
+    if (i < 0)
+        return -1;
+    kv_pool_slot *s = &pool->slots[i];
+    if (s->busy)
+        return -2;
+    s->pinned = false;
+    s->session[0] = '\0';
+    s->kv.n_tokens = 0;
+    s->n_tokens_shown = 0;
+    return 0;
+}
+
+void kvcache_copy_prefix(kv_slot *dst, const kv_slot *src, size_t n)
+{
+    if (n > src->n_tokens)
+        n = src->n_tokens;
+    for (size_t l = 0; l < src->n_layer; l++) {
+        for (size_t h = 0; h < src->n_head; h++) {
+            memcpy(kvcache_k(dst, l, h), kvcache_k(src, l, h),
+                   n * src->head_dim * sizeof(float));
+            memcpy(kvcache_v(dst, l, h), kvcache_v(src, l, h),
+                   n * src->head_dim * sizeof(float));
+        }
+    }
+    memcpy(dst->tokens, src->tokens, n * sizeof *dst->tokens);
+    dst->n_tokens = n;
 }

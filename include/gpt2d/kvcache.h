@@ -4,10 +4,19 @@
  * layer, sized for the model's full context at allocation, so nothing grows
  * while serving.  Layout is head-major, [n_layer][n_head][n_ctx][head_dim],
  * so one head's keys are contiguous and attention can use plain sgemm.
- * A slot is used by one sequence at a time; the engine thread writes it. */
+ * A slot is used by one sequence at a time; the engine thread writes it.
+ *
+ * A kv_pool is the daemon's fixed set of slots, allocated (and touched, so
+ * the memory is committed and known) at start.  Each slot remembers the
+ * tokens it caches after its sequence ends, so a later prompt sharing a
+ * prefix skips recomputing it; a slot may be pinned to a session id.  Idle
+ * slots are evicted least-recently-used first, busy ones never.  The pool
+ * has no lock of its own: the engine's lock guards it, and a busy slot's
+ * K/V/tokens belong to the engine thread alone. */
 #ifndef GPT2D_KVCACHE_H
 #define GPT2D_KVCACHE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -38,5 +47,64 @@ static inline float *kvcache_v(const kv_slot *s, size_t layer, size_t head)
 {
     return s->v + ((layer * s->n_head + head) * s->n_ctx) * s->head_dim;
 }
+
+/* ---- the slot pool ---- */
+
+#define KVCACHE_SESSION_ID_MAX 128
+
+typedef struct kv_pool_slot {
+    kv_slot kv;
+    bool busy;                  /* a running sequence owns it */
+    bool pinned;                /* session[] names its session */
+    char session[KVCACHE_SESSION_ID_MAX + 1];
+    uint64_t last_used;         /* pool clock at the last acquire/release */
+    double last_used_time;      /* seconds (caller's clock), for idle time */
+    size_t n_tokens_shown;      /* kv.n_tokens as last published under the
+                                   lock (a busy slot's kv is the engine's) */
+} kv_pool_slot;
+
+typedef struct kv_pool {
+    kv_pool_slot *slots;
+    size_t n_slots;
+    uint64_t clock;             /* ticks at every acquire/release: LRU order */
+} kv_pool;
+
+typedef enum kv_acquire_status {
+    KV_ACQUIRED = 0,
+    KV_NO_SLOT,                 /* every slot is busy */
+    KV_SESSION_BUSY,            /* the session's slot is running */
+} kv_acquire_status;
+
+int kvcache_pool_create(kv_pool *pool, const model_config *cfg,
+                        size_t n_slots, gpt2d_error *err);
+void kvcache_pool_free(kv_pool *pool);
+
+/* Tokens `a` and `b` share from the start. */
+size_t kvcache_common_prefix(const int32_t *a, size_t na, const int32_t *b,
+                             size_t nb);
+
+/* Takes a slot for a sequence about to run `prompt`, marks it busy and
+ * truncates its cache to the prefix it may reuse (*n_reused, at most
+ * n_prompt - 1 so the last prompt token is run for its logits; 0 when
+ * !reuse).  Choice: the session's own slot when `session` is given and
+ * pinned; else the idle unpinned slot with the longest common prefix; else an
+ * empty slot; else the least-recently-used idle slot (its cache and session
+ * pin are dropped).  A new session pins the chosen slot. */
+kv_acquire_status kvcache_pool_acquire(kv_pool *pool, const char *session,
+                                       const int32_t *prompt, size_t n_prompt,
+                                       bool reuse, double now,
+                                       size_t *slot_index, size_t *n_reused);
+/* The sequence is done; the slot keeps its tokens for later reuse. */
+void kvcache_pool_release(kv_pool *pool, size_t slot_index, double now);
+size_t kvcache_pool_idle(const kv_pool *pool);
+/* Index of the slot pinned to `session`, or -1. */
+long kvcache_pool_find_session(const kv_pool *pool, const char *session);
+/* Unpins and empties an idle session slot: 0, -1 unknown, -2 busy. */
+int kvcache_pool_delete_session(kv_pool *pool, const char *session);
+
+/* Copies the first `n` cached positions (K, V and tokens) of `src` into
+ * `dst` (same shape) and sets dst->n_tokens = n: one prefill serves the
+ * n > 1 sequences of one prompt. */
+void kvcache_copy_prefix(kv_slot *dst, const kv_slot *src, size_t n);
 
 #endif

@@ -1,0 +1,144 @@
+/* engine.h — the scheduler: one thread that runs every live sequence.
+ *
+ * The engine owns the wait queue, the KV-cache pool and the set of running
+ * sequences.  Each step it builds one batch — one decode row for every
+ * generating sequence plus chunks of waiting prompts (chunked prefill, so a
+ * long prompt never stalls running streams) — runs forward_step on the worker
+ * pool, samples, and appends the results to each request's output.
+ *
+ * Threads: engine_submit, the gen_request_* functions and the session calls
+ * are called from HTTP threads.  A gen_request is shared by its connection
+ * and the engine: it is reference-counted and guarded by its own mutex and
+ * condition variable; it is freed when both sides have let go, so a client
+ * may vanish at any moment. */
+#ifndef GPT2D_ENGINE_H
+#define GPT2D_ENGINE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gpt2d/error.h"
+#include "gpt2d/model.h"
+#include "gpt2d/sampler.h"
+#include "gpt2d/tokenizer.h"
+
+#define ENGINE_MAX_STOP 4
+#define ENGINE_MAX_LOGPROBS 5
+#define ENGINE_SESSION_ID_MAX 128
+
+typedef struct engine engine;
+typedef struct gen_request gen_request;
+
+typedef struct engine_config {
+    size_t n_threads;           /* worker pool size (>= 1) */
+    size_t n_slots;             /* KV slots, allocated at start */
+    size_t max_queue;           /* waiting requests beyond which submit says full */
+    size_t max_batch_rows;      /* rows per step; also the prefill chunk budget */
+} engine_config;
+
+typedef enum finish_reason {
+    FINISH_NONE = 0,            /* still running */
+    FINISH_STOP,                /* EOT token or a stop sequence */
+    FINISH_LENGTH,              /* max_tokens or the context is full */
+    FINISH_CANCELLED,           /* client went away or shutdown */
+} finish_reason;
+
+/* What one request asks for.  Copied by engine_submit; the caller keeps
+ * ownership of its own buffers. */
+typedef struct gen_params {
+    const int32_t *prompt;      /* validated ids, 1 <= n_prompt */
+    size_t n_prompt;
+    size_t max_tokens;          /* n_prompt + max_tokens <= n_ctx (validated) */
+    size_t n_sequences;         /* n, or best_of: independent samples */
+    sampler_params sampling;    /* logit_bias array is copied */
+    uint64_t seed;              /* sequence i draws from seed + i */
+    const char *stop[ENGINE_MAX_STOP]; /* UTF-8, non-empty */
+    size_t n_stop;
+    bool logprobs;              /* report logprob (+ n_top alternatives) per token */
+    size_t n_top_logprobs;      /* 0..ENGINE_MAX_LOGPROBS */
+    bool score_prompt;          /* echo + logprobs: score every prompt token */
+    const char *session_id;     /* NULL, or pins the conversation to a slot */
+} gen_params;
+
+/* One scored token: a prompt token (when scoring) or a generated one. */
+typedef struct gen_token {
+    int32_t token;
+    float logprob;              /* NAN for the first prompt token */
+    size_t n_top;
+    token_logprob top[ENGINE_MAX_LOGPROBS];
+} gen_token;
+
+/* The output of one sequence so far.  Read only with the request's lock
+ * held; the arrays never move while the request lives (sized at submit). */
+typedef struct gen_output {
+    const gen_token *prompt_scores;   /* n_prompt entries once scored, else NULL */
+    size_t n_prompt_scored;
+    const gen_token *tokens;          /* generated tokens */
+    size_t n_tokens;
+    const char *text;                 /* generated text that is safe to show: */
+    size_t text_len;                  /* whole UTF-8 characters, no pending stop prefix */
+    const size_t *token_text_end;     /* per generated token: text_len after it (clamped) */
+    double cum_logprob;               /* sum of generated tokens' logprobs */
+    finish_reason finish;
+} gen_output;
+
+typedef struct gen_usage {
+    size_t prompt_tokens;
+    size_t cached_tokens;       /* prompt tokens reused from the KV cache */
+    size_t completion_tokens;   /* over all sequences */
+} gen_usage;
+
+typedef enum engine_status {
+    ENGINE_OK = 0,
+    ENGINE_QUEUE_FULL,          /* -> 429 with Retry-After */
+    ENGINE_SESSION_BUSY,        /* the session is running another request -> 409 */
+    ENGINE_STOPPING,            /* draining for shutdown -> 503 */
+    ENGINE_NO_MEMORY,           /* -> 500 */
+} engine_status;
+
+int engine_create(engine **out, const model *m, const tokenizer *tok,
+                  const engine_config *cfg, gpt2d_error *err);
+/* Stops taking work, cancels what remains after `drain_ms`, joins the thread. */
+void engine_shutdown(engine *e, int drain_ms);
+void engine_destroy(engine *e);
+
+/* Queues a request.  On ENGINE_OK, *out holds a reference the caller must
+ * give back with gen_request_release. */
+engine_status engine_submit(engine *e, const gen_params *p, gen_request **out);
+
+void gen_request_lock(gen_request *r);
+void gen_request_unlock(gen_request *r);
+/* With the lock held: waits until the request changed since *version (or the
+ * timeout passes); updates *version.  Returns false on timeout. */
+bool gen_request_wait(gen_request *r, uint64_t *version, int timeout_ms);
+/* With the lock held. */
+size_t gen_request_n_sequences(const gen_request *r);
+const gen_output *gen_request_output(const gen_request *r, size_t sequence);
+bool gen_request_finished(const gen_request *r);  /* every sequence finished */
+gen_usage gen_request_usage(const gen_request *r);
+/* The client is gone: the engine drops the request within one step. */
+void gen_request_cancel(gen_request *r);
+void gen_request_release(gen_request *r);
+
+/* Sessions (the KV slots pinned to a session id). */
+typedef struct engine_session_info {
+    char id[ENGINE_SESSION_ID_MAX + 1];
+    size_t n_tokens;            /* tokens cached */
+    double idle_seconds;
+    bool busy;
+} engine_session_info;
+
+/* Copies at most `cap` sessions into `out`; returns how many exist. */
+size_t engine_sessions(engine *e, engine_session_info *out, size_t cap);
+/* 0 deleted, -1 unknown id, -2 busy. */
+int engine_session_delete(engine *e, const char *id);
+
+typedef struct engine_stats {
+    size_t queue_depth;
+    size_t running;             /* sequences generating or prefilling */
+    size_t slots_total, slots_busy, slots_cached;
+} engine_stats;
+engine_stats engine_get_stats(engine *e);
+
+#endif

@@ -1,0 +1,1045 @@
+/* engine.c — the scheduler (see engine.h).
+ *
+ * One engine thread loops over steps.  A step:
+ *   1. drops cancelled requests (their slots stay cached), cancels everything
+ *      once a shutdown deadline has passed;
+ *   2. admits queued requests in FIFO order while the KV pool has enough idle
+ *      slots (a request needs one per sequence; sequence 0 may reuse a cached
+ *      prefix);
+ *   3. builds one batch: a decode row for every generating sequence first,
+ *      then prefill chunks of admitted prompts while they fit;
+ *   4. runs forward_step on the worker pool, then every sample (and prompt
+ *      score) of the step on the pool too, one sampler_scratch per worker;
+ *   5. appends the results to each request's output under its lock and wakes
+ *      its reader.
+ *
+ * Determinism.  A sequence's tokens must not depend on what else runs.
+ * forward_step is bit-identical per sequence whatever shares the batch, and
+ * each sequence draws from its own RNG (seed + i).  Prefill attention may
+ * still depend on how a prompt is chunked, so chunk boundaries are a function
+ * of the sequence alone: a chunk always ends at the next multiple of
+ * `chunk` positions, and when the step cannot hold the whole next chunk the
+ * prompt waits for the next step rather than run a shorter one.  The step
+ * budget is max_batch_rows = chunk + n_slots, so one whole chunk always fits
+ * beside every possible decode row and prefill never starves.
+ *
+ * n > 1 sequences of one prompt: sequence 0 prefills; when its last chunk
+ * has run, its cache is copied into the siblings' slots and every sequence
+ * samples its first token from that same logits row with its own RNG, so
+ * sequence 0 is exactly what the request with n = 1 would give.
+ *
+ * Locks.  e->lock guards the queue, the running list and the KV pool; the
+ * engine thread drops it while the model runs.  A request's lock guards its
+ * outputs.  Order: engine lock, then request lock — never the reverse, so
+ * gen_request_cancel only sets an atomic flag. */
+#include "config.h"
+
+#include "gpt2d/engine.h"
+
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "gpt2d/forward.h"
+#include "gpt2d/kvcache.h"
+#include "gpt2d/log.h"
+#include "gpt2d/metrics.h"
+#include "gpt2d/textstream.h"
+#include "gpt2d/threadpool.h"
+
+_Static_assert(ENGINE_SESSION_ID_MAX == KVCACHE_SESSION_ID_MAX,
+               "session ids are stored in KV pool slots");
+_Static_assert(ENGINE_MAX_STOP <= TEXTSTREAM_MAX_STOP,
+               "every stop string reaches the text stream");
+_Static_assert(ENGINE_MAX_LOGPROBS <= SAMPLER_MAX_TOP_LOGPROBS,
+               "the sampler reports every alternative we keep");
+
+typedef enum seq_phase {
+    SEQ_PREFILL,                /* sequence 0: prompt chunks still to run */
+    SEQ_WAIT_PREFILL,           /* a sibling: waits for sequence 0's prefill */
+    SEQ_DECODE,                 /* one row per step */
+    SEQ_DONE,
+} seq_phase;
+
+enum { CANCEL_NONE = 0, CANCEL_CLIENT, CANCEL_SHUTDOWN };
+
+typedef struct seq_state {
+    /* engine thread only */
+    seq_phase phase;
+    bool has_slot;
+    size_t slot;
+    sampler_rng rng;
+    int32_t *generated;         /* [max_tokens] ids, for the penalties */
+    int32_t next_token;         /* decode input: the last sampled token */
+    double t_last_token;
+    /* readers: under the request lock */
+    gen_output out;
+    gen_token *tokens;          /* [max_tokens] */
+    size_t *text_end;           /* [max_tokens] */
+    textstream ts;
+} seq_state;
+
+struct gen_request {
+    engine *e;
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    atomic_int refs;
+    atomic_int cancel;          /* CANCEL_* */
+    uint64_t version;
+
+    /* immutable after submit */
+    int32_t *prompt;
+    size_t n_prompt;
+    size_t max_tokens;
+    size_t n_seq;
+    sampler_params sampling;    /* logit_bias points at `bias` */
+    logit_bias_entry *bias;
+    uint64_t seed;
+    bool score_prompt;
+    size_t n_top;               /* alternatives kept per token */
+    char *session;              /* NULL or a copy */
+    double t_submit;
+
+    /* engine thread only */
+    bool first_token_seen;
+
+    /* readers: under the lock */
+    gen_token *prompt_scores;   /* [n_prompt] when score_prompt; shown to
+                                   readers once complete */
+    gen_usage usage;
+    size_t n_finished;
+    seq_state *seqs;            /* [n_seq] */
+};
+
+/* What one forward_seq of the current batch stands for. */
+typedef struct batch_entry {
+    gen_request *r;
+    size_t seq;
+    bool prefill;
+    size_t start;               /* position of the first row */
+    size_t n_rows, n_logits;
+} batch_entry;
+
+/* One sample or prompt score of a step, run on the pool. */
+typedef struct sample_job {
+    gen_request *r;
+    size_t seq;                 /* SIZE_MAX for a prompt score */
+    size_t prompt_pos;          /* the scored prompt position */
+    const float *logits;
+    sample_result result;
+} sample_job;
+
+struct engine {
+    const model *m;
+    const tokenizer *tok;
+    engine_config cfg;
+    size_t vocab;
+    size_t chunk;               /* prefill chunk: max_batch_rows - n_slots */
+    size_t max_token_bytes;     /* longest token, sizes the text buffers */
+
+    threadpool *pool;
+    forward_state *fwd;
+    sampler_scratch **scratch;  /* one per worker */
+    size_t n_scratch;
+    float *logits;              /* [max_batch_rows][vocab] */
+
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    kv_pool kv;
+    gen_request **queue;        /* ring of max_queue */
+    size_t q_head, q_len;
+    gen_request **running;      /* admission order; each holds >= 1 slot */
+    size_t n_running;
+    bool stopping;
+    double deadline;
+    bool thread_started, joined;
+    pthread_t thread;
+
+    /* step scratch, engine thread only */
+    forward_seq *batch;         /* [max_batch_rows] */
+    batch_entry *entries;
+    sample_job *jobs;           /* [max_batch_rows + n_slots] */
+    size_t n_jobs;
+};
+
+static double now_seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* ---- requests ---- */
+
+static void request_free(gen_request *r)
+{
+    if (r == NULL)
+        return;
+    if (r->seqs != NULL) {
+        for (size_t i = 0; i < r->n_seq; i++) {
+            seq_state *s = &r->seqs[i];
+            free(s->generated);
+            free(s->tokens);
+            free(s->text_end);
+            textstream_free(&s->ts);
+        }
+        free(r->seqs);
+    }
+    free(r->prompt_scores);
+    free(r->prompt);
+    free(r->bias);
+    free(r->session);
+    pthread_cond_destroy(&r->cond);
+    pthread_mutex_destroy(&r->lock);
+    free(r);
+}
+
+/* Whether the request could ever run; the API layer validates first, this
+ * keeps a bad caller from wedging the engine. */
+static bool params_valid(const engine *e, const gen_params *p)
+{
+    const model_config *c = &e->m->config;
+    if (p->prompt == NULL || p->n_prompt == 0 || p->n_prompt > c->n_ctx
+        || p->max_tokens > c->n_ctx - p->n_prompt)
+        return false;
+    if (p->n_sequences == 0 || p->n_sequences > e->cfg.n_slots)
+        return false;
+    if (p->n_stop > ENGINE_MAX_STOP || p->n_top_logprobs > ENGINE_MAX_LOGPROBS)
+        return false;
+    if (p->session_id != NULL && strlen(p->session_id) > ENGINE_SESSION_ID_MAX)
+        return false;
+    for (size_t i = 0; i < p->n_prompt; i++)
+        if (p->prompt[i] < 0 || (size_t)p->prompt[i] >= c->vocab_size)
+            return false;
+    return true;
+}
+
+static int seq_init(engine *e, gen_request *r, seq_state *s, size_t i,
+                    const gen_params *p)
+{
+    size_t n = r->max_tokens > 0 ? r->max_tokens : 1;
+    s->generated = malloc(n * sizeof *s->generated);
+    s->tokens = malloc(n * sizeof *s->tokens);
+    s->text_end = malloc(n * sizeof *s->text_end);
+    if (s->generated == NULL || s->tokens == NULL || s->text_end == NULL)
+        return -1;
+    if (textstream_init(&s->ts, r->max_tokens * e->max_token_bytes,
+                        p->stop, p->n_stop, NULL) != 0)
+        return -1;
+    sampler_rng_seed(&s->rng, p->seed + i);
+    s->phase = i == 0 ? SEQ_PREFILL : SEQ_WAIT_PREFILL;
+    s->out.tokens = s->tokens;
+    s->out.token_text_end = s->text_end;
+    s->out.text = textstream_text(&s->ts);
+    return 0;
+}
+
+static gen_request *request_create(engine *e, const gen_params *p)
+{
+    gen_request *r = calloc(1, sizeof *r);
+    if (r == NULL)
+        return NULL;
+    pthread_mutex_init(&r->lock, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&r->cond, &ca);
+    pthread_condattr_destroy(&ca);
+    r->e = e;
+    r->n_prompt = p->n_prompt;
+    r->max_tokens = p->max_tokens;
+    r->n_seq = p->n_sequences;
+    r->seed = p->seed;
+    r->score_prompt = p->score_prompt;
+    r->n_top = p->logprobs ? p->n_top_logprobs : 0;
+    r->sampling = p->sampling;
+    r->sampling.n_top_logprobs = r->n_top;
+    r->usage.prompt_tokens = p->n_prompt;
+    r->t_submit = now_seconds();
+    r->prompt = malloc(p->n_prompt * sizeof *r->prompt);
+    r->seqs = calloc(r->n_seq, sizeof *r->seqs);
+    if (r->prompt == NULL || r->seqs == NULL)
+        goto fail;
+    memcpy(r->prompt, p->prompt, p->n_prompt * sizeof *r->prompt);
+    if (p->sampling.n_logit_bias > 0) {
+        r->bias = malloc(p->sampling.n_logit_bias * sizeof *r->bias);
+        if (r->bias == NULL)
+            goto fail;
+        memcpy(r->bias, p->sampling.logit_bias,
+               p->sampling.n_logit_bias * sizeof *r->bias);
+    }
+    r->sampling.logit_bias = r->bias;
+    if (p->session_id != NULL && (r->session = strdup(p->session_id)) == NULL)
+        goto fail;
+    if (r->score_prompt) {
+        r->prompt_scores = calloc(p->n_prompt, sizeof *r->prompt_scores);
+        if (r->prompt_scores == NULL)
+            goto fail;
+        /* nothing predicts the first token */
+        r->prompt_scores[0].token = r->prompt[0];
+        r->prompt_scores[0].logprob = NAN;
+    }
+    for (size_t i = 0; i < r->n_seq; i++) {
+        if (seq_init(e, r, &r->seqs[i], i, p) != 0)
+            goto fail;
+    }
+    return r;
+fail:
+    request_free(r);
+    return NULL;
+}
+
+static void request_touch(gen_request *r)
+{
+    r->version++;
+    pthread_cond_broadcast(&r->cond);
+}
+
+/* With the request lock held: publishes the end of sequence i. */
+static void seq_finish(gen_request *r, size_t i, finish_reason why)
+{
+    seq_state *s = &r->seqs[i];
+    if (s->phase == SEQ_DONE)
+        return;
+    textstream_finish(&s->ts);
+    s->out.text_len = textstream_len(&s->ts);
+    /* text held back for a stop string that never came belongs to the
+     * last token */
+    if (s->out.n_tokens > 0 && !textstream_stopped(&s->ts))
+        s->text_end[s->out.n_tokens - 1] = s->out.text_len;
+    s->out.finish = why;
+    s->phase = SEQ_DONE;
+    r->n_finished++;
+    request_touch(r);
+}
+
+static void request_finish_all(gen_request *r, finish_reason why)
+{
+    pthread_mutex_lock(&r->lock);
+    for (size_t i = 0; i < r->n_seq; i++)
+        seq_finish(r, i, why);
+    pthread_mutex_unlock(&r->lock);
+}
+
+/* ---- public request API ---- */
+
+void gen_request_lock(gen_request *r) { pthread_mutex_lock(&r->lock); }
+void gen_request_unlock(gen_request *r) { pthread_mutex_unlock(&r->lock); }
+
+bool gen_request_wait(gen_request *r, uint64_t *version, int timeout_ms)
+{
+    struct timespec until;
+    clock_gettime(CLOCK_MONOTONIC, &until);
+    if (timeout_ms > 0) {
+        until.tv_sec += timeout_ms / 1000;
+        until.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+        if (until.tv_nsec >= 1000000000L) {
+            until.tv_sec++;
+            until.tv_nsec -= 1000000000L;
+        }
+    }
+    while (r->version == *version) {
+        if (timeout_ms == 0)
+            return false;
+        int rc = timeout_ms < 0
+                     ? pthread_cond_wait(&r->cond, &r->lock)
+                     : pthread_cond_timedwait(&r->cond, &r->lock, &until);
+        if (rc == ETIMEDOUT && r->version == *version)
+            return false;
+    }
+    *version = r->version;
+    return true;
+}
+
+size_t gen_request_n_sequences(const gen_request *r) { return r->n_seq; }
+
+const gen_output *gen_request_output(const gen_request *r, size_t sequence)
+{
+    return sequence < r->n_seq ? &r->seqs[sequence].out : NULL;
+}
+
+bool gen_request_finished(const gen_request *r)
+{
+    return r->n_finished == r->n_seq;
+}
+
+gen_usage gen_request_usage(const gen_request *r)
+{
+    return r->usage;
+}
+
+void gen_request_cancel(gen_request *r)
+{
+    int none = CANCEL_NONE;
+    atomic_compare_exchange_strong(&r->cancel, &none, CANCEL_CLIENT);
+    /* No engine lock here (lock order); the engine never sleeps while it
+     * has a request, so it sees the flag at its next step. */
+}
+
+static void request_unref(gen_request *r)
+{
+    if (atomic_fetch_sub(&r->refs, 1) == 1)
+        request_free(r);
+}
+
+/* Only connections call this (the engine drops its reference with
+ * request_unref): a client that lets go wants nothing more, so an unfinished
+ * request is cancelled rather than computed for nobody. */
+void gen_request_release(gen_request *r)
+{
+    if (r == NULL)
+        return;
+    gen_request_cancel(r);
+    request_unref(r);
+}
+
+/* ---- the queue and the running set (engine lock held) ---- */
+
+static gen_request *queue_at(const engine *e, size_t i)
+{
+    return e->queue[(e->q_head + i) % e->cfg.max_queue];
+}
+
+static bool session_in_use(const engine *e, const char *session)
+{
+    for (size_t i = 0; i < e->q_len; i++) {
+        const gen_request *r = queue_at(e, i);
+        if (r->session != NULL && strcmp(r->session, session) == 0)
+            return true;
+    }
+    for (size_t i = 0; i < e->n_running; i++) {
+        const gen_request *r = e->running[i];
+        if (r->session != NULL && strcmp(r->session, session) == 0)
+            return true;
+    }
+    return false;
+}
+
+static void release_slots(engine *e, gen_request *r, double now)
+{
+    for (size_t i = 0; i < r->n_seq; i++) {
+        seq_state *s = &r->seqs[i];
+        if (s->has_slot) {
+            kvcache_pool_release(&e->kv, s->slot, now);
+            s->has_slot = false;
+        }
+    }
+}
+
+/* Finishes what is left of a request with FINISH_CANCELLED. */
+static void drop_cancelled(gen_request *r)
+{
+    if (atomic_load(&r->cancel) == CANCEL_CLIENT)
+        metrics_cancelled();
+    request_finish_all(r, FINISH_CANCELLED);
+}
+
+static void reap_cancelled(engine *e, double now)
+{
+    size_t kept = 0;
+    for (size_t i = 0; i < e->q_len; i++) {
+        gen_request *r = queue_at(e, i);
+        if (atomic_load(&r->cancel) != CANCEL_NONE) {
+            drop_cancelled(r);
+            request_unref(r);
+        } else {
+            e->queue[(e->q_head + kept++) % e->cfg.max_queue] = r;
+        }
+    }
+    e->q_len = kept;
+    kept = 0;
+    for (size_t i = 0; i < e->n_running; i++) {
+        gen_request *r = e->running[i];
+        if (atomic_load(&r->cancel) != CANCEL_NONE) {
+            release_slots(e, r, now);
+            drop_cancelled(r);
+            request_unref(r);
+        } else {
+            e->running[kept++] = r;
+        }
+    }
+    e->n_running = kept;
+}
+
+static void cancel_everything(engine *e)
+{
+    int none = CANCEL_NONE;
+    for (size_t i = 0; i < e->q_len; i++) {
+        none = CANCEL_NONE;
+        atomic_compare_exchange_strong(&queue_at(e, i)->cancel, &none,
+                                       CANCEL_SHUTDOWN);
+    }
+    for (size_t i = 0; i < e->n_running; i++) {
+        none = CANCEL_NONE;
+        atomic_compare_exchange_strong(&e->running[i]->cancel, &none,
+                                       CANCEL_SHUTDOWN);
+    }
+}
+
+/* Takes the slots of the request at the head of the queue; false if the
+ * pool cannot hold it yet (FIFO: nothing behind it is admitted either). */
+static bool admit_one(engine *e, gen_request *r, double now)
+{
+    if (kvcache_pool_idle(&e->kv) < r->n_seq)
+        return false;
+    size_t reused = 0, slot;
+    if (kvcache_pool_acquire(&e->kv, r->session, r->prompt, r->n_prompt,
+                             !r->score_prompt, now, &slot, &reused)
+        != KV_ACQUIRED)
+        return false;           /* session busy cannot happen: submit refuses */
+    r->seqs[0].slot = slot;
+    r->seqs[0].has_slot = true;
+    for (size_t i = 1; i < r->n_seq; i++) {
+        size_t unused;
+        /* enough idle slots were counted above */
+        kvcache_pool_acquire(&e->kv, NULL, r->prompt, r->n_prompt, false, now,
+                             &r->seqs[i].slot, &unused);
+        r->seqs[i].has_slot = true;
+    }
+    pthread_mutex_lock(&r->lock);
+    r->usage.cached_tokens = reused;
+    pthread_mutex_unlock(&r->lock);
+    metrics_add_prompt_tokens(r->n_prompt);
+    metrics_add_cached_tokens(reused);
+    return true;
+}
+
+static void admit(engine *e, double now)
+{
+    while (e->q_len > 0) {
+        gen_request *r = e->queue[e->q_head];
+        if (!admit_one(e, r, now))
+            break;
+        e->q_head = (e->q_head + 1) % e->cfg.max_queue;
+        e->q_len--;
+        e->running[e->n_running++] = r;
+    }
+}
+
+/* ---- one step ---- */
+
+static kv_slot *seq_kv(engine *e, const seq_state *s)
+{
+    return &e->kv.slots[s->slot].kv;
+}
+
+static size_t add_entry(engine *e, size_t n, gen_request *r, size_t seq,
+                        bool prefill, size_t start, const int32_t *tokens,
+                        size_t n_rows, size_t n_logits)
+{
+    e->batch[n] = (forward_seq){ .kv = seq_kv(e, &r->seqs[seq]),
+                                 .tokens = tokens, .n_tokens = n_rows,
+                                 .n_logits = n_logits };
+    e->entries[n] = (batch_entry){ .r = r, .seq = seq, .prefill = prefill,
+                                   .start = start, .n_rows = n_rows,
+                                   .n_logits = n_logits };
+    return n + 1;
+}
+
+/* Decode rows first (they always fit: at most one per slot), then whole
+ * prefill chunks in admission order while the budget holds them. */
+static size_t build_batch(engine *e, size_t *rows_out)
+{
+    size_t n = 0, rows = 0;
+    for (size_t k = 0; k < e->n_running; k++) {
+        gen_request *r = e->running[k];
+        for (size_t i = 0; i < r->n_seq; i++) {
+            seq_state *s = &r->seqs[i];
+            if (s->phase != SEQ_DECODE)
+                continue;
+            n = add_entry(e, n, r, i, false, seq_kv(e, s)->n_tokens,
+                          &s->next_token, 1, 1);
+            rows++;
+        }
+    }
+    for (size_t k = 0; k < e->n_running; k++) {
+        gen_request *r = e->running[k];
+        seq_state *s = &r->seqs[0];
+        if (s->phase != SEQ_PREFILL)
+            continue;
+        size_t start = seq_kv(e, s)->n_tokens;
+        size_t end = (start / e->chunk + 1) * e->chunk;
+        if (end > r->n_prompt)
+            end = r->n_prompt;
+        size_t len = end - start;
+        if (rows + len > e->cfg.max_batch_rows)
+            break;
+        size_t n_logits = r->score_prompt ? len : (end == r->n_prompt);
+        n = add_entry(e, n, r, 0, true, start, r->prompt + start, len,
+                      n_logits);
+        rows += len;
+    }
+    *rows_out = rows;
+    return n;
+}
+
+static void add_job(engine *e, gen_request *r, size_t seq, size_t pos,
+                    const float *logits)
+{
+    sample_job *j = &e->jobs[e->n_jobs++];
+    j->r = r;
+    j->seq = seq;
+    j->prompt_pos = pos;
+    j->logits = logits;
+}
+
+/* The samples and scores the step's logits feed.  A prompt whose last chunk
+ * ran hands its cache to the sibling sequences here, before they sample. */
+static void plan_jobs(engine *e, size_t n_entries)
+{
+    const float *row = e->logits;
+    const size_t V = e->vocab;
+    e->n_jobs = 0;
+    for (size_t b = 0; b < n_entries; b++) {
+        const batch_entry *be = &e->entries[b];
+        gen_request *r = be->r;
+        if (!be->prefill) {
+            add_job(e, r, be->seq, 0, row);
+            row += V;
+            continue;
+        }
+        if (r->score_prompt) {
+            for (size_t j = 0; j < be->n_rows; j++)
+                if (be->start + j + 1 < r->n_prompt)
+                    add_job(e, r, SIZE_MAX, be->start + j + 1, row + j * V);
+        }
+        bool last = be->start + be->n_rows == r->n_prompt;
+        if (last && r->max_tokens > 0) {
+            const float *next = row + (be->n_logits - 1) * V;
+            const kv_slot *src = seq_kv(e, &r->seqs[0]);
+            for (size_t i = 0; i < r->n_seq; i++) {
+                if (i > 0)
+                    kvcache_copy_prefix(seq_kv(e, &r->seqs[i]), src,
+                                        src->n_tokens);
+                add_job(e, r, i, 0, next);
+            }
+        }
+        row += be->n_logits * V;
+    }
+}
+
+static void run_job(void *ctx, size_t task, size_t worker)
+{
+    engine *e = ctx;
+    sample_job *j = &e->jobs[task];
+    gen_request *r = j->r;
+    if (j->seq == SIZE_MAX) {
+        sampler_score(e->scratch[worker], j->logits, e->vocab,
+                      r->prompt[j->prompt_pos], r->n_top, &j->result);
+        return;
+    }
+    seq_state *s = &r->seqs[j->seq];
+    sampler_sample(&r->sampling, &s->rng, e->scratch[worker], j->logits,
+                   e->vocab, r->prompt, r->n_prompt, s->generated,
+                   s->out.n_tokens, &j->result);
+}
+
+static void fill_token(gen_token *t, const sample_result *res, size_t n_top)
+{
+    t->token = res->token;
+    t->logprob = res->logprob;
+    t->n_top = res->n_top < n_top ? res->n_top : n_top;
+    memcpy(t->top, res->top, t->n_top * sizeof t->top[0]);
+}
+
+/* With the request lock held: what a new prompt score changes. */
+static void apply_score(gen_request *r, const sample_job *j)
+{
+    /* published all at once when the prefill ends (prefill_done) */
+    fill_token(&r->prompt_scores[j->prompt_pos], &j->result, r->n_top);
+}
+
+static void observe_timing(gen_request *r, seq_state *s, double now)
+{
+    if (!r->first_token_seen) {
+        r->first_token_seen = true;
+        metrics_observe_ttft(now - r->t_submit);
+    }
+    if (s->out.n_tokens > 0)
+        metrics_observe_token_latency(now - s->t_last_token);
+    s->t_last_token = now;
+}
+
+/* With the request lock held: appends a sampled token to sequence i and
+ * decides whether it goes on. */
+static void apply_sample(engine *e, gen_request *r, size_t i,
+                         const sample_result *res, double now)
+{
+    seq_state *s = &r->seqs[i];
+    observe_timing(r, s, now);
+    /* <|endoftext|> ends the text; it is neither shown nor counted */
+    if (res->token == TOKENIZER_EOT) {
+        seq_finish(r, i, FINISH_STOP);
+        return;
+    }
+    size_t g = s->out.n_tokens;
+    fill_token(&s->tokens[g], res, r->n_top);
+    s->generated[g] = res->token;
+    s->out.n_tokens = g + 1;
+    s->out.cum_logprob += res->logprob;
+    r->usage.completion_tokens++;
+    metrics_add_generated_tokens(1);
+
+    size_t len = 0;
+    const char *bytes = tokenizer_token_bytes(e->tok, res->token, &len);
+    textstream_status st = textstream_push(&s->ts, bytes, len);
+    s->out.text_len = textstream_len(&s->ts);
+    s->text_end[g] = s->out.text_len;
+
+    if (st == TEXTSTREAM_STOPPED)
+        seq_finish(r, i, FINISH_STOP);
+    else if (st == TEXTSTREAM_FULL || g + 1 >= r->max_tokens
+             || r->n_prompt + g + 1 >= e->m->config.n_ctx)
+        seq_finish(r, i, FINISH_LENGTH);
+    else {
+        s->next_token = res->token;
+        s->phase = SEQ_DECODE;
+        request_touch(r);
+    }
+}
+
+static void apply_jobs(engine *e, double now)
+{
+    for (size_t k = 0; k < e->n_jobs; k++) {
+        const sample_job *j = &e->jobs[k];
+        gen_request *r = j->r;
+        pthread_mutex_lock(&r->lock);
+        if (j->seq == SIZE_MAX)
+            apply_score(r, j);
+        else
+            apply_sample(e, r, j->seq, &j->result, now);
+        pthread_mutex_unlock(&r->lock);
+    }
+}
+
+/* After the samples: a prompt whose last chunk ran is fully scored, and
+ * one that generates nothing (max_tokens 0: scoring only) is done. */
+static void prefill_done(engine *e, size_t n_entries)
+{
+    for (size_t b = 0; b < n_entries; b++) {
+        const batch_entry *be = &e->entries[b];
+        gen_request *r = be->r;
+        if (!be->prefill || be->start + be->n_rows != r->n_prompt)
+            continue;
+        pthread_mutex_lock(&r->lock);
+        if (r->score_prompt) {
+            for (size_t i = 0; i < r->n_seq; i++) {
+                r->seqs[i].out.prompt_scores = r->prompt_scores;
+                r->seqs[i].out.n_prompt_scored = r->n_prompt;
+            }
+            request_touch(r);
+        }
+        if (r->max_tokens == 0)
+            for (size_t i = 0; i < r->n_seq; i++)
+                seq_finish(r, i, FINISH_LENGTH);
+        pthread_mutex_unlock(&r->lock);
+    }
+}
+
+/* Finished requests leave the running set; their slots stay cached. */
+static void retire_finished(engine *e, double now)
+{
+    size_t kept = 0;
+    for (size_t k = 0; k < e->n_running; k++) {
+        gen_request *r = e->running[k];
+        bool done = true;
+        /* phase is the engine thread's own: no request lock needed */
+        for (size_t i = 0; i < r->n_seq; i++) {
+            seq_state *s = &r->seqs[i];
+            if (s->phase != SEQ_DONE)
+                done = false;
+            if (!s->has_slot)
+                continue;
+            if (s->phase == SEQ_DONE) {
+                /* a sibling still running does not pin this slot */
+                kvcache_pool_release(&e->kv, s->slot, now);
+                s->has_slot = false;
+            } else {
+                e->kv.slots[s->slot].n_tokens_shown = seq_kv(e, s)->n_tokens;
+            }
+        }
+        if (done) {
+            request_unref(r);
+        } else {
+            e->running[kept++] = r;
+        }
+    }
+    e->n_running = kept;
+}
+
+/* A failed step (a bug, or out of memory for scratch) ends the requests it
+ * carried rather than retrying them forever. */
+static void fail_batch(engine *e, size_t n_entries, const gpt2d_error *err)
+{
+    log_error("engine: forward step failed: %s", err->message);
+    for (size_t b = 0; b < n_entries; b++)
+        request_finish_all(e->entries[b].r, FINISH_CANCELLED);
+}
+
+static bool has_work(const engine *e)
+{
+    return e->q_len > 0 || e->n_running > 0;
+}
+
+static void *engine_main(void *arg)
+{
+    engine *e = arg;
+    pthread_mutex_lock(&e->lock);
+    for (;;) {
+        while (!has_work(e) && !e->stopping)
+            pthread_cond_wait(&e->cond, &e->lock);
+        if (!has_work(e))
+            break;              /* stopping and drained */
+        double now = now_seconds();
+        if (e->stopping && now >= e->deadline)
+            cancel_everything(e);
+        reap_cancelled(e, now);
+        admit(e, now);
+        if (!has_work(e))
+            continue;           /* everything was cancelled */
+        size_t rows = 0;
+        size_t n = build_batch(e, &rows);
+        if (n == 0) {
+            /* cannot happen (a chunk always fits, n <= slots is checked at
+             * submit); never spin if it does */
+            struct timespec pause = { 0, 5000000L };
+            pthread_mutex_unlock(&e->lock);
+            nanosleep(&pause, NULL);
+            pthread_mutex_lock(&e->lock);
+            retire_finished(e, now);
+            continue;
+        }
+        pthread_mutex_unlock(&e->lock);
+
+        gpt2d_error err = { { 0 } };
+        int rc = forward_step(e->fwd, e->m, e->pool, e->batch, n, e->logits,
+                              &err);
+        if (rc == 0) {
+            metrics_observe_batch_rows(rows);
+            plan_jobs(e, n);
+            threadpool_run(e->pool, e->n_jobs, run_job, e);
+        }
+
+        pthread_mutex_lock(&e->lock);
+        now = now_seconds();
+        if (rc != 0)
+            fail_batch(e, n, &err);
+        else {
+            apply_jobs(e, now);
+            prefill_done(e, n);
+        }
+        retire_finished(e, now);
+    }
+    pthread_mutex_unlock(&e->lock);
+    return NULL;
+}
+
+/* ---- lifecycle ---- */
+
+static size_t longest_token(const tokenizer *tok)
+{
+    size_t longest = 1;
+    for (size_t i = 0; i < tokenizer_vocab_size(tok); i++) {
+        size_t len = 0;
+        tokenizer_token_bytes(tok, (int32_t)i, &len);
+        if (len > longest)
+            longest = len;
+    }
+    return longest;
+}
+
+static int engine_alloc_step(engine *e, gpt2d_error *err)
+{
+    const size_t rows = e->cfg.max_batch_rows;
+    if (e->vocab > SIZE_MAX / sizeof(float) / rows)
+        return error_set(err, "engine: logits buffer overflows");
+    e->logits = malloc(rows * e->vocab * sizeof *e->logits);
+    e->batch = calloc(rows, sizeof *e->batch);
+    e->entries = calloc(rows, sizeof *e->entries);
+    e->jobs = calloc(rows + e->cfg.n_slots, sizeof *e->jobs);
+    e->queue = calloc(e->cfg.max_queue, sizeof *e->queue);
+    e->running = calloc(e->cfg.n_slots, sizeof *e->running);
+    e->n_scratch = threadpool_size(e->pool);
+    e->scratch = calloc(e->n_scratch, sizeof *e->scratch);
+    if (!e->logits || !e->batch || !e->entries || !e->jobs || !e->queue
+        || !e->running || !e->scratch)
+        return error_set(err, "engine: out of memory for %zu batch rows",
+                         rows);
+    for (size_t i = 0; i < e->n_scratch; i++)
+        if (sampler_scratch_create(&e->scratch[i], e->vocab, err) != 0)
+            return -1;
+    return 0;
+}
+
+int engine_create(engine **out, const model *m, const tokenizer *tok,
+                  const engine_config *cfg, gpt2d_error *err)
+{
+    *out = NULL;
+    if (cfg->n_threads == 0 || cfg->n_slots == 0 || cfg->max_queue == 0)
+        return error_set(err, "engine: threads, slots and queue size must "
+                         "be at least 1");
+    if (cfg->max_batch_rows <= cfg->n_slots)
+        return error_set(err, "engine: max batch rows (%zu) must exceed the "
+                         "slots (%zu): a step holds every slot's decode row "
+                         "plus a prefill chunk", cfg->max_batch_rows,
+                         cfg->n_slots);
+    engine *e = calloc(1, sizeof *e);
+    if (e == NULL)
+        return error_set(err, "engine: out of memory");
+    e->m = m;
+    e->tok = tok;
+    e->cfg = *cfg;
+    e->vocab = m->config.vocab_size;
+    e->chunk = cfg->max_batch_rows - cfg->n_slots;
+    e->max_token_bytes = longest_token(tok);
+    pthread_mutex_init(&e->lock, NULL);
+    pthread_cond_init(&e->cond, NULL);
+    if (threadpool_create(&e->pool, cfg->n_threads, err) != 0
+        || forward_state_create(&e->fwd, m, cfg->max_batch_rows, err) != 0
+        || engine_alloc_step(e, err) != 0
+        || kvcache_pool_create(&e->kv, &m->config, cfg->n_slots, err) != 0) {
+        engine_destroy(e);
+        return -1;
+    }
+    if (pthread_create(&e->thread, NULL, engine_main, e) != 0) {
+        engine_destroy(e);
+        return error_set(err, "engine: cannot start the engine thread");
+    }
+    e->thread_started = true;
+    *out = e;
+    return 0;
+}
+
+void engine_shutdown(engine *e, int drain_ms)
+{
+    if (e == NULL || !e->thread_started || e->joined)
+        return;
+    pthread_mutex_lock(&e->lock);
+    e->stopping = true;
+    e->deadline = now_seconds() + (drain_ms > 0 ? drain_ms / 1000.0 : 0.0);
+    pthread_cond_broadcast(&e->cond);
+    pthread_mutex_unlock(&e->lock);
+    pthread_join(e->thread, NULL);
+    e->joined = true;
+}
+
+void engine_destroy(engine *e)
+{
+    if (e == NULL)
+        return;
+    engine_shutdown(e, 0);
+    kvcache_pool_free(&e->kv);
+    if (e->scratch != NULL)
+        for (size_t i = 0; i < e->n_scratch; i++)
+            sampler_scratch_free(e->scratch[i]);
+    free(e->scratch);
+    free(e->running);
+    free(e->queue);
+    free(e->jobs);
+    free(e->entries);
+    free(e->batch);
+    free(e->logits);
+    forward_state_free(e->fwd);
+    threadpool_destroy(e->pool);
+    pthread_cond_destroy(&e->cond);
+    pthread_mutex_destroy(&e->lock);
+    free(e);
+}
+
+engine_status engine_submit(engine *e, const gen_params *p, gen_request **out)
+{
+    *out = NULL;
+    /* Not ENGINE_QUEUE_FULL: retrying could never help.  The API layer
+     * validates the same limits first, so this is a caller bug. */
+    if (!params_valid(e, p))
+        return ENGINE_NO_MEMORY;
+    gen_request *r = request_create(e, p);
+    if (r == NULL)
+        return ENGINE_NO_MEMORY;
+    pthread_mutex_lock(&e->lock);
+    engine_status st = ENGINE_OK;
+    if (e->stopping)
+        st = ENGINE_STOPPING;
+    else if (r->session != NULL && session_in_use(e, r->session))
+        st = ENGINE_SESSION_BUSY;
+    else if (p->max_tokens == 0 && !p->score_prompt) {
+        /* nothing to compute: finished before it starts */
+        request_finish_all(r, FINISH_LENGTH);
+        atomic_store(&r->refs, 1);
+    } else if (e->q_len >= e->cfg.max_queue)
+        st = ENGINE_QUEUE_FULL;
+    else {
+        atomic_store(&r->refs, 2);
+        e->queue[(e->q_head + e->q_len++) % e->cfg.max_queue] = r;
+        pthread_cond_signal(&e->cond);
+    }
+    pthread_mutex_unlock(&e->lock);
+    if (st != ENGINE_OK) {
+        request_free(r);
+        return st;
+    }
+    *out = r;
+    return ENGINE_OK;
+}
+
+/* ---- sessions and gauges ---- */
+
+size_t engine_sessions(engine *e, engine_session_info *out, size_t cap)
+{
+    size_t n = 0;
+    double now = now_seconds();
+    pthread_mutex_lock(&e->lock);
+    for (size_t i = 0; i < e->kv.n_slots; i++) {
+        const kv_pool_slot *s = &e->kv.slots[i];
+        if (!s->pinned)
+            continue;
+        if (n < cap) {
+            engine_session_info *info = &out[n];
+            snprintf(info->id, sizeof info->id, "%s", s->session);
+            info->n_tokens = s->n_tokens_shown;
+            info->busy = s->busy;
+            info->idle_seconds = s->busy ? 0.0 : now - s->last_used_time;
+        }
+        n++;
+    }
+    pthread_mutex_unlock(&e->lock);
+    return n;
+}
+
+int engine_session_delete(engine *e, const char *id)
+{
+    pthread_mutex_lock(&e->lock);
+    int rc = kvcache_pool_delete_session(&e->kv, id);
+    /* a queued request of this session has no slot yet: still "busy" */
+    if (rc == -1 && session_in_use(e, id))
+        rc = -2;
+    pthread_mutex_unlock(&e->lock);
+    return rc;
+}
+
+engine_stats engine_get_stats(engine *e)
+{
+    engine_stats st = { 0 };
+    pthread_mutex_lock(&e->lock);
+    st.queue_depth = e->q_len;
+    for (size_t k = 0; k < e->n_running; k++) {
+        const gen_request *r = e->running[k];
+        for (size_t i = 0; i < r->n_seq; i++)
+            st.running += r->seqs[i].phase != SEQ_DONE;
+    }
+    st.slots_total = e->kv.n_slots;
+    for (size_t i = 0; i < e->kv.n_slots; i++) {
+        const kv_pool_slot *s = &e->kv.slots[i];
+        if (s->busy)
+            st.slots_busy++;
+        else if (s->n_tokens_shown > 0)
+            st.slots_cached++;
+    }
+    pthread_mutex_unlock(&e->lock);
+    return st;
+}

@@ -1,0 +1,1320 @@
+/* test_engine.c — the scheduler and the KV pool, on the `tiny` fixture model
+ * (2 layers, 64 wide, n_ctx 64, the real GPT-2 vocabulary).
+ *
+ * References are computed here with forward_step directly (one sequence, its
+ * own slot, no scheduler), so the engine is checked against the same forward
+ * pass without its batching, chunking, caching and threading.  Tests that
+ * need a request to stay running use the longest generation the context
+ * allows and act after its first token; a step of the tiny model takes about
+ * a millisecond, so the remaining ~50 steps leave ample margin. */
+#include <check.h>
+#include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "gpt2d/engine.h"
+#include "gpt2d/forward.h"
+#include "gpt2d/kvcache.h"
+#include "gpt2d/metrics.h"
+#include "gpt2d/model.h"
+#include "gpt2d/threadpool.h"
+#include "gpt2d/tokenizer.h"
+#include "test_util.h"
+
+#define MAX_GEN 64
+#define WAIT_MS 20000           /* per request; a hang fails, not blocks */
+#define LOGPROB_TOL 1e-4
+
+static model g_model;
+static tokenizer *g_tok;
+static size_t g_vocab, g_n_ctx;
+
+/* ---- fixtures ---- */
+
+static void load_fixtures(void)
+{
+    char dir[4096], vocab[4096], merges[4096];
+    gpt2d_error err = { { 0 } };
+    test_data_path(dir, sizeof dir, "models/tiny");
+    test_data_path(vocab, sizeof vocab, "models/tiny/vocab.json");
+    test_data_path(merges, sizeof merges, "models/tiny/merges.txt");
+    ck_assert_msg(model_load(&g_model, dir, &err) == 0, "%s", err.message);
+    ck_assert_msg(tokenizer_load(&g_tok, vocab, merges, &err) == 0, "%s",
+                  err.message);
+    g_vocab = g_model.config.vocab_size;
+    g_n_ctx = g_model.config.n_ctx;
+}
+
+static void unload_fixtures(void)
+{
+    tokenizer_free(g_tok);
+    model_free(&g_model);
+}
+
+static engine *open_engine(size_t slots, size_t max_rows, size_t max_queue)
+{
+    engine_config cfg = { .n_threads = 2, .n_slots = slots,
+                          .max_queue = max_queue, .max_batch_rows = max_rows };
+    engine *e = NULL;
+    gpt2d_error err = { { 0 } };
+    ck_assert_msg(engine_create(&e, &g_model, g_tok, &cfg, &err) == 0, "%s",
+                  err.message);
+    return e;
+}
+
+/* Token ids of `text` (malloc'ed). */
+static int32_t *encode(const char *text, size_t *n)
+{
+    int32_t *ids = NULL;
+    gpt2d_error err = { { 0 } };
+    ck_assert_msg(tokenizer_encode(g_tok, text, strlen(text), &ids, n, &err)
+                  == 0, "%s", err.message);
+    return ids;
+}
+
+static gen_params greedy_params(const int32_t *prompt, size_t n,
+                                size_t max_tokens)
+{
+    gen_params p;
+    memset(&p, 0, sizeof p);
+    p.prompt = prompt;
+    p.n_prompt = n;
+    p.max_tokens = max_tokens;
+    p.n_sequences = 1;
+    sampler_params_default(&p.sampling);
+    p.sampling.temperature = 0.0f;
+    return p;
+}
+
+static gen_params sampled_params(const int32_t *prompt, size_t n,
+                                 size_t max_tokens, uint64_t seed)
+{
+    gen_params p = greedy_params(prompt, n, max_tokens);
+    p.sampling.temperature = 1.0f;
+    p.seed = seed;
+    return p;
+}
+
+/* What one sequence produced, copied out of the request. */
+typedef struct result {
+    int32_t tokens[MAX_GEN];
+    float logprobs[MAX_GEN];
+    size_t n_tokens;
+    char text[4096];
+    size_t text_len;
+    finish_reason finish;
+} result;
+
+typedef struct outcome {
+    result seq[4];
+    size_t n_seq;
+    gen_usage usage;
+} outcome;
+
+static void wait_finished(gen_request *r)
+{
+    uint64_t version = 0;
+    gen_request_lock(r);
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    while (!gen_request_finished(r)) {
+        gen_request_wait(r, &version, 200);
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        ck_assert_msg(t1.tv_sec - t0.tv_sec < WAIT_MS / 1000,
+                      "request did not finish");
+    }
+    gen_request_unlock(r);
+}
+
+/* Waits until sequence 0 has at least `n` tokens (or the request ended). */
+static void wait_tokens(gen_request *r, size_t n)
+{
+    uint64_t version = 0;
+    gen_request_lock(r);
+    while (gen_request_output(r, 0)->n_tokens < n && !gen_request_finished(r))
+        ck_assert_msg(gen_request_wait(r, &version, WAIT_MS), "no progress");
+    gen_request_unlock(r);
+}
+
+static void collect(gen_request *r, outcome *o)
+{
+    memset(o, 0, sizeof *o);
+    gen_request_lock(r);
+    o->n_seq = gen_request_n_sequences(r);
+    ck_assert_uint_le(o->n_seq, 4);
+    for (size_t i = 0; i < o->n_seq; i++) {
+        const gen_output *out = gen_request_output(r, i);
+        result *res = &o->seq[i];
+        ck_assert_uint_le(out->n_tokens, MAX_GEN);
+        res->n_tokens = out->n_tokens;
+        for (size_t k = 0; k < out->n_tokens; k++) {
+            res->tokens[k] = out->tokens[k].token;
+            res->logprobs[k] = out->tokens[k].logprob;
+            /* offsets never run backwards nor past the text */
+            ck_assert_uint_le(out->token_text_end[k], out->text_len);
+            if (k > 0)
+                ck_assert_uint_le(out->token_text_end[k - 1],
+                                  out->token_text_end[k]);
+        }
+        ck_assert_uint_lt(out->text_len, sizeof res->text);
+        memcpy(res->text, out->text, out->text_len);
+        res->text_len = out->text_len;
+        res->finish = out->finish;
+    }
+    o->usage = gen_request_usage(r);
+    gen_request_unlock(r);
+}
+
+static engine_status submit(engine *e, const gen_params *p, gen_request **r)
+{
+    return engine_submit(e, p, r);
+}
+
+/* Submits, waits, collects, releases. */
+static void run(engine *e, const gen_params *p, outcome *o)
+{
+    gen_request *r = NULL;
+    ck_assert_int_eq(submit(e, p, &r), ENGINE_OK);
+    wait_finished(r);
+    collect(r, o);
+    gen_request_release(r);
+}
+
+static void assert_same_tokens(const result *a, const result *b)
+{
+    ck_assert_uint_eq(a->n_tokens, b->n_tokens);
+    for (size_t k = 0; k < a->n_tokens; k++)
+        ck_assert_msg(a->tokens[k] == b->tokens[k],
+                      "token %zu differs: %d vs %d", k, a->tokens[k],
+                      b->tokens[k]);
+    ck_assert_uint_eq(a->text_len, b->text_len);
+    ck_assert_mem_eq(a->text, b->text, a->text_len);
+    ck_assert_int_eq(a->finish, b->finish);
+}
+
+/* ---- the reference: forward_step alone ---- */
+
+typedef struct ref {
+    forward_state *st;
+    threadpool *pool;
+    kv_slot kv;
+    float *logits;              /* [n_ctx][vocab] */
+} ref;
+
+static void ref_open(ref *rf)
+{
+    gpt2d_error err = { { 0 } };
+    memset(rf, 0, sizeof *rf);
+    ck_assert(threadpool_create(&rf->pool, 1, &err) == 0);
+    ck_assert(forward_state_create(&rf->st, &g_model, g_n_ctx, &err) == 0);
+    ck_assert(kvcache_slot_alloc(&rf->kv, &g_model.config, &err) == 0);
+    rf->logits = malloc(g_n_ctx * g_vocab * sizeof *rf->logits);
+    ck_assert_ptr_nonnull(rf->logits);
+}
+
+static void ref_close(ref *rf)
+{
+    free(rf->logits);
+    kvcache_slot_free(&rf->kv);
+    forward_state_free(rf->st);
+    threadpool_destroy(rf->pool);
+}
+
+/* Runs `n` tokens into the slot; logits for the last n_logits of them. */
+static void ref_step(ref *rf, const int32_t *tokens, size_t n, size_t n_logits)
+{
+    gpt2d_error err = { { 0 } };
+    forward_seq s = { .kv = &rf->kv, .tokens = tokens, .n_tokens = n,
+                      .n_logits = n_logits };
+    ck_assert_msg(forward_step(rf->st, &g_model, rf->pool, &s, 1, rf->logits,
+                               &err) == 0, "%s", err.message);
+}
+
+static double log_softmax_at(const float *row, int32_t token)
+{
+    double mx = row[0];
+    for (size_t v = 1; v < g_vocab; v++)
+        if (row[v] > mx)
+            mx = row[v];
+    double sum = 0;
+    for (size_t v = 0; v < g_vocab; v++)
+        sum += exp((double)row[v] - mx);
+    return (double)row[token] - mx - log(sum);
+}
+
+static int32_t argmax(const float *row)
+{
+    size_t best = 0;
+    for (size_t v = 1; v < g_vocab; v++)
+        if (row[v] > row[best])
+            best = v;
+    return (int32_t)best;
+}
+
+/* Greedy generation, one token per step, stopping at EOT like the engine. */
+static size_t ref_greedy(const int32_t *prompt, size_t n, size_t max_tokens,
+                         int32_t *out, float *logprobs)
+{
+    ref rf;
+    ref_open(&rf);
+    ref_step(&rf, prompt, n, 1);
+    size_t g = 0;
+    while (g < max_tokens) {
+        int32_t t = argmax(rf.logits);
+        if (t == TOKENIZER_EOT)
+            break;
+        logprobs[g] = (float)log_softmax_at(rf.logits, t);
+        out[g++] = t;
+        if (g == max_tokens || n + g >= g_n_ctx)
+            break;
+        ref_step(&rf, &t, 1, 1);
+    }
+    ref_close(&rf);
+    return g;
+}
+
+/* A prompt of `n` ids from a fixed text (repeated as needed). */
+static int32_t *prompt_of(size_t n)
+{
+    size_t have = 0;
+    int32_t *base = encode("The quick brown fox jumps over the lazy dog, and "
+                           "then it runs into the forest where the old owl "
+                           "lives among tall pines and silver birches.",
+                           &have);
+    ck_assert_uint_gt(have, 8);
+    int32_t *p = malloc(n * sizeof *p);
+    ck_assert_ptr_nonnull(p);
+    for (size_t i = 0; i < n; i++)
+        p[i] = base[i % have];
+    free(base);
+    return p;
+}
+
+/* ---- generation ---- */
+
+START_TEST(test_engine_greedy_matches_direct_forward_loop)
+{
+    engine *e = open_engine(2, 32, 8);
+    size_t n = 0;
+    int32_t *prompt = encode("Hello, my name is", &n);
+    int32_t want[MAX_GEN];
+    float want_lp[MAX_GEN];
+    size_t n_want = ref_greedy(prompt, n, 12, want, want_lp);
+    ck_assert_uint_gt(n_want, 0);
+
+    gen_params p = greedy_params(prompt, n, 12);
+    p.logprobs = true;
+    p.n_top_logprobs = 3;
+    outcome o;
+    run(e, &p, &o);
+    ck_assert_uint_eq(o.seq[0].n_tokens, n_want);
+    for (size_t k = 0; k < n_want; k++) {
+        ck_assert_int_eq(o.seq[0].tokens[k], want[k]);
+        ck_assert_double_eq_tol(o.seq[0].logprobs[k], want_lp[k], LOGPROB_TOL);
+    }
+    ck_assert_int_eq(o.seq[0].finish,
+                     n_want == 12 ? FINISH_LENGTH : FINISH_STOP);
+    ck_assert_uint_eq(o.usage.prompt_tokens, n);
+    ck_assert_uint_eq(o.usage.completion_tokens, n_want);
+    ck_assert_uint_eq(o.usage.cached_tokens, 0);
+    engine_destroy(e);
+    free(prompt);
+}
+END_TEST
+
+START_TEST(test_engine_reports_top_logprobs_with_chosen_first_when_greedy)
+{
+    engine *e = open_engine(1, 16, 4);
+    size_t n = 0;
+    int32_t *prompt = encode("Once upon a time", &n);
+    gen_params p = greedy_params(prompt, n, 4);
+    p.logprobs = true;
+    p.n_top_logprobs = 5;
+    gen_request *r = NULL;
+    ck_assert_int_eq(submit(e, &p, &r), ENGINE_OK);
+    wait_finished(r);
+    gen_request_lock(r);
+    const gen_output *out = gen_request_output(r, 0);
+    ck_assert_uint_gt(out->n_tokens, 0);
+    for (size_t k = 0; k < out->n_tokens; k++) {
+        const gen_token *t = &out->tokens[k];
+        ck_assert_uint_eq(t->n_top, 5);
+        ck_assert_int_eq(t->top[0].token, t->token);
+        for (size_t j = 1; j < t->n_top; j++)
+            ck_assert(t->top[j - 1].logprob >= t->top[j].logprob);
+    }
+    ck_assert_ptr_null(gen_request_output(r, 1));
+    gen_request_unlock(r);
+    gen_request_release(r);
+    engine_destroy(e);
+    free(prompt);
+}
+END_TEST
+
+START_TEST(test_engine_seeded_sample_same_alone_and_beside_others)
+{
+    engine *e = open_engine(4, 20, 8);
+    int32_t *pa = prompt_of(9), *pb = prompt_of(30), *pc = prompt_of(3),
+            *pd = prompt_of(17);
+    gen_params p = sampled_params(pa, 9, 10, 1234);
+    outcome alone;
+    run(e, &p, &alone);
+    ck_assert_uint_gt(alone.seq[0].n_tokens, 0);
+
+    /* the same request beside three others of different lengths, some
+     * submitted first so the batch holds their prefill chunks too */
+    gen_params pbp = sampled_params(pb, 30, 20, 99);
+    gen_params pcp = greedy_params(pc, 3, 25);
+    gen_params pdp = sampled_params(pd, 17, 5, 7);
+    gen_request *rb, *rc, *ra, *rd;
+    ck_assert_int_eq(submit(e, &pbp, &rb), ENGINE_OK);
+    ck_assert_int_eq(submit(e, &pcp, &rc), ENGINE_OK);
+    ck_assert_int_eq(submit(e, &p, &ra), ENGINE_OK);
+    ck_assert_int_eq(submit(e, &pdp, &rd), ENGINE_OK);
+    wait_finished(ra);
+    wait_finished(rb);
+    wait_finished(rc);
+    wait_finished(rd);
+    outcome busy;
+    collect(ra, &busy);
+    assert_same_tokens(&alone.seq[0], &busy.seq[0]);
+    ck_assert_uint_eq(busy.usage.cached_tokens, 0); /* no slot shares pa */
+    gen_request_release(ra);
+    gen_request_release(rb);
+    gen_request_release(rc);
+    gen_request_release(rd);
+    engine_destroy(e);
+    free(pa);
+    free(pb);
+    free(pc);
+    free(pd);
+}
+END_TEST
+
+START_TEST(test_engine_chunked_prefill_matches_unchunked)
+{
+    int32_t *prompt = prompt_of(45);
+    engine *whole = open_engine(1, 64, 4);   /* chunk 63: one piece */
+    engine *chunked = open_engine(1, 8, 4);  /* chunk 7: seven pieces */
+    gen_params p = greedy_params(prompt, 45, 8);
+    p.logprobs = true;
+    outcome a, b;
+    run(whole, &p, &a);
+    run(chunked, &p, &b);
+    ck_assert_uint_eq(a.seq[0].n_tokens, b.seq[0].n_tokens);
+    for (size_t k = 0; k < a.seq[0].n_tokens; k++) {
+        ck_assert_int_eq(a.seq[0].tokens[k], b.seq[0].tokens[k]);
+        ck_assert_double_eq_tol(a.seq[0].logprobs[k], b.seq[0].logprobs[k],
+                                LOGPROB_TOL);
+    }
+    engine_destroy(whole);
+    engine_destroy(chunked);
+    free(prompt);
+}
+END_TEST
+
+START_TEST(test_engine_n_sequences_are_independent_and_first_matches_n1)
+{
+    engine *e = open_engine(4, 16, 4);
+    int32_t *prompt = prompt_of(12);
+    gen_params p = sampled_params(prompt, 12, 8, 555);
+    outcome one, three;
+    run(e, &p, &one);
+    p.n_sequences = 3;
+    run(e, &p, &three);
+    ck_assert_uint_eq(three.n_seq, 3);
+    assert_same_tokens(&one.seq[0], &three.seq[0]);
+    /* seeds 556 and 557 draw differently from 555 */
+    bool differ = false;
+    for (size_t i = 1; i < 3; i++)
+        if (three.seq[i].n_tokens != three.seq[0].n_tokens
+            || memcmp(three.seq[i].tokens, three.seq[0].tokens,
+                      three.seq[0].n_tokens * sizeof(int32_t)) != 0)
+            differ = true;
+    ck_assert(differ);
+    size_t total = 0;
+    for (size_t i = 0; i < 3; i++)
+        total += three.seq[i].n_tokens;
+    ck_assert_uint_eq(three.usage.completion_tokens, total);
+
+    /* sequence 1 alone is the request with seed + 1 */
+    gen_params q = sampled_params(prompt, 12, 8, 556);
+    outcome second;
+    run(e, &q, &second);
+    assert_same_tokens(&second.seq[0], &three.seq[1]);
+    engine_destroy(e);
+    free(prompt);
+}
+END_TEST
+
+/* Concatenated raw bytes of the tokens. */
+static size_t token_bytes(const int32_t *toks, size_t n, char *out, size_t cap,
+                          size_t *ends)
+{
+    size_t len = 0;
+    for (size_t k = 0; k < n; k++) {
+        size_t tl = 0;
+        const char *b = tokenizer_token_bytes(g_tok, toks[k], &tl);
+        ck_assert_uint_le(len + tl, cap);
+        memcpy(out + len, b, tl);
+        len += tl;
+        ends[k] = len;
+    }
+    return len;
+}
+
+START_TEST(test_engine_stop_string_spanning_tokens_cuts_text)
+{
+    engine *e = open_engine(1, 16, 4);
+    int32_t *prompt = prompt_of(6);
+    gen_params p = greedy_params(prompt, 6, 20);
+    outcome free_run;
+    run(e, &p, &free_run);
+    const result *fr = &free_run.seq[0];
+    char bytes[4096];
+    size_t ends[MAX_GEN];
+    size_t len = token_bytes(fr->tokens, fr->n_tokens, bytes, sizeof bytes,
+                             ends);
+    ck_assert_uint_eq(len, fr->text_len);   /* (ASCII-ish output) */
+
+    /* a 2-byte stop straddling a token boundary, whose first occurrence is
+     * that boundary */
+    char stop[3] = { 0 };
+    size_t at = SIZE_MAX;
+    for (size_t k = 0; k + 1 < fr->n_tokens && at == SIZE_MAX; k++) {
+        size_t b = ends[k];
+        if (b == 0 || b >= len || (bytes[b - 1] & 0x80) || (bytes[b] & 0x80)
+            || bytes[b - 1] == 0 || bytes[b] == 0)
+            continue;
+        stop[0] = bytes[b - 1];
+        stop[1] = bytes[b];
+        const char *first = memmem(bytes, len, stop, 2);
+        if (first == bytes + b - 1)
+            at = b - 1;
+    }
+    ck_assert_msg(at != SIZE_MAX, "no ASCII token boundary in the output");
+
+    p.stop[0] = stop;
+    p.n_stop = 1;
+    outcome stopped;
+    run(e, &p, &stopped);
+    ck_assert_int_eq(stopped.seq[0].finish, FINISH_STOP);
+    ck_assert_uint_eq(stopped.seq[0].text_len, at);
+    ck_assert_mem_eq(stopped.seq[0].text, bytes, at);
+    engine_destroy(e);
+    free(prompt);
+}
+END_TEST
+
+START_TEST(test_engine_max_tokens_finishes_with_length)
+{
+    engine *e = open_engine(1, 16, 4);
+    int32_t *prompt = prompt_of(5);
+    gen_params p = greedy_params(prompt, 5, 3);
+    p.sampling.logit_bias = &(logit_bias_entry){ TOKENIZER_EOT, -100.0f };
+    p.sampling.n_logit_bias = 1;
+    outcome o;
+    run(e, &p, &o);
+    ck_assert_uint_eq(o.seq[0].n_tokens, 3);
+    ck_assert_int_eq(o.seq[0].finish, FINISH_LENGTH);
+    ck_assert_uint_eq(o.usage.completion_tokens, 3);
+    engine_destroy(e);
+    free(prompt);
+}
+END_TEST
+
+START_TEST(test_engine_filling_the_context_finishes_with_length)
+{
+    engine *e = open_engine(1, 16, 4);
+    int32_t *prompt = prompt_of(g_n_ctx - 3);
+    gen_params p = greedy_params(prompt, g_n_ctx - 3, 3);
+    p.sampling.logit_bias = &(logit_bias_entry){ TOKENIZER_EOT, -100.0f };
+    p.sampling.n_logit_bias = 1;
+    outcome o;
+    run(e, &p, &o);
+    ck_assert_uint_eq(o.seq[0].n_tokens, 3);
+    ck_assert_int_eq(o.seq[0].finish, FINISH_LENGTH);
+    /* one more token would not fit the context: refused up front */
+    gen_request *r = NULL;
+    p.max_tokens = 4;
+    ck_assert_int_eq(submit(e, &p, &r), ENGINE_NO_MEMORY);
+    ck_assert_ptr_null(r);
+    engine_destroy(e);
+    free(prompt);
+}
+END_TEST
+
+START_TEST(test_engine_eot_finishes_with_stop_and_shows_nothing)
+{
+    engine *e = open_engine(1, 16, 4);
+    int32_t *prompt = prompt_of(5);
+    gen_params p = sampled_params(prompt, 5, 10, 3);
+    p.sampling.logit_bias = &(logit_bias_entry){ TOKENIZER_EOT, 100.0f };
+    p.sampling.n_logit_bias = 1;
+    outcome o;
+    run(e, &p, &o);
+    ck_assert_int_eq(o.seq[0].finish, FINISH_STOP);
+    ck_assert_uint_eq(o.seq[0].n_tokens, 0);
+    ck_assert_uint_eq(o.seq[0].text_len, 0);
+    ck_assert_uint_eq(o.usage.completion_tokens, 0);
+    engine_destroy(e);
+    free(prompt);
+}
+END_TEST
+
+START_TEST(test_engine_max_tokens_zero_finishes_at_once)
+{
+    engine *e = open_engine(1, 16, 4);
+    int32_t *prompt = prompt_of(5);
+    gen_params p = greedy_params(prompt, 5, 0);
+    gen_request *r = NULL;
+    ck_assert_int_eq(submit(e, &p, &r), ENGINE_OK);
+    gen_request_lock(r);
+    ck_assert(gen_request_finished(r));
+    ck_assert_int_eq(gen_request_output(r, 0)->finish, FINISH_LENGTH);
+    ck_assert_uint_eq(gen_request_output(r, 0)->n_tokens, 0);
+    ck_assert_uint_eq(gen_request_usage(r).prompt_tokens, 5);
+    gen_request_unlock(r);
+    gen_request_release(r);
+    engine_destroy(e);
+    free(prompt);
+}
+END_TEST
+
+/* ---- prompt scoring ---- */
+
+static void check_scores(size_t max_rows, size_t max_tokens)
+{
+    engine *e = open_engine(1, max_rows, 4);
+    size_t n = 0;
+    int32_t *prompt = encode("The capital of France is Paris, and the "
+                             "capital of Italy is Rome.", &n);
+    ref rf;
+    ref_open(&rf);
+    ref_step(&rf, prompt, n, n);
+
+    gen_params p = greedy_params(prompt, n, max_tokens);
+    p.score_prompt = true;
+    p.logprobs = true;
+    p.n_top_logprobs = 2;
+    gen_request *r = NULL;
+    ck_assert_int_eq(submit(e, &p, &r), ENGINE_OK);
+    wait_finished(r);
+    gen_request_lock(r);
+    const gen_output *out = gen_request_output(r, 0);
+    if (max_tokens == 0) {
+        ck_assert_int_eq(out->finish, FINISH_LENGTH);
+        ck_assert_uint_eq(out->n_tokens, 0);
+    } else {
+        /* scoring then generating: the same tokens as without scoring */
+        int32_t want[MAX_GEN];
+        float want_lp[MAX_GEN];
+        size_t n_want = ref_greedy(prompt, n, max_tokens, want, want_lp);
+        ck_assert_uint_eq(out->n_tokens, n_want);
+        for (size_t k = 0; k < n_want; k++)
+            ck_assert_int_eq(out->tokens[k].token, want[k]);
+    }
+    ck_assert_uint_eq(out->n_prompt_scored, n);
+    ck_assert_ptr_nonnull(out->prompt_scores);
+    ck_assert_int_eq(out->prompt_scores[0].token, prompt[0]);
+    ck_assert(isnan(out->prompt_scores[0].logprob));
+    for (size_t i = 1; i < n; i++) {
+        const gen_token *t = &out->prompt_scores[i];
+        ck_assert_int_eq(t->token, prompt[i]);
+        double want = log_softmax_at(rf.logits + (i - 1) * g_vocab, prompt[i]);
+        ck_assert_double_eq_tol(t->logprob, want, LOGPROB_TOL);
+        ck_assert_uint_eq(t->n_top, 2);
+        ck_assert_int_eq(t->top[0].token,
+                         argmax(rf.logits + (i - 1) * g_vocab));
+    }
+    ck_assert_uint_eq(gen_request_usage(r).cached_tokens, 0);
+    gen_request_unlock(r);
+    gen_request_release(r);
+    ref_close(&rf);
+    engine_destroy(e);
+    free(prompt);
+}
+
+START_TEST(test_engine_score_prompt_equals_log_softmax_of_direct_logits)
+{
+    check_scores(64, 0);
+}
+END_TEST
+
+START_TEST(test_engine_score_prompt_then_generate)
+{
+    check_scores(16, 4);
+}
+END_TEST
+
+START_TEST(test_engine_score_prompt_across_chunks)
+{
+    check_scores(6, 0);            /* chunk 5: the prompt is scored in pieces */
+}
+END_TEST
+
+START_TEST(test_engine_score_prompt_never_reuses_cache)
+{
+    engine *e = open_engine(1, 32, 4);
+    int32_t *prompt = prompt_of(10);
+    gen_params p = greedy_params(prompt, 10, 2);
+    outcome o;
+    run(e, &p, &o);
+    p.score_prompt = true;
+    p.logprobs = true;
+    run(e, &p, &o);
+    ck_assert_uint_eq(o.usage.cached_tokens, 0);
+    engine_destroy(e);
+    free(prompt);
+}
+END_TEST
+
+/* ---- the KV pool through the engine ---- */
+
+START_TEST(test_engine_session_reuse_reports_cached_and_matches_cold)
+{
+    engine *e = open_engine(2, 32, 4);
+    int32_t *base = prompt_of(8);
+    gen_params p = greedy_params(base, 8, 6);
+    p.sampling.logit_bias = &(logit_bias_entry){ TOKENIZER_EOT, -100.0f };
+    p.sampling.n_logit_bias = 1;
+    p.session_id = "chat-1";
+    outcome first;
+    run(e, &p, &first);
+    ck_assert_uint_eq(first.seq[0].n_tokens, 6);
+
+    /* the next turn: prompt, completion, then new user text */
+    int32_t turn[32];
+    size_t n = 0;
+    memcpy(turn, base, 8 * sizeof *turn);
+    n = 8;
+    memcpy(turn + n, first.seq[0].tokens, 6 * sizeof *turn);
+    n += 6;
+    size_t extra = 0;
+    int32_t *more = encode(" And then?", &extra);
+    memcpy(turn + n, more, extra * sizeof *turn);
+    n += extra;
+
+    gen_params q = p;
+    q.prompt = turn;
+    q.n_prompt = n;
+    outcome warm;
+    run(e, &q, &warm);
+    /* the last generated token was never fed back, so it is not cached */
+    ck_assert_uint_eq(warm.usage.cached_tokens, 8 + 6 - 1);
+
+    engine *cold_e = open_engine(2, 32, 4);
+    q.session_id = NULL;
+    outcome cold;
+    run(cold_e, &q, &cold);
+    ck_assert_uint_eq(cold.usage.cached_tokens, 0);
+    assert_same_tokens(&warm.seq[0], &cold.seq[0]);
+
+    engine_session_info info[4];
+    ck_assert_uint_eq(engine_sessions(e, info, 4), 1);
+    ck_assert_str_eq(info[0].id, "chat-1");
+    ck_assert_uint_eq(info[0].n_tokens, n + warm.seq[0].n_tokens - 1);
+    ck_assert(!info[0].busy);
+    engine_destroy(cold_e);
+    engine_destroy(e);
+    free(more);
+    free(base);
+}
+END_TEST
+
+START_TEST(test_engine_reuses_longest_prefix_without_session)
+{
+    engine *e = open_engine(3, 32, 4);
+    int32_t *a = prompt_of(20);
+    int32_t *b = prompt_of(20);
+    b[12] = a[12] == 11 ? 12 : 11;      /* b shares 12 tokens with a */
+    int32_t *c = prompt_of(6);
+    c[0] = 13;                          /* shares nothing */
+    gen_params pa = greedy_params(a, 20, 2);
+    gen_params pc = greedy_params(c, 6, 2);
+    outcome o;
+    run(e, &pa, &o);
+    run(e, &pc, &o);
+
+    gen_params pb = greedy_params(b, 20, 4);
+    outcome warm, cold;
+    run(e, &pb, &warm);
+    ck_assert_uint_eq(warm.usage.cached_tokens, 12);
+    engine *fresh = open_engine(3, 32, 4);
+    run(fresh, &pb, &cold);
+    assert_same_tokens(&warm.seq[0], &cold.seq[0]);
+
+    /* the whole prompt cached: the last token still runs */
+    outcome again;
+    run(e, &pb, &again);
+    ck_assert_uint_eq(again.usage.cached_tokens, 19);
+    assert_same_tokens(&again.seq[0], &cold.seq[0]);
+    engine_destroy(fresh);
+    engine_destroy(e);
+    free(a);
+    free(b);
+    free(c);
+}
+END_TEST
+
+static bool has_session(engine *e, const char *id, bool *busy)
+{
+    engine_session_info info[8];
+    size_t n = engine_sessions(e, info, 8);
+    for (size_t i = 0; i < n && i < 8; i++)
+        if (strcmp(info[i].id, id) == 0) {
+            if (busy != NULL)
+                *busy = info[i].busy;
+            return true;
+        }
+    return false;
+}
+
+/* The longest request the context allows, pinned to `session`. */
+static gen_request *start_long(engine *e, const int32_t *prompt, size_t n,
+                               const char *session)
+{
+    static logit_bias_entry no_eot = { TOKENIZER_EOT, -100.0f };
+    gen_params p = greedy_params(prompt, n, g_n_ctx - n);
+    p.sampling.logit_bias = &no_eot;
+    p.sampling.n_logit_bias = 1;
+    p.session_id = session;
+    gen_request *r = NULL;
+    ck_assert_int_eq(submit(e, &p, &r), ENGINE_OK);
+    wait_tokens(r, 1);
+    return r;
+}
+
+START_TEST(test_engine_evicts_lru_idle_slot_never_busy)
+{
+    engine *e = open_engine(2, 16, 4);
+    int32_t *pa = prompt_of(4), *pb = prompt_of(5), *pc = prompt_of(3);
+    pa[0] = 100;
+    pb[0] = 200;
+    pc[0] = 300;
+    gen_params p = greedy_params(pa, 4, 2);
+    outcome o;
+    p.session_id = "a";
+    run(e, &p, &o);
+    p.prompt = pb;
+    p.n_prompt = 5;
+    p.session_id = "b";
+    run(e, &p, &o);
+    ck_assert(has_session(e, "a", NULL) && has_session(e, "b", NULL));
+
+    /* a third session takes the least recently used slot: a's */
+    gen_request *busy = start_long(e, pc, 3, "c");
+    ck_assert(!has_session(e, "a", NULL));
+    bool is_busy = false;
+    ck_assert(has_session(e, "b", NULL));
+    ck_assert(has_session(e, "c", &is_busy));
+    ck_assert(is_busy);
+
+    /* c is busy: the next request evicts b, the one idle slot */
+    p.prompt = pa;
+    p.n_prompt = 4;
+    p.session_id = "d";
+    run(e, &p, &o);
+    ck_assert(!has_session(e, "b", NULL));
+    ck_assert(has_session(e, "d", NULL));
+
+    /* while c runs and d is idle, a request waits for d's slot, not c's */
+    ck_assert(has_session(e, "c", &is_busy) && is_busy);
+    p.session_id = NULL;
+    run(e, &p, &o);
+    ck_assert(has_session(e, "c", NULL));
+
+    gen_request_lock(busy);
+    ck_assert(!gen_request_finished(busy));
+    gen_request_unlock(busy);
+    gen_request_cancel(busy);
+    wait_finished(busy);
+    gen_request_release(busy);
+    engine_destroy(e);
+    free(pa);
+    free(pb);
+    free(pc);
+}
+END_TEST
+
+START_TEST(test_engine_busy_session_is_refused)
+{
+    engine *e = open_engine(2, 16, 4);
+    int32_t *prompt = prompt_of(4);
+    gen_request *r = start_long(e, prompt, 4, "s");
+    gen_params p = greedy_params(prompt, 4, 2);
+    p.session_id = "s";
+    gen_request *again = NULL;
+    ck_assert_int_eq(submit(e, &p, &again), ENGINE_SESSION_BUSY);
+    ck_assert_ptr_null(again);
+    ck_assert_int_eq(engine_session_delete(e, "s"), -2);
+    /* another session is fine */
+    p.session_id = "t";
+    outcome o;
+    run(e, &p, &o);
+    ck_assert_uint_gt(o.seq[0].n_tokens, 0);
+    gen_request_cancel(r);
+    wait_finished(r);
+    gen_request_release(r);
+    engine_destroy(e);
+    free(prompt);
+}
+END_TEST
+
+START_TEST(test_engine_delete_session_forgets_its_cache)
+{
+    engine *e = open_engine(2, 16, 4);
+    int32_t *prompt = prompt_of(10);
+    gen_params p = greedy_params(prompt, 10, 3);
+    p.session_id = "gone";
+    outcome o;
+    run(e, &p, &o);
+    ck_assert(has_session(e, "gone", NULL));
+    ck_assert_int_eq(engine_session_delete(e, "gone"), 0);
+    ck_assert(!has_session(e, "gone", NULL));
+    ck_assert_int_eq(engine_session_delete(e, "gone"), -1);
+    ck_assert_int_eq(engine_session_delete(e, "never"), -1);
+    run(e, &p, &o);
+    ck_assert_uint_eq(o.usage.cached_tokens, 0);
+    engine_stats st = engine_get_stats(e);
+    ck_assert_uint_eq(st.slots_total, 2);
+    ck_assert_uint_eq(st.slots_busy, 0);
+    ck_assert_uint_eq(st.slots_cached, 1);
+    engine_destroy(e);
+    free(prompt);
+}
+END_TEST
+
+/* ---- backpressure, cancellation, shutdown ---- */
+
+/* gpt2d_requests_cancelled_total from the metrics registry. */
+static unsigned long cancelled_total(void)
+{
+    engine_stats none = { 0 };
+    char *text = metrics_render(&none);
+    ck_assert_ptr_nonnull(text);
+    const char *line = strstr(text, "\ngpt2d_requests_cancelled_total ");
+    ck_assert_ptr_nonnull(line);
+    unsigned long n = strtoul(line + strlen("\ngpt2d_requests_cancelled_total "),
+                              NULL, 10);
+    free(text);
+    return n;
+}
+
+START_TEST(test_engine_full_queue_is_refused_at_once)
+{
+    engine *e = open_engine(1, 16, 1);
+    int32_t *prompt = prompt_of(4);
+    gen_request *running = start_long(e, prompt, 4, NULL);
+    gen_params p = greedy_params(prompt, 4, 2);
+    gen_request *waiting = NULL, *refused = NULL;
+    ck_assert_int_eq(submit(e, &p, &waiting), ENGINE_OK);
+    ck_assert_int_eq(submit(e, &p, &refused), ENGINE_QUEUE_FULL);
+    ck_assert_ptr_null(refused);
+    engine_stats st = engine_get_stats(e);
+    ck_assert_uint_eq(st.queue_depth, 1);
+    ck_assert_uint_eq(st.slots_busy, 1);
+    gen_request_cancel(running);
+    wait_finished(waiting);       /* the queued one runs once the slot frees */
+    outcome o;
+    collect(waiting, &o);
+    ck_assert_uint_gt(o.seq[0].n_tokens, 0);
+    gen_request_release(waiting);
+    gen_request_release(running);
+    engine_destroy(e);
+    free(prompt);
+}
+END_TEST
+
+START_TEST(test_engine_cancel_mid_generation_frees_slot)
+{
+    engine *e = open_engine(1, 16, 4);
+    int32_t *prompt = prompt_of(4);
+    unsigned long before = cancelled_total();
+    gen_request *r = start_long(e, prompt, 4, NULL);
+    gen_request_cancel(r);
+    wait_finished(r);
+    outcome o;
+    collect(r, &o);
+    ck_assert_int_eq(o.seq[0].finish, FINISH_CANCELLED);
+    ck_assert_uint_eq(cancelled_total(), before + 1);
+    ck_assert_uint_lt(o.seq[0].n_tokens, g_n_ctx - 4);
+    engine_stats st = engine_get_stats(e);
+    ck_assert_uint_eq(st.slots_busy, 0);
+    ck_assert_uint_eq(st.running, 0);
+    ck_assert_uint_eq(st.slots_cached, 1);   /* released, still cached */
+    gen_request_release(r);
+    engine_destroy(e);
+    free(prompt);
+}
+END_TEST
+
+START_TEST(test_engine_cancel_while_queued)
+{
+    engine *e = open_engine(1, 16, 4);
+    int32_t *prompt = prompt_of(4);
+    gen_request *running = start_long(e, prompt, 4, NULL);
+    gen_params p = greedy_params(prompt, 4, 2);
+    gen_request *queued = NULL;
+    ck_assert_int_eq(submit(e, &p, &queued), ENGINE_OK);
+    gen_request_cancel(queued);
+    wait_finished(queued);
+    outcome o;
+    collect(queued, &o);
+    ck_assert_int_eq(o.seq[0].finish, FINISH_CANCELLED);
+    ck_assert_uint_eq(o.seq[0].n_tokens, 0);
+    gen_request_release(queued);   /* released before the engine's turn */
+    gen_request_cancel(running);
+    wait_finished(running);
+    gen_request_release(running);
+    engine_destroy(e);
+    free(prompt);
+}
+END_TEST
+
+START_TEST(test_engine_release_without_cancel_drops_the_request)
+{
+    engine *e = open_engine(1, 16, 4);
+    int32_t *prompt = prompt_of(4);
+    unsigned long before = cancelled_total();
+    gen_request *r = start_long(e, prompt, 4, NULL);
+    gen_request_release(r);        /* the client is gone: engine frees it */
+    /* the slot comes back and the drop is counted as a cancellation */
+    engine_stats st;
+    for (int i = 0; i < 2000; i++) {
+        st = engine_get_stats(e);
+        if (st.slots_busy == 0)
+            break;
+        nanosleep(&(struct timespec){ 0, 1000000L }, NULL);
+    }
+    ck_assert_uint_eq(st.slots_busy, 0);
+    ck_assert_uint_eq(st.running, 0);
+    ck_assert_uint_eq(cancelled_total(), before + 1);
+    outcome o;
+    gen_params p = greedy_params(prompt, 4, 2);
+    run(e, &p, &o);                /* the engine goes on */
+    ck_assert_uint_eq(o.seq[0].n_tokens, 2);
+    engine_destroy(e);
+    free(prompt);
+}
+END_TEST
+
+START_TEST(test_engine_shutdown_cancels_running_and_refuses_new)
+{
+    engine *e = open_engine(2, 16, 4);
+    int32_t *prompt = prompt_of(4);
+    gen_request *a = start_long(e, prompt, 4, NULL);
+    gen_request *b = start_long(e, prompt, 4, "x");
+    engine_shutdown(e, 0);
+    gen_request *late = NULL;
+    gen_params p = greedy_params(prompt, 4, 2);
+    ck_assert_int_eq(submit(e, &p, &late), ENGINE_STOPPING);
+    gen_request *rs[2] = { a, b };
+    for (size_t i = 0; i < 2; i++) {
+        gen_request_lock(rs[i]);
+        ck_assert(gen_request_finished(rs[i]));
+        ck_assert_int_eq(gen_request_output(rs[i], 0)->finish,
+                         FINISH_CANCELLED);
+        gen_request_unlock(rs[i]);
+        gen_request_release(rs[i]);
+    }
+    engine_destroy(e);
+    free(prompt);
+}
+END_TEST
+
+START_TEST(test_engine_shutdown_drains_short_requests)
+{
+    engine *e = open_engine(2, 16, 4);
+    int32_t *prompt = prompt_of(4);
+    gen_params p = greedy_params(prompt, 4, 3);
+    p.sampling.logit_bias = &(logit_bias_entry){ TOKENIZER_EOT, -100.0f };
+    p.sampling.n_logit_bias = 1;
+    gen_request *r = NULL;
+    ck_assert_int_eq(submit(e, &p, &r), ENGINE_OK);
+    engine_shutdown(e, 10000);     /* returns as soon as the work is done */
+    gen_request_lock(r);
+    ck_assert(gen_request_finished(r));
+    ck_assert_int_eq(gen_request_output(r, 0)->finish, FINISH_LENGTH);
+    ck_assert_uint_eq(gen_request_output(r, 0)->n_tokens, 3);
+    gen_request_unlock(r);
+    gen_request_release(r);
+    engine_destroy(e);
+    free(prompt);
+}
+END_TEST
+
+/* ---- configuration and request errors ---- */
+
+START_TEST(test_engine_create_rejects_bad_config)
+{
+    gpt2d_error err = { { 0 } };
+    engine *e = NULL;
+    engine_config cfg = { .n_threads = 1, .n_slots = 4, .max_queue = 4,
+                          .max_batch_rows = 4 };
+    ck_assert_int_eq(engine_create(&e, &g_model, g_tok, &cfg, &err), -1);
+    ck_assert_ptr_null(e);
+    ck_assert_ptr_nonnull(strstr(err.message, "max batch rows"));
+    cfg.max_batch_rows = 16;
+    cfg.n_slots = 0;
+    ck_assert_int_eq(engine_create(&e, &g_model, g_tok, &cfg, &err), -1);
+    ck_assert_ptr_nonnull(strstr(err.message, "slots"));
+}
+END_TEST
+
+START_TEST(test_engine_submit_rejects_what_can_never_run)
+{
+    engine *e = open_engine(2, 16, 4);
+    int32_t *prompt = prompt_of(4);
+    gen_request *r = NULL;
+    gen_params p = greedy_params(prompt, 4, 2);
+    p.n_sequences = 3;                       /* more than the slots */
+    ck_assert_int_eq(submit(e, &p, &r), ENGINE_NO_MEMORY);
+    p = greedy_params(prompt, 0, 2);         /* empty prompt */
+    ck_assert_int_eq(submit(e, &p, &r), ENGINE_NO_MEMORY);
+    prompt[1] = (int32_t)g_vocab;            /* id out of range */
+    p = greedy_params(prompt, 4, 2);
+    ck_assert_int_eq(submit(e, &p, &r), ENGINE_NO_MEMORY);
+    ck_assert_ptr_null(r);
+    engine_destroy(e);
+    free(prompt);
+}
+END_TEST
+
+/* ---- the pool itself ---- */
+
+static kv_pool g_pool;
+
+static void pool_open(size_t n)
+{
+    gpt2d_error err = { { 0 } };
+    ck_assert_msg(kvcache_pool_create(&g_pool, &g_model.config, n, &err) == 0,
+                  "%s", err.message);
+}
+
+/* Marks slot `i` as caching `tokens` (as if a sequence had run them). */
+static void fake_cache(size_t i, const int32_t *tokens, size_t n)
+{
+    memcpy(g_pool.slots[i].kv.tokens, tokens, n * sizeof *tokens);
+    g_pool.slots[i].kv.n_tokens = n;
+}
+
+/* Acquires for `prompt` (no session, reuse on) and returns the slot. */
+static size_t take(const int32_t *prompt, size_t n, size_t *reused)
+{
+    size_t s = SIZE_MAX, r = 0;
+    ck_assert_int_eq(kvcache_pool_acquire(&g_pool, NULL, prompt, n, true, 0,
+                                          &s, &r), KV_ACQUIRED);
+    if (reused != NULL)
+        *reused = r;
+    return s;
+}
+
+START_TEST(test_pool_prefers_longest_prefix_then_empty_then_lru)
+{
+    pool_open(3);
+    int32_t a[] = { 1, 2, 3, 4, 5 }, c[] = { 50, 51 }, q[] = { 1, 2, 3, 7 },
+            d[] = { 60 }, x[] = { 70 };
+    size_t reused;
+    size_t sa = take(a, 5, &reused);
+    fake_cache(sa, a, 5);
+    kvcache_pool_release(&g_pool, sa, 0);
+    /* nothing shared: an empty slot, not a's cache */
+    size_t sc = take(c, 2, &reused);
+    ck_assert_uint_ne(sc, sa);
+    ck_assert_uint_eq(reused, 0);
+    fake_cache(sc, c, 2);
+    kvcache_pool_release(&g_pool, sc, 0);
+    /* q shares 3 tokens with a */
+    ck_assert_uint_eq(take(q, 4, &reused), sa);
+    ck_assert_uint_eq(reused, 3);
+    fake_cache(sa, q, 4);
+    kvcache_pool_release(&g_pool, sa, 0);
+    size_t sd = take(d, 1, &reused);
+    ck_assert(sd != sa && sd != sc);
+    fake_cache(sd, d, 1);
+    kvcache_pool_release(&g_pool, sd, 0);
+    /* all cached, nothing shared: least recently used first (c, then the
+     * q/a slot, then d), and a busy slot is never taken */
+    ck_assert_uint_eq(take(x, 1, NULL), sc);
+    ck_assert_uint_eq(take(x, 1, NULL), sa);
+    ck_assert_uint_eq(take(x, 1, NULL), sd);
+    size_t s, r;
+    ck_assert_int_eq(kvcache_pool_acquire(&g_pool, NULL, x, 1, true, 0, &s,
+                                          &r), KV_NO_SLOT);
+    ck_assert_uint_eq(kvcache_pool_idle(&g_pool), 0);
+    kvcache_pool_free(&g_pool);
+}
+END_TEST
+
+START_TEST(test_pool_reuse_is_capped_and_optional)
+{
+    pool_open(1);
+    int32_t a[] = { 1, 2, 3, 4 };
+    size_t s, reused;
+    fake_cache(0, a, 4);
+    ck_assert_int_eq(kvcache_pool_acquire(&g_pool, NULL, a, 4, true, 0, &s,
+                                          &reused), KV_ACQUIRED);
+    ck_assert_uint_eq(reused, 3);       /* the last token must run */
+    ck_assert_uint_eq(g_pool.slots[0].kv.n_tokens, 3);
+    kvcache_pool_release(&g_pool, s, 0);
+    fake_cache(0, a, 4);
+    ck_assert_int_eq(kvcache_pool_acquire(&g_pool, NULL, a, 4, false, 0, &s,
+                                          &reused), KV_ACQUIRED);
+    ck_assert_uint_eq(reused, 0);
+    ck_assert_uint_eq(g_pool.slots[0].kv.n_tokens, 0);
+    /* everything busy */
+    ck_assert_int_eq(kvcache_pool_acquire(&g_pool, NULL, a, 4, true, 0, &s,
+                                          &reused), KV_NO_SLOT);
+    kvcache_pool_free(&g_pool);
+}
+END_TEST
+
+START_TEST(test_pool_sessions_pin_and_busy_session_refused)
+{
+    pool_open(2);
+    int32_t a[] = { 5, 6, 7 };
+    size_t s, t, reused;
+    ck_assert_int_eq(kvcache_pool_acquire(&g_pool, "x", a, 3, true, 0, &s,
+                                          &reused), KV_ACQUIRED);
+    ck_assert_int_eq(kvcache_pool_find_session(&g_pool, "x"), (long)s);
+    ck_assert_int_eq(kvcache_pool_acquire(&g_pool, "x", a, 3, true, 0, &t,
+                                          &reused), KV_SESSION_BUSY);
+    ck_assert_int_eq(kvcache_pool_delete_session(&g_pool, "x"), -2);
+    fake_cache(s, a, 3);
+    kvcache_pool_release(&g_pool, s, 0);
+    /* an anonymous prompt does not borrow a session's slot while another is
+     * free */
+    ck_assert_int_eq(kvcache_pool_acquire(&g_pool, NULL, a, 3, true, 0, &t,
+                                          &reused), KV_ACQUIRED);
+    ck_assert_uint_ne(t, s);
+    ck_assert_uint_eq(reused, 0);
+    kvcache_pool_release(&g_pool, t, 0);
+    /* the session gets its own slot back, with its prefix */
+    ck_assert_int_eq(kvcache_pool_acquire(&g_pool, "x", a, 3, true, 0, &t,
+                                          &reused), KV_ACQUIRED);
+    ck_assert_uint_eq(t, s);
+    ck_assert_uint_eq(reused, 2);
+    kvcache_pool_release(&g_pool, t, 0);
+    ck_assert_int_eq(kvcache_pool_delete_session(&g_pool, "x"), 0);
+    ck_assert_int_eq(kvcache_pool_find_session(&g_pool, "x"), -1);
+    ck_assert_int_eq(kvcache_pool_delete_session(&g_pool, "x"), -1);
+    kvcache_pool_free(&g_pool);
+}
+END_TEST
+
+START_TEST(test_pool_copy_prefix_duplicates_cache)
+{
+    pool_open(2);
+    kv_slot *src = &g_pool.slots[0].kv, *dst = &g_pool.slots[1].kv;
+    int32_t a[] = { 9, 8, 7, 6 };
+    fake_cache(0, a, 4);
+    for (size_t l = 0; l < src->n_layer; l++)
+        for (size_t h = 0; h < src->n_head; h++)
+            for (size_t k = 0; k < 4 * src->head_dim; k++) {
+                kvcache_k(src, l, h)[k] = (float)(l * 1000 + h * 100 + k);
+                kvcache_v(src, l, h)[k] = -(float)(l * 1000 + h * 100 + k);
+            }
+    kvcache_copy_prefix(dst, src, 3);
+    ck_assert_uint_eq(dst->n_tokens, 3);
+    ck_assert_mem_eq(dst->tokens, a, 3 * sizeof *a);
+    for (size_t l = 0; l < src->n_layer; l++)
+        for (size_t h = 0; h < src->n_head; h++) {
+            ck_assert_mem_eq(kvcache_k(dst, l, h), kvcache_k(src, l, h),
+                             3 * src->head_dim * sizeof(float));
+            ck_assert_mem_eq(kvcache_v(dst, l, h), kvcache_v(src, l, h),
+                             3 * src->head_dim * sizeof(float));
+            ck_assert_float_eq(kvcache_k(dst, l, h)[3 * src->head_dim], 0.0f);
+        }
+    kvcache_pool_free(&g_pool);
+}
+END_TEST
+
+START_TEST(test_pool_create_rejects_zero_slots)
+{
+    gpt2d_error err = { { 0 } };
+    ck_assert_int_eq(kvcache_pool_create(&g_pool, &g_model.config, 0, &err),
+                     -1);
+    ck_assert_ptr_nonnull(strstr(err.message, "slot"));
+    ck_assert_ptr_null(g_pool.slots);
+}
+END_TEST
+
+static Suite *engine_suite(void)
+{
+    Suite *s = suite_create("engine");
+    TCase *gen = tcase_create("generation");
+    tcase_add_unchecked_fixture(gen, load_fixtures, unload_fixtures);
+    tcase_add_test(gen, test_engine_greedy_matches_direct_forward_loop);
+    tcase_add_test(gen, test_engine_reports_top_logprobs_with_chosen_first_when_greedy);
+    tcase_add_test(gen, test_engine_seeded_sample_same_alone_and_beside_others);
+    tcase_add_test(gen, test_engine_chunked_prefill_matches_unchunked);
+    tcase_add_test(gen, test_engine_n_sequences_are_independent_and_first_matches_n1);
+    tcase_add_test(gen, test_engine_stop_string_spanning_tokens_cuts_text);
+    tcase_add_test(gen, test_engine_max_tokens_finishes_with_length);
+    tcase_add_test(gen, test_engine_filling_the_context_finishes_with_length);
+    tcase_add_test(gen, test_engine_eot_finishes_with_stop_and_shows_nothing);
+    tcase_add_test(gen, test_engine_max_tokens_zero_finishes_at_once);
+    suite_add_tcase(s, gen);
+
+    TCase *score = tcase_create("scoring");
+    tcase_add_unchecked_fixture(score, load_fixtures, unload_fixtures);
+    tcase_add_test(score, test_engine_score_prompt_equals_log_softmax_of_direct_logits);
+    tcase_add_test(score, test_engine_score_prompt_across_chunks);
+    tcase_add_test(score, test_engine_score_prompt_then_generate);
+    tcase_add_test(score, test_engine_score_prompt_never_reuses_cache);
+    suite_add_tcase(s, score);
+
+    TCase *cache = tcase_create("cache");
+    tcase_add_unchecked_fixture(cache, load_fixtures, unload_fixtures);
+    tcase_add_test(cache, test_engine_session_reuse_reports_cached_and_matches_cold);
+    tcase_add_test(cache, test_engine_reuses_longest_prefix_without_session);
+    tcase_add_test(cache, test_engine_evicts_lru_idle_slot_never_busy);
+    tcase_add_test(cache, test_engine_busy_session_is_refused);
+    tcase_add_test(cache, test_engine_delete_session_forgets_its_cache);
+    suite_add_tcase(s, cache);
+
+    TCase *flow = tcase_create("flow");
+    tcase_add_unchecked_fixture(flow, load_fixtures, unload_fixtures);
+    tcase_add_test(flow, test_engine_full_queue_is_refused_at_once);
+    tcase_add_test(flow, test_engine_cancel_mid_generation_frees_slot);
+    tcase_add_test(flow, test_engine_cancel_while_queued);
+    tcase_add_test(flow, test_engine_release_without_cancel_drops_the_request);
+    tcase_add_test(flow, test_engine_shutdown_cancels_running_and_refuses_new);
+    tcase_add_test(flow, test_engine_shutdown_drains_short_requests);
+    tcase_add_test(flow, test_engine_create_rejects_bad_config);
+    tcase_add_test(flow, test_engine_submit_rejects_what_can_never_run);
+    suite_add_tcase(s, flow);
+
+    TCase *pool = tcase_create("pool");
+    tcase_add_unchecked_fixture(pool, load_fixtures, unload_fixtures);
+    tcase_add_test(pool, test_pool_prefers_longest_prefix_then_empty_then_lru);
+    tcase_add_test(pool, test_pool_reuse_is_capped_and_optional);
+    tcase_add_test(pool, test_pool_sessions_pin_and_busy_session_refused);
+    tcase_add_test(pool, test_pool_copy_prefix_duplicates_cache);
+    tcase_add_test(pool, test_pool_create_rejects_zero_slots);
+    suite_add_tcase(s, pool);
+    return s;
+}
+
+int main(void)
+{
+    char path[4096];
+    FILE *probe = fopen(test_data_path(path, sizeof path,
+                                       "models/tiny/model.safetensors"), "r");
+    if (probe == NULL) {
+        /* make-fixtures.sh skipped (no numpy or no vocabulary) and said so */
+        fprintf(stderr, "test_engine: SKIP: %s missing\n", path);
+        return 77;
+    }
+    fclose(probe);
+    SRunner *sr = srunner_create(engine_suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
