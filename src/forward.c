@@ -24,18 +24,27 @@
  * single-threaded OpenBLAS sgemm; LayerNorm and embedding by row blocks.
  *
  * Measurements (2-core EPYC Zen 3 VM, OpenBLAS 0.3.21 pthreads, GPT-2 124M
- * shape, 2 threads; the machine was shared, figures ±20%):
- *   sgemm 512x768x3072, N split over the pool, OpenBLAS 1 thread: 90 GFLOP/s
- *   the same as one call with OpenBLAS threading (2 threads):     60 GFLOP/s
- *   so OpenBLAS is set to one thread (process-wide) and the pool splits.
- *   With OpenBLAS for the weight products: prefill 390 tok/s, decode batch 1
- *   89.7 ms/step, batch 16 194 ms/step, and NOT batch invariant (below).
- *   With the kernels below: prefill 356-413 tok/s (64-74 GFLOP/s, 71-80% of
- *   the OpenBLAS peak), decode batch 1 51-60 ms/step (59-82% of the
- *   bandwidth bound), batch 16 120-170 ms/step (95-134 tok/s).  Small-M
- *   products are the open problem: they walk W down 16/32-column panels,
- *   one cache line per page per k, so they are TLB- and prefetch-bound.  GELU via libm tanhf would add ~15% to
- *   prefill; the vector form below removes it.
+ * shape, 2 threads).  The machine is shared with other builds and figures
+ * swing 2× with its load; these are from quiet moments (load < 2), best of
+ * several runs, bench_forward unless noted:
+ *   one core's FMA peak (12 independent ymm chains): 102 GFLOP/s
+ *   streaming read, 2 threads: 28 GB/s (bench_forward's old scalar-array
+ *   loop was CPU-bound and read 15-18 GB/s on the same machine)
+ *   sgemm 512x768x3072, N split over the pool, OpenBLAS 1 thread: 180 GFLOP/s
+ *   (90 on a loaded machine); one call with OpenBLAS's own 2 threads was
+ *   slower, so OpenBLAS is set to one thread (process-wide) and the pool
+ *   splits.  With OpenBLAS for the weight products decode was slower and NOT
+ *   batch invariant (below).
+ *   Panel kernels only (before matmul_small_avx2): prefill 830 tok/s, decode
+ *   batch 1 20.9 ms/step, batch 16 69 ms/step (232 tok/s).
+ *   Now: prefill unchanged (M > SMALL_M takes the same path), decode batch 1
+ *   16.5-17.4 ms/step (~100% of bench_forward's bandwidth bound: weights
+ *   495 MB/step at 28 GB/s is 17.7 ms; the L3 keeps a few % of them),
+ *   batch 16 50-52 ms/step (307-318 tok/s).  At batch 16 a step is ~50%
+ *   x·W at ~62 GFLOP/s per core, ~20% unembedding, ~17% attention (bound by
+ *   reading the 16 KV caches, ~170 MB/step at position 150).
+ *   GELU via libm tanhf would add ~15% to prefill; the vector form below
+ *   removes it.
  *
  * Determinism.  Each output element of every stage is computed by the same
  * instructions in the same order whatever else is in the batch: the matmul
@@ -66,6 +75,9 @@
 /* Matmul column blocks are multiples of this (keeps sgemm's N edges and the
  * 8-lane GELU aligned). */
 #define COL_ALIGN 16
+/* Rows up to which products take the streaming kernel (matmul_small_avx2):
+ * decode steps.  Its per-worker scratch is SMALL_M × (columns of a worker). */
+#define SMALL_M 16
 
 typedef struct seq_rows {
     kv_slot *kv;
@@ -187,8 +199,10 @@ static void bias_add(float *row, const float *bias, size_t n)
         row[i] += bias[i];
 }
 
-/* a, b are (n,).  Eight independent partial sums, added in a fixed order. */
-static float dot(const float *a, const float *b, size_t n)
+/* a, b are (n,).  Eight independent partial sums, added in a fixed order.
+ * Always inlined, so a caller's avx2 clone runs the lanes as one register. */
+static inline __attribute__((always_inline))
+float dot(const float *a, const float *b, size_t n)
 {
     float acc[8] = { 0 };
     size_t i = 0;
@@ -378,16 +392,233 @@ static void matmul_avx2(float *out, size_t ldo, const float *a,
         }
 }
 
-__attribute__((target("avx2,fma"), always_inline))
-static inline float hsum8(__m256 v)
+/* ---- decode-sized products: W streamed a row at a time ----
+ *
+ * For the few rows of a decode step x·W is bound by reading W (M = 1) or by
+ * FMA throughput with W read once (M = 16), never by reuse of x.  The panel
+ * kernels above walk W down a 16/32-column panel over all of K: one or two
+ * cache lines per row of W, so a new page per k, which the prefetchers
+ * cannot follow.  Here each worker keeps its contiguous column range
+ * [n0, n1) and walks k in blocks of SKB rows; within a block it goes left
+ * to right in 24-column slices, so memory sees SKB sequential streams (each
+ * row of W is contiguous over N), and every 4-row group of x reuses the
+ * slice from L1 before moving on.  The next block's lines for the same
+ * slice are prefetched as each slice starts.  Partial sums go to a
+ * per-worker scratch (M, n1 - n0) between blocks and come back on the
+ * next: a float store and load are exact, so every output is still one FMA
+ * chain over k in increasing order from 0, then out + chain when
+ * accumulating: the bits of the panel kernels, for every M.
+ *
+ * SKB = 8 because the hardware prefetchers follow a few streams, not many
+ * (one core, W from DRAM, 768 × 1152 slabs of a QKV-shaped matrix; ranges
+ * over runs on the shared machine):
+ *   SKB                  4        8       16       32       64
+ *   M = 1, GB/s      15-22    22-25    13-20    12-15    10-12
+ *   M = 16, GFLOP/s  37-53    57-63    41-66    32-46    34-40
+ * With everything in L1 the 4 × 24 tile itself runs at 64 GFLOP/s with
+ * 8-long chains and 77 with 32-long ones (peak 102).  Tried and dropped:
+ * software-prefetching each next block whole, in row order (half the M = 1
+ * bandwidth), and packing 32-row blocks into contiguous panels between
+ * slices (77 GFLOP/s from L2, but 38 once W comes from DRAM: the copies'
+ * misses stall the FMAs). */
+#define SKB 8                   /* rows of W per k block */
+
+
+/* One MR × (8·NV) tile over k in [0, kb): a is (MR, lda) at the block's
+ * first k, w is (kb, ldw) at the tile's first column.  The chain starts at
+ * 0 (first block) or from scr (row stride lds); it ends in scr, or, for the
+ * last block, in out (+= when accumulating).  Inlined with constant MR, NV. */
+#define STREAM_TILE_BODY(MR, NV)                                             \
+    do {                                                                     \
+        __m256 acc[MR][NV];                                                  \
+        _Pragma("GCC unroll 8") for (int r = 0; r < MR; r++)                 \
+            _Pragma("GCC unroll 8") for (int v = 0; v < NV; v++)             \
+                acc[r][v] = first ? _mm256_setzero_ps()                      \
+                                  : _mm256_loadu_ps(scr + r * lds + 8 * v);  \
+        for (size_t k = 0; k < kb; k++) {                                    \
+            __m256 wv[NV];                                                   \
+            _Pragma("GCC unroll 8") for (int v = 0; v < NV; v++)             \
+                wv[v] = _mm256_loadu_ps(w + k * ldw + 8 * v);                \
+            _Pragma("GCC unroll 8") for (int r = 0; r < MR; r++) {           \
+                __m256 av = _mm256_broadcast_ss(a + r * lda + k);            \
+                _Pragma("GCC unroll 8") for (int v = 0; v < NV; v++)         \
+                    acc[r][v] = _mm256_fmadd_ps(av, wv[v], acc[r][v]);       \
+            }                                                                \
+        }                                                                    \
+        _Pragma("GCC unroll 8") for (int r = 0; r < MR; r++)                 \
+            _Pragma("GCC unroll 8") for (int v = 0; v < NV; v++) {           \
+                __m256 x = acc[r][v];                                        \
+                if (!last) {                                                 \
+                    _mm256_storeu_ps(scr + r * lds + 8 * v, x);              \
+                    continue;                                                \
+                }                                                            \
+                float *o = out + r * ldo + 8 * v;                            \
+                if (accumulate)                                              \
+                    x = _mm256_add_ps(_mm256_loadu_ps(o), x);                \
+                _mm256_storeu_ps(o, x);                                      \
+            }                                                                \
+    } while (0)
+
+#define DEFINE_STREAM_TILE(MR, NV)                                           \
+    __attribute__((target("avx2,fma"), always_inline)) static inline void   \
+    stile_##MR##x##NV(float *out, size_t ldo, float *scr, size_t lds,        \
+                      const float *a, size_t lda, const float *w,            \
+                      size_t ldw, size_t kb, int first, int last,            \
+                      int accumulate)                                        \
+    {                                                                        \
+        STREAM_TILE_BODY(MR, NV);                                            \
+    }
+DEFINE_STREAM_TILE(1, 3)
+DEFINE_STREAM_TILE(2, 3)
+DEFINE_STREAM_TILE(3, 3)
+DEFINE_STREAM_TILE(4, 3)
+DEFINE_STREAM_TILE(1, 1)
+DEFINE_STREAM_TILE(2, 1)
+DEFINE_STREAM_TILE(3, 1)
+DEFINE_STREAM_TILE(4, 1)
+
+/* Rows [0, M) of one 24- or 8-column slice (nv = 3 or 1) of a k block, in
+ * groups of 4 rows (12 or 4 accumulators plus the W vectors fit the 16 ymm
+ * registers). */
+__attribute__((target("avx2,fma")))
+static void stream_slice_avx2(float *out, size_t ldo, float *scr, size_t lds,
+                              const float *a, size_t lda, const float *w,
+                              size_t ldw, size_t M, size_t kb, int nv,
+                              int first, int last, int accumulate)
 {
-    float l[8];
-    _mm256_storeu_ps(l, v);
-    return ((l[0] + l[4]) + (l[1] + l[5])) + ((l[2] + l[6]) + (l[3] + l[7]));
+#define SLICE_TILE(MR, NV)                                                   \
+    stile_##MR##x##NV(o, ldo, s, lds, am, lda, w, ldw, kb, first, last,     \
+                      accumulate)
+    for (size_t m = 0; m < M; m += 4) {
+        float *o = out + m * ldo, *s = scr + m * lds;
+        const float *am = a + m * lda;
+        size_t mr = M - m < 4 ? M - m : 4;
+        if (nv == 3) {
+            switch (mr) {
+            case 4: SLICE_TILE(4, 3); break;
+            case 3: SLICE_TILE(3, 3); break;
+            case 2: SLICE_TILE(2, 3); break;
+            default: SLICE_TILE(1, 3); break;
+            }
+        } else {
+            switch (mr) {
+            case 4: SLICE_TILE(4, 1); break;
+            case 3: SLICE_TILE(3, 1); break;
+            case 2: SLICE_TILE(2, 1); break;
+            default: SLICE_TILE(1, 1); break;
+            }
+        }
+    }
+#undef SLICE_TILE
 }
 
+/* out[:, n0:n1] (+)= a · w[:, n0:n1] for M <= SMALL_M, a is (M, K), w is
+ * (K, ldw); scr holds M × (n1 - n0) floats.  Columns past the last multiple
+ * of 8 take a scalar fmaf chain over all k: the same fused operations in
+ * the same order. */
+__attribute__((target("avx2,fma")))
+static void matmul_small_avx2(float *out, size_t ldo, const float *a,
+                              const float *w, size_t ldw, size_t M, size_t K,
+                              size_t n0, size_t n1, int accumulate,
+                              float *scr)
+{
+    const size_t ncols = n1 - n0, nvec = n0 + ncols / 8 * 8;
+    for (size_t k0 = 0; k0 < K; k0 += SKB) {
+        const size_t kb = K - k0 < SKB ? K - k0 : SKB;
+        const size_t k1 = k0 + kb, kb_next = K - k1 < SKB ? K - k1 : SKB;
+        const int first = k0 == 0, last = k1 == K;
+        const float *wb = w + k0 * ldw;
+        size_t n = n0;
+        for (; n < nvec; ) {
+            int nv = nvec - n >= 24 ? 3 : 1;
+            /* the next block's lines for these columns: they arrive while
+             * this block is computed (at M = 1 nothing else hides DRAM) */
+            for (size_t k = 0; k < kb_next; k++) {
+                const char *p = (const char *)(w + (k1 + k) * ldw + n);
+                _mm_prefetch(p, _MM_HINT_T0);
+                if (nv == 3)
+                    _mm_prefetch(p + 64, _MM_HINT_T0);
+            }
+            stream_slice_avx2(out + n, ldo, scr + (n - n0), ncols, a + k0, K,
+                              wb + n, ldw, M, kb, nv, first, last,
+                              accumulate);
+            n += 8 * (size_t)nv;
+        }
+    }
+    for (size_t n = nvec; n < n1; n++)
+        for (size_t m = 0; m < M; m++) {
+            float acc = 0.0f;
+            for (size_t k = 0; k < K; k++)
+                acc = fmaf(a[m * K + k], w[k * ldw + n], acc);
+            out[m * ldo + n] = accumulate ? out[m * ldo + n] + acc : acc;
+        }
+}
+
+/* ---- the unembedding ---- */
+
+/* p, q, r, s are the eight k-lanes l[0..7] of four outputs; returns the
+ * four sums ((l0+l4)+(l1+l5)) + ((l2+l6)+(l3+l7)), the tree of
+ * matmul_t_generic: fold the halves, then hadd adds neighbours twice. */
+__attribute__((target("avx2,fma"), always_inline))
+static inline __m128 hsum4x8(__m256 p, __m256 q, __m256 r, __m256 s)
+{
+    __m128 fp = _mm_add_ps(_mm256_castps256_ps128(p),
+                           _mm256_extractf128_ps(p, 1));
+    __m128 fq = _mm_add_ps(_mm256_castps256_ps128(q),
+                           _mm256_extractf128_ps(q, 1));
+    __m128 fr = _mm_add_ps(_mm256_castps256_ps128(r),
+                           _mm256_extractf128_ps(r, 1));
+    __m128 fs = _mm_add_ps(_mm256_castps256_ps128(s),
+                           _mm256_extractf128_ps(s, 1));
+    return _mm_hadd_ps(_mm_hadd_ps(fp, fq), _mm_hadd_ps(fr, fs));
+}
+
+/* One MR × 4 tile of the unembedding: rows [0, MR) of a (row stride K)
+ * against vocabulary rows e0..e3 (each (K,)), eight k-lanes per output,
+ * K % 8 == 0.  out rows have stride ldo. */
+#define UNEMBED_TILE_BODY(MR)                                                \
+    do {                                                                     \
+        __m256 acc[MR][4];                                                   \
+        _Pragma("GCC unroll 8") for (int r = 0; r < MR; r++)                 \
+            _Pragma("GCC unroll 8") for (int v = 0; v < 4; v++)              \
+                acc[r][v] = _mm256_setzero_ps();                             \
+        for (size_t k = 0; k < K; k += 8) {                                  \
+            __m256 w0 = _mm256_loadu_ps(e0 + k), w1 = _mm256_loadu_ps(e1 + k); \
+            __m256 w2 = _mm256_loadu_ps(e2 + k), w3 = _mm256_loadu_ps(e3 + k); \
+            _Pragma("GCC unroll 8") for (int r = 0; r < MR; r++) {           \
+                __m256 x = _mm256_loadu_ps(a + r * K + k);                   \
+                acc[r][0] = _mm256_fmadd_ps(x, w0, acc[r][0]);               \
+                acc[r][1] = _mm256_fmadd_ps(x, w1, acc[r][1]);               \
+                acc[r][2] = _mm256_fmadd_ps(x, w2, acc[r][2]);               \
+                acc[r][3] = _mm256_fmadd_ps(x, w3, acc[r][3]);               \
+            }                                                                \
+        }                                                                    \
+        _Pragma("GCC unroll 8") for (int r = 0; r < MR; r++) {               \
+            float t[4];                                                      \
+            _mm_storeu_ps(t, hsum4x8(acc[r][0], acc[r][1], acc[r][2],        \
+                                     acc[r][3]));                            \
+            for (size_t v = 0; v < nr; v++)                                  \
+                out[r * ldo + v] = t[v];                                     \
+        }                                                                    \
+    } while (0)
+
+#define DEFINE_UNEMBED_TILE(MR)                                              \
+    __attribute__((target("avx2,fma"), always_inline)) static inline void   \
+    utile_##MR(float *out, size_t ldo, const float *a, const float *e0,      \
+               const float *e1, const float *e2, const float *e3, size_t nr, \
+               size_t K)                                                     \
+    {                                                                        \
+        UNEMBED_TILE_BODY(MR);                                               \
+    }
+DEFINE_UNEMBED_TILE(1)
+DEFINE_UNEMBED_TILE(2)
+DEFINE_UNEMBED_TILE(3)
+
 /* out[:, n0:n1] = a · e[n0:n1]ᵀ, a is (M, K), e is (N, K): the unembedding.
- * Tiles of up to 4 rows × 3 vocabulary entries, 8 k-lanes each. */
+ * Vocabulary outer, 4 entries at a time (12 KB at GPT-2 small, read from
+ * memory once, contiguous and consecutive so the stream prefetcher runs),
+ * every group of 3 rows of a passing over them from L1.  3 × 4 tiles: 12
+ * accumulators, 7 loads per 12 FMAs. */
 __attribute__((target("avx2,fma")))
 static void matmul_t_avx2(float *out, size_t ldo, const float *a,
                           const float *e, size_t M, size_t K, size_t n0,
@@ -397,47 +628,21 @@ static void matmul_t_avx2(float *out, size_t ldo, const float *a,
         matmul_t_generic(out, ldo, a, e, M, K, n0, n1);
         return;
     }
-    /* vocabulary outer: each 3-row slice of e is read from memory once and
-     * stays in L1 while every row block of a passes over it */
-    for (size_t n = n0; n < n1; n += 3) {
-        size_t nr = n1 - n < 3 ? n1 - n : 3;
-        for (size_t m0 = 0; m0 < M; m0 += 4) {
-            size_t mr = M - m0 < 4 ? M - m0 : 4;
-            __m256 acc[4][3];
-            for (size_t r = 0; r < 4; r++)
-                for (size_t v = 0; v < 3; v++)
-                    acc[r][v] = _mm256_setzero_ps();
-            const float *e0 = e + n * K;
-            const float *e1 = e + (n + (nr > 1 ? 1 : 0)) * K;
-            const float *e2 = e + (n + (nr > 2 ? 2 : 0)) * K;
-            if (mr == 4) {
-                for (size_t k = 0; k < K; k += 8) {
-                    __m256 w0 = _mm256_loadu_ps(e0 + k);
-                    __m256 w1 = _mm256_loadu_ps(e1 + k);
-                    __m256 w2 = _mm256_loadu_ps(e2 + k);
-                    for (size_t r = 0; r < 4; r++) {
-                        __m256 x = _mm256_loadu_ps(a + (m0 + r) * K + k);
-                        acc[r][0] = _mm256_fmadd_ps(x, w0, acc[r][0]);
-                        acc[r][1] = _mm256_fmadd_ps(x, w1, acc[r][1]);
-                        acc[r][2] = _mm256_fmadd_ps(x, w2, acc[r][2]);
-                    }
-                }
-            } else {
-                for (size_t k = 0; k < K; k += 8) {
-                    __m256 w0 = _mm256_loadu_ps(e0 + k);
-                    __m256 w1 = _mm256_loadu_ps(e1 + k);
-                    __m256 w2 = _mm256_loadu_ps(e2 + k);
-                    for (size_t r = 0; r < mr; r++) {
-                        __m256 x = _mm256_loadu_ps(a + (m0 + r) * K + k);
-                        acc[r][0] = _mm256_fmadd_ps(x, w0, acc[r][0]);
-                        acc[r][1] = _mm256_fmadd_ps(x, w1, acc[r][1]);
-                        acc[r][2] = _mm256_fmadd_ps(x, w2, acc[r][2]);
-                    }
-                }
+    for (size_t n = n0; n < n1; n += 4) {
+        size_t nr = n1 - n < 4 ? n1 - n : 4;
+        /* a short last group repeats its last entry; only nr are stored */
+        const float *e0 = e + n * K;
+        const float *e1 = e + (n + (nr > 1 ? 1 : 0)) * K;
+        const float *e2 = e + (n + (nr > 2 ? 2 : 0)) * K;
+        const float *e3 = e + (n + (nr > 3 ? 3 : 0)) * K;
+        for (size_t m = 0; m < M; m += 3) {
+            float *o = out + m * ldo + n;
+            const float *am = a + m * K;
+            switch (M - m < 3 ? M - m : 3) {
+            case 3: utile_3(o, ldo, am, e0, e1, e2, e3, nr, K); break;
+            case 2: utile_2(o, ldo, am, e0, e1, e2, e3, nr, K); break;
+            default: utile_1(o, ldo, am, e0, e1, e2, e3, nr, K); break;
             }
-            for (size_t r = 0; r < mr; r++)
-                for (size_t v = 0; v < nr; v++)
-                    out[(m0 + r) * ldo + n + v] = hsum8(acc[r][v]);
         }
     }
 }
@@ -533,6 +738,10 @@ static void matmul_task(void *ctx, size_t task, size_t worker)
     if (j->st->use_avx2) {
         if (j->trans_w)
             matmul_t_avx2(j->out, j->N, j->a, j->w, j->M, j->K, n0, n1);
+        else if (j->M <= SMALL_M)      /* decode steps */
+            matmul_small_avx2(j->out, j->N, j->a, j->w, j->N, j->M, j->K, n0,
+                              n1, acc,
+                              j->st->pack + worker * j->st->pack_floats);
         else
             matmul_avx2(j->out, j->N, j->a, j->w, j->N, j->M, j->K, n0, n1,
                         acc, j->st->pack + worker * j->st->pack_floats);
@@ -606,7 +815,56 @@ static void softmax_causal(float *scores, size_t n_valid, size_t n_keys)
         scores[t] = 0.0f;
 }
 
-/* q is (hd,), K and V are (pos+1, hd) in the slot, out is (hd,). */
+/* p is (n_keys,), V is (n_keys, hd), out is (hd,): out[i] = Σ_t p[t]·v_t[i]
+ * in t order, from 0, one multiply and one add per term (no contraction
+ * under -std=c11), whatever the lane width: the same bits as a scalar loop.
+ * Keeping 32 outputs in registers across all t matters: written as
+ * out[i] += ..., the compiler must assume out aliases V and stores every
+ * term, which made this loop most of a decode step's attention. */
+__attribute__((target_clones("avx2", "default")))
+static void attention_values(float *out, const float *p, const float *vc,
+                             size_t n_keys, size_t hd)
+{
+    size_t i = 0;
+    for (; i + 32 <= hd; i += 32) {
+        v8sf a0 = V8(0.0f), a1 = V8(0.0f), a2 = V8(0.0f), a3 = V8(0.0f);
+        for (size_t t = 0; t < n_keys; t++) {
+            const float *v = vc + t * hd + i;
+            v8sf w = V8(p[t]), v0, v1, v2, v3;
+            memcpy(&v0, v, sizeof v0);
+            memcpy(&v1, v + 8, sizeof v1);
+            memcpy(&v2, v + 16, sizeof v2);
+            memcpy(&v3, v + 24, sizeof v3);
+            a0 = a0 + w * v0;
+            a1 = a1 + w * v1;
+            a2 = a2 + w * v2;
+            a3 = a3 + w * v3;
+        }
+        memcpy(out + i, &a0, sizeof a0);
+        memcpy(out + i + 8, &a1, sizeof a1);
+        memcpy(out + i + 16, &a2, sizeof a2);
+        memcpy(out + i + 24, &a3, sizeof a3);
+    }
+    for (; i + 8 <= hd; i += 8) {
+        v8sf a0 = V8(0.0f);
+        for (size_t t = 0; t < n_keys; t++) {
+            v8sf w = V8(p[t]), v0;
+            memcpy(&v0, vc + t * hd + i, sizeof v0);
+            a0 = a0 + w * v0;
+        }
+        memcpy(out + i, &a0, sizeof a0);
+    }
+    for (; i < hd; i++) {
+        float a0 = 0.0f;
+        for (size_t t = 0; t < n_keys; t++)
+            a0 = a0 + p[t] * vc[t * hd + i];
+        out[i] = a0;
+    }
+}
+
+/* q is (hd,), K and V are (pos+1, hd) in the slot, out is (hd,).  The
+ * avx2 clone runs dot's eight lanes as one register: same bits. */
+__attribute__((target_clones("avx2", "default")))
 static void attention_row(float *out, const float *q, const float *kc,
                           const float *vc, size_t n_keys, size_t hd,
                           float scale, float *scores)
@@ -614,13 +872,7 @@ static void attention_row(float *out, const float *q, const float *kc,
     for (size_t t = 0; t < n_keys; t++)
         scores[t] = dot(q, kc + t * hd, hd) * scale;
     softmax_causal(scores, n_keys, n_keys);
-    for (size_t i = 0; i < hd; i++)
-        out[i] = 0.0f;
-    for (size_t t = 0; t < n_keys; t++) {
-        const float w = scores[t], *v = vc + t * hd;
-        for (size_t i = 0; i < hd; i++)
-            out[i] += w * v[i];
-    }
+    attention_values(out, scores, vc, n_keys, hd);
 }
 
 /* One (sequence, head): store the new K/V, then each new row attends to the
@@ -708,7 +960,8 @@ int forward_state_create(forward_state **out, const model *m, size_t max_rows,
         return error_set(err, "forward: cannot allocate scratch for %zu rows "
                          "(%zu bytes)", max_rows, max_rows * 11 * C * 4);
     }
-    st->pack_floats = 4 * C * 16;
+    /* a (K ≤ 4C, 16) packed panel, or SMALL_M × (N ≤ 4C) partial sums */
+    st->pack_floats = 4 * C * (SMALL_M > 16 ? SMALL_M : 16);
 #ifdef HAVE_AVX2_KERNELS
     __builtin_cpu_init();
     st->use_avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
