@@ -1,92 +1,195 @@
-/* main.c — start-up of the gpt2d daemon.
+/* main.c — start-up, signals and shut-down of the gpt2d daemon.
  *
- * For now: parse the command line, load the model and tokenizer once, print a
- * one-line summary.  The HTTP server arrives with the daemon issue. */
+ * Order: settings → log level → model → tokenizer → engine (KV slots
+ * allocated here, so memory is known before we listen) → HTTP server →
+ * one summary line → wait for a signal → drain → tear down in reverse.
+ *
+ * Signals are blocked in every thread (the mask is inherited) and taken
+ * synchronously with sigwait in the main thread, so no handler runs in
+ * async-signal context:
+ *   SIGTERM, SIGINT  stop accepting connections, let the engine finish or
+ *                    cancel in-flight work within --drain-timeout, exit 0.
+ *   SIGHUP           re-read the API keys (--api-key-file, GPT2D_API_KEY);
+ *                    on error the old keys stay in force.  Nothing else is
+ *                    reloaded: model and slots are fixed for the process.
+ *   SIGPIPE          ignored (a vanished client is an ordinary event). */
 
-#include <getopt.h>
+#include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
+#include "gpt2d/api.h"
+#include "gpt2d/engine.h"
 #include "gpt2d/error.h"
+#include "gpt2d/http.h"
+#include "gpt2d/kvcache.h"
+#include "gpt2d/log.h"
 #include "gpt2d/model.h"
+#include "gpt2d/settings.h"
 #include "gpt2d/tokenizer.h"
 
-static void usage(FILE *out)
+/* Everything the daemon owns, torn down in reverse order of creation. */
+typedef struct daemon_state {
+    settings cfg;
+    model mdl;
+    bool model_loaded;
+    tokenizer *tok;
+    engine *eng;
+    api_ctx api;
+    http_server *http;
+} daemon_state;
+
+static int load_tokenizer(daemon_state *d, gpt2d_error *err)
 {
-    fprintf(out,
-            "Usage: gpt2d --model DIR [options]\n"
-            "Serve a GPT-2 checkpoint (Hugging Face layout) over HTTP.\n"
-            "\n"
-            "  -m, --model DIR   directory with config.json, model.safetensors,\n"
-            "                    vocab.json and merges.txt\n"
-            "  -h, --help        show this help and exit\n"
-            "  -V, --version     show the version and exit\n");
+    char vocab_path[4096], merges_path[4096];
+    snprintf(vocab_path, sizeof vocab_path, "%s/vocab.json", d->cfg.model_dir);
+    snprintf(merges_path, sizeof merges_path, "%s/merges.txt", d->cfg.model_dir);
+    if (tokenizer_load(&d->tok, vocab_path, merges_path, err) != 0)
+        return -1;
+    if (tokenizer_vocab_size(d->tok) > d->mdl.config.vocab_size)
+        return error_set(err, "%s: tokenizer has %zu tokens but the model only %zu",
+                         d->cfg.model_dir, tokenizer_vocab_size(d->tok),
+                         d->mdl.config.vocab_size);
+    return 0;
+}
+
+static int write_port_file(const char *path, unsigned port, gpt2d_error *err)
+{
+    /* Written to a temporary name and renamed, so a test polling for the
+     * file never reads half a number. */
+    char tmp[4096];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "w");
+    if (f == NULL)
+        return error_set(err, "--port-file %s: %s", path, strerror(errno));
+    int ok = fprintf(f, "%u\n", port) > 0;
+    ok = (fclose(f) == 0) && ok;
+    if (!ok || rename(tmp, path) != 0) {
+        remove(tmp);
+        return error_set(err, "--port-file %s: %s", path, strerror(errno));
+    }
+    return 0;
+}
+
+static int start(daemon_state *d, gpt2d_error *err)
+{
+    if (model_load(&d->mdl, d->cfg.model_dir, err) != 0)
+        return -1;
+    d->model_loaded = true;
+    if (load_tokenizer(d, err) != 0)
+        return -1;
+    engine_config ec = {
+        .n_threads = d->cfg.threads,
+        .n_slots = d->cfg.slots,
+        .max_queue = d->cfg.max_queue,
+        .max_batch_rows = d->cfg.max_batch_rows,
+    };
+    if (engine_create(&d->eng, &d->mdl, d->tok, &ec, err) != 0)
+        return -1;
+    d->api = (api_ctx){
+        .eng = d->eng, .tok = d->tok, .mdl = &d->mdl, .n_slots = d->cfg.slots,
+        .log_prompts = d->cfg.log_prompts, .started = time(NULL),
+    };
+    if (http_start(&d->http, &d->cfg, &d->api, err) != 0)
+        return -1;
+    if (d->cfg.port_file != NULL && d->cfg.port_file[0] != '\0' &&
+        write_port_file(d->cfg.port_file, http_port(d->http), err) != 0)
+        return -1;
+    return 0;
+}
+
+static void log_summary(const daemon_state *d)
+{
+    const model_config *c = &d->mdl.config;
+    double kv_mb = (double)kvcache_slot_bytes(c) * (double)d->cfg.slots / 1e6;
+    log_info("gpt2d: loaded %s: %zu layers, %zu heads, %zu wide, context %zu, "
+             "vocabulary %zu, %.1f MB of weights; %zu KV slots (%.1f MB), "
+             "%zu threads; listening on %s:%u",
+             d->mdl.name, c->n_layer, c->n_head, c->n_embd, c->n_ctx, c->vocab_size,
+             (double)d->mdl.weight_bytes / 1e6, d->cfg.slots, kv_mb, d->cfg.threads,
+             d->cfg.host != NULL ? d->cfg.host : "*", http_port(d->http));
+}
+
+/* Blocks until SIGTERM or SIGINT, handling SIGHUP along the way. */
+static int wait_for_stop(daemon_state *d, const sigset_t *set)
+{
+    for (;;) {
+        int sig = 0;
+        if (sigwait(set, &sig) != 0)
+            continue;
+        if (sig == SIGHUP) {
+            gpt2d_error err = {{0}};
+            if (http_reload_keys(d->http, &err) != 0)
+                log_warn("SIGHUP: keeping the old API keys: %s", err.message);
+            else
+                log_info("SIGHUP: API keys reloaded");
+            continue;
+        }
+        return sig;
+    }
+}
+
+/* After the drain deadline, how long streams get to flush their last event. */
+#define SHUTDOWN_FLUSH_MS 2000
+
+static void teardown(daemon_state *d)
+{
+    /* The server first: its threads hold request references into the
+     * engine. */
+    http_stop(d->http);
+    if (d->eng != NULL)
+        engine_destroy(d->eng);
+    tokenizer_free(d->tok);
+    if (d->model_loaded)
+        model_free(&d->mdl);
+    settings_free(&d->cfg);
 }
 
 int main(int argc, char **argv)
 {
-    static const struct option options[] = {
-        {"model", required_argument, NULL, 'm'},
-        {"help", no_argument, NULL, 'h'},
-        {"version", no_argument, NULL, 'V'},
-        {NULL, 0, NULL, 0},
-    };
-    const char *model_dir = NULL;
-    int c;
-    opterr = 0;                 /* one line of our own per usage error */
-    while ((c = getopt_long(argc, argv, ":m:hV", options, NULL)) != -1) {
-        switch (c) {
-        case 'm': model_dir = optarg; break;
-        case 'h': usage(stdout); return EXIT_SUCCESS;
-        case 'V': printf("%s\n", PACKAGE_STRING); return EXIT_SUCCESS;
-        case ':':
-            fprintf(stderr, "gpt2d: option '%s' needs a value (see gpt2d --help)\n",
-                    argv[optind - 1]);
-            return 2;
-        default:
-            fprintf(stderr, "gpt2d: unrecognized option '%s' (see gpt2d --help)\n",
-                    argv[optind - 1]);
-            return 2;
-        }
-    }
-    if (optind < argc) {
-        fprintf(stderr, "gpt2d: unexpected argument '%s'\n", argv[optind]);
-        return 2;
-    }
-    if (model_dir == NULL) {
-        fprintf(stderr, "gpt2d: --model DIR is required\n");
-        return 2;
-    }
-
+    daemon_state d;
+    memset(&d, 0, sizeof d);
     gpt2d_error err = {{0}};
-    model m;
-    if (model_load(&m, model_dir, &err) != 0) {
+    switch (settings_load(&d.cfg, argc, argv, &err)) {
+    case SETTINGS_EXIT_OK: return EXIT_SUCCESS;
+    case SETTINGS_USAGE_ERROR:
         fprintf(stderr, "gpt2d: %s\n", err.message);
-        return EXIT_FAILURE;
+        return 2;
+    case SETTINGS_RUN: break;
     }
-    char vocab_path[4096], merges_path[4096];
-    snprintf(vocab_path, sizeof vocab_path, "%s/vocab.json", model_dir);
-    snprintf(merges_path, sizeof merges_path, "%s/merges.txt", model_dir);
-    tokenizer *tok = NULL;
-    if (tokenizer_load(&tok, vocab_path, merges_path, &err) != 0) {
+    log_set_level(d.cfg.log_level);
+
+    /* Before any thread exists, so every thread inherits the mask. */
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGHUP);
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    if (start(&d, &err) != 0) {
+        /* One line naming the problem, as the CLI tests expect. */
         fprintf(stderr, "gpt2d: %s\n", err.message);
-        model_free(&m);
+        teardown(&d);
         return EXIT_FAILURE;
     }
-    if (tokenizer_vocab_size(tok) > m.config.vocab_size) {
-        fprintf(stderr, "gpt2d: %s: tokenizer has %zu tokens but the model only %zu\n",
-                model_dir, tokenizer_vocab_size(tok), m.config.vocab_size);
-        tokenizer_free(tok);
-        model_free(&m);
-        return EXIT_FAILURE;
-    }
-    const model_config *cfg = &m.config;
-    printf("gpt2d: loaded %s: %zu layers, %zu heads, %zu wide, context %zu, "
-           "vocabulary %zu, %.1f MB of weights\n",
-           m.name, cfg->n_layer, cfg->n_head, cfg->n_embd, cfg->n_ctx,
-           cfg->vocab_size, (double)m.weight_bytes / 1e6);
-    tokenizer_free(tok);
-    model_free(&m);
+    log_summary(&d);
+
+    int sig = wait_for_stop(&d, &set);
+    log_info("%s: draining (up to %d ms)", sig == SIGINT ? "SIGINT" : "SIGTERM",
+             d.cfg.drain_ms);
+    http_quiesce(d.http);
+    engine_shutdown(d.eng, d.cfg.drain_ms);
+    /* Every request has now finished or been cancelled; give the connections
+     * a moment to write their final events before they are closed. */
+    if (!http_drain(d.http, SHUTDOWN_FLUSH_MS))
+        log_warn("closing connections that did not finish within %d ms",
+                 SHUTDOWN_FLUSH_MS);
+    teardown(&d);
+    log_info("stopped");
     return EXIT_SUCCESS;
 }

@@ -62,12 +62,26 @@ expect_error "missing vocab.json" 1 "$d/vocab.json" -- --model "$d"
 d=$(make_dir bad-merges); printf '#version: 0.2\nonlyonefield\n' >"$d/merges.txt"
 expect_error "malformed merges.txt" 1 "$d/merges.txt" -- --model "$d"
 
+# A good directory: the daemon loads it, logs a one-line summary, listens
+# (--port 0 picks a free port and --port-file reports it) and exits 0 on
+# SIGTERM.
+"$gpt2d" --model "$tiny" --host 127.0.0.1 --port 0 --port-file "$work/port" \
+    >"$work/out" 2>"$work/err" &
+pid=$!
+for _ in $(seq 100); do [[ -s $work/port ]] && break; sleep 0.1; done
 rc=0
-"$gpt2d" --model "$tiny" >"$work/out" 2>"$work/err" || rc=$?
-if [[ $rc -eq 0 ]] && grep -q '^gpt2d: loaded tiny: ' "$work/out"; then
-    echo "ok: good directory: $(cat "$work/out")"
+if [[ -s $work/port ]] && grep -q 'loaded tiny: ' "$work/err"; then
+    kill -TERM "$pid"
+    wait "$pid" || rc=$?
+    if [[ $rc -eq 0 ]]; then
+        echo "ok: good directory: $(grep -o 'loaded tiny: .*' "$work/err")"
+    else
+        echo "FAIL: good directory: exit $rc after SIGTERM"; cat "$work/err"
+        failures=$((failures + 1))
+    fi
 else
-    echo "FAIL: good directory: exit $rc"; cat "$work/out" "$work/err"
+    kill -KILL "$pid" 2>/dev/null || true
+    echo "FAIL: good directory: no port file or no summary line"; cat "$work/err"
     failures=$((failures + 1))
 fi
 

@@ -59,9 +59,26 @@ GPT2D_HF_ENDPOINT="http://127.0.0.1:$(cat "$work/port")"
 export GPT2D_HF_ENDPOINT
 failures=0
 
+# serves DIR: the daemon loads the model and starts listening, then stops.
+serves() {
+    local pid ok=1
+    "${GPT2D_BUILDDIR:?}/src/gpt2d" --model "$1" --port 0 --port-file "$work/gpt2d.port" \
+        >/dev/null 2>&1 &
+    pid=$!
+    for _ in $(seq 100); do
+        [[ -s $work/gpt2d.port ]] && { ok=0; break; }
+        kill -0 "$pid" 2>/dev/null || break
+        sleep 0.1
+    done
+    kill -TERM "$pid" 2>/dev/null || true
+    wait "$pid" || ok=1
+    rm -f "$work/gpt2d.port"
+    return "$ok"
+}
+
 if "$src/scripts/fetch-model.sh" gpt2 --dest "$work/good" >"$work/log" 2>&1 &&
    cmp -s "$tiny/model.safetensors" "$work/good/model.safetensors" &&
-   "${GPT2D_BUILDDIR:?}/src/gpt2d" --model "$work/good" >/dev/null; then
+   serves "$work/good"; then
     echo "ok: good checkpoint fetched, verified and loadable"
 else
     echo "FAIL: good checkpoint"; cat "$work/log"; failures=$((failures + 1))

@@ -1,0 +1,199 @@
+/* api.h — the OpenAI-compatible API layer: JSON in, JSON or SSE out.
+ *
+ * Owns request parsing and validation (every field error names its `param`),
+ * the OpenAI error object, and the shapes of every response.  It knows
+ * nothing of sockets: http.c hands it a body and a way to ask whether the
+ * client is still there, and sends whatever api_response it gets back.
+ *
+ * Threads: every function may be called from any HTTP connection thread at
+ * once; the shared api_ctx is read-only after start-up.  A handler may block
+ * (waiting for the engine), so the server must give each connection its own
+ * thread.  An api_stream belongs to one connection. */
+#ifndef GPT2D_API_H
+#define GPT2D_API_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <time.h>
+
+#include <jansson.h>
+
+#include "gpt2d/engine.h"
+#include "gpt2d/model.h"
+#include "gpt2d/settings.h"
+#include "gpt2d/tokenizer.h"
+
+/* Everything a handler needs, shared read-only by all connections. */
+typedef struct api_ctx {
+    engine *eng;
+    const tokenizer *tok;
+    const model *mdl;
+    size_t n_slots;             /* bounds the sequences one request may run */
+    bool log_prompts;
+    time_t started;             /* reported as the model's `created` */
+} api_ctx;
+
+/* ---- errors: {"error": {"message", "type", "param", "code"}} ---- */
+
+typedef struct api_error {
+    int status;                 /* HTTP status */
+    const char *type;           /* "invalid_request_error", ... */
+    const char *code;           /* NULL, or a short machine-readable code */
+    char param[64];             /* "" when no single field is at fault */
+    char message[512];
+} api_error;
+
+/* Fills `e` (type derived from the status) and returns -1, so a parser can
+ * `return api_error_set(...)`.  `param` may be NULL. */
+int api_error_set(api_error *e, int status, const char *param,
+                  const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
+/* ---- responses ---- */
+
+typedef struct api_stream api_stream;
+
+/* How a blocking handler learns that its client hung up. */
+typedef struct api_client {
+    bool (*gone)(void *arg);
+    void *arg;
+} api_client;
+
+typedef struct api_response {
+    int status;
+    char *body;                 /* malloc'ed; NULL when streaming */
+    size_t body_len;
+    const char *content_type;
+    const char *allow;          /* 405: the Allow header */
+    int retry_after;            /* > 0: Retry-After seconds (429) */
+    api_stream *stream;         /* non-NULL: an SSE stream instead of a body */
+    bool cancelled;             /* the client left; nothing is sent */
+    size_t prompt_tokens, completion_tokens;   /* for the access log */
+} api_response;
+
+void api_response_free(api_response *r);
+/* Sets the response to the error object of `e`. */
+void api_response_error(api_response *r, const api_error *e);
+/* Serialises `obj` (a reference is stolen) as the body. */
+void api_response_json(api_response *r, int status, json_t *obj);
+/* A plain-text body (copied). */
+void api_response_text(api_response *r, int status, const char *content_type,
+                       const char *text, size_t len);
+
+/* ---- endpoints ---- */
+
+void api_completions(const api_ctx *ctx, const char *body, size_t len,
+                     const api_client *client, api_response *r);
+void api_models(const api_ctx *ctx, api_response *r);
+/* GET /v1/models/{id}: the model object, or 404 for another id. */
+void api_model(const api_ctx *ctx, const char *id, api_response *r);
+void api_health(const api_ctx *ctx, bool stopping, api_response *r);
+void api_metrics(const api_ctx *ctx, api_response *r);
+void api_tokenize(const api_ctx *ctx, const char *body, size_t len,
+                  api_response *r);
+void api_detokenize(const api_ctx *ctx, const char *body, size_t len,
+                    api_response *r);
+void api_sessions_list(const api_ctx *ctx, api_response *r);
+void api_session_delete(const api_ctx *ctx, const char *id, api_response *r);
+
+/* ---- streaming ---- */
+
+enum { API_STREAM_END = -1, API_STREAM_ERROR = -2 };
+/* Copies the next bytes of the event stream into buf, blocking until there
+ * are some.  Returns the byte count (> 0), API_STREAM_END after `data: [DONE]`,
+ * or API_STREAM_ERROR when the client left (the request is then cancelled). */
+ssize_t api_stream_read(api_stream *s, char *buf, size_t max,
+                        const api_client *client);
+/* The client left: cancels the request if it is still running (once). */
+void api_stream_cancel(api_stream *s);
+/* Cancels the request if it is still running, and frees. */
+void api_stream_free(api_stream *s);
+/* Token counts so far, for the access log. */
+void api_stream_usage(const api_stream *s, size_t *prompt_tokens,
+                      size_t *completion_tokens);
+
+/* ---- the completion request, parsed (exposed for the unit tests) ---- */
+
+typedef struct completion_prompt {
+    int32_t *ids;
+    size_t n;
+} completion_prompt;
+
+typedef struct completion_request {
+    completion_prompt *prompts; /* one choice set per prompt */
+    size_t n_prompts;
+    size_t max_tokens;
+    size_t n, best_of;
+    sampler_params sampling;
+    logit_bias_entry *logit_bias;   /* owned; sampling.logit_bias points here */
+    bool has_seed;
+    uint64_t seed;
+    char *stop[ENGINE_MAX_STOP];
+    size_t n_stop;
+    bool logprobs;              /* logprobs was a number, not null/absent */
+    size_t n_logprobs;
+    bool echo, stream, include_usage;
+    char session_id[ENGINE_SESSION_ID_MAX + 1];  /* "" when absent */
+} completion_request;
+
+/* Limits a request is validated against. */
+typedef struct completion_limits {
+    size_t n_ctx;
+    size_t vocab_size;          /* token ids must be below it */
+    size_t max_sequences;       /* best_of x prompts, at most (the KV slots) */
+} completion_limits;
+
+/* Parses and validates a POST /v1/completions body; on failure `e` says
+ * which field is wrong (status 400). */
+int completion_request_parse(completion_request *req, const char *body,
+                             size_t len, const tokenizer *tok,
+                             const completion_limits *lim, api_error *e);
+void completion_request_free(completion_request *req);
+
+/* Orders the `n_seq` outputs by cumulative logprob, best first, into
+ * order[0..n_seq) (ties keep sequence order). */
+void completion_rank(const gen_output *const *outs, size_t n_seq,
+                     size_t *order);
+
+/* The logprobs object of one choice: prompt tokens first when `prompt` is
+ * non-NULL (first entry null), then generated tokens [from, to).
+ * text_offset counts characters (code points) of the choice's text from
+ * `base_offset`, the way OpenAI reports them; generated tokens' offsets are
+ * clamped to `max_offset` (the text may stop inside the tokens). */
+json_t *completion_logprobs_json(const tokenizer *tok,
+                                 const gen_token *prompt, size_t n_prompt,
+                                 const gen_token *gen, size_t from, size_t to,
+                                 size_t base_offset, size_t max_offset);
+
+/* One choice of a non-streamed response. */
+json_t *completion_choice_json(const tokenizer *tok,
+                               const completion_request *req,
+                               size_t prompt_index, size_t index,
+                               const gen_output *out);
+
+/* Where the text delta of generated token `token` ends, given `text_sent`
+ * bytes already streamed: the engine's token_text_end, never past a partial
+ * UTF-8 character (the rest waits for a later chunk). */
+size_t completion_stream_delta_end(const gen_output *out, size_t token,
+                                   size_t text_sent);
+
+/* ---- helpers shared by the endpoints ---- */
+
+/* A token as OpenAI shows it: its bytes when they are valid UTF-8, else
+ * "bytes:\xNN..." (malloc'ed). */
+char *api_token_string(const tokenizer *tok, int32_t id);
+/* Length of the longest prefix of `s` that does not end inside a UTF-8
+ * character (the rest is held back until it completes). */
+size_t api_utf8_complete_prefix(const char *s, size_t len);
+/* Code points in s[0, len) (continuation bytes are not counted). */
+size_t api_utf8_count(const char *s, size_t len);
+/* A JSON string of arbitrary bytes: invalid UTF-8 becomes U+FFFD. */
+json_t *api_json_string_bytes(const char *s, size_t len);
+/* "cmpl-" + 24 random hex digits into buf (>= 30 bytes). */
+void api_random_id(char *buf, size_t size, const char *prefix);
+uint64_t api_random_u64(void);
+/* Parses a JSON body that must be an object; on failure, a 400 in `e`. */
+json_t *api_parse_object(const char *body, size_t len, api_error *e);
+
+#endif

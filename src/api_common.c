@@ -1,0 +1,241 @@
+/* api_common.c — what every endpoint shares: the OpenAI error object,
+ * response bodies, JSON and UTF-8 helpers, random ids.
+ *
+ * JSON strings must be valid UTF-8 but token bytes need not be, so every
+ * byte string that reaches a response goes through api_json_string_bytes. */
+#include "gpt2d/api.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+/* OpenAI's `type` for each status we send. */
+static const char *error_type(int status)
+{
+    switch (status) {
+    case 401: return "authentication_error";
+    case 429: return "rate_limit_error";
+    case 500: case 503: return "server_error";
+    default: return "invalid_request_error";
+    }
+}
+
+int api_error_set(api_error *e, int status, const char *param,
+                  const char *fmt, ...)
+{
+    e->status = status;
+    e->type = error_type(status);
+    e->code = NULL;
+    snprintf(e->param, sizeof e->param, "%s", param != NULL ? param : "");
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->message, sizeof e->message, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+void api_response_free(api_response *r)
+{
+    free(r->body);
+    r->body = NULL;
+    if (r->stream != NULL) {
+        api_stream_free(r->stream);
+        r->stream = NULL;
+    }
+}
+
+static void set_body(api_response *r, int status, const char *content_type,
+                     char *body, size_t len)
+{
+    free(r->body);
+    r->status = status;
+    r->content_type = content_type;
+    r->body = body;
+    r->body_len = len;
+}
+
+void api_response_json(api_response *r, int status, json_t *obj)
+{
+    char *text = obj != NULL ? json_dumps(obj, JSON_COMPACT) : NULL;
+    json_decref(obj);
+    if (text == NULL) {
+        /* Out of memory (or an unserialisable value): a fixed body still
+         * tells the client what happened. */
+        static const char oom[] =
+            "{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\","
+            "\"param\":null,\"code\":null}}";
+        text = strdup(oom);
+        status = 500;
+    }
+    size_t len = text != NULL ? strlen(text) : 0;
+    set_body(r, status, "application/json", text, len);
+}
+
+void api_response_text(api_response *r, int status, const char *content_type,
+                       const char *text, size_t len)
+{
+    char *copy = malloc(len + 1);
+    if (copy != NULL) {
+        memcpy(copy, text, len);
+        copy[len] = '\0';
+    }
+    set_body(r, copy != NULL ? status : 500, content_type, copy,
+             copy != NULL ? len : 0);
+}
+
+void api_response_error(api_response *r, const api_error *e)
+{
+    json_t *inner = json_pack("{s:s, s:s, s:o, s:o}",
+        "message", e->message,
+        "type", e->type != NULL ? e->type : error_type(e->status),
+        "param", e->param[0] != '\0' ? json_string(e->param) : json_null(),
+        "code", e->code != NULL ? json_string(e->code) : json_null());
+    api_response_json(r, e->status, json_pack("{s:o}", "error", inner));
+}
+
+json_t *api_parse_object(const char *body, size_t len, api_error *e)
+{
+    json_error_t jerr;
+    json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
+    if (root == NULL) {
+        api_error_set(e, 400, NULL, "request body is not valid JSON: %s (line %d, column %d)",
+                      jerr.text, jerr.line, jerr.column);
+        return NULL;
+    }
+    if (!json_is_object(root)) {
+        json_decref(root);
+        api_error_set(e, 400, NULL, "request body must be a JSON object");
+        return NULL;
+    }
+    return root;
+}
+
+/* ---- UTF-8 ---- */
+
+/* Length of the valid UTF-8 sequence at s (1..4), 0 if invalid, or -1 if it
+ * is a valid beginning cut short by the end of the buffer. */
+static int utf8_seq(const unsigned char *s, size_t avail)
+{
+    unsigned char c = s[0];
+    int n;
+    unsigned char lo = 0x80, hi = 0xBF;   /* bounds of the second byte */
+    if (c < 0x80) return 1;
+    else if (c >= 0xC2 && c <= 0xDF) n = 2;
+    else if (c >= 0xE0 && c <= 0xEF) {
+        n = 3;
+        if (c == 0xE0) lo = 0xA0;         /* no overlong forms */
+        if (c == 0xED) hi = 0x9F;         /* no surrogates */
+    } else if (c >= 0xF0 && c <= 0xF4) {
+        n = 4;
+        if (c == 0xF0) lo = 0x90;
+        if (c == 0xF4) hi = 0x8F;         /* nothing past U+10FFFF */
+    } else
+        return 0;
+    for (int i = 1; i < n; i++) {
+        if ((size_t)i >= avail)
+            return -1;
+        unsigned char lo_i = i == 1 ? lo : 0x80, hi_i = i == 1 ? hi : 0xBF;
+        if (s[i] < lo_i || s[i] > hi_i)
+            return 0;
+    }
+    return n;
+}
+
+size_t api_utf8_complete_prefix(const char *s, size_t len)
+{
+    const unsigned char *u = (const unsigned char *)s;
+    size_t i = 0;
+    while (i < len) {
+        int n = utf8_seq(u + i, len - i);
+        if (n < 0)
+            return i;           /* an unfinished character: hold it back */
+        i += n > 0 ? (size_t)n : 1;   /* invalid bytes never complete; pass them */
+    }
+    return len;
+}
+
+size_t api_utf8_count(const char *s, size_t len)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < len; i++)
+        if (((unsigned char)s[i] & 0xC0) != 0x80)
+            n++;
+    return n;
+}
+
+json_t *api_json_string_bytes(const char *s, size_t len)
+{
+    const unsigned char *u = (const unsigned char *)s;
+    /* Each invalid byte may grow to the 3 bytes of U+FFFD. */
+    char *clean = malloc(len * 3 + 1);
+    if (clean == NULL)
+        return NULL;
+    size_t o = 0;
+    for (size_t i = 0; i < len;) {
+        int n = utf8_seq(u + i, len - i);
+        if (n > 0) {
+            memcpy(clean + o, s + i, (size_t)n);
+            o += (size_t)n;
+            i += (size_t)n;
+        } else {
+            memcpy(clean + o, "\xEF\xBF\xBD", 3);
+            o += 3;
+            i++;
+        }
+    }
+    json_t *j = json_stringn_nocheck(clean, o);
+    free(clean);
+    return j;
+}
+
+char *api_token_string(const tokenizer *tok, int32_t id)
+{
+    size_t len = 0;
+    const char *bytes = tokenizer_token_bytes(tok, id, &len);
+    if (bytes == NULL)
+        return strdup("");
+    bool valid = true;
+    for (size_t i = 0; i < len && valid;) {
+        int n = utf8_seq((const unsigned char *)bytes + i, len - i);
+        if (n <= 0)
+            valid = false;
+        else
+            i += (size_t)n;
+    }
+    /* NUL bytes are valid UTF-8 but would cut a C string short. */
+    if (valid && memchr(bytes, '\0', len) == NULL)
+        return strndup(bytes, len);
+    char *out = malloc(sizeof "bytes:" + len * 4);
+    if (out == NULL)
+        return NULL;
+    size_t o = (size_t)sprintf(out, "bytes:");
+    for (size_t i = 0; i < len; i++)
+        o += (size_t)sprintf(out + o, "\\x%02x", (unsigned char)bytes[i]);
+    return out;
+}
+
+/* ---- ids ---- */
+
+uint64_t api_random_u64(void)
+{
+    uint64_t v = 0;
+    if (getrandom(&v, sizeof v, 0) == (ssize_t)sizeof v)
+        return v;
+    /* getrandom cannot fail for 8 bytes once the pool is initialised; this
+     * fallback only keeps ids distinct, it is not a security boundary. */
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return ((uint64_t)ts.tv_sec << 32) ^ (uint64_t)ts.tv_nsec ^ (uint64_t)getpid();
+}
+
+void api_random_id(char *buf, size_t size, const char *prefix)
+{
+    uint64_t a = api_random_u64(), b = api_random_u64();
+    snprintf(buf, size, "%s%016llx%08llx", prefix, (unsigned long long)a,
+             (unsigned long long)(b & 0xffffffffu));
+}

@@ -1,0 +1,198 @@
+/* api_endpoints.c — the small endpoints: /v1/models, /health, /metrics,
+ * /tokenize, /detokenize and the session list / delete.
+ *
+ * None of them touches the model; each answers from the tokenizer, the
+ * engine's counters or the session table. */
+#include "gpt2d/api.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpt2d/metrics.h"
+
+static json_t *model_object(const api_ctx *ctx)
+{
+    return json_pack("{s:s, s:s, s:I, s:s, s:I}",
+        "id", ctx->mdl->name, "object", "model",
+        "created", (json_int_t)ctx->started, "owned_by", "gpt2d",
+        "max_model_len", (json_int_t)ctx->mdl->config.n_ctx);
+}
+
+void api_models(const api_ctx *ctx, api_response *r)
+{
+    api_response_json(r, 200, json_pack("{s:s, s:[o]}", "object", "list",
+                                         "data", model_object(ctx)));
+}
+
+void api_model(const api_ctx *ctx, const char *id, api_response *r)
+{
+    if (strcmp(id, ctx->mdl->name) != 0) {
+        api_error e;
+        api_error_set(&e, 404, "model", "no model '%.200s' (this server has '%s')",
+                      id, ctx->mdl->name);
+        e.code = "model_not_found";
+        api_response_error(r, &e);
+        return;
+    }
+    api_response_json(r, 200, model_object(ctx));
+}
+
+void api_health(const api_ctx *ctx, bool stopping, api_response *r)
+{
+    (void)ctx;
+    /* The server listens only once the model is loaded, so it is either
+     * ready or draining for shutdown. */
+    if (stopping)
+        api_response_json(r, 503, json_pack("{s:s}", "status", "stopping"));
+    else
+        api_response_json(r, 200, json_pack("{s:s}", "status", "ok"));
+}
+
+void api_metrics(const api_ctx *ctx, api_response *r)
+{
+    engine_stats st = engine_get_stats(ctx->eng);
+    char *text = metrics_render(&st);
+    if (text == NULL) {
+        api_error e;
+        api_error_set(&e, 500, NULL, "out of memory rendering metrics");
+        api_response_error(r, &e);
+        return;
+    }
+    r->status = 200;
+    r->content_type = "text/plain; version=0.0.4; charset=utf-8";
+    r->body = text;
+    r->body_len = strlen(text);
+}
+
+void api_tokenize(const api_ctx *ctx, const char *body, size_t len,
+                  api_response *r)
+{
+    api_error e;
+    json_t *root = api_parse_object(body, len, &e);
+    if (root == NULL) {
+        api_response_error(r, &e);
+        return;
+    }
+    json_t *content = json_object_get(root, "content");
+    if (!json_is_string(content)) {
+        json_decref(root);
+        api_error_set(&e, 400, "content", "content must be a string");
+        api_response_error(r, &e);
+        return;
+    }
+    int32_t *ids = NULL;
+    size_t n = 0;
+    gpt2d_error err;
+    if (tokenizer_encode(ctx->tok, json_string_value(content),
+                         json_string_length(content), &ids, &n, &err) != 0) {
+        json_decref(root);
+        api_error_set(&e, 500, NULL, "tokenizer: %s", err.message);
+        api_response_error(r, &e);
+        return;
+    }
+    json_decref(root);
+    json_t *arr = json_array();
+    for (size_t i = 0; i < n && arr != NULL; i++)
+        json_array_append_new(arr, json_integer(ids[i]));
+    free(ids);
+    api_response_json(r, 200, json_pack("{s:o}", "tokens", arr));
+}
+
+/* Reads "tokens": [id, ...] into a malloc'ed array, validated. */
+static int read_token_array(json_t *root, const tokenizer *tok, int32_t **ids,
+                            size_t *n, api_error *e)
+{
+    json_t *arr = json_object_get(root, "tokens");
+    if (!json_is_array(arr))
+        return api_error_set(e, 400, "tokens", "tokens must be an array of token ids");
+    size_t count = json_array_size(arr);
+    size_t vocab = tokenizer_vocab_size(tok);
+    *ids = malloc((count > 0 ? count : 1) * sizeof **ids);
+    if (*ids == NULL)
+        return api_error_set(e, 500, NULL, "out of memory");
+    for (size_t i = 0; i < count; i++) {
+        json_t *t = json_array_get(arr, i);
+        json_int_t id = json_is_integer(t) ? json_integer_value(t) : -1;
+        if (!json_is_integer(t) || id < 0 || (uint64_t)id >= vocab) {
+            free(*ids);
+            *ids = NULL;
+            return api_error_set(e, 400, "tokens",
+                                 "tokens[%zu] is not a token id in [0, %zu)", i, vocab);
+        }
+        (*ids)[i] = (int32_t)id;
+    }
+    *n = count;
+    return 0;
+}
+
+void api_detokenize(const api_ctx *ctx, const char *body, size_t len,
+                    api_response *r)
+{
+    api_error e;
+    json_t *root = api_parse_object(body, len, &e);
+    int32_t *ids = NULL;
+    size_t n = 0;
+    if (root == NULL || read_token_array(root, ctx->tok, &ids, &n, &e) != 0) {
+        json_decref(root);
+        api_response_error(r, &e);
+        return;
+    }
+    json_decref(root);
+    char *text = NULL;
+    size_t text_len = 0;
+    gpt2d_error err;
+    if (tokenizer_decode(ctx->tok, ids, n, &text, &text_len, &err) != 0) {
+        free(ids);
+        api_error_set(&e, 400, "tokens", "%s", err.message);
+        api_response_error(r, &e);
+        return;
+    }
+    free(ids);
+    json_t *content = api_json_string_bytes(text, text_len);
+    free(text);
+    api_response_json(r, 200, json_pack("{s:o}", "content", content));
+}
+
+void api_sessions_list(const api_ctx *ctx, api_response *r)
+{
+    /* The session table never holds more sessions than KV slots. */
+    size_t cap = ctx->n_slots > 0 ? ctx->n_slots : 1;
+    engine_session_info *info = calloc(cap, sizeof *info);
+    if (info == NULL) {
+        api_error e;
+        api_error_set(&e, 500, NULL, "out of memory");
+        api_response_error(r, &e);
+        return;
+    }
+    size_t n = engine_sessions(ctx->eng, info, cap);
+    if (n > cap)
+        n = cap;
+    json_t *data = json_array();
+    for (size_t i = 0; i < n; i++)
+        json_array_append_new(data, json_pack("{s:s, s:s, s:I, s:f, s:b}",
+            "id", info[i].id, "object", "session",
+            "n_tokens", (json_int_t)info[i].n_tokens,
+            "idle_seconds", info[i].idle_seconds, "busy", info[i].busy));
+    free(info);
+    api_response_json(r, 200, json_pack("{s:s, s:o}", "object", "list", "data", data));
+}
+
+void api_session_delete(const api_ctx *ctx, const char *id, api_response *r)
+{
+    api_error e;
+    switch (engine_session_delete(ctx->eng, id)) {
+    case 0:
+        api_response_json(r, 200, json_pack("{s:s, s:s, s:b}", "id", id,
+                                             "object", "session", "deleted", 1));
+        return;
+    case -2:
+        api_error_set(&e, 409, NULL, "session '%.128s' is busy with a request", id);
+        e.code = "session_busy";
+        break;
+    default:
+        api_error_set(&e, 404, NULL, "no session '%.128s'", id);
+        e.code = "session_not_found";
+        break;
+    }
+    api_response_error(r, &e);
+}

@@ -1,0 +1,771 @@
+/* http.c — libmicrohttpd glue: routing, API keys, the body limit, CORS,
+ * static files and SSE streaming.  Everything an endpoint says comes from
+ * api.h; this file only moves bytes and enforces the server's limits.
+ *
+ * One thread per connection (see http.h): the completion handler blocks in
+ * its own thread, and a stream's content reader blocks on its request.  The
+ * socket is polled for a hang-up while they wait, and MHD's completion and
+ * response-free callbacks cancel whatever is still running, so a vanished
+ * client never keeps a KV slot. */
+#include "gpt2d/http.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <microhttpd.h>
+
+#include "gpt2d/log.h"
+#include "gpt2d/metrics.h"
+
+#define STREAM_BLOCK_SIZE (16 * 1024)
+
+/* The API keys in force; replaced whole on SIGHUP. */
+typedef struct key_set {
+    char **keys;
+    size_t n;
+} key_set;
+
+struct http_server {
+    struct MHD_Daemon *daemon;
+    const settings *cfg;
+    const api_ctx *api;
+    unsigned port;
+    atomic_bool stopping;
+    atomic_size_t in_flight;    /* requests begun and not yet completed */
+    pthread_rwlock_t keys_lock;
+    key_set keys;
+};
+
+typedef enum route_id {
+    ROUTE_COMPLETIONS, ROUTE_MODELS, ROUTE_MODEL, ROUTE_HEALTH, ROUTE_METRICS,
+    ROUTE_TOKENIZE, ROUTE_DETOKENIZE, ROUTE_SESSIONS, ROUTE_SESSION,
+    ROUTE_STATIC, ROUTE_NONE,
+} route_id;
+
+typedef struct route {
+    route_id id;
+    const char *path;           /* exact path, or prefix when `prefix` */
+    bool prefix;
+    const char *methods;        /* the Allow header */
+    const char *label;          /* metrics label */
+} route;
+
+static const route routes[] = {
+    {ROUTE_COMPLETIONS, "/v1/completions", false, "POST", "/v1/completions"},
+    {ROUTE_MODELS, "/v1/models", false, "GET", "/v1/models"},
+    {ROUTE_MODEL, "/v1/models/", true, "GET", "/v1/models/{id}"},
+    {ROUTE_HEALTH, "/health", false, "GET", "/health"},
+    {ROUTE_METRICS, "/metrics", false, "GET", "/metrics"},
+    {ROUTE_TOKENIZE, "/tokenize", false, "POST", "/tokenize"},
+    {ROUTE_DETOKENIZE, "/detokenize", false, "POST", "/detokenize"},
+    {ROUTE_SESSIONS, "/v1/sessions", false, "GET", "/v1/sessions"},
+    {ROUTE_SESSION, "/v1/sessions/", true, "DELETE", "/v1/sessions/{id}"},
+};
+static const route static_route = {ROUTE_STATIC, "/", true, "GET", "static"};
+static const route no_route = {ROUTE_NONE, "", false, "", "other"};
+
+/* One HTTP request on a connection.  Referenced by the connection (until
+ * MHD's completion callback) and, when streaming, by the MHD response (until
+ * its free callback): freed when both have let go. */
+typedef struct http_request {
+    http_server *srv;
+    struct MHD_Connection *conn;
+    const route *route;
+    char method[16];
+    char path[256];
+    struct timespec t0;
+    char *body;
+    size_t len, cap;
+    bool too_large;
+    bool responded;
+    int status;
+    api_response resp;
+    atomic_int refs;
+} http_request;
+
+/* ------------------------------------------------------------------ */
+/* API keys                                                            */
+/* ------------------------------------------------------------------ */
+
+static void keys_free(key_set *k)
+{
+    for (size_t i = 0; i < k->n; i++) {
+        /* Keys are secrets: leave nothing behind in freed memory. */
+        explicit_bzero(k->keys[i], strlen(k->keys[i]));
+        free(k->keys[i]);
+    }
+    free(k->keys);
+    k->keys = NULL;
+    k->n = 0;
+}
+
+static int keys_add(key_set *k, const char *key, size_t len)
+{
+    char **keys = realloc(k->keys, (k->n + 1) * sizeof *keys);
+    if (keys == NULL)
+        return -1;
+    k->keys = keys;
+    k->keys[k->n] = strndup(key, len);
+    if (k->keys[k->n] == NULL)
+        return -1;
+    k->n++;
+    return 0;
+}
+
+/* One key per line; blank lines and # comments skipped; spaces trimmed. */
+static int keys_load_file(key_set *k, const char *path, gpt2d_error *err)
+{
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return error_set(err, "%s: %s", path, strerror(errno));
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t n;
+    int rc = 0;
+    while (rc == 0 && (n = getline(&line, &cap, f)) >= 0) {
+        char *s = line, *e = line + n;
+        while (s < e && (*s == ' ' || *s == '\t'))
+            s++;
+        while (e > s && (e[-1] == '\n' || e[-1] == '\r' || e[-1] == ' ' || e[-1] == '\t'))
+            e--;
+        if (s == e || *s == '#')
+            continue;
+        if (keys_add(k, s, (size_t)(e - s)) != 0)
+            rc = error_set(err, "%s: out of memory", path);
+    }
+    if (line != NULL)
+        explicit_bzero(line, cap);
+    free(line);
+    fclose(f);
+    if (rc == 0 && k->n == 0)
+        rc = error_set(err, "%s: no API keys in the file", path);
+    return rc;
+}
+
+static int keys_load(key_set *k, const settings *cfg, gpt2d_error *err)
+{
+    k->keys = NULL;
+    k->n = 0;
+    if (cfg->api_key_file != NULL && cfg->api_key_file[0] != '\0' &&
+        keys_load_file(k, cfg->api_key_file, err) != 0) {
+        keys_free(k);
+        return -1;
+    }
+    const char *env = getenv("GPT2D_API_KEY");
+    if (env != NULL && env[0] != '\0' && keys_add(k, env, strlen(env)) != 0) {
+        keys_free(k);
+        return error_set(err, "out of memory loading API keys");
+    }
+    return 0;
+}
+
+bool http_key_matches(const char *const *keys, size_t n_keys,
+                      const char *header)
+{
+    if (header == NULL || strncmp(header, "Bearer ", 7) != 0)
+        return false;
+    const char *given = header + 7;
+    size_t glen = strlen(given);
+    unsigned match = 0;
+    /* Every key is compared over its whole length whatever the bytes are, so
+     * the time taken says nothing about how much of a key was right. */
+    for (size_t k = 0; k < n_keys; k++) {
+        size_t klen = strlen(keys[k]);
+        unsigned diff = (unsigned)(klen ^ glen);
+        for (size_t i = 0; i < klen; i++) {
+            unsigned char g = i < glen ? (unsigned char)given[i] : 0;
+            diff |= (unsigned)(g ^ (unsigned char)keys[k][i]);
+        }
+        match |= (diff == 0);
+    }
+    return match != 0;
+}
+
+/* true when no keys are configured or the request carries one of them. */
+static bool authorized(http_server *srv, struct MHD_Connection *conn)
+{
+    pthread_rwlock_rdlock(&srv->keys_lock);
+    bool ok = srv->keys.n == 0 ||
+              http_key_matches((const char *const *)srv->keys.keys, srv->keys.n,
+                               MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
+                                                           "Authorization"));
+    pthread_rwlock_unlock(&srv->keys_lock);
+    return ok;
+}
+
+int http_reload_keys(http_server *srv, gpt2d_error *err)
+{
+    key_set fresh;
+    if (keys_load(&fresh, srv->cfg, err) != 0)
+        return -1;
+    pthread_rwlock_wrlock(&srv->keys_lock);
+    key_set old = srv->keys;
+    srv->keys = fresh;
+    pthread_rwlock_unlock(&srv->keys_lock);
+    keys_free(&old);
+    return 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* Requests                                                            */
+/* ------------------------------------------------------------------ */
+
+static double seconds_since(const struct timespec *t0)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (double)(now.tv_sec - t0->tv_sec) + (double)(now.tv_nsec - t0->tv_nsec) / 1e9;
+}
+
+static void request_unref(http_request *hr)
+{
+    if (atomic_fetch_sub(&hr->refs, 1) != 1)
+        return;
+    api_response_free(&hr->resp);
+    free(hr->body);
+    free(hr);
+}
+
+static const route *route_find(const char *url)
+{
+    for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++) {
+        const route *r = &routes[i];
+        if (r->prefix ? (strncmp(url, r->path, strlen(r->path)) == 0 &&
+                         url[strlen(r->path)] != '\0')
+                      : strcmp(url, r->path) == 0)
+            return r;
+    }
+    /* Anything else may be a file of the playground. */
+    if (strncmp(url, "/v1/", 4) != 0)
+        return &static_route;
+    return &no_route;
+}
+
+/* The connection's client hung up (poll on its socket; never blocks). */
+static bool client_gone(void *arg)
+{
+    http_request *hr = arg;
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(hr->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (ci == NULL)
+        return false;
+    struct pollfd pfd = {.fd = ci->connect_fd, .events = POLLRDHUP};
+    if (poll(&pfd, 1, 0) <= 0)
+        return false;
+    return (pfd.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) != 0;
+}
+
+static void add_common_headers(http_request *hr, struct MHD_Response *resp)
+{
+    const settings *cfg = hr->srv->cfg;
+    if (cfg->cors_origin != NULL && cfg->cors_origin[0] != '\0') {
+        MHD_add_response_header(resp, "Access-Control-Allow-Origin", cfg->cors_origin);
+        MHD_add_response_header(resp, "Vary", "Origin");
+    }
+}
+
+/* Queues hr->resp (a body or a stream). */
+static enum MHD_Result send_api_response(http_request *hr);
+
+static enum MHD_Result send_error(http_request *hr, int status,
+                                  const char *param, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+static enum MHD_Result send_error(http_request *hr, int status,
+                                  const char *param, const char *fmt, ...)
+{
+    api_error e;
+    va_list ap;
+    va_start(ap, fmt);
+    char msg[sizeof e.message];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    api_error_set(&e, status, param, "%s", msg);
+    if (status == 401)
+        e.code = "invalid_api_key";
+    api_response_free(&hr->resp);
+    memset(&hr->resp, 0, sizeof hr->resp);
+    api_response_error(&hr->resp, &e);
+    if (status == 405)
+        hr->resp.allow = hr->route->methods;
+    return send_api_response(hr);
+}
+
+static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    (void)pos;
+    http_request *hr = cls;
+    api_client client = {client_gone, hr};
+    ssize_t n = api_stream_read(hr->resp.stream, buf, max, &client);
+    if (n == API_STREAM_END)
+        return MHD_CONTENT_READER_END_OF_STREAM;
+    if (n < 0)
+        return MHD_CONTENT_READER_END_WITH_ERROR;
+    return n;
+}
+
+static void stream_free(void *cls)
+{
+    http_request *hr = cls;
+    /* The response is gone: if the stream did not finish, the client did. */
+    if (hr->resp.stream != NULL)
+        api_stream_cancel(hr->resp.stream);
+    request_unref(hr);
+}
+
+static enum MHD_Result send_api_response(http_request *hr)
+{
+    api_response *r = &hr->resp;
+    struct MHD_Response *resp;
+    if (r->stream != NULL) {
+        atomic_fetch_add(&hr->refs, 1);     /* the response's reference */
+        resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, STREAM_BLOCK_SIZE,
+                                                 stream_reader, hr, stream_free);
+        if (resp == NULL) {
+            request_unref(hr);
+            return MHD_NO;
+        }
+        MHD_add_response_header(resp, "Cache-Control", "no-cache");
+        MHD_add_response_header(resp, "X-Accel-Buffering", "no");
+    } else {
+        resp = MHD_create_response_from_buffer(r->body_len, r->body,
+                                               MHD_RESPMEM_MUST_COPY);
+        if (resp == NULL)
+            return MHD_NO;
+    }
+    if (r->content_type != NULL)
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, r->content_type);
+    if (r->allow != NULL)
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, r->allow);
+    if (r->retry_after > 0) {
+        char ra[16];
+        snprintf(ra, sizeof ra, "%d", r->retry_after);
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, ra);
+    }
+    if (r->status == 401)
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
+    add_common_headers(hr, resp);
+    hr->status = r->status;
+    hr->responded = true;
+    enum MHD_Result rc = MHD_queue_response(hr->conn, (unsigned)r->status, resp);
+    MHD_destroy_response(resp);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ */
+/* Static files                                                        */
+/* ------------------------------------------------------------------ */
+
+static const char *content_type_for(const char *path)
+{
+    static const struct { const char *ext, *type; } types[] = {
+        {".html", "text/html; charset=utf-8"},
+        {".js", "text/javascript; charset=utf-8"},
+        {".mjs", "text/javascript; charset=utf-8"},
+        {".css", "text/css; charset=utf-8"},
+        {".json", "application/json"},
+        {".svg", "image/svg+xml"},
+        {".png", "image/png"},
+        {".ico", "image/x-icon"},
+        {".txt", "text/plain; charset=utf-8"},
+        {".woff2", "font/woff2"},
+        {".map", "application/json"},
+    };
+    const char *dot = strrchr(path, '.');
+    if (dot != NULL && strchr(dot, '/') == NULL)
+        for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
+            if (strcmp(dot, types[i].ext) == 0)
+                return types[i].type;
+    return "application/octet-stream";
+}
+
+/* Only plain relative names: no "..", no hidden files, no odd bytes. */
+static bool static_path_ok(const char *url)
+{
+    if (url[0] != '/' || strlen(url) > 200)
+        return false;
+    for (const char *p = url; *p != '\0'; p++) {
+        char c = *p;
+        bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+                  (c >= '0' && c <= '9') || c == '/' || c == '.' || c == '_' || c == '-';
+        if (!ok)
+            return false;
+        if (c == '/' && p[1] == '.')
+            return false;
+    }
+    return true;
+}
+
+#define STATIC_CSP                                                            \
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; " \
+    "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+
+static enum MHD_Result send_static(http_request *hr, const char *url)
+{
+    const char *root = hr->srv->cfg->web_root;
+    const char *rel = strcmp(url, "/") == 0 ? "/index.html" : url;
+    if (root == NULL || root[0] == '\0' || !static_path_ok(rel))
+        return send_error(hr, 404, NULL, "no such endpoint or file: %s", hr->path);
+    char path[4096];
+    snprintf(path, sizeof path, "%s%s", root, rel);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        if (fd >= 0)
+            close(fd);
+        return send_error(hr, 404, NULL, "no such endpoint or file: %s", hr->path);
+    }
+    struct MHD_Response *resp = MHD_create_response_from_fd((uint64_t)st.st_size, fd);
+    if (resp == NULL) {
+        close(fd);
+        return MHD_NO;
+    }
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, content_type_for(rel));
+    /* No validators to revalidate against, so the browser must ask each time;
+     * the policy lets the page load only its own files and talk only to us. */
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+    MHD_add_response_header(resp, "X-Content-Type-Options", "nosniff");
+    MHD_add_response_header(resp, "Referrer-Policy", "no-referrer");
+    MHD_add_response_header(resp, "Content-Security-Policy", STATIC_CSP);
+    add_common_headers(hr, resp);
+    hr->status = 200;
+    hr->responded = true;
+    enum MHD_Result rc = MHD_queue_response(hr->conn, MHD_HTTP_OK, resp);
+    MHD_destroy_response(resp);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ */
+/* Dispatch                                                            */
+/* ------------------------------------------------------------------ */
+
+static bool method_allowed(const route *r, const char *method)
+{
+    if (strcmp(method, r->methods) == 0)
+        return true;
+    return strcmp(method, "HEAD") == 0 && strcmp(r->methods, "GET") == 0;
+}
+
+static enum MHD_Result send_preflight(http_request *hr)
+{
+    struct MHD_Response *resp =
+        MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT);
+    if (resp == NULL)
+        return MHD_NO;
+    add_common_headers(hr, resp);
+    MHD_add_response_header(resp, "Access-Control-Allow-Methods",
+                            "GET, POST, DELETE, OPTIONS");
+    MHD_add_response_header(resp, "Access-Control-Allow-Headers",
+                            "Authorization, Content-Type");
+    MHD_add_response_header(resp, "Access-Control-Max-Age", "600");
+    hr->status = 204;
+    hr->responded = true;
+    enum MHD_Result rc = MHD_queue_response(hr->conn, MHD_HTTP_NO_CONTENT, resp);
+    MHD_destroy_response(resp);
+    return rc;
+}
+
+/* Everything that can be refused before the body is read: unknown path,
+ * wrong method, missing key, a declared body that is too large.  Returns
+ * true when a response was queued (into *rc). */
+static bool early_checks(http_request *hr, enum MHD_Result *rc)
+{
+    http_server *srv = hr->srv;
+    const route *r = hr->route;
+    const char *cors = srv->cfg->cors_origin;
+    if (strcmp(hr->method, "OPTIONS") == 0 && cors != NULL && cors[0] != '\0' &&
+        r->id != ROUTE_NONE) {
+        *rc = send_preflight(hr);
+        return true;
+    }
+    if (r->id == ROUTE_NONE) {
+        *rc = send_error(hr, 404, NULL, "no such endpoint: %s %s", hr->method, hr->path);
+        return true;
+    }
+    if (!method_allowed(r, hr->method)) {
+        if (r->id == ROUTE_STATIC)
+            *rc = send_error(hr, 404, NULL, "no such endpoint: %s %s", hr->method, hr->path);
+        else
+            *rc = send_error(hr, 405, NULL, "%s is not allowed on %s (allowed: %s)",
+                             hr->method, hr->path, r->methods);
+        return true;
+    }
+    /* /health stays open for load balancers; the playground's files are
+     * public (the page asks for the key and sends it with its API calls). */
+    if (r->id != ROUTE_HEALTH && r->id != ROUTE_STATIC && !authorized(srv, hr->conn)) {
+        *rc = send_error(hr, 401, NULL,
+                         "missing or incorrect API key: send Authorization: Bearer KEY");
+        return true;
+    }
+    const char *cl = MHD_lookup_connection_value(hr->conn, MHD_HEADER_KIND,
+                                                 MHD_HTTP_HEADER_CONTENT_LENGTH);
+    if (cl != NULL && strtoull(cl, NULL, 10) > srv->cfg->max_body_bytes) {
+        *rc = send_error(hr, 413, NULL, "request body of %s bytes is over the limit of %zu",
+                         cl, srv->cfg->max_body_bytes);
+        return true;
+    }
+    return false;
+}
+
+/* Appends upload data, bounded by max_body_bytes. */
+static void accumulate(http_request *hr, const char *data, size_t n)
+{
+    size_t limit = hr->srv->cfg->max_body_bytes;
+    if (hr->too_large || hr->len + n > limit) {
+        hr->too_large = true;   /* keep reading, discarding, then answer 413 */
+        return;
+    }
+    if (hr->len + n + 1 > hr->cap) {
+        size_t cap = hr->cap ? hr->cap : 4096;
+        while (cap < hr->len + n + 1)
+            cap *= 2;
+        char *b = realloc(hr->body, cap);
+        if (b == NULL) {
+            hr->too_large = true;
+            return;
+        }
+        hr->body = b;
+        hr->cap = cap;
+    }
+    memcpy(hr->body + hr->len, data, n);
+    hr->len += n;
+    hr->body[hr->len] = '\0';
+}
+
+static enum MHD_Result dispatch(http_request *hr, const char *url)
+{
+    http_server *srv = hr->srv;
+    const api_ctx *api = srv->api;
+    api_response *r = &hr->resp;
+    if (hr->too_large)
+        return send_error(hr, 413, NULL, "request body is over the limit of %zu bytes",
+                          srv->cfg->max_body_bytes);
+    const char *body = hr->body != NULL ? hr->body : "";
+    switch (hr->route->id) {
+    case ROUTE_COMPLETIONS: {
+        /* Generation may outlast the idle timeout; the completion callback
+         * restores it for the next request on this connection. */
+        MHD_set_connection_option(hr->conn, MHD_CONNECTION_OPTION_TIMEOUT, 0u);
+        api_client client = {client_gone, hr};
+        api_completions(api, body, hr->len, &client, r);
+        if (r->cancelled) {
+            hr->status = r->status;
+            return MHD_NO;      /* nobody to answer: close the connection */
+        }
+        break;
+    }
+    case ROUTE_MODELS: api_models(api, r); break;
+    case ROUTE_MODEL: api_model(api, url + strlen("/v1/models/"), r); break;
+    case ROUTE_HEALTH: api_health(api, atomic_load(&srv->stopping), r); break;
+    case ROUTE_METRICS: api_metrics(api, r); break;
+    case ROUTE_TOKENIZE: api_tokenize(api, body, hr->len, r); break;
+    case ROUTE_DETOKENIZE: api_detokenize(api, body, hr->len, r); break;
+    case ROUTE_SESSIONS: api_sessions_list(api, r); break;
+    case ROUTE_SESSION:
+        api_session_delete(api, url + strlen("/v1/sessions/"), r);
+        break;
+    case ROUTE_STATIC: return send_static(hr, url);
+    default:
+        return send_error(hr, 404, NULL, "no such endpoint: %s", hr->path);
+    }
+    return send_api_response(hr);
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
+                                  const char *url, const char *method,
+                                  const char *version, const char *upload_data,
+                                  size_t *upload_data_size, void **con_cls)
+{
+    (void)version;
+    http_server *srv = cls;
+    http_request *hr = *con_cls;
+    if (hr == NULL) {
+        hr = calloc(1, sizeof *hr);
+        if (hr == NULL)
+            return MHD_NO;
+        atomic_init(&hr->refs, 1);
+        atomic_fetch_add(&srv->in_flight, 1);
+        hr->srv = srv;
+        hr->conn = conn;
+        clock_gettime(CLOCK_MONOTONIC, &hr->t0);
+        snprintf(hr->method, sizeof hr->method, "%s", method);
+        snprintf(hr->path, sizeof hr->path, "%s", url);
+        hr->route = route_find(url);
+        *con_cls = hr;
+        enum MHD_Result rc;
+        if (early_checks(hr, &rc))
+            return rc;
+        return MHD_YES;
+    }
+    if (hr->responded)
+        return MHD_YES;         /* answered early; let MHD drop the upload */
+    if (*upload_data_size > 0) {
+        accumulate(hr, upload_data, *upload_data_size);
+        *upload_data_size = 0;
+        return MHD_YES;
+    }
+    return dispatch(hr, url);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
+                         enum MHD_RequestTerminationCode toe)
+{
+    http_server *srv = cls;
+    http_request *hr = *con_cls;
+    if (hr == NULL)
+        return;
+    *con_cls = NULL;
+    size_t prompt = hr->resp.prompt_tokens, completion = hr->resp.completion_tokens;
+    if (hr->resp.stream != NULL) {
+        if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK) {
+            api_stream_cancel(hr->resp.stream);
+            hr->status = 499;
+        }
+        api_stream_usage(hr->resp.stream, &prompt, &completion);
+    }
+    if (hr->route == &routes[0])
+        MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT,
+                                  srv->cfg->connection_timeout);
+    int status = hr->status != 0 ? hr->status : 499;
+    metrics_request_done(hr->route->label, status);
+    log_info("%s %s %d %.1fms prompt_tokens=%zu completion_tokens=%zu",
+             hr->method, hr->path, status, seconds_since(&hr->t0) * 1e3,
+             prompt, completion);
+    request_unref(hr);
+    atomic_fetch_sub(&srv->in_flight, 1);
+}
+
+/* ------------------------------------------------------------------ */
+/* The daemon                                                          */
+/* ------------------------------------------------------------------ */
+
+static void mhd_log(void *cls, const char *fmt, va_list ap)
+{
+    (void)cls;
+    char line[512];
+    vsnprintf(line, sizeof line, fmt, ap);
+    size_t n = strlen(line);
+    while (n > 0 && line[n - 1] == '\n')
+        line[--n] = '\0';
+    /* MHD reports every connection we drop on purpose (a client that left)
+     * as an "internal error"; real start-up failures are reported by
+     * http_start, so its chatter belongs at debug level. */
+    log_debug("http: %s", line);
+}
+
+static int resolve(const settings *cfg, struct sockaddr_storage *addr,
+                   socklen_t *addr_len, gpt2d_error *err)
+{
+    char port[16];
+    snprintf(port, sizeof port, "%u", cfg->port);
+    struct addrinfo hints = {0}, *res = NULL;
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+    const char *host = cfg->host != NULL && cfg->host[0] != '\0' ? cfg->host : NULL;
+    int rc = getaddrinfo(host, port, &hints, &res);
+    if (rc != 0)
+        return error_set(err, "--host %s: %s", host ? host : "(any)", gai_strerror(rc));
+    memcpy(addr, res->ai_addr, res->ai_addrlen);
+    *addr_len = res->ai_addrlen;
+    freeaddrinfo(res);
+    return 0;
+}
+
+int http_start(http_server **out, const settings *cfg, const api_ctx *api,
+               gpt2d_error *err)
+{
+    *out = NULL;
+    http_server *srv = calloc(1, sizeof *srv);
+    if (srv == NULL)
+        return error_set(err, "out of memory");
+    srv->cfg = cfg;
+    srv->api = api;
+    atomic_init(&srv->stopping, false);
+    pthread_rwlock_init(&srv->keys_lock, NULL);
+    if (keys_load(&srv->keys, cfg, err) != 0) {
+        pthread_rwlock_destroy(&srv->keys_lock);
+        free(srv);
+        return -1;
+    }
+    struct sockaddr_storage addr;
+    socklen_t addr_len = 0;
+    if (resolve(cfg, &addr, &addr_len, err) != 0) {
+        http_stop(srv);
+        return -1;
+    }
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION |
+                     MHD_USE_ITC | MHD_USE_ERROR_LOG;
+    if (addr.ss_family == AF_INET6)
+        flags |= MHD_USE_IPv6;
+    srv->daemon = MHD_start_daemon(
+        flags, (uint16_t)cfg->port, NULL, NULL, on_request, srv,
+        MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,   /* first, or MHD warns */
+        MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
+        MHD_OPTION_CONNECTION_LIMIT, (unsigned)cfg->max_connections,
+        MHD_OPTION_CONNECTION_TIMEOUT, cfg->connection_timeout,
+        MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv,
+        MHD_OPTION_LISTENING_ADDRESS_REUSE, 1u,
+        MHD_OPTION_END);
+    if (srv->daemon == NULL) {
+        int saved = errno;
+        error_set(err, "cannot listen on %s:%u: %s", cfg->host ? cfg->host : "*",
+                  cfg->port, saved != 0 ? strerror(saved) : "libmicrohttpd refused to start");
+        http_stop(srv);
+        return -1;
+    }
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(srv->daemon, MHD_DAEMON_INFO_BIND_PORT);
+    srv->port = di != NULL ? di->port : cfg->port;
+    *out = srv;
+    return 0;
+}
+
+unsigned http_port(const http_server *srv)
+{
+    return srv->port;
+}
+
+void http_quiesce(http_server *srv)
+{
+    atomic_store(&srv->stopping, true);
+    if (srv->daemon == NULL)
+        return;
+    MHD_socket fd = MHD_quiesce_daemon(srv->daemon);
+    if (fd != MHD_INVALID_SOCKET)
+        close(fd);
+}
+
+bool http_drain(http_server *srv, int timeout_ms)
+{
+    struct timespec t0;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    while (atomic_load(&srv->in_flight) > 0) {
+        if (seconds_since(&t0) * 1e3 >= timeout_ms)
+            return false;
+        nanosleep(&(struct timespec){.tv_nsec = 10 * 1000 * 1000}, NULL);
+    }
+    return true;
+}
+
+void http_stop(http_server *srv)
+{
+    if (srv == NULL)
+        return;
+    if (srv->daemon != NULL)
+        MHD_stop_daemon(srv->daemon);
+    keys_free(&srv->keys);
+    pthread_rwlock_destroy(&srv->keys_lock);
+    free(srv);
+}

@@ -1,0 +1,602 @@
+/* test_api.c — the API layer without sockets or an engine: request parsing
+ * and validation (every error names its param), the logprobs object, echo
+ * text offsets, best_of ranking, UTF-8 hold-back of streamed deltas, error
+ * objects, token strings and the API-key comparison. */
+#include <check.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpt2d/api.h"
+#include "gpt2d/http.h"
+#include "test_util.h"
+
+static tokenizer *tok;
+
+static void load_tokenizer(void)
+{
+    char vocab[4096], merges[4096];
+    test_data_path(vocab, sizeof vocab, "tokenizer/vocab.json");
+    test_data_path(merges, sizeof merges, "tokenizer/merges.txt");
+    gpt2d_error err;
+    if (tokenizer_load(&tok, vocab, merges, &err) != 0) {
+        fprintf(stderr, "tokenizer_load: %s (run tests/data/fetch-tokenizer.sh)\n",
+                err.message);
+        exit(EXIT_FAILURE);
+    }
+}
+
+static void free_tokenizer(void)
+{
+    tokenizer_free(tok);
+    tok = NULL;
+}
+
+static const completion_limits limits = {.n_ctx = 64, .vocab_size = 50257,
+                                         .max_sequences = 4};
+
+static int parse(completion_request *req, const char *body, api_error *e)
+{
+    return completion_request_parse(req, body, strlen(body), tok, &limits, e);
+}
+
+/* ---- parsing ---- */
+
+START_TEST(test_defaults_follow_openai)
+{
+    completion_request req;
+    api_error e;
+    ck_assert_int_eq(parse(&req, "{\"prompt\": \"Hello world\"}", &e), 0);
+    ck_assert_uint_eq(req.n_prompts, 1);
+    ck_assert_uint_eq(req.prompts[0].n, 2);
+    ck_assert_int_eq(req.prompts[0].ids[0], 15496);
+    ck_assert_int_eq(req.prompts[0].ids[1], 995);
+    ck_assert_uint_eq(req.max_tokens, 16);
+    ck_assert_uint_eq(req.n, 1);
+    ck_assert_uint_eq(req.best_of, 1);
+    ck_assert_float_eq(req.sampling.temperature, 1.0f);
+    ck_assert_float_eq(req.sampling.top_p, 1.0f);
+    ck_assert(!req.logprobs && !req.echo && !req.stream && !req.has_seed);
+    ck_assert_uint_eq(req.n_stop, 0);
+    ck_assert_str_eq(req.session_id, "");
+    completion_request_free(&req);
+}
+END_TEST
+
+START_TEST(test_every_prompt_form_is_accepted)
+{
+    completion_request req;
+    api_error e;
+    ck_assert_int_eq(parse(&req, "{\"prompt\": [\"Hello\", \"Hello world\"]}", &e), 0);
+    ck_assert_uint_eq(req.n_prompts, 2);
+    ck_assert_uint_eq(req.prompts[1].n, 2);
+    completion_request_free(&req);
+
+    ck_assert_int_eq(parse(&req, "{\"prompt\": [15496, 995, 0]}", &e), 0);
+    ck_assert_uint_eq(req.n_prompts, 1);
+    ck_assert_uint_eq(req.prompts[0].n, 3);
+    ck_assert_int_eq(req.prompts[0].ids[2], 0);
+    completion_request_free(&req);
+
+    ck_assert_int_eq(parse(&req, "{\"prompt\": [[1, 2], [50256]]}", &e), 0);
+    ck_assert_uint_eq(req.n_prompts, 2);
+    ck_assert_int_eq(req.prompts[1].ids[0], 50256);
+    completion_request_free(&req);
+}
+END_TEST
+
+START_TEST(test_fields_are_parsed_into_the_request)
+{
+    completion_request req;
+    api_error e;
+    const char *body =
+        "{\"prompt\": \"x\", \"model\": \"whatever\", \"max_tokens\": 5, \"temperature\": 0,"
+        " \"top_p\": 0.5, \"top_k\": 7, \"min_p\": 0.1, \"presence_penalty\": -2,"
+        " \"frequency_penalty\": 2, \"repetition_penalty\": 1.3, \"n\": 2, \"best_of\": 3,"
+        " \"stop\": [\"a\", \"bc\"], \"logit_bias\": {\"50256\": -100, \"11\": 2.5},"
+        " \"seed\": -1, \"user\": \"u\", \"echo\": true, \"logprobs\": 3,"
+        " \"session_id\": \"chat-1.a:b_c\", \"unknown_extra\": {\"x\": 1}}";
+    ck_assert_int_eq(parse(&req, body, &e), 0);
+    ck_assert_uint_eq(req.max_tokens, 5);
+    ck_assert_float_eq(req.sampling.temperature, 0.0f);
+    ck_assert_float_eq(req.sampling.top_p, 0.5f);
+    ck_assert_uint_eq(req.sampling.top_k, 7);
+    ck_assert_float_eq_tol(req.sampling.min_p, 0.1f, 1e-7f);
+    ck_assert_float_eq(req.sampling.presence_penalty, -2.0f);
+    ck_assert_float_eq(req.sampling.frequency_penalty, 2.0f);
+    ck_assert_float_eq_tol(req.sampling.repetition_penalty, 1.3f, 1e-6f);
+    ck_assert_uint_eq(req.n, 2);
+    ck_assert_uint_eq(req.best_of, 3);
+    ck_assert_uint_eq(req.n_stop, 2);
+    ck_assert_str_eq(req.stop[1], "bc");
+    ck_assert_uint_eq(req.sampling.n_logit_bias, 2);
+    ck_assert_ptr_eq(req.sampling.logit_bias, req.logit_bias);
+    bool saw_eot = false;
+    for (size_t i = 0; i < 2; i++)
+        if (req.logit_bias[i].token == 50256) {
+            saw_eot = true;
+            ck_assert_float_eq(req.logit_bias[i].bias, -100.0f);
+        }
+    ck_assert(saw_eot);
+    ck_assert(req.has_seed);
+    ck_assert(req.seed == UINT64_MAX);
+    ck_assert(req.echo && req.logprobs);
+    ck_assert_uint_eq(req.n_logprobs, 3);
+    ck_assert_str_eq(req.session_id, "chat-1.a:b_c");
+    completion_request_free(&req);
+
+    ck_assert_int_eq(parse(&req, "{\"prompt\": \"x\", \"stream\": true,"
+                                 " \"stream_options\": {\"include_usage\": true},"
+                                 " \"stop\": \"\\n\", \"logprobs\": null}", &e), 0);
+    ck_assert(req.stream && req.include_usage && !req.logprobs);
+    ck_assert_uint_eq(req.n_stop, 1);
+    ck_assert_str_eq(req.stop[0], "\n");
+    completion_request_free(&req);
+}
+END_TEST
+
+/* Each invalid body and the param its 400 must name. */
+static const struct { const char *body, *param; } bad_fields[] = {
+    {"{}", "prompt"},
+    {"{\"prompt\": null}", "prompt"},
+    {"{\"prompt\": \"\"}", "prompt"},
+    {"{\"prompt\": []}", "prompt"},
+    {"{\"prompt\": [[]]}", "prompt"},
+    {"{\"prompt\": 5}", "prompt"},
+    {"{\"prompt\": [1, \"a\"]}", "prompt"},
+    {"{\"prompt\": [\"a\", [1]]}", "prompt"},
+    {"{\"prompt\": [-1]}", "prompt"},
+    {"{\"prompt\": [50257]}", "prompt"},
+    {"{\"prompt\": [[1], [99999]]}", "prompt"},
+    {"{\"prompt\": [1.5]}", "prompt"},
+    {"{\"prompt\": \"x\", \"model\": 3}", "model"},
+    {"{\"prompt\": \"x\", \"max_tokens\": -1}", "max_tokens"},
+    {"{\"prompt\": \"x\", \"max_tokens\": \"16\"}", "max_tokens"},
+    {"{\"prompt\": \"x\", \"max_tokens\": 64}", "max_tokens"},
+    {"{\"prompt\": \"x\", \"temperature\": -0.1}", "temperature"},
+    {"{\"prompt\": \"x\", \"temperature\": 2.01}", "temperature"},
+    {"{\"prompt\": \"x\", \"temperature\": \"hot\"}", "temperature"},
+    {"{\"prompt\": \"x\", \"top_p\": 0}", "top_p"},
+    {"{\"prompt\": \"x\", \"top_p\": 1.5}", "top_p"},
+    {"{\"prompt\": \"x\", \"top_k\": -1}", "top_k"},
+    {"{\"prompt\": \"x\", \"top_k\": 2.5}", "top_k"},
+    {"{\"prompt\": \"x\", \"min_p\": 1.1}", "min_p"},
+    {"{\"prompt\": \"x\", \"presence_penalty\": 2.5}", "presence_penalty"},
+    {"{\"prompt\": \"x\", \"frequency_penalty\": -3}", "frequency_penalty"},
+    {"{\"prompt\": \"x\", \"repetition_penalty\": 0}", "repetition_penalty"},
+    {"{\"prompt\": \"x\", \"repetition_penalty\": true}", "repetition_penalty"},
+    {"{\"prompt\": \"x\", \"n\": 0}", "n"},
+    {"{\"prompt\": \"x\", \"n\": 5}", "n"},
+    {"{\"prompt\": [\"a\", \"b\", \"c\"], \"n\": 2}", "n"},
+    {"{\"prompt\": \"x\", \"n\": 2, \"best_of\": 1}", "best_of"},
+    {"{\"prompt\": \"x\", \"best_of\": 5}", "best_of"},
+    {"{\"prompt\": \"x\", \"best_of\": 2, \"stream\": true}", "best_of"},
+    {"{\"prompt\": \"x\", \"logprobs\": 6}", "logprobs"},
+    {"{\"prompt\": \"x\", \"logprobs\": -1}", "logprobs"},
+    {"{\"prompt\": \"x\", \"logprobs\": true}", "logprobs"},
+    {"{\"prompt\": \"x\", \"stop\": \"\"}", "stop"},
+    {"{\"prompt\": \"x\", \"stop\": [\"a\", \"\"]}", "stop"},
+    {"{\"prompt\": \"x\", \"stop\": [\"a\", \"b\", \"c\", \"d\", \"e\"]}", "stop"},
+    {"{\"prompt\": \"x\", \"stop\": [1]}", "stop"},
+    {"{\"prompt\": \"x\", \"stop\": 7}", "stop"},
+    {"{\"prompt\": \"x\", \"logit_bias\": []}", "logit_bias"},
+    {"{\"prompt\": \"x\", \"logit_bias\": {\"abc\": 1}}", "logit_bias"},
+    {"{\"prompt\": \"x\", \"logit_bias\": {\"12x\": 1}}", "logit_bias"},
+    {"{\"prompt\": \"x\", \"logit_bias\": {\"50257\": 1}}", "logit_bias"},
+    {"{\"prompt\": \"x\", \"logit_bias\": {\"-1\": 1}}", "logit_bias"},
+    {"{\"prompt\": \"x\", \"logit_bias\": {\"5\": 100.5}}", "logit_bias"},
+    {"{\"prompt\": \"x\", \"logit_bias\": {\"5\": \"high\"}}", "logit_bias"},
+    {"{\"prompt\": \"x\", \"seed\": 1.5}", "seed"},
+    {"{\"prompt\": \"x\", \"seed\": \"1\"}", "seed"},
+    {"{\"prompt\": \"x\", \"user\": 1}", "user"},
+    {"{\"prompt\": \"x\", \"echo\": 1}", "echo"},
+    {"{\"prompt\": \"x\", \"stream\": \"yes\"}", "stream"},
+    {"{\"prompt\": \"x\", \"stream_options\": {\"include_usage\": true}}", "stream_options"},
+    {"{\"prompt\": \"x\", \"stream\": true, \"stream_options\": 1}", "stream_options"},
+    {"{\"prompt\": \"x\", \"stream\": true, \"stream_options\": {\"include_usage\": 1}}",
+     "stream_options.include_usage"},
+    {"{\"prompt\": \"x\", \"session_id\": \"\"}", "session_id"},
+    {"{\"prompt\": \"x\", \"session_id\": \"has space\"}", "session_id"},
+    {"{\"prompt\": \"x\", \"session_id\": 12}", "session_id"},
+    {"{\"prompt\": [\"a\", \"b\"], \"session_id\": \"s\"}", "session_id"},
+    {"{\"prompt\": \"x\", \"suffix\": \"tail\"}", "suffix"},
+};
+
+START_TEST(test_each_bad_field_is_a_400_naming_its_param)
+{
+    completion_request req;
+    api_error e;
+    const char *body = bad_fields[_i].body;
+    memset(&e, 0, sizeof e);
+    ck_assert_msg(parse(&req, body, &e) == -1, "accepted: %s", body);
+    ck_assert_int_eq(e.status, 400);
+    ck_assert_str_eq(e.type, "invalid_request_error");
+    ck_assert_msg(strcmp(e.param, bad_fields[_i].param) == 0,
+                  "%s: param '%s', wanted '%s' (%s)", body, e.param,
+                  bad_fields[_i].param, e.message);
+    ck_assert(e.message[0] != '\0');
+}
+END_TEST
+
+START_TEST(test_session_id_longer_than_128_is_refused)
+{
+    char body[512], id[130];
+    memset(id, 'a', 129);
+    id[129] = '\0';
+    snprintf(body, sizeof body, "{\"prompt\": \"x\", \"session_id\": \"%s\"}", id);
+    completion_request req;
+    api_error e;
+    ck_assert_int_eq(parse(&req, body, &e), -1);
+    ck_assert_str_eq(e.param, "session_id");
+    id[128] = '\0';
+    snprintf(body, sizeof body, "{\"prompt\": \"x\", \"session_id\": \"%s\"}", id);
+    ck_assert_int_eq(parse(&req, body, &e), 0);
+    ck_assert_uint_eq(strlen(req.session_id), 128);
+    completion_request_free(&req);
+}
+END_TEST
+
+START_TEST(test_context_overflow_message_gives_the_numbers)
+{
+    completion_request req;
+    api_error e;
+    /* 3 prompt tokens + 62 > n_ctx 64 */
+    ck_assert_int_eq(parse(&req, "{\"prompt\": [1, 2, 3], \"max_tokens\": 62}", &e), -1);
+    ck_assert_str_eq(e.param, "max_tokens");
+    ck_assert_ptr_nonnull(strstr(e.message, "64"));
+    ck_assert_ptr_nonnull(strstr(e.message, "65"));
+    ck_assert_ptr_nonnull(strstr(e.message, "62"));
+    /* exactly the context is fine, and max_tokens 0 with a full prompt too */
+    ck_assert_int_eq(parse(&req, "{\"prompt\": [1, 2, 3], \"max_tokens\": 61}", &e), 0);
+    completion_request_free(&req);
+}
+END_TEST
+
+START_TEST(test_invalid_json_is_an_invalid_request_error)
+{
+    completion_request req;
+    api_error e;
+    const char *bodies[] = {"{", "not json", "[1, 2]", "\"str\"", "",
+                            "{\"prompt\": \"a\", \"prompt\": \"b\"}"};
+    for (size_t i = 0; i < sizeof bodies / sizeof bodies[0]; i++) {
+        ck_assert_int_eq(parse(&req, bodies[i], &e), -1);
+        ck_assert_int_eq(e.status, 400);
+        ck_assert_str_eq(e.type, "invalid_request_error");
+        ck_assert_str_eq(e.param, "");
+    }
+}
+END_TEST
+
+START_TEST(test_null_fields_mean_the_default)
+{
+    completion_request req;
+    api_error e;
+    ck_assert_int_eq(parse(&req, "{\"prompt\": \"x\", \"max_tokens\": null, \"n\": null,"
+                                 " \"temperature\": null, \"stop\": null, \"suffix\": null,"
+                                 " \"logit_bias\": null, \"seed\": null, \"stream\": null}",
+                           &e), 0);
+    ck_assert_uint_eq(req.max_tokens, 16);
+    ck_assert_uint_eq(req.n, 1);
+    ck_assert(!req.has_seed);
+    completion_request_free(&req);
+}
+END_TEST
+
+/* ---- errors ---- */
+
+START_TEST(test_error_object_has_openai_shape)
+{
+    api_error e;
+    api_error_set(&e, 400, "top_p", "top_p must be > 0");
+    api_response r = {0};
+    api_response_error(&r, &e);
+    ck_assert_int_eq(r.status, 400);
+    ck_assert_str_eq(r.content_type, "application/json");
+    json_t *j = json_loadb(r.body, r.body_len, 0, NULL);
+    ck_assert_ptr_nonnull(j);
+    json_t *err = json_object_get(j, "error");
+    ck_assert_str_eq(json_string_value(json_object_get(err, "message")), "top_p must be > 0");
+    ck_assert_str_eq(json_string_value(json_object_get(err, "type")), "invalid_request_error");
+    ck_assert_str_eq(json_string_value(json_object_get(err, "param")), "top_p");
+    ck_assert(json_is_null(json_object_get(err, "code")));
+    json_decref(j);
+    api_response_free(&r);
+
+    api_error_set(&e, 429, NULL, "busy");
+    api_response_error(&r, &e);
+    j = json_loadb(r.body, r.body_len, 0, NULL);
+    err = json_object_get(j, "error");
+    ck_assert(json_is_null(json_object_get(err, "param")));
+    ck_assert_str_eq(json_string_value(json_object_get(err, "type")), "rate_limit_error");
+    json_decref(j);
+    api_response_free(&r);
+}
+END_TEST
+
+/* ---- response building ---- */
+
+static gen_token tk(int32_t id, float lp)
+{
+    gen_token t;
+    memset(&t, 0, sizeof t);
+    t.token = id;
+    t.logprob = lp;
+    return t;
+}
+
+START_TEST(test_logprobs_object_with_echo_scores_the_prompt_first)
+{
+    /* prompt "Hello world" = [15496, 995]; generated " café" split so that
+     * text offsets count characters, not bytes. */
+    int32_t *ids = NULL;
+    size_t n = 0;
+    gpt2d_error err;
+    ck_assert_int_eq(tokenizer_encode(tok, " caf\xc3\xa9!", 7, &ids, &n, &err), 0);
+    gen_token prompt[2] = {tk(15496, NAN), tk(995, -1.5f)};
+    prompt[1].n_top = 2;
+    prompt[1].top[0] = (token_logprob){11, -0.5f};
+    prompt[1].top[1] = (token_logprob){995, -1.5f};
+    gen_token gen[8];
+    ck_assert_uint_le(n, 8);
+    for (size_t i = 0; i < n; i++)
+        gen[i] = tk(ids[i], -0.25f * (float)(i + 1));
+
+    json_t *lp = completion_logprobs_json(tok, prompt, 2, gen, 0, n, 0, SIZE_MAX);
+    json_t *tokens = json_object_get(lp, "tokens");
+    json_t *lps = json_object_get(lp, "token_logprobs");
+    json_t *tops = json_object_get(lp, "top_logprobs");
+    json_t *offs = json_object_get(lp, "text_offset");
+    ck_assert_uint_eq(json_array_size(tokens), 2 + n);
+    ck_assert_uint_eq(json_array_size(lps), 2 + n);
+    ck_assert_uint_eq(json_array_size(tops), 2 + n);
+    ck_assert_uint_eq(json_array_size(offs), 2 + n);
+    ck_assert_str_eq(json_string_value(json_array_get(tokens, 0)), "Hello");
+    ck_assert_str_eq(json_string_value(json_array_get(tokens, 1)), " world");
+    ck_assert(json_is_null(json_array_get(lps, 0)));
+    ck_assert(json_is_null(json_array_get(tops, 0)));
+    ck_assert_double_eq_tol(json_real_value(json_array_get(lps, 1)), -1.5, 1e-6);
+    json_t *top1 = json_array_get(tops, 1);
+    ck_assert_uint_eq(json_object_size(top1), 2);
+    ck_assert_double_eq_tol(json_real_value(json_object_get(top1, ",")), -0.5, 1e-6);
+    ck_assert_double_eq_tol(json_real_value(json_object_get(top1, " world")), -1.5, 1e-6);
+    /* offsets: Hello=0, " world"=5, generated from 11 on, in characters */
+    ck_assert_int_eq(json_integer_value(json_array_get(offs, 0)), 0);
+    ck_assert_int_eq(json_integer_value(json_array_get(offs, 1)), 5);
+    ck_assert_int_eq(json_integer_value(json_array_get(offs, 2)), 11);
+    /* The last generated token is "!" and starts after " café" (5 chars). */
+    ck_assert_int_eq(json_integer_value(json_array_get(offs, 1 + n)), 16);
+    json_decref(lp);
+    free(ids);
+}
+END_TEST
+
+START_TEST(test_choice_with_echo_prepends_the_prompt_text)
+{
+    completion_request req;
+    api_error e;
+    ck_assert_int_eq(parse(&req, "{\"prompt\": \"Hello\", \"echo\": true, \"logprobs\": 0,"
+                                 " \"n\": 2}", &e), 0);
+    gen_token prompt[1] = {tk(15496, NAN)};
+    gen_token gen[1] = {tk(995, -2.0f)};
+    size_t ends[1] = {6};
+    gen_output out = {0};
+    out.prompt_scores = prompt;
+    out.n_prompt_scored = 1;
+    out.tokens = gen;
+    out.n_tokens = 1;
+    out.text = " world";
+    out.text_len = 6;
+    out.token_text_end = ends;
+    out.finish = FINISH_STOP;
+    json_t *c = completion_choice_json(tok, &req, 0, 3, &out);
+    ck_assert_str_eq(json_string_value(json_object_get(c, "text")), "Hello world");
+    ck_assert_int_eq(json_integer_value(json_object_get(c, "index")), 3);
+    ck_assert_str_eq(json_string_value(json_object_get(c, "finish_reason")), "stop");
+    json_t *lp = json_object_get(c, "logprobs");
+    ck_assert_uint_eq(json_array_size(json_object_get(lp, "tokens")), 2);
+    ck_assert_int_eq(json_integer_value(json_array_get(json_object_get(lp, "text_offset"), 1)), 5);
+    /* logprobs 0: no alternatives, but still one (empty) entry per token */
+    ck_assert_uint_eq(json_object_size(json_array_get(json_object_get(lp, "top_logprobs"), 1)), 0);
+    json_decref(c);
+    completion_request_free(&req);
+}
+END_TEST
+
+START_TEST(test_choice_without_logprobs_has_null_logprobs_and_length_finish)
+{
+    completion_request req;
+    api_error e;
+    ck_assert_int_eq(parse(&req, "{\"prompt\": \"Hello\"}", &e), 0);
+    gen_output out = {0};
+    out.text = "ab\xff";         /* invalid UTF-8 must still give valid JSON */
+    out.text_len = 3;
+    out.finish = FINISH_LENGTH;
+    json_t *c = completion_choice_json(tok, &req, 0, 0, &out);
+    ck_assert(json_is_null(json_object_get(c, "logprobs")));
+    ck_assert_str_eq(json_string_value(json_object_get(c, "text")), "ab\xef\xbf\xbd");
+    ck_assert_str_eq(json_string_value(json_object_get(c, "finish_reason")), "length");
+    json_decref(c);
+    completion_request_free(&req);
+}
+END_TEST
+
+START_TEST(test_best_of_ranks_by_cumulative_logprob)
+{
+    gen_output o[4];
+    memset(o, 0, sizeof o);
+    o[0].cum_logprob = -5.0;
+    o[1].cum_logprob = -1.0;
+    o[2].cum_logprob = -3.0;
+    o[3].cum_logprob = -1.0;     /* ties keep sequence order */
+    const gen_output *outs[4] = {&o[0], &o[1], &o[2], &o[3]};
+    size_t order[4];
+    completion_rank(outs, 4, order);
+    ck_assert_uint_eq(order[0], 1);
+    ck_assert_uint_eq(order[1], 3);
+    ck_assert_uint_eq(order[2], 2);
+    ck_assert_uint_eq(order[3], 0);
+}
+END_TEST
+
+/* ---- streaming ---- */
+
+START_TEST(test_stream_holds_back_split_utf8)
+{
+    /* "a" "é" where the engine (wrongly) reports the end of token 1 in the
+     * middle of é: the stream must send "" for it and é with token 2. */
+    const char text[] = "a\xc3\xa9z";
+    size_t ends[3] = {1, 2, 4};
+    gen_output out = {0};
+    out.text = text;
+    out.text_len = 4;
+    out.token_text_end = ends;
+    out.n_tokens = 3;
+    size_t sent = 0;
+    size_t e0 = completion_stream_delta_end(&out, 0, sent);
+    ck_assert_uint_eq(e0, 1);
+    sent = e0;
+    size_t e1 = completion_stream_delta_end(&out, 1, sent);
+    ck_assert_uint_eq(e1, 1);           /* nothing: half a character */
+    sent = e1;
+    size_t e2 = completion_stream_delta_end(&out, 2, sent);
+    ck_assert_uint_eq(e2, 4);           /* "\xc3\xa9z" */
+}
+END_TEST
+
+START_TEST(test_stream_delta_never_passes_the_shown_text)
+{
+    /* A pending stop prefix: token_text_end beyond text_len is clamped, and
+     * a delta never goes backwards. */
+    size_t ends[2] = {9, 1};
+    gen_output out = {0};
+    out.text = "abc";
+    out.text_len = 3;
+    out.token_text_end = ends;
+    out.n_tokens = 2;
+    ck_assert_uint_eq(completion_stream_delta_end(&out, 0, 0), 3);
+    ck_assert_uint_eq(completion_stream_delta_end(&out, 1, 3), 3);
+}
+END_TEST
+
+START_TEST(test_utf8_complete_prefix)
+{
+    ck_assert_uint_eq(api_utf8_complete_prefix("abc", 3), 3);
+    ck_assert_uint_eq(api_utf8_complete_prefix("a\xe2\x82", 3), 1);     /* € cut */
+    ck_assert_uint_eq(api_utf8_complete_prefix("a\xe2\x82\xac", 4), 4);
+    ck_assert_uint_eq(api_utf8_complete_prefix("a\xf0\x9f", 3), 1);     /* emoji cut */
+    /* invalid bytes can never complete: they are not held back */
+    ck_assert_uint_eq(api_utf8_complete_prefix("a\xff", 2), 2);
+    ck_assert_uint_eq(api_utf8_complete_prefix("\x80", 1), 1);
+    ck_assert_uint_eq(api_utf8_count("caf\xc3\xa9", 5), 4);
+}
+END_TEST
+
+/* ---- helpers ---- */
+
+START_TEST(test_token_string_uses_bytes_form_for_partial_utf8)
+{
+    int32_t *ids = NULL;
+    size_t n = 0;
+    gpt2d_error err;
+    /* A lone lead byte is encoded as its own byte token. */
+    ck_assert_int_eq(tokenizer_encode(tok, "\xe2", 1, &ids, &n, &err), 0);
+    ck_assert_uint_eq(n, 1);
+    char *s = api_token_string(tok, ids[0]);
+    ck_assert_str_eq(s, "bytes:\\xe2");
+    free(s);
+    free(ids);
+    s = api_token_string(tok, 995);
+    ck_assert_str_eq(s, " world");
+    free(s);
+    s = api_token_string(tok, 50256);
+    ck_assert_str_eq(s, "<|endoftext|>");
+    free(s);
+}
+END_TEST
+
+START_TEST(test_json_string_bytes_replaces_invalid_utf8)
+{
+    json_t *j = api_json_string_bytes("ok\xc3(\xe2\x82\xac", 7);
+    ck_assert_str_eq(json_string_value(j), "ok\xef\xbf\xbd(\xe2\x82\xac");
+    json_decref(j);
+    j = api_json_string_bytes("\xed\xa0\x80", 3);      /* a surrogate is invalid */
+    ck_assert_str_eq(json_string_value(j), "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd");
+    json_decref(j);
+}
+END_TEST
+
+START_TEST(test_random_ids_are_prefixed_hex_and_distinct)
+{
+    char a[48], b[48];
+    api_random_id(a, sizeof a, "cmpl-");
+    api_random_id(b, sizeof b, "cmpl-");
+    ck_assert_uint_eq(strlen(a), 5 + 24);
+    ck_assert_int_eq(strncmp(a, "cmpl-", 5), 0);
+    ck_assert_uint_eq(strspn(a + 5, "0123456789abcdef"), 24);
+    ck_assert_str_ne(a, b);
+}
+END_TEST
+
+START_TEST(test_api_key_must_match_exactly)
+{
+    const char *keys[] = {"alpha", "beta-key"};
+    ck_assert(http_key_matches(keys, 2, "Bearer alpha"));
+    ck_assert(http_key_matches(keys, 2, "Bearer beta-key"));
+    ck_assert(!http_key_matches(keys, 2, "Bearer alph"));
+    ck_assert(!http_key_matches(keys, 2, "Bearer alphaa"));
+    ck_assert(!http_key_matches(keys, 2, "Bearer "));
+    ck_assert(!http_key_matches(keys, 2, "alpha"));
+    ck_assert(!http_key_matches(keys, 2, "Basic alpha"));
+    ck_assert(!http_key_matches(keys, 2, NULL));
+    ck_assert(!http_key_matches(keys, 0, "Bearer alpha"));
+}
+END_TEST
+
+static Suite *api_suite(void)
+{
+    Suite *s = suite_create("api");
+    TCase *parsing = tcase_create("parsing");
+    tcase_add_unchecked_fixture(parsing, load_tokenizer, free_tokenizer);
+    tcase_add_test(parsing, test_defaults_follow_openai);
+    tcase_add_test(parsing, test_every_prompt_form_is_accepted);
+    tcase_add_test(parsing, test_fields_are_parsed_into_the_request);
+    tcase_add_loop_test(parsing, test_each_bad_field_is_a_400_naming_its_param, 0,
+                        (int)(sizeof bad_fields / sizeof bad_fields[0]));
+    tcase_add_test(parsing, test_session_id_longer_than_128_is_refused);
+    tcase_add_test(parsing, test_context_overflow_message_gives_the_numbers);
+    tcase_add_test(parsing, test_invalid_json_is_an_invalid_request_error);
+    tcase_add_test(parsing, test_null_fields_mean_the_default);
+    tcase_set_timeout(parsing, 300);
+    suite_add_tcase(s, parsing);
+
+    TCase *resp = tcase_create("responses");
+    tcase_add_unchecked_fixture(resp, load_tokenizer, free_tokenizer);
+    tcase_add_test(resp, test_error_object_has_openai_shape);
+    tcase_add_test(resp, test_logprobs_object_with_echo_scores_the_prompt_first);
+    tcase_add_test(resp, test_choice_with_echo_prepends_the_prompt_text);
+    tcase_add_test(resp, test_choice_without_logprobs_has_null_logprobs_and_length_finish);
+    tcase_add_test(resp, test_best_of_ranks_by_cumulative_logprob);
+    tcase_add_test(resp, test_token_string_uses_bytes_form_for_partial_utf8);
+    tcase_set_timeout(resp, 300);
+    suite_add_tcase(s, resp);
+
+    TCase *stream = tcase_create("streaming and helpers");
+    tcase_add_test(stream, test_stream_holds_back_split_utf8);
+    tcase_add_test(stream, test_stream_delta_never_passes_the_shown_text);
+    tcase_add_test(stream, test_utf8_complete_prefix);
+    tcase_add_test(stream, test_json_string_bytes_replaces_invalid_utf8);
+    tcase_add_test(stream, test_random_ids_are_prefixed_hex_and_distinct);
+    tcase_add_test(stream, test_api_key_must_match_exactly);
+    suite_add_tcase(s, stream);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(api_suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
