@@ -1,0 +1,1499 @@
+#!/usr/bin/env python3
+"""api_tests.py — the HTTP API of a live gpt2d, checked against the spec and
+the numpy reference (tests/reference/gpt2_numpy.py).
+
+Run by tests/integration/test_api.sh, which starts the main server (the
+`tiny` model, --slots 4) and passes it in the environment:
+
+    GPT2D_API_PORT                  the main server
+    GPT2D_API_WORKDIR               scratch directory (extra servers, models)
+    GPT2D_BUILDDIR, GPT2D_SRCDIR, GPT2D_TEST_DATA
+    GPT2D_API_SUMMARY               optional: file that receives "PASSED FAILED"
+
+    api_tests.py [SUBSTRING...]     only the tests whose name contains one
+
+Some behaviours need their own server (API key + small body limit; one slot
+and a one-request queue; a drain on SIGTERM); those start it here, with a
+generated model whose context (1024) is long enough to keep a request busy
+for a while.  Expected values come from the reference model wherever the
+output is deterministic (greedy, penalties, logit_bias, echo scoring); seeded
+sampling is checked for self-consistency (same seed, stream vs. not, alone vs.
+concurrent, cached vs. cold).
+"""
+
+import json
+import math
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import traceback
+import unittest
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+from gpt2d_client import (Client, Server, StreamError, Vocab,  # noqa: E402
+                          metric_sum)
+
+SRCDIR = os.environ.get("GPT2D_SRCDIR", os.path.join(HERE, "..", ".."))
+sys.path.insert(0, os.path.join(SRCDIR, "tests", "reference"))
+import gpt2_numpy  # noqa: E402
+
+BUILDDIR = os.environ.get("GPT2D_BUILDDIR", ".")
+DATA = os.environ.get("GPT2D_TEST_DATA", os.path.join(BUILDDIR, "tests", "data"))
+TINY = os.path.join(DATA, "models", "tiny")
+GPT2D = os.path.join(BUILDDIR, "src", "gpt2d")
+WORKDIR = os.environ.get("GPT2D_API_WORKDIR", "/tmp")
+MAIN_PORT = int(os.environ.get("GPT2D_API_PORT", "0"))
+
+EOT = 50256
+TOL = 1e-3          # |logprob difference| a float32 server may show
+MIN_MARGIN = 5e-3   # greedy steps compared only where argmax is unambiguous
+N_CTX = 64          # the tiny model's context
+BYTE_C3, BYTE_A9 = 127, 102   # byte-level tokens of b"\xc3" and b"\xa9" ("é")
+NO_EOT = {str(EOT): -100}
+
+# ---------------------------------------------------------------- reference
+
+_ref = None
+_vocab = None
+
+
+def ref():
+    global _ref
+    if _ref is None:
+        _ref = gpt2_numpy.GPT2(TINY)
+    return _ref
+
+
+def vocab():
+    global _vocab
+    if _vocab is None:
+        _vocab = Vocab(os.path.join(TINY, "vocab.json"))
+    return _vocab
+
+
+def text_of(ids):
+    return vocab().decode(ids).decode("utf-8")
+
+
+def log_softmax(x):
+    x = np.asarray(x, dtype=np.float64)
+    m = x.max()
+    return x - m - math.log(np.exp(x - m).sum())
+
+
+def ref_greedy(prompt, n, bias=None, presence=0.0, frequency=0.0,
+               repetition=1.0):
+    """Greedy generation with the sampler's processors (logit_bias, then
+    repetition over prompt+output, then presence/frequency over output).
+    Returns (tokens, raw logits per step, smallest top-2 margin)."""
+    m = ref()
+    cache = m.new_cache()
+    logits = m.forward(prompt, cache)[-1]
+    out, steps, margin = [], [], float("inf")
+    for _ in range(n):
+        w = logits.copy()
+        for t, b in (bias or {}).items():
+            w[int(t)] += b
+        if repetition != 1.0:
+            for t in set(prompt) | set(out):
+                w[t] = w[t] / repetition if w[t] > 0 else w[t] * repetition
+        if presence or frequency:
+            for t in set(out):
+                w[t] -= presence + frequency * out.count(t)
+        top2 = np.partition(w, -2)[-2:]
+        margin = min(margin, float(top2[1] - top2[0]))
+        tok = int(np.argmax(w))
+        out.append(tok)
+        steps.append(logits)
+        if tok == EOT or len(out) == n:
+            break
+        logits = m.forward([tok], cache)[-1]
+    return out, steps, margin
+
+
+_words = None
+
+
+def word_prompt(seed, n):
+    """n tokens of lower-case English-like words (" abc"), from a seeded
+    choice: ASCII text whose per-token strings are known exactly."""
+    global _words
+    if _words is None:
+        _words = sorted(i for s, i in vocab().id_of.items()
+                        if re.fullmatch("\u0120[a-z]{3,7}", s))
+    rng = np.random.default_rng(seed)
+    return [int(_words[k]) for k in rng.integers(0, len(_words), n)]
+
+
+def valid_tokens(ids):
+    try:
+        for t in ids:
+            vocab().bytes_of[t].decode("utf-8")
+        return True
+    except UnicodeDecodeError:
+        return False
+
+
+_greedy_cache = {}
+
+
+def greedy_case(key, n_prompt, n_gen, differs=False, **processors):
+    """A word prompt whose reference greedy continuation of n_gen tokens is
+    unambiguous (margin), has no end-of-text and is valid UTF-8 token by
+    token.  With `differs`, the processors must change the plain greedy
+    output.  Returns (prompt ids, generated ids, step logits).  `key` keeps
+    cases of different tests apart (distinct first tokens avoid accidental
+    prefix-cache hits between tests)."""
+    ck = (key, n_prompt, n_gen, differs, tuple(sorted(processors.items())))
+    if ck in _greedy_cache:
+        return _greedy_cache[ck]
+    for attempt in range(200):
+        prompt = word_prompt(hash_seed(key) + attempt, n_prompt)
+        out, steps, margin = ref_greedy(prompt, n_gen, **processors)
+        if (len(out) == n_gen and EOT not in out and margin >= MIN_MARGIN
+                and valid_tokens(out)
+                and not (differs and out == ref_greedy(prompt, n_gen)[0])):
+            _greedy_cache[ck] = (prompt, out, steps)
+            return _greedy_cache[ck]
+    raise AssertionError("no unambiguous greedy case for %r" % (key,))
+
+
+def hash_seed(key):
+    return sum((i + 1) * ord(c) for i, c in enumerate(key)) * 1000
+
+
+# ---------------------------------------------------------------- helpers
+
+def main_client(**kw):
+    return Client("127.0.0.1", MAIN_PORT, **kw)
+
+
+def wait_for(predicate, timeout, interval=0.02):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value or time.monotonic() >= deadline:
+            return value
+        time.sleep(interval)
+
+
+class ApiCase(unittest.TestCase):
+    """Assertions shared by every group."""
+
+    maxDiff = 4000
+
+    def assert_error(self, r, status, param="any", body_json=True):
+        self.assertEqual(r.status, status, "%r" % (r,))
+        if not body_json:
+            return None
+        self.assertIn("application/json", r.headers.get("content-type", ""))
+        body = r.json
+        self.assertIn("error", body, body)
+        e = body["error"]
+        for key in ("message", "type", "param", "code"):
+            self.assertIn(key, e, "error object lacks %r: %r" % (key, e))
+        self.assertIsInstance(e["message"], str)
+        self.assertTrue(e["message"], "empty error message")
+        self.assertIsInstance(e["type"], str)
+        if param != "any":
+            if isinstance(param, (tuple, list, set)):
+                self.assertIn(e["param"], param, e)
+            else:
+                self.assertEqual(e["param"], param, e)
+        return e
+
+    def assert_ok_shape(self, body, n_choices=1):
+        self.assertIsInstance(body.get("id"), str)
+        self.assertTrue(body["id"])
+        self.assertEqual(body.get("object"), "text_completion")
+        self.assertIsInstance(body.get("created"), int)
+        self.assertLess(abs(body["created"] - time.time()), 300)
+        self.assertEqual(body.get("model"), "tiny")
+        self.assertEqual(len(body["choices"]), n_choices)
+        for i, c in enumerate(body["choices"]):
+            self.assertEqual(c["index"], i)
+            self.assertIsInstance(c["text"], str)
+            self.assertIn("logprobs", c)
+            self.assertIn(c["finish_reason"], ("stop", "length"))
+        u = body["usage"]
+        self.assertEqual(u["total_tokens"],
+                         u["prompt_tokens"] + u["completion_tokens"])
+        self.assertIsInstance(u["prompt_tokens_details"]["cached_tokens"], int)
+
+    def assert_clean_log(self, server):
+        report = server.sanitizer_report()
+        if report:
+            self.fail("%s: sanitizer report:\n%s" % (server.name, report))
+
+    def assert_close(self, got, want, what):
+        self.assertIsNotNone(got, what)
+        self.assertLessEqual(abs(got - want), TOL,
+                             "%s: got %r, reference %r" % (what, got, want))
+
+
+def collect_stream(client, body):
+    """Runs a streaming request; returns (events, texts per index,
+    finish_reason per index, usage or None, saw [DONE], raw payloads)."""
+    es = client.open_stream("/v1/completions", body)
+    events = []
+    try:
+        for ev in es:
+            events.append(ev)
+    finally:
+        es.close()
+    texts, finish, usage = {}, {}, None
+    for ev in events:
+        if ev.get("usage"):
+            usage = ev["usage"]
+        for c in ev.get("choices") or []:
+            texts[c["index"]] = texts.get(c["index"], "") + c["text"]
+            if c.get("finish_reason"):
+                finish[c["index"]] = c["finish_reason"]
+    return events, texts, finish, usage, es.done, es.raw, es.headers
+
+
+# ================================================================ main server
+
+class T1Endpoints(ApiCase):
+    """Everything besides /v1/completions, on the main server."""
+
+    def test_health_ready_returns_200(self):
+        r = main_client().get("/health")
+        self.assertEqual(r.status, 200, r)
+
+    def test_models_lists_the_loaded_model(self):
+        r = main_client().get("/v1/models")
+        self.assertEqual(r.status, 200, r)
+        body = r.json
+        self.assertEqual(body["object"], "list")
+        self.assertEqual(len(body["data"]), 1, body)
+        m = body["data"][0]
+        self.assertEqual(m["id"], "tiny")
+        self.assertEqual(m["object"], "model")
+        self.assertIsInstance(m.get("created"), int)
+        self.assertIsInstance(m.get("owned_by"), str)
+
+    def test_tokenize_matches_gpt2_ids(self):
+        r = main_client().post("/tokenize", {"content": "Hello world"})
+        self.assertEqual(r.status, 200, r)
+        self.assertEqual(r.json["tokens"], [15496, 995])
+
+    def test_tokenize_detokenize_round_trip_unicode(self):
+        text = "Héllo wörld — 日本語 ✓ <|endoftext|> tabs\tand\nlines"
+        c = main_client()
+        r = c.post("/tokenize", {"content": text})
+        self.assertEqual(r.status, 200, r)
+        ids = r.json["tokens"]
+        self.assertIn(EOT, ids)
+        self.assertEqual(vocab().decode(ids).decode("utf-8"), text)
+        r = c.post("/detokenize", {"tokens": ids})
+        self.assertEqual(r.status, 200, r)
+        self.assertEqual(r.json["content"], text)
+
+    def test_tokenize_rejects_non_string_content(self):
+        r = main_client().post("/tokenize", {"content": 5})
+        self.assert_error(r, 400, "content")
+
+    def test_detokenize_rejects_unknown_token(self):
+        r = main_client().post("/detokenize", {"tokens": [15496, 60000]})
+        self.assert_error(r, 400, "tokens")
+
+    def test_metrics_exposes_required_series(self):
+        c = main_client()
+        c.complete(prompt=word_prompt(1, 4), max_tokens=2)
+        r = c.get("/metrics")
+        self.assertEqual(r.status, 200, r)
+        self.assertIn("text/plain", r.headers.get("content-type", ""))
+        text = r.body.decode("utf-8")
+        names = set(re.findall(r"^(gpt2d_\w+)", text, re.M))
+        for pattern in (r"requests", r"prompt_tokens", r"(generated|completion)_tokens",
+                        r"ttft|time_to_first", r"(token|inter).*(latency|seconds)",
+                        r"queue", r"slots_busy", r"cached", r"batch",
+                        r"requests_cancelled_total"):
+            self.assertTrue(any(re.search(pattern, n) for n in names),
+                            "no metric matching %r in %s" % (pattern, sorted(names)))
+        # requests by status: some series carries a 200 label
+        self.assertRegex(text, r'gpt2d_\w*requests\w*\{[^}]*"200"')
+        # histograms are complete: buckets with le="+Inf", _sum and _count
+        hist = set(re.findall(r"^(gpt2d_\w+)_bucket\{", text, re.M))
+        self.assertTrue(any("ttft" in h or "first" in h for h in hist), hist)
+        for h in hist:
+            self.assertRegex(text, re.escape(h) + r'_bucket\{[^}]*le="\+Inf"')
+            self.assertIn(h + "_sum", text)
+            self.assertIn(h + "_count", text)
+
+    def test_metrics_count_prompt_and_generated_tokens(self):
+        c = main_client()
+        before = c.metrics()
+        prompt = word_prompt(2, 7)
+        c.complete(prompt=prompt, max_tokens=5, logit_bias=NO_EOT)
+        after = c.metrics()
+
+        def delta(pattern):
+            names = {re.sub(r"\{.*", "", k) for k in after}
+            names = [n for n in names if re.search(pattern, n)
+                     and not n.endswith(("_bucket", "_sum", "_count"))]
+            self.assertTrue(names, pattern)
+            return {n: metric_sum(after, n) - metric_sum(before, n)
+                    for n in names}
+
+        self.assertIn(7.0, delta(r"prompt_tokens").values())
+        self.assertIn(5.0, delta(r"(generated|completion)_tokens").values())
+
+        def grew(key):
+            return after.get(key, 0.0) - before.get(key, 0.0)
+        # one first token, four gaps between five tokens, one 200
+        self.assertEqual(grew("gpt2d_time_to_first_token_seconds_count"), 1)
+        self.assertEqual(grew("gpt2d_inter_token_latency_seconds_count"), 4)
+        ok = [k for k in after if k.startswith("gpt2d_requests_total{")
+              and "completions" in k and '"200"' in k]
+        self.assertEqual(len(ok), 1, sorted(after))
+        self.assertEqual(grew(ok[0]), 1)
+        self.assertEqual(after.get("gpt2d_slots_total"), 4)   # --slots 4
+        self.assertEqual(after.get("gpt2d_slots_busy"), 0)
+        self.assertEqual(after.get("gpt2d_queue_depth"), 0)
+
+
+class T2Completions(ApiCase):
+    """Every /v1/completions parameter, with an observable effect."""
+
+    def test_response_has_openai_shape(self):
+        prompt, _, _ = greedy_case("shape", 5, 4)
+        body = main_client().complete(prompt=prompt, max_tokens=4,
+                                      temperature=0)
+        self.assert_ok_shape(body)
+        self.assertIsNone(body["choices"][0]["logprobs"])
+        self.assertEqual(body["usage"]["prompt_tokens"], 5)
+        self.assertEqual(body["usage"]["completion_tokens"], 4)
+
+    def test_model_field_accepted_and_loaded_id_reported(self):
+        body = main_client().complete(model="some-other-name",
+                                      prompt=word_prompt(3, 3), max_tokens=1)
+        self.assertEqual(body["model"], "tiny")
+
+    def test_temperature_0_matches_reference_greedy(self):
+        prompt, want, steps = greedy_case("greedy", 6, 20)
+        body = main_client().complete(prompt=prompt, max_tokens=20,
+                                      temperature=0, logprobs=1)
+        ch = body["choices"][0]
+        self.assertEqual(ch["text"], text_of(want))
+        self.assertEqual(ch["finish_reason"], "length")
+        lp = ch["logprobs"]
+        self.assertEqual(lp["tokens"], [text_of([t]) for t in want])
+        for i, (t, logits) in enumerate(zip(want, steps)):
+            self.assert_close(lp["token_logprobs"][i],
+                              log_softmax(logits)[t], "step %d" % i)
+
+    def test_max_tokens_gives_exact_count_and_finish_length(self):
+        for n in (1, 5, 13):
+            body = main_client().complete(prompt=word_prompt(4, 4),
+                                          max_tokens=n, logit_bias=NO_EOT,
+                                          logprobs=0)
+            self.assertEqual(body["usage"]["completion_tokens"], n)
+            self.assertEqual(body["choices"][0]["finish_reason"], "length")
+            self.assertEqual(len(body["choices"][0]["logprobs"]["tokens"]), n)
+
+    def test_max_tokens_defaults_to_16(self):
+        body = main_client().complete(prompt=word_prompt(5, 4),
+                                      logit_bias=NO_EOT)
+        self.assertEqual(body["usage"]["completion_tokens"], 16)
+        self.assertEqual(body["choices"][0]["finish_reason"], "length")
+
+    def test_null_fields_mean_their_defaults(self):
+        # OpenAI clients send null for unset optional fields
+        body = main_client().complete(
+            prompt=word_prompt(5, 4), max_tokens=None, stop=None, seed=None,
+            logprobs=None, n=None, user=None, suffix=None, best_of=None,
+            logit_bias=NO_EOT)
+        self.assertEqual(body["usage"]["completion_tokens"], 16)
+        self.assertEqual(len(body["choices"]), 1)
+        self.assertIsNone(body["choices"][0]["logprobs"])
+
+    def test_prompt_filling_context_finishes_with_length(self):
+        body = main_client().complete(prompt=word_prompt(6, N_CTX - 3),
+                                      max_tokens=3, logit_bias=NO_EOT)
+        self.assertEqual(body["usage"]["completion_tokens"], 3)
+        self.assertEqual(body["choices"][0]["finish_reason"], "length")
+
+    def test_end_of_text_finishes_with_stop(self):
+        body = main_client().complete(prompt=word_prompt(7, 4), max_tokens=8,
+                                      logit_bias={str(EOT): 100})
+        ch = body["choices"][0]
+        self.assertEqual(ch["finish_reason"], "stop")
+        self.assertEqual(ch["text"], "")
+        self.assertLessEqual(body["usage"]["completion_tokens"], 1)
+
+    def test_logit_bias_plus_100_forces_token(self):
+        the = vocab().id_of["\u0120the"]
+        body = main_client().complete(prompt=word_prompt(8, 4), max_tokens=6,
+                                      temperature=1.0, seed=3,
+                                      logit_bias={str(the): 100})
+        self.assertEqual(body["choices"][0]["text"], " the" * 6)
+
+    def test_logit_bias_minus_100_bans_greedy_tokens(self):
+        prompt, free, _ = greedy_case("ban", 5, 8)
+        banned = {str(t): -100 for t in set(free[:3])}
+        want, _, margin = ref_greedy(prompt, 8, bias=banned)
+        self.assertGreaterEqual(margin, MIN_MARGIN, "ambiguous case")
+        body = main_client().complete(prompt=prompt, max_tokens=8,
+                                      temperature=0, logit_bias=banned)
+        text = body["choices"][0]["text"]
+        self.assertEqual(text, text_of(want))
+        for t in set(free[:3]):
+            self.assertNotIn(int(t), want)
+
+    def test_seed_repeats_and_different_seeds_differ(self):
+        c = main_client()
+        req = dict(prompt=word_prompt(9, 5), max_tokens=12, temperature=1.5,
+                   logit_bias=NO_EOT)
+        a = c.complete(seed=11, **req)["choices"][0]["text"]
+        b = c.complete(seed=11, **req)["choices"][0]["text"]
+        self.assertEqual(a, b)
+        others = {c.complete(seed=s, **req)["choices"][0]["text"]
+                  for s in (12, 13, 14)}
+        self.assertTrue(others - {a}, "three other seeds all gave %r" % a)
+
+    def test_sampling_at_temperature_departs_from_greedy(self):
+        prompt, want, _ = greedy_case("temp", 5, 10)
+        greedy = text_of(want)
+        texts = {main_client().complete(prompt=prompt, max_tokens=10,
+                                        temperature=2.0, seed=s,
+                                        logit_bias=NO_EOT)["choices"][0]["text"]
+                 for s in range(3)}
+        self.assertTrue(texts - {greedy}, "temperature 2 stayed greedy")
+
+    def _assert_filter_is_greedy(self, key, **filt):
+        prompt, want, _ = greedy_case(key, 5, 10)
+        for seed in (1, 2, 3):
+            body = main_client().complete(prompt=prompt, max_tokens=10,
+                                          temperature=1.5, seed=seed, **filt)
+            self.assertEqual(body["choices"][0]["text"], text_of(want),
+                             "%r seed %d" % (filt, seed))
+
+    def test_top_k_1_is_greedy(self):
+        self._assert_filter_is_greedy("topk", top_k=1)
+
+    def test_top_p_below_best_probability_is_greedy(self):
+        # The random model's distributions are flat (the best token may hold
+        # far less than 0.1%), so the nucleus threshold comes from the
+        # reference: half the smallest top probability over the steps, at
+        # the request's temperature.
+        prompt, _, steps = greedy_case("topp", 5, 10)
+        p_max = min(float(np.exp(log_softmax(np.asarray(s) / 1.5).max()))
+                    for s in steps)
+        self._assert_filter_is_greedy("topp", top_p=p_max / 2)
+
+    def test_min_p_1_is_greedy(self):
+        self._assert_filter_is_greedy("minp", min_p=1.0)
+
+    def test_presence_and_frequency_penalties_match_reference(self):
+        for key, pen in (("presence", dict(presence=1.5)),
+                         ("frequency", dict(frequency=0.7)),
+                         ("both", dict(presence=0.5, frequency=-0.4))):
+            prompt, want, _ = greedy_case("pen-" + key, 5, 16, differs=True,
+                                          **pen)
+            req = {"presence_penalty": pen.get("presence", 0.0),
+                   "frequency_penalty": pen.get("frequency", 0.0)}
+            body = main_client().complete(prompt=prompt, max_tokens=16,
+                                          temperature=0, **req)
+            self.assertEqual(body["choices"][0]["text"], text_of(want), key)
+
+    def test_repetition_penalty_matches_reference(self):
+        prompt, want, _ = greedy_case("rep", 5, 16, differs=True,
+                                      repetition=1.8)
+        body = main_client().complete(prompt=prompt, max_tokens=16,
+                                      temperature=0, repetition_penalty=1.8)
+        self.assertEqual(body["choices"][0]["text"], text_of(want))
+
+    def _spanning_stop(self, key):
+        """A greedy case and a stop string made of the end of token i and
+        the start of token i+1, first occurring there."""
+        for k in range(20):
+            prompt, gen, _ = greedy_case(key + str(k), 5, 16)
+            text = text_of(gen)
+            for i in range(3, len(gen) - 2):
+                left = text_of(gen[:i + 1])
+                a, b = text_of([gen[i]]), text_of([gen[i + 1]])
+                if len(a) < 2 or len(b) < 2:
+                    continue
+                stop = a[-2:] + b[:2]
+                cut = len(left) - 2
+                if text.find(stop) == cut:
+                    return prompt, gen, text, stop, cut
+        raise AssertionError("no stop string spanning tokens found")
+
+    def test_stop_string_spanning_tokens_cuts_before_it(self):
+        prompt, _, text, stop, cut = self._spanning_stop("stop")
+        body = main_client().complete(prompt=prompt, max_tokens=16,
+                                      temperature=0, stop=stop)
+        ch = body["choices"][0]
+        self.assertEqual(ch["text"], text[:cut])
+        self.assertEqual(ch["finish_reason"], "stop")
+        self.assertNotIn(stop, ch["text"])
+
+    def test_stop_list_earliest_match_wins(self):
+        prompt, _, text, stop, cut = self._spanning_stop("stoplist")
+        late = text[cut + 3:cut + 6]
+        body = main_client().complete(prompt=prompt, max_tokens=16,
+                                      temperature=0,
+                                      stop=["never-in-here", late, stop, "\u2603"])
+        ch = body["choices"][0]
+        want = text[:min(cut, text.find(late))]
+        self.assertEqual(ch["text"], want)
+        self.assertEqual(ch["finish_reason"], "stop")
+
+    def test_stop_in_stream_cuts_identically(self):
+        prompt, _, text, stop, cut = self._spanning_stop("stopstream")
+        events, texts, finish, _, done, _, _ = collect_stream(main_client(), {
+            "prompt": prompt, "max_tokens": 16, "temperature": 0,
+            "stop": [stop], "stream": True})
+        self.assertTrue(done)
+        self.assertEqual(texts[0], text[:cut])
+        self.assertEqual(finish[0], "stop")
+        for ev in events:
+            for c in ev.get("choices") or []:
+                self.assertNotIn(stop, c["text"])
+
+    def test_n_returns_n_indexed_choices(self):
+        body = main_client().complete(prompt=word_prompt(10, 4), max_tokens=8,
+                                      n=3, temperature=1.2, seed=5,
+                                      logit_bias=NO_EOT)
+        self.assert_ok_shape(body, 3)
+        self.assertEqual(body["usage"]["completion_tokens"], 24)
+        self.assertGreater(len({c["text"] for c in body["choices"]}), 1)
+
+    def test_best_of_picks_highest_cumulative_logprob(self):
+        c = main_client()
+        req = dict(prompt=word_prompt(11, 4), max_tokens=8, temperature=1.3,
+                   seed=21, logit_bias=NO_EOT)
+        all3 = c.complete(n=3, logprobs=1, **req)["choices"]
+        ranked = sorted(all3, key=lambda ch: -sum(ch["logprobs"]["token_logprobs"]))
+        self.assertGreater(len({ch["text"] for ch in all3}), 1,
+                           "samples identical; ranking untestable")
+        best = c.complete(n=1, best_of=3, **req)
+        self.assertEqual(len(best["choices"]), 1)
+        self.assertEqual(best["choices"][0]["index"], 0)
+        self.assertEqual(best["choices"][0]["text"], ranked[0]["text"])
+        two = c.complete(n=2, best_of=3, **req)["choices"]
+        self.assertEqual([ch["index"] for ch in two], [0, 1])
+        self.assertEqual(sorted(ch["text"] for ch in two),
+                         sorted(ch["text"] for ch in ranked[:2]))
+
+    def test_echo_prepends_prompt_text(self):
+        prompt, gen, _ = greedy_case("echo", 5, 6)
+        body = main_client().complete(prompt=prompt, max_tokens=6,
+                                      temperature=0, echo=True)
+        self.assertEqual(body["choices"][0]["text"], text_of(prompt + gen))
+
+    def test_logprobs_shape(self):
+        prompt, gen, steps = greedy_case("lpshape", 5, 10)
+        body = main_client().complete(prompt=prompt, max_tokens=10,
+                                      temperature=0, logprobs=3)
+        lp = body["choices"][0]["logprobs"]
+        for key in ("tokens", "token_logprobs", "top_logprobs", "text_offset"):
+            self.assertEqual(len(lp[key]), 10, key)
+        offs = lp["text_offset"]
+        for i in range(1, 10):
+            self.assertGreaterEqual(offs[i], offs[i - 1])
+            if lp["tokens"][i - 1].isascii():
+                self.assertEqual(offs[i] - offs[i - 1],
+                                 len(lp["tokens"][i - 1]))
+        self.assertIn(offs[0], (0, len(text_of(prompt))))
+        for i, top in enumerate(lp["top_logprobs"]):
+            self.assertIsInstance(top, dict)
+            self.assertTrue(1 <= len(top) <= 3, top)
+            want = log_softmax(steps[i])
+            # greedy: the chosen token is the most likely one
+            self.assert_close(max(top.values()), want.max(), "top %d" % i)
+            self.assert_close(lp["token_logprobs"][i], want.max(), "tok %d" % i)
+            best3 = np.sort(want)[::-1][:3]
+            for v in top.values():
+                self.assertTrue(np.min(np.abs(best3 - v)) <= TOL, (v, best3))
+
+    def test_echo_logprobs_max_tokens_0_scores_prompt_like_reference(self):
+        prompt = word_prompt(12, 14)
+        body = main_client().complete(prompt=prompt, max_tokens=0, echo=True,
+                                      logprobs=2)
+        ch = body["choices"][0]
+        self.assertEqual(ch["text"], text_of(prompt))
+        self.assertEqual(body["usage"]["completion_tokens"], 0)
+        self.assertEqual(body["usage"]["prompt_tokens"], 14)
+        lp = ch["logprobs"]
+        self.assertEqual(lp["tokens"], [text_of([t]) for t in prompt])
+        self.assertIsNone(lp["token_logprobs"][0])
+        self.assertIsNone(lp["top_logprobs"][0])
+        self.assertEqual(lp["text_offset"][0], 0)
+        logits = ref().full(prompt)
+        for i in range(1, len(prompt)):
+            want = log_softmax(logits[i - 1])
+            self.assert_close(lp["token_logprobs"][i], want[prompt[i]],
+                              "prompt token %d" % i)
+            top = lp["top_logprobs"][i]
+            self.assertTrue(1 <= len(top) <= 2, top)
+            self.assert_close(max(top.values()), want.max(), "top of %d" % i)
+            self.assertEqual(lp["text_offset"][i],
+                             len(text_of(prompt[:i])))
+
+    def test_echo_logprobs_with_generation_scores_both(self):
+        prompt, gen, steps = greedy_case("echogen", 6, 4)
+        body = main_client().complete(prompt=prompt, max_tokens=4, echo=True,
+                                      logprobs=1, temperature=0)
+        lp = body["choices"][0]["logprobs"]
+        self.assertEqual(len(lp["tokens"]), 10)
+        self.assertIsNone(lp["token_logprobs"][0])
+        logits = ref().full(prompt)
+        self.assert_close(lp["token_logprobs"][5],
+                          log_softmax(logits[4])[prompt[5]], "last prompt")
+        for i, (t, s) in enumerate(zip(gen, steps)):
+            self.assert_close(lp["token_logprobs"][6 + i],
+                              log_softmax(s)[t], "generated %d" % i)
+
+    def test_prompt_string_equals_token_id_prompt(self):
+        c = main_client()
+        prompt, gen, _ = greedy_case("strprompt", 6, 8)
+        text = text_of(prompt)
+        ids = c.post("/tokenize", {"content": text}).json["tokens"]
+        a = c.complete(prompt=text, max_tokens=8, temperature=0)
+        b = c.complete(prompt=ids, max_tokens=8, temperature=0)
+        self.assertEqual(a["choices"][0]["text"], b["choices"][0]["text"])
+        self.assertEqual(a["usage"]["prompt_tokens"], len(ids))
+        if ids == prompt:
+            self.assertEqual(a["choices"][0]["text"], text_of(gen))
+
+    def test_prompt_list_of_strings_gives_one_choice_set_each(self):
+        c = main_client()
+        p1, g1, _ = greedy_case("list1", 5, 6)
+        p2, g2, _ = greedy_case("list2", 7, 6)
+        s1, s2 = text_of(p1), text_of(p2)
+        solo = [c.complete(prompt=s, max_tokens=6, temperature=0)
+                ["choices"][0]["text"] for s in (s1, s2)]
+        body = c.complete(prompt=[s1, s2], max_tokens=6, temperature=0, n=2)
+        self.assert_ok_shape(body, 4)
+        texts = [ch["text"] for ch in body["choices"]]
+        self.assertEqual(texts, [solo[0], solo[0], solo[1], solo[1]])
+        self.assertEqual(body["usage"]["completion_tokens"], 24)
+
+    def test_prompt_list_of_token_lists(self):
+        p1, g1, _ = greedy_case("tl1", 4, 5)
+        p2, g2, _ = greedy_case("tl2", 9, 5)
+        body = main_client().complete(prompt=[p1, p2], max_tokens=5,
+                                      temperature=0)
+        self.assert_ok_shape(body, 2)
+        self.assertEqual([ch["text"] for ch in body["choices"]],
+                         [text_of(g1), text_of(g2)])
+        self.assertEqual(body["usage"]["prompt_tokens"], 13)
+
+    def test_user_field_accepted_without_effect(self):
+        prompt, gen, _ = greedy_case("user", 4, 5)
+        body = main_client().complete(prompt=prompt, max_tokens=5,
+                                      temperature=0, user="alice@example")
+        self.assertEqual(body["choices"][0]["text"], text_of(gen))
+
+
+class T3Streaming(ApiCase):
+
+    def test_stream_equals_non_stream_for_seeded_request(self):
+        c = main_client()
+        req = {"prompt": word_prompt(13, 5), "max_tokens": 20,
+               "temperature": 0.9, "seed": 77, "n": 2, "top_k": 50,
+               "logit_bias": NO_EOT}
+        plain = c.complete(**req)
+        _, texts, finish, _, done, _, _ = collect_stream(c, dict(req, stream=True))
+        self.assertTrue(done)
+        self.assertEqual(texts, {ch["index"]: ch["text"] for ch in plain["choices"]})
+        self.assertEqual(finish, {0: "length", 1: "length"})
+
+    def test_stream_chunk_shape_usage_chunk_and_done(self):
+        c = main_client()
+        prompt = word_prompt(14, 6)
+        events, texts, finish, usage, done, raw, headers = collect_stream(c, {
+            "prompt": prompt, "max_tokens": 7, "temperature": 0,
+            "logprobs": 1, "logit_bias": NO_EOT, "stream": True,
+            "stream_options": {"include_usage": True}})
+        self.assertIn("text/event-stream", headers.get("content-type", ""))
+        self.assertTrue(done, "no data: [DONE]")
+        self.assertEqual(raw[-1], b"[DONE]")
+        ids = {ev["id"] for ev in events}
+        self.assertEqual(len(ids), 1, "chunks carry different ids")
+        content = [ev for ev in events if ev.get("choices")]
+        for ev in events:
+            self.assertEqual(ev["object"], "text_completion")
+            self.assertEqual(ev["model"], "tiny")
+            self.assertIsInstance(ev["created"], int)
+        # every chunk but the last content chunk is unfinished
+        for ev in content[:-1]:
+            self.assertIsNone(ev["choices"][0]["finish_reason"], ev)
+        self.assertEqual(content[-1]["choices"][0]["finish_reason"], "length")
+        self.assertLessEqual(len(content), 8)
+        n_scored = sum(len(ev["choices"][0]["logprobs"]["tokens"])
+                       for ev in content if ev["choices"][0].get("logprobs"))
+        self.assertEqual(n_scored, 7)
+        # the usage chunk comes last, after every choice finished
+        last = events[-1]
+        self.assertEqual(last.get("choices"), [])
+        self.assertEqual(usage, last["usage"])
+        self.assertEqual(usage["prompt_tokens"], 6)
+        self.assertEqual(usage["completion_tokens"], 7)
+        self.assertEqual(usage["total_tokens"], 13)
+        plain = c.complete(prompt=prompt, max_tokens=7, temperature=0,
+                           logit_bias=NO_EOT)
+        self.assertEqual(texts[0], plain["choices"][0]["text"])
+
+    def test_stream_without_include_usage_has_no_usage_chunk(self):
+        events, _, _, usage, done, _, _ = collect_stream(main_client(), {
+            "prompt": word_prompt(15, 3), "max_tokens": 3, "stream": True})
+        self.assertTrue(done)
+        self.assertTrue(all(ev.get("choices") for ev in events))
+        self.assertIsNone(usage)
+
+    # Both byte tokens of "é" forced, c3 slightly ahead; a frequency
+    # penalty of 2 then makes greedy alternate c3 a9 c3 a9 ...
+    UTF8_BIAS = {str(BYTE_C3): 100, str(BYTE_A9): 99}
+    UTF8_FREQ = 2.0
+
+    def _utf8_case(self, n):
+        """A word prompt for which that request yields n/2 times "é"."""
+        bias = {int(k): float(v) for k, v in self.UTF8_BIAS.items()}
+        for attempt in range(100):
+            prompt = word_prompt(50000 + attempt, 4)
+            out, _, margin = ref_greedy(prompt, n, bias=bias,
+                                        frequency=self.UTF8_FREQ)
+            if out == [BYTE_C3, BYTE_A9] * (n // 2) and margin >= MIN_MARGIN:
+                return prompt
+        raise AssertionError("no prompt alternates the bytes of 'é'")
+
+    def test_stream_holds_back_split_utf8(self):
+        prompt = self._utf8_case(6)
+        req = {"prompt": prompt, "max_tokens": 6, "temperature": 0,
+               "logit_bias": self.UTF8_BIAS,
+               "frequency_penalty": self.UTF8_FREQ}
+        c = main_client()
+        events, texts, _, _, done, raw, _ = collect_stream(c, dict(req, stream=True))
+        self.assertTrue(done)
+        for payload in raw:
+            payload.decode("utf-8")         # raises on a raw half character
+        for ev in events:
+            for ch in ev.get("choices") or []:
+                self.assertNotIn("\ufffd", ch["text"], ev)
+        self.assertEqual(texts[0], "ééé")
+        body = c.complete(**req)
+        self.assertEqual(body["choices"][0]["text"], "ééé")
+        # a stop sequence whose characters arrive byte by byte
+        plain = c.complete(stop="éé", **req)["choices"][0]
+        self.assertEqual((plain["text"], plain["finish_reason"]), ("", "stop"))
+        _, texts, finish, _, _, _, _ = collect_stream(
+            c, dict(req, stop=["éé"], stream=True))
+        self.assertEqual((texts.get(0, ""), finish[0]), ("", "stop"))
+
+    def test_text_ending_mid_character_is_still_valid_utf8(self):
+        # one forced byte c3: the generation ends inside a character
+        r = main_client().post("/v1/completions", {
+            "prompt": word_prompt(16, 3), "max_tokens": 1,
+            "logit_bias": {str(BYTE_C3): 100}, "logprobs": 1})
+        self.assertEqual(r.status, 200, r)
+        r.body.decode("utf-8")
+        es = main_client().open_stream("/v1/completions", {
+            "prompt": word_prompt(16, 3), "max_tokens": 3, "stream": True,
+            "logit_bias": {str(BYTE_C3): 100}})
+        list(es)
+        es.close()
+        self.assertTrue(es.done)
+        for payload in es.raw:
+            payload.decode("utf-8")
+
+
+class T4Sessions(ApiCase):
+
+    def _sessions(self, c):
+        r = c.get("/v1/sessions")
+        self.assertEqual(r.status, 200, r)
+        found = {}
+
+        def walk(x):
+            if isinstance(x, dict):
+                sid = x.get("id", x.get("session_id"))
+                if isinstance(sid, str):
+                    found[sid] = x
+                for v in x.values():
+                    walk(v)
+            elif isinstance(x, list):
+                for v in x:
+                    walk(v)
+        walk(r.json)
+        return found
+
+    def test_session_turn_two_reuses_prefix_and_matches_cold(self):
+        c = main_client()
+        sid = "conv-%d" % os.getpid()
+        p1, g1, _ = greedy_case("sess1", 8, 6)
+        t1 = c.complete(prompt=p1, max_tokens=6, temperature=0, session_id=sid)
+        self.assertEqual(t1["choices"][0]["text"], text_of(g1))
+        self.assertEqual(t1["usage"]["prompt_tokens_details"]["cached_tokens"], 0)
+        # turn two: the first turn's prompt, two of its tokens, new words
+        p2 = p1 + g1[:2] + word_prompt(777, 5)
+        req = dict(prompt=p2, max_tokens=8, temperature=0.8, seed=9,
+                   logprobs=1, logit_bias=NO_EOT)
+        t2 = c.complete(session_id=sid, **req)
+        self.assertEqual(t2["usage"]["prompt_tokens_details"]["cached_tokens"],
+                         len(p1) + 2)
+        self.assertEqual(t2["usage"]["prompt_tokens"], len(p2))
+        listed = self._sessions(c)
+        self.assertIn(sid, listed)
+        r = c.delete("/v1/sessions/" + sid)
+        self.assertIn(r.status, (200, 204), r)
+        self.assertNotIn(sid, self._sessions(c))
+        # a cold run on a fresh server (nothing cached) gives the same
+        fresh = Server(GPT2D, TINY, WORKDIR, ["--slots", "1", "--threads", "1"],
+                       name="cold")
+        fresh.start()
+        try:
+            cold = fresh.client().complete(**req)
+        finally:
+            rc, _ = fresh.stop()
+        self.assertEqual(rc, 0, fresh.log_tail())
+        self.assert_clean_log(fresh)
+        self.assertEqual(cold["usage"]["prompt_tokens_details"]["cached_tokens"], 0)
+        self.assertEqual(cold["choices"][0]["text"], t2["choices"][0]["text"])
+        for a, b in zip(cold["choices"][0]["logprobs"]["token_logprobs"],
+                        t2["choices"][0]["logprobs"]["token_logprobs"]):
+            self.assertLessEqual(abs(a - b), TOL)
+
+    def test_delete_unknown_session_is_404(self):
+        r = main_client().delete("/v1/sessions/no-such-session")
+        self.assert_error(r, 404)
+
+    def test_deleted_session_is_gone(self):
+        c = main_client()
+        c.complete(prompt=word_prompt(17, 4), max_tokens=2, session_id="gone")
+        self.assertIn("gone", self._sessions(c))
+        self.assertIn(c.delete("/v1/sessions/gone").status, (200, 204))
+        self.assert_error(c.delete("/v1/sessions/gone"), 404)
+
+    def test_idle_sessions_are_evicted_least_recently_used(self):
+        srv = Server(GPT2D, TINY, WORKDIR, ["--slots", "2", "--threads", "1"],
+                     name="lru").start()
+        try:
+            c = srv.client()
+            pa, pb, pc = (word_prompt(900 + i, 8) for i in range(3))
+
+            def turn(sid, prompt):
+                body = c.complete(prompt=prompt, max_tokens=2, temperature=0,
+                                  session_id=sid)
+                return body["usage"]["prompt_tokens_details"]["cached_tokens"]
+            turn("a", pa)
+            turn("b", pb)
+            self.assertEqual(turn("a", pa + word_prompt(910, 2)), 8)  # a is newest
+            turn("c", pc)                                  # evicts b, the oldest
+            listed = self._sessions(c)
+            self.assertIn("a", listed)
+            self.assertIn("c", listed)
+            self.assertNotIn("b", listed)
+            self.assertEqual(turn("a", pa + word_prompt(911, 2)), 8)
+            self.assertEqual(turn("b", pb + word_prompt(912, 2)), 0)
+        finally:
+            rc, _ = srv.stop()
+        self.assertEqual(rc, 0, srv.log_tail())
+        self.assert_clean_log(srv)
+
+    def test_automatic_prefix_reuse_without_session(self):
+        c = main_client()
+        p, g, _ = greedy_case("auto", 12, 3)
+        c.complete(prompt=p, max_tokens=3, temperature=0)
+        p2 = p + word_prompt(778, 4)
+        b = c.complete(prompt=p2, max_tokens=5, temperature=0)
+        self.assertEqual(b["usage"]["prompt_tokens_details"]["cached_tokens"],
+                         len(p))
+        want, _, margin = ref_greedy(p2, 5)
+        if margin >= MIN_MARGIN and valid_tokens(want) and EOT not in want:
+            self.assertEqual(b["choices"][0]["text"], text_of(want))
+        m = c.metrics()
+        hits = [v for k, v in m.items() if "cached" in k and "bucket" not in k]
+        self.assertTrue(any(v >= len(p) for v in hits), hits)
+
+
+class T5Concurrency(ApiCase):
+
+    def test_concurrent_seeded_requests_match_solo(self):
+        c = main_client()
+        reqs = [{"prompt": word_prompt(100 + i, 3 + i), "max_tokens": 12,
+                 "temperature": 1.0, "seed": 1000 + i, "logit_bias": NO_EOT}
+                for i in range(8)]
+        solo = [c.complete(**r)["choices"][0]["text"] for r in reqs]
+        got = [None] * 8
+        errors = []
+
+        def run(i):
+            try:
+                cl = main_client()
+                if i % 2:
+                    _, texts, _, _, _, _, _ = collect_stream(
+                        cl, dict(reqs[i], stream=True))
+                    got[i] = texts.get(0)
+                else:
+                    got[i] = cl.complete(**reqs[i])["choices"][0]["text"]
+            except Exception as e:  # reported below, with the index
+                errors.append((i, repr(e)))
+
+        threads = [threading.Thread(target=run, args=(i,)) for i in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+        self.assertEqual(errors, [])
+        self.assertEqual(got, solo)
+
+
+class T6Errors(ApiCase):
+    """Every error path of the main server."""
+
+    def test_bad_json_is_400(self):
+        c = main_client()
+        for raw in (b"{not json", b"", b"[1, 2]", b'"just a string"'):
+            r = c.post("/v1/completions", raw=raw,
+                       headers={"Content-Type": "application/json"})
+            self.assert_error(r, 400)
+
+    def test_wrong_types_name_the_param(self):
+        base = {"prompt": "Hello", "max_tokens": 2}
+        cases = {
+            "prompt": [5, {"a": 1}, [1, "a"], [[1], "a"], True],
+            "max_tokens": ["ten", 2.5, True],
+            "temperature": ["hot"],
+            "top_p": ["x"],
+            "n": ["2", 1.5],
+            "best_of": ["3"],
+            "stop": [3, ["a", 4]],
+            "presence_penalty": ["x"],
+            "frequency_penalty": [[1]],
+            "logit_bias": [[1], "x", {"15": "up"}],
+            "seed": ["x", 1.5],
+            "user": [5],
+            "echo": ["yes"],
+            "logprobs": ["1", 1.5],
+            "stream": ["yes"],
+            "stream_options": ["x"],
+            "top_k": ["x"],
+            "min_p": ["x"],
+            "repetition_penalty": ["x"],
+            "session_id": [5],
+        }
+        c = main_client()
+        for param, values in cases.items():
+            for v in values:
+                body = dict(base)
+                body[param] = v
+                with self.subTest(param=param, value=v):
+                    r = c.post("/v1/completions", body)
+                    self.assert_error(r, 400, param)
+
+    def test_out_of_range_values_name_the_param(self):
+        base = {"prompt": "Hello", "max_tokens": 2}
+        cases = [
+            ("temperature", 2.5), ("temperature", -0.1),
+            ("top_p", 1.5), ("top_p", -0.1),
+            ("n", 0), ("n", -1),
+            ("best_of", 0),
+            ("logprobs", 6), ("logprobs", -1),
+            ("max_tokens", -1),
+            ("logit_bias", {"15": 101}), ("logit_bias", {"15": -100.5}),
+            ("logit_bias", {"abc": 1}), ("logit_bias", {"99999": 1}),
+            ("stop", ["a", "b", "c", "d", "e"]),
+            ("prompt", [1, 99999]), ("prompt", [-1]), ("prompt", []),
+            ("prompt", [[]]),
+            ("presence_penalty", 2.5), ("frequency_penalty", -2.5),
+            ("min_p", 1.5), ("min_p", -0.5), ("top_k", -1),
+            ("repetition_penalty", 0), ("repetition_penalty", -1),
+            ("n", 1000), ("stop", ""), ("stop", ["a", ""]),
+            ("session_id", ""), ("session_id", "x" * 200),
+        ]
+        c = main_client()
+        for param, v in cases:
+            body = dict(base)
+            body[param] = v
+            with self.subTest(param=param, value=v):
+                self.assert_error(c.post("/v1/completions", body), 400, param)
+
+    def test_best_of_below_n_is_400(self):
+        r = main_client().post("/v1/completions", {
+            "prompt": "Hi", "max_tokens": 2, "n": 3, "best_of": 2})
+        self.assert_error(r, 400, ("best_of", "n"))
+
+    def test_best_of_with_stream_is_400(self):
+        r = main_client().post("/v1/completions", {
+            "prompt": "Hi", "max_tokens": 2, "best_of": 2, "stream": True})
+        self.assert_error(r, 400, ("best_of", "stream"))
+
+    def test_prompt_over_context_is_400_with_numbers(self):
+        r = main_client().post("/v1/completions", {
+            "prompt": word_prompt(18, 60), "max_tokens": 10})
+        e = self.assert_error(r, 400, ("prompt", "max_tokens", None))
+        self.assertIn(str(N_CTX), e["message"])
+        self.assertTrue(re.search(r"\b(60|70)\b", e["message"]), e["message"])
+        r = main_client().post("/v1/completions", {
+            "prompt": word_prompt(18, 70), "max_tokens": 0, "echo": True})
+        e = self.assert_error(r, 400, ("prompt", "max_tokens", None))
+        self.assertIn("70", e["message"])
+
+    def test_suffix_is_refused(self):
+        r = main_client().post("/v1/completions", {
+            "prompt": "Hi", "suffix": "there", "max_tokens": 2})
+        e = self.assert_error(r, 400, "suffix")
+        self.assertIn("suffix", e["message"])
+
+    def test_unknown_path_is_404(self):
+        c = main_client()
+        for path in ("/v1/nothing", "/v1/completions/x"):
+            self.assert_error(c.get(path), 404)
+        # outside the API the playground's static files answer
+        self.assertEqual(c.get("/v2/no-such-file.js").status, 404)
+        self.assert_error(c.post("/v1/chat/completions", {"messages": []}), 404)
+
+    def test_wrong_method_is_405(self):
+        c = main_client()
+        for method, path in (("GET", "/v1/completions"),
+                             ("PUT", "/v1/completions"),
+                             ("POST", "/v1/models"),
+                             ("DELETE", "/v1/models"),
+                             ("POST", "/health"),
+                             ("GET", "/tokenize"),
+                             ("POST", "/v1/sessions")):
+            with self.subTest(method=method, path=path):
+                raw = b"{}" if method in ("POST", "PUT") else None
+                r = c.request(method, path, raw=raw)
+                self.assert_error(r, 405)
+
+
+# ================================================================ own servers
+
+_long_model = None
+
+
+def long_model():
+    """tiny's shape with a 1024-token context: a request can run long
+    enough to be cancelled, queued behind or drained."""
+    global _long_model
+    if _long_model is None:
+        out = os.path.join(WORKDIR, "long-model")
+        if not os.path.exists(os.path.join(out, "model.safetensors")):
+            subprocess.run(
+                [sys.executable, os.path.join(SRCDIR, "tests", "reference",
+                                              "make_model.py"),
+                 out, "--vocab-dir", TINY, "--n-layer", "2", "--n-head", "4",
+                 "--n-embd", "64", "--n-ctx", "1024", "--seed", "5"],
+                check=True, stdout=subprocess.DEVNULL,
+                env=dict(os.environ, PYTHONDONTWRITEBYTECODE="1"))
+        _long_model = out
+    return _long_model
+
+
+LONG_REQ = {"prompt": "Once upon a time", "max_tokens": 1000,
+            "temperature": 1.0, "seed": 1, "logit_bias": NO_EOT}
+
+
+class ServerCase(ApiCase):
+    """A group with its own server; subclasses set NAME, ARGS, ENV, MODEL."""
+
+    NAME = "aux"
+    ARGS = ()
+    ENV = None
+    MODEL = None
+
+    @classmethod
+    def setUpClass(cls):
+        model = cls.MODEL() if cls.MODEL else TINY
+        cls.server = Server(GPT2D, model, WORKDIR, list(cls.ARGS),
+                            env=cls.ENV, name=cls.NAME)
+        cls.server.start()
+
+    @classmethod
+    def tearDownClass(cls):
+        rc, _ = cls.server.stop()
+        if rc != 0:
+            raise AssertionError("%s exited %r on SIGTERM:\n%s"
+                                 % (cls.NAME, rc, cls.server.log_tail()))
+        report = cls.server.sanitizer_report()
+        if report:
+            raise AssertionError("%s: sanitizer report:\n%s"
+                                 % (cls.NAME, report))
+
+
+class T7AuthAndLimits(ServerCase):
+    NAME = "auth"
+    KEY = "sk-test-%d" % os.getpid()
+    ARGS = ("--slots", "2", "--threads", "1", "--max-body", "2048")
+    ENV = {"GPT2D_API_KEY": KEY}
+
+    def test_missing_key_is_401(self):
+        c = self.server.client()
+        self.assert_error(c.post("/v1/completions", {"prompt": "Hi"}), 401)
+        self.assert_error(c.get("/v1/models"), 401)
+
+    def test_wrong_key_is_401(self):
+        c = self.server.client(api_key="sk-wrong")
+        self.assert_error(c.post("/v1/completions", {"prompt": "Hi"}), 401)
+
+    def test_right_key_is_served(self):
+        c = self.server.client(api_key=self.KEY)
+        body = c.complete(prompt="Hi", max_tokens=2)
+        self.assertEqual(body["usage"]["completion_tokens"], 2)
+        self.assertEqual(c.get("/v1/models").status, 200)
+
+    def test_health_is_open_without_key(self):
+        self.assertEqual(self.server.client().get("/health").status, 200)
+
+    def test_sighup_reloads_api_key_file(self):
+        key_file = os.path.join(WORKDIR, "keys")
+        with open(key_file, "w", encoding="ascii") as f:
+            f.write("# test keys\nsk-first\n")
+        srv = Server(GPT2D, TINY, WORKDIR, ["--slots", "1", "--threads", "1",
+                                            "--api-key-file", key_file],
+                     name="sighup").start()
+        try:
+            def status(key):
+                return srv.client(api_key=key).get("/v1/models").status
+            self.assertEqual(status("sk-first"), 200)
+            self.assertEqual(status("sk-second"), 401)
+            with open(key_file, "w", encoding="ascii") as f:
+                f.write("sk-second\n")
+            os.kill(srv.pid, signal.SIGHUP)
+            self.assertTrue(wait_for(lambda: status("sk-second") == 200, 2),
+                            srv.log_tail())
+            self.assertEqual(status("sk-first"), 401)
+            # a file without keys is refused; the keys in force stay
+            with open(key_file, "w", encoding="ascii") as f:
+                f.write("# nothing\n")
+            os.kill(srv.pid, signal.SIGHUP)
+            time.sleep(0.2)
+            self.assertIsNone(srv.proc.poll(), "SIGHUP stopped the server")
+            self.assertEqual(status("sk-second"), 200)
+        finally:
+            rc, _ = srv.stop()
+        self.assertEqual(rc, 0, srv.log_tail())
+        self.assert_clean_log(srv)
+
+    def test_body_over_max_body_is_413(self):
+        c = self.server.client(api_key=self.KEY)
+        r = c.post("/v1/completions", {"prompt": "x" * 4000, "max_tokens": 1})
+        self.assert_error(r, 413)
+        body = c.complete(prompt="y" * 100, max_tokens=1)
+        self.assertEqual(len(body["choices"]), 1)
+
+
+class T8Backpressure(ServerCase):
+    NAME = "busy"
+    ARGS = ("--slots", "1", "--max-queue", "1", "--threads", "1")
+    MODEL = staticmethod(long_model)
+
+    def _idle(self, c):
+        m = c.metrics()
+        return (metric_sum(m, "gpt2d_slots_busy") == 0
+                and metric_sum(m, "gpt2d_queue_depth") == 0)
+
+    def test_disconnect_cancels_and_frees_slot(self):
+        c = self.server.client()
+        self.assertTrue(wait_for(lambda: self._idle(c), 5), "not idle")
+        before = metric_sum(c.metrics(), "gpt2d_requests_cancelled_total")
+        es = c.open_stream("/v1/completions", dict(LONG_REQ, stream=True))
+        it = iter(es)
+        next(it)
+        next(it)
+        self.assertEqual(metric_sum(c.metrics(), "gpt2d_slots_busy"), 1)
+        es.close()
+        t0 = time.monotonic()
+
+        def freed():
+            m = c.metrics()
+            return (metric_sum(m, "gpt2d_requests_cancelled_total") == before + 1
+                    and metric_sum(m, "gpt2d_slots_busy") == 0)
+        self.assertTrue(wait_for(freed, 1.5),
+                        "after %.1f s: %r" % (time.monotonic() - t0, {
+                            k: v for k, v in c.metrics().items()
+                            if "cancel" in k or "slots" in k}))
+        # the slot serves the next request at once
+        body = c.complete(prompt="Hi", max_tokens=3)
+        self.assertEqual(body["usage"]["completion_tokens"], 3)
+
+    def test_disconnect_during_non_stream_request_cancels(self):
+        c = self.server.client()
+        self.assertTrue(wait_for(lambda: self._idle(c), 5), "not idle")
+        before = metric_sum(c.metrics(), "gpt2d_requests_cancelled_total")
+        body = json.dumps(dict(LONG_REQ)).encode()
+        s = socket.create_connection(("127.0.0.1", self.server.port))
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                  b"Content-Type: application/json\r\n"
+                  b"Content-Length: %d\r\n\r\n" % len(body) + body)
+        self.assertTrue(wait_for(
+            lambda: metric_sum(c.metrics(), "gpt2d_slots_busy") == 1, 2),
+            "the request never ran")
+        s.close()
+
+        def freed():
+            m = c.metrics()
+            return (metric_sum(m, "gpt2d_requests_cancelled_total") == before + 1
+                    and metric_sum(m, "gpt2d_slots_busy") == 0)
+        self.assertTrue(wait_for(freed, 1.5), "not cancelled within 1.5 s")
+
+    def test_full_queue_answers_429_with_retry_after(self):
+        c = self.server.client()
+        self.assertTrue(wait_for(lambda: self._idle(c), 5), "not idle")
+        results = [None] * 5
+        waited = [None] * 5
+        streams = []
+        lock = threading.Lock()
+
+        def run(i):
+            t0 = time.monotonic()
+            try:
+                es = c.open_stream("/v1/completions",
+                                   dict(LONG_REQ, stream=True, seed=i))
+                with lock:
+                    streams.append(es)
+                results[i] = 200
+            except StreamError as e:
+                results[i] = e.response
+                waited[i] = time.monotonic() - t0
+        threads = [threading.Thread(target=run, args=(i,)) for i in range(5)]
+        for t in threads:
+            t.start()
+            time.sleep(0.01)
+        # an accepted stream's headers may wait for its turn; the refusals
+        # must come at once
+        for t in threads:
+            t.join(3)
+        refused = [r for r in results if r is not None and r != 200]
+        try:
+            self.assertGreaterEqual(len(refused), 3, results)
+            for r in refused:
+                self.assert_error(r, 429)
+                self.assertIn("retry-after", r.headers)
+                self.assertTrue(r.headers["retry-after"].strip().isdigit(),
+                                r.headers["retry-after"])
+            # refused at once, not after waiting for a slot
+            self.assertLess(max(w for w in waited if w is not None), 1.0,
+                            waited)
+        finally:
+            with lock:
+                for es in streams:
+                    es.close()
+            for t in threads:
+                t.join(10)
+            with lock:
+                for es in streams:
+                    es.close()
+        self.assertTrue(wait_for(lambda: self._idle(c), 3), "slot not freed")
+
+    def test_busy_session_is_409(self):
+        c = self.server.client()
+        self.assertTrue(wait_for(lambda: self._idle(c), 5), "not idle")
+        es = c.open_stream("/v1/completions",
+                           dict(LONG_REQ, stream=True, session_id="busy"))
+        try:
+            next(iter(es))
+            r = c.post("/v1/completions", {"prompt": "Hi", "max_tokens": 1,
+                                           "session_id": "busy"})
+            self.assert_error(r, 409)
+            self.assert_error(c.delete("/v1/sessions/busy"), 409)
+        finally:
+            es.close()
+        self.assertTrue(wait_for(lambda: self._idle(c), 3), "slot not freed")
+
+
+class T8bChunkedPrefill(ServerCase):
+    NAME = "chunked"
+    ARGS = ("--slots", "2", "--threads", "1", "--max-batch-rows", "64")
+    MODEL = staticmethod(long_model)
+
+    def test_long_prompt_is_prefilled_in_chunks_beside_a_stream(self):
+        c = self.server.client()
+        es = c.open_stream("/v1/completions", dict(LONG_REQ, stream=True))
+        it = iter(es)
+        next(it)                                # the stream is decoding
+        long_prompt = word_prompt(4242, 900)
+        b = {}
+
+        def run_b():
+            b["sent"] = time.monotonic()
+            s = c.open_stream("/v1/completions", {
+                "prompt": long_prompt, "max_tokens": 1, "stream": True})
+            for _ in s:
+                b.setdefault("first", time.monotonic())
+            s.close()
+        tb = threading.Thread(target=run_b)
+        a_times = []
+        try:
+            tb.start()
+            for _ in it:
+                a_times.append(time.monotonic())
+                if not tb.is_alive():
+                    break
+        finally:
+            es.close()
+            tb.join(10)
+        self.assertIn("first", b, "the long prompt got no token")
+        # 900 rows at 62 per step (64 less a decode row per slot) take
+        # ~15 steps; the stream gets a token in each of them instead of one
+        # long wait for the whole prompt
+        during = [t for t in a_times if b["sent"] < t < b["first"]]
+        gaps = [y - x for x, y in zip(during, during[1:])]
+        ttft = b["first"] - b["sent"]
+        self.assertGreaterEqual(len(during), 5, "stream stalled by a prefill")
+        # unchunked, the stream would wait about the whole TTFT once
+        self.assertLess(max(gaps), ttft / 2,
+                        "stream waited %.0f ms of the prompt's %.0f ms"
+                        % (1e3 * max(gaps), 1e3 * ttft))
+        m = c.metrics()
+        self.assertEqual(m['gpt2d_batch_rows_bucket{le="64"}'],
+                         m["gpt2d_batch_rows_count"],
+                         "a step had more rows than --max-batch-rows")
+        self.assertGreaterEqual(m["gpt2d_batch_rows_sum"], 900)
+
+
+class T9Shutdown(ServerCase):
+    NAME = "drain"
+    ARGS = ("--slots", "2", "--threads", "1", "--drain-timeout", "500")
+    MODEL = staticmethod(long_model)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.server.kill()       # the test stopped it; this is for its failure
+
+    def test_sigterm_ends_streams_by_the_deadline_and_exits_0(self):
+        """A 1000-token stream cannot finish within --drain-timeout 500: it
+        must be ended on purpose (a last chunk with a finish_reason, or an
+        error event) so the client can tell it from a network failure, and
+        the process must exit 0 soon after the deadline."""
+        c = self.server.client()
+        es = c.open_stream("/v1/completions", dict(LONG_REQ, stream=True))
+        it = iter(es)
+        next(it)
+        events = []
+        t0 = time.monotonic()
+        rc_box = []
+        stopper = threading.Thread(
+            target=lambda: rc_box.append(self.server.stop(timeout=10)))
+        stopper.start()
+        time.sleep(0.1)
+        # draining: new work is refused (503) or not even accepted
+        try:
+            r = c.post("/v1/completions", {"prompt": "Hi", "max_tokens": 1})
+            self.assert_error(r, 503)
+        except OSError:
+            pass
+        cut = None
+        try:
+            for ev in it:
+                events.append(ev)
+        except OSError as e:
+            cut = e
+        finally:
+            es.close()
+        stopper.join(12)
+        rc, seconds = rc_box[0]
+        self.assert_clean_log(self.server)
+        self.assertEqual(rc, 0, self.server.log_tail())
+        self.assertLess(seconds, 5.0)
+        self.assertLess(time.monotonic() - t0, 6.0)
+        with self.assertRaises(OSError):
+            c.get("/health")
+        self.assertIsNone(cut, "stream cut by a socket error")
+        self.assertTrue(events, "no event after SIGTERM")
+        last = events[-1]
+        ended = "error" in last or any(
+            ch.get("finish_reason") for ch in last.get("choices") or [])
+        self.assertTrue(ended, "the stream stopped without a finish_reason "
+                        "or an error event; last: %r, [DONE]: %r"
+                        % (last, es.done))
+
+
+# ================================================================ runner
+
+class Result(unittest.TestResult):
+    """Prints one line per test as it finishes."""
+
+    def __init__(self):
+        unittest.TestResult.__init__(self)
+        self.passed = 0
+        self.failed_names = []
+        self._t0 = 0.0
+
+    def startTest(self, test):
+        unittest.TestResult.startTest(self, test)
+        self._t0 = time.monotonic()
+
+    def _line(self, status, test):
+        name = test.id().replace(__name__ + ".", "")
+        print("%s: %s (%.2fs)" % (status, name, time.monotonic() - self._t0),
+              flush=True)
+
+    def addSuccess(self, test):
+        self.passed += 1
+        self._line("ok", test)
+
+    def _fail(self, test, err):
+        # a failing subtest fails its test once; a failing setUpClass
+        # counts as one failure of its class
+        owner = getattr(test, "test_case", test)
+        if owner.id() not in self.failed_names:
+            self.failed_names.append(owner.id())
+        self._line("FAIL", test)
+        # the test's own frames and the whole message (it may carry a
+        # server log excerpt); unittest's frames say nothing
+        etype, value, tb = err
+        frames = [f for f in traceback.extract_tb(tb)
+                  if "unittest" not in f.filename]
+        text = "".join(traceback.format_list(frames[-3:])
+                       + traceback.format_exception_only(etype, value))
+        print("\n".join("    " + ln for ln in text.splitlines()[:80]),
+              flush=True)
+
+    def addFailure(self, test, err):
+        self._fail(test, err)
+
+    def addError(self, test, err):
+        self._fail(test, err)
+
+    def addSubTest(self, test, subtest, err):
+        if err is not None:
+            self._fail(subtest, err)
+
+
+def main(argv):
+    if not MAIN_PORT:
+        print("api_tests.py: GPT2D_API_PORT is not set", file=sys.stderr)
+        return 2
+    suite = unittest.TestLoader().loadTestsFromModule(sys.modules[__name__])
+    if argv:
+        def keep(s):
+            out = unittest.TestSuite()
+            for t in s:
+                if isinstance(t, unittest.TestSuite):
+                    sub = keep(t)
+                    if sub.countTestCases():
+                        out.addTest(sub)
+                elif any(a in t.id() for a in argv):
+                    out.addTest(t)
+            return out
+        suite = keep(suite)
+    result = Result()
+    suite.run(result)
+    passed = result.passed
+    failed = len(result.failed_names)
+    print("api_tests: %d passed, %d failed" % (passed, failed), flush=True)
+    summary = os.environ.get("GPT2D_API_SUMMARY")
+    if summary:
+        with open(summary, "w", encoding="ascii") as f:
+            f.write("%d %d\n" % (passed, failed))
+    return 0 if failed == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,378 @@
+#!/usr/bin/env python3
+"""gpt2d_client.py — a small stdlib-only client for a gpt2d on loopback.
+
+Used by the integration suite (api_tests.py) and the load benchmark
+(bench/load.py).  Nothing here knows about the model; it speaks HTTP.
+
+    c = Client("127.0.0.1", port)
+    r = c.post("/v1/completions", {"prompt": "Hi", "max_tokens": 4})
+    r.status, r.headers, r.json
+    for event in c.stream("/v1/completions", {..., "stream": True}):
+        ...                     # parsed `data:` JSON objects, up to [DONE]
+
+    srv = Server(gpt2d_binary, model_dir, workdir, extra_args=[...])
+    srv.start()                 # --port 0 --port-file, waits for /health 200
+    rc, seconds = srv.stop()    # SIGTERM, waits for the exit
+
+Only ever point it at 127.0.0.1.
+"""
+
+import http.client
+import json
+import os
+import signal
+import subprocess
+import time
+
+
+class Response:
+    """A finished HTTP exchange: status, headers (lower-case keys), body."""
+
+    def __init__(self, status, headers, body):
+        self.status = status
+        self.headers = headers
+        self.body = body
+
+    @property
+    def json(self):
+        return json.loads(self.body.decode("utf-8"))
+
+    def __repr__(self):
+        return "Response(%d, %r)" % (self.status, self.body[:300])
+
+
+class StreamError(Exception):
+    """The server answered a streaming request with something other than a
+    200 event stream; `response` holds what it said."""
+
+    def __init__(self, response):
+        Exception.__init__(self, "HTTP %d: %r" % (response.status,
+                                                 response.body[:300]))
+        self.response = response
+
+
+class EventStream:
+    """Server-sent events of one streaming response.
+
+    Iterating yields each `data:` payload parsed as JSON and stops after
+    `data: [DONE]` (then .done is True) or at the end of the body.  .raw
+    keeps every data payload as bytes, to check encodings.  close() drops
+    the connection at once, as a client that goes away would."""
+
+    def __init__(self, conn, resp):
+        self.conn = conn
+        self.resp = resp
+        self.status = resp.status
+        self.headers = {k.lower(): v for k, v in resp.getheaders()}
+        self.done = False
+        self.raw = []
+
+    def __iter__(self):
+        data = []
+        while True:
+            line = self.resp.readline()
+            if not line:
+                return                      # server closed without [DONE]
+            line = line.rstrip(b"\r\n")
+            if line.startswith(b"data:"):
+                payload = line[5:]
+                if payload.startswith(b" "):
+                    payload = payload[1:]
+                data.append(payload)
+            elif line == b"" and data:
+                payload = b"\n".join(data)
+                data = []
+                self.raw.append(payload)
+                if payload == b"[DONE]":
+                    self.done = True
+                    return
+                yield json.loads(payload.decode("utf-8"))
+            # comments (":"), event:, id:, retry: lines are ignored
+
+    def close(self):
+        try:
+            self.resp.close()
+        finally:
+            self.conn.close()
+
+
+class Client:
+    def __init__(self, host, port, api_key=None, timeout=30.0):
+        self.host = host
+        self.port = port
+        self.api_key = api_key
+        self.timeout = timeout
+
+    def _headers(self, extra, has_body):
+        h = {}
+        if has_body:
+            h["Content-Type"] = "application/json"
+        if self.api_key is not None:
+            h["Authorization"] = "Bearer " + self.api_key
+        h.update(extra or {})
+        return h
+
+    def request(self, method, path, body=None, headers=None, raw=None):
+        """One request on a fresh connection.  `body` is JSON-encoded;
+        `raw` (bytes) is sent as is."""
+        if raw is None and body is not None:
+            raw = json.dumps(body).encode("utf-8")
+        conn = http.client.HTTPConnection(self.host, self.port,
+                                          timeout=self.timeout)
+        try:
+            conn.request(method, path, body=raw,
+                         headers=self._headers(headers, raw is not None))
+            resp = conn.getresponse()
+            data = resp.read()
+            hdrs = {k.lower(): v for k, v in resp.getheaders()}
+            return Response(resp.status, hdrs, data)
+        finally:
+            conn.close()
+
+    def get(self, path, **kw):
+        return self.request("GET", path, **kw)
+
+    def post(self, path, body=None, **kw):
+        return self.request("POST", path, body=body, **kw)
+
+    def delete(self, path, **kw):
+        return self.request("DELETE", path, **kw)
+
+    def complete(self, **params):
+        """POST /v1/completions; returns the parsed body, asserting 200."""
+        r = self.post("/v1/completions", params)
+        if r.status != 200:
+            raise AssertionError("completion %r -> %r" % (params, r))
+        return r.json
+
+    def open_stream(self, path, body, headers=None):
+        """Starts a streaming request and returns its EventStream once the
+        response headers are in; raises StreamError for a non-200."""
+        raw = json.dumps(body).encode("utf-8")
+        conn = http.client.HTTPConnection(self.host, self.port,
+                                          timeout=self.timeout)
+        conn.request("POST", path, body=raw,
+                     headers=self._headers(headers, True))
+        resp = conn.getresponse()
+        if resp.status != 200:
+            data = resp.read()
+            hdrs = {k.lower(): v for k, v in resp.getheaders()}
+            conn.close()
+            raise StreamError(Response(resp.status, hdrs, data))
+        return EventStream(conn, resp)
+
+    def stream(self, path, body, headers=None):
+        """Yields every event of a streaming request, then closes it."""
+        es = self.open_stream(path, body, headers)
+        try:
+            for event in es:
+                yield event
+        finally:
+            es.close()
+
+    def metrics(self):
+        """GET /metrics parsed: {'name{labels}': float}."""
+        r = self.get("/metrics")
+        if r.status != 200:
+            raise AssertionError("/metrics -> %r" % (r,))
+        return parse_metrics(r.body.decode("utf-8"))
+
+
+def parse_metrics(text):
+    """Prometheus text exposition -> {'name{labels}': value}; labels are
+    kept exactly as written."""
+    out = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        # the value is the first field after the (possibly spaced) labels
+        if "}" in line:
+            key, rest = line.rsplit("}", 1)
+            key += "}"
+        else:
+            key, _, rest = line.partition(" ")
+        fields = rest.split()
+        if not fields:
+            continue
+        out[key.strip()] = float(fields[0])
+    return out
+
+
+def metric_sum(metrics, name):
+    """The sum of every series of `name` (all label sets)."""
+    total = 0.0
+    for key, value in metrics.items():
+        if key == name or key.startswith(name + "{"):
+            total += value
+    return total
+
+
+class Server:
+    """One gpt2d process on 127.0.0.1 with a port chosen by the kernel."""
+
+    def __init__(self, binary, model_dir, workdir, extra_args=(), env=None,
+                 name="gpt2d"):
+        self.binary = binary
+        self.model_dir = model_dir
+        self.workdir = workdir
+        self.extra_args = list(extra_args)
+        self.env = env
+        self.name = name
+        self.proc = None
+        self._log = None
+        self.port = None
+        self.port_file = os.path.join(workdir, name + ".port")
+        self.log_path = os.path.join(workdir, name + ".log")
+
+    def start(self, timeout=20.0):
+        """Starts the process; returns self once /health answers 200."""
+        self.port = None
+        if os.path.exists(self.port_file):
+            os.unlink(self.port_file)
+        env = dict(os.environ)
+        env.pop("GPT2D_API_KEY", None)
+        if self.env:
+            env.update(self.env)
+        args = [self.binary, "--model", self.model_dir, "--host", "127.0.0.1",
+                "--port", "0", "--port-file", self.port_file] + self.extra_args
+        self._log = open(self.log_path, "wb")
+        self.proc = subprocess.Popen(args, stdout=self._log,
+                                     stderr=subprocess.STDOUT, env=env)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError("%s exited with %d during start-up:\n%s"
+                                   % (self.name, self.proc.returncode,
+                                      self.log_tail()))
+            if self.port is None:
+                self.port = read_port_file(self.port_file)
+            if self.port is not None and self._healthy():
+                return self
+            time.sleep(0.02)
+        self.kill()
+        raise RuntimeError("%s not healthy within %.0f s:\n%s"
+                           % (self.name, timeout, self.log_tail()))
+
+    def _healthy(self):
+        try:
+            return Client("127.0.0.1", self.port, timeout=2).get(
+                "/health").status == 200
+        except OSError:
+            return False
+
+    def client(self, **kw):
+        return Client("127.0.0.1", self.port, **kw)
+
+    @property
+    def pid(self):
+        return self.proc.pid
+
+    def stop(self, timeout=15.0):
+        """SIGTERM and wait; returns (exit code or None on timeout, seconds)."""
+        if self.proc is None:
+            return None, 0.0
+        t0 = time.monotonic()
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            rc = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            rc = None
+            self.kill()
+        elapsed = time.monotonic() - t0
+        if self._log is not None and not self._log.closed:
+            self._log.close()
+        return rc, elapsed
+
+    def kill(self):
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        if self._log is not None and not self._log.closed:
+            self._log.close()
+
+    def sanitizer_report(self):
+        """The first sanitizer finding in the log (ASan, UBSan, LSan), or
+        None: a UBSan build keeps running after one, so look."""
+        try:
+            with open(self.log_path, "rb") as f:
+                text = f.read().decode("utf-8", "replace")
+        except OSError:
+            return None
+        for marker in ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer",
+                       "runtime error:"):
+            if marker in text:
+                return self.log_tail(40)
+        return None
+
+    def log_tail(self, n=30):
+        try:
+            with open(self.log_path, "rb") as f:
+                lines = f.read().decode("utf-8", "replace").splitlines()
+        except OSError:
+            return "(no log)"
+        # a sanitizer report says what matters at its top
+        for i, line in enumerate(lines):
+            if "ERROR: AddressSanitizer" in line or "runtime error:" in line:
+                lines = lines[max(0, i - 2):i + n]
+                break
+        else:
+            lines = lines[-n:]
+        return "\n".join("  | " + line for line in lines)
+
+
+def read_port_file(path):
+    try:
+        with open(path, encoding="ascii") as f:
+            text = f.read().strip()
+    except OSError:
+        return None
+    return int(text) if text.isdigit() and int(text) > 0 else None
+
+
+def rss_kib(pid):
+    """VmRSS of a process in KiB (Linux /proc), or None."""
+    try:
+        with open("/proc/%d/status" % pid, encoding="ascii") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
+def bytes_to_unicode():
+    """GPT-2's byte <-> printable-character table (the byte-level BPE
+    alphabet): printable Latin-1 bytes stand for themselves, the others are
+    shifted to code points 256 and up, in byte order."""
+    keep = (list(range(ord("!"), ord("~") + 1))
+            + list(range(ord("¡"), ord("¬") + 1))
+            + list(range(ord("®"), ord("ÿ") + 1)))
+    table = {}
+    extra = 0
+    for b in range(256):
+        if b in keep:
+            table[b] = chr(b)
+        else:
+            table[b] = chr(256 + extra)
+            extra += 1
+    return table
+
+
+class Vocab:
+    """Token id -> raw bytes, from a model directory's vocab.json."""
+
+    def __init__(self, vocab_json):
+        with open(vocab_json, encoding="utf-8") as f:
+            enc = json.load(f)
+        back = {c: b for b, c in bytes_to_unicode().items()}
+        self.id_of = enc
+        self.bytes_of = {}
+        for s, i in enc.items():
+            self.bytes_of[i] = bytes(back[c] for c in s)
+        self.bytes_of.setdefault(50256, b"<|endoftext|>")
+
+    def decode(self, ids):
+        return b"".join(self.bytes_of[i] for i in ids)
