@@ -1,0 +1,640 @@
+#!/usr/bin/env python3
+"""playground_test.py — the playground page in a real headless Chromium.
+
+    playground_test.py --base http://127.0.0.1:PORT/ --api-key KEY --out DIR
+                       [--chromium /usr/bin/chromium]
+                       [--chromedriver /usr/bin/chromedriver] [TEST...]
+
+Drives Chromium through chromedriver's W3C WebDriver HTTP API with nothing
+but the standard library (no npm package to fetch, so it runs offline and
+in a read-only source tree).  The daemon is started by test_playground.sh
+with an API key; this script only talks to 127.0.0.1.
+
+Each test is one behaviour a person relies on; they share one browser and run
+in order (later ones build on the page state of earlier ones).  Screenshots
+go to DIR (playground.png is the README picture).  Ends with the line
+"N passed, N failed".
+"""
+
+import argparse
+import base64
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+import urllib.error
+import urllib.request
+
+ELEMENT = "element-6066-11e4-a52e-4f735466cecf"
+
+
+class WebDriverError(Exception):
+    pass
+
+
+class Browser:
+    """A minimal W3C WebDriver client for one chromedriver session."""
+
+    def __init__(self, chromedriver, chromium, profile_dir, log_path):
+        self.port = free_port()
+        self.log = open(log_path, "wb")
+        self.driver = subprocess.Popen(
+            [chromedriver, "--port=%d" % self.port, "--allowed-ips=127.0.0.1"],
+            stdout=self.log, stderr=subprocess.STDOUT)
+        self.url = "http://127.0.0.1:%d" % self.port
+        self.session = None
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                if self._call("GET", "/status")["ready"]:
+                    break
+            except (OSError, WebDriverError):
+                pass
+            if time.monotonic() > deadline or self.driver.poll() is not None:
+                raise WebDriverError("chromedriver did not start")
+            time.sleep(0.1)
+        caps = {"capabilities": {"alwaysMatch": {
+            "browserName": "chrome",
+            "pageLoadStrategy": "normal",
+            "goog:loggingPrefs": {"browser": "ALL"},
+            "goog:chromeOptions": {
+                "binary": chromium,
+                "args": [
+                    "--headless", "--no-sandbox", "--disable-gpu",
+                    "--disable-background-networking", "--disable-quic",
+                    "--no-first-run", "--disable-component-update",
+                    "--disable-sync", "--disable-dev-shm-usage",
+                    "--user-data-dir=" + profile_dir,
+                    "--window-size=1280,1000", "--force-device-scale-factor=1",
+                    "--lang=en-US",
+                ],
+            },
+        }}}
+        value = self._call("POST", "/session", caps)
+        self.session = "/session/" + value["sessionId"]
+        self.cmd("POST", "/timeouts", {"script": 30000, "pageLoad": 30000,
+                                       "implicit": 0})
+
+    def _call(self, method, path, body=None):
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(
+            self.url + path, data=data, method=method,
+            headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=60) as resp:
+                payload = json.load(resp)
+        except urllib.error.HTTPError as e:
+            payload = json.load(e)
+            v = payload.get("value", {})
+            raise WebDriverError("%s %s: %s: %s" % (
+                method, path, v.get("error"), v.get("message", "")[:400]))
+        return payload.get("value")
+
+    def cmd(self, method, path, body=None):
+        return self._call(method, self.session + path, body)
+
+    def quit(self):
+        try:
+            if self.session:
+                self.cmd("DELETE", "")
+        except (OSError, WebDriverError):
+            pass
+        self.driver.terminate()
+        try:
+            self.driver.wait(10)
+        except subprocess.TimeoutExpired:
+            self.driver.kill()
+            self.driver.wait()
+        self.log.close()
+
+    # ---- page helpers ----
+
+    def go(self, url):
+        self.cmd("POST", "/url", {"url": url})
+
+    def js(self, script, *args):
+        return self.cmd("POST", "/execute/sync",
+                        {"script": script, "args": list(args)})
+
+    def find(self, css):
+        return self.cmd("POST", "/element",
+                        {"using": "css selector", "value": css})[ELEMENT]
+
+    def finds(self, css):
+        return [e[ELEMENT] for e in self.cmd(
+            "POST", "/elements", {"using": "css selector", "value": css})]
+
+    def click(self, css):
+        self.cmd("POST", "/element/%s/click" % self.find(css), {})
+
+    def clear(self, css):
+        self.cmd("POST", "/element/%s/clear" % self.find(css), {})
+
+    def type(self, css, text):
+        self.cmd("POST", "/element/%s/value" % self.find(css), {"text": text})
+
+    def text(self, css):
+        return self.cmd("GET", "/element/%s/text" % self.find(css))
+
+    def displayed(self, css):
+        return self.cmd("GET", "/element/%s/displayed" % self.find(css))
+
+    def hover(self, element_id):
+        self.cmd("POST", "/actions", {"actions": [{
+            "type": "pointer", "id": "mouse",
+            "parameters": {"pointerType": "mouse"},
+            "actions": [{"type": "pointerMove", "duration": 0, "x": 0, "y": 0,
+                         "origin": {ELEMENT: element_id}}]}]})
+        self.cmd("DELETE", "/actions")
+
+    def keys(self, *keys):
+        acts = []
+        for k in keys:
+            acts += [{"type": "keyDown", "value": k}, {"type": "keyUp", "value": k}]
+        self.cmd("POST", "/actions", {"actions": [
+            {"type": "key", "id": "keyboard", "actions": acts}]})
+        self.cmd("DELETE", "/actions")
+
+    def chord(self, *keys):
+        """Presses keys together (modifiers first), then releases them."""
+        acts = [{"type": "keyDown", "value": k} for k in keys]
+        acts += [{"type": "keyUp", "value": k} for k in reversed(keys)]
+        self.cmd("POST", "/actions", {"actions": [
+            {"type": "key", "id": "keyboard", "actions": acts}]})
+        self.cmd("DELETE", "/actions")
+
+    def screenshot(self, path):
+        png = base64.b64decode(self.cmd("GET", "/screenshot"))
+        with open(path, "wb") as f:
+            f.write(png)
+
+    def set_window(self, width, height):
+        self.cmd("POST", "/window/rect", {"width": width, "height": height})
+
+    def console(self):
+        """Browser console entries since the last call (chromedriver's log)."""
+        return self.cmd("POST", "/se/log", {"type": "browser"}) or []
+
+    def wait(self, what, predicate, timeout=20.0):
+        deadline = time.monotonic() + timeout
+        while True:
+            value = predicate()
+            if value:
+                return value
+            if time.monotonic() > deadline:
+                raise AssertionError("timed out after %.0fs waiting for %s"
+                                     % (timeout, what))
+            time.sleep(0.05)
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+# ---- the daemon, directly ----
+
+class Server:
+    def __init__(self, base, key):
+        self.base = base.rstrip("/")
+        self.key = key
+
+    def request(self, method, path, body=None, auth=True):
+        headers = {"Content-Type": "application/json"}
+        if auth:
+            headers["Authorization"] = "Bearer " + self.key
+        req = urllib.request.Request(
+            self.base + path, method=method, headers=headers,
+            data=None if body is None else json.dumps(body).encode())
+        try:
+            with urllib.request.urlopen(req, timeout=30) as resp:
+                return resp.status, dict(resp.headers), resp.read()
+        except urllib.error.HTTPError as e:
+            return e.code, dict(e.headers), e.read()
+
+    def metric(self, name):
+        status, _, body = self.request("GET", "/metrics")
+        assert status == 200, "GET /metrics: %d" % status
+        total = 0.0
+        found = False
+        for line in body.decode().splitlines():
+            m = re.match(r"^%s(\{[^}]*\})?\s+(\S+)$" % re.escape(name), line)
+            if m:
+                total += float(m.group(2))
+                found = True
+        assert found, "metric %s missing from /metrics" % name
+        return total
+
+
+# ---- page state ----
+
+def gen_chips(b):
+    return b.js("return document.querySelectorAll('#tokens .chip.gen').length")
+
+
+def running(b):
+    return b.js("return document.body.classList.contains('running')")
+
+
+def wait_idle(b, timeout=60):
+    b.wait("the run to finish", lambda: not running(b), timeout)
+
+
+def stat(b, name):
+    return b.text("#stat-" + name)
+
+
+def error_text(b):
+    return b.js("const e = document.getElementById('error');"
+                "return e.hidden ? '' : e.innerText")
+
+
+def set_field(b, css, value):
+    b.clear(css)
+    if value != "":
+        b.type(css, str(value))
+    # A real `change` event, as leaving the field would fire.
+    b.js("arguments[0].dispatchEvent(new Event('change', {bubbles: true}))",
+         {ELEMENT: b.find(css)})
+
+
+def visible(token):
+    """A token as its chip shows it (tokens.js visibleToken)."""
+    if token.startswith("bytes:"):
+        return token[6:]
+    out = token.replace("\n", "↵").replace("\t", "⇥")
+    out = re.sub(r"[\x00-\x1f]", lambda m: chr(0x2400 + ord(m.group())), out)
+    return out.replace("\x7f", "␡")
+
+
+def set_prompt(b, text):
+    b.clear("#prompt")
+    b.type("#prompt", text)
+
+
+# ---- tests ----
+
+def test_static_files_have_correct_types(ctx):
+    srv = ctx["server"]
+    want = {"/": "text/html", "/index.html": "text/html",
+            "/app.js": "text/javascript", "/api.js": "text/javascript",
+            "/tokens.js": "text/javascript", "/style.css": "text/css",
+            "/favicon.svg": "image/svg+xml"}
+    for path, ctype in want.items():
+        status, headers, body = srv.request("GET", path, auth=False)
+        assert status == 200, "%s: %d" % (path, status)
+        got = headers.get("Content-Type", "")
+        assert got.startswith(ctype), "%s served as %r" % (path, got)
+        assert len(body) > 0, path
+
+
+def test_page_loads_and_asks_for_the_api_key(ctx):
+    b = ctx["browser"]
+    b.go(ctx["base"])
+    b.wait("the page title", lambda: b.js("return document.title") ==
+           "gpt2d playground")
+    b.wait("the server badge", lambda: "API key needed" in b.text("#server-text"))
+
+
+def test_every_control_is_labelled_and_shows_focus(ctx):
+    b = ctx["browser"]
+    unlabelled = b.js("""
+        return [...document.querySelectorAll('input, textarea, button, select')]
+          .filter(e => !(e.labels && e.labels.length) && !e.getAttribute('aria-label')
+                       && !(e.tagName === 'BUTTON' && e.textContent.trim()))
+          .map(e => e.id || e.outerHTML.slice(0, 60))""")
+    assert unlabelled == [], unlabelled
+    assert b.js("return document.getElementById('tokens').getAttribute('aria-live')") == "polite"
+    # Tab from the prompt reaches Generate, with a visible focus ring.
+    b.click("#prompt")
+    b.keys("\ue004")                                    # Tab
+    assert b.js("return document.activeElement.id") == "generate"
+    ring = b.js("const s = getComputedStyle(document.activeElement);"
+                "return [s.outlineStyle, parseFloat(s.outlineWidth)]")
+    assert ring[0] != "none" and ring[1] >= 2, ring
+
+
+def test_missing_key_shows_the_servers_401(ctx):
+    b = ctx["browser"]
+    b.click("#generate")
+    b.wait("an error", lambda: error_text(b))
+    wait_idle(b)
+    msg = error_text(b)
+    assert "401" in msg, msg
+    assert "API key" in msg, msg
+    assert b.js("return document.getElementById('api-key')"
+                ".getAttribute('aria-invalid')") == "true"
+
+
+def test_api_key_is_kept_in_the_browser(ctx):
+    b = ctx["browser"]
+    set_field(b, "#api-key", ctx["key"])
+    b.go(ctx["base"])                                   # reload
+    b.wait("the model name", lambda: b.text("#server-text").startswith(
+        ctx["model_id"]))
+    assert b.js("return document.getElementById('api-key').value") == ctx["key"]
+
+
+def test_generate_streams_token_chips(ctx):
+    b = ctx["browser"]
+    set_prompt(b, ctx["prompt"])
+    set_field(b, "#max_tokens", 12)
+    set_field(b, "#temperature", 0)
+    set_field(b, "#seed", 7)
+    b.click("#generate")
+    b.wait("the first token chip", lambda: gen_chips(b) >= 1)
+    wait_idle(b)
+    assert error_text(b) == "", error_text(b)
+    n = gen_chips(b)
+    assert 1 <= n <= 12, n
+    assert stat(b, "gen") == str(n), (stat(b, "gen"), n)
+    assert stat(b, "finish") in ("length", "stop"), stat(b, "finish")
+    assert re.match(r"^\d+ ms$|^\d+\.\d\d s$", stat(b, "ttft")), stat(b, "ttft")
+    if n >= 2:
+        assert float(stat(b, "rate")) > 0, stat(b, "rate")
+    # Every chip has a probability and a colour from it.
+    probs = b.js("return [...document.querySelectorAll('#tokens .chip.gen')]"
+                 ".map(c => [c.dataset.p, c.style.getPropertyValue('--h')])")
+    for p, hue in probs:
+        assert 0 < float(p) <= 1, p
+        assert 0 <= int(hue) <= 140, hue
+    # The chips are the tokens the API gives for the same greedy request.
+    status, _, body = ctx["server"].request("POST", "/v1/completions", {
+        "prompt": ctx["prompt"], "max_tokens": 12, "temperature": 0,
+        "seed": 7, "logprobs": 5})
+    assert status == 200, body
+    want = json.loads(body)["choices"][0]["logprobs"]["tokens"]
+    got = b.js("return [...document.querySelectorAll('#tokens .chip.gen')]"
+               ".map(c => c.textContent)")
+    want_shown = [visible(t) for t in want]
+    assert got == want_shown, (got, want_shown)
+
+
+def test_hovering_a_chip_shows_alternatives(ctx):
+    b = ctx["browser"]
+    chips = b.finds("#tokens .chip.gen")
+    b.hover(chips[min(2, len(chips) - 1)])
+    b.wait("the tooltip", lambda: b.displayed("#tip"))
+    tip = b.text("#tip")
+    assert "Top alternatives" in tip, tip
+    rows = b.js("return document.querySelectorAll('#tip .alts li').length")
+    assert rows == 5, rows
+    assert len(re.findall(r"\d%", tip)) >= 6, tip   # the token's own + 5
+
+
+def test_chips_are_keyboard_reachable(ctx):
+    b = ctx["browser"]
+    b.js("document.querySelector('#tokens .chip[tabindex=\"0\"]').focus()")
+    b.wait("the tooltip on focus", lambda: b.displayed("#tip"))
+    b.keys("\ue014")                                    # ArrowRight
+    idx = b.js("const c = [...document.querySelectorAll('#tokens .chip')];"
+               "return c.indexOf(document.activeElement)")
+    assert idx == 1, idx
+    assert b.js("return document.activeElement.tabIndex") == 0
+    assert b.displayed("#tip")
+    b.keys("\ue00c")                                    # Escape
+    assert not b.displayed("#tip")
+
+
+def test_score_my_prompt_marks_prompt_tokens(ctx):
+    b = ctx["browser"]
+    b.click("#echo")
+    b.click("#generate")
+    wait_idle(b)
+    assert error_text(b) == "", error_text(b)
+    n_prompt = b.js("return document.querySelectorAll('#tokens .chip.prompt').length")
+    assert str(n_prompt) == stat(b, "prompt"), (n_prompt, stat(b, "prompt"))
+    # The first prompt token has nothing before it; the rest are scored.
+    unscored = b.js("return [...document.querySelectorAll('#tokens .chip.prompt')]"
+                    ".map(c => c.classList.contains('unscored'))")
+    assert unscored[0] and not any(unscored[1:]), unscored
+    chips = b.finds("#tokens .chip.prompt")
+    b.hover(chips[1])
+    b.wait("the prompt tooltip", lambda: "The model expected" in b.text("#tip"))
+    b.click("#echo")                                    # back off
+
+
+def test_score_prompt_scores_without_generating(ctx):
+    b = ctx["browser"]
+    b.click("#score")
+    wait_idle(b)
+    assert error_text(b) == "", error_text(b)
+    n_prompt = b.js("return document.querySelectorAll('#tokens .chip.prompt').length")
+    assert n_prompt >= 2 and str(n_prompt) == stat(b, "prompt"), (n_prompt, stat(b, "prompt"))
+    assert gen_chips(b) == 0
+    assert stat(b, "gen") == "0", stat(b, "gen")
+
+
+def test_ctrl_enter_in_the_prompt_generates(ctx):
+    b = ctx["browser"]
+    b.click("#prompt")
+    b.chord("\ue009", "\ue007")                        # Control+Enter
+    b.wait("chips from the keyboard", lambda: gen_chips(b) >= 1)
+    wait_idle(b)
+    assert error_text(b) == "", error_text(b)
+    assert b.js("return document.getElementById('prompt').value") == ctx["prompt"]
+
+
+def test_continue_reuses_the_session_cache(ctx):
+    b = ctx["browser"]
+    b.click("#generate")
+    wait_idle(b)
+    before = b.js("return document.getElementById('prompt').value")
+    session = b.text("#session-id")
+    b.click("#continue")
+    wait_idle(b)
+    assert error_text(b) == "", error_text(b)
+    after = b.js("return document.getElementById('prompt').value")
+    assert after.startswith(before) and len(after) > len(before), (before, after)
+    assert b.text("#session-id") == session
+    cached = int(b.js("return document.getElementById('stat-cached').dataset.cached"))
+    prompt_tokens = int(stat(b, "prompt"))
+    assert cached > 0, stat(b, "cached")
+    assert "of %d" % prompt_tokens in stat(b, "cached"), stat(b, "cached")
+    assert b.js("return document.querySelectorAll('#tokens .turn').length") == 1
+
+
+def test_stop_cancels_on_the_server(ctx):
+    b = ctx["browser"]
+    srv = ctx["server"]
+    cancelled = srv.metric("gpt2d_requests_cancelled_total")
+    set_prompt(b, "A long story:")
+    set_field(b, "#max_tokens", ctx["long_tokens"])
+    set_field(b, "#temperature", 1)
+    b.click("#generate")
+    b.wait("tokens to stream", lambda: gen_chips(b) >= 3)
+    b.click("#stop")
+    wait_idle(b, 10)
+    n = gen_chips(b)
+    assert n < ctx["long_tokens"], "stop came too late: %d tokens" % n
+    assert stat(b, "finish") == "stopped", stat(b, "finish")
+    assert "Stopped" in b.text("#run-status"), b.text("#run-status")
+    assert error_text(b) == "", error_text(b)
+    b.wait("the server to count the cancellation",
+           lambda: srv.metric("gpt2d_requests_cancelled_total") > cancelled, 15)
+    b.wait("the slot to be freed",
+           lambda: srv.metric("gpt2d_slots_busy") == 0, 15)
+    assert b.js("return document.getElementById('generate').disabled") is False
+    assert b.js("return document.getElementById('continue').disabled") is False
+
+
+def test_server_field_errors_are_shown_with_their_param(ctx):
+    b = ctx["browser"]
+    set_field(b, "#max_tokens", 8)
+    set_field(b, "#temperature", 5)
+    b.click("#generate")
+    b.wait("an error", lambda: error_text(b))
+    wait_idle(b)
+    msg = error_text(b)
+    assert "400" in msg and "temperature" in msg, msg
+    assert b.js("return document.getElementById('temperature')"
+                ".getAttribute('aria-invalid')") == "true"
+    set_field(b, "#temperature", 0.8)
+
+
+def test_screenshot_of_a_scored_completion(ctx):
+    """The README picture: a scored prompt, a sampled completion, a tooltip."""
+    b = ctx["browser"]
+    set_prompt(b, "In a shocking finding, scientists discovered a herd of "
+                  "unicorns living in a remote, previously unexplored valley "
+                  "in the Andes Mountains.")
+    set_field(b, "#max_tokens", 40)
+    set_field(b, "#temperature", 0.9)
+    set_field(b, "#seed", 42)
+    b.click("#echo")
+    b.click("#generate")
+    wait_idle(b)
+    b.click("#echo")
+    assert error_text(b) == "", error_text(b)
+    chips = b.finds("#tokens .chip.gen")
+    assert len(chips) >= 10, len(chips)
+    b.hover(chips[9])
+    b.wait("the tooltip", lambda: b.displayed("#tip"))
+    path = os.path.join(ctx["out"], "playground.png")
+    b.screenshot(path)
+    with open(path, "rb") as f:
+        assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+def test_narrow_screen_has_no_sideways_scroll(ctx):
+    b = ctx["browser"]
+    set_prompt(b, ctx["prompt"])
+    b.click("#generate")
+    wait_idle(b)
+    b.set_window(390, 900)
+    b.wait("the narrow layout", lambda: b.js("return window.innerWidth") <= 400)
+    overflow = b.js("return document.documentElement.scrollWidth - window.innerWidth")
+    assert overflow <= 0, "page is %dpx wider than the screen" % overflow
+    b.screenshot(os.path.join(ctx["out"], "playground-narrow.png"))
+    b.set_window(1280, 1000)
+
+
+def test_no_console_errors(ctx):
+    """No script error and no Content-Security-Policy violation all along."""
+    entries = ctx["browser"].console()
+    messages = [e.get("message", "") for e in entries]
+    # The log works: the 401 that the key test provoked on purpose is there.
+    assert any("401" in m for m in messages), messages
+    bad = [m for e, m in zip(entries, messages) if e.get("level") == "SEVERE"
+           and not re.search(r"status of (401|400) ", m)]
+    assert not bad, bad
+
+
+TESTS = [
+    test_static_files_have_correct_types,
+    test_page_loads_and_asks_for_the_api_key,
+    test_every_control_is_labelled_and_shows_focus,
+    test_missing_key_shows_the_servers_401,
+    test_api_key_is_kept_in_the_browser,
+    test_generate_streams_token_chips,
+    test_hovering_a_chip_shows_alternatives,
+    test_chips_are_keyboard_reachable,
+    test_score_my_prompt_marks_prompt_tokens,
+    test_score_prompt_scores_without_generating,
+    test_ctrl_enter_in_the_prompt_generates,
+    test_continue_reuses_the_session_cache,
+    test_stop_cancels_on_the_server,
+    test_server_field_errors_are_shown_with_their_param,
+    test_screenshot_of_a_scored_completion,
+    test_narrow_screen_has_no_sideways_scroll,
+    test_no_console_errors,
+]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--base", required=True)
+    ap.add_argument("--api-key", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--long-tokens", type=int, default=900)
+    ap.add_argument("--chromium", default="/usr/bin/chromium")
+    ap.add_argument("--chromedriver", default="/usr/bin/chromedriver")
+    ap.add_argument("select", nargs="*")
+    a = ap.parse_args()
+    os.makedirs(a.out, exist_ok=True)
+
+    server = Server(a.base, a.api_key)
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            if server.request("GET", "/health", auth=False)[0] == 200:
+                break
+        except OSError:
+            pass
+        if time.monotonic() > deadline:
+            print("FAIL: gpt2d never became healthy\n0 passed, 1 failed")
+            return 1
+        time.sleep(0.1)
+    status, _, body = server.request("GET", "/v1/models")
+    model_id = json.loads(body)["data"][0]["id"] if status == 200 else "?"
+
+    profile = tempfile.mkdtemp(prefix="gpt2d-chromium.")
+    browser = None
+    passed = failed = 0
+    try:
+        browser = Browser(a.chromedriver, a.chromium, profile,
+                          os.path.join(a.out, "chromedriver.log"))
+        ctx = {"browser": browser, "server": server, "base": a.base,
+               "key": a.api_key, "out": a.out, "model_id": model_id,
+               "prompt": "The quick brown fox jumps over",
+               "long_tokens": a.long_tokens}
+        for test in TESTS:
+            if a.select and not any(s in test.__name__ for s in a.select):
+                continue
+            t0 = time.monotonic()
+            try:
+                test(ctx)
+                passed += 1
+                print("PASS: %s (%.1fs)" % (test.__name__, time.monotonic() - t0))
+            except Exception:           # report every failure, go on
+                failed += 1
+                print("FAIL: %s" % test.__name__)
+                traceback.print_exc(file=sys.stdout)
+                try:
+                    browser.screenshot(os.path.join(
+                        a.out, "failed-%s.png" % test.__name__))
+                except (OSError, WebDriverError):
+                    pass
+            sys.stdout.flush()
+    except WebDriverError as e:
+        failed += 1
+        print("FAIL: the browser: %s" % e)
+    finally:
+        if browser is not None:
+            browser.quit()
+        shutil.rmtree(profile, ignore_errors=True)
+    print("%d passed, %d failed" % (passed, failed))
+    return 0 if failed == 0 and passed > 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,428 @@
+// app.js — the playground: reads the form, streams a completion from
+// POST /v1/completions and shows it as token chips with live figures.
+//
+// One conversation = one session_id.  "Generate" starts a new one; "Continue"
+// sends prompt + completion under the same id so the server re-uses the
+// session's KV cache (usage.prompt_tokens_details.cached_tokens says how much).
+
+import { ApiError, getJSON, health, streamCompletion } from "./api.js";
+import { TokenView } from "./tokens.js";
+
+const $ = (id) => document.getElementById(id);
+
+const KEY_STORE = "gpt2d.apiKey";
+const SETTINGS_STORE = "gpt2d.settings";
+const SETTING_IDS = ["max_tokens", "temperature", "top_p", "top_k", "seed", "stop-seqs", "echo"];
+
+const ui = {
+  form: $("compose"),
+  prompt: $("prompt"),
+  generate: $("generate"),
+  cont: $("continue"),
+  stop: $("stop"),
+  score: $("score"),
+  echo: $("echo"),
+  apiKey: $("api-key"),
+  error: $("error"),
+  tokens: $("tokens"),
+  runStatus: $("run-status"),
+  session: $("session-id"),
+  newSession: $("new-session"),
+  serverText: $("server-text"),
+  server: $("server"),
+};
+const view = new TokenView(ui.tokens, $("tip"));
+
+const state = {
+  sessionId: null,
+  running: null,        // {controller} while a request streams
+  lastPrompt: "",       // the prompt of the last finished run
+  lastText: "",         // its completion text
+  canContinue: false,
+  turns: 0,
+  maxContext: null,     // the model's context length, once known
+};
+
+// ---- storage (may be disabled: every access is guarded) ----
+
+function load(key) {
+  try {
+    return window.localStorage.getItem(key);
+  } catch {
+    return null;
+  }
+}
+
+function save(key, value) {
+  try {
+    if (value === null || value === "") window.localStorage.removeItem(key);
+    else window.localStorage.setItem(key, value);
+  } catch {
+    /* private mode: the page still works, it just forgets */
+  }
+}
+
+function restoreSettings() {
+  ui.apiKey.value = load(KEY_STORE) ?? "";
+  let saved = {};
+  try {
+    saved = JSON.parse(load(SETTINGS_STORE) ?? "{}") ?? {};
+  } catch {
+    saved = {};
+  }
+  for (const id of SETTING_IDS) {
+    if (!(id in saved)) continue;
+    const el = $(id);
+    if (el.type === "checkbox") el.checked = Boolean(saved[id]);
+    else el.value = String(saved[id]);
+  }
+  syncSliders();
+}
+
+function saveSettings() {
+  const out = {};
+  for (const id of SETTING_IDS) {
+    const el = $(id);
+    out[id] = el.type === "checkbox" ? el.checked : el.value;
+  }
+  save(SETTINGS_STORE, JSON.stringify(out));
+}
+
+// Each slider mirrors the number box next to it (the box is the labelled
+// control; the slider is a convenience for the mouse).
+function syncSliders() {
+  for (const id of ["temperature", "top_p"]) {
+    const box = $(id);
+    const range = $(`${id}-range`);
+    if (box.value !== "") range.value = box.value;
+  }
+}
+
+function wireSliders() {
+  for (const id of ["temperature", "top_p"]) {
+    const box = $(id);
+    const range = $(`${id}-range`);
+    range.addEventListener("input", () => {
+      box.value = range.value;
+      saveSettings();
+    });
+    box.addEventListener("input", () => {
+      if (box.value !== "") range.value = box.value;
+    });
+  }
+}
+
+// ---- the request ----
+
+function numberField(id, { integer = false } = {}) {
+  const el = $(id);
+  if (el.value.trim() === "") return undefined;
+  const v = Number(el.value);
+  if (!Number.isFinite(v) || (integer && !Number.isInteger(v))) {
+    throw new ApiError(`${id} must be ${integer ? "a whole number" : "a number"}.`, { param: id, type: "form_error" });
+  }
+  return v;
+}
+
+function stopSequences() {
+  const lines = $("stop-seqs").value.split("\n").filter((l) => l !== "");
+  const seqs = lines.map((l) => l.replace(/\\n/g, "\n").replace(/\\t/g, "\t"));
+  if (seqs.length > 4) {
+    throw new ApiError("At most 4 stop sequences.", { param: "stop", type: "form_error" });
+  }
+  return seqs;
+}
+
+// The request body for the sampling settings shown in the form.  Fields left
+// empty are not sent, so the server's defaults apply.
+function requestBody(prompt, { echo, maxTokens }) {
+  const body = {
+    prompt,
+    max_tokens: maxTokens ?? numberField("max_tokens", { integer: true }) ?? 16,
+    temperature: numberField("temperature"),
+    top_p: numberField("top_p"),
+    top_k: numberField("top_k", { integer: true }),
+    seed: numberField("seed", { integer: true }),
+    logprobs: 5,
+    echo,
+    session_id: state.sessionId,
+    stream_options: { include_usage: true },
+  };
+  const stop = stopSequences();
+  if (stop.length > 0) body.stop = stop;
+  if (body.top_k === 0) delete body.top_k;
+  for (const k of Object.keys(body)) if (body[k] === undefined) delete body[k];
+  return body;
+}
+
+function newSessionId() {
+  const bytes = new Uint8Array(12);
+  crypto.getRandomValues(bytes);   // randomUUID needs a secure context; this does not
+  return `pg-${Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("")}`;
+}
+
+function startConversation() {
+  state.sessionId = newSessionId();
+  state.turns = 0;
+  state.canContinue = false;
+  ui.session.textContent = state.sessionId;
+}
+
+// ---- live figures ----
+
+const stat = {
+  rate: $("stat-rate"),
+  ttft: $("stat-ttft"),
+  prompt: $("stat-prompt"),
+  cached: $("stat-cached"),
+  gen: $("stat-gen"),
+  finish: $("stat-finish"),
+};
+
+function resetStats() {
+  for (const el of Object.values(stat)) el.textContent = "–";
+}
+
+function ms(t) {
+  return t < 1000 ? `${Math.round(t)} ms` : `${(t / 1000).toFixed(2)} s`;
+}
+
+function showTiming(run) {
+  if (run.firstAt != null) stat.ttft.textContent = ms(run.firstAt - run.startedAt);
+  stat.gen.textContent = String(run.generated);
+  // Decode speed: tokens after the first over the time since the first.
+  if (run.generated >= 2 && run.lastAt > run.firstAt) {
+    stat.rate.textContent = ((run.generated - 1) / ((run.lastAt - run.firstAt) / 1000)).toFixed(1);
+  }
+}
+
+function showUsage(usage) {
+  stat.prompt.textContent = String(usage.prompt_tokens);
+  const cached = usage.prompt_tokens_details?.cached_tokens ?? 0;
+  stat.cached.textContent = usage.prompt_tokens > 0
+    ? `${cached} of ${usage.prompt_tokens}`
+    : String(cached);
+  stat.cached.dataset.cached = String(cached);
+  stat.gen.textContent = String(usage.completion_tokens);
+}
+
+// ---- errors ----
+
+function showError(err) {
+  const box = ui.error;
+  box.replaceChildren();
+  const title = document.createElement("strong");
+  const bits = [];
+  if (err.status) bits.push(String(err.status));
+  if (err.type) bits.push(err.type.replace(/_/g, " "));
+  title.textContent = bits.length ? `Error · ${bits.join(" · ")}` : "Error";
+  const msg = document.createElement("p");
+  msg.textContent = err.message;
+  box.append(title, msg);
+  if (err.param) {
+    const p = document.createElement("p");
+    p.className = "param";
+    p.textContent = `Field: ${err.param}`;
+    box.append(p);
+  }
+  if (err.status === 401) {
+    const p = document.createElement("p");
+    p.textContent = "This server needs an API key: enter it under Connection.";
+    box.append(p);
+  }
+  box.hidden = false;
+  // Point at the offending control when it is one of ours.
+  const field = err.param === "stop" ? $("stop-seqs") : err.param && $(err.param);
+  if (field instanceof HTMLElement && field.closest("#params")) field.setAttribute("aria-invalid", "true");
+  if (err.status === 401) ui.apiKey.setAttribute("aria-invalid", "true");
+}
+
+function clearError() {
+  ui.error.hidden = true;
+  ui.error.replaceChildren();
+  for (const el of document.querySelectorAll("[aria-invalid]")) el.removeAttribute("aria-invalid");
+}
+
+// ---- running a completion ----
+
+function setRunning(running) {
+  ui.generate.disabled = running;
+  ui.score.disabled = running;
+  ui.cont.disabled = running || !state.canContinue;
+  ui.stop.disabled = !running;
+  ui.tokens.setAttribute("aria-busy", String(running));
+  document.body.classList.toggle("running", running);
+}
+
+function say(text) {
+  ui.runStatus.textContent = text;
+}
+
+// Reads one streamed completion into the view.  kind "score" echoes the
+// prompt only (max_tokens 0).
+async function run({ prompt, echo, maxTokens, label }) {
+  clearError();
+  let body;
+  try {
+    body = requestBody(prompt, { echo, maxTokens });
+  } catch (err) {
+    showError(err);
+    return;
+  }
+  saveSettings();
+  const controller = new AbortController();
+  const r = {
+    startedAt: performance.now(), firstAt: null, lastAt: null,
+    generated: 0, text: "", finish: null, echoPending: echo,
+  };
+  state.running = controller;
+  state.canContinue = false;
+  setRunning(true);
+  resetStats();
+  if (label) view.divider(label);
+  say("Generating…");
+  try {
+    for await (const chunk of streamCompletion(body, { apiKey: ui.apiKey.value.trim(), signal: controller.signal })) {
+      if (chunk.usage) showUsage(chunk.usage);
+      for (const choice of chunk.choices ?? []) take(r, choice);
+      showTiming(r);
+    }
+    stat.finish.textContent = r.finish ?? "–";
+    say(r.finish === "length" ? "Done: reached max_tokens." : r.finish === "stop" ? "Done: stopped naturally." : "Done.");
+    state.lastPrompt = prompt;
+    state.lastText = r.text;
+    state.canContinue = true;
+    state.turns += 1;
+  } catch (err) {
+    if (err.name === "AbortError") {
+      stat.finish.textContent = "stopped";
+      say(`Stopped after ${r.generated} tokens.`);
+      state.lastPrompt = prompt;
+      state.lastText = r.text;
+      state.canContinue = true;
+      state.turns += 1;
+    } else {
+      showError(err instanceof ApiError ? err : new ApiError(String(err?.message ?? err)));
+      say("Failed.");
+    }
+  } finally {
+    state.running = null;
+    setRunning(false);
+  }
+}
+
+// One choice of one chunk: the echoed prompt (first, when asked for), then
+// one generated token per chunk, then a final chunk with finish_reason.
+function take(r, choice) {
+  const lp = choice.logprobs;
+  if (r.echoPending) {
+    r.echoPending = false;
+    if (lp) view.add(lp, "prompt");
+    else view.addPlain(choice.text, "prompt");
+    view.boundary();
+    return;
+  }
+  if (choice.text) r.text += choice.text;
+  if (lp && lp.tokens.length > 0) {
+    const now = performance.now();
+    if (r.firstAt == null) r.firstAt = now;
+    r.lastAt = now;
+    r.generated += view.add(lp, "gen");
+  }
+  if (choice.finish_reason) r.finish = choice.finish_reason;
+}
+
+function generate() {
+  if (state.running) return;
+  startConversation();
+  view.clear();
+  run({ prompt: ui.prompt.value, echo: ui.echo.checked });
+}
+
+function continueConversation() {
+  if (state.running || !state.canContinue) return;
+  // The box holds the whole conversation, so the next turn can be edited too.
+  ui.prompt.value = state.lastPrompt + state.lastText;
+  run({ prompt: ui.prompt.value, echo: false, label: `turn ${state.turns + 1}` });
+}
+
+function scorePrompt() {
+  if (state.running) return;
+  startConversation();
+  view.clear();
+  run({ prompt: ui.prompt.value, echo: true, maxTokens: 0 });
+}
+
+function stop() {
+  state.running?.abort();
+}
+
+// ---- the server's state ----
+
+let refreshTimer = null;
+
+// Polls /health until the daemon is ready (it answers 503 while loading),
+// then names the model.
+async function refreshServer() {
+  clearTimeout(refreshTimer);
+  const status = await health();
+  ui.server.dataset.state = status;
+  if (status !== "ready") {
+    ui.serverText.textContent = status === "loading" ? "Model loading…" : "Server unreachable";
+    refreshTimer = setTimeout(refreshServer, 3000);
+    return;
+  }
+  try {
+    const models = await getJSON("v1/models", ui.apiKey.value.trim());
+    const m = models.data?.[0];
+    if (m) {
+      state.maxContext = m.max_model_len ?? null;
+      ui.serverText.textContent = state.maxContext
+        ? `${m.id} · context ${state.maxContext}`
+        : m.id;
+      if (state.maxContext) $("max_tokens").max = String(state.maxContext);
+    }
+  } catch (err) {
+    ui.server.dataset.state = err.status === 401 ? "locked" : "down";
+    ui.serverText.textContent = err.status === 401 ? "Ready · API key needed" : "Server error";
+  }
+}
+
+// ---- wiring ----
+
+function wire() {
+  ui.form.addEventListener("submit", (e) => {
+    e.preventDefault();
+    generate();
+  });
+  ui.cont.addEventListener("click", continueConversation);
+  ui.stop.addEventListener("click", stop);
+  ui.score.addEventListener("click", scorePrompt);
+  ui.newSession.addEventListener("click", () => {
+    startConversation();
+    view.clear();
+    resetStats();
+    setRunning(false);
+    say("New conversation.");
+  });
+  ui.prompt.addEventListener("keydown", (e) => {
+    if (e.key === "Enter" && (e.ctrlKey || e.metaKey)) {
+      e.preventDefault();
+      generate();
+    }
+  });
+  document.addEventListener("keydown", (e) => {
+    if (e.key === "Escape" && state.running) stop();
+  });
+  ui.apiKey.addEventListener("input", () => save(KEY_STORE, ui.apiKey.value.trim()));
+  ui.apiKey.addEventListener("change", refreshServer);
+  $("params").addEventListener("change", saveSettings);
+  $("params").addEventListener("submit", (e) => e.preventDefault());
+  wireSliders();
+}
+
+restoreSettings();
+wire();
+startConversation();
+setRunning(false);
+refreshServer();
