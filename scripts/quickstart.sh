@@ -15,7 +15,7 @@ build=${BUILD_DIR:-$top/build}
 
 BUILD_PACKAGES=(build-essential autoconf automake libtool pkg-config
                 libmicrohttpd-dev libjansson-dev libopenblas-dev)
-TEST_PACKAGES=(check python3 python3-numpy curl ca-certificates)
+TEST_PACKAGES=(check python3 python3-numpy curl ca-certificates chromium chromium-driver)
 
 as_root() { if [[ $(id -u) -eq 0 ]]; then "$@"; else sudo "$@"; fi; }
 
