@@ -15,7 +15,7 @@ build=${BUILD_DIR:-$top/build}
 
 BUILD_PACKAGES=(build-essential autoconf automake libtool pkg-config
                 libmicrohttpd-dev libjansson-dev libopenblas-dev)
-TEST_PACKAGES=(check python3 python3-numpy curl ca-certificates chromium chromium-driver)
+TEST_PACKAGES=(check python3 python3-numpy curl ca-certificates chromium chromium-driver nginx)
 
 as_root() { if [[ $(id -u) -eq 0 ]]; then "$@"; else sudo "$@"; fi; }
 
@@ -33,6 +33,13 @@ install_packages() {
     echo "Installing: ${missing[*]}"
     as_root apt-get update -qq
     as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
+    # nginx is here only for the scale-out test, which runs its own instance:
+    # don't leave the system's nginx service listening on port 80.
+    if [[ " ${missing[*]} " == *" nginx "* ]] && command -v systemctl >/dev/null &&
+       systemctl is-system-running >/dev/null 2>&1; then
+        echo "Stopping and disabling the nginx service the package started (the tests run their own)."
+        as_root systemctl disable --now nginx >/dev/null 2>&1 || true
+    fi
 }
 
 build() {
