@@ -848,6 +848,12 @@ class T4Sessions(ApiCase):
         self.assertEqual(t2["usage"]["prompt_tokens"], len(p2))
         listed = self._sessions(c)
         self.assertIn(sid, listed)
+        info = listed[sid]
+        # the slot holds turn two's prompt and (all but maybe the last of)
+        # its 8 generated tokens, and is idle now
+        self.assertIn(info.get("n_tokens"), range(len(p2) + 7, len(p2) + 9), info)
+        self.assertIs(info.get("busy"), False, info)
+        self.assertGreaterEqual(info.get("idle_seconds"), 0, info)
         r = c.delete("/v1/sessions/" + sid)
         self.assertIn(r.status, (200, 204), r)
         self.assertNotIn(sid, self._sessions(c))

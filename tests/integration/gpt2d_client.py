@@ -238,7 +238,8 @@ class Server:
                 "--port", "0", "--port-file", self.port_file] + self.extra_args
         self._log = open(self.log_path, "wb")
         self.proc = subprocess.Popen(args, stdout=self._log,
-                                     stderr=subprocess.STDOUT, env=env)
+                                     stderr=subprocess.STDOUT, env=env,
+                                     preexec_fn=_die_with_parent)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -320,6 +321,18 @@ class Server:
         else:
             lines = lines[-n:]
         return "\n".join("  | " + line for line in lines)
+
+
+def _die_with_parent():
+    """In the child before exec: SIGKILL when the starting thread dies, so a
+    suite killed by a timeout leaves no server behind (Linux prctl)."""
+    try:
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        PR_SET_PDEATHSIG = 1
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
 
 
 def read_port_file(path):
