@@ -14,8 +14,8 @@ top=$(cd "$(dirname "$0")/.." && pwd)
 build=${BUILD_DIR:-$top/build}
 
 BUILD_PACKAGES=(build-essential autoconf automake libtool pkg-config
-                libmicrohttpd-dev libjansson-dev libopenblas-dev)
-TEST_PACKAGES=(check python3 python3-numpy curl ca-certificates chromium chromium-driver nginx)
+                libmicrohttpd-dev libjansson-dev libopenblas-dev libsystemd-dev)
+TEST_PACKAGES=(check python3 python3-numpy curl ca-certificates chromium chromium-driver nginx systemd groff-base)
 
 as_root() { if [[ $(id -u) -eq 0 ]]; then "$@"; else sudo "$@"; fi; }
 

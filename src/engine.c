@@ -49,6 +49,7 @@
 #include "gpt2d/kvcache.h"
 #include "gpt2d/log.h"
 #include "gpt2d/metrics.h"
+#include "gpt2d/notify.h"
 #include "gpt2d/textstream.h"
 #include "gpt2d/threadpool.h"
 
@@ -159,6 +160,7 @@ struct engine {
     double deadline;
     bool thread_started, joined;
     pthread_t thread;
+    notify_watchdog watchdog;   /* engine thread only, after create */
 
     /* step scratch, engine thread only */
     forward_seq *batch;         /* [max_batch_rows] */
@@ -786,13 +788,46 @@ static bool has_work(const engine *e)
     return e->q_len > 0 || e->n_running > 0;
 }
 
+/* The service manager's watchdog is kicked from this loop, not from a timer
+ * thread, so a wedged step stops the pings and gets the daemon restarted.
+ * Called without e->lock: the ping is a syscall. */
+static int64_t watchdog_kick(engine *e)
+{
+    return notify_watchdog_kick(&e->watchdog,
+                                (uint64_t)(now_seconds() * 1e6));
+}
+
+/* Waits (e->lock held) for work or shutdown; with a watchdog, wakes in time
+ * for the next ping so an idle daemon is not taken for a hung one. */
+static void idle_wait(engine *e)
+{
+    if (e->watchdog.interval_usec == 0) {
+        pthread_cond_wait(&e->cond, &e->lock);
+        return;
+    }
+    pthread_mutex_unlock(&e->lock);
+    int64_t due_us = watchdog_kick(e);
+    pthread_mutex_lock(&e->lock);
+    if (has_work(e) || e->stopping)
+        return;
+    struct timespec until;
+    clock_gettime(CLOCK_MONOTONIC, &until);
+    until.tv_sec += (time_t)(due_us / 1000000);
+    until.tv_nsec += (long)(due_us % 1000000) * 1000L;
+    if (until.tv_nsec >= 1000000000L) {
+        until.tv_sec++;
+        until.tv_nsec -= 1000000000L;
+    }
+    pthread_cond_timedwait(&e->cond, &e->lock, &until);
+}
+
 static void *engine_main(void *arg)
 {
     engine *e = arg;
     pthread_mutex_lock(&e->lock);
     for (;;) {
         while (!has_work(e) && !e->stopping)
-            pthread_cond_wait(&e->cond, &e->lock);
+            idle_wait(e);
         if (!has_work(e))
             break;              /* stopping and drained */
         double now = now_seconds();
@@ -815,6 +850,7 @@ static void *engine_main(void *arg)
             continue;
         }
         pthread_mutex_unlock(&e->lock);
+        watchdog_kick(e);
 
         gpt2d_error err = { { 0 } };
         int rc = forward_step(e->fwd, e->m, e->pool, e->batch, n, e->logits,
@@ -898,7 +934,13 @@ int engine_create(engine **out, const model *m, const tokenizer *tok,
     e->chunk = cfg->max_batch_rows - cfg->n_slots;
     e->max_token_bytes = longest_token(tok);
     pthread_mutex_init(&e->lock, NULL);
-    pthread_cond_init(&e->cond, NULL);
+    /* Monotonic, for the watchdog's timed idle wait. */
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&e->cond, &ca);
+    pthread_condattr_destroy(&ca);
+    notify_watchdog_init(&e->watchdog);
     if (threadpool_create(&e->pool, cfg->n_threads, err) != 0
         || forward_state_create(&e->fwd, m, cfg->max_batch_rows, err) != 0
         || engine_alloc_step(e, err) != 0

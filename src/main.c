@@ -12,7 +12,12 @@
  *   SIGHUP           re-read the API keys (--api-key-file, GPT2D_API_KEY);
  *                    on error the old keys stay in force.  Nothing else is
  *                    reloaded: model and slots are fixed for the process.
- *   SIGPIPE          ignored (a vanished client is an ordinary event). */
+ *   SIGPIPE          ignored (a vanished client is an ordinary event).
+ *
+ * The service manager hears of each stage (notify.h): STATUS= while
+ * loading, READY=1 once the socket listens (and the port file is written),
+ * RELOADING=1 then READY=1 around a SIGHUP, STOPPING=1 when the drain
+ * starts.  The engine loop pings the watchdog. */
 
 #include <errno.h>
 #include <signal.h>
@@ -28,6 +33,7 @@
 #include "gpt2d/kvcache.h"
 #include "gpt2d/log.h"
 #include "gpt2d/model.h"
+#include "gpt2d/notify.h"
 #include "gpt2d/settings.h"
 #include "gpt2d/tokenizer.h"
 
@@ -113,6 +119,14 @@ static void log_summary(const daemon_state *d)
              d->cfg.host != NULL ? d->cfg.host : "*", http_port(d->http));
 }
 
+/* READY=1 with the line `systemctl status` shows while we serve. */
+static void notify_serving(const daemon_state *d, const char *note)
+{
+    notify_ready("Serving %s on %s:%u, %zu KV slots, %zu threads%s",
+                 d->mdl.name, d->cfg.host != NULL ? d->cfg.host : "*",
+                 http_port(d->http), d->cfg.slots, d->cfg.threads, note);
+}
+
 /* Blocks until SIGTERM or SIGINT, handling SIGHUP along the way. */
 static int wait_for_stop(daemon_state *d, const sigset_t *set)
 {
@@ -122,10 +136,14 @@ static int wait_for_stop(daemon_state *d, const sigset_t *set)
             continue;
         if (sig == SIGHUP) {
             gpt2d_error err = {{0}};
-            if (http_reload_keys(d->http, &err) != 0)
+            notify_reloading();
+            if (http_reload_keys(d->http, &err) != 0) {
                 log_warn("SIGHUP: keeping the old API keys: %s", err.message);
-            else
+                notify_serving(d, "; API key reload failed, old keys kept");
+            } else {
                 log_info("SIGHUP: API keys reloaded");
+                notify_serving(d, "");
+            }
             continue;
         }
         return sig;
@@ -171,17 +189,21 @@ int main(int argc, char **argv)
     pthread_sigmask(SIG_BLOCK, &set, NULL);
     signal(SIGPIPE, SIG_IGN);
 
+    notify_status("Loading model %s", d.cfg.model_dir);
     if (start(&d, &err) != 0) {
         /* One line naming the problem, as the CLI tests expect. */
         fprintf(stderr, "gpt2d: %s\n", err.message);
+        notify_status("Failed to start: %s", err.message);
         teardown(&d);
         return EXIT_FAILURE;
     }
     log_summary(&d);
+    notify_serving(&d, "");
 
     int sig = wait_for_stop(&d, &set);
     log_info("%s: draining (up to %d ms)", sig == SIGINT ? "SIGINT" : "SIGTERM",
              d.cfg.drain_ms);
+    notify_stopping("Draining: running requests have up to %d ms", d.cfg.drain_ms);
     http_quiesce(d.http);
     engine_shutdown(d.eng, d.cfg.drain_ms);
     /* Every request has now finished or been cancelled; give the connections
