@@ -354,8 +354,17 @@ class T1Endpoints(ApiCase):
         # one first token, four gaps between five tokens, one 200
         self.assertEqual(grew("gpt2d_time_to_first_token_seconds_count"), 1)
         self.assertEqual(grew("gpt2d_inter_token_latency_seconds_count"), 4)
-        ok = [k for k in after if k.startswith("gpt2d_requests_total{")
-              and "completions" in k and '"200"' in k]
+        # The request is counted when libmicrohttpd reports the connection's
+        # request complete, which may come a moment after the client has read
+        # the response: poll briefly rather than race it.
+        deadline = time.monotonic() + 2.0
+        while True:
+            ok = [k for k in after if k.startswith("gpt2d_requests_total{")
+                  and "completions" in k and '"200"' in k]
+            if (len(ok) == 1 and grew(ok[0]) >= 1) or time.monotonic() > deadline:
+                break
+            time.sleep(0.02)
+            after = c.metrics()
         self.assertEqual(len(ok), 1, sorted(after))
         self.assertEqual(grew(ok[0]), 1)
         self.assertEqual(after.get("gpt2d_slots_total"), 4)   # --slots 4
