@@ -18,10 +18,12 @@
  *
  * Threading.  Every weight matrix is multiplied with all R rows at once so it
  * is read from memory once per step.  The product is split by output columns
- * (N) into one block per pool worker; each worker runs the kernels below on
- * its block and then the epilogue (bias, GELU) on the block it just wrote.
- * Attention runs one task per (sequence, head), its prefill blocks through
- * single-threaded OpenBLAS sgemm; LayerNorm and embedding by row blocks.
+ * (N) into a few blocks per pool worker (matmul_forward); a worker runs the
+ * kernels below on a block and then the epilogue (bias, GELU) on the block
+ * it just wrote.
+ * Attention runs one task per (sequence, head), up to ATT_ROWS query rows
+ * at a time through one kernel for prefill and decode alike; LayerNorm and
+ * embedding by row blocks.
  *
  * Measurements (2-core EPYC Zen 3 VM, OpenBLAS 0.3.21 pthreads, GPT-2 124M
  * shape, 2 threads).  The machine is shared with other builds and figures
@@ -53,9 +55,23 @@
  * only that sequence, and GELU runs every element through the same 8-lane
  * code (tails are padded).  So a sequence's logits are bit-identical alone or
  * batched (test_forward and bench_forward check it), and identical for any
- * pool size.  They do depend on how the engine chunks the sequence's own
- * prompt (prefill attention uses sgemm, decode a dot loop), and on the CPU
- * (AVX2+FMA kernels vs the portable fallback).
+ * pool size.  Nor do they depend on how the engine chunks the sequence's
+ * own prompt: attention computes every query row with the same arithmetic
+ * whether it comes alone or in a chunk of any size (see "attention" below),
+ * so a cached run, which starts at the end of the cached prefix, gives the
+ * bits of a cold one.  They do depend on the CPU (AVX2+FMA kernels vs the
+ * portable fallback).
+ *
+ * Chunking-invariant attention (replacing per-head sgemm for prefill):
+ * 512-token prefill attention, one thread, 175 ms with sgemm + libm expf,
+ * 135-150 ms with the row kernel and the vector softmax (loaded machine);
+ * decode batch 16 at position 150, attention 7.4 -> 6.2 ms.  With it
+ * came the unembedding prefetch (matmul_t_avx2) and several column tasks
+ * per worker (matmul_forward).  All measured while fuzzers kept one of the
+ * two cores busy (load 3-5), so end to end the step times moved within the
+ * noise: bench_forward, old/new interleaved, best of 3: prefill 417/423
+ * tok/s, decode batch 1 24.2/24.1, batch 16 153/157 tok/s; the per-kernel
+ * CPU-time figures above are the firmer evidence.
  */
 #include "config.h"
 
@@ -67,14 +83,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Query rows per attention sgemm block when a sequence brings several rows;
- * bounds the per-worker score scratch to ATT_BLOCK × n_ctx floats. */
-#define ATT_BLOCK 64
 /* Rows per LayerNorm / embedding task. */
 #define ROW_BLOCK 16
 /* Matmul column blocks are multiples of this (keeps sgemm's N edges and the
  * 8-lane GELU aligned). */
 #define COL_ALIGN 16
+/* Column tasks per pool worker for each product, and their least width. */
+#define MATMUL_TASKS_PER_WORKER 4
+#define MATMUL_MIN_COLS 256
 /* Rows up to which products take the streaming kernel (matmul_small_avx2):
  * decode steps.  Its per-worker scratch is SMALL_M × (columns of a worker). */
 #define SMALL_M 16
@@ -101,7 +117,7 @@ struct forward_state {
     size_t *row_pos;            /* [max_rows] */
     const int32_t **row_tok;    /* [max_rows] pointer to the row's token */
     size_t *logit_rows;         /* [max_rows] which rows get logits */
-    /* per-worker attention scores, (ATT_BLOCK, n_ctx) each */
+    /* per-worker attention scores, (ATT_ROWS, n_ctx) each */
     float *scores;
     size_t n_score_workers;
     /* per-worker packed weight panel, (4C, 16) each */
@@ -141,22 +157,13 @@ typedef int32_t v8si __attribute__((vector_size(32)));
 
 #define V8(f) ((v8sf){ (f), (f), (f), (f), (f), (f), (f), (f) })
 
-/* GELU, tanh form: 0.5x(1 + tanh(u)) with u = sqrt(2/pi)(x + 0.044715x³),
- * computed as x / (1 + exp(-2u)), which is the same function.  exp is a
- * Cody–Waite reduction and a degree-6 polynomial (~2 ulp), its argument
- * clamped to [-87, 88].  Plain vector arithmetic with no FMA contraction
- * (-std=c11 turns it off), so every lane and every build gives the same bits.
- * libm tanhf cost ~15% of a 512-token prefill; this costs a few cycles per
- * element.  Vectors stay inside the function (no vector ABI at calls). */
-static inline __attribute__((always_inline))
-void gelu8(float *out, const float *in, const float *bias)
+/* exp(a) for a in [-87, 88] (clamped there): a Cody–Waite reduction and a
+ * degree-6 polynomial (~2 ulp).  Plain vector arithmetic with no FMA
+ * contraction (-std=c11 turns it off), so every lane and every build gives
+ * the same bits.  In place through a pointer: no vector ABI at calls. */
+static inline __attribute__((always_inline)) void exp8(v8sf *pa)
 {
-    v8sf x, b;
-    memcpy(&x, in, sizeof x);
-    memcpy(&b, bias, sizeof b);
-    x = x + b;
-    v8sf u = x + V8(0.044715f) * x * x * x;
-    v8sf a = V8(-2.0f * 0.7978845608028654f) * u;       /* exp(a) = e^-2u */
+    v8sf a = *pa;
     const v8sf lo = V8(-87.0f), hi = V8(88.0f);
     a = (v8sf)(((v8si)a & (a > lo)) | ((v8si)lo & ~(a > lo)));
     a = (v8sf)(((v8si)a & (a < hi)) | ((v8si)hi & ~(a < hi)));
@@ -172,7 +179,23 @@ void gelu8(float *out, const float *in, const float *bias)
     p = p * r + V8(5.0000001201e-1f);
     p = p * (r * r) + r + V8(1.0f);
     v8si e = (__builtin_convertvector(n, v8si) + 127) << 23;
-    v8sf y = x / (V8(1.0f) + p * (v8sf)e);
+    *pa = p * (v8sf)e;
+}
+
+/* GELU, tanh form: 0.5x(1 + tanh(u)) with u = sqrt(2/pi)(x + 0.044715x³),
+ * computed as x / (1 + exp(-2u)), which is the same function.  libm tanhf
+ * cost ~15% of a 512-token prefill; this costs a few cycles per element. */
+static inline __attribute__((always_inline))
+void gelu8(float *out, const float *in, const float *bias)
+{
+    v8sf x, b;
+    memcpy(&x, in, sizeof x);
+    memcpy(&b, bias, sizeof b);
+    x = x + b;
+    v8sf u = x + V8(0.044715f) * x * x * x;
+    v8sf e = V8(-2.0f * 0.7978845608028654f) * u;
+    exp8(&e);
+    v8sf y = x / (V8(1.0f) + e);
     memcpy(out, &y, sizeof y);
 }
 
@@ -614,11 +637,21 @@ DEFINE_UNEMBED_TILE(1)
 DEFINE_UNEMBED_TILE(2)
 DEFINE_UNEMBED_TILE(3)
 
+/* Rows the unembedding needs before software prefetch pays (below). */
+#define UNEMBED_PREFETCH_ROWS 9
+/* How far ahead it prefetches, in vocabulary entries (two groups). */
+#define UNEMBED_PREFETCH 8
+
 /* out[:, n0:n1] = a · e[n0:n1]ᵀ, a is (M, K), e is (N, K): the unembedding.
  * Vocabulary outer, 4 entries at a time (12 KB at GPT-2 small, read from
  * memory once, contiguous and consecutive so the stream prefetcher runs),
  * every group of 3 rows of a passing over them from L1.  3 × 4 tiles: 12
- * accumulators, 7 loads per 12 FMAs. */
+ * accumulators, 7 loads per 12 FMAs.  With many rows the first row block
+ * of each group used to wait for the group to arrive from DRAM: the group
+ * two ahead is prefetched, spread over the row blocks (one core, M = 16,
+ * half the GPT-2 vocabulary: 12.0 -> 9.9 ms CPU time).  With 8 rows or
+ * fewer the prefetches only cost load slots (M = 1: 8% slower), so those
+ * leave it to the hardware.  A prefetch changes no arithmetic. */
 __attribute__((target("avx2,fma")))
 static void matmul_t_avx2(float *out, size_t ldo, const float *a,
                           const float *e, size_t M, size_t K, size_t n0,
@@ -628,6 +661,7 @@ static void matmul_t_avx2(float *out, size_t ldo, const float *a,
         matmul_t_generic(out, ldo, a, e, M, K, n0, n1);
         return;
     }
+    const size_t blocks = (M + 2) / 3, lines = 4 * K * sizeof(float) / 64;
     for (size_t n = n0; n < n1; n += 4) {
         size_t nr = n1 - n < 4 ? n1 - n : 4;
         /* a short last group repeats its last entry; only nr are stored */
@@ -635,7 +669,14 @@ static void matmul_t_avx2(float *out, size_t ldo, const float *a,
         const float *e1 = e + (n + (nr > 1 ? 1 : 0)) * K;
         const float *e2 = e + (n + (nr > 2 ? 2 : 0)) * K;
         const float *e3 = e + (n + (nr > 3 ? 3 : 0)) * K;
-        for (size_t m = 0; m < M; m += 3) {
+        const char *ahead = (const char *)(e + (n + UNEMBED_PREFETCH) * K);
+        const int prefetch = M >= UNEMBED_PREFETCH_ROWS
+                             && n + UNEMBED_PREFETCH + 4 <= n1;
+        for (size_t m = 0, b = 0; m < M; m += 3, b++) {
+            if (prefetch)
+                for (size_t l = b * lines / blocks;
+                     l < (b + 1) * lines / blocks; l++)
+                    _mm_prefetch(ahead + l * 64, _MM_HINT_T0);
             float *o = out + m * ldo + n;
             const float *am = a + m * K;
             switch (M - m < 3 ? M - m : 3) {
@@ -763,17 +804,48 @@ static void matmul_task(void *ctx, size_t task, size_t worker)
 }
 
 /* a is (M, K), w is (K, N) [or (N, K) if trans_w], out is (M, N):
- * out = beta·out + a·w, then the epilogue.  Split by output columns. */
+ * out = beta·out + a·w, then the epilogue.  Split by output columns into
+ * MATMUL_TASKS_PER_WORKER tasks per worker, handed out dynamically: on a
+ * shared machine a worker that is descheduled for a while no longer holds
+ * up the step with half of every product (its remaining tasks go to the
+ * others), and the smaller column blocks keep the small-M scratch nearer
+ * L1 (one core, M = 16, 192-column blocks: 3-6% faster; batch 16 with 2
+ * threads on a loaded machine: median step 116 -> 112 ms, worst 162 ->
+ * 130).  Blocks stay at least MATMUL_MIN_COLS wide so each row of W is
+ * still read as a long sequential run, and a single row (batch-1 decode,
+ * bound by DRAM) keeps one block per worker: narrower blocks measured
+ * slower there.  Column blocks change no arithmetic. */
 static void matmul_forward(threadpool *pool, matmul_job *j)
 {
     size_t workers = pool_workers(pool);
-    size_t per = (j->N + workers - 1) / workers;
+    size_t tasks = j->M > 1 ? workers * MATMUL_TASKS_PER_WORKER : workers;
+    /* whole rounds of `workers` tasks, so no worker gets an extra block */
+    while (tasks > workers && j->N / tasks < MATMUL_MIN_COLS)
+        tasks -= workers;
+    size_t per = (j->N + tasks - 1) / tasks;
     per = (per + COL_ALIGN - 1) / COL_ALIGN * COL_ALIGN;
     j->cols_per_task = per;
     pool_run(pool, (j->N + per - 1) / per, matmul_task, j);
 }
 
-/* ---- attention ---- */
+/* ---- attention ----
+ *
+ * Every query row is computed by the same arithmetic whatever step it
+ * arrives in: alone in a decode step, or in a prefill chunk of 7 or 512
+ * rows, the row at position p gets
+ *     score[t] = dot(q, k_t) · scale        t in [0, p], dot's 8-lane tree
+ *     prob     = softmax_row(score[0..p])   8-lane exp and sums, fixed tree
+ *     out[i]   = Σ_t prob[t] · v_t[i]       t in increasing order from 0
+ * with a multiply and an add per term (no contraction under -std=c11).  A
+ * new row's own key and value are stored in the slot before any row reads
+ * them, so every row reads its keys from the cache.  attention_row is the
+ * definition; attention_rows_avx2 computes the same bits for up to ATT_ROWS
+ * rows at once so that each K and V row it loads serves all of them (the
+ * prefill chunk used to go through sgemm, whose rounding differs from the
+ * dot loop, so cached and cold runs of a prompt disagreed in the last bits). */
+
+/* Query rows that share each K/V load (and rows of score scratch). */
+#define ATT_ROWS 4
 
 typedef struct attention_job {
     forward_state *st;
@@ -795,24 +867,51 @@ static void kv_store(const forward_state *st, const seq_rows *s, size_t layer,
     }
 }
 
-/* scores is (n_keys,): in-place softmax over its first n_valid entries, the
- * rest set to zero. */
-static void softmax_causal(float *scores, size_t n_valid, size_t n_keys)
+/* scores is (n,): in-place softmax.  exp8 on eight lanes and eight lane
+ * sums (t ≡ lane mod 8) folded in a fixed tree: the result depends on the
+ * row's scores and n only.  libm expf and a serial sum were ~40% of a
+ * 512-token prefill's attention.  Inlined into each caller's target. */
+static inline __attribute__((always_inline))
+void softmax_row(float *scores, size_t n)
 {
-    float maxv = -INFINITY;
-    for (size_t t = 0; t < n_valid; t++)
-        if (scores[t] > maxv)
-            maxv = scores[t];
-    float sum = 0.0f;
-    for (size_t t = 0; t < n_valid; t++) {
-        scores[t] = expf(scores[t] - maxv);
-        sum += scores[t];
+    const size_t n8 = n / 8 * 8, rem = n - n8;
+    v8sf mx = V8(-INFINITY), x;
+    for (size_t t = 0; t < n8; t += 8) {
+        memcpy(&x, scores + t, sizeof x);
+        v8si gt = x > mx;
+        mx = (v8sf)(((v8si)x & gt) | ((v8si)mx & ~gt));
     }
-    float inv = 1.0f / sum;
-    for (size_t t = 0; t < n_valid; t++)
+    float maxv = -INFINITY;
+    for (size_t j = 0; j < 8; j++)
+        maxv = mx[j] > maxv ? mx[j] : maxv;
+    for (size_t t = n8; t < n; t++)
+        maxv = scores[t] > maxv ? scores[t] : maxv;
+
+    const v8sf m8 = V8(maxv);
+    v8sf sum = V8(0.0f), e;
+    for (size_t t = 0; t < n8; t += 8) {
+        memcpy(&x, scores + t, sizeof x);
+        e = x - m8;
+        exp8(&e);
+        memcpy(scores + t, &e, sizeof e);
+        sum = sum + e;
+    }
+    if (rem > 0) {
+        float pad[8] = { 0 };
+        memcpy(pad, scores + n8, rem * sizeof(float));
+        memcpy(&x, pad, sizeof x);
+        const v8si lane = { 0, 1, 2, 3, 4, 5, 6, 7 };
+        e = x - m8;
+        exp8(&e);
+        e = (v8sf)((v8si)e & (lane < (int32_t)rem));
+        memcpy(pad, &e, sizeof e);
+        memcpy(scores + n8, pad, rem * sizeof(float));
+        sum = sum + e;
+    }
+    const float inv = 1.0f / (((sum[0] + sum[4]) + (sum[1] + sum[5]))
+                              + ((sum[2] + sum[6]) + (sum[3] + sum[7])));
+    for (size_t t = 0; t < n; t++)
         scores[t] *= inv;
-    for (size_t t = n_valid; t < n_keys; t++)
-        scores[t] = 0.0f;
 }
 
 /* p is (n_keys,), V is (n_keys, hd), out is (hd,): out[i] = Σ_t p[t]·v_t[i]
@@ -862,7 +961,8 @@ static void attention_values(float *out, const float *p, const float *vc,
     }
 }
 
-/* q is (hd,), K and V are (pos+1, hd) in the slot, out is (hd,).  The
+/* q is (hd,), K and V are (n_keys, hd) in the slot, out is (hd,): one query
+ * row against keys [0, n_keys).  The definition every path reproduces; the
  * avx2 clone runs dot's eight lanes as one register: same bits. */
 __attribute__((target_clones("avx2", "default")))
 static void attention_row(float *out, const float *q, const float *kc,
@@ -871,9 +971,156 @@ static void attention_row(float *out, const float *q, const float *kc,
 {
     for (size_t t = 0; t < n_keys; t++)
         scores[t] = dot(q, kc + t * hd, hd) * scale;
-    softmax_causal(scores, n_keys, n_keys);
+    softmax_row(scores, n_keys);
     attention_values(out, scores, vc, n_keys, hd);
 }
+
+#ifdef HAVE_AVX2_KERNELS
+/* Scores of RB query rows (row stride ldq) against keys k0..k3, hd % 8 ==
+ * 0: per (row, key) eight lane sums over the dimensions ≡ lane mod 8, each
+ * term a multiply then an add, folded by hsum4x8 in dot's tree, then times
+ * scale: dot(q, k)·scale exactly.  Writes nk <= 4 scores per row (row
+ * stride lds). */
+__attribute__((target("avx2,fma"), always_inline))
+static inline void att_scores_tile(float *sc, size_t lds, const float *q,
+                                   size_t ldq, const float *k0,
+                                   const float *k1, const float *k2,
+                                   const float *k3, size_t nk, size_t hd,
+                                   float scale, const int RB)
+{
+    __m256 acc[2][4];
+    _Pragma("GCC unroll 2") for (int r = 0; r < RB; r++)
+        _Pragma("GCC unroll 4") for (int j = 0; j < 4; j++)
+            acc[r][j] = _mm256_setzero_ps();
+    for (size_t c = 0; c < hd; c += 8) {
+        __m256 w0 = _mm256_loadu_ps(k0 + c), w1 = _mm256_loadu_ps(k1 + c);
+        __m256 w2 = _mm256_loadu_ps(k2 + c), w3 = _mm256_loadu_ps(k3 + c);
+        _Pragma("GCC unroll 2") for (int r = 0; r < RB; r++) {
+            __m256 x = _mm256_loadu_ps(q + r * ldq + c);
+            acc[r][0] = _mm256_add_ps(acc[r][0], _mm256_mul_ps(x, w0));
+            acc[r][1] = _mm256_add_ps(acc[r][1], _mm256_mul_ps(x, w1));
+            acc[r][2] = _mm256_add_ps(acc[r][2], _mm256_mul_ps(x, w2));
+            acc[r][3] = _mm256_add_ps(acc[r][3], _mm256_mul_ps(x, w3));
+        }
+    }
+    _Pragma("GCC unroll 2") for (int r = 0; r < RB; r++) {
+        float t[4];
+        _mm_storeu_ps(t, _mm_mul_ps(hsum4x8(acc[r][0], acc[r][1], acc[r][2],
+                                            acc[r][3]),
+                                    _mm_set1_ps(scale)));
+        for (size_t j = 0; j < nk; j++)
+            sc[r * lds + j] = t[j];
+    }
+}
+
+/* Scores of rows [0, nr) (nr <= 2, row r sees keys [0, n0 + r)) into sc
+ * (row stride lds).  Keys go four at a time; a short last group repeats
+ * its last key and stores only what exists.  Row 0 of a pair also gets a
+ * score for row 1's extra key, which softmax never reads. */
+__attribute__((target("avx2,fma")))
+static void att_scores_avx2(float *sc, size_t lds, const float *q,
+                            size_t ldq, const float *kc, size_t n0,
+                            size_t nr, size_t hd, float scale)
+{
+    const size_t n = n0 + nr - 1;           /* keys the last row sees */
+    for (size_t t = 0; t < n; t += 4) {
+        size_t nk = n - t < 4 ? n - t : 4;
+        const float *k0 = kc + t * hd;
+        const float *k1 = kc + (t + (nk > 1 ? 1 : 0)) * hd;
+        const float *k2 = kc + (t + (nk > 2 ? 2 : 0)) * hd;
+        const float *k3 = kc + (t + (nk > 3 ? 3 : 0)) * hd;
+        if (nr == 2)
+            att_scores_tile(sc + t, lds, q, ldq, k0, k1, k2, k3, nk, hd,
+                            scale, 2);
+        else
+            att_scores_tile(sc + t, lds, q, ldq, k0, k1, k2, k3, nk, hd,
+                            scale, 1);
+    }
+}
+
+/* out rows (stride ldo), columns [0, 8·NV) of the head: for RB rows, row
+ * r has probabilities p + r·ldp over keys [0, n0 + r), V from vc (row
+ * stride hd, at the slice's first column).  Each output is attention_values'
+ * chain: a multiply and an add per key, in key order from 0.  Keys all rows
+ * see go together; the few that only later rows see follow, so no row gets
+ * a term it would not get alone. */
+__attribute__((target("avx2,fma"), always_inline))
+static inline void att_values_tile(float *out, size_t ldo, const float *p,
+                                   size_t ldp, const float *vc, size_t hd,
+                                   size_t n0, const int RB, const int NV)
+{
+    __m256 acc[ATT_ROWS][2];
+    _Pragma("GCC unroll 4") for (int r = 0; r < RB; r++)
+        _Pragma("GCC unroll 2") for (int v = 0; v < NV; v++)
+            acc[r][v] = _mm256_setzero_ps();
+    for (size_t t = 0; t < n0; t++) {
+        __m256 w[2];
+        _Pragma("GCC unroll 2") for (int v = 0; v < NV; v++)
+            w[v] = _mm256_loadu_ps(vc + t * hd + 8 * v);
+        _Pragma("GCC unroll 4") for (int r = 0; r < RB; r++) {
+            __m256 pr = _mm256_broadcast_ss(p + r * ldp + t);
+            _Pragma("GCC unroll 2") for (int v = 0; v < NV; v++)
+                acc[r][v] = _mm256_add_ps(acc[r][v], _mm256_mul_ps(pr, w[v]));
+        }
+    }
+    _Pragma("GCC unroll 4") for (int e = 1; e < RB; e++) {
+        const size_t t = n0 + (size_t)e - 1;  /* seen by rows e.. only */
+        __m256 w[2];
+        _Pragma("GCC unroll 2") for (int v = 0; v < NV; v++)
+            w[v] = _mm256_loadu_ps(vc + t * hd + 8 * v);
+        _Pragma("GCC unroll 4") for (int r = e; r < RB; r++) {
+            __m256 pr = _mm256_broadcast_ss(p + r * ldp + t);
+            _Pragma("GCC unroll 2") for (int v = 0; v < NV; v++)
+                acc[r][v] = _mm256_add_ps(acc[r][v], _mm256_mul_ps(pr, w[v]));
+        }
+    }
+    _Pragma("GCC unroll 4") for (int r = 0; r < RB; r++)
+        _Pragma("GCC unroll 2") for (int v = 0; v < NV; v++)
+            _mm256_storeu_ps(out + r * ldo + 8 * v, acc[r][v]);
+}
+
+#define ATT_VALUES_SLICE(RB)                                                 \
+    do {                                                                     \
+        size_t i = 0;                                                        \
+        for (; i + 16 <= hd; i += 16)                                        \
+            att_values_tile(out + i, ldo, p, ldp, vc + i, hd, n0, RB, 2);    \
+        if (i < hd)                                                          \
+            att_values_tile(out + i, ldo, p, ldp, vc + i, hd, n0, RB, 1);    \
+    } while (0)
+
+/* Rows [0, nr) (nr <= ATT_ROWS), hd % 8 == 0: out = P·V as above. */
+__attribute__((target("avx2,fma")))
+static void att_values_avx2(float *out, size_t ldo, const float *p,
+                            size_t ldp, const float *vc, size_t n0,
+                            size_t nr, size_t hd)
+{
+    switch (nr) {
+    case 4: ATT_VALUES_SLICE(4); break;
+    case 3: ATT_VALUES_SLICE(3); break;
+    case 2: ATT_VALUES_SLICE(2); break;
+    default: ATT_VALUES_SLICE(1); break;
+    }
+}
+#undef ATT_VALUES_SLICE
+
+/* Up to ATT_ROWS consecutive query rows of one sequence and head: row r is
+ * at position pos + r and sees keys [0, pos + r + 1).  q rows have stride
+ * ldq, out rows ldo; scores is (ATT_ROWS, lds).  Bit-identical, row by
+ * row, to attention_row. */
+__attribute__((target("avx2,fma")))
+static void attention_rows_avx2(float *out, size_t ldo, const float *q,
+                                size_t ldq, const float *kc, const float *vc,
+                                size_t pos, size_t nr, size_t hd, float scale,
+                                float *scores, size_t lds)
+{
+    for (size_t r = 0; r < nr; r += 2)
+        att_scores_avx2(scores + r * lds, lds, q + r * ldq, ldq, kc,
+                        pos + r + 1, nr - r < 2 ? nr - r : 2, hd, scale);
+    for (size_t r = 0; r < nr; r++)
+        softmax_row(scores + r * lds, pos + r + 1);
+    att_values_avx2(out, ldo, scores, lds, vc, pos + 1, nr, hd);
+}
+#endif
 
 /* One (sequence, head): store the new K/V, then each new row attends to the
  * slot's positions [0, its own position].  Q rows are read from qkv (row
@@ -883,10 +1130,11 @@ static void attention_task(void *ctx, size_t task, size_t worker)
     const attention_job *j = ctx;
     const forward_state *st = j->st;
     const size_t NH = st->cfg.n_head, C = st->cfg.n_embd, hd = C / NH;
+    const size_t lds = st->cfg.n_ctx;
     const seq_rows *s = &st->seqs[task / NH];
     const size_t head = task % NH;
     const float scale = 1.0f / sqrtf((float)hd);
-    float *scores = st->scores + worker * ATT_BLOCK * st->cfg.n_ctx;
+    float *scores = st->scores + worker * ATT_ROWS * lds;
 
     kv_store(st, s, j->layer, head);
     const float *kc = kvcache_k(s->kv, j->layer, head);
@@ -894,24 +1142,19 @@ static void attention_task(void *ctx, size_t task, size_t worker)
     const float *q = st->qkv + s->row0 * 3 * C + head * hd;
     float *out = st->att + s->row0 * C + head * hd;
 
-    if (s->n_rows == 1) {
-        attention_row(out, q, kc, vc, s->pos0 + 1, hd, scale, scores);
+#ifdef HAVE_AVX2_KERNELS
+    if (st->use_avx2 && hd % 8 == 0) {
+        for (size_t r = 0; r < s->n_rows; r += ATT_ROWS) {
+            size_t nr = s->n_rows - r < ATT_ROWS ? s->n_rows - r : ATT_ROWS;
+            attention_rows_avx2(out + r * C, C, q + r * 3 * C, 3 * C, kc, vc,
+                                s->pos0 + r, nr, hd, scale, scores, lds);
+        }
         return;
     }
-    for (size_t b0 = 0; b0 < s->n_rows; b0 += ATT_BLOCK) {
-        size_t nb = s->n_rows - b0 < ATT_BLOCK ? s->n_rows - b0 : ATT_BLOCK;
-        size_t n_keys = s->pos0 + b0 + nb;  /* keys the last row sees */
-        /* scores (nb, n_keys) = scale · Q_blk (nb, hd) · Kᵀ (hd, n_keys) */
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)nb,
-                    (int)n_keys, (int)hd, scale, q + b0 * 3 * C, (int)(3 * C),
-                    kc, (int)hd, 0.0f, scores, (int)n_keys);
-        for (size_t i = 0; i < nb; i++)
-            softmax_causal(scores + i * n_keys, s->pos0 + b0 + i + 1, n_keys);
-        /* out_blk (nb, hd) = P (nb, n_keys) · V (n_keys, hd) */
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)nb,
-                    (int)hd, (int)n_keys, 1.0f, scores, (int)n_keys, vc,
-                    (int)hd, 0.0f, out + b0 * C, (int)C);
-    }
+#endif
+    for (size_t r = 0; r < s->n_rows; r++)
+        attention_row(out + r * C, q + r * 3 * C, kc, vc, s->pos0 + r + 1, hd,
+                      scale, scores);
 }
 
 /* qkv is (R, 3C), att is (R, C). */
@@ -1062,7 +1305,7 @@ int forward_step(forward_state *st, const model *m, threadpool *pool,
     size_t workers = pool_workers(pool);
     if (st->n_score_workers < workers) {
         /* once per pool size, never per step in steady state */
-        float *s = alloc_floats(workers * ATT_BLOCK * st->cfg.n_ctx);
+        float *s = alloc_floats(workers * ATT_ROWS * st->cfg.n_ctx);
         if (s == NULL)
             return error_set(err, "forward: cannot allocate attention scratch "
                              "for %zu workers", workers);

@@ -738,6 +738,82 @@ START_TEST(test_sequence_alone_or_in_batch_gives_same_logits)
 }
 END_TEST
 
+/* A cached run starts a prompt's computation where the cache ends, a cold
+ * run at 0, and the engine cuts prompts into chunks by the step's budget: a
+ * position's logits must not depend on the chunk it was computed in.  The
+ * longest sequence is prefilled whole, one token per step, and in uneven
+ * chunks beside another sequence's decode, with logits for every position:
+ * all three must be the same bits (and match the reference). */
+START_TEST(test_logits_independent_of_prompt_chunking)
+{
+    static const size_t uneven[] = {5, 3, 11, 1, 7, 2, 13};
+    const size_t mi = (size_t)_i;
+    harness h;
+    fx_seq s, g, tmp;
+    harness_open(&h, mi, 2, MAX_ROWS);
+    fx_seq_load(mi, 0, h.vocab, &s);
+    for (size_t q = 1; q < fx_n_seqs(mi); q++) {
+        fx_seq_load(mi, q, h.vocab, &tmp);
+        if (tmp.n > s.n) {
+            fx_seq_free(&s);
+            s = tmp;
+        } else {
+            fx_seq_free(&tmp);
+        }
+    }
+    ck_assert_uint_ge(s.n, 14);
+    fx_seq_load(mi, fx_seq_find(mi, "greedy"), h.vocab, &g);
+    float *got[3], *out = logits_alloc(&h, MAX_ROWS);
+    for (int k = 0; k < 3; k++) {
+        kv_slot slot, side;
+        got[k] = logits_alloc(&h, s.n);
+        slot_open(&h, &slot);
+        slot_open(&h, &side);
+        forward_seq pre = {&side, g.tokens, 3, 0};
+        step_ok(&h, &pre, 1, out);
+        size_t at = 0;
+        for (size_t c = 0; at < s.n; c++) {
+            size_t n = k == 0 ? s.n : k == 1 ? 1
+                     : uneven[c % (sizeof uneven / sizeof uneven[0])];
+            n = n < s.n - at ? n : s.n - at;
+            /* schedule 2 shares each step with the side sequence's decode */
+            bool shared = k == 2 && side.n_tokens < g.n;
+            forward_seq fs[] = {{&side, g.tokens + side.n_tokens, 1, 1},
+                                {&slot, s.tokens + at, n, n}};
+            step_ok(&h, shared ? fs : fs + 1, shared ? 2 : 1, out);
+            memcpy(got[k] + at * h.vocab, out + (shared ? h.vocab : 0),
+                   n * h.vocab * sizeof(float));
+            at += n;
+        }
+        ck_assert_uint_eq(slot.n_tokens, s.n);
+        kvcache_slot_free(&slot);
+        kvcache_slot_free(&side);
+    }
+    size_t cnt = s.n * h.vocab;
+    double d = fmax(max_abs_diff(got[0], got[1], cnt),
+                    max_abs_diff(got[0], got[2], cnt));
+    printf("case %s/%s/chunking: whole, ones, uneven differ by %.3g\n",
+           fx_model_name(mi), s.name, d);
+    for (size_t pos = 0; pos < s.n; pos++)
+        for (int k = 1; k < 3; k++)
+            ck_assert_msg(memcmp(got[0] + pos * h.vocab,
+                                 got[k] + pos * h.vocab,
+                                 h.vocab * sizeof(float)) == 0,
+                          "%s/%s: position %zu differs between the whole "
+                          "prompt and schedule %d (max |diff| %.3g)",
+                          fx_model_name(mi), s.name, pos, k, d);
+    report(fx_model_name(mi), s.name, "chunking",
+           fmax(cmp_rows(&h, got[0], &s, 0, s.n),
+                cmp_rows(&h, got[2], &s, 0, s.n)));
+    for (int k = 0; k < 3; k++)
+        free(got[k]);
+    free(out);
+    fx_seq_free(&s);
+    fx_seq_free(&g);
+    harness_close(&h);
+}
+END_TEST
+
 /* ---- suite ---- */
 
 static int load_cases(void)
@@ -813,6 +889,8 @@ static Suite *forward_suite(void)
                         nm);
     tcase_add_loop_test(det, test_sequence_alone_or_in_batch_gives_same_logits,
                         0, nm);
+    tcase_add_loop_test(det, test_logits_independent_of_prompt_chunking, 0,
+                        nm);
     suite_add_tcase(s, det);
     return s;
 }
