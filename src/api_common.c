@@ -90,8 +90,12 @@ void api_response_text(api_response *r, int status, const char *content_type,
 
 void api_response_error(api_response *r, const api_error *e)
 {
-    json_t *inner = json_pack("{s:s, s:s, s:o, s:o}",
-        "message", e->message,
+    /* The message may quote the client's bytes (jansson's "invalid token
+     * near '...'", a logit_bias key) or be cut inside a character by its
+     * buffer: it goes through api_json_string_bytes, or json_pack would
+     * refuse it and the client get a 500 instead of its 400. */
+    json_t *inner = json_pack("{s:o, s:s, s:o, s:o}",
+        "message", api_json_string_bytes(e->message, strlen(e->message)),
         "type", e->type != NULL ? e->type : error_type(e->status),
         "param", e->param[0] != '\0' ? json_string(e->param) : json_null(),
         "code", e->code != NULL ? json_string(e->code) : json_null());

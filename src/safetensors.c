@@ -134,14 +134,22 @@ static int check_no_overlap(st_file *f, gpt2d_error *err)
         return error_set(err, "out of memory");
     memcpy(sorted, f->tensors, f->n_tensors * sizeof *sorted);
     qsort(sorted, f->n_tensors, sizeof *sorted, by_data_address);
+    /* An empty tensor owns no bytes, so it overlaps nothing, even when it
+     * sits where another begins (safetensors writers put it there); only the
+     * last non-empty tensor before each one matters, as those so far are
+     * disjoint and in order. */
     int rc = 0;
-    for (size_t i = 1; i < f->n_tensors; i++) {
-        const st_tensor *prev = &sorted[i - 1];
-        if (prev->n_bytes > 0 && sorted[i].data < prev->data + prev->n_bytes) {
+    const st_tensor *prev = NULL;
+    for (size_t i = 0; i < f->n_tensors; i++) {
+        const st_tensor *t = &sorted[i];
+        if (t->n_bytes == 0)
+            continue;
+        if (prev != NULL && t->data < prev->data + prev->n_bytes) {
             rc = error_set(err, "tensors '%s' and '%s' overlap in the data",
-                           prev->name, sorted[i].name);
+                           prev->name, t->name);
             break;
         }
+        prev = t;
     }
     free(sorted);
     return rc;

@@ -1,0 +1,180 @@
+/* fuzz_completion_request.c — the JSON bodies a client controls.
+ *
+ * Each input is one request body, given to:
+ *   - completion_request_parse (POST /v1/completions: parse + validate), with
+ *     the `tiny` fixture's limits (n_ctx 64, GPT-2's vocabulary, 4 slots);
+ *   - api_tokenize and api_detokenize (POST /tokenize, /detokenize), which
+ *     parse the same kind of body and need nothing but the tokenizer.
+ *
+ * Besides the sanitizers, the oracle is the contract the engine relies on: an
+ * accepted request satisfies every limit it was validated against, and a
+ * refused one is a 400 whose error object serialises (a 500 here would mean
+ * the server blamed itself for a client's body). */
+#include <math.h>
+#include <stdbool.h>
+#include <string.h>
+
+#include "gpt2d/api.h"
+#include "fuzz.h"
+
+static tokenizer *tok;
+
+/* The `tiny` fixture model's shape; a small context keeps the prompt-length
+ * and max_tokens checks within the fuzzer's reach. */
+static const completion_limits limits = {
+    .n_ctx = 64, .vocab_size = 50257, .max_sequences = 4,
+};
+
+static void free_tokenizer(void)
+{
+    tokenizer_free(tok);
+    tok = NULL;
+}
+
+int LLVMFuzzerInitialize(int *argc, char ***argv)
+{
+    (void)argc;
+    (void)argv;
+    tok = fuzz_load_tokenizer();
+    atexit(free_tokenizer);
+    return 0;
+}
+
+static bool in_range(float v, float lo, float hi)
+{
+    return isfinite(v) && v >= lo && v <= hi;
+}
+
+static bool session_id_ok(const char *s)
+{
+    size_t len = strlen(s);
+    if (len > ENGINE_SESSION_ID_MAX)
+        return false;
+    for (size_t i = 0; i < len; i++)
+        if (!strchr("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+                    "0123456789._:-", s[i]))
+            return false;
+    return true;
+}
+
+/* What the engine may assume about an accepted request. */
+static void check_accepted(const completion_request *req)
+{
+    FUZZ_CHECK(req->n_prompts >= 1 && req->prompts != NULL, "no prompt");
+    for (size_t i = 0; i < req->n_prompts; i++) {
+        const completion_prompt *p = &req->prompts[i];
+        FUZZ_CHECK(p->n >= 1 && p->ids != NULL, "prompt %zu is empty", i);
+        FUZZ_CHECK(p->n + req->max_tokens <= limits.n_ctx,
+                   "prompt %zu: %zu + %zu tokens exceed n_ctx", i, p->n,
+                   req->max_tokens);
+        for (size_t k = 0; k < p->n; k++)
+            FUZZ_CHECK(p->ids[k] >= 0 &&
+                       (size_t)p->ids[k] < limits.vocab_size,
+                       "prompt %zu token %zu = %d", i, k, (int)p->ids[k]);
+    }
+    FUZZ_CHECK(req->n >= 1 && req->best_of >= req->n, "n %zu best_of %zu",
+               req->n, req->best_of);
+    FUZZ_CHECK(req->best_of * req->n_prompts <= limits.max_sequences,
+               "%zu x %zu sequences", req->best_of, req->n_prompts);
+    FUZZ_CHECK(!req->stream || req->best_of == req->n,
+               "streamed best_of %zu > n %zu", req->best_of, req->n);
+    FUZZ_CHECK(!req->include_usage || req->stream, "include_usage without stream");
+    FUZZ_CHECK(req->n_logprobs <= ENGINE_MAX_LOGPROBS &&
+               (req->logprobs || req->n_logprobs == 0),
+               "logprobs %zu", req->n_logprobs);
+
+    FUZZ_CHECK(req->n_stop <= ENGINE_MAX_STOP, "%zu stops", req->n_stop);
+    for (size_t i = 0; i < ENGINE_MAX_STOP; i++)
+        FUZZ_CHECK((i < req->n_stop) == (req->stop[i] != NULL) &&
+                   (req->stop[i] == NULL || req->stop[i][0] != '\0'),
+                   "stop[%zu]", i);
+
+    const sampler_params *s = &req->sampling;
+    FUZZ_CHECK(in_range(s->temperature, 0.0f, 2.0f), "temperature %g",
+               (double)s->temperature);
+    FUZZ_CHECK(in_range(s->top_p, 0.0f, 1.0f) && s->top_p > 0.0f, "top_p %g",
+               (double)s->top_p);
+    FUZZ_CHECK(in_range(s->min_p, 0.0f, 1.0f), "min_p %g", (double)s->min_p);
+    FUZZ_CHECK(in_range(s->presence_penalty, -2.0f, 2.0f) &&
+               in_range(s->frequency_penalty, -2.0f, 2.0f), "penalties");
+    FUZZ_CHECK(isfinite(s->repetition_penalty) && s->repetition_penalty > 0.0f,
+               "repetition_penalty %g", (double)s->repetition_penalty);
+    FUZZ_CHECK(s->logit_bias == req->logit_bias &&
+               (s->n_logit_bias == 0 || s->logit_bias != NULL),
+               "logit_bias table");
+    for (size_t i = 0; i < s->n_logit_bias; i++) {
+        FUZZ_CHECK(s->logit_bias[i].token >= 0 &&
+                   (size_t)s->logit_bias[i].token < limits.vocab_size,
+                   "logit_bias token %d", (int)s->logit_bias[i].token);
+        FUZZ_CHECK(in_range(s->logit_bias[i].bias, -100.0f, 100.0f),
+                   "logit_bias %g", (double)s->logit_bias[i].bias);
+    }
+
+    FUZZ_CHECK(session_id_ok(req->session_id), "session_id '%s'", req->session_id);
+    FUZZ_CHECK(req->session_id[0] == '\0' || req->n_prompts == 1,
+               "session with %zu prompts", req->n_prompts);
+}
+
+/* A refused body is the client's fault (400), and its error object must
+ * reach the client intact: serialisable, with the same status. */
+static void check_refused(const api_error *e)
+{
+    FUZZ_CHECK(e->status == 400, "status %d for a client's body: %s", e->status,
+               e->message);
+    FUZZ_CHECK(e->message[0] != '\0', "empty error message");
+    api_response r = {0};
+    api_response_error(&r, e);
+    FUZZ_CHECK(r.status == 400 && r.body != NULL,
+               "error object did not serialise (status %d) for: %s", r.status,
+               e->message);
+    json_error_t jerr;
+    /* JSON_ALLOW_NUL: "\u0000" is valid JSON (a NUL byte in the text). */
+    json_t *back = json_loadb(r.body, r.body_len, JSON_ALLOW_NUL, &jerr);
+    FUZZ_CHECK(back != NULL, "error body is not JSON: %s", jerr.text);
+    json_t *err = json_object_get(back, "error");
+    FUZZ_CHECK(json_is_string(json_object_get(err, "message")),
+               "error.message missing");
+    json_t *param = json_object_get(err, "param");
+    FUZZ_CHECK(e->param[0] == '\0' ? json_is_null(param)
+                                   : json_is_string(param) &&
+                                         strcmp(json_string_value(param),
+                                                e->param) == 0,
+               "error.param does not name '%s'", e->param);
+    json_decref(back);
+    api_response_free(&r);
+}
+
+/* /tokenize and /detokenize answer 200 or a 400 error object, always JSON. */
+static void check_endpoint_response(api_response *r, const char *what)
+{
+    FUZZ_CHECK(r->status == 200 || r->status == 400, "%s: status %d", what,
+               r->status);
+    FUZZ_CHECK(r->body != NULL && r->stream == NULL, "%s: no body", what);
+    json_t *back = json_loadb(r->body, r->body_len, JSON_ALLOW_NUL, NULL);
+    FUZZ_CHECK(json_is_object(back), "%s: body is not a JSON object", what);
+    json_decref(back);
+    api_response_free(r);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    const char *body = (const char *)data;
+    completion_request req;
+    api_error e;
+    memset(&e, 0, sizeof e);
+    if (completion_request_parse(&req, body, size, tok, &limits, &e) == 0) {
+        check_accepted(&req);
+        completion_request_free(&req);
+    } else {
+        check_refused(&e);
+    }
+
+    api_ctx ctx = {.tok = tok};
+    api_response r = {0};
+    api_tokenize(&ctx, body, size, &r);
+    check_endpoint_response(&r, "tokenize");
+    api_response r2 = {0};
+    api_detokenize(&ctx, body, size, &r2);
+    check_endpoint_response(&r2, "detokenize");
+    return 0;
+}
