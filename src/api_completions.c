@@ -12,7 +12,6 @@
  * reports. */
 #include "gpt2d/api.h"
 
-#include <errno.h>
 #include <limits.h>
 #include <math.h>
 #include <poll.h>
@@ -202,6 +201,32 @@ static int parse_stop(completion_request *req, json_t *root, api_error *e)
     return 0;
 }
 
+/* A logit_bias key is a token id written the one way JSON writes an
+ * integer: decimal digits, no sign, no spaces, no leading zero ("0" itself
+ * aside).  One spelling per token means two keys can never name the same
+ * token, and nothing strtoll would skip or wrap ("\t5", "-0", "+5",
+ * "99999999999999999999") slips through. */
+static int parse_token_key(const char *key, size_t vocab_size, size_t *out,
+                           api_error *e)
+{
+    size_t len = strlen(key);
+    bool digits = len > 0 && strspn(key, "0123456789") == len;
+    if (!digits || (key[0] == '0' && len > 1))
+        return api_error_set(e, 400, "logit_bias",
+                             "logit_bias keys must be token ids in decimal without "
+                             "sign, spaces or leading zeros; '%.64s' is not", key);
+    size_t id = 0;
+    for (size_t i = 0; i < len; i++) {
+        id = id * 10 + (size_t)(key[i] - '0');
+        if (id >= vocab_size)
+            return api_error_set(e, 400, "logit_bias",
+                                 "logit_bias token %.64s is outside the vocabulary "
+                                 "[0, %zu)", key, vocab_size);
+    }
+    *out = id;
+    return 0;
+}
+
 static int parse_logit_bias(completion_request *req, json_t *root,
                             const completion_limits *lim, api_error *e)
 {
@@ -221,24 +246,16 @@ static int parse_logit_bias(completion_request *req, json_t *root,
     json_t *val;
     size_t i = 0;
     json_object_foreach(v, key, val) {
-        char *end = NULL;
-        errno = 0;
-        long long id = strtoll(key, &end, 10);
-        if (key[0] == '\0' || *end != '\0' || key[0] == '+' || key[0] == ' ' ||
-            errno != 0)
-            return api_error_set(e, 400, "logit_bias",
-                                 "logit_bias key '%.64s' is not a token id", key);
-        if (id < 0 || (unsigned long long)id >= lim->vocab_size)
-            return api_error_set(e, 400, "logit_bias",
-                                 "logit_bias token %lld is outside the vocabulary [0, %zu)",
-                                 id, lim->vocab_size);
+        size_t id = 0;
+        if (parse_token_key(key, lim->vocab_size, &id, e) != 0)
+            return -1;
         if (!json_is_number(val))
             return api_error_set(e, 400, "logit_bias",
-                                 "logit_bias value for token %lld must be a number", id);
+                                 "logit_bias value for token %zu must be a number", id);
         double b = json_number_value(val);
         if (b < -100.0 || b > 100.0)
             return api_error_set(e, 400, "logit_bias",
-                                 "logit_bias value for token %lld must be between -100 "
+                                 "logit_bias value for token %zu must be between -100 "
                                  "and 100, got %g", id, b);
         req->logit_bias[i].token = (int32_t)id;
         req->logit_bias[i].bias = (float)b;

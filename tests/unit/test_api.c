@@ -283,6 +283,56 @@ START_TEST(test_null_fields_mean_the_default)
 }
 END_TEST
 
+/* ---- logit_bias keys: decimal token ids, one spelling each ---- */
+
+static const char *const good_bias_keys[] = {"0", "5", "50256"};
+
+static const char *const bad_bias_keys[] = {
+    "", " 5", "5 ", "\\t5", "\\n5", "+5", "-5", "-0", "05", "007", "00", "5.0", "1e3",
+    "0x10", "5a", "\\uff15" /* fullwidth 5 */, "50257", "99999999999999999999999",
+    "18446744073709551621" /* 2^64 + 5: wraps to 5 in 64 bits */,
+};
+
+START_TEST(test_logit_bias_key_in_decimal_is_accepted)
+{
+    char body[256];
+    snprintf(body, sizeof body, "{\"prompt\": \"x\", \"logit_bias\": {\"%s\": 1}}",
+             good_bias_keys[_i]);
+    completion_request req;
+    api_error e;
+    ck_assert_msg(parse(&req, body, &e) == 0, "%s: %s", body, e.message);
+    ck_assert_uint_eq(req.sampling.n_logit_bias, 1);
+    ck_assert_int_eq(req.logit_bias[0].token, atoi(good_bias_keys[_i]));
+    completion_request_free(&req);
+}
+END_TEST
+
+START_TEST(test_logit_bias_key_in_any_other_spelling_is_refused)
+{
+    char body[256];
+    snprintf(body, sizeof body, "{\"prompt\": \"x\", \"logit_bias\": {\"%s\": 1}}",
+             bad_bias_keys[_i]);
+    completion_request req;
+    api_error e;
+    memset(&e, 0, sizeof e);
+    ck_assert_msg(parse(&req, body, &e) == -1, "accepted: %s", body);
+    ck_assert_int_eq(e.status, 400);
+    ck_assert_msg(strcmp(e.param, "logit_bias") == 0, "%s: param '%s' (%s)", body, e.param,
+                  e.message);
+}
+END_TEST
+
+START_TEST(test_logit_bias_key_with_nul_is_refused)
+{
+    completion_request req;
+    api_error e;
+    /* jansson refuses it before we see a key cut short at the NUL ("5") */
+    ck_assert_int_eq(parse(&req, "{\"prompt\": \"x\", \"logit_bias\": {\"5\\u00001\": 1}}",
+                           &e), -1);
+    ck_assert_int_eq(e.status, 400);
+}
+END_TEST
+
 /* ---- errors ---- */
 
 START_TEST(test_error_object_has_openai_shape)
@@ -567,6 +617,11 @@ static Suite *api_suite(void)
     tcase_add_test(parsing, test_context_overflow_message_gives_the_numbers);
     tcase_add_test(parsing, test_invalid_json_is_an_invalid_request_error);
     tcase_add_test(parsing, test_null_fields_mean_the_default);
+    tcase_add_loop_test(parsing, test_logit_bias_key_in_decimal_is_accepted, 0,
+                        (int)(sizeof good_bias_keys / sizeof good_bias_keys[0]));
+    tcase_add_loop_test(parsing, test_logit_bias_key_in_any_other_spelling_is_refused, 0,
+                        (int)(sizeof bad_bias_keys / sizeof bad_bias_keys[0]));
+    tcase_add_test(parsing, test_logit_bias_key_with_nul_is_refused);
     tcase_set_timeout(parsing, 300);
     suite_add_tcase(s, parsing);
 
