@@ -350,6 +350,36 @@ static int parse_sampling(completion_request *req, json_t *root, api_error *e)
     return 0;
 }
 
+/* Every sequence of a request holds a KV slot until it ends, so best_of x
+ * prompts may not exceed the slots, nor --max-n (which keeps one client from
+ * taking them all).  The message gives the request's numbers and the limit,
+ * and `param` names the field that made it too big: the prompt array when
+ * each prompt runs a single sequence, else best_of (or n, when best_of is
+ * just n). */
+static int check_sequences(const completion_request *req,
+                           const completion_limits *lim, api_error *e)
+{
+    size_t cap = lim->max_sequences;
+    bool by_max_n = lim->max_n != 0 && lim->max_n < cap;
+    if (by_max_n)
+        cap = lim->max_n;
+    size_t need = req->best_of * req->n_prompts;
+    if (need <= cap)
+        return 0;
+    const char *field = req->best_of > req->n ? "best_of" : "n";
+    const char *param = req->best_of == 1 ? "prompt" : field;
+    char limit[96];
+    if (by_max_n)
+        snprintf(limit, sizeof limit, "max-n %zu (the server has %zu KV slots)", cap,
+                 lim->max_sequences);
+    else
+        snprintf(limit, sizeof limit, "its %zu KV slots", cap);
+    return api_error_set(e, 400, param,
+                         "this request needs %zu sequences (%s %zu x %zu prompts) but "
+                         "the server runs at most %zu per request: %s",
+                         need, field, req->best_of, req->n_prompts, cap, limit);
+}
+
 static int parse_counts(completion_request *req, json_t *root,
                         const completion_limits *lim, api_error *e)
 {
@@ -367,14 +397,8 @@ static int parse_counts(completion_request *req, json_t *root,
     req->max_tokens = (size_t)max_tokens;
     req->n = (size_t)n;
     req->best_of = (size_t)best_of;
-    if (req->best_of > lim->max_sequences ||
-        req->best_of * req->n_prompts > lim->max_sequences)
-        return api_error_set(e, 400, best_of > n ? "best_of" : "n",
-                             "this request needs %zu sequences (%s %zu x %zu prompts) but "
-                             "the server runs at most %zu at once (its KV slots)",
-                             req->best_of * req->n_prompts,
-                             best_of > n ? "best_of" : "n", req->best_of,
-                             req->n_prompts, lim->max_sequences);
+    if (check_sequences(req, lim, e) != 0)
+        return -1;
     for (size_t i = 0; i < req->n_prompts; i++) {
         size_t np = req->prompts[i].n;
         if (np > lim->n_ctx)
@@ -869,6 +893,7 @@ void api_completions(const api_ctx *ctx, const char *body, size_t len,
         .n_ctx = ctx->mdl->config.n_ctx,
         .vocab_size = tokenizer_vocab_size(ctx->tok),
         .max_sequences = ctx->n_slots,
+        .max_n = ctx->max_n,
     };
     if (completion_request_parse(&run->req, body, len, ctx->tok, &lim, &e) != 0) {
         api_response_error(r, &e);

@@ -97,6 +97,7 @@ static int start(daemon_state *d, gpt2d_error *err)
         return -1;
     d->api = (api_ctx){
         .eng = d->eng, .tok = d->tok, .mdl = &d->mdl, .n_slots = d->cfg.slots,
+        .max_n = d->cfg.max_n,
         .log_prompts = d->cfg.log_prompts, .started = time(NULL),
     };
     if (http_start(&d->http, &d->cfg, &d->api, err) != 0)

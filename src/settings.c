@@ -85,6 +85,9 @@ static const option_spec options[] = {
       "KV-cache slots allocated at start: the most sequences that run at once." },
     { "max-queue", 0, OPT_COUNT, FIELD(max_queue), "N", "64", NULL, 1, 1000000, false,
       "Requests that may wait for a slot; beyond this, 429 at once." },
+    { "max-n", 0, OPT_COUNT, FIELD(max_n), "N", "4", NULL, 1, 1024, false,
+      "Most sequences one completion may run: caps n, best_of and best_of x prompts "
+      "(never more than --slots)." },
     { "max-batch-rows", 0, OPT_COUNT, FIELD(max_batch_rows), "N", "256", NULL, 1, 65536,
       false, "Token rows per engine step (decode rows plus prefill chunks)." },
     { "max-body", 0, OPT_BYTES, FIELD(max_body_bytes), "SIZE", "1M", NULL, 1,

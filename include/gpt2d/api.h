@@ -31,6 +31,7 @@ typedef struct api_ctx {
     const tokenizer *tok;
     const model *mdl;
     size_t n_slots;             /* bounds the sequences one request may run */
+    size_t max_n;               /* --max-n: a lower bound of our own; 0 = none */
     bool log_prompts;
     time_t started;             /* reported as the model's `created` */
 } api_ctx;
@@ -142,6 +143,8 @@ typedef struct completion_limits {
     size_t n_ctx;
     size_t vocab_size;          /* token ids must be below it */
     size_t max_sequences;       /* best_of x prompts, at most (the KV slots) */
+    size_t max_n;               /* --max-n, the same bound set lower by the
+                                 * operator; 0 = only max_sequences */
 } completion_limits;
 
 /* Parses and validates a POST /v1/completions body; on failure `e` says

@@ -283,6 +283,75 @@ START_TEST(test_null_fields_mean_the_default)
 }
 END_TEST
 
+/* ---- --max-n ---- */
+
+/* Parses `body` against 4 KV slots and the given --max-n. */
+static int parse_max_n(completion_request *req, const char *body, size_t max_n,
+                       api_error *e)
+{
+    completion_limits lim = limits;
+    lim.max_n = max_n;
+    memset(e, 0, sizeof *e);
+    return completion_request_parse(req, body, strlen(body), tok, &lim, e);
+}
+
+/* Expects a 400 naming `param` whose message holds each of the strings. */
+static void expect_max_n_refusal(const char *body, size_t max_n, const char *param,
+                                 const char *const *words)
+{
+    completion_request req;
+    api_error e;
+    ck_assert_msg(parse_max_n(&req, body, max_n, &e) == -1, "accepted: %s", body);
+    ck_assert_int_eq(e.status, 400);
+    ck_assert_msg(strcmp(e.param, param) == 0, "%s: param '%s', wanted '%s'", body,
+                  e.param, param);
+    for (size_t i = 0; words[i] != NULL; i++)
+        ck_assert_msg(strstr(e.message, words[i]) != NULL, "'%s' lacks '%s'",
+                      e.message, words[i]);
+}
+
+START_TEST(test_max_n_caps_n_best_of_and_prompts)
+{
+    completion_request req;
+    api_error e;
+    /* at the cap: accepted */
+    ck_assert_int_eq(parse_max_n(&req, "{\"prompt\": \"x\", \"n\": 2}", 2, &e), 0);
+    completion_request_free(&req);
+    ck_assert_int_eq(parse_max_n(&req, "{\"prompt\": [\"a\", \"b\"]}", 2, &e), 0);
+    completion_request_free(&req);
+    ck_assert_int_eq(parse_max_n(&req, "{\"prompt\": \"x\", \"best_of\": 2}", 2, &e), 0);
+    completion_request_free(&req);
+    /* over it: the message has the request's numbers, the cap and its name */
+    expect_max_n_refusal("{\"prompt\": \"x\", \"n\": 3}", 2, "n",
+                         (const char *[]){"3 sequences", "n 3", "at most 2", "max-n 2",
+                                          "4 KV slots", NULL});
+    expect_max_n_refusal("{\"prompt\": \"x\", \"best_of\": 3}", 2, "best_of",
+                         (const char *[]){"best_of 3", "max-n 2", NULL});
+    expect_max_n_refusal("{\"prompt\": [\"a\", \"b\", \"c\"]}", 2, "prompt",
+                         (const char *[]){"3 sequences", "3 prompts", "max-n 2", NULL});
+    expect_max_n_refusal("{\"prompt\": [[1], [2]], \"n\": 2}", 3, "n",
+                         (const char *[]){"4 sequences", "n 2 x 2 prompts", "max-n 3",
+                                          NULL});
+    expect_max_n_refusal("{\"prompt\": [[1], [2]], \"best_of\": 2}", 3, "best_of",
+                         (const char *[]){"best_of 2 x 2 prompts", NULL});
+}
+END_TEST
+
+START_TEST(test_max_n_above_the_slots_leaves_the_slots_in_charge)
+{
+    completion_request req;
+    api_error e;
+    ck_assert_int_eq(parse_max_n(&req, "{\"prompt\": \"x\", \"n\": 4}", 64, &e), 0);
+    completion_request_free(&req);
+    expect_max_n_refusal("{\"prompt\": \"x\", \"n\": 5}", 64, "n",
+                         (const char *[]){"5 sequences", "at most 4", "its 4 KV slots",
+                                          NULL});
+    /* 0 (as the fuzzer's limits leave it): the slots alone */
+    expect_max_n_refusal("{\"prompt\": \"x\", \"n\": 5}", 0, "n",
+                         (const char *[]){"its 4 KV slots", NULL});
+}
+END_TEST
+
 /* ---- logit_bias keys: decimal token ids, one spelling each ---- */
 
 static const char *const good_bias_keys[] = {"0", "5", "50256"};
@@ -617,6 +686,8 @@ static Suite *api_suite(void)
     tcase_add_test(parsing, test_context_overflow_message_gives_the_numbers);
     tcase_add_test(parsing, test_invalid_json_is_an_invalid_request_error);
     tcase_add_test(parsing, test_null_fields_mean_the_default);
+    tcase_add_test(parsing, test_max_n_caps_n_best_of_and_prompts);
+    tcase_add_test(parsing, test_max_n_above_the_slots_leaves_the_slots_in_charge);
     tcase_add_loop_test(parsing, test_logit_bias_key_in_decimal_is_accepted, 0,
                         (int)(sizeof good_bias_keys / sizeof good_bias_keys[0]));
     tcase_add_loop_test(parsing, test_logit_bias_key_in_any_other_spelling_is_refused, 0,
