@@ -640,9 +640,12 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                                   srv->cfg->connection_timeout);
     int status = hr->status != 0 ? hr->status : 499;
     metrics_request_done(hr->route->label, status);
+    /* Routes with an id in the path are logged by their pattern: a session
+     * id is the key to a conversation's cache and has no place in a log. */
     log_info("%s %s %d %.1fms prompt_tokens=%zu completion_tokens=%zu",
-             hr->method, hr->path, status, seconds_since(&hr->t0) * 1e3,
-             prompt, completion);
+             hr->method, hr->route->prefix && hr->route->id != ROUTE_STATIC
+                 ? hr->route->label : hr->path,
+             status, seconds_since(&hr->t0) * 1e3, prompt, completion);
     request_unref(hr);
     atomic_fetch_sub(&srv->in_flight, 1);
 }
