@@ -6,12 +6,18 @@
  * its own thread, and a stream's content reader blocks on its request.  The
  * socket is polled for a hang-up while they wait, and MHD's completion and
  * response-free callbacks cancel whatever is still running, so a vanished
- * client never keeps a KV slot. */
+ * client never keeps a KV slot.
+ *
+ * libmicrohttpd has only an idle timeout, which a client defeats by sending
+ * a byte every few seconds (slowloris); the request deadline below adds the
+ * total one (--request-timeout). */
 #include "gpt2d/http.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/tcp.h>          /* TCP_INFO with tcpi_bytes_received */
 #include <netdb.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <stdarg.h>
 #include <pthread.h>
@@ -37,6 +43,25 @@ typedef struct key_set {
     size_t n;
 } key_set;
 
+/* One open connection, as the request deadline sees it.  Created when MHD
+ * reports the connection and freed when it reports it closed, which it does
+ * before closing the socket: so while a watch is in the list (under
+ * watch_lock) its fd is this connection's. */
+typedef enum watch_state {
+    WATCH_IDLE,                 /* waiting for the first byte of a request */
+    WATCH_RECEIVING,            /* a request is arriving: `deadline` applies */
+    WATCH_HANDLED,              /* the request is all in: being answered */
+} watch_state;
+
+typedef struct conn_watch {
+    struct conn_watch *prev, *next;
+    int fd;
+    watch_state state;
+    uint64_t idle_bytes;        /* bytes the socket had received when it went idle */
+    struct timespec deadline;
+    bool timed_out;             /* cut by the reaper */
+} conn_watch;
+
 struct http_server {
     struct MHD_Daemon *daemon;
     const settings *cfg;
@@ -46,6 +71,13 @@ struct http_server {
     atomic_size_t in_flight;    /* requests begun and not yet completed */
     pthread_rwlock_t keys_lock;
     key_set keys;
+    /* the request deadline; everything below under watch_lock */
+    pthread_mutex_t watch_lock;
+    pthread_cond_t watch_cond;  /* CLOCK_MONOTONIC: wakes the reaper */
+    conn_watch *watches;
+    bool watch_ready;           /* the lock and condition exist */
+    bool reaper_started, reaper_stop;
+    pthread_t reaper;
 };
 
 typedef enum route_id {
@@ -82,6 +114,7 @@ static const route no_route = {ROUTE_NONE, "", false, "", "other"};
 typedef struct http_request {
     http_server *srv;
     struct MHD_Connection *conn;
+    conn_watch *watch;          /* NULL without a request deadline */
     const route *route;
     char method[16];
     char path[256];
@@ -216,6 +249,288 @@ int http_reload_keys(http_server *srv, gpt2d_error *err)
     pthread_rwlock_unlock(&srv->keys_lock);
     keys_free(&old);
     return 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* The request deadline (--request-timeout)                            */
+/* ------------------------------------------------------------------ */
+
+/* From the first byte of a request until it is all in (headers and body),
+ * a connection has request_timeout seconds; then the reaper thread shuts its
+ * socket down, MHD sees the end of the stream and closes the connection.
+ * Waiting between requests is the idle timeout's business, and answering is
+ * never limited (a stream may run for minutes).
+ *
+ * MHD says nothing before the headers are in, so the first byte is found
+ * from the kernel's count of bytes received on the socket (TCP_INFO), which
+ * the reaper reads every poll interval while a connection is idle: the
+ * clock starts at most one interval late, never early. */
+
+static struct timespec timespec_after_ms(const struct timespec *t, long ms)
+{
+    struct timespec r = *t;
+    r.tv_sec += ms / 1000;
+    r.tv_nsec += (ms % 1000) * 1000000L;
+    if (r.tv_nsec >= 1000000000L) {
+        r.tv_sec++;
+        r.tv_nsec -= 1000000000L;
+    }
+    return r;
+}
+
+static bool timespec_before(const struct timespec *a, const struct timespec *b)
+{
+    return a->tv_sec < b->tv_sec || (a->tv_sec == b->tv_sec && a->tv_nsec < b->tv_nsec);
+}
+
+static struct timespec monotonic_now(void)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return now;
+}
+
+/* How often an idle connection is looked at: an eighth of the deadline,
+ * within [0.1 s, 1 s], so the clock starts late by little of the deadline. */
+static long watch_poll_ms(const http_server *srv)
+{
+    long ms = (long)srv->cfg->request_timeout * 1000 / 8;
+    return ms < 100 ? 100 : ms > 1000 ? 1000 : ms;
+}
+
+/* Bytes received on the socket so far; false when the kernel cannot say. */
+static bool socket_bytes_received(int fd, uint64_t *out)
+{
+    struct tcp_info ti;
+    socklen_t len = sizeof ti;
+    memset(&ti, 0, sizeof ti);
+    if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0 ||
+        len < offsetof(struct tcp_info, tcpi_bytes_received) + sizeof ti.tcpi_bytes_received)
+        return false;
+    *out = ti.tcpi_bytes_received;
+    return true;
+}
+
+/* Under watch_lock.  Each state that needs watching wakes the reaper,
+ * which sleeps without a timeout while every connection is being answered. */
+static void watch_start_receiving(http_server *srv, conn_watch *w,
+                                  const struct timespec *now)
+{
+    w->state = WATCH_RECEIVING;
+    w->deadline = timespec_after_ms(now, (long)srv->cfg->request_timeout * 1000);
+    pthread_cond_signal(&srv->watch_cond);
+}
+
+/* Under watch_lock: the connection waits for its next request. */
+static void watch_go_idle(http_server *srv, conn_watch *w)
+{
+    uint64_t bytes = 0;
+    w->state = WATCH_IDLE;
+    /* Unknown: 0, so the next look starts the clock (strict, not lax). */
+    w->idle_bytes = socket_bytes_received(w->fd, &bytes) ? bytes : 0;
+    pthread_cond_signal(&srv->watch_cond);
+}
+
+static void watch_add(http_server *srv, struct MHD_Connection *conn,
+                      void **socket_context)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    conn_watch *w = calloc(1, sizeof *w);
+    if (ci == NULL || w == NULL) {
+        /* Unwatched, the connection could trickle forever: refuse it. */
+        if (ci != NULL)
+            shutdown(ci->connect_fd, SHUT_RDWR);
+        free(w);
+        return;
+    }
+    w->fd = ci->connect_fd;
+    w->state = WATCH_IDLE;      /* idle_bytes 0: any byte starts the clock */
+    pthread_mutex_lock(&srv->watch_lock);
+    w->next = srv->watches;
+    if (w->next != NULL)
+        w->next->prev = w;
+    srv->watches = w;
+    pthread_cond_signal(&srv->watch_cond);
+    pthread_mutex_unlock(&srv->watch_lock);
+    *socket_context = w;
+}
+
+static void watch_remove(http_server *srv, conn_watch *w)
+{
+    if (w == NULL)
+        return;
+    pthread_mutex_lock(&srv->watch_lock);
+    if (w->prev != NULL)
+        w->prev->next = w->next;
+    else
+        srv->watches = w->next;
+    if (w->next != NULL)
+        w->next->prev = w->prev;
+    pthread_mutex_unlock(&srv->watch_lock);
+    free(w);
+}
+
+/* MHD_OPTION_NOTIFY_CONNECTION: a connection opened or closed. */
+static void on_connection(void *cls, struct MHD_Connection *conn,
+                          void **socket_context,
+                          enum MHD_ConnectionNotificationCode code)
+{
+    http_server *srv = cls;
+    if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+        *socket_context = NULL;
+        watch_add(srv, conn, socket_context);
+    } else {
+        watch_remove(srv, *socket_context);
+        *socket_context = NULL;
+    }
+}
+
+static conn_watch *watch_of(struct MHD_Connection *conn)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    return ci != NULL ? ci->socket_context : NULL;
+}
+
+/* The headers of a request are in.  If the reaper has not seen its first
+ * byte yet, that byte came within the last poll interval: start now. */
+static void watch_request_begun(http_server *srv, conn_watch *w)
+{
+    if (w == NULL)
+        return;
+    pthread_mutex_lock(&srv->watch_lock);
+    if (w->state != WATCH_RECEIVING) {
+        struct timespec now = monotonic_now();
+        watch_start_receiving(srv, w, &now);
+    }
+    pthread_mutex_unlock(&srv->watch_lock);
+}
+
+/* The request is all in: from here on it is answered, without a deadline. */
+static void watch_request_received(http_server *srv, conn_watch *w)
+{
+    if (w == NULL)
+        return;
+    pthread_mutex_lock(&srv->watch_lock);
+    if (!w->timed_out)
+        w->state = WATCH_HANDLED;
+    pthread_mutex_unlock(&srv->watch_lock);
+}
+
+/* The request is over (answered or abandoned); true if the reaper cut it. */
+static bool watch_request_done(http_server *srv, conn_watch *w)
+{
+    if (w == NULL)
+        return false;
+    pthread_mutex_lock(&srv->watch_lock);
+    bool cut = w->timed_out;
+    if (!cut)
+        watch_go_idle(srv, w);
+    pthread_mutex_unlock(&srv->watch_lock);
+    return cut;
+}
+
+/* Under watch_lock: one look at a connection at `now`.  Lowers *wake to
+ * when it next needs a look; returns false when it needs none. */
+static bool watch_check(http_server *srv, conn_watch *w, const struct timespec *now,
+                        struct timespec *wake)
+{
+    if (w->timed_out || w->state == WATCH_HANDLED)
+        return false;
+    if (w->state == WATCH_IDLE) {
+        uint64_t bytes = 0;
+        if (socket_bytes_received(w->fd, &bytes) && bytes <= w->idle_bytes) {
+            struct timespec next = timespec_after_ms(now, watch_poll_ms(srv));
+            if (timespec_before(&next, wake))
+                *wake = next;
+            return true;
+        }
+        watch_start_receiving(srv, w, now);
+    }
+    if (timespec_before(now, &w->deadline)) {
+        if (timespec_before(&w->deadline, wake))
+            *wake = w->deadline;
+        return true;
+    }
+    /* MHD's thread reads the end of the stream and closes the connection;
+     * the fd stays open (and ours) until MHD reports it closed. */
+    shutdown(w->fd, SHUT_RDWR);
+    w->timed_out = true;
+    metrics_request_timeout();
+    log_info("closed a connection whose request was not received within %u s "
+             "(request-timeout)", srv->cfg->request_timeout);
+    return false;
+}
+
+static void *reaper_main(void *arg)
+{
+    http_server *srv = arg;
+    pthread_mutex_lock(&srv->watch_lock);
+    while (!srv->reaper_stop) {
+        struct timespec now = monotonic_now();
+        struct timespec wake = timespec_after_ms(&now, 3600 * 1000L);
+        bool any = false;
+        for (conn_watch *w = srv->watches; w != NULL; w = w->next)
+            any |= watch_check(srv, w, &now, &wake);
+        /* Nothing to watch: sleep until a connection arrives (signalled). */
+        if (any)
+            pthread_cond_timedwait(&srv->watch_cond, &srv->watch_lock, &wake);
+        else
+            pthread_cond_wait(&srv->watch_cond, &srv->watch_lock);
+    }
+    pthread_mutex_unlock(&srv->watch_lock);
+    return NULL;
+}
+
+static int reaper_init(http_server *srv, gpt2d_error *err)
+{
+    pthread_condattr_t attr;
+    pthread_condattr_init(&attr);
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    int rc = pthread_cond_init(&srv->watch_cond, &attr);
+    pthread_condattr_destroy(&attr);
+    if (rc != 0)
+        return error_set(err, "cannot create the request-timeout condition");
+    if (pthread_mutex_init(&srv->watch_lock, NULL) != 0) {
+        pthread_cond_destroy(&srv->watch_cond);
+        return error_set(err, "cannot create the request-timeout lock");
+    }
+    srv->watch_ready = true;
+    if (srv->cfg->request_timeout == 0)
+        return 0;
+    if (pthread_create(&srv->reaper, NULL, reaper_main, srv) != 0)
+        return error_set(err, "cannot start the request-timeout thread");
+    srv->reaper_started = true;
+    return 0;
+}
+
+static void reaper_stop(http_server *srv)
+{
+    if (!srv->reaper_started)
+        return;
+    pthread_mutex_lock(&srv->watch_lock);
+    srv->reaper_stop = true;
+    pthread_cond_signal(&srv->watch_cond);
+    pthread_mutex_unlock(&srv->watch_lock);
+    pthread_join(srv->reaper, NULL);
+    srv->reaper_started = false;
+}
+
+/* After MHD stopped: it reported every connection closed, so the list is
+ * empty; anything left is freed all the same. */
+static void reaper_free(http_server *srv)
+{
+    if (!srv->watch_ready)
+        return;
+    while (srv->watches != NULL) {
+        conn_watch *w = srv->watches;
+        srv->watches = w->next;
+        free(w);
+    }
+    pthread_cond_destroy(&srv->watch_cond);
+    pthread_mutex_destroy(&srv->watch_lock);
+    srv->watch_ready = false;
 }
 
 /* ------------------------------------------------------------------ */
@@ -549,6 +864,7 @@ static enum MHD_Result dispatch(http_request *hr, const char *url)
     http_server *srv = hr->srv;
     const api_ctx *api = srv->api;
     api_response *r = &hr->resp;
+    watch_request_received(srv, hr->watch);
     if (hr->too_large)
         return send_error(hr, 413, NULL, "request body is over the limit of %zu bytes",
                           srv->cfg->max_body_bytes);
@@ -603,6 +919,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
         snprintf(hr->method, sizeof hr->method, "%s", method);
         snprintf(hr->path, sizeof hr->path, "%s", url);
         hr->route = route_find(url);
+        hr->watch = watch_of(conn);
+        watch_request_begun(srv, hr->watch);
         *con_cls = hr;
         enum MHD_Result rc;
         if (early_checks(hr, &rc))
@@ -638,6 +956,8 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     if (hr->route == &routes[0])
         MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT,
                                   srv->cfg->connection_timeout);
+    if (watch_request_done(srv, hr->watch) && hr->status == 0)
+        hr->status = 408;       /* cut by the request deadline */
     int status = hr->status != 0 ? hr->status : 499;
     metrics_request_done(hr->route->label, status);
     /* Routes with an id in the path are logged by their pattern: a session
@@ -705,7 +1025,7 @@ int http_start(http_server **out, const settings *cfg, const api_ctx *api,
     }
     struct sockaddr_storage addr;
     socklen_t addr_len = 0;
-    if (resolve(cfg, &addr, &addr_len, err) != 0) {
+    if (reaper_init(srv, err) != 0 || resolve(cfg, &addr, &addr_len, err) != 0) {
         http_stop(srv);
         return -1;
     }
@@ -720,6 +1040,8 @@ int http_start(http_server **out, const settings *cfg, const api_ctx *api,
         MHD_OPTION_CONNECTION_LIMIT, (unsigned)cfg->max_connections,
         MHD_OPTION_CONNECTION_TIMEOUT, cfg->connection_timeout,
         MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv,
+        MHD_OPTION_NOTIFY_CONNECTION,
+        cfg->request_timeout > 0 ? on_connection : NULL, srv,
         MHD_OPTION_LISTENING_ADDRESS_REUSE, 1u,
         MHD_OPTION_END);
     if (srv->daemon == NULL) {
@@ -766,8 +1088,10 @@ void http_stop(http_server *srv)
 {
     if (srv == NULL)
         return;
+    reaper_stop(srv);
     if (srv->daemon != NULL)
         MHD_stop_daemon(srv->daemon);
+    reaper_free(srv);
     keys_free(&srv->keys);
     pthread_rwlock_destroy(&srv->keys_lock);
     free(srv);

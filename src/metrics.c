@@ -31,7 +31,7 @@ static const char *const endpoint_names[] = {
 enum { N_ENDPOINTS = sizeof endpoint_names / sizeof endpoint_names[0] };
 
 static const int status_codes[] = {
-    200, 400, 401, 404, 405, 409, 413, 429, 500, 503,
+    200, 400, 401, 404, 405, 408, 409, 413, 429, 500, 503,
 };
 enum { N_CODES = sizeof status_codes / sizeof status_codes[0] };
 #define CODE_OTHER N_CODES      /* index of the "other" bucket */
@@ -92,6 +92,7 @@ static atomic_uint_fast64_t prompt_tokens;
 static atomic_uint_fast64_t generated_tokens;
 static atomic_uint_fast64_t cached_tokens;
 static atomic_uint_fast64_t cancelled;
+static atomic_uint_fast64_t request_timeouts;
 
 static void counter_add(atomic_uint_fast64_t *c, uint_fast64_t n)
 {
@@ -139,6 +140,7 @@ void metrics_add_prompt_tokens(size_t n) { counter_add(&prompt_tokens, n); }
 void metrics_add_generated_tokens(size_t n) { counter_add(&generated_tokens, n); }
 void metrics_add_cached_tokens(size_t n) { counter_add(&cached_tokens, n); }
 void metrics_cancelled(void) { counter_add(&cancelled, 1); }
+void metrics_request_timeout(void) { counter_add(&request_timeouts, 1); }
 
 /* `value` in the histogram's own unit; `sum_units` the same value in the
  * integer unit of `sum`. */
@@ -273,6 +275,9 @@ char *metrics_render(const engine_stats *stats)
                    &cached_tokens);
     render_counter(f, "gpt2d_requests_cancelled_total",
                    "Requests dropped because the client went away.", &cancelled);
+    render_counter(f, "gpt2d_request_timeouts_total",
+                   "Connections closed because their request was not received "
+                   "within --request-timeout.", &request_timeouts);
     render_histogram(f, &ttft_hist);
     render_histogram(f, &itl_hist);
     render_histogram(f, &rows_hist);

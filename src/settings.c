@@ -97,6 +97,10 @@ static const option_spec options[] = {
       false, "Simultaneous HTTP connections." },
     { "timeout", 0, OPT_UINT, FIELD(connection_timeout), "SECONDS", "60", NULL, 0, 86400,
       false, "Close a connection idle this long; 0 never does." },
+    { "request-timeout", 0, OPT_UINT, FIELD(request_timeout), "SECONDS", "30", NULL, 0,
+      86400, false,
+      "Close a connection whose request (headers and body) is not all in this long "
+      "after its first byte; responses are not limited. 0: no limit." },
     { "drain-timeout", 0, OPT_INT, FIELD(drain_ms), "MS", "10000", NULL, 0, 3600000, false,
       "On SIGTERM, let running requests finish this long, then cancel them." },
     { "web-root", 0, OPT_PATH, FIELD(web_root), "DIR", GPT2D_DEFAULT_WEB_ROOT, NULL, 0, 0,

@@ -8,6 +8,12 @@
  * stalling anyone else.  While blocked they poll their socket, so a client
  * that hangs up is cancelled within a few milliseconds.
  *
+ * Limits: --max-connections, the idle --timeout (lifted while a completion
+ * is answered, restored after), --max-body (413), and the request deadline
+ * --request-timeout: one more thread (the reaper) closes any connection
+ * whose request, headers and body, is not all in that long after its first
+ * byte.  Answering a request is never limited by it.
+ *
  * http_start, http_quiesce, http_reload_keys and http_stop are called from
  * the main thread only. */
 #ifndef GPT2D_HTTP_H

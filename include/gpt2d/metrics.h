@@ -12,13 +12,14 @@
 /* `endpoint`: completions, models, health, metrics, tokenize, detokenize or
  * sessions, or a route path whose first segment (after an optional "/v1/")
  * is one of them ("/v1/sessions/{id}"); anything else counts as "other".
- * Status codes outside 200,400,401,404,405,409,413,429,500,503 count as
+ * Status codes outside 200,400,401,404,405,408,409,413,429,500,503 count as
  * code="other".  Both label sets are closed, so clients can't add series. */
 void metrics_request_done(const char *endpoint, int http_status);
 void metrics_add_prompt_tokens(size_t n);
 void metrics_add_generated_tokens(size_t n);
 void metrics_add_cached_tokens(size_t n);
 void metrics_cancelled(void);                 /* a client vanished mid-request */
+void metrics_request_timeout(void);           /* cut by --request-timeout */
 void metrics_observe_ttft(double seconds);     /* submit -> first token */
 void metrics_observe_token_latency(double seconds); /* between tokens */
 void metrics_observe_batch_rows(size_t rows);  /* rows in one engine step */

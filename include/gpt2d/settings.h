@@ -23,6 +23,8 @@ typedef struct settings {
     size_t max_body_bytes;      /* --max-body, default 1 MiB */
     size_t max_connections;     /* --max-connections, default 256 */
     unsigned connection_timeout;/* --timeout seconds idle, default 60 */
+    unsigned request_timeout;   /* --request-timeout seconds to receive a
+                                 * request, default 30; 0 = no limit */
     size_t max_n;               /* --max-n sequences per completion, default 4 */
     int drain_ms;               /* --drain-timeout ms on SIGTERM, default 10000 */
     char *web_root;             /* --web-root, default $(datadir)/gpt2d/web */

@@ -22,7 +22,7 @@
  * list: the table in settings.c must match it, not define it). */
 static const char *const option_names[] = {
     "model", "host", "port", "threads", "slots", "max-queue", "max-batch-rows",
-    "max-body", "max-connections", "timeout", "max-n",
+    "max-body", "max-connections", "timeout", "request-timeout", "max-n",
     "drain-timeout", "web-root",
     "api-key-file", "cors-origin", "config", "port-file", "log-prompts",
     "log-level",
@@ -153,6 +153,7 @@ START_TEST(test_defaults_are_the_documented_ones)
     ck_assert_uint_eq(s.max_body_bytes, 1024 * 1024);
     ck_assert_uint_eq(s.max_connections, 256);
     ck_assert_uint_eq(s.connection_timeout, 60);
+    ck_assert_uint_eq(s.request_timeout, 30);
     ck_assert_uint_eq(s.max_n, 4);
     ck_assert_int_eq(s.drain_ms, 10000);
     ck_assert_str_eq(s.web_root, GPT2D_DEFAULT_WEB_ROOT);
@@ -182,6 +183,7 @@ START_TEST(test_config_file_sets_every_kind_of_value)
         "max-body = 64k\n"
         "max-connections = 10\n"
         "timeout = 0\n"
+        "request-timeout = 5\n"
         "max-n = 2\n"
         "drain-timeout = 250\n"
         "web-root = /srv/web\n"
@@ -202,6 +204,7 @@ START_TEST(test_config_file_sets_every_kind_of_value)
     ck_assert_uint_eq(s.max_body_bytes, 64 * 1024);
     ck_assert_uint_eq(s.max_connections, 10);
     ck_assert_uint_eq(s.connection_timeout, 0);
+    ck_assert_uint_eq(s.request_timeout, 5);
     ck_assert_uint_eq(s.max_n, 2);
     ck_assert_int_eq(s.drain_ms, 250);
     ck_assert_str_eq(s.web_root, "/srv/web");
@@ -350,6 +353,9 @@ START_TEST(test_each_bad_value_names_option_and_value)
     EXPECT_ERROR("--max-body", "'18014398509481984G'", "-m", "x", "--max-body",
                  "18014398509481984G");     /* overflows 64 bits */
     EXPECT_ERROR("--timeout", "'-5'", "-m", "x", "--timeout", "-5");
+    EXPECT_ERROR("--request-timeout", "'-1'", "-m", "x", "--request-timeout", "-1");
+    EXPECT_ERROR("--request-timeout", "'86401'", "-m", "x", "--request-timeout", "86401");
+    EXPECT_ERROR("--request-timeout", "'2.5'", "-m", "x", "--request-timeout", "2.5");
     EXPECT_ERROR("--max-n", "'0'", "-m", "x", "--max-n", "0");
     EXPECT_ERROR("--max-n", "'1025'", "-m", "x", "--max-n", "1025");
     EXPECT_ERROR("--drain-timeout", "'1e3'", "-m", "x", "--drain-timeout", "1e3");
@@ -548,6 +554,7 @@ START_TEST(test_example_config_lists_every_option_with_its_default)
     ck_assert_uint_eq(s.max_body_bytes, defaults.max_body_bytes);
     ck_assert_uint_eq(s.max_connections, defaults.max_connections);
     ck_assert_uint_eq(s.connection_timeout, defaults.connection_timeout);
+    ck_assert_uint_eq(s.request_timeout, defaults.request_timeout);
     ck_assert_uint_eq(s.max_n, defaults.max_n);
     ck_assert_int_eq(s.drain_ms, defaults.drain_ms);
     ck_assert_int_eq(s.log_prompts, defaults.log_prompts);

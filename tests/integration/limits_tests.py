@@ -1,0 +1,927 @@
+#!/usr/bin/env python3
+"""limits_tests.py — the server's limits and input checks, against real gpt2d
+processes on 127.0.0.1 (run by tests/integration/test_limits.sh).
+
+    GPT2D_LIMITS_WORKDIR            scratch directory (server logs, a model)
+    GPT2D_BUILDDIR, GPT2D_SRCDIR, GPT2D_TEST_DATA
+    GPT2D_LIMITS_SUMMARY            optional: file that receives "PASSED FAILED"
+
+    limits_tests.py [SUBSTRING...]  only the tests whose name contains one
+
+Groups, each with its own server:
+  RequestDeadline   --request-timeout 2: clients trickling headers or a body
+                    are cut off at the deadline, others are served meanwhile,
+                    a stream longer than the deadline is not cut, and waiting
+                    between requests does not count.
+  IdleTimeout       --timeout 1: idle connections close, and a completion
+                    that outlasts the idle timeout leaves it as it was.
+  MaxN              --max-n 2: n, best_of and prompts over the cap are 400s.
+  Logs              with API keys at --log-level debug, a canary sent in every
+                    field (valid and invalid requests) never reaches the log,
+                    nor does a key; with --log-prompts it does (so the check
+                    can fail).
+  InvalidInput      the table INPUT_CASES: every kind of invalid input, one
+                    named test each, each an OpenAI error object with its
+                    status, `param` and (405) Allow header.
+"""
+
+import json
+import os
+import re
+import select
+import socket
+import subprocess
+import sys
+import threading
+import time
+import traceback
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+from gpt2d_client import Server, metric_sum  # noqa: E402
+
+SRCDIR = os.environ.get("GPT2D_SRCDIR", os.path.join(HERE, "..", ".."))
+BUILDDIR = os.environ.get("GPT2D_BUILDDIR", ".")
+DATA = os.environ.get("GPT2D_TEST_DATA", os.path.join(BUILDDIR, "tests", "data"))
+TINY = os.path.join(DATA, "models", "tiny")
+GPT2D = os.path.join(BUILDDIR, "src", "gpt2d")
+WORKDIR = os.environ.get("GPT2D_LIMITS_WORKDIR", "/tmp")
+
+EOT = 50256
+NO_EOT = {str(EOT): -100}
+DEADLINE = 2.0          # --request-timeout of RequestDeadline
+IDLE = 1.0              # --timeout of IdleTimeout
+MAX_BODY = 16384        # --max-body of InvalidInput
+
+_slow_model = None
+
+
+def slow_model():
+    """tiny's shape with a 1024-token context, so a request can generate
+    for long enough to outlast a deadline."""
+    global _slow_model
+    if _slow_model is None:
+        out = os.path.join(WORKDIR, "ctx1024-model")
+        if not os.path.exists(os.path.join(out, "model.safetensors")):
+            subprocess.run(
+                [sys.executable, os.path.join(SRCDIR, "tests", "reference",
+                                              "make_model.py"),
+                 out, "--vocab-dir", TINY, "--n-layer", "2", "--n-head", "4",
+                 "--n-embd", "64", "--n-ctx", "1024", "--seed", "7"],
+                check=True, stdout=subprocess.DEVNULL,
+                env=dict(os.environ, PYTHONDONTWRITEBYTECODE="1"))
+        _slow_model = out
+    return _slow_model
+
+
+# A request that keeps the engine busy for seconds: four sequences with a
+# nucleus filter (which sorts the vocabulary each step) over 1000 tokens.
+SLOW_REQ = {"prompt": "Once upon a time", "max_tokens": 1000, "n": 4,
+            "top_p": 0.9, "seed": 1, "logit_bias": NO_EOT}
+
+
+def wait_for(predicate, timeout, interval=0.02):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value or time.monotonic() >= deadline:
+            return value
+        time.sleep(interval)
+
+
+# ---------------------------------------------------------------- raw HTTP
+
+def wait_closed(sock, timeout):
+    """Seconds until the peer closes `sock` (end of stream or reset), or
+    None if it is still open after `timeout`.  Data that arrives meanwhile
+    is read and dropped."""
+    t0 = time.monotonic()
+    while True:
+        left = timeout - (time.monotonic() - t0)
+        if left <= 0:
+            return None
+        readable, _, _ = select.select([sock], [], [], left)
+        if not readable:
+            continue
+        try:
+            if not sock.recv(65536):
+                return time.monotonic() - t0
+        except (ConnectionResetError, BrokenPipeError):
+            return time.monotonic() - t0
+
+
+def read_response(sock, timeout=60.0):
+    """One HTTP/1.1 response with a Content-Length or a chunked body from a
+    raw socket: (status, lower-case headers, body bytes)."""
+    sock.settimeout(timeout)
+    buf = b""
+    while b"\r\n\r\n" not in buf:
+        chunk = sock.recv(65536)
+        if not chunk:
+            raise ConnectionError("closed before the response headers: %r" % buf)
+        buf += chunk
+    head, _, rest = buf.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    status = int(lines[0].split()[1])
+    headers = {}
+    for line in lines[1:]:
+        k, _, v = line.partition(":")
+        headers[k.strip().lower()] = v.strip()
+    if "content-length" in headers:
+        n = int(headers["content-length"])
+        while len(rest) < n:
+            chunk = sock.recv(65536)
+            if not chunk:
+                raise ConnectionError("closed inside the body")
+            rest += chunk
+        return status, headers, rest[:n]
+    # chunked: read to the last (empty) chunk
+    while not rest.endswith(b"0\r\n\r\n"):
+        chunk = sock.recv(65536)
+        if not chunk:
+            raise ConnectionError("closed inside a chunked body")
+        rest += chunk
+    return status, headers, rest
+
+
+def http_request(method, path, body=b"", headers=()):
+    """The bytes of a keep-alive HTTP/1.1 request."""
+    lines = ["%s %s HTTP/1.1" % (method, path), "Host: 127.0.0.1"]
+    lines += list(headers)
+    if body or method == "POST":
+        lines += ["Content-Type: application/json",
+                  "Content-Length: %d" % len(body)]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
+
+
+class Trickler(threading.Thread):
+    """Sends `head` at once, then `tail` one byte every `gap` seconds,
+    as a slowloris client does.  .closed_after is how long after the first
+    byte the server closed the connection (None: it never did within
+    `give_up` seconds); .sent counts the bytes sent."""
+
+    def __init__(self, port, head, tail, gap, give_up):
+        threading.Thread.__init__(self, daemon=True)
+        self.port = port
+        self.head = head
+        self.tail = tail
+        self.gap = gap
+        self.give_up = give_up
+        self.closed_after = None
+        self.sent = 0
+        self.error = None
+
+    def run(self):
+        try:
+            self._run()
+        except Exception as e:  # reported by the test
+            self.error = repr(e)
+
+    def _run(self):
+        sock = socket.create_connection(("127.0.0.1", self.port))
+        try:
+            t0 = time.monotonic()
+            data = self.head + self.tail
+            first = len(self.head) if self.head else 1
+            pieces = [data[:first]] + [data[i:i + 1]
+                                       for i in range(first, len(data))]
+            for piece in pieces:
+                if time.monotonic() - t0 > self.give_up:
+                    return
+                try:
+                    sock.sendall(piece)
+                except (BrokenPipeError, ConnectionResetError):
+                    self.closed_after = time.monotonic() - t0
+                    return
+                self.sent += len(piece)
+                if wait_closed(sock, self.gap) is not None:
+                    self.closed_after = time.monotonic() - t0
+                    return
+        finally:
+            sock.close()
+
+
+# ---------------------------------------------------------------- cases
+
+class LimitCase(unittest.TestCase):
+    """A group with its own server; subclasses set NAME, ARGS, ENV, MODEL."""
+
+    NAME = "limits"
+    ARGS = ()
+    ENV = None
+    MODEL = None
+    maxDiff = 4000
+
+    @classmethod
+    def setUpClass(cls):
+        model = cls.MODEL() if cls.MODEL else TINY
+        cls.server = Server(GPT2D, model, WORKDIR, list(cls.ARGS),
+                            env=cls.ENV, name=cls.NAME)
+        cls.server.start()
+
+    @classmethod
+    def tearDownClass(cls):
+        rc, _ = cls.server.stop()
+        if rc != 0:
+            raise AssertionError("%s exited %r on SIGTERM:\n%s"
+                                 % (cls.NAME, rc, cls.server.log_tail()))
+        report = cls.server.sanitizer_report()
+        if report:
+            raise AssertionError("%s: sanitizer report:\n%s"
+                                 % (cls.NAME, report))
+
+    def client(self, **kw):
+        return self.server.client(**kw)
+
+    def log_text(self):
+        with open(self.server.log_path, "rb") as f:
+            return f.read().decode("utf-8", "replace")
+
+    def assert_error(self, r, status, param="any", allow=None):
+        """An OpenAI error object with this status (and param, and Allow)."""
+        self.assertEqual(r.status, status, "%r" % (r,))
+        self.assertIn("application/json", r.headers.get("content-type", ""), r)
+        body = r.json
+        e = body.get("error")
+        self.assertIsInstance(e, dict, body)
+        for key in ("message", "type", "param", "code"):
+            self.assertIn(key, e, "error object lacks %r: %r" % (key, e))
+        self.assertIsInstance(e["message"], str)
+        self.assertTrue(e["message"], "empty error message")
+        want_type = {401: "authentication_error",
+                     429: "rate_limit_error"}.get(status, "invalid_request_error")
+        self.assertEqual(e["type"], want_type, e)
+        if param != "any":
+            self.assertEqual(e["param"], param, e)
+        if allow is not None:
+            self.assertEqual(r.headers.get("allow"), allow, r.headers)
+        return e
+
+
+class RequestDeadline(LimitCase):
+    NAME = "deadline"
+    ARGS = ("--slots", "4", "--threads", "1", "--request-timeout", "2",
+            "--timeout", "10")
+    MODEL = staticmethod(slow_model)
+
+    def timeouts(self):
+        return metric_sum(self.client().metrics(), "gpt2d_request_timeouts_total")
+
+    def assert_cut_at_deadline(self, t, what):
+        self.assertIsNone(t.error, what)
+        self.assertIsNotNone(t.closed_after,
+                             "%s: still open after %.1f s (%d bytes sent)"
+                             % (what, t.give_up, t.sent))
+        # the clock starts at the first byte (seen within a poll interval)
+        self.assertGreaterEqual(t.closed_after, DEADLINE - 0.1, what)
+        self.assertLessEqual(t.closed_after, DEADLINE + 1.5, what)
+
+    def test_trickled_headers_and_body_are_cut_while_others_are_served(self):
+        port = self.server.port
+        before = self.timeouts()
+        headers = Trickler(port, b"", b"GET /health HTTP/1.1\r\nHost: x\r\n"
+                           b"X-Pad: " + b"a" * 2000 + b"\r\n\r\n",
+                           gap=0.1, give_up=DEADLINE + 5)
+        body = json.dumps({"prompt": "x" * 2000, "max_tokens": 1}).encode()
+        body_trickler = Trickler(port, http_request("POST", "/v1/completions",
+                                                    body)[:-len(body)],
+                                 body, gap=0.1, give_up=DEADLINE + 5)
+        headers.start()
+        body_trickler.start()
+        # while they trickle, an ordinary client is served
+        c = self.client()
+        r = c.post("/v1/completions", {"prompt": "Hello", "max_tokens": 4})
+        self.assertEqual(r.status, 200, r)
+        self.assertEqual(c.get("/health").status, 200)
+        self.assertEqual(c.post("/tokenize", {"content": "hi"}).status, 200)
+        self.assertTrue(headers.is_alive() and body_trickler.is_alive(),
+                        "a trickler was cut before the ordinary requests were served")
+        headers.join(DEADLINE + 10)
+        body_trickler.join(DEADLINE + 10)
+        self.assert_cut_at_deadline(headers, "trickled headers")
+        self.assert_cut_at_deadline(body_trickler, "trickled body")
+        self.assertTrue(wait_for(lambda: self.timeouts() == before + 2, 2),
+                        "gpt2d_request_timeouts_total went from %r to %r"
+                        % (before, self.timeouts()))
+        # the body's request had begun: the access log says 408
+        self.assertTrue(wait_for(lambda: re.search(
+            r"POST /v1/completions 408 ", self.log_text()), 2), self.log_text())
+        self.assertIn("request-timeout", self.log_text())
+
+    def test_trickle_after_a_long_response_on_the_same_connection_is_cut(self):
+        """While the only connection is being answered there is nothing to
+        watch; the deadline must still apply to its next request."""
+        before = self.timeouts()
+        req = dict(SLOW_REQ, n=1, max_tokens=300)
+        with socket.create_connection(("127.0.0.1", self.server.port)) as sock:
+            sock.sendall(http_request("POST", "/v1/completions",
+                                      json.dumps(req).encode()))
+            status, _, body = read_response(sock, 60)
+            self.assertEqual(status, 200, body[:300])
+            t0 = time.monotonic()
+            closed = None
+            for byte in b"GET /health HTTP/1.1\r\nX-Pad: " + b"a" * 200:
+                try:
+                    sock.sendall(bytes([byte]))
+                except (BrokenPipeError, ConnectionResetError):
+                    closed = time.monotonic() - t0
+                    break
+                if wait_closed(sock, 0.1) is not None:
+                    closed = time.monotonic() - t0
+                    break
+                if time.monotonic() - t0 > DEADLINE + 5:
+                    break
+        self.assertIsNotNone(closed, "the trickled second request was never cut")
+        self.assertGreaterEqual(closed, DEADLINE - 0.1)
+        self.assertLessEqual(closed, DEADLINE + 1.5)
+        self.assertTrue(wait_for(lambda: self.timeouts() == before + 1, 2))
+
+    def test_slow_but_complete_request_within_deadline_is_served(self):
+        sock = socket.create_connection(("127.0.0.1", self.server.port))
+        try:
+            req = http_request("GET", "/health")
+            for i in range(len(req)):           # ~1.1 s in all, under 2 s
+                sock.sendall(req[i:i + 1])
+                time.sleep(1.1 / len(req))
+            status, _, body = read_response(sock, 10)
+            self.assertEqual(status, 200, body)
+        finally:
+            sock.close()
+
+    def test_stream_longer_than_deadline_is_not_cut(self):
+        c = self.client()
+        es = c.open_stream("/v1/completions", dict(SLOW_REQ, stream=True))
+        t0 = time.monotonic()
+        last = None
+        try:
+            for _ in es:
+                last = time.monotonic() - t0
+                if last > DEADLINE + 1.5:
+                    break
+        finally:
+            es.close()
+        self.assertFalse(es.done, "the stream finished in %.1f s: too fast to "
+                         "show that it outlives the deadline" % (last or 0))
+        self.assertGreater(last or 0, DEADLINE + 1.5,
+                           "stream stopped after %.1f s" % (last or 0))
+
+    def test_waiting_between_requests_does_not_count(self):
+        before = self.timeouts()
+        sock = socket.create_connection(("127.0.0.1", self.server.port))
+        try:
+            # a fresh connection that waits longer than the deadline first
+            time.sleep(DEADLINE + 1)
+            sock.sendall(http_request("GET", "/health"))
+            status, _, _ = read_response(sock, 10)
+            self.assertEqual(status, 200)
+            # and a keep-alive connection idle between two requests
+            time.sleep(DEADLINE + 1)
+            sock.sendall(http_request("POST", "/tokenize",
+                                      json.dumps({"content": "hi"}).encode()))
+            status, _, body = read_response(sock, 10)
+            self.assertEqual(status, 200, body)
+        finally:
+            sock.close()
+        self.assertEqual(self.timeouts(), before)
+
+
+class IdleTimeout(LimitCase):
+    NAME = "idle"
+    ARGS = ("--slots", "4", "--threads", "1", "--timeout", "1")
+    MODEL = staticmethod(slow_model)
+
+    def assert_idle_close(self, sock, what):
+        t = wait_closed(sock, IDLE + 4)
+        self.assertIsNotNone(t, "%s: still open %.0f s after" % (what, IDLE + 4))
+        self.assertGreaterEqual(t, IDLE - 0.2, "%s: closed after %.2f s" % (what, t))
+        self.assertLessEqual(t, IDLE + 2.0, "%s: closed after %.2f s" % (what, t))
+
+    def test_silent_connection_closes_after_idle_timeout(self):
+        with socket.create_connection(("127.0.0.1", self.server.port)) as sock:
+            self.assert_idle_close(sock, "a connection that sends nothing")
+
+    def test_keepalive_connection_closes_after_idle_timeout(self):
+        with socket.create_connection(("127.0.0.1", self.server.port)) as sock:
+            sock.sendall(http_request("GET", "/health"))
+            self.assertEqual(read_response(sock, 10)[0], 200)
+            self.assert_idle_close(sock, "idle after a response")
+
+    def _long_completion_then_idle(self, stream):
+        """A completion that outlasts the idle timeout is not cut by it, and
+        afterwards the connection has its idle timeout back, whole: a request
+        after most of it is served, and then it closes on time."""
+        req = dict(SLOW_REQ, n=1, max_tokens=600, stream=stream)
+        with socket.create_connection(("127.0.0.1", self.server.port)) as sock:
+            t0 = time.monotonic()
+            sock.sendall(http_request("POST", "/v1/completions",
+                                      json.dumps(req).encode()))
+            status, _, body = read_response(sock, 120)
+            took = time.monotonic() - t0
+            self.assertEqual(status, 200, body[:300])
+            self.assertGreater(took, IDLE + 0.5,
+                               "the completion took %.2f s: too fast to outlast "
+                               "the idle timeout" % took)
+            if stream:
+                self.assertIn(b"data: [DONE]", body)
+            else:
+                self.assertEqual(json.loads(body)["usage"]["completion_tokens"], 600)
+            time.sleep(IDLE * 0.6)
+            sock.sendall(http_request("GET", "/health"))
+            self.assertEqual(read_response(sock, 10)[0], 200,
+                             "the idle timeout was left shorter")
+            self.assert_idle_close(sock, "idle after a long completion")
+
+    def test_long_completion_leaves_the_idle_timeout_as_it_was(self):
+        self._long_completion_then_idle(stream=False)
+
+    def test_long_stream_leaves_the_idle_timeout_as_it_was(self):
+        self._long_completion_then_idle(stream=True)
+
+
+class MaxN(LimitCase):
+    NAME = "maxn"
+    ARGS = ("--slots", "4", "--threads", "1", "--max-n", "2")
+
+    def test_at_the_cap_is_served(self):
+        c = self.client()
+        for req, choices in (({"n": 2}, 2), ({"best_of": 2}, 1),
+                             ({"prompt": ["a", "b"]}, 2),
+                             ({"n": 2, "stream": False}, 2)):
+            body = dict({"prompt": "Hello", "max_tokens": 2}, **req)
+            r = c.post("/v1/completions", body)
+            self.assertEqual(r.status, 200, (req, r))
+            self.assertEqual(len(r.json["choices"]), choices, req)
+
+    def test_over_the_cap_is_400_naming_field_and_numbers(self):
+        c = self.client()
+        for req, param, numbers in (
+                ({"n": 3}, "n", ("3", "2")),
+                ({"n": 3, "stream": True}, "n", ("3", "2")),
+                ({"best_of": 3}, "best_of", ("3", "2")),
+                ({"n": 2, "best_of": 4}, "best_of", ("4", "2")),
+                ({"prompt": ["a", "b", "c"]}, "prompt", ("3", "2")),
+                ({"prompt": ["a", "b"], "n": 2}, "n", ("4", "2"))):
+            with self.subTest(req=req):
+                body = dict({"prompt": "Hello", "max_tokens": 2}, **req)
+                e = self.assert_error(c.post("/v1/completions", body), 400, param)
+                self.assertIn("max-n 2", e["message"])
+                for number in numbers:
+                    self.assertRegex(e["message"], r"\b%s\b" % number)
+
+
+class Logs(LimitCase):
+    """A canary in every field a client controls must not reach the log;
+    neither may an API key, right or wrong."""
+
+    NAME = "logs"
+    CANARY = "Zq%dxCanary" % os.getpid()
+    CANARY_ID = 987650000 + os.getpid() % 10000      # a token id, out of vocab
+    KEY = "sk-logtest-%d-9f8e7d" % os.getpid()
+    ARGS = ("--slots", "2", "--threads", "1", "--log-level", "debug")
+
+    @classmethod
+    def setUpClass(cls):
+        cls.key_file = os.path.join(WORKDIR, "logs-keys")
+        with open(cls.key_file, "w", encoding="ascii") as f:
+            f.write("# test\n%s\n" % cls.KEY)
+        cls.ARGS = cls.ARGS + ("--api-key-file", cls.key_file)
+        LimitCase.setUpClass.__func__(cls)
+
+    def send_everything(self, c):
+        """Valid and invalid requests carrying the canary; returns how many
+        completions were answered 200."""
+        C = self.CANARY
+        ok = 0
+        r = c.post("/v1/completions", {
+            "prompt": "Tell %s a story" % C, "max_tokens": 3, "stop": [C, "x" + C],
+            "user": C, "model": C, "session_id": C, "logit_bias": NO_EOT,
+            "echo": True, "logprobs": 1})
+        self.assertEqual(r.status, 200, r)
+        ok += 1
+        events = list(c.stream("/v1/completions", {
+            "prompt": C, "max_tokens": 2, "stream": True, "echo": True,
+            "stop": C}))
+        self.assertTrue(events)
+        ok += 1
+        bad = [
+            {"prompt": "a", "logit_bias": {C: 1}},
+            {"prompt": {C: 1}},
+            {"prompt": "a", "max_tokens": C},
+            {"prompt": "a", "stop": [C, 5]},
+            {"prompt": "a", "session_id": C + " space"},
+            {"prompt": "a", "suffix": C},
+            {"prompt": [C, 5]},
+            {"prompt": (C + " ") * 50, "max_tokens": 10},     # over the context
+            {"prompt": [self.CANARY_ID]},
+        ]
+        for body in bad:
+            self.assertEqual(c.post("/v1/completions", body).status, 400, body)
+        for raw in (b'{"prompt": "' + C.encode() + b'\xff"}',
+                    b'{"prompt": "' + C.encode() + b'", "prompt": 1}',
+                    b'{"prompt": "' + C.encode() + b'\\u0000"}',
+                    b'{"prompt": ' + C.encode()):
+            self.assertEqual(c.post("/v1/completions", raw=raw).status, 400, raw)
+        self.assertEqual(c.post("/tokenize", {"content": C}).status, 200)
+        self.assertEqual(c.post("/tokenize", {"content": [C]}).status, 400)
+        self.assertEqual(c.post("/detokenize", {"tokens": [self.CANARY_ID]}).status, 400)
+        self.assertEqual(c.post("/detokenize", {"tokens": [C]}).status, 400)
+        self.assertEqual(c.get("/v1/models/" + C).status, 404)
+        self.assertEqual(c.get("/health?q=" + C, headers={"X-Note": C}).status, 200)
+        self.assertEqual(c.delete("/v1/sessions/" + C).status, 200)
+        self.assertEqual(c.delete("/v1/sessions/" + C).status, 404)
+        wrong = self.server.client(api_key=C)
+        self.assertEqual(wrong.post("/v1/completions", {"prompt": C}).status, 401)
+        self.assertEqual(wrong.get("/v1/models").status, 401)
+        return ok
+
+    def test_canary_and_keys_never_reach_the_log(self):
+        c = self.client(api_key=self.KEY)
+        ok = self.send_everything(c)
+        rc, _ = self.server.stop()
+        self.assertEqual(rc, 0, self.server.log_tail())
+        text = self.log_text()
+        for secret in (self.CANARY, str(self.CANARY_ID), self.KEY):
+            lines = [ln for ln in text.splitlines() if secret in ln]
+            self.assertEqual(lines, [], "%r is in the log" % secret)
+        # the log did record the requests, just not what they carried
+        self.assertGreaterEqual(len(re.findall(r"POST /v1/completions 200 ", text)),
+                                ok, text)
+        self.assertIn("DELETE /v1/sessions/{id} 200", text)
+        self.assertIn("POST /v1/completions 401", text)
+
+    def test_log_prompts_does_log_the_prompt(self):
+        srv = Server(GPT2D, TINY, WORKDIR, ["--slots", "1", "--threads", "1",
+                                            "--log-prompts"],
+                     name="logs-prompts").start()
+        try:
+            r = srv.client().post("/v1/completions",
+                                  {"prompt": "Tell %s a story" % self.CANARY,
+                                   "max_tokens": 1})
+            self.assertEqual(r.status, 200, r)
+        finally:
+            rc, _ = srv.stop()
+        self.assertEqual(rc, 0, srv.log_tail())
+        with open(srv.log_path, "rb") as f:
+            self.assertIn(self.CANARY.encode(), f.read())
+
+
+# ---------------------------------------------------------------- input table
+
+def J(obj):
+    return json.dumps(obj).encode()
+
+
+def nested(depth):
+    return "[" * depth + "]" * depth
+
+
+def completion(**fields):
+    """A valid completion body with `fields` changed."""
+    body = {"prompt": "Hello", "max_tokens": 1}
+    body.update(fields)
+    return J(body)
+
+
+# (name, method, path, body bytes or None, extra headers, status, param, Allow)
+# param None: the error is about the body as a whole (JSON-level), null.
+INPUT_CASES = [
+    # -- bodies that are not a JSON object --
+    ("completions_empty_body", "POST", "/v1/completions", b"", {}, 400, None, None),
+    ("completions_whitespace_body", "POST", "/v1/completions", b" \n\t", {}, 400, None, None),
+    ("completions_body_is_array", "POST", "/v1/completions", b"[]", {}, 400, None, None),
+    ("completions_body_is_null", "POST", "/v1/completions", b"null", {}, 400, None, None),
+    ("completions_body_is_string", "POST", "/v1/completions", b'"Hello"', {}, 400, None, None),
+    ("completions_truncated_json", "POST", "/v1/completions", b'{"prompt": "a"', {}, 400, None, None),
+    ("completions_trailing_garbage", "POST", "/v1/completions", b'{"prompt": "a"} x', {}, 400, None, None),
+    ("completions_single_quotes", "POST", "/v1/completions", b"{'prompt': 'a'}", {}, 400, None, None),
+    # -- invalid UTF-8 --
+    ("completions_invalid_utf8_in_string", "POST", "/v1/completions", b'{"prompt": "\xff\xfe"}', {}, 400, None, None),
+    ("completions_invalid_utf8_in_key", "POST", "/v1/completions", b'{"pr\xc3ompt": "a"}', {}, 400, None, None),
+    ("completions_overlong_utf8", "POST", "/v1/completions", b'{"prompt": "\xc0\xaf"}', {}, 400, None, None),
+    ("completions_utf8_encoded_surrogate", "POST", "/v1/completions", b'{"prompt": "\xed\xa0\x80"}', {}, 400, None, None),
+    ("completions_escaped_lone_surrogate", "POST", "/v1/completions", b'{"prompt": "\\ud800"}', {}, 400, None, None),
+    ("completions_truncated_utf8_at_end", "POST", "/v1/completions", b'{"prompt": "\xe2\x82', {}, 400, None, None),
+    # -- NUL bytes --
+    ("completions_raw_nul_in_string", "POST", "/v1/completions", b'{"prompt": "a\x00b"}', {}, 400, None, None),
+    ("completions_raw_nul_after_object", "POST", "/v1/completions", b'{"prompt": "a"}\x00', {}, 400, None, None),
+    ("completions_escaped_nul_in_prompt", "POST", "/v1/completions", b'{"prompt": "a\\u0000b"}', {}, 400, None, None),
+    ("completions_escaped_nul_in_stop", "POST", "/v1/completions", b'{"prompt": "a", "stop": "\\u0000"}', {}, 400, None, None),
+    ("completions_escaped_nul_in_key", "POST", "/v1/completions", b'{"prompt": "a", "logit_bias": {"5\\u00001": 1}}', {}, 400, None, None),
+    # -- nesting, size, duplicates, numbers JSON cannot hold --
+    ("completions_deeply_nested_unknown_field", "POST", "/v1/completions", ('{"prompt": "a", "x": %s}' % nested(5000)).encode(), {}, 400, None, None),
+    ("completions_deeply_nested_prompt", "POST", "/v1/completions", ('{"prompt": %s}' % nested(5000)).encode(), {}, 400, None, None),
+    ("completions_nested_unknown_field_is_ignored", "POST", "/v1/completions", ('{"prompt": "a", "max_tokens": 1, "x": %s}' % nested(100)).encode(), {}, 200, None, None),
+    ("completions_body_over_max_body", "POST", "/v1/completions", completion(prompt="x" * MAX_BODY), {}, 413, None, None),
+    ("completions_duplicate_key", "POST", "/v1/completions", b'{"prompt": "a", "prompt": "b"}', {}, 400, None, None),
+    ("completions_duplicate_key_in_logit_bias", "POST", "/v1/completions", b'{"prompt": "a", "logit_bias": {"5": 1, "5": 2}}', {}, 400, None, None),
+    ("completions_duplicate_key_in_stream_options", "POST", "/v1/completions", b'{"prompt": "a", "stream": true, "stream_options": {"include_usage": true, "include_usage": false}}', {}, 400, None, None),
+    ("completions_integer_over_64_bits", "POST", "/v1/completions", b'{"prompt": "a", "max_tokens": 18446744073709551616}', {}, 400, None, None),
+    ("completions_number_overflow", "POST", "/v1/completions", b'{"prompt": "a", "temperature": 1e400}', {}, 400, None, None),
+    ("completions_nan", "POST", "/v1/completions", b'{"prompt": "a", "temperature": NaN}', {}, 400, None, None),
+    # -- token ids out of range --
+    ("completions_prompt_token_at_vocab_size", "POST", "/v1/completions", completion(prompt=[50257]), {}, 400, "prompt", None),
+    ("completions_prompt_token_negative", "POST", "/v1/completions", completion(prompt=[-1]), {}, 400, "prompt", None),
+    ("completions_prompt_token_int32_max", "POST", "/v1/completions", completion(prompt=[2**31 - 1]), {}, 400, "prompt", None),
+    ("completions_prompt_token_int64_max", "POST", "/v1/completions", completion(prompt=[2**63 - 1]), {}, 400, "prompt", None),
+    ("completions_prompt_token_int64_min", "POST", "/v1/completions", completion(prompt=[-2**63]), {}, 400, "prompt", None),
+    ("completions_prompt_token_over_64_bits", "POST", "/v1/completions", b'{"prompt": [18446744073709551621]}', {}, 400, None, None),
+    ("completions_prompt_nested_token_over_vocab", "POST", "/v1/completions", completion(prompt=[[1], [50257]]), {}, 400, "prompt", None),
+    ("completions_logit_bias_token_at_vocab_size", "POST", "/v1/completions", completion(logit_bias={"50257": 1}), {}, 400, "logit_bias", None),
+    ("completions_logit_bias_token_over_64_bits", "POST", "/v1/completions", completion(logit_bias={"18446744073709551621": 1}), {}, 400, "logit_bias", None),
+    ("completions_logit_bias_key_negative", "POST", "/v1/completions", completion(logit_bias={"-1": 1}), {}, 400, "logit_bias", None),
+    ("completions_logit_bias_key_minus_zero", "POST", "/v1/completions", completion(logit_bias={"-0": 1}), {}, 400, "logit_bias", None),
+    ("completions_logit_bias_key_leading_zero", "POST", "/v1/completions", completion(logit_bias={"05": 1}), {}, 400, "logit_bias", None),
+    ("completions_logit_bias_key_leading_tab", "POST", "/v1/completions", completion(logit_bias={"\t5": 1}), {}, 400, "logit_bias", None),
+    ("completions_logit_bias_key_leading_space", "POST", "/v1/completions", completion(logit_bias={" 5": 1}), {}, 400, "logit_bias", None),
+    ("completions_logit_bias_key_plus", "POST", "/v1/completions", completion(logit_bias={"+5": 1}), {}, 400, "logit_bias", None),
+    ("completions_logit_bias_key_zero_is_a_token", "POST", "/v1/completions", completion(logit_bias={"0": 1}), {}, 200, None, None),
+    # -- values out of range (one per field) --
+    ("completions_max_tokens_negative", "POST", "/v1/completions", completion(max_tokens=-1), {}, 400, "max_tokens", None),
+    ("completions_context_overflow", "POST", "/v1/completions", completion(prompt=[1] * 60, max_tokens=10), {}, 400, "max_tokens", None),
+    ("completions_prompt_over_context", "POST", "/v1/completions", completion(prompt=[1] * 65, max_tokens=0), {}, 400, "prompt", None),
+    ("completions_temperature_over_2", "POST", "/v1/completions", completion(temperature=2.5), {}, 400, "temperature", None),
+    ("completions_top_p_zero", "POST", "/v1/completions", completion(top_p=0), {}, 400, "top_p", None),
+    ("completions_top_k_negative", "POST", "/v1/completions", completion(top_k=-1), {}, 400, "top_k", None),
+    ("completions_min_p_over_1", "POST", "/v1/completions", completion(min_p=1.5), {}, 400, "min_p", None),
+    ("completions_presence_penalty_over_2", "POST", "/v1/completions", completion(presence_penalty=2.5), {}, 400, "presence_penalty", None),
+    ("completions_frequency_penalty_under_minus_2", "POST", "/v1/completions", completion(frequency_penalty=-2.5), {}, 400, "frequency_penalty", None),
+    ("completions_repetition_penalty_zero", "POST", "/v1/completions", completion(repetition_penalty=0), {}, 400, "repetition_penalty", None),
+    ("completions_logit_bias_value_over_100", "POST", "/v1/completions", completion(logit_bias={"5": 100.5}), {}, 400, "logit_bias", None),
+    ("completions_n_zero", "POST", "/v1/completions", completion(n=0), {}, 400, "n", None),
+    ("completions_n_over_slots", "POST", "/v1/completions", completion(n=3), {}, 400, "n", None),
+    ("completions_best_of_below_n", "POST", "/v1/completions", completion(n=2, best_of=1), {}, 400, "best_of", None),
+    ("completions_best_of_streamed", "POST", "/v1/completions", completion(best_of=2, stream=True), {}, 400, "best_of", None),
+    ("completions_logprobs_over_5", "POST", "/v1/completions", completion(logprobs=6), {}, 400, "logprobs", None),
+    ("completions_five_stop_strings", "POST", "/v1/completions", completion(stop=list("abcde")), {}, 400, "stop", None),
+    ("completions_empty_stop_string", "POST", "/v1/completions", completion(stop=""), {}, 400, "stop", None),
+    ("completions_session_id_bad_character", "POST", "/v1/completions", completion(session_id="a/b"), {}, 400, "session_id", None),
+    ("completions_session_id_too_long", "POST", "/v1/completions", completion(session_id="s" * 129), {}, 400, "session_id", None),
+    ("completions_session_id_with_prompt_list", "POST", "/v1/completions", completion(prompt=["a", "b"], session_id="s"), {}, 400, "session_id", None),
+    ("completions_stream_options_without_stream", "POST", "/v1/completions", completion(stream_options={"include_usage": True}), {}, 400, "stream_options", None),
+    ("completions_suffix", "POST", "/v1/completions", completion(suffix="tail"), {}, 400, "suffix", None),
+    ("completions_prompt_missing", "POST", "/v1/completions", J({"max_tokens": 1}), {}, 400, "prompt", None),
+    ("completions_prompt_empty_string", "POST", "/v1/completions", completion(prompt=""), {}, 400, "prompt", None),
+    ("completions_prompt_empty_array", "POST", "/v1/completions", completion(prompt=[]), {}, 400, "prompt", None),
+    # -- Content-Type is not checked (curl -d sends a form type): documented --
+    ("completions_text_plain_content_type_is_served", "POST", "/v1/completions", completion(), {"Content-Type": "text/plain"}, 200, None, None),
+    ("completions_form_content_type_is_served", "POST", "/v1/completions", completion(), {"Content-Type": "application/x-www-form-urlencoded"}, 200, None, None),
+    # -- /tokenize --
+    ("tokenize_empty_body", "POST", "/tokenize", b"", {}, 400, None, None),
+    ("tokenize_not_json", "POST", "/tokenize", b"content=hi", {}, 400, None, None),
+    ("tokenize_body_is_array", "POST", "/tokenize", b'["hi"]', {}, 400, None, None),
+    ("tokenize_invalid_utf8", "POST", "/tokenize", b'{"content": "\xff"}', {}, 400, None, None),
+    ("tokenize_raw_nul", "POST", "/tokenize", b'{"content": "a\x00"}', {}, 400, None, None),
+    ("tokenize_escaped_nul", "POST", "/tokenize", b'{"content": "a\\u0000"}', {}, 400, None, None),
+    ("tokenize_duplicate_key", "POST", "/tokenize", b'{"content": "a", "content": "b"}', {}, 400, None, None),
+    ("tokenize_deeply_nested", "POST", "/tokenize", ('{"content": "a", "x": %s}' % nested(5000)).encode(), {}, 400, None, None),
+    ("tokenize_body_over_max_body", "POST", "/tokenize", J({"content": "x" * MAX_BODY}), {}, 413, None, None),
+    ("tokenize_content_missing", "POST", "/tokenize", J({"text": "hi"}), {}, 400, "content", None),
+    ("tokenize_content_null", "POST", "/tokenize", J({"content": None}), {}, 400, "content", None),
+    ("tokenize_content_number", "POST", "/tokenize", J({"content": 5}), {}, 400, "content", None),
+    ("tokenize_content_bool", "POST", "/tokenize", J({"content": True}), {}, 400, "content", None),
+    ("tokenize_content_array", "POST", "/tokenize", J({"content": ["hi"]}), {}, 400, "content", None),
+    ("tokenize_content_object", "POST", "/tokenize", J({"content": {"a": "hi"}}), {}, 400, "content", None),
+    # -- /detokenize --
+    ("detokenize_empty_body", "POST", "/detokenize", b"", {}, 400, None, None),
+    ("detokenize_not_json", "POST", "/detokenize", b"tokens=1", {}, 400, None, None),
+    ("detokenize_invalid_utf8", "POST", "/detokenize", b'{"tokens": [1], "x": "\xff"}', {}, 400, None, None),
+    ("detokenize_duplicate_key", "POST", "/detokenize", b'{"tokens": [1], "tokens": [2]}', {}, 400, None, None),
+    ("detokenize_body_over_max_body", "POST", "/detokenize", J({"tokens": [1] * (MAX_BODY // 2)}), {}, 413, None, None),
+    ("detokenize_tokens_missing", "POST", "/detokenize", J({"ids": [1]}), {}, 400, "tokens", None),
+    ("detokenize_tokens_null", "POST", "/detokenize", J({"tokens": None}), {}, 400, "tokens", None),
+    ("detokenize_tokens_string", "POST", "/detokenize", J({"tokens": "1 2"}), {}, 400, "tokens", None),
+    ("detokenize_tokens_number", "POST", "/detokenize", J({"tokens": 1}), {}, 400, "tokens", None),
+    ("detokenize_tokens_object", "POST", "/detokenize", J({"tokens": {"0": 1}}), {}, 400, "tokens", None),
+    ("detokenize_token_string", "POST", "/detokenize", J({"tokens": ["1"]}), {}, 400, "tokens", None),
+    ("detokenize_token_float", "POST", "/detokenize", J({"tokens": [1.5]}), {}, 400, "tokens", None),
+    ("detokenize_token_bool", "POST", "/detokenize", J({"tokens": [True]}), {}, 400, "tokens", None),
+    ("detokenize_token_null", "POST", "/detokenize", J({"tokens": [None]}), {}, 400, "tokens", None),
+    ("detokenize_token_nested", "POST", "/detokenize", J({"tokens": [[1]]}), {}, 400, "tokens", None),
+    ("detokenize_token_at_vocab_size", "POST", "/detokenize", J({"tokens": [15496, 50257]}), {}, 400, "tokens", None),
+    ("detokenize_token_negative", "POST", "/detokenize", J({"tokens": [-1]}), {}, 400, "tokens", None),
+    ("detokenize_token_int32_max", "POST", "/detokenize", J({"tokens": [2**31 - 1]}), {}, 400, "tokens", None),
+    ("detokenize_token_int64_max", "POST", "/detokenize", J({"tokens": [2**63 - 1]}), {}, 400, "tokens", None),
+    ("detokenize_token_int64_min", "POST", "/detokenize", J({"tokens": [-2**63]}), {}, 400, "tokens", None),
+    ("detokenize_token_over_64_bits", "POST", "/detokenize", b'{"tokens": [18446744073709551616]}', {}, 400, None, None),
+    # -- /v1/sessions --
+    ("sessions_delete_unknown", "DELETE", "/v1/sessions/no-such-session", None, {}, 404, None, None),
+    ("sessions_delete_long_id", "DELETE", "/v1/sessions/" + "s" * 300, None, {}, 404, None, None),
+    ("sessions_delete_empty_id", "DELETE", "/v1/sessions/", None, {}, 404, None, None),
+    ("sessions_delete_escaped_nul_id", "DELETE", "/v1/sessions/%00abc", None, {}, 404, None, None),
+    ("sessions_post", "POST", "/v1/sessions", J({}), {}, 405, None, "GET"),
+    ("sessions_put", "PUT", "/v1/sessions", J({}), {}, 405, None, "GET"),
+    ("sessions_delete_collection", "DELETE", "/v1/sessions", None, {}, 405, None, "GET"),
+    ("sessions_get_one", "GET", "/v1/sessions/abc", None, {}, 405, None, "DELETE"),
+    ("sessions_post_one", "POST", "/v1/sessions/abc", J({}), {}, 405, None, "DELETE"),
+    # -- unknown endpoints --
+    ("unknown_v1_path", "GET", "/v1/nothing", None, {}, 404, None, None),
+    ("unknown_v1_root", "GET", "/v1/", None, {}, 404, None, None),
+    ("unknown_chat_completions", "POST", "/v1/chat/completions", J({"messages": []}), {}, 404, None, None),
+    ("unknown_embeddings", "POST", "/v1/embeddings", J({"input": "a"}), {}, 404, None, None),
+    ("unknown_below_completions", "POST", "/v1/completions/x", completion(), {}, 404, None, None),
+    ("unknown_model_id", "GET", "/v1/models/gpt-4", None, {}, 404, "model", None),
+    ("unknown_static_file", "GET", "/no-such-file.js", None, {}, 404, None, None),
+    ("unknown_below_tokenize", "POST", "/tokenize/x", J({"content": "a"}), {}, 404, None, None),
+    ("unknown_dot_dot_path", "GET", "/../etc/passwd", None, {}, 404, None, None),
+    ("unknown_hidden_file", "GET", "/.htaccess", None, {}, 404, None, None),
+    # -- wrong methods: 405 with Allow --
+    ("method_get_completions", "GET", "/v1/completions", None, {}, 405, None, "POST"),
+    ("method_put_completions", "PUT", "/v1/completions", completion(), {}, 405, None, "POST"),
+    ("method_delete_completions", "DELETE", "/v1/completions", None, {}, 405, None, "POST"),
+    ("method_unknown_verb_completions", "BREW", "/v1/completions", completion(), {}, 405, None, "POST"),
+    ("method_get_tokenize", "GET", "/tokenize", None, {}, 405, None, "POST"),
+    ("method_delete_detokenize", "DELETE", "/detokenize", None, {}, 405, None, "POST"),
+    ("method_post_models", "POST", "/v1/models", J({}), {}, 405, None, "GET"),
+    ("method_delete_model", "DELETE", "/v1/models/tiny", None, {}, 405, None, "GET"),
+    ("method_post_health", "POST", "/health", J({}), {}, 405, None, "GET"),
+    ("method_put_metrics", "PUT", "/metrics", J({}), {}, 405, None, "GET"),
+]
+
+# Wrong JSON types, for every field of a completion (each a 400 naming it).
+WRONG_TYPES = [
+    ("prompt", 5, "number"), ("prompt", True, "bool"), ("prompt", {"a": 1}, "object"),
+    ("prompt", [1, "a"], "mixed_array"), ("prompt", ["a", 1], "strings_then_number"),
+    ("prompt", [[1], "a"], "token_lists_then_string"), ("prompt", [1.5], "float_token"),
+    ("prompt", [True], "bool_token"), ("prompt", [None], "null_token"),
+    ("prompt", [[1.5]], "float_in_token_list"), ("prompt", [{"a": 1}], "object_item"),
+    ("model", 5, "number"), ("model", [], "array"),
+    ("max_tokens", "16", "string"), ("max_tokens", 1.5, "float"), ("max_tokens", True, "bool"),
+    ("temperature", "1", "string"), ("temperature", True, "bool"), ("temperature", [], "array"),
+    ("top_p", "1", "string"), ("top_p", {}, "object"),
+    ("top_k", "1", "string"), ("top_k", 1.5, "float"),
+    ("min_p", "0", "string"), ("min_p", False, "bool"),
+    ("presence_penalty", "0", "string"), ("presence_penalty", [0], "array"),
+    ("frequency_penalty", "0", "string"), ("frequency_penalty", {}, "object"),
+    ("repetition_penalty", "1", "string"), ("repetition_penalty", True, "bool"),
+    ("logit_bias", [1], "array"), ("logit_bias", "x", "string"), ("logit_bias", 5, "number"),
+    ("logit_bias", {"5": "1"}, "string_value"), ("logit_bias", {"5": None}, "null_value"),
+    ("logit_bias", {"5": True}, "bool_value"), ("logit_bias", {"5": [1]}, "array_value"),
+    ("n", "1", "string"), ("n", 1.5, "float"), ("n", True, "bool"),
+    ("best_of", "1", "string"), ("best_of", 1.5, "float"),
+    ("stop", 5, "number"), ("stop", True, "bool"), ("stop", {}, "object"),
+    ("stop", [5], "number_item"), ("stop", [None], "null_item"), ("stop", [["a"]], "array_item"),
+    ("seed", "1", "string"), ("seed", 1.5, "float"), ("seed", [], "array"),
+    ("echo", 1, "number"), ("echo", "true", "string"),
+    ("logprobs", "1", "string"), ("logprobs", 1.5, "float"), ("logprobs", True, "bool"),
+    ("stream", 1, "number"), ("stream", "true", "string"),
+    ("session_id", 5, "number"), ("session_id", [], "array"),
+    ("user", 5, "number"), ("user", {}, "object"),
+    ("suffix", 5, "number"),
+]
+for _field, _value, _kind in WRONG_TYPES:
+    INPUT_CASES.append(("completions_%s_as_%s" % (_field, _kind), "POST",
+                        "/v1/completions", completion(**{_field: _value}), {},
+                        400, _field, None))
+for _value, _kind in (("x", "string"), (5, "number"), ([], "array"), (True, "bool")):
+    INPUT_CASES.append(("completions_stream_options_as_%s" % _kind, "POST",
+                        "/v1/completions",
+                        completion(stream=True, stream_options=_value), {},
+                        400, "stream_options", None))
+for _value, _kind in ((1, "number"), ("yes", "string")):
+    INPUT_CASES.append(("completions_include_usage_as_%s" % _kind, "POST",
+                        "/v1/completions",
+                        completion(stream=True,
+                                   stream_options={"include_usage": _value}),
+                        {}, 400, "stream_options.include_usage", None))
+
+# Requests that only a raw socket can send.  libmicrohttpd answers the
+# malformed ones itself, before any handler runs, with its own HTML page:
+# a 4xx all the same (json False: not an OpenAI error object).
+RAW_CASES = [
+    ("raw_chunked_body_over_max_body",
+     b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+     + (b"1000\r\n" + b" " * 4096 + b"\r\n") * (MAX_BODY // 4096 + 1) + b"0\r\n\r\n",
+     413, True),
+    ("raw_declared_length_over_max_body",
+     b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000000\r\n\r\n",
+     413, True),
+    ("raw_content_length_not_a_number",
+     b"POST /tokenize HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n{}", 400, False),
+    ("raw_header_over_mhd_memory",
+     b"GET /health HTTP/1.1\r\nHost: x\r\nX-Pad: " + b"a" * 40000 + b"\r\n\r\n", 431, False),
+    ("raw_request_line_without_version", b"GET /health\r\n\r\n", 400, False),
+]
+
+
+class InvalidInput(LimitCase):
+    """One test per row of INPUT_CASES and RAW_CASES (added below)."""
+
+    NAME = "inputs"
+    ARGS = ("--slots", "2", "--threads", "1", "--max-body", str(MAX_BODY))
+
+    def check_case(self, method, path, body, headers, status, param, allow):
+        r = self.client().request(method, path, raw=body, headers=headers)
+        if status == 200:
+            self.assertEqual(r.status, 200, r)
+            return
+        self.assert_error(r, status, param, allow)
+
+    def check_raw_case(self, data, status, is_json):
+        with socket.create_connection(("127.0.0.1", self.server.port)) as sock:
+            sock.sendall(data)
+            got, headers, body = read_response(sock, 10)
+        self.assertEqual(got, status, body[:200])
+        if is_json:
+            e = json.loads(body)["error"]
+            self.assertIsNone(e["param"], e)
+            self.assertEqual(e["type"], "invalid_request_error", e)
+
+
+def _add_input_tests():
+    names = set()
+    for name, method, path, body, headers, status, param, allow in INPUT_CASES:
+        assert name not in names, name
+        names.add(name)
+
+        def test(self, m=method, p=path, b=body, h=headers, s=status,
+                 pa=param, a=allow):
+            self.check_case(m, p, b, h, s, pa, a)
+        setattr(InvalidInput, "test_" + name, test)
+    for name, data, status, is_json in RAW_CASES:
+        assert name not in names, name
+        names.add(name)
+
+        def test(self, d=data, s=status, j=is_json):
+            self.check_raw_case(d, s, j)
+        setattr(InvalidInput, "test_" + name, test)
+
+
+_add_input_tests()
+
+
+# ---------------------------------------------------------------- runner
+
+class Result(unittest.TestResult):
+    """One line per test as it finishes."""
+
+    def __init__(self):
+        unittest.TestResult.__init__(self)
+        self.passed = 0
+        self.failed_names = []
+        self._t0 = 0.0
+
+    def startTest(self, test):
+        unittest.TestResult.startTest(self, test)
+        self._t0 = time.monotonic()
+
+    def _line(self, status, test):
+        name = test.id().replace(__name__ + ".", "")
+        print("%s: %s (%.2fs)" % (status, name, time.monotonic() - self._t0),
+              flush=True)
+
+    def addSuccess(self, test):
+        self.passed += 1
+        self._line("ok", test)
+
+    def _fail(self, test, err):
+        owner = getattr(test, "test_case", test)
+        if owner.id() not in self.failed_names:
+            self.failed_names.append(owner.id())
+        self._line("FAIL", test)
+        etype, value, tb = err
+        frames = [f for f in traceback.extract_tb(tb)
+                  if "unittest" not in f.filename]
+        text = "".join(traceback.format_list(frames[-3:])
+                       + traceback.format_exception_only(etype, value))
+        print("\n".join("    " + ln for ln in text.splitlines()[:80]), flush=True)
+
+    def addFailure(self, test, err):
+        self._fail(test, err)
+
+    def addError(self, test, err):
+        self._fail(test, err)
+
+    def addSubTest(self, test, subtest, err):
+        if err is not None:
+            self._fail(subtest, err)
+
+
+def main(argv):
+    suite = unittest.TestLoader().loadTestsFromModule(sys.modules[__name__])
+    if argv:
+        def keep(s):
+            out = unittest.TestSuite()
+            for t in s:
+                if isinstance(t, unittest.TestSuite):
+                    sub = keep(t)
+                    if sub.countTestCases():
+                        out.addTest(sub)
+                elif any(a in t.id() for a in argv):
+                    out.addTest(t)
+            return out
+        suite = keep(suite)
+    result = Result()
+    suite.run(result)
+    failed = len(result.failed_names)
+    print("limits_tests: %d passed, %d failed" % (result.passed, failed), flush=True)
+    summary = os.environ.get("GPT2D_LIMITS_SUMMARY")
+    if summary:
+        with open(summary, "w", encoding="ascii") as f:
+            f.write("%d %d\n" % (result.passed, failed))
+    return 0 if failed == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
