@@ -302,6 +302,8 @@ class RequestDeadline(LimitCase):
         body_trickler.join(DEADLINE + 10)
         self.assert_cut_at_deadline(headers, "trickled headers")
         self.assert_cut_at_deadline(body_trickler, "trickled body")
+        print("    deadline %.1f s: headers cut after %.2f s, body after %.2f s"
+              % (DEADLINE, headers.closed_after, body_trickler.closed_after))
         self.assertTrue(wait_for(lambda: self.timeouts() == before + 2, 2),
                         "gpt2d_request_timeouts_total went from %r to %r"
                         % (before, self.timeouts()))
@@ -563,6 +565,7 @@ class Logs(LimitCase):
         finally:
             rc, _ = srv.stop()
         self.assertEqual(rc, 0, srv.log_tail())
+        self.assertIsNone(srv.sanitizer_report())
         with open(srv.log_path, "rb") as f:
             self.assertIn(self.CANARY.encode(), f.read())
 
