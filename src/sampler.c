@@ -1,13 +1,32 @@
 /* sampler.c — logit processors, filters, the per-sequence RNG, and the
  * model-distribution log-probabilities (see sampler.h for the contract).
  *
- * One call works on a private copy of the logits in the thread's scratch and
- * never allocates.  Every call pays one pass over the vocabulary that copies
- * the row and collects the reported top alternatives, and one exp pass for
- * the log-sum-exp.  Nothing sorts the vocabulary: greedy is an argmax, top-k
- * a heap (small k) or quickselect, top-p a quickselect weighted by
- * probability, min-p one pass; at T = 1 the sampling weights reuse the
- * log-sum-exp's exp terms. */
+ * Where the time goes.  A GPT-2 row has V = 50257 logits and a decode step
+ * samples one row per sequence, so every whole-row pass counts, and each
+ * request pays only for the passes it needs:
+ *   - scan (always): max, argmax and the top alternatives in one vectorised
+ *     pass, which also copies the row into the scratch when anything will
+ *     modify or weigh it.  Greedy is this pass alone.
+ *   - penalties and logit_bias touch only the tokens they name, then one
+ *     more scan finds the processed row's maximum.
+ *   - the log-sum-exp (logprobs asked for, or skip_logprob unset): one
+ *     vectorised exp pass, shared with the draw at T = 1.
+ *   - top-k: the k-th best block maximum bounds the k-th best token from
+ *     below, so only a few blocks' tokens (about k to 2k) are ranked; the
+ *     other filters then work on those k.
+ *   - otherwise one exp pass writes every token's weight, block sums and,
+ *     for top-p, a bucket (-z in quarter nats, z = (logit - max) / T);
+ *     top-p adds the bucket masses up to the bucket where the nucleus ends
+ *     and ranks only that bucket's tokens; min-p or a nucleus cost one more
+ *     masked pass for block sums; the draw walks the block sums and reads
+ *     one block.
+ * Nothing sorts the vocabulary and nothing allocates.
+ *
+ * Same bits on every CPU.  The passes are written once (sampler_kernels.h)
+ * and compiled twice, portable and AVX2, chosen at run time; the two do the
+ * same IEEE operations in the same order, so a seed draws the same tokens
+ * whatever the machine, and the tests check it.  exp() is a float
+ * polynomial good to 8e-8 relative; sums are taken in double. */
 #include "gpt2d/sampler.h"
 
 #include <float.h>
@@ -15,24 +34,154 @@
 #include <stdlib.h>
 #include <string.h>
 
+#define BLOCK 64                 /* tokens per block: eight vectors of eight */
+#define FLUSH_Z (-64.0f)         /* weights below e^-64 count as 0 */
+#define BUCKETS_PER_NAT 4.0f
+#define N_BUCKETS 256            /* 64 nats in quarter nats */
+
 /* A token that survived filtering so far.  `p` is its unnormalised
- * probability exp((logit - shift) / T) at the request's temperature; the
- * shift is the best survivor's logit (or, reusing the raw terms at T = 1,
- * the raw maximum). */
+ * probability exp((logit - shift) / T) at the request's temperature, the
+ * shift being the best survivor's logit. */
 typedef struct candidate {
     double p;
     float logit;
     int32_t id;
 } candidate;
 
+/* The n most likely tokens of a row, most likely first. */
+typedef struct top_list {
+    size_t n, have;
+    float logit[SAMPLER_MAX_TOP_LOGPROBS];
+    int32_t id[SAMPLER_MAX_TOP_LOGPROBS];
+} top_list;
+
+typedef struct row_max {
+    float max;
+    int32_t argmax;              /* lowest id among the maxima */
+} row_max;
+
+/* A rank-order prefix of the row: the tokens with a higher logit than the
+ * cut's, and those with an equal logit and an id up to the cut's. */
+typedef struct rank_cut {
+    float logit;
+    int32_t id;
+} rank_cut;
+
+/* The whole-row passes, one table per instruction set (see the top). */
+typedef struct sampler_kernels {
+    /* in (V,) -> max, argmax, top list; out (padded), when given, the
+     * cleaned row (NaN -> -inf, +inf -> FLT_MAX, -inf padding). */
+    void (*scan)(const float *in, float *out, size_t V, top_list *t,
+                 row_max *r);
+    /* logits (V,), raw, whose maximum is max -> sum of exp(logit - max). */
+    double (*lse_sum)(const float *logits, size_t V, float max);
+    /* x (V,), cleaned, whose maximum is m -> the sum of the weights
+     * exp((x - m) * inv_t); w (padded) gets each weight, block (per BLOCK
+     * tokens), when given, their sums.  x may be w. */
+    double (*weigh)(const float *x, size_t V, float m, float inv_t, float *w,
+                    double *block);
+    /* The same, and each token's bucket (padded). */
+    double (*weigh_buckets)(const float *x, size_t V, float m, float inv_t,
+                            float *w, uint8_t *bucket, double *block);
+    /* x, w (padded) -> block sums and total of the weights kept by the cut
+     * that reach min_w (or are the best token's, 1). */
+    double (*weigh_kept)(const float *x, const float *w, size_t V,
+                         rank_cut cut, float min_w, double *block);
+    /* x (padded, no NaN) -> each block's maximum. */
+    void (*block_max)(const float *x, size_t V, float *out);
+} sampler_kernels;
+
 struct sampler_scratch {
     size_t vocab;
-    float *work;         /* (V,) the processed logits */
-    double *raw_p;       /* (V,) exp(raw logit - raw max), kept for reuse at T = 1 */
-    candidate *cand;     /* (V,) the surviving tokens */
-    uint32_t *count;     /* (V,) occurrences in the output; kept all zero between calls */
-    unsigned char *seen; /* (V,) prompt ∪ output marks; kept all zero between calls */
+    const sampler_kernels *k;
+    float *work;         /* (padded) the processed logits */
+    float *weight;       /* (padded) sampling weights */
+    uint8_t *bucket;     /* (padded) weight buckets */
+    double *block;       /* (padded / BLOCK) weight sums per block */
+    float *block_top;    /* (padded / BLOCK) the processed row's block maxima */
+    candidate *block_cand; /* (padded / BLOCK) the same, for selection */
+    int32_t *ids;        /* (V) one bucket's token ids */
+    candidate *cand;     /* (V) the surviving tokens */
+    uint32_t *count;     /* (V) occurrences in the output; kept all zero between calls */
+    unsigned char *seen; /* (V) prompt ∪ output marks; kept all zero between calls */
 };
+
+static size_t padded(size_t V)
+{
+    return (V + BLOCK - 1) / BLOCK * BLOCK;
+}
+
+/* ---- the vector kernels (sampler_kernels.h) and what they call ---- */
+
+static inline float clean_logit(float x)
+{
+    if (isnan(x))
+        return -INFINITY;
+    if (x > FLT_MAX)
+        return FLT_MAX;
+    return x;
+}
+
+/* Scalar insertion into the top list (scanning ids upward, a later equal
+ * logit never displaces an earlier one). */
+static void top_offer(top_list *t, float x, int32_t id)
+{
+    if (t->have == t->n && !(x > t->logit[t->n - 1]))
+        return;
+    size_t j = t->have < t->n ? t->have++ : t->n - 1;
+    while (j > 0 && x > t->logit[j - 1]) {
+        t->logit[j] = t->logit[j - 1];
+        t->id[j] = t->id[j - 1];
+        j--;
+    }
+    t->logit[j] = x;
+    t->id[j] = id;
+}
+
+#define SK_ISA portable
+#define SK_LANES 4
+#define SK_TARGET
+#include "sampler_kernels.h"
+#undef SK_ISA
+#undef SK_LANES
+#undef SK_TARGET
+
+#if defined(__x86_64__) || defined(__i386__)
+#define HAVE_AVX2_KERNELS 1
+#define SK_ISA avx2
+#define SK_LANES 8
+#define SK_TARGET __attribute__((target("avx2")))
+#include "sampler_kernels.h"
+#undef SK_ISA
+#undef SK_LANES
+#undef SK_TARGET
+#endif
+
+static int cpu_has_avx2(void)
+{
+#ifdef HAVE_AVX2_KERNELS
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2");
+#else
+    return 0;
+#endif
+}
+
+bool sampler_scratch_use_avx2(sampler_scratch *s, bool enable)
+{
+#ifdef HAVE_AVX2_KERNELS
+    if (enable && cpu_has_avx2()) {
+        s->k = &kernels_avx2;
+        return true;
+    }
+#else
+    (void)enable;
+#endif
+    s->k = &kernels_portable;
+    return false;
+}
+
+/* ---- scratch ---- */
 
 int sampler_scratch_create(sampler_scratch **out, size_t vocab_size,
                            gpt2d_error *err)
@@ -40,23 +189,39 @@ int sampler_scratch_create(sampler_scratch **out, size_t vocab_size,
     *out = NULL;
     if (vocab_size == 0)
         return error_set(err, "sampler: vocabulary size is 0");
-    if (vocab_size > (size_t)INT32_MAX)
+    /* Token ids, and the vector lanes' ids past the end, fit in int32_t. */
+    if (vocab_size > (size_t)INT32_MAX - BLOCK)
         return error_set(err, "sampler: vocabulary size %zu exceeds token id range",
                          vocab_size);
     sampler_scratch *s = calloc(1, sizeof *s);
     if (s == NULL)
         return error_set(err, "sampler: out of memory");
+    const size_t P = padded(vocab_size);
     s->vocab = vocab_size;
-    s->work = calloc(vocab_size, sizeof *s->work);
-    s->raw_p = calloc(vocab_size, sizeof *s->raw_p);
+    s->work = aligned_alloc(64, P * sizeof *s->work);
+    s->weight = aligned_alloc(64, P * sizeof *s->weight);
+    s->bucket = aligned_alloc(64, P);
+    s->block = calloc(P / BLOCK, sizeof *s->block);
+    s->block_top = calloc(P / BLOCK, sizeof *s->block_top);
+    s->block_cand = calloc(P / BLOCK, sizeof *s->block_cand);
+    s->ids = calloc(vocab_size, sizeof *s->ids);
     s->cand = calloc(vocab_size, sizeof *s->cand);
     s->count = calloc(vocab_size, sizeof *s->count);
     s->seen = calloc(vocab_size, sizeof *s->seen);
-    if (s->work == NULL || s->raw_p == NULL || s->cand == NULL || s->count == NULL || s->seen == NULL) {
+    if (s->work == NULL || s->weight == NULL || s->bucket == NULL
+        || s->block == NULL || s->block_top == NULL || s->block_cand == NULL
+        || s->ids == NULL || s->cand == NULL || s->count == NULL || s->seen == NULL) {
         sampler_scratch_free(s);
         return error_set(err, "sampler: out of memory for a vocabulary of %zu",
                          vocab_size);
     }
+    /* Every pass writes before it reads; this only keeps the memory
+     * defined for tools that check. */
+    for (size_t i = 0; i < P; i++)
+        s->work[i] = -INFINITY;
+    memset(s->weight, 0, P * sizeof *s->weight);
+    memset(s->bucket, N_BUCKETS - 1, P);
+    sampler_scratch_use_avx2(s, true);
     *out = s;
     return 0;
 }
@@ -66,7 +231,12 @@ void sampler_scratch_free(sampler_scratch *s)
     if (s == NULL)
         return;
     free(s->work);
-    free(s->raw_p);
+    free(s->weight);
+    free(s->bucket);
+    free(s->block);
+    free(s->block_top);
+    free(s->block_cand);
+    free(s->ids);
     free(s->cand);
     free(s->count);
     free(s->seen);
@@ -127,105 +297,53 @@ double sampler_rng_uniform(sampler_rng *rng)
 
 /* ---- the model's distribution ---- */
 
-/* NaN means "no information" and must never win a comparison, so it becomes
- * -inf; +inf becomes the largest float so differences stay finite. */
-static inline float clean_logit(float x)
-{
-    if (isnan(x))
-        return -INFINITY;
-    if (x > FLT_MAX)
-        return FLT_MAX;
-    return x;
-}
-
-/* exp(z) for z <= 0, flushed to 0 below -64.  e^-64 is 1.6e-28: even a whole
- * vocabulary of such terms moves a sum that holds the maximum's 1 by less
- * than its last bit, so the log-sum-exp is unchanged, and a token that
- * unlikely is simply never drawn.  Peaked rows skip most of their exp(). */
-static inline double exp_nonpos(double z)
-{
-    return z < -64.0 ? 0.0 : exp(z);
-}
-
-/* The raw row's summary, gathered in one pass plus one exp pass. */
-typedef struct raw_dist {
-    float max;
-    int32_t argmax;     /* lowest id among the maxima */
-    double lse;         /* log-sum-exp; -inf when every logit is -inf */
-} raw_dist;
-
-/* Reads the raw logits (V,) once: their maximum, the n most likely tokens
- * into out->top (most likely first, ties to the lower id: scanning ids
- * upward, a later equal logit never displaces an earlier one), and, when
- * `work` is given, a cleaned copy.  Then one pass of exp in double for the
- * log-sum-exp, shifted by the maximum so nothing overflows. */
-static raw_dist raw_scan(const float *logits, size_t V, float *work, size_t n,
-                         double *keep_p, sample_result *out)
+static void top_init(top_list *t, size_t n, size_t V)
 {
     if (n > SAMPLER_MAX_TOP_LOGPROBS)
         n = SAMPLER_MAX_TOP_LOGPROBS;
-    if (n > V)
-        n = V;
-    float best[SAMPLER_MAX_TOP_LOGPROBS];
-    size_t have = 0;
-    /* With no alternatives wanted, the list is a sentinel that rejects all. */
-    best[0] = INFINITY;
-    raw_dist d = {-INFINITY, 0, -INFINITY};
-    for (size_t i = 0; i < V; i++) {
-        float x = clean_logit(logits[i]);
-        if (work != NULL)
-            work[i] = x;
-        if (x > d.max) {
-            d.max = x;
-            d.argmax = (int32_t)i;
-        }
-        if (have == n && !(x > best[n == 0 ? 0 : n - 1]))
-            continue;
-        size_t j = have < n ? have++ : n - 1;
-        while (j > 0 && x > best[j - 1]) {
-            best[j] = best[j - 1];
-            out->top[j].token = out->top[j - 1].token;
-            j--;
-        }
-        best[j] = x;
-        out->top[j].token = (int32_t)i;
-    }
-    out->n_top = n;
-    if (d.max > -INFINITY) {
-        double sum = 0.0;
-        if (keep_p != NULL)
-            for (size_t i = 0; i < V; i++)
-                sum += keep_p[i] = exp_nonpos((double)work[i] - (double)d.max);
-        else if (work != NULL)
-            for (size_t i = 0; i < V; i++)
-                sum += exp_nonpos((double)work[i] - (double)d.max);
-        else
-            for (size_t i = 0; i < V; i++)
-                sum += exp_nonpos((double)clean_logit(logits[i]) - (double)d.max);
-        d.lse = (double)d.max + log(sum);
-    }
-    for (size_t j = 0; j < n; j++)
-        out->top[j].logprob = d.lse == -INFINITY
-                                  ? -INFINITY : (float)((double)best[j] - d.lse);
-    return d;
+    t->n = n < V ? n : V;
+    t->have = 0;
 }
 
-static float raw_logprob(const float *logits, size_t V, const raw_dist *d,
+/* log Σ exp(logits) over the raw row (V,) whose maximum is max; -inf when
+ * every logit is -inf. */
+static double raw_lse(const sampler_scratch *s, const float *logits, size_t V,
+                      float max)
+{
+    if (max == -INFINITY)
+        return -INFINITY;
+    return (double)max + log(s->k->lse_sum(logits, V, max));
+}
+
+static void report_top(const top_list *t, double lse, sample_result *out)
+{
+    out->n_top = t->n;
+    for (size_t j = 0; j < t->n; j++) {
+        out->top[j].token = t->id[j];
+        out->top[j].logprob = lse == -INFINITY
+                                  ? -INFINITY : (float)((double)t->logit[j] - lse);
+    }
+}
+
+static float raw_logprob(const float *logits, size_t V, double lse,
                          int32_t token)
 {
-    if (token < 0 || (size_t)token >= V || d->lse == -INFINITY)
+    if (token < 0 || (size_t)token >= V || lse == -INFINITY)
         return -INFINITY;
-    return (float)((double)clean_logit(logits[token]) - d->lse);
+    return (float)((double)clean_logit(logits[token]) - lse);
 }
 
-void sampler_score(sampler_scratch *scratch, const float *logits,
-                   size_t vocab_size, int32_t token, size_t n_top,
-                   sample_result *out)
+void sampler_score(sampler_scratch *s, const float *logits, size_t V,
+                   int32_t token, size_t n_top, sample_result *out)
 {
-    (void)scratch; /* the raw distribution needs no scratch */
-    raw_dist d = raw_scan(logits, vocab_size, NULL, n_top, NULL, out);
+    top_list t;
+    row_max raw;
+    top_init(&t, n_top, V);
+    s->k->scan(logits, NULL, V, &t, &raw);
+    const double lse = raw_lse(s, logits, V, raw.max);
+    report_top(&t, lse, out);
     out->token = token;
-    out->logprob = raw_logprob(logits, vocab_size, &d, token);
+    out->logprob = raw_logprob(logits, V, lse, token);
 }
 
 /* ---- logit processors: work is (V,), modified in place ---- */
@@ -285,7 +403,41 @@ static void apply_presence_frequency(float *work, uint32_t *count, size_t V,
     }
 }
 
+/* Runs the processors the request asks for on s->work; returns whether any
+ * ran (and so whether work differs from the cleaned raw row). */
+static int apply_processors(const sampler_params *p, sampler_scratch *s,
+                            size_t V, const int32_t *prompt, size_t n_prompt,
+                            const int32_t *output, size_t n_output)
+{
+    int processed = 0;
+    if (p->n_logit_bias > 0) {
+        apply_logit_bias(s->work, V, p);
+        processed = 1;
+    }
+    /* A penalty <= 0 (or NaN) has no meaning; the API layer rejects it. */
+    if (p->repetition_penalty != 1.0f && p->repetition_penalty > 0.0f
+        && n_prompt + n_output > 0) {
+        apply_repetition_penalty(s->work, s->seen, V, p->repetition_penalty,
+                                 prompt, n_prompt, output, n_output);
+        processed = 1;
+    }
+    if ((p->presence_penalty != 0.0f || p->frequency_penalty != 0.0f)
+        && n_output > 0) {
+        apply_presence_frequency(s->work, s->count, V, p->presence_penalty,
+                                 p->frequency_penalty, output, n_output);
+        processed = 1;
+    }
+    return processed;
+}
+
 /* ---- filters over candidates ---- */
+
+static inline void cand_swap(candidate *a, candidate *b)
+{
+    candidate t = *a;
+    *a = *b;
+    *b = t;
+}
 
 /* Rank order: higher logit first, lower id among equals.  It is strict (ids
  * differ), so selection cannot stall on ties, and since p grows with the
@@ -299,13 +451,6 @@ static int cand_compare(const void *a, const void *b)
 {
     const candidate *x = a, *y = b;
     return cand_before(x, y) ? -1 : cand_before(y, x) ? 1 : 0;
-}
-
-static inline void cand_swap(candidate *a, candidate *b)
-{
-    candidate t = *a;
-    *a = *b;
-    *b = t;
 }
 
 /* Hoare partition of c[lo..hi) (hi - lo > 3) around a median-of-three
@@ -353,48 +498,6 @@ static void select_top_k(candidate *c, size_t n, size_t k)
             lo = i + 1;
     }
     qsort(c + lo, hi - lo, sizeof *c, cand_compare);
-}
-
-/* Top-k straight from the processed row (V,) with a min-heap of the k best
- * seen so far (root = the worst of them), into c; returns how many (fewer
- * than k only if fewer tokens are possible).  One compare per token once the
- * heap is full, which is what makes small k cheap. */
-static size_t heap_top_k(const float *work, size_t V, size_t k, candidate *c)
-{
-    size_t n = 0;
-    for (size_t i = 0; i < V; i++) {
-        float x = work[i];
-        size_t j;
-        if (n < k) {
-            if (x == -INFINITY)
-                continue;
-            /* Push, then sift up: parents rank after their children. */
-            j = n++;
-            c[j] = (candidate){0.0, x, (int32_t)i};
-            while (j > 0 && cand_before(&c[(j - 1) / 2], &c[j])) {
-                cand_swap(&c[(j - 1) / 2], &c[j]);
-                j = (j - 1) / 2;
-            }
-            continue;
-        }
-        /* An equal logit has a higher id than every entry: it ranks after. */
-        if (!(x > c[0].logit))
-            continue;
-        c[0] = (candidate){0.0, x, (int32_t)i};
-        j = 0;
-        for (;;) {
-            size_t l = 2 * j + 1, r = l + 1, w = j;
-            if (l < n && cand_before(&c[w], &c[l]))
-                w = l;
-            if (r < n && cand_before(&c[w], &c[r]))
-                w = r;
-            if (w == j)
-                break;
-            cand_swap(&c[w], &c[j]);
-            j = w;
-        }
-    }
-    return n;
 }
 
 /* Rearranges c[0..n) so that its first r are the shortest rank-order prefix
@@ -475,107 +578,263 @@ static int32_t draw(const candidate *c, size_t n, double total, sampler_rng *rng
     return last; /* u landed past the rounded total */
 }
 
-static int32_t argmax(const float *x, size_t V)
-{
-    size_t best = 0;
-    for (size_t i = 1; i < V; i++)
-        if (x[i] > x[best])
-            best = i;
-    return (int32_t)best;
-}
+/* ---- sampling from a candidate list (top-k) ---- */
 
-/* Top-k by heap below this k, by quickselect over all candidates above. */
-#define HEAP_TOP_K_MAX 1024
-
-/* At T = 1 the sampling weights exp(logit - max) are the raw row's own
- * exp terms except where a processor changed the logit, so they are reused
- * instead of paying a second exp pass over the vocabulary.  Refreshes the
- * touched tokens of pe (V,), still shifted by the raw maximum. */
-static inline void refresh_one(double *pe, const float *work, size_t V,
-                               float raw_max, int32_t t)
+/* Sets c[0..n)'s weights exp((logit - best) / T) with the vector kernel,
+ * using s->weight as the buffer; returns their sum. */
+static double list_weights(sampler_scratch *s, candidate *c, size_t n,
+                           float inv_t)
 {
-    if (t >= 0 && (size_t)t < V)
-        pe[t] = work[t] == -INFINITY
-                    ? 0.0 : exp(fmin((double)work[t] - (double)raw_max, 700.0));
-}
-
-static void refresh_touched(double *pe, const float *work, size_t V,
-                            float raw_max, const int32_t *t, size_t n)
-{
+    float m = -INFINITY;
+    for (size_t i = 0; i < n; i++) {
+        s->weight[i] = c[i].logit;
+        m = fmaxf(m, c[i].logit);
+    }
+    const double total = s->k->weigh(s->weight, n, m, inv_t, s->weight, NULL);
     for (size_t i = 0; i < n; i++)
-        refresh_one(pe, work, V, raw_max, t[i]);
+        c[i].p = s->weight[i];
+    return total;
 }
 
-/* Picks the token from the processed row work (V,) at temperature > 0.
- * pe (V,), when given, holds the T = 1 weights (see refresh_touched). */
-static int32_t sample_processed(const sampler_params *p, sampler_rng *rng,
-                                candidate *c, const float *work, size_t V,
-                                const double *pe)
+/* Temperature, top-p, min-p and the draw over the n (> 0) candidates c. */
+static int32_t sample_list(const sampler_params *p, sampler_rng *rng,
+                           sampler_scratch *s, candidate *c, size_t n,
+                           float inv_t)
 {
-    size_t n = 0;
-    double total = 0.0, p_max = 0.0;
-    if (pe != NULL) {
-        for (size_t i = 0; i < V; i++)
-            if (work[i] > -INFINITY) {
-                c[n++] = (candidate){pe[i], work[i], (int32_t)i};
-                total += pe[i];
-                p_max = fmax(p_max, pe[i]);
-            }
-        if (n == 0)
-            return 0;
-        /* If the processors pushed the best token far below the raw maximum
-         * (or far above it), the shared shift no longer suits: recompute. */
-        if (!(p_max >= 1e-3 && p_max <= 1e250))
-            pe = NULL;
-    } else if (p->top_k > 0 && p->top_k <= HEAP_TOP_K_MAX && p->top_k < V) {
-        n = heap_top_k(work, V, p->top_k, c);
-    } else {
-        for (size_t i = 0; i < V; i++)
-            if (work[i] > -INFINITY)
-                c[n++] = (candidate){0.0, work[i], (int32_t)i};
-        if (p->top_k > 0 && p->top_k < n) {
-            select_top_k(c, n, p->top_k);
-            n = p->top_k;
-        }
-    }
-    if (n == 0)
-        return 0; /* nothing is possible: token 0, as greedy would pick */
-
-    if (pe == NULL) {
-        float m = -INFINITY;
-        for (size_t i = 0; i < n; i++)
-            if (c[i].logit > m)
-                m = c[i].logit;
-        /* Temperature scales the exponent, not the logits, so a tiny T
-         * cannot overflow: the best token gets exp(0) = 1, the rest
-         * underflow to 0. */
-        const double inv_t = 1.0 / (double)p->temperature;
-        total = 0.0;
-        for (size_t i = 0; i < n; i++) {
-            c[i].p = exp_nonpos(((double)c[i].logit - (double)m) * inv_t);
-            total += c[i].p;
-        }
-        p_max = 1.0;
-    }
-
+    /* The best candidate's weight is exp(0) = 1 exactly. */
+    double total = list_weights(s, c, n, inv_t);
     if (p->top_p < 1.0f && n > 1) {
-        n = filter_top_p(c, n, total, p_max, p->top_p);
+        n = filter_top_p(c, n, total, 1.0, p->top_p);
         total = 0.0;
         for (size_t i = 0; i < n; i++)
             total += c[i].p;
     }
     if (p->min_p > 0.0f) {
-        const double floor_p = (double)p->min_p * p_max;
+        const double floor_p = (double)p->min_p;
         size_t kept = 0;
         total = 0.0;
         for (size_t i = 0; i < n; i++)
-            if (c[i].p >= floor_p || c[i].p == p_max) {
+            if (c[i].p >= floor_p || c[i].p == 1.0) {
                 total += c[i].p;
                 c[kept++] = c[i];
             }
         n = kept;
     }
     return draw(c, n, total, rng);
+}
+
+/* The k best tokens of the processed row (0 < k < V) into c, in no
+ * particular order; returns how many (fewer than k only if fewer tokens are
+ * possible).  The k-th best block maximum t bounds the k-th best token from
+ * below (k distinct tokens reach it), so only tokens >= t in blocks whose
+ * maximum is >= t can be among the k: with k below the number of blocks,
+ * that is about k to 2k tokens, and only they are ranked. */
+static size_t top_k(sampler_scratch *s, size_t V, size_t k, candidate *c)
+{
+    const size_t n_blocks = padded(V) / BLOCK;
+    float least = -INFINITY;  /* tokens below cannot be among the k */
+    if (k < n_blocks) {
+        s->k->block_max(s->work, V, s->block_top);
+        candidate *bc = s->block_cand;
+        for (size_t b = 0; b < n_blocks; b++)
+            bc[b] = (candidate){0.0, s->block_top[b], (int32_t)b};
+        select_top_k(bc, n_blocks, k);
+        least = bc[0].logit;
+        for (size_t b = 1; b < k; b++)
+            least = fminf(least, bc[b].logit);
+    }
+    size_t n = 0;
+    for (size_t b = 0; b < n_blocks; b++) {
+        if (k < n_blocks && !(s->block_top[b] >= least && s->block_top[b] > -INFINITY))
+            continue;
+        for (size_t i = b * BLOCK; i < (b + 1) * BLOCK && i < V; i++) {
+            const float x = s->work[i];
+            c[n] = (candidate){0.0, x, (int32_t)i};   /* kept only if it counts */
+            n += x >= least && x > -INFINITY;
+        }
+    }
+    if (k < n) {
+        select_top_k(c, n, k);
+        n = k;
+    }
+    return n;
+}
+
+/* ---- sampling from the whole row ---- */
+
+/* Bucket masses (N_BUCKETS) of the weights w (V,): eight interleaved
+ * histograms, so tokens of one bucket close together do not wait on each
+ * other's read-add-write, added in a fixed order. */
+static void bucket_mass(const uint8_t *bucket, const float *w, size_t V,
+                        double *mass)
+{
+    double h[8][N_BUCKETS];
+    memset(h, 0, sizeof h);
+    size_t i = 0;
+    for (; i + 8 <= V; i += 8) {
+        h[0][bucket[i]] += w[i];
+        h[1][bucket[i + 1]] += w[i + 1];
+        h[2][bucket[i + 2]] += w[i + 2];
+        h[3][bucket[i + 3]] += w[i + 3];
+        h[4][bucket[i + 4]] += w[i + 4];
+        h[5][bucket[i + 5]] += w[i + 5];
+        h[6][bucket[i + 6]] += w[i + 6];
+        h[7][bucket[i + 7]] += w[i + 7];
+    }
+    for (; i < V; i++)
+        h[0][bucket[i]] += w[i];
+    for (size_t b = 0; b < N_BUCKETS; b++)
+        mass[b] = ((h[0][b] + h[1][b]) + (h[2][b] + h[3][b]))
+                  + ((h[4][b] + h[5][b]) + (h[6][b] + h[7][b]));
+}
+
+/* The ids of bucket b's tokens (bucket is padded), in id order, into ids;
+ * returns how many.  Eight buckets per word: a word with no byte equal to b
+ * is skipped (the classic zero-byte test on word ^ b·0x01..01, exact when
+ * it says "none"). */
+static size_t gather_bucket(const uint8_t *bucket, size_t V, uint8_t b,
+                            int32_t *ids)
+{
+    const uint64_t ones = UINT64_C(0x0101010101010101);
+    const uint64_t pattern = ones * b;
+    size_t n = 0;
+    for (size_t i = 0; i < V; i += 8) {
+        uint64_t word;
+        memcpy(&word, bucket + i, sizeof word);
+        word ^= pattern;
+        if (((word - ones) & ~word & (ones << 7)) == 0)
+            continue;
+        for (size_t j = i; j < i + 8 && j < V; j++) {
+            ids[n] = (int32_t)j;      /* kept only if it matches: no branch */
+            n += bucket[j] == b;
+        }
+    }
+    return n;
+}
+
+/* The nucleus of the weighed row as a rank cut: the shortest rank-order
+ * prefix holding top_p of `total`.  Buckets are ranges of the logit, so the
+ * bucket masses find the one bucket where the prefix ends, and only that
+ * bucket's tokens are ranked.  Returns 0 when rounding leaves the whole row
+ * short of the target: then nothing is cut. */
+static int nucleus_cut(sampler_scratch *s, size_t V, double total, float top_p,
+                       rank_cut *cut)
+{
+    double mass[N_BUCKETS];
+    bucket_mass(s->bucket, s->weight, V, mass);
+    const double target = (double)top_p * total;
+    double before = 0.0;
+    size_t b = 0;
+    while (b < N_BUCKETS && before + mass[b] < target)
+        before += mass[b++];
+    if (b == N_BUCKETS)
+        return 0;
+    const size_t n = gather_bucket(s->bucket, V, (uint8_t)b, s->ids);
+    if (n == 0)
+        return 0;
+    candidate *c = s->cand;
+    for (size_t j = 0; j < n; j++) {
+        const int32_t t = s->ids[j];
+        c[j] = (candidate){s->weight[t], s->work[t], t};
+    }
+    const size_t r = select_mass(c, n, target - before);
+    size_t last = 0; /* the prefix's last token in rank order */
+    for (size_t j = 1; j < r; j++)
+        if (cand_before(&c[last], &c[j]))
+            last = j;
+    cut->logit = c[last].logit;
+    cut->id = c[last].id;
+    return 1;
+}
+
+/* Whether the draw may pick a token: the scalar twin of weigh_kept. */
+static inline int drawable(float x, float w, int32_t id, rank_cut cut,
+                           float min_w)
+{
+    return w > 0.0f && (x > cut.logit || (x == cut.logit && id <= cut.id))
+           && (w >= min_w || w == 1.0f);
+}
+
+/* Inverse CDF in id order: the block sums find the block, one scan of it
+ * finds the token. */
+static int32_t draw_blocks(const sampler_scratch *s, size_t V, double total,
+                           rank_cut cut, float min_w, sampler_rng *rng)
+{
+    double u = sampler_rng_uniform(rng) * total;
+    const size_t n_blocks = padded(V) / BLOCK;
+    double cum = 0.0;
+    size_t b = 0, last = n_blocks;
+    for (; b < n_blocks; b++) {
+        const double m = s->block[b];
+        if (m > 0.0) {
+            if (u < cum + m)
+                break;
+            last = b;
+        }
+        cum += m;
+    }
+    if (b == n_blocks) {     /* u landed past the rounded total */
+        if (last == n_blocks)
+            return 0;
+        b = last;
+        u = INFINITY;
+    }
+    int32_t pick = 0;
+    for (size_t i = b * BLOCK; i < (b + 1) * BLOCK && i < V; i++) {
+        if (!drawable(s->work[i], s->weight[i], (int32_t)i, cut, min_w))
+            continue;
+        cum += s->weight[i];
+        pick = (int32_t)i;
+        if (u < cum)
+            break;
+    }
+    return pick;
+}
+
+static int32_t sample_row(const sampler_params *p, sampler_rng *rng,
+                          sampler_scratch *s, size_t V, float max, float inv_t,
+                          double *all_weight)
+{
+    const int top_p = p->top_p < 1.0f;
+    double total = top_p ? s->k->weigh_buckets(s->work, V, max, inv_t, s->weight,
+                                               s->bucket, s->block)
+                         : s->k->weigh(s->work, V, max, inv_t, s->weight, s->block);
+    *all_weight = total;
+    rank_cut cut = {-INFINITY, INT32_MAX};  /* keeps every token */
+    float min_w = 0.0f;
+    int filtered = top_p && nucleus_cut(s, V, total, p->top_p, &cut);
+    /* min-p after top-p: the best token's weight is exp(0) = 1. */
+    if (p->min_p > 0.0f) {
+        min_w = p->min_p;
+        filtered = 1;
+    }
+    if (filtered)
+        total = s->k->weigh_kept(s->work, s->weight, V, cut, min_w, s->block);
+    return draw_blocks(s, V, total, cut, min_w, rng);
+}
+
+/* ---- the whole call ---- */
+
+/* Temperature > 0: picks from the processed row s->work (V,) whose maximum
+ * is max.  *all_weight gets the row's total weight when the whole row was
+ * weighed, else stays NaN. */
+static int32_t sample_processed(const sampler_params *p, sampler_rng *rng,
+                                sampler_scratch *s, size_t V, float max,
+                                double *all_weight)
+{
+    if (max == -INFINITY)
+        return 0; /* nothing is possible: token 0, as greedy would pick */
+    /* Temperature scales the exponent, not the logits, so a tiny T cannot
+     * overflow: the best token gets exp(0) = 1, the rest underflow to 0. */
+    const double inv = 1.0 / (double)p->temperature;
+    const float inv_t = inv < FLT_MAX ? (float)inv : FLT_MAX;
+    if (p->top_k > 0 && p->top_k < V) {
+        const size_t n = top_k(s, V, p->top_k, s->cand);
+        if (n == 0)
+            return 0;
+        return sample_list(p, rng, s, s->cand, n, inv_t);
+    }
+    return sample_row(p, rng, s, V, max, inv_t, all_weight);
 }
 
 void sampler_sample(const sampler_params *p, sampler_rng *rng,
@@ -590,47 +849,38 @@ void sampler_sample(const sampler_params *p, sampler_rng *rng,
         out->n_top = 0;
         return;
     }
-    const int reuse = p->temperature == 1.0f && (p->top_k == 0 || p->top_k >= V);
-    float *work = s->work;
-    const raw_dist d = raw_scan(logits, V, work, p->n_top_logprobs,
-                                reuse ? s->raw_p : NULL, out);
+    const int greedy = !(p->temperature > 0.0f);
+    const int want_logprob = !p->skip_logprob || p->n_top_logprobs > 0;
+    const int touches = p->n_logit_bias > 0 || p->repetition_penalty != 1.0f
+                        || p->presence_penalty != 0.0f
+                        || p->frequency_penalty != 0.0f;
+    top_list t;
+    row_max raw, cur;
+    top_init(&t, p->n_top_logprobs, V);
+    /* Greedy on the raw row needs no copy of it. */
+    s->k->scan(logits, greedy && !touches ? NULL : s->work, V, &t, &raw);
+    cur = raw;
+    const int processed = apply_processors(p, s, V, prompt, n_prompt, output,
+                                           n_output);
+    if (processed)
+        s->k->scan(s->work, NULL, V, NULL, &cur);
 
-    int processed = 0;
-    if (p->n_logit_bias > 0) {
-        apply_logit_bias(work, V, p);
-        processed = 1;
-    }
-    /* A penalty <= 0 (or NaN) has no meaning; the API layer rejects it. */
-    const int repetition = p->repetition_penalty != 1.0f &&
-                           p->repetition_penalty > 0.0f && n_prompt + n_output > 0;
-    if (repetition) {
-        apply_repetition_penalty(work, s->seen, V, p->repetition_penalty,
-                                 prompt, n_prompt, output, n_output);
-        processed = 1;
-    }
-    const int presence = (p->presence_penalty != 0.0f ||
-                          p->frequency_penalty != 0.0f) && n_output > 0;
-    if (presence) {
-        apply_presence_frequency(work, s->count, V, p->presence_penalty,
-                                 p->frequency_penalty, output, n_output);
-        processed = 1;
-    }
+    double all_weight = NAN;
+    if (greedy)
+        out->token = cur.argmax;
+    else
+        out->token = sample_processed(p, rng, s, V, cur.max, &all_weight);
 
-    int32_t token;
-    if (!(p->temperature > 0.0f)) {
-        token = processed ? argmax(work, V) : d.argmax;
-    } else {
-        if (reuse) {
-            for (size_t i = 0; i < p->n_logit_bias; i++)
-                refresh_one(s->raw_p, work, V, d.max, p->logit_bias[i].token);
-            if (repetition)
-                refresh_touched(s->raw_p, work, V, d.max, prompt, n_prompt);
-            if (repetition || presence)
-                refresh_touched(s->raw_p, work, V, d.max, output, n_output);
-        }
-        token = sample_processed(p, rng, s->cand, work, V,
-                                 reuse && d.max > -INFINITY ? s->raw_p : NULL);
-    }
-    out->token = token;
-    out->logprob = raw_logprob(logits, V, &d, token);
+    out->n_top = 0;
+    out->logprob = NAN;
+    if (!want_logprob)
+        return;
+    /* At T = 1 on an unprocessed row the draw weighed exactly the terms of
+     * the log-sum-exp (the same kernel on the same cleaned values): reuse
+     * their sum instead of a second exp pass. */
+    const double lse = !processed && p->temperature == 1.0f && !isnan(all_weight)
+                           ? (double)raw.max + log(all_weight)
+                           : raw_lse(s, logits, V, raw.max);
+    report_top(&t, lse, out);
+    out->logprob = raw_logprob(logits, V, lse, out->token);
 }

@@ -8,10 +8,16 @@
  * way OpenAI's `logprobs` reports them, whatever the processors did.
  *
  * A sampler_scratch belongs to one thread; sampler_rng to one sequence, so a
- * seed gives the same tokens whatever else shares the batch. */
+ * seed gives the same tokens whatever else shares the batch.  The whole-row
+ * passes are vectorised (AVX2 where the CPU has it, a portable build of the
+ * same code elsewhere); both compute the same bits, so a seed also gives the
+ * same tokens whatever the CPU.  Reported log-probabilities come from a
+ * float exp and a double sum, and are within 1.5e-7·max(1, |logprob|) of
+ * log-softmax in double (the float result's own rounding is most of it). */
 #ifndef GPT2D_SAMPLER_H
 #define GPT2D_SAMPLER_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -39,6 +45,9 @@ typedef struct sampler_params {
     const logit_bias_entry *logit_bias;
     size_t n_logit_bias;
     size_t n_top_logprobs;      /* alternatives to report, <= SAMPLER_MAX_TOP_LOGPROBS */
+    bool skip_logprob;          /* the caller does not need the sampled token's
+                                 * logprob: with n_top_logprobs 0 it is left
+                                 * NaN and the log-sum-exp pass is saved */
 } sampler_params;
 
 /* The defaults above: greedy off (temperature 1), every filter off. */
@@ -62,6 +71,12 @@ int sampler_scratch_create(sampler_scratch **out, size_t vocab_size,
                            gpt2d_error *err);
 void sampler_scratch_free(sampler_scratch *s);
 
+/* Chooses the scratch's kernels: AVX2 when `enable` and the CPU has it (the
+ * default at creation), else the portable ones.  They give the same results;
+ * this exists so tests and benchmarks can run both on one machine.  Returns
+ * whether AVX2 is in use. */
+bool sampler_scratch_use_avx2(sampler_scratch *s, bool enable);
+
 void sampler_rng_seed(sampler_rng *rng, uint64_t seed);
 /* Uniform in [0, 1). */
 double sampler_rng_uniform(sampler_rng *rng);
@@ -69,7 +84,8 @@ double sampler_rng_uniform(sampler_rng *rng);
 /* Picks the next token from `logits` (vocab_size floats, left unchanged).
  * `prompt` and `output` are the sequence's tokens so far, for penalties.
  * NaN logits count as -inf.  A row with no finite logit yields token 0 with
- * logprob -inf (the caller must not put -inf into JSON).  A vocab_size
+ * logprob -inf (the caller must not put -inf into JSON).  With
+ * p->skip_logprob and no alternatives asked for, out->logprob is NaN.  A vocab_size
  * larger than the scratch was created for yields token -1. */
 void sampler_sample(const sampler_params *p, sampler_rng *rng,
                     sampler_scratch *scratch, const float *logits,
@@ -78,8 +94,8 @@ void sampler_sample(const sampler_params *p, sampler_rng *rng,
                     sample_result *out);
 
 /* Scores a given token (echo, best_of ranking): its log-probability and the
- * top alternatives under the model's distribution.  Needs no scratch today;
- * it takes one so an implementation may. */
+ * top alternatives under the model's distribution.  Uses only the scratch's
+ * choice of kernels, so any vocab_size is fine. */
 void sampler_score(sampler_scratch *scratch, const float *logits,
                    size_t vocab_size, int32_t token, size_t n_top,
                    sample_result *out);
