@@ -261,6 +261,9 @@ static gen_request *request_create(engine *e, const gen_params *p)
     r->n_top = p->logprobs ? p->n_top_logprobs : 0;
     r->sampling = p->sampling;
     r->sampling.n_top_logprobs = r->n_top;
+    /* The sampled token's logprob is shown with logprobs and ranks best_of
+     * sequences; otherwise the sampler can skip its log-sum-exp pass. */
+    r->sampling.skip_logprob = !p->logprobs && r->n_seq == 1;
     r->usage.prompt_tokens = p->n_prompt;
     r->t_submit = now_seconds();
     r->prompt = malloc(p->n_prompt * sizeof *r->prompt);

@@ -64,7 +64,9 @@ typedef struct gen_params {
 /* One scored token: a prompt token (when scoring) or a generated one. */
 typedef struct gen_token {
     int32_t token;
-    float logprob;              /* NAN for the first prompt token */
+    float logprob;              /* NAN for the first prompt token, and for
+                                 * generated ones of a single sequence
+                                 * without logprobs (nothing shows them) */
     size_t n_top;
     token_logprob top[ENGINE_MAX_LOGPROBS];
 } gen_token;
@@ -79,7 +81,9 @@ typedef struct gen_output {
     const char *text;                 /* generated text that is safe to show: */
     size_t text_len;                  /* whole UTF-8 characters, no pending stop prefix */
     const size_t *token_text_end;     /* per generated token: text_len after it (clamped) */
-    double cum_logprob;               /* sum of generated tokens' logprobs */
+    double cum_logprob;               /* sum of generated tokens' logprobs; NaN
+                                       * (never computed) for a single sequence
+                                       * without logprobs */
     finish_reason finish;
 } gen_output;
 
