@@ -3,8 +3,11 @@
  * and nucleus computed in double with a full sort, and the RNG against the
  * published xoshiro256** / splitmix64 reference code re-written below. */
 #include <check.h>
+#include <float.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -1054,6 +1057,713 @@ START_TEST(test_scratch_rejects_bad_vocab_sizes)
 }
 END_TEST
 
+/* ---- the vectorised passes: both instruction sets, every route, edges ----
+ * The whole-row passes exist twice (portable and AVX2) and the sampler takes
+ * different routes (greedy, whole row, top-k list, nucleus cut, min-p); these
+ * check that the two builds agree bit for bit, that the float exp keeps the
+ * stated logprob tolerance, and the cases the fast routes treat specially. */
+
+static void scaled_row(float *x, size_t V, uint64_t seed, double sd)
+{
+    random_row(x, V, seed);
+    for (size_t i = 0; i < V; i++)
+        x[i] = (float)((double)x[i] * sd);
+}
+
+/* A scratch on AVX2 (when asked for and the CPU has it) or portable
+ * kernels; returns whether it got AVX2. */
+static sampler_scratch *scratch_on(size_t V, bool avx2, bool *got_avx2)
+{
+    sampler_scratch *s = new_scratch(V);
+    *got_avx2 = sampler_scratch_use_avx2(s, avx2);
+    return s;
+}
+
+/* Bit for bit, NaN included. */
+static int same_result(const sample_result *a, const sample_result *b)
+{
+    if (a->token != b->token || a->n_top != b->n_top
+        || memcmp(&a->logprob, &b->logprob, sizeof a->logprob) != 0)
+        return 0;
+    for (size_t i = 0; i < a->n_top; i++)
+        if (a->top[i].token != b->top[i].token
+            || memcmp(&a->top[i].logprob, &b->top[i].logprob, sizeof(float)) != 0)
+            return 0;
+    return 1;
+}
+
+/* The sampler's routes, one parameter set each. */
+enum { N_ROUTES = 12 };
+
+static void route_params(int route, sampler_params *p)
+{
+    static const logit_bias_entry bias[3] = {{3, 2.5f}, {40, -100.0f}, {41, 0.5f}};
+    sampler_params_default(p);
+    switch (route) {
+    case 0: p->temperature = 0.0f; p->skip_logprob = true; break;
+    case 1: p->temperature = 0.0f; p->n_top_logprobs = 20; break;
+    case 2: p->skip_logprob = true; break;
+    case 3: p->n_top_logprobs = 5; break;                 /* lse shared at T = 1 */
+    case 4: p->temperature = 0.8f; p->top_p = 0.95f; break;
+    case 5: p->temperature = 1.3f; p->top_p = 0.5f; p->min_p = 0.05f; break;
+    case 6: p->min_p = 0.1f; p->skip_logprob = true; break;
+    case 7: p->temperature = 0.7f; p->top_k = 40; break;
+    case 8: p->temperature = 1.5f; p->top_k = 5; p->top_p = 0.8f; break;
+    case 9: p->top_k = 1000; p->n_top_logprobs = 2; break; /* k >= blocks */
+    case 10:
+        p->temperature = 0.9f;
+        p->top_p = 0.9f;
+        p->repetition_penalty = 1.3f;
+        p->presence_penalty = 0.5f;
+        p->frequency_penalty = 0.25f;
+        p->logit_bias = bias;
+        p->n_logit_bias = 3;
+        p->n_top_logprobs = 3;
+        break;
+    default: p->temperature = 1e-30f; p->top_p = 0.9f; break;
+    }
+}
+
+/* Rows of several shapes for size V: spreads from flat to peaked, ties on a
+ * grid, and NaN / -inf / +inf sprinkled in. */
+enum { N_ROW_KINDS = 6 };
+
+static void shaped_row(float *x, size_t V, int kind, uint64_t seed)
+{
+    const double sd[N_ROW_KINDS] = {1.0, 3.0, 0.3, 10.0, 2.0, 2.5};
+    scaled_row(x, V, seed, sd[kind]);
+    if (kind == 1)
+        for (size_t i = 0; i < V; i += 97)
+            x[i] += 12.0f;
+    if (kind == 2)
+        for (size_t i = 0; i < V; i++)
+            x[i] = roundf(x[i] * 8.0f) / 8.0f;
+    if (kind == 4) {
+        for (size_t i = 5; i < V; i += 61)
+            x[i] = NAN;
+        for (size_t i = 9; i < V; i += 37)
+            x[i] = -INFINITY;
+        if (seed % 2 == 0)
+            x[V / 2] = INFINITY;
+    }
+    if (kind == 5)
+        x[V - 1] = 20.0f;
+}
+
+START_TEST(test_avx2_and_portable_kernels_draw_the_same_bits)
+{
+    static float row[GPT2_VOCAB];
+    const size_t sizes[8] = {GPT2_VOCAB, 1, 7, 63, 64, 65, 130, 1000};
+    int32_t history[48];
+    for (int i = 0; i < 48; i++)
+        history[i] = (int32_t)((i * 37) % 50);
+    size_t compared = 0;
+    for (int z = 0; z < 8; z++) {
+        const size_t V = sizes[z];
+        bool fast, slow;
+        sampler_scratch *a = scratch_on(V, true, &fast);
+        sampler_scratch *b = scratch_on(V, false, &slow);
+        ck_assert(!slow);
+        if (!fast && z == 0)
+            fprintf(stderr, "no AVX2 here: the portable kernels meet themselves\n");
+        const int seeds = V == GPT2_VOCAB ? 3 : 1;
+        for (int kind = 0; kind < N_ROW_KINDS; kind++)
+            for (int seed = 0; seed < seeds; seed++) {
+                shaped_row(row, V, kind, (uint64_t)(100 * kind + seed));
+                for (int route = 0; route < N_ROUTES; route++) {
+                    sampler_params p;
+                    route_params(route, &p);
+                    sampler_rng ra, rb;
+                    sampler_rng_seed(&ra, (uint64_t)route);
+                    sampler_rng_seed(&rb, (uint64_t)route);
+                    for (int d = 0; d < 3; d++) {
+                        sample_result x, y;
+                        sampler_sample(&p, &ra, a, row, V, history, 20,
+                                       history + 20, 28, &x);
+                        sampler_sample(&p, &rb, b, row, V, history, 20,
+                                       history + 20, 28, &y);
+                        ck_assert_msg(same_result(&x, &y),
+                                      "V %zu kind %d seed %d route %d draw %d: "
+                                      "token %d / %d, logprob %a / %a", V, kind,
+                                      seed, route, d, x.token, y.token,
+                                      (double)x.logprob, (double)y.logprob);
+                        compared++;
+                    }
+                }
+                sample_result x, y;
+                sampler_score(a, row, V, (int32_t)(V / 3), 20, &x);
+                sampler_score(b, row, V, (int32_t)(V / 3), 20, &y);
+                ck_assert(same_result(&x, &y));
+            }
+        sampler_scratch_free(a);
+        sampler_scratch_free(b);
+    }
+    ck_assert_uint_eq(compared, (size_t)3 * N_ROUTES * N_ROW_KINDS * (3 + 7));
+}
+END_TEST
+
+START_TEST(test_logprobs_within_stated_tolerance_on_both_kernels)
+{
+    /* sampler.h: within 1.5e-7·max(1, |logprob|) of log-softmax in double. */
+    static float row[GPT2_VOCAB];
+    static double ref[GPT2_VOCAB];
+    const double sds[6] = {0.01, 0.3, 1.0, 3.0, 10.0, 100.0};
+    for (int isa = 0; isa < 2; isa++) {
+        bool got;
+        sampler_scratch *s = scratch_on(GPT2_VOCAB, isa == 0, &got);
+        double worst = 0.0;
+        for (int k = 0; k < 6; k++) {
+            scaled_row(row, GPT2_VOCAB, (uint64_t)(300 + k), sds[k]);
+            for (size_t i = 0; i < GPT2_VOCAB; i++)
+                row[i] += 500.0f * (float)(k % 3) - 400.0f;
+            ref_log_softmax(row, GPT2_VOCAB, ref);
+            for (int t = 0; t < 64; t++) {
+                const int32_t token = (int32_t)(((uint64_t)t * 2654435761u) % GPT2_VOCAB);
+                sample_result r;
+                sampler_score(s, row, GPT2_VOCAB, token, SAMPLER_MAX_TOP_LOGPROBS, &r);
+                double err = fabs(r.logprob - ref[token]) / fmax(1.0, fabs(ref[token]));
+                worst = fmax(worst, err);
+                for (size_t j = 0; j < r.n_top; j++)
+                    worst = fmax(worst, fabs(r.top[j].logprob - ref[r.top[j].token])
+                                            / fmax(1.0, fabs(ref[r.top[j].token])));
+            }
+        }
+        ck_assert_msg(worst <= 1.5e-7, "%s kernels: relative logprob error %g",
+                      got ? "AVX2" : "portable", worst);
+        sampler_scratch_free(s);
+    }
+}
+END_TEST
+
+START_TEST(test_exp_relative_error_below_8e_8_against_libm)
+{
+    /* Row {0, z}: token 0's logprob is -log(1 + e^z), which carries e^z's
+     * relative error (the sum 1 + e^z is taken in double).  z in [-12, 0]
+     * sweeps the polynomial's whole reduced range 17 times; the float
+     * result adds its own rounding, up to 6e-8 relative. */
+    for (int isa = 0; isa < 2; isa++) {
+        bool got;
+        sampler_scratch *s = scratch_on(2, isa == 0, &got);
+        double worst = 0.0;
+        for (int i = 0; i <= 24000; i++) {
+            const float row[2] = {0.0f, -12.0f * (float)i / 24000.0f};
+            const double ref = -log1p(exp((double)row[1]));
+            sample_result r;
+            sampler_score(s, row, 2, 0, 0, &r);
+            worst = fmax(worst, fabs(r.logprob - ref) / fabs(ref) - 6e-8);
+        }
+        ck_assert_msg(worst <= 8e-8, "%s kernels: exp relative error %g",
+                      got ? "AVX2" : "portable", worst);
+        sampler_scratch_free(s);
+    }
+}
+END_TEST
+
+START_TEST(test_logprobs_at_t1_match_other_temperatures_bit_for_bit)
+{
+    /* At T = 1 the log-sum-exp reuses the draw's weights; elsewhere it has
+     * its own pass.  Both must be the same numbers. */
+    static float row[GPT2_VOCAB];
+    shaped_row(row, GPT2_VOCAB, 1, 3);
+    row[77] = NAN;
+    row[78] = -INFINITY;
+    sampler_scratch *s = new_scratch(GPT2_VOCAB);
+    sampler_params one, other;
+    sampler_params_default(&one);
+    sampler_params_default(&other);
+    one.n_top_logprobs = other.n_top_logprobs = SAMPLER_MAX_TOP_LOGPROBS;
+    other.temperature = 0.6f;
+    sampler_rng rng;
+    sampler_rng_seed(&rng, 8);
+    for (int i = 0; i < 20; i++) {
+        sample_result a, b, scored;
+        sampler_sample(&one, &rng, s, row, GPT2_VOCAB, NULL, 0, NULL, 0, &a);
+        sampler_sample(&other, &rng, s, row, GPT2_VOCAB, NULL, 0, NULL, 0, &b);
+        ck_assert_uint_eq(a.n_top, b.n_top);
+        ck_assert(memcmp(a.top, b.top, a.n_top * sizeof a.top[0]) == 0);
+        sampler_score(s, row, GPT2_VOCAB, a.token, 0, &scored);
+        ck_assert(memcmp(&scored.logprob, &a.logprob, sizeof a.logprob) == 0);
+    }
+    sampler_scratch_free(s);
+}
+END_TEST
+
+START_TEST(test_greedy_ties_across_lanes_and_blocks_go_to_lowest_id)
+{
+    static float row[GPT2_VOCAB];
+    /* Pairs of tied maxima in the same lane of different vectors, in
+     * different blocks, in one vector, and at the padded end. */
+    const int32_t ties[6][2] = {{15, 7}, {64, 63}, {40000, 129}, {9, 8},
+                                {GPT2_VOCAB - 1, GPT2_VOCAB - 2}, {50000, 1}};
+    for (int isa = 0; isa < 2; isa++) {
+        bool got;
+        sampler_scratch *s = scratch_on(GPT2_VOCAB, isa == 0, &got);
+        sampler_params p;
+        sampler_params_default(&p);
+        p.temperature = 0.0f;
+        p.skip_logprob = true;
+        for (int t = 0; t < 6; t++) {
+            scaled_row(row, GPT2_VOCAB, 11, 1.0);
+            row[ties[t][0]] = row[ties[t][1]] = 9.5f;
+            const int32_t want = ties[t][0] < ties[t][1] ? ties[t][0] : ties[t][1];
+            sampler_rng rng;
+            sampler_rng_seed(&rng, 0);
+            sample_result r;
+            sampler_sample(&p, &rng, s, row, GPT2_VOCAB, NULL, 0, NULL, 0, &r);
+            ck_assert_int_eq(r.token, want);
+            /* The same through the processed-row scan (a bias of 0). */
+            const logit_bias_entry none[1] = {{123, 0.0f}};
+            p.logit_bias = none;
+            p.n_logit_bias = 1;
+            sampler_sample(&p, &rng, s, row, GPT2_VOCAB, NULL, 0, NULL, 0, &r);
+            ck_assert_int_eq(r.token, want);
+            p.n_logit_bias = 0;
+        }
+        sampler_scratch_free(s);
+    }
+}
+END_TEST
+
+/* The support of n draws at T (flat weights when T is large). */
+static void assert_top_k_support(const float *row, size_t V, size_t k, float T,
+                                 size_t n, const int32_t *want, size_t n_want)
+{
+    unsigned *counts = malloc(V * sizeof *counts);
+    sampler_params p;
+    sampler_params_default(&p);
+    p.top_k = k;
+    p.temperature = T;
+    p.skip_logprob = true;
+    sample_counts(&p, 21, row, V, NULL, 0, NULL, 0, n, counts);
+    assert_support(counts, V, want, n_want);
+    free(counts);
+}
+
+START_TEST(test_top_k_block_bound_keeps_the_k_best_with_ties)
+{
+    /* 100 tokens tied at the top, scattered over the blocks: top_k 40 keeps
+     * the 40 lowest ids among them. */
+    static float row[GPT2_VOCAB];
+    scaled_row(row, GPT2_VOCAB, 12, 1.0);
+    for (size_t i = 0; i < GPT2_VOCAB; i++)
+        row[i] -= 10.0f;
+    int32_t tied[100];
+    for (size_t j = 0; j < 100; j++) {
+        tied[j] = (int32_t)((j * 503 + 11) % GPT2_VOCAB);
+        row[tied[j]] = 5.0f;
+    }
+    int32_t *rank = ref_rank(row, GPT2_VOCAB);
+    assert_top_k_support(row, GPT2_VOCAB, 40, 1.0f, 4000, rank, 40);
+    assert_top_k_support(row, GPT2_VOCAB, 1, 1.0f, 200, rank, 1);
+    ck_assert_int_eq(rank[0], 11); /* the lowest tied id */
+    free(rank);
+
+    /* V = 1000 is 16 blocks: k = 15 takes the block bound, k = 16 and 40
+     * rank every token; many values repeat. */
+    float small[1000];
+    for (size_t i = 0; i < 1000; i++)
+        small[i] = -(float)((i * 7) % 101) / 16.0f;
+    rank = ref_rank(small, 1000);
+    const size_t ks[4] = {15, 16, 40, 200};
+    for (int i = 0; i < 4; i++)
+        assert_top_k_support(small, 1000, ks[i], 1e4f, 40 * ks[i], rank, ks[i]);
+    /* k = V - 1 filters too: the worst token is never drawn (unfiltered,
+     * 5000 flat draws would miss it with probability 0.7%). */
+    unsigned counts[1000];
+    sampler_params p;
+    sampler_params_default(&p);
+    p.top_k = 999;
+    p.temperature = 1e6f;
+    sample_counts(&p, 22, small, 1000, NULL, 0, NULL, 0, 5000, counts);
+    ck_assert_uint_eq(counts[rank[999]], 0);
+    free(rank);
+
+    /* Fewer finite tokens than k, all in two blocks: every one of them. */
+    for (size_t i = 0; i < 1000; i++)
+        small[i] = -INFINITY;
+    const int32_t alive[10] = {3, 9, 17, 40, 63, 900, 905, 930, 950, 999};
+    for (int i = 0; i < 10; i++)
+        small[alive[i]] = (float)i * 0.01f;
+    assert_top_k_support(small, 1000, 12, 1.0f, 2000, alive, 10);
+    assert_top_k_support(small, 1000, 5, 1.0f, 2000, alive + 5, 5);
+}
+END_TEST
+
+START_TEST(test_top_k_frequencies_match_renormalised_softmax)
+{
+    static float row[GPT2_VOCAB];
+    static unsigned counts[GPT2_VOCAB];
+    scaled_row(row, GPT2_VOCAB, 5, 1.5);
+    int32_t *rank = ref_rank(row, GPT2_VOCAB);
+    const double T = 1.5;
+    double q[40], total = 0.0;
+    for (int i = 0; i < 40; i++)
+        total += q[i] = exp(((double)row[rank[i]] - row[rank[0]]) / T);
+    /* Bins: the five best alone, the other 35 together. */
+    double bin_q[6] = {0};
+    for (int i = 0; i < 40; i++)
+        bin_q[i < 5 ? i : 5] += q[i] / total;
+    sampler_params p;
+    sampler_params_default(&p);
+    p.top_k = 40;
+    p.temperature = (float)T;
+    const size_t n = 3000;
+    sample_counts(&p, 6, row, GPT2_VOCAB, NULL, 0, NULL, 0, n, counts);
+    unsigned bins[6] = {0};
+    for (int i = 0; i < 40; i++)
+        bins[i < 5 ? i : 5] += counts[rank[i]];
+    ck_assert_uint_eq(bins[0] + bins[1] + bins[2] + bins[3] + bins[4] + bins[5], n);
+    ck_assert_double_lt(chi_square(bins, bin_q, 6, n), CHI2_LIMIT);
+    free(rank);
+}
+END_TEST
+
+/* ref_nucleus for a nucleus that ends deep in the bulk, where single tokens
+ * hold less than 1e-4: the boundary must clear 1e-6, still far above the
+ * sampler's float weights' rounding (about 1e-7 of the total). */
+static size_t ref_deep_nucleus(const float *row, size_t V, double T,
+                               double top_p, int32_t **ids)
+{
+    double *q = malloc(V * sizeof *q);
+    ref_softmax_t(row, V, T, q);
+    *ids = ref_rank(row, V);
+    double cum = 0.0;
+    size_t n = 0;
+    while (n < V && cum < top_p)
+        cum += q[(*ids)[n++]];
+    ck_assert_msg(cum - top_p > 1e-6 && top_p - (cum - q[(*ids)[n - 1]]) > 1e-6,
+                  "test row is too close to the nucleus boundary");
+    free(q);
+    return n;
+}
+
+START_TEST(test_nucleus_and_min_p_frequencies_match_reference)
+{
+    /* A broad row: the nucleus ends deep in the bulk, min-p then cuts it. */
+    static float row[GPT2_VOCAB];
+    static unsigned counts[GPT2_VOCAB];
+    static double q[GPT2_VOCAB];
+    scaled_row(row, GPT2_VOCAB, 31, 2.5);
+    const int32_t hot[5] = {50256, 198, 13, 11, 262};
+    for (int i = 0; i < 5; i++)
+        row[hot[i]] = 11.0f - 0.5f * (float)i;
+    const double T = 1.2, top_p = 0.9, min_p = 0.02;
+    int32_t *ids;
+    const size_t n_nucleus = ref_deep_nucleus(row, GPT2_VOCAB, T, top_p, &ids);
+    ck_assert_uint_gt(n_nucleus, 500);
+    ref_softmax_t(row, GPT2_VOCAB, T, q);
+    /* Bins: the hot five, then the rest of the kept set. */
+    double bin_q[6] = {0}, kept = 0.0;
+    for (size_t i = 0; i < n_nucleus; i++) {
+        const int32_t t = ids[i];
+        if (q[t] < min_p * q[ids[0]])
+            continue;
+        int b = 5;
+        for (int h = 0; h < 5; h++)
+            if (hot[h] == t)
+                b = h;
+        bin_q[b] += q[t];
+        kept += q[t];
+    }
+    for (int b = 0; b < 6; b++)
+        bin_q[b] /= kept;
+    const size_t n = 3000;
+    ck_assert(bin_q[5] * n > 100); /* the bulk's bin is populated */
+    sampler_params p;
+    sampler_params_default(&p);
+    p.temperature = (float)T;
+    p.top_p = (float)top_p;
+    p.min_p = (float)min_p;
+    sample_counts(&p, 7, row, GPT2_VOCAB, NULL, 0, NULL, 0, n, counts);
+    unsigned bins[6] = {0};
+    size_t in_set = 0;
+    for (size_t i = 0; i < n_nucleus; i++) {
+        const int32_t t = ids[i];
+        if (q[t] < min_p * q[ids[0]])
+            continue;
+        int b = 5;
+        for (int h = 0; h < 5; h++)
+            if (hot[h] == t)
+                b = h;
+        bins[b] += counts[t];
+        in_set += counts[t];
+    }
+    ck_assert_uint_eq(in_set, n); /* nothing drawn outside the set */
+    ck_assert_double_lt(chi_square(bins, bin_q, 6, n), CHI2_LIMIT);
+    free(ids);
+}
+END_TEST
+
+START_TEST(test_top_p_cut_among_tied_logits_keeps_lower_ids)
+{
+    /* The best token holds 1/(1 + 10/e) = 0.214 of the mass; each of ten
+     * tokens tied at -1 holds 0.079.  top_p 0.5 needs the best and four of
+     * the tied ten (0.214 + 3 · 0.079 = 0.449 < 0.5 <= 0.528): the four
+     * lowest ids, wherever they sit in the row, one bucket below the best. */
+    static float row[GPT2_VOCAB];
+    static unsigned counts[GPT2_VOCAB];
+    for (size_t i = 0; i < GPT2_VOCAB; i++)
+        row[i] = -INFINITY;
+    row[20000] = 0.0f;
+    const int32_t tied[10] = {49000, 7, 30001, 64, 12345, 63, 40000, 100, 8, 20001};
+    for (int i = 0; i < 10; i++)
+        row[tied[i]] = -1.0f;
+    int32_t *ids;
+    const size_t n = ref_nucleus(row, GPT2_VOCAB, 1.0, 0.5, &ids);
+    ck_assert_uint_eq(n, 5);
+    const int32_t want[5] = {20000, 7, 8, 63, 64};
+    for (int i = 0; i < 5; i++)
+        ck_assert_int_eq(ids[i], want[i]);
+    sampler_params p;
+    sampler_params_default(&p);
+    p.top_p = 0.5f;
+    sample_counts(&p, 9, row, GPT2_VOCAB, NULL, 0, NULL, 0, 3000, counts);
+    assert_support(counts, GPT2_VOCAB, want, 5);
+    free(ids);
+}
+END_TEST
+
+START_TEST(test_logit_bias_minus_100_is_never_drawn_on_any_route)
+{
+    static float row[GPT2_VOCAB];
+    static unsigned counts[GPT2_VOCAB];
+    scaled_row(row, GPT2_VOCAB, 41, 2.0);
+    int32_t *rank = ref_rank(row, GPT2_VOCAB);
+    logit_bias_entry ban[10];
+    for (int i = 0; i < 10; i++)
+        ban[i] = (logit_bias_entry){rank[i], -100.0f};
+    for (int route = 0; route < N_ROUTES; route++) {
+        sampler_params p;
+        route_params(route, &p);
+        if (p.n_logit_bias > 0)
+            continue; /* route 10 brings its own */
+        p.logit_bias = ban;
+        p.n_logit_bias = 10;
+        sample_counts(&p, (uint64_t)route, row, GPT2_VOCAB, NULL, 0, NULL, 0,
+                      300, counts);
+        for (int i = 0; i < 10; i++)
+            ck_assert_msg(counts[rank[i]] == 0, "route %d drew banned token %d",
+                          route, rank[i]);
+        if (!(p.temperature > 1e-20f))
+            ck_assert_uint_eq(counts[rank[10]], 300); /* greedy: the 11th */
+    }
+    free(rank);
+}
+END_TEST
+
+START_TEST(test_all_but_one_token_masked_always_draws_it)
+{
+    static float row[GPT2_VOCAB];
+    static unsigned counts[GPT2_VOCAB];
+    /* Masked by -inf logits. */
+    for (size_t i = 0; i < GPT2_VOCAB; i++)
+        row[i] = -INFINITY;
+    row[31337] = -2.5f;
+    for (int route = 0; route < N_ROUTES; route++) {
+        sampler_params p;
+        route_params(route, &p);
+        sample_counts(&p, 3, row, GPT2_VOCAB, NULL, 0, NULL, 0, 50, counts);
+        ck_assert_msg(counts[31337] == 50, "route %d", route);
+    }
+    sampler_scratch *s = new_scratch(GPT2_VOCAB);
+    sampler_rng rng;
+    sampler_rng_seed(&rng, 1);
+    sampler_params p;
+    route_params(4, &p);
+    p.n_top_logprobs = 2;
+    sample_result r;
+    sampler_sample(&p, &rng, s, row, GPT2_VOCAB, NULL, 0, NULL, 0, &r);
+    ck_assert(r.logprob == 0.0f);
+    ck_assert(r.top[1].logprob == -INFINITY);
+
+    /* Masked by logit_bias -100 on every other token of a finite row. */
+    scaled_row(row, GPT2_VOCAB, 42, 1.0);
+    logit_bias_entry *ban = malloc((GPT2_VOCAB - 1) * sizeof *ban);
+    for (size_t i = 0, j = 0; i < GPT2_VOCAB; i++)
+        if (i != 777)
+            ban[j++] = (logit_bias_entry){(int32_t)i, -100.0f};
+    const float temps[3] = {0.0f, 0.7f, 1.0f};
+    for (int t = 0; t < 3; t++) {
+        sampler_params_default(&p);
+        p.temperature = temps[t];
+        p.logit_bias = ban;
+        p.n_logit_bias = GPT2_VOCAB - 1;
+        sample_counts(&p, 4, row, GPT2_VOCAB, NULL, 0, NULL, 0, 50, counts);
+        ck_assert_uint_eq(counts[777], 50);
+        p.top_k = 3;
+        sample_counts(&p, 4, row, GPT2_VOCAB, NULL, 0, NULL, 0, 50, counts);
+        ck_assert_uint_eq(counts[777], 50);
+    }
+    free(ban);
+    sampler_scratch_free(s);
+}
+END_TEST
+
+START_TEST(test_top_k_of_vocab_size_and_top_p_1_draw_as_unfiltered)
+{
+    static float row[GPT2_VOCAB];
+    scaled_row(row, GPT2_VOCAB, 43, 2.0);
+    sampler_params off, same[3];
+    sampler_params_default(&off);
+    off.temperature = 0.8f;
+    for (int i = 0; i < 3; i++)
+        same[i] = off;
+    same[0].top_k = GPT2_VOCAB;
+    same[1].top_p = 1.0f;
+    same[2].top_k = GPT2_VOCAB;
+    same[2].top_p = 1.0f;
+    same[2].min_p = 0.0f;
+    sampler_scratch *s = new_scratch(GPT2_VOCAB);
+    for (int i = 0; i < 3; i++) {
+        sampler_rng a, b;
+        sampler_rng_seed(&a, 44);
+        sampler_rng_seed(&b, 44);
+        for (int d = 0; d < 40; d++) {
+            sample_result ra, rb;
+            sampler_sample(&off, &a, s, row, GPT2_VOCAB, NULL, 0, NULL, 0, &ra);
+            sampler_sample(&same[i], &b, s, row, GPT2_VOCAB, NULL, 0, NULL, 0, &rb);
+            ck_assert(same_result(&ra, &rb));
+        }
+    }
+    sampler_scratch_free(s);
+}
+END_TEST
+
+START_TEST(test_tiny_temperature_is_greedy_on_every_route)
+{
+    static float row[GPT2_VOCAB];
+    static unsigned counts[GPT2_VOCAB];
+    scaled_row(row, GPT2_VOCAB, 46, 1.0);
+    int32_t *rank = ref_rank(row, GPT2_VOCAB);
+    const size_t ks[4] = {0, 2, 40, 2000};
+    for (int i = 0; i < 4; i++) {
+        sampler_params p;
+        sampler_params_default(&p);
+        p.temperature = 1e-30f;
+        p.top_k = ks[i];
+        p.min_p = i % 2 ? 0.5f : 0.0f;
+        sample_counts(&p, 47, row, GPT2_VOCAB, NULL, 0, NULL, 0, 40, counts);
+        ck_assert_msg(counts[rank[0]] == 40, "top_k %zu", ks[i]);
+    }
+    /* Two tokens tied at the top share the draws; nothing else is drawn. */
+    row[rank[1]] = row[rank[0]];
+    sampler_params p;
+    sampler_params_default(&p);
+    p.temperature = 1e-30f;
+    sample_counts(&p, 48, row, GPT2_VOCAB, NULL, 0, NULL, 0, 400, counts);
+    const int32_t both[2] = {rank[0], rank[1]};
+    assert_support(counts, GPT2_VOCAB, both, 2);
+    p.top_k = 40;
+    sample_counts(&p, 48, row, GPT2_VOCAB, NULL, 0, NULL, 0, 400, counts);
+    assert_support(counts, GPT2_VOCAB, both, 2);
+    free(rank);
+}
+END_TEST
+
+START_TEST(test_extreme_logits_never_give_nan)
+{
+    static float row[GPT2_VOCAB];
+    for (int kind = 0; kind < 5; kind++) {
+        scaled_row(row, GPT2_VOCAB, (uint64_t)(50 + kind), 1.0);
+        int32_t must = -1; /* the token every non-greedy route must draw */
+        for (size_t i = 0; i < GPT2_VOCAB; i++) {
+            if (kind == 0)
+                row[i] = i % 2 ? FLT_MAX : -FLT_MAX;
+            else if (kind == 1)
+                row[i] *= 1e30f;
+            else if (kind == 2)
+                row[i] = 3e38f;
+            else if (kind == 3)
+                row[i] *= 1e-38f;
+        }
+        if (kind == 4) {
+            row[10] = NAN;
+            row[11] = -INFINITY;
+            row[4321] = INFINITY;
+            must = 4321;
+        }
+        for (int route = 0; route < N_ROUTES; route++) {
+            sampler_params p;
+            route_params(route, &p);
+            p.n_top_logprobs = 5;
+            p.n_logit_bias = 0;
+            sampler_scratch *s = new_scratch(GPT2_VOCAB);
+            sampler_rng rng;
+            sampler_rng_seed(&rng, (uint64_t)route);
+            for (int d = 0; d < 3; d++) {
+                sample_result r;
+                sampler_sample(&p, &rng, s, row, GPT2_VOCAB, NULL, 0, NULL, 0, &r);
+                ck_assert_int_ge(r.token, 0);
+                ck_assert_int_lt(r.token, GPT2_VOCAB);
+                ck_assert_msg(!isnan(r.logprob), "kind %d route %d", kind, route);
+                ck_assert(r.logprob <= 0.0f);
+                for (size_t j = 0; j < r.n_top; j++) {
+                    ck_assert(!isnan(r.top[j].logprob));
+                    if (j > 0)
+                        ck_assert(r.top[j].logprob <= r.top[j - 1].logprob);
+                }
+                if (must >= 0)
+                    ck_assert_int_eq(r.token, must);
+                if (kind == 0)
+                    ck_assert(r.token % 2 == 1); /* never a -FLT_MAX token */
+            }
+            sampler_scratch_free(s);
+        }
+    }
+}
+END_TEST
+
+START_TEST(test_skip_logprob_leaves_nan_and_changes_no_token)
+{
+    static float row[GPT2_VOCAB];
+    scaled_row(row, GPT2_VOCAB, 60, 2.0);
+    sampler_scratch *s = new_scratch(GPT2_VOCAB);
+    for (int route = 0; route < N_ROUTES; route++) {
+        sampler_params with, without;
+        route_params(route, &with);
+        with.skip_logprob = false;
+        with.n_top_logprobs = 0;
+        without = with;
+        without.skip_logprob = true;
+        sampler_rng a, b;
+        sampler_rng_seed(&a, 61);
+        sampler_rng_seed(&b, 61);
+        for (int d = 0; d < 5; d++) {
+            sample_result ra, rb;
+            sampler_sample(&with, &a, s, row, GPT2_VOCAB, NULL, 0, NULL, 0, &ra);
+            sampler_sample(&without, &b, s, row, GPT2_VOCAB, NULL, 0, NULL, 0, &rb);
+            ck_assert_int_eq(ra.token, rb.token);
+            ck_assert(isfinite(ra.logprob));
+            ck_assert(isnan(rb.logprob));
+            ck_assert_uint_eq(rb.n_top, 0);
+        }
+        /* Alternatives asked for: the logprob comes with them. */
+        without.n_top_logprobs = 1;
+        sample_result r;
+        sampler_sample(&without, &b, s, row, GPT2_VOCAB, NULL, 0, NULL, 0, &r);
+        ck_assert(isfinite(r.logprob));
+        ck_assert_uint_eq(r.n_top, 1);
+    }
+    sampler_scratch_free(s);
+}
+END_TEST
+
+START_TEST(test_scratch_kernel_choice_follows_the_cpu)
+{
+    sampler_scratch *s = new_scratch(10);
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_cpu_init();
+    const bool has = __builtin_cpu_supports("avx2");
+#else
+    const bool has = false;
+#endif
+    ck_assert(sampler_scratch_use_avx2(s, true) == has);
+    ck_assert(!sampler_scratch_use_avx2(s, false));
+    ck_assert(sampler_scratch_use_avx2(s, true) == has);
+    sampler_scratch_free(s);
+}
+END_TEST
+
 static Suite *sampler_suite(void)
 {
     Suite *s = suite_create("sampler");
@@ -1110,11 +1820,31 @@ static Suite *sampler_suite(void)
     tcase_add_test(edge, test_scratch_rejects_bad_vocab_sizes);
     suite_add_tcase(s, edge);
 
+    TCase *vec = tcase_create("vectorised");
+    tcase_add_test(vec, test_avx2_and_portable_kernels_draw_the_same_bits);
+    tcase_add_test(vec, test_logprobs_within_stated_tolerance_on_both_kernels);
+    tcase_add_test(vec, test_exp_relative_error_below_8e_8_against_libm);
+    tcase_add_test(vec, test_logprobs_at_t1_match_other_temperatures_bit_for_bit);
+    tcase_add_test(vec, test_greedy_ties_across_lanes_and_blocks_go_to_lowest_id);
+    tcase_add_test(vec, test_top_k_block_bound_keeps_the_k_best_with_ties);
+    tcase_add_test(vec, test_top_k_frequencies_match_renormalised_softmax);
+    tcase_add_test(vec, test_nucleus_and_min_p_frequencies_match_reference);
+    tcase_add_test(vec, test_top_p_cut_among_tied_logits_keeps_lower_ids);
+    tcase_add_test(vec, test_logit_bias_minus_100_is_never_drawn_on_any_route);
+    tcase_add_test(vec, test_all_but_one_token_masked_always_draws_it);
+    tcase_add_test(vec, test_top_k_of_vocab_size_and_top_p_1_draw_as_unfiltered);
+    tcase_add_test(vec, test_tiny_temperature_is_greedy_on_every_route);
+    tcase_add_test(vec, test_extreme_logits_never_give_nan);
+    tcase_add_test(vec, test_skip_logprob_leaves_nan_and_changes_no_token);
+    tcase_add_test(vec, test_scratch_kernel_choice_follows_the_cpu);
+    suite_add_tcase(s, vec);
+
     /* The GPT-2-sized rows take seconds natively, far more under valgrind. */
     TCase *all[5] = {rng, proc, filt, draw, lp};
     for (int i = 0; i < 5; i++)
         tcase_set_timeout(all[i], 600);
     tcase_set_timeout(edge, 600);
+    tcase_set_timeout(vec, 600);
     return s;
 }
 
