@@ -1,6 +1,6 @@
 #!/bin/bash
-# run.sh — the forward-pass (and tokenizer) benchmarks on a GPT-2-124M-shaped
-# random model.  `make bench` runs it; by hand:
+# run.sh — the forward-pass (and tokenizer and sampler) benchmarks on a
+# GPT-2-124M-shaped random model.  `make bench` runs it; by hand:
 #     BUILDDIR=/path/to/build PYTHON=python3 bench/run.sh
 # BUILDDIR is the build tree (default: the current directory), PYTHON a
 # python3 with numpy.  The model (random weights, real shapes: 12 layers,
@@ -44,4 +44,12 @@ if [ -x "$builddir/bench/bench_tokenizer" ]; then
     "$builddir/bench/bench_tokenizer" "$vocab_dir"
 else
     echo "run.sh: bench/bench_tokenizer not built; skipped" >&2
+fi
+
+if [ -x "$builddir/bench/bench_sampler" ]; then
+    echo
+    echo "== bench_sampler =="
+    "$builddir/bench/bench_sampler"
+else
+    echo "run.sh: bench/bench_sampler not built; skipped" >&2
 fi
