@@ -5,8 +5,8 @@
  * have), and with 8 floats per vector and target("avx2").  Every token's
  * value comes from the same IEEE operations in both builds and every sum is
  * taken in the same order (block_total), so both give the same bits.  No
- * FMA: -std=c11 leaves floating-point contraction off, and the AVX2 target
- * does not enable FMA.
+ * FMA: -std=c11 leaves GCC's floating-point contraction off, sampler.c
+ * turns clang's off, and the AVX2 target does not enable FMA.
  *
  * Before including, define SK_ISA (the name suffix: scan_avx2, ...),
  * SK_LANES (4 or 8) and SK_TARGET (a function attribute, or nothing).
