@@ -27,53 +27,51 @@ typedef float SK(vf) __attribute__((vector_size(4 * SK_LANES)));
 typedef int32_t SK(vi) __attribute__((vector_size(4 * SK_LANES)));
 typedef uint32_t SK(vu) __attribute__((vector_size(4 * SK_LANES)));
 typedef uint8_t SK(vb) __attribute__((vector_size(SK_LANES)));
+/* For loads and stores at any address: no memcpy into a local, which
+ * would make every unrolled copy an addressable variable (and ASan's
+ * use-after-scope instrumentation of those takes minutes to compile). */
+typedef float SK(vf_any) __attribute__((vector_size(4 * SK_LANES), aligned(4), may_alias));
+typedef uint8_t SK(vb_any) __attribute__((vector_size(SK_LANES), aligned(1), may_alias));
 #define vf SK(vf)
 #define vi SK(vi)
 #define vu SK(vu)
 #define vb SK(vb)
 
+/* x in every lane (scalar - vector broadcasts; x - 0 is x, -0 included).
+ * No lane-by-lane writes: they would make the vector an addressable local
+ * in every unrolled copy. */
 KERNEL vf SK(splat)(float x)
 {
-    vf v;
-    for (int l = 0; l < NL; l++)
-        v[l] = x;
-    return v;
+    return x - (vf){0};
 }
 
 KERNEL vi SK(splat_i)(int32_t x)
 {
-    vi v;
-    for (int l = 0; l < NL; l++)
-        v[l] = x;
-    return v;
+    return x + (vi){0};
 }
 
 KERNEL vu SK(splat_u)(uint32_t x)
 {
-    vu v;
-    for (int l = 0; l < NL; l++)
-        v[l] = x;
-    return v;
+    return x + (vu){0};
 }
 
 KERNEL vi SK(lane_ids)(void)
 {
-    vi v;
-    for (int l = 0; l < NL; l++)
-        v[l] = l;
-    return v;
+#if SK_LANES == 8
+    return (vi){0, 1, 2, 3, 4, 5, 6, 7};
+#else
+    return (vi){0, 1, 2, 3};
+#endif
 }
 
 KERNEL vf SK(load)(const float *p)
 {
-    vf v;
-    memcpy(&v, p, sizeof v);
-    return v;
+    return *(const SK(vf_any) *)p;
 }
 
 KERNEL void SK(store)(float *p, vf v)
 {
-    memcpy(p, &v, sizeof v);
+    *(SK(vf_any) *)p = v;
 }
 
 /* keep ? a : b, lane by lane (keep is all ones or all zeros per lane). */
@@ -158,7 +156,7 @@ KERNEL void SK(bucket)(vf z, uint8_t *out)
 #else
     const vb b = __builtin_convertvector(wide, vb);
 #endif
-    memcpy(out, &b, sizeof b);
+    *(SK(vb_any) *)out = b;
 }
 
 /* Points at the block of `in` from token i, or at tail (BLOCK) holding its
