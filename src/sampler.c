@@ -38,6 +38,7 @@
 #define FLUSH_Z (-64.0f)         /* weights below e^-64 count as 0 */
 #define BUCKETS_PER_NAT 4.0f
 #define N_BUCKETS 256            /* 64 nats in quarter nats */
+#define HEAD_BUCKETS 32          /* the first 8 nats below the best token */
 
 /* A token that survived filtering so far.  `p` is its unnormalised
  * probability exp((logit - shift) / T) at the request's temperature, the
@@ -67,6 +68,13 @@ typedef struct rank_cut {
     int32_t id;
 } rank_cut;
 
+/* The tokens within HEAD_BUCKETS of the best: where a peaked row's nucleus
+ * ends, found without a histogram of the whole row. */
+typedef struct head_sums {
+    double mass;
+    size_t count;
+} head_sums;
+
 /* The whole-row passes, one table per instruction set (see the top). */
 typedef struct sampler_kernels {
     /* in (V,) -> max, argmax, top list; out (padded), when given, the
@@ -80,9 +88,10 @@ typedef struct sampler_kernels {
      * tokens), when given, their sums.  x may be w. */
     double (*weigh)(const float *x, size_t V, float m, float inv_t, float *w,
                     double *block);
-    /* The same, and each token's bucket (padded). */
+    /* The same, and each token's bucket (padded), and the head's sums. */
     double (*weigh_buckets)(const float *x, size_t V, float m, float inv_t,
-                            float *w, uint8_t *bucket, double *block);
+                            float *w, uint8_t *bucket, head_sums *head,
+                            double *block);
     /* x, w (padded) -> block sums and total of the weights kept by the cut
      * that reach min_w (or are the best token's, 1). */
     double (*weigh_kept)(const float *x, const float *w, size_t V,
@@ -718,24 +727,73 @@ static size_t gather_bucket(const uint8_t *bucket, size_t V, uint8_t b,
     return n;
 }
 
+/* The ids of the head's tokens (bucket < HEAD_BUCKETS = 32, so a byte is in
+ * the head when its top three bits are clear), in id order, into ids;
+ * returns how many.  Words without such a byte are skipped as above. */
+static size_t gather_head(const uint8_t *bucket, size_t V, int32_t *ids)
+{
+    const uint64_t ones = UINT64_C(0x0101010101010101);
+    const uint64_t high3 = ones * (uint8_t)~(HEAD_BUCKETS - 1);
+    size_t n = 0;
+    for (size_t i = 0; i < V; i += 8) {
+        uint64_t word;
+        memcpy(&word, bucket + i, sizeof word);
+        word &= high3;
+        if (((word - ones) & ~word & (ones << 7)) == 0)
+            continue;
+        for (size_t j = i; j < i + 8 && j < V; j++) {
+            ids[n] = (int32_t)j;
+            n += bucket[j] < HEAD_BUCKETS;
+        }
+    }
+    return n;
+}
+
+/* The first bucket b where the masses (N_BUCKETS) reach target, and the mass
+ * before it in *before; N_BUCKETS if they never do. */
+static size_t crossing_bucket(const double *mass, double target, double *before)
+{
+    size_t b = 0;
+    *before = 0.0;
+    while (b < N_BUCKETS && *before + mass[b] < target)
+        *before += mass[b++];
+    return b;
+}
+
 /* The nucleus of the weighed row as a rank cut: the shortest rank-order
  * prefix holding top_p of `total`.  Buckets are ranges of the logit, so the
  * bucket masses find the one bucket where the prefix ends, and only that
- * bucket's tokens are ranked.  Returns 0 when rounding leaves the whole row
- * short of the target: then nothing is cut. */
+ * bucket's tokens are ranked.  When the head holds the target and is small
+ * (a peaked row), only the head's tokens are gathered and counted.
+ * Returns 0 when rounding leaves the whole row short of the target: then
+ * nothing is cut. */
 static int nucleus_cut(sampler_scratch *s, size_t V, double total, float top_p,
-                       rank_cut *cut)
+                       const head_sums *head, rank_cut *cut)
 {
-    double mass[N_BUCKETS];
-    bucket_mass(s->bucket, s->weight, V, mass);
     const double target = (double)top_p * total;
-    double before = 0.0;
-    size_t b = 0;
-    while (b < N_BUCKETS && before + mass[b] < target)
-        before += mass[b++];
-    if (b == N_BUCKETS)
-        return 0;
-    const size_t n = gather_bucket(s->bucket, V, (uint8_t)b, s->ids);
+    double mass[N_BUCKETS], before;
+    size_t b = N_BUCKETS, n = 0;
+    if (head->mass >= target && head->count <= V / 8) {
+        n = gather_head(s->bucket, V, s->ids);
+        memset(mass, 0, sizeof mass);
+        for (size_t j = 0; j < n; j++)
+            mass[s->bucket[s->ids[j]]] += s->weight[s->ids[j]];
+        b = crossing_bucket(mass, target, &before);
+        /* Keep bucket b's tokens, in id order, at the front of ids. */
+        size_t kept = 0;
+        for (size_t j = 0; j < n && b < N_BUCKETS; j++) {
+            s->ids[kept] = s->ids[j];
+            kept += s->bucket[s->ids[j]] == b;
+        }
+        n = kept;
+    }
+    if (b == N_BUCKETS) { /* not a peaked row, or rounding: the whole row */
+        bucket_mass(s->bucket, s->weight, V, mass);
+        b = crossing_bucket(mass, target, &before);
+        if (b == N_BUCKETS)
+            return 0;
+        n = gather_bucket(s->bucket, V, (uint8_t)b, s->ids);
+    }
     if (n == 0)
         return 0;
     candidate *c = s->cand;
@@ -802,13 +860,14 @@ static int32_t sample_row(const sampler_params *p, sampler_rng *rng,
                           double *all_weight)
 {
     const int top_p = p->top_p < 1.0f;
+    head_sums head;
     double total = top_p ? s->k->weigh_buckets(s->work, V, max, inv_t, s->weight,
-                                               s->bucket, s->block)
+                                               s->bucket, &head, s->block)
                          : s->k->weigh(s->work, V, max, inv_t, s->weight, s->block);
     *all_weight = total;
     rank_cut cut = {-INFINITY, INT32_MAX};  /* keeps every token */
     float min_w = 0.0f;
-    int filtered = top_p && nucleus_cut(s, V, total, p->top_p, &cut);
+    int filtered = top_p && nucleus_cut(s, V, total, p->top_p, &head, &cut);
     /* min-p after top-p: the best token's weight is exp(0) = 1. */
     if (p->min_p > 0.0f) {
         min_w = p->min_p;

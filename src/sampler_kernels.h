@@ -10,8 +10,9 @@
  *
  * Before including, define SK_ISA (the name suffix: scan_avx2, ...),
  * SK_LANES (4 or 8) and SK_TARGET (a function attribute, or nothing).
- * From sampler.c it uses BLOCK, FLUSH_Z, BUCKETS_PER_NAT, N_BUCKETS, the
- * types top_list, row_max and rank_cut, and top_offer() and clean_logit().
+ * From sampler.c it uses BLOCK, FLUSH_Z, BUCKETS_PER_NAT, N_BUCKETS,
+ * HEAD_BUCKETS, the types top_list, row_max, rank_cut and head_sums, and
+ * top_offer() and clean_logit().
  *
  * Shapes: a row is V floats, read in blocks of BLOCK = 64 tokens; outputs
  * written per token (w, bucket, the cleaned copy) are padded to whole
@@ -138,14 +139,19 @@ KERNEL vf SK(exp)(vf z)
     return (vf)((vi)(e * (vf)two_n) & live);
 }
 
-/* Buckets of tokens with exponents z <= 0: -z in quarter nats, the last
- * bucket holding everything further down.  A bucket is a range of logits
- * (rounding is monotonic), so the buckets in order coarsen the rank order. */
-KERNEL void SK(bucket)(vf z, uint8_t *out)
+/* Bucket positions of tokens with exponents z <= 0: -z in quarter nats,
+ * the last bucket holding everything further down.  A bucket is a range of
+ * logits (rounding is monotonic), so the buckets in order coarsen the rank
+ * order. */
+KERNEL vf SK(bucket_pos)(vf z)
 {
     const vf last = SK(splat)((float)(N_BUCKETS - 1));
-    vf q = -z * SK(splat)(BUCKETS_PER_NAT);
-    q = SK(blend)(q < last, q, last);
+    const vf q = -z * SK(splat)(BUCKETS_PER_NAT);
+    return SK(blend)(q < last, q, last);
+}
+
+KERNEL void SK(store_buckets)(vf q, uint8_t *out)
+{
     const vi wide = __builtin_convertvector(q, vi);
 #if SK_LANES == 8
     /* x86 only, so little-endian: each lane's low byte (convertvector to
@@ -246,16 +252,23 @@ KERNEL void SK(scan_body)(const float *in, float *out, size_t V, top_list *t,
 /* x (V,) -> the sum of exp((x - m) * inv_t); callers pass constants for
  * `raw` (clean x first) and for the outputs they do not want (NULL), so
  * each instantiation does only its own work.  w (padded): each weight;
- * bucket (padded): each bucket; block: each block's sum.  x may be w. */
+ * bucket (padded): each bucket, and then head: the weight and number of the
+ * tokens in the first HEAD_BUCKETS; block: each block's sum.  x may be w. */
 KERNEL double SK(weigh_body)(const float *x, size_t V, float m, float inv_t,
-                             int raw, float *w, uint8_t *bucket, double *block)
+                             int raw, float *w, uint8_t *bucket,
+                             head_sums *head, double *block)
 {
     const vf mv = SK(splat)(m), tv = SK(splat)(inv_t);
+    const vf head_end = SK(splat)((float)HEAD_BUCKETS);
     double total = 0.0;
+    vi head_count = SK(splat_i)(0);
+    if (head != NULL)
+        head->mass = 0.0;
     for (size_t i = 0; i < V; i += BLOCK) {
         float tail[BLOCK];
         const float *src = SK(block_src)(x, i, V, tail);
         vf lo = SK(splat)(0.0f), hi = SK(splat)(0.0f);
+        vf head_lo = SK(splat)(0.0f), head_hi = SK(splat)(0.0f);
         _Pragma("GCC unroll 16")
         for (int u = 0; u < BLOCK / NL; u++) {
             vf z = (SK(load)(src + u * NL) - mv) * tv;
@@ -268,13 +281,26 @@ KERNEL double SK(weigh_body)(const float *x, size_t V, float m, float inv_t,
             SK(accumulate)(&lo, &hi, u, p);
             if (w != NULL)
                 SK(store)(w + i + (size_t)u * NL, p);
-            if (bucket != NULL)
-                SK(bucket)(z, bucket + i + (size_t)u * NL);
+            if (bucket != NULL) {
+                const vf q = SK(bucket_pos)(z);
+                SK(store_buckets)(q, bucket + i + (size_t)u * NL);
+                /* Padding (-inf, p = 0) sits in the last bucket: not head. */
+                const vi in_head = q < head_end;
+                SK(accumulate)(&head_lo, &head_hi, u, (vf)((vi)p & in_head));
+                head_count -= in_head;
+            }
         }
         const double s = SK(block_total)(lo, hi);
         if (block != NULL)
             block[i / BLOCK] = s;
         total += s;
+        if (bucket != NULL)
+            head->mass += SK(block_total)(head_lo, head_hi);
+    }
+    if (bucket != NULL) {
+        head->count = 0;
+        for (int l = 0; l < NL; l++)
+            head->count += (size_t)head_count[l];
     }
     return total;
 }
@@ -331,20 +357,21 @@ SK_TARGET static void SK(scan)(const float *in, float *out, size_t V,
 
 SK_TARGET static double SK(lse_sum)(const float *logits, size_t V, float max)
 {
-    return SK(weigh_body)(logits, V, max, 1.0f, 1, NULL, NULL, NULL);
+    return SK(weigh_body)(logits, V, max, 1.0f, 1, NULL, NULL, NULL, NULL);
 }
 
 SK_TARGET static double SK(weigh)(const float *x, size_t V, float m,
                                   float inv_t, float *w, double *block)
 {
-    return SK(weigh_body)(x, V, m, inv_t, 0, w, NULL, block);
+    return SK(weigh_body)(x, V, m, inv_t, 0, w, NULL, NULL, block);
 }
 
 SK_TARGET static double SK(weigh_buckets)(const float *x, size_t V, float m,
                                           float inv_t, float *w,
-                                          uint8_t *bucket, double *block)
+                                          uint8_t *bucket, head_sums *head,
+                                          double *block)
 {
-    return SK(weigh_body)(x, V, m, inv_t, 0, w, bucket, block);
+    return SK(weigh_body)(x, V, m, inv_t, 0, w, bucket, head, block);
 }
 
 SK_TARGET static double SK(weigh_kept)(const float *x, const float *w,

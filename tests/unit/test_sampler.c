@@ -1523,6 +1523,48 @@ START_TEST(test_top_p_cut_among_tied_logits_keeps_lower_ids)
 }
 END_TEST
 
+START_TEST(test_top_p_on_a_peaked_row_counts_every_head_token)
+{
+    /* A peaked row's nucleus is found from the tokens within 8 nats of the
+     * best only.  Here the nucleus ends among 217 tokens at -5 (the 100
+     * lowest ids of them), after 30 at -1.75 that share words of 8 ids with
+     * them and 5 lone tokens at -3 elsewhere: missing the lone ones would
+     * move the end 37 tokens further. */
+    static float row[GPT2_VOCAB];
+    static unsigned counts[GPT2_VOCAB];
+    for (size_t i = 0; i < GPT2_VOCAB; i++)
+        row[i] = -INFINITY;
+    row[0] = 0.0f;
+    for (size_t i = 1; i < 8; i++)
+        row[i] = -5.0f;
+    for (size_t w = 1; w <= 30; w++) {
+        row[8 * w] = -1.75f;
+        for (size_t i = 1; i < 8; i++)
+            row[8 * w + i] = -5.0f;
+    }
+    for (size_t w = 1000; w < 1005; w++)
+        row[8 * w + 3] = -3.0f;
+    int32_t *ids;
+    const size_t n = ref_deep_nucleus(row, GPT2_VOCAB, 1.0, 0.9, &ids);
+    ck_assert_uint_eq(n, 1 + 30 + 5 + 100);
+    sampler_params p;
+    sampler_params_default(&p);
+    p.top_p = 0.9f;
+    sample_counts(&p, 15, row, GPT2_VOCAB, NULL, 0, NULL, 0, 4000, counts);
+    unsigned outside = 4000, at_minus_5 = 0;
+    for (size_t i = 0; i < n; i++) {
+        outside -= counts[ids[i]];
+        if (i < 36)
+            ck_assert_msg(counts[ids[i]] > 0, "token %d never sampled", ids[i]);
+        else
+            at_minus_5 += counts[ids[i]];
+    }
+    ck_assert_uint_eq(outside, 0);
+    ck_assert_uint_gt(at_minus_5, 0);
+    free(ids);
+}
+END_TEST
+
 START_TEST(test_logit_bias_minus_100_is_never_drawn_on_any_route)
 {
     static float row[GPT2_VOCAB];
@@ -1830,6 +1872,7 @@ static Suite *sampler_suite(void)
     tcase_add_test(vec, test_top_k_frequencies_match_renormalised_softmax);
     tcase_add_test(vec, test_nucleus_and_min_p_frequencies_match_reference);
     tcase_add_test(vec, test_top_p_cut_among_tied_logits_keeps_lower_ids);
+    tcase_add_test(vec, test_top_p_on_a_peaked_row_counts_every_head_token);
     tcase_add_test(vec, test_logit_bias_minus_100_is_never_drawn_on_any_route);
     tcase_add_test(vec, test_all_but_one_token_masked_always_draws_it);
     tcase_add_test(vec, test_top_k_of_vocab_size_and_top_p_1_draw_as_unfiltered);
