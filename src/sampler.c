@@ -17,7 +17,8 @@
  *   - otherwise one exp pass writes every token's weight, block sums and,
  *     for top-p, a bucket (-z in quarter nats, z = (logit - max) / T);
  *     top-p adds the bucket masses up to the bucket where the nucleus ends
- *     and ranks only that bucket's tokens; min-p or a nucleus cost one more
+ *     (on a peaked row, from the few tokens within 8 nats of the best) and
+ *     ranks only that bucket's tokens; min-p or a nucleus cost one more
  *     masked pass for block sums; the draw walks the block sums and reads
  *     one block.
  * Nothing sorts the vocabulary and nothing allocates.
