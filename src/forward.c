@@ -76,6 +76,7 @@
 #include "config.h"
 
 #include "gpt2d/forward.h"
+#include "gpt2d/panels.h"
 
 #include <cblas.h>
 #include <math.h>
@@ -91,9 +92,6 @@
 /* Column tasks per pool worker for each product, and their least width. */
 #define MATMUL_TASKS_PER_WORKER 4
 #define MATMUL_MIN_COLS 256
-/* Rows up to which products take the streaming kernel (matmul_small_avx2):
- * decode steps.  Its per-worker scratch is SMALL_M × (columns of a worker). */
-#define SMALL_M 16
 
 typedef struct seq_rows {
     kv_slot *kv;
@@ -120,9 +118,9 @@ struct forward_state {
     /* per-worker attention scores, (ATT_ROWS, n_ctx) each */
     float *scores;
     size_t n_score_workers;
-    /* per-worker packed weight panel, (4C, 16) each */
-    float *pack;
-    size_t pack_floats;
+    /* per-worker rows of a cut-short last panel, (max_rows, 16) each */
+    float *edge;
+    size_t edge_floats;
     int use_avx2;               /* AVX2+FMA kernels, chosen at creation */
 };
 
@@ -270,17 +268,17 @@ static void layernorm_row(float *out, const float *inp, const float *w,
  * arithmetic per element does not.  They are also faster than OpenBLAS for
  * the small M of decode steps (no packing, weights streamed once). */
 
-/* a is (M, K), w is (K, ldw) from column n0, out is (M, ldo) from n0:
+/* a is (M, K), w is (K, N) in panels (panels.h), out is (M, ldo):
  * out[:, n0:n1] (+)= a · w[:, n0:n1].  Portable fallback, same order. */
 static void matmul_generic(float *out, size_t ldo, const float *a,
-                           const float *w, size_t ldw, size_t M, size_t K,
-                           size_t n0, size_t n1, int accumulate)
+                           const float *w, size_t M, size_t K, size_t n0,
+                           size_t n1, int accumulate)
 {
     for (size_t m = 0; m < M; m++)
         for (size_t n = n0; n < n1; n++) {
             float acc = 0.0f;
             for (size_t k = 0; k < K; k++)
-                acc += a[m * K + k] * w[k * ldw + n];
+                acc += a[m * K + k] * panel_at(w, K, k, n);
             out[m * ldo + n] = accumulate ? out[m * ldo + n] + acc : acc;
         }
 }
@@ -304,27 +302,32 @@ static void matmul_t_generic(float *out, size_t ldo, const float *a,
 #include <immintrin.h>
 #define HAVE_AVX2_KERNELS 1
 
-/* One MR × (8·NV) tile of out = a · w over all K, W rows read with stride
- * ldw (or packed, ldw = 8·NV).  Inlined with constant MR, NV. */
-#define TILE_BODY(MR, NV)                                                    \
+/* One MR × (16·NP) tile of out = a · w over all K: rows [0, MR) of a
+ * (row stride lda) against NP consecutive panels, w0 and (NP = 2) w1, each
+ * (K, 16) contiguous.  Every output is one FMA chain over k from 0; with
+ * `accumulate` out + chain.  Inlined with constant MR, NP. */
+#define TILE_BODY(MR, NP)                                                    \
     do {                                                                     \
-        __m256 acc[MR][NV];                                                  \
+        const float *wp[2] = { w0, w1 };                                     \
+        __m256 acc[MR][2 * NP];                                              \
         _Pragma("GCC unroll 8") for (int r = 0; r < MR; r++)                 \
-            _Pragma("GCC unroll 8") for (int v = 0; v < NV; v++)             \
+            _Pragma("GCC unroll 8") for (int v = 0; v < 2 * NP; v++)         \
                 acc[r][v] = _mm256_setzero_ps();                             \
         for (size_t k = 0; k < K; k++) {                                     \
-            __m256 wv[NV];                                                   \
-            _Pragma("GCC unroll 8") for (int v = 0; v < NV; v++)             \
-                wv[v] = _mm256_loadu_ps(w + k * ldw + 8 * v);                \
+            __m256 wv[2 * NP];                                               \
+            _Pragma("GCC unroll 8") for (int v = 0; v < 2 * NP; v++)         \
+                wv[v] = _mm256_load_ps(wp[v / 2] + k * PANEL_WIDTH          \
+                                       + 8 * (v % 2));                       \
             _Pragma("GCC unroll 8") for (int r = 0; r < MR; r++) {           \
-                __m256 av = _mm256_broadcast_ss(a + r * K + k);              \
-                _Pragma("GCC unroll 8") for (int v = 0; v < NV; v++)         \
+                __m256 av = _mm256_broadcast_ss(a + r * lda + k);            \
+                _Pragma("GCC unroll 8") for (int v = 0; v < 2 * NP; v++)     \
                     acc[r][v] = _mm256_fmadd_ps(av, wv[v], acc[r][v]);       \
             }                                                                \
         }                                                                    \
         _Pragma("GCC unroll 8") for (int r = 0; r < MR; r++)                 \
-            _Pragma("GCC unroll 8") for (int v = 0; v < NV; v++) {           \
-                float *o = out + r * ldo + 8 * v;                            \
+            _Pragma("GCC unroll 8") for (int v = 0; v < 2 * NP; v++) {       \
+                float *o = out + r * ldo + PANEL_WIDTH * (v / 2)             \
+                           + 8 * (v % 2);                                    \
                 __m256 x = acc[r][v];                                        \
                 if (accumulate)                                              \
                     x = _mm256_add_ps(_mm256_loadu_ps(o), x);                \
@@ -332,248 +335,90 @@ static void matmul_t_generic(float *out, size_t ldo, const float *a,
             }                                                                \
     } while (0)
 
-#define DEFINE_TILE(MR, NV)                                                  \
+#define DEFINE_TILE(MR, NP)                                                  \
     __attribute__((target("avx2,fma"), always_inline)) static inline void   \
-    tile_##MR##x##NV(float *out, size_t ldo, const float *a, const float *w, \
-                     size_t ldw, size_t K, int accumulate)                   \
+    tile_##MR##x##NP(float *out, size_t ldo, const float *a, size_t lda,     \
+                     const float *w0, const float *w1, size_t K,             \
+                     int accumulate)                                         \
     {                                                                        \
-        TILE_BODY(MR, NV);                                                   \
+        TILE_BODY(MR, NP);                                                   \
     }
+DEFINE_TILE(1, 1)
+DEFINE_TILE(2, 1)
+DEFINE_TILE(3, 1)
+DEFINE_TILE(4, 1)
+DEFINE_TILE(5, 1)
+DEFINE_TILE(6, 1)
 DEFINE_TILE(1, 2)
 DEFINE_TILE(2, 2)
 DEFINE_TILE(3, 2)
-DEFINE_TILE(4, 2)
-DEFINE_TILE(5, 2)
-DEFINE_TILE(6, 2)
-DEFINE_TILE(1, 4)
-DEFINE_TILE(2, 4)
-DEFINE_TILE(3, 4)
 
-/* Rows [0, M) of a 16- or 32-column panel, in row blocks.  M <= 3
- * takes 32-column panels: more independent chains and longer W reads. */
+/* Rows [0, M) against one panel (np = 1, 6-row blocks: 12 accumulators,
+ * 2 loads and 6 broadcasts per 12 FMAs) or two (np = 2, 3-row blocks, for
+ * M <= 3: a single row against one panel would have only two chains to
+ * hide the FMA latency behind). */
 __attribute__((target("avx2,fma")))
-static void panel_avx2(float *out, size_t ldo, const float *a, const float *w,
-                       size_t ldw, size_t M, size_t K, int nv, int accumulate)
+static void panel_rows_avx2(float *out, size_t ldo, const float *a,
+                            const float *w0, const float *w1, size_t M,
+                            size_t K, int np, int accumulate)
 {
+#define ROWS_TILE(MR, NP)                                                    \
+    tile_##MR##x##NP(out + m * ldo, ldo, a + m * K, K, w0, w1, K, accumulate)
     size_t m = 0;
-    if (nv == 4) {
+    if (np == 2) {
         for (; m + 3 <= M; m += 3)
-            tile_3x4(out + m * ldo, ldo, a + m * K, w, ldw, K, accumulate);
+            ROWS_TILE(3, 2);
         if (M - m == 2)
-            tile_2x4(out + m * ldo, ldo, a + m * K, w, ldw, K, accumulate);
+            ROWS_TILE(2, 2);
         else if (M - m == 1)
-            tile_1x4(out + m * ldo, ldo, a + m * K, w, ldw, K, accumulate);
+            ROWS_TILE(1, 2);
         return;
     }
     for (; m + 6 <= M; m += 6)
-        tile_6x2(out + m * ldo, ldo, a + m * K, w, ldw, K, accumulate);
-    float *o = out + m * ldo;
-    const float *am = a + m * K;
+        ROWS_TILE(6, 1);
     switch (M - m) {
-    case 5: tile_5x2(o, ldo, am, w, ldw, K, accumulate); break;
-    case 4: tile_4x2(o, ldo, am, w, ldw, K, accumulate); break;
-    case 3: tile_3x2(o, ldo, am, w, ldw, K, accumulate); break;
-    case 2: tile_2x2(o, ldo, am, w, ldw, K, accumulate); break;
-    case 1: tile_1x2(o, ldo, am, w, ldw, K, accumulate); break;
+    case 5: ROWS_TILE(5, 1); break;
+    case 4: ROWS_TILE(4, 1); break;
+    case 3: ROWS_TILE(3, 1); break;
+    case 2: ROWS_TILE(2, 1); break;
+    case 1: ROWS_TILE(1, 1); break;
     default: break;
     }
+#undef ROWS_TILE
 }
 
-/* out[:, n0:n1] (+)= a · w[:, n0:n1], a is (M, K), w is (K, ldw).  For
- * M > 3 each 16-column panel of W is first copied contiguous into `pack`
- * (K × 16 floats): it is then reused by M/6 row blocks from L1/L2 without
- * strided page walks.  Columns past the last full panel use scalar fmaf,
- * which is the same fused operation. */
+/* out[:, n0:n1] (+)= a · w[:, n0:n1], a is (M, K), w is (K, N) in panels,
+ * n0 a multiple of PANEL_WIDTH.  Each panel is a contiguous K × 64 bytes,
+ * so a worker's column range is one sequential stream from memory: the
+ * first row block reads the panel from DRAM, the others from L1/L2.
+ * A last panel cut short by n1 (N not a multiple of 16, small test
+ * models) is computed whole into `edge` and its valid columns copied:
+ * out + chain is then the same addition the full panels make. */
 __attribute__((target("avx2,fma")))
 static void matmul_avx2(float *out, size_t ldo, const float *a,
-                        const float *w, size_t ldw, size_t M, size_t K,
-                        size_t n0, size_t n1, int accumulate, float *pack)
+                        const float *w, size_t M, size_t K, size_t n0,
+                        size_t n1, int accumulate, float *edge)
 {
-    size_t n = n0;
-    if (M <= 3) {
-        for (; n + 32 <= n1; n += 32)
-            panel_avx2(out + n, ldo, a, w + n, ldw, M, K, 4, accumulate);
-    }
-    for (; n + 16 <= n1; n += 16) {
-        if (M > 3) {
-            for (size_t k = 0; k < K; k++) {
-                _mm256_store_ps(pack + k * 16, _mm256_loadu_ps(w + k * ldw + n));
-                _mm256_store_ps(pack + k * 16 + 8,
-                                _mm256_loadu_ps(w + k * ldw + n + 8));
-            }
-            panel_avx2(out + n, ldo, a, pack, 16, M, K, 2, accumulate);
-        } else {
-            panel_avx2(out + n, ldo, a, w + n, ldw, M, K, 2, accumulate);
-        }
-    }
-    for (; n < n1; n++)
-        for (size_t m = 0; m < M; m++) {
-            float acc = 0.0f;
-            for (size_t k = 0; k < K; k++)
-                acc = fmaf(a[m * K + k], w[k * ldw + n], acc);
-            out[m * ldo + n] = accumulate ? out[m * ldo + n] + acc : acc;
-        }
-}
-
-/* ---- decode-sized products: W streamed a row at a time ----
- *
- * For the few rows of a decode step x·W is bound by reading W (M = 1) or by
- * FMA throughput with W read once (M = 16), never by reuse of x.  The panel
- * kernels above walk W down a 16/32-column panel over all of K: one or two
- * cache lines per row of W, so a new page per k, which the prefetchers
- * cannot follow.  Here each worker keeps its contiguous column range
- * [n0, n1) and walks k in blocks of SKB rows; within a block it goes left
- * to right in 24-column slices, so memory sees SKB sequential streams (each
- * row of W is contiguous over N), and every 4-row group of x reuses the
- * slice from L1 before moving on.  The next block's lines for the same
- * slice are prefetched as each slice starts.  Partial sums go to a
- * per-worker scratch (M, n1 - n0) between blocks and come back on the
- * next: a float store and load are exact, so every output is still one FMA
- * chain over k in increasing order from 0, then out + chain when
- * accumulating: the bits of the panel kernels, for every M.
- *
- * SKB = 8 because the hardware prefetchers follow a few streams, not many
- * (one core, W from DRAM, 768 × 1152 slabs of a QKV-shaped matrix; ranges
- * over runs on the shared machine):
- *   SKB                  4        8       16       32       64
- *   M = 1, GB/s      15-22    22-25    13-20    12-15    10-12
- *   M = 16, GFLOP/s  37-53    57-63    41-66    32-46    34-40
- * With everything in L1 the 4 × 24 tile itself runs at 64 GFLOP/s with
- * 8-long chains and 77 with 32-long ones (peak 102).  Tried and dropped:
- * software-prefetching each next block whole, in row order (half the M = 1
- * bandwidth), and packing 32-row blocks into contiguous panels between
- * slices (77 GFLOP/s from L2, but 38 once W comes from DRAM: the copies'
- * misses stall the FMAs). */
-#define SKB 8                   /* rows of W per k block */
-
-
-/* One MR × (8·NV) tile over k in [0, kb): a is (MR, lda) at the block's
- * first k, w is (kb, ldw) at the tile's first column.  The chain starts at
- * 0 (first block) or from scr (row stride lds); it ends in scr, or, for the
- * last block, in out (+= when accumulating).  Inlined with constant MR, NV. */
-#define STREAM_TILE_BODY(MR, NV)                                             \
-    do {                                                                     \
-        __m256 acc[MR][NV];                                                  \
-        _Pragma("GCC unroll 8") for (int r = 0; r < MR; r++)                 \
-            _Pragma("GCC unroll 8") for (int v = 0; v < NV; v++)             \
-                acc[r][v] = first ? _mm256_setzero_ps()                      \
-                                  : _mm256_loadu_ps(scr + r * lds + 8 * v);  \
-        for (size_t k = 0; k < kb; k++) {                                    \
-            __m256 wv[NV];                                                   \
-            _Pragma("GCC unroll 8") for (int v = 0; v < NV; v++)             \
-                wv[v] = _mm256_loadu_ps(w + k * ldw + 8 * v);                \
-            _Pragma("GCC unroll 8") for (int r = 0; r < MR; r++) {           \
-                __m256 av = _mm256_broadcast_ss(a + r * lda + k);            \
-                _Pragma("GCC unroll 8") for (int v = 0; v < NV; v++)         \
-                    acc[r][v] = _mm256_fmadd_ps(av, wv[v], acc[r][v]);       \
-            }                                                                \
-        }                                                                    \
-        _Pragma("GCC unroll 8") for (int r = 0; r < MR; r++)                 \
-            _Pragma("GCC unroll 8") for (int v = 0; v < NV; v++) {           \
-                __m256 x = acc[r][v];                                        \
-                if (!last) {                                                 \
-                    _mm256_storeu_ps(scr + r * lds + 8 * v, x);              \
-                    continue;                                                \
-                }                                                            \
-                float *o = out + r * ldo + 8 * v;                            \
-                if (accumulate)                                              \
-                    x = _mm256_add_ps(_mm256_loadu_ps(o), x);                \
-                _mm256_storeu_ps(o, x);                                      \
-            }                                                                \
-    } while (0)
-
-#define DEFINE_STREAM_TILE(MR, NV)                                           \
-    __attribute__((target("avx2,fma"), always_inline)) static inline void   \
-    stile_##MR##x##NV(float *out, size_t ldo, float *scr, size_t lds,        \
-                      const float *a, size_t lda, const float *w,            \
-                      size_t ldw, size_t kb, int first, int last,            \
-                      int accumulate)                                        \
-    {                                                                        \
-        STREAM_TILE_BODY(MR, NV);                                            \
-    }
-DEFINE_STREAM_TILE(1, 3)
-DEFINE_STREAM_TILE(2, 3)
-DEFINE_STREAM_TILE(3, 3)
-DEFINE_STREAM_TILE(4, 3)
-DEFINE_STREAM_TILE(1, 1)
-DEFINE_STREAM_TILE(2, 1)
-DEFINE_STREAM_TILE(3, 1)
-DEFINE_STREAM_TILE(4, 1)
-
-/* Rows [0, M) of one 24- or 8-column slice (nv = 3 or 1) of a k block, in
- * groups of 4 rows (12 or 4 accumulators plus the W vectors fit the 16 ymm
- * registers). */
-__attribute__((target("avx2,fma")))
-static void stream_slice_avx2(float *out, size_t ldo, float *scr, size_t lds,
-                              const float *a, size_t lda, const float *w,
-                              size_t ldw, size_t M, size_t kb, int nv,
-                              int first, int last, int accumulate)
-{
-#define SLICE_TILE(MR, NV)                                                   \
-    stile_##MR##x##NV(o, ldo, s, lds, am, lda, w, ldw, kb, first, last,     \
-                      accumulate)
-    for (size_t m = 0; m < M; m += 4) {
-        float *o = out + m * ldo, *s = scr + m * lds;
-        const float *am = a + m * lda;
-        size_t mr = M - m < 4 ? M - m : 4;
-        if (nv == 3) {
-            switch (mr) {
-            case 4: SLICE_TILE(4, 3); break;
-            case 3: SLICE_TILE(3, 3); break;
-            case 2: SLICE_TILE(2, 3); break;
-            default: SLICE_TILE(1, 3); break;
-            }
-        } else {
-            switch (mr) {
-            case 4: SLICE_TILE(4, 1); break;
-            case 3: SLICE_TILE(3, 1); break;
-            case 2: SLICE_TILE(2, 1); break;
-            default: SLICE_TILE(1, 1); break;
-            }
-        }
-    }
-#undef SLICE_TILE
-}
-
-/* out[:, n0:n1] (+)= a · w[:, n0:n1] for M <= SMALL_M, a is (M, K), w is
- * (K, ldw); scr holds M × (n1 - n0) floats.  Columns past the last multiple
- * of 8 take a scalar fmaf chain over all k: the same fused operations in
- * the same order. */
-__attribute__((target("avx2,fma")))
-static void matmul_small_avx2(float *out, size_t ldo, const float *a,
-                              const float *w, size_t ldw, size_t M, size_t K,
-                              size_t n0, size_t n1, int accumulate,
-                              float *scr)
-{
-    const size_t ncols = n1 - n0, nvec = n0 + ncols / 8 * 8;
-    for (size_t k0 = 0; k0 < K; k0 += SKB) {
-        const size_t kb = K - k0 < SKB ? K - k0 : SKB;
-        const size_t k1 = k0 + kb, kb_next = K - k1 < SKB ? K - k1 : SKB;
-        const int first = k0 == 0, last = k1 == K;
-        const float *wb = w + k0 * ldw;
-        size_t n = n0;
-        for (; n < nvec; ) {
-            int nv = nvec - n >= 24 ? 3 : 1;
-            /* the next block's lines for these columns: they arrive while
-             * this block is computed (at M = 1 nothing else hides DRAM) */
-            for (size_t k = 0; k < kb_next; k++) {
-                const char *p = (const char *)(w + (k1 + k) * ldw + n);
-                _mm_prefetch(p, _MM_HINT_T0);
-                if (nv == 3)
-                    _mm_prefetch(p + 64, _MM_HINT_T0);
-            }
-            stream_slice_avx2(out + n, ldo, scr + (n - n0), ncols, a + k0, K,
-                              wb + n, ldw, M, kb, nv, first, last,
-                              accumulate);
-            n += 8 * (size_t)nv;
-        }
-    }
-    for (size_t n = nvec; n < n1; n++)
-        for (size_t m = 0; m < M; m++) {
-            float acc = 0.0f;
-            for (size_t k = 0; k < K; k++)
-                acc = fmaf(a[m * K + k], w[k * ldw + n], acc);
-            out[m * ldo + n] = accumulate ? out[m * ldo + n] + acc : acc;
+    const size_t panel = K * PANEL_WIDTH;
+    size_t p = n0 / PANEL_WIDTH;
+    const size_t p_full = n1 / PANEL_WIDTH;
+    if (M <= 3)
+        for (; p + 2 <= p_full; p += 2)
+            panel_rows_avx2(out + p * PANEL_WIDTH, ldo, a, w + p * panel,
+                            w + (p + 1) * panel, M, K, 2, accumulate);
+    for (; p < p_full; p++)
+        panel_rows_avx2(out + p * PANEL_WIDTH, ldo, a, w + p * panel, NULL,
+                        M, K, 1, accumulate);
+    const size_t tail = n1 - p_full * PANEL_WIDTH;
+    if (tail == 0)
+        return;
+    panel_rows_avx2(edge, PANEL_WIDTH, a, w + p_full * panel, NULL, M, K, 1,
+                    0);
+    for (size_t m = 0; m < M; m++)
+        for (size_t c = 0; c < tail; c++) {
+            float *o = out + m * ldo + p_full * PANEL_WIDTH + c;
+            float x = edge[m * PANEL_WIDTH + c];
+            *o = accumulate ? *o + x : x;
         }
 }
 
@@ -760,7 +605,7 @@ typedef struct matmul_job {
     const forward_state *st;
     size_t M, N, K;
     const float *a;             /* (M, K) */
-    const float *w;             /* (K, N), or (N, K) when trans_w */
+    const float *w;             /* (K, N) in panels, or (N, K) when trans_w */
     int trans_w;
     float *out;                 /* (M, N) with row stride N */
     float beta;                 /* 1: accumulate into out (residual) */
@@ -779,20 +624,15 @@ static void matmul_task(void *ctx, size_t task, size_t worker)
     if (j->st->use_avx2) {
         if (j->trans_w)
             matmul_t_avx2(j->out, j->N, j->a, j->w, j->M, j->K, n0, n1);
-        else if (j->M <= SMALL_M)      /* decode steps */
-            matmul_small_avx2(j->out, j->N, j->a, j->w, j->N, j->M, j->K, n0,
-                              n1, acc,
-                              j->st->pack + worker * j->st->pack_floats);
         else
-            matmul_avx2(j->out, j->N, j->a, j->w, j->N, j->M, j->K, n0, n1,
-                        acc, j->st->pack + worker * j->st->pack_floats);
+            matmul_avx2(j->out, j->N, j->a, j->w, j->M, j->K, n0, n1, acc,
+                        j->st->edge + worker * j->st->edge_floats);
     } else
 #endif
     if (j->trans_w)
         matmul_t_generic(j->out, j->N, j->a, j->w, j->M, j->K, n0, n1);
     else
-        matmul_generic(j->out, j->N, j->a, j->w, j->N, j->M, j->K, n0, n1,
-                       acc);
+        matmul_generic(j->out, j->N, j->a, j->w, j->M, j->K, n0, n1, acc);
     size_t nb = n1 - n0;
     for (size_t r = 0; r < j->M; r++) {
         float *row = j->out + r * j->N + n0;
@@ -1203,8 +1043,7 @@ int forward_state_create(forward_state **out, const model *m, size_t max_rows,
         return error_set(err, "forward: cannot allocate scratch for %zu rows "
                          "(%zu bytes)", max_rows, max_rows * 11 * C * 4);
     }
-    /* a (K ≤ 4C, 16) packed panel, or SMALL_M × (N ≤ 4C) partial sums */
-    st->pack_floats = 4 * C * (SMALL_M > 16 ? SMALL_M : 16);
+    st->edge_floats = max_rows * PANEL_WIDTH;
 #ifdef HAVE_AVX2_KERNELS
     __builtin_cpu_init();
     st->use_avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
@@ -1233,8 +1072,13 @@ void forward_state_free(forward_state *st)
     free(st->row_tok);
     free(st->logit_rows);
     free(st->scores);
-    free(st->pack);
+    free(st->edge);
     free(st);
+}
+
+void forward_state_use_portable_kernels(forward_state *st)
+{
+    st->use_avx2 = 0;
 }
 
 /* Checks the whole step before anything is written; fills the row tables. */
@@ -1309,16 +1153,16 @@ int forward_step(forward_state *st, const model *m, threadpool *pool,
         if (s == NULL)
             return error_set(err, "forward: cannot allocate attention scratch "
                              "for %zu workers", workers);
-        float *pk = alloc_floats(workers * st->pack_floats);
+        float *pk = alloc_floats(workers * st->edge_floats);
         if (pk == NULL) {
             free(s);
             return error_set(err, "forward: cannot allocate matmul scratch "
                              "for %zu workers", workers);
         }
         free(st->scores);
-        free(st->pack);
+        free(st->edge);
         st->scores = s;
-        st->pack = pk;
+        st->edge = pk;
         st->n_score_workers = workers;
     }
     const size_t C = st->cfg.n_embd;
@@ -1329,20 +1173,20 @@ int forward_step(forward_state *st, const model *m, threadpool *pool,
         layernorm_forward(st, pool, st->xn, st->x, NULL, R, w->ln_1_w,
                           w->ln_1_b);
         matmul_forward(pool, &(matmul_job){ .st = st,
-            .M = R, .N = 3 * C, .K = C, .a = st->xn, .w = w->attn_w,
+            .M = R, .N = 3 * C, .K = C, .a = st->xn, .w = w->attn_wp,
             .out = st->qkv, .bias = w->attn_b, .epi = EPI_BIAS });
         attention_forward(st, pool, l, n_seqs);
         matmul_forward(pool, &(matmul_job){ .st = st,
-            .M = R, .N = C, .K = C, .a = st->att, .w = w->attn_proj_w,
+            .M = R, .N = C, .K = C, .a = st->att, .w = w->attn_proj_wp,
             .out = st->x, .beta = 1.0f, .bias = w->attn_proj_b,
             .epi = EPI_BIAS });
         layernorm_forward(st, pool, st->xn, st->x, NULL, R, w->ln_2_w,
                           w->ln_2_b);
         matmul_forward(pool, &(matmul_job){ .st = st,
-            .M = R, .N = 4 * C, .K = C, .a = st->xn, .w = w->fc_w,
+            .M = R, .N = 4 * C, .K = C, .a = st->xn, .w = w->fc_wp,
             .out = st->h, .bias = w->fc_b, .epi = EPI_BIAS_GELU });
         matmul_forward(pool, &(matmul_job){ .st = st,
-            .M = R, .N = C, .K = 4 * C, .a = st->h, .w = w->mlp_proj_w,
+            .M = R, .N = C, .K = 4 * C, .a = st->h, .w = w->mlp_proj_wp,
             .out = st->x, .beta = 1.0f, .bias = w->mlp_proj_b,
             .epi = EPI_BIAS });
     }

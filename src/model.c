@@ -3,7 +3,8 @@
  * config.json gives the shapes; model.safetensors is mmap'ed read-only and
  * every tensor is bound by name after its dtype and shape are checked against
  * the config.  F32 tensors are used in place; F16/BF16 ones (and any F32 one
- * the file leaves misaligned) are widened into one owned buffer. */
+ * the file leaves misaligned) are widened into one owned buffer.  The layer
+ * matrices are then repacked into panels (panels.h) in a second buffer. */
 #include "gpt2d/model.h"
 
 #include <errno.h>
@@ -17,6 +18,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "gpt2d/panels.h"
 #include "gpt2d/safetensors.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -330,6 +332,67 @@ static int bind_all(loader *L, model *m, gpt2d_error *err)
     return 0;
 }
 
+/* ---- panel copies of the layer matrices ---- */
+
+/* Gives the whole pages inside [p, p + bytes) of the mapping back to the
+ * kernel: a private read-only file mapping re-reads them from the file if
+ * they are ever touched again (only tests do), and until then they are not
+ * resident.  Best effort: memory that is not in the mapping (widened
+ * tensors) is left alone, and a failed madvise costs only memory. */
+static void release_mapped(const model *m, const void *p, size_t bytes)
+{
+    const uintptr_t lo = (uintptr_t)m->map, hi = lo + m->map_size;
+    uintptr_t start = (uintptr_t)p, end = start + bytes;
+    if (start < lo || end > hi)
+        return;
+    const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    start = (start + page - 1) / page * page;
+    end = end / page * page;
+    if (end > start)
+        (void)madvise((void *)start, end - start, MADV_DONTNEED);
+}
+
+typedef struct layer_matrix {
+    const float *const *src;
+    const float **dst;
+    size_t K, N;
+} layer_matrix;
+
+static void layer_matrices(layer_weights *w, size_t C, layer_matrix out[4])
+{
+    out[0] = (layer_matrix){ &w->attn_w, &w->attn_wp, C, 3 * C };
+    out[1] = (layer_matrix){ &w->attn_proj_w, &w->attn_proj_wp, C, C };
+    out[2] = (layer_matrix){ &w->fc_w, &w->fc_wp, C, 4 * C };
+    out[3] = (layer_matrix){ &w->mlp_proj_w, &w->mlp_proj_wp, 4 * C, C };
+}
+
+static int pack_layers(model *m, gpt2d_error *err)
+{
+    const size_t C = m->config.n_embd;
+    layer_matrix mats[4];
+    layer_matrices(&m->layers[0], C, mats);
+    size_t per_layer = 0;
+    for (size_t i = 0; i < 4; i++)
+        per_layer += panel_floats(mats[i].K, mats[i].N);
+    size_t bytes = m->config.n_layer * per_layer * sizeof(float);
+    m->packed = aligned_alloc(64, (bytes + 63) / 64 * 64);
+    if (m->packed == NULL)
+        return error_set(err, "out of memory: %zu MB for the weight panels",
+                         bytes >> 20);
+    float *next = m->packed;
+    for (size_t l = 0; l < m->config.n_layer; l++) {
+        layer_matrices(&m->layers[l], C, mats);
+        for (size_t i = 0; i < 4; i++) {
+            panel_pack(next, *mats[i].src, mats[i].K, mats[i].N);
+            *mats[i].dst = next;
+            next += panel_floats(mats[i].K, mats[i].N);
+            release_mapped(m, *mats[i].src,
+                           mats[i].K * mats[i].N * sizeof(float));
+        }
+    }
+    return 0;
+}
+
 /* ---- public ---- */
 
 static size_t weight_bytes_per_token(const model_config *c)
@@ -398,7 +461,7 @@ int model_load(model *m, const char *dir, gpt2d_error *err)
         error_set(err, "out of memory");
         goto out;
     }
-    if (bind_all(&L, m, err) != 0)
+    if (bind_all(&L, m, err) != 0 || pack_layers(m, err) != 0)
         goto out;
     m->weight_bytes = weight_bytes_per_token(&m->config);
     rc = 0;
@@ -417,5 +480,6 @@ void model_free(model *m)
         munmap(m->map, m->map_size);
     free(m->layers);
     free(m->widened);
+    free(m->packed);
     memset(m, 0, sizeof *m);
 }

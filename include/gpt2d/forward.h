@@ -35,6 +35,11 @@ int forward_state_create(forward_state **out, const model *m, size_t max_rows,
                          gpt2d_error *err);
 void forward_state_free(forward_state *st);
 
+/* Switches `st` to the portable C kernels that CPUs without AVX2+FMA get
+ * (chosen automatically at creation); lets tests check them on any CPU.
+ * Logits then differ from the AVX2 ones in the last bits. */
+void forward_state_use_portable_kernels(forward_state *st);
+
 /* Runs one step.  Appends each sequence's new tokens to its cache
  * (kv->tokens and kv->n_tokens advance).  `logits` receives
  * sum(n_logits) rows of vocab_size floats, in sequence order, each

@@ -1,8 +1,12 @@
 /* model.h — a GPT-2 checkpoint in Hugging Face layout, loaded once.
  *
  * Owns the read-only mmap of model.safetensors and the views into it (llama2.c
- * style: weights are pointers into the mapping, nothing is copied unless a
- * tensor is F16/BF16 and must be widened to F32).  After model_load returns the
+ * style: weights are pointers into the mapping; a tensor is copied only when
+ * it is F16/BF16 and must be widened to F32).  The four matrices of every
+ * layer are also repacked once into column panels (panels.h), the layout the
+ * forward kernels stream; the mapped pages they came from are then given
+ * back to the kernel (they stay readable through the file, but no longer
+ * count in the daemon's resident memory).  After model_load returns the
  * struct is immutable and may be read from any thread. */
 #ifndef GPT2D_MODEL_H
 #define GPT2D_MODEL_H
@@ -29,6 +33,8 @@ typedef struct layer_weights {
     const float *ln_2_w, *ln_2_b;           /* [C] */
     const float *fc_w, *fc_b;               /* [C, 4C], [4C] */
     const float *mlp_proj_w, *mlp_proj_b;   /* [4C, C], [C] */
+    /* the same four matrices in panel layout (panels.h), for the kernels */
+    const float *attn_wp, *attn_proj_wp, *fc_wp, *mlp_proj_wp;
 } layer_weights;
 
 typedef struct model {
@@ -44,6 +50,7 @@ typedef struct model {
     void *map;
     size_t map_size;
     float *widened;             /* F16/BF16 tensors converted to F32 */
+    float *packed;              /* every layer's *_wp, 64-byte aligned */
 } model;
 
 /* Reads DIR/config.json and mmaps DIR/model.safetensors.  Every tensor's

@@ -599,6 +599,42 @@ START_TEST(test_more_rows_than_max_rows_refused)
 }
 END_TEST
 
+/* The fallback kernels for CPUs without AVX2+FMA, on this CPU: an echo
+ * prefill of "prompt" batched with a prefill of "greedy" (M > 1, every
+ * prompt row's logits), then one decode row of each (M = 2). */
+START_TEST(test_portable_kernels_match_reference)
+{
+    harness h;
+    fx_seq p, g;
+    kv_slot a, b;
+    size_t mi = (size_t)_i;
+    harness_open(&h, mi, 2, MAX_ROWS);
+    forward_state_use_portable_kernels(h.st);
+    fx_seq_load(mi, fx_seq_find(mi, "prompt"), h.vocab, &p);
+    fx_seq_load(mi, fx_seq_find(mi, "greedy"), h.vocab, &g);
+    slot_open(&h, &a);
+    slot_open(&h, &b);
+    size_t n = p.n - 1;
+    float *out = logits_alloc(&h, n + 3);
+    forward_seq s1[] = {{&a, p.tokens, n, n}, {&b, g.tokens, 6, 1}};
+    step_ok(&h, s1, 2, out);
+    forward_seq s2[] = {{&a, p.tokens + n, 1, 1}, {&b, g.tokens + 6, 1, 1}};
+    step_ok(&h, s2, 2, out + (n + 1) * h.vocab);
+    double d = fmax(cmp_rows(&h, out, &p, 0, n),
+                    fmax(cmp_rows(&h, out + n * h.vocab, &g, 5, 1),
+                         fmax(cmp_rows(&h, out + (n + 1) * h.vocab, &p, n, 1),
+                              cmp_rows(&h, out + (n + 2) * h.vocab, &g, 6,
+                                       1))));
+    report(fx_model_name(mi), "prompt+greedy", "portable kernels", d);
+    free(out);
+    kvcache_slot_free(&a);
+    kvcache_slot_free(&b);
+    fx_seq_free(&p);
+    fx_seq_free(&g);
+    harness_close(&h);
+}
+END_TEST
+
 /* ---- the schedule must not change the numbers ---- */
 
 /* Runs a fixed two-step schedule (an echo prefill of "prompt" batched with a
@@ -873,6 +909,7 @@ static Suite *forward_suite(void)
                         0, nm);
     tcase_add_loop_test(ref, test_batch_mixes_prefill_chunk_and_decodes, 0,
                         nm);
+    tcase_add_loop_test(ref, test_portable_kernels_match_reference, 0, nm);
     tcase_add_loop_test(ref, test_greedy_generation_matches_reference_tokens,
                         0, nm);
     suite_add_tcase(s, ref);

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "gpt2d/model.h"
+#include "gpt2d/panels.h"
 #include "test_util.h"
 
 enum { L = 2, C = 8, H = 2, V = 10, T = 4, MAX_TENSORS = 64 };
@@ -289,6 +290,19 @@ static void check_values(const float *got, const tspec *t)
                       i, (double)got[i], (double)expected(t, i));
 }
 
+/* A layer matrix's panel copy holds the same values, zero padded. */
+static void check_panels(const float *packed, const tspec *t, size_t K,
+                         size_t N)
+{
+    for (size_t k = 0; k < K; k++)
+        for (size_t n = 0; n < panel_count(N) * PANEL_WIDTH; n++) {
+            float want = n < N ? expected(t, k * N + n) : 0.0f;
+            ck_assert_msg(panel_at(packed, K, k, n) == want,
+                          "%s panel (%zu, %zu): %g != %g", t->name, k, n,
+                          (double)panel_at(packed, K, k, n), (double)want);
+        }
+}
+
 static void check_bound(const model *m, spec *s, const char *prefix)
 {
     char n[96];
@@ -298,6 +312,13 @@ static void check_bound(const model *m, spec *s, const char *prefix)
     check_values(m->wpe, find(s, n));
     snprintf(n, sizeof n, "%sh.1.attn.c_attn.weight", prefix);
     check_values(m->layers[1].attn_w, find(s, n));
+    check_panels(m->layers[1].attn_wp, find(s, n), C, 3 * C);
+    snprintf(n, sizeof n, "%sh.0.mlp.c_proj.weight", prefix);
+    check_panels(m->layers[0].mlp_proj_wp, find(s, n), 4 * C, C);
+    snprintf(n, sizeof n, "%sh.1.mlp.c_fc.weight", prefix);
+    check_panels(m->layers[1].fc_wp, find(s, n), C, 4 * C);
+    snprintf(n, sizeof n, "%sh.0.attn.c_proj.weight", prefix);
+    check_panels(m->layers[0].attn_proj_wp, find(s, n), C, C);
     snprintf(n, sizeof n, "%sh.0.mlp.c_proj.bias", prefix);
     check_values(m->layers[0].mlp_proj_b, find(s, n));
     snprintf(n, sizeof n, "%sh.1.ln_2.weight", prefix);
