@@ -266,7 +266,8 @@ static void layernorm_row(float *out, const float *inp, const float *w,
  * increasing order (for x·W), or eight such lane chains over k ≡ lane mod 8
  * summed in a fixed tree (for x·Eᵀ).  Tile shapes vary with M, the
  * arithmetic per element does not.  They are also faster than OpenBLAS for
- * the small M of decode steps (no packing, weights streamed once). */
+ * the small M of decode steps (weights packed once at load, streamed once
+ * per step). */
 
 /* a is (M, K), w is (K, N) in panels (panels.h), out is (M, ldo):
  * out[:, n0:n1] (+)= a · w[:, n0:n1].  Portable fallback, same order. */
@@ -648,13 +649,11 @@ static void matmul_task(void *ctx, size_t task, size_t worker)
  * MATMUL_TASKS_PER_WORKER tasks per worker, handed out dynamically: on a
  * shared machine a worker that is descheduled for a while no longer holds
  * up the step with half of every product (its remaining tasks go to the
- * others), and the smaller column blocks keep the small-M scratch nearer
- * L1 (one core, M = 16, 192-column blocks: 3-6% faster; batch 16 with 2
- * threads on a loaded machine: median step 116 -> 112 ms, worst 162 ->
- * 130).  Blocks stay at least MATMUL_MIN_COLS wide so each row of W is
- * still read as a long sequential run, and a single row (batch-1 decode,
- * bound by DRAM) keeps one block per worker: narrower blocks measured
- * slower there.  Column blocks change no arithmetic. */
+ * others) (batch 16 with 2 threads on a loaded machine: median step
+ * 116 -> 112 ms, worst 162 -> 130).  Blocks stay at least MATMUL_MIN_COLS
+ * wide so each is a long sequential run of panels, and a single row
+ * (batch-1 decode, bound by DRAM) keeps one block per worker.  Column
+ * blocks change no arithmetic. */
 static void matmul_forward(threadpool *pool, matmul_job *j)
 {
     size_t workers = pool_workers(pool);
@@ -928,12 +927,39 @@ static inline void att_values_tile(float *out, size_t ldo, const float *p,
             att_values_tile(out + i, ldo, p, ldp, vc + i, hd, n0, RB, 1);    \
     } while (0)
 
+/* One row (a decode step), hd % 64 == 0: the same chains as
+ * att_values_tile, but 64 columns at once, so each key's V row is read in
+ * one pass and eight independent add chains hide the add latency (with two
+ * per slice the loop waited on them, four passes over V). */
+__attribute__((target("avx2,fma")))
+static void att_values_row_avx2(float *out, const float *p, const float *vc,
+                                size_t n, size_t hd)
+{
+    for (size_t i = 0; i < hd; i += 64) {
+        __m256 acc[8];
+        _Pragma("GCC unroll 8") for (int v = 0; v < 8; v++)
+            acc[v] = _mm256_setzero_ps();
+        for (size_t t = 0; t < n; t++) {
+            __m256 pr = _mm256_broadcast_ss(p + t);
+            _Pragma("GCC unroll 8") for (int v = 0; v < 8; v++)
+                acc[v] = _mm256_add_ps(acc[v], _mm256_mul_ps(
+                    pr, _mm256_loadu_ps(vc + t * hd + i + 8 * v)));
+        }
+        _Pragma("GCC unroll 8") for (int v = 0; v < 8; v++)
+            _mm256_storeu_ps(out + i + 8 * v, acc[v]);
+    }
+}
+
 /* Rows [0, nr) (nr <= ATT_ROWS), hd % 8 == 0: out = P·V as above. */
 __attribute__((target("avx2,fma")))
 static void att_values_avx2(float *out, size_t ldo, const float *p,
                             size_t ldp, const float *vc, size_t n0,
                             size_t nr, size_t hd)
 {
+    if (nr == 1 && hd % 64 == 0) {
+        att_values_row_avx2(out, p, vc, n0, hd);
+        return;
+    }
     switch (nr) {
     case 4: ATT_VALUES_SLICE(4); break;
     case 3: ATT_VALUES_SLICE(3); break;

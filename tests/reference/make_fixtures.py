@@ -78,6 +78,7 @@ MODELS = [
     ("w40h5", 3, 5, 40, 48, "F32", "transformer.", False, False),  # hd 8
     ("w72h6-untied", 2, 6, 72, 40, "F32", "", True, False),      # hd 12
     ("w36h4", 1, 4, 36, 33, "F32", "", False, True),     # hd 9, odd n_ctx
+    ("w128h2", 2, 2, 128, 64, "F32", "", False, True),   # hd 64, as GPT-2
     ("f16", 2, 4, 64, 64, "F16", "transformer.", False, False),
     ("bf16", 1, 2, 32, 32, "BF16", "transformer.", True, False),
 ]
