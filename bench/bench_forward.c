@@ -1,7 +1,7 @@
 /* bench_forward.c — how fast the forward pass runs against what this machine
  * allows.
  *
- *   bench_forward MODEL_DIR [--threads N]
+ *   bench_forward MODEL_DIR [--threads N] [--decode-only BATCH [STEPS]]
  *
  * Measures, in one run: memory read bandwidth (streaming read of 1 GiB by N
  * threads, best of several), sgemm GFLOP/s at the model's shapes with the
@@ -206,6 +206,48 @@ static double decode_step_time(bench *b, size_t batch)
     return total / DECODE_STEPS;
 }
 
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* `steps` decode steps at batch `batch` from position PROMPT, wrapping back
+ * to PROMPT before the context fills; prints the median and best. */
+static int decode_only(bench *b, size_t batch, size_t steps)
+{
+    const size_t n_ctx = b->m.config.n_ctx;
+    if (batch > MAX_BATCH || steps == 0) {
+        fprintf(stderr, "bench_forward: --decode-only 1..%d [STEPS >= 1]\n",
+                MAX_BATCH);
+        return 1;
+    }
+    double *t = malloc(steps * sizeof *t);
+    if (t == NULL)
+        return 1;
+    for (size_t i = 0; i < batch; i++)
+        prefill(b, i, PROMPT);
+    forward_seq seqs[MAX_BATCH];
+    for (size_t s = 0; s < steps; s++) {
+        for (size_t i = 0; i < batch; i++) {
+            if (b->slots[i].n_tokens + 1 >= n_ctx)
+                b->slots[i].n_tokens = PROMPT;
+            seqs[i] = (forward_seq){ &b->slots[i],
+                b->tokens + i * n_ctx + b->slots[i].n_tokens, 1, 1 };
+        }
+        double t0 = now();
+        step(b, seqs, batch);
+        t[s] = now() - t0;
+    }
+    qsort(t, steps, sizeof *t, cmp_double);
+    printf("decode batch %zu, %zu steps from position %d: median %.2f ms "
+           "(%.1f tok/s), best %.2f ms (%.1f tok/s)\n", batch, steps, PROMPT,
+           t[steps / 2] * 1e3, (double)batch / t[steps / 2], t[0] * 1e3,
+           (double)batch / t[0]);
+    free(t);
+    return 0;
+}
+
 /* Are sequence 0's logits the same bits alone as in a batch of `batch`? */
 static int batch_invariant(bench *b, size_t batch, double *max_diff)
 {
@@ -262,19 +304,25 @@ static size_t weight_bytes(const model *m)
 int main(int argc, char **argv)
 {
     const char *dir = NULL;
-    size_t threads = 2;
+    size_t threads = 2, only_batch = 0, only_steps = 200;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc)
             threads = (size_t)strtoul(argv[++i], NULL, 10);
+        else if (strcmp(argv[i], "--decode-only") == 0 && i + 1 < argc) {
+            only_batch = (size_t)strtoul(argv[++i], NULL, 10);
+            if (i + 1 < argc && argv[i + 1][0] != '-'
+                && strspn(argv[i + 1], "0123456789") == strlen(argv[i + 1]))
+                only_steps = (size_t)strtoul(argv[++i], NULL, 10);
+        }
         else if (dir == NULL && argv[i][0] != '-')
             dir = argv[i];
         else {
-            fprintf(stderr, "usage: bench_forward MODEL_DIR [--threads N]\n");
+            fprintf(stderr, "usage: bench_forward MODEL_DIR [--threads N] [--decode-only BATCH [STEPS]]\n");
             return 2;
         }
     }
     if (dir == NULL) {
-        fprintf(stderr, "usage: bench_forward MODEL_DIR [--threads N]\n");
+        fprintf(stderr, "usage: bench_forward MODEL_DIR [--threads N] [--decode-only BATCH [STEPS]]\n");
         return 2;
     }
 
@@ -310,6 +358,9 @@ int main(int argc, char **argv)
     printf("model %s: n_layer %zu n_head %zu n_embd %zu n_ctx %zu vocab %zu, "
            "%zu threads\n\n", b.m.name, L, cfg->n_head, C, cfg->n_ctx,
            cfg->vocab_size, threads);
+
+    if (only_batch > 0)
+        return decode_only(&b, only_batch, only_steps);
 
     /* machine bounds */
     double bw = measure_bandwidth(b.pool, (size_t)1 << 30, 5);
