@@ -20,6 +20,7 @@
 #include <jansson.h>
 
 #include "gpt2d/model.h"
+#include "gpt2d/panels.h"
 #include "gpt2d/safetensors.h"
 #include "fuzz.h"
 
@@ -185,6 +186,20 @@ static void check_model(const model *m)
         sum += w->fc_w[i] + w->mlp_proj_w[i];
     volatile float sink = sum;
     (void)sink;
+    /* the kernels' panel copies hold the same values (NaNs compare as bits) */
+    const size_t C = c->n_embd;
+    const struct { const float *src, *packed; size_t K, N; } mats[] = {
+        {w->attn_w, w->attn_wp, C, 3 * C}, {w->attn_proj_w, w->attn_proj_wp, C, C},
+        {w->fc_w, w->fc_wp, C, 4 * C}, {w->mlp_proj_w, w->mlp_proj_wp, 4 * C, C}};
+    for (size_t i = 0; i < 4; i++)
+        for (size_t k = 0; k < mats[i].K; k++)
+            for (size_t n = 0; n < mats[i].N; n++) {
+                float a = mats[i].src[k * mats[i].N + n];
+                float b = panel_at(mats[i].packed, mats[i].K, k, n);
+                FUZZ_CHECK(memcmp(&a, &b, sizeof a) == 0,
+                           "panel copy of matrix %zu differs at (%zu, %zu)",
+                           i, k, n);
+            }
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
