@@ -10,12 +10,16 @@
  *
  * libmicrohttpd has only an idle timeout, which a client defeats by sending
  * a byte every few seconds (slowloris); the request deadline below adds the
- * total one (--request-timeout). */
+ * total one (--request-timeout).  While a completion is answered that idle
+ * timeout is off (generating may legitimately send nothing for minutes), so
+ * the same reaper thread enforces a write-progress deadline instead: a client
+ * that takes none of its waiting response for --timeout seconds is cut. */
 #include "gpt2d/http.h"
 
 #include <errno.h>
 #include <fcntl.h>
-#include <linux/tcp.h>          /* TCP_INFO with tcpi_bytes_received */
+#include <linux/sockios.h>      /* SIOCOUTQ */
+#include <linux/tcp.h>          /* TCP_INFO with tcpi_bytes_received, _acked */
 #include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -25,6 +29,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -43,15 +48,22 @@ typedef struct key_set {
     size_t n;
 } key_set;
 
-/* One open connection, as the request deadline sees it.  Created when MHD
+/* One open connection, as the reaper's deadlines see it.  Created when MHD
  * reports the connection and freed when it reports it closed, which it does
  * before closing the socket: so while a watch is in the list (under
  * watch_lock) its fd is this connection's. */
 typedef enum watch_state {
     WATCH_IDLE,                 /* waiting for the first byte of a request */
     WATCH_RECEIVING,            /* a request is arriving: `deadline` applies */
-    WATCH_HANDLED,              /* the request is all in: being answered */
+    WATCH_HANDLED,              /* the request is all in: being answered, and
+                                 * the client must keep taking the answer */
 } watch_state;
+
+typedef enum watch_cut {
+    CUT_NONE,
+    CUT_REQUEST,                /* the request did not arrive in time (408) */
+    CUT_STALLED,                /* the client stopped reading its answer (499) */
+} watch_cut;
 
 typedef struct conn_watch {
     struct conn_watch *prev, *next;
@@ -59,7 +71,10 @@ typedef struct conn_watch {
     watch_state state;
     uint64_t idle_bytes;        /* bytes the socket had received when it went idle */
     struct timespec deadline;
-    bool timed_out;             /* cut by the reaper */
+    uint64_t acked;             /* answering: bytes the client had acknowledged */
+    struct timespec progress_at;/* answering: the last look that saw it take some,
+                                 * or have nothing waiting */
+    watch_cut cut;              /* cut by the reaper */
 } conn_watch;
 
 struct http_server {
@@ -252,14 +267,15 @@ int http_reload_keys(http_server *srv, gpt2d_error *err)
 }
 
 /* ------------------------------------------------------------------ */
-/* The request deadline (--request-timeout)                            */
+/* The reaper: request deadline (--request-timeout), write progress    */
 /* ------------------------------------------------------------------ */
 
 /* From the first byte of a request until it is all in (headers and body),
  * a connection has request_timeout seconds; then the reaper thread shuts its
  * socket down, MHD sees the end of the stream and closes the connection.
- * Waiting between requests is the idle timeout's business, and answering is
- * never limited (a stream may run for minutes).
+ * Waiting between requests is the idle timeout's business, and answering has
+ * no deadline (a stream may run for minutes) as long as the client keeps
+ * taking the answer (stall_check).
  *
  * MHD says nothing before the headers are in, so the first byte is found
  * from the kernel's count of bytes received on the socket (TCP_INFO), which
@@ -290,12 +306,23 @@ static struct timespec monotonic_now(void)
     return now;
 }
 
-/* How often an idle connection is looked at: an eighth of the deadline,
- * within [0.1 s, 1 s], so the clock starts late by little of the deadline. */
+/* How often a connection is looked at: an eighth of the deadline that
+ * applies, within [0.1 s, 1 s], so a clock starts late by little of it. */
+static long poll_ms_for(unsigned seconds)
+{
+    long ms = (long)seconds * 1000 / 8;
+    return ms < 100 ? 100 : ms > 1000 ? 1000 : ms;
+}
+
 static long watch_poll_ms(const http_server *srv)
 {
-    long ms = (long)srv->cfg->request_timeout * 1000 / 8;
-    return ms < 100 ? 100 : ms > 1000 ? 1000 : ms;
+    return poll_ms_for(srv->cfg->request_timeout);
+}
+
+/* The reaper has work when either deadline is on. */
+static bool watching(const settings *cfg)
+{
+    return cfg->request_timeout > 0 || cfg->connection_timeout > 0;
 }
 
 /* Bytes received on the socket so far; false when the kernel cannot say. */
@@ -311,13 +338,44 @@ static bool socket_bytes_received(int fd, uint64_t *out)
     return true;
 }
 
+/* What the client has taken of the socket's output: the bytes it has
+ * acknowledged so far, and whether any are still waiting (unsent, or sent
+ * and unacknowledged: SIOCOUTQ).  False when the kernel cannot say. */
+static bool socket_output(int fd, uint64_t *acked, bool *pending)
+{
+    struct tcp_info ti;
+    socklen_t len = sizeof ti;
+    int queued = 0;
+    memset(&ti, 0, sizeof ti);
+    if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0 ||
+        len < offsetof(struct tcp_info, tcpi_bytes_acked) + sizeof ti.tcpi_bytes_acked ||
+        ioctl(fd, SIOCOUTQ, &queued) != 0)
+        return false;
+    *acked = ti.tcpi_bytes_acked;
+    *pending = queued > 0;
+    return true;
+}
+
 /* Under watch_lock.  Each state that needs watching wakes the reaper,
- * which sleeps without a timeout while every connection is being answered. */
+ * which sleeps without a timeout while no connection needs a look. */
 static void watch_start_receiving(http_server *srv, conn_watch *w,
                                   const struct timespec *now)
 {
     w->state = WATCH_RECEIVING;
     w->deadline = timespec_after_ms(now, (long)srv->cfg->request_timeout * 1000);
+    pthread_cond_signal(&srv->watch_cond);
+}
+
+/* Under watch_lock: the request is all in; from now on the client must keep
+ * taking the answer (see stall_check). */
+static void watch_start_answering(http_server *srv, conn_watch *w,
+                                  const struct timespec *now)
+{
+    bool pending = false;
+    w->state = WATCH_HANDLED;
+    w->progress_at = *now;
+    if (!socket_output(w->fd, &w->acked, &pending))
+        w->acked = 0;
     pthread_cond_signal(&srv->watch_cond);
 }
 
@@ -407,28 +465,86 @@ static void watch_request_begun(http_server *srv, conn_watch *w)
     pthread_mutex_unlock(&srv->watch_lock);
 }
 
-/* The request is all in: from here on it is answered, without a deadline. */
+/* The request is all in: from here on it is answered, without a deadline
+ * on the answer itself, only on the client's taking it. */
 static void watch_request_received(http_server *srv, conn_watch *w)
 {
     if (w == NULL)
         return;
     pthread_mutex_lock(&srv->watch_lock);
-    if (!w->timed_out)
-        w->state = WATCH_HANDLED;
+    if (w->cut == CUT_NONE) {
+        struct timespec now = monotonic_now();
+        watch_start_answering(srv, w, &now);
+    }
     pthread_mutex_unlock(&srv->watch_lock);
 }
 
-/* The request is over (answered or abandoned); true if the reaper cut it. */
-static bool watch_request_done(http_server *srv, conn_watch *w)
+/* The request is over (answered or abandoned); says whether the reaper cut
+ * it, and why. */
+static watch_cut watch_request_done(http_server *srv, conn_watch *w)
 {
     if (w == NULL)
-        return false;
+        return CUT_NONE;
     pthread_mutex_lock(&srv->watch_lock);
-    bool cut = w->timed_out;
-    if (!cut)
+    watch_cut cut = w->cut;
+    if (cut == CUT_NONE)
         watch_go_idle(srv, w);
     pthread_mutex_unlock(&srv->watch_lock);
     return cut;
+}
+
+/* Under watch_lock: one look at a connection being answered (the
+ * write-progress deadline, --timeout).
+ *
+ * MHD's idle timeout is off while a completion is answered, so without this
+ * a client that stops reading keeps its connection, its thread and, for a
+ * stream, its KV slot as long as it likes.  What counts is not whether the
+ * server writes but whether the client takes what was written, and the
+ * kernel knows: output is waiting (SIOCOUTQ) and the count of bytes the
+ * client acknowledged has not moved.  Nothing waiting means the server is
+ * the slow one (generating, queued for a slot), which is never cut; a slow
+ * reader that takes some bytes now and then restarts the clock each time.
+ * The clock starts at the last look that saw progress, so a cut comes at
+ * least --timeout after the client's last progress, never early.
+ *
+ * The cut resets the connection (SO_LINGER 0) rather than closing it: the
+ * client is not reading, so a graceful close would leave the unsent bytes
+ * and a FIN queued in the kernel behind a closed window for minutes, and an
+ * SSE client would not learn that its stream was cut. */
+static bool stall_check(http_server *srv, conn_watch *w, const struct timespec *now,
+                        struct timespec *wake)
+{
+    unsigned limit = srv->cfg->connection_timeout;
+    if (limit == 0)
+        return false;
+    uint64_t acked = 0;
+    bool pending = false;
+    /* A socket the kernel says nothing about counts as progressing: cutting
+     * a working stream would lose an answer on a guess. */
+    if (!socket_output(w->fd, &acked, &pending) || !pending || acked != w->acked) {
+        w->acked = acked;
+        w->progress_at = *now;
+    }
+    struct timespec deadline = timespec_after_ms(&w->progress_at, (long)limit * 1000);
+    if (timespec_before(now, &deadline)) {
+        struct timespec next = timespec_after_ms(now, poll_ms_for(limit));
+        if (timespec_before(&deadline, &next))
+            next = deadline;
+        if (timespec_before(&next, wake))
+            *wake = next;
+        return true;
+    }
+    struct linger reset = {.l_onoff = 1, .l_linger = 0};
+    setsockopt(w->fd, SOL_SOCKET, SO_LINGER, &reset, sizeof reset);
+    /* As for the request deadline, MHD's thread sees the shut-down socket
+     * (a stream's content reader polls it too) and closes the connection;
+     * its completion callback cancels a generation still running. */
+    shutdown(w->fd, SHUT_RDWR);
+    w->cut = CUT_STALLED;
+    metrics_write_timeout();
+    log_info("closed a connection whose client took none of its response for "
+             "%u s (timeout)", limit);
+    return false;
 }
 
 /* Under watch_lock: one look at a connection at `now`.  Lowers *wake to
@@ -436,7 +552,11 @@ static bool watch_request_done(http_server *srv, conn_watch *w)
 static bool watch_check(http_server *srv, conn_watch *w, const struct timespec *now,
                         struct timespec *wake)
 {
-    if (w->timed_out || w->state == WATCH_HANDLED)
+    if (w->cut != CUT_NONE)
+        return false;
+    if (w->state == WATCH_HANDLED)
+        return stall_check(srv, w, now, wake);
+    if (srv->cfg->request_timeout == 0)
         return false;
     if (w->state == WATCH_IDLE) {
         uint64_t bytes = 0;
@@ -456,7 +576,7 @@ static bool watch_check(http_server *srv, conn_watch *w, const struct timespec *
     /* MHD's thread reads the end of the stream and closes the connection;
      * the fd stays open (and ours) until MHD reports it closed. */
     shutdown(w->fd, SHUT_RDWR);
-    w->timed_out = true;
+    w->cut = CUT_REQUEST;
     metrics_request_timeout();
     log_info("closed a connection whose request was not received within %u s "
              "(request-timeout)", srv->cfg->request_timeout);
@@ -491,16 +611,16 @@ static int reaper_init(http_server *srv, gpt2d_error *err)
     int rc = pthread_cond_init(&srv->watch_cond, &attr);
     pthread_condattr_destroy(&attr);
     if (rc != 0)
-        return error_set(err, "cannot create the request-timeout condition");
+        return error_set(err, "cannot create the connection-deadline condition");
     if (pthread_mutex_init(&srv->watch_lock, NULL) != 0) {
         pthread_cond_destroy(&srv->watch_cond);
-        return error_set(err, "cannot create the request-timeout lock");
+        return error_set(err, "cannot create the connection-deadline lock");
     }
     srv->watch_ready = true;
-    if (srv->cfg->request_timeout == 0)
+    if (!watching(srv->cfg))
         return 0;
     if (pthread_create(&srv->reaper, NULL, reaper_main, srv) != 0)
-        return error_set(err, "cannot start the request-timeout thread");
+        return error_set(err, "cannot start the connection-deadline thread");
     srv->reaper_started = true;
     return 0;
 }
@@ -872,7 +992,8 @@ static enum MHD_Result dispatch(http_request *hr, const char *url)
     switch (hr->route->id) {
     case ROUTE_COMPLETIONS: {
         /* Generation may outlast the idle timeout; the completion callback
-         * restores it for the next request on this connection. */
+         * restores it for the next request on this connection.  Meanwhile
+         * the reaper cuts a client that stops taking the answer (stall_check). */
         MHD_set_connection_option(hr->conn, MHD_CONNECTION_OPTION_TIMEOUT, 0u);
         api_client client = {client_gone, hr};
         api_completions(api, body, hr->len, &client, r);
@@ -956,8 +1077,11 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     if (hr->route == &routes[0])
         MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT,
                                   srv->cfg->connection_timeout);
-    if (watch_request_done(srv, hr->watch) && hr->status == 0)
+    watch_cut cut = watch_request_done(srv, hr->watch);
+    if (cut == CUT_REQUEST && hr->status == 0)
         hr->status = 408;       /* cut by the request deadline */
+    else if (cut == CUT_STALLED)
+        hr->status = 499;       /* the client stopped reading: a hang-up */
     int status = hr->status != 0 ? hr->status : 499;
     metrics_request_done(hr->route->label, status);
     /* Routes with an id in the path are logged by their pattern: a session
@@ -1041,7 +1165,7 @@ int http_start(http_server **out, const settings *cfg, const api_ctx *api,
         MHD_OPTION_CONNECTION_TIMEOUT, cfg->connection_timeout,
         MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv,
         MHD_OPTION_NOTIFY_CONNECTION,
-        cfg->request_timeout > 0 ? on_connection : NULL, srv,
+        watching(cfg) ? on_connection : NULL, srv,
         MHD_OPTION_LISTENING_ADDRESS_REUSE, 1u,
         MHD_OPTION_END);
     if (srv->daemon == NULL) {

@@ -93,6 +93,7 @@ static atomic_uint_fast64_t generated_tokens;
 static atomic_uint_fast64_t cached_tokens;
 static atomic_uint_fast64_t cancelled;
 static atomic_uint_fast64_t request_timeouts;
+static atomic_uint_fast64_t write_timeouts;
 
 static void counter_add(atomic_uint_fast64_t *c, uint_fast64_t n)
 {
@@ -141,6 +142,7 @@ void metrics_add_generated_tokens(size_t n) { counter_add(&generated_tokens, n);
 void metrics_add_cached_tokens(size_t n) { counter_add(&cached_tokens, n); }
 void metrics_cancelled(void) { counter_add(&cancelled, 1); }
 void metrics_request_timeout(void) { counter_add(&request_timeouts, 1); }
+void metrics_write_timeout(void) { counter_add(&write_timeouts, 1); }
 
 /* `value` in the histogram's own unit; `sum_units` the same value in the
  * integer unit of `sum`. */
@@ -278,6 +280,9 @@ char *metrics_render(const engine_stats *stats)
     render_counter(f, "gpt2d_request_timeouts_total",
                    "Connections closed because their request was not received "
                    "within --request-timeout.", &request_timeouts);
+    render_counter(f, "gpt2d_write_timeouts_total",
+                   "Connections closed because the client took none of its "
+                   "response for --timeout seconds.", &write_timeouts);
     render_histogram(f, &ttft_hist);
     render_histogram(f, &itl_hist);
     render_histogram(f, &rows_hist);
