@@ -15,6 +15,12 @@ Groups, each with its own server:
                     between requests does not count.
   IdleTimeout       --timeout 1: idle connections close, and a completion
                     that outlasts the idle timeout leaves it as it was.
+  SlowReader        --timeout 2 while answering: a client that stops reading
+                    a stream or a large body is reset about --timeout after
+                    its last progress (the stream's generation cancelled, the
+                    connection's thread gone); a slow reader that takes a
+                    little every second, and a stream that waits longer than
+                    --timeout for a KV slot, are not cut.
   MaxN              --max-n 2: n, best_of and prompts over the cap are 400s.
   Logs              with API keys at --log-level debug, a canary sent in every
                     field (valid and invalid requests) never reaches the log,
@@ -25,13 +31,16 @@ Groups, each with its own server:
                     status, `param` and (405) Allow header.
 """
 
+import fcntl
 import json
 import os
 import re
 import select
 import socket
+import struct
 import subprocess
 import sys
+import termios
 import threading
 import time
 import traceback
@@ -53,6 +62,7 @@ EOT = 50256
 NO_EOT = {str(EOT): -100}
 DEADLINE = 2.0          # --request-timeout of RequestDeadline
 IDLE = 1.0              # --timeout of IdleTimeout
+STALL = 2.0             # --timeout of SlowReader
 MAX_BODY = 16384        # --max-body of InvalidInput
 
 _slow_model = None
@@ -440,6 +450,256 @@ class IdleTimeout(LimitCase):
 
     def test_long_stream_leaves_the_idle_timeout_as_it_was(self):
         self._long_completion_then_idle(stream=True)
+
+
+# ---------------------------------------------------------------- slow readers
+
+# The client's kernel receive buffer in SlowReader: small, so that the
+# server's output backs up as soon as the client stops reading (Linux
+# doubles the value asked for).
+SMALL_RCVBUF = 4096
+TCP_ESTABLISHED, TCP_CLOSE = 1, 7
+# Sixteen sequences echo a 900-token prompt scored with five alternatives
+# per token: about 4.4 MB of output within two seconds, more than the
+# server's kernel takes into a socket's send buffer (net.ipv4.tcp_wmem
+# allows 4 MB of buffer, some 2.8 MB of data), so the server itself is left
+# holding output.  The prompt is made of the vocabulary's longest tokens.
+LONG_TOKENS = [38093, 16529, 10097, 23193, 23926, 27193]
+BIG_N = 16
+
+
+def big_request(stream, max_tokens):
+    return {"prompt": [LONG_TOKENS[i % len(LONG_TOKENS)] for i in range(900)],
+            "max_tokens": max_tokens, "n": BIG_N, "echo": True, "logprobs": 5,
+            "stream": stream, "seed": 1, "logit_bias": NO_EOT}
+
+
+def tcp_state(sock):
+    """The kernel's TCP state of `sock` (tcpi_state, TCP_INFO's first byte)."""
+    return sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 8)[0]
+
+
+def bytes_waiting(sock):
+    """Bytes received on `sock` and not read yet (FIONREAD)."""
+    return struct.unpack("i", fcntl.ioctl(sock, termios.FIONREAD, b"\0" * 4))[0]
+
+
+def small_buffer_request(port, req):
+    """A connection with a small receive buffer that has sent `req`."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, SMALL_RCVBUF)
+    sock.connect(("127.0.0.1", port))
+    sock.sendall(http_request("POST", "/v1/completions", json.dumps(req).encode()))
+    return sock
+
+
+class Unread:
+    """What a client that reads nothing sees, in seconds since it sent its
+    request: .first_byte, .last_growth (its receive queue last grew: the
+    server's last progress) and .closed (the connection left ESTABLISHED;
+    None: not within `give_up`).  `tick` is called every poll."""
+
+    def __init__(self, sock, give_up, tick=None):
+        self.first_byte = self.last_growth = self.closed = None
+        t0 = time.monotonic()
+        seen = 0
+        while time.monotonic() - t0 < give_up:
+            now = time.monotonic() - t0
+            if tcp_state(sock) != TCP_ESTABLISHED:
+                self.closed = now
+                return
+            waiting = bytes_waiting(sock)
+            if waiting != seen:
+                seen, self.last_growth = waiting, now
+                if self.first_byte is None:
+                    self.first_byte = now
+            if tick is not None:
+                tick()
+            time.sleep(0.02)
+
+
+def read_until_end(sock):
+    """Everything left on `sock`: (bytes, True if it ended in a reset)."""
+    data = b""
+    sock.settimeout(10)
+    while True:
+        try:
+            chunk = sock.recv(1 << 16)
+        except ConnectionResetError:
+            return data, True
+        if not chunk:
+            return data, False
+        data += chunk
+
+
+def response_complete(buf):
+    """True once `buf` holds a whole HTTP response (Content-Length or
+    chunked)."""
+    head, sep, body = buf.partition(b"\r\n\r\n")
+    if not sep:
+        return False
+    m = re.search(rb"(?im)^content-length:\s*(\d+)", head)
+    if m:
+        return len(body) >= int(m.group(1))
+    return body.endswith(b"\r\n0\r\n\r\n")
+
+
+class SlowReader(LimitCase):
+    NAME = "slowreader"
+    ARGS = ("--slots", str(BIG_N), "--max-n", str(BIG_N), "--threads", "1",
+            "--timeout", "%d" % STALL)
+    MODEL = staticmethod(slow_model)
+
+    def metric(self, name):
+        return metric_sum(self.client().metrics(), name)
+
+    def threads(self):
+        """The server's thread count (one per open connection, plus the
+        engine's, the pool's and libmicrohttpd's own)."""
+        with open("/proc/%d/status" % self.server.proc.pid) as f:
+            for line in f:
+                if line.startswith("Threads:"):
+                    return int(line.split()[1])
+        raise AssertionError("no Threads: line")
+
+    def settled_threads(self):
+        """The thread count once connections just closed have ended."""
+        last, same = self.threads(), 0
+        deadline = time.monotonic() + 5
+        while same < 5 and time.monotonic() < deadline:
+            time.sleep(0.05)
+            now = self.threads()
+            same = same + 1 if now == last else 0
+            last = now
+        return last
+
+    def _stop_reading(self, stream, max_tokens):
+        """Sends a big request on a connection that then reads nothing;
+        checks it is reset about STALL seconds after the server's last
+        progress and that its thread ends.  Returns the Unread record."""
+        before = self.metric("gpt2d_write_timeouts_total")
+        threads = self.settled_threads()
+        most = [threads]
+        sock = small_buffer_request(self.server.port, big_request(stream, max_tokens))
+        try:
+            seen = Unread(sock, 40, tick=lambda: most.append(self.threads()))
+            self.assertIsNotNone(
+                seen.closed, "still open 40 s after the request (last growth at %r s);"
+                " %s" % (seen.last_growth, self.log_text()[-2000:]))
+            self.assertIsNotNone(seen.last_growth, "nothing arrived before the cut")
+            stalled = seen.closed - seen.last_growth
+            print("    --timeout %.0f: first byte after %.2f s, cut %.2f s after the "
+                  "last progress" % (STALL, seen.first_byte, stalled))
+            self.assertGreaterEqual(stalled, STALL - 0.1, "cut too early")
+            self.assertLessEqual(stalled, STALL + 1.5, "cut too late")
+            self.assertEqual(tcp_state(sock), TCP_CLOSE, "closed, but not reset")
+            rest, reset = read_until_end(sock)
+            self.assertTrue(reset, "the connection ended without a reset")
+            self.assertNotIn(b"data: [DONE]", rest)
+        finally:
+            sock.close()
+        self.assertGreater(max(most), threads,
+                           "no thread served the connection: %r" % (most,))
+        self.assertTrue(wait_for(lambda: self.threads() <= threads, 5),
+                        "the connection's thread is still there: %d threads, "
+                        "%d before" % (self.threads(), threads))
+        self.assertTrue(wait_for(lambda: self.metric("gpt2d_write_timeouts_total")
+                                 == before + 1, 2))
+        self.assertTrue(wait_for(lambda: re.search(
+            r"POST /v1/completions 499 ", self.log_text()), 2), self.log_text())
+        self.assertIn("took none of its response for %d s" % STALL, self.log_text())
+        return seen
+
+    def test_stream_the_client_stops_reading_is_reset_and_cancelled(self):
+        cancelled = self.metric("gpt2d_requests_cancelled_total")
+        self._stop_reading(stream=True, max_tokens=124)
+        # the generation was still running (about 2000 tokens take seconds
+        # after the echo): it is cancelled, and its slots freed
+        self.assertTrue(wait_for(lambda: self.metric("gpt2d_requests_cancelled_total")
+                                 == cancelled + 1, 2),
+                        "the generation was not cancelled: %s" % self.log_text()[-600:])
+        self.assertTrue(wait_for(lambda: self.metric("gpt2d_slots_busy") == 0, 2))
+        line = re.findall(r"POST /v1/completions 499 .*completion_tokens=(\d+)",
+                          self.log_text())[-1]
+        self.assertLess(int(line), BIG_N * 124, "the generation ran to its end")
+
+    def test_large_body_the_client_stops_reading_is_reset(self):
+        seen = self._stop_reading(stream=False, max_tokens=100)
+        # generating sent nothing for longer than the timeout: not a stall
+        self.assertGreater(seen.first_byte, STALL + 0.3,
+                           "the generation took %.2f s: too fast to outlast the "
+                           "timeout" % seen.first_byte)
+
+    def _read_slowly(self, stream):
+        """A client that takes at most 8 KB a second from a backed-up
+        response for 2.5 timeouts is not cut; then it reads the rest, whole."""
+        sock = small_buffer_request(self.server.port, big_request(stream, 4))
+        try:
+            # the scoring takes a moment; then the output backs up
+            self.assertTrue(wait_for(lambda: bytes_waiting(sock) >= SMALL_RCVBUF, 20),
+                            "nothing arrived")
+            got, waiting = b"", []
+            t0 = time.monotonic()
+            while time.monotonic() - t0 < 2.5 * STALL:
+                waiting.append(bytes_waiting(sock))
+                got += sock.recv(8192)
+                time.sleep(1.0)
+            self.assertEqual(tcp_state(sock), TCP_ESTABLISHED, "cut while reading")
+            # the reader was the bottleneck the whole time: every read found
+            # its receive buffer refilled by the server
+            self.assertGreaterEqual(min(waiting), SMALL_RCVBUF, waiting)
+            self.assertFalse(response_complete(got), "the response ended early")
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
+            sock.settimeout(60)
+            while not response_complete(got):
+                chunk = sock.recv(1 << 16)
+                self.assertTrue(chunk, "closed after %d bytes" % len(got))
+                got += chunk
+        finally:
+            sock.close()
+        status = int(got.split(b" ", 2)[1])
+        self.assertEqual(status, 200, got[:300])
+        self.assertGreater(len(got), 3 << 20)
+        if stream:
+            self.assertIn(b"data: [DONE]", got)
+        else:
+            body = got.partition(b"\r\n\r\n")[2]
+            self.assertEqual(len(json.loads(body)["choices"]), BIG_N)
+
+    def test_slow_stream_reader_is_not_cut(self):
+        self._read_slowly(stream=True)
+
+    def test_slow_body_reader_is_not_cut(self):
+        self._read_slowly(stream=False)
+
+    def test_stream_waiting_for_a_slot_longer_than_the_timeout_is_not_cut(self):
+        c = self.server.client(timeout=120)
+        blocker = {}
+
+        def block():
+            blocker["r"] = c.post("/v1/completions", {
+                "prompt": "Once upon a time", "max_tokens": 150, "n": BIG_N,
+                "seed": 1, "logit_bias": NO_EOT})
+        t = threading.Thread(target=block, daemon=True)
+        t.start()
+        try:
+            self.assertTrue(wait_for(lambda: self.metric("gpt2d_slots_busy") == BIG_N, 10))
+            t0 = time.monotonic()
+            es = c.open_stream("/v1/completions", {"prompt": "Hello", "max_tokens": 8,
+                                                   "stream": True})
+            first = None
+            try:
+                for _ in es:
+                    if first is None:
+                        first = time.monotonic() - t0
+            finally:
+                es.close()
+            self.assertTrue(es.done, "the stream ended without [DONE]")
+            self.assertGreater(first, STALL + 0.3,
+                               "the stream waited only %.2f s for a slot" % first)
+        finally:
+            t.join(120)
+        self.assertEqual(blocker["r"].status, 200, blocker["r"])
 
 
 class MaxN(LimitCase):
