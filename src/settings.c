@@ -96,7 +96,8 @@ static const option_spec options[] = {
     { "max-connections", 0, OPT_COUNT, FIELD(max_connections), "N", "256", NULL, 1, 65536,
       false, "Simultaneous HTTP connections." },
     { "timeout", 0, OPT_UINT, FIELD(connection_timeout), "SECONDS", "60", NULL, 0, 86400,
-      false, "Close a connection idle this long; 0 never does." },
+      false, "Close a connection idle this long, or whose client takes none of "
+      "its answer this long; 0 never does." },
     { "request-timeout", 0, OPT_UINT, FIELD(request_timeout), "SECONDS", "30", NULL, 0,
       86400, false,
       "Close a connection whose request (headers and body) is not all in this long "
