@@ -464,14 +464,16 @@ TCP_ESTABLISHED, TCP_CLOSE = 1, 7
 # server's kernel takes into a socket's send buffer (net.ipv4.tcp_wmem
 # allows 4 MB of buffer, some 2.8 MB of data), so the server itself is left
 # holding output.  The prompt is made of the vocabulary's longest tokens.
+# The nucleus filter sorts the vocabulary every step, so that generating
+# takes seconds even on a fast machine.
 LONG_TOKENS = [38093, 16529, 10097, 23193, 23926, 27193]
 BIG_N = 16
 
 
-def big_request(stream, max_tokens):
-    return {"prompt": [LONG_TOKENS[i % len(LONG_TOKENS)] for i in range(900)],
+def big_request(stream, n_prompt, max_tokens):
+    return {"prompt": [LONG_TOKENS[i % len(LONG_TOKENS)] for i in range(n_prompt)],
             "max_tokens": max_tokens, "n": BIG_N, "echo": True, "logprobs": 5,
-            "stream": stream, "seed": 1, "logit_bias": NO_EOT}
+            "top_p": 0.9, "stream": stream, "seed": 1, "logit_bias": NO_EOT}
 
 
 def tcp_state(sock):
@@ -573,14 +575,48 @@ class SlowReader(LimitCase):
             last = now
         return last
 
-    def _stop_reading(self, stream, max_tokens):
-        """Sends a big request on a connection that then reads nothing;
-        checks it is reset about STALL seconds after the server's last
-        progress and that its thread ends.  Returns the Unread record."""
-        before = self.metric("gpt2d_write_timeouts_total")
-        threads = self.settled_threads()
-        most = [threads]
-        sock = small_buffer_request(self.server.port, big_request(stream, max_tokens))
+    def hold_every_slot(self):
+        """Starts a stream that takes every KV slot for far longer than any
+        test, read as it comes; returns the function that lets go of it (a
+        client hang-up), so a test decides how long the server is busy."""
+        blocker = self.server.client(timeout=60).open_stream("/v1/completions", {
+            "prompt": "Once upon a time", "max_tokens": 1000, "n": BIG_N,
+            "stream": True, "seed": 1, "logit_bias": NO_EOT})
+        let_go = threading.Event()
+
+        def read():
+            for _ in blocker:
+                if let_go.is_set():
+                    return
+        reader = threading.Thread(target=read, daemon=True)
+        reader.start()
+
+        def release():
+            let_go.set()
+            reader.join(10)
+            blocker.close()
+        if not wait_for(lambda: self.metric("gpt2d_slots_busy") == BIG_N, 10):
+            release()
+            raise AssertionError("the blocker did not take every slot")
+        return release
+
+    def access_lines(self, status, req):
+        """Access-log lines of completions of `req`'s prompt with `status`."""
+        return re.findall(r"POST /v1/completions %d .*prompt_tokens=%d completion_tokens=(\d+)"
+                          % (status, len(req["prompt"])), self.log_text())
+
+    def _stop_reading(self, req, threads=None):
+        """Sends `req` on a connection that then reads nothing; checks that
+        it is reset about STALL seconds after the server's last progress,
+        that its thread ends (`threads`: the count to return to) and that it
+        is logged and counted.  Returns the Unread record."""
+        timeouts = self.metric("gpt2d_write_timeouts_total")
+        logged = len(self.access_lines(499, req))
+        cut_lines = self.log_text().count("took none of its response for %d s" % STALL)
+        if threads is None:
+            threads = self.settled_threads()
+        most = [0]
+        sock = small_buffer_request(self.server.port, req)
         try:
             seen = Unread(sock, 40, tick=lambda: most.append(self.threads()))
             self.assertIsNotNone(
@@ -604,36 +640,46 @@ class SlowReader(LimitCase):
                         "the connection's thread is still there: %d threads, "
                         "%d before" % (self.threads(), threads))
         self.assertTrue(wait_for(lambda: self.metric("gpt2d_write_timeouts_total")
-                                 == before + 1, 2))
-        self.assertTrue(wait_for(lambda: re.search(
-            r"POST /v1/completions 499 ", self.log_text()), 2), self.log_text())
-        self.assertIn("took none of its response for %d s" % STALL, self.log_text())
+                                 == timeouts + 1, 2))
+        self.assertTrue(wait_for(lambda: len(self.access_lines(499, req)) == logged + 1, 2),
+                        self.log_text()[-2000:])
+        self.assertEqual(self.log_text().count("took none of its response for %d s"
+                                               % STALL), cut_lines + 1)
         return seen
 
     def test_stream_the_client_stops_reading_is_reset_and_cancelled(self):
         cancelled = self.metric("gpt2d_requests_cancelled_total")
-        self._stop_reading(stream=True, max_tokens=124)
-        # the generation was still running (about 2000 tokens take seconds
-        # after the echo): it is cancelled, and its slots freed
+        # 16 x 324 tokens take many seconds after the echo: the generation
+        # still runs at the cut, so it is cancelled and its slots freed
+        req = big_request(True, 700, 324)
+        self._stop_reading(req)
         self.assertTrue(wait_for(lambda: self.metric("gpt2d_requests_cancelled_total")
                                  == cancelled + 1, 2),
                         "the generation was not cancelled: %s" % self.log_text()[-600:])
         self.assertTrue(wait_for(lambda: self.metric("gpt2d_slots_busy") == 0, 2))
-        line = re.findall(r"POST /v1/completions 499 .*completion_tokens=(\d+)",
-                          self.log_text())[-1]
-        self.assertLess(int(line), BIG_N * 124, "the generation ran to its end")
+        generated = int(self.access_lines(499, req)[-1])
+        self.assertLess(generated, BIG_N * 324, "the generation ran to its end")
 
     def test_large_body_the_client_stops_reading_is_reset(self):
-        seen = self._stop_reading(stream=False, max_tokens=100)
-        # generating sent nothing for longer than the timeout: not a stall
-        self.assertGreater(seen.first_byte, STALL + 0.3,
-                           "the generation took %.2f s: too fast to outlast the "
-                           "timeout" % seen.first_byte)
+        """The request first waits STALL + 1 s for a slot and then generates,
+        sending nothing all the while: the server being slow is no stall.
+        Then its 4.4 MB body backs up and is cut."""
+        threads = self.settled_threads()
+        release = self.hold_every_slot()
+        timer = threading.Timer(STALL + 1.0, release)
+        timer.start()
+        try:
+            seen = self._stop_reading(big_request(False, 900, 32), threads)
+        finally:
+            timer.cancel()
+            timer.join()
+            release()
+        self.assertGreater(seen.first_byte, STALL + 1.0)
 
     def _read_slowly(self, stream):
         """A client that takes at most 8 KB a second from a backed-up
         response for 2.5 timeouts is not cut; then it reads the rest, whole."""
-        sock = small_buffer_request(self.server.port, big_request(stream, 4))
+        sock = small_buffer_request(self.server.port, big_request(stream, 900, 4))
         try:
             # the scoring takes a moment; then the output backs up
             self.assertTrue(wait_for(lambda: bytes_waiting(sock) >= SMALL_RCVBUF, 20),
@@ -673,33 +719,28 @@ class SlowReader(LimitCase):
         self._read_slowly(stream=False)
 
     def test_stream_waiting_for_a_slot_longer_than_the_timeout_is_not_cut(self):
-        c = self.server.client(timeout=120)
-        blocker = {}
-
-        def block():
-            blocker["r"] = c.post("/v1/completions", {
-                "prompt": "Once upon a time", "max_tokens": 150, "n": BIG_N,
-                "seed": 1, "logit_bias": NO_EOT})
-        t = threading.Thread(target=block, daemon=True)
-        t.start()
+        """A stream queued behind every slot sends nothing for longer than
+        --timeout: that is the server being slow, not the client."""
+        c = self.server.client(timeout=60)
+        release = self.hold_every_slot()
         try:
-            self.assertTrue(wait_for(lambda: self.metric("gpt2d_slots_busy") == BIG_N, 10))
             t0 = time.monotonic()
             es = c.open_stream("/v1/completions", {"prompt": "Hello", "max_tokens": 8,
-                                                   "stream": True})
-            first = None
-            try:
-                for _ in es:
-                    if first is None:
-                        first = time.monotonic() - t0
-            finally:
-                es.close()
-            self.assertTrue(es.done, "the stream ended without [DONE]")
-            self.assertGreater(first, STALL + 0.3,
-                               "the stream waited only %.2f s for a slot" % first)
+                                                   "stream": True, "logit_bias": NO_EOT})
+            time.sleep(STALL + 1.0)
         finally:
-            t.join(120)
-        self.assertEqual(blocker["r"].status, 200, blocker["r"])
+            release()
+        tokens, first = 0, None
+        try:
+            for event in es:
+                if first is None:
+                    first = time.monotonic() - t0
+                tokens += len(event["choices"])
+        finally:
+            es.close()
+        self.assertTrue(es.done, "the waiting stream ended without [DONE]")
+        self.assertEqual(tokens, 9)             # 8 tokens and the final chunk
+        self.assertGreater(first, STALL + 1.0, "the stream did not wait")
 
 
 class MaxN(LimitCase):
