@@ -824,6 +824,19 @@ static void idle_wait(engine *e)
     pthread_cond_timedwait(&e->cond, &e->lock, &until);
 }
 
+/* With cfg.min_step_usec (tests only), sleeps out the rest of the step. */
+static void pad_step(const engine *e, double t_step)
+{
+    if (e->cfg.min_step_usec == 0)
+        return;
+    double left = t_step + e->cfg.min_step_usec * 1e-6 - now_seconds();
+    if (left <= 0.0)
+        return;
+    struct timespec ts = { (time_t)left,
+                           (long)((left - (double)(time_t)left) * 1e9) };
+    nanosleep(&ts, NULL);
+}
+
 static void *engine_main(void *arg)
 {
     engine *e = arg;
@@ -855,6 +868,7 @@ static void *engine_main(void *arg)
         pthread_mutex_unlock(&e->lock);
         watchdog_kick(e);
 
+        const double t_step = now_seconds();
         gpt2d_error err = { { 0 } };
         int rc = forward_step(e->fwd, e->m, e->pool, e->batch, n, e->logits,
                               &err);
@@ -863,6 +877,7 @@ static void *engine_main(void *arg)
             plan_jobs(e, n);
             threadpool_run(e->pool, e->n_jobs, run_job, e);
         }
+        pad_step(e, t_step);
 
         pthread_mutex_lock(&e->lock);
         now = now_seconds();

@@ -80,6 +80,19 @@ static int write_port_file(const char *path, unsigned port, gpt2d_error *err)
     return 0;
 }
 
+/* GPT2D_TEST_MIN_STEP_US: the test suites' floor on an engine step
+ * (microseconds, at most 1 s), so a long generation outlasts a deadline on
+ * any machine.  Not a setting: nothing but tests should want it. */
+static unsigned test_min_step_usec(void)
+{
+    const char *v = getenv("GPT2D_TEST_MIN_STEP_US");
+    if (v == NULL || *v == '\0' || strspn(v, "0123456789") != strlen(v)
+        || strlen(v) > 7)
+        return 0;
+    unsigned long us = strtoul(v, NULL, 10);
+    return us > 1000000 ? 1000000u : (unsigned)us;
+}
+
 static int start(daemon_state *d, gpt2d_error *err)
 {
     if (model_load(&d->mdl, d->cfg.model_dir, err) != 0)
@@ -92,6 +105,7 @@ static int start(daemon_state *d, gpt2d_error *err)
         .n_slots = d->cfg.slots,
         .max_queue = d->cfg.max_queue,
         .max_batch_rows = d->cfg.max_batch_rows,
+        .min_step_usec = test_min_step_usec(),
     };
     if (engine_create(&d->eng, &d->mdl, d->tok, &ec, err) != 0)
         return -1;

@@ -35,6 +35,9 @@ typedef struct engine_config {
     size_t n_slots;             /* KV slots, allocated at start */
     size_t max_queue;           /* waiting requests beyond which submit says full */
     size_t max_batch_rows;      /* rows per step; also the prefill chunk budget */
+    unsigned min_step_usec;     /* 0; tests: every step lasts at least this
+                                 * long, so that how long a generation runs
+                                 * does not depend on the machine's speed */
 } engine_config;
 
 typedef enum finish_reason {
