@@ -55,10 +55,15 @@ static void unload_fixtures(void)
     model_free(&g_model);
 }
 
+/* Every step lasts at least 1 ms (engine_config.min_step_usec): a
+ * start_long() generation then runs for 60 ms or more, however fast the
+ * machine, so the tests that cancel, queue behind or shut down on it
+ * never find it already finished. */
 static engine *open_engine(size_t slots, size_t max_rows, size_t max_queue)
 {
     engine_config cfg = { .n_threads = 2, .n_slots = slots,
-                          .max_queue = max_queue, .max_batch_rows = max_rows };
+                          .max_queue = max_queue, .max_batch_rows = max_rows,
+                          .min_step_usec = 1000 };
     engine *e = NULL;
     gpt2d_error err = { { 0 } };
     ck_assert_msg(engine_create(&e, &g_model, g_tok, &cfg, &err) == 0, "%s",
@@ -1027,6 +1032,35 @@ START_TEST(test_engine_shutdown_cancels_running_and_refuses_new)
 }
 END_TEST
 
+/* The test floor on a step (min_step_usec) really holds a generation
+ * back: 20 tokens at >= 30 ms a step take >= 600 ms (unpaced, a few ms). */
+START_TEST(test_engine_min_step_floor_paces_generation)
+{
+    engine_config cfg = { .n_threads = 2, .n_slots = 1, .max_queue = 1,
+                          .max_batch_rows = 16, .min_step_usec = 30000 };
+    engine *e = NULL;
+    gpt2d_error err = { { 0 } };
+    ck_assert_msg(engine_create(&e, &g_model, g_tok, &cfg, &err) == 0, "%s",
+                  err.message);
+    int32_t *prompt = prompt_of(4);
+    static logit_bias_entry no_eot = { TOKENIZER_EOT, -100.0f };
+    gen_params p = greedy_params(prompt, 4, 20);
+    p.sampling.logit_bias = &no_eot;
+    p.sampling.n_logit_bias = 1;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    outcome o;
+    run(e, &p, &o);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double took = (double)(t1.tv_sec - t0.tv_sec)
+                  + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+    ck_assert_uint_eq(o.seq[0].n_tokens, 20);
+    ck_assert_msg(took >= 0.600, "20 steps took %.3f s", took);
+    engine_destroy(e);
+    free(prompt);
+}
+END_TEST
+
 START_TEST(test_engine_shutdown_drains_short_requests)
 {
     engine *e = open_engine(2, 16, 4);
@@ -1286,6 +1320,7 @@ static Suite *engine_suite(void)
     tcase_add_test(flow, test_engine_release_without_cancel_drops_the_request);
     tcase_add_test(flow, test_engine_shutdown_cancels_running_and_refuses_new);
     tcase_add_test(flow, test_engine_shutdown_drains_short_requests);
+    tcase_add_test(flow, test_engine_min_step_floor_paces_generation);
     tcase_add_test(flow, test_engine_create_rejects_bad_config);
     tcase_add_test(flow, test_engine_submit_rejects_what_can_never_run);
     suite_add_tcase(s, flow);
