@@ -68,7 +68,10 @@ cleanup() {
 trap cleanup EXIT
 
 key="pg-test-$RANDOM$RANDOM"
-GPT2D_API_KEY=$key "$gpt2d" --model "$model" --host 127.0.0.1 --port 0 \
+# Steps of at least 2 ms (test instrumentation): the Stop test's long
+# generation outlasts the click on a machine of any speed.
+GPT2D_API_KEY=$key GPT2D_TEST_MIN_STEP_US=2000 \
+    "$gpt2d" --model "$model" --host 127.0.0.1 --port 0 \
     --port-file "$work/port" --web-root "$srcdir/web" --slots 2 --threads 2 \
     >"$out/gpt2d.log" 2>&1 &
 server_pid=$!
