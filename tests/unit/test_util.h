@@ -1,11 +1,25 @@
-/* test_util.h — where the Check suites find their fixtures.
+/* test_util.h — where the Check suites find their fixtures, and how they
+ * adapt to running under valgrind.
  * `make check` exports GPT2D_TEST_DATA (build tree's tests/data) and
- * GPT2D_SRCDIR; running a suite by hand falls back to the current directory. */
+ * GPT2D_SRCDIR; running a suite by hand falls back to the current directory.
+ *
+ * `make check-valgrind` (tests/valgrind.sh) also sets two knobs; a plain
+ * `make check` sets neither, so its figures are the full ones:
+ *   GPT2D_TEST_QUICK=1     memcheck needs every code path once, not the
+ *                          thousands of draws a frequency test needs: sample
+ *                          counts and repetitions shrink to the test's quick
+ *                          figure (test_count).
+ *   GPT2D_TEST_SLOWDOWN=N  the code runs about N times slower than natively;
+ *                          deadlines that exist only to turn a hang into a
+ *                          failure, and bounds on running time, stretch by N
+ *                          (test_deadline). */
 #ifndef GPT2D_TEST_UTIL_H
 #define GPT2D_TEST_UTIL_H
 
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 static inline const char *test_env_or(const char *name, const char *fallback)
 {
@@ -28,6 +42,41 @@ static inline const char *test_src_path(char *buf, size_t size,
 {
     snprintf(buf, size, "%s/%s", test_env_or("GPT2D_SRCDIR", "."), rel);
     return buf;
+}
+
+/* True when GPT2D_TEST_QUICK is set to anything but "0". */
+static inline bool test_quick(void)
+{
+    const char *v = test_env_or("GPT2D_TEST_QUICK", "0");
+    return strcmp(v, "0") != 0;
+}
+
+/* A sample count or repetition: `full` normally, `quick` under
+ * GPT2D_TEST_QUICK.  Each call site says why its quick figure still makes
+ * the assertions that follow hold. */
+static inline size_t test_count(size_t full, size_t quick)
+{
+    return test_quick() ? quick : full;
+}
+
+/* The GPT2D_TEST_SLOWDOWN factor, 1 to 1000: 1 when unset or malformed, so a
+ * bad value keeps the native deadlines instead of stretching them by
+ * accident; capped so that a deadline in int milliseconds cannot overflow. */
+static inline unsigned test_slowdown(void)
+{
+    const char *v = test_env_or("GPT2D_TEST_SLOWDOWN", "1");
+    char *end;
+    unsigned long n = strtoul(v, &end, 10);
+    if (*end != '\0' || n < 1 || n > 1000)
+        return 1;
+    return (unsigned)n;
+}
+
+/* A deadline or time bound of `native` (any unit), stretched by the
+ * slowdown factor. */
+static inline double test_deadline(double native)
+{
+    return native * (double)test_slowdown();
 }
 
 #endif
