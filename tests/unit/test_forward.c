@@ -58,9 +58,14 @@ static const char *fx_model_name(size_t idx)
     return json_string_value(json_object_get(fx_model_json(idx), "name"));
 }
 
+/* The sequences the per-sequence loops check: all, or under GPT2D_TEST_QUICK
+ * the first ("prompt") alone; "greedy" and "context" still run in the tests
+ * that name them. */
 static size_t fx_n_seqs(size_t idx)
 {
-    return json_array_size(json_object_get(fx_model_json(idx), "sequences"));
+    size_t n =
+        json_array_size(json_object_get(fx_model_json(idx), "sequences"));
+    return test_count(n, n > 0 ? 1 : 0);
 }
 
 static void fx_seq_load(size_t model_idx, size_t seq_idx, size_t vocab,
@@ -637,6 +642,19 @@ END_TEST
 
 /* ---- the schedule must not change the numbers ---- */
 
+/* Each of these runs one model three ways and compares: on every model, or
+ * under GPT2D_TEST_QUICK on tiny alone (every model still runs every test
+ * above, with its own widths, heads and weight formats). */
+static int det_n_models(void)
+{
+    return test_quick() ? 1 : (int)g_n_models;
+}
+
+static size_t det_model(int i)
+{
+    return test_quick() ? g_tiny : (size_t)i;
+}
+
 /* Runs a fixed two-step schedule (an echo prefill of "prompt" batched with a
  * prefill of "greedy", then a decode of each) and returns the packed logits
  * (s.n + 1 + 2 rows). */
@@ -674,7 +692,7 @@ static float *run_schedule(size_t mi, size_t threads, const fx_seq *p,
 START_TEST(test_thread_pools_of_1_and_2_give_same_logits)
 {
     fx_seq p, g;
-    size_t mi = (size_t)_i;
+    size_t mi = det_model(_i);
     size_t vocab = (size_t)json_integer_value(
         json_object_get(fx_model_json(mi), "vocab_size"));
     fx_seq_load(mi, fx_seq_find(mi, "prompt"), vocab, &p);
@@ -708,7 +726,7 @@ START_TEST(test_sequence_alone_or_in_batch_gives_same_logits)
     harness h;
     fx_seq p, g;
     kv_slot a, b, c;
-    size_t mi = (size_t)_i;
+    size_t mi = det_model(_i);
     harness_open(&h, mi, 2, MAX_ROWS);
     fx_seq_load(mi, fx_seq_find(mi, "prompt"), h.vocab, &p);
     fx_seq_load(mi, fx_seq_find(mi, "greedy"), h.vocab, &g);
@@ -783,7 +801,7 @@ END_TEST
 START_TEST(test_logits_independent_of_prompt_chunking)
 {
     static const size_t uneven[] = {5, 3, 11, 1, 7, 2, 13};
-    const size_t mi = (size_t)_i;
+    const size_t mi = det_model(_i);
     harness h;
     fx_seq s, g, tmp;
     harness_open(&h, mi, 2, MAX_ROWS);
@@ -922,12 +940,13 @@ static Suite *forward_suite(void)
     suite_add_tcase(s, lim);
 
     TCase *det = tcase_create("determinism");
+    int nd = det_n_models();
     tcase_add_loop_test(det, test_thread_pools_of_1_and_2_give_same_logits, 0,
-                        nm);
+                        nd);
     tcase_add_loop_test(det, test_sequence_alone_or_in_batch_gives_same_logits,
-                        0, nm);
+                        0, nd);
     tcase_add_loop_test(det, test_logits_independent_of_prompt_chunking, 0,
-                        nm);
+                        nd);
     suite_add_tcase(s, det);
     return s;
 }
