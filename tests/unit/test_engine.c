@@ -26,7 +26,8 @@
 #include "test_util.h"
 
 #define MAX_GEN 64
-#define WAIT_MS 20000           /* per request; a hang fails, not blocks */
+/* per request; a hang fails, not blocks (stretched under valgrind) */
+#define WAIT_MS ((int)test_deadline(20000))
 #define LOGPROB_TOL 1e-4
 
 static model g_model;
@@ -990,7 +991,7 @@ START_TEST(test_engine_release_without_cancel_drops_the_request)
     gen_request_release(r);        /* the client is gone: engine frees it */
     /* the slot comes back and the drop is counted as a cancellation */
     engine_stats st;
-    for (int i = 0; i < 2000; i++) {
+    for (int i = 0; i < (int)test_deadline(2000); i++) {
         st = engine_get_stats(e);
         if (st.slots_busy == 0)
             break;
@@ -1070,7 +1071,8 @@ START_TEST(test_engine_shutdown_drains_short_requests)
     p.sampling.n_logit_bias = 1;
     gen_request *r = NULL;
     ck_assert_int_eq(submit(e, &p, &r), ENGINE_OK);
-    engine_shutdown(e, 10000);     /* returns as soon as the work is done */
+    /* returns as soon as the work is done */
+    engine_shutdown(e, (int)test_deadline(10000));
     gen_request_lock(r);
     ck_assert(gen_request_finished(r));
     ck_assert_int_eq(gen_request_output(r, 0)->finish, FINISH_LENGTH);
