@@ -12,8 +12,9 @@
 /* `endpoint`: completions, models, health, metrics, tokenize, detokenize or
  * sessions, or a route path whose first segment (after an optional "/v1/")
  * is one of them ("/v1/sessions/{id}"); anything else counts as "other".
- * Status codes outside 200,400,401,404,405,408,409,413,429,500,503 count as
- * code="other".  Both label sets are closed, so clients can't add series. */
+ * Status codes outside 200,400,401,404,405,408,409,413,429,499,500,503
+ * count as code="other" (499: the client hung up or stopped reading).  Both
+ * label sets are closed, so clients can't add series. */
 void metrics_request_done(const char *endpoint, int http_status);
 void metrics_add_prompt_tokens(size_t n);
 void metrics_add_generated_tokens(size_t n);
