@@ -708,13 +708,19 @@ static void apply_sample(engine *e, gen_request *r, size_t i,
     }
 }
 
-static void apply_jobs(engine *e, double now)
+/* Applies the step's prompt scores (`scores`) or its samples.  The engine
+ * applies the scores, publishes finished prefills, then the samples: a
+ * first token may end a request (max_tokens 1, EOT, a stop string), and a
+ * reader woken by that must find the prompt's scores already there. */
+static void apply_jobs(engine *e, bool scores, double now)
 {
     for (size_t k = 0; k < e->n_jobs; k++) {
         const sample_job *j = &e->jobs[k];
         gen_request *r = j->r;
+        if ((j->seq == SIZE_MAX) != scores)
+            continue;
         pthread_mutex_lock(&r->lock);
-        if (j->seq == SIZE_MAX)
+        if (scores)
             apply_score(r, j);
         else
             apply_sample(e, r, j->seq, &j->result, now);
@@ -722,8 +728,9 @@ static void apply_jobs(engine *e, double now)
     }
 }
 
-/* After the samples: a prompt whose last chunk ran is fully scored, and
- * one that generates nothing (max_tokens 0: scoring only) is done. */
+/* After the scores, before the samples: a prompt whose last chunk ran is
+ * fully scored, and one that generates nothing (max_tokens 0: scoring
+ * only) is done. */
 static void prefill_done(engine *e, size_t n_entries)
 {
     for (size_t b = 0; b < n_entries; b++) {
@@ -884,8 +891,9 @@ static void *engine_main(void *arg)
         if (rc != 0)
             fail_batch(e, n, &err);
         else {
-            apply_jobs(e, now);
+            apply_jobs(e, true, now);
             prefill_done(e, n);
+            apply_jobs(e, false, now);
         }
         retire_finished(e, now);
     }

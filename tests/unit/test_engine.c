@@ -679,6 +679,33 @@ START_TEST(test_engine_score_prompt_never_reuses_cache)
 }
 END_TEST
 
+/* A request whose first token ends it finishes in the step that ran its
+ * last prompt chunk: a reader woken by that finish must already see the
+ * prompt's scores (the soak test caught echo answers without them). */
+START_TEST(test_engine_score_prompt_is_published_before_a_first_token_finish)
+{
+    engine *e = open_engine(1, 32, 4);
+    int32_t *prompt = prompt_of(3);
+    for (int round = 0; round < 40; round++) {
+        gen_params p = greedy_params(prompt, 1 + (size_t)round % 3, 1);
+        p.score_prompt = true;
+        p.logprobs = true;
+        gen_request *r = NULL;
+        ck_assert_int_eq(submit(e, &p, &r), ENGINE_OK);
+        wait_finished(r);
+        gen_request_lock(r);
+        const gen_output *out = gen_request_output(r, 0);
+        ck_assert_msg(out->prompt_scores != NULL && out->n_prompt_scored == p.n_prompt,
+                      "round %d: finished with %zu of %zu prompt tokens scored",
+                      round, out->n_prompt_scored, p.n_prompt);
+        gen_request_unlock(r);
+        gen_request_release(r);
+    }
+    engine_destroy(e);
+    free(prompt);
+}
+END_TEST
+
 /* ---- the KV pool through the engine ---- */
 
 START_TEST(test_engine_session_reuse_reports_cached_and_matches_cold)
@@ -1303,6 +1330,7 @@ static Suite *engine_suite(void)
     tcase_add_test(score, test_engine_score_prompt_across_chunks);
     tcase_add_test(score, test_engine_score_prompt_then_generate);
     tcase_add_test(score, test_engine_score_prompt_never_reuses_cache);
+    tcase_add_test(score, test_engine_score_prompt_is_published_before_a_first_token_finish);
     suite_add_tcase(s, score);
 
     TCase *cache = tcase_create("cache");
