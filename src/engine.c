@@ -1060,8 +1060,10 @@ engine_status engine_submit(engine *e, const gen_params *p, gen_request **out)
 size_t engine_sessions(engine *e, engine_session_info *out, size_t cap)
 {
     size_t n = 0;
-    double now = now_seconds();
     pthread_mutex_lock(&e->lock);
+    /* Read under the lock: a slot released while we waited for it carries
+     * a later time than one read before (idle_seconds would be negative). */
+    double now = now_seconds();
     for (size_t i = 0; i < e->kv.n_slots; i++) {
         const kv_pool_slot *s = &e->kv.slots[i];
         if (!s->pinned)

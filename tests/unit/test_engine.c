@@ -9,6 +9,8 @@
  * a millisecond, so the remaining ~50 steps leave ample margin. */
 #include <check.h>
 #include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -922,6 +924,51 @@ START_TEST(test_engine_delete_session_forgets_its_cache)
 }
 END_TEST
 
+/* A session released while engine_sessions waits for the engine lock must
+ * not show a negative idle time (the soak test saw -2e-05 s). */
+typedef struct session_churn {
+    engine *e;
+    const int32_t *prompt;
+    atomic_bool stop;
+} session_churn;
+
+static void *churn_sessions(void *arg)
+{
+    session_churn *c = arg;
+    gen_params p = greedy_params(c->prompt, 4, 1);
+    p.session_id = "churn";
+    while (!atomic_load(&c->stop)) {
+        outcome o;
+        run(c->e, &p, &o);
+    }
+    return NULL;
+}
+
+START_TEST(test_engine_session_idle_time_is_never_negative)
+{
+    engine *e = open_engine(1, 16, 4);
+    int32_t *prompt = prompt_of(4);
+    session_churn c = { .e = e, .prompt = prompt };
+    atomic_init(&c.stop, false);
+    pthread_t t;
+    ck_assert_int_eq(pthread_create(&t, NULL, churn_sessions, &c), 0);
+    double worst = 0;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    do {
+        engine_session_info info[1];
+        if (engine_sessions(e, info, 1) == 1 && info[0].idle_seconds < worst)
+            worst = info[0].idle_seconds;
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+    } while (t1.tv_sec - t0.tv_sec < 2 && worst >= 0);
+    atomic_store(&c.stop, true);
+    pthread_join(t, NULL);
+    ck_assert_msg(worst >= 0, "idle_seconds %g", worst);
+    engine_destroy(e);
+    free(prompt);
+}
+END_TEST
+
 /* ---- backpressure, cancellation, shutdown ---- */
 
 /* gpt2d_requests_cancelled_total from the metrics registry. */
@@ -1340,6 +1387,7 @@ static Suite *engine_suite(void)
     tcase_add_test(cache, test_engine_evicts_lru_idle_slot_never_busy);
     tcase_add_test(cache, test_engine_busy_session_is_refused);
     tcase_add_test(cache, test_engine_delete_session_forgets_its_cache);
+    tcase_add_test(cache, test_engine_session_idle_time_is_never_negative);
     suite_add_tcase(s, cache);
 
     TCase *flow = tcase_create("flow");
