@@ -811,11 +811,12 @@ class ClientThread:
             _, _, tokens, usage = self.run_complete(spec)
             tokens = tokens[0]
         self.tally.session_turns += 1
-        if usage is not None:
-            cached = usage["prompt_tokens_details"]["cached_tokens"]
-            need(cached <= len(history), "cached_tokens %d, but the session held %d",
-                 cached, len(history))
-            if cached > 0:
+        # cached_tokens is already checked against the prompt; whether the
+        # session kept its slot or lost it to the LRU (then a new slot may
+        # reuse some other prefix) is the server's business, so only count
+        # the turns that resumed the conversation from its cache
+        if usage is not None and history:
+            if usage["prompt_tokens_details"]["cached_tokens"] >= len(history) - 1:
                 self.tally.session_hits += 1
         self.session[1] = spec.prompts[0] + [WORDS.id_of_token(t) for t in tokens]
 
@@ -1035,6 +1036,7 @@ class Monitor:
         self.pid = pid
         self.scrapes = 0
         self.rss_max = 0
+        self.rss_samples = []       # (seconds since sampling began, KiB)
         self._stop = threading.Event()
         self._thread = None
 
@@ -1049,6 +1051,19 @@ class Monitor:
         if kib:
             self.rss_max = max(self.rss_max, kib)
         return kib
+
+    def rss_anon(self):
+        """RssAnon: the heap and stacks, without the mapped weights (whose
+        pages count once touched, e.g. a position embedding row first used
+        late in the run)."""
+        try:
+            with open("/proc/%d/status" % self.pid, encoding="ascii") as f:
+                for line in f:
+                    if line.startswith("RssAnon:"):
+                        return int(line.split()[1])
+        except (OSError, TypeError):
+            return None
+        return None
 
     def wait_quiet(self, timeout):
         """Scrapes until no slot is busy, nothing queues or runs and the
@@ -1070,9 +1085,13 @@ class Monitor:
             time.sleep(0.1)
 
     def start_sampling(self):
+        t0 = time.monotonic()
+
         def loop():
             while not self._stop.wait(0.5):
-                self.rss()
+                kib = self.rss()
+                if kib:
+                    self.rss_samples.append((round(time.monotonic() - t0, 1), kib))
         self._thread = threading.Thread(target=loop, daemon=True)
         self._thread.start()
 
@@ -1207,7 +1226,7 @@ def summarize(cfg, total, wall, generated, cancelled, rss, failures, problems):
         "http_requests_sent": sum(total.sent.values()),
         "answers_by_status": {"%s %d" % k: v for k, v in sorted(total.seen.items())},
         "twins_compared": total.twins, "session_turns": total.session_turns,
-        "session_cache_hits": total.session_hits,
+        "session_resumed_from_cache": total.session_hits,
         "session_deletes": dict(total.session_deletes),
         "wall_seconds": round(wall, 2),
         "requests_per_second": round(sum(total.kinds.values()) / wall, 1),
@@ -1232,8 +1251,8 @@ def print_figures(fig):
           + ", ".join("%s %d" % kv for kv in fig["drop_modes"].items()))
     print("  answers by status: " + ", ".join("%s: %d" % kv
                                               for kv in fig["answers_by_status"].items()))
-    print("  twins compared %d, session turns %d (%d with cached tokens), deletes %r"
-          % (fig["twins_compared"], fig["session_turns"], fig["session_cache_hits"],
+    print("  twins compared %d, session turns %d (%d resumed from the cache), deletes %r"
+          % (fig["twins_compared"], fig["session_turns"], fig["session_resumed_from_cache"],
              fig["session_deletes"]))
     print("  generated tokens %d (%.1f tok/s); received in full answers %d; "
           "cancelled by the server %d"
@@ -1244,6 +1263,11 @@ def print_figures(fig):
         print("  RSS start %.1f MB, after warm-up %.1f MB, end %.1f MB (growth %+.2f MB), "
               "max %.1f MB" % (r["start"] / 1024, r["warmup"] / 1024, r["end"] / 1024,
                                (r["end"] - r["warmup"]) / 1024, r["max"] / 1024))
+    if r.get("anon_start"):
+        print("  of which anonymous: start %.1f MB, after warm-up %.1f MB, end %.1f MB "
+              "(growth %+.2f MB)" % (r["anon_start"] / 1024, r["anon_warmup"] / 1024,
+                                     r["anon_end"] / 1024,
+                                     (r["anon_end"] - r["anon_warmup"]) / 1024))
     print("  latency p50/p99 ms: " + ", ".join(
         "%s %.0f/%.0f" % (k, v["p50_ms"], v["p99_ms"]) for k, v in fig["latency"].items()))
 
@@ -1320,7 +1344,7 @@ def soak(args, pid, problems):
     # daemon's per-connection threads reach their working size first
     warm = min(max(10, int(round(max(per_client) * args.warmup))), max(per_client) // 2)
 
-    rss = {"start": monitor.rss()}
+    rss = {"start": monitor.rss(), "anon_start": monitor.rss_anon()}
     time.sleep(0.2)     # server_info's own requests are counted before this
     before = monitor.scrape()
     scrapes_at_before = monitor.scrapes
@@ -1329,6 +1353,7 @@ def soak(args, pid, problems):
     run_phase(threads, 0, warm)
     monitor.wait_quiet(args.quiet_timeout)
     rss["warmup"] = monitor.rss()
+    rss["anon_warmup"] = monitor.rss_anon()
     print("soak: warm-up of %d requests done in %.1f s"
           % (sum(min(warm, len(t.plan)) for t in threads), time.monotonic() - t0), flush=True)
     run_phase(threads, warm, max(per_client))
@@ -1339,7 +1364,9 @@ def soak(args, pid, problems):
     cleanup = clean_up_sessions(cfg, threads, problems)
     after = monitor.wait_quiet(args.quiet_timeout)
     rss["end"] = monitor.rss()
+    rss["anon_end"] = monitor.rss_anon()
     rss["max"] = monitor.rss_max
+    rss["samples"] = monitor.rss_samples
     total = Tally()
     for t in threads + [cleanup]:
         total.merge(t.tally)
