@@ -36,7 +36,8 @@ the end must differ by less than --rss-limit-mb (0 skips it: sanitizers).
 The model directory gives the vocabulary (prompts are drawn from it, and
 logprobs tokens are mapped back to ids for multi-turn sessions).  An
 attached server must be otherwise idle and started with a --max-queue large
-enough for the clients (a 429 counts as a failure).  Prints the figures;
+enough for the clients (a 429 counts as a failure) and --max-n equal to its
+--slots.  Prints the figures;
 --json FILE writes them too.  Exit 0 when every check passed, 1 otherwise.
 Only ever point it at 127.0.0.1.
 """
@@ -532,7 +533,7 @@ def bad_cases(cfg):
                      % (n_ctx, n_ctx + 1, n_ctx)}),
         (c, "POST", "/v1/completions", {"prompt": "Hi", "logit_bias": {"abc": 1}},
          {"status": 400, "param": "logit_bias",
-          "message": r"logit_bias key 'abc' is not a token id"}),
+          "message": r"logit_bias keys must be token ids in decimal.*'abc' is not"}),
         (c, "POST", "/v1/completions", {"prompt": "Hi", "n": slots + 1},
          {"status": 400, "param": "n",
           "message": r"this request needs %d sequences .*" % (slots + 1)}),
@@ -1206,7 +1207,8 @@ def start_server(args):
     workdir = args.workdir or os.environ.get("TMPDIR", "/tmp")
     srv = Server(args.gpt2d, args.model, workdir,
                  ["--slots", str(args.slots), "--threads", str(args.threads),
-                  "--max-body", str(args.max_body), "--max-queue", "256"],
+                  "--max-body", str(args.max_body), "--max-queue", "256",
+                  "--max-n", str(args.slots)],
                  name="soak-%d" % os.getpid())
     srv.start(timeout=60)
     return srv
