@@ -226,11 +226,17 @@ def finish_case(checks, srv, name, drain_s, elapsed):
     checks.check(report is None, "%s: no sanitizer report" % name, report or "")
 
 
+# Every engine step lasts at least 3 ms (test instrumentation): a 1000-token
+# stream runs for 3 s or more, past the 1 s drain deadline, and a 100-token
+# one is still running while the probes run, on a machine of any speed.
+PACED = {"GPT2D_TEST_MIN_STEP_US": "3000"}
+
+
 def case_deadline_cuts_streams(checks, gpt2d, model, workdir):
     drain_ms = 1000
     srv = Server(gpt2d, model, workdir, ["--slots", str(N_STREAMS), "--threads", "2",
                                          "--drain-timeout", str(drain_ms)],
-                 name="shutdown-cut").start(timeout=60)
+                 env=PACED, name="shutdown-cut").start(timeout=60)
     try:
         runs = start_streams(checks, srv, 1000)
         keepalive = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=10)
@@ -290,7 +296,7 @@ def case_deadline_lets_finish(checks, gpt2d, model, workdir):
     max_tokens = 100
     srv = Server(gpt2d, model, workdir, ["--slots", str(N_STREAMS), "--threads", "2",
                                          "--drain-timeout", str(drain_ms)],
-                 name="shutdown-finish").start(timeout=60)
+                 env=PACED, name="shutdown-finish").start(timeout=60)
     try:
         runs = start_streams(checks, srv, max_tokens)
         keepalive = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=10)
@@ -370,7 +376,7 @@ def case_stalled_client(checks, gpt2d, model, workdir):
     drain_ms = 1000
     srv = Server(gpt2d, model, workdir, ["--slots", "4", "--threads", "2",
                                          "--drain-timeout", str(drain_ms)],
-                 name="shutdown-stalled").start(timeout=60)
+                 env=PACED, name="shutdown-stalled").start(timeout=60)
     stalled = None
     try:
         stalled, head = open_stalled_stream(srv.port, stream_body(0, 1000))
