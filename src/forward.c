@@ -37,14 +37,20 @@
  *   slower, so OpenBLAS is set to one thread (process-wide) and the pool
  *   splits.  With OpenBLAS for the weight products decode was slower and NOT
  *   batch invariant (below).
- *   Panel kernels only (before matmul_small_avx2): prefill 830 tok/s, decode
- *   batch 1 20.9 ms/step, batch 16 69 ms/step (232 tok/s).
- *   Now: prefill unchanged (M > SMALL_M takes the same path), decode batch 1
- *   16.5-17.4 ms/step (~100% of bench_forward's bandwidth bound: weights
- *   495 MB/step at 28 GB/s is 17.7 ms; the L3 keeps a few % of them),
- *   batch 16 50-52 ms/step (307-318 tok/s).  At batch 16 a step is ~50%
- *   x·W at ~62 GFLOP/s per core, ~20% unembedding, ~17% attention (bound by
- *   reading the 16 KV caches, ~170 MB/step at position 150).
+ *   Weights in panels (panels.h, packed at load), one panel kernel for all
+ *   M; old = session 1's runtime-packed prefill panels and k-blocked decode
+ *   streaming, the same quiet window, bench_forward back to back:
+ *     prefill 512          782 -> 856-890 tok/s
+ *     decode batch 1       18.2 -> 15.7-18.5 ms/step (80-100% of the
+ *                          bandwidth bound, 495 MB/step at 31-33 GB/s)
+ *     decode batch 16      47.0 -> 41.4-42.9 ms/step (341 -> 373-386 tok/s)
+ *   Profile of a batch-16 step (perf, 2 threads): panel products 56%
+ *   (~56 GFLOP/s per core while streaming W), unembedding 17% (~83 GFLOP/s
+ *   per core: its 3 x 4 dot tiles use each 12 KB group of vocabulary rows
+ *   six times straight from L1, which keeps DRAM streaming evenly), attention
+ *   15% (bound by reading the 16 KV caches).  The panel kernel reaches 101
+ *   GFLOP/s when W is in cache: the gap is DRAM arriving in bursts, the
+ *   next lever for batch-16 decode.
  *   GELU via libm tanhf would add ~15% to prefill; the vector form below
  *   removes it.
  *
