@@ -27,11 +27,9 @@ import os
 import re
 import signal
 import socket
-import subprocess
 import sys
 import threading
 import time
-import traceback
 import unittest
 
 import numpy as np
@@ -41,6 +39,7 @@ sys.path.insert(0, HERE)
 
 from gpt2d_client import (Client, Server, StreamError, Vocab,  # noqa: E402
                           metric_sum)
+from testlib import long_context_model, run_module, wait_for  # noqa: E402
 
 SRCDIR = os.environ.get("GPT2D_SRCDIR", os.path.join(HERE, "..", ".."))
 sys.path.insert(0, os.path.join(SRCDIR, "tests", "reference"))
@@ -175,15 +174,6 @@ def hash_seed(key):
 
 def main_client(**kw):
     return Client("127.0.0.1", MAIN_PORT, **kw)
-
-
-def wait_for(predicate, timeout, interval=0.02):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value or time.monotonic() >= deadline:
-            return value
-        time.sleep(interval)
 
 
 class ApiCase(unittest.TestCase):
@@ -1089,25 +1079,10 @@ class T6Errors(ApiCase):
 
 # ================================================================ own servers
 
-_long_model = None
-
-
 def long_model():
     """tiny's shape with a 1024-token context: a request can run long
     enough to be cancelled, queued behind or drained."""
-    global _long_model
-    if _long_model is None:
-        out = os.path.join(WORKDIR, "long-model")
-        if not os.path.exists(os.path.join(out, "model.safetensors")):
-            subprocess.run(
-                [sys.executable, os.path.join(SRCDIR, "tests", "reference",
-                                              "make_model.py"),
-                 out, "--vocab-dir", TINY, "--n-layer", "2", "--n-head", "4",
-                 "--n-embd", "64", "--n-ctx", "1024", "--seed", "5"],
-                check=True, stdout=subprocess.DEVNULL,
-                env=dict(os.environ, PYTHONDONTWRITEBYTECODE="1"))
-        _long_model = out
-    return _long_model
+    return long_context_model(os.path.join(WORKDIR, "long-model"), TINY, 5)
 
 
 LONG_REQ = {"prompt": "Once upon a time", "max_tokens": 1000,
@@ -1433,83 +1408,12 @@ class T9Shutdown(ServerCase):
 
 # ================================================================ runner
 
-class Result(unittest.TestResult):
-    """Prints one line per test as it finishes."""
-
-    def __init__(self):
-        unittest.TestResult.__init__(self)
-        self.passed = 0
-        self.failed_names = []
-        self._t0 = 0.0
-
-    def startTest(self, test):
-        unittest.TestResult.startTest(self, test)
-        self._t0 = time.monotonic()
-
-    def _line(self, status, test):
-        name = test.id().replace(__name__ + ".", "")
-        print("%s: %s (%.2fs)" % (status, name, time.monotonic() - self._t0),
-              flush=True)
-
-    def addSuccess(self, test):
-        self.passed += 1
-        self._line("ok", test)
-
-    def _fail(self, test, err):
-        # a failing subtest fails its test once; a failing setUpClass
-        # counts as one failure of its class
-        owner = getattr(test, "test_case", test)
-        if owner.id() not in self.failed_names:
-            self.failed_names.append(owner.id())
-        self._line("FAIL", test)
-        # the test's own frames and the whole message (it may carry a
-        # server log excerpt); unittest's frames say nothing
-        etype, value, tb = err
-        frames = [f for f in traceback.extract_tb(tb)
-                  if "unittest" not in f.filename]
-        text = "".join(traceback.format_list(frames[-3:])
-                       + traceback.format_exception_only(etype, value))
-        print("\n".join("    " + ln for ln in text.splitlines()[:80]),
-              flush=True)
-
-    def addFailure(self, test, err):
-        self._fail(test, err)
-
-    def addError(self, test, err):
-        self._fail(test, err)
-
-    def addSubTest(self, test, subtest, err):
-        if err is not None:
-            self._fail(subtest, err)
-
-
 def main(argv):
     if not MAIN_PORT:
         print("api_tests.py: GPT2D_API_PORT is not set", file=sys.stderr)
         return 2
-    suite = unittest.TestLoader().loadTestsFromModule(sys.modules[__name__])
-    if argv:
-        def keep(s):
-            out = unittest.TestSuite()
-            for t in s:
-                if isinstance(t, unittest.TestSuite):
-                    sub = keep(t)
-                    if sub.countTestCases():
-                        out.addTest(sub)
-                elif any(a in t.id() for a in argv):
-                    out.addTest(t)
-            return out
-        suite = keep(suite)
-    result = Result()
-    suite.run(result)
-    passed = result.passed
-    failed = len(result.failed_names)
-    print("api_tests: %d passed, %d failed" % (passed, failed), flush=True)
-    summary = os.environ.get("GPT2D_API_SUMMARY")
-    if summary:
-        with open(summary, "w", encoding="ascii") as f:
-            f.write("%d %d\n" % (passed, failed))
-    return 0 if failed == 0 else 1
+    return run_module(__name__, argv, "api_tests",
+                      os.environ.get("GPT2D_API_SUMMARY"))
 
 
 if __name__ == "__main__":

@@ -44,18 +44,17 @@ import re
 import select
 import socket
 import struct
-import subprocess
 import sys
 import termios
 import threading
 import time
-import traceback
 import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 from gpt2d_client import Server, Vocab, metric_sum  # noqa: E402
+from testlib import long_context_model, run_module, wait_for  # noqa: E402
 
 SRCDIR = os.environ.get("GPT2D_SRCDIR", os.path.join(HERE, "..", ".."))
 BUILDDIR = os.environ.get("GPT2D_BUILDDIR", ".")
@@ -71,34 +70,11 @@ IDLE = 1.0              # --timeout of IdleTimeout
 STALL = 2.0             # --timeout of SlowReader
 MAX_BODY = 16384        # --max-body of InvalidInput
 
-_slow_model = None
-
 
 def slow_model():
     """tiny's shape with a 1024-token context: room for a blocker's 1000
     tokens (SlotHolder) and SlowReader's 1000-token prompts."""
-    global _slow_model
-    if _slow_model is None:
-        out = os.path.join(WORKDIR, "ctx1024-model")
-        if not os.path.exists(os.path.join(out, "model.safetensors")):
-            subprocess.run(
-                [sys.executable, os.path.join(SRCDIR, "tests", "reference",
-                                              "make_model.py"),
-                 out, "--vocab-dir", TINY, "--n-layer", "2", "--n-head", "4",
-                 "--n-embd", "64", "--n-ctx", "1024", "--seed", "7"],
-                check=True, stdout=subprocess.DEVNULL,
-                env=dict(os.environ, PYTHONDONTWRITEBYTECODE="1"))
-        _slow_model = out
-    return _slow_model
-
-
-def wait_for(predicate, timeout, interval=0.02):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value or time.monotonic() >= deadline:
-            return value
-        time.sleep(interval)
+    return long_context_model(os.path.join(WORKDIR, "ctx1024-model"), TINY, 7)
 
 
 # ---------------------------------------------------------------- raw HTTP
@@ -1349,74 +1325,9 @@ _add_input_tests()
 
 # ---------------------------------------------------------------- runner
 
-class Result(unittest.TestResult):
-    """One line per test as it finishes."""
-
-    def __init__(self):
-        unittest.TestResult.__init__(self)
-        self.passed = 0
-        self.failed_names = []
-        self._t0 = 0.0
-
-    def startTest(self, test):
-        unittest.TestResult.startTest(self, test)
-        self._t0 = time.monotonic()
-
-    def _line(self, status, test):
-        name = test.id().replace(__name__ + ".", "")
-        print("%s: %s (%.2fs)" % (status, name, time.monotonic() - self._t0),
-              flush=True)
-
-    def addSuccess(self, test):
-        self.passed += 1
-        self._line("ok", test)
-
-    def _fail(self, test, err):
-        owner = getattr(test, "test_case", test)
-        if owner.id() not in self.failed_names:
-            self.failed_names.append(owner.id())
-        self._line("FAIL", test)
-        etype, value, tb = err
-        frames = [f for f in traceback.extract_tb(tb)
-                  if "unittest" not in f.filename]
-        text = "".join(traceback.format_list(frames[-3:])
-                       + traceback.format_exception_only(etype, value))
-        print("\n".join("    " + ln for ln in text.splitlines()[:80]), flush=True)
-
-    def addFailure(self, test, err):
-        self._fail(test, err)
-
-    def addError(self, test, err):
-        self._fail(test, err)
-
-    def addSubTest(self, test, subtest, err):
-        if err is not None:
-            self._fail(subtest, err)
-
-
 def main(argv):
-    suite = unittest.TestLoader().loadTestsFromModule(sys.modules[__name__])
-    if argv:
-        def keep(s):
-            out = unittest.TestSuite()
-            for t in s:
-                if isinstance(t, unittest.TestSuite):
-                    sub = keep(t)
-                    if sub.countTestCases():
-                        out.addTest(sub)
-                elif any(a in t.id() for a in argv):
-                    out.addTest(t)
-            return out
-        suite = keep(suite)
-    result = Result()
-    suite.run(result)
-    failed = len(result.failed_names)
-    print("limits_tests: %d passed, %d failed" % (result.passed, failed), flush=True)
-    summary = os.environ.get("GPT2D_LIMITS_SUMMARY")
-    if summary:
-        with open(summary, "w", encoding="ascii") as f:
-            f.write("%d %d\n" % (result.passed, failed))
-    return 0 if failed == 0 else 1
+    return run_module(__name__, argv, "limits_tests",
+                      os.environ.get("GPT2D_LIMITS_SUMMARY"))
 
 
 if __name__ == "__main__":
