@@ -58,20 +58,26 @@ static void unload_fixtures(void)
     model_free(&g_model);
 }
 
+static engine *open_engine_paced(size_t slots, size_t max_rows,
+                                 size_t max_queue, unsigned min_step_usec)
+{
+    engine_config cfg = { .n_threads = 2, .n_slots = slots,
+                          .max_queue = max_queue, .max_batch_rows = max_rows,
+                          .min_step_usec = min_step_usec };
+    engine *e = NULL;
+    gpt2d_error err = { { 0 } };
+    ck_assert_msg(engine_create(&e, &g_model, g_tok, &cfg, &err) == 0, "%s",
+                  err.message);
+    return e;
+}
+
 /* Every step lasts at least 1 ms (engine_config.min_step_usec): a
  * start_long() generation then runs for 60 ms or more, however fast the
  * machine, so the tests that cancel, queue behind or shut down on it
  * never find it already finished. */
 static engine *open_engine(size_t slots, size_t max_rows, size_t max_queue)
 {
-    engine_config cfg = { .n_threads = 2, .n_slots = slots,
-                          .max_queue = max_queue, .max_batch_rows = max_rows,
-                          .min_step_usec = 1000 };
-    engine *e = NULL;
-    gpt2d_error err = { { 0 } };
-    ck_assert_msg(engine_create(&e, &g_model, g_tok, &cfg, &err) == 0, "%s",
-                  err.message);
-    return e;
+    return open_engine_paced(slots, max_rows, max_queue, 1000);
 }
 
 /* Token ids of `text` (malloc'ed). */
@@ -96,6 +102,14 @@ static gen_params greedy_params(const int32_t *prompt, size_t n,
     sampler_params_default(&p.sampling);
     p.sampling.temperature = 0.0f;
     return p;
+}
+
+/* Bans end-of-text, so a request runs to max_tokens (or the context). */
+static void ban_eot(gen_params *p)
+{
+    static const logit_bias_entry no_eot = { TOKENIZER_EOT, -100.0f };
+    p->sampling.logit_bias = &no_eot;
+    p->sampling.n_logit_bias = 1;
 }
 
 static gen_params sampled_params(const int32_t *prompt, size_t n,
@@ -523,8 +537,7 @@ START_TEST(test_engine_max_tokens_finishes_with_length)
     engine *e = open_engine(1, 16, 4);
     int32_t *prompt = prompt_of(5);
     gen_params p = greedy_params(prompt, 5, 3);
-    p.sampling.logit_bias = &(logit_bias_entry){ TOKENIZER_EOT, -100.0f };
-    p.sampling.n_logit_bias = 1;
+    ban_eot(&p);
     outcome o;
     run(e, &p, &o);
     ck_assert_uint_eq(o.seq[0].n_tokens, 3);
@@ -540,8 +553,7 @@ START_TEST(test_engine_filling_the_context_finishes_with_length)
     engine *e = open_engine(1, 16, 4);
     int32_t *prompt = prompt_of(g_n_ctx - 3);
     gen_params p = greedy_params(prompt, g_n_ctx - 3, 3);
-    p.sampling.logit_bias = &(logit_bias_entry){ TOKENIZER_EOT, -100.0f };
-    p.sampling.n_logit_bias = 1;
+    ban_eot(&p);
     outcome o;
     run(e, &p, &o);
     ck_assert_uint_eq(o.seq[0].n_tokens, 3);
@@ -715,8 +727,7 @@ START_TEST(test_engine_session_reuse_reports_cached_and_matches_cold)
     engine *e = open_engine(2, 32, 4);
     int32_t *base = prompt_of(8);
     gen_params p = greedy_params(base, 8, 6);
-    p.sampling.logit_bias = &(logit_bias_entry){ TOKENIZER_EOT, -100.0f };
-    p.sampling.n_logit_bias = 1;
+    ban_eot(&p);
     p.session_id = "chat-1";
     outcome first;
     run(e, &p, &first);
@@ -813,10 +824,8 @@ static bool has_session(engine *e, const char *id, bool *busy)
 static gen_request *start_long(engine *e, const int32_t *prompt, size_t n,
                                const char *session)
 {
-    static logit_bias_entry no_eot = { TOKENIZER_EOT, -100.0f };
     gen_params p = greedy_params(prompt, n, g_n_ctx - n);
-    p.sampling.logit_bias = &no_eot;
-    p.sampling.n_logit_bias = 1;
+    ban_eot(&p);
     p.session_id = session;
     gen_request *r = NULL;
     ck_assert_int_eq(submit(e, &p, &r), ENGINE_OK);
@@ -1111,17 +1120,10 @@ END_TEST
  * back: 20 tokens at >= 30 ms a step take >= 600 ms (unpaced, a few ms). */
 START_TEST(test_engine_min_step_floor_paces_generation)
 {
-    engine_config cfg = { .n_threads = 2, .n_slots = 1, .max_queue = 1,
-                          .max_batch_rows = 16, .min_step_usec = 30000 };
-    engine *e = NULL;
-    gpt2d_error err = { { 0 } };
-    ck_assert_msg(engine_create(&e, &g_model, g_tok, &cfg, &err) == 0, "%s",
-                  err.message);
+    engine *e = open_engine_paced(1, 16, 1, 30000);
     int32_t *prompt = prompt_of(4);
-    static logit_bias_entry no_eot = { TOKENIZER_EOT, -100.0f };
     gen_params p = greedy_params(prompt, 4, 20);
-    p.sampling.logit_bias = &no_eot;
-    p.sampling.n_logit_bias = 1;
+    ban_eot(&p);
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     outcome o;
@@ -1141,8 +1143,7 @@ START_TEST(test_engine_shutdown_drains_short_requests)
     engine *e = open_engine(2, 16, 4);
     int32_t *prompt = prompt_of(4);
     gen_params p = greedy_params(prompt, 4, 3);
-    p.sampling.logit_bias = &(logit_bias_entry){ TOKENIZER_EOT, -100.0f };
-    p.sampling.n_logit_bias = 1;
+    ban_eot(&p);
     gen_request *r = NULL;
     ck_assert_int_eq(submit(e, &p, &r), ENGINE_OK);
     /* returns as soon as the work is done */
