@@ -85,20 +85,8 @@ cleanup() {
 }
 trap cleanup EXIT
 
-passed=0
-failed=0
-pass() { echo "ok: $1"; passed=$((passed + 1)); }
-fail() {
-    echo "FAIL: $1"
-    failed=$((failed + 1))
-}
-finish() {
-    echo "$passed passed, $failed failed"
-    if [[ $failed -eq 0 && $passed -gt 0 ]]; then
-        exit 0
-    fi
-    exit 1
-}
+# shellcheck source=tests/integration/tally.sh
+. "$srcdir/tests/integration/tally.sh"
 show() { sed 's/^/  | /' "$1" | tail -n "${2:-20}"; }
 
 # ---- small JSON helpers (python3's json; numpy is not needed) ----
