@@ -309,23 +309,26 @@ static void matmul_t_generic(float *out, size_t ldo, const float *a,
 #include <immintrin.h>
 #define HAVE_AVX2_KERNELS 1
 
-/* One MR × (16·NP) tile of out = a · w over all K: rows [0, MR) of a
+/* One MR × (16·NP) tile of a · w over k in [k0, k1): rows [0, MR) of a
  * (row stride lda) against NP consecutive panels, w0 and (NP = 2) w1, each
- * (K, 16) contiguous.  Every output is one FMA chain over k from 0; with
- * `accumulate` out + chain.  A non-NULL `ahead` is prefetched a line per k
- * (a panel's K lines).  Inlined with constant MR, NP (and a literal NULL
- * `ahead`, which removes the prefetch). */
+ * (K, 16) contiguous.  Every output is one FMA chain over k: it starts from
+ * zero, or continues the partial sums in `from` (row stride ldf), and is
+ * stored to `to` (row stride ldt), as to + chain when `accumulate`.  A
+ * non-NULL `ahead` is prefetched at ahead + (k - k0) · step.  Inlined with
+ * constant MR, NP (and literal NULLs, which remove the branches). */
 #define TILE_BODY(MR, NP)                                                    \
     do {                                                                     \
         const float *wp[2] = { w0, w1 };                                     \
         __m256 acc[MR][2 * NP];                                              \
         _Pragma("GCC unroll 8") for (int r = 0; r < MR; r++)                 \
             _Pragma("GCC unroll 8") for (int v = 0; v < 2 * NP; v++)         \
-                acc[r][v] = _mm256_setzero_ps();                             \
-        for (size_t k = 0; k < K; k++) {                                     \
+                acc[r][v] = from != NULL                                     \
+                            ? _mm256_loadu_ps(from + r * ldf + 8 * v)        \
+                            : _mm256_setzero_ps();                           \
+        for (size_t k = k0; k < k1; k++) {                                   \
             __m256 wv[2 * NP];                                               \
             if (ahead != NULL)                                               \
-                _mm_prefetch(ahead + k * 64, _MM_HINT_T0);                   \
+                _mm_prefetch(ahead + (k - k0) * step, _MM_HINT_T0);          \
             _Pragma("GCC unroll 8") for (int v = 0; v < 2 * NP; v++)         \
                 wv[v] = _mm256_load_ps(wp[v / 2] + k * PANEL_WIDTH          \
                                        + 8 * (v % 2));                       \
@@ -337,8 +340,7 @@ static void matmul_t_generic(float *out, size_t ldo, const float *a,
         }                                                                    \
         _Pragma("GCC unroll 8") for (int r = 0; r < MR; r++)                 \
             _Pragma("GCC unroll 8") for (int v = 0; v < 2 * NP; v++) {       \
-                float *o = out + r * ldo + PANEL_WIDTH * (v / 2)             \
-                           + 8 * (v % 2);                                    \
+                float *o = to + r * ldt + 8 * v;                             \
                 __m256 x = acc[r][v];                                        \
                 if (accumulate)                                              \
                     x = _mm256_add_ps(_mm256_loadu_ps(o), x);                \
@@ -348,9 +350,10 @@ static void matmul_t_generic(float *out, size_t ldo, const float *a,
 
 #define DEFINE_TILE(MR, NP)                                                  \
     __attribute__((target("avx2,fma"), always_inline)) static inline void   \
-    tile_##MR##x##NP(float *out, size_t ldo, const float *a, size_t lda,     \
-                     const float *w0, const float *w1, size_t K,             \
-                     int accumulate, const char *ahead)                      \
+    tile_##MR##x##NP(float *to, size_t ldt, const float *from, size_t ldf,   \
+                     const float *a, size_t lda, const float *w0,            \
+                     const float *w1, size_t k0, size_t k1, int accumulate,  \
+                     const char *ahead, size_t step)                         \
     {                                                                        \
         TILE_BODY(MR, NP);                                                   \
     }
@@ -364,80 +367,134 @@ DEFINE_TILE(1, 2)
 DEFINE_TILE(2, 2)
 DEFINE_TILE(3, 2)
 
-/* Rows [0, M) against one panel (np = 1, 6-row blocks: 12 accumulators,
- * 2 loads and 6 broadcasts per 12 FMAs) or two (np = 2, 3-row blocks, for
+/* k-steps per chunk when several row blocks share a panel: 128 lines, 8 KB,
+ * which the later blocks find in L1. */
+#define PANEL_CHUNK 128
+/* Most rows that go by chunks. */
+#define PANEL_CHUNK_ROWS 48
+/* Row blocks of a chunk that prefetch the next one, each its share. */
+#define PANEL_PREFETCH_BLOCKS 3
+
+/* Rows [0, M) against one panel (np = 1) or two (np = 2, 3-row blocks, for
  * M <= 3: a single row against one panel would have only two chains to
- * hide the FMA latency behind).  With two or more row blocks only the
- * first reads the panel from DRAM, faster than one core's stream delivers
- * it, while the others find it in L1/L2 and leave the memory idle: the
- * first block prefetches `next` (the following panel, or NULL) so that it
- * arrives during the others (one core, M = 16, W from DRAM: 62-68 -> 70-73
- * GFLOP/s in CPU time; with one block, or at M <= 3, the prefetches only
- * competed with the hardware's own stream). */
+ * hide the FMA latency behind).  Up to 6 rows are one block (12
+ * accumulators, 2 loads and 6 broadcasts per 12 FMAs) that walks the panel
+ * once, a sequential stream the hardware prefetches well.
+ *
+ * With more rows the blocks take turns over chunks of PANEL_CHUNK k-steps
+ * (the partial sums wait in `part`, (M, 16)): the first block reads a chunk
+ * from memory, the others from L1.  Walking the whole panel per block
+ * instead, only the first block read memory, faster than one core's share
+ * of the stream delivers, and the others left it idle.  Now the first
+ * blocks of each chunk also prefetch the next chunk, in equal shares, so the
+ * memory is read at an even rate the whole time (one core, M = 16, the
+ * twelve layers' products from DRAM: ~27-33 -> 22-24 ms per step, 2
+ * threads).  `w_end` bounds the prefetch to this worker's panels.  Storing
+ * and reloading a partial sum changes no bits: each output is still one
+ * chain over k from 0. */
+/* One block of mr <= 6 rows against one panel, over k in [k0, k1). */
+__attribute__((target("avx2,fma"), always_inline))
+static inline void block_tile(size_t mr, float *to, size_t ldt,
+                              const float *from, const float *a, size_t K,
+                              const float *w, size_t k0, size_t k1,
+                              int accumulate, const char *ahead, size_t step)
+{
+#define BLOCK(MR)                                                            \
+    tile_##MR##x1(to, ldt, from, PANEL_WIDTH, a, K, w, NULL, k0, k1,         \
+                  accumulate, ahead, step)
+    switch (mr) {
+    case 6: BLOCK(6); break;
+    case 5: BLOCK(5); break;
+    case 4: BLOCK(4); break;
+    case 3: BLOCK(3); break;
+    case 2: BLOCK(2); break;
+    default: BLOCK(1); break;
+    }
+#undef BLOCK
+}
+
 __attribute__((target("avx2,fma")))
 static void panel_rows_avx2(float *out, size_t ldo, const float *a,
                             const float *w0, const float *w1, size_t M,
                             size_t K, int np, int accumulate,
-                            const float *next)
+                            const char *w_end, float *part)
 {
-#define ROWS_TILE(MR, NP, AHEAD)                                             \
-    tile_##MR##x##NP(out + m * ldo, ldo, a + m * K, K, w0, w1, K,            \
-                     accumulate, AHEAD)
-    size_t m = 0;
     if (np == 2) {
+        size_t m = 0;
         for (; m + 3 <= M; m += 3)
-            ROWS_TILE(3, 2, NULL);
+            tile_3x2(out + m * ldo, ldo, NULL, 0, a + m * K, K, w0, w1, 0, K,
+                     accumulate, NULL, 0);
         if (M - m == 2)
-            ROWS_TILE(2, 2, NULL);
+            tile_2x2(out + m * ldo, ldo, NULL, 0, a + m * K, K, w0, w1, 0, K,
+                     accumulate, NULL, 0);
         else if (M - m == 1)
-            ROWS_TILE(1, 2, NULL);
+            tile_1x2(out + m * ldo, ldo, NULL, 0, a + m * K, K, w0, w1, 0, K,
+                     accumulate, NULL, 0);
         return;
     }
-    if (M >= 12 && next != NULL) {
-        ROWS_TILE(6, 1, (const char *)next);
-        m = 6;
+    if (M <= 6) {
+        block_tile(M, out, ldo, NULL, a, K, w0, 0, K, accumulate, NULL, 0);
+        return;
     }
-    for (; m + 6 <= M; m += 6)
-        ROWS_TILE(6, 1, NULL);
-    switch (M - m) {
-    case 5: ROWS_TILE(5, 1, NULL); break;
-    case 4: ROWS_TILE(4, 1, NULL); break;
-    case 3: ROWS_TILE(3, 1, NULL); break;
-    case 2: ROWS_TILE(2, 1, NULL); break;
-    case 1: ROWS_TILE(1, 1, NULL); break;
-    default: break;
+    const size_t blocks = (M + 5) / 6;
+    const size_t pf_blocks = blocks < PANEL_PREFETCH_BLOCKS
+                             ? blocks : PANEL_PREFETCH_BLOCKS;
+    const size_t step = 64 / pf_blocks;
+    /* prefill: the panel is reused by so many blocks that the stream no
+     * longer matters, and a block's rows of a are best read whole */
+    const size_t chunk = M <= PANEL_CHUNK_ROWS ? PANEL_CHUNK : K;
+    for (size_t k0 = 0; k0 < K; k0 += chunk) {
+        const size_t k1 = K - k0 <= chunk ? K : k0 + chunk;
+        const int last = k1 == K;
+        /* the next chunk is the next PANEL_CHUNK lines in memory: this
+         * panel's, or the next panel's first */
+        const char *next = (const char *)(w0 + k1 * PANEL_WIDTH);
+        if (next + (k1 - k0) * 64 > w_end)
+            next = NULL;
+        const size_t share = (k1 - k0) * 64 / pf_blocks;
+        for (size_t b = 0, m = 0; m < M; b++, m += 6) {
+            const char *ahead = next != NULL && b < pf_blocks
+                                ? next + b * share : NULL;
+            /* the last chunk writes out, the others part */
+            float *to = last ? out + m * ldo : part + m * PANEL_WIDTH;
+            const float *from = k0 > 0 ? part + m * PANEL_WIDTH : NULL;
+            block_tile(M - m < 6 ? M - m : 6, to, last ? ldo : PANEL_WIDTH,
+                       from, a + m * K, K, w0, k0, k1, last && accumulate,
+                       ahead, step);
+        }
     }
-#undef ROWS_TILE
 }
 
 /* out[:, n0:n1] (+)= a · w[:, n0:n1], a is (M, K), w is (K, N) in panels,
  * n0 a multiple of PANEL_WIDTH.  Each panel is a contiguous K × 64 bytes,
- * so a worker's column range is one sequential stream from memory: the
- * first row block reads the panel from DRAM, the others from L1/L2.
- * A last panel cut short by n1 (N not a multiple of 16, small test
- * models) is computed whole into `edge` and its valid columns copied:
- * out + chain is then the same addition the full panels make. */
+ * so a worker's column range is one sequential stream from memory.
+ * `scratch` is the worker's 2 × (M, 16): partial sums, and a last panel cut
+ * short by n1 (N not a multiple of 16, small test models), which is
+ * computed whole there and its valid columns copied: out + chain is then
+ * the same addition the full panels make. */
 __attribute__((target("avx2,fma")))
 static void matmul_avx2(float *out, size_t ldo, const float *a,
                         const float *w, size_t M, size_t K, size_t n0,
-                        size_t n1, int accumulate, float *edge)
+                        size_t n1, int accumulate, float *scratch)
 {
     const size_t panel = K * PANEL_WIDTH;
     size_t p = n0 / PANEL_WIDTH;
     const size_t p_full = n1 / PANEL_WIDTH;
+    const char *w_end = (const char *)(w + panel_count(n1) * panel);
+    float *part = scratch, *edge = scratch + M * PANEL_WIDTH;
     if (M <= 3)
         for (; p + 2 <= p_full; p += 2)
             panel_rows_avx2(out + p * PANEL_WIDTH, ldo, a, w + p * panel,
-                            w + (p + 1) * panel, M, K, 2, accumulate, NULL);
+                            w + (p + 1) * panel, M, K, 2, accumulate, w_end,
+                            part);
     for (; p < p_full; p++)
         panel_rows_avx2(out + p * PANEL_WIDTH, ldo, a, w + p * panel, NULL,
-                        M, K, 1, accumulate,
-                        p + 1 < p_full ? w + (p + 1) * panel : NULL);
+                        M, K, 1, accumulate, w_end, part);
     const size_t tail = n1 - p_full * PANEL_WIDTH;
     if (tail == 0)
         return;
     panel_rows_avx2(edge, PANEL_WIDTH, a, w + p_full * panel, NULL, M, K, 1,
-                    0, NULL);
+                    0, w_end, part);
     for (size_t m = 0; m < M; m++)
         for (size_t c = 0; c < tail; c++) {
             float *o = out + m * ldo + p_full * PANEL_WIDTH + c;
@@ -1092,7 +1149,7 @@ int forward_state_create(forward_state **out, const model *m, size_t max_rows,
         return error_set(err, "forward: cannot allocate scratch for %zu rows "
                          "(%zu bytes)", max_rows, max_rows * 11 * C * 4);
     }
-    st->edge_floats = max_rows * PANEL_WIDTH;
+    st->edge_floats = 2 * max_rows * PANEL_WIDTH;
 #ifdef HAVE_AVX2_KERNELS
     __builtin_cpu_init();
     st->use_avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
