@@ -93,7 +93,7 @@ class StreamStats:
         self.t_send = None
         self.t_first = None
         self.t_end = None
-        self.token_times = []
+        self.token_times = []           # arrival of each token's chunk
         self.tokens = 0
         self.error = None
 
@@ -116,7 +116,9 @@ def run_request(client, body, stats):
                 if ev.get("usage"):
                     stats.tokens = ev["usage"]["completion_tokens"]
                 choices = ev.get("choices") or []
-                if not choices:
+                # one chunk per generated token; the closing chunk (with
+                # finish_reason) carries no token, only held-back text
+                if not choices or choices[0].get("finish_reason") is not None:
                     continue
                 if stats.t_first is None:
                     stats.t_first = now
