@@ -71,6 +71,10 @@ PASSAGE = (
 
 TARGETS = {"one_stream_tps": 60.0, "k16_tps": 450.0, "k8_ttft_p50_ms": 250.0}
 
+# A decode-phase window shorter than this is reported as n/a: a few steps
+# say little about a rate.
+MIN_WINDOW_S = 0.5
+
 
 def percentile(values, p):
     """Linear interpolation between closest ranks (numpy's default)."""
@@ -132,6 +136,28 @@ def run_request(client, body, stats):
     stats.t_end = time.monotonic()
 
 
+def tokens_between(stats, lo, hi):
+    """Tokens of these requests that arrived in (lo, hi].  Half-open, so
+    windows that meet count each token once and a window that starts on a
+    token arrival counts the gaps after it, not the token itself."""
+    return sum(1 for s in stats for t in s.token_times if lo < t <= hi)
+
+
+def decode_phase(first, ok):
+    """The window in which every client's first request is generating and
+    none is still waiting for its prompt: from the latest first token to
+    the earliest last token among `first`.  Returns (start, end, tokens of
+    `ok` that arrived in it); (None, None, 0) when a first request failed or
+    produced nothing."""
+    if not first or any(s.error or not s.token_times for s in first):
+        return None, None, 0
+    start = max(s.t_first for s in first)
+    end = min(s.token_times[-1] for s in first)
+    if end <= start:
+        return start, end, 0
+    return start, end, tokens_between(ok, start, end)
+
+
 def run_round(client, base, k, rnd, args, pid):
     rss_before = rss_kib(pid) if pid else None
     per_client = [[StreamStats() for _ in range(args.requests)] for _ in range(k)]
@@ -171,6 +197,8 @@ def run_round(client, base, k, rnd, args, pid):
     itl = []
     for s in ok:
         itl += [(b - a) * 1e3 for a, b in zip(s.token_times, s.token_times[1:])]
+    d_start, d_end, d_tokens = decode_phase([cs[0] for cs in per_client], ok)
+    d_len = (d_end - d_start) if d_start is not None else 0.0
     return {
         "clients": k, "round": rnd, "tokens": tokens, "seconds": wall,
         "tokens_per_s": tokens / wall if wall > 0 else 0.0,
@@ -179,6 +207,14 @@ def run_round(client, base, k, rnd, args, pid):
         "itl_p50_ms": percentile(itl, 50), "itl_p99_ms": percentile(itl, 99),
         "rss_before_kib": rss_before, "rss_after_kib": rss_after,
         "errors": errors,
+        # decode phase: all K first requests generating, no prompt in
+        # prefill; null when that window is empty or under MIN_WINDOW_S
+        "decode_tokens": d_tokens, "decode_window_s": max(d_len, 0.0),
+        "decode_tokens_per_s": (d_tokens / d_len if d_len >= MIN_WINDOW_S
+                                else None),
+        "itl_mean_ms": sum(itl) / len(itl) if itl else None,
+        "request_mean_s": (sum(s.t_end - s.t_send for s in ok) / len(ok)
+                           if ok else None),
     }
 
 
@@ -186,9 +222,14 @@ def fmt_rss(kib):
     return "%7.1f" % (kib / 1024.0) if kib else "    n/a"
 
 
+def fmt_opt(value, width, prec=1):
+    return "%*.*f" % (width, prec, value) if value is not None else "%*s" % (width, "n/a")
+
+
 def print_row(r):
-    print("%3d %5d %7d %7.2f %9.1f %8.1f %8.1f %8.1f %7.1f %7.1f   %s -> %s%s" % (
+    print("%3d %5d %7d %7.2f %9.1f %12s %8.1f %8.1f %8.1f %7.1f %7.1f   %s -> %s%s" % (
         r["clients"], r["round"], r["tokens"], r["seconds"], r["tokens_per_s"],
+        fmt_opt(r["decode_tokens_per_s"], 12),
         r["ttft_p50_ms"], r["ttft_p90_ms"], r["ttft_later_p50_ms"],
         r["itl_p50_ms"], r["itl_p99_ms"],
         fmt_rss(r["rss_before_kib"]), fmt_rss(r["rss_after_kib"]),
@@ -302,7 +343,7 @@ def main(argv):
         print("prompt %d tokens, %d generated per request, %d request(s) per "
               "client, %d rounds" % (args.prompt_tokens, args.max_tokens,
                                     args.requests, args.rounds))
-        print("  K round  tokens    wall     tok/s  TTFT p50  TTFT p90  (later) "
+        print("  K round  tokens    wall     tok/s decode tok/s  TTFT p50  TTFT p90  (later) "
               "ITL p50 ITL p99   RSS MiB before -> after")
         for k in ks:
             for rnd in range(args.rounds):
