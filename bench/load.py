@@ -38,6 +38,7 @@ aggregate at K = 16, TTFT p50 <= 250 ms at K = 8, RSS flat across rounds.
 """
 
 import argparse
+import collections
 import json
 import os
 import sys
@@ -90,6 +91,47 @@ def percentile(values, p):
 def prompt_ids(base, n, offset):
     """n token ids from the passage, starting at a rotating offset."""
     return [base[(offset + i) % len(base)] for i in range(n)]
+
+
+class Prompts:
+    """Request bodies, each on its own rotation of the passage.
+
+    An idle KV slot keeps the tokens of the request it last served, and a
+    prompt that repeats them skips its prefill (the server reuses any common
+    prefix).  So every request takes the next rotation that none of the last
+    len(passage)/2 requests used, far more requests than there are slots.
+    (Rotations picked by a formula of client, round and K repeated recent
+    ones: some K = 16 prompts were served from the cache.)"""
+
+    def __init__(self, base, args):
+        self.base = base
+        self.args = args
+        self.recent = collections.deque(maxlen=max(1, len(base) // 2))
+        self.cursor = 0
+        self.serial = 0
+        self.lock = threading.Lock()
+
+    def fresh(self, seed=None):
+        """A body on an unused rotation; without `seed`, a seed no other
+        request of the run has."""
+        with self.lock:
+            while self.cursor % len(self.base) in self.recent:
+                self.cursor += 1
+            offset = self.cursor % len(self.base)
+            self.cursor += 1
+            self.recent.append(offset)
+            self.serial += 1
+            if seed is None:
+                seed = 1000000 + self.serial    # the bursts' seeds stay below
+        return {
+            "prompt": prompt_ids(self.base, self.args.prompt_tokens, offset),
+            "max_tokens": self.args.max_tokens,
+            "temperature": 0.8,
+            "seed": seed,
+            "logit_bias": {"50256": -100},
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
 
 
 class StreamStats:
@@ -158,24 +200,16 @@ def decode_phase(first, ok):
     return start, end, tokens_between(ok, start, end)
 
 
-def run_round(client, base, k, rnd, args, pid):
+def run_round(client, prompts, k, rnd, args, pid):
     rss_before = rss_kib(pid) if pid else None
     per_client = [[StreamStats() for _ in range(args.requests)] for _ in range(k)]
     barrier = threading.Barrier(k)
     threads = []
     for i in range(k):
-        bodies = [{
-            # a different rotation of the passage for every request, so no
-            # prompt is a cached prefix of another
-            "prompt": prompt_ids(base, args.prompt_tokens,
-                                 37 * i + 101 * rnd + 7 * k + 503 * j),
-            "max_tokens": args.max_tokens,
-            "temperature": 0.8,
-            "seed": 1000 * rnd + 100 * j + i,
-            "logit_bias": {"50256": -100},
-            "stream": True,
-            "stream_options": {"include_usage": True},
-        } for j in range(args.requests)]
+        # a different rotation of the passage for every request, so no
+        # prompt is a cached prefix of another
+        bodies = [prompts.fresh(seed=1000 * rnd + 100 * j + i)
+                  for j in range(args.requests)]
         t = threading.Thread(target=run_client,
                              args=(client, bodies, per_client[i], barrier))
         t.start()
@@ -338,8 +372,9 @@ def main(argv):
         if r.status != 200:
             raise SystemExit("load.py: /tokenize -> %r" % (r,))
         base = r.json["tokens"]
+        prompts = Prompts(base, args)
         # warm-up: page the weights in, touch the code paths
-        client.complete(prompt=prompt_ids(base, args.prompt_tokens, 3), max_tokens=8)
+        client.complete(prompt=prompts.fresh()["prompt"], max_tokens=8)
         print("prompt %d tokens, %d generated per request, %d request(s) per "
               "client, %d rounds" % (args.prompt_tokens, args.max_tokens,
                                     args.requests, args.rounds))
@@ -347,7 +382,7 @@ def main(argv):
               "ITL p50 ITL p99   RSS MiB before -> after")
         for k in ks:
             for rnd in range(args.rounds):
-                res = run_round(client, base, k, rnd, args, pid)
+                res = run_round(client, prompts, k, rnd, args, pid)
                 results.append(res)
                 print_row(res)
                 failed = failed or bool(res["errors"])
