@@ -234,6 +234,7 @@ def run_round(client, prompts, k, rnd, args, pid):
     d_start, d_end, d_tokens = decode_phase([cs[0] for cs in per_client], ok)
     d_len = (d_end - d_start) if d_start is not None else 0.0
     return {
+        "phase": "burst",
         "clients": k, "round": rnd, "tokens": tokens, "seconds": wall,
         "tokens_per_s": tokens / wall if wall > 0 else 0.0,
         "ttft_p50_ms": percentile(ttft, 50), "ttft_p90_ms": percentile(ttft, 90),
@@ -252,6 +253,84 @@ def run_round(client, prompts, k, rnd, args, pid):
     }
 
 
+def steady_client(client, prompts, start, stop, out):
+    """One steady-phase user: from `start`, requests back to back until
+    `stop`; the one running at `stop` is let finish.  A failed request ends
+    the client, rather than spinning on a server that refuses."""
+    time.sleep(max(0.0, start - time.monotonic()))
+    while time.monotonic() < stop:
+        st = StreamStats()
+        out.append(st)
+        run_request(client, prompts.fresh(), st)
+        if st.error:
+            return
+
+
+def overlap(a, b, lo, hi):
+    return max(0.0, min(b, hi) - max(a, lo))
+
+
+def run_steady(client, prompts, k, d, args, pid):
+    """K closed-loop clients whose first requests are spread over one mean
+    request duration `d` (client i starts at i*d/K), measured from d/2 after
+    the last start for args.steady seconds."""
+    rss_before = rss_kib(pid) if pid else None
+    per_client = [[] for _ in range(k)]
+    t0 = time.monotonic() + 0.05           # every thread is up by then
+    w_start = t0 + (k - 1) * d / k + d / 2
+    w_end = w_start + args.steady
+    threads = [threading.Thread(target=steady_client,
+                                args=(client, prompts, t0 + i * d / k, w_end,
+                                      per_client[i]))
+               for i in range(k)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    t_done = time.monotonic()
+    rss_after = rss_kib(pid) if pid else None
+
+    stats = [st for client_stats in per_client for st in client_stats]
+    errors = [s.error for s in stats if s.error]
+    ok = [s for s in stats if not s.error]
+    window = w_end - w_start
+    tokens = tokens_between(ok, w_start, w_end)
+    sent = [s for s in ok if w_start <= s.t_send < w_end]
+    ttft = [(s.t_first - s.t_send) * 1e3 for s in sent if s.t_first is not None]
+    itl = []
+    for s in ok:
+        itl += [(b - a) * 1e3 for a, b in zip(s.token_times, s.token_times[1:])
+                if w_start < b <= w_end]
+    # an open request is active; it decodes from its first token to its last
+    active = sum(overlap(s.t_send, s.t_end, w_start, w_end) for s in stats)
+    decoding = sum(overlap(s.t_first, s.token_times[-1], w_start, w_end)
+                   for s in ok if s.token_times)
+    return {
+        "phase": "steady", "clients": k, "round": None,
+        "tokens": tokens, "seconds": window,
+        "tokens_per_s": tokens / window if window > 0 else 0.0,
+        "ttft_p50_ms": percentile(ttft, 50), "ttft_p90_ms": percentile(ttft, 90),
+        "ttft_later_p50_ms": None,
+        "itl_p50_ms": percentile(itl, 50), "itl_p99_ms": percentile(itl, 99),
+        "itl_mean_ms": sum(itl) / len(itl) if itl else None,
+        "rss_before_kib": rss_before, "rss_after_kib": rss_after,
+        "errors": errors,
+        "decode_tokens": None, "decode_window_s": None,
+        "decode_tokens_per_s": None,
+        "request_mean_s": (sum(s.t_end - s.t_send for s in sent) / len(sent)
+                           if sent else None),
+        # the stagger: first requests i*D/K apart, window from D/2 after the
+        # last of them; requests still running at its end were let finish
+        "stagger_mean_request_s": d,
+        "warmup_s": w_start - t0,
+        "phase_s": t_done - t0,
+        "requests_sent_in_window": len(sent),
+        "requests_total": len(stats),
+        "streams_active_mean": active / window if window > 0 else None,
+        "streams_decoding_mean": decoding / window if window > 0 else None,
+    }
+
+
 def fmt_rss(kib):
     return "%7.1f" % (kib / 1024.0) if kib else "    n/a"
 
@@ -260,13 +339,23 @@ def fmt_opt(value, width, prec=1):
     return "%*.*f" % (width, prec, value) if value is not None else "%*s" % (width, "n/a")
 
 
+HEADER = ("  K  round  tokens    wall     tok/s decode tok/s  TTFT p50  TTFT p90"
+          "  (later) ITL p50 ITL p99 streams   RSS MiB before -> after")
+
+
 def print_row(r):
-    print("%3d %5d %7d %7.2f %9.1f %12s %8.1f %8.1f %8.1f %7.1f %7.1f   %s -> %s%s" % (
-        r["clients"], r["round"], r["tokens"], r["seconds"], r["tokens_per_s"],
-        fmt_opt(r["decode_tokens_per_s"], 12),
-        r["ttft_p50_ms"], r["ttft_p90_ms"], r["ttft_later_p50_ms"],
+    steady = r["phase"] == "steady"
+    print("%3d %6s %7d %7.2f %9.1f %12s %8.1f %8.1f %8s %7.1f %7.1f %7s   %s -> %s%s%s" % (
+        r["clients"], "steady" if steady else r["round"], r["tokens"],
+        r["seconds"], r["tokens_per_s"],
+        fmt_opt(r["decode_tokens_per_s"], 12) if not steady else "-",
+        r["ttft_p50_ms"], r["ttft_p90_ms"],
+        fmt_opt(r["ttft_later_p50_ms"], 8) if not steady else "-",
         r["itl_p50_ms"], r["itl_p99_ms"],
+        fmt_opt(r["streams_active_mean"], 7) if steady else "-",
         fmt_rss(r["rss_before_kib"]), fmt_rss(r["rss_after_kib"]),
+        ("   D %.2f s, %d requests sent in the window"
+         % (r["stagger_mean_request_s"], r["requests_sent_in_window"])) if steady else "",
         ("   %d errors: %s" % (len(r["errors"]), r["errors"][0])) if r["errors"] else ""),
         flush=True)
 
@@ -275,7 +364,8 @@ def summarize(results, args):
     """The targets, judged on the best round of each K (the first round of
     a K may include warm-up effects)."""
     def best(k, key, reverse):
-        rows = [r for r in results if r["clients"] == k and not r["errors"]]
+        rows = [r for r in results if r["clients"] == k and not r["errors"]
+                and r["phase"] == "burst"]
         if not rows:
             return None
         return sorted((r[key] for r in rows), reverse=reverse)[0]
@@ -332,6 +422,9 @@ def main(argv):
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--requests", type=int, default=1,
                     help="requests per client per round, back to back")
+    ap.add_argument("--steady", type=float, default=0.0, metavar="SECONDS",
+                    help="after each K's bursts, K staggered closed-loop "
+                         "clients measured for SECONDS (0: off)")
     ap.add_argument("--api-key", default=os.environ.get("GPT2D_API_KEY"))
     ap.add_argument("--json", help="write every round's numbers here")
     args = ap.parse_args(argv)
@@ -340,6 +433,8 @@ def main(argv):
         ap.error("--clients needs positive numbers")
     if args.requests < 1 or args.rounds < 1:
         ap.error("--requests and --rounds need positive numbers")
+    if not args.steady >= 0:
+        ap.error("--steady needs a number of seconds >= 0")
 
     server = None
     tmp = None
@@ -376,13 +471,24 @@ def main(argv):
         # warm-up: page the weights in, touch the code paths
         client.complete(prompt=prompts.fresh()["prompt"], max_tokens=8)
         print("prompt %d tokens, %d generated per request, %d request(s) per "
-              "client, %d rounds" % (args.prompt_tokens, args.max_tokens,
-                                    args.requests, args.rounds))
-        print("  K round  tokens    wall     tok/s decode tok/s  TTFT p50  TTFT p90  (later) "
-              "ITL p50 ITL p99   RSS MiB before -> after")
+              "client, %d rounds%s" % (args.prompt_tokens, args.max_tokens,
+                                      args.requests, args.rounds,
+                                      ", then %g s steady" % args.steady
+                                      if args.steady > 0 else ""))
+        print(HEADER)
         for k in ks:
             for rnd in range(args.rounds):
                 res = run_round(client, prompts, k, rnd, args, pid)
+                results.append(res)
+                print_row(res)
+                failed = failed or bool(res["errors"])
+            if args.steady > 0:
+                d = results[-1]["request_mean_s"]
+                if d is None:
+                    print("%3d steady: skipped, the last burst round had no "
+                          "successful request to time" % k)
+                    continue
+                res = run_steady(client, prompts, k, d, args, pid)
                 results.append(res)
                 print_row(res)
                 failed = failed or bool(res["errors"])
