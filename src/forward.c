@@ -14,7 +14,7 @@
  *     xn  = layernorm(x)
  *     h   = gelu(xn · fc_w + fc_b)                  (R, 4C)  one sgemm
  *     x  += h · mlp_proj_w + mlp_proj_b             (R, C)   one sgemm
- *   logits = layernorm(x[rows wanted]) · lm_headᵀ   (L, V)
+ *   logits = layernorm(x[rows wanted]) · lm_headᵀ   (L, V)   one sgemm
  *
  * Threading.  Every weight matrix is multiplied with all R rows at once so it
  * is read from memory once per step.  The product is split by output columns
@@ -290,21 +290,6 @@ static void matmul_generic(float *out, size_t ldo, const float *a,
         }
 }
 
-/* a is (M, K), e is (N, K): out[:, n0:n1] = a · e[n0:n1]ᵀ.  Fallback. */
-static void matmul_t_generic(float *out, size_t ldo, const float *a,
-                             const float *e, size_t M, size_t K, size_t n0,
-                             size_t n1)
-{
-    for (size_t m = 0; m < M; m++)
-        for (size_t n = n0; n < n1; n++) {
-            float lane[8] = { 0 };
-            for (size_t k = 0; k < K; k++)
-                lane[k % 8] += a[m * K + k] * e[n * K + k];
-            out[m * ldo + n] = ((lane[0] + lane[4]) + (lane[1] + lane[5]))
-                             + ((lane[2] + lane[6]) + (lane[3] + lane[7]));
-        }
-}
-
 #if defined(__x86_64__)
 #include <immintrin.h>
 #define HAVE_AVX2_KERNELS 1
@@ -503,116 +488,6 @@ static void matmul_avx2(float *out, size_t ldo, const float *a,
         }
 }
 
-/* ---- the unembedding ---- */
-
-/* p, q, r, s are the eight k-lanes l[0..7] of four outputs; returns the
- * four sums ((l0+l4)+(l1+l5)) + ((l2+l6)+(l3+l7)), the tree of
- * matmul_t_generic: fold the halves, then hadd adds neighbours twice. */
-__attribute__((target("avx2,fma"), always_inline))
-static inline __m128 hsum4x8(__m256 p, __m256 q, __m256 r, __m256 s)
-{
-    __m128 fp = _mm_add_ps(_mm256_castps256_ps128(p),
-                           _mm256_extractf128_ps(p, 1));
-    __m128 fq = _mm_add_ps(_mm256_castps256_ps128(q),
-                           _mm256_extractf128_ps(q, 1));
-    __m128 fr = _mm_add_ps(_mm256_castps256_ps128(r),
-                           _mm256_extractf128_ps(r, 1));
-    __m128 fs = _mm_add_ps(_mm256_castps256_ps128(s),
-                           _mm256_extractf128_ps(s, 1));
-    return _mm_hadd_ps(_mm_hadd_ps(fp, fq), _mm_hadd_ps(fr, fs));
-}
-
-/* One MR × 4 tile of the unembedding: rows [0, MR) of a (row stride K)
- * against vocabulary rows e0..e3 (each (K,)), eight k-lanes per output,
- * K % 8 == 0.  out rows have stride ldo. */
-#define UNEMBED_TILE_BODY(MR)                                                \
-    do {                                                                     \
-        __m256 acc[MR][4];                                                   \
-        _Pragma("GCC unroll 8") for (int r = 0; r < MR; r++)                 \
-            _Pragma("GCC unroll 8") for (int v = 0; v < 4; v++)              \
-                acc[r][v] = _mm256_setzero_ps();                             \
-        for (size_t k = 0; k < K; k += 8) {                                  \
-            __m256 w0 = _mm256_loadu_ps(e0 + k), w1 = _mm256_loadu_ps(e1 + k); \
-            __m256 w2 = _mm256_loadu_ps(e2 + k), w3 = _mm256_loadu_ps(e3 + k); \
-            _Pragma("GCC unroll 8") for (int r = 0; r < MR; r++) {           \
-                __m256 x = _mm256_loadu_ps(a + r * K + k);                   \
-                acc[r][0] = _mm256_fmadd_ps(x, w0, acc[r][0]);               \
-                acc[r][1] = _mm256_fmadd_ps(x, w1, acc[r][1]);               \
-                acc[r][2] = _mm256_fmadd_ps(x, w2, acc[r][2]);               \
-                acc[r][3] = _mm256_fmadd_ps(x, w3, acc[r][3]);               \
-            }                                                                \
-        }                                                                    \
-        _Pragma("GCC unroll 8") for (int r = 0; r < MR; r++) {               \
-            float t[4];                                                      \
-            _mm_storeu_ps(t, hsum4x8(acc[r][0], acc[r][1], acc[r][2],        \
-                                     acc[r][3]));                            \
-            for (size_t v = 0; v < nr; v++)                                  \
-                out[r * ldo + v] = t[v];                                     \
-        }                                                                    \
-    } while (0)
-
-#define DEFINE_UNEMBED_TILE(MR)                                              \
-    __attribute__((target("avx2,fma"), always_inline)) static inline void   \
-    utile_##MR(float *out, size_t ldo, const float *a, const float *e0,      \
-               const float *e1, const float *e2, const float *e3, size_t nr, \
-               size_t K)                                                     \
-    {                                                                        \
-        UNEMBED_TILE_BODY(MR);                                               \
-    }
-DEFINE_UNEMBED_TILE(1)
-DEFINE_UNEMBED_TILE(2)
-DEFINE_UNEMBED_TILE(3)
-
-/* Rows the unembedding needs before software prefetch pays (below). */
-#define UNEMBED_PREFETCH_ROWS 9
-/* How far ahead it prefetches, in vocabulary entries (two groups). */
-#define UNEMBED_PREFETCH 8
-
-/* out[:, n0:n1] = a · e[n0:n1]ᵀ, a is (M, K), e is (N, K): the unembedding.
- * Vocabulary outer, 4 entries at a time (12 KB at GPT-2 small, read from
- * memory once, contiguous and consecutive so the stream prefetcher runs),
- * every group of 3 rows of a passing over them from L1.  3 × 4 tiles: 12
- * accumulators, 7 loads per 12 FMAs.  With many rows the first row block
- * of each group used to wait for the group to arrive from DRAM: the group
- * two ahead is prefetched, spread over the row blocks (one core, M = 16,
- * half the GPT-2 vocabulary: 12.0 -> 9.9 ms CPU time).  With 8 rows or
- * fewer the prefetches only cost load slots (M = 1: 8% slower), so those
- * leave it to the hardware.  A prefetch changes no arithmetic. */
-__attribute__((target("avx2,fma")))
-static void matmul_t_avx2(float *out, size_t ldo, const float *a,
-                          const float *e, size_t M, size_t K, size_t n0,
-                          size_t n1)
-{
-    if (K % 8 != 0) {
-        matmul_t_generic(out, ldo, a, e, M, K, n0, n1);
-        return;
-    }
-    const size_t blocks = (M + 2) / 3, lines = 4 * K * sizeof(float) / 64;
-    for (size_t n = n0; n < n1; n += 4) {
-        size_t nr = n1 - n < 4 ? n1 - n : 4;
-        /* a short last group repeats its last entry; only nr are stored */
-        const float *e0 = e + n * K;
-        const float *e1 = e + (n + (nr > 1 ? 1 : 0)) * K;
-        const float *e2 = e + (n + (nr > 2 ? 2 : 0)) * K;
-        const float *e3 = e + (n + (nr > 3 ? 3 : 0)) * K;
-        const char *ahead = (const char *)(e + (n + UNEMBED_PREFETCH) * K);
-        const int prefetch = M >= UNEMBED_PREFETCH_ROWS
-                             && n + UNEMBED_PREFETCH + 4 <= n1;
-        for (size_t m = 0, b = 0; m < M; m += 3, b++) {
-            if (prefetch)
-                for (size_t l = b * lines / blocks;
-                     l < (b + 1) * lines / blocks; l++)
-                    _mm_prefetch(ahead + l * 64, _MM_HINT_T0);
-            float *o = out + m * ldo + n;
-            const float *am = a + m * K;
-            switch (M - m < 3 ? M - m : 3) {
-            case 3: utile_3(o, ldo, am, e0, e1, e2, e3, nr, K); break;
-            case 2: utile_2(o, ldo, am, e0, e1, e2, e3, nr, K); break;
-            default: utile_1(o, ldo, am, e0, e1, e2, e3, nr, K); break;
-            }
-        }
-    }
-}
 #endif
 
 /* ---- embedding and LayerNorm, by row blocks ---- */
@@ -635,12 +510,18 @@ static void embedding_task(void *ctx, size_t task, size_t worker)
     size_t r1 = (task + 1) * ROW_BLOCK;
     if (r1 > j->n_rows)
         r1 = j->n_rows;
+    const model *m = j->m;
     for (size_t r = task * ROW_BLOCK; r < r1; r++) {
-        const float *te = j->m->wte + (size_t)*j->st->row_tok[r] * C;
-        const float *pe = j->m->wpe + j->st->row_pos[r] * C;
+        const size_t token = (size_t)*j->st->row_tok[r];
+        const float *pe = m->wpe + j->st->row_pos[r] * C;
         float *o = j->out + r * C;
+        /* tied weights: wte's rows live on only in the unembedding panels */
+        if (m->lm_head == m->wte)
+            panel_column(o, m->lm_head_wp, C, token);
+        else
+            memcpy(o, m->wte + token * C, C * sizeof(float));
         for (size_t i = 0; i < C; i++)
-            o[i] = te[i] + pe[i];
+            o[i] += pe[i];
     }
 }
 
@@ -686,8 +567,7 @@ typedef struct matmul_job {
     const forward_state *st;
     size_t M, N, K;
     const float *a;             /* (M, K) */
-    const float *w;             /* (K, N) in panels, or (N, K) when trans_w */
-    int trans_w;
+    const float *w;             /* (K, N) in panels */
     float *out;                 /* (M, N) with row stride N */
     float beta;                 /* 1: accumulate into out (residual) */
     const float *bias;          /* (N,) */
@@ -702,17 +582,11 @@ static void matmul_task(void *ctx, size_t task, size_t worker)
     size_t n1 = n0 + j->cols_per_task < j->N ? n0 + j->cols_per_task : j->N;
     int acc = j->beta != 0.0f;
 #ifdef HAVE_AVX2_KERNELS
-    if (j->st->use_avx2) {
-        if (j->trans_w)
-            matmul_t_avx2(j->out, j->N, j->a, j->w, j->M, j->K, n0, n1);
-        else
-            matmul_avx2(j->out, j->N, j->a, j->w, j->M, j->K, n0, n1, acc,
-                        j->st->edge + worker * j->st->edge_floats);
-    } else
-#endif
-    if (j->trans_w)
-        matmul_t_generic(j->out, j->N, j->a, j->w, j->M, j->K, n0, n1);
+    if (j->st->use_avx2)
+        matmul_avx2(j->out, j->N, j->a, j->w, j->M, j->K, n0, n1, acc,
+                    j->st->edge + worker * j->st->edge_floats);
     else
+#endif
         matmul_generic(j->out, j->N, j->a, j->w, j->M, j->K, n0, n1, acc);
     size_t nb = n1 - n0;
     for (size_t r = 0; r < j->M; r++) {
@@ -724,7 +598,7 @@ static void matmul_task(void *ctx, size_t task, size_t worker)
     }
 }
 
-/* a is (M, K), w is (K, N) [or (N, K) if trans_w], out is (M, N):
+/* a is (M, K), w is (K, N) in panels, out is (M, N):
  * out = beta·out + a·w, then the epilogue.  Split by output columns into
  * MATMUL_TASKS_PER_WORKER tasks per worker, handed out dynamically: on a
  * shared machine a worker that is descheduled for a while no longer holds
@@ -895,6 +769,23 @@ static void attention_row(float *out, const float *q, const float *kc,
 }
 
 #ifdef HAVE_AVX2_KERNELS
+/* p, q, r, s are the eight k-lanes l[0..7] of four outputs; returns the
+ * four sums ((l0+l4)+(l1+l5)) + ((l2+l6)+(l3+l7)), the tree of dot():
+ * fold the halves, then hadd adds neighbours twice. */
+__attribute__((target("avx2,fma"), always_inline))
+static inline __m128 hsum4x8(__m256 p, __m256 q, __m256 r, __m256 s)
+{
+    __m128 fp = _mm_add_ps(_mm256_castps256_ps128(p),
+                           _mm256_extractf128_ps(p, 1));
+    __m128 fq = _mm_add_ps(_mm256_castps256_ps128(q),
+                           _mm256_extractf128_ps(q, 1));
+    __m128 fr = _mm_add_ps(_mm256_castps256_ps128(r),
+                           _mm256_extractf128_ps(r, 1));
+    __m128 fs = _mm_add_ps(_mm256_castps256_ps128(s),
+                           _mm256_extractf128_ps(s, 1));
+    return _mm_hadd_ps(_mm_hadd_ps(fp, fq), _mm_hadd_ps(fr, fs));
+}
+
 /* Scores of RB query rows (row stride ldq) against keys k0..k3, hd % 8 ==
  * 0: per (row, key) eight lane sums over the dimensions ≡ lane mod 8, each
  * term a multiply then an add, folded by hsum4x8 in dot's tree, then times
@@ -1301,7 +1192,7 @@ int forward_step(forward_state *st, const model *m, threadpool *pool,
                           m->ln_f_w, m->ln_f_b);
         matmul_forward(pool, &(matmul_job){ .st = st,
             .M = L, .N = st->cfg.vocab_size, .K = C, .a = st->lnf,
-            .w = m->lm_head, .trans_w = 1, .out = logits, .epi = EPI_NONE });
+            .w = m->lm_head_wp, .out = logits, .epi = EPI_NONE });
     }
 
     for (size_t s = 0; s < n_seqs; s++) {

@@ -4,7 +4,8 @@
  * every tensor is bound by name after its dtype and shape are checked against
  * the config.  F32 tensors are used in place; F16/BF16 ones (and any F32 one
  * the file leaves misaligned) are widened into one owned buffer.  The layer
- * matrices are then repacked into panels (panels.h) in a second buffer. */
+ * matrices and the unembedding matrix are then repacked into panels
+ * (panels.h) in a second buffer, and their mapped pages released. */
 #include "gpt2d/model.h"
 
 #include <errno.h>
@@ -366,15 +367,19 @@ static void layer_matrices(layer_weights *w, size_t C, layer_matrix out[4])
     out[3] = (layer_matrix){ &w->mlp_proj_w, &w->mlp_proj_wp, 4 * C, C };
 }
 
-static int pack_layers(model *m, gpt2d_error *err)
+/* Packs every layer's four matrices and the unembedding matrix into one
+ * buffer of panels and releases the mapped originals: the forward pass
+ * reads only the panels (and, for an untied model, wte's rows). */
+static int pack_weights(model *m, gpt2d_error *err)
 {
-    const size_t C = m->config.n_embd;
+    const size_t C = m->config.n_embd, V = m->config.vocab_size;
     layer_matrix mats[4];
     layer_matrices(&m->layers[0], C, mats);
     size_t per_layer = 0;
     for (size_t i = 0; i < 4; i++)
         per_layer += panel_floats(mats[i].K, mats[i].N);
-    size_t bytes = m->config.n_layer * per_layer * sizeof(float);
+    size_t floats = m->config.n_layer * per_layer + panel_floats(C, V);
+    size_t bytes = floats * sizeof(float);
     m->packed = aligned_alloc(64, (bytes + 63) / 64 * 64);
     if (m->packed == NULL)
         return error_set(err, "out of memory: %zu MB for the weight panels",
@@ -390,6 +395,9 @@ static int pack_layers(model *m, gpt2d_error *err)
                            mats[i].K * mats[i].N * sizeof(float));
         }
     }
+    panel_pack_transposed(next, m->lm_head, C, V);
+    m->lm_head_wp = next;
+    release_mapped(m, m->lm_head, V * C * sizeof(float));
     return 0;
 }
 
@@ -461,7 +469,7 @@ int model_load(model *m, const char *dir, gpt2d_error *err)
         error_set(err, "out of memory");
         goto out;
     }
-    if (bind_all(&L, m, err) != 0 || pack_layers(m, err) != 0)
+    if (bind_all(&L, m, err) != 0 || pack_weights(m, err) != 0)
         goto out;
     m->weight_bytes = weight_bytes_per_token(&m->config);
     rc = 0;

@@ -22,3 +22,25 @@ void panel_pack(float *dst, const float *w, size_t K, size_t N)
         }
     }
 }
+
+/* A panel at a time: its 16 source rows (16 × K floats) stay in cache while
+ * they are interleaved. */
+void panel_pack_transposed(float *dst, const float *e, size_t K, size_t N)
+{
+    for (size_t p = 0; p < panel_count(N); p++) {
+        float *out = dst + p * K * PANEL_WIDTH;
+        for (size_t j = 0; j < PANEL_WIDTH; j++) {
+            const size_t n = p * PANEL_WIDTH + j;
+            for (size_t k = 0; k < K; k++)
+                out[k * PANEL_WIDTH + j] = n < N ? e[n * K + k] : 0.0f;
+        }
+    }
+}
+
+void panel_column(float *out, const float *packed, size_t K, size_t n)
+{
+    const float *in = packed + (n / PANEL_WIDTH) * K * PANEL_WIDTH
+                      + n % PANEL_WIDTH;
+    for (size_t k = 0; k < K; k++)
+        out[k] = in[k * PANEL_WIDTH];
+}

@@ -44,13 +44,17 @@ typedef struct model {
     layer_weights *layers;      /* [n_layer] */
     const float *ln_f_w, *ln_f_b;
     const float *lm_head;       /* [vocab, C]; == wte when tied */
+    /* lm_head's transpose, the (C, vocab) matrix, in panels (panels.h): what
+     * the unembedding multiplies by, and with tied weights where the token
+     * embedding reads its rows, so the mapped wte stays released */
+    const float *lm_head_wp;
     char name[256];             /* directory basename, reported as model id */
     size_t weight_bytes;        /* bytes of F32 weights a forward pass reads */
     /* private */
     void *map;
     size_t map_size;
     float *widened;             /* F16/BF16 tensors converted to F32 */
-    float *packed;              /* every layer's *_wp, 64-byte aligned */
+    float *packed;              /* every *_wp, 64-byte aligned */
 } model;
 
 /* Reads DIR/config.json and mmaps DIR/model.safetensors.  Every tensor's

@@ -39,4 +39,13 @@ static inline float panel_at(const float *packed, size_t K, size_t k, size_t n)
 /* Packs row-major w (K, N) into dst (panel_floats(K, N) floats). */
 void panel_pack(float *dst, const float *w, size_t K, size_t N);
 
+/* Packs the transpose of row-major e (N, K), the (K, N) matrix eᵀ, into dst
+ * (panel_floats(K, N) floats): the vocabulary matrix, stored one token per
+ * row and multiplied as x · eᵀ. */
+void panel_pack_transposed(float *dst, const float *e, size_t K, size_t N);
+
+/* Column n of a packed (K, N) matrix into out (K floats): token n's row of
+ * a vocabulary matrix packed by panel_pack_transposed. */
+void panel_column(float *out, const float *packed, size_t K, size_t n);
+
 #endif

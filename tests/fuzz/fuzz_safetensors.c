@@ -200,6 +200,13 @@ static void check_model(const model *m)
                            "panel copy of matrix %zu differs at (%zu, %zu)",
                            i, k, n);
             }
+    for (size_t n = 0; n < c->vocab_size; n++)
+        for (size_t k = 0; k < C; k++) {
+            float a = m->lm_head[n * C + k];
+            float b = panel_at(m->lm_head_wp, C, k, n);
+            FUZZ_CHECK(memcmp(&a, &b, sizeof a) == 0,
+                       "unembedding panels differ at token %zu, %zu", n, k);
+        }
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

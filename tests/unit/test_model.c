@@ -303,11 +303,33 @@ static void check_panels(const float *packed, const tspec *t, size_t K,
         }
 }
 
+/* The unembedding's panels hold t (vocab, C) transposed, zero padded, and
+ * panel_column gives back each token's row. */
+static void check_vocab_panels(const float *packed, const tspec *t)
+{
+    for (size_t k = 0; k < C; k++)
+        for (size_t n = 0; n < panel_count(V) * PANEL_WIDTH; n++) {
+            float want = n < V ? expected(t, n * C + k) : 0.0f;
+            ck_assert_msg(panel_at(packed, C, k, n) == want,
+                          "%s panel (%zu, %zu): %g != %g", t->name, k, n,
+                          (double)panel_at(packed, C, k, n), (double)want);
+        }
+    float row[C];
+    for (size_t n = 0; n < V; n++) {
+        panel_column(row, packed, C, n);
+        for (size_t k = 0; k < C; k++)
+            ck_assert_msg(row[k] == expected(t, n * C + k),
+                          "%s row %zu column %zu", t->name, n, k);
+    }
+}
+
 static void check_bound(const model *m, spec *s, const char *prefix)
 {
     char n[96];
     snprintf(n, sizeof n, "%swte.weight", prefix);
     check_values(m->wte, find(s, n));
+    if (m->lm_head == m->wte)
+        check_vocab_panels(m->lm_head_wp, find(s, n));
     snprintf(n, sizeof n, "%swpe.weight", prefix);
     check_values(m->wpe, find(s, n));
     snprintf(n, sizeof n, "%sh.1.attn.c_attn.weight", prefix);
@@ -389,6 +411,7 @@ START_TEST(test_lm_head_equal_to_wte_is_shared_different_is_used)
     ck_assert_msg(model_load(&m, tmpdir, &err) == 0, "%s", err.message);
     ck_assert_ptr_ne(m.lm_head, m.wte);
     check_values(m.lm_head, head);
+    check_vocab_panels(m.lm_head_wp, head);
     model_free(&m);
     remove_dir();
 }
