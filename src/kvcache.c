@@ -5,6 +5,7 @@
 #include "config.h"
 
 #include "gpt2d/kvcache.h"
+#include "gpt2d/hugepages.h"
 
 #include <stdint.h>
 #include <stdio.h>
@@ -48,9 +49,8 @@ int kvcache_slot_alloc(kv_slot *slot, const model_config *cfg,
                          cfg->n_embd);
     /* 64-byte alignment keeps each head's rows on cache-line boundaries
      * (head_dim is a multiple of 16 in every GPT-2). */
-    size_t kv_bytes = (floats * sizeof(float) + 63) / 64 * 64;
-    slot->k = aligned_alloc(64, kv_bytes);
-    slot->v = aligned_alloc(64, kv_bytes);
+    slot->k = huge_alloc(floats * sizeof(float));
+    slot->v = huge_alloc(floats * sizeof(float));
     slot->tokens = malloc(cfg->n_ctx * sizeof *slot->tokens);
     if (slot->k == NULL || slot->v == NULL || slot->tokens == NULL) {
         kvcache_slot_free(slot);

@@ -19,6 +19,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "gpt2d/hugepages.h"
 #include "gpt2d/panels.h"
 #include "gpt2d/safetensors.h"
 
@@ -380,7 +381,7 @@ static int pack_weights(model *m, gpt2d_error *err)
         per_layer += panel_floats(mats[i].K, mats[i].N);
     size_t floats = m->config.n_layer * per_layer + panel_floats(C, V);
     size_t bytes = floats * sizeof(float);
-    m->packed = aligned_alloc(64, (bytes + 63) / 64 * 64);
+    m->packed = huge_alloc(bytes);
     if (m->packed == NULL)
         return error_set(err, "out of memory: %zu MB for the weight panels",
                          bytes >> 20);
