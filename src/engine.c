@@ -883,6 +883,7 @@ static void *engine_main(void *arg)
             metrics_observe_batch_rows(rows);
             plan_jobs(e, n);
             threadpool_run(e->pool, e->n_jobs, run_job, e);
+            metrics_observe_step(now_seconds() - t_step);
         }
         pad_step(e, t_step);
 

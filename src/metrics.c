@@ -61,6 +61,13 @@ static const double ttft_bounds[] = {
 static const double itl_bounds[] = {
     0.001, 0.0025, 0.005, 0.01, 0.02, 0.035, 0.05, 0.1, 0.25, 0.5, 1,
 };
+/* One engine step (forward pass and sampling): ~15 ms for one GPT-2 small
+ * row on two cores, tens of ms for a decode batch, a second or more for a
+ * long prefill chunk. */
+static const double step_bounds[] = {
+    0.005, 0.01, 0.015, 0.02, 0.025, 0.035, 0.05, 0.075, 0.1, 0.25, 0.5, 1,
+    2.5,
+};
 /* Rows per step: powers of two up to well past the default max of 256. */
 static const double rows_bounds[] = {
     1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024,
@@ -78,6 +85,13 @@ static histogram itl_hist = {
     .name = "gpt2d_inter_token_latency_seconds",
     .help = "Time between consecutive generated tokens of one sequence.",
     .bounds = itl_bounds, .n_bounds = ARRAY_LEN(itl_bounds),
+    .sum_unit = 1e-9,
+};
+static histogram step_hist = {
+    .name = "gpt2d_step_seconds",
+    .help = "Duration of one engine step: the forward pass over its rows "
+            "and the sampling of its tokens.",
+    .bounds = step_bounds, .n_bounds = ARRAY_LEN(step_bounds),
     .sum_unit = 1e-9,
 };
 static histogram rows_hist = {
@@ -176,6 +190,11 @@ void metrics_observe_ttft(double seconds)
 void metrics_observe_token_latency(double seconds)
 {
     histogram_observe(&itl_hist, seconds, seconds_to_ns(seconds));
+}
+
+void metrics_observe_step(double seconds)
+{
+    histogram_observe(&step_hist, seconds, seconds_to_ns(seconds));
 }
 
 void metrics_observe_batch_rows(size_t rows)
@@ -287,6 +306,7 @@ char *metrics_render(const engine_stats *stats)
                    "response for --timeout seconds.", &write_timeouts);
     render_histogram(f, &ttft_hist);
     render_histogram(f, &itl_hist);
+    render_histogram(f, &step_hist);
     render_histogram(f, &rows_hist);
     render_gauges(f, stats);
     bool failed = ferror(f) != 0;

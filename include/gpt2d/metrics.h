@@ -24,6 +24,7 @@ void metrics_request_timeout(void);           /* cut by --request-timeout */
 void metrics_write_timeout(void);             /* stopped reading for --timeout */
 void metrics_observe_ttft(double seconds);     /* submit -> first token */
 void metrics_observe_token_latency(double seconds); /* between tokens */
+void metrics_observe_step(double seconds);     /* one engine step */
 void metrics_observe_batch_rows(size_t rows);  /* rows in one engine step */
 
 /* Prometheus text exposition (version 0.0.4), gauges from `stats`.

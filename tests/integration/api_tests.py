@@ -1347,6 +1347,10 @@ class T8bChunkedPrefill(ServerCase):
                          m["gpt2d_batch_rows_count"],
                          "a step had more rows than --max-batch-rows")
         self.assertGreaterEqual(m["gpt2d_batch_rows_sum"], 900)
+        # every step is timed once, and the ~15 prefill steps take real time
+        self.assertEqual(m["gpt2d_step_seconds_count"],
+                         m["gpt2d_batch_rows_count"])
+        self.assertGreater(m["gpt2d_step_seconds_sum"], 0.0)
 
 
 class T9Shutdown(ServerCase):

@@ -302,6 +302,7 @@ START_TEST(test_render_is_valid_exposition_text)
     metrics_observe_ttft(0.02);
     metrics_observe_token_latency(0.004);
     metrics_observe_batch_rows(17);
+    metrics_observe_step(0.03);
     engine_stats st = { .queue_depth = 1, .running = 2, .slots_total = 4,
                         .slots_busy = 2, .slots_cached = 1 };
     scrape *sc = scrape_new();
@@ -315,6 +316,7 @@ START_TEST(test_render_is_valid_exposition_text)
         { "gpt2d_time_to_first_token_seconds", "histogram" },
         { "gpt2d_inter_token_latency_seconds", "histogram" },
         { "gpt2d_batch_rows", "histogram" },
+        { "gpt2d_step_seconds", "histogram" },
         { "gpt2d_queue_depth", "gauge" },
         { "gpt2d_sequences_running", "gauge" },
         { "gpt2d_slots_total", "gauge" },
@@ -329,6 +331,7 @@ START_TEST(test_render_is_valid_exposition_text)
     check_histogram_shape(sc, "gpt2d_time_to_first_token_seconds");
     check_histogram_shape(sc, "gpt2d_inter_token_latency_seconds");
     check_histogram_shape(sc, "gpt2d_batch_rows");
+    check_histogram_shape(sc, "gpt2d_step_seconds");
     free(sc);
 }
 END_TEST
@@ -505,6 +508,30 @@ START_TEST(test_token_latency_and_batch_rows_histograms)
 }
 END_TEST
 
+START_TEST(test_step_seconds_histogram)
+{
+    scrape *a = scrape_new(), *b = scrape_new();
+    scrape_now(a, NULL);
+    metrics_observe_step(0.004);
+    metrics_observe_step(0.016);
+    metrics_observe_step(0.03);
+    metrics_observe_step(7.0);
+    scrape_now(b, NULL);
+    const char *h = "gpt2d_step_seconds_bucket";
+    ck_assert_double_eq(delta(a, b, h, "le=\"0.005\""), 1);
+    ck_assert_double_eq(delta(a, b, h, "le=\"0.015\""), 1);
+    ck_assert_double_eq(delta(a, b, h, "le=\"0.02\""), 2);
+    ck_assert_double_eq(delta(a, b, h, "le=\"0.035\""), 3);
+    ck_assert_double_eq(delta(a, b, h, "le=\"2.5\""), 3);
+    ck_assert_double_eq(delta(a, b, h, "le=\"+Inf\""), 4);
+    ck_assert_double_eq_tol(delta(a, b, "gpt2d_step_seconds_sum", ""), 7.05,
+                            1e-9);
+    ck_assert_double_eq(delta(a, b, "gpt2d_step_seconds_count", ""), 4);
+    free(a);
+    free(b);
+}
+END_TEST
+
 /* A clock step backwards or a NaN must not wrap the sum or vanish. */
 START_TEST(test_negative_or_nan_latency_counts_without_corrupting_sum)
 {
@@ -610,6 +637,7 @@ static Suite *metrics_suite(void)
     tcase_add_test(counts, test_route_paths_count_under_their_endpoint);
     tcase_add_test(counts, test_ttft_observations_land_in_cumulative_buckets);
     tcase_add_test(counts, test_token_latency_and_batch_rows_histograms);
+    tcase_add_test(counts, test_step_seconds_histogram);
     tcase_add_test(counts, test_negative_or_nan_latency_counts_without_corrupting_sum);
     tcase_add_test(counts, test_concurrent_increments_from_four_threads_sum_exactly);
     suite_add_tcase(s, counts);
