@@ -48,6 +48,11 @@
 #define CACHE_MAX_ENTRIES (CACHE_SLOTS / 2)
 #define CACHE_MAX_ARENA ((size_t)8 << 20)
 #define CACHE_MAX_WORD 256 /* longer words are rare; not worth caching */
+/* Slots a lookup probes before it gives up.  The hash is not keyed, so a
+ * client can send words that all land in one place; without this bound
+ * each such word would scan the whole cluster, under the lock every
+ * encode shares.  A word past the bound is simply not cached. */
+#define CACHE_MAX_PROBE 32
 
 typedef struct merge_entry {
     uint64_t key; /* (left << 32) | right; MERGE_EMPTY when free */
@@ -67,6 +72,7 @@ typedef struct word_cache {
     pthread_mutex_t lock;
     cache_entry *slots; /* CACHE_SLOTS entries; key_len 0 = free */
     size_t entries;
+    size_t longest_probe; /* since the last emptying */
     char *arena;
     size_t arena_len, arena_cap;
 } word_cache;
@@ -98,8 +104,9 @@ struct tokenizer {
 
 static uint64_t hash_bytes(const char *s, size_t n)
 {
-    /* FNV-1a; words are short and this is not exposed to adversarial
-     * collisions beyond the bounded cache and the load-time tables. */
+    /* FNV-1a, unkeyed: vocabulary lookups only read a table built from the
+     * trusted vocabulary, and the word cache bounds its probes
+     * (CACHE_MAX_PROBE), so words chosen to collide cost no more than that. */
     uint64_t h = 1469598103934665603ULL;
     for (size_t i = 0; i < n; i++) {
         h ^= (unsigned char)s[i];
@@ -604,19 +611,24 @@ static int cache_new(word_cache **out, gpt2d_error *err)
     return 0;
 }
 
-/* Slot of word w (hash h), or of the free slot where it would go.  Lock held. */
+/* Slot of word w (hash h), or of the free slot where it would go; NULL when
+ * neither is within CACHE_MAX_PROBE slots.  Lock held. */
 static cache_entry *cache_slot(word_cache *c, const char *w, size_t n,
                                uint64_t h)
 {
     size_t i = (size_t)h & (CACHE_SLOTS - 1);
-    for (;;) {
+    for (size_t probe = 1; probe <= CACHE_MAX_PROBE; probe++) {
         cache_entry *e = &c->slots[i];
         if (e->key_len == 0 ||
             (e->hash == h && e->key_len == n &&
-             memcmp(c->arena + e->key_off, w, n) == 0))
+             memcmp(c->arena + e->key_off, w, n) == 0)) {
+            if (probe > c->longest_probe)
+                c->longest_probe = probe;
             return e;
+        }
         i = (i + 1) & (CACHE_SLOTS - 1);
     }
+    return NULL;
 }
 
 /* Appends the cached ids of word w to out; false if w is not cached. */
@@ -626,7 +638,7 @@ static bool cache_get(word_cache *c, const char *w, size_t n, uint64_t h,
     bool hit = false;
     pthread_mutex_lock(&c->lock);
     const cache_entry *e = cache_slot(c, w, n, h);
-    if (e->key_len != 0 && id_buf_reserve(out, e->n_ids)) {
+    if (e != NULL && e->key_len != 0 && id_buf_reserve(out, e->n_ids)) {
         memcpy(out->ids + out->n, c->arena + e->ids_off,
                e->n_ids * sizeof(int32_t));
         out->n += e->n_ids;
@@ -647,6 +659,7 @@ static void cache_put(word_cache *c, const char *w, size_t n, uint64_t h,
          * matters more in a daemon than a perfect hit rate. */
         memset(c->slots, 0, CACHE_SLOTS * sizeof *c->slots);
         c->entries = 0;
+        c->longest_probe = 0;
         c->arena_len = 0;
     }
     if (c->arena_len + need > c->arena_cap) {
@@ -660,8 +673,8 @@ static void cache_put(word_cache *c, const char *w, size_t n, uint64_t h,
         c->arena_cap = cap;
     }
     cache_entry *e = cache_slot(c, w, n, h);
-    if (e->key_len != 0)
-        goto out; /* another thread got here first */
+    if (e == NULL || e->key_len != 0)
+        goto out; /* a crowded neighbourhood, or another thread was first */
     e->hash = h;
     e->key_off = (uint32_t)c->arena_len;
     e->key_len = (uint32_t)n;
@@ -673,6 +686,15 @@ static void cache_put(word_cache *c, const char *w, size_t n, uint64_t h,
     c->arena_len += n_ids * sizeof(int32_t);
     c->entries++;
 out:
+    pthread_mutex_unlock(&c->lock);
+}
+
+void tokenizer_cache_stats_get(const tokenizer *tok, tokenizer_cache_stats *out)
+{
+    word_cache *c = tok->cache;
+    pthread_mutex_lock(&c->lock);
+    out->entries = c->entries;
+    out->longest_probe = c->longest_probe;
     pthread_mutex_unlock(&c->lock);
 }
 

@@ -32,6 +32,16 @@ int tokenizer_encode(const tokenizer *tok, const char *text, size_t len,
 const char *tokenizer_token_bytes(const tokenizer *tok, int32_t id,
                                   size_t *len);
 
+/* The word cache, for tests and diagnostics: words cached, and the most
+ * slots one lookup has probed since the cache was last emptied (never more
+ * than a small fixed bound, whatever words clients send). */
+typedef struct tokenizer_cache_stats {
+    size_t entries;
+    size_t longest_probe;
+} tokenizer_cache_stats;
+void tokenizer_cache_stats_get(const tokenizer *tok,
+                               tokenizer_cache_stats *out);
+
 /* Concatenated bytes of `n` tokens, NUL-terminated for convenience (the bytes
  * themselves may contain NUL).  Fails on an id outside the vocabulary.  *out is
  * malloc'ed; the caller frees. */

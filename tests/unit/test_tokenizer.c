@@ -395,6 +395,69 @@ END_TEST
 
 /* ---- speed bounds ---- */
 
+/* The word cache's slot for `bytes`, as src/tokenizer.c computes it (FNV-1a,
+ * a final mix, 65536 slots): what a client who wants collisions computes. */
+static size_t cache_index_of(const char *bytes, size_t n)
+{
+    uint64_t h = 1469598103934665603ULL;
+    for (size_t i = 0; i < n; i++) {
+        h ^= (unsigned char)bytes[i];
+        h *= 1099511628211ULL;
+    }
+    return (size_t)(h ^ (h >> 29)) & 0xffff;
+}
+
+/* 100 words that all hash to one cache slot: a lookup would otherwise scan
+ * the whole cluster, under the lock every encode shares.  It probes a
+ * bounded number of slots instead, and the words still encode exactly as
+ * each does alone, cached or not. */
+START_TEST(test_colliding_words_do_not_grow_cache_probes)
+{
+    enum { WORDS = 100, LEN = 8 };
+    static char text[WORDS * (LEN + 1) + 1];
+    size_t found = 0, target = SIZE_MAX, pos = 0;
+    uint64_t seed = 7;
+    while (found < WORDS) {
+        char w[LEN + 1] = " ";
+        for (size_t i = 1; i <= LEN; i++)
+            w[i] = (char)('a' + rng_next(&seed) % 26);
+        size_t slot = cache_index_of(w, sizeof w);
+        if (target == SIZE_MAX)
+            target = slot;
+        if (slot != target)
+            continue;
+        memcpy(text + pos, w, sizeof w);
+        pos += sizeof w;
+        found++;
+    }
+    int32_t *first, *second;
+    size_t n_first, n_second;
+    encode_ok(text, pos, &first, &n_first);
+    encode_ok(text, pos, &second, &n_second);
+    tokenizer_cache_stats st;
+    tokenizer_cache_stats_get(tok, &st);
+    ck_assert_msg(st.longest_probe <= 32, "a lookup probed %zu slots",
+                  st.longest_probe);
+    ck_assert_msg(st.entries < WORDS, "all %zu colliding words cached",
+                  st.entries);
+    ck_assert_uint_eq(n_first, n_second);
+    ck_assert_mem_eq(first, second, n_first * sizeof *first);
+    size_t at = 0;
+    for (size_t k = 0; k < WORDS; k++) {
+        int32_t *ids;
+        size_t n;
+        encode_ok(text + k * (LEN + 1), LEN + 1, &ids, &n);
+        ck_assert_uint_le(at + n, n_first);
+        ck_assert_mem_eq(ids, first + at, n * sizeof *ids);
+        at += n;
+        free(ids);
+    }
+    ck_assert_uint_eq(at, n_first);
+    free(first);
+    free(second);
+}
+END_TEST
+
 START_TEST(test_long_word_encodes_in_bounded_time)
 {
     /* 10 KB without a space is one pre-token; a quadratic merge loop would
@@ -638,6 +701,7 @@ static Suite *tokenizer_suite(void)
     tcase_add_test(ref, test_token_ending_mid_utf8_decodes_to_raw_bytes);
     tcase_add_test(ref, test_unicode_classes_follow_js);
     tcase_add_test(ref, test_long_word_encodes_in_bounded_time);
+    tcase_add_test(ref, test_colliding_words_do_not_grow_cache_probes);
     tcase_add_test(ref, test_concurrent_encode_gives_identical_results);
     suite_add_tcase(s, ref);
 
