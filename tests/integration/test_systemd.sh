@@ -53,7 +53,7 @@ skip() { echo "SKIP: $*"; }
 
 check_unit_directives() {
     local d missing=0
-    for d in 'Type=notify' 'NotifyAccess=main' 'ExecStart=/usr/bin/gpt2d --config /etc/gpt2d/gpt2d.conf' \
+    for d in 'Type=notify' 'NotifyAccess=main' 'ExecStart=/usr/sbin/gpt2d --config /etc/gpt2d/gpt2d.conf' \
              "ExecReload=/bin/kill -HUP \$MAINPID" 'Restart=on-failure' 'WatchdogSec=' \
              'DynamicUser=yes' 'StateDirectory=gpt2d' 'ConfigurationDirectory=gpt2d' \
              'ProtectSystem=strict' 'ProtectHome=yes' 'PrivateTmp=yes' 'NoNewPrivileges=yes' \
@@ -80,7 +80,7 @@ verify_unit() {
     local kill_bin
     kill_bin=$(command -v kill 2>/dev/null || echo /bin/kill)
     [[ $kill_bin == /* ]] || kill_bin=/bin/kill
-    sed -e "s|^ExecStart=/usr/bin/gpt2d --config /etc/gpt2d/gpt2d.conf|ExecStart=$GPT2D --config $tmp/unit/gpt2d.conf|" \
+    sed -e "s|^ExecStart=/usr/sbin/gpt2d --config /etc/gpt2d/gpt2d.conf|ExecStart=$GPT2D --config $tmp/unit/gpt2d.conf|" \
         -e "s|^ExecReload=/bin/kill|ExecReload=$kill_bin|" \
         "$UNIT" >"$tmp/unit/gpt2d.service"
     grep -q "^ExecStart=$GPT2D " "$tmp/unit/gpt2d.service" || fail "could not point the unit copy at $GPT2D"
