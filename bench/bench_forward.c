@@ -1,7 +1,7 @@
 /* bench_forward.c — how fast the forward pass runs against what this machine
  * allows.
  *
- *   bench_forward MODEL_DIR [--threads N] [--decode-only BATCH [STEPS]]
+ *   bench_forward MODEL_DIR [--threads N] [--decode-only BATCH [STEPS] | --prefill-only REPS]
  *
  * Measures, in one run: memory read bandwidth (streaming read of 1 GiB by N
  * threads, best of several), sgemm GFLOP/s at the model's shapes with the
@@ -305,10 +305,31 @@ static size_t weight_bytes(const model *m)
             + m->config.vocab_size * C) * sizeof(float);
 }
 
+/* --prefill-only: the 512-token prefill `reps` times after a warm-up, median
+ * and best, for A/B runs of the prefill path alone. */
+static int prefill_only(bench *b, size_t reps)
+{
+    double *t = malloc(reps * sizeof *t);
+    if (t == NULL)
+        return 1;
+    prefill(b, 0, PREFILL);
+    for (size_t r = 0; r < reps; r++) {
+        double t0 = now();
+        prefill(b, 0, PREFILL);
+        t[r] = now() - t0;
+    }
+    qsort(t, reps, sizeof *t, cmp_double);
+    printf("prefill %d tokens, %zu runs: median %.1f ms (%.1f tok/s), best "
+           "%.1f ms (%.1f tok/s)\n", PREFILL, reps, t[reps / 2] * 1e3,
+           PREFILL / t[reps / 2], t[0] * 1e3, PREFILL / t[0]);
+    free(t);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     const char *dir = NULL;
-    size_t threads = 2, only_batch = 0, only_steps = 200;
+    size_t threads = 2, only_batch = 0, only_steps = 200, prefill_reps = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc)
             threads = (size_t)strtoul(argv[++i], NULL, 10);
@@ -318,15 +339,17 @@ int main(int argc, char **argv)
                 && strspn(argv[i + 1], "0123456789") == strlen(argv[i + 1]))
                 only_steps = (size_t)strtoul(argv[++i], NULL, 10);
         }
+        else if (strcmp(argv[i], "--prefill-only") == 0 && i + 1 < argc)
+            prefill_reps = (size_t)strtoul(argv[++i], NULL, 10);
         else if (dir == NULL && argv[i][0] != '-')
             dir = argv[i];
         else {
-            fprintf(stderr, "usage: bench_forward MODEL_DIR [--threads N] [--decode-only BATCH [STEPS]]\n");
+            fprintf(stderr, "usage: bench_forward MODEL_DIR [--threads N] [--decode-only BATCH [STEPS] | --prefill-only REPS]\n");
             return 2;
         }
     }
     if (dir == NULL) {
-        fprintf(stderr, "usage: bench_forward MODEL_DIR [--threads N] [--decode-only BATCH [STEPS]]\n");
+        fprintf(stderr, "usage: bench_forward MODEL_DIR [--threads N] [--decode-only BATCH [STEPS] | --prefill-only REPS]\n");
         return 2;
     }
 
@@ -365,6 +388,8 @@ int main(int argc, char **argv)
 
     if (only_batch > 0)
         return decode_only(&b, only_batch, only_steps);
+    if (prefill_reps > 0)
+        return prefill_only(&b, prefill_reps);
 
     /* machine bounds */
     double bw = measure_bandwidth(b.pool, (size_t)1 << 30, 5);
