@@ -38,19 +38,26 @@
  *   splits.  With OpenBLAS for the weight products decode was slower and NOT
  *   batch invariant (below).
  *   Weights in panels (panels.h, packed at load), one panel kernel for all
- *   M; old = session 1's runtime-packed prefill panels and k-blocked decode
- *   streaming, the same quiet window, bench_forward back to back:
+ *   M (session 2; old = session 1's runtime-packed prefill panels and
+ *   k-blocked decode streaming, same quiet window, back to back):
  *     prefill 512          782 -> 856-890 tok/s
- *     decode batch 1       18.2 -> 15.7-18.5 ms/step (80-100% of the
- *                          bandwidth bound, 495 MB/step at 31-33 GB/s)
- *     decode batch 16      47.0 -> 41.4-42.9 ms/step (341 -> 373-386 tok/s)
- *   Profile of a batch-16 step (perf, 2 threads): panel products 56%
- *   (~56 GFLOP/s per core while streaming W), unembedding 17% (~83 GFLOP/s
- *   per core: its 3 x 4 dot tiles use each 12 KB group of vocabulary rows
- *   six times straight from L1, which keeps DRAM streaming evenly), attention
- *   15% (bound by reading the 16 KV caches).  The panel kernel reaches 101
- *   GFLOP/s when W is in cache: the gap is DRAM arriving in bursts, the
- *   next lever for batch-16 decode.
+ *     decode batch 1       18.2 -> 15.7-18.5 ms/step
+ *     decode batch 16      47.0 -> 41.4-42.9 ms/step
+ *   Session 3, against session 2's build, interleaved runs (the machine's
+ *   FMA peak swung between 102 and 201 GFLOP/s from second to second, so
+ *   medians of many runs and best steps are the figures to trust):
+ *     decode batch 16: row blocks take turns over 128-step chunks of a
+ *     panel, prefetching the next chunk in shares (panel_rows_avx2): best
+ *     steps 37 -> 33 ms; the unembedding through the same kernel (lm_head
+ *     in panels): 10.7-11.4 -> 8.0-9.0 ms of the step (instrumented);
+ *     together, medians of 5 runs 47.8 -> 40.6 ms, best 40.2 -> 33.4 ms,
+ *     and 34.98 ms (457 tok/s) in the quietest full bench_forward run.
+ *     decode batch 1: panels and KV slots on huge pages (hugepages.h):
+ *     medians 18.6 -> 16.6 ms; the quietest full run 14.9 ms (33 GB/s).
+ *     prefill 512: medians 718 -> 671 ms (--prefill-only, 5 x 4 runs).
+ *   Profile of a batch-16 step: panel products ~55%, unembedding ~20%,
+ *   attention ~13% (bound by reading the 16 KV caches, ~205 MB a step at
+ *   positions 128-228), the rest LayerNorm, GELU and pool hand-offs.
  *   GELU via libm tanhf would add ~15% to prefill; the vector form below
  *   removes it.
  *
@@ -72,7 +79,8 @@
  * 512-token prefill attention, one thread, 175 ms with sgemm + libm expf,
  * 135-150 ms with the row kernel and the vector softmax (loaded machine);
  * decode batch 16 at position 150, attention 7.4 -> 6.2 ms.  With it
- * came the unembedding prefetch (matmul_t_avx2) and several column tasks
+ * came the unembedding prefetch (of a dot kernel since replaced by the
+ * panel kernel) and several column tasks
  * per worker (matmul_forward).  All measured while fuzzers kept one of the
  * two cores busy (load 3-5), so end to end the step times moved within the
  * noise: bench_forward, old/new interleaved, best of 3: prefill 417/423
