@@ -5,6 +5,7 @@
 #include <check.h>
 #include <jansson.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -290,30 +291,27 @@ static void check_values(const float *got, const tspec *t)
                       i, (double)got[i], (double)expected(t, i));
 }
 
-/* A layer matrix's panel copy holds the same values, zero padded. */
+/* A panel copy of the (K, N) matrix holds t's values, zero padded: t is
+ * (K, N) row-major, or with `transposed` (N, K), as the unembedding's
+ * vocabulary matrix is stored. */
 static void check_panels(const float *packed, const tspec *t, size_t K,
-                         size_t N)
+                         size_t N, bool transposed)
 {
     for (size_t k = 0; k < K; k++)
         for (size_t n = 0; n < panel_count(N) * PANEL_WIDTH; n++) {
-            float want = n < N ? expected(t, k * N + n) : 0.0f;
+            size_t i = transposed ? n * K + k : k * N + n;
+            float want = n < N ? expected(t, i) : 0.0f;
             ck_assert_msg(panel_at(packed, K, k, n) == want,
                           "%s panel (%zu, %zu): %g != %g", t->name, k, n,
                           (double)panel_at(packed, K, k, n), (double)want);
         }
 }
 
-/* The unembedding's panels hold t (vocab, C) transposed, zero padded, and
- * panel_column gives back each token's row. */
+/* The unembedding's panels hold t (vocab, C) transposed, and panel_column
+ * gives back each token's row. */
 static void check_vocab_panels(const float *packed, const tspec *t)
 {
-    for (size_t k = 0; k < C; k++)
-        for (size_t n = 0; n < panel_count(V) * PANEL_WIDTH; n++) {
-            float want = n < V ? expected(t, n * C + k) : 0.0f;
-            ck_assert_msg(panel_at(packed, C, k, n) == want,
-                          "%s panel (%zu, %zu): %g != %g", t->name, k, n,
-                          (double)panel_at(packed, C, k, n), (double)want);
-        }
+    check_panels(packed, t, C, V, true);
     float row[C];
     for (size_t n = 0; n < V; n++) {
         panel_column(row, packed, C, n);
@@ -334,13 +332,13 @@ static void check_bound(const model *m, spec *s, const char *prefix)
     check_values(m->wpe, find(s, n));
     snprintf(n, sizeof n, "%sh.1.attn.c_attn.weight", prefix);
     check_values(m->layers[1].attn_w, find(s, n));
-    check_panels(m->layers[1].attn_wp, find(s, n), C, 3 * C);
+    check_panels(m->layers[1].attn_wp, find(s, n), C, 3 * C, false);
     snprintf(n, sizeof n, "%sh.0.mlp.c_proj.weight", prefix);
-    check_panels(m->layers[0].mlp_proj_wp, find(s, n), 4 * C, C);
+    check_panels(m->layers[0].mlp_proj_wp, find(s, n), 4 * C, C, false);
     snprintf(n, sizeof n, "%sh.1.mlp.c_fc.weight", prefix);
-    check_panels(m->layers[1].fc_wp, find(s, n), C, 4 * C);
+    check_panels(m->layers[1].fc_wp, find(s, n), C, 4 * C, false);
     snprintf(n, sizeof n, "%sh.0.attn.c_proj.weight", prefix);
-    check_panels(m->layers[0].attn_proj_wp, find(s, n), C, C);
+    check_panels(m->layers[0].attn_proj_wp, find(s, n), C, C, false);
     snprintf(n, sizeof n, "%sh.0.mlp.c_proj.bias", prefix);
     check_values(m->layers[0].mlp_proj_b, find(s, n));
     snprintf(n, sizeof n, "%sh.1.ln_2.weight", prefix);
