@@ -1,7 +1,7 @@
 /* bench_forward.c — how fast the forward pass runs against what this machine
  * allows.
  *
- *   bench_forward MODEL_DIR [--threads N] [--decode-only BATCH [STEPS] | --prefill-only REPS]
+ *   bench_forward MODEL_DIR [--threads N] [--decode-only BATCH [STEPS] | --prefill-only REPS [TOKENS]]
  *
  * Measures, in one run: memory read bandwidth (streaming read of 1 GiB by N
  * threads, best of several), sgemm GFLOP/s at the model's shapes with the
@@ -305,23 +305,29 @@ static size_t weight_bytes(const model *m)
             + m->config.vocab_size * C) * sizeof(float);
 }
 
-/* --prefill-only: the 512-token prefill `reps` times after a warm-up, median
- * and best, for A/B runs of the prefill path alone. */
-static int prefill_only(bench *b, size_t reps)
+/* --prefill-only: a `len`-token prefill (512 unless given) `reps` times
+ * after a warm-up, median and best, for A/B runs of the prefill path alone
+ * (100 tokens is load.py's prompt, the one in every TTFT). */
+static int prefill_only(bench *b, size_t reps, size_t len)
 {
+    if (reps == 0 || len == 0 || len > PREFILL) {
+        fprintf(stderr, "bench_forward: --prefill-only REPS >= 1 [TOKENS "
+                "1..%d]\n", PREFILL);
+        return 1;
+    }
     double *t = malloc(reps * sizeof *t);
     if (t == NULL)
         return 1;
-    prefill(b, 0, PREFILL);
+    prefill(b, 0, len);
     for (size_t r = 0; r < reps; r++) {
         double t0 = now();
-        prefill(b, 0, PREFILL);
+        prefill(b, 0, len);
         t[r] = now() - t0;
     }
     qsort(t, reps, sizeof *t, cmp_double);
-    printf("prefill %d tokens, %zu runs: median %.1f ms (%.1f tok/s), best "
-           "%.1f ms (%.1f tok/s)\n", PREFILL, reps, t[reps / 2] * 1e3,
-           PREFILL / t[reps / 2], t[0] * 1e3, PREFILL / t[0]);
+    printf("prefill %zu tokens, %zu runs: median %.1f ms (%.1f tok/s), best "
+           "%.1f ms (%.1f tok/s)\n", len, reps, t[reps / 2] * 1e3,
+           (double)len / t[reps / 2], t[0] * 1e3, (double)len / t[0]);
     free(t);
     return 0;
 }
@@ -329,7 +335,8 @@ static int prefill_only(bench *b, size_t reps)
 int main(int argc, char **argv)
 {
     const char *dir = NULL;
-    size_t threads = 2, only_batch = 0, only_steps = 200, prefill_reps = 0;
+    size_t threads = 2, only_batch = 0, only_steps = 200, prefill_reps = 0,
+           prefill_len = PREFILL;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc)
             threads = (size_t)strtoul(argv[++i], NULL, 10);
@@ -339,17 +346,21 @@ int main(int argc, char **argv)
                 && strspn(argv[i + 1], "0123456789") == strlen(argv[i + 1]))
                 only_steps = (size_t)strtoul(argv[++i], NULL, 10);
         }
-        else if (strcmp(argv[i], "--prefill-only") == 0 && i + 1 < argc)
+        else if (strcmp(argv[i], "--prefill-only") == 0 && i + 1 < argc) {
             prefill_reps = (size_t)strtoul(argv[++i], NULL, 10);
+            if (i + 1 < argc && argv[i + 1][0] != '-'
+                && strspn(argv[i + 1], "0123456789") == strlen(argv[i + 1]))
+                prefill_len = (size_t)strtoul(argv[++i], NULL, 10);
+        }
         else if (dir == NULL && argv[i][0] != '-')
             dir = argv[i];
         else {
-            fprintf(stderr, "usage: bench_forward MODEL_DIR [--threads N] [--decode-only BATCH [STEPS] | --prefill-only REPS]\n");
+            fprintf(stderr, "usage: bench_forward MODEL_DIR [--threads N] [--decode-only BATCH [STEPS] | --prefill-only REPS [TOKENS]]\n");
             return 2;
         }
     }
     if (dir == NULL) {
-        fprintf(stderr, "usage: bench_forward MODEL_DIR [--threads N] [--decode-only BATCH [STEPS] | --prefill-only REPS]\n");
+        fprintf(stderr, "usage: bench_forward MODEL_DIR [--threads N] [--decode-only BATCH [STEPS] | --prefill-only REPS [TOKENS]]\n");
         return 2;
     }
 
@@ -389,7 +400,7 @@ int main(int argc, char **argv)
     if (only_batch > 0)
         return decode_only(&b, only_batch, only_steps);
     if (prefill_reps > 0)
-        return prefill_only(&b, prefill_reps);
+        return prefill_only(&b, prefill_reps, prefill_len);
 
     /* machine bounds */
     double bw = measure_bandwidth(b.pool, (size_t)1 << 30, 5);
