@@ -1,7 +1,7 @@
 /* bench_forward.c — how fast the forward pass runs against what this machine
  * allows.
  *
- *   bench_forward MODEL_DIR [--threads N] [--decode-only BATCH [STEPS] | --prefill-only REPS [TOKENS]]
+ *   bench_forward MODEL_DIR [--threads N] [--dtype TYPE] [--decode-only BATCH [STEPS] | --prefill-only REPS [TOKENS]]
  *
  * Measures, in one run: memory read bandwidth (streaming read of 1 GiB by N
  * threads, best of several), sgemm GFLOP/s at the model's shapes with the
@@ -337,9 +337,16 @@ int main(int argc, char **argv)
     const char *dir = NULL;
     size_t threads = 2, only_batch = 0, only_steps = 200, prefill_reps = 0,
            prefill_len = PREFILL;
+    model_dtype dtype = MODEL_DTYPE_AUTO;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc)
             threads = (size_t)strtoul(argv[++i], NULL, 10);
+        else if (strcmp(argv[i], "--dtype") == 0 && i + 1 < argc) {
+            if (model_dtype_parse(argv[++i], &dtype) != 0) {
+                fprintf(stderr, "bench_forward: --dtype auto|float32|float16\n");
+                return 2;
+            }
+        }
         else if (strcmp(argv[i], "--decode-only") == 0 && i + 1 < argc) {
             only_batch = (size_t)strtoul(argv[++i], NULL, 10);
             if (i + 1 < argc && argv[i + 1][0] != '-'
@@ -355,18 +362,18 @@ int main(int argc, char **argv)
         else if (dir == NULL && argv[i][0] != '-')
             dir = argv[i];
         else {
-            fprintf(stderr, "usage: bench_forward MODEL_DIR [--threads N] [--decode-only BATCH [STEPS] | --prefill-only REPS [TOKENS]]\n");
+            fprintf(stderr, "usage: bench_forward MODEL_DIR [--threads N] [--dtype TYPE] [--decode-only BATCH [STEPS] | --prefill-only REPS [TOKENS]]\n");
             return 2;
         }
     }
     if (dir == NULL) {
-        fprintf(stderr, "usage: bench_forward MODEL_DIR [--threads N] [--decode-only BATCH [STEPS] | --prefill-only REPS [TOKENS]]\n");
+        fprintf(stderr, "usage: bench_forward MODEL_DIR [--threads N] [--dtype TYPE] [--decode-only BATCH [STEPS] | --prefill-only REPS [TOKENS]]\n");
         return 2;
     }
 
     static bench b;
     gpt2d_error err;
-    if (model_load(&b.m, dir, &err) != 0)
+    if (model_load(&b.m, dir, dtype, &err) != 0)
         die("model_load", &err);
     const model_config *cfg = &b.m.config;
     if (cfg->n_ctx < PREFILL + 1 || cfg->n_ctx < PROMPT + 2 * DECODE_STEPS + 1) {

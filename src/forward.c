@@ -61,6 +61,15 @@
  *   GELU via libm tanhf would add ~15% to prefill; the vector form below
  *   removes it.
  *
+ * Half weights (--dtype float16, panels.h).  The panels may hold halves;
+ * the tiles widen them in registers as they load them (vcvtph2ps beside the
+ * FMAs), so a step reads half the bytes and multiplies the same values a
+ * float panel of the rounded weights would hold, in the same order.
+ * Measured in cache, one core: M = 12-16 at ~93-107 GFLOP/s (the same as
+ * float panels within noise), where widening each chunk once into an L1
+ * buffer for all row blocks ran ~78.  Half panels prefetch the next panel
+ * while one is multiplied.
+ *
  * Determinism.  Each output element of every stage is computed by the same
  * instructions in the same order whatever else is in the batch: the matmul
  * kernels below fix the summation order per element independent of M, column
@@ -283,17 +292,17 @@ static void layernorm_row(float *out, const float *inp, const float *w,
  * the small M of decode steps (weights packed once at load, streamed once
  * per step). */
 
-/* a is (M, K), w is (K, N) in panels (panels.h), out is (M, ldo):
+/* a is (M, K), w is (K, N) in panels (panels.h) of `dt`, out is (M, ldo):
  * out[:, n0:n1] (+)= a · w[:, n0:n1].  Portable fallback, same order. */
 static void matmul_generic(float *out, size_t ldo, const float *a,
-                           const float *w, size_t M, size_t K, size_t n0,
-                           size_t n1, int accumulate)
+                           const void *w, panel_dtype dt, size_t M, size_t K,
+                           size_t n0, size_t n1, int accumulate)
 {
     for (size_t m = 0; m < M; m++)
         for (size_t n = n0; n < n1; n++) {
             float acc = 0.0f;
             for (size_t k = 0; k < K; k++)
-                acc += a[m * K + k] * panel_at(w, K, k, n);
+                acc += a[m * K + k] * panel_at(w, dt, K, k, n);
             out[m * ldo + n] = accumulate ? out[m * ldo + n] + acc : acc;
         }
 }
@@ -304,14 +313,19 @@ static void matmul_generic(float *out, size_t ldo, const float *a,
 
 /* One MR × (16·NP) tile of a · w over k in [k0, k1): rows [0, MR) of a
  * (row stride lda) against NP consecutive panels, w0 and (NP = 2) w1, each
- * (K, 16) contiguous.  Every output is one FMA chain over k: it starts from
- * zero, or continues the partial sums in `from` (row stride ldf), and is
- * stored to `to` (row stride ldt), as to + chain when `accumulate`.  A
- * non-NULL `ahead` is prefetched at ahead + (k - k0) · step.  Inlined with
- * constant MR, NP (and literal NULLs, which remove the branches). */
-#define TILE_BODY(MR, NP)                                                    \
+ * (K, 16) contiguous, of floats or (H = 1) halves, widened as they are
+ * loaded.  Every output is one FMA chain over k: it starts from zero, or
+ * continues the partial sums in `from` (row stride ldf), and is stored to
+ * `to` (row stride ldt), as to + chain when `accumulate`.  A non-NULL
+ * `ahead` is prefetched at ahead + (k - k0) · step.  Inlined with constant
+ * MR, NP, H (and literal NULLs, which remove the branches). */
+#define LOAD_PANEL_ROW(H, w, k, half)                                        \
+    ((H) ? _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(const void *)    \
+               ((const uint16_t *)(w) + (k) * PANEL_WIDTH + 8 * (half))))    \
+         : _mm256_load_ps((const float *)(w) + (k) * PANEL_WIDTH + 8 * (half)))
+#define TILE_BODY(MR, NP, H)                                                 \
     do {                                                                     \
-        const float *wp[2] = { w0, w1 };                                     \
+        const void *wp[2] = { w0, w1 };                                      \
         __m256 acc[MR][2 * NP];                                              \
         _Pragma("GCC unroll 8") for (int r = 0; r < MR; r++)                 \
             _Pragma("GCC unroll 8") for (int v = 0; v < 2 * NP; v++)         \
@@ -323,8 +337,7 @@ static void matmul_generic(float *out, size_t ldo, const float *a,
             if (ahead != NULL)                                               \
                 _mm_prefetch(ahead + (k - k0) * step, _MM_HINT_T0);          \
             _Pragma("GCC unroll 8") for (int v = 0; v < 2 * NP; v++)         \
-                wv[v] = _mm256_load_ps(wp[v / 2] + k * PANEL_WIDTH          \
-                                       + 8 * (v % 2));                       \
+                wv[v] = LOAD_PANEL_ROW(H, wp[v / 2], k, v % 2);              \
             _Pragma("GCC unroll 8") for (int r = 0; r < MR; r++) {           \
                 __m256 av = _mm256_broadcast_ss(a + r * lda + k);            \
                 _Pragma("GCC unroll 8") for (int v = 0; v < 2 * NP; v++)     \
@@ -341,24 +354,28 @@ static void matmul_generic(float *out, size_t ldo, const float *a,
             }                                                                \
     } while (0)
 
-#define DEFINE_TILE(MR, NP)                                                  \
-    __attribute__((target("avx2,fma"), always_inline)) static inline void   \
-    tile_##MR##x##NP(float *to, size_t ldt, const float *from, size_t ldf,   \
-                     const float *a, size_t lda, const float *w0,            \
-                     const float *w1, size_t k0, size_t k1, int accumulate,  \
-                     const char *ahead, size_t step)                         \
+#define KERNEL_TARGET __attribute__((target("avx2,fma,f16c")))
+#define DEFINE_TILE(MR, NP, H, NAME)                                         \
+    KERNEL_TARGET __attribute__((always_inline)) static inline void          \
+    NAME(float *to, size_t ldt, const float *from, size_t ldf,               \
+         const float *a, size_t lda, const void *w0, const void *w1,         \
+         size_t k0, size_t k1, int accumulate, const char *ahead,            \
+         size_t step)                                                        \
     {                                                                        \
-        TILE_BODY(MR, NP);                                                   \
+        TILE_BODY(MR, NP, H);                                                \
     }
-DEFINE_TILE(1, 1)
-DEFINE_TILE(2, 1)
-DEFINE_TILE(3, 1)
-DEFINE_TILE(4, 1)
-DEFINE_TILE(5, 1)
-DEFINE_TILE(6, 1)
-DEFINE_TILE(1, 2)
-DEFINE_TILE(2, 2)
-DEFINE_TILE(3, 2)
+#define DEFINE_TILES(MR, NP)                                                 \
+    DEFINE_TILE(MR, NP, 0, tile_##MR##x##NP)                                 \
+    DEFINE_TILE(MR, NP, 1, tile_h_##MR##x##NP)
+DEFINE_TILES(1, 1)
+DEFINE_TILES(2, 1)
+DEFINE_TILES(3, 1)
+DEFINE_TILES(4, 1)
+DEFINE_TILES(5, 1)
+DEFINE_TILES(6, 1)
+DEFINE_TILES(1, 2)
+DEFINE_TILES(2, 2)
+DEFINE_TILES(3, 2)
 
 /* k-steps per chunk when several row blocks share a panel: 128 lines, 8 KB,
  * which the later blocks find in L1. */
@@ -368,33 +385,17 @@ DEFINE_TILE(3, 2)
 /* Row blocks of a chunk that prefetch the next one, each its share. */
 #define PANEL_PREFETCH_BLOCKS 3
 
-/* Rows [0, M) against one panel (np = 1) or two (np = 2, 3-row blocks, for
- * M <= 3: a single row against one panel would have only two chains to
- * hide the FMA latency behind).  Up to 6 rows are one block (12
- * accumulators, 2 loads and 6 broadcasts per 12 FMAs) that walks the panel
- * once, a sequential stream the hardware prefetches well.
- *
- * With more rows the blocks take turns over chunks of PANEL_CHUNK k-steps
- * (the partial sums wait in `part`, (M, 16)): the first block reads a chunk
- * from memory, the others from L1.  Walking the whole panel per block
- * instead, only the first block read memory, faster than one core's share
- * of the stream delivers, and the others left it idle.  Now the first
- * blocks of each chunk also prefetch the next chunk, in equal shares, so the
- * memory is read at an even rate the whole time (one core, M = 16, the
- * twelve layers' products from DRAM: ~27-33 -> 22-24 ms per step, 2
- * threads).  `w_end` bounds the prefetch to this worker's panels.  Storing
- * and reloading a partial sum changes no bits: each output is still one
- * chain over k from 0. */
-/* One block of mr <= 6 rows against one panel, over k in [k0, k1). */
-__attribute__((target("avx2,fma"), always_inline))
-static inline void block_tile(size_t mr, float *to, size_t ldt,
+/* One block of mr <= 6 rows against one panel, over k in [k0, k1): float
+ * panels, or (h) half ones. */
+KERNEL_TARGET __attribute__((always_inline))
+static inline void block_tile(size_t mr, int h, float *to, size_t ldt,
                               const float *from, const float *a, size_t K,
-                              const float *w, size_t k0, size_t k1,
+                              const void *w, size_t k0, size_t k1,
                               int accumulate, const char *ahead, size_t step)
 {
 #define BLOCK(MR)                                                            \
-    tile_##MR##x1(to, ldt, from, PANEL_WIDTH, a, K, w, NULL, k0, k1,         \
-                  accumulate, ahead, step)
+    (h ? tile_h_##MR##x1 : tile_##MR##x1)(to, ldt, from, PANEL_WIDTH, a, K,  \
+        w, NULL, k0, k1, accumulate, ahead, step)
     switch (mr) {
     case 6: BLOCK(6); break;
     case 5: BLOCK(5); break;
@@ -406,94 +407,155 @@ static inline void block_tile(size_t mr, float *to, size_t ldt,
 #undef BLOCK
 }
 
-__attribute__((target("avx2,fma")))
-static void panel_rows_avx2(float *out, size_t ldo, const float *a,
-                            const float *w0, const float *w1, size_t M,
-                            size_t K, int np, int accumulate,
-                            const char *w_end, float *part)
+/* What a panel call prefetches while it multiplies: the bytes
+ * [start, start + K · per_k), spread evenly over its k-steps, per_k bytes
+ * a step, never past `end` (the worker's last panel).  start NULL: none. */
+typedef struct prefetch_plan {
+    const char *start, *end;
+    size_t per_k;
+} prefetch_plan;
+
+/* k-steps per chunk of a panel for M rows (below). */
+static size_t panel_chunk(size_t M, size_t K)
 {
+    return M > 6 && M <= PANEL_CHUNK_ROWS && K > PANEL_CHUNK ? PANEL_CHUNK
+                                                             : K;
+}
+
+/* Where the plan puts the prefetch for k-steps [k0, k1), or NULL when it
+ * has none or it would run past the end. */
+static const char *prefetch_at(const prefetch_plan *pf, size_t k0, size_t k1)
+{
+    if (pf->start == NULL)
+        return NULL;
+    const char *p = pf->start + k0 * pf->per_k;
+    return p + (k1 - k0) * pf->per_k <= pf->end ? p : NULL;
+}
+
+/* Rows [0, M) against one panel (np = 1) or two (np = 2, 3-row blocks, for
+ * M <= 3: a single row against one panel would have only two chains to
+ * hide the FMA latency behind), of `dt`.  Up to 6 rows are one block (12
+ * accumulators, 2 loads and 6 broadcasts per 12 FMAs) that walks the panel
+ * once, a sequential stream the hardware prefetches well; half panels are
+ * widened in registers as they are loaded.
+ *
+ * With more rows the blocks take turns over chunks of PANEL_CHUNK k-steps
+ * (the partial sums wait in `part`, (M, 16)): the first block reads a chunk
+ * from memory, the others from L1.  Walking the whole panel per block
+ * instead, only the first block read memory, faster than one core's share
+ * of the stream delivers, and the others left it idle.  The first blocks
+ * of each chunk also prefetch the plan's share for it, in equal parts, so
+ * memory is read at an even rate the whole time (one core, M = 16, the
+ * twelve layers' products from DRAM: ~27-33 -> 22-24 ms per step, 2
+ * threads).  Every block widens the halves it loads itself: widening a
+ * chunk once into an L1 buffer for all blocks instead ran M = 12-16 at ~78
+ * GFLOP/s a core against ~93-107 (W in cache; the conversions issue beside
+ * the FMAs).  Storing and reloading a partial sum changes no bits: each
+ * output is still one chain over k from 0. */
+KERNEL_TARGET
+static void panel_rows_avx2(float *out, size_t ldo, const float *a,
+                            const void *w0, const void *w1, panel_dtype dt,
+                            size_t M, size_t K, int np, int accumulate,
+                            const prefetch_plan *pf, float *part)
+{
+    const int h = dt == PANEL_F16;
+    const char *whole = prefetch_at(pf, 0, K);
     if (np == 2) {
+#define PAIR(MR)                                                             \
+        (h ? tile_h_##MR##x2 : tile_##MR##x2)(out + m * ldo, ldo, NULL, 0,   \
+            a + m * K, K, w0, w1, 0, K, accumulate, m == 0 ? whole : NULL,   \
+            pf->per_k)
         size_t m = 0;
         for (; m + 3 <= M; m += 3)
-            tile_3x2(out + m * ldo, ldo, NULL, 0, a + m * K, K, w0, w1, 0, K,
-                     accumulate, NULL, 0);
+            PAIR(3);
         if (M - m == 2)
-            tile_2x2(out + m * ldo, ldo, NULL, 0, a + m * K, K, w0, w1, 0, K,
-                     accumulate, NULL, 0);
+            PAIR(2);
         else if (M - m == 1)
-            tile_1x2(out + m * ldo, ldo, NULL, 0, a + m * K, K, w0, w1, 0, K,
-                     accumulate, NULL, 0);
+            PAIR(1);
+#undef PAIR
         return;
     }
     if (M <= 6) {
-        block_tile(M, out, ldo, NULL, a, K, w0, 0, K, accumulate, NULL, 0);
+        block_tile(M, h, out, ldo, NULL, a, K, w0, 0, K, accumulate, whole,
+                   pf->per_k);
         return;
     }
     const size_t blocks = (M + 5) / 6;
     const size_t pf_blocks = blocks < PANEL_PREFETCH_BLOCKS
                              ? blocks : PANEL_PREFETCH_BLOCKS;
-    const size_t step = 64 / pf_blocks;
-    /* prefill: the panel is reused by so many blocks that the stream no
-     * longer matters, and a block's rows of a are best read whole */
-    const size_t chunk = M <= PANEL_CHUNK_ROWS ? PANEL_CHUNK : K;
+    const size_t step = (pf->per_k + pf_blocks - 1) / pf_blocks;
+    /* prefill (M > PANEL_CHUNK_ROWS): the panel is reused by so many
+     * blocks that the stream no longer matters, and a block's rows of a
+     * are best read whole */
+    const size_t chunk = panel_chunk(M, K);
     for (size_t k0 = 0; k0 < K; k0 += chunk) {
         const size_t k1 = K - k0 <= chunk ? K : k0 + chunk;
         const int last = k1 == K;
-        /* the next chunk is the next PANEL_CHUNK lines in memory: this
-         * panel's, or the next panel's first */
-        const char *next = (const char *)(w0 + k1 * PANEL_WIDTH);
-        if (next + (k1 - k0) * 64 > w_end)
-            next = NULL;
-        const size_t share = (k1 - k0) * 64 / pf_blocks;
+        const char *next = prefetch_at(pf, k0, k1);
+        const size_t share = step * (k1 - k0);
         for (size_t b = 0, m = 0; m < M; b++, m += 6) {
             const char *ahead = next != NULL && b < pf_blocks
                                 ? next + b * share : NULL;
             /* the last chunk writes out, the others part */
             float *to = last ? out + m * ldo : part + m * PANEL_WIDTH;
             const float *from = k0 > 0 ? part + m * PANEL_WIDTH : NULL;
-            block_tile(M - m < 6 ? M - m : 6, to, last ? ldo : PANEL_WIDTH,
-                       from, a + m * K, K, w0, k0, k1, last && accumulate,
-                       ahead, step);
+            block_tile(M - m < 6 ? M - m : 6, h, to,
+                       last ? ldo : PANEL_WIDTH, from, a + m * K, K, w0, k0,
+                       k1, last && accumulate, ahead, step);
         }
     }
 }
 
-/* out[:, n0:n1] (+)= a · w[:, n0:n1], a is (M, K), w is (K, N) in panels,
- * n0 a multiple of PANEL_WIDTH.  Each panel is a contiguous K × 64 bytes,
- * so a worker's column range is one sequential stream from memory.
- * `scratch` is the worker's 2 × (M, 16): partial sums, and a last panel cut
- * short by n1 (N not a multiple of 16, small test models), which is
- * computed whole there and its valid columns copied: out + chain is then
- * the same addition the full panels make. */
-__attribute__((target("avx2,fma")))
+/* out[:, n0:n1] (+)= a · w[:, n0:n1], a is (M, K), w is (K, N) in panels
+ * of `dt`, n0 a multiple of PANEL_WIDTH.  Each panel is a contiguous K × 16
+ * elements, so a worker's column range is one sequential stream from
+ * memory.  `scratch` is the worker's: partial sums (M, 16); a last panel
+ * cut short by n1 (N not a multiple of 16, small test models), which is
+ * computed whole there and its valid columns copied (out + chain is then
+ * the same addition the full panels make).
+ *
+ * The prefetch plan: float panels of more than 6 rows stream one chunk
+ * ahead in the same panel (the next panel's first at the end); half
+ * panels prefetch the next panel (or pair) while this one is multiplied,
+ * which then finds its bytes in cache.  Halves are read at half the bytes
+ * and widened exactly, so the arithmetic is that of float panels holding
+ * the same values. */
+KERNEL_TARGET
 static void matmul_avx2(float *out, size_t ldo, const float *a,
-                        const float *w, size_t M, size_t K, size_t n0,
-                        size_t n1, int accumulate, float *scratch)
+                        const void *w, panel_dtype dt, size_t M, size_t K,
+                        size_t n0, size_t n1, int accumulate, float *scratch)
 {
-    const size_t panel = K * PANEL_WIDTH;
-    size_t p = n0 / PANEL_WIDTH;
-    const size_t p_full = n1 / PANEL_WIDTH;
-    const char *w_end = (const char *)(w + panel_count(n1) * panel);
+    const size_t es = panel_dtype_size(dt), panel = K * PANEL_WIDTH;
+    const char *base = w;
+    const size_t p_all = panel_count(n1), p_full = n1 / PANEL_WIDTH;
     float *part = scratch, *edge = scratch + M * PANEL_WIDTH;
-    if (M <= 3)
-        for (; p + 2 <= p_full; p += 2)
-            panel_rows_avx2(out + p * PANEL_WIDTH, ldo, a, w + p * panel,
-                            w + (p + 1) * panel, M, K, 2, accumulate, w_end,
-                            part);
-    for (; p < p_full; p++)
-        panel_rows_avx2(out + p * PANEL_WIDTH, ldo, a, w + p * panel, NULL,
-                        M, K, 1, accumulate, w_end, part);
-    const size_t tail = n1 - p_full * PANEL_WIDTH;
-    if (tail == 0)
-        return;
-    panel_rows_avx2(edge, PANEL_WIDTH, a, w + p_full * panel, NULL, M, K, 1,
-                    0, w_end, part);
-    for (size_t m = 0; m < M; m++)
-        for (size_t c = 0; c < tail; c++) {
-            float *o = out + m * ldo + p_full * PANEL_WIDTH + c;
-            float x = edge[m * PANEL_WIDTH + c];
-            *o = accumulate ? *o + x : x;
+    prefetch_plan pf = { .end = base + p_all * panel * es };
+    for (size_t p = n0 / PANEL_WIDTH, np; p < p_all; p += np) {
+        np = M <= 3 && p + 2 <= p_full ? 2 : 1;
+        const char *w0 = base + p * panel * es;
+        const char *w1 = np == 2 ? w0 + panel * es : NULL;
+        if (dt == PANEL_F16) {
+            pf.start = w0 + np * panel * es;
+            pf.per_k = np * PANEL_WIDTH * es;
+        } else if (M > 6) {
+            pf.start = w0 + panel_chunk(M, K) * PANEL_WIDTH * es;
+            pf.per_k = PANEL_WIDTH * es;
         }
+        if (p < p_full) {
+            panel_rows_avx2(out + p * PANEL_WIDTH, ldo, a, w0, w1, dt, M, K,
+                            np, accumulate, &pf, part);
+            continue;
+        }
+        panel_rows_avx2(edge, PANEL_WIDTH, a, w0, NULL, dt, M, K, 1, 0, &pf,
+                        part);
+        const size_t tail = n1 - p_full * PANEL_WIDTH;
+        for (size_t m = 0; m < M; m++)
+            for (size_t c = 0; c < tail; c++) {
+                float *o = out + m * ldo + p_full * PANEL_WIDTH + c;
+                float x = edge[m * PANEL_WIDTH + c];
+                *o = accumulate ? *o + x : x;
+            }
+    }
 }
 
 #endif
@@ -525,7 +587,7 @@ static void embedding_task(void *ctx, size_t task, size_t worker)
         float *o = j->out + r * C;
         /* tied weights: wte's rows live on only in the unembedding panels */
         if (m->lm_head == m->wte)
-            panel_column(o, m->lm_head_wp, C, token);
+            panel_column(o, m->lm_head_wp, m->panel_dtype, C, token);
         else
             memcpy(o, m->wte + token * C, C * sizeof(float));
         for (size_t i = 0; i < C; i++)
@@ -575,7 +637,8 @@ typedef struct matmul_job {
     const forward_state *st;
     size_t M, N, K;
     const float *a;             /* (M, K) */
-    const float *w;             /* (K, N) in panels */
+    const void *w;              /* (K, N) in panels of dt */
+    panel_dtype dt;
     float *out;                 /* (M, N) with row stride N */
     float beta;                 /* 1: accumulate into out (residual) */
     const float *bias;          /* (N,) */
@@ -591,11 +654,12 @@ static void matmul_task(void *ctx, size_t task, size_t worker)
     int acc = j->beta != 0.0f;
 #ifdef HAVE_AVX2_KERNELS
     if (j->st->use_avx2)
-        matmul_avx2(j->out, j->N, j->a, j->w, j->M, j->K, n0, n1, acc,
-                    j->st->edge + worker * j->st->edge_floats);
+        matmul_avx2(j->out, j->N, j->a, j->w, j->dt, j->M, j->K, n0, n1,
+                    acc, j->st->edge + worker * j->st->edge_floats);
     else
 #endif
-        matmul_generic(j->out, j->N, j->a, j->w, j->M, j->K, n0, n1, acc);
+        matmul_generic(j->out, j->N, j->a, j->w, j->dt, j->M, j->K, n0, n1,
+                       acc);
     size_t nb = n1 - n0;
     for (size_t r = 0; r < j->M; r++) {
         float *row = j->out + r * j->N + n0;
@@ -1051,7 +1115,8 @@ int forward_state_create(forward_state **out, const model *m, size_t max_rows,
     st->edge_floats = 2 * max_rows * PANEL_WIDTH;
 #ifdef HAVE_AVX2_KERNELS
     __builtin_cpu_init();
-    st->use_avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    st->use_avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")
+                   && __builtin_cpu_supports("f16c");
 #endif
 #ifdef HAVE_OPENBLAS_SET_NUM_THREADS
     /* Our pool splits every product itself; OpenBLAS's own threads would
@@ -1173,26 +1238,27 @@ int forward_step(forward_state *st, const model *m, threadpool *pool,
     const size_t C = st->cfg.n_embd;
 
     embedding_forward(st, m, pool, R);
+    const panel_dtype dt = m->panel_dtype;
     for (size_t l = 0; l < st->cfg.n_layer; l++) {
         const layer_weights *w = &m->layers[l];
         layernorm_forward(st, pool, st->xn, st->x, NULL, R, w->ln_1_w,
                           w->ln_1_b);
         matmul_forward(pool, &(matmul_job){ .st = st,
             .M = R, .N = 3 * C, .K = C, .a = st->xn, .w = w->attn_wp,
-            .out = st->qkv, .bias = w->attn_b, .epi = EPI_BIAS });
+            .dt = dt, .out = st->qkv, .bias = w->attn_b, .epi = EPI_BIAS });
         attention_forward(st, pool, l, n_seqs);
         matmul_forward(pool, &(matmul_job){ .st = st,
             .M = R, .N = C, .K = C, .a = st->att, .w = w->attn_proj_wp,
-            .out = st->x, .beta = 1.0f, .bias = w->attn_proj_b,
+            .dt = dt, .out = st->x, .beta = 1.0f, .bias = w->attn_proj_b,
             .epi = EPI_BIAS });
         layernorm_forward(st, pool, st->xn, st->x, NULL, R, w->ln_2_w,
                           w->ln_2_b);
         matmul_forward(pool, &(matmul_job){ .st = st,
             .M = R, .N = 4 * C, .K = C, .a = st->xn, .w = w->fc_wp,
-            .out = st->h, .bias = w->fc_b, .epi = EPI_BIAS_GELU });
+            .dt = dt, .out = st->h, .bias = w->fc_b, .epi = EPI_BIAS_GELU });
         matmul_forward(pool, &(matmul_job){ .st = st,
             .M = R, .N = C, .K = 4 * C, .a = st->h, .w = w->mlp_proj_wp,
-            .out = st->x, .beta = 1.0f, .bias = w->mlp_proj_b,
+            .dt = dt, .out = st->x, .beta = 1.0f, .bias = w->mlp_proj_b,
             .epi = EPI_BIAS });
     }
     if (L > 0) {
@@ -1200,7 +1266,7 @@ int forward_step(forward_state *st, const model *m, threadpool *pool,
                           m->ln_f_w, m->ln_f_b);
         matmul_forward(pool, &(matmul_job){ .st = st,
             .M = L, .N = st->cfg.vocab_size, .K = C, .a = st->lnf,
-            .w = m->lm_head_wp, .out = logits, .epi = EPI_NONE });
+            .w = m->lm_head_wp, .dt = dt, .out = logits, .epi = EPI_NONE });
     }
 
     for (size_t s = 0; s < n_seqs; s++) {

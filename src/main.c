@@ -95,7 +95,7 @@ static unsigned test_min_step_usec(void)
 
 static int start(daemon_state *d, gpt2d_error *err)
 {
-    if (model_load(&d->mdl, d->cfg.model_dir, err) != 0)
+    if (model_load(&d->mdl, d->cfg.model_dir, d->cfg.dtype, err) != 0)
         return -1;
     d->model_loaded = true;
     if (load_tokenizer(d, err) != 0)
@@ -127,10 +127,10 @@ static void log_summary(const daemon_state *d)
     const model_config *c = &d->mdl.config;
     double kv_mb = (double)kvcache_slot_bytes(c) * (double)d->cfg.slots / 1e6;
     log_info("gpt2d: loaded %s: %zu layers, %zu heads, %zu wide, context %zu, "
-             "vocabulary %zu, %.1f MB of weights; %zu KV slots (%.1f MB), "
+             "vocabulary %zu, %.1f MB of %s weights; %zu KV slots (%.1f MB), "
              "%zu threads; listening on %s:%u",
              d->mdl.name, c->n_layer, c->n_head, c->n_embd, c->n_ctx, c->vocab_size,
-             (double)d->mdl.weight_bytes / 1e6, d->cfg.slots, kv_mb, d->cfg.threads,
+             (double)d->mdl.weight_bytes / 1e6, model_dtype_name(d->mdl.dtype), d->cfg.slots, kv_mb, d->cfg.threads,
              d->cfg.host != NULL ? d->cfg.host : "*", http_port(d->http));
 }
 

@@ -5,7 +5,8 @@
  * the config.  F32 tensors are used in place; F16/BF16 ones (and any F32 one
  * the file leaves misaligned) are widened into one owned buffer.  The layer
  * matrices and the unembedding matrix are then repacked into panels
- * (panels.h) in a second buffer, and their mapped pages released. */
+ * (panels.h) in a second buffer, as floats or halves (--dtype), and their
+ * mapped pages released. */
 #include "gpt2d/model.h"
 
 #include <errno.h>
@@ -20,6 +21,7 @@
 #include <unistd.h>
 
 #include "gpt2d/hugepages.h"
+#include "gpt2d/half.h"
 #include "gpt2d/panels.h"
 #include "gpt2d/safetensors.h"
 
@@ -201,31 +203,6 @@ static int is_ignored_buffer(const char *name)
     return 0;
 }
 
-static float f16_to_f32(uint16_t h)
-{
-    uint32_t sign = (uint32_t)(h >> 15) << 31;
-    uint32_t exp = (h >> 10) & 0x1f;
-    uint32_t mant = h & 0x3ff;
-    uint32_t bits;
-    if (exp == 0x1f) {
-        bits = sign | 0x7f800000u | (mant << 13);
-    } else if (exp != 0) {
-        bits = sign | ((exp + 112) << 23) | (mant << 13);
-    } else if (mant == 0) {
-        bits = sign;
-    } else {                    /* subnormal: normalise */
-        int shift = 0;
-        while ((mant & 0x400) == 0) {
-            mant <<= 1;
-            shift++;
-        }
-        bits = sign | ((uint32_t)(113 - shift) << 23) | ((mant & 0x3ff) << 13);
-    }
-    float f;
-    memcpy(&f, &bits, sizeof f);
-    return f;
-}
-
 static void widen(const st_tensor *t, float *dst)
 {
     for (size_t i = 0; i < t->n_elements; i++) {
@@ -233,7 +210,7 @@ static void widen(const st_tensor *t, float *dst)
         switch (t->dtype) {
         case ST_F16:
             memcpy(&h, t->data + 2 * i, 2);
-            dst[i] = f16_to_f32(h);
+            dst[i] = half_to_float(h);
             break;
         case ST_BF16: {
             memcpy(&h, t->data + 2 * i, 2);
@@ -356,7 +333,7 @@ static void release_mapped(const model *m, const void *p, size_t bytes)
 
 typedef struct layer_matrix {
     const float *const *src;
-    const float **dst;
+    const void **dst;
     size_t K, N;
 } layer_matrix;
 
@@ -374,29 +351,29 @@ static void layer_matrices(layer_weights *w, size_t C, layer_matrix out[4])
 static int pack_weights(model *m, gpt2d_error *err)
 {
     const size_t C = m->config.n_embd, V = m->config.vocab_size;
+    const panel_dtype dt = m->panel_dtype;
     layer_matrix mats[4];
     layer_matrices(&m->layers[0], C, mats);
     size_t per_layer = 0;
     for (size_t i = 0; i < 4; i++)
-        per_layer += panel_floats(mats[i].K, mats[i].N);
-    size_t floats = m->config.n_layer * per_layer + panel_floats(C, V);
-    size_t bytes = floats * sizeof(float);
+        per_layer += panel_bytes(mats[i].K, mats[i].N, dt);
+    size_t bytes = m->config.n_layer * per_layer + panel_bytes(C, V, dt);
     m->packed = huge_alloc(bytes);
     if (m->packed == NULL)
         return error_set(err, "out of memory: %zu MB for the weight panels",
                          bytes >> 20);
-    float *next = m->packed;
+    char *next = m->packed;
     for (size_t l = 0; l < m->config.n_layer; l++) {
         layer_matrices(&m->layers[l], C, mats);
         for (size_t i = 0; i < 4; i++) {
-            panel_pack(next, *mats[i].src, mats[i].K, mats[i].N);
+            panel_pack(next, dt, *mats[i].src, mats[i].K, mats[i].N);
             *mats[i].dst = next;
-            next += panel_floats(mats[i].K, mats[i].N);
+            next += panel_bytes(mats[i].K, mats[i].N, dt);
             release_mapped(m, *mats[i].src,
                            mats[i].K * mats[i].N * sizeof(float));
         }
     }
-    panel_pack_transposed(next, m->lm_head, C, V);
+    panel_pack_transposed(next, dt, m->lm_head, C, V);
     m->lm_head_wp = next;
     release_mapped(m, m->lm_head, V * C * sizeof(float));
     return 0;
@@ -404,16 +381,46 @@ static int pack_weights(model *m, gpt2d_error *err)
 
 /* ---- public ---- */
 
-static size_t weight_bytes_per_token(const model_config *c)
+/* The panels (c_attn, attn c_proj, c_fc, mlp c_proj and the unembedding)
+ * in their dtype, and the LayerNorm and bias vectors as floats. */
+static size_t weight_bytes_per_token(const model_config *c, panel_dtype dt)
 {
     size_t C = c->n_embd;
-    size_t per_layer = 4 * C                    /* two LayerNorms */
-                       + C * 3 * C + 3 * C      /* c_attn */
-                       + C * C + C              /* attn c_proj */
-                       + C * 4 * C + 4 * C      /* c_fc */
-                       + 4 * C * C + C;         /* mlp c_proj */
-    return sizeof(float) *
-           (c->n_layer * per_layer + 2 * C + c->vocab_size * C);
+    size_t matrices = c->n_layer * 12 * C * C + c->vocab_size * C;
+    size_t vectors = c->n_layer * (4 * C + 3 * C + C + 4 * C + C) + 2 * C;
+    return panel_dtype_size(dt) * matrices + sizeof(float) * vectors;
+}
+
+int model_dtype_parse(const char *name, model_dtype *out)
+{
+    static const model_dtype all[] = { MODEL_DTYPE_AUTO, MODEL_DTYPE_FLOAT32,
+                                       MODEL_DTYPE_FLOAT16 };
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        if (strcmp(name, model_dtype_name(all[i])) == 0) {
+            *out = all[i];
+            return 0;
+        }
+    return -1;
+}
+
+const char *model_dtype_name(model_dtype dtype)
+{
+    switch (dtype) {
+    case MODEL_DTYPE_FLOAT32: return "float32";
+    case MODEL_DTYPE_FLOAT16: return "float16";
+    default: return "auto";
+    }
+}
+
+/* AUTO keeps an F16 checkpoint's matrices as they are stored. */
+static model_dtype resolve_dtype(const loader *L, model_dtype asked)
+{
+    if (asked != MODEL_DTYPE_AUTO)
+        return asked;
+    for (size_t i = 0; i < L->n_bindings; i++)
+        if (L->bindings[i].tensor->dtype != ST_F16)
+            return MODEL_DTYPE_FLOAT32;
+    return MODEL_DTYPE_FLOAT16;
 }
 
 static void set_name(model *m, const char *dir)
@@ -427,7 +434,8 @@ static void set_name(model *m, const char *dir)
     snprintf(m->name, sizeof m->name, "%.*s", (int)(len - start), dir + start);
 }
 
-int model_load(model *m, const char *dir, gpt2d_error *err)
+int model_load(model *m, const char *dir, model_dtype dtype,
+               gpt2d_error *err)
 {
     memset(m, 0, sizeof *m);
     struct stat st;
@@ -470,9 +478,13 @@ int model_load(model *m, const char *dir, gpt2d_error *err)
         error_set(err, "out of memory");
         goto out;
     }
-    if (bind_all(&L, m, err) != 0 || pack_weights(m, err) != 0)
+    if (bind_all(&L, m, err) != 0)
         goto out;
-    m->weight_bytes = weight_bytes_per_token(&m->config);
+    m->dtype = resolve_dtype(&L, dtype);
+    m->panel_dtype = m->dtype == MODEL_DTYPE_FLOAT16 ? PANEL_F16 : PANEL_F32;
+    if (pack_weights(m, err) != 0)
+        goto out;
+    m->weight_bytes = weight_bytes_per_token(&m->config, m->panel_dtype);
     rc = 0;
 out:
     free(L.used);

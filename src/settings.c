@@ -37,6 +37,7 @@
 #include <unistd.h>
 
 #include "gpt2d/log.h"
+#include "gpt2d/model.h"
 
 #ifndef GPT2D_DEFAULT_WEB_ROOT
 #define GPT2D_DEFAULT_WEB_ROOT "/usr/local/share/gpt2d/web"
@@ -52,6 +53,7 @@ typedef enum opt_type {
     OPT_INT,            /* int, min..max */
     OPT_BOOL,           /* true/false, yes/no, on/off, 1/0 */
     OPT_LOG_LEVEL,      /* error|warn|info|debug -> LOG_LEVEL_* */
+    OPT_DTYPE,          /* auto|float32|float16 -> MODEL_DTYPE_* */
     OPT_HELP,           /* flag only */
     OPT_VERSION,        /* flag only */
 } opt_type;
@@ -79,6 +81,10 @@ static const option_spec options[] = {
       "Address to listen on (IPv4 or IPv6 literal, or a host name)." },
     { "port", 'p', OPT_PORT, FIELD(port), "N", "8080", NULL, 0, 65535, false,
       "TCP port to listen on; 0 picks a free one (see --port-file)." },
+    { "dtype", 0, OPT_DTYPE, FIELD(dtype), "TYPE", "auto", NULL, 0, 0, false,
+      "How the weight matrices are kept: float32 (exact), float16 (rounded to "
+      "half: half the memory, faster decoding) or auto (float16 for an F16 "
+      "checkpoint, else float32)." },
     { "threads", 't', OPT_COUNT, FIELD(threads), "N", NULL, "the number of online CPUs",
       1, 1024, false, "Worker threads for the forward pass." },
     { "slots", 0, OPT_COUNT, FIELD(slots), "N", "4", NULL, 1, 1024, false,
@@ -259,6 +265,9 @@ static int bad_value(const option_spec *o, const char *where, const char *value,
     case OPT_LOG_LEVEL:
         return error_set(err, "%s: '%s' is not a log level (error, warn, info, debug)",
                          where, value);
+    case OPT_DTYPE:
+        return error_set(err, "%s: '%s' is not a dtype (auto, float32, float16)",
+                         where, value);
     default:
         return error_set(err, "%s: bad value '%s'", where, value);
     }
@@ -307,6 +316,10 @@ static int apply_value(settings *s, const option_spec *o, const char *value,
         return 0;
     case OPT_LOG_LEVEL:
         if (!parse_log_level(value, (int *)(void *)field))
+            return bad_value(o, where, value, err);
+        return 0;
+    case OPT_DTYPE:
+        if (model_dtype_parse(value, (model_dtype *)(void *)field) != 0)
             return bad_value(o, where, value, err);
         return 0;
     case OPT_HELP:

@@ -3,10 +3,11 @@
  * Owns the read-only mmap of model.safetensors and the views into it (llama2.c
  * style: weights are pointers into the mapping; a tensor is copied only when
  * it is F16/BF16 and must be widened to F32).  The four matrices of every
- * layer are also repacked once into column panels (panels.h), the layout the
- * forward kernels stream; the mapped pages they came from are then given
- * back to the kernel (they stay readable through the file, but no longer
- * count in the daemon's resident memory).  After model_load returns the
+ * layer, and the unembedding's, are also repacked once into column panels
+ * (panels.h), the layout the forward kernels stream, as floats or halves
+ * (--dtype); the mapped pages they came from are then given back to the
+ * kernel (they stay readable through the file, but no longer count in the
+ * daemon's resident memory).  After model_load returns the
  * struct is immutable and may be read from any thread. */
 #ifndef GPT2D_MODEL_H
 #define GPT2D_MODEL_H
@@ -14,6 +15,19 @@
 #include <stddef.h>
 
 #include "gpt2d/error.h"
+#include "gpt2d/panels.h"
+
+/* How the weight panels are stored (--dtype).  AUTO: float16 when the
+ * checkpoint's matrices are F16 (exact), float32 otherwise (F32, BF16). */
+typedef enum model_dtype {
+    MODEL_DTYPE_AUTO,
+    MODEL_DTYPE_FLOAT32,
+    MODEL_DTYPE_FLOAT16,
+} model_dtype;
+
+/* "auto", "float32", "float16" -> *out; -1 for anything else. */
+int model_dtype_parse(const char *name, model_dtype *out);
+const char *model_dtype_name(model_dtype dtype);
 
 typedef struct model_config {
     size_t n_layer;
@@ -33,8 +47,9 @@ typedef struct layer_weights {
     const float *ln_2_w, *ln_2_b;           /* [C] */
     const float *fc_w, *fc_b;               /* [C, 4C], [4C] */
     const float *mlp_proj_w, *mlp_proj_b;   /* [4C, C], [C] */
-    /* the same four matrices in panel layout (panels.h), for the kernels */
-    const float *attn_wp, *attn_proj_wp, *fc_wp, *mlp_proj_wp;
+    /* the same four matrices in panel layout (panels.h), for the kernels,
+     * elements of the model's panel_dtype */
+    const void *attn_wp, *attn_proj_wp, *fc_wp, *mlp_proj_wp;
 } layer_weights;
 
 typedef struct model {
@@ -47,20 +62,24 @@ typedef struct model {
     /* lm_head's transpose, the (C, vocab) matrix, in panels (panels.h): what
      * the unembedding multiplies by, and with tied weights where the token
      * embedding reads its rows, so the mapped wte stays released */
-    const float *lm_head_wp;
+    const void *lm_head_wp;
+    panel_dtype panel_dtype;    /* of every *_wp */
+    model_dtype dtype;          /* what --dtype resolved to (never AUTO) */
     char name[256];             /* directory basename, reported as model id */
-    size_t weight_bytes;        /* bytes of F32 weights a forward pass reads */
+    size_t weight_bytes;        /* bytes of weights a forward pass reads */
     /* private */
     void *map;
     size_t map_size;
     float *widened;             /* F16/BF16 tensors converted to F32 */
-    float *packed;              /* every *_wp, 64-byte aligned */
+    void *packed;               /* every *_wp, 64-byte aligned */
 } model;
 
 /* Reads DIR/config.json and mmaps DIR/model.safetensors.  Every tensor's
  * name, dtype and shape is checked; a bad directory yields one line naming the
- * problem. */
-int model_load(model *m, const char *dir, gpt2d_error *err);
+ * problem.  The panels are stored as `dtype` says (float16 from an F32 or
+ * BF16 checkpoint rounds the matrices to nearest half). */
+int model_load(model *m, const char *dir, model_dtype dtype,
+               gpt2d_error *err);
 void model_free(model *m);
 
 #endif

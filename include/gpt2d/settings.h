@@ -11,11 +11,13 @@
 #include <stdio.h>
 
 #include "gpt2d/error.h"
+#include "gpt2d/model.h"
 
 typedef struct settings {
     char *model_dir;            /* --model (required) */
     char *host;                 /* --host, default 127.0.0.1 */
     unsigned port;              /* --port, default 8080; 0 = any free port */
+    model_dtype dtype;          /* --dtype, default auto */
     size_t threads;             /* --threads, default: online CPUs */
     size_t slots;               /* --slots, default 4 */
     size_t max_queue;           /* --max-queue, default 64 */

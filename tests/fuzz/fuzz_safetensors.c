@@ -189,7 +189,8 @@ static void check_model(const model *m)
     /* the kernels' panel copies hold the same values (NaNs compare as bits) */
     const size_t C = c->n_embd;
     /* the last one, lm_head, is stored (vocab, C) and packed transposed */
-    const struct { const float *src, *packed; size_t K, N; int transposed; }
+    const struct { const float *src; const void *packed; size_t K, N;
+                  int transposed; }
     mats[] = {
         {w->attn_w, w->attn_wp, C, 3 * C, 0},
         {w->attn_proj_w, w->attn_proj_wp, C, C, 0},
@@ -202,7 +203,8 @@ static void check_model(const model *m)
                 float a = mats[i].transposed
                           ? mats[i].src[n * mats[i].K + k]
                           : mats[i].src[k * mats[i].N + n];
-                float b = panel_at(mats[i].packed, mats[i].K, k, n);
+                float b = panel_at(mats[i].packed, m->panel_dtype, mats[i].K,
+                                   k, n);
                 FUZZ_CHECK(memcmp(&a, &b, sizeof a) == 0,
                            "panel copy of matrix %zu differs at (%zu, %zu)",
                            i, k, n);
@@ -232,7 +234,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
     write_file(model_path, data, size);
     model m;
-    if (model_load(&m, dir, &err) == 0) {
+    if (model_load(&m, dir, MODEL_DTYPE_AUTO, &err) == 0) {
         check_model(&m);
         model_free(&m);
     } else {

@@ -90,11 +90,12 @@ def log_softmax(x):
 
 
 def ref_greedy(prompt, n, bias=None, presence=0.0, frequency=0.0,
-               repetition=1.0):
+               repetition=1.0, model=None):
     """Greedy generation with the sampler's processors (logit_bias, then
-    repetition over prompt+output, then presence/frequency over output).
-    Returns (tokens, raw logits per step, smallest top-2 margin)."""
-    m = ref()
+    repetition over prompt+output, then presence/frequency over output),
+    by `model` (default: the tiny model's reference).  Returns (tokens, raw
+    logits per step, smallest top-2 margin)."""
+    m = model or ref()
     cache = m.new_cache()
     logits = m.forward(prompt, cache)[-1]
     out, steps, margin = [], [], float("inf")
@@ -390,6 +391,34 @@ class T2Completions(ApiCase):
         self.assertEqual(lp["tokens"], [text_of([t]) for t in want])
         for i, (t, logits) in enumerate(zip(want, steps)):
             self.assert_close(lp["token_logprobs"][i],
+                              log_softmax(logits)[t], "step %d" % i)
+
+    def test_dtype_float16_matches_reference_with_half_matrices(self):
+        half = gpt2_numpy.GPT2(TINY, matrices=np.float16)
+        for attempt in range(200):
+            prompt = word_prompt(hash_seed("half") + attempt, 6)
+            want, steps, margin = ref_greedy(prompt, 12, model=half)
+            if (len(want) == 12 and EOT not in want
+                    and margin >= MIN_MARGIN and valid_tokens(want)):
+                break
+        else:
+            self.fail("no unambiguous greedy case for the half model")
+        srv = Server(GPT2D, TINY, WORKDIR, ["--dtype", "float16", "--slots",
+                                            "1", "--threads", "1"],
+                     name="half").start()
+        try:
+            body = srv.client().complete(prompt=prompt, max_tokens=12,
+                                         temperature=0, logprobs=1)
+        finally:
+            rc, _ = srv.stop()
+        self.assertEqual(rc, 0, srv.log_tail())
+        self.assert_clean_log(srv)
+        with open(srv.log_path, encoding="utf-8") as f:
+            self.assertIn("float16 weights", f.read())
+        ch = body["choices"][0]
+        self.assertEqual(ch["text"], text_of(want))
+        for i, (t, logits) in enumerate(zip(want, steps)):
+            self.assert_close(ch["logprobs"]["token_logprobs"][i],
                               log_softmax(logits)[t], "step %d" % i)
 
     def test_max_tokens_gives_exact_count_and_finish_length(self):

@@ -18,6 +18,10 @@ comparison.
 
 API:
     model = GPT2(model_dir)               # dtype=np.float64 by default
+    model = GPT2(model_dir, matrices=np.float16)
+                                          # the weight matrices rounded to
+                                          # half first, as gpt2d --dtype
+                                          # float16 keeps them
     cache = model.new_cache()
     logits = model.forward(tokens, cache) # appends tokens, returns [n, V]
     logits = model.full(tokens)           # fresh cache, whole sequence
@@ -109,7 +113,7 @@ class Cache:
 
 
 class GPT2:
-    def __init__(self, model_dir, dtype=np.float64):
+    def __init__(self, model_dir, dtype=np.float64, matrices=None):
         with open(os.path.join(model_dir, "config.json"),
                   encoding="utf-8") as f:
             cfg = json.load(f)
@@ -129,7 +133,7 @@ class GPT2:
         t = read_safetensors(os.path.join(model_dir, "model.safetensors"))
         prefix = "transformer." if "transformer.wte.weight" in t else ""
 
-        def get(name, shape):
+        def get(name, shape, matrix=False):
             key = prefix + name
             if key not in t:
                 raise KeyError("tensor %s missing" % key)
@@ -137,7 +141,12 @@ class GPT2:
             if a.shape != tuple(shape):
                 raise ValueError("tensor %s has shape %s, expected %s"
                                  % (key, a.shape, tuple(shape)))
-            return a.astype(dtype)
+            return stored(a, matrix).astype(dtype)
+
+        # The matrices the products multiply by, rounded to nearest (ties
+        # to even) when `matrices` says so; vectors stay as read.
+        def stored(a, matrix):
+            return a.astype(matrices) if matrix and matrices else a
 
         C, V, T = self.n_embd, self.vocab_size, self.n_ctx
         self.wte = get("wte.weight", (V, C))
@@ -148,30 +157,36 @@ class GPT2:
             self.layers.append({
                 "ln_1_w": get(p + "ln_1.weight", (C,)),
                 "ln_1_b": get(p + "ln_1.bias", (C,)),
-                "attn_w": get(p + "attn.c_attn.weight", (C, 3 * C)),
+                "attn_w": get(p + "attn.c_attn.weight", (C, 3 * C), True),
                 "attn_b": get(p + "attn.c_attn.bias", (3 * C,)),
-                "proj_w": get(p + "attn.c_proj.weight", (C, C)),
+                "proj_w": get(p + "attn.c_proj.weight", (C, C), True),
                 "proj_b": get(p + "attn.c_proj.bias", (C,)),
                 "ln_2_w": get(p + "ln_2.weight", (C,)),
                 "ln_2_b": get(p + "ln_2.bias", (C,)),
-                "fc_w": get(p + "mlp.c_fc.weight", (C, 4 * C)),
+                "fc_w": get(p + "mlp.c_fc.weight", (C, 4 * C), True),
                 "fc_b": get(p + "mlp.c_fc.bias", (4 * C,)),
-                "mproj_w": get(p + "mlp.c_proj.weight", (4 * C, C)),
+                "mproj_w": get(p + "mlp.c_proj.weight", (4 * C, C), True),
                 "mproj_b": get(p + "mlp.c_proj.bias", (C,)),
             })
         self.ln_f_w = get("ln_f.weight", (C,))
         self.ln_f_b = get("ln_f.bias", (C,))
         # A saved GPT2LMHeadModel keeps lm_head outside `transformer.`.
         self.tied = True
-        self.lm_head = self.wte
         for key in ("lm_head.weight", prefix + "lm_head.weight"):
-            if key in t:
+            # a copy of wte is the tied matrix saved twice (gpt2d shares it)
+            if key in t and not np.array_equal(t[key],
+                                               t[prefix + "wte.weight"]):
                 if t[key].shape != (V, C):
                     raise ValueError("lm_head.weight has shape %s"
                                      % (t[key].shape,))
-                self.lm_head = t[key].astype(dtype)
+                self.lm_head = stored(t[key], True).astype(dtype)
                 self.tied = False
                 break
+        if self.tied:
+            # tied: the embedding reads the unembedding matrix, so it is
+            # rounded with it
+            self.wte = get("wte.weight", (V, C), True)
+            self.lm_head = self.wte
 
     def new_cache(self):
         return Cache(self.n_layer)

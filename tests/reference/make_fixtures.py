@@ -23,6 +23,11 @@ cases.json (all paths relative to DATA_DIR):
                                   pass may show against this reference
     "models": [
       { "name": "tiny", "dir": "models/tiny",
+        "load_dtype": "auto",     how to load it (gpt2d --dtype): entries
+                                  "<model>@float16" load an F32 model as
+                                  half, against a reference whose matrices
+                                  are rounded to half; "<model>@float32"
+                                  loads an F16 one as floats
         "n_layer": 2, "n_head": 4, "n_embd": 64, "n_ctx": 64,
         "vocab_size": 50257, "dtype": "F32", "prefix": "", "tied": true,
         "sequences": [
@@ -82,6 +87,11 @@ MODELS = [
     ("f16", 2, 4, 64, 64, "F16", "transformer.", False, False),
     ("bf16", 1, 2, 32, 32, "BF16", "transformer.", True, False),
 ]
+
+# F32 models also loaded with --dtype float16, against a reference whose
+# matrices are rounded to half (names "<model>@float16"); every F16 model is
+# also loaded with --dtype float32 ("<model>@float32", the same logits).
+HALF_VARIANTS = ("tiny", "w72h6-untied", "w128h2")
 
 GENERATORS = ("make_fixtures.py", "make_model.py", "gpt2_numpy.py",
               "make-fixtures.sh")
@@ -185,6 +195,43 @@ def greedy_sequence(m, rng):
     raise AssertionError("no prompt with a clear greedy continuation found")
 
 
+def reference_sequences(data_dir, name, m, m32, rng, T, ctx):
+    """The prompt, greedy (and with ctx, context) sequences of model `m`,
+    their reference logits written to fixtures/NAME.SEQUENCE.f32."""
+    seqs = []
+    prompt = [int(t) for t in rng.integers(0, m.vocab_size, PROMPT_LEN)]
+    prompt[3] = m.vocab_size - 1            # <|endoftext|>
+    prompt[7] = 0                           # the first and last rows
+    seqs.append({"name": "prompt", "tokens": prompt,
+                 "prompt_len": len(prompt), "greedy": False})
+    tokens, margin = greedy_sequence(m, rng)
+    seqs.append({"name": "greedy", "tokens": tokens,
+                 "prompt_len": GREEDY_PROMPT, "greedy": True,
+                 "min_margin": margin})
+    if ctx:
+        full_ctx = [int(t) for t in rng.integers(0, m.vocab_size, T)]
+        seqs.append({"name": "context", "tokens": full_ctx,
+                     "prompt_len": T, "greedy": False})
+
+    for s in seqs:
+        full = m.full(s["tokens"])
+        self_check_sequence(m, s["tokens"], full)
+        if s["greedy"]:
+            p = s["prompt_len"]
+            check(all(int(np.argmax(full[i - 1])) == s["tokens"][i]
+                      for i in range(p, len(s["tokens"]))),
+                  "greedy tokens are the argmax of full recompute")
+        f32_err = float(np.abs(m32.full(s["tokens"]) - full).max())
+        s["fills_context"] = len(s["tokens"]) == T
+        s["logits"] = "fixtures/%s.%s.f32" % (name, s["name"])
+        full.astype("<f4").tofile(os.path.join(data_dir, s["logits"]))
+        print("%-20s %-8s %3d tokens  |logit| max %.2f  "
+              "numpy float32 vs float64: %.2g"
+              % (name, s["name"], len(s["tokens"]),
+                 float(np.abs(full).max()), f32_err))
+    return seqs
+
+
 def build(data_dir):
     tok_dir = os.path.join(data_dir, "tokenizer")
     fix_dir = os.path.join(data_dir, "fixtures")
@@ -215,50 +262,35 @@ def build(data_dir):
         m = gpt2_numpy.GPT2(mdir)
         m.path = os.path.join(mdir, "model.safetensors")
         self_check_model(m, written, prefix, not untied)
-        m32 = gpt2_numpy.GPT2(mdir, dtype=np.float32)
-        rng = np.random.default_rng(2000 + seed)
-
-        seqs = []
-        prompt = [int(t) for t in rng.integers(0, m.vocab_size, PROMPT_LEN)]
-        prompt[3] = m.vocab_size - 1            # <|endoftext|>
-        prompt[7] = 0                           # the first and last rows
-        seqs.append({"name": "prompt", "tokens": prompt,
-                     "prompt_len": len(prompt), "greedy": False})
-        tokens, margin = greedy_sequence(m, rng)
-        seqs.append({"name": "greedy", "tokens": tokens,
-                     "prompt_len": GREEDY_PROMPT, "greedy": True,
-                     "min_margin": margin})
-        if ctx:
-            full_ctx = [int(t) for t in rng.integers(0, m.vocab_size, T)]
-            seqs.append({"name": "context", "tokens": full_ctx,
-                         "prompt_len": T, "greedy": False})
-
-        for s in seqs:
-            full = m.full(s["tokens"])
-            self_check_sequence(m, s["tokens"], full)
-            if s["greedy"]:
-                p = s["prompt_len"]
-                check(all(int(np.argmax(full[i - 1])) == s["tokens"][i]
-                          for i in range(p, len(s["tokens"]))),
-                      "greedy tokens are the argmax of full recompute")
-            f32_err = float(np.abs(m32.full(s["tokens"]) - full).max())
-            s["fills_context"] = len(s["tokens"]) == T
-            s["logits"] = "fixtures/%s.%s.f32" % (name, s["name"])
-            full.astype("<f4").tofile(os.path.join(data_dir, s["logits"]))
-            print("%-14s %-8s %3d tokens  |logit| max %.2f  "
-                  "numpy float32 vs float64: %.2g"
-                  % (name, s["name"], len(s["tokens"]),
-                     float(np.abs(full).max()), f32_err))
+        seqs = reference_sequences(data_dir, name, m,
+                                   gpt2_numpy.GPT2(mdir, dtype=np.float32),
+                                   np.random.default_rng(2000 + seed), T, ctx)
         if name == "tiny":
             short = seqs[0]["tokens"][:6]
             err = np.abs(naive_logits(m, short) - m.full(short)[-1]).max()
             check(err < 1e-9, "plain loops vs vectorised: %g" % err)
 
-        cases["models"].append({
-            "name": name, "dir": "models/" + name, "n_layer": L,
-            "n_head": H, "n_embd": C, "n_ctx": T,
+        entry = {
+            "name": name, "dir": "models/" + name, "load_dtype": "auto",
+            "n_layer": L, "n_head": H, "n_embd": C, "n_ctx": T,
             "vocab_size": m.vocab_size, "dtype": dtype, "prefix": prefix,
-            "tied": not untied, "sequences": seqs})
+            "tied": not untied, "sequences": seqs}
+        cases["models"].append(entry)
+        if name in HALF_VARIANTS:
+            # loaded with --dtype float16: the reference rounds the
+            # matrices to half as gpt2d stores them
+            def half(dt):
+                return gpt2_numpy.GPT2(mdir, dtype=dt, matrices=np.float16)
+            cases["models"].append(dict(
+                entry, name=name + "@float16", load_dtype="float16",
+                sequences=reference_sequences(
+                    data_dir, name + "@float16", half(np.float64),
+                    half(np.float32), np.random.default_rng(3000 + seed), T,
+                    ctx)))
+        if dtype == "F16":
+            # the same values widened to float panels: the same logits
+            cases["models"].append(dict(entry, name=name + "@float32",
+                                        load_dtype="float32"))
 
     with open(os.path.join(fix_dir, "cases.json"), "w",
               encoding="utf-8") as f:

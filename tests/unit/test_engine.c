@@ -45,7 +45,7 @@ static void load_fixtures(void)
     test_data_path(dir, sizeof dir, "models/tiny");
     test_data_path(vocab, sizeof vocab, "models/tiny/vocab.json");
     test_data_path(merges, sizeof merges, "models/tiny/merges.txt");
-    ck_assert_msg(model_load(&g_model, dir, &err) == 0, "%s", err.message);
+    ck_assert_msg(model_load(&g_model, dir, MODEL_DTYPE_AUTO, &err) == 0, "%s", err.message);
     ck_assert_msg(tokenizer_load(&g_tok, vocab, merges, &err) == 0, "%s",
                   err.message);
     g_vocab = g_model.config.vocab_size;

@@ -138,8 +138,22 @@ static void harness_open(harness *h, size_t model_idx, size_t threads,
     test_data_path(dir, sizeof dir,
                    json_string_value(
                        json_object_get(fx_model_json(model_idx), "dir")));
-    ck_assert_msg(model_load(&h->m, dir, &h->err) == 0, "model_load %s: %s",
-                  dir, h->err.message);
+    model_dtype dtype;
+    const char *load = json_string_value(
+        json_object_get(fx_model_json(model_idx), "load_dtype"));
+    ck_assert_msg(load != NULL && model_dtype_parse(load, &dtype) == 0,
+                  "model %zu: bad load_dtype", model_idx);
+    ck_assert_msg(model_load(&h->m, dir, dtype, &h->err) == 0,
+                  "model_load %s: %s", dir, h->err.message);
+    /* auto picks half panels exactly for an F16 checkpoint */
+    const char *stored = json_string_value(
+        json_object_get(fx_model_json(model_idx), "dtype"));
+    model_dtype want = dtype != MODEL_DTYPE_AUTO ? dtype
+                       : strcmp(stored, "F16") == 0 ? MODEL_DTYPE_FLOAT16
+                                                    : MODEL_DTYPE_FLOAT32;
+    ck_assert_int_eq(h->m.dtype, want);
+    ck_assert_int_eq(h->m.panel_dtype, want == MODEL_DTYPE_FLOAT16
+                                       ? PANEL_F16 : PANEL_F32);
     h->vocab = h->m.config.vocab_size;
     ck_assert_uint_eq(h->vocab, (size_t)json_integer_value(json_object_get(
                                     fx_model_json(model_idx), "vocab_size")));

@@ -269,7 +269,7 @@ static void expect_refused(const char *needle)
 {
     model m;
     gpt2d_error err = {{0}};
-    ck_assert_int_eq(model_load(&m, tmpdir, &err), -1);
+    ck_assert_int_eq(model_load(&m, tmpdir, MODEL_DTYPE_AUTO, &err), -1);
     ck_assert_msg(strstr(err.message, needle) != NULL,
                   "message '%s' lacks '%s'", err.message, needle);
     ck_assert_ptr_null(strchr(err.message, '\n'));
@@ -291,32 +291,40 @@ static void check_values(const float *got, const tspec *t)
                       i, (double)got[i], (double)expected(t, i));
 }
 
+/* A value as panels of `dt` hold it. */
+static float as_stored(float x, panel_dtype dt)
+{
+    return dt == PANEL_F16 ? half_to_float(half_from_float(x)) : x;
+}
+
 /* A panel copy of the (K, N) matrix holds t's values, zero padded: t is
  * (K, N) row-major, or with `transposed` (N, K), as the unembedding's
  * vocabulary matrix is stored. */
-static void check_panels(const float *packed, const tspec *t, size_t K,
-                         size_t N, bool transposed)
+static void check_panels(const void *packed, panel_dtype dt, const tspec *t,
+                         size_t K, size_t N, bool transposed)
 {
     for (size_t k = 0; k < K; k++)
         for (size_t n = 0; n < panel_count(N) * PANEL_WIDTH; n++) {
             size_t i = transposed ? n * K + k : k * N + n;
-            float want = n < N ? expected(t, i) : 0.0f;
-            ck_assert_msg(panel_at(packed, K, k, n) == want,
+            float want = n < N ? as_stored(expected(t, i), dt) : 0.0f;
+            ck_assert_msg(panel_at(packed, dt, K, k, n) == want,
                           "%s panel (%zu, %zu): %g != %g", t->name, k, n,
-                          (double)panel_at(packed, K, k, n), (double)want);
+                          (double)panel_at(packed, dt, K, k, n),
+                          (double)want);
         }
 }
 
 /* The unembedding's panels hold t (vocab, C) transposed, and panel_column
  * gives back each token's row. */
-static void check_vocab_panels(const float *packed, const tspec *t)
+static void check_vocab_panels(const void *packed, panel_dtype dt,
+                               const tspec *t)
 {
-    check_panels(packed, t, C, V, true);
+    check_panels(packed, dt, t, C, V, true);
     float row[C];
     for (size_t n = 0; n < V; n++) {
-        panel_column(row, packed, C, n);
+        panel_column(row, packed, dt, C, n);
         for (size_t k = 0; k < C; k++)
-            ck_assert_msg(row[k] == expected(t, n * C + k),
+            ck_assert_msg(row[k] == as_stored(expected(t, n * C + k), dt),
                           "%s row %zu column %zu", t->name, n, k);
     }
 }
@@ -327,18 +335,18 @@ static void check_bound(const model *m, spec *s, const char *prefix)
     snprintf(n, sizeof n, "%swte.weight", prefix);
     check_values(m->wte, find(s, n));
     if (m->lm_head == m->wte)
-        check_vocab_panels(m->lm_head_wp, find(s, n));
+        check_vocab_panels(m->lm_head_wp, m->panel_dtype, find(s, n));
     snprintf(n, sizeof n, "%swpe.weight", prefix);
     check_values(m->wpe, find(s, n));
     snprintf(n, sizeof n, "%sh.1.attn.c_attn.weight", prefix);
     check_values(m->layers[1].attn_w, find(s, n));
-    check_panels(m->layers[1].attn_wp, find(s, n), C, 3 * C, false);
+    check_panels(m->layers[1].attn_wp, m->panel_dtype, find(s, n), C, 3 * C, false);
     snprintf(n, sizeof n, "%sh.0.mlp.c_proj.weight", prefix);
-    check_panels(m->layers[0].mlp_proj_wp, find(s, n), 4 * C, C, false);
+    check_panels(m->layers[0].mlp_proj_wp, m->panel_dtype, find(s, n), 4 * C, C, false);
     snprintf(n, sizeof n, "%sh.1.mlp.c_fc.weight", prefix);
-    check_panels(m->layers[1].fc_wp, find(s, n), C, 4 * C, false);
+    check_panels(m->layers[1].fc_wp, m->panel_dtype, find(s, n), C, 4 * C, false);
     snprintf(n, sizeof n, "%sh.0.attn.c_proj.weight", prefix);
-    check_panels(m->layers[0].attn_proj_wp, find(s, n), C, C, false);
+    check_panels(m->layers[0].attn_proj_wp, m->panel_dtype, find(s, n), C, C, false);
     snprintf(n, sizeof n, "%sh.0.mlp.c_proj.bias", prefix);
     check_values(m->layers[0].mlp_proj_b, find(s, n));
     snprintf(n, sizeof n, "%sh.1.ln_2.weight", prefix);
@@ -353,7 +361,7 @@ START_TEST(test_loads_plain_hf_names)
     write_valid(&s, "");
     model m;
     gpt2d_error err = {{0}};
-    ck_assert_msg(model_load(&m, tmpdir, &err) == 0, "%s", err.message);
+    ck_assert_msg(model_load(&m, tmpdir, MODEL_DTYPE_AUTO, &err) == 0, "%s", err.message);
     ck_assert_uint_eq(m.config.n_layer, L);
     ck_assert_uint_eq(m.config.n_head, H);
     ck_assert_uint_eq(m.config.n_embd, C);
@@ -382,7 +390,7 @@ START_TEST(test_loads_transformer_prefix_and_ignores_mask_buffers)
     write_safetensors(tmpdir, &s, 0);
     model m;
     gpt2d_error err = {{0}};
-    ck_assert_msg(model_load(&m, tmpdir, &err) == 0, "%s", err.message);
+    ck_assert_msg(model_load(&m, tmpdir, MODEL_DTYPE_AUTO, &err) == 0, "%s", err.message);
     check_bound(&m, &s, "transformer.");
     model_free(&m);
     remove_dir();
@@ -399,17 +407,17 @@ START_TEST(test_lm_head_equal_to_wte_is_shared_different_is_used)
     write_safetensors(tmpdir, &s, 0);
     model m;
     gpt2d_error err = {{0}};
-    ck_assert_msg(model_load(&m, tmpdir, &err) == 0, "%s", err.message);
+    ck_assert_msg(model_load(&m, tmpdir, MODEL_DTYPE_AUTO, &err) == 0, "%s", err.message);
     ck_assert_ptr_eq(m.lm_head, m.wte);
     model_free(&m);
 
     head = find(&s, "lm_head.weight");
     head->scale = 42.0f;                           /* untied */
     write_safetensors(tmpdir, &s, 0);
-    ck_assert_msg(model_load(&m, tmpdir, &err) == 0, "%s", err.message);
+    ck_assert_msg(model_load(&m, tmpdir, MODEL_DTYPE_AUTO, &err) == 0, "%s", err.message);
     ck_assert_ptr_ne(m.lm_head, m.wte);
     check_values(m.lm_head, head);
-    check_vocab_panels(m.lm_head_wp, head);
+    check_vocab_panels(m.lm_head_wp, m.panel_dtype, head);
     model_free(&m);
     remove_dir();
 }
@@ -426,7 +434,7 @@ START_TEST(test_widens_f16_and_bf16_tensors)
     write_safetensors(tmpdir, &s, 0);
     model m;
     gpt2d_error err = {{0}};
-    ck_assert_msg(model_load(&m, tmpdir, &err) == 0, "%s", err.message);
+    ck_assert_msg(model_load(&m, tmpdir, MODEL_DTYPE_AUTO, &err) == 0, "%s", err.message);
     ck_assert_ptr_nonnull(m.widened);
     check_bound(&m, &s, "");
     ck_assert_ptr_eq(m.lm_head, m.wte);
@@ -435,17 +443,93 @@ START_TEST(test_widens_f16_and_bf16_tensors)
 }
 END_TEST
 
+/* --dtype float16: the matrices' panels hold each value rounded to the
+ * nearest half, the vectors stay floats, and a step reads half the bytes
+ * of the matrices. */
+START_TEST(test_float16_rounds_the_matrices_to_half_panels)
+{
+    spec s;
+    write_valid(&s, "");
+    model m;
+    gpt2d_error err = {{0}};
+    ck_assert_msg(model_load(&m, tmpdir, MODEL_DTYPE_FLOAT16, &err) == 0,
+                  "%s", err.message);
+    ck_assert_int_eq(m.dtype, MODEL_DTYPE_FLOAT16);
+    ck_assert_int_eq(m.panel_dtype, PANEL_F16);
+    check_bound(&m, &s, "");
+    /* the values really change: not every one is a half */
+    ck_assert(panel_at(m.layers[1].attn_wp, PANEL_F16, C, 0, 1)
+              != expected(find(&s, "h.1.attn.c_attn.weight"), 1));
+    size_t vectors = L * (4 * C + 3 * C + C + 4 * C + C) + 2 * C;
+    ck_assert_uint_eq(m.weight_bytes,
+                      2 * (L * 12 * C * C + V * C) + 4 * vectors);
+    model_free(&m);
+    remove_dir();
+}
+END_TEST
+
+/* auto keeps an all-F16 checkpoint's matrices as halves (exact), and
+ * float32 widens them; a checkpoint with any other dtype loads as floats. */
+START_TEST(test_auto_dtype_follows_the_checkpoint)
+{
+    spec s;
+    gpt2_spec(&s, "");
+    for (size_t i = 0; i < s.n; i++)
+        s.t[i].dtype = "F16";
+    write_text(tmpdir, "config.json", VALID_CONFIG);
+    write_safetensors(tmpdir, &s, 0);
+    model m;
+    gpt2d_error err = {{0}};
+    ck_assert_msg(model_load(&m, tmpdir, MODEL_DTYPE_AUTO, &err) == 0, "%s",
+                  err.message);
+    ck_assert_int_eq(m.dtype, MODEL_DTYPE_FLOAT16);
+    ck_assert_int_eq(m.panel_dtype, PANEL_F16);
+    check_bound(&m, &s, "");
+    model_free(&m);
+    ck_assert_msg(model_load(&m, tmpdir, MODEL_DTYPE_FLOAT32, &err) == 0,
+                  "%s", err.message);
+    ck_assert_int_eq(m.panel_dtype, PANEL_F32);
+    check_bound(&m, &s, "");
+    model_free(&m);
+
+    find(&s, "ln_f.bias")->dtype = "F32";
+    write_safetensors(tmpdir, &s, 0);
+    ck_assert_msg(model_load(&m, tmpdir, MODEL_DTYPE_AUTO, &err) == 0, "%s",
+                  err.message);
+    ck_assert_int_eq(m.dtype, MODEL_DTYPE_FLOAT32);
+    model_free(&m);
+    remove_dir();
+}
+END_TEST
+
+START_TEST(test_dtype_names_parse_and_print)
+{
+    model_dtype d = MODEL_DTYPE_AUTO;
+    ck_assert_int_eq(model_dtype_parse("float16", &d), 0);
+    ck_assert_int_eq(d, MODEL_DTYPE_FLOAT16);
+    ck_assert_int_eq(model_dtype_parse("float32", &d), 0);
+    ck_assert_int_eq(d, MODEL_DTYPE_FLOAT32);
+    ck_assert_int_eq(model_dtype_parse("auto", &d), 0);
+    ck_assert_int_eq(d, MODEL_DTYPE_AUTO);
+    ck_assert_int_eq(model_dtype_parse("fp16", &d), -1);
+    ck_assert_int_eq(model_dtype_parse("", &d), -1);
+    ck_assert_int_eq(d, MODEL_DTYPE_AUTO);
+    ck_assert_str_eq(model_dtype_name(MODEL_DTYPE_FLOAT16), "float16");
+    ck_assert_str_eq(model_dtype_name(MODEL_DTYPE_FLOAT32), "float32");
+}
+END_TEST
+
 START_TEST(test_refuses_missing_or_non_directory)
 {
     model m;
     gpt2d_error err = {{0}};
-    ck_assert_int_eq(model_load(&m, "/nonexistent/gpt2d-model", &err), -1);
+    ck_assert_int_eq(model_load(&m, "/nonexistent/gpt2d-model", MODEL_DTYPE_AUTO, &err), -1);
     ck_assert_str_eq(err.message,
                      "/nonexistent/gpt2d-model: No such file or directory");
     write_text(tmpdir, "config.json", VALID_CONFIG);
     char path[512];
     snprintf(path, sizeof path, "%s/config.json", tmpdir);
-    ck_assert_int_eq(model_load(&m, path, &err), -1);
+    ck_assert_int_eq(model_load(&m, path, MODEL_DTYPE_AUTO, &err), -1);
     ck_assert_ptr_nonnull(strstr(err.message, "not a directory"));
     remove_dir();
 }
@@ -576,7 +660,7 @@ START_TEST(test_loads_generated_tiny_model)
     test_data_path(dir, sizeof dir, "models/tiny");
     model m;
     gpt2d_error err = {{0}};
-    ck_assert_msg(model_load(&m, dir, &err) == 0, "%s", err.message);
+    ck_assert_msg(model_load(&m, dir, MODEL_DTYPE_AUTO, &err) == 0, "%s", err.message);
     ck_assert_uint_eq(m.config.vocab_size, 50257);
     ck_assert_uint_eq(m.config.n_embd % m.config.n_head, 0);
     ck_assert_str_eq(m.name, "tiny");
@@ -594,6 +678,9 @@ static Suite *model_suite(void)
     tcase_add_test(tc, test_loads_transformer_prefix_and_ignores_mask_buffers);
     tcase_add_test(tc, test_lm_head_equal_to_wte_is_shared_different_is_used);
     tcase_add_test(tc, test_widens_f16_and_bf16_tensors);
+    tcase_add_test(tc, test_float16_rounds_the_matrices_to_half_panels);
+    tcase_add_test(tc, test_auto_dtype_follows_the_checkpoint);
+    tcase_add_test(tc, test_dtype_names_parse_and_print);
     tcase_add_test(tc, test_refuses_missing_or_non_directory);
     tcase_add_test(tc, test_refuses_bad_config);
     tcase_add_test(tc, test_refuses_missing_empty_or_truncated_weights);

@@ -21,7 +21,7 @@
 /* Every option, as the issue and settings.h specify them (an independent
  * list: the table in settings.c must match it, not define it). */
 static const char *const option_names[] = {
-    "model", "host", "port", "threads", "slots", "max-queue", "max-batch-rows",
+    "model", "host", "port", "dtype", "threads", "slots", "max-queue", "max-batch-rows",
     "max-body", "max-connections", "timeout", "request-timeout", "max-n",
     "drain-timeout", "web-root",
     "api-key-file", "cors-origin", "config", "port-file", "log-prompts",
@@ -163,6 +163,7 @@ START_TEST(test_defaults_are_the_documented_ones)
     ck_assert_ptr_null(s.port_file);
     ck_assert(!s.log_prompts);
     ck_assert_int_eq(s.log_level, LOG_LEVEL_INFO);
+    ck_assert_int_eq(s.dtype, MODEL_DTYPE_AUTO);
     settings_free(&s);
 }
 END_TEST
@@ -191,7 +192,8 @@ START_TEST(test_config_file_sets_every_kind_of_value)
         "cors-origin = \"http://a.example#x\"\n"
         "port-file = /tmp/port\n"
         "log-prompts = yes\n"
-        "log-level = debug\n");
+        "log-level = debug\n"
+        "dtype = float16\n");
     settings s;
     LOAD_OK(&s, "--config", path);
     ck_assert_str_eq(s.model_dir, "/srv/model");
@@ -214,6 +216,7 @@ START_TEST(test_config_file_sets_every_kind_of_value)
     ck_assert_str_eq(s.config_file, path);
     ck_assert(s.log_prompts);
     ck_assert_int_eq(s.log_level, LOG_LEVEL_DEBUG);
+    ck_assert_int_eq(s.dtype, MODEL_DTYPE_FLOAT16);
     settings_free(&s);
 }
 END_TEST
@@ -337,6 +340,8 @@ START_TEST(test_each_bad_value_names_option_and_value)
     EXPECT_ERROR("--port", "'-1'", "-m", "x", "--port", "-1");
     EXPECT_ERROR("--port", "'80a'", "-m", "x", "--port", "80a");
     EXPECT_ERROR("--port", "' 80'", "-m", "x", "--port", " 80");
+    EXPECT_ERROR("--dtype", "'fp16'", "-m", "x", "--dtype", "fp16");
+    EXPECT_ERROR("--dtype", "'Float16'", "-m", "x", "--dtype", "Float16");
     EXPECT_ERROR("--threads", "'0'", "-m", "x", "--threads", "0");
     EXPECT_ERROR("--threads", "'two'", "-m", "x", "--threads", "two");
     EXPECT_ERROR("--slots", "'0'", "-m", "x", "--slots", "0");
