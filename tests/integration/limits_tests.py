@@ -48,23 +48,17 @@ import sys
 import termios
 import threading
 import time
-import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-from gpt2d_client import Server, Vocab, metric_sum  # noqa: E402
-from testlib import long_context_model, run_module, wait_for  # noqa: E402
+from gpt2d_client import (Server, Vocab, http_request,  # noqa: E402
+                          metric_sum, read_response)
+from testlib import (GPT2D, NO_EOT, TINY, ServerCase,  # noqa: E402
+                     long_context_model, run_module, wait_for)
 
-SRCDIR = os.environ.get("GPT2D_SRCDIR", os.path.join(HERE, "..", ".."))
-BUILDDIR = os.environ.get("GPT2D_BUILDDIR", ".")
-DATA = os.environ.get("GPT2D_TEST_DATA", os.path.join(BUILDDIR, "tests", "data"))
-TINY = os.path.join(DATA, "models", "tiny")
-GPT2D = os.path.join(BUILDDIR, "src", "gpt2d")
 WORKDIR = os.environ.get("GPT2D_LIMITS_WORKDIR", "/tmp")
 
-EOT = 50256
-NO_EOT = {str(EOT): -100}
 DEADLINE = 2.0          # --request-timeout of RequestDeadline
 IDLE = 1.0              # --timeout of IdleTimeout
 STALL = 2.0             # --timeout of SlowReader
@@ -96,50 +90,6 @@ def wait_closed(sock, timeout):
                 return time.monotonic() - t0
         except (ConnectionResetError, BrokenPipeError):
             return time.monotonic() - t0
-
-
-def read_response(sock, timeout=60.0):
-    """One HTTP/1.1 response with a Content-Length or a chunked body from a
-    raw socket: (status, lower-case headers, body bytes)."""
-    sock.settimeout(timeout)
-    buf = b""
-    while b"\r\n\r\n" not in buf:
-        chunk = sock.recv(65536)
-        if not chunk:
-            raise ConnectionError("closed before the response headers: %r" % buf)
-        buf += chunk
-    head, _, rest = buf.partition(b"\r\n\r\n")
-    lines = head.decode("latin-1").split("\r\n")
-    status = int(lines[0].split()[1])
-    headers = {}
-    for line in lines[1:]:
-        k, _, v = line.partition(":")
-        headers[k.strip().lower()] = v.strip()
-    if "content-length" in headers:
-        n = int(headers["content-length"])
-        while len(rest) < n:
-            chunk = sock.recv(65536)
-            if not chunk:
-                raise ConnectionError("closed inside the body")
-            rest += chunk
-        return status, headers, rest[:n]
-    # chunked: read to the last (empty) chunk
-    while not rest.endswith(b"0\r\n\r\n"):
-        chunk = sock.recv(65536)
-        if not chunk:
-            raise ConnectionError("closed inside a chunked body")
-        rest += chunk
-    return status, headers, rest
-
-
-def http_request(method, path, body=b"", headers=()):
-    """The bytes of a keep-alive HTTP/1.1 request."""
-    lines = ["%s %s HTTP/1.1" % (method, path), "Host: 127.0.0.1"]
-    lines += list(headers)
-    if body or method == "POST":
-        lines += ["Content-Type: application/json",
-                  "Content-Length: %d" % len(body)]
-    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
 
 
 class Trickler(threading.Thread):
@@ -316,37 +266,12 @@ class SlotHolder:
 
 # ---------------------------------------------------------------- cases
 
-class LimitCase(unittest.TestCase):
+class LimitCase(ServerCase):
     """A group with its own server; subclasses set NAME, ARGS, ENV, MODEL
     (and SLOTS, its --slots, to hold every slot)."""
 
-    NAME = "limits"
-    ARGS = ()
+    WORKDIR = WORKDIR
     SLOTS = None
-    ENV = None
-    MODEL = None
-    maxDiff = 4000
-
-    @classmethod
-    def setUpClass(cls):
-        model = cls.MODEL() if cls.MODEL else TINY
-        cls.server = Server(GPT2D, model, WORKDIR, list(cls.ARGS),
-                            env=cls.ENV, name=cls.NAME)
-        cls.server.start()
-
-    @classmethod
-    def tearDownClass(cls):
-        rc, _ = cls.server.stop()
-        if rc != 0:
-            raise AssertionError("%s exited %r on SIGTERM:\n%s"
-                                 % (cls.NAME, rc, cls.server.log_tail()))
-        report = cls.server.sanitizer_report()
-        if report:
-            raise AssertionError("%s: sanitizer report:\n%s"
-                                 % (cls.NAME, report))
-
-    def client(self, **kw):
-        return self.server.client(**kw)
 
     @contextlib.contextmanager
     def every_slot_held(self, seconds):
@@ -363,30 +288,6 @@ class LimitCase(unittest.TestCase):
                 raise AssertionError("%s\n(meanwhile %s)" % (e, holder.broken)) from e
             raise
         holder.release()
-
-    def log_text(self):
-        with open(self.server.log_path, "rb") as f:
-            return f.read().decode("utf-8", "replace")
-
-    def assert_error(self, r, status, param="any", allow=None):
-        """An OpenAI error object with this status (and param, and Allow)."""
-        self.assertEqual(r.status, status, "%r" % (r,))
-        self.assertIn("application/json", r.headers.get("content-type", ""), r)
-        body = r.json
-        e = body.get("error")
-        self.assertIsInstance(e, dict, body)
-        for key in ("message", "type", "param", "code"):
-            self.assertIn(key, e, "error object lacks %r: %r" % (key, e))
-        self.assertIsInstance(e["message"], str)
-        self.assertTrue(e["message"], "empty error message")
-        want_type = {401: "authentication_error",
-                     429: "rate_limit_error"}.get(status, "invalid_request_error")
-        self.assertEqual(e["type"], want_type, e)
-        if param != "any":
-            self.assertEqual(e["param"], param, e)
-        if allow is not None:
-            self.assertEqual(r.headers.get("allow"), allow, r.headers)
-        return e
 
 
 # --slots of the groups that hold every slot to make a request wait: a
@@ -462,9 +363,9 @@ class RequestDeadline(LimitCase):
                                           json.dumps(req).encode()))
                 time.sleep(DEADLINE + 0.5)
                 release()
-                status, _, body = read_response(sock, 60)
+                r = read_response(sock, 60)
             took = time.monotonic() - t0
-            self.assertEqual(status, 200, body[:300])
+            self.assertEqual(r.status, 200, r)
             self.assertGreater(took, DEADLINE + 0.3)
             t0 = time.monotonic()
             closed = None
@@ -491,8 +392,8 @@ class RequestDeadline(LimitCase):
             for i in range(len(req)):           # ~1.1 s in all, under 2 s
                 sock.sendall(req[i:i + 1])
                 time.sleep(1.1 / len(req))
-            status, _, body = read_response(sock, 10)
-            self.assertEqual(status, 200, body)
+            r = read_response(sock, 10)
+            self.assertEqual(r.status, 200, r)
         finally:
             sock.close()
 
@@ -534,14 +435,13 @@ class RequestDeadline(LimitCase):
             # a fresh connection that waits longer than the deadline first
             time.sleep(DEADLINE + 1)
             sock.sendall(http_request("GET", "/health"))
-            status, _, _ = read_response(sock, 10)
-            self.assertEqual(status, 200)
+            self.assertEqual(read_response(sock, 10).status, 200)
             # and a keep-alive connection idle between two requests
             time.sleep(DEADLINE + 1)
             sock.sendall(http_request("POST", "/tokenize",
                                       json.dumps({"content": "hi"}).encode()))
-            status, _, body = read_response(sock, 10)
-            self.assertEqual(status, 200, body)
+            r = read_response(sock, 10)
+            self.assertEqual(r.status, 200, r)
         finally:
             sock.close()
         self.assertEqual(self.timeouts(), before)
@@ -567,7 +467,7 @@ class IdleTimeout(LimitCase):
     def test_keepalive_connection_closes_after_idle_timeout(self):
         with socket.create_connection(("127.0.0.1", self.server.port)) as sock:
             sock.sendall(http_request("GET", "/health"))
-            self.assertEqual(read_response(sock, 10)[0], 200)
+            self.assertEqual(read_response(sock, 10).status, 200)
             self.assert_idle_close(sock, "idle after a response")
 
     def _long_completion_then_idle(self, stream):
@@ -586,19 +486,19 @@ class IdleTimeout(LimitCase):
                                           json.dumps(req).encode()))
                 time.sleep(IDLE + 1)
                 release()
-                status, _, body = read_response(sock, 60)
+                r = read_response(sock, 60)
             took = time.monotonic() - t0
-            self.assertEqual(status, 200, body[:300])
+            self.assertEqual(r.status, 200, r)
             self.assertGreater(took, IDLE + 0.3,
                                "the completion took %.2f s: too fast to outlast "
                                "the idle timeout" % took)
             if stream:
-                self.assertIn(b"data: [DONE]", body)
+                self.assertIn(b"data: [DONE]", r.body)
             else:
-                self.assertEqual(json.loads(body)["usage"]["completion_tokens"], 32)
+                self.assertEqual(r.json["usage"]["completion_tokens"], 32)
             time.sleep(IDLE * 0.6)
             sock.sendall(http_request("GET", "/health"))
-            self.assertEqual(read_response(sock, 10)[0], 200,
+            self.assertEqual(read_response(sock, 10).status, 200,
                              "the idle timeout was left shorter")
             self.assert_idle_close(sock, "idle after a long completion")
 
@@ -1293,10 +1193,10 @@ class InvalidInput(LimitCase):
     def check_raw_case(self, data, status, is_json):
         with socket.create_connection(("127.0.0.1", self.server.port)) as sock:
             sock.sendall(data)
-            got, headers, body = read_response(sock, 10)
-        self.assertEqual(got, status, body[:200])
+            r = read_response(sock, 10)
+        self.assertEqual(r.status, status, r.body[:200])
         if is_json:
-            e = json.loads(body)["error"]
+            e = json.loads(r.body)["error"]
             self.assertIsNone(e["param"], e)
             self.assertEqual(e["type"], "invalid_request_error", e)
 
