@@ -18,6 +18,8 @@ shutdown_tests.py), the soak (tests/soak/soak.py) and the load benchmark
     sock.sendall(http_request("POST", "/tokenize", b'{"content": "hi"}'))
     r = read_response(sock)     # a Response, off a raw socket
 
+    percentile(latencies, 99)   # the soak's and load.py's figures
+
 Only ever point it at 127.0.0.1.
 """
 
@@ -226,6 +228,18 @@ def read_response(sock, timeout=60.0):
             raise ConnectionError("closed inside a chunked body")
         rest += chunk
     return Response(status, headers, rest)
+
+
+def percentile(values, p):
+    """The p-th percentile of `values`, by linear interpolation between
+    closest ranks (numpy's default); nan for none."""
+    if not values:
+        return float("nan")
+    v = sorted(values)
+    k = (len(v) - 1) * p / 100.0
+    lo = int(k)
+    hi = min(lo + 1, len(v) - 1)
+    return v[lo] + (v[hi] - v[lo]) * (k - lo)
 
 
 def parse_metrics(text):

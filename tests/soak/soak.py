@@ -60,7 +60,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "integration"))
 
 from gpt2d_client import (Client, Server, StreamError, Vocab,  # noqa: E402
-                          parse_metrics, read_response, rss_kib)
+                          parse_metrics, percentile, read_response, rss_kib)
 
 EOT = 50256
 NO_EOT = {str(EOT): -100}
@@ -1130,16 +1130,6 @@ def run_phase(threads, start, stop):
         w.start()
     for w in workers:
         w.join()
-
-
-def percentile(values, p):
-    if not values:
-        return float("nan")
-    v = sorted(values)
-    k = (len(v) - 1) * p / 100.0
-    lo = int(k)
-    hi = min(lo + 1, len(v) - 1)
-    return v[lo] + (v[hi] - v[lo]) * (k - lo)
 
 
 def parse_args(argv):
