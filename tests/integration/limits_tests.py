@@ -31,14 +31,15 @@ Groups, each with its own server:
                     status, `param` and (405) Allow header.
 
 A test that needs the server busy for longer than a limit never counts on
-generating being slow: it holds every KV slot (SlotHolder) for as long as it
-decides, and the request under test waits in the queue meanwhile.
+the machine generating slowly: it holds every KV slot (SlotHolder) for as
+long as it decides, with a blocker whose engine steps the group's server
+floors (GPT2D_TEST_MIN_STEP_US), and the request under test waits in the
+queue meanwhile.
 """
 
 import contextlib
 import fcntl
 import json
-import math
 import os
 import re
 import select
@@ -143,8 +144,14 @@ class Trickler(threading.Thread):
 
 # A blocker: a stream of n = --slots sequences of 1000 tokens each.
 BLOCKER_TOKENS = 1000
-# The most blockers a hold may queue (--max-queue is 64).
-MAX_BLOCKERS = 32
+# The groups that hold every slot run their server with engine steps of at
+# least HOLD_STEP_US (GPT2D_TEST_MIN_STEP_US, test instrumentation), so a
+# blocker's 1000 steps last BLOCKER_LIFE seconds or more on a machine of
+# any speed: twice the longest hold (SlowReader's 2 * STALL + 3 s), and a
+# second to spare.
+HOLD_STEP_US = 15000
+HOLD_ENV = {"GPT2D_TEST_MIN_STEP_US": str(HOLD_STEP_US)}
+BLOCKER_LIFE = BLOCKER_TOKENS * HOLD_STEP_US * 1e-6
 
 
 class Blocker(threading.Thread):
@@ -196,70 +203,45 @@ class SlotHolder:
     echoes its prompt) for as long as the test decides, however fast the
     machine generates.
 
-    One blocker holds the slots only while the machine generates its
-    1000 tokens a sequence, so more wait behind it and take over one after
-    another: the queue is first come, first served, so nothing queued
-    behind them gets a slot in between.  How many: enough to outlast the
-    `seconds` the test means to hold, twice over, at the rate the first
-    one generates (its first tokens are its fastest).  release() hangs
-    them all up, the waiting ones first so that none takes over, and fails
-    if the last had already ended: then the slots were free too soon."""
+    One blocker takes every slot; the server, started with HOLD_ENV, gives
+    each of its 1000 steps at least HOLD_STEP_US, so it lasts BLOCKER_LIFE
+    seconds or more, which must be twice the `seconds` the test means to
+    hold, and one more.  release() hangs it up, and fails if it had already
+    ended: then the slots were free too soon."""
 
     def __init__(self, server, slots, seconds):
+        if server.env != HOLD_ENV:
+            raise AssertionError("%s holds its slots only with HOLD_ENV (%r), "
+                                 "not %r" % (server.name, HOLD_ENV, server.env))
+        if 2 * seconds + 1 > BLOCKER_LIFE:
+            raise AssertionError("a hold of %.1f s needs a blocker that lasts "
+                                 "%.1f s, more than BLOCKER_LIFE (%.1f s)"
+                                 % (seconds, 2 * seconds + 1, BLOCKER_LIFE))
         self.server = server
-        self.slots = slots
-        self.blockers = []
         self.released = False
         self.broken = None
         self.t0 = time.monotonic()
+        self.blocker = Blocker(server.port, slots)
         try:
-            self._start(seconds)
+            if not wait_for(lambda: metric_sum(server.client().metrics(),
+                                               "gpt2d_slots_busy") == slots, 10):
+                raise AssertionError("the blocker did not take every slot (HTTP %r)"
+                                     % self.blocker.status)
         except BaseException:
-            self._hang_up()
+            self.blocker.hang_up()
             raise
-
-    def metric(self, name):
-        return metric_sum(self.server.client().metrics(), name)
-
-    def _start(self, seconds):
-        first = Blocker(self.server.port, self.slots)
-        self.blockers.append(first)
-        if not wait_for(lambda: self.metric("gpt2d_slots_busy") == self.slots, 10):
-            raise AssertionError("the blocker did not take every slot (HTTP %r)"
-                                 % first.status)
-        g0, t0 = self.metric("gpt2d_generated_tokens_total"), time.monotonic()
-        time.sleep(0.3)
-        g1, t1 = self.metric("gpt2d_generated_tokens_total"), time.monotonic()
-        rate = max(g1 - g0, 1.0) / (t1 - t0)          # tokens a second
-        self.life = self.slots * BLOCKER_TOKENS / rate
-        need = 2 * seconds + 1 + (t1 - self.t0)
-        count = max(1, math.ceil(need / self.life))
-        if count > MAX_BLOCKERS:
-            raise AssertionError(
-                "this machine generates %.0f tokens a second: holding %d slots "
-                "for %.1f s would take %d blockers of %d tokens, over %d"
-                % (rate, self.slots, seconds, count, BLOCKER_TOKENS, MAX_BLOCKERS))
-        for _ in range(count - 1):
-            self.blockers.append(Blocker(self.server.port, self.slots))
-        if not wait_for(lambda: self.metric("gpt2d_queue_depth") == count - 1, 10):
-            raise AssertionError("%d blockers did not queue behind the first: "
-                                 "HTTP %r" % (count - 1, [b.status for b in self.blockers]))
-
-    def _hang_up(self):
-        for blocker in reversed(self.blockers):
-            blocker.hang_up()
 
     def release(self, check=True):
         """Lets go of the slots (once; later calls only repeat a failure,
         and only with `check`)."""
         if not self.released:
             self.released = True
-            if self.blockers[-1].over:
+            if self.blocker.over:
                 self.broken = (
                     "the slots came free within %.1f s, before the test let go: "
-                    "its %d blocker(s) were to last %.1f s each"
-                    % (time.monotonic() - self.t0, len(self.blockers), self.life))
-            self._hang_up()
+                    "the blocker was to last %.1f s at least"
+                    % (time.monotonic() - self.t0, BLOCKER_LIFE))
+            self.blocker.hang_up()
         if check and self.broken:
             raise AssertionError(self.broken)
 
@@ -290,9 +272,10 @@ class LimitCase(ServerCase):
         holder.release()
 
 
-# --slots of the groups that hold every slot to make a request wait: a
-# blocker of sixteen sequences lasts seconds (SlotHolder).
-HOLD_SLOTS = 16
+# --slots of the groups that hold every slot to make a request wait (any
+# number would do: the blocker's length comes from HOLD_STEP_US; two for
+# IdleTimeout's n = 2 request, and some to spare).
+HOLD_SLOTS = 4
 
 
 class RequestDeadline(LimitCase):
@@ -301,6 +284,7 @@ class RequestDeadline(LimitCase):
     ARGS = ("--slots", str(SLOTS), "--max-n", str(SLOTS), "--threads", "1",
             "--request-timeout", "2", "--timeout", "10")
     MODEL = staticmethod(slow_model)
+    ENV = HOLD_ENV
 
     def timeouts(self):
         return metric_sum(self.client().metrics(), "gpt2d_request_timeouts_total")
@@ -453,6 +437,7 @@ class IdleTimeout(LimitCase):
     ARGS = ("--slots", str(SLOTS), "--max-n", str(SLOTS), "--threads", "1",
             "--timeout", "1")
     MODEL = staticmethod(slow_model)
+    ENV = HOLD_ENV
 
     def assert_idle_close(self, sock, what):
         t = wait_closed(sock, IDLE + 4)
@@ -629,6 +614,7 @@ def response_complete(buf):
 class SlowReader(LimitCase):
     NAME = "slowreader"
     MODEL = staticmethod(slow_model)
+    ENV = HOLD_ENV
 
     @classmethod
     def setUpClass(cls):
