@@ -88,7 +88,8 @@ import urllib.parse
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests", "integration"))
 
-from gpt2d_client import Client, Server, StreamError, rss_kib  # noqa: E402
+from gpt2d_client import (Client, Server, StreamError,  # noqa: E402
+                          percentile, rss_kib)
 
 # Plain English to cut prompts from; tokenized once by the server.
 PASSAGE = (
@@ -113,17 +114,6 @@ TARGETS = {"one_stream_tps": 60.0, "k16_tps": 450.0, "k8_ttft_p50_ms": 250.0}
 # A decode-phase window shorter than this is reported as n/a: a few steps
 # say little about a rate.
 MIN_WINDOW_S = 0.5
-
-
-def percentile(values, p):
-    """Linear interpolation between closest ranks (numpy's default)."""
-    if not values:
-        return float("nan")
-    v = sorted(values)
-    k = (len(v) - 1) * p / 100.0
-    lo = int(k)
-    hi = min(lo + 1, len(v) - 1)
-    return v[lo] + (v[hi] - v[lo]) * (k - lo)
 
 
 def prompt_ids(base, n, offset):

@@ -24,24 +24,17 @@
 # Arguments select tests by substring.
 set -euo pipefail
 
-builddir=${GPT2D_BUILDDIR:?}
-srcdir=${GPT2D_SRCDIR:-$(cd "$(dirname "$0")/../.." && pwd)}
-data=${GPT2D_TEST_DATA:-$builddir/tests/data}
-python=${PYTHON:-python3}
+# shellcheck source=tests/integration/harness.sh
+. "$(dirname "$0")/../integration/harness.sh"
 chromium=${CHROMIUM:-/usr/bin/chromium}
 chromedriver=${CHROMEDRIVER:-/usr/bin/chromedriver}
-gpt2d=$builddir/src/gpt2d
 out=$builddir/tests/browser
 model=$out/tiny-ctx1024
-export PYTHONDONTWRITEBYTECODE=1
 
-skip() {
-    echo "test_playground: SKIP: $*"
-    exit 77
-}
 [[ -x $chromium ]] || skip "chromium not installed ($chromium; apt-get install chromium chromium-driver)"
 [[ -x $chromedriver ]] || skip "chromedriver not installed ($chromedriver; apt-get install chromium-driver)"
-"$python" -c 'import numpy' >/dev/null 2>&1 || skip "'$python' cannot import numpy"
+require_numpy
+require_curl
 [[ -s $data/tokenizer/vocab.json ]] || skip "$data/tokenizer missing (tests/data/fetch-tokenizer.sh fetches it)"
 [[ -x $gpt2d ]] || { echo "test_playground: $gpt2d not built" >&2; exit 99; }
 
@@ -71,18 +64,16 @@ key="pg-test-$RANDOM$RANDOM"
 # Steps of at least 2 ms (test instrumentation): the Stop test's long
 # generation outlasts the click on a machine of any speed.
 GPT2D_API_KEY=$key GPT2D_TEST_MIN_STEP_US=2000 \
-    "$gpt2d" --model "$model" --host 127.0.0.1 --port 0 \
-    --port-file "$work/port" --web-root "$srcdir/web" --slots 2 --threads 2 \
-    >"$out/gpt2d.log" 2>&1 &
-server_pid=$!
+    gpt2d_start "$out/gpt2d.log" "$work/port" "$model" \
+    --web-root "$srcdir/web" --slots 2 --threads 2
+server_pid=$gpt2d_pid
 
-for _ in $(seq 300); do
-    [[ -s $work/port ]] && break
-    kill -0 "$server_pid" 2>/dev/null || { cat "$out/gpt2d.log" >&2; echo "test_playground: gpt2d died" >&2; exit 1; }
-    sleep 0.1
-done
-[[ -s $work/port ]] || { echo "test_playground: no port file after 30s" >&2; exit 1; }
-base="http://127.0.0.1:$(cat "$work/port")/"
+if ! port=$(gpt2d_wait "$server_pid" "$work/port" 30); then
+    cat "$out/gpt2d.log" >&2
+    echo "test_playground: gpt2d did not answer /health within 30 s" >&2
+    exit 1
+fi
+base="http://127.0.0.1:$port/"
 
 rc=0
 timeout 300 "$python" "$srcdir/tests/browser/playground_test.py" \

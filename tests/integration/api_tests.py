@@ -30,7 +30,6 @@ import socket
 import sys
 import threading
 import time
-import unittest
 
 import numpy as np
 
@@ -38,26 +37,21 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 from gpt2d_client import (Client, Server, StreamError, Vocab,  # noqa: E402
-                          metric_sum)
-from testlib import long_context_model, run_module, wait_for  # noqa: E402
+                          http_request, metric_sum)
+import testlib  # noqa: E402
+from testlib import (EOT, GPT2D, NO_EOT, SRCDIR, TINY,  # noqa: E402
+                     long_context_model, run_module, wait_for)
 
-SRCDIR = os.environ.get("GPT2D_SRCDIR", os.path.join(HERE, "..", ".."))
 sys.path.insert(0, os.path.join(SRCDIR, "tests", "reference"))
 import gpt2_numpy  # noqa: E402
 
-BUILDDIR = os.environ.get("GPT2D_BUILDDIR", ".")
-DATA = os.environ.get("GPT2D_TEST_DATA", os.path.join(BUILDDIR, "tests", "data"))
-TINY = os.path.join(DATA, "models", "tiny")
-GPT2D = os.path.join(BUILDDIR, "src", "gpt2d")
 WORKDIR = os.environ.get("GPT2D_API_WORKDIR", "/tmp")
 MAIN_PORT = int(os.environ.get("GPT2D_API_PORT", "0"))
 
-EOT = 50256
 TOL = 1e-3          # |logprob difference| a float32 server may show
 MIN_MARGIN = 5e-3   # greedy steps compared only where argmax is unambiguous
 N_CTX = 64          # the tiny model's context
 BYTE_C3, BYTE_A9 = 127, 102   # byte-level tokens of b"\xc3" and b"\xa9" ("é")
-NO_EOT = {str(EOT): -100}
 
 # ---------------------------------------------------------------- reference
 
@@ -177,30 +171,8 @@ def main_client(**kw):
     return Client("127.0.0.1", MAIN_PORT, **kw)
 
 
-class ApiCase(unittest.TestCase):
-    """Assertions shared by every group."""
-
-    maxDiff = 4000
-
-    def assert_error(self, r, status, param="any", body_json=True):
-        self.assertEqual(r.status, status, "%r" % (r,))
-        if not body_json:
-            return None
-        self.assertIn("application/json", r.headers.get("content-type", ""))
-        body = r.json
-        self.assertIn("error", body, body)
-        e = body["error"]
-        for key in ("message", "type", "param", "code"):
-            self.assertIn(key, e, "error object lacks %r: %r" % (key, e))
-        self.assertIsInstance(e["message"], str)
-        self.assertTrue(e["message"], "empty error message")
-        self.assertIsInstance(e["type"], str)
-        if param != "any":
-            if isinstance(param, (tuple, list, set)):
-                self.assertIn(e["param"], param, e)
-            else:
-                self.assertEqual(e["param"], param, e)
-        return e
+class ApiCase(testlib.Case):
+    """Assertions shared by every group (testlib.Case's, and these)."""
 
     def assert_ok_shape(self, body, n_choices=1):
         self.assertIsInstance(body.get("id"), str)
@@ -219,11 +191,6 @@ class ApiCase(unittest.TestCase):
         self.assertEqual(u["total_tokens"],
                          u["prompt_tokens"] + u["completion_tokens"])
         self.assertIsInstance(u["prompt_tokens_details"]["cached_tokens"], int)
-
-    def assert_clean_log(self, server):
-        report = server.sanitizer_report()
-        if report:
-            self.fail("%s: sanitizer report:\n%s" % (server.name, report))
 
     def assert_close(self, got, want, what):
         self.assertIsNotNone(got, what)
@@ -1118,31 +1085,10 @@ LONG_REQ = {"prompt": "Once upon a time", "max_tokens": 1000,
             "temperature": 1.0, "seed": 1, "logit_bias": NO_EOT}
 
 
-class ServerCase(ApiCase):
+class ServerCase(testlib.ServerCase, ApiCase):
     """A group with its own server; subclasses set NAME, ARGS, ENV, MODEL."""
 
-    NAME = "aux"
-    ARGS = ()
-    ENV = None
-    MODEL = None
-
-    @classmethod
-    def setUpClass(cls):
-        model = cls.MODEL() if cls.MODEL else TINY
-        cls.server = Server(GPT2D, model, WORKDIR, list(cls.ARGS),
-                            env=cls.ENV, name=cls.NAME)
-        cls.server.start()
-
-    @classmethod
-    def tearDownClass(cls):
-        rc, _ = cls.server.stop()
-        if rc != 0:
-            raise AssertionError("%s exited %r on SIGTERM:\n%s"
-                                 % (cls.NAME, rc, cls.server.log_tail()))
-        report = cls.server.sanitizer_report()
-        if report:
-            raise AssertionError("%s: sanitizer report:\n%s"
-                                 % (cls.NAME, report))
+    WORKDIR = WORKDIR
 
 
 class T7AuthAndLimits(ServerCase):
@@ -1249,9 +1195,7 @@ class T8Backpressure(ServerCase):
         before = metric_sum(c.metrics(), "gpt2d_requests_cancelled_total")
         body = json.dumps(dict(LONG_REQ)).encode()
         s = socket.create_connection(("127.0.0.1", self.server.port))
-        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-                  b"Content-Type: application/json\r\n"
-                  b"Content-Length: %d\r\n\r\n" % len(body) + body)
+        s.sendall(http_request("POST", "/v1/completions", body))
         self.assertTrue(wait_for(
             lambda: metric_sum(c.metrics(), "gpt2d_slots_busy") == 1, 2),
             "the request never ran")

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """gpt2d_client.py — a small stdlib-only client for a gpt2d on loopback.
 
-Used by the integration suite (api_tests.py) and the load benchmark
+Used by the integration suites (api_tests.py, limits_tests.py,
+shutdown_tests.py), the soak (tests/soak/soak.py) and the load benchmark
 (bench/load.py).  Nothing here knows about the model; it speaks HTTP.
 
     c = Client("127.0.0.1", port)
@@ -13,6 +14,11 @@ Used by the integration suite (api_tests.py) and the load benchmark
     srv = Server(gpt2d_binary, model_dir, workdir, extra_args=[...])
     srv.start()                 # --port 0 --port-file, waits for /health 200
     rc, seconds = srv.stop()    # SIGTERM, waits for the exit
+
+    sock.sendall(http_request("POST", "/tokenize", b'{"content": "hi"}'))
+    r = read_response(sock)     # a Response, off a raw socket
+
+    percentile(latencies, 99)   # the soak's and load.py's figures
 
 Only ever point it at 127.0.0.1.
 """
@@ -176,6 +182,64 @@ class Client:
         if r.status != 200:
             raise AssertionError("/metrics -> %r" % (r,))
         return parse_metrics(r.body.decode("utf-8"))
+
+
+def http_request(method, path, body=b"", headers=()):
+    """The bytes of a keep-alive HTTP/1.1 request, for a raw socket; a body
+    (any POST) goes as JSON.  `headers`: extra "Name: value" lines."""
+    lines = ["%s %s HTTP/1.1" % (method, path), "Host: 127.0.0.1"]
+    lines += list(headers)
+    if body or method == "POST":
+        lines += ["Content-Type: application/json",
+                  "Content-Length: %d" % len(body)]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
+
+
+def read_response(sock, timeout=60.0):
+    """One HTTP/1.1 response with a Content-Length or a chunked body from a
+    raw socket, as a Response (a chunked body as it came, framing and
+    all).  ConnectionError when the server closes before its end."""
+    sock.settimeout(timeout)
+    buf = b""
+    while b"\r\n\r\n" not in buf:
+        chunk = sock.recv(65536)
+        if not chunk:
+            raise ConnectionError("closed before the response headers: %r" % buf)
+        buf += chunk
+    head, _, rest = buf.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    status = int(lines[0].split()[1])
+    headers = {}
+    for line in lines[1:]:
+        k, _, v = line.partition(":")
+        headers[k.strip().lower()] = v.strip()
+    if "content-length" in headers:
+        n = int(headers["content-length"])
+        while len(rest) < n:
+            chunk = sock.recv(65536)
+            if not chunk:
+                raise ConnectionError("closed inside the body")
+            rest += chunk
+        return Response(status, headers, rest[:n])
+    # chunked: read to the last (empty) chunk
+    while not rest.endswith(b"0\r\n\r\n"):
+        chunk = sock.recv(65536)
+        if not chunk:
+            raise ConnectionError("closed inside a chunked body")
+        rest += chunk
+    return Response(status, headers, rest)
+
+
+def percentile(values, p):
+    """The p-th percentile of `values`, by linear interpolation between
+    closest ranks (numpy's default); nan for none."""
+    if not values:
+        return float("nan")
+    v = sorted(values)
+    k = (len(v) - 1) * p / 100.0
+    lo = int(k)
+    hi = min(lo + 1, len(v) - 1)
+    return v[lo] + (v[hi] - v[lo]) * (k - lo)
 
 
 def parse_metrics(text):

@@ -31,14 +31,15 @@ Groups, each with its own server:
                     status, `param` and (405) Allow header.
 
 A test that needs the server busy for longer than a limit never counts on
-generating being slow: it holds every KV slot (SlotHolder) for as long as it
-decides, and the request under test waits in the queue meanwhile.
+the machine generating slowly: it holds every KV slot (SlotHolder) for as
+long as it decides, with a blocker whose engine steps the group's server
+floors (GPT2D_TEST_MIN_STEP_US), and the request under test waits in the
+queue meanwhile.
 """
 
 import contextlib
 import fcntl
 import json
-import math
 import os
 import re
 import select
@@ -48,23 +49,17 @@ import sys
 import termios
 import threading
 import time
-import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-from gpt2d_client import Server, Vocab, metric_sum  # noqa: E402
-from testlib import long_context_model, run_module, wait_for  # noqa: E402
+from gpt2d_client import (Server, Vocab, http_request,  # noqa: E402
+                          metric_sum, read_response)
+from testlib import (GPT2D, NO_EOT, TINY, ServerCase,  # noqa: E402
+                     long_context_model, run_module, wait_for)
 
-SRCDIR = os.environ.get("GPT2D_SRCDIR", os.path.join(HERE, "..", ".."))
-BUILDDIR = os.environ.get("GPT2D_BUILDDIR", ".")
-DATA = os.environ.get("GPT2D_TEST_DATA", os.path.join(BUILDDIR, "tests", "data"))
-TINY = os.path.join(DATA, "models", "tiny")
-GPT2D = os.path.join(BUILDDIR, "src", "gpt2d")
 WORKDIR = os.environ.get("GPT2D_LIMITS_WORKDIR", "/tmp")
 
-EOT = 50256
-NO_EOT = {str(EOT): -100}
 DEADLINE = 2.0          # --request-timeout of RequestDeadline
 IDLE = 1.0              # --timeout of IdleTimeout
 STALL = 2.0             # --timeout of SlowReader
@@ -96,50 +91,6 @@ def wait_closed(sock, timeout):
                 return time.monotonic() - t0
         except (ConnectionResetError, BrokenPipeError):
             return time.monotonic() - t0
-
-
-def read_response(sock, timeout=60.0):
-    """One HTTP/1.1 response with a Content-Length or a chunked body from a
-    raw socket: (status, lower-case headers, body bytes)."""
-    sock.settimeout(timeout)
-    buf = b""
-    while b"\r\n\r\n" not in buf:
-        chunk = sock.recv(65536)
-        if not chunk:
-            raise ConnectionError("closed before the response headers: %r" % buf)
-        buf += chunk
-    head, _, rest = buf.partition(b"\r\n\r\n")
-    lines = head.decode("latin-1").split("\r\n")
-    status = int(lines[0].split()[1])
-    headers = {}
-    for line in lines[1:]:
-        k, _, v = line.partition(":")
-        headers[k.strip().lower()] = v.strip()
-    if "content-length" in headers:
-        n = int(headers["content-length"])
-        while len(rest) < n:
-            chunk = sock.recv(65536)
-            if not chunk:
-                raise ConnectionError("closed inside the body")
-            rest += chunk
-        return status, headers, rest[:n]
-    # chunked: read to the last (empty) chunk
-    while not rest.endswith(b"0\r\n\r\n"):
-        chunk = sock.recv(65536)
-        if not chunk:
-            raise ConnectionError("closed inside a chunked body")
-        rest += chunk
-    return status, headers, rest
-
-
-def http_request(method, path, body=b"", headers=()):
-    """The bytes of a keep-alive HTTP/1.1 request."""
-    lines = ["%s %s HTTP/1.1" % (method, path), "Host: 127.0.0.1"]
-    lines += list(headers)
-    if body or method == "POST":
-        lines += ["Content-Type: application/json",
-                  "Content-Length: %d" % len(body)]
-    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
 
 
 class Trickler(threading.Thread):
@@ -193,8 +144,14 @@ class Trickler(threading.Thread):
 
 # A blocker: a stream of n = --slots sequences of 1000 tokens each.
 BLOCKER_TOKENS = 1000
-# The most blockers a hold may queue (--max-queue is 64).
-MAX_BLOCKERS = 32
+# The groups that hold every slot run their server with engine steps of at
+# least HOLD_STEP_US (GPT2D_TEST_MIN_STEP_US, test instrumentation), so a
+# blocker's 1000 steps last BLOCKER_LIFE seconds or more on a machine of
+# any speed: twice the longest hold (SlowReader's 2 * STALL + 3 s), and a
+# second to spare.
+HOLD_STEP_US = 15000
+HOLD_ENV = {"GPT2D_TEST_MIN_STEP_US": str(HOLD_STEP_US)}
+BLOCKER_LIFE = BLOCKER_TOKENS * HOLD_STEP_US * 1e-6
 
 
 class Blocker(threading.Thread):
@@ -246,107 +203,57 @@ class SlotHolder:
     echoes its prompt) for as long as the test decides, however fast the
     machine generates.
 
-    One blocker holds the slots only while the machine generates its
-    1000 tokens a sequence, so more wait behind it and take over one after
-    another: the queue is first come, first served, so nothing queued
-    behind them gets a slot in between.  How many: enough to outlast the
-    `seconds` the test means to hold, twice over, at the rate the first
-    one generates (its first tokens are its fastest).  release() hangs
-    them all up, the waiting ones first so that none takes over, and fails
-    if the last had already ended: then the slots were free too soon."""
+    One blocker takes every slot; the server, started with HOLD_ENV, gives
+    each of its 1000 steps at least HOLD_STEP_US, so it lasts BLOCKER_LIFE
+    seconds or more, which must be twice the `seconds` the test means to
+    hold, and one more.  release() hangs it up, and fails if it had already
+    ended: then the slots were free too soon."""
 
     def __init__(self, server, slots, seconds):
+        if server.env != HOLD_ENV:
+            raise AssertionError("%s holds its slots only with HOLD_ENV (%r), "
+                                 "not %r" % (server.name, HOLD_ENV, server.env))
+        if 2 * seconds + 1 > BLOCKER_LIFE:
+            raise AssertionError("a hold of %.1f s needs a blocker that lasts "
+                                 "%.1f s, more than BLOCKER_LIFE (%.1f s)"
+                                 % (seconds, 2 * seconds + 1, BLOCKER_LIFE))
         self.server = server
-        self.slots = slots
-        self.blockers = []
         self.released = False
         self.broken = None
         self.t0 = time.monotonic()
+        self.blocker = Blocker(server.port, slots)
         try:
-            self._start(seconds)
+            if not wait_for(lambda: metric_sum(server.client().metrics(),
+                                               "gpt2d_slots_busy") == slots, 10):
+                raise AssertionError("the blocker did not take every slot (HTTP %r)"
+                                     % self.blocker.status)
         except BaseException:
-            self._hang_up()
+            self.blocker.hang_up()
             raise
-
-    def metric(self, name):
-        return metric_sum(self.server.client().metrics(), name)
-
-    def _start(self, seconds):
-        first = Blocker(self.server.port, self.slots)
-        self.blockers.append(first)
-        if not wait_for(lambda: self.metric("gpt2d_slots_busy") == self.slots, 10):
-            raise AssertionError("the blocker did not take every slot (HTTP %r)"
-                                 % first.status)
-        g0, t0 = self.metric("gpt2d_generated_tokens_total"), time.monotonic()
-        time.sleep(0.3)
-        g1, t1 = self.metric("gpt2d_generated_tokens_total"), time.monotonic()
-        rate = max(g1 - g0, 1.0) / (t1 - t0)          # tokens a second
-        self.life = self.slots * BLOCKER_TOKENS / rate
-        need = 2 * seconds + 1 + (t1 - self.t0)
-        count = max(1, math.ceil(need / self.life))
-        if count > MAX_BLOCKERS:
-            raise AssertionError(
-                "this machine generates %.0f tokens a second: holding %d slots "
-                "for %.1f s would take %d blockers of %d tokens, over %d"
-                % (rate, self.slots, seconds, count, BLOCKER_TOKENS, MAX_BLOCKERS))
-        for _ in range(count - 1):
-            self.blockers.append(Blocker(self.server.port, self.slots))
-        if not wait_for(lambda: self.metric("gpt2d_queue_depth") == count - 1, 10):
-            raise AssertionError("%d blockers did not queue behind the first: "
-                                 "HTTP %r" % (count - 1, [b.status for b in self.blockers]))
-
-    def _hang_up(self):
-        for blocker in reversed(self.blockers):
-            blocker.hang_up()
 
     def release(self, check=True):
         """Lets go of the slots (once; later calls only repeat a failure,
         and only with `check`)."""
         if not self.released:
             self.released = True
-            if self.blockers[-1].over:
+            if self.blocker.over:
                 self.broken = (
                     "the slots came free within %.1f s, before the test let go: "
-                    "its %d blocker(s) were to last %.1f s each"
-                    % (time.monotonic() - self.t0, len(self.blockers), self.life))
-            self._hang_up()
+                    "the blocker was to last %.1f s at least"
+                    % (time.monotonic() - self.t0, BLOCKER_LIFE))
+            self.blocker.hang_up()
         if check and self.broken:
             raise AssertionError(self.broken)
 
 
 # ---------------------------------------------------------------- cases
 
-class LimitCase(unittest.TestCase):
+class LimitCase(ServerCase):
     """A group with its own server; subclasses set NAME, ARGS, ENV, MODEL
     (and SLOTS, its --slots, to hold every slot)."""
 
-    NAME = "limits"
-    ARGS = ()
+    WORKDIR = WORKDIR
     SLOTS = None
-    ENV = None
-    MODEL = None
-    maxDiff = 4000
-
-    @classmethod
-    def setUpClass(cls):
-        model = cls.MODEL() if cls.MODEL else TINY
-        cls.server = Server(GPT2D, model, WORKDIR, list(cls.ARGS),
-                            env=cls.ENV, name=cls.NAME)
-        cls.server.start()
-
-    @classmethod
-    def tearDownClass(cls):
-        rc, _ = cls.server.stop()
-        if rc != 0:
-            raise AssertionError("%s exited %r on SIGTERM:\n%s"
-                                 % (cls.NAME, rc, cls.server.log_tail()))
-        report = cls.server.sanitizer_report()
-        if report:
-            raise AssertionError("%s: sanitizer report:\n%s"
-                                 % (cls.NAME, report))
-
-    def client(self, **kw):
-        return self.server.client(**kw)
 
     @contextlib.contextmanager
     def every_slot_held(self, seconds):
@@ -364,34 +271,11 @@ class LimitCase(unittest.TestCase):
             raise
         holder.release()
 
-    def log_text(self):
-        with open(self.server.log_path, "rb") as f:
-            return f.read().decode("utf-8", "replace")
 
-    def assert_error(self, r, status, param="any", allow=None):
-        """An OpenAI error object with this status (and param, and Allow)."""
-        self.assertEqual(r.status, status, "%r" % (r,))
-        self.assertIn("application/json", r.headers.get("content-type", ""), r)
-        body = r.json
-        e = body.get("error")
-        self.assertIsInstance(e, dict, body)
-        for key in ("message", "type", "param", "code"):
-            self.assertIn(key, e, "error object lacks %r: %r" % (key, e))
-        self.assertIsInstance(e["message"], str)
-        self.assertTrue(e["message"], "empty error message")
-        want_type = {401: "authentication_error",
-                     429: "rate_limit_error"}.get(status, "invalid_request_error")
-        self.assertEqual(e["type"], want_type, e)
-        if param != "any":
-            self.assertEqual(e["param"], param, e)
-        if allow is not None:
-            self.assertEqual(r.headers.get("allow"), allow, r.headers)
-        return e
-
-
-# --slots of the groups that hold every slot to make a request wait: a
-# blocker of sixteen sequences lasts seconds (SlotHolder).
-HOLD_SLOTS = 16
+# --slots of the groups that hold every slot to make a request wait (any
+# number would do: the blocker's length comes from HOLD_STEP_US; two for
+# IdleTimeout's n = 2 request, and some to spare).
+HOLD_SLOTS = 4
 
 
 class RequestDeadline(LimitCase):
@@ -400,6 +284,7 @@ class RequestDeadline(LimitCase):
     ARGS = ("--slots", str(SLOTS), "--max-n", str(SLOTS), "--threads", "1",
             "--request-timeout", "2", "--timeout", "10")
     MODEL = staticmethod(slow_model)
+    ENV = HOLD_ENV
 
     def timeouts(self):
         return metric_sum(self.client().metrics(), "gpt2d_request_timeouts_total")
@@ -462,9 +347,9 @@ class RequestDeadline(LimitCase):
                                           json.dumps(req).encode()))
                 time.sleep(DEADLINE + 0.5)
                 release()
-                status, _, body = read_response(sock, 60)
+                r = read_response(sock, 60)
             took = time.monotonic() - t0
-            self.assertEqual(status, 200, body[:300])
+            self.assertEqual(r.status, 200, r)
             self.assertGreater(took, DEADLINE + 0.3)
             t0 = time.monotonic()
             closed = None
@@ -491,8 +376,8 @@ class RequestDeadline(LimitCase):
             for i in range(len(req)):           # ~1.1 s in all, under 2 s
                 sock.sendall(req[i:i + 1])
                 time.sleep(1.1 / len(req))
-            status, _, body = read_response(sock, 10)
-            self.assertEqual(status, 200, body)
+            r = read_response(sock, 10)
+            self.assertEqual(r.status, 200, r)
         finally:
             sock.close()
 
@@ -534,14 +419,13 @@ class RequestDeadline(LimitCase):
             # a fresh connection that waits longer than the deadline first
             time.sleep(DEADLINE + 1)
             sock.sendall(http_request("GET", "/health"))
-            status, _, _ = read_response(sock, 10)
-            self.assertEqual(status, 200)
+            self.assertEqual(read_response(sock, 10).status, 200)
             # and a keep-alive connection idle between two requests
             time.sleep(DEADLINE + 1)
             sock.sendall(http_request("POST", "/tokenize",
                                       json.dumps({"content": "hi"}).encode()))
-            status, _, body = read_response(sock, 10)
-            self.assertEqual(status, 200, body)
+            r = read_response(sock, 10)
+            self.assertEqual(r.status, 200, r)
         finally:
             sock.close()
         self.assertEqual(self.timeouts(), before)
@@ -553,6 +437,7 @@ class IdleTimeout(LimitCase):
     ARGS = ("--slots", str(SLOTS), "--max-n", str(SLOTS), "--threads", "1",
             "--timeout", "1")
     MODEL = staticmethod(slow_model)
+    ENV = HOLD_ENV
 
     def assert_idle_close(self, sock, what):
         t = wait_closed(sock, IDLE + 4)
@@ -567,7 +452,7 @@ class IdleTimeout(LimitCase):
     def test_keepalive_connection_closes_after_idle_timeout(self):
         with socket.create_connection(("127.0.0.1", self.server.port)) as sock:
             sock.sendall(http_request("GET", "/health"))
-            self.assertEqual(read_response(sock, 10)[0], 200)
+            self.assertEqual(read_response(sock, 10).status, 200)
             self.assert_idle_close(sock, "idle after a response")
 
     def _long_completion_then_idle(self, stream):
@@ -586,19 +471,19 @@ class IdleTimeout(LimitCase):
                                           json.dumps(req).encode()))
                 time.sleep(IDLE + 1)
                 release()
-                status, _, body = read_response(sock, 60)
+                r = read_response(sock, 60)
             took = time.monotonic() - t0
-            self.assertEqual(status, 200, body[:300])
+            self.assertEqual(r.status, 200, r)
             self.assertGreater(took, IDLE + 0.3,
                                "the completion took %.2f s: too fast to outlast "
                                "the idle timeout" % took)
             if stream:
-                self.assertIn(b"data: [DONE]", body)
+                self.assertIn(b"data: [DONE]", r.body)
             else:
-                self.assertEqual(json.loads(body)["usage"]["completion_tokens"], 32)
+                self.assertEqual(r.json["usage"]["completion_tokens"], 32)
             time.sleep(IDLE * 0.6)
             sock.sendall(http_request("GET", "/health"))
-            self.assertEqual(read_response(sock, 10)[0], 200,
+            self.assertEqual(read_response(sock, 10).status, 200,
                              "the idle timeout was left shorter")
             self.assert_idle_close(sock, "idle after a long completion")
 
@@ -729,6 +614,7 @@ def response_complete(buf):
 class SlowReader(LimitCase):
     NAME = "slowreader"
     MODEL = staticmethod(slow_model)
+    ENV = HOLD_ENV
 
     @classmethod
     def setUpClass(cls):
@@ -1293,10 +1179,10 @@ class InvalidInput(LimitCase):
     def check_raw_case(self, data, status, is_json):
         with socket.create_connection(("127.0.0.1", self.server.port)) as sock:
             sock.sendall(data)
-            got, headers, body = read_response(sock, 10)
-        self.assertEqual(got, status, body[:200])
+            r = read_response(sock, 10)
+        self.assertEqual(r.status, status, r.body[:200])
         if is_json:
-            e = json.loads(body)["error"]
+            e = json.loads(r.body)["error"]
             self.assertIsNone(e["param"], e)
             self.assertEqual(e["type"], "invalid_request_error", e)
 

@@ -15,26 +15,11 @@
 # Arguments select Python tests by substring.
 set -euo pipefail
 
-builddir=${GPT2D_BUILDDIR:?}
-srcdir=${GPT2D_SRCDIR:-$(cd "$(dirname "$0")/../.." && pwd)}
-data=${GPT2D_TEST_DATA:-$builddir/tests/data}
-python=${PYTHON:-python3}
-gpt2d=$builddir/src/gpt2d
-tiny=$data/models/tiny
-export PYTHONDONTWRITEBYTECODE=1
-
-if ! "$python" -c 'import numpy' >/dev/null 2>&1; then
-    echo "test_api: SKIP: '$python' cannot import numpy" >&2
-    exit 77
-fi
-if [[ ! -s $tiny/model.safetensors ]]; then
-    echo "test_api: SKIP: $tiny missing (tests/reference/make-fixtures.sh makes it)" >&2
-    exit 77
-fi
-if ! command -v curl >/dev/null; then
-    echo "test_api: SKIP: curl not installed" >&2
-    exit 77
-fi
+# shellcheck source=tests/integration/harness.sh
+. "$(dirname "$0")/harness.sh"
+require_numpy
+require_tiny
+require_curl
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/gpt2d-api.XXXXXX")
 server_pid=
@@ -52,24 +37,9 @@ trap cleanup EXIT
 show_log() { sed 's/^/  | /' "$work/main.log" | tail -n "${1:-20}"; }
 
 # ---- start the main server ----
-"$gpt2d" --model "$tiny" --host 127.0.0.1 --port 0 --port-file "$work/main.port" \
-    --slots 4 --threads 2 >"$work/main.log" 2>&1 &
-server_pid=$!
-
-port=
-for _ in $(seq 1 500); do
-    if ! kill -0 "$server_pid" 2>/dev/null; then
-        break
-    fi
-    if [[ -z $port && -s $work/main.port ]]; then
-        port=$(tr -dc '0-9' <"$work/main.port")
-    fi
-    if [[ -n $port ]] && curl -fsS -o /dev/null "http://127.0.0.1:$port/health" 2>/dev/null; then
-        break
-    fi
-    sleep 0.02
-done
-if [[ -z $port ]] || ! curl -fsS -o /dev/null "http://127.0.0.1:$port/health" 2>/dev/null; then
+gpt2d_start "$work/main.log" "$work/main.port" "$tiny" --slots 4 --threads 2
+server_pid=$gpt2d_pid
+if ! port=$(gpt2d_wait "$server_pid" "$work/main.port"); then
     fail "server starts and answers /health within 10 s"
     show_log 30
     finish

@@ -16,20 +16,10 @@
 # Arguments select tests by substring.
 set -euo pipefail
 
-builddir=${GPT2D_BUILDDIR:?}
-srcdir=${GPT2D_SRCDIR:-$(cd "$(dirname "$0")/../.." && pwd)}
-data=${GPT2D_TEST_DATA:-$builddir/tests/data}
-python=${PYTHON:-python3}
-export PYTHONDONTWRITEBYTECODE=1
-
-if ! "$python" -c 'import numpy' >/dev/null 2>&1; then
-    echo "test_limits: SKIP: '$python' cannot import numpy" >&2
-    exit 77
-fi
-if [[ ! -s $data/models/tiny/model.safetensors ]]; then
-    echo "test_limits: SKIP: $data/models/tiny missing (tests/reference/make-fixtures.sh makes it)" >&2
-    exit 77
-fi
+# shellcheck source=tests/integration/harness.sh
+. "$(dirname "$0")/harness.sh"
+require_numpy
+require_tiny
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/gpt2d-limits.XXXXXX")
 trap 'rm -rf "$work"' EXIT

@@ -30,14 +30,9 @@
 #   bash /path/to/src/tests/integration/test_nginx.sh
 set -euo pipefail
 
-builddir=${GPT2D_BUILDDIR:?}
-srcdir=${GPT2D_SRCDIR:-$(cd "$(dirname "$0")/../.." && pwd)}
-data=${GPT2D_TEST_DATA:-$builddir/tests/data}
-python=${PYTHON:-python3}
-gpt2d=$builddir/src/gpt2d
-tiny=$data/models/tiny
+# shellcheck source=tests/integration/harness.sh
+. "$(dirname "$0")/harness.sh"
 example=$srcdir/etc/nginx-gpt2d.conf
-export PYTHONDONTWRITEBYTECODE=1
 
 nginx=${NGINX:-}
 if [[ -z $nginx ]]; then
@@ -45,17 +40,10 @@ if [[ -z $nginx ]]; then
     [[ -z $nginx && -x /usr/sbin/nginx ]] && nginx=/usr/sbin/nginx
 fi
 if [[ -z $nginx || ! -x $nginx ]]; then
-    echo "test_nginx: SKIP: nginx not installed (Debian: apt-get install nginx)" >&2
-    exit 77
+    skip "nginx not installed (Debian: apt-get install nginx)"
 fi
-if [[ ! -s $tiny/model.safetensors ]]; then
-    echo "test_nginx: SKIP: $tiny missing (tests/reference/make-fixtures.sh makes it)" >&2
-    exit 77
-fi
-if ! command -v curl >/dev/null; then
-    echo "test_nginx: SKIP: curl not installed" >&2
-    exit 77
-fi
+require_tiny
+require_curl
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/gpt2d-nginx.XXXXXX")
 pid_a=
@@ -141,26 +129,14 @@ start_instance() {
     local name=$1
     # --log-prompts puts each request body, session_id included, in the
     # instance's log: that is how the test sees which instance served what.
-    "$gpt2d" --model "$model" --host 127.0.0.1 --port 0 --port-file "$work/$name.port" \
-        --slots 4 --threads 1 --log-prompts >"$work/$name.log" 2>&1 &
-    printf -v "pid_$name" '%s' "$!"
+    gpt2d_start "$work/$name.log" "$work/$name.port" "$model" \
+        --slots 4 --threads 1 --log-prompts
+    printf -v "pid_$name" '%s' "$gpt2d_pid"
 }
 
 # wait_instance NAME PID -> prints the port once /health answers 200
 wait_instance() {
-    local name=$1 pid=$2 port=
-    for _ in $(seq 1 500); do
-        kill -0 "$pid" 2>/dev/null || break
-        if [[ -z $port && -s $work/$name.port ]]; then
-            port=$(tr -dc '0-9' <"$work/$name.port")
-        fi
-        if [[ -n $port ]] && curl -fsS -o /dev/null "http://127.0.0.1:$port/health" 2>/dev/null; then
-            echo "$port"
-            return 0
-        fi
-        sleep 0.02
-    done
-    return 1
+    gpt2d_wait "$2" "$work/$1.port"
 }
 
 # The tiny fixture, with a 1024-token context when numpy can make one (the

@@ -13,21 +13,10 @@
 # GPT2D_TEST_DATA, PYTHON (a python3 with numpy).  Arguments select cases.
 set -euo pipefail
 
-builddir=${GPT2D_BUILDDIR:?}
-srcdir=${GPT2D_SRCDIR:-$(cd "$(dirname "$0")/../.." && pwd)}
-data=${GPT2D_TEST_DATA:-$builddir/tests/data}
-python=${PYTHON:-python3}
-tiny=$data/models/tiny
-export PYTHONDONTWRITEBYTECODE=1
-
-if ! "$python" -c 'import numpy' >/dev/null 2>&1; then
-    echo "test_shutdown: SKIP: '$python' cannot import numpy" >&2
-    exit 77
-fi
-if [[ ! -s $tiny/model.safetensors ]]; then
-    echo "test_shutdown: SKIP: $tiny missing (tests/reference/make-fixtures.sh makes it)" >&2
-    exit 77
-fi
+# shellcheck source=tests/integration/harness.sh
+. "$(dirname "$0")/harness.sh"
+require_numpy
+require_tiny
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/gpt2d-shutdown.XXXXXX")
 trap 'rm -rf "$work"' EXIT
@@ -36,4 +25,4 @@ trap 'rm -rf "$work"' EXIT
     --n-layer 2 --n-head 4 --n-embd 64 --n-ctx 1024 --seed 5 >/dev/null
 
 timeout 300 "$python" "$srcdir/tests/integration/shutdown_tests.py" \
-    "$builddir/src/gpt2d" "$work/long" "$work" "$@"
+    "$gpt2d" "$work/long" "$work" "$@"

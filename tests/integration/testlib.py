@@ -1,7 +1,8 @@
 """testlib.py — what the unittest-based integration suites (api_tests.py,
-limits_tests.py) share beyond the HTTP client: polling, the long-context
-test model, and a runner that prints one line per test and can run a
-subset by name.  Standard library only."""
+limits_tests.py) share beyond the HTTP client: the build's paths, polling,
+the long-context test model, the OpenAI error-object assertion, a test
+group with a gpt2d of its own, and a runner that prints one line per test
+and can run a subset by name.  Standard library only."""
 
 import os
 import subprocess
@@ -10,8 +11,22 @@ import time
 import traceback
 import unittest
 
+from gpt2d_client import Server
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 SRCDIR = os.environ.get("GPT2D_SRCDIR", os.path.join(HERE, "..", ".."))
+BUILDDIR = os.environ.get("GPT2D_BUILDDIR", ".")
+DATA = os.environ.get("GPT2D_TEST_DATA", os.path.join(BUILDDIR, "tests", "data"))
+TINY = os.path.join(DATA, "models", "tiny")
+GPT2D = os.path.join(BUILDDIR, "src", "gpt2d")
+
+EOT = 50256
+NO_EOT = {str(EOT): -100}
+
+# The error object's "type" for each status (the API's error table);
+# any other status is an invalid_request_error.
+ERROR_TYPES = {401: "authentication_error", 429: "rate_limit_error",
+               500: "server_error", 503: "server_error"}
 
 
 def wait_for(predicate, timeout, interval=0.02):
@@ -39,6 +54,81 @@ def long_context_model(out, tiny, seed):
             check=True, stdout=subprocess.DEVNULL,
             env=dict(os.environ, PYTHONDONTWRITEBYTECODE="1"))
     return out
+
+
+class Case(unittest.TestCase):
+    """Assertions every suite's tests share."""
+
+    maxDiff = 4000
+
+    def assert_error(self, r, status, param="any", allow=None):
+        """`r` is an OpenAI error object with this status and the type the
+        error table gives it; with its `param` unless "any" (a tuple: one
+        of them), and with this Allow header when `allow` is given.
+        Returns the error object."""
+        self.assertEqual(r.status, status, "%r" % (r,))
+        self.assertIn("application/json", r.headers.get("content-type", ""), r)
+        body = r.json
+        self.assertIsInstance(body, dict, body)
+        e = body.get("error")
+        self.assertIsInstance(e, dict, body)
+        for key in ("message", "type", "param", "code"):
+            self.assertIn(key, e, "error object lacks %r: %r" % (key, e))
+        self.assertIsInstance(e["message"], str)
+        self.assertTrue(e["message"], "empty error message")
+        self.assertEqual(e["type"], ERROR_TYPES.get(status, "invalid_request_error"), e)
+        if param != "any":
+            if isinstance(param, (tuple, list, set)):
+                self.assertIn(e["param"], param, e)
+            else:
+                self.assertEqual(e["param"], param, e)
+        if allow is not None:
+            self.assertEqual(r.headers.get("allow"), allow, r.headers)
+        return e
+
+    def assert_clean_log(self, server):
+        report = server.sanitizer_report()
+        if report:
+            self.fail("%s: sanitizer report:\n%s" % (server.name, report))
+
+
+class ServerCase(Case):
+    """A group with a gpt2d of its own, started before its first test and
+    stopped (SIGTERM: exit 0, no sanitizer report) after its last.
+    Subclasses set WORKDIR (where its log and port file go), NAME, ARGS,
+    ENV and MODEL (a function that returns a model directory; tiny when
+    None)."""
+
+    WORKDIR = None
+    NAME = "aux"
+    ARGS = ()
+    ENV = None
+    MODEL = None
+
+    @classmethod
+    def setUpClass(cls):
+        model = cls.MODEL() if cls.MODEL else TINY
+        cls.server = Server(GPT2D, model, cls.WORKDIR, list(cls.ARGS),
+                            env=cls.ENV, name=cls.NAME)
+        cls.server.start()
+
+    @classmethod
+    def tearDownClass(cls):
+        rc, _ = cls.server.stop()
+        if rc != 0:
+            raise AssertionError("%s exited %r on SIGTERM:\n%s"
+                                 % (cls.NAME, rc, cls.server.log_tail()))
+        report = cls.server.sanitizer_report()
+        if report:
+            raise AssertionError("%s: sanitizer report:\n%s"
+                                 % (cls.NAME, report))
+
+    def client(self, **kw):
+        return self.server.client(**kw)
+
+    def log_text(self):
+        with open(self.server.log_path, "rb") as f:
+            return f.read().decode("utf-8", "replace")
 
 
 class Result(unittest.TestResult):

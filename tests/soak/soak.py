@@ -60,7 +60,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "integration"))
 
 from gpt2d_client import (Client, Server, StreamError, Vocab,  # noqa: E402
-                          parse_metrics, rss_kib)
+                          parse_metrics, percentile, read_response, rss_kib)
 
 EOT = 50256
 NO_EOT = {str(EOT): -100}
@@ -464,33 +464,6 @@ def check_error(r, want):
 
 # ---------------------------------------------------------------- raw HTTP
 
-class RawResponse:
-    def __init__(self, status, headers, body):
-        self.status, self.headers, self.body = status, headers, body
-
-
-def read_raw_response(sock):
-    """Reads one response with a Content-Length body (errors are such)."""
-    buf = b""
-    while b"\r\n\r\n" not in buf:
-        chunk = sock.recv(65536)
-        need(chunk, "connection closed before the response headers")
-        buf += chunk
-    head, _, body = buf.partition(b"\r\n\r\n")
-    lines = head.decode("latin-1").split("\r\n")
-    status = int(lines[0].split()[1])
-    headers = {}
-    for line in lines[1:]:
-        k, _, v = line.partition(":")
-        headers[k.strip().lower()] = v.strip()
-    length = int(headers.get("content-length", "0"))
-    while len(body) < length:
-        chunk = sock.recv(65536)
-        need(chunk, "connection closed inside the response body")
-        body += chunk
-    return RawResponse(status, headers, body[:length])
-
-
 def request_head(method, path, port, length):
     return ("%s %s HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nContent-Type: application/json\r\n"
             "Content-Length: %d\r\n\r\n" % (method, path, port, length)).encode("ascii")
@@ -882,7 +855,7 @@ class ClientThread:
         with socket.create_connection(("127.0.0.1", self.cfg.port),
                                       timeout=self.cfg.timeout) as s:
             s.sendall(request_head("POST", path, self.cfg.port, self.cfg.max_body + 1))
-            r = read_raw_response(s)
+            r = read_response(s, self.cfg.timeout)
         self.tally.seen[(endpoint, r.status)] += 1
         return r
 
@@ -1157,16 +1130,6 @@ def run_phase(threads, start, stop):
         w.start()
     for w in workers:
         w.join()
-
-
-def percentile(values, p):
-    if not values:
-        return float("nan")
-    v = sorted(values)
-    k = (len(v) - 1) * p / 100.0
-    lo = int(k)
-    hi = min(lo + 1, len(v) - 1)
-    return v[lo] + (v[hi] - v[lo]) * (k - lo)
 
 
 def parse_args(argv):

@@ -15,18 +15,10 @@
 #   GPT2D_SOAK_REQUESTS, GPT2D_SOAK_SEED (default 1) to vary the run.
 set -euo pipefail
 
-builddir=${GPT2D_BUILDDIR:?}
-data=${GPT2D_TEST_DATA:-$builddir/tests/data}
-python=${PYTHON:-python3}
 here=$(cd "$(dirname "$0")" && pwd)
-gpt2d=$builddir/src/gpt2d
-tiny=$data/models/tiny
-export PYTHONDONTWRITEBYTECODE=1
-
-if [[ ! -s $tiny/model.safetensors ]]; then
-    echo "test_soak: SKIP: $tiny missing (tests/reference/make-fixtures.sh makes it)" >&2
-    exit 77
-fi
+# shellcheck source=tests/integration/harness.sh
+. "$here/../integration/harness.sh"
+require_tiny
 
 # An ASan build is several times slower and its RSS says nothing about leaks
 # (LeakSanitizer does, at exit).

@@ -1,0 +1,70 @@
+# harness.sh — what the shell tests share besides tally.sh (sourced, after
+# `set -euo pipefail`): the build's paths, skipping when a prerequisite is
+# missing, and a gpt2d on 127.0.0.1 started and waited for.
+#
+#   builddir srcdir data python gpt2d tiny    from make check's environment
+#   skip REASON                 "NAME: SKIP: REASON" on stderr, exit 77
+#   require_numpy, require_tiny, require_curl   skip without them
+#   gpt2d_start LOG PORT_FILE MODEL [ARGS...]   in the background; sets gpt2d_pid
+#   gpt2d_wait PID PORT_FILE [SECONDS]          prints the port once /health is 200
+#
+# Environment (from `make check`): GPT2D_BUILDDIR (required), GPT2D_SRCDIR,
+# GPT2D_TEST_DATA, PYTHON.
+# shellcheck shell=bash
+# shellcheck disable=SC2034  # the variables are the sourcing script's
+
+builddir=${GPT2D_BUILDDIR:?}
+srcdir=${GPT2D_SRCDIR:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
+data=${GPT2D_TEST_DATA:-$builddir/tests/data}
+python=${PYTHON:-python3}
+gpt2d=$builddir/src/gpt2d
+tiny=$data/models/tiny
+export PYTHONDONTWRITEBYTECODE=1
+
+test_name=$(basename "$0" .sh)
+
+skip() {
+    echo "$test_name: SKIP: $*" >&2
+    exit 77
+}
+require_numpy() {
+    "$python" -c 'import numpy' >/dev/null 2>&1 || skip "'$python' cannot import numpy"
+}
+require_tiny() {
+    [[ -s $tiny/model.safetensors ]] ||
+        skip "$tiny missing (tests/reference/make-fixtures.sh makes it)"
+}
+require_curl() {
+    command -v curl >/dev/null || skip "curl not installed"
+}
+
+# gpt2d_start LOG PORT_FILE MODEL [ARGS...]: gpt2d on 127.0.0.1 and a port
+# the kernel picks (so parallel runs never collide), which it writes to
+# PORT_FILE; its output goes to LOG.  Environment for it goes before the
+# call (VAR=value gpt2d_start ...).
+gpt2d_start() {
+    local log=$1 port_file=$2 model=$3
+    shift 3
+    rm -f "$port_file"
+    "$gpt2d" --model "$model" --host 127.0.0.1 --port 0 --port-file "$port_file" \
+        "$@" >"$log" 2>&1 &
+    gpt2d_pid=$!
+}
+
+# gpt2d_wait PID PORT_FILE [SECONDS]: prints the port once /health answers
+# 200; fails when the process exits first or SECONDS (default 10) pass.
+gpt2d_wait() {
+    local pid=$1 port_file=$2 polls=$((${3:-10} * 50)) port=
+    for _ in $(seq 1 "$polls"); do
+        kill -0 "$pid" 2>/dev/null || break
+        if [[ -z $port && -s $port_file ]]; then
+            port=$(tr -dc '0-9' <"$port_file")
+        fi
+        if [[ -n $port ]] && curl -fsS -o /dev/null "http://127.0.0.1:$port/health" 2>/dev/null; then
+            echo "$port"
+            return 0
+        fi
+        sleep 0.02
+    done
+    return 1
+}
