@@ -469,6 +469,8 @@ def main(argv):
     ap.add_argument("--gpt2d", help="the gpt2d binary to start (with --model)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--slots", type=int, help="KV slots (default: the largest K)")
+    ap.add_argument("--dtype", default="auto",
+                    help="the started server's --dtype (auto, float32, float16)")
     ap.add_argument("--pid", type=int, help="server PID for RSS (running server)")
     ap.add_argument("--clients", default="1,4,8,16")
     ap.add_argument("--rounds", type=int, default=3)
@@ -503,12 +505,13 @@ def main(argv):
         slots = args.slots or max(ks)
         server = Server(args.gpt2d, args.model, tmp.name,
                         ["--threads", str(args.threads), "--slots", str(slots),
-                         "--max-queue", str(max(64, max(ks)))], name="bench")
+                         "--max-queue", str(max(64, max(ks))),
+                         "--dtype", args.dtype], name="bench")
         t0 = time.monotonic()
         server.start(timeout=120)
-        print("started %s on port %d in %.1f s (pid %d, %d slots, %d threads)"
-              % (args.gpt2d, server.port, time.monotonic() - t0, server.pid,
-                 slots, args.threads))
+        print("started %s on port %d in %.1f s (pid %d, %d slots, %d threads, "
+              "dtype %s)" % (args.gpt2d, server.port, time.monotonic() - t0,
+                             server.pid, slots, args.threads, args.dtype))
         client = Client("127.0.0.1", server.port, api_key=args.api_key, timeout=120)
         pid = server.pid
     else:
