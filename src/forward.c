@@ -1116,7 +1116,7 @@ int forward_state_create(forward_state **out, const model *m, size_t max_rows,
 #ifdef HAVE_AVX2_KERNELS
     __builtin_cpu_init();
     st->use_avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")
-                   && __builtin_cpu_supports("f16c");
+                   && half_uses_f16c();
 #endif
 #ifdef HAVE_OPENBLAS_SET_NUM_THREADS
     /* Our pool splits every product itself; OpenBLAS's own threads would

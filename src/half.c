@@ -70,6 +70,7 @@ void half_from_floats_portable(uint16_t *dst, const float *src, size_t n)
 }
 
 #if defined(__x86_64__)
+#include <cpuid.h>
 #include <immintrin.h>
 
 __attribute__((target("avx,f16c")))
@@ -92,10 +93,14 @@ static void from_floats_f16c(uint16_t *dst, const float *src, size_t n)
     half_from_floats_portable(dst + i, src + i, n - i);
 }
 
+/* F16C is read from CPUID itself: clang's __builtin_cpu_supports has no
+ * "f16c".  The AVX check covers the OS saving the ymm registers. */
 int half_uses_f16c(void)
 {
+    unsigned eax, ebx, ecx, edx;
     __builtin_cpu_init();
-    return __builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c");
+    return __builtin_cpu_supports("avx")
+           && __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & bit_F16C) != 0;
 }
 #else
 int half_uses_f16c(void)
