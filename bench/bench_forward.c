@@ -1,7 +1,7 @@
 /* bench_forward.c — how fast the forward pass runs against what this machine
  * allows.
  *
- *   bench_forward MODEL_DIR [--threads N] [--dtype TYPE] [--decode-only BATCH [STEPS] | --prefill-only REPS [TOKENS]]
+ *   bench_forward MODEL_DIR [--threads N] [--dtype TYPE] [--kv-dtype TYPE] [--decode-only BATCH [STEPS] | --prefill-only REPS [TOKENS]]
  *
  * Measures, in one run: memory read bandwidth (streaming read of 1 GiB by N
  * threads, best of several), sgemm GFLOP/s at the model's shapes with the
@@ -16,6 +16,7 @@
 #include <cblas.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -338,9 +339,17 @@ int main(int argc, char **argv)
     size_t threads = 2, only_batch = 0, only_steps = 200, prefill_reps = 0,
            prefill_len = PREFILL;
     model_dtype dtype = MODEL_DTYPE_AUTO;
+    bool kv_half = false;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc)
             threads = (size_t)strtoul(argv[++i], NULL, 10);
+        else if (strcmp(argv[i], "--kv-dtype") == 0 && i + 1 < argc) {
+            kv_half = strcmp(argv[++i], "float16") == 0;
+            if (!kv_half && strcmp(argv[i], "float32") != 0) {
+                fprintf(stderr, "bench_forward: --kv-dtype float32|float16\n");
+                return 2;
+            }
+        }
         else if (strcmp(argv[i], "--dtype") == 0 && i + 1 < argc) {
             if (model_dtype_parse(argv[++i], &dtype) != 0) {
                 fprintf(stderr, "bench_forward: --dtype auto|float32|float16\n");
@@ -362,12 +371,12 @@ int main(int argc, char **argv)
         else if (dir == NULL && argv[i][0] != '-')
             dir = argv[i];
         else {
-            fprintf(stderr, "usage: bench_forward MODEL_DIR [--threads N] [--dtype TYPE] [--decode-only BATCH [STEPS] | --prefill-only REPS [TOKENS]]\n");
+            fprintf(stderr, "usage: bench_forward MODEL_DIR [--threads N] [--dtype TYPE] [--kv-dtype TYPE] [--decode-only BATCH [STEPS] | --prefill-only REPS [TOKENS]]\n");
             return 2;
         }
     }
     if (dir == NULL) {
-        fprintf(stderr, "usage: bench_forward MODEL_DIR [--threads N] [--dtype TYPE] [--decode-only BATCH [STEPS] | --prefill-only REPS [TOKENS]]\n");
+        fprintf(stderr, "usage: bench_forward MODEL_DIR [--threads N] [--dtype TYPE] [--kv-dtype TYPE] [--decode-only BATCH [STEPS] | --prefill-only REPS [TOKENS]]\n");
         return 2;
     }
 
@@ -385,7 +394,7 @@ int main(int argc, char **argv)
     if (forward_state_create(&b.st, &b.m, PREFILL, &err) != 0)
         die("forward_state_create", &err);
     for (size_t i = 0; i < MAX_BATCH; i++)
-        if (kvcache_slot_alloc(&b.slots[i], cfg, &err) != 0)
+        if (kvcache_slot_alloc(&b.slots[i], cfg, kv_half, &err) != 0)
             die("kvcache_slot_alloc", &err);
     b.tokens = malloc(MAX_BATCH * cfg->n_ctx * sizeof(int32_t));
     b.logits = malloc(MAX_BATCH * cfg->vocab_size * sizeof(float));

@@ -471,6 +471,8 @@ def main(argv):
     ap.add_argument("--slots", type=int, help="KV slots (default: the largest K)")
     ap.add_argument("--dtype", default="auto",
                     help="the started server's --dtype (auto, float32, float16)")
+    ap.add_argument("--kv-dtype", default="float32",
+                    help="the started server's --kv-dtype (float32, float16)")
     ap.add_argument("--pid", type=int, help="server PID for RSS (running server)")
     ap.add_argument("--clients", default="1,4,8,16")
     ap.add_argument("--rounds", type=int, default=3)
@@ -506,12 +508,14 @@ def main(argv):
         server = Server(args.gpt2d, args.model, tmp.name,
                         ["--threads", str(args.threads), "--slots", str(slots),
                          "--max-queue", str(max(64, max(ks))),
-                         "--dtype", args.dtype], name="bench")
+                         "--dtype", args.dtype, "--kv-dtype", args.kv_dtype],
+                        name="bench")
         t0 = time.monotonic()
         server.start(timeout=120)
         print("started %s on port %d in %.1f s (pid %d, %d slots, %d threads, "
-              "dtype %s)" % (args.gpt2d, server.port, time.monotonic() - t0,
-                             server.pid, slots, args.threads, args.dtype))
+              "dtype %s, KV %s)" % (args.gpt2d, server.port,
+                                    time.monotonic() - t0, server.pid, slots,
+                                    args.threads, args.dtype, args.kv_dtype))
         client = Client("127.0.0.1", server.port, api_key=args.api_key, timeout=120)
         pid = server.pid
     else:

@@ -971,7 +971,8 @@ int engine_create(engine **out, const model *m, const tokenizer *tok,
     if (threadpool_create(&e->pool, cfg->n_threads, err) != 0
         || forward_state_create(&e->fwd, m, cfg->max_batch_rows, err) != 0
         || engine_alloc_step(e, err) != 0
-        || kvcache_pool_create(&e->kv, &m->config, cfg->n_slots, err) != 0) {
+        || kvcache_pool_create(&e->kv, &m->config, cfg->n_slots,
+                               cfg->kv_half, err) != 0) {
         engine_destroy(e);
         return -1;
     }

@@ -103,6 +103,7 @@
 
 #include <cblas.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -144,6 +145,10 @@ struct forward_state {
     /* per-worker rows of a cut-short last panel, (max_rows, 16) each */
     float *edge;
     size_t edge_floats;
+    /* per-worker K and V of one head widened from halves, (2, n_ctx, hd)
+     * each: the portable attention's, allocated when first needed */
+    float *kv_wide;
+    size_t n_wide_workers;
     int use_avx2;               /* AVX2+FMA kernels, chosen at creation */
 };
 
@@ -718,17 +723,27 @@ typedef struct attention_job {
     size_t n_seqs;
 } attention_job;
 
-/* Copies this head's new keys and values from qkv into the sequence's slot. */
+/* Copies this head's new keys and values from qkv into the sequence's slot,
+ * as halves (rounded to nearest) when the slot holds halves. */
 static void kv_store(const forward_state *st, const seq_rows *s, size_t layer,
                      size_t head)
 {
     const size_t C = st->cfg.n_embd, hd = C / st->cfg.n_head;
-    float *kc = kvcache_k(s->kv, layer, head) + s->pos0 * hd;
-    float *vc = kvcache_v(s->kv, layer, head) + s->pos0 * hd;
+    const size_t es = kvcache_elem_size(s->kv);
+    char *kc = (char *)kvcache_k(s->kv, layer, head) + s->pos0 * hd * es;
+    char *vc = (char *)kvcache_v(s->kv, layer, head) + s->pos0 * hd * es;
     for (size_t i = 0; i < s->n_rows; i++) {
         const float *row = st->qkv + (s->row0 + i) * 3 * C;
-        memcpy(kc + i * hd, row + C + head * hd, hd * sizeof(float));
-        memcpy(vc + i * hd, row + 2 * C + head * hd, hd * sizeof(float));
+        if (s->kv->half) {
+            half_from_floats((uint16_t *)(void *)(kc + i * hd * es),
+                             row + C + head * hd, hd);
+            half_from_floats((uint16_t *)(void *)(vc + i * hd * es),
+                             row + 2 * C + head * hd, hd);
+        } else {
+            memcpy(kc + i * hd * es, row + C + head * hd, hd * sizeof(float));
+            memcpy(vc + i * hd * es, row + 2 * C + head * hd,
+                   hd * sizeof(float));
+        }
     }
 }
 
@@ -858,25 +873,32 @@ static inline __m128 hsum4x8(__m256 p, __m256 q, __m256 r, __m256 s)
     return _mm_hadd_ps(_mm_hadd_ps(fp, fq), _mm_hadd_ps(fr, fs));
 }
 
-/* Scores of RB query rows (row stride ldq) against keys k0..k3, hd % 8 ==
- * 0: per (row, key) eight lane sums over the dimensions ≡ lane mod 8, each
- * term a multiply then an add, folded by hsum4x8 in dot's tree, then times
- * scale: dot(q, k)·scale exactly.  Writes nk <= 4 scores per row (row
- * stride lds). */
-__attribute__((target("avx2,fma"), always_inline))
+/* Eight elements of a K or V row at element index i: floats, or (H) halves
+ * widened exactly. */
+#define LOAD_KV(H, row, i)                                                   \
+    ((H) ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)  \
+               ((const uint16_t *)(row) + (i))))                             \
+         : _mm256_loadu_ps((const float *)(row) + (i)))
+
+/* Scores of RB query rows (row stride ldq) against keys k0..k3 (floats, or
+ * halves when H), hd % 8 == 0: per (row, key) eight lane sums over the
+ * dimensions ≡ lane mod 8, each term a multiply then an add, folded by
+ * hsum4x8 in dot's tree, then times scale: dot(q, k)·scale exactly.
+ * Writes nk <= 4 scores per row (row stride lds). */
+KERNEL_TARGET __attribute__((always_inline))
 static inline void att_scores_tile(float *sc, size_t lds, const float *q,
-                                   size_t ldq, const float *k0,
-                                   const float *k1, const float *k2,
-                                   const float *k3, size_t nk, size_t hd,
-                                   float scale, const int RB)
+                                   size_t ldq, const void *k0,
+                                   const void *k1, const void *k2,
+                                   const void *k3, size_t nk, size_t hd,
+                                   float scale, const int RB, const int H)
 {
     __m256 acc[2][4];
     _Pragma("GCC unroll 2") for (int r = 0; r < RB; r++)
         _Pragma("GCC unroll 4") for (int j = 0; j < 4; j++)
             acc[r][j] = _mm256_setzero_ps();
     for (size_t c = 0; c < hd; c += 8) {
-        __m256 w0 = _mm256_loadu_ps(k0 + c), w1 = _mm256_loadu_ps(k1 + c);
-        __m256 w2 = _mm256_loadu_ps(k2 + c), w3 = _mm256_loadu_ps(k3 + c);
+        __m256 w0 = LOAD_KV(H, k0, c), w1 = LOAD_KV(H, k1, c);
+        __m256 w2 = LOAD_KV(H, k2, c), w3 = LOAD_KV(H, k3, c);
         _Pragma("GCC unroll 2") for (int r = 0; r < RB; r++) {
             __m256 x = _mm256_loadu_ps(q + r * ldq + c);
             acc[r][0] = _mm256_add_ps(acc[r][0], _mm256_mul_ps(x, w0));
@@ -896,40 +918,52 @@ static inline void att_scores_tile(float *sc, size_t lds, const float *q,
 }
 
 /* Scores of rows [0, nr) (nr <= 2, row r sees keys [0, n0 + r)) into sc
- * (row stride lds).  Keys go four at a time; a short last group repeats
- * its last key and stores only what exists.  Row 0 of a pair also gets a
- * score for row 1's extra key, which softmax never reads. */
-__attribute__((target("avx2,fma")))
+ * (row stride lds); keys kc of `es`-byte elements (4, or 2: halves).  Keys
+ * go four at a time; a short last group repeats its last key and stores
+ * only what exists.  Row 0 of a pair also gets a score for row 1's extra
+ * key, which softmax never reads. */
+KERNEL_TARGET
 static void att_scores_avx2(float *sc, size_t lds, const float *q,
-                            size_t ldq, const float *kc, size_t n0,
-                            size_t nr, size_t hd, float scale)
+                            size_t ldq, const void *kc, size_t es,
+                            size_t n0, size_t nr, size_t hd, float scale)
 {
     const size_t n = n0 + nr - 1;           /* keys the last row sees */
+    const char *base = kc;
     for (size_t t = 0; t < n; t += 4) {
         size_t nk = n - t < 4 ? n - t : 4;
-        const float *k0 = kc + t * hd;
-        const float *k1 = kc + (t + (nk > 1 ? 1 : 0)) * hd;
-        const float *k2 = kc + (t + (nk > 2 ? 2 : 0)) * hd;
-        const float *k3 = kc + (t + (nk > 3 ? 3 : 0)) * hd;
-        if (nr == 2)
-            att_scores_tile(sc + t, lds, q, ldq, k0, k1, k2, k3, nk, hd,
-                            scale, 2);
-        else
-            att_scores_tile(sc + t, lds, q, ldq, k0, k1, k2, k3, nk, hd,
-                            scale, 1);
+        const char *k0 = base + t * hd * es;
+        const char *k1 = base + (t + (nk > 1 ? 1 : 0)) * hd * es;
+        const char *k2 = base + (t + (nk > 2 ? 2 : 0)) * hd * es;
+        const char *k3 = base + (t + (nk > 3 ? 3 : 0)) * hd * es;
+#define SCORES(RB, H)                                                        \
+        att_scores_tile(sc + t, lds, q, ldq, k0, k1, k2, k3, nk, hd, scale, \
+                        RB, H)
+        if (es == 2) {
+            if (nr == 2)
+                SCORES(2, 1);
+            else
+                SCORES(1, 1);
+        } else {
+            if (nr == 2)
+                SCORES(2, 0);
+            else
+                SCORES(1, 0);
+        }
+#undef SCORES
     }
 }
 
-/* out rows (stride ldo), columns [0, 8·NV) of the head: for RB rows, row
- * r has probabilities p + r·ldp over keys [0, n0 + r), V from vc (row
- * stride hd, at the slice's first column).  Each output is attention_values'
- * chain: a multiply and an add per key, in key order from 0.  Keys all rows
- * see go together; the few that only later rows see follow, so no row gets
- * a term it would not get alone. */
-__attribute__((target("avx2,fma"), always_inline))
+/* out rows (stride ldo), columns [col, col + 8·NV) of the head: for RB
+ * rows, row r has probabilities p + r·ldp over keys [0, n0 + r), V rows
+ * from vc (row stride hd elements; floats, or halves when H).  Each output
+ * is attention_values' chain: a multiply and an add per key, in key order
+ * from 0.  Keys all rows see go together; the few that only later rows see
+ * follow, so no row gets a term it would not get alone. */
+KERNEL_TARGET __attribute__((always_inline))
 static inline void att_values_tile(float *out, size_t ldo, const float *p,
-                                   size_t ldp, const float *vc, size_t hd,
-                                   size_t n0, const int RB, const int NV)
+                                   size_t ldp, const void *vc, size_t col,
+                                   size_t hd, size_t n0, const int RB,
+                                   const int NV, const int H)
 {
     __m256 acc[ATT_ROWS][2];
     _Pragma("GCC unroll 4") for (int r = 0; r < RB; r++)
@@ -938,7 +972,7 @@ static inline void att_values_tile(float *out, size_t ldo, const float *p,
     for (size_t t = 0; t < n0; t++) {
         __m256 w[2];
         _Pragma("GCC unroll 2") for (int v = 0; v < NV; v++)
-            w[v] = _mm256_loadu_ps(vc + t * hd + 8 * v);
+            w[v] = LOAD_KV(H, vc, t * hd + col + 8 * v);
         _Pragma("GCC unroll 4") for (int r = 0; r < RB; r++) {
             __m256 pr = _mm256_broadcast_ss(p + r * ldp + t);
             _Pragma("GCC unroll 2") for (int v = 0; v < NV; v++)
@@ -949,7 +983,7 @@ static inline void att_values_tile(float *out, size_t ldo, const float *p,
         const size_t t = n0 + (size_t)e - 1;  /* seen by rows e.. only */
         __m256 w[2];
         _Pragma("GCC unroll 2") for (int v = 0; v < NV; v++)
-            w[v] = _mm256_loadu_ps(vc + t * hd + 8 * v);
+            w[v] = LOAD_KV(H, vc, t * hd + col + 8 * v);
         _Pragma("GCC unroll 4") for (int r = e; r < RB; r++) {
             __m256 pr = _mm256_broadcast_ss(p + r * ldp + t);
             _Pragma("GCC unroll 2") for (int v = 0; v < NV; v++)
@@ -961,22 +995,22 @@ static inline void att_values_tile(float *out, size_t ldo, const float *p,
             _mm256_storeu_ps(out + r * ldo + 8 * v, acc[r][v]);
 }
 
-#define ATT_VALUES_SLICE(RB)                                                 \
+#define ATT_VALUES_SLICE(RB, H)                                              \
     do {                                                                     \
         size_t i = 0;                                                        \
         for (; i + 16 <= hd; i += 16)                                        \
-            att_values_tile(out + i, ldo, p, ldp, vc + i, hd, n0, RB, 2);    \
+            att_values_tile(out + i, ldo, p, ldp, vc, i, hd, n0, RB, 2, H);  \
         if (i < hd)                                                          \
-            att_values_tile(out + i, ldo, p, ldp, vc + i, hd, n0, RB, 1);    \
+            att_values_tile(out + i, ldo, p, ldp, vc, i, hd, n0, RB, 1, H);  \
     } while (0)
 
 /* One row (a decode step), hd % 64 == 0: the same chains as
  * att_values_tile, but 64 columns at once, so each key's V row is read in
  * one pass and eight independent add chains hide the add latency (with two
  * per slice the loop waited on them, four passes over V). */
-__attribute__((target("avx2,fma")))
-static void att_values_row_avx2(float *out, const float *p, const float *vc,
-                                size_t n, size_t hd)
+KERNEL_TARGET __attribute__((always_inline))
+static inline void att_values_row(float *out, const float *p, const void *vc,
+                                  size_t n, size_t hd, const int H)
 {
     for (size_t i = 0; i < hd; i += 64) {
         __m256 acc[8];
@@ -986,54 +1020,70 @@ static void att_values_row_avx2(float *out, const float *p, const float *vc,
             __m256 pr = _mm256_broadcast_ss(p + t);
             _Pragma("GCC unroll 8") for (int v = 0; v < 8; v++)
                 acc[v] = _mm256_add_ps(acc[v], _mm256_mul_ps(
-                    pr, _mm256_loadu_ps(vc + t * hd + i + 8 * v)));
+                    pr, LOAD_KV(H, vc, t * hd + i + 8 * v)));
         }
         _Pragma("GCC unroll 8") for (int v = 0; v < 8; v++)
             _mm256_storeu_ps(out + i + 8 * v, acc[v]);
     }
 }
 
-/* Rows [0, nr) (nr <= ATT_ROWS), hd % 8 == 0: out = P·V as above. */
-__attribute__((target("avx2,fma")))
+/* Rows [0, nr) (nr <= ATT_ROWS), hd % 8 == 0: out = P·V as above, V of
+ * `es`-byte elements. */
+KERNEL_TARGET
 static void att_values_avx2(float *out, size_t ldo, const float *p,
-                            size_t ldp, const float *vc, size_t n0,
+                            size_t ldp, const void *vc, size_t es, size_t n0,
                             size_t nr, size_t hd)
 {
     if (nr == 1 && hd % 64 == 0) {
-        att_values_row_avx2(out, p, vc, n0, hd);
+        if (es == 2)
+            att_values_row(out, p, vc, n0, hd, 1);
+        else
+            att_values_row(out, p, vc, n0, hd, 0);
+        return;
+    }
+    if (es == 2) {
+        switch (nr) {
+        case 4: ATT_VALUES_SLICE(4, 1); break;
+        case 3: ATT_VALUES_SLICE(3, 1); break;
+        case 2: ATT_VALUES_SLICE(2, 1); break;
+        default: ATT_VALUES_SLICE(1, 1); break;
+        }
         return;
     }
     switch (nr) {
-    case 4: ATT_VALUES_SLICE(4); break;
-    case 3: ATT_VALUES_SLICE(3); break;
-    case 2: ATT_VALUES_SLICE(2); break;
-    default: ATT_VALUES_SLICE(1); break;
+    case 4: ATT_VALUES_SLICE(4, 0); break;
+    case 3: ATT_VALUES_SLICE(3, 0); break;
+    case 2: ATT_VALUES_SLICE(2, 0); break;
+    default: ATT_VALUES_SLICE(1, 0); break;
     }
 }
 #undef ATT_VALUES_SLICE
 
 /* Up to ATT_ROWS consecutive query rows of one sequence and head: row r is
  * at position pos + r and sees keys [0, pos + r + 1).  q rows have stride
- * ldq, out rows ldo; scores is (ATT_ROWS, lds).  Bit-identical, row by
- * row, to attention_row. */
-__attribute__((target("avx2,fma")))
+ * ldq, out rows ldo; scores is (ATT_ROWS, lds); K and V of `es`-byte
+ * elements.  Bit-identical, row by row, to attention_row (on the widened
+ * keys and values). */
+KERNEL_TARGET
 static void attention_rows_avx2(float *out, size_t ldo, const float *q,
-                                size_t ldq, const float *kc, const float *vc,
-                                size_t pos, size_t nr, size_t hd, float scale,
-                                float *scores, size_t lds)
+                                size_t ldq, const void *kc, const void *vc,
+                                size_t es, size_t pos, size_t nr, size_t hd,
+                                float scale, float *scores, size_t lds)
 {
     for (size_t r = 0; r < nr; r += 2)
-        att_scores_avx2(scores + r * lds, lds, q + r * ldq, ldq, kc,
+        att_scores_avx2(scores + r * lds, lds, q + r * ldq, ldq, kc, es,
                         pos + r + 1, nr - r < 2 ? nr - r : 2, hd, scale);
     for (size_t r = 0; r < nr; r++)
         softmax_row(scores + r * lds, pos + r + 1);
-    att_values_avx2(out, ldo, scores, lds, vc, pos + 1, nr, hd);
+    att_values_avx2(out, ldo, scores, lds, vc, es, pos + 1, nr, hd);
 }
 #endif
 
 /* One (sequence, head): store the new K/V, then each new row attends to the
  * slot's positions [0, its own position].  Q rows are read from qkv (row
- * stride 3C), outputs go to att (row stride C) at column head·hd. */
+ * stride 3C), outputs go to att (row stride C) at column head·hd.  The
+ * portable path widens a half slot's keys and values into the worker's
+ * scratch first (exactly: the same values the AVX2 loads widen). */
 static void attention_task(void *ctx, size_t task, size_t worker)
 {
     const attention_job *j = ctx;
@@ -1046,8 +1096,8 @@ static void attention_task(void *ctx, size_t task, size_t worker)
     float *scores = st->scores + worker * ATT_ROWS * lds;
 
     kv_store(st, s, j->layer, head);
-    const float *kc = kvcache_k(s->kv, j->layer, head);
-    const float *vc = kvcache_v(s->kv, j->layer, head);
+    const void *kc = kvcache_k(s->kv, j->layer, head);
+    const void *vc = kvcache_v(s->kv, j->layer, head);
     const float *q = st->qkv + s->row0 * 3 * C + head * hd;
     float *out = st->att + s->row0 * C + head * hd;
 
@@ -1056,11 +1106,20 @@ static void attention_task(void *ctx, size_t task, size_t worker)
         for (size_t r = 0; r < s->n_rows; r += ATT_ROWS) {
             size_t nr = s->n_rows - r < ATT_ROWS ? s->n_rows - r : ATT_ROWS;
             attention_rows_avx2(out + r * C, C, q + r * 3 * C, 3 * C, kc, vc,
-                                s->pos0 + r, nr, hd, scale, scores, lds);
+                                kvcache_elem_size(s->kv), s->pos0 + r, nr,
+                                hd, scale, scores, lds);
         }
         return;
     }
 #endif
+    if (s->kv->half) {
+        const size_t n = (s->pos0 + s->n_rows) * hd;
+        float *wide = st->kv_wide + worker * 2 * lds * hd;
+        half_to_floats(wide, kc, n);
+        half_to_floats(wide + lds * hd, vc, n);
+        kc = wide;
+        vc = wide + lds * hd;
+    }
     for (size_t r = 0; r < s->n_rows; r++)
         attention_row(out + r * C, q + r * 3 * C, kc, vc, s->pos0 + r + 1, hd,
                       scale, scores);
@@ -1143,6 +1202,7 @@ void forward_state_free(forward_state *st)
     free(st->logit_rows);
     free(st->scores);
     free(st->edge);
+    free(st->kv_wide);
     free(st);
 }
 
@@ -1207,6 +1267,20 @@ static int plan_step(forward_state *st, const forward_seq *seqs,
     return 0;
 }
 
+/* Whether this step's attention widens a half slot in scratch (the
+ * portable kernels; the AVX2 ones widen as they load). */
+static bool needs_kv_wide(const forward_state *st, const forward_seq *seqs,
+                          size_t n_seqs)
+{
+    const size_t hd = st->cfg.n_embd / st->cfg.n_head;
+    if (st->use_avx2 && hd % 8 == 0)
+        return false;
+    for (size_t i = 0; i < n_seqs; i++)
+        if (seqs[i].kv->half)
+            return true;
+    return false;
+}
+
 int forward_step(forward_state *st, const model *m, threadpool *pool,
                  forward_seq *seqs, size_t n_seqs, float *logits,
                  gpt2d_error *err)
@@ -1236,6 +1310,16 @@ int forward_step(forward_state *st, const model *m, threadpool *pool,
         st->n_score_workers = workers;
     }
     const size_t C = st->cfg.n_embd;
+    if (needs_kv_wide(st, seqs, n_seqs) && st->n_wide_workers < workers) {
+        float *w = alloc_floats(workers * 2 * st->cfg.n_ctx * C
+                                / st->cfg.n_head);
+        if (w == NULL)
+            return error_set(err, "forward: cannot allocate attention "
+                             "scratch for %zu workers", workers);
+        free(st->kv_wide);
+        st->kv_wide = w;
+        st->n_wide_workers = workers;
+    }
 
     embedding_forward(st, m, pool, R);
     const panel_dtype dt = m->panel_dtype;

@@ -12,8 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Floats in the K (or V) array of one slot, or 0 on overflow. */
-static size_t kv_floats(const model_config *cfg)
+/* Elements in the K (or V) array of one slot, or 0 on overflow. */
+static size_t kv_elems(const model_config *cfg)
 {
     size_t n = cfg->n_layer;
     const size_t factors[] = { cfg->n_ctx, cfg->n_embd };
@@ -25,38 +25,39 @@ static size_t kv_floats(const model_config *cfg)
     return n;
 }
 
-size_t kvcache_slot_bytes(const model_config *cfg)
+size_t kvcache_slot_bytes(const model_config *cfg, bool half)
 {
-    size_t floats = kv_floats(cfg);
-    if (floats == 0 || floats > (SIZE_MAX - cfg->n_ctx * sizeof(int32_t))
-                                    / (2 * sizeof(float)))
+    const size_t es = half ? 2 : 4, elems = kv_elems(cfg);
+    if (elems == 0 || elems > (SIZE_MAX - cfg->n_ctx * sizeof(int32_t))
+                                  / (2 * es))
         return 0;
-    return 2 * floats * sizeof(float) + cfg->n_ctx * sizeof(int32_t);
+    return 2 * elems * es + cfg->n_ctx * sizeof(int32_t);
 }
 
-int kvcache_slot_alloc(kv_slot *slot, const model_config *cfg,
+int kvcache_slot_alloc(kv_slot *slot, const model_config *cfg, bool half,
                        gpt2d_error *err)
 {
     memset(slot, 0, sizeof *slot);
     if (cfg->n_head == 0 || cfg->n_embd % cfg->n_head != 0)
         return error_set(err, "KV cache: n_embd %zu is not a multiple of "
                          "n_head %zu", cfg->n_embd, cfg->n_head);
-    size_t floats = kv_floats(cfg);
-    size_t bytes = kvcache_slot_bytes(cfg);
-    if (floats == 0 || bytes == 0)
+    const size_t es = half ? 2 : 4, elems = kv_elems(cfg);
+    size_t bytes = kvcache_slot_bytes(cfg, half);
+    if (elems == 0 || bytes == 0)
         return error_set(err, "KV cache: slot size overflows for n_layer %zu "
                          "n_ctx %zu n_embd %zu", cfg->n_layer, cfg->n_ctx,
                          cfg->n_embd);
     /* 64-byte alignment keeps each head's rows on cache-line boundaries
      * (head_dim is a multiple of 16 in every GPT-2). */
-    slot->k = huge_alloc(floats * sizeof(float));
-    slot->v = huge_alloc(floats * sizeof(float));
+    slot->k = huge_alloc(elems * es);
+    slot->v = huge_alloc(elems * es);
     slot->tokens = malloc(cfg->n_ctx * sizeof *slot->tokens);
     if (slot->k == NULL || slot->v == NULL || slot->tokens == NULL) {
         kvcache_slot_free(slot);
         return error_set(err, "KV cache: cannot allocate a slot of %zu bytes",
                          bytes);
     }
+    slot->half = half;
     slot->n_tokens = 0;
     slot->n_ctx = cfg->n_ctx;
     slot->n_layer = cfg->n_layer;
@@ -78,7 +79,7 @@ void kvcache_slot_free(kv_slot *slot)
 /* ---- the slot pool ---- */
 
 int kvcache_pool_create(kv_pool *pool, const model_config *cfg,
-                        size_t n_slots, gpt2d_error *err)
+                        size_t n_slots, bool half, gpt2d_error *err)
 {
     memset(pool, 0, sizeof *pool);
     if (n_slots == 0)
@@ -89,16 +90,17 @@ int kvcache_pool_create(kv_pool *pool, const model_config *cfg,
     pool->n_slots = n_slots;
     for (size_t i = 0; i < n_slots; i++) {
         kv_slot *kv = &pool->slots[i].kv;
-        if (kvcache_slot_alloc(kv, cfg, err) != 0) {
+        if (kvcache_slot_alloc(kv, cfg, half, err) != 0) {
             kvcache_pool_free(pool);
             return -1;
         }
         /* Touch every page now: the pool's memory is committed at start-up
          * (an overcommitted box fails here, not mid-request) and RSS shows
          * the real footprint from the first minute. */
-        size_t floats = kv->n_layer * kv->n_head * kv->n_ctx * kv->head_dim;
-        memset(kv->k, 0, floats * sizeof *kv->k);
-        memset(kv->v, 0, floats * sizeof *kv->v);
+        size_t bytes = kv->n_layer * kv->n_head * kv->n_ctx * kv->head_dim
+                       * kvcache_elem_size(kv);
+        memset(kv->k, 0, bytes);
+        memset(kv->v, 0, bytes);
         memset(kv->tokens, 0, kv->n_ctx * sizeof *kv->tokens);
     }
     return 0;
@@ -247,9 +249,9 @@ void kvcache_copy_prefix(kv_slot *dst, const kv_slot *src, size_t n)
     for (size_t l = 0; l < src->n_layer; l++) {
         for (size_t h = 0; h < src->n_head; h++) {
             memcpy(kvcache_k(dst, l, h), kvcache_k(src, l, h),
-                   n * src->head_dim * sizeof(float));
+                   n * src->head_dim * kvcache_elem_size(src));
             memcpy(kvcache_v(dst, l, h), kvcache_v(src, l, h),
-                   n * src->head_dim * sizeof(float));
+                   n * src->head_dim * kvcache_elem_size(src));
         }
     }
     memcpy(dst->tokens, src->tokens, n * sizeof *dst->tokens);

@@ -103,6 +103,7 @@ static int start(daemon_state *d, gpt2d_error *err)
     engine_config ec = {
         .n_threads = d->cfg.threads,
         .n_slots = d->cfg.slots,
+        .kv_half = d->cfg.kv_half,
         .max_queue = d->cfg.max_queue,
         .max_batch_rows = d->cfg.max_batch_rows,
         .min_step_usec = test_min_step_usec(),
@@ -125,13 +126,16 @@ static int start(daemon_state *d, gpt2d_error *err)
 static void log_summary(const daemon_state *d)
 {
     const model_config *c = &d->mdl.config;
-    double kv_mb = (double)kvcache_slot_bytes(c) * (double)d->cfg.slots / 1e6;
+    double kv_mb = (double)kvcache_slot_bytes(c, d->cfg.kv_half)
+                   * (double)d->cfg.slots / 1e6;
     log_info("gpt2d: loaded %s: %zu layers, %zu heads, %zu wide, context %zu, "
-             "vocabulary %zu, %.1f MB of %s weights; %zu KV slots (%.1f MB), "
-             "%zu threads; listening on %s:%u",
+             "vocabulary %zu, %.1f MB of %s weights; %zu KV slots (%.1f MB, "
+             "%s), %zu threads; listening on %s:%u",
              d->mdl.name, c->n_layer, c->n_head, c->n_embd, c->n_ctx, c->vocab_size,
-             (double)d->mdl.weight_bytes / 1e6, model_dtype_name(d->mdl.dtype), d->cfg.slots, kv_mb, d->cfg.threads,
-             d->cfg.host != NULL ? d->cfg.host : "*", http_port(d->http));
+             (double)d->mdl.weight_bytes / 1e6, model_dtype_name(d->mdl.dtype),
+             d->cfg.slots, kv_mb, d->cfg.kv_half ? "float16" : "float32",
+             d->cfg.threads, d->cfg.host != NULL ? d->cfg.host : "*",
+             http_port(d->http));
 }
 
 /* READY=1 with the line `systemctl status` shows while we serve. */

@@ -54,6 +54,7 @@ typedef enum opt_type {
     OPT_BOOL,           /* true/false, yes/no, on/off, 1/0 */
     OPT_LOG_LEVEL,      /* error|warn|info|debug -> LOG_LEVEL_* */
     OPT_DTYPE,          /* auto|float32|float16 -> MODEL_DTYPE_* */
+    OPT_KV_DTYPE,       /* float32|float16 -> bool (halves) */
     OPT_HELP,           /* flag only */
     OPT_VERSION,        /* flag only */
 } opt_type;
@@ -87,6 +88,9 @@ static const option_spec options[] = {
       "checkpoint, else float32)." },
     { "threads", 't', OPT_COUNT, FIELD(threads), "N", NULL, "the number of online CPUs",
       1, 1024, false, "Worker threads for the forward pass." },
+    { "kv-dtype", 0, OPT_KV_DTYPE, FIELD(kv_half), "TYPE", "float32", NULL, 0, 0, false,
+      "How the KV cache keeps keys and values: float32 (exact) or float16 (rounded "
+      "to half: half the memory per slot, less to read per step)." },
     { "slots", 0, OPT_COUNT, FIELD(slots), "N", "4", NULL, 1, 1024, false,
       "KV-cache slots allocated at start: the most sequences that run at once." },
     { "max-queue", 0, OPT_COUNT, FIELD(max_queue), "N", "64", NULL, 1, 1000000, false,
@@ -268,6 +272,9 @@ static int bad_value(const option_spec *o, const char *where, const char *value,
     case OPT_DTYPE:
         return error_set(err, "%s: '%s' is not a dtype (auto, float32, float16)",
                          where, value);
+    case OPT_KV_DTYPE:
+        return error_set(err, "%s: '%s' is not a KV dtype (float32, float16)",
+                         where, value);
     default:
         return error_set(err, "%s: bad value '%s'", where, value);
     }
@@ -321,6 +328,11 @@ static int apply_value(settings *s, const option_spec *o, const char *value,
     case OPT_DTYPE:
         if (model_dtype_parse(value, (model_dtype *)(void *)field) != 0)
             return bad_value(o, where, value, err);
+        return 0;
+    case OPT_KV_DTYPE:
+        if (strcmp(value, "float32") != 0 && strcmp(value, "float16") != 0)
+            return bad_value(o, where, value, err);
+        *(bool *)(void *)field = strcmp(value, "float16") == 0;
         return 0;
     case OPT_HELP:
     case OPT_VERSION:

@@ -33,6 +33,7 @@ typedef struct gen_request gen_request;
 typedef struct engine_config {
     size_t n_threads;           /* worker pool size (>= 1) */
     size_t n_slots;             /* KV slots, allocated at start */
+    bool kv_half;               /* slots hold halves (--kv-dtype float16) */
     size_t max_queue;           /* waiting requests beyond which submit says full */
     size_t max_batch_rows;      /* rows per step; also the prefill chunk budget */
     unsigned min_step_usec;     /* 0; tests: every step lasts at least this

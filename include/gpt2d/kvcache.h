@@ -3,8 +3,11 @@
  * A kv_slot holds the attention keys and values of one sequence for every
  * layer, sized for the model's full context at allocation, so nothing grows
  * while serving.  Layout is head-major, [n_layer][n_head][n_ctx][head_dim],
- * so one head's keys are contiguous and attention can use plain sgemm.
- * A slot is used by one sequence at a time; the engine thread writes it.
+ * so one head's keys are contiguous.  Elements are floats, or halves
+ * (--kv-dtype float16, half.h: half the memory and half the bytes attention
+ * reads a step; each key and value is rounded to nearest once, when
+ * stored).  A slot is used by one sequence at a time; the engine thread
+ * writes it.
  *
  * A kv_pool is the daemon's fixed set of slots, allocated (and touched, so
  * the memory is committed and known) at start.  Each slot remembers the
@@ -24,28 +27,37 @@
 #include "gpt2d/model.h"
 
 typedef struct kv_slot {
-    float *k;                   /* [n_layer][n_head][n_ctx][head_dim] */
-    float *v;                   /* same layout */
+    void *k;                    /* [n_layer][n_head][n_ctx][head_dim] */
+    void *v;                    /* same layout */
+    bool half;                  /* elements are halves, not floats */
     int32_t *tokens;            /* [n_ctx]: the tokens whose K/V are cached */
     size_t n_tokens;            /* positions [0, n_tokens) are valid */
     size_t n_ctx;
     size_t n_layer, n_head, head_dim;
 } kv_slot;
 
-int kvcache_slot_alloc(kv_slot *slot, const model_config *cfg,
+int kvcache_slot_alloc(kv_slot *slot, const model_config *cfg, bool half,
                        gpt2d_error *err);
 void kvcache_slot_free(kv_slot *slot);
 /* Bytes one slot needs for this configuration. */
-size_t kvcache_slot_bytes(const model_config *cfg);
+size_t kvcache_slot_bytes(const model_config *cfg, bool half);
+
+/* Bytes of one element of the slot's K and V. */
+static inline size_t kvcache_elem_size(const kv_slot *s)
+{
+    return s->half ? 2 : 4;
+}
 
 /* Address of the keys (or values) of `layer`, `head`, position 0. */
-static inline float *kvcache_k(const kv_slot *s, size_t layer, size_t head)
+static inline void *kvcache_k(const kv_slot *s, size_t layer, size_t head)
 {
-    return s->k + ((layer * s->n_head + head) * s->n_ctx) * s->head_dim;
+    return (char *)s->k + ((layer * s->n_head + head) * s->n_ctx)
+                          * s->head_dim * kvcache_elem_size(s);
 }
-static inline float *kvcache_v(const kv_slot *s, size_t layer, size_t head)
+static inline void *kvcache_v(const kv_slot *s, size_t layer, size_t head)
 {
-    return s->v + ((layer * s->n_head + head) * s->n_ctx) * s->head_dim;
+    return (char *)s->v + ((layer * s->n_head + head) * s->n_ctx)
+                          * s->head_dim * kvcache_elem_size(s);
 }
 
 /* ---- the slot pool ---- */
@@ -76,7 +88,7 @@ typedef enum kv_acquire_status {
 } kv_acquire_status;
 
 int kvcache_pool_create(kv_pool *pool, const model_config *cfg,
-                        size_t n_slots, gpt2d_error *err);
+                        size_t n_slots, bool half, gpt2d_error *err);
 void kvcache_pool_free(kv_pool *pool);
 
 /* Tokens `a` and `b` share from the start. */
@@ -103,7 +115,7 @@ long kvcache_pool_find_session(const kv_pool *pool, const char *session);
 int kvcache_pool_delete_session(kv_pool *pool, const char *session);
 
 /* Copies the first `n` cached positions (K, V and tokens) of `src` into
- * `dst` (same shape) and sets dst->n_tokens = n: one prefill serves the
+ * `dst` (same shape and element type) and sets dst->n_tokens = n: one prefill serves the
  * n > 1 sequences of one prompt. */
 void kvcache_copy_prefix(kv_slot *dst, const kv_slot *src, size_t n);
 

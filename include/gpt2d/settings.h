@@ -20,6 +20,7 @@ typedef struct settings {
     model_dtype dtype;          /* --dtype, default auto */
     size_t threads;             /* --threads, default: online CPUs */
     size_t slots;               /* --slots, default 4 */
+    bool kv_half;               /* --kv-dtype float16 (default float32) */
     size_t max_queue;           /* --max-queue, default 64 */
     size_t max_batch_rows;      /* --max-batch-rows, default 256 */
     size_t max_body_bytes;      /* --max-body, default 1 MiB */

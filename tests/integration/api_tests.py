@@ -360,19 +360,20 @@ class T2Completions(ApiCase):
             self.assert_close(lp["token_logprobs"][i],
                               log_softmax(logits)[t], "step %d" % i)
 
-    def test_dtype_float16_matches_reference_with_half_matrices(self):
-        half = gpt2_numpy.GPT2(TINY, matrices=np.float16)
+    def check_half_server(self, name, args, log_words, **rounding):
+        """A server started with `args` generates what the reference that
+        rounds the same values (`rounding`: matrices=, kv=) does."""
+        half = gpt2_numpy.GPT2(TINY, **rounding)
         for attempt in range(200):
-            prompt = word_prompt(hash_seed("half") + attempt, 6)
+            prompt = word_prompt(hash_seed(name) + attempt, 6)
             want, steps, margin = ref_greedy(prompt, 12, model=half)
             if (len(want) == 12 and EOT not in want
                     and margin >= MIN_MARGIN and valid_tokens(want)):
                 break
         else:
-            self.fail("no unambiguous greedy case for the half model")
-        srv = Server(GPT2D, TINY, WORKDIR, ["--dtype", "float16", "--slots",
-                                            "1", "--threads", "1"],
-                     name="half").start()
+            self.fail("no unambiguous greedy case for %s" % name)
+        srv = Server(GPT2D, TINY, WORKDIR, list(args) + [
+            "--slots", "1", "--threads", "1"], name=name).start()
         try:
             body = srv.client().complete(prompt=prompt, max_tokens=12,
                                          temperature=0, logprobs=1)
@@ -381,12 +382,20 @@ class T2Completions(ApiCase):
         self.assertEqual(rc, 0, srv.log_tail())
         self.assert_clean_log(srv)
         with open(srv.log_path, encoding="utf-8") as f:
-            self.assertIn("float16 weights", f.read())
+            self.assertIn(log_words, f.read())
         ch = body["choices"][0]
         self.assertEqual(ch["text"], text_of(want))
         for i, (t, logits) in enumerate(zip(want, steps)):
             self.assert_close(ch["logprobs"]["token_logprobs"][i],
                               log_softmax(logits)[t], "step %d" % i)
+
+    def test_dtype_float16_matches_reference_with_half_matrices(self):
+        self.check_half_server("half", ["--dtype", "float16"],
+                               "float16 weights", matrices=np.float16)
+
+    def test_kv_dtype_float16_matches_reference_with_half_cache(self):
+        self.check_half_server("kvhalf", ["--kv-dtype", "float16"],
+                               "MB, float16)", kv=np.float16)
 
     def test_max_tokens_gives_exact_count_and_finish_length(self):
         for n in (1, 5, 13):

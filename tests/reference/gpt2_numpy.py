@@ -22,6 +22,9 @@ API:
                                           # the weight matrices rounded to
                                           # half first, as gpt2d --dtype
                                           # float16 keeps them
+    model = GPT2(model_dir, kv=np.float16)
+                                          # keys and values rounded to half
+                                          # as they are cached (--kv-dtype)
     cache = model.new_cache()
     logits = model.forward(tokens, cache) # appends tokens, returns [n, V]
     logits = model.full(tokens)           # fresh cache, whole sequence
@@ -113,7 +116,7 @@ class Cache:
 
 
 class GPT2:
-    def __init__(self, model_dir, dtype=np.float64, matrices=None):
+    def __init__(self, model_dir, dtype=np.float64, matrices=None, kv=None):
         with open(os.path.join(model_dir, "config.json"),
                   encoding="utf-8") as f:
             cfg = json.load(f)
@@ -129,6 +132,7 @@ class GPT2:
             raise ValueError("n_embd is not a multiple of n_head")
         self.head_dim = self.n_embd // self.n_head
         self.dtype = dtype
+        self.kv = kv
 
         t = read_safetensors(os.path.join(model_dir, "model.safetensors"))
         prefix = "transformer." if "transformer.wte.weight" in t else ""
@@ -196,6 +200,10 @@ class GPT2:
         # cache.n_tokens .. cache.n_tokens + n - 1.
         n, H, D = q.shape[0], self.n_head, self.head_dim
         split = lambda a: a.reshape(n, H, D).transpose(1, 0, 2)  # (H, n, D)
+        if self.kv:
+            # cached, and so attended to, as rounded, the new rows included
+            k_new = k_new.astype(self.kv).astype(self.dtype)
+            v_new = v_new.astype(self.kv).astype(self.dtype)
         qh, kh, vh = split(q), split(k_new), split(v_new)
         if cache.k[layer] is not None:
             kh = np.concatenate([cache.k[layer], kh], axis=1)

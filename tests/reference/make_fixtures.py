@@ -23,11 +23,12 @@ cases.json (all paths relative to DATA_DIR):
                                   pass may show against this reference
     "models": [
       { "name": "tiny", "dir": "models/tiny",
-        "load_dtype": "auto",     how to load it (gpt2d --dtype): entries
-                                  "<model>@float16" load an F32 model as
-                                  half, against a reference whose matrices
-                                  are rounded to half; "<model>@float32"
-                                  loads an F16 one as floats
+        "load_dtype": "auto",     how to load it (gpt2d --dtype) and keep
+        "load_kv_dtype": "float32",  its KV cache (--kv-dtype): the
+                                  variants "<model>@..." (HALF_VARIANTS)
+                                  keep halves, against a reference that
+                                  rounds the same values; "<model>@float32"
+                                  loads an F16 model as floats
         "n_layer": 2, "n_head": 4, "n_embd": 64, "n_ctx": 64,
         "vocab_size": 50257, "dtype": "F32", "prefix": "", "tied": true,
         "sequences": [
@@ -88,10 +89,18 @@ MODELS = [
     ("bf16", 1, 2, 32, 32, "BF16", "transformer.", True, False),
 ]
 
-# F32 models also loaded with --dtype float16, against a reference whose
-# matrices are rounded to half (names "<model>@float16"); every F16 model is
-# also loaded with --dtype float32 ("<model>@float32", the same logits).
-HALF_VARIANTS = ("tiny", "w72h6-untied", "w128h2")
+# Models also loaded with halves, against a reference that rounds the same
+# values: (name suffix, --dtype, --kv-dtype).  w36h4 (head_dim 9) takes the
+# portable attention, the others the AVX2 one.  Every F16 model is also
+# loaded with --dtype float32 ("<model>@float32", the same logits).
+HALF_VARIANTS = {
+    "tiny": (("@float16", "float16", "float32"),
+             ("@kv16", "auto", "float16")),
+    "w72h6-untied": (("@float16-kv16", "float16", "float16"),),
+    "w128h2": (("@float16", "float16", "float32"),
+               ("@float16-kv16", "float16", "float16")),
+    "w36h4": (("@kv16", "auto", "float16"),),
+}
 
 GENERATORS = ("make_fixtures.py", "make_model.py", "gpt2_numpy.py",
               "make-fixtures.sh")
@@ -272,19 +281,25 @@ def build(data_dir):
 
         entry = {
             "name": name, "dir": "models/" + name, "load_dtype": "auto",
+            "load_kv_dtype": "float32",
             "n_layer": L, "n_head": H, "n_embd": C, "n_ctx": T,
             "vocab_size": m.vocab_size, "dtype": dtype, "prefix": prefix,
             "tied": not untied, "sequences": seqs}
         cases["models"].append(entry)
-        if name in HALF_VARIANTS:
-            # loaded with --dtype float16: the reference rounds the
-            # matrices to half as gpt2d stores them
+        for suffix, matrices, kv in HALF_VARIANTS.get(name, ()):
+            # the reference rounds what gpt2d keeps as halves: the matrices
+            # (--dtype float16) and/or the cached keys and values
+            # (--kv-dtype float16)
             def half(dt):
-                return gpt2_numpy.GPT2(mdir, dtype=dt, matrices=np.float16)
+                return gpt2_numpy.GPT2(
+                    mdir, dtype=dt,
+                    matrices=np.float16 if matrices == "float16" else None,
+                    kv=np.float16 if kv == "float16" else None)
             cases["models"].append(dict(
-                entry, name=name + "@float16", load_dtype="float16",
+                entry, name=name + suffix, load_dtype=matrices,
+                load_kv_dtype=kv,
                 sequences=reference_sequences(
-                    data_dir, name + "@float16", half(np.float64),
+                    data_dir, name + suffix, half(np.float64),
                     half(np.float32), np.random.default_rng(3000 + seed), T,
                     ctx)))
         if dtype == "F16":

@@ -20,6 +20,7 @@
 
 #include "gpt2d/engine.h"
 #include "gpt2d/forward.h"
+#include "gpt2d/half.h"
 #include "gpt2d/kvcache.h"
 #include "gpt2d/metrics.h"
 #include "gpt2d/model.h"
@@ -233,7 +234,7 @@ static void ref_open(ref *rf)
     memset(rf, 0, sizeof *rf);
     ck_assert(threadpool_create(&rf->pool, 1, &err) == 0);
     ck_assert(forward_state_create(&rf->st, &g_model, g_n_ctx, &err) == 0);
-    ck_assert(kvcache_slot_alloc(&rf->kv, &g_model.config, &err) == 0);
+    ck_assert(kvcache_slot_alloc(&rf->kv, &g_model.config, false, &err) == 0);
     rf->logits = malloc(g_n_ctx * g_vocab * sizeof *rf->logits);
     ck_assert_ptr_nonnull(rf->logits);
 }
@@ -1200,11 +1201,18 @@ END_TEST
 
 static kv_pool g_pool;
 
-static void pool_open(size_t n)
+static void pool_open_as(size_t n, bool half)
 {
     gpt2d_error err = { { 0 } };
-    ck_assert_msg(kvcache_pool_create(&g_pool, &g_model.config, n, &err) == 0,
-                  "%s", err.message);
+    ck_assert_msg(kvcache_pool_create(&g_pool, &g_model.config, n, half,
+                                      &err) == 0, "%s", err.message);
+    for (size_t i = 0; i < n; i++)
+        ck_assert(g_pool.slots[i].kv.half == half);
+}
+
+static void pool_open(size_t n)
+{
+    pool_open_as(n, false);
 }
 
 /* Marks slot `i` as caching `tokens` (as if a sequence had run them). */
@@ -1318,37 +1326,78 @@ START_TEST(test_pool_sessions_pin_and_busy_session_refused)
 }
 END_TEST
 
-START_TEST(test_pool_copy_prefix_duplicates_cache)
+/* Slot `i`'s element e of layer l, head h, as a distinct value. */
+static float kv_value(size_t l, size_t h, size_t e)
 {
-    pool_open(2);
+    return (float)(l * 1000 + h * 100 + e);
+}
+
+/* One prefill serves several sequences: the first n positions are copied
+ * whole, whatever the element type, and nothing after them. */
+static void check_copy_prefix(bool half)
+{
+    pool_open_as(2, half);
     kv_slot *src = &g_pool.slots[0].kv, *dst = &g_pool.slots[1].kv;
+    const size_t es = kvcache_elem_size(src);
+    ck_assert_uint_eq(es, half ? 2 : 4);
     int32_t a[] = { 9, 8, 7, 6 };
     fake_cache(0, a, 4);
     for (size_t l = 0; l < src->n_layer; l++)
         for (size_t h = 0; h < src->n_head; h++)
             for (size_t k = 0; k < 4 * src->head_dim; k++) {
-                kvcache_k(src, l, h)[k] = (float)(l * 1000 + h * 100 + k);
-                kvcache_v(src, l, h)[k] = -(float)(l * 1000 + h * 100 + k);
+                float x = kv_value(l, h, k);
+                if (half) {
+                    ((uint16_t *)kvcache_k(src, l, h))[k] = half_from_float(x);
+                    ((uint16_t *)kvcache_v(src, l, h))[k] = half_from_float(-x);
+                } else {
+                    ((float *)kvcache_k(src, l, h))[k] = x;
+                    ((float *)kvcache_v(src, l, h))[k] = -x;
+                }
             }
     kvcache_copy_prefix(dst, src, 3);
     ck_assert_uint_eq(dst->n_tokens, 3);
     ck_assert_mem_eq(dst->tokens, a, 3 * sizeof *a);
+    const char zero[4] = { 0 };
     for (size_t l = 0; l < src->n_layer; l++)
         for (size_t h = 0; h < src->n_head; h++) {
             ck_assert_mem_eq(kvcache_k(dst, l, h), kvcache_k(src, l, h),
-                             3 * src->head_dim * sizeof(float));
+                             3 * src->head_dim * es);
             ck_assert_mem_eq(kvcache_v(dst, l, h), kvcache_v(src, l, h),
-                             3 * src->head_dim * sizeof(float));
-            ck_assert_float_eq(kvcache_k(dst, l, h)[3 * src->head_dim], 0.0f);
+                             3 * src->head_dim * es);
+            ck_assert_mem_eq((char *)kvcache_k(dst, l, h)
+                             + 3 * src->head_dim * es, zero, es);
         }
     kvcache_pool_free(&g_pool);
+}
+
+START_TEST(test_pool_copy_prefix_duplicates_cache)
+{
+    check_copy_prefix(false);
+}
+END_TEST
+
+START_TEST(test_pool_copy_prefix_duplicates_half_cache)
+{
+    check_copy_prefix(true);
+}
+END_TEST
+
+/* A half slot takes half the bytes of a float one (tokens aside). */
+START_TEST(test_half_slots_take_half_the_memory)
+{
+    const model_config *c = &g_model.config;
+    const size_t tokens = c->n_ctx * sizeof(int32_t);
+    ck_assert_uint_eq(kvcache_slot_bytes(c, false) - tokens,
+                      2 * (kvcache_slot_bytes(c, true) - tokens));
+    ck_assert_uint_eq(kvcache_slot_bytes(c, false),
+                      2 * c->n_layer * c->n_ctx * c->n_embd * 4 + tokens);
 }
 END_TEST
 
 START_TEST(test_pool_create_rejects_zero_slots)
 {
     gpt2d_error err = { { 0 } };
-    ck_assert_int_eq(kvcache_pool_create(&g_pool, &g_model.config, 0, &err),
+    ck_assert_int_eq(kvcache_pool_create(&g_pool, &g_model.config, 0, false, &err),
                      -1);
     ck_assert_ptr_nonnull(strstr(err.message, "slot"));
     ck_assert_ptr_null(g_pool.slots);
@@ -1411,6 +1460,8 @@ static Suite *engine_suite(void)
     tcase_add_test(pool, test_pool_sessions_pin_and_busy_session_refused);
     tcase_add_test(pool, test_pool_copy_prefix_duplicates_cache);
     tcase_add_test(pool, test_pool_create_rejects_zero_slots);
+    tcase_add_test(pool, test_pool_copy_prefix_duplicates_half_cache);
+    tcase_add_test(pool, test_half_slots_take_half_the_memory);
     suite_add_tcase(s, pool);
     return s;
 }

@@ -124,6 +124,7 @@ static void fx_seq_free(fx_seq *s)
 
 typedef struct harness {
     model m;
+    bool kv_half;               /* the case's slots hold halves */
     threadpool *pool;
     forward_state *st;
     size_t vocab;
@@ -154,6 +155,12 @@ static void harness_open(harness *h, size_t model_idx, size_t threads,
     ck_assert_int_eq(h->m.dtype, want);
     ck_assert_int_eq(h->m.panel_dtype, want == MODEL_DTYPE_FLOAT16
                                        ? PANEL_F16 : PANEL_F32);
+    const char *kv = json_string_value(
+        json_object_get(fx_model_json(model_idx), "load_kv_dtype"));
+    ck_assert_msg(kv != NULL && (strcmp(kv, "float32") == 0
+                                 || strcmp(kv, "float16") == 0),
+                  "model %zu: bad load_kv_dtype", model_idx);
+    h->kv_half = strcmp(kv, "float16") == 0;
     h->vocab = h->m.config.vocab_size;
     ck_assert_uint_eq(h->vocab, (size_t)json_integer_value(json_object_get(
                                     fx_model_json(model_idx), "vocab_size")));
@@ -172,7 +179,8 @@ static void harness_close(harness *h)
 
 static void slot_open(harness *h, kv_slot *slot)
 {
-    ck_assert_msg(kvcache_slot_alloc(slot, &h->m.config, &h->err) == 0,
+    ck_assert_msg(kvcache_slot_alloc(slot, &h->m.config, h->kv_half,
+                                     &h->err) == 0,
                   "kvcache_slot_alloc: %s", h->err.message);
     ck_assert_uint_eq(slot->n_tokens, 0);
 }

@@ -21,7 +21,7 @@
 /* Every option, as the issue and settings.h specify them (an independent
  * list: the table in settings.c must match it, not define it). */
 static const char *const option_names[] = {
-    "model", "host", "port", "dtype", "threads", "slots", "max-queue", "max-batch-rows",
+    "model", "host", "port", "dtype", "kv-dtype", "threads", "slots", "max-queue", "max-batch-rows",
     "max-body", "max-connections", "timeout", "request-timeout", "max-n",
     "drain-timeout", "web-root",
     "api-key-file", "cors-origin", "config", "port-file", "log-prompts",
@@ -164,6 +164,7 @@ START_TEST(test_defaults_are_the_documented_ones)
     ck_assert(!s.log_prompts);
     ck_assert_int_eq(s.log_level, LOG_LEVEL_INFO);
     ck_assert_int_eq(s.dtype, MODEL_DTYPE_AUTO);
+    ck_assert(!s.kv_half);
     settings_free(&s);
 }
 END_TEST
@@ -193,7 +194,8 @@ START_TEST(test_config_file_sets_every_kind_of_value)
         "port-file = /tmp/port\n"
         "log-prompts = yes\n"
         "log-level = debug\n"
-        "dtype = float16\n");
+        "dtype = float16\n"
+        "kv-dtype = float16\n");
     settings s;
     LOAD_OK(&s, "--config", path);
     ck_assert_str_eq(s.model_dir, "/srv/model");
@@ -217,6 +219,7 @@ START_TEST(test_config_file_sets_every_kind_of_value)
     ck_assert(s.log_prompts);
     ck_assert_int_eq(s.log_level, LOG_LEVEL_DEBUG);
     ck_assert_int_eq(s.dtype, MODEL_DTYPE_FLOAT16);
+    ck_assert(s.kv_half);
     settings_free(&s);
 }
 END_TEST
@@ -341,6 +344,7 @@ START_TEST(test_each_bad_value_names_option_and_value)
     EXPECT_ERROR("--port", "'80a'", "-m", "x", "--port", "80a");
     EXPECT_ERROR("--port", "' 80'", "-m", "x", "--port", " 80");
     EXPECT_ERROR("--dtype", "'fp16'", "-m", "x", "--dtype", "fp16");
+    EXPECT_ERROR("--kv-dtype", "'auto'", "-m", "x", "--kv-dtype", "auto");
     EXPECT_ERROR("--dtype", "'Float16'", "-m", "x", "--dtype", "Float16");
     EXPECT_ERROR("--threads", "'0'", "-m", "x", "--threads", "0");
     EXPECT_ERROR("--threads", "'two'", "-m", "x", "--threads", "two");
