@@ -94,13 +94,23 @@ static void from_floats_f16c(uint16_t *dst, const float *src, size_t n)
 }
 
 /* F16C is read from CPUID itself: clang's __builtin_cpu_supports has no
- * "f16c".  The AVX check covers the OS saving the ymm registers. */
+ * "f16c".  The AVX check covers the OS saving the ymm registers.  Asked
+ * once: CPUID traps to the hypervisor in a VM (~12 µs), and packing
+ * GPT-2's panels converts 16 values at a time, 10 million times (95 s of
+ * load time when every call asked). */
 int half_uses_f16c(void)
 {
-    unsigned eax, ebx, ecx, edx;
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx")
-           && __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & bit_F16C) != 0;
+    static _Atomic int known = -1;
+    int f16c = known;
+    if (f16c < 0) {
+        unsigned eax, ebx, ecx, edx;
+        __builtin_cpu_init();
+        f16c = __builtin_cpu_supports("avx")
+               && __get_cpuid(1, &eax, &ebx, &ecx, &edx)
+               && (ecx & bit_F16C) != 0;
+        known = f16c;
+    }
+    return f16c;
 }
 #else
 int half_uses_f16c(void)
