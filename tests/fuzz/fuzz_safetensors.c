@@ -19,6 +19,7 @@
 
 #include <jansson.h>
 
+#include "gpt2d/half.h"
 #include "gpt2d/model.h"
 #include "gpt2d/panels.h"
 #include "gpt2d/safetensors.h"
@@ -186,7 +187,8 @@ static void check_model(const model *m)
         sum += w->fc_w[i] + w->mlp_proj_w[i];
     volatile float sink = sum;
     (void)sink;
-    /* the kernels' panel copies hold the same values (NaNs compare as bits) */
+    /* the kernels' panel copies hold the same values, as halves rounded
+     * to nearest when the panels are halves (NaNs compare as bits) */
     const size_t C = c->n_embd;
     /* the last one, lm_head, is stored (vocab, C) and packed transposed */
     const struct { const float *src; const void *packed; size_t K, N;
@@ -203,6 +205,8 @@ static void check_model(const model *m)
                 float a = mats[i].transposed
                           ? mats[i].src[n * mats[i].K + k]
                           : mats[i].src[k * mats[i].N + n];
+                if (m->panel_dtype == PANEL_F16)
+                    a = half_to_float(half_from_float(a));
                 float b = panel_at(mats[i].packed, m->panel_dtype, mats[i].K,
                                    k, n);
                 FUZZ_CHECK(memcmp(&a, &b, sizeof a) == 0,
@@ -235,6 +239,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     write_file(model_path, data, size);
     model m;
     if (model_load(&m, dir, MODEL_DTYPE_AUTO, &err) == 0) {
+        check_model(&m);
+        model_free(&m);
+        /* whatever loads as stored also loads as halves */
+        FUZZ_CHECK(model_load(&m, dir, MODEL_DTYPE_FLOAT16, &err) == 0,
+                   "loads as stored but not as float16: %s", err.message);
+        FUZZ_CHECK(m.panel_dtype == PANEL_F16, "float16 gave float panels");
         check_model(&m);
         model_free(&m);
     } else {
