@@ -29,6 +29,7 @@ cases.json (all paths relative to DATA_DIR):
                                   keep halves, against a reference that
                                   rounds the same values; "<model>@float32"
                                   loads an F16 model as floats
+        "quick": true,            whether GPT2D_TEST_QUICK runs it
         "n_layer": 2, "n_head": 4, "n_embd": 64, "n_ctx": 64,
         "vocab_size": 50257, "dtype": "F32", "prefix": "", "tied": true,
         "sequences": [
@@ -101,6 +102,11 @@ HALF_VARIANTS = {
                ("@float16-kv16", "float16", "float16")),
     "w36h4": (("@kv16", "auto", "float16"),),
 }
+
+# The variants GPT2D_TEST_QUICK (memcheck) runs besides the plain models:
+# half panels with a half cache through the AVX2 attention, and a half cache
+# through the portable one.
+QUICK_VARIANTS = ("w72h6-untied@float16-kv16", "w36h4@kv16")
 
 GENERATORS = ("make_fixtures.py", "make_model.py", "gpt2_numpy.py",
               "make-fixtures.sh")
@@ -281,7 +287,7 @@ def build(data_dir):
 
         entry = {
             "name": name, "dir": "models/" + name, "load_dtype": "auto",
-            "load_kv_dtype": "float32",
+            "load_kv_dtype": "float32", "quick": True,
             "n_layer": L, "n_head": H, "n_embd": C, "n_ctx": T,
             "vocab_size": m.vocab_size, "dtype": dtype, "prefix": prefix,
             "tied": not untied, "sequences": seqs}
@@ -297,7 +303,7 @@ def build(data_dir):
                     kv=np.float16 if kv == "float16" else None)
             cases["models"].append(dict(
                 entry, name=name + suffix, load_dtype=matrices,
-                load_kv_dtype=kv,
+                load_kv_dtype=kv, quick=name + suffix in QUICK_VARIANTS,
                 sequences=reference_sequences(
                     data_dir, name + suffix, half(np.float64),
                     half(np.float32), np.random.default_rng(3000 + seed), T,
@@ -305,7 +311,7 @@ def build(data_dir):
         if dtype == "F16":
             # the same values widened to float panels: the same logits
             cases["models"].append(dict(entry, name=name + "@float32",
-                                        load_dtype="float32"))
+                                        load_dtype="float32", quick=False))
 
     with open(os.path.join(fix_dir, "cases.json"), "w",
               encoding="utf-8") as f:

@@ -34,6 +34,11 @@ static size_t g_n_models;
 static size_t g_ctx_models[MAX_MODELS]; /* models with a "context" sequence */
 static size_t g_n_ctx_models;
 static size_t g_tiny;
+/* The models the reference and limits loops run: every one, or under
+ * GPT2D_TEST_QUICK those cases.json marks "quick" (each code path once:
+ * the plain models and one variant of each half path). */
+static size_t g_run_models[MAX_MODELS];
+static size_t g_n_run_models;
 
 /* ---- fixtures ---- */
 
@@ -56,6 +61,11 @@ static json_t *fx_model_json(size_t idx)
 static const char *fx_model_name(size_t idx)
 {
     return json_string_value(json_object_get(fx_model_json(idx), "name"));
+}
+
+static size_t ref_model(int i)
+{
+    return g_run_models[i];
 }
 
 /* The sequences the per-sequence loops check: all, or under GPT2D_TEST_QUICK
@@ -258,17 +268,17 @@ static size_t argmax(const float *v, size_t n)
 START_TEST(test_prefill_last_token_logits_match_reference)
 {
     harness h;
-    harness_open(&h, (size_t)_i, 2, MAX_ROWS);
-    for (size_t q = 0; q < fx_n_seqs((size_t)_i); q++) {
+    harness_open(&h, ref_model(_i), 2, MAX_ROWS);
+    for (size_t q = 0; q < fx_n_seqs(ref_model(_i)); q++) {
         fx_seq s;
         kv_slot slot;
-        fx_seq_load((size_t)_i, q, h.vocab, &s);
+        fx_seq_load(ref_model(_i), q, h.vocab, &s);
         slot_open(&h, &slot);
         float *out = logits_alloc(&h, 1);
         forward_seq fs = {&slot, s.tokens, s.n, 1};
         step_ok(&h, &fs, 1, out);
         ck_assert_uint_eq(slot.n_tokens, s.n);
-        report(fx_model_name((size_t)_i), s.name, "prefill",
+        report(fx_model_name(ref_model(_i)), s.name, "prefill",
                cmp_rows(&h, out, &s, s.n - 1, 1));
         free(out);
         kvcache_slot_free(&slot);
@@ -281,16 +291,16 @@ END_TEST
 START_TEST(test_echo_logits_for_every_prompt_position)
 {
     harness h;
-    harness_open(&h, (size_t)_i, 2, MAX_ROWS);
-    for (size_t q = 0; q < fx_n_seqs((size_t)_i); q++) {
+    harness_open(&h, ref_model(_i), 2, MAX_ROWS);
+    for (size_t q = 0; q < fx_n_seqs(ref_model(_i)); q++) {
         fx_seq s;
         kv_slot slot;
-        fx_seq_load((size_t)_i, q, h.vocab, &s);
+        fx_seq_load(ref_model(_i), q, h.vocab, &s);
         slot_open(&h, &slot);
         float *out = logits_alloc(&h, s.n);
         forward_seq fs = {&slot, s.tokens, s.n, s.n};
         step_ok(&h, &fs, 1, out);
-        report(fx_model_name((size_t)_i), s.name, "echo",
+        report(fx_model_name(ref_model(_i)), s.name, "echo",
                cmp_rows(&h, out, &s, 0, s.n));
         free(out);
         kvcache_slot_free(&slot);
@@ -305,11 +315,11 @@ END_TEST
 START_TEST(test_decode_token_by_token_equals_full_recompute)
 {
     harness h;
-    harness_open(&h, (size_t)_i, 2, MAX_ROWS);
-    for (size_t q = 0; q < fx_n_seqs((size_t)_i); q++) {
+    harness_open(&h, ref_model(_i), 2, MAX_ROWS);
+    for (size_t q = 0; q < fx_n_seqs(ref_model(_i)); q++) {
         fx_seq s;
         kv_slot slot;
-        fx_seq_load((size_t)_i, q, h.vocab, &s);
+        fx_seq_load(ref_model(_i), q, h.vocab, &s);
         slot_open(&h, &slot);
         float *out = logits_alloc(&h, 1);
         size_t pre = s.n < 3 ? 1 : 3;
@@ -326,7 +336,7 @@ START_TEST(test_decode_token_by_token_equals_full_recompute)
         ck_assert_msg(memcmp(slot.tokens, s.tokens, s.n * sizeof(int32_t))
                           == 0,
                       "kv->tokens does not hold the sequence's tokens");
-        report(fx_model_name((size_t)_i), s.name, "decode", worst);
+        report(fx_model_name(ref_model(_i)), s.name, "decode", worst);
         free(out);
         kvcache_slot_free(&slot);
         fx_seq_free(&s);
@@ -341,11 +351,11 @@ START_TEST(test_prefill_in_uneven_chunks_matches_reference)
 {
     static const size_t sizes[] = {1, 4, 2, 7, 3, 11, 5};
     harness h;
-    harness_open(&h, (size_t)_i, 2, MAX_ROWS);
-    for (size_t q = 0; q < fx_n_seqs((size_t)_i); q++) {
+    harness_open(&h, ref_model(_i), 2, MAX_ROWS);
+    for (size_t q = 0; q < fx_n_seqs(ref_model(_i)); q++) {
         fx_seq s;
         kv_slot slot;
-        fx_seq_load((size_t)_i, q, h.vocab, &s);
+        fx_seq_load(ref_model(_i), q, h.vocab, &s);
         slot_open(&h, &slot);
         float *out = logits_alloc(&h, s.n);
         double worst = 0.0;
@@ -366,7 +376,7 @@ START_TEST(test_prefill_in_uneven_chunks_matches_reference)
                 worst = d > worst ? d : worst;
             }
         }
-        report(fx_model_name((size_t)_i), s.name, "chunks", worst);
+        report(fx_model_name(ref_model(_i)), s.name, "chunks", worst);
         free(out);
         kvcache_slot_free(&slot);
         fx_seq_free(&s);
@@ -383,9 +393,9 @@ START_TEST(test_batch_mixes_prefill_chunk_and_decodes)
     harness h;
     fx_seq p, g;
     kv_slot a, b, c, d;
-    harness_open(&h, (size_t)_i, 2, MAX_ROWS);
-    fx_seq_load((size_t)_i, fx_seq_find((size_t)_i, "prompt"), h.vocab, &p);
-    fx_seq_load((size_t)_i, fx_seq_find((size_t)_i, "greedy"), h.vocab, &g);
+    harness_open(&h, ref_model(_i), 2, MAX_ROWS);
+    fx_seq_load(ref_model(_i), fx_seq_find(ref_model(_i), "prompt"), h.vocab, &p);
+    fx_seq_load(ref_model(_i), fx_seq_find(ref_model(_i), "greedy"), h.vocab, &g);
     ck_assert_uint_ge(p.n, 16);
     ck_assert_uint_ge(g.n, 10);
     slot_open(&h, &a);
@@ -438,7 +448,7 @@ START_TEST(test_batch_mixes_prefill_chunk_and_decodes)
     x = cmp_rows(&h, out + h.vocab, &p, 15, 1);
     worst = x > worst ? x : worst;
 
-    report(fx_model_name((size_t)_i), "prompt+greedy", "mixed-batch", worst);
+    report(fx_model_name(ref_model(_i)), "prompt+greedy", "mixed-batch", worst);
     free(out);
     kvcache_slot_free(&a);
     kvcache_slot_free(&b);
@@ -458,8 +468,8 @@ START_TEST(test_greedy_generation_matches_reference_tokens)
     harness h;
     fx_seq s;
     kv_slot slot;
-    harness_open(&h, (size_t)_i, 2, MAX_ROWS);
-    fx_seq_load((size_t)_i, fx_seq_find((size_t)_i, "greedy"), h.vocab, &s);
+    harness_open(&h, ref_model(_i), 2, MAX_ROWS);
+    fx_seq_load(ref_model(_i), fx_seq_find(ref_model(_i), "greedy"), h.vocab, &s);
     ck_assert(s.greedy);
     slot_open(&h, &slot);
     float *out = logits_alloc(&h, 1);
@@ -472,13 +482,13 @@ START_TEST(test_greedy_generation_matches_reference_tokens)
         int32_t tok = (int32_t)argmax(out, h.vocab);
         ck_assert_msg(tok == s.tokens[pos],
                       "%s: generated token %zu is %d, reference %d",
-                      fx_model_name((size_t)_i), pos - s.prompt_len,
+                      fx_model_name(ref_model(_i)), pos - s.prompt_len,
                       (int)tok, (int)s.tokens[pos]);
         forward_seq one = {&slot, &tok, 1, 1};
         step_ok(&h, &one, 1, out);
     }
     worst = fmax(worst, cmp_rows(&h, out, &s, s.n - 1, 1));
-    report(fx_model_name((size_t)_i), s.name, "greedy", worst);
+    report(fx_model_name(ref_model(_i)), s.name, "greedy", worst);
     free(out);
     kvcache_slot_free(&slot);
     fx_seq_free(&s);
@@ -634,7 +644,7 @@ START_TEST(test_portable_kernels_match_reference)
     harness h;
     fx_seq p, g;
     kv_slot a, b;
-    size_t mi = (size_t)_i;
+    size_t mi = ref_model(_i);
     harness_open(&h, mi, 2, MAX_ROWS);
     forward_state_use_portable_kernels(h.st);
     fx_seq_load(mi, fx_seq_find(mi, "prompt"), h.vocab, &p);
@@ -923,11 +933,22 @@ static int load_cases(void)
             fprintf(stderr, "test_forward: model %zu lacks a sequence\n", i);
             return -1;
         }
+        if (test_quick() && !json_is_true(json_object_get(fx_model_json(i),
+                                                          "quick")))
+            continue;
+        g_run_models[g_n_run_models++] = i;
         if (fx_seq_find(i, "context") != SIZE_MAX)
             g_ctx_models[g_n_ctx_models++] = i;
     }
     if (g_tiny == SIZE_MAX) {
         fprintf(stderr, "test_forward: %s: no model named tiny\n", path);
+        return -1;
+    }
+    /* the quick set must hold tiny, or the fixtures predate "quick" */
+    if (g_n_run_models == 0 || (test_quick() && !json_is_true(
+            json_object_get(fx_model_json(g_tiny), "quick")))) {
+        fprintf(stderr, "test_forward: %s: no model to run (is tiny "
+                "\"quick\"?)\n", path);
         return -1;
     }
     return 0;
@@ -936,7 +957,7 @@ static int load_cases(void)
 static Suite *forward_suite(void)
 {
     Suite *s = suite_create("forward");
-    int nm = (int)g_n_models;
+    int nm = (int)g_n_run_models;
 
     TCase *ref = tcase_create("reference");
     tcase_add_loop_test(ref, test_prefill_last_token_logits_match_reference,
