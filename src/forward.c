@@ -428,13 +428,13 @@ static size_t panel_chunk(size_t M, size_t K)
 }
 
 /* Where the plan puts the prefetch for k-steps [k0, k1), or NULL when it
- * has none or it would run past the end. */
+ * has none or it would run past the end (start <= end always: the plans
+ * start inside the worker's panels or just after the last). */
 static const char *prefetch_at(const prefetch_plan *pf, size_t k0, size_t k1)
 {
-    if (pf->start == NULL)
+    if (pf->start == NULL || (size_t)(pf->end - pf->start) < k1 * pf->per_k)
         return NULL;
-    const char *p = pf->start + k0 * pf->per_k;
-    return p + (k1 - k0) * pf->per_k <= pf->end ? p : NULL;
+    return pf->start + k0 * pf->per_k;
 }
 
 /* Rows [0, M) against one panel (np = 1) or two (np = 2, 3-row blocks, for
