@@ -12,10 +12,12 @@
 
 static json_t *model_object(const api_ctx *ctx)
 {
-    return json_pack("{s:s, s:s, s:I, s:s, s:I}",
+    return json_pack("{s:s, s:s, s:I, s:s, s:I, s:s, s:s}",
         "id", ctx->mdl->name, "object", "model",
         "created", (json_int_t)ctx->started, "owned_by", "gpt2d",
-        "max_model_len", (json_int_t)ctx->mdl->config.n_ctx);
+        "max_model_len", (json_int_t)ctx->mdl->config.n_ctx,
+        "dtype", model_dtype_name(ctx->mdl->dtype),
+        "kv_dtype", ctx->kv_half ? "float16" : "float32");
 }
 
 void api_models(const api_ctx *ctx, api_response *r)

@@ -112,6 +112,7 @@ static int start(daemon_state *d, gpt2d_error *err)
         return -1;
     d->api = (api_ctx){
         .eng = d->eng, .tok = d->tok, .mdl = &d->mdl, .n_slots = d->cfg.slots,
+        .kv_half = d->cfg.kv_half,
         .max_n = d->cfg.max_n,
         .log_prompts = d->cfg.log_prompts, .started = time(NULL),
     };

@@ -31,6 +31,7 @@ typedef struct api_ctx {
     const tokenizer *tok;
     const model *mdl;
     size_t n_slots;             /* bounds the sequences one request may run */
+    bool kv_half;               /* --kv-dtype float16, reported by /v1/models */
     size_t max_n;               /* --max-n: a lower bound of our own; 0 = none */
     bool log_prompts;
     time_t started;             /* reported as the model's `created` */

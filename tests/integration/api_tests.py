@@ -239,6 +239,10 @@ class T1Endpoints(ApiCase):
         self.assertEqual(m["object"], "model")
         self.assertIsInstance(m.get("created"), int)
         self.assertIsInstance(m.get("owned_by"), str)
+        self.assertEqual(m.get("max_model_len"), 64)
+        # the tiny model is F32 and the suite's server keeps the defaults
+        self.assertEqual(m.get("dtype"), "float32")
+        self.assertEqual(m.get("kv_dtype"), "float32")
 
     def test_tokenize_matches_gpt2_ids(self):
         r = main_client().post("/tokenize", {"content": "Hello world"})
@@ -360,9 +364,10 @@ class T2Completions(ApiCase):
             self.assert_close(lp["token_logprobs"][i],
                               log_softmax(logits)[t], "step %d" % i)
 
-    def check_half_server(self, name, args, log_words, **rounding):
+    def check_half_server(self, name, args, log_words, dtypes, **rounding):
         """A server started with `args` generates what the reference that
-        rounds the same values (`rounding`: matrices=, kv=) does."""
+        rounds the same values (`rounding`: matrices=, kv=) does, and
+        /v1/models reports `dtypes`."""
         half = gpt2_numpy.GPT2(TINY, **rounding)
         for attempt in range(200):
             prompt = word_prompt(hash_seed(name) + attempt, 6)
@@ -377,6 +382,7 @@ class T2Completions(ApiCase):
         try:
             body = srv.client().complete(prompt=prompt, max_tokens=12,
                                          temperature=0, logprobs=1)
+            models = srv.client().get("/v1/models").json
         finally:
             rc, _ = srv.stop()
         self.assertEqual(rc, 0, srv.log_tail())
@@ -388,14 +394,19 @@ class T2Completions(ApiCase):
         for i, (t, logits) in enumerate(zip(want, steps)):
             self.assert_close(ch["logprobs"]["token_logprobs"][i],
                               log_softmax(logits)[t], "step %d" % i)
+        self.assertEqual({k: models["data"][0][k] for k in dtypes}, dtypes)
 
     def test_dtype_float16_matches_reference_with_half_matrices(self):
         self.check_half_server("half", ["--dtype", "float16"],
-                               "float16 weights", matrices=np.float16)
+                               "float16 weights",
+                               {"dtype": "float16", "kv_dtype": "float32"},
+                               matrices=np.float16)
 
     def test_kv_dtype_float16_matches_reference_with_half_cache(self):
         self.check_half_server("kvhalf", ["--kv-dtype", "float16"],
-                               "MB, float16)", kv=np.float16)
+                               "MB, float16)",
+                               {"dtype": "float32", "kv_dtype": "float16"},
+                               kv=np.float16)
 
     def test_max_tokens_gives_exact_count_and_finish_length(self):
         for n in (1, 5, 13):
