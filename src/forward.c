@@ -68,7 +68,10 @@
  * Measured in cache, one core: M = 12-16 at ~93-107 GFLOP/s (the same as
  * float panels within noise), where widening each chunk once into an L1
  * buffer for all row blocks ran ~78.  Half panels prefetch the next panel
- * while one is multiplied.
+ * while one is multiplied.  KV slots of halves (--kv-dtype float16) are
+ * widened the same way by the attention tiles.  Decode batch 1, medians of
+ * 5 interleaved runs: 17.6 ms float32, 10.7 ms float16 (9.0 when quiet);
+ * batch 16 is compute-bound and gains ~5-10%.
  *
  * Determinism.  Each output element of every stage is computed by the same
  * instructions in the same order whatever else is in the batch: the matmul
