@@ -412,7 +412,32 @@ def case_stalled_client(checks, gpt2d, model, workdir):
         srv.kill()
 
 
+def case_signals_in_a_row(checks, gpt2d, model, workdir):
+    """SIGHUP, SIGHUP, SIGTERM back to back, while the main thread is still
+    busy with the first: every one reaches it (a thread a library started
+    before main does not block them, and used to die of them by default),
+    so the daemon reloads, drains and exits 0, five times of five."""
+    for i in range(5):
+        srv = Server(gpt2d, model, workdir, ["--slots", "1", "--threads", "1"],
+                     name="shutdown-signals").start(timeout=60)
+        try:
+            for sig in (signal.SIGHUP, signal.SIGHUP, signal.SIGTERM):
+                srv.proc.send_signal(sig)
+            elapsed = wait_exit(srv.proc, 20)
+            rc = srv.proc.returncode
+            log = srv.log_tail()
+        finally:
+            srv.kill()
+        checks.check(elapsed is not None and rc == 0,
+                     "signals in a row %d: reloads, drains, exits 0" % i,
+                     "exit %r\n%s" % (rc, log))
+        checks.check("SIGTERM: draining" in log and "stopped" in log,
+                     "signals in a row %d: the log shows the drain and the stop"
+                     % i, log)
+
+
 CASES = {
+    "signals_in_a_row": case_signals_in_a_row,
     "deadline_cuts_streams": case_deadline_cuts_streams,
     "deadline_lets_finish": case_deadline_lets_finish,
     "stalled_client": case_stalled_client,
