@@ -141,7 +141,7 @@ static void log_summary(const daemon_state *d)
              "%s), %zu threads; listening on %s:%u",
              d->mdl.name, c->n_layer, c->n_head, c->n_embd, c->n_ctx, c->vocab_size,
              (double)d->mdl.weight_bytes / 1e6, model_dtype_name(d->mdl.dtype),
-             d->cfg.slots, kv_mb, d->cfg.kv_half ? "float16" : "float32",
+             d->cfg.slots, kv_mb, kvcache_dtype_name(d->cfg.kv_half),
              d->cfg.threads, d->cfg.host != NULL ? d->cfg.host : "*",
              http_port(d->http));
 }
@@ -154,7 +154,6 @@ static void notify_serving(const daemon_state *d, const char *note)
                  http_port(d->http), d->cfg.slots, d->cfg.threads, note);
 }
 
-/* Blocks until SIGTERM or SIGINT, handling SIGHUP along the way. */
 /* The main thread's id, for forward_to_main; written once before any
  * handler is installed. */
 static pid_t main_tid;
@@ -168,22 +167,27 @@ static void forward_to_main(int sig)
     errno = saved;
 }
 
-/* Blocks `set` in this thread and every thread it starts, and routes the
- * signals a foreign thread receives back to this one. */
-static void take_signals(const sigset_t *set)
+/* Fills `set` with SIGTERM, SIGINT and SIGHUP, blocks them in this thread
+ * and every thread it starts, and routes those a foreign thread receives
+ * back to this one. */
+static void take_signals(sigset_t *set)
 {
+    static const int sigs[] = { SIGTERM, SIGINT, SIGHUP };
     main_tid = (pid_t)syscall(SYS_gettid);
-    pthread_sigmask(SIG_BLOCK, set, NULL);
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = forward_to_main;
     sa.sa_flags = SA_RESTART;
     sigfillset(&sa.sa_mask);
-    const int sigs[] = { SIGTERM, SIGINT, SIGHUP };
+    sigemptyset(set);
+    for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++)
+        sigaddset(set, sigs[i]);
+    pthread_sigmask(SIG_BLOCK, set, NULL);
     for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++)
         sigaction(sigs[i], &sa, NULL);
 }
 
+/* Blocks until SIGTERM or SIGINT, handling SIGHUP along the way. */
 static int wait_for_stop(daemon_state *d, const sigset_t *set)
 {
     for (;;) {
@@ -238,10 +242,6 @@ int main(int argc, char **argv)
 
     /* Before we start any thread, so every one inherits the mask. */
     sigset_t set;
-    sigemptyset(&set);
-    sigaddset(&set, SIGTERM);
-    sigaddset(&set, SIGINT);
-    sigaddset(&set, SIGHUP);
     take_signals(&set);
     signal(SIGPIPE, SIG_IGN);
 

@@ -36,6 +36,7 @@
 #include <strings.h>
 #include <unistd.h>
 
+#include "gpt2d/kvcache.h"
 #include "gpt2d/log.h"
 #include "gpt2d/model.h"
 
@@ -330,10 +331,12 @@ static int apply_value(settings *s, const option_spec *o, const char *value,
             return bad_value(o, where, value, err);
         return 0;
     case OPT_KV_DTYPE:
-        if (strcmp(value, "float32") != 0 && strcmp(value, "float16") != 0)
-            return bad_value(o, where, value, err);
-        *(bool *)(void *)field = strcmp(value, "float16") == 0;
-        return 0;
+        for (int half = 0; half <= 1; half++)
+            if (strcmp(value, kvcache_dtype_name(half)) == 0) {
+                *(bool *)(void *)field = half;
+                return 0;
+            }
+        return bad_value(o, where, value, err);
     case OPT_HELP:
     case OPT_VERSION:
         break;

@@ -48,6 +48,12 @@ static inline size_t kvcache_elem_size(const kv_slot *s)
     return s->half ? 2 : 4;
 }
 
+/* --kv-dtype's name for slots of halves or floats. */
+static inline const char *kvcache_dtype_name(bool half)
+{
+    return half ? "float16" : "float32";
+}
+
 /* Address of the keys (or values) of `layer`, `head`, position 0. */
 static inline void *kvcache_k(const kv_slot *s, size_t layer, size_t head)
 {
