@@ -594,7 +594,7 @@ static void embedding_task(void *ctx, size_t task, size_t worker)
         const float *pe = m->wpe + j->st->row_pos[r] * C;
         float *o = j->out + r * C;
         /* tied weights: wte's rows live on only in the unembedding panels */
-        if (m->lm_head == m->wte)
+        if (m->tied)
             panel_column(o, m->lm_head_wp, m->panel_dtype, C, token);
         else
             memcpy(o, m->wte + token * C, C * sizeof(float));

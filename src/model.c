@@ -2,11 +2,13 @@
  *
  * config.json gives the shapes; model.safetensors is mmap'ed read-only and
  * every tensor is bound by name after its dtype and shape are checked against
- * the config.  F32 tensors are used in place; F16/BF16 ones (and any F32 one
- * the file leaves misaligned) are widened into one owned buffer.  The layer
- * matrices and the unembedding matrix are then repacked into panels
- * (panels.h) in a second buffer, as floats or halves (--dtype), and their
- * mapped pages released. */
+ * the config.  Vectors (and wpe, and an untied wte) that are F32 are used in
+ * place; F16/BF16 ones (and any F32 one the file leaves misaligned) are
+ * widened into one owned buffer.  The layer matrices and the unembedding
+ * matrix are packed into panels (panels.h) in a second buffer, as floats or
+ * halves (--dtype), straight from the file (through a scratch buffer of one
+ * matrix when they need widening), and their mapped pages released: no
+ * float copy of a matrix outlives the load. */
 #include "gpt2d/model.h"
 
 #include <errno.h>
@@ -112,10 +114,17 @@ out:
 
 /* ---- binding tensors ---- */
 
+/* A checked tensor and where it goes: a float view (`view`), or, for a
+ * matrix that lives only in panels, the loader's note of its source
+ * (`matrix`).  A tied wte has neither: the unembedding's panels serve it. */
 typedef struct binding {
     const st_tensor *tensor;
-    const float **dst;
+    const float **view;
+    const st_tensor **matrix;
 } binding;
+
+/* The four matrices of a layer, in layer_matrices' order. */
+enum { MAT_ATTN, MAT_ATTN_PROJ, MAT_FC, MAT_MLP_PROJ, MATS_PER_LAYER };
 
 typedef struct loader {
     const char *path;           /* model.safetensors, for messages */
@@ -124,10 +133,17 @@ typedef struct loader {
     binding *bindings;
     size_t n_bindings, cap_bindings;
     unsigned char *used;        /* per tensor of `file` */
+    /* sources of the panels: every layer's matrices, and the unembedding's
+     * (lm_head.weight, or wte when tied) */
+    const st_tensor *(*layer_src)[MATS_PER_LAYER];
+    const st_tensor *head_src;
 } loader;
 
+/* Checks tensor `name` (prefixed) against shape [d0] or [d0, d1] and records
+ * where it goes (binding above). */
 static int bind(loader *L, const char *name, size_t d0, size_t d1,
-                const float **dst, gpt2d_error *err)
+                const float **view, const st_tensor **matrix,
+                gpt2d_error *err)
 {
     char full[256];
     snprintf(full, sizeof full, "%s%s", L->prefix, name);
@@ -159,7 +175,7 @@ static int bind(loader *L, const char *name, size_t d0, size_t d1,
         L->bindings = b;
         L->cap_bindings = cap;
     }
-    L->bindings[L->n_bindings++] = (binding){t, dst};
+    L->bindings[L->n_bindings++] = (binding){t, view, matrix};
     L->used[t - L->file.tensors] = 1;
     return 0;
 }
@@ -168,24 +184,25 @@ static int bind_layer(loader *L, size_t i, size_t C, layer_weights *w,
                       gpt2d_error *err)
 {
     char n[64];
-#define BIND(field, suffix, d0, d1)                                        \
+    const st_tensor **src = L->layer_src[i];
+#define BIND(view, matrix, suffix, d0, d1)                                 \
     do {                                                                   \
         snprintf(n, sizeof n, "h.%zu.%s", i, suffix);                      \
-        if (bind(L, n, d0, d1, &w->field, err) != 0)                       \
+        if (bind(L, n, d0, d1, view, matrix, err) != 0)                    \
             return -1;                                                     \
     } while (0)
-    BIND(ln_1_w, "ln_1.weight", C, 0);
-    BIND(ln_1_b, "ln_1.bias", C, 0);
-    BIND(attn_w, "attn.c_attn.weight", C, 3 * C);
-    BIND(attn_b, "attn.c_attn.bias", 3 * C, 0);
-    BIND(attn_proj_w, "attn.c_proj.weight", C, C);
-    BIND(attn_proj_b, "attn.c_proj.bias", C, 0);
-    BIND(ln_2_w, "ln_2.weight", C, 0);
-    BIND(ln_2_b, "ln_2.bias", C, 0);
-    BIND(fc_w, "mlp.c_fc.weight", C, 4 * C);
-    BIND(fc_b, "mlp.c_fc.bias", 4 * C, 0);
-    BIND(mlp_proj_w, "mlp.c_proj.weight", 4 * C, C);
-    BIND(mlp_proj_b, "mlp.c_proj.bias", C, 0);
+    BIND(&w->ln_1_w, NULL, "ln_1.weight", C, 0);
+    BIND(&w->ln_1_b, NULL, "ln_1.bias", C, 0);
+    BIND(NULL, &src[MAT_ATTN], "attn.c_attn.weight", C, 3 * C);
+    BIND(&w->attn_b, NULL, "attn.c_attn.bias", 3 * C, 0);
+    BIND(NULL, &src[MAT_ATTN_PROJ], "attn.c_proj.weight", C, C);
+    BIND(&w->attn_proj_b, NULL, "attn.c_proj.bias", C, 0);
+    BIND(&w->ln_2_w, NULL, "ln_2.weight", C, 0);
+    BIND(&w->ln_2_b, NULL, "ln_2.bias", C, 0);
+    BIND(NULL, &src[MAT_FC], "mlp.c_fc.weight", C, 4 * C);
+    BIND(&w->fc_b, NULL, "mlp.c_fc.bias", 4 * C, 0);
+    BIND(NULL, &src[MAT_MLP_PROJ], "mlp.c_proj.weight", 4 * C, C);
+    BIND(&w->mlp_proj_b, NULL, "mlp.c_proj.bias", C, 0);
 #undef BIND
     return 0;
 }
@@ -201,6 +218,24 @@ static int is_ignored_buffer(const char *name)
             return 1;
     }
     return 0;
+}
+
+/* Gives the whole pages inside [p, p + bytes) of the mapping back to the
+ * kernel: a private read-only file mapping re-reads them from the file if
+ * they are ever touched again (only tests do), and until then they are not
+ * resident.  Best effort: memory that is not in the mapping is left alone,
+ * and a failed madvise costs only memory. */
+static void release_mapped(const model *m, const void *p, size_t bytes)
+{
+    const uintptr_t lo = (uintptr_t)m->map, hi = lo + m->map_size;
+    uintptr_t start = (uintptr_t)p, end = start + bytes;
+    if (start < lo || end > hi)
+        return;
+    const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    start = (start + page - 1) / page * page;
+    end = end / page * page;
+    if (end > start)
+        (void)madvise((void *)start, end - start, MADV_DONTNEED);
 }
 
 static void widen(const st_tensor *t, float *dst)
@@ -230,28 +265,35 @@ static int needs_copy(const st_tensor *t)
     return t->dtype != ST_F32 || ((uintptr_t)t->data % _Alignof(float)) != 0;
 }
 
-/* Points every binding at its data, widening what cannot be used in place. */
+/* Points every view at its data, widening what cannot be used in place
+ * (the widened tensors' mapped pages are then released), and notes every
+ * matrix's source for pack_weights. */
 static int resolve_bindings(loader *L, model *m, gpt2d_error *err)
 {
     size_t total = 0;
     for (size_t i = 0; i < L->n_bindings; i++)
-        if (needs_copy(L->bindings[i].tensor))
+        if (L->bindings[i].view != NULL && needs_copy(L->bindings[i].tensor))
             total += L->bindings[i].tensor->n_elements;
     if (total > 0) {
         m->widened = malloc(total * sizeof(float));
         if (m->widened == NULL)
             return error_set(err, "out of memory widening %zu weights to F32",
                              total);
+        m->n_widened = total;
     }
     float *next = m->widened;
     for (size_t i = 0; i < L->n_bindings; i++) {
-        const st_tensor *t = L->bindings[i].tensor;
-        if (needs_copy(t)) {
+        const binding *b = &L->bindings[i];
+        const st_tensor *t = b->tensor;
+        if (b->matrix != NULL) {
+            *b->matrix = t;
+        } else if (b->view != NULL && needs_copy(t)) {
             widen(t, next);
-            *L->bindings[i].dst = next;
+            release_mapped(m, t->data, t->n_bytes);
+            *b->view = next;
             next += t->n_elements;
-        } else {
-            *L->bindings[i].dst = (const float *)(const void *)t->data;
+        } else if (b->view != NULL) {
+            *b->view = (const float *)(const void *)t->data;
         }
     }
     return 0;
@@ -267,35 +309,42 @@ static int bind_all(loader *L, model *m, gpt2d_error *err)
     else
         return error_set(err, "%s: missing tensor 'wte.weight'", L->path);
 
-    if (bind(L, "wte.weight", c->vocab_size, c->n_embd, &m->wte, err) != 0 ||
-        bind(L, "wpe.weight", c->n_ctx, c->n_embd, &m->wpe, err) != 0)
+    if (bind(L, "wte.weight", c->vocab_size, c->n_embd, &m->wte, NULL,
+             err) != 0 ||
+        bind(L, "wpe.weight", c->n_ctx, c->n_embd, &m->wpe, NULL, err) != 0)
         return -1;
     m->layers = calloc(c->n_layer, sizeof *m->layers);
-    if (m->layers == NULL)
+    L->layer_src = calloc(c->n_layer, sizeof *L->layer_src);
+    if (m->layers == NULL || L->layer_src == NULL)
         return error_set(err, "out of memory");
     for (size_t i = 0; i < c->n_layer; i++)
         if (bind_layer(L, i, c->n_embd, &m->layers[i], err) != 0)
             return -1;
-    if (bind(L, "ln_f.weight", c->n_embd, 0, &m->ln_f_w, err) != 0 ||
-        bind(L, "ln_f.bias", c->n_embd, 0, &m->ln_f_b, err) != 0)
+    if (bind(L, "ln_f.weight", c->n_embd, 0, &m->ln_f_w, NULL, err) != 0 ||
+        bind(L, "ln_f.bias", c->n_embd, 0, &m->ln_f_b, NULL, err) != 0)
         return -1;
 
     /* lm_head sits outside the transformer. prefix in HF exports. */
     const st_tensor *head = safetensors_find(&L->file, "lm_head.weight");
     const st_tensor *wte = L->bindings[0].tensor;     /* bound first */
-    int untied = 0;
+    m->tied = true;
     if (head != NULL) {
         const char *saved = L->prefix;
         L->prefix = "";
-        int rc = bind(L, "lm_head.weight", c->vocab_size, c->n_embd,
-                      &m->lm_head, err);
+        int rc = bind(L, "lm_head.weight", c->vocab_size, c->n_embd, NULL,
+                      &L->head_src, err);
         L->prefix = saved;
         if (rc != 0)
             return -1;
-        untied = head->dtype != wte->dtype ||
-                 memcmp(head->data, wte->data, wte->n_bytes) != 0;
-        if (!untied)
+        m->tied = head->dtype == wte->dtype &&
+                  memcmp(head->data, wte->data, wte->n_bytes) == 0;
+        if (m->tied)
             L->n_bindings--;    /* identical bytes: share wte instead */
+    }
+    if (m->tied) {
+        /* the unembedding's panels hold wte, and the embedding reads them */
+        L->bindings[0].view = NULL;
+        L->bindings[0].matrix = &L->head_src;
     }
 
     for (size_t i = 0; i < L->file.n_tensors; i++) {
@@ -304,78 +353,89 @@ static int bind_all(loader *L, model *m, gpt2d_error *err)
             return error_set(err, "%s: unexpected tensor '%s' (not part of GPT-2 with %zu layers)",
                              L->path, name, c->n_layer);
     }
-    if (resolve_bindings(L, m, err) != 0)
-        return -1;
-    if (!untied)
-        m->lm_head = m->wte;
-    return 0;
+    return resolve_bindings(L, m, err);
 }
 
 /* ---- panel copies of the layer matrices ---- */
 
-/* Gives the whole pages inside [p, p + bytes) of the mapping back to the
- * kernel: a private read-only file mapping re-reads them from the file if
- * they are ever touched again (only tests do), and until then they are not
- * resident.  Best effort: memory that is not in the mapping (widened
- * tensors) is left alone, and a failed madvise costs only memory. */
-static void release_mapped(const model *m, const void *p, size_t bytes)
-{
-    const uintptr_t lo = (uintptr_t)m->map, hi = lo + m->map_size;
-    uintptr_t start = (uintptr_t)p, end = start + bytes;
-    if (start < lo || end > hi)
-        return;
-    const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
-    start = (start + page - 1) / page * page;
-    end = end / page * page;
-    if (end > start)
-        (void)madvise((void *)start, end - start, MADV_DONTNEED);
-}
-
 typedef struct layer_matrix {
-    const float *const *src;
+    const st_tensor *src;
     const void **dst;
     size_t K, N;
 } layer_matrix;
 
-static void layer_matrices(layer_weights *w, size_t C, layer_matrix out[4])
+static void layer_matrices(const loader *L, size_t l, layer_weights *w,
+                           size_t C, layer_matrix out[MATS_PER_LAYER])
 {
-    out[0] = (layer_matrix){ &w->attn_w, &w->attn_wp, C, 3 * C };
-    out[1] = (layer_matrix){ &w->attn_proj_w, &w->attn_proj_wp, C, C };
-    out[2] = (layer_matrix){ &w->fc_w, &w->fc_wp, C, 4 * C };
-    out[3] = (layer_matrix){ &w->mlp_proj_w, &w->mlp_proj_wp, 4 * C, C };
+    const st_tensor *const *src = L->layer_src[l];
+    out[MAT_ATTN] = (layer_matrix){ src[MAT_ATTN], &w->attn_wp, C, 3 * C };
+    out[MAT_ATTN_PROJ] = (layer_matrix){ src[MAT_ATTN_PROJ],
+                                         &w->attn_proj_wp, C, C };
+    out[MAT_FC] = (layer_matrix){ src[MAT_FC], &w->fc_wp, C, 4 * C };
+    out[MAT_MLP_PROJ] = (layer_matrix){ src[MAT_MLP_PROJ], &w->mlp_proj_wp,
+                                        4 * C, C };
+}
+
+/* t's values as floats: in place when the file holds them as aligned F32,
+ * else widened into `scratch`. */
+static const float *matrix_floats(const st_tensor *t, float *scratch)
+{
+    if (!needs_copy(t))
+        return (const float *)(const void *)t->data;
+    widen(t, scratch);
+    return scratch;
 }
 
 /* Packs every layer's four matrices and the unembedding matrix into one
  * buffer of panels and releases the mapped originals: the forward pass
- * reads only the panels (and, for an untied model, wte's rows). */
-static int pack_weights(model *m, gpt2d_error *err)
+ * reads only the panels (and, for an untied model, wte's rows).  A matrix
+ * the file does not hold as aligned F32 passes through one scratch buffer,
+ * the size of the largest such matrix, freed before returning. */
+static int pack_weights(model *m, const loader *L, gpt2d_error *err)
 {
     const size_t C = m->config.n_embd, V = m->config.vocab_size;
     const panel_dtype dt = m->panel_dtype;
-    layer_matrix mats[4];
-    layer_matrices(&m->layers[0], C, mats);
-    size_t per_layer = 0;
-    for (size_t i = 0; i < 4; i++)
-        per_layer += panel_bytes(mats[i].K, mats[i].N, dt);
+    layer_matrix mats[MATS_PER_LAYER];
+    size_t per_layer = 0, scratch_floats = 0;
+    for (size_t l = 0; l < m->config.n_layer; l++) {
+        layer_matrices(L, l, &m->layers[l], C, mats);
+        for (size_t i = 0; i < MATS_PER_LAYER; i++) {
+            if (l == 0)
+                per_layer += panel_bytes(mats[i].K, mats[i].N, dt);
+            if (needs_copy(mats[i].src) &&
+                mats[i].src->n_elements > scratch_floats)
+                scratch_floats = mats[i].src->n_elements;
+        }
+    }
+    if (needs_copy(L->head_src) && L->head_src->n_elements > scratch_floats)
+        scratch_floats = L->head_src->n_elements;
     size_t bytes = m->config.n_layer * per_layer + panel_bytes(C, V, dt);
     m->packed = huge_alloc(bytes);
     if (m->packed == NULL)
         return error_set(err, "out of memory: %zu MB for the weight panels",
                          bytes >> 20);
+    float *scratch = NULL;
+    if (scratch_floats > 0 &&
+        (scratch = malloc(scratch_floats * sizeof(float))) == NULL)
+        return error_set(err, "out of memory widening %zu weights to F32",
+                         scratch_floats);
     char *next = m->packed;
     for (size_t l = 0; l < m->config.n_layer; l++) {
-        layer_matrices(&m->layers[l], C, mats);
-        for (size_t i = 0; i < 4; i++) {
-            panel_pack(next, dt, *mats[i].src, mats[i].K, mats[i].N);
+        layer_matrices(L, l, &m->layers[l], C, mats);
+        for (size_t i = 0; i < MATS_PER_LAYER; i++) {
+            const st_tensor *t = mats[i].src;
+            panel_pack(next, dt, matrix_floats(t, scratch), mats[i].K,
+                       mats[i].N);
             *mats[i].dst = next;
             next += panel_bytes(mats[i].K, mats[i].N, dt);
-            release_mapped(m, *mats[i].src,
-                           mats[i].K * mats[i].N * sizeof(float));
+            release_mapped(m, t->data, t->n_bytes);
         }
     }
-    panel_pack_transposed(next, dt, m->lm_head, C, V);
+    panel_pack_transposed(next, dt, matrix_floats(L->head_src, scratch), C,
+                          V);
     m->lm_head_wp = next;
-    release_mapped(m, m->lm_head, V * C * sizeof(float));
+    release_mapped(m, L->head_src->data, L->head_src->n_bytes);
+    free(scratch);
     return 0;
 }
 
@@ -482,13 +542,14 @@ int model_load(model *m, const char *dir, model_dtype dtype,
         goto out;
     m->dtype = resolve_dtype(&L, dtype);
     m->panel_dtype = m->dtype == MODEL_DTYPE_FLOAT16 ? PANEL_F16 : PANEL_F32;
-    if (pack_weights(m, err) != 0)
+    if (pack_weights(m, &L, err) != 0)
         goto out;
     m->weight_bytes = weight_bytes_per_token(&m->config, m->panel_dtype);
     rc = 0;
 out:
     free(L.used);
     free(L.bindings);
+    free(L.layer_src);
     safetensors_free(&L.file);
     if (rc != 0)
         model_free(m);

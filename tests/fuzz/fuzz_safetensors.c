@@ -14,6 +14,8 @@
  * models (tests/fuzz/make_seeds.py) so the fuzzer starts inside the binder. */
 #include <errno.h>
 #include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -166,45 +168,78 @@ static void check_overlap_is_real(const uint8_t *data, size_t size)
     FUZZ_CHECK(found, "refused for an overlap no two non-empty tensors have");
 }
 
-/* A loaded model's weights are all bound and readable. */
-static void check_model(const model *m)
+/* Element i of tensor t, read from the file's bytes here rather than
+ * through the loader's widening. */
+static float element(const st_tensor *t, size_t i)
+{
+    uint16_t h;
+    float x;
+    switch (t->dtype) {
+    case ST_F16:
+        memcpy(&h, t->data + 2 * i, 2);
+        return half_to_float(h);
+    case ST_BF16: {
+        memcpy(&h, t->data + 2 * i, 2);
+        uint32_t bits = (uint32_t)h << 16;
+        memcpy(&x, &bits, sizeof x);
+        return x;
+    }
+    default:
+        memcpy(&x, t->data + 4 * i, 4);
+        return x;
+    }
+}
+
+/* A loaded model's weights are all bound and readable, and the panels hold
+ * the file's matrices (`f` parses the same bytes). */
+static void check_model(const model *m, const st_file *f)
 {
     const model_config *c = &m->config;
     FUZZ_CHECK(c->n_layer == 1 && c->n_embd == 4 && c->vocab_size == 8,
                "config not the micro one");
-    FUZZ_CHECK(m->wte && m->wpe && m->ln_f_w && m->ln_f_b && m->lm_head &&
-               m->layers, "unbound weight");
+    FUZZ_CHECK((m->tied || m->wte) && m->wpe && m->ln_f_w && m->ln_f_b &&
+               m->lm_head_wp && m->layers, "unbound weight");
     const layer_weights *w = &m->layers[0];
-    const float *all[] = {w->ln_1_w, w->ln_1_b, w->attn_w, w->attn_b,
-                          w->attn_proj_w, w->attn_proj_b, w->ln_2_w, w->ln_2_b,
-                          w->fc_w, w->fc_b, w->mlp_proj_w, w->mlp_proj_b};
+    const float *all[] = {w->ln_1_w, w->ln_1_b, w->attn_b, w->attn_proj_b,
+                          w->ln_2_w, w->ln_2_b, w->fc_b, w->mlp_proj_b};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
-        FUZZ_CHECK(all[i] != NULL, "layer weight %zu unbound", i);
+        FUZZ_CHECK(all[i] != NULL, "layer vector %zu unbound", i);
     float sum = 0;
-    for (size_t i = 0; i < c->vocab_size * c->n_embd; i++)
-        sum += m->wte[i] + m->lm_head[i];
-    for (size_t i = 0; i < 4 * c->n_embd * c->n_embd; i++)
-        sum += w->fc_w[i] + w->mlp_proj_w[i];
+    for (size_t i = 0; !m->tied && i < c->vocab_size * c->n_embd; i++)
+        sum += m->wte[i];
+    for (size_t i = 0; i < 4 * c->n_embd; i++)
+        sum += w->fc_b[i];
     volatile float sink = sum;
     (void)sink;
-    /* the kernels' panel copies hold the same values, as halves rounded
+    /* the kernels' panel copies hold the file's values, as halves rounded
      * to nearest when the panels are halves (NaNs compare as bits) */
     const size_t C = c->n_embd;
+    const bool plain = safetensors_find(f, "wte.weight") != NULL;
+    const char *prefix = plain ? "" : "transformer.";
+    const st_tensor *head = safetensors_find(f, "lm_head.weight");
+    char wte_name[32];
+    snprintf(wte_name, sizeof wte_name, "%swte.weight", prefix);
+    if (m->tied)
+        head = safetensors_find(f, wte_name);
     /* the last one, lm_head, is stored (vocab, C) and packed transposed */
-    const struct { const float *src; const void *packed; size_t K, N;
+    const struct { const char *name; const void *packed; size_t K, N;
                   int transposed; }
     mats[] = {
-        {w->attn_w, w->attn_wp, C, 3 * C, 0},
-        {w->attn_proj_w, w->attn_proj_wp, C, C, 0},
-        {w->fc_w, w->fc_wp, C, 4 * C, 0},
-        {w->mlp_proj_w, w->mlp_proj_wp, 4 * C, C, 0},
-        {m->lm_head, m->lm_head_wp, C, c->vocab_size, 1}};
-    for (size_t i = 0; i < sizeof mats / sizeof mats[0]; i++)
+        {"h.0.attn.c_attn.weight", w->attn_wp, C, 3 * C, 0},
+        {"h.0.attn.c_proj.weight", w->attn_proj_wp, C, C, 0},
+        {"h.0.mlp.c_fc.weight", w->fc_wp, C, 4 * C, 0},
+        {"h.0.mlp.c_proj.weight", w->mlp_proj_wp, 4 * C, C, 0},
+        {NULL, m->lm_head_wp, C, c->vocab_size, 1}};
+    for (size_t i = 0; i < sizeof mats / sizeof mats[0]; i++) {
+        char name[64];
+        snprintf(name, sizeof name, "%s%s", prefix,
+                 mats[i].name ? mats[i].name : "");
+        const st_tensor *t = mats[i].name ? safetensors_find(f, name) : head;
+        FUZZ_CHECK(t != NULL, "matrix %zu loaded but not in the file", i);
         for (size_t k = 0; k < mats[i].K; k++)
             for (size_t n = 0; n < mats[i].N; n++) {
-                float a = mats[i].transposed
-                          ? mats[i].src[n * mats[i].K + k]
-                          : mats[i].src[k * mats[i].N + n];
+                float a = element(t, mats[i].transposed ? n * mats[i].K + k
+                                                        : k * mats[i].N + n);
                 if (m->panel_dtype == PANEL_F16)
                     a = half_to_float(half_from_float(a));
                 float b = panel_at(mats[i].packed, m->panel_dtype, mats[i].K,
@@ -213,6 +248,7 @@ static void check_model(const model *m)
                            "panel copy of matrix %zu differs at (%zu, %zu)",
                            i, k, n);
             }
+    }
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -232,23 +268,25 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
      * write for those keeps the fuzzer fast where nothing can be learnt. */
     bool has_wte = safetensors_find(&f, "wte.weight") != NULL ||
                    safetensors_find(&f, "transformer.wte.weight") != NULL;
-    safetensors_free(&f);
-    if (!has_wte)
+    if (!has_wte) {
+        safetensors_free(&f);
         return 0;
+    }
 
     write_file(model_path, data, size);
     model m;
     if (model_load(&m, dir, MODEL_DTYPE_AUTO, &err) == 0) {
-        check_model(&m);
+        check_model(&m, &f);
         model_free(&m);
         /* whatever loads as stored also loads as halves */
         FUZZ_CHECK(model_load(&m, dir, MODEL_DTYPE_FLOAT16, &err) == 0,
                    "loads as stored but not as float16: %s", err.message);
         FUZZ_CHECK(m.panel_dtype == PANEL_F16, "float16 gave float panels");
-        check_model(&m);
+        check_model(&m, &f);
         model_free(&m);
     } else {
         FUZZ_CHECK(err.message[0] != '\0', "model refused without a message");
     }
+    safetensors_free(&f);
     return 0;
 }

@@ -333,13 +333,13 @@ static void check_bound(const model *m, spec *s, const char *prefix)
 {
     char n[96];
     snprintf(n, sizeof n, "%swte.weight", prefix);
-    check_values(m->wte, find(s, n));
-    if (m->lm_head == m->wte)
+    if (m->tied)
         check_vocab_panels(m->lm_head_wp, m->panel_dtype, find(s, n));
+    else
+        check_values(m->wte, find(s, n));
     snprintf(n, sizeof n, "%swpe.weight", prefix);
     check_values(m->wpe, find(s, n));
     snprintf(n, sizeof n, "%sh.1.attn.c_attn.weight", prefix);
-    check_values(m->layers[1].attn_w, find(s, n));
     check_panels(m->layers[1].attn_wp, m->panel_dtype, find(s, n), C, 3 * C, false);
     snprintf(n, sizeof n, "%sh.0.mlp.c_proj.weight", prefix);
     check_panels(m->layers[0].mlp_proj_wp, m->panel_dtype, find(s, n), 4 * C, C, false);
@@ -369,7 +369,8 @@ START_TEST(test_loads_plain_hf_names)
     ck_assert_uint_eq(m.config.vocab_size, V);
     ck_assert_float_eq_tol(m.config.layer_norm_epsilon, 1e-5f, 1e-12f);
     check_bound(&m, &s, "");
-    ck_assert_ptr_eq(m.lm_head, m.wte);          /* tied */
+    ck_assert(m.tied);
+    ck_assert_ptr_null(m.wte);                   /* the panels serve it */
     ck_assert_ptr_null(m.widened);               /* F32 used in place */
     ck_assert_str_eq(m.name, strrchr(tmpdir, '/') + 1);
     size_t per_layer = 4 * C + C * 3 * C + 3 * C + C * C + C + C * 4 * C +
@@ -408,15 +409,16 @@ START_TEST(test_lm_head_equal_to_wte_is_shared_different_is_used)
     model m;
     gpt2d_error err = {{0}};
     ck_assert_msg(model_load(&m, tmpdir, MODEL_DTYPE_AUTO, &err) == 0, "%s", err.message);
-    ck_assert_ptr_eq(m.lm_head, m.wte);
+    ck_assert(m.tied);
+    check_vocab_panels(m.lm_head_wp, m.panel_dtype, find(&s, "wte.weight"));
     model_free(&m);
 
     head = find(&s, "lm_head.weight");
     head->scale = 42.0f;                           /* untied */
     write_safetensors(tmpdir, &s, 0);
     ck_assert_msg(model_load(&m, tmpdir, MODEL_DTYPE_AUTO, &err) == 0, "%s", err.message);
-    ck_assert_ptr_ne(m.lm_head, m.wte);
-    check_values(m.lm_head, head);
+    ck_assert(!m.tied);
+    check_values(m.wte, find(&s, "wte.weight"));  /* the embedding's rows */
     check_vocab_panels(m.lm_head_wp, m.panel_dtype, head);
     model_free(&m);
     remove_dir();
@@ -435,9 +437,12 @@ START_TEST(test_widens_f16_and_bf16_tensors)
     model m;
     gpt2d_error err = {{0}};
     ck_assert_msg(model_load(&m, tmpdir, MODEL_DTYPE_AUTO, &err) == 0, "%s", err.message);
-    ck_assert_ptr_nonnull(m.widened);
     check_bound(&m, &s, "");
-    ck_assert_ptr_eq(m.lm_head, m.wte);
+    ck_assert(m.tied);
+    /* only the vector is kept widened: the matrices went straight from the
+     * file's halves into float panels */
+    ck_assert_ptr_nonnull(m.widened);
+    ck_assert_uint_eq(m.n_widened, C);
     model_free(&m);
     remove_dir();
 }
@@ -485,12 +490,31 @@ START_TEST(test_auto_dtype_follows_the_checkpoint)
     ck_assert_int_eq(m.dtype, MODEL_DTYPE_FLOAT16);
     ck_assert_int_eq(m.panel_dtype, PANEL_F16);
     check_bound(&m, &s, "");
+    /* every weight is held once: only wpe and the vectors are widened, the
+     * matrices (and the tied wte) live only in the panels */
+    const size_t wpe_and_vectors = T * C + L * 13 * C + 2 * C;
+    ck_assert_uint_eq(m.n_widened, wpe_and_vectors);
     model_free(&m);
     ck_assert_msg(model_load(&m, tmpdir, MODEL_DTYPE_FLOAT32, &err) == 0,
                   "%s", err.message);
     ck_assert_int_eq(m.panel_dtype, PANEL_F32);
     check_bound(&m, &s, "");
+    ck_assert_uint_eq(m.n_widened, wpe_and_vectors);
     model_free(&m);
+
+    /* an untied model keeps wte's rows for the embedding, but lm_head only
+     * as panels */
+    tspec *head = add(&s, "", "lm_head.weight", V, C);
+    head->dtype = "F16";
+    write_safetensors(tmpdir, &s, 0);
+    ck_assert_msg(model_load(&m, tmpdir, MODEL_DTYPE_FLOAT32, &err) == 0,
+                  "%s", err.message);
+    ck_assert(!m.tied);
+    check_bound(&m, &s, "");
+    check_vocab_panels(m.lm_head_wp, m.panel_dtype, head);
+    ck_assert_uint_eq(m.n_widened, wpe_and_vectors + V * C);
+    model_free(&m);
+    s.n--;
 
     find(&s, "ln_f.bias")->dtype = "F32";
     write_safetensors(tmpdir, &s, 0);
@@ -664,7 +688,7 @@ START_TEST(test_loads_generated_tiny_model)
     ck_assert_uint_eq(m.config.vocab_size, 50257);
     ck_assert_uint_eq(m.config.n_embd % m.config.n_head, 0);
     ck_assert_str_eq(m.name, "tiny");
-    ck_assert_ptr_eq(m.lm_head, m.wte);
+    ck_assert(m.tied);
     model_free(&m);
 }
 END_TEST
