@@ -1477,9 +1477,5 @@ int main(void)
         return 77;
     }
     fclose(probe);
-    SRunner *sr = srunner_create(engine_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return test_run_suite(engine_suite());
 }

@@ -1009,10 +1009,7 @@ int main(void)
         json_decref(g_cases);
         return EXIT_FAILURE;
     }
-    SRunner *sr = srunner_create(forward_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
+    int status = test_run_suite(forward_suite());
     json_decref(g_cases);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return status;
 }

@@ -160,9 +160,5 @@ int main(void)
     tcase_add_test(tc, test_every_half_round_trips);
     tcase_add_test(tc, test_f16c_and_portable_code_agree);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return test_run_suite(s);
 }

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "gpt2d/hugepages.h"
+#include "test_util.h"
 
 /* Whether the mapping holding `p` carries the VmFlags token `flag`. */
 static int vm_flag(const void *p, const char *flag)
@@ -78,9 +79,5 @@ int main(void)
     tcase_add_test(tc, test_small_buffers_stay_on_ordinary_pages);
     tcase_add_test(tc, test_sizes_that_cannot_be_rounded_are_refused);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return test_run_suite(s);
 }

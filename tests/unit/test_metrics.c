@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "gpt2d/metrics.h"
+#include "test_util.h"
 
 /* ---- a small parser for the text format ---- */
 
@@ -651,9 +652,5 @@ static Suite *metrics_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(metrics_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return test_run_suite(metrics_suite());
 }

@@ -721,9 +721,5 @@ static Suite *model_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(model_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return test_run_suite(model_suite());
 }

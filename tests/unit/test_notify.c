@@ -20,6 +20,7 @@
 
 #include "gpt2d/log.h"
 #include "gpt2d/notify.h"
+#include "test_util.h"
 
 /* ---- the receiving side ---- */
 
@@ -413,9 +414,5 @@ static Suite *notify_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(notify_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return test_run_suite(notify_suite());
 }

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "gpt2d/safetensors.h"
+#include "test_util.h"
 
 /* A file: 8-byte length, `header`, then `data_bytes` bytes of 0xAB. */
 static uint8_t *make_file(const char *header, size_t data_bytes, size_t *size)
@@ -185,9 +186,5 @@ static Suite *safetensors_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(safetensors_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return test_run_suite(safetensors_suite());
 }

@@ -704,9 +704,5 @@ static Suite *settings_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(settings_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return test_run_suite(settings_suite());
 }

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "gpt2d/textstream.h"
+#include "test_util.h"
 
 static textstream ts;
 
@@ -352,9 +353,5 @@ static Suite *textstream_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(textstream_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return test_run_suite(textstream_suite());
 }

@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include "gpt2d/threadpool.h"
+#include "test_util.h"
 
 enum { MAX_TASKS = 4096 };
 
@@ -215,9 +216,5 @@ static Suite *threadpool_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(threadpool_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return test_run_suite(threadpool_suite());
 }

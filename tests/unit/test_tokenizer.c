@@ -718,9 +718,5 @@ static Suite *tokenizer_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(tokenizer_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failures = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failures ? EXIT_FAILURE : EXIT_SUCCESS;
+    return test_run_suite(tokenizer_suite());
 }

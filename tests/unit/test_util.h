@@ -16,6 +16,7 @@
 #ifndef GPT2D_TEST_UTIL_H
 #define GPT2D_TEST_UTIL_H
 
+#include <check.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -77,6 +78,17 @@ static inline unsigned test_slowdown(void)
 static inline double test_deadline(double native)
 {
     return native * (double)test_slowdown();
+}
+
+/* Runs suite s (the runner owns it) and turns its failures into main's exit
+ * status. */
+static inline int test_run_suite(Suite *s)
+{
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }
 
 #endif
