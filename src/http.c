@@ -29,6 +29,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -138,6 +139,7 @@ typedef struct http_request {
     size_t len, cap;
     bool too_large;
     bool responded;
+    bool close_after;           /* the framing is in doubt: end the connection */
     int status;
     api_response resp;
     atomic_int refs;
@@ -222,9 +224,13 @@ static int keys_load(key_set *k, const settings *cfg, gpt2d_error *err)
 bool http_key_matches(const char *const *keys, size_t n_keys,
                       const char *header)
 {
-    if (header == NULL || strncmp(header, "Bearer ", 7) != 0)
+    /* the scheme is case-insensitive (RFC 9110 §11.1) */
+    if (header == NULL || strncasecmp(header, "Bearer", 6) != 0 ||
+        header[6] != ' ')
         return false;
-    const char *given = header + 7;
+    const char *given = header + 6;
+    while (*given == ' ')
+        given++;
     size_t glen = strlen(given);
     unsigned match = 0;
     /* Every key is compared over its whole length whatever the bytes are, so
@@ -791,6 +797,8 @@ static enum MHD_Result send_api_response(http_request *hr)
     }
     if (r->status == 401)
         MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
+    if (hr->close_after)
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
     add_common_headers(hr, resp);
     hr->status = r->status;
     hr->responded = true;
@@ -912,14 +920,62 @@ static enum MHD_Result send_preflight(http_request *hr)
     return rc;
 }
 
-/* Everything that can be refused before the body is read: unknown path,
- * wrong method, missing key, a declared body that is too large.  Returns
- * true when a response was queued (into *rc). */
+typedef struct framing {
+    unsigned content_lengths;
+    const char *transfer_encoding;
+} framing;
+
+static enum MHD_Result count_framing(void *cls, enum MHD_ValueKind kind,
+                                     const char *key, const char *value)
+{
+    (void)kind;
+    framing *f = cls;
+    if (strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH) == 0)
+        f->content_lengths++;
+    else if (strcasecmp(key, MHD_HTTP_HEADER_TRANSFER_ENCODING) == 0)
+        f->transfer_encoding = value;
+    return MHD_YES;
+}
+
+/* A body whose length the headers do not settle is refused, and the
+ * connection closed after the answer (RFC 9112 §6.3): libmicrohttpd takes
+ * the first of several Content-Length headers, so a second one, which a
+ * proxy in front may have read instead, would smuggle the rest of the body
+ * in as a request of its own; and it waits for a body in a transfer coding
+ * it cannot decode until the request deadline. */
+static bool refuse_framing(http_request *hr, enum MHD_Result *rc)
+{
+    framing f = { 0 };
+    MHD_get_connection_values(hr->conn, MHD_HEADER_KIND, count_framing, &f);
+    if (f.content_lengths > 1) {
+        hr->close_after = true;
+        *rc = send_error(hr, 400, NULL,
+                         "%u Content-Length headers: a request may have one",
+                         f.content_lengths);
+        return true;
+    }
+    if (f.transfer_encoding != NULL &&
+        strcasecmp(f.transfer_encoding, "chunked") != 0) {
+        hr->close_after = true;
+        *rc = send_error(hr, 501, NULL,
+                         "Transfer-Encoding \"%.64s\" is not supported (only chunked)",
+                         f.transfer_encoding);
+        return true;
+    }
+    return false;
+}
+
+/* Everything that can be refused before the body is read: a body whose
+ * length is in doubt, unknown path, wrong method, missing key, a declared
+ * body that is too large.  Returns true when a response was queued (into
+ * *rc). */
 static bool early_checks(http_request *hr, enum MHD_Result *rc)
 {
     http_server *srv = hr->srv;
     const route *r = hr->route;
     const char *cors = srv->cfg->cors_origin;
+    if (refuse_framing(hr, rc))
+        return true;
     if (strcmp(hr->method, "OPTIONS") == 0 && cors != NULL && cors[0] != '\0' &&
         r->id != ROUTE_NONE) {
         *rc = send_preflight(hr);

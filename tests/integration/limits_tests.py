@@ -1155,6 +1155,12 @@ RAW_CASES = [
     ("raw_declared_length_over_max_body",
      b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000000\r\n\r\n",
      413, True),
+    ("raw_transfer_coding_other_than_chunked_is_501",
+     b"POST /tokenize HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n\r\n{}",
+     501, True),
+    ("raw_two_content_lengths_are_400",
+     b"POST /tokenize HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n"
+     b"Content-Length: 2\r\n\r\n{}", 400, True),
     ("raw_content_length_not_a_number",
      b"POST /tokenize HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n{}", 400, False),
     ("raw_header_over_mhd_memory",
@@ -1185,6 +1191,34 @@ class InvalidInput(LimitCase):
             e = json.loads(r.body)["error"]
             self.assertIsNone(e["param"], e)
             self.assertEqual(e["type"], "invalid_request_error", e)
+
+
+def _smuggling_test(self):
+    """Two Content-Length headers that disagree: a proxy in front may have
+    framed the body by the other one, so the request is refused and the
+    connection closed; what follows the first length is never served as a
+    request of its own."""
+    body = b'{"content": "Hi"}'
+    smuggled = b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n"
+    data = (b"POST /tokenize HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n"
+            b"Content-Length: %d\r\n\r\n" % (len(body) + len(smuggled))
+            + body + smuggled)
+    with socket.create_connection(("127.0.0.1", self.server.port)) as sock:
+        sock.sendall(data)
+        sock.settimeout(10)
+        received = b""
+        while True:
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            received += chunk
+    self.assertEqual(received.count(b"HTTP/1.1 "), 1, received[:300])
+    self.assertTrue(received.startswith(b"HTTP/1.1 400"), received[:100])
+    self.assertIn(b"Content-Length headers", received)
+
+
+InvalidInput.test_raw_conflicting_content_lengths_close_the_connection = \
+    _smuggling_test
 
 
 def _add_input_tests():

@@ -667,6 +667,11 @@ START_TEST(test_api_key_must_match_exactly)
     ck_assert(!http_key_matches(keys, 2, "Bearer "));
     ck_assert(!http_key_matches(keys, 2, "alpha"));
     ck_assert(!http_key_matches(keys, 2, "Basic alpha"));
+    /* the scheme is case-insensitive; any spaces may follow it */
+    ck_assert(http_key_matches(keys, 2, "bearer alpha"));
+    ck_assert(http_key_matches(keys, 2, "BEARER   beta-key"));
+    ck_assert(!http_key_matches(keys, 2, "Beareralpha"));
+    ck_assert(!http_key_matches(keys, 2, "Bearerx alpha"));
     ck_assert(!http_key_matches(keys, 2, NULL));
     ck_assert(!http_key_matches(keys, 0, "Bearer alpha"));
 }
