@@ -14,6 +14,8 @@
 #include <sys/random.h>
 #include <unistd.h>
 
+#include "gpt2d/utf8.h"
+
 /* OpenAI's `type` for each status we send. */
 static const char *error_type(int status)
 {
@@ -121,78 +123,13 @@ json_t *api_parse_object(const char *body, size_t len, api_error *e)
 
 /* ---- UTF-8 ---- */
 
-/* Length of the valid UTF-8 sequence at s (1..4), 0 if invalid, or -1 if it
- * is a valid beginning cut short by the end of the buffer. */
-static int utf8_seq(const unsigned char *s, size_t avail)
-{
-    unsigned char c = s[0];
-    int n;
-    unsigned char lo = 0x80, hi = 0xBF;   /* bounds of the second byte */
-    if (c < 0x80) return 1;
-    else if (c >= 0xC2 && c <= 0xDF) n = 2;
-    else if (c >= 0xE0 && c <= 0xEF) {
-        n = 3;
-        if (c == 0xE0) lo = 0xA0;         /* no overlong forms */
-        if (c == 0xED) hi = 0x9F;         /* no surrogates */
-    } else if (c >= 0xF0 && c <= 0xF4) {
-        n = 4;
-        if (c == 0xF0) lo = 0x90;
-        if (c == 0xF4) hi = 0x8F;         /* nothing past U+10FFFF */
-    } else
-        return 0;
-    for (int i = 1; i < n; i++) {
-        if ((size_t)i >= avail)
-            return -1;
-        unsigned char lo_i = i == 1 ? lo : 0x80, hi_i = i == 1 ? hi : 0xBF;
-        if (s[i] < lo_i || s[i] > hi_i)
-            return 0;
-    }
-    return n;
-}
-
-size_t api_utf8_complete_prefix(const char *s, size_t len)
-{
-    const unsigned char *u = (const unsigned char *)s;
-    size_t i = 0;
-    while (i < len) {
-        int n = utf8_seq(u + i, len - i);
-        if (n < 0)
-            return i;           /* an unfinished character: hold it back */
-        i += n > 0 ? (size_t)n : 1;   /* invalid bytes never complete; pass them */
-    }
-    return len;
-}
-
-size_t api_utf8_count(const char *s, size_t len)
-{
-    size_t n = 0;
-    for (size_t i = 0; i < len; i++)
-        if (((unsigned char)s[i] & 0xC0) != 0x80)
-            n++;
-    return n;
-}
-
 json_t *api_json_string_bytes(const char *s, size_t len)
 {
-    const unsigned char *u = (const unsigned char *)s;
-    /* Each invalid byte may grow to the 3 bytes of U+FFFD. */
+    /* each ill-formed byte may grow to the 3 bytes of U+FFFD */
     char *clean = malloc(len * 3 + 1);
     if (clean == NULL)
         return NULL;
-    size_t o = 0;
-    for (size_t i = 0; i < len;) {
-        int n = utf8_seq(u + i, len - i);
-        if (n > 0) {
-            memcpy(clean + o, s + i, (size_t)n);
-            o += (size_t)n;
-            i += (size_t)n;
-        } else {
-            memcpy(clean + o, "\xEF\xBF\xBD", 3);
-            o += 3;
-            i++;
-        }
-    }
-    json_t *j = json_stringn_nocheck(clean, o);
+    json_t *j = json_stringn_nocheck(clean, utf8_render(s, len, clean));
     free(clean);
     return j;
 }
@@ -203,16 +140,8 @@ char *api_token_string(const tokenizer *tok, int32_t id)
     const char *bytes = tokenizer_token_bytes(tok, id, &len);
     if (bytes == NULL)
         return strdup("");
-    bool valid = true;
-    for (size_t i = 0; i < len && valid;) {
-        int n = utf8_seq((const unsigned char *)bytes + i, len - i);
-        if (n <= 0)
-            valid = false;
-        else
-            i += (size_t)n;
-    }
     /* NUL bytes are valid UTF-8 but would cut a C string short. */
-    if (valid && memchr(bytes, '\0', len) == NULL)
+    if (utf8_valid(bytes, len) && memchr(bytes, '\0', len) == NULL)
         return strndup(bytes, len);
     char *out = malloc(sizeof "bytes:" + len * 4);
     if (out == NULL)

@@ -528,11 +528,13 @@ static json_t *top_json(const tokenizer *tok, const gen_token *t)
     return o;
 }
 
-static size_t token_chars(const tokenizer *tok, int32_t id)
+/* Moves `at` past token id's bytes. */
+static void cursor_advance(text_cursor *at, const tokenizer *tok, int32_t id)
 {
     size_t len = 0;
     const char *b = tokenizer_token_bytes(tok, id, &len);
-    return b != NULL ? api_utf8_count(b, len) : 0;
+    if (b != NULL)
+        at->chars += utf8_count_starts(&at->utf8, b, len);
 }
 
 /* Appends one token's entries to the four logprobs arrays. */
@@ -555,21 +557,22 @@ static void logprobs_append(json_t *lp, const tokenizer *tok,
 json_t *completion_logprobs_json(const tokenizer *tok,
                                  const gen_token *prompt, size_t n_prompt,
                                  const gen_token *gen, size_t from, size_t to,
-                                 size_t base_offset, size_t max_offset)
+                                 text_cursor *at, size_t max_offset)
 {
     json_t *lp = json_pack("{s:[], s:[], s:[], s:[]}", "tokens", "token_logprobs",
                            "top_logprobs", "text_offset");
     if (lp == NULL)
         return NULL;
-    size_t offset = base_offset;
     for (size_t i = 0; prompt != NULL && i < n_prompt; i++) {
-        logprobs_append(lp, tok, &prompt[i], i == 0, offset);
-        offset += token_chars(tok, prompt[i].token);
+        logprobs_append(lp, tok, &prompt[i], i == 0, at->chars);
+        cursor_advance(at, tok, prompt[i].token);
     }
+    if (prompt != NULL)
+        at->utf8 = (utf8_decoder){ 0 };
     for (size_t i = from; i < to; i++) {
         logprobs_append(lp, tok, &gen[i], false,
-                        offset < max_offset ? offset : max_offset);
-        offset += token_chars(tok, gen[i].token);
+                        at->chars < max_offset ? at->chars : max_offset);
+        cursor_advance(at, tok, gen[i].token);
     }
     return lp;
 }
@@ -598,8 +601,12 @@ json_t *completion_choice_json(const tokenizer *tok,
 {
     char *ptext = NULL;
     size_t plen = 0;
-    if (req->echo && prompt_bytes(tok, &req->prompts[prompt_index], &ptext, &plen) != 0)
+    if ((req->echo || req->logprobs) &&
+        prompt_bytes(tok, &req->prompts[prompt_index], &ptext, &plen) != 0)
         return NULL;
+    const size_t prompt_chars = utf8_chars(ptext, plen);
+    if (!req->echo)
+        plen = 0;               /* offsets count the prompt; text omits it */
     size_t len = plen + out->text_len;
     char *text = malloc(len + 1);
     if (text == NULL) {
@@ -613,12 +620,12 @@ json_t *completion_choice_json(const tokenizer *tok,
     json_t *logprobs = json_null();
     if (req->logprobs) {
         bool scored = req->echo && out->prompt_scores != NULL;
+        text_cursor at = { .chars = scored ? 0 : prompt_chars };
         json_decref(logprobs);
         logprobs = completion_logprobs_json(
             tok, scored ? out->prompt_scores : NULL, scored ? out->n_prompt_scored : 0,
-            out->tokens, 0, out->n_tokens,
-            scored ? 0 : api_utf8_count(text, plen),
-            api_utf8_count(text, len));
+            out->tokens, 0, out->n_tokens, &at,
+            prompt_chars + utf8_chars(out->text, out->text_len));
     }
     const char *fin = finish_string(out->finish);
     json_t *choice = json_pack("{s:o, s:I, s:o, s:o}",
@@ -950,7 +957,7 @@ void api_completions(const api_ctx *ctx, const char *body, size_t len,
 typedef struct choice_state {
     size_t tokens_sent;         /* generated tokens already chunked */
     size_t text_sent;           /* bytes of gen_output.text already sent */
-    size_t chars_before;        /* text_offset of the next token */
+    text_cursor next;           /* where the next generated token starts */
     bool echo_sent;
     bool final_sent;
 } choice_state;
@@ -1009,6 +1016,24 @@ static int stream_chunk(api_stream *s, size_t index, const char *text,
     return stream_event(s, envelope(s->run, json_pack("[o]", choice)));
 }
 
+/* text_offset counts from the prompt's start, echoed or not: each
+ * choice's first generated token sits at its prompt's length. */
+static int stream_start_offsets(api_stream *s)
+{
+    const completion_request *req = &s->run->req;
+    for (size_t p = 0; req->logprobs && p < req->n_prompts; p++) {
+        char *ptext = NULL;
+        size_t plen = 0;
+        if (prompt_bytes(s->run->ctx->tok, &req->prompts[p], &ptext,
+                         &plen) != 0)
+            return -1;
+        for (size_t i = 0; i < req->n; i++)
+            s->choices[p * req->n + i].next.chars = utf8_chars(ptext, plen);
+        free(ptext);
+    }
+    return 0;
+}
+
 static api_stream *stream_create(completion_run *run)
 {
     api_stream *s = calloc(1, sizeof *s);
@@ -1017,7 +1042,8 @@ static api_stream *stream_create(completion_run *run)
     s->run = run;
     s->choices = calloc(run->req.n_prompts * run->req.n, sizeof *s->choices);
     s->versions = calloc(run->req.n_prompts, sizeof *s->versions);
-    if (s->choices == NULL || s->versions == NULL) {
+    if (s->choices == NULL || s->versions == NULL ||
+        stream_start_offsets(s) != 0) {
         free(s->choices);
         free(s->versions);
         free(s);
@@ -1040,11 +1066,12 @@ static int stream_echo(api_stream *s, size_t p, size_t index,
     if (prompt_bytes(s->run->ctx->tok, &req->prompts[p], &ptext, &plen) != 0)
         return -1;
     json_t *lp = NULL;
+    text_cursor at = { 0 };
     if (scoring && out->prompt_scores != NULL)
         lp = completion_logprobs_json(s->run->ctx->tok, out->prompt_scores,
-                                      out->n_prompt_scored, NULL, 0, 0, 0, SIZE_MAX);
+                                      out->n_prompt_scored, NULL, 0, 0, &at,
+                                      SIZE_MAX);
     int rc = stream_chunk(s, index, ptext, plen, lp, NULL);
-    cs->chars_before = api_utf8_count(ptext, plen);
     cs->echo_sent = true;
     free(ptext);
     return rc;
@@ -1058,7 +1085,7 @@ size_t completion_stream_delta_end(const gen_output *out, size_t token,
         end = out->text_len;
     if (end < text_sent)
         end = text_sent;
-    return text_sent + api_utf8_complete_prefix(out->text + text_sent, end - text_sent);
+    return text_sent + utf8_complete_prefix(out->text + text_sent, end - text_sent);
 }
 
 /* Chunks for everything new in one choice; *any set when something was added. */
@@ -1082,12 +1109,11 @@ static int stream_choice(api_stream *s, size_t p, size_t index,
         json_t *lp = NULL;
         if (req->logprobs)
             lp = completion_logprobs_json(tok, NULL, 0, out->tokens, i, i + 1,
-                                          cs->chars_before, SIZE_MAX);
+                                          &cs->next, SIZE_MAX);
         if (stream_chunk(s, index, out->text + cs->text_sent, end - cs->text_sent,
                          lp, NULL) != 0)
             return -1;
         cs->text_sent = end;
-        cs->chars_before += token_chars(tok, out->tokens[i].token);
         *any = true;
     }
     if (out->finish != FINISH_NONE && out->finish != FINISH_CANCELLED) {

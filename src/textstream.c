@@ -15,8 +15,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char REPLACEMENT[3] = { '\xEF', '\xBF', '\xBD' }; /* U+FFFD */
-
 int textstream_init(textstream *ts, size_t max_input_bytes,
                     const char *const *stops, size_t n_stops,
                     gpt2d_error *err)
@@ -65,74 +63,6 @@ void textstream_free(textstream *ts)
     memset(ts, 0, sizeof *ts);
 }
 
-/* ---- UTF-8 decoding (the WHATWG "maximal subpart" rule: an ill-formed
- * sequence becomes one U+FFFD and the byte that broke it starts afresh) ---- */
-
-static void emit(textstream *ts, const void *bytes, size_t n)
-{
-    memcpy(ts->text + ts->len, bytes, n);
-    ts->len += n;
-}
-
-/* Continuation bytes needed after lead byte `b`; -1 if `b` cannot start a
- * character. */
-static int utf8_need(unsigned char b)
-{
-    if (b < 0x80)
-        return 0;
-    if (b >= 0xC2 && b <= 0xDF)
-        return 1;
-    if (b >= 0xE0 && b <= 0xEF)
-        return 2;
-    if (b >= 0xF0 && b <= 0xF4)
-        return 3;
-    return -1;
-}
-
-/* Whether `b` may follow the bytes held so far.  The second byte's range is
- * narrowed after E0/ED/F0/F4 to refuse overlong forms, surrogates and code
- * points past U+10FFFF. */
-static bool utf8_continues(const textstream *ts, unsigned char b)
-{
-    unsigned char lo = 0x80, hi = 0xBF;
-    if (ts->n_partial == 1) {
-        switch (ts->partial[0]) {
-        case 0xE0: lo = 0xA0; break;
-        case 0xED: hi = 0x9F; break;
-        case 0xF0: lo = 0x90; break;
-        case 0xF4: hi = 0x8F; break;
-        default: break;
-        }
-    }
-    return b >= lo && b <= hi;
-}
-
-static void decode_byte(textstream *ts, unsigned char b)
-{
-    if (ts->n_partial > 0) {
-        if (utf8_continues(ts, b)) {
-            ts->partial[ts->n_partial++] = b;
-            if (ts->n_partial == ts->need + 1) {
-                emit(ts, ts->partial, ts->n_partial);
-                ts->n_partial = 0;
-            }
-            return;
-        }
-        emit(ts, REPLACEMENT, sizeof REPLACEMENT);
-        ts->n_partial = 0;
-    }
-    int need = utf8_need(b);
-    if (need < 0) {
-        emit(ts, REPLACEMENT, sizeof REPLACEMENT);
-    } else if (need == 0) {
-        emit(ts, &b, 1);
-    } else {
-        ts->partial[0] = b;
-        ts->n_partial = 1;
-        ts->need = (size_t)need;
-    }
-}
-
 /* ---- stop strings ---- */
 
 /* Earliest start of a complete stop string in the unreleased tail, or
@@ -179,7 +109,7 @@ static textstream_status settle(textstream *ts, bool final)
         ts->len = stop_at;
         ts->released = stop_at;
         ts->stopped = true;
-        ts->n_partial = 0;
+        ts->utf8 = (utf8_decoder){ 0 };
         return TEXTSTREAM_STOPPED;
     }
     ts->released = final ? ts->len : ts->len - hold_back(ts);
@@ -196,8 +126,11 @@ textstream_status textstream_push(textstream *ts, const char *bytes,
     if (len > ts->input_left)
         return TEXTSTREAM_FULL;
     ts->input_left -= len;
+    /* room: every output byte stands for input already counted against
+     * cap (3 per input byte at most) */
     for (size_t i = 0; i < len; i++)
-        decode_byte(ts, (unsigned char)bytes[i]);
+        ts->len += utf8_feed(&ts->utf8, (unsigned char)bytes[i],
+                             ts->text + ts->len, NULL);
     return settle(ts, false);
 }
 
@@ -206,9 +139,6 @@ void textstream_finish(textstream *ts)
     if (ts->stopped || ts->finished)
         return;
     ts->finished = true;
-    if (ts->n_partial > 0) {
-        emit(ts, REPLACEMENT, sizeof REPLACEMENT);
-        ts->n_partial = 0;
-    }
+    ts->len += utf8_finish(&ts->utf8, ts->text + ts->len);
     settle(ts, true);
 }

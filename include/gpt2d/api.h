@@ -24,6 +24,7 @@
 #include "gpt2d/model.h"
 #include "gpt2d/settings.h"
 #include "gpt2d/tokenizer.h"
+#include "gpt2d/utf8.h"
 
 /* Everything a handler needs, shared read-only by all connections. */
 typedef struct api_ctx {
@@ -160,15 +161,28 @@ void completion_request_free(completion_request *req);
 void completion_rank(const gen_output *const *outs, size_t n_seq,
                      size_t *order);
 
+/* Where the next token's text starts: its text_offset (characters of the
+ * prompt and completion before it, as the client receives them), and the
+ * decoding state of the bytes before it, since a character may span
+ * tokens.  Zeroed: the start of a prompt. */
+typedef struct text_cursor {
+    size_t chars;
+    utf8_decoder utf8;
+} text_cursor;
+
 /* The logprobs object of one choice: prompt tokens first when `prompt` is
  * non-NULL (first entry null), then generated tokens [from, to).
- * text_offset counts characters (code points) of the choice's text from
- * `base_offset`, the way OpenAI reports them; generated tokens' offsets are
- * clamped to `max_offset` (the text may stop inside the tokens). */
+ * text_offset counts characters (code points) the way OpenAI reports them:
+ * from the start of the prompt, echoed or not, so the completion's first
+ * token sits at the prompt's length.  Each token takes its offset from
+ * `at`, which advances past it; the prompt's last unfinished character (if
+ * any) ends as U+FFFD, and the completion is decoded afresh.  Generated
+ * tokens' offsets are clamped to `max_offset` (the text may stop inside
+ * the tokens). */
 json_t *completion_logprobs_json(const tokenizer *tok,
                                  const gen_token *prompt, size_t n_prompt,
                                  const gen_token *gen, size_t from, size_t to,
-                                 size_t base_offset, size_t max_offset);
+                                 text_cursor *at, size_t max_offset);
 
 /* One choice of a non-streamed response. */
 json_t *completion_choice_json(const tokenizer *tok,
@@ -187,12 +201,8 @@ size_t completion_stream_delta_end(const gen_output *out, size_t token,
 /* A token as OpenAI shows it: its bytes when they are valid UTF-8, else
  * "bytes:\xNN..." (malloc'ed). */
 char *api_token_string(const tokenizer *tok, int32_t id);
-/* Length of the longest prefix of `s` that does not end inside a UTF-8
- * character (the rest is held back until it completes). */
-size_t api_utf8_complete_prefix(const char *s, size_t len);
-/* Code points in s[0, len) (continuation bytes are not counted). */
-size_t api_utf8_count(const char *s, size_t len);
-/* A JSON string of arbitrary bytes: invalid UTF-8 becomes U+FFFD. */
+/* A JSON string of arbitrary bytes, rendered by utf8.h (ill-formed
+ * sequences become U+FFFD). */
 json_t *api_json_string_bytes(const char *s, size_t len);
 /* "cmpl-" + 24 random hex digits into buf (>= 30 bytes). */
 void api_random_id(char *buf, size_t size, const char *prefix);

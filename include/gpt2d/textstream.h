@@ -23,6 +23,7 @@
 #include <stddef.h>
 
 #include "gpt2d/error.h"
+#include "gpt2d/utf8.h"
 
 #define TEXTSTREAM_MAX_STOP 4
 
@@ -38,8 +39,7 @@ typedef struct textstream {
     size_t released;
     size_t cap;
     size_t input_left;          /* input bytes still accepted */
-    unsigned char partial[4];   /* an incomplete UTF-8 character */
-    size_t n_partial, need;     /* bytes held, bytes the character needs */
+    utf8_decoder utf8;          /* an unfinished character's bytes */
     char *stop[TEXTSTREAM_MAX_STOP];
     size_t stop_len[TEXTSTREAM_MAX_STOP];
     size_t n_stop;

@@ -622,7 +622,8 @@ class T2Completions(ApiCase):
             if lp["tokens"][i - 1].isascii():
                 self.assertEqual(offs[i] - offs[i - 1],
                                  len(lp["tokens"][i - 1]))
-        self.assertIn(offs[0], (0, len(text_of(prompt))))
+        # counted from the prompt's start, as OpenAI does without echo
+        self.assertEqual(offs[0], len(text_of(prompt)))
         for i, top in enumerate(lp["top_logprobs"]):
             self.assertIsInstance(top, dict)
             self.assertTrue(1 <= len(top) <= 3, top)
@@ -726,6 +727,45 @@ class T3Streaming(ApiCase):
         self.assertTrue(done)
         self.assertEqual(texts, {ch["index"]: ch["text"] for ch in plain["choices"]})
         self.assertEqual(finish, {0: "length", 1: "length"})
+
+    def test_text_offsets_index_the_text_received(self):
+        """text_offset counts characters of the text the client receives,
+        from the prompt's start, echoed or not.  Token bytes that are not
+        UTF-8 render as Python renders them (U+FFFD per maximal subpart), a
+        lone byte is one such character, and a character split over tokens
+        counts where it starts.  Streamed and whole responses agree."""
+        c = main_client()
+        # 223 is the lone byte 0x81; 158 224 105 are the three bytes of "€"
+        prompt = [15496, 223, 15496, 158, 224, 105, 15496, 158]
+
+        def render(data):
+            return data.decode("utf-8", "replace")
+
+        def token_bytes(s):
+            if s.startswith("bytes:"):
+                return bytes(int(h, 16) for h in s[6:].split("\\x")[1:])
+            return s.encode("utf-8")
+
+        pbytes = vocab().decode(prompt)
+        for echo in (False, True):
+            req = {"prompt": prompt, "max_tokens": 8, "temperature": 0,
+                   "echo": echo, "logprobs": 0, "logit_bias": NO_EOT}
+            ch = c.complete(**req)["choices"][0]
+            lp = ch["logprobs"]
+            gbytes = [token_bytes(t) for t in lp["tokens"][len(prompt) if echo else 0:]]
+            self.assertEqual(len(gbytes), 8)
+            want = [len(render(vocab().decode(prompt[:i])))
+                    for i in range(len(prompt))] if echo else []
+            want += [len(render(pbytes)) + len(render(b"".join(gbytes[:i])))
+                     for i in range(8)]
+            self.assertEqual(lp["text_offset"], want, "echo=%s" % echo)
+            self.assertEqual(ch["text"], (render(pbytes) if echo else "") +
+                             render(b"".join(gbytes)))
+            events = collect_stream(c, dict(req, stream=True))[0]
+            streamed = [o for ev in events for chs in ev.get("choices") or []
+                        if chs.get("logprobs")
+                        for o in chs["logprobs"]["text_offset"]]
+            self.assertEqual(streamed, want, "streamed, echo=%s" % echo)
 
     def test_stream_chunk_shape_usage_chunk_and_done(self):
         c = main_client()

@@ -285,8 +285,13 @@ def check_logprobs(spec, lp, prompt, text):
     for j in range(len(toks)):
         check_logprob_entry(spec, lps[j], tops[j], spec.echo and j == 0)
     need(all(isinstance(o, int) for o in offs), "text_offset %r", offs)
-    need(offs == sorted(offs) and (not offs or (offs[0] == 0 and offs[-1] <= len(text))),
-         "text_offset %r for a text of %d characters", short(offs), len(text))
+    # offsets count from the prompt's start, echoed (and then in text) or not
+    base = 0 if spec.echo else len(b"".join(
+        WORDS.vocab.bytes_of[t] for t in prompt).decode("utf-8", "replace"))
+    need(offs == sorted(offs) and (not offs or (offs[0] == base and
+                                                offs[-1] <= base + len(text))),
+         "text_offset %r for a text of %d characters after a prompt of %d",
+         short(offs), len(text), base)
     return toks[n_echo:]
 
 

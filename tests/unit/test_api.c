@@ -461,7 +461,8 @@ START_TEST(test_logprobs_object_with_echo_scores_the_prompt_first)
     for (size_t i = 0; i < n; i++)
         gen[i] = tk(ids[i], -0.25f * (float)(i + 1));
 
-    json_t *lp = completion_logprobs_json(tok, prompt, 2, gen, 0, n, 0, SIZE_MAX);
+    text_cursor at = { 0 };
+    json_t *lp = completion_logprobs_json(tok, prompt, 2, gen, 0, n, &at, SIZE_MAX);
     json_t *tokens = json_object_get(lp, "tokens");
     json_t *lps = json_object_get(lp, "token_logprobs");
     json_t *tops = json_object_get(lp, "top_logprobs");
@@ -517,6 +518,78 @@ START_TEST(test_choice_with_echo_prepends_the_prompt_text)
     ck_assert_int_eq(json_integer_value(json_array_get(json_object_get(lp, "text_offset"), 1)), 5);
     /* logprobs 0: no alternatives, but still one (empty) entry per token */
     ck_assert_uint_eq(json_object_size(json_array_get(json_object_get(lp, "top_logprobs"), 1)), 0);
+    json_decref(c);
+    completion_request_free(&req);
+}
+END_TEST
+
+/* GPT-2's byte tokens: 223 is the lone byte 0x81, 158 / 224 / 105 are
+ * 0xE2 / 0x82 / 0xAC, the three bytes of "€". */
+enum { TOK_HELLO = 15496, TOK_X81 = 223, TOK_XE2 = 158, TOK_X82 = 224,
+       TOK_XAC = 105 };
+
+static void expect_offsets(json_t *lp, const json_int_t *want, size_t n)
+{
+    json_t *offs = json_object_get(lp, "text_offset");
+    ck_assert_uint_eq(json_array_size(offs), n);
+    for (size_t i = 0; i < n; i++)
+        ck_assert_msg(json_integer_value(json_array_get(offs, i)) == want[i],
+                      "text_offset[%zu] = %lld, want %lld", i,
+                      (long long)json_integer_value(json_array_get(offs, i)),
+                      (long long)want[i]);
+}
+
+/* Offsets index the text as the client gets it: an ill-formed byte is a
+ * U+FFFD there, so it takes one character; a character split over tokens
+ * counts where it starts.  One token at a time through the same cursor
+ * (streaming) gives the same offsets as all at once. */
+START_TEST(test_text_offsets_follow_the_rendered_text)
+{
+    gen_token lone[4] = {tk(TOK_HELLO, -1), tk(TOK_X81, -1), tk(TOK_HELLO, -1),
+                         tk(TOK_HELLO, -1)};      /* "Hello\uFFFDHelloHello" */
+    gen_token euro[4] = {tk(TOK_XE2, -1), tk(TOK_X82, -1), tk(TOK_XAC, -1),
+                         tk(TOK_HELLO, -1)};      /* "\u20ACHello" */
+    const json_int_t want_lone[4] = {0, 5, 6, 11}, want_euro[4] = {0, 1, 1, 1};
+    const gen_token *cases[2] = {lone, euro};
+    const json_int_t *wants[2] = {want_lone, want_euro};
+    for (size_t c = 0; c < 2; c++) {
+        text_cursor at = { 0 };
+        json_t *lp = completion_logprobs_json(tok, NULL, 0, cases[c], 0, 4,
+                                              &at, SIZE_MAX);
+        expect_offsets(lp, wants[c], 4);
+        json_decref(lp);
+        text_cursor next = { 0 };
+        for (size_t i = 0; i < 4; i++) {
+            lp = completion_logprobs_json(tok, NULL, 0, cases[c], i, i + 1,
+                                          &next, SIZE_MAX);
+            expect_offsets(lp, &wants[c][i], 1);
+            json_decref(lp);
+        }
+        ck_assert_uint_eq(next.chars, at.chars);
+    }
+}
+END_TEST
+
+/* Without echo, offsets still count from the prompt's start (OpenAI's
+ * convention): "Hello" is 5 characters, so " world" sits at 5. */
+START_TEST(test_text_offsets_count_the_prompt_without_echo)
+{
+    completion_request req;
+    api_error e;
+    ck_assert_int_eq(parse(&req, "{\"prompt\": \"Hello\", \"logprobs\": 0}", &e), 0);
+    gen_token gen[2] = {tk(995, -2.0f), tk(995, -2.0f)};
+    size_t ends[2] = {6, 12};
+    gen_output out = {0};
+    out.tokens = gen;
+    out.n_tokens = 2;
+    out.text = " world world";
+    out.text_len = 12;
+    out.token_text_end = ends;
+    out.finish = FINISH_LENGTH;
+    json_t *c = completion_choice_json(tok, &req, 0, 0, &out);
+    ck_assert_str_eq(json_string_value(json_object_get(c, "text")), " world world");
+    const json_int_t want[2] = {5, 11};
+    expect_offsets(json_object_get(c, "logprobs"), want, 2);
     json_decref(c);
     completion_request_free(&req);
 }
@@ -595,19 +668,6 @@ START_TEST(test_stream_delta_never_passes_the_shown_text)
     out.n_tokens = 2;
     ck_assert_uint_eq(completion_stream_delta_end(&out, 0, 0), 3);
     ck_assert_uint_eq(completion_stream_delta_end(&out, 1, 3), 3);
-}
-END_TEST
-
-START_TEST(test_utf8_complete_prefix)
-{
-    ck_assert_uint_eq(api_utf8_complete_prefix("abc", 3), 3);
-    ck_assert_uint_eq(api_utf8_complete_prefix("a\xe2\x82", 3), 1);     /* € cut */
-    ck_assert_uint_eq(api_utf8_complete_prefix("a\xe2\x82\xac", 4), 4);
-    ck_assert_uint_eq(api_utf8_complete_prefix("a\xf0\x9f", 3), 1);     /* emoji cut */
-    /* invalid bytes can never complete: they are not held back */
-    ck_assert_uint_eq(api_utf8_complete_prefix("a\xff", 2), 2);
-    ck_assert_uint_eq(api_utf8_complete_prefix("\x80", 1), 1);
-    ck_assert_uint_eq(api_utf8_count("caf\xc3\xa9", 5), 4);
 }
 END_TEST
 
@@ -709,13 +769,14 @@ static Suite *api_suite(void)
     tcase_add_test(resp, test_choice_without_logprobs_has_null_logprobs_and_length_finish);
     tcase_add_test(resp, test_best_of_ranks_by_cumulative_logprob);
     tcase_add_test(resp, test_token_string_uses_bytes_form_for_partial_utf8);
+    tcase_add_test(resp, test_text_offsets_follow_the_rendered_text);
+    tcase_add_test(resp, test_text_offsets_count_the_prompt_without_echo);
     tcase_set_timeout(resp, 300);
     suite_add_tcase(s, resp);
 
     TCase *stream = tcase_create("streaming and helpers");
     tcase_add_test(stream, test_stream_holds_back_split_utf8);
     tcase_add_test(stream, test_stream_delta_never_passes_the_shown_text);
-    tcase_add_test(stream, test_utf8_complete_prefix);
     tcase_add_test(stream, test_json_string_bytes_replaces_invalid_utf8);
     tcase_add_test(stream, test_random_ids_are_prefixed_hex_and_distinct);
     tcase_add_test(stream, test_api_key_must_match_exactly);
