@@ -410,18 +410,26 @@ static gen_request *queue_at(const engine *e, size_t i)
     return e->queue[(e->q_head + i) % e->cfg.max_queue];
 }
 
-static bool session_in_use(const engine *e, const char *session)
+static bool holds_session(const gen_request *r, const char *session,
+                          bool live_only)
 {
-    for (size_t i = 0; i < e->q_len; i++) {
-        const gen_request *r = queue_at(e, i);
-        if (r->session != NULL && strcmp(r->session, session) == 0)
+    return r->session != NULL && strcmp(r->session, session) == 0 &&
+           !(live_only && atomic_load(&r->cancel) != CANCEL_NONE);
+}
+
+/* Whether a request of `session` is queued or running.  live_only skips
+ * cancelled ones: the next step reaps them before it admits anything, so
+ * a client that hangs up and comes straight back with its session is
+ * queued behind its old request's last step rather than refused. */
+static bool session_in_use(const engine *e, const char *session,
+                           bool live_only)
+{
+    for (size_t i = 0; i < e->q_len; i++)
+        if (holds_session(queue_at(e, i), session, live_only))
             return true;
-    }
-    for (size_t i = 0; i < e->n_running; i++) {
-        const gen_request *r = e->running[i];
-        if (r->session != NULL && strcmp(r->session, session) == 0)
+    for (size_t i = 0; i < e->n_running; i++)
+        if (holds_session(e->running[i], session, live_only))
             return true;
-    }
     return false;
 }
 
@@ -1035,7 +1043,7 @@ engine_status engine_submit(engine *e, const gen_params *p, gen_request **out)
     engine_status st = ENGINE_OK;
     if (e->stopping)
         st = ENGINE_STOPPING;
-    else if (r->session != NULL && session_in_use(e, r->session))
+    else if (r->session != NULL && session_in_use(e, r->session, true))
         st = ENGINE_SESSION_BUSY;
     else if (p->max_tokens == 0 && !p->score_prompt) {
         /* nothing to compute: finished before it starts */
@@ -1088,7 +1096,7 @@ int engine_session_delete(engine *e, const char *id)
     pthread_mutex_lock(&e->lock);
     int rc = kvcache_pool_delete_session(&e->kv, id);
     /* a queued request of this session has no slot yet: still "busy" */
-    if (rc == -1 && session_in_use(e, id))
+    if (rc == -1 && session_in_use(e, id, false))
         rc = -2;
     pthread_mutex_unlock(&e->lock);
     return rc;

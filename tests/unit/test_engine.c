@@ -910,6 +910,41 @@ START_TEST(test_engine_busy_session_is_refused)
 }
 END_TEST
 
+/* A client that hangs up and comes straight back with its session is not
+ * refused while its old, cancelled request waits to be reaped: the new one
+ * queues behind that request's last step and then finds the session's
+ * cache (slow steps keep the cancelled request in the running set). */
+START_TEST(test_engine_session_of_a_cancelled_request_is_free_again)
+{
+    engine *e = open_engine_paced(2, 16, 4, 50000);
+    int32_t *prompt = prompt_of(4);
+    gen_request *old = start_long(e, prompt, 4, "s");
+    /* a token lands at the end of a step, just before the next one reaps:
+     * 10 ms later that reaping is behind us and the next one at least
+     * 40 ms ahead */
+    struct timespec pause = { 0, 10000000L };
+    nanosleep(&pause, NULL);
+    gen_request_cancel(old);
+    gen_params p = greedy_params(prompt, 4, 2);
+    p.session_id = "s";
+    gen_request *again = NULL;
+    ck_assert_int_eq(submit(e, &p, &again), ENGINE_OK);
+    gen_request_lock(old);
+    ck_assert(!gen_request_finished(old));   /* still running its step */
+    gen_request_unlock(old);
+    wait_finished(again);
+    outcome o;
+    collect(again, &o);
+    ck_assert_uint_eq(o.seq[0].n_tokens, 2);
+    ck_assert_uint_eq(o.usage.cached_tokens, 4 - 1);
+    gen_request_release(again);
+    wait_finished(old);
+    gen_request_release(old);
+    engine_destroy(e);
+    free(prompt);
+}
+END_TEST
+
 START_TEST(test_engine_delete_session_forgets_its_cache)
 {
     engine *e = open_engine(2, 16, 4);
@@ -1436,6 +1471,7 @@ static Suite *engine_suite(void)
     tcase_add_test(cache, test_engine_reuses_longest_prefix_without_session);
     tcase_add_test(cache, test_engine_evicts_lru_idle_slot_never_busy);
     tcase_add_test(cache, test_engine_busy_session_is_refused);
+    tcase_add_test(cache, test_engine_session_of_a_cancelled_request_is_free_again);
     tcase_add_test(cache, test_engine_delete_session_forgets_its_cache);
     tcase_add_test(cache, test_engine_session_idle_time_is_never_negative);
     suite_add_tcase(s, cache);
