@@ -289,6 +289,11 @@ static int parse_session(completion_request *req, json_t *root, api_error *e)
         if (!session_char_ok(s[i]))
             return api_error_set(e, 400, "session_id",
                                  "session_id may only contain A-Z a-z 0-9 . _ : -");
+    /* URL path segments: clients and proxies collapse them, so
+     * DELETE /v1/sessions/.. could never reach the session */
+    if (strcmp(s, ".") == 0 || strcmp(s, "..") == 0)
+        return api_error_set(e, 400, "session_id",
+                             "session_id may not be \".\" or \"..\"");
     memcpy(req->session_id, s, len + 1);
     return 0;
 }

@@ -1015,6 +1015,8 @@ INPUT_CASES = [
     ("completions_five_stop_strings", "POST", "/v1/completions", completion(stop=list("abcde")), {}, 400, "stop", None),
     ("completions_empty_stop_string", "POST", "/v1/completions", completion(stop=""), {}, 400, "stop", None),
     ("completions_session_id_bad_character", "POST", "/v1/completions", completion(session_id="a/b"), {}, 400, "session_id", None),
+    ("completions_session_id_dot", "POST", "/v1/completions", completion(session_id="."), {}, 400, "session_id", None),
+    ("completions_session_id_dot_dot", "POST", "/v1/completions", completion(session_id=".."), {}, 400, "session_id", None),
     ("completions_session_id_too_long", "POST", "/v1/completions", completion(session_id="s" * 129), {}, 400, "session_id", None),
     ("completions_session_id_with_prompt_list", "POST", "/v1/completions", completion(prompt=["a", "b"], session_id="s"), {}, 400, "session_id", None),
     ("completions_stream_options_without_stream", "POST", "/v1/completions", completion(stream_options={"include_usage": True}), {}, 400, "stream_options", None),
