@@ -100,11 +100,42 @@ static unsigned test_min_step_usec(void)
     return us > 1000000 ? 1000000u : (unsigned)us;
 }
 
+/* The most slots a pool may have (--slots' own bound). */
+#define MAX_SLOTS 1024
+
+/* What the settings mean once the model's shapes are known: --kv-memory
+ * becomes a slot count, and the slots must leave a step room for a prefill
+ * chunk.  -1 and a message when they cannot work together. */
+static int plan_slots(daemon_state *d, gpt2d_error *err)
+{
+    settings *c = &d->cfg;
+    if (c->kv_memory > 0) {
+        const size_t per = kvcache_slot_bytes(&d->mdl.config, c->kv_half);
+        if (c->kv_memory < per)
+            return error_set(err, "--kv-memory of %zu bytes holds no KV "
+                             "slot: one takes %zu bytes (%.1f MB) for this "
+                             "model (%s)", c->kv_memory, per,
+                             (double)per / (1 << 20),
+                             kvcache_dtype_name(c->kv_half));
+        c->slots = c->kv_memory / per < MAX_SLOTS ? c->kv_memory / per
+                                                  : MAX_SLOTS;
+    }
+    if (c->max_batch_rows <= c->slots)
+        return error_set(err, "--max-batch-rows %zu must exceed the %zu KV "
+                         "slots: a step holds every slot's decode row plus a "
+                         "prefill chunk", c->max_batch_rows, c->slots);
+    return 0;
+}
+
+/* -1: something failed (exit 1); -2: the settings cannot work together
+ * for this model (a usage error, exit 2). */
 static int start(daemon_state *d, gpt2d_error *err)
 {
     if (model_load(&d->mdl, d->cfg.model_dir, d->cfg.dtype, err) != 0)
         return -1;
     d->model_loaded = true;
+    if (plan_slots(d, err) != 0)
+        return -2;
     if (load_tokenizer(d, err) != 0)
         return -1;
     engine_config ec = {
@@ -138,10 +169,11 @@ static void log_summary(const daemon_state *d)
                    * (double)d->cfg.slots / 1e6;
     log_info("gpt2d: loaded %s: %zu layers, %zu heads, %zu wide, context %zu, "
              "vocabulary %zu, %.1f MB of %s weights; %zu KV slots (%.1f MB, "
-             "%s), %zu threads; listening on %s:%u",
+             "%s%s), %zu threads; listening on %s:%u",
              d->mdl.name, c->n_layer, c->n_head, c->n_embd, c->n_ctx, c->vocab_size,
              (double)d->mdl.weight_bytes / 1e6, model_dtype_name(d->mdl.dtype),
              d->cfg.slots, kv_mb, kvcache_dtype_name(d->cfg.kv_half),
+             d->cfg.kv_memory > 0 ? ", sized by --kv-memory" : "",
              d->cfg.threads, d->cfg.host != NULL ? d->cfg.host : "*",
              http_port(d->http));
 }
@@ -246,12 +278,13 @@ int main(int argc, char **argv)
     signal(SIGPIPE, SIG_IGN);
 
     notify_status("Loading model %s", d.cfg.model_dir);
-    if (start(&d, &err) != 0) {
+    int started = start(&d, &err);
+    if (started != 0) {
         /* One line naming the problem, as the CLI tests expect. */
         fprintf(stderr, "gpt2d: %s\n", err.message);
         notify_status("Failed to start: %s", err.message);
         teardown(&d);
-        return EXIT_FAILURE;
+        return started == -2 ? 2 : EXIT_FAILURE;
     }
     log_summary(&d);
     notify_serving(&d, "");

@@ -20,6 +20,8 @@ typedef struct settings {
     model_dtype dtype;          /* --dtype, default auto */
     size_t threads;             /* --threads, default: online CPUs */
     size_t slots;               /* --slots, default 4 */
+    size_t kv_memory;           /* --kv-memory bytes: slots from a budget;
+                                 * 0 (default) = use --slots */
     bool kv_half;               /* --kv-dtype float16 (default float32) */
     size_t max_queue;           /* --max-queue, default 64 */
     size_t max_batch_rows;      /* --max-batch-rows, default 256 */

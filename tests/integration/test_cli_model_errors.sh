@@ -62,28 +62,51 @@ expect_error "missing vocab.json" 1 "$d/vocab.json" -- --model "$d"
 d=$(make_dir bad-merges); printf '#version: 0.2\nonlyonefield\n' >"$d/merges.txt"
 expect_error "malformed merges.txt" 1 "$d/merges.txt" -- --model "$d"
 
-# A good directory: the daemon loads it, logs a one-line summary, listens
-# (--port 0 picks a free port and --port-file reports it) and exits 0 on
-# SIGTERM.
-"$gpt2d" --model "$tiny" --host 127.0.0.1 --port 0 --port-file "$work/port" \
-    >"$work/out" 2>"$work/err" &
-pid=$!
-for _ in $(seq 100); do [[ -s $work/port ]] && break; sleep 0.1; done
-rc=0
-if [[ -s $work/port ]] && grep -q 'loaded tiny: ' "$work/err"; then
-    kill -TERM "$pid"
-    wait "$pid" || rc=$?
-    if [[ $rc -eq 0 ]]; then
-        echo "ok: good directory: $(grep -o 'loaded tiny: .*' "$work/err")"
+# Settings that cannot work together for this model are usage errors too.
+expect_error "slots leave a step no room" 2 "--max-batch-rows 4 must exceed the 4 KV slots" \
+    -- --model "$tiny" --slots 4 --max-batch-rows 4
+expect_error "kv-memory holds no slot" 2 "--kv-memory of 1024 bytes holds no KV slot" \
+    -- --model "$tiny" --kv-memory 1k
+
+# A good directory: the daemon loads it, logs a one-line summary (matching
+# `want`), listens (--port 0 picks a free port and --port-file reports it)
+# and exits 0 on SIGTERM.
+expect_serving() {
+    local name=$1 want=$2
+    shift 2
+    rm -f "$work/port"
+    "$gpt2d" --model "$tiny" --host 127.0.0.1 --port 0 --port-file "$work/port" \
+        "$@" >"$work/out" 2>"$work/err" &
+    local pid=$! rc=0
+    for _ in $(seq 100); do [[ -s $work/port ]] && break; sleep 0.1; done
+    if [[ -s $work/port ]] && grep -q -- "$want" "$work/err"; then
+        kill -TERM "$pid"
+        wait "$pid" || rc=$?
+        if [[ $rc -eq 0 ]]; then
+            echo "ok: $name: $(grep -o 'loaded tiny: .*' "$work/err")"
+        else
+            echo "FAIL: $name: exit $rc after SIGTERM"; cat "$work/err"
+            failures=$((failures + 1))
+        fi
     else
-        echo "FAIL: good directory: exit $rc after SIGTERM"; cat "$work/err"
+        kill -KILL "$pid" 2>/dev/null || true
+        wait "$pid" 2>/dev/null || true
+        echo "FAIL: $name: no port file or no '$want' in:"; cat "$work/err"
         failures=$((failures + 1))
     fi
-else
-    kill -KILL "$pid" 2>/dev/null || true
-    echo "FAIL: good directory: no port file or no summary line"; cat "$work/err"
-    failures=$((failures + 1))
-fi
+}
+
+expect_serving "good directory" "loaded tiny: "
+# --kv-memory: as many slots as it holds (3.25 float32 ones: 3; 6 of halves)
+slot_bytes=$("${PYTHON:-python3}" -c '
+import json, sys
+c = json.load(open(sys.argv[1]))
+print(c["n_layer"] * 2 * c.get("n_positions", c.get("n_ctx")) * c["n_embd"] * 4)
+' "$tiny/config.json")
+expect_serving "slots from --kv-memory" "; 3 KV slots (.*sized by --kv-memory" \
+    --kv-memory $((3 * slot_bytes + slot_bytes / 4))
+expect_serving "half slots from --kv-memory" "; 6 KV slots (.*float16, sized by --kv-memory" \
+    --kv-memory $((3 * slot_bytes + slot_bytes / 4)) --kv-dtype float16
 
 echo "cli model errors: $failures failed"
 [[ $failures -eq 0 ]]

@@ -21,7 +21,7 @@
 /* Every option, as the issue and settings.h specify them (an independent
  * list: the table in settings.c must match it, not define it). */
 static const char *const option_names[] = {
-    "model", "host", "port", "dtype", "kv-dtype", "threads", "slots", "max-queue", "max-batch-rows",
+    "model", "host", "port", "dtype", "kv-dtype", "threads", "slots", "kv-memory", "max-queue", "max-batch-rows",
     "max-body", "max-connections", "timeout", "request-timeout", "max-n",
     "drain-timeout", "web-root",
     "api-key-file", "cors-origin", "config", "port-file", "log-prompts",
@@ -148,6 +148,7 @@ START_TEST(test_defaults_are_the_documented_ones)
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     ck_assert_uint_eq(s.threads, (size_t)(cpus >= 1 ? cpus : 1));
     ck_assert_uint_eq(s.slots, 4);
+    ck_assert_uint_eq(s.kv_memory, 0);
     ck_assert_uint_eq(s.max_queue, 64);
     ck_assert_uint_eq(s.max_batch_rows, 256);
     ck_assert_uint_eq(s.max_body_bytes, 1024 * 1024);
@@ -180,6 +181,7 @@ START_TEST(test_config_file_sets_every_kind_of_value)
         "  port   =   9000  \n"
         "threads = 3\n"
         "slots = 8\n"
+        "kv-memory = 2G\n"
         "max-queue = 5\n"
         "max-batch-rows = 128\n"
         "max-body = 64k\n"
@@ -203,6 +205,7 @@ START_TEST(test_config_file_sets_every_kind_of_value)
     ck_assert_uint_eq(s.port, 9000);
     ck_assert_uint_eq(s.threads, 3);
     ck_assert_uint_eq(s.slots, 8);
+    ck_assert_uint_eq(s.kv_memory, 2ULL << 30);
     ck_assert_uint_eq(s.max_queue, 5);
     ck_assert_uint_eq(s.max_batch_rows, 128);
     ck_assert_uint_eq(s.max_body_bytes, 64 * 1024);
