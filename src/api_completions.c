@@ -346,10 +346,13 @@ static int parse_sampling(completion_request *req, json_t *root, api_error *e)
         if (!json_is_number(rp))
             return api_error_set(e, 400, "repetition_penalty",
                                  "repetition_penalty must be a number");
+        /* bounded so that the float it becomes is neither 0 (the
+         * sampler would skip it) nor a divisor that turns logits to inf */
         double d = json_number_value(rp);
-        if (!(d > 0.0) || d > 1e6)
+        if (!(d >= 0.01) || d > 100.0)
             return api_error_set(e, 400, "repetition_penalty",
-                                 "repetition_penalty must be > 0, got %g", d);
+                                 "repetition_penalty must be from 0.01 to 100, got %g",
+                                 d);
         s->repetition_penalty = (float)d;
     }
     return 0;

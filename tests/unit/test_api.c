@@ -165,6 +165,9 @@ static const struct { const char *body, *param; } bad_fields[] = {
     {"{\"prompt\": \"x\", \"presence_penalty\": 2.5}", "presence_penalty"},
     {"{\"prompt\": \"x\", \"frequency_penalty\": -3}", "frequency_penalty"},
     {"{\"prompt\": \"x\", \"repetition_penalty\": 0}", "repetition_penalty"},
+    /* 1e-50 would become the float 0, which the sampler skips */
+    {"{\"prompt\": \"x\", \"repetition_penalty\": 1e-50}", "repetition_penalty"},
+    {"{\"prompt\": \"x\", \"repetition_penalty\": 100.5}", "repetition_penalty"},
     {"{\"prompt\": \"x\", \"repetition_penalty\": true}", "repetition_penalty"},
     {"{\"prompt\": \"x\", \"n\": 0}", "n"},
     {"{\"prompt\": \"x\", \"n\": 5}", "n"},
