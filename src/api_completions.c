@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "gpt2d/log.h"
+#include "gpt2d/metrics.h"
 
 /* How long a waiting handler sleeps before it looks at its socket again:
  * short enough that a vanished client is noticed within about one step. */
@@ -671,6 +672,24 @@ static void run_cancel(completion_run *run)
             gen_request_cancel(run->reqs[i]);
 }
 
+/* The client went away: cancels what is left and, if anything was, counts
+ * one cancelled request, however many prompts and choices it had. */
+static void run_cancel_for_client(completion_run *run)
+{
+    bool unfinished = false;
+    for (size_t i = 0; !run->cancelled && i < run->n_reqs; i++) {
+        gen_request *r = run->reqs[i];
+        if (r == NULL)
+            continue;
+        gen_request_lock(r);
+        unfinished = unfinished || !gen_request_finished(r);
+        gen_request_unlock(r);
+    }
+    if (unfinished)
+        metrics_cancelled();
+    run_cancel(run);
+}
+
 static void run_free(completion_run *run)
 {
     for (size_t i = 0; i < run->n_reqs; i++)
@@ -944,7 +963,7 @@ void api_completions(const api_ctx *ctx, const char *body, size_t len,
         return;
     }
     if (!run_wait(run, client)) {
-        run_cancel(run);     /* the engine counts the cancellation */
+        run_cancel_for_client(run);
         r->cancelled = true;
         r->status = 499;        /* nginx's "client closed request", for the log */
     } else if (run_any_cancelled(run)) {
@@ -1259,7 +1278,7 @@ void api_stream_cancel(api_stream *s)
     if (s->done || s->gone)
         return;
     s->gone = true;
-    run_cancel(s->run);
+    run_cancel_for_client(s->run);
     s->usage = run_usage(s->run);
 }
 

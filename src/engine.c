@@ -444,11 +444,10 @@ static void release_slots(engine *e, gen_request *r, double now)
     }
 }
 
-/* Finishes what is left of a request with FINISH_CANCELLED. */
+/* Finishes what is left of a request with FINISH_CANCELLED.  (The API
+ * counts cancelled requests: one HTTP request may be several here.) */
 static void drop_cancelled(gen_request *r)
 {
-    if (atomic_load(&r->cancel) == CANCEL_CLIENT)
-        metrics_cancelled();
     request_finish_all(r, FINISH_CANCELLED);
 }
 

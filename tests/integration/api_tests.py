@@ -1332,6 +1332,38 @@ class T8Backpressure(ServerCase):
         self.assertTrue(wait_for(lambda: self._idle(c), 3), "slot not freed")
 
 
+class T8aCancelCounting(ServerCase):
+    NAME = "cancels"
+    ARGS = ("--slots", "3", "--threads", "1")
+    ENV = {"GPT2D_TEST_MIN_STEP_US": "2000"}
+    MODEL = staticmethod(long_model)
+
+    def _busy(self, c):
+        return metric_sum(c.metrics(), "gpt2d_slots_busy")
+
+    def test_a_request_of_several_prompts_counts_as_one_cancellation(self):
+        """gpt2d_requests_cancelled_total counts HTTP requests, as the
+        access log's 499 does: two prompts and n = 1, streamed or not, are
+        three sequences of one request."""
+        c = self.server.client()
+        req = dict(LONG_REQ, prompt=["Once upon a time", "In the beginning"])
+        for stream in (True, False):
+            self.assertTrue(wait_for(lambda: self._busy(c) == 0, 5), "not idle")
+            before = metric_sum(c.metrics(), "gpt2d_requests_cancelled_total")
+            s = socket.create_connection(("127.0.0.1", self.server.port))
+            s.sendall(http_request("POST", "/v1/completions",
+                                   json.dumps(dict(req, stream=stream)).encode()))
+            self.assertTrue(wait_for(lambda: self._busy(c) == 2, 5),
+                            "the prompts never ran")
+            s.close()
+            self.assertTrue(wait_for(lambda: self._busy(c) == 0, 5),
+                            "slots not freed")
+            time.sleep(0.1)     # nothing more is counted later
+            self.assertEqual(
+                metric_sum(c.metrics(), "gpt2d_requests_cancelled_total"),
+                before + 1, "stream=%s" % stream)
+
+
 class T8bChunkedPrefill(ServerCase):
     NAME = "chunked"
     ARGS = ("--slots", "2", "--threads", "1", "--max-batch-rows", "64")
