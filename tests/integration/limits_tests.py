@@ -431,6 +431,49 @@ class RequestDeadline(LimitCase):
         self.assertEqual(self.timeouts(), before)
 
 
+class Connections(LimitCase):
+    NAME = "connections"
+    ARGS = ("--slots", "2", "--threads", "1", "--max-connections", "2")
+    MODEL = staticmethod(slow_model)
+    ENV = HOLD_ENV
+
+    def test_a_connection_over_the_limit_waits_for_one_to_close(self):
+        """At --max-connections a new connection is not refused but waits in
+        the listen backlog: its request is answered once another closes."""
+        idle = [socket.create_connection(("127.0.0.1", self.server.port))
+                for _ in range(2)]
+        try:
+            time.sleep(0.3)         # both accepted before the third
+            third = socket.create_connection(("127.0.0.1", self.server.port))
+            third.sendall(http_request("GET", "/health"))
+            third.settimeout(0.5)
+            with self.assertRaises(socket.timeout):
+                third.recv(1)
+            idle.pop().close()
+            self.assertEqual(read_response(third, 10).status, 200)
+            third.close()
+        finally:
+            for sock in idle:
+                sock.close()
+
+    def test_a_client_that_closes_its_sending_side_is_taken_to_have_left(self):
+        """shutdown(SHUT_WR) after the request reads, to the server, as the
+        client leaving (as nginx reads it): the completion is cancelled and
+        the connection closed without an answer."""
+        cancelled = metric_sum(self.client().metrics(),
+                               "gpt2d_requests_cancelled_total")
+        with socket.create_connection(("127.0.0.1", self.server.port)) as sock:
+            sock.sendall(http_request("POST", "/v1/completions", json.dumps({
+                "prompt": "Once", "max_tokens": 40, "logit_bias": {"50256": -100}
+            }).encode()))
+            sock.shutdown(socket.SHUT_WR)
+            sock.settimeout(10)
+            self.assertEqual(sock.recv(65536), b"", "answered a half-closed client")
+        self.assertTrue(wait_for(lambda: metric_sum(
+            self.client().metrics(), "gpt2d_requests_cancelled_total")
+            == cancelled + 1, 5), "not cancelled")
+
+
 class IdleTimeout(LimitCase):
     NAME = "idle"
     SLOTS = HOLD_SLOTS
