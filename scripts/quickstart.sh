@@ -61,7 +61,8 @@ case ${1:-} in
         install_packages "${BUILD_PACKAGES[@]}" curl ca-certificates python3
         build
         "$top/scripts/fetch-model.sh" "$model" --dest "$top/models/$model"
-        exec "$build/src/gpt2d" --model "$top/models/$model"
+        # the playground from the source tree: nothing is installed
+        exec "$build/src/gpt2d" --model "$top/models/$model" --web-root "$top/web"
         ;;
     test)
         install_packages "${BUILD_PACKAGES[@]}" "${TEST_PACKAGES[@]}"

@@ -1222,7 +1222,9 @@ int http_start(http_server **out, const settings *cfg, const api_ctx *api,
         MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv,
         MHD_OPTION_NOTIFY_CONNECTION,
         watching(cfg) ? on_connection : NULL, srv,
-        MHD_OPTION_LISTENING_ADDRESS_REUSE, 1u,
+        /* no LISTENING_ADDRESS_REUSE: that is SO_REUSEPORT, which let a
+         * second gpt2d bind the same port and take half its connections;
+         * the library's default SO_REUSEADDR is all a restart needs */
         MHD_OPTION_END);
     if (srv->daemon == NULL) {
         int saved = errno;

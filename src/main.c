@@ -29,6 +29,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -129,6 +130,17 @@ static int plan_slots(daemon_state *d, gpt2d_error *err)
 
 /* -1: something failed (exit 1); -2: the settings cannot work together
  * for this model (a usage error, exit 2). */
+/* The playground is optional, but a web root that is not there is most
+ * likely a daemon run from its build tree without --web-root. */
+static void check_web_root(const char *dir)
+{
+    struct stat st;
+    if (dir != NULL && dir[0] != '\0' &&
+        (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)))
+        log_warn("web-root %s is not a directory: the playground is not "
+                 "served (see --web-root)", dir);
+}
+
 static int start(daemon_state *d, gpt2d_error *err)
 {
     if (model_load(&d->mdl, d->cfg.model_dir, d->cfg.dtype, err) != 0)
@@ -156,6 +168,7 @@ static int start(daemon_state *d, gpt2d_error *err)
     };
     if (http_start(&d->http, &d->cfg, &d->api, err) != 0)
         return -1;
+    check_web_root(d->cfg.web_root);
     if (d->cfg.port_file != NULL && d->cfg.port_file[0] != '\0' &&
         write_port_file(d->cfg.port_file, http_port(d->http), err) != 0)
         return -1;

@@ -14,7 +14,8 @@ expect_error() {
     local name=$1 want_rc=$2 pattern=$3
     shift 4
     local rc=0
-    "$gpt2d" "$@" >"$work/out" 2>"$work/err" || rc=$?
+    # a daemon that should have refused to start is stopped after 60 s
+    timeout -s KILL 60 "$gpt2d" "$@" >"$work/out" 2>"$work/err" || rc=$?
     local lines
     lines=$(wc -l <"$work/err")
     if [[ $rc -ne $want_rc ]] || [[ $lines -ne 1 ]] || ! grep -qF -- "$pattern" "$work/err"; then
@@ -97,6 +98,28 @@ expect_serving() {
 }
 
 expect_serving "good directory" "loaded tiny: "
+
+# A port another gpt2d listens on is refused, not shared (SO_REUSEPORT
+# would have split the connections between the two).
+"$gpt2d" --model "$tiny" --host 127.0.0.1 --port 0 --port-file "$work/port1" \
+    >"$work/out1" 2>"$work/err1" &
+first=$!
+for _ in $(seq 100); do [[ -s $work/port1 ]] && break; sleep 0.1; done
+if [[ -s $work/port1 ]]; then
+    port1=$(cat "$work/port1")
+    expect_error "port already in use" 1 "cannot listen on 127.0.0.1:$port1: Address already in use" \
+        -- --model "$tiny" --host 127.0.0.1 --port "$port1"
+else
+    echo "FAIL: port already in use: the first daemon did not start"; cat "$work/err1"
+    failures=$((failures + 1))
+fi
+kill -TERM "$first" 2>/dev/null || true
+wait "$first" 2>/dev/null || true
+# A web root that is not there (a build-tree daemon without --web-root)
+# is served without the playground, and said so.
+expect_serving "missing web root is reported" \
+    "warn: web-root $work/no-web is not a directory: the playground is not served" \
+    --web-root "$work/no-web"
 # --kv-memory: as many slots as it holds (3.25 float32 ones: 3; 6 of halves)
 slot_bytes=$("${PYTHON:-python3}" -c '
 import json, sys
