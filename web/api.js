@@ -77,7 +77,15 @@ async function* sseData(body, signal) {
   signal?.addEventListener("abort", onAbort, { once: true });
   try {
     for (;;) {
-      const { value, done } = await reader.read();
+      let chunk;
+      try {
+        chunk = await reader.read();
+      } catch {
+        if (signal?.aborted) break;
+        // fetch reports a dropped connection as a bare TypeError
+        throw new ApiError("Lost the connection to the server before the completion finished: it may have stopped.", { type: "network_error" });
+      }
+      const { value, done } = chunk;
       if (done) break;
       buf += decoder.decode(value, { stream: true });
       let cut;

@@ -116,11 +116,17 @@ function wireSliders() {
 
 function numberField(id, { integer = false } = {}) {
   const el = $(id);
+  // A number box that holds something it cannot parse ("abc", "1e400")
+  // reports value "": that is an error, not "use the server's default".
+  const bad = () => new ApiError(
+    `${id} must be ${integer ? "a whole number" : "a number"}` +
+      (integer ? ` from ${Number.MIN_SAFE_INTEGER} to ${Number.MAX_SAFE_INTEGER}.` : "."),
+    { param: id, type: "form_error" });
+  if (el.validity?.badInput) throw bad();
   if (el.value.trim() === "") return undefined;
   const v = Number(el.value);
-  if (!Number.isFinite(v) || (integer && !Number.isInteger(v))) {
-    throw new ApiError(`${id} must be ${integer ? "a whole number" : "a number"}.`, { param: id, type: "form_error" });
-  }
+  // past 2^53 a JavaScript number is no longer the integer typed in
+  if (!Number.isFinite(v) || (integer && !Number.isSafeInteger(v))) throw bad();
   return v;
 }
 
@@ -227,13 +233,17 @@ function showError(err) {
   }
   if (err.status === 401) {
     const p = document.createElement("p");
-    p.textContent = "This server needs an API key: enter it under Connection.";
+    p.textContent = ui.apiKey.value.trim() === ""
+      ? "This server needs an API key: enter it under Connection."
+      : "The server did not accept this API key: check it under Connection.";
     box.append(p);
   }
   box.hidden = false;
   // Point at the offending control when it is one of ours.
   const field = err.param === "stop" ? $("stop-seqs") : err.param && $(err.param);
-  if (field instanceof HTMLElement && field.closest("#params")) field.setAttribute("aria-invalid", "true");
+  if (field instanceof HTMLElement && (field === ui.prompt || field.closest("#params"))) {
+    field.setAttribute("aria-invalid", "true");
+  }
   if (err.status === 401) ui.apiKey.setAttribute("aria-invalid", "true");
 }
 
@@ -258,18 +268,36 @@ function say(text) {
   ui.runStatus.textContent = text;
 }
 
-// Reads one streamed completion into the view.  kind "score" echoes the
-// prompt only (max_tokens 0).
-async function run({ prompt, echo, maxTokens, label }) {
+// The request for the form as it stands, or null after showing why there
+// is none (checked before a new conversation clears the last one).
+function checkedBody(prompt, options) {
   clearError();
-  let body;
   try {
-    body = requestBody(prompt, { echo, maxTokens });
+    return requestBody(prompt, options);
   } catch (err) {
     showError(err);
-    return;
+    return null;
   }
+}
+
+// What a run leaves to continue from: its prompt and completion.
+function finishTurn(prompt, r, scoring) {
+  state.lastPrompt = prompt;
+  state.lastText = r.text;
+  state.canContinue = true;
+  if (!scoring) state.turns += 1;
+}
+
+// Reads one streamed completion into the view.  maxTokens 0 with echo
+// scores the prompt.  `label` marks a turn of a conversation, drawn when
+// its first chunk arrives (a refused turn leaves no empty divider).
+async function run({ prompt, echo, maxTokens, label }) {
+  const body = checkedBody(prompt, { echo, maxTokens });
+  if (body === null) return;
   saveSettings();
+  const scoring = maxTokens === 0;
+  const conversation = state.sessionId;
+  const couldContinue = state.canContinue;
   const controller = new AbortController();
   const r = {
     startedAt: performance.now(), firstAt: null, lastAt: null,
@@ -279,35 +307,40 @@ async function run({ prompt, echo, maxTokens, label }) {
   state.canContinue = false;
   setRunning(true);
   resetStats();
-  if (label) view.divider(label);
-  say("Generating…");
+  let divider = label;
+  say(scoring ? "Scoring…" : "Generating…");
   try {
     for await (const chunk of streamCompletion(body, { apiKey: ui.apiKey.value.trim(), signal: controller.signal })) {
+      if (state.sessionId !== conversation) break;    // a new conversation began
+      if (divider) view.divider(divider);
+      divider = null;
       if (chunk.usage) showUsage(chunk.usage);
       for (const choice of chunk.choices ?? []) take(r, choice);
       showTiming(r);
     }
+    if (state.sessionId !== conversation) return;
     stat.finish.textContent = r.finish ?? "–";
-    say(r.finish === "length" ? "Done: reached max_tokens." : r.finish === "stop" ? "Done: stopped naturally." : "Done.");
-    state.lastPrompt = prompt;
-    state.lastText = r.text;
-    state.canContinue = true;
-    state.turns += 1;
+    say(scoring ? `Scored ${stat.prompt.textContent} prompt tokens.`
+      : r.finish === "length" ? "Done: reached max_tokens."
+        : r.finish === "stop" ? "Done: stopped naturally." : "Done.");
+    finishTurn(prompt, r, scoring);
+    if (label) ui.prompt.value = prompt;   // the conversation so far
   } catch (err) {
+    if (state.sessionId !== conversation) return;
     if (err.name === "AbortError") {
       stat.finish.textContent = "stopped";
       say(`Stopped after ${r.generated} tokens.`);
-      state.lastPrompt = prompt;
-      state.lastText = r.text;
-      state.canContinue = true;
-      state.turns += 1;
+      finishTurn(prompt, r, scoring);
+      if (label) ui.prompt.value = prompt;
     } else {
       showError(err instanceof ApiError ? err : new ApiError(String(err?.message ?? err)));
       say("Failed.");
+      state.canContinue = couldContinue;     // the last turn still stands
+      if (err.type === "network_error") refreshServer();
     }
   } finally {
-    state.running = null;
-    setRunning(false);
+    if (state.running === controller) state.running = null;
+    setRunning(state.running !== null);
   }
 }
 
@@ -332,25 +365,28 @@ function take(r, choice) {
   if (choice.finish_reason) r.finish = choice.finish_reason;
 }
 
-function generate() {
-  if (state.running) return;
+// A new conversation, once the form is known to be good: a mistake in it
+// must not wipe the last conversation off the screen.
+function startFresh(options) {
+  if (state.running || checkedBody(ui.prompt.value, options) === null) return;
   startConversation();
   view.clear();
-  run({ prompt: ui.prompt.value, echo: ui.echo.checked });
+  run({ prompt: ui.prompt.value, ...options });
+}
+
+function generate() {
+  startFresh({ echo: ui.echo.checked });
 }
 
 function continueConversation() {
   if (state.running || !state.canContinue) return;
-  // The box holds the whole conversation, so the next turn can be edited too.
-  ui.prompt.value = state.lastPrompt + state.lastText;
-  run({ prompt: ui.prompt.value, echo: false, label: `turn ${state.turns + 1}` });
+  // The box holds the conversation before the last completion (edits to it
+  // count); the next turn sends it with that completion.
+  run({ prompt: ui.prompt.value + state.lastText, echo: false, label: `turn ${state.turns + 1}` });
 }
 
 function scorePrompt() {
-  if (state.running) return;
-  startConversation();
-  view.clear();
-  run({ prompt: ui.prompt.value, echo: true, maxTokens: 0 });
+  startFresh({ echo: true, maxTokens: 0 });
 }
 
 function stop() {
@@ -399,10 +435,11 @@ function wire() {
   ui.stop.addEventListener("click", stop);
   ui.score.addEventListener("click", scorePrompt);
   ui.newSession.addEventListener("click", () => {
-    startConversation();
+    startConversation();      // a run still streaming sees the new id and stops
+    stop();
     view.clear();
     resetStats();
-    setRunning(false);
+    clearError();
     say("New conversation.");
   });
   ui.prompt.addEventListener("keydown", (e) => {

@@ -58,8 +58,13 @@ export class TokenView {
     this.info = new WeakMap();       // chip → {token, logprob, top, kind}
     this.active = null;              // the chip that holds tabindex=0
     container.addEventListener("mouseover", (e) => this.#showFor(e.target));
+    // Leaving a chip with the mouse gives the tip back to the focused chip,
+    // if there is one: keyboard users keep what they were reading.
     container.addEventListener("mouseout", (e) => {
-      if (e.target.classList?.contains("chip") && e.target !== document.activeElement) this.hideTip();
+      if (!e.target.classList?.contains("chip")) return;
+      const focused = document.activeElement;
+      if (focused?.classList?.contains("chip") && container.contains(focused)) this.#showFor(focused);
+      else this.hideTip();
     });
     container.addEventListener("focusin", (e) => this.#showFor(e.target));
     container.addEventListener("focusout", () => this.hideTip());

@@ -501,6 +501,77 @@ def test_server_field_errors_are_shown_with_their_param(ctx):
     set_field(b, "#temperature", 0.8)
 
 
+def chip_count(b):
+    return b.js("return document.querySelectorAll('#tokens .chip').length")
+
+
+def test_a_form_mistake_keeps_the_last_conversation(ctx):
+    """A value the form cannot send is refused before anything is cleared:
+    text a number box cannot parse is an error, not the server's default,
+    and so is a seed past 2^53, which JavaScript cannot carry exactly."""
+    b = ctx["browser"]
+    set_field(b, "#max_tokens", 6)
+    b.click("#generate")
+    wait_idle(b)
+    chips, session = chip_count(b), b.text("#session-id")
+    assert chips > 0
+    for css, value, param in (("#temperature", "1e400", "temperature"),
+                              ("#seed", "99999999999999999999", "seed")):
+        set_field(b, css, value)
+        b.click("#generate")
+        b.wait("the form error", lambda: error_text(b))
+        assert param in error_text(b), error_text(b)
+        assert b.js("return document.getElementById(arguments[0])"
+                    ".getAttribute('aria-invalid')", param) == "true"
+        assert chip_count(b) == chips and b.text("#session-id") == session
+        set_field(b, css, "0.8" if param == "temperature" else "")
+
+
+def test_continue_keeps_edits_and_survives_a_refusal(ctx):
+    """Continue sends the prompt box (edits included) with the last
+    completion; a turn the server refuses (over the context) leaves no empty
+    divider, and Continue stays available to retry with other settings."""
+    b = ctx["browser"]
+    set_prompt(b, ctx["prompt"])
+    set_field(b, "#max_tokens", 4)
+    b.click("#generate")
+    wait_idle(b)
+    b.type("#prompt", " EDIT")
+    set_field(b, "#max_tokens", 100000)
+    b.click("#continue")
+    b.wait("the refusal", lambda: error_text(b))
+    wait_idle(b)
+    assert "400" in error_text(b) and "max_tokens" in error_text(b), error_text(b)
+    assert b.js("return document.querySelectorAll('#tokens .turn').length") == 0
+    assert b.js("return document.getElementById('continue').disabled") is False
+    set_field(b, "#max_tokens", 4)
+    b.click("#continue")
+    wait_idle(b)
+    assert error_text(b) == "", error_text(b)
+    assert b.js("return document.getElementById('prompt').value").startswith(
+        ctx["prompt"] + " EDIT")
+    assert b.js("return document.querySelectorAll('#tokens .turn').length") == 1
+
+
+def test_new_conversation_stops_a_running_one(ctx):
+    """'New conversation' mid-stream cancels the stream: nothing more lands
+    in the cleared view, and the server frees the slot."""
+    b = ctx["browser"]
+    srv = ctx["server"]
+    cancelled = srv.metric("gpt2d_requests_cancelled_total")
+    set_field(b, "#max_tokens", ctx["long_tokens"])
+    b.click("#generate")
+    b.wait("tokens to stream", lambda: gen_chips(b) >= 3)
+    b.click("#new-session")
+    wait_idle(b, 10)
+    b.wait("the server to count the cancellation",
+           lambda: srv.metric("gpt2d_requests_cancelled_total") > cancelled, 15)
+    assert chip_count(b) == 0, chip_count(b)
+    assert b.js("return document.getElementById('continue').disabled") is True
+    assert b.js("return document.getElementById('generate').disabled") is False
+    set_field(b, "#max_tokens", 8)
+
+
 def test_screenshot_of_a_scored_completion(ctx):
     """The README picture: a scored prompt, a sampled completion, a tooltip."""
     b = ctx["browser"]
@@ -564,6 +635,9 @@ TESTS = [
     test_continue_reuses_the_session_cache,
     test_stop_cancels_on_the_server,
     test_server_field_errors_are_shown_with_their_param,
+    test_a_form_mistake_keeps_the_last_conversation,
+    test_continue_keeps_edits_and_survives_a_refusal,
+    test_new_conversation_stops_a_running_one,
     test_screenshot_of_a_scored_completion,
     test_narrow_screen_has_no_sideways_scroll,
     test_no_console_errors,
