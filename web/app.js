@@ -28,6 +28,7 @@ const ui = {
   runStatus: $("run-status"),
   session: $("session-id"),
   newSession: $("new-session"),
+  copyText: $("copy-text"),
   serverText: $("server-text"),
   server: $("server"),
 };
@@ -41,7 +42,15 @@ const state = {
   canContinue: false,
   turns: 0,
   maxContext: null,     // the model's context length, once known
+  shownText: "",        // the text of every chip shown, as the server sent it
 };
+
+// The view and the text it shows start over together.
+function clearView() {
+  view.clear();
+  state.shownText = "";
+  ui.copyText.disabled = true;
+}
 
 // ---- storage (may be disabled: every access is guarded) ----
 
@@ -348,6 +357,10 @@ async function run({ prompt, echo, maxTokens, label }) {
 // one generated token per chunk, then a final chunk with finish_reason.
 function take(r, choice) {
   const lp = choice.logprobs;
+  if (choice.text) {
+    state.shownText += choice.text;
+    ui.copyText.disabled = false;
+  }
   if (r.echoPending) {
     r.echoPending = false;
     if (lp) view.add(lp, "prompt");
@@ -370,7 +383,7 @@ function take(r, choice) {
 function startFresh(options) {
   if (state.running || checkedBody(ui.prompt.value, options) === null) return;
   startConversation();
-  view.clear();
+  clearView();
   run({ prompt: ui.prompt.value, ...options });
 }
 
@@ -391,6 +404,31 @@ function scorePrompt() {
 
 function stop() {
   state.running?.abort();
+}
+
+// The chips show markers (↵, ␣ in tips, byte escapes); this copies the text
+// itself.  The clipboard API needs a secure context (localhost is one);
+// elsewhere a selected textarea and the copy command do it.
+async function copyText() {
+  const text = state.shownText;
+  try {
+    await navigator.clipboard.writeText(text);
+  } catch {
+    const area = document.createElement("textarea");
+    area.value = text;
+    area.setAttribute("readonly", "");
+    area.style.position = "fixed";
+    area.style.opacity = "0";
+    document.body.append(area);
+    area.select();
+    const ok = document.execCommand("copy");
+    area.remove();
+    if (!ok) {
+      say("Copying is not allowed here: select the prompt box text instead.");
+      return;
+    }
+  }
+  say(`Copied ${Array.from(text).length} characters.`);
 }
 
 // ---- the server's state ----
@@ -433,11 +471,12 @@ function wire() {
   });
   ui.cont.addEventListener("click", continueConversation);
   ui.stop.addEventListener("click", stop);
+  ui.copyText.addEventListener("click", copyText);
   ui.score.addEventListener("click", scorePrompt);
   ui.newSession.addEventListener("click", () => {
     startConversation();      // a run still streaming sees the new id and stops
     stop();
-    view.clear();
+    clearView();
     resetStats();
     clearError();
     say("New conversation.");

@@ -41,6 +41,12 @@ export function visibleToken(tok) {
     .replace(/\u007f/g, "␡");
 }
 
+// A token's bytes: UTF-8 of its text, or the bytes "bytes:\xNN…" names.
+function tokenBytes(tok) {
+  if (!tok.startsWith("bytes:")) return new TextEncoder().encode(tok);
+  return Uint8Array.from(tok.slice(6).split("\\x").slice(1), (h) => parseInt(h, 16));
+}
+
 // The token as the tooltip names it: quoted, spaces shown as ␣.
 function quotedToken(tok) {
   if (tok.startsWith("bytes:")) return tok.slice(6);
@@ -57,6 +63,9 @@ export class TokenView {
     this.tip = tip;
     this.info = new WeakMap();       // chip → {token, logprob, top, kind}
     this.active = null;              // the chip that holds tabindex=0
+    // Byte tokens are pieces of a character: the chip that completes one
+    // shows it (the decoder carries the pieces, as the server's does).
+    this.utf8 = new TextDecoder("utf-8");
     container.addEventListener("mouseover", (e) => this.#showFor(e.target));
     // Leaving a chip with the mouse gives the tip back to the focused chip,
     // if there is one: keyboard users keep what they were reading.
@@ -76,6 +85,7 @@ export class TokenView {
   clear() {
     this.container.replaceChildren();
     this.active = null;
+    this.utf8 = new TextDecoder("utf-8");
     this.hideTip();
   }
 
@@ -108,6 +118,7 @@ export class TokenView {
 
   /** Where the prompt ends and the completion begins. */
   boundary() {
+    this.utf8 = new TextDecoder("utf-8");   // the completion decodes afresh
     const b = document.createElement("span");
     b.className = "boundary";
     b.title = "the completion starts here";
@@ -123,7 +134,9 @@ export class TokenView {
   #chip(token, logprob, top, kind) {
     const chip = document.createElement("span");
     chip.className = `chip ${kind}`;
-    chip.textContent = visibleToken(token);
+    const text = this.utf8.decode(tokenBytes(token), { stream: true });
+    // a byte token shows the character it completes, or its bytes until then
+    chip.textContent = visibleToken(token.startsWith("bytes:") && text !== "" ? text : token);
     chip.tabIndex = this.active ? -1 : 0;
     if (!this.active) this.active = chip;
     chip.setAttribute("aria-describedby", this.tip.id);

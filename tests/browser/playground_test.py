@@ -572,6 +572,48 @@ def test_new_conversation_stops_a_running_one(ctx):
     set_field(b, "#max_tokens", 8)
 
 
+def test_copy_text_copies_the_text_not_the_markers(ctx):
+    """'Copy text' gives the completion as the server wrote it (no ↵ or
+    byte escapes): here a greedy one, checked against the same request
+    made without the page."""
+    b = ctx["browser"]
+    srv = ctx["server"]
+    prompt = "Line one\nand then"
+    b.js("document.getElementById('prompt').value = arguments[0];"
+         "window.__copied = null;"
+         "navigator.clipboard.writeText = (t) => {"
+         "  window.__copied = t; return Promise.resolve(); };", prompt)
+    set_field(b, "#max_tokens", 12)
+    set_field(b, "#temperature", 0)
+    b.click("#generate")
+    wait_idle(b)
+    b.click("#copy-text")
+    b.wait("the copy", lambda: b.js("return window.__copied") is not None)
+    status, _, body = srv.request("POST", "/v1/completions", {
+        "prompt": prompt, "max_tokens": 12, "temperature": 0})
+    assert status == 200, body
+    want = json.loads(body)["choices"][0]["text"]
+    assert b.js("return window.__copied") == want, (b.js("return window.__copied"), want)
+    assert "Copied" in b.text("#run-status"), b.text("#run-status")
+    set_field(b, "#temperature", 0.8)
+    set_prompt(b, ctx["prompt"])
+
+
+def test_byte_tokens_show_the_character_they_complete(ctx):
+    """CJK text is split into byte tokens; the chip that completes a
+    character shows it, rather than only its escaped bytes."""
+    b = ctx["browser"]
+    b.js("document.getElementById('prompt').value = arguments[0];", "日本語です")
+    b.click("#score")
+    wait_idle(b)
+    assert error_text(b) == "", error_text(b)
+    shown = b.js("return Array.from(document.querySelectorAll('#tokens .chip'),"
+                 " (c) => c.textContent).join('|')")
+    for ch in "日本語です":
+        assert ch in shown, (ch, shown)
+    set_prompt(b, ctx["prompt"])
+
+
 def test_screenshot_of_a_scored_completion(ctx):
     """The README picture: a scored prompt, a sampled completion, a tooltip."""
     b = ctx["browser"]
@@ -638,6 +680,8 @@ TESTS = [
     test_a_form_mistake_keeps_the_last_conversation,
     test_continue_keeps_edits_and_survives_a_refusal,
     test_new_conversation_stops_a_running_one,
+    test_copy_text_copies_the_text_not_the_markers,
+    test_byte_tokens_show_the_character_they_complete,
     test_screenshot_of_a_scored_completion,
     test_narrow_screen_has_no_sideways_scroll,
     test_no_console_errors,
