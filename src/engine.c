@@ -67,8 +67,6 @@ typedef enum seq_phase {
     SEQ_DONE,
 } seq_phase;
 
-enum { CANCEL_NONE = 0, CANCEL_CLIENT, CANCEL_SHUTDOWN };
-
 typedef struct seq_state {
     /* engine thread only */
     seq_phase phase;
@@ -90,7 +88,7 @@ struct gen_request {
     pthread_mutex_t lock;
     pthread_cond_t cond;
     atomic_int refs;
-    atomic_int cancel;          /* CANCEL_* */
+    atomic_bool cancelled;      /* by its client, or by the drain deadline */
     uint64_t version;
 
     /* immutable after submit */
@@ -380,8 +378,7 @@ gen_usage gen_request_usage(const gen_request *r)
 
 void gen_request_cancel(gen_request *r)
 {
-    int none = CANCEL_NONE;
-    atomic_compare_exchange_strong(&r->cancel, &none, CANCEL_CLIENT);
+    atomic_store(&r->cancelled, true);
     /* No engine lock here (lock order); the engine never sleeps while it
      * has a request, so it sees the flag at its next step. */
 }
@@ -414,7 +411,7 @@ static bool holds_session(const gen_request *r, const char *session,
                           bool live_only)
 {
     return r->session != NULL && strcmp(r->session, session) == 0 &&
-           !(live_only && atomic_load(&r->cancel) != CANCEL_NONE);
+           !(live_only && atomic_load(&r->cancelled));
 }
 
 /* Whether a request of `session` is queued or running.  live_only skips
@@ -456,7 +453,7 @@ static void reap_cancelled(engine *e, double now)
     size_t kept = 0;
     for (size_t i = 0; i < e->q_len; i++) {
         gen_request *r = queue_at(e, i);
-        if (atomic_load(&r->cancel) != CANCEL_NONE) {
+        if (atomic_load(&r->cancelled)) {
             drop_cancelled(r);
             request_unref(r);
         } else {
@@ -467,7 +464,7 @@ static void reap_cancelled(engine *e, double now)
     kept = 0;
     for (size_t i = 0; i < e->n_running; i++) {
         gen_request *r = e->running[i];
-        if (atomic_load(&r->cancel) != CANCEL_NONE) {
+        if (atomic_load(&r->cancelled)) {
             release_slots(e, r, now);
             drop_cancelled(r);
             request_unref(r);
@@ -480,17 +477,10 @@ static void reap_cancelled(engine *e, double now)
 
 static void cancel_everything(engine *e)
 {
-    int none = CANCEL_NONE;
-    for (size_t i = 0; i < e->q_len; i++) {
-        none = CANCEL_NONE;
-        atomic_compare_exchange_strong(&queue_at(e, i)->cancel, &none,
-                                       CANCEL_SHUTDOWN);
-    }
-    for (size_t i = 0; i < e->n_running; i++) {
-        none = CANCEL_NONE;
-        atomic_compare_exchange_strong(&e->running[i]->cancel, &none,
-                                       CANCEL_SHUTDOWN);
-    }
+    for (size_t i = 0; i < e->q_len; i++)
+        atomic_store(&queue_at(e, i)->cancelled, true);
+    for (size_t i = 0; i < e->n_running; i++)
+        atomic_store(&e->running[i]->cancelled, true);
 }
 
 /* Takes the slots of the request at the head of the queue; false if the
