@@ -101,9 +101,6 @@ static unsigned test_min_step_usec(void)
     return us > 1000000 ? 1000000u : (unsigned)us;
 }
 
-/* The most slots a pool may have (--slots' own bound). */
-#define MAX_SLOTS 1024
-
 /* What the settings mean once the model's shapes are known: --kv-memory
  * becomes a slot count, and the slots must leave a step room for a prefill
  * chunk.  -1 and a message when they cannot work together. */
@@ -118,8 +115,8 @@ static int plan_slots(daemon_state *d, gpt2d_error *err)
                              "model (%s)", c->kv_memory, per,
                              (double)per / (1 << 20),
                              kvcache_dtype_name(c->kv_half));
-        c->slots = c->kv_memory / per < MAX_SLOTS ? c->kv_memory / per
-                                                  : MAX_SLOTS;
+        c->slots = c->kv_memory / per < SETTINGS_MAX_SLOTS
+                   ? c->kv_memory / per : SETTINGS_MAX_SLOTS;
     }
     if (c->max_batch_rows <= c->slots)
         return error_set(err, "--max-batch-rows %zu must exceed the %zu KV "
@@ -128,8 +125,6 @@ static int plan_slots(daemon_state *d, gpt2d_error *err)
     return 0;
 }
 
-/* -1: something failed (exit 1); -2: the settings cannot work together
- * for this model (a usage error, exit 2). */
 /* The playground is optional, but a web root that is not there is most
  * likely a daemon run from its build tree without --web-root. */
 static void check_web_root(const char *dir)
@@ -141,6 +136,8 @@ static void check_web_root(const char *dir)
                  "served (see --web-root)", dir);
 }
 
+/* -1: something failed (exit 1); -2: the settings cannot work together
+ * for this model (a usage error, exit 2). */
 static int start(daemon_state *d, gpt2d_error *err)
 {
     if (model_load(&d->mdl, d->cfg.model_dir, d->cfg.dtype, err) != 0)

@@ -92,7 +92,8 @@ static const option_spec options[] = {
     { "kv-dtype", 0, OPT_KV_DTYPE, FIELD(kv_half), "TYPE", "float32", NULL, 0, 0, false,
       "How the KV cache keeps keys and values: float32 (exact) or float16 (rounded "
       "to half: half the memory per slot, less to read per step)." },
-    { "slots", 0, OPT_COUNT, FIELD(slots), "N", "4", NULL, 1, 1024, false,
+    { "slots", 0, OPT_COUNT, FIELD(slots), "N", "4", NULL, 1, SETTINGS_MAX_SLOTS,
+      false,
       "KV-cache slots allocated at start: the most sequences that run at once." },
     { "kv-memory", 0, OPT_BYTES, FIELD(kv_memory), "SIZE", "0", NULL, 0,
       1024 * KIB * KIB * KIB, false,

@@ -13,6 +13,10 @@
 #include "gpt2d/error.h"
 #include "gpt2d/model.h"
 
+/* The most KV slots a pool may have: --slots' bound, and the cap on what
+ * --kv-memory derives. */
+#define SETTINGS_MAX_SLOTS 1024
+
 typedef struct settings {
     char *model_dir;            /* --model (required) */
     char *host;                 /* --host, default 127.0.0.1 */
