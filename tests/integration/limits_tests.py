@@ -1250,13 +1250,8 @@ def _smuggling_test(self):
             + body + smuggled)
     with socket.create_connection(("127.0.0.1", self.server.port)) as sock:
         sock.sendall(data)
-        sock.settimeout(10)
-        received = b""
-        while True:
-            chunk = sock.recv(65536)
-            if not chunk:
-                break
-            received += chunk
+        received, reset = read_until_end(sock)
+    self.assertFalse(reset, "the connection was reset, not closed")
     self.assertEqual(received.count(b"HTTP/1.1 "), 1, received[:300])
     self.assertTrue(received.startswith(b"HTTP/1.1 400"), received[:100])
     self.assertIn(b"Content-Length headers", received)
