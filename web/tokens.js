@@ -41,9 +41,11 @@ export function visibleToken(tok) {
     .replace(/\u007f/g, "␡");
 }
 
+const ENCODER = new TextEncoder();
+
 // A token's bytes: UTF-8 of its text, or the bytes "bytes:\xNN…" names.
 function tokenBytes(tok) {
-  if (!tok.startsWith("bytes:")) return new TextEncoder().encode(tok);
+  if (!tok.startsWith("bytes:")) return ENCODER.encode(tok);
   return Uint8Array.from(tok.slice(6).split("\\x").slice(1), (h) => parseInt(h, 16));
 }
 
