@@ -299,6 +299,27 @@ static int parse_session(completion_request *req, json_t *root, api_error *e)
     return 0;
 }
 
+/* vLLM's name: a request's cached prefixes serve only requests with the
+ * same salt (and caller). */
+static int parse_cache_salt(completion_request *req, json_t *root,
+                            api_error *e)
+{
+    json_t *v = json_object_get(root, "cache_salt");
+    if (v == NULL || json_is_null(v))
+        return 0;
+    if (!json_is_string(v))
+        return api_error_set(e, 400, "cache_salt", "cache_salt must be a string");
+    size_t len = json_string_length(v);
+    if (len == 0 || len > API_CACHE_SALT_MAX)
+        return api_error_set(e, 400, "cache_salt",
+                             "cache_salt must be 1 to %d bytes long",
+                             API_CACHE_SALT_MAX);
+    memcpy(req->cache_salt, json_string_value(v), len);
+    req->cache_salt_len = len;
+    req->has_cache_salt = true;
+    return 0;
+}
+
 static int parse_logprobs(completion_request *req, json_t *root, api_error *e)
 {
     json_t *v = json_object_get(root, "logprobs");
@@ -479,6 +500,7 @@ int completion_request_parse(completion_request *req, const char *body,
         parse_logit_bias(req, root, lim, e) == 0 &&
         parse_seed(req, root, e) == 0 &&
         parse_session(req, root, e) == 0 &&
+        parse_cache_salt(req, root, e) == 0 &&
         parse_streaming(req, root, e) == 0)
         rc = 0;
     if (rc == 0 && req->session_id[0] != '\0' && req->n_prompts > 1)
@@ -654,6 +676,7 @@ json_t *completion_choice_json(const tokenizer *tok,
 /* One completion in flight: the parsed request and its engine requests. */
 typedef struct completion_run {
     const api_ctx *ctx;
+    api_caller caller;          /* whose cache and sessions it may use */
     completion_request req;
     gen_request **reqs;         /* one per prompt; NULL entries when short-cut */
     size_t n_reqs;
@@ -720,6 +743,9 @@ static void params_for_prompt(const completion_run *run, size_t p,
     gp->n_top_logprobs = req->logprobs ? req->n_logprobs : 0;
     gp->score_prompt = req->echo && req->logprobs;
     gp->session_id = req->session_id[0] != '\0' ? req->session_id : NULL;
+    gp->identity = api_caller_identity(&run->caller,
+                                       req->has_cache_salt ? req->cache_salt : NULL,
+                                       req->cache_salt_len);
 }
 
 static int engine_error(engine_status st, api_error *e, int *retry_after)
@@ -912,8 +938,9 @@ static void respond_whole(completion_run *run, api_response *r)
 
 static api_stream *stream_create(completion_run *run);
 
-void api_completions(const api_ctx *ctx, const char *body, size_t len,
-                     const api_client *client, api_response *r)
+void api_completions(const api_ctx *ctx, const api_caller *who,
+                     const char *body, size_t len, const api_client *client,
+                     api_response *r)
 {
     completion_run *run = calloc(1, sizeof *run);
     api_error e;
@@ -923,6 +950,7 @@ void api_completions(const api_ctx *ctx, const char *body, size_t len,
         return;
     }
     run->ctx = ctx;
+    run->caller = *who;
     completion_limits lim = {
         .n_ctx = ctx->mdl->config.n_ctx,
         .vocab_size = tokenizer_vocab_size(ctx->tok),

@@ -156,7 +156,8 @@ void api_detokenize(const api_ctx *ctx, const char *body, size_t len,
     api_response_json(r, 200, json_pack("{s:o}", "content", content));
 }
 
-void api_sessions_list(const api_ctx *ctx, api_response *r)
+void api_sessions_list(const api_ctx *ctx, const api_caller *who,
+                       api_response *r)
 {
     /* The session table never holds more sessions than KV slots. */
     size_t cap = ctx->n_slots > 0 ? ctx->n_slots : 1;
@@ -167,7 +168,7 @@ void api_sessions_list(const api_ctx *ctx, api_response *r)
         api_response_error(r, &e);
         return;
     }
-    size_t n = engine_sessions(ctx->eng, info, cap);
+    size_t n = engine_sessions(ctx->eng, who->principal, info, cap);
     if (n > cap)
         n = cap;
     json_t *data = json_array();
@@ -180,10 +181,11 @@ void api_sessions_list(const api_ctx *ctx, api_response *r)
     api_response_json(r, 200, json_pack("{s:s, s:o}", "object", "list", "data", data));
 }
 
-void api_session_delete(const api_ctx *ctx, const char *id, api_response *r)
+void api_session_delete(const api_ctx *ctx, const api_caller *who,
+                        const char *id, api_response *r)
 {
     api_error e;
-    switch (engine_session_delete(ctx->eng, id)) {
+    switch (engine_session_delete(ctx->eng, who->principal, id)) {
     case 0:
         api_response_json(r, 200, json_pack("{s:s, s:s, s:b}", "id", id,
                                              "object", "session", "deleted", 1));

@@ -102,6 +102,7 @@ struct gen_request {
     bool score_prompt;
     size_t n_top;               /* alternatives kept per token */
     char *session;              /* NULL or a copy */
+    kv_identity id;             /* whose cache it may use */
     double t_submit;
 
     /* engine thread only */
@@ -279,6 +280,7 @@ static gen_request *request_create(engine *e, const gen_params *p)
     r->sampling.logit_bias = r->bias;
     if (p->session_id != NULL && (r->session = strdup(p->session_id)) == NULL)
         goto fail;
+    r->id = p->identity;
     if (r->score_prompt) {
         r->prompt_scores = calloc(p->n_prompt, sizeof *r->prompt_scores);
         if (r->prompt_scores == NULL)
@@ -407,10 +409,11 @@ static gen_request *queue_at(const engine *e, size_t i)
     return e->queue[(e->q_head + i) % e->cfg.max_queue];
 }
 
-static bool holds_session(const gen_request *r, const char *session,
-                          bool live_only)
+static bool holds_session(const gen_request *r, const uint8_t *owner,
+                          const char *session, bool live_only)
 {
     return r->session != NULL && strcmp(r->session, session) == 0 &&
+           memcmp(r->id.owner, owner, SHA256_BYTES) == 0 &&
            !(live_only && atomic_load(&r->cancelled));
 }
 
@@ -418,14 +421,14 @@ static bool holds_session(const gen_request *r, const char *session,
  * cancelled ones: the next step reaps them before it admits anything, so
  * a client that hangs up and comes straight back with its session is
  * queued behind its old request's last step rather than refused. */
-static bool session_in_use(const engine *e, const char *session,
-                           bool live_only)
+static bool session_in_use(const engine *e, const uint8_t *owner,
+                           const char *session, bool live_only)
 {
     for (size_t i = 0; i < e->q_len; i++)
-        if (holds_session(queue_at(e, i), session, live_only))
+        if (holds_session(queue_at(e, i), owner, session, live_only))
             return true;
     for (size_t i = 0; i < e->n_running; i++)
-        if (holds_session(e->running[i], session, live_only))
+        if (holds_session(e->running[i], owner, session, live_only))
             return true;
     return false;
 }
@@ -490,7 +493,7 @@ static bool admit_one(engine *e, gen_request *r, double now)
     if (kvcache_pool_idle(&e->kv) < r->n_seq)
         return false;
     size_t reused = 0, slot;
-    if (kvcache_pool_acquire(&e->kv, r->session, r->prompt, r->n_prompt,
+    if (kvcache_pool_acquire(&e->kv, &r->id, r->session, r->prompt, r->n_prompt,
                              !r->score_prompt, now, &slot, &reused)
         != KV_ACQUIRED)
         return false;           /* session busy cannot happen: submit refuses */
@@ -499,7 +502,7 @@ static bool admit_one(engine *e, gen_request *r, double now)
     for (size_t i = 1; i < r->n_seq; i++) {
         size_t unused;
         /* enough idle slots were counted above */
-        kvcache_pool_acquire(&e->kv, NULL, r->prompt, r->n_prompt, false, now,
+        kvcache_pool_acquire(&e->kv, &r->id, NULL, r->prompt, r->n_prompt, false, now,
                              &r->seqs[i].slot, &unused);
         r->seqs[i].has_slot = true;
     }
@@ -1032,7 +1035,8 @@ engine_status engine_submit(engine *e, const gen_params *p, gen_request **out)
     engine_status st = ENGINE_OK;
     if (e->stopping)
         st = ENGINE_STOPPING;
-    else if (r->session != NULL && session_in_use(e, r->session, true))
+    else if (r->session != NULL &&
+             session_in_use(e, r->id.owner, r->session, true))
         st = ENGINE_SESSION_BUSY;
     else if (p->max_tokens == 0 && !p->score_prompt) {
         /* nothing to compute: finished before it starts */
@@ -1056,7 +1060,8 @@ engine_status engine_submit(engine *e, const gen_params *p, gen_request **out)
 
 /* ---- sessions and gauges ---- */
 
-size_t engine_sessions(engine *e, engine_session_info *out, size_t cap)
+size_t engine_sessions(engine *e, const uint8_t owner[SHA256_BYTES],
+                       engine_session_info *out, size_t cap)
 {
     size_t n = 0;
     pthread_mutex_lock(&e->lock);
@@ -1065,7 +1070,7 @@ size_t engine_sessions(engine *e, engine_session_info *out, size_t cap)
     double now = now_seconds();
     for (size_t i = 0; i < e->kv.n_slots; i++) {
         const kv_pool_slot *s = &e->kv.slots[i];
-        if (!s->pinned)
+        if (!s->pinned || memcmp(s->id.owner, owner, SHA256_BYTES) != 0)
             continue;
         if (n < cap) {
             engine_session_info *info = &out[n];
@@ -1080,12 +1085,13 @@ size_t engine_sessions(engine *e, engine_session_info *out, size_t cap)
     return n;
 }
 
-int engine_session_delete(engine *e, const char *id)
+int engine_session_delete(engine *e, const uint8_t owner[SHA256_BYTES],
+                          const char *id)
 {
     pthread_mutex_lock(&e->lock);
-    int rc = kvcache_pool_delete_session(&e->kv, id);
+    int rc = kvcache_pool_delete_session(&e->kv, owner, id);
     /* a queued request of this session has no slot yet: still "busy" */
-    if (rc == -1 && session_in_use(e, id, false))
+    if (rc == -1 && session_in_use(e, owner, id, false))
         rc = -2;
     pthread_mutex_unlock(&e->lock);
     return rc;

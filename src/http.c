@@ -20,6 +20,7 @@
 #include <fcntl.h>
 #include <linux/sockios.h>      /* SIOCOUTQ */
 #include <linux/tcp.h>          /* TCP_INFO with tcpi_bytes_received, _acked */
+#include <arpa/inet.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -43,9 +44,12 @@
 
 #define STREAM_BLOCK_SIZE (16 * 1024)
 
-/* The API keys in force; replaced whole on SIGHUP. */
+/* The API keys in force; replaced whole on SIGHUP.  principals[i] names
+ * keys[i]'s caller (api_caller) without holding its secret, and is the same
+ * after a reload or a restart: the cache keeps serving the key's sessions. */
 typedef struct key_set {
     char **keys;
+    api_caller *principals;
     size_t n;
 } key_set;
 
@@ -141,6 +145,7 @@ typedef struct http_request {
     bool responded;
     bool close_after;           /* the framing is in doubt: end the connection */
     int status;
+    api_caller caller;          /* who sent it (set by early_checks) */
     api_response resp;
     atomic_int refs;
 } http_request;
@@ -157,7 +162,9 @@ static void keys_free(key_set *k)
         free(k->keys[i]);
     }
     free(k->keys);
+    free(k->principals);
     k->keys = NULL;
+    k->principals = NULL;
     k->n = 0;
 }
 
@@ -167,9 +174,15 @@ static int keys_add(key_set *k, const char *key, size_t len)
     if (keys == NULL)
         return -1;
     k->keys = keys;
+    api_caller *principals = realloc(k->principals,
+                                     (k->n + 1) * sizeof *principals);
+    if (principals == NULL)
+        return -1;
+    k->principals = principals;
     k->keys[k->n] = strndup(key, len);
     if (k->keys[k->n] == NULL)
         return -1;
+    api_caller_of_key(&k->principals[k->n], key, len);
     k->n++;
     return 0;
 }
@@ -207,6 +220,7 @@ static int keys_load_file(key_set *k, const char *path, gpt2d_error *err)
 static int keys_load(key_set *k, const settings *cfg, gpt2d_error *err)
 {
     k->keys = NULL;
+    k->principals = NULL;
     k->n = 0;
     if (cfg->api_key_file != NULL && cfg->api_key_file[0] != '\0' &&
         keys_load_file(k, cfg->api_key_file, err) != 0) {
@@ -221,20 +235,20 @@ static int keys_load(key_set *k, const settings *cfg, gpt2d_error *err)
     return 0;
 }
 
-bool http_key_matches(const char *const *keys, size_t n_keys,
-                      const char *header)
+long http_key_find(const char *const *keys, size_t n_keys, const char *header)
 {
     /* the scheme is case-insensitive (RFC 9110 §11.1) */
     if (header == NULL || strncasecmp(header, "Bearer", 6) != 0 ||
         header[6] != ' ')
-        return false;
+        return -1;
     const char *given = header + 6;
     while (*given == ' ')
         given++;
     size_t glen = strlen(given);
-    unsigned match = 0;
-    /* Every key is compared over its whole length whatever the bytes are, so
-     * the time taken says nothing about how much of a key was right. */
+    long found = -1;
+    /* Every key is compared over its whole length whatever the bytes are,
+     * and the index is chosen without a branch, so the time taken says
+     * nothing about how much of a key was right, or which one. */
     for (size_t k = 0; k < n_keys; k++) {
         size_t klen = strlen(keys[k]);
         unsigned diff = (unsigned)(klen ^ glen);
@@ -242,21 +256,52 @@ bool http_key_matches(const char *const *keys, size_t n_keys,
             unsigned char g = i < glen ? (unsigned char)given[i] : 0;
             diff |= (unsigned)(g ^ (unsigned char)keys[k][i]);
         }
-        match |= (diff == 0);
+        long is = -(long)(diff == 0);       /* all ones when it matched */
+        found = (found & ~is) | ((long)k & is);
     }
-    return match != 0;
+    return found;
 }
 
-/* true when no keys are configured or the request carries one of them. */
-static bool authorized(http_server *srv, struct MHD_Connection *conn)
+/* The caller behind a connection with no API keys: its address (port
+ * aside), so one client's cache is not another's. */
+static void caller_of_address(struct MHD_Connection *conn, api_caller *who)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    char host[INET6_ADDRSTRLEN] = "";
+    if (ci != NULL && ci->client_addr != NULL) {
+        const struct sockaddr *sa = ci->client_addr;
+        if (sa->sa_family == AF_INET)
+            inet_ntop(AF_INET, &((const struct sockaddr_in *)(const void *)sa)->sin_addr,
+                      host, sizeof host);
+        else if (sa->sa_family == AF_INET6)
+            inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)(const void *)sa)->sin6_addr,
+                      host, sizeof host);
+    }
+    api_caller_of_address(who, host);
+}
+
+/* true when no keys are configured or the request carries one of them;
+ * then *who is the caller the request's cache and sessions belong to. */
+static bool authorize(http_server *srv, struct MHD_Connection *conn,
+                      api_caller *who)
 {
     pthread_rwlock_rdlock(&srv->keys_lock);
-    bool ok = srv->keys.n == 0 ||
-              http_key_matches((const char *const *)srv->keys.keys, srv->keys.n,
-                               MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
-                                                           "Authorization"));
+    bool no_keys = srv->keys.n == 0;
+    long k = no_keys ? -1
+             : http_key_find((const char *const *)srv->keys.keys, srv->keys.n,
+                             MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
+                                                         "Authorization"));
+    if (k >= 0)
+        *who = srv->keys.principals[k];
     pthread_rwlock_unlock(&srv->keys_lock);
-    return ok;
+    if (!no_keys && k < 0)
+        return false;
+    if (srv->cfg->global_prefix_cache)
+        api_caller_global(who);
+    else if (no_keys)
+        caller_of_address(conn, who);
+    return true;
 }
 
 int http_reload_keys(http_server *srv, gpt2d_error *err)
@@ -995,7 +1040,8 @@ static bool early_checks(http_request *hr, enum MHD_Result *rc)
     }
     /* /health stays open for load balancers; the playground's files are
      * public (the page asks for the key and sends it with its API calls). */
-    if (r->id != ROUTE_HEALTH && r->id != ROUTE_STATIC && !authorized(srv, hr->conn)) {
+    if (r->id != ROUTE_HEALTH && r->id != ROUTE_STATIC &&
+        !authorize(srv, hr->conn, &hr->caller)) {
         *rc = send_error(hr, 401, NULL,
                          "missing or incorrect API key: send Authorization: Bearer KEY");
         return true;
@@ -1052,7 +1098,7 @@ static enum MHD_Result dispatch(http_request *hr, const char *url)
          * the reaper cuts a client that stops taking the answer (stall_check). */
         MHD_set_connection_option(hr->conn, MHD_CONNECTION_OPTION_TIMEOUT, 0u);
         api_client client = {client_gone, hr};
-        api_completions(api, body, hr->len, &client, r);
+        api_completions(api, &hr->caller, body, hr->len, &client, r);
         if (r->cancelled) {
             hr->status = r->status;
             return MHD_NO;      /* nobody to answer: close the connection */
@@ -1065,9 +1111,9 @@ static enum MHD_Result dispatch(http_request *hr, const char *url)
     case ROUTE_METRICS: api_metrics(api, r); break;
     case ROUTE_TOKENIZE: api_tokenize(api, body, hr->len, r); break;
     case ROUTE_DETOKENIZE: api_detokenize(api, body, hr->len, r); break;
-    case ROUTE_SESSIONS: api_sessions_list(api, r); break;
+    case ROUTE_SESSIONS: api_sessions_list(api, &hr->caller, r); break;
     case ROUTE_SESSION:
-        api_session_delete(api, url + strlen("/v1/sessions/"), r);
+        api_session_delete(api, &hr->caller, url + strlen("/v1/sessions/"), r);
         break;
     case ROUTE_STATIC: return send_static(hr, url);
     default:

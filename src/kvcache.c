@@ -125,14 +125,24 @@ size_t kvcache_common_prefix(const int32_t *a, size_t na, const int32_t *b,
     return i;
 }
 
-long kvcache_pool_find_session(const kv_pool *pool, const char *session)
+long kvcache_pool_find_session(const kv_pool *pool,
+                               const uint8_t owner[SHA256_BYTES],
+                               const char *session)
 {
     if (session == NULL)
         return -1;
-    for (size_t i = 0; i < pool->n_slots; i++)
-        if (pool->slots[i].pinned && strcmp(pool->slots[i].session, session) == 0)
+    for (size_t i = 0; i < pool->n_slots; i++) {
+        const kv_pool_slot *s = &pool->slots[i];
+        if (s->pinned && strcmp(s->session, session) == 0 &&
+            memcmp(s->id.owner, owner, SHA256_BYTES) == 0)
             return (long)i;
+    }
     return -1;
+}
+
+static bool same_domain(const kv_pool_slot *s, const kv_identity *who)
+{
+    return memcmp(s->id.domain, who->domain, SHA256_BYTES) == 0;
 }
 
 size_t kvcache_pool_idle(const kv_pool *pool)
@@ -144,16 +154,17 @@ size_t kvcache_pool_idle(const kv_pool *pool)
 }
 
 /* The slot a new sequence should take when it has no session slot: the
- * longest reusable prefix among idle unpinned slots, else an empty slot,
- * else the least recently used idle one.  SIZE_MAX when all are busy. */
-static size_t pick_slot(const kv_pool *pool, const int32_t *prompt,
-                        size_t n_prompt, bool reuse)
+ * longest reusable prefix among idle unpinned slots of its domain, else an
+ * empty slot, else the least recently used idle one.  SIZE_MAX when all are
+ * busy. */
+static size_t pick_slot(const kv_pool *pool, const kv_identity *who,
+                        const int32_t *prompt, size_t n_prompt, bool reuse)
 {
     size_t best = SIZE_MAX, best_prefix = 0;
     if (reuse) {
         for (size_t i = 0; i < pool->n_slots; i++) {
             const kv_pool_slot *s = &pool->slots[i];
-            if (s->busy || s->pinned)
+            if (s->busy || s->pinned || !same_domain(s, who))
                 continue;
             size_t p = kvcache_common_prefix(s->kv.tokens, s->kv.n_tokens,
                                              prompt, n_prompt);
@@ -178,25 +189,28 @@ static size_t pick_slot(const kv_pool *pool, const int32_t *prompt,
     return best;
 }
 
-kv_acquire_status kvcache_pool_acquire(kv_pool *pool, const char *session,
+kv_acquire_status kvcache_pool_acquire(kv_pool *pool, const kv_identity *who,
+                                       const char *session,
                                        const int32_t *prompt, size_t n_prompt,
                                        bool reuse, double now,
                                        size_t *slot_index, size_t *n_reused)
 {
-    long pinned = kvcache_pool_find_session(pool, session);
+    long pinned = kvcache_pool_find_session(pool, who->owner, session);
     size_t idx;
     if (pinned >= 0) {
         if (pool->slots[pinned].busy)
             return KV_SESSION_BUSY;
         idx = (size_t)pinned;
     } else {
-        idx = pick_slot(pool, prompt, n_prompt, reuse);
+        idx = pick_slot(pool, who, prompt, n_prompt, reuse);
         if (idx == SIZE_MAX)
             return KV_NO_SLOT;
     }
     kv_pool_slot *s = &pool->slots[idx];
     size_t keep = 0;
-    if (reuse && n_prompt > 0) {
+    /* Another session's slot (evicted) or another domain's keeps nothing. */
+    bool may_reuse = same_domain(s, who) && (pinned >= 0 || !s->pinned);
+    if (reuse && may_reuse && n_prompt > 0) {
         keep = kvcache_common_prefix(s->kv.tokens, s->kv.n_tokens, prompt,
                                      n_prompt);
         if (keep > n_prompt - 1)
@@ -205,6 +219,7 @@ kv_acquire_status kvcache_pool_acquire(kv_pool *pool, const char *session,
     s->kv.n_tokens = keep;
     s->n_tokens_shown = keep;
     s->busy = true;
+    s->id = *who;
     if (pinned < 0) {
         /* whatever session owned this (evicted) slot loses it */
         s->pinned = session != NULL;
@@ -227,9 +242,11 @@ void kvcache_pool_release(kv_pool *pool, size_t slot_index, double now)
     s->last_used_time = now;
 }
 
-int kvcache_pool_delete_session(kv_pool *pool, const char *session)
+int kvcache_pool_delete_session(kv_pool *pool,
+                                const uint8_t owner[SHA256_BYTES],
+                                const char *session)
 {
-    long i = kvcache_pool_find_session(pool, session);
+    long i = kvcache_pool_find_session(pool, owner, session);
     if (i < 0)
         return -1;
     kv_pool_slot *s = &pool->slots[i];

@@ -124,6 +124,11 @@ static const option_spec options[] = {
       false, "Directory of the playground's static files, served at /." },
     { "api-key-file", 0, OPT_OPTIONAL_PATH, FIELD(api_key_file), "FILE", NULL, NULL, 0, 0,
       false, "File of accepted API keys, one a line (also GPT2D_API_KEY); none: no auth." },
+    { "global-prefix-cache", 0, OPT_BOOL, FIELD(global_prefix_cache), "BOOL", "false",
+      NULL, 0, 0, false,
+      "Share cached prompt prefixes and session ids among all clients (one "
+      "tenant); by default each API key (or client address, without keys) has "
+      "its own." },
     { "cors-origin", 0, OPT_OPTIONAL_PATH, FIELD(cors_origin), "ORIGIN", NULL, NULL, 0, 0,
       false, "Value of Access-Control-Allow-Origin; none: CORS off." },
     { "config", 'c', OPT_OPTIONAL_PATH, FIELD(config_file), "FILE", NULL, NULL, 0, 0, true,

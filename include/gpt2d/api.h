@@ -23,6 +23,7 @@
 #include "gpt2d/engine.h"
 #include "gpt2d/model.h"
 #include "gpt2d/settings.h"
+#include "gpt2d/sha256.h"
 #include "gpt2d/tokenizer.h"
 #include "gpt2d/utf8.h"
 
@@ -37,6 +38,27 @@ typedef struct api_ctx {
     bool log_prompts;
     time_t started;             /* reported as the model's `created` */
 } api_ctx;
+
+/* ---- who is asking ----
+ *
+ * The isolation rule: a request's cached prefixes and sessions are its
+ * caller's own.  The caller is its API key; without keys, its address; the
+ * operator may make every request one caller (--global-prefix-cache) for a
+ * single-tenant deployment.  A request's cache_salt isolates further: its
+ * prefixes serve only requests of the same caller with the same salt.  Only
+ * digests are kept, so nothing cached holds a key. */
+typedef struct api_caller {
+    uint8_t principal[SHA256_BYTES];
+} api_caller;
+
+void api_caller_of_key(api_caller *who, const char *key, size_t len);
+void api_caller_of_address(api_caller *who, const char *address);
+void api_caller_global(api_caller *who);
+/* The engine's view of `who` sending a request with `salt` (NULL: none). */
+kv_identity api_caller_identity(const api_caller *who, const char *salt,
+                                size_t salt_len);
+
+#define API_CACHE_SALT_MAX 256
 
 /* ---- errors: {"error": {"message", "type", "param", "code"}} ---- */
 
@@ -86,8 +108,9 @@ void api_response_text(api_response *r, int status, const char *content_type,
 
 /* ---- endpoints ---- */
 
-void api_completions(const api_ctx *ctx, const char *body, size_t len,
-                     const api_client *client, api_response *r);
+void api_completions(const api_ctx *ctx, const api_caller *who,
+                     const char *body, size_t len, const api_client *client,
+                     api_response *r);
 void api_models(const api_ctx *ctx, api_response *r);
 /* GET /v1/models/{id}: the model object, or 404 for another id. */
 void api_model(const api_ctx *ctx, const char *id, api_response *r);
@@ -97,8 +120,11 @@ void api_tokenize(const api_ctx *ctx, const char *body, size_t len,
                   api_response *r);
 void api_detokenize(const api_ctx *ctx, const char *body, size_t len,
                     api_response *r);
-void api_sessions_list(const api_ctx *ctx, api_response *r);
-void api_session_delete(const api_ctx *ctx, const char *id, api_response *r);
+/* The caller's own sessions; another caller's are absent (404). */
+void api_sessions_list(const api_ctx *ctx, const api_caller *who,
+                       api_response *r);
+void api_session_delete(const api_ctx *ctx, const api_caller *who,
+                        const char *id, api_response *r);
 
 /* ---- streaming ---- */
 
@@ -138,6 +164,9 @@ typedef struct completion_request {
     size_t n_logprobs;
     bool echo, stream, include_usage;
     char session_id[ENGINE_SESSION_ID_MAX + 1];  /* "" when absent */
+    char cache_salt[API_CACHE_SALT_MAX + 1];     /* UTF-8, as sent */
+    size_t cache_salt_len;                       /* 0 when absent */
+    bool has_cache_salt;
 } completion_request;
 
 /* Limits a request is validated against. */

@@ -19,6 +19,7 @@
 #include <stdint.h>
 
 #include "gpt2d/error.h"
+#include "gpt2d/kvcache.h"
 #include "gpt2d/model.h"
 #include "gpt2d/sampler.h"
 #include "gpt2d/tokenizer.h"
@@ -63,6 +64,8 @@ typedef struct gen_params {
     size_t n_top_logprobs;      /* 0..ENGINE_MAX_LOGPROBS */
     bool score_prompt;          /* echo + logprobs: score every prompt token */
     const char *session_id;     /* NULL, or pins the conversation to a slot */
+    kv_identity identity;       /* the caller's owner and isolation domain:
+                                 * sessions and cached prefixes are its own */
 } gen_params;
 
 /* One scored token: a prompt token (when scoring) or a generated one. */
@@ -129,7 +132,8 @@ gen_usage gen_request_usage(const gen_request *r);
 void gen_request_cancel(gen_request *r);
 void gen_request_release(gen_request *r);
 
-/* Sessions (the KV slots pinned to a session id). */
+/* Sessions (the KV slots pinned to a session id), each `owner`'s own: another
+ * owner's sessions are invisible, as if absent. */
 typedef struct engine_session_info {
     char id[ENGINE_SESSION_ID_MAX + 1];
     size_t n_tokens;            /* tokens cached */
@@ -137,10 +141,13 @@ typedef struct engine_session_info {
     bool busy;
 } engine_session_info;
 
-/* Copies at most `cap` sessions into `out`; returns how many exist. */
-size_t engine_sessions(engine *e, engine_session_info *out, size_t cap);
+/* Copies at most `cap` of owner's sessions into `out`; returns how many
+ * exist. */
+size_t engine_sessions(engine *e, const uint8_t owner[SHA256_BYTES],
+                       engine_session_info *out, size_t cap);
 /* 0 deleted, -1 unknown id, -2 busy. */
-int engine_session_delete(engine *e, const char *id);
+int engine_session_delete(engine *e, const uint8_t owner[SHA256_BYTES],
+                          const char *id);
 
 typedef struct engine_stats {
     size_t queue_depth;

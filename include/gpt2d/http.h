@@ -42,9 +42,9 @@ bool http_drain(http_server *srv, int timeout_ms);
 /* Closes every connection, joins the server's threads and frees. */
 void http_stop(http_server *srv);
 
-/* Exposed for the unit tests: is `header` ("Bearer KEY") one of the keys?
- * Compares in time independent of where the keys differ. */
-bool http_key_matches(const char *const *keys, size_t n_keys,
-                      const char *header);
+/* Exposed for the unit tests: which of the keys `header` ("Bearer KEY")
+ * carries, or -1.  Compares in time independent of where the keys differ
+ * and of which one matched. */
+long http_key_find(const char *const *keys, size_t n_keys, const char *header);
 
 #endif

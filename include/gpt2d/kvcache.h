@@ -15,7 +15,13 @@
  * prefix skips recomputing it; a slot may be pinned to a session id.  Idle
  * slots are evicted least-recently-used first, busy ones never.  The pool
  * has no lock of its own: the engine's lock guards it, and a busy slot's
- * K/V/tokens belong to the engine thread alone. */
+ * K/V/tokens belong to the engine thread alone.
+ *
+ * Isolation: every slot records who filled it (kv_identity).  Its tokens
+ * serve only a later request of the same domain, and a session's slot only
+ * that session of that owner: an evicted session's history is dropped, never
+ * handed to the slot's next user, so neither cached_tokens nor the time a
+ * prefill takes tells one client anything about another's prompts. */
 #ifndef GPT2D_KVCACHE_H
 #define GPT2D_KVCACHE_H
 
@@ -25,6 +31,7 @@
 
 #include "gpt2d/error.h"
 #include "gpt2d/model.h"
+#include "gpt2d/sha256.h"
 
 typedef struct kv_slot {
     void *k;                    /* [n_layer][n_head][n_ctx][head_dim] */
@@ -70,11 +77,21 @@ static inline void *kvcache_v(const kv_slot *s, size_t layer, size_t head)
 
 #define KVCACHE_SESSION_ID_MAX 128
 
+/* Who a cache entry belongs to.  `owner` is the caller's principal (the
+ * digest of its API key, or of its address without keys): sessions are
+ * named inside it.  `domain` digests the owner with the request's
+ * cache_salt: cached tokens are reused only within one domain. */
+typedef struct kv_identity {
+    uint8_t owner[SHA256_BYTES];
+    uint8_t domain[SHA256_BYTES];
+} kv_identity;
+
 typedef struct kv_pool_slot {
     kv_slot kv;
     bool busy;                  /* a running sequence owns it */
-    bool pinned;                /* session[] names its session */
+    bool pinned;                /* session[] names its session (of id.owner) */
     char session[KVCACHE_SESSION_ID_MAX + 1];
+    kv_identity id;             /* who filled it */
     uint64_t last_used;         /* pool clock at the last acquire/release */
     double last_used_time;      /* seconds (caller's clock), for idle time */
     size_t n_tokens_shown;      /* kv.n_tokens as last published under the
@@ -101,24 +118,31 @@ void kvcache_pool_free(kv_pool *pool);
 size_t kvcache_common_prefix(const int32_t *a, size_t na, const int32_t *b,
                              size_t nb);
 
-/* Takes a slot for a sequence about to run `prompt`, marks it busy and
- * truncates its cache to the prefix it may reuse (*n_reused, at most
+/* Takes a slot for a sequence about to run `prompt` for `who`, marks it busy
+ * and truncates its cache to the prefix it may reuse (*n_reused, at most
  * n_prompt - 1 so the last prompt token is run for its logits; 0 when
  * !reuse).  Choice: the session's own slot when `session` is given and
- * pinned; else the idle unpinned slot with the longest common prefix; else an
- * empty slot; else the least-recently-used idle slot (its cache and session
- * pin are dropped).  A new session pins the chosen slot. */
-kv_acquire_status kvcache_pool_acquire(kv_pool *pool, const char *session,
+ * pinned to it for who->owner; else the idle unpinned slot of who->domain
+ * with the longest common prefix; else an empty slot; else the
+ * least-recently-used idle slot.  Only a slot of the same domain, and never
+ * another session's, keeps any tokens.  A new session pins the chosen
+ * slot. */
+kv_acquire_status kvcache_pool_acquire(kv_pool *pool, const kv_identity *who,
+                                       const char *session,
                                        const int32_t *prompt, size_t n_prompt,
                                        bool reuse, double now,
                                        size_t *slot_index, size_t *n_reused);
 /* The sequence is done; the slot keeps its tokens for later reuse. */
 void kvcache_pool_release(kv_pool *pool, size_t slot_index, double now);
 size_t kvcache_pool_idle(const kv_pool *pool);
-/* Index of the slot pinned to `session`, or -1. */
-long kvcache_pool_find_session(const kv_pool *pool, const char *session);
+/* Index of the slot pinned to `owner`'s `session`, or -1. */
+long kvcache_pool_find_session(const kv_pool *pool,
+                               const uint8_t owner[SHA256_BYTES],
+                               const char *session);
 /* Unpins and empties an idle session slot: 0, -1 unknown, -2 busy. */
-int kvcache_pool_delete_session(kv_pool *pool, const char *session);
+int kvcache_pool_delete_session(kv_pool *pool,
+                                const uint8_t owner[SHA256_BYTES],
+                                const char *session);
 
 /* Copies the first `n` cached positions (K, V and tokens) of `src` into
  * `dst` (same shape and element type) and sets dst->n_tokens = n: one prefill serves the

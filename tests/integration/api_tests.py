@@ -1213,6 +1213,116 @@ class T7AuthAndLimits(ServerCase):
         self.assertEqual(len(body["choices"]), 1)
 
 
+class T7bIsolation(ServerCase):
+    """One client's conversation never shows through to another (issue 12):
+    cached prefixes and sessions belong to the API key that made them, and a
+    cache_salt isolates further."""
+    NAME = "isolation"
+    ALICE = "sk-alice-%d" % os.getpid()
+    MALLORY = "sk-mallory-%d" % os.getpid()
+    ARGS = ("--slots", "2", "--threads", "1")
+    VICTIM = "My bank PIN is 4831 and my card is blue"
+
+    @classmethod
+    def setUpClass(cls):
+        cls.key_file = os.path.join(WORKDIR, "isolation-keys")
+        with open(cls.key_file, "w", encoding="ascii") as f:
+            f.write("%s\n%s\n" % (cls.ALICE, cls.MALLORY))
+        cls.ARGS = cls.ARGS + ("--api-key-file", cls.key_file)
+        super().setUpClass()
+
+    def _cached(self, body):
+        return body["usage"]["prompt_tokens_details"]["cached_tokens"]
+
+    def _cached_total(self, c):
+        return metric_sum(c.metrics(), "gpt2d_cached_tokens_total")
+
+    def test_guessing_another_keys_prompt_learns_nothing(self):
+        alice = self.server.client(api_key=self.ALICE)
+        mallory = self.server.client(api_key=self.MALLORY)
+        for session in ("victim", None):
+            extra = {"session_id": session} if session else {}
+            alice.complete(prompt=self.VICTIM, max_tokens=2, temperature=0, **extra)
+            # churn through the slots so the victim's is evicted, as the attack did
+            for i in range(3):
+                mallory.complete(prompt=word_prompt(300 + i, 5), max_tokens=1,
+                                 session_id="churn-%d" % i)
+            before = self._cached_total(mallory)
+            for guess in ("1111", "4831", "4832"):
+                # each guess salted apart, so none is served by an earlier one
+                body = mallory.complete(prompt="My bank PIN is " + guess,
+                                        max_tokens=1, temperature=0,
+                                        cache_salt="guess-%s-%s" % (session, guess))
+                self.assertEqual(self._cached(body), 0, (session, guess))
+            # nothing was skipped anywhere, so no step took less time
+            self.assertEqual(self._cached_total(mallory), before)
+
+    def test_same_key_shares_its_prefix_and_cache_salt_isolates(self):
+        alice = self.server.client(api_key=self.ALICE)
+        prompt = word_prompt(555, 10)
+        alice.complete(prompt=prompt, max_tokens=1, temperature=0)
+        again = alice.complete(prompt=prompt + word_prompt(556, 2), max_tokens=1)
+        self.assertEqual(self._cached(again), 10)
+        salted = alice.complete(prompt=prompt + word_prompt(557, 2), max_tokens=1,
+                                cache_salt="tenant-1")
+        self.assertEqual(self._cached(salted), 0)
+        salted2 = alice.complete(prompt=prompt + word_prompt(557, 2) + word_prompt(558, 1),
+                                 max_tokens=1, cache_salt="tenant-1")
+        self.assertEqual(self._cached(salted2), 12)
+        other_salt = alice.complete(prompt=prompt + word_prompt(557, 2), max_tokens=1,
+                                    cache_salt="tenant-2")
+        self.assertEqual(self._cached(other_salt), 0)
+        mallory = self.server.client(api_key=self.MALLORY)
+        guess = mallory.complete(prompt=prompt + word_prompt(557, 2), max_tokens=1,
+                                 cache_salt="tenant-1")
+        self.assertEqual(self._cached(guess), 0)
+
+    def test_sessions_are_listed_deleted_and_used_only_by_their_key(self):
+        alice = self.server.client(api_key=self.ALICE)
+        mallory = self.server.client(api_key=self.MALLORY)
+        prompt = word_prompt(600, 8)
+        alice.complete(prompt=prompt, max_tokens=2, session_id="mine")
+
+        def listed(c):
+            return [s["id"] for s in c.get("/v1/sessions").json["data"]]
+        self.assertIn("mine", listed(alice))
+        self.assertNotIn("mine", listed(mallory))
+        # absent, exactly as an id that never existed
+        gone = mallory.delete("/v1/sessions/mine")
+        self.assert_error(gone, 404)
+        never = mallory.delete("/v1/sessions/never-was")
+        self.assertEqual(gone.json["error"]["message"].replace("mine", "X"),
+                         never.json["error"]["message"].replace("never-was", "X"))
+        # mallory's "mine" is mallory's own, empty session
+        body = mallory.complete(prompt=prompt + word_prompt(601, 2), max_tokens=1,
+                                session_id="mine")
+        self.assertEqual(self._cached(body), 0)
+        self.assertIn("mine", listed(mallory))
+        # alice's session kept its history
+        body = alice.complete(prompt=prompt + word_prompt(602, 2), max_tokens=1,
+                              session_id="mine")
+        self.assertEqual(self._cached(body), 8)
+        self.assertIn(alice.delete("/v1/sessions/mine").status, (200, 204))
+        self.assertIn("mine", listed(mallory))
+        self.assertIn(mallory.delete("/v1/sessions/mine").status, (200, 204))
+
+    def test_global_prefix_cache_shares_between_keys(self):
+        srv = Server(GPT2D, TINY, WORKDIR,
+                     ["--slots", "2", "--threads", "1", "--api-key-file",
+                      self.key_file, "--global-prefix-cache"],
+                     name="global-cache").start()
+        try:
+            prompt = word_prompt(700, 9)
+            srv.client(api_key=self.ALICE).complete(prompt=prompt, max_tokens=1)
+            body = srv.client(api_key=self.MALLORY).complete(
+                prompt=prompt + word_prompt(701, 1), max_tokens=1)
+            self.assertEqual(self._cached(body), 9)
+        finally:
+            rc, _ = srv.stop()
+        self.assertEqual(rc, 0, srv.log_tail())
+        self.assert_clean_log(srv)
+
+
 class T8Backpressure(ServerCase):
     NAME = "busy"
     ARGS = ("--slots", "1", "--max-queue", "1", "--threads", "1")

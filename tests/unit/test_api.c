@@ -204,6 +204,8 @@ static const struct { const char *body, *param; } bad_fields[] = {
     {"{\"prompt\": \"x\", \"session_id\": 12}", "session_id"},
     {"{\"prompt\": [\"a\", \"b\"], \"session_id\": \"s\"}", "session_id"},
     {"{\"prompt\": \"x\", \"suffix\": \"tail\"}", "suffix"},
+    {"{\"prompt\": \"x\", \"cache_salt\": \"\"}", "cache_salt"},
+    {"{\"prompt\": \"x\", \"cache_salt\": 7}", "cache_salt"},
 };
 
 START_TEST(test_each_bad_field_is_a_400_naming_its_param)
@@ -237,6 +239,56 @@ START_TEST(test_session_id_longer_than_128_is_refused)
     ck_assert_int_eq(parse(&req, body, &e), 0);
     ck_assert_uint_eq(strlen(req.session_id), 128);
     completion_request_free(&req);
+}
+END_TEST
+
+START_TEST(test_cache_salt_is_kept_whole_up_to_256_bytes)
+{
+    char body[1024], salt[258];
+    memset(salt, 's', 257);
+    salt[257] = '\0';
+    completion_request req;
+    api_error e;
+    snprintf(body, sizeof body, "{\"prompt\": \"x\", \"cache_salt\": \"%s\"}", salt);
+    ck_assert_int_eq(parse(&req, body, &e), -1);
+    ck_assert_str_eq(e.param, "cache_salt");
+    ck_assert_int_eq(parse(&req, "{\"prompt\": \"x\", \"cache_salt\": \"a\\u00e9b\"}", &e), 0);
+    ck_assert(req.has_cache_salt);
+    ck_assert_uint_eq(req.cache_salt_len, 4);
+    ck_assert_int_eq(memcmp(req.cache_salt, "a\xc3\xa9" "b", 4), 0);
+    completion_request_free(&req);
+    ck_assert_int_eq(parse(&req, "{\"prompt\": \"x\"}", &e), 0);
+    ck_assert(!req.has_cache_salt);
+    completion_request_free(&req);
+}
+END_TEST
+
+/* Every input that should make another cache domain does, and the same
+ * inputs always make the same one (a restarted daemon must find it). */
+START_TEST(test_caller_identity_separates_keys_addresses_and_salts)
+{
+    api_caller k1, k1_again, k2, addr, everyone;
+    api_caller_of_key(&k1, "alpha", 5);
+    api_caller_of_key(&k1_again, "alpha", 5);
+    api_caller_of_key(&k2, "beta", 4);
+    api_caller_of_address(&addr, "alpha");
+    api_caller_global(&everyone);
+    ck_assert_int_eq(memcmp(k1.principal, k1_again.principal, SHA256_BYTES), 0);
+    ck_assert_int_ne(memcmp(k1.principal, k2.principal, SHA256_BYTES), 0);
+    ck_assert_int_ne(memcmp(k1.principal, addr.principal, SHA256_BYTES), 0);
+    ck_assert_int_ne(memcmp(k1.principal, everyone.principal, SHA256_BYTES), 0);
+
+    kv_identity plain = api_caller_identity(&k1, NULL, 0),
+                plain_again = api_caller_identity(&k1_again, NULL, 0),
+                empty = api_caller_identity(&k1, "", 0),
+                salted = api_caller_identity(&k1, "s1", 2),
+                other_key = api_caller_identity(&k2, "s1", 2);
+    ck_assert_int_eq(memcmp(&plain, &plain_again, sizeof plain), 0);
+    ck_assert_int_eq(memcmp(plain.owner, k1.principal, SHA256_BYTES), 0);
+    ck_assert_int_eq(memcmp(salted.owner, k1.principal, SHA256_BYTES), 0);
+    ck_assert_int_ne(memcmp(plain.domain, empty.domain, SHA256_BYTES), 0);
+    ck_assert_int_ne(memcmp(plain.domain, salted.domain, SHA256_BYTES), 0);
+    ck_assert_int_ne(memcmp(salted.domain, other_key.domain, SHA256_BYTES), 0);
 }
 END_TEST
 
@@ -722,21 +774,23 @@ END_TEST
 
 START_TEST(test_api_key_must_match_exactly)
 {
-    const char *keys[] = {"alpha", "beta-key"};
-    ck_assert(http_key_matches(keys, 2, "Bearer alpha"));
-    ck_assert(http_key_matches(keys, 2, "Bearer beta-key"));
-    ck_assert(!http_key_matches(keys, 2, "Bearer alph"));
-    ck_assert(!http_key_matches(keys, 2, "Bearer alphaa"));
-    ck_assert(!http_key_matches(keys, 2, "Bearer "));
-    ck_assert(!http_key_matches(keys, 2, "alpha"));
-    ck_assert(!http_key_matches(keys, 2, "Basic alpha"));
+    const char *keys[] = {"alpha", "beta-key", "gamma"};
+    /* which key matched decides whose cache and sessions the request uses */
+    ck_assert_int_eq(http_key_find(keys, 3, "Bearer alpha"), 0);
+    ck_assert_int_eq(http_key_find(keys, 3, "Bearer beta-key"), 1);
+    ck_assert_int_eq(http_key_find(keys, 3, "Bearer gamma"), 2);
+    ck_assert_int_eq(http_key_find(keys, 3, "Bearer alph"), -1);
+    ck_assert_int_eq(http_key_find(keys, 3, "Bearer alphaa"), -1);
+    ck_assert_int_eq(http_key_find(keys, 3, "Bearer "), -1);
+    ck_assert_int_eq(http_key_find(keys, 3, "alpha"), -1);
+    ck_assert_int_eq(http_key_find(keys, 3, "Basic alpha"), -1);
     /* the scheme is case-insensitive; any spaces may follow it */
-    ck_assert(http_key_matches(keys, 2, "bearer alpha"));
-    ck_assert(http_key_matches(keys, 2, "BEARER   beta-key"));
-    ck_assert(!http_key_matches(keys, 2, "Beareralpha"));
-    ck_assert(!http_key_matches(keys, 2, "Bearerx alpha"));
-    ck_assert(!http_key_matches(keys, 2, NULL));
-    ck_assert(!http_key_matches(keys, 0, "Bearer alpha"));
+    ck_assert_int_eq(http_key_find(keys, 3, "bearer alpha"), 0);
+    ck_assert_int_eq(http_key_find(keys, 3, "BEARER   beta-key"), 1);
+    ck_assert_int_eq(http_key_find(keys, 3, "Beareralpha"), -1);
+    ck_assert_int_eq(http_key_find(keys, 3, "Bearerx alpha"), -1);
+    ck_assert_int_eq(http_key_find(keys, 3, NULL), -1);
+    ck_assert_int_eq(http_key_find(keys, 0, "Bearer alpha"), -1);
 }
 END_TEST
 
@@ -751,6 +805,8 @@ static Suite *api_suite(void)
     tcase_add_loop_test(parsing, test_each_bad_field_is_a_400_naming_its_param, 0,
                         (int)(sizeof bad_fields / sizeof bad_fields[0]));
     tcase_add_test(parsing, test_session_id_longer_than_128_is_refused);
+    tcase_add_test(parsing, test_cache_salt_is_kept_whole_up_to_256_bytes);
+    tcase_add_test(parsing, test_caller_identity_separates_keys_addresses_and_salts);
     tcase_add_test(parsing, test_context_overflow_message_gives_the_numbers);
     tcase_add_test(parsing, test_invalid_json_is_an_invalid_request_error);
     tcase_add_test(parsing, test_null_fields_mean_the_default);

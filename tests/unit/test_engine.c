@@ -33,6 +33,20 @@
 #define WAIT_MS ((int)test_deadline(20000))
 #define LOGPROB_TOL 1e-4
 
+/* The caller of every request that does not say: all zeros, as a zeroed
+ * gen_params has it. */
+static const kv_identity TEST_CALLER;
+
+/* A caller distinct from TEST_CALLER and from every other (owner, domain)
+ * pair. */
+static kv_identity caller(uint8_t owner, uint8_t domain)
+{
+    kv_identity id;
+    memset(id.owner, owner, sizeof id.owner);
+    memset(id.domain, domain, sizeof id.domain);
+    return id;
+}
+
 static model g_model;
 static tokenizer *g_tok;
 static size_t g_vocab, g_n_ctx;
@@ -762,7 +776,7 @@ START_TEST(test_engine_session_reuse_reports_cached_and_matches_cold)
     assert_same_tokens(&warm.seq[0], &cold.seq[0]);
 
     engine_session_info info[4];
-    ck_assert_uint_eq(engine_sessions(e, info, 4), 1);
+    ck_assert_uint_eq(engine_sessions(e, TEST_CALLER.owner, info, 4), 1);
     ck_assert_str_eq(info[0].id, "chat-1");
     ck_assert_uint_eq(info[0].n_tokens, n + warm.seq[0].n_tokens - 1);
     ck_assert(!info[0].busy);
@@ -811,7 +825,7 @@ END_TEST
 static bool has_session(engine *e, const char *id, bool *busy)
 {
     engine_session_info info[8];
-    size_t n = engine_sessions(e, info, 8);
+    size_t n = engine_sessions(e, TEST_CALLER.owner, info, 8);
     for (size_t i = 0; i < n && i < 8; i++)
         if (strcmp(info[i].id, id) == 0) {
             if (busy != NULL)
@@ -896,12 +910,39 @@ START_TEST(test_engine_busy_session_is_refused)
     gen_request *again = NULL;
     ck_assert_int_eq(submit(e, &p, &again), ENGINE_SESSION_BUSY);
     ck_assert_ptr_null(again);
-    ck_assert_int_eq(engine_session_delete(e, "s"), -2);
+    ck_assert_int_eq(engine_session_delete(e, TEST_CALLER.owner, "s"), -2);
     /* another session is fine */
     p.session_id = "t";
     outcome o;
     run(e, &p, &o);
     ck_assert_uint_gt(o.seq[0].n_tokens, 0);
+    gen_request_cancel(r);
+    wait_finished(r);
+    gen_request_release(r);
+    engine_destroy(e);
+    free(prompt);
+}
+END_TEST
+
+START_TEST(test_engine_sessions_belong_to_their_owner)
+{
+    engine *e = open_engine(2, 16, 4);
+    int32_t *prompt = prompt_of(4);
+    gen_request *r = start_long(e, prompt, 4, "s");
+    kv_identity other = caller(7, 7);
+    engine_session_info info[2];
+    ck_assert_uint_eq(engine_sessions(e, other.owner, info, 2), 0);
+    ck_assert_int_eq(engine_session_delete(e, other.owner, "s"), -1);
+    /* the same id from another owner is another session: not busy */
+    gen_params p = greedy_params(prompt, 4, 2);
+    p.session_id = "s";
+    p.identity = other;
+    outcome o;
+    run(e, &p, &o);
+    ck_assert_uint_eq(o.usage.cached_tokens, 0);
+    ck_assert_uint_eq(engine_sessions(e, other.owner, info, 2), 1);
+    ck_assert_uint_eq(engine_sessions(e, TEST_CALLER.owner, info, 2), 1);
+    ck_assert(info[0].busy);
     gen_request_cancel(r);
     wait_finished(r);
     gen_request_release(r);
@@ -954,10 +995,10 @@ START_TEST(test_engine_delete_session_forgets_its_cache)
     outcome o;
     run(e, &p, &o);
     ck_assert(has_session(e, "gone", NULL));
-    ck_assert_int_eq(engine_session_delete(e, "gone"), 0);
+    ck_assert_int_eq(engine_session_delete(e, TEST_CALLER.owner, "gone"), 0);
     ck_assert(!has_session(e, "gone", NULL));
-    ck_assert_int_eq(engine_session_delete(e, "gone"), -1);
-    ck_assert_int_eq(engine_session_delete(e, "never"), -1);
+    ck_assert_int_eq(engine_session_delete(e, TEST_CALLER.owner, "gone"), -1);
+    ck_assert_int_eq(engine_session_delete(e, TEST_CALLER.owner, "never"), -1);
     run(e, &p, &o);
     ck_assert_uint_eq(o.usage.cached_tokens, 0);
     engine_stats st = engine_get_stats(e);
@@ -1002,7 +1043,7 @@ START_TEST(test_engine_session_idle_time_is_never_negative)
     clock_gettime(CLOCK_MONOTONIC, &t0);
     do {
         engine_session_info info[1];
-        if (engine_sessions(e, info, 1) == 1 && info[0].idle_seconds < worst)
+        if (engine_sessions(e, TEST_CALLER.owner, info, 1) == 1 && info[0].idle_seconds < worst)
             worst = info[0].idle_seconds;
         clock_gettime(CLOCK_MONOTONIC, &t1);
     } while (t1.tv_sec - t0.tv_sec < 2 && worst >= 0);
@@ -1262,7 +1303,7 @@ static void fake_cache(size_t i, const int32_t *tokens, size_t n)
 static size_t take(const int32_t *prompt, size_t n, size_t *reused)
 {
     size_t s = SIZE_MAX, r = 0;
-    ck_assert_int_eq(kvcache_pool_acquire(&g_pool, NULL, prompt, n, true, 0,
+    ck_assert_int_eq(kvcache_pool_acquire(&g_pool, &TEST_CALLER, NULL, prompt, n, true, 0,
                                           &s, &r), KV_ACQUIRED);
     if (reused != NULL)
         *reused = r;
@@ -1299,7 +1340,7 @@ START_TEST(test_pool_prefers_longest_prefix_then_empty_then_lru)
     ck_assert_uint_eq(take(x, 1, NULL), sa);
     ck_assert_uint_eq(take(x, 1, NULL), sd);
     size_t s, r;
-    ck_assert_int_eq(kvcache_pool_acquire(&g_pool, NULL, x, 1, true, 0, &s,
+    ck_assert_int_eq(kvcache_pool_acquire(&g_pool, &TEST_CALLER, NULL, x, 1, true, 0, &s,
                                           &r), KV_NO_SLOT);
     ck_assert_uint_eq(kvcache_pool_idle(&g_pool), 0);
     kvcache_pool_free(&g_pool);
@@ -1312,18 +1353,18 @@ START_TEST(test_pool_reuse_is_capped_and_optional)
     int32_t a[] = { 1, 2, 3, 4 };
     size_t s, reused;
     fake_cache(0, a, 4);
-    ck_assert_int_eq(kvcache_pool_acquire(&g_pool, NULL, a, 4, true, 0, &s,
+    ck_assert_int_eq(kvcache_pool_acquire(&g_pool, &TEST_CALLER, NULL, a, 4, true, 0, &s,
                                           &reused), KV_ACQUIRED);
     ck_assert_uint_eq(reused, 3);       /* the last token must run */
     ck_assert_uint_eq(g_pool.slots[0].kv.n_tokens, 3);
     kvcache_pool_release(&g_pool, s, 0);
     fake_cache(0, a, 4);
-    ck_assert_int_eq(kvcache_pool_acquire(&g_pool, NULL, a, 4, false, 0, &s,
+    ck_assert_int_eq(kvcache_pool_acquire(&g_pool, &TEST_CALLER, NULL, a, 4, false, 0, &s,
                                           &reused), KV_ACQUIRED);
     ck_assert_uint_eq(reused, 0);
     ck_assert_uint_eq(g_pool.slots[0].kv.n_tokens, 0);
     /* everything busy */
-    ck_assert_int_eq(kvcache_pool_acquire(&g_pool, NULL, a, 4, true, 0, &s,
+    ck_assert_int_eq(kvcache_pool_acquire(&g_pool, &TEST_CALLER, NULL, a, 4, true, 0, &s,
                                           &reused), KV_NO_SLOT);
     kvcache_pool_free(&g_pool);
 }
@@ -1334,30 +1375,121 @@ START_TEST(test_pool_sessions_pin_and_busy_session_refused)
     pool_open(2);
     int32_t a[] = { 5, 6, 7 };
     size_t s, t, reused;
-    ck_assert_int_eq(kvcache_pool_acquire(&g_pool, "x", a, 3, true, 0, &s,
+    ck_assert_int_eq(kvcache_pool_acquire(&g_pool, &TEST_CALLER, "x", a, 3, true, 0, &s,
                                           &reused), KV_ACQUIRED);
-    ck_assert_int_eq(kvcache_pool_find_session(&g_pool, "x"), (long)s);
-    ck_assert_int_eq(kvcache_pool_acquire(&g_pool, "x", a, 3, true, 0, &t,
+    ck_assert_int_eq(kvcache_pool_find_session(&g_pool, TEST_CALLER.owner, "x"), (long)s);
+    ck_assert_int_eq(kvcache_pool_acquire(&g_pool, &TEST_CALLER, "x", a, 3, true, 0, &t,
                                           &reused), KV_SESSION_BUSY);
-    ck_assert_int_eq(kvcache_pool_delete_session(&g_pool, "x"), -2);
+    ck_assert_int_eq(kvcache_pool_delete_session(&g_pool, TEST_CALLER.owner, "x"), -2);
     fake_cache(s, a, 3);
     kvcache_pool_release(&g_pool, s, 0);
     /* an anonymous prompt does not borrow a session's slot while another is
      * free */
-    ck_assert_int_eq(kvcache_pool_acquire(&g_pool, NULL, a, 3, true, 0, &t,
+    ck_assert_int_eq(kvcache_pool_acquire(&g_pool, &TEST_CALLER, NULL, a, 3, true, 0, &t,
                                           &reused), KV_ACQUIRED);
     ck_assert_uint_ne(t, s);
     ck_assert_uint_eq(reused, 0);
     kvcache_pool_release(&g_pool, t, 0);
     /* the session gets its own slot back, with its prefix */
-    ck_assert_int_eq(kvcache_pool_acquire(&g_pool, "x", a, 3, true, 0, &t,
+    ck_assert_int_eq(kvcache_pool_acquire(&g_pool, &TEST_CALLER, "x", a, 3, true, 0, &t,
                                           &reused), KV_ACQUIRED);
     ck_assert_uint_eq(t, s);
     ck_assert_uint_eq(reused, 2);
     kvcache_pool_release(&g_pool, t, 0);
-    ck_assert_int_eq(kvcache_pool_delete_session(&g_pool, "x"), 0);
-    ck_assert_int_eq(kvcache_pool_find_session(&g_pool, "x"), -1);
-    ck_assert_int_eq(kvcache_pool_delete_session(&g_pool, "x"), -1);
+    ck_assert_int_eq(kvcache_pool_delete_session(&g_pool, TEST_CALLER.owner, "x"), 0);
+    ck_assert_int_eq(kvcache_pool_find_session(&g_pool, TEST_CALLER.owner, "x"), -1);
+    ck_assert_int_eq(kvcache_pool_delete_session(&g_pool, TEST_CALLER.owner, "x"), -1);
+    kvcache_pool_free(&g_pool);
+}
+END_TEST
+
+/* Acquires slot for `who` and returns how many tokens it may reuse. */
+static size_t reuse_for(const kv_identity *who, const char *session,
+                        const int32_t *prompt, size_t n, size_t *slot)
+{
+    size_t r = SIZE_MAX;
+    ck_assert_int_eq(kvcache_pool_acquire(&g_pool, who, session, prompt, n,
+                                          true, 0, slot, &r), KV_ACQUIRED);
+    return r;
+}
+
+START_TEST(test_pool_prefix_serves_only_its_own_domain)
+{
+    pool_open(1);
+    int32_t pin[] = { 11, 12, 13, 48, 31 };
+    kv_identity alice = caller(1, 1), mallory = caller(2, 2),
+                alice_salted = caller(1, 3);
+    size_t s;
+    ck_assert_uint_eq(reuse_for(&alice, NULL, pin, 5, &s), 0);
+    fake_cache(s, pin, 5);
+    kvcache_pool_release(&g_pool, s, 0);
+    /* another key guessing the very same prompt learns nothing, and the
+     * slot forgets alice's tokens */
+    ck_assert_uint_eq(reuse_for(&mallory, NULL, pin, 5, &s), 0);
+    ck_assert_uint_eq(g_pool.slots[s].kv.n_tokens, 0);
+    fake_cache(s, pin, 5);
+    kvcache_pool_release(&g_pool, s, 0);
+    /* alice with another cache_salt is another domain too */
+    ck_assert_uint_eq(reuse_for(&alice_salted, NULL, pin, 5, &s), 0);
+    fake_cache(s, pin, 5);
+    kvcache_pool_release(&g_pool, s, 0);
+    /* and within one domain the prefix is shared */
+    ck_assert_uint_eq(reuse_for(&alice_salted, NULL, pin, 5, &s), 4);
+    kvcache_pool_free(&g_pool);
+}
+END_TEST
+
+/* The attack of issue 12: a session's slot, evicted, kept its history for
+ * the next request, whose cached_tokens then told how much of its prompt
+ * matched.  An evicted session's tokens serve nobody, its own owner's
+ * other requests included. */
+START_TEST(test_pool_evicted_session_history_serves_nobody_else)
+{
+    pool_open(1);
+    int32_t pin[] = { 11, 12, 13, 48, 31, 99 };
+    kv_identity alice = caller(1, 1), mallory = caller(2, 2);
+    size_t s;
+    reuse_for(&alice, "victim", pin, 6, &s);
+    fake_cache(s, pin, 6);
+    kvcache_pool_release(&g_pool, s, 0);
+    ck_assert_uint_eq(reuse_for(&mallory, NULL, pin, 5, &s), 0);
+    kvcache_pool_release(&g_pool, s, 0);
+    ck_assert_int_eq(kvcache_pool_find_session(&g_pool, alice.owner, "victim"), -1);
+
+    reuse_for(&alice, "victim", pin, 6, &s);
+    fake_cache(s, pin, 6);
+    kvcache_pool_release(&g_pool, s, 0);
+    ck_assert_uint_eq(reuse_for(&alice, NULL, pin, 5, &s), 0);
+    kvcache_pool_release(&g_pool, s, 0);
+    reuse_for(&alice, "victim", pin, 6, &s);
+    fake_cache(s, pin, 6);
+    kvcache_pool_release(&g_pool, s, 0);
+    ck_assert_uint_eq(reuse_for(&alice, "other", pin, 5, &s), 0);
+    kvcache_pool_free(&g_pool);
+}
+END_TEST
+
+START_TEST(test_pool_sessions_are_named_within_their_owner)
+{
+    pool_open(2);
+    int32_t a[] = { 5, 6, 7 };
+    kv_identity alice = caller(1, 1), mallory = caller(2, 2);
+    size_t s, t;
+    reuse_for(&alice, "x", a, 3, &s);
+    fake_cache(s, a, 3);
+    kvcache_pool_release(&g_pool, s, 0);
+    /* mallory's "x" is another session: not alice's slot, nothing cached */
+    ck_assert_int_eq(kvcache_pool_find_session(&g_pool, mallory.owner, "x"), -1);
+    ck_assert_int_eq(kvcache_pool_delete_session(&g_pool, mallory.owner, "x"), -1);
+    ck_assert_uint_eq(reuse_for(&mallory, "x", a, 3, &t), 0);
+    ck_assert_uint_ne(t, s);
+    kvcache_pool_release(&g_pool, t, 0);
+    ck_assert_int_eq(kvcache_pool_find_session(&g_pool, alice.owner, "x"), (long)s);
+    ck_assert_int_eq(kvcache_pool_find_session(&g_pool, mallory.owner, "x"), (long)t);
+    /* alice's session asked with another salt keeps its slot, not its tokens */
+    kv_identity alice_salted = caller(1, 3);
+    ck_assert_uint_eq(reuse_for(&alice_salted, "x", a, 3, &t), 0);
+    ck_assert_uint_eq(t, s);
     kvcache_pool_free(&g_pool);
 }
 END_TEST
@@ -1472,6 +1604,7 @@ static Suite *engine_suite(void)
     tcase_add_test(cache, test_engine_reuses_longest_prefix_without_session);
     tcase_add_test(cache, test_engine_evicts_lru_idle_slot_never_busy);
     tcase_add_test(cache, test_engine_busy_session_is_refused);
+    tcase_add_test(cache, test_engine_sessions_belong_to_their_owner);
     tcase_add_test(cache, test_engine_session_of_a_cancelled_request_is_free_again);
     tcase_add_test(cache, test_engine_delete_session_forgets_its_cache);
     tcase_add_test(cache, test_engine_session_idle_time_is_never_negative);
@@ -1495,6 +1628,9 @@ static Suite *engine_suite(void)
     tcase_add_test(pool, test_pool_prefers_longest_prefix_then_empty_then_lru);
     tcase_add_test(pool, test_pool_reuse_is_capped_and_optional);
     tcase_add_test(pool, test_pool_sessions_pin_and_busy_session_refused);
+    tcase_add_test(pool, test_pool_prefix_serves_only_its_own_domain);
+    tcase_add_test(pool, test_pool_evicted_session_history_serves_nobody_else);
+    tcase_add_test(pool, test_pool_sessions_are_named_within_their_owner);
     tcase_add_test(pool, test_pool_copy_prefix_duplicates_cache);
     tcase_add_test(pool, test_pool_create_rejects_zero_slots);
     tcase_add_test(pool, test_pool_copy_prefix_duplicates_half_cache);
