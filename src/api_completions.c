@@ -776,6 +776,25 @@ static bool run_is_trivial(const completion_request *req)
            req->session_id[0] == '\0';
 }
 
+/* A client that hangs up and comes straight back with its session finds
+ * its old request live until its connection thread notices (one wait slice)
+ * and cancels it: a busy session is asked again for this long before the
+ * answer is 409. */
+#define SESSION_BUSY_GRACE_MS 250
+#define SESSION_BUSY_RETRY_MS 5
+
+static engine_status submit_within_grace(engine *eng, const gen_params *gp,
+                                         gen_request **out)
+{
+    for (int waited = 0;; waited += SESSION_BUSY_RETRY_MS) {
+        engine_status st = engine_submit(eng, gp, out);
+        if (st != ENGINE_SESSION_BUSY || waited >= SESSION_BUSY_GRACE_MS)
+            return st;
+        struct timespec ts = {0, SESSION_BUSY_RETRY_MS * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+}
+
 static int run_submit(completion_run *run, api_error *e, int *retry_after)
 {
     run->reqs = calloc(run->req.n_prompts, sizeof *run->reqs);
@@ -787,7 +806,7 @@ static int run_submit(completion_run *run, api_error *e, int *retry_after)
     for (size_t p = 0; p < run->n_reqs; p++) {
         gen_params gp;
         params_for_prompt(run, p, &gp);
-        engine_status st = engine_submit(run->ctx->eng, &gp, &run->reqs[p]);
+        engine_status st = submit_within_grace(run->ctx->eng, &gp, &run->reqs[p]);
         if (st != ENGINE_OK) {
             run->reqs[p] = NULL;
             run_cancel(run);   /* the prompts already queued are useless now */

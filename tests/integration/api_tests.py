@@ -1442,6 +1442,22 @@ class T8Backpressure(ServerCase):
         self.assertTrue(wait_for(lambda: self._idle(c), 3), "slot not freed")
 
 
+    def test_session_is_free_at_once_after_its_client_hangs_up(self):
+        """A client that hangs up mid-stream and comes straight back with its
+        session is served, not refused with 409 (issue 12, item 6)."""
+        c = self.server.client()
+        for i in range(5):
+            self.assertTrue(wait_for(lambda: self._idle(c), 5), "not idle")
+            es = c.open_stream("/v1/completions",
+                               dict(LONG_REQ, stream=True, session_id="back"))
+            next(iter(es))
+            es.close()
+            r = c.post("/v1/completions", {"prompt": "Hi", "max_tokens": 1,
+                                           "session_id": "back"})
+            self.assertEqual(r.status, 200, (i, r))
+        self.assertTrue(wait_for(lambda: self._idle(c), 3), "slot not freed")
+
+
 class T8aCancelCounting(ServerCase):
     NAME = "cancels"
     ARGS = ("--slots", "3", "--threads", "1")
