@@ -76,10 +76,11 @@ lacks() { ! grep -qiE -- "$1" <<<"$2"; }
 # ---- the daemon, built and installed as a distribution would ----
 
 echo "== build ($build)"
-if [[ ! -x $top/configure || $top/configure.ac -nt $top/configure ]]; then
-    (cd "$top" && autoreconf -fi) >/dev/null
-fi
 mkdir -p "$build"
+if [[ ! -x $top/configure || $top/configure.ac -nt $top/configure ]]; then
+    (cd "$top" && autoreconf -fi) >"$build/autoreconf.out" 2>&1 ||
+        { cat "$build/autoreconf.out"; exit 1; }
+fi
 if [[ ! -f $build/Makefile ]]; then
     (cd "$build" && "$top/configure" --prefix=/usr --sysconfdir=/etc --localstatedir=/var \
         --with-systemdsystemunitdir=/lib/systemd/system >configure.out 2>&1) ||
