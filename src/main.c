@@ -276,7 +276,7 @@ int main(int argc, char **argv)
     switch (settings_load(&d.cfg, argc, argv, &err)) {
     case SETTINGS_EXIT_OK: return EXIT_SUCCESS;
     case SETTINGS_USAGE_ERROR:
-        fprintf(stderr, "gpt2d: %s\n", err.message);
+        log_error("gpt2d: %s", err.message);
         return 2;
     case SETTINGS_RUN: break;
     }
@@ -290,8 +290,10 @@ int main(int argc, char **argv)
     notify_status("Loading model %s", d.cfg.model_dir);
     int started = start(&d, &err);
     if (started != 0) {
-        /* One line naming the problem, as the CLI tests expect. */
-        fprintf(stderr, "gpt2d: %s\n", err.message);
+        /* One line naming the problem, as the CLI tests expect, at error
+         * priority: journald reads the <3> prefix, so `journalctl -p err`
+         * shows why the service did not start. */
+        log_error("gpt2d: %s", err.message);
         notify_status("Failed to start: %s", err.message);
         teardown(&d);
         return started == -2 ? 2 : EXIT_FAILURE;

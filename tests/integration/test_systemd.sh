@@ -55,7 +55,9 @@ check_unit_directives() {
     local d missing=0
     for d in 'Type=notify' 'NotifyAccess=main' 'ExecStart=/usr/sbin/gpt2d --config /etc/gpt2d/gpt2d.conf' \
              "ExecReload=/bin/kill -HUP \$MAINPID" 'Restart=on-failure' 'WatchdogSec=' \
+             'StartLimitIntervalSec=' 'StartLimitBurst=' 'RestartPreventExitStatus=2' \
              'DynamicUser=yes' 'StateDirectory=gpt2d' 'ConfigurationDirectory=gpt2d' \
+             'RuntimeDirectory=gpt2d' \
              'ProtectSystem=strict' 'ProtectHome=yes' 'PrivateTmp=yes' 'NoNewPrivileges=yes' \
              'RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6' \
              'SystemCallFilter=@system-service' 'MemoryDenyWriteExecute=yes'; do
