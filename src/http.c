@@ -85,6 +85,8 @@ struct http_server {
     unsigned port;
     atomic_bool stopping;
     atomic_size_t in_flight;    /* requests begun and not yet completed */
+    bool head_in_place;         /* this libmicrohttpd's head layout is known
+                                 * (head_has_nul); written once at start */
     pthread_rwlock_t keys_lock;
     key_set keys;
     /* the request deadline; everything below under watch_lock */
@@ -130,6 +132,11 @@ static const route no_route = {ROUTE_NONE, "", false, "", "other"};
 typedef struct http_request {
     http_server *srv;
     struct MHD_Connection *conn;
+    bool begun;                 /* the handler has seen it (on_request) */
+    bool nul_in_target;         /* the client sent a NUL in the target ("%00" or raw) */
+    const char *nul_header;     /* or in this header (MHD's copy of its name) */
+    const char *raw_target;     /* MHD's request line, as received: only */
+    size_t raw_target_len;      /* compared as addresses, never read later */
     conn_watch *watch;          /* NULL without a request deadline */
     const route *route;
     char method[16];
@@ -137,7 +144,8 @@ typedef struct http_request {
     struct timespec t0;
     char *body;
     size_t len, cap;
-    bool too_large;
+    bool too_large;             /* could not hold the body (out of memory) */
+    bool http_1_0;
     bool responded;
     bool close_after;           /* the framing is in doubt: end the connection */
     int status;
@@ -920,9 +928,124 @@ static enum MHD_Result send_preflight(http_request *hr)
     return rc;
 }
 
+/* A NUL byte in the request head.  libmicrohttpd 0.9.75 parses the head in
+ * place and ends each string it hands us with a NUL of its own, so a NUL
+ * the client sent cuts a string short and says nothing: "/v1/sessions/x%00yz"
+ * decodes to "/v1/sessions/x", and "Authorization: Bearer KEY\0junk" reads
+ * "Bearer KEY".  A proxy in front may read the whole; we refuse instead.
+ *
+ * An escaped NUL is found in the raw target, which MHD hands the URI-log
+ * callback before decoding it.  A raw NUL leaves no trace in the strings
+ * (MHD measures every value with strlen), only in where they lie: MHD
+ * replaces each line's CR LF (or LF) with NULs where it read them, so a
+ * header's value ends one or two bytes before the next header's name, the
+ * last ends two to four bytes before the end of the head (whose length MHD
+ * reports), and the raw target ends one byte before the version.  Any more
+ * is bytes after a NUL the client sent.  That layout is libmicrohttpd
+ * 0.9.75's (0.9.76 changed only the post processor); the check compares
+ * addresses and never reads through them, and is on only there
+ * (head_in_place) — libmicrohttpd 1.0 refuses a NUL in a header itself. */
+
+/* MHD_OPTION_URI_LOG_CALLBACK: the request line is in.  The request object
+ * is made here, where the target is still as received; MHD hands it to
+ * on_request, and to on_completed even when it refuses the request itself
+ * before on_request runs. */
+static void *on_request_line(void *cls, const char *uri, struct MHD_Connection *conn)
+{
+    http_request *hr = calloc(1, sizeof *hr);
+    if (hr == NULL)
+        return NULL;
+    hr->srv = cls;
+    hr->conn = conn;
+    hr->raw_target = uri;
+    hr->raw_target_len = strlen(uri);
+    size_t path_len = strcspn(uri, "?");
+    for (const char *p = uri; p + 2 < uri + path_len; p++)
+        if (p[0] == '%' && p[1] == '0' && p[2] == '0')
+            hr->nul_in_target = true;
+    return hr;
+}
+
+typedef struct head_scan {
+    uintptr_t begin, end;       /* the head as received: [begin, end) */
+    uintptr_t value_end;        /* the previous header's value's end; 0: none */
+    const char *name;           /* that header's name */
+    const char *bad;            /* the header with bytes after a NUL */
+} head_scan;
+
+static bool head_gap_ok(uintptr_t from, uintptr_t to, uintptr_t min, uintptr_t max)
+{
+    return to >= from + min && to <= from + max;
+}
+
+static enum MHD_Result scan_header(void *cls, enum MHD_ValueKind kind,
+                                   const char *key, size_t key_size,
+                                   const char *value, size_t value_size)
+{
+    (void)kind;
+    (void)key_size;
+    head_scan *h = cls;
+    uintptr_t name = (uintptr_t)key, end = (uintptr_t)value + value_size;
+    /* outside the head: a folded line (obs-fold) MHD joined elsewhere,
+     * which RFC 9112 §5.2 lets a server refuse */
+    if (name < h->begin || end > h->end) {
+        h->bad = key;
+        return MHD_NO;
+    }
+    if (h->value_end != 0 && !head_gap_ok(h->value_end, name, 1, 2)) {
+        h->bad = h->name;
+        return MHD_NO;
+    }
+    h->value_end = end;
+    h->name = key;
+    return MHD_YES;
+}
+
+/* Sets nul_in_target or nul_header when the client sent a NUL where MHD's
+ * strings do not show it.  `method` and `version` are the ones MHD handed
+ * on_request: `method` is the head's first byte. */
+static void head_find_nul(http_request *hr, const char *method, const char *version)
+{
+    if (hr->nul_in_target || !hr->srv->head_in_place)
+        return;
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(hr->conn, MHD_CONNECTION_INFO_REQUEST_HEADER_SIZE);
+    if (ci == NULL)
+        return;
+    if (hr->raw_target != NULL && version[0] != '\0' &&
+        (uintptr_t)version != (uintptr_t)hr->raw_target + hr->raw_target_len + 1) {
+        hr->nul_in_target = true;
+        return;
+    }
+    head_scan h = {.begin = (uintptr_t)method,
+                   .end = (uintptr_t)method + ci->header_size};
+    MHD_get_connection_values_n(hr->conn, MHD_HEADER_KIND, scan_header, &h);
+    if (h.bad == NULL && h.value_end != 0 && !head_gap_ok(h.value_end, h.end, 2, 4))
+        h.bad = h.name;
+    hr->nul_header = h.bad;
+}
+
+/* A NUL in the head: 400.  In a header the framing may be in doubt too
+ * (a cut Content-Length), so the connection closes after the answer. */
+static bool refuse_nul(http_request *hr, enum MHD_Result *rc)
+{
+    if (hr->nul_in_target) {
+        *rc = send_error(hr, 400, NULL, "the request target holds a NUL byte");
+        return true;
+    }
+    if (hr->nul_header != NULL) {
+        hr->close_after = true;
+        *rc = send_error(hr, 400, NULL,
+                         "the %.64s header holds a NUL byte or a folded line",
+                         hr->nul_header);
+        return true;
+    }
+    return false;
+}
+
 typedef struct framing {
-    unsigned content_lengths;
-    const char *transfer_encoding;
+    unsigned content_lengths, transfer_encodings, hosts;
+    const char *transfer_encoding;  /* the first, which MHD obeys */
 } framing;
 
 static enum MHD_Result count_framing(void *cls, enum MHD_ValueKind kind,
@@ -930,19 +1053,27 @@ static enum MHD_Result count_framing(void *cls, enum MHD_ValueKind kind,
 {
     (void)kind;
     framing *f = cls;
-    if (strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH) == 0)
+    if (strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH) == 0) {
         f->content_lengths++;
-    else if (strcasecmp(key, MHD_HTTP_HEADER_TRANSFER_ENCODING) == 0)
-        f->transfer_encoding = value;
+    } else if (strcasecmp(key, MHD_HTTP_HEADER_TRANSFER_ENCODING) == 0) {
+        if (f->transfer_encodings++ == 0)
+            f->transfer_encoding = value;
+    } else if (strcasecmp(key, MHD_HTTP_HEADER_HOST) == 0) {
+        f->hosts++;
+    }
     return MHD_YES;
 }
 
 /* A body whose length the headers do not settle is refused, and the
- * connection closed after the answer (RFC 9112 §6.3): libmicrohttpd takes
- * the first of several Content-Length headers, so a second one, which a
- * proxy in front may have read instead, would smuggle the rest of the body
- * in as a request of its own; and it waits for a body in a transfer coding
- * it cannot decode until the request deadline. */
+ * connection closed after the answer (RFC 9112 §6.1, §6.3): anything
+ * after a body a proxy in front framed otherwise would be served as a
+ * request of its own.  libmicrohttpd takes the first of several
+ * Content-Length headers and the first Transfer-Encoding, obeys
+ * Transfer-Encoding over Content-Length when both are sent, and waits for
+ * a body in a transfer coding it cannot decode until the request
+ * deadline.  The Host rule (RFC 9112 §3.2) is checked here too: MHD
+ * checks it only in its strict mode, whose refusal 0.9.75 sends twice
+ * (see the README's framing section). */
 static bool refuse_framing(http_request *hr, enum MHD_Result *rc)
 {
     framing f = { 0 };
@@ -954,12 +1085,32 @@ static bool refuse_framing(http_request *hr, enum MHD_Result *rc)
                          f.content_lengths);
         return true;
     }
-    if (f.transfer_encoding != NULL &&
-        strcasecmp(f.transfer_encoding, "chunked") != 0) {
+    if (f.content_lengths > 0 && f.transfer_encodings > 0) {
         hr->close_after = true;
-        *rc = send_error(hr, 501, NULL,
+        *rc = send_error(hr, 400, NULL,
+                         "Content-Length and Transfer-Encoding together: "
+                         "a request may have one");
+        return true;
+    }
+    if (f.transfer_encodings > 1 ||
+        (f.transfer_encoding != NULL && strcasecmp(f.transfer_encoding, "chunked") != 0)) {
+        hr->close_after = true;
+        *rc = f.transfer_encodings > 1
+            ? send_error(hr, 501, NULL, "%u Transfer-Encoding headers: only one, "
+                         "chunked, is supported", f.transfer_encodings)
+            : send_error(hr, 501, NULL,
                          "Transfer-Encoding \"%.64s\" is not supported (only chunked)",
                          f.transfer_encoding);
+        return true;
+    }
+    if (f.hosts > 1) {
+        hr->close_after = true;
+        *rc = send_error(hr, 400, NULL, "%u Host headers: a request may have one",
+                         f.hosts);
+        return true;
+    }
+    if (f.hosts == 0 && !hr->http_1_0) {
+        *rc = send_error(hr, 400, NULL, "an HTTP/1.1 request must have a Host header");
         return true;
     }
     return false;
@@ -974,7 +1125,7 @@ static bool early_checks(http_request *hr, enum MHD_Result *rc)
     http_server *srv = hr->srv;
     const route *r = hr->route;
     const char *cors = srv->cfg->cors_origin;
-    if (refuse_framing(hr, rc))
+    if (refuse_nul(hr, rc) || refuse_framing(hr, rc))
         return true;
     if (strcmp(hr->method, "OPTIONS") == 0 && cors != NULL && cors[0] != '\0' &&
         r->id != ROUTE_NONE) {
@@ -1010,14 +1161,12 @@ static bool early_checks(http_request *hr, enum MHD_Result *rc)
     return false;
 }
 
-/* Appends upload data, bounded by max_body_bytes. */
+/* Appends upload data (the caller keeps it within max_body_bytes); out of
+ * memory, the rest is read and dropped and the answer is 413. */
 static void accumulate(http_request *hr, const char *data, size_t n)
 {
-    size_t limit = hr->srv->cfg->max_body_bytes;
-    if (hr->too_large || hr->len + n > limit) {
-        hr->too_large = true;   /* keep reading, discarding, then answer 413 */
+    if (hr->too_large)
         return;
-    }
     if (hr->len + n + 1 > hr->cap) {
         size_t cap = hr->cap ? hr->cap : 4096;
         while (cap < hr->len + n + 1)
@@ -1033,6 +1182,96 @@ static void accumulate(http_request *hr, const char *data, size_t n)
     memcpy(hr->body + hr->len, data, n);
     hr->len += n;
     hr->body[hr->len] = '\0';
+}
+
+/* How long the 413 below may take to write, and how long the rest of the
+ * body is then read and dropped before the connection closes. */
+#define REFUSAL_WRITE_MS 1000
+#define LINGER_MS 2000
+#define LINGER_IDLE_MS 500
+
+/* Writes all of `data` to the non-blocking socket within `ms`. */
+static bool write_all(int fd, const char *data, size_t len, int ms)
+{
+    struct timespec t0 = monotonic_now();
+    while (len > 0) {
+        ssize_t n = send(fd, data, len, MSG_NOSIGNAL);
+        if (n > 0) {
+            data += n;
+            len -= (size_t)n;
+            continue;
+        }
+        if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+            return false;
+        int left = ms - (int)(seconds_since(&t0) * 1e3);
+        struct pollfd pfd = {.fd = fd, .events = POLLOUT};
+        if (left <= 0 || poll(&pfd, 1, left) < 0)
+            return false;
+    }
+    return true;
+}
+
+/* Reads and drops what the client still sends, until it stops (end of
+ * stream, or LINGER_IDLE_MS of silence) or LINGER_MS pass: a lingering
+ * close, as nginx and Apache make.  A socket closed with unread input is
+ * reset, and the reset can destroy an answer the client has not read. */
+static void linger(int fd)
+{
+    char sink[16 * 1024];
+    struct timespec t0 = monotonic_now();
+    shutdown(fd, SHUT_WR);
+    for (;;) {
+        int left = LINGER_MS - (int)(seconds_since(&t0) * 1e3);
+        struct pollfd pfd = {.fd = fd, .events = POLLIN};
+        if (left <= 0 ||
+            poll(&pfd, 1, left < LINGER_IDLE_MS ? left : LINGER_IDLE_MS) <= 0)
+            return;
+        ssize_t n = recv(fd, sink, sizeof sink, 0);
+        if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR))
+            return;
+    }
+}
+
+/* A chunked body grew past --max-body: 413 now, and the connection closed.
+ *
+ * libmicrohttpd tells us neither a chunk's declared size (it parses the
+ * chunk header itself and calls us only with the bytes that arrived) nor
+ * takes a response while a body arrives: MHD_queue_response refuses every
+ * state between the headers and the end of the body.  So the answer is
+ * written here to the socket, from the connection's own thread, while MHD
+ * has nothing of its own queued on it; returning MHD_NO then has MHD
+ * close the connection (after on_completed logs the 413). */
+static enum MHD_Result refuse_body_over_limit(http_request *hr)
+{
+    const settings *cfg = hr->srv->cfg;
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(hr->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    api_error e;
+    api_error_set(&e, 413, NULL, "request body is over the limit of %zu bytes",
+                  cfg->max_body_bytes);
+    api_response_free(&hr->resp);
+    memset(&hr->resp, 0, sizeof hr->resp);
+    api_response_error(&hr->resp, &e);
+    hr->status = 413;
+    hr->responded = true;
+    char date[64], head[1024];
+    struct tm tm;
+    time_t now = time(NULL);
+    strftime(date, sizeof date, "%a, %d %b %Y %H:%M:%S GMT", gmtime_r(&now, &tm));
+    bool cors = cfg->cors_origin != NULL && cfg->cors_origin[0] != '\0';
+    int n = snprintf(head, sizeof head,
+                     "HTTP/1.1 413 %s\r\nDate: %s\r\nConnection: close\r\n"
+                     "Content-Type: %s\r\nContent-Length: %zu\r\n%s%s%s\r\n",
+                     MHD_get_reason_phrase_for(413), date,
+                     hr->resp.content_type, hr->resp.body_len,
+                     cors ? "Access-Control-Allow-Origin: " : "",
+                     cors ? cfg->cors_origin : "",
+                     cors ? "\r\nVary: Origin\r\n" : "");
+    if (ci != NULL && n > 0 && (size_t)n < sizeof head &&
+        write_all(ci->connect_fd, head, (size_t)n, REFUSAL_WRITE_MS) &&
+        write_all(ci->connect_fd, hr->resp.body, hr->resp.body_len, REFUSAL_WRITE_MS))
+        linger(ci->connect_fd);
+    return MHD_NO;
 }
 
 static enum MHD_Result dispatch(http_request *hr, const char *url)
@@ -1081,24 +1320,22 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
                                   const char *version, const char *upload_data,
                                   size_t *upload_data_size, void **con_cls)
 {
-    (void)version;
     http_server *srv = cls;
     http_request *hr = *con_cls;
-    if (hr == NULL) {
-        hr = calloc(1, sizeof *hr);
-        if (hr == NULL)
-            return MHD_NO;
+    if (hr == NULL)
+        return MHD_NO;          /* on_request_line ran out of memory */
+    if (!hr->begun) {
+        hr->begun = true;
         atomic_init(&hr->refs, 1);
         atomic_fetch_add(&srv->in_flight, 1);
-        hr->srv = srv;
-        hr->conn = conn;
         clock_gettime(CLOCK_MONOTONIC, &hr->t0);
         snprintf(hr->method, sizeof hr->method, "%s", method);
         snprintf(hr->path, sizeof hr->path, "%s", url);
         hr->route = route_find(url);
         hr->watch = watch_of(conn);
         watch_request_begun(srv, hr->watch);
-        *con_cls = hr;
+        hr->http_1_0 = strcmp(version, MHD_HTTP_VERSION_1_0) == 0;
+        head_find_nul(hr, method, version);
         enum MHD_Result rc;
         if (early_checks(hr, &rc))
             return rc;
@@ -1107,8 +1344,13 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
     if (hr->responded)
         return MHD_YES;         /* answered early; let MHD drop the upload */
     if (*upload_data_size > 0) {
-        accumulate(hr, upload_data, *upload_data_size);
+        size_t n = *upload_data_size;
         *upload_data_size = 0;
+        /* only a chunked body can grow past the limit: a longer
+         * Content-Length was refused before the body */
+        if (n > srv->cfg->max_body_bytes - hr->len)
+            return refuse_body_over_limit(hr);
+        accumulate(hr, upload_data, n);
         return MHD_YES;
     }
     return dispatch(hr, url);
@@ -1122,6 +1364,10 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     if (hr == NULL)
         return;
     *con_cls = NULL;
+    if (!hr->begun) {           /* MHD refused it before on_request */
+        free(hr);
+        return;
+    }
     size_t prompt = hr->resp.prompt_tokens, completion = hr->resp.completion_tokens;
     if (hr->resp.stream != NULL) {
         if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK) {
@@ -1197,6 +1443,9 @@ int http_start(http_server **out, const settings *cfg, const api_ctx *api,
     srv->cfg = cfg;
     srv->api = api;
     atomic_init(&srv->stopping, false);
+    const char *mhd = MHD_get_version();
+    srv->head_in_place = mhd != NULL &&
+                         (strcmp(mhd, "0.9.75") == 0 || strcmp(mhd, "0.9.76") == 0);
     pthread_rwlock_init(&srv->keys_lock, NULL);
     if (keys_load(&srv->keys, cfg, err) != 0) {
         pthread_rwlock_destroy(&srv->keys_lock);
@@ -1220,6 +1469,7 @@ int http_start(http_server **out, const settings *cfg, const api_ctx *api,
         MHD_OPTION_CONNECTION_LIMIT, (unsigned)cfg->max_connections,
         MHD_OPTION_CONNECTION_TIMEOUT, cfg->connection_timeout,
         MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv,
+        MHD_OPTION_URI_LOG_CALLBACK, on_request_line, srv,
         MHD_OPTION_NOTIFY_CONNECTION,
         watching(cfg) ? on_connection : NULL, srv,
         /* no LISTENING_ADDRESS_REUSE: that is SO_REUSEPORT, which let a
