@@ -1,6 +1,7 @@
-/* http.c — libmicrohttpd glue: routing, API keys, the body limit, CORS,
- * static files and SSE streaming.  Everything an endpoint says comes from
- * api.h; this file only moves bytes and enforces the server's limits.
+/* http.c — libmicrohttpd glue: routing, the body limit, framing refusals,
+ * CORS, static files and SSE streaming (the API keys: http_keys.c).
+ * Everything an endpoint says comes from api.h; this file only moves bytes
+ * and enforces the server's limits.
  *
  * One thread per connection (see http.h): the completion handler blocks in
  * its own thread, and a stream's content reader blocks on its request.  The
@@ -38,16 +39,11 @@
 
 #include <microhttpd.h>
 
+#include "gpt2d/http_keys.h"
 #include "gpt2d/log.h"
 #include "gpt2d/metrics.h"
 
 #define STREAM_BLOCK_SIZE (16 * 1024)
-
-/* The API keys in force; replaced whole on SIGHUP. */
-typedef struct key_set {
-    char **keys;
-    size_t n;
-} key_set;
 
 /* One open connection, as the reaper's deadlines see it.  Created when MHD
  * reports the connection and freed when it reports it closed, which it does
@@ -87,8 +83,7 @@ struct http_server {
     atomic_size_t in_flight;    /* requests begun and not yet completed */
     bool head_in_place;         /* this libmicrohttpd's head layout is known
                                  * (head_has_nul); written once at start */
-    pthread_rwlock_t keys_lock;
-    key_set keys;
+    http_keys *keys;
     /* the request deadline; everything below under watch_lock */
     pthread_mutex_t watch_lock;
     pthread_cond_t watch_cond;  /* CLOCK_MONOTONIC: wakes the reaper */
@@ -154,130 +149,20 @@ typedef struct http_request {
 } http_request;
 
 /* ------------------------------------------------------------------ */
-/* API keys                                                            */
+/* API keys (http_keys.c)                                              */
 /* ------------------------------------------------------------------ */
-
-static void keys_free(key_set *k)
-{
-    for (size_t i = 0; i < k->n; i++) {
-        /* Keys are secrets: leave nothing behind in freed memory. */
-        explicit_bzero(k->keys[i], strlen(k->keys[i]));
-        free(k->keys[i]);
-    }
-    free(k->keys);
-    k->keys = NULL;
-    k->n = 0;
-}
-
-static int keys_add(key_set *k, const char *key, size_t len)
-{
-    char **keys = realloc(k->keys, (k->n + 1) * sizeof *keys);
-    if (keys == NULL)
-        return -1;
-    k->keys = keys;
-    k->keys[k->n] = strndup(key, len);
-    if (k->keys[k->n] == NULL)
-        return -1;
-    k->n++;
-    return 0;
-}
-
-/* One key per line; blank lines and # comments skipped; spaces trimmed. */
-static int keys_load_file(key_set *k, const char *path, gpt2d_error *err)
-{
-    FILE *f = fopen(path, "r");
-    if (f == NULL)
-        return error_set(err, "%s: %s", path, strerror(errno));
-    char *line = NULL;
-    size_t cap = 0;
-    ssize_t n;
-    int rc = 0;
-    while (rc == 0 && (n = getline(&line, &cap, f)) >= 0) {
-        char *s = line, *e = line + n;
-        while (s < e && (*s == ' ' || *s == '\t'))
-            s++;
-        while (e > s && (e[-1] == '\n' || e[-1] == '\r' || e[-1] == ' ' || e[-1] == '\t'))
-            e--;
-        if (s == e || *s == '#')
-            continue;
-        if (keys_add(k, s, (size_t)(e - s)) != 0)
-            rc = error_set(err, "%s: out of memory", path);
-    }
-    if (line != NULL)
-        explicit_bzero(line, cap);
-    free(line);
-    fclose(f);
-    if (rc == 0 && k->n == 0)
-        rc = error_set(err, "%s: no API keys in the file", path);
-    return rc;
-}
-
-static int keys_load(key_set *k, const settings *cfg, gpt2d_error *err)
-{
-    k->keys = NULL;
-    k->n = 0;
-    if (cfg->api_key_file != NULL && cfg->api_key_file[0] != '\0' &&
-        keys_load_file(k, cfg->api_key_file, err) != 0) {
-        keys_free(k);
-        return -1;
-    }
-    const char *env = getenv("GPT2D_API_KEY");
-    if (env != NULL && env[0] != '\0' && keys_add(k, env, strlen(env)) != 0) {
-        keys_free(k);
-        return error_set(err, "out of memory loading API keys");
-    }
-    return 0;
-}
-
-bool http_key_matches(const char *const *keys, size_t n_keys,
-                      const char *header)
-{
-    /* the scheme is case-insensitive (RFC 9110 §11.1) */
-    if (header == NULL || strncasecmp(header, "Bearer", 6) != 0 ||
-        header[6] != ' ')
-        return false;
-    const char *given = header + 6;
-    while (*given == ' ')
-        given++;
-    size_t glen = strlen(given);
-    unsigned match = 0;
-    /* Every key is compared over its whole length whatever the bytes are, so
-     * the time taken says nothing about how much of a key was right. */
-    for (size_t k = 0; k < n_keys; k++) {
-        size_t klen = strlen(keys[k]);
-        unsigned diff = (unsigned)(klen ^ glen);
-        for (size_t i = 0; i < klen; i++) {
-            unsigned char g = i < glen ? (unsigned char)given[i] : 0;
-            diff |= (unsigned)(g ^ (unsigned char)keys[k][i]);
-        }
-        match |= (diff == 0);
-    }
-    return match != 0;
-}
 
 /* true when no keys are configured or the request carries one of them. */
 static bool authorized(http_server *srv, struct MHD_Connection *conn)
 {
-    pthread_rwlock_rdlock(&srv->keys_lock);
-    bool ok = srv->keys.n == 0 ||
-              http_key_matches((const char *const *)srv->keys.keys, srv->keys.n,
-                               MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
-                                                           "Authorization"));
-    pthread_rwlock_unlock(&srv->keys_lock);
-    return ok;
+    return http_keys_authorized(srv->keys,
+                                MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
+                                                            "Authorization"));
 }
 
 int http_reload_keys(http_server *srv, gpt2d_error *err)
 {
-    key_set fresh;
-    if (keys_load(&fresh, srv->cfg, err) != 0)
-        return -1;
-    pthread_rwlock_wrlock(&srv->keys_lock);
-    key_set old = srv->keys;
-    srv->keys = fresh;
-    pthread_rwlock_unlock(&srv->keys_lock);
-    keys_free(&old);
-    return 0;
+    return http_keys_reload(srv->keys, err);
 }
 
 /* ------------------------------------------------------------------ */
@@ -1446,9 +1331,7 @@ int http_start(http_server **out, const settings *cfg, const api_ctx *api,
     const char *mhd = MHD_get_version();
     srv->head_in_place = mhd != NULL &&
                          (strcmp(mhd, "0.9.75") == 0 || strcmp(mhd, "0.9.76") == 0);
-    pthread_rwlock_init(&srv->keys_lock, NULL);
-    if (keys_load(&srv->keys, cfg, err) != 0) {
-        pthread_rwlock_destroy(&srv->keys_lock);
+    if (http_keys_load(&srv->keys, cfg, err) != 0) {
         free(srv);
         return -1;
     }
@@ -1524,7 +1407,6 @@ void http_stop(http_server *srv)
     if (srv->daemon != NULL)
         MHD_stop_daemon(srv->daemon);
     reaper_free(srv);
-    keys_free(&srv->keys);
-    pthread_rwlock_destroy(&srv->keys_lock);
+    http_keys_free(srv->keys);
     free(srv);
 }

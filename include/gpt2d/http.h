@@ -1,6 +1,6 @@
-/* http.h — the libmicrohttpd server: routing, API keys, body limits, CORS,
- * static files and streaming.  No model logic: every endpoint is answered
- * by api.h.
+/* http.h — the libmicrohttpd server: routing, body limits, framing
+ * refusals, CORS, static files and streaming; the API keys are http_keys.h's.
+ * No model logic: every endpoint is answered by api.h.
  *
  * Threading model: one thread per connection (MHD_USE_THREAD_PER_CONNECTION,
  * bounded by --max-connections), so a completion handler may block waiting
@@ -41,10 +41,5 @@ void http_quiesce(http_server *srv);
 bool http_drain(http_server *srv, int timeout_ms);
 /* Closes every connection, joins the server's threads and frees. */
 void http_stop(http_server *srv);
-
-/* Exposed for the unit tests: is `header` ("Bearer KEY") one of the keys?
- * Compares in time independent of where the keys differ. */
-bool http_key_matches(const char *const *keys, size_t n_keys,
-                      const char *header);
 
 #endif
