@@ -9,18 +9,12 @@
  * response-free callbacks cancel whatever is still running, so a vanished
  * client never keeps a KV slot.
  *
- * libmicrohttpd has only an idle timeout, which a client defeats by sending
- * a byte every few seconds (slowloris); the request deadline below adds the
- * total one (--request-timeout).  While a completion is answered that idle
- * timeout is off (generating may legitimately send nothing for minutes), so
- * the same reaper thread enforces a write-progress deadline instead: a client
- * that takes none of its waiting response for --timeout seconds is cut. */
+ * The request and write-progress deadlines are the reaper's
+ * (http_deadline.c); this file tells it where each request stands. */
 #include "gpt2d/http.h"
 
 #include <errno.h>
 #include <fcntl.h>
-#include <linux/sockios.h>      /* SIOCOUTQ */
-#include <linux/tcp.h>          /* TCP_INFO with tcpi_bytes_received, _acked */
 #include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -31,7 +25,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -39,40 +32,12 @@
 
 #include <microhttpd.h>
 
+#include "gpt2d/http_deadline.h"
 #include "gpt2d/http_keys.h"
 #include "gpt2d/log.h"
 #include "gpt2d/metrics.h"
 
 #define STREAM_BLOCK_SIZE (16 * 1024)
-
-/* One open connection, as the reaper's deadlines see it.  Created when MHD
- * reports the connection and freed when it reports it closed, which it does
- * before closing the socket: so while a watch is in the list (under
- * watch_lock) its fd is this connection's. */
-typedef enum watch_state {
-    WATCH_IDLE,                 /* waiting for the first byte of a request */
-    WATCH_RECEIVING,            /* a request is arriving: `deadline` applies */
-    WATCH_HANDLED,              /* the request is all in: being answered, and
-                                 * the client must keep taking the answer */
-} watch_state;
-
-typedef enum watch_cut {
-    CUT_NONE,
-    CUT_REQUEST,                /* the request did not arrive in time (408) */
-    CUT_STALLED,                /* the client stopped reading its answer (499) */
-} watch_cut;
-
-typedef struct conn_watch {
-    struct conn_watch *prev, *next;
-    int fd;
-    watch_state state;
-    uint64_t idle_bytes;        /* bytes the socket had received when it went idle */
-    struct timespec deadline;
-    uint64_t acked;             /* answering: bytes the client had acknowledged */
-    struct timespec progress_at;/* answering: the last look that saw it take some,
-                                 * or have nothing waiting */
-    watch_cut cut;              /* cut by the reaper */
-} conn_watch;
 
 struct http_server {
     struct MHD_Daemon *daemon;
@@ -84,13 +49,7 @@ struct http_server {
     bool head_in_place;         /* this libmicrohttpd's head layout is known
                                  * (head_has_nul); written once at start */
     http_keys *keys;
-    /* the request deadline; everything below under watch_lock */
-    pthread_mutex_t watch_lock;
-    pthread_cond_t watch_cond;  /* CLOCK_MONOTONIC: wakes the reaper */
-    conn_watch *watches;
-    bool watch_ready;           /* the lock and condition exist */
-    bool reaper_started, reaper_stop;
-    pthread_t reaper;
+    http_deadline *deadline;
 };
 
 typedef enum route_id {
@@ -132,7 +91,7 @@ typedef struct http_request {
     const char *nul_header;     /* or in this header (MHD's copy of its name) */
     const char *raw_target;     /* MHD's request line, as received: only */
     size_t raw_target_len;      /* compared as addresses, never read later */
-    conn_watch *watch;          /* NULL without a request deadline */
+    conn_watch *watch;          /* NULL without a deadline to enforce */
     const route *route;
     char method[16];
     char path[256];
@@ -163,393 +122,6 @@ static bool authorized(http_server *srv, struct MHD_Connection *conn)
 int http_reload_keys(http_server *srv, gpt2d_error *err)
 {
     return http_keys_reload(srv->keys, err);
-}
-
-/* ------------------------------------------------------------------ */
-/* The reaper: request deadline (--request-timeout), write progress    */
-/* ------------------------------------------------------------------ */
-
-/* From the first byte of a request until it is all in (headers and body),
- * a connection has request_timeout seconds; then the reaper thread shuts its
- * socket down, MHD sees the end of the stream and closes the connection.
- * Waiting between requests is the idle timeout's business, and answering has
- * no deadline (a stream may run for minutes) as long as the client keeps
- * taking the answer (stall_check).
- *
- * MHD says nothing before the headers are in, so the first byte is found
- * from the kernel's count of bytes received on the socket (TCP_INFO), which
- * the reaper reads every poll interval while a connection is idle: the
- * clock starts at most one interval late, never early. */
-
-static struct timespec timespec_after_ms(const struct timespec *t, long ms)
-{
-    struct timespec r = *t;
-    r.tv_sec += ms / 1000;
-    r.tv_nsec += (ms % 1000) * 1000000L;
-    if (r.tv_nsec >= 1000000000L) {
-        r.tv_sec++;
-        r.tv_nsec -= 1000000000L;
-    }
-    return r;
-}
-
-static bool timespec_before(const struct timespec *a, const struct timespec *b)
-{
-    return a->tv_sec < b->tv_sec || (a->tv_sec == b->tv_sec && a->tv_nsec < b->tv_nsec);
-}
-
-static struct timespec monotonic_now(void)
-{
-    struct timespec now;
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    return now;
-}
-
-/* How often a connection is looked at: an eighth of the deadline that
- * applies, within [0.1 s, 1 s], so a clock starts late by little of it. */
-static long poll_ms_for(unsigned seconds)
-{
-    long ms = (long)seconds * 1000 / 8;
-    return ms < 100 ? 100 : ms > 1000 ? 1000 : ms;
-}
-
-static long watch_poll_ms(const http_server *srv)
-{
-    return poll_ms_for(srv->cfg->request_timeout);
-}
-
-/* The reaper has work when either deadline is on. */
-static bool watching(const settings *cfg)
-{
-    return cfg->request_timeout > 0 || cfg->connection_timeout > 0;
-}
-
-/* Bytes received on the socket so far; false when the kernel cannot say. */
-static bool socket_bytes_received(int fd, uint64_t *out)
-{
-    struct tcp_info ti;
-    socklen_t len = sizeof ti;
-    memset(&ti, 0, sizeof ti);
-    if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0 ||
-        len < offsetof(struct tcp_info, tcpi_bytes_received) + sizeof ti.tcpi_bytes_received)
-        return false;
-    *out = ti.tcpi_bytes_received;
-    return true;
-}
-
-/* What the client has taken of the socket's output: the bytes it has
- * acknowledged so far, and whether any are still waiting (unsent, or sent
- * and unacknowledged: SIOCOUTQ).  False when the kernel cannot say. */
-static bool socket_output(int fd, uint64_t *acked, bool *pending)
-{
-    struct tcp_info ti;
-    socklen_t len = sizeof ti;
-    int queued = 0;
-    memset(&ti, 0, sizeof ti);
-    if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0 ||
-        len < offsetof(struct tcp_info, tcpi_bytes_acked) + sizeof ti.tcpi_bytes_acked ||
-        ioctl(fd, SIOCOUTQ, &queued) != 0)
-        return false;
-    *acked = ti.tcpi_bytes_acked;
-    *pending = queued > 0;
-    return true;
-}
-
-/* Under watch_lock.  Each state that needs watching wakes the reaper,
- * which sleeps without a timeout while no connection needs a look. */
-static void watch_start_receiving(http_server *srv, conn_watch *w,
-                                  const struct timespec *now)
-{
-    w->state = WATCH_RECEIVING;
-    w->deadline = timespec_after_ms(now, (long)srv->cfg->request_timeout * 1000);
-    pthread_cond_signal(&srv->watch_cond);
-}
-
-/* Under watch_lock: the request is all in; from now on the client must keep
- * taking the answer (see stall_check). */
-static void watch_start_answering(http_server *srv, conn_watch *w,
-                                  const struct timespec *now)
-{
-    bool pending = false;
-    w->state = WATCH_HANDLED;
-    w->progress_at = *now;
-    if (!socket_output(w->fd, &w->acked, &pending))
-        w->acked = 0;
-    pthread_cond_signal(&srv->watch_cond);
-}
-
-/* Under watch_lock: the connection waits for its next request. */
-static void watch_go_idle(http_server *srv, conn_watch *w)
-{
-    uint64_t bytes = 0;
-    w->state = WATCH_IDLE;
-    /* Unknown: 0, so the next look starts the clock (strict, not lax). */
-    w->idle_bytes = socket_bytes_received(w->fd, &bytes) ? bytes : 0;
-    pthread_cond_signal(&srv->watch_cond);
-}
-
-static void watch_add(http_server *srv, struct MHD_Connection *conn,
-                      void **socket_context)
-{
-    const union MHD_ConnectionInfo *ci =
-        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
-    conn_watch *w = calloc(1, sizeof *w);
-    if (ci == NULL || w == NULL) {
-        /* Unwatched, the connection could trickle forever: refuse it. */
-        if (ci != NULL)
-            shutdown(ci->connect_fd, SHUT_RDWR);
-        free(w);
-        return;
-    }
-    w->fd = ci->connect_fd;
-    w->state = WATCH_IDLE;      /* idle_bytes 0: any byte starts the clock */
-    pthread_mutex_lock(&srv->watch_lock);
-    w->next = srv->watches;
-    if (w->next != NULL)
-        w->next->prev = w;
-    srv->watches = w;
-    pthread_cond_signal(&srv->watch_cond);
-    pthread_mutex_unlock(&srv->watch_lock);
-    *socket_context = w;
-}
-
-static void watch_remove(http_server *srv, conn_watch *w)
-{
-    if (w == NULL)
-        return;
-    pthread_mutex_lock(&srv->watch_lock);
-    if (w->prev != NULL)
-        w->prev->next = w->next;
-    else
-        srv->watches = w->next;
-    if (w->next != NULL)
-        w->next->prev = w->prev;
-    pthread_mutex_unlock(&srv->watch_lock);
-    free(w);
-}
-
-/* MHD_OPTION_NOTIFY_CONNECTION: a connection opened or closed. */
-static void on_connection(void *cls, struct MHD_Connection *conn,
-                          void **socket_context,
-                          enum MHD_ConnectionNotificationCode code)
-{
-    http_server *srv = cls;
-    if (code == MHD_CONNECTION_NOTIFY_STARTED) {
-        *socket_context = NULL;
-        watch_add(srv, conn, socket_context);
-    } else {
-        watch_remove(srv, *socket_context);
-        *socket_context = NULL;
-    }
-}
-
-static conn_watch *watch_of(struct MHD_Connection *conn)
-{
-    const union MHD_ConnectionInfo *ci =
-        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
-    return ci != NULL ? ci->socket_context : NULL;
-}
-
-/* The headers of a request are in.  If the reaper has not seen its first
- * byte yet, that byte came within the last poll interval: start now. */
-static void watch_request_begun(http_server *srv, conn_watch *w)
-{
-    if (w == NULL)
-        return;
-    pthread_mutex_lock(&srv->watch_lock);
-    if (w->state != WATCH_RECEIVING) {
-        struct timespec now = monotonic_now();
-        watch_start_receiving(srv, w, &now);
-    }
-    pthread_mutex_unlock(&srv->watch_lock);
-}
-
-/* The request is all in: from here on it is answered, without a deadline
- * on the answer itself, only on the client's taking it. */
-static void watch_request_received(http_server *srv, conn_watch *w)
-{
-    if (w == NULL)
-        return;
-    pthread_mutex_lock(&srv->watch_lock);
-    if (w->cut == CUT_NONE) {
-        struct timespec now = monotonic_now();
-        watch_start_answering(srv, w, &now);
-    }
-    pthread_mutex_unlock(&srv->watch_lock);
-}
-
-/* The request is over (answered or abandoned); says whether the reaper cut
- * it, and why. */
-static watch_cut watch_request_done(http_server *srv, conn_watch *w)
-{
-    if (w == NULL)
-        return CUT_NONE;
-    pthread_mutex_lock(&srv->watch_lock);
-    watch_cut cut = w->cut;
-    if (cut == CUT_NONE)
-        watch_go_idle(srv, w);
-    pthread_mutex_unlock(&srv->watch_lock);
-    return cut;
-}
-
-/* Under watch_lock: one look at a connection being answered (the
- * write-progress deadline, --timeout).
- *
- * MHD's idle timeout is off while a completion is answered, so without this
- * a client that stops reading keeps its connection, its thread and, for a
- * stream, its KV slot as long as it likes.  What counts is not whether the
- * server writes but whether the client takes what was written, and the
- * kernel knows: output is waiting (SIOCOUTQ) and the count of bytes the
- * client acknowledged has not moved.  Nothing waiting means the server is
- * the slow one (generating, queued for a slot), which is never cut; a slow
- * reader that takes some bytes now and then restarts the clock each time.
- * The clock starts at the last look that saw progress, so a cut comes at
- * least --timeout after the client's last progress, never early.
- *
- * The cut resets the connection (SO_LINGER 0) rather than closing it: the
- * client is not reading, so a graceful close would leave the unsent bytes
- * and a FIN queued in the kernel behind a closed window for minutes, and an
- * SSE client would not learn that its stream was cut. */
-static bool stall_check(http_server *srv, conn_watch *w, const struct timespec *now,
-                        struct timespec *wake)
-{
-    unsigned limit = srv->cfg->connection_timeout;
-    if (limit == 0)
-        return false;
-    uint64_t acked = 0;
-    bool pending = false;
-    /* A socket the kernel says nothing about counts as progressing: cutting
-     * a working stream would lose an answer on a guess. */
-    if (!socket_output(w->fd, &acked, &pending) || !pending || acked != w->acked) {
-        w->acked = acked;
-        w->progress_at = *now;
-    }
-    struct timespec deadline = timespec_after_ms(&w->progress_at, (long)limit * 1000);
-    if (timespec_before(now, &deadline)) {
-        struct timespec next = timespec_after_ms(now, poll_ms_for(limit));
-        if (timespec_before(&deadline, &next))
-            next = deadline;
-        if (timespec_before(&next, wake))
-            *wake = next;
-        return true;
-    }
-    struct linger reset = {.l_onoff = 1, .l_linger = 0};
-    setsockopt(w->fd, SOL_SOCKET, SO_LINGER, &reset, sizeof reset);
-    /* As for the request deadline, MHD's thread sees the shut-down socket
-     * (a stream's content reader polls it too) and closes the connection;
-     * its completion callback cancels a generation still running. */
-    shutdown(w->fd, SHUT_RDWR);
-    w->cut = CUT_STALLED;
-    metrics_write_timeout();
-    log_info("closed a connection whose client took none of its response for "
-             "%u s (timeout)", limit);
-    return false;
-}
-
-/* Under watch_lock: one look at a connection at `now`.  Lowers *wake to
- * when it next needs a look; returns false when it needs none. */
-static bool watch_check(http_server *srv, conn_watch *w, const struct timespec *now,
-                        struct timespec *wake)
-{
-    if (w->cut != CUT_NONE)
-        return false;
-    if (w->state == WATCH_HANDLED)
-        return stall_check(srv, w, now, wake);
-    if (srv->cfg->request_timeout == 0)
-        return false;
-    if (w->state == WATCH_IDLE) {
-        uint64_t bytes = 0;
-        if (socket_bytes_received(w->fd, &bytes) && bytes <= w->idle_bytes) {
-            struct timespec next = timespec_after_ms(now, watch_poll_ms(srv));
-            if (timespec_before(&next, wake))
-                *wake = next;
-            return true;
-        }
-        watch_start_receiving(srv, w, now);
-    }
-    if (timespec_before(now, &w->deadline)) {
-        if (timespec_before(&w->deadline, wake))
-            *wake = w->deadline;
-        return true;
-    }
-    /* MHD's thread reads the end of the stream and closes the connection;
-     * the fd stays open (and ours) until MHD reports it closed. */
-    shutdown(w->fd, SHUT_RDWR);
-    w->cut = CUT_REQUEST;
-    metrics_request_timeout();
-    log_info("closed a connection whose request was not received within %u s "
-             "(request-timeout)", srv->cfg->request_timeout);
-    return false;
-}
-
-static void *reaper_main(void *arg)
-{
-    http_server *srv = arg;
-    pthread_mutex_lock(&srv->watch_lock);
-    while (!srv->reaper_stop) {
-        struct timespec now = monotonic_now();
-        struct timespec wake = timespec_after_ms(&now, 3600 * 1000L);
-        bool any = false;
-        for (conn_watch *w = srv->watches; w != NULL; w = w->next)
-            any |= watch_check(srv, w, &now, &wake);
-        /* Nothing to watch: sleep until a connection arrives (signalled). */
-        if (any)
-            pthread_cond_timedwait(&srv->watch_cond, &srv->watch_lock, &wake);
-        else
-            pthread_cond_wait(&srv->watch_cond, &srv->watch_lock);
-    }
-    pthread_mutex_unlock(&srv->watch_lock);
-    return NULL;
-}
-
-static int reaper_init(http_server *srv, gpt2d_error *err)
-{
-    pthread_condattr_t attr;
-    pthread_condattr_init(&attr);
-    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-    int rc = pthread_cond_init(&srv->watch_cond, &attr);
-    pthread_condattr_destroy(&attr);
-    if (rc != 0)
-        return error_set(err, "cannot create the connection-deadline condition");
-    if (pthread_mutex_init(&srv->watch_lock, NULL) != 0) {
-        pthread_cond_destroy(&srv->watch_cond);
-        return error_set(err, "cannot create the connection-deadline lock");
-    }
-    srv->watch_ready = true;
-    if (!watching(srv->cfg))
-        return 0;
-    if (pthread_create(&srv->reaper, NULL, reaper_main, srv) != 0)
-        return error_set(err, "cannot start the connection-deadline thread");
-    srv->reaper_started = true;
-    return 0;
-}
-
-static void reaper_stop(http_server *srv)
-{
-    if (!srv->reaper_started)
-        return;
-    pthread_mutex_lock(&srv->watch_lock);
-    srv->reaper_stop = true;
-    pthread_cond_signal(&srv->watch_cond);
-    pthread_mutex_unlock(&srv->watch_lock);
-    pthread_join(srv->reaper, NULL);
-    srv->reaper_started = false;
-}
-
-/* After MHD stopped: it reported every connection closed, so the list is
- * empty; anything left is freed all the same. */
-static void reaper_free(http_server *srv)
-{
-    if (!srv->watch_ready)
-        return;
-    while (srv->watches != NULL) {
-        conn_watch *w = srv->watches;
-        srv->watches = w->next;
-        free(w);
-    }
-    pthread_cond_destroy(&srv->watch_cond);
-    pthread_mutex_destroy(&srv->watch_lock);
-    srv->watch_ready = false;
 }
 
 /* ------------------------------------------------------------------ */
@@ -1078,7 +650,8 @@ static void accumulate(http_request *hr, const char *data, size_t n)
 /* Writes all of `data` to the non-blocking socket within `ms`. */
 static bool write_all(int fd, const char *data, size_t len, int ms)
 {
-    struct timespec t0 = monotonic_now();
+    struct timespec t0;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
     while (len > 0) {
         ssize_t n = send(fd, data, len, MSG_NOSIGNAL);
         if (n > 0) {
@@ -1103,7 +676,8 @@ static bool write_all(int fd, const char *data, size_t len, int ms)
 static void linger(int fd)
 {
     char sink[16 * 1024];
-    struct timespec t0 = monotonic_now();
+    struct timespec t0;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
     shutdown(fd, SHUT_WR);
     for (;;) {
         int left = LINGER_MS - (int)(seconds_since(&t0) * 1e3);
@@ -1164,7 +738,7 @@ static enum MHD_Result dispatch(http_request *hr, const char *url)
     http_server *srv = hr->srv;
     const api_ctx *api = srv->api;
     api_response *r = &hr->resp;
-    watch_request_received(srv, hr->watch);
+    http_deadline_request_received(srv->deadline, hr->watch);
     if (hr->too_large)
         return send_error(hr, 413, NULL, "request body is over the limit of %zu bytes",
                           srv->cfg->max_body_bytes);
@@ -1217,8 +791,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
         snprintf(hr->method, sizeof hr->method, "%s", method);
         snprintf(hr->path, sizeof hr->path, "%s", url);
         hr->route = route_find(url);
-        hr->watch = watch_of(conn);
-        watch_request_begun(srv, hr->watch);
+        hr->watch = http_deadline_watch_of(conn);
+        http_deadline_request_begun(srv->deadline, hr->watch);
         hr->http_1_0 = strcmp(version, MHD_HTTP_VERSION_1_0) == 0;
         head_find_nul(hr, method, version);
         enum MHD_Result rc;
@@ -1264,10 +838,10 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     if (hr->route == &routes[0])
         MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT,
                                   srv->cfg->connection_timeout);
-    watch_cut cut = watch_request_done(srv, hr->watch);
-    if (cut == CUT_REQUEST && hr->status == 0)
+    deadline_cut cut = http_deadline_request_done(srv->deadline, hr->watch);
+    if (cut == DEADLINE_CUT_REQUEST && hr->status == 0)
         hr->status = 408;       /* cut by the request deadline */
-    else if (cut == CUT_STALLED)
+    else if (cut == DEADLINE_CUT_STALLED)
         hr->status = 499;       /* the client stopped reading: a hang-up */
     int status = hr->status != 0 ? hr->status : 499;
     metrics_request_done(hr->route->label, status);
@@ -1337,7 +911,8 @@ int http_start(http_server **out, const settings *cfg, const api_ctx *api,
     }
     struct sockaddr_storage addr;
     socklen_t addr_len = 0;
-    if (reaper_init(srv, err) != 0 || resolve(cfg, &addr, &addr_len, err) != 0) {
+    if (http_deadline_start(&srv->deadline, cfg, err) != 0 ||
+        resolve(cfg, &addr, &addr_len, err) != 0) {
         http_stop(srv);
         return -1;
     }
@@ -1354,7 +929,7 @@ int http_start(http_server **out, const settings *cfg, const api_ctx *api,
         MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv,
         MHD_OPTION_URI_LOG_CALLBACK, on_request_line, srv,
         MHD_OPTION_NOTIFY_CONNECTION,
-        watching(cfg) ? on_connection : NULL, srv,
+        http_deadline_needed(cfg) ? http_deadline_on_connection : NULL, srv->deadline,
         /* no LISTENING_ADDRESS_REUSE: that is SO_REUSEPORT, which let a
          * second gpt2d bind the same port and take half its connections;
          * the library's default SO_REUSEADDR is all a restart needs */
@@ -1403,10 +978,12 @@ void http_stop(http_server *srv)
 {
     if (srv == NULL)
         return;
-    reaper_stop(srv);
+    if (srv->deadline != NULL)
+        http_deadline_stop(srv->deadline);
     if (srv->daemon != NULL)
         MHD_stop_daemon(srv->daemon);
-    reaper_free(srv);
+    if (srv->deadline != NULL)
+        http_deadline_free(srv->deadline);
     http_keys_free(srv->keys);
     free(srv);
 }

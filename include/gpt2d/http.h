@@ -10,7 +10,7 @@
  *
  * Limits: --max-connections, the idle --timeout (lifted while a completion
  * is answered, restored after), --max-body (413), and the request deadline
- * --request-timeout: one more thread (the reaper) closes any connection
+ * --request-timeout: one more thread (the reaper, http_deadline.h) closes any connection
  * whose request, headers and body, is not all in that long after its first
  * byte.  Answering a request is never limited by it.
  *
