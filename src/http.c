@@ -835,7 +835,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
         }
         api_stream_usage(hr->resp.stream, &prompt, &completion);
     }
-    if (hr->route == &routes[0])
+    if (hr->route->id == ROUTE_COMPLETIONS)
         MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT,
                                   srv->cfg->connection_timeout);
     deadline_cut cut = http_deadline_request_done(srv->deadline, hr->watch);
