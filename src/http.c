@@ -503,6 +503,7 @@ static bool refuse_nul(http_request *hr, enum MHD_Result *rc)
 typedef struct framing {
     unsigned content_lengths, transfer_encodings, hosts;
     const char *transfer_encoding;  /* the first, which MHD obeys */
+    const char *spaced_name;        /* a name with whitespace before its colon */
 } framing;
 
 static enum MHD_Result count_framing(void *cls, enum MHD_ValueKind kind,
@@ -510,6 +511,8 @@ static enum MHD_Result count_framing(void *cls, enum MHD_ValueKind kind,
 {
     (void)kind;
     framing *f = cls;
+    if (strpbrk(key, " \t") != NULL)
+        f->spaced_name = key;
     if (strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH) == 0) {
         f->content_lengths++;
     } else if (strcasecmp(key, MHD_HTTP_HEADER_TRANSFER_ENCODING) == 0) {
@@ -528,13 +531,23 @@ static enum MHD_Result count_framing(void *cls, enum MHD_ValueKind kind,
  * Content-Length headers and the first Transfer-Encoding, obeys
  * Transfer-Encoding over Content-Length when both are sent, and waits for
  * a body in a transfer coding it cannot decode until the request
- * deadline.  The Host rule (RFC 9112 §3.2) is checked here too: MHD
+ * deadline.  A header name with whitespace before its colon is refused
+ * (RFC 9112 §5.1): MHD keeps the whitespace in the name, so it would not
+ * see "Content-Length : 5" at all where a lenient proxy would frame the
+ * body by it.  The Host rule (RFC 9112 §3.2) is checked here too: MHD
  * checks it only in its strict mode, whose refusal 0.9.75 sends twice
  * (see the README's framing section). */
 static bool refuse_framing(http_request *hr, enum MHD_Result *rc)
 {
     framing f = { 0 };
     MHD_get_connection_values(hr->conn, MHD_HEADER_KIND, count_framing, &f);
+    if (f.spaced_name != NULL) {
+        hr->close_after = true;
+        *rc = send_error(hr, 400, NULL,
+                         "whitespace between the header name \"%.64s\" and its colon",
+                         f.spaced_name);
+        return true;
+    }
     if (f.content_lengths > 1) {
         hr->close_after = true;
         *rc = send_error(hr, 400, NULL,
