@@ -1,6 +1,7 @@
-/* http.c — libmicrohttpd glue: routing, API keys, the body limit, CORS,
- * static files and SSE streaming.  Everything an endpoint says comes from
- * api.h; this file only moves bytes and enforces the server's limits.
+/* http.c — libmicrohttpd glue: routing, the body limit, framing refusals,
+ * CORS, static files and SSE streaming (the API keys: http_keys.c).
+ * Everything an endpoint says comes from api.h; this file only moves bytes
+ * and enforces the server's limits.
  *
  * One thread per connection (see http.h): the completion handler blocks in
  * its own thread, and a stream's content reader blocks on its request.  The
@@ -8,18 +9,12 @@
  * response-free callbacks cancel whatever is still running, so a vanished
  * client never keeps a KV slot.
  *
- * libmicrohttpd has only an idle timeout, which a client defeats by sending
- * a byte every few seconds (slowloris); the request deadline below adds the
- * total one (--request-timeout).  While a completion is answered that idle
- * timeout is off (generating may legitimately send nothing for minutes), so
- * the same reaper thread enforces a write-progress deadline instead: a client
- * that takes none of its waiting response for --timeout seconds is cut. */
+ * The request and write-progress deadlines are the reaper's
+ * (http_deadline.c); this file tells it where each request stands. */
 #include "gpt2d/http.h"
 
 #include <errno.h>
 #include <fcntl.h>
-#include <linux/sockios.h>      /* SIOCOUTQ */
-#include <linux/tcp.h>          /* TCP_INFO with tcpi_bytes_received, _acked */
 #include <arpa/inet.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -31,7 +26,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -39,48 +33,12 @@
 
 #include <microhttpd.h>
 
+#include "gpt2d/http_deadline.h"
+#include "gpt2d/http_keys.h"
 #include "gpt2d/log.h"
 #include "gpt2d/metrics.h"
 
 #define STREAM_BLOCK_SIZE (16 * 1024)
-
-/* The API keys in force; replaced whole on SIGHUP.  principals[i] names
- * keys[i]'s caller (api_caller) without holding its secret, and is the same
- * after a reload or a restart: the cache keeps serving the key's sessions. */
-typedef struct key_set {
-    char **keys;
-    api_caller *principals;
-    size_t n;
-} key_set;
-
-/* One open connection, as the reaper's deadlines see it.  Created when MHD
- * reports the connection and freed when it reports it closed, which it does
- * before closing the socket: so while a watch is in the list (under
- * watch_lock) its fd is this connection's. */
-typedef enum watch_state {
-    WATCH_IDLE,                 /* waiting for the first byte of a request */
-    WATCH_RECEIVING,            /* a request is arriving: `deadline` applies */
-    WATCH_HANDLED,              /* the request is all in: being answered, and
-                                 * the client must keep taking the answer */
-} watch_state;
-
-typedef enum watch_cut {
-    CUT_NONE,
-    CUT_REQUEST,                /* the request did not arrive in time (408) */
-    CUT_STALLED,                /* the client stopped reading its answer (499) */
-} watch_cut;
-
-typedef struct conn_watch {
-    struct conn_watch *prev, *next;
-    int fd;
-    watch_state state;
-    uint64_t idle_bytes;        /* bytes the socket had received when it went idle */
-    struct timespec deadline;
-    uint64_t acked;             /* answering: bytes the client had acknowledged */
-    struct timespec progress_at;/* answering: the last look that saw it take some,
-                                 * or have nothing waiting */
-    watch_cut cut;              /* cut by the reaper */
-} conn_watch;
 
 struct http_server {
     struct MHD_Daemon *daemon;
@@ -89,15 +47,10 @@ struct http_server {
     unsigned port;
     atomic_bool stopping;
     atomic_size_t in_flight;    /* requests begun and not yet completed */
-    pthread_rwlock_t keys_lock;
-    key_set keys;
-    /* the request deadline; everything below under watch_lock */
-    pthread_mutex_t watch_lock;
-    pthread_cond_t watch_cond;  /* CLOCK_MONOTONIC: wakes the reaper */
-    conn_watch *watches;
-    bool watch_ready;           /* the lock and condition exist */
-    bool reaper_started, reaper_stop;
-    pthread_t reaper;
+    bool head_in_place;         /* this libmicrohttpd's head layout is known
+                                 * (head_has_nul); written once at start */
+    http_keys *keys;
+    http_deadline *deadline;
 };
 
 typedef enum route_id {
@@ -134,14 +87,20 @@ static const route no_route = {ROUTE_NONE, "", false, "", "other"};
 typedef struct http_request {
     http_server *srv;
     struct MHD_Connection *conn;
-    conn_watch *watch;          /* NULL without a request deadline */
+    bool begun;                 /* the handler has seen it (on_request) */
+    bool nul_in_target;         /* the client sent a NUL in the target ("%00" or raw) */
+    const char *nul_header;     /* or in this header (MHD's copy of its name) */
+    const char *raw_target;     /* MHD's request line, as received: only */
+    size_t raw_target_len;      /* compared as addresses, never read later */
+    conn_watch *watch;          /* NULL without a deadline to enforce */
     const route *route;
     char method[16];
     char path[256];
     struct timespec t0;
     char *body;
     size_t len, cap;
-    bool too_large;
+    bool too_large;             /* could not hold the body (out of memory) */
+    bool http_1_0;
     bool responded;
     bool close_after;           /* the framing is in doubt: end the connection */
     int status;
@@ -151,116 +110,8 @@ typedef struct http_request {
 } http_request;
 
 /* ------------------------------------------------------------------ */
-/* API keys                                                            */
+/* API keys (http_keys.c)                                              */
 /* ------------------------------------------------------------------ */
-
-static void keys_free(key_set *k)
-{
-    for (size_t i = 0; i < k->n; i++) {
-        /* Keys are secrets: leave nothing behind in freed memory. */
-        explicit_bzero(k->keys[i], strlen(k->keys[i]));
-        free(k->keys[i]);
-    }
-    free(k->keys);
-    free(k->principals);
-    k->keys = NULL;
-    k->principals = NULL;
-    k->n = 0;
-}
-
-static int keys_add(key_set *k, const char *key, size_t len)
-{
-    char **keys = realloc(k->keys, (k->n + 1) * sizeof *keys);
-    if (keys == NULL)
-        return -1;
-    k->keys = keys;
-    api_caller *principals = realloc(k->principals,
-                                     (k->n + 1) * sizeof *principals);
-    if (principals == NULL)
-        return -1;
-    k->principals = principals;
-    k->keys[k->n] = strndup(key, len);
-    if (k->keys[k->n] == NULL)
-        return -1;
-    api_caller_of_key(&k->principals[k->n], key, len);
-    k->n++;
-    return 0;
-}
-
-/* One key per line; blank lines and # comments skipped; spaces trimmed. */
-static int keys_load_file(key_set *k, const char *path, gpt2d_error *err)
-{
-    FILE *f = fopen(path, "r");
-    if (f == NULL)
-        return error_set(err, "%s: %s", path, strerror(errno));
-    char *line = NULL;
-    size_t cap = 0;
-    ssize_t n;
-    int rc = 0;
-    while (rc == 0 && (n = getline(&line, &cap, f)) >= 0) {
-        char *s = line, *e = line + n;
-        while (s < e && (*s == ' ' || *s == '\t'))
-            s++;
-        while (e > s && (e[-1] == '\n' || e[-1] == '\r' || e[-1] == ' ' || e[-1] == '\t'))
-            e--;
-        if (s == e || *s == '#')
-            continue;
-        if (keys_add(k, s, (size_t)(e - s)) != 0)
-            rc = error_set(err, "%s: out of memory", path);
-    }
-    if (line != NULL)
-        explicit_bzero(line, cap);
-    free(line);
-    fclose(f);
-    if (rc == 0 && k->n == 0)
-        rc = error_set(err, "%s: no API keys in the file", path);
-    return rc;
-}
-
-static int keys_load(key_set *k, const settings *cfg, gpt2d_error *err)
-{
-    k->keys = NULL;
-    k->principals = NULL;
-    k->n = 0;
-    if (cfg->api_key_file != NULL && cfg->api_key_file[0] != '\0' &&
-        keys_load_file(k, cfg->api_key_file, err) != 0) {
-        keys_free(k);
-        return -1;
-    }
-    const char *env = getenv("GPT2D_API_KEY");
-    if (env != NULL && env[0] != '\0' && keys_add(k, env, strlen(env)) != 0) {
-        keys_free(k);
-        return error_set(err, "out of memory loading API keys");
-    }
-    return 0;
-}
-
-long http_key_find(const char *const *keys, size_t n_keys, const char *header)
-{
-    /* the scheme is case-insensitive (RFC 9110 §11.1) */
-    if (header == NULL || strncasecmp(header, "Bearer", 6) != 0 ||
-        header[6] != ' ')
-        return -1;
-    const char *given = header + 6;
-    while (*given == ' ')
-        given++;
-    size_t glen = strlen(given);
-    long found = -1;
-    /* Every key is compared over its whole length whatever the bytes are,
-     * and the index is chosen without a branch, so the time taken says
-     * nothing about how much of a key was right, or which one. */
-    for (size_t k = 0; k < n_keys; k++) {
-        size_t klen = strlen(keys[k]);
-        unsigned diff = (unsigned)(klen ^ glen);
-        for (size_t i = 0; i < klen; i++) {
-            unsigned char g = i < glen ? (unsigned char)given[i] : 0;
-            diff |= (unsigned)(g ^ (unsigned char)keys[k][i]);
-        }
-        long is = -(long)(diff == 0);       /* all ones when it matched */
-        found = (found & ~is) | ((long)k & is);
-    }
-    return found;
-}
 
 /* The caller behind a connection with no API keys: its address (port
  * aside), so one client's cache is not another's. */
@@ -286,422 +137,21 @@ static void caller_of_address(struct MHD_Connection *conn, api_caller *who)
 static bool authorize(http_server *srv, struct MHD_Connection *conn,
                       api_caller *who)
 {
-    pthread_rwlock_rdlock(&srv->keys_lock);
-    bool no_keys = srv->keys.n == 0;
-    long k = no_keys ? -1
-             : http_key_find((const char *const *)srv->keys.keys, srv->keys.n,
-                             MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
-                                                         "Authorization"));
-    if (k >= 0)
-        *who = srv->keys.principals[k];
-    pthread_rwlock_unlock(&srv->keys_lock);
-    if (!no_keys && k < 0)
+    http_keys_result k = http_keys_authorize(
+        srv->keys, MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
+                                               "Authorization"), who);
+    if (k == HTTP_KEYS_REFUSED)
         return false;
     if (srv->cfg->global_prefix_cache)
         api_caller_global(who);
-    else if (no_keys)
+    else if (k == HTTP_KEYS_NONE)
         caller_of_address(conn, who);
     return true;
 }
 
 int http_reload_keys(http_server *srv, gpt2d_error *err)
 {
-    key_set fresh;
-    if (keys_load(&fresh, srv->cfg, err) != 0)
-        return -1;
-    pthread_rwlock_wrlock(&srv->keys_lock);
-    key_set old = srv->keys;
-    srv->keys = fresh;
-    pthread_rwlock_unlock(&srv->keys_lock);
-    keys_free(&old);
-    return 0;
-}
-
-/* ------------------------------------------------------------------ */
-/* The reaper: request deadline (--request-timeout), write progress    */
-/* ------------------------------------------------------------------ */
-
-/* From the first byte of a request until it is all in (headers and body),
- * a connection has request_timeout seconds; then the reaper thread shuts its
- * socket down, MHD sees the end of the stream and closes the connection.
- * Waiting between requests is the idle timeout's business, and answering has
- * no deadline (a stream may run for minutes) as long as the client keeps
- * taking the answer (stall_check).
- *
- * MHD says nothing before the headers are in, so the first byte is found
- * from the kernel's count of bytes received on the socket (TCP_INFO), which
- * the reaper reads every poll interval while a connection is idle: the
- * clock starts at most one interval late, never early. */
-
-static struct timespec timespec_after_ms(const struct timespec *t, long ms)
-{
-    struct timespec r = *t;
-    r.tv_sec += ms / 1000;
-    r.tv_nsec += (ms % 1000) * 1000000L;
-    if (r.tv_nsec >= 1000000000L) {
-        r.tv_sec++;
-        r.tv_nsec -= 1000000000L;
-    }
-    return r;
-}
-
-static bool timespec_before(const struct timespec *a, const struct timespec *b)
-{
-    return a->tv_sec < b->tv_sec || (a->tv_sec == b->tv_sec && a->tv_nsec < b->tv_nsec);
-}
-
-static struct timespec monotonic_now(void)
-{
-    struct timespec now;
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    return now;
-}
-
-/* How often a connection is looked at: an eighth of the deadline that
- * applies, within [0.1 s, 1 s], so a clock starts late by little of it. */
-static long poll_ms_for(unsigned seconds)
-{
-    long ms = (long)seconds * 1000 / 8;
-    return ms < 100 ? 100 : ms > 1000 ? 1000 : ms;
-}
-
-static long watch_poll_ms(const http_server *srv)
-{
-    return poll_ms_for(srv->cfg->request_timeout);
-}
-
-/* The reaper has work when either deadline is on. */
-static bool watching(const settings *cfg)
-{
-    return cfg->request_timeout > 0 || cfg->connection_timeout > 0;
-}
-
-/* Bytes received on the socket so far; false when the kernel cannot say. */
-static bool socket_bytes_received(int fd, uint64_t *out)
-{
-    struct tcp_info ti;
-    socklen_t len = sizeof ti;
-    memset(&ti, 0, sizeof ti);
-    if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0 ||
-        len < offsetof(struct tcp_info, tcpi_bytes_received) + sizeof ti.tcpi_bytes_received)
-        return false;
-    *out = ti.tcpi_bytes_received;
-    return true;
-}
-
-/* What the client has taken of the socket's output: the bytes it has
- * acknowledged so far, and whether any are still waiting (unsent, or sent
- * and unacknowledged: SIOCOUTQ).  False when the kernel cannot say. */
-static bool socket_output(int fd, uint64_t *acked, bool *pending)
-{
-    struct tcp_info ti;
-    socklen_t len = sizeof ti;
-    int queued = 0;
-    memset(&ti, 0, sizeof ti);
-    if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0 ||
-        len < offsetof(struct tcp_info, tcpi_bytes_acked) + sizeof ti.tcpi_bytes_acked ||
-        ioctl(fd, SIOCOUTQ, &queued) != 0)
-        return false;
-    *acked = ti.tcpi_bytes_acked;
-    *pending = queued > 0;
-    return true;
-}
-
-/* Under watch_lock.  Each state that needs watching wakes the reaper,
- * which sleeps without a timeout while no connection needs a look. */
-static void watch_start_receiving(http_server *srv, conn_watch *w,
-                                  const struct timespec *now)
-{
-    w->state = WATCH_RECEIVING;
-    w->deadline = timespec_after_ms(now, (long)srv->cfg->request_timeout * 1000);
-    pthread_cond_signal(&srv->watch_cond);
-}
-
-/* Under watch_lock: the request is all in; from now on the client must keep
- * taking the answer (see stall_check). */
-static void watch_start_answering(http_server *srv, conn_watch *w,
-                                  const struct timespec *now)
-{
-    bool pending = false;
-    w->state = WATCH_HANDLED;
-    w->progress_at = *now;
-    if (!socket_output(w->fd, &w->acked, &pending))
-        w->acked = 0;
-    pthread_cond_signal(&srv->watch_cond);
-}
-
-/* Under watch_lock: the connection waits for its next request. */
-static void watch_go_idle(http_server *srv, conn_watch *w)
-{
-    uint64_t bytes = 0;
-    w->state = WATCH_IDLE;
-    /* Unknown: 0, so the next look starts the clock (strict, not lax). */
-    w->idle_bytes = socket_bytes_received(w->fd, &bytes) ? bytes : 0;
-    pthread_cond_signal(&srv->watch_cond);
-}
-
-static void watch_add(http_server *srv, struct MHD_Connection *conn,
-                      void **socket_context)
-{
-    const union MHD_ConnectionInfo *ci =
-        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
-    conn_watch *w = calloc(1, sizeof *w);
-    if (ci == NULL || w == NULL) {
-        /* Unwatched, the connection could trickle forever: refuse it. */
-        if (ci != NULL)
-            shutdown(ci->connect_fd, SHUT_RDWR);
-        free(w);
-        return;
-    }
-    w->fd = ci->connect_fd;
-    w->state = WATCH_IDLE;      /* idle_bytes 0: any byte starts the clock */
-    pthread_mutex_lock(&srv->watch_lock);
-    w->next = srv->watches;
-    if (w->next != NULL)
-        w->next->prev = w;
-    srv->watches = w;
-    pthread_cond_signal(&srv->watch_cond);
-    pthread_mutex_unlock(&srv->watch_lock);
-    *socket_context = w;
-}
-
-static void watch_remove(http_server *srv, conn_watch *w)
-{
-    if (w == NULL)
-        return;
-    pthread_mutex_lock(&srv->watch_lock);
-    if (w->prev != NULL)
-        w->prev->next = w->next;
-    else
-        srv->watches = w->next;
-    if (w->next != NULL)
-        w->next->prev = w->prev;
-    pthread_mutex_unlock(&srv->watch_lock);
-    free(w);
-}
-
-/* MHD_OPTION_NOTIFY_CONNECTION: a connection opened or closed. */
-static void on_connection(void *cls, struct MHD_Connection *conn,
-                          void **socket_context,
-                          enum MHD_ConnectionNotificationCode code)
-{
-    http_server *srv = cls;
-    if (code == MHD_CONNECTION_NOTIFY_STARTED) {
-        *socket_context = NULL;
-        watch_add(srv, conn, socket_context);
-    } else {
-        watch_remove(srv, *socket_context);
-        *socket_context = NULL;
-    }
-}
-
-static conn_watch *watch_of(struct MHD_Connection *conn)
-{
-    const union MHD_ConnectionInfo *ci =
-        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
-    return ci != NULL ? ci->socket_context : NULL;
-}
-
-/* The headers of a request are in.  If the reaper has not seen its first
- * byte yet, that byte came within the last poll interval: start now. */
-static void watch_request_begun(http_server *srv, conn_watch *w)
-{
-    if (w == NULL)
-        return;
-    pthread_mutex_lock(&srv->watch_lock);
-    if (w->state != WATCH_RECEIVING) {
-        struct timespec now = monotonic_now();
-        watch_start_receiving(srv, w, &now);
-    }
-    pthread_mutex_unlock(&srv->watch_lock);
-}
-
-/* The request is all in: from here on it is answered, without a deadline
- * on the answer itself, only on the client's taking it. */
-static void watch_request_received(http_server *srv, conn_watch *w)
-{
-    if (w == NULL)
-        return;
-    pthread_mutex_lock(&srv->watch_lock);
-    if (w->cut == CUT_NONE) {
-        struct timespec now = monotonic_now();
-        watch_start_answering(srv, w, &now);
-    }
-    pthread_mutex_unlock(&srv->watch_lock);
-}
-
-/* The request is over (answered or abandoned); says whether the reaper cut
- * it, and why. */
-static watch_cut watch_request_done(http_server *srv, conn_watch *w)
-{
-    if (w == NULL)
-        return CUT_NONE;
-    pthread_mutex_lock(&srv->watch_lock);
-    watch_cut cut = w->cut;
-    if (cut == CUT_NONE)
-        watch_go_idle(srv, w);
-    pthread_mutex_unlock(&srv->watch_lock);
-    return cut;
-}
-
-/* Under watch_lock: one look at a connection being answered (the
- * write-progress deadline, --timeout).
- *
- * MHD's idle timeout is off while a completion is answered, so without this
- * a client that stops reading keeps its connection, its thread and, for a
- * stream, its KV slot as long as it likes.  What counts is not whether the
- * server writes but whether the client takes what was written, and the
- * kernel knows: output is waiting (SIOCOUTQ) and the count of bytes the
- * client acknowledged has not moved.  Nothing waiting means the server is
- * the slow one (generating, queued for a slot), which is never cut; a slow
- * reader that takes some bytes now and then restarts the clock each time.
- * The clock starts at the last look that saw progress, so a cut comes at
- * least --timeout after the client's last progress, never early.
- *
- * The cut resets the connection (SO_LINGER 0) rather than closing it: the
- * client is not reading, so a graceful close would leave the unsent bytes
- * and a FIN queued in the kernel behind a closed window for minutes, and an
- * SSE client would not learn that its stream was cut. */
-static bool stall_check(http_server *srv, conn_watch *w, const struct timespec *now,
-                        struct timespec *wake)
-{
-    unsigned limit = srv->cfg->connection_timeout;
-    if (limit == 0)
-        return false;
-    uint64_t acked = 0;
-    bool pending = false;
-    /* A socket the kernel says nothing about counts as progressing: cutting
-     * a working stream would lose an answer on a guess. */
-    if (!socket_output(w->fd, &acked, &pending) || !pending || acked != w->acked) {
-        w->acked = acked;
-        w->progress_at = *now;
-    }
-    struct timespec deadline = timespec_after_ms(&w->progress_at, (long)limit * 1000);
-    if (timespec_before(now, &deadline)) {
-        struct timespec next = timespec_after_ms(now, poll_ms_for(limit));
-        if (timespec_before(&deadline, &next))
-            next = deadline;
-        if (timespec_before(&next, wake))
-            *wake = next;
-        return true;
-    }
-    struct linger reset = {.l_onoff = 1, .l_linger = 0};
-    setsockopt(w->fd, SOL_SOCKET, SO_LINGER, &reset, sizeof reset);
-    /* As for the request deadline, MHD's thread sees the shut-down socket
-     * (a stream's content reader polls it too) and closes the connection;
-     * its completion callback cancels a generation still running. */
-    shutdown(w->fd, SHUT_RDWR);
-    w->cut = CUT_STALLED;
-    metrics_write_timeout();
-    log_info("closed a connection whose client took none of its response for "
-             "%u s (timeout)", limit);
-    return false;
-}
-
-/* Under watch_lock: one look at a connection at `now`.  Lowers *wake to
- * when it next needs a look; returns false when it needs none. */
-static bool watch_check(http_server *srv, conn_watch *w, const struct timespec *now,
-                        struct timespec *wake)
-{
-    if (w->cut != CUT_NONE)
-        return false;
-    if (w->state == WATCH_HANDLED)
-        return stall_check(srv, w, now, wake);
-    if (srv->cfg->request_timeout == 0)
-        return false;
-    if (w->state == WATCH_IDLE) {
-        uint64_t bytes = 0;
-        if (socket_bytes_received(w->fd, &bytes) && bytes <= w->idle_bytes) {
-            struct timespec next = timespec_after_ms(now, watch_poll_ms(srv));
-            if (timespec_before(&next, wake))
-                *wake = next;
-            return true;
-        }
-        watch_start_receiving(srv, w, now);
-    }
-    if (timespec_before(now, &w->deadline)) {
-        if (timespec_before(&w->deadline, wake))
-            *wake = w->deadline;
-        return true;
-    }
-    /* MHD's thread reads the end of the stream and closes the connection;
-     * the fd stays open (and ours) until MHD reports it closed. */
-    shutdown(w->fd, SHUT_RDWR);
-    w->cut = CUT_REQUEST;
-    metrics_request_timeout();
-    log_info("closed a connection whose request was not received within %u s "
-             "(request-timeout)", srv->cfg->request_timeout);
-    return false;
-}
-
-static void *reaper_main(void *arg)
-{
-    http_server *srv = arg;
-    pthread_mutex_lock(&srv->watch_lock);
-    while (!srv->reaper_stop) {
-        struct timespec now = monotonic_now();
-        struct timespec wake = timespec_after_ms(&now, 3600 * 1000L);
-        bool any = false;
-        for (conn_watch *w = srv->watches; w != NULL; w = w->next)
-            any |= watch_check(srv, w, &now, &wake);
-        /* Nothing to watch: sleep until a connection arrives (signalled). */
-        if (any)
-            pthread_cond_timedwait(&srv->watch_cond, &srv->watch_lock, &wake);
-        else
-            pthread_cond_wait(&srv->watch_cond, &srv->watch_lock);
-    }
-    pthread_mutex_unlock(&srv->watch_lock);
-    return NULL;
-}
-
-static int reaper_init(http_server *srv, gpt2d_error *err)
-{
-    pthread_condattr_t attr;
-    pthread_condattr_init(&attr);
-    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-    int rc = pthread_cond_init(&srv->watch_cond, &attr);
-    pthread_condattr_destroy(&attr);
-    if (rc != 0)
-        return error_set(err, "cannot create the connection-deadline condition");
-    if (pthread_mutex_init(&srv->watch_lock, NULL) != 0) {
-        pthread_cond_destroy(&srv->watch_cond);
-        return error_set(err, "cannot create the connection-deadline lock");
-    }
-    srv->watch_ready = true;
-    if (!watching(srv->cfg))
-        return 0;
-    if (pthread_create(&srv->reaper, NULL, reaper_main, srv) != 0)
-        return error_set(err, "cannot start the connection-deadline thread");
-    srv->reaper_started = true;
-    return 0;
-}
-
-static void reaper_stop(http_server *srv)
-{
-    if (!srv->reaper_started)
-        return;
-    pthread_mutex_lock(&srv->watch_lock);
-    srv->reaper_stop = true;
-    pthread_cond_signal(&srv->watch_cond);
-    pthread_mutex_unlock(&srv->watch_lock);
-    pthread_join(srv->reaper, NULL);
-    srv->reaper_started = false;
-}
-
-/* After MHD stopped: it reported every connection closed, so the list is
- * empty; anything left is freed all the same. */
-static void reaper_free(http_server *srv)
-{
-    if (!srv->watch_ready)
-        return;
-    while (srv->watches != NULL) {
-        conn_watch *w = srv->watches;
-        srv->watches = w->next;
-        free(w);
-    }
-    pthread_cond_destroy(&srv->watch_cond);
-    pthread_mutex_destroy(&srv->watch_lock);
-    srv->watch_ready = false;
+    return http_keys_reload(srv->keys, err);
 }
 
 /* ------------------------------------------------------------------ */
@@ -965,9 +415,125 @@ static enum MHD_Result send_preflight(http_request *hr)
     return rc;
 }
 
+/* A NUL byte in the request head.  libmicrohttpd 0.9.75 parses the head in
+ * place and ends each string it hands us with a NUL of its own, so a NUL
+ * the client sent cuts a string short and says nothing: "/v1/sessions/x%00yz"
+ * decodes to "/v1/sessions/x", and "Authorization: Bearer KEY\0junk" reads
+ * "Bearer KEY".  A proxy in front may read the whole; we refuse instead.
+ *
+ * An escaped NUL is found in the raw target, which MHD hands the URI-log
+ * callback before decoding it.  A raw NUL leaves no trace in the strings
+ * (MHD measures every value with strlen), only in where they lie: MHD
+ * replaces each line's CR LF (or LF) with NULs where it read them, so a
+ * header's value ends one or two bytes before the next header's name, the
+ * last ends two to four bytes before the end of the head (whose length MHD
+ * reports), and the raw target ends one byte before the version.  Any more
+ * is bytes after a NUL the client sent.  That layout is libmicrohttpd
+ * 0.9.75's (0.9.76 changed only the post processor); the check compares
+ * addresses and never reads through them, and is on only there
+ * (head_in_place) — libmicrohttpd 1.0 refuses a NUL in a header itself. */
+
+/* MHD_OPTION_URI_LOG_CALLBACK: the request line is in.  The request object
+ * is made here, where the target is still as received; MHD hands it to
+ * on_request, and to on_completed even when it refuses the request itself
+ * before on_request runs. */
+static void *on_request_line(void *cls, const char *uri, struct MHD_Connection *conn)
+{
+    http_request *hr = calloc(1, sizeof *hr);
+    if (hr == NULL)
+        return NULL;
+    hr->srv = cls;
+    hr->conn = conn;
+    hr->raw_target = uri;
+    hr->raw_target_len = strlen(uri);
+    size_t path_len = strcspn(uri, "?");
+    for (const char *p = uri; p + 2 < uri + path_len; p++)
+        if (p[0] == '%' && p[1] == '0' && p[2] == '0')
+            hr->nul_in_target = true;
+    return hr;
+}
+
+typedef struct head_scan {
+    uintptr_t begin, end;       /* the head as received: [begin, end) */
+    uintptr_t value_end;        /* the previous header's value's end; 0: none */
+    const char *name;           /* that header's name */
+    const char *bad;            /* the header with bytes after a NUL */
+} head_scan;
+
+static bool head_gap_ok(uintptr_t from, uintptr_t to, uintptr_t min, uintptr_t max)
+{
+    return to >= from + min && to <= from + max;
+}
+
+static enum MHD_Result scan_header(void *cls, enum MHD_ValueKind kind,
+                                   const char *key, size_t key_size,
+                                   const char *value, size_t value_size)
+{
+    (void)kind;
+    (void)key_size;
+    head_scan *h = cls;
+    uintptr_t name = (uintptr_t)key, end = (uintptr_t)value + value_size;
+    /* outside the head: a folded line (obs-fold) MHD joined elsewhere,
+     * which RFC 9112 §5.2 lets a server refuse */
+    if (name < h->begin || end > h->end) {
+        h->bad = key;
+        return MHD_NO;
+    }
+    if (h->value_end != 0 && !head_gap_ok(h->value_end, name, 1, 2)) {
+        h->bad = h->name;
+        return MHD_NO;
+    }
+    h->value_end = end;
+    h->name = key;
+    return MHD_YES;
+}
+
+/* Sets nul_in_target or nul_header when the client sent a NUL where MHD's
+ * strings do not show it.  `method` and `version` are the ones MHD handed
+ * on_request: `method` is the head's first byte. */
+static void head_find_nul(http_request *hr, const char *method, const char *version)
+{
+    if (hr->nul_in_target || !hr->srv->head_in_place)
+        return;
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(hr->conn, MHD_CONNECTION_INFO_REQUEST_HEADER_SIZE);
+    if (ci == NULL)
+        return;
+    if (hr->raw_target != NULL && version[0] != '\0' &&
+        (uintptr_t)version != (uintptr_t)hr->raw_target + hr->raw_target_len + 1) {
+        hr->nul_in_target = true;
+        return;
+    }
+    head_scan h = {.begin = (uintptr_t)method,
+                   .end = (uintptr_t)method + ci->header_size};
+    MHD_get_connection_values_n(hr->conn, MHD_HEADER_KIND, scan_header, &h);
+    if (h.bad == NULL && h.value_end != 0 && !head_gap_ok(h.value_end, h.end, 2, 4))
+        h.bad = h.name;
+    hr->nul_header = h.bad;
+}
+
+/* A NUL in the head: 400.  In a header the framing may be in doubt too
+ * (a cut Content-Length), so the connection closes after the answer. */
+static bool refuse_nul(http_request *hr, enum MHD_Result *rc)
+{
+    if (hr->nul_in_target) {
+        *rc = send_error(hr, 400, NULL, "the request target holds a NUL byte");
+        return true;
+    }
+    if (hr->nul_header != NULL) {
+        hr->close_after = true;
+        *rc = send_error(hr, 400, NULL,
+                         "the %.64s header holds a NUL byte or a folded line",
+                         hr->nul_header);
+        return true;
+    }
+    return false;
+}
+
 typedef struct framing {
-    unsigned content_lengths;
-    const char *transfer_encoding;
+    unsigned content_lengths, transfer_encodings, hosts;
+    const char *transfer_encoding;  /* the first, which MHD obeys */
+    const char *spaced_name;        /* a name with whitespace before its colon */
 } framing;
 
 static enum MHD_Result count_framing(void *cls, enum MHD_ValueKind kind,
@@ -975,23 +541,43 @@ static enum MHD_Result count_framing(void *cls, enum MHD_ValueKind kind,
 {
     (void)kind;
     framing *f = cls;
-    if (strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH) == 0)
+    if (strpbrk(key, " \t") != NULL)
+        f->spaced_name = key;
+    if (strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH) == 0) {
         f->content_lengths++;
-    else if (strcasecmp(key, MHD_HTTP_HEADER_TRANSFER_ENCODING) == 0)
-        f->transfer_encoding = value;
+    } else if (strcasecmp(key, MHD_HTTP_HEADER_TRANSFER_ENCODING) == 0) {
+        if (f->transfer_encodings++ == 0)
+            f->transfer_encoding = value;
+    } else if (strcasecmp(key, MHD_HTTP_HEADER_HOST) == 0) {
+        f->hosts++;
+    }
     return MHD_YES;
 }
 
 /* A body whose length the headers do not settle is refused, and the
- * connection closed after the answer (RFC 9112 §6.3): libmicrohttpd takes
- * the first of several Content-Length headers, so a second one, which a
- * proxy in front may have read instead, would smuggle the rest of the body
- * in as a request of its own; and it waits for a body in a transfer coding
- * it cannot decode until the request deadline. */
+ * connection closed after the answer (RFC 9112 §6.1, §6.3): anything
+ * after a body a proxy in front framed otherwise would be served as a
+ * request of its own.  libmicrohttpd takes the first of several
+ * Content-Length headers and the first Transfer-Encoding, obeys
+ * Transfer-Encoding over Content-Length when both are sent, and waits for
+ * a body in a transfer coding it cannot decode until the request
+ * deadline.  A header name with whitespace before its colon is refused
+ * (RFC 9112 §5.1): MHD keeps the whitespace in the name, so it would not
+ * see "Content-Length : 5" at all where a lenient proxy would frame the
+ * body by it.  The Host rule (RFC 9112 §3.2) is checked here too: MHD
+ * checks it only in its strict mode, whose refusal 0.9.75 sends twice
+ * (see the README's framing section). */
 static bool refuse_framing(http_request *hr, enum MHD_Result *rc)
 {
     framing f = { 0 };
     MHD_get_connection_values(hr->conn, MHD_HEADER_KIND, count_framing, &f);
+    if (f.spaced_name != NULL) {
+        hr->close_after = true;
+        *rc = send_error(hr, 400, NULL,
+                         "whitespace between the header name \"%.64s\" and its colon",
+                         f.spaced_name);
+        return true;
+    }
     if (f.content_lengths > 1) {
         hr->close_after = true;
         *rc = send_error(hr, 400, NULL,
@@ -999,12 +585,32 @@ static bool refuse_framing(http_request *hr, enum MHD_Result *rc)
                          f.content_lengths);
         return true;
     }
-    if (f.transfer_encoding != NULL &&
-        strcasecmp(f.transfer_encoding, "chunked") != 0) {
+    if (f.content_lengths > 0 && f.transfer_encodings > 0) {
         hr->close_after = true;
-        *rc = send_error(hr, 501, NULL,
+        *rc = send_error(hr, 400, NULL,
+                         "Content-Length and Transfer-Encoding together: "
+                         "a request may have one");
+        return true;
+    }
+    if (f.transfer_encodings > 1 ||
+        (f.transfer_encoding != NULL && strcasecmp(f.transfer_encoding, "chunked") != 0)) {
+        hr->close_after = true;
+        *rc = f.transfer_encodings > 1
+            ? send_error(hr, 501, NULL, "%u Transfer-Encoding headers: only one, "
+                         "chunked, is supported", f.transfer_encodings)
+            : send_error(hr, 501, NULL,
                          "Transfer-Encoding \"%.64s\" is not supported (only chunked)",
                          f.transfer_encoding);
+        return true;
+    }
+    if (f.hosts > 1) {
+        hr->close_after = true;
+        *rc = send_error(hr, 400, NULL, "%u Host headers: a request may have one",
+                         f.hosts);
+        return true;
+    }
+    if (f.hosts == 0 && !hr->http_1_0) {
+        *rc = send_error(hr, 400, NULL, "an HTTP/1.1 request must have a Host header");
         return true;
     }
     return false;
@@ -1019,7 +625,7 @@ static bool early_checks(http_request *hr, enum MHD_Result *rc)
     http_server *srv = hr->srv;
     const route *r = hr->route;
     const char *cors = srv->cfg->cors_origin;
-    if (refuse_framing(hr, rc))
+    if (refuse_nul(hr, rc) || refuse_framing(hr, rc))
         return true;
     if (strcmp(hr->method, "OPTIONS") == 0 && cors != NULL && cors[0] != '\0' &&
         r->id != ROUTE_NONE) {
@@ -1056,14 +662,12 @@ static bool early_checks(http_request *hr, enum MHD_Result *rc)
     return false;
 }
 
-/* Appends upload data, bounded by max_body_bytes. */
+/* Appends upload data (the caller keeps it within max_body_bytes); out of
+ * memory, the rest is read and dropped and the answer is 413. */
 static void accumulate(http_request *hr, const char *data, size_t n)
 {
-    size_t limit = hr->srv->cfg->max_body_bytes;
-    if (hr->too_large || hr->len + n > limit) {
-        hr->too_large = true;   /* keep reading, discarding, then answer 413 */
+    if (hr->too_large)
         return;
-    }
     if (hr->len + n + 1 > hr->cap) {
         size_t cap = hr->cap ? hr->cap : 4096;
         while (cap < hr->len + n + 1)
@@ -1081,12 +685,104 @@ static void accumulate(http_request *hr, const char *data, size_t n)
     hr->body[hr->len] = '\0';
 }
 
+/* How long the 413 below may take to write, and how long the rest of the
+ * body is then read and dropped before the connection closes. */
+#define REFUSAL_WRITE_MS 1000
+#define LINGER_MS 2000
+#define LINGER_IDLE_MS 500
+
+/* Writes all of `data` to the non-blocking socket within `ms`. */
+static bool write_all(int fd, const char *data, size_t len, int ms)
+{
+    struct timespec t0;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    while (len > 0) {
+        ssize_t n = send(fd, data, len, MSG_NOSIGNAL);
+        if (n > 0) {
+            data += n;
+            len -= (size_t)n;
+            continue;
+        }
+        if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+            return false;
+        int left = ms - (int)(seconds_since(&t0) * 1e3);
+        struct pollfd pfd = {.fd = fd, .events = POLLOUT};
+        if (left <= 0 || poll(&pfd, 1, left) < 0)
+            return false;
+    }
+    return true;
+}
+
+/* Reads and drops what the client still sends, until it stops (end of
+ * stream, or LINGER_IDLE_MS of silence) or LINGER_MS pass: a lingering
+ * close, as nginx and Apache make.  A socket closed with unread input is
+ * reset, and the reset can destroy an answer the client has not read. */
+static void linger(int fd)
+{
+    char sink[16 * 1024];
+    struct timespec t0;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    shutdown(fd, SHUT_WR);
+    for (;;) {
+        int left = LINGER_MS - (int)(seconds_since(&t0) * 1e3);
+        struct pollfd pfd = {.fd = fd, .events = POLLIN};
+        if (left <= 0 ||
+            poll(&pfd, 1, left < LINGER_IDLE_MS ? left : LINGER_IDLE_MS) <= 0)
+            return;
+        ssize_t n = recv(fd, sink, sizeof sink, 0);
+        if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR))
+            return;
+    }
+}
+
+/* A chunked body grew past --max-body: 413 now, and the connection closed.
+ *
+ * libmicrohttpd tells us neither a chunk's declared size (it parses the
+ * chunk header itself and calls us only with the bytes that arrived) nor
+ * takes a response while a body arrives: MHD_queue_response refuses every
+ * state between the headers and the end of the body.  So the answer is
+ * written here to the socket, from the connection's own thread, while MHD
+ * has nothing of its own queued on it; returning MHD_NO then has MHD
+ * close the connection (after on_completed logs the 413). */
+static enum MHD_Result refuse_body_over_limit(http_request *hr)
+{
+    const settings *cfg = hr->srv->cfg;
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(hr->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    api_error e;
+    api_error_set(&e, 413, NULL, "request body is over the limit of %zu bytes",
+                  cfg->max_body_bytes);
+    api_response_free(&hr->resp);
+    memset(&hr->resp, 0, sizeof hr->resp);
+    api_response_error(&hr->resp, &e);
+    hr->status = 413;
+    hr->responded = true;
+    char date[64], head[1024];
+    struct tm tm;
+    time_t now = time(NULL);
+    strftime(date, sizeof date, "%a, %d %b %Y %H:%M:%S GMT", gmtime_r(&now, &tm));
+    bool cors = cfg->cors_origin != NULL && cfg->cors_origin[0] != '\0';
+    int n = snprintf(head, sizeof head,
+                     "HTTP/1.1 413 %s\r\nDate: %s\r\nConnection: close\r\n"
+                     "Content-Type: %s\r\nContent-Length: %zu\r\n%s%s%s\r\n",
+                     MHD_get_reason_phrase_for(413), date,
+                     hr->resp.content_type, hr->resp.body_len,
+                     cors ? "Access-Control-Allow-Origin: " : "",
+                     cors ? cfg->cors_origin : "",
+                     cors ? "\r\nVary: Origin\r\n" : "");
+    if (ci != NULL && n > 0 && (size_t)n < sizeof head &&
+        write_all(ci->connect_fd, head, (size_t)n, REFUSAL_WRITE_MS) &&
+        write_all(ci->connect_fd, hr->resp.body, hr->resp.body_len, REFUSAL_WRITE_MS))
+        linger(ci->connect_fd);
+    return MHD_NO;
+}
+
 static enum MHD_Result dispatch(http_request *hr, const char *url)
 {
     http_server *srv = hr->srv;
     const api_ctx *api = srv->api;
     api_response *r = &hr->resp;
-    watch_request_received(srv, hr->watch);
+    http_deadline_request_received(srv->deadline, hr->watch);
     if (hr->too_large)
         return send_error(hr, 413, NULL, "request body is over the limit of %zu bytes",
                           srv->cfg->max_body_bytes);
@@ -1127,24 +823,22 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
                                   const char *version, const char *upload_data,
                                   size_t *upload_data_size, void **con_cls)
 {
-    (void)version;
     http_server *srv = cls;
     http_request *hr = *con_cls;
-    if (hr == NULL) {
-        hr = calloc(1, sizeof *hr);
-        if (hr == NULL)
-            return MHD_NO;
+    if (hr == NULL)
+        return MHD_NO;          /* on_request_line ran out of memory */
+    if (!hr->begun) {
+        hr->begun = true;
         atomic_init(&hr->refs, 1);
         atomic_fetch_add(&srv->in_flight, 1);
-        hr->srv = srv;
-        hr->conn = conn;
         clock_gettime(CLOCK_MONOTONIC, &hr->t0);
         snprintf(hr->method, sizeof hr->method, "%s", method);
         snprintf(hr->path, sizeof hr->path, "%s", url);
         hr->route = route_find(url);
-        hr->watch = watch_of(conn);
-        watch_request_begun(srv, hr->watch);
-        *con_cls = hr;
+        hr->watch = http_deadline_watch_of(conn);
+        http_deadline_request_begun(srv->deadline, hr->watch);
+        hr->http_1_0 = strcmp(version, MHD_HTTP_VERSION_1_0) == 0;
+        head_find_nul(hr, method, version);
         enum MHD_Result rc;
         if (early_checks(hr, &rc))
             return rc;
@@ -1153,8 +847,13 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
     if (hr->responded)
         return MHD_YES;         /* answered early; let MHD drop the upload */
     if (*upload_data_size > 0) {
-        accumulate(hr, upload_data, *upload_data_size);
+        size_t n = *upload_data_size;
         *upload_data_size = 0;
+        /* only a chunked body can grow past the limit: a longer
+         * Content-Length was refused before the body */
+        if (n > srv->cfg->max_body_bytes - hr->len)
+            return refuse_body_over_limit(hr);
+        accumulate(hr, upload_data, n);
         return MHD_YES;
     }
     return dispatch(hr, url);
@@ -1168,6 +867,10 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     if (hr == NULL)
         return;
     *con_cls = NULL;
+    if (!hr->begun) {           /* MHD refused it before on_request */
+        free(hr);
+        return;
+    }
     size_t prompt = hr->resp.prompt_tokens, completion = hr->resp.completion_tokens;
     if (hr->resp.stream != NULL) {
         if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK) {
@@ -1176,13 +879,13 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
         }
         api_stream_usage(hr->resp.stream, &prompt, &completion);
     }
-    if (hr->route == &routes[0])
+    if (hr->route->id == ROUTE_COMPLETIONS)
         MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT,
                                   srv->cfg->connection_timeout);
-    watch_cut cut = watch_request_done(srv, hr->watch);
-    if (cut == CUT_REQUEST && hr->status == 0)
+    deadline_cut cut = http_deadline_request_done(srv->deadline, hr->watch);
+    if (cut == DEADLINE_CUT_REQUEST && hr->status == 0)
         hr->status = 408;       /* cut by the request deadline */
-    else if (cut == CUT_STALLED)
+    else if (cut == DEADLINE_CUT_STALLED)
         hr->status = 499;       /* the client stopped reading: a hang-up */
     int status = hr->status != 0 ? hr->status : 499;
     metrics_request_done(hr->route->label, status);
@@ -1243,15 +946,17 @@ int http_start(http_server **out, const settings *cfg, const api_ctx *api,
     srv->cfg = cfg;
     srv->api = api;
     atomic_init(&srv->stopping, false);
-    pthread_rwlock_init(&srv->keys_lock, NULL);
-    if (keys_load(&srv->keys, cfg, err) != 0) {
-        pthread_rwlock_destroy(&srv->keys_lock);
+    const char *mhd = MHD_get_version();
+    srv->head_in_place = mhd != NULL &&
+                         (strcmp(mhd, "0.9.75") == 0 || strcmp(mhd, "0.9.76") == 0);
+    if (http_keys_load(&srv->keys, cfg, err) != 0) {
         free(srv);
         return -1;
     }
     struct sockaddr_storage addr;
     socklen_t addr_len = 0;
-    if (reaper_init(srv, err) != 0 || resolve(cfg, &addr, &addr_len, err) != 0) {
+    if (http_deadline_start(&srv->deadline, cfg, err) != 0 ||
+        resolve(cfg, &addr, &addr_len, err) != 0) {
         http_stop(srv);
         return -1;
     }
@@ -1266,8 +971,9 @@ int http_start(http_server **out, const settings *cfg, const api_ctx *api,
         MHD_OPTION_CONNECTION_LIMIT, (unsigned)cfg->max_connections,
         MHD_OPTION_CONNECTION_TIMEOUT, cfg->connection_timeout,
         MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv,
+        MHD_OPTION_URI_LOG_CALLBACK, on_request_line, srv,
         MHD_OPTION_NOTIFY_CONNECTION,
-        watching(cfg) ? on_connection : NULL, srv,
+        http_deadline_needed(cfg) ? http_deadline_on_connection : NULL, srv->deadline,
         /* no LISTENING_ADDRESS_REUSE: that is SO_REUSEPORT, which let a
          * second gpt2d bind the same port and take half its connections;
          * the library's default SO_REUSEADDR is all a restart needs */
@@ -1316,11 +1022,12 @@ void http_stop(http_server *srv)
 {
     if (srv == NULL)
         return;
-    reaper_stop(srv);
+    if (srv->deadline != NULL)
+        http_deadline_stop(srv->deadline);
     if (srv->daemon != NULL)
         MHD_stop_daemon(srv->daemon);
-    reaper_free(srv);
-    keys_free(&srv->keys);
-    pthread_rwlock_destroy(&srv->keys_lock);
+    if (srv->deadline != NULL)
+        http_deadline_free(srv->deadline);
+    http_keys_free(srv->keys);
     free(srv);
 }

@@ -1,6 +1,6 @@
-/* http.h — the libmicrohttpd server: routing, API keys, body limits, CORS,
- * static files and streaming.  No model logic: every endpoint is answered
- * by api.h.
+/* http.h — the libmicrohttpd server: routing, body limits, framing
+ * refusals, CORS, static files and streaming; the API keys are http_keys.h's.
+ * No model logic: every endpoint is answered by api.h.
  *
  * Threading model: one thread per connection (MHD_USE_THREAD_PER_CONNECTION,
  * bounded by --max-connections), so a completion handler may block waiting
@@ -10,7 +10,7 @@
  *
  * Limits: --max-connections, the idle --timeout (lifted while a completion
  * is answered, restored after), --max-body (413), and the request deadline
- * --request-timeout: one more thread (the reaper) closes any connection
+ * --request-timeout: one more thread (the reaper, http_deadline.h) closes any connection
  * whose request, headers and body, is not all in that long after its first
  * byte.  Answering a request is never limited by it.
  *
@@ -41,10 +41,5 @@ void http_quiesce(http_server *srv);
 bool http_drain(http_server *srv, int timeout_ms);
 /* Closes every connection, joins the server's threads and frees. */
 void http_stop(http_server *srv);
-
-/* Exposed for the unit tests: which of the keys `header` ("Bearer KEY")
- * carries, or -1.  Compares in time independent of where the keys differ
- * and of which one matched. */
-long http_key_find(const char *const *keys, size_t n_keys, const char *header);
 
 #endif

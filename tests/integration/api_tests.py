@@ -36,10 +36,10 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-from gpt2d_client import (Client, Server, StreamError, Vocab,  # noqa: E402
-                          http_request, metric_sum)
+from gpt2d_client import (EOT, NO_EOT, Client, Server, StreamError,  # noqa: E402
+                          Vocab, http_request, metric_sum)
 import testlib  # noqa: E402
-from testlib import (EOT, GPT2D, NO_EOT, SRCDIR, TINY,  # noqa: E402
+from testlib import (GPT2D, SRCDIR, TINY,  # noqa: E402
                      long_context_model, run_module, wait_for)
 
 sys.path.insert(0, os.path.join(SRCDIR, "tests", "reference"))

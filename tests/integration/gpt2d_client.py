@@ -17,6 +17,10 @@ shutdown_tests.py), the soak (tests/soak/soak.py) and the load benchmark
 
     sock.sendall(http_request("POST", "/tokenize", b'{"content": "hi"}'))
     r = read_response(sock)     # a Response, off a raw socket
+    data, reset = read_raw(sock, until=...)  # bytes as they came, to a point
+    error_problem(r, 400, param="prompt")    # None, or what is wrong with
+                                             # r as an OpenAI error object
+    {"logit_bias": NO_EOT}      # generation that never ends early
 
     percentile(latencies, 99)   # the soak's and load.py's figures
 
@@ -26,9 +30,21 @@ Only ever point it at 127.0.0.1.
 import http.client
 import json
 import os
+import re
 import signal
 import subprocess
 import time
+
+# GPT-2's <|endoftext|>, and a logit_bias that keeps it from being sampled,
+# so a generation runs to max_tokens.
+EOT = 50256
+NO_EOT = {str(EOT): -100}
+
+# The error object's "type" for each status (README's error table); any
+# other status is an invalid_request_error.
+ERROR_TYPES = {401: "authentication_error", 429: "rate_limit_error",
+               500: "server_error", 503: "server_error"}
+ERROR_KEYS = {"message", "type", "param", "code"}
 
 
 class Response:
@@ -195,18 +211,49 @@ def http_request(method, path, body=b"", headers=()):
     return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
 
 
+def read_raw(sock, timeout=60.0, until=None, size=65536):
+    """Reads a raw socket until the server closes it (end of stream or a
+    reset) or `until(bytes so far)` is true; returns (the bytes, True if it
+    ended in a reset).  `size`: the most taken per recv (1 leaves what
+    follows `until`'s point unread in the kernel).  socket.timeout when
+    `timeout` seconds pass between two reads."""
+    sock.settimeout(timeout)
+    data = b""
+    while until is None or not until(data):
+        try:
+            chunk = sock.recv(size)
+        except ConnectionResetError:
+            return data, True
+        if not chunk:
+            break
+        data += chunk
+    return data, False
+
+
+def head_complete(data):
+    return b"\r\n\r\n" in data
+
+
+def response_complete(data):
+    """True once `data` holds a whole HTTP response (Content-Length or
+    chunked)."""
+    head, sep, body = data.partition(b"\r\n\r\n")
+    if not sep:
+        return False
+    m = re.search(rb"(?im)^content-length:\s*(\d+)", head)
+    if m:
+        return len(body) >= int(m.group(1))
+    return body.endswith(b"0\r\n\r\n")
+
+
 def read_response(sock, timeout=60.0):
     """One HTTP/1.1 response with a Content-Length or a chunked body from a
     raw socket, as a Response (a chunked body as it came, framing and
     all).  ConnectionError when the server closes before its end."""
-    sock.settimeout(timeout)
-    buf = b""
-    while b"\r\n\r\n" not in buf:
-        chunk = sock.recv(65536)
-        if not chunk:
-            raise ConnectionError("closed before the response headers: %r" % buf)
-        buf += chunk
-    head, _, rest = buf.partition(b"\r\n\r\n")
+    data, _ = read_raw(sock, timeout, response_complete)
+    if not response_complete(data):
+        raise ConnectionError("closed before the end of the response: %r" % data[:300])
+    head, _, rest = data.partition(b"\r\n\r\n")
     lines = head.decode("latin-1").split("\r\n")
     status = int(lines[0].split()[1])
     headers = {}
@@ -214,20 +261,66 @@ def read_response(sock, timeout=60.0):
         k, _, v = line.partition(":")
         headers[k.strip().lower()] = v.strip()
     if "content-length" in headers:
-        n = int(headers["content-length"])
-        while len(rest) < n:
-            chunk = sock.recv(65536)
-            if not chunk:
-                raise ConnectionError("closed inside the body")
-            rest += chunk
-        return Response(status, headers, rest[:n])
-    # chunked: read to the last (empty) chunk
-    while not rest.endswith(b"0\r\n\r\n"):
-        chunk = sock.recv(65536)
-        if not chunk:
-            raise ConnectionError("closed inside a chunked body")
-        rest += chunk
+        rest = rest[:int(headers["content-length"])]
     return Response(status, headers, rest)
+
+
+def dechunk(body):
+    """A chunked body's payload, and whether it ended with the last (empty)
+    chunk."""
+    payload, pos = b"", 0
+    while True:
+        eol = body.find(b"\r\n", pos)
+        if eol < 0:
+            return payload, False
+        size = int(body[pos:eol].split(b";")[0], 16)
+        if size == 0:
+            return payload, body[eol:eol + 4] == b"\r\n\r\n"
+        payload += body[eol + 2:eol + 2 + size]
+        pos = eol + 2 + size + 2
+
+
+def error_object_problem(e, type_, param="any", code="any", message=None):
+    """What is wrong with `e` as an OpenAI error object (the "error" member)
+    of this type, or None.  `param`, `code`: "any" skips the check, a tuple
+    allows each of its members; `message`: a regular expression it must
+    match whole (None: any non-empty string)."""
+    if not isinstance(e, dict) or set(e) != ERROR_KEYS:
+        return "not an error object: %r" % (e,)
+    if e["type"] != type_:
+        return "type %r, expected %r: %r" % (e["type"], type_, e)
+    for name, want in (("param", param), ("code", code)):
+        if want != "any" and (e[name] not in want
+                              if isinstance(want, (tuple, list, set))
+                              else e[name] != want):
+            return "%s %r, expected %r: %r" % (name, e[name], want, e)
+    if not isinstance(e["message"], str) or not e["message"]:
+        return "message %r" % (e["message"],)
+    if message is not None and not re.fullmatch(message, e["message"]):
+        return "message %r does not match %r" % (e["message"], message)
+    return None
+
+
+def error_problem(r, status, param="any", code="any", message=None, allow=None):
+    """What is wrong with the Response `r` as an OpenAI error answer with
+    this status (the type README's error table gives it), or None; with
+    this Allow header when `allow` is given.  See error_object_problem."""
+    if r.status != status:
+        return "status %d, expected %d: %r" % (r.status, status, r.body[:300])
+    if not r.headers.get("content-type", "").startswith("application/json"):
+        return "content-type %r" % (r.headers.get("content-type"),)
+    try:
+        body = json.loads(r.body.decode("utf-8"))
+    except ValueError as e:
+        return "body is not JSON (%s): %r" % (e, r.body[:300])
+    if not isinstance(body, dict) or set(body) != {"error"}:
+        return "body %r" % (body,)
+    problem = error_object_problem(body["error"],
+                                   ERROR_TYPES.get(status, "invalid_request_error"),
+                                   param, code, message)
+    if problem is None and allow is not None and r.headers.get("allow") != allow:
+        problem = "Allow %r, expected %r" % (r.headers.get("allow"), allow)
+    return problem
 
 
 def percentile(values, p):

@@ -39,6 +39,7 @@ Prints one line per check and "N passed, N failed"; exit 1 on any failure.
 import http.client
 import json
 import os
+import re
 import signal
 import socket
 import sys
@@ -48,12 +49,13 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-from gpt2d_client import Client, Server, StreamError  # noqa: E402
+from gpt2d_client import (NO_EOT, Client, Server, StreamError,  # noqa: E402
+                          dechunk, error_object_problem, head_complete,
+                          read_raw)
 
 N_STREAMS = 16
 GRACE_S = 2.0               # main.c: SHUTDOWN_FLUSH_MS
 EXIT_SLACK_S = 1.0          # process teardown and our polling
-NO_EOT = {"50256": -100}
 SHUTDOWN_MESSAGE = "the server is shutting down; the request was cancelled"
 
 
@@ -117,11 +119,10 @@ class StreamRun:
         finals = [ev for ev in self.events
                   if ev.get("choices") and ev["choices"][0].get("finish_reason")]
         if "error" in last:
-            e = last["error"]
             # the error event takes the place of the final chunk
-            if (set(e) == {"message", "type", "param", "code"} and e["type"] == "server_error"
-                    and e["message"] == SHUTDOWN_MESSAGE and e["param"] is None
-                    and e["code"] is None and len(tokens) == len(self.events) - 1):
+            if (error_object_problem(last["error"], "server_error", None, None,
+                                     re.escape(SHUTDOWN_MESSAGE)) is None
+                    and len(tokens) == len(self.events) - 1):
                 return "cancelled"
             return "a wrong error event %r after %d token chunks, %d final chunks" % (
                 last, len(tokens), len(finals))
@@ -336,35 +337,15 @@ def open_stalled_stream(port, body):
     s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
               b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(raw)
               + raw)
-    head = b""
-    while b"\r\n\r\n" not in head:
-        chunk = s.recv(1)
-        if not chunk:
-            break
-        head += chunk
+    head, _ = read_raw(s, 30, head_complete, size=1)
     return s, head
 
 
 def read_chunked_events(sock):
     """Reads a chunked body to the end of the connection; returns its SSE
     data payloads and whether the body ended with the last (empty) chunk."""
-    raw = b""
-    while True:
-        chunk = sock.recv(65536)
-        if not chunk:
-            break
-        raw += chunk
-    body, pos, ended = b"", 0, False
-    while True:
-        eol = raw.find(b"\r\n", pos)
-        if eol < 0:
-            break
-        size = int(raw[pos:eol].split(b";")[0], 16)
-        if size == 0:
-            ended = raw[eol:eol + 4] == b"\r\n\r\n"
-            break
-        body += raw[eol + 2:eol + 2 + size]
-        pos = eol + 2 + size + 2
+    raw, _ = read_raw(sock, sock.gettimeout())
+    body, ended = dechunk(raw)
     events = [e[len(b"data: "):] for e in body.split(b"\n\n") if e.startswith(b"data: ")]
     return events, ended
 

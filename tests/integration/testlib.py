@@ -11,7 +11,7 @@ import time
 import traceback
 import unittest
 
-from gpt2d_client import Server
+from gpt2d_client import Server, error_problem
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SRCDIR = os.environ.get("GPT2D_SRCDIR", os.path.join(HERE, "..", ".."))
@@ -19,14 +19,6 @@ BUILDDIR = os.environ.get("GPT2D_BUILDDIR", ".")
 DATA = os.environ.get("GPT2D_TEST_DATA", os.path.join(BUILDDIR, "tests", "data"))
 TINY = os.path.join(DATA, "models", "tiny")
 GPT2D = os.path.join(BUILDDIR, "src", "gpt2d")
-
-EOT = 50256
-NO_EOT = {str(EOT): -100}
-
-# The error object's "type" for each status (the API's error table);
-# any other status is an invalid_request_error.
-ERROR_TYPES = {401: "authentication_error", 429: "rate_limit_error",
-               500: "server_error", 503: "server_error"}
 
 
 def wait_for(predicate, timeout, interval=0.02):
@@ -66,25 +58,10 @@ class Case(unittest.TestCase):
         error table gives it; with its `param` unless "any" (a tuple: one
         of them), and with this Allow header when `allow` is given.
         Returns the error object."""
-        self.assertEqual(r.status, status, "%r" % (r,))
-        self.assertIn("application/json", r.headers.get("content-type", ""), r)
-        body = r.json
-        self.assertIsInstance(body, dict, body)
-        e = body.get("error")
-        self.assertIsInstance(e, dict, body)
-        for key in ("message", "type", "param", "code"):
-            self.assertIn(key, e, "error object lacks %r: %r" % (key, e))
-        self.assertIsInstance(e["message"], str)
-        self.assertTrue(e["message"], "empty error message")
-        self.assertEqual(e["type"], ERROR_TYPES.get(status, "invalid_request_error"), e)
-        if param != "any":
-            if isinstance(param, (tuple, list, set)):
-                self.assertIn(e["param"], param, e)
-            else:
-                self.assertEqual(e["param"], param, e)
-        if allow is not None:
-            self.assertEqual(r.headers.get("allow"), allow, r.headers)
-        return e
+        problem = error_problem(r, status, param, allow=allow)
+        if problem is not None:
+            self.fail(problem)
+        return r.json["error"]
 
     def assert_clean_log(self, server):
         report = server.sanitizer_report()

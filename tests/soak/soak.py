@@ -59,11 +59,10 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "integration"))
 
-from gpt2d_client import (Client, Server, StreamError, Vocab,  # noqa: E402
-                          parse_metrics, percentile, read_response, rss_kib)
+from gpt2d_client import (NO_EOT, Client, Server, StreamError,  # noqa: E402
+                          Vocab, error_problem, head_complete, parse_metrics,
+                          percentile, read_raw, read_response, rss_kib)
 
-EOT = 50256
-NO_EOT = {str(EOT): -100}
 STOPS = [" the", ".", ",", " and", "\n", "ing", " of"]
 UNICODE_SNIPPETS = ["héllo wörld", "日本語のテキスト", "party 🎉🎈", "tab\tand\nnewline",
                     "  two  spaces ", "Ωμέγα", "naïve café", "ÿ\u00a0nbsp"]
@@ -447,24 +446,12 @@ def check_stream(spec, es, model):
 
 
 def check_error(r, want):
-    """An OpenAI error object, exactly: status, type, param, code, and a
-    message matching want["message"] (a regular expression)."""
-    need(r.status == want["status"], "status %d, expected %d: %s",
-         r.status, want["status"], short(r.body))
-    need(r.headers.get("content-type", "").startswith("application/json"),
-         "content-type %r", r.headers.get("content-type"))
-    body = json.loads(r.body.decode("utf-8"))
-    need(isinstance(body, dict) and set(body) == {"error"}, "body %s", short(body))
-    e = body["error"]
-    need(isinstance(e, dict) and set(e) == {"message", "type", "param", "code"},
-         "error object %s", short(e))
-    need(e["type"] == "invalid_request_error", "type %r", e["type"])
-    need(e["param"] == want.get("param"), "param %r, expected %r", e["param"], want.get("param"))
-    need(e["code"] == want.get("code"), "code %r, expected %r", e["code"], want.get("code"))
-    need(isinstance(e["message"], str) and re.fullmatch(want["message"], e["message"]),
-         "message %r does not match %r", e["message"], want["message"])
-    if "allow" in want:
-        need(r.headers.get("allow") == want["allow"], "Allow %r", r.headers.get("allow"))
+    """An OpenAI error object, exactly: status, type, param, code (None
+    unless `want` names them), and a message matching want["message"] (a
+    regular expression)."""
+    problem = error_problem(r, want["status"], want.get("param"), want.get("code"),
+                            want["message"], want.get("allow"))
+    need(problem is None, "%s", short(problem))
 
 
 # ---------------------------------------------------------------- raw HTTP
@@ -928,19 +915,14 @@ class ClientThread:
     def read_until_events(self, s, want):
         """Reads the response headers (the status must be 200), then until
         `want` SSE events have arrived or the body ended."""
-        buf = b""
-        while b"\r\n\r\n" not in buf:
-            chunk = s.recv(65536)
-            need(chunk, "dropped request: closed before the headers")
-            buf += chunk
+        def enough(data):
+            return head_complete(data) and (
+                not data.startswith(b"HTTP/1.1 200 ")
+                or data.partition(b"\r\n\r\n")[2].count(b"\n\n") >= want)
+        buf, _ = read_raw(s, self.cfg.timeout, enough)
+        need(head_complete(buf), "dropped request: closed before the headers")
         status = buf.split(b" ", 2)[1]
         need(status == b"200", "dropped request answered %r", short(buf))
-        body = buf.partition(b"\r\n\r\n")[2]
-        while body.count(b"\n\n") < want:
-            chunk = s.recv(65536)
-            if not chunk:
-                return
-            body += chunk
 
     # ---- the loop ----
 

@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "gpt2d/api.h"
-#include "gpt2d/http.h"
+#include "gpt2d/http_keys.h"
 #include "test_util.h"
 
 static tokenizer *tok;
