@@ -102,6 +102,7 @@
 #include "config.h"
 
 #include "gpt2d/forward.h"
+#include "gpt2d/attention.h"
 #include "gpt2d/panels.h"
 #include "vecmath.h"
 
@@ -143,16 +144,13 @@ struct forward_state {
     size_t *row_pos;            /* [max_rows] */
     const int32_t **row_tok;    /* [max_rows] pointer to the row's token */
     size_t *logit_rows;         /* [max_rows] which rows get logits */
-    /* per-worker attention scores, (ATT_ROWS, n_ctx) each */
-    float *scores;
-    size_t n_score_workers;
+    /* per-worker attention scratch (attention_scratch_floats each) */
+    float *att_scratch;
+    size_t att_scratch_floats;
+    size_t n_scratch_workers;
     /* per-worker rows of a cut-short last panel, (max_rows, 16) each */
     float *edge;
     size_t edge_floats;
-    /* per-worker K and V of one head widened from halves, (2, n_ctx, hd)
-     * each: the portable attention's, allocated when first needed */
-    float *kv_wide;
-    size_t n_wide_workers;
     int use_avx2;               /* AVX2+FMA kernels, chosen at creation */
 };
 
@@ -641,438 +639,38 @@ static void matmul_forward(threadpool *pool, matmul_job *j)
     pool_run(pool, (j->N + per - 1) / per, matmul_task, j);
 }
 
-/* ---- attention ----
- *
- * Every query row is computed by the same arithmetic whatever step it
- * arrives in: alone in a decode step, or in a prefill chunk of 7 or 512
- * rows, the row at position p gets
- *     score[t] = dot(q, k_t) · scale        t in [0, p], dot's 8-lane tree
- *     prob     = softmax_row(score[0..p])   8-lane exp and sums, fixed tree
- *     out[i]   = Σ_t prob[t] · v_t[i]       t in increasing order from 0
- * with a multiply and an add per term (no contraction under -std=c11).  A
- * new row's own key and value are stored in the slot before any row reads
- * them, so every row reads its keys from the cache.  attention_row is the
- * definition; attention_rows_avx2 computes the same bits for up to ATT_ROWS
- * rows at once so that each K and V row it loads serves all of them (the
- * prefill chunk used to go through sgemm, whose rounding differs from the
- * dot loop, so cached and cold runs of a prompt disagreed in the last bits). */
-
-/* Query rows that share each K/V load (and rows of score scratch). */
-#define ATT_ROWS 4
+/* ---- attention, one task per (sequence, head) ---- */
 
 typedef struct attention_job {
     forward_state *st;
     size_t layer;
-    size_t n_seqs;
 } attention_job;
 
-/* Copies this head's new keys and values from qkv into the sequence's slot,
- * as halves (rounded to nearest) when the slot holds halves. */
-static void kv_store(const forward_state *st, const seq_rows *s, size_t layer,
-                     size_t head)
-{
-    const size_t C = st->cfg.n_embd, hd = C / st->cfg.n_head;
-    const size_t es = kvcache_elem_size(s->kv);
-    char *kc = (char *)kvcache_k(s->kv, layer, head) + s->pos0 * hd * es;
-    char *vc = (char *)kvcache_v(s->kv, layer, head) + s->pos0 * hd * es;
-    for (size_t i = 0; i < s->n_rows; i++) {
-        const float *row = st->qkv + (s->row0 + i) * 3 * C;
-        if (s->kv->half) {
-            half_from_floats((uint16_t *)(void *)(kc + i * hd * es),
-                             row + C + head * hd, hd);
-            half_from_floats((uint16_t *)(void *)(vc + i * hd * es),
-                             row + 2 * C + head * hd, hd);
-        } else {
-            memcpy(kc + i * hd * es, row + C + head * hd, hd * sizeof(float));
-            memcpy(vc + i * hd * es, row + 2 * C + head * hd,
-                   hd * sizeof(float));
-        }
-    }
-}
-
-/* scores is (n,): in-place softmax.  exp8 on eight lanes and eight lane
- * sums (t ≡ lane mod 8) folded in a fixed tree: the result depends on the
- * row's scores and n only.  libm expf and a serial sum were ~40% of a
- * 512-token prefill's attention.  Inlined into each caller's target. */
-static inline __attribute__((always_inline))
-void softmax_row(float *scores, size_t n)
-{
-    const size_t n8 = n / 8 * 8, rem = n - n8;
-    v8sf mx = V8(-INFINITY), x;
-    for (size_t t = 0; t < n8; t += 8) {
-        memcpy(&x, scores + t, sizeof x);
-        v8si gt = x > mx;
-        mx = (v8sf)(((v8si)x & gt) | ((v8si)mx & ~gt));
-    }
-    float maxv = -INFINITY;
-    for (size_t j = 0; j < 8; j++)
-        maxv = mx[j] > maxv ? mx[j] : maxv;
-    for (size_t t = n8; t < n; t++)
-        maxv = scores[t] > maxv ? scores[t] : maxv;
-
-    const v8sf m8 = V8(maxv);
-    v8sf sum = V8(0.0f), e;
-    for (size_t t = 0; t < n8; t += 8) {
-        memcpy(&x, scores + t, sizeof x);
-        e = x - m8;
-        exp8(&e);
-        memcpy(scores + t, &e, sizeof e);
-        sum = sum + e;
-    }
-    if (rem > 0) {
-        float pad[8] = { 0 };
-        memcpy(pad, scores + n8, rem * sizeof(float));
-        memcpy(&x, pad, sizeof x);
-        const v8si lane = { 0, 1, 2, 3, 4, 5, 6, 7 };
-        e = x - m8;
-        exp8(&e);
-        e = (v8sf)((v8si)e & (lane < (int32_t)rem));
-        memcpy(pad, &e, sizeof e);
-        memcpy(scores + n8, pad, rem * sizeof(float));
-        sum = sum + e;
-    }
-    const float inv = 1.0f / (((sum[0] + sum[4]) + (sum[1] + sum[5]))
-                              + ((sum[2] + sum[6]) + (sum[3] + sum[7])));
-    for (size_t t = 0; t < n; t++)
-        scores[t] *= inv;
-}
-
-/* p is (n_keys,), V is (n_keys, hd), out is (hd,): out[i] = Σ_t p[t]·v_t[i]
- * in t order, from 0, one multiply and one add per term (no contraction
- * under -std=c11), whatever the lane width: the same bits as a scalar loop.
- * Keeping 32 outputs in registers across all t matters: written as
- * out[i] += ..., the compiler must assume out aliases V and stores every
- * term, which made this loop most of a decode step's attention. */
-__attribute__((target_clones("avx2", "default")))
-static void attention_values(float *out, const float *p, const float *vc,
-                             size_t n_keys, size_t hd)
-{
-    size_t i = 0;
-    for (; i + 32 <= hd; i += 32) {
-        v8sf a0 = V8(0.0f), a1 = V8(0.0f), a2 = V8(0.0f), a3 = V8(0.0f);
-        for (size_t t = 0; t < n_keys; t++) {
-            const float *v = vc + t * hd + i;
-            v8sf w = V8(p[t]), v0, v1, v2, v3;
-            memcpy(&v0, v, sizeof v0);
-            memcpy(&v1, v + 8, sizeof v1);
-            memcpy(&v2, v + 16, sizeof v2);
-            memcpy(&v3, v + 24, sizeof v3);
-            a0 = a0 + w * v0;
-            a1 = a1 + w * v1;
-            a2 = a2 + w * v2;
-            a3 = a3 + w * v3;
-        }
-        memcpy(out + i, &a0, sizeof a0);
-        memcpy(out + i + 8, &a1, sizeof a1);
-        memcpy(out + i + 16, &a2, sizeof a2);
-        memcpy(out + i + 24, &a3, sizeof a3);
-    }
-    for (; i + 8 <= hd; i += 8) {
-        v8sf a0 = V8(0.0f);
-        for (size_t t = 0; t < n_keys; t++) {
-            v8sf w = V8(p[t]), v0;
-            memcpy(&v0, vc + t * hd + i, sizeof v0);
-            a0 = a0 + w * v0;
-        }
-        memcpy(out + i, &a0, sizeof a0);
-    }
-    for (; i < hd; i++) {
-        float a0 = 0.0f;
-        for (size_t t = 0; t < n_keys; t++)
-            a0 = a0 + p[t] * vc[t * hd + i];
-        out[i] = a0;
-    }
-}
-
-/* q is (hd,), K and V are (n_keys, hd) in the slot, out is (hd,): one query
- * row against keys [0, n_keys).  The definition every path reproduces; the
- * avx2 clone runs dot's eight lanes as one register: same bits. */
-__attribute__((target_clones("avx2", "default")))
-static void attention_row(float *out, const float *q, const float *kc,
-                          const float *vc, size_t n_keys, size_t hd,
-                          float scale, float *scores)
-{
-    for (size_t t = 0; t < n_keys; t++)
-        scores[t] = dot(q, kc + t * hd, hd) * scale;
-    softmax_row(scores, n_keys);
-    attention_values(out, scores, vc, n_keys, hd);
-}
-
-#ifdef HAVE_AVX2_KERNELS
-/* p, q, r, s are the eight k-lanes l[0..7] of four outputs; returns the
- * four sums ((l0+l4)+(l1+l5)) + ((l2+l6)+(l3+l7)), the tree of dot():
- * fold the halves, then hadd adds neighbours twice. */
-__attribute__((target("avx2,fma"), always_inline))
-static inline __m128 hsum4x8(__m256 p, __m256 q, __m256 r, __m256 s)
-{
-    __m128 fp = _mm_add_ps(_mm256_castps256_ps128(p),
-                           _mm256_extractf128_ps(p, 1));
-    __m128 fq = _mm_add_ps(_mm256_castps256_ps128(q),
-                           _mm256_extractf128_ps(q, 1));
-    __m128 fr = _mm_add_ps(_mm256_castps256_ps128(r),
-                           _mm256_extractf128_ps(r, 1));
-    __m128 fs = _mm_add_ps(_mm256_castps256_ps128(s),
-                           _mm256_extractf128_ps(s, 1));
-    return _mm_hadd_ps(_mm_hadd_ps(fp, fq), _mm_hadd_ps(fr, fs));
-}
-
-/* Eight elements of a K or V row at element index i: floats, or (H) halves
- * widened exactly. */
-#define LOAD_KV(H, row, i)                                                   \
-    ((H) ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)  \
-               ((const uint16_t *)(row) + (i))))                             \
-         : _mm256_loadu_ps((const float *)(row) + (i)))
-
-/* Scores of RB query rows (row stride ldq) against keys k0..k3 (floats, or
- * halves when H), hd % 8 == 0: per (row, key) eight lane sums over the
- * dimensions ≡ lane mod 8, each term a multiply then an add, folded by
- * hsum4x8 in dot's tree, then times scale: dot(q, k)·scale exactly.
- * Writes nk <= 4 scores per row (row stride lds). */
-KERNEL_TARGET __attribute__((always_inline))
-static inline void att_scores_tile(float *sc, size_t lds, const float *q,
-                                   size_t ldq, const void *k0,
-                                   const void *k1, const void *k2,
-                                   const void *k3, size_t nk, size_t hd,
-                                   float scale, const int RB, const int H)
-{
-    __m256 acc[2][4];
-    _Pragma("GCC unroll 2") for (int r = 0; r < RB; r++)
-        _Pragma("GCC unroll 4") for (int j = 0; j < 4; j++)
-            acc[r][j] = _mm256_setzero_ps();
-    for (size_t c = 0; c < hd; c += 8) {
-        __m256 w0 = LOAD_KV(H, k0, c), w1 = LOAD_KV(H, k1, c);
-        __m256 w2 = LOAD_KV(H, k2, c), w3 = LOAD_KV(H, k3, c);
-        _Pragma("GCC unroll 2") for (int r = 0; r < RB; r++) {
-            __m256 x = _mm256_loadu_ps(q + r * ldq + c);
-            acc[r][0] = _mm256_add_ps(acc[r][0], _mm256_mul_ps(x, w0));
-            acc[r][1] = _mm256_add_ps(acc[r][1], _mm256_mul_ps(x, w1));
-            acc[r][2] = _mm256_add_ps(acc[r][2], _mm256_mul_ps(x, w2));
-            acc[r][3] = _mm256_add_ps(acc[r][3], _mm256_mul_ps(x, w3));
-        }
-    }
-    _Pragma("GCC unroll 2") for (int r = 0; r < RB; r++) {
-        float t[4];
-        _mm_storeu_ps(t, _mm_mul_ps(hsum4x8(acc[r][0], acc[r][1], acc[r][2],
-                                            acc[r][3]),
-                                    _mm_set1_ps(scale)));
-        for (size_t j = 0; j < nk; j++)
-            sc[r * lds + j] = t[j];
-    }
-}
-
-/* Scores of rows [0, nr) (nr <= 2, row r sees keys [0, n0 + r)) into sc
- * (row stride lds); keys kc of `es`-byte elements (4, or 2: halves).  Keys
- * go four at a time; a short last group repeats its last key and stores
- * only what exists.  Row 0 of a pair also gets a score for row 1's extra
- * key, which softmax never reads. */
-KERNEL_TARGET
-static void att_scores_avx2(float *sc, size_t lds, const float *q,
-                            size_t ldq, const void *kc, size_t es,
-                            size_t n0, size_t nr, size_t hd, float scale)
-{
-    const size_t n = n0 + nr - 1;           /* keys the last row sees */
-    const char *base = kc;
-    for (size_t t = 0; t < n; t += 4) {
-        size_t nk = n - t < 4 ? n - t : 4;
-        const char *k0 = base + t * hd * es;
-        const char *k1 = base + (t + (nk > 1 ? 1 : 0)) * hd * es;
-        const char *k2 = base + (t + (nk > 2 ? 2 : 0)) * hd * es;
-        const char *k3 = base + (t + (nk > 3 ? 3 : 0)) * hd * es;
-#define SCORES(RB, H)                                                        \
-        att_scores_tile(sc + t, lds, q, ldq, k0, k1, k2, k3, nk, hd, scale, \
-                        RB, H)
-        if (es == 2) {
-            if (nr == 2)
-                SCORES(2, 1);
-            else
-                SCORES(1, 1);
-        } else {
-            if (nr == 2)
-                SCORES(2, 0);
-            else
-                SCORES(1, 0);
-        }
-#undef SCORES
-    }
-}
-
-/* out rows (stride ldo), columns [col, col + 8·NV) of the head: for RB
- * rows, row r has probabilities p + r·ldp over keys [0, n0 + r), V rows
- * from vc (row stride hd elements; floats, or halves when H).  Each output
- * is attention_values' chain: a multiply and an add per key, in key order
- * from 0.  Keys all rows see go together; the few that only later rows see
- * follow, so no row gets a term it would not get alone. */
-KERNEL_TARGET __attribute__((always_inline))
-static inline void att_values_tile(float *out, size_t ldo, const float *p,
-                                   size_t ldp, const void *vc, size_t col,
-                                   size_t hd, size_t n0, const int RB,
-                                   const int NV, const int H)
-{
-    __m256 acc[ATT_ROWS][2];
-    _Pragma("GCC unroll 4") for (int r = 0; r < RB; r++)
-        _Pragma("GCC unroll 2") for (int v = 0; v < NV; v++)
-            acc[r][v] = _mm256_setzero_ps();
-    for (size_t t = 0; t < n0; t++) {
-        __m256 w[2];
-        _Pragma("GCC unroll 2") for (int v = 0; v < NV; v++)
-            w[v] = LOAD_KV(H, vc, t * hd + col + 8 * v);
-        _Pragma("GCC unroll 4") for (int r = 0; r < RB; r++) {
-            __m256 pr = _mm256_broadcast_ss(p + r * ldp + t);
-            _Pragma("GCC unroll 2") for (int v = 0; v < NV; v++)
-                acc[r][v] = _mm256_add_ps(acc[r][v], _mm256_mul_ps(pr, w[v]));
-        }
-    }
-    _Pragma("GCC unroll 4") for (int e = 1; e < RB; e++) {
-        const size_t t = n0 + (size_t)e - 1;  /* seen by rows e.. only */
-        __m256 w[2];
-        _Pragma("GCC unroll 2") for (int v = 0; v < NV; v++)
-            w[v] = LOAD_KV(H, vc, t * hd + col + 8 * v);
-        _Pragma("GCC unroll 4") for (int r = e; r < RB; r++) {
-            __m256 pr = _mm256_broadcast_ss(p + r * ldp + t);
-            _Pragma("GCC unroll 2") for (int v = 0; v < NV; v++)
-                acc[r][v] = _mm256_add_ps(acc[r][v], _mm256_mul_ps(pr, w[v]));
-        }
-    }
-    _Pragma("GCC unroll 4") for (int r = 0; r < RB; r++)
-        _Pragma("GCC unroll 2") for (int v = 0; v < NV; v++)
-            _mm256_storeu_ps(out + r * ldo + 8 * v, acc[r][v]);
-}
-
-#define ATT_VALUES_SLICE(RB, H)                                              \
-    do {                                                                     \
-        size_t i = 0;                                                        \
-        for (; i + 16 <= hd; i += 16)                                        \
-            att_values_tile(out + i, ldo, p, ldp, vc, i, hd, n0, RB, 2, H);  \
-        if (i < hd)                                                          \
-            att_values_tile(out + i, ldo, p, ldp, vc, i, hd, n0, RB, 1, H);  \
-    } while (0)
-
-/* One row (a decode step), hd % 64 == 0: the same chains as
- * att_values_tile, but 64 columns at once, so each key's V row is read in
- * one pass and eight independent add chains hide the add latency (with two
- * per slice the loop waited on them, four passes over V). */
-KERNEL_TARGET __attribute__((always_inline))
-static inline void att_values_row(float *out, const float *p, const void *vc,
-                                  size_t n, size_t hd, const int H)
-{
-    for (size_t i = 0; i < hd; i += 64) {
-        __m256 acc[8];
-        _Pragma("GCC unroll 8") for (int v = 0; v < 8; v++)
-            acc[v] = _mm256_setzero_ps();
-        for (size_t t = 0; t < n; t++) {
-            __m256 pr = _mm256_broadcast_ss(p + t);
-            _Pragma("GCC unroll 8") for (int v = 0; v < 8; v++)
-                acc[v] = _mm256_add_ps(acc[v], _mm256_mul_ps(
-                    pr, LOAD_KV(H, vc, t * hd + i + 8 * v)));
-        }
-        _Pragma("GCC unroll 8") for (int v = 0; v < 8; v++)
-            _mm256_storeu_ps(out + i + 8 * v, acc[v]);
-    }
-}
-
-/* Rows [0, nr) (nr <= ATT_ROWS), hd % 8 == 0: out = P·V as above, V of
- * `es`-byte elements. */
-KERNEL_TARGET
-static void att_values_avx2(float *out, size_t ldo, const float *p,
-                            size_t ldp, const void *vc, size_t es, size_t n0,
-                            size_t nr, size_t hd)
-{
-    if (nr == 1 && hd % 64 == 0) {
-        if (es == 2)
-            att_values_row(out, p, vc, n0, hd, 1);
-        else
-            att_values_row(out, p, vc, n0, hd, 0);
-        return;
-    }
-    if (es == 2) {
-        switch (nr) {
-        case 4: ATT_VALUES_SLICE(4, 1); break;
-        case 3: ATT_VALUES_SLICE(3, 1); break;
-        case 2: ATT_VALUES_SLICE(2, 1); break;
-        default: ATT_VALUES_SLICE(1, 1); break;
-        }
-        return;
-    }
-    switch (nr) {
-    case 4: ATT_VALUES_SLICE(4, 0); break;
-    case 3: ATT_VALUES_SLICE(3, 0); break;
-    case 2: ATT_VALUES_SLICE(2, 0); break;
-    default: ATT_VALUES_SLICE(1, 0); break;
-    }
-}
-#undef ATT_VALUES_SLICE
-
-/* Up to ATT_ROWS consecutive query rows of one sequence and head: row r is
- * at position pos + r and sees keys [0, pos + r + 1).  q rows have stride
- * ldq, out rows ldo; scores is (ATT_ROWS, lds); K and V of `es`-byte
- * elements.  Bit-identical, row by row, to attention_row (on the widened
- * keys and values). */
-KERNEL_TARGET
-static void attention_rows_avx2(float *out, size_t ldo, const float *q,
-                                size_t ldq, const void *kc, const void *vc,
-                                size_t es, size_t pos, size_t nr, size_t hd,
-                                float scale, float *scores, size_t lds)
-{
-    for (size_t r = 0; r < nr; r += 2)
-        att_scores_avx2(scores + r * lds, lds, q + r * ldq, ldq, kc, es,
-                        pos + r + 1, nr - r < 2 ? nr - r : 2, hd, scale);
-    for (size_t r = 0; r < nr; r++)
-        softmax_row(scores + r * lds, pos + r + 1);
-    att_values_avx2(out, ldo, scores, lds, vc, es, pos + 1, nr, hd);
-}
-#endif
-
-/* One (sequence, head): store the new K/V, then each new row attends to the
- * slot's positions [0, its own position].  Q rows are read from qkv (row
- * stride 3C), outputs go to att (row stride C) at column head·hd.  The
- * portable path widens a half slot's keys and values into the worker's
- * scratch first (exactly: the same values the AVX2 loads widen). */
+/* Stores the head's new keys and values in the sequence's slot, then each
+ * new row attends to the slot's positions [0, its own position].  Q, K, V
+ * rows are read from qkv (row stride 3C), outputs go to att (row stride C)
+ * at column head·hd. */
 static void attention_task(void *ctx, size_t task, size_t worker)
 {
     const attention_job *j = ctx;
     const forward_state *st = j->st;
     const size_t NH = st->cfg.n_head, C = st->cfg.n_embd, hd = C / NH;
-    const size_t lds = st->cfg.n_ctx;
     const seq_rows *s = &st->seqs[task / NH];
     const size_t head = task % NH;
-    const float scale = 1.0f / sqrtf((float)hd);
-    float *scores = st->scores + worker * ATT_ROWS * lds;
+    const float *qkv = st->qkv + s->row0 * 3 * C + head * hd;
 
-    kv_store(st, s, j->layer, head);
-    const void *kc = kvcache_k(s->kv, j->layer, head);
-    const void *vc = kvcache_v(s->kv, j->layer, head);
-    const float *q = st->qkv + s->row0 * 3 * C + head * hd;
-    float *out = st->att + s->row0 * C + head * hd;
-
-#ifdef HAVE_AVX2_KERNELS
-    if (st->use_avx2 && hd % 8 == 0) {
-        for (size_t r = 0; r < s->n_rows; r += ATT_ROWS) {
-            size_t nr = s->n_rows - r < ATT_ROWS ? s->n_rows - r : ATT_ROWS;
-            attention_rows_avx2(out + r * C, C, q + r * 3 * C, 3 * C, kc, vc,
-                                kvcache_elem_size(s->kv), s->pos0 + r, nr,
-                                hd, scale, scores, lds);
-        }
-        return;
-    }
-#endif
-    if (s->kv->half) {
-        const size_t n = (s->pos0 + s->n_rows) * hd;
-        float *wide = st->kv_wide + worker * 2 * lds * hd;
-        half_to_floats(wide, kc, n);
-        half_to_floats(wide + lds * hd, vc, n);
-        kc = wide;
-        vc = wide + lds * hd;
-    }
-    for (size_t r = 0; r < s->n_rows; r++)
-        attention_row(out + r * C, q + r * 3 * C, kc, vc, s->pos0 + r + 1, hd,
-                      scale, scores);
+    attention_store_kv(s->kv, j->layer, head, s->pos0, s->n_rows, qkv + C,
+                       qkv + 2 * C, 3 * C);
+    attention_head(st->att + s->row0 * C + head * hd, C, qkv, 3 * C, s->kv,
+                   j->layer, head, s->pos0, s->n_rows, st->use_avx2,
+                   st->att_scratch + worker * st->att_scratch_floats);
 }
 
 /* qkv is (R, 3C), att is (R, C). */
 static void attention_forward(forward_state *st, threadpool *pool,
                               size_t layer, size_t n_seqs)
 {
-    attention_job j = { .st = st, .layer = layer, .n_seqs = n_seqs };
+    attention_job j = { .st = st, .layer = layer };
     pool_run(pool, n_seqs * st->cfg.n_head, attention_task, &j);
 }
 
@@ -1115,6 +713,8 @@ int forward_state_create(forward_state **out, const model *m, size_t max_rows,
                          "(%zu bytes)", max_rows, max_rows * 11 * C * 4);
     }
     st->edge_floats = 2 * max_rows * PANEL_WIDTH;
+    st->att_scratch_floats = attention_scratch_floats(cfg->n_ctx,
+                                                      C / cfg->n_head);
 #ifdef HAVE_AVX2_KERNELS
     __builtin_cpu_init();
     st->use_avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")
@@ -1143,9 +743,8 @@ void forward_state_free(forward_state *st)
     free(st->row_pos);
     free(st->row_tok);
     free(st->logit_rows);
-    free(st->scores);
+    free(st->att_scratch);
     free(st->edge);
-    free(st->kv_wide);
     free(st);
 }
 
@@ -1210,20 +809,6 @@ static int plan_step(forward_state *st, const forward_seq *seqs,
     return 0;
 }
 
-/* Whether this step's attention widens a half slot in scratch (the
- * portable kernels; the AVX2 ones widen as they load). */
-static bool needs_kv_wide(const forward_state *st, const forward_seq *seqs,
-                          size_t n_seqs)
-{
-    const size_t hd = st->cfg.n_embd / st->cfg.n_head;
-    if (st->use_avx2 && hd % 8 == 0)
-        return false;
-    for (size_t i = 0; i < n_seqs; i++)
-        if (seqs[i].kv->half)
-            return true;
-    return false;
-}
-
 int forward_step(forward_state *st, const model *m, threadpool *pool,
                  forward_seq *seqs, size_t n_seqs, float *logits,
                  gpt2d_error *err)
@@ -1234,9 +819,9 @@ int forward_step(forward_state *st, const model *m, threadpool *pool,
     if (R == 0)
         return 0;
     size_t workers = pool_workers(pool);
-    if (st->n_score_workers < workers) {
+    if (st->n_scratch_workers < workers) {
         /* once per pool size, never per step in steady state */
-        float *s = alloc_floats(workers * ATT_ROWS * st->cfg.n_ctx);
+        float *s = alloc_floats(workers * st->att_scratch_floats);
         if (s == NULL)
             return error_set(err, "forward: cannot allocate attention scratch "
                              "for %zu workers", workers);
@@ -1246,23 +831,13 @@ int forward_step(forward_state *st, const model *m, threadpool *pool,
             return error_set(err, "forward: cannot allocate matmul scratch "
                              "for %zu workers", workers);
         }
-        free(st->scores);
+        free(st->att_scratch);
         free(st->edge);
-        st->scores = s;
+        st->att_scratch = s;
         st->edge = pk;
-        st->n_score_workers = workers;
+        st->n_scratch_workers = workers;
     }
     const size_t C = st->cfg.n_embd;
-    if (needs_kv_wide(st, seqs, n_seqs) && st->n_wide_workers < workers) {
-        float *w = alloc_floats(workers * 2 * st->cfg.n_ctx * C
-                                / st->cfg.n_head);
-        if (w == NULL)
-            return error_set(err, "forward: cannot allocate attention "
-                             "scratch for %zu workers", workers);
-        free(st->kv_wide);
-        st->kv_wide = w;
-        st->n_wide_workers = workers;
-    }
 
     embedding_forward(st, m, pool, R);
     const panel_dtype dt = m->panel_dtype;
