@@ -7,97 +7,31 @@
  *   x = wte[token] + wpe[pos]                       x is (R, C)
  *   for each layer:
  *     xn  = layernorm(x)                            (R, C)
- *     qkv = xn · attn_w + attn_b                    (R, 3C)  one sgemm
+ *     qkv = xn · attn_w + attn_b                    (R, 3C)  one product
  *     K, V of each row -> its sequence's KV slot    head-major
  *     att = causal softmax(q·Kᵀ/sqrt(hd)) · V       (R, C)   per seq × head
- *     x  += att · attn_proj_w + attn_proj_b         (R, C)   one sgemm
+ *     x  += att · attn_proj_w + attn_proj_b         (R, C)   one product
  *     xn  = layernorm(x)
- *     h   = gelu(xn · fc_w + fc_b)                  (R, 4C)  one sgemm
- *     x  += h · mlp_proj_w + mlp_proj_b             (R, C)   one sgemm
- *   logits = layernorm(x[rows wanted]) · lm_headᵀ   (L, V)   one sgemm
+ *     h   = gelu(xn · fc_w + fc_b)                  (R, 4C)  one product
+ *     x  += h · mlp_proj_w + mlp_proj_b             (R, C)   one product
+ *   logits = layernorm(x[rows wanted]) · lm_headᵀ   (L, V)   one product
+ *
+ * Owns the model's step: the activations and per-step tables of a
+ * forward_state, embedding, LayerNorm, and the order of the stages above.
+ * The weight products are matmul.c's, attention attention.c's.  Only the
+ * engine thread calls forward_step; the stages hand their parallel work to
+ * the worker pool.
  *
  * Threading.  Every weight matrix is multiplied with all R rows at once so it
- * is read from memory once per step.  The product is split by output columns
- * (N) into a few blocks per pool worker (matmul_forward); a worker runs the
- * kernels below on a block and then the epilogue (bias, GELU) on the block
- * it just wrote.
- * Attention runs one task per (sequence, head), up to ATT_ROWS query rows
- * at a time through one kernel for prefill and decode alike; LayerNorm and
- * embedding by row blocks.
+ * is read from memory once per step (matmul.h splits the product by output
+ * columns over the pool).  Attention runs one task per (sequence, head);
+ * LayerNorm and embedding by row blocks.
  *
- * Measurements (2-core EPYC Zen 3 VM, OpenBLAS 0.3.21 pthreads, GPT-2 124M
- * shape, 2 threads).  The machine is shared with other builds and figures
- * swing 2× with its load; these are from quiet moments (load < 2), best of
- * several runs, bench_forward unless noted:
- *   one core's FMA peak (12 independent ymm chains): 102 GFLOP/s
- *   streaming read, 2 threads: 28 GB/s (bench_forward's old scalar-array
- *   loop was CPU-bound and read 15-18 GB/s on the same machine)
- *   sgemm 512x768x3072, N split over the pool, OpenBLAS 1 thread: 180 GFLOP/s
- *   (90 on a loaded machine); one call with OpenBLAS's own 2 threads was
- *   slower, so OpenBLAS is set to one thread (process-wide) and the pool
- *   splits.  With OpenBLAS for the weight products decode was slower and NOT
- *   batch invariant (below).
- *   Weights in panels (panels.h, packed at load), one panel kernel for all
- *   M (session 2; old = session 1's runtime-packed prefill panels and
- *   k-blocked decode streaming, same quiet window, back to back):
- *     prefill 512          782 -> 856-890 tok/s
- *     decode batch 1       18.2 -> 15.7-18.5 ms/step
- *     decode batch 16      47.0 -> 41.4-42.9 ms/step
- *   Session 3, against session 2's build, interleaved runs (the machine's
- *   FMA peak swung between 102 and 201 GFLOP/s from second to second, so
- *   medians of many runs and best steps are the figures to trust):
- *     decode batch 16: row blocks take turns over 128-step chunks of a
- *     panel, prefetching the next chunk in shares (panel_rows_avx2): best
- *     steps 37 -> 33 ms; the unembedding through the same kernel (lm_head
- *     in panels): 10.7-11.4 -> 8.0-9.0 ms of the step (instrumented);
- *     together, medians of 5 runs 47.8 -> 40.6 ms, best 40.2 -> 33.4 ms,
- *     and 34.98 ms (457 tok/s) in the quietest full bench_forward run.
- *     decode batch 1: panels and KV slots on huge pages (hugepages.h):
- *     medians 18.6 -> 16.6 ms; the quietest full run 14.9 ms (33 GB/s).
- *     prefill 512: medians 718 -> 671 ms (--prefill-only, 5 x 4 runs).
- *   Profile of a batch-16 step: panel products ~55%, unembedding ~20%,
- *   attention ~13% (bound by reading the 16 KV caches, ~205 MB a step at
- *   positions 128-228), the rest LayerNorm, GELU and pool hand-offs.
- *   GELU via libm tanhf would add ~15% to prefill; the vector form below
- *   removes it.
- *
- * Half weights (--dtype float16, panels.h).  The panels may hold halves;
- * the tiles widen them in registers as they load them (vcvtph2ps beside the
- * FMAs), so a step reads half the bytes and multiplies the same values a
- * float panel of the rounded weights would hold, in the same order.
- * Measured in cache, one core: M = 12-16 at ~93-107 GFLOP/s (the same as
- * float panels within noise), where widening each chunk once into an L1
- * buffer for all row blocks ran ~78.  Half panels prefetch the next panel
- * while one is multiplied.  KV slots of halves (--kv-dtype float16) are
- * widened the same way by the attention tiles.  Decode batch 1, medians of
- * 5 interleaved runs: 17.6 ms float32, 10.7 ms float16 (9.0 when quiet);
- * batch 16 is compute-bound and gains ~5-10%.
- *
- * Determinism.  Each output element of every stage is computed by the same
- * instructions in the same order whatever else is in the batch: the matmul
- * kernels below fix the summation order per element independent of M, column
- * blocks depend only on N and the pool size, attention of a sequence touches
- * only that sequence, and GELU runs every element through the same 8-lane
- * code (tails are padded).  So a sequence's logits are bit-identical alone or
- * batched (test_forward and bench_forward check it), and identical for any
- * pool size.  Nor do they depend on how the engine chunks the sequence's
- * own prompt: attention computes every query row with the same arithmetic
- * whether it comes alone or in a chunk of any size (see "attention" below),
- * so a cached run, which starts at the end of the cached prefix, gives the
- * bits of a cold one.  They do depend on the CPU (AVX2+FMA kernels vs the
- * portable fallback).
- *
- * Chunking-invariant attention (replacing per-head sgemm for prefill):
- * 512-token prefill attention, one thread, 175 ms with sgemm + libm expf,
- * 135-150 ms with the row kernel and the vector softmax (loaded machine);
- * decode batch 16 at position 150, attention 7.4 -> 6.2 ms.  With it
- * came the unembedding prefetch (of a dot kernel since replaced by the
- * panel kernel) and several column tasks
- * per worker (matmul_forward).  All measured while fuzzers kept one of the
- * two cores busy (load 3-5), so end to end the step times moved within the
- * noise: bench_forward, old/new interleaved, best of 3: prefill 417/423
- * tok/s, decode batch 1 24.2/24.1, batch 16 153/157 tok/s; the per-kernel
- * CPU-time figures above are the firmer evidence.
+ * Determinism.  Every stage computes each row's outputs with the same
+ * instructions in the same order whatever else is in the step (matmul.h,
+ * attention.h), so a sequence's logits are the same bits alone or batched,
+ * for any pool size and any chunking of its prompt.  Measurements and the
+ * commands behind them: doc/performance.md.
  */
 #include "config.h"
 
