@@ -88,8 +88,8 @@ void softmax_row(float *scores, size_t n)
  * Keeping 32 outputs in registers across all t matters: written as
  * out[i] += ..., the compiler must assume out aliases V and stores every
  * term, which made this loop most of a decode step's attention. */
-__attribute__((target_clones("avx2", "default")))
-static void attention_values(float *out, const float *p, const float *vc,
+static inline __attribute__((always_inline))
+void attention_values(float *out, const float *p, const float *vc,
                              size_t n_keys, size_t hd)
 {
     size_t i = 0;
@@ -130,18 +130,37 @@ static void attention_values(float *out, const float *p, const float *vc,
 }
 
 /* q is (hd,), K and V are (n_keys, hd) in the slot, out is (hd,): one query
- * row against keys [0, n_keys).  The definition every path reproduces; the
- * avx2 clone runs dot's eight lanes as one register: same bits. */
-__attribute__((target_clones("avx2", "default")))
-static void attention_row(float *out, const float *q, const float *kc,
-                          const float *vc, size_t n_keys, size_t hd,
-                          float scale, float *scores)
+ * row against keys [0, n_keys).  The definition every path reproduces.
+ * Built twice below: plain, and for AVX2 (head sizes the tiles do not
+ * take), where dot's eight lanes run as one register: the same bits. */
+static inline __attribute__((always_inline))
+void attention_row(float *out, const float *q, const float *kc,
+                   const float *vc, size_t n_keys, size_t hd, float scale,
+                   float *scores)
 {
     for (size_t t = 0; t < n_keys; t++)
         scores[t] = dot(q, kc + t * hd, hd) * scale;
     softmax_row(scores, n_keys);
     attention_values(out, scores, vc, n_keys, hd);
 }
+
+static void attention_row_portable(float *out, const float *q,
+                                   const float *kc, const float *vc,
+                                   size_t n_keys, size_t hd, float scale,
+                                   float *scores)
+{
+    attention_row(out, q, kc, vc, n_keys, hd, scale, scores);
+}
+
+#ifdef HAVE_AVX2_KERNELS
+KERNEL_TARGET
+static void attention_row_avx2(float *out, const float *q, const float *kc,
+                               const float *vc, size_t n_keys, size_t hd,
+                               float scale, float *scores)
+{
+    attention_row(out, q, kc, vc, n_keys, hd, scale, scores);
+}
+#endif
 
 #ifdef HAVE_AVX2_KERNELS
 /* p, q, r, s are the eight k-lanes l[0..7] of four outputs; returns the
@@ -398,7 +417,7 @@ size_t attention_scratch_floats(size_t n_ctx, size_t head_dim)
  * scratch first (exactly: the same values the AVX2 loads widen). */
 void attention_head(float *out, size_t ldo, const float *q, size_t ldq,
                     const kv_slot *kv, size_t layer, size_t head,
-                    size_t pos0, size_t n_rows, int use_avx2, float *scratch)
+                    size_t pos0, size_t n_rows, cpu_isa isa, float *scratch)
 {
     const size_t hd = kv->head_dim, lds = kv->n_ctx;
     const float scale = 1.0f / sqrtf((float)hd);
@@ -406,8 +425,10 @@ void attention_head(float *out, size_t ldo, const float *q, size_t ldq,
     const void *kc = kvcache_k(kv, layer, head);
     const void *vc = kvcache_v(kv, layer, head);
 
+    void (*row)(float *, const float *, const float *, const float *, size_t,
+                size_t, float, float *) = attention_row_portable;
 #ifdef HAVE_AVX2_KERNELS
-    if (use_avx2 && hd % 8 == 0) {
+    if (isa == CPU_ISA_AVX2 && hd % 8 == 0) {
         for (size_t r = 0; r < n_rows; r += ATT_ROWS) {
             size_t nr = n_rows - r < ATT_ROWS ? n_rows - r : ATT_ROWS;
             attention_rows_avx2(out + r * ldo, ldo, q + r * ldq, ldq, kc, vc,
@@ -416,8 +437,10 @@ void attention_head(float *out, size_t ldo, const float *q, size_t ldq,
         }
         return;
     }
+    if (isa == CPU_ISA_AVX2)
+        row = attention_row_avx2;
 #else
-    (void)use_avx2;
+    (void)isa;
 #endif
     if (kv->half) {
         const size_t n = (pos0 + n_rows) * hd;
@@ -427,6 +450,6 @@ void attention_head(float *out, size_t ldo, const float *q, size_t ldq,
         vc = wide + lds * hd;
     }
     for (size_t r = 0; r < n_rows; r++)
-        attention_row(out + r * ldo, q + r * ldq, kc, vc, pos0 + r + 1, hd,
-                      scale, scores);
+        row(out + r * ldo, q + r * ldq, kc, vc, pos0 + r + 1, hd, scale,
+            scores);
 }

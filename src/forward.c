@@ -39,7 +39,6 @@
 #include "gpt2d/attention.h"
 #include "gpt2d/matmul.h"
 #include "gpt2d/panels.h"
-#include "vecmath.h"   /* HAVE_AVX2_KERNELS */
 
 #include <cblas.h>
 #include <math.h>
@@ -80,7 +79,7 @@ struct forward_state {
     /* per-worker rows of a cut-short last panel, (max_rows, 16) each */
     float *edge;
     size_t edge_floats;
-    int use_avx2;               /* AVX2+FMA kernels, chosen at creation */
+    cpu_isa isa;                /* the kernels' instruction set (cpu.h) */
 };
 
 static void *alloc_floats(size_t n)
@@ -184,7 +183,7 @@ static void layernorm_forward(forward_state *st, threadpool *pool, float *out,
 static void matmul(const forward_state *st, threadpool *pool,
                    const matmul_args *p)
 {
-    matmul_forward(pool, p, st->use_avx2, st->edge, st->edge_floats);
+    matmul_forward(pool, p, st->isa, st->edge, st->edge_floats);
 }
 
 /* ---- attention, one task per (sequence, head) ---- */
@@ -210,7 +209,7 @@ static void attention_task(void *ctx, size_t task, size_t worker)
     attention_store_kv(s->kv, j->layer, head, s->pos0, s->n_rows, qkv + C,
                        qkv + 2 * C, 3 * C);
     attention_head(st->att + s->row0 * C + head * hd, C, qkv, 3 * C, s->kv,
-                   j->layer, head, s->pos0, s->n_rows, st->use_avx2,
+                   j->layer, head, s->pos0, s->n_rows, st->isa,
                    st->att_scratch + worker * st->att_scratch_floats);
 }
 
@@ -263,11 +262,10 @@ int forward_state_create(forward_state **out, const model *m, size_t max_rows,
     st->edge_floats = matmul_scratch_floats(max_rows);
     st->att_scratch_floats = attention_scratch_floats(cfg->n_ctx,
                                                       C / cfg->n_head);
-#ifdef HAVE_AVX2_KERNELS
-    __builtin_cpu_init();
-    st->use_avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")
-                   && half_uses_f16c();
-#endif
+    if (cpu_isa_choose(&st->isa, err) != 0) {
+        forward_state_free(st);
+        return -1;
+    }
 #ifdef HAVE_OPENBLAS_SET_NUM_THREADS
     /* Our pool splits every product itself; OpenBLAS's own threads would
      * spin-wait against the pool's on a small machine.  Process-wide. */
@@ -296,9 +294,18 @@ void forward_state_free(forward_state *st)
     free(st);
 }
 
-void forward_state_use_portable_kernels(forward_state *st)
+int forward_state_set_isa(forward_state *st, cpu_isa isa, gpt2d_error *err)
 {
-    st->use_avx2 = 0;
+    if (isa > cpu_isa_supported())
+        return error_set(err, "forward: this CPU cannot run the %s kernels",
+                         cpu_isa_name(isa));
+    st->isa = isa;
+    return 0;
+}
+
+cpu_isa forward_state_isa(const forward_state *st)
+{
+    return st->isa;
 }
 
 /* Checks the whole step before anything is written; fills the row tables. */

@@ -35,9 +35,10 @@
 
 /* ---- epilogue ---- */
 
-/* row is (n,), bias is (n,): row = gelu(row + bias), in place. */
-__attribute__((target_clones("avx2", "default")))
-static void bias_gelu_forward(float *row, const float *bias, size_t n)
+/* row is (n,), bias is (n,): row = gelu(row + bias), in place.  Built
+ * twice below, plain and for AVX2: the same vector code, the same bits. */
+static inline __attribute__((always_inline))
+void bias_gelu(float *row, const float *bias, size_t n)
 {
     size_t i = 0;
     for (; i + 8 <= n; i += 8)
@@ -50,6 +51,19 @@ static void bias_gelu_forward(float *row, const float *bias, size_t n)
         memcpy(row + i, x, (n - i) * sizeof(float));
     }
 }
+
+static void bias_gelu_portable(float *row, const float *bias, size_t n)
+{
+    bias_gelu(row, bias, n);
+}
+
+#ifdef HAVE_AVX2_KERNELS
+KERNEL_TARGET
+static void bias_gelu_avx2(float *row, const float *bias, size_t n)
+{
+    bias_gelu(row, bias, n);
+}
+#endif
 
 /* row is (n,), bias is (n,): row += bias. */
 static void bias_add(float *row, const float *bias, size_t n)
@@ -345,7 +359,7 @@ static void matmul_avx2(float *out, size_t ldo, const float *a,
 
 typedef struct matmul_job {
     const matmul_args *p;
-    int use_avx2;
+    cpu_isa isa;
     float *scratch;
     size_t scratch_floats;
     size_t cols_per_task;
@@ -358,11 +372,13 @@ static void matmul_task(void *ctx, size_t task, size_t worker)
     size_t n0 = task * j->cols_per_task;
     size_t n1 = n0 + j->cols_per_task < p->N ? n0 + j->cols_per_task : p->N;
     int acc = p->accumulate;
+    void (*gelu)(float *, const float *, size_t) = bias_gelu_portable;
 #ifdef HAVE_AVX2_KERNELS
-    if (j->use_avx2)
+    if (j->isa == CPU_ISA_AVX2) {
         matmul_avx2(p->out, p->N, p->a, p->w, p->dt, p->M, p->K, n0, n1,
                     acc, j->scratch + worker * j->scratch_floats);
-    else
+        gelu = bias_gelu_avx2;
+    } else
 #else
     (void)worker;
 #endif
@@ -374,7 +390,7 @@ static void matmul_task(void *ctx, size_t task, size_t worker)
         if (p->epi == MATMUL_BIAS)
             bias_add(row, p->bias + n0, nb);
         else if (p->epi == MATMUL_BIAS_GELU)
-            bias_gelu_forward(row, p->bias + n0, nb);
+            gelu(row, p->bias + n0, nb);
     }
 }
 
@@ -387,7 +403,7 @@ static void matmul_task(void *ctx, size_t task, size_t worker)
  * wide so each is a long sequential run of panels, and a single row
  * (batch-1 decode, bound by DRAM) keeps one block per worker.  Column
  * blocks change no arithmetic. */
-void matmul_forward(threadpool *pool, const matmul_args *p, int use_avx2,
+void matmul_forward(threadpool *pool, const matmul_args *p, cpu_isa isa,
                     float *scratch, size_t scratch_floats)
 {
     size_t workers = threadpool_size(pool);
@@ -397,7 +413,7 @@ void matmul_forward(threadpool *pool, const matmul_args *p, int use_avx2,
         tasks -= workers;
     size_t per = (p->N + tasks - 1) / tasks;
     per = (per + COL_ALIGN - 1) / COL_ALIGN * COL_ALIGN;
-    matmul_job j = { .p = p, .use_avx2 = use_avx2, .scratch = scratch,
+    matmul_job j = { .p = p, .isa = isa, .scratch = scratch,
                      .scratch_floats = scratch_floats, .cols_per_task = per };
     threadpool_run(pool, (p->N + per - 1) / per, matmul_task, &j);
 }

@@ -16,6 +16,7 @@
 
 #include <stddef.h>
 
+#include "gpt2d/cpu.h"
 #include "gpt2d/kvcache.h"
 
 /* Copies rows [0, n_rows) of one head's new keys k and values v (each row
@@ -34,9 +35,11 @@ size_t attention_scratch_floats(size_t n_ctx, size_t head_dim);
  * keys and values of `layer`, `head` at positions [0, pos0 + r] (its own
  * included, so they must be stored first):
  *     out[r] = softmax(q[r] · Kᵀ / sqrt(head_dim)) · V.
- * `scratch` holds attention_scratch_floats(kv->n_ctx, kv->head_dim). */
+ * `scratch` holds attention_scratch_floats(kv->n_ctx, kv->head_dim).  The
+ * kernels of `isa` (which the CPU must run) give the same bits as the
+ * portable ones. */
 void attention_head(float *out, size_t ldo, const float *q, size_t ldq,
                     const kv_slot *kv, size_t layer, size_t head,
-                    size_t pos0, size_t n_rows, int use_avx2, float *scratch);
+                    size_t pos0, size_t n_rows, cpu_isa isa, float *scratch);
 
 #endif

@@ -15,6 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "gpt2d/cpu.h"
 #include "gpt2d/error.h"
 #include "gpt2d/kvcache.h"
 #include "gpt2d/model.h"
@@ -35,10 +36,12 @@ int forward_state_create(forward_state **out, const model *m, size_t max_rows,
                          gpt2d_error *err);
 void forward_state_free(forward_state *st);
 
-/* Switches `st` to the portable C kernels that CPUs without AVX2+FMA get
- * (chosen automatically at creation); lets tests check them on any CPU.
- * Logits then differ from the AVX2 ones in the last bits. */
-void forward_state_use_portable_kernels(forward_state *st);
+/* The kernels' instruction set is chosen at creation (cpu_isa_choose: the
+ * best the CPU runs, or GPT2D_ISA).  set_isa switches it, so tests can run
+ * every path the CPU supports; -1 when the CPU cannot run `isa`.  Logits
+ * of the AVX2 and portable weight products differ in the last bits. */
+int forward_state_set_isa(forward_state *st, cpu_isa isa, gpt2d_error *err);
+cpu_isa forward_state_isa(const forward_state *st);
 
 /* Runs one step.  Appends each sequence's new tokens to its cache
  * (kv->tokens and kv->n_tokens advance).  `logits` receives

@@ -14,6 +14,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "gpt2d/cpu.h"
 #include "gpt2d/panels.h"
 #include "gpt2d/threadpool.h"
 
@@ -37,7 +38,8 @@ typedef struct matmul_args {
 /* Floats of scratch one worker needs for products of up to max_rows rows. */
 size_t matmul_scratch_floats(size_t max_rows);
 
-void matmul_forward(threadpool *pool, const matmul_args *p, int use_avx2,
+/* Runs the product with the kernels of `isa` (which the CPU must run). */
+void matmul_forward(threadpool *pool, const matmul_args *p, cpu_isa isa,
                     float *scratch, size_t scratch_floats);
 
 #endif
