@@ -72,12 +72,11 @@ struct forward_state {
     size_t *row_pos;            /* [max_rows] */
     const int32_t **row_tok;    /* [max_rows] pointer to the row's token */
     size_t *logit_rows;         /* [max_rows] which rows get logits */
-    /* per-worker attention scratch (attention_scratch_floats each) */
-    float *att_scratch;
+    /* per-worker kernel scratch, for n_workers pool workers */
+    size_t n_workers;
+    float *att_scratch;         /* attention_scratch_floats each */
     size_t att_scratch_floats;
-    size_t n_scratch_workers;
-    /* per-worker rows of a cut-short last panel, (max_rows, 16) each */
-    float *edge;
+    float *edge;                /* matmul_scratch_floats each */
     size_t edge_floats;
     cpu_isa isa;                /* the kernels' instruction set (cpu.h) */
 };
@@ -224,12 +223,13 @@ static void attention_forward(forward_state *st, threadpool *pool,
 /* ---- state ---- */
 
 int forward_state_create(forward_state **out, const model *m, size_t max_rows,
-                         gpt2d_error *err)
+                         size_t n_workers, gpt2d_error *err)
 {
     *out = NULL;
     const model_config *cfg = &m->config;
-    if (max_rows == 0)
-        return error_set(err, "forward: max_rows must be at least 1");
+    if (max_rows == 0 || n_workers == 0)
+        return error_set(err, "forward: max_rows and the workers must be at "
+                         "least 1");
     if (cfg->n_head == 0 || cfg->n_embd % cfg->n_head != 0)
         return error_set(err, "forward: n_embd %zu is not a multiple of "
                          "n_head %zu", cfg->n_embd, cfg->n_head);
@@ -259,9 +259,17 @@ int forward_state_create(forward_state **out, const model *m, size_t max_rows,
         return error_set(err, "forward: cannot allocate scratch for %zu rows "
                          "(%zu bytes)", max_rows, max_rows * 11 * C * 4);
     }
+    st->n_workers = n_workers;
     st->edge_floats = matmul_scratch_floats(max_rows);
     st->att_scratch_floats = attention_scratch_floats(cfg->n_ctx,
                                                       C / cfg->n_head);
+    st->att_scratch = alloc_floats(n_workers * st->att_scratch_floats);
+    st->edge = alloc_floats(n_workers * st->edge_floats);
+    if (st->att_scratch == NULL || st->edge == NULL) {
+        forward_state_free(st);
+        return error_set(err, "forward: cannot allocate kernel scratch for "
+                         "%zu workers", n_workers);
+    }
     if (cpu_isa_choose(&st->isa, err) != 0) {
         forward_state_free(st);
         return -1;
@@ -369,29 +377,13 @@ int forward_step(forward_state *st, const model *m, threadpool *pool,
                  gpt2d_error *err)
 {
     size_t R = 0, L = 0;
+    if (threadpool_size(pool) > st->n_workers)
+        return error_set(err, "forward: a pool of %zu workers, scratch for "
+                         "%zu", threadpool_size(pool), st->n_workers);
     if (plan_step(st, seqs, n_seqs, &R, &L, err) != 0)
         return -1;
     if (R == 0)
         return 0;
-    size_t workers = threadpool_size(pool);
-    if (st->n_scratch_workers < workers) {
-        /* once per pool size, never per step in steady state */
-        float *s = alloc_floats(workers * st->att_scratch_floats);
-        if (s == NULL)
-            return error_set(err, "forward: cannot allocate attention scratch "
-                             "for %zu workers", workers);
-        float *pk = alloc_floats(workers * st->edge_floats);
-        if (pk == NULL) {
-            free(s);
-            return error_set(err, "forward: cannot allocate matmul scratch "
-                             "for %zu workers", workers);
-        }
-        free(st->att_scratch);
-        free(st->edge);
-        st->att_scratch = s;
-        st->edge = pk;
-        st->n_scratch_workers = workers;
-    }
     const size_t C = st->cfg.n_embd;
 
     embedding_forward(st, m, pool, R);

@@ -233,7 +233,7 @@ static void ref_open(ref *rf)
     gpt2d_error err = { { 0 } };
     memset(rf, 0, sizeof *rf);
     ck_assert(threadpool_create(&rf->pool, 1, &err) == 0);
-    ck_assert(forward_state_create(&rf->st, &g_model, g_n_ctx, &err) == 0);
+    ck_assert(forward_state_create(&rf->st, &g_model, g_n_ctx, 1, &err) == 0);
     ck_assert(kvcache_slot_alloc(&rf->kv, &g_model.config, false, &err) == 0);
     rf->logits = malloc(g_n_ctx * g_vocab * sizeof *rf->logits);
     ck_assert_ptr_nonnull(rf->logits);

@@ -203,7 +203,8 @@ static void harness_open_path(harness *h, size_t model_idx,
                                     fx_model_json(model_idx), "vocab_size")));
     ck_assert_msg(threadpool_create(&h->pool, threads, &h->err) == 0,
                   "threadpool_create: %s", h->err.message);
-    ck_assert_msg(forward_state_create(&h->st, &h->m, max_rows, &h->err) == 0,
+    ck_assert_msg(forward_state_create(&h->st, &h->m, max_rows, threads,
+                                       &h->err) == 0,
                   "forward_state_create: %s", h->err.message);
     if (path != NULL)
         ck_assert_msg(forward_state_set_isa(h->st, path->isa, &h->err) == 0,
@@ -685,14 +686,14 @@ START_TEST(test_gpt2d_isa_forces_the_kernels)
     for (int isa = 0; isa <= (int)cpu_isa_supported(); isa++) {
         ck_assert_int_eq(setenv("GPT2D_ISA", cpu_isa_name((cpu_isa)isa), 1),
                          0);
-        ck_assert_msg(forward_state_create(&st, &h.m, 4, &h.err) == 0, "%s",
+        ck_assert_msg(forward_state_create(&st, &h.m, 4, 1, &h.err) == 0, "%s",
                       h.err.message);
         ck_assert_int_eq(forward_state_isa(st), isa);
         forward_state_free(st);
     }
     ck_assert_int_eq(setenv("GPT2D_ISA", "avx9000", 1), 0);
     h.err.message[0] = '\0';
-    ck_assert_int_eq(forward_state_create(&st, &h.m, 4, &h.err), -1);
+    ck_assert_int_eq(forward_state_create(&st, &h.m, 4, 1, &h.err), -1);
     ck_assert_ptr_null(st);
     ck_assert_msg(strstr(h.err.message, "GPT2D_ISA") != NULL, "%s",
                   h.err.message);
