@@ -391,7 +391,7 @@ int main(int argc, char **argv)
     }
     if (threadpool_create(&b.pool, threads, &err) != 0)
         die("threadpool_create", &err);
-    if (forward_state_create(&b.st, &b.m, PREFILL, &err) != 0)
+    if (forward_state_create(&b.st, &b.m, PREFILL, threads, &err) != 0)
         die("forward_state_create", &err);
     for (size_t i = 0; i < MAX_BATCH; i++)
         if (kvcache_slot_alloc(&b.slots[i], cfg, kv_half, &err) != 0)

@@ -14,12 +14,15 @@
  *      its reader.
  *
  * Determinism.  A sequence's tokens must not depend on what else runs.
- * forward_step is bit-identical per sequence whatever shares the batch, and
- * each sequence draws from its own RNG (seed + i).  Prefill attention may
- * still depend on how a prompt is chunked, so chunk boundaries are a function
- * of the sequence alone: a chunk always ends at the next multiple of
- * `chunk` positions, and when the step cannot hold the whole next chunk the
- * prompt waits for the next step rather than run a shorter one.  The step
+ * With the panel kernels forward_step is bit-identical per sequence
+ * whatever shares the batch and however its prompt is chunked (test_forward
+ * asserts both), and each sequence draws from its own RNG (seed + i).  The
+ * OpenBLAS backend (--matmul blas) rounds a row by the rows that share its
+ * sgemm call, so chunk boundaries stay a function of the sequence alone: a
+ * request running alone then meets the same products every time.  A chunk
+ * always ends at the next multiple of `chunk` positions, and when the step
+ * cannot hold the whole next chunk the prompt waits for the next step
+ * rather than run a shorter one.  The step
  * budget is max_batch_rows = chunk + n_slots, so one whole chunk always fits
  * beside every possible decode row and prefill never starves.
  *
@@ -969,7 +972,8 @@ int engine_create(engine **out, const model *m, const tokenizer *tok,
     pthread_condattr_destroy(&ca);
     notify_watchdog_init(&e->watchdog);
     if (threadpool_create(&e->pool, cfg->n_threads, err) != 0
-        || forward_state_create(&e->fwd, m, cfg->max_batch_rows, err) != 0
+        || forward_state_create(&e->fwd, m, cfg->max_batch_rows,
+                                   cfg->n_threads, err) != 0
         || engine_alloc_step(e, err) != 0
         || kvcache_pool_create(&e->kv, &m->config, cfg->n_slots,
                                cfg->kv_half, err) != 0) {

@@ -6,7 +6,10 @@
  * forward_step the way the engine does — prefill chunks, single-token
  * decodes, several sequences per step — and compares the logits it asked for
  * with the reference rows at the same positions, to TOL absolute.  Each case
- * prints its largest difference so a drift is visible before it fails. */
+ * prints its largest difference so a drift is visible before it fails.
+ * The reference cases run once per kernel path (g_paths: every instruction
+ * set the CPU has), so the portable kernels are checked on AVX2 machines
+ * too. */
 #include <check.h>
 #include <jansson.h>
 #include <math.h>
@@ -24,7 +27,6 @@
 #include "test_util.h"
 
 #define TOL 1e-3          /* float32 C vs float64 reference, absolute */
-#define SAME_TOL 1e-4     /* C vs C under a different schedule */
 #define MAX_ROWS 64       /* >= every fixture model's n_ctx */
 #define MAX_MODELS 32
 
@@ -63,9 +65,32 @@ static const char *fx_model_name(size_t idx)
     return json_string_value(json_object_get(fx_model_json(idx), "name"));
 }
 
+/* The kernel paths every reference test runs, each on every model: the
+ * panel products under each instruction set this CPU has (cpu.h). */
+typedef struct kernel_path {
+    char name[32];
+    cpu_isa isa;
+} kernel_path;
+static kernel_path g_paths[CPU_ISA_COUNT];
+static size_t g_n_paths;
+
 static size_t ref_model(int i)
 {
-    return g_run_models[i];
+    return g_run_models[(size_t)i % g_n_run_models];
+}
+
+static const kernel_path *ref_path(int i)
+{
+    return &g_paths[(size_t)i / g_n_run_models];
+}
+
+/* "model/path", for the case names. */
+static const char *ref_name(int i)
+{
+    static char name[128];
+    snprintf(name, sizeof name, "%s/%s", fx_model_name(ref_model(i)),
+             ref_path(i)->name);
+    return name;
 }
 
 /* The sequences the per-sequence loops check: all, or under GPT2D_TEST_QUICK
@@ -141,8 +166,9 @@ typedef struct harness {
     gpt2d_error err;
 } harness;
 
-static void harness_open(harness *h, size_t model_idx, size_t threads,
-                         size_t max_rows)
+static void harness_open_path(harness *h, size_t model_idx,
+                              const kernel_path *path, size_t threads,
+                              size_t max_rows)
 {
     char dir[4096];
     memset(h, 0, sizeof *h);
@@ -176,8 +202,19 @@ static void harness_open(harness *h, size_t model_idx, size_t threads,
                                     fx_model_json(model_idx), "vocab_size")));
     ck_assert_msg(threadpool_create(&h->pool, threads, &h->err) == 0,
                   "threadpool_create: %s", h->err.message);
-    ck_assert_msg(forward_state_create(&h->st, &h->m, max_rows, &h->err) == 0,
+    ck_assert_msg(forward_state_create(&h->st, &h->m, max_rows, threads,
+                                       &h->err) == 0,
                   "forward_state_create: %s", h->err.message);
+    if (path != NULL)
+        ck_assert_msg(forward_state_set_isa(h->st, path->isa, &h->err) == 0,
+                      "forward_state_set_isa: %s", h->err.message);
+}
+
+/* The default path: panels, the best instruction set (or GPT2D_ISA). */
+static void harness_open(harness *h, size_t model_idx, size_t threads,
+                         size_t max_rows)
+{
+    harness_open_path(h, model_idx, NULL, threads, max_rows);
 }
 
 static void harness_close(harness *h)
@@ -268,7 +305,7 @@ static size_t argmax(const float *v, size_t n)
 START_TEST(test_prefill_last_token_logits_match_reference)
 {
     harness h;
-    harness_open(&h, ref_model(_i), 2, MAX_ROWS);
+    harness_open_path(&h, ref_model(_i), ref_path(_i), 2, MAX_ROWS);
     for (size_t q = 0; q < fx_n_seqs(ref_model(_i)); q++) {
         fx_seq s;
         kv_slot slot;
@@ -278,7 +315,7 @@ START_TEST(test_prefill_last_token_logits_match_reference)
         forward_seq fs = {&slot, s.tokens, s.n, 1};
         step_ok(&h, &fs, 1, out);
         ck_assert_uint_eq(slot.n_tokens, s.n);
-        report(fx_model_name(ref_model(_i)), s.name, "prefill",
+        report(ref_name(_i), s.name, "prefill",
                cmp_rows(&h, out, &s, s.n - 1, 1));
         free(out);
         kvcache_slot_free(&slot);
@@ -291,7 +328,7 @@ END_TEST
 START_TEST(test_echo_logits_for_every_prompt_position)
 {
     harness h;
-    harness_open(&h, ref_model(_i), 2, MAX_ROWS);
+    harness_open_path(&h, ref_model(_i), ref_path(_i), 2, MAX_ROWS);
     for (size_t q = 0; q < fx_n_seqs(ref_model(_i)); q++) {
         fx_seq s;
         kv_slot slot;
@@ -300,7 +337,7 @@ START_TEST(test_echo_logits_for_every_prompt_position)
         float *out = logits_alloc(&h, s.n);
         forward_seq fs = {&slot, s.tokens, s.n, s.n};
         step_ok(&h, &fs, 1, out);
-        report(fx_model_name(ref_model(_i)), s.name, "echo",
+        report(ref_name(_i), s.name, "echo",
                cmp_rows(&h, out, &s, 0, s.n));
         free(out);
         kvcache_slot_free(&slot);
@@ -315,7 +352,7 @@ END_TEST
 START_TEST(test_decode_token_by_token_equals_full_recompute)
 {
     harness h;
-    harness_open(&h, ref_model(_i), 2, MAX_ROWS);
+    harness_open_path(&h, ref_model(_i), ref_path(_i), 2, MAX_ROWS);
     for (size_t q = 0; q < fx_n_seqs(ref_model(_i)); q++) {
         fx_seq s;
         kv_slot slot;
@@ -336,7 +373,7 @@ START_TEST(test_decode_token_by_token_equals_full_recompute)
         ck_assert_msg(memcmp(slot.tokens, s.tokens, s.n * sizeof(int32_t))
                           == 0,
                       "kv->tokens does not hold the sequence's tokens");
-        report(fx_model_name(ref_model(_i)), s.name, "decode", worst);
+        report(ref_name(_i), s.name, "decode", worst);
         free(out);
         kvcache_slot_free(&slot);
         fx_seq_free(&s);
@@ -351,7 +388,7 @@ START_TEST(test_prefill_in_uneven_chunks_matches_reference)
 {
     static const size_t sizes[] = {1, 4, 2, 7, 3, 11, 5};
     harness h;
-    harness_open(&h, ref_model(_i), 2, MAX_ROWS);
+    harness_open_path(&h, ref_model(_i), ref_path(_i), 2, MAX_ROWS);
     for (size_t q = 0; q < fx_n_seqs(ref_model(_i)); q++) {
         fx_seq s;
         kv_slot slot;
@@ -376,7 +413,7 @@ START_TEST(test_prefill_in_uneven_chunks_matches_reference)
                 worst = d > worst ? d : worst;
             }
         }
-        report(fx_model_name(ref_model(_i)), s.name, "chunks", worst);
+        report(ref_name(_i), s.name, "chunks", worst);
         free(out);
         kvcache_slot_free(&slot);
         fx_seq_free(&s);
@@ -393,7 +430,7 @@ START_TEST(test_batch_mixes_prefill_chunk_and_decodes)
     harness h;
     fx_seq p, g;
     kv_slot a, b, c, d;
-    harness_open(&h, ref_model(_i), 2, MAX_ROWS);
+    harness_open_path(&h, ref_model(_i), ref_path(_i), 2, MAX_ROWS);
     fx_seq_load(ref_model(_i), fx_seq_find(ref_model(_i), "prompt"), h.vocab, &p);
     fx_seq_load(ref_model(_i), fx_seq_find(ref_model(_i), "greedy"), h.vocab, &g);
     ck_assert_uint_ge(p.n, 16);
@@ -448,7 +485,7 @@ START_TEST(test_batch_mixes_prefill_chunk_and_decodes)
     x = cmp_rows(&h, out + h.vocab, &p, 15, 1);
     worst = x > worst ? x : worst;
 
-    report(fx_model_name(ref_model(_i)), "prompt+greedy", "mixed-batch", worst);
+    report(ref_name(_i), "prompt+greedy", "mixed-batch", worst);
     free(out);
     kvcache_slot_free(&a);
     kvcache_slot_free(&b);
@@ -468,7 +505,7 @@ START_TEST(test_greedy_generation_matches_reference_tokens)
     harness h;
     fx_seq s;
     kv_slot slot;
-    harness_open(&h, ref_model(_i), 2, MAX_ROWS);
+    harness_open_path(&h, ref_model(_i), ref_path(_i), 2, MAX_ROWS);
     fx_seq_load(ref_model(_i), fx_seq_find(ref_model(_i), "greedy"), h.vocab, &s);
     ck_assert(s.greedy);
     slot_open(&h, &slot);
@@ -482,13 +519,13 @@ START_TEST(test_greedy_generation_matches_reference_tokens)
         int32_t tok = (int32_t)argmax(out, h.vocab);
         ck_assert_msg(tok == s.tokens[pos],
                       "%s: generated token %zu is %d, reference %d",
-                      fx_model_name(ref_model(_i)), pos - s.prompt_len,
+                      ref_name(_i), pos - s.prompt_len,
                       (int)tok, (int)s.tokens[pos]);
         forward_seq one = {&slot, &tok, 1, 1};
         step_ok(&h, &one, 1, out);
     }
     worst = fmax(worst, cmp_rows(&h, out, &s, s.n - 1, 1));
-    report(fx_model_name(ref_model(_i)), s.name, "greedy", worst);
+    report(ref_name(_i), s.name, "greedy", worst);
     free(out);
     kvcache_slot_free(&slot);
     fx_seq_free(&s);
@@ -636,38 +673,30 @@ START_TEST(test_more_rows_than_max_rows_refused)
 }
 END_TEST
 
-/* The fallback kernels for CPUs without AVX2+FMA, on this CPU: an echo
- * prefill of "prompt" batched with a prefill of "greedy" (M > 1, every
- * prompt row's logits), then one decode row of each (M = 2). */
-START_TEST(test_portable_kernels_match_reference)
+/* GPT2D_ISA forces the kernels a new forward_state uses; a name that is no
+ * instruction set is refused with a message, never ignored. */
+START_TEST(test_gpt2d_isa_forces_the_kernels)
 {
     harness h;
-    fx_seq p, g;
-    kv_slot a, b;
-    size_t mi = ref_model(_i);
-    harness_open(&h, mi, 2, MAX_ROWS);
-    forward_state_use_portable_kernels(h.st);
-    fx_seq_load(mi, fx_seq_find(mi, "prompt"), h.vocab, &p);
-    fx_seq_load(mi, fx_seq_find(mi, "greedy"), h.vocab, &g);
-    slot_open(&h, &a);
-    slot_open(&h, &b);
-    size_t n = p.n - 1;
-    float *out = logits_alloc(&h, n + 3);
-    forward_seq s1[] = {{&a, p.tokens, n, n}, {&b, g.tokens, 6, 1}};
-    step_ok(&h, s1, 2, out);
-    forward_seq s2[] = {{&a, p.tokens + n, 1, 1}, {&b, g.tokens + 6, 1, 1}};
-    step_ok(&h, s2, 2, out + (n + 1) * h.vocab);
-    double d = fmax(cmp_rows(&h, out, &p, 0, n),
-                    fmax(cmp_rows(&h, out + n * h.vocab, &g, 5, 1),
-                         fmax(cmp_rows(&h, out + (n + 1) * h.vocab, &p, n, 1),
-                              cmp_rows(&h, out + (n + 2) * h.vocab, &g, 6,
-                                       1))));
-    report(fx_model_name(mi), "prompt+greedy", "portable kernels", d);
-    free(out);
-    kvcache_slot_free(&a);
-    kvcache_slot_free(&b);
-    fx_seq_free(&p);
-    fx_seq_free(&g);
+    forward_state *st = NULL;
+    ck_assert_int_eq(unsetenv("GPT2D_ISA"), 0);
+    harness_open(&h, g_tiny, 1, 4);
+    ck_assert_int_eq(forward_state_isa(h.st), cpu_isa_supported());
+    for (int isa = 0; isa <= (int)cpu_isa_supported(); isa++) {
+        ck_assert_int_eq(setenv("GPT2D_ISA", cpu_isa_name((cpu_isa)isa), 1),
+                         0);
+        ck_assert_msg(forward_state_create(&st, &h.m, 4, 1, &h.err) == 0, "%s",
+                      h.err.message);
+        ck_assert_int_eq(forward_state_isa(st), isa);
+        forward_state_free(st);
+    }
+    ck_assert_int_eq(setenv("GPT2D_ISA", "avx9000", 1), 0);
+    h.err.message[0] = '\0';
+    ck_assert_int_eq(forward_state_create(&st, &h.m, 4, 1, &h.err), -1);
+    ck_assert_ptr_null(st);
+    ck_assert_msg(strstr(h.err.message, "GPT2D_ISA") != NULL, "%s",
+                  h.err.message);
+    unsetenv("GPT2D_ISA");
     harness_close(&h);
 }
 END_TEST
@@ -743,8 +772,8 @@ START_TEST(test_thread_pools_of_1_and_2_give_same_logits)
            identical ? "bit-identical" : "not bit-identical");
     report(fx_model_name(mi), "prompt+greedy", "threads",
            fmax(d1, fmax(d2, d3)));
-    ck_assert_msg(between <= SAME_TOL, "pool sizes change logits by %.3g",
-                  between);
+    ck_assert_msg(identical, "pool sizes change logits (max |diff| %.3g): "
+                  "the panel kernels promise the same bits", between);
     free(one);
     free(two);
     free(three);
@@ -811,7 +840,8 @@ START_TEST(test_sequence_alone_or_in_batch_gives_same_logits)
     ref = fmax(ref, cmp_rows(&h, batch + (n + 3) * h.vocab, &g, 5, 1));
     ref = fmax(ref, cmp_rows(&h, alone, &p, 0, n + 1));
     report(fx_model_name(mi), "prompt+greedy", "batching", ref);
-    ck_assert_msg(d <= SAME_TOL, "batching changes logits by %.3g", d);
+    ck_assert_msg(identical, "batching changes logits (max |diff| %.3g): "
+                  "the panel kernels promise the same bits", d);
 
     free(alone);
     free(batch);
@@ -957,7 +987,8 @@ static int load_cases(void)
 static Suite *forward_suite(void)
 {
     Suite *s = suite_create("forward");
-    int nm = (int)g_n_run_models;
+    /* every model under every kernel path */
+    int nm = (int)(g_n_run_models * g_n_paths);
 
     TCase *ref = tcase_create("reference");
     tcase_add_loop_test(ref, test_prefill_last_token_logits_match_reference,
@@ -970,7 +1001,6 @@ static Suite *forward_suite(void)
                         0, nm);
     tcase_add_loop_test(ref, test_batch_mixes_prefill_chunk_and_decodes, 0,
                         nm);
-    tcase_add_loop_test(ref, test_portable_kernels_match_reference, 0, nm);
     tcase_add_loop_test(ref, test_greedy_generation_matches_reference_tokens,
                         0, nm);
     suite_add_tcase(s, ref);
@@ -980,6 +1010,7 @@ static Suite *forward_suite(void)
                         0, (int)g_n_ctx_models);
     tcase_add_test(lim, test_out_of_range_token_refused);
     tcase_add_test(lim, test_more_rows_than_max_rows_refused);
+    tcase_add_test(lim, test_gpt2d_isa_forces_the_kernels);
     suite_add_tcase(s, lim);
 
     TCase *det = tcase_create("determinism");
@@ -1005,6 +1036,13 @@ int main(void)
         return 1;
     }
     fclose(probe);
+    for (int isa = (int)cpu_isa_supported(); isa >= 0; isa--) {
+        kernel_path *k = &g_paths[g_n_paths++];
+        k->isa = (cpu_isa)isa;
+        snprintf(k->name, sizeof k->name, "panels-%s",
+                 cpu_isa_name(k->isa));
+        printf("kernel path: %s\n", k->name);
+    }
     if (load_cases() != 0) {
         json_decref(g_cases);
         return EXIT_FAILURE;
