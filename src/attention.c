@@ -1,12 +1,17 @@
 /* attention.c — causal self-attention of one sequence and one head over
- * the keys and values its KV slot holds (see attention.h).
+ * the keys and values its KV blocks hold (see attention.h).
  *
  * Owns the attention kernels: the definition (attention_row, portable C
  * that any CPU runs) and the AVX2 tiles that give the same bits several
  * query rows at a time, and the copy of new keys and values into a slot.
  * Called by forward.c's per-(sequence, head) tasks, on the worker pool's
- * threads: each call touches only its own slot's head and the scratch of
- * the worker that runs it.
+ * threads: each call touches only its own sequence's head and the scratch
+ * of the worker that runs it.
+ *
+ * Keys and values are read through the sequence's block table: position t
+ * is row t % KV_BLOCK_TOKENS of block table[t / KV_BLOCK_TOKENS].  The
+ * kernels walk the positions in the same order as over one contiguous
+ * array, so paging changes no bit.
  *
  * Every query row is computed by the same arithmetic whatever step it
  * arrives in: alone in a decode step, or in a prefill chunk of 7 or 512
@@ -15,7 +20,7 @@
  *     prob     = softmax_row(score[0..p])   8-lane exp and sums, fixed tree
  *     out[i]   = Σ_t prob[t] · v_t[i]       t in increasing order from 0
  * with a multiply and an add per term (no contraction under -std=c11).  A
- * new row's own key and value are stored in the slot before any row reads
+ * new row's own key and value are stored in the cache before any row reads
  * them, so every row reads its keys from the cache.  attention_row is the
  * definition; attention_rows_avx2 computes the same bits for up to ATT_ROWS
  * rows at once so that each K and V row it loads serves all of them (the
@@ -34,6 +39,35 @@
 
 /* Query rows that share each K/V load (and rows of score scratch). */
 #define ATT_ROWS 4
+
+/* One (layer, head) of a sequence's cache: K row t at k + table[t/B]·stride
+ * + (t%B)·row, V the same from v. */
+typedef struct kv_rows {
+    const char *k, *v;          /* block 0's rows of this layer and head */
+    const uint32_t *table;
+    size_t stride;              /* bytes from one block to the next */
+    size_t row;                 /* bytes of one position's head_dim elements */
+} kv_rows;
+
+static kv_rows rows_of(const kv_geometry *g, const uint32_t *table,
+                       size_t layer, size_t head)
+{
+    return (kv_rows){ .k = kvcache_block_k(g, 0, layer, head),
+                      .v = kvcache_block_v(g, 0, layer, head),
+                      .table = table, .stride = g->block_bytes,
+                      .row = g->head_dim * g->elem_size };
+}
+
+static inline const char *k_row(const kv_rows *r, size_t t)
+{
+    return r->k + r->table[t / KV_BLOCK_TOKENS] * r->stride
+           + (t % KV_BLOCK_TOKENS) * r->row;
+}
+static inline const char *v_row(const kv_rows *r, size_t t)
+{
+    return r->v + r->table[t / KV_BLOCK_TOKENS] * r->stride
+           + (t % KV_BLOCK_TOKENS) * r->row;
+}
 
 /* scores is (n,): in-place softmax.  exp8 on eight lanes and eight lane
  * sums (t ≡ lane mod 8) folded in a fixed tree: the result depends on the
@@ -231,17 +265,17 @@ static inline void att_scores_tile(float *sc, size_t lds, const float *q,
  * key, which softmax never reads. */
 KERNEL_TARGET
 static void att_scores_avx2(float *sc, size_t lds, const float *q,
-                            size_t ldq, const void *kc, size_t es,
+                            size_t ldq, const kv_rows *kv, size_t es,
                             size_t n0, size_t nr, size_t hd, float scale)
 {
     const size_t n = n0 + nr - 1;           /* keys the last row sees */
-    const char *base = kc;
     for (size_t t = 0; t < n; t += 4) {
         size_t nk = n - t < 4 ? n - t : 4;
-        const char *k0 = base + t * hd * es;
-        const char *k1 = base + (t + (nk > 1 ? 1 : 0)) * hd * es;
-        const char *k2 = base + (t + (nk > 2 ? 2 : 0)) * hd * es;
-        const char *k3 = base + (t + (nk > 3 ? 3 : 0)) * hd * es;
+        /* four keys never straddle a block (4 divides KV_BLOCK_TOKENS) */
+        const char *k0 = k_row(kv, t);
+        const char *k1 = k0 + (nk > 1 ? 1 : 0) * kv->row;
+        const char *k2 = k0 + (nk > 2 ? 2 : 0) * kv->row;
+        const char *k3 = k0 + (nk > 3 ? 3 : 0) * kv->row;
 #define SCORES(RB, H)                                                        \
         att_scores_tile(sc + t, lds, q, ldq, k0, k1, k2, k3, nk, hd, scale, \
                         RB, H)
@@ -262,35 +296,40 @@ static void att_scores_avx2(float *sc, size_t lds, const float *q,
 
 /* out rows (stride ldo), columns [col, col + 8·NV) of the head: for RB
  * rows, row r has probabilities p + r·ldp over keys [0, n0 + r), V rows
- * from vc (row stride hd elements; floats, or halves when H).  Each output
+ * through kv (floats, or halves when H).  Each output
  * is attention_values' chain: a multiply and an add per key, in key order
  * from 0.  Keys all rows see go together; the few that only later rows see
  * follow, so no row gets a term it would not get alone. */
 KERNEL_TARGET __attribute__((always_inline))
 static inline void att_values_tile(float *out, size_t ldo, const float *p,
-                                   size_t ldp, const void *vc, size_t col,
-                                   size_t hd, size_t n0, const int RB,
-                                   const int NV, const int H)
+                                   size_t ldp, const kv_rows *kv, size_t col,
+                                   size_t n0, const int RB, const int NV,
+                                   const int H)
 {
     __m256 acc[ATT_ROWS][2];
     _Pragma("GCC unroll 4") for (int r = 0; r < RB; r++)
         _Pragma("GCC unroll 2") for (int v = 0; v < NV; v++)
             acc[r][v] = _mm256_setzero_ps();
-    for (size_t t = 0; t < n0; t++) {
-        __m256 w[2];
-        _Pragma("GCC unroll 2") for (int v = 0; v < NV; v++)
-            w[v] = LOAD_KV(H, vc, t * hd + col + 8 * v);
-        _Pragma("GCC unroll 4") for (int r = 0; r < RB; r++) {
-            __m256 pr = _mm256_broadcast_ss(p + r * ldp + t);
+    for (size_t t0 = 0; t0 < n0; t0 += KV_BLOCK_TOKENS) {
+        const char *vb = v_row(kv, t0);
+        const size_t end = n0 - t0 < KV_BLOCK_TOKENS ? n0 : t0 + KV_BLOCK_TOKENS;
+        for (size_t t = t0; t < end; t++, vb += kv->row) {
+            __m256 w[2];
             _Pragma("GCC unroll 2") for (int v = 0; v < NV; v++)
-                acc[r][v] = _mm256_add_ps(acc[r][v], _mm256_mul_ps(pr, w[v]));
+                w[v] = LOAD_KV(H, vb, col + 8 * v);
+            _Pragma("GCC unroll 4") for (int r = 0; r < RB; r++) {
+                __m256 pr = _mm256_broadcast_ss(p + r * ldp + t);
+                _Pragma("GCC unroll 2") for (int v = 0; v < NV; v++)
+                    acc[r][v] = _mm256_add_ps(acc[r][v], _mm256_mul_ps(pr, w[v]));
+            }
         }
     }
     _Pragma("GCC unroll 4") for (int e = 1; e < RB; e++) {
         const size_t t = n0 + (size_t)e - 1;  /* seen by rows e.. only */
+        const char *vt = v_row(kv, t);
         __m256 w[2];
         _Pragma("GCC unroll 2") for (int v = 0; v < NV; v++)
-            w[v] = LOAD_KV(H, vc, t * hd + col + 8 * v);
+            w[v] = LOAD_KV(H, vt, col + 8 * v);
         _Pragma("GCC unroll 4") for (int r = e; r < RB; r++) {
             __m256 pr = _mm256_broadcast_ss(p + r * ldp + t);
             _Pragma("GCC unroll 2") for (int v = 0; v < NV; v++)
@@ -306,9 +345,9 @@ static inline void att_values_tile(float *out, size_t ldo, const float *p,
     do {                                                                     \
         size_t i = 0;                                                        \
         for (; i + 16 <= hd; i += 16)                                        \
-            att_values_tile(out + i, ldo, p, ldp, vc, i, hd, n0, RB, 2, H);  \
+            att_values_tile(out + i, ldo, p, ldp, kv, i, n0, RB, 2, H);      \
         if (i < hd)                                                          \
-            att_values_tile(out + i, ldo, p, ldp, vc, i, hd, n0, RB, 1, H);  \
+            att_values_tile(out + i, ldo, p, ldp, kv, i, n0, RB, 1, H);      \
     } while (0)
 
 /* One row (a decode step), hd % 64 == 0: the same chains as
@@ -316,18 +355,23 @@ static inline void att_values_tile(float *out, size_t ldo, const float *p,
  * one pass and eight independent add chains hide the add latency (with two
  * per slice the loop waited on them, four passes over V). */
 KERNEL_TARGET __attribute__((always_inline))
-static inline void att_values_row(float *out, const float *p, const void *vc,
-                                  size_t n, size_t hd, const int H)
+static inline void att_values_row(float *out, const float *p,
+                                  const kv_rows *kv, size_t n, size_t hd,
+                                  const int H)
 {
     for (size_t i = 0; i < hd; i += 64) {
         __m256 acc[8];
         _Pragma("GCC unroll 8") for (int v = 0; v < 8; v++)
             acc[v] = _mm256_setzero_ps();
-        for (size_t t = 0; t < n; t++) {
-            __m256 pr = _mm256_broadcast_ss(p + t);
-            _Pragma("GCC unroll 8") for (int v = 0; v < 8; v++)
-                acc[v] = _mm256_add_ps(acc[v], _mm256_mul_ps(
-                    pr, LOAD_KV(H, vc, t * hd + i + 8 * v)));
+        for (size_t t0 = 0; t0 < n; t0 += KV_BLOCK_TOKENS) {
+            const char *vb = v_row(kv, t0);
+            const size_t end = n - t0 < KV_BLOCK_TOKENS ? n : t0 + KV_BLOCK_TOKENS;
+            for (size_t t = t0; t < end; t++, vb += kv->row) {
+                __m256 pr = _mm256_broadcast_ss(p + t);
+                _Pragma("GCC unroll 8") for (int v = 0; v < 8; v++)
+                    acc[v] = _mm256_add_ps(acc[v], _mm256_mul_ps(
+                        pr, LOAD_KV(H, vb, i + 8 * v)));
+            }
         }
         _Pragma("GCC unroll 8") for (int v = 0; v < 8; v++)
             _mm256_storeu_ps(out + i + 8 * v, acc[v]);
@@ -338,14 +382,14 @@ static inline void att_values_row(float *out, const float *p, const void *vc,
  * `es`-byte elements. */
 KERNEL_TARGET
 static void att_values_avx2(float *out, size_t ldo, const float *p,
-                            size_t ldp, const void *vc, size_t es, size_t n0,
-                            size_t nr, size_t hd)
+                            size_t ldp, const kv_rows *kv, size_t es,
+                            size_t n0, size_t nr, size_t hd)
 {
     if (nr == 1 && hd % 64 == 0) {
         if (es == 2)
-            att_values_row(out, p, vc, n0, hd, 1);
+            att_values_row(out, p, kv, n0, hd, 1);
         else
-            att_values_row(out, p, vc, n0, hd, 0);
+            att_values_row(out, p, kv, n0, hd, 0);
         return;
     }
     if (es == 2) {
@@ -373,37 +417,36 @@ static void att_values_avx2(float *out, size_t ldo, const float *p,
  * keys and values). */
 KERNEL_TARGET
 static void attention_rows_avx2(float *out, size_t ldo, const float *q,
-                                size_t ldq, const void *kc, const void *vc,
-                                size_t es, size_t pos, size_t nr, size_t hd,
+                                size_t ldq, const kv_rows *kv, size_t es,
+                                size_t pos, size_t nr, size_t hd,
                                 float scale, float *scores, size_t lds)
 {
     for (size_t r = 0; r < nr; r += 2)
-        att_scores_avx2(scores + r * lds, lds, q + r * ldq, ldq, kc, es,
+        att_scores_avx2(scores + r * lds, lds, q + r * ldq, ldq, kv, es,
                         pos + r + 1, nr - r < 2 ? nr - r : 2, hd, scale);
     for (size_t r = 0; r < nr; r++)
         softmax_row(scores + r * lds, pos + r + 1);
-    att_values_avx2(out, ldo, scores, lds, vc, es, pos + 1, nr, hd);
+    att_values_avx2(out, ldo, scores, lds, kv, es, pos + 1, nr, hd);
 }
 #endif
 
-/* Copies one head's new keys and values into the slot, as halves (rounded
- * to nearest) when the slot holds halves. */
-void attention_store_kv(kv_slot *kv, size_t layer, size_t head, size_t pos0,
-                        size_t n_rows, const float *k, const float *v,
-                        size_t ld)
+/* Copies one head's new keys and values into the sequence's blocks, as
+ * halves (rounded to nearest) when the cache holds halves. */
+void attention_store_kv(const kv_geometry *g, const uint32_t *table,
+                        size_t layer, size_t head, size_t pos0, size_t n_rows,
+                        const float *k, const float *v, size_t ld)
 {
-    const size_t hd = kv->head_dim, es = kvcache_elem_size(kv);
-    char *kc = (char *)kvcache_k(kv, layer, head) + pos0 * hd * es;
-    char *vc = (char *)kvcache_v(kv, layer, head) + pos0 * hd * es;
+    const kv_rows kv = rows_of(g, table, layer, head);
+    const size_t hd = g->head_dim;
     for (size_t i = 0; i < n_rows; i++) {
-        if (kv->half) {
-            half_from_floats((uint16_t *)(void *)(kc + i * hd * es),
-                             k + i * ld, hd);
-            half_from_floats((uint16_t *)(void *)(vc + i * hd * es),
-                             v + i * ld, hd);
+        char *kc = (char *)k_row(&kv, pos0 + i);
+        char *vc = (char *)v_row(&kv, pos0 + i);
+        if (g->half) {
+            half_from_floats((uint16_t *)(void *)kc, k + i * ld, hd);
+            half_from_floats((uint16_t *)(void *)vc, v + i * ld, hd);
         } else {
-            memcpy(kc + i * hd * es, k + i * ld, hd * sizeof(float));
-            memcpy(vc + i * hd * es, v + i * ld, hd * sizeof(float));
+            memcpy(kc, k + i * ld, hd * sizeof(float));
+            memcpy(vc, v + i * ld, hd * sizeof(float));
         }
     }
 }
@@ -413,17 +456,32 @@ size_t attention_scratch_floats(size_t n_ctx, size_t head_dim)
     return ATT_ROWS * n_ctx + 2 * n_ctx * head_dim;
 }
 
-/* The portable path widens a half slot's keys and values into the
- * scratch first (exactly: the same values the AVX2 loads widen). */
-void attention_head(float *out, size_t ldo, const float *q, size_t ldq,
-                    const kv_slot *kv, size_t layer, size_t head,
-                    size_t pos0, size_t n_rows, cpu_isa isa, float *scratch)
+/* Positions [0, n) of K and V through the table into contiguous floats
+ * (halves widened exactly: the same values the AVX2 loads widen). */
+static void gather(float *k, float *v, const kv_rows *kv, size_t n,
+                   size_t hd, bool half)
 {
-    const size_t hd = kv->head_dim, lds = kv->n_ctx;
+    for (size_t t = 0; t < n; t++) {
+        if (half) {
+            half_to_floats(k + t * hd, (const uint16_t *)(const void *)k_row(kv, t), hd);
+            half_to_floats(v + t * hd, (const uint16_t *)(const void *)v_row(kv, t), hd);
+        } else {
+            memcpy(k + t * hd, k_row(kv, t), hd * sizeof(float));
+            memcpy(v + t * hd, v_row(kv, t), hd * sizeof(float));
+        }
+    }
+}
+
+/* The portable path gathers the keys and values into the scratch first. */
+void attention_head(float *out, size_t ldo, const float *q, size_t ldq,
+                    const kv_geometry *g, const uint32_t *table, size_t layer,
+                    size_t head, size_t pos0, size_t n_rows, cpu_isa isa,
+                    float *scratch)
+{
+    const size_t hd = g->head_dim, lds = g->n_ctx;
     const float scale = 1.0f / sqrtf((float)hd);
     float *scores = scratch, *wide = scratch + ATT_ROWS * lds;
-    const void *kc = kvcache_k(kv, layer, head);
-    const void *vc = kvcache_v(kv, layer, head);
+    const kv_rows kv = rows_of(g, table, layer, head);
 
     void (*row)(float *, const float *, const float *, const float *, size_t,
                 size_t, float, float *) = attention_row_portable;
@@ -431,9 +489,9 @@ void attention_head(float *out, size_t ldo, const float *q, size_t ldq,
     if (isa == CPU_ISA_AVX2 && hd % 8 == 0) {
         for (size_t r = 0; r < n_rows; r += ATT_ROWS) {
             size_t nr = n_rows - r < ATT_ROWS ? n_rows - r : ATT_ROWS;
-            attention_rows_avx2(out + r * ldo, ldo, q + r * ldq, ldq, kc, vc,
-                                kvcache_elem_size(kv), pos0 + r, nr, hd,
-                                scale, scores, lds);
+            attention_rows_avx2(out + r * ldo, ldo, q + r * ldq, ldq, &kv,
+                                g->elem_size, pos0 + r, nr, hd, scale, scores,
+                                lds);
         }
         return;
     }
@@ -442,13 +500,8 @@ void attention_head(float *out, size_t ldo, const float *q, size_t ldq,
 #else
     (void)isa;
 #endif
-    if (kv->half) {
-        const size_t n = (pos0 + n_rows) * hd;
-        half_to_floats(wide, kc, n);
-        half_to_floats(wide + lds * hd, vc, n);
-        kc = wide;
-        vc = wide + lds * hd;
-    }
+    float *kc = wide, *vc = wide + lds * hd;
+    gather(kc, vc, &kv, pos0 + n_rows, hd, g->half);
     for (size_t r = 0; r < n_rows; r++)
         row(out + r * ldo, q + r * ldq, kc, vc, pos0 + r + 1, hd, scale,
             scores);

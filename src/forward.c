@@ -51,7 +51,7 @@
 #define ROW_BLOCK 16
 
 typedef struct seq_rows {
-    kv_slot *kv;
+    const uint32_t *blocks;     /* its block table */
     size_t row0;                /* first row of this sequence in the step */
     size_t n_rows;
     size_t pos0;                /* position of its first new row */
@@ -189,11 +189,12 @@ static void matmul(const forward_state *st, threadpool *pool,
 
 typedef struct attention_job {
     forward_state *st;
+    const kv_geometry *kv;
     size_t layer;
 } attention_job;
 
-/* Stores the head's new keys and values in the sequence's slot, then each
- * new row attends to the slot's positions [0, its own position].  Q, K, V
+/* Stores the head's new keys and values in the sequence's blocks, then each
+ * new row attends to its positions [0, its own position].  Q, K, V
  * rows are read from qkv (row stride 3C), outputs go to att (row stride C)
  * at column head·hd. */
 static void attention_task(void *ctx, size_t task, size_t worker)
@@ -205,18 +206,19 @@ static void attention_task(void *ctx, size_t task, size_t worker)
     const size_t head = task % NH;
     const float *qkv = st->qkv + s->row0 * 3 * C + head * hd;
 
-    attention_store_kv(s->kv, j->layer, head, s->pos0, s->n_rows, qkv + C,
-                       qkv + 2 * C, 3 * C);
-    attention_head(st->att + s->row0 * C + head * hd, C, qkv, 3 * C, s->kv,
-                   j->layer, head, s->pos0, s->n_rows, st->isa,
+    attention_store_kv(j->kv, s->blocks, j->layer, head, s->pos0, s->n_rows,
+                       qkv + C, qkv + 2 * C, 3 * C);
+    attention_head(st->att + s->row0 * C + head * hd, C, qkv, 3 * C, j->kv,
+                   s->blocks, j->layer, head, s->pos0, s->n_rows, st->isa,
                    st->att_scratch + worker * st->att_scratch_floats);
 }
 
 /* qkv is (R, 3C), att is (R, C). */
 static void attention_forward(forward_state *st, threadpool *pool,
-                              size_t layer, size_t n_seqs)
+                              const kv_geometry *kv, size_t layer,
+                              size_t n_seqs)
 {
-    attention_job j = { .st = st, .layer = layer };
+    attention_job j = { .st = st, .kv = kv, .layer = layer };
     threadpool_run(pool, n_seqs * st->cfg.n_head, attention_task, &j);
 }
 
@@ -317,33 +319,31 @@ cpu_isa forward_state_isa(const forward_state *st)
 }
 
 /* Checks the whole step before anything is written; fills the row tables. */
-static int plan_step(forward_state *st, const forward_seq *seqs,
-                     size_t n_seqs, size_t *n_rows, size_t *n_logit_rows,
-                     gpt2d_error *err)
+static int plan_step(forward_state *st, const kv_geometry *kv,
+                     const forward_seq *seqs, size_t n_seqs, size_t *n_rows,
+                     size_t *n_logit_rows, gpt2d_error *err)
 {
     const model_config *cfg = &st->cfg;
     size_t R = 0, L = 0;
+    if (kv->n_ctx != cfg->n_ctx || kv->n_layer != cfg->n_layer
+        || kv->n_head != cfg->n_head
+        || kv->head_dim * cfg->n_head != cfg->n_embd)
+        return error_set(err, "forward: the KV cache does not match the model");
     for (size_t s = 0; s < n_seqs; s++) {
         const forward_seq *q = &seqs[s];
-        const kv_slot *kv = q->kv;
-        if (kv == NULL || q->tokens == NULL)
-            return error_set(err, "forward: sequence %zu has no KV slot or "
-                             "no tokens", s);
+        if (q->blocks == NULL || q->tokens == NULL)
+            return error_set(err, "forward: sequence %zu has no block table "
+                             "or no tokens", s);
         if (q->n_tokens == 0)
             return error_set(err, "forward: sequence %zu has no new tokens", s);
-        if (kv->n_ctx != cfg->n_ctx || kv->n_layer != cfg->n_layer
-            || kv->n_head != cfg->n_head
-            || kv->head_dim * cfg->n_head != cfg->n_embd)
-            return error_set(err, "forward: sequence %zu's KV slot does not "
-                             "match the model", s);
         if (q->n_logits > q->n_tokens)
             return error_set(err, "forward: sequence %zu asks logits for %zu "
                              "rows but brings %zu tokens", s, q->n_logits,
                              q->n_tokens);
-        if (kv->n_tokens > cfg->n_ctx || q->n_tokens > cfg->n_ctx - kv->n_tokens)
+        if (q->pos0 > cfg->n_ctx || q->n_tokens > cfg->n_ctx - q->pos0)
             return error_set(err, "forward: sequence %zu would reach %zu "
                              "positions, past n_ctx %zu", s,
-                             kv->n_tokens + q->n_tokens, cfg->n_ctx);
+                             q->pos0 + q->n_tokens, cfg->n_ctx);
         if (q->n_tokens > st->max_rows - R)
             return error_set(err, "forward: step has more than max_rows %zu "
                              "rows", st->max_rows);
@@ -353,14 +353,13 @@ static int plan_step(forward_state *st, const forward_seq *seqs,
                                  "%ld, outside [0, %zu)", s, t,
                                  (long)q->tokens[t], cfg->vocab_size);
         for (size_t p = 0; p < s; p++)
-            if (seqs[p].kv == kv)
+            if (seqs[p].blocks == q->blocks)
                 return error_set(err, "forward: sequences %zu and %zu share "
-                                 "a KV slot", p, s);
-        st->seqs[s] = (seq_rows){ .kv = q->kv, .row0 = R,
-                                  .n_rows = q->n_tokens,
-                                  .pos0 = kv->n_tokens };
+                                 "a block table", p, s);
+        st->seqs[s] = (seq_rows){ .blocks = q->blocks, .row0 = R,
+                                  .n_rows = q->n_tokens, .pos0 = q->pos0 };
         for (size_t t = 0; t < q->n_tokens; t++) {
-            st->row_pos[R + t] = kv->n_tokens + t;
+            st->row_pos[R + t] = q->pos0 + t;
             st->row_tok[R + t] = &q->tokens[t];
         }
         for (size_t t = q->n_tokens - q->n_logits; t < q->n_tokens; t++)
@@ -373,14 +372,14 @@ static int plan_step(forward_state *st, const forward_seq *seqs,
 }
 
 int forward_step(forward_state *st, const model *m, threadpool *pool,
-                 forward_seq *seqs, size_t n_seqs, float *logits,
-                 gpt2d_error *err)
+                 const kv_geometry *kv, const forward_seq *seqs,
+                 size_t n_seqs, float *logits, gpt2d_error *err)
 {
     size_t R = 0, L = 0;
     if (threadpool_size(pool) > st->n_workers)
         return error_set(err, "forward: a pool of %zu workers, scratch for "
                          "%zu", threadpool_size(pool), st->n_workers);
-    if (plan_step(st, seqs, n_seqs, &R, &L, err) != 0)
+    if (plan_step(st, kv, seqs, n_seqs, &R, &L, err) != 0)
         return -1;
     if (R == 0)
         return 0;
@@ -395,7 +394,7 @@ int forward_step(forward_state *st, const model *m, threadpool *pool,
         matmul(st, pool, &(matmul_args){
             .M = R, .N = 3 * C, .K = C, .a = st->xn, .w = w->attn_wp,
             .dt = dt, .out = st->qkv, .bias = w->attn_b, .epi = MATMUL_BIAS });
-        attention_forward(st, pool, l, n_seqs);
+        attention_forward(st, pool, kv, l, n_seqs);
         matmul(st, pool, &(matmul_args){
             .M = R, .N = C, .K = C, .a = st->att, .w = w->attn_proj_wp,
             .dt = dt, .out = st->x, .accumulate = true, .bias = w->attn_proj_b,
@@ -416,13 +415,6 @@ int forward_step(forward_state *st, const model *m, threadpool *pool,
         matmul(st, pool, &(matmul_args){
             .M = L, .N = st->cfg.vocab_size, .K = C, .a = st->lnf,
             .w = m->lm_head_wp, .dt = dt, .out = logits, .epi = MATMUL_NONE });
-    }
-
-    for (size_t s = 0; s < n_seqs; s++) {
-        kv_slot *kv = seqs[s].kv;
-        memcpy(kv->tokens + kv->n_tokens, seqs[s].tokens,
-               seqs[s].n_tokens * sizeof(int32_t));
-        kv->n_tokens += seqs[s].n_tokens;
     }
     return 0;
 }

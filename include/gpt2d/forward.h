@@ -23,8 +23,10 @@
 #include "gpt2d/threadpool.h"
 
 typedef struct forward_seq {
-    kv_slot *kv;                /* positions [0, kv->n_tokens) already cached */
-    const int32_t *tokens;      /* new tokens, at positions kv->n_tokens + i */
+    const uint32_t *blocks;     /* its block table (kvcache.h), covering
+                                   positions [0, pos0 + n_tokens) */
+    size_t pos0;                /* positions [0, pos0) already cached */
+    const int32_t *tokens;      /* new tokens, at positions pos0 + i */
     size_t n_tokens;            /* >= 1 */
     size_t n_logits;            /* logits for the last n_logits new tokens
                                    (0 = none, 1 = next-token, n_tokens = all,
@@ -46,14 +48,14 @@ void forward_state_free(forward_state *st);
 int forward_state_set_isa(forward_state *st, cpu_isa isa, gpt2d_error *err);
 cpu_isa forward_state_isa(const forward_state *st);
 
-/* Runs one step.  Appends each sequence's new tokens to its cache
- * (kv->tokens and kv->n_tokens advance).  `logits` receives
+/* Runs one step.  Writes each sequence's new keys and values into its
+ * blocks (the caller then commits them: kvcache_seq_commit).  `logits` receives
  * sum(n_logits) rows of vocab_size floats, in sequence order, each
  * sequence's rows in token order.  Fails (and changes nothing) when the rows
  * exceed max_rows, a token id is out of range, or a sequence would pass
  * n_ctx. */
 int forward_step(forward_state *st, const model *m, threadpool *pool,
-                 forward_seq *seqs, size_t n_seqs, float *logits,
-                 gpt2d_error *err);
+                 const kv_geometry *kv, const forward_seq *seqs,
+                 size_t n_seqs, float *logits, gpt2d_error *err);
 
 #endif

@@ -159,7 +159,8 @@ static void fx_seq_free(fx_seq *s)
 
 typedef struct harness {
     model m;
-    bool kv_half;               /* the case's slots hold halves */
+    bool kv_half;               /* the case's KV cache holds halves */
+    kv_cache *kv;               /* made by the first slot_open */
     threadpool *pool;
     forward_state *st;
     size_t vocab;
@@ -219,17 +220,76 @@ static void harness_open(harness *h, size_t model_idx, size_t threads,
 
 static void harness_close(harness *h)
 {
+    kvcache_free(h->kv);
     forward_state_free(h->st);
     threadpool_destroy(h->pool);
     model_free(&h->m);
 }
 
-static void slot_open(harness *h, kv_slot *slot)
+/* One sequence of the tests: a KV-cache sequence of the harness's cache,
+ * reserved for the full context.  Sequences of one test take their blocks
+ * from the same pool as they grow, interleaved, so every step reads its
+ * keys and values through a block table that is not contiguous. */
+typedef struct test_slot {
+    harness *h;
+    size_t seq;
+} test_slot;
+
+/* What a test hands a step: the sequence, its new tokens, logits wanted. */
+typedef struct step_seq {
+    test_slot *kv;
+    const int32_t *tokens;
+    size_t n_tokens, n_logits;
+} step_seq;
+
+static void slot_open(harness *h, test_slot *slot)
 {
-    ck_assert_msg(kvcache_slot_alloc(slot, &h->m.config, h->kv_half,
+    if (h->kv == NULL) {
+        kv_cache_config kc = {
+            .n_blocks = 8 * kvcache_blocks_per_context(&h->m.config),
+            .max_seqs = 8, .half = h->kv_half };
+        static const uint8_t fingerprint[SHA256_BYTES];
+        ck_assert_msg(kvcache_create(&h->kv, &h->m.config, &kc, fingerprint,
                                      &h->err) == 0,
-                  "kvcache_slot_alloc: %s", h->err.message);
-    ck_assert_uint_eq(slot->n_tokens, 0);
+                      "kvcache_create: %s", h->err.message);
+    }
+    static const int32_t first = 0;
+    static const kv_identity nobody;
+    kv_begin b = { .who = &nobody, .prompt = &first, .n_prompt = 1,
+                   .max_total = h->m.config.n_ctx, .n_seq = 1, .reuse = false };
+    size_t reused;
+    ck_assert_int_eq(kvcache_seq_begin(h->kv, &b, &slot->seq, &reused), KV_BEGUN);
+    slot->h = h;
+}
+
+static size_t slot_len(const test_slot *slot)
+{
+    return kvcache_seq_len(slot->h->kv, slot->seq);
+}
+
+static void slot_close(test_slot *slot)
+{
+    kvcache_seq_end(slot->h->kv, slot->seq, 0);
+}
+
+/* The forward_seq of each step_seq; with `grow`, room is made for the new
+ * tokens first (a step that must be refused gets none: it may ask for more
+ * than the context). */
+static forward_seq *to_forward(harness *h, const step_seq *seqs, size_t n,
+                               bool grow)
+{
+    forward_seq *fs = calloc(n > 0 ? n : 1, sizeof *fs);
+    ck_assert_ptr_nonnull(fs);
+    for (size_t i = 0; i < n; i++) {
+        const test_slot *t = seqs[i].kv;
+        if (grow)
+            kvcache_seq_grow(h->kv, t->seq, seqs[i].n_tokens);
+        fs[i] = (forward_seq){ .blocks = kvcache_seq_blocks(h->kv, t->seq),
+                               .pos0 = slot_len(t), .tokens = seqs[i].tokens,
+                               .n_tokens = seqs[i].n_tokens,
+                               .n_logits = seqs[i].n_logits };
+    }
+    return fs;
 }
 
 static float *logits_alloc(const harness *h, size_t rows)
@@ -239,21 +299,28 @@ static float *logits_alloc(const harness *h, size_t rows)
     return p;
 }
 
-static void step_ok(harness *h, forward_seq *seqs, size_t n_seqs,
-                    float *logits)
+/* Runs the step, then commits its tokens as the engine does. */
+static void step_ok(harness *h, step_seq *seqs, size_t n_seqs, float *logits)
 {
     h->err.message[0] = '\0';
-    int rc = forward_step(h->st, &h->m, h->pool, seqs, n_seqs, logits,
-                          &h->err);
+    forward_seq *fs = to_forward(h, seqs, n_seqs, true);
+    int rc = forward_step(h->st, &h->m, h->pool, kvcache_geometry(h->kv), fs,
+                          n_seqs, logits, &h->err);
     ck_assert_msg(rc == 0, "forward_step failed: %s", h->err.message);
+    for (size_t i = 0; i < n_seqs; i++)
+        kvcache_seq_commit(h->kv, seqs[i].kv->seq, seqs[i].tokens,
+                           seqs[i].n_tokens);
+    free(fs);
 }
 
-static void step_refused(harness *h, forward_seq *seqs, size_t n_seqs,
+static void step_refused(harness *h, step_seq *seqs, size_t n_seqs,
                          float *logits, const char *why)
 {
     h->err.message[0] = '\0';
-    int rc = forward_step(h->st, &h->m, h->pool, seqs, n_seqs, logits,
-                          &h->err);
+    forward_seq *fs = to_forward(h, seqs, n_seqs, false);
+    int rc = forward_step(h->st, &h->m, h->pool, kvcache_geometry(h->kv), fs,
+                          n_seqs, logits, &h->err);
+    free(fs);
     ck_assert_msg(rc == -1, "forward_step accepted %s", why);
     ck_assert_msg(h->err.message[0] != '\0', "no message when refusing %s",
                   why);
@@ -308,17 +375,17 @@ START_TEST(test_prefill_last_token_logits_match_reference)
     harness_open_path(&h, ref_model(_i), ref_path(_i), 2, MAX_ROWS);
     for (size_t q = 0; q < fx_n_seqs(ref_model(_i)); q++) {
         fx_seq s;
-        kv_slot slot;
+        test_slot slot;
         fx_seq_load(ref_model(_i), q, h.vocab, &s);
         slot_open(&h, &slot);
         float *out = logits_alloc(&h, 1);
-        forward_seq fs = {&slot, s.tokens, s.n, 1};
+        step_seq fs = {&slot, s.tokens, s.n, 1};
         step_ok(&h, &fs, 1, out);
-        ck_assert_uint_eq(slot.n_tokens, s.n);
+        ck_assert_uint_eq(slot_len(&slot), s.n);
         report(ref_name(_i), s.name, "prefill",
                cmp_rows(&h, out, &s, s.n - 1, 1));
         free(out);
-        kvcache_slot_free(&slot);
+        slot_close(&slot);
         fx_seq_free(&s);
     }
     harness_close(&h);
@@ -331,16 +398,16 @@ START_TEST(test_echo_logits_for_every_prompt_position)
     harness_open_path(&h, ref_model(_i), ref_path(_i), 2, MAX_ROWS);
     for (size_t q = 0; q < fx_n_seqs(ref_model(_i)); q++) {
         fx_seq s;
-        kv_slot slot;
+        test_slot slot;
         fx_seq_load(ref_model(_i), q, h.vocab, &s);
         slot_open(&h, &slot);
         float *out = logits_alloc(&h, s.n);
-        forward_seq fs = {&slot, s.tokens, s.n, s.n};
+        step_seq fs = {&slot, s.tokens, s.n, s.n};
         step_ok(&h, &fs, 1, out);
         report(ref_name(_i), s.name, "echo",
                cmp_rows(&h, out, &s, 0, s.n));
         free(out);
-        kvcache_slot_free(&slot);
+        slot_close(&slot);
         fx_seq_free(&s);
     }
     harness_close(&h);
@@ -355,27 +422,24 @@ START_TEST(test_decode_token_by_token_equals_full_recompute)
     harness_open_path(&h, ref_model(_i), ref_path(_i), 2, MAX_ROWS);
     for (size_t q = 0; q < fx_n_seqs(ref_model(_i)); q++) {
         fx_seq s;
-        kv_slot slot;
+        test_slot slot;
         fx_seq_load(ref_model(_i), q, h.vocab, &s);
         slot_open(&h, &slot);
         float *out = logits_alloc(&h, 1);
         size_t pre = s.n < 3 ? 1 : 3;
-        forward_seq fs = {&slot, s.tokens, pre, 1};
+        step_seq fs = {&slot, s.tokens, pre, 1};
         step_ok(&h, &fs, 1, out);
         double worst = cmp_rows(&h, out, &s, pre - 1, 1);
         for (size_t i = pre; i < s.n; i++) {
-            forward_seq one = {&slot, s.tokens + i, 1, 1};
+            step_seq one = {&slot, s.tokens + i, 1, 1};
             step_ok(&h, &one, 1, out);
-            ck_assert_uint_eq(slot.n_tokens, i + 1);
+            ck_assert_uint_eq(slot_len(&slot), i + 1);
             double d = cmp_rows(&h, out, &s, i, 1);
             worst = d > worst ? d : worst;
         }
-        ck_assert_msg(memcmp(slot.tokens, s.tokens, s.n * sizeof(int32_t))
-                          == 0,
-                      "kv->tokens does not hold the sequence's tokens");
         report(ref_name(_i), s.name, "decode", worst);
         free(out);
-        kvcache_slot_free(&slot);
+        slot_close(&slot);
         fx_seq_free(&s);
     }
     harness_close(&h);
@@ -391,7 +455,7 @@ START_TEST(test_prefill_in_uneven_chunks_matches_reference)
     harness_open_path(&h, ref_model(_i), ref_path(_i), 2, MAX_ROWS);
     for (size_t q = 0; q < fx_n_seqs(ref_model(_i)); q++) {
         fx_seq s;
-        kv_slot slot;
+        test_slot slot;
         fx_seq_load(ref_model(_i), q, h.vocab, &s);
         slot_open(&h, &slot);
         float *out = logits_alloc(&h, s.n);
@@ -404,10 +468,10 @@ START_TEST(test_prefill_in_uneven_chunks_matches_reference)
             size_t want = c % 3 == 0 ? n : c % 3 == 1 ? 1 : 0;
             if (at + n == s.n && want == 0)
                 want = 1;
-            forward_seq fs = {&slot, s.tokens + at, n, want};
+            step_seq fs = {&slot, s.tokens + at, n, want};
             step_ok(&h, &fs, 1, out);
             at += n;
-            ck_assert_uint_eq(slot.n_tokens, at);
+            ck_assert_uint_eq(slot_len(&slot), at);
             if (want > 0) {
                 double d = cmp_rows(&h, out, &s, at - want, want);
                 worst = d > worst ? d : worst;
@@ -415,7 +479,7 @@ START_TEST(test_prefill_in_uneven_chunks_matches_reference)
         }
         report(ref_name(_i), s.name, "chunks", worst);
         free(out);
-        kvcache_slot_free(&slot);
+        slot_close(&slot);
         fx_seq_free(&s);
     }
     harness_close(&h);
@@ -429,7 +493,7 @@ START_TEST(test_batch_mixes_prefill_chunk_and_decodes)
 {
     harness h;
     fx_seq p, g;
-    kv_slot a, b, c, d;
+    test_slot a, b, c, d;
     harness_open_path(&h, ref_model(_i), ref_path(_i), 2, MAX_ROWS);
     fx_seq_load(ref_model(_i), fx_seq_find(ref_model(_i), "prompt"), h.vocab, &p);
     fx_seq_load(ref_model(_i), fx_seq_find(ref_model(_i), "greedy"), h.vocab, &g);
@@ -443,7 +507,7 @@ START_TEST(test_batch_mixes_prefill_chunk_and_decodes)
     double worst = 0.0, x;
 
     /* step 1: three prefills of different lengths */
-    forward_seq s1[] = {
+    step_seq s1[] = {
         {&a, p.tokens, 4, 0},
         {&b, g.tokens, 9, 2},
         {&c, p.tokens, 13, 1},
@@ -456,7 +520,7 @@ START_TEST(test_batch_mixes_prefill_chunk_and_decodes)
 
     /* step 2: decode b (pos 9), chunk of a (pos 4..14), decode c (pos 13),
      * prefill d without logits */
-    forward_seq s2[] = {
+    step_seq s2[] = {
         {&b, g.tokens + 9, 1, 1},
         {&a, p.tokens + 4, 11, 11},
         {&c, p.tokens + 13, 1, 1},
@@ -469,13 +533,13 @@ START_TEST(test_batch_mixes_prefill_chunk_and_decodes)
     worst = x > worst ? x : worst;
     x = cmp_rows(&h, out + 12 * h.vocab, &p, 13, 1);
     worst = x > worst ? x : worst;
-    ck_assert_uint_eq(a.n_tokens, 15);
-    ck_assert_uint_eq(b.n_tokens, 10);
-    ck_assert_uint_eq(c.n_tokens, 14);
-    ck_assert_uint_eq(d.n_tokens, 5);
+    ck_assert_uint_eq(slot_len(&a), 15);
+    ck_assert_uint_eq(slot_len(&b), 10);
+    ck_assert_uint_eq(slot_len(&c), 14);
+    ck_assert_uint_eq(slot_len(&d), 5);
 
     /* step 3: d and a continue */
-    forward_seq s3[] = {
+    step_seq s3[] = {
         {&d, g.tokens + 5, 1, 1},
         {&a, p.tokens + 15, 1, 1},
     };
@@ -487,10 +551,10 @@ START_TEST(test_batch_mixes_prefill_chunk_and_decodes)
 
     report(ref_name(_i), "prompt+greedy", "mixed-batch", worst);
     free(out);
-    kvcache_slot_free(&a);
-    kvcache_slot_free(&b);
-    kvcache_slot_free(&c);
-    kvcache_slot_free(&d);
+    slot_close(&a);
+    slot_close(&b);
+    slot_close(&c);
+    slot_close(&d);
     fx_seq_free(&p);
     fx_seq_free(&g);
     harness_close(&h);
@@ -504,13 +568,13 @@ START_TEST(test_greedy_generation_matches_reference_tokens)
 {
     harness h;
     fx_seq s;
-    kv_slot slot;
+    test_slot slot;
     harness_open_path(&h, ref_model(_i), ref_path(_i), 2, MAX_ROWS);
     fx_seq_load(ref_model(_i), fx_seq_find(ref_model(_i), "greedy"), h.vocab, &s);
     ck_assert(s.greedy);
     slot_open(&h, &slot);
     float *out = logits_alloc(&h, 1);
-    forward_seq fs = {&slot, s.tokens, s.prompt_len, 1};
+    step_seq fs = {&slot, s.tokens, s.prompt_len, 1};
     step_ok(&h, &fs, 1, out);
     double worst = 0.0;
     for (size_t pos = s.prompt_len; pos < s.n; pos++) {
@@ -521,13 +585,13 @@ START_TEST(test_greedy_generation_matches_reference_tokens)
                       "%s: generated token %zu is %d, reference %d",
                       ref_name(_i), pos - s.prompt_len,
                       (int)tok, (int)s.tokens[pos]);
-        forward_seq one = {&slot, &tok, 1, 1};
+        step_seq one = {&slot, &tok, 1, 1};
         step_ok(&h, &one, 1, out);
     }
     worst = fmax(worst, cmp_rows(&h, out, &s, s.n - 1, 1));
     report(ref_name(_i), s.name, "greedy", worst);
     free(out);
-    kvcache_slot_free(&slot);
+    slot_close(&slot);
     fx_seq_free(&s);
     harness_close(&h);
 }
@@ -540,7 +604,7 @@ START_TEST(test_fill_to_n_ctx_then_one_more_token_refused)
     size_t mi = g_ctx_models[_i];
     harness h;
     fx_seq s;
-    kv_slot slot, other;
+    test_slot slot, other;
     harness_open(&h, mi, 2, MAX_ROWS);
     fx_seq_load(mi, fx_seq_find(mi, "context"), h.vocab, &s);
     size_t n_ctx = h.m.config.n_ctx;
@@ -551,44 +615,44 @@ START_TEST(test_fill_to_n_ctx_then_one_more_token_refused)
     float *out = logits_alloc(&h, n_ctx);
 
     /* n_ctx - 2 tokens, then asking 3 more is refused and changes nothing */
-    forward_seq fs = {&slot, s.tokens, n_ctx - 2, 1};
+    step_seq fs = {&slot, s.tokens, n_ctx - 2, 1};
     step_ok(&h, &fs, 1, out);
     double worst = cmp_rows(&h, out, &s, n_ctx - 3, 1);
-    forward_seq over = {&slot, s.tokens + n_ctx - 2, 3, 1};
+    step_seq over = {&slot, s.tokens + n_ctx - 2, 3, 1};
     step_refused(&h, &over, 1, out, "a step past n_ctx");
-    ck_assert_uint_eq(slot.n_tokens, n_ctx - 2);
+    ck_assert_uint_eq(slot_len(&slot), n_ctx - 2);
 
     /* a batch where only the second sequence overflows: nothing moves */
-    forward_seq mixed[] = {
+    step_seq mixed[] = {
         {&other, s.tokens, 4, 1},
         {&slot, s.tokens + n_ctx - 2, 3, 1},
     };
     step_refused(&h, mixed, 2, out, "a batch with one sequence past n_ctx");
-    ck_assert_uint_eq(other.n_tokens, 0);
-    ck_assert_uint_eq(slot.n_tokens, n_ctx - 2);
+    ck_assert_uint_eq(slot_len(&other), 0);
+    ck_assert_uint_eq(slot_len(&slot), n_ctx - 2);
 
     /* exactly n_ctx works, and the cache was not disturbed */
-    forward_seq last = {&slot, s.tokens + n_ctx - 2, 2, 2};
+    step_seq last = {&slot, s.tokens + n_ctx - 2, 2, 2};
     step_ok(&h, &last, 1, out);
-    ck_assert_uint_eq(slot.n_tokens, n_ctx);
+    ck_assert_uint_eq(slot_len(&slot), n_ctx);
     worst = fmax(worst, cmp_rows(&h, out, &s, n_ctx - 2, 2));
 
     /* one more token is refused */
-    forward_seq extra = {&slot, s.tokens, 1, 1};
+    step_seq extra = {&slot, s.tokens, 1, 1};
     step_refused(&h, &extra, 1, out, "token n_ctx + 1");
-    ck_assert_uint_eq(slot.n_tokens, n_ctx);
+    ck_assert_uint_eq(slot_len(&slot), n_ctx);
 
     /* a full-context prompt in one step (echo) also works */
-    kvcache_slot_free(&other);
+    slot_close(&other);
     slot_open(&h, &other);
-    forward_seq whole = {&other, s.tokens, n_ctx, n_ctx};
+    step_seq whole = {&other, s.tokens, n_ctx, n_ctx};
     step_ok(&h, &whole, 1, out);
     worst = fmax(worst, cmp_rows(&h, out, &s, 0, n_ctx));
 
     report(fx_model_name(mi), s.name, "fill-n_ctx", worst);
     free(out);
-    kvcache_slot_free(&slot);
-    kvcache_slot_free(&other);
+    slot_close(&slot);
+    slot_close(&other);
     fx_seq_free(&s);
     harness_close(&h);
 }
@@ -598,7 +662,7 @@ START_TEST(test_out_of_range_token_refused)
 {
     harness h;
     fx_seq s;
-    kv_slot a, b;
+    test_slot a, b;
     harness_open(&h, g_tiny, 2, MAX_ROWS);
     fx_seq_load(g_tiny, fx_seq_find(g_tiny, "prompt"), h.vocab, &s);
     slot_open(&h, &a);
@@ -607,20 +671,20 @@ START_TEST(test_out_of_range_token_refused)
 
     int32_t too_big[] = {5, (int32_t)h.vocab};
     int32_t negative[] = {-1};
-    forward_seq fs = {&a, too_big, 2, 1};
+    step_seq fs = {&a, too_big, 2, 1};
     step_refused(&h, &fs, 1, out, "token id == vocab_size");
-    forward_seq neg = {&a, negative, 1, 1};
+    step_seq neg = {&a, negative, 1, 1};
     step_refused(&h, &neg, 1, out, "token id -1");
-    forward_seq batch[] = {
+    step_seq batch[] = {
         {&b, s.tokens, 3, 1},
         {&a, too_big, 2, 1},
     };
     step_refused(&h, batch, 2, out, "a batch with one bad token id");
-    ck_assert_uint_eq(a.n_tokens, 0);
-    ck_assert_uint_eq(b.n_tokens, 0);
+    ck_assert_uint_eq(slot_len(&a), 0);
+    ck_assert_uint_eq(slot_len(&b), 0);
 
     /* both slots still work from position 0 */
-    forward_seq good[] = {
+    step_seq good[] = {
         {&a, s.tokens, 3, 1},
         {&b, s.tokens, 4, 1},
     };
@@ -629,8 +693,8 @@ START_TEST(test_out_of_range_token_refused)
                         cmp_rows(&h, out + h.vocab, &s, 3, 1));
     report(fx_model_name(g_tiny), s.name, "after-bad-token", worst);
     free(out);
-    kvcache_slot_free(&a);
-    kvcache_slot_free(&b);
+    slot_close(&a);
+    slot_close(&b);
     fx_seq_free(&s);
     harness_close(&h);
 }
@@ -640,24 +704,24 @@ START_TEST(test_more_rows_than_max_rows_refused)
 {
     harness h;
     fx_seq s;
-    kv_slot a, b;
+    test_slot a, b;
     harness_open(&h, g_tiny, 2, 8);
     fx_seq_load(g_tiny, fx_seq_find(g_tiny, "prompt"), h.vocab, &s);
     slot_open(&h, &a);
     slot_open(&h, &b);
     float *out = logits_alloc(&h, 8);
 
-    forward_seq nine = {&a, s.tokens, 9, 1};
+    step_seq nine = {&a, s.tokens, 9, 1};
     step_refused(&h, &nine, 1, out, "9 rows with max_rows 8");
-    forward_seq split[] = {
+    step_seq split[] = {
         {&a, s.tokens, 5, 1},
         {&b, s.tokens, 4, 1},
     };
     step_refused(&h, split, 2, out, "5 + 4 rows with max_rows 8");
-    ck_assert_uint_eq(a.n_tokens, 0);
-    ck_assert_uint_eq(b.n_tokens, 0);
+    ck_assert_uint_eq(slot_len(&a), 0);
+    ck_assert_uint_eq(slot_len(&b), 0);
 
-    forward_seq eight[] = {
+    step_seq eight[] = {
         {&a, s.tokens, 5, 5},
         {&b, s.tokens, 3, 3},
     };
@@ -666,8 +730,8 @@ START_TEST(test_more_rows_than_max_rows_refused)
                         cmp_rows(&h, out + 5 * h.vocab, &s, 0, 3));
     report(fx_model_name(g_tiny), s.name, "max-rows", worst);
     free(out);
-    kvcache_slot_free(&a);
-    kvcache_slot_free(&b);
+    slot_close(&a);
+    slot_close(&b);
     fx_seq_free(&s);
     harness_close(&h);
 }
@@ -723,18 +787,18 @@ static float *run_schedule(size_t mi, size_t threads, const fx_seq *p,
                            const fx_seq *g, double *ref_diff)
 {
     harness h;
-    kv_slot a, b;
+    test_slot a, b;
     harness_open(&h, mi, threads, MAX_ROWS);
     slot_open(&h, &a);
     slot_open(&h, &b);
     size_t n = p->n - 1;
     float *out = logits_alloc(&h, n + 3);
-    forward_seq s1[] = {
+    step_seq s1[] = {
         {&a, p->tokens, n, n},
         {&b, g->tokens, 6, 1},
     };
     step_ok(&h, s1, 2, out);
-    forward_seq s2[] = {
+    step_seq s2[] = {
         {&b, g->tokens + 6, 1, 1},
         {&a, p->tokens + n, 1, 1},
     };
@@ -744,8 +808,8 @@ static float *run_schedule(size_t mi, size_t threads, const fx_seq *p,
                           fmax(cmp_rows(&h, out + (n + 1) * h.vocab, g, 6, 1),
                                cmp_rows(&h, out + (n + 2) * h.vocab, p, n,
                                         1))));
-    kvcache_slot_free(&a);
-    kvcache_slot_free(&b);
+    slot_close(&a);
+    slot_close(&b);
     harness_close(&h);
     return out;
 }
@@ -786,7 +850,7 @@ START_TEST(test_sequence_alone_or_in_batch_gives_same_logits)
 {
     harness h;
     fx_seq p, g;
-    kv_slot a, b, c;
+    test_slot a, b, c;
     size_t mi = det_model(_i);
     harness_open(&h, mi, 2, MAX_ROWS);
     fx_seq_load(mi, fx_seq_find(mi, "prompt"), h.vocab, &p);
@@ -797,25 +861,25 @@ START_TEST(test_sequence_alone_or_in_batch_gives_same_logits)
 
     /* alone: prefill 10 with echo, then one decode */
     slot_open(&h, &a);
-    forward_seq s1 = {&a, p.tokens, n, n};
+    step_seq s1 = {&a, p.tokens, n, n};
     step_ok(&h, &s1, 1, alone);
-    forward_seq s2 = {&a, p.tokens + n, 1, 1};
+    step_seq s2 = {&a, p.tokens + n, 1, 1};
     step_ok(&h, &s2, 1, alone + n * h.vocab);
-    kvcache_slot_free(&a);
+    slot_close(&a);
 
     /* batched: the same sequence between others, in both steps */
     slot_open(&h, &a);
     slot_open(&h, &b);
     slot_open(&h, &c);
-    forward_seq pre[] = {{&c, g.tokens, 7, 0}};
+    step_seq pre[] = {{&c, g.tokens, 7, 0}};
     step_ok(&h, pre, 1, batch);
-    forward_seq b1[] = {
+    step_seq b1[] = {
         {&b, g.tokens, 5, 1},
         {&a, p.tokens, n, n},
         {&c, g.tokens + 7, 1, 1},
     };
     step_ok(&h, b1, 3, batch);
-    forward_seq b2[] = {
+    step_seq b2[] = {
         {&c, g.tokens + 8, 1, 1},
         {&b, g.tokens + 5, 1, 1},
         {&a, p.tokens + n, 1, 1},
@@ -845,9 +909,9 @@ START_TEST(test_sequence_alone_or_in_batch_gives_same_logits)
 
     free(alone);
     free(batch);
-    kvcache_slot_free(&a);
-    kvcache_slot_free(&b);
-    kvcache_slot_free(&c);
+    slot_close(&a);
+    slot_close(&b);
+    slot_close(&c);
     fx_seq_free(&p);
     fx_seq_free(&g);
     harness_close(&h);
@@ -881,11 +945,11 @@ START_TEST(test_logits_independent_of_prompt_chunking)
     fx_seq_load(mi, fx_seq_find(mi, "greedy"), h.vocab, &g);
     float *got[3], *out = logits_alloc(&h, MAX_ROWS);
     for (int k = 0; k < 3; k++) {
-        kv_slot slot, side;
+        test_slot slot, side;
         got[k] = logits_alloc(&h, s.n);
         slot_open(&h, &slot);
         slot_open(&h, &side);
-        forward_seq pre = {&side, g.tokens, 3, 0};
+        step_seq pre = {&side, g.tokens, 3, 0};
         step_ok(&h, &pre, 1, out);
         size_t at = 0;
         for (size_t c = 0; at < s.n; c++) {
@@ -893,17 +957,17 @@ START_TEST(test_logits_independent_of_prompt_chunking)
                      : uneven[c % (sizeof uneven / sizeof uneven[0])];
             n = n < s.n - at ? n : s.n - at;
             /* schedule 2 shares each step with the side sequence's decode */
-            bool shared = k == 2 && side.n_tokens < g.n;
-            forward_seq fs[] = {{&side, g.tokens + side.n_tokens, 1, 1},
+            bool shared = k == 2 && slot_len(&side) < g.n;
+            step_seq fs[] = {{&side, g.tokens + slot_len(&side), 1, 1},
                                 {&slot, s.tokens + at, n, n}};
             step_ok(&h, shared ? fs : fs + 1, shared ? 2 : 1, out);
             memcpy(got[k] + at * h.vocab, out + (shared ? h.vocab : 0),
                    n * h.vocab * sizeof(float));
             at += n;
         }
-        ck_assert_uint_eq(slot.n_tokens, s.n);
-        kvcache_slot_free(&slot);
-        kvcache_slot_free(&side);
+        ck_assert_uint_eq(slot_len(&slot), s.n);
+        slot_close(&slot);
+        slot_close(&side);
     }
     size_t cnt = s.n * h.vocab;
     double d = fmax(max_abs_diff(got[0], got[1], cnt),
