@@ -167,26 +167,44 @@ typedef struct bench {
     model m;
     threadpool *pool;
     forward_state *st;
-    kv_slot slots[MAX_BATCH];
+    kv_cache *kv;               /* MAX_BATCH sequences, each grown to the
+                                 * full context once: the bench rewinds a
+                                 * sequence by its own count below */
+    size_t seq[MAX_BATCH];
+    size_t n_tokens[MAX_BATCH]; /* positions each sequence holds */
     int32_t *tokens;            /* [MAX_BATCH][n_ctx] */
     float *logits;              /* [MAX_BATCH][V] */
 } bench;
 
+/* Sequence i's forward_seq for `n` new tokens from `tokens`. */
+static forward_seq seq_of(const bench *b, size_t i, const int32_t *tokens,
+                          size_t n, size_t n_logits)
+{
+    return (forward_seq){ .blocks = kvcache_seq_blocks(b->kv, b->seq[i]),
+                          .pos0 = b->n_tokens[i], .tokens = tokens,
+                          .n_tokens = n, .n_logits = n_logits };
+}
+
 static void step(bench *b, forward_seq *seqs, size_t n)
 {
     gpt2d_error err;
-    if (forward_step(b->st, &b->m, b->pool, seqs, n, b->logits, &err) != 0)
+    if (forward_step(b->st, &b->m, b->pool, kvcache_geometry(b->kv), seqs, n,
+                     b->logits, &err) != 0)
         die("forward_step", &err);
+    for (size_t k = 0; k < n; k++)
+        for (size_t i = 0; i < MAX_BATCH; i++)
+            if (seqs[k].blocks == kvcache_seq_blocks(b->kv, b->seq[i]))
+                b->n_tokens[i] += seqs[k].n_tokens;
 }
 
 /* Prefills sequence i with `len` tokens (in chunks of at most PREFILL). */
 static void prefill(bench *b, size_t i, size_t len)
 {
     size_t n_ctx = b->m.config.n_ctx;
-    b->slots[i].n_tokens = 0;
+    b->n_tokens[i] = 0;
     for (size_t p = 0; p < len; p += PREFILL) {
         size_t n = len - p < PREFILL ? len - p : PREFILL;
-        forward_seq s = { &b->slots[i], b->tokens + i * n_ctx + p, n, 1 };
+        forward_seq s = seq_of(b, i, b->tokens + i * n_ctx + p, n, 1);
         step(b, &s, 1);
     }
 }
@@ -201,8 +219,8 @@ static double decode_step_time(bench *b, size_t batch)
     double total = 0.0;
     for (size_t s = 0; s < 4 + DECODE_STEPS; s++) {    /* 4 warm-up steps */
         for (size_t i = 0; i < batch; i++)
-            seqs[i] = (forward_seq){ &b->slots[i],
-                b->tokens + i * n_ctx + b->slots[i].n_tokens, 1, 1 };
+            seqs[i] = seq_of(b, i,
+                b->tokens + i * n_ctx + b->n_tokens[i], 1, 1);
         double t = now();
         step(b, seqs, batch);
         if (s >= 4)
@@ -235,10 +253,10 @@ static int decode_only(bench *b, size_t batch, size_t steps)
     forward_seq seqs[MAX_BATCH];
     for (size_t s = 0; s < steps; s++) {
         for (size_t i = 0; i < batch; i++) {
-            if (b->slots[i].n_tokens + 1 >= n_ctx)
-                b->slots[i].n_tokens = PROMPT;
-            seqs[i] = (forward_seq){ &b->slots[i],
-                b->tokens + i * n_ctx + b->slots[i].n_tokens, 1, 1 };
+            if (b->n_tokens[i] + 1 >= n_ctx)
+                b->n_tokens[i] = PROMPT;
+            seqs[i] = seq_of(b, i,
+                b->tokens + i * n_ctx + b->n_tokens[i], 1, 1);
         }
         double t0 = now();
         step(b, seqs, batch);
@@ -265,23 +283,23 @@ static int batch_invariant(bench *b, size_t batch, double *max_diff)
     prefill(b, 0, 40);
     memcpy(alone, b->logits, V * sizeof(float));
     for (size_t s = 0; s < 3; s++) {
-        seqs[0] = (forward_seq){ &b->slots[0], b->tokens + 40 + s, 1, 1 };
+        seqs[0] = seq_of(b, 0, b->tokens + 40 + s, 1, 1);
         step(b, seqs, 1);
         memcpy(alone + (s + 1) * V, b->logits, V * sizeof(float));
     }
     /* the same inside a batch whose other members differ in length */
     for (size_t i = 0; i < batch; i++)
-        b->slots[i].n_tokens = 0;
+        b->n_tokens[i] = 0;
     for (size_t i = 0; i < batch; i++)
-        seqs[i] = (forward_seq){ &b->slots[i], b->tokens + i * n_ctx,
-                                 i == 0 ? 40 : 7 + 5 * i, 1 };
+        seqs[i] = seq_of(b, i, b->tokens + i * n_ctx,
+                                 i == 0 ? 40 : 7 + 5 * i, 1);
     *max_diff = 0.0;
     int same = 1;
     for (size_t s = 0; s < 4; s++) {
         if (s > 0)
             for (size_t i = 0; i < batch; i++)
-                seqs[i] = (forward_seq){ &b->slots[i],
-                    b->tokens + i * n_ctx + b->slots[i].n_tokens, 1, 1 };
+                seqs[i] = seq_of(b, i,
+                    b->tokens + i * n_ctx + b->n_tokens[i], 1, 1);
         step(b, seqs, batch);
         same &= memcmp(alone + s * V, b->logits, V * sizeof(float)) == 0;
         for (size_t v = 0; v < V; v++) {
@@ -391,11 +409,26 @@ int main(int argc, char **argv)
     }
     if (threadpool_create(&b.pool, threads, &err) != 0)
         die("threadpool_create", &err);
-    if (forward_state_create(&b.st, &b.m, PREFILL, &err) != 0)
+    if (forward_state_create(&b.st, &b.m, PREFILL, threads, &err) != 0)
         die("forward_state_create", &err);
-    for (size_t i = 0; i < MAX_BATCH; i++)
-        if (kvcache_slot_alloc(&b.slots[i], cfg, kv_half, &err) != 0)
-            die("kvcache_slot_alloc", &err);
+    kv_cache_config kc = {
+        .n_blocks = MAX_BATCH * kvcache_blocks_per_context(cfg),
+        .max_seqs = MAX_BATCH, .half = kv_half };
+    static const uint8_t fingerprint[SHA256_BYTES];
+    static const kv_identity nobody;
+    if (kvcache_create(&b.kv, cfg, &kc, fingerprint, &err) != 0)
+        die("kvcache_create", &err);
+    for (size_t i = 0; i < MAX_BATCH; i++) {
+        static const int32_t first = 0;
+        kv_begin kb = { .who = &nobody, .prompt = &first, .n_prompt = 1,
+                        .max_total = cfg->n_ctx, .n_seq = 1, .reuse = false };
+        size_t reused;
+        if (kvcache_seq_begin(b.kv, &kb, &b.seq[i], &reused) != KV_BEGUN) {
+            fprintf(stderr, "bench_forward: cannot begin a KV sequence\n");
+            return 1;
+        }
+        kvcache_seq_grow(b.kv, b.seq[i], cfg->n_ctx);
+    }
     b.tokens = malloc(MAX_BATCH * cfg->n_ctx * sizeof(int32_t));
     b.logits = malloc(MAX_BATCH * cfg->vocab_size * sizeof(float));
     if (b.tokens == NULL || b.logits == NULL) {
@@ -476,8 +509,7 @@ int main(int argc, char **argv)
     printf("\nbatch invariance: sequence alone vs in a batch of 4: %s "
            "(max |diff| %.3g)\n", same ? "bit-identical" : "DIFFERENT", diff);
 
-    for (size_t i = 0; i < MAX_BATCH; i++)
-        kvcache_slot_free(&b.slots[i]);
+    kvcache_free(b.kv);
     forward_state_free(b.st);
     threadpool_destroy(b.pool);
     model_free(&b.m);

@@ -159,9 +159,10 @@ void api_detokenize(const api_ctx *ctx, const char *body, size_t len,
 void api_sessions_list(const api_ctx *ctx, const api_caller *who,
                        api_response *r)
 {
-    /* The session table never holds more sessions than KV slots. */
-    size_t cap = ctx->n_slots > 0 ? ctx->n_slots : 1;
-    engine_session_info *info = calloc(cap, sizeof *info);
+    /* Counted first; sessions begun in between are left for the next
+     * listing. */
+    size_t cap = engine_sessions(ctx->eng, who->principal, NULL, 0);
+    engine_session_info *info = calloc(cap > 0 ? cap : 1, sizeof *info);
     if (info == NULL) {
         api_error e;
         api_error_set(&e, 500, NULL, "out of memory");

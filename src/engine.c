@@ -1,11 +1,11 @@
 /* engine.c — the scheduler (see engine.h).
  *
  * One engine thread loops over steps.  A step:
- *   1. drops cancelled requests (their slots stay cached), cancels everything
- *      once a shutdown deadline has passed;
- *   2. admits queued requests in FIFO order while the KV pool has enough idle
- *      slots (a request needs one per sequence; sequence 0 may reuse a cached
- *      prefix);
+ *   1. drops cancelled requests (their blocks stay cached), cancels
+ *      everything once a shutdown deadline has passed;
+ *   2. admits queued requests in FIFO order while the KV cache can begin
+ *      their sequences (a free sequence each, and every block they can come
+ *      to need reserved; sequence 0 reuses the longest cached prefix);
  *   3. builds one batch: a decode row for every generating sequence first,
  *      then prefill chunks of admitted prompts while they fit;
  *   4. runs forward_step on the worker pool, then every sample (and prompt
@@ -14,22 +14,27 @@
  *      its reader.
  *
  * Determinism.  A sequence's tokens must not depend on what else runs.
- * forward_step is bit-identical per sequence whatever shares the batch, and
- * each sequence draws from its own RNG (seed + i).  Prefill attention may
- * still depend on how a prompt is chunked, so chunk boundaries are a function
- * of the sequence alone: a chunk always ends at the next multiple of
- * `chunk` positions, and when the step cannot hold the whole next chunk the
- * prompt waits for the next step rather than run a shorter one.  The step
+ * With the panel kernels forward_step is bit-identical per sequence
+ * whatever shares the batch and however its prompt is chunked (test_forward
+ * asserts both), and each sequence draws from its own RNG (seed + i).  The
+ * OpenBLAS backend (--matmul blas) rounds a row by the rows that share its
+ * sgemm call, so chunk boundaries stay a function of the sequence alone: a
+ * request running alone then meets the same products every time.  A chunk
+ * always ends at the next multiple of `chunk` positions, and when the step
+ * cannot hold the whole next chunk the prompt waits for the next step
+ * rather than run a shorter one.  The step
  * budget is max_batch_rows = chunk + n_slots, so one whole chunk always fits
  * beside every possible decode row and prefill never starves.
  *
  * n > 1 sequences of one prompt: sequence 0 prefills; when its last chunk
- * has run, its cache is copied into the siblings' slots and every sequence
+ * has run, the siblings fork its cache (full blocks shared) and every sequence
  * samples its first token from that same logits row with its own RNG, so
  * sequence 0 is exactly what the request with n = 1 would give.
  *
- * Locks.  e->lock guards the queue, the running list and the KV pool; the
- * engine thread drops it while the model runs.  A request's lock guards its
+ * Locks.  e->lock guards the queue, the running list and the KV cache's
+ * bookkeeping; the engine thread drops it while the model runs (forward_step
+ * then writes only K/V of blocks its sequences alone hold, and the step's
+ * tokens are committed once the lock is back).  A request's lock guards its
  * outputs.  Order: engine lock, then request lock — never the reverse, so
  * gen_request_cancel only sets an atomic flag. */
 #include "config.h"
@@ -54,7 +59,7 @@
 #include "gpt2d/threadpool.h"
 
 _Static_assert(ENGINE_SESSION_ID_MAX == KVCACHE_SESSION_ID_MAX,
-               "session ids are stored in KV pool slots");
+               "session ids are stored in the KV cache");
 _Static_assert(ENGINE_MAX_STOP <= TEXTSTREAM_MAX_STOP,
                "every stop string reaches the text stream");
 _Static_assert(ENGINE_MAX_LOGPROBS <= SAMPLER_MAX_TOP_LOGPROBS,
@@ -70,8 +75,8 @@ typedef enum seq_phase {
 typedef struct seq_state {
     /* engine thread only */
     seq_phase phase;
-    bool has_slot;
-    size_t slot;
+    bool has_kv;                /* holds KV-cache sequence `kv` */
+    size_t kv;
     sampler_rng rng;
     int32_t *generated;         /* [max_tokens] ids, for the penalties */
     int32_t next_token;         /* decode input: the last sampled token */
@@ -150,10 +155,11 @@ struct engine {
 
     pthread_mutex_t lock;
     pthread_cond_t cond;
-    kv_pool kv;
+    kv_cache *kv;
     gen_request **queue;        /* ring of max_queue */
     size_t q_head, q_len;
-    gen_request **running;      /* admission order; each holds >= 1 slot */
+    gen_request **running;      /* admission order; each holds its KV
+                                   sequences */
     size_t n_running;
     bool stopping;
     double deadline;
@@ -433,15 +439,18 @@ static bool session_in_use(const engine *e, const uint8_t *owner,
     return false;
 }
 
-static void release_slots(engine *e, gen_request *r, double now)
+static void release_kv(engine *e, seq_state *s, double now)
 {
-    for (size_t i = 0; i < r->n_seq; i++) {
-        seq_state *s = &r->seqs[i];
-        if (s->has_slot) {
-            kvcache_pool_release(&e->kv, s->slot, now);
-            s->has_slot = false;
-        }
+    if (s->has_kv) {
+        kvcache_seq_end(e->kv, s->kv, now);
+        s->has_kv = false;
     }
+}
+
+static void release_all_kv(engine *e, gen_request *r, double now)
+{
+    for (size_t i = 0; i < r->n_seq; i++)
+        release_kv(e, &r->seqs[i], now);
 }
 
 /* Finishes what is left of a request with FINISH_CANCELLED.  (The API
@@ -468,7 +477,7 @@ static void reap_cancelled(engine *e, double now)
     for (size_t i = 0; i < e->n_running; i++) {
         gen_request *r = e->running[i];
         if (atomic_load(&r->cancelled)) {
-            release_slots(e, r, now);
+            release_all_kv(e, r, now);
             drop_cancelled(r);
             request_unref(r);
         } else {
@@ -486,25 +495,22 @@ static void cancel_everything(engine *e)
         atomic_store(&e->running[i]->cancelled, true);
 }
 
-/* Takes the slots of the request at the head of the queue; false if the
- * pool cannot hold it yet (FIFO: nothing behind it is admitted either). */
+/* Begins the KV sequences of the request at the head of the queue; false
+ * if the cache cannot hold it yet (FIFO: nothing behind it is admitted
+ * either).  A session still held by a cancelled request (reaped this step)
+ * waits the same way. */
 static bool admit_one(engine *e, gen_request *r, double now)
 {
-    if (kvcache_pool_idle(&e->kv) < r->n_seq)
+    size_t seqs[r->n_seq], reused = 0;
+    kv_begin b = { .who = &r->id, .session = r->session, .prompt = r->prompt,
+                   .n_prompt = r->n_prompt,
+                   .max_total = r->n_prompt + r->max_tokens,
+                   .n_seq = r->n_seq, .reuse = !r->score_prompt, .now = now };
+    if (kvcache_seq_begin(e->kv, &b, seqs, &reused) != KV_BEGUN)
         return false;
-    size_t reused = 0, slot;
-    if (kvcache_pool_acquire(&e->kv, &r->id, r->session, r->prompt, r->n_prompt,
-                             !r->score_prompt, now, &slot, &reused)
-        != KV_ACQUIRED)
-        return false;           /* session busy cannot happen: submit refuses */
-    r->seqs[0].slot = slot;
-    r->seqs[0].has_slot = true;
-    for (size_t i = 1; i < r->n_seq; i++) {
-        size_t unused;
-        /* enough idle slots were counted above */
-        kvcache_pool_acquire(&e->kv, &r->id, NULL, r->prompt, r->n_prompt, false, now,
-                             &r->seqs[i].slot, &unused);
-        r->seqs[i].has_slot = true;
+    for (size_t i = 0; i < r->n_seq; i++) {
+        r->seqs[i].kv = seqs[i];
+        r->seqs[i].has_kv = true;
     }
     pthread_mutex_lock(&r->lock);
     r->usage.cached_tokens = reused;
@@ -528,18 +534,22 @@ static void admit(engine *e, double now)
 
 /* ---- one step ---- */
 
-static kv_slot *seq_kv(engine *e, const seq_state *s)
+/* Positions the sequence has cached. */
+static size_t seq_len(const engine *e, const seq_state *s)
 {
-    return &e->kv.slots[s->slot].kv;
+    return kvcache_seq_len(e->kv, s->kv);
 }
 
+/* Makes room in the sequence's blocks for its rows of this step. */
 static size_t add_entry(engine *e, size_t n, gen_request *r, size_t seq,
                         bool prefill, size_t start, const int32_t *tokens,
                         size_t n_rows, size_t n_logits)
 {
-    e->batch[n] = (forward_seq){ .kv = seq_kv(e, &r->seqs[seq]),
-                                 .tokens = tokens, .n_tokens = n_rows,
-                                 .n_logits = n_logits };
+    const size_t kv = r->seqs[seq].kv;
+    kvcache_seq_grow(e->kv, kv, n_rows);
+    e->batch[n] = (forward_seq){ .blocks = kvcache_seq_blocks(e->kv, kv),
+                                 .pos0 = start, .tokens = tokens,
+                                 .n_tokens = n_rows, .n_logits = n_logits };
     e->entries[n] = (batch_entry){ .r = r, .seq = seq, .prefill = prefill,
                                    .start = start, .n_rows = n_rows,
                                    .n_logits = n_logits };
@@ -557,8 +567,8 @@ static size_t build_batch(engine *e, size_t *rows_out)
             seq_state *s = &r->seqs[i];
             if (s->phase != SEQ_DECODE)
                 continue;
-            n = add_entry(e, n, r, i, false, seq_kv(e, s)->n_tokens,
-                          &s->next_token, 1, 1);
+            n = add_entry(e, n, r, i, false, seq_len(e, s), &s->next_token,
+                          1, 1);
             rows++;
         }
     }
@@ -567,7 +577,7 @@ static size_t build_batch(engine *e, size_t *rows_out)
         seq_state *s = &r->seqs[0];
         if (s->phase != SEQ_PREFILL)
             continue;
-        size_t start = seq_kv(e, s)->n_tokens;
+        size_t start = seq_len(e, s);
         size_t end = (start / e->chunk + 1) * e->chunk;
         if (end > r->n_prompt)
             end = r->n_prompt;
@@ -593,8 +603,8 @@ static void add_job(engine *e, gen_request *r, size_t seq, size_t pos,
     j->logits = logits;
 }
 
-/* The samples and scores the step's logits feed.  A prompt whose last chunk
- * ran hands its cache to the sibling sequences here, before they sample. */
+/* The samples and scores the step's logits feed.  The siblings of a prompt
+ * whose last chunk ran sample from its last logits row. */
 static void plan_jobs(engine *e, size_t n_entries)
 {
     const float *row = e->logits;
@@ -616,13 +626,8 @@ static void plan_jobs(engine *e, size_t n_entries)
         bool last = be->start + be->n_rows == r->n_prompt;
         if (last && r->max_tokens > 0) {
             const float *next = row + (be->n_logits - 1) * V;
-            const kv_slot *src = seq_kv(e, &r->seqs[0]);
-            for (size_t i = 0; i < r->n_seq; i++) {
-                if (i > 0)
-                    kvcache_copy_prefix(seq_kv(e, &r->seqs[i]), src,
-                                        src->n_tokens);
+            for (size_t i = 0; i < r->n_seq; i++)
                 add_job(e, r, i, 0, next);
-            }
         }
         row += be->n_logits * V;
     }
@@ -753,7 +758,24 @@ static void prefill_done(engine *e, size_t n_entries)
     }
 }
 
-/* Finished requests leave the running set; their slots stay cached. */
+/* The step's K/V are written: its tokens count as cached now, and a prompt
+ * whose last chunk ran hands its cache to its siblings.  Before apply_jobs,
+ * which moves each sequence's next_token on. */
+static void commit_step(engine *e, size_t n_entries)
+{
+    for (size_t b = 0; b < n_entries; b++) {
+        const batch_entry *be = &e->entries[b];
+        gen_request *r = be->r;
+        const seq_state *s = &r->seqs[be->seq];
+        kvcache_seq_commit(e->kv, s->kv, e->batch[b].tokens, be->n_rows);
+        if (be->prefill && be->start + be->n_rows == r->n_prompt &&
+            r->max_tokens > 0)
+            for (size_t i = 1; i < r->n_seq; i++)
+                kvcache_seq_fork(e->kv, s->kv, r->seqs[i].kv);
+    }
+}
+
+/* Finished requests leave the running set; their blocks stay cached. */
 static void retire_finished(engine *e, double now)
 {
     size_t kept = 0;
@@ -765,15 +787,9 @@ static void retire_finished(engine *e, double now)
             seq_state *s = &r->seqs[i];
             if (s->phase != SEQ_DONE)
                 done = false;
-            if (!s->has_slot)
-                continue;
-            if (s->phase == SEQ_DONE) {
-                /* a sibling still running does not pin this slot */
-                kvcache_pool_release(&e->kv, s->slot, now);
-                s->has_slot = false;
-            } else {
-                e->kv.slots[s->slot].n_tokens_shown = seq_kv(e, s)->n_tokens;
-            }
+            /* a sibling still running does not pin this one's blocks */
+            if (s->phase == SEQ_DONE)
+                release_kv(e, s, now);
         }
         if (done) {
             request_unref(r);
@@ -877,8 +893,8 @@ static void *engine_main(void *arg)
 
         const double t_step = now_seconds();
         gpt2d_error err = { { 0 } };
-        int rc = forward_step(e->fwd, e->m, e->pool, e->batch, n, e->logits,
-                              &err);
+        int rc = forward_step(e->fwd, e->m, e->pool, kvcache_geometry(e->kv),
+                              e->batch, n, e->logits, &err);
         if (rc == 0) {
             metrics_observe_batch_rows(rows);
             plan_jobs(e, n);
@@ -892,6 +908,7 @@ static void *engine_main(void *arg)
         if (rc != 0)
             fail_batch(e, n, &err);
         else {
+            commit_step(e, n);
             apply_jobs(e, true, now);
             prefill_done(e, n);
             apply_jobs(e, false, now);
@@ -939,6 +956,22 @@ static int engine_alloc_step(engine *e, gpt2d_error *err)
     return 0;
 }
 
+/* What the cached K/V were computed by: the model's shapes, its weights'
+ * precision and the cache's.  Part of every block's identity. */
+static void cache_fingerprint(const model *m, bool kv_half,
+                              uint8_t out[SHA256_BYTES])
+{
+    const model_config *c = &m->config;
+    char text[256];
+    int n = snprintf(text, sizeof text,
+                     "gpt2d kv v1 layers=%zu heads=%zu embd=%zu ctx=%zu "
+                     "vocab=%zu eps=%a weights=%d kv=%s", c->n_layer,
+                     c->n_head, c->n_embd, c->n_ctx, c->vocab_size,
+                     (double)c->layer_norm_epsilon, (int)m->panel_dtype,
+                     kvcache_dtype_name(kv_half));
+    sha256(text, (size_t)n, out);
+}
+
 int engine_create(engine **out, const model *m, const tokenizer *tok,
                   const engine_config *cfg, gpt2d_error *err)
 {
@@ -968,11 +1001,17 @@ int engine_create(engine **out, const model *m, const tokenizer *tok,
     pthread_cond_init(&e->cond, &ca);
     pthread_condattr_destroy(&ca);
     notify_watchdog_init(&e->watchdog);
+    kv_cache_config kc = {
+        .n_blocks = cfg->kv_blocks > 0 ? cfg->kv_blocks
+                    : cfg->n_slots * kvcache_blocks_per_context(&m->config),
+        .max_seqs = cfg->n_slots, .half = cfg->kv_half };
+    uint8_t fingerprint[SHA256_BYTES];
+    cache_fingerprint(m, cfg->kv_half, fingerprint);
     if (threadpool_create(&e->pool, cfg->n_threads, err) != 0
-        || forward_state_create(&e->fwd, m, cfg->max_batch_rows, err) != 0
+        || forward_state_create(&e->fwd, m, cfg->max_batch_rows,
+                                   cfg->n_threads, err) != 0
         || engine_alloc_step(e, err) != 0
-        || kvcache_pool_create(&e->kv, &m->config, cfg->n_slots,
-                               cfg->kv_half, err) != 0) {
+        || kvcache_create(&e->kv, &m->config, &kc, fingerprint, err) != 0) {
         engine_destroy(e);
         return -1;
     }
@@ -1003,7 +1042,7 @@ void engine_destroy(engine *e)
     if (e == NULL)
         return;
     engine_shutdown(e, 0);
-    kvcache_pool_free(&e->kv);
+    kvcache_free(e->kv);
     if (e->scratch != NULL)
         for (size_t i = 0; i < e->n_scratch; i++)
             sampler_scratch_free(e->scratch[i]);
@@ -1063,25 +1102,23 @@ engine_status engine_submit(engine *e, const gen_params *p, gen_request **out)
 size_t engine_sessions(engine *e, const uint8_t owner[SHA256_BYTES],
                        engine_session_info *out, size_t cap)
 {
-    size_t n = 0;
+    kv_session_info *info = cap > 0 ? calloc(cap, sizeof *info) : NULL;
+    if (cap > 0 && info == NULL)
+        cap = 0;                /* still counts them */
     pthread_mutex_lock(&e->lock);
-    /* Read under the lock: a slot released while we waited for it carries
-     * a later time than one read before (idle_seconds would be negative). */
+    /* Read under the lock: a session released while we waited for it
+     * carries a later time than one read before (idle_seconds would be
+     * negative). */
     double now = now_seconds();
-    for (size_t i = 0; i < e->kv.n_slots; i++) {
-        const kv_pool_slot *s = &e->kv.slots[i];
-        if (!s->pinned || memcmp(s->id.owner, owner, SHA256_BYTES) != 0)
-            continue;
-        if (n < cap) {
-            engine_session_info *info = &out[n];
-            snprintf(info->id, sizeof info->id, "%s", s->session);
-            info->n_tokens = s->n_tokens_shown;
-            info->busy = s->busy;
-            info->idle_seconds = s->busy ? 0.0 : now - s->last_used_time;
-        }
-        n++;
-    }
+    size_t n = kvcache_sessions(e->kv, owner, info, cap);
     pthread_mutex_unlock(&e->lock);
+    for (size_t i = 0; i < n && i < cap; i++) {
+        snprintf(out[i].id, sizeof out[i].id, "%s", info[i].id);
+        out[i].n_tokens = info[i].n_tokens;
+        out[i].busy = info[i].busy;
+        out[i].idle_seconds = info[i].busy ? 0.0 : now - info[i].last_used;
+    }
+    free(info);
     return n;
 }
 
@@ -1089,8 +1126,8 @@ int engine_session_delete(engine *e, const uint8_t owner[SHA256_BYTES],
                           const char *id)
 {
     pthread_mutex_lock(&e->lock);
-    int rc = kvcache_pool_delete_session(&e->kv, owner, id);
-    /* a queued request of this session has no slot yet: still "busy" */
+    int rc = kvcache_session_delete(e->kv, owner, id);
+    /* a queued request of this session has not begun yet: still "busy" */
     if (rc == -1 && session_in_use(e, owner, id, false))
         rc = -2;
     pthread_mutex_unlock(&e->lock);
@@ -1107,14 +1144,9 @@ engine_stats engine_get_stats(engine *e)
         for (size_t i = 0; i < r->n_seq; i++)
             st.running += r->seqs[i].phase != SEQ_DONE;
     }
-    st.slots_total = e->kv.n_slots;
-    for (size_t i = 0; i < e->kv.n_slots; i++) {
-        const kv_pool_slot *s = &e->kv.slots[i];
-        if (s->busy)
-            st.slots_busy++;
-        else if (s->n_tokens_shown > 0)
-            st.slots_cached++;
-    }
+    st.kv = kvcache_stats(e->kv);
     pthread_mutex_unlock(&e->lock);
+    st.slots_total = st.kv.seqs_total;
+    st.slots_busy = st.kv.seqs_running;
     return st;
 }

@@ -7,101 +7,37 @@
  *   x = wte[token] + wpe[pos]                       x is (R, C)
  *   for each layer:
  *     xn  = layernorm(x)                            (R, C)
- *     qkv = xn · attn_w + attn_b                    (R, 3C)  one sgemm
+ *     qkv = xn · attn_w + attn_b                    (R, 3C)  one product
  *     K, V of each row -> its sequence's KV slot    head-major
  *     att = causal softmax(q·Kᵀ/sqrt(hd)) · V       (R, C)   per seq × head
- *     x  += att · attn_proj_w + attn_proj_b         (R, C)   one sgemm
+ *     x  += att · attn_proj_w + attn_proj_b         (R, C)   one product
  *     xn  = layernorm(x)
- *     h   = gelu(xn · fc_w + fc_b)                  (R, 4C)  one sgemm
- *     x  += h · mlp_proj_w + mlp_proj_b             (R, C)   one sgemm
- *   logits = layernorm(x[rows wanted]) · lm_headᵀ   (L, V)   one sgemm
+ *     h   = gelu(xn · fc_w + fc_b)                  (R, 4C)  one product
+ *     x  += h · mlp_proj_w + mlp_proj_b             (R, C)   one product
+ *   logits = layernorm(x[rows wanted]) · lm_headᵀ   (L, V)   one product
+ *
+ * Owns the model's step: the activations and per-step tables of a
+ * forward_state, embedding, LayerNorm, and the order of the stages above.
+ * The weight products are matmul.c's, attention attention.c's.  Only the
+ * engine thread calls forward_step; the stages hand their parallel work to
+ * the worker pool.
  *
  * Threading.  Every weight matrix is multiplied with all R rows at once so it
- * is read from memory once per step.  The product is split by output columns
- * (N) into a few blocks per pool worker (matmul_forward); a worker runs the
- * kernels below on a block and then the epilogue (bias, GELU) on the block
- * it just wrote.
- * Attention runs one task per (sequence, head), up to ATT_ROWS query rows
- * at a time through one kernel for prefill and decode alike; LayerNorm and
- * embedding by row blocks.
+ * is read from memory once per step (matmul.h splits the product by output
+ * columns over the pool).  Attention runs one task per (sequence, head);
+ * LayerNorm and embedding by row blocks.
  *
- * Measurements (2-core EPYC Zen 3 VM, OpenBLAS 0.3.21 pthreads, GPT-2 124M
- * shape, 2 threads).  The machine is shared with other builds and figures
- * swing 2× with its load; these are from quiet moments (load < 2), best of
- * several runs, bench_forward unless noted:
- *   one core's FMA peak (12 independent ymm chains): 102 GFLOP/s
- *   streaming read, 2 threads: 28 GB/s (bench_forward's old scalar-array
- *   loop was CPU-bound and read 15-18 GB/s on the same machine)
- *   sgemm 512x768x3072, N split over the pool, OpenBLAS 1 thread: 180 GFLOP/s
- *   (90 on a loaded machine); one call with OpenBLAS's own 2 threads was
- *   slower, so OpenBLAS is set to one thread (process-wide) and the pool
- *   splits.  With OpenBLAS for the weight products decode was slower and NOT
- *   batch invariant (below).
- *   Weights in panels (panels.h, packed at load), one panel kernel for all
- *   M (session 2; old = session 1's runtime-packed prefill panels and
- *   k-blocked decode streaming, same quiet window, back to back):
- *     prefill 512          782 -> 856-890 tok/s
- *     decode batch 1       18.2 -> 15.7-18.5 ms/step
- *     decode batch 16      47.0 -> 41.4-42.9 ms/step
- *   Session 3, against session 2's build, interleaved runs (the machine's
- *   FMA peak swung between 102 and 201 GFLOP/s from second to second, so
- *   medians of many runs and best steps are the figures to trust):
- *     decode batch 16: row blocks take turns over 128-step chunks of a
- *     panel, prefetching the next chunk in shares (panel_rows_avx2): best
- *     steps 37 -> 33 ms; the unembedding through the same kernel (lm_head
- *     in panels): 10.7-11.4 -> 8.0-9.0 ms of the step (instrumented);
- *     together, medians of 5 runs 47.8 -> 40.6 ms, best 40.2 -> 33.4 ms,
- *     and 34.98 ms (457 tok/s) in the quietest full bench_forward run.
- *     decode batch 1: panels and KV slots on huge pages (hugepages.h):
- *     medians 18.6 -> 16.6 ms; the quietest full run 14.9 ms (33 GB/s).
- *     prefill 512: medians 718 -> 671 ms (--prefill-only, 5 x 4 runs).
- *   Profile of a batch-16 step: panel products ~55%, unembedding ~20%,
- *   attention ~13% (bound by reading the 16 KV caches, ~205 MB a step at
- *   positions 128-228), the rest LayerNorm, GELU and pool hand-offs.
- *   GELU via libm tanhf would add ~15% to prefill; the vector form below
- *   removes it.
- *
- * Half weights (--dtype float16, panels.h).  The panels may hold halves;
- * the tiles widen them in registers as they load them (vcvtph2ps beside the
- * FMAs), so a step reads half the bytes and multiplies the same values a
- * float panel of the rounded weights would hold, in the same order.
- * Measured in cache, one core: M = 12-16 at ~93-107 GFLOP/s (the same as
- * float panels within noise), where widening each chunk once into an L1
- * buffer for all row blocks ran ~78.  Half panels prefetch the next panel
- * while one is multiplied.  KV slots of halves (--kv-dtype float16) are
- * widened the same way by the attention tiles.  Decode batch 1, medians of
- * 5 interleaved runs: 17.6 ms float32, 10.7 ms float16 (9.0 when quiet);
- * batch 16 is compute-bound and gains ~5-10%.
- *
- * Determinism.  Each output element of every stage is computed by the same
- * instructions in the same order whatever else is in the batch: the matmul
- * kernels below fix the summation order per element independent of M, column
- * blocks depend only on N and the pool size, attention of a sequence touches
- * only that sequence, and GELU runs every element through the same 8-lane
- * code (tails are padded).  So a sequence's logits are bit-identical alone or
- * batched (test_forward and bench_forward check it), and identical for any
- * pool size.  Nor do they depend on how the engine chunks the sequence's
- * own prompt: attention computes every query row with the same arithmetic
- * whether it comes alone or in a chunk of any size (see "attention" below),
- * so a cached run, which starts at the end of the cached prefix, gives the
- * bits of a cold one.  They do depend on the CPU (AVX2+FMA kernels vs the
- * portable fallback).
- *
- * Chunking-invariant attention (replacing per-head sgemm for prefill):
- * 512-token prefill attention, one thread, 175 ms with sgemm + libm expf,
- * 135-150 ms with the row kernel and the vector softmax (loaded machine);
- * decode batch 16 at position 150, attention 7.4 -> 6.2 ms.  With it
- * came the unembedding prefetch (of a dot kernel since replaced by the
- * panel kernel) and several column tasks
- * per worker (matmul_forward).  All measured while fuzzers kept one of the
- * two cores busy (load 3-5), so end to end the step times moved within the
- * noise: bench_forward, old/new interleaved, best of 3: prefill 417/423
- * tok/s, decode batch 1 24.2/24.1, batch 16 153/157 tok/s; the per-kernel
- * CPU-time figures above are the firmer evidence.
+ * Determinism.  Every stage computes each row's outputs with the same
+ * instructions in the same order whatever else is in the step (matmul.h,
+ * attention.h), so a sequence's logits are the same bits alone or batched,
+ * for any pool size and any chunking of its prompt.  Measurements and the
+ * commands behind them: doc/performance.md.
  */
 #include "config.h"
 
 #include "gpt2d/forward.h"
+#include "gpt2d/attention.h"
+#include "gpt2d/matmul.h"
 #include "gpt2d/panels.h"
 
 #include <cblas.h>
@@ -113,15 +49,9 @@
 
 /* Rows per LayerNorm / embedding task. */
 #define ROW_BLOCK 16
-/* Matmul column blocks are multiples of this (keeps sgemm's N edges and the
- * 8-lane GELU aligned). */
-#define COL_ALIGN 16
-/* Column tasks per pool worker for each product, and their least width. */
-#define MATMUL_TASKS_PER_WORKER 4
-#define MATMUL_MIN_COLS 256
 
 typedef struct seq_rows {
-    kv_slot *kv;
+    const uint32_t *blocks;     /* its block table */
     size_t row0;                /* first row of this sequence in the step */
     size_t n_rows;
     size_t pos0;                /* position of its first new row */
@@ -142,36 +72,14 @@ struct forward_state {
     size_t *row_pos;            /* [max_rows] */
     const int32_t **row_tok;    /* [max_rows] pointer to the row's token */
     size_t *logit_rows;         /* [max_rows] which rows get logits */
-    /* per-worker attention scores, (ATT_ROWS, n_ctx) each */
-    float *scores;
-    size_t n_score_workers;
-    /* per-worker rows of a cut-short last panel, (max_rows, 16) each */
-    float *edge;
+    /* per-worker kernel scratch, for n_workers pool workers */
+    size_t n_workers;
+    float *att_scratch;         /* attention_scratch_floats each */
+    size_t att_scratch_floats;
+    float *edge;                /* matmul_scratch_floats each */
     size_t edge_floats;
-    /* per-worker K and V of one head widened from halves, (2, n_ctx, hd)
-     * each: the portable attention's, allocated when first needed */
-    float *kv_wide;
-    size_t n_wide_workers;
-    int use_avx2;               /* AVX2+FMA kernels, chosen at creation */
+    cpu_isa isa;                /* the kernels' instruction set (cpu.h) */
 };
-
-/* ---- thread pool helpers ---- */
-
-static void pool_run(threadpool *pool, size_t n_tasks, threadpool_fn fn,
-                     void *ctx)
-{
-    if (pool != NULL) {
-        threadpool_run(pool, n_tasks, fn, ctx);
-        return;
-    }
-    for (size_t t = 0; t < n_tasks; t++)
-        fn(ctx, t, 0);
-}
-
-static size_t pool_workers(const threadpool *pool)
-{
-    return pool != NULL ? threadpool_size(pool) : 1;
-}
 
 static void *alloc_floats(size_t n)
 {
@@ -180,92 +88,6 @@ static void *alloc_floats(size_t n)
 }
 
 /* ---- element-wise kernels ---- */
-
-typedef float v8sf __attribute__((vector_size(32)));
-typedef int32_t v8si __attribute__((vector_size(32)));
-
-#define V8(f) ((v8sf){ (f), (f), (f), (f), (f), (f), (f), (f) })
-
-/* exp(a) for a in [-87, 88] (clamped there): a Cody–Waite reduction and a
- * degree-6 polynomial (~2 ulp).  Plain vector arithmetic with no FMA
- * contraction (-std=c11 turns it off), so every lane and every build gives
- * the same bits.  In place through a pointer: no vector ABI at calls. */
-static inline __attribute__((always_inline)) void exp8(v8sf *pa)
-{
-    v8sf a = *pa;
-    const v8sf lo = V8(-87.0f), hi = V8(88.0f);
-    a = (v8sf)(((v8si)a & (a > lo)) | ((v8si)lo & ~(a > lo)));
-    a = (v8sf)(((v8si)a & (a < hi)) | ((v8si)hi & ~(a < hi)));
-    const v8sf magic = V8(12582912.0f);        /* 1.5 · 2^23: round to int */
-    v8sf n = (a * V8(1.44269504088896341f) + magic) - magic;
-    v8sf r = a - n * V8(0.693359375f);
-    r = r - n * V8(-2.12194440e-4f);
-    v8sf p = V8(1.9875691500e-4f);
-    p = p * r + V8(1.3981999507e-3f);
-    p = p * r + V8(8.3334519073e-3f);
-    p = p * r + V8(4.1665795894e-2f);
-    p = p * r + V8(1.6666665459e-1f);
-    p = p * r + V8(5.0000001201e-1f);
-    p = p * (r * r) + r + V8(1.0f);
-    v8si e = (__builtin_convertvector(n, v8si) + 127) << 23;
-    *pa = p * (v8sf)e;
-}
-
-/* GELU, tanh form: 0.5x(1 + tanh(u)) with u = sqrt(2/pi)(x + 0.044715x³),
- * computed as x / (1 + exp(-2u)), which is the same function.  libm tanhf
- * cost ~15% of a 512-token prefill; this costs a few cycles per element. */
-static inline __attribute__((always_inline))
-void gelu8(float *out, const float *in, const float *bias)
-{
-    v8sf x, b;
-    memcpy(&x, in, sizeof x);
-    memcpy(&b, bias, sizeof b);
-    x = x + b;
-    v8sf u = x + V8(0.044715f) * x * x * x;
-    v8sf e = V8(-2.0f * 0.7978845608028654f) * u;
-    exp8(&e);
-    v8sf y = x / (V8(1.0f) + e);
-    memcpy(out, &y, sizeof y);
-}
-
-/* row is (n,), bias is (n,): row = gelu(row + bias), in place. */
-__attribute__((target_clones("avx2", "default")))
-static void bias_gelu_forward(float *row, const float *bias, size_t n)
-{
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        gelu8(row + i, row + i, bias + i);
-    if (i < n) {                /* same lanes, padded, so same bits */
-        float x[8] = { 0 }, b[8] = { 0 };
-        memcpy(x, row + i, (n - i) * sizeof(float));
-        memcpy(b, bias + i, (n - i) * sizeof(float));
-        gelu8(x, x, b);
-        memcpy(row + i, x, (n - i) * sizeof(float));
-    }
-}
-
-/* row is (n,), bias is (n,): row += bias. */
-static void bias_add(float *row, const float *bias, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        row[i] += bias[i];
-}
-
-/* a, b are (n,).  Eight independent partial sums, added in a fixed order.
- * Always inlined, so a caller's avx2 clone runs the lanes as one register. */
-static inline __attribute__((always_inline))
-float dot(const float *a, const float *b, size_t n)
-{
-    float acc[8] = { 0 };
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (size_t j = 0; j < 8; j++)
-            acc[j] += a[i + j] * b[i + j];
-    for (size_t j = 0; i < n; i++, j++)
-        acc[j] += a[i] * b[i];
-    return ((acc[0] + acc[4]) + (acc[1] + acc[5]))
-         + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
-}
 
 /* out is (C,), inp is (C,), w, b are (C,). */
 static void layernorm_row(float *out, const float *inp, const float *w,
@@ -285,293 +107,6 @@ static void layernorm_row(float *out, const float *inp, const float *w,
     for (size_t i = 0; i < C; i++)
         out[i] = (inp[i] - mean) * rstd * w[i] + b[i];
 }
-
-/* ---- batch-invariant matrix kernels ----
- *
- * OpenBLAS's sgemm is not batch invariant: its Zen/Haswell kernels round a
- * row differently depending on how many rows share the call (measured: row 0
- * of an M=4 product differs from the same row computed with M=1), so a
- * sequence's logits would change with the batch around it and seeded sampling
- * would not reproduce.  These kernels compute every output element the same
- * way whatever M is: out[m][n] is one fused multiply-add chain over k in
- * increasing order (for x·W), or eight such lane chains over k ≡ lane mod 8
- * summed in a fixed tree (for x·Eᵀ).  Tile shapes vary with M, the
- * arithmetic per element does not.  They are also faster than OpenBLAS for
- * the small M of decode steps (weights packed once at load, streamed once
- * per step). */
-
-/* a is (M, K), w is (K, N) in panels (panels.h) of `dt`, out is (M, ldo):
- * out[:, n0:n1] (+)= a · w[:, n0:n1].  Portable fallback, same order. */
-static void matmul_generic(float *out, size_t ldo, const float *a,
-                           const void *w, panel_dtype dt, size_t M, size_t K,
-                           size_t n0, size_t n1, int accumulate)
-{
-    for (size_t m = 0; m < M; m++)
-        for (size_t n = n0; n < n1; n++) {
-            float acc = 0.0f;
-            for (size_t k = 0; k < K; k++)
-                acc += a[m * K + k] * panel_at(w, dt, K, k, n);
-            out[m * ldo + n] = accumulate ? out[m * ldo + n] + acc : acc;
-        }
-}
-
-#if defined(__x86_64__)
-#include <immintrin.h>
-#define HAVE_AVX2_KERNELS 1
-
-/* One MR × (16·NP) tile of a · w over k in [k0, k1): rows [0, MR) of a
- * (row stride lda) against NP consecutive panels, w0 and (NP = 2) w1, each
- * (K, 16) contiguous, of floats or (H = 1) halves, widened as they are
- * loaded.  Every output is one FMA chain over k: it starts from zero, or
- * continues the partial sums in `from` (row stride ldf), and is stored to
- * `to` (row stride ldt), as to + chain when `accumulate`.  A non-NULL
- * `ahead` is prefetched at ahead + (k - k0) · step.  Inlined with constant
- * MR, NP, H (and literal NULLs, which remove the branches). */
-#define LOAD_PANEL_ROW(H, w, k, half)                                        \
-    ((H) ? _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(const void *)    \
-               ((const uint16_t *)(w) + (k) * PANEL_WIDTH + 8 * (half))))    \
-         : _mm256_load_ps((const float *)(w) + (k) * PANEL_WIDTH + 8 * (half)))
-#define TILE_BODY(MR, NP, H)                                                 \
-    do {                                                                     \
-        const void *wp[2] = { w0, w1 };                                      \
-        __m256 acc[MR][2 * NP];                                              \
-        _Pragma("GCC unroll 8") for (int r = 0; r < MR; r++)                 \
-            _Pragma("GCC unroll 8") for (int v = 0; v < 2 * NP; v++)         \
-                acc[r][v] = from != NULL                                     \
-                            ? _mm256_loadu_ps(from + r * ldf + 8 * v)        \
-                            : _mm256_setzero_ps();                           \
-        for (size_t k = k0; k < k1; k++) {                                   \
-            __m256 wv[2 * NP];                                               \
-            if (ahead != NULL)                                               \
-                _mm_prefetch(ahead + (k - k0) * step, _MM_HINT_T0);          \
-            _Pragma("GCC unroll 8") for (int v = 0; v < 2 * NP; v++)         \
-                wv[v] = LOAD_PANEL_ROW(H, wp[v / 2], k, v % 2);              \
-            _Pragma("GCC unroll 8") for (int r = 0; r < MR; r++) {           \
-                __m256 av = _mm256_broadcast_ss(a + r * lda + k);            \
-                _Pragma("GCC unroll 8") for (int v = 0; v < 2 * NP; v++)     \
-                    acc[r][v] = _mm256_fmadd_ps(av, wv[v], acc[r][v]);       \
-            }                                                                \
-        }                                                                    \
-        _Pragma("GCC unroll 8") for (int r = 0; r < MR; r++)                 \
-            _Pragma("GCC unroll 8") for (int v = 0; v < 2 * NP; v++) {       \
-                float *o = to + r * ldt + 8 * v;                             \
-                __m256 x = acc[r][v];                                        \
-                if (accumulate)                                              \
-                    x = _mm256_add_ps(_mm256_loadu_ps(o), x);                \
-                _mm256_storeu_ps(o, x);                                      \
-            }                                                                \
-    } while (0)
-
-#define KERNEL_TARGET __attribute__((target("avx2,fma,f16c")))
-#define DEFINE_TILE(MR, NP, H, NAME)                                         \
-    KERNEL_TARGET __attribute__((always_inline)) static inline void          \
-    NAME(float *to, size_t ldt, const float *from, size_t ldf,               \
-         const float *a, size_t lda, const void *w0, const void *w1,         \
-         size_t k0, size_t k1, int accumulate, const char *ahead,            \
-         size_t step)                                                        \
-    {                                                                        \
-        TILE_BODY(MR, NP, H);                                                \
-    }
-#define DEFINE_TILES(MR, NP)                                                 \
-    DEFINE_TILE(MR, NP, 0, tile_##MR##x##NP)                                 \
-    DEFINE_TILE(MR, NP, 1, tile_h_##MR##x##NP)
-DEFINE_TILES(1, 1)
-DEFINE_TILES(2, 1)
-DEFINE_TILES(3, 1)
-DEFINE_TILES(4, 1)
-DEFINE_TILES(5, 1)
-DEFINE_TILES(6, 1)
-DEFINE_TILES(1, 2)
-DEFINE_TILES(2, 2)
-DEFINE_TILES(3, 2)
-
-/* k-steps per chunk when several row blocks share a panel: 128 lines, 8 KB,
- * which the later blocks find in L1. */
-#define PANEL_CHUNK 128
-/* Most rows that go by chunks. */
-#define PANEL_CHUNK_ROWS 48
-/* Row blocks of a chunk that prefetch the next one, each its share. */
-#define PANEL_PREFETCH_BLOCKS 3
-
-/* One block of mr <= 6 rows against one panel, over k in [k0, k1): float
- * panels, or (h) half ones. */
-KERNEL_TARGET __attribute__((always_inline))
-static inline void block_tile(size_t mr, int h, float *to, size_t ldt,
-                              const float *from, const float *a, size_t K,
-                              const void *w, size_t k0, size_t k1,
-                              int accumulate, const char *ahead, size_t step)
-{
-#define BLOCK(MR)                                                            \
-    (h ? tile_h_##MR##x1 : tile_##MR##x1)(to, ldt, from, PANEL_WIDTH, a, K,  \
-        w, NULL, k0, k1, accumulate, ahead, step)
-    switch (mr) {
-    case 6: BLOCK(6); break;
-    case 5: BLOCK(5); break;
-    case 4: BLOCK(4); break;
-    case 3: BLOCK(3); break;
-    case 2: BLOCK(2); break;
-    default: BLOCK(1); break;
-    }
-#undef BLOCK
-}
-
-/* What a panel call prefetches while it multiplies: the bytes
- * [start, start + K · per_k), spread evenly over its k-steps, per_k bytes
- * a step, never past `end` (the worker's last panel).  start NULL: none. */
-typedef struct prefetch_plan {
-    const char *start, *end;
-    size_t per_k;
-} prefetch_plan;
-
-/* k-steps per chunk of a panel for M rows (below). */
-static size_t panel_chunk(size_t M, size_t K)
-{
-    return M > 6 && M <= PANEL_CHUNK_ROWS && K > PANEL_CHUNK ? PANEL_CHUNK
-                                                             : K;
-}
-
-/* Where the plan puts the prefetch for k-steps [k0, k1), or NULL when it
- * has none or it would run past the end (start <= end always: the plans
- * start inside the worker's panels or just after the last). */
-static const char *prefetch_at(const prefetch_plan *pf, size_t k0, size_t k1)
-{
-    if (pf->start == NULL || (size_t)(pf->end - pf->start) < k1 * pf->per_k)
-        return NULL;
-    return pf->start + k0 * pf->per_k;
-}
-
-/* Rows [0, M) against one panel (np = 1) or two (np = 2, 3-row blocks, for
- * M <= 3: a single row against one panel would have only two chains to
- * hide the FMA latency behind), of `dt`.  Up to 6 rows are one block (12
- * accumulators, 2 loads and 6 broadcasts per 12 FMAs) that walks the panel
- * once, a sequential stream the hardware prefetches well; half panels are
- * widened in registers as they are loaded.
- *
- * With more rows they split into the fewest blocks of at most 6, as even
- * as they go (13 = 5 + 4 + 4, not 6 + 6 + 1: a block of one or two rows
- * has too few chains to hide the FMA latency; in cache, one core, M = 7,
- * 8, 13, 14, 19 gained 10-20%, M = 10, 16 stayed the same).
- * The blocks take turns over chunks of PANEL_CHUNK k-steps
- * (the partial sums wait in `part`, (M, 16)): the first block reads a chunk
- * from memory, the others from L1.  Walking the whole panel per block
- * instead, only the first block read memory, faster than one core's share
- * of the stream delivers, and the others left it idle.  The first blocks
- * of each chunk also prefetch the plan's share for it, in equal parts, so
- * memory is read at an even rate the whole time (one core, M = 16, the
- * twelve layers' products from DRAM: ~27-33 -> 22-24 ms per step, 2
- * threads).  Every block widens the halves it loads itself: widening a
- * chunk once into an L1 buffer for all blocks instead ran M = 12-16 at ~78
- * GFLOP/s a core against ~93-107 (W in cache; the conversions issue beside
- * the FMAs).  Storing and reloading a partial sum changes no bits: each
- * output is still one chain over k from 0. */
-KERNEL_TARGET
-static void panel_rows_avx2(float *out, size_t ldo, const float *a,
-                            const void *w0, const void *w1, panel_dtype dt,
-                            size_t M, size_t K, int np, int accumulate,
-                            const prefetch_plan *pf, float *part)
-{
-    const int h = dt == PANEL_F16;
-    const char *whole = prefetch_at(pf, 0, K);
-    if (np == 2) {
-#define PAIR(MR)                                                             \
-        (h ? tile_h_##MR##x2 : tile_##MR##x2)(out + m * ldo, ldo, NULL, 0,   \
-            a + m * K, K, w0, w1, 0, K, accumulate, m == 0 ? whole : NULL,   \
-            pf->per_k)
-        size_t m = 0;
-        for (; m + 3 <= M; m += 3)
-            PAIR(3);
-        if (M - m == 2)
-            PAIR(2);
-        else if (M - m == 1)
-            PAIR(1);
-#undef PAIR
-        return;
-    }
-    if (M <= 6) {
-        block_tile(M, h, out, ldo, NULL, a, K, w0, 0, K, accumulate, whole,
-                   pf->per_k);
-        return;
-    }
-    const size_t blocks = (M + 5) / 6;
-    const size_t pf_blocks = blocks < PANEL_PREFETCH_BLOCKS
-                             ? blocks : PANEL_PREFETCH_BLOCKS;
-    const size_t step = (pf->per_k + pf_blocks - 1) / pf_blocks;
-    /* prefill (M > PANEL_CHUNK_ROWS): the panel is reused by so many
-     * blocks that the stream no longer matters, and a block's rows of a
-     * are best read whole */
-    const size_t chunk = panel_chunk(M, K);
-    for (size_t k0 = 0; k0 < K; k0 += chunk) {
-        const size_t k1 = K - k0 <= chunk ? K : k0 + chunk;
-        const int last = k1 == K;
-        const char *next = prefetch_at(pf, k0, k1);
-        const size_t share = step * (k1 - k0);
-        for (size_t b = 0, m = 0; m < M; b++) {
-            const size_t mr = M * (b + 1) / blocks - m;
-            const char *ahead = next != NULL && b < pf_blocks
-                                ? next + b * share : NULL;
-            /* the last chunk writes out, the others part */
-            float *to = last ? out + m * ldo : part + m * PANEL_WIDTH;
-            const float *from = k0 > 0 ? part + m * PANEL_WIDTH : NULL;
-            block_tile(mr, h, to, last ? ldo : PANEL_WIDTH, from, a + m * K,
-                       K, w0, k0, k1, last && accumulate, ahead, step);
-            m += mr;
-        }
-    }
-}
-
-/* out[:, n0:n1] (+)= a · w[:, n0:n1], a is (M, K), w is (K, N) in panels
- * of `dt`, n0 a multiple of PANEL_WIDTH.  Each panel is a contiguous K × 16
- * elements, so a worker's column range is one sequential stream from
- * memory.  `scratch` is the worker's: partial sums (M, 16); a last panel
- * cut short by n1 (N not a multiple of 16, small test models), which is
- * computed whole there and its valid columns copied (out + chain is then
- * the same addition the full panels make).
- *
- * The prefetch plan: float panels of more than 6 rows stream one chunk
- * ahead in the same panel (the next panel's first at the end); half
- * panels prefetch the next panel (or pair) while this one is multiplied,
- * which then finds its bytes in cache.  Halves are read at half the bytes
- * and widened exactly, so the arithmetic is that of float panels holding
- * the same values. */
-KERNEL_TARGET
-static void matmul_avx2(float *out, size_t ldo, const float *a,
-                        const void *w, panel_dtype dt, size_t M, size_t K,
-                        size_t n0, size_t n1, int accumulate, float *scratch)
-{
-    const size_t es = panel_dtype_size(dt), panel = K * PANEL_WIDTH;
-    const char *base = w;
-    const size_t p_all = panel_count(n1), p_full = n1 / PANEL_WIDTH;
-    float *part = scratch, *edge = scratch + M * PANEL_WIDTH;
-    prefetch_plan pf = { .end = base + p_all * panel * es };
-    for (size_t p = n0 / PANEL_WIDTH, np; p < p_all; p += np) {
-        np = M <= 3 && p + 2 <= p_full ? 2 : 1;
-        const char *w0 = base + p * panel * es;
-        const char *w1 = np == 2 ? w0 + panel * es : NULL;
-        if (dt == PANEL_F16) {
-            pf.start = w0 + np * panel * es;
-            pf.per_k = np * PANEL_WIDTH * es;
-        } else if (M > 6) {
-            pf.start = w0 + panel_chunk(M, K) * PANEL_WIDTH * es;
-            pf.per_k = PANEL_WIDTH * es;
-        }
-        if (p < p_full) {
-            panel_rows_avx2(out + p * PANEL_WIDTH, ldo, a, w0, w1, dt, M, K,
-                            np, accumulate, &pf, part);
-            continue;
-        }
-        panel_rows_avx2(edge, PANEL_WIDTH, a, w0, NULL, dt, M, K, 1, 0, &pf,
-                        part);
-        const size_t tail = n1 - p_full * PANEL_WIDTH;
-        for (size_t m = 0; m < M; m++)
-            for (size_t c = 0; c < tail; c++) {
-                float *o = out + m * ldo + p_full * PANEL_WIDTH + c;
-                float x = edge[m * PANEL_WIDTH + c];
-                *o = accumulate ? *o + x : x;
-            }
-    }
-}
-
-#endif
 
 /* ---- embedding and LayerNorm, by row blocks ---- */
 
@@ -613,7 +148,7 @@ static void embedding_forward(forward_state *st, const model *m,
                               threadpool *pool, size_t R)
 {
     rows_job j = { .st = st, .m = m, .n_rows = R, .out = st->x };
-    pool_run(pool, (R + ROW_BLOCK - 1) / ROW_BLOCK, embedding_task, &j);
+    threadpool_run(pool, (R + ROW_BLOCK - 1) / ROW_BLOCK, embedding_task, &j);
 }
 
 static void layernorm_task(void *ctx, size_t task, size_t worker)
@@ -639,517 +174,64 @@ static void layernorm_forward(forward_state *st, threadpool *pool, float *out,
 {
     rows_job j = { .st = st, .n_rows = n_rows, .row_index = row_index,
                    .inp = inp, .out = out, .w = w, .b = b };
-    pool_run(pool, (n_rows + ROW_BLOCK - 1) / ROW_BLOCK, layernorm_task, &j);
+    threadpool_run(pool, (n_rows + ROW_BLOCK - 1) / ROW_BLOCK, layernorm_task, &j);
 }
 
-/* ---- matrix products ---- */
+/* ---- weight products (matmul.h) ---- */
 
-typedef enum epilogue { EPI_NONE, EPI_BIAS, EPI_BIAS_GELU } epilogue;
-
-typedef struct matmul_job {
-    const forward_state *st;
-    size_t M, N, K;
-    const float *a;             /* (M, K) */
-    const void *w;              /* (K, N) in panels of dt */
-    panel_dtype dt;
-    float *out;                 /* (M, N) with row stride N */
-    float beta;                 /* 1: accumulate into out (residual) */
-    const float *bias;          /* (N,) */
-    epilogue epi;
-    size_t cols_per_task;
-} matmul_job;
-
-static void matmul_task(void *ctx, size_t task, size_t worker)
+static void matmul(const forward_state *st, threadpool *pool,
+                   const matmul_args *p)
 {
-    const matmul_job *j = ctx;
-    size_t n0 = task * j->cols_per_task;
-    size_t n1 = n0 + j->cols_per_task < j->N ? n0 + j->cols_per_task : j->N;
-    int acc = j->beta != 0.0f;
-#ifdef HAVE_AVX2_KERNELS
-    if (j->st->use_avx2)
-        matmul_avx2(j->out, j->N, j->a, j->w, j->dt, j->M, j->K, n0, n1,
-                    acc, j->st->edge + worker * j->st->edge_floats);
-    else
-#endif
-        matmul_generic(j->out, j->N, j->a, j->w, j->dt, j->M, j->K, n0, n1,
-                       acc);
-    size_t nb = n1 - n0;
-    for (size_t r = 0; r < j->M; r++) {
-        float *row = j->out + r * j->N + n0;
-        if (j->epi == EPI_BIAS)
-            bias_add(row, j->bias + n0, nb);
-        else if (j->epi == EPI_BIAS_GELU)
-            bias_gelu_forward(row, j->bias + n0, nb);
-    }
+    matmul_forward(pool, p, st->isa, st->edge, st->edge_floats);
 }
 
-/* a is (M, K), w is (K, N) in panels, out is (M, N):
- * out = beta·out + a·w, then the epilogue.  Split by output columns into
- * MATMUL_TASKS_PER_WORKER tasks per worker, handed out dynamically: on a
- * shared machine a worker that is descheduled for a while no longer holds
- * up the step with half of every product (its remaining tasks go to the
- * others) (batch 16 with 2 threads on a loaded machine: median step
- * 116 -> 112 ms, worst 162 -> 130).  Blocks stay at least MATMUL_MIN_COLS
- * wide so each is a long sequential run of panels, and a single row
- * (batch-1 decode, bound by DRAM) keeps one block per worker.  Column
- * blocks change no arithmetic. */
-static void matmul_forward(threadpool *pool, matmul_job *j)
-{
-    size_t workers = pool_workers(pool);
-    size_t tasks = j->M > 1 ? workers * MATMUL_TASKS_PER_WORKER : workers;
-    /* whole rounds of `workers` tasks, so no worker gets an extra block */
-    while (tasks > workers && j->N / tasks < MATMUL_MIN_COLS)
-        tasks -= workers;
-    size_t per = (j->N + tasks - 1) / tasks;
-    per = (per + COL_ALIGN - 1) / COL_ALIGN * COL_ALIGN;
-    j->cols_per_task = per;
-    pool_run(pool, (j->N + per - 1) / per, matmul_task, j);
-}
-
-/* ---- attention ----
- *
- * Every query row is computed by the same arithmetic whatever step it
- * arrives in: alone in a decode step, or in a prefill chunk of 7 or 512
- * rows, the row at position p gets
- *     score[t] = dot(q, k_t) · scale        t in [0, p], dot's 8-lane tree
- *     prob     = softmax_row(score[0..p])   8-lane exp and sums, fixed tree
- *     out[i]   = Σ_t prob[t] · v_t[i]       t in increasing order from 0
- * with a multiply and an add per term (no contraction under -std=c11).  A
- * new row's own key and value are stored in the slot before any row reads
- * them, so every row reads its keys from the cache.  attention_row is the
- * definition; attention_rows_avx2 computes the same bits for up to ATT_ROWS
- * rows at once so that each K and V row it loads serves all of them (the
- * prefill chunk used to go through sgemm, whose rounding differs from the
- * dot loop, so cached and cold runs of a prompt disagreed in the last bits). */
-
-/* Query rows that share each K/V load (and rows of score scratch). */
-#define ATT_ROWS 4
+/* ---- attention, one task per (sequence, head) ---- */
 
 typedef struct attention_job {
     forward_state *st;
+    const kv_geometry *kv;
     size_t layer;
-    size_t n_seqs;
 } attention_job;
 
-/* Copies this head's new keys and values from qkv into the sequence's slot,
- * as halves (rounded to nearest) when the slot holds halves. */
-static void kv_store(const forward_state *st, const seq_rows *s, size_t layer,
-                     size_t head)
-{
-    const size_t C = st->cfg.n_embd, hd = C / st->cfg.n_head;
-    const size_t es = kvcache_elem_size(s->kv);
-    char *kc = (char *)kvcache_k(s->kv, layer, head) + s->pos0 * hd * es;
-    char *vc = (char *)kvcache_v(s->kv, layer, head) + s->pos0 * hd * es;
-    for (size_t i = 0; i < s->n_rows; i++) {
-        const float *row = st->qkv + (s->row0 + i) * 3 * C;
-        if (s->kv->half) {
-            half_from_floats((uint16_t *)(void *)(kc + i * hd * es),
-                             row + C + head * hd, hd);
-            half_from_floats((uint16_t *)(void *)(vc + i * hd * es),
-                             row + 2 * C + head * hd, hd);
-        } else {
-            memcpy(kc + i * hd * es, row + C + head * hd, hd * sizeof(float));
-            memcpy(vc + i * hd * es, row + 2 * C + head * hd,
-                   hd * sizeof(float));
-        }
-    }
-}
-
-/* scores is (n,): in-place softmax.  exp8 on eight lanes and eight lane
- * sums (t ≡ lane mod 8) folded in a fixed tree: the result depends on the
- * row's scores and n only.  libm expf and a serial sum were ~40% of a
- * 512-token prefill's attention.  Inlined into each caller's target. */
-static inline __attribute__((always_inline))
-void softmax_row(float *scores, size_t n)
-{
-    const size_t n8 = n / 8 * 8, rem = n - n8;
-    v8sf mx = V8(-INFINITY), x;
-    for (size_t t = 0; t < n8; t += 8) {
-        memcpy(&x, scores + t, sizeof x);
-        v8si gt = x > mx;
-        mx = (v8sf)(((v8si)x & gt) | ((v8si)mx & ~gt));
-    }
-    float maxv = -INFINITY;
-    for (size_t j = 0; j < 8; j++)
-        maxv = mx[j] > maxv ? mx[j] : maxv;
-    for (size_t t = n8; t < n; t++)
-        maxv = scores[t] > maxv ? scores[t] : maxv;
-
-    const v8sf m8 = V8(maxv);
-    v8sf sum = V8(0.0f), e;
-    for (size_t t = 0; t < n8; t += 8) {
-        memcpy(&x, scores + t, sizeof x);
-        e = x - m8;
-        exp8(&e);
-        memcpy(scores + t, &e, sizeof e);
-        sum = sum + e;
-    }
-    if (rem > 0) {
-        float pad[8] = { 0 };
-        memcpy(pad, scores + n8, rem * sizeof(float));
-        memcpy(&x, pad, sizeof x);
-        const v8si lane = { 0, 1, 2, 3, 4, 5, 6, 7 };
-        e = x - m8;
-        exp8(&e);
-        e = (v8sf)((v8si)e & (lane < (int32_t)rem));
-        memcpy(pad, &e, sizeof e);
-        memcpy(scores + n8, pad, rem * sizeof(float));
-        sum = sum + e;
-    }
-    const float inv = 1.0f / (((sum[0] + sum[4]) + (sum[1] + sum[5]))
-                              + ((sum[2] + sum[6]) + (sum[3] + sum[7])));
-    for (size_t t = 0; t < n; t++)
-        scores[t] *= inv;
-}
-
-/* p is (n_keys,), V is (n_keys, hd), out is (hd,): out[i] = Σ_t p[t]·v_t[i]
- * in t order, from 0, one multiply and one add per term (no contraction
- * under -std=c11), whatever the lane width: the same bits as a scalar loop.
- * Keeping 32 outputs in registers across all t matters: written as
- * out[i] += ..., the compiler must assume out aliases V and stores every
- * term, which made this loop most of a decode step's attention. */
-__attribute__((target_clones("avx2", "default")))
-static void attention_values(float *out, const float *p, const float *vc,
-                             size_t n_keys, size_t hd)
-{
-    size_t i = 0;
-    for (; i + 32 <= hd; i += 32) {
-        v8sf a0 = V8(0.0f), a1 = V8(0.0f), a2 = V8(0.0f), a3 = V8(0.0f);
-        for (size_t t = 0; t < n_keys; t++) {
-            const float *v = vc + t * hd + i;
-            v8sf w = V8(p[t]), v0, v1, v2, v3;
-            memcpy(&v0, v, sizeof v0);
-            memcpy(&v1, v + 8, sizeof v1);
-            memcpy(&v2, v + 16, sizeof v2);
-            memcpy(&v3, v + 24, sizeof v3);
-            a0 = a0 + w * v0;
-            a1 = a1 + w * v1;
-            a2 = a2 + w * v2;
-            a3 = a3 + w * v3;
-        }
-        memcpy(out + i, &a0, sizeof a0);
-        memcpy(out + i + 8, &a1, sizeof a1);
-        memcpy(out + i + 16, &a2, sizeof a2);
-        memcpy(out + i + 24, &a3, sizeof a3);
-    }
-    for (; i + 8 <= hd; i += 8) {
-        v8sf a0 = V8(0.0f);
-        for (size_t t = 0; t < n_keys; t++) {
-            v8sf w = V8(p[t]), v0;
-            memcpy(&v0, vc + t * hd + i, sizeof v0);
-            a0 = a0 + w * v0;
-        }
-        memcpy(out + i, &a0, sizeof a0);
-    }
-    for (; i < hd; i++) {
-        float a0 = 0.0f;
-        for (size_t t = 0; t < n_keys; t++)
-            a0 = a0 + p[t] * vc[t * hd + i];
-        out[i] = a0;
-    }
-}
-
-/* q is (hd,), K and V are (n_keys, hd) in the slot, out is (hd,): one query
- * row against keys [0, n_keys).  The definition every path reproduces; the
- * avx2 clone runs dot's eight lanes as one register: same bits. */
-__attribute__((target_clones("avx2", "default")))
-static void attention_row(float *out, const float *q, const float *kc,
-                          const float *vc, size_t n_keys, size_t hd,
-                          float scale, float *scores)
-{
-    for (size_t t = 0; t < n_keys; t++)
-        scores[t] = dot(q, kc + t * hd, hd) * scale;
-    softmax_row(scores, n_keys);
-    attention_values(out, scores, vc, n_keys, hd);
-}
-
-#ifdef HAVE_AVX2_KERNELS
-/* p, q, r, s are the eight k-lanes l[0..7] of four outputs; returns the
- * four sums ((l0+l4)+(l1+l5)) + ((l2+l6)+(l3+l7)), the tree of dot():
- * fold the halves, then hadd adds neighbours twice. */
-__attribute__((target("avx2,fma"), always_inline))
-static inline __m128 hsum4x8(__m256 p, __m256 q, __m256 r, __m256 s)
-{
-    __m128 fp = _mm_add_ps(_mm256_castps256_ps128(p),
-                           _mm256_extractf128_ps(p, 1));
-    __m128 fq = _mm_add_ps(_mm256_castps256_ps128(q),
-                           _mm256_extractf128_ps(q, 1));
-    __m128 fr = _mm_add_ps(_mm256_castps256_ps128(r),
-                           _mm256_extractf128_ps(r, 1));
-    __m128 fs = _mm_add_ps(_mm256_castps256_ps128(s),
-                           _mm256_extractf128_ps(s, 1));
-    return _mm_hadd_ps(_mm_hadd_ps(fp, fq), _mm_hadd_ps(fr, fs));
-}
-
-/* Eight elements of a K or V row at element index i: floats, or (H) halves
- * widened exactly. */
-#define LOAD_KV(H, row, i)                                                   \
-    ((H) ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)  \
-               ((const uint16_t *)(row) + (i))))                             \
-         : _mm256_loadu_ps((const float *)(row) + (i)))
-
-/* Scores of RB query rows (row stride ldq) against keys k0..k3 (floats, or
- * halves when H), hd % 8 == 0: per (row, key) eight lane sums over the
- * dimensions ≡ lane mod 8, each term a multiply then an add, folded by
- * hsum4x8 in dot's tree, then times scale: dot(q, k)·scale exactly.
- * Writes nk <= 4 scores per row (row stride lds). */
-KERNEL_TARGET __attribute__((always_inline))
-static inline void att_scores_tile(float *sc, size_t lds, const float *q,
-                                   size_t ldq, const void *k0,
-                                   const void *k1, const void *k2,
-                                   const void *k3, size_t nk, size_t hd,
-                                   float scale, const int RB, const int H)
-{
-    __m256 acc[2][4];
-    _Pragma("GCC unroll 2") for (int r = 0; r < RB; r++)
-        _Pragma("GCC unroll 4") for (int j = 0; j < 4; j++)
-            acc[r][j] = _mm256_setzero_ps();
-    for (size_t c = 0; c < hd; c += 8) {
-        __m256 w0 = LOAD_KV(H, k0, c), w1 = LOAD_KV(H, k1, c);
-        __m256 w2 = LOAD_KV(H, k2, c), w3 = LOAD_KV(H, k3, c);
-        _Pragma("GCC unroll 2") for (int r = 0; r < RB; r++) {
-            __m256 x = _mm256_loadu_ps(q + r * ldq + c);
-            acc[r][0] = _mm256_add_ps(acc[r][0], _mm256_mul_ps(x, w0));
-            acc[r][1] = _mm256_add_ps(acc[r][1], _mm256_mul_ps(x, w1));
-            acc[r][2] = _mm256_add_ps(acc[r][2], _mm256_mul_ps(x, w2));
-            acc[r][3] = _mm256_add_ps(acc[r][3], _mm256_mul_ps(x, w3));
-        }
-    }
-    _Pragma("GCC unroll 2") for (int r = 0; r < RB; r++) {
-        float t[4];
-        _mm_storeu_ps(t, _mm_mul_ps(hsum4x8(acc[r][0], acc[r][1], acc[r][2],
-                                            acc[r][3]),
-                                    _mm_set1_ps(scale)));
-        for (size_t j = 0; j < nk; j++)
-            sc[r * lds + j] = t[j];
-    }
-}
-
-/* Scores of rows [0, nr) (nr <= 2, row r sees keys [0, n0 + r)) into sc
- * (row stride lds); keys kc of `es`-byte elements (4, or 2: halves).  Keys
- * go four at a time; a short last group repeats its last key and stores
- * only what exists.  Row 0 of a pair also gets a score for row 1's extra
- * key, which softmax never reads. */
-KERNEL_TARGET
-static void att_scores_avx2(float *sc, size_t lds, const float *q,
-                            size_t ldq, const void *kc, size_t es,
-                            size_t n0, size_t nr, size_t hd, float scale)
-{
-    const size_t n = n0 + nr - 1;           /* keys the last row sees */
-    const char *base = kc;
-    for (size_t t = 0; t < n; t += 4) {
-        size_t nk = n - t < 4 ? n - t : 4;
-        const char *k0 = base + t * hd * es;
-        const char *k1 = base + (t + (nk > 1 ? 1 : 0)) * hd * es;
-        const char *k2 = base + (t + (nk > 2 ? 2 : 0)) * hd * es;
-        const char *k3 = base + (t + (nk > 3 ? 3 : 0)) * hd * es;
-#define SCORES(RB, H)                                                        \
-        att_scores_tile(sc + t, lds, q, ldq, k0, k1, k2, k3, nk, hd, scale, \
-                        RB, H)
-        if (es == 2) {
-            if (nr == 2)
-                SCORES(2, 1);
-            else
-                SCORES(1, 1);
-        } else {
-            if (nr == 2)
-                SCORES(2, 0);
-            else
-                SCORES(1, 0);
-        }
-#undef SCORES
-    }
-}
-
-/* out rows (stride ldo), columns [col, col + 8·NV) of the head: for RB
- * rows, row r has probabilities p + r·ldp over keys [0, n0 + r), V rows
- * from vc (row stride hd elements; floats, or halves when H).  Each output
- * is attention_values' chain: a multiply and an add per key, in key order
- * from 0.  Keys all rows see go together; the few that only later rows see
- * follow, so no row gets a term it would not get alone. */
-KERNEL_TARGET __attribute__((always_inline))
-static inline void att_values_tile(float *out, size_t ldo, const float *p,
-                                   size_t ldp, const void *vc, size_t col,
-                                   size_t hd, size_t n0, const int RB,
-                                   const int NV, const int H)
-{
-    __m256 acc[ATT_ROWS][2];
-    _Pragma("GCC unroll 4") for (int r = 0; r < RB; r++)
-        _Pragma("GCC unroll 2") for (int v = 0; v < NV; v++)
-            acc[r][v] = _mm256_setzero_ps();
-    for (size_t t = 0; t < n0; t++) {
-        __m256 w[2];
-        _Pragma("GCC unroll 2") for (int v = 0; v < NV; v++)
-            w[v] = LOAD_KV(H, vc, t * hd + col + 8 * v);
-        _Pragma("GCC unroll 4") for (int r = 0; r < RB; r++) {
-            __m256 pr = _mm256_broadcast_ss(p + r * ldp + t);
-            _Pragma("GCC unroll 2") for (int v = 0; v < NV; v++)
-                acc[r][v] = _mm256_add_ps(acc[r][v], _mm256_mul_ps(pr, w[v]));
-        }
-    }
-    _Pragma("GCC unroll 4") for (int e = 1; e < RB; e++) {
-        const size_t t = n0 + (size_t)e - 1;  /* seen by rows e.. only */
-        __m256 w[2];
-        _Pragma("GCC unroll 2") for (int v = 0; v < NV; v++)
-            w[v] = LOAD_KV(H, vc, t * hd + col + 8 * v);
-        _Pragma("GCC unroll 4") for (int r = e; r < RB; r++) {
-            __m256 pr = _mm256_broadcast_ss(p + r * ldp + t);
-            _Pragma("GCC unroll 2") for (int v = 0; v < NV; v++)
-                acc[r][v] = _mm256_add_ps(acc[r][v], _mm256_mul_ps(pr, w[v]));
-        }
-    }
-    _Pragma("GCC unroll 4") for (int r = 0; r < RB; r++)
-        _Pragma("GCC unroll 2") for (int v = 0; v < NV; v++)
-            _mm256_storeu_ps(out + r * ldo + 8 * v, acc[r][v]);
-}
-
-#define ATT_VALUES_SLICE(RB, H)                                              \
-    do {                                                                     \
-        size_t i = 0;                                                        \
-        for (; i + 16 <= hd; i += 16)                                        \
-            att_values_tile(out + i, ldo, p, ldp, vc, i, hd, n0, RB, 2, H);  \
-        if (i < hd)                                                          \
-            att_values_tile(out + i, ldo, p, ldp, vc, i, hd, n0, RB, 1, H);  \
-    } while (0)
-
-/* One row (a decode step), hd % 64 == 0: the same chains as
- * att_values_tile, but 64 columns at once, so each key's V row is read in
- * one pass and eight independent add chains hide the add latency (with two
- * per slice the loop waited on them, four passes over V). */
-KERNEL_TARGET __attribute__((always_inline))
-static inline void att_values_row(float *out, const float *p, const void *vc,
-                                  size_t n, size_t hd, const int H)
-{
-    for (size_t i = 0; i < hd; i += 64) {
-        __m256 acc[8];
-        _Pragma("GCC unroll 8") for (int v = 0; v < 8; v++)
-            acc[v] = _mm256_setzero_ps();
-        for (size_t t = 0; t < n; t++) {
-            __m256 pr = _mm256_broadcast_ss(p + t);
-            _Pragma("GCC unroll 8") for (int v = 0; v < 8; v++)
-                acc[v] = _mm256_add_ps(acc[v], _mm256_mul_ps(
-                    pr, LOAD_KV(H, vc, t * hd + i + 8 * v)));
-        }
-        _Pragma("GCC unroll 8") for (int v = 0; v < 8; v++)
-            _mm256_storeu_ps(out + i + 8 * v, acc[v]);
-    }
-}
-
-/* Rows [0, nr) (nr <= ATT_ROWS), hd % 8 == 0: out = P·V as above, V of
- * `es`-byte elements. */
-KERNEL_TARGET
-static void att_values_avx2(float *out, size_t ldo, const float *p,
-                            size_t ldp, const void *vc, size_t es, size_t n0,
-                            size_t nr, size_t hd)
-{
-    if (nr == 1 && hd % 64 == 0) {
-        if (es == 2)
-            att_values_row(out, p, vc, n0, hd, 1);
-        else
-            att_values_row(out, p, vc, n0, hd, 0);
-        return;
-    }
-    if (es == 2) {
-        switch (nr) {
-        case 4: ATT_VALUES_SLICE(4, 1); break;
-        case 3: ATT_VALUES_SLICE(3, 1); break;
-        case 2: ATT_VALUES_SLICE(2, 1); break;
-        default: ATT_VALUES_SLICE(1, 1); break;
-        }
-        return;
-    }
-    switch (nr) {
-    case 4: ATT_VALUES_SLICE(4, 0); break;
-    case 3: ATT_VALUES_SLICE(3, 0); break;
-    case 2: ATT_VALUES_SLICE(2, 0); break;
-    default: ATT_VALUES_SLICE(1, 0); break;
-    }
-}
-#undef ATT_VALUES_SLICE
-
-/* Up to ATT_ROWS consecutive query rows of one sequence and head: row r is
- * at position pos + r and sees keys [0, pos + r + 1).  q rows have stride
- * ldq, out rows ldo; scores is (ATT_ROWS, lds); K and V of `es`-byte
- * elements.  Bit-identical, row by row, to attention_row (on the widened
- * keys and values). */
-KERNEL_TARGET
-static void attention_rows_avx2(float *out, size_t ldo, const float *q,
-                                size_t ldq, const void *kc, const void *vc,
-                                size_t es, size_t pos, size_t nr, size_t hd,
-                                float scale, float *scores, size_t lds)
-{
-    for (size_t r = 0; r < nr; r += 2)
-        att_scores_avx2(scores + r * lds, lds, q + r * ldq, ldq, kc, es,
-                        pos + r + 1, nr - r < 2 ? nr - r : 2, hd, scale);
-    for (size_t r = 0; r < nr; r++)
-        softmax_row(scores + r * lds, pos + r + 1);
-    att_values_avx2(out, ldo, scores, lds, vc, es, pos + 1, nr, hd);
-}
-#endif
-
-/* One (sequence, head): store the new K/V, then each new row attends to the
- * slot's positions [0, its own position].  Q rows are read from qkv (row
- * stride 3C), outputs go to att (row stride C) at column head·hd.  The
- * portable path widens a half slot's keys and values into the worker's
- * scratch first (exactly: the same values the AVX2 loads widen). */
+/* Stores the head's new keys and values in the sequence's blocks, then each
+ * new row attends to its positions [0, its own position].  Q, K, V
+ * rows are read from qkv (row stride 3C), outputs go to att (row stride C)
+ * at column head·hd. */
 static void attention_task(void *ctx, size_t task, size_t worker)
 {
     const attention_job *j = ctx;
     const forward_state *st = j->st;
     const size_t NH = st->cfg.n_head, C = st->cfg.n_embd, hd = C / NH;
-    const size_t lds = st->cfg.n_ctx;
     const seq_rows *s = &st->seqs[task / NH];
     const size_t head = task % NH;
-    const float scale = 1.0f / sqrtf((float)hd);
-    float *scores = st->scores + worker * ATT_ROWS * lds;
+    const float *qkv = st->qkv + s->row0 * 3 * C + head * hd;
 
-    kv_store(st, s, j->layer, head);
-    const void *kc = kvcache_k(s->kv, j->layer, head);
-    const void *vc = kvcache_v(s->kv, j->layer, head);
-    const float *q = st->qkv + s->row0 * 3 * C + head * hd;
-    float *out = st->att + s->row0 * C + head * hd;
-
-#ifdef HAVE_AVX2_KERNELS
-    if (st->use_avx2 && hd % 8 == 0) {
-        for (size_t r = 0; r < s->n_rows; r += ATT_ROWS) {
-            size_t nr = s->n_rows - r < ATT_ROWS ? s->n_rows - r : ATT_ROWS;
-            attention_rows_avx2(out + r * C, C, q + r * 3 * C, 3 * C, kc, vc,
-                                kvcache_elem_size(s->kv), s->pos0 + r, nr,
-                                hd, scale, scores, lds);
-        }
-        return;
-    }
-#endif
-    if (s->kv->half) {
-        const size_t n = (s->pos0 + s->n_rows) * hd;
-        float *wide = st->kv_wide + worker * 2 * lds * hd;
-        half_to_floats(wide, kc, n);
-        half_to_floats(wide + lds * hd, vc, n);
-        kc = wide;
-        vc = wide + lds * hd;
-    }
-    for (size_t r = 0; r < s->n_rows; r++)
-        attention_row(out + r * C, q + r * 3 * C, kc, vc, s->pos0 + r + 1, hd,
-                      scale, scores);
+    attention_store_kv(j->kv, s->blocks, j->layer, head, s->pos0, s->n_rows,
+                       qkv + C, qkv + 2 * C, 3 * C);
+    attention_head(st->att + s->row0 * C + head * hd, C, qkv, 3 * C, j->kv,
+                   s->blocks, j->layer, head, s->pos0, s->n_rows, st->isa,
+                   st->att_scratch + worker * st->att_scratch_floats);
 }
 
 /* qkv is (R, 3C), att is (R, C). */
 static void attention_forward(forward_state *st, threadpool *pool,
-                              size_t layer, size_t n_seqs)
+                              const kv_geometry *kv, size_t layer,
+                              size_t n_seqs)
 {
-    attention_job j = { .st = st, .layer = layer, .n_seqs = n_seqs };
-    pool_run(pool, n_seqs * st->cfg.n_head, attention_task, &j);
+    attention_job j = { .st = st, .kv = kv, .layer = layer };
+    threadpool_run(pool, n_seqs * st->cfg.n_head, attention_task, &j);
 }
 
 /* ---- state ---- */
 
 int forward_state_create(forward_state **out, const model *m, size_t max_rows,
-                         gpt2d_error *err)
+                         size_t n_workers, gpt2d_error *err)
 {
     *out = NULL;
     const model_config *cfg = &m->config;
-    if (max_rows == 0)
-        return error_set(err, "forward: max_rows must be at least 1");
+    if (max_rows == 0 || n_workers == 0)
+        return error_set(err, "forward: max_rows and the workers must be at "
+                         "least 1");
     if (cfg->n_head == 0 || cfg->n_embd % cfg->n_head != 0)
         return error_set(err, "forward: n_embd %zu is not a multiple of "
                          "n_head %zu", cfg->n_embd, cfg->n_head);
@@ -1179,12 +261,21 @@ int forward_state_create(forward_state **out, const model *m, size_t max_rows,
         return error_set(err, "forward: cannot allocate scratch for %zu rows "
                          "(%zu bytes)", max_rows, max_rows * 11 * C * 4);
     }
-    st->edge_floats = 2 * max_rows * PANEL_WIDTH;
-#ifdef HAVE_AVX2_KERNELS
-    __builtin_cpu_init();
-    st->use_avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")
-                   && half_uses_f16c();
-#endif
+    st->n_workers = n_workers;
+    st->edge_floats = matmul_scratch_floats(max_rows);
+    st->att_scratch_floats = attention_scratch_floats(cfg->n_ctx,
+                                                      C / cfg->n_head);
+    st->att_scratch = alloc_floats(n_workers * st->att_scratch_floats);
+    st->edge = alloc_floats(n_workers * st->edge_floats);
+    if (st->att_scratch == NULL || st->edge == NULL) {
+        forward_state_free(st);
+        return error_set(err, "forward: cannot allocate kernel scratch for "
+                         "%zu workers", n_workers);
+    }
+    if (cpu_isa_choose(&st->isa, err) != 0) {
+        forward_state_free(st);
+        return -1;
+    }
 #ifdef HAVE_OPENBLAS_SET_NUM_THREADS
     /* Our pool splits every product itself; OpenBLAS's own threads would
      * spin-wait against the pool's on a small machine.  Process-wide. */
@@ -1208,45 +299,51 @@ void forward_state_free(forward_state *st)
     free(st->row_pos);
     free(st->row_tok);
     free(st->logit_rows);
-    free(st->scores);
+    free(st->att_scratch);
     free(st->edge);
-    free(st->kv_wide);
     free(st);
 }
 
-void forward_state_use_portable_kernels(forward_state *st)
+int forward_state_set_isa(forward_state *st, cpu_isa isa, gpt2d_error *err)
 {
-    st->use_avx2 = 0;
+    if (isa > cpu_isa_supported())
+        return error_set(err, "forward: this CPU cannot run the %s kernels",
+                         cpu_isa_name(isa));
+    st->isa = isa;
+    return 0;
+}
+
+cpu_isa forward_state_isa(const forward_state *st)
+{
+    return st->isa;
 }
 
 /* Checks the whole step before anything is written; fills the row tables. */
-static int plan_step(forward_state *st, const forward_seq *seqs,
-                     size_t n_seqs, size_t *n_rows, size_t *n_logit_rows,
-                     gpt2d_error *err)
+static int plan_step(forward_state *st, const kv_geometry *kv,
+                     const forward_seq *seqs, size_t n_seqs, size_t *n_rows,
+                     size_t *n_logit_rows, gpt2d_error *err)
 {
     const model_config *cfg = &st->cfg;
     size_t R = 0, L = 0;
+    if (kv->n_ctx != cfg->n_ctx || kv->n_layer != cfg->n_layer
+        || kv->n_head != cfg->n_head
+        || kv->head_dim * cfg->n_head != cfg->n_embd)
+        return error_set(err, "forward: the KV cache does not match the model");
     for (size_t s = 0; s < n_seqs; s++) {
         const forward_seq *q = &seqs[s];
-        const kv_slot *kv = q->kv;
-        if (kv == NULL || q->tokens == NULL)
-            return error_set(err, "forward: sequence %zu has no KV slot or "
-                             "no tokens", s);
+        if (q->blocks == NULL || q->tokens == NULL)
+            return error_set(err, "forward: sequence %zu has no block table "
+                             "or no tokens", s);
         if (q->n_tokens == 0)
             return error_set(err, "forward: sequence %zu has no new tokens", s);
-        if (kv->n_ctx != cfg->n_ctx || kv->n_layer != cfg->n_layer
-            || kv->n_head != cfg->n_head
-            || kv->head_dim * cfg->n_head != cfg->n_embd)
-            return error_set(err, "forward: sequence %zu's KV slot does not "
-                             "match the model", s);
         if (q->n_logits > q->n_tokens)
             return error_set(err, "forward: sequence %zu asks logits for %zu "
                              "rows but brings %zu tokens", s, q->n_logits,
                              q->n_tokens);
-        if (kv->n_tokens > cfg->n_ctx || q->n_tokens > cfg->n_ctx - kv->n_tokens)
+        if (q->pos0 > cfg->n_ctx || q->n_tokens > cfg->n_ctx - q->pos0)
             return error_set(err, "forward: sequence %zu would reach %zu "
                              "positions, past n_ctx %zu", s,
-                             kv->n_tokens + q->n_tokens, cfg->n_ctx);
+                             q->pos0 + q->n_tokens, cfg->n_ctx);
         if (q->n_tokens > st->max_rows - R)
             return error_set(err, "forward: step has more than max_rows %zu "
                              "rows", st->max_rows);
@@ -1256,14 +353,13 @@ static int plan_step(forward_state *st, const forward_seq *seqs,
                                  "%ld, outside [0, %zu)", s, t,
                                  (long)q->tokens[t], cfg->vocab_size);
         for (size_t p = 0; p < s; p++)
-            if (seqs[p].kv == kv)
+            if (seqs[p].blocks == q->blocks)
                 return error_set(err, "forward: sequences %zu and %zu share "
-                                 "a KV slot", p, s);
-        st->seqs[s] = (seq_rows){ .kv = q->kv, .row0 = R,
-                                  .n_rows = q->n_tokens,
-                                  .pos0 = kv->n_tokens };
+                                 "a block table", p, s);
+        st->seqs[s] = (seq_rows){ .blocks = q->blocks, .row0 = R,
+                                  .n_rows = q->n_tokens, .pos0 = q->pos0 };
         for (size_t t = 0; t < q->n_tokens; t++) {
-            st->row_pos[R + t] = kv->n_tokens + t;
+            st->row_pos[R + t] = q->pos0 + t;
             st->row_tok[R + t] = &q->tokens[t];
         }
         for (size_t t = q->n_tokens - q->n_logits; t < q->n_tokens; t++)
@@ -1275,59 +371,19 @@ static int plan_step(forward_state *st, const forward_seq *seqs,
     return 0;
 }
 
-/* Whether this step's attention widens a half slot in scratch (the
- * portable kernels; the AVX2 ones widen as they load). */
-static bool needs_kv_wide(const forward_state *st, const forward_seq *seqs,
-                          size_t n_seqs)
-{
-    const size_t hd = st->cfg.n_embd / st->cfg.n_head;
-    if (st->use_avx2 && hd % 8 == 0)
-        return false;
-    for (size_t i = 0; i < n_seqs; i++)
-        if (seqs[i].kv->half)
-            return true;
-    return false;
-}
-
 int forward_step(forward_state *st, const model *m, threadpool *pool,
-                 forward_seq *seqs, size_t n_seqs, float *logits,
-                 gpt2d_error *err)
+                 const kv_geometry *kv, const forward_seq *seqs,
+                 size_t n_seqs, float *logits, gpt2d_error *err)
 {
     size_t R = 0, L = 0;
-    if (plan_step(st, seqs, n_seqs, &R, &L, err) != 0)
+    if (threadpool_size(pool) > st->n_workers)
+        return error_set(err, "forward: a pool of %zu workers, scratch for "
+                         "%zu", threadpool_size(pool), st->n_workers);
+    if (plan_step(st, kv, seqs, n_seqs, &R, &L, err) != 0)
         return -1;
     if (R == 0)
         return 0;
-    size_t workers = pool_workers(pool);
-    if (st->n_score_workers < workers) {
-        /* once per pool size, never per step in steady state */
-        float *s = alloc_floats(workers * ATT_ROWS * st->cfg.n_ctx);
-        if (s == NULL)
-            return error_set(err, "forward: cannot allocate attention scratch "
-                             "for %zu workers", workers);
-        float *pk = alloc_floats(workers * st->edge_floats);
-        if (pk == NULL) {
-            free(s);
-            return error_set(err, "forward: cannot allocate matmul scratch "
-                             "for %zu workers", workers);
-        }
-        free(st->scores);
-        free(st->edge);
-        st->scores = s;
-        st->edge = pk;
-        st->n_score_workers = workers;
-    }
     const size_t C = st->cfg.n_embd;
-    if (needs_kv_wide(st, seqs, n_seqs) && st->n_wide_workers < workers) {
-        float *w = alloc_floats(workers * 2 * st->cfg.n_ctx * C
-                                / st->cfg.n_head);
-        if (w == NULL)
-            return error_set(err, "forward: cannot allocate attention "
-                             "scratch for %zu workers", workers);
-        free(st->kv_wide);
-        st->kv_wide = w;
-        st->n_wide_workers = workers;
-    }
 
     embedding_forward(st, m, pool, R);
     const panel_dtype dt = m->panel_dtype;
@@ -1335,37 +391,30 @@ int forward_step(forward_state *st, const model *m, threadpool *pool,
         const layer_weights *w = &m->layers[l];
         layernorm_forward(st, pool, st->xn, st->x, NULL, R, w->ln_1_w,
                           w->ln_1_b);
-        matmul_forward(pool, &(matmul_job){ .st = st,
+        matmul(st, pool, &(matmul_args){
             .M = R, .N = 3 * C, .K = C, .a = st->xn, .w = w->attn_wp,
-            .dt = dt, .out = st->qkv, .bias = w->attn_b, .epi = EPI_BIAS });
-        attention_forward(st, pool, l, n_seqs);
-        matmul_forward(pool, &(matmul_job){ .st = st,
+            .dt = dt, .out = st->qkv, .bias = w->attn_b, .epi = MATMUL_BIAS });
+        attention_forward(st, pool, kv, l, n_seqs);
+        matmul(st, pool, &(matmul_args){
             .M = R, .N = C, .K = C, .a = st->att, .w = w->attn_proj_wp,
-            .dt = dt, .out = st->x, .beta = 1.0f, .bias = w->attn_proj_b,
-            .epi = EPI_BIAS });
+            .dt = dt, .out = st->x, .accumulate = true, .bias = w->attn_proj_b,
+            .epi = MATMUL_BIAS });
         layernorm_forward(st, pool, st->xn, st->x, NULL, R, w->ln_2_w,
                           w->ln_2_b);
-        matmul_forward(pool, &(matmul_job){ .st = st,
+        matmul(st, pool, &(matmul_args){
             .M = R, .N = 4 * C, .K = C, .a = st->xn, .w = w->fc_wp,
-            .dt = dt, .out = st->h, .bias = w->fc_b, .epi = EPI_BIAS_GELU });
-        matmul_forward(pool, &(matmul_job){ .st = st,
+            .dt = dt, .out = st->h, .bias = w->fc_b, .epi = MATMUL_BIAS_GELU });
+        matmul(st, pool, &(matmul_args){
             .M = R, .N = C, .K = 4 * C, .a = st->h, .w = w->mlp_proj_wp,
-            .dt = dt, .out = st->x, .beta = 1.0f, .bias = w->mlp_proj_b,
-            .epi = EPI_BIAS });
+            .dt = dt, .out = st->x, .accumulate = true, .bias = w->mlp_proj_b,
+            .epi = MATMUL_BIAS });
     }
     if (L > 0) {
         layernorm_forward(st, pool, st->lnf, st->x, st->logit_rows, L,
                           m->ln_f_w, m->ln_f_b);
-        matmul_forward(pool, &(matmul_job){ .st = st,
+        matmul(st, pool, &(matmul_args){
             .M = L, .N = st->cfg.vocab_size, .K = C, .a = st->lnf,
-            .w = m->lm_head_wp, .dt = dt, .out = logits, .epi = EPI_NONE });
-    }
-
-    for (size_t s = 0; s < n_seqs; s++) {
-        kv_slot *kv = seqs[s].kv;
-        memcpy(kv->tokens + kv->n_tokens, seqs[s].tokens,
-               seqs[s].n_tokens * sizeof(int32_t));
-        kv->n_tokens += seqs[s].n_tokens;
+            .w = m->lm_head_wp, .dt = dt, .out = logits, .epi = MATMUL_NONE });
     }
     return 0;
 }

@@ -1,7 +1,20 @@
-/* kvcache.c — storage of one sequence's attention keys and values
- * (see kvcache.h).  A slot is allocated once for the model's full context so
- * serving never grows memory; the engine owns the policy of which sequence
- * uses which slot. */
+/* kvcache.c — paged KV memory, its prefix index and sessions (see
+ * kvcache.h).
+ *
+ * Bookkeeping, all of it here:
+ *   block state   FREE (on the free list), PRIVATE (being filled by one
+ *                 sequence, or a duplicate of a cached block), CACHED (in the
+ *                 index: full, or partial when its sequence ended mid-block).
+ *   refs          running sequences whose block table holds it.  A sequence
+ *                 holds its whole chain from position 0, so an unreferenced
+ *                 block's descendants are unreferenced too: every cached,
+ *                 unreferenced block can be evicted, leaves first.
+ *   children      cached blocks whose parent it is (eviction takes leaves).
+ *   index         cached blocks by their parent's chain key (the root key
+ *                 for a sequence's first block): finding a prompt's next
+ *                 block means looking at the children of the block before.
+ *   n_unref       cached blocks with refs == 0: with n_free, what new
+ *                 sequences may claim; `reserved` of it is promised. */
 #include "config.h"
 
 #include "gpt2d/kvcache.h"
@@ -12,112 +25,176 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Elements in the K (or V) array of one slot, or 0 on overflow. */
-static size_t kv_elems(const model_config *cfg)
+#define NONE (-1)
+
+enum { BLOCK_FREE, BLOCK_PRIVATE, BLOCK_CACHED };
+
+typedef struct kv_block {
+    uint8_t parent_key[SHA256_BYTES];  /* its index key */
+    uint8_t chain[SHA256_BYTES];       /* full blocks: H(parent_key, tokens) */
+    uint8_t domain[SHA256_BYTES];
+    int32_t tokens[KV_BLOCK_TOKENS];
+    uint32_t n_filled;
+    int32_t parent;                    /* block, or NONE for a first block */
+    uint32_t refs;
+    uint32_t children;
+    uint8_t state;
+    bool session;                      /* a session's history: evicted last */
+    int32_t session_tail_of;           /* session record, or NONE */
+    uint64_t last_used;
+    int32_t next_in_bucket;
+    int32_t next_free;
+} kv_block;
+
+typedef struct kv_seq {
+    bool active;
+    uint32_t *blocks;                  /* [per_ctx] */
+    size_t n_blocks;
+    size_t n_tokens;
+    int32_t *tokens;                   /* [n_ctx] */
+    size_t reserved;                   /* blocks it may still take */
+    uint8_t domain[SHA256_BYTES];
+    uint8_t root[SHA256_BYTES];
+    bool session;
+    long record;                       /* session record, or -1 */
+} kv_seq;
+
+typedef struct kv_session {
+    bool used;
+    char id[KVCACHE_SESSION_ID_MAX + 1];
+    uint8_t owner[SHA256_BYTES];
+    uint8_t domain[SHA256_BYTES];
+    int32_t tail;                      /* its history's last block, or NONE */
+    size_t n_tokens;                   /* positions up to the end of tail */
+    double last_used;
+    long seq;                          /* running sequence, or -1 */
+} kv_session;
+
+struct kv_cache {
+    kv_geometry geo;
+    uint8_t fingerprint[SHA256_BYTES];
+    size_t per_ctx;                    /* blocks of one full context */
+    kv_block *blocks;
+    size_t n_blocks;
+    int32_t free_head;
+    size_t n_free, n_unref, reserved;
+    int32_t *buckets;
+    size_t bucket_mask;
+    kv_seq *seqs;
+    size_t n_seqs;
+    kv_session *sessions;
+    size_t n_sessions_cap;
+    uint64_t clock;
+    uint64_t evictions;
+};
+
+/* ---- sizes ---- */
+
+size_t kvcache_blocks_per_context(const model_config *cfg)
 {
-    size_t n = cfg->n_layer;
-    const size_t factors[] = { cfg->n_ctx, cfg->n_embd };
-    for (size_t i = 0; i < sizeof factors / sizeof factors[0]; i++) {
-        if (factors[i] != 0 && n > SIZE_MAX / factors[i])
+    return (cfg->n_ctx + KV_BLOCK_TOKENS - 1) / KV_BLOCK_TOKENS;
+}
+
+size_t kvcache_block_bytes(const model_config *cfg, bool half)
+{
+    const size_t es = half ? 2 : 4;
+    size_t n = 2 * es * KV_BLOCK_TOKENS;
+    const size_t factors[] = { cfg->n_layer, cfg->n_embd };
+    for (size_t i = 0; i < 2; i++) {
+        if (factors[i] == 0 || n > SIZE_MAX / factors[i])
             return 0;
         n *= factors[i];
     }
     return n;
 }
 
-size_t kvcache_slot_bytes(const model_config *cfg, bool half)
+/* ---- hashing ---- */
+
+static void root_key(const kv_cache *c, const uint8_t domain[SHA256_BYTES],
+                     uint8_t out[SHA256_BYTES])
 {
-    const size_t es = half ? 2 : 4, elems = kv_elems(cfg);
-    if (elems == 0 || elems > (SIZE_MAX - cfg->n_ctx * sizeof(int32_t))
-                                  / (2 * es))
-        return 0;
-    return 2 * elems * es + cfg->n_ctx * sizeof(int32_t);
+    static const char label[] = "gpt2d kv root";
+    sha256_ctx h;
+    sha256_init(&h);
+    sha256_update(&h, label, sizeof label);
+    sha256_update(&h, c->fingerprint, SHA256_BYTES);
+    sha256_update(&h, domain, SHA256_BYTES);
+    sha256_final(&h, out);
 }
 
-int kvcache_slot_alloc(kv_slot *slot, const model_config *cfg, bool half,
-                       gpt2d_error *err)
+static void chain_key(const uint8_t parent_key[SHA256_BYTES],
+                      const int32_t *tokens, uint8_t out[SHA256_BYTES])
 {
-    memset(slot, 0, sizeof *slot);
-    if (cfg->n_head == 0 || cfg->n_embd % cfg->n_head != 0)
-        return error_set(err, "KV cache: n_embd %zu is not a multiple of "
-                         "n_head %zu", cfg->n_embd, cfg->n_head);
-    const size_t es = half ? 2 : 4, elems = kv_elems(cfg);
-    size_t bytes = kvcache_slot_bytes(cfg, half);
-    if (elems == 0 || bytes == 0)
-        return error_set(err, "KV cache: slot size overflows for n_layer %zu "
-                         "n_ctx %zu n_embd %zu", cfg->n_layer, cfg->n_ctx,
-                         cfg->n_embd);
-    /* 64-byte alignment keeps each head's rows on cache-line boundaries
-     * (head_dim is a multiple of 16 in every GPT-2). */
-    slot->k = huge_alloc(elems * es);
-    slot->v = huge_alloc(elems * es);
-    slot->tokens = malloc(cfg->n_ctx * sizeof *slot->tokens);
-    if (slot->k == NULL || slot->v == NULL || slot->tokens == NULL) {
-        kvcache_slot_free(slot);
-        return error_set(err, "KV cache: cannot allocate a slot of %zu bytes",
-                         bytes);
+    uint8_t bytes[KV_BLOCK_TOKENS * 4];
+    for (size_t i = 0; i < KV_BLOCK_TOKENS; i++) {
+        uint32_t t = (uint32_t)tokens[i];       /* little-endian on disk too */
+        bytes[4 * i] = (uint8_t)t;
+        bytes[4 * i + 1] = (uint8_t)(t >> 8);
+        bytes[4 * i + 2] = (uint8_t)(t >> 16);
+        bytes[4 * i + 3] = (uint8_t)(t >> 24);
     }
-    slot->half = half;
-    slot->n_tokens = 0;
-    slot->n_ctx = cfg->n_ctx;
-    slot->n_layer = cfg->n_layer;
-    slot->n_head = cfg->n_head;
-    slot->head_dim = cfg->n_embd / cfg->n_head;
-    return 0;
+    sha256_ctx h;
+    sha256_init(&h);
+    sha256_update(&h, parent_key, SHA256_BYTES);
+    sha256_update(&h, bytes, sizeof bytes);
+    sha256_final(&h, out);
 }
 
-void kvcache_slot_free(kv_slot *slot)
+/* A session's history is a domain of its own inside its caller's. */
+static void session_domain(const uint8_t domain[SHA256_BYTES],
+                           const char *session, uint8_t out[SHA256_BYTES])
 {
-    if (slot == NULL)
-        return;
-    free(slot->k);
-    free(slot->v);
-    free(slot->tokens);
-    memset(slot, 0, sizeof *slot);
+    static const char label[] = "gpt2d session";
+    sha256_ctx h;
+    sha256_init(&h);
+    sha256_update(&h, label, sizeof label);
+    sha256_update(&h, domain, SHA256_BYTES);
+    sha256_update(&h, session, strlen(session));
+    sha256_final(&h, out);
 }
 
-/* ---- the slot pool ---- */
+/* ---- the index ---- */
 
-int kvcache_pool_create(kv_pool *pool, const model_config *cfg,
-                        size_t n_slots, bool half, gpt2d_error *err)
+static size_t bucket_of(const kv_cache *c, const uint8_t key[SHA256_BYTES])
 {
-    memset(pool, 0, sizeof *pool);
-    if (n_slots == 0)
-        return error_set(err, "KV pool: at least one slot is needed");
-    pool->slots = calloc(n_slots, sizeof *pool->slots);
-    if (pool->slots == NULL)
-        return error_set(err, "KV pool: out of memory for %zu slots", n_slots);
-    pool->n_slots = n_slots;
-    for (size_t i = 0; i < n_slots; i++) {
-        kv_slot *kv = &pool->slots[i].kv;
-        if (kvcache_slot_alloc(kv, cfg, half, err) != 0) {
-            kvcache_pool_free(pool);
-            return -1;
-        }
-        /* Touch every page now: the pool's memory is committed at start-up
-         * (an overcommitted box fails here, not mid-request) and RSS shows
-         * the real footprint from the first minute. */
-        size_t bytes = kv->n_layer * kv->n_head * kv->n_ctx * kv->head_dim
-                       * kvcache_elem_size(kv);
-        memset(kv->k, 0, bytes);
-        memset(kv->v, 0, bytes);
-        memset(kv->tokens, 0, kv->n_ctx * sizeof *kv->tokens);
-    }
-    return 0;
+    uint64_t v;
+    memcpy(&v, key, sizeof v);
+    return (size_t)v & c->bucket_mask;
 }
 
-void kvcache_pool_free(kv_pool *pool)
+static void index_insert(kv_cache *c, int32_t b)
 {
-    if (pool == NULL)
-        return;
-    for (size_t i = 0; i < pool->n_slots; i++)
-        kvcache_slot_free(&pool->slots[i].kv);
-    free(pool->slots);
-    memset(pool, 0, sizeof *pool);
+    kv_block *k = &c->blocks[b];
+    size_t i = bucket_of(c, k->parent_key);
+    k->next_in_bucket = c->buckets[i];
+    c->buckets[i] = b;
+    k->state = BLOCK_CACHED;
+    if (k->parent != NONE)
+        c->blocks[k->parent].children++;
 }
 
-size_t kvcache_common_prefix(const int32_t *a, size_t na, const int32_t *b,
-                             size_t nb)
+static void index_remove(kv_cache *c, int32_t b)
+{
+    kv_block *k = &c->blocks[b];
+    int32_t *p = &c->buckets[bucket_of(c, k->parent_key)];
+    while (*p != b)
+        p = &c->blocks[*p].next_in_bucket;
+    *p = k->next_in_bucket;
+    k->next_in_bucket = NONE;
+    if (k->parent != NONE)
+        c->blocks[k->parent].children--;
+}
+
+static bool is_child(const kv_block *k, const uint8_t key[SHA256_BYTES],
+                     int32_t parent, const uint8_t domain[SHA256_BYTES])
+{
+    return k->parent == parent &&
+           memcmp(k->parent_key, key, SHA256_BYTES) == 0 &&
+           memcmp(k->domain, domain, SHA256_BYTES) == 0;
+}
+
+static size_t common_prefix(const int32_t *a, size_t na, const int32_t *b,
+                            size_t nb)
 {
     size_t n = na < nb ? na : nb, i = 0;
     while (i < n && a[i] == b[i])
@@ -125,152 +202,648 @@ size_t kvcache_common_prefix(const int32_t *a, size_t na, const int32_t *b,
     return i;
 }
 
-long kvcache_pool_find_session(const kv_pool *pool,
-                               const uint8_t owner[SHA256_BYTES],
-                               const char *session)
+/* The cached child of `parent` (key `key`) that shares the most of `want`
+ * (at most KV_BLOCK_TOKENS): *shared tokens of it.  NONE when none shares
+ * any. */
+static int32_t best_child(const kv_cache *c, const uint8_t key[SHA256_BYTES],
+                          int32_t parent, const uint8_t domain[SHA256_BYTES],
+                          const int32_t *want, size_t n_want, size_t *shared)
 {
-    if (session == NULL)
-        return -1;
-    for (size_t i = 0; i < pool->n_slots; i++) {
-        const kv_pool_slot *s = &pool->slots[i];
-        if (s->pinned && strcmp(s->session, session) == 0 &&
-            memcmp(s->id.owner, owner, SHA256_BYTES) == 0)
+    int32_t best = NONE;
+    size_t best_n = 0;
+    for (int32_t b = c->buckets[bucket_of(c, key)]; b != NONE;
+         b = c->blocks[b].next_in_bucket) {
+        const kv_block *k = &c->blocks[b];
+        if (!is_child(k, key, parent, domain))
+            continue;
+        size_t n = common_prefix(k->tokens, k->n_filled, want, n_want);
+        if (n > best_n || (n == best_n && n > 0 && k->n_filled == KV_BLOCK_TOKENS
+                           && c->blocks[best].n_filled < KV_BLOCK_TOKENS)) {
+            best = b;
+            best_n = n;
+        }
+    }
+    *shared = best_n;
+    return best;
+}
+
+/* A cached twin of private block `b` (same parent, tokens and fill), or
+ * NONE: two sequences that computed the same prefix keep one copy. */
+static int32_t cached_twin(const kv_cache *c, int32_t b)
+{
+    const kv_block *k = &c->blocks[b];
+    for (int32_t o = c->buckets[bucket_of(c, k->parent_key)]; o != NONE;
+         o = c->blocks[o].next_in_bucket) {
+        const kv_block *t = &c->blocks[o];
+        if (is_child(t, k->parent_key, k->parent, k->domain) &&
+            t->n_filled == k->n_filled &&
+            memcmp(t->tokens, k->tokens, k->n_filled * sizeof *k->tokens) == 0)
+            return o;
+    }
+    return NONE;
+}
+
+/* ---- blocks ---- */
+
+static void block_release_to_free(kv_cache *c, int32_t b)
+{
+    kv_block *k = &c->blocks[b];
+    k->state = BLOCK_FREE;
+    k->refs = 0;
+    k->n_filled = 0;
+    k->session_tail_of = NONE;
+    k->next_free = c->free_head;
+    c->free_head = b;
+    c->n_free++;
+}
+
+/* The session whose history ends at `b` now ends at its parent. */
+static void session_lose_tail(kv_cache *c, int32_t b)
+{
+    kv_block *k = &c->blocks[b];
+    if (k->session_tail_of == NONE)
+        return;
+    /* a tail is a leaf when evicted; its parent is a full block of the
+     * same session */
+    kv_session *s = &c->sessions[k->session_tail_of];
+    s->n_tokens -= k->n_filled;
+    s->tail = k->parent;
+    if (k->parent != NONE)
+        c->blocks[k->parent].session_tail_of = k->session_tail_of;
+    k->session_tail_of = NONE;
+}
+
+/* Drops an unreferenced cached block. */
+static void drop_cached(kv_cache *c, int32_t b)
+{
+    session_lose_tail(c, b);
+    index_remove(c, b);
+    c->n_unref--;
+    block_release_to_free(c, b);
+}
+
+/* The least recently used leaf no sequence holds, plain prefixes before
+ * sessions' history. */
+static int32_t eviction_victim(const kv_cache *c)
+{
+    int32_t best = NONE;
+    for (size_t i = 0; i < c->n_blocks; i++) {
+        const kv_block *k = &c->blocks[i];
+        if (k->state != BLOCK_CACHED || k->refs != 0 || k->children != 0)
+            continue;
+        if (best == NONE) {
+            best = (int32_t)i;
+            continue;
+        }
+        const kv_block *o = &c->blocks[best];
+        if (k->session < o->session ||
+            (k->session == o->session && k->last_used < o->last_used))
+            best = (int32_t)i;
+    }
+    return best;
+}
+
+/* A block for a sequence, out of its reservation: free, or evicted. */
+static int32_t take_block(kv_cache *c)
+{
+    if (c->free_head == NONE) {
+        int32_t v = eviction_victim(c);
+        if (v == NONE)
+            abort();            /* reservations promise a block: a bug */
+        drop_cached(c, v);
+        c->evictions++;
+    }
+    int32_t b = c->free_head;
+    kv_block *k = &c->blocks[b];
+    c->free_head = k->next_free;
+    c->n_free--;
+    k->state = BLOCK_PRIVATE;
+    k->refs = 1;
+    k->children = 0;
+    k->n_filled = 0;
+    k->parent = NONE;
+    k->session = false;
+    k->session_tail_of = NONE;
+    k->next_in_bucket = NONE;
+    return b;
+}
+
+static void ref_block(kv_cache *c, int32_t b)
+{
+    kv_block *k = &c->blocks[b];
+    if (k->refs++ == 0 && k->state == BLOCK_CACHED)
+        c->n_unref--;
+}
+
+static void unref_block(kv_cache *c, int32_t b)
+{
+    kv_block *k = &c->blocks[b];
+    if (--k->refs > 0)
+        return;
+    if (k->state == BLOCK_CACHED) {
+        c->n_unref++;
+        k->last_used = c->clock;
+    } else {
+        block_release_to_free(c, b);
+    }
+}
+
+/* Copies positions [0, n) of every layer and head from block `src` to
+ * `dst`. */
+static void copy_positions(kv_cache *c, int32_t dst, int32_t src, size_t n)
+{
+    const kv_geometry *g = &c->geo;
+    const size_t row = g->head_dim * g->elem_size;
+    for (size_t l = 0; l < g->n_layer; l++)
+        for (size_t h = 0; h < g->n_head; h++) {
+            memcpy(kvcache_block_k(g, (uint32_t)dst, l, h),
+                   kvcache_block_k(g, (uint32_t)src, l, h), n * row);
+            memcpy(kvcache_block_v(g, (uint32_t)dst, l, h),
+                   kvcache_block_v(g, (uint32_t)src, l, h), n * row);
+        }
+    memcpy(c->blocks[dst].tokens, c->blocks[src].tokens, n * sizeof(int32_t));
+    c->blocks[dst].n_filled = (uint32_t)n;
+}
+
+/* ---- create / free ---- */
+
+int kvcache_create(kv_cache **out, const model_config *cfg,
+                   const kv_cache_config *kc, const uint8_t *fingerprint,
+                   gpt2d_error *err)
+{
+    *out = NULL;
+    if (cfg->n_head == 0 || cfg->n_embd % cfg->n_head != 0)
+        return error_set(err, "KV cache: n_embd %zu is not a multiple of "
+                         "n_head %zu", cfg->n_embd, cfg->n_head);
+    const size_t bb = kvcache_block_bytes(cfg, kc->half);
+    const size_t per_ctx = kvcache_blocks_per_context(cfg);
+    if (bb == 0)
+        return error_set(err, "KV cache: block size overflows");
+    if (kc->max_seqs == 0)
+        return error_set(err, "KV cache: at least one sequence is needed");
+    if (kc->n_blocks < per_ctx || kc->n_blocks > INT32_MAX / 2)
+        return error_set(err, "KV cache: %zu blocks of %zu tokens cannot hold "
+                         "one full context of %zu tokens (%zu blocks)",
+                         kc->n_blocks, (size_t)KV_BLOCK_TOKENS, cfg->n_ctx, per_ctx);
+    if (kc->n_blocks > SIZE_MAX / bb)
+        return error_set(err, "KV cache: %zu blocks overflow", kc->n_blocks);
+    kv_cache *c = calloc(1, sizeof *c);
+    if (c == NULL)
+        return error_set(err, "KV cache: out of memory");
+    c->geo = (kv_geometry){ .block_bytes = bb, .elem_size = kc->half ? 2 : 4,
+                            .half = kc->half, .n_layer = cfg->n_layer,
+                            .n_head = cfg->n_head,
+                            .head_dim = cfg->n_embd / cfg->n_head,
+                            .n_ctx = cfg->n_ctx };
+    memcpy(c->fingerprint, fingerprint, SHA256_BYTES);
+    c->per_ctx = per_ctx;
+    c->n_blocks = kc->n_blocks;
+    c->n_seqs = kc->max_seqs;
+    c->n_sessions_cap = kc->n_blocks;
+    size_t n_buckets = 16;
+    while (n_buckets < 2 * kc->n_blocks)
+        n_buckets *= 2;
+    c->bucket_mask = n_buckets - 1;
+    c->geo.base = huge_alloc(kc->n_blocks * bb);
+    c->blocks = calloc(kc->n_blocks, sizeof *c->blocks);
+    c->buckets = malloc(n_buckets * sizeof *c->buckets);
+    c->seqs = calloc(kc->max_seqs, sizeof *c->seqs);
+    c->sessions = calloc(c->n_sessions_cap, sizeof *c->sessions);
+    bool ok = c->geo.base && c->blocks && c->buckets && c->seqs && c->sessions;
+    for (size_t i = 0; ok && i < kc->max_seqs; i++) {
+        c->seqs[i].blocks = malloc(per_ctx * sizeof *c->seqs[i].blocks);
+        c->seqs[i].tokens = malloc(cfg->n_ctx * sizeof *c->seqs[i].tokens);
+        ok = c->seqs[i].blocks && c->seqs[i].tokens;
+    }
+    if (!ok) {
+        kvcache_free(c);
+        return error_set(err, "KV cache: cannot allocate %zu blocks of %zu bytes",
+                         kc->n_blocks, bb);
+    }
+    /* Touch every page now: the memory is committed at start-up (an
+     * overcommitted box fails here, not mid-request) and RSS shows the real
+     * footprint from the first minute. */
+    memset(c->geo.base, 0, kc->n_blocks * bb);
+    for (size_t i = 0; i < n_buckets; i++)
+        c->buckets[i] = NONE;
+    c->free_head = NONE;
+    for (size_t i = kc->n_blocks; i-- > 0;) {
+        c->blocks[i].next_in_bucket = NONE;
+        block_release_to_free(c, (int32_t)i);
+    }
+    *out = c;
+    return 0;
+}
+
+void kvcache_free(kv_cache *c)
+{
+    if (c == NULL)
+        return;
+    for (size_t i = 0; c->seqs != NULL && i < c->n_seqs; i++) {
+        free(c->seqs[i].blocks);
+        free(c->seqs[i].tokens);
+    }
+    free(c->seqs);
+    free(c->sessions);
+    free(c->buckets);
+    free(c->blocks);
+    free(c->geo.base);
+    free(c);
+}
+
+const kv_geometry *kvcache_geometry(const kv_cache *c)
+{
+    return &c->geo;
+}
+
+/* ---- sessions ---- */
+
+static long session_find(const kv_cache *c, const uint8_t owner[SHA256_BYTES],
+                         const char *id)
+{
+    for (size_t i = 0; i < c->n_sessions_cap; i++) {
+        const kv_session *s = &c->sessions[i];
+        if (s->used && strcmp(s->id, id) == 0 &&
+            memcmp(s->owner, owner, SHA256_BYTES) == 0)
             return (long)i;
     }
     return -1;
 }
 
-static bool same_domain(const kv_pool_slot *s, const kv_identity *who)
+static void session_forget(kv_cache *c, long i)
 {
-    return memcmp(s->id.domain, who->domain, SHA256_BYTES) == 0;
+    kv_session *s = &c->sessions[i];
+    if (s->tail != NONE)
+        c->blocks[s->tail].session_tail_of = NONE;
+    memset(s, 0, sizeof *s);
 }
 
-size_t kvcache_pool_idle(const kv_pool *pool)
+/* A record for a new session: an unused one, else the least recently used
+ * idle one's (its blocks stay cached, reachable by its id, until evicted). */
+static long session_new(kv_cache *c)
 {
-    size_t n = 0;
-    for (size_t i = 0; i < pool->n_slots; i++)
-        n += !pool->slots[i].busy;
-    return n;
-}
-
-/* The slot a new sequence should take when it has no session slot: the
- * longest reusable prefix among idle unpinned slots of its domain, else an
- * empty slot, else the least recently used idle one.  SIZE_MAX when all are
- * busy. */
-static size_t pick_slot(const kv_pool *pool, const kv_identity *who,
-                        const int32_t *prompt, size_t n_prompt, bool reuse)
-{
-    size_t best = SIZE_MAX, best_prefix = 0;
-    if (reuse) {
-        for (size_t i = 0; i < pool->n_slots; i++) {
-            const kv_pool_slot *s = &pool->slots[i];
-            if (s->busy || s->pinned || !same_domain(s, who))
-                continue;
-            size_t p = kvcache_common_prefix(s->kv.tokens, s->kv.n_tokens,
-                                             prompt, n_prompt);
-            if (p > best_prefix) {
-                best = i;
-                best_prefix = p;
-            }
-        }
-        if (best != SIZE_MAX)
-            return best;
+    long best = -1;
+    for (size_t i = 0; i < c->n_sessions_cap; i++) {
+        const kv_session *s = &c->sessions[i];
+        if (!s->used)
+            return (long)i;
+        if (s->seq < 0 && (best < 0 || s->last_used < c->sessions[best].last_used))
+            best = (long)i;
     }
-    for (size_t i = 0; i < pool->n_slots; i++)
-        if (!pool->slots[i].busy && !pool->slots[i].pinned
-            && pool->slots[i].kv.n_tokens == 0)
-            return i;
-    for (size_t i = 0; i < pool->n_slots; i++) {
-        const kv_pool_slot *s = &pool->slots[i];
-        if (!s->busy && (best == SIZE_MAX
-                         || s->last_used < pool->slots[best].last_used))
-            best = i;
-    }
+    if (best >= 0)
+        session_forget(c, best);
     return best;
 }
 
-kv_acquire_status kvcache_pool_acquire(kv_pool *pool, const kv_identity *who,
-                                       const char *session,
-                                       const int32_t *prompt, size_t n_prompt,
-                                       bool reuse, double now,
-                                       size_t *slot_index, size_t *n_reused)
+size_t kvcache_sessions(const kv_cache *c, const uint8_t owner[SHA256_BYTES],
+                        kv_session_info *out, size_t cap)
 {
-    long pinned = kvcache_pool_find_session(pool, who->owner, session);
-    size_t idx;
-    if (pinned >= 0) {
-        if (pool->slots[pinned].busy)
-            return KV_SESSION_BUSY;
-        idx = (size_t)pinned;
-    } else {
-        idx = pick_slot(pool, who, prompt, n_prompt, reuse);
-        if (idx == SIZE_MAX)
-            return KV_NO_SLOT;
+    size_t n = 0;
+    for (size_t i = 0; i < c->n_sessions_cap; i++) {
+        const kv_session *s = &c->sessions[i];
+        if (!s->used || memcmp(s->owner, owner, SHA256_BYTES) != 0)
+            continue;
+        if (n < cap) {
+            kv_session_info *info = &out[n];
+            snprintf(info->id, sizeof info->id, "%s", s->id);
+            info->busy = s->seq >= 0;
+            info->n_tokens = s->seq >= 0 ? c->seqs[s->seq].n_tokens : s->n_tokens;
+            info->last_used = s->last_used;
+        }
+        n++;
     }
-    kv_pool_slot *s = &pool->slots[idx];
-    size_t keep = 0;
-    /* Another session's slot (evicted) or another domain's keeps nothing. */
-    bool may_reuse = same_domain(s, who) && (pinned >= 0 || !s->pinned);
-    if (reuse && may_reuse && n_prompt > 0) {
-        keep = kvcache_common_prefix(s->kv.tokens, s->kv.n_tokens, prompt,
-                                     n_prompt);
-        if (keep > n_prompt - 1)
-            keep = n_prompt - 1;
-    }
-    s->kv.n_tokens = keep;
-    s->n_tokens_shown = keep;
-    s->busy = true;
-    s->id = *who;
-    if (pinned < 0) {
-        /* whatever session owned this (evicted) slot loses it */
-        s->pinned = session != NULL;
-        snprintf(s->session, sizeof s->session, "%s",
-                 session != NULL ? session : "");
-    }
-    s->last_used = ++pool->clock;
-    s->last_used_time = now;
-    *slot_index = idx;
-    *n_reused = keep;
-    return KV_ACQUIRED;
+    return n;
 }
 
-void kvcache_pool_release(kv_pool *pool, size_t slot_index, double now)
+int kvcache_session_delete(kv_cache *c, const uint8_t owner[SHA256_BYTES],
+                           const char *session)
 {
-    kv_pool_slot *s = &pool->slots[slot_index];
-    s->busy = false;
-    s->n_tokens_shown = s->kv.n_tokens;
-    s->last_used = ++pool->clock;
-    s->last_used_time = now;
-}
-
-int kvcache_pool_delete_session(kv_pool *pool,
-                                const uint8_t owner[SHA256_BYTES],
-                                const char *session)
-{
-    long i = kvcache_pool_find_session(pool, owner, session);
+    long i = session_find(c, owner, session);
     if (i < 0)
         return -1;
-    kv_pool_slot *s = &pool->slots[i];
-    if (s->busy)
+    if (c->sessions[i].seq >= 0)
         return -2;
-    s->pinned = false;
-    s->session[0] = '\0';
-    s->kv.n_tokens = 0;
-    s->n_tokens_shown = 0;
+    uint8_t domain[SHA256_BYTES];
+    memcpy(domain, c->sessions[i].domain, SHA256_BYTES);
+    session_forget(c, i);
+    /* Every block of its domain goes, leaves first (no sequence holds any:
+     * only the session's own sequence uses its domain). */
+    bool dropped = true;
+    while (dropped) {
+        dropped = false;
+        for (size_t b = 0; b < c->n_blocks; b++) {
+            kv_block *k = &c->blocks[b];
+            if (k->state == BLOCK_CACHED && k->refs == 0 && k->children == 0 &&
+                memcmp(k->domain, domain, SHA256_BYTES) == 0) {
+                drop_cached(c, (int32_t)b);
+                dropped = true;
+            }
+        }
+    }
     return 0;
 }
 
-void kvcache_copy_prefix(kv_slot *dst, const kv_slot *src, size_t n)
+/* ---- sequences ---- */
+
+static size_t blocks_for(size_t n_tokens)
 {
-    if (n > src->n_tokens)
-        n = src->n_tokens;
-    for (size_t l = 0; l < src->n_layer; l++) {
-        for (size_t h = 0; h < src->n_head; h++) {
-            memcpy(kvcache_k(dst, l, h), kvcache_k(src, l, h),
-                   n * src->head_dim * kvcache_elem_size(src));
-            memcpy(kvcache_v(dst, l, h), kvcache_v(src, l, h),
-                   n * src->head_dim * kvcache_elem_size(src));
+    return (n_tokens + KV_BLOCK_TOKENS - 1) / KV_BLOCK_TOKENS;
+}
+
+kv_begin_status kvcache_seq_begin(kv_cache *c, const kv_begin *b,
+                                  size_t *seqs, size_t *n_reused)
+{
+    long record = -1;
+    if (b->session != NULL) {
+        record = session_find(c, b->who->owner, b->session);
+        if (record >= 0 && c->sessions[record].seq >= 0)
+            return KV_SESSION_BUSY;
+    }
+    size_t n_free_seqs = 0;
+    for (size_t i = 0; i < c->n_seqs && n_free_seqs < b->n_seq; i++)
+        if (!c->seqs[i].active)
+            seqs[n_free_seqs++] = i;
+    if (n_free_seqs < b->n_seq)
+        return KV_NO_SEQ;
+
+    uint8_t domain[SHA256_BYTES], key[SHA256_BYTES];
+    if (b->session != NULL)
+        session_domain(b->who->domain, b->session, domain);
+    else
+        memcpy(domain, b->who->domain, SHA256_BYTES);
+    uint8_t root[SHA256_BYTES];
+    root_key(c, domain, root);
+    memcpy(key, root, SHA256_BYTES);
+
+    /* The longest cached prefix: whole blocks shared, then the best partial
+     * match to copy. */
+    int32_t matched[c->per_ctx];
+    size_t n_matched = 0, pos = 0, newly_held = 0;
+    int32_t parent = NONE, copy_src = NONE;
+    size_t copy_n = 0;
+    const size_t limit = b->reuse && b->n_prompt > 0 ? b->n_prompt - 1 : 0;
+    while (pos < limit) {
+        size_t want = limit - pos < KV_BLOCK_TOKENS ? limit - pos : KV_BLOCK_TOKENS;
+        size_t shared;
+        int32_t x = best_child(c, key, parent, domain, b->prompt + pos, want,
+                               &shared);
+        if (x == NONE)
+            break;
+        if (shared == KV_BLOCK_TOKENS) {
+            matched[n_matched++] = x;
+            newly_held += c->blocks[x].refs == 0;
+            parent = x;
+            memcpy(key, c->blocks[x].chain, SHA256_BYTES);
+            pos += KV_BLOCK_TOKENS;
+            continue;
+        }
+        copy_src = x;
+        copy_n = shared;
+        break;
+    }
+
+    /* Reserve what the sequences can come to need. */
+    const size_t total = blocks_for(b->max_total);
+    size_t need = total - n_matched;
+    if (b->n_seq > 1)
+        need += (b->n_seq - 1) * (total - b->n_prompt / KV_BLOCK_TOKENS);
+    size_t held_for_copy = copy_src != NONE && c->blocks[copy_src].refs == 0;
+    size_t claimable = c->n_free + c->n_unref;
+    if (claimable < c->reserved + newly_held + held_for_copy + need)
+        return KV_NO_MEMORY;
+
+    if (b->session != NULL && record < 0) {
+        record = session_new(c);
+        if (record >= 0) {
+            kv_session *s = &c->sessions[record];
+            s->used = true;
+            snprintf(s->id, sizeof s->id, "%s", b->session);
+            memcpy(s->owner, b->who->owner, SHA256_BYTES);
+            memcpy(s->domain, domain, SHA256_BYTES);
+            s->tail = NONE;
+            s->n_tokens = 0;
+            s->seq = -1;
         }
     }
-    memcpy(dst->tokens, src->tokens, n * sizeof *dst->tokens);
-    dst->n_tokens = n;
+    c->clock++;
+    kv_seq *s = &c->seqs[seqs[0]];
+    s->active = true;
+    s->n_blocks = 0;
+    s->n_tokens = 0;
+    s->reserved = total - n_matched;
+    s->session = b->session != NULL;
+    s->record = record;
+    memcpy(s->domain, domain, SHA256_BYTES);
+    memcpy(s->root, root, SHA256_BYTES);
+    for (size_t i = 0; i < n_matched; i++) {
+        ref_block(c, matched[i]);
+        c->blocks[matched[i]].last_used = c->clock;
+        s->blocks[s->n_blocks++] = (uint32_t)matched[i];
+    }
+    memcpy(s->tokens, b->prompt, pos * sizeof *s->tokens);
+    s->n_tokens = pos;
+    c->reserved += need;
+    if (copy_src != NONE) {
+        ref_block(c, copy_src);         /* not the block evicted for the copy */
+        int32_t nb = take_block(c);
+        c->reserved--;
+        s->reserved--;
+        copy_positions(c, nb, copy_src, copy_n);
+        unref_block(c, copy_src);
+        c->blocks[copy_src].last_used = c->clock;
+        kv_block *k = &c->blocks[nb];
+        k->parent = parent;
+        memcpy(k->parent_key, key, SHA256_BYTES);
+        memcpy(k->domain, domain, SHA256_BYTES);
+        k->session = s->session;
+        s->blocks[s->n_blocks++] = (uint32_t)nb;
+        memcpy(s->tokens + pos, b->prompt + pos, copy_n * sizeof *s->tokens);
+        s->n_tokens += copy_n;
+    }
+    for (size_t i = 1; i < b->n_seq; i++) {
+        kv_seq *f = &c->seqs[seqs[i]];
+        f->active = true;
+        f->n_blocks = 0;
+        f->n_tokens = 0;
+        f->reserved = total - b->n_prompt / KV_BLOCK_TOKENS;
+        f->session = s->session;
+        f->record = -1;
+        memcpy(f->domain, domain, SHA256_BYTES);
+        memcpy(f->root, root, SHA256_BYTES);
+    }
+    if (record >= 0) {
+        /* a session asked with another cache_salt starts a new history */
+        memcpy(c->sessions[record].domain, domain, SHA256_BYTES);
+        c->sessions[record].seq = (long)seqs[0];
+    }
+    *n_reused = s->n_tokens;
+    return KV_BEGUN;
+}
+
+void kvcache_seq_fork(kv_cache *c, size_t src, size_t dst)
+{
+    kv_seq *s = &c->seqs[src], *d = &c->seqs[dst];
+    size_t full = s->n_tokens / KV_BLOCK_TOKENS;
+    for (size_t i = 0; i < full; i++) {
+        ref_block(c, (int32_t)s->blocks[i]);
+        d->blocks[i] = s->blocks[i];
+    }
+    d->n_blocks = full;
+    memcpy(d->tokens, s->tokens, s->n_tokens * sizeof *d->tokens);
+    d->n_tokens = full * KV_BLOCK_TOKENS;
+    size_t rest = s->n_tokens - d->n_tokens;
+    if (rest > 0) {
+        int32_t from = (int32_t)s->blocks[full];
+        int32_t nb = take_block(c);
+        c->reserved--;
+        d->reserved--;
+        copy_positions(c, nb, from, rest);
+        kv_block *k = &c->blocks[nb], *f = &c->blocks[from];
+        k->parent = f->parent;
+        memcpy(k->parent_key, f->parent_key, SHA256_BYTES);
+        memcpy(k->domain, f->domain, SHA256_BYTES);
+        k->session = f->session;
+        d->blocks[d->n_blocks++] = (uint32_t)nb;
+        d->n_tokens += rest;
+    }
+}
+
+void kvcache_seq_grow(kv_cache *c, size_t seq, size_t n)
+{
+    kv_seq *s = &c->seqs[seq];
+    size_t want = blocks_for(s->n_tokens + n);
+    while (s->n_blocks < want) {
+        int32_t nb = take_block(c);
+        if (s->reserved == 0)
+            abort();            /* past what begin reserved: a bug */
+        c->reserved--;
+        s->reserved--;
+        kv_block *k = &c->blocks[nb];
+        /* the parent's chain key is known once it is full: publish() */
+        k->parent = s->n_blocks == 0 ? NONE : (int32_t)s->blocks[s->n_blocks - 1];
+        memcpy(k->domain, s->domain, SHA256_BYTES);
+        k->session = s->session;
+        s->blocks[s->n_blocks++] = (uint32_t)nb;
+    }
+}
+
+/* Private block i of `s` is complete (full, or the partial last block of
+ * an ended sequence): it joins the index.  When an identical block is
+ * cached already, the sequence takes that one and this copy is freed, so
+ * two sequences that computed the same prefix keep one copy and every
+ * block's parent is itself cached. */
+static void publish(kv_cache *c, kv_seq *s, size_t i)
+{
+    int32_t b = (int32_t)s->blocks[i];
+    kv_block *k = &c->blocks[b];
+    if (k->parent == NONE)
+        memcpy(k->parent_key, s->root, SHA256_BYTES);
+    else
+        memcpy(k->parent_key, c->blocks[k->parent].chain, SHA256_BYTES);
+    if (k->n_filled == KV_BLOCK_TOKENS)
+        chain_key(k->parent_key, k->tokens, k->chain);
+    int32_t twin = cached_twin(c, b);
+    if (twin == NONE) {
+        index_insert(c, b);
+        return;
+    }
+    ref_block(c, twin);
+    s->blocks[i] = (uint32_t)twin;
+    if (i + 1 < s->n_blocks)
+        c->blocks[s->blocks[i + 1]].parent = twin;
+    unref_block(c, b);
+}
+
+void kvcache_seq_commit(kv_cache *c, size_t seq, const int32_t *tokens,
+                        size_t n)
+{
+    kv_seq *s = &c->seqs[seq];
+    for (size_t t = 0; t < n; t++) {
+        size_t pos = s->n_tokens + t;
+        size_t i = pos / KV_BLOCK_TOKENS;
+        kv_block *k = &c->blocks[s->blocks[i]];
+        k->tokens[pos % KV_BLOCK_TOKENS] = tokens[t];
+        k->n_filled = (uint32_t)(pos % KV_BLOCK_TOKENS + 1);
+        s->tokens[pos] = tokens[t];
+        if (k->n_filled == KV_BLOCK_TOKENS)
+            publish(c, s, i);
+    }
+    s->n_tokens += n;
+}
+
+void kvcache_seq_end(kv_cache *c, size_t seq, double now)
+{
+    kv_seq *s = &c->seqs[seq];
+    c->clock++;
+    /* A partly filled last block stays cached as a partial block. */
+    if (s->n_blocks > 0) {
+        kv_block *k = &c->blocks[s->blocks[s->n_blocks - 1]];
+        if (k->state == BLOCK_PRIVATE && k->n_filled > 0 &&
+            k->n_filled < KV_BLOCK_TOKENS)
+            publish(c, s, s->n_blocks - 1);
+    }
+    /* The session's history now ends at the last cached block it holds. */
+    if (s->record >= 0) {
+        kv_session *r = &c->sessions[s->record];
+        if (r->tail != NONE)
+            c->blocks[r->tail].session_tail_of = NONE;
+        r->tail = NONE;
+        r->n_tokens = 0;
+        for (size_t i = s->n_blocks; i-- > 0;) {
+            kv_block *k = &c->blocks[s->blocks[i]];
+            if (k->state == BLOCK_CACHED) {
+                r->tail = (int32_t)s->blocks[i];
+                r->n_tokens = i * KV_BLOCK_TOKENS + k->n_filled;
+                k->session_tail_of = (int32_t)s->record;
+                break;
+            }
+        }
+        r->last_used = now;
+        r->seq = -1;
+    }
+    for (size_t i = 0; i < s->n_blocks; i++) {
+        c->blocks[s->blocks[i]].last_used = c->clock;
+        unref_block(c, (int32_t)s->blocks[i]);
+    }
+    c->reserved -= s->reserved;
+    s->reserved = 0;
+    s->active = false;
+    s->n_blocks = 0;
+    s->n_tokens = 0;
+    s->record = -1;
+}
+
+size_t kvcache_seq_len(const kv_cache *c, size_t seq)
+{
+    return c->seqs[seq].n_tokens;
+}
+
+const uint32_t *kvcache_seq_blocks(const kv_cache *c, size_t seq)
+{
+    return c->seqs[seq].blocks;
+}
+
+size_t kvcache_seqs_free(const kv_cache *c)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < c->n_seqs; i++)
+        n += !c->seqs[i].active;
+    return n;
+}
+
+kv_stats kvcache_stats(const kv_cache *c)
+{
+    kv_stats st = { 0 };
+    st.blocks_total = c->n_blocks;
+    st.blocks_free = c->n_free;
+    st.blocks_cached = c->n_unref;
+    st.blocks_in_use = c->n_blocks - c->n_free - c->n_unref;
+    st.blocks_reserved = c->reserved;
+    st.bytes_total = c->n_blocks * c->geo.block_bytes;
+    st.seqs_total = c->n_seqs;
+    st.seqs_running = c->n_seqs - kvcache_seqs_free(c);
+    for (size_t i = 0; i < c->n_sessions_cap; i++)
+        st.sessions += c->sessions[i].used;
+    st.evictions = c->evictions;
+    return st;
 }

@@ -50,6 +50,7 @@ typedef struct daemon_state {
     settings cfg;
     model mdl;
     bool model_loaded;
+    size_t kv_blocks;           /* the KV cache's size, from the settings */
     tokenizer *tok;
     engine *eng;
     api_ctx api;
@@ -102,21 +103,24 @@ static unsigned test_min_step_usec(void)
 }
 
 /* What the settings mean once the model's shapes are known: --kv-memory
- * becomes a slot count, and the slots must leave a step room for a prefill
- * chunk.  -1 and a message when they cannot work together. */
-static int plan_slots(daemon_state *d, gpt2d_error *err)
+ * becomes a count of KV blocks (without it, a full context for every slot),
+ * and the slots must leave a step room for a prefill chunk.  -1 and a
+ * message when they cannot work together. */
+static int plan_kv(daemon_state *d, gpt2d_error *err)
 {
     settings *c = &d->cfg;
+    const model_config *mc = &d->mdl.config;
+    const size_t block = kvcache_block_bytes(mc, c->kv_half);
+    const size_t per_ctx = kvcache_blocks_per_context(mc);
+    d->kv_blocks = c->slots * per_ctx;
     if (c->kv_memory > 0) {
-        const size_t per = kvcache_slot_bytes(&d->mdl.config, c->kv_half);
-        if (c->kv_memory < per)
-            return error_set(err, "--kv-memory of %zu bytes holds no KV "
-                             "slot: one takes %zu bytes (%.1f MB) for this "
-                             "model (%s)", c->kv_memory, per,
-                             (double)per / (1 << 20),
+        if (block == 0 || c->kv_memory / block < per_ctx)
+            return error_set(err, "--kv-memory of %zu bytes cannot hold one "
+                             "full context: that takes %zu bytes (%.1f MB) "
+                             "for this model (%s)", c->kv_memory,
+                             block * per_ctx, (double)(block * per_ctx) / (1 << 20),
                              kvcache_dtype_name(c->kv_half));
-        c->slots = c->kv_memory / per < SETTINGS_MAX_SLOTS
-                   ? c->kv_memory / per : SETTINGS_MAX_SLOTS;
+        d->kv_blocks = c->kv_memory / block;
     }
     if (c->max_batch_rows <= c->slots)
         return error_set(err, "--max-batch-rows %zu must exceed the %zu KV "
@@ -143,13 +147,14 @@ static int start(daemon_state *d, gpt2d_error *err)
     if (model_load(&d->mdl, d->cfg.model_dir, d->cfg.dtype, err) != 0)
         return -1;
     d->model_loaded = true;
-    if (plan_slots(d, err) != 0)
+    if (plan_kv(d, err) != 0)
         return -2;
     if (load_tokenizer(d, err) != 0)
         return -1;
     engine_config ec = {
         .n_threads = d->cfg.threads,
         .n_slots = d->cfg.slots,
+        .kv_blocks = d->kv_blocks,
         .kv_half = d->cfg.kv_half,
         .max_queue = d->cfg.max_queue,
         .max_batch_rows = d->cfg.max_batch_rows,
@@ -175,14 +180,17 @@ static int start(daemon_state *d, gpt2d_error *err)
 static void log_summary(const daemon_state *d)
 {
     const model_config *c = &d->mdl.config;
-    double kv_mb = (double)kvcache_slot_bytes(c, d->cfg.kv_half)
-                   * (double)d->cfg.slots / 1e6;
+    double kv_mb = (double)kvcache_block_bytes(c, d->cfg.kv_half)
+                   * (double)d->kv_blocks / 1e6;
     log_info("gpt2d: loaded %s: %zu layers, %zu heads, %zu wide, context %zu, "
-             "vocabulary %zu, %.1f MB of %s weights; %zu KV slots (%.1f MB, "
-             "%s%s), %zu threads; listening on %s:%u",
+             "vocabulary %zu, %.1f MB of %s weights; %zu KV slots, KV cache of "
+             "%zu blocks of %d tokens = %.1f full contexts (%.1f MB, %s%s), "
+             "%zu threads; listening on %s:%u",
              d->mdl.name, c->n_layer, c->n_head, c->n_embd, c->n_ctx, c->vocab_size,
              (double)d->mdl.weight_bytes / 1e6, model_dtype_name(d->mdl.dtype),
-             d->cfg.slots, kv_mb, kvcache_dtype_name(d->cfg.kv_half),
+             d->cfg.slots, d->kv_blocks, KV_BLOCK_TOKENS,
+             (double)d->kv_blocks / (double)kvcache_blocks_per_context(c), kv_mb,
+             kvcache_dtype_name(d->cfg.kv_half),
              d->cfg.kv_memory > 0 ? ", sized by --kv-memory" : "",
              d->cfg.threads, d->cfg.host != NULL ? d->cfg.host : "*",
              http_port(d->http));

@@ -273,12 +273,27 @@ static void render_gauges(FILE *f, const engine_stats *st)
                  st->queue_depth);
     render_gauge(f, "gpt2d_sequences_running",
                  "Sequences prefilling or generating.", st->running);
-    render_gauge(f, "gpt2d_slots_total", "KV-cache slots allocated at start.",
+    render_gauge(f, "gpt2d_slots_total", "Sequences that may run at once (--slots).",
                  st->slots_total);
-    render_gauge(f, "gpt2d_slots_busy", "KV-cache slots in use by a running sequence.",
-                 st->slots_busy);
-    render_gauge(f, "gpt2d_slots_cached",
-                 "Idle KV-cache slots holding a reusable prefix.", st->slots_cached);
+    render_gauge(f, "gpt2d_slots_busy", "Sequences running.", st->slots_busy);
+    const kv_stats *kv = &st->kv;
+    const char *name = "gpt2d_kv_blocks";
+    render_header(f, name, "gauge",
+                  "KV-cache blocks in RAM: free, cached (a reusable prefix no "
+                  "sequence holds), in_use (held by running sequences).");
+    fprintf(f, "%s{state=\"free\"} %zu\n", name, kv->blocks_free);
+    fprintf(f, "%s{state=\"cached\"} %zu\n", name, kv->blocks_cached);
+    fprintf(f, "%s{state=\"in_use\"} %zu\n", name, kv->blocks_in_use);
+    render_gauge(f, "gpt2d_kv_blocks_reserved",
+                 "KV-cache blocks promised to running sequences, not yet taken.",
+                 kv->blocks_reserved);
+    render_gauge(f, "gpt2d_kv_bytes", "KV-cache memory in RAM (--kv-memory).",
+                 kv->bytes_total);
+    render_gauge(f, "gpt2d_kv_sessions", "Sessions whose history is kept.",
+                 kv->sessions);
+    render_header(f, "gpt2d_kv_evictions_total", "counter",
+                  "KV-cache blocks dropped from RAM to make room.");
+    fprintf(f, "gpt2d_kv_evictions_total %ju\n", (uintmax_t)kv->evictions);
 }
 
 char *metrics_render(const engine_stats *stats)

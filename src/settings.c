@@ -94,11 +94,12 @@ static const option_spec options[] = {
       "to half: half the memory per slot, less to read per step)." },
     { "slots", 0, OPT_COUNT, FIELD(slots), "N", "4", NULL, 1, SETTINGS_MAX_SLOTS,
       false,
-      "KV-cache slots allocated at start: the most sequences that run at once." },
+      "The most sequences that run at once." },
     { "kv-memory", 0, OPT_BYTES, FIELD(kv_memory), "SIZE", "0", NULL, 0,
       1024 * KIB * KIB * KIB, false,
-      "KV-cache memory budget: when not 0, as many slots as it holds (replacing "
-      "--slots). Suffixes k, M, G (x1024)." },
+      "KV-cache memory: blocks of keys and values shared by every sequence, "
+      "running or cached; 0: a full context for each slot. At least one full "
+      "context. Suffixes k, M, G (x1024)." },
     { "max-queue", 0, OPT_COUNT, FIELD(max_queue), "N", "64", NULL, 1, 1000000, false,
       "Requests that may wait for a slot; beyond this, 429 at once." },
     { "max-n", 0, OPT_COUNT, FIELD(max_n), "N", "4", NULL, 1, 1024, false,

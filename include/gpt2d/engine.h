@@ -33,8 +33,10 @@ typedef struct gen_request gen_request;
 
 typedef struct engine_config {
     size_t n_threads;           /* worker pool size (>= 1) */
-    size_t n_slots;             /* KV slots, allocated at start */
-    bool kv_half;               /* slots hold halves (--kv-dtype float16) */
+    size_t n_slots;             /* sequences that run at once (--slots) */
+    size_t kv_blocks;           /* KV-cache blocks (--kv-memory); 0: a full
+                                 * context for every slot */
+    bool kv_half;               /* K/V as halves (--kv-dtype float16) */
     size_t max_queue;           /* waiting requests beyond which submit says full */
     size_t max_batch_rows;      /* rows per step; also the prefill chunk budget */
     unsigned min_step_usec;     /* 0; tests: every step lasts at least this
@@ -132,8 +134,8 @@ gen_usage gen_request_usage(const gen_request *r);
 void gen_request_cancel(gen_request *r);
 void gen_request_release(gen_request *r);
 
-/* Sessions (the KV slots pinned to a session id), each `owner`'s own: another
- * owner's sessions are invisible, as if absent. */
+/* Sessions (conversations whose history the KV cache keeps by id), each
+ * `owner`'s own: another owner's sessions are invisible, as if absent. */
 typedef struct engine_session_info {
     char id[ENGINE_SESSION_ID_MAX + 1];
     size_t n_tokens;            /* tokens cached */
@@ -152,7 +154,8 @@ int engine_session_delete(engine *e, const uint8_t owner[SHA256_BYTES],
 typedef struct engine_stats {
     size_t queue_depth;
     size_t running;             /* sequences generating or prefilling */
-    size_t slots_total, slots_busy, slots_cached;
+    size_t slots_total, slots_busy;   /* sequences that may / do run */
+    kv_stats kv;
 } engine_stats;
 engine_stats engine_get_stats(engine *e);
 

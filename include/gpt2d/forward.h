@@ -3,8 +3,9 @@
  * One call runs one engine step: the new tokens of several sequences (a
  * prefill chunk for some, a single decode token for others), each against its
  * own KV cache at its own position.  Every weight matrix is applied to all rows
- * of the step in one CBLAS call, so weights are read once per step; the
- * thread pool splits the rest (attention per sequence × head, row-wise ops).
+ * of the step in one product (matmul.h), so weights are read once per step;
+ * the thread pool splits each product by columns, attention by sequence ×
+ * head (attention.h) and the row-wise operations by rows.
  *
  * A forward_state owns the scratch activations, sized at creation for at most
  * `max_rows` rows per step; nothing is allocated per step.  Only the engine
@@ -15,14 +16,17 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "gpt2d/cpu.h"
 #include "gpt2d/error.h"
 #include "gpt2d/kvcache.h"
 #include "gpt2d/model.h"
 #include "gpt2d/threadpool.h"
 
 typedef struct forward_seq {
-    kv_slot *kv;                /* positions [0, kv->n_tokens) already cached */
-    const int32_t *tokens;      /* new tokens, at positions kv->n_tokens + i */
+    const uint32_t *blocks;     /* its block table (kvcache.h), covering
+                                   positions [0, pos0 + n_tokens) */
+    size_t pos0;                /* positions [0, pos0) already cached */
+    const int32_t *tokens;      /* new tokens, at positions pos0 + i */
     size_t n_tokens;            /* >= 1 */
     size_t n_logits;            /* logits for the last n_logits new tokens
                                    (0 = none, 1 = next-token, n_tokens = all,
@@ -31,23 +35,27 @@ typedef struct forward_seq {
 
 typedef struct forward_state forward_state;
 
+/* Scratch for steps of up to max_rows rows on pools of up to n_workers
+ * workers, all allocated here. */
 int forward_state_create(forward_state **out, const model *m, size_t max_rows,
-                         gpt2d_error *err);
+                         size_t n_workers, gpt2d_error *err);
 void forward_state_free(forward_state *st);
 
-/* Switches `st` to the portable C kernels that CPUs without AVX2+FMA get
- * (chosen automatically at creation); lets tests check them on any CPU.
- * Logits then differ from the AVX2 ones in the last bits. */
-void forward_state_use_portable_kernels(forward_state *st);
+/* The kernels' instruction set is chosen at creation (cpu_isa_choose: the
+ * best the CPU runs, or GPT2D_ISA).  set_isa switches it, so tests can run
+ * every path the CPU supports; -1 when the CPU cannot run `isa`.  Logits
+ * of the AVX2 and portable weight products differ in the last bits. */
+int forward_state_set_isa(forward_state *st, cpu_isa isa, gpt2d_error *err);
+cpu_isa forward_state_isa(const forward_state *st);
 
-/* Runs one step.  Appends each sequence's new tokens to its cache
- * (kv->tokens and kv->n_tokens advance).  `logits` receives
+/* Runs one step.  Writes each sequence's new keys and values into its
+ * blocks (the caller then commits them: kvcache_seq_commit).  `logits` receives
  * sum(n_logits) rows of vocab_size floats, in sequence order, each
  * sequence's rows in token order.  Fails (and changes nothing) when the rows
  * exceed max_rows, a token id is out of range, or a sequence would pass
  * n_ctx. */
 int forward_step(forward_state *st, const model *m, threadpool *pool,
-                 forward_seq *seqs, size_t n_seqs, float *logits,
-                 gpt2d_error *err);
+                 const kv_geometry *kv, const forward_seq *seqs,
+                 size_t n_seqs, float *logits, gpt2d_error *err);
 
 #endif

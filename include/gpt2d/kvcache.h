@@ -1,27 +1,42 @@
-/* kvcache.h — key/value cache storage for sequences.
+/* kvcache.h — the KV cache: paged memory, a prefix index, sessions.
  *
- * A kv_slot holds the attention keys and values of one sequence for every
- * layer, sized for the model's full context at allocation, so nothing grows
- * while serving.  Layout is head-major, [n_layer][n_head][n_ctx][head_dim],
- * so one head's keys are contiguous.  Elements are floats, or halves
- * (--kv-dtype float16, half.h: half the memory and half the bytes attention
- * reads a step; each key and value is rounded to nearest once, when
- * stored).  A slot is used by one sequence at a time; the engine thread
- * writes it.
+ * Memory.  Keys and values live in fixed-size blocks of KV_BLOCK_TOKENS
+ * positions, all from one pool allocated (and touched) at start: the budget
+ * (--kv-memory) in blocks.  A block holds every layer and head of its
+ * positions: K as [n_layer][n_head][KV_BLOCK_TOKENS][head_dim], then V the
+ * same, as floats or halves (--kv-dtype).  A running sequence holds a block
+ * table; memory follows the tokens held, not slots × n_ctx.
  *
- * A kv_pool is the daemon's fixed set of slots, allocated (and touched, so
- * the memory is committed and known) at start.  Each slot remembers the
- * tokens it caches after its sequence ends, so a later prompt sharing a
- * prefix skips recomputing it; a slot may be pinned to a session id.  Idle
- * slots are evicted least-recently-used first, busy ones never.  The pool
- * has no lock of its own: the engine's lock guards it, and a busy slot's
- * K/V/tokens belong to the engine thread alone.
+ * Prefix index.  A full block is identified by its whole token prefix: a
+ * SHA-256 chain over the model's fingerprint, the isolation domain and every
+ * token from position 0 (kv_block_id), always verified against the block's
+ * stored tokens, parent and domain, never trusted on the hash alone.  Any
+ * new sequence reuses the longest cached prefix of its domain; running
+ * sequences share full blocks by reference count.  A partly filled block is
+ * private to the sequence that fills it; when the sequence ends it stays
+ * cached as a partial block, and a later prompt that continues it gets a copy
+ * of the positions it shares.  Full blocks are never written again.
  *
- * Isolation: every slot records who filled it (kv_identity).  Its tokens
- * serve only a later request of the same domain, and a session's slot only
- * that session of that owner: an evicted session's history is dropped, never
- * handed to the slot's next user, so neither cached_tokens nor the time a
- * prefill takes tells one client anything about another's prompts. */
+ * Eviction.  Blocks no sequence holds stay cached until their memory is
+ * needed; then the least recently used block with no cached children goes
+ * first (leaves first, so every cached block stays reachable from its
+ * root), blocks of plain prefixes before blocks of sessions.
+ *
+ * Isolation.  Every block carries the domain that filled it.  A session's
+ * blocks are in a domain of their own (the caller's domain and the session
+ * id), so its history serves only that session; sessions are named within
+ * their owner.  Neither cached_tokens nor the time a prefill takes tells
+ * one caller anything about another's prompts.
+ *
+ * Admission.  A sequence reserves, when it begins, every block it can come
+ * to need (prompt + max_tokens, less what it shares): it can never run out
+ * of memory mid-generation, and what is free or evictable always covers the
+ * reservations.
+ *
+ * Threads: the engine thread owns the cache; HTTP threads reach it only
+ * through the engine under the engine's lock (sessions, gauges).  The K/V
+ * contents of the blocks a sequence is filling belong to forward_step while
+ * a step runs. */
 #ifndef GPT2D_KVCACHE_H
 #define GPT2D_KVCACHE_H
 
@@ -33,48 +48,7 @@
 #include "gpt2d/model.h"
 #include "gpt2d/sha256.h"
 
-typedef struct kv_slot {
-    void *k;                    /* [n_layer][n_head][n_ctx][head_dim] */
-    void *v;                    /* same layout */
-    bool half;                  /* elements are halves, not floats */
-    int32_t *tokens;            /* [n_ctx]: the tokens whose K/V are cached */
-    size_t n_tokens;            /* positions [0, n_tokens) are valid */
-    size_t n_ctx;
-    size_t n_layer, n_head, head_dim;
-} kv_slot;
-
-int kvcache_slot_alloc(kv_slot *slot, const model_config *cfg, bool half,
-                       gpt2d_error *err);
-void kvcache_slot_free(kv_slot *slot);
-/* Bytes one slot needs for this configuration. */
-size_t kvcache_slot_bytes(const model_config *cfg, bool half);
-
-/* Bytes of one element of the slot's K and V. */
-static inline size_t kvcache_elem_size(const kv_slot *s)
-{
-    return s->half ? 2 : 4;
-}
-
-/* --kv-dtype's name for slots of halves or floats. */
-static inline const char *kvcache_dtype_name(bool half)
-{
-    return half ? "float16" : "float32";
-}
-
-/* Address of the keys (or values) of `layer`, `head`, position 0. */
-static inline void *kvcache_k(const kv_slot *s, size_t layer, size_t head)
-{
-    return (char *)s->k + ((layer * s->n_head + head) * s->n_ctx)
-                          * s->head_dim * kvcache_elem_size(s);
-}
-static inline void *kvcache_v(const kv_slot *s, size_t layer, size_t head)
-{
-    return (char *)s->v + ((layer * s->n_head + head) * s->n_ctx)
-                          * s->head_dim * kvcache_elem_size(s);
-}
-
-/* ---- the slot pool ---- */
-
+#define KV_BLOCK_TOKENS 16
 #define KVCACHE_SESSION_ID_MAX 128
 
 /* Who a cache entry belongs to.  `owner` is the caller's principal (the
@@ -86,67 +60,136 @@ typedef struct kv_identity {
     uint8_t domain[SHA256_BYTES];
 } kv_identity;
 
-typedef struct kv_pool_slot {
-    kv_slot kv;
-    bool busy;                  /* a running sequence owns it */
-    bool pinned;                /* session[] names its session (of id.owner) */
-    char session[KVCACHE_SESSION_ID_MAX + 1];
-    kv_identity id;             /* who filled it */
-    uint64_t last_used;         /* pool clock at the last acquire/release */
-    double last_used_time;      /* seconds (caller's clock), for idle time */
-    size_t n_tokens_shown;      /* kv.n_tokens as last published under the
-                                   lock (a busy slot's kv is the engine's) */
-} kv_pool_slot;
+typedef struct kv_cache kv_cache;
 
-typedef struct kv_pool {
-    kv_pool_slot *slots;
-    size_t n_slots;
-    uint64_t clock;             /* ticks at every acquire/release: LRU order */
-} kv_pool;
+typedef struct kv_cache_config {
+    size_t n_blocks;            /* the memory budget, in blocks */
+    size_t max_seqs;            /* sequences that may run at once (--slots) */
+    bool half;                  /* K/V as halves (--kv-dtype float16) */
+} kv_cache_config;
 
-typedef enum kv_acquire_status {
-    KV_ACQUIRED = 0,
-    KV_NO_SLOT,                 /* every slot is busy */
-    KV_SESSION_BUSY,            /* the session's slot is running */
-} kv_acquire_status;
+/* Where a block's keys and values are.  Filled once at creation; forward.c
+ * reads it to address K/V through a block table. */
+typedef struct kv_geometry {
+    char *base;                 /* block b starts at base + b * block_bytes */
+    size_t block_bytes;
+    size_t elem_size;           /* 4 (float) or 2 (half) */
+    bool half;
+    size_t n_layer, n_head, head_dim;
+    size_t n_ctx;
+} kv_geometry;
 
-int kvcache_pool_create(kv_pool *pool, const model_config *cfg,
-                        size_t n_slots, bool half, gpt2d_error *err);
-void kvcache_pool_free(kv_pool *pool);
+/* Keys (or values) of `layer`, `head` in `block`: KV_BLOCK_TOKENS rows of
+ * head_dim elements. */
+static inline void *kvcache_block_k(const kv_geometry *g, uint32_t block,
+                                    size_t layer, size_t head)
+{
+    return g->base + block * g->block_bytes
+           + (layer * g->n_head + head) * KV_BLOCK_TOKENS * g->head_dim
+             * g->elem_size;
+}
+static inline void *kvcache_block_v(const kv_geometry *g, uint32_t block,
+                                    size_t layer, size_t head)
+{
+    return (char *)kvcache_block_k(g, block, layer, head)
+           + g->block_bytes / 2;
+}
 
-/* Tokens `a` and `b` share from the start. */
-size_t kvcache_common_prefix(const int32_t *a, size_t na, const int32_t *b,
-                             size_t nb);
+/* --kv-dtype's name for halves or floats. */
+static inline const char *kvcache_dtype_name(bool half)
+{
+    return half ? "float16" : "float32";
+}
 
-/* Takes a slot for a sequence about to run `prompt` for `who`, marks it busy
- * and truncates its cache to the prefix it may reuse (*n_reused, at most
- * n_prompt - 1 so the last prompt token is run for its logits; 0 when
- * !reuse).  Choice: the session's own slot when `session` is given and
- * pinned to it for who->owner; else the idle unpinned slot of who->domain
- * with the longest common prefix; else an empty slot; else the
- * least-recently-used idle slot.  Only a slot of the same domain, and never
- * another session's, keeps any tokens.  A new session pins the chosen
- * slot. */
-kv_acquire_status kvcache_pool_acquire(kv_pool *pool, const kv_identity *who,
-                                       const char *session,
-                                       const int32_t *prompt, size_t n_prompt,
-                                       bool reuse, double now,
-                                       size_t *slot_index, size_t *n_reused);
-/* The sequence is done; the slot keeps its tokens for later reuse. */
-void kvcache_pool_release(kv_pool *pool, size_t slot_index, double now);
-size_t kvcache_pool_idle(const kv_pool *pool);
-/* Index of the slot pinned to `owner`'s `session`, or -1. */
-long kvcache_pool_find_session(const kv_pool *pool,
-                               const uint8_t owner[SHA256_BYTES],
-                               const char *session);
-/* Unpins and empties an idle session slot: 0, -1 unknown, -2 busy. */
-int kvcache_pool_delete_session(kv_pool *pool,
-                                const uint8_t owner[SHA256_BYTES],
-                                const char *session);
+/* Bytes of one block for this model; 0 on overflow. */
+size_t kvcache_block_bytes(const model_config *cfg, bool half);
+/* Blocks one sequence of the full context needs. */
+size_t kvcache_blocks_per_context(const model_config *cfg);
 
-/* Copies the first `n` cached positions (K, V and tokens) of `src` into
- * `dst` (same shape and element type) and sets dst->n_tokens = n: one prefill serves the
- * n > 1 sequences of one prompt. */
-void kvcache_copy_prefix(kv_slot *dst, const kv_slot *src, size_t n);
+/* Fails when the budget cannot hold one full context, or memory is short.
+ * `fingerprint` (SHA256_BYTES) names the model and settings whose K/V the
+ * blocks hold: part of every block's identity. */
+int kvcache_create(kv_cache **out, const model_config *cfg,
+                   const kv_cache_config *kc, const uint8_t *fingerprint,
+                   gpt2d_error *err);
+void kvcache_free(kv_cache *c);
+const kv_geometry *kvcache_geometry(const kv_cache *c);
+
+/* ---- sequences ---- */
+
+typedef enum kv_begin_status {
+    KV_BEGUN = 0,
+    KV_NO_SEQ,                  /* every sequence slot runs */
+    KV_NO_MEMORY,               /* blocks are held by running sequences */
+    KV_SESSION_BUSY,            /* the session's sequence is running */
+} kv_begin_status;
+
+/* What one sequence (and its n - 1 siblings) asks for. */
+typedef struct kv_begin {
+    const kv_identity *who;
+    const char *session;        /* NULL, or the owner's session id */
+    const int32_t *prompt;
+    size_t n_prompt;            /* >= 1 */
+    size_t max_total;           /* n_prompt + max_tokens, <= n_ctx */
+    size_t n_seq;               /* sequences of this prompt, >= 1 */
+    bool reuse;                 /* false: compute every prompt token */
+    double now;                 /* caller's clock, seconds */
+} kv_begin;
+
+/* Begins b->n_seq sequences: seqs[0] runs the prompt with what it reuses
+ * (*n_reused, at most n_prompt - 1 so the last prompt token is run for its
+ * logits) already in place; seqs[1..] are empty until kvcache_seq_fork.
+ * Reserves every block they can need.  Changes nothing unless KV_BEGUN. */
+kv_begin_status kvcache_seq_begin(kv_cache *c, const kv_begin *b,
+                                  size_t *seqs, size_t *n_reused);
+/* Gives `dst` (begun empty as a sibling) the cache of `src`: full blocks
+ * shared, the partly filled one copied. */
+void kvcache_seq_fork(kv_cache *c, size_t src, size_t dst);
+/* Makes room for the next n positions of `seq` (within its reservation).
+ * After it, the sequence's block table covers them. */
+void kvcache_seq_grow(kv_cache *c, size_t seq, size_t n);
+/* The step has written K/V for `tokens` at the sequence's next positions:
+ * they count as cached now, and blocks they fill join the index. */
+void kvcache_seq_commit(kv_cache *c, size_t seq, const int32_t *tokens,
+                        size_t n);
+/* The sequence is done: its blocks stay cached for later requests, its
+ * unused reservation is returned. */
+void kvcache_seq_end(kv_cache *c, size_t seq, double now);
+
+/* Positions the sequence has cached, and its block table. */
+size_t kvcache_seq_len(const kv_cache *c, size_t seq);
+const uint32_t *kvcache_seq_blocks(const kv_cache *c, size_t seq);
+size_t kvcache_seqs_free(const kv_cache *c);
+
+/* ---- sessions ---- */
+
+typedef struct kv_session_info {
+    char id[KVCACHE_SESSION_ID_MAX + 1];
+    size_t n_tokens;            /* its history still cached */
+    double last_used;           /* caller's clock */
+    bool busy;
+} kv_session_info;
+
+/* Copies at most `cap` of owner's sessions; returns how many it has. */
+size_t kvcache_sessions(const kv_cache *c, const uint8_t owner[SHA256_BYTES],
+                        kv_session_info *out, size_t cap);
+/* Forgets an idle session and drops its blocks: 0, -1 unknown, -2 busy. */
+int kvcache_session_delete(kv_cache *c, const uint8_t owner[SHA256_BYTES],
+                           const char *session);
+
+/* ---- gauges ---- */
+
+typedef struct kv_stats {
+    size_t blocks_total;
+    size_t blocks_free;         /* holding nothing */
+    size_t blocks_cached;       /* holding a reusable prefix, unreferenced */
+    size_t blocks_in_use;       /* held by running sequences */
+    size_t blocks_reserved;     /* promised to running sequences, not yet taken */
+    size_t bytes_total;
+    size_t seqs_total, seqs_running;
+    size_t sessions;
+    uint64_t evictions;         /* blocks dropped to make room */
+} kv_stats;
+kv_stats kvcache_stats(const kv_cache *c);
 
 #endif

@@ -939,27 +939,41 @@ class T4Sessions(ApiCase):
         self.assertIn(c.delete("/v1/sessions/gone").status, (200, 204))
         self.assert_error(c.delete("/v1/sessions/gone"), 404)
 
-    def test_idle_sessions_are_evicted_least_recently_used(self):
-        srv = Server(GPT2D, TINY, WORKDIR, ["--slots", "2", "--threads", "1"],
-                     name="lru").start()
+    def test_sessions_outlive_the_slots_and_memory_pressure_takes_lru(self):
+        """Three sessions on two slots are all kept; when the KV memory (6
+        blocks of 16 positions here) runs short, the least recently used
+        sessions' history goes, the last used one stays."""
+        block = 2 * 2 * 64 * 16 * 4     # K and V, 2 layers, 64 wide, floats
+        srv = Server(GPT2D, TINY, WORKDIR,
+                     ["--slots", "2", "--threads", "1",
+                      "--kv-memory", str(6 * block)], name="lru").start()
         try:
             c = srv.client()
-            pa, pb, pc = (word_prompt(900 + i, 8) for i in range(3))
+            hist = {}
 
             def turn(sid, prompt):
                 body = c.complete(prompt=prompt, max_tokens=2, temperature=0,
-                                  session_id=sid)
+                                  session_id=sid, logit_bias=NO_EOT)
+                hist[sid] = prompt + c.post("/tokenize", {
+                    "content": body["choices"][0]["text"]}).json["tokens"]
                 return body["usage"]["prompt_tokens_details"]["cached_tokens"]
-            turn("a", pa)
-            turn("b", pb)
-            self.assertEqual(turn("a", pa + word_prompt(910, 2)), 8)  # a is newest
-            turn("c", pc)                                  # evicts b, the oldest
+            for i, sid in enumerate("abc"):
+                self.assertEqual(turn(sid, list(range(1000 * (i + 1),
+                                                      1000 * (i + 1) + 10))), 0)
             listed = self._sessions(c)
-            self.assertIn("a", listed)
-            self.assertIn("c", listed)
-            self.assertNotIn("b", listed)
-            self.assertEqual(turn("a", pa + word_prompt(911, 2)), 8)
-            self.assertEqual(turn("b", pb + word_prompt(912, 2)), 0)
+            for sid in "abc":
+                self.assertEqual(listed[sid]["n_tokens"], 11, listed)
+            self.assertEqual(turn("a", hist["a"] + [1100, 1101]), 11)
+            # 4 blocks for a plain prompt: 2 free, then b's and c's history
+            c.complete(prompt=list(range(5000, 5060)), max_tokens=4)
+            listed = self._sessions(c)
+            self.assertEqual(listed["b"]["n_tokens"], 0, listed)
+            self.assertEqual(listed["c"]["n_tokens"], 0, listed)
+            self.assertEqual(listed["a"]["n_tokens"], 15, listed)
+            self.assertEqual(turn("b", hist["b"] + [2100]), 0)
+            self.assertEqual(turn("a", hist["a"] + [1102]), 15)
+            m = c.metrics()
+            self.assertGreaterEqual(metric_sum(m, "gpt2d_kv_evictions_total"), 2)
         finally:
             rc, _ = srv.stop()
         self.assertEqual(rc, 0, srv.log_tail())

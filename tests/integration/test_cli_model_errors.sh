@@ -66,7 +66,7 @@ expect_error "malformed merges.txt" 1 "$d/merges.txt" -- --model "$d"
 # Settings that cannot work together for this model are usage errors too.
 expect_error "slots leave a step no room" 2 "--max-batch-rows 4 must exceed the 4 KV slots" \
     -- --model "$tiny" --slots 4 --max-batch-rows 4
-expect_error "kv-memory holds no slot" 2 "--kv-memory of 1024 bytes holds no KV slot" \
+expect_error "kv-memory below one context" 2 "--kv-memory of 1024 bytes cannot hold one full context" \
     -- --model "$tiny" --kv-memory 1k
 
 # A good directory: the daemon loads it, logs a one-line summary (matching
@@ -120,16 +120,17 @@ wait "$first" 2>/dev/null || true
 expect_serving "missing web root is reported" \
     "warn: web-root $work/no-web is not a directory: the playground is not served" \
     --web-root "$work/no-web"
-# --kv-memory: as many slots as it holds (3.25 float32 ones: 3; 6 of halves)
-slot_bytes=$("${PYTHON:-python3}" -c '
+# --kv-memory: as many blocks of 16 positions as it holds (3.25 contexts
+# of floats: 13 blocks; 26 of halves), whatever the slots
+ctx_bytes=$("${PYTHON:-python3}" -c '
 import json, sys
 c = json.load(open(sys.argv[1]))
 print(c["n_layer"] * 2 * c.get("n_positions", c.get("n_ctx")) * c["n_embd"] * 4)
 ' "$tiny/config.json")
-expect_serving "slots from --kv-memory" "; 3 KV slots (.*sized by --kv-memory" \
-    --kv-memory $((3 * slot_bytes + slot_bytes / 4))
-expect_serving "half slots from --kv-memory" "; 6 KV slots (.*float16, sized by --kv-memory" \
-    --kv-memory $((3 * slot_bytes + slot_bytes / 4)) --kv-dtype float16
+expect_serving "blocks from --kv-memory" "; 4 KV slots, KV cache of 13 blocks of 16 tokens = 3.2 full contexts (.*sized by --kv-memory" \
+    --kv-memory $((3 * ctx_bytes + ctx_bytes / 4))
+expect_serving "half blocks from --kv-memory" "; 4 KV slots, KV cache of 26 blocks of 16 tokens = 6.5 full contexts (.*float16, sized by --kv-memory" \
+    --kv-memory $((3 * ctx_bytes + ctx_bytes / 4)) --kv-dtype float16
 
 echo "cli model errors: $failures failed"
 [[ $failures -eq 0 ]]

@@ -6,7 +6,10 @@
  * forward_step the way the engine does — prefill chunks, single-token
  * decodes, several sequences per step — and compares the logits it asked for
  * with the reference rows at the same positions, to TOL absolute.  Each case
- * prints its largest difference so a drift is visible before it fails. */
+ * prints its largest difference so a drift is visible before it fails.
+ * The reference cases run once per kernel path (g_paths: every instruction
+ * set the CPU has), so the portable kernels are checked on AVX2 machines
+ * too. */
 #include <check.h>
 #include <jansson.h>
 #include <math.h>
@@ -24,7 +27,6 @@
 #include "test_util.h"
 
 #define TOL 1e-3          /* float32 C vs float64 reference, absolute */
-#define SAME_TOL 1e-4     /* C vs C under a different schedule */
 #define MAX_ROWS 64       /* >= every fixture model's n_ctx */
 #define MAX_MODELS 32
 
@@ -63,9 +65,32 @@ static const char *fx_model_name(size_t idx)
     return json_string_value(json_object_get(fx_model_json(idx), "name"));
 }
 
+/* The kernel paths every reference test runs, each on every model: the
+ * panel products under each instruction set this CPU has (cpu.h). */
+typedef struct kernel_path {
+    char name[32];
+    cpu_isa isa;
+} kernel_path;
+static kernel_path g_paths[CPU_ISA_COUNT];
+static size_t g_n_paths;
+
 static size_t ref_model(int i)
 {
-    return g_run_models[i];
+    return g_run_models[(size_t)i % g_n_run_models];
+}
+
+static const kernel_path *ref_path(int i)
+{
+    return &g_paths[(size_t)i / g_n_run_models];
+}
+
+/* "model/path", for the case names. */
+static const char *ref_name(int i)
+{
+    static char name[128];
+    snprintf(name, sizeof name, "%s/%s", fx_model_name(ref_model(i)),
+             ref_path(i)->name);
+    return name;
 }
 
 /* The sequences the per-sequence loops check: all, or under GPT2D_TEST_QUICK
@@ -134,15 +159,17 @@ static void fx_seq_free(fx_seq *s)
 
 typedef struct harness {
     model m;
-    bool kv_half;               /* the case's slots hold halves */
+    bool kv_half;               /* the case's KV cache holds halves */
+    kv_cache *kv;               /* made by the first slot_open */
     threadpool *pool;
     forward_state *st;
     size_t vocab;
     gpt2d_error err;
 } harness;
 
-static void harness_open(harness *h, size_t model_idx, size_t threads,
-                         size_t max_rows)
+static void harness_open_path(harness *h, size_t model_idx,
+                              const kernel_path *path, size_t threads,
+                              size_t max_rows)
 {
     char dir[4096];
     memset(h, 0, sizeof *h);
@@ -176,23 +203,93 @@ static void harness_open(harness *h, size_t model_idx, size_t threads,
                                     fx_model_json(model_idx), "vocab_size")));
     ck_assert_msg(threadpool_create(&h->pool, threads, &h->err) == 0,
                   "threadpool_create: %s", h->err.message);
-    ck_assert_msg(forward_state_create(&h->st, &h->m, max_rows, &h->err) == 0,
+    ck_assert_msg(forward_state_create(&h->st, &h->m, max_rows, threads,
+                                       &h->err) == 0,
                   "forward_state_create: %s", h->err.message);
+    if (path != NULL)
+        ck_assert_msg(forward_state_set_isa(h->st, path->isa, &h->err) == 0,
+                      "forward_state_set_isa: %s", h->err.message);
+}
+
+/* The default path: panels, the best instruction set (or GPT2D_ISA). */
+static void harness_open(harness *h, size_t model_idx, size_t threads,
+                         size_t max_rows)
+{
+    harness_open_path(h, model_idx, NULL, threads, max_rows);
 }
 
 static void harness_close(harness *h)
 {
+    kvcache_free(h->kv);
     forward_state_free(h->st);
     threadpool_destroy(h->pool);
     model_free(&h->m);
 }
 
-static void slot_open(harness *h, kv_slot *slot)
+/* One sequence of the tests: a KV-cache sequence of the harness's cache,
+ * reserved for the full context.  Sequences of one test take their blocks
+ * from the same pool as they grow, interleaved, so every step reads its
+ * keys and values through a block table that is not contiguous. */
+typedef struct test_slot {
+    harness *h;
+    size_t seq;
+} test_slot;
+
+/* What a test hands a step: the sequence, its new tokens, logits wanted. */
+typedef struct step_seq {
+    test_slot *kv;
+    const int32_t *tokens;
+    size_t n_tokens, n_logits;
+} step_seq;
+
+static void slot_open(harness *h, test_slot *slot)
 {
-    ck_assert_msg(kvcache_slot_alloc(slot, &h->m.config, h->kv_half,
+    if (h->kv == NULL) {
+        kv_cache_config kc = {
+            .n_blocks = 8 * kvcache_blocks_per_context(&h->m.config),
+            .max_seqs = 8, .half = h->kv_half };
+        static const uint8_t fingerprint[SHA256_BYTES];
+        ck_assert_msg(kvcache_create(&h->kv, &h->m.config, &kc, fingerprint,
                                      &h->err) == 0,
-                  "kvcache_slot_alloc: %s", h->err.message);
-    ck_assert_uint_eq(slot->n_tokens, 0);
+                      "kvcache_create: %s", h->err.message);
+    }
+    static const int32_t first = 0;
+    static const kv_identity nobody;
+    kv_begin b = { .who = &nobody, .prompt = &first, .n_prompt = 1,
+                   .max_total = h->m.config.n_ctx, .n_seq = 1, .reuse = false };
+    size_t reused;
+    ck_assert_int_eq(kvcache_seq_begin(h->kv, &b, &slot->seq, &reused), KV_BEGUN);
+    slot->h = h;
+}
+
+static size_t slot_len(const test_slot *slot)
+{
+    return kvcache_seq_len(slot->h->kv, slot->seq);
+}
+
+static void slot_close(test_slot *slot)
+{
+    kvcache_seq_end(slot->h->kv, slot->seq, 0);
+}
+
+/* The forward_seq of each step_seq; with `grow`, room is made for the new
+ * tokens first (a step that must be refused gets none: it may ask for more
+ * than the context). */
+static forward_seq *to_forward(harness *h, const step_seq *seqs, size_t n,
+                               bool grow)
+{
+    forward_seq *fs = calloc(n > 0 ? n : 1, sizeof *fs);
+    ck_assert_ptr_nonnull(fs);
+    for (size_t i = 0; i < n; i++) {
+        const test_slot *t = seqs[i].kv;
+        if (grow)
+            kvcache_seq_grow(h->kv, t->seq, seqs[i].n_tokens);
+        fs[i] = (forward_seq){ .blocks = kvcache_seq_blocks(h->kv, t->seq),
+                               .pos0 = slot_len(t), .tokens = seqs[i].tokens,
+                               .n_tokens = seqs[i].n_tokens,
+                               .n_logits = seqs[i].n_logits };
+    }
+    return fs;
 }
 
 static float *logits_alloc(const harness *h, size_t rows)
@@ -202,21 +299,28 @@ static float *logits_alloc(const harness *h, size_t rows)
     return p;
 }
 
-static void step_ok(harness *h, forward_seq *seqs, size_t n_seqs,
-                    float *logits)
+/* Runs the step, then commits its tokens as the engine does. */
+static void step_ok(harness *h, step_seq *seqs, size_t n_seqs, float *logits)
 {
     h->err.message[0] = '\0';
-    int rc = forward_step(h->st, &h->m, h->pool, seqs, n_seqs, logits,
-                          &h->err);
+    forward_seq *fs = to_forward(h, seqs, n_seqs, true);
+    int rc = forward_step(h->st, &h->m, h->pool, kvcache_geometry(h->kv), fs,
+                          n_seqs, logits, &h->err);
     ck_assert_msg(rc == 0, "forward_step failed: %s", h->err.message);
+    for (size_t i = 0; i < n_seqs; i++)
+        kvcache_seq_commit(h->kv, seqs[i].kv->seq, seqs[i].tokens,
+                           seqs[i].n_tokens);
+    free(fs);
 }
 
-static void step_refused(harness *h, forward_seq *seqs, size_t n_seqs,
+static void step_refused(harness *h, step_seq *seqs, size_t n_seqs,
                          float *logits, const char *why)
 {
     h->err.message[0] = '\0';
-    int rc = forward_step(h->st, &h->m, h->pool, seqs, n_seqs, logits,
-                          &h->err);
+    forward_seq *fs = to_forward(h, seqs, n_seqs, false);
+    int rc = forward_step(h->st, &h->m, h->pool, kvcache_geometry(h->kv), fs,
+                          n_seqs, logits, &h->err);
+    free(fs);
     ck_assert_msg(rc == -1, "forward_step accepted %s", why);
     ck_assert_msg(h->err.message[0] != '\0', "no message when refusing %s",
                   why);
@@ -268,20 +372,20 @@ static size_t argmax(const float *v, size_t n)
 START_TEST(test_prefill_last_token_logits_match_reference)
 {
     harness h;
-    harness_open(&h, ref_model(_i), 2, MAX_ROWS);
+    harness_open_path(&h, ref_model(_i), ref_path(_i), 2, MAX_ROWS);
     for (size_t q = 0; q < fx_n_seqs(ref_model(_i)); q++) {
         fx_seq s;
-        kv_slot slot;
+        test_slot slot;
         fx_seq_load(ref_model(_i), q, h.vocab, &s);
         slot_open(&h, &slot);
         float *out = logits_alloc(&h, 1);
-        forward_seq fs = {&slot, s.tokens, s.n, 1};
+        step_seq fs = {&slot, s.tokens, s.n, 1};
         step_ok(&h, &fs, 1, out);
-        ck_assert_uint_eq(slot.n_tokens, s.n);
-        report(fx_model_name(ref_model(_i)), s.name, "prefill",
+        ck_assert_uint_eq(slot_len(&slot), s.n);
+        report(ref_name(_i), s.name, "prefill",
                cmp_rows(&h, out, &s, s.n - 1, 1));
         free(out);
-        kvcache_slot_free(&slot);
+        slot_close(&slot);
         fx_seq_free(&s);
     }
     harness_close(&h);
@@ -291,19 +395,19 @@ END_TEST
 START_TEST(test_echo_logits_for_every_prompt_position)
 {
     harness h;
-    harness_open(&h, ref_model(_i), 2, MAX_ROWS);
+    harness_open_path(&h, ref_model(_i), ref_path(_i), 2, MAX_ROWS);
     for (size_t q = 0; q < fx_n_seqs(ref_model(_i)); q++) {
         fx_seq s;
-        kv_slot slot;
+        test_slot slot;
         fx_seq_load(ref_model(_i), q, h.vocab, &s);
         slot_open(&h, &slot);
         float *out = logits_alloc(&h, s.n);
-        forward_seq fs = {&slot, s.tokens, s.n, s.n};
+        step_seq fs = {&slot, s.tokens, s.n, s.n};
         step_ok(&h, &fs, 1, out);
-        report(fx_model_name(ref_model(_i)), s.name, "echo",
+        report(ref_name(_i), s.name, "echo",
                cmp_rows(&h, out, &s, 0, s.n));
         free(out);
-        kvcache_slot_free(&slot);
+        slot_close(&slot);
         fx_seq_free(&s);
     }
     harness_close(&h);
@@ -315,30 +419,27 @@ END_TEST
 START_TEST(test_decode_token_by_token_equals_full_recompute)
 {
     harness h;
-    harness_open(&h, ref_model(_i), 2, MAX_ROWS);
+    harness_open_path(&h, ref_model(_i), ref_path(_i), 2, MAX_ROWS);
     for (size_t q = 0; q < fx_n_seqs(ref_model(_i)); q++) {
         fx_seq s;
-        kv_slot slot;
+        test_slot slot;
         fx_seq_load(ref_model(_i), q, h.vocab, &s);
         slot_open(&h, &slot);
         float *out = logits_alloc(&h, 1);
         size_t pre = s.n < 3 ? 1 : 3;
-        forward_seq fs = {&slot, s.tokens, pre, 1};
+        step_seq fs = {&slot, s.tokens, pre, 1};
         step_ok(&h, &fs, 1, out);
         double worst = cmp_rows(&h, out, &s, pre - 1, 1);
         for (size_t i = pre; i < s.n; i++) {
-            forward_seq one = {&slot, s.tokens + i, 1, 1};
+            step_seq one = {&slot, s.tokens + i, 1, 1};
             step_ok(&h, &one, 1, out);
-            ck_assert_uint_eq(slot.n_tokens, i + 1);
+            ck_assert_uint_eq(slot_len(&slot), i + 1);
             double d = cmp_rows(&h, out, &s, i, 1);
             worst = d > worst ? d : worst;
         }
-        ck_assert_msg(memcmp(slot.tokens, s.tokens, s.n * sizeof(int32_t))
-                          == 0,
-                      "kv->tokens does not hold the sequence's tokens");
-        report(fx_model_name(ref_model(_i)), s.name, "decode", worst);
+        report(ref_name(_i), s.name, "decode", worst);
         free(out);
-        kvcache_slot_free(&slot);
+        slot_close(&slot);
         fx_seq_free(&s);
     }
     harness_close(&h);
@@ -351,10 +452,10 @@ START_TEST(test_prefill_in_uneven_chunks_matches_reference)
 {
     static const size_t sizes[] = {1, 4, 2, 7, 3, 11, 5};
     harness h;
-    harness_open(&h, ref_model(_i), 2, MAX_ROWS);
+    harness_open_path(&h, ref_model(_i), ref_path(_i), 2, MAX_ROWS);
     for (size_t q = 0; q < fx_n_seqs(ref_model(_i)); q++) {
         fx_seq s;
-        kv_slot slot;
+        test_slot slot;
         fx_seq_load(ref_model(_i), q, h.vocab, &s);
         slot_open(&h, &slot);
         float *out = logits_alloc(&h, s.n);
@@ -367,18 +468,18 @@ START_TEST(test_prefill_in_uneven_chunks_matches_reference)
             size_t want = c % 3 == 0 ? n : c % 3 == 1 ? 1 : 0;
             if (at + n == s.n && want == 0)
                 want = 1;
-            forward_seq fs = {&slot, s.tokens + at, n, want};
+            step_seq fs = {&slot, s.tokens + at, n, want};
             step_ok(&h, &fs, 1, out);
             at += n;
-            ck_assert_uint_eq(slot.n_tokens, at);
+            ck_assert_uint_eq(slot_len(&slot), at);
             if (want > 0) {
                 double d = cmp_rows(&h, out, &s, at - want, want);
                 worst = d > worst ? d : worst;
             }
         }
-        report(fx_model_name(ref_model(_i)), s.name, "chunks", worst);
+        report(ref_name(_i), s.name, "chunks", worst);
         free(out);
-        kvcache_slot_free(&slot);
+        slot_close(&slot);
         fx_seq_free(&s);
     }
     harness_close(&h);
@@ -392,8 +493,8 @@ START_TEST(test_batch_mixes_prefill_chunk_and_decodes)
 {
     harness h;
     fx_seq p, g;
-    kv_slot a, b, c, d;
-    harness_open(&h, ref_model(_i), 2, MAX_ROWS);
+    test_slot a, b, c, d;
+    harness_open_path(&h, ref_model(_i), ref_path(_i), 2, MAX_ROWS);
     fx_seq_load(ref_model(_i), fx_seq_find(ref_model(_i), "prompt"), h.vocab, &p);
     fx_seq_load(ref_model(_i), fx_seq_find(ref_model(_i), "greedy"), h.vocab, &g);
     ck_assert_uint_ge(p.n, 16);
@@ -406,7 +507,7 @@ START_TEST(test_batch_mixes_prefill_chunk_and_decodes)
     double worst = 0.0, x;
 
     /* step 1: three prefills of different lengths */
-    forward_seq s1[] = {
+    step_seq s1[] = {
         {&a, p.tokens, 4, 0},
         {&b, g.tokens, 9, 2},
         {&c, p.tokens, 13, 1},
@@ -419,7 +520,7 @@ START_TEST(test_batch_mixes_prefill_chunk_and_decodes)
 
     /* step 2: decode b (pos 9), chunk of a (pos 4..14), decode c (pos 13),
      * prefill d without logits */
-    forward_seq s2[] = {
+    step_seq s2[] = {
         {&b, g.tokens + 9, 1, 1},
         {&a, p.tokens + 4, 11, 11},
         {&c, p.tokens + 13, 1, 1},
@@ -432,13 +533,13 @@ START_TEST(test_batch_mixes_prefill_chunk_and_decodes)
     worst = x > worst ? x : worst;
     x = cmp_rows(&h, out + 12 * h.vocab, &p, 13, 1);
     worst = x > worst ? x : worst;
-    ck_assert_uint_eq(a.n_tokens, 15);
-    ck_assert_uint_eq(b.n_tokens, 10);
-    ck_assert_uint_eq(c.n_tokens, 14);
-    ck_assert_uint_eq(d.n_tokens, 5);
+    ck_assert_uint_eq(slot_len(&a), 15);
+    ck_assert_uint_eq(slot_len(&b), 10);
+    ck_assert_uint_eq(slot_len(&c), 14);
+    ck_assert_uint_eq(slot_len(&d), 5);
 
     /* step 3: d and a continue */
-    forward_seq s3[] = {
+    step_seq s3[] = {
         {&d, g.tokens + 5, 1, 1},
         {&a, p.tokens + 15, 1, 1},
     };
@@ -448,12 +549,12 @@ START_TEST(test_batch_mixes_prefill_chunk_and_decodes)
     x = cmp_rows(&h, out + h.vocab, &p, 15, 1);
     worst = x > worst ? x : worst;
 
-    report(fx_model_name(ref_model(_i)), "prompt+greedy", "mixed-batch", worst);
+    report(ref_name(_i), "prompt+greedy", "mixed-batch", worst);
     free(out);
-    kvcache_slot_free(&a);
-    kvcache_slot_free(&b);
-    kvcache_slot_free(&c);
-    kvcache_slot_free(&d);
+    slot_close(&a);
+    slot_close(&b);
+    slot_close(&c);
+    slot_close(&d);
     fx_seq_free(&p);
     fx_seq_free(&g);
     harness_close(&h);
@@ -467,13 +568,13 @@ START_TEST(test_greedy_generation_matches_reference_tokens)
 {
     harness h;
     fx_seq s;
-    kv_slot slot;
-    harness_open(&h, ref_model(_i), 2, MAX_ROWS);
+    test_slot slot;
+    harness_open_path(&h, ref_model(_i), ref_path(_i), 2, MAX_ROWS);
     fx_seq_load(ref_model(_i), fx_seq_find(ref_model(_i), "greedy"), h.vocab, &s);
     ck_assert(s.greedy);
     slot_open(&h, &slot);
     float *out = logits_alloc(&h, 1);
-    forward_seq fs = {&slot, s.tokens, s.prompt_len, 1};
+    step_seq fs = {&slot, s.tokens, s.prompt_len, 1};
     step_ok(&h, &fs, 1, out);
     double worst = 0.0;
     for (size_t pos = s.prompt_len; pos < s.n; pos++) {
@@ -482,15 +583,15 @@ START_TEST(test_greedy_generation_matches_reference_tokens)
         int32_t tok = (int32_t)argmax(out, h.vocab);
         ck_assert_msg(tok == s.tokens[pos],
                       "%s: generated token %zu is %d, reference %d",
-                      fx_model_name(ref_model(_i)), pos - s.prompt_len,
+                      ref_name(_i), pos - s.prompt_len,
                       (int)tok, (int)s.tokens[pos]);
-        forward_seq one = {&slot, &tok, 1, 1};
+        step_seq one = {&slot, &tok, 1, 1};
         step_ok(&h, &one, 1, out);
     }
     worst = fmax(worst, cmp_rows(&h, out, &s, s.n - 1, 1));
-    report(fx_model_name(ref_model(_i)), s.name, "greedy", worst);
+    report(ref_name(_i), s.name, "greedy", worst);
     free(out);
-    kvcache_slot_free(&slot);
+    slot_close(&slot);
     fx_seq_free(&s);
     harness_close(&h);
 }
@@ -503,7 +604,7 @@ START_TEST(test_fill_to_n_ctx_then_one_more_token_refused)
     size_t mi = g_ctx_models[_i];
     harness h;
     fx_seq s;
-    kv_slot slot, other;
+    test_slot slot, other;
     harness_open(&h, mi, 2, MAX_ROWS);
     fx_seq_load(mi, fx_seq_find(mi, "context"), h.vocab, &s);
     size_t n_ctx = h.m.config.n_ctx;
@@ -514,44 +615,44 @@ START_TEST(test_fill_to_n_ctx_then_one_more_token_refused)
     float *out = logits_alloc(&h, n_ctx);
 
     /* n_ctx - 2 tokens, then asking 3 more is refused and changes nothing */
-    forward_seq fs = {&slot, s.tokens, n_ctx - 2, 1};
+    step_seq fs = {&slot, s.tokens, n_ctx - 2, 1};
     step_ok(&h, &fs, 1, out);
     double worst = cmp_rows(&h, out, &s, n_ctx - 3, 1);
-    forward_seq over = {&slot, s.tokens + n_ctx - 2, 3, 1};
+    step_seq over = {&slot, s.tokens + n_ctx - 2, 3, 1};
     step_refused(&h, &over, 1, out, "a step past n_ctx");
-    ck_assert_uint_eq(slot.n_tokens, n_ctx - 2);
+    ck_assert_uint_eq(slot_len(&slot), n_ctx - 2);
 
     /* a batch where only the second sequence overflows: nothing moves */
-    forward_seq mixed[] = {
+    step_seq mixed[] = {
         {&other, s.tokens, 4, 1},
         {&slot, s.tokens + n_ctx - 2, 3, 1},
     };
     step_refused(&h, mixed, 2, out, "a batch with one sequence past n_ctx");
-    ck_assert_uint_eq(other.n_tokens, 0);
-    ck_assert_uint_eq(slot.n_tokens, n_ctx - 2);
+    ck_assert_uint_eq(slot_len(&other), 0);
+    ck_assert_uint_eq(slot_len(&slot), n_ctx - 2);
 
     /* exactly n_ctx works, and the cache was not disturbed */
-    forward_seq last = {&slot, s.tokens + n_ctx - 2, 2, 2};
+    step_seq last = {&slot, s.tokens + n_ctx - 2, 2, 2};
     step_ok(&h, &last, 1, out);
-    ck_assert_uint_eq(slot.n_tokens, n_ctx);
+    ck_assert_uint_eq(slot_len(&slot), n_ctx);
     worst = fmax(worst, cmp_rows(&h, out, &s, n_ctx - 2, 2));
 
     /* one more token is refused */
-    forward_seq extra = {&slot, s.tokens, 1, 1};
+    step_seq extra = {&slot, s.tokens, 1, 1};
     step_refused(&h, &extra, 1, out, "token n_ctx + 1");
-    ck_assert_uint_eq(slot.n_tokens, n_ctx);
+    ck_assert_uint_eq(slot_len(&slot), n_ctx);
 
     /* a full-context prompt in one step (echo) also works */
-    kvcache_slot_free(&other);
+    slot_close(&other);
     slot_open(&h, &other);
-    forward_seq whole = {&other, s.tokens, n_ctx, n_ctx};
+    step_seq whole = {&other, s.tokens, n_ctx, n_ctx};
     step_ok(&h, &whole, 1, out);
     worst = fmax(worst, cmp_rows(&h, out, &s, 0, n_ctx));
 
     report(fx_model_name(mi), s.name, "fill-n_ctx", worst);
     free(out);
-    kvcache_slot_free(&slot);
-    kvcache_slot_free(&other);
+    slot_close(&slot);
+    slot_close(&other);
     fx_seq_free(&s);
     harness_close(&h);
 }
@@ -561,7 +662,7 @@ START_TEST(test_out_of_range_token_refused)
 {
     harness h;
     fx_seq s;
-    kv_slot a, b;
+    test_slot a, b;
     harness_open(&h, g_tiny, 2, MAX_ROWS);
     fx_seq_load(g_tiny, fx_seq_find(g_tiny, "prompt"), h.vocab, &s);
     slot_open(&h, &a);
@@ -570,20 +671,20 @@ START_TEST(test_out_of_range_token_refused)
 
     int32_t too_big[] = {5, (int32_t)h.vocab};
     int32_t negative[] = {-1};
-    forward_seq fs = {&a, too_big, 2, 1};
+    step_seq fs = {&a, too_big, 2, 1};
     step_refused(&h, &fs, 1, out, "token id == vocab_size");
-    forward_seq neg = {&a, negative, 1, 1};
+    step_seq neg = {&a, negative, 1, 1};
     step_refused(&h, &neg, 1, out, "token id -1");
-    forward_seq batch[] = {
+    step_seq batch[] = {
         {&b, s.tokens, 3, 1},
         {&a, too_big, 2, 1},
     };
     step_refused(&h, batch, 2, out, "a batch with one bad token id");
-    ck_assert_uint_eq(a.n_tokens, 0);
-    ck_assert_uint_eq(b.n_tokens, 0);
+    ck_assert_uint_eq(slot_len(&a), 0);
+    ck_assert_uint_eq(slot_len(&b), 0);
 
     /* both slots still work from position 0 */
-    forward_seq good[] = {
+    step_seq good[] = {
         {&a, s.tokens, 3, 1},
         {&b, s.tokens, 4, 1},
     };
@@ -592,8 +693,8 @@ START_TEST(test_out_of_range_token_refused)
                         cmp_rows(&h, out + h.vocab, &s, 3, 1));
     report(fx_model_name(g_tiny), s.name, "after-bad-token", worst);
     free(out);
-    kvcache_slot_free(&a);
-    kvcache_slot_free(&b);
+    slot_close(&a);
+    slot_close(&b);
     fx_seq_free(&s);
     harness_close(&h);
 }
@@ -603,24 +704,24 @@ START_TEST(test_more_rows_than_max_rows_refused)
 {
     harness h;
     fx_seq s;
-    kv_slot a, b;
+    test_slot a, b;
     harness_open(&h, g_tiny, 2, 8);
     fx_seq_load(g_tiny, fx_seq_find(g_tiny, "prompt"), h.vocab, &s);
     slot_open(&h, &a);
     slot_open(&h, &b);
     float *out = logits_alloc(&h, 8);
 
-    forward_seq nine = {&a, s.tokens, 9, 1};
+    step_seq nine = {&a, s.tokens, 9, 1};
     step_refused(&h, &nine, 1, out, "9 rows with max_rows 8");
-    forward_seq split[] = {
+    step_seq split[] = {
         {&a, s.tokens, 5, 1},
         {&b, s.tokens, 4, 1},
     };
     step_refused(&h, split, 2, out, "5 + 4 rows with max_rows 8");
-    ck_assert_uint_eq(a.n_tokens, 0);
-    ck_assert_uint_eq(b.n_tokens, 0);
+    ck_assert_uint_eq(slot_len(&a), 0);
+    ck_assert_uint_eq(slot_len(&b), 0);
 
-    forward_seq eight[] = {
+    step_seq eight[] = {
         {&a, s.tokens, 5, 5},
         {&b, s.tokens, 3, 3},
     };
@@ -629,45 +730,37 @@ START_TEST(test_more_rows_than_max_rows_refused)
                         cmp_rows(&h, out + 5 * h.vocab, &s, 0, 3));
     report(fx_model_name(g_tiny), s.name, "max-rows", worst);
     free(out);
-    kvcache_slot_free(&a);
-    kvcache_slot_free(&b);
+    slot_close(&a);
+    slot_close(&b);
     fx_seq_free(&s);
     harness_close(&h);
 }
 END_TEST
 
-/* The fallback kernels for CPUs without AVX2+FMA, on this CPU: an echo
- * prefill of "prompt" batched with a prefill of "greedy" (M > 1, every
- * prompt row's logits), then one decode row of each (M = 2). */
-START_TEST(test_portable_kernels_match_reference)
+/* GPT2D_ISA forces the kernels a new forward_state uses; a name that is no
+ * instruction set is refused with a message, never ignored. */
+START_TEST(test_gpt2d_isa_forces_the_kernels)
 {
     harness h;
-    fx_seq p, g;
-    kv_slot a, b;
-    size_t mi = ref_model(_i);
-    harness_open(&h, mi, 2, MAX_ROWS);
-    forward_state_use_portable_kernels(h.st);
-    fx_seq_load(mi, fx_seq_find(mi, "prompt"), h.vocab, &p);
-    fx_seq_load(mi, fx_seq_find(mi, "greedy"), h.vocab, &g);
-    slot_open(&h, &a);
-    slot_open(&h, &b);
-    size_t n = p.n - 1;
-    float *out = logits_alloc(&h, n + 3);
-    forward_seq s1[] = {{&a, p.tokens, n, n}, {&b, g.tokens, 6, 1}};
-    step_ok(&h, s1, 2, out);
-    forward_seq s2[] = {{&a, p.tokens + n, 1, 1}, {&b, g.tokens + 6, 1, 1}};
-    step_ok(&h, s2, 2, out + (n + 1) * h.vocab);
-    double d = fmax(cmp_rows(&h, out, &p, 0, n),
-                    fmax(cmp_rows(&h, out + n * h.vocab, &g, 5, 1),
-                         fmax(cmp_rows(&h, out + (n + 1) * h.vocab, &p, n, 1),
-                              cmp_rows(&h, out + (n + 2) * h.vocab, &g, 6,
-                                       1))));
-    report(fx_model_name(mi), "prompt+greedy", "portable kernels", d);
-    free(out);
-    kvcache_slot_free(&a);
-    kvcache_slot_free(&b);
-    fx_seq_free(&p);
-    fx_seq_free(&g);
+    forward_state *st = NULL;
+    ck_assert_int_eq(unsetenv("GPT2D_ISA"), 0);
+    harness_open(&h, g_tiny, 1, 4);
+    ck_assert_int_eq(forward_state_isa(h.st), cpu_isa_supported());
+    for (int isa = 0; isa <= (int)cpu_isa_supported(); isa++) {
+        ck_assert_int_eq(setenv("GPT2D_ISA", cpu_isa_name((cpu_isa)isa), 1),
+                         0);
+        ck_assert_msg(forward_state_create(&st, &h.m, 4, 1, &h.err) == 0, "%s",
+                      h.err.message);
+        ck_assert_int_eq(forward_state_isa(st), isa);
+        forward_state_free(st);
+    }
+    ck_assert_int_eq(setenv("GPT2D_ISA", "avx9000", 1), 0);
+    h.err.message[0] = '\0';
+    ck_assert_int_eq(forward_state_create(&st, &h.m, 4, 1, &h.err), -1);
+    ck_assert_ptr_null(st);
+    ck_assert_msg(strstr(h.err.message, "GPT2D_ISA") != NULL, "%s",
+                  h.err.message);
+    unsetenv("GPT2D_ISA");
     harness_close(&h);
 }
 END_TEST
@@ -694,18 +787,18 @@ static float *run_schedule(size_t mi, size_t threads, const fx_seq *p,
                            const fx_seq *g, double *ref_diff)
 {
     harness h;
-    kv_slot a, b;
+    test_slot a, b;
     harness_open(&h, mi, threads, MAX_ROWS);
     slot_open(&h, &a);
     slot_open(&h, &b);
     size_t n = p->n - 1;
     float *out = logits_alloc(&h, n + 3);
-    forward_seq s1[] = {
+    step_seq s1[] = {
         {&a, p->tokens, n, n},
         {&b, g->tokens, 6, 1},
     };
     step_ok(&h, s1, 2, out);
-    forward_seq s2[] = {
+    step_seq s2[] = {
         {&b, g->tokens + 6, 1, 1},
         {&a, p->tokens + n, 1, 1},
     };
@@ -715,8 +808,8 @@ static float *run_schedule(size_t mi, size_t threads, const fx_seq *p,
                           fmax(cmp_rows(&h, out + (n + 1) * h.vocab, g, 6, 1),
                                cmp_rows(&h, out + (n + 2) * h.vocab, p, n,
                                         1))));
-    kvcache_slot_free(&a);
-    kvcache_slot_free(&b);
+    slot_close(&a);
+    slot_close(&b);
     harness_close(&h);
     return out;
 }
@@ -743,8 +836,8 @@ START_TEST(test_thread_pools_of_1_and_2_give_same_logits)
            identical ? "bit-identical" : "not bit-identical");
     report(fx_model_name(mi), "prompt+greedy", "threads",
            fmax(d1, fmax(d2, d3)));
-    ck_assert_msg(between <= SAME_TOL, "pool sizes change logits by %.3g",
-                  between);
+    ck_assert_msg(identical, "pool sizes change logits (max |diff| %.3g): "
+                  "the panel kernels promise the same bits", between);
     free(one);
     free(two);
     free(three);
@@ -757,7 +850,7 @@ START_TEST(test_sequence_alone_or_in_batch_gives_same_logits)
 {
     harness h;
     fx_seq p, g;
-    kv_slot a, b, c;
+    test_slot a, b, c;
     size_t mi = det_model(_i);
     harness_open(&h, mi, 2, MAX_ROWS);
     fx_seq_load(mi, fx_seq_find(mi, "prompt"), h.vocab, &p);
@@ -768,25 +861,25 @@ START_TEST(test_sequence_alone_or_in_batch_gives_same_logits)
 
     /* alone: prefill 10 with echo, then one decode */
     slot_open(&h, &a);
-    forward_seq s1 = {&a, p.tokens, n, n};
+    step_seq s1 = {&a, p.tokens, n, n};
     step_ok(&h, &s1, 1, alone);
-    forward_seq s2 = {&a, p.tokens + n, 1, 1};
+    step_seq s2 = {&a, p.tokens + n, 1, 1};
     step_ok(&h, &s2, 1, alone + n * h.vocab);
-    kvcache_slot_free(&a);
+    slot_close(&a);
 
     /* batched: the same sequence between others, in both steps */
     slot_open(&h, &a);
     slot_open(&h, &b);
     slot_open(&h, &c);
-    forward_seq pre[] = {{&c, g.tokens, 7, 0}};
+    step_seq pre[] = {{&c, g.tokens, 7, 0}};
     step_ok(&h, pre, 1, batch);
-    forward_seq b1[] = {
+    step_seq b1[] = {
         {&b, g.tokens, 5, 1},
         {&a, p.tokens, n, n},
         {&c, g.tokens + 7, 1, 1},
     };
     step_ok(&h, b1, 3, batch);
-    forward_seq b2[] = {
+    step_seq b2[] = {
         {&c, g.tokens + 8, 1, 1},
         {&b, g.tokens + 5, 1, 1},
         {&a, p.tokens + n, 1, 1},
@@ -811,13 +904,14 @@ START_TEST(test_sequence_alone_or_in_batch_gives_same_logits)
     ref = fmax(ref, cmp_rows(&h, batch + (n + 3) * h.vocab, &g, 5, 1));
     ref = fmax(ref, cmp_rows(&h, alone, &p, 0, n + 1));
     report(fx_model_name(mi), "prompt+greedy", "batching", ref);
-    ck_assert_msg(d <= SAME_TOL, "batching changes logits by %.3g", d);
+    ck_assert_msg(identical, "batching changes logits (max |diff| %.3g): "
+                  "the panel kernels promise the same bits", d);
 
     free(alone);
     free(batch);
-    kvcache_slot_free(&a);
-    kvcache_slot_free(&b);
-    kvcache_slot_free(&c);
+    slot_close(&a);
+    slot_close(&b);
+    slot_close(&c);
     fx_seq_free(&p);
     fx_seq_free(&g);
     harness_close(&h);
@@ -851,11 +945,11 @@ START_TEST(test_logits_independent_of_prompt_chunking)
     fx_seq_load(mi, fx_seq_find(mi, "greedy"), h.vocab, &g);
     float *got[3], *out = logits_alloc(&h, MAX_ROWS);
     for (int k = 0; k < 3; k++) {
-        kv_slot slot, side;
+        test_slot slot, side;
         got[k] = logits_alloc(&h, s.n);
         slot_open(&h, &slot);
         slot_open(&h, &side);
-        forward_seq pre = {&side, g.tokens, 3, 0};
+        step_seq pre = {&side, g.tokens, 3, 0};
         step_ok(&h, &pre, 1, out);
         size_t at = 0;
         for (size_t c = 0; at < s.n; c++) {
@@ -863,17 +957,17 @@ START_TEST(test_logits_independent_of_prompt_chunking)
                      : uneven[c % (sizeof uneven / sizeof uneven[0])];
             n = n < s.n - at ? n : s.n - at;
             /* schedule 2 shares each step with the side sequence's decode */
-            bool shared = k == 2 && side.n_tokens < g.n;
-            forward_seq fs[] = {{&side, g.tokens + side.n_tokens, 1, 1},
+            bool shared = k == 2 && slot_len(&side) < g.n;
+            step_seq fs[] = {{&side, g.tokens + slot_len(&side), 1, 1},
                                 {&slot, s.tokens + at, n, n}};
             step_ok(&h, shared ? fs : fs + 1, shared ? 2 : 1, out);
             memcpy(got[k] + at * h.vocab, out + (shared ? h.vocab : 0),
                    n * h.vocab * sizeof(float));
             at += n;
         }
-        ck_assert_uint_eq(slot.n_tokens, s.n);
-        kvcache_slot_free(&slot);
-        kvcache_slot_free(&side);
+        ck_assert_uint_eq(slot_len(&slot), s.n);
+        slot_close(&slot);
+        slot_close(&side);
     }
     size_t cnt = s.n * h.vocab;
     double d = fmax(max_abs_diff(got[0], got[1], cnt),
@@ -957,7 +1051,8 @@ static int load_cases(void)
 static Suite *forward_suite(void)
 {
     Suite *s = suite_create("forward");
-    int nm = (int)g_n_run_models;
+    /* every model under every kernel path */
+    int nm = (int)(g_n_run_models * g_n_paths);
 
     TCase *ref = tcase_create("reference");
     tcase_add_loop_test(ref, test_prefill_last_token_logits_match_reference,
@@ -970,7 +1065,6 @@ static Suite *forward_suite(void)
                         0, nm);
     tcase_add_loop_test(ref, test_batch_mixes_prefill_chunk_and_decodes, 0,
                         nm);
-    tcase_add_loop_test(ref, test_portable_kernels_match_reference, 0, nm);
     tcase_add_loop_test(ref, test_greedy_generation_matches_reference_tokens,
                         0, nm);
     suite_add_tcase(s, ref);
@@ -980,6 +1074,7 @@ static Suite *forward_suite(void)
                         0, (int)g_n_ctx_models);
     tcase_add_test(lim, test_out_of_range_token_refused);
     tcase_add_test(lim, test_more_rows_than_max_rows_refused);
+    tcase_add_test(lim, test_gpt2d_isa_forces_the_kernels);
     suite_add_tcase(s, lim);
 
     TCase *det = tcase_create("determinism");
@@ -1005,6 +1100,13 @@ int main(void)
         return 1;
     }
     fclose(probe);
+    for (int isa = (int)cpu_isa_supported(); isa >= 0; isa--) {
+        kernel_path *k = &g_paths[g_n_paths++];
+        k->isa = (cpu_isa)isa;
+        snprintf(k->name, sizeof k->name, "panels-%s",
+                 cpu_isa_name(k->isa));
+        printf("kernel path: %s\n", k->name);
+    }
     if (load_cases() != 0) {
         json_decref(g_cases);
         return EXIT_FAILURE;

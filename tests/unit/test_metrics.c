@@ -305,7 +305,7 @@ START_TEST(test_render_is_valid_exposition_text)
     metrics_observe_batch_rows(17);
     metrics_observe_step(0.03);
     engine_stats st = { .queue_depth = 1, .running = 2, .slots_total = 4,
-                        .slots_busy = 2, .slots_cached = 1 };
+                        .slots_busy = 2 };
     scrape *sc = scrape_new();
     scrape_now(sc, &st);
     static const char *const families[][2] = {
@@ -322,7 +322,11 @@ START_TEST(test_render_is_valid_exposition_text)
         { "gpt2d_sequences_running", "gauge" },
         { "gpt2d_slots_total", "gauge" },
         { "gpt2d_slots_busy", "gauge" },
-        { "gpt2d_slots_cached", "gauge" },
+        { "gpt2d_kv_blocks", "gauge" },
+        { "gpt2d_kv_blocks_reserved", "gauge" },
+        { "gpt2d_kv_bytes", "gauge" },
+        { "gpt2d_kv_sessions", "gauge" },
+        { "gpt2d_kv_evictions_total", "counter" },
     };
     for (size_t i = 0; i < sizeof families / sizeof families[0]; i++) {
         family *f = find_family(sc, families[i][0]);
@@ -340,14 +344,24 @@ END_TEST
 START_TEST(test_gauges_report_engine_stats)
 {
     engine_stats st = { .queue_depth = 7, .running = 3, .slots_total = 8,
-                        .slots_busy = 3, .slots_cached = 5 };
+                        .slots_busy = 3,
+                        .kv = { .blocks_total = 100, .blocks_free = 60,
+                                .blocks_cached = 25, .blocks_in_use = 15,
+                                .blocks_reserved = 9, .bytes_total = 12345,
+                                .sessions = 4, .evictions = 77 } };
     scrape *sc = scrape_new();
     scrape_now(sc, &st);
     ck_assert_double_eq(value_of(sc, "gpt2d_queue_depth", ""), 7);
     ck_assert_double_eq(value_of(sc, "gpt2d_sequences_running", ""), 3);
     ck_assert_double_eq(value_of(sc, "gpt2d_slots_total", ""), 8);
     ck_assert_double_eq(value_of(sc, "gpt2d_slots_busy", ""), 3);
-    ck_assert_double_eq(value_of(sc, "gpt2d_slots_cached", ""), 5);
+    ck_assert_double_eq(value_of(sc, "gpt2d_kv_blocks", "state=\"free\""), 60);
+    ck_assert_double_eq(value_of(sc, "gpt2d_kv_blocks", "state=\"cached\""), 25);
+    ck_assert_double_eq(value_of(sc, "gpt2d_kv_blocks", "state=\"in_use\""), 15);
+    ck_assert_double_eq(value_of(sc, "gpt2d_kv_blocks_reserved", ""), 9);
+    ck_assert_double_eq(value_of(sc, "gpt2d_kv_bytes", ""), 12345);
+    ck_assert_double_eq(value_of(sc, "gpt2d_kv_sessions", ""), 4);
+    ck_assert_double_eq(value_of(sc, "gpt2d_kv_evictions_total", ""), 77);
     free(sc);
 }
 END_TEST

@@ -1,0 +1,53 @@
+/* cpu.c — the kernels' instruction set (see cpu.h). */
+#include "config.h"
+
+#include "gpt2d/cpu.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpt2d/half.h"
+
+cpu_isa cpu_isa_supported(void)
+{
+#if defined(__x86_64__)
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")
+        && half_uses_f16c())
+        return CPU_ISA_AVX2;
+#endif
+    return CPU_ISA_PORTABLE;
+}
+
+int cpu_isa_parse(const char *name, cpu_isa *out)
+{
+    for (int i = 0; i < CPU_ISA_COUNT; i++)
+        if (strcmp(name, cpu_isa_name((cpu_isa)i)) == 0) {
+            *out = (cpu_isa)i;
+            return 0;
+        }
+    return -1;
+}
+
+const char *cpu_isa_name(cpu_isa isa)
+{
+    return isa == CPU_ISA_AVX2 ? "avx2" : "portable";
+}
+
+int cpu_isa_choose(cpu_isa *out, gpt2d_error *err)
+{
+    const cpu_isa best = cpu_isa_supported();
+    const char *forced = getenv("GPT2D_ISA");
+    *out = best;
+    if (forced == NULL || forced[0] == '\0')
+        return 0;
+    cpu_isa isa;
+    if (cpu_isa_parse(forced, &isa) != 0)
+        return error_set(err, "GPT2D_ISA: '%s' is not portable or avx2",
+                         forced);
+    if (isa > best)
+        return error_set(err, "GPT2D_ISA: this CPU cannot run the %s "
+                         "kernels (it runs %s)", forced, cpu_isa_name(best));
+    *out = isa;
+    return 0;
+}

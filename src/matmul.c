@@ -1,0 +1,425 @@
+/* matmul.c — the weight products of the forward pass (see matmul.h).
+ *
+ * Owns the panel kernels (portable and AVX2/FMA) that multiply a step's
+ * rows by a weight matrix packed in panels (panels.h), the split of each
+ * product into output-column tasks on the worker pool, and the epilogue
+ * (bias, GELU) each task runs on the block it just wrote.  Called by
+ * forward.c from the engine thread; the tasks run on the pool's workers,
+ * each with its own scratch.
+ *
+ * Why our own kernels and not sgemm (doc/performance.md has the figures):
+ *   - batch invariance: an output element here is one FMA chain over k in
+ *     a fixed order whatever M is, so a sequence's logits are the same bits
+ *     alone or in any batch; OpenBLAS's sgemm rounds a row differently with
+ *     the rows that share its call (bench_forward counts the floats);
+ *   - decode is bound by reading the weights: panels are packed once at
+ *     load and streamed once per step, as floats or halves widened in
+ *     registers, which at small M outran OpenBLAS on the same machine;
+ *   - one summation order per element makes the pool size irrelevant too.
+ */
+#include "config.h"
+
+#include "gpt2d/matmul.h"
+
+#include <stdint.h>
+#include <string.h>
+
+#include "vecmath.h"
+
+/* Matmul column blocks are multiples of this (keeps the panels and the
+ * 8-lane GELU aligned). */
+#define COL_ALIGN 16
+/* Column tasks per pool worker for each product, and their least width. */
+#define MATMUL_TASKS_PER_WORKER 4
+#define MATMUL_MIN_COLS 256
+
+/* ---- epilogue ---- */
+
+/* row is (n,), bias is (n,): row = gelu(row + bias), in place.  Built
+ * twice below, plain and for AVX2: the same vector code, the same bits. */
+static inline __attribute__((always_inline))
+void bias_gelu(float *row, const float *bias, size_t n)
+{
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        gelu8(row + i, row + i, bias + i);
+    if (i < n) {                /* same lanes, padded, so same bits */
+        float x[8] = { 0 }, b[8] = { 0 };
+        memcpy(x, row + i, (n - i) * sizeof(float));
+        memcpy(b, bias + i, (n - i) * sizeof(float));
+        gelu8(x, x, b);
+        memcpy(row + i, x, (n - i) * sizeof(float));
+    }
+}
+
+static void bias_gelu_portable(float *row, const float *bias, size_t n)
+{
+    bias_gelu(row, bias, n);
+}
+
+#ifdef HAVE_AVX2_KERNELS
+KERNEL_TARGET
+static void bias_gelu_avx2(float *row, const float *bias, size_t n)
+{
+    bias_gelu(row, bias, n);
+}
+#endif
+
+/* row is (n,), bias is (n,): row += bias. */
+static void bias_add(float *row, const float *bias, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        row[i] += bias[i];
+}
+
+/* ---- batch-invariant panel kernels ---- */
+
+/* OpenBLAS's sgemm is not batch invariant: its Zen/Haswell kernels round a
+ * row differently depending on how many rows share the call (measured: row 0
+ * of an M=4 product differs from the same row computed with M=1), so a
+ * sequence's logits would change with the batch around it and seeded sampling
+ * would not reproduce.  These kernels compute every output element the same
+ * way whatever M is: out[m][n] is one fused multiply-add chain over k in
+ * increasing order (the unembedding too: its matrix is packed transposed).
+ * Tile shapes vary with M, the arithmetic per element does not.  They are also faster than OpenBLAS for
+ * the small M of decode steps (weights packed once at load, streamed once
+ * per step). */
+
+/* a is (M, K), w is (K, N) in panels (panels.h) of `dt`, out is (M, ldo):
+ * out[:, n0:n1] (+)= a · w[:, n0:n1].  Portable fallback, same order. */
+static void matmul_generic(float *out, size_t ldo, const float *a,
+                           const void *w, panel_dtype dt, size_t M, size_t K,
+                           size_t n0, size_t n1, int accumulate)
+{
+    for (size_t m = 0; m < M; m++)
+        for (size_t n = n0; n < n1; n++) {
+            float acc = 0.0f;
+            for (size_t k = 0; k < K; k++)
+                acc += a[m * K + k] * panel_at(w, dt, K, k, n);
+            out[m * ldo + n] = accumulate ? out[m * ldo + n] + acc : acc;
+        }
+}
+
+#ifdef HAVE_AVX2_KERNELS
+
+/* One MR × (16·NP) tile of a · w over k in [k0, k1): rows [0, MR) of a
+ * (row stride lda) against NP consecutive panels, w0 and (NP = 2) w1, each
+ * (K, 16) contiguous, of floats or (H = 1) halves, widened as they are
+ * loaded.  Every output is one FMA chain over k: it starts from zero, or
+ * continues the partial sums in `from` (row stride ldf), and is stored to
+ * `to` (row stride ldt), as to + chain when `accumulate`.  A non-NULL
+ * `ahead` is prefetched at ahead + (k - k0) · step.  Inlined with constant
+ * MR, NP, H (and literal NULLs, which remove the branches). */
+#define LOAD_PANEL_ROW(H, w, k, half)                                        \
+    ((H) ? _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(const void *)    \
+               ((const uint16_t *)(w) + (k) * PANEL_WIDTH + 8 * (half))))    \
+         : _mm256_load_ps((const float *)(w) + (k) * PANEL_WIDTH + 8 * (half)))
+#define TILE_BODY(MR, NP, H)                                                 \
+    do {                                                                     \
+        const void *wp[2] = { w0, w1 };                                      \
+        __m256 acc[MR][2 * NP];                                              \
+        _Pragma("GCC unroll 8") for (int r = 0; r < MR; r++)                 \
+            _Pragma("GCC unroll 8") for (int v = 0; v < 2 * NP; v++)         \
+                acc[r][v] = from != NULL                                     \
+                            ? _mm256_loadu_ps(from + r * ldf + 8 * v)        \
+                            : _mm256_setzero_ps();                           \
+        for (size_t k = k0; k < k1; k++) {                                   \
+            __m256 wv[2 * NP];                                               \
+            if (ahead != NULL)                                               \
+                _mm_prefetch(ahead + (k - k0) * step, _MM_HINT_T0);          \
+            _Pragma("GCC unroll 8") for (int v = 0; v < 2 * NP; v++)         \
+                wv[v] = LOAD_PANEL_ROW(H, wp[v / 2], k, v % 2);              \
+            _Pragma("GCC unroll 8") for (int r = 0; r < MR; r++) {           \
+                __m256 av = _mm256_broadcast_ss(a + r * lda + k);            \
+                _Pragma("GCC unroll 8") for (int v = 0; v < 2 * NP; v++)     \
+                    acc[r][v] = _mm256_fmadd_ps(av, wv[v], acc[r][v]);       \
+            }                                                                \
+        }                                                                    \
+        _Pragma("GCC unroll 8") for (int r = 0; r < MR; r++)                 \
+            _Pragma("GCC unroll 8") for (int v = 0; v < 2 * NP; v++) {       \
+                float *o = to + r * ldt + 8 * v;                             \
+                __m256 x = acc[r][v];                                        \
+                if (accumulate)                                              \
+                    x = _mm256_add_ps(_mm256_loadu_ps(o), x);                \
+                _mm256_storeu_ps(o, x);                                      \
+            }                                                                \
+    } while (0)
+
+#define DEFINE_TILE(MR, NP, H, NAME)                                         \
+    KERNEL_TARGET __attribute__((always_inline)) static inline void          \
+    NAME(float *to, size_t ldt, const float *from, size_t ldf,               \
+         const float *a, size_t lda, const void *w0, const void *w1,         \
+         size_t k0, size_t k1, int accumulate, const char *ahead,            \
+         size_t step)                                                        \
+    {                                                                        \
+        TILE_BODY(MR, NP, H);                                                \
+    }
+#define DEFINE_TILES(MR, NP)                                                 \
+    DEFINE_TILE(MR, NP, 0, tile_##MR##x##NP)                                 \
+    DEFINE_TILE(MR, NP, 1, tile_h_##MR##x##NP)
+DEFINE_TILES(1, 1)
+DEFINE_TILES(2, 1)
+DEFINE_TILES(3, 1)
+DEFINE_TILES(4, 1)
+DEFINE_TILES(5, 1)
+DEFINE_TILES(6, 1)
+DEFINE_TILES(1, 2)
+DEFINE_TILES(2, 2)
+DEFINE_TILES(3, 2)
+
+/* k-steps per chunk when several row blocks share a panel: 128 lines, 8 KB,
+ * which the later blocks find in L1. */
+#define PANEL_CHUNK 128
+/* Most rows that go by chunks. */
+#define PANEL_CHUNK_ROWS 48
+/* Row blocks of a chunk that prefetch the next one, each its share. */
+#define PANEL_PREFETCH_BLOCKS 3
+
+/* One block of mr <= 6 rows against one panel, over k in [k0, k1): float
+ * panels, or (h) half ones. */
+KERNEL_TARGET __attribute__((always_inline))
+static inline void block_tile(size_t mr, int h, float *to, size_t ldt,
+                              const float *from, const float *a, size_t K,
+                              const void *w, size_t k0, size_t k1,
+                              int accumulate, const char *ahead, size_t step)
+{
+#define BLOCK(MR)                                                            \
+    (h ? tile_h_##MR##x1 : tile_##MR##x1)(to, ldt, from, PANEL_WIDTH, a, K,  \
+        w, NULL, k0, k1, accumulate, ahead, step)
+    switch (mr) {
+    case 6: BLOCK(6); break;
+    case 5: BLOCK(5); break;
+    case 4: BLOCK(4); break;
+    case 3: BLOCK(3); break;
+    case 2: BLOCK(2); break;
+    default: BLOCK(1); break;
+    }
+#undef BLOCK
+}
+
+/* What a panel call prefetches while it multiplies: the bytes
+ * [start, start + K · per_k), spread evenly over its k-steps, per_k bytes
+ * a step, never past `end` (the worker's last panel).  start NULL: none. */
+typedef struct prefetch_plan {
+    const char *start, *end;
+    size_t per_k;
+} prefetch_plan;
+
+/* k-steps per chunk of a panel for M rows (below). */
+static size_t panel_chunk(size_t M, size_t K)
+{
+    return M > 6 && M <= PANEL_CHUNK_ROWS && K > PANEL_CHUNK ? PANEL_CHUNK
+                                                             : K;
+}
+
+/* Where the plan puts the prefetch for k-steps [k0, k1), or NULL when it
+ * has none or it would run past the end (start <= end always: the plans
+ * start inside the worker's panels or just after the last). */
+static const char *prefetch_at(const prefetch_plan *pf, size_t k0, size_t k1)
+{
+    if (pf->start == NULL || (size_t)(pf->end - pf->start) < k1 * pf->per_k)
+        return NULL;
+    return pf->start + k0 * pf->per_k;
+}
+
+/* Rows [0, M) against one panel (np = 1) or two (np = 2, 3-row blocks, for
+ * M <= 3: a single row against one panel would have only two chains to
+ * hide the FMA latency behind), of `dt`.  Up to 6 rows are one block (12
+ * accumulators, 2 loads and 6 broadcasts per 12 FMAs) that walks the panel
+ * once, a sequential stream the hardware prefetches well; half panels are
+ * widened in registers as they are loaded.
+ *
+ * With more rows they split into the fewest blocks of at most 6, as even
+ * as they go (13 = 5 + 4 + 4, not 6 + 6 + 1: a block of one or two rows
+ * has too few chains to hide the FMA latency; in cache, one core, M = 7,
+ * 8, 13, 14, 19 gained 10-20%, M = 10, 16 stayed the same).
+ * The blocks take turns over chunks of PANEL_CHUNK k-steps
+ * (the partial sums wait in `part`, (M, 16)): the first block reads a chunk
+ * from memory, the others from L1.  Walking the whole panel per block
+ * instead, only the first block read memory, faster than one core's share
+ * of the stream delivers, and the others left it idle.  The first blocks
+ * of each chunk also prefetch the plan's share for it, in equal parts, so
+ * memory is read at an even rate the whole time (one core, M = 16, the
+ * twelve layers' products from DRAM: ~27-33 -> 22-24 ms per step, 2
+ * threads).  Every block widens the halves it loads itself: widening a
+ * chunk once into an L1 buffer for all blocks instead ran M = 12-16 at ~78
+ * GFLOP/s a core against ~93-107 (W in cache; the conversions issue beside
+ * the FMAs).  Storing and reloading a partial sum changes no bits: each
+ * output is still one chain over k from 0. */
+KERNEL_TARGET
+static void panel_rows_avx2(float *out, size_t ldo, const float *a,
+                            const void *w0, const void *w1, panel_dtype dt,
+                            size_t M, size_t K, int np, int accumulate,
+                            const prefetch_plan *pf, float *part)
+{
+    const int h = dt == PANEL_F16;
+    const char *whole = prefetch_at(pf, 0, K);
+    if (np == 2) {
+#define PAIR(MR)                                                             \
+        (h ? tile_h_##MR##x2 : tile_##MR##x2)(out + m * ldo, ldo, NULL, 0,   \
+            a + m * K, K, w0, w1, 0, K, accumulate, m == 0 ? whole : NULL,   \
+            pf->per_k)
+        size_t m = 0;
+        for (; m + 3 <= M; m += 3)
+            PAIR(3);
+        if (M - m == 2)
+            PAIR(2);
+        else if (M - m == 1)
+            PAIR(1);
+#undef PAIR
+        return;
+    }
+    if (M <= 6) {
+        block_tile(M, h, out, ldo, NULL, a, K, w0, 0, K, accumulate, whole,
+                   pf->per_k);
+        return;
+    }
+    const size_t blocks = (M + 5) / 6;
+    const size_t pf_blocks = blocks < PANEL_PREFETCH_BLOCKS
+                             ? blocks : PANEL_PREFETCH_BLOCKS;
+    const size_t step = (pf->per_k + pf_blocks - 1) / pf_blocks;
+    /* prefill (M > PANEL_CHUNK_ROWS): the panel is reused by so many
+     * blocks that the stream no longer matters, and a block's rows of a
+     * are best read whole */
+    const size_t chunk = panel_chunk(M, K);
+    for (size_t k0 = 0; k0 < K; k0 += chunk) {
+        const size_t k1 = K - k0 <= chunk ? K : k0 + chunk;
+        const int last = k1 == K;
+        const char *next = prefetch_at(pf, k0, k1);
+        const size_t share = step * (k1 - k0);
+        for (size_t b = 0, m = 0; m < M; b++) {
+            const size_t mr = M * (b + 1) / blocks - m;
+            const char *ahead = next != NULL && b < pf_blocks
+                                ? next + b * share : NULL;
+            /* the last chunk writes out, the others part */
+            float *to = last ? out + m * ldo : part + m * PANEL_WIDTH;
+            const float *from = k0 > 0 ? part + m * PANEL_WIDTH : NULL;
+            block_tile(mr, h, to, last ? ldo : PANEL_WIDTH, from, a + m * K,
+                       K, w0, k0, k1, last && accumulate, ahead, step);
+            m += mr;
+        }
+    }
+}
+
+/* out[:, n0:n1] (+)= a · w[:, n0:n1], a is (M, K), w is (K, N) in panels
+ * of `dt`, n0 a multiple of PANEL_WIDTH.  Each panel is a contiguous K × 16
+ * elements, so a worker's column range is one sequential stream from
+ * memory.  `scratch` is the worker's: partial sums (M, 16); a last panel
+ * cut short by n1 (N not a multiple of 16, small test models), which is
+ * computed whole there and its valid columns copied (out + chain is then
+ * the same addition the full panels make).
+ *
+ * The prefetch plan: float panels of more than 6 rows stream one chunk
+ * ahead in the same panel (the next panel's first at the end); half
+ * panels prefetch the next panel (or pair) while this one is multiplied,
+ * which then finds its bytes in cache.  Halves are read at half the bytes
+ * and widened exactly, so the arithmetic is that of float panels holding
+ * the same values. */
+KERNEL_TARGET
+static void matmul_avx2(float *out, size_t ldo, const float *a,
+                        const void *w, panel_dtype dt, size_t M, size_t K,
+                        size_t n0, size_t n1, int accumulate, float *scratch)
+{
+    const size_t es = panel_dtype_size(dt), panel = K * PANEL_WIDTH;
+    const char *base = w;
+    const size_t p_all = panel_count(n1), p_full = n1 / PANEL_WIDTH;
+    float *part = scratch, *edge = scratch + M * PANEL_WIDTH;
+    prefetch_plan pf = { .end = base + p_all * panel * es };
+    for (size_t p = n0 / PANEL_WIDTH, np; p < p_all; p += np) {
+        np = M <= 3 && p + 2 <= p_full ? 2 : 1;
+        const char *w0 = base + p * panel * es;
+        const char *w1 = np == 2 ? w0 + panel * es : NULL;
+        if (dt == PANEL_F16) {
+            pf.start = w0 + np * panel * es;
+            pf.per_k = np * PANEL_WIDTH * es;
+        } else if (M > 6) {
+            pf.start = w0 + panel_chunk(M, K) * PANEL_WIDTH * es;
+            pf.per_k = PANEL_WIDTH * es;
+        }
+        if (p < p_full) {
+            panel_rows_avx2(out + p * PANEL_WIDTH, ldo, a, w0, w1, dt, M, K,
+                            np, accumulate, &pf, part);
+            continue;
+        }
+        panel_rows_avx2(edge, PANEL_WIDTH, a, w0, NULL, dt, M, K, 1, 0, &pf,
+                        part);
+        const size_t tail = n1 - p_full * PANEL_WIDTH;
+        for (size_t m = 0; m < M; m++)
+            for (size_t c = 0; c < tail; c++) {
+                float *o = out + m * ldo + p_full * PANEL_WIDTH + c;
+                float x = edge[m * PANEL_WIDTH + c];
+                *o = accumulate ? *o + x : x;
+            }
+    }
+}
+
+#endif
+
+/* ---- the product, split by output columns ---- */
+
+typedef struct matmul_job {
+    const matmul_args *p;
+    cpu_isa isa;
+    float *scratch;
+    size_t scratch_floats;
+    size_t cols_per_task;
+} matmul_job;
+
+static void matmul_task(void *ctx, size_t task, size_t worker)
+{
+    const matmul_job *j = ctx;
+    const matmul_args *p = j->p;
+    size_t n0 = task * j->cols_per_task;
+    size_t n1 = n0 + j->cols_per_task < p->N ? n0 + j->cols_per_task : p->N;
+    int acc = p->accumulate;
+    void (*gelu)(float *, const float *, size_t) = bias_gelu_portable;
+#ifdef HAVE_AVX2_KERNELS
+    if (j->isa == CPU_ISA_AVX2) {
+        matmul_avx2(p->out, p->N, p->a, p->w, p->dt, p->M, p->K, n0, n1,
+                    acc, j->scratch + worker * j->scratch_floats);
+        gelu = bias_gelu_avx2;
+    } else
+#else
+    (void)worker;
+#endif
+        matmul_generic(p->out, p->N, p->a, p->w, p->dt, p->M, p->K, n0, n1,
+                       acc);
+    size_t nb = n1 - n0;
+    for (size_t r = 0; r < p->M; r++) {
+        float *row = p->out + r * p->N + n0;
+        if (p->epi == MATMUL_BIAS)
+            bias_add(row, p->bias + n0, nb);
+        else if (p->epi == MATMUL_BIAS_GELU)
+            gelu(row, p->bias + n0, nb);
+    }
+}
+
+/* Split by output columns into
+ * MATMUL_TASKS_PER_WORKER tasks per worker, handed out dynamically: on a
+ * shared machine a worker that is descheduled for a while no longer holds
+ * up the step with half of every product (its remaining tasks go to the
+ * others) (batch 16 with 2 threads on a loaded machine: median step
+ * 116 -> 112 ms, worst 162 -> 130).  Blocks stay at least MATMUL_MIN_COLS
+ * wide so each is a long sequential run of panels, and a single row
+ * (batch-1 decode, bound by DRAM) keeps one block per worker.  Column
+ * blocks change no arithmetic. */
+void matmul_forward(threadpool *pool, const matmul_args *p, cpu_isa isa,
+                    float *scratch, size_t scratch_floats)
+{
+    size_t workers = threadpool_size(pool);
+    size_t tasks = p->M > 1 ? workers * MATMUL_TASKS_PER_WORKER : workers;
+    /* whole rounds of `workers` tasks, so no worker gets an extra block */
+    while (tasks > workers && p->N / tasks < MATMUL_MIN_COLS)
+        tasks -= workers;
+    size_t per = (p->N + tasks - 1) / tasks;
+    per = (per + COL_ALIGN - 1) / COL_ALIGN * COL_ALIGN;
+    matmul_job j = { .p = p, .isa = isa, .scratch = scratch,
+                     .scratch_floats = scratch_floats, .cols_per_task = per };
+    threadpool_run(pool, (p->N + per - 1) / per, matmul_task, &j);
+}
+
+size_t matmul_scratch_floats(size_t max_rows)
+{
+    return 2 * max_rows * PANEL_WIDTH;
+}
+

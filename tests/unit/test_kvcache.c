@@ -1,0 +1,452 @@
+/* test_kvcache.c — the paged KV cache's bookkeeping: what a new sequence
+ * reuses, what it copies, what is evicted and when, who may see what, and
+ * that reservations always cover what running sequences can need.
+ *
+ * The forward pass is not involved: a "run" writes into each new position a
+ * value that names the token and the position (mark), as the model's K/V
+ * depend on exactly those, and reading a reused position back must give the
+ * value the run that computed it wrote. */
+#include "config.h"
+
+#include "gpt2d/kvcache.h"
+#include "test_util.h"
+
+#define B KV_BLOCK_TOKENS
+
+static const model_config cfg = { .n_layer = 2, .n_head = 2, .n_embd = 8,
+                                   .n_ctx = 64, .vocab_size = 1000,
+                                   .layer_norm_epsilon = 1e-5f };
+static const uint8_t fingerprint[SHA256_BYTES] = { 42 };
+
+static kv_identity who(uint8_t owner, uint8_t domain)
+{
+    kv_identity id;
+    memset(id.owner, owner, sizeof id.owner);
+    memset(id.domain, domain, sizeof id.domain);
+    return id;
+}
+
+static kv_cache *open_cache(size_t n_blocks, size_t max_seqs)
+{
+    kv_cache *c = NULL;
+    gpt2d_error err;
+    kv_cache_config kc = { .n_blocks = n_blocks, .max_seqs = max_seqs };
+    ck_assert_msg(kvcache_create(&c, &cfg, &kc, fingerprint, &err) == 0, "%s",
+                  err.message);
+    return c;
+}
+
+static float mark(int32_t token, size_t pos, size_t layer, size_t head)
+{
+    return (float)(token * 10000 + (int)pos * 10 + (int)(layer * 2 + head));
+}
+
+/* The K and V of `pos` of sequence `seq`, every layer and head. */
+static float *k_at(kv_cache *c, size_t seq, size_t pos, size_t l, size_t h)
+{
+    const kv_geometry *g = kvcache_geometry(c);
+    const uint32_t *t = kvcache_seq_blocks(c, seq);
+    return (float *)kvcache_block_k(g, t[pos / B], l, h) + (pos % B) * g->head_dim;
+}
+static float *v_at(kv_cache *c, size_t seq, size_t pos, size_t l, size_t h)
+{
+    const kv_geometry *g = kvcache_geometry(c);
+    const uint32_t *t = kvcache_seq_blocks(c, seq);
+    return (float *)kvcache_block_v(g, t[pos / B], l, h) + (pos % B) * g->head_dim;
+}
+
+/* What forward_step does for a sequence: room, K/V written, then commit. */
+static void compute(kv_cache *c, size_t seq, const int32_t *tokens, size_t n)
+{
+    size_t at = kvcache_seq_len(c, seq);
+    kvcache_seq_grow(c, seq, n);
+    for (size_t i = 0; i < n; i++)
+        for (size_t l = 0; l < cfg.n_layer; l++)
+            for (size_t h = 0; h < cfg.n_head; h++) {
+                float m = mark(tokens[i], at + i, l, h);
+                k_at(c, seq, at + i, l, h)[0] = m;
+                v_at(c, seq, at + i, l, h)[3] = -m;
+            }
+    kvcache_seq_commit(c, seq, tokens, n);
+}
+
+/* Every cached position of `seq` holds what was computed for its token. */
+static void assert_cache_holds(kv_cache *c, size_t seq, const int32_t *tokens)
+{
+    for (size_t p = 0; p < kvcache_seq_len(c, seq); p++)
+        for (size_t l = 0; l < cfg.n_layer; l++)
+            for (size_t h = 0; h < cfg.n_head; h++) {
+                ck_assert_float_eq(k_at(c, seq, p, l, h)[0], mark(tokens[p], p, l, h));
+                ck_assert_float_eq(v_at(c, seq, p, l, h)[3], -mark(tokens[p], p, l, h));
+            }
+}
+
+static kv_begin_status begin(kv_cache *c, const kv_identity *id,
+                             const char *session, const int32_t *prompt,
+                             size_t n, size_t max_total, size_t *seq,
+                             size_t *reused)
+{
+    kv_begin b = { .who = id, .session = session, .prompt = prompt,
+                   .n_prompt = n, .max_total = max_total, .n_seq = 1,
+                   .reuse = true, .now = 0 };
+    return kvcache_seq_begin(c, &b, seq, reused);
+}
+
+/* Begins, computes the prompt's uncached part and `extra` generated tokens
+ * (which follow the prompt in `tokens`), ends.  Returns the reuse. */
+static size_t run(kv_cache *c, const kv_identity *id, const char *session,
+                  const int32_t *tokens, size_t n_prompt, size_t extra)
+{
+    size_t seq, reused;
+    ck_assert_int_eq(begin(c, id, session, tokens, n_prompt, n_prompt + extra,
+                           &seq, &reused), KV_BEGUN);
+    assert_cache_holds(c, seq, tokens);
+    compute(c, seq, tokens + reused, n_prompt + extra - reused);
+    assert_cache_holds(c, seq, tokens);
+    kvcache_seq_end(c, seq, 0);
+    return reused;
+}
+
+static void fill(int32_t *t, size_t n, int32_t base)
+{
+    for (size_t i = 0; i < n; i++)
+        t[i] = base + (int32_t)i;
+}
+
+START_TEST(test_reuse_shares_full_blocks_and_copies_a_partial_one)
+{
+    kv_cache *c = open_cache(16, 2);
+    kv_identity a = who(1, 1);
+    int32_t t[64];
+    fill(t, 64, 100);
+    ck_assert_uint_eq(run(c, &a, NULL, t, 40, 0), 0);
+    /* 40 of 45 are cached: two full blocks shared, 8 positions copied */
+    size_t seq, reused;
+    ck_assert_int_eq(begin(c, &a, NULL, t, 45, 45, &seq, &reused), KV_BEGUN);
+    ck_assert_uint_eq(reused, 40);
+    assert_cache_holds(c, seq, t);
+    kv_stats st = kvcache_stats(c);
+    ck_assert_uint_eq(st.blocks_in_use, 3);     /* 2 shared + the copy */
+    ck_assert_uint_eq(st.blocks_cached, 1);     /* the partial it copied */
+    compute(c, seq, t + 40, 5);
+    kvcache_seq_end(c, seq, 0);
+    /* the very same prompt: the last token is run again, so 44 */
+    ck_assert_uint_eq(run(c, &a, NULL, t, 45, 3), 44);
+    /* a prompt on a block boundary: the second block is copied up to 31 */
+    ck_assert_uint_eq(run(c, &a, NULL, t, 32, 0), 31);
+    /* a prompt that leaves the cached text mid-block reuses what it shares */
+    int32_t u[64];
+    memcpy(u, t, sizeof u);
+    u[20] = 9999;
+    ck_assert_uint_eq(run(c, &a, NULL, u, 30, 0), 20);
+    kvcache_free(c);
+}
+END_TEST
+
+START_TEST(test_prefix_serves_only_its_domain_and_its_own_tokens)
+{
+    kv_cache *c = open_cache(16, 2);
+    kv_identity a = who(1, 1), mallory = who(2, 2), a_salted = who(1, 3);
+    int32_t pin[64], guess[64];
+    fill(pin, 64, 500);
+    run(c, &a, NULL, pin, 20, 0);
+    ck_assert_uint_eq(run(c, &mallory, NULL, pin, 20, 0), 0);
+    ck_assert_uint_eq(run(c, &a_salted, NULL, pin, 20, 0), 0);
+    ck_assert_uint_eq(run(c, &a, NULL, pin, 20, 0), 19);
+    /* one token off in the first block: nothing of it, nor what follows */
+    memcpy(guess, pin, sizeof guess);
+    guess[3] = 7;
+    ck_assert_uint_eq(run(c, &a, NULL, guess, 20, 0), 3);
+    kvcache_free(c);
+}
+END_TEST
+
+START_TEST(test_sessions_are_their_owners_and_serve_only_themselves)
+{
+    kv_cache *c = open_cache(16, 2);
+    kv_identity a = who(1, 1), m = who(2, 2);
+    int32_t t[64];
+    fill(t, 64, 10);
+    ck_assert_uint_eq(run(c, &a, "chat", t, 20, 4), 0);
+    /* the session's history is not a prefix anyone else may use, even the
+     * same caller without the session */
+    ck_assert_uint_eq(run(c, &a, NULL, t, 24, 0), 0);
+    ck_assert_uint_eq(run(c, &a, "other", t, 24, 0), 0);
+    ck_assert_uint_eq(run(c, &m, "chat", t, 24, 0), 0);
+    /* its own next turn finds it all */
+    ck_assert_uint_eq(run(c, &a, "chat", t, 30, 2), 24);
+    kv_session_info info[4];
+    ck_assert_uint_eq(kvcache_sessions(c, a.owner, info, 4), 2);
+    bool found = false;
+    for (size_t i = 0; i < 2; i++)
+        if (strcmp(info[i].id, "chat") == 0) {
+            ck_assert_uint_eq(info[i].n_tokens, 32);
+            ck_assert(!info[i].busy);
+            found = true;
+        }
+    ck_assert(found);
+    ck_assert_uint_eq(kvcache_sessions(c, m.owner, info, 4), 1);
+    ck_assert_int_eq(kvcache_session_delete(c, m.owner, "other"), -1);
+    size_t cached = kvcache_stats(c).blocks_cached;
+    ck_assert_int_eq(kvcache_session_delete(c, a.owner, "chat"), 0);
+    ck_assert_int_eq(kvcache_session_delete(c, a.owner, "chat"), -1);
+    /* the 2 full blocks of its history, and the first turn's partial tail
+     * that the second turn copied and went past, are free */
+    ck_assert_uint_eq(kvcache_stats(c).blocks_cached, cached - 3);
+    ck_assert_uint_eq(run(c, &a, "chat", t, 30, 0), 0);
+    kvcache_free(c);
+}
+END_TEST
+
+START_TEST(test_busy_session_is_refused_and_listed_busy)
+{
+    kv_cache *c = open_cache(16, 2);
+    kv_identity a = who(1, 1);
+    int32_t t[64];
+    fill(t, 64, 10);
+    size_t seq, seq2, reused;
+    ck_assert_int_eq(begin(c, &a, "s", t, 10, 20, &seq, &reused), KV_BEGUN);
+    ck_assert_int_eq(begin(c, &a, "s", t, 10, 20, &seq2, &reused), KV_SESSION_BUSY);
+    ck_assert_int_eq(kvcache_session_delete(c, a.owner, "s"), -2);
+    kv_session_info info;
+    ck_assert_uint_eq(kvcache_sessions(c, a.owner, &info, 1), 1);
+    ck_assert(info.busy);
+    compute(c, seq, t, 10);
+    ck_assert_uint_eq(kvcache_sessions(c, a.owner, &info, 1), 1);
+    ck_assert_uint_eq(info.n_tokens, 10);
+    kvcache_seq_end(c, seq, 0);
+    ck_assert_int_eq(kvcache_session_delete(c, a.owner, "s"), 0);
+    kvcache_free(c);
+}
+END_TEST
+
+/* Memory never exceeds the pool: old prefixes are evicted least recently
+ * used first, sessions' history after plain prefixes, and a block in use is
+ * never taken. */
+START_TEST(test_eviction_takes_lru_leaves_plain_before_sessions)
+{
+    kv_cache *c = open_cache(8, 2);         /* 2 blocks over one context */
+    kv_identity a = who(1, 1);
+    int32_t s1[64], p1[64], p2[64], big[64];
+    fill(s1, 64, 1000);
+    fill(p1, 64, 2000);
+    fill(p2, 64, 3000);
+    fill(big, 64, 4000);
+    run(c, &a, "keep", s1, 32, 0);          /* 2 session blocks */
+    run(c, &a, NULL, p1, 32, 0);            /* 2 plain blocks, older */
+    run(c, &a, NULL, p2, 32, 0);            /* 2 plain blocks, newer */
+    ck_assert_uint_eq(kvcache_stats(c).blocks_cached, 6);
+    /* 4 blocks needed, 2 free: p1's go (the oldest plain), not the session */
+    run(c, &a, NULL, big, 64, 0);
+    ck_assert_uint_eq(kvcache_stats(c).evictions, 2);
+    ck_assert_uint_eq(run(c, &a, NULL, p1, 32, 0), 0);  /* gone; takes 2 */
+    ck_assert_uint_eq(run(c, &a, "keep", s1, 32, 0), 31);
+    kv_stats st = kvcache_stats(c);
+    ck_assert_uint_eq(st.blocks_free + st.blocks_cached, 8);
+    ck_assert_uint_eq(st.blocks_in_use, 0);
+    kvcache_free(c);
+}
+END_TEST
+
+START_TEST(test_reservations_hold_back_what_running_sequences_may_need)
+{
+    kv_cache *c = open_cache(6, 3);         /* one context is 4 blocks */
+    kv_identity a = who(1, 1);
+    int32_t t[64], u[64];
+    fill(t, 64, 10);
+    fill(u, 64, 700);
+    size_t s1, s2, reused;
+    /* 10 prompt tokens that may grow to 64: 4 blocks promised */
+    ck_assert_int_eq(begin(c, &a, NULL, t, 10, 64, &s1, &reused), KV_BEGUN);
+    ck_assert_uint_eq(kvcache_stats(c).blocks_reserved, 4);
+    /* 3 more cannot be promised while s1 runs, 2 can */
+    ck_assert_int_eq(begin(c, &a, NULL, u, 20, 40, &s2, &reused), KV_NO_MEMORY);
+    ck_assert_int_eq(begin(c, &a, NULL, u, 20, 32, &s2, &reused), KV_BEGUN);
+    compute(c, s2, u, 32);
+    compute(c, s1, t, 64);                  /* takes all four it was promised */
+    kv_stats st = kvcache_stats(c);
+    ck_assert_uint_eq(st.blocks_reserved, 0);
+    ck_assert_uint_eq(st.blocks_in_use, 6);
+    kvcache_seq_end(c, s2, 0);
+    kvcache_seq_end(c, s1, 0);
+    ck_assert_uint_eq(kvcache_stats(c).blocks_cached, 6);
+    kvcache_free(c);
+}
+END_TEST
+
+START_TEST(test_no_free_sequence_is_no_seq)
+{
+    kv_cache *c = open_cache(16, 1);
+    kv_identity a = who(1, 1);
+    int32_t t[64];
+    fill(t, 64, 10);
+    size_t s1, s2, reused;
+    ck_assert_int_eq(begin(c, &a, NULL, t, 4, 8, &s1, &reused), KV_BEGUN);
+    ck_assert_int_eq(begin(c, &a, NULL, t, 4, 8, &s2, &reused), KV_NO_SEQ);
+    ck_assert_uint_eq(kvcache_seqs_free(c), 0);
+    kvcache_seq_end(c, s1, 0);
+    ck_assert_uint_eq(kvcache_seqs_free(c), 1);
+    kvcache_free(c);
+}
+END_TEST
+
+/* n > 1: one prefill, the prompt's full blocks shared by every sequence,
+ * its partly filled block copied to each. */
+START_TEST(test_fork_shares_full_blocks_and_copies_the_last)
+{
+    kv_cache *c = open_cache(16, 3);
+    kv_identity a = who(1, 1);
+    int32_t t[64];
+    fill(t, 64, 10);
+    size_t seqs[3], reused;
+    kv_begin b = { .who = &a, .prompt = t, .n_prompt = 20, .max_total = 40,
+                   .n_seq = 3, .reuse = true };
+    ck_assert_int_eq(kvcache_seq_begin(c, &b, seqs, &reused), KV_BEGUN);
+    /* 3 blocks each, less the one full prompt block the siblings share */
+    ck_assert_uint_eq(kvcache_stats(c).blocks_reserved, 3 + 2 + 2);
+    compute(c, seqs[0], t, 20);
+    kvcache_seq_fork(c, seqs[0], seqs[1]);
+    kvcache_seq_fork(c, seqs[0], seqs[2]);
+    for (size_t i = 0; i < 3; i++) {
+        ck_assert_uint_eq(kvcache_seq_len(c, seqs[i]), 20);
+        assert_cache_holds(c, seqs[i], t);
+        ck_assert_uint_eq(kvcache_seq_blocks(c, seqs[i])[0],
+                          kvcache_seq_blocks(c, seqs[0])[0]);
+    }
+    ck_assert_uint_ne(kvcache_seq_blocks(c, seqs[1])[1],
+                      kvcache_seq_blocks(c, seqs[0])[1]);
+    ck_assert_uint_eq(kvcache_stats(c).blocks_in_use, 4);
+    /* the siblings diverge without touching each other */
+    int32_t x[64], y[64];
+    memcpy(x, t, sizeof x);
+    memcpy(y, t, sizeof y);
+    x[20] = 1;
+    y[20] = 2;
+    compute(c, seqs[1], x + 20, 1);
+    compute(c, seqs[2], y + 20, 1);
+    assert_cache_holds(c, seqs[1], x);
+    assert_cache_holds(c, seqs[2], y);
+    assert_cache_holds(c, seqs[0], t);
+    for (size_t i = 0; i < 3; i++)
+        kvcache_seq_end(c, seqs[i], 0);
+    kv_stats st = kvcache_stats(c);
+    ck_assert_uint_eq(st.blocks_in_use + st.blocks_reserved, 0);
+    kvcache_free(c);
+}
+END_TEST
+
+/* Two sequences that compute the same prefix at once keep one copy. */
+START_TEST(test_twin_blocks_are_kept_once)
+{
+    kv_cache *c = open_cache(16, 2);
+    kv_identity a = who(1, 1);
+    int32_t t[64];
+    fill(t, 64, 10);
+    size_t s1, s2, r1, r2;
+    ck_assert_int_eq(begin(c, &a, NULL, t, 33, 40, &s1, &r1), KV_BEGUN);
+    ck_assert_int_eq(begin(c, &a, NULL, t, 33, 40, &s2, &r2), KV_BEGUN);
+    ck_assert_uint_eq(r1 + r2, 0);
+    compute(c, s1, t, 33);
+    compute(c, s2, t, 33);
+    ck_assert_uint_eq(kvcache_seq_blocks(c, s1)[1], kvcache_seq_blocks(c, s2)[1]);
+    ck_assert_uint_eq(kvcache_stats(c).blocks_in_use, 4);  /* 2 shared + 2 tails */
+    assert_cache_holds(c, s2, t);
+    kvcache_seq_end(c, s1, 0);
+    kvcache_seq_end(c, s2, 0);
+    ck_assert_uint_eq(kvcache_stats(c).blocks_cached, 3);  /* one tail kept */
+    ck_assert_uint_eq(run(c, &a, NULL, t, 34, 0), 33);
+    kvcache_free(c);
+}
+END_TEST
+
+/* A long random workload: the counters always add up, reservations cover
+ * what sequences take, and every reused position holds its own token's
+ * K/V. */
+START_TEST(test_random_workload_keeps_every_invariant)
+{
+    kv_cache *c = open_cache(10, 3);
+    uint64_t rng = 12345;
+    int32_t prompts[6][64];
+    for (size_t p = 0; p < 6; p++)
+        for (size_t i = 0; i < 64; i++)
+            prompts[p][i] = (int32_t)(p < 3 ? i : i + 100 * p) + 1;
+    size_t live[3], n_live = 0;
+    int32_t *live_tokens[3];
+    size_t live_target[3], reuses = 0;
+    for (int step = 0; step < (int)test_count(4000, 400); step++) {
+        rng = rng * 6364136223846793005ULL + 1442695040888963407ULL;
+        unsigned r = (unsigned)(rng >> 33);
+        if (n_live < 3 && r % 3 == 0) {
+            size_t p = r / 3 % 6, n = 1 + r / 18 % 40, extra = r / 720 % 20;
+            kv_identity id = who(1, (uint8_t)(r / 14400 % 2));
+            size_t seq, reused;
+            kv_begin_status st = begin(c, &id, NULL, prompts[p], n, n + extra,
+                                       &seq, &reused);
+            if (st == KV_BEGUN) {
+                ck_assert_uint_lt(reused, n);
+                reuses += reused > 0;
+                assert_cache_holds(c, seq, prompts[p]);
+                compute(c, seq, prompts[p] + reused, n - reused);
+                live[n_live] = seq;
+                live_tokens[n_live] = prompts[p];
+                live_target[n_live] = n + extra;
+                n_live++;
+            }
+        } else if (n_live > 0) {
+            size_t i = r % n_live, seq = live[i];
+            size_t len = kvcache_seq_len(c, seq);
+            if (len < live_target[i])
+                compute(c, seq, live_tokens[i] + len, 1);
+            else {
+                assert_cache_holds(c, seq, live_tokens[i]);
+                kvcache_seq_end(c, seq, 0);
+                live[i] = live[--n_live];
+                live_tokens[i] = live_tokens[n_live];
+                live_target[i] = live_target[n_live];
+            }
+        }
+        kv_stats st = kvcache_stats(c);
+        ck_assert_uint_eq(st.blocks_free + st.blocks_cached + st.blocks_in_use, 10);
+        ck_assert_uint_le(st.blocks_reserved, st.blocks_free + st.blocks_cached);
+    }
+    /* the workload did reuse, and did evict */
+    ck_assert_uint_gt(reuses, 10);
+    ck_assert_uint_gt(kvcache_stats(c).evictions, 10);
+    kvcache_free(c);
+}
+END_TEST
+
+START_TEST(test_create_refuses_a_budget_below_one_context)
+{
+    kv_cache *c = NULL;
+    gpt2d_error err;
+    kv_cache_config kc = { .n_blocks = 3, .max_seqs = 1 };
+    ck_assert_int_eq(kvcache_create(&c, &cfg, &kc, fingerprint, &err), -1);
+    ck_assert_ptr_null(c);
+    ck_assert_ptr_nonnull(strstr(err.message, "one full context"));
+    kc.n_blocks = 4;
+    kc.max_seqs = 0;
+    ck_assert_int_eq(kvcache_create(&c, &cfg, &kc, fingerprint, &err), -1);
+    ck_assert_uint_eq(kvcache_block_bytes(&cfg, false), 2 * 4 * B * 2 * 8);
+    ck_assert_uint_eq(kvcache_block_bytes(&cfg, true), 2 * 2 * B * 2 * 8);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("kvcache");
+    TCase *tc = tcase_create("blocks");
+    tcase_add_test(tc, test_reuse_shares_full_blocks_and_copies_a_partial_one);
+    tcase_add_test(tc, test_prefix_serves_only_its_domain_and_its_own_tokens);
+    tcase_add_test(tc, test_sessions_are_their_owners_and_serve_only_themselves);
+    tcase_add_test(tc, test_busy_session_is_refused_and_listed_busy);
+    tcase_add_test(tc, test_eviction_takes_lru_leaves_plain_before_sessions);
+    tcase_add_test(tc, test_reservations_hold_back_what_running_sequences_may_need);
+    tcase_add_test(tc, test_no_free_sequence_is_no_seq);
+    tcase_add_test(tc, test_fork_shares_full_blocks_and_copies_the_last);
+    tcase_add_test(tc, test_twin_blocks_are_kept_once);
+    tcase_add_test(tc, test_random_workload_keeps_every_invariant);
+    tcase_add_test(tc, test_create_refuses_a_budget_below_one_context);
+    suite_add_tcase(s, tc);
+    return test_run_suite(s);
+}
