@@ -78,19 +78,7 @@ void api_response_json(api_response *r, int status, json_t *obj)
     set_body(r, status, "application/json", text, len);
 }
 
-void api_response_text(api_response *r, int status, const char *content_type,
-                       const char *text, size_t len)
-{
-    char *copy = malloc(len + 1);
-    if (copy != NULL) {
-        memcpy(copy, text, len);
-        copy[len] = '\0';
-    }
-    set_body(r, copy != NULL ? status : 500, content_type, copy,
-             copy != NULL ? len : 0);
-}
-
-void api_response_error(api_response *r, const api_error *e)
+json_t *api_error_json(const api_error *e)
 {
     /* The message may quote the client's bytes (jansson's "invalid token
      * near '...'", a logit_bias key) or be cut inside a character by its
@@ -101,7 +89,12 @@ void api_response_error(api_response *r, const api_error *e)
         "type", e->type != NULL ? e->type : error_type(e->status),
         "param", e->param[0] != '\0' ? json_string(e->param) : json_null(),
         "code", e->code != NULL ? json_string(e->code) : json_null());
-    api_response_json(r, e->status, json_pack("{s:o}", "error", inner));
+    return inner != NULL ? json_pack("{s:o}", "error", inner) : NULL;
+}
+
+void api_response_error(api_response *r, const api_error *e)
+{
+    api_response_json(r, e->status, api_error_json(e));
 }
 
 json_t *api_parse_object(const char *body, size_t len, api_error *e)

@@ -1250,9 +1250,7 @@ static int stream_finish(api_stream *s, bool cancelled)
     if (cancelled) {
         api_error e;
         api_error_set(&e, 503, NULL, "the server is shutting down; the request was cancelled");
-        json_t *err = json_pack("{s:{s:s, s:s, s:n, s:n}}", "error", "message", e.message,
-                                "type", e.type, "param", "code");
-        if (stream_event(s, err) != 0)
+        if (stream_event(s, api_error_json(&e)) != 0)
             return -1;
     }
     s->usage = run_usage(run);

@@ -98,13 +98,13 @@ typedef struct api_response {
 } api_response;
 
 void api_response_free(api_response *r);
+/* The one builder of OpenAI's error object, {"error": {...}}, for a body
+ * and for an SSE error event alike; NULL on OOM. */
+json_t *api_error_json(const api_error *e);
 /* Sets the response to the error object of `e`. */
 void api_response_error(api_response *r, const api_error *e);
 /* Serialises `obj` (a reference is stolen) as the body. */
 void api_response_json(api_response *r, int status, json_t *obj);
-/* A plain-text body (copied). */
-void api_response_text(api_response *r, int status, const char *content_type,
-                       const char *text, size_t len);
 
 /* ---- endpoints ---- */
 
