@@ -30,15 +30,64 @@
 /* Parsing                                                             */
 /* ------------------------------------------------------------------ */
 
+/* The types a field may be asked to hold, and how its 400 says so. */
+typedef enum field_type {
+    FIELD_NUMBER,
+    FIELD_INTEGER,
+    FIELD_BOOL,
+    FIELD_STRING,
+    FIELD_OBJECT,
+    FIELD_TOKEN_MAP,            /* an object, named for logit_bias */
+} field_type;
+
+static const char *const field_must_be[] = {
+    [FIELD_NUMBER] = "a number",
+    [FIELD_INTEGER] = "an integer",
+    [FIELD_BOOL] = "true or false",
+    [FIELD_STRING] = "a string",
+    [FIELD_OBJECT] = "an object",
+    [FIELD_TOKEN_MAP] = "an object mapping token ids to biases",
+};
+
+static bool field_has_type(const json_t *v, field_type type)
+{
+    switch (type) {
+    case FIELD_NUMBER: return json_is_number(v);
+    case FIELD_INTEGER: return json_is_integer(v);
+    case FIELD_BOOL: return json_is_boolean(v);
+    case FIELD_STRING: return json_is_string(v);
+    case FIELD_OBJECT:
+    case FIELD_TOKEN_MAP: return json_is_object(v);
+    }
+    return false;
+}
+
+/* The one way an optional field is read: absent or null leaves *out NULL
+ * (the default stands); a value of another type is a 400 whose param is
+ * `param` (the key, or a nested field's dotted path). */
+static int optional_field(json_t *obj, const char *key, const char *param,
+                          field_type type, json_t **out, api_error *e)
+{
+    *out = NULL;
+    json_t *v = json_object_get(obj, key);
+    if (v == NULL || json_is_null(v))
+        return 0;
+    if (!field_has_type(v, type))
+        return api_error_set(e, 400, param, "%s must be %s", param,
+                             field_must_be[type]);
+    *out = v;
+    return 0;
+}
+
 /* Optional number in [lo, hi]; absent or null keeps *out. */
 static int get_number(json_t *root, const char *key, double lo, double hi,
                       bool lo_open, float *out, api_error *e)
 {
-    json_t *v = json_object_get(root, key);
-    if (v == NULL || json_is_null(v))
+    json_t *v;
+    if (optional_field(root, key, key, FIELD_NUMBER, &v, e) != 0)
+        return -1;
+    if (v == NULL)
         return 0;
-    if (!json_is_number(v))
-        return api_error_set(e, 400, key, "%s must be a number", key);
     double d = json_number_value(v);
     if (d < lo || d > hi || (lo_open && d == lo))
         return api_error_set(e, 400, key, "%s must be %s %g and <= %g, got %g",
@@ -51,11 +100,11 @@ static int get_number(json_t *root, const char *key, double lo, double hi,
 static int get_integer(json_t *root, const char *key, json_int_t lo,
                        json_int_t hi, json_int_t *out, api_error *e)
 {
-    json_t *v = json_object_get(root, key);
-    if (v == NULL || json_is_null(v))
+    json_t *v;
+    if (optional_field(root, key, key, FIELD_INTEGER, &v, e) != 0)
+        return -1;
+    if (v == NULL)
         return 0;
-    if (!json_is_integer(v))
-        return api_error_set(e, 400, key, "%s must be an integer", key);
     json_int_t i = json_integer_value(v);
     if (i < lo || i > hi)
         return api_error_set(e, 400, key, "%s must be between %lld and %lld, got %lld",
@@ -65,14 +114,14 @@ static int get_integer(json_t *root, const char *key, json_int_t lo,
 }
 
 /* Optional boolean; absent or null keeps *out. */
-static int get_bool(json_t *root, const char *key, bool *out, api_error *e)
+static int get_bool(json_t *obj, const char *key, const char *param, bool *out,
+                    api_error *e)
 {
-    json_t *v = json_object_get(root, key);
-    if (v == NULL || json_is_null(v))
-        return 0;
-    if (!json_is_boolean(v))
-        return api_error_set(e, 400, key, "%s must be true or false", key);
-    *out = json_is_true(v);
+    json_t *v;
+    if (optional_field(obj, key, param, FIELD_BOOL, &v, e) != 0)
+        return -1;
+    if (v != NULL)
+        *out = json_is_true(v);
     return 0;
 }
 
@@ -231,12 +280,11 @@ static int parse_token_key(const char *key, size_t vocab_size, size_t *out,
 static int parse_logit_bias(completion_request *req, json_t *root,
                             const completion_limits *lim, api_error *e)
 {
-    json_t *v = json_object_get(root, "logit_bias");
-    if (v == NULL || json_is_null(v))
+    json_t *v;
+    if (optional_field(root, "logit_bias", "logit_bias", FIELD_TOKEN_MAP, &v, e) != 0)
+        return -1;
+    if (v == NULL)
         return 0;
-    if (!json_is_object(v))
-        return api_error_set(e, 400, "logit_bias",
-                             "logit_bias must be an object mapping token ids to biases");
     size_t n = json_object_size(v);
     if (n == 0)
         return 0;
@@ -275,11 +323,11 @@ static bool session_char_ok(char c)
 
 static int parse_session(completion_request *req, json_t *root, api_error *e)
 {
-    json_t *v = json_object_get(root, "session_id");
-    if (v == NULL || json_is_null(v))
+    json_t *v;
+    if (optional_field(root, "session_id", "session_id", FIELD_STRING, &v, e) != 0)
+        return -1;
+    if (v == NULL)
         return 0;
-    if (!json_is_string(v))
-        return api_error_set(e, 400, "session_id", "session_id must be a string");
     size_t len = json_string_length(v);
     const char *s = json_string_value(v);
     if (len == 0 || len > ENGINE_SESSION_ID_MAX)
@@ -304,11 +352,11 @@ static int parse_session(completion_request *req, json_t *root, api_error *e)
 static int parse_cache_salt(completion_request *req, json_t *root,
                             api_error *e)
 {
-    json_t *v = json_object_get(root, "cache_salt");
-    if (v == NULL || json_is_null(v))
+    json_t *v;
+    if (optional_field(root, "cache_salt", "cache_salt", FIELD_STRING, &v, e) != 0)
+        return -1;
+    if (v == NULL)
         return 0;
-    if (!json_is_string(v))
-        return api_error_set(e, 400, "cache_salt", "cache_salt must be a string");
     size_t len = json_string_length(v);
     if (len == 0 || len > API_CACHE_SALT_MAX)
         return api_error_set(e, 400, "cache_salt",
@@ -322,12 +370,11 @@ static int parse_cache_salt(completion_request *req, json_t *root,
 
 static int parse_logprobs(completion_request *req, json_t *root, api_error *e)
 {
-    json_t *v = json_object_get(root, "logprobs");
-    if (v == NULL || json_is_null(v))
-        return 0;
-    json_int_t n = 0;
+    json_int_t n = -1;         /* stays below the range when absent */
     if (get_integer(root, "logprobs", 0, ENGINE_MAX_LOGPROBS, &n, e) != 0)
         return -1;
+    if (n < 0)
+        return 0;
     req->logprobs = true;
     req->n_logprobs = (size_t)n;
     return 0;
@@ -336,12 +383,10 @@ static int parse_logprobs(completion_request *req, json_t *root, api_error *e)
 /* The type checks of fields that carry no value for us. */
 static int parse_ignored(json_t *root, api_error *e)
 {
-    json_t *v = json_object_get(root, "model");
-    if (v != NULL && !json_is_null(v) && !json_is_string(v))
-        return api_error_set(e, 400, "model", "model must be a string");
-    v = json_object_get(root, "user");
-    if (v != NULL && !json_is_null(v) && !json_is_string(v))
-        return api_error_set(e, 400, "user", "user must be a string");
+    json_t *v;
+    if (optional_field(root, "model", "model", FIELD_STRING, &v, e) != 0 ||
+        optional_field(root, "user", "user", FIELD_STRING, &v, e) != 0)
+        return -1;
     v = json_object_get(root, "suffix");
     if (v != NULL && !json_is_null(v) &&
         !(json_is_string(v) && json_string_length(v) == 0))
@@ -363,11 +408,11 @@ static int parse_sampling(completion_request *req, json_t *root, api_error *e)
                    &s->frequency_penalty, e) != 0)
         return -1;
     s->top_k = (size_t)top_k;
-    json_t *rp = json_object_get(root, "repetition_penalty");
-    if (rp != NULL && !json_is_null(rp)) {
-        if (!json_is_number(rp))
-            return api_error_set(e, 400, "repetition_penalty",
-                                 "repetition_penalty must be a number");
+    json_t *rp;
+    if (optional_field(root, "repetition_penalty", "repetition_penalty",
+                       FIELD_NUMBER, &rp, e) != 0)
+        return -1;
+    if (rp != NULL) {
         /* bounded so that the float it becomes is neither 0 (the
          * sampler would skip it) nor a divisor that turns logits to inf */
         double d = json_number_value(rp);
@@ -447,21 +492,19 @@ static int parse_counts(completion_request *req, json_t *root,
 
 static int parse_streaming(completion_request *req, json_t *root, api_error *e)
 {
-    if (get_bool(root, "stream", &req->stream, e) != 0 ||
-        get_bool(root, "echo", &req->echo, e) != 0)
+    json_t *so;
+    if (get_bool(root, "stream", "stream", &req->stream, e) != 0 ||
+        get_bool(root, "echo", "echo", &req->echo, e) != 0 ||
+        optional_field(root, "stream_options", "stream_options", FIELD_OBJECT,
+                       &so, e) != 0)
         return -1;
-    json_t *so = json_object_get(root, "stream_options");
-    if (so != NULL && !json_is_null(so)) {
-        if (!json_is_object(so))
-            return api_error_set(e, 400, "stream_options", "stream_options must be an object");
+    if (so != NULL) {
         if (!req->stream)
             return api_error_set(e, 400, "stream_options",
                                  "stream_options is only allowed when stream is true");
-        json_t *iu = json_object_get(so, "include_usage");
-        if (iu != NULL && !json_is_null(iu) && !json_is_boolean(iu))
-            return api_error_set(e, 400, "stream_options.include_usage",
-                                 "stream_options.include_usage must be true or false");
-        req->include_usage = json_is_true(iu);
+        if (get_bool(so, "include_usage", "stream_options.include_usage",
+                     &req->include_usage, e) != 0)
+            return -1;
     }
     if (req->stream && req->best_of > req->n)
         return api_error_set(e, 400, "best_of",
@@ -471,11 +514,11 @@ static int parse_streaming(completion_request *req, json_t *root, api_error *e)
 
 static int parse_seed(completion_request *req, json_t *root, api_error *e)
 {
-    json_t *v = json_object_get(root, "seed");
-    if (v == NULL || json_is_null(v))
+    json_t *v;
+    if (optional_field(root, "seed", "seed", FIELD_INTEGER, &v, e) != 0)
+        return -1;
+    if (v == NULL)
         return 0;
-    if (!json_is_integer(v))
-        return api_error_set(e, 400, "seed", "seed must be an integer");
     req->has_seed = true;
     req->seed = (uint64_t)json_integer_value(v);
     return 0;

@@ -224,6 +224,42 @@ START_TEST(test_each_bad_field_is_a_400_naming_its_param)
 }
 END_TEST
 
+/* A field of the wrong type: one message shape per type, naming the field
+ * (a nested one by its dotted path), whichever field it is. */
+static const struct { const char *body, *message; } wrong_types[] = {
+    {"{\"prompt\": \"x\", \"temperature\": \"hot\"}", "temperature must be a number"},
+    {"{\"prompt\": \"x\", \"repetition_penalty\": true}",
+     "repetition_penalty must be a number"},
+    {"{\"prompt\": \"x\", \"max_tokens\": \"16\"}", "max_tokens must be an integer"},
+    {"{\"prompt\": \"x\", \"top_k\": 2.5}", "top_k must be an integer"},
+    {"{\"prompt\": \"x\", \"logprobs\": true}", "logprobs must be an integer"},
+    {"{\"prompt\": \"x\", \"seed\": \"1\"}", "seed must be an integer"},
+    {"{\"prompt\": \"x\", \"echo\": 1}", "echo must be true or false"},
+    {"{\"prompt\": \"x\", \"stream\": \"yes\"}", "stream must be true or false"},
+    {"{\"prompt\": \"x\", \"stream\": true, \"stream_options\": {\"include_usage\": 1}}",
+     "stream_options.include_usage must be true or false"},
+    {"{\"prompt\": \"x\", \"model\": 3}", "model must be a string"},
+    {"{\"prompt\": \"x\", \"user\": 1}", "user must be a string"},
+    {"{\"prompt\": \"x\", \"session_id\": 12}", "session_id must be a string"},
+    {"{\"prompt\": \"x\", \"cache_salt\": 7}", "cache_salt must be a string"},
+    {"{\"prompt\": \"x\", \"stream\": true, \"stream_options\": 1}",
+     "stream_options must be an object"},
+    {"{\"prompt\": \"x\", \"logit_bias\": []}",
+     "logit_bias must be an object mapping token ids to biases"},
+};
+
+START_TEST(test_wrong_type_message_names_field_and_type)
+{
+    completion_request req;
+    api_error e;
+    const char *body = wrong_types[_i].body;
+    memset(&e, 0, sizeof e);
+    ck_assert_msg(parse(&req, body, &e) == -1, "accepted: %s", body);
+    ck_assert_int_eq(e.status, 400);
+    ck_assert_str_eq(e.message, wrong_types[_i].message);
+}
+END_TEST
+
 START_TEST(test_session_id_longer_than_128_is_refused)
 {
     char body[512], id[130];
@@ -804,6 +840,8 @@ static Suite *api_suite(void)
     tcase_add_test(parsing, test_fields_are_parsed_into_the_request);
     tcase_add_loop_test(parsing, test_each_bad_field_is_a_400_naming_its_param, 0,
                         (int)(sizeof bad_fields / sizeof bad_fields[0]));
+    tcase_add_loop_test(parsing, test_wrong_type_message_names_field_and_type, 0,
+                        sizeof wrong_types / sizeof wrong_types[0]);
     tcase_add_test(parsing, test_session_id_longer_than_128_is_refused);
     tcase_add_test(parsing, test_cache_salt_is_kept_whole_up_to_256_bytes);
     tcase_add_test(parsing, test_caller_identity_separates_keys_addresses_and_salts);
