@@ -97,6 +97,11 @@ void api_response_error(api_response *r, const api_error *e)
     api_response_json(r, e->status, api_error_json(e));
 }
 
+bool api_client_gone(const api_client *c)
+{
+    return c != NULL && c->gone != NULL && c->gone(c->arg);
+}
+
 json_t *api_parse_object(const char *body, size_t len, api_error *e)
 {
     json_error_t jerr;

@@ -84,6 +84,8 @@ typedef struct api_client {
     bool (*gone)(void *arg);
     void *arg;
 } api_client;
+/* Whether the client hung up; false when `c` or its probe is NULL. */
+bool api_client_gone(const api_client *c);
 
 typedef struct api_response {
     int status;

@@ -1,0 +1,59 @@
+/* completion_run.h — one completion in flight, and the pieces of its answer
+ * that the whole response and the event stream share.
+ *
+ * It sits below the two files that read a run: api_completions.c (submits
+ * it, waits, builds the whole answer) and completion_stream.c (turns it into
+ * SSE chunks).  Both include this header and neither reaches into the
+ * other, so the split closes no circle.  Defined in completion_run.c.
+ *
+ * Threads: a run belongs to one connection: the handler's thread, then
+ * (streaming) whichever libmicrohttpd thread pulls the stream, one at a
+ * time.  The engine's output is read under each gen_request's own lock. */
+#ifndef GPT2D_COMPLETION_RUN_H
+#define GPT2D_COMPLETION_RUN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <time.h>
+
+#include <jansson.h>
+
+#include "gpt2d/api.h"
+
+/* How long a waiting handler sleeps before it looks at its socket again:
+ * short enough that a vanished client is noticed within about one step. */
+#define COMPLETION_WAIT_SLICE_MS 20
+
+/* One completion in flight: the parsed request and its engine requests. */
+typedef struct completion_run {
+    const api_ctx *ctx;
+    api_caller caller;          /* whose cache and sessions it may use */
+    completion_request req;
+    gen_request **reqs;         /* one per prompt; NULL entries when short-cut */
+    size_t n_reqs;
+    char id[48];
+    time_t created;
+    bool cancelled;
+} completion_run;
+
+/* Cancels every engine request of the run (once). */
+void completion_run_cancel(completion_run *run);
+/* The client went away: cancels what is left and, if anything was, counts
+ * one cancelled request, however many prompts and choices it had. */
+void completion_run_cancel_for_client(completion_run *run);
+/* Releases the engine requests and the parsed request, and frees `run`. */
+void completion_run_free(completion_run *run);
+/* Token counts of all prompts so far (a short-cut prompt counts its length). */
+gen_usage completion_run_usage(const completion_run *run);
+
+/* The object around choices: id, object, created, model, choices (a
+ * reference to `choices` is stolen). */
+json_t *completion_envelope(const completion_run *run, json_t *choices);
+json_t *completion_usage_json(gen_usage u);
+/* "stop", "length", or NULL (not finished, or cancelled). */
+const char *completion_finish_string(finish_reason f);
+/* The prompt's bytes (for echo and text offsets), malloc'ed into *out. */
+int completion_prompt_bytes(const tokenizer *tok, const completion_prompt *p,
+                            char **out, size_t *len);
+
+#endif
