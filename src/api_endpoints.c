@@ -54,7 +54,20 @@ void api_health(const api_ctx *ctx, bool stopping, api_response *r)
 void api_metrics(const api_ctx *ctx, api_response *r)
 {
     engine_stats st = engine_get_stats(ctx->eng);
-    char *text = metrics_render(&st);
+    metrics_gauges g = {
+        .queue_depth = st.queue_depth,
+        .running = st.running,
+        .slots_total = st.slots_total,
+        .slots_busy = st.slots_busy,
+        .kv_blocks_free = st.kv.blocks_free,
+        .kv_blocks_cached = st.kv.blocks_cached,
+        .kv_blocks_in_use = st.kv.blocks_in_use,
+        .kv_blocks_reserved = st.kv.blocks_reserved,
+        .kv_bytes = st.kv.bytes_total,
+        .kv_sessions = st.kv.sessions,
+        .kv_evictions = st.kv.evictions,
+    };
+    char *text = metrics_render(&g);
     if (text == NULL) {
         api_error e;
         api_error_set(&e, 500, NULL, "out of memory rendering metrics");

@@ -265,7 +265,7 @@ static void render_histogram(FILE *f, histogram *h)
 
 /* Without stats (the engine is not up yet) the gauges are left out rather
  * than reported as zeros that would look like a real, idle engine. */
-static void render_gauges(FILE *f, const engine_stats *st)
+static void render_gauges(FILE *f, const metrics_gauges *st)
 {
     if (st == NULL)
         return;
@@ -276,27 +276,26 @@ static void render_gauges(FILE *f, const engine_stats *st)
     render_gauge(f, "gpt2d_slots_total", "Sequences that may run at once (--slots).",
                  st->slots_total);
     render_gauge(f, "gpt2d_slots_busy", "Sequences running.", st->slots_busy);
-    const kv_stats *kv = &st->kv;
     const char *name = "gpt2d_kv_blocks";
     render_header(f, name, "gauge",
                   "KV-cache blocks in RAM: free, cached (a reusable prefix no "
                   "sequence holds), in_use (held by running sequences).");
-    fprintf(f, "%s{state=\"free\"} %zu\n", name, kv->blocks_free);
-    fprintf(f, "%s{state=\"cached\"} %zu\n", name, kv->blocks_cached);
-    fprintf(f, "%s{state=\"in_use\"} %zu\n", name, kv->blocks_in_use);
+    fprintf(f, "%s{state=\"free\"} %zu\n", name, st->kv_blocks_free);
+    fprintf(f, "%s{state=\"cached\"} %zu\n", name, st->kv_blocks_cached);
+    fprintf(f, "%s{state=\"in_use\"} %zu\n", name, st->kv_blocks_in_use);
     render_gauge(f, "gpt2d_kv_blocks_reserved",
                  "KV-cache blocks promised to running sequences, not yet taken.",
-                 kv->blocks_reserved);
+                 st->kv_blocks_reserved);
     render_gauge(f, "gpt2d_kv_bytes", "KV-cache memory in RAM (--kv-memory).",
-                 kv->bytes_total);
+                 st->kv_bytes);
     render_gauge(f, "gpt2d_kv_sessions", "Sessions whose history is kept.",
-                 kv->sessions);
+                 st->kv_sessions);
     render_header(f, "gpt2d_kv_evictions_total", "counter",
                   "KV-cache blocks dropped from RAM to make room.");
-    fprintf(f, "gpt2d_kv_evictions_total %ju\n", (uintmax_t)kv->evictions);
+    fprintf(f, "gpt2d_kv_evictions_total %ju\n", (uintmax_t)st->kv_evictions);
 }
 
-char *metrics_render(const engine_stats *stats)
+char *metrics_render(const metrics_gauges *gauges)
 {
     char *text = NULL;
     size_t len = 0;
@@ -323,7 +322,7 @@ char *metrics_render(const engine_stats *stats)
     render_histogram(f, &itl_hist);
     render_histogram(f, &step_hist);
     render_histogram(f, &rows_hist);
-    render_gauges(f, stats);
+    render_gauges(f, gauges);
     bool failed = ferror(f) != 0;
     if (fclose(f) != 0 || failed) {
         free(text);

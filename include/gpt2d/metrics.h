@@ -6,8 +6,7 @@
 #define GPT2D_METRICS_H
 
 #include <stddef.h>
-
-#include "gpt2d/engine.h"
+#include <stdint.h>
 
 /* `endpoint`: completions, models, health, metrics, tokenize, detokenize or
  * sessions, or a route path whose first segment (after an optional "/v1/")
@@ -27,8 +26,21 @@ void metrics_observe_token_latency(double seconds); /* between tokens */
 void metrics_observe_step(double seconds);     /* one engine step */
 void metrics_observe_batch_rows(size_t rows);  /* rows in one engine step */
 
-/* Prometheus text exposition (version 0.0.4), gauges from `stats`.
- * Returns a malloc'ed NUL-terminated string, or NULL on OOM. */
-char *metrics_render(const engine_stats *stats);
+/* The gauges of one scrape.  The caller fills them from the engine's and
+ * the KV cache's stats: metrics sits below both and knows neither. */
+typedef struct metrics_gauges {
+    size_t queue_depth;
+    size_t running;             /* sequences prefilling or generating */
+    size_t slots_total, slots_busy;
+    size_t kv_blocks_free, kv_blocks_cached, kv_blocks_in_use;
+    size_t kv_blocks_reserved;
+    size_t kv_bytes;
+    size_t kv_sessions;
+    uint64_t kv_evictions;
+} metrics_gauges;
+
+/* Prometheus text exposition (version 0.0.4), gauges from `gauges` (NULL:
+ * left out).  Returns a malloc'ed NUL-terminated string, or NULL on OOM. */
+char *metrics_render(const metrics_gauges *gauges);
 
 #endif

@@ -1089,7 +1089,7 @@ END_TEST
 /* gpt2d_requests_cancelled_total from the metrics registry. */
 static unsigned long cancelled_total(void)
 {
-    engine_stats none = { 0 };
+    metrics_gauges none = { 0 };
     char *text = metrics_render(&none);
     ck_assert_ptr_nonnull(text);
     const char *line = strstr(text, "\ngpt2d_requests_cancelled_total ");

@@ -223,7 +223,7 @@ static bool parse(scrape *sc, const char *text)
     return true;
 }
 
-static void scrape_now(scrape *sc, const engine_stats *stats)
+static void scrape_now(scrape *sc, const metrics_gauges *stats)
 {
     char *text = metrics_render(stats);
     ck_assert_ptr_nonnull(text);
@@ -304,8 +304,8 @@ START_TEST(test_render_is_valid_exposition_text)
     metrics_observe_token_latency(0.004);
     metrics_observe_batch_rows(17);
     metrics_observe_step(0.03);
-    engine_stats st = { .queue_depth = 1, .running = 2, .slots_total = 4,
-                        .slots_busy = 2 };
+    metrics_gauges st = { .queue_depth = 1, .running = 2, .slots_total = 4,
+                          .slots_busy = 2 };
     scrape *sc = scrape_new();
     scrape_now(sc, &st);
     static const char *const families[][2] = {
@@ -343,12 +343,11 @@ END_TEST
 
 START_TEST(test_gauges_report_engine_stats)
 {
-    engine_stats st = { .queue_depth = 7, .running = 3, .slots_total = 8,
-                        .slots_busy = 3,
-                        .kv = { .blocks_total = 100, .blocks_free = 60,
-                                .blocks_cached = 25, .blocks_in_use = 15,
-                                .blocks_reserved = 9, .bytes_total = 12345,
-                                .sessions = 4, .evictions = 77 } };
+    metrics_gauges st = { .queue_depth = 7, .running = 3, .slots_total = 8,
+                          .slots_busy = 3, .kv_blocks_free = 60,
+                          .kv_blocks_cached = 25, .kv_blocks_in_use = 15,
+                          .kv_blocks_reserved = 9, .kv_bytes = 12345,
+                          .kv_sessions = 4, .kv_evictions = 77 };
     scrape *sc = scrape_new();
     scrape_now(sc, &st);
     ck_assert_double_eq(value_of(sc, "gpt2d_queue_depth", ""), 7);
