@@ -8,7 +8,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gpt2d/kvcache.h"
 #include "gpt2d/metrics.h"
 
 static json_t *model_object(const api_ctx *ctx)
@@ -18,7 +17,7 @@ static json_t *model_object(const api_ctx *ctx)
         "created", (json_int_t)ctx->started, "owned_by", "gpt2d",
         "max_model_len", (json_int_t)ctx->mdl->config.n_ctx,
         "dtype", model_dtype_name(ctx->mdl->dtype),
-        "kv_dtype", kvcache_dtype_name(ctx->kv_half));
+        "kv_dtype", kv_dtype_name(ctx->kv_half));
 }
 
 void api_models(const api_ctx *ctx, api_response *r)

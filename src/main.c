@@ -119,7 +119,7 @@ static int plan_kv(daemon_state *d, gpt2d_error *err)
                              "full context: that takes %zu bytes (%.1f MB) "
                              "for this model (%s)", c->kv_memory,
                              block * per_ctx, (double)(block * per_ctx) / (1 << 20),
-                             kvcache_dtype_name(c->kv_half));
+                             kv_dtype_name(c->kv_half));
         d->kv_blocks = c->kv_memory / block;
     }
     if (c->max_batch_rows <= c->slots)
@@ -190,7 +190,7 @@ static void log_summary(const daemon_state *d)
              (double)d->mdl.weight_bytes / 1e6, model_dtype_name(d->mdl.dtype),
              d->cfg.slots, d->kv_blocks, KV_BLOCK_TOKENS,
              (double)d->kv_blocks / (double)kvcache_blocks_per_context(c), kv_mb,
-             kvcache_dtype_name(d->cfg.kv_half),
+             kv_dtype_name(d->cfg.kv_half),
              d->cfg.kv_memory > 0 ? ", sized by --kv-memory" : "",
              d->cfg.threads, d->cfg.host != NULL ? d->cfg.host : "*",
              http_port(d->http));

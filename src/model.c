@@ -451,27 +451,6 @@ static size_t weight_bytes_per_token(const model_config *c, panel_dtype dt)
     return panel_dtype_size(dt) * matrices + sizeof(float) * vectors;
 }
 
-int model_dtype_parse(const char *name, model_dtype *out)
-{
-    static const model_dtype all[] = { MODEL_DTYPE_AUTO, MODEL_DTYPE_FLOAT32,
-                                       MODEL_DTYPE_FLOAT16 };
-    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
-        if (strcmp(name, model_dtype_name(all[i])) == 0) {
-            *out = all[i];
-            return 0;
-        }
-    return -1;
-}
-
-const char *model_dtype_name(model_dtype dtype)
-{
-    switch (dtype) {
-    case MODEL_DTYPE_FLOAT32: return "float32";
-    case MODEL_DTYPE_FLOAT16: return "float16";
-    default: return "auto";
-    }
-}
-
 /* AUTO keeps an F16 checkpoint's matrices as they are stored. */
 static model_dtype resolve_dtype(const loader *L, model_dtype asked)
 {

@@ -36,9 +36,8 @@
 #include <strings.h>
 #include <unistd.h>
 
-#include "gpt2d/kvcache.h"
+#include "gpt2d/dtype.h"
 #include "gpt2d/log.h"
-#include "gpt2d/model.h"
 
 #ifndef GPT2D_DEFAULT_WEB_ROOT
 #define GPT2D_DEFAULT_WEB_ROOT "/usr/local/share/gpt2d/web"
@@ -342,12 +341,9 @@ static int apply_value(settings *s, const option_spec *o, const char *value,
             return bad_value(o, where, value, err);
         return 0;
     case OPT_KV_DTYPE:
-        for (int half = 0; half <= 1; half++)
-            if (strcmp(value, kvcache_dtype_name(half)) == 0) {
-                *(bool *)(void *)field = half;
-                return 0;
-            }
-        return bad_value(o, where, value, err);
+        if (kv_dtype_parse(value, (bool *)(void *)field) != 0)
+            return bad_value(o, where, value, err);
+        return 0;
     case OPT_HELP:
     case OPT_VERSION:
         break;

@@ -17,20 +17,9 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "gpt2d/dtype.h"
 #include "gpt2d/error.h"
 #include "gpt2d/panels.h"
-
-/* How the weight panels are stored (--dtype).  AUTO: float16 when the
- * checkpoint's matrices are F16 (exact), float32 otherwise (F32, BF16). */
-typedef enum model_dtype {
-    MODEL_DTYPE_AUTO,
-    MODEL_DTYPE_FLOAT32,
-    MODEL_DTYPE_FLOAT16,
-} model_dtype;
-
-/* "auto", "float32", "float16" -> *out; -1 for anything else. */
-int model_dtype_parse(const char *name, model_dtype *out);
-const char *model_dtype_name(model_dtype dtype);
 
 typedef struct model_config {
     size_t n_layer;

@@ -11,7 +11,7 @@
 #include <stdio.h>
 
 #include "gpt2d/error.h"
-#include "gpt2d/model.h"
+#include "gpt2d/dtype.h"
 
 /* The most KV slots a pool may have: --slots' bound, and the cap on what
  * --kv-memory derives. */

@@ -1,0 +1,27 @@
+/* dtype.h — the storage types an operator names: --dtype for the weight
+ * panels, --kv-dtype for the KV cache, and their spellings.
+ *
+ * Below settings, model and kvcache: settings parses the names without
+ * knowing either module.  Pure functions; any thread. */
+#ifndef GPT2D_DTYPE_H
+#define GPT2D_DTYPE_H
+
+#include <stdbool.h>
+
+/* How the weight panels are stored (--dtype).  AUTO: float16 when the
+ * checkpoint's matrices are F16 (exact), float32 otherwise (F32, BF16). */
+typedef enum model_dtype {
+    MODEL_DTYPE_AUTO,
+    MODEL_DTYPE_FLOAT32,
+    MODEL_DTYPE_FLOAT16,
+} model_dtype;
+
+/* "auto", "float32", "float16" -> *out; -1 for anything else. */
+int model_dtype_parse(const char *name, model_dtype *out);
+const char *model_dtype_name(model_dtype dtype);
+
+/* --kv-dtype: "float32" or "float16" (halves) -> *half; -1 otherwise. */
+int kv_dtype_parse(const char *name, bool *half);
+const char *kv_dtype_name(bool half);
+
+#endif
