@@ -37,6 +37,7 @@
 #include "gpt2d/http_keys.h"
 #include "gpt2d/log.h"
 #include "gpt2d/metrics.h"
+#include "gpt2d/monotonic.h"
 
 #define STREAM_BLOCK_SIZE (16 * 1024)
 
@@ -157,13 +158,6 @@ int http_reload_keys(http_server *srv, gpt2d_error *err)
 /* ------------------------------------------------------------------ */
 /* Requests                                                            */
 /* ------------------------------------------------------------------ */
-
-static double seconds_since(const struct timespec *t0)
-{
-    struct timespec now;
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    return (double)(now.tv_sec - t0->tv_sec) + (double)(now.tv_nsec - t0->tv_nsec) / 1e9;
-}
 
 static void request_unref(http_request *hr)
 {
@@ -694,8 +688,7 @@ static void accumulate(http_request *hr, const char *data, size_t n)
 /* Writes all of `data` to the non-blocking socket within `ms`. */
 static bool write_all(int fd, const char *data, size_t len, int ms)
 {
-    struct timespec t0;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
+    struct timespec t0 = monotonic_now();
     while (len > 0) {
         ssize_t n = send(fd, data, len, MSG_NOSIGNAL);
         if (n > 0) {
@@ -705,7 +698,7 @@ static bool write_all(int fd, const char *data, size_t len, int ms)
         }
         if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
             return false;
-        int left = ms - (int)(seconds_since(&t0) * 1e3);
+        int left = ms - (int)(monotonic_since(&t0) * 1e3);
         struct pollfd pfd = {.fd = fd, .events = POLLOUT};
         if (left <= 0 || poll(&pfd, 1, left) < 0)
             return false;
@@ -720,11 +713,10 @@ static bool write_all(int fd, const char *data, size_t len, int ms)
 static void linger(int fd)
 {
     char sink[16 * 1024];
-    struct timespec t0;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
+    struct timespec t0 = monotonic_now();
     shutdown(fd, SHUT_WR);
     for (;;) {
-        int left = LINGER_MS - (int)(seconds_since(&t0) * 1e3);
+        int left = LINGER_MS - (int)(monotonic_since(&t0) * 1e3);
         struct pollfd pfd = {.fd = fd, .events = POLLIN};
         if (left <= 0 ||
             poll(&pfd, 1, left < LINGER_IDLE_MS ? left : LINGER_IDLE_MS) <= 0)
@@ -831,7 +823,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
         hr->begun = true;
         atomic_init(&hr->refs, 1);
         atomic_fetch_add(&srv->in_flight, 1);
-        clock_gettime(CLOCK_MONOTONIC, &hr->t0);
+        hr->t0 = monotonic_now();
         snprintf(hr->method, sizeof hr->method, "%s", method);
         snprintf(hr->path, sizeof hr->path, "%s", url);
         hr->route = route_find(url);
@@ -894,7 +886,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     log_info("%s %s %d %.1fms prompt_tokens=%zu completion_tokens=%zu",
              hr->method, hr->route->prefix && hr->route->id != ROUTE_STATIC
                  ? hr->route->label : hr->path,
-             status, seconds_since(&hr->t0) * 1e3, prompt, completion);
+             status, monotonic_since(&hr->t0) * 1e3, prompt, completion);
     request_unref(hr);
     atomic_fetch_sub(&srv->in_flight, 1);
 }
@@ -1008,10 +1000,9 @@ void http_quiesce(http_server *srv)
 
 bool http_drain(http_server *srv, int timeout_ms)
 {
-    struct timespec t0;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
+    struct timespec t0 = monotonic_now();
     while (atomic_load(&srv->in_flight) > 0) {
-        if (seconds_since(&t0) * 1e3 >= timeout_ms)
+        if (monotonic_since(&t0) * 1e3 >= timeout_ms)
             return false;
         nanosleep(&(struct timespec){.tv_nsec = 10 * 1000 * 1000}, NULL);
     }

@@ -24,6 +24,7 @@
 
 #include "gpt2d/log.h"
 #include "gpt2d/metrics.h"
+#include "gpt2d/monotonic.h"
 
 /* One open connection, as the reaper's deadlines see it.  Created when MHD
  * reports the connection and freed when it reports it closed, which it does
@@ -86,13 +87,6 @@ static struct timespec timespec_after_ms(const struct timespec *t, long ms)
 static bool timespec_before(const struct timespec *a, const struct timespec *b)
 {
     return a->tv_sec < b->tv_sec || (a->tv_sec == b->tv_sec && a->tv_nsec < b->tv_nsec);
-}
-
-static struct timespec monotonic_now(void)
-{
-    struct timespec now;
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    return now;
 }
 
 /* How often a connection is looked at: an eighth of the deadline that

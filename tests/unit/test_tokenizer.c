@@ -11,6 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "gpt2d/monotonic.h"
 #include "gpt2d/tokenizer.h"
 #include "gpt2d/unicode_class.h"
 #include "test_util.h"
@@ -40,13 +41,6 @@ static void free_real_tokenizer(void)
 }
 
 /* ---- helpers ---- */
-
-static double now_seconds(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
 
 /* xorshift64*: a fixed seed gives the same "random" strings on every run. */
 static uint64_t rng_next(uint64_t *s)
@@ -470,11 +464,11 @@ START_TEST(test_long_word_encodes_in_bounded_time)
         ck_assert_ptr_nonnull(w);
         for (size_t i = 0; i < len; i++)
             w[i] = (char)('a' + rng_next(&seed) % 26);
-        double t0 = now_seconds();
+        double t0 = monotonic_seconds();
         int32_t *ids;
         size_t n;
         encode_ok(w, len, &ids, &n);
-        double dt = now_seconds() - t0;
+        double dt = monotonic_seconds() - t0;
         ck_assert_msg(dt < test_deadline(5.0), "%zu-byte word took %.2f s",
                       len, dt);
         ck_assert_uint_gt(n, len / 8);
