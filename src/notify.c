@@ -1,9 +1,10 @@
 /* notify.c — the service manager's readiness protocol (see notify.h).
  *
- * Own implementation (no libsystemd): one AF_UNIX datagram per message.
- * The socket is opened per message rather than kept: the daemon sends a
- * handful of messages plus a watchdog ping every few seconds, so there is
- * nothing to gain from shared state that two threads would have to guard.
+ * With libsystemd (HAVE_LIBSYSTEMD), its sd_notify sends; without it, our
+ * own implementation: one AF_UNIX datagram per message.  The socket is
+ * opened per message rather than kept: the daemon sends a handful of
+ * messages plus a watchdog ping every few seconds, so there is nothing to
+ * gain from shared state that two threads would have to guard.
  * The send never blocks (MSG_DONTWAIT): if the manager's queue is full, a
  * ping is dropped and the next one follows — the engine loop must not stall
  * on a notification.

@@ -388,8 +388,8 @@ out:
 
 /* ---- merges ---- */
 
-static int merge_insert(tokenizer *tok, int32_t left, int32_t right,
-                        int32_t rank, int32_t merged)
+static void merge_insert(tokenizer *tok, int32_t left, int32_t right,
+                         int32_t rank, int32_t merged)
 {
     uint64_t key = ((uint64_t)(uint32_t)left << 32) | (uint32_t)right;
     size_t i = (size_t)hash_pair(key) & tok->merge_mask;
@@ -399,7 +399,6 @@ static int merge_insert(tokenizer *tok, int32_t left, int32_t right,
     tok->merges[i].key = key;
     tok->merges[i].rank = rank;
     tok->merges[i].merged = merged;
-    return 0;
 }
 
 static const merge_entry *merge_find(const tokenizer *tok, int32_t left,
