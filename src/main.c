@@ -156,6 +156,8 @@ static int start(daemon_state *d, gpt2d_error *err)
         .n_slots = d->cfg.slots,
         .kv_blocks = d->kv_blocks,
         .kv_half = d->cfg.kv_half,
+        .kv_disk_dir = d->cfg.kv_cache_dir,
+        .kv_disk_bytes = d->cfg.kv_disk,
         .max_queue = d->cfg.max_queue,
         .max_batch_rows = d->cfg.max_batch_rows,
         .min_step_usec = test_min_step_usec(),

@@ -287,13 +287,58 @@ static void render_gauges(FILE *f, const engine_stats *st)
     render_gauge(f, "gpt2d_kv_blocks_reserved",
                  "KV-cache blocks promised to running sequences, not yet taken.",
                  kv->blocks_reserved);
-    render_gauge(f, "gpt2d_kv_bytes", "KV-cache memory in RAM (--kv-memory).",
-                 kv->bytes_total);
+    render_header(f, "gpt2d_kv_bytes", "gauge",
+                  "KV-cache bytes by tier: RAM (--kv-memory, allocated at "
+                  "start) and disk (files in --kv-cache-dir).");
+    fprintf(f, "gpt2d_kv_bytes{tier=\"ram\"} %zu\n", kv->bytes_total);
+    if (kv->disk)
+        fprintf(f, "gpt2d_kv_bytes{tier=\"disk\"} %zu\n", kv->disk_stats.bytes);
     render_gauge(f, "gpt2d_kv_sessions", "Sessions whose history is kept.",
                  kv->sessions);
     render_header(f, "gpt2d_kv_evictions_total", "counter",
                   "KV-cache blocks dropped from RAM to make room.");
     fprintf(f, "gpt2d_kv_evictions_total %ju\n", (uintmax_t)kv->evictions);
+    render_header(f, "gpt2d_kv_hit_tokens_total", "counter",
+                  "Prompt tokens reused from the KV cache, by the tier they "
+                  "came from.");
+    fprintf(f, "gpt2d_kv_hit_tokens_total{tier=\"ram\"} %ju\n",
+            (uintmax_t)kv->hit_tokens_ram);
+    fprintf(f, "gpt2d_kv_hit_tokens_total{tier=\"disk\"} %ju\n",
+            (uintmax_t)kv->hit_tokens_disk);
+    if (!kv->disk)
+        return;
+    const kv_disk_stats *d = &kv->disk_stats;
+    render_gauge(f, "gpt2d_kv_disk_blocks", "KV-cache blocks on disk.", d->blocks);
+    render_gauge(f, "gpt2d_kv_disk_max_bytes", "The disk tier's budget (--kv-disk).",
+                 d->max_bytes);
+    const struct { const char *name, *help; uint64_t v; } counters[] = {
+        { "gpt2d_kv_disk_writes_total", "Blocks written to disk.", d->writes },
+        { "gpt2d_kv_disk_reads_total", "Blocks read back from disk.", d->reads },
+        { "gpt2d_kv_disk_evictions_total",
+          "Blocks deleted from disk to stay within --kv-disk.", d->evictions },
+        { "gpt2d_kv_disk_write_skipped_total",
+          "Blocks not written: the write queue was full or nothing could make room.",
+          d->write_skipped },
+        { "gpt2d_kv_disk_slower_total",
+          "Disk hits not taken: reading a block has been slower than computing it.",
+          kv->disk_slower },
+        { "gpt2d_kv_disk_foreign_files",
+          "Files in the cache directory of another model or settings (ignored).",
+          d->foreign },
+    };
+    for (size_t i = 0; i < sizeof counters / sizeof counters[0]; i++) {
+        render_header(f, counters[i].name,
+                      strstr(counters[i].name, "_total") ? "counter" : "gauge",
+                      counters[i].help);
+        fprintf(f, "%s %ju\n", counters[i].name, (uintmax_t)counters[i].v);
+    }
+    render_header(f, "gpt2d_kv_disk_errors_total", "counter",
+                  "Disk tier failures: a write that failed (disk full, not "
+                  "writable), a file that did not check out when read.");
+    fprintf(f, "gpt2d_kv_disk_errors_total{op=\"write\"} %ju\n",
+            (uintmax_t)d->write_errors);
+    fprintf(f, "gpt2d_kv_disk_errors_total{op=\"read\"} %ju\n",
+            (uintmax_t)d->read_errors);
 }
 
 char *metrics_render(const engine_stats *stats)

@@ -979,6 +979,48 @@ START_TEST(test_engine_sessions_belong_to_their_owner)
 }
 END_TEST
 
+/* Four prompts over one 40-token context, submitted together (as a prompt
+ * array is): the context is computed once, by the first; the others wait
+ * for its blocks and reuse them (two whole blocks, 32 tokens), and every
+ * answer is what it would be alone. */
+START_TEST(test_engine_prompts_sharing_a_context_compute_it_once)
+{
+    engine *solo = open_engine(4, 20, 8), *e = open_engine(4, 20, 8);
+    int32_t *prompts[4];
+    gen_params p[4];
+    outcome alone[4];
+    for (size_t i = 0; i < 4; i++) {
+        prompts[i] = prompt_of(43);
+        for (size_t t = 40; t < 43; t++)
+            prompts[i][t] = (int32_t)(500 + 10 * i + t);
+        p[i] = greedy_params(prompts[i], 43, 4);
+        run(solo, &p[i], &alone[i]);
+        engine_destroy(solo);
+        solo = open_engine(4, 20, 8);       /* each alone, cold */
+        ck_assert_uint_eq(alone[i].usage.cached_tokens, 0);
+    }
+    engine_destroy(solo);
+    gen_request *r[4];
+    for (size_t i = 0; i < 4; i++)
+        ck_assert_int_eq(submit(e, &p[i], &r[i]), ENGINE_OK);
+    size_t cached = 0;
+    for (size_t i = 0; i < 4; i++) {
+        wait_finished(r[i]);
+        outcome o;
+        collect(r[i], &o);
+        assert_same_tokens(&alone[i].seq[0], &o.seq[0]);
+        if (i > 0)
+            ck_assert_uint_ge(o.usage.cached_tokens, 32);
+        cached += o.usage.cached_tokens;
+        gen_request_release(r[i]);
+    }
+    ck_assert_uint_ge(cached, 3 * 32);
+    engine_destroy(e);
+    for (size_t i = 0; i < 4; i++)
+        free(prompts[i]);
+}
+END_TEST
+
 /* A client that hangs up and comes straight back with its session is not
  * refused while its old, cancelled request waits to be reaped: the new one
  * queues behind that request's last step and then finds the session's
@@ -1336,6 +1378,7 @@ static Suite *engine_suite(void)
     tcase_add_test(cache, test_engine_reuses_longest_prefix_without_session);
     tcase_add_test(cache, test_engine_keeps_sessions_past_the_slots_until_memory_runs_short);
     tcase_add_test(cache, test_engine_busy_session_is_refused);
+    tcase_add_test(cache, test_engine_prompts_sharing_a_context_compute_it_once);
     tcase_add_test(cache, test_engine_sessions_belong_to_their_owner);
     tcase_add_test(cache, test_engine_session_of_a_cancelled_request_is_free_again);
     tcase_add_test(cache, test_engine_delete_session_forgets_its_cache);

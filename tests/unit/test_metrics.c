@@ -359,7 +359,8 @@ START_TEST(test_gauges_report_engine_stats)
     ck_assert_double_eq(value_of(sc, "gpt2d_kv_blocks", "state=\"cached\""), 25);
     ck_assert_double_eq(value_of(sc, "gpt2d_kv_blocks", "state=\"in_use\""), 15);
     ck_assert_double_eq(value_of(sc, "gpt2d_kv_blocks_reserved", ""), 9);
-    ck_assert_double_eq(value_of(sc, "gpt2d_kv_bytes", ""), 12345);
+    ck_assert_double_eq(value_of(sc, "gpt2d_kv_bytes", "tier=\"ram\""), 12345);
+    ck_assert(!has_series(sc, "gpt2d_kv_disk_blocks"));     /* no disk tier */
     ck_assert_double_eq(value_of(sc, "gpt2d_kv_sessions", ""), 4);
     ck_assert_double_eq(value_of(sc, "gpt2d_kv_evictions_total", ""), 77);
     free(sc);
