@@ -395,6 +395,28 @@ static void unref_block(kv_cache *c, int32_t b)
     }
 }
 
+/* Whether a cached block may be taken over by a new sequence: partial
+ * (nothing descends from it) and held by no one. */
+static bool adoptable(const kv_cache *c, int32_t b)
+{
+    const kv_block *k = &c->blocks[b];
+    return k->state == BLOCK_CACHED && k->refs == 0 &&
+           k->n_filled < KV_BLOCK_TOKENS;
+}
+
+/* Takes cached partial block `b` out of the index for a sequence that
+ * keeps its first n positions and writes the rest. */
+static void adopt(kv_cache *c, int32_t b, size_t n)
+{
+    session_lose_tail(c, b);
+    index_remove(c, b);
+    c->n_unref--;
+    kv_block *k = &c->blocks[b];
+    k->state = BLOCK_PRIVATE;
+    k->refs = 1;
+    k->n_filled = (uint32_t)n;
+}
+
 /* Copies positions [0, n) of every layer and head from block `src` to
  * `dst`. */
 static void copy_positions(kv_cache *c, int32_t dst, int32_t src, size_t n)
@@ -845,7 +867,16 @@ kv_begin_status kvcache_seq_begin(kv_cache *c, const kv_begin *b,
     memcpy(s->tokens, b->prompt, pos * sizeof *s->tokens);
     s->n_tokens = pos;
     c->reserved += need;
-    if (copy_src != NONE) {
+    if (copy_src != NONE && adoptable(c, copy_src)) {
+        /* A partial block no one holds is taken over, not copied: a
+         * conversation's next turn leaves no dead copy of its last block. */
+        adopt(c, copy_src, copy_n);
+        c->reserved--;
+        s->reserved--;
+        s->blocks[s->n_blocks++] = (uint32_t)copy_src;
+        memcpy(s->tokens + pos, b->prompt + pos, copy_n * sizeof *s->tokens);
+        s->n_tokens += copy_n;
+    } else if (copy_src != NONE) {
         ref_block(c, copy_src);         /* not the block evicted for the copy */
         int32_t nb = take_block(c);
         c->reserved--;

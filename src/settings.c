@@ -104,7 +104,7 @@ static const option_spec options[] = {
       false, "Directory of the KV cache's disk tier: blocks evicted from RAM, and "
       "the whole RAM cache at shutdown, so conversations outlive RAM and restarts; "
       "none: no disk tier." },
-    { "kv-disk", 0, OPT_BYTES, FIELD(kv_disk), "SIZE", "1G", NULL, 1024 * KIB,
+    { "kv-disk", 0, OPT_BYTES, FIELD(kv_disk), "SIZE", "1G", NULL, 4 * KIB,
       1024ULL * 1024 * KIB * KIB * KIB, false,
       "Most bytes the disk tier keeps in --kv-cache-dir. Suffixes k, M, G (x1024)." },
     { "max-queue", 0, OPT_COUNT, FIELD(max_queue), "N", "64", NULL, 1, 1000000, false,

@@ -871,60 +871,51 @@ static gen_request *start_long(engine *e, const int32_t *prompt, size_t n,
 }
 
 /* A session's history outlives the slots: four sessions on two slots are
- * all kept while the memory holds them.  When memory runs short, plain
- * prefixes go first, then the least recently used session's history. */
+ * all kept while the memory holds them.  When memory runs short, the least
+ * recently used history goes first; a running sequence's never. */
 START_TEST(test_engine_keeps_sessions_past_the_slots_until_memory_runs_short)
 {
     engine *e = open_engine(2, 16, 4);      /* 2 × 4 blocks of 16 */
-    int32_t *ps[4], *big1 = prompt_of(60), *big2 = prompt_of(60);
+    int32_t *ps[4], *big = prompt_of(60);
     const char *names[4] = { "a", "b", "c", "d" };
-    for (size_t i = 0; i < 4; i++) {
-        ps[i] = prompt_of(4);
-        ps[i][0] = (int32_t)(100 * (i + 1));
-    }
-    big1[0] = 900;
-    big2[0] = 901;
     outcome o;
-    for (size_t i = 0; i < 4; i++) {        /* one partial block each */
-        gen_params p = greedy_params(ps[i], 4, 2);
+    for (size_t i = 0; i < 4; i++) {        /* two blocks each: 20 + 1 */
+        ps[i] = prompt_of(21);
+        ps[i][0] = (int32_t)(100 * (i + 1));
+        gen_params p = greedy_params(ps[i], 20, 2);
         p.session_id = names[i];
         run(e, &p, &o);
+        ps[i][20] = o.seq[0].tokens[0];
     }
     for (size_t i = 0; i < 4; i++)
         ck_assert(has_session(e, names[i], NULL));
     engine_stats st = engine_get_stats(e);
-    ck_assert_uint_eq(st.kv.blocks_cached, 4);
+    ck_assert_uint_eq(st.kv.blocks_cached, 8);
     ck_assert_uint_eq(st.kv.sessions, 4);
 
-    /* 64 positions: the 4 free blocks, nothing evicted */
-    gen_params big = greedy_params(big1, 60, 4);
-    run(e, &big, &o);
-    ck_assert_uint_eq(engine_get_stats(e).kv.evictions, 0);
-
-    /* a's next turn copies its partial block into a fresh one: the plain
-     * prompt's partial tail goes, not a session */
-    gen_params pa = greedy_params(ps[0], 4, 1);
+    /* a's next turn takes over its own partial block: nothing evicted, and
+     * a is now the session used last */
+    gen_params pa = greedy_params(ps[0], 21, 1);
     pa.session_id = "a";
     run(e, &pa, &o);
-    ck_assert_uint_eq(o.usage.cached_tokens, 3);
-    ck_assert_uint_eq(engine_get_stats(e).kv.evictions, 1);
+    ck_assert_uint_eq(o.usage.cached_tokens, 20);
+    ck_assert_uint_eq(engine_get_stats(e).kv.evictions, 0);
 
-    /* 4 blocks more: big1's three full blocks, then b (the session used
-     * least recently) */
-    big.prompt = big2;
-    run(e, &big, &o);
-    ck_assert_uint_eq(engine_get_stats(e).kv.evictions, 5);
+    /* 64 positions need 4 blocks: b's and c's history, the oldest */
+    big[0] = 900;
+    gen_params pb = greedy_params(big, 60, 4);
+    run(e, &pb, &o);
+    ck_assert_uint_eq(engine_get_stats(e).kv.evictions, 4);
     for (size_t i = 1; i < 4; i++) {
-        gen_params p = greedy_params(ps[i], 4, 1);
+        gen_params p = greedy_params(ps[i], 21, 1);
         p.session_id = names[i];
         run(e, &p, &o);
-        ck_assert_uint_eq(o.usage.cached_tokens, i == 1 ? 0 : 3);
+        ck_assert_uint_eq(o.usage.cached_tokens, i == 3 ? 20 : 0);
     }
     engine_destroy(e);
     for (size_t i = 0; i < 4; i++)
         free(ps[i]);
-    free(big1);
-    free(big2);
+    free(big);
 }
 END_TEST
 
