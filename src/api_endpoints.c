@@ -65,6 +65,20 @@ void api_metrics(const api_ctx *ctx, api_response *r)
         .kv_bytes = st.kv.bytes_total,
         .kv_sessions = st.kv.sessions,
         .kv_evictions = st.kv.evictions,
+        .kv_hit_tokens_ram = st.kv.hit_tokens_ram,
+        .kv_hit_tokens_disk = st.kv.hit_tokens_disk,
+        .kv_disk_slower = st.kv.disk_slower,
+        .kv_disk = st.kv.disk,
+        .disk = { .blocks = st.kv.disk_stats.blocks,
+                  .bytes = st.kv.disk_stats.bytes,
+                  .max_bytes = st.kv.disk_stats.max_bytes,
+                  .writes = st.kv.disk_stats.writes,
+                  .reads = st.kv.disk_stats.reads,
+                  .evictions = st.kv.disk_stats.evictions,
+                  .write_skipped = st.kv.disk_stats.write_skipped,
+                  .write_errors = st.kv.disk_stats.write_errors,
+                  .read_errors = st.kv.disk_stats.read_errors,
+                  .foreign = st.kv.disk_stats.foreign },
     };
     char *text = metrics_render(&g);
     if (text == NULL) {

@@ -112,6 +112,8 @@ struct gen_request {
 
     /* engine thread only */
     bool first_token_seen;
+    bool kv_loading;            /* sequence 0 waits for blocks from disk */
+    bool prefill_started;       /* a chunk of its prompt has run */
 
     /* readers: under the lock */
     gen_token *prompt_scores;   /* [n_prompt] when score_prompt; shown to
@@ -495,11 +497,21 @@ static void cancel_everything(engine *e)
         atomic_store(&e->running[i]->cancelled, true);
 }
 
-/* Begins the KV sequences of the request at the head of the queue; false
- * if the cache cannot hold it yet (FIFO: nothing behind it is admitted
- * either).  A session still held by a cancelled request (reaped this step)
- * waits the same way. */
-static bool admit_one(engine *e, gen_request *r, double now)
+/* What the request reuses from the cache, once known (a read from disk
+ * may fail and leave those tokens to be computed). */
+static void count_reuse(gen_request *r, size_t reused)
+{
+    pthread_mutex_lock(&r->lock);
+    size_t before = r->usage.cached_tokens;
+    r->usage.cached_tokens = reused;
+    pthread_mutex_unlock(&r->lock);
+    if (reused > before)
+        metrics_add_cached_tokens(reused - before);
+}
+
+/* Begins the request's KV sequences; false when the cache cannot hold
+ * them yet. */
+static bool begin_kv(engine *e, gen_request *r, double now)
 {
     size_t seqs[r->n_seq], reused = 0;
     kv_begin b = { .who = &r->id, .session = r->session, .prompt = r->prompt,
@@ -512,11 +524,21 @@ static bool admit_one(engine *e, gen_request *r, double now)
         r->seqs[i].kv = seqs[i];
         r->seqs[i].has_kv = true;
     }
-    pthread_mutex_lock(&r->lock);
-    r->usage.cached_tokens = reused;
-    pthread_mutex_unlock(&r->lock);
+    r->kv_loading = kvcache_seq_loading(e->kv, seqs[0]);
+    if (!r->kv_loading)
+        count_reuse(r, reused);
+    return true;
+}
+
+/* Begins the KV sequences of the request at the head of the queue; false
+ * if the cache cannot hold it yet (FIFO: nothing behind it is admitted
+ * either).  A session still held by a cancelled request (reaped this step)
+ * waits the same way. */
+static bool admit_one(engine *e, gen_request *r, double now)
+{
+    if (!begin_kv(e, r, now))
+        return false;
     metrics_add_prompt_tokens(r->n_prompt);
-    metrics_add_cached_tokens(reused);
     return true;
 }
 
@@ -556,9 +578,47 @@ static size_t add_entry(engine *e, size_t n, gen_request *r, size_t seq,
     return n + 1;
 }
 
+typedef enum share_action {
+    SHARE_NONE,                 /* nothing to gain from another prefill */
+    SHARE_WAIT,                 /* an earlier prompt is computing our prefix */
+    SHARE_REBEGIN,              /* it has: begin again to pick it up */
+} share_action;
+
+/* A prompt that shares more than it reused with a prompt admitted before
+ * it waits while that one computes the shared blocks, then picks them up,
+ * rather than computing them twice (a prompt array over one context, as
+ * lm-eval's multiple choice sends).  Only before its own prefill starts,
+ * only within one isolation domain, never for sessions (their history is
+ * their own); only earlier prompts, so no two wait for each other. */
+static share_action shared_prefill(const engine *e, size_t k,
+                                   const gen_request *r)
+{
+    if (r->session != NULL || r->score_prompt || r->n_prompt < 2)
+        return SHARE_NONE;
+    const size_t reused = r->usage.cached_tokens;   /* the engine's own write */
+    for (size_t j = 0; j < k; j++) {
+        const gen_request *q = e->running[j];
+        if (q->session != NULL ||
+            memcmp(q->id.domain, r->id.domain, SHA256_BYTES) != 0)
+            continue;
+        size_t common = 0, lim = q->n_prompt < r->n_prompt - 1
+                                 ? q->n_prompt : r->n_prompt - 1;
+        while (common < lim && q->prompt[common] == r->prompt[common])
+            common++;
+        common = common / KV_BLOCK_TOKENS * KV_BLOCK_TOKENS;
+        if (common < reused + KV_BLOCK_TOKENS)
+            continue;
+        const seq_state *qs = &q->seqs[0];
+        size_t done = qs->phase != SEQ_PREFILL ? q->n_prompt
+                      : q->kv_loading ? 0 : seq_len(e, qs);
+        return done >= common ? SHARE_REBEGIN : SHARE_WAIT;
+    }
+    return SHARE_NONE;
+}
+
 /* Decode rows first (they always fit: at most one per slot), then whole
  * prefill chunks in admission order while the budget holds them. */
-static size_t build_batch(engine *e, size_t *rows_out)
+static size_t build_batch(engine *e, size_t *rows_out, double now)
 {
     size_t n = 0, rows = 0;
     for (size_t k = 0; k < e->n_running; k++) {
@@ -577,6 +637,29 @@ static size_t build_batch(engine *e, size_t *rows_out)
         seq_state *s = &r->seqs[0];
         if (s->phase != SEQ_PREFILL)
             continue;
+        if (r->kv_loading) {
+            size_t reused;
+            if (!kvcache_seq_ready(e->kv, s->kv, &reused))
+                continue;       /* its blocks are still on their way */
+            r->kv_loading = false;
+            count_reuse(r, reused);
+        }
+        if (!r->prefill_started) {
+            share_action a = shared_prefill(e, k, r);
+            if (a == SHARE_WAIT)
+                continue;
+            if (a == SHARE_REBEGIN) {
+                release_all_kv(e, r, now);
+                if (!begin_kv(e, r, now)) {
+                    /* it held more than it needs now: cannot happen */
+                    log_error("engine: a prompt could not begin again");
+                    request_finish_all(r, FINISH_CANCELLED);
+                    continue;
+                }
+                if (r->kv_loading)
+                    continue;
+            }
+        }
         size_t start = seq_len(e, s);
         size_t end = (start / e->chunk + 1) * e->chunk;
         if (end > r->n_prompt)
@@ -587,6 +670,7 @@ static size_t build_batch(engine *e, size_t *rows_out)
         size_t n_logits = r->score_prompt ? len : (end == r->n_prompt);
         n = add_entry(e, n, r, 0, true, start, r->prompt + start, len,
                       n_logits);
+        r->prefill_started = true;
         rows += len;
     }
     *rows_out = rows;
@@ -877,7 +961,7 @@ static void *engine_main(void *arg)
         if (!has_work(e))
             continue;           /* everything was cancelled */
         size_t rows = 0;
-        size_t n = build_batch(e, &rows);
+        size_t n = build_batch(e, &rows, now);
         if (n == 0) {
             /* cannot happen (a chunk always fits, n <= slots is checked at
              * submit); never spin if it does */
@@ -895,7 +979,9 @@ static void *engine_main(void *arg)
         gpt2d_error err = { { 0 } };
         int rc = forward_step(e->fwd, e->m, e->pool, kvcache_geometry(e->kv),
                               e->batch, n, e->logits, &err);
+        double t_forward = 0.0;
         if (rc == 0) {
+            t_forward = now_seconds() - t_step;
             metrics_observe_batch_rows(rows);
             plan_jobs(e, n);
             threadpool_run(e->pool, e->n_jobs, run_job, e);
@@ -908,6 +994,7 @@ static void *engine_main(void *arg)
         if (rc != 0)
             fail_batch(e, n, &err);
         else {
+            kvcache_note_compute(e->kv, rows, t_forward);
             commit_step(e, n);
             apply_jobs(e, true, now);
             prefill_done(e, n);
@@ -1004,7 +1091,8 @@ int engine_create(engine **out, const model *m, const tokenizer *tok,
     kv_cache_config kc = {
         .n_blocks = cfg->kv_blocks > 0 ? cfg->kv_blocks
                     : cfg->n_slots * kvcache_blocks_per_context(&m->config),
-        .max_seqs = cfg->n_slots, .half = cfg->kv_half };
+        .max_seqs = cfg->n_slots, .half = cfg->kv_half,
+        .disk_dir = cfg->kv_disk_dir, .disk_bytes = cfg->kv_disk_bytes };
     uint8_t fingerprint[SHA256_BYTES];
     cache_fingerprint(m, cfg->kv_half, fingerprint);
     if (threadpool_create(&e->pool, cfg->n_threads, err) != 0

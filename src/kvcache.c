@@ -14,16 +14,26 @@
  *                 for a sequence's first block): finding a prompt's next
  *                 block means looking at the children of the block before.
  *   n_unref       cached blocks with refs == 0: with n_free, what new
- *                 sequences may claim; `reserved` of it is promised. */
+ *                 sequences may claim; `reserved` of it is promised.
+ *
+ * The disk tier (kvdisk.c, with --kv-cache-dir): a block evicted from RAM
+ * is queued for writing there, and at shutdown every cached block is.  A
+ * new sequence whose prefix continues on disk takes RAM blocks for those
+ * blocks and has the I/O thread read them; it waits (kvcache_seq_ready)
+ * until they are in, and a block that fails to load is computed instead.
+ * A disk read is taken only while reading a block has been faster than
+ * computing its tokens. */
 #include "config.h"
 
 #include "gpt2d/kvcache.h"
 #include "gpt2d/hugepages.h"
+#include "gpt2d/kvdisk.h"
 
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define NONE (-1)
 
@@ -46,6 +56,16 @@ typedef struct kv_block {
     int32_t next_free;
 } kv_block;
 
+/* One block a sequence waits for from disk.  Freed once read; when its
+ * sequence ends first, it waits in the orphans until the read is done. */
+typedef struct kv_load {
+    int32_t block;
+    size_t n_use;                      /* positions of it the sequence takes */
+    kv_block_meta m;
+    kv_disk_read rd;
+    struct kv_load *next;
+} kv_load;
+
 typedef struct kv_seq {
     bool active;
     uint32_t *blocks;                  /* [per_ctx] */
@@ -57,6 +77,7 @@ typedef struct kv_seq {
     uint8_t root[SHA256_BYTES];
     bool session;
     long record;                       /* session record, or -1 */
+    kv_load *loads;                    /* in position order */
 } kv_seq;
 
 typedef struct kv_session {
@@ -86,6 +107,10 @@ struct kv_cache {
     size_t n_sessions_cap;
     uint64_t clock;
     uint64_t evictions;
+    kv_disk *disk;                     /* NULL without --kv-cache-dir */
+    kv_load *orphans;
+    double token_seconds;              /* computing one token, on average */
+    uint64_t hit_tokens_ram, hit_tokens_disk, disk_slower;
 };
 
 /* ---- sizes ---- */
@@ -273,6 +298,27 @@ static void session_lose_tail(kv_cache *c, int32_t b)
     k->session_tail_of = NONE;
 }
 
+static kv_block_meta meta_of(const kv_block *k)
+{
+    kv_block_meta m;
+    memcpy(m.parent_key, k->parent_key, SHA256_BYTES);
+    memcpy(m.chain, k->chain, SHA256_BYTES);
+    memcpy(m.domain, k->domain, SHA256_BYTES);
+    memcpy(m.tokens, k->tokens, sizeof m.tokens);
+    m.n_filled = k->n_filled;
+    m.session = k->session;
+    return m;
+}
+
+/* A cached block to the disk tier (when there is one). */
+static void spill(kv_cache *c, int32_t b, bool wait)
+{
+    if (c->disk == NULL)
+        return;
+    kv_block_meta m = meta_of(&c->blocks[b]);
+    kvdisk_put(c->disk, &m, c->geo.base + (size_t)b * c->geo.block_bytes, wait);
+}
+
 /* Drops an unreferenced cached block. */
 static void drop_cached(kv_cache *c, int32_t b)
 {
@@ -310,6 +356,7 @@ static int32_t take_block(kv_cache *c)
         int32_t v = eviction_victim(c);
         if (v == NONE)
             abort();            /* reservations promise a block: a bug */
+        spill(c, v, false);
         drop_cached(c, v);
         c->evictions++;
     }
@@ -346,6 +393,28 @@ static void unref_block(kv_cache *c, int32_t b)
     } else {
         block_release_to_free(c, b);
     }
+}
+
+/* Whether a cached block may be taken over by a new sequence: partial
+ * (nothing descends from it) and held by no one. */
+static bool adoptable(const kv_cache *c, int32_t b)
+{
+    const kv_block *k = &c->blocks[b];
+    return k->state == BLOCK_CACHED && k->refs == 0 &&
+           k->n_filled < KV_BLOCK_TOKENS;
+}
+
+/* Takes cached partial block `b` out of the index for a sequence that
+ * keeps its first n positions and writes the rest. */
+static void adopt(kv_cache *c, int32_t b, size_t n)
+{
+    session_lose_tail(c, b);
+    index_remove(c, b);
+    c->n_unref--;
+    kv_block *k = &c->blocks[b];
+    k->state = BLOCK_PRIVATE;
+    k->refs = 1;
+    k->n_filled = (uint32_t)n;
 }
 
 /* Copies positions [0, n) of every layer and head from block `src` to
@@ -424,6 +493,15 @@ int kvcache_create(kv_cache **out, const model_config *cfg,
      * overcommitted box fails here, not mid-request) and RSS shows the real
      * footprint from the first minute. */
     memset(c->geo.base, 0, kc->n_blocks * bb);
+    if (kc->disk_dir != NULL && kc->disk_dir[0] != '\0') {
+        kv_disk_config dc = { .dir = kc->disk_dir, .max_bytes = kc->disk_bytes,
+                              .block_bytes = bb, .fingerprint = fingerprint,
+                              .write_queue = KV_DISK_WRITE_QUEUE };
+        if (kvdisk_open(&c->disk, &dc, err) != 0) {
+            kvcache_free(c);
+            return -1;
+        }
+    }
     for (size_t i = 0; i < n_buckets; i++)
         c->buckets[i] = NONE;
     c->free_head = NONE;
@@ -435,10 +513,21 @@ int kvcache_create(kv_cache **out, const model_config *cfg,
     return 0;
 }
 
+static void reap_orphans(kv_cache *c, bool wait);
+
 void kvcache_free(kv_cache *c)
 {
     if (c == NULL)
         return;
+    if (c->disk != NULL) {
+        /* What RAM holds outlives the process: a restarted daemon finds it. */
+        reap_orphans(c, true);
+        for (size_t b = 0; c->blocks != NULL && b < c->n_blocks; b++)
+            if (c->blocks[b].state == BLOCK_CACHED)
+                spill(c, (int32_t)b, true);
+        kvdisk_flush(c->disk);
+        kvdisk_close(c->disk);
+    }
     for (size_t i = 0; c->seqs != NULL && i < c->n_seqs; i++) {
         free(c->seqs[i].blocks);
         free(c->seqs[i].tokens);
@@ -526,6 +615,8 @@ int kvcache_session_delete(kv_cache *c, const uint8_t owner[SHA256_BYTES],
     uint8_t domain[SHA256_BYTES];
     memcpy(domain, c->sessions[i].domain, SHA256_BYTES);
     session_forget(c, i);
+    if (c->disk != NULL)
+        kvdisk_drop_domain(c->disk, domain);
     /* Every block of its domain goes, leaves first (no sequence holds any:
      * only the session's own sequence uses its domain). */
     bool dropped = true;
@@ -550,9 +641,130 @@ static size_t blocks_for(size_t n_tokens)
     return (n_tokens + KV_BLOCK_TOKENS - 1) / KV_BLOCK_TOKENS;
 }
 
+/* ---- the disk tier ---- */
+
+static void publish(kv_cache *c, kv_seq *s, size_t i);
+
+typedef struct disk_plan {
+    long entry;
+    size_t n_use;
+    kv_block_meta m;
+} disk_plan;
+
+/* Whether reading a block has been faster than computing its tokens (yes
+ * until both have been measured). */
+static bool disk_pays(kv_cache *c)
+{
+    double read = kvdisk_read_seconds(c->disk);
+    return read == 0.0 || c->token_seconds == 0.0 ||
+           read <= c->token_seconds * KV_BLOCK_TOKENS;
+}
+
+/* The blocks on disk that continue the prompt after `pos` (the RAM walk
+ * ended there, at chain key `key`), pinned; more than a RAM copy of
+ * `copy_n` positions would give, or none. */
+static size_t plan_disk(kv_cache *c, const uint8_t key[SHA256_BYTES],
+                        const uint8_t domain[SHA256_BYTES],
+                        const int32_t *prompt, size_t pos, size_t limit,
+                        size_t copy_n, disk_plan *plan)
+{
+    if (c->disk == NULL || pos >= limit)
+        return 0;
+    if (!disk_pays(c)) {
+        c->disk_slower++;
+        return 0;
+    }
+    uint8_t k[SHA256_BYTES];
+    memcpy(k, key, SHA256_BYTES);
+    size_t n = 0, at = pos;
+    while (at < limit) {
+        size_t want = limit - at < KV_BLOCK_TOKENS ? limit - at : KV_BLOCK_TOKENS;
+        size_t shared;
+        kv_block_meta m;
+        long e = kvdisk_best_child(c->disk, k, domain, prompt + at, want,
+                                   &shared, &m);
+        if (e < 0 || (at == pos && shared <= copy_n))
+            break;
+        kvdisk_pin(c->disk, e);
+        plan[n++] = (disk_plan){ .entry = e, .n_use = shared, .m = m };
+        at += shared;
+        if (shared < KV_BLOCK_TOKENS)
+            break;
+        memcpy(k, m.chain, SHA256_BYTES);
+    }
+    return n;
+}
+
+/* Takes a block for each planned read (out of the sequence's reservation)
+ * and queues the reads; their tokens count once kvcache_seq_ready. */
+static size_t start_loads(kv_cache *c, kv_seq *s, int32_t parent,
+                          const disk_plan *plan, size_t n_plan)
+{
+    size_t tokens = 0;
+    kv_load **tail = &s->loads;
+    for (size_t i = 0; i < n_plan; i++) {
+        kv_load *l = calloc(1, sizeof *l);
+        if (l == NULL) {
+            for (size_t j = i; j < n_plan; j++)
+                kvdisk_unpin(c->disk, plan[j].entry);
+            break;
+        }
+        int32_t nb = take_block(c);
+        c->reserved--;
+        s->reserved--;
+        kv_block *k = &c->blocks[nb];
+        k->parent = parent;
+        memcpy(k->domain, s->domain, SHA256_BYTES);
+        k->session = s->session;
+        s->blocks[s->n_blocks++] = (uint32_t)nb;
+        parent = nb;
+        l->block = nb;
+        l->n_use = plan[i].n_use;
+        l->m = plan[i].m;
+        l->rd.entry = plan[i].entry;
+        l->rd.dst = c->geo.base + (size_t)nb * c->geo.block_bytes;
+        *tail = l;
+        tail = &l->next;
+        kvdisk_read(c->disk, &l->rd);
+        tokens += plan[i].n_use;
+    }
+    return tokens;
+}
+
+/* Blocks whose sequence ended while they were read: freed once read (or
+ * waited for, at shutdown). */
+static void reap_orphans(kv_cache *c, bool wait)
+{
+    kv_load **p = &c->orphans;
+    while (*p != NULL) {
+        kv_load *l = *p;
+        while (wait && !atomic_load(&l->rd.done)) {
+            struct timespec ms = { 0, 1000000L };
+            nanosleep(&ms, NULL);
+        }
+        if (!atomic_load(&l->rd.done)) {
+            p = &l->next;
+            continue;
+        }
+        *p = l->next;
+        unref_block(c, l->block);
+        free(l);
+    }
+}
+
+void kvcache_note_compute(kv_cache *c, size_t tokens, double seconds)
+{
+    if (tokens < KV_BLOCK_TOKENS || seconds <= 0.0)
+        return;
+    double per = seconds / (double)tokens;
+    c->token_seconds = c->token_seconds == 0.0 ? per
+                       : 0.9 * c->token_seconds + 0.1 * per;
+}
+
 kv_begin_status kvcache_seq_begin(kv_cache *c, const kv_begin *b,
                                   size_t *seqs, size_t *n_reused)
 {
+    reap_orphans(c, false);
     long record = -1;
     if (b->session != NULL) {
         record = session_find(c, b->who->owner, b->session);
@@ -602,6 +814,15 @@ kv_begin_status kvcache_seq_begin(kv_cache *c, const kv_begin *b,
         break;
     }
 
+    /* Then what continues on disk, read back into fresh blocks. */
+    disk_plan plan[c->per_ctx];
+    size_t n_plan = plan_disk(c, key, domain, b->prompt, pos, limit, copy_n,
+                              plan);
+    if (n_plan > 0) {
+        copy_src = NONE;
+        copy_n = 0;
+    }
+
     /* Reserve what the sequences can come to need. */
     const size_t total = blocks_for(b->max_total);
     size_t need = total - n_matched;
@@ -609,8 +830,11 @@ kv_begin_status kvcache_seq_begin(kv_cache *c, const kv_begin *b,
         need += (b->n_seq - 1) * (total - b->n_prompt / KV_BLOCK_TOKENS);
     size_t held_for_copy = copy_src != NONE && c->blocks[copy_src].refs == 0;
     size_t claimable = c->n_free + c->n_unref;
-    if (claimable < c->reserved + newly_held + held_for_copy + need)
+    if (claimable < c->reserved + newly_held + held_for_copy + need) {
+        for (size_t i = 0; i < n_plan; i++)
+            kvdisk_unpin(c->disk, plan[i].entry);
         return KV_NO_MEMORY;
+    }
 
     if (b->session != NULL && record < 0) {
         record = session_new(c);
@@ -643,7 +867,16 @@ kv_begin_status kvcache_seq_begin(kv_cache *c, const kv_begin *b,
     memcpy(s->tokens, b->prompt, pos * sizeof *s->tokens);
     s->n_tokens = pos;
     c->reserved += need;
-    if (copy_src != NONE) {
+    if (copy_src != NONE && adoptable(c, copy_src)) {
+        /* A partial block no one holds is taken over, not copied: a
+         * conversation's next turn leaves no dead copy of its last block. */
+        adopt(c, copy_src, copy_n);
+        c->reserved--;
+        s->reserved--;
+        s->blocks[s->n_blocks++] = (uint32_t)copy_src;
+        memcpy(s->tokens + pos, b->prompt + pos, copy_n * sizeof *s->tokens);
+        s->n_tokens += copy_n;
+    } else if (copy_src != NONE) {
         ref_block(c, copy_src);         /* not the block evicted for the copy */
         int32_t nb = take_block(c);
         c->reserved--;
@@ -660,6 +893,8 @@ kv_begin_status kvcache_seq_begin(kv_cache *c, const kv_begin *b,
         memcpy(s->tokens + pos, b->prompt + pos, copy_n * sizeof *s->tokens);
         s->n_tokens += copy_n;
     }
+    c->hit_tokens_ram += s->n_tokens;
+    size_t from_disk = start_loads(c, s, parent, plan, n_plan);
     for (size_t i = 1; i < b->n_seq; i++) {
         kv_seq *f = &c->seqs[seqs[i]];
         f->active = true;
@@ -676,8 +911,52 @@ kv_begin_status kvcache_seq_begin(kv_cache *c, const kv_begin *b,
         memcpy(c->sessions[record].domain, domain, SHA256_BYTES);
         c->sessions[record].seq = (long)seqs[0];
     }
-    *n_reused = s->n_tokens;
+    *n_reused = s->n_tokens + from_disk;
     return KV_BEGUN;
+}
+
+bool kvcache_seq_loading(const kv_cache *c, size_t seq)
+{
+    return c->seqs[seq].loads != NULL;
+}
+
+bool kvcache_seq_ready(kv_cache *c, size_t seq, size_t *n_reused)
+{
+    kv_seq *s = &c->seqs[seq];
+    size_t n_loads = 0;
+    for (kv_load *l = s->loads; l != NULL; l = l->next, n_loads++)
+        if (!atomic_load(&l->rd.done))
+            return false;
+    size_t i = s->n_blocks - n_loads, kept = i;
+    bool failed = false;
+    while (s->loads != NULL) {
+        kv_load *l = s->loads;
+        s->loads = l->next;
+        kv_block *k = &c->blocks[l->block];
+        if (!failed && l->rd.ok) {
+            memcpy(k->tokens, l->m.tokens, l->n_use * sizeof *k->tokens);
+            k->n_filled = (uint32_t)l->n_use;
+            memcpy(s->tokens + s->n_tokens, l->m.tokens,
+                   l->n_use * sizeof *s->tokens);
+            s->n_tokens += l->n_use;
+            c->hit_tokens_disk += l->n_use;
+            if (l->n_use == KV_BLOCK_TOKENS)
+                publish(c, s, i);
+            kept = i + 1;
+        } else {
+            /* from here on the tokens are computed: the block goes back */
+            failed = true;
+            unref_block(c, l->block);
+            c->reserved++;
+            s->reserved++;
+        }
+        i++;
+        free(l);
+    }
+    s->n_blocks = kept;
+    *n_reused = s->n_tokens;
+    reap_orphans(c, false);
+    return true;
 }
 
 void kvcache_seq_fork(kv_cache *c, size_t src, size_t dst)
@@ -775,6 +1054,15 @@ void kvcache_seq_end(kv_cache *c, size_t seq, double now)
 {
     kv_seq *s = &c->seqs[seq];
     c->clock++;
+    /* Blocks still being read stay held until the reads are done. */
+    while (s->loads != NULL) {
+        kv_load *l = s->loads;
+        s->loads = l->next;
+        c->blocks[l->block].n_filled = 0;
+        ref_block(c, l->block);
+        l->next = c->orphans;
+        c->orphans = l;
+    }
     /* A partly filled last block stays cached as a partial block. */
     if (s->n_blocks > 0) {
         kv_block *k = &c->blocks[s->blocks[s->n_blocks - 1]];
@@ -845,5 +1133,12 @@ kv_stats kvcache_stats(const kv_cache *c)
     for (size_t i = 0; i < c->n_sessions_cap; i++)
         st.sessions += c->sessions[i].used;
     st.evictions = c->evictions;
+    st.hit_tokens_ram = c->hit_tokens_ram;
+    st.hit_tokens_disk = c->hit_tokens_disk;
+    st.disk_slower = c->disk_slower;
+    if (c->disk != NULL) {
+        st.disk = true;
+        st.disk_stats = kvdisk_stats(c->disk);
+    }
     return st;
 }

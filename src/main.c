@@ -18,6 +18,9 @@
  *                    on error the old keys stay in force.  Nothing else is
  *                    reloaded: model and slots are fixed for the process.
  *   SIGPIPE          ignored (a vanished client is an ordinary event).
+ *   SIGXFSZ          ignored: a KV disk file over a file-size limit fails
+ *                    its write (EFBIG), which the disk tier counts, rather
+ *                    than killing the daemon.
  *
  * The service manager hears of each stage (notify.h): STATUS= while
  * loading, READY=1 once the socket listens (and the port file is written),
@@ -156,6 +159,8 @@ static int start(daemon_state *d, gpt2d_error *err)
         .n_slots = d->cfg.slots,
         .kv_blocks = d->kv_blocks,
         .kv_half = d->cfg.kv_half,
+        .kv_disk_dir = d->cfg.kv_cache_dir,
+        .kv_disk_bytes = d->cfg.kv_disk,
         .max_queue = d->cfg.max_queue,
         .max_batch_rows = d->cfg.max_batch_rows,
         .min_step_usec = test_min_step_usec(),
@@ -294,6 +299,7 @@ int main(int argc, char **argv)
     sigset_t set;
     take_signals(&set);
     signal(SIGPIPE, SIG_IGN);
+    signal(SIGXFSZ, SIG_IGN);
 
     notify_status("Loading model %s", d.cfg.model_dir);
     int started = start(&d, &err);

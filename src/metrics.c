@@ -286,13 +286,58 @@ static void render_gauges(FILE *f, const metrics_gauges *st)
     render_gauge(f, "gpt2d_kv_blocks_reserved",
                  "KV-cache blocks promised to running sequences, not yet taken.",
                  st->kv_blocks_reserved);
-    render_gauge(f, "gpt2d_kv_bytes", "KV-cache memory in RAM (--kv-memory).",
-                 st->kv_bytes);
+    render_header(f, "gpt2d_kv_bytes", "gauge",
+                  "KV-cache bytes by tier: RAM (--kv-memory, allocated at "
+                  "start) and disk (files in --kv-cache-dir).");
+    fprintf(f, "gpt2d_kv_bytes{tier=\"ram\"} %zu\n", st->kv_bytes);
+    if (st->kv_disk)
+        fprintf(f, "gpt2d_kv_bytes{tier=\"disk\"} %zu\n", st->disk.bytes);
     render_gauge(f, "gpt2d_kv_sessions", "Sessions whose history is kept.",
                  st->kv_sessions);
     render_header(f, "gpt2d_kv_evictions_total", "counter",
                   "KV-cache blocks dropped from RAM to make room.");
     fprintf(f, "gpt2d_kv_evictions_total %ju\n", (uintmax_t)st->kv_evictions);
+    render_header(f, "gpt2d_kv_hit_tokens_total", "counter",
+                  "Prompt tokens reused from the KV cache, by the tier they "
+                  "came from.");
+    fprintf(f, "gpt2d_kv_hit_tokens_total{tier=\"ram\"} %ju\n",
+            (uintmax_t)st->kv_hit_tokens_ram);
+    fprintf(f, "gpt2d_kv_hit_tokens_total{tier=\"disk\"} %ju\n",
+            (uintmax_t)st->kv_hit_tokens_disk);
+    if (!st->kv_disk)
+        return;
+    const metrics_disk *d = &st->disk;
+    render_gauge(f, "gpt2d_kv_disk_blocks", "KV-cache blocks on disk.", d->blocks);
+    render_gauge(f, "gpt2d_kv_disk_max_bytes", "The disk tier's budget (--kv-disk).",
+                 d->max_bytes);
+    const struct { const char *name, *help; uint64_t v; } counters[] = {
+        { "gpt2d_kv_disk_writes_total", "Blocks written to disk.", d->writes },
+        { "gpt2d_kv_disk_reads_total", "Blocks read back from disk.", d->reads },
+        { "gpt2d_kv_disk_evictions_total",
+          "Blocks deleted from disk to stay within --kv-disk.", d->evictions },
+        { "gpt2d_kv_disk_write_skipped_total",
+          "Blocks not written: the write queue was full or nothing could make room.",
+          d->write_skipped },
+        { "gpt2d_kv_disk_slower_total",
+          "Disk hits not taken: reading a block has been slower than computing it.",
+          st->kv_disk_slower },
+        { "gpt2d_kv_disk_foreign_files",
+          "Files in the cache directory of another model or settings (ignored).",
+          d->foreign },
+    };
+    for (size_t i = 0; i < sizeof counters / sizeof counters[0]; i++) {
+        render_header(f, counters[i].name,
+                      strstr(counters[i].name, "_total") ? "counter" : "gauge",
+                      counters[i].help);
+        fprintf(f, "%s %ju\n", counters[i].name, (uintmax_t)counters[i].v);
+    }
+    render_header(f, "gpt2d_kv_disk_errors_total", "counter",
+                  "Disk tier failures: a write that failed (disk full, not "
+                  "writable), a file that did not check out when read.");
+    fprintf(f, "gpt2d_kv_disk_errors_total{op=\"write\"} %ju\n",
+            (uintmax_t)d->write_errors);
+    fprintf(f, "gpt2d_kv_disk_errors_total{op=\"read\"} %ju\n",
+            (uintmax_t)d->read_errors);
 }
 
 char *metrics_render(const metrics_gauges *gauges)

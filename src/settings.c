@@ -99,6 +99,13 @@ static const option_spec options[] = {
       "KV-cache memory: blocks of keys and values shared by every sequence, "
       "running or cached; 0: a full context for each slot. At least one full "
       "context. Suffixes k, M, G (x1024)." },
+    { "kv-cache-dir", 0, OPT_OPTIONAL_PATH, FIELD(kv_cache_dir), "DIR", NULL, NULL, 0, 0,
+      false, "Directory of the KV cache's disk tier: blocks evicted from RAM, and "
+      "the whole RAM cache at shutdown, so conversations outlive RAM and restarts; "
+      "none: no disk tier." },
+    { "kv-disk", 0, OPT_BYTES, FIELD(kv_disk), "SIZE", "1G", NULL, 4 * KIB,
+      1024ULL * 1024 * KIB * KIB * KIB, false,
+      "Most bytes the disk tier keeps in --kv-cache-dir. Suffixes k, M, G (x1024)." },
     { "max-queue", 0, OPT_COUNT, FIELD(max_queue), "N", "64", NULL, 1, 1000000, false,
       "Requests that may wait for a slot; beyond this, 429 at once." },
     { "max-n", 0, OPT_COUNT, FIELD(max_n), "N", "4", NULL, 1, 1024, false,

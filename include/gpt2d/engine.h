@@ -37,6 +37,8 @@ typedef struct engine_config {
     size_t kv_blocks;           /* KV-cache blocks (--kv-memory); 0: a full
                                  * context for every slot */
     bool kv_half;               /* K/V as halves (--kv-dtype float16) */
+    const char *kv_disk_dir;    /* --kv-cache-dir: the disk tier; NULL: none */
+    size_t kv_disk_bytes;       /* --kv-disk */
     size_t max_queue;           /* waiting requests beyond which submit says full */
     size_t max_batch_rows;      /* rows per step; also the prefill chunk budget */
     unsigned min_step_usec;     /* 0; tests: every step lasts at least this

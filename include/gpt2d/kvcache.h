@@ -45,10 +45,13 @@
 #include <stdint.h>
 
 #include "gpt2d/error.h"
+#include "gpt2d/kvdisk.h"
 #include "gpt2d/model.h"
 #include "gpt2d/sha256.h"
 
 #define KV_BLOCK_TOKENS 16
+#define KV_DISK_WRITE_QUEUE 16      /* blocks copied for the disk writer */
+_Static_assert(KV_BLOCK_TOKENS == KVDISK_BLOCK_TOKENS, "one block size");
 #define KVCACHE_SESSION_ID_MAX 128
 
 /* Who a cache entry belongs to.  `owner` is the caller's principal (the
@@ -66,6 +69,8 @@ typedef struct kv_cache_config {
     size_t n_blocks;            /* the memory budget, in blocks */
     size_t max_seqs;            /* sequences that may run at once (--slots) */
     bool half;                  /* K/V as halves (--kv-dtype float16) */
+    const char *disk_dir;       /* --kv-cache-dir; NULL or "": no disk tier */
+    size_t disk_bytes;          /* --kv-disk */
 } kv_cache_config;
 
 /* Where a block's keys and values are.  Filled once at creation; forward.c
@@ -138,10 +143,21 @@ typedef struct kv_begin {
 
 /* Begins b->n_seq sequences: seqs[0] runs the prompt with what it reuses
  * (*n_reused, at most n_prompt - 1 so the last prompt token is run for its
- * logits) already in place; seqs[1..] are empty until kvcache_seq_fork.
- * Reserves every block they can need.  Changes nothing unless KV_BEGUN. */
+ * logits) in place, or on its way from disk (kvcache_seq_loading); seqs[1..]
+ * are empty until kvcache_seq_fork.  Reserves every block they can need.
+ * Changes nothing unless KV_BEGUN. */
 kv_begin_status kvcache_seq_begin(kv_cache *c, const kv_begin *b,
                                   size_t *seqs, size_t *n_reused);
+/* Whether blocks of the sequence are still being read from disk: then it
+ * must not run until kvcache_seq_ready says so. */
+bool kvcache_seq_loading(const kv_cache *c, size_t seq);
+/* true once its reads are done: the blocks that checked out count as
+ * cached (*n_reused, the final count), the rest will be computed. */
+bool kvcache_seq_ready(kv_cache *c, size_t seq, size_t *n_reused);
+/* A step computed `tokens` rows in `seconds`: what a disk read is weighed
+ * against. */
+void kvcache_note_compute(kv_cache *c, size_t tokens, double seconds);
+
 /* Gives `dst` (begun empty as a sibling) the cache of `src`: full blocks
  * shared, the partly filled one copied. */
 void kvcache_seq_fork(kv_cache *c, size_t src, size_t dst);
@@ -188,7 +204,11 @@ typedef struct kv_stats {
     size_t bytes_total;
     size_t seqs_total, seqs_running;
     size_t sessions;
-    uint64_t evictions;         /* blocks dropped to make room */
+    uint64_t evictions;         /* blocks dropped from RAM to make room */
+    uint64_t hit_tokens_ram, hit_tokens_disk;  /* prompt tokens reused */
+    uint64_t disk_slower;       /* disk hits not taken: compute was faster */
+    bool disk;                  /* a disk tier exists: disk_stats below */
+    kv_disk_stats disk_stats;
 } kv_stats;
 kv_stats kvcache_stats(const kv_cache *c);
 

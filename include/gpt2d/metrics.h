@@ -5,6 +5,7 @@
 #ifndef GPT2D_METRICS_H
 #define GPT2D_METRICS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -26,6 +27,13 @@ void metrics_observe_token_latency(double seconds); /* between tokens */
 void metrics_observe_step(double seconds);     /* one engine step */
 void metrics_observe_batch_rows(size_t rows);  /* rows in one engine step */
 
+/* The KV cache's disk tier, for the gauges below. */
+typedef struct metrics_disk {
+    size_t blocks, bytes, max_bytes;
+    uint64_t writes, reads, evictions, write_skipped;
+    uint64_t write_errors, read_errors, foreign;
+} metrics_disk;
+
 /* The gauges of one scrape.  The caller fills them from the engine's and
  * the KV cache's stats: metrics sits below both and knows neither. */
 typedef struct metrics_gauges {
@@ -37,6 +45,10 @@ typedef struct metrics_gauges {
     size_t kv_bytes;
     size_t kv_sessions;
     uint64_t kv_evictions;
+    uint64_t kv_hit_tokens_ram, kv_hit_tokens_disk;
+    uint64_t kv_disk_slower;    /* disk hits not taken: computing was faster */
+    bool kv_disk;               /* a disk tier exists: `disk` holds it */
+    metrics_disk disk;
 } metrics_gauges;
 
 /* Prometheus text exposition (version 0.0.4), gauges from `gauges` (NULL:

@@ -27,6 +27,8 @@ typedef struct settings {
     size_t kv_memory;           /* --kv-memory bytes: slots from a budget;
                                  * 0 (default) = use --slots */
     bool kv_half;               /* --kv-dtype float16 (default float32) */
+    char *kv_cache_dir;         /* --kv-cache-dir: the disk tier; none by default */
+    size_t kv_disk;             /* --kv-disk bytes, default 1 GiB */
     size_t max_queue;           /* --max-queue, default 64 */
     size_t max_batch_rows;      /* --max-batch-rows, default 256 */
     size_t max_body_bytes;      /* --max-body, default 1 MiB */

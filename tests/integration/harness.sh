@@ -68,3 +68,29 @@ gpt2d_wait() {
     done
     return 1
 }
+
+# run_python_suite SCRIPT WORKVAR [TEST...]: runs a Python suite that starts
+# its own servers (tests/integration/SCRIPT) with its scratch directory in
+# the environment variable WORKVAR and its "PASSED FAILED" summary in
+# ${WORKVAR%_WORKDIR}_SUMMARY; prints "N passed, N failed" and exits.
+run_python_suite() {
+    local script=$1 var=$2
+    shift 2
+    local work rc=0
+    work=$(mktemp -d "${TMPDIR:-/tmp}/gpt2d-${script%.py}.XXXXXX")
+    # shellcheck disable=SC2064  # expand now: the trap runs after we return
+    trap "rm -rf '$work'" EXIT
+    env "$var=$work" "${var%_WORKDIR}_SUMMARY=$work/summary" \
+        GPT2D_SRCDIR="$srcdir" GPT2D_BUILDDIR="$builddir" GPT2D_TEST_DATA="$data" \
+        timeout 600 "$python" "$srcdir/tests/integration/$script" "$@" || rc=$?
+    if [[ ! -s $work/summary ]]; then
+        echo "FAIL: $script ran to the end (exit $rc)"
+        echo "0 passed, 1 failed"
+        exit 1
+    fi
+    local passed failed
+    read -r passed failed <"$work/summary"
+    echo "$passed passed, $failed failed"
+    [[ $failed -eq 0 && $passed -gt 0 && $rc -eq 0 ]] && exit 0
+    exit 1
+}

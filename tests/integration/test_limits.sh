@@ -21,21 +21,4 @@ set -euo pipefail
 require_numpy
 require_tiny
 
-work=$(mktemp -d "${TMPDIR:-/tmp}/gpt2d-limits.XXXXXX")
-trap 'rm -rf "$work"' EXIT
-
-rc=0
-GPT2D_LIMITS_WORKDIR=$work GPT2D_LIMITS_SUMMARY=$work/summary \
-GPT2D_SRCDIR=$srcdir GPT2D_BUILDDIR=$builddir GPT2D_TEST_DATA=$data \
-    timeout 600 "$python" "$srcdir/tests/integration/limits_tests.py" "$@" || rc=$?
-if [[ ! -s $work/summary ]]; then
-    echo "FAIL: limits_tests.py ran to the end (exit $rc)"
-    echo "0 passed, 1 failed"
-    exit 1
-fi
-read -r passed failed <"$work/summary"
-echo "$passed passed, $failed failed"
-if [[ $failed -eq 0 && $passed -gt 0 && $rc -eq 0 ]]; then
-    exit 0
-fi
-exit 1
+run_python_suite limits_tests.py GPT2D_LIMITS_WORKDIR "$@"

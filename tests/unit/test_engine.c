@@ -871,60 +871,51 @@ static gen_request *start_long(engine *e, const int32_t *prompt, size_t n,
 }
 
 /* A session's history outlives the slots: four sessions on two slots are
- * all kept while the memory holds them.  When memory runs short, plain
- * prefixes go first, then the least recently used session's history. */
+ * all kept while the memory holds them.  When memory runs short, the least
+ * recently used history goes first; a running sequence's never. */
 START_TEST(test_engine_keeps_sessions_past_the_slots_until_memory_runs_short)
 {
     engine *e = open_engine(2, 16, 4);      /* 2 × 4 blocks of 16 */
-    int32_t *ps[4], *big1 = prompt_of(60), *big2 = prompt_of(60);
+    int32_t *ps[4], *big = prompt_of(60);
     const char *names[4] = { "a", "b", "c", "d" };
-    for (size_t i = 0; i < 4; i++) {
-        ps[i] = prompt_of(4);
-        ps[i][0] = (int32_t)(100 * (i + 1));
-    }
-    big1[0] = 900;
-    big2[0] = 901;
     outcome o;
-    for (size_t i = 0; i < 4; i++) {        /* one partial block each */
-        gen_params p = greedy_params(ps[i], 4, 2);
+    for (size_t i = 0; i < 4; i++) {        /* two blocks each: 20 + 1 */
+        ps[i] = prompt_of(21);
+        ps[i][0] = (int32_t)(100 * (i + 1));
+        gen_params p = greedy_params(ps[i], 20, 2);
         p.session_id = names[i];
         run(e, &p, &o);
+        ps[i][20] = o.seq[0].tokens[0];
     }
     for (size_t i = 0; i < 4; i++)
         ck_assert(has_session(e, names[i], NULL));
     engine_stats st = engine_get_stats(e);
-    ck_assert_uint_eq(st.kv.blocks_cached, 4);
+    ck_assert_uint_eq(st.kv.blocks_cached, 8);
     ck_assert_uint_eq(st.kv.sessions, 4);
 
-    /* 64 positions: the 4 free blocks, nothing evicted */
-    gen_params big = greedy_params(big1, 60, 4);
-    run(e, &big, &o);
-    ck_assert_uint_eq(engine_get_stats(e).kv.evictions, 0);
-
-    /* a's next turn copies its partial block into a fresh one: the plain
-     * prompt's partial tail goes, not a session */
-    gen_params pa = greedy_params(ps[0], 4, 1);
+    /* a's next turn takes over its own partial block: nothing evicted, and
+     * a is now the session used last */
+    gen_params pa = greedy_params(ps[0], 21, 1);
     pa.session_id = "a";
     run(e, &pa, &o);
-    ck_assert_uint_eq(o.usage.cached_tokens, 3);
-    ck_assert_uint_eq(engine_get_stats(e).kv.evictions, 1);
+    ck_assert_uint_eq(o.usage.cached_tokens, 20);
+    ck_assert_uint_eq(engine_get_stats(e).kv.evictions, 0);
 
-    /* 4 blocks more: big1's three full blocks, then b (the session used
-     * least recently) */
-    big.prompt = big2;
-    run(e, &big, &o);
-    ck_assert_uint_eq(engine_get_stats(e).kv.evictions, 5);
+    /* 64 positions need 4 blocks: b's and c's history, the oldest */
+    big[0] = 900;
+    gen_params pb = greedy_params(big, 60, 4);
+    run(e, &pb, &o);
+    ck_assert_uint_eq(engine_get_stats(e).kv.evictions, 4);
     for (size_t i = 1; i < 4; i++) {
-        gen_params p = greedy_params(ps[i], 4, 1);
+        gen_params p = greedy_params(ps[i], 21, 1);
         p.session_id = names[i];
         run(e, &p, &o);
-        ck_assert_uint_eq(o.usage.cached_tokens, i == 1 ? 0 : 3);
+        ck_assert_uint_eq(o.usage.cached_tokens, i == 3 ? 20 : 0);
     }
     engine_destroy(e);
     for (size_t i = 0; i < 4; i++)
         free(ps[i]);
-    free(big1);
-    free(big2);
+    free(big);
 }
 END_TEST
 
@@ -976,6 +967,48 @@ START_TEST(test_engine_sessions_belong_to_their_owner)
     gen_request_release(r);
     engine_destroy(e);
     free(prompt);
+}
+END_TEST
+
+/* Four prompts over one 40-token context, submitted together (as a prompt
+ * array is): the context is computed once, by the first; the others wait
+ * for its blocks and reuse them (two whole blocks, 32 tokens), and every
+ * answer is what it would be alone. */
+START_TEST(test_engine_prompts_sharing_a_context_compute_it_once)
+{
+    engine *solo = open_engine(4, 20, 8), *e = open_engine(4, 20, 8);
+    int32_t *prompts[4];
+    gen_params p[4];
+    outcome alone[4];
+    for (size_t i = 0; i < 4; i++) {
+        prompts[i] = prompt_of(43);
+        for (size_t t = 40; t < 43; t++)
+            prompts[i][t] = (int32_t)(500 + 10 * i + t);
+        p[i] = greedy_params(prompts[i], 43, 4);
+        run(solo, &p[i], &alone[i]);
+        engine_destroy(solo);
+        solo = open_engine(4, 20, 8);       /* each alone, cold */
+        ck_assert_uint_eq(alone[i].usage.cached_tokens, 0);
+    }
+    engine_destroy(solo);
+    gen_request *r[4];
+    for (size_t i = 0; i < 4; i++)
+        ck_assert_int_eq(submit(e, &p[i], &r[i]), ENGINE_OK);
+    size_t cached = 0;
+    for (size_t i = 0; i < 4; i++) {
+        wait_finished(r[i]);
+        outcome o;
+        collect(r[i], &o);
+        assert_same_tokens(&alone[i].seq[0], &o.seq[0]);
+        if (i > 0)
+            ck_assert_uint_ge(o.usage.cached_tokens, 32);
+        cached += o.usage.cached_tokens;
+        gen_request_release(r[i]);
+    }
+    ck_assert_uint_ge(cached, 3 * 32);
+    engine_destroy(e);
+    for (size_t i = 0; i < 4; i++)
+        free(prompts[i]);
 }
 END_TEST
 
@@ -1336,6 +1369,7 @@ static Suite *engine_suite(void)
     tcase_add_test(cache, test_engine_reuses_longest_prefix_without_session);
     tcase_add_test(cache, test_engine_keeps_sessions_past_the_slots_until_memory_runs_short);
     tcase_add_test(cache, test_engine_busy_session_is_refused);
+    tcase_add_test(cache, test_engine_prompts_sharing_a_context_compute_it_once);
     tcase_add_test(cache, test_engine_sessions_belong_to_their_owner);
     tcase_add_test(cache, test_engine_session_of_a_cancelled_request_is_free_again);
     tcase_add_test(cache, test_engine_delete_session_forgets_its_cache);

@@ -113,21 +113,28 @@ static void fill(int32_t *t, size_t n, int32_t base)
         t[i] = base + (int32_t)i;
 }
 
-START_TEST(test_reuse_shares_full_blocks_and_copies_a_partial_one)
+START_TEST(test_reuse_shares_full_blocks_and_takes_over_a_partial_one)
 {
     kv_cache *c = open_cache(16, 2);
     kv_identity a = who(1, 1);
     int32_t t[64];
     fill(t, 64, 100);
     ck_assert_uint_eq(run(c, &a, NULL, t, 40, 0), 0);
-    /* 40 of 45 are cached: two full blocks shared, 8 positions copied */
+    /* 40 of 45 are cached: two full blocks shared, and the partial block
+     * that no one holds taken over (not copied: no dead copy is left) */
     size_t seq, reused;
     ck_assert_int_eq(begin(c, &a, NULL, t, 45, 45, &seq, &reused), KV_BEGUN);
     ck_assert_uint_eq(reused, 40);
     assert_cache_holds(c, seq, t);
     kv_stats st = kvcache_stats(c);
-    ck_assert_uint_eq(st.blocks_in_use, 3);     /* 2 shared + the copy */
-    ck_assert_uint_eq(st.blocks_cached, 1);     /* the partial it copied */
+    ck_assert_uint_eq(st.blocks_in_use, 3);
+    ck_assert_uint_eq(st.blocks_cached, 0);
+    /* a partial block someone holds is copied: a second sequence from the
+     * same 40 tokens while the first runs */
+    size_t seq2;
+    ck_assert_int_eq(begin(c, &a, NULL, t, 45, 45, &seq2, &reused), KV_BEGUN);
+    ck_assert_uint_eq(reused, 32);      /* the partial is private to seq */
+    kvcache_seq_end(c, seq2, 0);
     compute(c, seq, t + 40, 5);
     kvcache_seq_end(c, seq, 0);
     /* the very same prompt: the last token is run again, so 44 */
@@ -190,9 +197,9 @@ START_TEST(test_sessions_are_their_owners_and_serve_only_themselves)
     size_t cached = kvcache_stats(c).blocks_cached;
     ck_assert_int_eq(kvcache_session_delete(c, a.owner, "chat"), 0);
     ck_assert_int_eq(kvcache_session_delete(c, a.owner, "chat"), -1);
-    /* the 2 full blocks of its history, and the first turn's partial tail
-     * that the second turn copied and went past, are free */
-    ck_assert_uint_eq(kvcache_stats(c).blocks_cached, cached - 3);
+    /* the 2 full blocks of its history are free (its first turn's partial
+     * tail was taken over by the second) */
+    ck_assert_uint_eq(kvcache_stats(c).blocks_cached, cached - 2);
     ck_assert_uint_eq(run(c, &a, "chat", t, 30, 0), 0);
     kvcache_free(c);
 }
@@ -436,7 +443,7 @@ int main(void)
 {
     Suite *s = suite_create("kvcache");
     TCase *tc = tcase_create("blocks");
-    tcase_add_test(tc, test_reuse_shares_full_blocks_and_copies_a_partial_one);
+    tcase_add_test(tc, test_reuse_shares_full_blocks_and_takes_over_a_partial_one);
     tcase_add_test(tc, test_prefix_serves_only_its_domain_and_its_own_tokens);
     tcase_add_test(tc, test_sessions_are_their_owners_and_serve_only_themselves);
     tcase_add_test(tc, test_busy_session_is_refused_and_listed_busy);

@@ -358,9 +358,38 @@ START_TEST(test_gauges_report_engine_stats)
     ck_assert_double_eq(value_of(sc, "gpt2d_kv_blocks", "state=\"cached\""), 25);
     ck_assert_double_eq(value_of(sc, "gpt2d_kv_blocks", "state=\"in_use\""), 15);
     ck_assert_double_eq(value_of(sc, "gpt2d_kv_blocks_reserved", ""), 9);
-    ck_assert_double_eq(value_of(sc, "gpt2d_kv_bytes", ""), 12345);
+    ck_assert_double_eq(value_of(sc, "gpt2d_kv_bytes", "tier=\"ram\""), 12345);
+    ck_assert(!has_series(sc, "gpt2d_kv_disk_blocks"));     /* no disk tier */
     ck_assert_double_eq(value_of(sc, "gpt2d_kv_sessions", ""), 4);
     ck_assert_double_eq(value_of(sc, "gpt2d_kv_evictions_total", ""), 77);
+    free(sc);
+}
+END_TEST
+
+START_TEST(test_disk_tier_series_report_its_stats)
+{
+    metrics_gauges st = { .slots_total = 1, .kv_bytes = 100,
+                          .kv_hit_tokens_ram = 5, .kv_hit_tokens_disk = 6,
+                          .kv_disk_slower = 2, .kv_disk = true,
+                          .disk = { .blocks = 3, .bytes = 300, .max_bytes = 1000,
+                                    .writes = 7, .reads = 8, .evictions = 9,
+                                    .write_skipped = 10, .write_errors = 11,
+                                    .read_errors = 12, .foreign = 13 } };
+    scrape *sc = scrape_new();
+    scrape_now(sc, &st);
+    ck_assert_double_eq(value_of(sc, "gpt2d_kv_bytes", "tier=\"disk\""), 300);
+    ck_assert_double_eq(value_of(sc, "gpt2d_kv_hit_tokens_total", "tier=\"ram\""), 5);
+    ck_assert_double_eq(value_of(sc, "gpt2d_kv_hit_tokens_total", "tier=\"disk\""), 6);
+    ck_assert_double_eq(value_of(sc, "gpt2d_kv_disk_blocks", ""), 3);
+    ck_assert_double_eq(value_of(sc, "gpt2d_kv_disk_max_bytes", ""), 1000);
+    ck_assert_double_eq(value_of(sc, "gpt2d_kv_disk_writes_total", ""), 7);
+    ck_assert_double_eq(value_of(sc, "gpt2d_kv_disk_reads_total", ""), 8);
+    ck_assert_double_eq(value_of(sc, "gpt2d_kv_disk_evictions_total", ""), 9);
+    ck_assert_double_eq(value_of(sc, "gpt2d_kv_disk_write_skipped_total", ""), 10);
+    ck_assert_double_eq(value_of(sc, "gpt2d_kv_disk_errors_total", "op=\"write\""), 11);
+    ck_assert_double_eq(value_of(sc, "gpt2d_kv_disk_errors_total", "op=\"read\""), 12);
+    ck_assert_double_eq(value_of(sc, "gpt2d_kv_disk_foreign_files", ""), 13);
+    ck_assert_double_eq(value_of(sc, "gpt2d_kv_disk_slower_total", ""), 2);
     free(sc);
 }
 END_TEST
@@ -642,6 +671,7 @@ static Suite *metrics_suite(void)
     tcase_add_test(render, test_render_is_valid_exposition_text);
     tcase_add_test(render, test_gauges_report_engine_stats);
     tcase_add_test(render, test_gauges_absent_without_engine_stats);
+    tcase_add_test(render, test_disk_tier_series_report_its_stats);
     suite_add_tcase(s, render);
 
     TCase *counts = tcase_create("counts");

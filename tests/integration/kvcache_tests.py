@@ -1,0 +1,275 @@
+"""kvcache_tests.py — the KV cache's tiers against real gpt2d processes on
+127.0.0.1 (run by tests/integration/test_kvcache.sh).
+
+    GPT2D_KVCACHE_WORKDIR           scratch directory (logs, cache dirs, a model)
+    GPT2D_BUILDDIR, GPT2D_SRCDIR, GPT2D_TEST_DATA
+    GPT2D_KVCACHE_SUMMARY           optional: file that receives "PASSED FAILED"
+
+    kvcache_tests.py [SUBSTRING...] only the tests whose name contains one
+
+Every answer is checked against the same request run cold (a cache_salt no
+other request used: nothing can be reused), so a block restored wrongly
+would show as a different text.  Servers run with 8 blocks of RAM (two
+contexts of the tiny model) so that sessions spill to disk:
+  Restart          conversations come back after SIGTERM and a restart, from
+                   disk, and answer as cold runs do.
+  Faults           kill -9 during writes; a corrupted and a truncated block
+                   file; a cache directory of another model; a disk that
+                   refuses writes (a file-size limit): each serves correct
+                   answers and says what it skipped.
+  Budgets          RAM never above --kv-memory, the directory never above
+                   --kv-disk.
+  SharedContext    a prompt array of 4 prompts over one 400-token context
+                   computes it once.
+"""
+
+import glob
+import os
+import shutil
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+from gpt2d_client import NO_EOT, Server, metric_sum  # noqa: E402
+from testlib import (GPT2D, TINY, Case,  # noqa: E402
+                     long_context_model, run_module, wait_for)
+
+WORKDIR = os.environ.get("GPT2D_KVCACHE_WORKDIR", "/tmp")
+BLOCK_FILE = 256 + 2 * 2 * 64 * 16 * 4  # header + K/V of tiny's 16 positions
+RAM = 8 * (BLOCK_FILE - 256)            # 8 blocks: two of tiny's contexts
+
+
+def history(user, n=40):
+    return [1000 * (user + 1) + i for i in range(n)]
+
+
+class CacheCase(Case):
+    """Starts servers on a cache directory of its own per test."""
+
+    def setUp(self):
+        self.dir = os.path.join(WORKDIR, "cache-" + self._testMethodName)
+        shutil.rmtree(self.dir, ignore_errors=True)
+        self.servers = []
+
+    def tearDown(self):
+        for s in self.servers:
+            s.kill()
+
+    def server(self, name, extra=(), disk="4M", model=TINY, binary=GPT2D,
+               ram=RAM):
+        args = ["--slots", "2", "--threads", "1", "--kv-memory", str(ram),
+                "--kv-cache-dir", self.dir, "--kv-disk", disk] + list(extra)
+        s = Server(binary, model, WORKDIR, args, name=name).start()
+        self.servers.append(s)
+        return s
+
+    def stop(self, s):
+        rc, _ = s.stop()
+        self.assertEqual(rc, 0, s.log_tail())
+        self.assert_clean_log(s)
+
+    def turn(self, c, prompt, session=None, **kw):
+        body = dict(prompt=prompt, max_tokens=4, temperature=0,
+                    logit_bias=NO_EOT, **kw)
+        if session is not None:
+            body["session_id"] = session
+        r = c.post("/v1/completions", body)
+        self.assertEqual(r.status, 200, r)
+        return r.json["choices"][0]["text"], \
+            r.json["usage"]["prompt_tokens_details"]["cached_tokens"]
+
+    def cold(self, c, prompt):
+        """The same request with nothing reusable (its own cache_salt)."""
+        self.salt = getattr(self, "salt", 0) + 1
+        text, cached = self.turn(c, prompt, cache_salt="cold-%d" % self.salt)
+        self.assertEqual(cached, 0)
+        return text
+
+    def log(self, s):
+        with open(s.log_path, encoding="utf-8", errors="replace") as f:
+            return f.read()
+
+    def files(self):
+        return sorted(glob.glob(os.path.join(self.dir, "*.kv")))
+
+    def fill(self, s, users=6):
+        """Six sessions of 40 tokens + 4: more than RAM holds."""
+        c = s.client()
+        for u in range(users):
+            self.turn(c, history(u), session="u%d" % u)
+
+
+class Restart(CacheCase):
+
+    def test_conversations_come_back_after_a_restart(self):
+        s = self.server("restart-1")
+        self.fill(s)
+        m = s.client().metrics()
+        self.assertGreater(metric_sum(m, "gpt2d_kv_disk_writes_total"), 0)
+        self.stop(s)
+        s = self.server("restart-2")
+        self.assertIn("KV disk: ", self.log(s))
+        c = s.client()
+        for u in range(6):
+            prompt = history(u) + [7, 8]
+            text, cached = self.turn(c, prompt, session="u%d" % u)
+            self.assertEqual(cached, 40, u)     # 40 of the 42: whole history
+            self.assertEqual(text, self.cold(c, prompt), u)
+        m = c.metrics()
+        # RAM starts empty: every history came from disk
+        self.assertEqual(
+            metric_sum(m, 'gpt2d_kv_hit_tokens_total{tier="disk"}'), 6 * 40)
+        self.assertGreater(metric_sum(m, "gpt2d_kv_disk_reads_total"), 0)
+        self.stop(s)
+
+    def test_a_session_deleted_is_gone_from_disk_too(self):
+        s = self.server("delete")
+        self.fill(s)
+        c = s.client()
+        self.assertIn(c.delete("/v1/sessions/u0").status, (200, 204))
+        _, cached = self.turn(c, history(0) + [7], session="u0")
+        self.assertEqual(cached, 0)
+        self.stop(s)
+
+
+class Faults(CacheCase):
+
+    def test_kill_9_during_writes_then_restart(self):
+        s = self.server("kill-1")
+        c = s.client()
+        for u in range(6):                      # evictions: writes under way
+            self.turn(c, history(u), session="u%d" % u)
+        s.kill()
+        # as a write cut short leaves it: a temporary file
+        with open(os.path.join(self.dir, "0" * 64 + ".part"), "wb") as f:
+            f.write(b"GPT2DKV\0" + b"\1" * 100)
+        s = self.server("kill-2")
+        self.assertRegex(self.log(s), r"[1-9][0-9]* torn")
+        self.assertEqual(glob.glob(os.path.join(self.dir, "*.part")), [])
+        c = s.client()
+        for u in range(6):
+            prompt = history(u) + [9]
+            text, _ = self.turn(c, prompt, session="u%d" % u)
+            self.assertEqual(text, self.cold(c, prompt), u)
+        self.stop(s)
+
+    def test_corrupted_and_truncated_block_files(self):
+        s = self.server("damage-1")
+        self.fill(s)
+        self.stop(s)
+        files = self.files()
+        self.assertGreaterEqual(len(files), 6)
+        # every block's data damaged in one byte, one file cut short
+        for path in files[1:]:
+            with open(path, "r+b") as f:
+                f.seek(256 + 1000)
+                b = f.read(1)
+                f.seek(256 + 1000)
+                f.write(bytes([b[0] ^ 0x40]))
+        with open(files[0], "r+b") as f:
+            f.truncate(300)
+        s = self.server("damage-2")
+        self.assertIn("1 damaged files removed", self.log(s))
+        c = s.client()
+        for u in range(6):
+            prompt = history(u) + [5, 6]
+            text, _ = self.turn(c, prompt, session="u%d" % u)
+            self.assertEqual(text, self.cold(c, prompt), u)
+        m = c.metrics()
+        self.assertGreater(metric_sum(m, 'gpt2d_kv_disk_errors_total{op="read"}'), 0)
+        self.assertIn("did not check out", self.log(s))
+        self.stop(s)
+
+    def test_a_cache_dir_of_another_model_is_ignored(self):
+        other = long_context_model(os.path.join(WORKDIR, "other-model"), TINY, 11)
+        s = self.server("other-1", model=other, ram=2 * 64 * (BLOCK_FILE - 256))
+        self.fill(s)
+        self.stop(s)
+        theirs = self.files()
+        self.assertGreater(len(theirs), 0)
+        s = self.server("other-2")
+        self.assertIn("%d of other models or settings ignored" % len(theirs),
+                      self.log(s))
+        c = s.client()
+        prompt = history(0) + [1]
+        text, cached = self.turn(c, prompt, session="u0")
+        self.assertEqual(cached, 0)
+        self.assertEqual(text, self.cold(c, prompt))
+        self.stop(s)
+        for path in theirs:                     # left alone, not ours to delete
+            self.assertTrue(os.path.exists(path), path)
+
+    def test_a_disk_that_refuses_writes(self):
+        # every block file is over the file-size limit: each write fails
+        wrapper = os.path.join(WORKDIR, "gpt2d-fsize")
+        with open(wrapper, "w", encoding="ascii") as f:
+            f.write("#!/bin/sh\nexec prlimit --fsize=%d -- %s \"$@\"\n"
+                    % (BLOCK_FILE - 1000, GPT2D))
+        os.chmod(wrapper, 0o755)
+        if shutil.which("prlimit") is None:
+            self.skipTest("prlimit (util-linux) not installed")
+        s = self.server("full", binary=wrapper)
+        self.fill(s)
+        c = s.client()
+        for u in range(6):
+            prompt = history(u) + [3]
+            text, _ = self.turn(c, prompt, session="u%d" % u)
+            self.assertEqual(text, self.cold(c, prompt), u)
+        m = c.metrics()
+        self.assertGreater(metric_sum(m, 'gpt2d_kv_disk_errors_total{op="write"}'), 0)
+        self.assertEqual(metric_sum(m, "gpt2d_kv_disk_blocks"), 0)
+        self.assertIn("cannot write", self.log(s))
+        self.assertEqual(self.files(), [])
+        s.kill()
+
+
+class Budgets(CacheCase):
+
+    def test_ram_and_disk_stay_within_their_budgets(self):
+        disk = 12 * BLOCK_FILE + 100
+        s = self.server("budget", disk=str(disk))
+        c = s.client()
+        for u in range(20):
+            self.turn(c, history(u), session="u%d" % u)
+            used = sum(os.path.getsize(p) for p in self.files())
+            self.assertLessEqual(used, disk)
+        m = c.metrics()
+        self.assertLessEqual(metric_sum(m, 'gpt2d_kv_bytes{tier="ram"}'), RAM)
+        self.assertLessEqual(metric_sum(m, 'gpt2d_kv_bytes{tier="disk"}'), disk)
+        self.assertGreater(metric_sum(m, "gpt2d_kv_disk_evictions_total"), 0)
+        self.stop(s)                            # writes out RAM: still within
+        used = sum(os.path.getsize(p) for p in self.files())
+        self.assertLessEqual(used, disk)
+
+
+class SharedContext(CacheCase):
+
+    def test_prompt_array_over_one_context_computes_it_once(self):
+        model = long_context_model(os.path.join(WORKDIR, "long-model"), TINY, 5)
+        s = Server(GPT2D, model, WORKDIR,
+                   ["--slots", "4", "--threads", "1", "--max-n", "4"],
+                   name="shared").start()
+        self.servers.append(s)
+        c = s.client()
+        context = [100 + (i * 7) % 5000 for i in range(400)]
+        prompts = [context + [9000 + 3 * k, 9001 + 3 * k] for k in range(4)]
+        r = c.post("/v1/completions", dict(prompt=prompts, max_tokens=4,
+                                           temperature=0, logit_bias=NO_EOT))
+        self.assertEqual(r.status, 200, r)
+        # the first computes the 400 tokens; the other three reuse them
+        self.assertGreaterEqual(
+            r.json["usage"]["prompt_tokens_details"]["cached_tokens"], 3 * 400)
+        texts = {ch["index"]: ch["text"] for ch in r.json["choices"]}
+        for k, p in enumerate(prompts):
+            self.assertEqual(texts[k], self.cold(c, p), k)
+        self.stop(s)
+
+
+def main(argv):
+    return run_module(__name__, argv, "kvcache_tests",
+                      os.environ.get("GPT2D_KVCACHE_SUMMARY"))
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
