@@ -79,6 +79,7 @@ struct forward_state {
     float *edge;                /* matmul_scratch_floats each */
     size_t edge_floats;
     cpu_isa isa;                /* the kernels' instruction set (cpu.h) */
+    bool blas;                  /* the model's matrices are for sgemm */
 };
 
 static void *alloc_floats(size_t n)
@@ -133,8 +134,8 @@ static void embedding_task(void *ctx, size_t task, size_t worker)
         const size_t token = (size_t)*j->st->row_tok[r];
         const float *pe = m->wpe + j->st->row_pos[r] * C;
         float *o = j->out + r * C;
-        /* tied weights: wte's rows live on only in the unembedding panels */
-        if (m->tied)
+        /* tied panels: wte's rows live on only in the unembedding's */
+        if (m->wte == NULL)
             panel_column(o, m->lm_head_wp, m->panel_dtype, C, token);
         else
             memcpy(o, m->wte + token * C, C * sizeof(float));
@@ -182,7 +183,10 @@ static void layernorm_forward(forward_state *st, threadpool *pool, float *out,
 static void matmul(const forward_state *st, threadpool *pool,
                    const matmul_args *p)
 {
-    matmul_forward(pool, p, st->isa, st->edge, st->edge_floats);
+    const matmul_ctx ctx = { .pool = pool, .blas = st->blas, .isa = st->isa,
+                             .scratch = st->edge,
+                             .scratch_floats = st->edge_floats };
+    matmul_forward(&ctx, p);
 }
 
 /* ---- attention, one task per (sequence, head) ---- */
@@ -274,10 +278,12 @@ int forward_state_create(forward_state **out, const model *m, size_t max_rows,
         forward_state_free(st);
         return -1;
     }
+    st->blas = m->matmul == MODEL_MATMUL_BLAS;
 #ifdef HAVE_OPENBLAS_SET_NUM_THREADS
-    /* Our pool splits every product itself; OpenBLAS's own threads would
-     * spin-wait against the pool's on a small machine.  Process-wide. */
-    openblas_set_num_threads(1);
+    /* blas: one sgemm per product on OpenBLAS's threads, as many as the
+     * pool's workers, which wait meanwhile.  Panels never call OpenBLAS.
+     * Process-wide. */
+    openblas_set_num_threads(st->blas ? (int)n_workers : 1);
 #endif
     *out = st;
     return 0;
@@ -394,28 +400,31 @@ int forward_step(forward_state *st, const model *m, threadpool *pool,
                           w->ln_1_b);
         matmul(st, pool, &(matmul_args){
             .M = R, .N = 3 * C, .K = C, .a = st->xn, .w = w->attn_wp,
-            .dt = dt, .out = st->qkv, .bias = w->attn_b, .epi = MATMUL_BIAS });
+            .w_rows = w->attn_w, .dt = dt, .out = st->qkv, .bias = w->attn_b,
+            .epi = MATMUL_BIAS });
         attention_forward(st, pool, l, n_seqs);
         matmul(st, pool, &(matmul_args){
             .M = R, .N = C, .K = C, .a = st->att, .w = w->attn_proj_wp,
-            .dt = dt, .out = st->x, .accumulate = true, .bias = w->attn_proj_b,
-            .epi = MATMUL_BIAS });
+            .w_rows = w->attn_proj_w, .dt = dt, .out = st->x,
+            .accumulate = true, .bias = w->attn_proj_b, .epi = MATMUL_BIAS });
         layernorm_forward(st, pool, st->xn, st->x, NULL, R, w->ln_2_w,
                           w->ln_2_b);
         matmul(st, pool, &(matmul_args){
             .M = R, .N = 4 * C, .K = C, .a = st->xn, .w = w->fc_wp,
-            .dt = dt, .out = st->h, .bias = w->fc_b, .epi = MATMUL_BIAS_GELU });
+            .w_rows = w->fc_w, .dt = dt, .out = st->h, .bias = w->fc_b,
+            .epi = MATMUL_BIAS_GELU });
         matmul(st, pool, &(matmul_args){
             .M = R, .N = C, .K = 4 * C, .a = st->h, .w = w->mlp_proj_wp,
-            .dt = dt, .out = st->x, .accumulate = true, .bias = w->mlp_proj_b,
-            .epi = MATMUL_BIAS });
+            .w_rows = w->mlp_proj_w, .dt = dt, .out = st->x,
+            .accumulate = true, .bias = w->mlp_proj_b, .epi = MATMUL_BIAS });
     }
     if (L > 0) {
         layernorm_forward(st, pool, st->lnf, st->x, st->logit_rows, L,
                           m->ln_f_w, m->ln_f_b);
         matmul(st, pool, &(matmul_args){
             .M = L, .N = st->cfg.vocab_size, .K = C, .a = st->lnf,
-            .w = m->lm_head_wp, .dt = dt, .out = logits, .epi = MATMUL_NONE });
+            .w = m->lm_head_wp, .w_rows = m->lm_head_w, .w_transposed = true,
+            .dt = dt, .out = logits, .epi = MATMUL_NONE });
     }
 
     for (size_t s = 0; s < n_seqs; s++) {
