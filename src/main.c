@@ -140,7 +140,8 @@ static void check_web_root(const char *dir)
  * for this model (a usage error, exit 2). */
 static int start(daemon_state *d, gpt2d_error *err)
 {
-    if (model_load(&d->mdl, d->cfg.model_dir, d->cfg.dtype, err) != 0)
+    if (model_load_for(&d->mdl, d->cfg.model_dir, d->cfg.dtype,
+                       d->cfg.matmul, err) != 0)
         return -1;
     d->model_loaded = true;
     if (plan_slots(d, err) != 0)
@@ -178,10 +179,11 @@ static void log_summary(const daemon_state *d)
     double kv_mb = (double)kvcache_slot_bytes(c, d->cfg.kv_half)
                    * (double)d->cfg.slots / 1e6;
     log_info("gpt2d: loaded %s: %zu layers, %zu heads, %zu wide, context %zu, "
-             "vocabulary %zu, %.1f MB of %s weights; %zu KV slots (%.1f MB, "
-             "%s%s), %zu threads; listening on %s:%u",
+             "vocabulary %zu, %.1f MB of %s weights (matmul %s); %zu KV slots "
+             "(%.1f MB, %s%s), %zu threads; listening on %s:%u",
              d->mdl.name, c->n_layer, c->n_head, c->n_embd, c->n_ctx, c->vocab_size,
              (double)d->mdl.weight_bytes / 1e6, model_dtype_name(d->mdl.dtype),
+             model_matmul_name(d->mdl.matmul),
              d->cfg.slots, kv_mb, kvcache_dtype_name(d->cfg.kv_half),
              d->cfg.kv_memory > 0 ? ", sized by --kv-memory" : "",
              d->cfg.threads, d->cfg.host != NULL ? d->cfg.host : "*",
