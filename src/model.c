@@ -496,38 +496,48 @@ static size_t weight_bytes_per_token(const model_config *c, panel_dtype dt)
     return panel_dtype_size(dt) * matrices + sizeof(float) * vectors;
 }
 
+/* The names of the enums' values, in enum order. */
+static const char *const dtype_names[] = { "auto", "float32", "float16" };
+static const char *const matmul_names[] = { "auto", "panels", "blas" };
+#define N_NAMES(a) (sizeof (a) / sizeof (a)[0])
+
+/* Index of `name` in names[0..n), or -1. */
+static int name_index(const char *name, const char *const *names, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(name, names[i]) == 0)
+            return (int)i;
+    return -1;
+}
+
 int model_dtype_parse(const char *name, model_dtype *out)
 {
-    static const model_dtype all[] = { MODEL_DTYPE_AUTO, MODEL_DTYPE_FLOAT32,
-                                       MODEL_DTYPE_FLOAT16 };
-    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
-        if (strcmp(name, model_dtype_name(all[i])) == 0) {
-            *out = all[i];
-            return 0;
-        }
-    return -1;
+    int i = name_index(name, dtype_names, N_NAMES(dtype_names));
+    if (i < 0)
+        return -1;
+    *out = (model_dtype)i;
+    return 0;
+}
+
+const char *model_dtype_name(model_dtype dtype)
+{
+    return (size_t)dtype < N_NAMES(dtype_names) ? dtype_names[dtype]
+                                                : "auto";
 }
 
 int model_matmul_parse(const char *name, model_matmul *out)
 {
-    static const model_matmul all[] = { MODEL_MATMUL_AUTO,
-                                        MODEL_MATMUL_PANELS,
-                                        MODEL_MATMUL_BLAS };
-    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
-        if (strcmp(name, model_matmul_name(all[i])) == 0) {
-            *out = all[i];
-            return 0;
-        }
-    return -1;
+    int i = name_index(name, matmul_names, N_NAMES(matmul_names));
+    if (i < 0)
+        return -1;
+    *out = (model_matmul)i;
+    return 0;
 }
 
 const char *model_matmul_name(model_matmul matmul)
 {
-    switch (matmul) {
-    case MODEL_MATMUL_PANELS: return "panels";
-    case MODEL_MATMUL_BLAS: return "blas";
-    default: return "auto";
-    }
+    return (size_t)matmul < N_NAMES(matmul_names) ? matmul_names[matmul]
+                                                  : "auto";
 }
 
 /* AUTO: panels where the AVX2 kernels run or half weights are asked for,
@@ -548,15 +558,6 @@ static int resolve_matmul(model_matmul asked, model_dtype dtype,
     *out = isa >= CPU_ISA_AVX2 || dtype == MODEL_DTYPE_FLOAT16
            ? MODEL_MATMUL_PANELS : MODEL_MATMUL_BLAS;
     return 0;
-}
-
-const char *model_dtype_name(model_dtype dtype)
-{
-    switch (dtype) {
-    case MODEL_DTYPE_FLOAT32: return "float32";
-    case MODEL_DTYPE_FLOAT16: return "float16";
-    default: return "auto";
-    }
 }
 
 /* AUTO keeps an F16 checkpoint's matrices as they are stored. */
