@@ -401,11 +401,23 @@ static void matmul_task(void *ctx, size_t task, size_t worker)
 /* blas: out = a · W (+ out), the whole product in one call. */
 static void matmul_blas(const matmul_args *p)
 {
+    const float beta = p->accumulate ? 1.0f : 0.0f;
+    if (p->M == 1) {
+        /* one row (a decode step of one sequence): sgemm would pack all
+         * of W for it; sgemv streams W once */
+        cblas_sgemv(CblasRowMajor,
+                    p->w_transposed ? CblasNoTrans : CblasTrans,
+                    p->w_transposed ? (int)p->N : (int)p->K,
+                    p->w_transposed ? (int)p->K : (int)p->N, 1.0f,
+                    p->w_rows, p->w_transposed ? (int)p->K : (int)p->N,
+                    p->a, 1, beta, p->out, 1);
+        return;
+    }
     cblas_sgemm(CblasRowMajor, CblasNoTrans,
                 p->w_transposed ? CblasTrans : CblasNoTrans, (int)p->M,
                 (int)p->N, (int)p->K, 1.0f, p->a, (int)p->K, p->w_rows,
                 p->w_transposed ? (int)p->K : (int)p->N,
-                p->accumulate ? 1.0f : 0.0f, p->out, (int)p->N);
+                beta, p->out, (int)p->N);
 }
 
 /* Panels: split by output columns into MATMUL_TASKS_PER_WORKER tasks per

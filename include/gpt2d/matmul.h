@@ -6,9 +6,10 @@
  *           element is one FMA chain over k in increasing order whatever M,
  *           the column split or the pool size, so a row's result does not
  *           depend on the rows beside it.
- *   blas    W is row-major float32; one cblas_sgemm per product on
- *           OpenBLAS's own threads (forward_state_create sizes them), then
- *           the epilogue on the pool.  A row's rounding depends on the rows
+ *   blas    W is row-major float32; one cblas_sgemm per product (sgemv
+ *           when the step has one row) on OpenBLAS's own threads
+ *           (forward_state_create sizes them), then the epilogue on the
+ *           pool.  A row's rounding depends on the rows
  *           sharing the call: not batch invariant.
  *
  * Called by forward.c on the engine thread, one product at a time (the
