@@ -27,11 +27,12 @@
  * columns over the pool).  Attention runs one task per (sequence, head);
  * LayerNorm and embedding by row blocks.
  *
- * Determinism.  Every stage computes each row's outputs with the same
- * instructions in the same order whatever else is in the step (matmul.h,
- * attention.h), so a sequence's logits are the same bits alone or batched,
- * for any pool size and any chunking of its prompt.  Measurements and the
- * commands behind them: doc/performance.md.
+ * Determinism.  With the panel backend every stage computes each row's
+ * outputs with the same instructions in the same order whatever else is in
+ * the step (matmul.h, attention.h), so a sequence's logits are the same
+ * bits alone or batched, for any pool size and any chunking of its prompt.
+ * The blas backend gives up the first two (sgemm's rounding depends on M).
+ * Measurements and the commands behind them: doc/performance.md.
  */
 #include "config.h"
 
@@ -76,8 +77,8 @@ struct forward_state {
     size_t n_workers;
     float *att_scratch;         /* attention_scratch_floats each */
     size_t att_scratch_floats;
-    float *edge;                /* matmul_scratch_floats each */
-    size_t edge_floats;
+    float *mm_scratch;          /* matmul_scratch_floats each */
+    size_t mm_scratch_floats;
     cpu_isa isa;                /* the kernels' instruction set (cpu.h) */
     bool blas;                  /* the model's matrices are for sgemm */
 };
@@ -175,7 +176,8 @@ static void layernorm_forward(forward_state *st, threadpool *pool, float *out,
 {
     rows_job j = { .st = st, .n_rows = n_rows, .row_index = row_index,
                    .inp = inp, .out = out, .w = w, .b = b };
-    threadpool_run(pool, (n_rows + ROW_BLOCK - 1) / ROW_BLOCK, layernorm_task, &j);
+    threadpool_run(pool, (n_rows + ROW_BLOCK - 1) / ROW_BLOCK, layernorm_task,
+                   &j);
 }
 
 /* ---- weight products (matmul.h) ---- */
@@ -184,8 +186,8 @@ static void matmul(const forward_state *st, threadpool *pool,
                    const matmul_args *p)
 {
     const matmul_ctx ctx = { .pool = pool, .blas = st->blas, .isa = st->isa,
-                             .scratch = st->edge,
-                             .scratch_floats = st->edge_floats };
+                             .scratch = st->mm_scratch,
+                             .scratch_floats = st->mm_scratch_floats };
     matmul_forward(&ctx, p);
 }
 
@@ -264,12 +266,12 @@ int forward_state_create(forward_state **out, const model *m, size_t max_rows,
                          "(%zu bytes)", max_rows, max_rows * 11 * C * 4);
     }
     st->n_workers = n_workers;
-    st->edge_floats = matmul_scratch_floats(max_rows);
+    st->mm_scratch_floats = matmul_scratch_floats(max_rows);
     st->att_scratch_floats = attention_scratch_floats(cfg->n_ctx,
                                                       C / cfg->n_head);
     st->att_scratch = alloc_floats(n_workers * st->att_scratch_floats);
-    st->edge = alloc_floats(n_workers * st->edge_floats);
-    if (st->att_scratch == NULL || st->edge == NULL) {
+    st->mm_scratch = alloc_floats(n_workers * st->mm_scratch_floats);
+    if (st->att_scratch == NULL || st->mm_scratch == NULL) {
         forward_state_free(st);
         return error_set(err, "forward: cannot allocate kernel scratch for "
                          "%zu workers", n_workers);
@@ -304,7 +306,7 @@ void forward_state_free(forward_state *st)
     free(st->row_tok);
     free(st->logit_rows);
     free(st->att_scratch);
-    free(st->edge);
+    free(st->mm_scratch);
     free(st);
 }
 
