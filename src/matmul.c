@@ -75,16 +75,10 @@ static void bias_add(float *row, const float *bias, size_t n)
 
 /* ---- batch-invariant panel kernels ---- */
 
-/* OpenBLAS's sgemm is not batch invariant: its Zen/Haswell kernels round a
- * row differently depending on how many rows share the call (measured: row 0
- * of an M=4 product differs from the same row computed with M=1), so a
- * sequence's logits would change with the batch around it and seeded sampling
- * would not reproduce.  These kernels compute every output element the same
- * way whatever M is: out[m][n] is one fused multiply-add chain over k in
- * increasing order (the unembedding too: its matrix is packed transposed).
- * Tile shapes vary with M, the arithmetic per element does not.  They are also faster than OpenBLAS for
- * the small M of decode steps (weights packed once at load, streamed once
- * per step). */
+/* The panel kernels compute every output element the same way whatever M
+ * is: out[m][n] is one fused multiply-add chain over k in increasing order
+ * (the unembedding too: its matrix is packed transposed).  Tile shapes
+ * vary with M, the arithmetic per element does not. */
 
 /* a is (M, K), w is (K, N) in panels (panels.h) of `dt`, out is (M, ldo):
  * out[:, n0:n1] (+)= a · w[:, n0:n1].  Portable fallback, same order. */
