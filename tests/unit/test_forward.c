@@ -726,6 +726,39 @@ START_TEST(test_gpt2d_isa_forces_the_kernels)
 }
 END_TEST
 
+/* --matmul auto: panels where the AVX2 kernels run (not where GPT2D_ISA
+ * forces the portable ones), blas elsewhere, panels whenever half weights
+ * are asked for. */
+START_TEST(test_matmul_auto_follows_the_kernels)
+{
+    char dir[4096];
+    gpt2d_error err = { { 0 } };
+    model m;
+    test_data_path(dir, sizeof dir, json_string_value(json_object_get(
+                                        fx_model_json(g_tiny), "dir")));
+    ck_assert_int_eq(unsetenv("GPT2D_ISA"), 0);
+    ck_assert_msg(model_load_for(&m, dir, MODEL_DTYPE_AUTO, MODEL_MATMUL_AUTO,
+                                 &err) == 0, "%s", err.message);
+    ck_assert_int_eq(m.matmul, cpu_isa_supported() == CPU_ISA_AVX2
+                               ? MODEL_MATMUL_PANELS : MODEL_MATMUL_BLAS);
+    model_free(&m);
+    ck_assert_int_eq(setenv("GPT2D_ISA", "portable", 1), 0);
+    ck_assert_msg(model_load_for(&m, dir, MODEL_DTYPE_AUTO, MODEL_MATMUL_AUTO,
+                                 &err) == 0, "%s", err.message);
+    ck_assert_int_eq(m.matmul, MODEL_MATMUL_BLAS);
+    ck_assert_ptr_null(m.packed);                   /* no panels beside */
+    ck_assert_ptr_nonnull(m.lm_head_w);
+    model_free(&m);
+    ck_assert_msg(model_load_for(&m, dir, MODEL_DTYPE_FLOAT16,
+                                 MODEL_MATMUL_AUTO, &err) == 0, "%s",
+                  err.message);
+    ck_assert_int_eq(m.matmul, MODEL_MATMUL_PANELS);
+    ck_assert_int_eq(m.panel_dtype, PANEL_F16);
+    model_free(&m);
+    ck_assert_int_eq(unsetenv("GPT2D_ISA"), 0);
+}
+END_TEST
+
 /* ---- the schedule must not change the numbers ---- */
 
 /* Each of these runs one model three ways and compares: on every model, or
@@ -1036,6 +1069,7 @@ static Suite *forward_suite(void)
     tcase_add_test(lim, test_out_of_range_token_refused);
     tcase_add_test(lim, test_more_rows_than_max_rows_refused);
     tcase_add_test(lim, test_gpt2d_isa_forces_the_kernels);
+    tcase_add_test(lim, test_matmul_auto_follows_the_kernels);
     suite_add_tcase(s, lim);
 
     TCase *det = tcase_create("determinism");
