@@ -623,6 +623,11 @@ static settings_result load(settings *s, int argc, char **argv, gpt2d_error *err
         error_set(err, "--model DIR is required (see gpt2d --help)");
         return SETTINGS_USAGE_ERROR;
     }
+    if (s->matmul == MODEL_MATMUL_BLAS && s->dtype == MODEL_DTYPE_FLOAT16) {
+        error_set(err, "--matmul blas multiplies float32 weights: --dtype "
+                  "float16 needs --matmul panels (or auto)");
+        return SETTINGS_USAGE_ERROR;
+    }
     return SETTINGS_RUN;
 }
 
