@@ -1,16 +1,23 @@
 /* bench_forward.c — how fast the forward pass runs against what this machine
- * allows.
+ * allows, under both matmul backends.
  *
- *   bench_forward MODEL_DIR [--threads N] [--dtype TYPE] [--kv-dtype TYPE] [--decode-only BATCH [STEPS] | --prefill-only REPS [TOKENS]]
+ *   bench_forward MODEL_DIR [--threads N] [--dtype TYPE] [--kv-dtype TYPE]
+ *                 [--matmul panels|blas] [--decode-only BATCH [STEPS] |
+ *                  --prefill-only REPS [TOKENS] | --invariance-only]
  *
  * Measures, in one run: memory read bandwidth (streaming read of 1 GiB by N
- * threads, best of several), sgemm GFLOP/s at the model's shapes with the
- * forward pass's threading (output columns split over the pool, one
- * single-threaded OpenBLAS call per worker), then prefill of a 512-token
- * prompt and decode steps at batch 1, 4, 8, 16 after a 128-token prompt, and
- * prints each against its bound.  Also checks that a sequence's logits are
- * the same bits alone as in a batch.  Not a test: it prints, it never fails on
- * a number. */
+ * threads, best of several), sgemm GFLOP/s at the model's shapes (output
+ * columns split over the pool, one single-threaded OpenBLAS call per
+ * worker), then, for each backend (panels and blas, or the one --matmul
+ * names), prefill of a 512-token prompt and decode steps at batch 1, 4, 8,
+ * 16 after a 128-token prompt, printed side by side against their bounds.
+ *
+ * Batch invariance, the measurement the panel design rests on: one row of
+ * a weight product computed alone (M = 1) and inside a batch (M = 4), by
+ * sgemm and by the panel kernels, and a sequence's logits alone and inside
+ * a batch of 4 under each backend; each prints how many floats differ in
+ * any bit (--invariance-only: the products alone).  --decode-only and
+ * --prefill-only time one backend (--matmul, default auto).  Not a test: it prints, it never fails on a number. */
 #include "config.h"
 
 #include <cblas.h>
@@ -25,6 +32,8 @@
 #include "gpt2d/forward.h"
 #include "gpt2d/hugepages.h"
 #include "gpt2d/kvcache.h"
+#include "gpt2d/matmul.h"
+#include "gpt2d/panels.h"
 #include "gpt2d/model.h"
 #include "gpt2d/threadpool.h"
 
@@ -271,8 +280,11 @@ static int decode_only(bench *b, size_t batch, size_t steps)
     return 0;
 }
 
-/* Are sequence 0's logits the same bits alone as in a batch of `batch`? */
-static int batch_invariant(bench *b, size_t batch, double *max_diff)
+/* How many of sequence 0's logits (4 rows: a 40-token prefill and 3
+ * decodes) differ in any bit between running alone and in a batch of
+ * `batch`; *total is how many were compared. */
+static size_t batch_variance(bench *b, size_t batch, size_t *total,
+                             double *max_diff)
 {
     const size_t V = b->m.config.vocab_size, n_ctx = b->m.config.n_ctx;
     float *alone = malloc(4 * V * sizeof(float));
@@ -294,22 +306,24 @@ static int batch_invariant(bench *b, size_t batch, double *max_diff)
         seqs[i] = seq_of(b, i, b->tokens + i * n_ctx,
                                  i == 0 ? 40 : 7 + 5 * i, 1);
     *max_diff = 0.0;
-    int same = 1;
+    size_t differ = 0;
     for (size_t s = 0; s < 4; s++) {
         if (s > 0)
             for (size_t i = 0; i < batch; i++)
                 seqs[i] = seq_of(b, i,
                     b->tokens + i * n_ctx + b->n_tokens[i], 1, 1);
         step(b, seqs, batch);
-        same &= memcmp(alone + s * V, b->logits, V * sizeof(float)) == 0;
         for (size_t v = 0; v < V; v++) {
+            differ += memcmp(&alone[s * V + v], &b->logits[v],
+                             sizeof(float)) != 0;
             double d = fabs((double)alone[s * V + v] - (double)b->logits[v]);
             if (d > *max_diff)
                 *max_diff = d;
         }
     }
     free(alone);
-    return same;
+    *total = 4 * V;
+    return differ;
 }
 
 /* Bytes of weights one decode step reads: every layer matrix and vector, the
@@ -351,107 +365,278 @@ static int prefill_only(bench *b, size_t reps, size_t len)
     return 0;
 }
 
-int main(int argc, char **argv)
-{
-    const char *dir = NULL;
-    size_t threads = 2, only_batch = 0, only_steps = 200, prefill_reps = 0,
-           prefill_len = PREFILL;
-    model_dtype dtype = MODEL_DTYPE_AUTO;
-    bool kv_half = false;
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc)
-            threads = (size_t)strtoul(argv[++i], NULL, 10);
-        else if (strcmp(argv[i], "--kv-dtype") == 0 && i + 1 < argc) {
-            kv_half = strcmp(argv[++i], "float16") == 0;
-            if (!kv_half && strcmp(argv[i], "float32") != 0) {
-                fprintf(stderr, "bench_forward: --kv-dtype float32|float16\n");
-                return 2;
-            }
-        }
-        else if (strcmp(argv[i], "--dtype") == 0 && i + 1 < argc) {
-            if (model_dtype_parse(argv[++i], &dtype) != 0) {
-                fprintf(stderr, "bench_forward: --dtype auto|float32|float16\n");
-                return 2;
-            }
-        }
-        else if (strcmp(argv[i], "--decode-only") == 0 && i + 1 < argc) {
-            only_batch = (size_t)strtoul(argv[++i], NULL, 10);
-            if (i + 1 < argc && argv[i + 1][0] != '-'
-                && strspn(argv[i + 1], "0123456789") == strlen(argv[i + 1]))
-                only_steps = (size_t)strtoul(argv[++i], NULL, 10);
-        }
-        else if (strcmp(argv[i], "--prefill-only") == 0 && i + 1 < argc) {
-            prefill_reps = (size_t)strtoul(argv[++i], NULL, 10);
-            if (i + 1 < argc && argv[i + 1][0] != '-'
-                && strspn(argv[i + 1], "0123456789") == strlen(argv[i + 1]))
-                prefill_len = (size_t)strtoul(argv[++i], NULL, 10);
-        }
-        else if (dir == NULL && argv[i][0] != '-')
-            dir = argv[i];
-        else {
-            fprintf(stderr, "usage: bench_forward MODEL_DIR [--threads N] [--dtype TYPE] [--kv-dtype TYPE] [--decode-only BATCH [STEPS] | --prefill-only REPS [TOKENS]]\n");
-            return 2;
-        }
-    }
-    if (dir == NULL) {
-        fprintf(stderr, "usage: bench_forward MODEL_DIR [--threads N] [--dtype TYPE] [--kv-dtype TYPE] [--decode-only BATCH [STEPS] | --prefill-only REPS [TOKENS]]\n");
-        return 2;
-    }
+/* ---- batch invariance of one product ---- */
 
-    static bench b;
+/* The first `alone` rows of x · W, x and W (K, N) pseudo-random, computed
+ * by themselves (M = alone) and as the first rows of M = `batch` by one
+ * backend: how many of their alone·N floats differ in any bit. */
+static size_t product_variance(threadpool *pool, size_t K, size_t N,
+                               size_t alone, size_t batch, bool blas)
+{
+    const size_t scratch = matmul_scratch_floats(batch);
+    float *a = malloc(batch * K * sizeof(float));
+    float *w = malloc(K * N * sizeof(float));
+    float *c1 = malloc(alone * N * sizeof(float));
+    float *c4 = malloc(batch * N * sizeof(float));
+    float *sc = malloc(threadpool_size(pool) * scratch * sizeof(float));
+    void *wp = huge_alloc(panel_bytes(K, N, PANEL_F32));
+    if (!a || !w || !c1 || !c4 || !sc || !wp) {
+        fprintf(stderr, "bench_forward: out of memory\n");
+        exit(1);
+    }
+    uint32_t rng = 7;
+    for (size_t i = 0; i < batch * K; i++) {
+        rng = rng * 1664525u + 1013904223u;
+        a[i] = (float)(rng >> 8) / 8388608.0f - 1.0f;
+    }
+    for (size_t i = 0; i < K * N; i++) {
+        rng = rng * 1664525u + 1013904223u;
+        w[i] = ((float)(rng >> 8) / 8388608.0f - 1.0f) * 0.05f;
+    }
+    panel_pack(wp, PANEL_F32, w, K, N);
+    const matmul_ctx ctx = { .pool = pool, .blas = blas,
+                             .isa = cpu_isa_supported(), .scratch = sc,
+                             .scratch_floats = scratch };
+    matmul_args p = { .M = alone, .N = N, .K = K, .a = a, .w = wp,
+                      .dt = PANEL_F32, .w_rows = w, .out = c1,
+                      .epi = MATMUL_NONE };
+    matmul_forward(&ctx, &p);
+    p.M = batch;
+    p.out = c4;
+    matmul_forward(&ctx, &p);
+    size_t differ = 0;
+    for (size_t n = 0; n < alone * N; n++)
+        differ += memcmp(&c1[n], &c4[n], sizeof(float)) != 0;
+    free(a);
+    free(w);
+    free(c1);
+    free(c4);
+    free(sc);
+    free(wp);
+    return differ;
+}
+
+/* Prints product_variance for both backends at a few (alone, batch)
+ * row counts, with the model's first MLP shape (K = C, N = 4C). */
+static void product_invariance(size_t threads, size_t C)
+{
+    printf("\nbatch invariance: rows of x·W (K %zu, N %zu) alone vs as the "
+           "first rows of a bigger product:\n", C, 4 * C);
+    threadpool *pool;
     gpt2d_error err;
-    if (model_load(&b.m, dir, dtype, &err) != 0)
+    if (threadpool_create(&pool, threads, &err) != 0)
+        die("threadpool_create", &err);
+#ifdef HAVE_OPENBLAS_SET_NUM_THREADS
+    openblas_set_num_threads((int)threads);
+#endif
+    static const size_t pairs[][2] = { { 1, 4 }, { 1, 16 }, { 4, 16 },
+                                       { 40, 91 }, { 128, 512 } };
+    for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++) {
+        const size_t m1 = pairs[i][0], m2 = pairs[i][1];
+        size_t dp = product_variance(pool, C, 4 * C, m1, m2, false);
+        size_t db = product_variance(pool, C, 4 * C, m1, m2, true);
+        printf("  M %3zu vs %3zu: panels %zu, sgemm %zu of %zu floats "
+               "differ\n", m1, m2, dp, db, m1 * 4 * C);
+    }
+    threadpool_destroy(pool);
+}
+
+/* ---- one backend's run ---- */
+
+enum { N_BATCHES = 4 };
+static const size_t batches[N_BATCHES] = { 1, 4, 8, 16 };
+
+typedef struct results {
+    double prefill;             /* seconds for PREFILL tokens, best of 3 */
+    double decode[N_BATCHES];   /* seconds per step */
+    size_t differ, total;       /* logits alone vs in a batch of 4 */
+    double max_diff;
+    size_t weight_bytes;
+} results;
+
+typedef struct options {
+    const char *dir;
+    size_t threads;
+    model_dtype dtype;
+    bool kv_half;
+    size_t only_batch, only_steps, prefill_reps, prefill_len;
+    bool invariance_only;
+} options;
+
+static void bench_open(bench *b, const options *o, model_matmul mm)
+{
+    gpt2d_error err;
+    memset(b, 0, sizeof *b);
+    if (model_load_for(&b->m, o->dir, o->dtype, mm, &err) != 0)
         die("model_load", &err);
-    const model_config *cfg = &b.m.config;
+    const model_config *cfg = &b->m.config;
     if (cfg->n_ctx < PREFILL + 1 || cfg->n_ctx < PROMPT + 2 * DECODE_STEPS + 1) {
         fprintf(stderr, "bench_forward: n_ctx %zu is too small\n", cfg->n_ctx);
-        return 1;
+        exit(1);
     }
-    if (threadpool_create(&b.pool, threads, &err) != 0)
+    if (threadpool_create(&b->pool, o->threads, &err) != 0)
         die("threadpool_create", &err);
-    if (forward_state_create(&b.st, &b.m, PREFILL, threads, &err) != 0)
+    if (forward_state_create(&b->st, &b->m, PREFILL, o->threads, &err) != 0)
         die("forward_state_create", &err);
     kv_cache_config kc = {
         .n_blocks = MAX_BATCH * kvcache_blocks_per_context(cfg),
-        .max_seqs = MAX_BATCH, .half = kv_half };
+        .max_seqs = MAX_BATCH, .half = o->kv_half };
     static const uint8_t fingerprint[SHA256_BYTES];
     static const kv_identity nobody;
-    if (kvcache_create(&b.kv, cfg, &kc, fingerprint, &err) != 0)
+    if (kvcache_create(&b->kv, cfg, &kc, fingerprint, &err) != 0)
         die("kvcache_create", &err);
     for (size_t i = 0; i < MAX_BATCH; i++) {
         static const int32_t first = 0;
         kv_begin kb = { .who = &nobody, .prompt = &first, .n_prompt = 1,
                         .max_total = cfg->n_ctx, .n_seq = 1, .reuse = false };
         size_t reused;
-        if (kvcache_seq_begin(b.kv, &kb, &b.seq[i], &reused) != KV_BEGUN) {
+        if (kvcache_seq_begin(b->kv, &kb, &b->seq[i], &reused) != KV_BEGUN) {
             fprintf(stderr, "bench_forward: cannot begin a KV sequence\n");
-            return 1;
+            exit(1);
         }
-        kvcache_seq_grow(b.kv, b.seq[i], cfg->n_ctx);
+        kvcache_seq_grow(b->kv, b->seq[i], cfg->n_ctx);
     }
-    b.tokens = malloc(MAX_BATCH * cfg->n_ctx * sizeof(int32_t));
-    b.logits = malloc(MAX_BATCH * cfg->vocab_size * sizeof(float));
-    if (b.tokens == NULL || b.logits == NULL) {
+    b->tokens = malloc(MAX_BATCH * cfg->n_ctx * sizeof(int32_t));
+    b->logits = malloc(MAX_BATCH * cfg->vocab_size * sizeof(float));
+    if (b->tokens == NULL || b->logits == NULL) {
         fprintf(stderr, "bench_forward: out of memory\n");
-        return 1;
+        exit(1);
     }
     uint32_t rng = 12345;
     for (size_t i = 0; i < MAX_BATCH * cfg->n_ctx; i++) {
         rng = rng * 1664525u + 1013904223u;
-        b.tokens[i] = (int32_t)((rng >> 8) % cfg->vocab_size);
+        b->tokens[i] = (int32_t)((rng >> 8) % cfg->vocab_size);
     }
-    const size_t C = cfg->n_embd, L = cfg->n_layer;
+}
 
+static void bench_close(bench *b)
+{
+    kvcache_free(b->kv);
+    forward_state_free(b->st);
+    threadpool_destroy(b->pool);
+    model_free(&b->m);
+    free(b->tokens);
+    free(b->logits);
+}
+
+static void run_backend(bench *b, results *r)
+{
+    r->prefill = INFINITY;
+    for (int k = 0; k < 4; k++) {       /* warm-up, then best of 3 */
+        double t = now();
+        prefill(b, 0, PREFILL);
+        t = now() - t;
+        if (k > 0 && t < r->prefill)
+            r->prefill = t;
+    }
+    for (size_t i = 0; i < N_BATCHES; i++)
+        r->decode[i] = decode_step_time(b, batches[i]);
+    r->differ = batch_variance(b, 4, &r->total, &r->max_diff);
+    r->weight_bytes = weight_bytes(&b->m);
+}
+
+static const char usage[] =
+    "usage: bench_forward MODEL_DIR [--threads N] [--dtype TYPE] "
+    "[--kv-dtype TYPE] [--matmul panels|blas] [--decode-only BATCH [STEPS] | "
+    "--prefill-only REPS [TOKENS] | --invariance-only]\n";
+
+/* A number after an option, when the next word is one. */
+static bool next_number(int argc, char **argv, int i)
+{
+    return i + 1 < argc && argv[i + 1][0] != '\0'
+           && strspn(argv[i + 1], "0123456789") == strlen(argv[i + 1]);
+}
+
+int main(int argc, char **argv)
+{
+    options o = { .threads = 2, .dtype = MODEL_DTYPE_AUTO, .only_steps = 200,
+                  .prefill_len = PREFILL };
+    model_matmul only = MODEL_MATMUL_AUTO;
+    bool one_backend = false;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc)
+            o.threads = (size_t)strtoul(argv[++i], NULL, 10);
+        else if (strcmp(argv[i], "--kv-dtype") == 0 && i + 1 < argc) {
+            o.kv_half = strcmp(argv[++i], "float16") == 0;
+            if (!o.kv_half && strcmp(argv[i], "float32") != 0) {
+                fprintf(stderr, "bench_forward: --kv-dtype float32|float16\n");
+                return 2;
+            }
+        } else if (strcmp(argv[i], "--dtype") == 0 && i + 1 < argc) {
+            if (model_dtype_parse(argv[++i], &o.dtype) != 0) {
+                fprintf(stderr, "bench_forward: --dtype auto|float32|float16\n");
+                return 2;
+            }
+        } else if (strcmp(argv[i], "--matmul") == 0 && i + 1 < argc) {
+            if (model_matmul_parse(argv[++i], &only) != 0) {
+                fprintf(stderr, "bench_forward: --matmul auto|panels|blas\n");
+                return 2;
+            }
+            one_backend = true;
+        } else if (strcmp(argv[i], "--decode-only") == 0 && i + 1 < argc) {
+            o.only_batch = (size_t)strtoul(argv[++i], NULL, 10);
+            if (next_number(argc, argv, i))
+                o.only_steps = (size_t)strtoul(argv[++i], NULL, 10);
+        } else if (strcmp(argv[i], "--prefill-only") == 0 && i + 1 < argc) {
+            o.prefill_reps = (size_t)strtoul(argv[++i], NULL, 10);
+            if (next_number(argc, argv, i))
+                o.prefill_len = (size_t)strtoul(argv[++i], NULL, 10);
+        } else if (strcmp(argv[i], "--invariance-only") == 0) {
+            o.invariance_only = true;
+        } else if (o.dir == NULL && argv[i][0] != '-') {
+            o.dir = argv[i];
+        } else {
+            fputs(usage, stderr);
+            return 2;
+        }
+    }
+    if (o.dir == NULL || o.threads == 0) {
+        fputs(usage, stderr);
+        return 2;
+    }
+
+    static bench b;
+    if (o.invariance_only) {
+        model m;
+        gpt2d_error err;
+        if (model_load_for(&m, o.dir, o.dtype, MODEL_MATMUL_BLAS, &err) != 0)
+            die("model_load", &err);
+        product_invariance(o.threads, m.config.n_embd);
+        model_free(&m);
+        return 0;
+    }
+    if (o.only_batch > 0 || o.prefill_reps > 0) {
+        bench_open(&b, &o, only);
+        printf("model %s: matmul %s, %zu threads\n\n", b.m.name,
+               model_matmul_name(b.m.matmul), o.threads);
+        int rc = o.only_batch > 0 ? decode_only(&b, o.only_batch, o.only_steps)
+                                  : prefill_only(&b, o.prefill_reps,
+                                                 o.prefill_len);
+        bench_close(&b);
+        return rc;
+    }
+
+    /* the backends to compare: both, or the one --matmul names (auto
+     * resolved by loading) */
+    model_matmul mms[2] = { MODEL_MATMUL_PANELS, MODEL_MATMUL_BLAS };
+    size_t n_mm = 2;
+    if (one_backend) {
+        mms[0] = only;
+        n_mm = 1;
+    }
+    results res[2];
+    const char *names[2];
+    bench_open(&b, &o, mms[0]);
+    const model_config *cfg = &b.m.config;
+    const size_t C = cfg->n_embd, L = cfg->n_layer;
     printf("model %s: n_layer %zu n_head %zu n_embd %zu n_ctx %zu vocab %zu, "
            "%zu threads\n\n", b.m.name, L, cfg->n_head, C, cfg->n_ctx,
-           cfg->vocab_size, threads);
+           cfg->vocab_size, o.threads);
 
-    if (only_batch > 0)
-        return decode_only(&b, only_batch, only_steps);
-    if (prefill_reps > 0)
-        return prefill_only(&b, prefill_reps, prefill_len);
-
-    /* machine bounds */
+    /* machine bounds: sgemm split over the pool, one OpenBLAS thread each */
+#ifdef HAVE_OPENBLAS_SET_NUM_THREADS
+    openblas_set_num_threads(1);
+#endif
     double bw = measure_bandwidth(b.pool, (size_t)1 << 30, 5);
     double g1 = measure_sgemm(b.pool, PREFILL, 4 * C, C, 5);
     double g2 = measure_sgemm(b.pool, PREFILL, 3 * C, C, 5);
@@ -464,56 +649,60 @@ int main(int argc, char **argv)
     printf("sgemm %4dx%zux%-5zu %27.1f GFLOP/s\n\n", PREFILL, 4 * C, C,
            g3 * 1e-9);
 
-    /* prefill: warm-up, then best of 3 */
-    double t_prefill = INFINITY;
-    for (int r = 0; r < 4; r++) {
-        double t = now();
-        prefill(&b, 0, PREFILL);
-        t = now() - t;
-        if (r > 0 && t < t_prefill)
-            t_prefill = t;
+    for (size_t k = 0; k < n_mm; k++) {
+        if (k > 0)
+            bench_open(&b, &o, mms[k]);
+        names[k] = model_matmul_name(b.m.matmul);
+        fprintf(stderr, "bench_forward: running matmul %s\n", names[k]);
+        run_backend(&b, &res[k]);
+        bench_close(&b);
     }
+
     double mm_flops = 2.0 * (double)L * 12.0 * (double)C * (double)C;
     double att_flops = 0.0;     /* q·k and p·v over positions [0, pos] */
     for (size_t p = 0; p < PREFILL; p++)
         att_flops += 4.0 * (double)L * (double)C * (double)(p + 1);
     double prefill_flops = PREFILL * mm_flops + att_flops
                            + 2.0 * (double)cfg->vocab_size * (double)C;
-    double prefill_gflops = prefill_flops / t_prefill * 1e-9;
 
-    printf("%-30s %12s %12s %16s\n", "workload", "tokens/s", "ms/step",
-           "vs bound");
-    printf("%-30s %12.1f %12.1f %8.1f GFLOP/s = %.0f%% of sgemm peak\n",
-           "prefill 512-token prompt", PREFILL / t_prefill, t_prefill * 1e3,
-           prefill_gflops, 100.0 * prefill_gflops * 1e9 / peak);
-
-    size_t wb = weight_bytes(&b.m);
-    const size_t batches[] = { 1, 4, 8, 16 };
-    for (size_t i = 0; i < sizeof batches / sizeof batches[0]; i++) {
-        double t = decode_step_time(&b, batches[i]);
+    printf("%-26s", "workload");
+    for (size_t k = 0; k < n_mm; k++)
+        printf(" %13s tok/s %9s ms", names[k], "");
+    printf("  vs bound\n");
+    printf("%-26s", "prefill 512-token prompt");
+    for (size_t k = 0; k < n_mm; k++)
+        printf(" %19.1f %12.1f", PREFILL / res[k].prefill,
+               res[k].prefill * 1e3);
+    printf("  ");
+    for (size_t k = 0; k < n_mm; k++)
+        printf("%s%.0f%%", k ? " / " : "",
+               100.0 * prefill_flops / res[k].prefill / peak);
+    printf(" of sgemm peak\n");
+    for (size_t i = 0; i < N_BATCHES; i++) {
         char name[64];
         snprintf(name, sizeof name, "decode batch %zu (pos %d+)", batches[i],
                  PROMPT);
-        if (batches[i] == 1)
-            printf("%-30s %12.1f %12.2f %7.0f%% of bandwidth limit "
-                   "(%.1f MB/step -> %.2f ms)\n", name, 1.0 / t, t * 1e3,
-                   100.0 * ((double)wb / bw) / t, (double)wb * 1e-6,
-                   (double)wb / bw * 1e3);
-        else
-            printf("%-30s %12.1f %12.2f\n", name, (double)batches[i] / t,
-                   t * 1e3);
+        printf("%-26s", name);
+        for (size_t k = 0; k < n_mm; k++)
+            printf(" %19.1f %12.2f", (double)batches[i] / res[k].decode[i],
+                   res[k].decode[i] * 1e3);
+        if (batches[i] == 1) {
+            printf("  ");
+            for (size_t k = 0; k < n_mm; k++)
+                printf("%s%.0f%%", k ? " / " : "",
+                       100.0 * ((double)res[k].weight_bytes / bw)
+                           / res[k].decode[i]);
+            printf(" of bandwidth limit (%.1f MB/step)",
+                   (double)res[0].weight_bytes * 1e-6);
+        }
+        printf("\n");
     }
 
-    double diff;
-    int same = batch_invariant(&b, 4, &diff);
-    printf("\nbatch invariance: sequence alone vs in a batch of 4: %s "
-           "(max |diff| %.3g)\n", same ? "bit-identical" : "DIFFERENT", diff);
-
-    kvcache_free(b.kv);
-    forward_state_free(b.st);
-    threadpool_destroy(b.pool);
-    model_free(&b.m);
-    free(b.tokens);
-    free(b.logits);
+    product_invariance(o.threads, C);
+    printf("batch invariance: a sequence's logits alone vs in a batch of 4 "
+           "(prefill 40, 3 decodes):\n");
+    for (size_t k = 0; k < n_mm; k++)
+        printf("  %-6s %zu of %zu floats differ (max |diff| %.3g)\n",
+               names[k], res[k].differ, res[k].total, res[k].max_diff);
     return 0;
 }

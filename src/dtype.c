@@ -25,6 +25,27 @@ const char *model_dtype_name(model_dtype dtype)
     }
 }
 
+int model_matmul_parse(const char *name, model_matmul *out)
+{
+    static const model_matmul all[] = { MODEL_MATMUL_AUTO, MODEL_MATMUL_PANELS,
+                                        MODEL_MATMUL_BLAS };
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        if (strcmp(name, model_matmul_name(all[i])) == 0) {
+            *out = all[i];
+            return 0;
+        }
+    return -1;
+}
+
+const char *model_matmul_name(model_matmul matmul)
+{
+    switch (matmul) {
+    case MODEL_MATMUL_PANELS: return "panels";
+    case MODEL_MATMUL_BLAS: return "blas";
+    default: return "auto";
+    }
+}
+
 int kv_dtype_parse(const char *name, bool *half)
 {
     for (int h = 0; h <= 1; h++)

@@ -27,11 +27,12 @@
  * columns over the pool).  Attention runs one task per (sequence, head);
  * LayerNorm and embedding by row blocks.
  *
- * Determinism.  Every stage computes each row's outputs with the same
- * instructions in the same order whatever else is in the step (matmul.h,
- * attention.h), so a sequence's logits are the same bits alone or batched,
- * for any pool size and any chunking of its prompt.  Measurements and the
- * commands behind them: doc/performance.md.
+ * Determinism.  With the panel backend every stage computes each row's
+ * outputs with the same instructions in the same order whatever else is in
+ * the step (matmul.h, attention.h), so a sequence's logits are the same
+ * bits alone or batched, for any pool size and any chunking of its prompt.
+ * The blas backend gives up the first two (sgemm's rounding depends on M).
+ * Measurements and the commands behind them: doc/performance.md.
  */
 #include "config.h"
 
@@ -76,9 +77,10 @@ struct forward_state {
     size_t n_workers;
     float *att_scratch;         /* attention_scratch_floats each */
     size_t att_scratch_floats;
-    float *edge;                /* matmul_scratch_floats each */
-    size_t edge_floats;
+    float *mm_scratch;          /* matmul_scratch_floats each */
+    size_t mm_scratch_floats;
     cpu_isa isa;                /* the kernels' instruction set (cpu.h) */
+    bool blas;                  /* the model's matrices are for sgemm */
 };
 
 static void *alloc_floats(size_t n)
@@ -133,8 +135,8 @@ static void embedding_task(void *ctx, size_t task, size_t worker)
         const size_t token = (size_t)*j->st->row_tok[r];
         const float *pe = m->wpe + j->st->row_pos[r] * C;
         float *o = j->out + r * C;
-        /* tied weights: wte's rows live on only in the unembedding panels */
-        if (m->tied)
+        /* tied panels: wte's rows live on only in the unembedding's */
+        if (m->wte == NULL)
             panel_column(o, m->lm_head_wp, m->panel_dtype, C, token);
         else
             memcpy(o, m->wte + token * C, C * sizeof(float));
@@ -174,7 +176,8 @@ static void layernorm_forward(forward_state *st, threadpool *pool, float *out,
 {
     rows_job j = { .st = st, .n_rows = n_rows, .row_index = row_index,
                    .inp = inp, .out = out, .w = w, .b = b };
-    threadpool_run(pool, (n_rows + ROW_BLOCK - 1) / ROW_BLOCK, layernorm_task, &j);
+    threadpool_run(pool, (n_rows + ROW_BLOCK - 1) / ROW_BLOCK, layernorm_task,
+                   &j);
 }
 
 /* ---- weight products (matmul.h) ---- */
@@ -182,7 +185,10 @@ static void layernorm_forward(forward_state *st, threadpool *pool, float *out,
 static void matmul(const forward_state *st, threadpool *pool,
                    const matmul_args *p)
 {
-    matmul_forward(pool, p, st->isa, st->edge, st->edge_floats);
+    const matmul_ctx ctx = { .pool = pool, .blas = st->blas, .isa = st->isa,
+                             .scratch = st->mm_scratch,
+                             .scratch_floats = st->mm_scratch_floats };
+    matmul_forward(&ctx, p);
 }
 
 /* ---- attention, one task per (sequence, head) ---- */
@@ -262,12 +268,12 @@ int forward_state_create(forward_state **out, const model *m, size_t max_rows,
                          "(%zu bytes)", max_rows, max_rows * 11 * C * 4);
     }
     st->n_workers = n_workers;
-    st->edge_floats = matmul_scratch_floats(max_rows);
+    st->mm_scratch_floats = matmul_scratch_floats(max_rows);
     st->att_scratch_floats = attention_scratch_floats(cfg->n_ctx,
                                                       C / cfg->n_head);
     st->att_scratch = alloc_floats(n_workers * st->att_scratch_floats);
-    st->edge = alloc_floats(n_workers * st->edge_floats);
-    if (st->att_scratch == NULL || st->edge == NULL) {
+    st->mm_scratch = alloc_floats(n_workers * st->mm_scratch_floats);
+    if (st->att_scratch == NULL || st->mm_scratch == NULL) {
         forward_state_free(st);
         return error_set(err, "forward: cannot allocate kernel scratch for "
                          "%zu workers", n_workers);
@@ -276,10 +282,12 @@ int forward_state_create(forward_state **out, const model *m, size_t max_rows,
         forward_state_free(st);
         return -1;
     }
+    st->blas = m->matmul == MODEL_MATMUL_BLAS;
 #ifdef HAVE_OPENBLAS_SET_NUM_THREADS
-    /* Our pool splits every product itself; OpenBLAS's own threads would
-     * spin-wait against the pool's on a small machine.  Process-wide. */
-    openblas_set_num_threads(1);
+    /* blas: one sgemm per product on OpenBLAS's threads, as many as the
+     * pool's workers, which wait meanwhile.  Panels never call OpenBLAS.
+     * Process-wide. */
+    openblas_set_num_threads(st->blas ? (int)n_workers : 1);
 #endif
     *out = st;
     return 0;
@@ -300,7 +308,7 @@ void forward_state_free(forward_state *st)
     free(st->row_tok);
     free(st->logit_rows);
     free(st->att_scratch);
-    free(st->edge);
+    free(st->mm_scratch);
     free(st);
 }
 
@@ -393,28 +401,31 @@ int forward_step(forward_state *st, const model *m, threadpool *pool,
                           w->ln_1_b);
         matmul(st, pool, &(matmul_args){
             .M = R, .N = 3 * C, .K = C, .a = st->xn, .w = w->attn_wp,
-            .dt = dt, .out = st->qkv, .bias = w->attn_b, .epi = MATMUL_BIAS });
+            .w_rows = w->attn_w, .dt = dt, .out = st->qkv, .bias = w->attn_b,
+            .epi = MATMUL_BIAS });
         attention_forward(st, pool, kv, l, n_seqs);
         matmul(st, pool, &(matmul_args){
             .M = R, .N = C, .K = C, .a = st->att, .w = w->attn_proj_wp,
-            .dt = dt, .out = st->x, .accumulate = true, .bias = w->attn_proj_b,
-            .epi = MATMUL_BIAS });
+            .w_rows = w->attn_proj_w, .dt = dt, .out = st->x,
+            .accumulate = true, .bias = w->attn_proj_b, .epi = MATMUL_BIAS });
         layernorm_forward(st, pool, st->xn, st->x, NULL, R, w->ln_2_w,
                           w->ln_2_b);
         matmul(st, pool, &(matmul_args){
             .M = R, .N = 4 * C, .K = C, .a = st->xn, .w = w->fc_wp,
-            .dt = dt, .out = st->h, .bias = w->fc_b, .epi = MATMUL_BIAS_GELU });
+            .w_rows = w->fc_w, .dt = dt, .out = st->h, .bias = w->fc_b,
+            .epi = MATMUL_BIAS_GELU });
         matmul(st, pool, &(matmul_args){
             .M = R, .N = C, .K = 4 * C, .a = st->h, .w = w->mlp_proj_wp,
-            .dt = dt, .out = st->x, .accumulate = true, .bias = w->mlp_proj_b,
-            .epi = MATMUL_BIAS });
+            .w_rows = w->mlp_proj_w, .dt = dt, .out = st->x,
+            .accumulate = true, .bias = w->mlp_proj_b, .epi = MATMUL_BIAS });
     }
     if (L > 0) {
         layernorm_forward(st, pool, st->lnf, st->x, st->logit_rows, L,
                           m->ln_f_w, m->ln_f_b);
         matmul(st, pool, &(matmul_args){
             .M = L, .N = st->cfg.vocab_size, .K = C, .a = st->lnf,
-            .w = m->lm_head_wp, .dt = dt, .out = logits, .epi = MATMUL_NONE });
+            .w = m->lm_head_wp, .w_rows = m->lm_head_w, .w_transposed = true,
+            .dt = dt, .out = logits, .epi = MATMUL_NONE });
     }
     return 0;
 }

@@ -147,7 +147,8 @@ static void check_web_root(const char *dir)
  * for this model (a usage error, exit 2). */
 static int start(daemon_state *d, gpt2d_error *err)
 {
-    if (model_load(&d->mdl, d->cfg.model_dir, d->cfg.dtype, err) != 0)
+    if (model_load_for(&d->mdl, d->cfg.model_dir, d->cfg.dtype,
+                       d->cfg.matmul, err) != 0)
         return -1;
     d->model_loaded = true;
     if (plan_kv(d, err) != 0)
@@ -188,11 +189,12 @@ static void log_summary(const daemon_state *d)
     double kv_mb = (double)kvcache_block_bytes(c, d->cfg.kv_half)
                    * (double)d->kv_blocks / 1e6;
     log_info("gpt2d: loaded %s: %zu layers, %zu heads, %zu wide, context %zu, "
-             "vocabulary %zu, %.1f MB of %s weights; %zu KV slots, KV cache of "
-             "%zu blocks of %d tokens = %.1f full contexts (%.1f MB, %s%s), "
-             "%zu threads; listening on %s:%u",
+             "vocabulary %zu, %.1f MB of %s weights (matmul %s); %zu KV slots, "
+             "KV cache of %zu blocks of %d tokens = %.1f full contexts (%.1f MB, "
+             "%s%s), %zu threads; listening on %s:%u",
              d->mdl.name, c->n_layer, c->n_head, c->n_embd, c->n_ctx, c->vocab_size,
              (double)d->mdl.weight_bytes / 1e6, model_dtype_name(d->mdl.dtype),
+             model_matmul_name(d->mdl.matmul),
              d->cfg.slots, d->kv_blocks, KV_BLOCK_TOKENS,
              (double)d->kv_blocks / (double)kvcache_blocks_per_context(c), kv_mb,
              kv_dtype_name(d->cfg.kv_half),

@@ -2,25 +2,26 @@
  *
  * Owns the panel kernels (portable and AVX2/FMA) that multiply a step's
  * rows by a weight matrix packed in panels (panels.h), the split of each
- * product into output-column tasks on the worker pool, and the epilogue
- * (bias, GELU) each task runs on the block it just wrote.  Called by
- * forward.c from the engine thread; the tasks run on the pool's workers,
- * each with its own scratch.
+ * product into output-column tasks on the worker pool, the epilogue (bias,
+ * GELU) each task runs on the block it just wrote, and the OpenBLAS
+ * backend's sgemm call.  Called by forward.c from the engine thread; the
+ * tasks run on the pool's workers, each with its own scratch.
  *
- * Why our own kernels and not sgemm (doc/performance.md has the figures):
- *   - batch invariance: an output element here is one FMA chain over k in
- *     a fixed order whatever M is, so a sequence's logits are the same bits
- *     alone or in any batch; OpenBLAS's sgemm rounds a row differently with
- *     the rows that share its call (bench_forward counts the floats);
- *   - decode is bound by reading the weights: panels are packed once at
- *     load and streamed once per step, as floats or halves widened in
- *     registers, which at small M outran OpenBLAS on the same machine;
- *   - one summation order per element makes the pool size irrelevant too.
- */
+ * Why our own kernels, when OpenBLAS is linked anyway (figures and the
+ * commands behind them: doc/performance.md):
+ *   - batch invariance: each output here is one FMA chain over k in a fixed
+ *     order whatever M is, so a sequence's logits are the same bits alone or
+ *     in any batch, and a seed reproduces under any load; sgemm rounds a
+ *     row by the rows sharing its call (bench_forward counts the floats);
+ *   - decode reads every weight once per step: panels packed at load stream
+ *     sequentially, as floats or halves widened in registers, which at the
+ *     small M of decoding outran sgemm on the same machine.
+ * OpenBLAS remains the backend where these kernels have no tuned path. */
 #include "config.h"
 
 #include "gpt2d/matmul.h"
 
+#include <cblas.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -74,16 +75,10 @@ static void bias_add(float *row, const float *bias, size_t n)
 
 /* ---- batch-invariant panel kernels ---- */
 
-/* OpenBLAS's sgemm is not batch invariant: its Zen/Haswell kernels round a
- * row differently depending on how many rows share the call (measured: row 0
- * of an M=4 product differs from the same row computed with M=1), so a
- * sequence's logits would change with the batch around it and seeded sampling
- * would not reproduce.  These kernels compute every output element the same
- * way whatever M is: out[m][n] is one fused multiply-add chain over k in
- * increasing order (the unembedding too: its matrix is packed transposed).
- * Tile shapes vary with M, the arithmetic per element does not.  They are also faster than OpenBLAS for
- * the small M of decode steps (weights packed once at load, streamed once
- * per step). */
+/* The panel kernels compute every output element the same way whatever M
+ * is: out[m][n] is one fused multiply-add chain over k in increasing order
+ * (the unembedding too: its matrix is packed transposed).  Tile shapes
+ * vary with M, the arithmetic per element does not. */
 
 /* a is (M, K), w is (K, N) in panels (panels.h) of `dt`, out is (M, ldo):
  * out[:, n0:n1] (+)= a · w[:, n0:n1].  Portable fallback, same order. */
@@ -359,9 +354,7 @@ static void matmul_avx2(float *out, size_t ldo, const float *a,
 
 typedef struct matmul_job {
     const matmul_args *p;
-    cpu_isa isa;
-    float *scratch;
-    size_t scratch_floats;
+    const matmul_ctx *ctx;
     size_t cols_per_task;
 } matmul_job;
 
@@ -369,18 +362,23 @@ static void matmul_task(void *ctx, size_t task, size_t worker)
 {
     const matmul_job *j = ctx;
     const matmul_args *p = j->p;
+    const matmul_ctx *mc = j->ctx;
     size_t n0 = task * j->cols_per_task;
     size_t n1 = n0 + j->cols_per_task < p->N ? n0 + j->cols_per_task : p->N;
     int acc = p->accumulate;
     void (*gelu)(float *, const float *, size_t) = bias_gelu_portable;
 #ifdef HAVE_AVX2_KERNELS
-    if (j->isa == CPU_ISA_AVX2) {
-        matmul_avx2(p->out, p->N, p->a, p->w, p->dt, p->M, p->K, n0, n1,
-                    acc, j->scratch + worker * j->scratch_floats);
+    if (mc->isa == CPU_ISA_AVX2)
         gelu = bias_gelu_avx2;
-    } else
+    if (mc->blas)
+        ;                       /* sgemm has written the block */
+    else if (mc->isa == CPU_ISA_AVX2)
+        matmul_avx2(p->out, p->N, p->a, p->w, p->dt, p->M, p->K, n0, n1,
+                    acc, mc->scratch + worker * mc->scratch_floats);
+    else
 #else
     (void)worker;
+    if (!mc->blas)
 #endif
         matmul_generic(p->out, p->N, p->a, p->w, p->dt, p->M, p->K, n0, n1,
                        acc);
@@ -394,18 +392,46 @@ static void matmul_task(void *ctx, size_t task, size_t worker)
     }
 }
 
-/* Split by output columns into
- * MATMUL_TASKS_PER_WORKER tasks per worker, handed out dynamically: on a
+/* blas: out = a · W (+ out), the whole product in one call. */
+static void matmul_blas(const matmul_args *p)
+{
+    const float beta = p->accumulate ? 1.0f : 0.0f;
+    if (p->M == 1) {
+        /* one row (a decode step of one sequence): sgemm would pack all
+         * of W for it; sgemv streams W once */
+        cblas_sgemv(CblasRowMajor,
+                    p->w_transposed ? CblasNoTrans : CblasTrans,
+                    p->w_transposed ? (int)p->N : (int)p->K,
+                    p->w_transposed ? (int)p->K : (int)p->N, 1.0f,
+                    p->w_rows, p->w_transposed ? (int)p->K : (int)p->N,
+                    p->a, 1, beta, p->out, 1);
+        return;
+    }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans,
+                p->w_transposed ? CblasTrans : CblasNoTrans, (int)p->M,
+                (int)p->N, (int)p->K, 1.0f, p->a, (int)p->K, p->w_rows,
+                p->w_transposed ? (int)p->K : (int)p->N,
+                beta, p->out, (int)p->N);
+}
+
+/* Panels: split by output columns into MATMUL_TASKS_PER_WORKER tasks per
+ * worker, handed out dynamically: on a
  * shared machine a worker that is descheduled for a while no longer holds
  * up the step with half of every product (its remaining tasks go to the
  * others) (batch 16 with 2 threads on a loaded machine: median step
  * 116 -> 112 ms, worst 162 -> 130).  Blocks stay at least MATMUL_MIN_COLS
  * wide so each is a long sequential run of panels, and a single row
  * (batch-1 decode, bound by DRAM) keeps one block per worker.  Column
- * blocks change no arithmetic. */
-void matmul_forward(threadpool *pool, const matmul_args *p, cpu_isa isa,
-                    float *scratch, size_t scratch_floats)
+ * blocks change no arithmetic.  Blas: one sgemm, then the epilogue by the
+ * same column tasks. */
+void matmul_forward(const matmul_ctx *ctx, const matmul_args *p)
 {
+    if (ctx->blas) {
+        matmul_blas(p);
+        if (p->epi == MATMUL_NONE)
+            return;
+    }
+    threadpool *pool = ctx->pool;
     size_t workers = threadpool_size(pool);
     size_t tasks = p->M > 1 ? workers * MATMUL_TASKS_PER_WORKER : workers;
     /* whole rounds of `workers` tasks, so no worker gets an extra block */
@@ -413,8 +439,7 @@ void matmul_forward(threadpool *pool, const matmul_args *p, cpu_isa isa,
         tasks -= workers;
     size_t per = (p->N + tasks - 1) / tasks;
     per = (per + COL_ALIGN - 1) / COL_ALIGN * COL_ALIGN;
-    matmul_job j = { .p = p, .isa = isa, .scratch = scratch,
-                     .scratch_floats = scratch_floats, .cols_per_task = per };
+    matmul_job j = { .p = p, .ctx = ctx, .cols_per_task = per };
     threadpool_run(pool, (p->N + per - 1) / per, matmul_task, &j);
 }
 

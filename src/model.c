@@ -8,7 +8,8 @@
  * matrix are packed into panels (panels.h) in a second buffer, as floats or
  * halves (--dtype), straight from the file (through a scratch buffer of one
  * matrix when they need widening), and their mapped pages released: no
- * float copy of a matrix outlives the load. */
+ * float copy of a matrix outlives the load.  For the blas backend the
+ * matrices are instead views of the mapping, or one widened F32 copy. */
 #include "gpt2d/model.h"
 
 #include <errno.h>
@@ -22,6 +23,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "gpt2d/cpu.h"
 #include "gpt2d/hugepages.h"
 #include "gpt2d/half.h"
 #include "gpt2d/panels.h"
@@ -360,7 +362,8 @@ static int bind_all(loader *L, model *m, gpt2d_error *err)
 
 typedef struct layer_matrix {
     const st_tensor *src;
-    const void **dst;
+    const void **dst;           /* panels */
+    const float **rows;         /* blas */
     size_t K, N;
 } layer_matrix;
 
@@ -368,12 +371,15 @@ static void layer_matrices(const loader *L, size_t l, layer_weights *w,
                            size_t C, layer_matrix out[MATS_PER_LAYER])
 {
     const st_tensor *const *src = L->layer_src[l];
-    out[MAT_ATTN] = (layer_matrix){ src[MAT_ATTN], &w->attn_wp, C, 3 * C };
+    out[MAT_ATTN] = (layer_matrix){ src[MAT_ATTN], &w->attn_wp, &w->attn_w,
+                                    C, 3 * C };
     out[MAT_ATTN_PROJ] = (layer_matrix){ src[MAT_ATTN_PROJ],
-                                         &w->attn_proj_wp, C, C };
-    out[MAT_FC] = (layer_matrix){ src[MAT_FC], &w->fc_wp, C, 4 * C };
+                                         &w->attn_proj_wp, &w->attn_proj_w,
+                                         C, C };
+    out[MAT_FC] = (layer_matrix){ src[MAT_FC], &w->fc_wp, &w->fc_w, C,
+                                  4 * C };
     out[MAT_MLP_PROJ] = (layer_matrix){ src[MAT_MLP_PROJ], &w->mlp_proj_wp,
-                                        4 * C, C };
+                                        &w->mlp_proj_w, 4 * C, C };
 }
 
 /* t's values as floats: in place when the file holds them as aligned F32,
@@ -439,6 +445,45 @@ static int pack_weights(model *m, const loader *L, gpt2d_error *err)
     return 0;
 }
 
+/* blas: every matrix row-major as the file stores it ([in, out], and the
+ * unembedding [vocab, C]), a view of the mapping where it is aligned F32,
+ * else widened once into m->matrices.  Nothing is released: the views are
+ * the weights. */
+static int view_weights(model *m, const loader *L, gpt2d_error *err)
+{
+    const size_t C = m->config.n_embd;
+    layer_matrix mats[MATS_PER_LAYER];
+    size_t total = 0;
+    for (size_t l = 0; l < m->config.n_layer; l++) {
+        layer_matrices(L, l, &m->layers[l], C, mats);
+        for (size_t i = 0; i < MATS_PER_LAYER; i++)
+            if (needs_copy(mats[i].src))
+                total += mats[i].src->n_elements;
+    }
+    if (needs_copy(L->head_src))
+        total += L->head_src->n_elements;
+    if (total > 0 && (m->matrices = malloc(total * sizeof(float))) == NULL)
+        return error_set(err, "out of memory: %zu MB to widen the weight "
+                         "matrices to F32", total * sizeof(float) >> 20);
+    float *next = m->matrices;
+    for (size_t l = 0; l < m->config.n_layer; l++) {
+        layer_matrices(L, l, &m->layers[l], C, mats);
+        for (size_t i = 0; i < MATS_PER_LAYER; i++) {
+            *mats[i].rows = matrix_floats(mats[i].src, next);
+            if (needs_copy(mats[i].src)) {
+                release_mapped(m, mats[i].src->data, mats[i].src->n_bytes);
+                next += mats[i].src->n_elements;
+            }
+        }
+    }
+    m->lm_head_w = matrix_floats(L->head_src, next);
+    if (needs_copy(L->head_src))
+        release_mapped(m, L->head_src->data, L->head_src->n_bytes);
+    if (m->tied)
+        m->wte = m->lm_head_w;
+    return 0;
+}
+
 /* ---- public ---- */
 
 /* The panels (c_attn, attn c_proj, c_fc, mlp c_proj and the unembedding)
@@ -449,6 +494,26 @@ static size_t weight_bytes_per_token(const model_config *c, panel_dtype dt)
     size_t matrices = c->n_layer * 12 * C * C + c->vocab_size * C;
     size_t vectors = c->n_layer * (4 * C + 3 * C + C + 4 * C + C) + 2 * C;
     return panel_dtype_size(dt) * matrices + sizeof(float) * vectors;
+}
+
+/* AUTO: panels where the AVX2 kernels run or half weights are asked for,
+ * blas elsewhere. */
+static int resolve_matmul(model_matmul asked, model_dtype dtype,
+                          model_matmul *out, gpt2d_error *err)
+{
+    *out = asked;
+    if (asked == MODEL_MATMUL_BLAS && dtype == MODEL_DTYPE_FLOAT16)
+        return error_set(err, "--dtype float16 keeps the matrices as halves, "
+                         "which only --matmul panels multiplies (blas needs "
+                         "float32)");
+    if (asked != MODEL_MATMUL_AUTO)
+        return 0;
+    cpu_isa isa;
+    if (cpu_isa_choose(&isa, err) != 0)
+        return -1;
+    *out = isa >= CPU_ISA_AVX2 || dtype == MODEL_DTYPE_FLOAT16
+           ? MODEL_MATMUL_PANELS : MODEL_MATMUL_BLAS;
+    return 0;
 }
 
 /* AUTO keeps an F16 checkpoint's matrices as they are stored. */
@@ -476,7 +541,15 @@ static void set_name(model *m, const char *dir)
 int model_load(model *m, const char *dir, model_dtype dtype,
                gpt2d_error *err)
 {
+    return model_load_for(m, dir, dtype, MODEL_MATMUL_PANELS, err);
+}
+
+int model_load_for(model *m, const char *dir, model_dtype dtype,
+                   model_matmul matmul, gpt2d_error *err)
+{
     memset(m, 0, sizeof *m);
+    if (resolve_matmul(matmul, dtype, &m->matmul, err) != 0)
+        return -1;
     struct stat st;
     if (stat(dir, &st) != 0)
         return error_set(err, "%s: %s", dir, strerror(errno));
@@ -519,9 +592,11 @@ int model_load(model *m, const char *dir, model_dtype dtype,
     }
     if (bind_all(&L, m, err) != 0)
         goto out;
-    m->dtype = resolve_dtype(&L, dtype);
+    m->dtype = m->matmul == MODEL_MATMUL_BLAS ? MODEL_DTYPE_FLOAT32
+                                              : resolve_dtype(&L, dtype);
     m->panel_dtype = m->dtype == MODEL_DTYPE_FLOAT16 ? PANEL_F16 : PANEL_F32;
-    if (pack_weights(m, &L, err) != 0)
+    if ((m->matmul == MODEL_MATMUL_BLAS ? view_weights(m, &L, err)
+                                        : pack_weights(m, &L, err)) != 0)
         goto out;
     m->weight_bytes = weight_bytes_per_token(&m->config, m->panel_dtype);
     rc = 0;
@@ -542,5 +617,6 @@ void model_free(model *m)
     free(m->layers);
     free(m->widened);
     free(m->packed);
+    free(m->matrices);
     memset(m, 0, sizeof *m);
 }

@@ -54,6 +54,7 @@ typedef enum opt_type {
     OPT_BOOL,           /* true/false, yes/no, on/off, 1/0 */
     OPT_LOG_LEVEL,      /* error|warn|info|debug -> LOG_LEVEL_* */
     OPT_DTYPE,          /* auto|float32|float16 -> MODEL_DTYPE_* */
+    OPT_MATMUL,         /* auto|panels|blas -> MODEL_MATMUL_* */
     OPT_KV_DTYPE,       /* float32|float16 -> bool (halves) */
     OPT_HELP,           /* flag only */
     OPT_VERSION,        /* flag only */
@@ -86,6 +87,11 @@ static const option_spec options[] = {
       "How the weight matrices are kept: float32 (exact), float16 (rounded to "
       "half: half the memory, faster decoding) or auto (float16 for an F16 "
       "checkpoint, else float32)." },
+    { "matmul", 0, OPT_MATMUL, FIELD(matmul), "BACKEND", "auto", NULL, 0, 0, false,
+      "What multiplies by the weights: panels (our kernels: a seed gives the same "
+      "tokens alone or beside other requests), blas (OpenBLAS sgemm on --threads "
+      "threads: a seed reproduces only when its request runs alone) or auto "
+      "(panels on CPUs with AVX2 and FMA, blas elsewhere)." },
     { "threads", 't', OPT_COUNT, FIELD(threads), "N", NULL, "the number of online CPUs",
       1, 1024, false, "Worker threads for the forward pass." },
     { "kv-dtype", 0, OPT_KV_DTYPE, FIELD(kv_half), "TYPE", "float32", NULL, 0, 0, false,
@@ -293,6 +299,9 @@ static int bad_value(const option_spec *o, const char *where, const char *value,
     case OPT_KV_DTYPE:
         return error_set(err, "%s: '%s' is not a KV dtype (float32, float16)",
                          where, value);
+    case OPT_MATMUL:
+        return error_set(err, "%s: '%s' is not a matmul backend (auto, panels, "
+                         "blas)", where, value);
     default:
         return error_set(err, "%s: bad value '%s'", where, value);
     }
@@ -345,6 +354,10 @@ static int apply_value(settings *s, const option_spec *o, const char *value,
         return 0;
     case OPT_DTYPE:
         if (model_dtype_parse(value, (model_dtype *)(void *)field) != 0)
+            return bad_value(o, where, value, err);
+        return 0;
+    case OPT_MATMUL:
+        if (model_matmul_parse(value, (model_matmul *)(void *)field) != 0)
             return bad_value(o, where, value, err);
         return 0;
     case OPT_KV_DTYPE:
@@ -617,6 +630,11 @@ static settings_result load(settings *s, int argc, char **argv, gpt2d_error *err
         return SETTINGS_USAGE_ERROR;
     if (s->model_dir == NULL) {
         error_set(err, "--model DIR is required (see gpt2d --help)");
+        return SETTINGS_USAGE_ERROR;
+    }
+    if (s->matmul == MODEL_MATMUL_BLAS && s->dtype == MODEL_DTYPE_FLOAT16) {
+        error_set(err, "--matmul blas multiplies float32 weights: --dtype "
+                  "float16 needs --matmul panels (or auto)");
         return SETTINGS_USAGE_ERROR;
     }
     return SETTINGS_RUN;

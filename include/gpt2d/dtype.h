@@ -1,5 +1,6 @@
 /* dtype.h — the storage types an operator names: --dtype for the weight
- * panels, --kv-dtype for the KV cache, and their spellings.
+ * panels, --matmul for the backend that multiplies them, --kv-dtype for the
+ * KV cache, and their spellings.
  *
  * Below settings, model and kvcache: settings parses the names without
  * knowing either module.  Pure functions; any thread. */
@@ -19,6 +20,20 @@ typedef enum model_dtype {
 /* "auto", "float32", "float16" -> *out; -1 for anything else. */
 int model_dtype_parse(const char *name, model_dtype *out);
 const char *model_dtype_name(model_dtype dtype);
+
+/* Which backend runs the weight products (--matmul), and so how the
+ * matrices are stored.  AUTO: panels where our AVX2+FMA kernels run
+ * (cpu.h), blas elsewhere (ARM64, older x86), or panels whenever --dtype
+ * float16 asks for half weights (only panels hold them). */
+typedef enum model_matmul {
+    MODEL_MATMUL_AUTO,
+    MODEL_MATMUL_PANELS,
+    MODEL_MATMUL_BLAS,
+} model_matmul;
+
+/* "auto", "panels", "blas" -> *out; -1 for anything else. */
+int model_matmul_parse(const char *name, model_matmul *out);
+const char *model_matmul_name(model_matmul matmul);
 
 /* --kv-dtype: "float32" or "float16" (halves) -> *half; -1 otherwise. */
 int kv_dtype_parse(const char *name, bool *half);

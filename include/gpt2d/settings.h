@@ -22,6 +22,7 @@ typedef struct settings {
     char *host;                 /* --host, default 127.0.0.1 */
     unsigned port;              /* --port, default 8080; 0 = any free port */
     model_dtype dtype;          /* --dtype, default auto */
+    model_matmul matmul;        /* --matmul, default auto */
     size_t threads;             /* --threads, default: online CPUs */
     size_t slots;               /* --slots, default 4 */
     size_t kv_memory;           /* --kv-memory bytes: slots from a budget;

@@ -66,12 +66,14 @@ static const char *fx_model_name(size_t idx)
 }
 
 /* The kernel paths every reference test runs, each on every model: the
- * panel products under each instruction set this CPU has (cpu.h). */
+ * panel products under each instruction set this CPU has (cpu.h), and
+ * OpenBLAS's sgemm (--matmul blas) beside the best attention kernels. */
 typedef struct kernel_path {
     char name[32];
+    model_matmul matmul;
     cpu_isa isa;
 } kernel_path;
-static kernel_path g_paths[CPU_ISA_COUNT];
+static kernel_path g_paths[CPU_ISA_COUNT + 1];
 static size_t g_n_paths;
 
 static size_t ref_model(int i)
@@ -167,7 +169,10 @@ typedef struct harness {
     gpt2d_error err;
 } harness;
 
-static void harness_open_path(harness *h, size_t model_idx,
+/* Opens model `model_idx` for `path` (NULL: panels, the default ISA).
+ * False when the path cannot hold the model as the case loads it (half
+ * panels under blas): that refusal, and its message, are then asserted. */
+static bool harness_open_path(harness *h, size_t model_idx,
                               const kernel_path *path, size_t threads,
                               size_t max_rows)
 {
@@ -181,14 +186,27 @@ static void harness_open_path(harness *h, size_t model_idx,
         json_object_get(fx_model_json(model_idx), "load_dtype"));
     ck_assert_msg(load != NULL && model_dtype_parse(load, &dtype) == 0,
                   "model %zu: bad load_dtype", model_idx);
-    ck_assert_msg(model_load(&h->m, dir, dtype, &h->err) == 0,
+    const model_matmul mm = path != NULL ? path->matmul
+                                         : MODEL_MATMUL_PANELS;
+    if (mm == MODEL_MATMUL_BLAS && dtype == MODEL_DTYPE_FLOAT16) {
+        ck_assert_int_eq(model_load_for(&h->m, dir, dtype, mm, &h->err), -1);
+        ck_assert_msg(strstr(h->err.message, "float16") != NULL, "%s",
+                      h->err.message);
+        printf("%s under blas: refused: %s\n", fx_model_name(model_idx),
+               h->err.message);
+        return false;
+    }
+    ck_assert_msg(model_load_for(&h->m, dir, dtype, mm, &h->err) == 0,
                   "model_load %s: %s", dir, h->err.message);
-    /* auto picks half panels exactly for an F16 checkpoint */
+    ck_assert_int_eq(h->m.matmul, mm);
+    /* auto picks half panels exactly for an F16 checkpoint; blas widens
+     * it to float32 */
     const char *stored = json_string_value(
         json_object_get(fx_model_json(model_idx), "dtype"));
     model_dtype want = dtype != MODEL_DTYPE_AUTO ? dtype
-                       : strcmp(stored, "F16") == 0 ? MODEL_DTYPE_FLOAT16
-                                                    : MODEL_DTYPE_FLOAT32;
+                       : strcmp(stored, "F16") == 0
+                             && mm == MODEL_MATMUL_PANELS
+                           ? MODEL_DTYPE_FLOAT16 : MODEL_DTYPE_FLOAT32;
     ck_assert_int_eq(h->m.dtype, want);
     ck_assert_int_eq(h->m.panel_dtype, want == MODEL_DTYPE_FLOAT16
                                        ? PANEL_F16 : PANEL_F32);
@@ -209,13 +227,14 @@ static void harness_open_path(harness *h, size_t model_idx,
     if (path != NULL)
         ck_assert_msg(forward_state_set_isa(h->st, path->isa, &h->err) == 0,
                       "forward_state_set_isa: %s", h->err.message);
+    return true;
 }
 
 /* The default path: panels, the best instruction set (or GPT2D_ISA). */
 static void harness_open(harness *h, size_t model_idx, size_t threads,
                          size_t max_rows)
 {
-    harness_open_path(h, model_idx, NULL, threads, max_rows);
+    ck_assert(harness_open_path(h, model_idx, NULL, threads, max_rows));
 }
 
 static void harness_close(harness *h)
@@ -372,7 +391,8 @@ static size_t argmax(const float *v, size_t n)
 START_TEST(test_prefill_last_token_logits_match_reference)
 {
     harness h;
-    harness_open_path(&h, ref_model(_i), ref_path(_i), 2, MAX_ROWS);
+    if (!harness_open_path(&h, ref_model(_i), ref_path(_i), 2, MAX_ROWS))
+        return;
     for (size_t q = 0; q < fx_n_seqs(ref_model(_i)); q++) {
         fx_seq s;
         test_slot slot;
@@ -395,7 +415,8 @@ END_TEST
 START_TEST(test_echo_logits_for_every_prompt_position)
 {
     harness h;
-    harness_open_path(&h, ref_model(_i), ref_path(_i), 2, MAX_ROWS);
+    if (!harness_open_path(&h, ref_model(_i), ref_path(_i), 2, MAX_ROWS))
+        return;
     for (size_t q = 0; q < fx_n_seqs(ref_model(_i)); q++) {
         fx_seq s;
         test_slot slot;
@@ -419,7 +440,8 @@ END_TEST
 START_TEST(test_decode_token_by_token_equals_full_recompute)
 {
     harness h;
-    harness_open_path(&h, ref_model(_i), ref_path(_i), 2, MAX_ROWS);
+    if (!harness_open_path(&h, ref_model(_i), ref_path(_i), 2, MAX_ROWS))
+        return;
     for (size_t q = 0; q < fx_n_seqs(ref_model(_i)); q++) {
         fx_seq s;
         test_slot slot;
@@ -452,7 +474,8 @@ START_TEST(test_prefill_in_uneven_chunks_matches_reference)
 {
     static const size_t sizes[] = {1, 4, 2, 7, 3, 11, 5};
     harness h;
-    harness_open_path(&h, ref_model(_i), ref_path(_i), 2, MAX_ROWS);
+    if (!harness_open_path(&h, ref_model(_i), ref_path(_i), 2, MAX_ROWS))
+        return;
     for (size_t q = 0; q < fx_n_seqs(ref_model(_i)); q++) {
         fx_seq s;
         test_slot slot;
@@ -494,7 +517,8 @@ START_TEST(test_batch_mixes_prefill_chunk_and_decodes)
     harness h;
     fx_seq p, g;
     test_slot a, b, c, d;
-    harness_open_path(&h, ref_model(_i), ref_path(_i), 2, MAX_ROWS);
+    if (!harness_open_path(&h, ref_model(_i), ref_path(_i), 2, MAX_ROWS))
+        return;
     fx_seq_load(ref_model(_i), fx_seq_find(ref_model(_i), "prompt"), h.vocab, &p);
     fx_seq_load(ref_model(_i), fx_seq_find(ref_model(_i), "greedy"), h.vocab, &g);
     ck_assert_uint_ge(p.n, 16);
@@ -569,7 +593,8 @@ START_TEST(test_greedy_generation_matches_reference_tokens)
     harness h;
     fx_seq s;
     test_slot slot;
-    harness_open_path(&h, ref_model(_i), ref_path(_i), 2, MAX_ROWS);
+    if (!harness_open_path(&h, ref_model(_i), ref_path(_i), 2, MAX_ROWS))
+        return;
     fx_seq_load(ref_model(_i), fx_seq_find(ref_model(_i), "greedy"), h.vocab, &s);
     ck_assert(s.greedy);
     slot_open(&h, &slot);
@@ -762,6 +787,39 @@ START_TEST(test_gpt2d_isa_forces_the_kernels)
                   h.err.message);
     unsetenv("GPT2D_ISA");
     harness_close(&h);
+}
+END_TEST
+
+/* --matmul auto: panels where the AVX2 kernels run (not where GPT2D_ISA
+ * forces the portable ones), blas elsewhere, panels whenever half weights
+ * are asked for. */
+START_TEST(test_matmul_auto_follows_the_kernels)
+{
+    char dir[4096];
+    gpt2d_error err = { { 0 } };
+    model m;
+    test_data_path(dir, sizeof dir, json_string_value(json_object_get(
+                                        fx_model_json(g_tiny), "dir")));
+    ck_assert_int_eq(unsetenv("GPT2D_ISA"), 0);
+    ck_assert_msg(model_load_for(&m, dir, MODEL_DTYPE_AUTO, MODEL_MATMUL_AUTO,
+                                 &err) == 0, "%s", err.message);
+    ck_assert_int_eq(m.matmul, cpu_isa_supported() == CPU_ISA_AVX2
+                               ? MODEL_MATMUL_PANELS : MODEL_MATMUL_BLAS);
+    model_free(&m);
+    ck_assert_int_eq(setenv("GPT2D_ISA", "portable", 1), 0);
+    ck_assert_msg(model_load_for(&m, dir, MODEL_DTYPE_AUTO, MODEL_MATMUL_AUTO,
+                                 &err) == 0, "%s", err.message);
+    ck_assert_int_eq(m.matmul, MODEL_MATMUL_BLAS);
+    ck_assert_ptr_null(m.packed);                   /* no panels beside */
+    ck_assert_ptr_nonnull(m.lm_head_w);
+    model_free(&m);
+    ck_assert_msg(model_load_for(&m, dir, MODEL_DTYPE_FLOAT16,
+                                 MODEL_MATMUL_AUTO, &err) == 0, "%s",
+                  err.message);
+    ck_assert_int_eq(m.matmul, MODEL_MATMUL_PANELS);
+    ck_assert_int_eq(m.panel_dtype, PANEL_F16);
+    model_free(&m);
+    ck_assert_int_eq(unsetenv("GPT2D_ISA"), 0);
 }
 END_TEST
 
@@ -1075,6 +1133,7 @@ static Suite *forward_suite(void)
     tcase_add_test(lim, test_out_of_range_token_refused);
     tcase_add_test(lim, test_more_rows_than_max_rows_refused);
     tcase_add_test(lim, test_gpt2d_isa_forces_the_kernels);
+    tcase_add_test(lim, test_matmul_auto_follows_the_kernels);
     suite_add_tcase(s, lim);
 
     TCase *det = tcase_create("determinism");
@@ -1102,11 +1161,16 @@ int main(void)
     fclose(probe);
     for (int isa = (int)cpu_isa_supported(); isa >= 0; isa--) {
         kernel_path *k = &g_paths[g_n_paths++];
+        k->matmul = MODEL_MATMUL_PANELS;
         k->isa = (cpu_isa)isa;
         snprintf(k->name, sizeof k->name, "panels-%s",
                  cpu_isa_name(k->isa));
-        printf("kernel path: %s\n", k->name);
     }
+    g_paths[g_n_paths++] = (kernel_path){ .name = "blas",
+                                          .matmul = MODEL_MATMUL_BLAS,
+                                          .isa = cpu_isa_supported() };
+    for (size_t i = 0; i < g_n_paths; i++)
+        printf("kernel path: %s\n", g_paths[i].name);
     if (load_cases() != 0) {
         json_decref(g_cases);
         return EXIT_FAILURE;

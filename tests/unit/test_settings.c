@@ -21,7 +21,7 @@
 /* Every option, as the issue and settings.h specify them (an independent
  * list: the table in settings.c must match it, not define it). */
 static const char *const option_names[] = {
-    "model", "host", "port", "dtype", "kv-dtype", "threads", "slots", "kv-memory", "max-queue", "max-batch-rows",
+    "model", "host", "port", "dtype", "matmul", "kv-dtype", "threads", "slots", "kv-memory", "max-queue", "max-batch-rows",
     "max-body", "max-connections", "timeout", "request-timeout", "max-n",
     "drain-timeout", "web-root",
     "api-key-file", "cors-origin", "config", "port-file", "log-prompts",
@@ -165,6 +165,7 @@ START_TEST(test_defaults_are_the_documented_ones)
     ck_assert(!s.log_prompts);
     ck_assert_int_eq(s.log_level, LOG_LEVEL_INFO);
     ck_assert_int_eq(s.dtype, MODEL_DTYPE_AUTO);
+    ck_assert_int_eq(s.matmul, MODEL_MATMUL_AUTO);
     ck_assert(!s.kv_half);
     settings_free(&s);
 }
@@ -197,6 +198,7 @@ START_TEST(test_config_file_sets_every_kind_of_value)
         "log-prompts = yes\n"
         "log-level = debug\n"
         "dtype = float16\n"
+        "matmul = panels\n"
         "kv-dtype = float16\n");
     settings s;
     LOAD_OK(&s, "--config", path);
@@ -222,6 +224,7 @@ START_TEST(test_config_file_sets_every_kind_of_value)
     ck_assert(s.log_prompts);
     ck_assert_int_eq(s.log_level, LOG_LEVEL_DEBUG);
     ck_assert_int_eq(s.dtype, MODEL_DTYPE_FLOAT16);
+    ck_assert_int_eq(s.matmul, MODEL_MATMUL_PANELS);
     ck_assert(s.kv_half);
     settings_free(&s);
 }
@@ -349,6 +352,9 @@ START_TEST(test_each_bad_value_names_option_and_value)
     EXPECT_ERROR("--dtype", "'fp16'", "-m", "x", "--dtype", "fp16");
     EXPECT_ERROR("--kv-dtype", "'auto'", "-m", "x", "--kv-dtype", "auto");
     EXPECT_ERROR("--dtype", "'Float16'", "-m", "x", "--dtype", "Float16");
+    EXPECT_ERROR("--matmul", "'openblas'", "-m", "x", "--matmul", "openblas");
+    EXPECT_ERROR("--matmul blas", "--dtype float16", "-m", "x", "--matmul",
+                 "blas", "--dtype", "float16");
     EXPECT_ERROR("--threads", "'0'", "-m", "x", "--threads", "0");
     EXPECT_ERROR("--threads", "'two'", "-m", "x", "--threads", "two");
     EXPECT_ERROR("--slots", "'0'", "-m", "x", "--slots", "0");
