@@ -425,9 +425,11 @@ def mode_chat(args, ids, tmp):
                          "has %d" % (final_prompt + args.max_tokens, cfg["n_ctx"]))
     bb = block_bytes(cfg, args.kv_dtype)
     per_ctx = blocks_for(cfg["n_ctx"])
-    # every user's whole history, one partial block each that a copy may
-    # duplicate, and a full context per slot for what is running
-    big = (args.users * (blocks_for(final_prompt + args.max_tokens) + 1)
+    # every user's whole history, plus the partial block each earlier turn
+    # left behind (a returning turn copies the cached partial block and the
+    # source stays cached), plus a full context per slot for what runs: a
+    # baseline that never evicts
+    big = (args.users * (blocks_for(final_prompt + args.max_tokens) + args.turns)
            + args.concurrency * per_ctx) * bb
     small = args.kv_contexts * per_ctx * bb
     need_all = args.users * blocks_for(final_prompt + args.max_tokens)
@@ -518,7 +520,9 @@ def mode_ttft(args, ids, tmp):
         raise SystemExit("chat.py: --history too long for n_ctx %d" % cfg["n_ctx"])
     bb = block_bytes(cfg, args.kv_dtype)
     per_ctx = blocks_for(cfg["n_ctx"])
-    mem = (args.reps + 2) * per_ctx * bb       # every primed session fits
+    # every primed session (its returning turn included) and a context to run
+    mem = (args.reps * (blocks_for(args.history + args.new_tokens
+                                   + 2 * args.max_tokens) + 2) + per_ctx) * bb
     flags = ["--threads", str(args.threads), "--slots", "1",
              "--kv-dtype", args.kv_dtype, "--kv-memory", kib_arg(mem)]
     rows = {}
