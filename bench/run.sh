@@ -1,11 +1,13 @@
 #!/bin/bash
 # run.sh — the forward-pass (and tokenizer and sampler) benchmarks on a
-# GPT-2-124M-shaped random model.  `make bench` runs it; by hand:
+# GPT-2-124M-shaped random model, then the chat benchmark's 48 users x 3
+# turns on a small random model (about 15 s).  `make bench` runs it; by hand:
 #     BUILDDIR=/path/to/build PYTHON=python3 bench/run.sh
 # BUILDDIR is the build tree (default: the current directory), PYTHON a
 # python3 with numpy.  The model (random weights, real shapes: 12 layers,
 # 12 heads, 768 wide, 1024 positions, GPT-2 vocabulary) is generated once
-# into $BUILDDIR/bench/models/.  Prints tables; never fails on a number.
+# into $BUILDDIR/bench/models/, and so is the small one (2 layers, 2 heads,
+# 64 wide, 1024 positions).  Prints tables; never fails on a number.
 set -euo pipefail
 
 srcdir=$(cd "$(dirname "$0")/.." && pwd)
@@ -15,6 +17,7 @@ threads=${THREADS:-2}
 
 vocab_dir=$builddir/tests/data/tokenizer
 model_dir=$builddir/bench/models/gpt2-124m-random
+small_dir=$builddir/bench/models/gpt2-small-2x64
 
 if [ ! -s "$vocab_dir/vocab.json" ] || [ ! -s "$vocab_dir/merges.txt" ]; then
     echo "run.sh: fetching the GPT-2 vocabulary into $vocab_dir" >&2
@@ -52,4 +55,22 @@ if [ -x "$builddir/bench/bench_sampler" ]; then
     "$builddir/bench/bench_sampler"
 else
     echo "run.sh: bench/bench_sampler not built; skipped" >&2
+fi
+
+if [ -x "$builddir/src/gpt2d" ]; then
+    if [ ! -s "$small_dir/model.safetensors" ] || [ ! -s "$small_dir/config.json" ]; then
+        rm -rf "$small_dir.tmp"
+        PYTHONDONTWRITEBYTECODE=1 "$python" "$srcdir/tests/reference/make_model.py" \
+            "$small_dir.tmp" --vocab-dir "$vocab_dir" --n-layer 2 --n-head 2 \
+            --n-embd 64 --n-ctx 1024 --seed 1 --std 0.02
+        rm -rf "$small_dir"
+        mv "$small_dir.tmp" "$small_dir"
+    fi
+    echo
+    echo "== chat.py: 48 users x 3 turns, KV reuse under memory pressure and across a restart =="
+    PYTHONDONTWRITEBYTECODE=1 "$python" "$srcdir/bench/chat.py" \
+        --gpt2d "$builddir/src/gpt2d" --model "$small_dir" \
+        --users 48 --turns 3 --threads "$threads"
+else
+    echo "run.sh: src/gpt2d not built; chat.py skipped" >&2
 fi
