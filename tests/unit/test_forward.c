@@ -1109,8 +1109,12 @@ static int load_cases(void)
 static Suite *forward_suite(void)
 {
     Suite *s = suite_create("forward");
-    /* every model under every kernel path */
+    /* every model under every kernel path; under GPT2D_TEST_QUICK
+     * (memcheck, where each path costs minutes) the prefill and echo cases
+     * still run every path — every kernel each path has — and the rest the
+     * default path only */
     int nm = (int)(g_n_run_models * g_n_paths);
+    int nm_rest = test_quick() ? (int)g_n_run_models : nm;
 
     TCase *ref = tcase_create("reference");
     tcase_add_loop_test(ref, test_prefill_last_token_logits_match_reference,
@@ -1118,13 +1122,13 @@ static Suite *forward_suite(void)
     tcase_add_loop_test(ref, test_echo_logits_for_every_prompt_position, 0,
                         nm);
     tcase_add_loop_test(ref, test_decode_token_by_token_equals_full_recompute,
-                        0, nm);
+                        0, nm_rest);
     tcase_add_loop_test(ref, test_prefill_in_uneven_chunks_matches_reference,
-                        0, nm);
+                        0, nm_rest);
     tcase_add_loop_test(ref, test_batch_mixes_prefill_chunk_and_decodes, 0,
-                        nm);
+                        nm_rest);
     tcase_add_loop_test(ref, test_greedy_generation_matches_reference_tokens,
-                        0, nm);
+                        0, nm_rest);
     suite_add_tcase(s, ref);
 
     TCase *lim = tcase_create("limits");
