@@ -1300,19 +1300,22 @@ class Framing(LimitCase):
         self.assert_one_refusal(received, reset, 400, b"Transfer-Encoding together")
         self.assertNotIn(b'"object":"list"', received)
 
-    def test_whitespace_before_a_colon_is_400_and_nothing_after_is_served(self):
-        """RFC 9112 §5.1: libmicrohttpd keeps the space in the name, so it
-        saw no "Content-Length : N" and served the body as a request; a
-        lenient proxy in front frames the body by it."""
+    def test_a_header_name_that_is_not_a_token_is_400_and_nothing_after_is_served(self):
+        """RFC 9110 §5.1, RFC 9112 §5.1: libmicrohttpd keeps whitespace or a
+        control byte before the colon in the name, so it saw no
+        "Content-Length : N" (or "Content-Length\\v: N") and served the body
+        as a request; a lenient proxy in front frames the body by it."""
         auth = b"Authorization: Bearer %s\r\n" % self.KEY.encode()
         smuggled = b"GET /v1/sessions HTTP/1.1\r\nHost: x\r\n" + auth + b"\r\n"
-        for name in (b"Content-Length ", b"Content-Length\t", b"Transfer-Encoding "):
+        for name in (b"Content-Length ", b"Content-Length\t", b"Transfer-Encoding ",
+                     b"Content-Length\x0b", b"Content-Length\x0c",
+                     b"Content-Length\xa0", b"Content(Length"):
             value = b"chunked" if name.startswith(b"Transfer") else b"%d" % len(smuggled)
             body = b"0\r\n\r\n" if value == b"chunked" else b""
             received, reset = self.exchange(
                 b"POST /tokenize HTTP/1.1\r\nHost: x\r\n" + auth + name + b": "
                 + value + b"\r\n\r\n" + body + smuggled)
-            self.assert_one_refusal(received, reset, 400, b"and its colon")
+            self.assert_one_refusal(received, reset, 400, b"a field name may not")
             self.assertNotIn(b'"object":"list"', received)
 
     def test_escaped_nul_in_a_session_id_deletes_nothing(self):
