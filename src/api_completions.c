@@ -118,6 +118,9 @@ static int engine_error(engine_status st, api_error *e, int *retry_after)
         return -1;
     case ENGINE_STOPPING:
         return api_error_set(e, 503, NULL, "the server is shutting down");
+    case ENGINE_INVALID:
+        return api_error_set(e, 500, NULL, "the request passed validation but "
+                             "the engine refused it (a bug: please report it)");
     default:
         return api_error_set(e, 500, NULL, "out of memory");
     }
@@ -157,6 +160,22 @@ static int run_submit(completion_run *run, api_error *e, int *retry_after)
     run->n_reqs = run->req.n_prompts;
     if (run_is_trivial(&run->req))
         return 0;
+    /* Before anything is queued: a prompt that could never fit the KV
+     * cache is the request's fault, not the server's load. */
+    const size_t have = engine_kv_blocks(run->ctx->eng);
+    for (size_t p = 0; p < run->n_reqs; p++) {
+        size_t n = run->req.prompts[p].n;
+        size_t need = kvcache_blocks_needed(n, n + run->req.max_tokens,
+                                            run->req.best_of);
+        if (need > have)
+            return api_error_set(e, 400, "max_tokens",
+                                 "this request needs up to %zu KV-cache blocks "
+                                 "of %d tokens (%zu prompt tokens + max_tokens "
+                                 "%zu, %zu sequences), and the cache holds %zu: "
+                                 "lower max_tokens or n/best_of", need,
+                                 KV_BLOCK_TOKENS, n, run->req.max_tokens,
+                                 run->req.best_of, have);
+    }
     for (size_t p = 0; p < run->n_reqs; p++) {
         gen_params gp;
         params_for_prompt(run, p, &gp);

@@ -158,6 +158,7 @@ struct engine {
     pthread_mutex_t lock;
     pthread_cond_t cond;
     kv_cache *kv;
+    size_t kv_blocks;           /* its size, fixed at creation */
     gen_request **queue;        /* ring of max_queue */
     size_t q_head, q_len;
     gen_request **running;      /* admission order; each holds its KV
@@ -1095,6 +1096,7 @@ int engine_create(engine **out, const model *m, const tokenizer *tok,
         .disk_dir = cfg->kv_disk_dir, .disk_bytes = cfg->kv_disk_bytes };
     uint8_t fingerprint[SHA256_BYTES];
     cache_fingerprint(m, cfg->kv_half, fingerprint);
+    e->kv_blocks = kc.n_blocks;
     if (threadpool_create(&e->pool, cfg->n_threads, err) != 0
         || forward_state_create(&e->fwd, m, cfg->max_batch_rows,
                                    cfg->n_threads, err) != 0
@@ -1148,13 +1150,23 @@ void engine_destroy(engine *e)
     free(e);
 }
 
+size_t engine_kv_blocks(const engine *e)
+{
+    return e->kv_blocks;
+}
+
 engine_status engine_submit(engine *e, const gen_params *p, gen_request **out)
 {
     *out = NULL;
     /* Not ENGINE_QUEUE_FULL: retrying could never help.  The API layer
      * validates the same limits first, so this is a caller bug. */
     if (!params_valid(e, p))
-        return ENGINE_NO_MEMORY;
+        return ENGINE_INVALID;
+    /* Admission waits for blocks in FIFO order: a request no amount of
+     * waiting can fit would hold up everyone behind it. */
+    if (kvcache_blocks_needed(p->n_prompt, p->n_prompt + p->max_tokens,
+                              p->n_sequences) > e->kv_blocks)
+        return ENGINE_TOO_LARGE;
     gen_request *r = request_create(e, p);
     if (r == NULL)
         return ENGINE_NO_MEMORY;

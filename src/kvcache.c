@@ -120,6 +120,13 @@ size_t kvcache_blocks_per_context(const model_config *cfg)
     return (cfg->n_ctx + KV_BLOCK_TOKENS - 1) / KV_BLOCK_TOKENS;
 }
 
+size_t kvcache_blocks_needed(size_t n_prompt, size_t max_total, size_t n_seq)
+{
+    size_t total = (max_total + KV_BLOCK_TOKENS - 1) / KV_BLOCK_TOKENS;
+    return total + (n_seq > 1 ? (n_seq - 1) * (total - n_prompt / KV_BLOCK_TOKENS)
+                              : 0);
+}
+
 size_t kvcache_block_bytes(const model_config *cfg, bool half)
 {
     const size_t es = half ? 2 : 4;
@@ -830,6 +837,14 @@ kv_begin_status kvcache_seq_begin(kv_cache *c, const kv_begin *b,
         need += (b->n_seq - 1) * (total - b->n_prompt / KV_BLOCK_TOKENS);
     size_t held_for_copy = copy_src != NONE && c->blocks[copy_src].refs == 0;
     size_t claimable = c->n_free + c->n_unref;
+    if (held_for_copy && claimable < c->reserved + newly_held + 1 + need &&
+        !adoptable(c, copy_src)) {
+        /* the copy's source must stay while the copy is made: do without
+         * it rather than never fit (a request as large as the cache) */
+        copy_src = NONE;
+        copy_n = 0;
+        held_for_copy = 0;
+    }
     if (claimable < c->reserved + newly_held + held_for_copy + need) {
         for (size_t i = 0; i < n_plan; i++)
             kvdisk_unpin(c->disk, plan[i].entry);

@@ -109,6 +109,8 @@ typedef enum engine_status {
     ENGINE_QUEUE_FULL,          /* -> 429 with Retry-After */
     ENGINE_SESSION_BUSY,        /* the session is running another request -> 409 */
     ENGINE_STOPPING,            /* draining for shutdown -> 503 */
+    ENGINE_TOO_LARGE,           /* needs more KV cache than there is -> 400 */
+    ENGINE_INVALID,             /* parameters the API should have refused -> 500 */
     ENGINE_NO_MEMORY,           /* -> 500 */
 } engine_status;
 
@@ -121,6 +123,9 @@ void engine_destroy(engine *e);
 /* Queues a request.  On ENGINE_OK, *out holds a reference the caller must
  * give back with gen_request_release. */
 engine_status engine_submit(engine *e, const gen_params *p, gen_request **out);
+/* KV-cache blocks the engine's cache holds (kvcache_blocks_needed's
+ * bound for a request). */
+size_t engine_kv_blocks(const engine *e);
 
 void gen_request_lock(gen_request *r);
 void gen_request_unlock(gen_request *r);

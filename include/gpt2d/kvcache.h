@@ -106,6 +106,11 @@ static inline const char *kvcache_dtype_name(bool half)
     return half ? "float16" : "float32";
 }
 
+/* Blocks a prompt of n_prompt tokens growing to max_total, run as n_seq
+ * sequences, may need at most (nothing shared with the cache): a request
+ * needing more than the cache holds can never run. */
+size_t kvcache_blocks_needed(size_t n_prompt, size_t max_total, size_t n_seq);
+
 /* Bytes of one block for this model; 0 on overflow. */
 size_t kvcache_block_bytes(const model_config *cfg, bool half);
 /* Blocks one sequence of the full context needs. */

@@ -243,6 +243,21 @@ class Budgets(CacheCase):
         self.assertLessEqual(used, disk)
 
 
+    def test_a_request_larger_than_the_cache_is_400_not_a_wedged_queue(self):
+        """The attack pass: with one context of KV memory, n = 2 sequences
+        that may grow to 54 positions need 8 blocks of 4.  It used to queue,
+        never begin, and hold up everyone behind it."""
+        s = self.server("too-large", ram=RAM // 2)
+        c = s.client()
+        r = c.post("/v1/completions", {"prompt": "Hello world", "max_tokens": 50,
+                                       "n": 2})
+        self.assert_error(r, 400, "max_tokens")
+        self.assertIn("the cache holds 4", r.json["error"]["message"])
+        text, _ = self.turn(c, [1, 2, 3])       # the queue is free
+        self.assertIsInstance(text, str)
+        self.stop(s)
+
+
 class SharedContext(CacheCase):
 
     def test_prompt_array_over_one_context_computes_it_once(self):

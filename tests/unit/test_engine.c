@@ -598,7 +598,7 @@ START_TEST(test_engine_filling_the_context_finishes_with_length)
     /* one more token would not fit the context: refused up front */
     gen_request *r = NULL;
     p.max_tokens = 4;
-    ck_assert_int_eq(submit(e, &p, &r), ENGINE_NO_MEMORY);
+    ck_assert_int_eq(submit(e, &p, &r), ENGINE_INVALID);
     ck_assert_ptr_null(r);
     engine_destroy(e);
     free(prompt);
@@ -1325,13 +1325,41 @@ START_TEST(test_engine_submit_rejects_what_can_never_run)
     gen_request *r = NULL;
     gen_params p = greedy_params(prompt, 4, 2);
     p.n_sequences = 3;                       /* more than the slots */
-    ck_assert_int_eq(submit(e, &p, &r), ENGINE_NO_MEMORY);
+    ck_assert_int_eq(submit(e, &p, &r), ENGINE_INVALID);
     p = greedy_params(prompt, 0, 2);         /* empty prompt */
-    ck_assert_int_eq(submit(e, &p, &r), ENGINE_NO_MEMORY);
+    ck_assert_int_eq(submit(e, &p, &r), ENGINE_INVALID);
     prompt[1] = (int32_t)g_vocab;            /* id out of range */
     p = greedy_params(prompt, 4, 2);
-    ck_assert_int_eq(submit(e, &p, &r), ENGINE_NO_MEMORY);
+    ck_assert_int_eq(submit(e, &p, &r), ENGINE_INVALID);
     ck_assert_ptr_null(r);
+    engine_destroy(e);
+    free(prompt);
+}
+END_TEST
+
+/* The attack pass: with one context of KV memory, n = 2 sequences of 54
+ * positions need 8 blocks of 4 and could never begin; queued first, they
+ * held up every request behind them (admission is FIFO). */
+START_TEST(test_engine_refuses_a_request_larger_than_the_kv_cache)
+{
+    engine_config cfg = { .n_threads = 1, .n_slots = 4, .max_queue = 4,
+                          .max_batch_rows = 16,
+                          .kv_blocks = kvcache_blocks_per_context(&g_model.config) };
+    engine *e = NULL;
+    gpt2d_error err = { { 0 } };
+    ck_assert_msg(engine_create(&e, &g_model, g_tok, &cfg, &err) == 0, "%s",
+                  err.message);
+    ck_assert_uint_eq(engine_kv_blocks(e), 4);
+    int32_t *prompt = prompt_of(4);
+    gen_request *r = NULL;
+    gen_params p = greedy_params(prompt, 4, 50);
+    p.n_sequences = 2;
+    ck_assert_int_eq(submit(e, &p, &r), ENGINE_TOO_LARGE);
+    ck_assert_ptr_null(r);
+    p.n_sequences = 1;                      /* one context fits, and runs */
+    outcome o;
+    run(e, &p, &o);
+    ck_assert_uint_eq(o.seq[0].n_tokens > 0, 1);
     engine_destroy(e);
     free(prompt);
 }
@@ -1387,6 +1415,7 @@ static Suite *engine_suite(void)
     tcase_add_test(flow, test_engine_min_step_floor_paces_generation);
     tcase_add_test(flow, test_engine_create_rejects_bad_config);
     tcase_add_test(flow, test_engine_submit_rejects_what_can_never_run);
+    tcase_add_test(flow, test_engine_refuses_a_request_larger_than_the_kv_cache);
     suite_add_tcase(s, flow);
 
     return s;

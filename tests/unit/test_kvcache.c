@@ -423,6 +423,38 @@ START_TEST(test_random_workload_keeps_every_invariant)
 }
 END_TEST
 
+/* A prompt as large as the whole cache, whose first block only partly
+ * matches a cached full block: the copy's source would have to stay while
+ * the sequence takes every block, so it begins without the copy rather
+ * than never (a wedged FIFO queue, before). */
+START_TEST(test_a_request_as_large_as_the_cache_always_begins_when_idle)
+{
+    kv_cache *c = open_cache(4, 2);
+    kv_identity a = who(1, 1);
+    int32_t t[64], u[64];
+    fill(t, 64, 10);
+    run(c, &a, NULL, t, 20, 0);             /* block 0 full, cached */
+    memcpy(u, t, sizeof u);
+    u[10] = 5;                              /* shares 10 of block 0 */
+    size_t seq, reused;
+    ck_assert_int_eq(begin(c, &a, NULL, u, 20, 64, &seq, &reused), KV_BEGUN);
+    ck_assert_uint_eq(reused, 0);
+    compute(c, seq, u, 64);
+    assert_cache_holds(c, seq, u);
+    kvcache_seq_end(c, seq, 0);
+    kvcache_free(c);
+}
+END_TEST
+
+START_TEST(test_blocks_needed_counts_what_siblings_share)
+{
+    ck_assert_uint_eq(kvcache_blocks_needed(4, 54, 1), 4);
+    ck_assert_uint_eq(kvcache_blocks_needed(4, 54, 2), 8);   /* nothing full to share */
+    ck_assert_uint_eq(kvcache_blocks_needed(40, 54, 3), 4 + 2 * 2);
+    ck_assert_uint_eq(kvcache_blocks_needed(16, 16, 2), 1 + 0);
+}
+END_TEST
+
 START_TEST(test_create_refuses_a_budget_below_one_context)
 {
     kv_cache *c = NULL;
@@ -454,6 +486,8 @@ int main(void)
     tcase_add_test(tc, test_twin_blocks_are_kept_once);
     tcase_add_test(tc, test_random_workload_keeps_every_invariant);
     tcase_add_test(tc, test_create_refuses_a_budget_below_one_context);
+    tcase_add_test(tc, test_a_request_as_large_as_the_cache_always_begins_when_idle);
+    tcase_add_test(tc, test_blocks_needed_counts_what_siblings_share);
     suite_add_tcase(s, tc);
     return test_run_suite(s);
 }
