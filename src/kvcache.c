@@ -611,21 +611,13 @@ size_t kvcache_sessions(const kv_cache *c, const uint8_t owner[SHA256_BYTES],
     return n;
 }
 
-int kvcache_session_delete(kv_cache *c, const uint8_t owner[SHA256_BYTES],
-                           const char *session)
+/* Every block of a session's domain goes, in RAM and on disk, leaves
+ * first (no sequence holds any: only the session's own idle sequence used
+ * its domain). */
+static void drop_domain(kv_cache *c, const uint8_t domain[SHA256_BYTES])
 {
-    long i = session_find(c, owner, session);
-    if (i < 0)
-        return -1;
-    if (c->sessions[i].seq >= 0)
-        return -2;
-    uint8_t domain[SHA256_BYTES];
-    memcpy(domain, c->sessions[i].domain, SHA256_BYTES);
-    session_forget(c, i);
     if (c->disk != NULL)
         kvdisk_drop_domain(c->disk, domain);
-    /* Every block of its domain goes, leaves first (no sequence holds any:
-     * only the session's own sequence uses its domain). */
     bool dropped = true;
     while (dropped) {
         dropped = false;
@@ -638,6 +630,20 @@ int kvcache_session_delete(kv_cache *c, const uint8_t owner[SHA256_BYTES],
             }
         }
     }
+}
+
+int kvcache_session_delete(kv_cache *c, const uint8_t owner[SHA256_BYTES],
+                           const char *session)
+{
+    long i = session_find(c, owner, session);
+    if (i < 0)
+        return -1;
+    if (c->sessions[i].seq >= 0)
+        return -2;
+    uint8_t domain[SHA256_BYTES];
+    memcpy(domain, c->sessions[i].domain, SHA256_BYTES);
+    session_forget(c, i);
+    drop_domain(c, domain);
     return 0;
 }
 
@@ -778,6 +784,12 @@ kv_begin_status kvcache_seq_begin(kv_cache *c, const kv_begin *b,
         if (record >= 0 && c->sessions[record].seq >= 0)
             return KV_SESSION_BUSY;
     }
+    uint8_t domain[SHA256_BYTES], key[SHA256_BYTES];
+    if (b->session != NULL)
+        session_domain(b->who->domain, b->session, domain);
+    else
+        memcpy(domain, b->who->domain, SHA256_BYTES);
+
     size_t n_free_seqs = 0;
     for (size_t i = 0; i < c->n_seqs && n_free_seqs < b->n_seq; i++)
         if (!c->seqs[i].active)
@@ -785,11 +797,6 @@ kv_begin_status kvcache_seq_begin(kv_cache *c, const kv_begin *b,
     if (n_free_seqs < b->n_seq)
         return KV_NO_SEQ;
 
-    uint8_t domain[SHA256_BYTES], key[SHA256_BYTES];
-    if (b->session != NULL)
-        session_domain(b->who->domain, b->session, domain);
-    else
-        memcpy(domain, b->who->domain, SHA256_BYTES);
     uint8_t root[SHA256_BYTES];
     root_key(c, domain, root);
     memcpy(key, root, SHA256_BYTES);
@@ -922,7 +929,10 @@ kv_begin_status kvcache_seq_begin(kv_cache *c, const kv_begin *b,
         memcpy(f->root, root, SHA256_BYTES);
     }
     if (record >= 0) {
-        /* a session asked with another cache_salt starts a new history */
+        /* a session asked with another cache_salt starts a new history, and
+         * the old one goes, so that a DELETE deletes all the session kept */
+        if (memcmp(c->sessions[record].domain, domain, SHA256_BYTES) != 0)
+            drop_domain(c, c->sessions[record].domain);
         memcpy(c->sessions[record].domain, domain, SHA256_BYTES);
         c->sessions[record].seq = (long)seqs[0];
     }

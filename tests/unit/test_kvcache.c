@@ -205,6 +205,27 @@ START_TEST(test_sessions_are_their_owners_and_serve_only_themselves)
 }
 END_TEST
 
+/* The attack pass: a session asked with salt 1, then salt 2, then
+ * deleted, still served salt 1's history.  One history per session: a new
+ * salt drops the old one. */
+START_TEST(test_a_session_keeps_one_history_whatever_the_salts)
+{
+    kv_cache *c = open_cache(16, 2);
+    kv_identity salt1 = who(1, 1), salt2 = who(1, 2);
+    int32_t t[64];
+    fill(t, 64, 10);
+    ck_assert_uint_eq(run(c, &salt1, "s", t, 40, 0), 0);
+    size_t cached = kvcache_stats(c).blocks_cached;
+    ck_assert_uint_eq(run(c, &salt2, "s", t, 20, 0), 0);
+    /* salt 1's three blocks are gone, salt 2's two are there */
+    ck_assert_uint_eq(kvcache_stats(c).blocks_cached, cached - 3 + 2);
+    ck_assert_uint_eq(run(c, &salt1, "s", t, 41, 0), 0);
+    ck_assert_int_eq(kvcache_session_delete(c, salt1.owner, "s"), 0);
+    ck_assert_uint_eq(kvcache_stats(c).blocks_cached, 0);
+    kvcache_free(c);
+}
+END_TEST
+
 START_TEST(test_busy_session_is_refused_and_listed_busy)
 {
     kv_cache *c = open_cache(16, 2);
@@ -479,6 +500,7 @@ int main(void)
     tcase_add_test(tc, test_prefix_serves_only_its_domain_and_its_own_tokens);
     tcase_add_test(tc, test_sessions_are_their_owners_and_serve_only_themselves);
     tcase_add_test(tc, test_busy_session_is_refused_and_listed_busy);
+    tcase_add_test(tc, test_a_session_keeps_one_history_whatever_the_salts);
     tcase_add_test(tc, test_eviction_takes_lru_leaves_plain_before_sessions);
     tcase_add_test(tc, test_reservations_hold_back_what_running_sequences_may_need);
     tcase_add_test(tc, test_no_free_sequence_is_no_seq);
