@@ -1215,6 +1215,8 @@ size_t engine_sessions(engine *e, const uint8_t owner[SHA256_BYTES],
     for (size_t i = 0; i < n && i < cap; i++) {
         snprintf(out[i].id, sizeof out[i].id, "%s", info[i].id);
         out[i].n_tokens = info[i].n_tokens;
+        out[i].n_ram = info[i].n_ram;
+        out[i].n_disk = info[i].n_disk;
         out[i].busy = info[i].busy;
         out[i].idle_seconds = info[i].busy ? 0.0 : now - info[i].last_used;
     }

@@ -50,7 +50,6 @@ typedef struct kv_block {
     uint32_t children;
     uint8_t state;
     bool session;                      /* a session's history: evicted last */
-    int32_t session_tail_of;           /* session record, or NONE */
     uint64_t last_used;
     int32_t next_in_bucket;
     int32_t next_free;
@@ -85,8 +84,8 @@ typedef struct kv_session {
     char id[KVCACHE_SESSION_ID_MAX + 1];
     uint8_t owner[SHA256_BYTES];
     uint8_t domain[SHA256_BYTES];
-    int32_t tail;                      /* its history's last block, or NONE */
-    size_t n_tokens;                   /* positions up to the end of tail */
+    int32_t *history;                  /* the tokens its last turn left cached */
+    size_t n_history;
     double last_used;
     long seq;                          /* running sequence, or -1 */
 } kv_session;
@@ -283,26 +282,9 @@ static void block_release_to_free(kv_cache *c, int32_t b)
     k->state = BLOCK_FREE;
     k->refs = 0;
     k->n_filled = 0;
-    k->session_tail_of = NONE;
     k->next_free = c->free_head;
     c->free_head = b;
     c->n_free++;
-}
-
-/* The session whose history ends at `b` now ends at its parent. */
-static void session_lose_tail(kv_cache *c, int32_t b)
-{
-    kv_block *k = &c->blocks[b];
-    if (k->session_tail_of == NONE)
-        return;
-    /* a tail is a leaf when evicted; its parent is a full block of the
-     * same session */
-    kv_session *s = &c->sessions[k->session_tail_of];
-    s->n_tokens -= k->n_filled;
-    s->tail = k->parent;
-    if (k->parent != NONE)
-        c->blocks[k->parent].session_tail_of = k->session_tail_of;
-    k->session_tail_of = NONE;
 }
 
 static kv_block_meta meta_of(const kv_block *k)
@@ -329,7 +311,6 @@ static void spill(kv_cache *c, int32_t b, bool wait)
 /* Drops an unreferenced cached block. */
 static void drop_cached(kv_cache *c, int32_t b)
 {
-    session_lose_tail(c, b);
     index_remove(c, b);
     c->n_unref--;
     block_release_to_free(c, b);
@@ -377,7 +358,6 @@ static int32_t take_block(kv_cache *c)
     k->n_filled = 0;
     k->parent = NONE;
     k->session = false;
-    k->session_tail_of = NONE;
     k->next_in_bucket = NONE;
     return b;
 }
@@ -415,7 +395,6 @@ static bool adoptable(const kv_cache *c, int32_t b)
  * keeps its first n positions and writes the rest. */
 static void adopt(kv_cache *c, int32_t b, size_t n)
 {
-    session_lose_tail(c, b);
     index_remove(c, b);
     c->n_unref--;
     kv_block *k = &c->blocks[b];
@@ -540,6 +519,8 @@ void kvcache_free(kv_cache *c)
         free(c->seqs[i].tokens);
     }
     free(c->seqs);
+    for (size_t i = 0; c->sessions != NULL && i < c->n_sessions_cap; i++)
+        free(c->sessions[i].history);
     free(c->sessions);
     free(c->buckets);
     free(c->blocks);
@@ -569,9 +550,47 @@ static long session_find(const kv_cache *c, const uint8_t owner[SHA256_BYTES],
 static void session_forget(kv_cache *c, long i)
 {
     kv_session *s = &c->sessions[i];
-    if (s->tail != NONE)
-        c->blocks[s->tail].session_tail_of = NONE;
+    free(s->history);
     memset(s, 0, sizeof *s);
+}
+
+/* Where a session's history is: the tokens of it found in RAM, then on
+ * disk, walking the index from its root as a returning turn would. */
+static void session_where(kv_cache *c, const kv_session *r, size_t *ram,
+                          size_t *disk)
+{
+    uint8_t key[SHA256_BYTES];
+    root_key(c, r->domain, key);
+    int32_t parent = NONE;
+    size_t pos = 0;
+    *ram = *disk = 0;
+    while (pos < r->n_history) {
+        size_t want = r->n_history - pos < KV_BLOCK_TOKENS
+                      ? r->n_history - pos : KV_BLOCK_TOKENS, shared;
+        int32_t x = best_child(c, key, parent, r->domain, r->history + pos,
+                               want, &shared);
+        if (x == NONE)
+            break;
+        pos += shared;
+        *ram = pos;
+        if (shared < KV_BLOCK_TOKENS)
+            return;
+        parent = x;
+        memcpy(key, c->blocks[x].chain, SHA256_BYTES);
+    }
+    while (c->disk != NULL && pos < r->n_history) {
+        size_t want = r->n_history - pos < KV_BLOCK_TOKENS
+                      ? r->n_history - pos : KV_BLOCK_TOKENS, shared;
+        kv_block_meta m;
+        if (kvdisk_best_child(c->disk, key, r->domain, r->history + pos, want,
+                              &shared, &m) < 0)
+            break;
+        pos += shared;
+        *disk += shared;
+        if (shared < KV_BLOCK_TOKENS)
+            break;
+        memcpy(key, m.chain, SHA256_BYTES);
+    }
 }
 
 /* A record for a new session: an unused one, else the least recently used
@@ -591,7 +610,7 @@ static long session_new(kv_cache *c)
     return best;
 }
 
-size_t kvcache_sessions(const kv_cache *c, const uint8_t owner[SHA256_BYTES],
+size_t kvcache_sessions(kv_cache *c, const uint8_t owner[SHA256_BYTES],
                         kv_session_info *out, size_t cap)
 {
     size_t n = 0;
@@ -603,7 +622,13 @@ size_t kvcache_sessions(const kv_cache *c, const uint8_t owner[SHA256_BYTES],
             kv_session_info *info = &out[n];
             snprintf(info->id, sizeof info->id, "%s", s->id);
             info->busy = s->seq >= 0;
-            info->n_tokens = s->seq >= 0 ? c->seqs[s->seq].n_tokens : s->n_tokens;
+            if (info->busy) {
+                info->n_ram = c->seqs[s->seq].n_tokens;
+                info->n_disk = 0;
+            } else {
+                session_where(c, s, &info->n_ram, &info->n_disk);
+            }
+            info->n_tokens = info->n_ram + info->n_disk;
             info->last_used = s->last_used;
         }
         n++;
@@ -866,8 +891,7 @@ kv_begin_status kvcache_seq_begin(kv_cache *c, const kv_begin *b,
             snprintf(s->id, sizeof s->id, "%s", b->session);
             memcpy(s->owner, b->who->owner, SHA256_BYTES);
             memcpy(s->domain, domain, SHA256_BYTES);
-            s->tail = NONE;
-            s->n_tokens = 0;
+            s->n_history = 0;
             s->seq = -1;
         }
     }
@@ -1095,21 +1119,15 @@ void kvcache_seq_end(kv_cache *c, size_t seq, double now)
             k->n_filled < KV_BLOCK_TOKENS)
             publish(c, s, s->n_blocks - 1);
     }
-    /* The session's history now ends at the last cached block it holds. */
+    /* The session's history is what this turn leaves cached. */
     if (s->record >= 0) {
         kv_session *r = &c->sessions[s->record];
-        if (r->tail != NONE)
-            c->blocks[r->tail].session_tail_of = NONE;
-        r->tail = NONE;
-        r->n_tokens = 0;
-        for (size_t i = s->n_blocks; i-- > 0;) {
-            kv_block *k = &c->blocks[s->blocks[i]];
-            if (k->state == BLOCK_CACHED) {
-                r->tail = (int32_t)s->blocks[i];
-                r->n_tokens = i * KV_BLOCK_TOKENS + k->n_filled;
-                k->session_tail_of = (int32_t)s->record;
-                break;
-            }
+        int32_t *h = realloc(r->history, (s->n_tokens > 0 ? s->n_tokens : 1)
+                                         * sizeof *h);
+        if (h != NULL) {
+            memcpy(h, s->tokens, s->n_tokens * sizeof *h);
+            r->history = h;
+            r->n_history = s->n_tokens;
         }
         r->last_used = now;
         r->seq = -1;

@@ -145,7 +145,8 @@ void gen_request_release(gen_request *r);
  * `owner`'s own: another owner's sessions are invisible, as if absent. */
 typedef struct engine_session_info {
     char id[ENGINE_SESSION_ID_MAX + 1];
-    size_t n_tokens;            /* tokens cached */
+    size_t n_tokens;            /* tokens of its history cached: */
+    size_t n_ram, n_disk;       /* in RAM, then on disk */
     double idle_seconds;
     bool busy;
 } engine_session_info;

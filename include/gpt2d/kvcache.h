@@ -186,13 +186,14 @@ size_t kvcache_seqs_free(const kv_cache *c);
 
 typedef struct kv_session_info {
     char id[KVCACHE_SESSION_ID_MAX + 1];
-    size_t n_tokens;            /* its history still cached */
+    size_t n_tokens;            /* its history still cached: */
+    size_t n_ram, n_disk;       /* so many tokens in RAM, then on disk */
     double last_used;           /* caller's clock */
     bool busy;
 } kv_session_info;
 
 /* Copies at most `cap` of owner's sessions; returns how many it has. */
-size_t kvcache_sessions(const kv_cache *c, const uint8_t owner[SHA256_BYTES],
+size_t kvcache_sessions(kv_cache *c, const uint8_t owner[SHA256_BYTES],
                         kv_session_info *out, size_t cap);
 /* Forgets an idle session and drops its blocks: 0, -1 unknown, -2 busy. */
 int kvcache_session_delete(kv_cache *c, const uint8_t owner[SHA256_BYTES],

@@ -107,6 +107,15 @@ class Restart(CacheCase):
         self.fill(s)
         m = s.client().metrics()
         self.assertGreater(metric_sum(m, "gpt2d_kv_disk_writes_total"), 0)
+        # where each history is: 43 tokens (40 + 3 generated ones fed back),
+        # the oldest users' on disk, the newest in RAM
+        listed = {x["id"]: x for x in s.client().get("/v1/sessions").json["data"]}
+        for u in range(6):
+            x = listed["u%d" % u]
+            self.assertEqual(x["n_tokens"], 43, x)
+            self.assertEqual(x["cached"]["ram"] + x["cached"]["disk"], 43, x)
+        self.assertEqual(listed["u0"]["cached"], {"ram": 0, "disk": 43})
+        self.assertEqual(listed["u5"]["cached"], {"ram": 43, "disk": 0})
         self.stop(s)
         s = self.server("restart-2")
         self.assertIn("KV disk: ", self.log(s))
