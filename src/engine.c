@@ -1093,7 +1093,8 @@ int engine_create(engine **out, const model *m, const tokenizer *tok,
         .n_blocks = cfg->kv_blocks > 0 ? cfg->kv_blocks
                     : cfg->n_slots * kvcache_blocks_per_context(&m->config),
         .max_seqs = cfg->n_slots, .half = cfg->kv_half,
-        .disk_dir = cfg->kv_disk_dir, .disk_bytes = cfg->kv_disk_bytes };
+        .disk_dir = cfg->kv_disk_dir, .disk_bytes = cfg->kv_disk_bytes,
+        .now = now_seconds() };
     uint8_t fingerprint[SHA256_BYTES];
     cache_fingerprint(m, cfg->kv_half, fingerprint);
     e->kv_blocks = kc.n_blocks;

@@ -28,12 +28,14 @@
 #include "gpt2d/kvcache.h"
 #include "gpt2d/hugepages.h"
 #include "gpt2d/kvdisk.h"
+#include "gpt2d/log.h"
 
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #define NONE (-1)
 
@@ -107,9 +109,11 @@ struct kv_cache {
     uint64_t clock;
     uint64_t evictions;
     kv_disk *disk;                     /* NULL without --kv-cache-dir */
+    char *sessions_path;               /* the sessions' file beside the blocks */
     kv_load *orphans;
     double token_seconds;              /* computing one token, on average */
     uint64_t hit_tokens_ram, hit_tokens_disk, disk_slower;
+    double last_now;                   /* the latest caller's clock seen */
 };
 
 /* ---- sizes ---- */
@@ -420,6 +424,138 @@ static void copy_positions(kv_cache *c, int32_t dst, int32_t src, size_t n)
     c->blocks[dst].n_filled = (uint32_t)n;
 }
 
+/* ---- the sessions' file (with a disk tier) ----
+ *
+ * At shutdown the session records (owner, id, domain, the history their
+ * last turn left cached, how long ago) are written beside the blocks, so
+ * GET /v1/sessions lists them after a restart; their blocks are on disk.
+ * The file names the model's fingerprint and ends with the SHA-256 of what
+ * precedes it; one that does not check out is ignored with a log line. */
+
+static const char SESSIONS_MAGIC[8] = "GPT2DSS";  /* with its NUL */
+
+typedef struct session_rec {
+    uint8_t owner[SHA256_BYTES], domain[SHA256_BYTES];
+    char id[KVCACHE_SESSION_ID_MAX + 1];
+    double idle;                       /* seconds idle at shutdown */
+    uint32_t n_history;
+} session_rec;
+
+static void sessions_save(kv_cache *c, double now)
+{
+    char tmp[4096];
+    snprintf(tmp, sizeof tmp, "%s.part", c->sessions_path);
+    FILE *f = fopen(tmp, "wb");
+    if (f == NULL)
+        return;
+    sha256_ctx h;
+    sha256_init(&h);
+#define PUT(p, n) (sha256_update(&h, (p), (n)), fwrite((p), 1, (n), f) == (n))
+    uint32_t count = 0;
+    for (size_t i = 0; i < c->n_sessions_cap; i++)
+        count += c->sessions[i].used;
+    bool ok = PUT(SESSIONS_MAGIC, sizeof SESSIONS_MAGIC) &&
+              PUT(c->fingerprint, SHA256_BYTES) && PUT(&count, sizeof count);
+    for (size_t i = 0; ok && i < c->n_sessions_cap; i++) {
+        const kv_session *s = &c->sessions[i];
+        if (!s->used)
+            continue;
+        session_rec r;
+        memset(&r, 0, sizeof r);
+        memcpy(r.owner, s->owner, SHA256_BYTES);
+        memcpy(r.domain, s->domain, SHA256_BYTES);
+        memcpy(r.id, s->id, sizeof r.id);
+        r.idle = now > s->last_used ? now - s->last_used : 0.0;
+        r.n_history = (uint32_t)s->n_history;
+        ok = PUT(&r, sizeof r) &&
+             PUT(s->history, s->n_history * sizeof *s->history);
+    }
+#undef PUT
+    uint8_t sum[SHA256_BYTES];
+    sha256_final(&h, sum);
+    ok = ok && fwrite(sum, 1, sizeof sum, f) == sizeof sum;
+    ok = fclose(f) == 0 && ok;
+    if (!ok || rename(tmp, c->sessions_path) != 0)
+        unlink(tmp);
+}
+
+static void sessions_load(kv_cache *c, double now)
+{
+    FILE *f = fopen(c->sessions_path, "rb");
+    if (f == NULL)
+        return;
+    char *buf = NULL;
+    size_t len = 0, cap = 0, n;
+    char chunk[65536];
+    while ((n = fread(chunk, 1, sizeof chunk, f)) > 0) {
+        if (len + n > cap) {
+            size_t want = cap ? 2 * cap : sizeof chunk;
+            while (want < len + n)
+                want *= 2;
+            char *nb = realloc(buf, want);
+            if (nb == NULL)
+                break;
+            buf = nb;
+            cap = want;
+        }
+        memcpy(buf + len, chunk, n);
+        len += n;
+    }
+    fclose(f);
+    size_t head = sizeof SESSIONS_MAGIC + SHA256_BYTES + sizeof(uint32_t);
+    uint8_t sum[SHA256_BYTES];
+    bool ok = buf != NULL && len >= head + SHA256_BYTES &&
+              memcmp(buf, SESSIONS_MAGIC, sizeof SESSIONS_MAGIC) == 0 &&
+              memcmp(buf + sizeof SESSIONS_MAGIC, c->fingerprint, SHA256_BYTES) == 0;
+    if (ok) {
+        sha256(buf, len - SHA256_BYTES, sum);
+        ok = memcmp(sum, buf + len - SHA256_BYTES, SHA256_BYTES) == 0;
+    }
+    size_t restored = 0, at = head, end = len - SHA256_BYTES;
+    uint32_t count = 0;
+    if (ok)
+        memcpy(&count, buf + head - sizeof count, sizeof count);
+    for (uint32_t k = 0; ok && k < count; k++) {
+        session_rec r;
+        if (end - at < sizeof r) {
+            ok = false;
+            break;
+        }
+        memcpy(&r, buf + at, sizeof r);
+        at += sizeof r;
+        size_t bytes = (size_t)r.n_history * sizeof(int32_t);
+        if (end - at < bytes || r.n_history > c->geo.n_ctx ||
+            r.id[KVCACHE_SESSION_ID_MAX] != '\0') {
+            ok = false;
+            break;
+        }
+        long i = restored < c->n_sessions_cap ? (long)restored : -1;
+        int32_t *hist = malloc(bytes > 0 ? bytes : 1);
+        if (i >= 0 && hist != NULL) {
+            kv_session *s = &c->sessions[i];
+            s->used = true;
+            memcpy(s->owner, r.owner, SHA256_BYTES);
+            memcpy(s->domain, r.domain, SHA256_BYTES);
+            memcpy(s->id, r.id, sizeof s->id);
+            memcpy(hist, buf + at, bytes);
+            s->history = hist;
+            s->n_history = r.n_history;
+            s->last_used = now - r.idle;
+            s->seq = -1;
+            restored++;
+        } else {
+            free(hist);
+        }
+        at += bytes;
+    }
+    if (!ok)
+        log_warn("KV cache: %s does not check out (another model or "
+                 "settings, or damaged): its sessions are not listed, though "
+                 "their history is found when they come back",
+                 c->sessions_path);
+    free(buf);
+}
+
 /* ---- create / free ---- */
 
 int kvcache_create(kv_cache **out, const model_config *cfg,
@@ -483,10 +619,17 @@ int kvcache_create(kv_cache **out, const model_config *cfg,
         kv_disk_config dc = { .dir = kc->disk_dir, .max_bytes = kc->disk_bytes,
                               .block_bytes = bb, .fingerprint = fingerprint,
                               .write_queue = KV_DISK_WRITE_QUEUE };
+        size_t len = strlen(kc->disk_dir) + sizeof "/sessions";
         if (kvdisk_open(&c->disk, &dc, err) != 0) {
             kvcache_free(c);
             return -1;
         }
+        if ((c->sessions_path = malloc(len)) == NULL) {
+            kvcache_free(c);
+            return error_set(err, "KV cache: out of memory");
+        }
+        snprintf(c->sessions_path, len, "%s/sessions", kc->disk_dir);
+        sessions_load(c, kc->now);
     }
     for (size_t i = 0; i < n_buckets; i++)
         c->buckets[i] = NONE;
@@ -513,7 +656,9 @@ void kvcache_free(kv_cache *c)
                 spill(c, (int32_t)b, true);
         kvdisk_flush(c->disk);
         kvdisk_close(c->disk);
+        sessions_save(c, c->last_now);
     }
+    free(c->sessions_path);
     for (size_t i = 0; c->seqs != NULL && i < c->n_seqs; i++) {
         free(c->seqs[i].blocks);
         free(c->seqs[i].tokens);
@@ -803,6 +948,7 @@ kv_begin_status kvcache_seq_begin(kv_cache *c, const kv_begin *b,
                                   size_t *seqs, size_t *n_reused)
 {
     reap_orphans(c, false);
+    c->last_now = b->now;
     long record = -1;
     if (b->session != NULL) {
         record = session_find(c, b->who->owner, b->session);
@@ -1103,6 +1249,7 @@ void kvcache_seq_end(kv_cache *c, size_t seq, double now)
 {
     kv_seq *s = &c->seqs[seq];
     c->clock++;
+    c->last_now = now;
     /* Blocks still being read stay held until the reads are done. */
     while (s->loads != NULL) {
         kv_load *l = s->loads;

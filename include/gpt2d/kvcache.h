@@ -71,6 +71,7 @@ typedef struct kv_cache_config {
     bool half;                  /* K/V as halves (--kv-dtype float16) */
     const char *disk_dir;       /* --kv-cache-dir; NULL or "": no disk tier */
     size_t disk_bytes;          /* --kv-disk */
+    double now;                 /* the caller's clock (sessions' idle times) */
 } kv_cache_config;
 
 /* Where a block's keys and values are.  Filled once at creation; forward.c

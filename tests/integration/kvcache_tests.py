@@ -120,6 +120,10 @@ class Restart(CacheCase):
         s = self.server("restart-2")
         self.assertIn("KV disk: ", self.log(s))
         c = s.client()
+        # the sessions are listed again, their history all on disk
+        listed = {x["id"]: x for x in c.get("/v1/sessions").json["data"]}
+        for u in range(6):
+            self.assertEqual(listed["u%d" % u]["cached"], {"ram": 0, "disk": 43})
         for u in range(6):
             prompt = history(u) + [7, 8]
             text, cached = self.turn(c, prompt, session="u%d" % u)
@@ -178,8 +182,14 @@ class Faults(CacheCase):
                 f.write(bytes([b[0] ^ 0x40]))
         with open(files[0], "r+b") as f:
             f.truncate(300)
+        with open(os.path.join(self.dir, "sessions"), "r+b") as f:
+            f.seek(60)
+            b = f.read(1)
+            f.seek(60)
+            f.write(bytes([b[0] ^ 1]))
         s = self.server("damage-2")
         self.assertIn("1 damaged files removed", self.log(s))
+        self.assertIn("sessions does not check out", self.log(s))
         c = s.client()
         for u in range(6):
             prompt = history(u) + [5, 6]
