@@ -2,6 +2,7 @@
  * constant-time match, and the SIGHUP swap under a read-write lock, so a
  * reload never waits for requests and a request never sees half a set. */
 #include "gpt2d/http_keys.h"
+#include "gpt2d/buf.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -11,11 +12,12 @@
 #include <strings.h>
 #include <sys/types.h>
 
-/* The API keys in force; replaced whole on SIGHUP.  principals[i] names
- * keys[i]'s caller without holding its secret. */
+/* The API keys in force; replaced whole on SIGHUP.  keys holds n char *,
+ * principals n api_caller: principals[i] names keys[i]'s caller without
+ * holding its secret. */
 typedef struct key_set {
-    char **keys;
-    api_caller *principals;
+    gpt2d_buf keys;
+    gpt2d_buf principals;
     size_t n;
 } key_set;
 
@@ -27,33 +29,30 @@ struct http_keys {
 
 static void keys_free(key_set *k)
 {
-    for (size_t i = 0; i < k->n; i++) {
+    char **keys = BUF_ITEMS(&k->keys, char *);
+    for (size_t i = 0; i < BUF_COUNT(&k->keys, char *); i++) {
         /* Keys are secrets: leave nothing behind in freed memory. */
-        explicit_bzero(k->keys[i], strlen(k->keys[i]));
-        free(k->keys[i]);
+        explicit_bzero(keys[i], strlen(keys[i]));
+        free(keys[i]);
     }
-    free(k->keys);
-    free(k->principals);
-    k->keys = NULL;
-    k->principals = NULL;
+    buf_free(&k->keys);
+    buf_free(&k->principals);
     k->n = 0;
 }
 
 static int keys_add(key_set *k, const char *key, size_t len)
 {
-    char **keys = realloc(k->keys, (k->n + 1) * sizeof *keys);
-    if (keys == NULL)
+    api_caller who;
+    api_caller_of_key(&who, key, len);
+    if (buf_append(&k->principals, &who, sizeof who) != 0)
         return -1;
-    k->keys = keys;
-    api_caller *principals = realloc(k->principals,
-                                     (k->n + 1) * sizeof *principals);
-    if (principals == NULL)
+    char *copy = strndup(key, len);
+    if (copy == NULL || buf_append(&k->keys, &copy, sizeof copy) != 0) {
+        if (copy != NULL)
+            explicit_bzero(copy, len);
+        free(copy);
         return -1;
-    k->principals = principals;
-    k->keys[k->n] = strndup(key, len);
-    if (k->keys[k->n] == NULL)
-        return -1;
-    api_caller_of_key(&k->principals[k->n], key, len);
+    }
     k->n++;
     return 0;
 }
@@ -90,9 +89,7 @@ static int keys_load_file(key_set *k, const char *path, gpt2d_error *err)
 
 static int keys_load(key_set *k, const settings *cfg, gpt2d_error *err)
 {
-    k->keys = NULL;
-    k->principals = NULL;
-    k->n = 0;
+    *k = (key_set){ GPT2D_BUF_INIT, GPT2D_BUF_INIT, 0 };
     if (cfg->api_key_file != NULL && cfg->api_key_file[0] != '\0' &&
         keys_load_file(k, cfg->api_key_file, err) != 0) {
         keys_free(k);
@@ -168,11 +165,11 @@ http_keys_result http_keys_authorize(http_keys *k, const char *authorization,
     pthread_rwlock_rdlock(&k->lock);
     http_keys_result r = HTTP_KEYS_NONE;
     if (k->set.n > 0) {
-        long i = http_key_find((const char *const *)k->set.keys, k->set.n,
-                               authorization);
+        long i = http_key_find(BUF_ITEMS(&k->set.keys, const char *const),
+                               k->set.n, authorization);
         r = i >= 0 ? HTTP_KEYS_MATCH : HTTP_KEYS_REFUSED;
         if (i >= 0)
-            *who = k->set.principals[i];
+            *who = BUF_ITEMS(&k->set.principals, api_caller)[i];
     }
     pthread_rwlock_unlock(&k->lock);
     return r;

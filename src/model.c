@@ -11,6 +11,7 @@
  * float copy of a matrix outlives the load.  For the blas backend the
  * matrices are instead views of the mapping, or one widened F32 copy. */
 #include "gpt2d/model.h"
+#include "gpt2d/buf.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -132,8 +133,7 @@ typedef struct loader {
     const char *path;           /* model.safetensors, for messages */
     st_file file;
     const char *prefix;         /* "" or "transformer." */
-    binding *bindings;
-    size_t n_bindings, cap_bindings;
+    gpt2d_buf bindings;         /* of binding, in the order bound */
     unsigned char *used;        /* per tensor of `file` */
     /* sources of the panels: every layer's matrices, and the unembedding's
      * (lm_head.weight, or wte when tied) */
@@ -169,15 +169,9 @@ static int bind(loader *L, const char *name, size_t d0, size_t d1,
         return error_set(err, "%s: tensor '%s' has shape [%s], expected [%zu]",
                          L->path, full, got, d0);
     }
-    if (L->n_bindings == L->cap_bindings) {
-        size_t cap = L->cap_bindings ? 2 * L->cap_bindings : 64;
-        binding *b = realloc(L->bindings, cap * sizeof *b);
-        if (b == NULL)
-            return error_set(err, "out of memory");
-        L->bindings = b;
-        L->cap_bindings = cap;
-    }
-    L->bindings[L->n_bindings++] = (binding){t, view, matrix};
+    binding b = {t, view, matrix};
+    if (buf_append(&L->bindings, &b, sizeof b) != 0)
+        return error_set(err, "out of memory");
     L->used[t - L->file.tensors] = 1;
     return 0;
 }
@@ -272,10 +266,11 @@ static int needs_copy(const st_tensor *t)
  * matrix's source for pack_weights. */
 static int resolve_bindings(loader *L, model *m, gpt2d_error *err)
 {
-    size_t total = 0;
-    for (size_t i = 0; i < L->n_bindings; i++)
-        if (L->bindings[i].view != NULL && needs_copy(L->bindings[i].tensor))
-            total += L->bindings[i].tensor->n_elements;
+    const binding *bs = BUF_ITEMS(&L->bindings, const binding);
+    size_t n = BUF_COUNT(&L->bindings, binding), total = 0;
+    for (size_t i = 0; i < n; i++)
+        if (bs[i].view != NULL && needs_copy(bs[i].tensor))
+            total += bs[i].tensor->n_elements;
     if (total > 0) {
         m->widened = malloc(total * sizeof(float));
         if (m->widened == NULL)
@@ -284,8 +279,8 @@ static int resolve_bindings(loader *L, model *m, gpt2d_error *err)
         m->n_widened = total;
     }
     float *next = m->widened;
-    for (size_t i = 0; i < L->n_bindings; i++) {
-        const binding *b = &L->bindings[i];
+    for (size_t i = 0; i < n; i++) {
+        const binding *b = &bs[i];
         const st_tensor *t = b->tensor;
         if (b->matrix != NULL) {
             *b->matrix = t;
@@ -328,7 +323,7 @@ static int bind_all(loader *L, model *m, gpt2d_error *err)
 
     /* lm_head sits outside the transformer. prefix in HF exports. */
     const st_tensor *head = safetensors_find(&L->file, "lm_head.weight");
-    const st_tensor *wte = L->bindings[0].tensor;     /* bound first */
+    const st_tensor *wte = BUF_ITEMS(&L->bindings, binding)[0].tensor; /* bound first */
     m->tied = true;
     if (head != NULL) {
         const char *saved = L->prefix;
@@ -341,12 +336,14 @@ static int bind_all(loader *L, model *m, gpt2d_error *err)
         m->tied = head->dtype == wte->dtype &&
                   memcmp(head->data, wte->data, wte->n_bytes) == 0;
         if (m->tied)
-            L->n_bindings--;    /* identical bytes: share wte instead */
+            /* identical bytes: share wte instead */
+            L->bindings.len -= sizeof(binding);
     }
     if (m->tied) {
         /* the unembedding's panels hold wte, and the embedding reads them */
-        L->bindings[0].view = NULL;
-        L->bindings[0].matrix = &L->head_src;
+        binding *b = BUF_ITEMS(&L->bindings, binding);  /* wte's */
+        b->view = NULL;
+        b->matrix = &L->head_src;
     }
 
     for (size_t i = 0; i < L->file.n_tensors; i++) {
@@ -521,8 +518,9 @@ static model_dtype resolve_dtype(const loader *L, model_dtype asked)
 {
     if (asked != MODEL_DTYPE_AUTO)
         return asked;
-    for (size_t i = 0; i < L->n_bindings; i++)
-        if (L->bindings[i].tensor->dtype != ST_F16)
+    const binding *bs = BUF_ITEMS(&L->bindings, const binding);
+    for (size_t i = 0; i < BUF_COUNT(&L->bindings, binding); i++)
+        if (bs[i].tensor->dtype != ST_F16)
             return MODEL_DTYPE_FLOAT32;
     return MODEL_DTYPE_FLOAT16;
 }
@@ -602,7 +600,7 @@ int model_load_for(model *m, const char *dir, model_dtype dtype,
     rc = 0;
 out:
     free(L.used);
-    free(L.bindings);
+    buf_free(&L.bindings);
     free(L.layer_src);
     safetensors_free(&L.file);
     if (rc != 0)

@@ -22,6 +22,7 @@
  * O(n log n) however long it is.  Merged words are cached, keyed by their
  * bytes; the cache is the only mutable state and has its own mutex. */
 #include "gpt2d/tokenizer.h"
+#include "gpt2d/buf.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -73,8 +74,7 @@ typedef struct word_cache {
     cache_entry *slots; /* CACHE_SLOTS entries; key_len 0 = free */
     size_t entries;
     size_t longest_probe; /* since the last emptying */
-    char *arena;
-    size_t arena_len, arena_cap;
+    gpt2d_buf arena;    /* words' bytes and their ids, back to back */
 } word_cache;
 
 static int cache_new(word_cache **out, gpt2d_error *err);
@@ -215,36 +215,32 @@ static int read_file(const char *path, char **data, size_t *len,
     FILE *f = fopen(path, "rb");
     if (f == NULL)
         return error_set(err, "%s: %s", path, strerror(errno));
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap);
-    while (buf != NULL) {
-        n += fread(buf + n, 1, cap - n, f);
-        if (n < cap)
-            break;
-        if (cap > ((size_t)1 << 30)) {
-            free(buf);
+    gpt2d_buf b = GPT2D_BUF_INIT;
+    for (;;) {
+        if (b.len > ((size_t)1 << 30)) {
+            buf_free(&b);
             fclose(f);
             return error_set(err, "%s: larger than 1 GiB", path);
         }
-        char *bigger = realloc(buf, cap * 2);
-        if (bigger == NULL)
-            free(buf);
-        buf = bigger;
-        cap *= 2;
-    }
-    if (buf == NULL) {
-        fclose(f);
-        return error_set(err, "%s: out of memory", path);
+        if (buf_reserve(&b, b.len > 0 ? b.len : (size_t)1 << 16) != 0) {
+            buf_free(&b);
+            fclose(f);
+            return error_set(err, "%s: out of memory", path);
+        }
+        size_t room = b.cap - b.len, got = fread(b.data + b.len, 1, room, f);
+        b.len += got;
+        if (got < room)
+            break;
     }
     if (ferror(f)) {
         int e = errno;
-        free(buf);
+        buf_free(&b);
         fclose(f);
         return error_set(err, "%s: %s", path, strerror(e));
     }
     fclose(f);
-    *data = buf;
-    *len = n;
+    *data = (char *)b.data;
+    *len = b.len;
     return 0;
 }
 
@@ -558,26 +554,10 @@ size_t tokenizer_vocab_size(const tokenizer *tok)
     return tok->n_vocab;
 }
 
-/* ---- output buffer ---- */
-
-typedef struct id_buf {
-    int32_t *ids;
-    size_t n, cap;
-} id_buf;
-
-static bool id_buf_reserve(id_buf *b, size_t more)
+/* The output: token ids (int32_t) appended to a gpt2d_buf. */
+static bool put_id(gpt2d_buf *out, int32_t id)
 {
-    if (b->cap - b->n >= more)
-        return true;
-    size_t cap = b->cap ? b->cap : 64;
-    while (cap - b->n < more)
-        cap *= 2;
-    int32_t *p = realloc(b->ids, cap * sizeof *p);
-    if (p == NULL)
-        return false;
-    b->ids = p;
-    b->cap = cap;
-    return true;
+    return buf_append(out, &id, sizeof id) == 0;
 }
 
 /* ---- word cache (the tokenizer's only mutable state) ---- */
@@ -588,7 +568,7 @@ static void cache_free(word_cache *c)
         return;
     pthread_mutex_destroy(&c->lock);
     free(c->slots);
-    free(c->arena);
+    buf_free(&c->arena);
     free(c);
 }
 
@@ -620,7 +600,7 @@ static cache_entry *cache_slot(word_cache *c, const char *w, size_t n,
         cache_entry *e = &c->slots[i];
         if (e->key_len == 0 ||
             (e->hash == h && e->key_len == n &&
-             memcmp(c->arena + e->key_off, w, n) == 0)) {
+             memcmp(c->arena.data + e->key_off, w, n) == 0)) {
             if (probe > c->longest_probe)
                 c->longest_probe = probe;
             return e;
@@ -632,17 +612,14 @@ static cache_entry *cache_slot(word_cache *c, const char *w, size_t n,
 
 /* Appends the cached ids of word w to out; false if w is not cached. */
 static bool cache_get(word_cache *c, const char *w, size_t n, uint64_t h,
-                      id_buf *out)
+                      gpt2d_buf *out)
 {
     bool hit = false;
     pthread_mutex_lock(&c->lock);
     const cache_entry *e = cache_slot(c, w, n, h);
-    if (e != NULL && e->key_len != 0 && id_buf_reserve(out, e->n_ids)) {
-        memcpy(out->ids + out->n, c->arena + e->ids_off,
-               e->n_ids * sizeof(int32_t));
-        out->n += e->n_ids;
-        hit = true;
-    }
+    if (e != NULL && e->key_len != 0)
+        hit = buf_append(out, c->arena.data + e->ids_off,
+                         e->n_ids * sizeof(int32_t)) == 0;
     pthread_mutex_unlock(&c->lock);
     return hit;
 }
@@ -653,36 +630,27 @@ static void cache_put(word_cache *c, const char *w, size_t n, uint64_t h,
     size_t need = n + n_ids * sizeof(int32_t);
     pthread_mutex_lock(&c->lock);
     if (c->entries >= CACHE_MAX_ENTRIES ||
-        c->arena_len + need > CACHE_MAX_ARENA) {
+        c->arena.len + need > CACHE_MAX_ARENA) {
         /* Full: start again rather than track recency.  Bounded memory
          * matters more in a daemon than a perfect hit rate. */
         memset(c->slots, 0, CACHE_SLOTS * sizeof *c->slots);
         c->entries = 0;
         c->longest_probe = 0;
-        c->arena_len = 0;
+        c->arena.len = 0;
     }
-    if (c->arena_len + need > c->arena_cap) {
-        size_t cap = c->arena_cap ? c->arena_cap : (size_t)1 << 16;
-        while (cap < c->arena_len + need)
-            cap *= 2;
-        char *p = realloc(c->arena, cap);
-        if (p == NULL)
-            goto out; /* caching is an optimisation; skip it */
-        c->arena = p;
-        c->arena_cap = cap;
-    }
+    if (buf_reserve(&c->arena, need) != 0)
+        goto out; /* caching is an optimisation; skip it */
     cache_entry *e = cache_slot(c, w, n, h);
     if (e == NULL || e->key_len != 0)
         goto out; /* a crowded neighbourhood, or another thread was first */
+    /* Room was made above: these appends cannot fail. */
     e->hash = h;
-    e->key_off = (uint32_t)c->arena_len;
+    e->key_off = (uint32_t)c->arena.len;
     e->key_len = (uint32_t)n;
-    memcpy(c->arena + c->arena_len, w, n);
-    c->arena_len += n;
-    e->ids_off = (uint32_t)c->arena_len;
+    (void)buf_append(&c->arena, w, n);
+    e->ids_off = (uint32_t)c->arena.len;
     e->n_ids = (uint32_t)n_ids;
-    memcpy(c->arena + c->arena_len, ids, n_ids * sizeof(int32_t));
-    c->arena_len += n_ids * sizeof(int32_t);
+    (void)buf_append(&c->arena, ids, n_ids * sizeof(int32_t));
     c->entries++;
 out:
     pthread_mutex_unlock(&c->lock);
@@ -817,7 +785,7 @@ static void pend_pair(const tokenizer *tok, bpe_scratch *s, uint32_t left,
 
 /* Merges word w[0..n), n >= 2, appending its ids to out. */
 static bool bpe_word(const tokenizer *tok, bpe_scratch *s, const char *w,
-                     uint32_t n, id_buf *out)
+                     uint32_t n, gpt2d_buf *out)
 {
     if (!scratch_reserve(s, n))
         return false;
@@ -862,34 +830,27 @@ static bool bpe_word(const tokenizer *tok, bpe_scratch *s, const char *w,
             heap_push(s, s->pending[i]);
     }
 
-    size_t count = 0;
     for (uint32_t i = 0; i < n; i = s->next[i])
-        count++;
-    if (!id_buf_reserve(out, count))
-        return false;
-    for (uint32_t i = 0; i < n; i = s->next[i])
-        out->ids[out->n++] = s->id[i];
+        if (!put_id(out, s->id[i]))
+            return false;
     return true;
 }
 
 static bool encode_word(const tokenizer *tok, bpe_scratch *s, const char *w,
-                        size_t n, id_buf *out)
+                        size_t n, gpt2d_buf *out)
 {
-    if (n == 1) {
-        if (!id_buf_reserve(out, 1))
-            return false;
-        out->ids[out->n++] = tok->byte_id[(unsigned char)w[0]];
-        return true;
-    }
+    if (n == 1)
+        return put_id(out, tok->byte_id[(unsigned char)w[0]]);
     bool cacheable = n <= CACHE_MAX_WORD;
     uint64_t h = cacheable ? hash_bytes(w, n) : 0;
     if (cacheable && cache_get(tok->cache, w, n, h, out))
         return true;
-    size_t start = out->n;
+    size_t start = BUF_COUNT(out, int32_t);
     if (!bpe_word(tok, s, w, (uint32_t)n, out))
         return false;
     if (cacheable)
-        cache_put(tok->cache, w, n, h, out->ids + start, out->n - start);
+        cache_put(tok->cache, w, n, h, BUF_ITEMS(out, int32_t) + start,
+                  BUF_COUNT(out, int32_t) - start);
     return true;
 }
 
@@ -983,7 +944,7 @@ static size_t pretoken(const char *t, size_t n, size_t i)
 
 /* Encodes a piece of text that contains no "<|endoftext|>". */
 static bool encode_piece(const tokenizer *tok, bpe_scratch *s, const char *t,
-                         size_t n, id_buf *out)
+                         size_t n, gpt2d_buf *out)
 {
     for (size_t i = 0; i < n;) {
         size_t len = pretoken(t, n, i);
@@ -1018,30 +979,28 @@ int tokenizer_encode(const tokenizer *tok, const char *text, size_t len,
     if (len > MAX_TEXT_LEN)
         return error_set(err, "text of %zu bytes is longer than the %zu bytes "
                          "the tokenizer accepts", len, MAX_TEXT_LEN);
-    id_buf out = { 0 };
+    gpt2d_buf out = GPT2D_BUF_INIT;
     bpe_scratch s = { 0 };
-    bool ok = id_buf_reserve(&out, len / 3 + 16);
+    bool ok = buf_reserve(&out, (len / 3 + 16) * sizeof(int32_t)) == 0;
     const char *p = text, *end = text + len;
     while (ok && p < end) {
         const char *eot = find_eot(p, (size_t)(end - p));
         const char *stop = eot ? eot : end;
         ok = encode_piece(tok, &s, p, (size_t)(stop - p), &out);
         if (ok && eot != NULL) {
-            ok = id_buf_reserve(&out, 1);
-            if (ok)
-                out.ids[out.n++] = TOKENIZER_EOT;
+            ok = put_id(&out, TOKENIZER_EOT);
             stop += EOT_LEN;
         }
         p = stop;
     }
     scratch_free(&s);
     if (!ok) {
-        free(out.ids);
+        buf_free(&out);
         return error_set(err, "tokenizer_encode: out of memory for %zu bytes",
                          len);
     }
-    *ids = out.ids;
-    *n_ids = out.n;
+    *ids = BUF_ITEMS(&out, int32_t);
+    *n_ids = BUF_COUNT(&out, int32_t);
     return 0;
 }
 

@@ -20,6 +20,11 @@
 #   reload     keeps the PID and serves; the credential copy, not the edited
 #              file, is what a reload re-reads (the docs say: restart)
 #   restart    a new PID, the edited keys in force
+#   disk tier  a session's turn, a restart, and its next turn reports its
+#              history in cached_tokens, read back from the unit's
+#              CacheDirectory= (/var/cache/private/gpt2d holds *.kv files,
+#              the journal's "KV disk: N blocks" line, the disk-tier hit
+#              counter in /metrics)
 #   kill -9    restarted
 #   SIGSTOP    the watchdog kills it and it is restarted
 #   stop       a running stream is drained to [DONE], exit 0
@@ -287,9 +292,59 @@ check_reload_and_restart() {
     check "restart: a new PID, serving again in $(((t1 - t0) / 1000000)) ms" serving_again "$pid"
     check "after restart the edited keys are in force (new 200, old 401)" \
         [ "$(status_with "$key_two") $(status_with "$key_one")" = "200 401" ]
-    # ---- (later) KV disk tier: once it lands, check here that a
-    # conversation's next turn after this restart reports its history in
-    # cached_tokens, read back from the unit's CacheDirectory=. ----
+}
+
+# get KEY PATH: GETs PATH with the key; prints the body.
+get() {
+    inside curl -sS --max-time 30 -H "Authorization: Bearer $1" "http://127.0.0.1:$port$2"
+}
+# metric NAME{LABELS} TEXT: the sample's value in a /metrics text (0 if absent).
+metric() {
+    awk -v n="$1" '$1 == n { v = $2 } END { print v + 0 }' <<<"$2"
+}
+
+# The KV cache's disk tier as a user meets it, with the unit's defaults
+# (gpt2d.conf's kv-cache-dir is the unit's CacheDirectory=, which
+# DynamicUser= keeps in /var/cache/private): a conversation's turn, a
+# restart, and its next turn reports its history as cached_tokens, read back
+# from disk.  The turns go as token-id lists, so that turn 2 extends turn 1
+# exactly, as a client that sends the whole history does: 40 ids (two full
+# blocks of 16 and a partial one), then the same plus 3.
+check_disk_tier() {
+    local turn1 turn2 out pid files line n m0 m1 cached
+    turn1=$(seq -s, 1000 1039)
+    turn2=$turn1,$(seq -s, 2000 2002)
+    out=$(api "$key_two" /v1/completions \
+        "{\"prompt\": [$turn1], \"max_tokens\": 2, \"session_id\": \"chat-disk\"}")
+    check "disk tier: turn 1 of a session (40 tokens), 200" [ "$(tail -1 <<<"$out")" = 200 ]
+    pid=$(main_pid)
+    inside systemctl restart gpt2d
+    check "disk tier: systemctl restart: a new PID, serving" serving_again "$pid"
+    # The test's third start in a minute; with kill -9 and the watchdog's
+    # restarts it would be the start limit's fifth (StartLimitBurst=5 counts
+    # manual starts too).  Clear the count, as an operator would.
+    inside systemctl reset-failed gpt2d
+    files=$(inside find /var/cache/private/gpt2d -maxdepth 1 -name '*.kv' | wc -l)
+    check "disk tier: /var/cache/private/gpt2d (CacheDirectory=, DynamicUser=) holds $files *.kv files" \
+        [ "$files" -gt 0 ]
+    check "disk tier: /var/cache/gpt2d is systemd's link to it" \
+        [ "$(inside readlink /var/cache/gpt2d)" = private/gpt2d ]
+    line=$(journal _PID="$(main_pid)" | grep -m1 -E 'KV disk: [0-9]+ blocks' || true)
+    n=$(sed -n 's/.*KV disk: \([0-9]*\) blocks .*/\1/p' <<<"$line")
+    check "disk tier: the new process's start-up line: '${line%%;*}'" [ "${n:-0}" -gt 0 ]
+    m0=$(get "$key_two" /metrics)
+    out=$(api "$key_two" /v1/completions \
+        "{\"prompt\": [$turn2], \"max_tokens\": 2, \"session_id\": \"chat-disk\"}")
+    m1=$(get "$key_two" /metrics)
+    cached=$(sed -n 's/.*"cached_tokens": *\([0-9]*\).*/\1/p' <<<"$out" | head -1)
+    check "disk tier: turn 2 (43 tokens) after the restart, 200" [ "$(tail -1 <<<"$out")" = 200 ]
+    check "disk tier: turn 2's cached_tokens: ${cached:-?} (at least turn 1's 40 - 1)" \
+        [ "${cached:-0}" -ge 39 ]
+    local hits0 hits1 name='gpt2d_kv_hit_tokens_total{tier="disk"}'
+    hits0=$(metric "$name" "$m0")
+    hits1=$(metric "$name" "$m1")
+    check "disk tier: $name $hits0 -> $hits1 (gpt2d_kv_disk_blocks $(metric gpt2d_kv_disk_blocks "$m1"))" \
+        [ "$hits1" -ge $((hits0 + 39)) ]
 }
 
 check_kill9() {
@@ -380,6 +435,7 @@ echo "== the unit ($(elapsed))"
 if check_start; then
     check_serve
     check_reload_and_restart
+    check_disk_tier
     check_kill9
     check_watchdog
     check_stop_drains
