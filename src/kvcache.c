@@ -52,6 +52,7 @@ typedef struct kv_block {
     uint32_t children;
     uint8_t state;
     bool session;                      /* a session's history: evicted last */
+    bool spilled;                      /* written out at shutdown */
     uint64_t last_used;
     int32_t next_in_bucket;
     int32_t next_free;
@@ -644,16 +645,42 @@ int kvcache_create(kv_cache **out, const model_config *cfg,
 
 static void reap_orphans(kv_cache *c, bool wait);
 
+/* Every cached block to disk, least recently used first. */
+static void spill_all(kv_cache *c)
+{
+    if (c->blocks == NULL)
+        return;
+    uint64_t floor = 0;
+    for (;;) {
+        /* the next least recently used block not yet written: O(n) a
+         * block, at shutdown only, so no sort and no allocation */
+        int32_t next = NONE;
+        for (size_t b = 0; b < c->n_blocks; b++) {
+            const kv_block *k = &c->blocks[b];
+            if (k->state == BLOCK_CACHED && !k->spilled &&
+                k->last_used >= floor &&
+                (next == NONE || k->last_used < c->blocks[next].last_used))
+                next = (int32_t)b;
+        }
+        if (next == NONE)
+            return;
+        c->blocks[next].spilled = true;
+        floor = c->blocks[next].last_used;
+        spill(c, next, true);
+    }
+}
+
 void kvcache_free(kv_cache *c)
 {
     if (c == NULL)
         return;
     if (c->disk != NULL) {
-        /* What RAM holds outlives the process: a restarted daemon finds it. */
+        /* What RAM holds outlives the process: a restarted daemon finds it.
+         * Least recently used first, so that when the disk cannot hold it
+         * all, its eviction (least recently written first) keeps the
+         * blocks used last. */
         reap_orphans(c, true);
-        for (size_t b = 0; c->blocks != NULL && b < c->n_blocks; b++)
-            if (c->blocks[b].state == BLOCK_CACHED)
-                spill(c, (int32_t)b, true);
+        spill_all(c);
         kvdisk_flush(c->disk);
         kvdisk_close(c->disk);
         sessions_save(c, c->last_now);
