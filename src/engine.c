@@ -54,6 +54,7 @@
 #include "gpt2d/kvcache.h"
 #include "gpt2d/log.h"
 #include "gpt2d/metrics.h"
+#include "gpt2d/monotonic.h"
 #include "gpt2d/notify.h"
 #include "gpt2d/textstream.h"
 #include "gpt2d/threadpool.h"
@@ -89,7 +90,6 @@ typedef struct seq_state {
 } seq_state;
 
 struct gen_request {
-    engine *e;
     pthread_mutex_t lock;
     pthread_cond_t cond;
     atomic_int refs;
@@ -177,12 +177,6 @@ struct engine {
     size_t n_jobs;
 };
 
-static double now_seconds(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 /* ---- requests ---- */
 
@@ -260,7 +254,6 @@ static gen_request *request_create(engine *e, const gen_params *p)
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_cond_init(&r->cond, &ca);
     pthread_condattr_destroy(&ca);
-    r->e = e;
     r->n_prompt = p->n_prompt;
     r->max_tokens = p->max_tokens;
     r->n_seq = p->n_sequences;
@@ -273,7 +266,7 @@ static gen_request *request_create(engine *e, const gen_params *p)
      * sequences; otherwise the sampler can skip its log-sum-exp pass. */
     r->sampling.skip_logprob = !p->logprobs && r->n_seq == 1;
     r->usage.prompt_tokens = p->n_prompt;
-    r->t_submit = now_seconds();
+    r->t_submit = monotonic_seconds();
     r->prompt = malloc(p->n_prompt * sizeof *r->prompt);
     r->seqs = calloc(r->n_seq, sizeof *r->seqs);
     if (r->prompt == NULL || r->seqs == NULL)
@@ -905,7 +898,7 @@ static bool has_work(const engine *e)
 static int64_t watchdog_kick(engine *e)
 {
     return notify_watchdog_kick(&e->watchdog,
-                                (uint64_t)(now_seconds() * 1e6));
+                                (uint64_t)(monotonic_seconds() * 1e6));
 }
 
 /* Waits (e->lock held) for work or shutdown; with a watchdog, wakes in time
@@ -937,7 +930,7 @@ static void pad_step(const engine *e, double t_step)
 {
     if (e->cfg.min_step_usec == 0)
         return;
-    double left = t_step + e->cfg.min_step_usec * 1e-6 - now_seconds();
+    double left = t_step + e->cfg.min_step_usec * 1e-6 - monotonic_seconds();
     if (left <= 0.0)
         return;
     struct timespec ts = { (time_t)left,
@@ -954,7 +947,7 @@ static void *engine_main(void *arg)
             idle_wait(e);
         if (!has_work(e))
             break;              /* stopping and drained */
-        double now = now_seconds();
+        double now = monotonic_seconds();
         if (e->stopping && now >= e->deadline)
             cancel_everything(e);
         reap_cancelled(e, now);
@@ -976,22 +969,22 @@ static void *engine_main(void *arg)
         pthread_mutex_unlock(&e->lock);
         watchdog_kick(e);
 
-        const double t_step = now_seconds();
+        const double t_step = monotonic_seconds();
         gpt2d_error err = { { 0 } };
         int rc = forward_step(e->fwd, e->m, e->pool, kvcache_geometry(e->kv),
                               e->batch, n, e->logits, &err);
         double t_forward = 0.0;
         if (rc == 0) {
-            t_forward = now_seconds() - t_step;
+            t_forward = monotonic_seconds() - t_step;
             metrics_observe_batch_rows(rows);
             plan_jobs(e, n);
             threadpool_run(e->pool, e->n_jobs, run_job, e);
-            metrics_observe_step(now_seconds() - t_step);
+            metrics_observe_step(monotonic_seconds() - t_step);
         }
         pad_step(e, t_step);
 
         pthread_mutex_lock(&e->lock);
-        now = now_seconds();
+        now = monotonic_seconds();
         if (rc != 0)
             fail_batch(e, n, &err);
         else {
@@ -1094,7 +1087,7 @@ int engine_create(engine **out, const model *m, const tokenizer *tok,
                     : cfg->n_slots * kvcache_blocks_per_context(&m->config),
         .max_seqs = cfg->n_slots, .half = cfg->kv_half,
         .disk_dir = cfg->kv_disk_dir, .disk_bytes = cfg->kv_disk_bytes,
-        .now = now_seconds() };
+        .now = monotonic_seconds() };
     uint8_t fingerprint[SHA256_BYTES];
     cache_fingerprint(m, cfg->kv_half, fingerprint);
     e->kv_blocks = kc.n_blocks;
@@ -1121,7 +1114,7 @@ void engine_shutdown(engine *e, int drain_ms)
         return;
     pthread_mutex_lock(&e->lock);
     e->stopping = true;
-    e->deadline = now_seconds() + (drain_ms > 0 ? drain_ms / 1000.0 : 0.0);
+    e->deadline = monotonic_seconds() + (drain_ms > 0 ? drain_ms / 1000.0 : 0.0);
     pthread_cond_broadcast(&e->cond);
     pthread_mutex_unlock(&e->lock);
     pthread_join(e->thread, NULL);
@@ -1210,7 +1203,7 @@ size_t engine_sessions(engine *e, const uint8_t owner[SHA256_BYTES],
     /* Read under the lock: a session released while we waited for it
      * carries a later time than one read before (idle_seconds would be
      * negative). */
-    double now = now_seconds();
+    double now = monotonic_seconds();
     size_t n = kvcache_sessions(e->kv, owner, info, cap);
     pthread_mutex_unlock(&e->lock);
     for (size_t i = 0; i < n && i < cap; i++) {

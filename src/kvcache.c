@@ -26,6 +26,7 @@
 #include "config.h"
 
 #include "gpt2d/kvcache.h"
+#include "gpt2d/buf.h"
 #include "gpt2d/hugepages.h"
 #include "gpt2d/kvdisk.h"
 #include "gpt2d/log.h"
@@ -485,24 +486,15 @@ static void sessions_load(kv_cache *c, double now)
     FILE *f = fopen(c->sessions_path, "rb");
     if (f == NULL)
         return;
-    char *buf = NULL;
-    size_t len = 0, cap = 0, n;
+    gpt2d_buf file = GPT2D_BUF_INIT;
     char chunk[65536];
-    while ((n = fread(chunk, 1, sizeof chunk, f)) > 0) {
-        if (len + n > cap) {
-            size_t want = cap ? 2 * cap : sizeof chunk;
-            while (want < len + n)
-                want *= 2;
-            char *nb = realloc(buf, want);
-            if (nb == NULL)
-                break;
-            buf = nb;
-            cap = want;
-        }
-        memcpy(buf + len, chunk, n);
-        len += n;
-    }
+    size_t n;
+    while ((n = fread(chunk, 1, sizeof chunk, f)) > 0)
+        if (buf_append(&file, chunk, n) != 0)
+            break;
     fclose(f);
+    const char *buf = (const char *)file.data;
+    size_t len = file.len;
     size_t head = sizeof SESSIONS_MAGIC + SHA256_BYTES + sizeof(uint32_t);
     uint8_t sum[SHA256_BYTES];
     bool ok = buf != NULL && len >= head + SHA256_BYTES &&
@@ -554,7 +546,7 @@ static void sessions_load(kv_cache *c, double now)
                  "settings, or damaged): its sessions are not listed, though "
                  "their history is found when they come back",
                  c->sessions_path);
-    free(buf);
+    buf_free(&file);
 }
 
 /* ---- create / free ---- */

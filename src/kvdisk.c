@@ -9,6 +9,7 @@
 
 #include "gpt2d/kvdisk.h"
 #include "gpt2d/log.h"
+#include "gpt2d/monotonic.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -362,12 +363,6 @@ static bool read_file(const kv_disk *d, const uint8_t id[SHA256_BYTES],
     return ok;
 }
 
-static double now_seconds(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 /* ---- the I/O thread ---- */
 
@@ -380,9 +375,9 @@ static void do_read(kv_disk *d, kv_disk_read *r)
     kv_block_meta m = x->m;
     pthread_mutex_unlock(&d->lock);
 
-    double t0 = now_seconds();
+    double t0 = monotonic_seconds();
     bool ok = read_file(d, id, &m, r->dst);
-    double dt = now_seconds() - t0;
+    double dt = monotonic_seconds() - t0;
 
     pthread_mutex_lock(&d->lock);
     x->readers--;
