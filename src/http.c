@@ -143,10 +143,10 @@ static bool authorize(http_server *srv, struct MHD_Connection *conn,
                                                "Authorization"), who);
     if (k == HTTP_KEYS_REFUSED)
         return false;
+    if (k == HTTP_KEYS_NONE)
+        caller_of_address(conn, who);
     if (srv->cfg->global_prefix_cache)
         api_caller_global(who);
-    else if (k == HTTP_KEYS_NONE)
-        caller_of_address(conn, who);
     return true;
 }
 

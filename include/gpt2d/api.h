@@ -49,10 +49,14 @@ typedef struct api_ctx {
  * digests are kept, so nothing cached holds a key. */
 typedef struct api_caller {
     uint8_t principal[SHA256_BYTES];
+    /* Whose share of the engine it uses (limits and fairness): the key or
+     * address, even when the cache is global. */
+    uint8_t account[SHA256_BYTES];
 } api_caller;
 
 void api_caller_of_key(api_caller *who, const char *key, size_t len);
 void api_caller_of_address(api_caller *who, const char *address);
+/* One isolation domain for everyone; `who` keeps its account. */
 void api_caller_global(api_caller *who);
 /* The engine's view of `who` sending a request with `salt` (NULL: none). */
 kv_identity api_caller_identity(const api_caller *who, const char *salt,
