@@ -293,6 +293,7 @@ void api_completions(const api_ctx *ctx, const api_caller *who,
         .vocab_size = tokenizer_vocab_size(ctx->tok),
         .max_sequences = ctx->n_slots,
         .max_n = ctx->max_n,
+        .max_stop_bytes = ctx->max_stop_bytes,
     };
     if (completion_request_parse(&run->req, body, len, ctx->tok, &lim, &e) != 0) {
         api_response_error(r, &e);

@@ -175,6 +175,7 @@ static int start(daemon_state *d, gpt2d_error *err)
         .eng = d->eng, .tok = d->tok, .mdl = &d->mdl, .n_slots = d->cfg.slots,
         .kv_half = d->cfg.kv_half,
         .max_n = d->cfg.max_n,
+        .max_stop_bytes = d->cfg.max_stop_bytes,
         .log_prompts = d->cfg.log_prompts, .started = time(NULL),
     };
     if (http_start(&d->http, &d->cfg, &d->api, err) != 0)

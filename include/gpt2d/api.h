@@ -35,6 +35,7 @@ typedef struct api_ctx {
     size_t n_slots;             /* bounds the sequences one request may run */
     bool kv_half;               /* --kv-dtype float16, reported by /v1/models */
     size_t max_n;               /* --max-n: a lower bound of our own; 0 = none */
+    size_t max_stop_bytes;      /* --max-stop-bytes; 0 = none */
     bool log_prompts;
     time_t started;             /* reported as the model's `created` */
 } api_ctx;
@@ -182,6 +183,7 @@ typedef struct completion_limits {
     size_t max_sequences;       /* best_of x prompts, at most (the KV slots) */
     size_t max_n;               /* --max-n, the same bound set lower by the
                                  * operator; 0 = only max_sequences */
+    size_t max_stop_bytes;      /* --max-stop-bytes; 0 = no bound */
 } completion_limits;
 
 /* Parses and validates a POST /v1/completions body; on failure `e` says
