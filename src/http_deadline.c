@@ -13,6 +13,7 @@
 #include <linux/sockios.h>      /* SIOCOUTQ */
 #include <linux/tcp.h>          /* TCP_INFO with tcpi_bytes_received, _acked */
 #include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -285,6 +286,10 @@ deadline_cut http_deadline_request_done(http_deadline *d, conn_watch *w)
         uint64_t acked = 0;
         bool pending = false;
         if (!socket_output(w->fd, &acked, &pending) || !pending)
+            break;
+        /* a client that closed its side has left: nothing to wait for */
+        struct pollfd pfd = {.fd = w->fd, .events = POLLRDHUP};
+        if (poll(&pfd, 1, 0) != 0)
             break;
         pthread_mutex_unlock(&d->lock);
         struct timespec pause = {0, DRAIN_POLL_MS * 1000000L};
