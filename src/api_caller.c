@@ -19,14 +19,21 @@ static void principal(api_caller *who, const char *label, const void *data,
     sha256_final(&c, who->principal);
 }
 
+static void account(api_caller *who, const char *label, const void *data,
+                    size_t len)
+{
+    principal(who, label, data, len);
+    memcpy(who->account, who->principal, SHA256_BYTES);
+}
+
 void api_caller_of_key(api_caller *who, const char *key, size_t len)
 {
-    principal(who, "gpt2d caller: API key", key, len);
+    account(who, "gpt2d caller: API key", key, len);
 }
 
 void api_caller_of_address(api_caller *who, const char *address)
 {
-    principal(who, "gpt2d caller: address", address, strlen(address));
+    account(who, "gpt2d caller: address", address, strlen(address));
 }
 
 void api_caller_global(api_caller *who)

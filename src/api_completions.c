@@ -97,6 +97,7 @@ static void params_for_prompt(const completion_run *run, size_t p,
     gp->n_top_logprobs = req->logprobs ? req->n_logprobs : 0;
     gp->score_prompt = req->echo && req->logprobs;
     gp->session_id = req->session_id[0] != '\0' ? req->session_id : NULL;
+    memcpy(gp->account, run->caller.account, SHA256_BYTES);
     gp->identity = api_caller_identity(&run->caller,
                                        req->has_cache_salt ? req->cache_salt : NULL,
                                        req->cache_salt_len);
@@ -110,6 +111,13 @@ static int engine_error(engine_status st, api_error *e, int *retry_after)
         api_error_set(e, 429, NULL, "the server is busy: the request queue is full, "
                       "retry shortly");
         e->code = "queue_full";
+        return -1;
+    case ENGINE_CALLER_QUEUE_FULL:
+        *retry_after = 1;
+        api_error_set(e, 429, NULL, "too many queued requests for this API key "
+                      "(or client address): the limit max-queued-per-key is "
+                      "reached, retry when one of them has started");
+        e->code = "max_queued_per_key";
         return -1;
     case ENGINE_SESSION_BUSY:
         api_error_set(e, 409, "session_id",
@@ -304,6 +312,7 @@ void api_completions(const api_ctx *ctx, const api_caller *who,
         .vocab_size = tokenizer_vocab_size(ctx->tok),
         .max_sequences = ctx->n_slots,
         .max_n = ctx->max_n,
+        .max_stop_bytes = ctx->max_stop_bytes,
     };
     if (completion_request_parse(&run->req, body, len, ctx->tok, &lim, &e) != 0) {
         api_response_error(r, &e);

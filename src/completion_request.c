@@ -150,6 +150,29 @@ static int prompt_from_text(completion_prompt *p, json_t *s,
     return 0;
 }
 
+/* How many prompts `prompt` holds, found without tokenizing any, so that a
+ * request the counts refuse costs no more than its JSON: a 1 MB array of
+ * one-character prompts is refused before its first is tokenized. */
+static int count_prompts(completion_request *req, json_t *root, api_error *e)
+{
+    json_t *v = json_object_get(root, "prompt");
+    if (v == NULL || json_is_null(v))
+        return api_error_set(e, 400, "prompt", "prompt is required");
+    if (json_is_string(v)) {
+        req->n_prompts = 1;
+        return 0;
+    }
+    if (!json_is_array(v))
+        return api_error_set(e, 400, "prompt",
+                             "prompt must be a string, an array of strings, an array of "
+                             "token ids or an array of token-id arrays");
+    size_t n = json_array_size(v);
+    if (n == 0)
+        return api_error_set(e, 400, "prompt", "prompt must not be empty");
+    req->n_prompts = json_is_integer(json_array_get(v, 0)) ? 1 : n;
+    return 0;
+}
+
 /* prompt: "text" | ["text", ...] | [id, ...] | [[id, ...], ...] */
 static int parse_prompt(completion_request *req, json_t *root,
                         const tokenizer *tok, const completion_limits *lim,
@@ -201,7 +224,8 @@ static int parse_prompt(completion_request *req, json_t *root,
     return 0;
 }
 
-static int parse_stop(completion_request *req, json_t *root, api_error *e)
+static int parse_stop(completion_request *req, json_t *root,
+                      const completion_limits *lim, api_error *e)
 {
     json_t *v = json_object_get(root, "stop");
     if (v == NULL || json_is_null(v))
@@ -227,6 +251,10 @@ static int parse_stop(completion_request *req, json_t *root, api_error *e)
         size_t len = json_string_length(items[i]);
         if (len == 0)
             return api_error_set(e, 400, "stop", "stop strings must not be empty");
+        if (lim->max_stop_bytes > 0 && len > lim->max_stop_bytes)
+            return api_error_set(e, 400, "stop",
+                                 "a stop string may be at most %zu bytes (max-stop-bytes), "
+                                 "got %zu", lim->max_stop_bytes, len);
         if (memchr(json_string_value(items[i]), '\0', len) != NULL)
             return api_error_set(e, 400, "stop", "stop strings must not contain NUL");
         req->stop[i] = strdup(json_string_value(items[i]));
@@ -458,8 +486,13 @@ static int parse_counts(completion_request *req, json_t *root,
     req->max_tokens = (size_t)max_tokens;
     req->n = (size_t)n;
     req->best_of = (size_t)best_of;
-    if (check_sequences(req, lim, e) != 0)
-        return -1;
+    return check_sequences(req, lim, e);
+}
+
+/* After tokenizing: every prompt and its completion fit the context. */
+static int check_context(const completion_request *req,
+                         const completion_limits *lim, api_error *e)
+{
     for (size_t i = 0; i < req->n_prompts; i++) {
         size_t np = req->prompts[i].n;
         if (np > lim->n_ctx)
@@ -520,12 +553,16 @@ int completion_request_parse(completion_request *req, const char *body,
     if (root == NULL)
         return -1;
     int rc = -1;
+    /* The cheap checks first: nothing is tokenized for a request that the
+     * counts or the stop strings refuse. */
     if (parse_ignored(root, e) == 0 &&
-        parse_prompt(req, root, tok, lim, e) == 0 &&
+        count_prompts(req, root, e) == 0 &&
         parse_counts(req, root, lim, e) == 0 &&
+        parse_stop(req, root, lim, e) == 0 &&
+        parse_prompt(req, root, tok, lim, e) == 0 &&
+        check_context(req, lim, e) == 0 &&
         parse_sampling(req, root, e) == 0 &&
         parse_logprobs(req, root, e) == 0 &&
-        parse_stop(req, root, e) == 0 &&
         parse_logit_bias(req, root, lim, e) == 0 &&
         parse_seed(req, root, e) == 0 &&
         parse_session(req, root, e) == 0 &&
@@ -543,7 +580,8 @@ int completion_request_parse(completion_request *req, const char *body,
 
 void completion_request_free(completion_request *req)
 {
-    for (size_t i = 0; i < req->n_prompts; i++)
+    /* the prompts are counted before they are allocated */
+    for (size_t i = 0; req->prompts != NULL && i < req->n_prompts; i++)
         free(req->prompts[i].ids);
     free(req->prompts);
     free(req->logit_bias);

@@ -3,11 +3,13 @@
  * One engine thread loops over steps.  A step:
  *   1. drops cancelled requests (their blocks stay cached), cancels
  *      everything once a shutdown deadline has passed;
- *   2. admits queued requests in FIFO order while the KV cache can begin
- *      their sequences (a free sequence each, and every block they can come
- *      to need reserved; sequence 0 reuses the longest cached prefix);
+ *   2. admits queued requests fairly across callers while the KV cache can
+ *      begin their sequences (a free sequence each, and every block they can
+ *      come to need reserved; sequence 0 reuses the longest cached prefix):
+ *      see "admission" below;
  *   3. builds one batch: a decode row for every generating sequence first,
- *      then prefill chunks of admitted prompts while they fit;
+ *      then prefill chunks of admitted prompts while they fit, unless
+ *      prefill has had its share of the time while others decode;
  *   4. runs forward_step on the worker pool, then every sample (and prompt
  *      score) of the step on the pool too, one sampler_scratch per worker;
  *   5. appends the results to each request's output under its lock and wakes
@@ -108,6 +110,10 @@ struct gen_request {
     size_t n_top;               /* alternatives kept per token */
     char *session;              /* NULL or a copy */
     kv_identity id;             /* whose cache it may use */
+    uint8_t account[SHA256_BYTES];  /* whose share of the engine it uses */
+    size_t max_seqs;            /* that caller's limits (resolved) */
+    size_t max_queued;
+    double cost;                /* prompt + n x max_tokens: what admission charges */
     double t_submit;
 
     /* engine thread only */
@@ -164,6 +170,10 @@ struct engine {
     gen_request **running;      /* admission order; each holds its KV
                                    sequences */
     size_t n_running;
+    struct caller_state *callers;   /* [n_callers_cap]: fairness bookkeeping */
+    size_t n_callers_cap;
+    double vclock;              /* the virtual time of the last admission */
+    double prefill_hold_until;  /* prefill waits until then while others decode */
     bool stopping;
     double deadline;
     bool thread_started, joined;
@@ -283,6 +293,14 @@ static gen_request *request_create(engine *e, const gen_params *p)
     if (p->session_id != NULL && (r->session = strdup(p->session_id)) == NULL)
         goto fail;
     r->id = p->identity;
+    static const uint8_t zero[SHA256_BYTES];
+    memcpy(r->account, memcmp(p->account, zero, SHA256_BYTES) != 0
+                       ? p->account : p->identity.owner, SHA256_BYTES);
+    r->max_seqs = p->max_seqs > 0 ? p->max_seqs : e->cfg.max_seqs_per_caller;
+    r->max_queued = p->max_queued > 0 ? p->max_queued
+                                      : e->cfg.max_queued_per_caller;
+    r->cost = (double)p->n_prompt +
+              (double)p->n_sequences * (double)(p->max_tokens > 0 ? p->max_tokens : 1);
     if (r->score_prompt) {
         r->prompt_scores = calloc(p->n_prompt, sizeof *r->prompt_scores);
         if (r->prompt_scores == NULL)
@@ -524,27 +542,197 @@ static bool begin_kv(engine *e, gen_request *r, double now)
     return true;
 }
 
-/* Begins the KV sequences of the request at the head of the queue; false
- * if the cache cannot hold it yet (FIFO: nothing behind it is admitted
- * either).  A session still held by a cancelled request (reaped this step)
- * waits the same way. */
-static bool admit_one(engine *e, gen_request *r, double now)
+/* ---- admission: fair across callers ----
+ *
+ * The queue holds requests in arrival order; each step picks from it:
+ *
+ *   - Across callers (an API key, or a client address), least served first:
+ *     each caller has a virtual time that grows by the cost of every request
+ *     it starts (prompt + n x max_tokens), and the next request comes from
+ *     the caller whose time is lowest.  A caller that was idle starts at the
+ *     current virtual clock, so idleness banks no credit.  This is start-time
+ *     fair queueing, deficit round robin by cost without a quantum: a caller
+ *     with one cheap request is not kept waiting behind another's flood.
+ *   - Within a caller, first come first served.
+ *   - While another caller is active (has a request queued or running, or
+ *     finished one within CALLER_GRACE_SEC — a client between two requests
+ *     is still there), a caller runs at most its max_seqs sequences: one key
+ *     cannot hold more than half the slots by default.  Alone, it may use
+ *     every slot.
+ *   - A request that fits the free slots may pass a wider one; once the wider
+ *     one has waited admit_age_ms, narrower ones are held back until the
+ *     slots it needs are free, so it is never starved.
+ *
+ * Callers are kept in a small table (bounded by the queue plus the slots)
+ * that forgets a caller CALLER_GRACE_SEC after its last request ended. */
+
+#define CALLER_GRACE_SEC 1.0
+
+typedef struct caller_state {
+    uint8_t account[SHA256_BYTES];
+    bool used;
+    double vtime;               /* cost served, in the virtual clock's units */
+    double last_active;         /* when it last had a request queued or running */
+    /* recomputed each admission pass */
+    size_t running;             /* sequences holding a slot */
+    size_t queued;
+} caller_state;
+
+static caller_state *caller_find(engine *e, const uint8_t *account)
 {
-    if (!begin_kv(e, r, now))
-        return false;
-    metrics_add_prompt_tokens(r->n_prompt);
-    return true;
+    for (size_t i = 0; i < e->n_callers_cap; i++)
+        if (e->callers[i].used &&
+            memcmp(e->callers[i].account, account, SHA256_BYTES) == 0)
+            return &e->callers[i];
+    return NULL;
+}
+
+/* Whether `account` has a request queued or running. */
+static bool caller_busy(const engine *e, const uint8_t *account)
+{
+    for (size_t i = 0; i < e->q_len; i++)
+        if (memcmp(queue_at(e, i)->account, account, SHA256_BYTES) == 0)
+            return true;
+    for (size_t k = 0; k < e->n_running; k++)
+        if (memcmp(e->running[k]->account, account, SHA256_BYTES) == 0)
+            return true;
+    return false;
+}
+
+/* The caller's entry, made if need be.  At most max_queue + n_slots
+ * callers have a request queued or running, and the table has room for one
+ * more, so a free entry is always found: an unused one, or the longest idle
+ * one, forgotten. */
+static caller_state *caller_get(engine *e, const uint8_t *account)
+{
+    caller_state *c = caller_find(e, account);
+    if (c != NULL)
+        return c;
+    for (size_t i = 0; i < e->n_callers_cap; i++) {
+        caller_state *x = &e->callers[i];
+        if (!x->used) {
+            c = x;
+            break;
+        }
+        if ((c == NULL || x->last_active < c->last_active) &&
+            !caller_busy(e, x->account))
+            c = x;
+    }
+    memset(c, 0, sizeof *c);
+    c->used = true;
+    memcpy(c->account, account, SHA256_BYTES);
+    c->vtime = e->vclock;
+    return c;
+}
+
+/* Recounts each caller's running sequences and queued requests. */
+static void callers_count(engine *e)
+{
+    for (size_t i = 0; i < e->n_callers_cap; i++)
+        e->callers[i].running = e->callers[i].queued = 0;
+    for (size_t k = 0; k < e->n_running; k++) {
+        gen_request *r = e->running[k];
+        caller_state *c = caller_get(e, r->account);
+        for (size_t i = 0; i < r->n_seq; i++)
+            c->running += r->seqs[i].has_kv;
+    }
+    for (size_t i = 0; i < e->q_len; i++)
+        caller_get(e, queue_at(e, i)->account)->queued++;
+}
+
+/* Whether a caller other than `c` is active at `now`. */
+static bool others_active(const engine *e, const caller_state *c, double now)
+{
+    for (size_t i = 0; i < e->n_callers_cap; i++) {
+        const caller_state *x = &e->callers[i];
+        if (x != c && x->used &&
+            (x->running > 0 || x->queued > 0 ||
+             now - x->last_active < CALLER_GRACE_SEC))
+            return true;
+    }
+    return false;
+}
+
+static size_t slots_held(const engine *e)
+{
+    size_t held = 0;
+    for (size_t k = 0; k < e->n_running; k++)
+        for (size_t i = 0; i < e->running[k]->n_seq; i++)
+            held += e->running[k]->seqs[i].has_kv;
+    return held;
+}
+
+/* Removes the queue's i-th request, keeping the others' order. */
+static void queue_remove(engine *e, size_t i)
+{
+    for (size_t j = i; j + 1 < e->q_len; j++)
+        e->queue[(e->q_head + j) % e->cfg.max_queue] =
+            e->queue[(e->q_head + j + 1) % e->cfg.max_queue];
+    e->q_len--;
+}
+
+/* The queue index of the request to admit next, or SIZE_MAX for none
+ * this step. */
+static size_t pick_next(engine *e, double now)
+{
+    const size_t free_slots = e->cfg.n_slots - slots_held(e);
+    size_t best = SIZE_MAX, oldest_blocked = SIZE_MAX;
+    const caller_state *best_c = NULL;
+    for (size_t i = 0; i < e->q_len; i++) {
+        gen_request *r = queue_at(e, i);
+        caller_state *c = caller_find(e, r->account);
+        /* only the caller's first queued request is a candidate */
+        bool head = true;
+        for (size_t j = 0; j < i && head; j++)
+            head = memcmp(queue_at(e, j)->account, r->account,
+                          SHA256_BYTES) != 0;
+        if (!head)
+            continue;
+        if (c->running + r->n_seq > r->max_seqs && others_active(e, c, now))
+            continue;           /* over its share while others want theirs */
+        if (r->n_seq > free_slots) {
+            if (oldest_blocked == SIZE_MAX)
+                oldest_blocked = i;     /* the queue is in arrival order */
+            continue;
+        }
+        if (best_c == NULL || c->vtime < best_c->vtime) {
+            best = i;
+            best_c = c;
+        }
+    }
+    /* an aged wide request that fits its share: the slots drain to it */
+    if (oldest_blocked != SIZE_MAX &&
+        now - queue_at(e, oldest_blocked)->t_submit >=
+            e->cfg.admit_age_ms * 1e-3 &&
+        (best == SIZE_MAX || queue_at(e, best)->t_submit >
+                                 queue_at(e, oldest_blocked)->t_submit))
+        return SIZE_MAX;
+    return best;
 }
 
 static void admit(engine *e, double now)
 {
-    while (e->q_len > 0) {
-        gen_request *r = e->queue[e->q_head];
-        if (!admit_one(e, r, now))
+    if (e->q_len == 0)
+        return;
+    callers_count(e);
+    for (;;) {
+        size_t i = pick_next(e, now);
+        if (i == SIZE_MAX)
             break;
-        e->q_head = (e->q_head + 1) % e->cfg.max_queue;
-        e->q_len--;
+        gen_request *r = queue_at(e, i);
+        /* when the cache cannot hold it yet, nothing passes it this step */
+        if (!begin_kv(e, r, now))
+            break;
+        metrics_add_prompt_tokens(r->n_prompt);
+        queue_remove(e, i);
         e->running[e->n_running++] = r;
+        caller_state *c = caller_find(e, r->account);
+        if (c->vtime > e->vclock)
+            e->vclock = c->vtime;
+        c->vtime += r->cost;
+        c->queued--;
+        c->running += r->n_seq;
+        c->last_active = now;
     }
 }
 
@@ -611,8 +799,17 @@ static share_action shared_prefill(const engine *e, size_t k,
 }
 
 /* Decode rows first (they always fit: at most one per slot), then whole
- * prefill chunks in admission order while the budget holds them. */
-static size_t build_batch(engine *e, size_t *rows_out, double now)
+ * prefill chunks in admission order while the budget holds them.
+ *
+ * A step with a prefill chunk lasts many decode steps, and every stream
+ * waits for it: so while sequences decode, prefill takes at most
+ * cfg.prefill_share of the time.  After a step that carried both, prefill
+ * waits (prefill_hold_until) while decode-only steps run for as long as
+ * that share asks; a chunk is never shortened, so where chunks end stays
+ * a function of the prompt alone.  *mixed_out says whether the step
+ * carried both. */
+static size_t build_batch(engine *e, size_t *rows_out, bool *mixed_out,
+                          double now)
 {
     size_t n = 0, rows = 0;
     for (size_t k = 0; k < e->n_running; k++) {
@@ -626,7 +823,11 @@ static size_t build_batch(engine *e, size_t *rows_out, double now)
             rows++;
         }
     }
+    const size_t decode_rows = rows;
+    *mixed_out = false;
     for (size_t k = 0; k < e->n_running; k++) {
+        if (decode_rows > 0 && now < e->prefill_hold_until)
+            break;
         gen_request *r = e->running[k];
         seq_state *s = &r->seqs[0];
         if (s->phase != SEQ_PREFILL)
@@ -666,6 +867,7 @@ static size_t build_batch(engine *e, size_t *rows_out, double now)
                       n_logits);
         r->prefill_started = true;
         rows += len;
+        *mixed_out = decode_rows > 0;
     }
     *rows_out = rows;
     return n;
@@ -870,6 +1072,9 @@ static void retire_finished(engine *e, double now)
                 release_kv(e, s, now);
         }
         if (done) {
+            caller_state *c = caller_find(e, r->account);
+            if (c != NULL)
+                c->last_active = now;
             request_unref(r);
         } else {
             e->running[kept++] = r;
@@ -955,7 +1160,8 @@ static void *engine_main(void *arg)
         if (!has_work(e))
             continue;           /* everything was cancelled */
         size_t rows = 0;
-        size_t n = build_batch(e, &rows, now);
+        bool mixed = false;
+        size_t n = build_batch(e, &rows, &mixed, now);
         if (n == 0) {
             /* cannot happen (a chunk always fits, n <= slots is checked at
              * submit); never spin if it does */
@@ -979,7 +1185,11 @@ static void *engine_main(void *arg)
             metrics_observe_batch_rows(rows);
             plan_jobs(e, n);
             threadpool_run(e->pool, e->n_jobs, run_job, e);
-            metrics_observe_step(monotonic_seconds() - t_step);
+            double took = monotonic_seconds() - t_step;
+            metrics_observe_step(took);
+            if (mixed)
+                e->prefill_hold_until = monotonic_seconds() +
+                    took * (1.0 - e->cfg.prefill_share) / e->cfg.prefill_share;
         }
         pad_step(e, t_step);
 
@@ -1025,10 +1235,12 @@ static int engine_alloc_step(engine *e, gpt2d_error *err)
     e->jobs = calloc(rows + e->cfg.n_slots, sizeof *e->jobs);
     e->queue = calloc(e->cfg.max_queue, sizeof *e->queue);
     e->running = calloc(e->cfg.n_slots, sizeof *e->running);
+    e->n_callers_cap = e->cfg.max_queue + e->cfg.n_slots + 1;
+    e->callers = calloc(e->n_callers_cap, sizeof *e->callers);
     e->n_scratch = threadpool_size(e->pool);
     e->scratch = calloc(e->n_scratch, sizeof *e->scratch);
     if (!e->logits || !e->batch || !e->entries || !e->jobs || !e->queue
-        || !e->running || !e->scratch)
+        || !e->running || !e->callers || !e->scratch)
         return error_set(err, "engine: out of memory for %zu batch rows",
                          rows);
     for (size_t i = 0; i < e->n_scratch; i++)
@@ -1071,6 +1283,16 @@ int engine_create(engine **out, const model *m, const tokenizer *tok,
     e->m = m;
     e->tok = tok;
     e->cfg = *cfg;
+    if (e->cfg.max_seqs_per_caller == 0)
+        e->cfg.max_seqs_per_caller = cfg->n_slots / 2 > 0 ? cfg->n_slots / 2 : 1;
+    if (e->cfg.max_queued_per_caller == 0)
+        e->cfg.max_queued_per_caller = cfg->max_queue / 2 > 0 ? cfg->max_queue / 2 : 1;
+    if (e->cfg.admit_age_ms == 0)
+        e->cfg.admit_age_ms = 2000;
+    if (!(e->cfg.prefill_share > 0.0))
+        e->cfg.prefill_share = 0.5;
+    if (e->cfg.prefill_share > 1.0)
+        e->cfg.prefill_share = 1.0;
     e->vocab = m->config.vocab_size;
     e->chunk = cfg->max_batch_rows - cfg->n_slots;
     e->max_token_bytes = longest_token(tok);
@@ -1132,6 +1354,7 @@ void engine_destroy(engine *e)
             sampler_scratch_free(e->scratch[i]);
     free(e->scratch);
     free(e->running);
+    free(e->callers);
     free(e->queue);
     free(e->jobs);
     free(e->entries);
@@ -1147,6 +1370,26 @@ void engine_destroy(engine *e)
 size_t engine_kv_blocks(const engine *e)
 {
     return e->kv_blocks;
+}
+
+/* Requests of `account` waiting in the queue. */
+static size_t caller_queued_count(const engine *e, const uint8_t *account)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < e->q_len; i++)
+        n += memcmp(queue_at(e, i)->account, account, SHA256_BYTES) == 0;
+    return n;
+}
+
+/* A request of `account` joins the queue.  A caller with nothing queued or
+ * running starts at the virtual clock: time spent idle is no credit. */
+static void caller_backlogged(engine *e, const uint8_t *account)
+{
+    bool busy = caller_busy(e, account);
+    caller_state *c = caller_get(e, account);
+    if (!busy && c->vtime < e->vclock)
+        c->vtime = e->vclock;
+    c->last_active = monotonic_seconds();
 }
 
 engine_status engine_submit(engine *e, const gen_params *p, gen_request **out)
@@ -1177,7 +1420,10 @@ engine_status engine_submit(engine *e, const gen_params *p, gen_request **out)
         atomic_store(&r->refs, 1);
     } else if (e->q_len >= e->cfg.max_queue)
         st = ENGINE_QUEUE_FULL;
+    else if (caller_queued_count(e, r->account) >= r->max_queued)
+        st = ENGINE_CALLER_QUEUE_FULL;
     else {
+        caller_backlogged(e, r->account);
         atomic_store(&r->refs, 2);
         e->queue[(e->q_head + e->q_len++) % e->cfg.max_queue] = r;
         pthread_cond_signal(&e->cond);

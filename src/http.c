@@ -143,10 +143,10 @@ static bool authorize(http_server *srv, struct MHD_Connection *conn,
                                                "Authorization"), who);
     if (k == HTTP_KEYS_REFUSED)
         return false;
+    if (k == HTTP_KEYS_NONE)
+        caller_of_address(conn, who);
     if (srv->cfg->global_prefix_cache)
         api_caller_global(who);
-    else if (k == HTTP_KEYS_NONE)
-        caller_of_address(conn, who);
     return true;
 }
 
@@ -895,6 +895,15 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
         hr->status = 408;       /* cut by the request deadline */
     else if (cut == DEADLINE_CUT_STALLED)
         hr->status = 499;       /* the client stopped reading: a hang-up */
+    else if (toe == MHD_REQUEST_TERMINATED_TIMEOUT_REACHED && hr->status != 0) {
+        /* A body answer (not a completion's: its idle timeout is off)
+         * that libmicrohttpd's idle timeout cut before the reaper did: the
+         * same write timeout, so logged and counted the same way. */
+        hr->status = 499;
+        metrics_write_timeout();
+        log_info("closed a connection whose client took none of its response for "
+                 "%u s (timeout)", srv->cfg->connection_timeout);
+    }
     int status = hr->status != 0 ? hr->status : 499;
     metrics_request_done(hr->route->label, status);
     /* Routes with an id in the path are logged by their pattern: a session

@@ -13,6 +13,7 @@
 #include <linux/sockios.h>      /* SIOCOUTQ */
 #include <linux/tcp.h>          /* TCP_INFO with tcpi_bytes_received, _acked */
 #include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -262,13 +263,39 @@ void http_deadline_request_received(http_deadline *d, conn_watch *w)
     pthread_mutex_unlock(&d->lock);
 }
 
+/* How often request_done looks whether the client took the rest. */
+#define DRAIN_POLL_MS 10
+
 /* The request is over (answered or abandoned); says whether the reaper cut
- * it, and why. */
+ * it, and why.
+ *
+ * An answer libmicrohttpd has handed over whole may still sit in the
+ * kernel, unread: a client that takes none of a body that fits the socket
+ * buffers has not received its answer any more than one whose body backed
+ * up.  So while output is waiting and the write timeout is on, the request
+ * stays "answered" and the reaper keeps watching it: it ends when the
+ * client has taken everything, or it is cut (499, counted) like any other
+ * stalled answer.  A client that reads costs nothing here: nothing waits. */
 deadline_cut http_deadline_request_done(http_deadline *d, conn_watch *w)
 {
     if (w == NULL)
         return DEADLINE_CUT_NONE;
     pthread_mutex_lock(&d->lock);
+    while (w->cut == DEADLINE_CUT_NONE && w->state == WATCH_HANDLED &&
+           d->started && d->cfg->connection_timeout > 0) {
+        uint64_t acked = 0;
+        bool pending = false;
+        if (!socket_output(w->fd, &acked, &pending) || !pending)
+            break;
+        /* a client that closed its side has left: nothing to wait for */
+        struct pollfd pfd = {.fd = w->fd, .events = POLLRDHUP};
+        if (poll(&pfd, 1, 0) != 0)
+            break;
+        pthread_mutex_unlock(&d->lock);
+        struct timespec pause = {0, DRAIN_POLL_MS * 1000000L};
+        nanosleep(&pause, NULL);
+        pthread_mutex_lock(&d->lock);
+    }
     deadline_cut cut = w->cut;
     if (cut == DEADLINE_CUT_NONE)
         watch_go_idle(d, w);

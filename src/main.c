@@ -164,6 +164,9 @@ static int start(daemon_state *d, gpt2d_error *err)
         .kv_disk_bytes = d->cfg.kv_disk,
         .max_queue = d->cfg.max_queue,
         .max_batch_rows = d->cfg.max_batch_rows,
+        .max_seqs_per_caller = d->cfg.max_seqs_per_key,
+        .max_queued_per_caller = d->cfg.max_queued_per_key,
+        .prefill_share = d->cfg.prefill_share / 100.0,
         .min_step_usec = test_min_step_usec(),
     };
     if (engine_create(&d->eng, &d->mdl, d->tok, &ec, err) != 0)
@@ -172,6 +175,7 @@ static int start(daemon_state *d, gpt2d_error *err)
         .eng = d->eng, .tok = d->tok, .mdl = &d->mdl, .n_slots = d->cfg.slots,
         .kv_half = d->cfg.kv_half,
         .max_n = d->cfg.max_n,
+        .max_stop_bytes = d->cfg.max_stop_bytes,
         .log_prompts = d->cfg.log_prompts, .started = time(NULL),
     };
     if (http_start(&d->http, &d->cfg, &d->api, err) != 0)

@@ -117,6 +117,21 @@ static const option_spec options[] = {
     { "max-n", 0, OPT_COUNT, FIELD(max_n), "N", "4", NULL, 1, 1024, false,
       "Most sequences one completion may run: caps n, best_of and best_of x prompts "
       "(never more than --slots)." },
+    { "max-seqs-per-key", 0, OPT_COUNT, FIELD(max_seqs_per_key), "N", NULL,
+      "half of --slots (at least 1)", 1, SETTINGS_MAX_SLOTS, false,
+      "Most sequences one API key (or client address, without keys) runs while "
+      "another key has requests queued or running; alone, a key may use every "
+      "slot." },
+    { "max-queued-per-key", 0, OPT_COUNT, FIELD(max_queued_per_key), "N", NULL,
+      "half of --max-queue (at least 1)", 1, 1000000, false,
+      "Requests one key may have waiting for a slot; beyond this, 429 "
+      "(code max_queued_per_key) at once." },
+    { "prefill-share", 0, OPT_UINT, FIELD(prefill_share), "PERCENT", "50", NULL, 1, 100,
+      false, "While sequences are generating, the most of the engine's time that "
+      "prompt processing (prefill) may take, so that long prompts cannot stall "
+      "every stream; 100: no limit." },
+    { "max-stop-bytes", 0, OPT_COUNT, FIELD(max_stop_bytes), "N", "256", NULL, 1,
+      65536, false, "Longest stop string, in bytes; longer ones get 400." },
     { "max-batch-rows", 0, OPT_COUNT, FIELD(max_batch_rows), "N", "256", NULL, 1, 65536,
       false, "Token rows per engine step (decode rows plus prefill chunks)." },
     { "max-body", 0, OPT_BYTES, FIELD(max_body_bytes), "SIZE", "1M", NULL, 1,

@@ -35,6 +35,7 @@ typedef struct api_ctx {
     size_t n_slots;             /* bounds the sequences one request may run */
     bool kv_half;               /* --kv-dtype float16, reported by /v1/models */
     size_t max_n;               /* --max-n: a lower bound of our own; 0 = none */
+    size_t max_stop_bytes;      /* --max-stop-bytes; 0 = none */
     bool log_prompts;
     time_t started;             /* reported as the model's `created` */
 } api_ctx;
@@ -49,10 +50,14 @@ typedef struct api_ctx {
  * digests are kept, so nothing cached holds a key. */
 typedef struct api_caller {
     uint8_t principal[SHA256_BYTES];
+    /* Whose share of the engine it uses (limits and fairness): the key or
+     * address, even when the cache is global. */
+    uint8_t account[SHA256_BYTES];
 } api_caller;
 
 void api_caller_of_key(api_caller *who, const char *key, size_t len);
 void api_caller_of_address(api_caller *who, const char *address);
+/* One isolation domain for everyone; `who` keeps its account. */
 void api_caller_global(api_caller *who);
 /* The engine's view of `who` sending a request with `salt` (NULL: none). */
 kv_identity api_caller_identity(const api_caller *who, const char *salt,
@@ -178,6 +183,7 @@ typedef struct completion_limits {
     size_t max_sequences;       /* best_of x prompts, at most (the KV slots) */
     size_t max_n;               /* --max-n, the same bound set lower by the
                                  * operator; 0 = only max_sequences */
+    size_t max_stop_bytes;      /* --max-stop-bytes; 0 = no bound */
 } completion_limits;
 
 /* Parses and validates a POST /v1/completions body; on failure `e` says

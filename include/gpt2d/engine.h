@@ -41,6 +41,17 @@ typedef struct engine_config {
     size_t kv_disk_bytes;       /* --kv-disk */
     size_t max_queue;           /* waiting requests beyond which submit says full */
     size_t max_batch_rows;      /* rows per step; also the prefill chunk budget */
+    /* Fairness between callers (engine.c, "admission"). */
+    size_t max_seqs_per_caller; /* sequences one caller may run while another
+                                 * is active; 0: half the slots (at least 1) */
+    size_t max_queued_per_caller; /* requests one caller may have waiting;
+                                 * 0: half of max_queue (at least 1) */
+    unsigned admit_age_ms;      /* a request that fits its caller's share but
+                                 * not the free slots holds back narrower ones
+                                 * once it has waited this long; 0: 2000 */
+    double prefill_share;       /* while sequences decode, the share of the
+                                 * engine's time prefill may take; 0: 0.5,
+                                 * 1: no limit */
     unsigned min_step_usec;     /* 0; tests: every step lasts at least this
                                  * long, so that how long a generation runs
                                  * does not depend on the machine's speed */
@@ -70,6 +81,11 @@ typedef struct gen_params {
     const char *session_id;     /* NULL, or pins the conversation to a slot */
     kv_identity identity;       /* the caller's owner and isolation domain:
                                  * sessions and cached prefixes are its own */
+    /* Whose share of the engine the request uses: the API key or client
+     * address, even when the cache is global.  All zeros: identity.owner. */
+    uint8_t account[SHA256_BYTES];
+    size_t max_seqs;            /* this caller's engine_config limits; */
+    size_t max_queued;          /* 0: the engine's default */
 } gen_params;
 
 /* One scored token: a prompt token (when scoring) or a generated one. */
@@ -107,6 +123,8 @@ typedef struct gen_usage {
 typedef enum engine_status {
     ENGINE_OK = 0,
     ENGINE_QUEUE_FULL,          /* -> 429 with Retry-After */
+    ENGINE_CALLER_QUEUE_FULL,   /* the caller's own queued requests are at
+                                 * its limit -> 429 with Retry-After */
     ENGINE_SESSION_BUSY,        /* the session is running another request -> 409 */
     ENGINE_STOPPING,            /* draining for shutdown -> 503 */
     ENGINE_TOO_LARGE,           /* needs more KV cache than there is -> 400 */

@@ -38,6 +38,12 @@ typedef struct settings {
     unsigned request_timeout;   /* --request-timeout seconds to receive a
                                  * request, default 30; 0 = no limit */
     size_t max_n;               /* --max-n sequences per completion, default 4 */
+    size_t max_seqs_per_key;    /* --max-seqs-per-key while another key is
+                                 * active; 0 (default): half of --slots */
+    size_t max_queued_per_key;  /* --max-queued-per-key; 0 (default): half
+                                 * of --max-queue */
+    unsigned prefill_share;     /* --prefill-share percent, default 50 */
+    size_t max_stop_bytes;      /* --max-stop-bytes per stop string, default 256 */
     int drain_ms;               /* --drain-timeout ms on SIGTERM, default 10000 */
     char *web_root;             /* --web-root, default $(datadir)/gpt2d/web */
     char *api_key_file;         /* --api-key-file; keys also from GPT2D_API_KEY */

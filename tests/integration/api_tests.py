@@ -1340,6 +1340,74 @@ class T7bIsolation(ServerCase):
         self.assert_clean_log(srv)
 
 
+class T8PerKeyQueue(ServerCase):
+    """One slot, a queue of 4: each key may queue 2 (half the queue)."""
+    NAME = "perkey"
+    KEYS = ("key-alpha", "key-beta")
+    ENV = {"GPT2D_TEST_MIN_STEP_US": "2000"}
+    MODEL = staticmethod(long_model)
+
+    @classmethod
+    def setUpClass(cls):
+        os.makedirs(WORKDIR, exist_ok=True)
+        cls.key_file = os.path.join(WORKDIR, "perkey-keys")
+        with open(cls.key_file, "w") as f:
+            f.write("\n".join(cls.KEYS) + "\n")
+        cls.ARGS = ("--slots", "1", "--max-queue", "4", "--threads", "1",
+                    "--api-key-file", cls.key_file)
+        ServerCase.setUpClass.__func__(cls)
+
+    def test_key_over_its_queue_limit_gets_429_naming_it_while_others_are_queued(self):
+        a = self.server.client(api_key=self.KEYS[0])
+        b = self.server.client(api_key=self.KEYS[1])
+        streams, lock = [], threading.Lock()
+
+        def open_in_background(client, seed):
+            def run():
+                try:
+                    es = client.open_stream("/v1/completions",
+                                            dict(LONG_REQ, stream=True, seed=seed))
+                except StreamError:
+                    return
+                with lock:
+                    streams.append(es)
+            t = threading.Thread(target=run)
+            t.start()
+            return t
+        threads = []
+        try:
+            for i in range(3):      # one runs, two wait (headers come when admitted)
+                threads.append(open_in_background(a, i))
+                time.sleep(0.05)
+            self.assertTrue(wait_for(lambda: metric_sum(a.metrics(), "gpt2d_queue_depth")
+                                     == 2, 5))
+            t0 = time.monotonic()
+            with self.assertRaises(StreamError) as cm:
+                streams.append(a.open_stream("/v1/completions",
+                                             dict(LONG_REQ, stream=True, seed=9)))
+            self.assertLess(time.monotonic() - t0, 1.0, "refused only after waiting")
+            r = cm.exception.response
+            err = self.assert_error(r, 429)
+            self.assertEqual(err["code"], "max_queued_per_key")
+            self.assertIn("max-queued-per-key", err["message"])
+            self.assertTrue(r.headers["retry-after"].strip().isdigit(), r.headers)
+            # the other key still has its share of the queue
+            threads.append(open_in_background(b, 10))
+            self.assertTrue(wait_for(lambda: metric_sum(a.metrics(), "gpt2d_queue_depth")
+                                     == 3, 5))
+        finally:
+            # each stream closed lets the next be admitted and open
+            deadline = time.monotonic() + 30
+            while any(t.is_alive() for t in threads) and time.monotonic() < deadline:
+                with lock:
+                    for es in streams:
+                        es.close()
+                time.sleep(0.05)
+            with lock:
+                for es in streams:
+                    es.close()
+
+
 class T8Backpressure(ServerCase):
     NAME = "busy"
     ARGS = ("--slots", "1", "--max-queue", "1", "--threads", "1")

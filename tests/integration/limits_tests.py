@@ -757,6 +757,30 @@ class SlowReader(LimitCase):
                 timer.join()
         self.assertGreater(seen.first_byte, STALL + 1.0)
 
+    def test_body_answer_the_client_stops_reading_is_logged_499_and_counted(self):
+        """A large /detokenize answer (not a completion: libmicrohttpd's own
+        idle timeout may cut it first) that the client never reads is a
+        write timeout like any other: 499 in the access log, counted."""
+        timeouts = self.metric("gpt2d_write_timeouts_total")
+        body = json.dumps({"tokens": [LONGEST_TOKEN] * 20000}).encode()
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, SMALL_RCVBUF)
+        try:
+            sock.connect(("127.0.0.1", self.server.port))
+            sock.sendall(http_request("POST", "/detokenize", body))
+            seen = Unread(sock, 30)
+            self.assertIsNotNone(seen.closed, "never cut")
+        finally:
+            sock.close()
+        self.assertTrue(wait_for(lambda: re.search(r"POST /detokenize 499 ",
+                                                   self.log_text()), 5),
+                        self.log_text()[-1500:])
+        self.assertNotRegex(self.log_text(), r"POST /detokenize 200 ")
+        self.assertTrue(wait_for(lambda: self.metric("gpt2d_write_timeouts_total")
+                                 == timeouts + 1, 5),
+                        "write timeouts: %r, before %r"
+                        % (self.metric("gpt2d_write_timeouts_total"), timeouts))
+
     def _read_slowly(self, stream):
         """A client that takes at most 8 KB a second from a backed-up
         response for 2.5 timeouts is not cut; then it reads the rest, whole."""

@@ -428,6 +428,57 @@ START_TEST(test_max_n_caps_n_best_of_and_prompts)
 }
 END_TEST
 
+/* The counts are checked before any prompt is tokenized: with no tokenizer
+ * at all, an array of text prompts over max-n, or with a stop string over
+ * its limit, is refused (tokenizing would crash). */
+START_TEST(test_prompt_array_over_max_n_is_refused_before_tokenizing)
+{
+    static const char body[] = "{\"prompt\": [\"a\", \"b\", \"c\", \"d\", \"e\"]}";
+    completion_request req;
+    api_error e;
+    memset(&e, 0, sizeof e);
+    ck_assert_int_eq(completion_request_parse(&req, body, strlen(body), NULL,
+                                              &limits, &e), -1);
+    ck_assert_int_eq(e.status, 400);
+    ck_assert_str_eq(e.param, "prompt");
+    ck_assert_msg(strstr(e.message, "5 sequences") != NULL, "%s", e.message);
+    static const char stop[] = "{\"prompt\": \"a\", \"stop\": \"xxxxx\"}";
+    completion_limits lim = limits;
+    lim.max_stop_bytes = 4;
+    ck_assert_int_eq(completion_request_parse(&req, stop, strlen(stop), NULL,
+                                              &lim, &e), -1);
+    ck_assert_str_eq(e.param, "stop");
+}
+END_TEST
+
+/* A stop string is at most max-stop-bytes long: every one is held, per
+ * sequence, while the request waits and runs. */
+START_TEST(test_stop_string_over_the_limit_is_refused)
+{
+    completion_limits lim = limits;
+    lim.max_stop_bytes = 256;
+    char body[1024];
+    char s256[257], s257[258];
+    memset(s256, 'x', 256);
+    s256[256] = '\0';
+    memset(s257, 'x', 257);
+    s257[257] = '\0';
+    completion_request req;
+    api_error e;
+    snprintf(body, sizeof body, "{\"prompt\": \"a\", \"stop\": [\"%s\"]}", s256);
+    ck_assert_int_eq(completion_request_parse(&req, body, strlen(body), tok, &lim, &e), 0);
+    ck_assert_uint_eq(strlen(req.stop[0]), 256);
+    completion_request_free(&req);
+    snprintf(body, sizeof body, "{\"prompt\": \"a\", \"stop\": [\"y\", \"%s\"]}", s257);
+    memset(&e, 0, sizeof e);
+    ck_assert_int_eq(completion_request_parse(&req, body, strlen(body), tok, &lim, &e), -1);
+    ck_assert_int_eq(e.status, 400);
+    ck_assert_str_eq(e.param, "stop");
+    ck_assert_msg(strstr(e.message, "256 bytes") != NULL &&
+                  strstr(e.message, "257") != NULL, "%s", e.message);
+}
+END_TEST
+
 START_TEST(test_max_n_above_the_slots_leaves_the_slots_in_charge)
 {
     completion_request req;
@@ -849,6 +900,8 @@ static Suite *api_suite(void)
     tcase_add_test(parsing, test_invalid_json_is_an_invalid_request_error);
     tcase_add_test(parsing, test_null_fields_mean_the_default);
     tcase_add_test(parsing, test_max_n_caps_n_best_of_and_prompts);
+    tcase_add_test(parsing, test_prompt_array_over_max_n_is_refused_before_tokenizing);
+    tcase_add_test(parsing, test_stop_string_over_the_limit_is_refused);
     tcase_add_test(parsing, test_max_n_above_the_slots_leaves_the_slots_in_charge);
     tcase_add_loop_test(parsing, test_logit_bias_key_in_decimal_is_accepted, 0,
                         (int)(sizeof good_bias_keys / sizeof good_bias_keys[0]));

@@ -1365,6 +1365,218 @@ START_TEST(test_engine_refuses_a_request_larger_than_the_kv_cache)
 }
 END_TEST
 
+/* ---- fairness between callers ---- */
+
+static engine *open_engine_cfg(const engine_config *over)
+{
+    engine_config cfg = *over;
+    cfg.n_threads = 2;
+    engine *e = NULL;
+    gpt2d_error err = { { 0 } };
+    ck_assert_msg(engine_create(&e, &g_model, g_tok, &cfg, &err) == 0, "%s",
+                  err.message);
+    return e;
+}
+
+/* A long request (the whole context) of `who`, queued. */
+static gen_request *submit_long_of(engine *e, const int32_t *prompt, size_t n,
+                                   kv_identity who, size_t n_seq)
+{
+    gen_params p = greedy_params(prompt, n, g_n_ctx - n);
+    ban_eot(&p);
+    p.identity = who;
+    p.n_sequences = n_seq;
+    gen_request *r = NULL;
+    ck_assert_int_eq(submit(e, &p, &r), ENGINE_OK);
+    return r;
+}
+
+static size_t n_tokens_of(gen_request *r)
+{
+    gen_request_lock(r);
+    size_t n = gen_request_output(r, 0)->n_tokens;
+    gen_request_unlock(r);
+    return n;
+}
+
+/* One slot; caller A runs one request and queues two more, then caller B
+ * queues one: when A's first ends, B's runs before A's second, although it
+ * came later (first come first served would run A's). */
+START_TEST(test_engine_admits_the_least_served_caller_first)
+{
+    engine_config cfg = { .n_slots = 1, .max_queue = 8, .max_batch_rows = 16,
+                          .min_step_usec = 1000 };
+    engine *e = open_engine_cfg(&cfg);
+    int32_t *prompt = prompt_of(4);
+    kv_identity a = caller(1, 1), b = caller(2, 2);
+    gen_request *a1 = submit_long_of(e, prompt, 4, a, 1);
+    wait_tokens(a1, 1);
+    gen_request *a2 = submit_long_of(e, prompt, 4, a, 1);
+    gen_request *a3 = submit_long_of(e, prompt, 4, a, 1);
+    gen_request *b1 = submit_long_of(e, prompt, 4, b, 1);
+    gen_request_cancel(a1);
+    wait_tokens(b1, 1);
+    ck_assert_uint_eq(n_tokens_of(a2), 0);
+    ck_assert_uint_eq(n_tokens_of(a3), 0);
+    gen_request *all[] = { a1, a2, a3, b1 };
+    for (size_t i = 0; i < 4; i++)
+        gen_request_release(all[i]);
+    engine_destroy(e);
+    free(prompt);
+}
+END_TEST
+
+/* Four slots, two callers: while B runs, A runs at most half the slots,
+ * though a slot is free; alone, a caller may take them all. */
+START_TEST(test_engine_caller_holds_at_most_half_the_slots_while_another_is_active)
+{
+    engine_config cfg = { .n_slots = 4, .max_queue = 8, .max_batch_rows = 16,
+                          .min_step_usec = 5000 };
+    engine *e = open_engine_cfg(&cfg);
+    int32_t *prompt = prompt_of(4);
+    kv_identity a = caller(1, 1), b = caller(2, 2);
+    gen_request *a1 = submit_long_of(e, prompt, 4, a, 1);
+    wait_tokens(a1, 1);
+    gen_request *b1 = submit_long_of(e, prompt, 4, b, 1);
+    wait_tokens(b1, 1);
+    gen_request *a2 = submit_long_of(e, prompt, 4, a, 1);
+    gen_request *a3 = submit_long_of(e, prompt, 4, a, 1);
+    wait_tokens(a2, 3);
+    gen_request_lock(b1);
+    ck_assert(!gen_request_finished(b1));
+    gen_request_unlock(b1);
+    ck_assert_uint_eq(n_tokens_of(a3), 0);
+    engine_stats st = engine_get_stats(e);
+    ck_assert_uint_eq(st.slots_busy, 3);
+    ck_assert_uint_eq(st.queue_depth, 1);
+    /* B leaves: after its grace, A takes the free slot */
+    gen_request_cancel(b1);
+    wait_tokens(a3, 1);
+    gen_request *all[] = { a1, a2, a3, b1 };
+    for (size_t i = 0; i < 4; i++)
+        gen_request_release(all[i]);
+    engine_destroy(e);
+    free(prompt);
+}
+END_TEST
+
+/* Two slots, one held: a wide request (n = 2) waits at the head of the
+ * queue, and a one-sequence request behind it runs in the free slot
+ * rather than wait with it. */
+START_TEST(test_engine_narrow_request_passes_a_wide_one_that_does_not_fit)
+{
+    engine_config cfg = { .n_slots = 2, .max_queue = 8, .max_batch_rows = 16,
+                          .max_seqs_per_caller = 2, .admit_age_ms = 60000,
+                          .min_step_usec = 2000 };
+    engine *e = open_engine_cfg(&cfg);
+    int32_t *prompt = prompt_of(4);
+    gen_request *a1 = submit_long_of(e, prompt, 4, caller(1, 1), 1);
+    wait_tokens(a1, 1);
+    gen_request *wide = submit_long_of(e, prompt, 4, caller(2, 2), 2);
+    gen_request *narrow = submit_long_of(e, prompt, 4, caller(3, 3), 1);
+    wait_tokens(narrow, 1);
+    ck_assert_uint_eq(n_tokens_of(wide), 0);
+    gen_request *all[] = { a1, wide, narrow };
+    for (size_t i = 0; i < 3; i++)
+        gen_request_release(all[i]);
+    engine_destroy(e);
+    free(prompt);
+}
+END_TEST
+
+/* ... but not forever: once the wide one has waited admit_age_ms, the
+ * narrow one waits for it. */
+START_TEST(test_engine_aged_wide_request_is_not_passed)
+{
+    engine_config cfg = { .n_slots = 2, .max_queue = 8, .max_batch_rows = 16,
+                          .max_seqs_per_caller = 2, .admit_age_ms = 1,
+                          .min_step_usec = 2000 };
+    engine *e = open_engine_cfg(&cfg);
+    int32_t *prompt = prompt_of(4);
+    gen_request *a1 = submit_long_of(e, prompt, 4, caller(1, 1), 1);
+    wait_tokens(a1, 1);
+    gen_request *wide = submit_long_of(e, prompt, 4, caller(2, 2), 2);
+    struct timespec pause = { 0, 5000000L };
+    nanosleep(&pause, NULL);
+    gen_request *narrow = submit_long_of(e, prompt, 4, caller(3, 3), 1);
+    wait_tokens(wide, 1);       /* once a1 ends */
+    ck_assert_uint_eq(n_tokens_of(narrow), 0);
+    gen_request *all[] = { a1, wide, narrow };
+    for (size_t i = 0; i < 3; i++)
+        gen_request_release(all[i]);
+    engine_destroy(e);
+    free(prompt);
+}
+END_TEST
+
+/* A caller's queued requests stop at its own limit (half the queue by
+ * default) while the queue still has room for others. */
+START_TEST(test_engine_caller_queue_limit_leaves_room_for_others)
+{
+    engine *e = open_engine(1, 16, 4);
+    int32_t *prompt = prompt_of(4);
+    kv_identity a = caller(1, 1), b = caller(2, 2);
+    gen_request *a1 = submit_long_of(e, prompt, 4, a, 1);
+    wait_tokens(a1, 1);
+    gen_request *a2 = submit_long_of(e, prompt, 4, a, 1);
+    gen_request *a3 = submit_long_of(e, prompt, 4, a, 1);
+    gen_params p = greedy_params(prompt, 4, 2);
+    p.identity = a;
+    gen_request *refused = NULL;
+    ck_assert_int_eq(submit(e, &p, &refused), ENGINE_CALLER_QUEUE_FULL);
+    ck_assert_ptr_null(refused);
+    /* a per-request limit overrides the engine's */
+    p.max_queued = 3;
+    gen_request *a4 = NULL;
+    ck_assert_int_eq(submit(e, &p, &a4), ENGINE_OK);
+    p.identity = b;
+    p.max_queued = 0;
+    gen_request *b1 = NULL;
+    ck_assert_int_eq(submit(e, &p, &b1), ENGINE_OK);
+    gen_request *all[] = { a1, a2, a3, a4, b1 };
+    for (size_t i = 0; i < 5; i++)
+        gen_request_release(all[i]);
+    engine_destroy(e);
+    free(prompt);
+}
+END_TEST
+
+/* Under a prefill flood, a decoding stream keeps most of its steps:
+ * prefill takes at most prefill_share of the time while others decode. */
+START_TEST(test_engine_prefill_flood_leaves_decode_its_share)
+{
+    engine_config cfg = { .n_slots = 4, .max_queue = 64, .max_batch_rows = 20,
+                          .prefill_share = 0.25 };
+    engine *e = open_engine_cfg(&cfg);
+    int32_t *prompt = prompt_of(4), *big = prompt_of(48);
+    gen_request *s = submit_long_of(e, prompt, 4, caller(1, 1), 1);
+    wait_tokens(s, 1);
+    gen_request *flood[12];
+    for (size_t i = 0; i < 12; i++) {
+        gen_params p = greedy_params(big, 48, 1);
+        big[0] = (int32_t)(100 + i);    /* nothing cached to share */
+        p.identity = caller((uint8_t)(10 + i % 3), 9);
+        p.max_queued = 64;
+        ck_assert_int_eq(submit(e, &p, &flood[i]), ENGINE_OK);
+    }
+    wait_finished(s);
+    /* the stream's steps: with every step a prefill step it would have
+     * seen the 12 x 3 chunks in its own; held back, many fewer */
+    size_t done = 0;
+    for (size_t i = 0; i < 12; i++) {
+        gen_request_lock(flood[i]);
+        done += gen_request_finished(flood[i]);
+        gen_request_unlock(flood[i]);
+        gen_request_release(flood[i]);
+    }
+    ck_assert_uint_lt(done, 12);
+    gen_request_release(s);
+    engine_destroy(e);
+    free(prompt);
+    free(big);
+}
+END_TEST
+
 static Suite *engine_suite(void)
 {
     Suite *s = suite_create("engine");
@@ -1417,6 +1629,16 @@ static Suite *engine_suite(void)
     tcase_add_test(flow, test_engine_submit_rejects_what_can_never_run);
     tcase_add_test(flow, test_engine_refuses_a_request_larger_than_the_kv_cache);
     suite_add_tcase(s, flow);
+
+    TCase *fair = tcase_create("fairness");
+    tcase_add_unchecked_fixture(fair, load_fixtures, unload_fixtures);
+    tcase_add_test(fair, test_engine_admits_the_least_served_caller_first);
+    tcase_add_test(fair, test_engine_caller_holds_at_most_half_the_slots_while_another_is_active);
+    tcase_add_test(fair, test_engine_narrow_request_passes_a_wide_one_that_does_not_fit);
+    tcase_add_test(fair, test_engine_aged_wide_request_is_not_passed);
+    tcase_add_test(fair, test_engine_caller_queue_limit_leaves_room_for_others);
+    tcase_add_test(fair, test_engine_prefill_flood_leaves_decode_its_share);
+    suite_add_tcase(s, fair);
 
     return s;
 }
