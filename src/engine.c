@@ -798,16 +798,32 @@ static share_action shared_prefill(const engine *e, size_t k,
     return SHARE_NONE;
 }
 
+/* Whether a sequence of a caller other than r's is generating. */
+static bool others_decoding(const engine *e, const gen_request *r)
+{
+    for (size_t k = 0; k < e->n_running; k++) {
+        const gen_request *q = e->running[k];
+        if (memcmp(q->account, r->account, SHA256_BYTES) == 0)
+            continue;
+        for (size_t i = 0; i < q->n_seq; i++)
+            if (q->seqs[i].phase == SEQ_DECODE)
+                return true;
+    }
+    return false;
+}
+
 /* Decode rows first (they always fit: at most one per slot), then whole
  * prefill chunks in admission order while the budget holds them.
  *
  * A step with a prefill chunk lasts many decode steps, and every stream
- * waits for it: so while sequences decode, prefill takes at most
- * cfg.prefill_share of the time.  After a step that carried both, prefill
- * waits (prefill_hold_until) while decode-only steps run for as long as
- * that share asks; a chunk is never shortened, so where chunks end stays
- * a function of the prompt alone.  *mixed_out says whether the step
- * carried both. */
+ * waits for it: so while another caller's sequences decode, a caller's
+ * prompts take at most cfg.prefill_share of the time.  After a step that
+ * carried both, such prefill waits (prefill_hold_until) while steps
+ * without it run for as long as that share asks; a chunk is never
+ * shortened, so where chunks end stays a function of the prompt alone.
+ * A caller's own prompts never wait for its own streams: one tenant's
+ * burst is not slowed for its own sake.  *mixed_out says whether the
+ * step carried both. */
 static size_t build_batch(engine *e, size_t *rows_out, bool *mixed_out,
                           double now)
 {
@@ -823,14 +839,14 @@ static size_t build_batch(engine *e, size_t *rows_out, bool *mixed_out,
             rows++;
         }
     }
-    const size_t decode_rows = rows;
     *mixed_out = false;
     for (size_t k = 0; k < e->n_running; k++) {
-        if (decode_rows > 0 && now < e->prefill_hold_until)
-            break;
         gen_request *r = e->running[k];
         seq_state *s = &r->seqs[0];
         if (s->phase != SEQ_PREFILL)
+            continue;
+        const bool others = others_decoding(e, r);
+        if (others && now < e->prefill_hold_until)
             continue;
         if (r->kv_loading) {
             size_t reused;
@@ -867,7 +883,7 @@ static size_t build_batch(engine *e, size_t *rows_out, bool *mixed_out,
                       n_logits);
         r->prefill_started = true;
         rows += len;
-        *mixed_out = decode_rows > 0;
+        *mixed_out = *mixed_out || others;
     }
     *rows_out = rows;
     return n;
