@@ -269,10 +269,14 @@ static void att_scores_avx2(float *sc, size_t lds, const float *q,
                             size_t n0, size_t nr, size_t hd, float scale)
 {
     const size_t n = n0 + nr - 1;           /* keys the last row sees */
+    const char *block = NULL;
     for (size_t t = 0; t < n; t += 4) {
         size_t nk = n - t < 4 ? n - t : 4;
-        /* four keys never straddle a block (4 divides KV_BLOCK_TOKENS) */
-        const char *k0 = k_row(kv, t);
+        /* four keys never straddle a block (4 divides KV_BLOCK_TOKENS):
+         * the block's address is looked up once per block */
+        if (t % KV_BLOCK_TOKENS == 0)
+            block = k_row(kv, t);
+        const char *k0 = block + (t % KV_BLOCK_TOKENS) * kv->row;
         const char *k1 = k0 + (nk > 1 ? 1 : 0) * kv->row;
         const char *k2 = k0 + (nk > 2 ? 2 : 0) * kv->row;
         const char *k3 = k0 + (nk > 3 ? 3 : 0) * kv->row;
