@@ -127,9 +127,10 @@ static const option_spec options[] = {
       "Requests one key may have waiting for a slot; beyond this, 429 "
       "(code max_queued_per_key) at once." },
     { "prefill-share", 0, OPT_UINT, FIELD(prefill_share), "PERCENT", "50", NULL, 1, 100,
-      false, "While sequences are generating, the most of the engine's time that "
-      "prompt processing (prefill) may take, so that long prompts cannot stall "
-      "every stream; 100: no limit." },
+      false, "While another caller's sequences are generating, the most of the "
+      "engine's time that a caller's prompt processing (prefill) may take, so "
+      "that one key's long prompts cannot stall everyone's streams; 100: no "
+      "limit." },
     { "max-stop-bytes", 0, OPT_COUNT, FIELD(max_stop_bytes), "N", "256", NULL, 1,
       65536, false, "Longest stop string, in bytes; longer ones get 400." },
     { "max-batch-rows", 0, OPT_COUNT, FIELD(max_batch_rows), "N", "256", NULL, 1, 65536,
