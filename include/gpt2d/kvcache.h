@@ -14,8 +14,13 @@
  * new sequence reuses the longest cached prefix of its domain; running
  * sequences share full blocks by reference count.  A partly filled block is
  * private to the sequence that fills it; when the sequence ends it stays
- * cached as a partial block, and a later prompt that continues it gets a copy
- * of the positions it shares.  Full blocks are never written again.
+ * cached as a partial block; a later prompt that continues it takes it over
+ * when no one holds it (a conversation's next turn), else gets a copy of the
+ * positions it shares.  Full blocks are never written again.
+ *
+ * The disk tier (kvdisk.h, with --kv-cache-dir) keeps what RAM evicts, and
+ * all of RAM at shutdown; a prefix that continues on disk is read back into
+ * fresh blocks while the sequence waits (kvcache_seq_ready).
  *
  * Eviction.  Blocks no sequence holds stay cached until their memory is
  * needed; then the least recently used block with no cached children goes
