@@ -1541,46 +1541,12 @@ START_TEST(test_engine_caller_queue_limit_leaves_room_for_others)
 }
 END_TEST
 
-/* Under a prefill flood, a decoding stream keeps most of its steps:
- * prefill takes at most prefill_share of the time while others decode. */
-/* The same flood from the stream's own caller is not held back: one
- * tenant's burst is not slowed for its own streams' sake (the prefill
- * share protects other callers). */
-START_TEST(test_engine_a_callers_own_prompts_are_not_held_behind_its_stream)
-{
-    engine_config cfg = { .n_slots = 4, .max_queue = 64, .max_batch_rows = 20,
-                          .prefill_share = 0.25 };
-    engine *e = open_engine_cfg(&cfg);
-    int32_t *prompt = prompt_of(4), *big = prompt_of(48);
-    gen_request *s = submit_long_of(e, prompt, 4, caller(1, 1), 1);
-    wait_tokens(s, 1);
-    gen_request *flood[12];
-    for (size_t i = 0; i < 12; i++) {
-        gen_params p = greedy_params(big, 48, 1);
-        big[0] = (int32_t)(100 + i);
-        p.identity = caller(1, 1);
-        p.max_queued = 64;
-        ck_assert_int_eq(submit(e, &p, &flood[i]), ENGINE_OK);
-    }
-    wait_finished(s);
-    /* 36 chunks, one a step, fit in the stream's 59 remaining steps; held
-     * back 3 steps in 4 (share 0.25) they would take about 144 */
-    size_t done = 0;
-    for (size_t i = 0; i < 12; i++) {
-        gen_request_lock(flood[i]);
-        done += gen_request_finished(flood[i]);
-        gen_request_unlock(flood[i]);
-        gen_request_release(flood[i]);
-    }
-    ck_assert_uint_eq(done, 12);
-    gen_request_release(s);
-    engine_destroy(e);
-    free(prompt);
-    free(big);
-}
-END_TEST
-
-START_TEST(test_engine_prefill_flood_leaves_decode_its_share)
+/* A stream of caller (1, 1) runs while 12 fresh 48-token prompts arrive,
+ * from the stream's own caller or from three others: how many of them
+ * have finished when the stream does (share 0.25; 36 chunks of 16, one a
+ * step, fit in the stream's 59 remaining steps, and held back 3 steps in 4
+ * they would take about 144). */
+static size_t flood_done_when_the_stream_ends(bool own_caller)
 {
     engine_config cfg = { .n_slots = 4, .max_queue = 64, .max_batch_rows = 20,
                           .prefill_share = 0.25 };
@@ -1592,13 +1558,11 @@ START_TEST(test_engine_prefill_flood_leaves_decode_its_share)
     for (size_t i = 0; i < 12; i++) {
         gen_params p = greedy_params(big, 48, 1);
         big[0] = (int32_t)(100 + i);    /* nothing cached to share */
-        p.identity = caller((uint8_t)(10 + i % 3), 9);
+        p.identity = own_caller ? caller(1, 1) : caller((uint8_t)(10 + i % 3), 9);
         p.max_queued = 64;
         ck_assert_int_eq(submit(e, &p, &flood[i]), ENGINE_OK);
     }
     wait_finished(s);
-    /* the stream's steps: with every step a prefill step it would have
-     * seen the 12 x 3 chunks in its own; held back, many fewer */
     size_t done = 0;
     for (size_t i = 0; i < 12; i++) {
         gen_request_lock(flood[i]);
@@ -1606,11 +1570,27 @@ START_TEST(test_engine_prefill_flood_leaves_decode_its_share)
         gen_request_unlock(flood[i]);
         gen_request_release(flood[i]);
     }
-    ck_assert_uint_lt(done, 12);
     gen_request_release(s);
     engine_destroy(e);
     free(prompt);
     free(big);
+    return done;
+}
+
+/* The same flood from the stream's own caller is not held back: one
+ * tenant's burst is not slowed for its own streams' sake (the prefill
+ * share protects other callers). */
+START_TEST(test_engine_a_callers_own_prompts_are_not_held_behind_its_stream)
+{
+    ck_assert_uint_eq(flood_done_when_the_stream_ends(true), 12);
+}
+END_TEST
+
+/* Under other callers' prefill flood, a decoding stream keeps most of its
+ * steps: their prefill takes at most prefill_share of the time. */
+START_TEST(test_engine_prefill_flood_leaves_decode_its_share)
+{
+    ck_assert_uint_lt(flood_done_when_the_stream_ends(false), 12);
 }
 END_TEST
 
