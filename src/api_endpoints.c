@@ -201,11 +201,11 @@ void api_sessions_list(const api_ctx *ctx, const api_caller *who,
     json_t *data = json_array();
     for (size_t i = 0; i < n; i++)
         json_array_append_new(data, json_pack("{s:s, s:s, s:I, s:{s:I, s:I}, s:f, s:b}",
-            "id", info[i].id, "object", "session",
-            "n_tokens", (json_int_t)info[i].n_tokens,
-            "cached", "ram", (json_int_t)info[i].n_ram,
-            "disk", (json_int_t)info[i].n_disk,
-            "idle_seconds", info[i].idle_seconds, "busy", info[i].busy));
+            "id", info[i].kv.id, "object", "session",
+            "n_tokens", (json_int_t)info[i].kv.n_tokens,
+            "cached", "ram", (json_int_t)info[i].kv.n_ram,
+            "disk", (json_int_t)info[i].kv.n_disk,
+            "idle_seconds", info[i].idle_seconds, "busy", info[i].kv.busy));
     free(info);
     api_response_json(r, 200, json_pack("{s:s, s:o}", "object", "list", "data", data));
 }

@@ -1469,11 +1469,7 @@ size_t engine_sessions(engine *e, const uint8_t owner[SHA256_BYTES],
     size_t n = kvcache_sessions(e->kv, owner, info, cap);
     pthread_mutex_unlock(&e->lock);
     for (size_t i = 0; i < n && i < cap; i++) {
-        snprintf(out[i].id, sizeof out[i].id, "%s", info[i].id);
-        out[i].n_tokens = info[i].n_tokens;
-        out[i].n_ram = info[i].n_ram;
-        out[i].n_disk = info[i].n_disk;
-        out[i].busy = info[i].busy;
+        out[i].kv = info[i];
         out[i].idle_seconds = info[i].busy ? 0.0 : now - info[i].last_used;
     }
     free(info);

@@ -162,11 +162,8 @@ void gen_request_release(gen_request *r);
 /* Sessions (conversations whose history the KV cache keeps by id), each
  * `owner`'s own: another owner's sessions are invisible, as if absent. */
 typedef struct engine_session_info {
-    char id[ENGINE_SESSION_ID_MAX + 1];
-    size_t n_tokens;            /* tokens of its history cached: */
-    size_t n_ram, n_disk;       /* in RAM, then on disk */
+    kv_session_info kv;         /* id, its history cached and where, busy */
     double idle_seconds;
-    bool busy;
 } engine_session_info;
 
 /* Copies at most `cap` of owner's sessions into `out`; returns how many

@@ -799,9 +799,9 @@ START_TEST(test_engine_session_reuse_reports_cached_and_matches_cold)
 
     engine_session_info info[4];
     ck_assert_uint_eq(engine_sessions(e, TEST_CALLER.owner, info, 4), 1);
-    ck_assert_str_eq(info[0].id, "chat-1");
-    ck_assert_uint_eq(info[0].n_tokens, n + warm.seq[0].n_tokens - 1);
-    ck_assert(!info[0].busy);
+    ck_assert_str_eq(info[0].kv.id, "chat-1");
+    ck_assert_uint_eq(info[0].kv.n_tokens, n + warm.seq[0].n_tokens - 1);
+    ck_assert(!info[0].kv.busy);
     engine_destroy(cold_e);
     engine_destroy(e);
     free(more);
@@ -849,9 +849,9 @@ static bool has_session(engine *e, const char *id, bool *busy)
     engine_session_info info[8];
     size_t n = engine_sessions(e, TEST_CALLER.owner, info, 8);
     for (size_t i = 0; i < n && i < 8; i++)
-        if (strcmp(info[i].id, id) == 0) {
+        if (strcmp(info[i].kv.id, id) == 0) {
             if (busy != NULL)
-                *busy = info[i].busy;
+                *busy = info[i].kv.busy;
             return true;
         }
     return false;
@@ -961,7 +961,7 @@ START_TEST(test_engine_sessions_belong_to_their_owner)
     ck_assert_uint_eq(o.usage.cached_tokens, 0);
     ck_assert_uint_eq(engine_sessions(e, other.owner, info, 2), 1);
     ck_assert_uint_eq(engine_sessions(e, TEST_CALLER.owner, info, 2), 1);
-    ck_assert(info[0].busy);
+    ck_assert(info[0].kv.busy);
     gen_request_cancel(r);
     wait_finished(r);
     gen_request_release(r);
