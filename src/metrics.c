@@ -263,6 +263,16 @@ static void render_histogram(FILE *f, histogram *h)
     fprintf(f, "%s_count %ju\n", h->name, (uintmax_t)cumulative);
 }
 
+/* A counter of two series told apart by one label. */
+static void render_counter_pair(FILE *f, const char *name, const char *help,
+                                const char *label, const char *a, uint64_t va,
+                                const char *b, uint64_t vb)
+{
+    render_header(f, name, "counter", help);
+    fprintf(f, "%s{%s=\"%s\"} %ju\n", name, label, a, (uintmax_t)va);
+    fprintf(f, "%s{%s=\"%s\"} %ju\n", name, label, b, (uintmax_t)vb);
+}
+
 /* Without stats (the engine is not up yet) the gauges are left out rather
  * than reported as zeros that would look like a real, idle engine. */
 static void render_gauges(FILE *f, const metrics_gauges *st)
@@ -297,13 +307,10 @@ static void render_gauges(FILE *f, const metrics_gauges *st)
     render_header(f, "gpt2d_kv_evictions_total", "counter",
                   "KV-cache blocks dropped from RAM to make room.");
     fprintf(f, "gpt2d_kv_evictions_total %ju\n", (uintmax_t)st->kv_evictions);
-    render_header(f, "gpt2d_kv_hit_tokens_total", "counter",
-                  "Prompt tokens reused from the KV cache, by the tier they "
-                  "came from.");
-    fprintf(f, "gpt2d_kv_hit_tokens_total{tier=\"ram\"} %ju\n",
-            (uintmax_t)st->kv_hit_tokens_ram);
-    fprintf(f, "gpt2d_kv_hit_tokens_total{tier=\"disk\"} %ju\n",
-            (uintmax_t)st->kv_hit_tokens_disk);
+    render_counter_pair(f, "gpt2d_kv_hit_tokens_total",
+                        "Prompt tokens reused from the KV cache, by the tier "
+                        "they came from.", "tier", "ram", st->kv_hit_tokens_ram,
+                        "disk", st->kv_hit_tokens_disk);
     if (!st->kv_disk)
         return;
     const metrics_disk *d = &st->disk;
@@ -331,13 +338,11 @@ static void render_gauges(FILE *f, const metrics_gauges *st)
                       counters[i].help);
         fprintf(f, "%s %ju\n", counters[i].name, (uintmax_t)counters[i].v);
     }
-    render_header(f, "gpt2d_kv_disk_errors_total", "counter",
-                  "Disk tier failures: a write that failed (disk full, not "
-                  "writable), a file that did not check out when read.");
-    fprintf(f, "gpt2d_kv_disk_errors_total{op=\"write\"} %ju\n",
-            (uintmax_t)d->write_errors);
-    fprintf(f, "gpt2d_kv_disk_errors_total{op=\"read\"} %ju\n",
-            (uintmax_t)d->read_errors);
+    render_counter_pair(f, "gpt2d_kv_disk_errors_total",
+                        "Disk tier failures: a write that failed (disk full, "
+                        "not writable), a file that did not check out when "
+                        "read.", "op", "write", d->write_errors, "read",
+                        d->read_errors);
 }
 
 char *metrics_render(const metrics_gauges *gauges)
