@@ -4,6 +4,7 @@
  *   bench_forward MODEL_DIR [--threads N] [--dtype TYPE] [--kv-dtype TYPE]
  *                 [--matmul panels|blas] [--decode-only BATCH [STEPS] |
  *                  --prefill-only REPS [TOKENS] | --invariance-only]
+ *   bench_forward --machine-only [--threads N]
  *
  * Measures, in one run: memory read bandwidth (streaming read of 1 GiB by N
  * threads, best of several), sgemm GFLOP/s at the model's shapes (output
@@ -16,7 +17,9 @@
  * a weight product computed alone (M = 1) and inside a batch (M = 4), by
  * sgemm and by the panel kernels, and a sequence's logits alone and inside
  * a batch of 4 under each backend; each prints how many floats differ in
- * any bit (--invariance-only: the products alone).  --decode-only and
+ * any bit (--invariance-only: the products alone).  --machine-only prints
+ * the machine's two bounds alone (bandwidth, sgemm peak at 512x1024x4096),
+ * for bench/sizes.py.  --decode-only and
  * --prefill-only time one backend (--matmul, default auto).  Not a test: it prints, it never fails on a number. */
 #include "config.h"
 
@@ -168,6 +171,24 @@ static double measure_sgemm(threadpool *pool, size_t M, size_t N, size_t K,
     free(w);
     free(c);
     return best;
+}
+
+/* --machine-only: the two bounds, one line each, for scripts. */
+static int machine_bounds(size_t threads)
+{
+    threadpool *pool;
+    gpt2d_error err;
+    if (threadpool_create(&pool, threads, &err) != 0)
+        die("threadpool_create", &err);
+#ifdef HAVE_OPENBLAS_SET_NUM_THREADS
+    openblas_set_num_threads(1);
+#endif
+    printf("bandwidth %.2f GB/s\n",
+           measure_bandwidth(pool, (size_t)1 << 30, 5) * 1e-9);
+    printf("sgemm %.1f GFLOP/s\n",
+           measure_sgemm(pool, 512, 4096, 1024, 5) * 1e-9);
+    threadpool_destroy(pool);
+    return 0;
 }
 
 /* ---- the model ---- */
@@ -538,7 +559,8 @@ static void run_backend(bench *b, results *r)
 static const char usage[] =
     "usage: bench_forward MODEL_DIR [--threads N] [--dtype TYPE] "
     "[--kv-dtype TYPE] [--matmul panels|blas] [--decode-only BATCH [STEPS] | "
-    "--prefill-only REPS [TOKENS] | --invariance-only]\n";
+    "--prefill-only REPS [TOKENS] | --invariance-only]\n"
+    "       bench_forward --machine-only [--threads N]\n";
 
 /* A number after an option, when the next word is one. */
 static bool next_number(int argc, char **argv, int i)
@@ -552,7 +574,7 @@ int main(int argc, char **argv)
     options o = { .threads = 2, .dtype = MODEL_DTYPE_AUTO, .only_steps = 200,
                   .prefill_len = PREFILL };
     model_matmul only = MODEL_MATMUL_AUTO;
-    bool one_backend = false;
+    bool one_backend = false, machine_only = false;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc)
             o.threads = (size_t)strtoul(argv[++i], NULL, 10);
@@ -583,6 +605,8 @@ int main(int argc, char **argv)
                 o.prefill_len = (size_t)strtoul(argv[++i], NULL, 10);
         } else if (strcmp(argv[i], "--invariance-only") == 0) {
             o.invariance_only = true;
+        } else if (strcmp(argv[i], "--machine-only") == 0) {
+            machine_only = true;
         } else if (o.dir == NULL && argv[i][0] != '-') {
             o.dir = argv[i];
         } else {
@@ -590,6 +614,8 @@ int main(int argc, char **argv)
             return 2;
         }
     }
+    if (machine_only && o.threads > 0)
+        return machine_bounds(o.threads);
     if (o.dir == NULL || o.threads == 0) {
         fputs(usage, stderr);
         return 2;

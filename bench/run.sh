@@ -44,7 +44,7 @@ echo "== bench_forward =="
 if [ -x "$builddir/bench/bench_tokenizer" ]; then
     echo
     echo "== bench_tokenizer =="
-    "$builddir/bench/bench_tokenizer" "$vocab_dir"
+    GPT2D_SRCDIR=$srcdir "$builddir/bench/bench_tokenizer" "$vocab_dir"
 else
     echo "run.sh: bench/bench_tokenizer not built; skipped" >&2
 fi
