@@ -108,15 +108,37 @@ static json_t *logprob_json(float lp)
     return isfinite(lp) ? json_real(lp) : json_null();
 }
 
+/* One top_logprobs entry, OpenAI's way: the n_top most likely tokens and
+ * the token itself, whose logprob is always there.  So logprobs 0 gives
+ * the token alone, and k alternatives give k entries, or k + 1 when the
+ * token is not among them (it comes last then).  Keys are token strings,
+ * and two ids may render alike (ids past the tokenizer's vocabulary all
+ * render ""): the token's own key holds its own logprob, so that
+ * top_logprobs[i][tokens[i]] == token_logprobs[i] always; among the others
+ * the likelier one keeps a key. */
 static json_t *top_json(const tokenizer *tok, const gen_token *t)
 {
     json_t *o = json_object();
+    char *own = api_token_string(tok, t->token);
+    if (o == NULL || own == NULL) {
+        free(own);
+        return o;
+    }
+    bool own_set = false;
     for (size_t k = 0; k < t->n_top; k++) {
+        if (t->top[k].token == t->token) {
+            json_object_set_new(o, own, logprob_json(t->logprob));
+            own_set = true;
+            continue;
+        }
         char *s = api_token_string(tok, t->top[k].token);
-        if (s != NULL && json_object_get(o, s) == NULL)
+        if (s != NULL && strcmp(s, own) != 0 && json_object_get(o, s) == NULL)
             json_object_set_new(o, s, logprob_json(t->top[k].logprob));
         free(s);
     }
+    if (!own_set)
+        json_object_set_new(o, own, logprob_json(t->logprob));
+    free(own);
     return o;
 }
 

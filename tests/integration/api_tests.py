@@ -137,6 +137,24 @@ def valid_tokens(ids):
         return False
 
 
+def token_string(t):
+    """A token as the API names it: its text when its bytes are UTF-8
+    (without NUL), else "bytes:\\xNN..." (api_token_string)."""
+    b = vocab().bytes_of[t]
+    try:
+        text = b.decode("utf-8")
+        if "\x00" not in text:
+            return text
+    except UnicodeDecodeError:
+        pass
+    return "bytes:" + "".join("\\x%02x" % c for c in b)
+
+
+def best_ids(lp, k):
+    """The k most likely tokens of log-probabilities lp, best first."""
+    return [int(i) for i in np.argsort(-lp, kind="stable")[:k]]
+
+
 _greedy_cache = {}
 
 
@@ -654,8 +672,12 @@ class T2Completions(ApiCase):
             self.assert_close(lp["token_logprobs"][i], want[prompt[i]],
                               "prompt token %d" % i)
             top = lp["top_logprobs"][i]
-            self.assertTrue(1 <= len(top) <= 2, top)
+            # the 2 best and the prompt token itself
+            self.assertEqual(len(top), 2 if prompt[i] in best_ids(want, 2) else 3,
+                             top)
             self.assert_close(max(top.values()), want.max(), "top of %d" % i)
+            self.assert_close(top[text_of([prompt[i]])], want[prompt[i]],
+                              "prompt token %d in its top" % i)
             self.assertEqual(lp["text_offset"][i],
                              len(text_of(prompt[:i])))
 
@@ -864,6 +886,117 @@ class T3Streaming(ApiCase):
         self.assertTrue(es.done)
         for payload in es.raw:
             payload.decode("utf-8")
+
+
+TOP_MAX = 5          # logprobs at most
+# Ranks whose logprobs lie further apart than this are ordered alike by a
+# float32 server and the reference (their error is ~1e-6).
+TOP_MARGIN = 2 * TOL
+
+
+def ranks_apart(lp):
+    """Whether the TOP_MAX + 1 most likely tokens of log-probabilities lp
+    are TOP_MARGIN apart, so the k best are the same set for any k."""
+    best = np.sort(lp)[::-1][:TOP_MAX + 1]
+    return bool(np.all(best[:-1] - best[1:] >= TOP_MARGIN))
+
+
+_top_cases = {}
+
+
+def top_case(key):
+    """A prompt, a forced token and the reference's rows for the two
+    requests of the top_logprobs tests, all of whose rows have their best
+    tokens TOP_MARGIN apart.  The prompt is 6 words and then the
+    reference's greedy continuation of 3 tokens, so echo scores tokens the
+    model ranks first as well as tokens far down its list; the forced
+    token (logit_bias +100 on a word) is generated where the model would
+    not pick it.  Returns (prompt, forced, rows of the prompt's tokens 1..,
+    rows of 4 forced tokens, greedy tokens of 4 more, their rows)."""
+    if key in _top_cases:
+        return _top_cases[key]
+    for attempt in range(300):
+        words = word_prompt(hash_seed(key) + attempt, 7)
+        head, forced = words[:6], words[6]
+        cont, _, _ = ref_greedy(head, 3)
+        prompt = head + cont
+        if EOT in cont or forced in prompt:
+            continue
+        full = ref().full(prompt + [forced] * 3)
+        scored = [log_softmax(full[i - 1]) for i in range(1, len(prompt))]
+        forced_rows = [log_softmax(full[len(prompt) - 1 + i]) for i in range(4)]
+        gen, steps, _ = ref_greedy(prompt, 4, bias={EOT: -100})
+        gen_rows = [log_softmax(x) for x in steps]
+        if len(gen) == 4 and all(ranks_apart(r) for r in
+                                 scored + forced_rows + gen_rows):
+            _top_cases[key] = (prompt, forced, scored, forced_rows, gen,
+                               gen_rows)
+            return _top_cases[key]
+    raise AssertionError("no prompt whose best tokens are apart: %r" % key)
+
+
+def streamed_logprobs(events):
+    """The logprobs arrays of choice 0's chunks, joined."""
+    out = {"tokens": [], "token_logprobs": [], "top_logprobs": [],
+           "text_offset": []}
+    for ev in events:
+        for ch in ev.get("choices") or []:
+            for k in out:
+                out[k] += (ch.get("logprobs") or {}).get(k, [])
+    return out
+
+
+class T3aTopLogprobs(ApiCase):
+    """top_logprobs hold the token itself (OpenAI's contract: up to
+    logprobs + 1 entries), checked key by key against the reference."""
+
+    def assert_tops(self, tops, tokens, rows, k, what):
+        """Each entry is the k most likely tokens of its reference row and
+        the token itself: k entries when it is one of them, else k + 1.
+        Returns how many tokens were among the k best."""
+        self.assertEqual(len(tops), len(tokens), what)
+        among = 0
+        for i, (top, t, lp) in enumerate(zip(tops, tokens, rows)):
+            best = best_ids(lp, k)
+            among += t in best
+            self.assertEqual(len(top), k if t in best else k + 1,
+                             "%s %d: %r" % (what, i, top))
+            want = {token_string(j): float(lp[j]) for j in best + [t]}
+            self.assertEqual(sorted(top), sorted(want), "%s %d" % (what, i))
+            for key, v in want.items():
+                self.assert_close(top[key], v, "%s %d %r" % (what, i, key))
+        return among
+
+    def test_top_logprobs_hold_the_token_for_logprobs_0_to_5(self):
+        prompt, forced, scored, forced_rows, gen, gen_rows = top_case("top")
+        c = main_client()
+        for k in range(TOP_MAX + 1):
+            # echo: the prompt scored, then the forced token 4 times
+            req = {"prompt": prompt, "max_tokens": 4, "temperature": 0,
+                   "echo": True, "logprobs": k,
+                   "logit_bias": {str(forced): 100}}
+            lp = c.complete(**req)["choices"][0]["logprobs"]
+            self.assertIsNone(lp["top_logprobs"][0])
+            tokens = prompt[1:] + [forced] * 4
+            among = self.assert_tops(lp["top_logprobs"][1:], tokens,
+                                     scored + forced_rows, k,
+                                     "echo, logprobs %d" % k)
+            if k > 0:           # the case has both kinds of entry
+                self.assertTrue(0 < among < len(tokens), among)
+            events = collect_stream(c, dict(req, stream=True))[0]
+            self.assertEqual(streamed_logprobs(events), lp, "streamed echo")
+            # greedy: the token is the most likely one
+            req = {"prompt": prompt, "max_tokens": 4, "temperature": 0,
+                   "logprobs": k, "logit_bias": NO_EOT}
+            lp = c.complete(**req)["choices"][0]["logprobs"]
+            self.assertEqual(lp["tokens"], [token_string(t) for t in gen])
+            self.assert_tops(lp["top_logprobs"], gen, gen_rows, k,
+                             "greedy, logprobs %d" % k)
+            events = collect_stream(c, dict(req, stream=True))[0]
+            self.assertEqual(streamed_logprobs(events), lp, "streamed greedy")
+            for top, t, v in zip(lp["top_logprobs"], lp["tokens"],
+                                 lp["token_logprobs"]):
+                self.assertEqual(top[t], v)
 
 
 class T4Sessions(ApiCase):

@@ -658,10 +658,87 @@ START_TEST(test_choice_with_echo_prepends_the_prompt_text)
     json_t *lp = json_object_get(c, "logprobs");
     ck_assert_uint_eq(json_array_size(json_object_get(lp, "tokens")), 2);
     ck_assert_int_eq(json_integer_value(json_array_get(json_object_get(lp, "text_offset"), 1)), 5);
-    /* logprobs 0: no alternatives, but still one (empty) entry per token */
-    ck_assert_uint_eq(json_object_size(json_array_get(json_object_get(lp, "top_logprobs"), 1)), 0);
+    /* logprobs 0: no alternatives, but the token itself, as OpenAI has it */
+    json_t *top = json_array_get(json_object_get(lp, "top_logprobs"), 1);
+    ck_assert_uint_eq(json_object_size(top), 1);
+    ck_assert_double_eq_tol(json_real_value(json_object_get(top, " world")), -2.0, 1e-6);
     json_decref(c);
     completion_request_free(&req);
+}
+END_TEST
+
+/* The top_logprobs entry of token i of a logprobs object. */
+static json_t *top_entry(json_t *lp, size_t i)
+{
+    return json_array_get(json_object_get(lp, "top_logprobs"), i);
+}
+
+static void expect_keys(json_t *top, const char *const *keys, size_t n)
+{
+    ck_assert_uint_eq(json_object_size(top), n);
+    size_t i = 0;
+    for (void *it = json_object_iter(top); it != NULL; it = json_object_iter_next(top, it))
+        ck_assert_str_eq(json_object_iter_key(it), keys[i++]);
+}
+
+/* OpenAI's contract: an entry holds the alternatives and the token itself,
+ * so k alternatives give k entries when the token is one of them, else
+ * k + 1 with the token last; no alternatives give the token alone. */
+START_TEST(test_top_logprobs_always_hold_the_token_itself)
+{
+    gen_token gen[3] = {tk(995, -1.5f), tk(0, -7.0f), tk(0, -7.0f)};
+    for (size_t i = 0; i < 2; i++) {
+        gen[i].n_top = 2;
+        gen[i].top[0] = (token_logprob){11, -0.5f};
+        gen[i].top[1] = (token_logprob){995, -1.5f};
+    }
+    text_cursor at = { 0 };
+    json_t *lp = completion_logprobs_json(tok, NULL, 0, gen, 0, 3, &at, SIZE_MAX);
+    const char *in_top[] = {",", " world"}, *added[] = {",", " world", "!"},
+               *alone[] = {"!"};
+    expect_keys(top_entry(lp, 0), in_top, 2);
+    expect_keys(top_entry(lp, 1), added, 3);
+    expect_keys(top_entry(lp, 2), alone, 1);
+    ck_assert_double_eq_tol(json_real_value(json_object_get(top_entry(lp, 1), "!")),
+                            -7.0, 1e-6);
+    ck_assert_double_eq_tol(json_real_value(json_object_get(top_entry(lp, 2), "!")),
+                            -7.0, 1e-6);
+    json_decref(lp);
+}
+END_TEST
+
+/* Ids past the tokenizer's 50257 render as "": two of them share a key.
+ * The token's own key holds its own logprob; among alternatives the
+ * likelier keeps the key. */
+START_TEST(test_top_logprobs_keys_that_collide_keep_the_tokens_own_value)
+{
+    size_t len = 0;
+    ck_assert_ptr_null(tokenizer_token_bytes(tok, 50258, &len));
+    gen_token gen[3] = {tk(50258, -3.0f), tk(50258, -3.0f), tk(11, -1.0f)};
+    gen[0].n_top = 3;
+    gen[0].top[0] = (token_logprob){50257, -0.2f};
+    gen[0].top[1] = (token_logprob){11, -1.0f};
+    gen[0].top[2] = (token_logprob){50258, -3.0f};
+    gen[1].n_top = 2;
+    gen[1].top[0] = (token_logprob){50257, -0.2f};
+    gen[1].top[1] = (token_logprob){11, -1.0f};
+    gen[2].n_top = 2;
+    gen[2].top[0] = (token_logprob){50257, -0.2f};
+    gen[2].top[1] = (token_logprob){50258, -0.3f};
+    text_cursor at = { 0 };
+    json_t *lp = completion_logprobs_json(tok, NULL, 0, gen, 0, 3, &at, SIZE_MAX);
+    const char *own_last[] = {",", ""}, *own_first[] = {"", ","};
+    expect_keys(top_entry(lp, 0), own_last, 2);
+    expect_keys(top_entry(lp, 1), own_last, 2);
+    expect_keys(top_entry(lp, 2), own_first, 2);
+    for (size_t i = 0; i < 2; i++)
+        ck_assert_double_eq_tol(json_real_value(json_object_get(top_entry(lp, i), "")),
+                                -3.0, 1e-6);
+    ck_assert_double_eq_tol(json_real_value(json_object_get(top_entry(lp, 2), "")),
+                            -0.2, 1e-6);
+    ck_assert_double_eq_tol(json_real_value(json_object_get(top_entry(lp, 2), ",")),
+                            -1.0, 1e-6);
+    json_decref(lp);
 }
 END_TEST
 
@@ -916,6 +993,8 @@ static Suite *api_suite(void)
     tcase_add_test(resp, test_error_object_has_openai_shape);
     tcase_add_test(resp, test_logprobs_object_with_echo_scores_the_prompt_first);
     tcase_add_test(resp, test_choice_with_echo_prepends_the_prompt_text);
+    tcase_add_test(resp, test_top_logprobs_always_hold_the_token_itself);
+    tcase_add_test(resp, test_top_logprobs_keys_that_collide_keep_the_tokens_own_value);
     tcase_add_test(resp, test_choice_without_logprobs_has_null_logprobs_and_length_finish);
     tcase_add_test(resp, test_best_of_ranks_by_cumulative_logprob);
     tcase_add_test(resp, test_token_string_uses_bytes_form_for_partial_utf8);
