@@ -1,7 +1,7 @@
 /* completion_run.c — a completion in flight (see completion_run.h): cancel,
- * count, release; and the answer's shared pieces, the envelope, usage and
- * the logprobs object (completion_logprobs_json, declared in api.h for the
- * tests).
+ * count, release; and the answer's shared pieces, the envelope, usage, the
+ * token ids of return_token_ids and the logprobs object
+ * (completion_logprobs_json, declared in api.h for the tests).
  *
  * Callers: api_completions.c and completion_stream.c, on the thread that
  * owns the run; gen_request outputs are read under their own locks. */
@@ -189,4 +189,31 @@ json_t *completion_logprobs_json(const tokenizer *tok,
         cursor_advance(at, tok, gen[i].token);
     }
     return lp;
+}
+
+json_t *completion_ids_json(const int32_t *ids, size_t n)
+{
+    json_t *a = json_array();
+    for (size_t i = 0; a != NULL && i < n; i++)
+        if (json_array_append_new(a, json_integer(ids[i])) != 0) {
+            json_decref(a);
+            a = NULL;
+        }
+    return a;
+}
+
+int completion_add_token_ids(json_t *choice, const completion_prompt *prompt,
+                             const gen_token *gen, size_t from, size_t to)
+{
+    if (prompt != NULL &&
+        json_object_set_new(choice, "prompt_token_ids",
+                            completion_ids_json(prompt->ids, prompt->n)) != 0)
+        return -1;
+    json_t *ids = json_array();
+    for (size_t i = from; ids != NULL && i < to; i++)
+        if (json_array_append_new(ids, json_integer(gen[i].token)) != 0) {
+            json_decref(ids);
+            ids = NULL;
+        }
+    return json_object_set_new(choice, "token_ids", ids);
 }

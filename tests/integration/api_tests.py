@@ -999,6 +999,110 @@ class T3aTopLogprobs(ApiCase):
                 self.assertEqual(top[t], v)
 
 
+class T3bTokenIds(ApiCase):
+    """return_token_ids (vLLM's extension): the prompt's ids and each
+    choice's generated ids, whole and per chunk, so that a conversation
+    continues from exactly the tokens the model saw."""
+
+    def test_return_token_ids_gives_prompt_and_generated_ids(self):
+        c = main_client()
+        p1, g1, _ = greedy_case("ids1", 5, 6)
+        p2, g2, _ = greedy_case("ids2", 7, 6)
+        body = c.complete(prompt=[p1, p2], max_tokens=6, temperature=0, n=2,
+                          return_token_ids=True)
+        self.assert_ok_shape(body, 4)
+        for ch in body["choices"]:
+            p = ch["index"] // 2
+            self.assertEqual(ch["prompt_token_ids"], [p1, p2][p])
+            self.assertEqual(ch["token_ids"], [g1, g2][p])
+        self.assertEqual(body["usage"]["completion_tokens"], 24)
+        # a text prompt's ids are its tokenization; with echo the prompt is
+        # in the text, and token_ids stay the generated ones
+        text = text_of(p1)
+        ch = c.complete(prompt=text, max_tokens=6, temperature=0, echo=True,
+                        return_token_ids=True)["choices"][0]
+        ids = c.post("/tokenize", {"content": text}).json["tokens"]
+        self.assertEqual(ch["prompt_token_ids"], ids)
+        if ids == p1:
+            self.assertEqual(ch["text"], text_of(p1 + g1))
+            self.assertEqual(ch["token_ids"], g1)
+        # not asked for: OpenAI's shape, nothing added
+        ch = c.complete(prompt=p1, max_tokens=2, return_token_ids=False)["choices"][0]
+        self.assertNotIn("token_ids", ch)
+        self.assertNotIn("prompt_token_ids", ch)
+
+    def test_stop_and_end_of_text_keep_ids_and_completion_tokens_alike(self):
+        """token_ids are the tokens counted in completion_tokens: those of
+        a matched stop sequence too (the text leaves it out), never the
+        <|endoftext|> that ends a generation."""
+        c = main_client()
+        prompt, gen, _ = greedy_case("idstop", 5, 6)
+        stop = text_of(gen[3:5])
+        body = c.complete(prompt=prompt, max_tokens=6, temperature=0,
+                          stop=stop, return_token_ids=True)
+        ch = body["choices"][0]
+        self.assertEqual(ch["finish_reason"], "stop")
+        self.assertEqual(ch["text"], text_of(gen[:3]))
+        self.assertEqual(ch["token_ids"], gen[:5])
+        self.assertEqual(body["usage"]["completion_tokens"], 5)
+        body = c.complete(prompt=prompt, max_tokens=6, temperature=0,
+                          logit_bias={str(EOT): 100}, return_token_ids=True)
+        ch = body["choices"][0]
+        self.assertEqual((ch["finish_reason"], ch["token_ids"]), ("stop", []))
+        self.assertEqual(body["usage"]["completion_tokens"], 0)
+
+    def test_streamed_chunks_carry_their_own_ids(self):
+        """Each chunk names the ids of the tokens it carries, and each
+        choice's first chunk the prompt's, once; joined they are the whole
+        response's."""
+        c = main_client()
+        p1, _, _ = greedy_case("idstream1", 5, 6)
+        p2, _, _ = greedy_case("idstream2", 6, 6)
+        for echo in (False, True):
+            req = {"prompt": [p1, p2], "max_tokens": 6, "temperature": 0.9,
+                   "seed": 5, "n": 2, "logprobs": 1, "echo": echo,
+                   "logit_bias": NO_EOT, "return_token_ids": True}
+            whole = c.complete(**req)["choices"]
+            events = collect_stream(c, dict(req, stream=True))[0]
+            ids, prompts = {}, {}
+            for ev in events:
+                for ch in ev.get("choices") or []:
+                    i = ch["index"]
+                    if "prompt_token_ids" in ch:
+                        self.assertNotIn(i, prompts, "prompt ids sent twice")
+                        self.assertNotIn(i, ids, "prompt ids after the first chunk")
+                        prompts[i] = ch["prompt_token_ids"]
+                    ids[i] = ids.get(i, []) + ch["token_ids"]
+                    scored = (ch["logprobs"] or {}).get("tokens", [])
+                    if not (echo and "prompt_token_ids" in ch):
+                        self.assertEqual(len(ch["token_ids"]), len(scored), ch)
+            self.assertEqual(prompts, {ch["index"]: ch["prompt_token_ids"]
+                                       for ch in whole}, "echo=%s" % echo)
+            self.assertEqual(ids, {ch["index"]: ch["token_ids"] for ch in whole},
+                             "echo=%s" % echo)
+            self.assertEqual([len(v) for v in ids.values()], [6] * 4)
+
+    def test_continuing_from_ids_reuses_every_cached_token(self):
+        """A session's second turn sent as the first turn's prompt and
+        completion ids is all cached but its last token (the one whose
+        logits start the completion)."""
+        c = main_client()
+        sid = "ids-%d" % os.getpid()
+        text = text_of(word_prompt(31, 9)) + " é€ 日本"
+        t1 = c.complete(prompt=text, max_tokens=12, temperature=1.0, seed=3,
+                        session_id=sid, logit_bias=NO_EOT,
+                        return_token_ids=True)["choices"][0]
+        history = t1["prompt_token_ids"] + t1["token_ids"]
+        self.assertEqual(len(t1["token_ids"]), 12)
+        t2 = c.complete(prompt=history, max_tokens=4, session_id=sid,
+                        return_token_ids=True)
+        self.assertEqual(t2["choices"][0]["prompt_token_ids"], history)
+        self.assertEqual(t2["usage"]["prompt_tokens"], len(history))
+        self.assertEqual(t2["usage"]["prompt_tokens_details"]["cached_tokens"],
+                         len(history) - 1)
+        c.delete("/v1/sessions/" + sid)
+
+
 class T4Sessions(ApiCase):
 
     def _sessions(self, c):
@@ -1196,6 +1300,7 @@ class T6Errors(ApiCase):
             "min_p": ["x"],
             "repetition_penalty": ["x"],
             "session_id": [5],
+            "return_token_ids": ["yes", 1],
         }
         c = main_client()
         for param, values in cases.items():

@@ -96,7 +96,8 @@ START_TEST(test_fields_are_parsed_into_the_request)
         " \"frequency_penalty\": 2, \"repetition_penalty\": 1.3, \"n\": 2, \"best_of\": 3,"
         " \"stop\": [\"a\", \"bc\"], \"logit_bias\": {\"50256\": -100, \"11\": 2.5},"
         " \"seed\": -1, \"user\": \"u\", \"echo\": true, \"logprobs\": 3,"
-        " \"session_id\": \"chat-1.a:b_c\", \"unknown_extra\": {\"x\": 1}}";
+        " \"session_id\": \"chat-1.a:b_c\", \"return_token_ids\": true,"
+        " \"unknown_extra\": {\"x\": 1}}";
     ck_assert_int_eq(parse(&req, body, &e), 0);
     ck_assert_uint_eq(req.max_tokens, 5);
     ck_assert_float_eq(req.sampling.temperature, 0.0f);
@@ -124,12 +125,14 @@ START_TEST(test_fields_are_parsed_into_the_request)
     ck_assert(req.echo && req.logprobs);
     ck_assert_uint_eq(req.n_logprobs, 3);
     ck_assert_str_eq(req.session_id, "chat-1.a:b_c");
+    ck_assert(req.return_token_ids);
     completion_request_free(&req);
 
     ck_assert_int_eq(parse(&req, "{\"prompt\": \"x\", \"stream\": true,"
                                  " \"stream_options\": {\"include_usage\": true},"
                                  " \"stop\": \"\\n\", \"logprobs\": null}", &e), 0);
     ck_assert(req.stream && req.include_usage && !req.logprobs);
+    ck_assert(!req.return_token_ids);
     ck_assert_uint_eq(req.n_stop, 1);
     ck_assert_str_eq(req.stop[0], "\n");
     completion_request_free(&req);
@@ -194,6 +197,8 @@ static const struct { const char *body, *param; } bad_fields[] = {
     {"{\"prompt\": \"x\", \"seed\": \"1\"}", "seed"},
     {"{\"prompt\": \"x\", \"user\": 1}", "user"},
     {"{\"prompt\": \"x\", \"echo\": 1}", "echo"},
+    {"{\"prompt\": \"x\", \"return_token_ids\": \"yes\"}", "return_token_ids"},
+    {"{\"prompt\": \"x\", \"return_token_ids\": 1}", "return_token_ids"},
     {"{\"prompt\": \"x\", \"stream\": \"yes\"}", "stream"},
     {"{\"prompt\": \"x\", \"stream_options\": {\"include_usage\": true}}", "stream_options"},
     {"{\"prompt\": \"x\", \"stream\": true, \"stream_options\": 1}", "stream_options"},
@@ -235,6 +240,8 @@ static const struct { const char *body, *message; } wrong_types[] = {
     {"{\"prompt\": \"x\", \"logprobs\": true}", "logprobs must be an integer"},
     {"{\"prompt\": \"x\", \"seed\": \"1\"}", "seed must be an integer"},
     {"{\"prompt\": \"x\", \"echo\": 1}", "echo must be true or false"},
+    {"{\"prompt\": \"x\", \"return_token_ids\": 1}",
+     "return_token_ids must be true or false"},
     {"{\"prompt\": \"x\", \"stream\": \"yes\"}", "stream must be true or false"},
     {"{\"prompt\": \"x\", \"stream\": true, \"stream_options\": {\"include_usage\": 1}}",
      "stream_options.include_usage must be true or false"},
@@ -742,6 +749,50 @@ START_TEST(test_top_logprobs_keys_that_collide_keep_the_tokens_own_value)
 }
 END_TEST
 
+static void expect_ids(json_t *arr, const json_int_t *want, size_t n)
+{
+    ck_assert_msg(json_is_array(arr), "not an array");
+    ck_assert_uint_eq(json_array_size(arr), n);
+    for (size_t i = 0; i < n; i++)
+        ck_assert_int_eq(json_integer_value(json_array_get(arr, i)), want[i]);
+}
+
+/* return_token_ids: the prompt's ids and the generated ones (not the
+ * echoed prompt again), as vLLM names them; absent unless asked for. */
+START_TEST(test_choice_with_return_token_ids_names_prompt_and_generated_ids)
+{
+    gen_token gen[2] = {tk(11, -1.0f), tk(995, -2.0f)};
+    size_t ends[2] = {1, 7};
+    gen_output out = {0};
+    out.tokens = gen;
+    out.n_tokens = 2;
+    out.text = ", world";
+    out.text_len = 7;
+    out.token_text_end = ends;
+    out.finish = FINISH_LENGTH;
+    const json_int_t want_prompt[2] = {15496, 995}, want_gen[2] = {11, 995};
+    for (int asked = 0; asked < 2; asked++) {
+        completion_request req;
+        api_error e;
+        ck_assert_int_eq(parse(&req, asked ? "{\"prompt\": \"Hello world\", \"echo\": true,"
+                                             " \"return_token_ids\": true}"
+                                           : "{\"prompt\": \"Hello world\"}", &e), 0);
+        json_t *c = completion_choice_json(tok, &req, 0, 0, &out);
+        if (asked) {
+            ck_assert_str_eq(json_string_value(json_object_get(c, "text")),
+                             "Hello world, world");
+            expect_ids(json_object_get(c, "prompt_token_ids"), want_prompt, 2);
+            expect_ids(json_object_get(c, "token_ids"), want_gen, 2);
+        } else {
+            ck_assert_ptr_null(json_object_get(c, "prompt_token_ids"));
+            ck_assert_ptr_null(json_object_get(c, "token_ids"));
+        }
+        json_decref(c);
+        completion_request_free(&req);
+    }
+}
+END_TEST
+
 /* GPT-2's byte tokens: 223 is the lone byte 0x81, 158 / 224 / 105 are
  * 0xE2 / 0x82 / 0xAC, the three bytes of "€". */
 enum { TOK_HELLO = 15496, TOK_X81 = 223, TOK_XE2 = 158, TOK_X82 = 224,
@@ -995,6 +1046,7 @@ static Suite *api_suite(void)
     tcase_add_test(resp, test_choice_with_echo_prepends_the_prompt_text);
     tcase_add_test(resp, test_top_logprobs_always_hold_the_token_itself);
     tcase_add_test(resp, test_top_logprobs_keys_that_collide_keep_the_tokens_own_value);
+    tcase_add_test(resp, test_choice_with_return_token_ids_names_prompt_and_generated_ids);
     tcase_add_test(resp, test_choice_without_logprobs_has_null_logprobs_and_length_finish);
     tcase_add_test(resp, test_best_of_ranks_by_cumulative_logprob);
     tcase_add_test(resp, test_token_string_uses_bytes_form_for_partial_utf8);
