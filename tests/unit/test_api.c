@@ -593,6 +593,21 @@ static gen_token tk(int32_t id, float lp)
     return t;
 }
 
+/* A finished sequence's output: n tokens, the text, where each token's
+ * text ends. */
+static gen_output output_of(const gen_token *gen, const size_t *ends, size_t n,
+                            const char *text, finish_reason finish)
+{
+    gen_output out = {0};
+    out.tokens = gen;
+    out.n_tokens = n;
+    out.text = text;
+    out.text_len = strlen(text);
+    out.token_text_end = ends;
+    out.finish = finish;
+    return out;
+}
+
 START_TEST(test_logprobs_object_with_echo_scores_the_prompt_first)
 {
     /* prompt "Hello world" = [15496, 995]; generated " café" split so that
@@ -649,15 +664,9 @@ START_TEST(test_choice_with_echo_prepends_the_prompt_text)
     gen_token prompt[1] = {tk(15496, NAN)};
     gen_token gen[1] = {tk(995, -2.0f)};
     size_t ends[1] = {6};
-    gen_output out = {0};
+    gen_output out = output_of(gen, ends, 1, " world", FINISH_STOP);
     out.prompt_scores = prompt;
     out.n_prompt_scored = 1;
-    out.tokens = gen;
-    out.n_tokens = 1;
-    out.text = " world";
-    out.text_len = 6;
-    out.token_text_end = ends;
-    out.finish = FINISH_STOP;
     json_t *c = completion_choice_json(tok, &req, 0, 3, &out);
     ck_assert_str_eq(json_string_value(json_object_get(c, "text")), "Hello world");
     ck_assert_int_eq(json_integer_value(json_object_get(c, "index")), 3);
@@ -674,18 +683,23 @@ START_TEST(test_choice_with_echo_prepends_the_prompt_text)
 }
 END_TEST
 
-/* The top_logprobs entry of token i of a logprobs object. */
-static json_t *top_entry(json_t *lp, size_t i)
+/* The top_logprobs entry of generated token i in `lp` has exactly `keys`,
+ * in that order, and `key` has `value`. */
+static void expect_entry(json_t *lp, size_t i, const char *const *keys, size_t n,
+                         const char *key, double value)
 {
-    return json_array_get(json_object_get(lp, "top_logprobs"), i);
+    json_t *top = json_array_get(json_object_get(lp, "top_logprobs"), i);
+    ck_assert_uint_eq(json_object_size(top), n);
+    size_t k = 0;
+    for (void *it = json_object_iter(top); it != NULL; it = json_object_iter_next(top, it))
+        ck_assert_str_eq(json_object_iter_key(it), keys[k++]);
+    ck_assert_double_eq_tol(json_real_value(json_object_get(top, key)), value, 1e-6);
 }
 
-static void expect_keys(json_t *top, const char *const *keys, size_t n)
+static json_t *logprobs_of(const gen_token *gen, size_t n)
 {
-    ck_assert_uint_eq(json_object_size(top), n);
-    size_t i = 0;
-    for (void *it = json_object_iter(top); it != NULL; it = json_object_iter_next(top, it))
-        ck_assert_str_eq(json_object_iter_key(it), keys[i++]);
+    text_cursor at = { 0 };
+    return completion_logprobs_json(tok, NULL, 0, gen, 0, n, &at, SIZE_MAX);
 }
 
 /* OpenAI's contract: an entry holds the alternatives and the token itself,
@@ -699,17 +713,12 @@ START_TEST(test_top_logprobs_always_hold_the_token_itself)
         gen[i].top[0] = (token_logprob){11, -0.5f};
         gen[i].top[1] = (token_logprob){995, -1.5f};
     }
-    text_cursor at = { 0 };
-    json_t *lp = completion_logprobs_json(tok, NULL, 0, gen, 0, 3, &at, SIZE_MAX);
+    json_t *lp = logprobs_of(gen, 3);
     const char *in_top[] = {",", " world"}, *added[] = {",", " world", "!"},
                *alone[] = {"!"};
-    expect_keys(top_entry(lp, 0), in_top, 2);
-    expect_keys(top_entry(lp, 1), added, 3);
-    expect_keys(top_entry(lp, 2), alone, 1);
-    ck_assert_double_eq_tol(json_real_value(json_object_get(top_entry(lp, 1), "!")),
-                            -7.0, 1e-6);
-    ck_assert_double_eq_tol(json_real_value(json_object_get(top_entry(lp, 2), "!")),
-                            -7.0, 1e-6);
+    expect_entry(lp, 0, in_top, 2, " world", -1.5);
+    expect_entry(lp, 1, added, 3, "!", -7.0);
+    expect_entry(lp, 2, alone, 1, "!", -7.0);
     json_decref(lp);
 }
 END_TEST
@@ -732,19 +741,12 @@ START_TEST(test_top_logprobs_keys_that_collide_keep_the_tokens_own_value)
     gen[2].n_top = 2;
     gen[2].top[0] = (token_logprob){50257, -0.2f};
     gen[2].top[1] = (token_logprob){50258, -0.3f};
-    text_cursor at = { 0 };
-    json_t *lp = completion_logprobs_json(tok, NULL, 0, gen, 0, 3, &at, SIZE_MAX);
+    json_t *lp = logprobs_of(gen, 3);
     const char *own_last[] = {",", ""}, *own_first[] = {"", ","};
-    expect_keys(top_entry(lp, 0), own_last, 2);
-    expect_keys(top_entry(lp, 1), own_last, 2);
-    expect_keys(top_entry(lp, 2), own_first, 2);
-    for (size_t i = 0; i < 2; i++)
-        ck_assert_double_eq_tol(json_real_value(json_object_get(top_entry(lp, i), "")),
-                                -3.0, 1e-6);
-    ck_assert_double_eq_tol(json_real_value(json_object_get(top_entry(lp, 2), "")),
-                            -0.2, 1e-6);
-    ck_assert_double_eq_tol(json_real_value(json_object_get(top_entry(lp, 2), ",")),
-                            -1.0, 1e-6);
+    expect_entry(lp, 0, own_last, 2, "", -3.0);
+    expect_entry(lp, 1, own_last, 2, "", -3.0);
+    expect_entry(lp, 2, own_first, 2, "", -0.2);
+    expect_entry(lp, 2, own_first, 2, ",", -1.0);
     json_decref(lp);
 }
 END_TEST
@@ -763,13 +765,7 @@ START_TEST(test_choice_with_return_token_ids_names_prompt_and_generated_ids)
 {
     gen_token gen[2] = {tk(11, -1.0f), tk(995, -2.0f)};
     size_t ends[2] = {1, 7};
-    gen_output out = {0};
-    out.tokens = gen;
-    out.n_tokens = 2;
-    out.text = ", world";
-    out.text_len = 7;
-    out.token_text_end = ends;
-    out.finish = FINISH_LENGTH;
+    gen_output out = output_of(gen, ends, 2, ", world", FINISH_LENGTH);
     const json_int_t want_prompt[2] = {15496, 995}, want_gen[2] = {11, 995};
     for (int asked = 0; asked < 2; asked++) {
         completion_request req;
@@ -849,13 +845,7 @@ START_TEST(test_text_offsets_count_the_prompt_without_echo)
     ck_assert_int_eq(parse(&req, "{\"prompt\": \"Hello\", \"logprobs\": 0}", &e), 0);
     gen_token gen[2] = {tk(995, -2.0f), tk(995, -2.0f)};
     size_t ends[2] = {6, 12};
-    gen_output out = {0};
-    out.tokens = gen;
-    out.n_tokens = 2;
-    out.text = " world world";
-    out.text_len = 12;
-    out.token_text_end = ends;
-    out.finish = FINISH_LENGTH;
+    gen_output out = output_of(gen, ends, 2, " world world", FINISH_LENGTH);
     json_t *c = completion_choice_json(tok, &req, 0, 0, &out);
     ck_assert_str_eq(json_string_value(json_object_get(c, "text")), " world world");
     const json_int_t want[2] = {5, 11};
