@@ -73,6 +73,12 @@ json_t *completion_choice_json(const tokenizer *tok,
         "finish_reason", fin != NULL ? json_string(fin) : json_null());
     free(text);
     free(ptext);
+    if (choice != NULL && req->return_token_ids &&
+        completion_add_token_ids(choice, &req->prompts[prompt_index], out->tokens,
+                                 0, out->n_tokens) != 0) {
+        json_decref(choice);
+        return NULL;
+    }
     return choice;
 }
 

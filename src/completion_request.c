@@ -514,6 +514,8 @@ static int parse_streaming(completion_request *req, json_t *root, api_error *e)
     json_t *so;
     if (get_bool(root, "stream", "stream", &req->stream, e) != 0 ||
         get_bool(root, "echo", "echo", &req->echo, e) != 0 ||
+        get_bool(root, "return_token_ids", "return_token_ids",
+                 &req->return_token_ids, e) != 0 ||
         optional_field(root, "stream_options", "stream_options", FIELD_OBJECT,
                        &so, e) != 0)
         return -1;

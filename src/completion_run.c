@@ -1,7 +1,7 @@
 /* completion_run.c — a completion in flight (see completion_run.h): cancel,
- * count, release; and the answer's shared pieces, the envelope, usage and
- * the logprobs object (completion_logprobs_json, declared in api.h for the
- * tests).
+ * count, release; and the answer's shared pieces, the envelope, usage, the
+ * token ids of return_token_ids and the logprobs object
+ * (completion_logprobs_json, declared in api.h for the tests).
  *
  * Callers: api_completions.c and completion_stream.c, on the thread that
  * owns the run; gen_request outputs are read under their own locks. */
@@ -108,15 +108,37 @@ static json_t *logprob_json(float lp)
     return isfinite(lp) ? json_real(lp) : json_null();
 }
 
+/* One top_logprobs entry, OpenAI's way: the n_top most likely tokens and
+ * the token itself, whose logprob is always there.  So logprobs 0 gives
+ * the token alone, and k alternatives give k entries, or k + 1 when the
+ * token is not among them (it comes last then).  Keys are token strings,
+ * and two ids may render alike (ids past the tokenizer's vocabulary all
+ * render ""): the token's own key holds its own logprob, so that
+ * top_logprobs[i][tokens[i]] == token_logprobs[i] always; among the others
+ * the likelier one keeps a key. */
 static json_t *top_json(const tokenizer *tok, const gen_token *t)
 {
     json_t *o = json_object();
+    char *own = api_token_string(tok, t->token);
+    if (o == NULL || own == NULL) {
+        free(own);
+        return o;
+    }
+    bool own_set = false;
     for (size_t k = 0; k < t->n_top; k++) {
+        if (t->top[k].token == t->token) {
+            json_object_set_new(o, own, logprob_json(t->logprob));
+            own_set = true;
+            continue;
+        }
         char *s = api_token_string(tok, t->top[k].token);
-        if (s != NULL && json_object_get(o, s) == NULL)
+        if (s != NULL && strcmp(s, own) != 0 && json_object_get(o, s) == NULL)
             json_object_set_new(o, s, logprob_json(t->top[k].logprob));
         free(s);
     }
+    if (!own_set)
+        json_object_set_new(o, own, logprob_json(t->logprob));
+    free(own);
     return o;
 }
 
@@ -167,4 +189,31 @@ json_t *completion_logprobs_json(const tokenizer *tok,
         cursor_advance(at, tok, gen[i].token);
     }
     return lp;
+}
+
+json_t *completion_ids_json(const int32_t *ids, size_t n)
+{
+    json_t *a = json_array();
+    for (size_t i = 0; a != NULL && i < n; i++)
+        if (json_array_append_new(a, json_integer(ids[i])) != 0) {
+            json_decref(a);
+            a = NULL;
+        }
+    return a;
+}
+
+int completion_add_token_ids(json_t *choice, const completion_prompt *prompt,
+                             const gen_token *gen, size_t from, size_t to)
+{
+    if (prompt != NULL &&
+        json_object_set_new(choice, "prompt_token_ids",
+                            completion_ids_json(prompt->ids, prompt->n)) != 0)
+        return -1;
+    json_t *ids = json_array();
+    for (size_t i = from; ids != NULL && i < to; i++)
+        if (json_array_append_new(ids, json_integer(gen[i].token)) != 0) {
+            json_decref(ids);
+            ids = NULL;
+        }
+    return json_object_set_new(choice, "token_ids", ids);
 }

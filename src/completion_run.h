@@ -52,6 +52,13 @@ json_t *completion_envelope(const completion_run *run, json_t *choices);
 json_t *completion_usage_json(gen_usage u);
 /* "stop", "length", or NULL (not finished, or cancelled). */
 const char *completion_finish_string(finish_reason f);
+/* A JSON array of token ids. */
+json_t *completion_ids_json(const int32_t *ids, size_t n);
+/* return_token_ids (vLLM's extension): adds to `choice` the prompt's ids as
+ * `prompt_token_ids` (unless `prompt` is NULL: a stream sends them once)
+ * and the generated tokens [from, to) as `token_ids`.  0, or -1 on OOM. */
+int completion_add_token_ids(json_t *choice, const completion_prompt *prompt,
+                             const gen_token *gen, size_t from, size_t to);
 /* The prompt's bytes (for echo and text offsets), malloc'ed into *out. */
 int completion_prompt_bytes(const tokenizer *tok, const completion_prompt *p,
                             char **out, size_t *len);

@@ -1,6 +1,7 @@
 /* completion_stream.c — a streamed completion as OpenAI's server-sent
  * events: one `data: {chunk}` per new piece of each choice, a final chunk
  * with its finish_reason, the usage chunk when asked for, `data: [DONE]`.
+ * With return_token_ids each chunk also names the ids of its tokens.
  *
  * Owns the api_stream: the per-choice progress and the SSE bytes not yet
  * taken.  The engine already holds back incomplete UTF-8 and pending
@@ -24,6 +25,7 @@ typedef struct choice_state {
     text_cursor next;           /* where the next generated token starts */
     bool echo_sent;
     bool final_sent;
+    bool prompt_ids_sent;       /* return_token_ids: on the first chunk only */
 } choice_state;
 
 struct api_stream {
@@ -67,16 +69,41 @@ static int stream_event(api_stream *s, json_t *obj)
     return rc;
 }
 
-static int stream_chunk(api_stream *s, size_t index, const char *text,
-                        size_t len, json_t *logprobs, const char *finish)
+/* The generated tokens a chunk covers, for return_token_ids. */
+typedef struct chunk_tokens {
+    size_t prompt;              /* whose prompt */
+    const gen_token *gen;
+    size_t from, to;            /* [from, to) of gen */
+} chunk_tokens;
+
+/* With return_token_ids, a chunk carries the ids of the tokens it covers
+ * (vLLM's shape): `token_ids` always, `prompt_token_ids` on its choice's
+ * first chunk. */
+static int chunk_add_ids(api_stream *s, json_t *choice, choice_state *cs,
+                         const chunk_tokens *t)
+{
+    const completion_request *req = &s->run->req;
+    if (!req->return_token_ids)
+        return 0;
+    const completion_prompt *prompt = cs->prompt_ids_sent ? NULL
+                                                          : &req->prompts[t->prompt];
+    cs->prompt_ids_sent = true;
+    return completion_add_token_ids(choice, prompt, t->gen, t->from, t->to);
+}
+
+static int stream_chunk(api_stream *s, size_t index, choice_state *cs,
+                        const chunk_tokens *t, const char *text, size_t len,
+                        json_t *logprobs, const char *finish)
 {
     json_t *choice = json_pack("{s:o, s:I, s:o, s:o}",
         "text", api_json_string_bytes(text, len),
         "index", (json_int_t)index,
         "logprobs", logprobs != NULL ? logprobs : json_null(),
         "finish_reason", finish != NULL ? json_string(finish) : json_null());
-    if (choice == NULL)
+    if (choice == NULL || chunk_add_ids(s, choice, cs, t) != 0) {
+        json_decref(choice);
         return -1;
+    }
     return stream_event(s, completion_envelope(s->run, json_pack("[o]", choice)));
 }
 
@@ -135,7 +162,8 @@ static int stream_echo(api_stream *s, size_t p, size_t index,
         lp = completion_logprobs_json(s->run->ctx->tok, out->prompt_scores,
                                       out->n_prompt_scored, NULL, 0, 0, &at,
                                       SIZE_MAX);
-    int rc = stream_chunk(s, index, ptext, plen, lp, NULL);
+    const chunk_tokens none = { p, out->tokens, 0, 0 };
+    int rc = stream_chunk(s, index, cs, &none, ptext, plen, lp, NULL);
     cs->echo_sent = true;
     free(ptext);
     return rc;
@@ -174,15 +202,17 @@ static int stream_choice(api_stream *s, size_t p, size_t index,
         if (req->logprobs)
             lp = completion_logprobs_json(tok, NULL, 0, out->tokens, i, i + 1,
                                           &cs->next, SIZE_MAX);
-        if (stream_chunk(s, index, out->text + cs->text_sent, end - cs->text_sent,
-                         lp, NULL) != 0)
+        const chunk_tokens one = { p, out->tokens, i, i + 1 };
+        if (stream_chunk(s, index, cs, &one, out->text + cs->text_sent,
+                         end - cs->text_sent, lp, NULL) != 0)
             return -1;
         cs->text_sent = end;
         *any = true;
     }
     if (out->finish != FINISH_NONE && out->finish != FINISH_CANCELLED) {
         /* Whatever was held back is final now. */
-        if (stream_chunk(s, index, out->text + cs->text_sent,
+        const chunk_tokens none = { p, out->tokens, 0, 0 };
+        if (stream_chunk(s, index, cs, &none, out->text + cs->text_sent,
                          out->text_len - cs->text_sent, NULL,
                          completion_finish_string(out->finish)) != 0)
             return -1;

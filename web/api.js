@@ -58,6 +58,19 @@ export async function getJSON(url, apiKey) {
   return resp.json();
 }
 
+/** POST a JSON body to a JSON endpoint; `signal` may abort it. */
+export async function postJSON(url, body, { apiKey, signal } = {}) {
+  const resp = await send(url, {
+    method: "POST",
+    headers: headers(apiKey, true),
+    body: JSON.stringify(body),
+    signal,
+    cache: "no-store",
+  });
+  if (!resp.ok) throw await errorFrom(resp);
+  return resp.json();
+}
+
 /** The daemon's readiness: "ready", "loading" (503) or "down". */
 export async function health() {
   try {

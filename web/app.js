@@ -4,8 +4,11 @@
 // One conversation = one session_id.  "Generate" starts a new one; "Continue"
 // sends prompt + completion under the same id so the server re-uses the
 // session's KV cache (usage.prompt_tokens_details.cached_tokens says how much).
+// It sends them as the token ids the server reported (return_token_ids), not
+// as text: text does not always tokenize back to the tokens the model made,
+// and the cache misses from the first one that differs.
 
-import { ApiError, getJSON, health, streamCompletion } from "./api.js";
+import { ApiError, getJSON, health, postJSON, streamCompletion } from "./api.js";
 import { TokenView } from "./tokens.js";
 
 const $ = (id) => document.getElementById(id);
@@ -37,8 +40,10 @@ const view = new TokenView(ui.tokens, $("tip"));
 const state = {
   sessionId: null,
   running: null,        // {controller} while a request streams
-  lastPrompt: "",       // the prompt of the last finished run
+  lastPrompt: "",       // the prompt of the last finished run, as text
+  lastPromptIds: null,  // its token ids, as the server read it
   lastText: "",         // its completion text
+  lastIds: [],          // the completion's token ids
   canContinue: false,
   turns: 0,
   maxContext: null,     // the model's context length, once known
@@ -160,6 +165,7 @@ function requestBody(prompt, { echo, maxTokens }) {
     seed: numberField("seed", { integer: true }),
     logprobs: 5,
     echo,
+    return_token_ids: true,
     session_id: state.sessionId,
     stream_options: { include_usage: true },
   };
@@ -289,18 +295,23 @@ function checkedBody(prompt, options) {
   }
 }
 
-// What a run leaves to continue from: its prompt and completion.
+// What a run leaves to continue from: its prompt and completion, as text
+// and as token ids (none when no chunk came).
 function finishTurn(prompt, r, scoring) {
   state.lastPrompt = prompt;
+  state.lastPromptIds = r.promptIds;
   state.lastText = r.text;
+  state.lastIds = r.ids;
   state.canContinue = true;
   if (!scoring) state.turns += 1;
 }
 
-// Reads one streamed completion into the view.  maxTokens 0 with echo
-// scores the prompt.  `label` marks a turn of a conversation, drawn when
-// its first chunk arrives (a refused turn leaves no empty divider).
-async function run({ prompt, echo, maxTokens, label }) {
+// Reads one streamed completion into the view.  `prompt` is what is sent
+// (text or token ids), `text` what it reads as (the prompt itself when it
+// is text).  maxTokens 0 with echo scores the prompt.  `label` marks a turn
+// of a conversation, drawn when its first chunk arrives (a refused turn
+// leaves no empty divider).
+async function run({ prompt, text = prompt, echo, maxTokens, label }) {
   const body = checkedBody(prompt, { echo, maxTokens });
   if (body === null) return;
   saveSettings();
@@ -311,6 +322,7 @@ async function run({ prompt, echo, maxTokens, label }) {
   const r = {
     startedAt: performance.now(), firstAt: null, lastAt: null,
     generated: 0, text: "", finish: null, echoPending: echo,
+    promptIds: null, ids: [],
   };
   state.running = controller;
   state.canContinue = false;
@@ -332,15 +344,15 @@ async function run({ prompt, echo, maxTokens, label }) {
     say(scoring ? `Scored ${stat.prompt.textContent} prompt tokens.`
       : r.finish === "length" ? "Done: reached max_tokens."
         : r.finish === "stop" ? "Done: stopped naturally." : "Done.");
-    finishTurn(prompt, r, scoring);
-    if (label) ui.prompt.value = prompt;   // the conversation so far
+    finishTurn(text, r, scoring);
+    if (label) ui.prompt.value = text;     // the conversation so far
   } catch (err) {
     if (state.sessionId !== conversation) return;
     if (err.name === "AbortError") {
       stat.finish.textContent = "stopped";
       say(`Stopped after ${r.generated} tokens.`);
-      finishTurn(prompt, r, scoring);
-      if (label) ui.prompt.value = prompt;
+      finishTurn(text, r, scoring);
+      if (label) ui.prompt.value = text;
     } else {
       showError(err instanceof ApiError ? err : new ApiError(String(err?.message ?? err)));
       say("Failed.");
@@ -357,6 +369,8 @@ async function run({ prompt, echo, maxTokens, label }) {
 // one generated token per chunk, then a final chunk with finish_reason.
 function take(r, choice) {
   const lp = choice.logprobs;
+  if (choice.prompt_token_ids) r.promptIds = choice.prompt_token_ids;
+  if (choice.token_ids) r.ids.push(...choice.token_ids);
   if (choice.text) {
     state.shownText += choice.text;
     ui.copyText.disabled = false;
@@ -391,11 +405,60 @@ function generate() {
   startFresh({ echo: ui.echo.checked });
 }
 
-function continueConversation() {
+// The ids of text the user added, from /tokenize; null after showing why
+// there are none (or when Stop or a new conversation came first).  The
+// page counts as running meanwhile, so nothing else starts.
+async function tokenize(text) {
+  const conversation = state.sessionId;
+  const controller = new AbortController();
+  clearError();
+  state.running = controller;
+  setRunning(true);
+  say("Tokenizing the added text…");
+  try {
+    const { tokens } = await postJSON("tokenize", { content: text },
+      { apiKey: ui.apiKey.value.trim(), signal: controller.signal });
+    return state.sessionId === conversation ? tokens : null;
+  } catch (err) {
+    if (state.sessionId !== conversation) {
+      /* a new conversation took over, and says so */
+    } else if (err.name === "AbortError") {
+      say("Stopped.");
+    } else {
+      showError(err instanceof ApiError ? err : new ApiError(String(err?.message ?? err)));
+      say("Failed.");
+    }
+    return null;
+  } finally {
+    if (state.running === controller) state.running = null;
+    setRunning(state.running !== null);
+  }
+}
+
+// The box holds the conversation before the last completion.  While its
+// text still starts with that conversation, the next turn is sent as the
+// token ids the server reported for it and its completion, then the text
+// added at the end of the box (tokenized by /tokenize): every earlier token
+// is reused from the cache.  When the earlier text was edited, the box's
+// text and the completion go as text, and the cache reuses what still
+// matches.
+async function continueConversation() {
   if (state.running || !state.canContinue) return;
-  // The box holds the conversation before the last completion (edits to it
-  // count); the next turn sends it with that completion.
-  run({ prompt: ui.prompt.value + state.lastText, echo: false, label: `turn ${state.turns + 1}` });
+  const box = ui.prompt.value;
+  const label = `turn ${state.turns + 1}`;
+  if (state.lastPromptIds === null || !box.startsWith(state.lastPrompt)) {
+    run({ prompt: box + state.lastText, echo: false, label });
+    return;
+  }
+  const added = box.slice(state.lastPrompt.length);
+  const addedIds = added === "" ? [] : await tokenize(added);
+  if (addedIds === null) return;
+  run({
+    prompt: [...state.lastPromptIds, ...state.lastIds, ...addedIds],
+    text: state.lastPrompt + state.lastText + added,
+    echo: false,
+    label,
+  });
 }
 
 function scorePrompt() {

@@ -170,6 +170,8 @@ typedef struct completion_request {
     bool logprobs;              /* logprobs was a number, not null/absent */
     size_t n_logprobs;
     bool echo, stream, include_usage;
+    bool return_token_ids;      /* vLLM's extension: prompt_token_ids and
+                                 * each choice's token_ids in the answer */
     char session_id[ENGINE_SESSION_ID_MAX + 1];  /* "" when absent */
     char cache_salt[API_CACHE_SALT_MAX + 1];     /* UTF-8, as sent */
     size_t cache_salt_len;                       /* 0 when absent */

@@ -281,6 +281,53 @@ def set_prompt(b, text):
     b.type("#prompt", text)
 
 
+# Records what the page sends to /v1/completions and the answer it gets
+# (window.__sent[i], window.__answers[i]): the body is cloned before the
+# page reads it.
+RECORD_COMPLETIONS = """
+if (!window.__recording) {
+  window.__recording = true;
+  window.__sent = [];
+  window.__answers = [];
+  const fetch0 = window.fetch;
+  window.fetch = (url, init) => {
+    const answer = fetch0(url, init);
+    if (String(url).endsWith("v1/completions")) {
+      const i = window.__sent.push(JSON.parse(init.body)) - 1;
+      answer.then((resp) => resp.clone().text())
+        .then((text) => { window.__answers[i] = text; })
+        .catch(() => { window.__answers[i] = ""; });
+    }
+    return answer;
+  };
+}
+return window.__sent.length;
+"""
+
+
+def recorded(b, i):
+    """The i-th recorded request body and, once it is all in, its streamed
+    answer as {prompt_ids, ids, text, finish, usage} (choice 0)."""
+    b.wait("answer %d" % i, lambda: b.js(
+        "return window.__answers[arguments[0]] !== undefined", i))
+    sent, raw = b.js("return [window.__sent[arguments[0]],"
+                     " window.__answers[arguments[0]]]", i)
+    got = {"prompt_ids": None, "ids": [], "text": "", "finish": None,
+           "usage": None}
+    for event in raw.split("\n\n"):
+        if not event.startswith("data: ") or event == "data: [DONE]":
+            continue
+        chunk = json.loads(event[6:])
+        got["usage"] = chunk.get("usage") or got["usage"]
+        for ch in chunk.get("choices") or []:
+            if "prompt_token_ids" in ch:
+                got["prompt_ids"] = ch["prompt_token_ids"]
+            got["ids"] += ch.get("token_ids", [])
+            got["text"] += ch["text"]
+            got["finish"] = ch["finish_reason"] or got["finish"]
+    return sent, got
+
+
 # ---- tests ----
 
 def test_static_files_have_correct_types(ctx):
@@ -445,7 +492,11 @@ def test_ctrl_enter_in_the_prompt_generates(ctx):
 
 
 def test_continue_reuses_the_session_cache(ctx):
+    """Continue sends the first turn as the token ids the server reported
+    for its prompt and completion (the same ids a request of its own gets),
+    and the server reuses all of them but the last from the session."""
     b = ctx["browser"]
+    first = b.js(RECORD_COMPLETIONS)
     b.click("#generate")
     wait_idle(b)
     before = b.js("return document.getElementById('prompt').value")
@@ -456,10 +507,23 @@ def test_continue_reuses_the_session_cache(ctx):
     after = b.js("return document.getElementById('prompt').value")
     assert after.startswith(before) and len(after) > len(before), (before, after)
     assert b.text("#session-id") == session
+    _, turn1 = recorded(b, first)
+    sent, turn2 = recorded(b, first + 1)
+    assert turn1["prompt_ids"] is not None, "no token ids: %r" % turn1
+    history = turn1["prompt_ids"] + turn1["ids"]
+    assert sent["prompt"] == history, (sent["prompt"], history)
+    assert turn2["prompt_ids"] == history, (turn2["prompt_ids"], history)
+    assert after == before + turn1["text"], (after, before, turn1["text"])
+    # the same greedy request made without the page gives the same ids
+    status, _, body = ctx["server"].request("POST", "/v1/completions", {
+        "prompt": ctx["prompt"], "max_tokens": 12, "temperature": 0,
+        "return_token_ids": True})
+    assert status == 200, body
+    alone = json.loads(body)["choices"][0]
+    assert history == alone["prompt_token_ids"] + alone["token_ids"], (history, alone)
     cached = int(b.js("return document.getElementById('stat-cached').dataset.cached"))
-    prompt_tokens = int(stat(b, "prompt"))
-    assert cached > 0, stat(b, "cached")
-    assert "of %d" % prompt_tokens in stat(b, "cached"), stat(b, "cached")
+    assert cached == len(history) - 1, (cached, len(history))
+    assert stat(b, "cached") == "%d of %d" % (cached, len(history)), stat(b, "cached")
     assert b.js("return document.querySelectorAll('#tokens .turn').length") == 1
 
 
@@ -528,10 +592,13 @@ def test_a_form_mistake_keeps_the_last_conversation(ctx):
 
 
 def test_continue_keeps_edits_and_survives_a_refusal(ctx):
-    """Continue sends the prompt box (edits included) with the last
-    completion; a turn the server refuses (over the context) leaves no empty
-    divider, and Continue stays available to retry with other settings."""
+    """Text added to the prompt box goes after the last completion: the
+    turn is sent as that conversation's ids, then the added text's ids
+    from /tokenize.  A turn the server refuses (over the context) leaves no
+    empty divider, and Continue stays available to retry with other
+    settings."""
     b = ctx["browser"]
+    first = b.js(RECORD_COMPLETIONS)
     set_prompt(b, ctx["prompt"])
     set_field(b, "#max_tokens", 4)
     b.click("#generate")
@@ -548,9 +615,43 @@ def test_continue_keeps_edits_and_survives_a_refusal(ctx):
     b.click("#continue")
     wait_idle(b)
     assert error_text(b) == "", error_text(b)
-    assert b.js("return document.getElementById('prompt').value").startswith(
-        ctx["prompt"] + " EDIT")
     assert b.js("return document.querySelectorAll('#tokens .turn').length") == 1
+    _, turn1 = recorded(b, first)
+    refused, _ = recorded(b, first + 1)
+    sent, turn2 = recorded(b, first + 2)
+    status, _, body = ctx["server"].request("POST", "/tokenize",
+                                            {"content": " EDIT"})
+    assert status == 200, body
+    assert turn1["prompt_ids"] is not None, "no token ids: %r" % turn1
+    history = turn1["prompt_ids"] + turn1["ids"]
+    want = history + json.loads(body)["tokens"]
+    assert refused["prompt"] == want and sent["prompt"] == want, (sent, want)
+    assert turn2["prompt_ids"] == want
+    box = b.js("return document.getElementById('prompt').value")
+    assert box == ctx["prompt"] + turn1["text"] + " EDIT", (box, turn1["text"])
+    # all of the history is cached but its last token, unless the model
+    # computed it too (an end of text after it)
+    cached = int(b.js("return document.getElementById('stat-cached').dataset.cached"))
+    assert cached == len(history) - (turn1["finish"] == "length"), (cached, turn1)
+
+
+def test_continue_after_editing_earlier_text_sends_text(ctx):
+    """When the earlier text was changed, the ids no longer say what the
+    box says: Continue sends the box's text and the completion as text."""
+    b = ctx["browser"]
+    first = b.js(RECORD_COMPLETIONS)
+    set_prompt(b, ctx["prompt"])
+    b.click("#generate")
+    wait_idle(b)
+    set_prompt(b, "Then " + ctx["prompt"])
+    b.click("#continue")
+    wait_idle(b)
+    assert error_text(b) == "", error_text(b)
+    _, turn1 = recorded(b, first)
+    sent, _ = recorded(b, first + 1)
+    want = "Then " + ctx["prompt"] + turn1["text"]
+    assert sent["prompt"] == want, (sent["prompt"], want)
+    assert b.js("return document.getElementById('prompt').value") == want
 
 
 def test_new_conversation_stops_a_running_one(ctx):
@@ -679,6 +780,7 @@ TESTS = [
     test_server_field_errors_are_shown_with_their_param,
     test_a_form_mistake_keeps_the_last_conversation,
     test_continue_keeps_edits_and_survives_a_refusal,
+    test_continue_after_editing_earlier_text_sends_text,
     test_new_conversation_stops_a_running_one,
     test_copy_text_copies_the_text_not_the_markers,
     test_byte_tokens_show_the_character_they_complete,

@@ -137,6 +137,24 @@ def valid_tokens(ids):
         return False
 
 
+def token_string(t):
+    """A token as the API names it: its text when its bytes are UTF-8
+    (without NUL), else "bytes:\\xNN..." (api_token_string)."""
+    b = vocab().bytes_of[t]
+    try:
+        text = b.decode("utf-8")
+        if "\x00" not in text:
+            return text
+    except UnicodeDecodeError:
+        pass
+    return "bytes:" + "".join("\\x%02x" % c for c in b)
+
+
+def best_ids(lp, k):
+    """The k most likely tokens of log-probabilities lp, best first."""
+    return [int(i) for i in np.argsort(-lp, kind="stable")[:k]]
+
+
 _greedy_cache = {}
 
 
@@ -654,8 +672,12 @@ class T2Completions(ApiCase):
             self.assert_close(lp["token_logprobs"][i], want[prompt[i]],
                               "prompt token %d" % i)
             top = lp["top_logprobs"][i]
-            self.assertTrue(1 <= len(top) <= 2, top)
+            # the 2 best and the prompt token itself
+            self.assertEqual(len(top), 2 if prompt[i] in best_ids(want, 2) else 3,
+                             top)
             self.assert_close(max(top.values()), want.max(), "top of %d" % i)
+            self.assert_close(top[text_of([prompt[i]])], want[prompt[i]],
+                              "prompt token %d in its top" % i)
             self.assertEqual(lp["text_offset"][i],
                              len(text_of(prompt[:i])))
 
@@ -866,6 +888,221 @@ class T3Streaming(ApiCase):
             payload.decode("utf-8")
 
 
+TOP_MAX = 5          # logprobs at most
+# Ranks whose logprobs lie further apart than this are ordered alike by a
+# float32 server and the reference (their error is ~1e-6).
+TOP_MARGIN = 2 * TOL
+
+
+def ranks_apart(lp):
+    """Whether the TOP_MAX + 1 most likely tokens of log-probabilities lp
+    are TOP_MARGIN apart, so the k best are the same set for any k."""
+    best = np.sort(lp)[::-1][:TOP_MAX + 1]
+    return bool(np.all(best[:-1] - best[1:] >= TOP_MARGIN))
+
+
+_top_cases = {}
+
+
+def top_case(key):
+    """A prompt, a forced token and the reference's rows for the two
+    requests of the top_logprobs tests, all of whose rows have their best
+    tokens TOP_MARGIN apart.  The prompt is 6 words and then the
+    reference's greedy continuation of 3 tokens, so echo scores tokens the
+    model ranks first as well as tokens far down its list; the forced
+    token (logit_bias +100 on a word) is generated where the model would
+    not pick it.  Returns (prompt, forced, rows of the prompt's tokens 1..,
+    rows of 4 forced tokens, greedy tokens of 4 more, their rows)."""
+    if key in _top_cases:
+        return _top_cases[key]
+    for attempt in range(300):
+        words = word_prompt(hash_seed(key) + attempt, 7)
+        head, forced = words[:6], words[6]
+        cont, _, _ = ref_greedy(head, 3)
+        prompt = head + cont
+        if EOT in cont or forced in prompt:
+            continue
+        full = ref().full(prompt + [forced] * 3)
+        scored = [log_softmax(full[i - 1]) for i in range(1, len(prompt))]
+        forced_rows = [log_softmax(full[len(prompt) - 1 + i]) for i in range(4)]
+        gen, steps, _ = ref_greedy(prompt, 4, bias={EOT: -100})
+        gen_rows = [log_softmax(x) for x in steps]
+        if len(gen) == 4 and all(ranks_apart(r) for r in
+                                 scored + forced_rows + gen_rows):
+            _top_cases[key] = (prompt, forced, scored, forced_rows, gen,
+                               gen_rows)
+            return _top_cases[key]
+    raise AssertionError("no prompt whose best tokens are apart: %r" % key)
+
+
+def streamed_logprobs(events):
+    """The logprobs arrays of choice 0's chunks, joined."""
+    out = {"tokens": [], "token_logprobs": [], "top_logprobs": [],
+           "text_offset": []}
+    for ev in events:
+        for ch in ev.get("choices") or []:
+            for k in out:
+                out[k] += (ch.get("logprobs") or {}).get(k, [])
+    return out
+
+
+class T3aTopLogprobs(ApiCase):
+    """top_logprobs hold the token itself (OpenAI's contract: up to
+    logprobs + 1 entries), checked key by key against the reference."""
+
+    def assert_tops(self, tops, tokens, rows, k, what):
+        """Each entry is the k most likely tokens of its reference row and
+        the token itself: k entries when it is one of them, else k + 1.
+        Returns how many tokens were among the k best."""
+        self.assertEqual(len(tops), len(tokens), what)
+        among = 0
+        for i, (top, t, lp) in enumerate(zip(tops, tokens, rows)):
+            best = best_ids(lp, k)
+            among += t in best
+            self.assertEqual(len(top), k if t in best else k + 1,
+                             "%s %d: %r" % (what, i, top))
+            want = {token_string(j): float(lp[j]) for j in best + [t]}
+            self.assertEqual(sorted(top), sorted(want), "%s %d" % (what, i))
+            for key, v in want.items():
+                self.assert_close(top[key], v, "%s %d %r" % (what, i, key))
+        return among
+
+    def test_top_logprobs_hold_the_token_for_logprobs_0_to_5(self):
+        prompt, forced, scored, forced_rows, gen, gen_rows = top_case("top")
+        c = main_client()
+        for k in range(TOP_MAX + 1):
+            # echo: the prompt scored, then the forced token 4 times
+            req = {"prompt": prompt, "max_tokens": 4, "temperature": 0,
+                   "echo": True, "logprobs": k,
+                   "logit_bias": {str(forced): 100}}
+            lp = c.complete(**req)["choices"][0]["logprobs"]
+            self.assertIsNone(lp["top_logprobs"][0])
+            tokens = prompt[1:] + [forced] * 4
+            among = self.assert_tops(lp["top_logprobs"][1:], tokens,
+                                     scored + forced_rows, k,
+                                     "echo, logprobs %d" % k)
+            if k > 0:           # the case has both kinds of entry
+                self.assertTrue(0 < among < len(tokens), among)
+            events = collect_stream(c, dict(req, stream=True))[0]
+            self.assertEqual(streamed_logprobs(events), lp, "streamed echo")
+            # greedy: the token is the most likely one
+            req = {"prompt": prompt, "max_tokens": 4, "temperature": 0,
+                   "logprobs": k, "logit_bias": NO_EOT}
+            lp = c.complete(**req)["choices"][0]["logprobs"]
+            self.assertEqual(lp["tokens"], [token_string(t) for t in gen])
+            self.assert_tops(lp["top_logprobs"], gen, gen_rows, k,
+                             "greedy, logprobs %d" % k)
+            events = collect_stream(c, dict(req, stream=True))[0]
+            self.assertEqual(streamed_logprobs(events), lp, "streamed greedy")
+            for top, t, v in zip(lp["top_logprobs"], lp["tokens"],
+                                 lp["token_logprobs"]):
+                self.assertEqual(top[t], v)
+
+
+class T3bTokenIds(ApiCase):
+    """return_token_ids (vLLM's extension): the prompt's ids and each
+    choice's generated ids, whole and per chunk, so that a conversation
+    continues from exactly the tokens the model saw."""
+
+    def test_return_token_ids_gives_prompt_and_generated_ids(self):
+        c = main_client()
+        p1, g1, _ = greedy_case("ids1", 5, 6)
+        p2, g2, _ = greedy_case("ids2", 7, 6)
+        body = c.complete(prompt=[p1, p2], max_tokens=6, temperature=0, n=2,
+                          return_token_ids=True)
+        self.assert_ok_shape(body, 4)
+        for ch in body["choices"]:
+            p = ch["index"] // 2
+            self.assertEqual(ch["prompt_token_ids"], [p1, p2][p])
+            self.assertEqual(ch["token_ids"], [g1, g2][p])
+        self.assertEqual(body["usage"]["completion_tokens"], 24)
+        # a text prompt's ids are its tokenization; with echo the prompt is
+        # in the text, and token_ids stay the generated ones
+        text = text_of(p1)
+        ch = c.complete(prompt=text, max_tokens=6, temperature=0, echo=True,
+                        return_token_ids=True)["choices"][0]
+        ids = c.post("/tokenize", {"content": text}).json["tokens"]
+        self.assertEqual(ch["prompt_token_ids"], ids)
+        if ids == p1:
+            self.assertEqual(ch["text"], text_of(p1 + g1))
+            self.assertEqual(ch["token_ids"], g1)
+        # not asked for: OpenAI's shape, nothing added
+        ch = c.complete(prompt=p1, max_tokens=2, return_token_ids=False)["choices"][0]
+        self.assertNotIn("token_ids", ch)
+        self.assertNotIn("prompt_token_ids", ch)
+
+    def test_stop_and_end_of_text_keep_ids_and_completion_tokens_alike(self):
+        """token_ids are the tokens counted in completion_tokens: those of
+        a matched stop sequence too (the text leaves it out), never the
+        <|endoftext|> that ends a generation."""
+        c = main_client()
+        prompt, gen, _ = greedy_case("idstop", 5, 6)
+        stop = text_of(gen[3:5])
+        body = c.complete(prompt=prompt, max_tokens=6, temperature=0,
+                          stop=stop, return_token_ids=True)
+        ch = body["choices"][0]
+        self.assertEqual(ch["finish_reason"], "stop")
+        self.assertEqual(ch["text"], text_of(gen[:3]))
+        self.assertEqual(ch["token_ids"], gen[:5])
+        self.assertEqual(body["usage"]["completion_tokens"], 5)
+        body = c.complete(prompt=prompt, max_tokens=6, temperature=0,
+                          logit_bias={str(EOT): 100}, return_token_ids=True)
+        ch = body["choices"][0]
+        self.assertEqual((ch["finish_reason"], ch["token_ids"]), ("stop", []))
+        self.assertEqual(body["usage"]["completion_tokens"], 0)
+
+    def test_streamed_chunks_carry_their_own_ids(self):
+        """Each chunk names the ids of the tokens it carries, and each
+        choice's first chunk the prompt's, once; joined they are the whole
+        response's."""
+        c = main_client()
+        p1, _, _ = greedy_case("idstream1", 5, 6)
+        p2, _, _ = greedy_case("idstream2", 6, 6)
+        for echo in (False, True):
+            req = {"prompt": [p1, p2], "max_tokens": 6, "temperature": 0.9,
+                   "seed": 5, "n": 2, "logprobs": 1, "echo": echo,
+                   "logit_bias": NO_EOT, "return_token_ids": True}
+            whole = c.complete(**req)["choices"]
+            events = collect_stream(c, dict(req, stream=True))[0]
+            ids, prompts = {}, {}
+            for ev in events:
+                for ch in ev.get("choices") or []:
+                    i = ch["index"]
+                    if "prompt_token_ids" in ch:
+                        self.assertNotIn(i, prompts, "prompt ids sent twice")
+                        self.assertNotIn(i, ids, "prompt ids after the first chunk")
+                        prompts[i] = ch["prompt_token_ids"]
+                    ids[i] = ids.get(i, []) + ch["token_ids"]
+                    scored = (ch["logprobs"] or {}).get("tokens", [])
+                    if not (echo and "prompt_token_ids" in ch):
+                        self.assertEqual(len(ch["token_ids"]), len(scored), ch)
+            self.assertEqual(prompts, {ch["index"]: ch["prompt_token_ids"]
+                                       for ch in whole}, "echo=%s" % echo)
+            self.assertEqual(ids, {ch["index"]: ch["token_ids"] for ch in whole},
+                             "echo=%s" % echo)
+            self.assertEqual([len(v) for v in ids.values()], [6] * 4)
+
+    def test_continuing_from_ids_reuses_every_cached_token(self):
+        """A session's second turn sent as the first turn's prompt and
+        completion ids is all cached but its last token (the one whose
+        logits start the completion)."""
+        c = main_client()
+        sid = "ids-%d" % os.getpid()
+        text = text_of(word_prompt(31, 9)) + " é€ 日本"
+        t1 = c.complete(prompt=text, max_tokens=12, temperature=1.0, seed=3,
+                        session_id=sid, logit_bias=NO_EOT,
+                        return_token_ids=True)["choices"][0]
+        history = t1["prompt_token_ids"] + t1["token_ids"]
+        self.assertEqual(len(t1["token_ids"]), 12)
+        t2 = c.complete(prompt=history, max_tokens=4, session_id=sid,
+                        return_token_ids=True)
+        self.assertEqual(t2["choices"][0]["prompt_token_ids"], history)
+        self.assertEqual(t2["usage"]["prompt_tokens"], len(history))
+        self.assertEqual(t2["usage"]["prompt_tokens_details"]["cached_tokens"],
+                         len(history) - 1)
+        c.delete("/v1/sessions/" + sid)
+
+
 class T4Sessions(ApiCase):
 
     def _sessions(self, c):
@@ -1063,6 +1300,7 @@ class T6Errors(ApiCase):
             "min_p": ["x"],
             "repetition_penalty": ["x"],
             "session_id": [5],
+            "return_token_ids": ["yes", 1],
         }
         c = main_client()
         for param, values in cases.items():

@@ -255,14 +255,20 @@ def check_usage(u, spec, completion_exact=None):
     return u
 
 
-def check_logprob_entry(spec, lp, top, first_prompt_token=False):
+def check_logprob_entry(spec, token, lp, top, first_prompt_token=False):
+    """One token's entries: its logprob, and the k best with the token
+    itself (k of them when it is among the best, else k + 1)."""
     k = spec.logprobs
     if first_prompt_token:
         need(lp is None and top is None, "first prompt token: %r %r", lp, top)
         return
     need(isinstance(lp, (int, float)) and math.isfinite(lp) and lp <= LP_TOLERANCE,
          "token logprob %r", lp)
-    need(isinstance(top, dict) and len(top) == k,
+    need(isinstance(top, dict) and top.get(token) == lp,
+         "top_logprobs %r without token %r (%r)", short(top), token, lp)
+    others = [v for t, v in top.items() if t != token]
+    need(len(top) in (max(k, 1), k + 1) and
+         (len(top) == k or not others or lp <= min(others)),
          "top_logprobs %r for logprobs %d", short(top), k)
     for v in top.values():
         need(isinstance(v, (int, float)) and v <= LP_TOLERANCE, "top logprob %r", v)
@@ -282,7 +288,7 @@ def check_logprobs(spec, lp, prompt, text):
         need(token_bytes(t) == WORDS.vocab.bytes_of[prompt[j]],
              "echoed token %d is %r", j, t)
     for j in range(len(toks)):
-        check_logprob_entry(spec, lps[j], tops[j], spec.echo and j == 0)
+        check_logprob_entry(spec, toks[j], lps[j], tops[j], spec.echo and j == 0)
     need(all(isinstance(o, int) for o in offs), "text_offset %r", offs)
     # offsets count from the prompt's start, echoed (and then in text) or not
     base = 0 if spec.echo else len(b"".join(
@@ -395,7 +401,8 @@ def check_stream_chunk(spec, res, c):
                                               for k in ("tokens", "token_logprobs",
                                                         "top_logprobs", "text_offset")),
                  "token chunk logprobs %r", short(lp))
-            check_logprob_entry(spec, lp["token_logprobs"][0], lp["top_logprobs"][0])
+            check_logprob_entry(spec, lp["tokens"][0], lp["token_logprobs"][0],
+                                lp["top_logprobs"][0])
             res.tokens[i].append(lp["tokens"][0])
     res.texts[i] += text
 

@@ -96,7 +96,8 @@ START_TEST(test_fields_are_parsed_into_the_request)
         " \"frequency_penalty\": 2, \"repetition_penalty\": 1.3, \"n\": 2, \"best_of\": 3,"
         " \"stop\": [\"a\", \"bc\"], \"logit_bias\": {\"50256\": -100, \"11\": 2.5},"
         " \"seed\": -1, \"user\": \"u\", \"echo\": true, \"logprobs\": 3,"
-        " \"session_id\": \"chat-1.a:b_c\", \"unknown_extra\": {\"x\": 1}}";
+        " \"session_id\": \"chat-1.a:b_c\", \"return_token_ids\": true,"
+        " \"unknown_extra\": {\"x\": 1}}";
     ck_assert_int_eq(parse(&req, body, &e), 0);
     ck_assert_uint_eq(req.max_tokens, 5);
     ck_assert_float_eq(req.sampling.temperature, 0.0f);
@@ -124,12 +125,14 @@ START_TEST(test_fields_are_parsed_into_the_request)
     ck_assert(req.echo && req.logprobs);
     ck_assert_uint_eq(req.n_logprobs, 3);
     ck_assert_str_eq(req.session_id, "chat-1.a:b_c");
+    ck_assert(req.return_token_ids);
     completion_request_free(&req);
 
     ck_assert_int_eq(parse(&req, "{\"prompt\": \"x\", \"stream\": true,"
                                  " \"stream_options\": {\"include_usage\": true},"
                                  " \"stop\": \"\\n\", \"logprobs\": null}", &e), 0);
     ck_assert(req.stream && req.include_usage && !req.logprobs);
+    ck_assert(!req.return_token_ids);
     ck_assert_uint_eq(req.n_stop, 1);
     ck_assert_str_eq(req.stop[0], "\n");
     completion_request_free(&req);
@@ -194,6 +197,8 @@ static const struct { const char *body, *param; } bad_fields[] = {
     {"{\"prompt\": \"x\", \"seed\": \"1\"}", "seed"},
     {"{\"prompt\": \"x\", \"user\": 1}", "user"},
     {"{\"prompt\": \"x\", \"echo\": 1}", "echo"},
+    {"{\"prompt\": \"x\", \"return_token_ids\": \"yes\"}", "return_token_ids"},
+    {"{\"prompt\": \"x\", \"return_token_ids\": 1}", "return_token_ids"},
     {"{\"prompt\": \"x\", \"stream\": \"yes\"}", "stream"},
     {"{\"prompt\": \"x\", \"stream_options\": {\"include_usage\": true}}", "stream_options"},
     {"{\"prompt\": \"x\", \"stream\": true, \"stream_options\": 1}", "stream_options"},
@@ -235,6 +240,8 @@ static const struct { const char *body, *message; } wrong_types[] = {
     {"{\"prompt\": \"x\", \"logprobs\": true}", "logprobs must be an integer"},
     {"{\"prompt\": \"x\", \"seed\": \"1\"}", "seed must be an integer"},
     {"{\"prompt\": \"x\", \"echo\": 1}", "echo must be true or false"},
+    {"{\"prompt\": \"x\", \"return_token_ids\": 1}",
+     "return_token_ids must be true or false"},
     {"{\"prompt\": \"x\", \"stream\": \"yes\"}", "stream must be true or false"},
     {"{\"prompt\": \"x\", \"stream\": true, \"stream_options\": {\"include_usage\": 1}}",
      "stream_options.include_usage must be true or false"},
@@ -586,6 +593,21 @@ static gen_token tk(int32_t id, float lp)
     return t;
 }
 
+/* A finished sequence's output: n tokens, the text, where each token's
+ * text ends. */
+static gen_output output_of(const gen_token *gen, const size_t *ends, size_t n,
+                            const char *text, finish_reason finish)
+{
+    gen_output out = {0};
+    out.tokens = gen;
+    out.n_tokens = n;
+    out.text = text;
+    out.text_len = strlen(text);
+    out.token_text_end = ends;
+    out.finish = finish;
+    return out;
+}
+
 START_TEST(test_logprobs_object_with_echo_scores_the_prompt_first)
 {
     /* prompt "Hello world" = [15496, 995]; generated " café" split so that
@@ -642,15 +664,9 @@ START_TEST(test_choice_with_echo_prepends_the_prompt_text)
     gen_token prompt[1] = {tk(15496, NAN)};
     gen_token gen[1] = {tk(995, -2.0f)};
     size_t ends[1] = {6};
-    gen_output out = {0};
+    gen_output out = output_of(gen, ends, 1, " world", FINISH_STOP);
     out.prompt_scores = prompt;
     out.n_prompt_scored = 1;
-    out.tokens = gen;
-    out.n_tokens = 1;
-    out.text = " world";
-    out.text_len = 6;
-    out.token_text_end = ends;
-    out.finish = FINISH_STOP;
     json_t *c = completion_choice_json(tok, &req, 0, 3, &out);
     ck_assert_str_eq(json_string_value(json_object_get(c, "text")), "Hello world");
     ck_assert_int_eq(json_integer_value(json_object_get(c, "index")), 3);
@@ -658,10 +674,118 @@ START_TEST(test_choice_with_echo_prepends_the_prompt_text)
     json_t *lp = json_object_get(c, "logprobs");
     ck_assert_uint_eq(json_array_size(json_object_get(lp, "tokens")), 2);
     ck_assert_int_eq(json_integer_value(json_array_get(json_object_get(lp, "text_offset"), 1)), 5);
-    /* logprobs 0: no alternatives, but still one (empty) entry per token */
-    ck_assert_uint_eq(json_object_size(json_array_get(json_object_get(lp, "top_logprobs"), 1)), 0);
+    /* logprobs 0: no alternatives, but the token itself, as OpenAI has it */
+    json_t *top = json_array_get(json_object_get(lp, "top_logprobs"), 1);
+    ck_assert_uint_eq(json_object_size(top), 1);
+    ck_assert_double_eq_tol(json_real_value(json_object_get(top, " world")), -2.0, 1e-6);
     json_decref(c);
     completion_request_free(&req);
+}
+END_TEST
+
+/* The top_logprobs entry of generated token i in `lp` has exactly `keys`,
+ * in that order, and `key` has `value`. */
+static void expect_entry(json_t *lp, size_t i, const char *const *keys, size_t n,
+                         const char *key, double value)
+{
+    json_t *top = json_array_get(json_object_get(lp, "top_logprobs"), i);
+    ck_assert_uint_eq(json_object_size(top), n);
+    size_t k = 0;
+    for (void *it = json_object_iter(top); it != NULL; it = json_object_iter_next(top, it))
+        ck_assert_str_eq(json_object_iter_key(it), keys[k++]);
+    ck_assert_double_eq_tol(json_real_value(json_object_get(top, key)), value, 1e-6);
+}
+
+static json_t *logprobs_of(const gen_token *gen, size_t n)
+{
+    text_cursor at = { 0 };
+    return completion_logprobs_json(tok, NULL, 0, gen, 0, n, &at, SIZE_MAX);
+}
+
+/* OpenAI's contract: an entry holds the alternatives and the token itself,
+ * so k alternatives give k entries when the token is one of them, else
+ * k + 1 with the token last; no alternatives give the token alone. */
+START_TEST(test_top_logprobs_always_hold_the_token_itself)
+{
+    gen_token gen[3] = {tk(995, -1.5f), tk(0, -7.0f), tk(0, -7.0f)};
+    for (size_t i = 0; i < 2; i++) {
+        gen[i].n_top = 2;
+        gen[i].top[0] = (token_logprob){11, -0.5f};
+        gen[i].top[1] = (token_logprob){995, -1.5f};
+    }
+    json_t *lp = logprobs_of(gen, 3);
+    const char *in_top[] = {",", " world"}, *added[] = {",", " world", "!"},
+               *alone[] = {"!"};
+    expect_entry(lp, 0, in_top, 2, " world", -1.5);
+    expect_entry(lp, 1, added, 3, "!", -7.0);
+    expect_entry(lp, 2, alone, 1, "!", -7.0);
+    json_decref(lp);
+}
+END_TEST
+
+/* Ids past the tokenizer's 50257 render as "": two of them share a key.
+ * The token's own key holds its own logprob; among alternatives the
+ * likelier keeps the key. */
+START_TEST(test_top_logprobs_keys_that_collide_keep_the_tokens_own_value)
+{
+    size_t len = 0;
+    ck_assert_ptr_null(tokenizer_token_bytes(tok, 50258, &len));
+    gen_token gen[3] = {tk(50258, -3.0f), tk(50258, -3.0f), tk(11, -1.0f)};
+    gen[0].n_top = 3;
+    gen[0].top[0] = (token_logprob){50257, -0.2f};
+    gen[0].top[1] = (token_logprob){11, -1.0f};
+    gen[0].top[2] = (token_logprob){50258, -3.0f};
+    gen[1].n_top = 2;
+    gen[1].top[0] = (token_logprob){50257, -0.2f};
+    gen[1].top[1] = (token_logprob){11, -1.0f};
+    gen[2].n_top = 2;
+    gen[2].top[0] = (token_logprob){50257, -0.2f};
+    gen[2].top[1] = (token_logprob){50258, -0.3f};
+    json_t *lp = logprobs_of(gen, 3);
+    const char *own_last[] = {",", ""}, *own_first[] = {"", ","};
+    expect_entry(lp, 0, own_last, 2, "", -3.0);
+    expect_entry(lp, 1, own_last, 2, "", -3.0);
+    expect_entry(lp, 2, own_first, 2, "", -0.2);
+    expect_entry(lp, 2, own_first, 2, ",", -1.0);
+    json_decref(lp);
+}
+END_TEST
+
+static void expect_ids(json_t *arr, const json_int_t *want, size_t n)
+{
+    ck_assert_msg(json_is_array(arr), "not an array");
+    ck_assert_uint_eq(json_array_size(arr), n);
+    for (size_t i = 0; i < n; i++)
+        ck_assert_int_eq(json_integer_value(json_array_get(arr, i)), want[i]);
+}
+
+/* return_token_ids: the prompt's ids and the generated ones (not the
+ * echoed prompt again), as vLLM names them; absent unless asked for. */
+START_TEST(test_choice_with_return_token_ids_names_prompt_and_generated_ids)
+{
+    gen_token gen[2] = {tk(11, -1.0f), tk(995, -2.0f)};
+    size_t ends[2] = {1, 7};
+    gen_output out = output_of(gen, ends, 2, ", world", FINISH_LENGTH);
+    const json_int_t want_prompt[2] = {15496, 995}, want_gen[2] = {11, 995};
+    for (int asked = 0; asked < 2; asked++) {
+        completion_request req;
+        api_error e;
+        ck_assert_int_eq(parse(&req, asked ? "{\"prompt\": \"Hello world\", \"echo\": true,"
+                                             " \"return_token_ids\": true}"
+                                           : "{\"prompt\": \"Hello world\"}", &e), 0);
+        json_t *c = completion_choice_json(tok, &req, 0, 0, &out);
+        if (asked) {
+            ck_assert_str_eq(json_string_value(json_object_get(c, "text")),
+                             "Hello world, world");
+            expect_ids(json_object_get(c, "prompt_token_ids"), want_prompt, 2);
+            expect_ids(json_object_get(c, "token_ids"), want_gen, 2);
+        } else {
+            ck_assert_ptr_null(json_object_get(c, "prompt_token_ids"));
+            ck_assert_ptr_null(json_object_get(c, "token_ids"));
+        }
+        json_decref(c);
+        completion_request_free(&req);
+    }
 }
 END_TEST
 
@@ -721,13 +845,7 @@ START_TEST(test_text_offsets_count_the_prompt_without_echo)
     ck_assert_int_eq(parse(&req, "{\"prompt\": \"Hello\", \"logprobs\": 0}", &e), 0);
     gen_token gen[2] = {tk(995, -2.0f), tk(995, -2.0f)};
     size_t ends[2] = {6, 12};
-    gen_output out = {0};
-    out.tokens = gen;
-    out.n_tokens = 2;
-    out.text = " world world";
-    out.text_len = 12;
-    out.token_text_end = ends;
-    out.finish = FINISH_LENGTH;
+    gen_output out = output_of(gen, ends, 2, " world world", FINISH_LENGTH);
     json_t *c = completion_choice_json(tok, &req, 0, 0, &out);
     ck_assert_str_eq(json_string_value(json_object_get(c, "text")), " world world");
     const json_int_t want[2] = {5, 11};
@@ -916,6 +1034,9 @@ static Suite *api_suite(void)
     tcase_add_test(resp, test_error_object_has_openai_shape);
     tcase_add_test(resp, test_logprobs_object_with_echo_scores_the_prompt_first);
     tcase_add_test(resp, test_choice_with_echo_prepends_the_prompt_text);
+    tcase_add_test(resp, test_top_logprobs_always_hold_the_token_itself);
+    tcase_add_test(resp, test_top_logprobs_keys_that_collide_keep_the_tokens_own_value);
+    tcase_add_test(resp, test_choice_with_return_token_ids_names_prompt_and_generated_ids);
     tcase_add_test(resp, test_choice_without_logprobs_has_null_logprobs_and_length_finish);
     tcase_add_test(resp, test_best_of_ranks_by_cumulative_logprob);
     tcase_add_test(resp, test_token_string_uses_bytes_form_for_partial_utf8);
