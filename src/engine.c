@@ -58,6 +58,7 @@
 #include "gpt2d/metrics.h"
 #include "gpt2d/monotonic.h"
 #include "gpt2d/notify.h"
+#include "gpt2d/step_budget.h"
 #include "gpt2d/textstream.h"
 #include "gpt2d/threadpool.h"
 
@@ -153,6 +154,7 @@ struct engine {
     engine_config cfg;
     size_t vocab;
     size_t chunk;               /* prefill chunk: max_batch_rows - n_slots */
+    step_budget budget;         /* engine thread: prefill rows beside decoding */
     size_t max_token_bytes;     /* longest token, sizes the text buffers */
 
     threadpool *pool;
@@ -812,20 +814,27 @@ static bool others_decoding(const engine *e, const gen_request *r)
     return false;
 }
 
-/* Decode rows first (they always fit: at most one per slot), then whole
- * prefill chunks in admission order while the budget holds them.
+/* Decode rows first (they always fit: at most one per slot), then prefill
+ * chunks in admission order while the step has room.
+ *
+ * Beside decoding streams, the step's prompt rows are also bounded by the
+ * step budget (--step-cost): every stream waits for the whole step, so a
+ * step carries only the prompt rows that keep it within a multiple of a
+ * full batch's decode step, and the rest of a chunk goes in the next
+ * steps.  Where a
+ * prompt is cut never changes its results (the kernels give the same bits
+ * however a prompt is cut; test_engine_chunked_prefill_matches_unchunked).
  *
  * A step with a prefill chunk lasts many decode steps, and every stream
  * waits for it: so while another caller's sequences decode, a caller's
  * prompts take at most cfg.prefill_share of the time.  After a step that
  * carried both, such prefill waits (prefill_hold_until) while steps
- * without it run for as long as that share asks; a chunk is never
- * shortened, so where chunks end stays a function of the prompt alone.
+ * without it run for as long as that share asks.
  * A caller's own prompts never wait for its own streams: one tenant's
  * burst is not slowed for its own sake.  *mixed_out says whether the
  * step carried both. */
-static size_t build_batch(engine *e, size_t *rows_out, bool *mixed_out,
-                          double now)
+static size_t build_batch(engine *e, size_t *rows_out, size_t *prefill_out,
+                          bool *mixed_out, double now)
 {
     size_t n = 0, rows = 0;
     for (size_t k = 0; k < e->n_running; k++) {
@@ -840,7 +849,12 @@ static size_t build_batch(engine *e, size_t *rows_out, bool *mixed_out,
         }
     }
     *mixed_out = false;
-    for (size_t k = 0; k < e->n_running; k++) {
+    const size_t decode_rows = rows, room = e->cfg.max_batch_rows - rows;
+    const size_t budget = step_budget_prefill_rows(
+        &e->budget, decode_rows, e->cfg.n_slots, room);
+    size_t prefill_left = budget;
+    bool bounded = false;
+    for (size_t k = 0; k < e->n_running && prefill_left > 0; k++) {
         gen_request *r = e->running[k];
         seq_state *s = &r->seqs[0];
         if (s->phase != SEQ_PREFILL)
@@ -875,17 +889,23 @@ static size_t build_batch(engine *e, size_t *rows_out, bool *mixed_out,
         size_t end = (start / e->chunk + 1) * e->chunk;
         if (end > r->n_prompt)
             end = r->n_prompt;
+        if (end - start > prefill_left) {
+            end = start + prefill_left;
+            bounded = bounded || budget < room;
+        }
         size_t len = end - start;
-        if (rows + len > e->cfg.max_batch_rows)
-            break;
         size_t n_logits = r->score_prompt ? len : (end == r->n_prompt);
         n = add_entry(e, n, r, 0, true, start, r->prompt + start, len,
                       n_logits);
         r->prefill_started = true;
         rows += len;
+        prefill_left -= len;
         *mixed_out = *mixed_out || others;
     }
+    if (bounded)
+        metrics_prefill_bounded();
     *rows_out = rows;
+    *prefill_out = rows - decode_rows;
     return n;
 }
 
@@ -1175,9 +1195,9 @@ static void *engine_main(void *arg)
         admit(e, now);
         if (!has_work(e))
             continue;           /* everything was cancelled */
-        size_t rows = 0;
+        size_t rows = 0, prefill_rows = 0;
         bool mixed = false;
-        size_t n = build_batch(e, &rows, &mixed, now);
+        size_t n = build_batch(e, &rows, &prefill_rows, &mixed, now);
         if (n == 0) {
             /* cannot happen (a chunk always fits, n <= slots is checked at
              * submit); never spin if it does */
@@ -1203,6 +1223,8 @@ static void *engine_main(void *arg)
             threadpool_run(e->pool, e->n_jobs, run_job, e);
             double took = monotonic_seconds() - t_step;
             metrics_observe_step(took);
+            step_budget_observe(&e->budget, rows - prefill_rows, prefill_rows,
+                                took);
             if (mixed)
                 e->prefill_hold_until = monotonic_seconds() +
                     took * (1.0 - e->cfg.prefill_share) / e->cfg.prefill_share;
@@ -1311,6 +1333,7 @@ int engine_create(engine **out, const model *m, const tokenizer *tok,
         e->cfg.prefill_share = 1.0;
     e->vocab = m->config.vocab_size;
     e->chunk = cfg->max_batch_rows - cfg->n_slots;
+    step_budget_init(&e->budget, cfg->step_cost_limit, KV_BLOCK_TOKENS);
     e->max_token_bytes = longest_token(tok);
     pthread_mutex_init(&e->lock, NULL);
     /* Monotonic, for the watchdog's timed idle wait. */

@@ -110,6 +110,7 @@ static atomic_uint_fast64_t cached_tokens;
 static atomic_uint_fast64_t cancelled;
 static atomic_uint_fast64_t request_timeouts;
 static atomic_uint_fast64_t write_timeouts;
+static atomic_uint_fast64_t prefill_bounded;
 
 static void counter_add(atomic_uint_fast64_t *c, uint_fast64_t n)
 {
@@ -159,6 +160,7 @@ void metrics_add_cached_tokens(size_t n) { counter_add(&cached_tokens, n); }
 void metrics_cancelled(void) { counter_add(&cancelled, 1); }
 void metrics_request_timeout(void) { counter_add(&request_timeouts, 1); }
 void metrics_write_timeout(void) { counter_add(&write_timeouts, 1); }
+void metrics_prefill_bounded(void) { counter_add(&prefill_bounded, 1); }
 
 /* `value` in the histogram's own unit; `sum_units` the same value in the
  * integer unit of `sum`. */
@@ -368,6 +370,10 @@ char *metrics_render(const metrics_gauges *gauges)
     render_counter(f, "gpt2d_write_timeouts_total",
                    "Connections closed because the client took none of its "
                    "response for --timeout seconds.", &write_timeouts);
+    render_counter(f, "gpt2d_prefill_bounded_steps_total",
+                   "Steps whose prompt rows were cut short by --step-cost so "
+                   "that generating streams were not held up longer.",
+                   &prefill_bounded);
     render_histogram(f, &ttft_hist);
     render_histogram(f, &itl_hist);
     render_histogram(f, &step_hist);

@@ -52,6 +52,10 @@ typedef struct engine_config {
     double prefill_share;       /* while sequences decode, the share of the
                                  * engine's time prefill may take; 0: 0.5,
                                  * 1: no limit */
+    double step_cost_limit;     /* a step with prompt rows beside decoding
+                                 * streams lasts at most this many decode
+                                 * steps of a full batch (step_budget.h);
+                                 * 0: no bound */
     unsigned min_step_usec;     /* 0; tests: every step lasts at least this
                                  * long, so that how long a generation runs
                                  * does not depend on the machine's speed */

@@ -22,6 +22,7 @@ void metrics_add_cached_tokens(size_t n);
 void metrics_cancelled(void);                 /* a client vanished mid-request */
 void metrics_request_timeout(void);           /* cut by --request-timeout */
 void metrics_write_timeout(void);             /* stopped reading for --timeout */
+void metrics_prefill_bounded(void);           /* --step-cost cut a step's prefill */
 void metrics_observe_ttft(double seconds);     /* submit -> first token */
 void metrics_observe_token_latency(double seconds); /* between tokens */
 void metrics_observe_step(double seconds);     /* one engine step */

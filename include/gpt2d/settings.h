@@ -43,6 +43,7 @@ typedef struct settings {
     size_t max_queued_per_key;  /* --max-queued-per-key; 0 (default): half
                                  * of --max-queue */
     unsigned prefill_share;     /* --prefill-share percent, default 50 */
+    unsigned step_cost;         /* --step-cost percent of a decode step, 0: off */
     size_t max_stop_bytes;      /* --max-stop-bytes per stop string, default 256 */
     int drain_ms;               /* --drain-timeout ms on SIGTERM, default 10000 */
     char *web_root;             /* --web-root, default $(datadir)/gpt2d/web */

@@ -1119,18 +1119,24 @@ END_TEST
 
 /* ---- backpressure, cancellation, shutdown ---- */
 
-/* gpt2d_requests_cancelled_total from the metrics registry. */
-static unsigned long cancelled_total(void)
+/* A counter without labels from the metrics registry. */
+static unsigned long counter_total(const char *name)
 {
     metrics_gauges none = { 0 };
     char *text = metrics_render(&none);
     ck_assert_ptr_nonnull(text);
-    const char *line = strstr(text, "\ngpt2d_requests_cancelled_total ");
-    ck_assert_ptr_nonnull(line);
-    unsigned long n = strtoul(line + strlen("\ngpt2d_requests_cancelled_total "),
-                              NULL, 10);
+    char key[128];
+    snprintf(key, sizeof key, "\n%s ", name);
+    const char *line = strstr(text, key);
+    ck_assert_msg(line != NULL, "no %s", name);
+    unsigned long n = strtoul(line + strlen(key), NULL, 10);
     free(text);
     return n;
+}
+
+static unsigned long cancelled_total(void)
+{
+    return counter_total("gpt2d_requests_cancelled_total");
 }
 
 START_TEST(test_engine_full_queue_is_refused_at_once)
@@ -1399,6 +1405,48 @@ static size_t n_tokens_of(gen_request *r)
     return n;
 }
 
+/* Beside a decoding stream, a prompt's rows are cut to the step budget
+ * (step_cost_limit 1: the minimum, 16 rows, of a 60-row chunk) and its
+ * results are the same bits as alone, where nothing cuts it. */
+START_TEST(test_engine_step_cost_cuts_prefill_beside_streams_same_bits)
+{
+    engine_config cfg = { .n_slots = 2, .max_queue = 8, .max_batch_rows = 64,
+                          .step_cost_limit = 1.0 };
+    int32_t *prompt = prompt_of(45), *other = prompt_of(4);
+    other[0] = 7;                       /* no prefix to share */
+    gen_params p = sampled_params(prompt, 45, 10, 4321);
+    p.logprobs = true;
+    const char *cuts = "gpt2d_prefill_bounded_steps_total";
+    const unsigned long before = counter_total(cuts);
+    engine *solo = open_engine_cfg(&cfg);
+    outcome alone;
+    run(solo, &p, &alone);
+    engine_destroy(solo);
+    ck_assert_uint_eq(counter_total(cuts), before);
+
+    engine *e = open_engine_cfg(&cfg);
+    gen_request *s = submit_long_of(e, other, 4, caller(1, 1), 1);
+    wait_tokens(s, 2);                  /* both costs are known now */
+    outcome beside;
+    run(e, &p, &beside);
+    ck_assert_uint_ge(counter_total(cuts), before + 2);
+    ck_assert_uint_eq(alone.seq[0].n_tokens, beside.seq[0].n_tokens);
+    for (size_t k = 0; k < alone.seq[0].n_tokens; k++) {
+        ck_assert_int_eq(alone.seq[0].tokens[k], beside.seq[0].tokens[k]);
+        ck_assert_msg(memcmp(&alone.seq[0].logprobs[k],
+                             &beside.seq[0].logprobs[k], sizeof(float)) == 0,
+                      "token %zu: logprob %.9g alone, %.9g beside", k,
+                      (double)alone.seq[0].logprobs[k],
+                      (double)beside.seq[0].logprobs[k]);
+    }
+    gen_request_cancel(s);
+    gen_request_release(s);
+    engine_destroy(e);
+    free(prompt);
+    free(other);
+}
+END_TEST
+
 /* One slot; caller A runs one request and queues two more, then caller B
  * queues one: when A's first ends, B's runs before A's second, although it
  * came later (first come first served would run A's). */
@@ -1656,6 +1704,7 @@ static Suite *engine_suite(void)
     tcase_add_test(fair, test_engine_caller_queue_limit_leaves_room_for_others);
     tcase_add_test(fair, test_engine_prefill_flood_leaves_decode_its_share);
     tcase_add_test(fair, test_engine_a_callers_own_prompts_are_not_held_behind_its_stream);
+    tcase_add_test(fair, test_engine_step_cost_cuts_prefill_beside_streams_same_bits);
     suite_add_tcase(s, fair);
 
     return s;
