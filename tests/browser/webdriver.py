@@ -36,12 +36,13 @@ class WebDriverError(Exception):
 class Browser:
     """A minimal W3C WebDriver client for one chromedriver session."""
 
-    def __init__(self, chromedriver, chromium, profile_dir, log_path):
+    def __init__(self, chromedriver, chromium, profile_dir, log_path,
+                 env=None):
         self.port = free_port()
         self.log = open(log_path, "wb")
         self.driver = subprocess.Popen(
             [chromedriver, "--port=%d" % self.port, "--allowed-ips=127.0.0.1"],
-            stdout=self.log, stderr=subprocess.STDOUT)
+            stdout=self.log, stderr=subprocess.STDOUT, env=env)
         self.url = "http://127.0.0.1:%d" % self.port
         self.session = None
         deadline = time.monotonic() + 20
@@ -198,12 +199,19 @@ def free_port():
 
 def run_browser_tests(tests, ctx, select, chromium, chromedriver, out):
     """Runs `tests` in order in one browser; see the module's docstring."""
-    profile = tempfile.mkdtemp(prefix="gpt2d-chromium.")
+    # The profile, and Chromium's own scratch files (its TMPDIR: it leaves
+    # org.chromium.Chromium.scoped_dir.* behind when stopped), in one
+    # directory removed at the end.
+    scratch = tempfile.mkdtemp(prefix="gpt2d-chromium.")
+    profile = os.path.join(scratch, "profile")
+    os.mkdir(profile)
+    os.mkdir(os.path.join(scratch, "tmp"))
     browser = None
     passed = failed = 0
     try:
         browser = Browser(chromedriver, chromium, profile,
-                          os.path.join(out, "chromedriver.log"))
+                          os.path.join(out, "chromedriver.log"),
+                          env=dict(os.environ, TMPDIR=os.path.join(scratch, "tmp")))
         ctx["browser"] = browser
         for test in tests:
             if select and not any(s in test.__name__ for s in select):
@@ -229,6 +237,6 @@ def run_browser_tests(tests, ctx, select, chromium, chromedriver, out):
     finally:
         if browser is not None:
             browser.quit()
-        shutil.rmtree(profile, ignore_errors=True)
+        shutil.rmtree(scratch, ignore_errors=True)
     print("%d passed, %d failed" % (passed, failed))
     return 0 if failed == 0 and passed > 0 else 1
