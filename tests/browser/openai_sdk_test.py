@@ -31,7 +31,7 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "integration"))
 
 from gpt2d_client import Server  # noqa: E402
-from webdriver import run_browser_tests  # noqa: E402
+from webdriver import add_browser_arguments, run_browser_tests  # noqa: E402
 
 KEY = "sk-page-%d" % os.getpid()
 
@@ -218,9 +218,7 @@ def main():
     ap.add_argument("--gpt2d", required=True)
     ap.add_argument("--work", required=True)
     ap.add_argument("--out", required=True)
-    ap.add_argument("--chromium", default="/usr/bin/chromium")
-    ap.add_argument("--chromedriver", default="/usr/bin/chromedriver")
-    ap.add_argument("select", nargs="*")
+    add_browser_arguments(ap)
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
 

@@ -24,7 +24,7 @@ import time
 import urllib.error
 import urllib.request
 
-from webdriver import ELEMENT, run_browser_tests
+from webdriver import ELEMENT, add_browser_arguments, run_browser_tests
 
 # ---- the daemon, directly ----
 
@@ -621,9 +621,7 @@ def main():
     ap.add_argument("--api-key", required=True)
     ap.add_argument("--out", required=True)
     ap.add_argument("--long-tokens", type=int, default=900)
-    ap.add_argument("--chromium", default="/usr/bin/chromium")
-    ap.add_argument("--chromedriver", default="/usr/bin/chromedriver")
-    ap.add_argument("select", nargs="*")
+    add_browser_arguments(ap)
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
 

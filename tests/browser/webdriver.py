@@ -5,6 +5,8 @@ tests that share one browser.
 Standard library only (no npm package to fetch, so it runs offline and in a
 read-only source tree).  Used by playground_test.py and openai_sdk_test.py.
 
+    add_browser_arguments(argparse_parser)
+        --chromium, --chromedriver and the tests' names
     run_browser_tests(TESTS, ctx, select, chromium, chromedriver, out)
         starts Chromium (headless, a fresh profile), runs each test(ctx)
         whose name contains one of `select` (all when empty) with
@@ -195,6 +197,14 @@ def free_port():
     port = s.getsockname()[1]
     s.close()
     return port
+
+
+def add_browser_arguments(ap):
+    """The arguments every browser suite takes: --chromium, --chromedriver,
+    and the names (substrings) of the tests to run."""
+    ap.add_argument("--chromium", default="/usr/bin/chromium")
+    ap.add_argument("--chromedriver", default="/usr/bin/chromedriver")
+    ap.add_argument("select", nargs="*")
 
 
 def run_browser_tests(tests, ctx, select, chromium, chromedriver, out):
