@@ -8,6 +8,10 @@
 #
 # Builds out of tree in build/ (override with BUILD_DIR).  Package installs
 # use sudo when not run as root; set GPT2D_SKIP_APT=1 to skip them.
+# `serve` exits with fetch-model.sh's status when it gets no model: 3 when
+# the Hugging Face Hub cannot be reached (GPT2D_HF_ENDPOINT names a mirror;
+# what else to do is printed), 1 when a download or check failed.  A
+# complete models/MODEL/ copied in by hand is served without the Hub.
 set -euo pipefail
 
 top=$(cd "$(dirname "$0")/.." && pwd)
@@ -60,7 +64,16 @@ case ${1:-} in
         model=${2:-gpt2}
         install_packages "${BUILD_PACKAGES[@]}" curl ca-certificates python3
         build
-        "$top/scripts/fetch-model.sh" "$model" --dest "$top/models/$model"
+        rc=0
+        "$top/scripts/fetch-model.sh" "$model" --dest "$top/models/$model" || rc=$?
+        # exit 3 with the four files there: fetched before, or copied in
+        if [[ $rc -eq 3 && -s $top/models/$model/config.json && -s $top/models/$model/model.safetensors &&
+              -s $top/models/$model/vocab.json && -s $top/models/$model/merges.txt ]]; then
+            echo "quickstart.sh: serving models/$model as it is, unchecked"
+        elif [[ $rc -ne 0 ]]; then
+            echo "quickstart.sh: no model in models/$model, so gpt2d is not started (exit $rc)" >&2
+            exit "$rc"
+        fi
         # the playground from the source tree: nothing is installed
         exec "$build/src/gpt2d" --model "$top/models/$model" --web-root "$top/web"
         ;;
@@ -70,7 +83,7 @@ case ${1:-} in
         make -j"$(nproc)" check
         ;;
     *)
-        sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'
+        sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'
         exit 2
         ;;
 esac

@@ -11,6 +11,7 @@
  * the engine works and looks at its socket every COMPLETION_WAIT_SLICE_MS. */
 #include "gpt2d/api.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -330,6 +331,7 @@ void api_completions(const api_ctx *ctx, const api_caller *who,
     if (ctx->log_prompts)
         log_info("completion prompt: %.*s", (int)(len < 4096 ? len : 4096), body);
     api_random_id(run->id, sizeof run->id, "cmpl-");
+    snprintf(r->id, sizeof r->id, "%s", run->id);
     run->created = time(NULL);
     int retry_after = 0;
     if (run_submit(run, &e, &retry_after) != 0) {

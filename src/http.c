@@ -40,6 +40,7 @@
 #include "gpt2d/monotonic.h"
 
 #define STREAM_BLOCK_SIZE (16 * 1024)
+#define REQUEST_ID_MAX 128      /* the longest X-Request-Id taken from a client */
 
 struct http_server {
     struct MHD_Daemon *daemon;
@@ -106,6 +107,7 @@ typedef struct http_request {
     bool close_after;           /* the framing is in doubt: end the connection */
     int status;
     api_caller caller;          /* who sent it (set by early_checks) */
+    char request_id[REQUEST_ID_MAX + 1];    /* "" until settled: request_id() */
     api_response resp;
     atomic_int refs;
 } http_request;
@@ -197,12 +199,96 @@ static bool client_gone(void *arg)
     return (pfd.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) != 0;
 }
 
+static bool is_tchar(char c);
+static bool is_token(const char *s);
+
+/* ------------------------------------------------------------------ */
+/* Request ids                                                         */
+/* ------------------------------------------------------------------ */
+
+/* X-Request-Id, so an operator can find the request a user reports: the
+ * client's own (or its proxy's) when it is sane, 1 to REQUEST_ID_MAX
+ * characters of an HTTP token (RFC 9110 §5.6.2: visible ASCII without
+ * separators, so it can neither split a header nor forge a log field);
+ * else the id of the completion the request made; else a new "req-" id. */
+static void request_id_from_client(http_request *hr)
+{
+    const char *id = MHD_lookup_connection_value(hr->conn, MHD_HEADER_KIND,
+                                                 "X-Request-Id");
+    if (id != NULL && strnlen(id, REQUEST_ID_MAX + 1) <= REQUEST_ID_MAX && is_token(id))
+        snprintf(hr->request_id, sizeof hr->request_id, "%s", id);
+}
+
+/* Settled by the first response (or the access log line, when none was
+ * sent), so the header and the log agree. */
+static const char *request_id(http_request *hr)
+{
+    if (hr->request_id[0] == '\0') {
+        if (hr->resp.id[0] != '\0')
+            snprintf(hr->request_id, sizeof hr->request_id, "%s", hr->resp.id);
+        else
+            api_random_id(hr->request_id, sizeof hr->request_id, "req-");
+    }
+    return hr->request_id;
+}
+
+/* ------------------------------------------------------------------ */
+/* Headers of every response, and CORS                                 */
+/* ------------------------------------------------------------------ */
+
+/* What a page on another origin may read besides the CORS-safelisted
+ * headers: what the OpenAI SDK and the playground look at. */
+#define CORS_EXPOSED_HEADERS "X-Request-Id, Retry-After, Allow, WWW-Authenticate"
+#define COMMON_HEADERS_MAX 4
+
+typedef struct header_field {
+    const char *name, *value;
+} header_field;
+
+/* The fields every response carries, whoever writes it (libmicrohttpd, or
+ * refuse_body_over_limit by hand): its request id and, with CORS on, the
+ * origin allowed and what that origin may read.  Returns their count. */
+static size_t common_headers(http_request *hr, header_field out[COMMON_HEADERS_MAX])
+{
+    size_t n = 0;
+    out[n++] = (header_field){"X-Request-Id", request_id(hr)};
+    const char *origin = hr->srv->cfg->cors_origin;
+    if (origin != NULL && origin[0] != '\0') {
+        out[n++] = (header_field){"Access-Control-Allow-Origin", origin};
+        out[n++] = (header_field){"Access-Control-Expose-Headers", CORS_EXPOSED_HEADERS};
+        out[n++] = (header_field){"Vary", "Origin"};
+    }
+    return n;
+}
+
 static void add_common_headers(http_request *hr, struct MHD_Response *resp)
 {
-    const settings *cfg = hr->srv->cfg;
-    if (cfg->cors_origin != NULL && cfg->cors_origin[0] != '\0') {
-        MHD_add_response_header(resp, "Access-Control-Allow-Origin", cfg->cors_origin);
-        MHD_add_response_header(resp, "Vary", "Origin");
+    header_field f[COMMON_HEADERS_MAX];
+    size_t n = common_headers(hr, f);
+    for (size_t i = 0; i < n; i++)
+        MHD_add_response_header(resp, f[i].name, f[i].value);
+}
+
+/* Access-Control-Request-Headers as a browser sends it: header names
+ * (tokens) separated by commas and optional spaces, not absurdly long.
+ * Only such a list is echoed into Access-Control-Allow-Headers. */
+static bool header_name_list_ok(const char *s)
+{
+    if (strnlen(s, 2049) > 2048)
+        return false;
+    for (;;) {
+        s += strspn(s, " \t");
+        size_t n = 0;
+        while (is_tchar(s[n]))
+            n++;
+        if (n == 0)
+            return false;
+        s += n;
+        s += strspn(s, " \t");
+        if (*s == '\0')
+            return true;
+        if (*s++ != ',')
+            return false;
     }
 }
 
@@ -390,18 +476,32 @@ static bool method_allowed(const route *r, const char *method)
     return strcmp(method, "HEAD") == 0 && strcmp(r->methods, "GET") == 0;
 }
 
+/* A CORS preflight: OPTIONS with CORS on.  The configured origin ("*":
+ * any) may use our methods and whatever headers its browser asks for (the
+ * OpenAI SDK sends x-stainless-* headers; a page may send X-Session-Id or
+ * X-Request-Id) when they are a list of header names, and may keep the
+ * answer 10 minutes.  Another origin is given no permission: its browser
+ * refuses the call and names the origin that is allowed. */
 static enum MHD_Result send_preflight(http_request *hr)
 {
+    const char *allowed = hr->srv->cfg->cors_origin;
+    const char *origin = MHD_lookup_connection_value(hr->conn, MHD_HEADER_KIND, "Origin");
+    const char *asked = MHD_lookup_connection_value(hr->conn, MHD_HEADER_KIND,
+                                                    "Access-Control-Request-Headers");
     struct MHD_Response *resp =
         MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT);
     if (resp == NULL)
         return MHD_NO;
     add_common_headers(hr, resp);
-    MHD_add_response_header(resp, "Access-Control-Allow-Methods",
-                            "GET, POST, DELETE, OPTIONS");
-    MHD_add_response_header(resp, "Access-Control-Allow-Headers",
-                            "Authorization, Content-Type");
-    MHD_add_response_header(resp, "Access-Control-Max-Age", "600");
+    MHD_add_response_header(resp, "Vary", "Access-Control-Request-Headers");
+    if (strcmp(allowed, "*") == 0 || (origin != NULL && strcmp(origin, allowed) == 0)) {
+        MHD_add_response_header(resp, "Access-Control-Allow-Methods",
+                                "GET, POST, DELETE, OPTIONS");
+        MHD_add_response_header(resp, "Access-Control-Allow-Headers",
+                                asked != NULL && header_name_list_ok(asked)
+                                    ? asked : "Authorization, Content-Type");
+        MHD_add_response_header(resp, "Access-Control-Max-Age", "600");
+    }
     hr->status = 204;
     hr->responded = true;
     enum MHD_Result rc = MHD_queue_response(hr->conn, MHD_HTTP_NO_CONTENT, resp);
@@ -530,17 +630,22 @@ typedef struct framing {
     bool bad_name;                  /* a name that is not a token */
 } framing;
 
-/* RFC 9110 §5.1: a field name is a token (§5.6.2: tchar). */
+/* RFC 9110 §5.6.2: a character of a token. */
+static bool is_tchar(char ch)
+{
+    unsigned char c = (unsigned char)ch;
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+           (c >= '0' && c <= '9') || (c != '\0' && strchr("!#$%&'*+-.^_`|~", c) != NULL);
+}
+
+/* RFC 9110 §5.1: a field name is a token. */
 static bool is_token(const char *s)
 {
     if (*s == '\0')
         return false;
-    for (; *s != '\0'; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-              (c >= '0' && c <= '9') || strchr("!#$%&'*+-.^_`|~", c) != NULL))
+    for (; *s != '\0'; s++)
+        if (!is_tchar(*s))
             return false;
-    }
     return true;
 }
 
@@ -765,19 +870,22 @@ static enum MHD_Result refuse_body_over_limit(http_request *hr)
     api_response_error(&hr->resp, &e);
     hr->status = 413;
     hr->responded = true;
-    char date[64], head[1024];
+    char date[64], head[4096];
     struct tm tm;
     time_t now = time(NULL);
     strftime(date, sizeof date, "%a, %d %b %Y %H:%M:%S GMT", gmtime_r(&now, &tm));
-    bool cors = cfg->cors_origin != NULL && cfg->cors_origin[0] != '\0';
     int n = snprintf(head, sizeof head,
                      "HTTP/1.1 413 %s\r\nDate: %s\r\nConnection: close\r\n"
-                     "Content-Type: %s\r\nContent-Length: %zu\r\n%s%s%s\r\n",
+                     "Content-Type: %s\r\nContent-Length: %zu\r\n",
                      MHD_get_reason_phrase_for(413), date,
-                     hr->resp.content_type, hr->resp.body_len,
-                     cors ? "Access-Control-Allow-Origin: " : "",
-                     cors ? cfg->cors_origin : "",
-                     cors ? "\r\nVary: Origin\r\n" : "");
+                     hr->resp.content_type, hr->resp.body_len);
+    header_field f[COMMON_HEADERS_MAX];
+    size_t n_fields = common_headers(hr, f);
+    for (size_t i = 0; i < n_fields && n > 0 && (size_t)n < sizeof head; i++)
+        n += snprintf(head + n, sizeof head - (size_t)n, "%s: %s\r\n",
+                      f[i].name, f[i].value);
+    if (n > 0 && (size_t)n < sizeof head)
+        n += snprintf(head + n, sizeof head - (size_t)n, "\r\n");
     if (ci != NULL && n > 0 && (size_t)n < sizeof head &&
         write_all(ci->connect_fd, head, (size_t)n, REFUSAL_WRITE_MS) &&
         write_all(ci->connect_fd, hr->resp.body, hr->resp.body_len, REFUSAL_WRITE_MS))
@@ -847,6 +955,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
         http_deadline_request_begun(srv->deadline, hr->watch);
         hr->http_1_0 = strcmp(version, MHD_HTTP_VERSION_1_0) == 0;
         head_find_nul(hr, method, version);
+        if (hr->nul_header == NULL)     /* else a header may be cut short */
+            request_id_from_client(hr);
         enum MHD_Result rc;
         if (early_checks(hr, &rc))
             return rc;
@@ -908,10 +1018,11 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     metrics_request_done(hr->route->label, status);
     /* Routes with an id in the path are logged by their pattern: a session
      * id is the key to a conversation's cache and has no place in a log. */
-    log_info("%s %s %d %.1fms prompt_tokens=%zu completion_tokens=%zu",
+    log_info("%s %s %d %.1fms prompt_tokens=%zu completion_tokens=%zu request_id=%s",
              hr->method, hr->route->prefix && hr->route->id != ROUTE_STATIC
                  ? hr->route->label : hr->path,
-             status, monotonic_since(&hr->t0) * 1e3, prompt, completion);
+             status, monotonic_since(&hr->t0) * 1e3, prompt, completion,
+             request_id(hr));
     request_unref(hr);
     atomic_fetch_sub(&srv->in_flight, 1);
 }

@@ -105,6 +105,12 @@ static unsigned test_min_step_usec(void)
     return us > 1000000 ? 1000000u : (unsigned)us;
 }
 
+/* "s" after a count other than one: "1 KV slot", "4 KV slots". */
+static const char *plural(size_t n)
+{
+    return n == 1 ? "" : "s";
+}
+
 /* What the settings mean once the model's shapes are known: --kv-memory
  * becomes a count of KV blocks (without it, a full context for every slot),
  * and the slots must leave a step room for a prefill chunk.  -1 and a
@@ -127,8 +133,9 @@ static int plan_kv(daemon_state *d, gpt2d_error *err)
     }
     if (c->max_batch_rows <= c->slots)
         return error_set(err, "--max-batch-rows %zu must exceed the %zu KV "
-                         "slots: a step holds every slot's decode row plus a "
-                         "prefill chunk", c->max_batch_rows, c->slots);
+                         "slot%s: a step holds every slot's decode row plus a "
+                         "prefill chunk", c->max_batch_rows, c->slots,
+                         plural(c->slots));
     return 0;
 }
 
@@ -194,26 +201,27 @@ static void log_summary(const daemon_state *d)
     double kv_mb = (double)kvcache_block_bytes(c, d->cfg.kv_half)
                    * (double)d->kv_blocks / 1e6;
     log_info("gpt2d: loaded %s: %zu layers, %zu heads, %zu wide, context %zu, "
-             "vocabulary %zu, %.1f MB of %s weights (matmul %s); %zu KV slots, "
+             "vocabulary %zu, %.1f MB of %s weights (matmul %s); %zu KV slot%s, "
              "KV cache of %zu blocks of %d tokens = %.1f full contexts (%.1f MB, "
-             "%s%s), %zu threads; listening on %s:%u",
+             "%s%s), %zu thread%s; listening on %s:%u",
              d->mdl.name, c->n_layer, c->n_head, c->n_embd, c->n_ctx, c->vocab_size,
              (double)d->mdl.weight_bytes / 1e6, model_dtype_name(d->mdl.dtype),
              model_matmul_name(d->mdl.matmul),
-             d->cfg.slots, d->kv_blocks, KV_BLOCK_TOKENS,
+             d->cfg.slots, plural(d->cfg.slots), d->kv_blocks, KV_BLOCK_TOKENS,
              (double)d->kv_blocks / (double)kvcache_blocks_per_context(c), kv_mb,
              kv_dtype_name(d->cfg.kv_half),
              d->cfg.kv_memory > 0 ? ", sized by --kv-memory" : "",
-             d->cfg.threads, d->cfg.host != NULL ? d->cfg.host : "*",
-             http_port(d->http));
+             d->cfg.threads, plural(d->cfg.threads),
+             d->cfg.host != NULL ? d->cfg.host : "*", http_port(d->http));
 }
 
 /* READY=1 with the line `systemctl status` shows while we serve. */
 static void notify_serving(const daemon_state *d, const char *note)
 {
-    notify_ready("Serving %s on %s:%u, %zu KV slots, %zu threads%s",
+    notify_ready("Serving %s on %s:%u, %zu KV slot%s, %zu thread%s%s",
                  d->mdl.name, d->cfg.host != NULL ? d->cfg.host : "*",
-                 http_port(d->http), d->cfg.slots, d->cfg.threads, note);
+                 http_port(d->http), d->cfg.slots, plural(d->cfg.slots),
+                 d->cfg.threads, plural(d->cfg.threads), note);
 }
 
 /* The main thread's id, for forward_to_main; written once before any

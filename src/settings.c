@@ -164,7 +164,7 @@ static const option_spec options[] = {
       "tenant); by default each API key (or client address, without keys) has "
       "its own." },
     { "cors-origin", 0, OPT_OPTIONAL_PATH, FIELD(cors_origin), "ORIGIN", NULL, NULL, 0, 0,
-      false, "Value of Access-Control-Allow-Origin; none: CORS off." },
+      false, "The origin whose web pages may call the API (CORS: \"*\" for any); none: CORS off." },
     { "config", 'c', OPT_OPTIONAL_PATH, FIELD(config_file), "FILE", NULL, NULL, 0, 0, true,
       "Read options from FILE: `name = value` lines, # comments." },
     { "port-file", 0, OPT_OPTIONAL_PATH, FIELD(port_file), "FILE", NULL, NULL, 0, 0, false,

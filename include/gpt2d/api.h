@@ -101,6 +101,8 @@ typedef struct api_response {
     int retry_after;            /* > 0: Retry-After seconds (429) */
     api_stream *stream;         /* non-NULL: an SSE stream instead of a body */
     bool cancelled;             /* the client left; nothing is sent */
+    char id[48];                /* what the request made ("cmpl-…"), or "":
+                                 * its X-Request-Id unless the client sent one */
     size_t prompt_tokens, completion_tokens;   /* for the access log */
 } api_response;
 

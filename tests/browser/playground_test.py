@@ -6,8 +6,7 @@
                        [--chromedriver /usr/bin/chromedriver] [TEST...]
 
 Drives Chromium through chromedriver's W3C WebDriver HTTP API with nothing
-but the standard library (no npm package to fetch, so it runs offline and
-in a read-only source tree).  The daemon is started by test_playground.sh
+but the standard library (webdriver.py).  The daemon is started by test_playground.sh
 with an API key; this script only talks to 127.0.0.1.
 
 Each test is one behaviour a person relies on; they share one browser and run
@@ -17,189 +16,15 @@ go to DIR (playground.png is the README picture).  Ends with the line
 """
 
 import argparse
-import base64
 import json
 import os
 import re
-import shutil
-import socket
-import subprocess
 import sys
-import tempfile
 import time
-import traceback
 import urllib.error
 import urllib.request
 
-ELEMENT = "element-6066-11e4-a52e-4f735466cecf"
-
-
-class WebDriverError(Exception):
-    pass
-
-
-class Browser:
-    """A minimal W3C WebDriver client for one chromedriver session."""
-
-    def __init__(self, chromedriver, chromium, profile_dir, log_path):
-        self.port = free_port()
-        self.log = open(log_path, "wb")
-        self.driver = subprocess.Popen(
-            [chromedriver, "--port=%d" % self.port, "--allowed-ips=127.0.0.1"],
-            stdout=self.log, stderr=subprocess.STDOUT)
-        self.url = "http://127.0.0.1:%d" % self.port
-        self.session = None
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                if self._call("GET", "/status")["ready"]:
-                    break
-            except (OSError, WebDriverError):
-                pass
-            if time.monotonic() > deadline or self.driver.poll() is not None:
-                raise WebDriverError("chromedriver did not start")
-            time.sleep(0.1)
-        caps = {"capabilities": {"alwaysMatch": {
-            "browserName": "chrome",
-            "pageLoadStrategy": "normal",
-            "goog:loggingPrefs": {"browser": "ALL"},
-            "goog:chromeOptions": {
-                "binary": chromium,
-                "args": [
-                    "--headless", "--no-sandbox", "--disable-gpu",
-                    "--disable-background-networking", "--disable-quic",
-                    "--no-first-run", "--disable-component-update",
-                    "--disable-sync", "--disable-dev-shm-usage",
-                    "--user-data-dir=" + profile_dir,
-                    "--window-size=1280,1000", "--force-device-scale-factor=1",
-                    "--lang=en-US",
-                ],
-            },
-        }}}
-        value = self._call("POST", "/session", caps)
-        self.session = "/session/" + value["sessionId"]
-        self.cmd("POST", "/timeouts", {"script": 30000, "pageLoad": 30000,
-                                       "implicit": 0})
-
-    def _call(self, method, path, body=None):
-        data = None if body is None else json.dumps(body).encode()
-        req = urllib.request.Request(
-            self.url + path, data=data, method=method,
-            headers={"Content-Type": "application/json"})
-        try:
-            with urllib.request.urlopen(req, timeout=60) as resp:
-                payload = json.load(resp)
-        except urllib.error.HTTPError as e:
-            payload = json.load(e)
-            v = payload.get("value", {})
-            raise WebDriverError("%s %s: %s: %s" % (
-                method, path, v.get("error"), v.get("message", "")[:400]))
-        return payload.get("value")
-
-    def cmd(self, method, path, body=None):
-        return self._call(method, self.session + path, body)
-
-    def quit(self):
-        try:
-            if self.session:
-                self.cmd("DELETE", "")
-        except (OSError, WebDriverError):
-            pass
-        self.driver.terminate()
-        try:
-            self.driver.wait(10)
-        except subprocess.TimeoutExpired:
-            self.driver.kill()
-            self.driver.wait()
-        self.log.close()
-
-    # ---- page helpers ----
-
-    def go(self, url):
-        self.cmd("POST", "/url", {"url": url})
-
-    def js(self, script, *args):
-        return self.cmd("POST", "/execute/sync",
-                        {"script": script, "args": list(args)})
-
-    def find(self, css):
-        return self.cmd("POST", "/element",
-                        {"using": "css selector", "value": css})[ELEMENT]
-
-    def finds(self, css):
-        return [e[ELEMENT] for e in self.cmd(
-            "POST", "/elements", {"using": "css selector", "value": css})]
-
-    def click(self, css):
-        self.cmd("POST", "/element/%s/click" % self.find(css), {})
-
-    def clear(self, css):
-        self.cmd("POST", "/element/%s/clear" % self.find(css), {})
-
-    def type(self, css, text):
-        self.cmd("POST", "/element/%s/value" % self.find(css), {"text": text})
-
-    def text(self, css):
-        return self.cmd("GET", "/element/%s/text" % self.find(css))
-
-    def displayed(self, css):
-        return self.cmd("GET", "/element/%s/displayed" % self.find(css))
-
-    def hover(self, element_id):
-        self.cmd("POST", "/actions", {"actions": [{
-            "type": "pointer", "id": "mouse",
-            "parameters": {"pointerType": "mouse"},
-            "actions": [{"type": "pointerMove", "duration": 0, "x": 0, "y": 0,
-                         "origin": {ELEMENT: element_id}}]}]})
-        self.cmd("DELETE", "/actions")
-
-    def keys(self, *keys):
-        acts = []
-        for k in keys:
-            acts += [{"type": "keyDown", "value": k}, {"type": "keyUp", "value": k}]
-        self.cmd("POST", "/actions", {"actions": [
-            {"type": "key", "id": "keyboard", "actions": acts}]})
-        self.cmd("DELETE", "/actions")
-
-    def chord(self, *keys):
-        """Presses keys together (modifiers first), then releases them."""
-        acts = [{"type": "keyDown", "value": k} for k in keys]
-        acts += [{"type": "keyUp", "value": k} for k in reversed(keys)]
-        self.cmd("POST", "/actions", {"actions": [
-            {"type": "key", "id": "keyboard", "actions": acts}]})
-        self.cmd("DELETE", "/actions")
-
-    def screenshot(self, path):
-        png = base64.b64decode(self.cmd("GET", "/screenshot"))
-        with open(path, "wb") as f:
-            f.write(png)
-
-    def set_window(self, width, height):
-        self.cmd("POST", "/window/rect", {"width": width, "height": height})
-
-    def console(self):
-        """Browser console entries since the last call (chromedriver's log)."""
-        return self.cmd("POST", "/se/log", {"type": "browser"}) or []
-
-    def wait(self, what, predicate, timeout=20.0):
-        deadline = time.monotonic() + timeout
-        while True:
-            value = predicate()
-            if value:
-                return value
-            if time.monotonic() > deadline:
-                raise AssertionError("timed out after %.0fs waiting for %s"
-                                     % (timeout, what))
-            time.sleep(0.05)
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
+from webdriver import ELEMENT, add_browser_arguments, run_browser_tests
 
 # ---- the daemon, directly ----
 
@@ -796,9 +621,7 @@ def main():
     ap.add_argument("--api-key", required=True)
     ap.add_argument("--out", required=True)
     ap.add_argument("--long-tokens", type=int, default=900)
-    ap.add_argument("--chromium", default="/usr/bin/chromium")
-    ap.add_argument("--chromedriver", default="/usr/bin/chromedriver")
-    ap.add_argument("select", nargs="*")
+    add_browser_arguments(ap)
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
 
@@ -817,43 +640,12 @@ def main():
     status, _, body = server.request("GET", "/v1/models")
     model_id = json.loads(body)["data"][0]["id"] if status == 200 else "?"
 
-    profile = tempfile.mkdtemp(prefix="gpt2d-chromium.")
-    browser = None
-    passed = failed = 0
-    try:
-        browser = Browser(a.chromedriver, a.chromium, profile,
-                          os.path.join(a.out, "chromedriver.log"))
-        ctx = {"browser": browser, "server": server, "base": a.base,
-               "key": a.api_key, "out": a.out, "model_id": model_id,
-               "prompt": "The quick brown fox jumps over",
-               "long_tokens": a.long_tokens}
-        for test in TESTS:
-            if a.select and not any(s in test.__name__ for s in a.select):
-                continue
-            t0 = time.monotonic()
-            try:
-                test(ctx)
-                passed += 1
-                print("PASS: %s (%.1fs)" % (test.__name__, time.monotonic() - t0))
-            except Exception:           # report every failure, go on
-                failed += 1
-                print("FAIL: %s" % test.__name__)
-                traceback.print_exc(file=sys.stdout)
-                try:
-                    browser.screenshot(os.path.join(
-                        a.out, "failed-%s.png" % test.__name__))
-                except (OSError, WebDriverError):
-                    pass
-            sys.stdout.flush()
-    except WebDriverError as e:
-        failed += 1
-        print("FAIL: the browser: %s" % e)
-    finally:
-        if browser is not None:
-            browser.quit()
-        shutil.rmtree(profile, ignore_errors=True)
-    print("%d passed, %d failed" % (passed, failed))
-    return 0 if failed == 0 and passed > 0 else 1
+    ctx = {"server": server, "base": a.base,
+           "key": a.api_key, "out": a.out, "model_id": model_id,
+           "prompt": "The quick brown fox jumps over",
+           "long_tokens": a.long_tokens}
+    return run_browser_tests(TESTS, ctx, a.select, a.chromium, a.chromedriver,
+                             a.out)
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ sampling is checked for self-consistency (same seed, stream vs. not, alone vs.
 concurrent, cached vs. cold).
 """
 
+import http.client
 import json
 import math
 import os
@@ -37,7 +38,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 from gpt2d_client import (EOT, NO_EOT, Client, Server, StreamError,  # noqa: E402
-                          Vocab, http_request, metric_sum)
+                          Vocab, http_request, metric_sum, read_response)
 import testlib  # noqa: E402
 from testlib import (GPT2D, SRCDIR, TINY,  # noqa: E402
                      long_context_model, run_module, wait_for)
@@ -1466,6 +1467,193 @@ class T7AuthAndLimits(ServerCase):
         self.assert_error(r, 413)
         body = c.complete(prompt="y" * 100, max_tokens=1)
         self.assertEqual(len(body["choices"]), 1)
+
+
+GENERATED_ID = r"req-[0-9a-f]{24}"
+
+
+class T7cCorsAndRequestIds(ServerCase):
+    """A page on another origin may call the API (issue 15): the preflight
+    allows the headers its browser asks for, when they are header names and
+    the page is the configured origin; every answer says which headers the
+    page may read.  Every answer carries X-Request-Id, and so does its
+    access log line.  (The real SDK in a real browser:
+    tests/browser/test_openai_sdk.sh.)"""
+    NAME = "cors"
+    KEY = "sk-cors-%d" % os.getpid()
+    ORIGIN = "http://app.example:3000"
+    ARGS = ("--slots", "2", "--threads", "1", "--max-body", "4096",
+            "--cors-origin", ORIGIN)
+    ENV = {"GPT2D_API_KEY": KEY}
+    # what openai@6 sends from a browser, as Chromium lists it
+    SDK_HEADERS = ("authorization,content-type,x-session-id,x-stainless-arch,"
+                   "x-stainless-lang,x-stainless-os,x-stainless-package-version,"
+                   "x-stainless-retry-count,x-stainless-runtime,"
+                   "x-stainless-runtime-version,x-stainless-timeout")
+
+    def preflight(self, origin, asked=None):
+        """OPTIONS /v1/completions; returns (status, headers as a list of
+        (lower-case name, value), in order)."""
+        headers = {"Origin": origin, "Access-Control-Request-Method": "POST"}
+        if asked is not None:
+            headers["Access-Control-Request-Headers"] = asked
+        conn = http.client.HTTPConnection("127.0.0.1", self.server.port, timeout=30)
+        try:
+            conn.request("OPTIONS", "/v1/completions", headers=headers)
+            resp = conn.getresponse()
+            resp.read()
+            return resp.status, [(k.lower(), v) for k, v in resp.getheaders()]
+        finally:
+            conn.close()
+
+    @staticmethod
+    def field(headers, name):
+        values = [v for k, v in headers if k == name]
+        return values[0] if len(values) == 1 else values or None
+
+    def test_preflight_allows_the_headers_the_browser_asks_for(self):
+        status, h = self.preflight(self.ORIGIN, self.SDK_HEADERS)
+        self.assertEqual(status, 204, h)
+        self.assertEqual(self.field(h, "access-control-allow-origin"), self.ORIGIN)
+        self.assertEqual(self.field(h, "access-control-allow-headers"), self.SDK_HEADERS)
+        self.assertEqual(self.field(h, "access-control-allow-methods"),
+                         "GET, POST, DELETE, OPTIONS")
+        self.assertEqual(self.field(h, "access-control-max-age"), "600")
+        vary = {v.strip() for k, val in h if k == "vary" for v in val.split(",")}
+        self.assertEqual(vary, {"Origin", "Access-Control-Request-Headers"})
+        # spaces after the commas, as other browsers and proxies write it
+        status, h = self.preflight(self.ORIGIN, "Authorization, X-Session-Id,\tX-Request-Id")
+        self.assertEqual(self.field(h, "access-control-allow-headers"),
+                         "Authorization, X-Session-Id,\tX-Request-Id")
+
+    def test_preflight_echoes_only_a_list_of_header_names(self):
+        for asked in ("x-a, x b", "x-a,,x-b", "x-a,", ",x-a", "x-(a)", "x-a;q=1",
+                      "x-\u00e9", "x-a" + ",x-a" * 700, ""):
+            with self.subTest(asked=asked):
+                status, h = self.preflight(self.ORIGIN, asked)
+                self.assertEqual(status, 204, h)
+                self.assertEqual(self.field(h, "access-control-allow-headers"),
+                                 "Authorization, Content-Type")
+        # without the header: the plain default
+        status, h = self.preflight(self.ORIGIN)
+        self.assertEqual(self.field(h, "access-control-allow-headers"),
+                         "Authorization, Content-Type")
+
+    def test_preflight_from_another_origin_gets_no_permission(self):
+        for origin in ("http://evil.example", "http://app.example:3001",
+                       self.ORIGIN + "/", "null"):
+            with self.subTest(origin=origin):
+                status, h = self.preflight(origin, self.SDK_HEADERS)
+                self.assertEqual(status, 204, h)
+                names = {k for k, _ in h}
+                for absent in ("access-control-allow-headers",
+                               "access-control-allow-methods",
+                               "access-control-max-age"):
+                    self.assertNotIn(absent, names, h)
+                # the browser's error message names the origin allowed
+                self.assertEqual(self.field(h, "access-control-allow-origin"),
+                                 self.ORIGIN)
+
+    def test_every_answer_says_what_a_page_may_read(self):
+        c = self.client(api_key=self.KEY)
+        answers = [c.get("/v1/models"), self.client().get("/v1/models"),
+                   c.get("/v1/nothing"), c.post("/v1/completions", {"prompt": 5}),
+                   c.post("/v1/completions", {"prompt": "Hi", "max_tokens": 1})]
+        for r in answers:
+            with self.subTest(status=r.status):
+                self.assertEqual(r.headers.get("access-control-allow-origin"), self.ORIGIN)
+                exposed = {v.strip().lower() for v in
+                           r.headers.get("access-control-expose-headers", "").split(",")}
+                self.assertTrue({"x-request-id", "retry-after"} <= exposed, r.headers)
+
+    def test_request_id_is_the_clients_own_when_sane(self):
+        c = self.client(api_key=self.KEY)
+        sane = ("trace-1234.abc_DEF", "0f8fad5b-d9cb-469f-a165-70867728950e",
+                "a", "x" * 128, "!#$%&'*+-.^_`|~")
+        for rid in sane:
+            with self.subTest(rid=rid):
+                h = {"X-Request-Id": rid}
+                for r in (c.post("/v1/completions", {"prompt": "Hi", "max_tokens": 1},
+                                 headers=h),
+                          c.get("/v1/models", headers=h),
+                          c.post("/v1/completions", {"prompt": 5}, headers=h),
+                          self.client().get("/v1/models", headers=h),
+                          c.get("/v1/nothing", headers=h)):
+                    self.assertEqual(r.headers.get("x-request-id"), rid, r)
+        es = c.open_stream("/v1/completions", {"prompt": "Hi", "max_tokens": 2,
+                                                "stream": True},
+                           headers={"X-Request-Id": "stream-7"})
+        try:
+            self.assertEqual(es.headers.get("x-request-id"), "stream-7")
+            self.assertTrue(list(es))
+        finally:
+            es.close()
+
+    def test_request_id_of_a_completion_is_its_id(self):
+        c = self.client(api_key=self.KEY)
+        insane = (None, "", "a b", "x" * 129, '"quoted"', "a,b", "caf\u00e9",
+                  "a/b", "a:b", "(x)")
+        for rid in insane:
+            with self.subTest(rid=rid):
+                h = {} if rid is None else {"X-Request-Id": rid}
+                r = c.post("/v1/completions", {"prompt": "Hi", "max_tokens": 1},
+                           headers={k: v.encode("utf-8").decode("latin-1")
+                                    for k, v in h.items()})
+                self.assertEqual(r.status, 200, r)
+                self.assertRegex(r.json["id"], r"^cmpl-[0-9a-f]{24}$")
+                self.assertEqual(r.headers.get("x-request-id"), r.json["id"])
+        es = c.open_stream("/v1/completions", {"prompt": "Hi", "max_tokens": 2,
+                                                "stream": True})
+        try:
+            events = list(es)
+        finally:
+            es.close()
+        ids = {ev["id"] for ev in events}
+        self.assertEqual(len(ids), 1, ids)
+        self.assertEqual(es.headers.get("x-request-id"), ids.pop())
+
+    def test_request_id_is_generated_for_every_other_answer(self):
+        c = self.client(api_key=self.KEY)
+        status, h = self.preflight(self.ORIGIN, "authorization")
+        seen = [(204, self.field(h, "x-request-id"))]
+        for r in (c.get("/v1/models"), c.get("/health"), self.client().get("/v1/models"),
+                  c.get("/v1/nothing"), c.delete("/v1/models"),
+                  c.post("/v1/completions", {"prompt": 5}),
+                  c.post("/v1/completions", {"prompt": "x" * 5000}),
+                  c.delete("/v1/sessions/none"), c.post("/tokenize", {"content": "a"})):
+            seen.append((r.status, r.headers.get("x-request-id")))
+        # a chunked body over --max-body: the 413 written by hand
+        with socket.create_connection(("127.0.0.1", self.server.port)) as s:
+            s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n"
+                      b"Authorization: Bearer " + self.KEY.encode() + b"\r\n"
+                      b"Transfer-Encoding: chunked\r\n\r\n"
+                      + (b"1000\r\n" + b" " * 4096 + b"\r\n") * 2 + b"0\r\n\r\n")
+            r = read_response(s)
+        self.assertEqual(r.headers.get("access-control-allow-origin"), self.ORIGIN)
+        seen.append((r.status, r.headers.get("x-request-id")))
+        self.assertEqual([st for st, _ in seen],
+                         [204, 200, 200, 401, 404, 405, 400, 413, 404, 200, 413])
+        for st, rid in seen:
+            self.assertRegex(rid or "", "^%s$" % GENERATED_ID, st)
+        self.assertEqual(len({rid for _, rid in seen}), len(seen), seen)
+
+    def test_access_log_line_has_the_request_id(self):
+        c = self.client(api_key=self.KEY)
+        mine = "log-check-%d" % os.getpid()
+        c.post("/v1/completions", {"prompt": "Hi", "max_tokens": 1},
+               headers={"X-Request-Id": mine})
+        body = c.complete(prompt="Hi", max_tokens=1)
+        refused = self.client().get("/v1/models")
+        lines = {mine: r"POST /v1/completions 200 .*",
+                 body["id"]: r"POST /v1/completions 200 .*",
+                 refused.headers["x-request-id"]: r"GET /v1/models 401 .*"}
+        for rid, pattern in lines.items():
+            with self.subTest(rid=rid):
+                # the line is written when libmicrohttpd reports the request done
+                found = wait_for(lambda: re.search(
+                    r"info: %s request_id=%s$" % (pattern, re.escape(rid)),
+                    self.log_text(), re.M), 2)
+                self.assertTrue(found, self.server.log_tail())
 
 
 class T7bIsolation(ServerCase):

@@ -98,6 +98,11 @@ expect_serving() {
 }
 
 expect_serving "good directory" "loaded tiny: "
+# one of a kind is named in the singular
+expect_serving "one slot and one thread" "; 1 KV slot, KV cache of .*), 1 thread; listening" \
+    --slots 1 --threads 1
+expect_error "one slot leaves a step no room" 2 "--max-batch-rows 1 must exceed the 1 KV slot: " \
+    -- --model "$tiny" --slots 1 --max-batch-rows 1
 
 # A port another gpt2d listens on is refused, not shared (SO_REUSEPORT
 # would have split the connections between the two).

@@ -246,22 +246,34 @@ static void write_safetensors(const char *dir, const spec *s,
     free(text);
 }
 
-static char tmpdir[256];
+/* Each test's model directory, tmpdir, is made inside one directory per
+ * test case, case_dir, which an unchecked fixture makes and removes in the
+ * runner's own process.  A test ends at its first failed assertion (its
+ * forked process exits there, skipping a checked teardown), so only a
+ * teardown outside it cleans up after a failure too. */
+static char case_dir[256];
+static char tmpdir[300];
+
+static void make_case_dir(void)
+{
+    snprintf(case_dir, sizeof case_dir, "%s/gpt2d-test-model-XXXXXX", test_tmp_dir());
+    ck_assert_ptr_nonnull(mkdtemp(case_dir));
+}
+
+static void remove_case_dir(void)
+{
+    test_remove_tree(case_dir);
+}
 
 static void make_dir(void)
 {
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/gpt2d-test-model-XXXXXX");
+    snprintf(tmpdir, sizeof tmpdir, "%s/model-XXXXXX", case_dir);
     ck_assert_ptr_nonnull(mkdtemp(tmpdir));
 }
 
 static void remove_dir(void)
 {
-    char path[512];
-    snprintf(path, sizeof path, "%s/config.json", tmpdir);
-    unlink(path);
-    snprintf(path, sizeof path, "%s/model.safetensors", tmpdir);
-    unlink(path);
-    rmdir(tmpdir);
+    test_remove_tree(tmpdir);
 }
 
 /* Loads tmpdir and expects failure whose message contains `needle`. */
@@ -377,7 +389,6 @@ START_TEST(test_loads_plain_hf_names)
                        4 * C + 4 * C * C + C;
     ck_assert_uint_eq(m.weight_bytes, 4 * (L * per_layer + 2 * C + V * C));
     model_free(&m);
-    remove_dir();
 }
 END_TEST
 
@@ -394,7 +405,6 @@ START_TEST(test_loads_transformer_prefix_and_ignores_mask_buffers)
     ck_assert_msg(model_load(&m, tmpdir, MODEL_DTYPE_AUTO, &err) == 0, "%s", err.message);
     check_bound(&m, &s, "transformer.");
     model_free(&m);
-    remove_dir();
 }
 END_TEST
 
@@ -421,7 +431,6 @@ START_TEST(test_lm_head_equal_to_wte_is_shared_different_is_used)
     check_values(m.wte, find(&s, "wte.weight"));  /* the embedding's rows */
     check_vocab_panels(m.lm_head_wp, m.panel_dtype, head);
     model_free(&m);
-    remove_dir();
 }
 END_TEST
 
@@ -444,7 +453,6 @@ START_TEST(test_widens_f16_and_bf16_tensors)
     ck_assert_ptr_nonnull(m.widened);
     ck_assert_uint_eq(m.n_widened, C);
     model_free(&m);
-    remove_dir();
 }
 END_TEST
 
@@ -469,7 +477,6 @@ START_TEST(test_float16_rounds_the_matrices_to_half_panels)
     ck_assert_uint_eq(m.weight_bytes,
                       2 * (L * 12 * C * C + V * C) + 4 * vectors);
     model_free(&m);
-    remove_dir();
 }
 END_TEST
 
@@ -522,7 +529,6 @@ START_TEST(test_auto_dtype_follows_the_checkpoint)
                   err.message);
     ck_assert_int_eq(m.dtype, MODEL_DTYPE_FLOAT32);
     model_free(&m);
-    remove_dir();
 }
 END_TEST
 
@@ -555,7 +561,6 @@ START_TEST(test_refuses_missing_or_non_directory)
     snprintf(path, sizeof path, "%s/config.json", tmpdir);
     ck_assert_int_eq(model_load(&m, path, MODEL_DTYPE_AUTO, &err), -1);
     ck_assert_ptr_nonnull(strstr(err.message, "not a directory"));
-    remove_dir();
 }
 END_TEST
 
@@ -581,7 +586,6 @@ START_TEST(test_refuses_bad_config)
     write_text(tmpdir, "config.json",
                "{\"activation_function\": \"relu\", \"n_layer\": 2, \"n_head\": 2, \"n_embd\": 8, \"n_positions\": 4, \"vocab_size\": 10}");
     expect_refused("activation_function");
-    remove_dir();
 }
 END_TEST
 
@@ -598,7 +602,6 @@ START_TEST(test_refuses_missing_empty_or_truncated_weights)
     static const char not_json[] = "\x10\0\0\0\0\0\0\0{not json}      ";
     write_bytes(tmpdir, "model.safetensors", not_json, sizeof not_json - 1);
     expect_refused("header is not valid JSON");
-    remove_dir();
 }
 END_TEST
 
@@ -614,7 +617,6 @@ START_TEST(test_refuses_missing_tensor_naming_it)
     drop(&s, "wte.weight");
     write_safetensors(tmpdir, &s, 0);
     expect_refused("missing tensor 'wte.weight'");
-    remove_dir();
 }
 END_TEST
 
@@ -632,7 +634,6 @@ START_TEST(test_refuses_wrong_shape_naming_both_shapes)
     find(&s, "ln_f.weight")->shape[0] = C + 1;
     write_safetensors(tmpdir, &s, 0);
     expect_refused("tensor 'ln_f.weight' has shape [9], expected [8]");
-    remove_dir();
 }
 END_TEST
 
@@ -648,7 +649,6 @@ START_TEST(test_refuses_unsupported_dtype_and_unexpected_tensor)
     add(&s, "", "h.2.ln_1.weight", C, 0);   /* a third layer the config lacks */
     write_safetensors(tmpdir, &s, 0);
     expect_refused("unexpected tensor 'h.2.ln_1.weight'");
-    remove_dir();
 }
 END_TEST
 
@@ -673,7 +673,6 @@ START_TEST(test_refuses_header_that_lies_about_offsets)
     fclose(f);
     write_text(tmpdir, "config.json", VALID_CONFIG);
     expect_refused("overlap");
-    remove_dir();
 }
 END_TEST
 
@@ -697,7 +696,8 @@ static Suite *model_suite(void)
 {
     Suite *s = suite_create("model");
     TCase *tc = tcase_create("load");
-    tcase_add_checked_fixture(tc, make_dir, NULL);
+    tcase_add_unchecked_fixture(tc, make_case_dir, remove_case_dir);
+    tcase_add_checked_fixture(tc, make_dir, remove_dir);
     tcase_add_test(tc, test_loads_plain_hf_names);
     tcase_add_test(tc, test_loads_transformer_prefix_and_ignores_mask_buffers);
     tcase_add_test(tc, test_lm_head_equal_to_wte_is_shared_different_is_used);

@@ -17,10 +17,12 @@
 #define GPT2D_TEST_UTIL_H
 
 #include <check.h>
+#include <ftw.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 static inline const char *test_env_or(const char *name, const char *fallback)
 {
@@ -43,6 +45,29 @@ static inline const char *test_src_path(char *buf, size_t size,
 {
     snprintf(buf, size, "%s/%s", test_env_or("GPT2D_SRCDIR", "."), rel);
     return buf;
+}
+
+/* Where scratch files go: $TMPDIR, else /tmp.  `make check` gives each
+ * suite a TMPDIR of its own and fails it if anything is left there
+ * (tests/tmpdir-guard.sh). */
+static inline const char *test_tmp_dir(void)
+{
+    return test_env_or("TMPDIR", "/tmp");
+}
+
+static inline int test_remove_entry(const char *path, const struct stat *st,
+                                    int type, struct FTW *ftw)
+{
+    (void)st;
+    (void)type;
+    (void)ftw;
+    return remove(path);
+}
+
+/* Removes `dir` and everything under it, following no symbolic link. */
+static inline void test_remove_tree(const char *dir)
+{
+    nftw(dir, test_remove_entry, 16, FTW_DEPTH | FTW_PHYS);
 }
 
 /* True when GPT2D_TEST_QUICK is set to anything but "0". */
