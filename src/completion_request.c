@@ -16,101 +16,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The types a field may be asked to hold, and how its 400 says so. */
-typedef enum field_type {
-    FIELD_NUMBER,
-    FIELD_INTEGER,
-    FIELD_BOOL,
-    FIELD_STRING,
-    FIELD_OBJECT,
-    FIELD_TOKEN_MAP,            /* an object, named for logit_bias */
-} field_type;
-
-static const char *const field_must_be[] = {
-    [FIELD_NUMBER] = "a number",
-    [FIELD_INTEGER] = "an integer",
-    [FIELD_BOOL] = "true or false",
-    [FIELD_STRING] = "a string",
-    [FIELD_OBJECT] = "an object",
-    [FIELD_TOKEN_MAP] = "an object mapping token ids to biases",
-};
-
-static bool field_has_type(const json_t *v, field_type type)
-{
-    switch (type) {
-    case FIELD_NUMBER: return json_is_number(v);
-    case FIELD_INTEGER: return json_is_integer(v);
-    case FIELD_BOOL: return json_is_boolean(v);
-    case FIELD_STRING: return json_is_string(v);
-    case FIELD_OBJECT:
-    case FIELD_TOKEN_MAP: return json_is_object(v);
-    }
-    return false;
-}
-
-/* The one way an optional field is read: absent or null leaves *out NULL
- * (the default stands); a value of another type is a 400 whose param is
- * `param` (the key, or a nested field's dotted path). */
-static int optional_field(json_t *obj, const char *key, const char *param,
-                          field_type type, json_t **out, api_error *e)
-{
-    *out = NULL;
-    json_t *v = json_object_get(obj, key);
-    if (v == NULL || json_is_null(v))
-        return 0;
-    if (!field_has_type(v, type))
-        return api_error_set(e, 400, param, "%s must be %s", param,
-                             field_must_be[type]);
-    *out = v;
-    return 0;
-}
-
-/* Optional number in [lo, hi]; absent or null keeps *out. */
-static int get_number(json_t *root, const char *key, double lo, double hi,
-                      bool lo_open, float *out, api_error *e)
-{
-    json_t *v;
-    if (optional_field(root, key, key, FIELD_NUMBER, &v, e) != 0)
-        return -1;
-    if (v == NULL)
-        return 0;
-    double d = json_number_value(v);
-    if (d < lo || d > hi || (lo_open && d == lo))
-        return api_error_set(e, 400, key, "%s must be %s %g and <= %g, got %g",
-                             key, lo_open ? ">" : ">=", lo, hi, d);
-    *out = (float)d;
-    return 0;
-}
-
-/* Optional integer in [lo, hi]; absent or null keeps *out. */
-static int get_integer(json_t *root, const char *key, json_int_t lo,
-                       json_int_t hi, json_int_t *out, api_error *e)
-{
-    json_t *v;
-    if (optional_field(root, key, key, FIELD_INTEGER, &v, e) != 0)
-        return -1;
-    if (v == NULL)
-        return 0;
-    json_int_t i = json_integer_value(v);
-    if (i < lo || i > hi)
-        return api_error_set(e, 400, key, "%s must be between %lld and %lld, got %lld",
-                             key, (long long)lo, (long long)hi, (long long)i);
-    *out = i;
-    return 0;
-}
-
-/* Optional boolean; absent or null keeps *out. */
-static int get_bool(json_t *obj, const char *key, const char *param, bool *out,
-                    api_error *e)
-{
-    json_t *v;
-    if (optional_field(obj, key, param, FIELD_BOOL, &v, e) != 0)
-        return -1;
-    if (v != NULL)
-        *out = json_is_true(v);
-    return 0;
-}
-
 static int prompt_from_ids(completion_prompt *p, json_t *arr,
                            const completion_limits *lim, api_error *e)
 {
@@ -295,7 +200,8 @@ static int parse_logit_bias(completion_request *req, json_t *root,
                             const completion_limits *lim, api_error *e)
 {
     json_t *v;
-    if (optional_field(root, "logit_bias", "logit_bias", FIELD_TOKEN_MAP, &v, e) != 0)
+    if (api_field_optional(root, "logit_bias", "logit_bias", API_FIELD_TOKEN_MAP,
+                           &v, e) != 0)
         return -1;
     if (v == NULL)
         return 0;
@@ -338,7 +244,8 @@ static bool session_char_ok(char c)
 static int parse_session(completion_request *req, json_t *root, api_error *e)
 {
     json_t *v;
-    if (optional_field(root, "session_id", "session_id", FIELD_STRING, &v, e) != 0)
+    if (api_field_optional(root, "session_id", "session_id", API_FIELD_STRING,
+                           &v, e) != 0)
         return -1;
     if (v == NULL)
         return 0;
@@ -367,7 +274,8 @@ static int parse_cache_salt(completion_request *req, json_t *root,
                             api_error *e)
 {
     json_t *v;
-    if (optional_field(root, "cache_salt", "cache_salt", FIELD_STRING, &v, e) != 0)
+    if (api_field_optional(root, "cache_salt", "cache_salt", API_FIELD_STRING,
+                           &v, e) != 0)
         return -1;
     if (v == NULL)
         return 0;
@@ -385,7 +293,7 @@ static int parse_cache_salt(completion_request *req, json_t *root,
 static int parse_logprobs(completion_request *req, json_t *root, api_error *e)
 {
     json_int_t n = -1;         /* stays below the range when absent */
-    if (get_integer(root, "logprobs", 0, ENGINE_MAX_LOGPROBS, &n, e) != 0)
+    if (api_field_integer(root, "logprobs", 0, ENGINE_MAX_LOGPROBS, &n, e) != 0)
         return -1;
     if (n < 0)
         return 0;
@@ -398,8 +306,8 @@ static int parse_logprobs(completion_request *req, json_t *root, api_error *e)
 static int parse_ignored(json_t *root, api_error *e)
 {
     json_t *v;
-    if (optional_field(root, "model", "model", FIELD_STRING, &v, e) != 0 ||
-        optional_field(root, "user", "user", FIELD_STRING, &v, e) != 0)
+    if (api_field_optional(root, "model", "model", API_FIELD_STRING, &v, e) != 0 ||
+        api_field_optional(root, "user", "user", API_FIELD_STRING, &v, e) != 0)
         return -1;
     v = json_object_get(root, "suffix");
     if (v != NULL && !json_is_null(v) &&
@@ -412,19 +320,19 @@ static int parse_sampling(completion_request *req, json_t *root, api_error *e)
 {
     sampler_params *s = &req->sampling;
     json_int_t top_k = 0;
-    if (get_number(root, "temperature", 0.0, 2.0, false, &s->temperature, e) != 0 ||
-        get_number(root, "top_p", 0.0, 1.0, true, &s->top_p, e) != 0 ||
-        get_integer(root, "top_k", 0, INT32_MAX, &top_k, e) != 0 ||
-        get_number(root, "min_p", 0.0, 1.0, false, &s->min_p, e) != 0 ||
-        get_number(root, "presence_penalty", -2.0, 2.0, false,
-                   &s->presence_penalty, e) != 0 ||
-        get_number(root, "frequency_penalty", -2.0, 2.0, false,
-                   &s->frequency_penalty, e) != 0)
+    if (api_field_number(root, "temperature", 0.0, 2.0, false, &s->temperature, e) != 0 ||
+        api_field_number(root, "top_p", 0.0, 1.0, true, &s->top_p, e) != 0 ||
+        api_field_integer(root, "top_k", 0, INT32_MAX, &top_k, e) != 0 ||
+        api_field_number(root, "min_p", 0.0, 1.0, false, &s->min_p, e) != 0 ||
+        api_field_number(root, "presence_penalty", -2.0, 2.0, false,
+                         &s->presence_penalty, e) != 0 ||
+        api_field_number(root, "frequency_penalty", -2.0, 2.0, false,
+                         &s->frequency_penalty, e) != 0)
         return -1;
     s->top_k = (size_t)top_k;
     json_t *rp;
-    if (optional_field(root, "repetition_penalty", "repetition_penalty",
-                       FIELD_NUMBER, &rp, e) != 0)
+    if (api_field_optional(root, "repetition_penalty", "repetition_penalty",
+                           API_FIELD_NUMBER, &rp, e) != 0)
         return -1;
     if (rp != NULL) {
         /* bounded so that the float it becomes is neither 0 (the
@@ -473,9 +381,9 @@ static int parse_counts(completion_request *req, json_t *root,
                         const completion_limits *lim, api_error *e)
 {
     json_int_t max_tokens = 16, n = 1, best_of = -1;
-    if (get_integer(root, "max_tokens", 0, INT32_MAX, &max_tokens, e) != 0 ||
-        get_integer(root, "n", 1, INT32_MAX, &n, e) != 0 ||
-        get_integer(root, "best_of", 1, INT32_MAX, &best_of, e) != 0)
+    if (api_field_integer(root, "max_tokens", 0, INT32_MAX, &max_tokens, e) != 0 ||
+        api_field_integer(root, "n", 1, INT32_MAX, &n, e) != 0 ||
+        api_field_integer(root, "best_of", 1, INT32_MAX, &best_of, e) != 0)
         return -1;
     if (best_of < 0)
         best_of = n;
@@ -512,19 +420,19 @@ static int check_context(const completion_request *req,
 static int parse_streaming(completion_request *req, json_t *root, api_error *e)
 {
     json_t *so;
-    if (get_bool(root, "stream", "stream", &req->stream, e) != 0 ||
-        get_bool(root, "echo", "echo", &req->echo, e) != 0 ||
-        get_bool(root, "return_token_ids", "return_token_ids",
-                 &req->return_token_ids, e) != 0 ||
-        optional_field(root, "stream_options", "stream_options", FIELD_OBJECT,
-                       &so, e) != 0)
+    if (api_field_bool(root, "stream", "stream", &req->stream, e) != 0 ||
+        api_field_bool(root, "echo", "echo", &req->echo, e) != 0 ||
+        api_field_bool(root, "return_token_ids", "return_token_ids",
+                       &req->return_token_ids, e) != 0 ||
+        api_field_optional(root, "stream_options", "stream_options",
+                           API_FIELD_OBJECT, &so, e) != 0)
         return -1;
     if (so != NULL) {
         if (!req->stream)
             return api_error_set(e, 400, "stream_options",
                                  "stream_options is only allowed when stream is true");
-        if (get_bool(so, "include_usage", "stream_options.include_usage",
-                     &req->include_usage, e) != 0)
+        if (api_field_bool(so, "include_usage", "stream_options.include_usage",
+                           &req->include_usage, e) != 0)
             return -1;
     }
     if (req->stream && req->best_of > req->n)
@@ -536,7 +444,7 @@ static int parse_streaming(completion_request *req, json_t *root, api_error *e)
 static int parse_seed(completion_request *req, json_t *root, api_error *e)
 {
     json_t *v;
-    if (optional_field(root, "seed", "seed", FIELD_INTEGER, &v, e) != 0)
+    if (api_field_optional(root, "seed", "seed", API_FIELD_INTEGER, &v, e) != 0)
         return -1;
     if (v == NULL)
         return 0;

@@ -149,6 +149,33 @@ void api_stream_free(api_stream *s);
 void api_stream_usage(const api_stream *s, size_t *prompt_tokens,
                       size_t *completion_tokens);
 
+/* ---- reading one field of a body (api_fields.c) ----
+ *
+ * Absent or null leaves the default standing (*out untouched, or NULL); a
+ * value of another type or out of range is a 400 whose param is the key
+ * (or `param`, a nested field's dotted path). */
+
+typedef enum api_field_type {
+    API_FIELD_NUMBER,
+    API_FIELD_INTEGER,
+    API_FIELD_BOOL,
+    API_FIELD_STRING,
+    API_FIELD_OBJECT,
+    API_FIELD_ARRAY,
+    API_FIELD_TOKEN_MAP,        /* an object, named for logit_bias */
+} api_field_type;
+
+/* *out is the value, or NULL when absent or null. */
+int api_field_optional(json_t *obj, const char *key, const char *param,
+                       api_field_type type, json_t **out, api_error *e);
+/* A number in [lo, hi] (lo itself excluded when lo_open). */
+int api_field_number(json_t *root, const char *key, double lo, double hi,
+                     bool lo_open, float *out, api_error *e);
+int api_field_integer(json_t *root, const char *key, json_int_t lo,
+                      json_int_t hi, json_int_t *out, api_error *e);
+int api_field_bool(json_t *obj, const char *key, const char *param, bool *out,
+                   api_error *e);
+
 /* ---- the completion request, parsed (exposed for the unit tests) ---- */
 
 typedef struct completion_prompt {
