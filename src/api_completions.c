@@ -1,9 +1,9 @@
-/* api_completions.c — POST /v1/completions (OpenAI's legacy Completions):
- * run a request, wait, build the answer.
+/* api_completions.c — POST /v1/completions (OpenAI's legacy Completions)
+ * and POST /v1/chat/completions: run a request, wait, build the answer.
  *
  * Each endpoint brings its completion_endpoint: the parser and the shapes
- * of its answer (/v1/completions' are below, with completion_request.c).
- * The rest is one path: one
+ * of its answer (/v1/completions' are below, with completion_request.c;
+ * chat's are api_chat.c's, with chat_request.c).  The rest is one path: one
  * engine request is submitted per prompt (each runs best_of sequences), and
  * either the handler waits for all of them and builds one JSON response
  * here, or it hands the run to completion_stream.c, which turns the
@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "api_chat.h"
 #include "completion_run.h"
 #include "completion_stream.h"
 #include "gpt2d/log.h"
@@ -416,4 +417,11 @@ void api_completions(const api_ctx *ctx, const api_caller *who,
                      api_response *r)
 {
     serve(ctx, who, body, len, client, r, &text_endpoint);
+}
+
+void api_chat_completions(const api_ctx *ctx, const api_caller *who,
+                          const char *body, size_t len,
+                          const api_client *client, api_response *r)
+{
+    serve(ctx, who, body, len, client, r, &chat_endpoint);
 }

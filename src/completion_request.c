@@ -1,15 +1,18 @@
 /* completion_request.c — the body of POST /v1/completions, JSON in,
  * completion_request out: every field checked against its type, its range
- * and the server's limits, every error a 400 that names its `param`.
+ * and the server's limits, every error a 400 that names its `param`.  The
+ * fields POST /v1/chat/completions reads the same way are read here for it
+ * too (completion_request_parse_shared and its neighbours in api.h), so the
+ * two endpoints cannot drift apart.
  *
  * Owns: the completion_request (its prompts, stop strings and logit_bias are
  * its own allocations, freed by completion_request_free).  Knows nothing of
  * the engine's requests, of responses or of streams.
  *
- * Callers: api_completions() on an HTTP connection thread, the unit tests
- * and the fuzzer (tests/fuzz/fuzz_completion_request.c), which treats this
- * file as its unit.  It reads only its arguments and the read-only
- * tokenizer, so any number of threads may parse at once. */
+ * Callers: api_completions() and chat_request.c on an HTTP connection
+ * thread, the unit tests and the fuzzer (tests/fuzz/fuzz_completion_request.c),
+ * which treats this file as its unit.  It reads only its arguments and the
+ * read-only tokenizer, so any number of threads may parse at once. */
 #include "gpt2d/api.h"
 
 #include <stdio.h>
@@ -129,8 +132,8 @@ static int parse_prompt(completion_request *req, json_t *root,
     return 0;
 }
 
-static int parse_stop(completion_request *req, json_t *root,
-                      const completion_limits *lim, api_error *e)
+int completion_request_parse_stop(completion_request *req, json_t *root,
+                                  const completion_limits *lim, api_error *e)
 {
     json_t *v = json_object_get(root, "stop");
     if (v == NULL || json_is_null(v))
@@ -138,12 +141,12 @@ static int parse_stop(completion_request *req, json_t *root,
     json_t *one[1] = {v};
     json_t **items = one;
     size_t n = 1;
-    json_t *arr_items[ENGINE_MAX_STOP];
+    json_t *arr_items[API_MAX_STOP];
     if (json_is_array(v)) {
         n = json_array_size(v);
-        if (n > ENGINE_MAX_STOP)
+        if (n > API_MAX_STOP)
             return api_error_set(e, 400, "stop", "stop may hold at most %d strings, got %zu",
-                                 ENGINE_MAX_STOP, n);
+                                 API_MAX_STOP, n);
         for (size_t i = 0; i < n; i++)
             arr_items[i] = json_array_get(v, i);
         items = arr_items;
@@ -309,7 +312,12 @@ static int parse_ignored(json_t *root, api_error *e)
     if (api_field_optional(root, "model", "model", API_FIELD_STRING, &v, e) != 0 ||
         api_field_optional(root, "user", "user", API_FIELD_STRING, &v, e) != 0)
         return -1;
-    v = json_object_get(root, "suffix");
+    return 0;
+}
+
+static int parse_suffix(json_t *root, api_error *e)
+{
+    json_t *v = json_object_get(root, "suffix");
     if (v != NULL && !json_is_null(v) &&
         !(json_is_string(v) && json_string_length(v) == 0))
         return api_error_set(e, 400, "suffix", "suffix is not supported");
@@ -353,8 +361,8 @@ static int parse_sampling(completion_request *req, json_t *root, api_error *e)
  * and `param` names the field that made it too big: the prompt array when
  * each prompt runs a single sequence, else best_of (or n, when best_of is
  * just n). */
-static int check_sequences(const completion_request *req,
-                           const completion_limits *lim, api_error *e)
+int completion_request_check_sequences(const completion_request *req,
+                                       const completion_limits *lim, api_error *e)
 {
     size_t cap = lim->max_sequences;
     bool by_max_n = lim->max_n != 0 && lim->max_n < cap;
@@ -394,34 +402,36 @@ static int parse_counts(completion_request *req, json_t *root,
     req->max_tokens = (size_t)max_tokens;
     req->n = (size_t)n;
     req->best_of = (size_t)best_of;
-    return check_sequences(req, lim, e);
+    return completion_request_check_sequences(req, lim, e);
 }
 
-/* After tokenizing: every prompt and its completion fit the context. */
-static int check_context(const completion_request *req,
-                         const completion_limits *lim, api_error *e)
+int completion_request_check_context(const completion_request *req,
+                                     const completion_limits *lim,
+                                     const char *prompt_param,
+                                     const char *max_param, api_error *e)
 {
     for (size_t i = 0; i < req->n_prompts; i++) {
         size_t np = req->prompts[i].n;
         if (np > lim->n_ctx)
-            return api_error_set(e, 400, "prompt",
+            return api_error_set(e, 400, prompt_param,
                                  "this model's maximum context length is %zu tokens, "
                                  "but the prompt has %zu tokens", lim->n_ctx, np);
         if (np + req->max_tokens > lim->n_ctx)
-            return api_error_set(e, 400, "max_tokens",
+            return api_error_set(e, 400, max_param,
                                  "this model's maximum context length is %zu tokens, "
                                  "however you requested %zu tokens (%zu in your prompt; "
-                                 "%zu for the completion); reduce the prompt or max_tokens",
-                                 lim->n_ctx, np + req->max_tokens, np, req->max_tokens);
+                                 "%zu for the completion); reduce the prompt or %s",
+                                 lim->n_ctx, np + req->max_tokens, np, req->max_tokens,
+                                 max_param);
     }
     return 0;
 }
 
-static int parse_streaming(completion_request *req, json_t *root, api_error *e)
+/* What the answer carries and how it is sent. */
+static int parse_output(completion_request *req, json_t *root, api_error *e)
 {
     json_t *so;
     if (api_field_bool(root, "stream", "stream", &req->stream, e) != 0 ||
-        api_field_bool(root, "echo", "echo", &req->echo, e) != 0 ||
         api_field_bool(root, "return_token_ids", "return_token_ids",
                        &req->return_token_ids, e) != 0 ||
         api_field_optional(root, "stream_options", "stream_options",
@@ -435,9 +445,6 @@ static int parse_streaming(completion_request *req, json_t *root, api_error *e)
                            &req->include_usage, e) != 0)
             return -1;
     }
-    if (req->stream && req->best_of > req->n)
-        return api_error_set(e, 400, "best_of",
-                             "best_of greater than n cannot be streamed");
     return 0;
 }
 
@@ -453,31 +460,56 @@ static int parse_seed(completion_request *req, json_t *root, api_error *e)
     return 0;
 }
 
+int completion_request_parse_shared(completion_request *req, json_t *root,
+                                   const completion_limits *lim, api_error *e)
+{
+    return parse_ignored(root, e) == 0 &&
+           parse_sampling(req, root, e) == 0 &&
+           parse_logit_bias(req, root, lim, e) == 0 &&
+           parse_seed(req, root, e) == 0 &&
+           parse_session(req, root, e) == 0 &&
+           parse_cache_salt(req, root, e) == 0 &&
+           parse_output(req, root, e) == 0 ? 0 : -1;
+}
+
+/* echo, and what it and best_of ask of a stream. */
+static int parse_echo(completion_request *req, json_t *root, api_error *e)
+{
+    if (api_field_bool(root, "echo", "echo", &req->echo, e) != 0)
+        return -1;
+    if (req->stream && req->best_of > req->n)
+        return api_error_set(e, 400, "best_of",
+                             "best_of greater than n cannot be streamed");
+    return 0;
+}
+
+json_t *completion_request_start(completion_request *req, const char *body,
+                                 size_t len, api_error *e)
+{
+    memset(req, 0, sizeof *req);
+    sampler_params_default(&req->sampling);
+    return api_parse_object(body, len, e);
+}
+
 int completion_request_parse(completion_request *req, const char *body,
                              size_t len, const tokenizer *tok,
                              const completion_limits *lim, api_error *e)
 {
-    memset(req, 0, sizeof *req);
-    sampler_params_default(&req->sampling);
-    json_t *root = api_parse_object(body, len, e);
+    json_t *root = completion_request_start(req, body, len, e);
     if (root == NULL)
         return -1;
     int rc = -1;
     /* The cheap checks first: nothing is tokenized for a request that the
      * counts or the stop strings refuse. */
-    if (parse_ignored(root, e) == 0 &&
+    if (parse_suffix(root, e) == 0 &&
         count_prompts(req, root, e) == 0 &&
         parse_counts(req, root, lim, e) == 0 &&
-        parse_stop(req, root, lim, e) == 0 &&
+        completion_request_parse_stop(req, root, lim, e) == 0 &&
         parse_prompt(req, root, tok, lim, e) == 0 &&
-        check_context(req, lim, e) == 0 &&
-        parse_sampling(req, root, e) == 0 &&
+        completion_request_check_context(req, lim, "prompt", "max_tokens", e) == 0 &&
         parse_logprobs(req, root, e) == 0 &&
-        parse_logit_bias(req, root, lim, e) == 0 &&
-        parse_seed(req, root, e) == 0 &&
-        parse_session(req, root, e) == 0 &&
-        parse_cache_salt(req, root, e) == 0 &&
-        parse_streaming(req, root, e) == 0)
+        completion_request_parse_shared(req, root, lim, e) == 0 &&
+        parse_echo(req, root, e) == 0)
         rc = 0;
     if (rc == 0 && req->session_id[0] != '\0' && req->n_prompts > 1)
         rc = api_error_set(e, 400, "session_id",

@@ -27,9 +27,9 @@
 typedef struct completion_run completion_run;
 
 /* What tells the completion endpoints apart: how a body is read and how the
- * answer looks.  api_completions.c holds /v1/completions'; the run, the
- * event stream and the whole answer call through it and never ask which
- * endpoint they serve. */
+ * answer looks.  api_completions.c holds /v1/completions' and api_chat.c
+ * /v1/chat/completions'; the run, the event stream and the whole answer
+ * call through it and never ask which endpoint they serve. */
 typedef struct completion_endpoint {
     const char *id_prefix;      /* "cmpl-" */
     const char *object;         /* the whole answer's `object` */

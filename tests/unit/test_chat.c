@@ -1,7 +1,8 @@
-/* test_chat.c — the chat template (chat_template.c), without sockets or an
- * engine: the transcript a conversation renders to, the prefix it keeps from
- * turn to turn, and every template mistake refused with a message that
- * names it. */
+/* test_chat.c — the chat template (chat_template.c) and the chat request
+ * (chat_request.c), without sockets or an engine: the transcript a
+ * conversation renders to, the prefix it keeps from turn to turn, every
+ * template mistake refused with a message that names it, and every field of
+ * a POST /v1/chat/completions body mapped, or refused by name. */
 #include <check.h>
 #include <fcntl.h>
 #include <stdint.h>
@@ -10,8 +11,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "gpt2d/api.h"
 #include "gpt2d/chat_template.h"
-#include "gpt2d/tokenizer.h"
 #include "test_util.h"
 
 static tokenizer *tok;
@@ -261,6 +262,262 @@ START_TEST(test_shipped_example_template_is_the_builtin)
 }
 END_TEST
 
+/* ---- the request ---- */
+
+static const completion_limits limits = {.n_ctx = 64, .vocab_size = 50257,
+                                         .max_sequences = 4,
+                                         .max_stop_bytes = 16};
+
+static int parse(completion_request *req, const char *body, api_error *e)
+{
+    return chat_request_parse(req, body, strlen(body), tok, &builtin, &limits, e);
+}
+
+/* The ids of `text`, compared with the request's prompt. */
+static void assert_prompt_is(const completion_request *req, const char *text)
+{
+    int32_t *ids = NULL;
+    size_t n = 0;
+    gpt2d_error err;
+    ck_assert_int_eq(tokenizer_encode(tok, text, strlen(text), &ids, &n, &err), 0);
+    ck_assert_uint_eq(req->n_prompts, 1);
+    ck_assert_uint_eq(req->prompts[0].n, n);
+    ck_assert_int_eq(memcmp(req->prompts[0].ids, ids, n * sizeof *ids), 0);
+    free(ids);
+}
+
+START_TEST(test_messages_become_one_prompt_with_the_template_stops)
+{
+    completion_request req;
+    api_error e;
+    ck_assert_int_eq(parse(&req, "{\"messages\": [{\"role\": \"developer\", \"content\": "
+                                 "\"Be brief.\"}, {\"role\": \"user\", \"content\": \"Hi\", "
+                                 "\"name\": \"ann\"}, {\"role\": \"assistant\", \"content\": "
+                                 "\" Hello!\"}, {\"role\": \"system\", \"content\": \"Go on.\"},"
+                                 " {\"role\": \"user\", \"content\": \"More\"}]}", &e), 0);
+    assert_prompt_is(&req, "System: Be brief.\nUser: Hi\nAssistant: Hello!\n"
+                           "System: Go on.\nUser: More\nAssistant:");
+    /* OpenAI's chat defaults: one choice, the rest of the context */
+    ck_assert_uint_eq(req.n, 1);
+    ck_assert_uint_eq(req.best_of, 1);
+    ck_assert_uint_eq(req.max_tokens, 64 - req.prompts[0].n);
+    ck_assert(!req.logprobs && !req.echo && !req.stream && !req.has_seed);
+    ck_assert_uint_eq(req.n_stop, 2);
+    ck_assert_str_eq(req.stop[0], "\nUser:");
+    ck_assert_str_eq(req.stop[1], "\nSystem:");
+    completion_request_free(&req);
+}
+END_TEST
+
+START_TEST(test_text_parts_are_joined_by_newlines)
+{
+    completion_request req;
+    api_error e;
+    ck_assert_int_eq(parse(&req, "{\"messages\": [{\"role\": \"user\", \"content\": ["
+                                 "{\"type\": \"text\", \"text\": \"one\"}, "
+                                 "{\"type\": \"text\", \"text\": \"two\"}]}]}", &e), 0);
+    assert_prompt_is(&req, "User: one\ntwo\nAssistant:");
+    completion_request_free(&req);
+}
+END_TEST
+
+/* An empty message is still a turn: its markers are written. */
+START_TEST(test_empty_contents_are_turns_too)
+{
+    completion_request req;
+    api_error e;
+    ck_assert_int_eq(parse(&req, "{\"messages\": [{\"role\": \"system\", \"content\": \"\"},"
+                                 " {\"role\": \"user\", \"content\": []}]}", &e), 0);
+    assert_prompt_is(&req, "System: \nUser: \nAssistant:");
+    completion_request_free(&req);
+}
+END_TEST
+
+/* The fields completions reads are read the same way here, and the
+ * request's own stop strings come first. */
+START_TEST(test_shared_fields_parse_as_on_completions)
+{
+    completion_request req;
+    api_error e;
+    ck_assert_int_eq(parse(&req, "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}],"
+                                 " \"max_tokens\": 5, \"n\": 2, \"temperature\": 0.5, "
+                                 "\"top_p\": 0.9, \"top_k\": 7, \"min_p\": 0.1, "
+                                 "\"presence_penalty\": 1, \"frequency_penalty\": -1, "
+                                 "\"repetition_penalty\": 1.3, \"seed\": 42, "
+                                 "\"stop\": [\"a\", \"b\"], \"logit_bias\": {\"50256\": -100},"
+                                 " \"logprobs\": true, \"top_logprobs\": 3, "
+                                 "\"session_id\": \"c-1\", \"cache_salt\": \"s\", "
+                                 "\"stream\": true, \"stream_options\": "
+                                 "{\"include_usage\": true}, \"user\": \"u\", "
+                                 "\"model\": \"gpt2\", \"store\": false}", &e), 0);
+    ck_assert_uint_eq(req.max_tokens, 5);
+    ck_assert_uint_eq(req.n, 2);
+    ck_assert_uint_eq(req.best_of, 2);
+    ck_assert_float_eq(req.sampling.temperature, 0.5f);
+    ck_assert_float_eq(req.sampling.top_p, 0.9f);
+    ck_assert_uint_eq(req.sampling.top_k, 7);
+    ck_assert_float_eq(req.sampling.min_p, 0.1f);
+    ck_assert_float_eq(req.sampling.presence_penalty, 1.0f);
+    ck_assert_float_eq(req.sampling.frequency_penalty, -1.0f);
+    ck_assert_float_eq(req.sampling.repetition_penalty, 1.3f);
+    ck_assert(req.has_seed);
+    ck_assert_uint_eq(req.seed, 42);
+    ck_assert_uint_eq(req.n_stop, 4);
+    ck_assert_str_eq(req.stop[0], "a");
+    ck_assert_str_eq(req.stop[1], "b");
+    ck_assert_str_eq(req.stop[2], "\nUser:");
+    ck_assert_str_eq(req.stop[3], "\nSystem:");
+    ck_assert_uint_eq(req.sampling.n_logit_bias, 1);
+    ck_assert_int_eq(req.sampling.logit_bias[0].token, 50256);
+    ck_assert(req.logprobs);
+    ck_assert_uint_eq(req.n_logprobs, 3);
+    ck_assert_str_eq(req.session_id, "c-1");
+    ck_assert(req.has_cache_salt);
+    ck_assert(req.stream && req.include_usage && !req.echo);
+    completion_request_free(&req);
+}
+END_TEST
+
+START_TEST(test_max_completion_tokens_wins_over_max_tokens)
+{
+    completion_request req;
+    api_error e;
+    ck_assert_int_eq(parse(&req, "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}],"
+                                 " \"max_tokens\": 9, \"max_completion_tokens\": 3}", &e), 0);
+    ck_assert_uint_eq(req.max_tokens, 3);
+    completion_request_free(&req);
+    ck_assert_int_eq(parse(&req, "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}],"
+                                 " \"max_tokens\": 0, \"logprobs\": true}", &e), 0);
+    ck_assert_uint_eq(req.max_tokens, 0);
+    ck_assert(req.logprobs);
+    ck_assert_uint_eq(req.n_logprobs, 0);
+    completion_request_free(&req);
+}
+END_TEST
+
+/* What a text model without tools can still honour is accepted. */
+START_TEST(test_harmless_forms_of_unsupported_fields_are_accepted)
+{
+    completion_request req;
+    api_error e;
+    ck_assert_int_eq(parse(&req, "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"},"
+                                 " {\"role\": \"assistant\", \"content\": \"x\", "
+                                 "\"tool_calls\": []}], \"tools\": [], "
+                                 "\"tool_choice\": \"none\", \"functions\": null, "
+                                 "\"response_format\": {\"type\": \"text\"}, "
+                                 "\"modalities\": [\"text\"], \"audio\": null, "
+                                 "\"parallel_tool_calls\": false}", &e), 0);
+    completion_request_free(&req);
+}
+END_TEST
+
+#define MSG "\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}]"
+
+static const struct { const char *body, *param; } bad_bodies[] = {
+    {"{}", "messages"},
+    {"{\"messages\": null}", "messages"},
+    {"{\"messages\": \"Hi\"}", "messages"},
+    {"{\"messages\": []}", "messages"},
+    {"{\"messages\": [\"Hi\"]}", "messages[0]"},
+    {"{\"messages\": [{\"content\": \"Hi\"}]}", "messages[0].role"},
+    {"{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}, {\"role\": \"bot\", "
+     "\"content\": \"b\"}]}", "messages[1].role"},
+    {"{\"messages\": [{\"role\": \"tool\", \"content\": \"a\", \"tool_call_id\": \"1\"}]}",
+     "messages[0].role"},
+    {"{\"messages\": [{\"role\": \"function\", \"content\": \"a\", \"name\": \"f\"}]}",
+     "messages[0].role"},
+    {"{\"messages\": [{\"role\": \"user\"}]}", "messages[0].content"},
+    {"{\"messages\": [{\"role\": \"user\", \"content\": null}]}", "messages[0].content"},
+    {"{\"messages\": [{\"role\": \"user\", \"content\": 7}]}", "messages[0].content"},
+    {"{\"messages\": [{\"role\": \"user\", \"content\": [\"a\"]}]}",
+     "messages[0].content[0]"},
+    {"{\"messages\": [{\"role\": \"user\", \"content\": [{\"text\": \"a\"}]}]}",
+     "messages[0].content[0].type"},
+    {"{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": \"text\", \"text\": "
+     "\"a\"}, {\"type\": \"image_url\", \"image_url\": {\"url\": \"http://x/y.png\"}}]}]}",
+     "messages[0].content[1].type"},
+    {"{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": \"input_audio\", "
+     "\"input_audio\": {\"data\": \"\", \"format\": \"wav\"}}]}]}",
+     "messages[0].content[0].type"},
+    {"{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": \"file\"}]}]}",
+     "messages[0].content[0].type"},
+    {"{\"messages\": [{\"role\": \"assistant\", \"content\": [{\"type\": \"refusal\", "
+     "\"refusal\": \"no\"}]}]}", "messages[0].content[0].type"},
+    {"{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": \"text\"}]}]}",
+     "messages[0].content[0].text"},
+    {"{\"messages\": [{\"role\": \"assistant\", \"content\": null, \"tool_calls\": "
+     "[{\"id\": \"1\", \"type\": \"function\"}]}]}", "messages[0].tool_calls"},
+    {"{\"messages\": [{\"role\": \"assistant\", \"content\": \"\", \"function_call\": "
+     "{\"name\": \"f\"}}]}", "messages[0].function_call"},
+    {"{" MSG ", \"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"f\"}}]}",
+     "tools"},
+    {"{" MSG ", \"tool_choice\": \"auto\"}", "tool_choice"},
+    {"{" MSG ", \"tool_choice\": {\"type\": \"function\"}}", "tool_choice"},
+    {"{" MSG ", \"functions\": [{\"name\": \"f\"}]}", "functions"},
+    {"{" MSG ", \"function_call\": \"auto\"}", "function_call"},
+    {"{" MSG ", \"response_format\": {\"type\": \"json_object\"}}", "response_format"},
+    {"{" MSG ", \"response_format\": {\"type\": \"json_schema\", \"json_schema\": {}}}",
+     "response_format"},
+    {"{" MSG ", \"response_format\": \"text\"}", "response_format"},
+    {"{" MSG ", \"audio\": {\"voice\": \"alloy\", \"format\": \"wav\"}}", "audio"},
+    {"{" MSG ", \"modalities\": [\"text\", \"audio\"]}", "modalities"},
+    {"{" MSG ", \"logprobs\": 2}", "logprobs"},
+    {"{" MSG ", \"top_logprobs\": 2}", "top_logprobs"},
+    {"{" MSG ", \"logprobs\": true, \"top_logprobs\": 6}", "top_logprobs"},
+    {"{" MSG ", \"n\": 0}", "n"},
+    {"{" MSG ", \"n\": 5}", "n"},
+    {"{" MSG ", \"max_tokens\": -1}", "max_tokens"},
+    {"{" MSG ", \"max_tokens\": 60}", "max_tokens"},
+    {"{" MSG ", \"max_completion_tokens\": 60}", "max_completion_tokens"},
+    {"{" MSG ", \"max_tokens\": 3, \"max_completion_tokens\": 60}", "max_completion_tokens"},
+    {"{\"messages\": [{\"role\": \"user\", \"content\": \"" /* 70 tokens */
+     "a a a a a a a a a a a a a a a a a a a a a a a a a a a a a a a a a a a a a a a a "
+     "a a a a a a a a a a a a a a a a a a a a a a a a a a a a a a\"}]}", "messages"},
+    {"{" MSG ", \"stop\": [\"a\", \"b\", \"c\", \"d\", \"e\"]}", "stop"},
+    {"{" MSG ", \"stop\": \"longer than sixteen bytes\"}", "stop"},
+    {"{" MSG ", \"temperature\": 3}", "temperature"},
+    {"{" MSG ", \"top_p\": 0}", "top_p"},
+    {"{" MSG ", \"logit_bias\": {\"-1\": 1}}", "logit_bias"},
+    {"{" MSG ", \"seed\": \"1\"}", "seed"},
+    {"{" MSG ", \"session_id\": \"no spaces\"}", "session_id"},
+    {"{" MSG ", \"cache_salt\": \"\"}", "cache_salt"},
+    {"{" MSG ", \"stream_options\": {\"include_usage\": true}}", "stream_options"},
+    {"{" MSG ", \"model\": 1}", "model"},
+};
+
+START_TEST(test_each_bad_field_is_a_400_naming_its_param)
+{
+    completion_request req;
+    api_error e;
+    const char *body = bad_bodies[_i].body;
+    memset(&e, 0, sizeof e);
+    ck_assert_msg(parse(&req, body, &e) == -1, "accepted: %s", body);
+    ck_assert_int_eq(e.status, 400);
+    ck_assert_str_eq(e.type, "invalid_request_error");
+    ck_assert_msg(strcmp(e.param, bad_bodies[_i].param) == 0,
+                  "%s: param '%s', wanted '%s' (%s)", body, e.param,
+                  bad_bodies[_i].param, e.message);
+    ck_assert(e.message[0] != '\0');
+}
+END_TEST
+
+START_TEST(test_refusals_say_why)
+{
+    completion_request req;
+    api_error e;
+    ck_assert_int_eq(parse(&req, "{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\":"
+                                 " \"image_url\"}]}]}", &e), -1);
+    ck_assert_str_eq(e.message, "messages[0].content[0].type is \"image_url\": only text "
+                                "parts are supported, this model reads text only");
+    ck_assert_int_eq(parse(&req, "{" MSG ", \"tools\": [{}]}", &e), -1);
+    ck_assert_str_eq(e.message, "tools are not supported: this model writes text only");
+    ck_assert_int_eq(parse(&req, "{" MSG ", \"max_completion_tokens\": 60}", &e), -1);
+    ck_assert_str_eq(e.message, "this model's maximum context length is 64 tokens, however "
+                                "you requested 66 tokens (6 in your prompt; 60 for the "
+                                "completion); reduce the prompt or max_completion_tokens");
+}
+END_TEST
+
 static Suite *chat_suite(void)
 {
     Suite *s = suite_create("chat");
@@ -277,6 +534,19 @@ static Suite *chat_suite(void)
     tcase_set_timeout(tpl, 300);
     suite_add_tcase(s, tpl);
 
+    TCase *req = tcase_create("request");
+    tcase_add_unchecked_fixture(req, setup, teardown);
+    tcase_add_test(req, test_messages_become_one_prompt_with_the_template_stops);
+    tcase_add_test(req, test_text_parts_are_joined_by_newlines);
+    tcase_add_test(req, test_empty_contents_are_turns_too);
+    tcase_add_test(req, test_shared_fields_parse_as_on_completions);
+    tcase_add_test(req, test_max_completion_tokens_wins_over_max_tokens);
+    tcase_add_test(req, test_harmless_forms_of_unsupported_fields_are_accepted);
+    tcase_add_loop_test(req, test_each_bad_field_is_a_400_naming_its_param, 0,
+                        (int)(sizeof bad_bodies / sizeof bad_bodies[0]));
+    tcase_add_test(req, test_refusals_say_why);
+    tcase_set_timeout(req, 300);
+    suite_add_tcase(s, req);
     return s;
 }
 
