@@ -1,11 +1,13 @@
-/* api_completions.c — POST /v1/completions (OpenAI's legacy Completions):
- * run a request, wait, build the answer.
+/* api_completions.c — POST /v1/completions (OpenAI's legacy Completions)
+ * and POST /v1/chat/completions: run a request, wait, build the answer.
  *
- * The body is parsed by completion_request.c; then one engine request is
- * submitted per prompt (each runs best_of sequences), and either the handler
- * waits for all of them and builds one JSON response here, or it hands the
- * run to completion_stream.c, which turns the engine's output into SSE
- * chunks as it grows.
+ * Each endpoint brings its completion_endpoint: the parser and the shapes
+ * of its answer (/v1/completions' are below, with completion_request.c;
+ * chat's are api_chat.c's, with chat_request.c).  The rest is one path: one
+ * engine request is submitted per prompt (each runs best_of sequences), and
+ * either the handler waits for all of them and builds one JSON response
+ * here, or it hands the run to completion_stream.c, which turns the
+ * engine's output into SSE chunks as it grows.
  *
  * Callers: http.c, on the connection's own thread; the handler blocks while
  * the engine works and looks at its socket every COMPLETION_WAIT_SLICE_MS. */
@@ -15,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "api_chat.h"
 #include "completion_run.h"
 #include "completion_stream.h"
 #include "gpt2d/log.h"
@@ -236,7 +239,7 @@ static int add_choices(const completion_run *run, size_t p, json_t *choices)
         empty.text = "";
         empty.finish = FINISH_LENGTH;
         for (size_t i = 0; i < req->n; i++) {
-            json_t *c = completion_choice_json(run->ctx->tok, req, p, p * req->n + i, &empty);
+            json_t *c = run->ep->choice(run, p, p * req->n + i, &empty);
             if (c == NULL || json_array_append_new(choices, c) != 0)
                 return -1;
         }
@@ -254,8 +257,7 @@ static int add_choices(const completion_run *run, size_t p, json_t *choices)
         completion_rank(outs, n_seq, order);
     int rc = 0;
     for (size_t i = 0; i < req->n && i < n_seq && rc == 0; i++) {
-        json_t *c = completion_choice_json(run->ctx->tok, req, p, p * req->n + i,
-                                           outs[order[i]]);
+        json_t *c = run->ep->choice(run, p, p * req->n + i, outs[order[i]]);
         if (c == NULL || json_array_append_new(choices, c) != 0)
             rc = -1;
     }
@@ -301,9 +303,9 @@ static void respond_whole(completion_run *run, api_response *r)
     api_response_json(r, 200, body);
 }
 
-void api_completions(const api_ctx *ctx, const api_caller *who,
-                     const char *body, size_t len, const api_client *client,
-                     api_response *r)
+static void serve(const api_ctx *ctx, const api_caller *who,
+                  const char *body, size_t len, const api_client *client,
+                  api_response *r, const completion_endpoint *ep)
 {
     completion_run *run = calloc(1, sizeof *run);
     api_error e;
@@ -312,6 +314,7 @@ void api_completions(const api_ctx *ctx, const api_caller *who,
         api_response_error(r, &e);
         return;
     }
+    run->ep = ep;
     run->ctx = ctx;
     run->caller = *who;
     completion_limits lim = {
@@ -321,7 +324,7 @@ void api_completions(const api_ctx *ctx, const api_caller *who,
         .max_n = ctx->max_n,
         .max_stop_bytes = ctx->max_stop_bytes,
     };
-    if (completion_request_parse(&run->req, body, len, ctx->tok, &lim, &e) != 0) {
+    if (ep->parse(&run->req, ctx, &lim, body, len, &e) != 0) {
         api_response_error(r, &e);
         free(run);
         return;
@@ -329,8 +332,9 @@ void api_completions(const api_ctx *ctx, const api_caller *who,
     if (!run->req.has_seed)
         run->req.seed = api_random_u64();
     if (ctx->log_prompts)
-        log_info("completion prompt: %.*s", (int)(len < 4096 ? len : 4096), body);
-    api_random_id(run->id, sizeof run->id, "cmpl-");
+        log_info("%s prompt: %.*s", ep->log_label, (int)(len < 4096 ? len : 4096),
+                 body);
+    api_random_id(run->id, sizeof run->id, ep->id_prefix);
     snprintf(r->id, sizeof r->id, "%s", run->id);
     run->created = time(NULL);
     int retry_after = 0;
@@ -364,4 +368,62 @@ void api_completions(const api_ctx *ctx, const api_caller *who,
         respond_whole(run, r);
     }
     completion_run_free(run);
+}
+
+/* ---- /v1/completions' own shapes ---- */
+
+static int text_parse(completion_request *req, const api_ctx *ctx,
+                      const completion_limits *lim, const char *body,
+                      size_t len, api_error *e)
+{
+    return completion_request_parse(req, body, len, ctx->tok, lim, e);
+}
+
+static json_t *text_choice(const completion_run *run, size_t prompt,
+                           size_t index, const gen_output *out)
+{
+    return completion_choice_json(run->ctx->tok, &run->req, prompt, index, out);
+}
+
+static json_t *text_chunk_logprobs(const completion_run *run,
+                                   const gen_token *gen, size_t from, size_t to,
+                                   text_cursor *at)
+{
+    return completion_logprobs_json(run->ctx->tok, NULL, 0, gen, from, to, at,
+                                    SIZE_MAX);
+}
+
+static json_t *text_chunk_choice(size_t index, const char *text, size_t len,
+                                 json_t *logprobs, const char *finish)
+{
+    return json_pack("{s:o, s:I, s:o, s:o}",
+        "text", api_json_string_bytes(text, len),
+        "index", (json_int_t)index,
+        "logprobs", logprobs != NULL ? logprobs : json_null(),
+        "finish_reason", finish != NULL ? json_string(finish) : json_null());
+}
+
+static const completion_endpoint text_endpoint = {
+    .id_prefix = "cmpl-",
+    .object = "text_completion",
+    .chunk_object = "text_completion",
+    .log_label = "completion",
+    .parse = text_parse,
+    .choice = text_choice,
+    .chunk_logprobs = text_chunk_logprobs,
+    .chunk_choice = text_chunk_choice,
+};
+
+void api_completions(const api_ctx *ctx, const api_caller *who,
+                     const char *body, size_t len, const api_client *client,
+                     api_response *r)
+{
+    serve(ctx, who, body, len, client, r, &text_endpoint);
+}
+
+void api_chat_completions(const api_ctx *ctx, const api_caller *who,
+                          const char *body, size_t len,
+                          const api_client *client, api_response *r)
+{
+    serve(ctx, who, body, len, client, r, &chat_endpoint);
 }

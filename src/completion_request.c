@@ -1,115 +1,23 @@
 /* completion_request.c — the body of POST /v1/completions, JSON in,
  * completion_request out: every field checked against its type, its range
- * and the server's limits, every error a 400 that names its `param`.
+ * and the server's limits, every error a 400 that names its `param`.  The
+ * fields POST /v1/chat/completions reads the same way are read here for it
+ * too (completion_request_parse_shared and its neighbours in api.h), so the
+ * two endpoints cannot drift apart.
  *
  * Owns: the completion_request (its prompts, stop strings and logit_bias are
  * its own allocations, freed by completion_request_free).  Knows nothing of
  * the engine's requests, of responses or of streams.
  *
- * Callers: api_completions() on an HTTP connection thread, the unit tests
- * and the fuzzer (tests/fuzz/fuzz_completion_request.c), which treats this
- * file as its unit.  It reads only its arguments and the read-only
- * tokenizer, so any number of threads may parse at once. */
+ * Callers: api_completions() and chat_request.c on an HTTP connection
+ * thread, the unit tests and the fuzzer (tests/fuzz/fuzz_completion_request.c),
+ * which treats this file as its unit.  It reads only its arguments and the
+ * read-only tokenizer, so any number of threads may parse at once. */
 #include "gpt2d/api.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* The types a field may be asked to hold, and how its 400 says so. */
-typedef enum field_type {
-    FIELD_NUMBER,
-    FIELD_INTEGER,
-    FIELD_BOOL,
-    FIELD_STRING,
-    FIELD_OBJECT,
-    FIELD_TOKEN_MAP,            /* an object, named for logit_bias */
-} field_type;
-
-static const char *const field_must_be[] = {
-    [FIELD_NUMBER] = "a number",
-    [FIELD_INTEGER] = "an integer",
-    [FIELD_BOOL] = "true or false",
-    [FIELD_STRING] = "a string",
-    [FIELD_OBJECT] = "an object",
-    [FIELD_TOKEN_MAP] = "an object mapping token ids to biases",
-};
-
-static bool field_has_type(const json_t *v, field_type type)
-{
-    switch (type) {
-    case FIELD_NUMBER: return json_is_number(v);
-    case FIELD_INTEGER: return json_is_integer(v);
-    case FIELD_BOOL: return json_is_boolean(v);
-    case FIELD_STRING: return json_is_string(v);
-    case FIELD_OBJECT:
-    case FIELD_TOKEN_MAP: return json_is_object(v);
-    }
-    return false;
-}
-
-/* The one way an optional field is read: absent or null leaves *out NULL
- * (the default stands); a value of another type is a 400 whose param is
- * `param` (the key, or a nested field's dotted path). */
-static int optional_field(json_t *obj, const char *key, const char *param,
-                          field_type type, json_t **out, api_error *e)
-{
-    *out = NULL;
-    json_t *v = json_object_get(obj, key);
-    if (v == NULL || json_is_null(v))
-        return 0;
-    if (!field_has_type(v, type))
-        return api_error_set(e, 400, param, "%s must be %s", param,
-                             field_must_be[type]);
-    *out = v;
-    return 0;
-}
-
-/* Optional number in [lo, hi]; absent or null keeps *out. */
-static int get_number(json_t *root, const char *key, double lo, double hi,
-                      bool lo_open, float *out, api_error *e)
-{
-    json_t *v;
-    if (optional_field(root, key, key, FIELD_NUMBER, &v, e) != 0)
-        return -1;
-    if (v == NULL)
-        return 0;
-    double d = json_number_value(v);
-    if (d < lo || d > hi || (lo_open && d == lo))
-        return api_error_set(e, 400, key, "%s must be %s %g and <= %g, got %g",
-                             key, lo_open ? ">" : ">=", lo, hi, d);
-    *out = (float)d;
-    return 0;
-}
-
-/* Optional integer in [lo, hi]; absent or null keeps *out. */
-static int get_integer(json_t *root, const char *key, json_int_t lo,
-                       json_int_t hi, json_int_t *out, api_error *e)
-{
-    json_t *v;
-    if (optional_field(root, key, key, FIELD_INTEGER, &v, e) != 0)
-        return -1;
-    if (v == NULL)
-        return 0;
-    json_int_t i = json_integer_value(v);
-    if (i < lo || i > hi)
-        return api_error_set(e, 400, key, "%s must be between %lld and %lld, got %lld",
-                             key, (long long)lo, (long long)hi, (long long)i);
-    *out = i;
-    return 0;
-}
-
-/* Optional boolean; absent or null keeps *out. */
-static int get_bool(json_t *obj, const char *key, const char *param, bool *out,
-                    api_error *e)
-{
-    json_t *v;
-    if (optional_field(obj, key, param, FIELD_BOOL, &v, e) != 0)
-        return -1;
-    if (v != NULL)
-        *out = json_is_true(v);
-    return 0;
-}
 
 static int prompt_from_ids(completion_prompt *p, json_t *arr,
                            const completion_limits *lim, api_error *e)
@@ -224,8 +132,8 @@ static int parse_prompt(completion_request *req, json_t *root,
     return 0;
 }
 
-static int parse_stop(completion_request *req, json_t *root,
-                      const completion_limits *lim, api_error *e)
+int completion_request_parse_stop(completion_request *req, json_t *root,
+                                  const completion_limits *lim, api_error *e)
 {
     json_t *v = json_object_get(root, "stop");
     if (v == NULL || json_is_null(v))
@@ -233,12 +141,12 @@ static int parse_stop(completion_request *req, json_t *root,
     json_t *one[1] = {v};
     json_t **items = one;
     size_t n = 1;
-    json_t *arr_items[ENGINE_MAX_STOP];
+    json_t *arr_items[API_MAX_STOP];
     if (json_is_array(v)) {
         n = json_array_size(v);
-        if (n > ENGINE_MAX_STOP)
+        if (n > API_MAX_STOP)
             return api_error_set(e, 400, "stop", "stop may hold at most %d strings, got %zu",
-                                 ENGINE_MAX_STOP, n);
+                                 API_MAX_STOP, n);
         for (size_t i = 0; i < n; i++)
             arr_items[i] = json_array_get(v, i);
         items = arr_items;
@@ -295,7 +203,8 @@ static int parse_logit_bias(completion_request *req, json_t *root,
                             const completion_limits *lim, api_error *e)
 {
     json_t *v;
-    if (optional_field(root, "logit_bias", "logit_bias", FIELD_TOKEN_MAP, &v, e) != 0)
+    if (api_field_optional(root, "logit_bias", "logit_bias", API_FIELD_TOKEN_MAP,
+                           &v, e) != 0)
         return -1;
     if (v == NULL)
         return 0;
@@ -338,7 +247,8 @@ static bool session_char_ok(char c)
 static int parse_session(completion_request *req, json_t *root, api_error *e)
 {
     json_t *v;
-    if (optional_field(root, "session_id", "session_id", FIELD_STRING, &v, e) != 0)
+    if (api_field_optional(root, "session_id", "session_id", API_FIELD_STRING,
+                           &v, e) != 0)
         return -1;
     if (v == NULL)
         return 0;
@@ -367,7 +277,8 @@ static int parse_cache_salt(completion_request *req, json_t *root,
                             api_error *e)
 {
     json_t *v;
-    if (optional_field(root, "cache_salt", "cache_salt", FIELD_STRING, &v, e) != 0)
+    if (api_field_optional(root, "cache_salt", "cache_salt", API_FIELD_STRING,
+                           &v, e) != 0)
         return -1;
     if (v == NULL)
         return 0;
@@ -385,7 +296,7 @@ static int parse_cache_salt(completion_request *req, json_t *root,
 static int parse_logprobs(completion_request *req, json_t *root, api_error *e)
 {
     json_int_t n = -1;         /* stays below the range when absent */
-    if (get_integer(root, "logprobs", 0, ENGINE_MAX_LOGPROBS, &n, e) != 0)
+    if (api_field_integer(root, "logprobs", 0, ENGINE_MAX_LOGPROBS, &n, e) != 0)
         return -1;
     if (n < 0)
         return 0;
@@ -398,10 +309,15 @@ static int parse_logprobs(completion_request *req, json_t *root, api_error *e)
 static int parse_ignored(json_t *root, api_error *e)
 {
     json_t *v;
-    if (optional_field(root, "model", "model", FIELD_STRING, &v, e) != 0 ||
-        optional_field(root, "user", "user", FIELD_STRING, &v, e) != 0)
+    if (api_field_optional(root, "model", "model", API_FIELD_STRING, &v, e) != 0 ||
+        api_field_optional(root, "user", "user", API_FIELD_STRING, &v, e) != 0)
         return -1;
-    v = json_object_get(root, "suffix");
+    return 0;
+}
+
+static int parse_suffix(json_t *root, api_error *e)
+{
+    json_t *v = json_object_get(root, "suffix");
     if (v != NULL && !json_is_null(v) &&
         !(json_is_string(v) && json_string_length(v) == 0))
         return api_error_set(e, 400, "suffix", "suffix is not supported");
@@ -412,19 +328,19 @@ static int parse_sampling(completion_request *req, json_t *root, api_error *e)
 {
     sampler_params *s = &req->sampling;
     json_int_t top_k = 0;
-    if (get_number(root, "temperature", 0.0, 2.0, false, &s->temperature, e) != 0 ||
-        get_number(root, "top_p", 0.0, 1.0, true, &s->top_p, e) != 0 ||
-        get_integer(root, "top_k", 0, INT32_MAX, &top_k, e) != 0 ||
-        get_number(root, "min_p", 0.0, 1.0, false, &s->min_p, e) != 0 ||
-        get_number(root, "presence_penalty", -2.0, 2.0, false,
-                   &s->presence_penalty, e) != 0 ||
-        get_number(root, "frequency_penalty", -2.0, 2.0, false,
-                   &s->frequency_penalty, e) != 0)
+    if (api_field_number(root, "temperature", 0.0, 2.0, false, &s->temperature, e) != 0 ||
+        api_field_number(root, "top_p", 0.0, 1.0, true, &s->top_p, e) != 0 ||
+        api_field_integer(root, "top_k", 0, INT32_MAX, &top_k, e) != 0 ||
+        api_field_number(root, "min_p", 0.0, 1.0, false, &s->min_p, e) != 0 ||
+        api_field_number(root, "presence_penalty", -2.0, 2.0, false,
+                         &s->presence_penalty, e) != 0 ||
+        api_field_number(root, "frequency_penalty", -2.0, 2.0, false,
+                         &s->frequency_penalty, e) != 0)
         return -1;
     s->top_k = (size_t)top_k;
     json_t *rp;
-    if (optional_field(root, "repetition_penalty", "repetition_penalty",
-                       FIELD_NUMBER, &rp, e) != 0)
+    if (api_field_optional(root, "repetition_penalty", "repetition_penalty",
+                           API_FIELD_NUMBER, &rp, e) != 0)
         return -1;
     if (rp != NULL) {
         /* bounded so that the float it becomes is neither 0 (the
@@ -445,8 +361,8 @@ static int parse_sampling(completion_request *req, json_t *root, api_error *e)
  * and `param` names the field that made it too big: the prompt array when
  * each prompt runs a single sequence, else best_of (or n, when best_of is
  * just n). */
-static int check_sequences(const completion_request *req,
-                           const completion_limits *lim, api_error *e)
+int completion_request_check_sequences(const completion_request *req,
+                                       const completion_limits *lim, api_error *e)
 {
     size_t cap = lim->max_sequences;
     bool by_max_n = lim->max_n != 0 && lim->max_n < cap;
@@ -473,9 +389,9 @@ static int parse_counts(completion_request *req, json_t *root,
                         const completion_limits *lim, api_error *e)
 {
     json_int_t max_tokens = 16, n = 1, best_of = -1;
-    if (get_integer(root, "max_tokens", 0, INT32_MAX, &max_tokens, e) != 0 ||
-        get_integer(root, "n", 1, INT32_MAX, &n, e) != 0 ||
-        get_integer(root, "best_of", 1, INT32_MAX, &best_of, e) != 0)
+    if (api_field_integer(root, "max_tokens", 0, INT32_MAX, &max_tokens, e) != 0 ||
+        api_field_integer(root, "n", 1, INT32_MAX, &n, e) != 0 ||
+        api_field_integer(root, "best_of", 1, INT32_MAX, &best_of, e) != 0)
         return -1;
     if (best_of < 0)
         best_of = n;
@@ -486,57 +402,56 @@ static int parse_counts(completion_request *req, json_t *root,
     req->max_tokens = (size_t)max_tokens;
     req->n = (size_t)n;
     req->best_of = (size_t)best_of;
-    return check_sequences(req, lim, e);
+    return completion_request_check_sequences(req, lim, e);
 }
 
-/* After tokenizing: every prompt and its completion fit the context. */
-static int check_context(const completion_request *req,
-                         const completion_limits *lim, api_error *e)
+int completion_request_check_context(const completion_request *req,
+                                     const completion_limits *lim,
+                                     const char *prompt_param,
+                                     const char *max_param, api_error *e)
 {
     for (size_t i = 0; i < req->n_prompts; i++) {
         size_t np = req->prompts[i].n;
         if (np > lim->n_ctx)
-            return api_error_set(e, 400, "prompt",
+            return api_error_set(e, 400, prompt_param,
                                  "this model's maximum context length is %zu tokens, "
                                  "but the prompt has %zu tokens", lim->n_ctx, np);
         if (np + req->max_tokens > lim->n_ctx)
-            return api_error_set(e, 400, "max_tokens",
+            return api_error_set(e, 400, max_param,
                                  "this model's maximum context length is %zu tokens, "
                                  "however you requested %zu tokens (%zu in your prompt; "
-                                 "%zu for the completion); reduce the prompt or max_tokens",
-                                 lim->n_ctx, np + req->max_tokens, np, req->max_tokens);
+                                 "%zu for the completion); reduce the prompt or %s",
+                                 lim->n_ctx, np + req->max_tokens, np, req->max_tokens,
+                                 max_param);
     }
     return 0;
 }
 
-static int parse_streaming(completion_request *req, json_t *root, api_error *e)
+/* What the answer carries and how it is sent. */
+static int parse_output(completion_request *req, json_t *root, api_error *e)
 {
     json_t *so;
-    if (get_bool(root, "stream", "stream", &req->stream, e) != 0 ||
-        get_bool(root, "echo", "echo", &req->echo, e) != 0 ||
-        get_bool(root, "return_token_ids", "return_token_ids",
-                 &req->return_token_ids, e) != 0 ||
-        optional_field(root, "stream_options", "stream_options", FIELD_OBJECT,
-                       &so, e) != 0)
+    if (api_field_bool(root, "stream", "stream", &req->stream, e) != 0 ||
+        api_field_bool(root, "return_token_ids", "return_token_ids",
+                       &req->return_token_ids, e) != 0 ||
+        api_field_optional(root, "stream_options", "stream_options",
+                           API_FIELD_OBJECT, &so, e) != 0)
         return -1;
     if (so != NULL) {
         if (!req->stream)
             return api_error_set(e, 400, "stream_options",
                                  "stream_options is only allowed when stream is true");
-        if (get_bool(so, "include_usage", "stream_options.include_usage",
-                     &req->include_usage, e) != 0)
+        if (api_field_bool(so, "include_usage", "stream_options.include_usage",
+                           &req->include_usage, e) != 0)
             return -1;
     }
-    if (req->stream && req->best_of > req->n)
-        return api_error_set(e, 400, "best_of",
-                             "best_of greater than n cannot be streamed");
     return 0;
 }
 
 static int parse_seed(completion_request *req, json_t *root, api_error *e)
 {
     json_t *v;
-    if (optional_field(root, "seed", "seed", FIELD_INTEGER, &v, e) != 0)
+    if (api_field_optional(root, "seed", "seed", API_FIELD_INTEGER, &v, e) != 0)
         return -1;
     if (v == NULL)
         return 0;
@@ -545,31 +460,56 @@ static int parse_seed(completion_request *req, json_t *root, api_error *e)
     return 0;
 }
 
+int completion_request_parse_shared(completion_request *req, json_t *root,
+                                   const completion_limits *lim, api_error *e)
+{
+    return parse_ignored(root, e) == 0 &&
+           parse_sampling(req, root, e) == 0 &&
+           parse_logit_bias(req, root, lim, e) == 0 &&
+           parse_seed(req, root, e) == 0 &&
+           parse_session(req, root, e) == 0 &&
+           parse_cache_salt(req, root, e) == 0 &&
+           parse_output(req, root, e) == 0 ? 0 : -1;
+}
+
+/* echo, and what it and best_of ask of a stream. */
+static int parse_echo(completion_request *req, json_t *root, api_error *e)
+{
+    if (api_field_bool(root, "echo", "echo", &req->echo, e) != 0)
+        return -1;
+    if (req->stream && req->best_of > req->n)
+        return api_error_set(e, 400, "best_of",
+                             "best_of greater than n cannot be streamed");
+    return 0;
+}
+
+json_t *completion_request_start(completion_request *req, const char *body,
+                                 size_t len, api_error *e)
+{
+    memset(req, 0, sizeof *req);
+    sampler_params_default(&req->sampling);
+    return api_parse_object(body, len, e);
+}
+
 int completion_request_parse(completion_request *req, const char *body,
                              size_t len, const tokenizer *tok,
                              const completion_limits *lim, api_error *e)
 {
-    memset(req, 0, sizeof *req);
-    sampler_params_default(&req->sampling);
-    json_t *root = api_parse_object(body, len, e);
+    json_t *root = completion_request_start(req, body, len, e);
     if (root == NULL)
         return -1;
     int rc = -1;
     /* The cheap checks first: nothing is tokenized for a request that the
      * counts or the stop strings refuse. */
-    if (parse_ignored(root, e) == 0 &&
+    if (parse_suffix(root, e) == 0 &&
         count_prompts(req, root, e) == 0 &&
         parse_counts(req, root, lim, e) == 0 &&
-        parse_stop(req, root, lim, e) == 0 &&
+        completion_request_parse_stop(req, root, lim, e) == 0 &&
         parse_prompt(req, root, tok, lim, e) == 0 &&
-        check_context(req, lim, e) == 0 &&
-        parse_sampling(req, root, e) == 0 &&
+        completion_request_check_context(req, lim, "prompt", "max_tokens", e) == 0 &&
         parse_logprobs(req, root, e) == 0 &&
-        parse_logit_bias(req, root, lim, e) == 0 &&
-        parse_seed(req, root, e) == 0 &&
-        parse_session(req, root, e) == 0 &&
-        parse_cache_salt(req, root, e) == 0 &&
-        parse_streaming(req, root, e) == 0)
+        completion_request_parse_shared(req, root, lim, e) == 0 &&
+        parse_echo(req, root, e) == 0)
         rc = 0;
     if (rc == 0 && req->session_id[0] != '\0' && req->n_prompts > 1)
         rc = api_error_set(e, 400, "session_id",

@@ -78,12 +78,23 @@ json_t *completion_usage_json(gen_usage u)
                      (json_int_t)u.cached_tokens);
 }
 
-json_t *completion_envelope(const completion_run *run, json_t *choices)
+static json_t *envelope(const completion_run *run, const char *object,
+                        json_t *choices)
 {
     return json_pack("{s:s, s:s, s:I, s:s, s:o}",
-                     "id", run->id, "object", "text_completion",
+                     "id", run->id, "object", object,
                      "created", (json_int_t)run->created,
                      "model", run->ctx->mdl->name, "choices", choices);
+}
+
+json_t *completion_envelope(const completion_run *run, json_t *choices)
+{
+    return envelope(run, run->ep->object, choices);
+}
+
+json_t *completion_chunk_envelope(const completion_run *run, json_t *choices)
+{
+    return envelope(run, run->ep->chunk_object, choices);
 }
 
 const char *completion_finish_string(finish_reason f)

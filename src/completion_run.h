@@ -24,8 +24,41 @@
  * short enough that a vanished client is noticed within about one step. */
 #define COMPLETION_WAIT_SLICE_MS 20
 
+typedef struct completion_run completion_run;
+
+/* What tells the completion endpoints apart: how a body is read and how the
+ * answer looks.  api_completions.c holds /v1/completions' and api_chat.c
+ * /v1/chat/completions'; the run, the event stream and the whole answer
+ * call through it and never ask which endpoint they serve. */
+typedef struct completion_endpoint {
+    const char *id_prefix;      /* "cmpl-" */
+    const char *object;         /* the whole answer's `object` */
+    const char *chunk_object;   /* a streamed chunk's */
+    const char *log_label;      /* "completion" in the --log-prompts line */
+    /* The body into `req`; on failure a 400 (or 500) in `e`. */
+    int (*parse)(completion_request *req, const api_ctx *ctx,
+                 const completion_limits *lim, const char *body, size_t len,
+                 api_error *e);
+    /* One choice of the whole answer: the prompt's `prompt`, as choice
+     * `index`; NULL on OOM. */
+    json_t *(*choice)(const completion_run *run, size_t prompt, size_t index,
+                      const gen_output *out);
+    /* The logprobs of a streamed choice's tokens [from, to); `at` is where
+     * token `from`'s text starts, and moves past `to`. */
+    json_t *(*chunk_logprobs)(const completion_run *run, const gen_token *gen,
+                              size_t from, size_t to, text_cursor *at);
+    /* One choice of a chunk: a text delta, logprobs (a reference is stolen;
+     * NULL: none), the finish reason (NULL while it runs). */
+    json_t *(*chunk_choice)(size_t index, const char *text, size_t len,
+                            json_t *logprobs, const char *finish);
+    /* NULL, or the choice of the chunk that opens each choice's stream
+     * before its first token (chat's `delta.role`). */
+    json_t *(*chunk_opening)(size_t index);
+} completion_endpoint;
+
 /* One completion in flight: the parsed request and its engine requests. */
-typedef struct completion_run {
+struct completion_run {
+    const completion_endpoint *ep;
     const api_ctx *ctx;
     api_caller caller;          /* whose cache and sessions it may use */
     completion_request req;
@@ -34,7 +67,7 @@ typedef struct completion_run {
     char id[48];
     time_t created;
     bool cancelled;
-} completion_run;
+};
 
 /* Cancels every engine request of the run (once). */
 void completion_run_cancel(completion_run *run);
@@ -47,8 +80,10 @@ void completion_run_free(completion_run *run);
 gen_usage completion_run_usage(const completion_run *run);
 
 /* The object around choices: id, object, created, model, choices (a
- * reference to `choices` is stolen). */
+ * reference to `choices` is stolen); a streamed chunk's names its own
+ * object. */
 json_t *completion_envelope(const completion_run *run, json_t *choices);
+json_t *completion_chunk_envelope(const completion_run *run, json_t *choices);
 json_t *completion_usage_json(gen_usage u);
 /* "stop", "length", or NULL (not finished, or cancelled). */
 const char *completion_finish_string(finish_reason f);

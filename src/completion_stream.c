@@ -1,6 +1,8 @@
 /* completion_stream.c — a streamed completion as OpenAI's server-sent
  * events: one `data: {chunk}` per new piece of each choice, a final chunk
  * with its finish_reason, the usage chunk when asked for, `data: [DONE]`.
+ * Each chunk takes its endpoint's shape (completion_run.h's
+ * completion_endpoint), after that endpoint's opening chunk if it has one.
  * With return_token_ids each chunk also names the ids of its tokens.
  *
  * Owns the api_stream: the per-choice progress and the SSE bytes not yet
@@ -23,6 +25,7 @@ typedef struct choice_state {
     size_t tokens_sent;         /* generated tokens already chunked */
     size_t text_sent;           /* bytes of gen_output.text already sent */
     text_cursor next;           /* where the next generated token starts */
+    bool opened;                /* the endpoint's opening chunk is sent */
     bool echo_sent;
     bool final_sent;
     bool prompt_ids_sent;       /* return_token_ids: on the first chunk only */
@@ -91,20 +94,25 @@ static int chunk_add_ids(api_stream *s, json_t *choice, choice_state *cs,
     return completion_add_token_ids(choice, prompt, t->gen, t->from, t->to);
 }
 
+/* Appends one chunk of one choice (a reference to `choice` is stolen). */
+static int stream_choice_event(api_stream *s, json_t *choice)
+{
+    if (choice == NULL)
+        return -1;
+    return stream_event(s, completion_chunk_envelope(s->run,
+                                                     json_pack("[o]", choice)));
+}
+
 static int stream_chunk(api_stream *s, size_t index, choice_state *cs,
                         const chunk_tokens *t, const char *text, size_t len,
                         json_t *logprobs, const char *finish)
 {
-    json_t *choice = json_pack("{s:o, s:I, s:o, s:o}",
-        "text", api_json_string_bytes(text, len),
-        "index", (json_int_t)index,
-        "logprobs", logprobs != NULL ? logprobs : json_null(),
-        "finish_reason", finish != NULL ? json_string(finish) : json_null());
-    if (choice == NULL || chunk_add_ids(s, choice, cs, t) != 0) {
+    json_t *choice = s->run->ep->chunk_choice(index, text, len, logprobs, finish);
+    if (choice != NULL && chunk_add_ids(s, choice, cs, t) != 0) {
         json_decref(choice);
         return -1;
     }
-    return stream_event(s, completion_envelope(s->run, json_pack("[o]", choice)));
+    return stream_choice_event(s, choice);
 }
 
 /* text_offset counts from the prompt's start, echoed or not: each
@@ -185,9 +193,14 @@ static int stream_choice(api_stream *s, size_t p, size_t index,
                          const gen_output *out, choice_state *cs, bool *any)
 {
     const completion_request *req = &s->run->req;
-    const tokenizer *tok = s->run->ctx->tok;
     if (cs->final_sent)
         return 0;
+    if (!cs->opened && s->run->ep->chunk_opening != NULL) {
+        if (stream_choice_event(s, s->run->ep->chunk_opening(index)) != 0)
+            return -1;
+        *any = true;
+    }
+    cs->opened = true;
     if (req->echo && !cs->echo_sent) {
         if (stream_echo(s, p, index, out, cs) != 0)
             return -1;
@@ -200,8 +213,8 @@ static int stream_choice(api_stream *s, size_t p, size_t index,
         size_t end = completion_stream_delta_end(out, i, cs->text_sent);
         json_t *lp = NULL;
         if (req->logprobs)
-            lp = completion_logprobs_json(tok, NULL, 0, out->tokens, i, i + 1,
-                                          &cs->next, SIZE_MAX);
+            lp = s->run->ep->chunk_logprobs(s->run, out->tokens, i, i + 1,
+                                            &cs->next);
         const chunk_tokens one = { p, out->tokens, i, i + 1 };
         if (stream_chunk(s, index, cs, &one, out->text + cs->text_sent,
                          end - cs->text_sent, lp, NULL) != 0)
@@ -275,7 +288,7 @@ static int stream_finish(api_stream *s, bool cancelled)
     }
     s->usage = completion_run_usage(run);
     if (run->req.include_usage && !cancelled) {
-        json_t *body = completion_envelope(run, json_array());
+        json_t *body = completion_chunk_envelope(run, json_array());
         json_object_set_new(body, "usage", completion_usage_json(s->usage));
         if (stream_event(s, body) != 0)
             return -1;

@@ -56,7 +56,8 @@ struct http_server {
 };
 
 typedef enum route_id {
-    ROUTE_COMPLETIONS, ROUTE_MODELS, ROUTE_MODEL, ROUTE_HEALTH, ROUTE_METRICS,
+    ROUTE_COMPLETIONS, ROUTE_CHAT_COMPLETIONS, ROUTE_MODELS, ROUTE_MODEL,
+    ROUTE_HEALTH, ROUTE_METRICS,
     ROUTE_TOKENIZE, ROUTE_DETOKENIZE, ROUTE_SESSIONS, ROUTE_SESSION,
     ROUTE_STATIC, ROUTE_NONE,
 } route_id;
@@ -71,6 +72,8 @@ typedef struct route {
 
 static const route routes[] = {
     {ROUTE_COMPLETIONS, "/v1/completions", false, "POST", "/v1/completions"},
+    {ROUTE_CHAT_COMPLETIONS, "/v1/chat/completions", false, "POST",
+     "/v1/chat/completions"},
     {ROUTE_MODELS, "/v1/models", false, "GET", "/v1/models"},
     {ROUTE_MODEL, "/v1/models/", true, "GET", "/v1/models/{id}"},
     {ROUTE_HEALTH, "/health", false, "GET", "/health"},
@@ -904,13 +907,17 @@ static enum MHD_Result dispatch(http_request *hr, const char *url)
                           srv->cfg->max_body_bytes);
     const char *body = hr->body != NULL ? hr->body : "";
     switch (hr->route->id) {
-    case ROUTE_COMPLETIONS: {
+    case ROUTE_COMPLETIONS:
+    case ROUTE_CHAT_COMPLETIONS: {
         /* Generation may outlast the idle timeout; the completion callback
          * restores it for the next request on this connection.  Meanwhile
          * the reaper cuts a client that stops taking the answer (stall_check). */
         MHD_set_connection_option(hr->conn, MHD_CONNECTION_OPTION_TIMEOUT, 0u);
         api_client client = {client_gone, hr};
-        api_completions(api, &hr->caller, body, hr->len, &client, r);
+        if (hr->route->id == ROUTE_COMPLETIONS)
+            api_completions(api, &hr->caller, body, hr->len, &client, r);
+        else
+            api_chat_completions(api, &hr->caller, body, hr->len, &client, r);
         if (r->cancelled) {
             hr->status = r->status;
             return MHD_NO;      /* nobody to answer: close the connection */
@@ -997,7 +1004,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
         }
         api_stream_usage(hr->resp.stream, &prompt, &completion);
     }
-    if (hr->route->id == ROUTE_COMPLETIONS)
+    if (hr->route->id == ROUTE_COMPLETIONS || hr->route->id == ROUTE_CHAT_COMPLETIONS)
         MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT,
                                   srv->cfg->connection_timeout);
     deadline_cut cut = http_deadline_request_done(srv->deadline, hr->watch);

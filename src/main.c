@@ -1,7 +1,7 @@
 /* main.c — start-up, signals and shut-down of the gpt2d daemon.
  *
- * Order: settings → log level → model → tokenizer → engine (KV slots
- * allocated here, so memory is known before we listen) → HTTP server →
+ * Order: settings → log level → chat template → model → tokenizer → engine
+ * (KV slots allocated here, so memory is known before we listen) → HTTP server →
  * one summary line → wait for a signal → drain → tear down in reverse.
  *
  * Signals are blocked in every thread we start (the mask is inherited) and
@@ -55,6 +55,7 @@ typedef struct daemon_state {
     bool model_loaded;
     size_t kv_blocks;           /* the KV cache's size, from the settings */
     tokenizer *tok;
+    chat_template chat;         /* all NULL until loaded */
     engine *eng;
     api_ctx api;
     http_server *http;
@@ -154,6 +155,9 @@ static void check_web_root(const char *dir)
  * for this model (a usage error, exit 2). */
 static int start(daemon_state *d, gpt2d_error *err)
 {
+    /* a bad template is a bad setting: refused before the model loads */
+    if (chat_template_load(&d->chat, d->cfg.chat_template, err) != 0)
+        return -2;
     if (model_load_for(&d->mdl, d->cfg.model_dir, d->cfg.dtype,
                        d->cfg.matmul, err) != 0)
         return -1;
@@ -185,6 +189,7 @@ static int start(daemon_state *d, gpt2d_error *err)
         .max_n = d->cfg.max_n,
         .max_stop_bytes = d->cfg.max_stop_bytes,
         .log_prompts = d->cfg.log_prompts, .started = time(NULL),
+        .chat = &d->chat,
     };
     if (http_start(&d->http, &d->cfg, &d->api, err) != 0)
         return -1;
@@ -291,6 +296,7 @@ static void teardown(daemon_state *d)
     if (d->eng != NULL)
         engine_destroy(d->eng);
     tokenizer_free(d->tok);
+    chat_template_free(&d->chat);
     if (d->model_loaded)
         model_free(&d->mdl);
     settings_free(&d->cfg);

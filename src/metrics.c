@@ -25,7 +25,7 @@
 /* ---- label sets ---- */
 
 static const char *const endpoint_names[] = {
-    "completions", "models", "health", "metrics",
+    "completions", "chat", "models", "health", "metrics",
     "tokenize", "detokenize", "sessions", "other",
 };
 enum { N_ENDPOINTS = sizeof endpoint_names / sizeof endpoint_names[0] };

@@ -163,6 +163,11 @@ static const option_spec options[] = {
       "Share cached prompt prefixes and session ids among all clients (one "
       "tenant); by default each API key (or client address, without keys) has "
       "its own." },
+    { "chat-template", 0, OPT_OPTIONAL_PATH, FIELD(chat_template), "FILE", NULL,
+      "the built-in plain transcript", 0, 0, false,
+      "JSON file of the chat template: how /v1/chat/completions writes messages "
+      "into one prompt (each role's prefix and suffix) and the stop strings "
+      "that end a reply; checked at start-up." },
     { "cors-origin", 0, OPT_OPTIONAL_PATH, FIELD(cors_origin), "ORIGIN", NULL, NULL, 0, 0,
       false, "The origin whose web pages may call the API (CORS: \"*\" for any); none: CORS off." },
     { "config", 'c', OPT_OPTIONAL_PATH, FIELD(config_file), "FILE", NULL, NULL, 0, 0, true,

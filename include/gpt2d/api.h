@@ -20,6 +20,7 @@
 
 #include <jansson.h>
 
+#include "gpt2d/chat_template.h"
 #include "gpt2d/engine.h"
 #include "gpt2d/model.h"
 #include "gpt2d/settings.h"
@@ -38,6 +39,7 @@ typedef struct api_ctx {
     size_t max_stop_bytes;      /* --max-stop-bytes; 0 = none */
     bool log_prompts;
     time_t started;             /* reported as the model's `created` */
+    const chat_template *chat;  /* how /v1/chat/completions writes a prompt */
 } api_ctx;
 
 /* ---- who is asking ----
@@ -120,6 +122,9 @@ void api_response_json(api_response *r, int status, json_t *obj);
 void api_completions(const api_ctx *ctx, const api_caller *who,
                      const char *body, size_t len, const api_client *client,
                      api_response *r);
+void api_chat_completions(const api_ctx *ctx, const api_caller *who,
+                          const char *body, size_t len,
+                          const api_client *client, api_response *r);
 void api_models(const api_ctx *ctx, api_response *r);
 /* GET /v1/models/{id}: the model object, or 404 for another id. */
 void api_model(const api_ctx *ctx, const char *id, api_response *r);
@@ -151,7 +156,37 @@ void api_stream_free(api_stream *s);
 void api_stream_usage(const api_stream *s, size_t *prompt_tokens,
                       size_t *completion_tokens);
 
+/* ---- reading one field of a body (api_fields.c) ----
+ *
+ * Absent or null leaves the default standing (*out untouched, or NULL); a
+ * value of another type or out of range is a 400 whose param is the key
+ * (or `param`, a nested field's dotted path). */
+
+typedef enum api_field_type {
+    API_FIELD_NUMBER,
+    API_FIELD_INTEGER,
+    API_FIELD_BOOL,
+    API_FIELD_STRING,
+    API_FIELD_OBJECT,
+    API_FIELD_ARRAY,
+    API_FIELD_TOKEN_MAP,        /* an object, named for logit_bias */
+} api_field_type;
+
+/* *out is the value, or NULL when absent or null. */
+int api_field_optional(json_t *obj, const char *key, const char *param,
+                       api_field_type type, json_t **out, api_error *e);
+/* A number in [lo, hi] (lo itself excluded when lo_open). */
+int api_field_number(json_t *root, const char *key, double lo, double hi,
+                     bool lo_open, float *out, api_error *e);
+int api_field_integer(json_t *root, const char *key, json_int_t lo,
+                      json_int_t hi, json_int_t *out, api_error *e);
+int api_field_bool(json_t *obj, const char *key, const char *param, bool *out,
+                   api_error *e);
+
 /* ---- the completion request, parsed (exposed for the unit tests) ---- */
+
+/* Stop strings a request may send; the chat template's own come on top. */
+#define API_MAX_STOP 4
 
 typedef struct completion_prompt {
     int32_t *ids;
@@ -196,6 +231,38 @@ int completion_request_parse(completion_request *req, const char *body,
                              size_t len, const tokenizer *tok,
                              const completion_limits *lim, api_error *e);
 void completion_request_free(completion_request *req);
+
+/* The parts both endpoints share (completion_request.c), for
+ * chat_request.c.  The start: `req` emptied, with the sampling defaults,
+ * and the body's JSON object (NULL and a 400 in `e` when it is none). */
+json_t *completion_request_start(completion_request *req, const char *body,
+                                 size_t len, api_error *e);
+/* The fields read alike: the sampling fields, logit_bias, seed, session_id,
+ * cache_salt, stream, stream_options and return_token_ids, and the types of
+ * model and user. */
+int completion_request_parse_shared(completion_request *req, json_t *root,
+                                    const completion_limits *lim, api_error *e);
+/* `stop`: a string or up to API_MAX_STOP, appended to req->stop. */
+int completion_request_parse_stop(completion_request *req, json_t *root,
+                                  const completion_limits *lim, api_error *e);
+/* req->best_of x req->n_prompts sequences within the limits. */
+int completion_request_check_sequences(const completion_request *req,
+                                       const completion_limits *lim,
+                                       api_error *e);
+/* After tokenizing: every prompt and its max_tokens fit the context; the
+ * errors name `prompt_param` and `max_param`. */
+int completion_request_check_context(const completion_request *req,
+                                     const completion_limits *lim,
+                                     const char *prompt_param,
+                                     const char *max_param, api_error *e);
+
+/* Parses and validates a POST /v1/chat/completions body (chat_request.c):
+ * the messages rendered with `tpl` into one prompt, the template's stop
+ * strings after the request's own, the other fields as on completions.  On
+ * failure `e` says which field is wrong. */
+int chat_request_parse(completion_request *req, const char *body, size_t len,
+                       const tokenizer *tok, const chat_template *tpl,
+                       const completion_limits *lim, api_error *e);
 
 /* Orders the `n_seq` outputs by cumulative logprob, best first, into
  * order[0..n_seq) (ties keep sequence order). */

@@ -24,7 +24,9 @@
 #include "gpt2d/sampler.h"
 #include "gpt2d/tokenizer.h"
 
-#define ENGINE_MAX_STOP 4
+/* a request's stop strings (api.h's API_MAX_STOP) and its chat
+ * template's (chat_template.h) */
+#define ENGINE_MAX_STOP 8
 #define ENGINE_MAX_LOGPROBS 5
 #define ENGINE_SESSION_ID_MAX 128
 

@@ -49,6 +49,7 @@ typedef struct settings {
     char *web_root;             /* --web-root, default $(datadir)/gpt2d/web */
     char *api_key_file;         /* --api-key-file; keys also from GPT2D_API_KEY */
     char *cors_origin;          /* --cors-origin, default none (CORS off) */
+    char *chat_template;        /* --chat-template FILE; none: the built-in */
     bool global_prefix_cache;   /* --global-prefix-cache: one isolation
                                  * domain for every client (default false) */
     char *config_file;          /* --config */

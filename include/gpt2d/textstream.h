@@ -25,7 +25,7 @@
 #include "gpt2d/error.h"
 #include "gpt2d/utf8.h"
 
-#define TEXTSTREAM_MAX_STOP 4
+#define TEXTSTREAM_MAX_STOP 8
 
 typedef enum textstream_status {
     TEXTSTREAM_MORE = 0,        /* keep going */

@@ -3,6 +3,8 @@
  * Each input is one request body, given to:
  *   - completion_request_parse (POST /v1/completions: parse + validate), with
  *     the `tiny` fixture's limits (n_ctx 64, GPT-2's vocabulary, 4 slots);
+ *   - chat_request_parse (POST /v1/chat/completions) with the same limits
+ *     and the built-in chat template;
  *   - api_tokenize and api_detokenize (POST /tokenize, /detokenize), which
  *     parse the same kind of body and need nothing but the tokenizer.
  *
@@ -12,12 +14,15 @@
  * the server blamed itself for a client's body). */
 #include <math.h>
 #include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "gpt2d/api.h"
 #include "fuzz.h"
 
 static tokenizer *tok;
+static chat_template tpl;
 
 /* The `tiny` fixture model's shape; a small context keeps the prompt-length
  * and max_tokens checks within the fuzzer's reach. */
@@ -29,6 +34,7 @@ static void free_tokenizer(void)
 {
     tokenizer_free(tok);
     tok = NULL;
+    chat_template_free(&tpl);
 }
 
 int LLVMFuzzerInitialize(int *argc, char ***argv)
@@ -36,6 +42,11 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     (void)argc;
     (void)argv;
     tok = fuzz_load_tokenizer();
+    gpt2d_error err;
+    if (chat_template_load(&tpl, NULL, &err) != 0) {
+        fprintf(stderr, "built-in chat template: %s\n", err.message);
+        abort();
+    }
     atexit(free_tokenizer);
     return 0;
 }
@@ -115,6 +126,20 @@ static void check_accepted(const completion_request *req)
                "session with %zu prompts", req->n_prompts);
 }
 
+/* A chat request is a completion of one prompt that ends with the
+ * template's stop strings. */
+static void check_chat_accepted(const completion_request *req)
+{
+    check_accepted(req);
+    FUZZ_CHECK(req->n_prompts == 1 && req->best_of == req->n && !req->echo,
+               "chat: %zu prompts, n %zu, best_of %zu", req->n_prompts, req->n,
+               req->best_of);
+    FUZZ_CHECK(req->n_stop >= tpl.n_stop, "chat: %zu stops", req->n_stop);
+    for (size_t i = 0; i < tpl.n_stop; i++)
+        FUZZ_CHECK(strcmp(req->stop[req->n_stop - tpl.n_stop + i], tpl.stop[i]) == 0,
+                   "chat: template stop %zu missing", i);
+}
+
 /* A refused body is the client's fault (400), and its error object must
  * reach the client intact: serialisable, with the same status. */
 static void check_refused(const api_error *e)
@@ -164,6 +189,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     memset(&e, 0, sizeof e);
     if (completion_request_parse(&req, body, size, tok, &limits, &e) == 0) {
         check_accepted(&req);
+        completion_request_free(&req);
+    } else {
+        check_refused(&e);
+    }
+    memset(&e, 0, sizeof e);
+    if (chat_request_parse(&req, body, size, tok, &tpl, &limits, &e) == 0) {
+        check_chat_accepted(&req);
         completion_request_free(&req);
     } else {
         check_refused(&e);

@@ -2,9 +2,10 @@
 """make_seeds.py — writes the real-input seeds into tests/fuzz/corpus/.
 
 Seeds are real inputs, so the fuzzer starts from what the daemon meets:
-  completion_request/  the request bodies of tests/unit/test_api.c (its C string
-                       literals) and of tests/integration/api_tests.py (every
-                       field, valid and invalid), plus /tokenize, /detokenize
+  completion_request/  the request bodies of tests/unit/test_api.c and
+                       tests/unit/test_chat.c (their C string literals) and of
+                       tests/integration/api_tests.py (every field, valid and
+                       invalid), plus /tokenize, /detokenize
   tokenizer/           every text of tests/tokenizer/corpus.json, plus a few
                        hostile byte strings
   safetensors/         the header (+ a little data) of each fixture model when
@@ -72,9 +73,12 @@ def c_unescape(s):
     return bytes(out)
 
 
-def bodies_from_test_api():
+def bodies_from_unit_test(name):
     """Adjacent C string literals joined, kept when they look like JSON."""
-    text = open(os.path.join(SRC, "tests/unit/test_api.c"), encoding="utf-8").read()
+    text = open(os.path.join(SRC, "tests/unit", name), encoding="utf-8").read()
+    # test_chat.c splices its one-message MSG between literals
+    text = text.replace('" MSG "',
+                        r'\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}]')
     bodies = []
     pos = 0
     while True:
@@ -260,7 +264,8 @@ def main():
     ap.add_argument("--models", help="BUILD/tests/data/models (fixture headers)")
     args = ap.parse_args()
 
-    for body in bodies_from_test_api() + bodies_from_api_tests():
+    for body in (bodies_from_unit_test("test_api.c") + bodies_from_unit_test("test_chat.c")
+                 + bodies_from_api_tests()):
         write_seed("completion_request", body)
 
     corpus = json.load(open(os.path.join(SRC, "tests/tokenizer/corpus.json"),

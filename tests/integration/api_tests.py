@@ -28,6 +28,7 @@ import os
 import re
 import signal
 import socket
+import subprocess
 import sys
 import threading
 import time
@@ -217,16 +218,22 @@ class ApiCase(testlib.Case):
                              "%s: got %r, reference %r" % (what, got, want))
 
 
-def collect_stream(client, body):
-    """Runs a streaming request; returns (events, texts per index,
-    finish_reason per index, usage or None, saw [DONE], raw payloads)."""
-    es = client.open_stream("/v1/completions", body)
+def stream_events(client, path, body):
+    """Runs a streaming request to its end; returns (events, the stream)."""
+    es = client.open_stream(path, body)
     events = []
     try:
         for ev in es:
             events.append(ev)
     finally:
         es.close()
+    return events, es
+
+
+def collect_stream(client, body):
+    """Runs a streaming request; returns (events, texts per index,
+    finish_reason per index, usage or None, saw [DONE], raw payloads)."""
+    events, es = stream_events(client, "/v1/completions", body)
     texts, finish, usage = {}, {}, None
     for ev in events:
         if ev.get("usage"):
@@ -237,6 +244,42 @@ def collect_stream(client, body):
                 finish[c["index"]] = c["finish_reason"]
     return events, texts, finish, usage, es.done, es.raw, es.headers
 
+
+# The built-in chat template (README, etc/chat-template.json): each message
+# is its role's prefix, content and suffix; the prompt ends with the
+# assistant's prefix, and a reply ends at a stop string.
+CHAT_TEMPLATE = {"system": ("System: ", "\n"), "user": ("User: ", "\n"),
+                 "assistant": ("Assistant:", "\n")}
+CHAT_STOP = ["\nUser:", "\nSystem:"]
+HELLO = 18435       # " Hello"
+
+
+def render_chat(messages, template=CHAT_TEMPLATE):
+    roles = {"developer": "system"}
+    text = ""
+    for m in messages:
+        prefix, suffix = template[roles.get(m["role"], m["role"])]
+        text += prefix + m["content"] + suffix
+    return text + template["assistant"][0]
+
+
+def collect_chat_stream(client, body):
+    """Runs a streaming chat request; returns (events, content per index,
+    logprobs entries per index, finish_reason per index, usage or None, saw
+    [DONE])."""
+    events, es = stream_events(client, "/v1/chat/completions", body)
+    content, entries, finish, usage = {}, {}, {}, None
+    for ev in events:
+        if ev.get("usage"):
+            usage = ev["usage"]
+        for c in ev.get("choices") or []:
+            i = c["index"]
+            content[i] = content.get(i, "") + c["delta"].get("content", "")
+            if c.get("logprobs"):
+                entries.setdefault(i, []).extend(c["logprobs"]["content"])
+            if c.get("finish_reason"):
+                finish[i] = c["finish_reason"]
+    return events, content, entries, finish, usage, es.done
 
 # ================================================================ main server
 
@@ -1268,6 +1311,284 @@ class T5Concurrency(ApiCase):
         self.assertEqual(got, solo)
 
 
+class T5bChat(ApiCase):
+    """POST /v1/chat/completions: the chat shapes over the one completion
+    path, tied to /v1/completions of the rendered transcript and so to the
+    numpy reference."""
+
+    def chat(self, c, **body):
+        r = c.post("/v1/chat/completions", body)
+        self.assertEqual(r.status, 200, r)
+        return r.json
+
+    def assert_chat_shape(self, body, n_choices=1):
+        self.assertTrue(body["id"].startswith("chatcmpl-"), body["id"])
+        self.assertEqual(body["object"], "chat.completion")
+        self.assertIsInstance(body["created"], int)
+        self.assertEqual(body["model"], "tiny")
+        self.assertEqual(len(body["choices"]), n_choices)
+        for i, ch in enumerate(body["choices"]):
+            self.assertEqual(ch["index"], i)
+            self.assertEqual(ch["message"]["role"], "assistant")
+            self.assertIsInstance(ch["message"]["content"], str)
+            self.assertIn(ch["finish_reason"], ("stop", "length"))
+        u = body["usage"]
+        self.assertEqual(u["total_tokens"], u["prompt_tokens"] + u["completion_tokens"])
+        self.assertIsInstance(u["prompt_tokens_details"]["cached_tokens"], int)
+
+    def test_chat_greedy_matches_reference_on_its_transcript(self):
+        c = main_client()
+        for attempt in range(100):
+            words = text_of(word_prompt(hash_seed("chatref") + attempt, 4))
+            messages = [{"role": "system", "content": "Be brief."},
+                        {"role": "user", "content": words.strip()}]
+            prompt = c.post("/tokenize", {"content": render_chat(messages)}).json["tokens"]
+            want, steps, margin = ref_greedy(prompt, 6)
+            text = text_of(want) if valid_tokens(want) else ""
+            if (margin >= MIN_MARGIN and EOT not in want and len(want) == 6
+                    and valid_tokens(want) and not any(s in text for s in CHAT_STOP)):
+                break
+        else:
+            self.fail("no unambiguous greedy chat case")
+        body = self.chat(c, messages=messages, max_tokens=6, temperature=0,
+                         logprobs=True, top_logprobs=2)
+        self.assert_chat_shape(body)
+        ch = body["choices"][0]
+        self.assertEqual(ch["message"]["content"], text)
+        self.assertEqual(ch["finish_reason"], "length")
+        self.assertEqual(body["usage"]["prompt_tokens"], len(prompt))
+        self.assertEqual(body["usage"]["completion_tokens"], 6)
+        entries = ch["logprobs"]["content"]
+        self.assertEqual(len(entries), 6)
+        for i, e in enumerate(entries):
+            self.assertEqual(bytes(e["bytes"]), vocab().bytes_of[want[i]])
+            self.assertEqual(e["token"], text_of([want[i]]))
+            lsm = log_softmax(steps[i])
+            self.assert_close(e["logprob"], lsm[want[i]], "logprob %d" % i)
+            self.assertEqual(len(e["top_logprobs"]), 2)
+            best = np.argsort(lsm)[::-1][:2]
+            for k, t in enumerate(e["top_logprobs"]):
+                self.assertEqual(bytes(t["bytes"]), vocab().bytes_of[int(best[k])])
+                self.assert_close(t["logprob"], lsm[best[k]], "top %d.%d" % (i, k))
+                self.assertEqual(set(t), {"token", "logprob", "bytes"})
+
+    def test_chat_equals_completion_of_its_transcript(self):
+        """Same seed, same rendered prompt and the template's stop strings:
+        the chat reply is /v1/completions' text, token for token."""
+        c = main_client()
+        messages = [{"role": "developer", "content": "You answer."},
+                    {"role": "user", "content": "Tell me"},
+                    {"role": "assistant", "content": " Sure."},
+                    {"role": "user", "content": [{"type": "text", "text": "More"},
+                                                 {"type": "text", "text": "please"}]}]
+        flat = messages[:3] + [{"role": "user", "content": "More\nplease"}]
+        sampling = {"temperature": 1.0, "top_k": 40, "seed": 321, "n": 2,
+                    "max_tokens": 12, "logit_bias": NO_EOT}
+        chat = self.chat(c, messages=messages, logprobs=True, top_logprobs=3,
+                         **sampling)
+        self.assert_chat_shape(chat, 2)
+        plain = c.complete(prompt=render_chat(flat), stop=CHAT_STOP, logprobs=3,
+                           **sampling)
+        self.assertEqual(chat["usage"]["prompt_tokens"], plain["usage"]["prompt_tokens"])
+        self.assertEqual(chat["usage"]["completion_tokens"],
+                         plain["usage"]["completion_tokens"])
+        for ch, pc in zip(chat["choices"], plain["choices"]):
+            self.assertEqual(ch["message"]["content"], pc["text"])
+            self.assertEqual(ch["finish_reason"], pc["finish_reason"])
+            entries, lp = ch["logprobs"]["content"], pc["logprobs"]
+            self.assertEqual([e["token"] for e in entries], lp["tokens"])
+            self.assertEqual([e["logprob"] for e in entries], lp["token_logprobs"])
+            for e, top in zip(entries, lp["top_logprobs"]):
+                self.assertEqual(len(e["top_logprobs"]), 3)
+                for t in e["top_logprobs"]:
+                    self.assertEqual(top.get(t["token"]), t["logprob"], top)
+
+    def test_chat_stream_equals_whole_in_chat_chunks(self):
+        c = main_client()
+        req = {"messages": [{"role": "user", "content": "Count with me"}],
+               "max_completion_tokens": 9, "temperature": 0.8, "seed": 5, "n": 2,
+               "logprobs": True, "top_logprobs": 1, "logit_bias": NO_EOT}
+        whole = self.chat(c, **req)
+        events, content, entries, finish, usage, done = collect_chat_stream(
+            c, dict(req, stream=True, stream_options={"include_usage": True}))
+        self.assertTrue(done)
+        self.assertEqual(len({ev["id"] for ev in events}), 1)
+        self.assertTrue(events[0]["id"].startswith("chatcmpl-"))
+        for ev in events:
+            self.assertEqual(ev["object"], "chat.completion.chunk")
+            self.assertEqual(ev["model"], "tiny")
+        # each choice opens with the role, before any content
+        for i in (0, 1):
+            mine = [ch for ev in events for ch in ev["choices"] if ch["index"] == i]
+            self.assertEqual(mine[0]["delta"], {"role": "assistant", "content": ""})
+            self.assertTrue(all("role" not in ch["delta"] for ch in mine[1:]))
+            self.assertIsNone(mine[0]["finish_reason"])
+            self.assertEqual(mine[-1]["finish_reason"], "length")
+            self.assertTrue(all(ch["finish_reason"] is None for ch in mine[:-1]))
+        self.assertEqual(events[-1]["choices"], [])
+        # the same counts (cached_tokens: the second run finds the first's)
+        for k in ("prompt_tokens", "completion_tokens", "total_tokens"):
+            self.assertEqual(usage[k], whole["usage"][k], k)
+        for ch in whole["choices"]:
+            i = ch["index"]
+            self.assertEqual(content[i], ch["message"]["content"])
+            self.assertEqual(finish[i], ch["finish_reason"])
+            self.assertEqual(entries[i], ch["logprobs"]["content"])
+
+    def test_session_turn_two_reuses_the_whole_previous_transcript(self):
+        c = main_client()
+        sid = "chat-%d" % os.getpid()
+        turn1 = [{"role": "system", "content": "Be kind."},
+                 {"role": "user", "content": "Greet me"}]
+        first = self.chat(c, messages=turn1, max_tokens=4, temperature=0,
+                          logit_bias={str(HELLO): 100}, session_id=sid)
+        reply = first["choices"][0]["message"]["content"]
+        self.assertEqual(reply, " Hello" * 4)
+        self.assertEqual(first["usage"]["prompt_tokens_details"]["cached_tokens"], 0)
+        said = c.post("/tokenize", {"content": render_chat(turn1) + reply}).json["tokens"]
+        turn2 = turn1 + [{"role": "assistant", "content": reply},
+                         {"role": "user", "content": "Again"}]
+        req = {"messages": turn2, "max_tokens": 8, "temperature": 0.9, "seed": 8,
+               "logprobs": True, "logit_bias": NO_EOT}
+        second = self.chat(c, session_id=sid, **req)
+        # every token of the last prompt and reply but the reply's last
+        # (sampled, never run through the model) comes from the cache
+        self.assertEqual(second["usage"]["prompt_tokens_details"]["cached_tokens"],
+                         len(said) - 1)
+        self.assertEqual(second["usage"]["prompt_tokens"], len(c.post(
+            "/tokenize", {"content": render_chat(turn2)}).json["tokens"]))
+        # cached and cold give the same reply
+        cold = self.chat(c, cache_salt="cold-%d" % os.getpid(), **req)
+        self.assertEqual(cold["usage"]["prompt_tokens_details"]["cached_tokens"], 0)
+        self.assertEqual(cold["choices"][0]["message"]["content"],
+                         second["choices"][0]["message"]["content"])
+        for a, b in zip(cold["choices"][0]["logprobs"]["content"],
+                        second["choices"][0]["logprobs"]["content"]):
+            self.assertLessEqual(abs(a["logprob"] - b["logprob"]), TOL)
+        self.assertEqual(c.delete("/v1/sessions/" + sid).status, 200)
+
+    def test_chat_return_token_ids_name_the_transcript_and_the_reply(self):
+        """return_token_ids on a chat: the rendered transcript's ids and
+        the reply's, whole and streamed, as on /v1/completions."""
+        c = main_client()
+        messages = [{"role": "user", "content": "Name it"}]
+        req = {"messages": messages, "max_tokens": 6, "temperature": 0.7,
+               "seed": 4, "logit_bias": NO_EOT, "return_token_ids": True}
+        whole = self.chat(c, **req)["choices"][0]
+        prompt = c.post("/tokenize", {"content": render_chat(messages)}).json["tokens"]
+        self.assertEqual(whole["prompt_token_ids"], prompt)
+        self.assertEqual(len(whole["token_ids"]), 6)
+        plain = c.complete(prompt=prompt, max_tokens=6, temperature=0.7, seed=4,
+                           logit_bias=NO_EOT, stop=CHAT_STOP,
+                           return_token_ids=True)["choices"][0]
+        self.assertEqual(whole["token_ids"], plain["token_ids"])
+        self.assertEqual(whole["message"]["content"], plain["text"])
+        events = collect_chat_stream(c, dict(req, stream=True))[0]
+        mine = [ch for ev in events for ch in ev["choices"]]
+        with_prompt = [ch for ch in mine if "prompt_token_ids" in ch]
+        self.assertEqual(len(with_prompt), 1)
+        self.assertEqual(with_prompt[0]["prompt_token_ids"], prompt)
+        self.assertEqual([t for ch in mine for t in ch.get("token_ids", [])],
+                         whole["token_ids"])
+
+    def test_chat_refuses_what_it_cannot_honour_naming_the_field(self):
+        c = main_client()
+        msg = [{"role": "user", "content": "Hi"}]
+        cases = [
+            ({"messages": msg, "tools": [{"type": "function",
+                                          "function": {"name": "f"}}]}, "tools"),
+            ({"messages": msg, "tool_choice": "required"}, "tool_choice"),
+            ({"messages": msg, "response_format": {"type": "json_object"}},
+             "response_format"),
+            ({"messages": [{"role": "user", "content": [
+                {"type": "image_url", "image_url": {"url": "https://x/y.png"}}]}]},
+             "messages[0].content[0].type"),
+            ({"messages": [{"role": "user", "content": [
+                {"type": "input_audio", "input_audio": {"data": "", "format": "wav"}}]}]},
+             "messages[0].content[0].type"),
+            ({"messages": [{"role": "tool", "content": "42", "tool_call_id": "1"}]},
+             "messages[0].role"),
+            ({"messages": msg, "n": 5}, "n"),
+            ({"messages": msg, "top_logprobs": 2}, "top_logprobs"),
+            ({"messages": msg, "max_completion_tokens": 100}, "max_completion_tokens"),
+            ({"messages": []}, "messages"),
+        ]
+        for body, param in cases:
+            with self.subTest(param=param):
+                self.assert_error(c.post("/v1/chat/completions", body), 400, param)
+
+    def test_chat_ignores_unknown_fields_as_completions_does(self):
+        c = main_client()
+        body = self.chat(c, messages=[{"role": "user", "content": "Hi", "name": "ann"}],
+                         max_tokens=2, store=False, metadata={"a": "b"},
+                         reasoning_effort="low", tools=[], tool_choice="none",
+                         response_format={"type": "text"})
+        self.assert_chat_shape(body)
+        self.assertLessEqual(body["usage"]["completion_tokens"], 2)
+
+    def test_template_file_writes_the_prompt_and_its_stop_ends_the_reply(self):
+        """--chat-template FILE: its prefixes and suffixes write the prompt
+        (the reply is /v1/completions' greedy text of that prompt) and the
+        reply ends where the model writes one of its stop strings."""
+        c = main_client()
+        template = {"system": ("<|system|>", "</s>"), "user": ("<|user|> ", "</s>\n"),
+                    "assistant": ("<|assistant|>", "</s>\n")}
+        messages = [{"role": "user", "content": "Write"}]
+        prompt = render_chat(messages, template)
+        free = c.complete(prompt=prompt, max_tokens=12, temperature=0, logprobs=0,
+                          logit_bias=NO_EOT)
+        tokens = free["choices"][0]["logprobs"]["tokens"]
+        text = free["choices"][0]["text"]
+        # a stop string the greedy reply writes from its fourth token on
+        stop = "".join(tokens[3:5])
+        self.assertTrue(stop and stop in text and "bytes:" not in stop, tokens)
+        path = os.path.join(WORKDIR, "chat-template.json")
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump({role: {"prefix": p, "suffix": x}
+                       for role, (p, x) in template.items()} | {"stop": [stop]}, f)
+        srv = Server(GPT2D, TINY, WORKDIR, ["--slots", "1", "--threads", "1",
+                                            "--chat-template", path],
+                     name="chat-template").start()
+        try:
+            r = srv.client().post("/v1/chat/completions", {
+                "messages": messages, "max_tokens": 12, "temperature": 0,
+                "logit_bias": NO_EOT})
+        finally:
+            rc, _ = srv.stop()
+        self.assertEqual(rc, 0, srv.log_tail())
+        self.assert_clean_log(srv)
+        self.assertEqual(r.status, 200, r)
+        ch = r.json["choices"][0]
+        self.assertEqual(ch["message"]["content"], text[:text.index(stop)])
+        self.assertEqual(ch["finish_reason"], "stop")
+        self.assertEqual(r.json["usage"]["prompt_tokens"], len(
+            c.post("/tokenize", {"content": prompt}).json["tokens"]))
+
+    def test_bad_template_file_stops_the_start_naming_it(self):
+        path = os.path.join(WORKDIR, "bad-template.json")
+        with open(path, "w", encoding="utf-8") as f:
+            f.write('{"system": {"prefix": "", "suffix": ""},\n "stop": [}\n')
+        for arg, where in ((path, path + ":2:"),
+                           (path + ".missing", path + ".missing: No such file")):
+            with self.subTest(arg=arg):
+                p = subprocess.run([GPT2D, "--model", TINY, "--port", "0",
+                                    "--chat-template", arg],
+                                   capture_output=True, text=True, timeout=30)
+                self.assertEqual(p.returncode, 2, p.stderr)
+                self.assertIn("chat-template " + where, p.stderr)
+                self.assertEqual(len(p.stderr.strip().splitlines()), 1, p.stderr)
+
+    def test_chat_requests_are_counted_under_their_own_endpoint(self):
+        c = main_client()
+        key = 'gpt2d_requests_total{endpoint="chat",code="200"}'
+        before = c.metrics().get(key, 0.0)
+        self.chat(c, messages=[{"role": "user", "content": "Hi"}], max_tokens=1)
+        # counted when libmicrohttpd reports the request complete, a moment
+        # after the client has read the answer
+        wait_for(lambda: c.metrics().get(key, 0.0) > before, 2)
+        self.assertEqual(c.metrics().get(key, 0.0), before + 1)
+
+
 class T6Errors(ApiCase):
     """Every error path of the main server."""
 
@@ -1372,12 +1693,13 @@ class T6Errors(ApiCase):
             self.assert_error(c.get(path), 404)
         # outside the API the playground's static files answer
         self.assertEqual(c.get("/v2/no-such-file.js").status, 404)
-        self.assert_error(c.post("/v1/chat/completions", {"messages": []}), 404)
+        self.assert_error(c.post("/v1/chat/completion", {"messages": []}), 404)
 
     def test_wrong_method_is_405(self):
         c = main_client()
         for method, path in (("GET", "/v1/completions"),
                              ("PUT", "/v1/completions"),
+                             ("GET", "/v1/chat/completions"),
                              ("POST", "/v1/models"),
                              ("DELETE", "/v1/models"),
                              ("POST", "/health"),

@@ -1128,7 +1128,8 @@ INPUT_CASES = [
     # -- unknown endpoints --
     ("unknown_v1_path", "GET", "/v1/nothing", None, {}, 404, None, None),
     ("unknown_v1_root", "GET", "/v1/", None, {}, 404, None, None),
-    ("unknown_chat_completions", "POST", "/v1/chat/completions", J({"messages": []}), {}, 404, None, None),
+    ("unknown_chat", "POST", "/v1/chat", J({"messages": []}), {}, 404, None, None),
+    ("unknown_below_chat_completions", "POST", "/v1/chat/completions/x", J({"messages": []}), {}, 404, None, None),
     ("unknown_embeddings", "POST", "/v1/embeddings", J({"input": "a"}), {}, 404, None, None),
     ("unknown_below_completions", "POST", "/v1/completions/x", completion(), {}, 404, None, None),
     ("unknown_model_id", "GET", "/v1/models/gpt-4", None, {}, 404, "model", None),
@@ -1138,6 +1139,7 @@ INPUT_CASES = [
     ("unknown_hidden_file", "GET", "/.htaccess", None, {}, 404, None, None),
     # -- wrong methods: 405 with Allow --
     ("method_get_completions", "GET", "/v1/completions", None, {}, 405, None, "POST"),
+    ("method_get_chat_completions", "GET", "/v1/chat/completions", None, {}, 405, None, "POST"),
     ("method_put_completions", "PUT", "/v1/completions", completion(), {}, 405, None, "POST"),
     ("method_delete_completions", "DELETE", "/v1/completions", None, {}, 405, None, "POST"),
     ("method_unknown_verb_completions", "BREW", "/v1/completions", completion(), {}, 405, None, "POST"),

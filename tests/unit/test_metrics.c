@@ -456,6 +456,7 @@ START_TEST(test_route_paths_count_under_their_endpoint)
     scrape *a = scrape_new(), *b = scrape_new();
     scrape_now(a, NULL);
     metrics_request_done("/v1/completions", 200);
+    metrics_request_done("/v1/chat/completions", 200);
     metrics_request_done("/v1/models/{id}", 404);
     metrics_request_done("/v1/sessions/{id}", 409);
     metrics_request_done("/tokenize", 200);
@@ -465,6 +466,7 @@ START_TEST(test_route_paths_count_under_their_endpoint)
     scrape_now(b, NULL);
     const char *m = "gpt2d_requests_total";
     ck_assert_double_eq(delta(a, b, m, "endpoint=\"completions\",code=\"200\""), 1);
+    ck_assert_double_eq(delta(a, b, m, "endpoint=\"chat\",code=\"200\""), 1);
     ck_assert_double_eq(delta(a, b, m, "endpoint=\"models\",code=\"404\""), 1);
     ck_assert_double_eq(delta(a, b, m, "endpoint=\"sessions\",code=\"409\""), 1);
     ck_assert_double_eq(delta(a, b, m, "endpoint=\"tokenize\",code=\"200\""), 1);

@@ -24,7 +24,8 @@ static const char *const option_names[] = {
     "model", "host", "port", "dtype", "matmul", "kv-dtype", "threads", "slots", "kv-memory", "max-queue", "max-batch-rows",
     "max-body", "max-connections", "timeout", "request-timeout", "max-n",
     "drain-timeout", "web-root",
-    "api-key-file", "cors-origin", "config", "port-file", "log-prompts",
+    "api-key-file", "cors-origin", "chat-template", "config", "port-file",
+    "log-prompts",
     "log-level",
 };
 enum { N_OPTION_NAMES = sizeof option_names / sizeof option_names[0] };

@@ -298,9 +298,11 @@ END_TEST
 
 START_TEST(test_stream_init_rejects_too_many_stops)
 {
-    const char *stops[] = { "a", "b", "c", "d", "e" };
+    const char *stops[TEXTSTREAM_MAX_STOP + 1];
+    for (size_t i = 0; i <= TEXTSTREAM_MAX_STOP; i++)
+        stops[i] = "s";
     gpt2d_error err = { { 0 } };
-    ck_assert_int_eq(textstream_init(&ts, 8, stops, 5, &err), -1);
+    ck_assert_int_eq(textstream_init(&ts, 8, stops, TEXTSTREAM_MAX_STOP + 1, &err), -1);
     ck_assert_ptr_nonnull(strstr(err.message, "stop"));
     ck_assert_ptr_null(ts.text);
 }
