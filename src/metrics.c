@@ -275,6 +275,50 @@ static void render_counter_pair(FILE *f, const char *name, const char *help,
     fprintf(f, "%s{%s=\"%s\"} %ju\n", name, label, b, (uintmax_t)vb);
 }
 
+/* How the KV tiers are shared between accounts: a series per tier (disk
+ * only with a disk tier), no account named. */
+static void render_kv_sharing(FILE *f, const metrics_gauges *st)
+{
+    const metrics_kv_share *tiers[2] = { &st->kv_share,
+                                         st->kv_disk ? &st->disk.share : NULL };
+    const char *names[2] = { "ram", "disk" };
+    render_header(f, "gpt2d_kv_accounts", "gauge",
+                  "Accounts (API keys, or client addresses) charged KV-cache "
+                  "blocks, by tier.");
+    for (int t = 0; t < 2; t++)
+        if (tiers[t] != NULL)
+            fprintf(f, "gpt2d_kv_accounts{tier=\"%s\"} %zu\n", names[t],
+                    tiers[t]->accounts);
+    render_header(f, "gpt2d_kv_share_blocks", "gauge",
+                  "Each account's guaranteed share of a tier, in blocks: the "
+                  "tier's budget over the accounts holding blocks.");
+    for (int t = 0; t < 2; t++)
+        if (tiers[t] != NULL)
+            fprintf(f, "gpt2d_kv_share_blocks{tier=\"%s\"} %zu\n", names[t],
+                    tiers[t]->share_blocks);
+    render_header(f, "gpt2d_kv_evictions_by_account_total", "counter",
+                  "KV-cache blocks evicted, by whose they were: the "
+                  "requester's own, another account's above its share, or "
+                  "another's at or under its share (only when the rest is "
+                  "held by running sequences).");
+    for (int t = 0; t < 2; t++) {
+        if (tiers[t] == NULL)
+            continue;
+        const char *from[3] = { "own", "over_share", "under_share" };
+        const uint64_t n[3] = { tiers[t]->evicted_own, tiers[t]->evicted_over,
+                                tiers[t]->evicted_under };
+        for (int k = 0; k < 3; k++)
+            fprintf(f, "gpt2d_kv_evictions_by_account_total{tier=\"%s\","
+                    "from=\"%s\"} %ju\n", names[t], from[k], (uintmax_t)n[k]);
+    }
+    render_header(f, "gpt2d_kv_sessions_forgotten_total", "counter",
+                  "Session records forgotten to make room for a new session: "
+                  "the key's own beyond --max-sessions-per-key, or the key "
+                  "with the most when the table is full.");
+    fprintf(f, "gpt2d_kv_sessions_forgotten_total %ju\n",
+            (uintmax_t)st->kv_sessions_forgotten);
+}
+
 /* Without stats (the engine is not up yet) the gauges are left out rather
  * than reported as zeros that would look like a real, idle engine. */
 static void render_gauges(FILE *f, const metrics_gauges *st)
@@ -313,6 +357,7 @@ static void render_gauges(FILE *f, const metrics_gauges *st)
                         "Prompt tokens reused from the KV cache, by the tier "
                         "they came from.", "tier", "ram", st->kv_hit_tokens_ram,
                         "disk", st->kv_hit_tokens_disk);
+    render_kv_sharing(f, st);
     if (!st->kv_disk)
         return;
     const metrics_disk *d = &st->disk;
