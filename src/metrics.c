@@ -282,21 +282,24 @@ static void render_kv_sharing(FILE *f, const metrics_gauges *st)
     const metrics_kv_share *tiers[2] = { &st->kv_share,
                                          st->kv_disk ? &st->disk.share : NULL };
     const char *names[2] = { "ram", "disk" };
-    render_header(f, "gpt2d_kv_accounts", "gauge",
-                  "Accounts (API keys, or client addresses) charged KV-cache "
-                  "blocks, by tier.");
-    for (int t = 0; t < 2; t++)
-        if (tiers[t] != NULL)
-            fprintf(f, "gpt2d_kv_accounts{tier=\"%s\"} %zu\n", names[t],
-                    tiers[t]->accounts);
-    render_header(f, "gpt2d_kv_share_blocks", "gauge",
-                  "Each account's guaranteed share of a tier, in blocks: the "
-                  "tier's budget over the accounts holding blocks.");
-    for (int t = 0; t < 2; t++)
-        if (tiers[t] != NULL)
-            fprintf(f, "gpt2d_kv_share_blocks{tier=\"%s\"} %zu\n", names[t],
-                    tiers[t]->share_blocks);
-    render_header(f, "gpt2d_kv_evictions_by_account_total", "counter",
+    const struct { const char *name, *help; size_t v[2]; } gauges[] = {
+        { "gpt2d_kv_accounts", "Accounts (API keys, or client addresses) "
+          "charged KV-cache blocks, by tier.",
+          { tiers[0]->accounts, tiers[1] ? tiers[1]->accounts : 0 } },
+        { "gpt2d_kv_share_blocks", "Each account's guaranteed share of a "
+          "tier, in blocks: the tier's budget over the accounts holding "
+          "blocks.",
+          { tiers[0]->share_blocks, tiers[1] ? tiers[1]->share_blocks : 0 } },
+    };
+    for (size_t g = 0; g < sizeof gauges / sizeof gauges[0]; g++) {
+        render_header(f, gauges[g].name, "gauge", gauges[g].help);
+        for (int t = 0; t < 2; t++)
+            if (tiers[t] != NULL)
+                fprintf(f, "%s{tier=\"%s\"} %zu\n", gauges[g].name, names[t],
+                        gauges[g].v[t]);
+    }
+    const char *name = "gpt2d_kv_evictions_by_account_total";
+    render_header(f, name, "counter",
                   "KV-cache blocks evicted, by whose they were: the "
                   "requester's own, another account's above its share, or "
                   "another's at or under its share (only when the rest is "
@@ -308,8 +311,8 @@ static void render_kv_sharing(FILE *f, const metrics_gauges *st)
         const uint64_t n[3] = { tiers[t]->evicted_own, tiers[t]->evicted_over,
                                 tiers[t]->evicted_under };
         for (int k = 0; k < 3; k++)
-            fprintf(f, "gpt2d_kv_evictions_by_account_total{tier=\"%s\","
-                    "from=\"%s\"} %ju\n", names[t], from[k], (uintmax_t)n[k]);
+            fprintf(f, "%s{tier=\"%s\",from=\"%s\"} %ju\n", name, names[t],
+                    from[k], (uintmax_t)n[k]);
     }
     render_header(f, "gpt2d_kv_sessions_forgotten_total", "counter",
                   "Session records forgotten to make room for a new session: "

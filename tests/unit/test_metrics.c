@@ -250,6 +250,17 @@ static bool has_series(const scrape *sc, const char *name)
     return false;
 }
 
+/* Each of the n (name, type) families is in the scrape, with that type. */
+static void assert_families(scrape *sc, const char *const families[][2],
+                            size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        family *f = find_family(sc, families[i][0]);
+        ck_assert_msg(f != NULL, "no family %s", families[i][0]);
+        ck_assert_str_eq(f->type, families[i][1]);
+    }
+}
+
 static bool has_labelled(const scrape *sc, const char *name, const char *labels)
 {
     for (size_t i = 0; i < sc->n_samples; i++)
@@ -337,11 +348,7 @@ START_TEST(test_render_is_valid_exposition_text)
         { "gpt2d_kv_sessions", "gauge" },
         { "gpt2d_kv_evictions_total", "counter" },
     };
-    for (size_t i = 0; i < sizeof families / sizeof families[0]; i++) {
-        family *f = find_family(sc, families[i][0]);
-        ck_assert_msg(f != NULL, "no family %s", families[i][0]);
-        ck_assert_str_eq(f->type, families[i][1]);
-    }
+    assert_families(sc, families, sizeof families / sizeof families[0]);
     check_histogram_shape(sc, "gpt2d_time_to_first_token_seconds");
     check_histogram_shape(sc, "gpt2d_inter_token_latency_seconds");
     check_histogram_shape(sc, "gpt2d_batch_rows");
@@ -420,11 +427,7 @@ START_TEST(test_kv_sharing_series_report_each_tier)
         { "gpt2d_kv_evictions_by_account_total", "counter" },
         { "gpt2d_kv_sessions_forgotten_total", "counter" },
     };
-    for (size_t i = 0; i < sizeof families / sizeof families[0]; i++) {
-        family *f = find_family(sc, families[i][0]);
-        ck_assert_msg(f != NULL, "no family %s", families[i][0]);
-        ck_assert_str_eq(f->type, families[i][1]);
-    }
+    assert_families(sc, families, sizeof families / sizeof families[0]);
     const char *name = "gpt2d_kv_evictions_by_account_total";
     ck_assert_double_eq(value_of(sc, "gpt2d_kv_accounts", "tier=\"ram\""), 3);
     ck_assert_double_eq(value_of(sc, "gpt2d_kv_share_blocks", "tier=\"ram\""), 85);
