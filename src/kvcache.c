@@ -300,7 +300,8 @@ static int32_t cached_twin(const kv_cache *c, int32_t b)
 
 /* ---- blocks ---- */
 
-/* An account's tag: the first bytes of its digest. */
+/* The entry of the account whose digest is `account` (tables key it by
+ * the digest's first KV_ACCOUNT_BYTES), or -1. */
 static long account_find(const kv_cache *c, const uint8_t *account)
 {
     return kv_accounts_find(&c->acc, account);
@@ -1589,3 +1590,4 @@ done:
     free(records);
     return ok;
 }
+#undef AUDIT
