@@ -129,6 +129,14 @@ static int engine_error(engine_status st, api_error *e, int *retry_after)
                       "reached, retry when one of them has started");
         e->code = "max_queued_per_key";
         return -1;
+    case ENGINE_SESSION_QUOTA:
+        *retry_after = 1;
+        api_error_set(e, 429, "session_id", "too many sessions busy for this "
+                      "API key (or client address): the limit "
+                      "max-sessions-per-key is reached and none of its "
+                      "sessions is idle; retry when one has finished");
+        e->code = "max_sessions_per_key";
+        return -1;
     case ENGINE_SESSION_BUSY:
         api_error_set(e, 409, "session_id",
                       "session is busy with another request");

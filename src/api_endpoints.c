@@ -50,6 +50,16 @@ void api_health(const api_ctx *ctx, bool stopping, api_response *r)
         api_response_json(r, 200, json_pack("{s:s}", "status", "ok"));
 }
 
+static metrics_kv_share kv_share_of(size_t accounts, size_t share,
+                                     const uint64_t evicted[KV_EVICTED_KINDS])
+{
+    return (metrics_kv_share){
+        .accounts = accounts, .share_blocks = share,
+        .evicted_own = evicted[KV_EVICTED_OWN],
+        .evicted_over = evicted[KV_EVICTED_OVER_SHARE],
+        .evicted_under = evicted[KV_EVICTED_UNDER_SHARE] };
+}
+
 void api_metrics(const api_ctx *ctx, api_response *r)
 {
     engine_stats st = engine_get_stats(ctx->eng);
@@ -68,6 +78,9 @@ void api_metrics(const api_ctx *ctx, api_response *r)
         .kv_hit_tokens_ram = st.kv.hit_tokens_ram,
         .kv_hit_tokens_disk = st.kv.hit_tokens_disk,
         .kv_disk_slower = st.kv.disk_slower,
+        .kv_share = kv_share_of(st.kv.accounts, st.kv.share_blocks,
+                                st.kv.evicted),
+        .kv_sessions_forgotten = st.kv.sessions_forgotten,
         .kv_disk = st.kv.disk,
         .disk = { .blocks = st.kv.disk_stats.blocks,
                   .bytes = st.kv.disk_stats.bytes,
@@ -78,7 +91,10 @@ void api_metrics(const api_ctx *ctx, api_response *r)
                   .write_skipped = st.kv.disk_stats.write_skipped,
                   .write_errors = st.kv.disk_stats.write_errors,
                   .read_errors = st.kv.disk_stats.read_errors,
-                  .foreign = st.kv.disk_stats.foreign },
+                  .foreign = st.kv.disk_stats.foreign,
+                  .share = kv_share_of(st.kv.disk_stats.accounts,
+                                       st.kv.disk_stats.share_blocks,
+                                       st.kv.disk_stats.evicted) },
     };
     char *text = metrics_render(&g);
     if (text == NULL) {

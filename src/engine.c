@@ -114,6 +114,7 @@ struct gen_request {
     uint8_t account[SHA256_BYTES];  /* whose share of the engine it uses */
     size_t max_seqs;            /* that caller's limits (resolved) */
     size_t max_queued;
+    size_t max_sessions;
     double cost;                /* prompt + n x max_tokens: what admission charges */
     double t_submit;
 
@@ -301,6 +302,8 @@ static gen_request *request_create(engine *e, const gen_params *p)
     r->max_seqs = p->max_seqs > 0 ? p->max_seqs : e->cfg.max_seqs_per_caller;
     r->max_queued = p->max_queued > 0 ? p->max_queued
                                       : e->cfg.max_queued_per_caller;
+    r->max_sessions = p->max_sessions > 0 ? p->max_sessions
+                                          : e->cfg.max_sessions_per_caller;
     r->cost = (double)p->n_prompt +
               (double)p->n_sequences * (double)(p->max_tokens > 0 ? p->max_tokens : 1);
     if (r->score_prompt) {
@@ -528,7 +531,9 @@ static void count_reuse(gen_request *r, size_t reused)
 static bool begin_kv(engine *e, gen_request *r, double now)
 {
     size_t seqs[r->n_seq], reused = 0;
-    kv_begin b = { .who = &r->id, .session = r->session, .prompt = r->prompt,
+    kv_begin b = { .who = &r->id, .account = r->account,
+                   .session = r->session, .max_sessions = r->max_sessions,
+                   .prompt = r->prompt,
                    .n_prompt = r->n_prompt,
                    .max_total = r->n_prompt + r->max_tokens,
                    .n_seq = r->n_seq, .reuse = !r->score_prompt, .now = now };
@@ -1325,6 +1330,8 @@ int engine_create(engine **out, const model *m, const tokenizer *tok,
         e->cfg.max_seqs_per_caller = cfg->n_slots / 2 > 0 ? cfg->n_slots / 2 : 1;
     if (e->cfg.max_queued_per_caller == 0)
         e->cfg.max_queued_per_caller = cfg->max_queue / 2 > 0 ? cfg->max_queue / 2 : 1;
+    if (e->cfg.max_sessions_per_caller == 0)
+        e->cfg.max_sessions_per_caller = ENGINE_SESSIONS_PER_CALLER;
     if (e->cfg.admit_age_ms == 0)
         e->cfg.admit_age_ms = 2000;
     if (!(e->cfg.prefill_share > 0.0))
@@ -1420,6 +1427,31 @@ static size_t caller_queued_count(const engine *e, const uint8_t *account)
     return n;
 }
 
+/* Sessions of `account` with a request queued or running. */
+static size_t caller_sessions_in_use(const engine *e, const uint8_t *account)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < e->q_len; i++) {
+        const gen_request *q = queue_at(e, i);
+        n += q->session != NULL && memcmp(q->account, account, SHA256_BYTES) == 0;
+    }
+    for (size_t k = 0; k < e->n_running; k++) {
+        const gen_request *q = e->running[k];
+        n += q->session != NULL && memcmp(q->account, account, SHA256_BYTES) == 0;
+    }
+    return n;
+}
+
+/* Whether `r` starts a session its caller has no room for: every one of
+ * its max_sessions is busy, so none of its own can be forgotten for it
+ * (kvcache.h, "Sessions per account"). */
+static bool over_session_quota(const engine *e, const gen_request *r)
+{
+    return r->session != NULL &&
+           !kvcache_session_known(e->kv, r->id.owner, r->session) &&
+           caller_sessions_in_use(e, r->account) >= r->max_sessions;
+}
+
 /* A request of `account` joins the queue.  A caller with nothing queued or
  * running starts at the virtual clock: time spent idle is no credit. */
 static void caller_backlogged(engine *e, const uint8_t *account)
@@ -1453,6 +1485,8 @@ engine_status engine_submit(engine *e, const gen_params *p, gen_request **out)
     else if (r->session != NULL &&
              session_in_use(e, r->id.owner, r->session, true))
         st = ENGINE_SESSION_BUSY;
+    else if (over_session_quota(e, r))
+        st = ENGINE_SESSION_QUOTA;
     else if (p->max_tokens == 0 && !p->score_prompt) {
         /* nothing to compute: finished before it starts */
         request_finish_all(r, FINISH_LENGTH);

@@ -15,6 +15,11 @@
  *                 block means looking at the children of the block before.
  *   n_unref       cached blocks with refs == 0: with n_free, what new
  *                 sequences may claim; `reserved` of it is promised.
+ *   acct          the account charged for the block (kvaccount.h), NONE
+ *                 while free; `use` counts each account's unreferenced
+ *                 cached blocks (its part of n_unref) and session records.
+ *                 Running sequences and session records hold their
+ *                 account's entry.
  *
  * The disk tier (kvdisk.c, with --kv-cache-dir): a block evicted from RAM
  * is queued for writing there, and at shutdown every cached block is.  A
@@ -28,6 +33,7 @@
 #include "gpt2d/kvcache.h"
 #include "gpt2d/buf.h"
 #include "gpt2d/hugepages.h"
+#include "gpt2d/kvaccount.h"
 #include "gpt2d/kvdisk.h"
 #include "gpt2d/log.h"
 
@@ -51,6 +57,7 @@ typedef struct kv_block {
     int32_t parent;                    /* block, or NONE for a first block */
     uint32_t refs;
     uint32_t children;
+    int32_t acct;                      /* charged to; NONE while free */
     uint8_t state;
     bool session;                      /* a session's history: evicted last */
     bool spilled;                      /* written out at shutdown */
@@ -80,6 +87,7 @@ typedef struct kv_seq {
     uint8_t root[SHA256_BYTES];
     bool session;
     long record;                       /* session record, or -1 */
+    long acct;                         /* whose blocks it makes (held) */
     kv_load *loads;                    /* in position order */
 } kv_seq;
 
@@ -92,7 +100,14 @@ typedef struct kv_session {
     size_t n_history;
     double last_used;
     long seq;                          /* running sequence, or -1 */
+    long acct;                         /* the account that made it (held) */
 } kv_session;
+
+/* What the cache counts per account, beside kvaccount.h's blocks. */
+typedef struct acct_use {
+    size_t idle;                       /* its unreferenced cached blocks */
+    size_t records;                    /* its session records */
+} acct_use;
 
 struct kv_cache {
     kv_geometry geo;
@@ -108,6 +123,9 @@ struct kv_cache {
     size_t n_seqs;
     kv_session *sessions;
     size_t n_sessions_cap;
+    kv_accounts acc;                   /* who is charged the blocks */
+    acct_use *use;                     /* [acc.cap] */
+    uint64_t sessions_forgotten;
     uint64_t clock;
     uint64_t evictions;
     kv_disk *disk;                     /* NULL without --kv-cache-dir */
@@ -282,9 +300,32 @@ static int32_t cached_twin(const kv_cache *c, int32_t b)
 
 /* ---- blocks ---- */
 
+/* The entry of the account whose digest is `account` (tables key it by
+ * the digest's first KV_ACCOUNT_BYTES), or -1. */
+static long account_find(const kv_cache *c, const uint8_t *account)
+{
+    return kv_accounts_find(&c->acc, account);
+}
+
+/* Block b no sequence holds, cached: counted for claiming and eviction. */
+static void idle_add(kv_cache *c, int32_t b)
+{
+    c->n_unref++;
+    c->use[c->blocks[b].acct].idle++;
+}
+
+static void idle_remove(kv_cache *c, int32_t b)
+{
+    c->n_unref--;
+    c->use[c->blocks[b].acct].idle--;
+}
+
 static void block_release_to_free(kv_cache *c, int32_t b)
 {
     kv_block *k = &c->blocks[b];
+    if (k->acct != NONE)
+        kv_accounts_uncharge(&c->acc, k->acct);
+    k->acct = NONE;
     k->state = BLOCK_FREE;
     k->refs = 0;
     k->n_filled = 0;
@@ -293,9 +334,10 @@ static void block_release_to_free(kv_cache *c, int32_t b)
     c->n_free++;
 }
 
-static kv_block_meta meta_of(const kv_block *k)
+static kv_block_meta meta_of(const kv_cache *c, const kv_block *k)
 {
     kv_block_meta m;
+    memcpy(m.account, c->acc.a[k->acct].tag, KV_ACCOUNT_BYTES);
     memcpy(m.parent_key, k->parent_key, SHA256_BYTES);
     memcpy(m.chain, k->chain, SHA256_BYTES);
     memcpy(m.domain, k->domain, SHA256_BYTES);
@@ -310,7 +352,7 @@ static void spill(kv_cache *c, int32_t b, bool wait)
 {
     if (c->disk == NULL)
         return;
-    kv_block_meta m = meta_of(&c->blocks[b]);
+    kv_block_meta m = meta_of(c, &c->blocks[b]);
     kvdisk_put(c->disk, &m, c->geo.base + (size_t)b * c->geo.block_bytes, wait);
 }
 
@@ -318,38 +360,47 @@ static void spill(kv_cache *c, int32_t b, bool wait)
 static void drop_cached(kv_cache *c, int32_t b)
 {
     index_remove(c, b);
-    c->n_unref--;
+    idle_remove(c, b);
     block_release_to_free(c, b);
 }
 
-/* The least recently used leaf no sequence holds, plain prefixes before
- * sessions' history. */
-static int32_t eviction_victim(const kv_cache *c)
+/* Whether eviction takes leaf k before leaf o, for `requester`: the
+ * account charged more first (kvaccount.h), then plain prefixes before
+ * sessions' history, then the least recently used. */
+static bool evict_before(const kv_cache *c, const kv_block *k,
+                         const kv_block *o, long requester)
+{
+    int by_account = kv_accounts_order(&c->acc, k->acct, o->acct, requester);
+    if (by_account != 0)
+        return by_account < 0;
+    if (k->session != o->session)
+        return k->session < o->session;
+    return k->last_used < o->last_used;
+}
+
+/* The leaf no sequence holds that goes first for `requester`. */
+static int32_t eviction_victim(const kv_cache *c, long requester)
 {
     int32_t best = NONE;
     for (size_t i = 0; i < c->n_blocks; i++) {
         const kv_block *k = &c->blocks[i];
         if (k->state != BLOCK_CACHED || k->refs != 0 || k->children != 0)
             continue;
-        if (best == NONE) {
-            best = (int32_t)i;
-            continue;
-        }
-        const kv_block *o = &c->blocks[best];
-        if (k->session < o->session ||
-            (k->session == o->session && k->last_used < o->last_used))
+        if (best == NONE || evict_before(c, k, &c->blocks[best], requester))
             best = (int32_t)i;
     }
     return best;
 }
 
-/* A block for a sequence, out of its reservation: free, or evicted. */
-static int32_t take_block(kv_cache *c)
+/* A block for a sequence of account `acct`, out of its reservation: free,
+ * or evicted.  It is charged to `acct`. */
+static int32_t take_block(kv_cache *c, long acct)
 {
     if (c->free_head == NONE) {
-        int32_t v = eviction_victim(c);
+        int32_t v = eviction_victim(c, acct);
         if (v == NONE)
             abort();            /* reservations promise a block: a bug */
+        kv_accounts_note_eviction(&c->acc, c->blocks[v].acct, acct);
         spill(c, v, false);
         drop_cached(c, v);
         c->evictions++;
@@ -358,6 +409,8 @@ static int32_t take_block(kv_cache *c)
     kv_block *k = &c->blocks[b];
     c->free_head = k->next_free;
     c->n_free--;
+    k->acct = (int32_t)acct;
+    kv_accounts_charge(&c->acc, acct);
     k->state = BLOCK_PRIVATE;
     k->refs = 1;
     k->children = 0;
@@ -372,7 +425,7 @@ static void ref_block(kv_cache *c, int32_t b)
 {
     kv_block *k = &c->blocks[b];
     if (k->refs++ == 0 && k->state == BLOCK_CACHED)
-        c->n_unref--;
+        idle_remove(c, b);
 }
 
 static void unref_block(kv_cache *c, int32_t b)
@@ -381,7 +434,7 @@ static void unref_block(kv_cache *c, int32_t b)
     if (--k->refs > 0)
         return;
     if (k->state == BLOCK_CACHED) {
-        c->n_unref++;
+        idle_add(c, b);
         k->last_used = c->clock;
     } else {
         block_release_to_free(c, b);
@@ -397,13 +450,17 @@ static bool adoptable(const kv_cache *c, int32_t b)
            k->n_filled < KV_BLOCK_TOKENS;
 }
 
-/* Takes cached partial block `b` out of the index for a sequence that
- * keeps its first n positions and writes the rest. */
-static void adopt(kv_cache *c, int32_t b, size_t n)
+/* Takes cached partial block `b` out of the index for a sequence of
+ * account `acct` that keeps its first n positions and writes the rest: the
+ * block is charged to `acct` from now on. */
+static void adopt(kv_cache *c, int32_t b, size_t n, long acct)
 {
     index_remove(c, b);
-    c->n_unref--;
+    idle_remove(c, b);
     kv_block *k = &c->blocks[b];
+    kv_accounts_charge(&c->acc, acct);
+    kv_accounts_uncharge(&c->acc, k->acct);
+    k->acct = (int32_t)acct;
     k->state = BLOCK_PRIVATE;
     k->refs = 1;
     k->n_filled = (uint32_t)n;
@@ -428,16 +485,17 @@ static void copy_positions(kv_cache *c, int32_t dst, int32_t src, size_t n)
 
 /* ---- the sessions' file (with a disk tier) ----
  *
- * At shutdown the session records (owner, id, domain, the history their
- * last turn left cached, how long ago) are written beside the blocks, so
+ * At shutdown the session records (owner, account, id, domain, the history
+ * their last turn left cached, how long ago) are written beside the blocks, so
  * GET /v1/sessions lists them after a restart; their blocks are on disk.
  * The file names the model's fingerprint and ends with the SHA-256 of what
  * precedes it; one that does not check out is ignored with a log line. */
 
-static const char SESSIONS_MAGIC[8] = "GPT2DSS";  /* with its NUL */
+static const char SESSIONS_MAGIC[8] = "GPT2DS2";  /* with its NUL */
 
 typedef struct session_rec {
     uint8_t owner[SHA256_BYTES], domain[SHA256_BYTES];
+    uint8_t account[KV_ACCOUNT_BYTES];
     char id[KVCACHE_SESSION_ID_MAX + 1];
     double idle;                       /* seconds idle at shutdown */
     uint32_t n_history;
@@ -466,6 +524,7 @@ static void sessions_save(kv_cache *c, double now)
         memset(&r, 0, sizeof r);
         memcpy(r.owner, s->owner, SHA256_BYTES);
         memcpy(r.domain, s->domain, SHA256_BYTES);
+        memcpy(r.account, c->acc.a[s->acct].tag, KV_ACCOUNT_BYTES);
         memcpy(r.id, s->id, sizeof r.id);
         r.idle = now > s->last_used ? now - s->last_used : 0.0;
         r.n_history = (uint32_t)s->n_history;
@@ -527,6 +586,8 @@ static void sessions_load(kv_cache *c, double now)
         if (i >= 0 && hist != NULL) {
             kv_session *s = &c->sessions[i];
             s->used = true;
+            s->acct = kv_accounts_hold(&c->acc, r.account);
+            c->use[s->acct].records++;
             memcpy(s->owner, r.owner, SHA256_BYTES);
             memcpy(s->domain, r.domain, SHA256_BYTES);
             memcpy(s->id, r.id, sizeof s->id);
@@ -584,6 +645,8 @@ int kvcache_create(kv_cache **out, const model_config *cfg,
     c->n_blocks = kc->n_blocks;
     c->n_seqs = kc->max_seqs;
     c->n_sessions_cap = kc->n_blocks;
+    /* an entry per holder at most: blocks, sequences, session records */
+    const size_t n_accounts = kc->n_blocks + kc->max_seqs + c->n_sessions_cap;
     size_t n_buckets = 16;
     while (n_buckets < 2 * kc->n_blocks)
         n_buckets *= 2;
@@ -593,7 +656,9 @@ int kvcache_create(kv_cache **out, const model_config *cfg,
     c->buckets = malloc(n_buckets * sizeof *c->buckets);
     c->seqs = calloc(kc->max_seqs, sizeof *c->seqs);
     c->sessions = calloc(c->n_sessions_cap, sizeof *c->sessions);
-    bool ok = c->geo.base && c->blocks && c->buckets && c->seqs && c->sessions;
+    c->use = calloc(n_accounts, sizeof *c->use);
+    bool ok = c->geo.base && c->blocks && c->buckets && c->seqs && c->sessions
+              && c->use && kv_accounts_init(&c->acc, n_accounts, kc->n_blocks) == 0;
     for (size_t i = 0; ok && i < kc->max_seqs; i++) {
         c->seqs[i].blocks = malloc(per_ctx * sizeof *c->seqs[i].blocks);
         c->seqs[i].tokens = malloc(cfg->n_ctx * sizeof *c->seqs[i].tokens);
@@ -629,6 +694,7 @@ int kvcache_create(kv_cache **out, const model_config *cfg,
     c->free_head = NONE;
     for (size_t i = kc->n_blocks; i-- > 0;) {
         c->blocks[i].next_in_bucket = NONE;
+        c->blocks[i].acct = NONE;
         block_release_to_free(c, (int32_t)i);
     }
     *out = c;
@@ -686,6 +752,8 @@ void kvcache_free(kv_cache *c)
     for (size_t i = 0; c->sessions != NULL && i < c->n_sessions_cap; i++)
         free(c->sessions[i].history);
     free(c->sessions);
+    free(c->use);
+    kv_accounts_free(&c->acc);
     free(c->buckets);
     free(c->blocks);
     free(c->geo.base);
@@ -714,8 +782,16 @@ static long session_find(const kv_cache *c, const uint8_t owner[SHA256_BYTES],
 static void session_forget(kv_cache *c, long i)
 {
     kv_session *s = &c->sessions[i];
+    c->use[s->acct].records--;
+    kv_accounts_release(&c->acc, s->acct);
     free(s->history);
     memset(s, 0, sizeof *s);
+}
+
+bool kvcache_session_known(const kv_cache *c, const uint8_t owner[SHA256_BYTES],
+                           const char *session)
+{
+    return session_find(c, owner, session) >= 0;
 }
 
 /* Where a session's history is: the tokens of it found in RAM, then on
@@ -757,21 +833,62 @@ static void session_where(kv_cache *c, const kv_session *r, size_t *ram,
     }
 }
 
-/* A record for a new session: an unused one, else the least recently used
- * idle one's (its blocks stay cached, reachable by its id, until evicted). */
-static long session_new(kv_cache *c)
+/* The least recently used idle record of account `acct`, or -1. */
+static long session_lru(const kv_cache *c, long acct)
 {
     long best = -1;
     for (size_t i = 0; i < c->n_sessions_cap; i++) {
         const kv_session *s = &c->sessions[i];
-        if (!s->used)
-            return (long)i;
-        if (s->seq < 0 && (best < 0 || s->last_used < c->sessions[best].last_used))
+        if (s->used && s->acct == acct && s->seq < 0 &&
+            (best < 0 || s->last_used < c->sessions[best].last_used))
             best = (long)i;
     }
-    if (best >= 0)
-        session_forget(c, best);
     return best;
+}
+
+/* The account that gives up a record when the table is full: of those
+ * with an idle record, the one holding the most records, `acct` itself on
+ * a tie.  -1 when every record is busy. */
+static long session_donor(const kv_cache *c, long acct)
+{
+    long best = -1;
+    for (size_t i = 0; i < c->n_sessions_cap; i++) {
+        const kv_session *s = &c->sessions[i];
+        if (!s->used || s->seq >= 0 || s->acct == best)
+            continue;
+        size_t n = c->use[s->acct].records;
+        if (best < 0 || n > c->use[best].records ||
+            (n == c->use[best].records && s->acct == acct))
+            best = s->acct;
+    }
+    return best;
+}
+
+/* A record for a new session of account `acct`, which may keep `quota`
+ * records (0: any number): -2 when it is at its quota and all of them are
+ * busy.  An account at its quota forgets its own least recently used idle
+ * session; when the table is full, the account holding the most records
+ * does.  A forgotten session's blocks stay cached, reachable by its id,
+ * until evicted.  -1 when no record can be had (every one busy). */
+static long session_new(kv_cache *c, long acct, size_t quota)
+{
+    while (quota > 0 && c->use[acct].records >= quota) {
+        long own = session_lru(c, acct);
+        if (own < 0)
+            return -2;
+        session_forget(c, own);
+        c->sessions_forgotten++;
+    }
+    for (size_t i = 0; i < c->n_sessions_cap; i++)
+        if (!c->sessions[i].used)
+            return (long)i;
+    long donor = session_donor(c, acct);
+    if (donor < 0)
+        return -1;
+    long victim = session_lru(c, donor);
+    session_forget(c, victim);
+    c->sessions_forgotten++;
+    return victim;
 }
 
 size_t kvcache_sessions(kv_cache *c, const uint8_t owner[SHA256_BYTES],
@@ -911,7 +1028,7 @@ static size_t start_loads(kv_cache *c, kv_seq *s, int32_t parent,
                 kvdisk_unpin(c->disk, plan[j].entry);
             break;
         }
-        int32_t nb = take_block(c);
+        int32_t nb = take_block(c, s->acct);
         c->reserved--;
         s->reserved--;
         kv_block *k = &c->blocks[nb];
@@ -954,6 +1071,34 @@ static void reap_orphans(kv_cache *c, bool wait)
     }
 }
 
+/* Cached blocks that accounts other than `acct` (-1: one with no entry
+ * yet) keep against it: each one's unreferenced blocks up to its
+ * guaranteed share, less what its blocks in use already fill of it.  The
+ * share counts `acct` among the holders. */
+static size_t kept_from(const kv_cache *c, long acct)
+{
+    size_t holders = c->acc.holding + (acct < 0 || c->acc.a[acct].blocks == 0);
+    size_t share = c->n_blocks / holders, kept = 0;
+    for (size_t i = 0; i < c->acc.cap; i++) {
+        const kv_account *a = &c->acc.a[i];
+        if ((long)i == acct || a->blocks == 0)
+            continue;
+        size_t idle = c->use[i].idle, in_use = a->blocks - idle;
+        if (share > in_use)
+            kept += idle < share - in_use ? idle : share - in_use;
+    }
+    return kept;
+}
+
+/* Whether account `acct` has a sequence running. */
+static bool account_running(const kv_cache *c, long acct)
+{
+    for (size_t i = 0; acct >= 0 && i < c->n_seqs; i++)
+        if (c->seqs[i].active && c->seqs[i].acct == acct)
+            return true;
+    return false;
+}
+
 void kvcache_note_compute(kv_cache *c, size_t tokens, double seconds)
 {
     if (tokens < KV_BLOCK_TOKENS || seconds <= 0.0)
@@ -968,11 +1113,15 @@ kv_begin_status kvcache_seq_begin(kv_cache *c, const kv_begin *b,
 {
     reap_orphans(c, false);
     c->last_now = b->now;
-    long record = -1;
+    const uint8_t *account = b->account != NULL ? b->account : b->who->owner;
+    long record = -1, acct = account_find(c, account);
     if (b->session != NULL) {
         record = session_find(c, b->who->owner, b->session);
         if (record >= 0 && c->sessions[record].seq >= 0)
             return KV_SESSION_BUSY;
+        if (record < 0 && b->max_sessions > 0 && acct >= 0 &&
+            c->use[acct].records >= b->max_sessions && session_lru(c, acct) < 0)
+            return KV_SESSION_QUOTA;
     }
     uint8_t domain[SHA256_BYTES], key[SHA256_BYTES];
     if (b->session != NULL)
@@ -1042,17 +1191,26 @@ kv_begin_status kvcache_seq_begin(kv_cache *c, const kv_begin *b,
         copy_n = 0;
         held_for_copy = 0;
     }
-    if (claimable < c->reserved + newly_held + held_for_copy + need) {
+    /* Beside a sequence of its own account, no other account's cached
+     * blocks within its share may be needed. */
+    const size_t want = c->reserved + newly_held + held_for_copy + need;
+    if (claimable < want ||
+        (account_running(c, acct) && claimable - kept_from(c, acct) < want)) {
         for (size_t i = 0; i < n_plan; i++)
             kvdisk_unpin(c->disk, plan[i].entry);
         return KV_NO_MEMORY;
     }
 
+    acct = kv_accounts_hold(&c->acc, account);
+    if (acct < 0)
+        abort();                /* more holders than entries: a bug */
     if (b->session != NULL && record < 0) {
-        record = session_new(c);
+        record = session_new(c, acct, b->max_sessions);
         if (record >= 0) {
             kv_session *s = &c->sessions[record];
             s->used = true;
+            s->acct = kv_accounts_hold(&c->acc, account);
+            c->use[acct].records++;
             snprintf(s->id, sizeof s->id, "%s", b->session);
             memcpy(s->owner, b->who->owner, SHA256_BYTES);
             memcpy(s->domain, domain, SHA256_BYTES);
@@ -1068,6 +1226,7 @@ kv_begin_status kvcache_seq_begin(kv_cache *c, const kv_begin *b,
     s->reserved = total - n_matched;
     s->session = b->session != NULL;
     s->record = record;
+    s->acct = acct;
     memcpy(s->domain, domain, SHA256_BYTES);
     memcpy(s->root, root, SHA256_BYTES);
     for (size_t i = 0; i < n_matched; i++) {
@@ -1081,7 +1240,7 @@ kv_begin_status kvcache_seq_begin(kv_cache *c, const kv_begin *b,
     if (copy_src != NONE && adoptable(c, copy_src)) {
         /* A partial block no one holds is taken over, not copied: a
          * conversation's next turn leaves no dead copy of its last block. */
-        adopt(c, copy_src, copy_n);
+        adopt(c, copy_src, copy_n, acct);
         c->reserved--;
         s->reserved--;
         s->blocks[s->n_blocks++] = (uint32_t)copy_src;
@@ -1089,7 +1248,7 @@ kv_begin_status kvcache_seq_begin(kv_cache *c, const kv_begin *b,
         s->n_tokens += copy_n;
     } else if (copy_src != NONE) {
         ref_block(c, copy_src);         /* not the block evicted for the copy */
-        int32_t nb = take_block(c);
+        int32_t nb = take_block(c, acct);
         c->reserved--;
         s->reserved--;
         copy_positions(c, nb, copy_src, copy_n);
@@ -1114,6 +1273,7 @@ kv_begin_status kvcache_seq_begin(kv_cache *c, const kv_begin *b,
         f->reserved = total - b->n_prompt / KV_BLOCK_TOKENS;
         f->session = s->session;
         f->record = -1;
+        f->acct = kv_accounts_hold(&c->acc, account);
         memcpy(f->domain, domain, SHA256_BYTES);
         memcpy(f->root, root, SHA256_BYTES);
     }
@@ -1187,7 +1347,7 @@ void kvcache_seq_fork(kv_cache *c, size_t src, size_t dst)
     size_t rest = s->n_tokens - d->n_tokens;
     if (rest > 0) {
         int32_t from = (int32_t)s->blocks[full];
-        int32_t nb = take_block(c);
+        int32_t nb = take_block(c, d->acct);
         c->reserved--;
         d->reserved--;
         copy_positions(c, nb, from, rest);
@@ -1206,7 +1366,7 @@ void kvcache_seq_grow(kv_cache *c, size_t seq, size_t n)
     kv_seq *s = &c->seqs[seq];
     size_t want = blocks_for(s->n_tokens + n);
     while (s->n_blocks < want) {
-        int32_t nb = take_block(c);
+        int32_t nb = take_block(c, s->acct);
         if (s->reserved == 0)
             abort();            /* past what begin reserved: a bug */
         c->reserved--;
@@ -1308,6 +1468,8 @@ void kvcache_seq_end(kv_cache *c, size_t seq, double now)
     s->n_blocks = 0;
     s->n_tokens = 0;
     s->record = -1;
+    kv_accounts_release(&c->acc, s->acct);
+    s->acct = NONE;
 }
 
 size_t kvcache_seq_len(const kv_cache *c, size_t seq)
@@ -1345,9 +1507,87 @@ kv_stats kvcache_stats(const kv_cache *c)
     st.hit_tokens_ram = c->hit_tokens_ram;
     st.hit_tokens_disk = c->hit_tokens_disk;
     st.disk_slower = c->disk_slower;
+    st.accounts = c->acc.holding;
+    st.share_blocks = kv_accounts_share(&c->acc);
+    memcpy(st.evicted, c->acc.evicted, sizeof st.evicted);
+    st.sessions_forgotten = c->sessions_forgotten;
     if (c->disk != NULL) {
         st.disk = true;
         st.disk_stats = kvdisk_stats(c->disk);
     }
     return st;
 }
+
+size_t kvcache_account_blocks(const kv_cache *c, const uint8_t *account)
+{
+    long i = account_find(c, account);
+    return i >= 0 ? c->acc.a[i].blocks : 0;
+}
+
+#define AUDIT(cond, ...) \
+    do { \
+        if (!(cond)) { \
+            snprintf(why, why_size, __VA_ARGS__); \
+            ok = false; \
+            goto done; \
+        } \
+    } while (0)
+
+bool kvcache_audit(const kv_cache *c, char *why, size_t why_size)
+{
+    const size_t cap = c->acc.cap;
+    size_t *blocks = calloc(cap, sizeof *blocks), *idle = calloc(cap, sizeof *idle);
+    size_t *holds = calloc(cap, sizeof *holds), *records = calloc(cap, sizeof *records);
+    size_t n_free = 0, n_unref = 0, holding = 0;
+    bool ok = true;
+    AUDIT(blocks && idle && holds && records, "out of memory");
+    for (size_t b = 0; b < c->n_blocks; b++) {
+        const kv_block *k = &c->blocks[b];
+        if (k->state == BLOCK_FREE) {
+            AUDIT(k->acct == NONE, "free block %zu charged to %d", b, k->acct);
+            n_free++;
+            continue;
+        }
+        AUDIT(k->acct >= 0 && (size_t)k->acct < cap, "block %zu charged to "
+              "no account", b);
+        blocks[k->acct]++;
+        if (k->state == BLOCK_CACHED && k->refs == 0) {
+            idle[k->acct]++;
+            n_unref++;
+        }
+    }
+    for (size_t i = 0; i < c->n_seqs; i++)
+        if (c->seqs[i].active)
+            holds[c->seqs[i].acct]++;
+    for (size_t i = 0; i < c->n_sessions_cap; i++)
+        if (c->sessions[i].used) {
+            holds[c->sessions[i].acct]++;
+            records[c->sessions[i].acct]++;
+        }
+    AUDIT(n_free == c->n_free, "%zu free blocks, counted %zu", n_free, c->n_free);
+    AUDIT(n_unref == c->n_unref, "%zu unreferenced, counted %zu", n_unref,
+          c->n_unref);
+    for (size_t i = 0; i < cap; i++) {
+        const kv_account *a = &c->acc.a[i];
+        holding += blocks[i] > 0;
+        AUDIT(a->blocks == blocks[i], "account %zu: %zu blocks, counted %zu",
+              i, blocks[i], a->blocks);
+        AUDIT(a->holds == holds[i], "account %zu: %zu holds, counted %zu", i,
+              holds[i], a->holds);
+        AUDIT(c->use[i].idle == idle[i], "account %zu: %zu idle, counted %zu",
+              i, idle[i], c->use[i].idle);
+        AUDIT(c->use[i].records == records[i], "account %zu: %zu records, "
+              "counted %zu", i, records[i], c->use[i].records);
+        AUDIT(blocks[i] + holds[i] == 0 || kv_accounts_find(&c->acc, a->tag)
+              == (long)i, "account %zu in use but not found", i);
+    }
+    AUDIT(holding == c->acc.holding, "%zu accounts hold blocks, counted %zu",
+          holding, c->acc.holding);
+done:
+    free(blocks);
+    free(idle);
+    free(holds);
+    free(records);
+    return ok;
+}
+#undef AUDIT

@@ -4,7 +4,9 @@
  * Entry state: `writing` from kvdisk_put until its file is renamed into
  * place (counted in the budget, found by dedupe, not yet readable);
  * `readers` pending reads pin it against eviction.  Names: the block's id,
- * its chain key when full, else a digest of its parent key and tokens. */
+ * its chain key when full, else a digest of its parent key and tokens.
+ * Each entry is charged to the account its block's identity names
+ * (`acc`, kvaccount.h): the disk's budget is shared like RAM's. */
 #include "config.h"
 
 #include "gpt2d/kvdisk.h"
@@ -39,8 +41,10 @@ typedef struct file_header {
     uint32_t session;
     uint64_t data_bytes;
     uint64_t data_checksum;
-    uint64_t header_checksum;           /* of every byte before it */
-    uint8_t pad[16];
+    uint64_t header_checksum;           /* header_sum() */
+    /* whose request computed the block (version 2; in the place of
+     * version 1's padding, so the layout is one) */
+    uint8_t account[KV_ACCOUNT_BYTES];
 } file_header;
 _Static_assert(sizeof(file_header) == HEADER_BYTES, "one fixed header");
 
@@ -51,6 +55,7 @@ typedef struct disk_entry {
     uint64_t last_used;
     uint32_t children;                  /* entries whose parent is this one */
     uint32_t readers;
+    long acct;                          /* charged to */
     long next_child;                    /* bucket chain by parent_key */
     long next_id;                       /* bucket chain by id */
     long next_free;
@@ -75,6 +80,7 @@ struct kv_disk {
     long *by_parent, *by_id;
     size_t bucket_mask;
     uint64_t clock;
+    kv_accounts acc;
     write_slot *slots;
     size_t n_slots;
     kv_disk_read *reads_head, *reads_tail;
@@ -183,6 +189,7 @@ static long entry_add(kv_disk *d, const kv_block_meta *m, uint64_t last_used)
     x->m = *m;
     block_id(m, x->id);
     x->last_used = last_used;
+    x->acct = kv_accounts_charge_tag(&d->acc, m->account);
     size_t bp = bucket(d, m->parent_key), bi = bucket(d, x->id);
     x->next_child = d->by_parent[bp];
     d->by_parent[bp] = e;
@@ -211,6 +218,7 @@ static void entry_remove(kv_disk *d, long e)
     long parent = find_chain(d, x->m.parent_key);
     if (parent >= 0)
         d->entries[parent].children--;
+    kv_accounts_uncharge(&d->acc, x->acct);
     x->used = false;
     x->next_free = d->free_head;
     d->free_head = e;
@@ -231,24 +239,42 @@ static void entry_delete(kv_disk *d, long e)
     entry_remove(d, e);
 }
 
-/* Makes room for one more file: the least recently used leaf goes, plain
- * prefixes before sessions' history.  false when nothing can go. */
-static bool make_room(kv_disk *d)
+/* Whether eviction takes leaf x before leaf o, for `requester`: the
+ * account with more files first, then plain prefixes before sessions'
+ * history, then the least recently used. */
+static bool evict_before(const kv_disk *d, const disk_entry *x,
+                         const disk_entry *o, long requester)
 {
+    int by_account = kv_accounts_order(&d->acc, x->acct, o->acct, requester);
+    if (by_account != 0)
+        return by_account < 0;
+    if (x->m.session != o->m.session)
+        return x->m.session < o->m.session;
+    return x->last_used < o->last_used;
+}
+
+/* Makes room for one more file of account `account`: a leaf goes, from
+ * the account with the most files.  false when nothing can go. */
+static bool make_room(kv_disk *d, const uint8_t account[KV_ACCOUNT_BYTES])
+{
+    long requester = kv_accounts_find(&d->acc, account);
     while ((d->n_used + 1) * d->file_bytes > d->max_bytes || d->free_head < 0) {
         long best = -1;
         for (size_t i = 0; i < d->cap; i++) {
             const disk_entry *x = &d->entries[i];
             if (!x->used || x->writing || x->readers > 0 || x->children > 0)
                 continue;
-            if (best < 0 || x->m.session < d->entries[best].m.session ||
-                (x->m.session == d->entries[best].m.session &&
-                 x->last_used < d->entries[best].last_used))
+            if (best < 0 || evict_before(d, x, &d->entries[best], requester))
                 best = (long)i;
         }
         if (best < 0)
             return false;
+        kv_accounts_note_eviction(&d->acc, d->entries[best].acct, requester);
+        /* the requester's entry may go with its last file */
+        bool own = d->entries[best].acct == requester;
         entry_delete(d, best);
+        if (own)
+            requester = kv_accounts_find(&d->acc, account);
         d->st.evictions++;
     }
     return true;
@@ -256,12 +282,23 @@ static bool make_room(kv_disk *d)
 
 /* ---- files (I/O thread, or open) ---- */
 
+/* Version 2's sum covers every byte but itself; version 1's (files from
+ * before accounts: charged to an account of zeros) what precedes it. */
+static uint64_t header_sum(const file_header *h)
+{
+    if (h->version == 1)
+        return checksum64(h, offsetof(file_header, header_checksum));
+    file_header copy = *h;
+    copy.header_checksum = 0;
+    return checksum64(&copy, sizeof copy);
+}
+
 static void header_of(const kv_disk *d, const kv_block_meta *m,
                       const void *data, file_header *h)
 {
     memset(h, 0, sizeof *h);
     memcpy(h->magic, MAGIC, sizeof h->magic);
-    h->version = 1;
+    h->version = 2;
     h->endian = 0x01020304u;
     memcpy(h->fingerprint, d->fingerprint, SHA256_BYTES);
     memcpy(h->parent_key, m->parent_key, SHA256_BYTES);
@@ -270,18 +307,19 @@ static void header_of(const kv_disk *d, const kv_block_meta *m,
     memcpy(h->tokens, m->tokens, sizeof h->tokens);
     h->n_filled = m->n_filled;
     h->session = m->session;
+    memcpy(h->account, m->account, KV_ACCOUNT_BYTES);
     h->data_bytes = d->block_bytes;
     h->data_checksum = checksum64(data, d->block_bytes);
-    h->header_checksum = checksum64(h, offsetof(file_header, header_checksum));
+    h->header_checksum = header_sum(h);
 }
 
 typedef enum header_check { HEADER_OK, HEADER_FOREIGN, HEADER_BAD } header_check;
 
 static header_check check_header(const kv_disk *d, const file_header *h)
 {
-    if (memcmp(h->magic, MAGIC, sizeof h->magic) != 0 || h->version != 1 ||
-        h->endian != 0x01020304u ||
-        h->header_checksum != checksum64(h, offsetof(file_header, header_checksum)))
+    if (memcmp(h->magic, MAGIC, sizeof h->magic) != 0 ||
+        (h->version != 1 && h->version != 2) || h->endian != 0x01020304u ||
+        h->header_checksum != header_sum(h))
         return HEADER_BAD;
     if (memcmp(h->fingerprint, d->fingerprint, SHA256_BYTES) != 0 ||
         h->data_bytes != d->block_bytes)
@@ -510,6 +548,8 @@ static void scan(kv_disk *d)
             memcpy(m.chain, h.chain, SHA256_BYTES);
             memcpy(m.domain, h.domain, SHA256_BYTES);
             memcpy(m.tokens, h.tokens, sizeof m.tokens);
+            if (h.version >= 2)
+                memcpy(m.account, h.account, KV_ACCOUNT_BYTES);
         }
         uint8_t id[SHA256_BYTES];
         char want[4096];
@@ -571,7 +611,7 @@ int kvdisk_open(kv_disk **out, const kv_disk_config *cfg, gpt2d_error *err)
     d->n_slots = cfg->write_queue > 0 ? cfg->write_queue : 1;
     d->slots = calloc(d->n_slots, sizeof *d->slots);
     bool ok = d->dir && d->entries && d->by_parent && d->by_id && d->unlinks &&
-              d->slots;
+              d->slots && kv_accounts_init(&d->acc, d->cap, d->cap) == 0;
     for (size_t i = 0; ok && i < d->n_slots; i++)
         ok = (d->slots[i].data = malloc(cfg->block_bytes)) != NULL;
     if (!ok) {
@@ -635,6 +675,7 @@ void kvdisk_close(kv_disk *d)
     free(d->by_id);
     free(d->by_parent);
     free(d->entries);
+    kv_accounts_free(&d->acc);
     free(d->dir);
     free(d);
 }
@@ -662,7 +703,7 @@ void kvdisk_put(kv_disk *d, const kv_block_meta *m, const void *data, bool wait)
         pthread_cond_signal(&d->work);
         pthread_cond_wait(&d->room, &d->lock);
     }
-    if (w == NULL || !make_room(d)) {
+    if (w == NULL || !make_room(d, m->account)) {
         d->st.write_skipped++;
         pthread_mutex_unlock(&d->lock);
         return;
@@ -761,6 +802,18 @@ kv_disk_stats kvdisk_stats(kv_disk *d)
 {
     pthread_mutex_lock(&d->lock);
     kv_disk_stats st = d->st;
+    st.accounts = d->acc.holding;
+    st.share_blocks = kv_accounts_share(&d->acc);
+    memcpy(st.evicted, d->acc.evicted, sizeof st.evicted);
     pthread_mutex_unlock(&d->lock);
     return st;
+}
+
+size_t kvdisk_account_blocks(kv_disk *d, const uint8_t account[KV_ACCOUNT_BYTES])
+{
+    pthread_mutex_lock(&d->lock);
+    long i = kv_accounts_find(&d->acc, account);
+    size_t n = i >= 0 ? d->acc.a[i].blocks : 0;
+    pthread_mutex_unlock(&d->lock);
+    return n;
 }

@@ -177,6 +177,7 @@ static int start(daemon_state *d, gpt2d_error *err)
         .max_batch_rows = d->cfg.max_batch_rows,
         .max_seqs_per_caller = d->cfg.max_seqs_per_key,
         .max_queued_per_caller = d->cfg.max_queued_per_key,
+        .max_sessions_per_caller = d->cfg.max_sessions_per_key,
         .prefill_share = d->cfg.prefill_share / 100.0,
         .step_cost_limit = d->cfg.step_cost / 100.0,
         .min_step_usec = test_min_step_usec(),

@@ -275,6 +275,53 @@ static void render_counter_pair(FILE *f, const char *name, const char *help,
     fprintf(f, "%s{%s=\"%s\"} %ju\n", name, label, b, (uintmax_t)vb);
 }
 
+/* How the KV tiers are shared between accounts: a series per tier (disk
+ * only with a disk tier), no account named. */
+static void render_kv_sharing(FILE *f, const metrics_gauges *st)
+{
+    const metrics_kv_share *tiers[2] = { &st->kv_share,
+                                         st->kv_disk ? &st->disk.share : NULL };
+    const char *names[2] = { "ram", "disk" };
+    const struct { const char *name, *help; size_t v[2]; } gauges[] = {
+        { "gpt2d_kv_accounts", "Accounts (API keys, or client addresses) "
+          "charged KV-cache blocks, by tier.",
+          { tiers[0]->accounts, tiers[1] ? tiers[1]->accounts : 0 } },
+        { "gpt2d_kv_share_blocks", "Each account's guaranteed share of a "
+          "tier, in blocks: the tier's budget over the accounts holding "
+          "blocks.",
+          { tiers[0]->share_blocks, tiers[1] ? tiers[1]->share_blocks : 0 } },
+    };
+    for (size_t g = 0; g < sizeof gauges / sizeof gauges[0]; g++) {
+        render_header(f, gauges[g].name, "gauge", gauges[g].help);
+        for (int t = 0; t < 2; t++)
+            if (tiers[t] != NULL)
+                fprintf(f, "%s{tier=\"%s\"} %zu\n", gauges[g].name, names[t],
+                        gauges[g].v[t]);
+    }
+    const char *name = "gpt2d_kv_evictions_by_account_total";
+    render_header(f, name, "counter",
+                  "KV-cache blocks evicted, by whose they were: the "
+                  "requester's own, another account's above its share, or "
+                  "another's at or under its share (only when the rest is "
+                  "held by running sequences).");
+    for (int t = 0; t < 2; t++) {
+        if (tiers[t] == NULL)
+            continue;
+        const char *from[3] = { "own", "over_share", "under_share" };
+        const uint64_t n[3] = { tiers[t]->evicted_own, tiers[t]->evicted_over,
+                                tiers[t]->evicted_under };
+        for (int k = 0; k < 3; k++)
+            fprintf(f, "%s{tier=\"%s\",from=\"%s\"} %ju\n", name, names[t],
+                    from[k], (uintmax_t)n[k]);
+    }
+    render_header(f, "gpt2d_kv_sessions_forgotten_total", "counter",
+                  "Session records forgotten to make room for a new session: "
+                  "the key's own beyond --max-sessions-per-key, or the key "
+                  "with the most when the table is full.");
+    fprintf(f, "gpt2d_kv_sessions_forgotten_total %ju\n",
+            (uintmax_t)st->kv_sessions_forgotten);
+}
+
 /* Without stats (the engine is not up yet) the gauges are left out rather
  * than reported as zeros that would look like a real, idle engine. */
 static void render_gauges(FILE *f, const metrics_gauges *st)
@@ -313,6 +360,7 @@ static void render_gauges(FILE *f, const metrics_gauges *st)
                         "Prompt tokens reused from the KV cache, by the tier "
                         "they came from.", "tier", "ram", st->kv_hit_tokens_ram,
                         "disk", st->kv_hit_tokens_disk);
+    render_kv_sharing(f, st);
     if (!st->kv_disk)
         return;
     const metrics_disk *d = &st->disk;

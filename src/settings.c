@@ -126,6 +126,11 @@ static const option_spec options[] = {
       "half of --max-queue (at least 1)", 1, 1000000, false,
       "Requests one key may have waiting for a slot; beyond this, 429 "
       "(code max_queued_per_key) at once." },
+    { "max-sessions-per-key", 0, OPT_COUNT, FIELD(max_sessions_per_key), "N", "64",
+      NULL, 1, 1000000, false,
+      "Sessions one key keeps: a new one beyond this makes the key's own least "
+      "recently used idle session forgotten (its cached history stays until "
+      "evicted); with all of them busy, 429 (code max_sessions_per_key)." },
     { "prefill-share", 0, OPT_UINT, FIELD(prefill_share), "PERCENT", "50", NULL, 1, 100,
       false, "While another caller's sequences are generating, the most of the "
       "engine's time that a caller's prompt processing (prefill) may take, so "

@@ -29,6 +29,7 @@
 #define ENGINE_MAX_STOP 8
 #define ENGINE_MAX_LOGPROBS 5
 #define ENGINE_SESSION_ID_MAX 128
+#define ENGINE_SESSIONS_PER_CALLER 64   /* --max-sessions-per-key's default */
 
 typedef struct engine engine;
 typedef struct gen_request gen_request;
@@ -48,6 +49,8 @@ typedef struct engine_config {
                                  * is active; 0: half the slots (at least 1) */
     size_t max_queued_per_caller; /* requests one caller may have waiting;
                                  * 0: half of max_queue (at least 1) */
+    size_t max_sessions_per_caller; /* session records one caller keeps;
+                                 * 0: ENGINE_SESSIONS_PER_CALLER */
     unsigned admit_age_ms;      /* a request that fits its caller's share but
                                  * not the free slots holds back narrower ones
                                  * once it has waited this long; 0: 2000 */
@@ -92,6 +95,7 @@ typedef struct gen_params {
     uint8_t account[SHA256_BYTES];
     size_t max_seqs;            /* this caller's engine_config limits; */
     size_t max_queued;          /* 0: the engine's default */
+    size_t max_sessions;
 } gen_params;
 
 /* One scored token: a prompt token (when scoring) or a generated one. */
@@ -132,6 +136,9 @@ typedef enum engine_status {
     ENGINE_CALLER_QUEUE_FULL,   /* the caller's own queued requests are at
                                  * its limit -> 429 with Retry-After */
     ENGINE_SESSION_BUSY,        /* the session is running another request -> 409 */
+    ENGINE_SESSION_QUOTA,       /* a new session while the caller's
+                                 * max_sessions are all busy -> 429 with
+                                 * Retry-After */
     ENGINE_STOPPING,            /* draining for shutdown -> 503 */
     ENGINE_TOO_LARGE,           /* needs more KV cache than there is -> 400 */
     ENGINE_INVALID,             /* parameters the API should have refused -> 500 */

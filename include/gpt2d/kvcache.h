@@ -23,9 +23,30 @@
  * fresh blocks while the sequence waits (kvcache_seq_ready).
  *
  * Eviction.  Blocks no sequence holds stay cached until their memory is
- * needed; then the least recently used block with no cached children goes
- * first (leaves first, so every cached block stays reachable from its
- * root), blocks of plain prefixes before blocks of sessions.
+ * needed; then a block with no cached children goes (leaves first, so
+ * every cached block stays reachable from its root), taken from the
+ * account charged the most blocks (kvaccount.h), and within it the least
+ * recently used, blocks of plain prefixes before blocks of sessions.
+ *
+ * Accounts.  Every block is charged to the account (API key or client
+ * address) whose request computed it: a block shared by several accounts
+ * (--global-prefix-cache) stays charged to the first; a partial block
+ * taken over by a new sequence, and a block read back from disk, are
+ * charged to the account whose sequence takes them.  An account's guaranteed share is the budget over the accounts
+ * holding blocks: eviction takes from the largest holder, and a sequence
+ * whose account already runs one begins only if its blocks can come from
+ * free memory, its own cache or other accounts' cache above their share.
+ * A caller's first sequence may take anything not in use, so a request as
+ * large as the cache always runs.  The disk tier shares its budget alike.
+ *
+ * Sessions per account.  A session's record (its id and history, what GET
+ * /v1/sessions lists) is the account's that made it.  An account at its
+ * quota (kv_begin.max_sessions) that starts a new session forgets its own
+ * least recently used idle one; with all of them busy the new one waits
+ * (the engine refuses it first: 429).  When the table of records is full,
+ * the account holding the most records gives up its least recently used
+ * idle one.  A forgotten session's blocks stay cached, in their account,
+ * until evicted: a returning turn still finds them.
  *
  * Isolation.  Every block carries the domain that filled it.  A session's
  * blocks are in a domain of their own (the caller's domain and the session
@@ -50,6 +71,7 @@
 #include <stdint.h>
 
 #include "gpt2d/error.h"
+#include "gpt2d/kvaccount.h"
 #include "gpt2d/kvdisk.h"
 #include "gpt2d/model.h"
 #include "gpt2d/sha256.h"
@@ -138,12 +160,17 @@ typedef enum kv_begin_status {
     KV_NO_SEQ,                  /* every sequence slot runs */
     KV_NO_MEMORY,               /* blocks are held by running sequences */
     KV_SESSION_BUSY,            /* the session's sequence is running */
+    KV_SESSION_QUOTA,           /* a new session, and every one of the
+                                 * account's max_sessions is running */
 } kv_begin_status;
 
 /* What one sequence (and its n - 1 siblings) asks for. */
 typedef struct kv_begin {
     const kv_identity *who;
+    const uint8_t *account;     /* SHA256_BYTES: whose blocks it makes;
+                                 * NULL: who->owner */
     const char *session;        /* NULL, or the owner's session id */
+    size_t max_sessions;        /* the account's session records; 0: no limit */
     const int32_t *prompt;
     size_t n_prompt;            /* >= 1 */
     size_t max_total;           /* n_prompt + max_tokens, <= n_ctx */
@@ -201,6 +228,9 @@ typedef struct kv_session_info {
 /* Copies at most `cap` of owner's sessions; returns how many it has. */
 size_t kvcache_sessions(kv_cache *c, const uint8_t owner[SHA256_BYTES],
                         kv_session_info *out, size_t cap);
+/* Whether owner has a session record of that id. */
+bool kvcache_session_known(const kv_cache *c, const uint8_t owner[SHA256_BYTES],
+                           const char *session);
 /* Forgets an idle session and drops its blocks: 0, -1 unknown, -2 busy. */
 int kvcache_session_delete(kv_cache *c, const uint8_t owner[SHA256_BYTES],
                            const char *session);
@@ -219,9 +249,20 @@ typedef struct kv_stats {
     uint64_t evictions;         /* blocks dropped from RAM to make room */
     uint64_t hit_tokens_ram, hit_tokens_disk;  /* prompt tokens reused */
     uint64_t disk_slower;       /* disk hits not taken: compute was faster */
+    size_t accounts;            /* accounts charged RAM blocks */
+    size_t share_blocks;        /* the guaranteed share: blocks / accounts */
+    uint64_t evicted[KV_EVICTED_KINDS];  /* evictions by whose block it was */
+    uint64_t sessions_forgotten;/* records dropped for a new session */
     bool disk;                  /* a disk tier exists: disk_stats below */
     kv_disk_stats disk_stats;
 } kv_stats;
 kv_stats kvcache_stats(const kv_cache *c);
+
+/* RAM blocks charged to an account (SHA256_BYTES). */
+size_t kvcache_account_blocks(const kv_cache *c, const uint8_t *account);
+/* Recounts every block, sequence and session record and compares with the
+ * running counters (free, cached, per account): false, with the first
+ * difference in `why`, when they disagree.  For tests. */
+bool kvcache_audit(const kv_cache *c, char *why, size_t why_size);
 
 #endif

@@ -12,9 +12,12 @@
  *
  * The index of what is on disk lives in memory (read from the headers at
  * start).  Lookups are like kvcache.c's: the children of a chain key, each
- * verified against the tokens and the domain.  Evicting takes the least
- * recently used file with no children on disk, plain prefixes before
- * sessions' history.
+ * verified against the tokens and the domain.  Evicting takes a file with
+ * no children on disk from the account with the most files (kvaccount.h),
+ * and within it the least recently used, plain prefixes before sessions'
+ * history.  A file is charged to the account its header names (the one
+ * whose request computed the block; files of versions before accounts:
+ * one account of zeros).
  *
  * Threads: one I/O thread does every write, read and unlink; the engine
  * thread calls everything else (under the engine's lock), and never waits
@@ -29,6 +32,7 @@
 #include <stdint.h>
 
 #include "gpt2d/error.h"
+#include "gpt2d/kvaccount.h"
 #include "gpt2d/sha256.h"
 
 #define KVDISK_BLOCK_TOKENS 16
@@ -41,6 +45,7 @@ typedef struct kv_block_meta {
     int32_t tokens[KVDISK_BLOCK_TOKENS];
     uint32_t n_filled;
     bool session;
+    uint8_t account[KV_ACCOUNT_BYTES]; /* whose request computed it */
 } kv_block_meta;
 
 typedef struct kv_disk kv_disk;
@@ -96,6 +101,8 @@ void kvdisk_read(kv_disk *d, kv_disk_read *r);
 
 /* Seconds one block's read took, on average (0 before any). */
 double kvdisk_read_seconds(kv_disk *d);
+/* Files charged to the account of tag `account`. */
+size_t kvdisk_account_blocks(kv_disk *d, const uint8_t account[KV_ACCOUNT_BYTES]);
 /* Deletes every file of `domain` (a deleted session's history). */
 void kvdisk_drop_domain(kv_disk *d, const uint8_t domain[SHA256_BYTES]);
 
@@ -106,6 +113,9 @@ typedef struct kv_disk_stats {
     uint64_t write_skipped;            /* queue full or no room */
     uint64_t write_errors, read_errors;/* I/O failed, or a file did not check out */
     uint64_t foreign;                  /* files of another model or settings */
+    size_t accounts;                   /* accounts charged files */
+    size_t share_blocks;               /* the guaranteed share, in files */
+    uint64_t evicted[KV_EVICTED_KINDS];/* evictions by whose file it was */
 } kv_disk_stats;
 kv_disk_stats kvdisk_stats(kv_disk *d);
 

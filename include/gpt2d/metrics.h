@@ -28,11 +28,21 @@ void metrics_observe_token_latency(double seconds); /* between tokens */
 void metrics_observe_step(double seconds);     /* one engine step */
 void metrics_observe_batch_rows(size_t rows);  /* rows in one engine step */
 
+/* How a KV tier is shared between accounts (API keys or client
+ * addresses): how many hold blocks, each one's guaranteed share, and the
+ * blocks evicted by whose they were — the requester's own, another
+ * account's above its share, another's at or under it. */
+typedef struct metrics_kv_share {
+    size_t accounts, share_blocks;
+    uint64_t evicted_own, evicted_over, evicted_under;
+} metrics_kv_share;
+
 /* The KV cache's disk tier, for the gauges below. */
 typedef struct metrics_disk {
     size_t blocks, bytes, max_bytes;
     uint64_t writes, reads, evictions, write_skipped;
     uint64_t write_errors, read_errors, foreign;
+    metrics_kv_share share;
 } metrics_disk;
 
 /* The gauges of one scrape.  The caller fills them from the engine's and
@@ -48,6 +58,8 @@ typedef struct metrics_gauges {
     uint64_t kv_evictions;
     uint64_t kv_hit_tokens_ram, kv_hit_tokens_disk;
     uint64_t kv_disk_slower;    /* disk hits not taken: computing was faster */
+    metrics_kv_share kv_share;  /* RAM */
+    uint64_t kv_sessions_forgotten;
     bool kv_disk;               /* a disk tier exists: `disk` holds it */
     metrics_disk disk;
 } metrics_gauges;

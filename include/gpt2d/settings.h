@@ -42,6 +42,7 @@ typedef struct settings {
                                  * active; 0 (default): half of --slots */
     size_t max_queued_per_key;  /* --max-queued-per-key; 0 (default): half
                                  * of --max-queue */
+    size_t max_sessions_per_key;/* --max-sessions-per-key, default 64 */
     unsigned prefill_share;     /* --prefill-share percent, default 50 */
     unsigned step_cost;         /* --step-cost percent of a decode step, 0: off */
     size_t max_stop_bytes;      /* --max-stop-bytes per stop string, default 256 */

@@ -21,12 +21,17 @@ contexts of the tiny model) so that sessions spill to disk:
                    --kv-disk.
   SharedContext    a prompt array of 4 prompts over one 400-token context
                    computes it once.
+  Sharing          between two API keys: one key's long prompts leave the
+                   other's session history (its share of the memory), and
+                   each key's sessions are counted against its own quota.
 """
 
 import glob
 import os
 import shutil
 import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -297,6 +302,96 @@ class SharedContext(CacheCase):
         texts = {ch["index"]: ch["text"] for ch in r.json["choices"]}
         for k, p in enumerate(prompts):
             self.assertEqual(texts[k], self.cold(c, p), k)
+        self.stop(s)
+
+
+class Sharing(CacheCase):
+    """Two API keys on the long-context model (1024 positions) with KV
+    memory for two contexts (128 blocks) and no disk tier."""
+
+    ALICE = "sk-kv-alice-%d" % os.getpid()
+    BOB = "sk-kv-bob-%d" % os.getpid()
+    LONG_BLOCK = 2 * 2 * 64 * 16 * 4    # K/V of 16 positions, 2 layers x 64
+
+    def keyed_server(self, name, extra=(), env=None):
+        keys = os.path.join(WORKDIR, "sharing-keys")
+        with open(keys, "w", encoding="ascii") as f:
+            f.write("%s\n%s\n" % (self.ALICE, self.BOB))
+        model = long_context_model(os.path.join(WORKDIR, "long-model"), TINY, 5)
+        s = Server(GPT2D, model, WORKDIR,
+                   ["--slots", "2", "--threads", "1", "--api-key-file", keys,
+                    "--kv-memory", str(2 * 64 * self.LONG_BLOCK)] + list(extra),
+                   env=env, name=name).start()
+        self.servers.append(s)
+        return s
+
+    def test_another_keys_long_prompts_leave_a_sessions_history(self):
+        """Finding 4 of the attack pass: requests of another key evicted a
+        session's cache (cached_tokens 500 -> 0 on the owner's next turn).
+        Bob's 8 distinct prompts of 1000 tokens, two at a time, are four
+        times what the cache holds; Alice's 500-token history (32 blocks,
+        under her share of 64) stays whole."""
+        s = self.keyed_server("sharing")
+        alice = s.client(api_key=self.ALICE)
+        bob = s.client(api_key=self.BOB)
+        history = [100 + (i * 13) % 5000 for i in range(500)]
+        self.turn(alice, history, session="chat")
+        # Alice reads her answer: idle, she no longer keeps Bob to half of
+        # the slots (the engine's 1 s grace), and his two run at once
+        time.sleep(1.5)
+        prompts = [[6000 + 97 * k + (i * 7) % 3000 for i in range(1000)]
+                   for k in range(8)]
+        with ThreadPoolExecutor(2) as pool:
+            for _, cached in pool.map(lambda p: self.turn(bob, p), prompts):
+                self.assertEqual(cached, 0)
+        m = alice.metrics()
+        self.assertEqual(metric_sum(m, 'gpt2d_kv_accounts{tier="ram"}'), 2)
+        self.assertEqual(metric_sum(m, 'gpt2d_kv_share_blocks{tier="ram"}'), 64)
+        self.assertGreater(metric_sum(
+            m, 'gpt2d_kv_evictions_by_account_total{tier="ram",from="own"}'), 0)
+        self.assertEqual(metric_sum(
+            m, 'gpt2d_kv_evictions_by_account_total{tier="ram",'
+            'from="under_share"}'), 0)
+        prompt = history + [7, 8]
+        text, cached = self.turn(alice, prompt, session="chat")
+        self.assertEqual(cached, 500)
+        self.assertEqual(text, self.cold(alice, prompt))
+        self.stop(s)
+
+    def test_sessions_count_against_their_own_keys_quota(self):
+        """--max-sessions-per-key 1: Alice's new session while her one
+        session runs is 429 max_sessions_per_key; Bob's is not; once hers
+        is idle, the new one takes its place (the old one is forgotten, not
+        Bob's)."""
+        s = self.keyed_server("quota", ["--max-sessions-per-key", "1"],
+                              env={"GPT2D_TEST_MIN_STEP_US": "15000"})
+        alice = s.client(api_key=self.ALICE)
+        bob = s.client(api_key=self.BOB)
+        self.turn(bob, [5, 6, 7], session="bobs")
+        es = alice.open_stream("/v1/completions", {
+            "prompt": [1, 2, 3], "max_tokens": 60, "stream": True,
+            "logit_bias": NO_EOT, "session_id": "first"})
+        try:
+            events = iter(es)
+            self.assertIsNotNone(next(events, None))    # it runs
+            r = alice.post("/v1/completions", {"prompt": [4], "max_tokens": 1,
+                                               "session_id": "second"})
+            err = self.assert_error(r, 429, "session_id")
+            self.assertEqual(err["code"], "max_sessions_per_key")
+            self.assertIn("max-sessions-per-key", err["message"])
+            self.assertIn("retry-after", r.headers)
+            self.turn(bob, [8], session="bobs-2")        # Bob's own quota
+            for _ in events:
+                pass
+        finally:
+            es.close()
+        self.turn(alice, [4], session="second")
+        listed = [x["id"] for x in alice.get("/v1/sessions").json["data"]]
+        self.assertEqual(listed, ["second"])
+        listed = [x["id"] for x in bob.get("/v1/sessions").json["data"]]
+        self.assertEqual(listed, ["bobs-2"])
+        m = alice.metrics()
+        self.assertEqual(metric_sum(m, "gpt2d_kv_sessions_forgotten_total"), 2)
         self.stop(s)
 
 

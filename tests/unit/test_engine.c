@@ -943,6 +943,37 @@ START_TEST(test_engine_busy_session_is_refused)
 }
 END_TEST
 
+/* Past its session quota a caller's new session is refused only while
+ * every one of its sessions is busy; another caller's quota is its own;
+ * once one is idle, the new session takes its place. */
+START_TEST(test_engine_new_session_over_the_quota_waits_for_one_of_its_own)
+{
+    engine *e = open_engine(2, 16, 4);
+    int32_t *prompt = prompt_of(4);
+    gen_request *r = start_long(e, prompt, 4, "s");
+    gen_params p = greedy_params(prompt, 4, 2);
+    p.session_id = "t";
+    p.max_sessions = 1;
+    gen_request *refused = NULL;
+    ck_assert_int_eq(submit(e, &p, &refused), ENGINE_SESSION_QUOTA);
+    ck_assert_ptr_null(refused);
+    outcome o;
+    p.identity = caller(2, 2);
+    run(e, &p, &o);
+    gen_request_cancel(r);
+    wait_finished(r);
+    gen_request_release(r);
+    p.identity = TEST_CALLER;
+    run(e, &p, &o);
+    engine_session_info info[2];
+    ck_assert_uint_eq(engine_sessions(e, TEST_CALLER.owner, info, 2), 1);
+    ck_assert_str_eq(info[0].kv.id, "t");
+    ck_assert_uint_eq(engine_get_stats(e).kv.sessions_forgotten, 1);
+    engine_destroy(e);
+    free(prompt);
+}
+END_TEST
+
 START_TEST(test_engine_sessions_belong_to_their_owner)
 {
     engine *e = open_engine(2, 16, 4);
@@ -1674,6 +1705,7 @@ static Suite *engine_suite(void)
     tcase_add_test(cache, test_engine_reuses_longest_prefix_without_session);
     tcase_add_test(cache, test_engine_keeps_sessions_past_the_slots_until_memory_runs_short);
     tcase_add_test(cache, test_engine_busy_session_is_refused);
+    tcase_add_test(cache, test_engine_new_session_over_the_quota_waits_for_one_of_its_own);
     tcase_add_test(cache, test_engine_prompts_sharing_a_context_compute_it_once);
     tcase_add_test(cache, test_engine_sessions_belong_to_their_owner);
     tcase_add_test(cache, test_engine_session_of_a_cancelled_request_is_free_again);

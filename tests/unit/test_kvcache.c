@@ -81,15 +81,25 @@ static void assert_cache_holds(kv_cache *c, size_t seq, const int32_t *tokens)
             }
 }
 
+static kv_begin_status begin_quota(kv_cache *c, const kv_identity *id,
+                                   const char *session, size_t max_sessions,
+                                   const int32_t *prompt, size_t n,
+                                   size_t max_total, size_t *seq,
+                                   size_t *reused)
+{
+    kv_begin b = { .who = id, .session = session,
+                   .max_sessions = max_sessions, .prompt = prompt,
+                   .n_prompt = n, .max_total = max_total, .n_seq = 1,
+                   .reuse = true, .now = 0 };
+    return kvcache_seq_begin(c, &b, seq, reused);
+}
+
 static kv_begin_status begin(kv_cache *c, const kv_identity *id,
                              const char *session, const int32_t *prompt,
                              size_t n, size_t max_total, size_t *seq,
                              size_t *reused)
 {
-    kv_begin b = { .who = id, .session = session, .prompt = prompt,
-                   .n_prompt = n, .max_total = max_total, .n_seq = 1,
-                   .reuse = true, .now = 0 };
-    return kvcache_seq_begin(c, &b, seq, reused);
+    return begin_quota(c, id, session, 0, prompt, n, max_total, seq, reused);
 }
 
 /* Begins, computes the prompt's uncached part and `extra` generated tokens
@@ -387,12 +397,23 @@ START_TEST(test_twin_blocks_are_kept_once)
 }
 END_TEST
 
-/* A long random workload: the counters always add up, reservations cover
- * what sequences take, and every reused position holds its own token's
- * K/V. */
+static void assert_audit(const kv_cache *c)
+{
+    char why[256];
+    ck_assert_msg(kvcache_audit(c, why, sizeof why), "%s", why);
+}
+
+/* A long random workload of three accounts — sessions under a quota of 2,
+ * now and then a session deleted, a quarter of the requests in one domain
+ * every account shares (as with --global-prefix-cache): the counters always
+ * add up (per account too, recounted after every operation), reservations
+ * cover what sequences take, and every reused position holds its own
+ * token's K/V.  (Quick: 1,000 steps still reuse, evict from every kind of
+ * account and forget sessions.) */
 START_TEST(test_random_workload_keeps_every_invariant)
 {
-    kv_cache *c = open_cache(10, 3);
+    const size_t n_blocks = 12;
+    kv_cache *c = open_cache(n_blocks, 3);
     uint64_t rng = 12345;
     int32_t prompts[6][64];
     for (size_t p = 0; p < 6; p++)
@@ -400,16 +421,30 @@ START_TEST(test_random_workload_keeps_every_invariant)
             prompts[p][i] = (int32_t)(p < 3 ? i : i + 100 * p) + 1;
     size_t live[3], n_live = 0;
     int32_t *live_tokens[3];
-    size_t live_target[3], reuses = 0;
-    for (int step = 0; step < (int)test_count(4000, 400); step++) {
+    size_t live_target[3], reuses = 0, deletes = 0;
+    for (int step = 0; step < (int)test_count(4000, 1000); step++) {
         rng = rng * 6364136223846793005ULL + 1442695040888963407ULL;
         unsigned r = (unsigned)(rng >> 33);
-        if (n_live < 3 && r % 3 == 0) {
+        if (r % 11 == 0) {
+            kv_identity id = who((uint8_t)(1 + r / 11 % 3), 0);
+            deletes += kvcache_session_delete(c, id.owner, "s1") == 0;
+        } else if (n_live < 3 && r % 3 == 0) {
             size_t p = r / 3 % 6, n = 1 + r / 18 % 40, extra = r / 720 % 20;
-            kv_identity id = who(1, (uint8_t)(r / 14400 % 2));
+            uint8_t account = (uint8_t)(1 + r / 14400 % 3);
+            kv_identity id = r / 43200 % 4 == 0
+                ? who(9, 9)
+                : who(account, account);
+            uint8_t tag[SHA256_BYTES];
+            memset(tag, account, sizeof tag);
+            const char *sessions[] = { "s0", "s1", "s2", NULL, NULL, NULL,
+                                       NULL, NULL, NULL, NULL, NULL, NULL };
+            kv_begin b = { .who = &id, .account = tag,
+                           .session = sessions[r / 1382400 % 12],
+                           .max_sessions = 2, .prompt = prompts[p],
+                           .n_prompt = n, .max_total = n + extra, .n_seq = 1,
+                           .reuse = true, .now = step };
             size_t seq, reused;
-            kv_begin_status st = begin(c, &id, NULL, prompts[p], n, n + extra,
-                                       &seq, &reused);
+            kv_begin_status st = kvcache_seq_begin(c, &b, &seq, &reused);
             if (st == KV_BEGUN) {
                 ck_assert_uint_lt(reused, n);
                 reuses += reused > 0;
@@ -427,19 +462,33 @@ START_TEST(test_random_workload_keeps_every_invariant)
                 compute(c, seq, live_tokens[i] + len, 1);
             else {
                 assert_cache_holds(c, seq, live_tokens[i]);
-                kvcache_seq_end(c, seq, 0);
+                kvcache_seq_end(c, seq, step);
                 live[i] = live[--n_live];
                 live_tokens[i] = live_tokens[n_live];
                 live_target[i] = live_target[n_live];
             }
         }
         kv_stats st = kvcache_stats(c);
-        ck_assert_uint_eq(st.blocks_free + st.blocks_cached + st.blocks_in_use, 10);
+        ck_assert_uint_eq(st.blocks_free + st.blocks_cached + st.blocks_in_use, n_blocks);
         ck_assert_uint_le(st.blocks_reserved, st.blocks_free + st.blocks_cached);
+        assert_audit(c);
+        size_t charged = 0;
+        for (uint8_t account = 1; account <= 3; account++) {
+            uint8_t tag[SHA256_BYTES];
+            memset(tag, account, sizeof tag);
+            charged += kvcache_account_blocks(c, tag);
+        }
+        ck_assert_uint_eq(charged, n_blocks - st.blocks_free);
     }
-    /* the workload did reuse, and did evict */
+    /* the workload did reuse, evict (from every kind of account), take
+     * sessions over their quota and delete some */
+    kv_stats st = kvcache_stats(c);
     ck_assert_uint_gt(reuses, 10);
-    ck_assert_uint_gt(kvcache_stats(c).evictions, 10);
+    ck_assert_uint_gt(st.evictions, 10);
+    for (int k = 0; k < KV_EVICTED_KINDS; k++)
+        ck_assert_uint_gt(st.evicted[k], 0);
+    ck_assert_uint_gt(st.sessions_forgotten, 0);
+    ck_assert_uint_gt(deletes, 0);
     kvcache_free(c);
 }
 END_TEST
@@ -464,6 +513,262 @@ START_TEST(test_a_request_as_large_as_the_cache_always_begins_when_idle)
     assert_cache_holds(c, seq, u);
     kvcache_seq_end(c, seq, 0);
     kvcache_free(c);
+}
+END_TEST
+
+/* ---- accounts: fair shares of memory, sessions per account ---- */
+
+static bool listed(kv_cache *c, const kv_identity *id, const char *session)
+{
+    kv_session_info info[8];
+    size_t n = kvcache_sessions(c, id->owner, info, 8);
+    for (size_t i = 0; i < n && i < 8; i++)
+        if (strcmp(info[i].id, session) == 0)
+            return true;
+    return false;
+}
+
+/* Finding 4 of the attack pass: another key's requests evicted a session's
+ * history.  Account B's sessions, each as large as the free memory, churn
+ * the cache five times over; account A's session (3 blocks, under its
+ * share of 8 / 2) keeps every block, and B's churn evicts only B's. */
+START_TEST(test_another_accounts_churn_cannot_evict_an_account_below_its_share)
+{
+    kv_cache *c = open_cache(8, 2);
+    kv_identity a = who(1, 1), b = who(2, 2);
+    int32_t mine[64], theirs[64];
+    fill(mine, 64, 10);
+    run(c, &a, "mine", mine, 40, 0);
+    ck_assert_uint_eq(kvcache_account_blocks(c, a.owner), 3);
+    for (int k = 0; k < 13; k++) {
+        char id[16];
+        snprintf(id, sizeof id, "b%d", k);
+        fill(theirs, 64, 1000 * (k + 1));
+        ck_assert_uint_eq(run(c, &b, id, theirs, 48, 0), 0);
+        assert_audit(c);
+        ck_assert_uint_eq(kvcache_account_blocks(c, a.owner), 3);
+    }
+    kv_stats st = kvcache_stats(c);
+    ck_assert_uint_eq(st.accounts, 2);
+    ck_assert_uint_eq(st.share_blocks, 4);
+    ck_assert_uint_gt(st.evicted[KV_EVICTED_OWN], 30);
+    ck_assert_uint_eq(st.evicted[KV_EVICTED_OVER_SHARE], 0);
+    ck_assert_uint_eq(st.evicted[KV_EVICTED_UNDER_SHARE], 0);
+    ck_assert_uint_eq(run(c, &a, "mine", mine, 45, 0), 40);
+    kvcache_free(c);
+}
+END_TEST
+
+/* The same by concurrency: beside a sequence of its own, an account
+ * begins another only if it fits without the other accounts' cached
+ * blocks within their share; its first one may take anything not in use,
+ * so a request as large as the cache still runs. */
+START_TEST(test_a_second_sequence_of_an_account_waits_rather_than_evict_another_share)
+{
+    kv_cache *c = open_cache(8, 3);
+    kv_identity a = who(1, 1), b = who(2, 2);
+    int32_t mine[64], t1[64], t2[64], t3[64];
+    fill(mine, 64, 10);
+    fill(t1, 64, 1000);
+    fill(t2, 64, 2000);
+    fill(t3, 64, 3000);
+    run(c, &a, "mine", mine, 40, 0);        /* 3 cached blocks */
+    size_t s1, s2, reused;
+    ck_assert_int_eq(begin(c, &b, NULL, t1, 16, 64, &s1, &reused), KV_BEGUN);
+    /* 2 more would need one of A's 3: it waits; 1 more fits */
+    ck_assert_int_eq(begin(c, &b, NULL, t2, 16, 32, &s2, &reused), KV_NO_MEMORY);
+    ck_assert_int_eq(begin(c, &b, NULL, t3, 4, 16, &s2, &reused), KV_BEGUN);
+    compute(c, s1, t1, 64);
+    compute(c, s2, t3, 16);
+    assert_audit(c);
+    kvcache_seq_end(c, s2, 0);
+    kvcache_seq_end(c, s1, 0);
+    ck_assert_uint_eq(run(c, &a, "mine", mine, 41, 0), 40);
+    ck_assert_uint_eq(kvcache_stats(c).evicted[KV_EVICTED_UNDER_SHARE], 0);
+    /* alone, B may take the whole cache: n = 2 growing to 64 is 8 blocks,
+     * and A's go too */
+    size_t seqs[2];
+    kv_begin wide = { .who = &b, .prompt = t2, .n_prompt = 4, .max_total = 64,
+                      .n_seq = 2, .reuse = true };
+    ck_assert_int_eq(kvcache_seq_begin(c, &wide, seqs, &reused), KV_BEGUN);
+    compute(c, seqs[0], t2, 4);
+    kvcache_seq_fork(c, seqs[0], seqs[1]);
+    compute(c, seqs[0], t2 + 4, 60);
+    compute(c, seqs[1], t1 + 4, 60);       /* another sample: no twin */
+    assert_audit(c);
+    ck_assert_uint_eq(kvcache_account_blocks(c, b.owner), 8);
+    ck_assert_uint_eq(kvcache_account_blocks(c, a.owner), 0);
+    ck_assert_uint_eq(kvcache_stats(c).evicted[KV_EVICTED_UNDER_SHARE], 3);
+    kvcache_seq_end(c, seqs[0], 0);
+    kvcache_seq_end(c, seqs[1], 0);
+    kvcache_free(c);
+}
+END_TEST
+
+/* An account over its share loses its own blocks first, least recently
+ * used and plain prefixes before its session, while another account's
+ * older blocks stay. */
+START_TEST(test_eviction_takes_from_the_largest_account_in_its_lru_order)
+{
+    kv_cache *c = open_cache(8, 2);
+    kv_identity a = who(1, 1), b = who(2, 2);
+    int32_t old[64], p1[64], p2[64], s[64], fresh[64];
+    fill(old, 64, 100);
+    fill(p1, 64, 200);
+    fill(p2, 64, 300);
+    fill(s, 64, 400);
+    fill(fresh, 64, 500);
+    run(c, &b, NULL, old, 17, 0);           /* B: 2 blocks, the oldest */
+    run(c, &a, "chat", s, 32, 0);           /* A: 6 blocks */
+    run(c, &a, NULL, p1, 32, 0);
+    run(c, &a, NULL, p2, 32, 0);
+    ck_assert_uint_eq(kvcache_stats(c).blocks_free, 0);
+    /* B needs 2: both from A (6 against 2), A's least recently used plain
+     * prefix */
+    run(c, &b, NULL, fresh, 32, 0);
+    kv_stats st = kvcache_stats(c);
+    ck_assert_uint_eq(st.evictions, 2);
+    ck_assert_uint_eq(st.evicted[KV_EVICTED_OVER_SHARE], 2);
+    ck_assert_uint_eq(kvcache_account_blocks(c, a.owner), 4);
+    kv_session_info info;
+    ck_assert_uint_eq(kvcache_sessions(c, a.owner, &info, 1), 1);
+    ck_assert_uint_eq(info.n_ram, 32);
+    ck_assert_uint_eq(run(c, &b, NULL, old, 17, 0), 16);
+    ck_assert_uint_eq(run(c, &a, NULL, p2, 33, 0), 32);
+    ck_assert_uint_eq(run(c, &a, NULL, p1, 32, 0), 0);
+    assert_audit(c);
+    kvcache_free(c);
+}
+END_TEST
+
+/* A turn of `session` under a quota of `max_sessions`, a second after
+ * the one before: its reuse. */
+static size_t turn(kv_cache *c, const kv_identity *id, const char *session,
+                   size_t max_sessions, const int32_t *tokens, size_t n)
+{
+    static double now;
+    size_t seq, reused;
+    ck_assert_int_eq(begin_quota(c, id, session, max_sessions, tokens, n, n,
+                                 &seq, &reused), KV_BEGUN);
+    compute(c, seq, tokens + reused, n - reused);
+    kvcache_seq_end(c, seq, ++now);
+    return reused;
+}
+
+/* Sessions per account: beyond its quota an account forgets its own least
+ * recently used idle session (its blocks stay: the next turn still finds
+ * them); with every one busy, the new one is refused; and a full table
+ * takes from the account with the most records, never one under it. */
+START_TEST(test_sessions_are_counted_per_account)
+{
+    kv_cache *c = open_cache(4, 3);         /* 4 session records */
+    kv_identity a = who(1, 1), b = who(2, 2);
+    int32_t t[64];
+    fill(t, 64, 10);
+    size_t seq, reused, s1, s2;
+    turn(c, &b, "b1", 2, t, 4);
+    turn(c, &a, "a1", 2, t, 4);
+    turn(c, &a, "a2", 2, t, 4);
+    turn(c, &a, "a3", 2, t, 4);
+    /* a1 is forgotten for a3: A's own, least recently used */
+    ck_assert(!listed(c, &a, "a1"));
+    ck_assert(listed(c, &a, "a2") && listed(c, &a, "a3") && listed(c, &b, "b1"));
+    ck_assert_uint_eq(kvcache_stats(c).sessions_forgotten, 1);
+    ck_assert(!kvcache_session_known(c, a.owner, "a1"));
+    ck_assert(kvcache_session_known(c, a.owner, "a3"));
+    /* its history stays cached: a returning a1 finds it (and a2 goes) */
+    ck_assert_uint_eq(turn(c, &a, "a1", 2, t, 10), 4);
+    ck_assert(!listed(c, &a, "a2"));
+    assert_audit(c);
+    /* A's two sessions busy: a third is refused, a known one is not */
+    ck_assert_int_eq(begin_quota(c, &a, "a3", 2, t, 4, 4, &s1, &reused), KV_BEGUN);
+    ck_assert_int_eq(begin_quota(c, &a, "a1", 2, t, 4, 4, &s2, &reused), KV_BEGUN);
+    ck_assert_int_eq(begin_quota(c, &a, "a4", 2, t, 4, 4, &seq, &reused),
+                     KV_SESSION_QUOTA);
+    kvcache_seq_end(c, s1, 0);
+    kvcache_seq_end(c, s2, 0);
+    kvcache_free(c);
+    /* a full table (4 records) takes from the account with the most: A's
+     * least recently used for B's second session, not B's older b1 */
+    c = open_cache(4, 3);
+    turn(c, &b, "b1", 0, t, 4);
+    turn(c, &a, "a1", 0, t, 4);
+    turn(c, &a, "a2", 0, t, 4);
+    turn(c, &a, "a3", 0, t, 4);
+    turn(c, &b, "b2", 0, t, 4);
+    ck_assert(listed(c, &b, "b1") && listed(c, &b, "b2") && !listed(c, &a, "a1"));
+    /* at two each, B's third is B's own to make room for */
+    turn(c, &b, "b3", 0, t, 4);
+    ck_assert(listed(c, &a, "a2") && listed(c, &a, "a3") && !listed(c, &b, "b1"));
+    ck_assert_uint_eq(kvcache_stats(c).sessions_forgotten, 2);
+    assert_audit(c);
+    kvcache_free(c);
+}
+END_TEST
+
+/* The disk tier shares its budget alike: account B's churn of session
+ * blocks (20 files into room for 6) leaves account A's 2 files, under its
+ * share of 3, and keeps B's most recent. */
+START_TEST(test_another_accounts_churn_cannot_evict_an_account_below_its_disk_share)
+{
+    char dir[] = "/tmp/gpt2d-test-kvdisk-XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    const size_t block_bytes = kvcache_block_bytes(&cfg, false);
+    kv_disk_config dc = { .dir = dir, .max_bytes = 6 * (256 + block_bytes),
+                          .block_bytes = block_bytes, .fingerprint = fingerprint,
+                          .write_queue = 4 };
+    kv_disk *d = NULL;
+    gpt2d_error err;
+    ck_assert_msg(kvdisk_open(&d, &dc, &err) == 0, "%s", err.message);
+    char *data = calloc(1, block_bytes);
+    ck_assert_ptr_nonnull(data);
+    uint8_t tag_a[KV_ACCOUNT_BYTES], tag_b[KV_ACCOUNT_BYTES], root[SHA256_BYTES];
+    memset(tag_a, 1, sizeof tag_a);
+    memset(tag_b, 2, sizeof tag_b);
+    memset(root, 7, sizeof root);
+    for (int k = 0; k < 22; k++) {
+        /* blocks of distinct roots: each one a leaf */
+        kv_block_meta m = { .n_filled = B, .session = true };
+        root[0] = (uint8_t)k;
+        memcpy(m.parent_key, root, SHA256_BYTES);
+        memcpy(m.chain, root, SHA256_BYTES);
+        m.chain[1] ^= 0xff;
+        memset(m.domain, k < 2 ? 1 : 2, SHA256_BYTES);
+        memcpy(m.account, k < 2 ? tag_a : tag_b, KV_ACCOUNT_BYTES);
+        fill(m.tokens, B, 100 * k);
+        kvdisk_put(d, &m, data, true);
+        kvdisk_flush(d);
+    }
+    kv_disk_stats st = kvdisk_stats(d);
+    ck_assert_uint_eq(st.blocks, 6);
+    ck_assert_uint_eq(st.accounts, 2);
+    ck_assert_uint_eq(st.share_blocks, 3);
+    ck_assert_uint_eq(kvdisk_account_blocks(d, tag_a), 2);
+    ck_assert_uint_eq(kvdisk_account_blocks(d, tag_b), 4);
+    ck_assert_uint_eq(st.evicted[KV_EVICTED_OWN], 16);
+    ck_assert_uint_eq(st.evicted[KV_EVICTED_UNDER_SHARE], 0);
+    /* A's two are there, and of B's the four written last */
+    for (int k = 0; k < 22; k++) {
+        int32_t want[B];
+        fill(want, B, 100 * k);
+        uint8_t domain[SHA256_BYTES];
+        memset(domain, k < 2 ? 1 : 2, sizeof domain);
+        root[0] = (uint8_t)k;
+        size_t shared;
+        kv_block_meta m;
+        long e = kvdisk_best_child(d, root, domain, want, B, &shared, &m);
+        ck_assert_msg((e >= 0) == (k < 2 || k >= 18), "block %d", k);
+    }
+    kvdisk_close(d);
+    /* a restart charges the files to the accounts their headers name */
+    ck_assert_int_eq(kvdisk_open(&d, &dc, &err), 0);
+    ck_assert_uint_eq(kvdisk_account_blocks(d, tag_a), 2);
+    ck_assert_uint_eq(kvdisk_account_blocks(d, tag_b), 4);
+    kvdisk_close(d);
+    free(data);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    ck_assert_int_eq(system(cmd), 0);
 }
 END_TEST
 
@@ -510,6 +815,11 @@ int main(void)
     tcase_add_test(tc, test_create_refuses_a_budget_below_one_context);
     tcase_add_test(tc, test_a_request_as_large_as_the_cache_always_begins_when_idle);
     tcase_add_test(tc, test_blocks_needed_counts_what_siblings_share);
+    tcase_add_test(tc, test_another_accounts_churn_cannot_evict_an_account_below_its_share);
+    tcase_add_test(tc, test_a_second_sequence_of_an_account_waits_rather_than_evict_another_share);
+    tcase_add_test(tc, test_eviction_takes_from_the_largest_account_in_its_lru_order);
+    tcase_add_test(tc, test_sessions_are_counted_per_account);
+    tcase_add_test(tc, test_another_accounts_churn_cannot_evict_an_account_below_its_disk_share);
     suite_add_tcase(s, tc);
     return test_run_suite(s);
 }

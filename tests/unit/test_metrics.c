@@ -250,6 +250,26 @@ static bool has_series(const scrape *sc, const char *name)
     return false;
 }
 
+/* Each of the n (name, type) families is in the scrape, with that type. */
+static void assert_families(scrape *sc, const char *const families[][2],
+                            size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        family *f = find_family(sc, families[i][0]);
+        ck_assert_msg(f != NULL, "no family %s", families[i][0]);
+        ck_assert_str_eq(f->type, families[i][1]);
+    }
+}
+
+static bool has_labelled(const scrape *sc, const char *name, const char *labels)
+{
+    for (size_t i = 0; i < sc->n_samples; i++)
+        if (strcmp(sc->samples[i].name, name) == 0 &&
+            strcmp(sc->samples[i].labels, labels) == 0)
+            return true;
+    return false;
+}
+
 static double delta(const scrape *before, const scrape *after, const char *name,
                     const char *labels)
 {
@@ -328,11 +348,7 @@ START_TEST(test_render_is_valid_exposition_text)
         { "gpt2d_kv_sessions", "gauge" },
         { "gpt2d_kv_evictions_total", "counter" },
     };
-    for (size_t i = 0; i < sizeof families / sizeof families[0]; i++) {
-        family *f = find_family(sc, families[i][0]);
-        ck_assert_msg(f != NULL, "no family %s", families[i][0]);
-        ck_assert_str_eq(f->type, families[i][1]);
-    }
+    assert_families(sc, families, sizeof families / sizeof families[0]);
     check_histogram_shape(sc, "gpt2d_time_to_first_token_seconds");
     check_histogram_shape(sc, "gpt2d_inter_token_latency_seconds");
     check_histogram_shape(sc, "gpt2d_batch_rows");
@@ -390,6 +406,50 @@ START_TEST(test_disk_tier_series_report_its_stats)
     ck_assert_double_eq(value_of(sc, "gpt2d_kv_disk_errors_total", "op=\"read\""), 12);
     ck_assert_double_eq(value_of(sc, "gpt2d_kv_disk_foreign_files", ""), 13);
     ck_assert_double_eq(value_of(sc, "gpt2d_kv_disk_slower_total", ""), 2);
+    free(sc);
+}
+END_TEST
+
+/* How the KV tiers are shared between accounts: per tier, and the disk's
+ * series only with a disk tier. */
+START_TEST(test_kv_sharing_series_report_each_tier)
+{
+    metrics_gauges st = { .slots_total = 1,
+                          .kv_share = { .accounts = 3, .share_blocks = 85,
+                                        .evicted_own = 1, .evicted_over = 2,
+                                        .evicted_under = 3 },
+                          .kv_sessions_forgotten = 4 };
+    scrape *sc = scrape_new();
+    scrape_now(sc, &st);
+    static const char *const families[][2] = {
+        { "gpt2d_kv_accounts", "gauge" },
+        { "gpt2d_kv_share_blocks", "gauge" },
+        { "gpt2d_kv_evictions_by_account_total", "counter" },
+        { "gpt2d_kv_sessions_forgotten_total", "counter" },
+    };
+    assert_families(sc, families, sizeof families / sizeof families[0]);
+    const char *name = "gpt2d_kv_evictions_by_account_total";
+    ck_assert_double_eq(value_of(sc, "gpt2d_kv_accounts", "tier=\"ram\""), 3);
+    ck_assert_double_eq(value_of(sc, "gpt2d_kv_share_blocks", "tier=\"ram\""), 85);
+    ck_assert_double_eq(value_of(sc, name, "tier=\"ram\",from=\"own\""), 1);
+    ck_assert_double_eq(value_of(sc, name, "tier=\"ram\",from=\"over_share\""), 2);
+    ck_assert_double_eq(value_of(sc, name, "tier=\"ram\",from=\"under_share\""), 3);
+    ck_assert_double_eq(value_of(sc, "gpt2d_kv_sessions_forgotten_total", ""), 4);
+    ck_assert(!has_labelled(sc, "gpt2d_kv_accounts", "tier=\"disk\""));
+    ck_assert(!has_labelled(sc, name, "tier=\"disk\",from=\"own\""));
+    free(sc);
+    st.kv_disk = true;
+    st.disk.share = (metrics_kv_share){ .accounts = 2, .share_blocks = 500,
+                                        .evicted_own = 5, .evicted_over = 6,
+                                        .evicted_under = 7 };
+    sc = scrape_new();
+    scrape_now(sc, &st);
+    ck_assert_double_eq(value_of(sc, "gpt2d_kv_accounts", "tier=\"disk\""), 2);
+    ck_assert_double_eq(value_of(sc, "gpt2d_kv_share_blocks", "tier=\"disk\""), 500);
+    ck_assert_double_eq(value_of(sc, name, "tier=\"disk\",from=\"own\""), 5);
+    ck_assert_double_eq(value_of(sc, name, "tier=\"disk\",from=\"over_share\""), 6);
+    ck_assert_double_eq(value_of(sc, name, "tier=\"disk\",from=\"under_share\""), 7);
+    ck_assert_double_eq(value_of(sc, "gpt2d_kv_accounts", "tier=\"ram\""), 3);
     free(sc);
 }
 END_TEST
@@ -674,6 +734,7 @@ static Suite *metrics_suite(void)
     tcase_add_test(render, test_gauges_report_engine_stats);
     tcase_add_test(render, test_gauges_absent_without_engine_stats);
     tcase_add_test(render, test_disk_tier_series_report_its_stats);
+    tcase_add_test(render, test_kv_sharing_series_report_each_tier);
     suite_add_tcase(s, render);
 
     TCase *counts = tcase_create("counts");
