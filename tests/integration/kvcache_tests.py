@@ -113,8 +113,18 @@ class Restart(CacheCase):
         m = s.client().metrics()
         self.assertGreater(metric_sum(m, "gpt2d_kv_disk_writes_total"), 0)
         # where each history is: 43 tokens (40 + 3 generated ones fed back),
-        # the oldest users' on disk, the newest in RAM
-        listed = {x["id"]: x for x in s.client().get("/v1/sessions").json["data"]}
+        # the oldest users' on disk, the newest in RAM -- once the I/O
+        # thread has written what eviction queued (on a loaded machine it
+        # can trail the last request)
+        def where():
+            data = s.client().get("/v1/sessions").json["data"]
+            listed = {x["id"]: x for x in data}
+            done = len(listed) == 6 and all(
+                x["cached"]["ram"] + x["cached"]["disk"] == 43
+                for x in listed.values())
+            return listed if done else None
+        listed = wait_for(where, 10) or \
+            {x["id"]: x for x in s.client().get("/v1/sessions").json["data"]}
         for u in range(6):
             x = listed["u%d" % u]
             self.assertEqual(x["n_tokens"], 43, x)
@@ -240,6 +250,9 @@ class Faults(CacheCase):
             prompt = history(u) + [3]
             text, _ = self.turn(c, prompt, session="u%d" % u)
             self.assertEqual(text, self.cold(c, prompt), u)
+        # a block counts on disk from its queueing until its write fails:
+        # wait for the I/O thread to try every queued write
+        wait_for(lambda: metric_sum(c.metrics(), "gpt2d_kv_disk_blocks") == 0, 10)
         m = c.metrics()
         self.assertGreater(metric_sum(m, 'gpt2d_kv_disk_errors_total{op="write"}'), 0)
         self.assertEqual(metric_sum(m, "gpt2d_kv_disk_blocks"), 0)
