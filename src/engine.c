@@ -126,6 +126,7 @@ struct gen_request {
     gen_token *prompt_scores;   /* [n_prompt] when score_prompt; shown to
                                    readers once complete */
     gen_usage usage;
+    double queued_seconds;      /* from submit to admission; -1 before */
     size_t n_finished;
     seq_state *seqs;            /* [n_seq] */
 };
@@ -278,6 +279,7 @@ static gen_request *request_create(engine *e, const gen_params *p)
      * sequences; otherwise the sampler can skip its log-sum-exp pass. */
     r->sampling.skip_logprob = !p->logprobs && r->n_seq == 1;
     r->usage.prompt_tokens = p->n_prompt;
+    r->queued_seconds = -1.0;
     r->t_submit = monotonic_seconds();
     r->prompt = malloc(p->n_prompt * sizeof *r->prompt);
     r->seqs = calloc(r->n_seq, sizeof *r->seqs);
@@ -393,6 +395,11 @@ const gen_output *gen_request_output(const gen_request *r, size_t sequence)
 bool gen_request_finished(const gen_request *r)
 {
     return r->n_finished == r->n_seq;
+}
+
+double gen_request_queued_seconds(const gen_request *r)
+{
+    return r->queued_seconds;
 }
 
 gen_usage gen_request_usage(const gen_request *r)
@@ -759,6 +766,9 @@ static void admit(engine *e, double now)
         metrics_add_prompt_tokens(r->n_prompt);
         queue_remove(e, i);
         e->running[e->n_running++] = r;
+        gen_request_lock(r);
+        r->queued_seconds = now - r->t_submit;
+        gen_request_unlock(r);
         caller_state *c = caller_find(e, r->account);
         if (c->vtime > e->vclock)
             e->vclock = c->vtime;
@@ -1440,6 +1450,13 @@ void engine_destroy(engine *e)
 size_t engine_kv_blocks(const engine *e)
 {
     return e->kv_blocks;
+}
+
+void engine_caller_defaults(const engine *e, size_t *max_seqs,
+                            size_t *max_queued)
+{
+    *max_seqs = e->cfg.max_seqs_per_caller;
+    *max_queued = e->cfg.max_queued_per_caller;
 }
 
 /* Requests of `account` waiting in the queue. */

@@ -111,6 +111,7 @@ typedef struct http_request {
     int status;
     api_caller caller;          /* who sent it (set by early_checks) */
     char request_id[REQUEST_ID_MAX + 1];    /* "" until settled: request_id() */
+    bool authorized;            /* `caller` is set */
     api_response resp;
     atomic_int refs;
 } http_request;
@@ -770,6 +771,7 @@ static bool early_checks(http_request *hr, enum MHD_Result *rc)
                          "missing or incorrect API key: send Authorization: Bearer KEY");
         return true;
     }
+    hr->authorized = r->id != ROUTE_HEALTH && r->id != ROUTE_STATIC;
     const char *cl = MHD_lookup_connection_value(hr->conn, MHD_HEADER_KIND,
                                                  MHD_HTTP_HEADER_CONTENT_LENGTH);
     if (cl != NULL && strtoull(cl, NULL, 10) > srv->cfg->max_body_bytes) {
@@ -1023,6 +1025,8 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     }
     int status = hr->status != 0 ? hr->status : 499;
     metrics_request_done(hr->route->label, status);
+    if (hr->authorized)
+        metrics_key_request(hr->caller.metrics_key);
     /* Routes with an id in the path are logged by their pattern: a session
      * id is the key to a conversation's cache and has no place in a log. */
     log_info("%s %s %d %.1fms prompt_tokens=%zu completion_tokens=%zu request_id=%s",

@@ -126,6 +126,12 @@ static const option_spec options[] = {
       "half of --max-queue (at least 1)", 1, 1000000, false,
       "Requests one key may have waiting for a slot; beyond this, 429 "
       "(code max_queued_per_key) at once." },
+    { "tokens-per-minute-per-key", 0, OPT_COUNT, FIELD(tokens_per_minute_per_key),
+      "N", "0", NULL, 0, 1000000000000ULL, false,
+      "Each API key's (or client address's) token budget: prompt tokens plus "
+      "n x max_tokens are charged when a completion starts, the unused part "
+      "given back when it ends, and the budget refills at N a minute, up to "
+      "N; beyond it, 429 (code token_budget). 0: no budget." },
     { "prefill-share", 0, OPT_UINT, FIELD(prefill_share), "PERCENT", "50", NULL, 1, 100,
       false, "While another caller's sequences are generating, the most of the "
       "engine's time that a caller's prompt processing (prefill) may take, so "
@@ -328,6 +334,7 @@ static int bad_value(const option_spec *o, const char *where, const char *value,
     case OPT_MATMUL:
         return error_set(err, "%s: '%s' is not a matmul backend (auto, panels, "
                          "blas)", where, value);
+
     default:
         return error_set(err, "%s: bad value '%s'", where, value);
     }

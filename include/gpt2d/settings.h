@@ -42,6 +42,8 @@ typedef struct settings {
                                  * active; 0 (default): half of --slots */
     size_t max_queued_per_key;  /* --max-queued-per-key; 0 (default): half
                                  * of --max-queue */
+    size_t tokens_per_minute_per_key; /* --tokens-per-minute-per-key: each
+                                 * caller's token budget; 0 (default): none */
     unsigned prefill_share;     /* --prefill-share percent, default 50 */
     unsigned step_cost;         /* --step-cost percent of a decode step, 0: off */
     size_t max_stop_bytes;      /* --max-stop-bytes per stop string, default 256 */
