@@ -36,6 +36,7 @@
 #include <strings.h>
 #include <unistd.h>
 
+#include "gpt2d/addr_list.h"
 #include "gpt2d/dtype.h"
 #include "gpt2d/log.h"
 
@@ -46,6 +47,8 @@
 typedef enum opt_type {
     OPT_PATH,           /* string, must not be empty */
     OPT_OPTIONAL_PATH,  /* string; empty means "none" */
+    OPT_ADDR_LIST,      /* string of addresses and CIDR blocks (addr_list.h);
+                         * empty means none */
     OPT_PORT,           /* unsigned, 0..65535 */
     OPT_COUNT,          /* size_t, min..max */
     OPT_BYTES,          /* size_t with optional k/M/G suffix, min..max */
@@ -174,6 +177,12 @@ static const option_spec options[] = {
       "JSON file of the chat template: how /v1/chat/completions writes messages "
       "into one prompt (each role's prefix and suffix) and the stop strings "
       "that end a reply; checked at start-up." },
+    { "trusted-proxy", 0, OPT_ADDR_LIST, FIELD(trusted_proxy), "LIST", NULL, NULL, 0,
+      0, false,
+      "Addresses and CIDR blocks of proxies (comma-separated) whose "
+      "X-Forwarded-For names the client: without API keys, a request from one "
+      "of them belongs to the right-most address of that header that is not "
+      "a trusted proxy. None: the header is never read." },
     { "cors-origin", 0, OPT_OPTIONAL_PATH, FIELD(cors_origin), "ORIGIN", NULL, NULL, 0, 0,
       false, "The origin whose web pages may call the API (CORS: \"*\" for any); none: CORS off." },
     { "config", 'c', OPT_OPTIONAL_PATH, FIELD(config_file), "FILE", NULL, NULL, 0, 0, true,
@@ -352,6 +361,13 @@ static int apply_value(settings *s, const option_spec *o, const char *value,
     case OPT_OPTIONAL_PATH:
         return set_string((char **)(void *)field, value, o->type == OPT_OPTIONAL_PATH,
                           where, o, err);
+    case OPT_ADDR_LIST: {
+        addr_list l;
+        gpt2d_error why;
+        if (addr_list_parse(&l, value, &why) != 0)
+            return error_set(err, "%s: %s", where, why.message);
+        return set_string((char **)(void *)field, value, true, where, o, err);
+    }
     case OPT_PORT:
         if (!parse_number(value, o->min, o->max, &n))
             return bad_value(o, where, value, err);
@@ -687,7 +703,8 @@ void settings_free(settings *s)
     if (s == NULL)
         return;
     for (size_t i = 0; i < N_OPTIONS; i++) {
-        if (options[i].type == OPT_PATH || options[i].type == OPT_OPTIONAL_PATH) {
+        if (options[i].type == OPT_PATH || options[i].type == OPT_OPTIONAL_PATH ||
+            options[i].type == OPT_ADDR_LIST) {
             char **field = (char **)(void *)((char *)s + options[i].offset);
             free(*field);
             *field = NULL;

@@ -52,6 +52,9 @@ typedef struct settings {
     char *api_key_file;         /* --api-key-file; keys also from GPT2D_API_KEY */
     char *cors_origin;          /* --cors-origin, default none (CORS off) */
     char *chat_template;        /* --chat-template FILE; none: the built-in */
+    char *trusted_proxy;        /* --trusted-proxy: addresses and CIDR blocks
+                                 * whose X-Forwarded-For names the client
+                                 * (addr_list.h); default none */
     bool global_prefix_cache;   /* --global-prefix-cache: one isolation
                                  * domain for every client (default false) */
     char *config_file;          /* --config */

@@ -1269,6 +1269,66 @@ class KeysReload(LimitCase):
         self.assertNotIn("secret", text)
 
 
+class TrustedProxy(LimitCase):
+    """Without API keys the caller is the client's address; from a proxy in
+    --trusted-proxy, the right-most address of X-Forwarded-For that is not a
+    trusted proxy, and the header of anyone else is never read."""
+
+    NAME = "proxy"
+    ARGS = ("--slots", "2", "--threads", "1", "--trusted-proxy", "10.0.0.0/8, 127.0.0.1",
+            "--tokens-per-minute-per-key", "100")
+
+    def sessions(self, c, xff=None):
+        headers = {"X-Forwarded-For": xff} if xff is not None else None
+        r = c.get("/v1/sessions", headers=headers)
+        self.assertEqual(r.status, 200, r)
+        return [s["id"] for s in r.json["data"]]
+
+    def complete(self, c, xff, **body):
+        return c.post("/v1/completions", dict({"prompt": "Hi"}, **body),
+                      headers={"X-Forwarded-For": xff})
+
+    def test_a_trusted_proxys_client_is_the_right_most_untrusted_address(self):
+        c = self.client()
+        r = self.complete(c, "6.6.6.6, 203.0.113.7, 10.1.2.3", max_tokens=1,
+                          session_id="xff-mine")
+        self.assertEqual(r.status, 200, r)
+        self.assertIn("xff-mine", self.sessions(c, "203.0.113.7"))
+        # what the client itself put to the left is not believed
+        self.assertIn("xff-mine", self.sessions(c, "1.1.1.1, 203.0.113.7"))
+        self.assertIn("xff-mine", self.sessions(c, "9.9.9.9, 203.0.113.7, 10.9.9.9"))
+        self.assertNotIn("xff-mine", self.sessions(c, "6.6.6.6"))
+        # the proxy's own requests are the proxy's
+        self.assertNotIn("xff-mine", self.sessions(c))
+
+    def test_each_forwarded_client_has_its_own_budget(self):
+        c = self.client()
+        a, b = "198.51.100.1", "198.51.100.2"
+        self.assertEqual(self.complete(c, a, max_tokens=60, logit_bias=NO_EOT).status, 200)
+        err = self.assert_error(self.complete(c, a, max_tokens=60), 429, None)
+        self.assertEqual(err["code"], "token_budget")
+        self.assertEqual(self.complete(c, b, max_tokens=60).status, 200)
+
+    def test_an_untrusted_peers_forwarded_for_is_ignored(self):
+        srv = Server(GPT2D, TINY, WORKDIR, ["--slots", "2", "--threads", "1",
+                                            "--trusted-proxy", "10.0.0.0/8",
+                                            "--tokens-per-minute-per-key", "100"],
+                     name="proxy-untrusted").start()
+        try:
+            c = srv.client()
+            r = self.complete(c, "198.51.100.1", max_tokens=60, logit_bias=NO_EOT,
+                              session_id="spoof")
+            self.assertEqual(r.status, 200, r)
+            # every request is 127.0.0.1's, whatever the header says
+            self.assertIn("spoof", self.sessions(c, "198.51.100.2"))
+            self.assertIn("spoof", self.sessions(c))
+            self.assert_error(self.complete(c, "198.51.100.2", max_tokens=60), 429)
+        finally:
+            rc, _ = srv.stop()
+        self.assertEqual(rc, 0, srv.log_tail())
+        self.assert_clean_log(srv)
+
+
 # ---------------------------------------------------------------- input table
 
 def J(obj):
