@@ -205,7 +205,7 @@ static int run_charge(completion_run *run, api_error *e, int *retry_after)
         return 0;
     case TOKEN_BUDGET_NEVER:
         api_error_set(e, 400, "max_tokens", "this request may use %ju tokens "
-                      "(%ju prompt tokens + %zu sequences x max_tokens %zu), "
+                      "(prompt %ju + %zu x max_tokens %zu), "
                       "more than the whole token budget of this API key (or "
                       "client address), %ju tokens per minute: it can never "
                       "run; lower max_tokens or n/best_of",
@@ -220,7 +220,7 @@ static int run_charge(completion_run *run, api_error *e, int *retry_after)
     metrics_key_refused(run->caller.metrics_key, METRICS_REFUSED_TOKEN_BUDGET);
     api_error_set(e, 429, NULL, "the token budget of this API key (or client "
                   "address) is spent for now: this request may use %ju tokens "
-                  "(%ju prompt tokens + %zu sequences x max_tokens %zu), and "
+                  "(prompt %ju + %zu x max_tokens %zu), and "
                   "%ju of its %ju tokens per minute are left; retry in %u s",
                   (uintmax_t)(prompt + gen), (uintmax_t)prompt, seqs,
                   req->max_tokens, (uintmax_t)available, (uintmax_t)per_minute,

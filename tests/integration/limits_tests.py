@@ -1087,8 +1087,8 @@ class PerKeyLimits(LimitCase):
         r = c.post("/v1/completions", {"prompt": "Hello", "max_tokens": 40})
         err = self.assert_error(r, 429, None)
         self.assertEqual(err["code"], "token_budget")
-        self.assertIn("may use %d tokens (%d prompt tokens + 1 sequences x "
-                      "max_tokens 40)" % (p + 40, p), err["message"])
+        self.assertIn("may use %d tokens (prompt %d + 1 x max_tokens 40)"
+                      % (p + 40, p), err["message"])
         self.assertIn("of its 100 tokens per minute are left", err["message"])
         # seconds until p + 40 are back at 100 a minute: at most 20 tokens
         # (and a few refilled) are left, so at least ~10 s
