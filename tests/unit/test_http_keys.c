@@ -4,6 +4,7 @@
  * a reload keeps each key's account (its budget and share) and changes its
  * limits; and without keys every caller gets the configuration's limits. */
 #include <check.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -63,6 +64,16 @@ static api_caller authorize(http_keys *k, const char *header)
     return who;
 }
 
+static void assert_limits(const api_caller *who, size_t max_seqs,
+                          size_t max_queued, uint64_t tokens_per_minute,
+                          size_t metrics_key)
+{
+    ck_assert_uint_eq(who->limits.max_seqs, max_seqs);
+    ck_assert_uint_eq(who->limits.max_queued, max_queued);
+    ck_assert_uint_eq(who->limits.tokens_per_minute, tokens_per_minute);
+    ck_assert_uint_eq(who->metrics_key, metrics_key);
+}
+
 START_TEST(test_one_key_a_line_still_loads)
 {
     write_keys("# keys\n\n  sk-one  \nsk-two\r\n");
@@ -71,10 +82,7 @@ START_TEST(test_one_key_a_line_still_loads)
     api_caller who = authorize(k, "Bearer sk-one"), expect;
     api_caller_of_key(&expect, "sk-one", 6);
     ck_assert_mem_eq(who.account, expect.account, SHA256_BYTES);
-    ck_assert_uint_eq(who.limits.max_seqs, 0);
-    ck_assert_uint_eq(who.limits.max_queued, 0);
-    ck_assert_uint_eq(who.limits.tokens_per_minute, 0);
-    ck_assert_uint_eq(who.metrics_key, 0);
+    assert_limits(&who, 0, 0, 0, 0);
     authorize(k, "Bearer sk-two");
     ck_assert_int_eq(http_keys_authorize(k, "Bearer sk-three", &who), HTTP_KEYS_REFUSED);
     http_keys_free(k);
@@ -90,19 +98,13 @@ START_TEST(test_attributes_set_a_keys_name_and_limits)
     http_keys *k = load(&cfg);
     api_caller a = authorize(k, "Bearer sk-a"), b = authorize(k, "Bearer sk-b"),
                c = authorize(k, "Bearer sk-c");
-    ck_assert_uint_eq(a.limits.max_seqs, 2);
-    ck_assert_uint_eq(a.limits.max_queued, 8);
-    ck_assert_uint_eq(a.limits.tokens_per_minute, 200000);
-    ck_assert_uint_eq(a.metrics_key, metrics_key_id("alice"));
+    assert_limits(&a, 2, 8, 200000, metrics_key_id("alice"));
     ck_assert_uint_gt(a.metrics_key, 0);
     /* 0: no budget for this key, whatever the default */
     ck_assert_uint_eq(b.limits.tokens_per_minute, 0);
     ck_assert_uint_eq(b.metrics_key, metrics_key_id("bob"));
     /* what a line does not set comes from the configuration */
-    ck_assert_uint_eq(c.limits.max_seqs, 0);
-    ck_assert_uint_eq(c.limits.max_queued, 3);
-    ck_assert_uint_eq(c.limits.tokens_per_minute, 500);
-    ck_assert_uint_eq(c.metrics_key, 0);
+    assert_limits(&c, 0, 3, 500, 0);
     http_keys_free(k);
 }
 END_TEST
@@ -214,10 +216,7 @@ START_TEST(test_without_keys_every_caller_gets_the_defaults)
     api_caller who;
     memset(&who, 0xaa, sizeof who);
     ck_assert_int_eq(http_keys_authorize(k, NULL, &who), HTTP_KEYS_NONE);
-    ck_assert_uint_eq(who.limits.tokens_per_minute, 1234);
-    ck_assert_uint_eq(who.limits.max_seqs, 0);
-    ck_assert_uint_eq(who.limits.max_queued, 0);
-    ck_assert_uint_eq(who.metrics_key, 0);
+    assert_limits(&who, 0, 0, 1234, 0);
     http_keys_free(k);
 }
 END_TEST
