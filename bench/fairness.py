@@ -1,9 +1,13 @@
 #!/usr/bin/env python3
 """fairness.py — one key flooding the server, another key's experience
-(issue 19, findings 1 and 6).  Standard library only.
+(issue 19, findings 1 and 6), and a key held to its token budget.
+Standard library only.
 
 Starts gpt2d (--gpt2d, --model; default limits unless --args adds some)
-on 127.0.0.1 with two API keys, A and B, then:
+on 127.0.0.1 with three API keys in a keys file, named a, b and c, each
+line with the attributes --key-a, --key-b, --key-c give it (c: a token
+budget, tokens-per-minute=300 by default: less than a loaded 2-core
+machine generates for it at 124M, so the budget binds), then:
 
   flood    Key A runs --flooders closed-loop clients, each sending the most
            expensive request it is allowed, over and over:
@@ -18,6 +22,18 @@ on 127.0.0.1 with two API keys, A and B, then:
            again while three clients of key A send fresh --prompt-tokens
            prompts (random ids) with max_tokens 1, over and over.
            Reported: B's tokens/s idle and under the flood, and the ratio.
+
+  budget   Key C, with a token budget, runs --budget-clients closed-loop
+           clients for --budget-seconds, each sending {"prompt":[464],
+           "max_tokens":--budget-tokens} (EOT banned, so every request uses
+           its whole charge) and, on a 429, waiting the Retry-After it was
+           given, as a well-behaved client does.  Key B probes TTFT
+           meanwhile.  Reported: C's generated tokens a minute against its
+           budget (over T seconds at most tokens-per-minute x (1 + T/60):
+           the full bucket it starts with, and the refill), C's 429s and
+           their Retry-After, B's TTFT.
+
+After each case the per-key series of /metrics are printed (by name).
 
 Everything is bounded: every phase has a time limit, the server is stopped
 at the end.  Example (the long-context test model; GPT-2 124M the same way):
@@ -37,13 +53,15 @@ import tempfile
 import threading
 import time
 
-KEY_A, KEY_B = "bench-key-a", "bench-key-b"
+KEY_A, KEY_B, KEY_C = "bench-key-a", "bench-key-b", "bench-key-c"
+NO_EOT = {"50256": -100}
 
 
 def start(args, workdir):
     keys = os.path.join(workdir, "keys")
     with open(keys, "w") as f:
-        f.write(KEY_A + "\n" + KEY_B + "\n")
+        f.write("%s name=a %s\n%s name=b %s\n%s name=c %s\n" % (
+            KEY_A, args.key_a, KEY_B, args.key_b, KEY_C, args.key_c))
     port_file = os.path.join(workdir, "port")
     log = open(os.path.join(workdir, "gpt2d.log"), "w")
     cmd = [args.gpt2d, "--model", args.model, "--port", "0", "--port-file", port_file,
@@ -68,15 +86,21 @@ def start(args, workdir):
 
 
 def post(port, key, body, timeout=120):
-    """Non-streamed POST /v1/completions: (status, seconds)."""
+    """Non-streamed POST /v1/completions: (status, seconds, Retry-After or
+    None, tokens used: prompt + completion)."""
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
     t0 = time.monotonic()
     c.request("POST", "/v1/completions", json.dumps(body),
               {"Authorization": "Bearer " + key, "Content-Type": "application/json"})
     r = c.getresponse()
-    r.read()
+    data = r.read()
+    retry_after = r.getheader("Retry-After")
     c.close()
-    return r.status, time.monotonic() - t0
+    tokens = 0
+    if r.status == 200:
+        tokens = json.loads(data)["usage"]["total_tokens"]
+    return (r.status, time.monotonic() - t0,
+            int(retry_after) if retry_after else None, tokens)
 
 
 def stream(port, key, body, timeout=300):
@@ -103,27 +127,34 @@ def stream(port, key, body, timeout=300):
 
 
 class Flood:
-    """`n` closed-loop clients of `key` sending `make()` until stopped."""
+    """`n` closed-loop clients of `key` sending `make()` until stopped; with
+    `obey`, a 429 waits its Retry-After (else 50 ms)."""
 
-    def __init__(self, port, key, n, make):
+    def __init__(self, port, key, n, make, obey=False):
         self.stop = threading.Event()
         self.status = {}
+        self.tokens = 0
+        self.retry_afters = []
         self.lock = threading.Lock()
-        self.threads = [threading.Thread(target=self.run, args=(port, key, make))
+        self.threads = [threading.Thread(target=self.run, args=(port, key, make, obey))
                         for _ in range(n)]
         for t in self.threads:
             t.start()
 
-    def run(self, port, key, make):
+    def run(self, port, key, make, obey):
         while not self.stop.is_set():
+            retry_after = None
             try:
-                st, _ = post(port, key, make(), timeout=300)
+                st, _, retry_after, tokens = post(port, key, make(), timeout=300)
             except OSError:
-                st = "error"
+                st, tokens = "error", 0
             with self.lock:
                 self.status[st] = self.status.get(st, 0) + 1
+                self.tokens += tokens
+                if retry_after is not None:
+                    self.retry_afters.append(retry_after)
             if st == 429:
-                time.sleep(0.05)
+                self.stop.wait(retry_after if obey and retry_after else 0.05)
 
     def end(self):
         self.stop.set()
@@ -152,6 +183,15 @@ def summary(xs):
     xs = sorted(xs)
     return "median %.3f s, p90 %.3f s, max %.3f s (%d)" % (
         statistics.median(xs), xs[int(0.9 * (len(xs) - 1))], xs[-1], len(xs))
+
+
+def key_metrics(port):
+    """The per-key lines of /metrics."""
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    c.request("GET", "/metrics", headers={"Authorization": "Bearer " + KEY_B})
+    text = c.getresponse().read().decode()
+    c.close()
+    return [ln for ln in text.splitlines() if ln.startswith("gpt2d_key_")]
 
 
 def flood_case(args, port):
@@ -195,13 +235,46 @@ def prefill_case(args, port):
     return idle, loaded
 
 
+def budget_case(args, port):
+    per_minute = None
+    for word in args.key_c.split():
+        if word.startswith("tokens-per-minute="):
+            per_minute = int(word.split("=", 1)[1])
+    body = {"prompt": [464], "max_tokens": args.budget_tokens, "logit_bias": NO_EOT}
+    t0 = time.monotonic()
+    flood = Flood(port, KEY_C, args.budget_clients, lambda: body, obey=True)
+    ttfts, refused = ttft_probes(port, args.probes, t0 + args.budget_seconds)
+    # the probes may end first: C keeps going for the whole window
+    flood.stop.wait(max(0.0, t0 + args.budget_seconds - time.monotonic()))
+    flood.end()
+    elapsed = time.monotonic() - t0
+    rate = flood.tokens * 60.0 / elapsed
+    bound = per_minute * (1 + elapsed / 60.0) if per_minute else None
+    ra = sorted(flood.retry_afters)
+    print("C (%s) used %d tokens (prompt + completion) in %.0f s: %.0f a minute; "
+          "at most %s allowed "
+          "(%s); C: %r, Retry-After median %s s; B TTFT meanwhile: %s; B 429s: %d" % (
+              args.key_c, flood.tokens, elapsed, rate,
+              "%.0f" % bound if bound else "-",
+              "within" if bound is None or flood.tokens <= bound else "OVER",
+              flood.status, statistics.median(ra) if ra else "-", summary(ttfts),
+              refused))
+    return flood.tokens, bound
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--gpt2d", default="build/src/gpt2d")
     ap.add_argument("--model", required=True)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--args", default="", help="more gpt2d flags, space-separated")
-    ap.add_argument("--case", default="flood,prefill")
+    ap.add_argument("--case", default="flood,prefill,budget")
+    ap.add_argument("--key-a", default="", help="key A's attributes in the keys file")
+    ap.add_argument("--key-b", default="")
+    ap.add_argument("--key-c", default="tokens-per-minute=300")
+    ap.add_argument("--budget-clients", type=int, default=2)
+    ap.add_argument("--budget-tokens", type=int, default=100)
+    ap.add_argument("--budget-seconds", type=float, default=90.0)
     ap.add_argument("--flooders", type=int, default=3)
     ap.add_argument("--flood-n", type=int, default=4)
     ap.add_argument("--flood-tokens", type=int, default=1023)
@@ -214,10 +287,11 @@ def main():
     with tempfile.TemporaryDirectory(prefix="gpt2d-fair-") as workdir:
         proc, port = start(args, workdir)
         try:
-            if "flood" in args.case:
-                flood_case(args, port)
-            if "prefill" in args.case:
-                prefill_case(args, port)
+            for name, case in (("flood", flood_case), ("prefill", prefill_case),
+                               ("budget", budget_case)):
+                if name in args.case.split(","):
+                    case(args, port)
+                    print("  " + "\n  ".join(key_metrics(port)))
         finally:
             proc.terminate()
             try:

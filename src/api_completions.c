@@ -13,6 +13,7 @@
  * the engine works and looks at its socket every COMPLETION_WAIT_SLICE_MS. */
 #include "gpt2d/api.h"
 
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +22,8 @@
 #include "completion_run.h"
 #include "completion_stream.h"
 #include "gpt2d/log.h"
+#include "gpt2d/metrics.h"
+#include "gpt2d/monotonic.h"
 
 void completion_rank(const gen_output *const *outs, size_t n_seq,
                      size_t *order)
@@ -108,29 +111,41 @@ static void params_for_prompt(const completion_run *run, size_t p,
     gp->score_prompt = req->echo && req->logprobs;
     gp->session_id = req->session_id[0] != '\0' ? req->session_id : NULL;
     memcpy(gp->account, run->caller.account, SHA256_BYTES);
+    gp->max_seqs = run->caller.limits.max_seqs;
+    gp->max_queued = run->caller.limits.max_queued;
     gp->identity = api_caller_identity(&run->caller,
                                        req->has_cache_salt ? req->cache_salt : NULL,
                                        req->cache_salt_len);
 }
 
-static int engine_error(engine_status st, api_error *e, int *retry_after)
+static int engine_error(const completion_run *run, engine_status st,
+                        api_error *e, int *retry_after)
 {
+    const size_t key = run->caller.metrics_key;
     switch (st) {
     case ENGINE_QUEUE_FULL:
         *retry_after = 1;
+        metrics_key_refused(key, METRICS_REFUSED_QUEUE_FULL);
         api_error_set(e, 429, NULL, "the server is busy: the request queue is full, "
                       "retry shortly");
         e->code = "queue_full";
         return -1;
-    case ENGINE_CALLER_QUEUE_FULL:
+    case ENGINE_CALLER_QUEUE_FULL: {
+        size_t max_seqs, max_queued = run->caller.limits.max_queued;
+        if (max_queued == 0)
+            engine_caller_defaults(run->ctx->eng, &max_seqs, &max_queued);
         *retry_after = 1;
+        metrics_key_refused(key, METRICS_REFUSED_MAX_QUEUED);
         api_error_set(e, 429, NULL, "too many queued requests for this API key "
-                      "(or client address): the limit max-queued-per-key is "
-                      "reached, retry when one of them has started");
+                      "(or client address): it has %zu waiting, its limit "
+                      "(max-queued-per-key); retry when one of them has started",
+                      max_queued);
         e->code = "max_queued_per_key";
         return -1;
+    }
     case ENGINE_SESSION_QUOTA:
         *retry_after = 1;
+        metrics_key_refused(key, METRICS_REFUSED_MAX_SESSIONS);
         api_error_set(e, 429, "session_id", "too many sessions busy for this "
                       "API key (or client address): the limit "
                       "max-sessions-per-key is reached and none of its "
@@ -178,14 +193,70 @@ static engine_status submit_within_grace(engine *eng, const gen_params *gp,
     }
 }
 
+/* Takes what the run may come to use from its caller's token budget: every
+ * prompt token, and max_tokens for each sequence (best_of of them). */
+static int run_charge(completion_run *run, api_error *e, int *retry_after)
+{
+    const completion_request *req = &run->req;
+    const uint64_t per_minute = run->caller.limits.tokens_per_minute;
+    uint64_t prompt = 0;
+    for (size_t p = 0; p < req->n_prompts; p++)
+        prompt += req->prompts[p].n;
+    const size_t seqs = req->n_prompts * req->best_of;
+    const uint64_t gen = (uint64_t)seqs * req->max_tokens;
+    uint64_t available = 0;
+    unsigned wait = 0;
+    switch (token_budget_charge(run->ctx->budget, run->caller.account, per_minute,
+                                prompt + gen, monotonic_seconds(), &available,
+                                &wait)) {
+    case TOKEN_BUDGET_OK:
+        run->charged = per_minute > 0 ? prompt + gen : 0;
+        return 0;
+    case TOKEN_BUDGET_NEVER:
+        api_error_set(e, 400, "max_tokens", "this request may use %ju tokens "
+                      "(prompt %ju + %zu x max_tokens %zu), "
+                      "more than the whole token budget of this API key (or "
+                      "client address), %ju tokens per minute: it can never "
+                      "run; lower max_tokens or n/best_of",
+                      (uintmax_t)(prompt + gen), (uintmax_t)prompt, seqs,
+                      req->max_tokens, (uintmax_t)per_minute);
+        e->code = "token_budget";
+        return -1;
+    case TOKEN_BUDGET_WAIT:
+        break;
+    }
+    *retry_after = (int)wait;
+    metrics_key_refused(run->caller.metrics_key, METRICS_REFUSED_TOKEN_BUDGET);
+    api_error_set(e, 429, NULL, "the token budget of this API key (or client "
+                  "address) is spent for now: this request may use %ju tokens "
+                  "(prompt %ju + %zu x max_tokens %zu), and "
+                  "%ju of its %ju tokens per minute are left; retry in %u s",
+                  (uintmax_t)(prompt + gen), (uintmax_t)prompt, seqs,
+                  req->max_tokens, (uintmax_t)available, (uintmax_t)per_minute,
+                  wait);
+    e->code = "token_budget";
+    return -1;
+}
+
+/* A run that never started gives its whole charge back. */
+static void run_uncharge(completion_run *run)
+{
+    token_budget_refund(run->ctx->budget, run->caller.account,
+                        run->caller.limits.tokens_per_minute, run->charged,
+                        monotonic_seconds());
+    run->charged = 0;
+}
+
 static int run_submit(completion_run *run, api_error *e, int *retry_after)
 {
     run->reqs = calloc(run->req.n_prompts, sizeof *run->reqs);
     if (run->reqs == NULL)
         return api_error_set(e, 500, NULL, "out of memory");
     run->n_reqs = run->req.n_prompts;
-    if (run_is_trivial(&run->req))
-        return 0;
+    if (run_is_trivial(&run->req)) {
+        run->short_cut = true;
+        return run_charge(run, e, retry_after);
+    }
     /* Before anything is queued: a prompt that could never fit the KV
      * cache is the request's fault, not the server's load. */
     const size_t have = engine_kv_blocks(run->ctx->eng);
@@ -202,6 +273,8 @@ static int run_submit(completion_run *run, api_error *e, int *retry_after)
                                  KV_BLOCK_TOKENS, n, run->req.max_tokens,
                                  run->req.best_of, have);
     }
+    if (run_charge(run, e, retry_after) != 0)
+        return -1;
     for (size_t p = 0; p < run->n_reqs; p++) {
         gen_params gp;
         params_for_prompt(run, p, &gp);
@@ -209,7 +282,8 @@ static int run_submit(completion_run *run, api_error *e, int *retry_after)
         if (st != ENGINE_OK) {
             run->reqs[p] = NULL;
             completion_run_cancel(run);   /* the prompts already queued are useless now */
-            return engine_error(st, e, retry_after);
+            run_uncharge(run);
+            return engine_error(run, st, e, retry_after);
         }
     }
     return 0;

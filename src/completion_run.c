@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "gpt2d/metrics.h"
+#include "gpt2d/monotonic.h"
 
 void completion_run_cancel(completion_run *run)
 {
@@ -39,8 +40,41 @@ void completion_run_cancel_for_client(completion_run *run)
     completion_run_cancel(run);
 }
 
+/* What the run used of what it was charged: the prompts that started (a
+ * prompt cancelled while queued cost nothing) and every token generated. */
+static void run_settle(completion_run *run)
+{
+    const size_t key = run->caller.metrics_key;
+    uint64_t prompt = 0, completion = 0;
+    for (size_t p = 0; p < run->n_reqs; p++) {
+        gen_request *r = run->reqs[p];
+        if (r == NULL) {
+            if (run->short_cut)
+                prompt += run->req.prompts[p].n;
+            continue;           /* else never submitted */
+        }
+        gen_request_lock(r);
+        gen_usage u = gen_request_usage(r);
+        double queued = gen_request_queued_seconds(r);
+        gen_request_unlock(r);
+        if (queued >= 0) {
+            prompt += u.prompt_tokens;
+            metrics_key_queue_wait(key, queued);
+        }
+        completion += u.completion_tokens;
+    }
+    metrics_key_tokens(key, (size_t)prompt, (size_t)completion);
+    if (run->charged > prompt + completion)
+        token_budget_refund(run->ctx->budget, run->caller.account,
+                            run->caller.limits.tokens_per_minute,
+                            run->charged - prompt - completion,
+                            monotonic_seconds());
+}
+
 void completion_run_free(completion_run *run)
 {
+    if (run->reqs != NULL)
+        run_settle(run);
     for (size_t i = 0; i < run->n_reqs; i++)
         if (run->reqs[i] != NULL)
             gen_request_release(run->reqs[i]);

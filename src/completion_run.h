@@ -14,6 +14,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <time.h>
 
 #include <jansson.h>
@@ -67,6 +68,9 @@ struct completion_run {
     char id[48];
     time_t created;
     bool cancelled;
+    bool short_cut;             /* nothing for the engine: reqs all NULL */
+    uint64_t charged;           /* tokens taken from the caller's budget;
+                                 * what was not used goes back when freed */
 };
 
 /* Cancels every engine request of the run (once). */
@@ -74,7 +78,9 @@ void completion_run_cancel(completion_run *run);
 /* The client went away: cancels what is left and, if anything was, counts
  * one cancelled request, however many prompts and choices it had. */
 void completion_run_cancel_for_client(completion_run *run);
-/* Releases the engine requests and the parsed request, and frees `run`. */
+/* Gives the caller's budget back what the run did not use, records its
+ * tokens and queue waits under the caller's key in /metrics, releases the
+ * engine requests and the parsed request, and frees `run`. */
 void completion_run_free(completion_run *run);
 /* Token counts of all prompts so far (a short-cut prompt counts its length). */
 gen_usage completion_run_usage(const completion_run *run);

@@ -127,6 +127,7 @@ struct gen_request {
     gen_token *prompt_scores;   /* [n_prompt] when score_prompt; shown to
                                    readers once complete */
     gen_usage usage;
+    double queued_seconds;      /* from submit to admission; -1 before */
     size_t n_finished;
     seq_state *seqs;            /* [n_seq] */
 };
@@ -279,6 +280,7 @@ static gen_request *request_create(engine *e, const gen_params *p)
      * sequences; otherwise the sampler can skip its log-sum-exp pass. */
     r->sampling.skip_logprob = !p->logprobs && r->n_seq == 1;
     r->usage.prompt_tokens = p->n_prompt;
+    r->queued_seconds = -1.0;
     r->t_submit = monotonic_seconds();
     r->prompt = malloc(p->n_prompt * sizeof *r->prompt);
     r->seqs = calloc(r->n_seq, sizeof *r->seqs);
@@ -396,6 +398,11 @@ const gen_output *gen_request_output(const gen_request *r, size_t sequence)
 bool gen_request_finished(const gen_request *r)
 {
     return r->n_finished == r->n_seq;
+}
+
+double gen_request_queued_seconds(const gen_request *r)
+{
+    return r->queued_seconds;
 }
 
 gen_usage gen_request_usage(const gen_request *r)
@@ -569,6 +576,16 @@ static bool begin_kv(engine *e, gen_request *r, double now)
  *   - A request that fits the free slots may pass a wider one; once the wider
  *     one has waited admit_age_ms, narrower ones are held back until the
  *     slots it needs are free, so it is never starved.
+ *   - A request wider than its caller's whole share (n = 4 with a share of
+ *     2) could otherwise run only when no other caller is active, and
+ *     another caller's steady traffic would starve it.  Once it has waited
+ *     admit_age_ms and its caller is the least served of the active ones,
+ *     it is next, beyond the share: the slots drain to it.  Waiting for
+ *     the caller's turn, not only for the age, keeps one key's wide
+ *     requests from taking the whole machine every admit_age_ms; the
+ *     others' turns move their virtual times past its caller's, so its
+ *     turn comes (as long as the others are not an endless stream of new
+ *     callers, each starting at the virtual clock).
  *
  * Callers are kept in a small table (bounded by the queue plus the slots)
  * that forgets a caller CALLER_GRACE_SEC after its last request ended. */
@@ -678,11 +695,25 @@ static void queue_remove(engine *e, size_t i)
     e->q_len--;
 }
 
+/* Whether no other active caller has been served less than `c`. */
+static bool least_served(const engine *e, const caller_state *c, double now)
+{
+    for (size_t i = 0; i < e->n_callers_cap; i++) {
+        const caller_state *x = &e->callers[i];
+        if (x != c && x->used && x->vtime < c->vtime &&
+            (x->running > 0 || x->queued > 0 ||
+             now - x->last_active < CALLER_GRACE_SEC))
+            return false;
+    }
+    return true;
+}
+
 /* The queue index of the request to admit next, or SIZE_MAX for none
  * this step. */
 static size_t pick_next(engine *e, double now)
 {
     const size_t free_slots = e->cfg.n_slots - slots_held(e);
+    const double age = e->cfg.admit_age_ms * 1e-3;
     size_t best = SIZE_MAX, oldest_blocked = SIZE_MAX;
     const caller_state *best_c = NULL;
     for (size_t i = 0; i < e->q_len; i++) {
@@ -695,8 +726,16 @@ static size_t pick_next(engine *e, double now)
                           SHA256_BYTES) != 0;
         if (!head)
             continue;
-        if (c->running + r->n_seq > r->max_seqs && others_active(e, c, now))
-            continue;           /* over its share while others want theirs */
+        if (c->running + r->n_seq > r->max_seqs && others_active(e, c, now)) {
+            /* Over its share while others want theirs.  One wider than the
+             * whole share would wait for every other caller to leave: once
+             * it has waited admit_age_ms and its caller is the least
+             * served, it is next, and the slots drain to it. */
+            if (r->n_seq <= r->max_seqs || now - r->t_submit < age ||
+                !least_served(e, c, now))
+                continue;
+            return r->n_seq <= free_slots ? i : SIZE_MAX;
+        }
         if (r->n_seq > free_slots) {
             if (oldest_blocked == SIZE_MAX)
                 oldest_blocked = i;     /* the queue is in arrival order */
@@ -709,8 +748,7 @@ static size_t pick_next(engine *e, double now)
     }
     /* an aged wide request that fits its share: the slots drain to it */
     if (oldest_blocked != SIZE_MAX &&
-        now - queue_at(e, oldest_blocked)->t_submit >=
-            e->cfg.admit_age_ms * 1e-3 &&
+        now - queue_at(e, oldest_blocked)->t_submit >= age &&
         (best == SIZE_MAX || queue_at(e, best)->t_submit >
                                  queue_at(e, oldest_blocked)->t_submit))
         return SIZE_MAX;
@@ -733,6 +771,9 @@ static void admit(engine *e, double now)
         metrics_add_prompt_tokens(r->n_prompt);
         queue_remove(e, i);
         e->running[e->n_running++] = r;
+        gen_request_lock(r);
+        r->queued_seconds = now - r->t_submit;
+        gen_request_unlock(r);
         caller_state *c = caller_find(e, r->account);
         if (c->vtime > e->vclock)
             e->vclock = c->vtime;
@@ -1416,6 +1457,13 @@ void engine_destroy(engine *e)
 size_t engine_kv_blocks(const engine *e)
 {
     return e->kv_blocks;
+}
+
+void engine_caller_defaults(const engine *e, size_t *max_seqs,
+                            size_t *max_queued)
+{
+    *max_seqs = e->cfg.max_seqs_per_caller;
+    *max_queued = e->cfg.max_queued_per_caller;
 }
 
 /* Requests of `account` waiting in the queue. */

@@ -33,6 +33,7 @@
 
 #include <microhttpd.h>
 
+#include "gpt2d/addr_list.h"
 #include "gpt2d/http_deadline.h"
 #include "gpt2d/http_keys.h"
 #include "gpt2d/log.h"
@@ -52,6 +53,7 @@ struct http_server {
     bool head_in_place;         /* this libmicrohttpd's head layout is known
                                  * (head_has_nul); written once at start */
     http_keys *keys;
+    addr_list trusted_proxies;  /* --trusted-proxy, parsed at start */
     http_deadline *deadline;
 };
 
@@ -111,6 +113,7 @@ typedef struct http_request {
     int status;
     api_caller caller;          /* who sent it (set by early_checks) */
     char request_id[REQUEST_ID_MAX + 1];    /* "" until settled: request_id() */
+    bool authorized;            /* `caller` is set */
     api_response resp;
     atomic_int refs;
 } http_request;
@@ -119,21 +122,47 @@ typedef struct http_request {
 /* API keys (http_keys.c)                                              */
 /* ------------------------------------------------------------------ */
 
+/* The request's X-Forwarded-For values, in the order received. */
+typedef struct forwarded {
+    const char *values[16];
+    size_t n;
+    bool too_many;
+} forwarded;
+
+static enum MHD_Result collect_forwarded(void *cls, enum MHD_ValueKind kind,
+                                         const char *key, const char *value)
+{
+    (void)kind;
+    forwarded *f = cls;
+    if (strcasecmp(key, "X-Forwarded-For") == 0 && value != NULL) {
+        if (f->n == sizeof f->values / sizeof f->values[0])
+            f->too_many = true;
+        else
+            f->values[f->n++] = value;
+    }
+    return MHD_YES;
+}
+
 /* The caller behind a connection with no API keys: its address (port
- * aside), so one client's cache is not another's. */
-static void caller_of_address(struct MHD_Connection *conn, api_caller *who)
+ * aside), so one client's cache is not another's; behind a trusted proxy,
+ * the client that proxy names in X-Forwarded-For (addr_list.h). */
+static void caller_of_address(const http_server *srv, struct MHD_Connection *conn,
+                              api_caller *who)
 {
     const union MHD_ConnectionInfo *ci =
         MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
     char host[INET6_ADDRSTRLEN] = "";
-    if (ci != NULL && ci->client_addr != NULL) {
-        const struct sockaddr *sa = ci->client_addr;
-        if (sa->sa_family == AF_INET)
-            inet_ntop(AF_INET, &((const struct sockaddr_in *)(const void *)sa)->sin_addr,
-                      host, sizeof host);
-        else if (sa->sa_family == AF_INET6)
-            inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)(const void *)sa)->sin6_addr,
-                      host, sizeof host);
+    net_addr peer;
+    if (ci != NULL && net_addr_of_socket(&peer, ci->client_addr)) {
+        forwarded f = { .n = 0 };
+        if (addr_list_contains(&srv->trusted_proxies, &peer))
+            MHD_get_connection_values(conn, MHD_HEADER_KIND, collect_forwarded, &f);
+        /* more headers than we keep: the right-most ones are unknown, so
+         * the proxy itself is the caller */
+        net_addr client = f.too_many ? peer
+                          : addr_list_client(&srv->trusted_proxies, &peer,
+                                             f.values, f.n);
+        net_addr_format(&client, host, sizeof host);
     }
     api_caller_of_address(who, host);
 }
@@ -149,7 +178,7 @@ static bool authorize(http_server *srv, struct MHD_Connection *conn,
     if (k == HTTP_KEYS_REFUSED)
         return false;
     if (k == HTTP_KEYS_NONE)
-        caller_of_address(conn, who);
+        caller_of_address(srv, conn, who);
     if (srv->cfg->global_prefix_cache)
         api_caller_global(who);
     return true;
@@ -770,6 +799,7 @@ static bool early_checks(http_request *hr, enum MHD_Result *rc)
                          "missing or incorrect API key: send Authorization: Bearer KEY");
         return true;
     }
+    hr->authorized = r->id != ROUTE_HEALTH && r->id != ROUTE_STATIC;
     const char *cl = MHD_lookup_connection_value(hr->conn, MHD_HEADER_KIND,
                                                  MHD_HTTP_HEADER_CONTENT_LENGTH);
     if (cl != NULL && strtoull(cl, NULL, 10) > srv->cfg->max_body_bytes) {
@@ -1023,6 +1053,8 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     }
     int status = hr->status != 0 ? hr->status : 499;
     metrics_request_done(hr->route->label, status);
+    if (hr->authorized)
+        metrics_key_request(hr->caller.metrics_key);
     /* Routes with an id in the path are logged by their pattern: a session
      * id is the key to a conversation's cache and has no place in a log. */
     log_info("%s %s %d %.1fms prompt_tokens=%zu completion_tokens=%zu request_id=%s",
@@ -1084,7 +1116,8 @@ int http_start(http_server **out, const settings *cfg, const api_ctx *api,
     const char *mhd = MHD_get_version();
     srv->head_in_place = mhd != NULL &&
                          (strcmp(mhd, "0.9.75") == 0 || strcmp(mhd, "0.9.76") == 0);
-    if (http_keys_load(&srv->keys, cfg, err) != 0) {
+    if (addr_list_parse(&srv->trusted_proxies, cfg->trusted_proxy, err) != 0 ||
+        http_keys_load(&srv->keys, cfg, err) != 0) {
         free(srv);
         return -1;
     }

@@ -57,6 +57,7 @@ typedef struct daemon_state {
     tokenizer *tok;
     chat_template chat;         /* all NULL until loaded */
     engine *eng;
+    token_budget *budget;
     api_ctx api;
     http_server *http;
 } daemon_state;
@@ -111,6 +112,11 @@ static const char *plural(size_t n)
 {
     return n == 1 ? "" : "s";
 }
+
+/* Callers with a token budget below full that are remembered
+ * (token_budget.h): with keys, as many keys as a large keys file holds;
+ * without, that many client addresses at once. */
+#define BUDGET_CALLERS 4096
 
 /* What the settings mean once the model's shapes are known: --kv-memory
  * becomes a count of KV blocks (without it, a full context for every slot),
@@ -182,7 +188,8 @@ static int start(daemon_state *d, gpt2d_error *err)
         .step_cost_limit = d->cfg.step_cost / 100.0,
         .min_step_usec = test_min_step_usec(),
     };
-    if (engine_create(&d->eng, &d->mdl, d->tok, &ec, err) != 0)
+    if (engine_create(&d->eng, &d->mdl, d->tok, &ec, err) != 0 ||
+        token_budget_create(&d->budget, BUDGET_CALLERS, err) != 0)
         return -1;
     d->api = (api_ctx){
         .eng = d->eng, .tok = d->tok, .mdl = &d->mdl, .n_slots = d->cfg.slots,
@@ -191,6 +198,7 @@ static int start(daemon_state *d, gpt2d_error *err)
         .max_stop_bytes = d->cfg.max_stop_bytes,
         .log_prompts = d->cfg.log_prompts, .started = time(NULL),
         .chat = &d->chat,
+        .budget = d->budget,
     };
     if (http_start(&d->http, &d->cfg, &d->api, err) != 0)
         return -1;
@@ -296,6 +304,7 @@ static void teardown(daemon_state *d)
     http_stop(d->http);
     if (d->eng != NULL)
         engine_destroy(d->eng);
+    token_budget_free(d->budget);
     tokenizer_free(d->tok);
     chat_template_free(&d->chat);
     if (d->model_loaded)

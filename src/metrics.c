@@ -3,8 +3,8 @@
  * Every series is a fixed slot in a static table of C11 atomics, so recording
  * is one relaxed fetch_add with no lock and no allocation: HTTP threads and
  * the engine thread record concurrently.  Label values come from small closed
- * sets (endpoints, status codes), so the series count is bounded whatever
- * clients send.
+ * sets (endpoints, status codes) and from the names in the keys files the
+ * operator wrote, so the series count is bounded whatever clients send.
  *
  * Histogram sums are kept as integers (nanoseconds for latencies, rows for
  * batch sizes): an integer fetch_add is exact and lock-free, where a double
@@ -15,6 +15,7 @@
  * one scrape always agree with each other. */
 #include "gpt2d/metrics.h"
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -204,6 +205,76 @@ void metrics_observe_batch_rows(size_t rows)
     histogram_observe(&rows_hist, (double)rows, rows);
 }
 
+/* ---- per-key series ----
+ *
+ * A fixed table indexed by key id.  Registering takes a lock (it happens
+ * when a keys file is read); recording does not: an id is handed out only
+ * after its name is written, and n_keys is published with release order. */
+
+static const char *const refusal_names[METRICS_N_REFUSALS] = {
+    "queue_full", "max_queued_per_key", "token_budget", "max_sessions_per_key",
+};
+
+typedef struct key_series {
+    char name[METRICS_KEY_NAME_MAX + 1];
+    atomic_uint_fast64_t requests;
+    atomic_uint_fast64_t prompt_tokens, completion_tokens;
+    atomic_uint_fast64_t refused[METRICS_N_REFUSALS];
+    atomic_uint_fast64_t wait_ns, waits;
+} key_series;
+
+static key_series key_table[METRICS_MAX_KEYS] = { [0] = { .name = "-" } };
+static atomic_size_t n_keys = 1;
+static pthread_mutex_t key_register_lock = PTHREAD_MUTEX_INITIALIZER;
+
+size_t metrics_key_id(const char *name)
+{
+    if (name == NULL || name[0] == '\0' ||
+        strlen(name) >= sizeof key_table[0].name)
+        return 0;
+    pthread_mutex_lock(&key_register_lock);
+    size_t n = atomic_load_explicit(&n_keys, memory_order_relaxed), id = 0;
+    for (size_t i = 1; i < n && id == 0; i++)
+        if (strcmp(key_table[i].name, name) == 0)
+            id = i;
+    if (id == 0 && n < METRICS_MAX_KEYS) {
+        strcpy(key_table[n].name, name);
+        id = n;
+        atomic_store_explicit(&n_keys, n + 1, memory_order_release);
+    }
+    pthread_mutex_unlock(&key_register_lock);
+    return id;
+}
+
+/* An id from metrics_key_id; anything else counts under "-". */
+static key_series *key_of(size_t key)
+{
+    return &key_table[key < atomic_load_explicit(&n_keys, memory_order_acquire)
+                          ? key : 0];
+}
+
+void metrics_key_request(size_t key) { counter_add(&key_of(key)->requests, 1); }
+
+void metrics_key_tokens(size_t key, size_t prompt, size_t completion)
+{
+    key_series *k = key_of(key);
+    counter_add(&k->prompt_tokens, prompt);
+    counter_add(&k->completion_tokens, completion);
+}
+
+void metrics_key_refused(size_t key, metrics_refusal why)
+{
+    if ((unsigned)why < METRICS_N_REFUSALS)
+        counter_add(&key_of(key)->refused[why], 1);
+}
+
+void metrics_key_queue_wait(size_t key, double seconds)
+{
+    key_series *k = key_of(key);
+    counter_add(&k->wait_ns, seconds_to_ns(seconds));
+    counter_add(&k->waits, 1);
+}
+
 /* ---- rendering ---- */
 
 static void render_header(FILE *f, const char *name, const char *type,
@@ -322,6 +393,57 @@ static void render_kv_sharing(FILE *f, const metrics_gauges *st)
             (uintmax_t)st->kv_sessions_forgotten);
 }
 
+/* Keys that have had a request; a series that was never hit is left out,
+ * as in render_requests. */
+static void render_keys(FILE *f)
+{
+    const size_t n = atomic_load_explicit(&n_keys, memory_order_acquire);
+    render_header(f, "gpt2d_key_requests_total", "counter",
+                  "HTTP requests answered, by API key name (key=\"-\": keys "
+                  "without a name, and clients without keys).");
+    for (size_t i = 0; i < n; i++) {
+        uint_fast64_t v = counter_get(&key_table[i].requests);
+        if (v > 0)
+            fprintf(f, "gpt2d_key_requests_total{key=\"%s\"} %ju\n",
+                    key_table[i].name, (uintmax_t)v);
+    }
+    render_header(f, "gpt2d_key_tokens_total", "counter",
+                  "Tokens of finished completions, by API key name and kind "
+                  "(prompt, including cached ones; completion).");
+    for (size_t i = 0; i < n; i++) {
+        key_series *k = &key_table[i];
+        if (counter_get(&k->requests) == 0)
+            continue;
+        fprintf(f, "gpt2d_key_tokens_total{key=\"%s\",kind=\"prompt\"} %ju\n",
+                k->name, (uintmax_t)counter_get(&k->prompt_tokens));
+        fprintf(f, "gpt2d_key_tokens_total{key=\"%s\",kind=\"completion\"} %ju\n",
+                k->name, (uintmax_t)counter_get(&k->completion_tokens));
+    }
+    render_header(f, "gpt2d_key_refused_total", "counter",
+                  "Requests refused with 429, by API key name and reason (the "
+                  "error's code).");
+    for (size_t i = 0; i < n; i++)
+        for (size_t r = 0; r < METRICS_N_REFUSALS; r++) {
+            uint_fast64_t v = counter_get(&key_table[i].refused[r]);
+            if (v > 0)
+                fprintf(f, "gpt2d_key_refused_total{key=\"%s\",reason=\"%s\"} %ju\n",
+                        key_table[i].name, refusal_names[r], (uintmax_t)v);
+        }
+    render_header(f, "gpt2d_key_queue_wait_seconds", "summary",
+                  "Time a prompt waited in the queue before it started, by API "
+                  "key name.");
+    for (size_t i = 0; i < n; i++) {
+        key_series *k = &key_table[i];
+        uint_fast64_t waits = counter_get(&k->waits);
+        if (waits == 0)
+            continue;
+        fprintf(f, "gpt2d_key_queue_wait_seconds_sum{key=\"%s\"} %.12g\n", k->name,
+                (double)counter_get(&k->wait_ns) * 1e-9);
+        fprintf(f, "gpt2d_key_queue_wait_seconds_count{key=\"%s\"} %ju\n", k->name,
+                (uintmax_t)waits);
+    }
+}
+
 /* Without stats (the engine is not up yet) the gauges are left out rather
  * than reported as zeros that would look like a real, idle engine. */
 static void render_gauges(FILE *f, const metrics_gauges *st)
@@ -426,6 +548,7 @@ char *metrics_render(const metrics_gauges *gauges)
     render_histogram(f, &itl_hist);
     render_histogram(f, &step_hist);
     render_histogram(f, &rows_hist);
+    render_keys(f);
     render_gauges(f, gauges);
     bool failed = ferror(f) != 0;
     if (fclose(f) != 0 || failed) {

@@ -36,6 +36,7 @@
 #include <strings.h>
 #include <unistd.h>
 
+#include "gpt2d/addr_list.h"
 #include "gpt2d/dtype.h"
 #include "gpt2d/log.h"
 
@@ -46,6 +47,8 @@
 typedef enum opt_type {
     OPT_PATH,           /* string, must not be empty */
     OPT_OPTIONAL_PATH,  /* string; empty means "none" */
+    OPT_ADDR_LIST,      /* string of addresses and CIDR blocks (addr_list.h);
+                         * empty means none */
     OPT_PORT,           /* unsigned, 0..65535 */
     OPT_COUNT,          /* size_t, min..max */
     OPT_BYTES,          /* size_t with optional k/M/G suffix, min..max */
@@ -131,6 +134,12 @@ static const option_spec options[] = {
       "Sessions one key keeps: a new one beyond this makes the key's own least "
       "recently used idle session forgotten (its cached history stays until "
       "evicted); with all of them busy, 429 (code max_sessions_per_key)." },
+    { "tokens-per-minute-per-key", 0, OPT_COUNT, FIELD(tokens_per_minute_per_key),
+      "N", "0", NULL, 0, 1000000000000ULL, false,
+      "Each API key's (or client address's) token budget: prompt tokens plus "
+      "n x max_tokens are charged when a completion starts, the unused part "
+      "given back when it ends, and the budget refills at N a minute, up to "
+      "N; beyond it, 429 (code token_budget). 0: no budget." },
     { "prefill-share", 0, OPT_UINT, FIELD(prefill_share), "PERCENT", "50", NULL, 1, 100,
       false, "While another caller's sequences are generating, the most of the "
       "engine's time that a caller's prompt processing (prefill) may take, so "
@@ -173,6 +182,12 @@ static const option_spec options[] = {
       "JSON file of the chat template: how /v1/chat/completions writes messages "
       "into one prompt (each role's prefix and suffix) and the stop strings "
       "that end a reply; checked at start-up." },
+    { "trusted-proxy", 0, OPT_ADDR_LIST, FIELD(trusted_proxy), "LIST", NULL, NULL, 0,
+      0, false,
+      "Addresses and CIDR blocks of proxies (comma-separated) whose "
+      "X-Forwarded-For names the client: without API keys, a request from one "
+      "of them belongs to the right-most address of that header that is not "
+      "a trusted proxy. None: the header is never read." },
     { "cors-origin", 0, OPT_OPTIONAL_PATH, FIELD(cors_origin), "ORIGIN", NULL, NULL, 0, 0,
       false, "The origin whose web pages may call the API (CORS: \"*\" for any); none: CORS off." },
     { "config", 'c', OPT_OPTIONAL_PATH, FIELD(config_file), "FILE", NULL, NULL, 0, 0, true,
@@ -333,6 +348,7 @@ static int bad_value(const option_spec *o, const char *where, const char *value,
     case OPT_MATMUL:
         return error_set(err, "%s: '%s' is not a matmul backend (auto, panels, "
                          "blas)", where, value);
+
     default:
         return error_set(err, "%s: bad value '%s'", where, value);
     }
@@ -350,6 +366,13 @@ static int apply_value(settings *s, const option_spec *o, const char *value,
     case OPT_OPTIONAL_PATH:
         return set_string((char **)(void *)field, value, o->type == OPT_OPTIONAL_PATH,
                           where, o, err);
+    case OPT_ADDR_LIST: {
+        addr_list l;
+        gpt2d_error why;
+        if (addr_list_parse(&l, value, &why) != 0)
+            return error_set(err, "%s: %s", where, why.message);
+        return set_string((char **)(void *)field, value, true, where, o, err);
+    }
     case OPT_PORT:
         if (!parse_number(value, o->min, o->max, &n))
             return bad_value(o, where, value, err);
@@ -685,7 +708,8 @@ void settings_free(settings *s)
     if (s == NULL)
         return;
     for (size_t i = 0; i < N_OPTIONS; i++) {
-        if (options[i].type == OPT_PATH || options[i].type == OPT_OPTIONAL_PATH) {
+        if (options[i].type == OPT_PATH || options[i].type == OPT_OPTIONAL_PATH ||
+            options[i].type == OPT_ADDR_LIST) {
             char **field = (char **)(void *)((char *)s + options[i].offset);
             free(*field);
             *field = NULL;

@@ -25,6 +25,7 @@
 #include "gpt2d/model.h"
 #include "gpt2d/settings.h"
 #include "gpt2d/sha256.h"
+#include "gpt2d/token_budget.h"
 #include "gpt2d/tokenizer.h"
 #include "gpt2d/utf8.h"
 
@@ -40,6 +41,9 @@ typedef struct api_ctx {
     bool log_prompts;
     time_t started;             /* reported as the model's `created` */
     const chat_template *chat;  /* how /v1/chat/completions writes a prompt */
+    token_budget *budget;       /* each caller's tokens per minute (its own
+                                 * lock: the one shared object a handler
+                                 * writes) */
 } api_ctx;
 
 /* ---- who is asking ----
@@ -50,11 +54,25 @@ typedef struct api_ctx {
  * single-tenant deployment.  A request's cache_salt isolates further: its
  * prefixes serve only requests of the same caller with the same salt.  Only
  * digests are kept, so nothing cached holds a key. */
+/* What the operator allows one caller (http_keys.c fills it: from the
+ * key's line in the keys file, or the configuration's defaults). */
+typedef struct api_limits {
+    size_t max_seqs;            /* sequences while another caller is active;
+                                 * 0: --max-seqs-per-key */
+    size_t max_queued;          /* requests waiting; 0: --max-queued-per-key */
+    uint64_t tokens_per_minute; /* the token budget's size and refill per
+                                 * minute (token_budget.h); 0: no budget */
+} api_limits;
+
 typedef struct api_caller {
     uint8_t principal[SHA256_BYTES];
     /* Whose share of the engine it uses (limits and fairness): the key or
-     * address, even when the cache is global. */
+     * address, even when the cache is global.  The per-key account id:
+     * the same key gives the same account after a reload or restart. */
     uint8_t account[SHA256_BYTES];
+    api_limits limits;
+    size_t metrics_key;         /* its series in /metrics (metrics_key_id):
+                                 * the key's name, or 0, "-" */
 } api_caller;
 
 void api_caller_of_key(api_caller *who, const char *key, size_t len);

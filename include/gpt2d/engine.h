@@ -157,6 +157,10 @@ engine_status engine_submit(engine *e, const gen_params *p, gen_request **out);
 /* KV-cache blocks the engine's cache holds (kvcache_blocks_needed's
  * bound for a request). */
 size_t engine_kv_blocks(const engine *e);
+/* The limits of a caller whose gen_params set none (engine_config's, the
+ * defaults resolved). */
+void engine_caller_defaults(const engine *e, size_t *max_seqs,
+                            size_t *max_queued);
 
 void gen_request_lock(gen_request *r);
 void gen_request_unlock(gen_request *r);
@@ -168,6 +172,9 @@ size_t gen_request_n_sequences(const gen_request *r);
 const gen_output *gen_request_output(const gen_request *r, size_t sequence);
 bool gen_request_finished(const gen_request *r);  /* every sequence finished */
 gen_usage gen_request_usage(const gen_request *r);
+/* How long it waited in the queue before it started; -1 while it has not
+ * (or never did: cancelled while queued). */
+double gen_request_queued_seconds(const gen_request *r);
 /* The client is gone: the engine drops the request within one step. */
 void gen_request_cancel(gen_request *r);
 void gen_request_release(gen_request *r);

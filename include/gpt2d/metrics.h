@@ -1,7 +1,7 @@
 /* metrics.h — the Prometheus registry (the one piece of global mutable
  * state besides the settings).  Every update is a relaxed atomic, so any
- * thread may record without locks; metrics_render takes a consistent-enough
- * snapshot for scraping. */
+ * thread may record without locks (only registering a key name locks);
+ * metrics_render takes a consistent-enough snapshot for scraping. */
 #ifndef GPT2D_METRICS_H
 #define GPT2D_METRICS_H
 
@@ -36,6 +36,35 @@ typedef struct metrics_kv_share {
     size_t accounts, share_blocks;
     uint64_t evicted_own, evicted_over, evicted_under;
 } metrics_kv_share;
+/* ---- per-key series ----
+ *
+ * Labelled key="NAME" with the names the keys file gives (never a key's
+ * secret); keys without a name and callers without keys share key="-",
+ * id 0.  A name registered once keeps its id until exit, so a counter never
+ * goes back on a reload; at most METRICS_MAX_KEYS names are registered
+ * (beyond, a name counts under "-"), so the label set is bounded by the
+ * keys files the daemon has read, whatever clients send. */
+#define METRICS_MAX_KEYS 1024
+#define METRICS_KEY_NAME_MAX 64
+
+/* The id of `name` ([A-Za-z0-9._-], at most METRICS_KEY_NAME_MAX bytes:
+ * http_keys.c checks), registered if new under a lock; 0 for NULL, "", a
+ * longer name or a full table.  Any thread. */
+size_t metrics_key_id(const char *name);
+
+/* Why a key's request got 429: the error's `code`. */
+typedef enum metrics_refusal {
+    METRICS_REFUSED_QUEUE_FULL,         /* queue_full */
+    METRICS_REFUSED_MAX_QUEUED,         /* max_queued_per_key */
+    METRICS_REFUSED_TOKEN_BUDGET,       /* token_budget */
+    METRICS_REFUSED_MAX_SESSIONS,       /* max_sessions_per_key */
+    METRICS_N_REFUSALS,
+} metrics_refusal;
+
+void metrics_key_request(size_t key);         /* an HTTP request answered */
+void metrics_key_tokens(size_t key, size_t prompt, size_t completion);
+void metrics_key_refused(size_t key, metrics_refusal why);
+void metrics_key_queue_wait(size_t key, double seconds); /* submit -> start */
 
 /* The KV cache's disk tier, for the gauges below. */
 typedef struct metrics_disk {

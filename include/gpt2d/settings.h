@@ -43,6 +43,8 @@ typedef struct settings {
     size_t max_queued_per_key;  /* --max-queued-per-key; 0 (default): half
                                  * of --max-queue */
     size_t max_sessions_per_key;/* --max-sessions-per-key, default 64 */
+    size_t tokens_per_minute_per_key; /* --tokens-per-minute-per-key: each
+                                 * caller's token budget; 0 (default): none */
     unsigned prefill_share;     /* --prefill-share percent, default 50 */
     unsigned step_cost;         /* --step-cost percent of a decode step, 0: off */
     size_t max_stop_bytes;      /* --max-stop-bytes per stop string, default 256 */
@@ -51,6 +53,9 @@ typedef struct settings {
     char *api_key_file;         /* --api-key-file; keys also from GPT2D_API_KEY */
     char *cors_origin;          /* --cors-origin, default none (CORS off) */
     char *chat_template;        /* --chat-template FILE; none: the built-in */
+    char *trusted_proxy;        /* --trusted-proxy: addresses and CIDR blocks
+                                 * whose X-Forwarded-For names the client
+                                 * (addr_list.h); default none */
     bool global_prefix_cache;   /* --global-prefix-cache: one isolation
                                  * domain for every client (default false) */
     char *config_file;          /* --config */

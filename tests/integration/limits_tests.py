@@ -50,8 +50,10 @@ import json
 import os
 import re
 import select
+import signal
 import socket
 import struct
+import subprocess
 import sys
 import termios
 import threading
@@ -60,8 +62,8 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-from gpt2d_client import (NO_EOT, Server, Vocab, http_request,  # noqa: E402
-                          metric_sum, read_raw, read_response,
+from gpt2d_client import (NO_EOT, Server, StreamError, Vocab,  # noqa: E402
+                          http_request, metric_sum, read_raw, read_response,
                           response_complete)
 from testlib import (GPT2D, TINY, ServerCase,  # noqa: E402
                      long_context_model, run_module, wait_for)
@@ -168,7 +170,7 @@ class Blocker(threading.Thread):
     server closed the connection, so its slots are free again; .status:
     the HTTP status, once its headers are in."""
 
-    def __init__(self, port, slots):
+    def __init__(self, port, slots, key=None):
         threading.Thread.__init__(self, daemon=True)
         self.status = None
         self.over = False
@@ -176,7 +178,8 @@ class Blocker(threading.Thread):
         self.sock.sendall(http_request("POST", "/v1/completions", json.dumps({
             "prompt": "Once upon a time", "max_tokens": BLOCKER_TOKENS,
             "n": slots, "stream": True, "seed": 1,
-            "logit_bias": NO_EOT}).encode()))
+            "logit_bias": NO_EOT}).encode(),
+            headers=["Authorization: Bearer " + key] if key else ()))
         self.start()
 
     def run(self):
@@ -217,7 +220,7 @@ class SlotHolder:
     hold, and one more.  release() hangs it up, and fails if it had already
     ended: then the slots were free too soon."""
 
-    def __init__(self, server, slots, seconds):
+    def __init__(self, server, slots, seconds, key=None):
         if server.env != HOLD_ENV:
             raise AssertionError("%s holds its slots only with HOLD_ENV (%r), "
                                  "not %r" % (server.name, HOLD_ENV, server.env))
@@ -229,9 +232,9 @@ class SlotHolder:
         self.released = False
         self.broken = None
         self.t0 = time.monotonic()
-        self.blocker = Blocker(server.port, slots)
+        self.blocker = Blocker(server.port, slots, key)
         try:
-            if not wait_for(lambda: metric_sum(server.client().metrics(),
+            if not wait_for(lambda: metric_sum(server.client(api_key=key).metrics(),
                                                "gpt2d_slots_busy") == slots, 10):
                 raise AssertionError("the blocker did not take every slot (HTTP %r)"
                                      % self.blocker.status)
@@ -264,12 +267,13 @@ class LimitCase(ServerCase):
     SLOTS = None
 
     @contextlib.contextmanager
-    def every_slot_held(self, seconds):
+    def every_slot_held(self, seconds, key=None):
         """Holds every KV slot (SlotHolder; `seconds`: about how long the
-        test means to) until the block calls the function it is given, or
-        ends.  A failure in the block is reported together with the
-        hold's own, if the slots came free too soon."""
-        holder = SlotHolder(self.server, self.SLOTS, seconds)
+        test means to; `key`: the API key it sends) until the block calls
+        the function it is given, or ends.  A failure in the block is
+        reported together with the hold's own, if the slots came free too
+        soon."""
+        holder = SlotHolder(self.server, self.SLOTS, seconds, key)
         try:
             yield holder.release
         except Exception as e:
@@ -970,6 +974,359 @@ class Logs(LimitCase):
         self.assertIsNone(srv.sanitizer_report())
         with open(srv.log_path, "rb") as f:
             self.assertIn(self.CANARY.encode(), f.read())
+
+
+# ---------------------------------------------------------------- per-key limits
+
+def in_background(fn, *args):
+    """Runs fn(*args) in a daemon thread; returns the thread (its result is
+    left in .result, an exception in .error)."""
+    t = threading.Thread(target=lambda: _keep_result(t, fn, args), daemon=True)
+    t.result = t.error = None
+    t.start()
+    return t
+
+
+def _keep_result(t, fn, args):
+    try:
+        t.result = fn(*args)
+    except Exception as e:  # noqa: BLE001 - reported by the test that joins
+        t.error = e
+
+
+class OpenStreams:
+    """Long streams opened in the background (their headers come only once
+    the engine admits them), all closed by close_all()."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.streams = []
+        self.threads = []
+
+    def open(self, client, seed):
+        def run():
+            try:
+                es = client.open_stream("/v1/completions", {
+                    "prompt": "Once upon a time", "max_tokens": 1000,
+                    "seed": seed, "stream": True, "logit_bias": NO_EOT})
+            except StreamError:
+                return
+            with self.lock:
+                self.streams.append(es)
+        self.threads.append(in_background(run))
+
+    def close_all(self):
+        """Closes each stream as it opens (a closed one lets the next be
+        admitted), until every opener has returned."""
+        deadline = time.monotonic() + 30
+        while True:
+            with self.lock:
+                for es in self.streams:
+                    es.close()
+            if not any(t.is_alive() for t in self.threads) or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        with self.lock:
+            for es in self.streams:
+                es.close()
+
+
+def key_file(path, lines):
+    with open(path, "w", encoding="ascii") as f:
+        f.write("# test keys\n" + "".join(line + "\n" for line in lines))
+    return path
+
+
+def prompt_tokens(c, prompt):
+    return len(c.post("/tokenize", {"content": prompt}).json["tokens"])
+
+
+class PerKeyLimits(LimitCase):
+    """The keys file gives each key its name and its own limits (issue 19):
+    a token budget per minute (429 token_budget with Retry-After, 400 for a
+    request larger than the whole budget, the unused part given back),
+    queued requests and sequences; /metrics counts per key name, never
+    per secret."""
+
+    NAME = "perkey"
+    ARGS = ("--slots", str(HOLD_SLOTS), "--threads", "1", "--max-queue", "16")
+    ENV = HOLD_ENV
+    MODEL = staticmethod(slow_model)
+    SLOTS = HOLD_SLOTS
+    KEYS = {name: "sk-%s-%d-secret" % (name, os.getpid()) for name in (
+        "holder", "spender", "refunded", "small", "queuer", "narrow", "other",
+        "metered", "anon")}
+    LINES = {
+        "holder": "name=holder",
+        "spender": "name=spender tokens-per-minute=100",
+        "refunded": "name=refunded tokens-per-minute=100",
+        "small": "tokens-per-minute=30",
+        "queuer": "name=queuer max-queued=1",
+        "narrow": "name=narrow max-seqs=1",
+        "other": "name=other",
+        "metered": "name=metered tokens-per-minute=100",
+        "anon": "",
+    }
+
+    @classmethod
+    def setUpClass(cls):
+        os.makedirs(WORKDIR, exist_ok=True)
+        path = key_file(os.path.join(WORKDIR, "perkey-keys"),
+                        ["%s %s" % (cls.KEYS[k], v) for k, v in cls.LINES.items()])
+        cls.ARGS = cls.ARGS + ("--api-key-file", path)
+        LimitCase.setUpClass.__func__(cls)
+
+    def key(self, name):
+        return self.client(api_key=self.KEYS[name])
+
+    def test_over_its_token_budget_a_key_gets_429_naming_it_with_retry_after(self):
+        c = self.key("spender")
+        p = prompt_tokens(c, "Hello")
+        body = c.complete(prompt="Hello", max_tokens=80, logit_bias=NO_EOT)
+        self.assertEqual(body["usage"]["completion_tokens"], 80)
+        r = c.post("/v1/completions", {"prompt": "Hello", "max_tokens": 40})
+        err = self.assert_error(r, 429, None)
+        self.assertEqual(err["code"], "token_budget")
+        self.assertIn("may use %d tokens (prompt %d + 1 x max_tokens 40)"
+                      % (p + 40, p), err["message"])
+        self.assertIn("of its 100 tokens per minute are left", err["message"])
+        # seconds until p + 40 are back at 100 a minute: at most 20 tokens
+        # (and a few refilled) are left, so at least ~10 s
+        wait = int(r.headers["retry-after"])
+        self.assertIn("retry in %d s" % wait, err["message"])
+        self.assertGreaterEqual(wait, 5)
+        self.assertLessEqual(wait, 60)
+        # another key's budget is its own
+        self.key("other").complete(prompt="Hello", max_tokens=40)
+
+    def test_what_a_request_did_not_use_goes_back_to_the_budget(self):
+        c = self.key("refunded")
+        # charged prompt + 90 up front; ends at its first token (EOT)
+        body = c.complete(prompt="Hello", max_tokens=90, logit_bias={"50256": 100})
+        self.assertEqual(body["choices"][0]["finish_reason"], "stop")
+        used = body["usage"]["total_tokens"]
+        self.assertLess(used, 10)
+        # kept whole, the charge would leave < 10 of 100: no room for 91+
+        r = c.post("/v1/completions", {"prompt": "Hello", "max_tokens": 90})
+        self.assertEqual(r.status, 200, r)
+
+    def test_a_request_larger_than_the_whole_budget_is_400(self):
+        c = self.key("small")
+        r = c.post("/v1/completions", {"prompt": "Hello", "max_tokens": 40})
+        err = self.assert_error(r, 400, "max_tokens")
+        self.assertEqual(err["code"], "token_budget")
+        self.assertIn("30 tokens per minute", err["message"])
+        self.assertIn("can never run", err["message"])
+        self.assertNotIn("retry-after", r.headers)
+        c.complete(prompt="Hello", max_tokens=10)
+
+    def test_max_queued_from_the_keys_file_is_that_keys_limit(self):
+        q, other = self.key("queuer"), self.key("other")
+        waiting = []
+        with self.every_slot_held(6, key=self.KEYS["holder"]) as release:
+            waiting.append(in_background(q.post, "/v1/completions",
+                                         {"prompt": "Hello", "max_tokens": 2}))
+            self.assertTrue(wait_for(lambda: metric_sum(q.metrics(),
+                                                         "gpt2d_queue_depth") == 1, 5))
+            r = q.post("/v1/completions", {"prompt": "Hello", "max_tokens": 2})
+            err = self.assert_error(r, 429, None)
+            self.assertEqual(err["code"], "max_queued_per_key")
+            self.assertIn("it has 1 waiting, its limit (max-queued-per-key)",
+                          err["message"])
+            self.assertEqual(r.headers["retry-after"], "1")
+            # another key queues past 1 (the default: half of --max-queue)
+            for _ in range(2):
+                waiting.append(in_background(other.post, "/v1/completions",
+                                             {"prompt": "Hello", "max_tokens": 2}))
+            self.assertTrue(wait_for(lambda: metric_sum(q.metrics(),
+                                                         "gpt2d_queue_depth") == 3, 5))
+            release()
+        for t in waiting:
+            t.join(30)
+            self.assertIsNone(t.error)
+            self.assertEqual(t.result.status, 200, t.result)
+
+    def test_max_seqs_from_the_keys_file_is_that_keys_share(self):
+        narrow, other = self.key("narrow"), self.key("other")
+        streams = OpenStreams()
+        try:
+            streams.open(other, 1)
+            self.assertTrue(wait_for(lambda: metric_sum(other.metrics(),
+                                                        "gpt2d_slots_busy") == 1, 5))
+            for seed in range(3):
+                streams.open(narrow, 10 + seed)
+
+            def shape():
+                m = other.metrics()
+                return (metric_sum(m, "gpt2d_slots_busy"),
+                        metric_sum(m, "gpt2d_queue_depth"))
+            # the default share (half of 4) would run two of narrow's
+            self.assertTrue(wait_for(lambda: shape() == (2, 2), 5), shape())
+            time.sleep(0.5)
+            self.assertEqual(shape(), (2, 2))
+        finally:
+            streams.close_all()
+
+    def test_per_key_metrics_name_the_key_never_its_secret(self):
+        c, anon = self.key("metered"), self.key("anon")
+        p = prompt_tokens(anon, "Hello")
+        before = anon.metrics()
+        c.complete(prompt="Hello", max_tokens=80, logit_bias=NO_EOT)
+        self.assert_error(c.post("/v1/completions", {"prompt": "Hello",
+                                                     "max_tokens": 80}), 429)
+        anon.complete(prompt="Hello", max_tokens=1)
+        # a request is counted once its answer is sent: give the last a moment
+        after = wait_for(lambda: (lambda m: m if m.get(
+            'gpt2d_key_requests_total{key="metered"}', 0)
+            - before.get('gpt2d_key_requests_total{key="metered"}', 0) == 2
+            else None)(anon.metrics()), 5)
+        self.assertIsNotNone(after, "metered's two requests were not counted")
+
+        def delta(series):
+            return after.get(series, 0) - before.get(series, 0)
+        self.assertEqual(delta('gpt2d_key_tokens_total{key="metered",kind="prompt"}'), p)
+        self.assertEqual(delta('gpt2d_key_tokens_total{key="metered",kind="completion"}'),
+                         80)
+        self.assertEqual(delta('gpt2d_key_refused_total{key="metered",'
+                               'reason="token_budget"}'), 1)
+        self.assertEqual(delta('gpt2d_key_queue_wait_seconds_count{key="metered"}'), 1)
+        self.assertGreaterEqual(delta('gpt2d_key_queue_wait_seconds_sum{key="metered"}'), 0)
+        # a key without a name counts under "-"
+        self.assertGreaterEqual(delta('gpt2d_key_requests_total{key="-"}'), 2)
+        self.assertEqual(delta('gpt2d_key_tokens_total{key="-",kind="completion"}'), 1)
+        text = c.get("/metrics").body.decode()
+        for secret in self.KEYS.values():
+            self.assertNotIn(secret, text)
+        names = {v.split()[0][len("name="):] for v in self.LINES.values()
+                 if v.startswith("name=")}
+        self.assertLessEqual(set(re.findall(r'key="([^"]*)"', text)), names | {"-"})
+
+
+class KeysReload(LimitCase):
+    """SIGHUP re-reads the keys file: a key keeps what it has used (its
+    token budget) and takes its new limits; a bad file, at start or on
+    SIGHUP, is refused with FILE:LINE and never shows a key."""
+
+    NAME = "keysreload"
+    ARGS = ("--slots", "2", "--threads", "1")
+    KEY = "sk-reload-%d-secret" % os.getpid()
+
+    @classmethod
+    def setUpClass(cls):
+        os.makedirs(WORKDIR, exist_ok=True)
+        cls.path = key_file(os.path.join(WORKDIR, "reload-keys"),
+                            ["%s name=before tokens-per-minute=100" % cls.KEY])
+        cls.ARGS = cls.ARGS + ("--api-key-file", cls.path)
+        LimitCase.setUpClass.__func__(cls)
+
+    def reload(self, lines, check_key):
+        key_file(self.path, lines)
+        os.kill(self.server.pid, signal.SIGHUP)
+        self.assertTrue(wait_for(lambda: self.client(api_key=check_key).get(
+            "/v1/models").status == 200, 5), self.server.log_tail())
+
+    def test_a_reload_keeps_a_keys_budget_and_applies_its_new_limits(self):
+        c = self.client(api_key=self.KEY)
+        c.complete(prompt="Hi", max_tokens=60, logit_bias=NO_EOT)
+        self.reload(["sk-new-%d name=new" % os.getpid(),
+                     "%s name=after tokens-per-minute=100" % self.KEY],
+                    "sk-new-%d" % os.getpid())
+        # the same key, the same account: what it spent is still spent
+        err = self.assert_error(c.post("/v1/completions",
+                                       {"prompt": "Hi", "max_tokens": 60}), 429, None)
+        self.assertEqual(err["code"], "token_budget")
+        m = c.metrics()
+        self.assertIn('gpt2d_key_requests_total{key="after"}', m)
+        self.assertIn('gpt2d_key_requests_total{key="before"}', m)
+        # a larger budget applies at once: what was spent stays spent, and
+        # the bucket refills ten times faster (at 100 a minute the 60 would
+        # take 14 s or more to come back)
+        self.reload(["%s name=after tokens-per-minute=1000" % self.KEY], self.KEY)
+        err = self.assert_error(c.post("/v1/completions",
+                                       {"prompt": "Hi", "max_tokens": 60}), 429, None)
+        self.assertIn("of its 1000 tokens per minute", err["message"])
+        self.assertTrue(wait_for(lambda: c.post("/v1/completions", {
+            "prompt": "Hi", "max_tokens": 60}).status == 200, 5, interval=0.2))
+        # a bad file is refused with its line; the keys in force stay
+        key_file(self.path, ["%s colour=red" % self.KEY])
+        os.kill(self.server.pid, signal.SIGHUP)
+        self.assertTrue(wait_for(lambda: ("%s:2: unknown attribute 'colour'" % self.path)
+                                 in self.log_text(), 5), self.server.log_tail())
+        self.assertEqual(c.get("/v1/models").status, 200)
+        self.assertNotIn(self.KEY, self.log_text())
+
+    def test_a_bad_keys_file_stops_the_start_naming_its_line(self):
+        bad = key_file(os.path.join(WORKDIR, "bad-keys"),
+                       ["sk-fine-%d-secret" % os.getpid(),
+                        "sk-bad-%d-secret max-seqs=many" % os.getpid()])
+        p = subprocess.run([GPT2D, "--model", TINY, "--port", "0",
+                            "--api-key-file", bad], capture_output=True,
+                           timeout=60, env=dict(os.environ, GPT2D_API_KEY=""))
+        self.assertNotEqual(p.returncode, 0)
+        text = p.stderr.decode()
+        self.assertIn("%s:3: max-seqs: 'many' is not a whole number from 1 to 1024"
+                      % bad, text)
+        self.assertNotIn("secret", text)
+
+
+class TrustedProxy(LimitCase):
+    """Without API keys the caller is the client's address; from a proxy in
+    --trusted-proxy, the right-most address of X-Forwarded-For that is not a
+    trusted proxy, and the header of anyone else is never read."""
+
+    NAME = "proxy"
+    ARGS = ("--slots", "2", "--threads", "1", "--trusted-proxy", "10.0.0.0/8, 127.0.0.1",
+            "--tokens-per-minute-per-key", "100")
+
+    def sessions(self, c, xff=None):
+        headers = {"X-Forwarded-For": xff} if xff is not None else None
+        r = c.get("/v1/sessions", headers=headers)
+        self.assertEqual(r.status, 200, r)
+        return [s["id"] for s in r.json["data"]]
+
+    def complete(self, c, xff, **body):
+        return c.post("/v1/completions", dict({"prompt": "Hi"}, **body),
+                      headers={"X-Forwarded-For": xff})
+
+    def test_a_trusted_proxys_client_is_the_right_most_untrusted_address(self):
+        c = self.client()
+        r = self.complete(c, "6.6.6.6, 203.0.113.7, 10.1.2.3", max_tokens=1,
+                          session_id="xff-mine")
+        self.assertEqual(r.status, 200, r)
+        self.assertIn("xff-mine", self.sessions(c, "203.0.113.7"))
+        # what the client itself put to the left is not believed
+        self.assertIn("xff-mine", self.sessions(c, "1.1.1.1, 203.0.113.7"))
+        self.assertIn("xff-mine", self.sessions(c, "9.9.9.9, 203.0.113.7, 10.9.9.9"))
+        self.assertNotIn("xff-mine", self.sessions(c, "6.6.6.6"))
+        # the proxy's own requests are the proxy's
+        self.assertNotIn("xff-mine", self.sessions(c))
+
+    def test_each_forwarded_client_has_its_own_budget(self):
+        c = self.client()
+        a, b = "198.51.100.1", "198.51.100.2"
+        self.assertEqual(self.complete(c, a, max_tokens=60, logit_bias=NO_EOT).status, 200)
+        err = self.assert_error(self.complete(c, a, max_tokens=60), 429, None)
+        self.assertEqual(err["code"], "token_budget")
+        self.assertEqual(self.complete(c, b, max_tokens=60).status, 200)
+
+    def test_an_untrusted_peers_forwarded_for_is_ignored(self):
+        srv = Server(GPT2D, TINY, WORKDIR, ["--slots", "2", "--threads", "1",
+                                            "--trusted-proxy", "10.0.0.0/8",
+                                            "--tokens-per-minute-per-key", "100"],
+                     name="proxy-untrusted").start()
+        try:
+            c = srv.client()
+            r = self.complete(c, "198.51.100.1", max_tokens=60, logit_bias=NO_EOT,
+                              session_id="spoof")
+            self.assertEqual(r.status, 200, r)
+            # every request is 127.0.0.1's, whatever the header says
+            self.assertIn("spoof", self.sessions(c, "198.51.100.2"))
+            self.assertIn("spoof", self.sessions(c))
+            self.assert_error(self.complete(c, "198.51.100.2", max_tokens=60), 429)
+        finally:
+            rc, _ = srv.stop()
+        self.assertEqual(rc, 0, srv.log_tail())
+        self.assert_clean_log(srv)
 
 
 # ---------------------------------------------------------------- input table

@@ -1415,6 +1415,15 @@ static engine *open_engine_cfg(const engine_config *over)
     return e;
 }
 
+/* Releases a scenario's requests, then the engine and the prompt. */
+static void end_scenario(engine *e, gen_request **reqs, size_t n, int32_t *prompt)
+{
+    for (size_t i = 0; i < n; i++)
+        gen_request_release(reqs[i]);
+    engine_destroy(e);
+    free(prompt);
+}
+
 /* A long request (the whole context) of `who`, queued. */
 static gen_request *submit_long_of(engine *e, const int32_t *prompt, size_t n,
                                    kv_identity who, size_t n_seq)
@@ -1498,10 +1507,7 @@ START_TEST(test_engine_admits_the_least_served_caller_first)
     ck_assert_uint_eq(n_tokens_of(a2), 0);
     ck_assert_uint_eq(n_tokens_of(a3), 0);
     gen_request *all[] = { a1, a2, a3, b1 };
-    for (size_t i = 0; i < 4; i++)
-        gen_request_release(all[i]);
-    engine_destroy(e);
-    free(prompt);
+    end_scenario(e, all, 4, prompt);
 }
 END_TEST
 
@@ -1532,10 +1538,7 @@ START_TEST(test_engine_caller_holds_at_most_half_the_slots_while_another_is_acti
     gen_request_cancel(b1);
     wait_tokens(a3, 1);
     gen_request *all[] = { a1, a2, a3, b1 };
-    for (size_t i = 0; i < 4; i++)
-        gen_request_release(all[i]);
-    engine_destroy(e);
-    free(prompt);
+    end_scenario(e, all, 4, prompt);
 }
 END_TEST
 
@@ -1556,10 +1559,7 @@ START_TEST(test_engine_narrow_request_passes_a_wide_one_that_does_not_fit)
     wait_tokens(narrow, 1);
     ck_assert_uint_eq(n_tokens_of(wide), 0);
     gen_request *all[] = { a1, wide, narrow };
-    for (size_t i = 0; i < 3; i++)
-        gen_request_release(all[i]);
-    engine_destroy(e);
-    free(prompt);
+    end_scenario(e, all, 3, prompt);
 }
 END_TEST
 
@@ -1581,10 +1581,61 @@ START_TEST(test_engine_aged_wide_request_is_not_passed)
     wait_tokens(wide, 1);       /* once a1 ends */
     ck_assert_uint_eq(n_tokens_of(narrow), 0);
     gen_request *all[] = { a1, wide, narrow };
-    for (size_t i = 0; i < 3; i++)
-        gen_request_release(all[i]);
-    engine_destroy(e);
-    free(prompt);
+    end_scenario(e, all, 3, prompt);
+}
+END_TEST
+
+/* Two slots, a share of one for each caller, and the age bound at once. */
+static const engine_config share_of_one_slot = {
+    .n_slots = 2, .max_queue = 8, .max_batch_rows = 16,
+    .max_seqs_per_caller = 1, .admit_age_ms = 1, .min_step_usec = 2000,
+};
+
+/* Two slots, a share of one each: a request of A with n = 2 is wider than
+ * A's whole share.  B keeps running one request after another (two queued
+ * behind its first), so B is active throughout; still, once the wide
+ * request has waited admit_age_ms and A is the least served, the slots
+ * drain to it: it starts when B's first ends, before B's second. */
+START_TEST(test_engine_request_wider_than_its_share_is_not_starved)
+{
+    engine *e = open_engine_cfg(&share_of_one_slot);
+    int32_t *prompt = prompt_of(4);
+    kv_identity a = caller(1, 1), b = caller(2, 2);
+    gen_request *b1 = submit_long_of(e, prompt, 4, b, 1);
+    wait_tokens(b1, 1);
+    gen_request *b2 = submit_long_of(e, prompt, 4, b, 1);
+    gen_request *b3 = submit_long_of(e, prompt, 4, b, 1);
+    gen_request *wide = submit_long_of(e, prompt, 4, a, 2);
+    wait_tokens(wide, 1);
+    ck_assert_uint_eq(n_tokens_of(b2), 0);
+    gen_request *all[] = { b1, b2, b3, wide };
+    end_scenario(e, all, 4, prompt);
+}
+END_TEST
+
+/* ... but only on its caller's turn: A, which has just run a wide request
+ * (cost 124: 4 + 2 x 60), waits with the next one while B, which then
+ * runs requests of cost 64, is less served: two of B's run first, then
+ * A's (124 < 128), then B's third.  The age alone would give A the whole
+ * machine again at once. */
+START_TEST(test_engine_wide_request_waits_for_its_callers_turn)
+{
+    engine *e = open_engine_cfg(&share_of_one_slot);
+    int32_t *prompt = prompt_of(4);
+    kv_identity a = caller(1, 1), b = caller(2, 2);
+    gen_request *wide1 = submit_long_of(e, prompt, 4, a, 2);
+    wait_tokens(wide1, 1);
+    gen_request *b1 = submit_long_of(e, prompt, 4, b, 1);
+    gen_request *b2 = submit_long_of(e, prompt, 4, b, 1);
+    gen_request *b3 = submit_long_of(e, prompt, 4, b, 1);
+    gen_request *wide2 = submit_long_of(e, prompt, 4, a, 2);
+    wait_tokens(wide2, 1);
+    gen_request_lock(b2);
+    ck_assert(gen_request_finished(b2));
+    gen_request_unlock(b2);
+    ck_assert_uint_eq(n_tokens_of(b3), 0);
+    gen_request *all[] = { wide1, b1, b2, b3, wide2 };
+    end_scenario(e, all, 5, prompt);
 }
 END_TEST
 
@@ -1613,10 +1664,7 @@ START_TEST(test_engine_caller_queue_limit_leaves_room_for_others)
     gen_request *b1 = NULL;
     ck_assert_int_eq(submit(e, &p, &b1), ENGINE_OK);
     gen_request *all[] = { a1, a2, a3, a4, b1 };
-    for (size_t i = 0; i < 5; i++)
-        gen_request_release(all[i]);
-    engine_destroy(e);
-    free(prompt);
+    end_scenario(e, all, 5, prompt);
 }
 END_TEST
 
@@ -1733,6 +1781,8 @@ static Suite *engine_suite(void)
     tcase_add_test(fair, test_engine_caller_holds_at_most_half_the_slots_while_another_is_active);
     tcase_add_test(fair, test_engine_narrow_request_passes_a_wide_one_that_does_not_fit);
     tcase_add_test(fair, test_engine_aged_wide_request_is_not_passed);
+    tcase_add_test(fair, test_engine_request_wider_than_its_share_is_not_starved);
+    tcase_add_test(fair, test_engine_wide_request_waits_for_its_callers_turn);
     tcase_add_test(fair, test_engine_caller_queue_limit_leaves_room_for_others);
     tcase_add_test(fair, test_engine_prefill_flood_leaves_decode_its_share);
     tcase_add_test(fair, test_engine_a_callers_own_prompts_are_not_held_behind_its_stream);

@@ -125,7 +125,8 @@ static family *family_of(scrape *sc, const char *sample_name)
             char base[96];
             snprintf(base, sizeof base, "%.*s", (int)(n - k), sample_name);
             f = find_family(sc, base);
-            if (f != NULL && strcmp(f->type, "histogram") == 0)
+            if (f != NULL && (strcmp(f->type, "histogram") == 0 ||
+                              (i > 0 && strcmp(f->type, "summary") == 0)))
                 return f;
         }
     }
@@ -510,6 +511,89 @@ START_TEST(test_requests_are_labelled_by_endpoint_and_code)
 }
 END_TEST
 
+/* Per-key series are labelled by the keys file's names; keys without one
+ * and callers without keys share key="-" (id 0), and an id that was never
+ * handed out counts there too. */
+START_TEST(test_key_series_are_labelled_by_name)
+{
+    size_t alice = metrics_key_id("alice"), bob = metrics_key_id("bob.b-2_x");
+    ck_assert_uint_gt(alice, 0);
+    ck_assert_uint_gt(bob, 0);
+    ck_assert_uint_ne(alice, bob);
+    ck_assert_uint_eq(metrics_key_id("alice"), alice);  /* the same after a reload */
+    ck_assert_uint_eq(metrics_key_id(NULL), 0);
+    ck_assert_uint_eq(metrics_key_id(""), 0);
+    char too_long[METRICS_KEY_NAME_MAX + 2];
+    memset(too_long, 'x', sizeof too_long - 1);
+    too_long[sizeof too_long - 1] = '\0';
+    ck_assert_uint_eq(metrics_key_id(too_long), 0);
+    scrape *a = scrape_new(), *b = scrape_new();
+    scrape_now(a, NULL);
+    metrics_key_request(alice);
+    metrics_key_request(alice);
+    metrics_key_request(bob);
+    metrics_key_request(0);
+    metrics_key_request(METRICS_MAX_KEYS + 5);
+    metrics_key_tokens(alice, 12, 30);
+    metrics_key_tokens(bob, 5, 0);
+    metrics_key_refused(alice, METRICS_REFUSED_TOKEN_BUDGET);
+    metrics_key_refused(alice, METRICS_REFUSED_TOKEN_BUDGET);
+    metrics_key_refused(bob, METRICS_REFUSED_MAX_QUEUED);
+    metrics_key_refused(0, METRICS_REFUSED_QUEUE_FULL);
+    metrics_key_queue_wait(alice, 0.25);
+    metrics_key_queue_wait(alice, 0.5);
+    scrape_now(b, NULL);
+    const char *req = "gpt2d_key_requests_total", *tok = "gpt2d_key_tokens_total",
+               *ref = "gpt2d_key_refused_total";
+    ck_assert_double_eq(delta(a, b, req, "key=\"alice\""), 2);
+    ck_assert_double_eq(delta(a, b, req, "key=\"bob.b-2_x\""), 1);
+    ck_assert_double_eq(delta(a, b, req, "key=\"-\""), 2);
+    ck_assert_double_eq(delta(a, b, tok, "key=\"alice\",kind=\"prompt\""), 12);
+    ck_assert_double_eq(delta(a, b, tok, "key=\"alice\",kind=\"completion\""), 30);
+    ck_assert_double_eq(delta(a, b, tok, "key=\"bob.b-2_x\",kind=\"prompt\""), 5);
+    ck_assert_double_eq(delta(a, b, ref, "key=\"alice\",reason=\"token_budget\""), 2);
+    ck_assert_double_eq(delta(a, b, ref, "key=\"bob.b-2_x\",reason=\"max_queued_per_key\""), 1);
+    ck_assert_double_eq(delta(a, b, ref, "key=\"-\",reason=\"queue_full\""), 1);
+    ck_assert_double_eq(delta(a, b, "gpt2d_key_queue_wait_seconds_sum", "key=\"alice\""),
+                        0.75);
+    ck_assert_double_eq(delta(a, b, "gpt2d_key_queue_wait_seconds_count", "key=\"alice\""),
+                        2);
+    static const char *const families[][2] = {
+        { "gpt2d_key_requests_total", "counter" },
+        { "gpt2d_key_tokens_total", "counter" },
+        { "gpt2d_key_refused_total", "counter" },
+        { "gpt2d_key_queue_wait_seconds", "summary" },
+    };
+    for (size_t i = 0; i < sizeof families / sizeof families[0]; i++) {
+        family *f = find_family(b, families[i][0]);
+        ck_assert_msg(f != NULL, "no family %s", families[i][0]);
+        ck_assert_str_eq(f->type, families[i][1]);
+    }
+    free(a);
+    free(b);
+}
+END_TEST
+
+/* The label set is bounded: past METRICS_MAX_KEYS names, a new name counts
+ * under "-", and the names registered before keep their ids.  (Runs last:
+ * it fills the process-wide table.) */
+START_TEST(test_key_names_are_bounded)
+{
+    size_t alice = metrics_key_id("alice");
+    size_t got = 0;
+    char name[32];
+    for (size_t i = 0; i < METRICS_MAX_KEYS + 10; i++) {
+        snprintf(name, sizeof name, "bound-%zu", i);
+        got += metrics_key_id(name) != 0;
+    }
+    ck_assert_uint_lt(got, METRICS_MAX_KEYS);
+    ck_assert_uint_eq(metrics_key_id("a-name-never-seen"), 0);
+    ck_assert_uint_eq(metrics_key_id("alice"), alice);
+    ck_assert_uint_eq(metrics_key_id("bound-0"), metrics_key_id("bound-0"));
+    ck_assert_uint_gt(metrics_key_id("bound-0"), 0);
+}
+END_TEST
+
 /* The HTTP layer may pass its route paths rather than bare names. */
 START_TEST(test_route_paths_count_under_their_endpoint)
 {
@@ -747,6 +831,8 @@ static Suite *metrics_suite(void)
     tcase_add_test(counts, test_step_seconds_histogram);
     tcase_add_test(counts, test_negative_or_nan_latency_counts_without_corrupting_sum);
     tcase_add_test(counts, test_concurrent_increments_from_four_threads_sum_exactly);
+    tcase_add_test(counts, test_key_series_are_labelled_by_name);
+    tcase_add_test(counts, test_key_names_are_bounded);
     suite_add_tcase(s, counts);
 
     TCase *parser = tcase_create("parser");

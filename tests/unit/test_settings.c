@@ -26,7 +26,7 @@ static const char *const option_names[] = {
     "drain-timeout", "web-root",
     "api-key-file", "cors-origin", "chat-template", "config", "port-file",
     "log-prompts",
-    "log-level",
+    "log-level", "tokens-per-minute-per-key", "trusted-proxy",
 };
 enum { N_OPTION_NAMES = sizeof option_names / sizeof option_names[0] };
 
@@ -161,6 +161,8 @@ START_TEST(test_defaults_are_the_documented_ones)
     ck_assert_str_eq(s.web_root, GPT2D_DEFAULT_WEB_ROOT);
     ck_assert_ptr_null(s.api_key_file);
     ck_assert_ptr_null(s.cors_origin);
+    ck_assert_ptr_null(s.trusted_proxy);
+    ck_assert_uint_eq(s.tokens_per_minute_per_key, 0);
     ck_assert_ptr_null(s.config_file);
     ck_assert_ptr_null(s.port_file);
     ck_assert(!s.log_prompts);
@@ -380,6 +382,12 @@ START_TEST(test_each_bad_value_names_option_and_value)
     EXPECT_ERROR("--drain-timeout", "'1e3'", "-m", "x", "--drain-timeout", "1e3");
     EXPECT_ERROR("--log-level", "'loud'", "-m", "x", "--log-level", "loud");
     EXPECT_ERROR("--log-prompts", "'maybe'", "-m", "x", "--log-prompts=maybe");
+    EXPECT_ERROR("--tokens-per-minute-per-key", "'-1'", "-m", "x",
+                 "--tokens-per-minute-per-key", "-1");
+    EXPECT_ERROR("--trusted-proxy", "'10.0.0.0/33'", "-m", "x", "--trusted-proxy",
+                 "127.0.0.1,10.0.0.0/33");
+    EXPECT_ERROR("--trusted-proxy", "'proxy.local' is not an IPv4 or IPv6", "-m", "x",
+                 "--trusted-proxy", "proxy.local");
     EXPECT_ERROR("--host", "needs a value", "-m", "x", "--host", "");
     EXPECT_ERROR("--model", "needs a value", "--model", "");
 }
