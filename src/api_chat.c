@@ -133,6 +133,7 @@ const completion_endpoint chat_endpoint = {
     .object = "chat.completion",
     .chunk_object = "chat.completion.chunk",
     .log_label = "chat",
+    .n_fields = "n",
     .parse = chat_parse,
     .choice = chat_choice,
     .chunk_logprobs = chat_chunk_logprobs,

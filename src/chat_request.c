@@ -242,6 +242,23 @@ static int parse_max_tokens(completion_request *req, json_t *root,
     return 0;
 }
 
+/* No max asked for: the rest of the context, as far as the KV cache holds
+ * it for every sequence (n of them), so that a plain chat with n > 1 runs
+ * on a small cache.  At least one token: a prompt that n sequences cannot
+ * hold at all is refused by the submission's check, naming n. */
+static void default_max_tokens(completion_request *req,
+                               const completion_limits *lim)
+{
+    const size_t n_prompt = req->prompts[0].n;
+    size_t total = lim->n_ctx;
+    if (lim->kv_blocks > 0) {
+        size_t fits = kvcache_max_total(n_prompt, req->best_of, lim->kv_blocks);
+        if (fits < total)
+            total = fits > n_prompt ? fits : n_prompt + 1;
+    }
+    req->max_tokens = n_prompt < total ? total - n_prompt : 0;
+}
+
 static int parse_n(completion_request *req, json_t *root,
                    const completion_limits *lim, api_error *e)
 {
@@ -302,8 +319,10 @@ int chat_request_parse(completion_request *req, const char *body, size_t len,
         parse_max_tokens(req, root, &max_param, &max_given, e) == 0 &&
         completion_request_parse_stop(req, root, lim, e) == 0 &&
         render_prompt(req, tpl, turns, n_turns, tok, e) == 0) {
-        if (!max_given && req->prompts[0].n < lim->n_ctx)
-            req->max_tokens = lim->n_ctx - req->prompts[0].n;
+        if (max_given)
+            req->max_param = max_param;
+        else
+            default_max_tokens(req, lim);
         if (completion_request_check_context(req, lim, "messages", max_param,
                                              e) == 0 &&
             parse_logprobs(req, root, e) == 0 &&

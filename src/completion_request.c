@@ -400,6 +400,7 @@ static int parse_counts(completion_request *req, json_t *root,
                              "best_of (%lld) must be greater than or equal to n (%lld)",
                              (long long)best_of, (long long)n);
     req->max_tokens = (size_t)max_tokens;
+    req->max_param = "max_tokens";
     req->n = (size_t)n;
     req->best_of = (size_t)best_of;
     return completion_request_check_sequences(req, lim, e);

@@ -1791,6 +1791,48 @@ class T7AuthAndLimits(ServerCase):
         self.assertEqual(len(body["choices"]), 1)
 
 
+class T7dChatOnASmallKvCache(ServerCase):
+    """A KV cache of one context (4 blocks of 16 positions) on 4 slots: a
+    chat that names no max runs with what the cache holds for its n
+    sequences; one that does is refused naming the field it sent."""
+    NAME = "chatkv"
+    BLOCK = 2 * 2 * 64 * 16 * 4     # K and V, 2 layers, 64 wide, floats
+    ARGS = ("--slots", "4", "--threads", "1", "--kv-memory", str(4 * BLOCK))
+    HI = [{"role": "user", "content": "hi"}]
+
+    def test_default_max_is_what_the_cache_holds_for_n(self):
+        c = self.client()
+        r = c.post("/v1/chat/completions", {"messages": self.HI, "n": 2,
+                                             "logit_bias": NO_EOT})
+        self.assertEqual(r.status, 200, r)
+        prompt = r.json["usage"]["prompt_tokens"]
+        # 4 blocks for 2 sequences sharing no full block: 2 blocks each
+        for ch in r.json["choices"]:
+            self.assertEqual(ch["finish_reason"], "length", ch)
+        self.assertEqual(r.json["usage"]["completion_tokens"], 2 * (32 - prompt))
+
+    def test_a_max_sent_is_named_as_sent(self):
+        c = self.client()
+        for field in ("max_completion_tokens", "max_tokens"):
+            with self.subTest(field=field):
+                r = c.post("/v1/chat/completions", {"messages": self.HI, "n": 2,
+                                                     field: 40})
+                self.assert_error(r, 400, field)
+                msg = r.json["error"]["message"]
+                self.assertIn("lower %s or n" % field, msg)
+                self.assertNotIn("best_of", msg)
+        # completions keeps its own names
+        r = c.post("/v1/completions", {"prompt": "hi", "n": 2, "max_tokens": 40})
+        self.assert_error(r, 400, "max_tokens")
+        self.assertIn("lower max_tokens or n/best_of", r.json["error"]["message"])
+
+    def test_a_prompt_n_sequences_cannot_hold_names_n(self):
+        long_msg = [{"role": "user", "content": " a" * 40}]
+        r = self.client().post("/v1/chat/completions", {"messages": long_msg, "n": 4})
+        self.assert_error(r, 400, "n")
+        self.assertIn("lower n or the messages", r.json["error"]["message"])
+
+
 GENERATED_ID = r"req-[0-9a-f]{24}"
 
 

@@ -387,6 +387,45 @@ START_TEST(test_max_completion_tokens_wins_over_max_tokens)
 }
 END_TEST
 
+/* Without a max, the rest of the context as far as the KV cache holds it
+ * for every sequence; a max sent is kept and named as sent. */
+START_TEST(test_default_max_is_what_the_kv_cache_holds_for_n)
+{
+    completion_limits small = limits;
+    small.kv_blocks = 4;        /* one context of 4 blocks of 16 */
+    completion_request req;
+    api_error e;
+    const char *body = "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}], "
+                       "\"n\": 2}";
+    ck_assert_int_eq(chat_request_parse(&req, body, strlen(body), tok, &builtin,
+                                        &small, &e), 0);
+    ck_assert_uint_eq(req.max_tokens, 32 - req.prompts[0].n);
+    ck_assert_ptr_null(req.max_param);
+    completion_request_free(&req);
+    /* one sequence: the whole context */
+    body = "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}]}";
+    ck_assert_int_eq(chat_request_parse(&req, body, strlen(body), tok, &builtin,
+                                        &small, &e), 0);
+    ck_assert_uint_eq(req.max_tokens, 64 - req.prompts[0].n);
+    completion_request_free(&req);
+    /* a prompt 4 sequences cannot hold: one token, left to the submission
+     * to refuse */
+    body = "{\"messages\": [{\"role\": \"user\", \"content\": \"a a a a a a a a a a "
+           "a a a a a a a a a a a a a a a a a a a a a a a a a a a a\"}], \"n\": 4}";
+    ck_assert_int_eq(chat_request_parse(&req, body, strlen(body), tok, &builtin,
+                                        &small, &e), 0);
+    ck_assert_uint_eq(req.max_tokens, 1);
+    completion_request_free(&req);
+    body = "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}], "
+           "\"n\": 2, \"max_tokens\": 40}";
+    ck_assert_int_eq(chat_request_parse(&req, body, strlen(body), tok, &builtin,
+                                        &small, &e), 0);
+    ck_assert_uint_eq(req.max_tokens, 40);
+    ck_assert_str_eq(req.max_param, "max_tokens");
+    completion_request_free(&req);
+}
+END_TEST
+
 /* What a text model without tools can still honour is accepted. */
 START_TEST(test_harmless_forms_of_unsupported_fields_are_accepted)
 {
@@ -527,6 +566,7 @@ static Suite *chat_suite(void)
     tcase_add_test(req, test_empty_contents_are_turns_too);
     tcase_add_test(req, test_shared_fields_parse_as_on_completions);
     tcase_add_test(req, test_max_completion_tokens_wins_over_max_tokens);
+    tcase_add_test(req, test_default_max_is_what_the_kv_cache_holds_for_n);
     tcase_add_test(req, test_harmless_forms_of_unsupported_fields_are_accepted);
     tcase_add_loop_test(req, test_each_bad_field_is_a_400_naming_its_param, 0,
                         (int)(sizeof bad_bodies / sizeof bad_bodies[0]));
