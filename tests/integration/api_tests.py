@@ -1331,6 +1331,11 @@ class T5bChat(ApiCase):
             self.assertEqual(ch["index"], i)
             self.assertEqual(ch["message"]["role"], "assistant")
             self.assertIsInstance(ch["message"]["content"], str)
+            # required (as null) by the OpenAI SDK's types
+            self.assertIsNone(ch["message"]["refusal"])
+            if ch["logprobs"] is not None:
+                self.assertEqual(set(ch["logprobs"]), {"content", "refusal"})
+                self.assertIsNone(ch["logprobs"]["refusal"])
             self.assertIn(ch["finish_reason"], ("stop", "length"))
         u = body["usage"]
         self.assertEqual(u["total_tokens"], u["prompt_tokens"] + u["completion_tokens"])
@@ -1420,7 +1425,11 @@ class T5bChat(ApiCase):
         # each choice opens with the role, before any content
         for i in (0, 1):
             mine = [ch for ev in events for ch in ev["choices"] if ch["index"] == i]
-            self.assertEqual(mine[0]["delta"], {"role": "assistant", "content": ""})
+            self.assertEqual(mine[0]["delta"], {"role": "assistant", "content": "",
+                                                "refusal": None})
+            for ch in mine:
+                if ch["logprobs"] is not None:
+                    self.assertIsNone(ch["logprobs"]["refusal"])
             self.assertTrue(all("role" not in ch["delta"] for ch in mine[1:]))
             self.assertIsNone(mine[0]["finish_reason"])
             self.assertEqual(mine[-1]["finish_reason"], "length")
