@@ -111,10 +111,11 @@ static int refuse_tool_calls(json_t *msg, size_t i, api_error *e)
     return 0;
 }
 
-/* One content part, which must be {"type": "text", "text": "..."}; its text
- * is appended to `out`. */
-static int content_part(json_t *part, size_t i, size_t j, gpt2d_buf *out,
-                        api_error *e)
+/* One content part, {"type": "text", "text": "..."} or, in an assistant
+ * message, {"type": "refusal", "refusal": "..."} (what that turn said, so
+ * written as its text); the text is appended to `out`. */
+static int content_part(json_t *part, size_t i, size_t j, chat_role role,
+                        gpt2d_buf *out, api_error *e)
 {
     char param[96];
     snprintf(param, sizeof param, "messages[%zu].content[%zu]", i, j);
@@ -124,12 +125,15 @@ static int content_part(json_t *part, size_t i, size_t j, gpt2d_buf *out,
     snprintf(param, sizeof param, "messages[%zu].content[%zu].type", i, j);
     if (!json_is_string(type))
         return api_error_set(e, 400, param, "%s must be a string", param);
-    if (strcmp(json_string_value(type), "text") != 0)
+    const char *field = json_string_value(type);
+    if (strcmp(field, "refusal") == 0 && role != CHAT_ROLE_ASSISTANT)
+        return api_error_set(e, 400, param, "%s is \"refusal\": only an "
+                             "assistant message may hold a refusal", param);
+    if (strcmp(field, "text") != 0 && strcmp(field, "refusal") != 0)
         return api_error_set(e, 400, param, "%s is \"%.32s\": only text parts are "
-                             "supported, this model reads text only", param,
-                             json_string_value(type));
-    json_t *text = json_object_get(part, "text");
-    snprintf(param, sizeof param, "messages[%zu].content[%zu].text", i, j);
+                             "supported, this model reads text only", param, field);
+    json_t *text = json_object_get(part, field);
+    snprintf(param, sizeof param, "messages[%zu].content[%zu].%s", i, j, field);
     if (!json_is_string(text))
         return api_error_set(e, 400, param, "%s must be a string", param);
     if (buf_append(out, json_string_value(text), json_string_length(text)) != 0)
@@ -138,8 +142,10 @@ static int content_part(json_t *part, size_t i, size_t j, gpt2d_buf *out,
 }
 
 /* A message's content, appended to `out`: a string, or an array of text
- * parts joined by newlines (as vLLM joins them). */
-static int message_content(json_t *msg, size_t i, gpt2d_buf *out, api_error *e)
+ * (and, from the assistant, refusal) parts joined by newlines (as vLLM
+ * joins them). */
+static int message_content(json_t *msg, size_t i, chat_role role,
+                           gpt2d_buf *out, api_error *e)
 {
     char param[96];
     snprintf(param, sizeof param, "messages[%zu].content", i);
@@ -155,7 +161,7 @@ static int message_content(json_t *msg, size_t i, gpt2d_buf *out, api_error *e)
     for (size_t j = 0; j < json_array_size(c); j++) {
         if (j > 0 && buf_append(out, "\n", 1) != 0)
             return api_error_set(e, 500, NULL, "out of memory");
-        if (content_part(json_array_get(c, j), i, j, out, e) != 0)
+        if (content_part(json_array_get(c, j), i, j, role, out, e) != 0)
             return -1;
     }
     return 0;
@@ -188,7 +194,7 @@ static int parse_messages(json_t *root, chat_turn **turns, size_t *n_turns,
             rc = api_error_set(e, 400, param, "%s must be an object", param);
         else if (message_role(msg, i, &(*turns)[i].role, e) != 0 ||
                  refuse_tool_calls(msg, i, e) != 0 ||
-                 message_content(msg, i, contents, e) != 0)
+                 message_content(msg, i, (*turns)[i].role, contents, e) != 0)
             rc = -1;
     }
     /* the buffer has stopped moving: point each turn into it (it has no
@@ -270,7 +276,8 @@ static int parse_n(completion_request *req, json_t *root,
     return completion_request_check_sequences(req, lim, e);
 }
 
-/* Chat's logprobs is a switch; top_logprobs says how many alternatives. */
+/* Chat's logprobs is a switch; top_logprobs says how many alternatives
+ * (0 to 20, as OpenAI). */
 static int parse_logprobs(completion_request *req, json_t *root, api_error *e)
 {
     json_int_t top = -1;

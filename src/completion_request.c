@@ -296,7 +296,7 @@ static int parse_cache_salt(completion_request *req, json_t *root,
 static int parse_logprobs(completion_request *req, json_t *root, api_error *e)
 {
     json_int_t n = -1;         /* stays below the range when absent */
-    if (api_field_integer(root, "logprobs", 0, ENGINE_MAX_LOGPROBS, &n, e) != 0)
+    if (api_field_integer(root, "logprobs", 0, API_MAX_LOGPROBS, &n, e) != 0)
         return -1;
     if (n < 0)
         return 0;

@@ -205,6 +205,9 @@ int api_field_bool(json_t *obj, const char *key, const char *param, bool *out,
 
 /* Stop strings a request may send; the chat template's own come on top. */
 #define API_MAX_STOP 4
+/* /v1/completions' logprobs, at most: OpenAI's legacy limit (chat's
+ * top_logprobs goes to ENGINE_MAX_LOGPROBS) */
+#define API_MAX_LOGPROBS 5
 
 typedef struct completion_prompt {
     int32_t *ids;

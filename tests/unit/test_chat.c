@@ -313,6 +313,34 @@ START_TEST(test_text_parts_are_joined_by_newlines)
 }
 END_TEST
 
+/* An assistant turn's refusal part is what it said: written as its text. */
+START_TEST(test_an_assistant_refusal_part_is_its_text)
+{
+    completion_request req;
+    api_error e;
+    ck_assert_int_eq(parse(&req, "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"},"
+                                 " {\"role\": \"assistant\", \"content\": ["
+                                 "{\"type\": \"text\", \"text\": \" Well\"}, "
+                                 "{\"type\": \"refusal\", \"refusal\": \"I won't.\"}]},"
+                                 " {\"role\": \"user\", \"content\": \"Ok\"}]}", &e), 0);
+    assert_prompt_is(&req, "User: Hi\nAssistant: Well\nI won't.\nUser: Ok\nAssistant:");
+    completion_request_free(&req);
+}
+END_TEST
+
+/* top_logprobs goes to 20, as OpenAI's; completions' logprobs stays at 5. */
+START_TEST(test_top_logprobs_go_to_twenty)
+{
+    completion_request req;
+    api_error e;
+    ck_assert_int_eq(parse(&req, "{\"messages\": [{\"role\": \"user\", \"content\": "
+                                 "\"Hi\"}], \"logprobs\": true, \"top_logprobs\": 20}",
+                           &e), 0);
+    ck_assert_uint_eq(req.n_logprobs, 20);
+    completion_request_free(&req);
+}
+END_TEST
+
 /* An empty message is still a turn: its markers are written. */
 START_TEST(test_empty_contents_are_turns_too)
 {
@@ -472,8 +500,10 @@ static const struct { const char *body, *param; } bad_bodies[] = {
      "messages[0].content[0].type"},
     {"{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": \"file\"}]}]}",
      "messages[0].content[0].type"},
-    {"{\"messages\": [{\"role\": \"assistant\", \"content\": [{\"type\": \"refusal\", "
+    {"{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": \"refusal\", "
      "\"refusal\": \"no\"}]}]}", "messages[0].content[0].type"},
+    {"{\"messages\": [{\"role\": \"assistant\", \"content\": [{\"type\": \"refusal\", "
+     "\"text\": \"no\"}]}]}", "messages[0].content[0].refusal"},
     {"{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": \"text\"}]}]}",
      "messages[0].content[0].text"},
     {"{\"messages\": [{\"role\": \"assistant\", \"content\": null, \"tool_calls\": "
@@ -494,7 +524,7 @@ static const struct { const char *body, *param; } bad_bodies[] = {
     {"{" MSG ", \"modalities\": [\"text\", \"audio\"]}", "modalities"},
     {"{" MSG ", \"logprobs\": 2}", "logprobs"},
     {"{" MSG ", \"top_logprobs\": 2}", "top_logprobs"},
-    {"{" MSG ", \"logprobs\": true, \"top_logprobs\": 6}", "top_logprobs"},
+    {"{" MSG ", \"logprobs\": true, \"top_logprobs\": 21}", "top_logprobs"},
     {"{" MSG ", \"n\": 0}", "n"},
     {"{" MSG ", \"n\": 5}", "n"},
     {"{" MSG ", \"max_tokens\": -1}", "max_tokens"},
@@ -563,6 +593,8 @@ static Suite *chat_suite(void)
     tcase_add_unchecked_fixture(req, setup, teardown);
     tcase_add_test(req, test_messages_become_one_prompt_with_the_template_stops);
     tcase_add_test(req, test_text_parts_are_joined_by_newlines);
+    tcase_add_test(req, test_an_assistant_refusal_part_is_its_text);
+    tcase_add_test(req, test_top_logprobs_go_to_twenty);
     tcase_add_test(req, test_empty_contents_are_turns_too);
     tcase_add_test(req, test_shared_fields_parse_as_on_completions);
     tcase_add_test(req, test_max_completion_tokens_wins_over_max_tokens);
