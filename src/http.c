@@ -109,6 +109,7 @@ typedef struct http_request {
     bool too_large;             /* could not hold the body (out of memory) */
     bool http_1_0;
     bool responded;
+    bool preflight;             /* answered as a CORS preflight */
     bool close_after;           /* the framing is in doubt: end the connection */
     int status;
     api_caller caller;          /* who sent it (set by early_checks) */
@@ -536,6 +537,7 @@ static enum MHD_Result send_preflight(http_request *hr)
     }
     hr->status = 204;
     hr->responded = true;
+    hr->preflight = true;
     enum MHD_Result rc = MHD_queue_response(hr->conn, MHD_HTTP_NO_CONTENT, resp);
     MHD_destroy_response(resp);
     return rc;
@@ -1052,7 +1054,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                  "%u s (timeout)", srv->cfg->connection_timeout);
     }
     int status = hr->status != 0 ? hr->status : 499;
-    metrics_request_done(hr->route->label, status);
+    metrics_request_done(hr->preflight ? "preflight" : hr->route->label, status);
     if (hr->authorized)
         metrics_key_request(hr->caller.metrics_key);
     /* Routes with an id in the path are logged by their pattern: a session

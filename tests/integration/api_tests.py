@@ -1927,6 +1927,26 @@ class T7cCorsAndRequestIds(ServerCase):
                 self.assertEqual(self.field(h, "access-control-allow-origin"),
                                  self.ORIGIN)
 
+    def test_preflights_are_counted_as_preflights(self):
+        """A browser's preflights are not answers of the endpoint they ask
+        about: they count under endpoint="preflight", code 204."""
+        c = self.client(api_key=self.KEY)
+        before = c.metrics()
+        for _ in range(3):
+            self.assertEqual(self.preflight(self.ORIGIN, "authorization")[0], 204)
+        preflights = 'gpt2d_requests_total{endpoint="preflight",code="204"}'
+        # counted when libmicrohttpd reports each request done
+        after = {}
+
+        def counted():
+            after.update(c.metrics())
+            return after.get(preflights, 0) - before.get(preflights, 0) >= 3
+        self.assertTrue(wait_for(counted, 2), after)
+        self.assertEqual(after[preflights] - before.get(preflights, 0), 3)
+        # not under the route they ask about (OPTIONS /v1/completions)
+        other = 'gpt2d_requests_total{endpoint="completions",code="other"}'
+        self.assertEqual(after.get(other, 0) - before.get(other, 0), 0)
+
     def test_every_answer_says_what_a_page_may_read(self):
         c = self.client(api_key=self.KEY)
         answers = [c.get("/v1/models"), self.client().get("/v1/models"),
