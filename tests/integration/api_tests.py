@@ -2049,6 +2049,25 @@ class T7cCorsAndRequestIds(ServerCase):
                 self.assertTrue(found, self.server.log_tail())
 
 
+    def test_no_path_can_forge_a_log_field(self):
+        """The path is logged percent-encoded where it could end its field
+        or fake another: one request_id= per line, the real one."""
+        forged = ("/x%20request_id=forged", "/x%09request_id=forged",
+                  "/request_id=forged", "/x%0Arequest_id=forged", "/%22q%22%25")
+        logged = ("/x%20request_id%3Dforged", "/x%09request_id%3Dforged",
+                  "/request_id%3Dforged", "/x%0Arequest_id%3Dforged", "/%22q%22%25")
+        for path, want in zip(forged, logged):
+            with self.subTest(path=path):
+                rid = "forge-check-%d-%d" % (os.getpid(), forged.index(path))
+                r = self.client(api_key=self.KEY).get(path, headers={"X-Request-Id": rid})
+                self.assertEqual(r.status, 404, r)
+                line = r"^.* info: GET %s 404 .* request_id=%s$" % (re.escape(want),
+                                                                  re.escape(rid))
+                self.assertTrue(wait_for(lambda: re.search(line, self.log_text(), re.M), 2),
+                                self.server.log_tail())
+        self.assertNotIn("request_id=forged", self.log_text())
+
+
 class T7bIsolation(ServerCase):
     """One client's conversation never shows through to another (issue 12):
     cached prefixes and sessions belong to the API key that made them, and a
