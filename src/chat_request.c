@@ -210,11 +210,25 @@ static int parse_messages(json_t *root, chat_turn **turns, size_t *n_turns,
     return rc;
 }
 
-/* The rendered conversation, tokenized, as the request's one prompt. */
+/* The rendered conversation, tokenized, as the request's one prompt.  A
+ * text of B bytes is at least B / (the longest token's bytes) tokens: a
+ * conversation whose text cannot fit the context by that count alone is
+ * refused before it is written out or tokenized (many empty messages under
+ * long markers would otherwise make megabytes of text to tokenize on the
+ * connection's thread for a certain 400). */
 static int render_prompt(completion_request *req, const chat_template *tpl,
                          const chat_turn *turns, size_t n, const tokenizer *tok,
-                         api_error *e)
+                         const completion_limits *lim, api_error *e)
 {
+    const size_t bytes = chat_template_rendered_bytes(tpl, turns, n);
+    const size_t longest = tokenizer_longest_token(tok);
+    if (longest > 0 && bytes / longest > lim->n_ctx)
+        return api_error_set(e, 400, "messages", "the messages are written as "
+                             "%zu bytes of text, so at least %zu tokens (no "
+                             "token is longer than %zu bytes): more than this "
+                             "model's maximum context length of %zu tokens; "
+                             "shorten the messages or send fewer", bytes,
+                             bytes / longest, longest, lim->n_ctx);
     gpt2d_buf text = GPT2D_BUF_INIT;
     req->prompts = calloc(1, sizeof *req->prompts);
     if (req->prompts == NULL || chat_template_render(tpl, turns, n, &text) != 0) {
@@ -325,7 +339,7 @@ int chat_request_parse(completion_request *req, const char *body, size_t len,
         parse_n(req, root, lim, e) == 0 &&
         parse_max_tokens(req, root, &max_param, &max_given, e) == 0 &&
         completion_request_parse_stop(req, root, lim, e) == 0 &&
-        render_prompt(req, tpl, turns, n_turns, tok, e) == 0) {
+        render_prompt(req, tpl, turns, n_turns, tok, lim, e) == 0) {
         if (max_given)
             req->max_param = max_param;
         else

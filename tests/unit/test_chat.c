@@ -120,6 +120,10 @@ START_TEST(test_template_from_json_replaces_every_marker)
     char *p = render(&t, turns, 3);
     ck_assert_str_eq(p, "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nU<|im_end|>\n"
                         "<|im_start|>assistant\nA<|im_end|>\n<|im_start|>assistant\n");
+    /* counted without writing, to the byte */
+    ck_assert_uint_eq(chat_template_rendered_bytes(&t, turns, 3), strlen(p));
+    ck_assert_uint_eq(chat_template_rendered_bytes(&t, turns, 0),
+                      strlen("<|im_start|>assistant\n"));
     free(p);
     ck_assert_uint_eq(t.n_stop, 1);
     ck_assert_str_eq(t.stop[0], "<|im_end|>");
@@ -454,6 +458,50 @@ START_TEST(test_default_max_is_what_the_kv_cache_holds_for_n)
 }
 END_TEST
 
+/* Many empty messages under long markers: refused by their byte count
+ * (a text of B bytes is at least B / longest-token tokens) before the
+ * conversation is written out or tokenized; a conversation just within
+ * that bound is left to the token count. */
+START_TEST(test_a_conversation_too_long_by_its_bytes_is_not_tokenized)
+{
+    char marker[CHAT_TEMPLATE_MAX_TEXT + 1];
+    memset(marker, '~', CHAT_TEMPLATE_MAX_TEXT);
+    marker[CHAT_TEMPLATE_MAX_TEXT] = '\0';
+    char json[4096];
+    snprintf(json, sizeof json, "{\"system\": {\"prefix\": \"%s\", \"suffix\": \"\"}, "
+             "\"user\": {\"prefix\": \"%s\", \"suffix\": \"%s\"}, "
+             "\"assistant\": {\"prefix\": \"A:\", \"suffix\": \"\"}, \"stop\": [\"x\"]}",
+             marker, marker, marker);
+    chat_template t;
+    gpt2d_error err;
+    ck_assert_int_eq(chat_template_parse(&t, json, strlen(json), "test", &err), 0);
+    const size_t longest = tokenizer_longest_token(tok);
+    ck_assert_uint_ge(longest, 13);     /* "<|endoftext|>" is one token */
+    /* the most empty user messages (512 bytes each, and "A:") whose text
+     * is below 65 x longest bytes, so not surely over 64 tokens */
+    const size_t fit = (65 * longest - 3) / (2 * CHAT_TEMPLATE_MAX_TEXT);
+    for (size_t n = fit; n <= fit + 1; n++) {
+        gpt2d_buf body = GPT2D_BUF_INIT;
+        ck_assert_int_eq(buf_append(&body, "{\"messages\": [", 14), 0);
+        static const char msg[] = ", {\"role\": \"user\", \"content\": \"\"}";
+        for (size_t i = 0; i < n; i++) {
+            const size_t skip = i == 0 ? 2 : 0;     /* no comma before the first */
+            ck_assert_int_eq(buf_append(&body, msg + skip, strlen(msg) - skip), 0);
+        }
+        ck_assert_int_eq(buf_append(&body, "]}", 2), 0);
+        completion_request req;
+        api_error e;
+        ck_assert_int_eq(chat_request_parse(&req, (const char *)body.data, body.len,
+                                            tok, &t, &limits, &e), -1);
+        ck_assert_str_eq(e.param, "messages");
+        const bool by_bytes = strncmp(e.message, "the messages are written as ", 28) == 0;
+        ck_assert_msg(by_bytes == (n > fit), "%zu messages: %s", n, e.message);
+        buf_free(&body);
+    }
+    chat_template_free(&t);
+}
+END_TEST
+
 /* What a text model without tools can still honour is accepted. */
 START_TEST(test_harmless_forms_of_unsupported_fields_are_accepted)
 {
@@ -599,6 +647,7 @@ static Suite *chat_suite(void)
     tcase_add_test(req, test_shared_fields_parse_as_on_completions);
     tcase_add_test(req, test_max_completion_tokens_wins_over_max_tokens);
     tcase_add_test(req, test_default_max_is_what_the_kv_cache_holds_for_n);
+    tcase_add_test(req, test_a_conversation_too_long_by_its_bytes_is_not_tokenized);
     tcase_add_test(req, test_harmless_forms_of_unsupported_fields_are_accepted);
     tcase_add_loop_test(req, test_each_bad_field_is_a_400_naming_its_param, 0,
                         (int)(sizeof bad_bodies / sizeof bad_bodies[0]));
