@@ -1116,10 +1116,15 @@ class T3bTokenIds(ApiCase):
                         self.assertNotIn(i, prompts, "prompt ids sent twice")
                         self.assertNotIn(i, ids, "prompt ids after the first chunk")
                         prompts[i] = ch["prompt_token_ids"]
-                    ids[i] = ids.get(i, []) + ch["token_ids"]
+                    # only chunks that carry tokens name them: never []
+                    if "token_ids" in ch:
+                        self.assertTrue(ch["token_ids"], ch)
+                    ids[i] = ids.get(i, []) + ch.get("token_ids", [])
                     scored = (ch["logprobs"] or {}).get("tokens", [])
                     if not (echo and "prompt_token_ids" in ch):
-                        self.assertEqual(len(ch["token_ids"]), len(scored), ch)
+                        self.assertEqual(len(ch.get("token_ids", [])), len(scored), ch)
+                    if ch["finish_reason"] is not None:
+                        self.assertNotIn("token_ids", ch)
             self.assertEqual(prompts, {ch["index"]: ch["prompt_token_ids"]
                                        for ch in whole}, "echo=%s" % echo)
             self.assertEqual(ids, {ch["index"]: ch["token_ids"] for ch in whole},
@@ -1499,6 +1504,10 @@ class T5bChat(ApiCase):
         self.assertEqual(with_prompt[0]["prompt_token_ids"], prompt)
         self.assertEqual([t for ch in mine for t in ch.get("token_ids", [])],
                          whole["token_ids"])
+        # the opening and finish chunks carry no tokens, so no token_ids
+        self.assertTrue(all(ch["token_ids"] for ch in mine if "token_ids" in ch), mine)
+        self.assertNotIn("token_ids", mine[-1])
+        self.assertEqual(mine[-1]["finish_reason"], "length")
 
     def test_chat_refuses_what_it_cannot_honour_naming_the_field(self):
         c = main_client()
