@@ -332,7 +332,7 @@ START_TEST(test_an_assistant_refusal_part_is_its_text)
 }
 END_TEST
 
-/* top_logprobs goes to 20, as OpenAI's; completions' logprobs stays at 5. */
+/* top_logprobs goes to 20, as OpenAI's. */
 START_TEST(test_top_logprobs_go_to_twenty)
 {
     completion_request req;
