@@ -3,7 +3,8 @@
  *   bench_sampler [--reps N] [--portable]
  *
  * Times sampler_sample() on rows of V = 50257 logits, one thread, for the
- * cases a server sees most: greedy, greedy with 5 logprobs, temperature 0.8
+ * cases a server sees most: greedy, greedy with 5 logprobs (and 20, chat's
+ * most), temperature 0.8
  * with top_p 0.95, top_k 40, the API's defaults (temperature 1, no filter),
  * and penalties over a 500-token history.  Requests without logprobs set
  * skip_logprob, as the engine does.  --portable runs the portable kernels
@@ -108,7 +109,7 @@ typedef struct bench_case {
     int history;                /* penalties look at HISTORY tokens */
 } bench_case;
 
-enum { N_CASES = 6 };
+enum { N_CASES = 7 };
 
 static void make_cases(bench_case *c)
 {
@@ -134,6 +135,10 @@ static void make_cases(bench_case *c)
     c[5].p.presence_penalty = 0.4f;
     c[5].p.frequency_penalty = 0.3f;
     c[5].history = 1;
+    c[6].name = "greedy + logprobs 20";     /* chat's top_logprobs, at most */
+    c[6].p.temperature = 0.0f;
+    c[6].p.n_top_logprobs = 20;
+    c[6].p.skip_logprob = false;
 }
 
 /* µs per sample: the best of `reps` batches of `batch` samples. */

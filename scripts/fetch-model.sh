@@ -16,7 +16,9 @@
 # a run that fails removes the directories it made.
 #
 # Exit status: 0 the model is in place (the last lines say how to serve it
-# from the repository root); 1 a download or a check failed; 2 usage;
+# from the repository root); 1 a download or a check failed (also: the
+# "Hub" answered something that is not its API, e.g. a captive portal's
+# page); 2 usage;
 # 3 the Hub could not be reached (the message says what to do instead).
 # GPT2D_HF_ENDPOINT names another Hub (a mirror); curl honours https_proxy.
 set -euo pipefail
@@ -120,12 +122,31 @@ rc=0
 curl -fsSL --retry 3 --connect-timeout 20 "$info_url" -o "$work/info.json" 2>"$work/curl.err" || rc=$?
 [[ $rc -eq 0 ]] || failed "$info_url" "$rc" "$(grep '^curl: ' "$work/curl.err" | tail -n 1)"
 
-# Prints "commit" then one "file kind expected" line per file we need.
-python3 - "$work/info.json" >"$work/plan" <<'PY'
-import json, sys
-info = json.load(open(sys.argv[1]))
-print(info["sha"])
-files = {s["rfilename"]: s for s in info.get("siblings", [])}
+# Prints "commit" then one "file kind expected" line per file we need.  An
+# answer that is not the Hub's description of a revision (a captive
+# portal's page, a GPT2D_HF_ENDPOINT that names no Hub) is said to be so,
+# with its first bytes, and fails the fetch (exit 1).
+python3 - "$work/info.json" "$info_url" >"$work/plan" <<'PY'
+import json, re, sys
+path, url = sys.argv[1], sys.argv[2]
+raw = open(path, "rb").read()
+def not_the_hub(what):
+    start = re.sub(rb"\s+", b" ", raw[:120]).decode("utf-8", "replace").strip()
+    sys.exit(f"fetch-model.sh: {url} answered {what}, not the Hugging Face Hub's "
+             f"API (a captive portal's page, or GPT2D_HF_ENDPOINT not naming a "
+             f"Hub or a mirror of it?); it begins: {start!r}")
+try:
+    info = json.loads(raw)
+except ValueError:
+    not_the_hub("something that is not JSON")
+try:
+    commit = info["sha"]
+    files = {s["rfilename"]: s for s in info.get("siblings", [])}
+    if not (isinstance(commit, str) and re.fullmatch(r"[0-9a-f]{40}", commit)):
+        raise ValueError
+except (KeyError, TypeError, ValueError, AttributeError):
+    not_the_hub("JSON without a revision's commit and files")
+print(commit)
 for f in ("config.json", "model.safetensors", "vocab.json", "merges.txt"):
     s = files.get(f)
     if s is None:

@@ -3,12 +3,14 @@
  * takes OpenAI's chat shapes:
  *
  *   whole   {"object": "chat.completion", "choices": [{"index", "message":
- *           {"role": "assistant", "content"}, "logprobs", "finish_reason"}]}
+ *           {"role": "assistant", "content", "refusal": null}, "logprobs",
+ *           "finish_reason"}]}
  *   stream  "chat.completion.chunk"s: each choice opens with
- *           {"delta": {"role": "assistant", "content": ""}}, then a
- *           {"delta": {"content"}} per token, then its finish_reason
+ *           {"delta": {"role": "assistant", "content": "", "refusal": null}},
+ *           then a {"delta": {"content"}} per token, then its finish_reason
  *   logprobs {"content": [{"token", "logprob", "bytes", "top_logprobs":
- *           [{"token", "logprob", "bytes"}, ...]}, ...]}, every generated
+ *           [{"token", "logprob", "bytes"}, ...]}, ...], "refusal": null}
+ *           (the SDK's types require both refusals), every generated
  *           token (a stop string's too, as /v1/completions lists them); the
  *           top_logprobs are the most likely tokens, the token's own entry
  *           holding its logprob
@@ -73,7 +75,7 @@ static json_t *chat_logprobs(const completion_run *run, const gen_token *gen,
             return NULL;
         }
     }
-    return json_pack("{s:o}", "content", content);
+    return json_pack("{s:o, s:n}", "content", content, "refusal");
 }
 
 static json_t *chat_choice(const completion_run *run, size_t prompt,
@@ -82,10 +84,10 @@ static json_t *chat_choice(const completion_run *run, size_t prompt,
     json_t *logprobs = run->req.logprobs
         ? chat_logprobs(run, out->tokens, 0, out->n_tokens) : json_null();
     const char *fin = completion_finish_string(out->finish);
-    json_t *choice = json_pack("{s:I, s:{s:s, s:o}, s:o, s:o}",
+    json_t *choice = json_pack("{s:I, s:{s:s, s:o, s:n}, s:o, s:o}",
         "index", (json_int_t)index,
         "message", "role", "assistant",
-        "content", api_json_string_bytes(out->text, out->text_len),
+        "content", api_json_string_bytes(out->text, out->text_len), "refusal",
         "logprobs", logprobs != NULL ? logprobs : json_null(),
         "finish_reason", fin != NULL ? json_string(fin) : json_null());
     if (choice != NULL && run->req.return_token_ids &&
@@ -122,9 +124,9 @@ static json_t *chat_chunk_choice(size_t index, const char *text, size_t len,
 
 static json_t *chat_chunk_opening(size_t index)
 {
-    return json_pack("{s:I, s:{s:s, s:s}, s:n, s:n}",
+    return json_pack("{s:I, s:{s:s, s:s, s:n}, s:n, s:n}",
         "index", (json_int_t)index,
-        "delta", "role", "assistant", "content", "",
+        "delta", "role", "assistant", "content", "", "refusal",
         "logprobs", "finish_reason");
 }
 
@@ -133,6 +135,7 @@ const completion_endpoint chat_endpoint = {
     .object = "chat.completion",
     .chunk_object = "chat.completion.chunk",
     .log_label = "chat",
+    .n_fields = "n",
     .parse = chat_parse,
     .choice = chat_choice,
     .chunk_logprobs = chat_chunk_logprobs,

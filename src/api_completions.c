@@ -193,6 +193,12 @@ static engine_status submit_within_grace(engine *eng, const gen_params *gp,
     }
 }
 
+/* The field that sets max_tokens, as the client would lower it. */
+static const char *max_field(const completion_request *req)
+{
+    return req->max_param != NULL ? req->max_param : "max_completion_tokens";
+}
+
 /* Takes what the run may come to use from its caller's token budget: every
  * prompt token, and max_tokens for each sequence (best_of of them). */
 static int run_charge(completion_run *run, api_error *e, int *retry_after)
@@ -213,13 +219,14 @@ static int run_charge(completion_run *run, api_error *e, int *retry_after)
         run->charged = per_minute > 0 ? prompt + gen : 0;
         return 0;
     case TOKEN_BUDGET_NEVER:
-        api_error_set(e, 400, "max_tokens", "this request may use %ju tokens "
-                      "(prompt %ju + %zu x max_tokens %zu), "
+        api_error_set(e, 400, max_field(req), "this request may use %ju tokens "
+                      "(prompt %ju + %zu x %s %zu), "
                       "more than the whole token budget of this API key (or "
                       "client address), %ju tokens per minute: it can never "
-                      "run; lower max_tokens or n/best_of",
+                      "run; lower %s or %s",
                       (uintmax_t)(prompt + gen), (uintmax_t)prompt, seqs,
-                      req->max_tokens, (uintmax_t)per_minute);
+                      max_field(req), req->max_tokens, (uintmax_t)per_minute,
+                      max_field(req), run->ep->n_fields);
         e->code = "token_budget";
         return -1;
     case TOKEN_BUDGET_WAIT:
@@ -229,10 +236,10 @@ static int run_charge(completion_run *run, api_error *e, int *retry_after)
     metrics_key_refused(run->caller.metrics_key, METRICS_REFUSED_TOKEN_BUDGET);
     api_error_set(e, 429, NULL, "the token budget of this API key (or client "
                   "address) is spent for now: this request may use %ju tokens "
-                  "(prompt %ju + %zu x max_tokens %zu), and "
+                  "(prompt %ju + %zu x %s %zu), and "
                   "%ju of its %ju tokens per minute are left; retry in %u s",
                   (uintmax_t)(prompt + gen), (uintmax_t)prompt, seqs,
-                  req->max_tokens, (uintmax_t)available, (uintmax_t)per_minute,
+                  max_field(req), req->max_tokens, (uintmax_t)available, (uintmax_t)per_minute,
                   wait);
     e->code = "token_budget";
     return -1;
@@ -245,6 +252,26 @@ static void run_uncharge(completion_run *run)
                         run->caller.limits.tokens_per_minute, run->charged,
                         monotonic_seconds());
     run->charged = 0;
+}
+
+/* A request larger than the whole KV cache, named by the field the client
+ * sent: its max, or (chat's default max being what the cache holds) n. */
+static int refuse_kv_size(const completion_run *run, size_t need,
+                          size_t n_prompt, size_t have, api_error *e)
+{
+    const completion_request *req = &run->req;
+    const bool given = req->max_param != NULL;
+    char lower[96];
+    if (given)
+        snprintf(lower, sizeof lower, "%s or %s", req->max_param, run->ep->n_fields);
+    else
+        snprintf(lower, sizeof lower, "%s or the messages", run->ep->n_fields);
+    return api_error_set(e, 400, given ? req->max_param : "n",
+                         "this request needs up to %zu KV-cache blocks of %d "
+                         "tokens (%zu prompt tokens + %s %zu, %zu sequences), "
+                         "and the cache holds %zu: lower %s", need,
+                         KV_BLOCK_TOKENS, n_prompt, max_field(req),
+                         req->max_tokens, req->best_of, have, lower);
 }
 
 static int run_submit(completion_run *run, api_error *e, int *retry_after)
@@ -265,13 +292,7 @@ static int run_submit(completion_run *run, api_error *e, int *retry_after)
         size_t need = kvcache_blocks_needed(n, n + run->req.max_tokens,
                                             run->req.best_of);
         if (need > have)
-            return api_error_set(e, 400, "max_tokens",
-                                 "this request needs up to %zu KV-cache blocks "
-                                 "of %d tokens (%zu prompt tokens + max_tokens "
-                                 "%zu, %zu sequences), and the cache holds %zu: "
-                                 "lower max_tokens or n/best_of", need,
-                                 KV_BLOCK_TOKENS, n, run->req.max_tokens,
-                                 run->req.best_of, have);
+            return refuse_kv_size(run, need, n, have, e);
     }
     if (run_charge(run, e, retry_after) != 0)
         return -1;
@@ -405,6 +426,7 @@ static void serve(const api_ctx *ctx, const api_caller *who,
         .max_sequences = ctx->n_slots,
         .max_n = ctx->max_n,
         .max_stop_bytes = ctx->max_stop_bytes,
+        .kv_blocks = engine_kv_blocks(ctx->eng),
     };
     if (ep->parse(&run->req, ctx, &lim, body, len, &e) != 0) {
         api_response_error(r, &e);
@@ -490,6 +512,7 @@ static const completion_endpoint text_endpoint = {
     .object = "text_completion",
     .chunk_object = "text_completion",
     .log_label = "completion",
+    .n_fields = "n/best_of",
     .parse = text_parse,
     .choice = text_choice,
     .chunk_logprobs = text_chunk_logprobs,

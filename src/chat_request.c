@@ -111,10 +111,11 @@ static int refuse_tool_calls(json_t *msg, size_t i, api_error *e)
     return 0;
 }
 
-/* One content part, which must be {"type": "text", "text": "..."}; its text
- * is appended to `out`. */
-static int content_part(json_t *part, size_t i, size_t j, gpt2d_buf *out,
-                        api_error *e)
+/* One content part, {"type": "text", "text": "..."} or, in an assistant
+ * message, {"type": "refusal", "refusal": "..."} (what that turn said, so
+ * written as its text); the text is appended to `out`. */
+static int content_part(json_t *part, size_t i, size_t j, chat_role role,
+                        gpt2d_buf *out, api_error *e)
 {
     char param[96];
     snprintf(param, sizeof param, "messages[%zu].content[%zu]", i, j);
@@ -124,12 +125,15 @@ static int content_part(json_t *part, size_t i, size_t j, gpt2d_buf *out,
     snprintf(param, sizeof param, "messages[%zu].content[%zu].type", i, j);
     if (!json_is_string(type))
         return api_error_set(e, 400, param, "%s must be a string", param);
-    if (strcmp(json_string_value(type), "text") != 0)
+    const char *field = json_string_value(type);
+    if (strcmp(field, "refusal") == 0 && role != CHAT_ROLE_ASSISTANT)
+        return api_error_set(e, 400, param, "%s is \"refusal\": only an "
+                             "assistant message may hold a refusal", param);
+    if (strcmp(field, "text") != 0 && strcmp(field, "refusal") != 0)
         return api_error_set(e, 400, param, "%s is \"%.32s\": only text parts are "
-                             "supported, this model reads text only", param,
-                             json_string_value(type));
-    json_t *text = json_object_get(part, "text");
-    snprintf(param, sizeof param, "messages[%zu].content[%zu].text", i, j);
+                             "supported, this model reads text only", param, field);
+    json_t *text = json_object_get(part, field);
+    snprintf(param, sizeof param, "messages[%zu].content[%zu].%s", i, j, field);
     if (!json_is_string(text))
         return api_error_set(e, 400, param, "%s must be a string", param);
     if (buf_append(out, json_string_value(text), json_string_length(text)) != 0)
@@ -138,8 +142,10 @@ static int content_part(json_t *part, size_t i, size_t j, gpt2d_buf *out,
 }
 
 /* A message's content, appended to `out`: a string, or an array of text
- * parts joined by newlines (as vLLM joins them). */
-static int message_content(json_t *msg, size_t i, gpt2d_buf *out, api_error *e)
+ * (and, from the assistant, refusal) parts joined by newlines (as vLLM
+ * joins them). */
+static int message_content(json_t *msg, size_t i, chat_role role,
+                           gpt2d_buf *out, api_error *e)
 {
     char param[96];
     snprintf(param, sizeof param, "messages[%zu].content", i);
@@ -155,7 +161,7 @@ static int message_content(json_t *msg, size_t i, gpt2d_buf *out, api_error *e)
     for (size_t j = 0; j < json_array_size(c); j++) {
         if (j > 0 && buf_append(out, "\n", 1) != 0)
             return api_error_set(e, 500, NULL, "out of memory");
-        if (content_part(json_array_get(c, j), i, j, out, e) != 0)
+        if (content_part(json_array_get(c, j), i, j, role, out, e) != 0)
             return -1;
     }
     return 0;
@@ -188,7 +194,7 @@ static int parse_messages(json_t *root, chat_turn **turns, size_t *n_turns,
             rc = api_error_set(e, 400, param, "%s must be an object", param);
         else if (message_role(msg, i, &(*turns)[i].role, e) != 0 ||
                  refuse_tool_calls(msg, i, e) != 0 ||
-                 message_content(msg, i, contents, e) != 0)
+                 message_content(msg, i, (*turns)[i].role, contents, e) != 0)
             rc = -1;
     }
     /* the buffer has stopped moving: point each turn into it (it has no
@@ -204,11 +210,25 @@ static int parse_messages(json_t *root, chat_turn **turns, size_t *n_turns,
     return rc;
 }
 
-/* The rendered conversation, tokenized, as the request's one prompt. */
+/* The rendered conversation, tokenized, as the request's one prompt.  A
+ * text of B bytes is at least B / (the longest token's bytes) tokens: a
+ * conversation whose text cannot fit the context by that count alone is
+ * refused before it is written out or tokenized (many empty messages under
+ * long markers would otherwise make megabytes of text to tokenize on the
+ * connection's thread for a certain 400). */
 static int render_prompt(completion_request *req, const chat_template *tpl,
                          const chat_turn *turns, size_t n, const tokenizer *tok,
-                         api_error *e)
+                         const completion_limits *lim, api_error *e)
 {
+    const size_t bytes = chat_template_rendered_bytes(tpl, turns, n);
+    const size_t longest = tokenizer_longest_token(tok);
+    if (longest > 0 && bytes / longest > lim->n_ctx)
+        return api_error_set(e, 400, "messages", "the messages are written as "
+                             "%zu bytes of text, so at least %zu tokens (no "
+                             "token is longer than %zu bytes): more than this "
+                             "model's maximum context length of %zu tokens; "
+                             "shorten the messages or send fewer", bytes,
+                             bytes / longest, longest, lim->n_ctx);
     gpt2d_buf text = GPT2D_BUF_INIT;
     req->prompts = calloc(1, sizeof *req->prompts);
     if (req->prompts == NULL || chat_template_render(tpl, turns, n, &text) != 0) {
@@ -242,6 +262,23 @@ static int parse_max_tokens(completion_request *req, json_t *root,
     return 0;
 }
 
+/* No max asked for: the rest of the context, as far as the KV cache holds
+ * it for every sequence (n of them), so that a plain chat with n > 1 runs
+ * on a small cache.  At least one token: a prompt that n sequences cannot
+ * hold at all is refused by the submission's check, naming n. */
+static void default_max_tokens(completion_request *req,
+                               const completion_limits *lim)
+{
+    const size_t n_prompt = req->prompts[0].n;
+    size_t total = lim->n_ctx;
+    if (lim->kv_blocks > 0) {
+        size_t fits = kvcache_max_total(n_prompt, req->best_of, lim->kv_blocks);
+        if (fits < total)
+            total = fits > n_prompt ? fits : n_prompt + 1;
+    }
+    req->max_tokens = n_prompt < total ? total - n_prompt : 0;
+}
+
 static int parse_n(completion_request *req, json_t *root,
                    const completion_limits *lim, api_error *e)
 {
@@ -253,7 +290,8 @@ static int parse_n(completion_request *req, json_t *root,
     return completion_request_check_sequences(req, lim, e);
 }
 
-/* Chat's logprobs is a switch; top_logprobs says how many alternatives. */
+/* Chat's logprobs is a switch; top_logprobs says how many alternatives
+ * (0 to 20, as OpenAI). */
 static int parse_logprobs(completion_request *req, json_t *root, api_error *e)
 {
     json_int_t top = -1;
@@ -301,9 +339,11 @@ int chat_request_parse(completion_request *req, const char *body, size_t len,
         parse_n(req, root, lim, e) == 0 &&
         parse_max_tokens(req, root, &max_param, &max_given, e) == 0 &&
         completion_request_parse_stop(req, root, lim, e) == 0 &&
-        render_prompt(req, tpl, turns, n_turns, tok, e) == 0) {
-        if (!max_given && req->prompts[0].n < lim->n_ctx)
-            req->max_tokens = lim->n_ctx - req->prompts[0].n;
+        render_prompt(req, tpl, turns, n_turns, tok, lim, e) == 0) {
+        if (max_given)
+            req->max_param = max_param;
+        else
+            default_max_tokens(req, lim);
         if (completion_request_check_context(req, lim, "messages", max_param,
                                              e) == 0 &&
             parse_logprobs(req, root, e) == 0 &&

@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -184,4 +185,19 @@ int chat_template_render(const chat_template *t, const chat_turn *turns,
             return -1;
     }
     return append_str(out, t->prefix[CHAT_ROLE_ASSISTANT]);
+}
+
+size_t chat_template_rendered_bytes(const chat_template *t,
+                                    const chat_turn *turns, size_t n)
+{
+    size_t total = strlen(t->prefix[CHAT_ROLE_ASSISTANT]);
+    for (size_t i = 0; i < n; i++) {
+        chat_role r = turns[i].role;
+        /* each part is at most a request body or CHAT_TEMPLATE_MAX_TEXT */
+        size_t turn = strlen(t->prefix[r]) + turns[i].len + strlen(t->suffix[r]);
+        if (turn > SIZE_MAX - total)
+            return SIZE_MAX;
+        total += turn;
+    }
+    return total;
 }

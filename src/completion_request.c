@@ -296,7 +296,7 @@ static int parse_cache_salt(completion_request *req, json_t *root,
 static int parse_logprobs(completion_request *req, json_t *root, api_error *e)
 {
     json_int_t n = -1;         /* stays below the range when absent */
-    if (api_field_integer(root, "logprobs", 0, ENGINE_MAX_LOGPROBS, &n, e) != 0)
+    if (api_field_integer(root, "logprobs", 0, API_MAX_LOGPROBS, &n, e) != 0)
         return -1;
     if (n < 0)
         return 0;
@@ -400,6 +400,7 @@ static int parse_counts(completion_request *req, json_t *root,
                              "best_of (%lld) must be greater than or equal to n (%lld)",
                              (long long)best_of, (long long)n);
     req->max_tokens = (size_t)max_tokens;
+    req->max_param = "max_tokens";
     req->n = (size_t)n;
     req->best_of = (size_t)best_of;
     return completion_request_check_sequences(req, lim, e);

@@ -36,6 +36,7 @@ typedef struct completion_endpoint {
     const char *object;         /* the whole answer's `object` */
     const char *chunk_object;   /* a streamed chunk's */
     const char *log_label;      /* "completion" in the --log-prompts line */
+    const char *n_fields;       /* what sets the sequences: "n/best_of" */
     /* The body into `req`; on failure a 400 (or 500) in `e`. */
     int (*parse)(completion_request *req, const api_ctx *ctx,
                  const completion_limits *lim, const char *body, size_t len,

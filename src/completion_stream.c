@@ -3,7 +3,7 @@
  * with its finish_reason, the usage chunk when asked for, `data: [DONE]`.
  * Each chunk takes its endpoint's shape (completion_run.h's
  * completion_endpoint), after that endpoint's opening chunk if it has one.
- * With return_token_ids each chunk also names the ids of its tokens.
+ * With return_token_ids each chunk with tokens also names their ids.
  *
  * Owns the api_stream: the per-choice progress and the SSE bytes not yet
  * taken.  The engine already holds back incomplete UTF-8 and pending
@@ -80,8 +80,11 @@ typedef struct chunk_tokens {
 } chunk_tokens;
 
 /* With return_token_ids, a chunk carries the ids of the tokens it covers
- * (vLLM's shape): `token_ids` always, `prompt_token_ids` on its choice's
- * first chunk. */
+ * (vLLM's shape): `token_ids` when it covers any (vLLM sends the last
+ * tokens with the finish reason; our finish chunk and the echo have none,
+ * and an empty list would end up as the whole reply's ids in a client
+ * that keeps the last value, like the OpenAI SDK's stream helper),
+ * `prompt_token_ids` on its choice's first chunk. */
 static int chunk_add_ids(api_stream *s, json_t *choice, choice_state *cs,
                          const chunk_tokens *t)
 {
@@ -91,7 +94,11 @@ static int chunk_add_ids(api_stream *s, json_t *choice, choice_state *cs,
     const completion_prompt *prompt = cs->prompt_ids_sent ? NULL
                                                           : &req->prompts[t->prompt];
     cs->prompt_ids_sent = true;
-    return completion_add_token_ids(choice, prompt, t->gen, t->from, t->to);
+    if (t->from < t->to)
+        return completion_add_token_ids(choice, prompt, t->gen, t->from, t->to);
+    return prompt == NULL ? 0 : json_object_set_new(choice, "prompt_token_ids",
+                                                    completion_ids_json(prompt->ids,
+                                                                        prompt->n));
 }
 
 /* Appends one chunk of one choice (a reference to `choice` is stolen). */

@@ -109,6 +109,7 @@ typedef struct http_request {
     bool too_large;             /* could not hold the body (out of memory) */
     bool http_1_0;
     bool responded;
+    bool preflight;             /* answered as a CORS preflight */
     bool close_after;           /* the framing is in doubt: end the connection */
     int status;
     api_caller caller;          /* who sent it (set by early_checks) */
@@ -536,6 +537,7 @@ static enum MHD_Result send_preflight(http_request *hr)
     }
     hr->status = 204;
     hr->responded = true;
+    hr->preflight = true;
     enum MHD_Result rc = MHD_queue_response(hr->conn, MHD_HTTP_NO_CONTENT, resp);
     MHD_destroy_response(resp);
     return rc;
@@ -1014,6 +1016,27 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
     return dispatch(hr, url);
 }
 
+/* `in` as one field of the access log line: the bytes that could end the
+ * field or fake another (spaces and control bytes, `=`, quotes, backslash,
+ * non-ASCII) and `%` itself percent-encoded, so that no path can forge a
+ * `request_id=` and the logged path reads back unambiguously.  `out` holds
+ * 3 x strlen(in) + 1 bytes. */
+static void log_field(const char *in, char *out)
+{
+    static const char hex[] = "0123456789ABCDEF";
+    for (; *in != '\0'; in++) {
+        unsigned char c = (unsigned char)*in;
+        if (c <= ' ' || c >= 0x7f || strchr("=%\"'\\", c) != NULL) {
+            *out++ = '%';
+            *out++ = hex[c >> 4];
+            *out++ = hex[c & 15];
+        } else {
+            *out++ = (char)c;
+        }
+    }
+    *out = '\0';
+}
+
 static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                          enum MHD_RequestTerminationCode toe)
 {
@@ -1052,16 +1075,18 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                  "%u s (timeout)", srv->cfg->connection_timeout);
     }
     int status = hr->status != 0 ? hr->status : 499;
-    metrics_request_done(hr->route->label, status);
+    metrics_request_done(hr->preflight ? "preflight" : hr->route->label, status);
     if (hr->authorized)
         metrics_key_request(hr->caller.metrics_key);
     /* Routes with an id in the path are logged by their pattern: a session
      * id is the key to a conversation's cache and has no place in a log. */
+    char method[3 * sizeof hr->method], path[3 * sizeof hr->path];
+    log_field(hr->method, method);
+    log_field(hr->route->prefix && hr->route->id != ROUTE_STATIC
+                  ? hr->route->label : hr->path, path);
     log_info("%s %s %d %.1fms prompt_tokens=%zu completion_tokens=%zu request_id=%s",
-             hr->method, hr->route->prefix && hr->route->id != ROUTE_STATIC
-                 ? hr->route->label : hr->path,
-             status, monotonic_since(&hr->t0) * 1e3, prompt, completion,
-             request_id(hr));
+             method, path, status, monotonic_since(&hr->t0) * 1e3, prompt,
+             completion, request_id(hr));
     request_unref(hr);
     atomic_fetch_sub(&srv->in_flight, 1);
 }

@@ -150,6 +150,17 @@ size_t kvcache_blocks_needed(size_t n_prompt, size_t max_total, size_t n_seq)
                               : 0);
 }
 
+size_t kvcache_max_total(size_t n_prompt, size_t n_seq, size_t have)
+{
+    /* blocks_needed for T blocks a sequence is n_seq*T - (n_seq-1)*shared
+     * (the prompt's full blocks are shared): solved for the largest T */
+    if (n_seq == 0)
+        return 0;
+    const size_t shared = n_prompt / KV_BLOCK_TOKENS;
+    const size_t total = (have + (n_seq - 1) * shared) / n_seq;
+    return total * KV_BLOCK_TOKENS;
+}
+
 size_t kvcache_block_bytes(const model_config *cfg, bool half)
 {
     const size_t es = half ? 2 : 4;

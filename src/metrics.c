@@ -25,16 +25,18 @@
 
 /* ---- label sets ---- */
 
+/* "preflight": CORS preflights (OPTIONS) of any route, so a browser's
+ * preflights do not count as answers of the endpoint they ask about. */
 static const char *const endpoint_names[] = {
     "completions", "chat", "models", "health", "metrics",
-    "tokenize", "detokenize", "sessions", "other",
+    "tokenize", "detokenize", "sessions", "preflight", "other",
 };
 enum { N_ENDPOINTS = sizeof endpoint_names / sizeof endpoint_names[0] };
 
 /* 499 is nginx's "client closed request": what http.c records for a client
  * that hung up, so dropped requests are told apart from other statuses. */
 static const int status_codes[] = {
-    200, 400, 401, 404, 405, 408, 409, 413, 429, 499, 500, 503,
+    200, 204, 400, 401, 404, 405, 408, 409, 413, 429, 499, 500, 503,
 };
 enum { N_CODES = sizeof status_codes / sizeof status_codes[0] };
 #define CODE_OTHER N_CODES      /* index of the "other" bucket */
@@ -297,7 +299,7 @@ static void render_gauge(FILE *f, const char *name, const char *help,
     fprintf(f, "%s %zu\n", name, value);
 }
 
-/* Only series that have been hit are listed: 8 endpoints x 12 codes of zeros
+/* Only series that have been hit are listed: 10 endpoints x 13 codes of zeros
  * would drown the scrape, and Prometheus treats an absent series as none. */
 static void render_requests(FILE *f)
 {

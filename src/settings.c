@@ -49,6 +49,7 @@ typedef enum opt_type {
     OPT_OPTIONAL_PATH,  /* string; empty means "none" */
     OPT_ADDR_LIST,      /* string of addresses and CIDR blocks (addr_list.h);
                          * empty means none */
+    OPT_ORIGIN,         /* "*" or one serialized origin; empty means none */
     OPT_PORT,           /* unsigned, 0..65535 */
     OPT_COUNT,          /* size_t, min..max */
     OPT_BYTES,          /* size_t with optional k/M/G suffix, min..max */
@@ -188,8 +189,10 @@ static const option_spec options[] = {
       "X-Forwarded-For names the client: without API keys, a request from one "
       "of them belongs to the right-most address of that header that is not "
       "a trusted proxy. None: the header is never read." },
-    { "cors-origin", 0, OPT_OPTIONAL_PATH, FIELD(cors_origin), "ORIGIN", NULL, NULL, 0, 0,
-      false, "The origin whose web pages may call the API (CORS: \"*\" for any); none: CORS off." },
+    { "cors-origin", 0, OPT_ORIGIN, FIELD(cors_origin), "ORIGIN", NULL, NULL, 0, 0,
+      false, "The origin whose web pages may call the API (CORS), as a browser "
+      "sends it: scheme://host[:port], lowercase, no path (e.g. "
+      "https://app.example); \"*\" for any; none: CORS off." },
     { "config", 'c', OPT_OPTIONAL_PATH, FIELD(config_file), "FILE", NULL, NULL, 0, 0, true,
       "Read options from FILE: `name = value` lines, # comments." },
     { "port-file", 0, OPT_OPTIONAL_PATH, FIELD(port_file), "FILE", NULL, NULL, 0, 0, false,
@@ -320,6 +323,55 @@ static int set_string(char **field, const char *value, bool empty_is_none,
     return 0;
 }
 
+/* Why `v` is not a serialized origin as a browser sends it in Origin
+ * (RFC 6454 §6.2: scheme "://" host [":" port], lowercase, no default
+ * port, nothing after), which gpt2d compares byte for byte; NULL when it
+ * is one.  A list, a path or a stray character would start a server that
+ * no browser can ever call. */
+static const char *origin_problem(const char *v)
+{
+    for (const char *c = v; *c != '\0'; c++)
+        if (*c >= 'A' && *c <= 'Z')
+            return "browsers send it in lowercase";
+    const char *p = v;
+    if (!(*p >= 'a' && *p <= 'z'))
+        return "it has no scheme (http:// or https://)";
+    while ((*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') ||
+           *p == '+' || *p == '-' || *p == '.')
+        p++;
+    const size_t scheme_len = (size_t)(p - v);
+    if (strncmp(p, "://", 3) != 0)
+        return "it has no scheme (http:// or https://)";
+    p += 3;
+    const char *host = p;
+    if (*p == '[') {
+        p += 1 + strspn(p + 1, "0123456789abcdef:.");
+        if (*p++ != ']' || p - host < 4)
+            return "its IPv6 address is not [lowercase hex and colons]";
+    } else {
+        p += strspn(p, "abcdefghijklmnopqrstuvwxyz0123456789-.");
+    }
+    if (p == host)
+        return "it has no host";
+    if (*p == ':') {
+        const char *port = ++p;
+        p += strspn(p, "0123456789");
+        unsigned long n = p - port <= 5 ? strtoul(port, NULL, 10) : 0;
+        if (n == 0 || n > 65535 || port[0] == '0')
+            return "its port is not a number from 1 to 65535";
+        if ((scheme_len == 4 && strncmp(v, "http", 4) == 0 && n == 80) ||
+            (scheme_len == 5 && strncmp(v, "https", 5) == 0 && n == 443))
+            return "browsers leave the scheme's default port out";
+    }
+    if (*p == '\0')
+        return NULL;
+    if (*p == '/')
+        return "an origin has no path, not even a trailing /";
+    if (*p == ',' || *p == ' ')
+        return "it is one origin, not a list";
+    return "it holds a character no origin has";
+}
+
 /* What a valid value looks like, for the error message. */
 static int bad_value(const option_spec *o, const char *where, const char *value,
                      gpt2d_error *err)
@@ -366,6 +418,15 @@ static int apply_value(settings *s, const option_spec *o, const char *value,
     case OPT_OPTIONAL_PATH:
         return set_string((char **)(void *)field, value, o->type == OPT_OPTIONAL_PATH,
                           where, o, err);
+    case OPT_ORIGIN: {
+        const char *why = value[0] != '\0' && strcmp(value, "*") != 0
+                              ? origin_problem(value) : NULL;
+        if (why != NULL)
+            return error_set(err, "%s: '%s' is not an origin: %s (scheme://host"
+                             "[:port] as a browser sends it, e.g. "
+                             "https://app.example, or *)", where, value, why);
+        return set_string((char **)(void *)field, value, true, where, o, err);
+    }
     case OPT_ADDR_LIST: {
         addr_list l;
         gpt2d_error why;
@@ -709,7 +770,7 @@ void settings_free(settings *s)
         return;
     for (size_t i = 0; i < N_OPTIONS; i++) {
         if (options[i].type == OPT_PATH || options[i].type == OPT_OPTIONAL_PATH ||
-            options[i].type == OPT_ADDR_LIST) {
+            options[i].type == OPT_ADDR_LIST || options[i].type == OPT_ORIGIN) {
             char **field = (char **)(void *)((char *)s + options[i].offset);
             free(*field);
             *field = NULL;

@@ -91,6 +91,7 @@ struct tokenizer {
     size_t vocab_mask;
 
     int32_t byte_id[256]; /* the one-byte token for each byte */
+    size_t longest;       /* bytes of the longest token's spelling */
 
     merge_entry *merges;
     size_t merge_mask;
@@ -355,6 +356,8 @@ static int load_vocab(tokenizer *tok, const char *path,
         while (tok->vocab_slots[i] != 0)
             i = (i + 1) & tok->vocab_mask;
         tok->vocab_slots[i] = (uint32_t)id + 1;
+        if (slen > tok->longest)
+            tok->longest = slen;
     }
     for (int b = 0; b < 256; b++) {
         char c = (char)b;
@@ -552,6 +555,11 @@ void tokenizer_free(tokenizer *tok)
 size_t tokenizer_vocab_size(const tokenizer *tok)
 {
     return tok->n_vocab;
+}
+
+size_t tokenizer_longest_token(const tokenizer *tok)
+{
+    return tok->longest;
 }
 
 /* The output: token ids (int32_t) appended to a gpt2d_buf. */

@@ -205,6 +205,9 @@ int api_field_bool(json_t *obj, const char *key, const char *param, bool *out,
 
 /* Stop strings a request may send; the chat template's own come on top. */
 #define API_MAX_STOP 4
+/* /v1/completions' logprobs, at most: OpenAI's legacy limit (chat's
+ * top_logprobs goes to ENGINE_MAX_LOGPROBS) */
+#define API_MAX_LOGPROBS 5
 
 typedef struct completion_prompt {
     int32_t *ids;
@@ -215,6 +218,9 @@ typedef struct completion_request {
     completion_prompt *prompts; /* one choice set per prompt */
     size_t n_prompts;
     size_t max_tokens;
+    const char *max_param;      /* the field that set max_tokens, for errors;
+                                 * NULL: chat's default, the rest of the
+                                 * context (or of the KV cache) */
     size_t n, best_of;
     sampler_params sampling;
     logit_bias_entry *logit_bias;   /* owned; sampling.logit_bias points here */
@@ -241,6 +247,7 @@ typedef struct completion_limits {
     size_t max_n;               /* --max-n, the same bound set lower by the
                                  * operator; 0 = only max_sequences */
     size_t max_stop_bytes;      /* --max-stop-bytes; 0 = no bound */
+    size_t kv_blocks;           /* the KV cache's blocks; 0 = no bound */
 } completion_limits;
 
 /* Parses and validates a POST /v1/completions body; on failure `e` says

@@ -73,5 +73,9 @@ typedef struct chat_turn {
  * the buffer cannot grow. */
 int chat_template_render(const chat_template *t, const chat_turn *turns,
                          size_t n, gpt2d_buf *out);
+/* The bytes chat_template_render would append, counted without writing
+ * them (SIZE_MAX if they overflow). */
+size_t chat_template_rendered_bytes(const chat_template *t,
+                                    const chat_turn *turns, size_t n);
 
 #endif

@@ -138,6 +138,9 @@ static inline const char *kvcache_dtype_name(bool half)
  * sequences, may need at most (nothing shared with the cache): a request
  * needing more than the cache holds can never run. */
 size_t kvcache_blocks_needed(size_t n_prompt, size_t max_total, size_t n_seq);
+/* Its inverse: the largest max_total that needs at most `have` blocks
+ * (below n_prompt: not even the prompt fits). */
+size_t kvcache_max_total(size_t n_prompt, size_t n_seq, size_t have);
 
 /* Bytes of one block for this model; 0 on overflow. */
 size_t kvcache_block_bytes(const model_config *cfg, bool half);

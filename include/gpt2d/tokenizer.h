@@ -20,6 +20,9 @@ int tokenizer_load(tokenizer **out, const char *vocab_json_path,
 void tokenizer_free(tokenizer *tok);
 
 size_t tokenizer_vocab_size(const tokenizer *tok);
+/* Bytes of the longest token: a text of B bytes is at least
+ * B / tokenizer_longest_token() tokens, known before encoding it. */
+size_t tokenizer_longest_token(const tokenizer *tok);
 
 /* Encodes `len` bytes of text.  The literal text "<|endoftext|>" becomes
  * TOKENIZER_EOT.  Invalid UTF-8 is encoded byte-wise (every byte has a token),

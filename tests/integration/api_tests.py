@@ -1116,10 +1116,15 @@ class T3bTokenIds(ApiCase):
                         self.assertNotIn(i, prompts, "prompt ids sent twice")
                         self.assertNotIn(i, ids, "prompt ids after the first chunk")
                         prompts[i] = ch["prompt_token_ids"]
-                    ids[i] = ids.get(i, []) + ch["token_ids"]
+                    # only chunks that carry tokens name them: never []
+                    if "token_ids" in ch:
+                        self.assertTrue(ch["token_ids"], ch)
+                    ids[i] = ids.get(i, []) + ch.get("token_ids", [])
                     scored = (ch["logprobs"] or {}).get("tokens", [])
                     if not (echo and "prompt_token_ids" in ch):
-                        self.assertEqual(len(ch["token_ids"]), len(scored), ch)
+                        self.assertEqual(len(ch.get("token_ids", [])), len(scored), ch)
+                    if ch["finish_reason"] is not None:
+                        self.assertNotIn("token_ids", ch)
             self.assertEqual(prompts, {ch["index"]: ch["prompt_token_ids"]
                                        for ch in whole}, "echo=%s" % echo)
             self.assertEqual(ids, {ch["index"]: ch["token_ids"] for ch in whole},
@@ -1331,6 +1336,11 @@ class T5bChat(ApiCase):
             self.assertEqual(ch["index"], i)
             self.assertEqual(ch["message"]["role"], "assistant")
             self.assertIsInstance(ch["message"]["content"], str)
+            # required (as null) by the OpenAI SDK's types
+            self.assertIsNone(ch["message"]["refusal"])
+            if ch["logprobs"] is not None:
+                self.assertEqual(set(ch["logprobs"]), {"content", "refusal"})
+                self.assertIsNone(ch["logprobs"]["refusal"])
             self.assertIn(ch["finish_reason"], ("stop", "length"))
         u = body["usage"]
         self.assertEqual(u["total_tokens"], u["prompt_tokens"] + u["completion_tokens"])
@@ -1351,7 +1361,7 @@ class T5bChat(ApiCase):
         else:
             self.fail("no unambiguous greedy chat case")
         body = self.chat(c, messages=messages, max_tokens=6, temperature=0,
-                         logprobs=True, top_logprobs=2)
+                         logprobs=True, top_logprobs=20)
         self.assert_chat_shape(body)
         ch = body["choices"][0]
         self.assertEqual(ch["message"]["content"], text)
@@ -1365,8 +1375,8 @@ class T5bChat(ApiCase):
             self.assertEqual(e["token"], text_of([want[i]]))
             lsm = log_softmax(steps[i])
             self.assert_close(e["logprob"], lsm[want[i]], "logprob %d" % i)
-            self.assertEqual(len(e["top_logprobs"]), 2)
-            best = np.argsort(lsm)[::-1][:2]
+            self.assertEqual(len(e["top_logprobs"]), 20)   # OpenAI's most
+            best = np.argsort(lsm)[::-1][:20]
             for k, t in enumerate(e["top_logprobs"]):
                 self.assertEqual(bytes(t["bytes"]), vocab().bytes_of[int(best[k])])
                 self.assert_close(t["logprob"], lsm[best[k]], "top %d.%d" % (i, k))
@@ -1420,7 +1430,11 @@ class T5bChat(ApiCase):
         # each choice opens with the role, before any content
         for i in (0, 1):
             mine = [ch for ev in events for ch in ev["choices"] if ch["index"] == i]
-            self.assertEqual(mine[0]["delta"], {"role": "assistant", "content": ""})
+            self.assertEqual(mine[0]["delta"], {"role": "assistant", "content": "",
+                                                "refusal": None})
+            for ch in mine:
+                if ch["logprobs"] is not None:
+                    self.assertIsNone(ch["logprobs"]["refusal"])
             self.assertTrue(all("role" not in ch["delta"] for ch in mine[1:]))
             self.assertIsNone(mine[0]["finish_reason"])
             self.assertEqual(mine[-1]["finish_reason"], "length")
@@ -1490,6 +1504,10 @@ class T5bChat(ApiCase):
         self.assertEqual(with_prompt[0]["prompt_token_ids"], prompt)
         self.assertEqual([t for ch in mine for t in ch.get("token_ids", [])],
                          whole["token_ids"])
+        # the opening and finish chunks carry no tokens, so no token_ids
+        self.assertTrue(all(ch["token_ids"] for ch in mine if "token_ids" in ch), mine)
+        self.assertNotIn("token_ids", mine[-1])
+        self.assertEqual(mine[-1]["finish_reason"], "length")
 
     def test_chat_refuses_what_it_cannot_honour_naming_the_field(self):
         c = main_client()
@@ -1791,6 +1809,48 @@ class T7AuthAndLimits(ServerCase):
         self.assertEqual(len(body["choices"]), 1)
 
 
+class T7dChatOnASmallKvCache(ServerCase):
+    """A KV cache of one context (4 blocks of 16 positions) on 4 slots: a
+    chat that names no max runs with what the cache holds for its n
+    sequences; one that does is refused naming the field it sent."""
+    NAME = "chatkv"
+    BLOCK = 2 * 2 * 64 * 16 * 4     # K and V, 2 layers, 64 wide, floats
+    ARGS = ("--slots", "4", "--threads", "1", "--kv-memory", str(4 * BLOCK))
+    HI = [{"role": "user", "content": "hi"}]
+
+    def test_default_max_is_what_the_cache_holds_for_n(self):
+        c = self.client()
+        r = c.post("/v1/chat/completions", {"messages": self.HI, "n": 2,
+                                             "logit_bias": NO_EOT})
+        self.assertEqual(r.status, 200, r)
+        prompt = r.json["usage"]["prompt_tokens"]
+        # 4 blocks for 2 sequences sharing no full block: 2 blocks each
+        for ch in r.json["choices"]:
+            self.assertEqual(ch["finish_reason"], "length", ch)
+        self.assertEqual(r.json["usage"]["completion_tokens"], 2 * (32 - prompt))
+
+    def test_a_max_sent_is_named_as_sent(self):
+        c = self.client()
+        for field in ("max_completion_tokens", "max_tokens"):
+            with self.subTest(field=field):
+                r = c.post("/v1/chat/completions", {"messages": self.HI, "n": 2,
+                                                     field: 40})
+                self.assert_error(r, 400, field)
+                msg = r.json["error"]["message"]
+                self.assertIn("lower %s or n" % field, msg)
+                self.assertNotIn("best_of", msg)
+        # completions keeps its own names
+        r = c.post("/v1/completions", {"prompt": "hi", "n": 2, "max_tokens": 40})
+        self.assert_error(r, 400, "max_tokens")
+        self.assertIn("lower max_tokens or n/best_of", r.json["error"]["message"])
+
+    def test_a_prompt_n_sequences_cannot_hold_names_n(self):
+        long_msg = [{"role": "user", "content": " a" * 40}]
+        r = self.client().post("/v1/chat/completions", {"messages": long_msg, "n": 4})
+        self.assert_error(r, 400, "n")
+        self.assertIn("lower n or the messages", r.json["error"]["message"])
+
+
 GENERATED_ID = r"req-[0-9a-f]{24}"
 
 
@@ -1875,6 +1935,26 @@ class T7cCorsAndRequestIds(ServerCase):
                 # the browser's error message names the origin allowed
                 self.assertEqual(self.field(h, "access-control-allow-origin"),
                                  self.ORIGIN)
+
+    def test_preflights_are_counted_as_preflights(self):
+        """A browser's preflights are not answers of the endpoint they ask
+        about: they count under endpoint="preflight", code 204."""
+        c = self.client(api_key=self.KEY)
+        before = c.metrics()
+        for _ in range(3):
+            self.assertEqual(self.preflight(self.ORIGIN, "authorization")[0], 204)
+        preflights = 'gpt2d_requests_total{endpoint="preflight",code="204"}'
+        # counted when libmicrohttpd reports each request done
+        after = {}
+
+        def counted():
+            after.update(c.metrics())
+            return after.get(preflights, 0) - before.get(preflights, 0) >= 3
+        self.assertTrue(wait_for(counted, 2), after)
+        self.assertEqual(after[preflights] - before.get(preflights, 0), 3)
+        # not under the route they ask about (OPTIONS /v1/completions)
+        other = 'gpt2d_requests_total{endpoint="completions",code="other"}'
+        self.assertEqual(after.get(other, 0) - before.get(other, 0), 0)
 
     def test_every_answer_says_what_a_page_may_read(self):
         c = self.client(api_key=self.KEY)
@@ -1976,6 +2056,25 @@ class T7cCorsAndRequestIds(ServerCase):
                     r"info: %s request_id=%s$" % (pattern, re.escape(rid)),
                     self.log_text(), re.M), 2)
                 self.assertTrue(found, self.server.log_tail())
+
+
+    def test_no_path_can_forge_a_log_field(self):
+        """The path is logged percent-encoded where it could end its field
+        or fake another: one request_id= per line, the real one."""
+        forged = ("/x%20request_id=forged", "/x%09request_id=forged",
+                  "/request_id=forged", "/x%0Arequest_id=forged", "/%22q%22%25")
+        logged = ("/x%20request_id%3Dforged", "/x%09request_id%3Dforged",
+                  "/request_id%3Dforged", "/x%0Arequest_id%3Dforged", "/%22q%22%25")
+        for path, want in zip(forged, logged):
+            with self.subTest(path=path):
+                rid = "forge-check-%d-%d" % (os.getpid(), forged.index(path))
+                r = self.client(api_key=self.KEY).get(path, headers={"X-Request-Id": rid})
+                self.assertEqual(r.status, 404, r)
+                line = r"^.* info: GET %s 404 .* request_id=%s$" % (re.escape(want),
+                                                                  re.escape(rid))
+                self.assertTrue(wait_for(lambda: re.search(line, self.log_text(), re.M), 2),
+                                self.server.log_tail())
+        self.assertNotIn("request_id=forged", self.log_text())
 
 
 class T7bIsolation(ServerCase):

@@ -115,6 +115,9 @@ async function main() {
     assert.equal(c.index, 0);
     assert.equal(c.message.role, 'assistant');
     assert.equal(c.message.content, ' Hello'.repeat(4));
+    // fields the SDK's types require, null without a refusal
+    assert.strictEqual(c.message.refusal, null);
+    assert.strictEqual(c.logprobs.refusal, null);
     assert.equal(c.finish_reason, 'length');
     assert.equal(c.logprobs.content.length, 4);
     for (const e of c.logprobs.content) {
@@ -143,7 +146,8 @@ async function main() {
     assert.match(chunks[0].id, /^chatcmpl-/);
     for (const c of chunks) assert.equal(c.object, 'chat.completion.chunk');
     const choices = chunks.filter((c) => c.choices.length > 0).map((c) => c.choices[0]);
-    assert.deepEqual(choices[0].delta, { role: 'assistant', content: '' });
+    assert.deepEqual(choices[0].delta, { role: 'assistant', content: '', refusal: null });
+    assert.ok(choices.every((c) => !c.logprobs || c.logprobs.refusal === null));
     assert.ok(choices.slice(1).every((c) => !('role' in c.delta)));
     const last = choices[choices.length - 1];
     assert.ok(['stop', 'length'].includes(last.finish_reason), last.finish_reason);

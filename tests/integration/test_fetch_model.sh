@@ -36,7 +36,12 @@ def blob(path):
 class Hub(http.server.BaseHTTPRequestHandler):
     def log_message(self, *a): pass
     def do_GET(self):
-        if self.path == "/api/models/openai-community/gpt2/revision/main?blobs=true":
+        if self.path.startswith("/portal/"):
+            # a captive portal, or a mirror URL that names no Hub: a page
+            body = b"<!DOCTYPE html>\n<html><head><title>Sign in</title></head></html>\n"
+        elif self.path.startswith("/other/"):
+            body = json.dumps({"error": "no such thing"}).encode()
+        elif self.path == "/api/models/openai-community/gpt2/revision/main?blobs=true":
             sib = []
             for f in sorted(os.listdir(root)):
                 p = os.path.join(root, f)
@@ -165,6 +170,33 @@ if "$src/scripts/fetch-model.sh" gpt3 >"$work/log" 2>&1; then
 else
     echo "ok: unknown model name refused: $(cat "$work/log")"
 fi
+
+# ---- a "Hub" that answers something else ----
+
+# a captive portal's page, or JSON that is not a revision: exit 1, the URL
+# and what came back named, no traceback, nothing left behind
+for where in portal other; do
+    case $where in
+        portal) begins="not JSON, not the Hugging Face Hub's API" ;;
+        *) begins="without a revision's commit and files, not the Hugging Face Hub's API" ;;
+    esac
+    case $where in
+        portal) shown="it begins: '<!DOCTYPE html> <html><head><title>Sign in</title></head></html>'" ;;
+        *) shown="it begins: '{\"error\": \"no such thing\"}'" ;;
+    esac
+    rc=0
+    GPT2D_HF_ENDPOINT="$GPT2D_HF_ENDPOINT/$where" \
+        "$src/scripts/fetch-model.sh" gpt2 --dest "$work/$where/gpt2" >"$work/log" 2>&1 || rc=$?
+    if [[ $rc -eq 1 ]] &&
+       grep -qF "fetch-model.sh: $GPT2D_HF_ENDPOINT/$where/api/models/openai-community/gpt2/revision/main?blobs=true answered " "$work/log" &&
+       grep -qF "$begins" "$work/log" && grep -qF "$shown" "$work/log" &&
+       ! grep -q Traceback "$work/log" &&
+       [[ ! -e $work/$where ]] && nothing_left "$TMPDIR"; then
+        echo "ok: a \"Hub\" answering $where: exit 1, says what came back, nothing left behind"
+    else
+        echo "FAIL: a \"Hub\" answering $where: exit $rc"; cat "$work/log"; failures=$((failures + 1))
+    fi
+done
 
 # ---- a Hub that cannot be reached ----
 

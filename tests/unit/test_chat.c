@@ -120,6 +120,10 @@ START_TEST(test_template_from_json_replaces_every_marker)
     char *p = render(&t, turns, 3);
     ck_assert_str_eq(p, "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nU<|im_end|>\n"
                         "<|im_start|>assistant\nA<|im_end|>\n<|im_start|>assistant\n");
+    /* counted without writing, to the byte */
+    ck_assert_uint_eq(chat_template_rendered_bytes(&t, turns, 3), strlen(p));
+    ck_assert_uint_eq(chat_template_rendered_bytes(&t, turns, 0),
+                      strlen("<|im_start|>assistant\n"));
     free(p);
     ck_assert_uint_eq(t.n_stop, 1);
     ck_assert_str_eq(t.stop[0], "<|im_end|>");
@@ -313,6 +317,34 @@ START_TEST(test_text_parts_are_joined_by_newlines)
 }
 END_TEST
 
+/* An assistant turn's refusal part is what it said: written as its text. */
+START_TEST(test_an_assistant_refusal_part_is_its_text)
+{
+    completion_request req;
+    api_error e;
+    ck_assert_int_eq(parse(&req, "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"},"
+                                 " {\"role\": \"assistant\", \"content\": ["
+                                 "{\"type\": \"text\", \"text\": \" Well\"}, "
+                                 "{\"type\": \"refusal\", \"refusal\": \"I won't.\"}]},"
+                                 " {\"role\": \"user\", \"content\": \"Ok\"}]}", &e), 0);
+    assert_prompt_is(&req, "User: Hi\nAssistant: Well\nI won't.\nUser: Ok\nAssistant:");
+    completion_request_free(&req);
+}
+END_TEST
+
+/* top_logprobs goes to 20, as OpenAI's. */
+START_TEST(test_top_logprobs_go_to_twenty)
+{
+    completion_request req;
+    api_error e;
+    ck_assert_int_eq(parse(&req, "{\"messages\": [{\"role\": \"user\", \"content\": "
+                                 "\"Hi\"}], \"logprobs\": true, \"top_logprobs\": 20}",
+                           &e), 0);
+    ck_assert_uint_eq(req.n_logprobs, 20);
+    completion_request_free(&req);
+}
+END_TEST
+
 /* An empty message is still a turn: its markers are written. */
 START_TEST(test_empty_contents_are_turns_too)
 {
@@ -387,6 +419,89 @@ START_TEST(test_max_completion_tokens_wins_over_max_tokens)
 }
 END_TEST
 
+/* Without a max, the rest of the context as far as the KV cache holds it
+ * for every sequence; a max sent is kept and named as sent. */
+START_TEST(test_default_max_is_what_the_kv_cache_holds_for_n)
+{
+    completion_limits small = limits;
+    small.kv_blocks = 4;        /* one context of 4 blocks of 16 */
+    completion_request req;
+    api_error e;
+    const char *body = "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}], "
+                       "\"n\": 2}";
+    ck_assert_int_eq(chat_request_parse(&req, body, strlen(body), tok, &builtin,
+                                        &small, &e), 0);
+    ck_assert_uint_eq(req.max_tokens, 32 - req.prompts[0].n);
+    ck_assert_ptr_null(req.max_param);
+    completion_request_free(&req);
+    /* one sequence: the whole context */
+    body = "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}]}";
+    ck_assert_int_eq(chat_request_parse(&req, body, strlen(body), tok, &builtin,
+                                        &small, &e), 0);
+    ck_assert_uint_eq(req.max_tokens, 64 - req.prompts[0].n);
+    completion_request_free(&req);
+    /* a prompt 4 sequences cannot hold: one token, left to the submission
+     * to refuse */
+    body = "{\"messages\": [{\"role\": \"user\", \"content\": \"a a a a a a a a a a "
+           "a a a a a a a a a a a a a a a a a a a a a a a a a a a a\"}], \"n\": 4}";
+    ck_assert_int_eq(chat_request_parse(&req, body, strlen(body), tok, &builtin,
+                                        &small, &e), 0);
+    ck_assert_uint_eq(req.max_tokens, 1);
+    completion_request_free(&req);
+    body = "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}], "
+           "\"n\": 2, \"max_tokens\": 40}";
+    ck_assert_int_eq(chat_request_parse(&req, body, strlen(body), tok, &builtin,
+                                        &small, &e), 0);
+    ck_assert_uint_eq(req.max_tokens, 40);
+    ck_assert_str_eq(req.max_param, "max_tokens");
+    completion_request_free(&req);
+}
+END_TEST
+
+/* Many empty messages under long markers: refused by their byte count
+ * (a text of B bytes is at least B / longest-token tokens) before the
+ * conversation is written out or tokenized; a conversation just within
+ * that bound is left to the token count. */
+START_TEST(test_a_conversation_too_long_by_its_bytes_is_not_tokenized)
+{
+    char marker[CHAT_TEMPLATE_MAX_TEXT + 1];
+    memset(marker, '~', CHAT_TEMPLATE_MAX_TEXT);
+    marker[CHAT_TEMPLATE_MAX_TEXT] = '\0';
+    char json[4096];
+    snprintf(json, sizeof json, "{\"system\": {\"prefix\": \"%s\", \"suffix\": \"\"}, "
+             "\"user\": {\"prefix\": \"%s\", \"suffix\": \"%s\"}, "
+             "\"assistant\": {\"prefix\": \"A:\", \"suffix\": \"\"}, \"stop\": [\"x\"]}",
+             marker, marker, marker);
+    chat_template t;
+    gpt2d_error err;
+    ck_assert_int_eq(chat_template_parse(&t, json, strlen(json), "test", &err), 0);
+    const size_t longest = tokenizer_longest_token(tok);
+    ck_assert_uint_ge(longest, 13);     /* "<|endoftext|>" is one token */
+    /* the most empty user messages (512 bytes each, and "A:") whose text
+     * is below 65 x longest bytes, so not surely over 64 tokens */
+    const size_t fit = (65 * longest - 3) / (2 * CHAT_TEMPLATE_MAX_TEXT);
+    for (size_t n = fit; n <= fit + 1; n++) {
+        gpt2d_buf body = GPT2D_BUF_INIT;
+        ck_assert_int_eq(buf_append(&body, "{\"messages\": [", 14), 0);
+        static const char msg[] = ", {\"role\": \"user\", \"content\": \"\"}";
+        for (size_t i = 0; i < n; i++) {
+            const size_t skip = i == 0 ? 2 : 0;     /* no comma before the first */
+            ck_assert_int_eq(buf_append(&body, msg + skip, strlen(msg) - skip), 0);
+        }
+        ck_assert_int_eq(buf_append(&body, "]}", 2), 0);
+        completion_request req;
+        api_error e;
+        ck_assert_int_eq(chat_request_parse(&req, (const char *)body.data, body.len,
+                                            tok, &t, &limits, &e), -1);
+        ck_assert_str_eq(e.param, "messages");
+        const bool by_bytes = strncmp(e.message, "the messages are written as ", 28) == 0;
+        ck_assert_msg(by_bytes == (n > fit), "%zu messages: %s", n, e.message);
+        buf_free(&body);
+    }
+    chat_template_free(&t);
+}
+END_TEST
+
 /* What a text model without tools can still honour is accepted. */
 START_TEST(test_harmless_forms_of_unsupported_fields_are_accepted)
 {
@@ -433,8 +548,10 @@ static const struct { const char *body, *param; } bad_bodies[] = {
      "messages[0].content[0].type"},
     {"{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": \"file\"}]}]}",
      "messages[0].content[0].type"},
-    {"{\"messages\": [{\"role\": \"assistant\", \"content\": [{\"type\": \"refusal\", "
+    {"{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": \"refusal\", "
      "\"refusal\": \"no\"}]}]}", "messages[0].content[0].type"},
+    {"{\"messages\": [{\"role\": \"assistant\", \"content\": [{\"type\": \"refusal\", "
+     "\"text\": \"no\"}]}]}", "messages[0].content[0].refusal"},
     {"{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": \"text\"}]}]}",
      "messages[0].content[0].text"},
     {"{\"messages\": [{\"role\": \"assistant\", \"content\": null, \"tool_calls\": "
@@ -455,7 +572,7 @@ static const struct { const char *body, *param; } bad_bodies[] = {
     {"{" MSG ", \"modalities\": [\"text\", \"audio\"]}", "modalities"},
     {"{" MSG ", \"logprobs\": 2}", "logprobs"},
     {"{" MSG ", \"top_logprobs\": 2}", "top_logprobs"},
-    {"{" MSG ", \"logprobs\": true, \"top_logprobs\": 6}", "top_logprobs"},
+    {"{" MSG ", \"logprobs\": true, \"top_logprobs\": 21}", "top_logprobs"},
     {"{" MSG ", \"n\": 0}", "n"},
     {"{" MSG ", \"n\": 5}", "n"},
     {"{" MSG ", \"max_tokens\": -1}", "max_tokens"},
@@ -524,9 +641,13 @@ static Suite *chat_suite(void)
     tcase_add_unchecked_fixture(req, setup, teardown);
     tcase_add_test(req, test_messages_become_one_prompt_with_the_template_stops);
     tcase_add_test(req, test_text_parts_are_joined_by_newlines);
+    tcase_add_test(req, test_an_assistant_refusal_part_is_its_text);
+    tcase_add_test(req, test_top_logprobs_go_to_twenty);
     tcase_add_test(req, test_empty_contents_are_turns_too);
     tcase_add_test(req, test_shared_fields_parse_as_on_completions);
     tcase_add_test(req, test_max_completion_tokens_wins_over_max_tokens);
+    tcase_add_test(req, test_default_max_is_what_the_kv_cache_holds_for_n);
+    tcase_add_test(req, test_a_conversation_too_long_by_its_bytes_is_not_tokenized);
     tcase_add_test(req, test_harmless_forms_of_unsupported_fields_are_accepted);
     tcase_add_loop_test(req, test_each_bad_field_is_a_400_naming_its_param, 0,
                         (int)(sizeof bad_bodies / sizeof bad_bodies[0]));

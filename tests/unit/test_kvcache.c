@@ -781,6 +781,27 @@ START_TEST(test_blocks_needed_counts_what_siblings_share)
 }
 END_TEST
 
+/* kvcache_max_total is the largest total that blocks_needed lets fit,
+ * checked against it for every small case. */
+START_TEST(test_max_total_is_the_inverse_of_blocks_needed)
+{
+    for (size_t n_prompt = 0; n_prompt <= 100; n_prompt++)
+        for (size_t n_seq = 1; n_seq <= 4; n_seq++)
+            for (size_t have = 0; have <= 40; have++) {
+                size_t m = kvcache_max_total(n_prompt, n_seq, have);
+                if (m < n_prompt) {
+                    ck_assert_uint_gt(kvcache_blocks_needed(n_prompt, n_prompt, n_seq),
+                                      have);
+                    continue;
+                }
+                ck_assert_uint_le(kvcache_blocks_needed(n_prompt, m, n_seq), have);
+                ck_assert_uint_gt(kvcache_blocks_needed(n_prompt, m + 1, n_seq), have);
+            }
+    /* the case of the report: 13 MiB of float32 blocks, 2 sequences */
+    ck_assert_uint_eq(kvcache_max_total(9, 2, 11), 5 * KV_BLOCK_TOKENS);
+}
+END_TEST
+
 START_TEST(test_create_refuses_a_budget_below_one_context)
 {
     kv_cache *c = NULL;
@@ -815,6 +836,7 @@ int main(void)
     tcase_add_test(tc, test_create_refuses_a_budget_below_one_context);
     tcase_add_test(tc, test_a_request_as_large_as_the_cache_always_begins_when_idle);
     tcase_add_test(tc, test_blocks_needed_counts_what_siblings_share);
+    tcase_add_test(tc, test_max_total_is_the_inverse_of_blocks_needed);
     tcase_add_test(tc, test_another_accounts_churn_cannot_evict_an_account_below_its_share);
     tcase_add_test(tc, test_a_second_sequence_of_an_account_waits_rather_than_evict_another_share);
     tcase_add_test(tc, test_eviction_takes_from_the_largest_account_in_its_lru_order);

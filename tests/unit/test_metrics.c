@@ -497,6 +497,7 @@ START_TEST(test_requests_are_labelled_by_endpoint_and_code)
     metrics_request_done("sessions", 409);
     metrics_request_done("completions", 429);
     metrics_request_done("completions", 499);
+    metrics_request_done("preflight", 204);
     scrape_now(b, NULL);
     const char *m = "gpt2d_requests_total";
     ck_assert_double_eq(delta(a, b, m, "endpoint=\"completions\",code=\"200\""), 3);
@@ -504,7 +505,9 @@ START_TEST(test_requests_are_labelled_by_endpoint_and_code)
     ck_assert_double_eq(delta(a, b, m, "endpoint=\"sessions\",code=\"409\""), 1);
     ck_assert_double_eq(delta(a, b, m, "endpoint=\"completions\",code=\"429\""), 1);
     ck_assert_double_eq(delta(a, b, m, "endpoint=\"completions\",code=\"499\""), 1);
+    ck_assert_double_eq(delta(a, b, m, "endpoint=\"preflight\",code=\"204\""), 1);
     ck_assert_double_eq(delta(a, b, m, "endpoint=\"completions\",code=\"other\""), 0);
+    ck_assert_double_eq(delta(a, b, m, "endpoint=\"other\",code=\"other\""), 0);
     ck_assert_double_eq(delta(a, b, m, "endpoint=\"tokenize\",code=\"200\""), 0);
     free(a);
     free(b);

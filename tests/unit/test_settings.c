@@ -196,8 +196,8 @@ START_TEST(test_config_file_sets_every_kind_of_value)
         "drain-timeout = 250\n"
         "web-root = /srv/web\n"
         "api-key-file = /etc/keys\n"
-        "cors-origin = \"http://a.example#x\"\n"
-        "port-file = /tmp/port\n"
+        "cors-origin = http://a.example:8080\n"
+        "port-file = \"/tmp/port#x\"\n"
         "log-prompts = yes\n"
         "log-level = debug\n"
         "dtype = float16\n"
@@ -221,8 +221,8 @@ START_TEST(test_config_file_sets_every_kind_of_value)
     ck_assert_int_eq(s.drain_ms, 250);
     ck_assert_str_eq(s.web_root, "/srv/web");
     ck_assert_str_eq(s.api_key_file, "/etc/keys");
-    ck_assert_str_eq(s.cors_origin, "http://a.example#x");
-    ck_assert_str_eq(s.port_file, "/tmp/port");
+    ck_assert_str_eq(s.cors_origin, "http://a.example:8080");
+    ck_assert_str_eq(s.port_file, "/tmp/port#x");
     ck_assert_str_eq(s.config_file, path);
     ck_assert(s.log_prompts);
     ck_assert_int_eq(s.log_level, LOG_LEVEL_DEBUG);
@@ -388,8 +388,46 @@ START_TEST(test_each_bad_value_names_option_and_value)
                  "127.0.0.1,10.0.0.0/33");
     EXPECT_ERROR("--trusted-proxy", "'proxy.local' is not an IPv4 or IPv6", "-m", "x",
                  "--trusted-proxy", "proxy.local");
+    /* an origin a browser could never send would start a server no page can call */
+    EXPECT_ERROR("--cors-origin", "not a list", "-m", "x", "--cors-origin",
+                 "https://a.example, https://b.example");
+    EXPECT_ERROR("--cors-origin", "not a list", "-m", "x", "--cors-origin",
+                 "https://a.example,https://b.example");
+    EXPECT_ERROR("--cors-origin", "no path", "-m", "x", "--cors-origin",
+                 "https://a.example/");
+    EXPECT_ERROR("--cors-origin", "no scheme", "-m", "x", "--cors-origin", "a.example");
+    EXPECT_ERROR("--cors-origin", "no scheme", "-m", "x", "--cors-origin",
+                 "\r\nx-evil: 1");
+    EXPECT_ERROR("--cors-origin", "character", "-m", "x", "--cors-origin",
+                 "https://a.example\r\nx-evil: 1");
+    EXPECT_ERROR("--cors-origin", "lowercase", "-m", "x", "--cors-origin",
+                 "https://App.example");
+    EXPECT_ERROR("--cors-origin", "no host", "-m", "x", "--cors-origin", "https://");
+    EXPECT_ERROR("--cors-origin", "port", "-m", "x", "--cors-origin",
+                 "http://a.example:65536");
+    EXPECT_ERROR("--cors-origin", "port", "-m", "x", "--cors-origin", "http://a.example:");
+    EXPECT_ERROR("--cors-origin", "default port", "-m", "x", "--cors-origin",
+                 "https://a.example:443");
+    EXPECT_ERROR("--cors-origin", "IPv6", "-m", "x", "--cors-origin", "http://[::1");
     EXPECT_ERROR("--host", "needs a value", "-m", "x", "--host", "");
     EXPECT_ERROR("--model", "needs a value", "--model", "");
+}
+END_TEST
+
+/* What a browser sends as Origin is accepted, as is "*". */
+START_TEST(test_cors_origin_takes_an_origin_as_browsers_send_it)
+{
+    static const char *const good[] = {
+        "*", "https://app.example", "http://localhost:3000", "http://127.0.0.1:8080",
+        "http://[::1]:3000", "https://a-b.example.co.uk", "chrome-extension://abcdef",
+        "https://a.example:8443",
+    };
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+        settings s;
+        LOAD_OK(&s, "-m", "x", "--cors-origin", good[i]);
+        ck_assert_str_eq(s.cors_origin, good[i]);
+        settings_free(&s);
+    }
 }
 END_TEST
 
@@ -696,6 +734,7 @@ static Suite *settings_suite(void)
     tcase_add_checked_fixture(errors, setup, teardown);
     tcase_add_test(errors, test_missing_model_is_an_error);
     tcase_add_test(errors, test_each_bad_value_names_option_and_value);
+    tcase_add_test(errors, test_cors_origin_takes_an_origin_as_browsers_send_it);
     tcase_add_test(errors, test_bad_environment_value_names_the_variable);
     tcase_add_test(errors, test_flag_syntax_errors);
     tcase_add_test(errors, test_config_syntax_errors_carry_line_numbers);

@@ -291,6 +291,21 @@ START_TEST(test_token_bytes_outside_vocab_is_null)
 }
 END_TEST
 
+/* The longest token bounds how few tokens a text can be. */
+START_TEST(test_longest_token_is_the_longest_spelling)
+{
+    size_t longest = 0;
+    for (int32_t id = 0; id < (int32_t)tokenizer_vocab_size(tok); id++) {
+        size_t len;
+        tokenizer_token_bytes(tok, id, &len);
+        if (len > longest)
+            longest = len;
+    }
+    ck_assert_uint_gt(longest, 13);
+    ck_assert_uint_eq(tokenizer_longest_token(tok), longest);
+}
+END_TEST
+
 START_TEST(test_decode_rejects_id_outside_vocab)
 {
     int32_t ids[] = { 40, 50257, 41 };
@@ -691,6 +706,7 @@ static Suite *tokenizer_suite(void)
     tcase_add_test(ref, test_empty_text_gives_no_tokens);
     tcase_add_test(ref, test_endoftext_is_one_token_and_decodes_back);
     tcase_add_test(ref, test_token_bytes_outside_vocab_is_null);
+    tcase_add_test(ref, test_longest_token_is_the_longest_spelling);
     tcase_add_test(ref, test_decode_rejects_id_outside_vocab);
     tcase_add_test(ref, test_token_ending_mid_utf8_decodes_to_raw_bytes);
     tcase_add_test(ref, test_unicode_classes_follow_js);
