@@ -118,10 +118,10 @@ static void params_for_prompt(const completion_run *run, size_t p,
                                        req->cache_salt_len);
 }
 
-static int engine_error(const completion_run *run, engine_status st,
-                        api_error *e, int *retry_after)
+int api_engine_error(const api_ctx *ctx, const api_caller *caller,
+                     engine_status st, api_error *e, int *retry_after)
 {
-    const size_t key = run->caller.metrics_key;
+    const size_t key = caller->metrics_key;
     switch (st) {
     case ENGINE_QUEUE_FULL:
         *retry_after = 1;
@@ -131,9 +131,9 @@ static int engine_error(const completion_run *run, engine_status st,
         e->code = "queue_full";
         return -1;
     case ENGINE_CALLER_QUEUE_FULL: {
-        size_t max_seqs, max_queued = run->caller.limits.max_queued;
+        size_t max_seqs, max_queued = caller->limits.max_queued;
         if (max_queued == 0)
-            engine_caller_defaults(run->ctx->eng, &max_seqs, &max_queued);
+            engine_caller_defaults(ctx->eng, &max_seqs, &max_queued);
         *retry_after = 1;
         metrics_key_refused(key, METRICS_REFUSED_MAX_QUEUED);
         api_error_set(e, 429, NULL, "too many queued requests for this API key "
@@ -304,7 +304,7 @@ static int run_submit(completion_run *run, api_error *e, int *retry_after)
             run->reqs[p] = NULL;
             completion_run_cancel(run);   /* the prompts already queued are useless now */
             run_uncharge(run);
-            return engine_error(run, st, e, retry_after);
+            return api_engine_error(run->ctx, &run->caller, st, e, retry_after);
         }
     }
     return 0;
