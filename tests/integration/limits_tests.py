@@ -931,6 +931,12 @@ class Logs(LimitCase):
                     b'{"prompt": "' + C.encode() + b'\\u0000"}',
                     b'{"prompt": ' + C.encode()):
             self.assertEqual(c.post("/v1/completions", raw=raw).status, 400, raw)
+        r = c.post("/v1/inspect", {"prompt": "Inspect %s" % C, "model": C,
+                                   "user": C, "logit_lens": 1})
+        self.assertEqual(r.status, 200, r)
+        for body in ({"prompt": C, "layers": [C]}, {"prompt": [C]},
+                     {"prompt": C, "logit_lens": C}):
+            self.assertEqual(c.post("/v1/inspect", body).status, 400, body)
         self.assertEqual(c.post("/tokenize", {"content": C}).status, 200)
         self.assertEqual(c.post("/tokenize", {"content": [C]}).status, 400)
         self.assertEqual(c.post("/detokenize", {"tokens": [self.CANARY_ID]}).status, 400)
@@ -957,6 +963,7 @@ class Logs(LimitCase):
         self.assertGreaterEqual(len(re.findall(r"POST /v1/completions 200 ", text)),
                                 ok, text)
         self.assertIn("DELETE /v1/sessions/{id} 200", text)
+        self.assertIn("POST /v1/inspect 200", text)
         self.assertIn("POST /v1/completions 401", text)
 
     def test_log_prompts_does_log_the_prompt(self):
@@ -1558,6 +1565,45 @@ for _value, _kind in ((1, "number"), ("yes", "string")):
                         completion(stream=True,
                                    stream_options={"include_usage": _value}),
                         {}, 400, "stream_options.include_usage", None))
+
+# /v1/inspect: every field's wrong types and values (each a 400 naming it),
+# and its method.
+def inspection(**fields):
+    """A valid inspect body with `fields` changed."""
+    body = {"prompt": "Hello there", "logit_lens": 1}
+    body.update(fields)
+    return J(body)
+
+
+INPUT_CASES += [
+    ("inspect_body_is_array", "POST", "/v1/inspect", b"[]", {}, 400, None, None),
+    ("inspect_empty_body", "POST", "/v1/inspect", b"", {}, 400, None, None),
+    ("method_get_inspect", "GET", "/v1/inspect", None, {}, 405, None, "POST"),
+    ("inspect_prompt_missing", "POST", "/v1/inspect", J({"attention": True}), {}, 400, "prompt", None),
+    ("inspect_prompt_empty", "POST", "/v1/inspect", inspection(prompt=""), {}, 400, "prompt", None),
+    ("inspect_prompt_no_ids", "POST", "/v1/inspect", inspection(prompt=[]), {}, 400, "prompt", None),
+    ("inspect_prompt_id_at_vocab_size", "POST", "/v1/inspect", inspection(prompt=[1, 50257]), {}, 400, "prompt", None),
+    ("inspect_prompt_over_the_context", "POST", "/v1/inspect", inspection(prompt=list(range(100, 165))), {}, 400, "prompt", None),
+    ("inspect_logit_lens_9", "POST", "/v1/inspect", inspection(logit_lens=9), {}, 400, "logit_lens", None),
+    ("inspect_logit_lens_negative", "POST", "/v1/inspect", inspection(logit_lens=-1), {}, 400, "logit_lens", None),
+    ("inspect_layers_empty", "POST", "/v1/inspect", inspection(layers=[]), {}, 400, "layers", None),
+    ("inspect_layer_past_the_model", "POST", "/v1/inspect", inspection(layers=[0, 2]), {}, 400, "layers", None),
+    ("inspect_layer_negative", "POST", "/v1/inspect", inspection(layers=[-1]), {}, 400, "layers", None),
+    ("inspect_layer_twice", "POST", "/v1/inspect", inspection(layers=[1, 1]), {}, 400, "layers", None),
+]
+for _field, _value, _kind in (
+        ("prompt", 5, "number"), ("prompt", True, "bool"), ("prompt", {"a": 1}, "object"),
+        ("prompt", [1.5], "float_token"), ("prompt", ["a"], "string_item"),
+        ("prompt", [[1]], "nested_ids"),
+        ("attention", 1, "number"), ("attention", "true", "string"),
+        ("logit_lens", "1", "string"), ("logit_lens", 1.5, "float"),
+        ("logit_lens", True, "bool"),
+        ("layers", 0, "number"), ("layers", "0", "string"), ("layers", [0.5], "float_item"),
+        ("layers", [True], "bool_item"), ("layers", [None], "null_item"),
+        ("model", 5, "number"), ("user", [], "array")):
+    INPUT_CASES.append(("inspect_%s_as_%s" % (_field, _kind), "POST",
+                        "/v1/inspect", inspection(**{_field: _value}), {},
+                        400, _field, None))
 
 # Requests that only a raw socket can send.  libmicrohttpd answers the
 # malformed ones itself, before any handler runs, with its own HTML page:
