@@ -23,7 +23,7 @@
 static const char *const option_names[] = {
     "model", "host", "port", "dtype", "matmul", "kv-dtype", "threads", "slots", "kv-memory", "max-queue", "max-batch-rows",
     "max-body", "max-connections", "timeout", "request-timeout", "max-n",
-    "drain-timeout", "web-root",
+    "inspect-max-tokens", "inspect-max-attention", "drain-timeout", "web-root",
     "api-key-file", "cors-origin", "chat-template", "config", "port-file",
     "log-prompts",
     "log-level", "tokens-per-minute-per-key", "trusted-proxy",
@@ -627,6 +627,8 @@ START_TEST(test_example_config_lists_every_option_with_its_default)
     ck_assert_uint_eq(s.connection_timeout, defaults.connection_timeout);
     ck_assert_uint_eq(s.request_timeout, defaults.request_timeout);
     ck_assert_uint_eq(s.max_n, defaults.max_n);
+    ck_assert_uint_eq(s.inspect_max_tokens, defaults.inspect_max_tokens);
+    ck_assert_uint_eq(s.inspect_max_attention, defaults.inspect_max_attention);
     ck_assert_int_eq(s.drain_ms, defaults.drain_ms);
     ck_assert_int_eq(s.log_prompts, defaults.log_prompts);
     ck_assert_int_eq(s.log_level, defaults.log_level);
