@@ -160,7 +160,7 @@ function drawTokens() {
   const frag = document.createDocumentFragment();
   view.texts.forEach((text, i) => {
     const t = document.createElement("span");
-    t.className = "itok";
+    t.className = "chip itok";
     t.textContent = visibleToken(text);
     t.dataset.pos = String(i);
     t.tabIndex = i === 0 ? 0 : -1;

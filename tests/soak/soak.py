@@ -922,7 +922,8 @@ class ClientThread:
     def do_drop(self, kind):
         rng = self.rng
         if kind == "inspect":
-            return self.drop_inspect()
+            # not streamed: its client leaves before or while the answer comes
+            return self.drop("inspect", self.inspect_body()[0], 1, False, 0)
         stream = kind == "stream" or (kind in ("n", "multi", "echo", "session")
                                       and rng.random() < 0.5)
         if kind == "session":
@@ -934,18 +935,27 @@ class ClientThread:
             self.session = None
         else:
             spec = self.spec(kind, stream)
+        return self.drop("completions", spec.body(), len(spec.prompts), stream,
+                         spec.max_tokens + 1)
+
+    def drop(self, endpoint, body, n_engine, stream, max_events):
+        """Sends `body` to /v1/`endpoint` (n_engine engine requests) and
+        leaves halfway through the body, right after sending it, once the
+        answer's headers are in, or (streams) after up to max_events
+        events."""
+        rng = self.rng
         modes = [("mid_body", 15), ("after_send", 25), ("after_headers", 10)]
         if stream:
             modes.append(("mid_stream", 50))
         mode = weighted(rng, modes)
-        body = json.dumps(spec.body()).encode("utf-8")
-        self.tally.sent["completions"] += 1
-        self.tally.dropped["completions"] += 1
-        self.tally.dropped_engine += len(spec.prompts)
+        body = json.dumps(body).encode("utf-8")
+        self.tally.sent[endpoint] += 1
+        self.tally.dropped[endpoint] += 1
+        self.tally.dropped_engine += n_engine
         self.tally.drop_modes[mode] += 1
         s = socket.create_connection(("127.0.0.1", self.cfg.port), timeout=self.cfg.timeout)
         try:
-            head = request_head("POST", "/v1/completions", self.cfg.port, len(body))
+            head = request_head("POST", "/v1/" + endpoint, self.cfg.port, len(body))
             if mode == "mid_body":
                 s.sendall(head + body[:rng.randint(1, len(body) - 1)])
                 return
@@ -954,34 +964,10 @@ class ClientThread:
                 time.sleep(rng.choice([0.0, 0.0, rng.uniform(0, 0.05)]))
                 return
             self.read_until_events(s, 0 if mode == "after_headers"
-                                   else rng.randint(0, spec.max_tokens + 1))
+                                   else rng.randint(0, max_events))
             if mode == "mid_stream" and rng.random() < 0.5:
                 # a reset instead of an orderly close
                 s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-        finally:
-            s.close()
-
-    def drop_inspect(self):
-        """An inspect whose client leaves halfway through the body, right
-        after sending it, or once the answer's headers are in."""
-        rng = self.rng
-        mode = weighted(rng, [("mid_body", 15), ("after_send", 25), ("after_headers", 10)])
-        body = json.dumps(self.inspect_body()[0]).encode("utf-8")
-        self.tally.sent["inspect"] += 1
-        self.tally.dropped["inspect"] += 1
-        self.tally.dropped_engine += 1
-        self.tally.drop_modes[mode] += 1
-        s = socket.create_connection(("127.0.0.1", self.cfg.port), timeout=self.cfg.timeout)
-        try:
-            head = request_head("POST", "/v1/inspect", self.cfg.port, len(body))
-            if mode == "mid_body":
-                s.sendall(head + body[:rng.randint(1, len(body) - 1)])
-                return
-            s.sendall(head + body)
-            if mode == "after_send":
-                time.sleep(rng.choice([0.0, 0.0, rng.uniform(0, 0.05)]))
-                return
-            self.read_until_events(s, 0)
         finally:
             s.close()
 
