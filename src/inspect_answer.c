@@ -46,11 +46,15 @@ int inspect_put_number(gpt2d_buf *b, double v)
         s[n++] = '-';
         v = -v;
     }
-    /* m: the six significant digits, rounded to nearest; v ~ m · 10^(e-5) */
-    int e = (int)floor(log10(v));
+    /* m: the six significant digits, rounded to nearest; v ~ m · 10^(e-5).
+     * From v's binary exponent, e is the decimal one or one less (log10
+     * itself cost a third of the time). */
+    int e2;
+    frexp(v, &e2);                      /* v in [2^(e2-1), 2^e2) */
+    int e = (int)floor((e2 - 1) * 0.30102999566398120);
     double scaled = scale10(v, 5 - e);
-    if (scaled < 99999.5) {             /* log10 rounded up across a power */
-        e--;
+    if (scaled >= 999999.5) {
+        e++;
         scaled = scale10(v, 5 - e);
     }
     unsigned long m = (unsigned long)lrint(scaled);
@@ -71,8 +75,13 @@ int inspect_put_number(gpt2d_buf *b, double v)
             memcpy(s + n, d + 1, (size_t)last);
             n += (size_t)last;
         }
-        n += (size_t)snprintf(s + n, sizeof s - n, "e%c%02d", e < 0 ? '-' : '+',
-                              e < 0 ? -e : e);
+        unsigned x = (unsigned)(e < 0 ? -e : e);   /* at least two digits */
+        s[n++] = 'e';
+        s[n++] = e < 0 ? '-' : '+';
+        if (x >= 100)
+            s[n++] = (char)('0' + x / 100);
+        s[n++] = (char)('0' + x / 10 % 10);
+        s[n++] = (char)('0' + x % 10);
     } else if (e >= 0) {
         memcpy(s + n, d, (size_t)e + 1);
         n += (size_t)e + 1;

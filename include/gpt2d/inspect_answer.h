@@ -33,7 +33,7 @@ int inspect_answer_write(gpt2d_buf *out, const inspect_capture *c,
                          const char *model_name);
 
 /* Appends v as a JSON number the way printf's "%.6g" writes it ("0.25",
- * "0.000123457", "1.5e-07", "1"), several times faster: an answer holds
+ * "0.000123457", "1.5e-07", "1"), two to three times faster: an answer holds
  * millions.  A value that is not finite becomes null.  0 or -1 (memory). */
 int inspect_put_number(gpt2d_buf *b, double v);
 
