@@ -10,46 +10,18 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* `key` holds a value of the wanted kind, or is absent or null (*out NULL:
- * the default stands). */
-static int field(json_t *root, const char *key, bool (*is)(const json_t *),
-                 const char *must_be, json_t **out, api_error *e)
-{
-    *out = json_object_get(root, key);
-    if (*out == NULL || json_is_null(*out)) {
-        *out = NULL;
-        return 0;
-    }
-    if (!is(*out))
-        return api_error_set(e, 400, key, "%s must be %s", key, must_be);
-    return 0;
-}
-
-static bool is_bool(const json_t *v) { return json_is_boolean(v); }
-static bool is_integer(const json_t *v) { return json_is_integer(v); }
-static bool is_string(const json_t *v) { return json_is_string(v); }
-static bool is_array(const json_t *v) { return json_is_array(v); }
-
 static int parse_flags(inspect_request *req, json_t *root, api_error *e)
 {
     json_t *v;
+    json_int_t k = 0;
     /* accepted for the clients that send them everywhere; no effect */
-    if (field(root, "model", is_string, "a string", &v, e) != 0
-        || field(root, "user", is_string, "a string", &v, e) != 0)
+    if (api_field_optional(root, "model", "model", API_FIELD_STRING, &v, e) != 0
+        || api_field_optional(root, "user", "user", API_FIELD_STRING, &v, e) != 0
+        || api_field_bool(root, "attention", "attention",
+                          &req->params.attention, e) != 0
+        || api_field_integer(root, "logit_lens", 0, INSPECT_MAX_LENS, &k, e) != 0)
         return -1;
-    if (field(root, "attention", is_bool, "true or false", &v, e) != 0)
-        return -1;
-    req->params.attention = v != NULL && json_is_true(v);
-    if (field(root, "logit_lens", is_integer, "an integer", &v, e) != 0)
-        return -1;
-    if (v != NULL) {
-        json_int_t k = json_integer_value(v);
-        if (k < 0 || k > INSPECT_MAX_LENS)
-            return api_error_set(e, 400, "logit_lens",
-                                 "logit_lens must be between 0 and %d, got %lld",
-                                 INSPECT_MAX_LENS, (long long)k);
-        req->params.logit_lens = (size_t)k;
-    }
+    req->params.logit_lens = (size_t)k;
     return 0;
 }
 
@@ -59,7 +31,7 @@ static int parse_layers(inspect_request *req, json_t *root,
                         const inspect_limits *lim, api_error *e)
 {
     json_t *v;
-    if (field(root, "layers", is_array, "an array of layer indices", &v, e) != 0)
+    if (api_field_optional(root, "layers", "layers", API_FIELD_ARRAY, &v, e) != 0)
         return -1;
     size_t n = v != NULL ? json_array_size(v) : lim->n_layer;
     if (n == 0)
