@@ -60,7 +60,7 @@ static void respond(const api_ctx *ctx, const inspect_request *req,
     const bool cancelled = gen_request_output(g, 0)->finish == FINISH_CANCELLED;
     gpt2d_buf body = GPT2D_BUF_INIT;
     int rc = cancelled ? 0
-             : inspect_answer_write(&body, gen_request_inspect(g),
+             : inspect_answer_write(&body, r->id, gen_request_inspect(g),
                                     req->prompt.ids, ctx->tok, ctx->mdl->name);
     gen_request_unlock(g);
     if (cancelled) {
@@ -101,6 +101,8 @@ void api_inspect(const api_ctx *ctx, const api_caller *who, const char *body,
     }
     if (ctx->log_prompts)
         log_info("inspect prompt: %.*s", (int)(len < 4096 ? len : 4096), body);
+    /* the answer's id, and its X-Request-Id unless the client sent one */
+    api_random_id(r->id, sizeof r->id, "insp-");
     const gen_params gp = params_of(&req, who);
     gen_request *g = NULL;
     engine_status st = engine_submit(ctx->eng, &gp, &g);

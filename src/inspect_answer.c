@@ -267,16 +267,17 @@ static int put_norms(gpt2d_buf *b, const inspect_capture *c)
     return put(b, "]");
 }
 
-int inspect_answer_write(gpt2d_buf *out, const inspect_capture *c,
-                         const int32_t *prompt, const tokenizer *tok,
-                         const char *model_name)
+int inspect_answer_write(gpt2d_buf *out, const char *id,
+                         const inspect_capture *c, const int32_t *prompt,
+                         const tokenizer *tok, const char *model_name)
 {
     const inspect_params *ip = inspect_capture_params(c);
     const size_t n = inspect_capture_tokens(c);
     char usage[96];
     snprintf(usage, sizeof usage,
              ",\"usage\":{\"prompt_tokens\":%zu,\"total_tokens\":%zu}}", n, n);
-    if (put(out, "{\"object\":\"inspect\",\"model\":") != 0
+    if (put(out, "{\"id\":") != 0 || put_string(out, id) != 0
+        || put(out, ",\"object\":\"inspect\",\"model\":") != 0
         || put_string(out, model_name) != 0 || put(out, ",") != 0
         || put_tokens(out, prompt, n, tok) != 0 || put_layers(out, ip) != 0
         || (ip->attention && put_attention(out, c) != 0)

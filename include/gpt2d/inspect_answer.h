@@ -2,7 +2,7 @@
  * into a byte buffer: an answer may hold millions of probabilities, and as
  * jansson values they would take many times the memory of their text.
  *
- *   {"object": "inspect", "model": NAME,
+ *   {"id": "insp-…", "object": "inspect", "model": NAME,
  *    "tokens": [{"id": 464, "text": "The"}, ...],
  *    "layers": [0, 5, 11],
  *    "attention": [layer][head][query] -> query + 1 probabilities,
@@ -26,11 +26,11 @@
 #include "gpt2d/inspect.h"
 #include "gpt2d/tokenizer.h"
 
-/* Appends the answer for `prompt` (the capture's tokens) to `out`; -1 when
- * memory runs out (out is then the caller's to free). */
-int inspect_answer_write(gpt2d_buf *out, const inspect_capture *c,
-                         const int32_t *prompt, const tokenizer *tok,
-                         const char *model_name);
+/* Appends the answer `id` for `prompt` (the capture's tokens) to `out`; -1
+ * when memory runs out (out is then the caller's to free). */
+int inspect_answer_write(gpt2d_buf *out, const char *id,
+                         const inspect_capture *c, const int32_t *prompt,
+                         const tokenizer *tok, const char *model_name);
 
 /* Appends v as a JSON number the way printf's "%.6g" writes it ("0.25",
  * "0.000123457", "1.5e-07", "1"), two to three times faster: an answer holds

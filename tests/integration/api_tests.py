@@ -2567,13 +2567,15 @@ class T10Inspect(ServerCase):
 
     def test_only_what_was_asked_and_token_ids_alike(self):
         a = self.inspect({"prompt": self.PROMPT})
-        self.assertEqual(set(a), {"object", "model", "tokens", "layers",
+        self.assertEqual(set(a), {"id", "object", "model", "tokens", "layers",
                                   "residual_norms", "usage"})
+        self.assertRegex(a["id"], r"^insp-[0-9a-f]{24}$")
         self.assertEqual(a["object"], "inspect")
         self.assertEqual(a["layers"], [0, 1])
         self.assertEqual([len(r) for r in a["residual_norms"]],
                          [len(a["tokens"])] * 2)
         b = self.inspect({"prompt": [t["id"] for t in a["tokens"]]})
+        self.assertNotEqual(a.pop("id"), b.pop("id"))
         self.assertEqual(a, b)
 
     def test_bounds_are_400_with_the_numbers(self):
@@ -2618,17 +2620,22 @@ class T10Inspect(ServerCase):
         self.assertEqual(r.status, 200, r)
         self.assertEqual(r.headers.get("access-control-allow-origin"), self.ORIGIN)
         self.assertEqual(r.headers.get("content-type"), "application/json")
+        self.assertEqual(r.headers.get("x-request-id"), r.json["id"])
+        mine = c.post("/v1/inspect", {"prompt": "x"}, headers={"X-Request-Id": "trace-17"})
+        self.assertEqual(mine.headers.get("x-request-id"), "trace-17")
         after = c.metrics()
 
         def delta(name):
             return metric_sum(after, name) - metric_sum(before, name)
-        self.assertEqual(delta('gpt2d_requests_total{endpoint="inspect",code="200"}'), 1)
-        self.assertEqual(delta("gpt2d_inspect_bytes_total"), len(r.body))
+        self.assertEqual(delta('gpt2d_requests_total{endpoint="inspect",code="200"}'), 2)
+        self.assertEqual(delta("gpt2d_inspect_bytes_total"),
+                         len(r.body) + len(mine.body))
         self.assertEqual(delta("gpt2d_prompt_tokens_total"),
-                         r.json["usage"]["prompt_tokens"])
+                         r.json["usage"]["prompt_tokens"] + 1)
         self.assertTrue(wait_for(lambda: re.search(
-            r"POST /v1/inspect 200 [0-9.]+ms prompt_tokens=%d "
-            % r.json["usage"]["prompt_tokens"], self.log_text()), 2),
+            r"POST /v1/inspect 200 [0-9.]+ms prompt_tokens=%d completion_tokens=0 "
+            r"request_id=%s\b" % (r.json["usage"]["prompt_tokens"], r.json["id"]),
+            self.log_text()), 2),
             self.server.log_tail())
 
     def test_hang_up_cancels_and_frees_the_slot(self):

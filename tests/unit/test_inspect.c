@@ -762,10 +762,12 @@ START_TEST(test_answer_holds_the_capture)
     gpt2d_buf out = GPT2D_BUF_INIT;
     gen_request_lock(r);
     const inspect_capture *c = gen_request_inspect(r);
-    ck_assert_int_eq(inspect_answer_write(&out, c, prompt, g_tok, "tiny"), 0);
+    ck_assert_int_eq(inspect_answer_write(&out, "insp-1", c, prompt, g_tok,
+                                          "tiny"), 0);
     json_error_t jerr;
     json_t *a = json_loadb((const char *)out.data, out.len, 0, &jerr);
     ck_assert_msg(a != NULL, "not JSON: %s", jerr.text);
+    ck_assert_str_eq(json_string_value(json_object_get(a, "id")), "insp-1");
     ck_assert_str_eq(json_string_value(json_object_get(a, "object")), "inspect");
     ck_assert_str_eq(json_string_value(json_object_get(a, "model")), "tiny");
     json_t *toks = json_object_get(a, "tokens");
