@@ -68,10 +68,12 @@ typedef struct bench {
 
 /* Opens case `idx` for `path` (NULL: panels, the best ISA) with a step
  * budget of `rows` rows on 2 slots: a chunk of rows - 2; every step lasts
- * at least min_step_usec.  False when the path cannot hold the model (half
- * weights under blas). */
+ * at least min_step_usec, and beside decoding streams prompt rows are cut
+ * to step_cost (engine_config.step_cost_limit; 0: not).  False when the
+ * path cannot hold the model (half weights under blas). */
 static bool bench_open_paced(bench *b, size_t idx, const kernel_path *path,
-                             size_t rows, unsigned min_step_usec)
+                             size_t rows, unsigned min_step_usec,
+                             double step_cost)
 {
     char dir[4096];
     gpt2d_error err = { { 0 } };
@@ -89,7 +91,7 @@ static bool bench_open_paced(bench *b, size_t idx, const kernel_path *path,
     engine_config cfg = {
         .n_threads = 2, .n_slots = 2, .max_queue = 8, .max_batch_rows = rows,
         .kv_half = strcmp(case_str(idx, "load_kv_dtype"), "float16") == 0,
-        .min_step_usec = min_step_usec };
+        .min_step_usec = min_step_usec, .step_cost_limit = step_cost };
     ck_assert_msg(engine_create(&b->e, &b->m, g_tok, &cfg, &err) == 0, "%s",
                   err.message);
     unsetenv("GPT2D_ISA");
@@ -99,7 +101,7 @@ static bool bench_open_paced(bench *b, size_t idx, const kernel_path *path,
 static bool bench_open(bench *b, size_t idx, const kernel_path *path,
                        size_t rows)
 {
-    return bench_open_paced(b, idx, path, rows, 0);
+    return bench_open_paced(b, idx, path, rows, 0, 0.0);
 }
 
 static void bench_close(bench *b)
@@ -385,13 +387,14 @@ START_TEST(test_last_layer_lens_is_the_models_own_distribution)
 }
 END_TEST
 
-/* Chunked by a 10-row budget beside a long generation, or whole in one
- * step alone: the same bits. */
+/* Chunked by a 10-row budget beside a long generation, its prompt and lens
+ * rows cut further by the step budget (step_cost 1: 16 rows a step), or
+ * whole in one step alone: the same bits. */
 START_TEST(test_capture_is_the_same_chunked_and_beside_a_stream)
 {
     bench whole, busy;
     ck_assert(bench_open(&whole, g_tiny, NULL, 64));
-    ck_assert(bench_open_paced(&busy, g_tiny, NULL, 10, 1000));
+    ck_assert(bench_open_paced(&busy, g_tiny, NULL, 20, 1000, 1.0));
     size_t n, layers[8];
     int32_t *prompt = tiny_prompt(&n);
     inspect_params ip = full_params(layers, whole.m.config.n_layer);
@@ -408,7 +411,8 @@ START_TEST(test_capture_is_the_same_chunked_and_beside_a_stream)
     ck_assert_int_eq(engine_submit(busy.e, &gp, &stream), ENGINE_OK);
     uint64_t version = 0;
     gen_request_lock(stream);
-    while (gen_request_output(stream, 0)->n_tokens == 0)
+    /* two tokens: the step budget knows both its costs */
+    while (gen_request_output(stream, 0)->n_tokens < 2)
         ck_assert(gen_request_wait(stream, &version, WAIT_MS));
     gen_request_unlock(stream);
     gen_request *b = run_inspect(busy.e, prompt, n, &ip);
