@@ -552,10 +552,21 @@ def pick(b, select, value):
     b.click("%s option[value='%s']" % (select, value))
 
 
+def scroll_to(b, element, block="center"):
+    """Scrolls an element into view and waits for the page's scroll event:
+    it comes a frame later, and hides any tooltip (as it should)."""
+    moved = b.js("const y = window.scrollY; window.gpt2dScrolled = false;"
+                 "addEventListener('scroll', () => { window.gpt2dScrolled = true; },"
+                 " {once: true});"
+                 "arguments[0].scrollIntoView({block: arguments[1]});"
+                 "return window.scrollY !== y", {ELEMENT: element}, block)
+    if moved:
+        b.wait("the scroll", lambda: b.js("return window.gpt2dScrolled"))
+
+
 def hover_still(b, element):
-    """Hovers an element scrolled into view first: the scroll that a hover
-    would cause hides a tooltip (as it should), after the hover showed it."""
-    b.js("arguments[0].scrollIntoView({block: 'center'})", {ELEMENT: element})
+    """Hovers an element once it is in view and the page is still."""
+    scroll_to(b, element)
     b.hover(element)
 
 
@@ -617,7 +628,7 @@ def test_inside_view_shows_attention_and_the_logit_lens(ctx):
 
     # the section at the top of the window, so that nothing scrolls (and
     # hides the tooltip) before the picture
-    b.js("document.querySelector('.inside').scrollIntoView({block: 'start'})")
+    scroll_to(b, b.find(".inside"), "start")
     q = 4
     b.hover(b.finds("#inside-tokens .itok")[q])
     b.hover(b.finds("#inside-lens td")[n * (n_layer - 1) + q])
