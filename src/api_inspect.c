@@ -3,7 +3,8 @@
  * The body is parsed by inspect_request.c; the prompt then runs as an
  * engine request of its own (engine.h, gen_params.inspect): queued,
  * admitted and prefilled like any prompt, beside other streams, under the
- * caller's share of the engine.  It computes every position itself, as a
+ * caller's limits and share of the engine, its prompt tokens charged to
+ * the caller's token budget.  It computes every position itself, as a
  * prompt scored with echo + logprobs does: a cached prefix holds keys and
  * values, not the attention rows or residuals of its positions.  Its K/V
  * blocks join the cache in the caller's isolation domain like any
@@ -14,6 +15,7 @@
  * the engine works and looks at its socket every COMPLETION_WAIT_SLICE_MS. */
 #include "gpt2d/api.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -22,6 +24,7 @@
 #include "gpt2d/inspect_request.h"
 #include "gpt2d/log.h"
 #include "gpt2d/metrics.h"
+#include "gpt2d/monotonic.h"
 
 static gen_params params_of(const inspect_request *req, const api_caller *who)
 {
@@ -33,8 +36,34 @@ static gen_params params_of(const inspect_request *req, const api_caller *who)
     sampler_params_default(&gp.sampling);
     gp.inspect = &req->params;
     memcpy(gp.account, who->account, SHA256_BYTES);
+    gp.max_seqs = who->limits.max_seqs;
+    gp.max_queued = who->limits.max_queued;
     gp.identity = api_caller_identity(who, NULL, 0);
     return gp;
+}
+
+/* What the request used of the `charged` prompt tokens (nothing, when it
+ * was cancelled before it started), for the key's metrics; the rest goes
+ * back to its token budget. */
+static void settle(const api_ctx *ctx, const api_caller *who, gen_request *g,
+                   uint64_t charged)
+{
+    uint64_t used = 0;
+    if (g != NULL) {
+        gen_request_lock(g);
+        const gen_usage u = gen_request_usage(g);
+        const double queued = gen_request_queued_seconds(g);
+        gen_request_unlock(g);
+        if (queued >= 0) {
+            used = u.prompt_tokens;
+            metrics_key_queue_wait(who->metrics_key, queued);
+        }
+    }
+    metrics_key_tokens(who->metrics_key, (size_t)used, 0);
+    if (charged > used)
+        token_budget_refund(ctx->budget, who->account,
+                            who->limits.tokens_per_minute, charged - used,
+                            monotonic_seconds());
 }
 
 /* Waits for the request to finish; false when the client left first. */
@@ -103,6 +132,17 @@ void api_inspect(const api_ctx *ctx, const api_caller *who, const char *body,
         log_info("inspect prompt: %.*s", (int)(len < 4096 ? len : 4096), body);
     /* the answer's id, and its X-Request-Id unless the client sent one */
     api_random_id(r->id, sizeof r->id, "insp-");
+    /* an inspect generates nothing: its prompt is what it costs */
+    char what[48];
+    snprintf(what, sizeof what, "prompt %zu", req.prompt.n);
+    uint64_t charged = 0;
+    if (api_charge_tokens(ctx, who, req.prompt.n, what, "prompt",
+                          "send fewer tokens", &charged, &e,
+                          &r->retry_after) != 0) {
+        api_response_error(r, &e);
+        inspect_request_free(&req);
+        return;
+    }
     const gen_params gp = params_of(&req, who);
     gen_request *g = NULL;
     engine_status st = engine_submit(ctx->eng, &gp, &g);
@@ -116,6 +156,7 @@ void api_inspect(const api_ctx *ctx, const api_caller *who, const char *body,
     } else {
         respond(ctx, &req, g, r);
     }
+    settle(ctx, who, g, charged);
     gen_request_release(g);
     inspect_request_free(&req);
 }

@@ -351,6 +351,16 @@ json_t *api_json_string_bytes(const char *s, size_t len);
 /* "cmpl-" + 24 random hex digits into buf (>= 30 bytes). */
 void api_random_id(char *buf, size_t size, const char *prefix);
 uint64_t api_random_u64(void);
+/* Takes `tokens` (what a request may come to use; `what` says how that is
+ * counted, "prompt 12 + 2 x max_tokens 16") from the caller's token budget
+ * (token_budget.h): 0, with *charged what to give back of it; or -1 with a
+ * 400 naming `param` (and `fix` saying what to change) when the whole
+ * budget is smaller, or a 429 with Retry-After seconds in *retry_after
+ * while the budget is spent, counted in the key's metrics. */
+int api_charge_tokens(const api_ctx *ctx, const api_caller *caller,
+                      uint64_t tokens, const char *what, const char *param,
+                      const char *fix, uint64_t *charged, api_error *e,
+                      int *retry_after);
 /* The error `caller`'s refused engine_submit gets (429 with Retry-After
  * seconds in *retry_after, counted in the key's metrics; 409, 503, 500);
  * returns -1. */

@@ -1062,7 +1062,7 @@ class PerKeyLimits(LimitCase):
     SLOTS = HOLD_SLOTS
     KEYS = {name: "sk-%s-%d-secret" % (name, os.getpid()) for name in (
         "holder", "spender", "refunded", "small", "queuer", "narrow", "other",
-        "metered", "anon")}
+        "metered", "inspector", "anon")}
     LINES = {
         "holder": "name=holder",
         "spender": "name=spender tokens-per-minute=100",
@@ -1072,6 +1072,7 @@ class PerKeyLimits(LimitCase):
         "narrow": "name=narrow max-seqs=1",
         "other": "name=other",
         "metered": "name=metered tokens-per-minute=100",
+        "inspector": "name=inspector tokens-per-minute=50",
         "anon": "",
     }
 
@@ -1126,6 +1127,37 @@ class PerKeyLimits(LimitCase):
         self.assertIn("can never run", err["message"])
         self.assertNotIn("retry-after", r.headers)
         c.complete(prompt="Hello", max_tokens=10)
+
+    def test_an_inspect_charges_its_prompt_to_the_keys_budget(self):
+        """/v1/inspect generates nothing: its prompt tokens are its charge,
+        refused as a completion's is, and counted under the key's name."""
+        c, anon = self.key("inspector"), self.key("anon")
+        before = anon.metrics()
+        thirty = list(range(100, 130))
+        r = c.post("/v1/inspect", {"prompt": thirty, "logit_lens": 1})
+        self.assertEqual(r.status, 200, r)
+        r = c.post("/v1/inspect", {"prompt": thirty})
+        err = self.assert_error(r, 429, None)
+        self.assertEqual(err["code"], "token_budget")
+        self.assertIn("may use 30 tokens (prompt 30)", err["message"])
+        self.assertIn("retry in %s s" % r.headers["retry-after"], err["message"])
+        r = c.post("/v1/inspect", {"prompt": list(range(100, 160))})
+        err = self.assert_error(r, 400, "prompt")
+        self.assertEqual(err["code"], "token_budget")
+        self.assertIn("50 tokens per minute: it can never run; send fewer tokens",
+                      err["message"])
+        after = wait_for(lambda: (lambda m: m if m.get(
+            'gpt2d_key_requests_total{key="inspector"}', 0)
+            - before.get('gpt2d_key_requests_total{key="inspector"}', 0) == 3
+            else None)(anon.metrics()), 5)
+        self.assertIsNotNone(after, "inspector's three requests were not counted")
+
+        def delta(series):
+            return after.get(series, 0) - before.get(series, 0)
+        self.assertEqual(delta('gpt2d_key_tokens_total{key="inspector",kind="prompt"}'), 30)
+        self.assertEqual(delta('gpt2d_key_refused_total{key="inspector",'
+                               'reason="token_budget"}'), 1)
+        self.assertEqual(delta('gpt2d_key_queue_wait_seconds_count{key="inspector"}'), 1)
 
     def test_max_queued_from_the_keys_file_is_that_keys_limit(self):
         q, other = self.key("queuer"), self.key("other")
