@@ -1483,6 +1483,10 @@ static int engine_alloc_step(engine *e, gpt2d_error *err)
         || !e->queue || !e->running || !e->callers || !e->scratch)
         return error_set(err, "engine: out of memory for %zu batch rows",
                          rows);
+    /* Touched now, as the KV pool is: a step may fill every row (a chunk
+     * of echo scoring, the logit lens), and the memory is the daemon's from
+     * the start rather than creeping up as such steps come. */
+    memset(e->logits, 0, rows * e->vocab * sizeof *e->logits);
     for (size_t i = 0; i < e->n_scratch; i++)
         if (sampler_scratch_create(&e->scratch[i], e->vocab, err) != 0)
             return -1;
