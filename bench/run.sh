@@ -1,7 +1,8 @@
 #!/bin/bash
 # run.sh — the forward-pass (and tokenizer and sampler) benchmarks on a
-# GPT-2-124M-shaped random model, then the chat benchmark's 48 users x 3
-# turns on a small random model (about 15 s).  `make bench` runs it; by hand:
+# GPT-2-124M-shaped random model, /v1/inspect on it (about 2 min), then the
+# chat benchmark's 48 users x 3 turns on a small random model (about 15 s).
+# `make bench` runs it; by hand:
 #     BUILDDIR=/path/to/build PYTHON=python3 bench/run.sh
 # BUILDDIR is the build tree (default: the current directory), PYTHON a
 # python3 with numpy.  The model (random weights, real shapes: 12 layers,
@@ -66,6 +67,10 @@ if [ -x "$builddir/src/gpt2d" ]; then
         rm -rf "$small_dir"
         mv "$small_dir.tmp" "$small_dir"
     fi
+    echo
+    echo "== inspect.py: /v1/inspect of 128 tokens, every layer, on the 124M shape =="
+    PYTHONDONTWRITEBYTECODE=1 "$python" "$srcdir/bench/inspect.py" \
+        --gpt2d "$builddir/src/gpt2d" --model "$model_dir" --threads "$threads"
     echo
     echo "== chat.py: 48 users x 3 turns, KV reuse under memory pressure and across a restart =="
     PYTHONDONTWRITEBYTECODE=1 "$python" "$srcdir/bench/chat.py" \

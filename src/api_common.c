@@ -14,6 +14,8 @@
 #include <sys/random.h>
 #include <unistd.h>
 
+#include "gpt2d/metrics.h"
+#include "gpt2d/monotonic.h"
 #include "gpt2d/utf8.h"
 
 /* OpenAI's `type` for each status we send. */
@@ -38,6 +40,42 @@ int api_error_set(api_error *e, int status, const char *param,
     va_start(ap, fmt);
     vsnprintf(e->message, sizeof e->message, fmt, ap);
     va_end(ap);
+    return -1;
+}
+
+int api_charge_tokens(const api_ctx *ctx, const api_caller *caller,
+                      uint64_t tokens, const char *what, const char *param,
+                      const char *fix, uint64_t *charged, api_error *e,
+                      int *retry_after)
+{
+    const uint64_t per_minute = caller->limits.tokens_per_minute;
+    uint64_t available = 0;
+    unsigned wait = 0;
+    switch (token_budget_charge(ctx->budget, caller->account, per_minute,
+                                tokens, monotonic_seconds(), &available,
+                                &wait)) {
+    case TOKEN_BUDGET_OK:
+        *charged = per_minute > 0 ? tokens : 0;
+        return 0;
+    case TOKEN_BUDGET_NEVER:
+        api_error_set(e, 400, param, "this request may use %ju tokens (%s), "
+                      "more than the whole token budget of this API key (or "
+                      "client address), %ju tokens per minute: it can never "
+                      "run; %s", (uintmax_t)tokens, what,
+                      (uintmax_t)per_minute, fix);
+        e->code = "token_budget";
+        return -1;
+    case TOKEN_BUDGET_WAIT:
+        break;
+    }
+    *retry_after = (int)wait;
+    metrics_key_refused(caller->metrics_key, METRICS_REFUSED_TOKEN_BUDGET);
+    api_error_set(e, 429, NULL, "the token budget of this API key (or client "
+                  "address) is spent for now: this request may use %ju tokens "
+                  "(%s), and %ju of its %ju tokens per minute are left; retry "
+                  "in %u s", (uintmax_t)tokens, what, (uintmax_t)available,
+                  (uintmax_t)per_minute, wait);
+    e->code = "token_budget";
     return -1;
 }
 

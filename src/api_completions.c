@@ -118,10 +118,10 @@ static void params_for_prompt(const completion_run *run, size_t p,
                                        req->cache_salt_len);
 }
 
-static int engine_error(const completion_run *run, engine_status st,
-                        api_error *e, int *retry_after)
+int api_engine_error(const api_ctx *ctx, const api_caller *caller,
+                     engine_status st, api_error *e, int *retry_after)
 {
-    const size_t key = run->caller.metrics_key;
+    const size_t key = caller->metrics_key;
     switch (st) {
     case ENGINE_QUEUE_FULL:
         *retry_after = 1;
@@ -131,9 +131,9 @@ static int engine_error(const completion_run *run, engine_status st,
         e->code = "queue_full";
         return -1;
     case ENGINE_CALLER_QUEUE_FULL: {
-        size_t max_seqs, max_queued = run->caller.limits.max_queued;
+        size_t max_seqs, max_queued = caller->limits.max_queued;
         if (max_queued == 0)
-            engine_caller_defaults(run->ctx->eng, &max_seqs, &max_queued);
+            engine_caller_defaults(ctx->eng, &max_seqs, &max_queued);
         *retry_after = 1;
         metrics_key_refused(key, METRICS_REFUSED_MAX_QUEUED);
         api_error_set(e, 429, NULL, "too many queued requests for this API key "
@@ -204,45 +204,19 @@ static const char *max_field(const completion_request *req)
 static int run_charge(completion_run *run, api_error *e, int *retry_after)
 {
     const completion_request *req = &run->req;
-    const uint64_t per_minute = run->caller.limits.tokens_per_minute;
     uint64_t prompt = 0;
     for (size_t p = 0; p < req->n_prompts; p++)
         prompt += req->prompts[p].n;
     const size_t seqs = req->n_prompts * req->best_of;
     const uint64_t gen = (uint64_t)seqs * req->max_tokens;
-    uint64_t available = 0;
-    unsigned wait = 0;
-    switch (token_budget_charge(run->ctx->budget, run->caller.account, per_minute,
-                                prompt + gen, monotonic_seconds(), &available,
-                                &wait)) {
-    case TOKEN_BUDGET_OK:
-        run->charged = per_minute > 0 ? prompt + gen : 0;
-        return 0;
-    case TOKEN_BUDGET_NEVER:
-        api_error_set(e, 400, max_field(req), "this request may use %ju tokens "
-                      "(prompt %ju + %zu x %s %zu), "
-                      "more than the whole token budget of this API key (or "
-                      "client address), %ju tokens per minute: it can never "
-                      "run; lower %s or %s",
-                      (uintmax_t)(prompt + gen), (uintmax_t)prompt, seqs,
-                      max_field(req), req->max_tokens, (uintmax_t)per_minute,
-                      max_field(req), run->ep->n_fields);
-        e->code = "token_budget";
-        return -1;
-    case TOKEN_BUDGET_WAIT:
-        break;
-    }
-    *retry_after = (int)wait;
-    metrics_key_refused(run->caller.metrics_key, METRICS_REFUSED_TOKEN_BUDGET);
-    api_error_set(e, 429, NULL, "the token budget of this API key (or client "
-                  "address) is spent for now: this request may use %ju tokens "
-                  "(prompt %ju + %zu x %s %zu), and "
-                  "%ju of its %ju tokens per minute are left; retry in %u s",
-                  (uintmax_t)(prompt + gen), (uintmax_t)prompt, seqs,
-                  max_field(req), req->max_tokens, (uintmax_t)available, (uintmax_t)per_minute,
-                  wait);
-    e->code = "token_budget";
-    return -1;
+    char what[96], fix[96];
+    snprintf(what, sizeof what, "prompt %ju + %zu x %s %zu",
+             (uintmax_t)prompt, seqs, max_field(req), req->max_tokens);
+    snprintf(fix, sizeof fix, "lower %s or %s", max_field(req),
+             run->ep->n_fields);
+    return api_charge_tokens(run->ctx, &run->caller, prompt + gen, what,
+                             max_field(req), fix, &run->charged, e,
+                             retry_after);
 }
 
 /* A run that never started gives its whole charge back. */
@@ -304,7 +278,7 @@ static int run_submit(completion_run *run, api_error *e, int *retry_after)
             run->reqs[p] = NULL;
             completion_run_cancel(run);   /* the prompts already queued are useless now */
             run_uncharge(run);
-            return engine_error(run, st, e, retry_after);
+            return api_engine_error(run->ctx, &run->caller, st, e, retry_after);
         }
     }
     return 0;

@@ -476,11 +476,22 @@ static void gather(float *k, float *v, const kv_rows *kv, size_t n,
     }
 }
 
+/* Rows [pos, pos + nr) of the head's triangle (attention_head's `probs`)
+ * from score rows of stride lds, which hold their probabilities once
+ * softmax_row has run. */
+static void keep_probs(float *probs, size_t pos, size_t nr,
+                       const float *scores, size_t lds)
+{
+    for (size_t r = 0; r < nr; r++)
+        memcpy(probs + (pos + r) * (pos + r + 1) / 2, scores + r * lds,
+               (pos + r + 1) * sizeof(float));
+}
+
 /* The portable path gathers the keys and values into the scratch first. */
 void attention_head(float *out, size_t ldo, const float *q, size_t ldq,
                     const kv_geometry *g, const uint32_t *table, size_t layer,
                     size_t head, size_t pos0, size_t n_rows, cpu_isa isa,
-                    float *scratch)
+                    float *scratch, float *probs)
 {
     const size_t hd = g->head_dim, lds = g->n_ctx;
     const float scale = 1.0f / sqrtf((float)hd);
@@ -496,6 +507,8 @@ void attention_head(float *out, size_t ldo, const float *q, size_t ldq,
             attention_rows_avx2(out + r * ldo, ldo, q + r * ldq, ldq, &kv,
                                 g->elem_size, pos0 + r, nr, hd, scale, scores,
                                 lds);
+            if (probs != NULL)
+                keep_probs(probs, pos0 + r, nr, scores, lds);
         }
         return;
     }
@@ -506,7 +519,10 @@ void attention_head(float *out, size_t ldo, const float *q, size_t ldq,
 #endif
     float *kc = wide, *vc = wide + lds * hd;
     gather(kc, vc, &kv, pos0 + n_rows, hd, g->half);
-    for (size_t r = 0; r < n_rows; r++)
+    for (size_t r = 0; r < n_rows; r++) {
         row(out + r * ldo, q + r * ldq, kc, vc, pos0 + r + 1, hd, scale,
             scores);
+        if (probs != NULL)
+            keep_probs(probs, pos0 + r, 1, scores, lds);
+    }
 }

@@ -521,6 +521,22 @@ int completion_request_parse(completion_request *req, const char *body,
     return rc;
 }
 
+int completion_prompt_parse(completion_prompt *p, json_t *v,
+                            const tokenizer *tok, size_t vocab_size,
+                            api_error *e)
+{
+    memset(p, 0, sizeof *p);
+    if (v == NULL || json_is_null(v))
+        return api_error_set(e, 400, "prompt", "prompt is required");
+    if (json_is_string(v))
+        return prompt_from_text(p, v, tok, e);
+    const completion_limits lim = { .vocab_size = vocab_size };
+    if (json_is_array(v))
+        return prompt_from_ids(p, v, &lim, e);
+    return api_error_set(e, 400, "prompt",
+                         "prompt must be a string or an array of token ids");
+}
+
 void completion_request_free(completion_request *req)
 {
     /* the prompts are counted before they are allocated */

@@ -15,6 +15,13 @@
  *   5. appends the results to each request's output under its lock and wakes
  *      its reader.
  *
+ * Inspect requests (inspect.h) prefill like a prompt that is scored: every
+ * position computed, with their forward_capture on the batch.  Then, with
+ * a logit lens, their captured residual rows are unembedded in the steps
+ * that follow, out of the prompt rows' budget (a lens row is one
+ * unembedding, less work than a prompt row), and the top guesses of each
+ * kept; the request ends when the last row is stored.
+ *
  * Determinism.  A sequence's tokens must not depend on what else runs.
  * With the panel kernels forward_step is bit-identical per sequence
  * whatever shares the batch and however its prompt is chunked (test_forward
@@ -73,6 +80,7 @@ typedef enum seq_phase {
     SEQ_PREFILL,                /* sequence 0: prompt chunks still to run */
     SEQ_WAIT_PREFILL,           /* a sibling: waits for sequence 0's prefill */
     SEQ_DECODE,                 /* one row per step */
+    SEQ_LENS,                   /* an inspect request: logit-lens rows to run */
     SEQ_DONE,
 } seq_phase;
 
@@ -108,6 +116,8 @@ struct gen_request {
     logit_bias_entry *bias;
     uint64_t seed;
     bool score_prompt;
+    inspect_capture *inspect;   /* NULL, or what an inspect request keeps;
+                                   written by the engine until it finishes */
     size_t n_top;               /* alternatives kept per token */
     char *session;              /* NULL or a copy */
     kv_identity id;             /* whose cache it may use */
@@ -122,6 +132,7 @@ struct gen_request {
     bool first_token_seen;
     bool kv_loading;            /* sequence 0 waits for blocks from disk */
     bool prefill_started;       /* a chunk of its prompt has run */
+    size_t lens_done;           /* logit-lens rows stored */
 
     /* readers: under the lock */
     gen_token *prompt_scores;   /* [n_prompt] when score_prompt; shown to
@@ -140,6 +151,13 @@ typedef struct batch_entry {
     size_t start;               /* position of the first row */
     size_t n_rows, n_logits;
 } batch_entry;
+
+/* A slice of one inspect request's logit-lens rows in the current step. */
+typedef struct lens_entry {
+    gen_request *r;
+    size_t row0, n_rows;        /* its lens rows [row0, row0 + n_rows) */
+    size_t first;               /* index of row0 among the step's lens rows */
+} lens_entry;
 
 /* One sample or prompt score of a step, run on the pool. */
 typedef struct sample_job {
@@ -189,6 +207,9 @@ struct engine {
     batch_entry *entries;
     sample_job *jobs;           /* [max_batch_rows + n_slots] */
     size_t n_jobs;
+    lens_entry *lens;           /* [n_slots] */
+    size_t n_lens, n_lens_rows;
+    const float *lens_logits;   /* the lens rows' logits in `logits` */
 };
 
 
@@ -209,6 +230,7 @@ static void request_free(gen_request *r)
         free(r->seqs);
     }
     free(r->prompt_scores);
+    inspect_capture_free(r->inspect);
     free(r->prompt);
     free(r->bias);
     free(r->session);
@@ -234,7 +256,16 @@ static bool params_valid(const engine *e, const gen_params *p)
     for (size_t i = 0; i < p->n_prompt; i++)
         if (p->prompt[i] < 0 || (size_t)p->prompt[i] >= c->vocab_size)
             return false;
-    return true;
+    return p->inspect == NULL ||
+           (inspect_params_valid(p->inspect, c) && p->max_tokens == 0 &&
+            p->n_sequences == 1 && p->session_id == NULL && !p->score_prompt);
+}
+
+/* Whether the request computes every prompt position itself, reusing no
+ * cached prefix: scoring and inspecting need each position's own rows. */
+static bool computes_whole_prompt(const gen_request *r)
+{
+    return r->score_prompt || r->inspect != NULL;
 }
 
 static int seq_init(engine *e, gen_request *r, seq_state *s, size_t i,
@@ -308,6 +339,12 @@ static gen_request *request_create(engine *e, const gen_params *p)
                                           : e->cfg.max_sessions_per_caller;
     r->cost = (double)p->n_prompt +
               (double)p->n_sequences * (double)(p->max_tokens > 0 ? p->max_tokens : 1);
+    if (p->inspect != NULL) {
+        if (inspect_capture_create(&r->inspect, p->inspect, &e->m->config,
+                                   p->n_prompt) != 0)
+            goto fail;
+        r->cost += (double)inspect_lens_rows(r->inspect);
+    }
     if (r->score_prompt) {
         r->prompt_scores = calloc(p->n_prompt, sizeof *r->prompt_scores);
         if (r->prompt_scores == NULL)
@@ -408,6 +445,11 @@ double gen_request_queued_seconds(const gen_request *r)
 gen_usage gen_request_usage(const gen_request *r)
 {
     return r->usage;
+}
+
+const inspect_capture *gen_request_inspect(const gen_request *r)
+{
+    return r->inspect;
 }
 
 void gen_request_cancel(gen_request *r)
@@ -543,7 +585,8 @@ static bool begin_kv(engine *e, gen_request *r, double now)
                    .prompt = r->prompt,
                    .n_prompt = r->n_prompt,
                    .max_total = r->n_prompt + r->max_tokens,
-                   .n_seq = r->n_seq, .reuse = !r->score_prompt, .now = now };
+                   .n_seq = r->n_seq, .reuse = !computes_whole_prompt(r),
+                   .now = now };
     if (kvcache_seq_begin(e->kv, &b, seqs, &reused) != KV_BEGUN)
         return false;
     for (size_t i = 0; i < r->n_seq; i++) {
@@ -801,7 +844,10 @@ static size_t add_entry(engine *e, size_t n, gen_request *r, size_t seq,
     kvcache_seq_grow(e->kv, kv, n_rows);
     e->batch[n] = (forward_seq){ .blocks = kvcache_seq_blocks(e->kv, kv),
                                  .pos0 = start, .tokens = tokens,
-                                 .n_tokens = n_rows, .n_logits = n_logits };
+                                 .n_tokens = n_rows, .n_logits = n_logits,
+                                 .capture = r->inspect != NULL
+                                     ? inspect_forward_capture(r->inspect)
+                                     : NULL };
     e->entries[n] = (batch_entry){ .r = r, .seq = seq, .prefill = prefill,
                                    .start = start, .n_rows = n_rows,
                                    .n_logits = n_logits };
@@ -823,7 +869,7 @@ typedef enum share_action {
 static share_action shared_prefill(const engine *e, size_t k,
                                    const gen_request *r)
 {
-    if (r->session != NULL || r->score_prompt || r->n_prompt < 2)
+    if (r->session != NULL || computes_whole_prompt(r) || r->n_prompt < 2)
         return SHARE_NONE;
     const size_t reused = r->usage.cached_tokens;   /* the engine's own write */
     for (size_t j = 0; j < k; j++) {
@@ -858,6 +904,38 @@ static bool others_decoding(const engine *e, const gen_request *r)
                 return true;
     }
     return false;
+}
+
+/* After the step's prompt rows: logit-lens rows of inspect requests whose
+ * prompt has run, up to the next multiple of `chunk` rows as prefill takes
+ * them and held back like prefill while others decode.  They come out of
+ * what is left of the prompt rows' budget (`left`): a lens row is one
+ * unembedding, less work than a prompt row, so a step with lens rows is
+ * never longer than one with as many prompt rows. */
+static void plan_lens(engine *e, size_t *left, bool *mixed_out, double now)
+{
+    e->n_lens = e->n_lens_rows = 0;
+    for (size_t k = 0; k < e->n_running && *left > 0; k++) {
+        gen_request *r = e->running[k];
+        if (r->seqs[0].phase != SEQ_LENS)
+            continue;
+        const bool others = others_decoding(e, r);
+        if (others && now < e->prefill_hold_until)
+            continue;
+        const size_t total = inspect_lens_rows(r->inspect);
+        size_t end = (r->lens_done / e->chunk + 1) * e->chunk;
+        if (end > total)
+            end = total;
+        size_t len = end - r->lens_done;
+        if (len > *left)
+            len = *left;
+        e->lens[e->n_lens++] = (lens_entry){ .r = r, .row0 = r->lens_done,
+                                             .n_rows = len,
+                                             .first = e->n_lens_rows };
+        e->n_lens_rows += len;
+        *left -= len;
+        *mixed_out = *mixed_out || others;
+    }
 }
 
 /* Decode rows first (they always fit: at most one per slot), then prefill
@@ -940,7 +1018,8 @@ static size_t build_batch(engine *e, size_t *rows_out, size_t *prefill_out,
             bounded = bounded || budget < room;
         }
         size_t len = end - start;
-        size_t n_logits = r->score_prompt ? len : (end == r->n_prompt);
+        size_t n_logits = r->score_prompt ? len
+                          : (end == r->n_prompt && r->max_tokens > 0);
         n = add_entry(e, n, r, 0, true, start, r->prompt + start, len,
                       n_logits);
         r->prefill_started = true;
@@ -948,6 +1027,7 @@ static size_t build_batch(engine *e, size_t *rows_out, size_t *prefill_out,
         prefill_left -= len;
         *mixed_out = *mixed_out || others;
     }
+    plan_lens(e, &prefill_left, mixed_out, now);
     if (bounded)
         metrics_prefill_bounded();
     *rows_out = rows;
@@ -963,6 +1043,15 @@ static void add_job(engine *e, gen_request *r, size_t seq, size_t pos,
     j->seq = seq;
     j->prompt_pos = pos;
     j->logits = logits;
+}
+
+/* Logits rows the forward pass wrote for the step's first n entries. */
+static size_t n_logit_rows(const engine *e, size_t n_entries)
+{
+    size_t L = 0;
+    for (size_t b = 0; b < n_entries; b++)
+        L += e->entries[b].n_logits;
+    return L;
 }
 
 /* The samples and scores the step's logits feed.  The siblings of a prompt
@@ -1009,6 +1098,57 @@ static void run_job(void *ctx, size_t task, size_t worker)
     sampler_sample(&r->sampling, &s->rng, e->scratch[worker], j->logits,
                    e->vocab, r->prompt, r->n_prompt, s->generated,
                    s->out.n_tokens, &j->result);
+}
+
+/* ---- the logit lens of inspect requests ---- */
+
+/* Unembeds the step's lens rows (forward_unembed: the model's own final
+ * LayerNorm and lm_head) into the logits rows after the n_logits rows the
+ * forward pass wrote; the step's budget holds both. */
+static int lens_unembed(engine *e, size_t n_logits, gpt2d_error *err)
+{
+    float *out = e->logits + n_logits * e->vocab;
+    e->lens_logits = out;
+    for (size_t i = 0; i < e->n_lens; i++) {
+        const lens_entry *le = &e->lens[i];
+        if (forward_unembed(e->fwd, e->m, e->pool,
+                            inspect_lens_input(le->r->inspect, le->row0),
+                            le->n_rows, out + le->first * e->vocab, err) != 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* One lens row on the pool: its k best guesses, as the sampler reports the
+ * model's top alternatives. */
+static void lens_task(void *ctx, size_t task, size_t worker)
+{
+    engine *e = ctx;
+    size_t i = 0;
+    while (task >= e->lens[i].first + e->lens[i].n_rows)
+        i++;
+    const lens_entry *le = &e->lens[i];
+    inspect_capture *c = le->r->inspect;
+    sample_result res;
+    sampler_score(e->scratch[worker], e->lens_logits + task * e->vocab,
+                  e->vocab, 0, inspect_capture_params(c)->logit_lens, &res);
+    inspect_lens_store(c, le->row0 + (task - le->first), res.top, res.n_top);
+}
+
+/* With the engine lock held, after the step: lens rows count as done, and a
+ * request whose last row is stored ends. */
+static void lens_progress(engine *e)
+{
+    for (size_t i = 0; i < e->n_lens; i++) {
+        gen_request *r = e->lens[i].r;
+        r->lens_done += e->lens[i].n_rows;
+        if (r->lens_done < inspect_lens_rows(r->inspect))
+            continue;
+        inspect_lens_done(r->inspect);
+        pthread_mutex_lock(&r->lock);
+        seq_finish(r, 0, FINISH_LENGTH);
+        pthread_mutex_unlock(&r->lock);
+    }
 }
 
 static void fill_token(gen_token *t, const sample_result *res, size_t n_top)
@@ -1113,7 +1253,9 @@ static void prefill_done(engine *e, size_t n_entries)
             }
             request_touch(r);
         }
-        if (r->max_tokens == 0)
+        if (r->inspect != NULL && inspect_lens_rows(r->inspect) > 0)
+            r->seqs[0].phase = SEQ_LENS;
+        else if (r->max_tokens == 0)
             for (size_t i = 0; i < r->n_seq; i++)
                 seq_finish(r, i, FINISH_LENGTH);
         pthread_mutex_unlock(&r->lock);
@@ -1172,6 +1314,8 @@ static void fail_batch(engine *e, size_t n_entries, const gpt2d_error *err)
     log_error("engine: forward step failed: %s", err->message);
     for (size_t b = 0; b < n_entries; b++)
         request_finish_all(e->entries[b].r, FINISH_CANCELLED);
+    for (size_t i = 0; i < e->n_lens; i++)
+        request_finish_all(e->lens[i].r, FINISH_CANCELLED);
 }
 
 static bool has_work(const engine *e)
@@ -1244,7 +1388,7 @@ static void *engine_main(void *arg)
         size_t rows = 0, prefill_rows = 0;
         bool mixed = false;
         size_t n = build_batch(e, &rows, &prefill_rows, &mixed, now);
-        if (n == 0) {
+        if (n == 0 && e->n_lens == 0) {
             /* cannot happen (a chunk always fits, n <= slots is checked at
              * submit); never spin if it does */
             struct timespec pause = { 0, 5000000L };
@@ -1267,10 +1411,20 @@ static void *engine_main(void *arg)
             metrics_observe_batch_rows(rows);
             plan_jobs(e, n);
             threadpool_run(e->pool, e->n_jobs, run_job, e);
+            if (e->n_lens > 0) {
+                rc = lens_unembed(e, n_logit_rows(e, n), &err);
+                if (rc == 0)
+                    threadpool_run(e->pool, e->n_lens_rows, lens_task, e);
+            }
+        }
+        if (rc == 0) {
             double took = monotonic_seconds() - t_step;
             metrics_observe_step(took);
-            step_budget_observe(&e->budget, rows - prefill_rows, prefill_rows,
-                                took);
+            /* lens rows cost less than the prompt rows the budget
+             * learns the price of: their steps teach it nothing */
+            if (e->n_lens == 0)
+                step_budget_observe(&e->budget, rows - prefill_rows,
+                                    prefill_rows, took);
             if (mixed)
                 e->prefill_hold_until = monotonic_seconds() +
                     took * (1.0 - e->cfg.prefill_share) / e->cfg.prefill_share;
@@ -1287,6 +1441,7 @@ static void *engine_main(void *arg)
             apply_jobs(e, true, now);
             prefill_done(e, n);
             apply_jobs(e, false, now);
+            lens_progress(e);
         }
         retire_finished(e, now);
     }
@@ -1317,16 +1472,21 @@ static int engine_alloc_step(engine *e, gpt2d_error *err)
     e->batch = calloc(rows, sizeof *e->batch);
     e->entries = calloc(rows, sizeof *e->entries);
     e->jobs = calloc(rows + e->cfg.n_slots, sizeof *e->jobs);
+    e->lens = calloc(e->cfg.n_slots, sizeof *e->lens);
     e->queue = calloc(e->cfg.max_queue, sizeof *e->queue);
     e->running = calloc(e->cfg.n_slots, sizeof *e->running);
     e->n_callers_cap = e->cfg.max_queue + e->cfg.n_slots + 1;
     e->callers = calloc(e->n_callers_cap, sizeof *e->callers);
     e->n_scratch = threadpool_size(e->pool);
     e->scratch = calloc(e->n_scratch, sizeof *e->scratch);
-    if (!e->logits || !e->batch || !e->entries || !e->jobs || !e->queue
-        || !e->running || !e->callers || !e->scratch)
+    if (!e->logits || !e->batch || !e->entries || !e->jobs || !e->lens
+        || !e->queue || !e->running || !e->callers || !e->scratch)
         return error_set(err, "engine: out of memory for %zu batch rows",
                          rows);
+    /* Touched now, as the KV pool is: a step may fill every row (a chunk
+     * of echo scoring, the logit lens), and the memory is the daemon's from
+     * the start rather than creeping up as such steps come. */
+    memset(e->logits, 0, rows * e->vocab * sizeof *e->logits);
     for (size_t i = 0; i < e->n_scratch; i++)
         if (sampler_scratch_create(&e->scratch[i], e->vocab, err) != 0)
             return -1;
@@ -1444,6 +1604,7 @@ void engine_destroy(engine *e)
     free(e->callers);
     free(e->queue);
     free(e->jobs);
+    free(e->lens);
     free(e->entries);
     free(e->batch);
     free(e->logits);
@@ -1535,7 +1696,7 @@ engine_status engine_submit(engine *e, const gen_params *p, gen_request **out)
         st = ENGINE_SESSION_BUSY;
     else if (over_session_quota(e, r))
         st = ENGINE_SESSION_QUOTA;
-    else if (p->max_tokens == 0 && !p->score_prompt) {
+    else if (p->max_tokens == 0 && !p->score_prompt && p->inspect == NULL) {
         /* nothing to compute: finished before it starts */
         request_finish_all(r, FINISH_LENGTH);
         atomic_store(&r->refs, 1);

@@ -27,6 +27,13 @@
  * columns over the pool).  Attention runs one task per (sequence, head);
  * LayerNorm and embedding by row blocks.
  *
+ * Inspection.  A sequence with a forward_capture (an inspect request) also
+ * leaves, for the layers it names, each row's attention probabilities
+ * (written by attention.c's kernels as they weigh V) and the residual
+ * stream after the block (its norm, and the row itself for the logit lens,
+ * which forward_unembed turns into logits later).  Nothing of it runs for
+ * other sequences.
+ *
  * Determinism.  With the panel backend every stage computes each row's
  * outputs with the same instructions in the same order whatever else is in
  * the step (matmul.h, attention.h), so a sequence's logits are the same
@@ -56,6 +63,7 @@ typedef struct seq_rows {
     size_t row0;                /* first row of this sequence in the step */
     size_t n_rows;
     size_t pos0;                /* position of its first new row */
+    const forward_capture *capture;     /* NULL unless inspected */
 } seq_rows;
 
 struct forward_state {
@@ -191,6 +199,50 @@ static void matmul(const forward_state *st, threadpool *pool,
     matmul_forward(&ctx, p);
 }
 
+/* ---- what an inspect request keeps (forward_capture) ---- */
+
+/* Floats of one head's triangle of attention rows over n positions. */
+static size_t triangle(size_t n)
+{
+    return n * (n + 1) / 2;
+}
+
+/* Where the attention probabilities of `head` in `layer` go, or NULL. */
+static float *captured_probs(const seq_rows *s, size_t layer, size_t head,
+                             size_t n_head)
+{
+    const forward_capture *c = s->capture;
+    if (c == NULL || c->attention == NULL || c->slot[layer] < 0)
+        return NULL;
+    return c->attention + ((size_t)c->slot[layer] * n_head + head)
+                          * triangle(c->n_positions);
+}
+
+/* After layer `layer`'s block: the residual stream of every captured row,
+ * its L2 norm, and (for the logit lens) the row itself.  A few floats per
+ * row, on the engine thread. */
+static void capture_block(const forward_state *st, size_t n_seqs,
+                          size_t layer)
+{
+    const size_t C = st->cfg.n_embd;
+    for (size_t i = 0; i < n_seqs; i++) {
+        const seq_rows *s = &st->seqs[i];
+        const forward_capture *c = s->capture;
+        if (c == NULL || c->slot[layer] < 0)
+            continue;
+        const size_t at = (size_t)c->slot[layer] * c->n_positions + s->pos0;
+        for (size_t r = 0; r < s->n_rows; r++) {
+            const float *x = st->x + (s->row0 + r) * C;
+            double sum = 0.0;
+            for (size_t k = 0; k < C; k++)
+                sum += (double)x[k] * x[k];
+            c->norms[at + r] = (float)sqrt(sum);
+            if (c->residual != NULL)
+                memcpy(c->residual + (at + r) * C, x, C * sizeof(float));
+        }
+    }
+}
+
 /* ---- attention, one task per (sequence, head) ---- */
 
 typedef struct attention_job {
@@ -216,7 +268,8 @@ static void attention_task(void *ctx, size_t task, size_t worker)
                        qkv + C, qkv + 2 * C, 3 * C);
     attention_head(st->att + s->row0 * C + head * hd, C, qkv, 3 * C, j->kv,
                    s->blocks, j->layer, head, s->pos0, s->n_rows, st->isa,
-                   st->att_scratch + worker * st->att_scratch_floats);
+                   st->att_scratch + worker * st->att_scratch_floats,
+                   captured_probs(s, j->layer, head, NH));
 }
 
 /* qkv is (R, 3C), att is (R, C). */
@@ -364,8 +417,15 @@ static int plan_step(forward_state *st, const kv_geometry *kv,
             if (seqs[p].blocks == q->blocks)
                 return error_set(err, "forward: sequences %zu and %zu share "
                                  "a block table", p, s);
+        const forward_capture *c = q->capture;
+        if (c != NULL && (c->slot == NULL || c->norms == NULL
+                          || q->pos0 + q->n_tokens > c->n_positions))
+            return error_set(err, "forward: sequence %zu's capture does not "
+                             "hold positions [%zu, %zu)", s, q->pos0,
+                             q->pos0 + q->n_tokens);
         st->seqs[s] = (seq_rows){ .blocks = q->blocks, .row0 = R,
-                                  .n_rows = q->n_tokens, .pos0 = q->pos0 };
+                                  .n_rows = q->n_tokens, .pos0 = q->pos0,
+                                  .capture = c };
         for (size_t t = 0; t < q->n_tokens; t++) {
             st->row_pos[R + t] = q->pos0 + t;
             st->row_tok[R + t] = &q->tokens[t];
@@ -379,15 +439,51 @@ static int plan_step(forward_state *st, const kv_geometry *kv,
     return 0;
 }
 
+/* x is (·, C), logits (n_rows, V): row r unembeds row row_index[r] (or
+ * r) of x. */
+static void unembed(forward_state *st, const model *m, threadpool *pool,
+                    const float *x, const size_t *row_index, size_t n_rows,
+                    float *logits)
+{
+    layernorm_forward(st, pool, st->lnf, x, row_index, n_rows, m->ln_f_w,
+                      m->ln_f_b);
+    matmul(st, pool, &(matmul_args){
+        .M = n_rows, .N = st->cfg.vocab_size, .K = st->cfg.n_embd,
+        .a = st->lnf, .w = m->lm_head_wp, .w_rows = m->lm_head_w,
+        .w_transposed = true, .dt = m->panel_dtype, .out = logits,
+        .epi = MATMUL_NONE });
+}
+
+static int check_pool(const forward_state *st, threadpool *pool,
+                      gpt2d_error *err)
+{
+    if (threadpool_size(pool) > st->n_workers)
+        return error_set(err, "forward: a pool of %zu workers, scratch for "
+                         "%zu", threadpool_size(pool), st->n_workers);
+    return 0;
+}
+
+int forward_unembed(forward_state *st, const model *m, threadpool *pool,
+                    const float *x, size_t n_rows, float *logits,
+                    gpt2d_error *err)
+{
+    if (check_pool(st, pool, err) != 0)
+        return -1;
+    if (n_rows > st->max_rows)
+        return error_set(err, "forward: %zu rows to unembed, more than "
+                         "max_rows %zu", n_rows, st->max_rows);
+    if (n_rows > 0)
+        unembed(st, m, pool, x, NULL, n_rows, logits);
+    return 0;
+}
+
 int forward_step(forward_state *st, const model *m, threadpool *pool,
                  const kv_geometry *kv, const forward_seq *seqs,
                  size_t n_seqs, float *logits, gpt2d_error *err)
 {
     size_t R = 0, L = 0;
-    if (threadpool_size(pool) > st->n_workers)
-        return error_set(err, "forward: a pool of %zu workers, scratch for "
-                         "%zu", threadpool_size(pool), st->n_workers);
-    if (plan_step(st, kv, seqs, n_seqs, &R, &L, err) != 0)
+    if (check_pool(st, pool, err) != 0
+        || plan_step(st, kv, seqs, n_seqs, &R, &L, err) != 0)
         return -1;
     if (R == 0)
         return 0;
@@ -418,14 +514,9 @@ int forward_step(forward_state *st, const model *m, threadpool *pool,
             .M = R, .N = C, .K = 4 * C, .a = st->h, .w = w->mlp_proj_wp,
             .w_rows = w->mlp_proj_w, .dt = dt, .out = st->x,
             .accumulate = true, .bias = w->mlp_proj_b, .epi = MATMUL_BIAS });
+        capture_block(st, n_seqs, l);
     }
-    if (L > 0) {
-        layernorm_forward(st, pool, st->lnf, st->x, st->logit_rows, L,
-                          m->ln_f_w, m->ln_f_b);
-        matmul(st, pool, &(matmul_args){
-            .M = L, .N = st->cfg.vocab_size, .K = C, .a = st->lnf,
-            .w = m->lm_head_wp, .w_rows = m->lm_head_w, .w_transposed = true,
-            .dt = dt, .out = logits, .epi = MATMUL_NONE });
-    }
+    if (L > 0)
+        unembed(st, m, pool, st->x, st->logit_rows, L, logits);
     return 0;
 }

@@ -58,8 +58,8 @@ struct http_server {
 };
 
 typedef enum route_id {
-    ROUTE_COMPLETIONS, ROUTE_CHAT_COMPLETIONS, ROUTE_MODELS, ROUTE_MODEL,
-    ROUTE_HEALTH, ROUTE_METRICS,
+    ROUTE_COMPLETIONS, ROUTE_CHAT_COMPLETIONS, ROUTE_INSPECT, ROUTE_MODELS,
+    ROUTE_MODEL, ROUTE_HEALTH, ROUTE_METRICS,
     ROUTE_TOKENIZE, ROUTE_DETOKENIZE, ROUTE_SESSIONS, ROUTE_SESSION,
     ROUTE_STATIC, ROUTE_NONE,
 } route_id;
@@ -76,6 +76,7 @@ static const route routes[] = {
     {ROUTE_COMPLETIONS, "/v1/completions", false, "POST", "/v1/completions"},
     {ROUTE_CHAT_COMPLETIONS, "/v1/chat/completions", false, "POST",
      "/v1/chat/completions"},
+    {ROUTE_INSPECT, "/v1/inspect", false, "POST", "/v1/inspect"},
     {ROUTE_MODELS, "/v1/models", false, "GET", "/v1/models"},
     {ROUTE_MODEL, "/v1/models/", true, "GET", "/v1/models/{id}"},
     {ROUTE_HEALTH, "/health", false, "GET", "/health"},
@@ -940,7 +941,8 @@ static enum MHD_Result dispatch(http_request *hr, const char *url)
     const char *body = hr->body != NULL ? hr->body : "";
     switch (hr->route->id) {
     case ROUTE_COMPLETIONS:
-    case ROUTE_CHAT_COMPLETIONS: {
+    case ROUTE_CHAT_COMPLETIONS:
+    case ROUTE_INSPECT: {
         /* Generation may outlast the idle timeout; the completion callback
          * restores it for the next request on this connection.  Meanwhile
          * the reaper cuts a client that stops taking the answer (stall_check). */
@@ -948,8 +950,10 @@ static enum MHD_Result dispatch(http_request *hr, const char *url)
         api_client client = {client_gone, hr};
         if (hr->route->id == ROUTE_COMPLETIONS)
             api_completions(api, &hr->caller, body, hr->len, &client, r);
-        else
+        else if (hr->route->id == ROUTE_CHAT_COMPLETIONS)
             api_chat_completions(api, &hr->caller, body, hr->len, &client, r);
+        else
+            api_inspect(api, &hr->caller, body, hr->len, &client, r);
         if (r->cancelled) {
             hr->status = r->status;
             return MHD_NO;      /* nobody to answer: close the connection */
@@ -1057,7 +1061,8 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
         }
         api_stream_usage(hr->resp.stream, &prompt, &completion);
     }
-    if (hr->route->id == ROUTE_COMPLETIONS || hr->route->id == ROUTE_CHAT_COMPLETIONS)
+    if (hr->route->id == ROUTE_COMPLETIONS || hr->route->id == ROUTE_CHAT_COMPLETIONS
+        || hr->route->id == ROUTE_INSPECT)
         MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT,
                                   srv->cfg->connection_timeout);
     deadline_cut cut = http_deadline_request_done(srv->deadline, hr->watch);

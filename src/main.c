@@ -196,6 +196,8 @@ static int start(daemon_state *d, gpt2d_error *err)
         .kv_half = d->cfg.kv_half,
         .max_n = d->cfg.max_n,
         .max_stop_bytes = d->cfg.max_stop_bytes,
+        .inspect_max_tokens = d->cfg.inspect_max_tokens,
+        .inspect_max_attention = d->cfg.inspect_max_attention,
         .log_prompts = d->cfg.log_prompts, .started = time(NULL),
         .chat = &d->chat,
         .budget = d->budget,

@@ -28,7 +28,7 @@
 /* "preflight": CORS preflights (OPTIONS) of any route, so a browser's
  * preflights do not count as answers of the endpoint they ask about. */
 static const char *const endpoint_names[] = {
-    "completions", "chat", "models", "health", "metrics",
+    "completions", "chat", "inspect", "models", "health", "metrics",
     "tokenize", "detokenize", "sessions", "preflight", "other",
 };
 enum { N_ENDPOINTS = sizeof endpoint_names / sizeof endpoint_names[0] };
@@ -114,6 +114,7 @@ static atomic_uint_fast64_t cancelled;
 static atomic_uint_fast64_t request_timeouts;
 static atomic_uint_fast64_t write_timeouts;
 static atomic_uint_fast64_t prefill_bounded;
+static atomic_uint_fast64_t inspect_bytes;
 
 static void counter_add(atomic_uint_fast64_t *c, uint_fast64_t n)
 {
@@ -164,6 +165,7 @@ void metrics_cancelled(void) { counter_add(&cancelled, 1); }
 void metrics_request_timeout(void) { counter_add(&request_timeouts, 1); }
 void metrics_write_timeout(void) { counter_add(&write_timeouts, 1); }
 void metrics_prefill_bounded(void) { counter_add(&prefill_bounded, 1); }
+void metrics_add_inspect_bytes(size_t n) { counter_add(&inspect_bytes, n); }
 
 /* `value` in the histogram's own unit; `sum_units` the same value in the
  * integer unit of `sum`. */
@@ -299,7 +301,7 @@ static void render_gauge(FILE *f, const char *name, const char *help,
     fprintf(f, "%s %zu\n", name, value);
 }
 
-/* Only series that have been hit are listed: 10 endpoints x 13 codes of zeros
+/* Only series that have been hit are listed: 11 endpoints x 13 codes of zeros
  * would drown the scrape, and Prometheus treats an absent series as none. */
 static void render_requests(FILE *f)
 {
@@ -546,6 +548,9 @@ char *metrics_render(const metrics_gauges *gauges)
                    "Steps whose prompt rows were cut short by --step-cost so "
                    "that generating streams were not held up longer.",
                    &prefill_bounded);
+    render_counter(f, "gpt2d_inspect_bytes_total",
+                   "Bytes of POST /v1/inspect answers (attention, logit lens "
+                   "and residual norms as JSON).", &inspect_bytes);
     render_histogram(f, &ttft_hist);
     render_histogram(f, &itl_hist);
     render_histogram(f, &step_hist);

@@ -153,6 +153,15 @@ static const option_spec options[] = {
       "stream briefly instead of once for long; 0: no bound." },
     { "max-stop-bytes", 0, OPT_COUNT, FIELD(max_stop_bytes), "N", "256", NULL, 1,
       65536, false, "Longest stop string, in bytes; longer ones get 400." },
+    { "inspect-max-tokens", 0, OPT_COUNT, FIELD(inspect_max_tokens), "N", "256", NULL,
+      1, 1048576, false,
+      "Longest prompt POST /v1/inspect takes, in tokens (never more than the "
+      "model's context); longer ones get 400." },
+    { "inspect-max-attention", 0, OPT_COUNT, FIELD(inspect_max_attention), "N",
+      "5000000", NULL, 1, 1000000000, false,
+      "Most attention probabilities one /v1/inspect answer may hold (layers x "
+      "heads x n(n+1)/2 for n tokens; about 11 bytes of JSON each); a request "
+      "for more gets 400 naming the numbers." },
     { "max-batch-rows", 0, OPT_COUNT, FIELD(max_batch_rows), "N", "256", NULL, 1, 65536,
       false, "Token rows per engine step (decode rows plus prefill chunks)." },
     { "max-body", 0, OPT_BYTES, FIELD(max_body_bytes), "SIZE", "1M", NULL, 1,

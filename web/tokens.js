@@ -50,9 +50,48 @@ function tokenBytes(tok) {
 }
 
 // The token as the tooltip names it: quoted, spaces shown as ␣.
-function quotedToken(tok) {
+export function quotedToken(tok) {
   if (tok.startsWith("bytes:")) return tok.slice(6);
   return `“${visibleToken(tok).replace(/ /g, "␣")}”`;
+}
+
+/**
+ * A tooltip's list of alternatives: [token, probability] pairs, most likely
+ * first, each with a bar; the entry equal to `chosen` is marked.
+ */
+export function altsList(entries, chosen) {
+  const list = document.createElement("ol");
+  list.className = "alts";
+  for (const [alt, p] of entries) {
+    const li = document.createElement("li");
+    if (alt === chosen) li.className = "chosen";
+    const label = document.createElement("span");
+    label.className = "alt-token";
+    label.textContent = quotedToken(alt);
+    const bar = document.createElement("span");
+    bar.className = "alt-bar";
+    bar.style.setProperty("--w", `${Math.max(2, surprise01(p) * 100).toFixed(1)}%`);
+    bar.style.setProperty("--h", String(hueFor(p)));
+    const val = document.createElement("span");
+    val.className = "alt-prob";
+    val.textContent = formatProb(p);
+    li.append(label, bar, val);
+    list.append(li);
+  }
+  return list;
+}
+
+/** Puts `tip` below the rectangle `r` (above when there is no room), inside the viewport. */
+export function placeTip(tip, r) {
+  const w = tip.offsetWidth;
+  const h = tip.offsetHeight;
+  const margin = 8;
+  let left = Math.min(r.left, window.innerWidth - w - margin);
+  left = Math.max(margin, left);
+  let top = r.bottom + 6;
+  if (top + h > window.innerHeight - margin && r.top - h - 6 > margin) top = r.top - h - 6;
+  tip.style.left = `${left}px`;
+  tip.style.top = `${top}px`;
 }
 
 /**
@@ -219,40 +258,10 @@ export class TokenView {
     const title = document.createElement("p");
     title.className = "tip-note";
     title.textContent = kind === "prompt" ? "The model expected:" : "Top alternatives:";
-    const list = document.createElement("ol");
-    list.className = "alts";
-    for (const [alt, altLp] of entries) {
-      const p = Math.exp(altLp);
-      const li = document.createElement("li");
-      if (alt === token) li.className = "chosen";
-      const label = document.createElement("span");
-      label.className = "alt-token";
-      label.textContent = quotedToken(alt);
-      const bar = document.createElement("span");
-      bar.className = "alt-bar";
-      bar.style.setProperty("--w", `${Math.max(2, surprise01(p) * 100).toFixed(1)}%`);
-      bar.style.setProperty("--h", String(hueFor(p)));
-      const val = document.createElement("span");
-      val.className = "alt-prob";
-      val.textContent = formatProb(p);
-      li.append(label, bar, val);
-      list.append(li);
-    }
-    tip.append(title, list);
+    tip.append(title, altsList(entries.map(([alt, altLp]) => [alt, Math.exp(altLp)]), token));
   }
 
-  // Below the chip (above when there is no room), kept inside the viewport.
   #place(chip) {
-    const r = chip.getBoundingClientRect();
-    const tip = this.tip;
-    const w = tip.offsetWidth;
-    const h = tip.offsetHeight;
-    const margin = 8;
-    let left = Math.min(r.left, window.innerWidth - w - margin);
-    left = Math.max(margin, left);
-    let top = r.bottom + 6;
-    if (top + h > window.innerHeight - margin && r.top - h - 6 > margin) top = r.top - h - 6;
-    tip.style.left = `${left}px`;
-    tip.style.top = `${top}px`;
+    placeTip(this.tip, chip.getBoundingClientRect());
   }
 }

@@ -38,6 +38,8 @@ typedef struct api_ctx {
     bool kv_half;               /* --kv-dtype float16, reported by /v1/models */
     size_t max_n;               /* --max-n: a lower bound of our own; 0 = none */
     size_t max_stop_bytes;      /* --max-stop-bytes; 0 = none */
+    size_t inspect_max_tokens;  /* --inspect-max-tokens; 0: the context */
+    size_t inspect_max_attention; /* --inspect-max-attention; 0: none */
     bool log_prompts;
     time_t started;             /* reported as the model's `created` */
     const chat_template *chat;  /* how /v1/chat/completions writes a prompt */
@@ -143,6 +145,9 @@ void api_completions(const api_ctx *ctx, const api_caller *who,
 void api_chat_completions(const api_ctx *ctx, const api_caller *who,
                           const char *body, size_t len,
                           const api_client *client, api_response *r);
+/* POST /v1/inspect (api_inspect.c): blocks like a completion. */
+void api_inspect(const api_ctx *ctx, const api_caller *who, const char *body,
+                 size_t len, const api_client *client, api_response *r);
 void api_models(const api_ctx *ctx, api_response *r);
 /* GET /v1/models/{id}: the model object, or 404 for another id. */
 void api_model(const api_ctx *ctx, const char *id, api_response *r);
@@ -256,6 +261,12 @@ int completion_request_parse(completion_request *req, const char *body,
                              size_t len, const tokenizer *tok,
                              const completion_limits *lim, api_error *e);
 void completion_request_free(completion_request *req);
+/* One prompt, `v`: a string (tokenized) or an array of token ids below
+ * vocab_size; errors name "prompt".  p->ids is the caller's to free,
+ * whatever the result. */
+int completion_prompt_parse(completion_prompt *p, json_t *v,
+                            const tokenizer *tok, size_t vocab_size,
+                            api_error *e);
 
 /* The parts both endpoints share (completion_request.c), for
  * chat_request.c.  The start: `req` emptied, with the sampling defaults,
@@ -340,6 +351,21 @@ json_t *api_json_string_bytes(const char *s, size_t len);
 /* "cmpl-" + 24 random hex digits into buf (>= 30 bytes). */
 void api_random_id(char *buf, size_t size, const char *prefix);
 uint64_t api_random_u64(void);
+/* Takes `tokens` (what a request may come to use; `what` says how that is
+ * counted, "prompt 12 + 2 x max_tokens 16") from the caller's token budget
+ * (token_budget.h): 0, with *charged what to give back of it; or -1 with a
+ * 400 naming `param` (and `fix` saying what to change) when the whole
+ * budget is smaller, or a 429 with Retry-After seconds in *retry_after
+ * while the budget is spent, counted in the key's metrics. */
+int api_charge_tokens(const api_ctx *ctx, const api_caller *caller,
+                      uint64_t tokens, const char *what, const char *param,
+                      const char *fix, uint64_t *charged, api_error *e,
+                      int *retry_after);
+/* The error `caller`'s refused engine_submit gets (429 with Retry-After
+ * seconds in *retry_after, counted in the key's metrics; 409, 503, 500);
+ * returns -1. */
+int api_engine_error(const api_ctx *ctx, const api_caller *caller,
+                     engine_status st, api_error *e, int *retry_after);
 /* Parses a JSON body that must be an object; on failure, a 400 in `e`. */
 json_t *api_parse_object(const char *body, size_t len, api_error *e);
 

@@ -37,10 +37,14 @@ size_t attention_scratch_floats(size_t n_ctx, size_t head_dim);
  *     out[r] = softmax(q[r] · Kᵀ / sqrt(head_dim)) · V.
  * `scratch` holds attention_scratch_floats(g->n_ctx, g->head_dim).  The
  * kernels of `isa` (which the CPU must run) give the same bits as the
- * portable ones. */
+ * portable ones.
+ *
+ * `probs` is NULL, or the head's triangle of attention probabilities (an
+ * inspect request, inspect.h): the row at position p gets its p + 1
+ * probabilities, the very ones that weighed V, at probs + p(p+1)/2. */
 void attention_head(float *out, size_t ldo, const float *q, size_t ldq,
                     const kv_geometry *g, const uint32_t *table, size_t layer,
                     size_t head, size_t pos0, size_t n_rows, cpu_isa isa,
-                    float *scratch);
+                    float *scratch, float *probs);
 
 #endif

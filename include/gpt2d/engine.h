@@ -19,6 +19,7 @@
 #include <stdint.h>
 
 #include "gpt2d/error.h"
+#include "gpt2d/inspect.h"
 #include "gpt2d/kvcache.h"
 #include "gpt2d/model.h"
 #include "gpt2d/sampler.h"
@@ -89,6 +90,10 @@ typedef struct gen_params {
     bool logprobs;              /* report logprob (+ n_top alternatives) per token */
     size_t n_top_logprobs;      /* 0..ENGINE_MAX_LOGPROBS */
     bool score_prompt;          /* echo + logprobs: score every prompt token */
+    /* NULL, or an inspect request (inspect.h): every prompt position is
+     * computed, nothing generated (max_tokens 0, one sequence, no
+     * session), and the capture is read with gen_request_inspect. */
+    const inspect_params *inspect;
     const char *session_id;     /* NULL, or pins the conversation to a slot */
     kv_identity identity;       /* the caller's owner and isolation domain:
                                  * sessions and cached prefixes are its own */
@@ -177,6 +182,9 @@ gen_usage gen_request_usage(const gen_request *r);
 /* How long it waited in the queue before it started; -1 while it has not
  * (or never did: cancelled while queued). */
 double gen_request_queued_seconds(const gen_request *r);
+/* An inspect request's capture, complete once the request finished
+ * without being cancelled; NULL for other requests. */
+const inspect_capture *gen_request_inspect(const gen_request *r);
 /* The client is gone: the engine drops the request within one step. */
 void gen_request_cancel(gen_request *r);
 void gen_request_release(gen_request *r);

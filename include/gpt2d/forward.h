@@ -22,6 +22,23 @@
 #include "gpt2d/model.h"
 #include "gpt2d/threadpool.h"
 
+/* What an inspect request (inspect.h) reads from its sequence's rows as
+ * the step computes them, into buffers it sized for its own positions
+ * [0, n_positions).  Layers whose slot is negative are not read; a
+ * sequence without a capture costs nothing. */
+typedef struct forward_capture {
+    const int32_t *slot;        /* [n_layer]: layer l's index s in the
+                                   arrays below, or -1 */
+    size_t n_positions;
+    float *attention;           /* NULL, or [s][head][p(p+1)/2 + key]: the
+                                   softmax row of the query at position p
+                                   (attention.h's `probs`) */
+    float *norms;               /* [s][p]: L2 norm of the residual stream
+                                   after the layer's block */
+    float *residual;            /* NULL, or [s][p][n_embd]: that residual
+                                   stream itself */
+} forward_capture;
+
 typedef struct forward_seq {
     const uint32_t *blocks;     /* its block table (kvcache.h), covering
                                    positions [0, pos0 + n_tokens) */
@@ -31,6 +48,8 @@ typedef struct forward_seq {
     size_t n_logits;            /* logits for the last n_logits new tokens
                                    (0 = none, 1 = next-token, n_tokens = all,
                                    as echo scoring needs) */
+    const forward_capture *capture; /* NULL, or what to keep of its rows
+                                   (positions < capture->n_positions) */
 } forward_seq;
 
 typedef struct forward_state forward_state;
@@ -57,5 +76,14 @@ cpu_isa forward_state_isa(const forward_state *st);
 int forward_step(forward_state *st, const model *m, threadpool *pool,
                  const kv_geometry *kv, const forward_seq *seqs,
                  size_t n_seqs, float *logits, gpt2d_error *err);
+
+/* The final LayerNorm and the unembedding of n_rows residual-stream rows x
+ * (n_rows, n_embd) into logits (n_rows, vocab_size): the last stage of
+ * forward_step, with the same kernels, so a row gives the bits forward_step
+ * gives it.  The logit lens applies it to a capture's `residual` rows.
+ * Fails when n_rows exceeds max_rows. */
+int forward_unembed(forward_state *st, const model *m, threadpool *pool,
+                    const float *x, size_t n_rows, float *logits,
+                    gpt2d_error *err);
 
 #endif

@@ -9,8 +9,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* `endpoint`: completions, models, health, metrics, tokenize, detokenize or
- * sessions, or a route path whose first segment (after an optional "/v1/")
+/* `endpoint`: completions, chat, inspect, models, health, metrics, tokenize,
+ * detokenize or sessions, or a route path whose first segment (after an optional "/v1/")
  * is one of them ("/v1/sessions/{id}"); anything else counts as "other".
  * Status codes outside 200,400,401,404,405,408,409,413,429,499,500,503
  * count as code="other" (499: the client hung up or stopped reading).  Both
@@ -23,6 +23,7 @@ void metrics_cancelled(void);                 /* a client vanished mid-request *
 void metrics_request_timeout(void);           /* cut by --request-timeout */
 void metrics_write_timeout(void);             /* stopped reading for --timeout */
 void metrics_prefill_bounded(void);           /* --step-cost cut a step's prefill */
+void metrics_add_inspect_bytes(size_t n);     /* a /v1/inspect answer's size */
 void metrics_observe_ttft(double seconds);     /* submit -> first token */
 void metrics_observe_token_latency(double seconds); /* between tokens */
 void metrics_observe_step(double seconds);     /* one engine step */

@@ -48,6 +48,9 @@ typedef struct settings {
     unsigned prefill_share;     /* --prefill-share percent, default 50 */
     unsigned step_cost;         /* --step-cost percent of a decode step, 0: off */
     size_t max_stop_bytes;      /* --max-stop-bytes per stop string, default 256 */
+    size_t inspect_max_tokens;  /* --inspect-max-tokens, default 256 */
+    size_t inspect_max_attention; /* --inspect-max-attention probabilities
+                                 * in one /v1/inspect answer, default 5000000 */
     int drain_ms;               /* --drain-timeout ms on SIGTERM, default 10000 */
     char *web_root;             /* --web-root, default $(datadir)/gpt2d/web */
     char *api_key_file;         /* --api-key-file; keys also from GPT2D_API_KEY */

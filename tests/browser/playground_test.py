@@ -160,6 +160,7 @@ def test_static_files_have_correct_types(ctx):
     want = {"/": "text/html", "/index.html": "text/html",
             "/app.js": "text/javascript", "/api.js": "text/javascript",
             "/tokens.js": "text/javascript", "/style.css": "text/css",
+            "/inside.js": "text/javascript", "/inside.css": "text/css",
             "/favicon.svg": "image/svg+xml"}
     for path, ctype in want.items():
         status, headers, body = srv.request("GET", path, auth=False)
@@ -540,6 +541,125 @@ def test_byte_tokens_show_the_character_they_complete(ctx):
     set_prompt(b, ctx["prompt"])
 
 
+def inspect_api(ctx, body):
+    status, _, raw = ctx["server"].request("POST", "/v1/inspect", body)
+    assert status == 200, (status, raw[:300])
+    return json.loads(raw)
+
+
+def pick(b, select, value):
+    """Chooses an option of a <select> with the mouse."""
+    b.click("%s option[value='%s']" % (select, value))
+
+
+def scroll_to(b, element, block="center"):
+    """Scrolls an element into view and waits for the page's scroll event:
+    it comes a frame later, and hides any tooltip (as it should)."""
+    moved = b.js("const y = window.scrollY; window.gpt2dScrolled = false;"
+                 "addEventListener('scroll', () => { window.gpt2dScrolled = true; },"
+                 " {once: true});"
+                 "arguments[0].scrollIntoView({block: arguments[1]});"
+                 "return window.scrollY !== y", {ELEMENT: element}, block)
+    if moved:
+        b.wait("the scroll", lambda: b.js("return window.gpt2dScrolled"))
+
+
+def hover_still(b, element):
+    """Hovers an element once it is in view and the page is still."""
+    scroll_to(b, element)
+    b.hover(element)
+
+
+def inside_weights(b):
+    return b.js("return Array.from(document.querySelectorAll('#inside-tokens .itok'),"
+                " (t) => Number(t.dataset.weight))")
+
+
+def test_inside_view_shows_attention_and_the_logit_lens(ctx):
+    """"Look inside": the prompt's tokens, the lens grid (each cell the
+    layer's best guess, as the API gives it); pick a layer and a head, hover
+    a token: the tokens are shaded by that head's attention row; all heads
+    average it; a lens cell's tooltip lists the alternatives."""
+    b = ctx["browser"]
+    prompt = "The quick brown fox jumps over the lazy dog"
+    set_prompt(b, prompt)
+    b.click("#inside-run")
+    b.wait("the Inside view", lambda: b.js(
+        "return document.getElementById('inside-heatmap').dataset.layer !== undefined"
+        " && document.getElementById('inside-run').disabled === false"))
+    assert b.js("return document.getElementById('inside-error').hidden"), \
+        b.text("#inside-error")
+    want = inspect_api(ctx, {"prompt": prompt, "logit_lens": 5})
+    ids = [t["id"] for t in want["tokens"]]
+    n, n_layer = len(ids), len(want["layers"])
+    shown = b.js("return Array.from(document.querySelectorAll('#inside-tokens .itok'),"
+                 " (t) => t.textContent)")
+    assert shown == [visible(t["text"]) for t in want["tokens"]], shown
+    grid = b.js("return Array.from(document.querySelectorAll('#inside-lens tbody tr'),"
+                " (r) => Array.from(r.querySelectorAll('td'), (c) => c.textContent))")
+    assert len(grid) == n_layer and all(len(r) == n for r in grid), grid
+    for i in range(n_layer):
+        for p in range(n):
+            best = want["logit_lens"][i][p][0]["text"]
+            assert grid[i][p] == visible(best).replace(" ", "␣"), (i, p, grid[i][p], best)
+
+    pick(b, "#inside-layer", "0")
+    b.wait("layer 0", lambda: b.js(
+        "return document.getElementById('inside-heatmap').dataset.layer") == "0")
+    pick(b, "#inside-head", "1")
+    b.wait("head 1", lambda: b.js(
+        "return document.getElementById('inside-heatmap').dataset.head") == "1")
+    heads = inspect_api(ctx, {"prompt": ids, "attention": True, "layers": [0]})["attention"][0]
+    q = n - 1
+    hover_still(b, b.finds("#inside-tokens .itok")[q])
+    b.wait("the token's tooltip", lambda: b.displayed("#inside-tip"))
+    assert b.js("return document.querySelectorAll('#inside-tokens .itok')[arguments[0]]"
+                ".classList.contains('query')", q)
+    got = inside_weights(b)
+    for k in range(n):
+        assert abs(got[k] - heads[1][q][k]) < 1e-5, (k, got[k], heads[1][q][k])
+    pick(b, "#inside-head", "avg")
+    b.wait("all heads", lambda: b.js(
+        "return document.getElementById('inside-heatmap').dataset.head") == "avg")
+    got = inside_weights(b)
+    for k in range(n):
+        mean = sum(h[q][k] for h in heads) / len(heads)
+        assert abs(got[k] - mean) < 1e-5, (k, got[k], mean)
+
+    # the section at the top of the window, so that nothing scrolls (and
+    # hides the tooltip) before the picture
+    scroll_to(b, b.find(".inside"), "start")
+    q = 4
+    b.hover(b.finds("#inside-tokens .itok")[q])
+    b.hover(b.finds("#inside-lens td")[n * (n_layer - 1) + q])
+    b.wait("the cell's tooltip", lambda: b.displayed("#inside-tip"))
+    alts = b.js("return Array.from(document.querySelectorAll('#inside-tip .alts li'),"
+                " (li) => li.querySelector('.alt-token').textContent)")
+    want_alts = [g["text"] for g in want["logit_lens"][n_layer - 1][q]]
+    assert len(alts) == 5 and alts[0].strip("“”") == visible(want_alts[0]).replace(" ", "␣"), \
+        (alts, want_alts)
+    b.screenshot(os.path.join(ctx["out"], "inside.png"), b.find(".inside"))
+
+
+def test_inside_view_fits_a_narrow_screen(ctx):
+    """375 px: nothing scrolls sideways but the lens grid, inside itself."""
+    b = ctx["browser"]
+    b.set_window(375, 900)
+    try:
+        b.wait("the narrow layout", lambda: b.js("return window.innerWidth") <= 380)
+        overflow = b.js("return document.documentElement.scrollWidth - window.innerWidth")
+        assert overflow <= 0, "page is %dpx wider than the screen" % overflow
+        wrap = b.js("const w = document.querySelector('.lens-wrap');"
+                    "return [w.scrollWidth, w.clientWidth]")
+        assert wrap[0] > wrap[1], "the lens grid should scroll inside its box: %r" % wrap
+        side = b.js("const c = document.getElementById('inside-heatmap');"
+                    "return [c.clientWidth, c.clientHeight]")
+        assert 200 <= side[0] <= 375 and side[0] == side[1], side
+        b.screenshot(os.path.join(ctx["out"], "inside-narrow.png"))
+    finally:
+        b.set_window(1280, 1000)
+
+
 def test_screenshot_of_a_scored_completion(ctx):
     """The README picture: a scored prompt, a sampled completion, a tooltip."""
     b = ctx["browser"]
@@ -609,6 +729,8 @@ TESTS = [
     test_new_conversation_stops_a_running_one,
     test_copy_text_copies_the_text_not_the_markers,
     test_byte_tokens_show_the_character_they_complete,
+    test_inside_view_shows_attention_and_the_logit_lens,
+    test_inside_view_fits_a_narrow_screen,
     test_screenshot_of_a_scored_completion,
     test_narrow_screen_has_no_sideways_scroll,
     test_no_console_errors,

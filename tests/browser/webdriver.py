@@ -167,8 +167,10 @@ class Browser:
             {"type": "key", "id": "keyboard", "actions": acts}]})
         self.cmd("DELETE", "/actions")
 
-    def screenshot(self, path):
-        png = base64.b64decode(self.cmd("GET", "/screenshot"))
+    def screenshot(self, path, element=None):
+        """The viewport, or one element of the page."""
+        what = "/screenshot" if element is None else "/element/%s/screenshot" % element
+        png = base64.b64decode(self.cmd("GET", what))
         with open(path, "wb") as f:
             f.write(png)
 

@@ -2485,6 +2485,179 @@ class T8bChunkedPrefill(ServerCase):
         self.assertGreater(m["gpt2d_step_seconds_sum"], 0.0)
 
 
+class T10Inspect(ServerCase):
+    """POST /v1/inspect over HTTP: the numbers against the numpy reference,
+    the bounds, and what every endpoint has (an API key, CORS, metrics, an
+    access-log line, a hang-up that cancels).  tiny's shape with a 1024
+    context (long_model), so a long prompt's inspect lasts long enough to
+    hang up on; steps last at least 20 ms."""
+    NAME = "inspect"
+    KEY = "sk-inspect-%d" % os.getpid()
+    ORIGIN = "https://playground.example"
+    ARGS = ("--slots", "2", "--threads", "2", "--cors-origin", ORIGIN,
+            "--inspect-max-tokens", "1000", "--inspect-max-attention", "500")
+    ENV = {"GPT2D_API_KEY": KEY, "GPT2D_TEST_MIN_STEP_US": "20000"}
+    MODEL = staticmethod(long_model)
+    PROMPT = "The cat sat on the mat"
+
+    _model = None
+
+    @classmethod
+    def reference(cls):
+        if cls._model is None:
+            cls._model = gpt2_numpy.GPT2(long_model())
+        return cls._model
+
+    def inspect(self, body, **kw):
+        r = self.client(api_key=self.KEY).post("/v1/inspect", body, **kw)
+        self.assertEqual(r.status, 200, r)
+        return r.json
+
+    def test_numbers_match_the_reference(self):
+        a = self.inspect({"prompt": self.PROMPT, "logit_lens": 5,
+                          "layers": [1, 0], "attention": True})
+        ids = [t["id"] for t in a["tokens"]]
+        self.assertEqual(ids, main_client().post(
+            "/tokenize", {"content": self.PROMPT}).json["tokens"])
+        self.assertEqual("".join(t["text"] for t in a["tokens"]), self.PROMPT)
+        self.assertEqual(a["layers"], [1, 0])
+        self.assertEqual(a["usage"]["prompt_tokens"], len(ids))
+        m = self.reference()
+        att, resid, lens = m.inspect(ids)
+        for i, layer in enumerate(a["layers"]):
+            self.assertEqual(len(a["attention"][i]), m.n_head)
+            for h in range(m.n_head):
+                for q, row in enumerate(a["attention"][i][h]):
+                    self.assertEqual(len(row), q + 1)
+                    err = np.abs(np.array(row) - att[layer][h, q, :q + 1]).max()
+                    self.assertLessEqual(err, 1e-4, (layer, h, q))
+            norms = np.linalg.norm(resid[layer], axis=-1)
+            np.testing.assert_allclose(a["residual_norms"][i], norms, rtol=1e-4)
+            probs = np.exp(lens[layer] - lens[layer].max(-1, keepdims=True))
+            probs /= probs.sum(-1, keepdims=True)
+            for q, guesses in enumerate(a["logit_lens"][i]):
+                self.assertEqual(len(guesses), 5)
+                for g in guesses:
+                    want = probs[q, g["id"]]
+                    self.assertLessEqual(abs(g["prob"] - want), 2e-3 * want)
+                    raw = vocab().decode([g["id"]])
+                    try:
+                        want_text = raw.decode("utf-8")
+                    except UnicodeDecodeError:      # OpenAI's form of a byte piece
+                        want_text = "bytes:" + "".join("\\x%02x" % x for x in raw)
+                    self.assertEqual(g["text"], want_text)
+                # the reference's best five, near-ties aside
+                best = np.sort(probs[q])[::-1]
+                self.assertGreaterEqual(guesses[-1]["prob"], best[5] * (1 - 4e-3))
+
+    def test_last_layer_is_the_completions_top_logprobs(self):
+        a = self.inspect({"prompt": self.PROMPT, "logit_lens": 5,
+                          "layers": [1]})
+        self.assertNotIn("attention", a)
+        c = self.client(api_key=self.KEY).complete(
+            prompt=self.PROMPT, max_tokens=0, echo=True, logprobs=5)
+        top = c["choices"][0]["logprobs"]["top_logprobs"]
+        for p, guesses in enumerate(a["logit_lens"][0][:-1]):
+            # the five likeliest (an entry also holds the token itself)
+            want = dict(sorted(top[p + 1].items(), key=lambda kv: -kv[1])[:5])
+            self.assertEqual({g["text"] for g in guesses}, set(want), p)
+            for g in guesses:
+                self.assertAlmostEqual(g["prob"], math.exp(want[g["text"]]),
+                                       delta=1e-5 * g["prob"])
+
+    def test_only_what_was_asked_and_token_ids_alike(self):
+        a = self.inspect({"prompt": self.PROMPT})
+        self.assertEqual(set(a), {"id", "object", "model", "tokens", "layers",
+                                  "residual_norms", "usage"})
+        self.assertRegex(a["id"], r"^insp-[0-9a-f]{24}$")
+        self.assertEqual(a["object"], "inspect")
+        self.assertEqual(a["layers"], [0, 1])
+        self.assertEqual([len(r) for r in a["residual_norms"]],
+                         [len(a["tokens"])] * 2)
+        b = self.inspect({"prompt": [t["id"] for t in a["tokens"]]})
+        self.assertNotEqual(a.pop("id"), b.pop("id"))
+        self.assertEqual(a, b)
+
+    def test_bounds_are_400_with_the_numbers(self):
+        c = self.client(api_key=self.KEY)
+        # 4 heads x 55 = 220 per layer over 10 tokens: both layers fit 500
+        self.inspect({"prompt": list(range(100, 110)), "attention": True})
+        # 4 x 120 = 480 per layer over 15 tokens: one layer fits
+        e = self.assert_error(c.post("/v1/inspect", {
+            "prompt": list(range(100, 115)), "attention": True}), 400, "layers")
+        self.assertIn("960 probabilities", e["message"])
+        self.assertIn("at most 1 layers", e["message"])
+        self.inspect({"prompt": list(range(100, 115)), "attention": True,
+                      "layers": [1]})
+        e = self.assert_error(c.post("/v1/inspect", {
+            "prompt": list(range(100, 120)), "attention": True,
+            "layers": [0]}), 400, "prompt")
+        self.assertIn("fewer tokens", e["message"])
+        e = self.assert_error(c.post("/v1/inspect", {
+            "prompt": list(range(100, 1101))}), 400, "prompt")
+        self.assertIn("1001 tokens", e["message"])
+        self.assertIn("inspect-max-tokens", e["message"])
+        for body, param in (({"prompt": "x", "logit_lens": 9}, "logit_lens"),
+                            ({"prompt": "x", "layers": [2]}, "layers"),
+                            ({"prompt": "x", "attention": "yes"}, "attention"),
+                            ({"prompt": {"a": 1}}, "prompt")):
+            with self.subTest(body=body):
+                self.assert_error(c.post("/v1/inspect", body), 400, param)
+
+    def test_key_cors_metrics_and_the_access_log(self):
+        self.assert_error(self.client().post(
+            "/v1/inspect", {"prompt": "x"}), 401)
+        pre = self.client().request("OPTIONS", "/v1/inspect", headers={
+            "Origin": self.ORIGIN, "Access-Control-Request-Method": "POST",
+            "Access-Control-Request-Headers": "authorization, content-type"})
+        self.assertEqual(pre.status, 204, pre)
+        self.assertEqual(pre.headers.get("access-control-allow-origin"), self.ORIGIN)
+        self.assertIn("POST", pre.headers.get("access-control-allow-methods", ""))
+        c = self.client(api_key=self.KEY)
+        before = c.metrics()
+        r = c.post("/v1/inspect", {"prompt": self.PROMPT, "logit_lens": 1},
+                   headers={"Origin": self.ORIGIN})
+        self.assertEqual(r.status, 200, r)
+        self.assertEqual(r.headers.get("access-control-allow-origin"), self.ORIGIN)
+        self.assertEqual(r.headers.get("content-type"), "application/json")
+        self.assertEqual(r.headers.get("x-request-id"), r.json["id"])
+        mine = c.post("/v1/inspect", {"prompt": "x"}, headers={"X-Request-Id": "trace-17"})
+        self.assertEqual(mine.headers.get("x-request-id"), "trace-17")
+        after = c.metrics()
+
+        def delta(name):
+            return metric_sum(after, name) - metric_sum(before, name)
+        self.assertEqual(delta('gpt2d_requests_total{endpoint="inspect",code="200"}'), 2)
+        self.assertEqual(delta("gpt2d_inspect_bytes_total"),
+                         len(r.body) + len(mine.body))
+        self.assertEqual(delta("gpt2d_prompt_tokens_total"),
+                         r.json["usage"]["prompt_tokens"] + 1)
+        self.assertTrue(wait_for(lambda: re.search(
+            r"POST /v1/inspect 200 [0-9.]+ms prompt_tokens=%d completion_tokens=0 "
+            r"request_id=%s\b" % (r.json["usage"]["prompt_tokens"], r.json["id"]),
+            self.log_text()), 2),
+            self.server.log_tail())
+
+    def test_hang_up_cancels_and_frees_the_slot(self):
+        c = self.client(api_key=self.KEY)
+        before = metric_sum(c.metrics(), "gpt2d_requests_cancelled_total")
+        body = json.dumps({"prompt": list(range(100, 1100)), "logit_lens": 5})
+        s = socket.create_connection(("127.0.0.1", self.server.port))
+        s.sendall(http_request("POST", "/v1/inspect", body.encode(),
+                               headers=("Authorization: Bearer " + self.KEY,)))
+        self.assertTrue(wait_for(
+            lambda: metric_sum(c.metrics(), "gpt2d_slots_busy") == 1, 2),
+            "the inspect never ran")
+        s.close()
+
+        def freed():
+            m = c.metrics()
+            return (metric_sum(m, "gpt2d_requests_cancelled_total") == before + 1
+                    and metric_sum(m, "gpt2d_slots_busy") == 0)
+        self.assertTrue(wait_for(freed, 2), "not cancelled within 2 s")
+        self.assertTrue(wait_for(lambda: "POST /v1/inspect 499" in self.log_text(), 2))
+
+
 class T9Shutdown(ServerCase):
     NAME = "drain"
     ARGS = ("--slots", "2", "--threads", "1", "--drain-timeout", "500")

@@ -931,6 +931,12 @@ class Logs(LimitCase):
                     b'{"prompt": "' + C.encode() + b'\\u0000"}',
                     b'{"prompt": ' + C.encode()):
             self.assertEqual(c.post("/v1/completions", raw=raw).status, 400, raw)
+        r = c.post("/v1/inspect", {"prompt": "Inspect %s" % C, "model": C,
+                                   "user": C, "logit_lens": 1})
+        self.assertEqual(r.status, 200, r)
+        for body in ({"prompt": C, "layers": [C]}, {"prompt": [C]},
+                     {"prompt": C, "logit_lens": C}):
+            self.assertEqual(c.post("/v1/inspect", body).status, 400, body)
         self.assertEqual(c.post("/tokenize", {"content": C}).status, 200)
         self.assertEqual(c.post("/tokenize", {"content": [C]}).status, 400)
         self.assertEqual(c.post("/detokenize", {"tokens": [self.CANARY_ID]}).status, 400)
@@ -957,6 +963,7 @@ class Logs(LimitCase):
         self.assertGreaterEqual(len(re.findall(r"POST /v1/completions 200 ", text)),
                                 ok, text)
         self.assertIn("DELETE /v1/sessions/{id} 200", text)
+        self.assertIn("POST /v1/inspect 200", text)
         self.assertIn("POST /v1/completions 401", text)
 
     def test_log_prompts_does_log_the_prompt(self):
@@ -1055,7 +1062,7 @@ class PerKeyLimits(LimitCase):
     SLOTS = HOLD_SLOTS
     KEYS = {name: "sk-%s-%d-secret" % (name, os.getpid()) for name in (
         "holder", "spender", "refunded", "small", "queuer", "narrow", "other",
-        "metered", "anon")}
+        "metered", "inspector", "anon")}
     LINES = {
         "holder": "name=holder",
         "spender": "name=spender tokens-per-minute=100",
@@ -1065,6 +1072,7 @@ class PerKeyLimits(LimitCase):
         "narrow": "name=narrow max-seqs=1",
         "other": "name=other",
         "metered": "name=metered tokens-per-minute=100",
+        "inspector": "name=inspector tokens-per-minute=50",
         "anon": "",
     }
 
@@ -1119,6 +1127,37 @@ class PerKeyLimits(LimitCase):
         self.assertIn("can never run", err["message"])
         self.assertNotIn("retry-after", r.headers)
         c.complete(prompt="Hello", max_tokens=10)
+
+    def test_an_inspect_charges_its_prompt_to_the_keys_budget(self):
+        """/v1/inspect generates nothing: its prompt tokens are its charge,
+        refused as a completion's is, and counted under the key's name."""
+        c, anon = self.key("inspector"), self.key("anon")
+        before = anon.metrics()
+        thirty = list(range(100, 130))
+        r = c.post("/v1/inspect", {"prompt": thirty, "logit_lens": 1})
+        self.assertEqual(r.status, 200, r)
+        r = c.post("/v1/inspect", {"prompt": thirty})
+        err = self.assert_error(r, 429, None)
+        self.assertEqual(err["code"], "token_budget")
+        self.assertIn("may use 30 tokens (prompt 30)", err["message"])
+        self.assertIn("retry in %s s" % r.headers["retry-after"], err["message"])
+        r = c.post("/v1/inspect", {"prompt": list(range(100, 160))})
+        err = self.assert_error(r, 400, "prompt")
+        self.assertEqual(err["code"], "token_budget")
+        self.assertIn("50 tokens per minute: it can never run; send fewer tokens",
+                      err["message"])
+        after = wait_for(lambda: (lambda m: m if m.get(
+            'gpt2d_key_requests_total{key="inspector"}', 0)
+            - before.get('gpt2d_key_requests_total{key="inspector"}', 0) == 3
+            else None)(anon.metrics()), 5)
+        self.assertIsNotNone(after, "inspector's three requests were not counted")
+
+        def delta(series):
+            return after.get(series, 0) - before.get(series, 0)
+        self.assertEqual(delta('gpt2d_key_tokens_total{key="inspector",kind="prompt"}'), 30)
+        self.assertEqual(delta('gpt2d_key_refused_total{key="inspector",'
+                               'reason="token_budget"}'), 1)
+        self.assertEqual(delta('gpt2d_key_queue_wait_seconds_count{key="inspector"}'), 1)
 
     def test_max_queued_from_the_keys_file_is_that_keys_limit(self):
         q, other = self.key("queuer"), self.key("other")
@@ -1558,6 +1597,45 @@ for _value, _kind in ((1, "number"), ("yes", "string")):
                         completion(stream=True,
                                    stream_options={"include_usage": _value}),
                         {}, 400, "stream_options.include_usage", None))
+
+# /v1/inspect: every field's wrong types and values (each a 400 naming it),
+# and its method.
+def inspection(**fields):
+    """A valid inspect body with `fields` changed."""
+    body = {"prompt": "Hello there", "logit_lens": 1}
+    body.update(fields)
+    return J(body)
+
+
+INPUT_CASES += [
+    ("inspect_body_is_array", "POST", "/v1/inspect", b"[]", {}, 400, None, None),
+    ("inspect_empty_body", "POST", "/v1/inspect", b"", {}, 400, None, None),
+    ("method_get_inspect", "GET", "/v1/inspect", None, {}, 405, None, "POST"),
+    ("inspect_prompt_missing", "POST", "/v1/inspect", J({"attention": True}), {}, 400, "prompt", None),
+    ("inspect_prompt_empty", "POST", "/v1/inspect", inspection(prompt=""), {}, 400, "prompt", None),
+    ("inspect_prompt_no_ids", "POST", "/v1/inspect", inspection(prompt=[]), {}, 400, "prompt", None),
+    ("inspect_prompt_id_at_vocab_size", "POST", "/v1/inspect", inspection(prompt=[1, 50257]), {}, 400, "prompt", None),
+    ("inspect_prompt_over_the_context", "POST", "/v1/inspect", inspection(prompt=list(range(100, 165))), {}, 400, "prompt", None),
+    ("inspect_logit_lens_9", "POST", "/v1/inspect", inspection(logit_lens=9), {}, 400, "logit_lens", None),
+    ("inspect_logit_lens_negative", "POST", "/v1/inspect", inspection(logit_lens=-1), {}, 400, "logit_lens", None),
+    ("inspect_layers_empty", "POST", "/v1/inspect", inspection(layers=[]), {}, 400, "layers", None),
+    ("inspect_layer_past_the_model", "POST", "/v1/inspect", inspection(layers=[0, 2]), {}, 400, "layers", None),
+    ("inspect_layer_negative", "POST", "/v1/inspect", inspection(layers=[-1]), {}, 400, "layers", None),
+    ("inspect_layer_twice", "POST", "/v1/inspect", inspection(layers=[1, 1]), {}, 400, "layers", None),
+]
+for _field, _value, _kind in (
+        ("prompt", 5, "number"), ("prompt", True, "bool"), ("prompt", {"a": 1}, "object"),
+        ("prompt", [1.5], "float_token"), ("prompt", ["a"], "string_item"),
+        ("prompt", [[1]], "nested_ids"),
+        ("attention", 1, "number"), ("attention", "true", "string"),
+        ("logit_lens", "1", "string"), ("logit_lens", 1.5, "float"),
+        ("logit_lens", True, "bool"),
+        ("layers", 0, "number"), ("layers", "0", "string"), ("layers", [0.5], "float_item"),
+        ("layers", [True], "bool_item"), ("layers", [None], "null_item"),
+        ("model", 5, "number"), ("user", [], "array")):
+    INPUT_CASES.append(("inspect_%s_as_%s" % (_field, _kind), "POST",
+                        "/v1/inspect", inspection(**{_field: _value}), {},
+                        400, _field, None))
 
 # Requests that only a raw socket can send.  libmicrohttpd answers the
 # malformed ones itself, before any handler runs, with its own HTML page:

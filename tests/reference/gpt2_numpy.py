@@ -29,6 +29,11 @@ API:
     logits = model.forward(tokens, cache) # appends tokens, returns [n, V]
     logits = model.full(tokens)           # fresh cache, whole sequence
     toks, steps = model.greedy(prompt, n) # argmax generation, incremental
+    att, resid, lens = model.inspect(tokens)
+                                          # per layer: attention probabilities
+                                          # (H, n, n), the residual stream
+                                          # after the block (n, C), and the
+                                          # logit lens's logits (n, V)
 
 Command line (a quick look at a model):
     gpt2_numpy.py MODEL_DIR TOKEN...      # prints greedy continuation
@@ -215,12 +220,16 @@ class GPT2:
         # row i (position past+i) sees positions 0 .. past+i
         visible = np.arange(total)[None, :] <= (past + np.arange(n))[:, None]
         s = np.where(visible[None, :, :], s, -np.inf)
-        y = softmax_rows(s) @ vh                              # (H, n, D)
-        return y.transpose(1, 0, 2).reshape(n, H * D)
+        p = softmax_rows(s)                                   # (H, n, total)
+        y = p @ vh                                            # (H, n, D)
+        return y.transpose(1, 0, 2).reshape(n, H * D), p
 
-    def forward(self, tokens, cache):
+    def forward(self, tokens, cache, record=None):
         """Appends `tokens` to `cache` and returns the logits (n, V) of every
-        new token."""
+        new token.  With `record` (a dict of two lists), appends for each
+        layer record["attention"]: the new tokens' attention probabilities
+        (H, n, total), and record["residual"]: the residual stream after
+        the block (n, C)."""
         tokens = np.asarray(tokens, dtype=np.int64).reshape(-1)
         n = tokens.shape[0]
         if n == 0:
@@ -236,11 +245,14 @@ class GPT2:
             a = layer_norm(x, L["ln_1_w"], L["ln_1_b"], self.eps)
             qkv = a @ L["attn_w"] + L["attn_b"]
             q, k, v = qkv[:, :C], qkv[:, C:2 * C], qkv[:, 2 * C:]
-            y = self._attention(q, cache, i, k, v)
+            y, p = self._attention(q, cache, i, k, v)
             x = x + (y @ L["proj_w"] + L["proj_b"])
             m = layer_norm(x, L["ln_2_w"], L["ln_2_b"], self.eps)
             h = gelu_tanh(m @ L["fc_w"] + L["fc_b"])
             x = x + (h @ L["mproj_w"] + L["mproj_b"])
+            if record is not None:
+                record["attention"].append(p)
+                record["residual"].append(x)
         cache.n_tokens = past + n
         x = layer_norm(x, self.ln_f_w, self.ln_f_b, self.eps)
         return x @ self.lm_head.T
@@ -248,6 +260,19 @@ class GPT2:
     def full(self, tokens):
         """Logits (n, V) of every position, recomputed from scratch."""
         return self.forward(tokens, self.new_cache())
+
+    def inspect(self, tokens):
+        """One run over `tokens` from an empty cache, looked inside.  Returns
+        three lists over the layers: the attention probabilities (H, n, n),
+        zero above the diagonal (row i is the query at position i); the
+        residual stream after the block (n, C); and the logit lens, that
+        stream through the final LayerNorm and the unembedding (n, V): the
+        last layer's is the model's own logits."""
+        record = {"attention": [], "residual": []}
+        self.forward(tokens, self.new_cache(), record)
+        lens = [layer_norm(x, self.ln_f_w, self.ln_f_b, self.eps)
+                @ self.lm_head.T for x in record["residual"]]
+        return record["attention"], record["residual"], lens
 
     def greedy(self, prompt, n_new):
         """Argmax generation through the KV cache.  Returns (tokens,

@@ -45,7 +45,19 @@ cases.json (all paths relative to DATA_DIR):
                                          generated steps (kept >= 10 x
                                          tolerance, so argmax is unambiguous)
             "fills_context": false }     true: len(tokens) == n_ctx
-        ] } ] }
+        ],
+        "inspect": "fixtures/tiny.inspect.json" } ] }
+
+The inspect file (POST /v1/inspect's quantities, for the "prompt" sequence):
+
+  { "tokens": [ ... ],
+    "attention": [layer][head][query] -> query + 1 probabilities (keys
+                 0..query), as the reference's softmax gives them,
+    "residual_norms": [layer][position] -> L2 norm of the residual stream
+                 after the layer's block,
+    "lens": [layer][position] -> the LENS_TOP most likely next tokens of
+                 that stream through the final LayerNorm and the
+                 unembedding, [[id, probability], ...] most likely first }
 
 A .f32 file holds len(tokens) rows of vocab_size little-endian float32,
 row-major: row i is the logits after tokens[0..i] (the distribution of token
@@ -53,7 +65,9 @@ i+1).  The reference computes in float64 with full recompute; before writing,
 this script checks that the reference's KV-cache path (token by token and in
 uneven chunks) agrees with full recompute to 1e-9, that the safetensors file
 reads back bit-exactly, and that a plain-loop implementation agrees with the
-vectorised one on the tiny model.
+vectorised one on the tiny model; for the inspect file, that the attention
+rows are distributions, the same in uneven chunks, and that the last
+layer's lens is the model's own logits.
 """
 
 import hashlib
@@ -77,6 +91,8 @@ MIN_MARGIN = 10 * TOLERANCE
 GREEDY_PROMPT = 5
 GREEDY_NEW = 16
 PROMPT_LEN = 19
+LENS_TOP = 8        # the lens guesses kept: more than the API's 5, so a
+                    # near-tie at the 5th place is still in the file
 
 # name, layers, heads, width, n_ctx, dtype, prefix, untied, context sequence?
 MODELS = [
@@ -247,6 +263,48 @@ def reference_sequences(data_dir, name, m, m32, rng, T, ctx):
     return seqs
 
 
+def reference_inspect(data_dir, name, m, tokens):
+    """The inspect fixture of `tokens` under model `m`; returns its path
+    relative to data_dir."""
+    att, resid, lens = m.inspect(tokens)
+    n = len(tokens)
+    full = m.full(tokens)
+    err = np.abs(lens[-1] - full).max()
+    check(err < 1e-9, "last layer's lens vs the logits: %g" % err)
+    for p in att:
+        check(np.abs(p.sum(axis=-1) - 1).max() < 1e-12, "attention rows sum to 1")
+        check(not np.triu(p, 1).any(), "attention is causal")
+    # the same rows when the prompt comes in uneven chunks through the cache
+    record, cache, at = {"attention": [], "residual": []}, m.new_cache(), 0
+    for size in (4, 7, 1, 11, 64):
+        if at >= n:
+            break
+        m.forward(tokens[at:at + size], cache, record)
+        at += size
+    for layer, p in enumerate(att):
+        rows = [r for i, r in enumerate(record["attention"])
+                if i % m.n_layer == layer]
+        got = np.concatenate([np.pad(r, ((0, 0), (0, 0), (0, n - r.shape[2])))
+                              for r in rows], axis=1)
+        err = np.abs(got - p).max()
+        check(err < 1e-12, "chunked vs whole attention: %g" % err)
+    out = {"tokens": tokens, "attention": [], "residual_norms": [],
+           "lens": []}
+    for p, x, logits in zip(att, resid, lens):
+        out["attention"].append([[p[h, q, :q + 1].tolist() for q in range(n)]
+                                 for h in range(m.n_head)])
+        out["residual_norms"].append(np.linalg.norm(x, axis=-1).tolist())
+        probs = np.exp(logits - logits.max(axis=-1, keepdims=True))
+        probs /= probs.sum(axis=-1, keepdims=True)
+        top = np.argsort(-probs, axis=-1, kind="stable")[:, :LENS_TOP]
+        out["lens"].append([[[int(t), float(probs[q, t])] for t in top[q]]
+                            for q in range(n)])
+    rel = "fixtures/%s.inspect.json" % name
+    with open(os.path.join(data_dir, rel), "w", encoding="utf-8") as f:
+        json.dump(out, f)
+    return rel
+
+
 def build(data_dir):
     tok_dir = os.path.join(data_dir, "tokenizer")
     fix_dir = os.path.join(data_dir, "fixtures")
@@ -290,7 +348,9 @@ def build(data_dir):
             "load_kv_dtype": "float32", "quick": True,
             "n_layer": L, "n_head": H, "n_embd": C, "n_ctx": T,
             "vocab_size": m.vocab_size, "dtype": dtype, "prefix": prefix,
-            "tied": not untied, "sequences": seqs}
+            "tied": not untied, "sequences": seqs,
+            "inspect": reference_inspect(data_dir, name, m,
+                                         seqs[0]["tokens"])}
         cases["models"].append(entry)
         for suffix, matrices, kv in HALF_VARIANTS.get(name, ()):
             # the reference rounds what gpt2d keeps as halves: the matrices
@@ -301,13 +361,16 @@ def build(data_dir):
                     mdir, dtype=dt,
                     matrices=np.float16 if matrices == "float16" else None,
                     kv=np.float16 if kv == "float16" else None)
+            variant = half(np.float64)
+            vseqs = reference_sequences(
+                data_dir, name + suffix, variant, half(np.float32),
+                np.random.default_rng(3000 + seed), T, ctx)
             cases["models"].append(dict(
                 entry, name=name + suffix, load_dtype=matrices,
                 load_kv_dtype=kv, quick=name + suffix in QUICK_VARIANTS,
-                sequences=reference_sequences(
-                    data_dir, name + suffix, half(np.float64),
-                    half(np.float32), np.random.default_rng(3000 + seed), T,
-                    ctx)))
+                sequences=vseqs,
+                inspect=reference_inspect(data_dir, name + suffix, variant,
+                                          vseqs[0]["tokens"])))
         if dtype == "F16":
             # the same values widened to float panels: the same logits
             cases["models"].append(dict(entry, name=name + "@float32",

@@ -4,7 +4,9 @@
 C client threads send N requests in all, each thread its own seeded plan of
 about N/C: streaming and plain completions, n > 1 and best_of, several
 prompts in one request, echo + logprobs scoring, multi-turn sessions (and a
-DELETE when a conversation is full), /tokenize and /detokenize round trips,
+DELETE when a conversation is full), /v1/inspect (attention, logit lens and
+norms of random layers, some sent twice: the same answer, byte for byte,
+whatever ran beside it, but for its id), /tokenize and /detokenize round trips,
 /v1/models, /health, /v1/sessions, and bad inputs that must each get their
 own exact 4xx OpenAI error object.  A fraction (--drop, 20 %) are dropped on
 purpose: the client closes its socket halfway through the request body,
@@ -67,7 +69,7 @@ STOPS = [" the", ".", ",", " and", "\n", "ing", " of"]
 UNICODE_SNIPPETS = ["héllo wörld", "日本語のテキスト", "party 🎉🎈", "tab\tand\nnewline",
                     "  two  spaces ", "Ωμέγα", "naïve café", "ÿ\u00a0nbsp"]
 ID_RE = re.compile(r"cmpl-[0-9a-f]{24}")
-ENDPOINTS = ("completions", "models", "health", "metrics", "tokenize",
+ENDPOINTS = ("completions", "inspect", "models", "health", "metrics", "tokenize",
              "detokenize", "sessions", "other")
 LP_TOLERANCE = 1e-3         # a logprob may round a hair above 0
 
@@ -76,10 +78,10 @@ LP_TOLERANCE = 1e-3         # a logprob may round a hair above 0
 KIND_WEIGHTS = [
     ("stream", 20), ("complete", 14), ("twin", 8), ("n", 8), ("multi", 5),
     ("echo", 7), ("session", 14), ("tokenize", 5), ("detokenize", 4),
-    ("bad", 11), ("info", 4),
+    ("bad", 11), ("info", 4), ("inspect", 6),
 ]
 DROP_KINDS = [("stream", 40), ("complete", 20), ("n", 12), ("multi", 8),
-              ("echo", 8), ("session", 12)]
+              ("echo", 8), ("session", 12), ("inspect", 6)]
 
 
 class Bad(Exception):
@@ -478,6 +480,8 @@ class Config:
         self.n_ctx = info["n_ctx"]
         self.slots = info["slots"]
         self.vocab_size = info["vocab_size"]
+        self.n_layer = info["n_layer"]
+        self.n_head = info["n_head"]
         self.max_body = args.max_body
         self.max_tokens = max(1, min(args.max_tokens, self.n_ctx - 1))
         self.timeout = args.timeout
@@ -542,6 +546,13 @@ def bad_cases(cfg):
         ("detokenize", "POST", "/detokenize", {"tokens": [v + 1]},
          {"status": 400, "param": "tokens",
           "message": r"tokens\[0\] is not a token id in \[0, %d\)" % v}),
+        ("inspect", "POST", "/v1/inspect", {"prompt": "Hi", "logit_lens": 9},
+         {"status": 400, "param": "logit_lens",
+          "message": r"logit_lens must be between 0 and 5, got 9"}),
+        ("inspect", "POST", "/v1/inspect", {"prompt": "Hi", "layers": [0, cfg.n_layer]},
+         {"status": 400, "param": "layers",
+          "message": r"layers\[1\] is %d; the model's layers are 0 to %d"
+                     % (cfg.n_layer, cfg.n_layer - 1)}),
         ("detokenize", "POST", "/detokenize", {"tokens": "x"},
          {"status": 400, "param": "tokens", "message": r"tokens must be an array of token ids"}),
         ("sessions", "DELETE", "/v1/sessions/soak-never-%s" % cfg.tag, None,
@@ -596,6 +607,7 @@ class ClientThread:
         self.client = Client("127.0.0.1", cfg.port, timeout=cfg.timeout)
         self.last_stream = None     # (spec, StreamResult) for a twin
         self.last_tokenized = None  # (text, ids) for a detokenize
+        self.last_inspect = None    # (body, answer) to send again
         self.session = None         # [id, history ids]
         self.n_sessions = 0
         self.abandoned = []         # sessions whose last request was dropped
@@ -877,10 +889,43 @@ class ClientThread:
             need(r.status == 200, "sessions: %r", r)
             check_session_list(r.json, self.cfg)
 
+    def inspect_body(self):
+        rng, cfg = self.rng, self.cfg
+        n = rng.randint(1, min(20, cfg.n_ctx))
+        ids = WORDS.ids(rng, n)
+        body = {"prompt": ids if rng.random() < 0.6 else WORDS.text(ids),
+                "attention": rng.random() < 0.6, "logit_lens": rng.randint(0, 5)}
+        if rng.random() < 0.5:
+            body["layers"] = rng.sample(range(cfg.n_layer),
+                                        rng.randint(1, cfg.n_layer))
+        return body, ids
+
+    def do_inspect(self):
+        """An inspect, checked in shape and sense; now and then the last one
+        again, which must give the very same bytes."""
+        if self.last_inspect is not None and self.rng.random() < 0.3:
+            body, answer = self.last_inspect
+            self.last_inspect = None
+            r = self.http("inspect", "POST", "/v1/inspect", body=body)
+            need(r.status == 200, "inspect again: %r", r)
+            # the same bytes after the answer's own id ({"id":"insp-…",)
+            need(r.body.split(b",", 1)[1] == answer.split(b",", 1)[1],
+                 "inspect again: a different answer")
+            self.tally.twins += 1
+            return
+        body, ids = self.inspect_body()
+        r = self.http("inspect", "POST", "/v1/inspect", body=body)
+        need(r.status == 200, "inspect: %r", r)
+        check_inspect(body, ids, r.json, self.cfg)
+        self.last_inspect = (body, r.body)
+
     # ---- dropping ----
 
     def do_drop(self, kind):
         rng = self.rng
+        if kind == "inspect":
+            # not streamed: its client leaves before or while the answer comes
+            return self.drop("inspect", self.inspect_body()[0], 1, False, 0)
         stream = kind == "stream" or (kind in ("n", "multi", "echo", "session")
                                       and rng.random() < 0.5)
         if kind == "session":
@@ -892,18 +937,27 @@ class ClientThread:
             self.session = None
         else:
             spec = self.spec(kind, stream)
+        return self.drop("completions", spec.body(), len(spec.prompts), stream,
+                         spec.max_tokens + 1)
+
+    def drop(self, endpoint, body, n_engine, stream, max_events):
+        """Sends `body` to /v1/`endpoint` (n_engine engine requests) and
+        leaves halfway through the body, right after sending it, once the
+        answer's headers are in, or (streams) after up to max_events
+        events."""
+        rng = self.rng
         modes = [("mid_body", 15), ("after_send", 25), ("after_headers", 10)]
         if stream:
             modes.append(("mid_stream", 50))
         mode = weighted(rng, modes)
-        body = json.dumps(spec.body()).encode("utf-8")
-        self.tally.sent["completions"] += 1
-        self.tally.dropped["completions"] += 1
-        self.tally.dropped_engine += len(spec.prompts)
+        body = json.dumps(body).encode("utf-8")
+        self.tally.sent[endpoint] += 1
+        self.tally.dropped[endpoint] += 1
+        self.tally.dropped_engine += n_engine
         self.tally.drop_modes[mode] += 1
         s = socket.create_connection(("127.0.0.1", self.cfg.port), timeout=self.cfg.timeout)
         try:
-            head = request_head("POST", "/v1/completions", self.cfg.port, len(body))
+            head = request_head("POST", "/v1/" + endpoint, self.cfg.port, len(body))
             if mode == "mid_body":
                 s.sendall(head + body[:rng.randint(1, len(body) - 1)])
                 return
@@ -912,7 +966,7 @@ class ClientThread:
                 time.sleep(rng.choice([0.0, 0.0, rng.uniform(0, 0.05)]))
                 return
             self.read_until_events(s, 0 if mode == "after_headers"
-                                   else rng.randint(0, spec.max_tokens + 1))
+                                   else rng.randint(0, max_events))
             if mode == "mid_stream" and rng.random() < 0.5:
                 # a reset instead of an orderly close
                 s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
@@ -939,6 +993,7 @@ class ClientThread:
             "n": self.do_n, "multi": self.do_multi, "echo": self.do_echo,
             "session": self.do_session, "tokenize": self.do_tokenize,
             "detokenize": self.do_detokenize, "bad": self.do_bad, "info": self.do_info,
+            "inspect": self.do_inspect,
         }
         for number, (kind, drop_kind) in items:
             t0 = time.monotonic()
@@ -964,6 +1019,41 @@ class ClientThread:
                                    % (self.index, number, kind, message,
                                       "\n      request: " + self.last_request
                                       if self.last_request else ""))
+
+
+def check_inspect(body, ids, a, cfg):
+    """An inspect answer: the prompt's tokens, the layers asked for, each
+    attention row a distribution over its keys, the lens's k guesses best
+    first, positive norms."""
+    need(set(a) == {"id", "object", "model", "tokens", "layers", "residual_norms", "usage"}
+         | ({"attention"} if body["attention"] else set())
+         | ({"logit_lens"} if body["logit_lens"] else set()), "inspect keys %s", sorted(a))
+    need(a["object"] == "inspect" and a["model"] == cfg.model, "inspect %s", short(a))
+    n = len(ids)
+    need([t["id"] for t in a["tokens"]] == ids, "inspect tokens %s", short(a["tokens"]))
+    need(a["usage"] == {"prompt_tokens": n, "total_tokens": n}, "inspect usage %r", a["usage"])
+    layers = body.get("layers", list(range(cfg.n_layer)))
+    need(a["layers"] == layers, "inspect layers %r, asked %r", a["layers"], layers)
+    for i in range(len(layers)):
+        norms = a["residual_norms"][i]
+        need(len(norms) == n and all(isinstance(x, (int, float)) and x > 0 for x in norms),
+             "inspect norms %s", short(norms))
+        if body["attention"]:
+            heads = a["attention"][i]
+            need(len(heads) == cfg.n_head, "inspect heads %d", len(heads))
+            for rows in heads:
+                need(len(rows) == n, "inspect rows %d", len(rows))
+                for q, row in enumerate(rows):
+                    need(len(row) == q + 1 and all(0 <= x <= 1 for x in row)
+                         and abs(sum(row) - 1) < 1e-4, "inspect attention row %s", short(row))
+        if body["logit_lens"]:
+            for guesses in a["logit_lens"][i]:
+                probs = [g["prob"] for g in guesses]
+                need(len(guesses) == body["logit_lens"]
+                     and all(isinstance(g["id"], int) and 0 <= g["id"] < cfg.vocab_size
+                             and isinstance(g["text"], str) for g in guesses)
+                     and all(0 < p <= 1 for p in probs) and probs == sorted(probs, reverse=True),
+                     "inspect lens %s", short(guesses))
 
 
 def check_session_list(body, cfg):
@@ -1111,9 +1201,11 @@ def server_info(client, model_dir):
     m = r.json["data"][0]
     metrics = parse_metrics(client.get("/metrics").body.decode("utf-8"))
     with open(os.path.join(model_dir, "config.json"), encoding="utf-8") as f:
-        vocab_size = json.load(f).get("vocab_size", 50257)
+        config = json.load(f)
     return {"model": m["id"], "n_ctx": m["max_model_len"],
-            "slots": int(metrics["gpt2d_slots_total"]), "vocab_size": vocab_size}
+            "slots": int(metrics["gpt2d_slots_total"]),
+            "vocab_size": config.get("vocab_size", 50257),
+            "n_layer": config["n_layer"], "n_head": config["n_head"]}
 
 
 def run_phase(threads, start, stop):

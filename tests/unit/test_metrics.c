@@ -477,7 +477,10 @@ START_TEST(test_token_counters_add_exactly)
     metrics_add_cached_tokens(0);
     metrics_cancelled();
     metrics_cancelled();
+    metrics_add_inspect_bytes(1000);
+    metrics_add_inspect_bytes(234);
     scrape_now(b, NULL);
+    ck_assert_double_eq(delta(a, b, "gpt2d_inspect_bytes_total", ""), 1234);
     ck_assert_double_eq(delta(a, b, "gpt2d_prompt_tokens_total", ""), 123);
     ck_assert_double_eq(delta(a, b, "gpt2d_generated_tokens_total", ""), 16);
     ck_assert_double_eq(delta(a, b, "gpt2d_cached_tokens_total", ""), 64);
@@ -604,6 +607,7 @@ START_TEST(test_route_paths_count_under_their_endpoint)
     scrape_now(a, NULL);
     metrics_request_done("/v1/completions", 200);
     metrics_request_done("/v1/chat/completions", 200);
+    metrics_request_done("/v1/inspect", 400);
     metrics_request_done("/v1/models/{id}", 404);
     metrics_request_done("/v1/sessions/{id}", 409);
     metrics_request_done("/tokenize", 200);
@@ -614,6 +618,7 @@ START_TEST(test_route_paths_count_under_their_endpoint)
     const char *m = "gpt2d_requests_total";
     ck_assert_double_eq(delta(a, b, m, "endpoint=\"completions\",code=\"200\""), 1);
     ck_assert_double_eq(delta(a, b, m, "endpoint=\"chat\",code=\"200\""), 1);
+    ck_assert_double_eq(delta(a, b, m, "endpoint=\"inspect\",code=\"400\""), 1);
     ck_assert_double_eq(delta(a, b, m, "endpoint=\"models\",code=\"404\""), 1);
     ck_assert_double_eq(delta(a, b, m, "endpoint=\"sessions\",code=\"409\""), 1);
     ck_assert_double_eq(delta(a, b, m, "endpoint=\"tokenize\",code=\"200\""), 1);

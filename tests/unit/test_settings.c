@@ -23,7 +23,7 @@
 static const char *const option_names[] = {
     "model", "host", "port", "dtype", "matmul", "kv-dtype", "threads", "slots", "kv-memory", "max-queue", "max-batch-rows",
     "max-body", "max-connections", "timeout", "request-timeout", "max-n",
-    "drain-timeout", "web-root",
+    "inspect-max-tokens", "inspect-max-attention", "drain-timeout", "web-root",
     "api-key-file", "cors-origin", "chat-template", "config", "port-file",
     "log-prompts",
     "log-level", "tokens-per-minute-per-key", "trusted-proxy",
@@ -157,6 +157,8 @@ START_TEST(test_defaults_are_the_documented_ones)
     ck_assert_uint_eq(s.connection_timeout, 60);
     ck_assert_uint_eq(s.request_timeout, 30);
     ck_assert_uint_eq(s.max_n, 4);
+    ck_assert_uint_eq(s.inspect_max_tokens, 256);
+    ck_assert_uint_eq(s.inspect_max_attention, 5000000);
     ck_assert_int_eq(s.drain_ms, 10000);
     ck_assert_str_eq(s.web_root, GPT2D_DEFAULT_WEB_ROOT);
     ck_assert_ptr_null(s.api_key_file);
@@ -193,6 +195,8 @@ START_TEST(test_config_file_sets_every_kind_of_value)
         "timeout = 0\n"
         "request-timeout = 5\n"
         "max-n = 2\n"
+        "inspect-max-tokens = 64\n"
+        "inspect-max-attention = 1000\n"
         "drain-timeout = 250\n"
         "web-root = /srv/web\n"
         "api-key-file = /etc/keys\n"
@@ -218,6 +222,8 @@ START_TEST(test_config_file_sets_every_kind_of_value)
     ck_assert_uint_eq(s.connection_timeout, 0);
     ck_assert_uint_eq(s.request_timeout, 5);
     ck_assert_uint_eq(s.max_n, 2);
+    ck_assert_uint_eq(s.inspect_max_tokens, 64);
+    ck_assert_uint_eq(s.inspect_max_attention, 1000);
     ck_assert_int_eq(s.drain_ms, 250);
     ck_assert_str_eq(s.web_root, "/srv/web");
     ck_assert_str_eq(s.api_key_file, "/etc/keys");
@@ -621,6 +627,8 @@ START_TEST(test_example_config_lists_every_option_with_its_default)
     ck_assert_uint_eq(s.connection_timeout, defaults.connection_timeout);
     ck_assert_uint_eq(s.request_timeout, defaults.request_timeout);
     ck_assert_uint_eq(s.max_n, defaults.max_n);
+    ck_assert_uint_eq(s.inspect_max_tokens, defaults.inspect_max_tokens);
+    ck_assert_uint_eq(s.inspect_max_attention, defaults.inspect_max_attention);
     ck_assert_int_eq(s.drain_ms, defaults.drain_ms);
     ck_assert_int_eq(s.log_prompts, defaults.log_prompts);
     ck_assert_int_eq(s.log_level, defaults.log_level);
