@@ -459,6 +459,14 @@ static void render_gauges(FILE *f, const metrics_gauges *st)
     render_gauge(f, "gpt2d_slots_total", "Sequences that may run at once (--slots).",
                  st->slots_total);
     render_gauge(f, "gpt2d_slots_busy", "Sequences running.", st->slots_busy);
+    render_gauge(f, "gpt2d_work_waiting", "Requests waiting for the work pool "
+                 "(parsing, tokenizing, detokenizing).", st->work_waiting);
+    render_gauge(f, "gpt2d_work_running", "Jobs the work pool runs.", st->work_running);
+    render_gauge(f, "gpt2d_response_memory_bytes", "Bytes held for answers not "
+                 "yet read, and for jobs running (--response-memory).",
+                 st->response_memory);
+    render_gauge(f, "gpt2d_response_memory_max_bytes", "--response-memory.",
+                 st->response_memory_max);
     const char *name = "gpt2d_kv_blocks";
     render_header(f, name, "gauge",
                   "KV-cache blocks in RAM: free, cached (a reusable prefix no "
