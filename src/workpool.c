@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "gpt2d/log.h"
+#include "gpt2d/monotonic.h"
 
 /* How often a waiting caller looks at its client. */
 #define POLL_MS 20
@@ -241,23 +242,6 @@ void workpool_stop(workpool *p)
     free(p);
 }
 
-static struct timespec after_ms(struct timespec t, long ms)
-{
-    t.tv_sec += ms / 1000;
-    t.tv_nsec += (ms % 1000) * 1000000L;
-    if (t.tv_nsec >= 1000000000L) {
-        t.tv_sec++;
-        t.tv_nsec -= 1000000000L;
-    }
-    return t;
-}
-
-static bool reached(const struct timespec *now, const struct timespec *t)
-{
-    return now->tv_sec > t->tv_sec ||
-           (now->tv_sec == t->tv_sec && now->tv_nsec >= t->tv_nsec);
-}
-
 /* Whether a waiting job must leave the queue without running, and why
  * (under the lock; the client is asked separately). */
 static work_status wait_over(workpool *p, waiter *w,
@@ -265,9 +249,8 @@ static work_status wait_over(workpool *p, waiter *w,
 {
     if (p->stopping)
         return WORK_STOPPING;
-    struct timespec now;
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    if (!reached(&now, deadline))
+    struct timespec now = monotonic_now();
+    if (monotonic_before(&now, deadline))
         return WORK_DONE;
     work_status lack = memory_lack(p, w);
     return lack != WORK_DONE ? lack : WORK_BUSY;
@@ -305,9 +288,8 @@ work_status workpool_run(workpool *p, const work_job *job, work_charge *charge)
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_cond_init(&w.cond, &ca);
     pthread_condattr_destroy(&ca);
-    struct timespec deadline;
-    clock_gettime(CLOCK_MONOTONIC, &deadline);
-    deadline = after_ms(deadline, (long)p->wait_ms);
+    struct timespec now = monotonic_now();
+    const struct timespec deadline = monotonic_after_ms(&now, (long)p->wait_ms);
 
     pthread_mutex_lock(&p->lock);
     work_status st = enqueue(p, &w);
@@ -330,9 +312,8 @@ work_status workpool_run(workpool *p, const work_job *job, work_charge *charge)
             if (w.done)
                 break;
         }
-        struct timespec now, until;
-        clock_gettime(CLOCK_MONOTONIC, &now);
-        until = after_ms(now, POLL_MS);
+        now = monotonic_now();
+        struct timespec until = monotonic_after_ms(&now, POLL_MS);
         pthread_cond_timedwait(&w.cond, &p->lock, &until);
     }
     if (w.done) {
