@@ -12,21 +12,13 @@
 #include <string.h>
 
 #include "gpt2d/api.h"
-#include "test_util.h"
+#include "test_api_util.h"
 
 static tokenizer *tok;
 
 static void load_tokenizer(void)
 {
-    char vocab[4096], merges[4096];
-    test_data_path(vocab, sizeof vocab, "tokenizer/vocab.json");
-    test_data_path(merges, sizeof merges, "tokenizer/merges.txt");
-    gpt2d_error err;
-    if (tokenizer_load(&tok, vocab, merges, &err) != 0) {
-        fprintf(stderr, "tokenizer_load: %s (run tests/data/fetch-tokenizer.sh)\n",
-                err.message);
-        exit(EXIT_FAILURE);
-    }
+    tok = test_load_tokenizer();
 }
 
 static void free_tokenizer(void)
