@@ -142,20 +142,14 @@ static void charge_add(workpool *p, work_caller *c, size_t bytes)
 
 /* ---- workers ---- */
 
-/* nice +WORKPOOL_NICE for the calling thread only (Linux keeps a nice value
- * per thread).  Raising it needs no privilege; failing, the thread runs at
- * the daemon's own priority and the pool still bounds how many run. */
+/* Nice WORKPOOL_NICE, the lowest priority, for the calling thread only
+ * (Linux keeps a nice value per thread).  Lowering one's priority needs no
+ * privilege; failing, the thread runs at the daemon's own priority and the
+ * pool still bounds how many run. */
 static void lower_priority(void)
 {
-    id_t tid = (id_t)gettid();
-    errno = 0;
-    int nice = getpriority(PRIO_PROCESS, tid);
-    if (errno == 0) {
-        nice = nice + WORKPOOL_NICE > 19 ? 19 : nice + WORKPOOL_NICE;
-        if (setpriority(PRIO_PROCESS, tid, nice) == 0)
-            return;
-    }
-    log_warn("work pool: cannot lower a worker's priority: %s", strerror(errno));
+    if (setpriority(PRIO_PROCESS, (id_t)gettid(), WORKPOOL_NICE) != 0)
+        log_warn("work pool: cannot lower a worker's priority: %s", strerror(errno));
 }
 
 static void *worker_main(void *arg)

@@ -8,10 +8,13 @@
  * answer a client did not read stayed in memory whole.
  *
  * CPU.  Jobs run on the pool's own threads, at most `threads` at once, each
- * at nice +WORKPOOL_NICE: on a core the engine also wants, the scheduler
- * gives such a thread about a tenth of an engine thread's time (CFS weights
- * 110 against 1024), so the engine keeps some 90 % of the CPU however many
- * requests wait here; an idle machine runs them at full speed.
+ * at nice WORKPOOL_NICE, the lowest priority: on a core the engine also
+ * wants, the scheduler gives such a thread about 1.5 % of an engine
+ * thread's time (CFS weights 15 against 1024), however many requests wait
+ * here; an idle machine runs them at full speed.  (Nice 10, a weight of
+ * 110, let the pool take a third to a half of a stream's speed: the
+ * engine's workers yield while they wait for each other, dozens of times a
+ * step, and each yield handed the core to a job for a while.)
  *
  * Fairness.  A free worker takes the oldest waiting job of the caller (an
  * account digest, api.h's api_caller.account) that runs the fewest jobs,
@@ -41,7 +44,7 @@
 #include "gpt2d/error.h"
 #include "gpt2d/sha256.h"
 
-#define WORKPOOL_NICE 10
+#define WORKPOOL_NICE 19
 
 typedef struct workpool workpool;
 typedef struct work_caller work_caller;
