@@ -97,7 +97,8 @@ static const option_spec options[] = {
       "threads: a seed reproduces only when its request runs alone) or auto "
       "(panels on CPUs with AVX2 and FMA, blas elsewhere)." },
     { "threads", 't', OPT_COUNT, FIELD(threads), "N", NULL, "the number of online CPUs",
-      1, 1024, false, "Worker threads for the forward pass." },
+      1, 1024, false, "Worker threads for the forward pass; as many again, at "
+      "nice 19, parse and tokenize requests." },
     { "kv-dtype", 0, OPT_KV_DTYPE, FIELD(kv_half), "TYPE", "float32", NULL, 0, 0, false,
       "How the KV cache keeps keys and values: float32 (exact) or float16 (rounded "
       "to half: half the memory per slot, less to read per step)." },
