@@ -134,6 +134,7 @@ int api_work(const api_ctx *ctx, const api_caller *who,
                       "that its clients have not yet read hold its share of the "
                       "server's response-memory; retry once they are read");
         e.code = "response_memory_per_key";
+        metrics_key_refused(who->metrics_key, METRICS_REFUSED_RESPONSE_MEMORY);
         break;
     case WORK_NO_MEMORY:
         api_error_set(&e, 503, NULL, "answers that clients have not yet read hold "

@@ -215,6 +215,7 @@ void metrics_observe_batch_rows(size_t rows)
 
 static const char *const refusal_names[METRICS_N_REFUSALS] = {
     "queue_full", "max_queued_per_key", "token_budget", "max_sessions_per_key",
+    "response_memory_per_key",
 };
 
 typedef struct key_series {

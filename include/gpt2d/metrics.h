@@ -58,6 +58,7 @@ typedef enum metrics_refusal {
     METRICS_REFUSED_MAX_QUEUED,         /* max_queued_per_key */
     METRICS_REFUSED_TOKEN_BUDGET,       /* token_budget */
     METRICS_REFUSED_MAX_SESSIONS,       /* max_sessions_per_key */
+    METRICS_REFUSED_RESPONSE_MEMORY,    /* response_memory_per_key */
     METRICS_N_REFUSALS,
 } metrics_refusal;
 

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "gpt2d/api.h"
+#include "gpt2d/metrics.h"
 #include "test_api_util.h"
 
 static tokenizer *tok;
@@ -299,6 +300,13 @@ START_TEST(test_a_caller_whose_answers_hold_its_half_is_refused_with_the_reason)
                      "response_memory_per_key");
     ck_assert_str_eq(json_string_value(json_object_get(e, "type")), "rate_limit_error");
     json_decref(root);
+    /* counted under the caller's key (a client address: the unnamed one) */
+    char *metrics = metrics_render(NULL);
+    ck_assert_ptr_nonnull(metrics);
+    ck_assert_msg(strstr(metrics, "gpt2d_key_refused_total{key=\"-\","
+                                  "reason=\"response_memory_per_key\"} 1\n") != NULL,
+                  "%s", metrics);
+    free(metrics);
     /* another caller still has its half */
     api_tokenize(&ctx, &b, body, strlen(body), NULL, &other);
     ck_assert_int_eq(other.status, 200);
