@@ -45,40 +45,15 @@ import tempfile
 import threading
 import time
 
-KEY_A, KEY_B = "bench-key-a", "bench-key-b"
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import fairness  # noqa: E402  (its daemon launcher and keys)
+
+KEY_A, KEY_B = fairness.KEY_A, fairness.KEY_B
 
 LONGEST_TOKEN = 35496           # 128 bytes of text in GPT-2's vocabulary
 TOKENIZE_BODY = json.dumps({"content": "a." * 520000}).encode()
 DETOKENIZE_BODY = json.dumps({"tokens": [LONGEST_TOKEN] * 174000},
                              separators=(",", ":")).encode()
-
-
-def start(args, workdir):
-    """gpt2d with keys A and B, as configured; (process, port) once healthy."""
-    keys = os.path.join(workdir, "keys")
-    with open(keys, "w") as f:
-        f.write(KEY_A + "\n" + KEY_B + "\n")
-    port_file = os.path.join(workdir, "port")
-    log = open(os.path.join(workdir, "gpt2d.log"), "w")
-    cmd = [args.gpt2d, "--model", args.model, "--port", "0", "--port-file", port_file,
-           "--threads", str(args.threads), "--api-key-file", keys] + args.args.split()
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
-    t0 = time.monotonic()
-    while time.monotonic() - t0 < 120:
-        if proc.poll() is not None:
-            sys.exit("gpt2d exited: see %s" % log.name)
-        try:
-            with open(port_file) as f:
-                port = int(f.read().strip())
-            c = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
-            c.request("GET", "/health")
-            if c.getresponse().status == 200:
-                return proc, port
-        except (OSError, ValueError):
-            pass
-        time.sleep(0.2)
-    proc.kill()
-    sys.exit("gpt2d did not start")
 
 
 def kib(pid, field):
@@ -245,7 +220,9 @@ def main():
                     "on a small machine their own CPU is not what slows the stream")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="gpt2d-outside-") as workdir:
-        proc, port = start(args, workdir)
+        # keys A and B with the options' limits (no attributes of their own)
+        args.key_a = args.key_b = args.key_c = ""
+        proc, port = fairness.start(args, workdir)
         os.nice(args.client_nice)       # after start: the daemon keeps its own
         try:
             if "single" in args.case:
