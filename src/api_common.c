@@ -87,6 +87,8 @@ void api_response_free(api_response *r)
         api_stream_free(r->stream);
         r->stream = NULL;
     }
+    api_body_free(r->source);
+    r->source = NULL;
 }
 
 static void set_body(api_response *r, int status, const char *content_type,
@@ -138,6 +140,53 @@ void api_response_error(api_response *r, const api_error *e)
 bool api_client_gone(const api_client *c)
 {
     return c != NULL && c->gone != NULL && c->gone(c->arg);
+}
+
+int api_work(const api_ctx *ctx, const api_caller *who,
+             const api_client *client, void (*fn)(void *), void *arg,
+             size_t memory, work_charge *charge, api_response *r)
+{
+    work_job job = {
+        .run = fn, .arg = arg, .account = who->account, .memory = memory,
+        .gone = client != NULL ? client->gone : NULL,
+        .gone_arg = client != NULL ? client->arg : NULL,
+    };
+    work_charge none;
+    work_status st = workpool_run(ctx->work, &job, charge != NULL ? charge : &none);
+    if (st == WORK_DONE)
+        return 0;
+    api_error e;
+    switch (st) {
+    case WORK_GONE:
+        metrics_cancelled();    /* dropped before it began, but dropped */
+        r->cancelled = true;
+        r->status = 499;        /* nginx's "client closed request", for the log */
+        return -1;
+    case WORK_STOPPING:
+        api_error_set(&e, 503, NULL, "the server is shutting down");
+        api_response_error(r, &e);
+        return -1;
+    case WORK_CALLER_MEMORY:
+        api_error_set(&e, 429, NULL, "answers of this API key (or client address) "
+                      "that its clients have not yet read hold its share of the "
+                      "server's response-memory; retry once they are read");
+        e.code = "response_memory_per_key";
+        metrics_key_refused(who->metrics_key, METRICS_REFUSED_RESPONSE_MEMORY);
+        break;
+    case WORK_NO_MEMORY:
+        api_error_set(&e, 503, NULL, "answers that clients have not yet read hold "
+                      "the server's response-memory; retry shortly");
+        e.code = "response_memory_full";
+        break;
+    default:
+        api_error_set(&e, 503, NULL, "the server is busy parsing and tokenizing "
+                      "other requests; retry shortly");
+        e.code = "tokenizer_busy";
+        break;
+    }
+    api_response_error(r, &e);
+    r->retry_after = 1;
+    return -1;
 }
 
 json_t *api_parse_object(const char *body, size_t len, api_error *e)

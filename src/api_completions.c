@@ -10,7 +10,8 @@
  * engine's output into SSE chunks as it grows.
  *
  * Callers: http.c, on the connection's own thread; the handler blocks while
- * the engine works and looks at its socket every COMPLETION_WAIT_SLICE_MS. */
+ * the body is parsed on the work pool (api_work) and while the engine
+ * works, and looks at its socket every COMPLETION_WAIT_SLICE_MS. */
 #include "gpt2d/api.h"
 
 #include <inttypes.h>
@@ -380,6 +381,24 @@ static void respond_whole(completion_run *run, api_response *r)
     api_response_json(r, 200, body);
 }
 
+/* Parsing (JSON and tokenizing) as a job of the work pool. */
+typedef struct parse_job {
+    const completion_endpoint *ep;
+    completion_request *req;
+    const api_ctx *ctx;
+    const completion_limits *lim;
+    const char *body;
+    size_t len;
+    api_error *e;
+    int rc;
+} parse_job;
+
+static void parse_job_run(void *arg)
+{
+    parse_job *j = arg;
+    j->rc = j->ep->parse(j->req, j->ctx, j->lim, j->body, j->len, j->e);
+}
+
 static void serve(const api_ctx *ctx, const api_caller *who,
                   const char *body, size_t len, const api_client *client,
                   api_response *r, const completion_endpoint *ep)
@@ -402,7 +421,12 @@ static void serve(const api_ctx *ctx, const api_caller *who,
         .max_stop_bytes = ctx->max_stop_bytes,
         .kv_blocks = engine_kv_blocks(ctx->eng),
     };
-    if (ep->parse(&run->req, ctx, &lim, body, len, &e) != 0) {
+    parse_job pj = {ep, &run->req, ctx, &lim, body, len, &e, -1};
+    if (api_work(ctx, who, client, parse_job_run, &pj, 0, NULL, r) != 0) {
+        free(run);
+        return;
+    }
+    if (pj.rc != 0) {
         api_response_error(r, &e);
         free(run);
         return;

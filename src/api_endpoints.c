@@ -2,7 +2,8 @@
  * /tokenize, /detokenize and the session list / delete.
  *
  * None of them touches the model; each answers from the tokenizer, the
- * engine's counters or the session table. */
+ * engine's counters or the session table.  The tokenizer's two run on the
+ * work pool (api_work), and their answers are api_bodies (api_body.c). */
 #include "gpt2d/api.h"
 
 #include <stdlib.h>
@@ -63,11 +64,18 @@ static metrics_kv_share kv_share_of(size_t accounts, size_t share,
 void api_metrics(const api_ctx *ctx, api_response *r)
 {
     engine_stats st = engine_get_stats(ctx->eng);
+    workpool_stats ws = {0};
+    if (ctx->work != NULL)
+        workpool_get_stats(ctx->work, &ws);
     metrics_gauges g = {
         .queue_depth = st.queue_depth,
         .running = st.running,
         .slots_total = st.slots_total,
         .slots_busy = st.slots_busy,
+        .work_waiting = ws.waiting,
+        .work_running = ws.running,
+        .response_memory = ws.memory_used,
+        .response_memory_max = ws.memory,
         .kv_blocks_free = st.kv.blocks_free,
         .kv_blocks_cached = st.kv.blocks_cached,
         .kv_blocks_in_use = st.kv.blocks_in_use,
@@ -109,38 +117,48 @@ void api_metrics(const api_ctx *ctx, api_response *r)
     r->body_len = strlen(text);
 }
 
-void api_tokenize(const api_ctx *ctx, const char *body, size_t len,
-                  api_response *r)
-{
+/* One /tokenize or /detokenize on the work pool: the body in, the answer
+ * (or the 400 it earns) out.  The request's body is the connection's and
+ * outlives the job. */
+typedef struct token_job {
+    const api_ctx *ctx;
+    const char *body;
+    size_t len;
+    api_body *answer;           /* NULL: `e` says why */
     api_error e;
-    json_t *root = api_parse_object(body, len, &e);
-    if (root == NULL) {
-        api_response_error(r, &e);
+} token_job;
+
+static void tokenize_job(void *arg)
+{
+    token_job *j = arg;
+    json_t *root = api_parse_object(j->body, j->len, &j->e);
+    if (root == NULL)
         return;
-    }
     json_t *content = json_object_get(root, "content");
     if (!json_is_string(content)) {
         json_decref(root);
-        api_error_set(&e, 400, "content", "content must be a string");
-        api_response_error(r, &e);
+        api_error_set(&j->e, 400, "content", "content must be a string");
         return;
     }
     int32_t *ids = NULL;
     size_t n = 0;
     gpt2d_error err;
-    if (tokenizer_encode(ctx->tok, json_string_value(content),
-                         json_string_length(content), &ids, &n, &err) != 0) {
-        json_decref(root);
-        api_error_set(&e, 500, NULL, "tokenizer: %s", err.message);
-        api_response_error(r, &e);
+    int rc = tokenizer_encode(j->ctx->tok, json_string_value(content),
+                              json_string_length(content), &ids, &n, &err);
+    json_decref(root);
+    if (rc != 0) {
+        api_error_set(&j->e, 500, NULL, "tokenizer: %s", err.message);
         return;
     }
-    json_decref(root);
-    json_t *arr = json_array();
-    for (size_t i = 0; i < n && arr != NULL; i++)
-        json_array_append_new(arr, json_integer(ids[i]));
-    free(ids);
-    api_response_json(r, 200, json_pack("{s:o}", "tokens", arr));
+    /* the answer holds the ids: no more room than they take */
+    int32_t *fit = realloc(ids, (n > 0 ? n : 1) * sizeof *ids);
+    if (fit != NULL)
+        ids = fit;
+    j->answer = api_body_token_list(ids, n);
+    if (j->answer == NULL) {
+        free(ids);
+        api_error_set(&j->e, 500, NULL, "out of memory");
+    }
 }
 
 /* Reads "tokens": [id, ...] into a malloc'ed array, validated. */
@@ -170,32 +188,61 @@ static int read_token_array(json_t *root, const tokenizer *tok, int32_t **ids,
     return 0;
 }
 
-void api_detokenize(const api_ctx *ctx, const char *body, size_t len,
-                    api_response *r)
+static void detokenize_job(void *arg)
 {
-    api_error e;
-    json_t *root = api_parse_object(body, len, &e);
+    token_job *j = arg;
+    json_t *root = api_parse_object(j->body, j->len, &j->e);
     int32_t *ids = NULL;
     size_t n = 0;
-    if (root == NULL || read_token_array(root, ctx->tok, &ids, &n, &e) != 0) {
-        json_decref(root);
-        api_response_error(r, &e);
-        return;
-    }
+    int rc = root != NULL ? read_token_array(root, j->ctx->tok, &ids, &n, &j->e) : -1;
     json_decref(root);
-    char *text = NULL;
-    size_t text_len = 0;
-    gpt2d_error err;
-    if (tokenizer_decode(ctx->tok, ids, n, &text, &text_len, &err) != 0) {
+    if (rc != 0)
+        return;
+    /* counting the answer's length walks its text: work for the pool */
+    j->answer = api_body_content(j->ctx->tok, ids, n);
+    if (j->answer == NULL) {
         free(ids);
-        api_error_set(&e, 400, "tokens", "%s", err.message);
-        api_response_error(r, &e);
+        api_error_set(&j->e, 500, NULL, "out of memory");
+    }
+}
+
+/* Runs a token job for `who` and answers with what it made.  `most_ids`
+ * bounds the ids the body can hold, so the job's charge covers its
+ * answer before it starts. */
+static void run_token_job(const api_ctx *ctx, const api_caller *who,
+                          const char *body, size_t len, size_t most_ids,
+                          void (*fn)(void *), const api_client *client,
+                          api_response *r)
+{
+    token_job j = {.ctx = ctx, .body = body, .len = len};
+    work_charge charge;
+    if (api_work(ctx, who, client, fn, &j, api_body_bytes(most_ids), &charge, r) != 0)
+        return;
+    if (j.answer == NULL) {
+        work_charge_release(&charge);
+        api_response_error(r, &j.e);
         return;
     }
-    free(ids);
-    json_t *content = api_json_string_bytes(text, text_len);
-    free(text);
-    api_response_json(r, 200, json_pack("{s:o}", "content", content));
+    api_body_take_charge(j.answer, &charge);
+    r->status = 200;
+    r->content_type = "application/json";
+    r->source = j.answer;
+}
+
+void api_tokenize(const api_ctx *ctx, const api_caller *who, const char *body,
+                  size_t len, const api_client *client, api_response *r)
+{
+    /* every token stands for one byte of the content at least, and the
+     * content is no longer than the body */
+    run_token_job(ctx, who, body, len, len, tokenize_job, client, r);
+}
+
+void api_detokenize(const api_ctx *ctx, const api_caller *who,
+                    const char *body, size_t len, const api_client *client,
+                    api_response *r)
+{
+    /* every id in the body takes a digit and a comma or bracket */
+    run_token_job(ctx, who, body, len, len / 2, detokenize_job, client, r);
 }
 
 void api_sessions_list(const api_ctx *ctx, const api_caller *who,

@@ -112,6 +112,22 @@ static void respond(const api_ctx *ctx, const inspect_request *req,
     r->prompt_tokens = req->prompt.n;
 }
 
+typedef struct inspect_parse_job {
+    inspect_request *req;
+    const char *body;
+    size_t len;
+    const tokenizer *tok;
+    const inspect_limits *lim;
+    api_error *e;
+    int rc;
+} inspect_parse_job;
+
+static void inspect_parse_run(void *arg)
+{
+    inspect_parse_job *j = arg;
+    j->rc = inspect_request_parse(j->req, j->body, j->len, j->tok, j->lim, j->e);
+}
+
 void api_inspect(const api_ctx *ctx, const api_caller *who, const char *body,
                  size_t len, const api_client *client, api_response *r)
 {
@@ -124,7 +140,11 @@ void api_inspect(const api_ctx *ctx, const api_caller *who, const char *body,
     };
     inspect_request req;
     api_error e;
-    if (inspect_request_parse(&req, body, len, ctx->tok, &lim, &e) != 0) {
+    /* parsing tokenizes: on the work pool, as a completion's (api_work) */
+    inspect_parse_job pj = { &req, body, len, ctx->tok, &lim, &e, -1 };
+    if (api_work(ctx, who, client, inspect_parse_run, &pj, 0, NULL, r) != 0)
+        return;
+    if (pj.rc != 0) {
         api_response_error(r, &e);
         return;
     }

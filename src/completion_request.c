@@ -19,12 +19,28 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* A prompt over the context is refused before anything is made of it: its
+ * ids are not copied, its text is tokenized only as far as the context. */
+static int prompt_over_context(const completion_limits *lim, size_t n,
+                               bool counted, api_error *e)
+{
+    if (counted)
+        return api_error_set(e, 400, "prompt",
+                             "this model's maximum context length is %zu tokens, "
+                             "but the prompt has %zu tokens", lim->n_ctx, n);
+    return api_error_set(e, 400, "prompt",
+                         "this model's maximum context length is %zu tokens, "
+                         "but the prompt has more", lim->n_ctx);
+}
+
 static int prompt_from_ids(completion_prompt *p, json_t *arr,
                            const completion_limits *lim, api_error *e)
 {
     size_t n = json_array_size(arr);
     if (n == 0)
         return api_error_set(e, 400, "prompt", "prompt must not be empty");
+    if (n > lim->n_ctx)
+        return prompt_over_context(lim, n, true, e);
     p->ids = malloc(n * sizeof *p->ids);
     if (p->ids == NULL)
         return api_error_set(e, 500, NULL, "out of memory");
@@ -45,14 +61,18 @@ static int prompt_from_ids(completion_prompt *p, json_t *arr,
 }
 
 static int prompt_from_text(completion_prompt *p, json_t *s,
-                            const tokenizer *tok, api_error *e)
+                            const tokenizer *tok, const completion_limits *lim,
+                            api_error *e)
 {
     size_t len = json_string_length(s);
     if (len == 0)
         return api_error_set(e, 400, "prompt", "prompt must not be empty");
     gpt2d_error err;
-    if (tokenizer_encode(tok, json_string_value(s), len, &p->ids, &p->n, &err) != 0)
+    if (tokenizer_encode_most(tok, json_string_value(s), len, lim->n_ctx, &p->ids,
+                              &p->n, &err) != 0)
         return api_error_set(e, 500, NULL, "tokenizer: %s", err.message);
+    if (p->n > lim->n_ctx)
+        return prompt_over_context(lim, p->n, false, e);
     if (p->n == 0)
         return api_error_set(e, 400, "prompt", "prompt must not be empty");
     return 0;
@@ -94,7 +114,7 @@ static int parse_prompt(completion_request *req, json_t *root,
         if (req->prompts == NULL)
             return api_error_set(e, 500, NULL, "out of memory");
         req->n_prompts = 1;
-        return prompt_from_text(&req->prompts[0], v, tok, e);
+        return prompt_from_text(&req->prompts[0], v, tok, lim, e);
     }
     if (!json_is_array(v))
         return api_error_set(e, 400, "prompt",
@@ -118,7 +138,7 @@ static int parse_prompt(completion_request *req, json_t *root,
     for (size_t i = 0; i < n; i++) {
         json_t *item = json_array_get(v, i);
         if (json_is_string(item) && json_is_string(first)) {
-            if (prompt_from_text(&req->prompts[i], item, tok, e) != 0)
+            if (prompt_from_text(&req->prompts[i], item, tok, lim, e) != 0)
                 return -1;
         } else if (json_is_array(item) && json_is_array(first)) {
             if (prompt_from_ids(&req->prompts[i], item, lim, e) != 0)
@@ -492,6 +512,14 @@ json_t *completion_request_start(completion_request *req, const char *body,
     return api_parse_object(body, len, e);
 }
 
+static int check_one_session_prompt(const completion_request *req, api_error *e)
+{
+    if (req->session_id[0] != '\0' && req->n_prompts > 1)
+        return api_error_set(e, 400, "session_id",
+                             "session_id pins one conversation: send a single prompt");
+    return 0;
+}
+
 int completion_request_parse(completion_request *req, const char *body,
                              size_t len, const tokenizer *tok,
                              const completion_limits *lim, api_error *e)
@@ -500,21 +528,20 @@ int completion_request_parse(completion_request *req, const char *body,
     if (root == NULL)
         return -1;
     int rc = -1;
-    /* The cheap checks first: nothing is tokenized for a request that the
-     * counts or the stop strings refuse. */
+    /* Every other field first: nothing is tokenized (or copied) for a
+     * request that any of them refuses, and then only as far as the
+     * context reaches (prompt_from_text). */
     if (parse_suffix(root, e) == 0 &&
         count_prompts(req, root, e) == 0 &&
         parse_counts(req, root, lim, e) == 0 &&
         completion_request_parse_stop(req, root, lim, e) == 0 &&
-        parse_prompt(req, root, tok, lim, e) == 0 &&
-        completion_request_check_context(req, lim, "prompt", "max_tokens", e) == 0 &&
         parse_logprobs(req, root, e) == 0 &&
         completion_request_parse_shared(req, root, lim, e) == 0 &&
-        parse_echo(req, root, e) == 0)
+        parse_echo(req, root, e) == 0 &&
+        check_one_session_prompt(req, e) == 0 &&
+        parse_prompt(req, root, tok, lim, e) == 0 &&
+        completion_request_check_context(req, lim, "prompt", "max_tokens", e) == 0)
         rc = 0;
-    if (rc == 0 && req->session_id[0] != '\0' && req->n_prompts > 1)
-        rc = api_error_set(e, 400, "session_id",
-                           "session_id pins one conversation: send a single prompt");
     json_decref(root);
     if (rc != 0)
         completion_request_free(req);
@@ -523,14 +550,14 @@ int completion_request_parse(completion_request *req, const char *body,
 
 int completion_prompt_parse(completion_prompt *p, json_t *v,
                             const tokenizer *tok, size_t vocab_size,
-                            api_error *e)
+                            size_t n_ctx, api_error *e)
 {
     memset(p, 0, sizeof *p);
     if (v == NULL || json_is_null(v))
         return api_error_set(e, 400, "prompt", "prompt is required");
+    const completion_limits lim = { .vocab_size = vocab_size, .n_ctx = n_ctx };
     if (json_is_string(v))
-        return prompt_from_text(p, v, tok, e);
-    const completion_limits lim = { .vocab_size = vocab_size };
+        return prompt_from_text(p, v, tok, &lim, e);
     if (json_is_array(v))
         return prompt_from_ids(p, v, &lim, e);
     return api_error_set(e, 400, "prompt",

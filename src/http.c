@@ -366,7 +366,17 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max)
     return n;
 }
 
-static void stream_free(void *cls)
+/* An api_body: its Content-Length is known, so MHD asks only for bytes
+ * that are there. */
+static ssize_t source_reader(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    (void)pos;
+    http_request *hr = cls;
+    size_t n = api_body_read(hr->resp.source, buf, max);
+    return n > 0 ? (ssize_t)n : MHD_CONTENT_READER_END_WITH_ERROR;
+}
+
+static void reader_free(void *cls)
 {
     http_request *hr = cls;
     /* The response is gone: if the stream did not finish, the client did. */
@@ -379,21 +389,30 @@ static enum MHD_Result send_api_response(http_request *hr)
 {
     api_response *r = &hr->resp;
     struct MHD_Response *resp;
-    if (r->stream != NULL) {
+    if (r->stream != NULL || r->source != NULL) {
         atomic_fetch_add(&hr->refs, 1);     /* the response's reference */
-        resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, STREAM_BLOCK_SIZE,
-                                                 stream_reader, hr, stream_free);
+        resp = r->stream != NULL
+            ? MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, STREAM_BLOCK_SIZE,
+                                                stream_reader, hr, reader_free)
+            : MHD_create_response_from_callback(api_body_length(r->source),
+                                                STREAM_BLOCK_SIZE, source_reader,
+                                                hr, reader_free);
         if (resp == NULL) {
             request_unref(hr);
             return MHD_NO;
         }
-        MHD_add_response_header(resp, "Cache-Control", "no-cache");
-        MHD_add_response_header(resp, "X-Accel-Buffering", "no");
+        if (r->stream != NULL) {
+            MHD_add_response_header(resp, "Cache-Control", "no-cache");
+            MHD_add_response_header(resp, "X-Accel-Buffering", "no");
+        }
     } else {
+        /* handed over, not copied: one copy of an answer waits for the
+         * client, not two */
         resp = MHD_create_response_from_buffer(r->body_len, r->body,
-                                               MHD_RESPMEM_MUST_COPY);
+                                               MHD_RESPMEM_MUST_FREE);
         if (resp == NULL)
             return MHD_NO;
+        r->body = NULL;
     }
     if (r->content_type != NULL)
         MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, r->content_type);
@@ -939,33 +958,32 @@ static enum MHD_Result dispatch(http_request *hr, const char *url)
         return send_error(hr, 413, NULL, "request body is over the limit of %zu bytes",
                           srv->cfg->max_body_bytes);
     const char *body = hr->body != NULL ? hr->body : "";
+    api_client client = {client_gone, hr};
     switch (hr->route->id) {
     case ROUTE_COMPLETIONS:
     case ROUTE_CHAT_COMPLETIONS:
-    case ROUTE_INSPECT: {
+    case ROUTE_INSPECT:
         /* Generation may outlast the idle timeout; the completion callback
          * restores it for the next request on this connection.  Meanwhile
          * the reaper cuts a client that stops taking the answer (stall_check). */
         MHD_set_connection_option(hr->conn, MHD_CONNECTION_OPTION_TIMEOUT, 0u);
-        api_client client = {client_gone, hr};
         if (hr->route->id == ROUTE_COMPLETIONS)
             api_completions(api, &hr->caller, body, hr->len, &client, r);
         else if (hr->route->id == ROUTE_CHAT_COMPLETIONS)
             api_chat_completions(api, &hr->caller, body, hr->len, &client, r);
         else
             api_inspect(api, &hr->caller, body, hr->len, &client, r);
-        if (r->cancelled) {
-            hr->status = r->status;
-            return MHD_NO;      /* nobody to answer: close the connection */
-        }
         break;
-    }
     case ROUTE_MODELS: api_models(api, r); break;
     case ROUTE_MODEL: api_model(api, url + strlen("/v1/models/"), r); break;
     case ROUTE_HEALTH: api_health(api, atomic_load(&srv->stopping), r); break;
     case ROUTE_METRICS: api_metrics(api, r); break;
-    case ROUTE_TOKENIZE: api_tokenize(api, body, hr->len, r); break;
-    case ROUTE_DETOKENIZE: api_detokenize(api, body, hr->len, r); break;
+    case ROUTE_TOKENIZE:
+        api_tokenize(api, &hr->caller, body, hr->len, &client, r);
+        break;
+    case ROUTE_DETOKENIZE:
+        api_detokenize(api, &hr->caller, body, hr->len, &client, r);
+        break;
     case ROUTE_SESSIONS: api_sessions_list(api, &hr->caller, r); break;
     case ROUTE_SESSION:
         api_session_delete(api, &hr->caller, url + strlen("/v1/sessions/"), r);
@@ -973,6 +991,15 @@ static enum MHD_Result dispatch(http_request *hr, const char *url)
     case ROUTE_STATIC: return send_static(hr, url);
     default:
         return send_error(hr, 404, NULL, "no such endpoint: %s", hr->path);
+    }
+    /* The body has been read: the answer may take long to send, and a
+     * connection whose client does not read must not keep it. */
+    free(hr->body);
+    hr->body = NULL;
+    hr->cap = 0;
+    if (r->cancelled) {
+        hr->status = r->status;
+        return MHD_NO;          /* nobody to answer: close the connection */
     }
     return send_api_response(hr);
 }

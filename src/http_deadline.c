@@ -73,23 +73,6 @@ struct http_deadline {
  * the reaper reads every poll interval while a connection is idle: the
  * clock starts at most one interval late, never early. */
 
-static struct timespec timespec_after_ms(const struct timespec *t, long ms)
-{
-    struct timespec r = *t;
-    r.tv_sec += ms / 1000;
-    r.tv_nsec += (ms % 1000) * 1000000L;
-    if (r.tv_nsec >= 1000000000L) {
-        r.tv_sec++;
-        r.tv_nsec -= 1000000000L;
-    }
-    return r;
-}
-
-static bool timespec_before(const struct timespec *a, const struct timespec *b)
-{
-    return a->tv_sec < b->tv_sec || (a->tv_sec == b->tv_sec && a->tv_nsec < b->tv_nsec);
-}
-
 /* How often a connection is looked at: an eighth of the deadline that
  * applies, within [0.1 s, 1 s], so a clock starts late by little of it. */
 static long poll_ms_for(unsigned seconds)
@@ -146,7 +129,7 @@ static void watch_start_receiving(http_deadline *d, conn_watch *w,
                                   const struct timespec *now)
 {
     w->state = WATCH_RECEIVING;
-    w->deadline = timespec_after_ms(now, (long)d->cfg->request_timeout * 1000);
+    w->deadline = monotonic_after_ms(now, (long)d->cfg->request_timeout * 1000);
     pthread_cond_signal(&d->cond);
 }
 
@@ -335,12 +318,12 @@ static bool stall_check(http_deadline *d, conn_watch *w, const struct timespec *
         w->acked = acked;
         w->progress_at = *now;
     }
-    struct timespec deadline = timespec_after_ms(&w->progress_at, (long)limit * 1000);
-    if (timespec_before(now, &deadline)) {
-        struct timespec next = timespec_after_ms(now, poll_ms_for(limit));
-        if (timespec_before(&deadline, &next))
+    struct timespec deadline = monotonic_after_ms(&w->progress_at, (long)limit * 1000);
+    if (monotonic_before(now, &deadline)) {
+        struct timespec next = monotonic_after_ms(now, poll_ms_for(limit));
+        if (monotonic_before(&deadline, &next))
             next = deadline;
-        if (timespec_before(&next, wake))
+        if (monotonic_before(&next, wake))
             *wake = next;
         return true;
     }
@@ -371,15 +354,15 @@ static bool watch_check(http_deadline *d, conn_watch *w, const struct timespec *
     if (w->state == WATCH_IDLE) {
         uint64_t bytes = 0;
         if (socket_bytes_received(w->fd, &bytes) && bytes <= w->idle_bytes) {
-            struct timespec next = timespec_after_ms(now, watch_poll_ms(d));
-            if (timespec_before(&next, wake))
+            struct timespec next = monotonic_after_ms(now, watch_poll_ms(d));
+            if (monotonic_before(&next, wake))
                 *wake = next;
             return true;
         }
         watch_start_receiving(d, w, now);
     }
-    if (timespec_before(now, &w->deadline)) {
-        if (timespec_before(&w->deadline, wake))
+    if (monotonic_before(now, &w->deadline)) {
+        if (monotonic_before(&w->deadline, wake))
             *wake = w->deadline;
         return true;
     }
@@ -399,7 +382,7 @@ static void *reaper_main(void *arg)
     pthread_mutex_lock(&d->lock);
     while (!d->stop) {
         struct timespec now = monotonic_now();
-        struct timespec wake = timespec_after_ms(&now, 3600 * 1000L);
+        struct timespec wake = monotonic_after_ms(&now, 3600 * 1000L);
         bool any = false;
         for (conn_watch *w = d->watches; w != NULL; w = w->next)
             any |= watch_check(d, w, &now, &wake);

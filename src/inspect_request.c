@@ -117,7 +117,7 @@ int inspect_request_parse(inspect_request *req, const char *body, size_t len,
     int rc = -1;
     if (parse_flags(req, root, e) == 0 && parse_layers(req, root, lim, e) == 0
         && completion_prompt_parse(&req->prompt, json_object_get(root, "prompt"),
-                                   tok, lim->vocab_size, e) == 0
+                                   tok, lim->vocab_size, lim->n_ctx, e) == 0
         && check_sizes(req, lim, e) == 0)
         rc = 0;
     json_decref(root);

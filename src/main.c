@@ -47,6 +47,7 @@
 #include "gpt2d/notify.h"
 #include "gpt2d/settings.h"
 #include "gpt2d/tokenizer.h"
+#include "gpt2d/workpool.h"
 
 /* Everything the daemon owns, torn down in reverse order of creation. */
 typedef struct daemon_state {
@@ -58,6 +59,7 @@ typedef struct daemon_state {
     chat_template chat;         /* all NULL until loaded */
     engine *eng;
     token_budget *budget;
+    workpool *work;
     api_ctx api;
     http_server *http;
 } daemon_state;
@@ -146,6 +148,27 @@ static int plan_kv(daemon_state *d, gpt2d_error *err)
     return 0;
 }
 
+/* How long a request waits for a worker of the work pool, and for memory
+ * for its answer, before it is refused (503 or 429, Retry-After). */
+#define WORK_WAIT_MS 10000
+#define RESPONSE_MEMORY_DEFAULT ((size_t)64 << 20)
+
+/* --response-memory: one key's half must hold the answer to the largest
+ * body, /tokenize's (4 bytes an id, an id for each byte at most). */
+static int plan_response_memory(settings *c, gpt2d_error *err)
+{
+    size_t least = 2 * api_body_bytes(c->max_body_bytes);
+    if (c->response_memory == 0)
+        c->response_memory = least > RESPONSE_MEMORY_DEFAULT ? least
+                                                             : RESPONSE_MEMORY_DEFAULT;
+    if (c->response_memory < least)
+        return error_set(err, "--response-memory of %zu bytes is too small for "
+                         "--max-body %zu: one key's half must hold the answer "
+                         "to the largest /tokenize body, so at least %zu bytes",
+                         c->response_memory, c->max_body_bytes, least);
+    return 0;
+}
+
 /* The playground is optional, but a web root that is not there is most
  * likely a daemon run from its build tree without --web-root. */
 static void check_web_root(const char *dir)
@@ -162,7 +185,8 @@ static void check_web_root(const char *dir)
 static int start(daemon_state *d, gpt2d_error *err)
 {
     /* a bad template is a bad setting: refused before the model loads */
-    if (chat_template_load(&d->chat, d->cfg.chat_template, err) != 0)
+    if (plan_response_memory(&d->cfg, err) != 0 ||
+        chat_template_load(&d->chat, d->cfg.chat_template, err) != 0)
         return -2;
     if (model_load_for(&d->mdl, d->cfg.model_dir, d->cfg.dtype,
                        d->cfg.matmul, err) != 0)
@@ -191,8 +215,12 @@ static int start(daemon_state *d, gpt2d_error *err)
     if (engine_create(&d->eng, &d->mdl, d->tok, &ec, err) != 0 ||
         token_budget_create(&d->budget, BUDGET_CALLERS, err) != 0)
         return -1;
+    if (workpool_start(&d->work, d->cfg.threads, d->cfg.response_memory,
+                       WORK_WAIT_MS, err) != 0)
+        return -1;
     d->api = (api_ctx){
-        .eng = d->eng, .tok = d->tok, .mdl = &d->mdl, .n_slots = d->cfg.slots,
+        .eng = d->eng, .tok = d->tok, .mdl = &d->mdl, .work = d->work,
+        .n_slots = d->cfg.slots,
         .kv_half = d->cfg.kv_half,
         .max_n = d->cfg.max_n,
         .max_stop_bytes = d->cfg.max_stop_bytes,
@@ -304,6 +332,7 @@ static void teardown(daemon_state *d)
     /* The server first: its threads hold request references into the
      * engine. */
     http_stop(d->http);
+    workpool_stop(d->work);
     if (d->eng != NULL)
         engine_destroy(d->eng);
     token_budget_free(d->budget);

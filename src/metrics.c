@@ -217,6 +217,7 @@ void metrics_observe_batch_rows(size_t rows)
 
 static const char *const refusal_names[METRICS_N_REFUSALS] = {
     "queue_full", "max_queued_per_key", "token_budget", "max_sessions_per_key",
+    "response_memory_per_key",
 };
 
 typedef struct key_series {
@@ -461,6 +462,14 @@ static void render_gauges(FILE *f, const metrics_gauges *st)
     render_gauge(f, "gpt2d_slots_total", "Sequences that may run at once (--slots).",
                  st->slots_total);
     render_gauge(f, "gpt2d_slots_busy", "Sequences running.", st->slots_busy);
+    render_gauge(f, "gpt2d_work_waiting", "Requests waiting for the work pool "
+                 "(parsing, tokenizing, detokenizing).", st->work_waiting);
+    render_gauge(f, "gpt2d_work_running", "Jobs the work pool runs.", st->work_running);
+    render_gauge(f, "gpt2d_response_memory_bytes", "Bytes held for answers not "
+                 "yet read, and for jobs running (--response-memory).",
+                 st->response_memory);
+    render_gauge(f, "gpt2d_response_memory_max_bytes", "--response-memory.",
+                 st->response_memory_max);
     const char *name = "gpt2d_kv_blocks";
     render_header(f, name, "gauge",
                   "KV-cache blocks in RAM: free, cached (a reusable prefix no "

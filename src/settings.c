@@ -97,7 +97,8 @@ static const option_spec options[] = {
       "threads: a seed reproduces only when its request runs alone) or auto "
       "(panels on CPUs with AVX2 and FMA, blas elsewhere)." },
     { "threads", 't', OPT_COUNT, FIELD(threads), "N", NULL, "the number of online CPUs",
-      1, 1024, false, "Worker threads for the forward pass." },
+      1, 1024, false, "Worker threads for the forward pass; as many again, at "
+      "nice 19, parse and tokenize requests." },
     { "kv-dtype", 0, OPT_KV_DTYPE, FIELD(kv_half), "TYPE", "float32", NULL, 0, 0, false,
       "How the KV cache keeps keys and values: float32 (exact) or float16 (rounded "
       "to half: half the memory per slot, less to read per step)." },
@@ -169,6 +170,12 @@ static const option_spec options[] = {
       "Largest request body; larger ones get 413. Suffixes k, M, G (x1024)." },
     { "max-connections", 0, OPT_COUNT, FIELD(max_connections), "N", "256", NULL, 1, 65536,
       false, "Simultaneous HTTP connections." },
+    { "response-memory", 0, OPT_BYTES, FIELD(response_memory), "SIZE", NULL,
+      "64M, or 8 x max-body when that is more", 1024 * KIB, 1024 * KIB * KIB * KIB,
+      false, "Memory for the answers of /tokenize and /detokenize until their clients "
+      "have read them; one API key (or client address) may hold half of it. A request "
+      "that cannot have its share within 10 s gets 503 (429 when its own key holds "
+      "its half). At least 8 x max-body. Suffixes k, M, G (x1024)." },
     { "timeout", 0, OPT_UINT, FIELD(connection_timeout), "SECONDS", "60", NULL, 0, 86400,
       false, "Close a connection idle this long, or whose client takes none of "
       "its answer this long; 0 never does." },

@@ -33,6 +33,7 @@
 #include <string.h>
 
 #include "gpt2d/unicode_class.h"
+#include "gpt2d/utf8.h"
 
 #define EOT_TEXT "<|endoftext|>"
 #define EOT_LEN (sizeof EOT_TEXT - 1)
@@ -85,6 +86,7 @@ struct tokenizer {
     size_t n_vocab;
     char *bytes;
     uint32_t *off;
+    bool *is_utf8;      /* token i's bytes are whole, valid UTF-8 */
 
     /* raw bytes → id, open addressing; slot holds id+1, 0 = free */
     uint32_t *vocab_slots;
@@ -533,6 +535,14 @@ int tokenizer_load(tokenizer **out, const char *vocab_json_path,
         goto fail;
     if (cache_new(&tok->cache, err) != 0)
         goto fail;
+    tok->is_utf8 = malloc(tok->n_vocab * sizeof *tok->is_utf8);
+    if (tok->is_utf8 == NULL) {
+        error_set(err, "tokenizer: out of memory");
+        goto fail;
+    }
+    for (size_t i = 0; i < tok->n_vocab; i++)
+        tok->is_utf8[i] = utf8_valid(tok->bytes + tok->off[i],
+                                     tok->off[i + 1] - tok->off[i]);
     *out = tok;
     return 0;
 fail:
@@ -547,6 +557,7 @@ void tokenizer_free(tokenizer *tok)
     cache_free(tok->cache);
     free(tok->bytes);
     free(tok->off);
+    free(tok->is_utf8);
     free(tok->vocab_slots);
     free(tok->merges);
     free(tok);
@@ -950,12 +961,33 @@ static size_t pretoken(const char *t, size_t n, size_t i)
     return last - i;
 }
 
-/* Encodes a piece of text that contains no "<|endoftext|>". */
-static bool encode_piece(const tokenizer *tok, bpe_scratch *s, const char *t,
-                         size_t n, gpt2d_buf *out)
+/* Where an encoding stands against its bound: `most` tokens at most
+ * (SIZE_MAX: none), `over` once the text is known to hold more. */
+typedef struct encode_bound {
+    size_t most;
+    bool over;
+} encode_bound;
+
+/* Whether `more` bytes of text, cut into tokens of at most the longest
+ * token's length, cannot fit beside the `have` tokens already made. */
+static bool cannot_fit(const tokenizer *tok, size_t have, size_t more,
+                       const encode_bound *b)
 {
-    for (size_t i = 0; i < n;) {
+    size_t least = (more + tok->longest - 1) / tok->longest;
+    return have > b->most || least > b->most - have;
+}
+
+/* Encodes a piece of text that contains no "<|endoftext|>", until it is
+ * over its bound: a word that cannot fit is not merged at all. */
+static bool encode_piece(const tokenizer *tok, bpe_scratch *s, const char *t,
+                         size_t n, gpt2d_buf *out, encode_bound *b)
+{
+    for (size_t i = 0; i < n && !b->over;) {
         size_t len = pretoken(t, n, i);
+        if (cannot_fit(tok, BUF_COUNT(out, int32_t), len, b)) {
+            b->over = true;
+            break;
+        }
         if (!encode_word(tok, s, t + i, len, out))
             return false;
         i += len;
@@ -977,8 +1009,9 @@ static const char *find_eot(const char *t, size_t n)
     return NULL;
 }
 
-int tokenizer_encode(const tokenizer *tok, const char *text, size_t len,
-                     int32_t **ids, size_t *n_ids, gpt2d_error *err)
+int tokenizer_encode_most(const tokenizer *tok, const char *text, size_t len,
+                          size_t most, int32_t **ids, size_t *n_ids,
+                          gpt2d_error *err)
 {
     *ids = NULL;
     *n_ids = 0;
@@ -987,15 +1020,23 @@ int tokenizer_encode(const tokenizer *tok, const char *text, size_t len,
     if (len > MAX_TEXT_LEN)
         return error_set(err, "text of %zu bytes is longer than the %zu bytes "
                          "the tokenizer accepts", len, MAX_TEXT_LEN);
+    encode_bound bound = {most, false};
+    if (cannot_fit(tok, 0, len, &bound)) {
+        *n_ids = most + 1;      /* not a token is made */
+        return 0;
+    }
     gpt2d_buf out = GPT2D_BUF_INIT;
     bpe_scratch s = { 0 };
-    bool ok = buf_reserve(&out, (len / 3 + 16) * sizeof(int32_t)) == 0;
+    size_t expect = len / 3 + 16;
+    if (most < expect)
+        expect = most + 1;
+    bool ok = buf_reserve(&out, expect * sizeof(int32_t)) == 0;
     const char *p = text, *end = text + len;
-    while (ok && p < end) {
+    while (ok && p < end && !bound.over) {
         const char *eot = find_eot(p, (size_t)(end - p));
         const char *stop = eot ? eot : end;
-        ok = encode_piece(tok, &s, p, (size_t)(stop - p), &out);
-        if (ok && eot != NULL) {
+        ok = encode_piece(tok, &s, p, (size_t)(stop - p), &out, &bound);
+        if (ok && eot != NULL && !bound.over) {
             ok = put_id(&out, TOKENIZER_EOT);
             stop += EOT_LEN;
         }
@@ -1007,9 +1048,21 @@ int tokenizer_encode(const tokenizer *tok, const char *text, size_t len,
         return error_set(err, "tokenizer_encode: out of memory for %zu bytes",
                          len);
     }
+    if (bound.over || BUF_COUNT(&out, int32_t) > most) {
+        buf_free(&out);
+        *n_ids = most + 1;
+        return 0;
+    }
     *ids = BUF_ITEMS(&out, int32_t);
     *n_ids = BUF_COUNT(&out, int32_t);
     return 0;
+}
+
+int tokenizer_encode(const tokenizer *tok, const char *text, size_t len,
+                     int32_t **ids, size_t *n_ids, gpt2d_error *err)
+{
+    /* a text never has more tokens than bytes */
+    return tokenizer_encode_most(tok, text, len, len, ids, n_ids, err);
 }
 
 const char *tokenizer_token_bytes(const tokenizer *tok, int32_t id,
@@ -1021,6 +1074,11 @@ const char *tokenizer_token_bytes(const tokenizer *tok, int32_t id,
     }
     *len = tok->off[id + 1] - tok->off[id];
     return tok->bytes + tok->off[id];
+}
+
+bool tokenizer_token_is_utf8(const tokenizer *tok, int32_t id)
+{
+    return id >= 0 && (size_t)id < tok->n_vocab && tok->is_utf8[id];
 }
 
 int tokenizer_decode(const tokenizer *tok, const int32_t *ids, size_t n,

@@ -28,12 +28,14 @@
 #include "gpt2d/token_budget.h"
 #include "gpt2d/tokenizer.h"
 #include "gpt2d/utf8.h"
+#include "gpt2d/workpool.h"
 
 /* Everything a handler needs, shared read-only by all connections. */
 typedef struct api_ctx {
     engine *eng;
     const tokenizer *tok;
     const model *mdl;
+    workpool *work;             /* parsing and tokenizing run here (api_work) */
     size_t n_slots;             /* bounds the sequences one request may run */
     bool kv_half;               /* --kv-dtype float16, reported by /v1/models */
     size_t max_n;               /* --max-n: a lower bound of our own; 0 = none */
@@ -105,6 +107,7 @@ int api_error_set(api_error *e, int status, const char *param,
 /* ---- responses ---- */
 
 typedef struct api_stream api_stream;
+typedef struct api_body api_body;
 
 /* How a blocking handler learns that its client hung up. */
 typedef struct api_client {
@@ -122,6 +125,7 @@ typedef struct api_response {
     const char *allow;          /* 405: the Allow header */
     int retry_after;            /* > 0: Retry-After seconds (429) */
     api_stream *stream;         /* non-NULL: an SSE stream instead of a body */
+    api_body *source;           /* non-NULL: a body made as it is sent */
     bool cancelled;             /* the client left; nothing is sent */
     char id[48];                /* what the request made ("cmpl-…"), or "":
                                  * its X-Request-Id unless the client sent one */
@@ -153,15 +157,53 @@ void api_models(const api_ctx *ctx, api_response *r);
 void api_model(const api_ctx *ctx, const char *id, api_response *r);
 void api_health(const api_ctx *ctx, bool stopping, api_response *r);
 void api_metrics(const api_ctx *ctx, api_response *r);
-void api_tokenize(const api_ctx *ctx, const char *body, size_t len,
-                  api_response *r);
-void api_detokenize(const api_ctx *ctx, const char *body, size_t len,
+/* The tokenizer's two endpoints: their work runs on ctx->work (api_work)
+ * and their answers are api_bodies. */
+void api_tokenize(const api_ctx *ctx, const api_caller *who, const char *body,
+                  size_t len, const api_client *client, api_response *r);
+void api_detokenize(const api_ctx *ctx, const api_caller *who,
+                    const char *body, size_t len, const api_client *client,
                     api_response *r);
 /* The caller's own sessions; another caller's are absent (404). */
 void api_sessions_list(const api_ctx *ctx, const api_caller *who,
                        api_response *r);
 void api_session_delete(const api_ctx *ctx, const api_caller *who,
                         const char *id, api_response *r);
+
+/* ---- work outside the engine (workpool.h) ----
+ *
+ * Runs fn(arg) on ctx->work for `who`, waiting for a worker and for
+ * `memory` bytes of the answers' budget.  0 when it ran, *charge holding
+ * them (NULL: memory must be 0).  -1 when it did not, and r says why: the
+ * client left (r->cancelled), or an error with Retry-After: 503
+ * `tokenizer_busy` or `response_memory_full`, 429
+ * `response_memory_per_key` (the caller's own unread answers hold its
+ * share), 503 when the server is stopping. */
+int api_work(const api_ctx *ctx, const api_caller *who,
+             const api_client *client, void (*fn)(void *), void *arg,
+             size_t memory, work_charge *charge, api_response *r);
+
+/* ---- answers made as they are sent ----
+ *
+ * /tokenize's {"tokens":[...]} and /detokenize's {"content":"..."}, byte for
+ * byte as the JSON of the whole would be, held as their token ids alone
+ * (4 bytes each) and written piece by piece as the client takes them, so a
+ * client that does not read pins its ids, never the rendered answer. */
+
+/* Take ownership of ids[0, n) (malloc'ed; valid ids of tok); NULL on OOM,
+ * and then the ids are still the caller's. */
+api_body *api_body_token_list(int32_t *ids, size_t n);
+api_body *api_body_content(const tokenizer *tok, int32_t *ids, size_t n);
+/* What a body of n ids holds: the most its answer's charge needs. */
+size_t api_body_bytes(size_t n_ids);
+/* The body holds the charge from now on, lowered to what it holds, and
+ * releases it when freed; *charge is zeroed. */
+void api_body_take_charge(api_body *b, work_charge *charge);
+/* The answer's length in bytes, known from the start. */
+size_t api_body_length(const api_body *b);
+/* Copies the next bytes of the answer into buf; 0 at its end. */
+size_t api_body_read(api_body *b, char *buf, size_t max);
+void api_body_free(api_body *b);
 
 /* ---- streaming ---- */
 
@@ -261,12 +303,12 @@ int completion_request_parse(completion_request *req, const char *body,
                              size_t len, const tokenizer *tok,
                              const completion_limits *lim, api_error *e);
 void completion_request_free(completion_request *req);
-/* One prompt, `v`: a string (tokenized) or an array of token ids below
- * vocab_size; errors name "prompt".  p->ids is the caller's to free,
- * whatever the result. */
+/* One prompt, `v`: a string (tokenized no further than n_ctx tokens) or
+ * an array of token ids below vocab_size, at most n_ctx of either; errors
+ * name "prompt".  p->ids is the caller's to free, whatever the result. */
 int completion_prompt_parse(completion_prompt *p, json_t *v,
                             const tokenizer *tok, size_t vocab_size,
-                            api_error *e);
+                            size_t n_ctx, api_error *e);
 
 /* The parts both endpoints share (completion_request.c), for
  * chat_request.c.  The start: `req` emptied, with the sampling defaults,

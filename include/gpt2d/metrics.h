@@ -59,6 +59,7 @@ typedef enum metrics_refusal {
     METRICS_REFUSED_MAX_QUEUED,         /* max_queued_per_key */
     METRICS_REFUSED_TOKEN_BUDGET,       /* token_budget */
     METRICS_REFUSED_MAX_SESSIONS,       /* max_sessions_per_key */
+    METRICS_REFUSED_RESPONSE_MEMORY,    /* response_memory_per_key */
     METRICS_N_REFUSALS,
 } metrics_refusal;
 
@@ -81,6 +82,8 @@ typedef struct metrics_gauges {
     size_t queue_depth;
     size_t running;             /* sequences prefilling or generating */
     size_t slots_total, slots_busy;
+    size_t work_waiting, work_running;  /* jobs of the work pool (workpool.h) */
+    size_t response_memory, response_memory_max;   /* its charged bytes */
     size_t kv_blocks_free, kv_blocks_cached, kv_blocks_in_use;
     size_t kv_blocks_reserved;
     size_t kv_bytes;

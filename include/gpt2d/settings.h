@@ -34,6 +34,9 @@ typedef struct settings {
     size_t max_batch_rows;      /* --max-batch-rows, default 256 */
     size_t max_body_bytes;      /* --max-body, default 1 MiB */
     size_t max_connections;     /* --max-connections, default 256 */
+    size_t response_memory;     /* --response-memory bytes for unread
+                                 * answers; 0 (default): 64 MiB, or 8 x
+                                 * max-body when that is more */
     unsigned connection_timeout;/* --timeout seconds idle, default 60 */
     unsigned request_timeout;   /* --request-timeout seconds to receive a
                                  * request, default 30; 0 = no limit */

@@ -6,6 +6,7 @@
 #ifndef GPT2D_TOKENIZER_H
 #define GPT2D_TOKENIZER_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -29,11 +30,24 @@ size_t tokenizer_longest_token(const tokenizer *tok);
  * so encoding never fails on content.  *ids is malloc'ed; the caller frees. */
 int tokenizer_encode(const tokenizer *tok, const char *text, size_t len,
                      int32_t **ids, size_t *n_ids, gpt2d_error *err);
+/* tokenizer_encode for a text that may have at most `most` tokens (a
+ * prompt and its context): it stops as soon as the text is known to have
+ * more, never merging a word that cannot fit (each token is at most the
+ * vocabulary's longest), and then says so with *n_ids = most + 1 and no
+ * ids.  So a long text costs about as much as `most` tokens of it. */
+int tokenizer_encode_most(const tokenizer *tok, const char *text, size_t len,
+                          size_t most, int32_t **ids, size_t *n_ids,
+                          gpt2d_error *err);
 
 /* The raw bytes of one token (may be part of a UTF-8 character); NULL and
  * *len = 0 for an id outside the vocabulary. */
 const char *tokenizer_token_bytes(const tokenizer *tok, int32_t id,
                                   size_t *len);
+
+/* Whether token id's bytes are whole, valid UTF-8 by themselves (false for
+ * the pieces of a character GPT-2 has as tokens of their own, and for an id
+ * outside the vocabulary): text that needs no decoding to be rendered. */
+bool tokenizer_token_is_utf8(const tokenizer *tok, int32_t id);
 
 /* The word cache, for tests and diagnostics: words cached, and the most
  * slots one lookup has probed since the cache was last emptied (never more

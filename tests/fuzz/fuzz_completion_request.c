@@ -6,7 +6,9 @@
  *   - chat_request_parse (POST /v1/chat/completions) with the same limits
  *     and the built-in chat template;
  *   - api_tokenize and api_detokenize (POST /tokenize, /detokenize), which
- *     parse the same kind of body and need nothing but the tokenizer.
+ *     parse the same kind of body and need nothing but the tokenizer (and
+ *     a work pool of one thread to run on); an answer they make as it is
+ *     read (api_body) is read whole.
  *
  * Besides the sanitizers, the oracle is the contract the engine relies on: an
  * accepted request satisfies every limit it was validated against, and a
@@ -23,6 +25,7 @@
 
 static tokenizer *tok;
 static chat_template tpl;
+static workpool *work;
 
 /* The `tiny` fixture model's shape; a small context keeps the prompt-length
  * and max_tokens checks within the fuzzer's reach. */
@@ -32,6 +35,8 @@ static const completion_limits limits = {
 
 static void free_tokenizer(void)
 {
+    workpool_stop(work);
+    work = NULL;
     tokenizer_free(tok);
     tok = NULL;
     chat_template_free(&tpl);
@@ -45,6 +50,11 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     gpt2d_error err;
     if (chat_template_load(&tpl, NULL, &err) != 0) {
         fprintf(stderr, "built-in chat template: %s\n", err.message);
+        abort();
+    }
+    /* memory enough for any answer: the oracle wants 200 or 400 */
+    if (workpool_start(&work, 1, (size_t)1 << 40, 60000, &err) != 0) {
+        fprintf(stderr, "workpool_start: %s\n", err.message);
         abort();
     }
     atexit(free_tokenizer);
@@ -169,15 +179,35 @@ static void check_refused(const api_error *e)
     api_response_free(&r);
 }
 
-/* /tokenize and /detokenize answer 200 or a 400 error object, always JSON. */
+/* /tokenize and /detokenize answer 200 or a 400 error object, always JSON;
+ * a 200 is an api_body that delivers exactly the length it announced. */
 static void check_endpoint_response(api_response *r, const char *what)
 {
     FUZZ_CHECK(r->status == 200 || r->status == 400, "%s: status %d", what,
                r->status);
-    FUZZ_CHECK(r->body != NULL && r->stream == NULL, "%s: no body", what);
-    json_t *back = json_loadb(r->body, r->body_len, JSON_ALLOW_NUL, NULL);
+    char *text = r->body;
+    size_t len = r->body_len;
+    if (r->status == 200) {
+        FUZZ_CHECK(r->source != NULL && r->body == NULL, "%s: no api_body", what);
+        len = api_body_length(r->source);
+        text = malloc(len + 1);
+        FUZZ_CHECK(text != NULL, "%s: out of memory", what);
+        size_t got = 0, n;
+        char block[777];        /* an odd size: pieces cross block ends */
+        while ((n = api_body_read(r->source, block, sizeof block)) > 0) {
+            FUZZ_CHECK(got + n <= len, "%s: more than the %zu bytes announced",
+                       what, len);
+            memcpy(text + got, block, n);
+            got += n;
+        }
+        FUZZ_CHECK(got == len, "%s: %zu of the %zu bytes announced", what, got, len);
+    }
+    FUZZ_CHECK(text != NULL && r->stream == NULL, "%s: no body", what);
+    json_t *back = json_loadb(text, len, JSON_ALLOW_NUL, NULL);
     FUZZ_CHECK(json_is_object(back), "%s: body is not a JSON object", what);
     json_decref(back);
+    if (text != r->body)
+        free(text);
     api_response_free(r);
 }
 
@@ -201,12 +231,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         check_refused(&e);
     }
 
-    api_ctx ctx = {.tok = tok};
+    api_ctx ctx = {.tok = tok, .work = work};
+    api_caller who;
+    api_caller_of_address(&who, "fuzz");
     api_response r = {0};
-    api_tokenize(&ctx, body, size, &r);
+    api_tokenize(&ctx, &who, body, size, NULL, &r);
     check_endpoint_response(&r, "tokenize");
     api_response r2 = {0};
-    api_detokenize(&ctx, body, size, &r2);
+    api_detokenize(&ctx, &who, body, size, NULL, &r2);
     check_endpoint_response(&r2, "detokenize");
     return 0;
 }

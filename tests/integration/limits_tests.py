@@ -22,6 +22,10 @@ Groups, each with its own server:
                     little every second, and a stream that waits longer than
                     --timeout for a KV slot, are not cut.
   MaxN              --max-n 2: n, best_of and prompts over the cap are 400s.
+  UnreadAnswers     with two API keys: 64 clients of one send 1 MB /tokenize
+                    and /detokenize bodies and never read; RSS grows by less
+                    than 256 MB (not checked under ASan) and the other key's
+                    completion is answered within 5 s meanwhile.
   Logs              with API keys at --log-level debug, a canary sent in every
                     field (valid and invalid requests) never reaches the log,
                     nor does a key; with --log-prompts it does (so the check
@@ -64,7 +68,7 @@ sys.path.insert(0, HERE)
 
 from gpt2d_client import (NO_EOT, Server, StreamError, Vocab,  # noqa: E402
                           http_request, metric_sum, read_raw, read_response,
-                          response_complete)
+                          response_complete, rss_kib)
 from testlib import (GPT2D, TINY, ServerCase,  # noqa: E402
                      long_context_model, run_module, wait_for)
 
@@ -877,6 +881,112 @@ class MaxN(LimitCase):
                 self.assertIn("max-n 2", e["message"])
                 for number in numbers:
                     self.assertRegex(e["message"], r"\b%s\b" % number)
+
+
+# ---------------------------------------------------------------- unread answers
+
+# UnreadAnswers' flood: 64 bodies of 1 MB (under the default --max-body,
+# 1 MiB), half of them /detokenize (the longest token 174,000 times: 22 MB
+# of text out), half /tokenize (1.04 M tokens out).  Rendered whole and
+# held for clients that never read, they took 55 and 48 MB each (issue 19,
+# findings 2 and 3: 4.3 GB for 64).
+UNREAD_CLIENTS = 64
+DETOKENIZE_FLOOD = json.dumps({"tokens": [LONGEST_TOKEN] * 174000},
+                              separators=(",", ":")).encode()
+TOKENIZE_FLOOD = json.dumps({"content": "a." * 520000}).encode()
+UNREAD_RSS_LIMIT_MB = 256
+# How long the flood is watched after the last body went out: on a build
+# that renders each answer whole, RSS passes the limit well within it.
+UNREAD_WATCH = 3.0
+# Another key's completion meanwhile: its parsing waits for at most the
+# jobs already running (the work pool serves the caller with none running
+# first), each well under a second, however many of the flood's wait.
+UNREAD_COMPLETION_BOUND = 5.0
+
+
+def asan_build(binary):
+    """An ASan build's allocator keeps freed memory in quarantine: its RSS
+    says nothing about what the server holds (the soak skips it too)."""
+    with open(binary, "rb") as f:
+        return b"__asan_init" in f.read()
+
+
+class UnreadAnswers(LimitCase):
+    """64 clients of one key send 1 MB /tokenize and /detokenize bodies and
+    never read: the server's RSS grows by less than 256 MB (their answers
+    are held as token ids, within --response-memory, and only --threads of
+    their jobs run at once), and another key's completion is answered
+    meanwhile."""
+
+    NAME = "unread"
+    KEY_A, KEY_B = "sk-flood-a", "sk-other-b"
+    ARGS = ("--slots", "2", "--threads", "2")
+
+    @classmethod
+    def setUpClass(cls):
+        cls.key_file = os.path.join(WORKDIR, "unread-keys")
+        with open(cls.key_file, "w", encoding="ascii") as f:
+            f.write("%s\n%s\n" % (cls.KEY_A, cls.KEY_B))
+        cls.ARGS = cls.ARGS + ("--api-key-file", cls.key_file)
+        LimitCase.setUpClass.__func__(cls)
+
+    def test_clients_that_never_read_hold_little_and_others_are_served(self):
+        pid = self.server.proc.pid
+        check_rss = not asan_build(GPT2D)
+        b = self.client(api_key=self.KEY_B)
+        self.assertEqual(b.post("/tokenize", {"content": "warm up"}).status, 200)
+        base = rss_kib(pid)
+        most = [base]
+        stop = threading.Event()
+
+        def watch():
+            while not stop.is_set():
+                kib = rss_kib(pid)
+                most.append(kib or 0)
+                if check_rss and kib and kib - base > UNREAD_RSS_LIMIT_MB * 1024:
+                    return      # over: the test ends its clients at once
+                time.sleep(0.02)
+        watcher = threading.Thread(target=watch, daemon=True)
+        watcher.start()
+        socks = []
+        try:
+            for i in range(UNREAD_CLIENTS):
+                path, body = (("/detokenize", DETOKENIZE_FLOOD) if i % 2 == 0
+                              else ("/tokenize", TOKENIZE_FLOOD))
+                sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, SMALL_RCVBUF)
+                sock.connect(("127.0.0.1", self.server.port))
+                socks.append(sock)
+                sock.sendall(http_request("POST", path, body, [
+                    "Authorization: Bearer " + self.KEY_A]))
+                if not watcher.is_alive():
+                    break
+            t0 = time.monotonic()
+            r = b.post("/v1/completions", {"prompt": "Hello", "max_tokens": 8})
+            took = time.monotonic() - t0
+            while watcher.is_alive() and time.monotonic() - t0 < UNREAD_WATCH:
+                time.sleep(0.05)
+            held = metric_sum(b.metrics(), "gpt2d_response_memory_bytes")
+            budget = metric_sum(b.metrics(), "gpt2d_response_memory_max_bytes")
+        finally:
+            stop.set()
+            watcher.join(5)
+            for sock in socks:
+                sock.close()
+        growth_mb = (max(most) - base) / 1024.0
+        print("    %d unread 1 MB bodies: RSS +%.0f MB (at most), %.1f MB of answers "
+              "held; the other key's completion took %.2f s"
+              % (len(socks), growth_mb, held / 1e6, took))
+        if check_rss:
+            self.assertLessEqual(growth_mb, UNREAD_RSS_LIMIT_MB,
+                                 "RSS grew by %.0f MB while %d clients did not read"
+                                 % (growth_mb, len(socks)))
+        self.assertEqual(len(socks), UNREAD_CLIENTS)
+        self.assertEqual(r.status, 200, r)
+        self.assertLessEqual(took, UNREAD_COMPLETION_BOUND)
+        # the unread answers are held, within the flooding key's half
+        self.assertGreater(held, 0)
+        self.assertLessEqual(held, budget / 2)
 
 
 class Logs(LimitCase):

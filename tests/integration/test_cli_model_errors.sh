@@ -68,6 +68,8 @@ expect_error "slots leave a step no room" 2 "--max-batch-rows 4 must exceed the 
     -- --model "$tiny" --slots 4 --max-batch-rows 4
 expect_error "kv-memory below one context" 2 "--kv-memory of 1024 bytes cannot hold one full context" \
     -- --model "$tiny" --kv-memory 1k
+expect_error "response-memory below 8 x max-body" 2 "--response-memory of 67108864 bytes is too small for --max-body 16777216" \
+    -- --model "$tiny" --max-body 16M --response-memory 64M
 
 # A good directory: the daemon loads it, logs a one-line summary (matching
 # `want`), listens (--port 0 picks a free port and --port-file reports it)

@@ -444,6 +444,71 @@ START_TEST(test_prompt_array_over_max_n_is_refused_before_tokenizing)
 }
 END_TEST
 
+/* Every field but the prompt is checked before the prompt is tokenized:
+ * with no tokenizer at all, each of these is refused for its own field. */
+START_TEST(test_every_other_field_is_checked_before_tokenizing)
+{
+    static const struct { const char *body, *param; } cases[] = {
+        {"{\"prompt\": \"a\", \"temperature\": 5}", "temperature"},
+        {"{\"prompt\": \"a\", \"logprobs\": 99}", "logprobs"},
+        {"{\"prompt\": \"a\", \"logit_bias\": {\"x\": 1}}", "logit_bias"},
+        {"{\"prompt\": \"a\", \"seed\": \"1\"}", "seed"},
+        {"{\"prompt\": \"a\", \"session_id\": \"..\"}", "session_id"},
+        {"{\"prompt\": \"a\", \"cache_salt\": \"\"}", "cache_salt"},
+        {"{\"prompt\": \"a\", \"stream_options\": {}}", "stream_options"},
+        {"{\"prompt\": [\"a\", \"b\"], \"session_id\": \"s\"}", "session_id"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        completion_request req;
+        api_error e;
+        memset(&e, 0, sizeof e);
+        ck_assert_int_eq(completion_request_parse(&req, cases[i].body,
+                                                  strlen(cases[i].body), NULL,
+                                                  &limits, &e), -1);
+        ck_assert_int_eq(e.status, 400);
+        ck_assert_str_eq(e.param, cases[i].param);
+    }
+}
+END_TEST
+
+/* A prompt over the context is refused for the prompt, its ids uncopied
+ * and its text tokenized no further than the context. */
+START_TEST(test_prompt_over_the_context_is_refused_for_the_prompt)
+{
+    completion_request req;
+    api_error e;
+    char body[4096];
+    size_t at = (size_t)snprintf(body, sizeof body, "{\"prompt\": [");
+    for (int i = 0; i < 65; i++)
+        at += (size_t)snprintf(body + at, sizeof body - at, "%s1", i ? "," : "");
+    snprintf(body + at, sizeof body - at, "], \"max_tokens\": 0}");
+    ck_assert_int_eq(parse(&req, body, &e), -1);
+    ck_assert_str_eq(e.param, "prompt");
+    ck_assert_msg(strstr(e.message, "has 65 tokens") != NULL, "%s", e.message);
+    /* 500 fresh words: the ones past the context never reach the word
+     * cache, because they are never merged */
+    at = (size_t)snprintf(body, sizeof body, "{\"prompt\": \"");
+    uint64_t seed = 11;
+    for (int i = 0; i < 500; i++) {
+        body[at++] = ' ';
+        for (int k = 0; k < 6; k++) {
+            seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
+            body[at++] = (char)('a' + (seed >> 33) % 26);
+        }
+    }
+    snprintf(body + at, sizeof body - at, "\", \"max_tokens\": 0}");
+    tokenizer_cache_stats before, after;
+    tokenizer_cache_stats_get(tok, &before);
+    ck_assert_int_eq(parse(&req, body, &e), -1);
+    tokenizer_cache_stats_get(tok, &after);
+    ck_assert_str_eq(e.param, "prompt");
+    ck_assert_msg(strstr(e.message, "maximum context length is 64 tokens") != NULL,
+                  "%s", e.message);
+    ck_assert_msg(after.entries <= before.entries + 65, "%zu words merged",
+                  after.entries - before.entries);
+}
+END_TEST
+
 /* A stop string is at most max-stop-bytes long: every one is held, per
  * sequence, while the request waits and runs. */
 START_TEST(test_stop_string_over_the_limit_is_refused)
@@ -1006,6 +1071,8 @@ static Suite *api_suite(void)
     tcase_add_test(parsing, test_max_n_caps_n_best_of_and_prompts);
     tcase_add_test(parsing, test_prompt_array_over_max_n_is_refused_before_tokenizing);
     tcase_add_test(parsing, test_stop_string_over_the_limit_is_refused);
+    tcase_add_test(parsing, test_every_other_field_is_checked_before_tokenizing);
+    tcase_add_test(parsing, test_prompt_over_the_context_is_refused_for_the_prompt);
     tcase_add_test(parsing, test_max_n_above_the_slots_leaves_the_slots_in_charge);
     tcase_add_loop_test(parsing, test_logit_bias_key_in_decimal_is_accepted, 0,
                         (int)(sizeof good_bias_keys / sizeof good_bias_keys[0]));

@@ -306,6 +306,90 @@ START_TEST(test_longest_token_is_the_longest_spelling)
 }
 END_TEST
 
+/* A token is text by itself when its bytes are whole UTF-8: "Hello" and
+ * "<|endoftext|>" are, the byte tokens of a character's pieces are not. */
+START_TEST(test_token_is_utf8_only_for_whole_characters)
+{
+    ck_assert(tokenizer_token_is_utf8(tok, 15496));
+    ck_assert(tokenizer_token_is_utf8(tok, TOKENIZER_EOT));
+    int32_t *ids;
+    size_t n;
+    encode_ok("\xc3\xa9", 2, &ids, &n);      /* one token, whole */
+    ck_assert_uint_eq(n, 1);
+    ck_assert(tokenizer_token_is_utf8(tok, ids[0]));
+    free(ids);
+    encode_ok("\xe2", 1, &ids, &n);          /* a lead byte alone */
+    ck_assert_uint_eq(n, 1);
+    ck_assert(!tokenizer_token_is_utf8(tok, ids[0]));
+    free(ids);
+    ck_assert(!tokenizer_token_is_utf8(tok, -1));
+    ck_assert(!tokenizer_token_is_utf8(tok, 50257));
+}
+END_TEST
+
+/* encode_most gives encode's ids when the text has at most `most` tokens,
+ * and most + 1 and no ids when it has more. */
+START_TEST(test_encode_most_is_encode_within_the_bound)
+{
+    json_t *corpus = load_corpus();
+    size_t i;
+    json_t *c;
+    json_array_foreach(corpus, i, c) {
+        size_t len;
+        const char *text = case_text(c, &len);
+        int32_t *want, *got;
+        size_t n_want, n_got;
+        gpt2d_error err;
+        encode_ok(text, len, &want, &n_want);
+        ck_assert_int_eq(tokenizer_encode_most(tok, text, len, n_want, &got, &n_got,
+                                               &err), 0);
+        ck_assert_uint_eq(n_got, n_want);
+        if (n_want > 0)
+            ck_assert_mem_eq(got, want, n_want * sizeof *got);
+        free(got);
+        if (n_want > 0) {
+            ck_assert_int_eq(tokenizer_encode_most(tok, text, len, n_want - 1, &got,
+                                                   &n_got, &err), 0);
+            ck_assert_msg(n_got == n_want && got == NULL, "%s: %zu ids for most %zu",
+                          case_name(c), n_got, n_want - 1);
+        }
+        free(want);
+    }
+    json_decref(corpus);
+}
+END_TEST
+
+/* Past the bound nothing more is merged: of 2000 fresh words, only those
+ * before the bound reach the word cache. */
+START_TEST(test_encode_most_stops_at_the_bound)
+{
+    enum { WORDS = 2000, MOST = 10 };
+    static char text[WORDS * 8];
+    size_t pos = 0;
+    uint64_t seed = 9;
+    for (size_t w = 0; w < WORDS; w++) {
+        text[pos++] = ' ';
+        for (size_t i = 0; i < 6; i++)
+            text[pos++] = (char)('a' + rng_next(&seed) % 26);
+    }
+    int32_t *ids;
+    size_t n;
+    gpt2d_error err;
+    ck_assert_int_eq(tokenizer_encode_most(tok, text, pos, MOST, &ids, &n, &err), 0);
+    ck_assert_uint_eq(n, MOST + 1);
+    ck_assert_ptr_null(ids);
+    tokenizer_cache_stats st;
+    tokenizer_cache_stats_get(tok, &st);
+    /* each word is a token at least: the eleventh word passes the bound */
+    ck_assert_msg(st.entries <= MOST + 1, "%zu words merged and cached", st.entries);
+    /* a word too long for the tokens left is refused before it is merged,
+     * like a text too long for them */
+    ck_assert_int_eq(tokenizer_encode_most(tok, text, 1, 0, &ids, &n, &err), 0);
+    ck_assert_uint_eq(n, 1);
+    ck_assert_ptr_null(ids);
+}
+END_TEST
+
 START_TEST(test_decode_rejects_id_outside_vocab)
 {
     int32_t ids[] = { 40, 50257, 41 };
@@ -707,6 +791,9 @@ static Suite *tokenizer_suite(void)
     tcase_add_test(ref, test_endoftext_is_one_token_and_decodes_back);
     tcase_add_test(ref, test_token_bytes_outside_vocab_is_null);
     tcase_add_test(ref, test_longest_token_is_the_longest_spelling);
+    tcase_add_test(ref, test_token_is_utf8_only_for_whole_characters);
+    tcase_add_test(ref, test_encode_most_is_encode_within_the_bound);
+    tcase_add_test(ref, test_encode_most_stops_at_the_bound);
     tcase_add_test(ref, test_decode_rejects_id_outside_vocab);
     tcase_add_test(ref, test_token_ending_mid_utf8_decodes_to_raw_bytes);
     tcase_add_test(ref, test_unicode_classes_follow_js);
