@@ -1014,8 +1014,10 @@ static size_t build_batch(engine *e, size_t *rows_out, size_t *prefill_out,
         if (end > r->n_prompt)
             end = r->n_prompt;
         if (end - start > prefill_left) {
+            if (budget >= room)
+                break;          /* unbounded: whole chunks, as they fit */
             end = start + prefill_left;
-            bounded = bounded || budget < room;
+            bounded = true;
         }
         size_t len = end - start;
         size_t n_logits = r->score_prompt ? len
