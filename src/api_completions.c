@@ -259,8 +259,20 @@ static int run_submit(completion_run *run, api_error *e, int *retry_after)
         run->short_cut = true;
         return run_charge(run, e, retry_after);
     }
-    /* Before anything is queued: a prompt that could never fit the KV
-     * cache is the request's fault, not the server's load. */
+    /* Before anything is queued: each prompt waits as a request of its
+     * own, so an array longer than the caller may have queued could never
+     * be taken whole (a 429 would be retried in vain). */
+    size_t max_seqs, max_queued = run->caller.limits.max_queued;
+    if (max_queued == 0)
+        engine_caller_defaults(run->ctx->eng, &max_seqs, &max_queued);
+    if (run->n_reqs > max_queued)
+        return api_error_set(e, 400, "prompt", "this request has %zu prompts "
+                             "and this API key (or client address) may have "
+                             "%zu waiting (max-queued-per-key): send at most "
+                             "%zu prompts a request", run->n_reqs, max_queued,
+                             max_queued);
+    /* A prompt that could never fit the KV cache is the request's fault,
+     * not the server's load. */
     const size_t have = engine_kv_blocks(run->ctx->eng);
     for (size_t p = 0; p < run->n_reqs; p++) {
         size_t n = run->req.prompts[p].n;

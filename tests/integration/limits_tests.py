@@ -1269,6 +1269,18 @@ class PerKeyLimits(LimitCase):
                                'reason="token_budget"}'), 1)
         self.assertEqual(delta('gpt2d_key_queue_wait_seconds_count{key="inspector"}'), 1)
 
+    def test_a_prompt_array_longer_than_max_queued_is_400_not_429(self):
+        # each prompt waits as a request of its own: two can never both be
+        # queued for a key limited to one, so a 429 would be retried in vain
+        r = self.key("queuer").post("/v1/completions",
+                                    {"prompt": ["hi", "there"], "max_tokens": 2})
+        err = self.assert_error(r, 400, "prompt")
+        self.assertIn("2 prompts", err["message"])
+        self.assertIn("max-queued-per-key", err["message"])
+        r = self.key("queuer").post("/v1/completions",
+                                    {"prompt": ["hi"], "max_tokens": 2})
+        self.assertEqual(r.status, 200, r)
+
     def test_max_queued_from_the_keys_file_is_that_keys_limit(self):
         q, other = self.key("queuer"), self.key("other")
         waiting = []
