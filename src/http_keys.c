@@ -111,7 +111,8 @@ static bool parse_limit(const char *s, size_t len, uint64_t min, uint64_t max,
 
 static bool valid_name(const char *s, size_t len)
 {
-    if (len == 0 || len > HTTP_KEY_NAME_MAX)
+    /* "-" is the label of every key without a name (metrics.h) */
+    if (len == 0 || len > HTTP_KEY_NAME_MAX || (len == 1 && s[0] == '-'))
         return false;
     for (size_t i = 0; i < len; i++) {
         char c = s[i];

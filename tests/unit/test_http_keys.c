@@ -123,6 +123,8 @@ static const struct {
     { "sk-secret-1 tokens-per-minute=1000000000001\n", 1, "tokens-per-minute" },
     { "sk-secret-1 name=\n", 1, "name '' is not 1 to 64" },
     { "sk-secret-1 name=a/b\n", 1, "name 'a/b' is not" },
+    /* "-" labels every key without a name in /metrics */
+    { "sk-secret-1 name=-\n", 1, "name '-' is not" },
     { "sk-secret-1 name="
       "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\n", 1,
       "is not 1 to 64" },
