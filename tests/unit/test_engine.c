@@ -1450,8 +1450,10 @@ static size_t n_tokens_of(gen_request *r)
  * results are the same bits as alone, where nothing cuts it. */
 START_TEST(test_engine_step_cost_cuts_prefill_beside_streams_same_bits)
 {
+    /* steps of at least 2 ms: the stream outlasts the test thread's
+     * wait-then-submit, however loaded the machine */
     engine_config cfg = { .n_slots = 2, .max_queue = 8, .max_batch_rows = 64,
-                          .step_cost_limit = 1.0 };
+                          .step_cost_limit = 1.0, .min_step_usec = 2000 };
     int32_t *prompt = prompt_of(45), *other = prompt_of(4);
     other[0] = 7;                       /* no prefix to share */
     gen_params p = sampled_params(prompt, 45, 10, 4321);
