@@ -201,7 +201,9 @@ static const char *max_field(const completion_request *req)
 }
 
 /* Takes what the run may come to use from its caller's token budget: every
- * prompt token, and max_tokens for each sequence (best_of of them). */
+ * prompt token, and max_tokens for each sequence (best_of of them).  A
+ * refusal names the field to change: the prompt when it alone is over the
+ * whole budget (no max could help), else the max. */
 static int run_charge(completion_run *run, api_error *e, int *retry_after)
 {
     const completion_request *req = &run->req;
@@ -210,14 +212,19 @@ static int run_charge(completion_run *run, api_error *e, int *retry_after)
         prompt += req->prompts[p].n;
     const size_t seqs = req->n_prompts * req->best_of;
     const uint64_t gen = (uint64_t)seqs * req->max_tokens;
+    const uint64_t budget = run->caller.limits.tokens_per_minute;
+    const char *param = max_field(req);
     char what[96], fix[96];
     snprintf(what, sizeof what, "prompt %ju + %zu x %s %zu",
              (uintmax_t)prompt, seqs, max_field(req), req->max_tokens);
-    snprintf(fix, sizeof fix, "lower %s or %s", max_field(req),
-             run->ep->n_fields);
+    if (budget > 0 && prompt > budget) {
+        param = run->ep->prompt_field;
+        snprintf(fix, sizeof fix, "shorten the %s", param);
+    } else {
+        snprintf(fix, sizeof fix, "lower %s or %s", param, run->ep->n_fields);
+    }
     return api_charge_tokens(run->ctx, &run->caller, prompt + gen, what,
-                             max_field(req), fix, &run->charged, e,
-                             retry_after);
+                             param, fix, &run->charged, e, retry_after);
 }
 
 /* A run that never started gives its whole charge back. */
@@ -523,6 +530,7 @@ static const completion_endpoint text_endpoint = {
     .chunk_object = "text_completion",
     .log_label = "completion",
     .n_fields = "n/best_of",
+    .prompt_field = "prompt",
     .parse = text_parse,
     .choice = text_choice,
     .chunk_logprobs = text_chunk_logprobs,

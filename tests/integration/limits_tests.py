@@ -1238,6 +1238,21 @@ class PerKeyLimits(LimitCase):
         self.assertNotIn("retry-after", r.headers)
         c.complete(prompt="Hello", max_tokens=10)
 
+    def test_a_prompt_alone_larger_than_the_whole_budget_is_400_naming_it(self):
+        """No max could make it fit: the prompt is the field to change."""
+        c = self.key("small")
+        for extra in ({"max_tokens": 0}, {"max_tokens": 1},
+                      {"max_tokens": 0, "echo": True, "logprobs": 1}):
+            r = c.post("/v1/completions", dict(prompt=list(range(100, 135)), **extra))
+            err = self.assert_error(r, 400, "prompt")
+            self.assertEqual(err["code"], "token_budget")
+            self.assertIn("30 tokens per minute: it can never run; shorten the prompt",
+                          err["message"])
+        r = c.post("/v1/chat/completions", {"messages": [
+            {"role": "user", "content": "Hello there " * 20}], "max_tokens": 1})
+        err = self.assert_error(r, 400, "messages")
+        self.assertIn("it can never run; shorten the messages", err["message"])
+
     def test_an_inspect_charges_its_prompt_to_the_keys_budget(self):
         """/v1/inspect generates nothing: its prompt tokens are its charge,
         refused as a completion's is, and counted under the key's name."""
