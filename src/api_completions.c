@@ -220,6 +220,12 @@ static int run_charge(completion_run *run, api_error *e, int *retry_after)
     if (budget > 0 && prompt > budget) {
         param = run->ep->prompt_field;
         snprintf(fix, sizeof fix, "shorten the %s", param);
+    } else if (req->max_param == NULL) {
+        /* chat's default max is already what the budget allows (at least
+         * 1): only fewer sequences or a shorter prompt can fit */
+        param = seqs > 1 && prompt < budget ? "n" : run->ep->prompt_field;
+        snprintf(fix, sizeof fix, "lower n or shorten the %s",
+                 run->ep->prompt_field);
     } else {
         snprintf(fix, sizeof fix, "lower %s or %s", param, run->ep->n_fields);
     }
@@ -439,6 +445,7 @@ static void serve(const api_ctx *ctx, const api_caller *who,
         .max_n = ctx->max_n,
         .max_stop_bytes = ctx->max_stop_bytes,
         .kv_blocks = engine_kv_blocks(ctx->eng),
+        .token_budget = who->limits.tokens_per_minute,
     };
     parse_job pj = {ep, &run->req, ctx, &lim, body, len, &e, -1};
     if (api_work(ctx, who, client, parse_job_run, &pj, 0, NULL, r) != 0) {
