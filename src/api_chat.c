@@ -136,6 +136,7 @@ const completion_endpoint chat_endpoint = {
     .chunk_object = "chat.completion.chunk",
     .log_label = "chat",
     .n_fields = "n",
+    .prompt_field = "messages",
     .parse = chat_parse,
     .choice = chat_choice,
     .chunk_logprobs = chat_chunk_logprobs,

@@ -201,7 +201,9 @@ static const char *max_field(const completion_request *req)
 }
 
 /* Takes what the run may come to use from its caller's token budget: every
- * prompt token, and max_tokens for each sequence (best_of of them). */
+ * prompt token, and max_tokens for each sequence (best_of of them).  A
+ * refusal names the field to change: the prompt when it alone is over the
+ * whole budget (no max could help), else the max. */
 static int run_charge(completion_run *run, api_error *e, int *retry_after)
 {
     const completion_request *req = &run->req;
@@ -210,14 +212,25 @@ static int run_charge(completion_run *run, api_error *e, int *retry_after)
         prompt += req->prompts[p].n;
     const size_t seqs = req->n_prompts * req->best_of;
     const uint64_t gen = (uint64_t)seqs * req->max_tokens;
+    const uint64_t budget = run->caller.limits.tokens_per_minute;
+    const char *param = max_field(req);
     char what[96], fix[96];
     snprintf(what, sizeof what, "prompt %ju + %zu x %s %zu",
              (uintmax_t)prompt, seqs, max_field(req), req->max_tokens);
-    snprintf(fix, sizeof fix, "lower %s or %s", max_field(req),
-             run->ep->n_fields);
+    if (budget > 0 && prompt > budget) {
+        param = run->ep->prompt_field;
+        snprintf(fix, sizeof fix, "shorten the %s", param);
+    } else if (req->max_param == NULL) {
+        /* chat's default max is already what the budget allows (at least
+         * 1): only fewer sequences or a shorter prompt can fit */
+        param = seqs > 1 && prompt < budget ? "n" : run->ep->prompt_field;
+        snprintf(fix, sizeof fix, "lower n or shorten the %s",
+                 run->ep->prompt_field);
+    } else {
+        snprintf(fix, sizeof fix, "lower %s or %s", param, run->ep->n_fields);
+    }
     return api_charge_tokens(run->ctx, &run->caller, prompt + gen, what,
-                             max_field(req), fix, &run->charged, e,
-                             retry_after);
+                             param, fix, &run->charged, e, retry_after);
 }
 
 /* A run that never started gives its whole charge back. */
@@ -432,6 +445,7 @@ static void serve(const api_ctx *ctx, const api_caller *who,
         .max_n = ctx->max_n,
         .max_stop_bytes = ctx->max_stop_bytes,
         .kv_blocks = engine_kv_blocks(ctx->eng),
+        .token_budget = who->limits.tokens_per_minute,
     };
     parse_job pj = {ep, &run->req, ctx, &lim, body, len, &e, -1};
     if (api_work(ctx, who, client, parse_job_run, &pj, 0, NULL, r) != 0) {
@@ -523,6 +537,7 @@ static const completion_endpoint text_endpoint = {
     .chunk_object = "text_completion",
     .log_label = "completion",
     .n_fields = "n/best_of",
+    .prompt_field = "prompt",
     .parse = text_parse,
     .choice = text_choice,
     .chunk_logprobs = text_chunk_logprobs,

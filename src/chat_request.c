@@ -264,8 +264,10 @@ static int parse_max_tokens(completion_request *req, json_t *root,
 
 /* No max asked for: the rest of the context, as far as the KV cache holds
  * it for every sequence (n of them), so that a plain chat with n > 1 runs
- * on a small cache.  At least one token: a prompt that n sequences cannot
- * hold at all is refused by the submission's check, naming n. */
+ * on a small cache, and as far as the caller's whole token budget pays for
+ * it (prompt + n x max), so that a plain chat runs on a small budget.  At
+ * least one token: a prompt that n sequences cannot hold at all is refused
+ * by the submission's checks, naming n or the messages. */
 static void default_max_tokens(completion_request *req,
                                const completion_limits *lim)
 {
@@ -275,6 +277,12 @@ static void default_max_tokens(completion_request *req,
         size_t fits = kvcache_max_total(n_prompt, req->best_of, lim->kv_blocks);
         if (fits < total)
             total = fits > n_prompt ? fits : n_prompt + 1;
+    }
+    if (lim->token_budget > 0 && total > n_prompt) {
+        uint64_t each = lim->token_budget > n_prompt
+                            ? (lim->token_budget - n_prompt) / req->best_of : 0;
+        if (each < total - n_prompt)
+            total = n_prompt + (each > 0 ? (size_t)each : 1);
     }
     req->max_tokens = n_prompt < total ? total - n_prompt : 0;
 }

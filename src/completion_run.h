@@ -37,6 +37,7 @@ typedef struct completion_endpoint {
     const char *chunk_object;   /* a streamed chunk's */
     const char *log_label;      /* "completion" in the --log-prompts line */
     const char *n_fields;       /* what sets the sequences: "n/best_of" */
+    const char *prompt_field;   /* what holds the prompt: "prompt" */
     /* The body into `req`; on failure a 400 (or 500) in `e`. */
     int (*parse)(completion_request *req, const api_ctx *ctx,
                  const completion_limits *lim, const char *body, size_t len,

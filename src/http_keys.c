@@ -136,6 +136,16 @@ static const struct {
     [ATTR_TOKENS_PER_MINUTE] = { "tokens-per-minute", 0, 1000000000000ULL },
 };
 
+/* The attribute named by the `len` bytes at w; N_ATTRS if none. */
+static size_t attribute_index(const char *w, size_t len)
+{
+    size_t a = 0;
+    while (a < N_ATTRS && !(strlen(attrs[a].name) == len &&
+                            memcmp(attrs[a].name, w, len) == 0))
+        a++;
+    return a;
+}
+
 /* One NAME=VALUE word of the line `where` ("FILE:LINE") into *limits or
  * *name; `seen` marks the attributes given so far. */
 static int parse_attribute(const char *w, size_t len, const char *where,
@@ -149,10 +159,7 @@ static int parse_attribute(const char *w, size_t len, const char *where,
                          "(NAME=VALUE; a key is one word)", where);
     size_t alen = (size_t)(eq - w), vlen = len - alen - 1;
     const char *v = eq + 1;
-    size_t a = 0;
-    while (a < N_ATTRS && !(strlen(attrs[a].name) == alen &&
-                            memcmp(attrs[a].name, w, alen) == 0))
-        a++;
+    size_t a = attribute_index(w, alen);
     if (a == N_ATTRS)
         return error_set(err, "%s: unknown attribute '%.*s' (name, max-seqs, "
                          "max-queued, tokens-per-minute)", where,
@@ -184,8 +191,30 @@ static int parse_attribute(const char *w, size_t len, const char *where,
     return 0;
 }
 
+/* Whitespace a key file's line may not hold: a key never contains any,
+ * and only spaces and tabs separate its words, so a vertical tab, form
+ * feed, carriage return or no-break space (UTF-8 C2 A0) is a mistake. */
+static bool odd_whitespace(const char *s, const char *e)
+{
+    for (const char *c = s; c < e; c++)
+        if (*c == '\v' || *c == '\f' || *c == '\r' ||
+            (c + 1 < e && (unsigned char)c[0] == 0xC2 &&
+             (unsigned char)c[1] == 0xA0))
+            return true;
+    return false;
+}
+
+/* A first word like `name=alice` is an attribute whose key was left out,
+ * not a key. */
+static bool begins_with_attribute(const char *key, size_t len)
+{
+    const char *eq = memchr(key, '=', len);
+    return eq != NULL && attribute_index(key, (size_t)(eq - key)) < N_ATTRS;
+}
+
 /* One line of the file, already trimmed and known not to be blank or a
- * comment: the key, then its attributes. */
+ * comment: the key, then its attributes.  Nothing of the line is echoed
+ * before the key is known not to be in it. */
 static int parse_key_line(key_set *k, const char *s, const char *e,
                           const char *path, size_t lineno, const settings *cfg,
                           gpt2d_error *err)
@@ -195,6 +224,14 @@ static int parse_key_line(key_set *k, const char *s, const char *e,
     size_t key_len = strcspn(s, " \t");
     if (key_len > (size_t)(e - s))
         key_len = (size_t)(e - s);
+    if (odd_whitespace(s, e))
+        return error_set(err, "%s: whitespace other than spaces and tabs "
+                         "(vertical tab, form feed, carriage return or "
+                         "no-break space): a key never contains whitespace",
+                         where);
+    if (begins_with_attribute(s, key_len))
+        return error_set(err, "%s: the line begins with an attribute, not a "
+                         "key (KEY [NAME=VALUE...])", where);
     api_limits limits = default_limits(cfg);
     key_name name = { .name = "", .line = lineno };
     bool seen[N_ATTRS] = { false };
@@ -240,6 +277,9 @@ static int keys_load_file(key_set *k, const settings *cfg, gpt2d_error *err)
             rc = error_set(err, "%s:%zu: NUL byte in line", path, lineno);
             break;
         }
+        /* an editor's UTF-8 byte order mark is not part of the first key */
+        if (lineno == 1 && n >= 3 && memcmp(s, "\xEF\xBB\xBF", 3) == 0)
+            s += 3;
         while (s < e && (*s == ' ' || *s == '\t'))
             s++;
         while (e > s && (e[-1] == '\n' || e[-1] == '\r' || e[-1] == ' ' || e[-1] == '\t'))

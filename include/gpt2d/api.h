@@ -295,6 +295,8 @@ typedef struct completion_limits {
                                  * operator; 0 = only max_sequences */
     size_t max_stop_bytes;      /* --max-stop-bytes; 0 = no bound */
     size_t kv_blocks;           /* the KV cache's blocks; 0 = no bound */
+    uint64_t token_budget;      /* the caller's tokens per minute (its whole
+                                 * budget); 0 = no bound */
 } completion_limits;
 
 /* Parses and validates a POST /v1/completions body; on failure `e` says

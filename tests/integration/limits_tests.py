@@ -1172,7 +1172,7 @@ class PerKeyLimits(LimitCase):
     SLOTS = HOLD_SLOTS
     KEYS = {name: "sk-%s-%d-secret" % (name, os.getpid()) for name in (
         "holder", "spender", "refunded", "small", "queuer", "narrow", "other",
-        "metered", "inspector", "anon")}
+        "metered", "inspector", "chatter", "anon")}
     LINES = {
         "holder": "name=holder",
         "spender": "name=spender tokens-per-minute=100",
@@ -1183,6 +1183,7 @@ class PerKeyLimits(LimitCase):
         "other": "name=other",
         "metered": "name=metered tokens-per-minute=100",
         "inspector": "name=inspector tokens-per-minute=50",
+        "chatter": "name=chatter tokens-per-minute=40",
         "anon": "",
     }
 
@@ -1237,6 +1238,48 @@ class PerKeyLimits(LimitCase):
         self.assertIn("can never run", err["message"])
         self.assertNotIn("retry-after", r.headers)
         c.complete(prompt="Hello", max_tokens=10)
+
+    def test_a_prompt_alone_larger_than_the_whole_budget_is_400_naming_it(self):
+        """No max could make it fit: the prompt is the field to change."""
+        c = self.key("small")
+        for extra in ({"max_tokens": 0}, {"max_tokens": 1},
+                      {"max_tokens": 0, "echo": True, "logprobs": 1}):
+            r = c.post("/v1/completions", dict(prompt=list(range(100, 135)), **extra))
+            err = self.assert_error(r, 400, "prompt")
+            self.assertEqual(err["code"], "token_budget")
+            self.assertIn("30 tokens per minute: it can never run; shorten the prompt",
+                          err["message"])
+        r = c.post("/v1/chat/completions", {"messages": [
+            {"role": "user", "content": "Hello there " * 20}], "max_tokens": 1})
+        err = self.assert_error(r, 400, "messages")
+        self.assertIn("it can never run; shorten the messages", err["message"])
+
+    def test_a_chat_without_a_max_replies_within_the_keys_whole_budget(self):
+        """Chat's default max (the rest of the context) is cut to what the
+        budget pays for; what cannot fit even so names what the client sent."""
+        c = self.key("chatter")
+        hi = {"messages": [{"role": "user", "content": "hi"}]}
+        r = c.post("/v1/chat/completions", dict(hi, logit_bias=NO_EOT))
+        self.assertEqual(r.status, 200, r)
+        usage = r.json["usage"]
+        self.assertEqual(usage["total_tokens"], 40)
+        self.assertEqual(r.json["choices"][0]["finish_reason"], "length")
+        # spent now: a wait for the refill, not a refusal
+        r = c.post("/v1/chat/completions", hi)
+        err = self.assert_error(r, 429, None)
+        self.assertEqual(err["code"], "token_budget")
+        # " a" is one token: prompts of 38 and 40 tokens
+        p = usage["prompt_tokens"]
+
+        def padded(tokens):
+            return [{"role": "user", "content": "hi" + " a" * (tokens - p)}]
+        r = c.post("/v1/chat/completions", {"messages": padded(38), "n": 3})
+        err = self.assert_error(r, 400, "n")
+        self.assertIn("(prompt 38 + 3 x max_completion_tokens 1)", err["message"])
+        self.assertIn("can never run; lower n or shorten the messages", err["message"])
+        r = c.post("/v1/chat/completions", {"messages": padded(40)})
+        err = self.assert_error(r, 400, "messages")
+        self.assertIn("(prompt 40 + 1 x max_completion_tokens 1)", err["message"])
 
     def test_an_inspect_charges_its_prompt_to_the_keys_budget(self):
         """/v1/inspect generates nothing: its prompt tokens are its charge,

@@ -419,6 +419,50 @@ START_TEST(test_max_completion_tokens_wins_over_max_tokens)
 }
 END_TEST
 
+/* Without a max, no more than the caller's whole token budget pays for:
+ * prompt + n x max within it, at least one token; a max sent is kept. */
+START_TEST(test_default_max_is_what_the_token_budget_pays_for_n)
+{
+    completion_limits small = limits;
+    small.token_budget = 40;
+    completion_request req;
+    api_error e;
+    const char *body = "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}]}";
+    ck_assert_int_eq(chat_request_parse(&req, body, strlen(body), tok, &builtin,
+                                        &small, &e), 0);
+    size_t n_prompt = req.prompts[0].n;
+    ck_assert_uint_lt(n_prompt, 40);
+    ck_assert_uint_eq(req.max_tokens, 40 - n_prompt);
+    ck_assert_ptr_null(req.max_param);
+    completion_request_free(&req);
+    body = "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}], \"n\": 3}";
+    ck_assert_int_eq(chat_request_parse(&req, body, strlen(body), tok, &builtin,
+                                        &small, &e), 0);
+    ck_assert_uint_eq(req.max_tokens, (40 - n_prompt) / 3);
+    completion_request_free(&req);
+    /* a budget the prompt fills: one token, left to the charge to refuse */
+    small.token_budget = n_prompt;
+    body = "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}]}";
+    ck_assert_int_eq(chat_request_parse(&req, body, strlen(body), tok, &builtin,
+                                        &small, &e), 0);
+    ck_assert_uint_eq(req.max_tokens, 1);
+    completion_request_free(&req);
+    /* a budget larger than the context: the rest of the context */
+    small.token_budget = 1000;
+    ck_assert_int_eq(chat_request_parse(&req, body, strlen(body), tok, &builtin,
+                                        &small, &e), 0);
+    ck_assert_uint_eq(req.max_tokens, 64 - n_prompt);
+    completion_request_free(&req);
+    small.token_budget = 40;
+    body = "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}], "
+           "\"max_completion_tokens\": 50}";
+    ck_assert_int_eq(chat_request_parse(&req, body, strlen(body), tok, &builtin,
+                                        &small, &e), 0);
+    ck_assert_uint_eq(req.max_tokens, 50);
+    completion_request_free(&req);
+}
+END_TEST
+
 /* Without a max, the rest of the context as far as the KV cache holds it
  * for every sequence; a max sent is kept and named as sent. */
 START_TEST(test_default_max_is_what_the_kv_cache_holds_for_n)
@@ -647,6 +691,7 @@ static Suite *chat_suite(void)
     tcase_add_test(req, test_shared_fields_parse_as_on_completions);
     tcase_add_test(req, test_max_completion_tokens_wins_over_max_tokens);
     tcase_add_test(req, test_default_max_is_what_the_kv_cache_holds_for_n);
+    tcase_add_test(req, test_default_max_is_what_the_token_budget_pays_for_n);
     tcase_add_test(req, test_a_conversation_too_long_by_its_bytes_is_not_tokenized);
     tcase_add_test(req, test_harmless_forms_of_unsupported_fields_are_accepted);
     tcase_add_loop_test(req, test_each_bad_field_is_a_400_naming_its_param, 0,

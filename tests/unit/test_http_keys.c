@@ -109,6 +109,22 @@ START_TEST(test_attributes_set_a_keys_name_and_limits)
 }
 END_TEST
 
+/* An editor's byte order mark before the first key is not part of it;
+ * a first word that merely contains '=' is a key. */
+START_TEST(test_a_byte_order_mark_is_not_part_of_the_first_key)
+{
+    write_keys("\xEF\xBB\xBFsk-bom name=bommed\nsk-name=x tokens-per-minute=9\n");
+    settings cfg = config(0);
+    http_keys *k = load(&cfg);
+    api_caller who = authorize(k, "Bearer sk-bom"), expect;
+    api_caller_of_key(&expect, "sk-bom", 6);
+    ck_assert_mem_eq(who.account, expect.account, SHA256_BYTES);
+    ck_assert_uint_eq(who.metrics_key, metrics_key_id("bommed"));
+    ck_assert_uint_eq(authorize(k, "Bearer sk-name=x").limits.tokens_per_minute, 9);
+    http_keys_free(k);
+}
+END_TEST
+
 static const struct {
     const char *text;
     size_t line;
@@ -134,6 +150,16 @@ static const struct {
     { "sk-secret-1 max-seqs=1 max-seqs=2\n", 1, "max-seqs is given twice" },
     { "sk-secret with-space\n", 1, "a word after the key is not an attribute" },
     { "sk-secret-1 name=a\0b\n", 1, "NUL byte" },
+    /* a key left out: the line's first word is an attribute */
+    { "name=alice max-seqs=2\n", 1, "the line begins with an attribute, not a key" },
+    { "sk-secret-1\n  tokens-per-minute=5 sk-secret-2\n", 2,
+      "the line begins with an attribute, not a key" },
+    { "max-queued=3\n", 1, "the line begins with an attribute" },
+    /* whitespace a key never holds and that does not separate words */
+    { "sk-secret-1\vname=a\n", 1, "whitespace other than spaces and tabs" },
+    { "sk-secret-1\n sk-secret-2\fname=b\n", 2, "whitespace other than spaces" },
+    { "sk-secret-1\xC2\xA0name=a\n", 1, "whitespace other than spaces" },
+    { "sk-secret-1\rsk-secret-2\n", 1, "whitespace other than spaces" },
 };
 
 /* Each refusal names the file and line, and shows no key. */
@@ -232,6 +258,7 @@ static Suite *http_keys_suite(void)
     tcase_add_test(tc, test_attributes_set_a_keys_name_and_limits);
     tcase_add_loop_test(tc, test_each_bad_line_is_refused_with_its_file_and_line, 0,
                         (int)(sizeof bad_files / sizeof bad_files[0]));
+    tcase_add_test(tc, test_a_byte_order_mark_is_not_part_of_the_first_key);
     tcase_add_test(tc, test_reload_keeps_each_keys_account_and_applies_new_limits);
     tcase_add_test(tc, test_environment_key_gets_the_defaults_unless_the_file_lists_it);
     tcase_add_test(tc, test_without_keys_every_caller_gets_the_defaults);
