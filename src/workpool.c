@@ -28,6 +28,8 @@ struct work_caller {
     size_t waiting, running;    /* its jobs */
     uint64_t last_start;        /* when its last job started (p->starts) */
     size_t held;                /* bytes charged to it */
+    size_t refs;                /* callers of workpool_run and charges that
+                                 * point at this entry */
     work_caller *next;
 };
 
@@ -69,10 +71,14 @@ static work_caller *caller_get(workpool *p, const uint8_t *account)
     return c;
 }
 
-/* Frees the entry once nothing of the caller's is left. */
+/* Drops one reference; frees the entry once no one points at it and
+ * nothing of the caller's is left.  (Counts alone are not enough: a job
+ * is done, and its caller's counts are zero, before the thread that ran
+ * workpool_run for it lets go of the entry.) */
 static void caller_put(workpool *p, work_caller *c)
 {
-    if (c->waiting > 0 || c->running > 0 || c->held > 0)
+    c->refs--;
+    if (c->refs > 0 || c->waiting > 0 || c->running > 0 || c->held > 0)
         return;
     for (work_caller **pp = &p->callers; *pp != NULL; pp = &(*pp)->next)
         if (*pp == c) {
@@ -262,6 +268,7 @@ static work_status enqueue(workpool *p, waiter *w)
     w->caller = caller_get(p, w->job->account);
     if (w->caller == NULL)
         return WORK_NO_MEMORY;
+    w->caller->refs++;          /* workpool_run's, handed to a charge */
     w->caller->waiting++;
     if (p->tail != NULL)
         p->tail->next = w;
