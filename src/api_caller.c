@@ -19,9 +19,12 @@ static void principal(api_caller *who, const char *label, const void *data,
     sha256_final(&c, who->principal);
 }
 
+/* A new caller: its digests, and the defaults for everything else (the
+ * options' limits, metrics under key="-"). */
 static void account(api_caller *who, const char *label, const void *data,
                     size_t len)
 {
+    memset(who, 0, sizeof *who);
     principal(who, label, data, len);
     memcpy(who->account, who->principal, SHA256_BYTES);
 }
