@@ -179,8 +179,14 @@ static bool authorize(http_server *srv, struct MHD_Connection *conn,
                                                "Authorization"), who);
     if (k == HTTP_KEYS_REFUSED)
         return false;
-    if (k == HTTP_KEYS_NONE)
+    if (k == HTTP_KEYS_NONE) {
+        /* the address names the caller; the limits stay the options' */
+        const api_limits limits = who->limits;
+        const size_t metrics_key = who->metrics_key;
         caller_of_address(srv, conn, who);
+        who->limits = limits;
+        who->metrics_key = metrics_key;
+    }
     if (srv->cfg->global_prefix_cache)
         api_caller_global(who);
     return true;
