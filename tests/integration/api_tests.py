@@ -2623,10 +2623,18 @@ class T10Inspect(ServerCase):
         self.assertEqual(r.headers.get("x-request-id"), r.json["id"])
         mine = c.post("/v1/inspect", {"prompt": "x"}, headers={"X-Request-Id": "trace-17"})
         self.assertEqual(mine.headers.get("x-request-id"), "trace-17")
-        after = c.metrics()
+        after = {}
 
         def delta(name):
             return metric_sum(after, name) - metric_sum(before, name)
+
+        def counted():
+            # counted when libmicrohttpd reports each request done, a
+            # moment after the client has read the answer
+            after.clear()
+            after.update(c.metrics())
+            return delta('gpt2d_requests_total{endpoint="inspect",code="200"}') >= 2
+        wait_for(counted, 2)
         self.assertEqual(delta('gpt2d_requests_total{endpoint="inspect",code="200"}'), 2)
         self.assertEqual(delta("gpt2d_inspect_bytes_total"),
                          len(r.body) + len(mine.body))
