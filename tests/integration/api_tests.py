@@ -30,6 +30,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
@@ -47,7 +48,7 @@ from testlib import (GPT2D, SRCDIR, TINY,  # noqa: E402
 sys.path.insert(0, os.path.join(SRCDIR, "tests", "reference"))
 import gpt2_numpy  # noqa: E402
 
-WORKDIR = os.environ.get("GPT2D_API_WORKDIR", "/tmp")
+WORKDIR = os.environ.get("GPT2D_API_WORKDIR", tempfile.gettempdir())
 MAIN_PORT = int(os.environ.get("GPT2D_API_PORT", "0"))
 
 TOL = 1e-3          # |logprob difference| a float32 server may show
