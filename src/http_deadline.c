@@ -275,8 +275,7 @@ deadline_cut http_deadline_request_done(http_deadline *d, conn_watch *w)
         if (poll(&pfd, 1, 0) != 0)
             break;
         pthread_mutex_unlock(&d->lock);
-        struct timespec pause = {0, DRAIN_POLL_MS * 1000000L};
-        nanosleep(&pause, NULL);
+        monotonic_sleep_ms(DRAIN_POLL_MS);
         pthread_mutex_lock(&d->lock);
     }
     deadline_cut cut = w->cut;
@@ -403,12 +402,7 @@ int http_deadline_start(http_deadline **out, const settings *cfg, gpt2d_error *e
     if (d == NULL)
         return error_set(err, "out of memory");
     d->cfg = cfg;
-    pthread_condattr_t attr;
-    pthread_condattr_init(&attr);
-    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-    int rc = pthread_cond_init(&d->cond, &attr);
-    pthread_condattr_destroy(&attr);
-    if (rc != 0) {
+    if (monotonic_cond_init(&d->cond) != 0) {
         free(d);
         return error_set(err, "cannot create the connection-deadline condition");
     }

@@ -284,11 +284,7 @@ work_status workpool_run(workpool *p, const work_job *job, work_charge *charge)
 {
     memset(charge, 0, sizeof *charge);
     waiter w = {.job = job};
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&w.cond, &ca);
-    pthread_condattr_destroy(&ca);
+    monotonic_cond_init(&w.cond);
     struct timespec now = monotonic_now();
     const struct timespec deadline = monotonic_after_ms(&now, (long)p->wait_ms);
 
