@@ -67,6 +67,7 @@
 #include "gpt2d/notify.h"
 #include "gpt2d/step_budget.h"
 #include "gpt2d/textstream.h"
+#include "gpt2d/thread.h"
 #include "gpt2d/threadpool.h"
 
 _Static_assert(ENGINE_SESSION_ID_MAX == KVCACHE_SESSION_ID_MAX,
@@ -1547,7 +1548,7 @@ int engine_create(engine **out, const model *m, const tokenizer *tok,
         engine_destroy(e);
         return -1;
     }
-    if (pthread_create(&e->thread, NULL, engine_main, e) != 0) {
+    if (thread_start(&e->thread, engine_main, e, "gpt2d-step") != 0) {
         engine_destroy(e);
         return error_set(err, "engine: cannot start the engine thread");
     }

@@ -26,6 +26,7 @@
 #include "gpt2d/log.h"
 #include "gpt2d/metrics.h"
 #include "gpt2d/monotonic.h"
+#include "gpt2d/thread.h"
 
 /* One open connection, as the reaper's deadlines see it.  Created when MHD
  * reports the connection and freed when it reports it closed, which it does
@@ -414,7 +415,7 @@ int http_deadline_start(http_deadline **out, const settings *cfg, gpt2d_error *e
     *out = d;
     if (!http_deadline_needed(cfg))
         return 0;
-    if (pthread_create(&d->thread, NULL, reaper_main, d) != 0)
+    if (thread_start(&d->thread, reaper_main, d, "gpt2d-deadline") != 0)
         return error_set(err, "cannot start the connection-deadline thread");
     d->started = true;
     return 0;

@@ -19,6 +19,7 @@
 
 #include "gpt2d/log.h"
 #include "gpt2d/monotonic.h"
+#include "gpt2d/thread.h"
 
 /* How often a waiting caller looks at its client. */
 #define POLL_MS 20
@@ -208,7 +209,7 @@ int workpool_start(workpool **out, size_t threads, size_t memory,
     p->memory = memory;
     p->wait_ms = wait_ms;
     for (size_t i = 0; i < threads; i++) {
-        int rc = pthread_create(&p->threads[i], NULL, worker_main, p);
+        int rc = thread_start(&p->threads[i], worker_main, p, "gpt2d-work-%zu", i);
         if (rc != 0) {
             workpool_stop(p);
             return error_set(err, "work pool: cannot start a thread: %s", strerror(rc));
