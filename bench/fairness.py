@@ -47,42 +47,15 @@ import json
 import os
 import random
 import statistics
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 
-KEY_A, KEY_B, KEY_C = "bench-key-a", "bench-key-b", "bench-key-c"
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from fairlib import (KEY_A, KEY_B, KEY_C, Flood, add_server_args,  # noqa: E402
+                     running, stream, tokens_per_second)
+
 NO_EOT = {"50256": -100}
-
-
-def start(args, workdir):
-    keys = os.path.join(workdir, "keys")
-    with open(keys, "w") as f:
-        f.write("%s name=a %s\n%s name=b %s\n%s name=c %s\n" % (
-            KEY_A, args.key_a, KEY_B, args.key_b, KEY_C, args.key_c))
-    port_file = os.path.join(workdir, "port")
-    log = open(os.path.join(workdir, "gpt2d.log"), "w")
-    cmd = [args.gpt2d, "--model", args.model, "--port", "0", "--port-file", port_file,
-           "--threads", str(args.threads), "--api-key-file", keys] + args.args.split()
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
-    t0 = time.monotonic()
-    while time.monotonic() - t0 < 120:
-        if proc.poll() is not None:
-            sys.exit("gpt2d exited: see %s" % log.name)
-        try:
-            with open(port_file) as f:
-                port = int(f.read().strip())
-            c = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
-            c.request("GET", "/health")
-            if c.getresponse().status == 200:
-                return proc, port
-        except (OSError, ValueError):
-            pass
-        time.sleep(0.2)
-    proc.kill()
-    sys.exit("gpt2d did not start")
 
 
 def post(port, key, body, timeout=120):
@@ -103,63 +76,12 @@ def post(port, key, body, timeout=120):
             int(retry_after) if retry_after else None, tokens)
 
 
-def stream(port, key, body, timeout=300):
-    """Streamed request: (status, ttft seconds, token times)."""
-    c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
-    t0 = time.monotonic()
-    c.request("POST", "/v1/completions", json.dumps(dict(body, stream=True)),
-              {"Authorization": "Bearer " + key, "Content-Type": "application/json"})
-    r = c.getresponse()
-    if r.status != 200:
-        r.read()
-        c.close()
-        return r.status, None, []
-    times = []
-    for line in r:
-        line = line.strip()
-        if not line.startswith(b"data: "):
-            continue
-        if line == b"data: [DONE]":
-            break
-        times.append(time.monotonic() - t0)
-    c.close()
-    return 200, (times[0] if times else None), times
-
-
-class Flood:
-    """`n` closed-loop clients of `key` sending `make()` until stopped; with
-    `obey`, a 429 waits its Retry-After (else 50 ms)."""
-
-    def __init__(self, port, key, n, make, obey=False):
-        self.stop = threading.Event()
-        self.status = {}
-        self.tokens = 0
-        self.retry_afters = []
-        self.lock = threading.Lock()
-        self.threads = [threading.Thread(target=self.run, args=(port, key, make, obey))
-                        for _ in range(n)]
-        for t in self.threads:
-            t.start()
-
-    def run(self, port, key, make, obey):
-        while not self.stop.is_set():
-            retry_after = None
-            try:
-                st, _, retry_after, tokens = post(port, key, make(), timeout=300)
-            except OSError:
-                st, tokens = "error", 0
-            with self.lock:
-                self.status[st] = self.status.get(st, 0) + 1
-                self.tokens += tokens
-                if retry_after is not None:
-                    self.retry_afters.append(retry_after)
-            if st == 429:
-                self.stop.wait(retry_after if obey and retry_after else 0.05)
-
-    def end(self):
-        self.stop.set()
-        for t in self.threads:
-            t.join(300)
+def flood(port, key, n, make, obey=False):
+    """`n` clients of `key` POSTing make() over and over (fairlib.Flood)."""
+    def send():
+        st, _, retry_after, tokens = post(port, key, make(), timeout=300)
+        return st, retry_after, tokens
+    return Flood(n, send, obey)
 
 
 def ttft_probes(port, n, deadline):
@@ -199,26 +121,18 @@ def flood_case(args, port):
     print("B idle TTFT: %s" % summary(idle))
     body = {"prompt": [464], "max_tokens": args.flood_tokens, "n": args.flood_n,
             "logit_bias": {"50256": -100}}
-    flood = Flood(port, KEY_A, args.flooders, lambda: body)
+    a = flood(port, KEY_A, args.flooders, lambda: body)
     time.sleep(args.warmup)
     ttfts, refused = ttft_probes(port, args.probes, time.monotonic() + args.limit)
-    flood.end()
+    a.end()
     print("B TTFT while A floods (%d x n=%d max_tokens=%d): %s; B 429s: %d; A: %r" % (
         args.flooders, args.flood_n, args.flood_tokens, summary(ttfts), refused,
-        flood.status))
+        a.status))
     return statistics.median(ttfts) if ttfts else None, refused
 
 
-def tokens_per_second(port, n):
-    st, ttft, times = stream(port, KEY_B, {"prompt": [464], "max_tokens": n,
-                                           "logit_bias": {"50256": -100}})
-    if st != 200 or len(times) < 2:
-        return None
-    return (len(times) - 1) / (times[-1] - times[0])
-
-
 def prefill_case(args, port):
-    idle = tokens_per_second(port, args.stream_tokens)
+    idle = tokens_per_second(port, KEY_B, args.stream_tokens)
     rng = random.Random(1)
     lock = threading.Lock()
 
@@ -226,12 +140,12 @@ def prefill_case(args, port):
         with lock:
             return {"prompt": [rng.randrange(50000) for _ in range(args.prompt_tokens)],
                     "max_tokens": 1}
-    flood = Flood(port, KEY_A, 3, fresh)
+    a = flood(port, KEY_A, 3, fresh)
     time.sleep(args.warmup)
-    loaded = tokens_per_second(port, args.stream_tokens)
-    flood.end()
+    loaded = tokens_per_second(port, KEY_B, args.stream_tokens)
+    a.end()
     print("B stream tokens/s: idle %.1f, under 3 prefill flooders %.1f (%.0f %%); A: %r" % (
-        idle or 0, loaded or 0, 100.0 * (loaded or 0) / (idle or 1), flood.status))
+        idle or 0, loaded or 0, 100.0 * (loaded or 0) / (idle or 1), a.status))
     return idle, loaded
 
 
@@ -242,32 +156,29 @@ def budget_case(args, port):
             per_minute = int(word.split("=", 1)[1])
     body = {"prompt": [464], "max_tokens": args.budget_tokens, "logit_bias": NO_EOT}
     t0 = time.monotonic()
-    flood = Flood(port, KEY_C, args.budget_clients, lambda: body, obey=True)
+    c = flood(port, KEY_C, args.budget_clients, lambda: body, obey=True)
     ttfts, refused = ttft_probes(port, args.probes, t0 + args.budget_seconds)
     # the probes may end first: C keeps going for the whole window
-    flood.stop.wait(max(0.0, t0 + args.budget_seconds - time.monotonic()))
-    flood.end()
+    c.stop.wait(max(0.0, t0 + args.budget_seconds - time.monotonic()))
+    c.end()
     elapsed = time.monotonic() - t0
-    rate = flood.tokens * 60.0 / elapsed
+    rate = c.tokens * 60.0 / elapsed
     bound = per_minute * (1 + elapsed / 60.0) if per_minute else None
-    ra = sorted(flood.retry_afters)
+    ra = sorted(c.retry_afters)
     print("C (%s) used %d tokens (prompt + completion) in %.0f s: %.0f a minute; "
           "at most %s allowed "
           "(%s); C: %r, Retry-After median %s s; B TTFT meanwhile: %s; B 429s: %d" % (
-              args.key_c, flood.tokens, elapsed, rate,
+              args.key_c, c.tokens, elapsed, rate,
               "%.0f" % bound if bound else "-",
-              "within" if bound is None or flood.tokens <= bound else "OVER",
-              flood.status, statistics.median(ra) if ra else "-", summary(ttfts),
+              "within" if bound is None or c.tokens <= bound else "OVER",
+              c.status, statistics.median(ra) if ra else "-", summary(ttfts),
               refused))
-    return flood.tokens, bound
+    return c.tokens, bound
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--gpt2d", default="build/src/gpt2d")
-    ap.add_argument("--model", required=True)
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--args", default="", help="more gpt2d flags, space-separated")
+    add_server_args(ap)
     ap.add_argument("--case", default="flood,prefill,budget")
     ap.add_argument("--key-a", default="", help="key A's attributes in the keys file")
     ap.add_argument("--key-b", default="")
@@ -284,20 +195,12 @@ def main():
     ap.add_argument("--stream-tokens", type=int, default=200)
     ap.add_argument("--prompt-tokens", type=int, default=1023)
     args = ap.parse_args()
-    with tempfile.TemporaryDirectory(prefix="gpt2d-fair-") as workdir:
-        proc, port = start(args, workdir)
-        try:
-            for name, case in (("flood", flood_case), ("prefill", prefill_case),
-                               ("budget", budget_case)):
-                if name in args.case.split(","):
-                    case(args, port)
-                    print("  " + "\n  ".join(key_metrics(port)))
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+    with running(args, "gpt2d-fair-") as (_, port):
+        for name, case in (("flood", flood_case), ("prefill", prefill_case),
+                           ("budget", budget_case)):
+            if name in args.case.split(","):
+                case(args, port)
+                print("  " + "\n  ".join(key_metrics(port)))
 
 
 if __name__ == "__main__":

@@ -39,16 +39,13 @@ import json
 import os
 import socket
 import statistics
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import fairness  # noqa: E402  (its daemon launcher and keys)
-
-KEY_A, KEY_B = fairness.KEY_A, fairness.KEY_B
+from fairlib import (KEY_A, KEY_B, Flood, add_server_args,  # noqa: E402
+                     running, tokens_per_second)
 
 LONGEST_TOKEN = 35496           # 128 bytes of text in GPT-2's vocabulary
 TOKENIZE_BODY = json.dumps({"content": "a." * 520000}).encode()
@@ -76,51 +73,10 @@ def request(port, key, path, body, timeout=300):
     return r.status, time.monotonic() - t0
 
 
-def stream_rate(port, n):
-    """Key B's stream of n tokens: tokens/s from its first token to its last."""
-    c = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
-    c.request("POST", "/v1/completions", json.dumps({
-        "prompt": [464], "max_tokens": n, "stream": True,
-        "logit_bias": {"50256": -100}}),
-        {"Authorization": "Bearer " + KEY_B, "Content-Type": "application/json"})
-    r = c.getresponse()
-    times = []
-    for line in r:
-        if line.startswith(b"data: {"):
-            times.append(time.monotonic())
-    c.close()
-    if r.status != 200 or len(times) < 2:
-        return None
-    return (len(times) - 1) / (times[-1] - times[0])
-
-
-class Loops:
-    """`n` clients of key A sending /tokenize bodies over and over."""
-
-    def __init__(self, port, n):
-        self.stop = threading.Event()
-        self.status = {}
-        self.lock = threading.Lock()
-        self.threads = [threading.Thread(target=self.run, args=(port,))
-                        for _ in range(n)]
-        for t in self.threads:
-            t.start()
-
-    def run(self, port):
-        while not self.stop.is_set():
-            try:
-                st, _ = request(port, KEY_A, "/tokenize", TOKENIZE_BODY)
-            except OSError:
-                st = "error"
-            with self.lock:
-                self.status[st] = self.status.get(st, 0) + 1
-            if st != 200:
-                time.sleep(0.05)
-
-    def end(self):
-        self.stop.set()
-        for t in self.threads:
-            t.join(600)
+def tokenize_loops(port, n):
+    """`n` clients of key A sending the 1 MB /tokenize body over and over,
+    reading every answer (fairlib.Flood)."""
+    return Flood(n, lambda: (request(port, KEY_A, "/tokenize", TOKENIZE_BODY)[0], None, 0))
 
 
 def cpu_seconds(pid):
@@ -150,10 +106,10 @@ def single_case(args, proc, port):
 def stream_case(args, port):
     idle, loaded, status = [], [], {}
     for _ in range(args.rounds):
-        idle.append(stream_rate(port, args.stream_tokens) or 0.0)
-        loops = Loops(port, args.loops)
+        idle.append(tokens_per_second(port, KEY_B, args.stream_tokens) or 0.0)
+        loops = tokenize_loops(port, args.loops)
         time.sleep(args.warmup)
-        loaded.append(stream_rate(port, args.stream_tokens) or 0.0)
+        loaded.append(tokens_per_second(port, KEY_B, args.stream_tokens) or 0.0)
         loops.end()
         for k, v in loops.status.items():
             status[k] = status.get(k, 0) + v
@@ -203,10 +159,7 @@ def unread_case(args, proc, port):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--gpt2d", default="build/src/gpt2d")
-    ap.add_argument("--model", required=True)
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--args", default="", help="more gpt2d flags, space-separated")
+    add_server_args(ap)
     ap.add_argument("--case", default="single,stream,unread")
     ap.add_argument("--loops", type=int, default=8)
     ap.add_argument("--rounds", type=int, default=3)
@@ -219,24 +172,15 @@ def main():
                     help="run this script's clients at this nice value, so that "
                     "on a small machine their own CPU is not what slows the stream")
     args = ap.parse_args()
-    with tempfile.TemporaryDirectory(prefix="gpt2d-outside-") as workdir:
-        # keys A and B with the options' limits (no attributes of their own)
-        args.key_a = args.key_b = args.key_c = ""
-        proc, port = fairness.start(args, workdir)
+    # keys A and B with the options' limits (no attributes of their own)
+    with running(args, "gpt2d-outside-") as (proc, port):
         os.nice(args.client_nice)       # after start: the daemon keeps its own
-        try:
-            if "single" in args.case:
-                single_case(args, proc, port)
-            if "stream" in args.case:
-                stream_case(args, port)
-            if "unread" in args.case:
-                unread_case(args, proc, port)
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+        if "single" in args.case:
+            single_case(args, proc, port)
+        if "stream" in args.case:
+            stream_case(args, port)
+        if "unread" in args.case:
+            unread_case(args, proc, port)
 
 
 if __name__ == "__main__":

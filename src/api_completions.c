@@ -189,8 +189,7 @@ static engine_status submit_within_grace(engine *eng, const gen_params *gp,
         engine_status st = engine_submit(eng, gp, out);
         if (st != ENGINE_SESSION_BUSY || waited >= SESSION_BUSY_GRACE_MS)
             return st;
-        struct timespec ts = {0, SESSION_BUSY_RETRY_MS * 1000000L};
-        nanosleep(&ts, NULL);
+        monotonic_sleep_ms(SESSION_BUSY_RETRY_MS);
     }
 }
 

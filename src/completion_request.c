@@ -78,26 +78,38 @@ static int prompt_from_text(completion_prompt *p, json_t *s,
     return 0;
 }
 
+/* The `prompt` field, if it has one of the forms parse_prompt takes apart: a
+ * string or a non-empty array.  NULL (and `e` set) when it has none. */
+static json_t *prompt_field(json_t *root, api_error *e)
+{
+    json_t *v = json_object_get(root, "prompt");
+    if (v == NULL || json_is_null(v)) {
+        api_error_set(e, 400, "prompt", "prompt is required");
+        return NULL;
+    }
+    if (!json_is_string(v) && !json_is_array(v)) {
+        api_error_set(e, 400, "prompt",
+                      "prompt must be a string, an array of strings, an array of "
+                      "token ids or an array of token-id arrays");
+        return NULL;
+    }
+    if (json_is_array(v) && json_array_size(v) == 0) {
+        api_error_set(e, 400, "prompt", "prompt must not be empty");
+        return NULL;
+    }
+    return v;
+}
+
 /* How many prompts `prompt` holds, found without tokenizing any, so that a
  * request the counts refuse costs no more than its JSON: a 1 MB array of
  * one-character prompts is refused before its first is tokenized. */
 static int count_prompts(completion_request *req, json_t *root, api_error *e)
 {
-    json_t *v = json_object_get(root, "prompt");
-    if (v == NULL || json_is_null(v))
-        return api_error_set(e, 400, "prompt", "prompt is required");
-    if (json_is_string(v)) {
-        req->n_prompts = 1;
-        return 0;
-    }
-    if (!json_is_array(v))
-        return api_error_set(e, 400, "prompt",
-                             "prompt must be a string, an array of strings, an array of "
-                             "token ids or an array of token-id arrays");
-    size_t n = json_array_size(v);
-    if (n == 0)
-        return api_error_set(e, 400, "prompt", "prompt must not be empty");
-    req->n_prompts = json_is_integer(json_array_get(v, 0)) ? 1 : n;
+    json_t *v = prompt_field(root, e);
+    if (v == NULL)
+        return -1;
+    req->n_prompts = json_is_string(v) || json_is_integer(json_array_get(v, 0))
+                         ? 1 : json_array_size(v);
     return 0;
 }
 
@@ -106,9 +118,9 @@ static int parse_prompt(completion_request *req, json_t *root,
                         const tokenizer *tok, const completion_limits *lim,
                         api_error *e)
 {
-    json_t *v = json_object_get(root, "prompt");
-    if (v == NULL || json_is_null(v))
-        return api_error_set(e, 400, "prompt", "prompt is required");
+    json_t *v = prompt_field(root, e);
+    if (v == NULL)
+        return -1;
     if (json_is_string(v)) {
         req->prompts = calloc(1, sizeof *req->prompts);
         if (req->prompts == NULL)
@@ -116,13 +128,7 @@ static int parse_prompt(completion_request *req, json_t *root,
         req->n_prompts = 1;
         return prompt_from_text(&req->prompts[0], v, tok, lim, e);
     }
-    if (!json_is_array(v))
-        return api_error_set(e, 400, "prompt",
-                             "prompt must be a string, an array of strings, an array of "
-                             "token ids or an array of token-id arrays");
     size_t n = json_array_size(v);
-    if (n == 0)
-        return api_error_set(e, 400, "prompt", "prompt must not be empty");
     json_t *first = json_array_get(v, 0);
     if (json_is_integer(first)) {
         req->prompts = calloc(1, sizeof *req->prompts);

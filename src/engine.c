@@ -67,6 +67,7 @@
 #include "gpt2d/notify.h"
 #include "gpt2d/step_budget.h"
 #include "gpt2d/textstream.h"
+#include "gpt2d/thread.h"
 #include "gpt2d/threadpool.h"
 
 _Static_assert(ENGINE_SESSION_ID_MAX == KVCACHE_SESSION_ID_MAX,
@@ -294,11 +295,7 @@ static gen_request *request_create(engine *e, const gen_params *p)
     if (r == NULL)
         return NULL;
     pthread_mutex_init(&r->lock, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&r->cond, &ca);
-    pthread_condattr_destroy(&ca);
+    monotonic_cond_init(&r->cond);
     r->n_prompt = p->n_prompt;
     r->max_tokens = p->max_tokens;
     r->n_seq = p->n_sequences;
@@ -402,16 +399,8 @@ void gen_request_unlock(gen_request *r) { pthread_mutex_unlock(&r->lock); }
 
 bool gen_request_wait(gen_request *r, uint64_t *version, int timeout_ms)
 {
-    struct timespec until;
-    clock_gettime(CLOCK_MONOTONIC, &until);
-    if (timeout_ms > 0) {
-        until.tv_sec += timeout_ms / 1000;
-        until.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
-        if (until.tv_nsec >= 1000000000L) {
-            until.tv_sec++;
-            until.tv_nsec -= 1000000000L;
-        }
-    }
+    const struct timespec now = monotonic_now();
+    const struct timespec until = monotonic_after_ms(&now, timeout_ms > 0 ? timeout_ms : 0);
     while (r->version == *version) {
         if (timeout_ms == 0)
             return false;
@@ -1347,14 +1336,8 @@ static void idle_wait(engine *e)
     pthread_mutex_lock(&e->lock);
     if (has_work(e) || e->stopping)
         return;
-    struct timespec until;
-    clock_gettime(CLOCK_MONOTONIC, &until);
-    until.tv_sec += (time_t)(due_us / 1000000);
-    until.tv_nsec += (long)(due_us % 1000000) * 1000L;
-    if (until.tv_nsec >= 1000000000L) {
-        until.tv_sec++;
-        until.tv_nsec -= 1000000000L;
-    }
+    const struct timespec now = monotonic_now();
+    const struct timespec until = monotonic_after_us(&now, due_us);
     pthread_cond_timedwait(&e->cond, &e->lock, &until);
 }
 
@@ -1393,9 +1376,8 @@ static void *engine_main(void *arg)
         if (n == 0 && e->n_lens == 0) {
             /* cannot happen (a chunk always fits, n <= slots is checked at
              * submit); never spin if it does */
-            struct timespec pause = { 0, 5000000L };
             pthread_mutex_unlock(&e->lock);
-            nanosleep(&pause, NULL);
+            monotonic_sleep_ms(5);
             pthread_mutex_lock(&e->lock);
             retire_finished(e, now);
             continue;
@@ -1547,11 +1529,7 @@ int engine_create(engine **out, const model *m, const tokenizer *tok,
     e->max_token_bytes = longest_token(tok);
     pthread_mutex_init(&e->lock, NULL);
     /* Monotonic, for the watchdog's timed idle wait. */
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&e->cond, &ca);
-    pthread_condattr_destroy(&ca);
+    monotonic_cond_init(&e->cond);
     notify_watchdog_init(&e->watchdog);
     kv_cache_config kc = {
         .n_blocks = cfg->kv_blocks > 0 ? cfg->kv_blocks
@@ -1570,7 +1548,7 @@ int engine_create(engine **out, const model *m, const tokenizer *tok,
         engine_destroy(e);
         return -1;
     }
-    if (pthread_create(&e->thread, NULL, engine_main, e) != 0) {
+    if (thread_start(&e->thread, engine_main, e, "gpt2d-step") != 0) {
         engine_destroy(e);
         return error_set(err, "engine: cannot start the engine thread");
     }

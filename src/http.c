@@ -1243,7 +1243,7 @@ bool http_drain(http_server *srv, int timeout_ms)
     while (atomic_load(&srv->in_flight) > 0) {
         if (monotonic_since(&t0) * 1e3 >= timeout_ms)
             return false;
-        nanosleep(&(struct timespec){.tv_nsec = 10 * 1000 * 1000}, NULL);
+        monotonic_sleep_ms(10);
     }
     return true;
 }

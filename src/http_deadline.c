@@ -26,6 +26,7 @@
 #include "gpt2d/log.h"
 #include "gpt2d/metrics.h"
 #include "gpt2d/monotonic.h"
+#include "gpt2d/thread.h"
 
 /* One open connection, as the reaper's deadlines see it.  Created when MHD
  * reports the connection and freed when it reports it closed, which it does
@@ -275,8 +276,7 @@ deadline_cut http_deadline_request_done(http_deadline *d, conn_watch *w)
         if (poll(&pfd, 1, 0) != 0)
             break;
         pthread_mutex_unlock(&d->lock);
-        struct timespec pause = {0, DRAIN_POLL_MS * 1000000L};
-        nanosleep(&pause, NULL);
+        monotonic_sleep_ms(DRAIN_POLL_MS);
         pthread_mutex_lock(&d->lock);
     }
     deadline_cut cut = w->cut;
@@ -403,12 +403,7 @@ int http_deadline_start(http_deadline **out, const settings *cfg, gpt2d_error *e
     if (d == NULL)
         return error_set(err, "out of memory");
     d->cfg = cfg;
-    pthread_condattr_t attr;
-    pthread_condattr_init(&attr);
-    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-    int rc = pthread_cond_init(&d->cond, &attr);
-    pthread_condattr_destroy(&attr);
-    if (rc != 0) {
+    if (monotonic_cond_init(&d->cond) != 0) {
         free(d);
         return error_set(err, "cannot create the connection-deadline condition");
     }
@@ -420,7 +415,7 @@ int http_deadline_start(http_deadline **out, const settings *cfg, gpt2d_error *e
     *out = d;
     if (!http_deadline_needed(cfg))
         return 0;
-    if (pthread_create(&d->thread, NULL, reaper_main, d) != 0)
+    if (thread_start(&d->thread, reaper_main, d, "gpt2d-deadline") != 0)
         return error_set(err, "cannot start the connection-deadline thread");
     d->started = true;
     return 0;

@@ -36,12 +36,12 @@
 #include "gpt2d/kvaccount.h"
 #include "gpt2d/kvdisk.h"
 #include "gpt2d/log.h"
+#include "gpt2d/monotonic.h"
 
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #define NONE (-1)
@@ -1068,10 +1068,8 @@ static void reap_orphans(kv_cache *c, bool wait)
     kv_load **p = &c->orphans;
     while (*p != NULL) {
         kv_load *l = *p;
-        while (wait && !atomic_load(&l->rd.done)) {
-            struct timespec ms = { 0, 1000000L };
-            nanosleep(&ms, NULL);
-        }
+        while (wait && !atomic_load(&l->rd.done))
+            monotonic_sleep_ms(1);
         if (!atomic_load(&l->rd.done)) {
             p = &l->next;
             continue;

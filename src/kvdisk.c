@@ -12,6 +12,7 @@
 #include "gpt2d/kvdisk.h"
 #include "gpt2d/log.h"
 #include "gpt2d/monotonic.h"
+#include "gpt2d/thread.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -630,7 +631,7 @@ int kvdisk_open(kv_disk **out, const kv_disk_config *cfg, gpt2d_error *err)
     pthread_cond_init(&d->room, NULL);
     scan(d);
     d->clock = (uint64_t)time(NULL);
-    if (pthread_create(&d->thread, NULL, io_main, d) != 0) {
+    if (thread_start(&d->thread, io_main, d, "gpt2d-kvdisk") != 0) {
         kvdisk_close(d);
         return error_set(err, "KV disk: cannot start its thread");
     }

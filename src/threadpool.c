@@ -15,6 +15,7 @@
 #include "config.h"
 
 #include "gpt2d/threadpool.h"
+#include "gpt2d/thread.h"
 
 #include <errno.h>
 #include <sched.h>
@@ -161,7 +162,7 @@ int threadpool_create(threadpool **out, size_t n_threads, gpt2d_error *err)
         worker *w = &pool->workers[i - 1];
         w->pool = pool;
         w->index = i;
-        int rc = pthread_create(&w->thread, NULL, worker_main, w);
+        int rc = thread_start(&w->thread, worker_main, w, "gpt2d-mm-%zu", i);
         if (rc != 0) {
             pool->n_threads = i;    /* destroy joins the ones that started */
             threadpool_destroy(pool);

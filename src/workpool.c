@@ -19,6 +19,7 @@
 
 #include "gpt2d/log.h"
 #include "gpt2d/monotonic.h"
+#include "gpt2d/thread.h"
 
 /* How often a waiting caller looks at its client. */
 #define POLL_MS 20
@@ -208,7 +209,7 @@ int workpool_start(workpool **out, size_t threads, size_t memory,
     p->memory = memory;
     p->wait_ms = wait_ms;
     for (size_t i = 0; i < threads; i++) {
-        int rc = pthread_create(&p->threads[i], NULL, worker_main, p);
+        int rc = thread_start(&p->threads[i], worker_main, p, "gpt2d-work-%zu", i);
         if (rc != 0) {
             workpool_stop(p);
             return error_set(err, "work pool: cannot start a thread: %s", strerror(rc));
@@ -284,11 +285,7 @@ work_status workpool_run(workpool *p, const work_job *job, work_charge *charge)
 {
     memset(charge, 0, sizeof *charge);
     waiter w = {.job = job};
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&w.cond, &ca);
-    pthread_condattr_destroy(&ca);
+    monotonic_cond_init(&w.cond);
     struct timespec now = monotonic_now();
     const struct timespec deadline = monotonic_after_ms(&now, (long)p->wait_ms);
 

@@ -8,13 +8,14 @@
 #   tmpdir-guard.sh COMMAND [ARGS...]     Makefile.am's LOG_COMPILER
 #
 # TMPDIR is a fresh directory under the caller's TMPDIR (default /tmp),
-# removed afterwards either way.  The test's exit status stands, except
+# removed afterwards either way; so is TEMP, where the Check library puts
+# the scratch files of its own runner.  The test's exit status stands, except
 # that a pass (0) or a skip (77) that left something becomes a failure (1),
 # after the leftovers are listed.  Only what honours TMPDIR is watched.
 set -uo pipefail
 
 dir=$(mktemp -d "${TMPDIR:-/tmp}/gpt2d-check.XXXXXX") || exit 99
-TMPDIR=$dir "$@"
+TMPDIR=$dir TEMP=$dir "$@"
 rc=$?
 if [[ -n $(ls -A "$dir") ]]; then
     echo "tmpdir-guard: $* left this in its TMPDIR:"

@@ -48,17 +48,7 @@ if [[ ! -s $model/model.safetensors ]]; then
     mv "$model.tmp" "$model"
 fi
 
-work=$(mktemp -d "${TMPDIR:-/tmp}/gpt2d-browser.XXXXXX")
-server_pid=
-# shellcheck disable=SC2317  # called by the EXIT trap
-cleanup() {
-    if [[ -n $server_pid ]] && kill -0 "$server_pid" 2>/dev/null; then
-        kill -KILL "$server_pid" 2>/dev/null || true
-        wait "$server_pid" 2>/dev/null || true
-    fi
-    rm -rf "$work"
-}
-trap cleanup EXIT
+make_workdir browser
 
 key="pg-test-$RANDOM$RANDOM"
 # Steps of at least 2 ms (test instrumentation): the Stop test's long

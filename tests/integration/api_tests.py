@@ -30,6 +30,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
@@ -47,7 +48,7 @@ from testlib import (GPT2D, SRCDIR, TINY,  # noqa: E402
 sys.path.insert(0, os.path.join(SRCDIR, "tests", "reference"))
 import gpt2_numpy  # noqa: E402
 
-WORKDIR = os.environ.get("GPT2D_API_WORKDIR", "/tmp")
+WORKDIR = os.environ.get("GPT2D_API_WORKDIR", tempfile.gettempdir())
 MAIN_PORT = int(os.environ.get("GPT2D_API_PORT", "0"))
 
 TOL = 1e-3          # |logprob difference| a float32 server may show
@@ -2664,6 +2665,40 @@ class T10Inspect(ServerCase):
                     and metric_sum(m, "gpt2d_slots_busy") == 0)
         self.assertTrue(wait_for(freed, 2), "not cancelled within 2 s")
         self.assertTrue(wait_for(lambda: "POST /v1/inspect 499" in self.log_text(), 2))
+
+
+class T11ThreadNames(ServerCase):
+    """Each of the daemon's own threads carries its name (README,
+    Operations), so that top -H, ps -L, gdb and perf tell them apart."""
+
+    NAME = "threads"
+    ARGS = ("--threads", "3", "--kv-cache-dir", os.path.join(WORKDIR, "threads-kv"))
+    # OpenBLAS starts no threads of its own (they would keep the process's
+    # name), so every thread of the process is accounted for below.
+    ENV = {"OPENBLAS_NUM_THREADS": "1"}
+
+    def thread_names(self):
+        """{tid: name} of every thread of the server, from /proc."""
+        task = "/proc/%d/task" % self.server.pid
+        names = {}
+        for tid in os.listdir(task):
+            try:
+                with open(os.path.join(task, tid, "comm"), encoding="utf-8") as f:
+                    names[int(tid)] = f.read().rstrip("\n")
+            except FileNotFoundError:       # a connection's thread that ended
+                pass
+        return names
+
+    def test_every_thread_has_its_name(self):
+        names = self.thread_names()
+        self.assertEqual(names.get(self.server.pid), "gpt2d", "the main thread")
+        # libmicrohttpd names its own: "MHD-listen", and an "MHD-connection"
+        # for each open connection
+        self.assertEqual(
+            sorted(n for n in names.values() if n != "MHD-connection"),
+            sorted(["gpt2d", "gpt2d-step", "gpt2d-mm-1", "gpt2d-mm-2",
+                    "gpt2d-work-0", "gpt2d-work-1", "gpt2d-work-2",
+                    "gpt2d-deadline", "gpt2d-kvdisk", "MHD-listen"]))
 
 
 class T9Shutdown(ServerCase):

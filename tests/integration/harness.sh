@@ -7,6 +7,7 @@
 #   require_numpy, require_tiny, require_curl   skip without them
 #   gpt2d_start LOG PORT_FILE MODEL [ARGS...]   in the background; sets gpt2d_pid
 #   gpt2d_wait PID PORT_FILE [SECONDS]          prints the port once /health is 200
+#   make_workdir NAME           sets work; killed and removed on exit: server_pid
 #
 # Environment (from `make check`): GPT2D_BUILDDIR (required), GPT2D_SRCDIR,
 # GPT2D_TEST_DATA, PYTHON.
@@ -67,6 +68,23 @@ gpt2d_wait() {
         sleep 0.02
     done
     return 1
+}
+
+# make_workdir NAME: sets work to a fresh directory under TMPDIR, and
+# server_pid to empty.  On exit the gpt2d whose pid the script has put in
+# server_pid, if still running, is killed, and the directory removed.
+make_workdir() {
+    work=$(mktemp -d "${TMPDIR:-/tmp}/gpt2d-$1.XXXXXX")
+    server_pid=
+    trap remove_workdir EXIT
+}
+# shellcheck disable=SC2317  # called by the EXIT trap
+remove_workdir() {
+    if [[ -n $server_pid ]] && kill -0 "$server_pid" 2>/dev/null; then
+        kill -KILL "$server_pid" 2>/dev/null || true
+        wait "$server_pid" 2>/dev/null || true
+    fi
+    rm -rf "$work"
 }
 
 # run_python_suite SCRIPT WORKVAR [TEST...]: runs a Python suite that starts

@@ -30,6 +30,7 @@ import glob
 import os
 import shutil
 import sys
+import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -40,7 +41,7 @@ from gpt2d_client import NO_EOT, Server, metric_sum  # noqa: E402
 from testlib import (GPT2D, TINY, Case,  # noqa: E402
                      long_context_model, run_module, wait_for)
 
-WORKDIR = os.environ.get("GPT2D_KVCACHE_WORKDIR", "/tmp")
+WORKDIR = os.environ.get("GPT2D_KVCACHE_WORKDIR", tempfile.gettempdir())
 BLOCK_FILE = 256 + 2 * 2 * 64 * 16 * 4  # header + K/V of tiny's 16 positions
 RAM = 8 * (BLOCK_FILE - 256)            # 8 blocks: two of tiny's contexts
 

@@ -59,6 +59,7 @@ import socket
 import struct
 import subprocess
 import sys
+import tempfile
 import termios
 import threading
 import time
@@ -72,7 +73,7 @@ from gpt2d_client import (NO_EOT, Server, StreamError, Vocab,  # noqa: E402
 from testlib import (GPT2D, TINY, ServerCase,  # noqa: E402
                      long_context_model, run_module, wait_for)
 
-WORKDIR = os.environ.get("GPT2D_LIMITS_WORKDIR", "/tmp")
+WORKDIR = os.environ.get("GPT2D_LIMITS_WORKDIR", tempfile.gettempdir())
 
 DEADLINE = 2.0          # --request-timeout of RequestDeadline
 IDLE = 1.0              # --timeout of IdleTimeout

@@ -21,16 +21,7 @@ require_numpy
 require_tiny
 require_curl
 
-work=$(mktemp -d "${TMPDIR:-/tmp}/gpt2d-api.XXXXXX")
-server_pid=
-# shellcheck disable=SC2317  # called by the EXIT trap
-cleanup() {
-    if [[ -n $server_pid ]] && kill -0 "$server_pid" 2>/dev/null; then
-        kill -KILL "$server_pid" 2>/dev/null || true
-    fi
-    rm -rf "$work"
-}
-trap cleanup EXIT
+make_workdir api
 
 # shellcheck source=tests/integration/tally.sh
 . "$srcdir/tests/integration/tally.sh"

@@ -21,17 +21,7 @@ node=${NODE:-node}
 sdk=$data/openai-sdk/package
 [[ -f $sdk/index.js ]] || skip "$sdk missing (tests/data/fetch-openai-sdk.sh fetches it)"
 
-work=$(mktemp -d "${TMPDIR:-/tmp}/gpt2d-sdk-chat.XXXXXX")
-server_pid=
-# shellcheck disable=SC2317  # called by the EXIT trap
-cleanup() {
-    if [[ -n $server_pid ]] && kill -0 "$server_pid" 2>/dev/null; then
-        kill -KILL "$server_pid" 2>/dev/null || true
-        wait "$server_pid" 2>/dev/null || true
-    fi
-    rm -rf "$work"
-}
-trap cleanup EXIT
+make_workdir sdk-chat
 
 # shellcheck source=tests/integration/tally.sh
 . "$srcdir/tests/integration/tally.sh"

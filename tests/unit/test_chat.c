@@ -215,7 +215,8 @@ END_TEST
 
 START_TEST(test_template_file_is_read_and_named_in_errors)
 {
-    char path[] = "/tmp/gpt2d-chat-template-XXXXXX";
+    char path[300];
+    test_scratch_path(path, sizeof path, "chat-template-XXXXXX");
     int fd = mkstemp(path);
     ck_assert_int_ge(fd, 0);
     ck_assert_int_eq(write(fd, chatml, strlen(chatml)), (ssize_t)strlen(chatml));
@@ -230,7 +231,7 @@ START_TEST(test_template_file_is_read_and_named_in_errors)
     ck_assert_int_eq(write(fd, "{\n  \"stop\": ,", 13), 13);
     close(fd);
     ck_assert_int_eq(chat_template_load(&t, path, &err), -1);
-    char want[128];
+    char want[340];
     snprintf(want, sizeof want, "chat-template %s:2:", path);
     ck_assert_msg(strstr(err.message, want) != NULL, "%s", err.message);
     unlink(path);
@@ -670,6 +671,7 @@ static Suite *chat_suite(void)
     Suite *s = suite_create("chat");
     TCase *tpl = tcase_create("template");
     tcase_add_unchecked_fixture(tpl, setup, teardown);
+    tcase_add_unchecked_fixture(tpl, test_scratch_make, test_scratch_remove);
     tcase_add_test(tpl, test_builtin_template_writes_a_plain_transcript);
     tcase_add_test(tpl, test_next_turn_begins_with_the_last_prompt_and_reply_tokens);
     tcase_add_test(tpl, test_template_from_json_replaces_every_marker);

@@ -14,7 +14,7 @@
 #include "gpt2d/metrics.h"
 #include "test_util.h"
 
-static char path[64];
+static char path[300];         /* the keys file, in the scratch directory */
 
 static void write_keys(const char *text)
 {
@@ -26,7 +26,7 @@ static void write_keys(const char *text)
 
 static void setup(void)
 {
-    snprintf(path, sizeof path, "/tmp/gpt2d-test-keys-XXXXXX");
+    test_scratch_path(path, sizeof path, "keys-XXXXXX");
     int fd = mkstemp(path);
     ck_assert_int_ge(fd, 0);
     close(fd);
@@ -178,7 +178,7 @@ START_TEST(test_each_bad_line_is_refused_with_its_file_and_line)
     gpt2d_error err = { { 0 } };
     ck_assert_int_eq(http_keys_load(&k, &cfg, &err), -1);
     ck_assert_ptr_null(k);
-    char where[128];
+    char where[340];
     snprintf(where, sizeof where, "%s:%zu: ", path, bad_files[_i].line);
     ck_assert_msg(strncmp(err.message, where, strlen(where)) == 0, "%s", err.message);
     ck_assert_msg(strstr(err.message, bad_files[_i].words) != NULL, "%s", err.message);
@@ -253,6 +253,7 @@ static Suite *http_keys_suite(void)
 {
     Suite *s = suite_create("http_keys");
     TCase *tc = tcase_create("keys file");
+    tcase_add_unchecked_fixture(tc, test_scratch_make, test_scratch_remove);
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, test_one_key_a_line_still_loads);
     tcase_add_test(tc, test_attributes_set_a_keys_name_and_limits);

@@ -711,7 +711,8 @@ END_TEST
  * share of 3, and keeps B's most recent. */
 START_TEST(test_another_accounts_churn_cannot_evict_an_account_below_its_disk_share)
 {
-    char dir[] = "/tmp/gpt2d-test-kvdisk-XXXXXX";
+    char dir[300];
+    test_scratch_path(dir, sizeof dir, "kvdisk-XXXXXX");
     ck_assert_ptr_nonnull(mkdtemp(dir));
     const size_t block_bytes = kvcache_block_bytes(&cfg, false);
     kv_disk_config dc = { .dir = dir, .max_bytes = 6 * (256 + block_bytes),
@@ -766,9 +767,6 @@ START_TEST(test_another_accounts_churn_cannot_evict_an_account_below_its_disk_sh
     ck_assert_uint_eq(kvdisk_account_blocks(d, tag_b), 4);
     kvdisk_close(d);
     free(data);
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    ck_assert_int_eq(system(cmd), 0);
 }
 END_TEST
 
@@ -822,6 +820,7 @@ int main(void)
 {
     Suite *s = suite_create("kvcache");
     TCase *tc = tcase_create("blocks");
+    tcase_add_unchecked_fixture(tc, test_scratch_make, test_scratch_remove);
     tcase_add_test(tc, test_reuse_shares_full_blocks_and_takes_over_a_partial_one);
     tcase_add_test(tc, test_prefix_serves_only_its_domain_and_its_own_tokens);
     tcase_add_test(tc, test_sessions_are_their_owners_and_serve_only_themselves);

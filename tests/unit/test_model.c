@@ -246,28 +246,13 @@ static void write_safetensors(const char *dir, const spec *s,
     free(text);
 }
 
-/* Each test's model directory, tmpdir, is made inside one directory per
- * test case, case_dir, which an unchecked fixture makes and removes in the
- * runner's own process.  A test ends at its first failed assertion (its
- * forked process exits there, skipping a checked teardown), so only a
- * teardown outside it cleans up after a failure too. */
-static char case_dir[256];
+/* Each test's model directory, inside the test case's scratch directory
+ * (removed after a failed test too). */
 static char tmpdir[300];
-
-static void make_case_dir(void)
-{
-    snprintf(case_dir, sizeof case_dir, "%s/gpt2d-test-model-XXXXXX", test_tmp_dir());
-    ck_assert_ptr_nonnull(mkdtemp(case_dir));
-}
-
-static void remove_case_dir(void)
-{
-    test_remove_tree(case_dir);
-}
 
 static void make_dir(void)
 {
-    snprintf(tmpdir, sizeof tmpdir, "%s/model-XXXXXX", case_dir);
+    snprintf(tmpdir, sizeof tmpdir, "%s/model-XXXXXX", test_scratch_dir());
     ck_assert_ptr_nonnull(mkdtemp(tmpdir));
 }
 
@@ -696,7 +681,7 @@ static Suite *model_suite(void)
 {
     Suite *s = suite_create("model");
     TCase *tc = tcase_create("load");
-    tcase_add_unchecked_fixture(tc, make_case_dir, remove_case_dir);
+    tcase_add_unchecked_fixture(tc, test_scratch_make, test_scratch_remove);
     tcase_add_checked_fixture(tc, make_dir, remove_dir);
     tcase_add_test(tc, test_loads_plain_hf_names);
     tcase_add_test(tc, test_loads_transformer_prefix_and_ignores_mask_buffers);

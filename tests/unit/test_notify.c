@@ -26,8 +26,8 @@
 
 typedef struct receiver {
     int fd;
-    char dir[64];               /* temporary directory of a path socket */
-    char name[128];             /* what NOTIFY_SOCKET says */
+    char dir[300];              /* temporary directory of a path socket */
+    char name[320];             /* what NOTIFY_SOCKET says */
 } receiver;
 
 static void receiver_bind(receiver *r, bool abstract)
@@ -44,9 +44,11 @@ static void receiver_bind(receiver *r, bool abstract)
         sa.sun_path[0] = '\0';
         len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + n);
     } else {
-        snprintf(r->dir, sizeof r->dir, "/tmp/gpt2d-notify-XXXXXX");
+        test_scratch_path(r->dir, sizeof r->dir, "notify-XXXXXX");
         ck_assert_ptr_nonnull(mkdtemp(r->dir));
         snprintf(r->name, sizeof r->name, "%s/notify", r->dir);
+        ck_assert_msg(strlen(r->name) < sizeof sa.sun_path,
+                      "socket path %s is too long: run with a shorter TMPDIR", r->name);
         strcpy(sa.sun_path, r->name);
         len = (socklen_t)sizeof sa;
     }
@@ -381,6 +383,7 @@ static Suite *notify_suite(void)
     Suite *s = suite_create("notify");
 
     TCase *send = tcase_create("send");
+    tcase_add_unchecked_fixture(send, test_scratch_make, test_scratch_remove);
     tcase_add_checked_fixture(send, setup, teardown);
     tcase_add_test(send, test_send_without_notify_socket_does_nothing);
     tcase_add_test(send, test_raw_send_delivers_the_exact_state);
@@ -403,6 +406,7 @@ static Suite *notify_suite(void)
     suite_add_tcase(s, interval);
 
     TCase *pings = tcase_create("watchdog pings");
+    tcase_add_unchecked_fixture(pings, test_scratch_make, test_scratch_remove);
     tcase_add_checked_fixture(pings, setup, teardown);
     tcase_add_test(pings, test_watchdog_off_sends_nothing);
     tcase_add_test(pings, test_watchdog_pings_at_a_quarter_of_the_interval);

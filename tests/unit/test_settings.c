@@ -49,7 +49,9 @@ static void clear_option_env(void)
     }
 }
 
-static char tmp_paths[4][64];
+/* Config files a test writes, in its test case's scratch directory (whose
+ * unchecked fixture removes them, after a failed test too). */
+static char tmp_paths[4][300];
 static size_t n_tmp_paths;
 
 static void setup(void)
@@ -61,18 +63,14 @@ static void setup(void)
 static void teardown(void)
 {
     clear_option_env();
-    for (size_t i = 0; i < n_tmp_paths; i++)
-        unlink(tmp_paths[i]);
-    n_tmp_paths = 0;
 }
 
-/* Writes `text` to a fresh temporary file; returns its path (removed by
- * teardown). */
+/* Writes `text` to a fresh file in the scratch directory; returns its path. */
 static const char *write_temp(const char *text)
 {
     ck_assert_uint_lt(n_tmp_paths, 4);
     char *path = tmp_paths[n_tmp_paths++];
-    snprintf(path, 64, "/tmp/gpt2d-settings-XXXXXX");
+    test_scratch_path(path, sizeof tmp_paths[0], "settings-XXXXXX");
     int fd = mkstemp(path);
     ck_assert_int_ge(fd, 0);
     size_t len = strlen(text);
@@ -722,11 +720,20 @@ START_TEST(test_log_cuts_an_oversized_record_to_one_marked_line)
 }
 END_TEST
 
+/* A test case whose tests start from a clean environment and write their
+ * files to its scratch directory. */
+static TCase *settings_tcase(const char *name)
+{
+    TCase *tc = tcase_create(name);
+    tcase_add_unchecked_fixture(tc, test_scratch_make, test_scratch_remove);
+    tcase_add_checked_fixture(tc, setup, teardown);
+    return tc;
+}
+
 static Suite *settings_suite(void)
 {
     Suite *s = suite_create("settings");
-    TCase *sources = tcase_create("sources");
-    tcase_add_checked_fixture(sources, setup, teardown);
+    TCase *sources = settings_tcase("sources");
     tcase_add_test(sources, test_defaults_are_the_documented_ones);
     tcase_add_test(sources, test_config_file_sets_every_kind_of_value);
     tcase_add_test(sources, test_environment_overrides_config_file);
@@ -738,8 +745,7 @@ static Suite *settings_suite(void)
     tcase_add_test(sources, test_empty_environment_variable_counts_as_unset);
     suite_add_tcase(s, sources);
 
-    TCase *errors = tcase_create("errors");
-    tcase_add_checked_fixture(errors, setup, teardown);
+    TCase *errors = settings_tcase("errors");
     tcase_add_test(errors, test_missing_model_is_an_error);
     tcase_add_test(errors, test_each_bad_value_names_option_and_value);
     tcase_add_test(errors, test_cors_origin_takes_an_origin_as_browsers_send_it);
@@ -750,8 +756,7 @@ static Suite *settings_suite(void)
     tcase_add_test(errors, test_missing_config_file_is_named);
     suite_add_tcase(s, errors);
 
-    TCase *docs = tcase_create("docs");
-    tcase_add_checked_fixture(docs, setup, teardown);
+    TCase *docs = settings_tcase("docs");
     tcase_add_test(docs, test_help_lists_every_option_with_its_variable);
     tcase_add_test(docs, test_help_wins_over_missing_model);
     tcase_add_test(docs, test_version_prints_package_string);
@@ -759,8 +764,7 @@ static Suite *settings_suite(void)
     tcase_add_test(docs, test_example_config_as_shipped_loads);
     suite_add_tcase(s, docs);
 
-    TCase *log = tcase_create("log");
-    tcase_add_checked_fixture(log, setup, teardown);
+    TCase *log = settings_tcase("log");
     tcase_add_test(log, test_log_filters_by_level_and_writes_one_line_per_record);
     tcase_add_test(log, test_log_cuts_an_oversized_record_to_one_marked_line);
     suite_add_tcase(s, log);

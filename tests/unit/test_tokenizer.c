@@ -9,7 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <unistd.h>
 
 #include "gpt2d/monotonic.h"
 #include "gpt2d/tokenizer.h"
@@ -679,30 +678,14 @@ END_TEST
 
 /* ---- load errors ---- */
 
-static char tmp_dir[] = "/tmp/gpt2d-tok-XXXXXX";
-static char tmp_files[8][4200];
-static size_t n_tmp_files;
-
-static void make_tmp_dir(void)
-{
-    strcpy(tmp_dir, "/tmp/gpt2d-tok-XXXXXX");
-    ck_assert_ptr_nonnull(mkdtemp(tmp_dir));
-    n_tmp_files = 0;
-}
-
-static void remove_tmp_dir(void)
-{
-    for (size_t i = 0; i < n_tmp_files; i++)
-        unlink(tmp_files[i]);
-    rmdir(tmp_dir);
-}
-
-/* Writes `content` to <tmp_dir>/<name> and returns the path. */
+/* Writes `content` to <scratch>/<name> (the test case's scratch directory)
+ * and returns the path, which stays valid for the next seven calls. */
 static const char *write_tmp(const char *name, const char *content)
 {
-    ck_assert_uint_lt(n_tmp_files, 8);
-    char *path = tmp_files[n_tmp_files++];
-    snprintf(path, sizeof tmp_files[0], "%s/%s", tmp_dir, name);
+    static char paths[8][512];
+    static size_t n_paths;
+    char *path = paths[n_paths++ % 8];
+    test_scratch_path(path, sizeof paths[0], name);
     FILE *f = fopen(path, "wb");
     ck_assert_ptr_nonnull(f);
     fputs(content, f);
@@ -726,10 +709,10 @@ static void assert_load_fails(const char *vocab, const char *merges,
 
 START_TEST(test_load_reports_missing_file)
 {
-    char missing[4300];
-    snprintf(missing, sizeof missing, "%s/no-such-vocab.json", tmp_dir);
+    char missing[512];
+    test_scratch_path(missing, sizeof missing, "no-such-vocab.json");
     assert_load_fails(missing, merges_path, missing, NULL);
-    snprintf(missing, sizeof missing, "%s/no-such-merges.txt", tmp_dir);
+    test_scratch_path(missing, sizeof missing, "no-such-merges.txt");
     assert_load_fails(vocab_path, missing, missing, NULL);
 }
 END_TEST
@@ -804,7 +787,7 @@ static Suite *tokenizer_suite(void)
 
     TCase *load = tcase_create("load_errors");
     tcase_add_checked_fixture(load, set_fixture_paths, NULL);
-    tcase_add_checked_fixture(load, make_tmp_dir, remove_tmp_dir);
+    tcase_add_unchecked_fixture(load, test_scratch_make, test_scratch_remove);
     tcase_add_test(load, test_load_reports_missing_file);
     tcase_add_test(load, test_load_reports_malformed_vocab);
     tcase_add_test(load, test_load_reports_malformed_merges_line);

@@ -17,6 +17,7 @@
 #define GPT2D_TEST_UTIL_H
 
 #include <check.h>
+#include <errno.h>
 #include <ftw.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -68,6 +69,43 @@ static inline int test_remove_entry(const char *path, const struct stat *st,
 static inline void test_remove_tree(const char *dir)
 {
     nftw(dir, test_remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+/* A scratch directory under test_tmp_dir() for the tests of one test case:
+ *     tcase_add_unchecked_fixture(tc, test_scratch_make, test_scratch_remove);
+ * An unchecked fixture runs in the runner's own process, so the directory
+ * and all that the tests left in it go after a failed test too (a test ends
+ * at its first failed assertion: its forked process exits there, skipping a
+ * checked teardown). */
+static char test_scratch[256];
+
+static inline void test_scratch_make(void)
+{
+    int n = snprintf(test_scratch, sizeof test_scratch, "%s/gpt2d-test-XXXXXX",
+                     test_tmp_dir());
+    ck_assert_msg(n > 0 && (size_t)n < sizeof test_scratch, "TMPDIR too long");
+    ck_assert_msg(mkdtemp(test_scratch) != NULL, "mkdtemp %s: %s", test_scratch,
+                  strerror(errno));
+}
+
+static inline void test_scratch_remove(void)
+{
+    test_remove_tree(test_scratch);
+}
+
+/* The scratch directory (test_scratch_make must have run). */
+static inline const char *test_scratch_dir(void)
+{
+    return test_scratch;
+}
+
+/* Writes "<scratch>/<name>" into buf. */
+static inline const char *test_scratch_path(char *buf, size_t size,
+                                            const char *name)
+{
+    int n = snprintf(buf, size, "%s/%s", test_scratch, name);
+    ck_assert_msg(n > 0 && (size_t)n < size, "scratch path too long: %s", name);
+    return buf;
 }
 
 /* True when GPT2D_TEST_QUICK is set to anything but "0". */
