@@ -622,6 +622,8 @@ START_TEST(test_request_errors_name_the_field)
         { "{\"prompt\": [1, 50257]}", "prompt", "outside the vocabulary" },
         { "{\"prompt\": [\"a\"]}", "prompt", "not an integer" },
         { "{\"prompt\": \"x\", \"model\": 5}", "model", "a string" },
+        { "{\"prompt\": \"x\", \"cache_salt\": \"\"}", "cache_salt", "1 to 256 bytes" },
+        { "{\"prompt\": \"x\", \"cache_salt\": 7}", "cache_salt", "a string" },
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         inspect_request req;
@@ -638,6 +640,38 @@ START_TEST(test_request_errors_name_the_field)
     api_error e;
     ck_assert_int_eq(parse(&req, "[1]", &LIMITS, &e), -1);
     ck_assert_int_eq(e.status, 400);
+}
+END_TEST
+
+/* cache_salt as /v1/completions takes it: 1 to 256 bytes, kept whole;
+ * absent or null is no salt. */
+START_TEST(test_request_cache_salt_as_completions)
+{
+    char body[1024], salt[258];
+    memset(salt, 's', 257);
+    salt[257] = '\0';
+    inspect_request req;
+    api_error e;
+    snprintf(body, sizeof body, "{\"prompt\": \"x\", \"cache_salt\": \"%s\"}", salt);
+    ck_assert_int_eq(parse(&req, body, &LIMITS, &e), -1);
+    ck_assert_str_eq(e.param, "cache_salt");
+    salt[256] = '\0';
+    snprintf(body, sizeof body, "{\"prompt\": \"x\", \"cache_salt\": \"%s\"}", salt);
+    ck_assert_int_eq(parse(&req, body, &LIMITS, &e), 0);
+    ck_assert(req.has_cache_salt);
+    ck_assert_uint_eq(req.cache_salt_len, 256);
+    ck_assert_mem_eq(req.cache_salt, salt, 256);
+    inspect_request_free(&req);
+    ck_assert_int_eq(parse(&req, "{\"prompt\": \"x\", \"cache_salt\": \"a\\u00e9b\"}",
+                           &LIMITS, &e), 0);
+    ck_assert(req.has_cache_salt);
+    ck_assert_uint_eq(req.cache_salt_len, 4);
+    ck_assert_mem_eq(req.cache_salt, "a\xc3\xa9" "b", 4);
+    inspect_request_free(&req);
+    ck_assert_int_eq(parse(&req, "{\"prompt\": \"x\", \"cache_salt\": null}",
+                           &LIMITS, &e), 0);
+    ck_assert(!req.has_cache_salt);
+    inspect_request_free(&req);
 }
 END_TEST
 
@@ -882,6 +916,7 @@ static Suite *inspect_suite(void)
     TCase *api = tcase_create("api");
     tcase_add_test(api, test_request_defaults_and_fields);
     tcase_add_test(api, test_request_errors_name_the_field);
+    tcase_add_test(api, test_request_cache_salt_as_completions);
     tcase_add_test(api, test_request_sizes_are_bounded_with_the_numbers);
     tcase_add_test(api, test_numbers_are_printfs_six_digits);
     tcase_add_test(api, test_answer_holds_the_capture);
