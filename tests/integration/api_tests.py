@@ -2668,6 +2668,9 @@ class T10Inspect(ServerCase):
             return delta('gpt2d_requests_total{endpoint="inspect",code="200"}') >= 2
         wait_for(counted, 2)
         self.assertEqual(delta('gpt2d_requests_total{endpoint="inspect",code="200"}'), 2)
+        # answered: no inspect holds its buffers once the engine has let go
+        self.assertTrue(wait_for(lambda: c.metrics().get(
+            "gpt2d_inspect_memory_bytes") == 0, 2))
         self.assertEqual(delta("gpt2d_inspect_bytes_total"),
                          len(r.body) + len(mine.body))
         self.assertEqual(delta("gpt2d_prompt_tokens_total"),

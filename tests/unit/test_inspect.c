@@ -26,6 +26,7 @@
 #include "gpt2d/inspect_answer.h"
 #include "gpt2d/inspect_request.h"
 #include "gpt2d/model.h"
+#include "gpt2d/monotonic.h"
 #include "gpt2d/tokenizer.h"
 #include "test_util.h"
 
@@ -526,6 +527,77 @@ START_TEST(test_norms_alone_are_the_same_bits)
 }
 END_TEST
 
+/* A capture's buffers are taken when the engine starts its inspect: while
+ * two generations hold both slots, queued inspects hold none; once run,
+ * each holds its attention, norms and guesses (its residual rows went with
+ * the lens) until it is released. */
+START_TEST(test_queued_inspects_hold_no_capture_memory)
+{
+    bench b;
+    ck_assert(bench_open_paced(&b, g_tiny, NULL, 64, 20000, 0.0));
+    size_t n, layers[8];
+    int32_t *prompt = tiny_prompt(&n);
+    const model_config *cfg = &b.m.config;
+    const inspect_params ip = full_params(layers, cfg->n_layer);
+    const size_t before = inspect_memory();
+
+    gen_params gp = inspect_params_for(prompt, 3, NULL);
+    gp.max_tokens = cfg->n_ctx - 3;
+    gp.sampling.temperature = 0.0f;
+    static const logit_bias_entry no_eot = { TOKENIZER_EOT, -100.0f };
+    gp.sampling.logit_bias = &no_eot;
+    gp.sampling.n_logit_bias = 1;
+    gen_request *busy[2];
+    for (size_t i = 0; i < 2; i++) {
+        ck_assert_int_eq(engine_submit(b.e, &gp, &busy[i]), ENGINE_OK);
+        uint64_t version = 0;
+        gen_request_lock(busy[i]);
+        while (gen_request_output(busy[i], 0)->n_tokens < 1)
+            ck_assert(gen_request_wait(busy[i], &version, WAIT_MS));
+        gen_request_unlock(busy[i]);
+    }
+    enum { QUEUED = 4 };        /* the caller's queue: max_queue 8 / 2 */
+    gen_request *q[QUEUED];
+    for (size_t i = 0; i < QUEUED; i++) {
+        gen_params p = inspect_params_for(prompt, n, &ip);
+        ck_assert_int_eq(engine_submit(b.e, &p, &q[i]), ENGINE_OK);
+    }
+    const size_t queue_depth = engine_get_stats(b.e).queue_depth;
+    const size_t held_queued = inspect_memory();
+    for (size_t i = 0; i < 2; i++) {
+        gen_request_lock(busy[i]);
+        const bool running = !gen_request_finished(busy[i]);
+        gen_request_unlock(busy[i]);
+        ck_assert_msg(running, "a generation ended before the check");
+    }
+    ck_assert_uint_eq(queue_depth, QUEUED);
+    ck_assert_uint_eq(held_queued, before);
+
+    /* the slots free up: every inspect runs, and holds what it answers */
+    for (size_t i = 0; i < 2; i++)
+        gen_request_release(busy[i]);
+    for (size_t i = 0; i < QUEUED; i++) {
+        wait_finished(q[i]);
+        gen_request_lock(q[i]);
+        ck_assert_int_eq(gen_request_output(q[i], 0)->finish, FINISH_LENGTH);
+        gen_request_unlock(q[i]);
+    }
+    const size_t L = cfg->n_layer;
+    const size_t each = (L * n + inspect_attention_count(L, cfg->n_head, n))
+                        * sizeof(float)
+                        + L * n * INSPECT_MAX_LENS * sizeof(inspect_guess);
+    ck_assert_uint_eq(inspect_memory(), before + QUEUED * each);
+    for (size_t i = 0; i < QUEUED; i++)
+        gen_request_release(q[i]);
+    /* the engine lets go of a finished request in its next step */
+    for (int ms = 0; inspect_memory() != before && ms < WAIT_MS; ms++)
+        monotonic_sleep_ms(1);
+    ck_assert_uint_eq(inspect_memory(), before);
+    free(prompt);
+    bench_close(&b);
+}
+END_TEST
+
 /* What the API validates first, the engine refuses too. */
 START_TEST(test_engine_refuses_inspect_it_cannot_run)
 {
@@ -911,6 +983,7 @@ static Suite *inspect_suite(void)
     tcase_add_test(eng, test_inspect_computes_every_position_and_shares_its_blocks);
     tcase_add_test(eng, test_norms_alone_are_the_same_bits);
     tcase_add_test(eng, test_engine_refuses_inspect_it_cannot_run);
+    tcase_add_test(eng, test_queued_inspects_hold_no_capture_memory);
     suite_add_tcase(s, eng);
 
     TCase *api = tcase_create("api");
