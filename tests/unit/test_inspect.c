@@ -190,10 +190,20 @@ static json_t *load_reference(size_t idx)
     return ref;
 }
 
-static int32_t *reference_tokens(json_t *ref, size_t *n)
+/* Under GPT2D_TEST_QUICK (memcheck) the prompts are the first QUICK_TOKENS
+ * of the reference's: GPT-2 is causal, so a prefix's attention, norms and
+ * lens are the reference's first positions, and 10 tokens still take two
+ * prefill chunks of 8 and two steps of lens rows; the logit lens, which
+ * unembeds every row and is most of the suite's time, halves. */
+#define QUICK_TOKENS 10
+
+/* The reference's prompt, or its first `most` tokens. */
+static int32_t *reference_tokens(json_t *ref, size_t *n, size_t most)
 {
     json_t *toks = json_object_get(ref, "tokens");
     *n = json_array_size(toks);
+    if (*n > most)
+        *n = most;
     int32_t *t = malloc(*n * sizeof *t);
     ck_assert_ptr_nonnull(t);
     for (size_t i = 0; i < *n; i++)
@@ -263,8 +273,31 @@ static void compare_with_reference(const inspect_capture *c, json_t *ref,
     }
 }
 
-static size_t ref_model(int i) { return g_run_models[(size_t)i % g_n_run_models]; }
-static const kernel_path *ref_path(int i) { return &g_paths[(size_t)i / g_n_run_models]; }
+/* The reference cases, (model, kernel path) pairs: every model under
+ * every path; under GPT2D_TEST_QUICK (memcheck, where a case costs
+ * seconds) the quick models under the engine's own path (the best ISA,
+ * every capture branch of its attention: row blocks for head sizes that
+ * are multiples of 8, single rows for the others, half weights and caches)
+ * and tiny under each other path (the portable kernels' rows, blas's
+ * products and lens unembedding).  Every case still runs the whole
+ * comparison; `make check` runs them all. */
+typedef struct ref_case {
+    size_t model, path;
+} ref_case;
+static ref_case g_ref_cases[MAX_MODELS * (CPU_ISA_COUNT + 1)];
+static size_t g_n_ref_cases;
+
+static void plan_reference_cases(void)
+{
+    for (size_t p = 0; p < g_n_paths; p++)
+        for (size_t m = 0; m < g_n_run_models; m++)
+            if (!test_quick() || p == 0 || g_run_models[m] == g_tiny)
+                g_ref_cases[g_n_ref_cases++] =
+                    (ref_case){ g_run_models[m], p };
+}
+
+static size_t ref_model(int i) { return g_ref_cases[i].model; }
+static const kernel_path *ref_path(int i) { return &g_paths[g_ref_cases[i].path]; }
 
 /* Every layer (last first), attention and a lens of 5, in chunks of 8
  * positions (a 10-row budget, 2 slots), against the reference. */
@@ -279,7 +312,7 @@ START_TEST(test_inspect_matches_reference)
     }
     json_t *ref = load_reference(idx);
     size_t n;
-    int32_t *prompt = reference_tokens(ref, &n);
+    int32_t *prompt = reference_tokens(ref, &n, test_count(SIZE_MAX, QUICK_TOKENS));
     ck_assert_uint_gt(n, 8);
     const size_t L = b.m.config.n_layer;
     size_t *layers = all_layers_reversed(L);
@@ -308,12 +341,18 @@ END_TEST
 
 /* ---- what the engine promises, on tiny ---- */
 
-static int32_t *tiny_prompt(size_t *n)
+/* tiny's reference prompt, its first `most` tokens at most. */
+static int32_t *tiny_prompt_most(size_t *n, size_t most)
 {
     json_t *ref = load_reference(g_tiny);
-    int32_t *p = reference_tokens(ref, n);
+    int32_t *p = reference_tokens(ref, n, most);
     json_decref(ref);
     return p;
+}
+
+static int32_t *tiny_prompt(size_t *n)
+{
+    return tiny_prompt_most(n, test_count(SIZE_MAX, QUICK_TOKENS));
 }
 
 static inspect_params full_params(size_t *layers, size_t L)
@@ -446,7 +485,7 @@ START_TEST(test_inspect_computes_every_position_and_shares_its_blocks)
     ck_assert(bench_open(&cold, g_tiny, NULL, 64));
     ck_assert(bench_open(&warm, g_tiny, NULL, 64));
     size_t n, layers[8];
-    int32_t *prompt = tiny_prompt(&n);
+    int32_t *prompt = tiny_prompt_most(&n, SIZE_MAX);    /* a whole block */
     ck_assert_uint_ge(n, 17);
     inspect_params ip = full_params(layers, cold.m.config.n_layer);
     kv_identity me, other;
@@ -530,15 +569,17 @@ END_TEST
 /* A capture's buffers are taken when the engine starts its inspect: while
  * two generations hold both slots, queued inspects hold none; once run,
  * each holds its attention, norms and guesses (its residual rows went with
- * the lens) until it is released. */
+ * the lens) until it is released.  Short prompts with a lens of one: the
+ * sizes are what matters here, not the unembeddings. */
 START_TEST(test_queued_inspects_hold_no_capture_memory)
 {
     bench b;
     ck_assert(bench_open_paced(&b, g_tiny, NULL, 64, 20000, 0.0));
     size_t n, layers[8];
-    int32_t *prompt = tiny_prompt(&n);
+    int32_t *prompt = tiny_prompt_most(&n, 4);
     const model_config *cfg = &b.m.config;
-    const inspect_params ip = full_params(layers, cfg->n_layer);
+    inspect_params ip = full_params(layers, cfg->n_layer);
+    ip.logit_lens = 1;
     const size_t before = inspect_memory();
 
     gen_params gp = inspect_params_for(prompt, 3, NULL);
@@ -585,7 +626,7 @@ START_TEST(test_queued_inspects_hold_no_capture_memory)
     const size_t L = cfg->n_layer;
     const size_t each = (L * n + inspect_attention_count(L, cfg->n_head, n))
                         * sizeof(float)
-                        + L * n * INSPECT_MAX_LENS * sizeof(inspect_guess);
+                        + L * n * ip.logit_lens * sizeof(inspect_guess);
     ck_assert_uint_eq(inspect_memory(), before + QUEUED * each);
     for (size_t i = 0; i < QUEUED; i++)
         gen_request_release(q[i]);
@@ -954,8 +995,11 @@ static int load_cases(void)
         if (!test_quick() || json_is_true(json_object_get(case_json(i), "quick")))
             g_run_models[g_n_run_models++] = i;
     }
-    if (g_tiny == SIZE_MAX || g_n_run_models == 0) {
-        fprintf(stderr, "test_inspect: FAIL: %s: no tiny model\n", path);
+    /* the quick set must hold tiny: it runs the other kernel paths */
+    if (g_tiny == SIZE_MAX || g_n_run_models == 0 || (test_quick() &&
+            !json_is_true(json_object_get(case_json(g_tiny), "quick")))) {
+        fprintf(stderr, "test_inspect: FAIL: %s: no tiny model (is it "
+                "\"quick\"?)\n", path);
         return -1;
     }
     char vocab[4096], merges[4096];
@@ -974,7 +1018,7 @@ static Suite *inspect_suite(void)
     Suite *s = suite_create("inspect");
     TCase *ref = tcase_create("reference");
     tcase_add_loop_test(ref, test_inspect_matches_reference, 0,
-                        (int)(g_n_run_models * g_n_paths));
+                        (int)g_n_ref_cases);
     suite_add_tcase(s, ref);
 
     TCase *eng = tcase_create("engine");
@@ -1013,6 +1057,7 @@ int main(void)
         tokenizer_free(g_tok);
         return EXIT_FAILURE;
     }
+    plan_reference_cases();
     int status = test_run_suite(inspect_suite());
     tokenizer_free(g_tok);
     json_decref(g_cases);
