@@ -8,8 +8,9 @@
  *
  * Owns: the request's prompt ids and layer list (freed by
  * inspect_request_free).  Callers: api_inspect() on an HTTP connection
- * thread, and the unit tests; it reads only its arguments and the
- * read-only tokenizer, so any number of threads may parse at once. */
+ * thread, the unit tests and the fuzzer (tests/fuzz/fuzz_inspect_request.c);
+ * it reads only its arguments and the read-only tokenizer, so any number of
+ * threads may parse at once. */
 #ifndef GPT2D_INSPECT_REQUEST_H
 #define GPT2D_INSPECT_REQUEST_H
 
