@@ -76,6 +76,7 @@ void api_metrics(const api_ctx *ctx, api_response *r)
         .work_running = ws.running,
         .response_memory = ws.memory_used,
         .response_memory_max = ws.memory,
+        .inspect_memory = inspect_memory(),
         .kv_blocks_free = st.kv.blocks_free,
         .kv_blocks_cached = st.kv.blocks_cached,
         .kv_blocks_in_use = st.kv.blocks_in_use,

@@ -2,10 +2,13 @@
  * its range checked, every error a 400 whose `param` names the field.
  *
  * The request parsers of both completion endpoints (completion_request.c,
- * chat_request.c) and the small endpoints read their fields through these,
+ * chat_request.c), of /v1/inspect (inspect_request.c) and the small
+ * endpoints read their fields through these,
  * so the same mistake gets the same message wherever it is made.  Pure:
  * any thread. */
 #include "gpt2d/api.h"
+
+#include <string.h>
 
 static const char *const field_must_be[] = {
     [API_FIELD_NUMBER] = "a number",
@@ -85,5 +88,26 @@ int api_field_bool(json_t *obj, const char *key, const char *param, bool *out,
         return -1;
     if (v != NULL)
         *out = json_is_true(v);
+    return 0;
+}
+
+int api_field_cache_salt(json_t *root, char out[API_CACHE_SALT_MAX + 1],
+                         size_t *len, bool *present, api_error *e)
+{
+    json_t *v;
+    if (api_field_optional(root, "cache_salt", "cache_salt", API_FIELD_STRING,
+                           &v, e) != 0)
+        return -1;
+    if (v == NULL)
+        return 0;
+    size_t n = json_string_length(v);
+    if (n == 0 || n > API_CACHE_SALT_MAX)
+        return api_error_set(e, 400, "cache_salt",
+                             "cache_salt must be 1 to %d bytes long",
+                             API_CACHE_SALT_MAX);
+    memcpy(out, json_string_value(v), n);
+    out[n] = '\0';
+    *len = n;
+    *present = true;
     return 0;
 }

@@ -8,8 +8,9 @@
  * prompt scored with echo + logprobs does: a cached prefix holds keys and
  * values, not the attention rows or residuals of its positions.  Its K/V
  * blocks join the cache in the caller's isolation domain like any
- * prompt's, so a completion of the same caller may reuse them.  The
- * handler waits, then inspect_answer.c writes the answer.
+ * prompt's (with its cache_salt, as a completion's), so a completion of
+ * the same caller and salt may reuse them.  The handler waits, then
+ * inspect_answer.c writes the answer.
  *
  * Callers: http.c, on the connection's own thread; the handler blocks while
  * the engine works and looks at its socket every COMPLETION_WAIT_SLICE_MS. */
@@ -38,7 +39,9 @@ static gen_params params_of(const inspect_request *req, const api_caller *who)
     memcpy(gp.account, who->account, SHA256_BYTES);
     gp.max_seqs = who->limits.max_seqs;
     gp.max_queued = who->limits.max_queued;
-    gp.identity = api_caller_identity(who, NULL, 0);
+    gp.identity = api_caller_identity(who, req->has_cache_salt
+                                               ? req->cache_salt : NULL,
+                                      req->cache_salt_len);
     return gp;
 }
 

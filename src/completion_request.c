@@ -297,28 +297,6 @@ static int parse_session(completion_request *req, json_t *root, api_error *e)
     return 0;
 }
 
-/* vLLM's name: a request's cached prefixes serve only requests with the
- * same salt (and caller). */
-static int parse_cache_salt(completion_request *req, json_t *root,
-                            api_error *e)
-{
-    json_t *v;
-    if (api_field_optional(root, "cache_salt", "cache_salt", API_FIELD_STRING,
-                           &v, e) != 0)
-        return -1;
-    if (v == NULL)
-        return 0;
-    size_t len = json_string_length(v);
-    if (len == 0 || len > API_CACHE_SALT_MAX)
-        return api_error_set(e, 400, "cache_salt",
-                             "cache_salt must be 1 to %d bytes long",
-                             API_CACHE_SALT_MAX);
-    memcpy(req->cache_salt, json_string_value(v), len);
-    req->cache_salt_len = len;
-    req->has_cache_salt = true;
-    return 0;
-}
-
 static int parse_logprobs(completion_request *req, json_t *root, api_error *e)
 {
     json_int_t n = -1;         /* stays below the range when absent */
@@ -495,7 +473,8 @@ int completion_request_parse_shared(completion_request *req, json_t *root,
            parse_logit_bias(req, root, lim, e) == 0 &&
            parse_seed(req, root, e) == 0 &&
            parse_session(req, root, e) == 0 &&
-           parse_cache_salt(req, root, e) == 0 &&
+           api_field_cache_salt(root, req->cache_salt, &req->cache_salt_len,
+                                &req->has_cache_salt, e) == 0 &&
            parse_output(req, root, e) == 0 ? 0 : -1;
 }
 

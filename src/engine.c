@@ -16,7 +16,8 @@
  *      its reader.
  *
  * Inspect requests (inspect.h) prefill like a prompt that is scored: every
- * position computed, with their forward_capture on the batch.  Then, with
+ * position computed, with their forward_capture on the batch, whose buffers
+ * are taken as the request is admitted (a queued one holds none).  Then, with
  * a logit lens, their captured residual rows are unembedded in the steps
  * that follow, out of the prompt rows' budget (a lens row is one
  * unembedding, less work than a prompt row), and the top guesses of each
@@ -337,6 +338,7 @@ static gen_request *request_create(engine *e, const gen_params *p)
     r->cost = (double)p->n_prompt +
               (double)p->n_sequences * (double)(p->max_tokens > 0 ? p->max_tokens : 1);
     if (p->inspect != NULL) {
+        /* its buffers come when it starts (start_inspect) */
         if (inspect_capture_create(&r->inspect, p->inspect, &e->m->config,
                                    p->n_prompt) != 0)
             goto fail;
@@ -787,6 +789,22 @@ static size_t pick_next(engine *e, double now)
     return best;
 }
 
+/* An inspect's capture buffers are taken as it starts, not at submit:
+ * queued inspects hold none.  Short of memory, it ends (cancelled) rather
+ * than wait for memory that may never come. */
+static bool start_inspect(engine *e, gen_request *r, double now)
+{
+    if (r->inspect == NULL || inspect_capture_alloc(r->inspect) == 0)
+        return true;
+    log_error("engine: out of memory for an inspect's buffers (%zu tokens)",
+              r->n_prompt);
+    release_all_kv(e, r, now);
+    request_finish_all(r, FINISH_CANCELLED);
+    caller_find(e, r->account)->queued--;
+    request_unref(r);
+    return false;
+}
+
 static void admit(engine *e, double now)
 {
     if (e->q_len == 0)
@@ -800,8 +818,10 @@ static void admit(engine *e, double now)
         /* when the cache cannot hold it yet, nothing passes it this step */
         if (!begin_kv(e, r, now))
             break;
-        metrics_add_prompt_tokens(r->n_prompt);
         queue_remove(e, i);
+        if (!start_inspect(e, r, now))
+            continue;
+        metrics_add_prompt_tokens(r->n_prompt);
         e->running[e->n_running++] = r;
         gen_request_lock(r);
         r->queued_seconds = now - r->t_submit;

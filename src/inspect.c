@@ -3,10 +3,12 @@
  *
  * Owns the buffers the forward pass and the engine fill for one inspect
  * request, and their layout; computes nothing itself but the logit lens's
- * probabilities from the log-probabilities the sampler reports. */
+ * probabilities from the log-probabilities the sampler reports.  Counts
+ * the bytes every capture's buffers hold, process-wide, for /metrics. */
 #include "gpt2d/inspect.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -16,11 +18,33 @@ struct inspect_capture {
     size_t n_tokens, n_head, n_embd;
     int32_t *slot;              /* [n_layer] */
     forward_capture fwd;        /* its arrays are the ones below */
+    /* NULL until inspect_capture_alloc */
     float *attention;           /* NULL or [n_layers][n_head][triangle] */
     float *norms;               /* [n_layers][n_tokens] */
     float *residual;            /* NULL or [n_layers][n_tokens][n_embd] */
     inspect_guess *lens;        /* NULL or [n_layers][n_tokens][k] */
+    size_t held;                /* bytes of the buffers above, in `memory` */
 };
+
+/* Bytes held by every capture's buffers (inspect_memory). */
+static atomic_size_t memory;
+
+static void hold(inspect_capture *c, size_t bytes)
+{
+    c->held += bytes;
+    atomic_fetch_add_explicit(&memory, bytes, memory_order_relaxed);
+}
+
+static void let_go(inspect_capture *c, size_t bytes)
+{
+    c->held -= bytes;
+    atomic_fetch_sub_explicit(&memory, bytes, memory_order_relaxed);
+}
+
+size_t inspect_memory(void)
+{
+    return atomic_load_explicit(&memory, memory_order_relaxed);
+}
 
 static size_t triangle(size_t n)
 {
@@ -60,22 +84,13 @@ int inspect_capture_create(inspect_capture **out, const inspect_params *p,
     inspect_capture *c = calloc(1, sizeof *c);
     if (c == NULL)
         return -1;
-    const size_t L = p->n_layers, k = p->logit_lens;
+    const size_t L = p->n_layers;
     c->n_tokens = n_tokens;
     c->n_head = cfg->n_head;
     c->n_embd = cfg->n_embd;
     c->layers = malloc(L * sizeof *c->layers);
     c->slot = malloc(cfg->n_layer * sizeof *c->slot);
-    c->norms = floats(L * n_tokens);
-    if (p->attention)
-        c->attention = floats(inspect_attention_count(L, c->n_head, n_tokens));
-    if (k > 0) {
-        c->residual = floats(L * n_tokens * c->n_embd);
-        c->lens = calloc(L * n_tokens * k, sizeof *c->lens);
-    }
-    if (c->layers == NULL || c->slot == NULL || c->norms == NULL
-        || (p->attention && c->attention == NULL)
-        || (k > 0 && (c->residual == NULL || c->lens == NULL))) {
+    if (c->layers == NULL || c->slot == NULL) {
         inspect_capture_free(c);
         return -1;
     }
@@ -86,10 +101,39 @@ int inspect_capture_create(inspect_capture **out, const inspect_params *p,
         c->slot[l] = -1;
     for (size_t i = 0; i < L; i++)
         c->slot[p->layers[i]] = (int32_t)i;
-    c->fwd = (forward_capture){ .slot = c->slot, .n_positions = n_tokens,
+    *out = c;
+    return 0;
+}
+
+int inspect_capture_alloc(inspect_capture *c)
+{
+    const size_t L = c->params.n_layers, n = c->n_tokens;
+    const size_t k = c->params.logit_lens;
+    const size_t att = c->params.attention
+                       ? inspect_attention_count(L, c->n_head, n) : 0;
+    const size_t resid = k > 0 ? L * n * c->n_embd : 0;
+    const size_t lens = k > 0 ? L * n * k : 0;
+    c->norms = floats(L * n);
+    if (att > 0)
+        c->attention = floats(att);
+    if (k > 0) {
+        c->residual = floats(resid);
+        c->lens = calloc(lens, sizeof *c->lens);
+    }
+    if (c->norms == NULL || (att > 0 && c->attention == NULL)
+        || (k > 0 && (c->residual == NULL || c->lens == NULL))) {
+        free(c->norms);
+        free(c->attention);
+        free(c->residual);
+        free(c->lens);
+        c->norms = c->attention = c->residual = NULL;
+        c->lens = NULL;
+        return -1;
+    }
+    hold(c, (L * n + att + resid) * sizeof(float) + lens * sizeof *c->lens);
+    c->fwd = (forward_capture){ .slot = c->slot, .n_positions = n,
                                 .attention = c->attention, .norms = c->norms,
                                 .residual = c->residual };
-    *out = c;
     return 0;
 }
 
@@ -97,6 +141,7 @@ void inspect_capture_free(inspect_capture *c)
 {
     if (c == NULL)
         return;
+    let_go(c, c->held);
     free(c->layers);
     free(c->slot);
     free(c->attention);
@@ -113,7 +158,7 @@ const forward_capture *inspect_forward_capture(const inspect_capture *c)
 
 size_t inspect_lens_rows(const inspect_capture *c)
 {
-    return c->lens != NULL ? c->params.n_layers * c->n_tokens : 0;
+    return c->params.logit_lens > 0 ? c->params.n_layers * c->n_tokens : 0;
 }
 
 const float *inspect_lens_input(const inspect_capture *c, size_t row)
@@ -133,6 +178,8 @@ void inspect_lens_store(inspect_capture *c, size_t row,
 
 void inspect_lens_done(inspect_capture *c)
 {
+    if (c->residual != NULL)
+        let_go(c, inspect_lens_rows(c) * c->n_embd * sizeof(float));
     free(c->residual);
     c->residual = NULL;
     c->fwd.residual = NULL;

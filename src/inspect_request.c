@@ -19,7 +19,9 @@ static int parse_flags(inspect_request *req, json_t *root, api_error *e)
         || api_field_optional(root, "user", "user", API_FIELD_STRING, &v, e) != 0
         || api_field_bool(root, "attention", "attention",
                           &req->params.attention, e) != 0
-        || api_field_integer(root, "logit_lens", 0, INSPECT_MAX_LENS, &k, e) != 0)
+        || api_field_integer(root, "logit_lens", 0, INSPECT_MAX_LENS, &k, e) != 0
+        || api_field_cache_salt(root, req->cache_salt, &req->cache_salt_len,
+                                &req->has_cache_salt, e) != 0)
         return -1;
     req->params.logit_lens = (size_t)k;
     return 0;

@@ -470,6 +470,10 @@ static void render_gauges(FILE *f, const metrics_gauges *st)
                  st->response_memory);
     render_gauge(f, "gpt2d_response_memory_max_bytes", "--response-memory.",
                  st->response_memory_max);
+    render_gauge(f, "gpt2d_inspect_memory_bytes", "Bytes of the attention, "
+                 "logit-lens and residual buffers of /v1/inspect requests "
+                 "started and not yet answered (queued ones hold none).",
+                 st->inspect_memory);
     const char *name = "gpt2d_kv_blocks";
     render_header(f, name, "gauge",
                   "KV-cache blocks in RAM: free, cached (a reusable prefix no "

@@ -247,6 +247,11 @@ int api_field_integer(json_t *root, const char *key, json_int_t lo,
                       json_int_t hi, json_int_t *out, api_error *e);
 int api_field_bool(json_t *obj, const char *key, const char *param, bool *out,
                    api_error *e);
+/* cache_salt (vLLM's name), the same on every endpoint that runs a prompt:
+ * 1 to API_CACHE_SALT_MAX bytes, kept whole (NULs too) in `out` with its
+ * length; *present stays false when absent or null. */
+int api_field_cache_salt(json_t *root, char out[API_CACHE_SALT_MAX + 1],
+                         size_t *len, bool *present, api_error *e);
 
 /* ---- the completion request, parsed (exposed for the unit tests) ---- */
 

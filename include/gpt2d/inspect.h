@@ -16,9 +16,12 @@
  * has p + 1 probabilities at p(p+1)/2 (forward_capture).
  *
  * Owns: the capture's buffers, sized at creation for the request's layers
- * and tokens; nothing grows later.  Threads: the engine writes a capture
- * (the engine thread and, in a step, the worker pool) until the request
- * finishes; readers read it after that, under the request's lock. */
+ * and tokens and taken only when the engine starts the request
+ * (inspect_capture_alloc), so a queued inspect holds none of them; nothing
+ * grows later.  inspect_memory() counts what every capture holds.
+ * Threads: the engine writes a capture (the engine thread and, in a step,
+ * the worker pool) until the request finishes; readers read it after that,
+ * under the request's lock. */
 #ifndef GPT2D_INSPECT_H
 #define GPT2D_INSPECT_H
 
@@ -56,15 +59,23 @@ size_t inspect_attention_count(size_t n_layers, size_t n_head,
 /* Whether `p` fits the model: layers in range and distinct, k in range. */
 bool inspect_params_valid(const inspect_params *p, const model_config *cfg);
 
-/* Buffers for `p` (copied) over n_tokens positions; -1 when memory is
- * short.  p must be valid. */
+/* A capture of `p` (copied) over n_tokens positions, without its buffers
+ * (a few words per layer); -1 when memory is short.  p must be valid. */
 int inspect_capture_create(inspect_capture **out, const inspect_params *p,
                            const model_config *cfg, size_t n_tokens);
 void inspect_capture_free(inspect_capture *c);
+/* Bytes the buffers of every capture in the process hold now: the
+ * attention, norms, lens guesses and (until the lens is done) residual
+ * rows of started inspects.  Any thread. */
+size_t inspect_memory(void);
 
 /* ---- the engine's side ---- */
 
-/* What forward_step is to keep of the request's rows. */
+/* Takes the buffers, zeroed, when the request starts; -1 when memory is
+ * short (the capture then holds none). */
+int inspect_capture_alloc(inspect_capture *c);
+
+/* What forward_step is to keep of the request's rows (after alloc). */
 const forward_capture *inspect_forward_capture(const inspect_capture *c);
 /* Rows the logit lens unembeds: one per (slot, position), slot-major; 0
  * without a lens. */

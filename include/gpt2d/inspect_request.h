@@ -3,12 +3,14 @@
  * the server's limits, every error a 400 that names its `param`.
  *
  *   {"prompt": "The cat sat" | [464, 3797, 3332],
- *    "attention": false, "logit_lens": 0, "layers": [0, 5, 11]}
+ *    "attention": false, "logit_lens": 0, "layers": [0, 5, 11],
+ *    "cache_salt": "tenant-1"}
  *
  * Owns: the request's prompt ids and layer list (freed by
  * inspect_request_free).  Callers: api_inspect() on an HTTP connection
- * thread, and the unit tests; it reads only its arguments and the
- * read-only tokenizer, so any number of threads may parse at once. */
+ * thread, the unit tests and the fuzzer (tests/fuzz/fuzz_inspect_request.c);
+ * it reads only its arguments and the read-only tokenizer, so any number of
+ * threads may parse at once. */
 #ifndef GPT2D_INSPECT_REQUEST_H
 #define GPT2D_INSPECT_REQUEST_H
 
@@ -22,6 +24,11 @@ typedef struct inspect_request {
     completion_prompt prompt;
     size_t *layers;             /* as asked, or every layer in order */
     inspect_params params;      /* params.layers points at `layers` */
+    /* as on /v1/completions (api_field_cache_salt): the cache domain its
+     * K/V blocks join */
+    char cache_salt[API_CACHE_SALT_MAX + 1];
+    size_t cache_salt_len;
+    bool has_cache_salt;
 } inspect_request;
 
 /* What a request is validated against. */

@@ -84,6 +84,7 @@ typedef struct metrics_gauges {
     size_t slots_total, slots_busy;
     size_t work_waiting, work_running;  /* jobs of the work pool (workpool.h) */
     size_t response_memory, response_memory_max;   /* its charged bytes */
+    size_t inspect_memory;      /* capture buffers of started inspects */
     size_t kv_blocks_free, kv_blocks_cached, kv_blocks_in_use;
     size_t kv_blocks_reserved;
     size_t kv_bytes;

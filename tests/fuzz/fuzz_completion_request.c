@@ -22,6 +22,7 @@
 
 #include "gpt2d/api.h"
 #include "fuzz.h"
+#include "fuzz_request.h"
 
 static tokenizer *tok;
 static chat_template tpl;
@@ -150,35 +151,6 @@ static void check_chat_accepted(const completion_request *req)
                    "chat: template stop %zu missing", i);
 }
 
-/* A refused body is the client's fault (400), and its error object must
- * reach the client intact: serialisable, with the same status. */
-static void check_refused(const api_error *e)
-{
-    FUZZ_CHECK(e->status == 400, "status %d for a client's body: %s", e->status,
-               e->message);
-    FUZZ_CHECK(e->message[0] != '\0', "empty error message");
-    api_response r = {0};
-    api_response_error(&r, e);
-    FUZZ_CHECK(r.status == 400 && r.body != NULL,
-               "error object did not serialise (status %d) for: %s", r.status,
-               e->message);
-    json_error_t jerr;
-    /* JSON_ALLOW_NUL: "\u0000" is valid JSON (a NUL byte in the text). */
-    json_t *back = json_loadb(r.body, r.body_len, JSON_ALLOW_NUL, &jerr);
-    FUZZ_CHECK(back != NULL, "error body is not JSON: %s", jerr.text);
-    json_t *err = json_object_get(back, "error");
-    FUZZ_CHECK(json_is_string(json_object_get(err, "message")),
-               "error.message missing");
-    json_t *param = json_object_get(err, "param");
-    FUZZ_CHECK(e->param[0] == '\0' ? json_is_null(param)
-                                   : json_is_string(param) &&
-                                         strcmp(json_string_value(param),
-                                                e->param) == 0,
-               "error.param does not name '%s'", e->param);
-    json_decref(back);
-    api_response_free(&r);
-}
-
 /* /tokenize and /detokenize answer 200 or a 400 error object, always JSON;
  * a 200 is an api_body that delivers exactly the length it announced. */
 static void check_endpoint_response(api_response *r, const char *what)
@@ -221,14 +193,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         check_accepted(&req);
         completion_request_free(&req);
     } else {
-        check_refused(&e);
+        fuzz_check_refused(&e);
     }
     memset(&e, 0, sizeof e);
     if (chat_request_parse(&req, body, size, tok, &tpl, &limits, &e) == 0) {
         check_chat_accepted(&req);
         completion_request_free(&req);
     } else {
-        check_refused(&e);
+        fuzz_check_refused(&e);
     }
 
     api_ctx ctx = {.tok = tok, .work = work};

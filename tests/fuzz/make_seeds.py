@@ -6,6 +6,9 @@ Seeds are real inputs, so the fuzzer starts from what the daemon meets:
                        tests/unit/test_chat.c (their C string literals) and of
                        tests/integration/api_tests.py (every field, valid and
                        invalid), plus /tokenize, /detokenize
+  inspect_request/     the request bodies of tests/unit/test_inspect.c and
+                       the shapes of tests/integration/api_tests.py's
+                       T10Inspect (every field, valid and invalid)
   tokenizer/           every text of tests/tokenizer/corpus.json, plus a few
                        hostile byte strings
   safetensors/         the header (+ a little data) of each fixture model when
@@ -179,6 +182,45 @@ def bodies_from_api_tests():
     return bodies
 
 
+def inspect_bodies():
+    """POST /v1/inspect: each field valid and invalid, near the fuzz
+    target's limits (12 layers, 48 tokens, 2000 attention probabilities)."""
+    ok = [
+        {"prompt": "The cat sat on the mat"},
+        {"prompt": "The cat sat on the", "attention": True, "logit_lens": 3,
+         "layers": [0, 5, 11]},
+        {"prompt": [464, 3797, 3332], "logit_lens": 5, "layers": [11, 0]},
+        {"prompt": "x", "attention": True, "logit_lens": 0},
+        {"prompt": list(range(100, 110)), "attention": True, "layers": [1, 0]},
+        {"prompt": list(range(100, 148)), "logit_lens": 1},
+        {"prompt": "Hi", "cache_salt": "tenant-1", "model": "gpt2", "user": "u"},
+        {"prompt": "Hi", "cache_salt": "s" * 256},
+        {"prompt": "\u00e9\u4e2d\U0001F600 <|endoftext|> end", "logit_lens": 2},
+        {"prompt": [50256, 188, 171, 120], "logit_lens": 5, "attention": True,
+         "layers": [3]},
+        {"prompt": "Hi", "attention": None, "logit_lens": None, "layers": None,
+         "cache_salt": None},
+    ]
+    base = {"prompt": "Hello"}
+    bad = [("logit_lens", 9), ("logit_lens", -1), ("logit_lens", 2.5),
+           ("attention", "yes"), ("attention", 1), ("layers", 3), ("layers", []),
+           ("layers", [0, 12]), ("layers", [-1]), ("layers", ["0"]),
+           ("layers", [3, 3]), ("layers", list(range(13))), ("prompt", 7),
+           ("prompt", ""), ("prompt", []), ("prompt", [1, 50257]),
+           ("prompt", ["a"]), ("prompt", [[1]]), ("prompt", list(range(100, 149))),
+           ("prompt", list(range(100, 165))), ("model", 5), ("user", []),
+           ("cache_salt", ""), ("cache_salt", 7), ("cache_salt", "s" * 257)]
+    bodies = [json.dumps(b).encode() for b in ok]
+    bodies += [json.dumps(dict(base, **{k: v})).encode() for k, v in bad]
+    bodies.append(json.dumps({"prompt": list(range(100, 115)),
+                              "attention": True}).encode())
+    bodies += [b"{not json", b"", b"[1]", b'{"logit_lens": 1}',
+               b'{"prompt": "a", "prompt": "b"}',
+               b'{"prompt": "nul \\u0000 inside"}',
+               b'{"prompt": "\xff\xfe invalid utf-8", "logit_lens": 1}']
+    return bodies
+
+
 # ---- safetensors ----
 
 MICRO = {"n_layer": 1, "n_embd": 4, "n_ctx": 4, "vocab": 8}
@@ -267,6 +309,8 @@ def main():
     for body in (bodies_from_unit_test("test_api.c") + bodies_from_unit_test("test_chat.c")
                  + bodies_from_api_tests()):
         write_seed("completion_request", body)
+    for body in bodies_from_unit_test("test_inspect.c") + inspect_bodies():
+        write_seed("inspect_request", body)
 
     corpus = json.load(open(os.path.join(SRC, "tests/tokenizer/corpus.json"),
                             encoding="utf-8"))

@@ -2579,6 +2579,37 @@ class T10Inspect(ServerCase):
         self.assertNotEqual(a.pop("id"), b.pop("id"))
         self.assertEqual(a, b)
 
+    def test_cache_salt_isolates_as_on_completions(self):
+        """An inspect's blocks join its cache_salt's domain alone: unsalted
+        and other-salt completions of its prompt reuse nothing, the same
+        salt's reuse them; an inspect reuses nothing itself, and the salt
+        changes nothing in its answer."""
+        c = self.client(api_key=self.KEY)
+        prompt = word_prompt(1717, 32)      # two whole KV blocks
+        body = {"prompt": prompt, "logit_lens": 2}    # attention: over 500
+
+        def cached(**salt):
+            r = c.complete(prompt=prompt + word_prompt(1718, 2), max_tokens=1,
+                           **salt)
+            return r["usage"]["prompt_tokens_details"]["cached_tokens"]
+
+        def inspect_reusing_nothing(**salt):
+            before = metric_sum(c.metrics(), "gpt2d_cached_tokens_total")
+            a = self.inspect(dict(body, **salt))
+            self.assertEqual(metric_sum(c.metrics(), "gpt2d_cached_tokens_total"),
+                             before)
+            a.pop("id")
+            return a
+        salted = inspect_reusing_nothing(cache_salt="inspect-a")
+        self.assertEqual(cached(), 0)
+        self.assertEqual(cached(cache_salt="inspect-b"), 0)
+        self.assertEqual(cached(cache_salt="inspect-a"), 32)
+        # now cached unsalted and under inspect-b: inspects reuse none of it
+        self.assertEqual(inspect_reusing_nothing(), salted)
+        self.assertEqual(inspect_reusing_nothing(cache_salt="inspect-b"), salted)
+        self.assert_error(c.post("/v1/inspect", {"prompt": "x", "cache_salt": ""}),
+                          400, "cache_salt")
+
     def test_bounds_are_400_with_the_numbers(self):
         c = self.client(api_key=self.KEY)
         # 4 heads x 55 = 220 per layer over 10 tokens: both layers fit 500
@@ -2637,6 +2668,9 @@ class T10Inspect(ServerCase):
             return delta('gpt2d_requests_total{endpoint="inspect",code="200"}') >= 2
         wait_for(counted, 2)
         self.assertEqual(delta('gpt2d_requests_total{endpoint="inspect",code="200"}'), 2)
+        # answered: no inspect holds its buffers once the engine has let go
+        self.assertTrue(wait_for(lambda: c.metrics().get(
+            "gpt2d_inspect_memory_bytes") == 0, 2))
         self.assertEqual(delta("gpt2d_inspect_bytes_total"),
                          len(r.body) + len(mine.body))
         self.assertEqual(delta("gpt2d_prompt_tokens_total"),

@@ -1790,6 +1790,8 @@ INPUT_CASES += [
     ("inspect_layer_past_the_model", "POST", "/v1/inspect", inspection(layers=[0, 2]), {}, 400, "layers", None),
     ("inspect_layer_negative", "POST", "/v1/inspect", inspection(layers=[-1]), {}, 400, "layers", None),
     ("inspect_layer_twice", "POST", "/v1/inspect", inspection(layers=[1, 1]), {}, 400, "layers", None),
+    ("inspect_cache_salt_empty", "POST", "/v1/inspect", inspection(cache_salt=""), {}, 400, "cache_salt", None),
+    ("inspect_cache_salt_257_bytes", "POST", "/v1/inspect", inspection(cache_salt="s" * 257), {}, 400, "cache_salt", None),
 ]
 for _field, _value, _kind in (
         ("prompt", 5, "number"), ("prompt", True, "bool"), ("prompt", {"a": 1}, "object"),
@@ -1800,7 +1802,7 @@ for _field, _value, _kind in (
         ("logit_lens", True, "bool"),
         ("layers", 0, "number"), ("layers", "0", "string"), ("layers", [0.5], "float_item"),
         ("layers", [True], "bool_item"), ("layers", [None], "null_item"),
-        ("model", 5, "number"), ("user", [], "array")):
+        ("model", 5, "number"), ("user", [], "array"), ("cache_salt", 7, "number")):
     INPUT_CASES.append(("inspect_%s_as_%s" % (_field, _kind), "POST",
                         "/v1/inspect", inspection(**{_field: _value}), {},
                         400, _field, None))

@@ -26,6 +26,7 @@
 #include "gpt2d/inspect_answer.h"
 #include "gpt2d/inspect_request.h"
 #include "gpt2d/model.h"
+#include "gpt2d/monotonic.h"
 #include "gpt2d/tokenizer.h"
 #include "test_util.h"
 
@@ -189,10 +190,20 @@ static json_t *load_reference(size_t idx)
     return ref;
 }
 
-static int32_t *reference_tokens(json_t *ref, size_t *n)
+/* Under GPT2D_TEST_QUICK (memcheck) the prompts are the first QUICK_TOKENS
+ * of the reference's: GPT-2 is causal, so a prefix's attention, norms and
+ * lens are the reference's first positions, and 10 tokens still take two
+ * prefill chunks of 8 and two steps of lens rows; the logit lens, which
+ * unembeds every row and is most of the suite's time, halves. */
+#define QUICK_TOKENS 10
+
+/* The reference's prompt, or its first `most` tokens. */
+static int32_t *reference_tokens(json_t *ref, size_t *n, size_t most)
 {
     json_t *toks = json_object_get(ref, "tokens");
     *n = json_array_size(toks);
+    if (*n > most)
+        *n = most;
     int32_t *t = malloc(*n * sizeof *t);
     ck_assert_ptr_nonnull(t);
     for (size_t i = 0; i < *n; i++)
@@ -262,8 +273,31 @@ static void compare_with_reference(const inspect_capture *c, json_t *ref,
     }
 }
 
-static size_t ref_model(int i) { return g_run_models[(size_t)i % g_n_run_models]; }
-static const kernel_path *ref_path(int i) { return &g_paths[(size_t)i / g_n_run_models]; }
+/* The reference cases, (model, kernel path) pairs: every model under
+ * every path; under GPT2D_TEST_QUICK (memcheck, where a case costs
+ * seconds) the quick models under the engine's own path (the best ISA,
+ * every capture branch of its attention: row blocks for head sizes that
+ * are multiples of 8, single rows for the others, half weights and caches)
+ * and tiny under each other path (the portable kernels' rows, blas's
+ * products and lens unembedding).  Every case still runs the whole
+ * comparison; `make check` runs them all. */
+typedef struct ref_case {
+    size_t model, path;
+} ref_case;
+static ref_case g_ref_cases[MAX_MODELS * (CPU_ISA_COUNT + 1)];
+static size_t g_n_ref_cases;
+
+static void plan_reference_cases(void)
+{
+    for (size_t p = 0; p < g_n_paths; p++)
+        for (size_t m = 0; m < g_n_run_models; m++)
+            if (!test_quick() || p == 0 || g_run_models[m] == g_tiny)
+                g_ref_cases[g_n_ref_cases++] =
+                    (ref_case){ g_run_models[m], p };
+}
+
+static size_t ref_model(int i) { return g_ref_cases[i].model; }
+static const kernel_path *ref_path(int i) { return &g_paths[g_ref_cases[i].path]; }
 
 /* Every layer (last first), attention and a lens of 5, in chunks of 8
  * positions (a 10-row budget, 2 slots), against the reference. */
@@ -278,7 +312,7 @@ START_TEST(test_inspect_matches_reference)
     }
     json_t *ref = load_reference(idx);
     size_t n;
-    int32_t *prompt = reference_tokens(ref, &n);
+    int32_t *prompt = reference_tokens(ref, &n, test_count(SIZE_MAX, QUICK_TOKENS));
     ck_assert_uint_gt(n, 8);
     const size_t L = b.m.config.n_layer;
     size_t *layers = all_layers_reversed(L);
@@ -307,12 +341,18 @@ END_TEST
 
 /* ---- what the engine promises, on tiny ---- */
 
-static int32_t *tiny_prompt(size_t *n)
+/* tiny's reference prompt, its first `most` tokens at most. */
+static int32_t *tiny_prompt_most(size_t *n, size_t most)
 {
     json_t *ref = load_reference(g_tiny);
-    int32_t *p = reference_tokens(ref, n);
+    int32_t *p = reference_tokens(ref, n, most);
     json_decref(ref);
     return p;
+}
+
+static int32_t *tiny_prompt(size_t *n)
+{
+    return tiny_prompt_most(n, test_count(SIZE_MAX, QUICK_TOKENS));
 }
 
 static inspect_params full_params(size_t *layers, size_t L)
@@ -445,7 +485,7 @@ START_TEST(test_inspect_computes_every_position_and_shares_its_blocks)
     ck_assert(bench_open(&cold, g_tiny, NULL, 64));
     ck_assert(bench_open(&warm, g_tiny, NULL, 64));
     size_t n, layers[8];
-    int32_t *prompt = tiny_prompt(&n);
+    int32_t *prompt = tiny_prompt_most(&n, SIZE_MAX);    /* a whole block */
     ck_assert_uint_ge(n, 17);
     inspect_params ip = full_params(layers, cold.m.config.n_layer);
     kv_identity me, other;
@@ -521,6 +561,79 @@ START_TEST(test_norms_alone_are_the_same_bits)
     gen_request_unlock(a);
     gen_request_release(a);
     gen_request_release(o);
+    free(prompt);
+    bench_close(&b);
+}
+END_TEST
+
+/* A capture's buffers are taken when the engine starts its inspect: while
+ * two generations hold both slots, queued inspects hold none; once run,
+ * each holds its attention, norms and guesses (its residual rows went with
+ * the lens) until it is released.  Short prompts with a lens of one: the
+ * sizes are what matters here, not the unembeddings. */
+START_TEST(test_queued_inspects_hold_no_capture_memory)
+{
+    bench b;
+    ck_assert(bench_open_paced(&b, g_tiny, NULL, 64, 20000, 0.0));
+    size_t n, layers[8];
+    int32_t *prompt = tiny_prompt_most(&n, 4);
+    const model_config *cfg = &b.m.config;
+    inspect_params ip = full_params(layers, cfg->n_layer);
+    ip.logit_lens = 1;
+    const size_t before = inspect_memory();
+
+    gen_params gp = inspect_params_for(prompt, 3, NULL);
+    gp.max_tokens = cfg->n_ctx - 3;
+    gp.sampling.temperature = 0.0f;
+    static const logit_bias_entry no_eot = { TOKENIZER_EOT, -100.0f };
+    gp.sampling.logit_bias = &no_eot;
+    gp.sampling.n_logit_bias = 1;
+    gen_request *busy[2];
+    for (size_t i = 0; i < 2; i++) {
+        ck_assert_int_eq(engine_submit(b.e, &gp, &busy[i]), ENGINE_OK);
+        uint64_t version = 0;
+        gen_request_lock(busy[i]);
+        while (gen_request_output(busy[i], 0)->n_tokens < 1)
+            ck_assert(gen_request_wait(busy[i], &version, WAIT_MS));
+        gen_request_unlock(busy[i]);
+    }
+    enum { QUEUED = 4 };        /* the caller's queue: max_queue 8 / 2 */
+    gen_request *q[QUEUED];
+    for (size_t i = 0; i < QUEUED; i++) {
+        gen_params p = inspect_params_for(prompt, n, &ip);
+        ck_assert_int_eq(engine_submit(b.e, &p, &q[i]), ENGINE_OK);
+    }
+    const size_t queue_depth = engine_get_stats(b.e).queue_depth;
+    const size_t held_queued = inspect_memory();
+    for (size_t i = 0; i < 2; i++) {
+        gen_request_lock(busy[i]);
+        const bool running = !gen_request_finished(busy[i]);
+        gen_request_unlock(busy[i]);
+        ck_assert_msg(running, "a generation ended before the check");
+    }
+    ck_assert_uint_eq(queue_depth, QUEUED);
+    ck_assert_uint_eq(held_queued, before);
+
+    /* the slots free up: every inspect runs, and holds what it answers */
+    for (size_t i = 0; i < 2; i++)
+        gen_request_release(busy[i]);
+    for (size_t i = 0; i < QUEUED; i++) {
+        wait_finished(q[i]);
+        gen_request_lock(q[i]);
+        ck_assert_int_eq(gen_request_output(q[i], 0)->finish, FINISH_LENGTH);
+        gen_request_unlock(q[i]);
+    }
+    const size_t L = cfg->n_layer;
+    const size_t each = (L * n + inspect_attention_count(L, cfg->n_head, n))
+                        * sizeof(float)
+                        + L * n * ip.logit_lens * sizeof(inspect_guess);
+    ck_assert_uint_eq(inspect_memory(), before + QUEUED * each);
+    for (size_t i = 0; i < QUEUED; i++)
+        gen_request_release(q[i]);
+    /* the engine lets go of a finished request in its next step */
+    for (int ms = 0; inspect_memory() != before && ms < WAIT_MS; ms++)
+        monotonic_sleep_ms(1);
+    ck_assert_uint_eq(inspect_memory(), before);
     free(prompt);
     bench_close(&b);
 }
@@ -622,6 +735,8 @@ START_TEST(test_request_errors_name_the_field)
         { "{\"prompt\": [1, 50257]}", "prompt", "outside the vocabulary" },
         { "{\"prompt\": [\"a\"]}", "prompt", "not an integer" },
         { "{\"prompt\": \"x\", \"model\": 5}", "model", "a string" },
+        { "{\"prompt\": \"x\", \"cache_salt\": \"\"}", "cache_salt", "1 to 256 bytes" },
+        { "{\"prompt\": \"x\", \"cache_salt\": 7}", "cache_salt", "a string" },
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         inspect_request req;
@@ -638,6 +753,38 @@ START_TEST(test_request_errors_name_the_field)
     api_error e;
     ck_assert_int_eq(parse(&req, "[1]", &LIMITS, &e), -1);
     ck_assert_int_eq(e.status, 400);
+}
+END_TEST
+
+/* cache_salt as /v1/completions takes it: 1 to 256 bytes, kept whole;
+ * absent or null is no salt. */
+START_TEST(test_request_cache_salt_as_completions)
+{
+    char body[1024], salt[258];
+    memset(salt, 's', 257);
+    salt[257] = '\0';
+    inspect_request req;
+    api_error e;
+    snprintf(body, sizeof body, "{\"prompt\": \"x\", \"cache_salt\": \"%s\"}", salt);
+    ck_assert_int_eq(parse(&req, body, &LIMITS, &e), -1);
+    ck_assert_str_eq(e.param, "cache_salt");
+    salt[256] = '\0';
+    snprintf(body, sizeof body, "{\"prompt\": \"x\", \"cache_salt\": \"%s\"}", salt);
+    ck_assert_int_eq(parse(&req, body, &LIMITS, &e), 0);
+    ck_assert(req.has_cache_salt);
+    ck_assert_uint_eq(req.cache_salt_len, 256);
+    ck_assert_mem_eq(req.cache_salt, salt, 256);
+    inspect_request_free(&req);
+    ck_assert_int_eq(parse(&req, "{\"prompt\": \"x\", \"cache_salt\": \"a\\u00e9b\"}",
+                           &LIMITS, &e), 0);
+    ck_assert(req.has_cache_salt);
+    ck_assert_uint_eq(req.cache_salt_len, 4);
+    ck_assert_mem_eq(req.cache_salt, "a\xc3\xa9" "b", 4);
+    inspect_request_free(&req);
+    ck_assert_int_eq(parse(&req, "{\"prompt\": \"x\", \"cache_salt\": null}",
+                           &LIMITS, &e), 0);
+    ck_assert(!req.has_cache_salt);
+    inspect_request_free(&req);
 }
 END_TEST
 
@@ -848,8 +995,11 @@ static int load_cases(void)
         if (!test_quick() || json_is_true(json_object_get(case_json(i), "quick")))
             g_run_models[g_n_run_models++] = i;
     }
-    if (g_tiny == SIZE_MAX || g_n_run_models == 0) {
-        fprintf(stderr, "test_inspect: FAIL: %s: no tiny model\n", path);
+    /* the quick set must hold tiny: it runs the other kernel paths */
+    if (g_tiny == SIZE_MAX || g_n_run_models == 0 || (test_quick() &&
+            !json_is_true(json_object_get(case_json(g_tiny), "quick")))) {
+        fprintf(stderr, "test_inspect: FAIL: %s: no tiny model (is it "
+                "\"quick\"?)\n", path);
         return -1;
     }
     char vocab[4096], merges[4096];
@@ -868,7 +1018,7 @@ static Suite *inspect_suite(void)
     Suite *s = suite_create("inspect");
     TCase *ref = tcase_create("reference");
     tcase_add_loop_test(ref, test_inspect_matches_reference, 0,
-                        (int)(g_n_run_models * g_n_paths));
+                        (int)g_n_ref_cases);
     suite_add_tcase(s, ref);
 
     TCase *eng = tcase_create("engine");
@@ -877,11 +1027,13 @@ static Suite *inspect_suite(void)
     tcase_add_test(eng, test_inspect_computes_every_position_and_shares_its_blocks);
     tcase_add_test(eng, test_norms_alone_are_the_same_bits);
     tcase_add_test(eng, test_engine_refuses_inspect_it_cannot_run);
+    tcase_add_test(eng, test_queued_inspects_hold_no_capture_memory);
     suite_add_tcase(s, eng);
 
     TCase *api = tcase_create("api");
     tcase_add_test(api, test_request_defaults_and_fields);
     tcase_add_test(api, test_request_errors_name_the_field);
+    tcase_add_test(api, test_request_cache_salt_as_completions);
     tcase_add_test(api, test_request_sizes_are_bounded_with_the_numbers);
     tcase_add_test(api, test_numbers_are_printfs_six_digits);
     tcase_add_test(api, test_answer_holds_the_capture);
@@ -905,6 +1057,7 @@ int main(void)
         tokenizer_free(g_tok);
         return EXIT_FAILURE;
     }
+    plan_reference_cases();
     int status = test_run_suite(inspect_suite());
     tokenizer_free(g_tok);
     json_decref(g_cases);

@@ -364,10 +364,12 @@ START_TEST(test_gauges_report_engine_stats)
                           .slots_busy = 3, .kv_blocks_free = 60,
                           .kv_blocks_cached = 25, .kv_blocks_in_use = 15,
                           .kv_blocks_reserved = 9, .kv_bytes = 12345,
-                          .kv_sessions = 4, .kv_evictions = 77 };
+                          .kv_sessions = 4, .kv_evictions = 77,
+                          .inspect_memory = 4096 };
     scrape *sc = scrape_new();
     scrape_now(sc, &st);
     ck_assert_double_eq(value_of(sc, "gpt2d_queue_depth", ""), 7);
+    ck_assert_double_eq(value_of(sc, "gpt2d_inspect_memory_bytes", ""), 4096);
     ck_assert_double_eq(value_of(sc, "gpt2d_sequences_running", ""), 3);
     ck_assert_double_eq(value_of(sc, "gpt2d_slots_total", ""), 8);
     ck_assert_double_eq(value_of(sc, "gpt2d_slots_busy", ""), 3);
