@@ -14,8 +14,9 @@
  *     in any batch, and a seed reproduces under any load; sgemm rounds a
  *     row by the rows sharing its call (bench_forward counts the floats);
  *   - decode reads every weight once per step: panels packed at load stream
- *     sequentially, as floats or halves widened in registers, which at the
- *     small M of decoding outran sgemm on the same machine.
+ *     sequentially, as floats, or halves or 8-bit integers widened in
+ *     registers, which at the small M of decoding outran sgemm on the same
+ *     machine.
  * OpenBLAS remains the backend where these kernels have no tuned path. */
 #include "config.h"
 
@@ -99,16 +100,31 @@ static void matmul_generic(float *out, size_t ldo, const float *a,
 
 /* One MR × (16·NP) tile of a · w over k in [k0, k1): rows [0, MR) of a
  * (row stride lda) against NP consecutive panels, w0 and (NP = 2) w1, each
- * (K, 16) contiguous, of floats or (H = 1) halves, widened as they are
- * loaded.  Every output is one FMA chain over k: it starts from zero, or
- * continues the partial sums in `from` (row stride ldf), and is stored to
- * `to` (row stride ldt), as to + chain when `accumulate`.  A non-NULL
- * `ahead` is prefetched at ahead + (k - k0) · step.  Inlined with constant
- * MR, NP, H (and literal NULLs, which remove the branches). */
+ * one panel (panels.h) of floats (H = 0), halves (H = 1) or PANEL_Q8
+ * blocks (H = 2), widened as they are loaded: halves exactly, 8-bit
+ * integers to floats times their block's widened half scales, a product
+ * that is exact too.  Every output is one FMA chain over k: it starts from
+ * zero, or continues the partial sums in `from` (row stride ldf), and is
+ * stored to `to` (row stride ldt), as to + chain when `accumulate`.  A
+ * non-NULL `ahead` is prefetched at ahead + (k - k0) · step.  Inlined with
+ * constant MR, NP, H (and literal NULLs, which remove the branches). */
+#define Q8_BLOCK_AT(w, k)                                                    \
+    ((const char *)(w) + (k) / PANEL_Q8_ROWS * PANEL_Q8_BLOCK)
+#define LOAD_Q8_SCALES(w, k, half)                                           \
+    _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)          \
+        (Q8_BLOCK_AT(w, k) + 16 * (half))))
 #define LOAD_PANEL_ROW(H, w, k, half)                                        \
-    ((H) ? _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(const void *)    \
+    ((H) == 2                                                                \
+     ? _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(              \
+           (const __m128i *)(const void *)(Q8_BLOCK_AT(w, k)                 \
+               + PANEL_Q8_SCALES + (k) % PANEL_Q8_ROWS * PANEL_WIDTH         \
+               + 8 * (half)))))                                              \
+     : (H) ? _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(const void *)  \
                ((const uint16_t *)(w) + (k) * PANEL_WIDTH + 8 * (half))))    \
-         : _mm256_load_ps((const float *)(w) + (k) * PANEL_WIDTH + 8 * (half)))
+           : _mm256_load_ps((const float *)(w) + (k) * PANEL_WIDTH           \
+                            + 8 * (half)))
+/* PANEL_Q8 goes a block at a time (its scales loaded once); the others in
+ * one pass over [k0, k1). */
 #define TILE_BODY(MR, NP, H)                                                 \
     do {                                                                     \
         const void *wp[2] = { w0, w1 };                                      \
@@ -118,16 +134,29 @@ static void matmul_generic(float *out, size_t ldo, const float *a,
                 acc[r][v] = from != NULL                                     \
                             ? _mm256_loadu_ps(from + r * ldf + 8 * v)        \
                             : _mm256_setzero_ps();                           \
-        for (size_t k = k0; k < k1; k++) {                                   \
-            __m256 wv[2 * NP];                                               \
-            if (ahead != NULL)                                               \
-                _mm_prefetch(ahead + (k - k0) * step, _MM_HINT_T0);          \
-            _Pragma("GCC unroll 8") for (int v = 0; v < 2 * NP; v++)         \
-                wv[v] = LOAD_PANEL_ROW(H, wp[v / 2], k, v % 2);              \
-            _Pragma("GCC unroll 8") for (int r = 0; r < MR; r++) {           \
-                __m256 av = _mm256_broadcast_ss(a + r * lda + k);            \
+        for (size_t kb = k0, ke; kb < k1; kb = ke) {                         \
+            __m256 sc[2 * NP];                                               \
+            ke = k1;                                                         \
+            if ((H) == 2) {                                                  \
+                const size_t end = kb - kb % PANEL_Q8_ROWS + PANEL_Q8_ROWS;  \
+                ke = end < k1 ? end : k1;                                    \
                 _Pragma("GCC unroll 8") for (int v = 0; v < 2 * NP; v++)     \
-                    acc[r][v] = _mm256_fmadd_ps(av, wv[v], acc[r][v]);       \
+                    sc[v] = LOAD_Q8_SCALES(wp[v / 2], kb, v % 2);            \
+            }                                                                \
+            for (size_t k = kb; k < ke; k++) {                               \
+                __m256 wv[2 * NP];                                           \
+                if (ahead != NULL)                                           \
+                    _mm_prefetch(ahead + (k - k0) * step, _MM_HINT_T0);      \
+                _Pragma("GCC unroll 8") for (int v = 0; v < 2 * NP; v++) {   \
+                    wv[v] = LOAD_PANEL_ROW(H, wp[v / 2], k, v % 2);          \
+                    if ((H) == 2)                                            \
+                        wv[v] = _mm256_mul_ps(wv[v], sc[v]);                 \
+                }                                                            \
+                _Pragma("GCC unroll 8") for (int r = 0; r < MR; r++) {       \
+                    __m256 av = _mm256_broadcast_ss(a + r * lda + k);        \
+                    _Pragma("GCC unroll 8") for (int v = 0; v < 2 * NP; v++) \
+                        acc[r][v] = _mm256_fmadd_ps(av, wv[v], acc[r][v]);   \
+                }                                                            \
             }                                                                \
         }                                                                    \
         _Pragma("GCC unroll 8") for (int r = 0; r < MR; r++)                 \
@@ -151,7 +180,8 @@ static void matmul_generic(float *out, size_t ldo, const float *a,
     }
 #define DEFINE_TILES(MR, NP)                                                 \
     DEFINE_TILE(MR, NP, 0, tile_##MR##x##NP)                                 \
-    DEFINE_TILE(MR, NP, 1, tile_h_##MR##x##NP)
+    DEFINE_TILE(MR, NP, 1, tile_h_##MR##x##NP)                               \
+    DEFINE_TILE(MR, NP, 2, tile_q_##MR##x##NP)
 DEFINE_TILES(1, 1)
 DEFINE_TILES(2, 1)
 DEFINE_TILES(3, 1)
@@ -162,6 +192,15 @@ DEFINE_TILES(1, 2)
 DEFINE_TILES(2, 2)
 DEFINE_TILES(3, 2)
 
+/* Which tiles a panel of `dt` takes (TILE_BODY's H). */
+static int tile_kind(panel_dtype dt)
+{
+    return dt == PANEL_Q8 ? 2 : dt == PANEL_F16 ? 1 : 0;
+}
+#define TILE(h, MR, NP)                                                      \
+    ((h) == 2 ? tile_q_##MR##x##NP : (h) ? tile_h_##MR##x##NP                \
+                                         : tile_##MR##x##NP)
+
 /* k-steps per chunk when several row blocks share a panel: 128 lines, 8 KB,
  * which the later blocks find in L1. */
 #define PANEL_CHUNK 128
@@ -170,8 +209,8 @@ DEFINE_TILES(3, 2)
 /* Row blocks of a chunk that prefetch the next one, each its share. */
 #define PANEL_PREFETCH_BLOCKS 3
 
-/* One block of mr <= 6 rows against one panel, over k in [k0, k1): float
- * panels, or (h) half ones. */
+/* One block of mr <= 6 rows against one panel, over k in [k0, k1), with
+ * the tiles of kind h (tile_kind). */
 KERNEL_TARGET __attribute__((always_inline))
 static inline void block_tile(size_t mr, int h, float *to, size_t ldt,
                               const float *from, const float *a, size_t K,
@@ -179,8 +218,8 @@ static inline void block_tile(size_t mr, int h, float *to, size_t ldt,
                               int accumulate, const char *ahead, size_t step)
 {
 #define BLOCK(MR)                                                            \
-    (h ? tile_h_##MR##x1 : tile_##MR##x1)(to, ldt, from, PANEL_WIDTH, a, K,  \
-        w, NULL, k0, k1, accumulate, ahead, step)
+    TILE(h, MR, 1)(to, ldt, from, PANEL_WIDTH, a, K, w, NULL, k0, k1,        \
+                   accumulate, ahead, step)
     switch (mr) {
     case 6: BLOCK(6); break;
     case 5: BLOCK(5); break;
@@ -221,8 +260,8 @@ static const char *prefetch_at(const prefetch_plan *pf, size_t k0, size_t k1)
  * M <= 3: a single row against one panel would have only two chains to
  * hide the FMA latency behind), of `dt`.  Up to 6 rows are one block (12
  * accumulators, 2 loads and 6 broadcasts per 12 FMAs) that walks the panel
- * once, a sequential stream the hardware prefetches well; half panels are
- * widened in registers as they are loaded.
+ * once, a sequential stream the hardware prefetches well; half and int8
+ * panels are widened in registers as they are loaded.
  *
  * With more rows they split into the fewest blocks of at most 6, as even
  * as they go (13 = 5 + 4 + 4, not 6 + 6 + 1: a block of one or two rows
@@ -236,7 +275,8 @@ static const char *prefetch_at(const prefetch_plan *pf, size_t k0, size_t k1)
  * of each chunk also prefetch the plan's share for it, in equal parts, so
  * memory is read at an even rate the whole time (one core, M = 16, the
  * twelve layers' products from DRAM: ~27-33 -> 22-24 ms per step, 2
- * threads).  Every block widens the halves it loads itself: widening a
+ * threads).  Every block widens the halves (or int8 rows) it loads
+ * itself: widening a
  * chunk once into an L1 buffer for all blocks instead ran M = 12-16 at ~78
  * GFLOP/s a core against ~93-107 (W in cache; the conversions issue beside
  * the FMAs).  Storing and reloading a partial sum changes no bits: each
@@ -247,13 +287,12 @@ static void panel_rows_avx2(float *out, size_t ldo, const float *a,
                             size_t M, size_t K, int np, int accumulate,
                             const prefetch_plan *pf, float *part)
 {
-    const int h = dt == PANEL_F16;
+    const int h = tile_kind(dt);
     const char *whole = prefetch_at(pf, 0, K);
     if (np == 2) {
 #define PAIR(MR)                                                             \
-        (h ? tile_h_##MR##x2 : tile_##MR##x2)(out + m * ldo, ldo, NULL, 0,   \
-            a + m * K, K, w0, w1, 0, K, accumulate, m == 0 ? whole : NULL,   \
-            pf->per_k)
+        TILE(h, MR, 2)(out + m * ldo, ldo, NULL, 0, a + m * K, K, w0, w1, 0, \
+                       K, accumulate, m == 0 ? whole : NULL, pf->per_k)
         size_t m = 0;
         for (; m + 3 <= M; m += 3)
             PAIR(3);
@@ -305,31 +344,31 @@ static void panel_rows_avx2(float *out, size_t ldo, const float *a,
  * the same addition the full panels make).
  *
  * The prefetch plan: float panels of more than 6 rows stream one chunk
- * ahead in the same panel (the next panel's first at the end); half
- * panels prefetch the next panel (or pair) while this one is multiplied,
- * which then finds its bytes in cache.  Halves are read at half the bytes
- * and widened exactly, so the arithmetic is that of float panels holding
- * the same values. */
+ * ahead in the same panel (the next panel's first at the end); half and
+ * int8 panels prefetch the next panel (or pair) while this one is
+ * multiplied, which then finds its bytes in cache.  Halves are read at
+ * half the bytes, int8 blocks at 17/64 of them, and both widened exactly,
+ * so the arithmetic is that of float panels holding the same values. */
 KERNEL_TARGET
 static void matmul_avx2(float *out, size_t ldo, const float *a,
                         const void *w, panel_dtype dt, size_t M, size_t K,
                         size_t n0, size_t n1, int accumulate, float *scratch)
 {
-    const size_t es = panel_dtype_size(dt), panel = K * PANEL_WIDTH;
+    const size_t panel = panel_stride(K, dt), per_k = panel_k_bytes(dt);
     const char *base = w;
     const size_t p_all = panel_count(n1), p_full = n1 / PANEL_WIDTH;
     float *part = scratch, *edge = scratch + M * PANEL_WIDTH;
-    prefetch_plan pf = { .end = base + p_all * panel * es };
+    prefetch_plan pf = { .end = base + p_all * panel };
     for (size_t p = n0 / PANEL_WIDTH, np; p < p_all; p += np) {
         np = M <= 3 && p + 2 <= p_full ? 2 : 1;
-        const char *w0 = base + p * panel * es;
-        const char *w1 = np == 2 ? w0 + panel * es : NULL;
-        if (dt == PANEL_F16) {
-            pf.start = w0 + np * panel * es;
-            pf.per_k = np * PANEL_WIDTH * es;
+        const char *w0 = base + p * panel;
+        const char *w1 = np == 2 ? w0 + panel : NULL;
+        if (dt != PANEL_F32) {
+            pf.start = w0 + np * panel;
+            pf.per_k = np * per_k;
         } else if (M > 6) {
-            pf.start = w0 + panel_chunk(M, K) * PANEL_WIDTH * es;
-            pf.per_k = PANEL_WIDTH * es;
+            pf.start = w0 + panel_chunk(M, K) * per_k;
+            pf.per_k = per_k;
         }
         if (p < p_full) {
             panel_rows_avx2(out + p * PANEL_WIDTH, ldo, a, w0, w1, dt, M, K,

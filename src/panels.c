@@ -1,10 +1,12 @@
-/* panels.c — repack a row-major weight matrix into column panels (see
- * panels.h). */
+/* panels.c — repack a row-major weight matrix into column panels, and
+ * quantize it for PANEL_Q8 (see panels.h). */
 #include "gpt2d/panels.h"
 
 #include <string.h>
 
-/* n elements of `src` to dst[0..n) as `dt`. */
+/* ---- floats and halves ---- */
+
+/* n elements of `src` to dst[0..n) as `dt` (PANEL_F32 or PANEL_F16). */
 static void store(void *dst, panel_dtype dt, const float *src, size_t n)
 {
     if (dt == PANEL_F16)
@@ -13,24 +15,69 @@ static void store(void *dst, panel_dtype dt, const float *src, size_t n)
         memcpy(dst, src, n * sizeof(float));
 }
 
-/* Row by row of w, so a checkpoint that is still on disk is read
- * sequentially (readahead) rather than one 64-byte piece per page. */
+/* Bytes of one element of a float or half panel. */
+static size_t element_size(panel_dtype dt)
+{
+    return panel_k_bytes(dt) / PANEL_WIDTH;
+}
+
+/* ---- PANEL_Q8 ---- */
+
+/* Block b of panel p of the (K, N) matrix whose element (k, n) is
+ * src[k · rs + n · cs], quantized into dst (PANEL_Q8_BLOCK bytes), as
+ * panels.h defines it; columns past N and rows past K are zeros. */
+static void quantize_block(char *dst, const float *src, size_t rs,
+                           size_t cs, size_t K, size_t N, size_t p, size_t b)
+{
+    const size_t k0 = b * PANEL_Q8_ROWS;
+    const size_t rows = K - k0 < PANEL_Q8_ROWS ? K - k0 : PANEL_Q8_ROWS;
+    memset(dst, 0, PANEL_Q8_BLOCK);
+    for (size_t j = 0; j < PANEL_WIDTH && p * PANEL_WIDTH + j < N; j++) {
+        const float *col = src + (p * PANEL_WIDTH + j) * cs + k0 * rs;
+        float amax = 0.0f;
+        for (size_t r = 0; r < rows; r++)
+            amax = fmaxf(amax, fabsf(col[r * rs]));
+        const uint16_t dh = half_from_float(amax / 127.0f);
+        const float d = half_to_float(dh);
+        memcpy(dst + j * sizeof dh, &dh, sizeof dh);
+        if (d == 0.0f)
+            continue;
+        for (size_t r = 0; r < rows; r++) {
+            const float q = fminf(fmaxf(nearbyintf(col[r * rs] / d), -127.0f),
+                                  127.0f);
+            dst[PANEL_Q8_SCALES + r * PANEL_WIDTH + j] = (char)(int8_t)q;
+        }
+    }
+}
+
+/* ---- packing ---- */
+
+/* Row by row of w (PANEL_Q8: a block of rows at a time), so a checkpoint
+ * that is still on disk is read sequentially (readahead) rather than one
+ * 64-byte piece per page. */
 void panel_pack(void *dst, panel_dtype dt, const float *w, size_t K,
                 size_t N)
 {
     const size_t full = N / PANEL_WIDTH, tail = N % PANEL_WIDTH;
-    const size_t es = panel_dtype_size(dt);
+    const size_t stride = panel_stride(K, dt);
     char *base = dst;
+    if (dt == PANEL_Q8) {
+        for (size_t b = 0; b * PANEL_Q8_ROWS < K; b++)
+            for (size_t p = 0; p < panel_count(N); p++)
+                quantize_block(base + p * stride + b * PANEL_Q8_BLOCK, w, N,
+                               1, K, N, p, b);
+        return;
+    }
+    const size_t es = element_size(dt);
     for (size_t k = 0; k < K; k++) {
         const float *row = w + k * N;
         char *out = base + k * PANEL_WIDTH * es;
         for (size_t p = 0; p < full; p++)
-            store(out + p * K * PANEL_WIDTH * es, dt, row + p * PANEL_WIDTH,
-                  PANEL_WIDTH);
+            store(out + p * stride, dt, row + p * PANEL_WIDTH, PANEL_WIDTH);
         if (tail > 0) {
             float last[PANEL_WIDTH] = { 0 };
             memcpy(last, row + full * PANEL_WIDTH, tail * sizeof(float));
-            store(out + full * K * PANEL_WIDTH * es, dt, last, PANEL_WIDTH);
+            store(out + full * stride, dt, last, PANEL_WIDTH);
         }
     }
 }
@@ -40,10 +87,16 @@ void panel_pack(void *dst, panel_dtype dt, const float *w, size_t K,
 void panel_pack_transposed(void *dst, panel_dtype dt, const float *e,
                            size_t K, size_t N)
 {
-    const size_t es = panel_dtype_size(dt);
+    const size_t stride = panel_stride(K, dt);
     char *base = dst;
     for (size_t p = 0; p < panel_count(N); p++) {
-        char *out = base + p * K * PANEL_WIDTH * es;
+        char *out = base + p * stride;
+        if (dt == PANEL_Q8) {
+            for (size_t b = 0; b * PANEL_Q8_ROWS < K; b++)
+                quantize_block(out + b * PANEL_Q8_BLOCK, e, 1, K, K, N, p, b);
+            continue;
+        }
+        const size_t es = element_size(dt);
         for (size_t k = 0; k < K; k++) {
             float row[PANEL_WIDTH];
             for (size_t j = 0; j < PANEL_WIDTH; j++) {
