@@ -25,29 +25,34 @@ static size_t element_size(panel_dtype dt)
 
 /* Block b of panel p of the (K, N) matrix whose element (k, n) is
  * src[k · rs + n · cs], quantized into dst (PANEL_Q8_BLOCK bytes), as
- * panels.h defines it; columns past N and rows past K are zeros. */
+ * panels.h defines it; columns past N and rows past K are zeros.  The
+ * block is first gathered into a tile of its 32 rows × 16 columns, so the
+ * loops below run across the 16 columns, as vectors. */
 static void quantize_block(char *dst, const float *src, size_t rs,
                            size_t cs, size_t K, size_t N, size_t p, size_t b)
 {
-    const size_t k0 = b * PANEL_Q8_ROWS;
+    const size_t k0 = b * PANEL_Q8_ROWS, n0 = p * PANEL_WIDTH;
     const size_t rows = K - k0 < PANEL_Q8_ROWS ? K - k0 : PANEL_Q8_ROWS;
-    memset(dst, 0, PANEL_Q8_BLOCK);
-    for (size_t j = 0; j < PANEL_WIDTH && p * PANEL_WIDTH + j < N; j++) {
-        const float *col = src + (p * PANEL_WIDTH + j) * cs + k0 * rs;
-        float amax = 0.0f;
-        for (size_t r = 0; r < rows; r++)
-            amax = fmaxf(amax, fabsf(col[r * rs]));
-        const uint16_t dh = half_from_float(amax / 127.0f);
-        const float d = half_to_float(dh);
-        memcpy(dst + j * sizeof dh, &dh, sizeof dh);
-        if (d == 0.0f)
-            continue;
-        for (size_t r = 0; r < rows; r++) {
-            const float q = fminf(fmaxf(nearbyintf(col[r * rs] / d), -127.0f),
-                                  127.0f);
-            dst[PANEL_Q8_SCALES + r * PANEL_WIDTH + j] = (char)(int8_t)q;
+    const size_t cols = N - n0 < PANEL_WIDTH ? N - n0 : PANEL_WIDTH;
+    float tile[PANEL_Q8_ROWS][PANEL_WIDTH] = { { 0 } };
+    for (size_t r = 0; r < rows; r++)
+        for (size_t j = 0; j < cols; j++)
+            tile[r][j] = src[(k0 + r) * rs + (n0 + j) * cs];
+    float amax[PANEL_WIDTH] = { 0 }, d[PANEL_WIDTH];
+    for (size_t r = 0; r < PANEL_Q8_ROWS; r++)
+        for (size_t j = 0; j < PANEL_WIDTH; j++) {
+            const float x = fabsf(tile[r][j]);
+            amax[j] = x > amax[j] ? x : amax[j];
         }
+    for (size_t j = 0; j < PANEL_WIDTH; j++) {
+        const uint16_t dh = panel_q8_scale(amax[j]);
+        d[j] = half_to_float(dh);
+        memcpy(dst + j * sizeof dh, &dh, sizeof dh);
     }
+    int8_t *q = (int8_t *)(void *)(dst + PANEL_Q8_SCALES);
+    for (size_t r = 0; r < PANEL_Q8_ROWS; r++)
+        for (size_t j = 0; j < PANEL_WIDTH; j++)
+            q[r * PANEL_WIDTH + j] = panel_q8_quantize(tile[r][j], d[j]);
 }
 
 /* ---- packing ---- */

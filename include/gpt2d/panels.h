@@ -61,6 +61,25 @@ static inline bool panel_q8_holds(float x)
     return fabsf(x) <= PANEL_Q8_MAX;    /* false for NaN */
 }
 
+/* The half scale of a block whose column's largest |w| is amax. */
+static inline uint16_t panel_q8_scale(float amax)
+{
+    return half_from_float(amax / 127.0f);
+}
+
+/* w quantized against the widened scale d (>= 0) of its block.  The
+ * nearest integer, ties to even, by adding and taking away 1.5 · 2^23,
+ * which leaves no fraction bits: exact for |w / d| < 2^22, and here
+ * |w / d| <= 254 (d is at least half of amax / 127 when it is not 0).
+ * Branch-free but for the selects, so the packing loops vectorize. */
+static inline int8_t panel_q8_quantize(float w, float d)
+{
+    const float magic = 12582912.0f;
+    float q = (w / d + magic) - magic;
+    q = q < -127.0f ? -127.0f : q > 127.0f ? 127.0f : q;
+    return d > 0.0f ? (int8_t)q : 0;
+}
+
 /* Panels needed for N columns. */
 static inline size_t panel_count(size_t N)
 {

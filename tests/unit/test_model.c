@@ -290,9 +290,10 @@ static void check_values(const float *got, const tspec *t)
 
 /* Element (k, n) of the (K, N) matrix t, as panels of `dt` hold it: t is
  * (K, N) row-major, or with `transposed` (N, K), as the unembedding's
- * vocabulary matrix is stored.  int8 as panels.h defines it: a half scale
- * d = amax / 127 for the column's rows in k's block of 32, and the nearest
- * integer to the value / d. */
+ * vocabulary matrix is stored.  int8: the scale of the largest |value| of
+ * the column's rows in k's block of 32 (panels.h's formulas, which
+ * test_forward holds to numpy's bit for bit), so this checks which values
+ * share a block, and where they go. */
 static float as_stored(const tspec *t, size_t K, size_t N, bool transposed,
                        size_t k, size_t n, panel_dtype dt)
 {
@@ -306,9 +307,8 @@ static float as_stored(const tspec *t, size_t K, size_t N, bool transposed,
     for (size_t r = k - k % 32; r < K && r < k - k % 32 + 32; r++)
         amax = fmaxf(amax, fabsf(AT(r, n)));
 #undef AT
-    const float d = half_to_float(half_from_float(amax / 127.0f));
-    return d == 0.0f ? 0.0f
-                     : fminf(fmaxf(nearbyintf(x / d), -127.0f), 127.0f) * d;
+    const float d = half_to_float(panel_q8_scale(amax));
+    return (float)panel_q8_quantize(x, d) * d;
 }
 
 /* A panel copy of the (K, N) matrix holds t's values, zero padded (t as in
