@@ -1,7 +1,8 @@
 /* matmul.c — the weight products of the forward pass (see matmul.h).
  *
- * Owns the panel kernels (portable and AVX2/FMA) that multiply a step's
- * rows by a weight matrix packed in panels (panels.h), the split of each
+ * Owns the panel kernels (portable, AVX2/FMA, and AVX-512 for int8
+ * panels) that multiply a step's rows by a weight matrix packed in panels
+ * (panels.h), the walk over a worker's panels they share, the split of each
  * product into output-column tasks on the worker pool, the epilogue (bias,
  * GELU) each task runs on the block it just wrote, and the OpenBLAS
  * backend's sgemm call.  Called by forward.c from the engine thread; the
@@ -385,8 +386,9 @@ static const panel_tiles avx512_q8_tiles = {
 };
 
 /* The tiles `isa` multiplies panels of `dt` with; NULL: the portable
- * loop.  AVX-512 has tiles for int8 only: for floats and halves it gained
- * nothing measurable (doc/performance.md), so they take AVX2's. */
+ * loop.  AVX-512 has tiles for int8 only, where widening a row of w once
+ * per 16 rows of a instead of 6 paid (doc/performance.md); floats and
+ * halves run AVX2's (AVX-512 tiles for them are untried). */
 static const panel_tiles *tiles_for(cpu_isa isa, panel_dtype dt)
 {
     if (isa == CPU_ISA_AVX512 && dt == PANEL_Q8)

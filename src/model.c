@@ -8,8 +8,9 @@
  * matrix are packed into panels (panels.h) in a second buffer, as floats,
  * halves or int8 blocks (--dtype), straight from the file (through a
  * scratch buffer of one matrix when they need widening), and their mapped
- * pages released: no float copy of a matrix outlives the load.  For the blas backend the
- * matrices are instead views of the mapping, or one widened F32 copy. */
+ * pages released: no float copy of a matrix outlives the load.  For the
+ * blas backend the matrices are instead views of the mapping, or one
+ * widened F32 copy. */
 #include "gpt2d/model.h"
 #include "gpt2d/buf.h"
 
