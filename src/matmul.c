@@ -256,49 +256,51 @@ DEFINE_TILES(3, 2)
     {                                                                        \
         TILE512_BODY(MR, NP);                                                \
     }
+#define DEFINE_TILES512(MR)                                                  \
+    DEFINE_TILE512(MR, 1)                                                    \
+    DEFINE_TILE512(MR, 2)
+DEFINE_TILES512(1)
+DEFINE_TILES512(2)
+DEFINE_TILES512(3)
+DEFINE_TILES512(4)
+DEFINE_TILES512(5)
+DEFINE_TILES512(6)
+DEFINE_TILES512(7)
+DEFINE_TILES512(8)
+DEFINE_TILES512(9)
+DEFINE_TILES512(10)
+DEFINE_TILES512(11)
+DEFINE_TILES512(12)
 DEFINE_TILE512(1, 4)
 DEFINE_TILE512(2, 4)
-DEFINE_TILE512(1, 1)
-DEFINE_TILE512(2, 1)
-DEFINE_TILE512(3, 1)
-DEFINE_TILE512(4, 1)
-DEFINE_TILE512(5, 1)
-DEFINE_TILE512(6, 1)
-DEFINE_TILE512(7, 1)
-DEFINE_TILE512(8, 1)
-DEFINE_TILE512(9, 1)
-DEFINE_TILE512(10, 1)
-DEFINE_TILE512(11, 1)
-DEFINE_TILE512(12, 1)
-DEFINE_TILE512(13, 1)
-DEFINE_TILE512(14, 1)
-DEFINE_TILE512(15, 1)
-DEFINE_TILE512(16, 1)
 
 /* ---- one instruction set's tiles, and the walk over panels ---- */
 
-/* mr rows of a (row stride lda) against one panel (a block, over k in
- * [k0, k1)) or against `wide` consecutive panels `ps` bytes apart (over
- * all of K): TILE_BODY's arguments, `from` with row stride PANEL_WIDTH. */
+/* mr rows of a (row stride lda) against one panel or a few consecutive
+ * ones `ps` bytes apart, w the first, over k in [k0, k1): TILE_BODY's
+ * arguments. */
 typedef void tile_fn(size_t mr, float *to, size_t ldt, const float *from,
-                     const float *a, size_t lda, const char *w, size_t ps,
-                     size_t k0, size_t k1, int accumulate, const char *ahead,
-                     size_t step);
+                     size_t ldf, const float *a, size_t lda, const char *w,
+                     size_t ps, size_t k0, size_t k1, int accumulate,
+                     const char *ahead, size_t step);
 
-/* The tiles of one instruction set for one panel dtype. */
+/* The tiles of one instruction set for one panel dtype: up to wide_rows
+ * rows against `wide` panels at once (one tile, all of K); more rows in
+ * blocks of at most block_rows, each against `pair` panels where that many
+ * remain (pair_block), else one (block). */
 typedef struct panel_tiles {
-    size_t block_rows;          /* most rows one block holds */
-    size_t wide_rows, wide;     /* M <= wide_rows: `wide` panels at once */
-    tile_fn *block, *wide_tile;
+    size_t wide_rows, wide;
+    size_t block_rows, pair;
+    tile_fn *wide_tile, *pair_block, *block;
 } panel_tiles;
 
 /* AVX2: blocks of up to 6 rows (12 accumulators), and up to 3 rows
  * against two panels; of floats (H = 0), halves (1) or int8 (2). */
 #define DEFINE_AVX2_TILES(H, NAME)                                           \
     KERNEL_TARGET static void NAME##_block(                                  \
-        size_t mr, float *to, size_t ldt, const float *from, const float *a, \
-        size_t lda, const char *w, size_t ps, size_t k0, size_t k1,          \
-        int accumulate, const char *ahead, size_t step)                      \
+        size_t mr, float *to, size_t ldt, const float *from, size_t ldf,     \
+        const float *a, size_t lda, const char *w, size_t ps, size_t k0,     \
+        size_t k1, int accumulate, const char *ahead, size_t step)           \
     {                                                                        \
         (void)ps;                                                            \
         switch (mr) {                                                        \
@@ -311,9 +313,9 @@ typedef struct panel_tiles {
         }                                                                    \
     }                                                                        \
     KERNEL_TARGET static void NAME##_wide(                                   \
-        size_t mr, float *to, size_t ldt, const float *from, const float *a, \
-        size_t lda, const char *w, size_t ps, size_t k0, size_t k1,          \
-        int accumulate, const char *ahead, size_t step)                      \
+        size_t mr, float *to, size_t ldt, const float *from, size_t ldf,     \
+        const float *a, size_t lda, const char *w, size_t ps, size_t k0,     \
+        size_t k1, int accumulate, const char *ahead, size_t step)           \
     {                                                                        \
         switch (mr) {                                                        \
         case 3: TILE(H, 3, 2)(WIDE_ARGS); break;                             \
@@ -325,11 +327,9 @@ typedef struct panel_tiles {
     ((H) == 2 ? tile_q_##MR##x##NP : (H) ? tile_h_##MR##x##NP                \
                                          : tile_##MR##x##NP)
 #define BLOCK_ARGS                                                           \
-    to, ldt, from, PANEL_WIDTH, a, lda, w, NULL, k0, k1, accumulate, ahead,  \
-        step
+    to, ldt, from, ldf, a, lda, w, NULL, k0, k1, accumulate, ahead, step
 #define WIDE_ARGS                                                            \
-    to, ldt, from, PANEL_WIDTH, a, lda, w, w + ps, k0, k1, accumulate,       \
-        ahead, step
+    to, ldt, from, ldf, a, lda, w, w + ps, k0, k1, accumulate, ahead, step
 DEFINE_AVX2_TILES(0, avx2_f32)
 DEFINE_AVX2_TILES(1, avx2_f16)
 DEFINE_AVX2_TILES(2, avx2_q8)
@@ -337,52 +337,66 @@ DEFINE_AVX2_TILES(2, avx2_q8)
 #undef BLOCK_ARGS
 #undef WIDE_ARGS
 
-/* AVX-512, int8: blocks of up to 16 rows, and up to 2 rows against four
- * panels (a single row against one would have one chain). */
-KERNEL_TARGET_AVX512
-static void avx512_q8_block(size_t mr, float *to, size_t ldt,
-                            const float *from, const float *a, size_t lda,
-                            const char *w, size_t ps, size_t k0, size_t k1,
-                            int accumulate, const char *ahead, size_t step)
-{
-#define B(MR)                                                                \
-    case MR:                                                                 \
-        tile512_##MR##x1(to, ldt, from, PANEL_WIDTH, a, lda, w, ps, k0, k1,  \
-                         accumulate, ahead, step);                           \
-        break
-    switch (mr) {
-    B(16); B(15); B(14); B(13); B(12); B(11); B(10); B(9);
-    B(8); B(7); B(6); B(5); B(4); B(3); B(2);
-    default:
-        tile512_1x1(to, ldt, from, PANEL_WIDTH, a, lda, w, ps, k0, k1,
-                    accumulate, ahead, step);
-        break;
+/* AVX-512, int8: up to 2 rows against four panels (a single row against
+ * one would have one chain); more rows in blocks of up to 12 against two
+ * panels (24 accumulators; a third of the broadcasts of a row of a that
+ * one panel needs per FMA, and few enough row pointers to stay in
+ * registers: 16 rows against one panel kept some in vector registers and
+ * moved them back for every FMA, ~160 against ~220 GFLOP/s on one core,
+ * W in cache), or against one panel where one is left. */
+#define TILE512_CASES(NP)                                                    \
+    switch (mr) {                                                            \
+    TILE512_CASE(12, NP); TILE512_CASE(11, NP); TILE512_CASE(10, NP);        \
+    TILE512_CASE(9, NP); TILE512_CASE(8, NP); TILE512_CASE(7, NP);           \
+    TILE512_CASE(6, NP); TILE512_CASE(5, NP); TILE512_CASE(4, NP);           \
+    TILE512_CASE(3, NP); TILE512_CASE(2, NP);                                \
+    default:                                                                 \
+        tile512_1x##NP(to, ldt, from, ldf, a, lda, w, ps, k0, k1,            \
+                       accumulate, ahead, step);                             \
+        break;                                                               \
     }
-#undef B
-}
+#define TILE512_CASE(MR, NP)                                                 \
+    case MR:                                                                 \
+        tile512_##MR##x##NP(to, ldt, from, ldf, a, lda, w, ps, k0, k1,       \
+                            accumulate, ahead, step);                        \
+        break
+#define DEFINE_AVX512_BLOCK(NP)                                              \
+    KERNEL_TARGET_AVX512 static void avx512_q8_block##NP(                    \
+        size_t mr, float *to, size_t ldt, const float *from, size_t ldf,     \
+        const float *a, size_t lda, const char *w, size_t ps, size_t k0,     \
+        size_t k1, int accumulate, const char *ahead, size_t step)           \
+    {                                                                        \
+        TILE512_CASES(NP)                                                    \
+    }
+DEFINE_AVX512_BLOCK(1)
+DEFINE_AVX512_BLOCK(2)
+#undef TILE512_CASES
+#undef TILE512_CASE
+#undef DEFINE_AVX512_BLOCK
 
 KERNEL_TARGET_AVX512
 static void avx512_q8_wide(size_t mr, float *to, size_t ldt,
-                           const float *from, const float *a, size_t lda,
-                           const char *w, size_t ps, size_t k0, size_t k1,
-                           int accumulate, const char *ahead, size_t step)
+                           const float *from, size_t ldf, const float *a,
+                           size_t lda, const char *w, size_t ps, size_t k0,
+                           size_t k1, int accumulate, const char *ahead,
+                           size_t step)
 {
     if (mr == 2)
-        tile512_2x4(to, ldt, from, PANEL_WIDTH, a, lda, w, ps, k0, k1,
-                    accumulate, ahead, step);
+        tile512_2x4(to, ldt, from, ldf, a, lda, w, ps, k0, k1, accumulate,
+                    ahead, step);
     else
-        tile512_1x4(to, ldt, from, PANEL_WIDTH, a, lda, w, ps, k0, k1,
-                    accumulate, ahead, step);
+        tile512_1x4(to, ldt, from, ldf, a, lda, w, ps, k0, k1, accumulate,
+                    ahead, step);
 }
 
 /* Indexed by panel_dtype. */
 static const panel_tiles avx2_tiles[] = {
-    [PANEL_F32] = { 6, 3, 2, avx2_f32_block, avx2_f32_wide },
-    [PANEL_F16] = { 6, 3, 2, avx2_f16_block, avx2_f16_wide },
-    [PANEL_Q8] = { 6, 3, 2, avx2_q8_block, avx2_q8_wide },
+    [PANEL_F32] = { 3, 2, 6, 1, avx2_f32_wide, NULL, avx2_f32_block },
+    [PANEL_F16] = { 3, 2, 6, 1, avx2_f16_wide, NULL, avx2_f16_block },
+    [PANEL_Q8] = { 3, 2, 6, 1, avx2_q8_wide, NULL, avx2_q8_block },
 };
 static const panel_tiles avx512_q8_tiles = {
-    16, 2, 4, avx512_q8_block, avx512_q8_wide
+    2, 4, 12, 2, avx512_q8_wide, avx512_q8_block2, avx512_q8_block1
 };
 
 /* The tiles `isa` multiplies panels of `dt` with; NULL: the portable
@@ -430,20 +444,20 @@ static const char *prefetch_at(const prefetch_plan *pf, size_t k0, size_t k1)
     return pf->start + k0 * pf->per_k;
 }
 
-/* Rows [0, M) against one panel (np = 1) or t->wide (np = t->wide, for
- * M <= t->wide_rows: a single row against one panel would have too few
- * chains to hide the FMA latency behind), w0 and those `ps` bytes after
- * it.  Up to t->block_rows rows are one block (AVX2: 6, 12 accumulators,
- * 2 loads and 6 broadcasts per 12 FMAs) that walks the panel once, a
- * sequential stream the hardware prefetches well; half and int8 panels
- * are widened in registers as they are loaded.
+/* Rows [0, M) against np panels, w0 and those `ps` bytes after it: one
+ * (np = 1), t->pair, or t->wide for M <= t->wide_rows (a single row
+ * against one panel would have too few chains to hide the FMA latency
+ * behind).  Up to t->block_rows rows are one block (AVX2: 6 rows, one
+ * panel, 12 accumulators, 2 loads and 6 broadcasts per 12 FMAs) that
+ * walks its panels once, a sequential stream the hardware prefetches well;
+ * half and int8 panels are widened in registers as they are loaded.
  *
  * With more rows they split into the fewest blocks, as even as they go
  * (13 = 5 + 4 + 4, not 6 + 6 + 1: a block of one or two rows has too few
  * chains to hide the FMA latency; in cache, one core, M = 7, 8, 13, 14,
  * 19 gained 10-20%, M = 10, 16 stayed the same).
  * The blocks take turns over chunks of PANEL_CHUNK k-steps
- * (the partial sums wait in `part`, (M, 16)): the first block reads a chunk
+ * (the partial sums wait in `part`, (M, 16 np)): the first block reads a chunk
  * from memory, the others from L1.  Walking the whole panel per block
  * instead, only the first block read memory, faster than one core's share
  * of the stream delivers, and the others left it idle.  The first blocks
@@ -461,10 +475,16 @@ static void panel_rows(const panel_tiles *t, float *out, size_t ldo,
                        const prefetch_plan *pf, float *part)
 {
     const char *whole = prefetch_at(pf, 0, K);
-    if (np > 1 || M <= t->block_rows) {
-        (np > 1 ? t->wide_tile : t->block)(M, out, ldo, NULL, a, K, w0, ps,
-                                           0, K, accumulate, whole,
-                                           pf->per_k);
+    if (np == t->wide && M <= t->wide_rows) {
+        t->wide_tile(M, out, ldo, NULL, 0, a, K, w0, ps, 0, K, accumulate,
+                     whole, pf->per_k);
+        return;
+    }
+    tile_fn *block = np > 1 ? t->pair_block : t->block;
+    const size_t ldp = np * PANEL_WIDTH;        /* part's row stride */
+    if (M <= t->block_rows) {
+        block(M, out, ldo, NULL, 0, a, K, w0, ps, 0, K, accumulate, whole,
+              pf->per_k);
         return;
     }
     const size_t blocks = (M + t->block_rows - 1) / t->block_rows;
@@ -485,10 +505,10 @@ static void panel_rows(const panel_tiles *t, float *out, size_t ldo,
             const char *ahead = next != NULL && b < pf_blocks
                                 ? next + b * share : NULL;
             /* the last chunk writes out, the others part */
-            float *to = last ? out + m * ldo : part + m * PANEL_WIDTH;
-            const float *from = k0 > 0 ? part + m * PANEL_WIDTH : NULL;
-            t->block(mr, to, last ? ldo : PANEL_WIDTH, from, a + m * K, K,
-                     w0, ps, k0, k1, last && accumulate, ahead, step);
+            float *to = last ? out + m * ldo : part + m * ldp;
+            const float *from = k0 > 0 ? part + m * ldp : NULL;
+            block(mr, to, last ? ldo : ldp, from, ldp, a + m * K, K, w0, ps,
+                  k0, k1, last && accumulate, ahead, step);
             m += mr;
         }
     }
@@ -497,7 +517,7 @@ static void panel_rows(const panel_tiles *t, float *out, size_t ldo,
 /* out[:, n0:n1] (+)= a · w[:, n0:n1], a is (M, K), w is (K, N) in panels
  * of `dt`, n0 a multiple of PANEL_WIDTH, by the tiles t.  Each panel is a
  * contiguous run of memory, so a worker's column range is one sequential
- * stream.  `scratch` is the worker's: partial sums (M, 16); a last panel
+ * stream.  `scratch` is the worker's: partial sums (M, 32); a last panel
  * cut short by n1 (N not a multiple of 16, small test models), which is
  * computed whole there and its valid columns copied (out + chain is then
  * the same addition the full panels make).
@@ -516,10 +536,11 @@ static void matmul_panels(const panel_tiles *t, float *out, size_t ldo,
     const size_t panel = panel_stride(K, dt), per_k = panel_k_bytes(dt);
     const char *base = w;
     const size_t p_all = panel_count(n1), p_full = n1 / PANEL_WIDTH;
-    float *part = scratch, *edge = scratch + M * PANEL_WIDTH;
+    float *part = scratch, *edge = scratch + 2 * M * PANEL_WIDTH;
     prefetch_plan pf = { .end = base + p_all * panel };
     for (size_t p = n0 / PANEL_WIDTH, np; p < p_all; p += np) {
-        np = M <= t->wide_rows && p + t->wide <= p_full ? t->wide : 1;
+        np = M <= t->wide_rows && p + t->wide <= p_full ? t->wide
+             : p + t->pair <= p_full ? t->pair : 1;
         const char *w0 = base + p * panel;
         if (dt != PANEL_F32) {
             pf.start = w0 + np * panel;
@@ -643,6 +664,6 @@ void matmul_forward(const matmul_ctx *ctx, const matmul_args *p)
 
 size_t matmul_scratch_floats(size_t max_rows)
 {
-    return 2 * max_rows * PANEL_WIDTH;
+    return 3 * max_rows * PANEL_WIDTH;  /* part: two panels; edge: one */
 }
 
