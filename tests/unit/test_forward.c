@@ -931,13 +931,17 @@ START_TEST(test_thread_pools_of_1_and_2_give_same_logits)
 }
 END_TEST
 
-START_TEST(test_sequence_alone_or_in_batch_gives_same_logits)
+/* Model mi on `path` (NULL: the default): a sequence's logits, prefilled
+ * and then decoded alone, must be the same bits when other sequences' rows
+ * share both steps (other tile shapes, other row positions in them). */
+static void check_alone_or_in_batch(size_t mi, const kernel_path *path)
 {
     harness h;
     fx_seq p, g;
     test_slot a, b, c;
-    size_t mi = det_model(_i);
-    harness_open(&h, mi, 2, MAX_ROWS);
+    ck_assert(harness_open_path(&h, mi, path, 2, MAX_ROWS));
+    const char *name = path != NULL ? ref_name_of(mi, path)
+                                    : fx_model_name(mi);
     fx_seq_load(mi, fx_seq_find(mi, "prompt"), h.vocab, &p);
     fx_seq_load(mi, fx_seq_find(mi, "greedy"), h.vocab, &g);
     size_t n = 10;
@@ -980,7 +984,7 @@ START_TEST(test_sequence_alone_or_in_batch_gives_same_logits)
         memcmp(alone + cnt, batch + (n + 4) * h.vocab,
                h.vocab * sizeof(float)) == 0;
     printf("case %s/batching: alone vs batched differ by %.3g (%s)\n",
-           fx_model_name(mi), d,
+           name, d,
            identical ? "bit-identical" : "not bit-identical");
     double ref = fmax(cmp_rows(&h, batch, &g, 4, 1),
                       cmp_rows(&h, batch + h.vocab, &p, 0, n));
@@ -988,9 +992,9 @@ START_TEST(test_sequence_alone_or_in_batch_gives_same_logits)
     ref = fmax(ref, cmp_rows(&h, batch + (n + 2) * h.vocab, &g, 8, 1));
     ref = fmax(ref, cmp_rows(&h, batch + (n + 3) * h.vocab, &g, 5, 1));
     ref = fmax(ref, cmp_rows(&h, alone, &p, 0, n + 1));
-    report(fx_model_name(mi), "prompt+greedy", "batching", ref);
-    ck_assert_msg(identical, "batching changes logits (max |diff| %.3g): "
-                  "the panel kernels promise the same bits", d);
+    report(name, "prompt+greedy", "batching", ref);
+    ck_assert_msg(identical, "%s: batching changes logits (max |diff| "
+                  "%.3g): the panel kernels promise the same bits", name, d);
 
     free(alone);
     free(batch);
@@ -1001,6 +1005,11 @@ START_TEST(test_sequence_alone_or_in_batch_gives_same_logits)
     fx_seq_free(&g);
     harness_close(&h);
 }
+
+START_TEST(test_sequence_alone_or_in_batch_gives_same_logits)
+{
+    check_alone_or_in_batch(det_model(_i), NULL);
+}
 END_TEST
 
 /* A cached run starts a prompt's computation where the cache ends, a cold
@@ -1009,13 +1018,14 @@ END_TEST
  * longest sequence is prefilled whole, one token per step, and in uneven
  * chunks beside another sequence's decode, with logits for every position:
  * all three must be the same bits (and match the reference). */
-START_TEST(test_logits_independent_of_prompt_chunking)
+static void check_chunking(size_t mi, const kernel_path *path)
 {
     static const size_t uneven[] = {5, 3, 11, 1, 7, 2, 13};
-    const size_t mi = det_model(_i);
     harness h;
     fx_seq s, g, tmp;
-    harness_open(&h, mi, 2, MAX_ROWS);
+    ck_assert(harness_open_path(&h, mi, path, 2, MAX_ROWS));
+    const char *name = path != NULL ? ref_name_of(mi, path)
+                                    : fx_model_name(mi);
     fx_seq_load(mi, 0, h.vocab, &s);
     for (size_t q = 1; q < fx_n_seqs(mi); q++) {
         fx_seq_load(mi, q, h.vocab, &tmp);
@@ -1058,7 +1068,7 @@ START_TEST(test_logits_independent_of_prompt_chunking)
     double d = fmax(max_abs_diff(got[0], got[1], cnt),
                     max_abs_diff(got[0], got[2], cnt));
     printf("case %s/%s/chunking: whole, ones, uneven differ by %.3g\n",
-           fx_model_name(mi), s.name, d);
+           name, s.name, d);
     for (size_t pos = 0; pos < s.n; pos++)
         for (int k = 1; k < 3; k++)
             ck_assert_msg(memcmp(got[0] + pos * h.vocab,
@@ -1066,8 +1076,8 @@ START_TEST(test_logits_independent_of_prompt_chunking)
                                  h.vocab * sizeof(float)) == 0,
                           "%s/%s: position %zu differs between the whole "
                           "prompt and schedule %d (max |diff| %.3g)",
-                          fx_model_name(mi), s.name, pos, k, d);
-    report(fx_model_name(mi), s.name, "chunking",
+                          name, s.name, pos, k, d);
+    report(name, s.name, "chunking",
            fmax(cmp_rows(&h, got[0], &s, 0, s.n),
                 cmp_rows(&h, got[2], &s, 0, s.n)));
     for (int k = 0; k < 3; k++)
@@ -1076,6 +1086,11 @@ START_TEST(test_logits_independent_of_prompt_chunking)
     fx_seq_free(&s);
     fx_seq_free(&g);
     harness_close(&h);
+}
+
+START_TEST(test_logits_independent_of_prompt_chunking)
+{
+    check_chunking(det_model(_i), NULL);
 }
 END_TEST
 
@@ -1139,6 +1154,21 @@ START_TEST(test_int8_gives_the_bits_of_its_dequantized_floats)
     fx_seq_free(&s);
     harness_close(&q);
     harness_close(&f);
+}
+END_TEST
+
+/* The determinism tests above run the default instruction set; an int8
+ * model's tiles differ on each (AVX-512: up to 12 rows against two panels,
+ * AVX2: 6 against one), so every int8 variant repeats them on every panel
+ * path: a sequence gives the same bits alone or batched, and whatever the
+ * chunks its prompt was cut into. */
+START_TEST(test_int8_alone_batched_or_chunked_gives_same_bits_on_every_path)
+{
+    const size_t mi = g_int8_models[(size_t)_i % g_n_int8_models];
+    const kernel_path *path = &g_paths[(size_t)_i / g_n_int8_models];
+    ck_assert(path->matmul == MODEL_MATMUL_PANELS);
+    check_alone_or_in_batch(mi, path);
+    check_chunking(mi, path);
 }
 END_TEST
 
@@ -1251,6 +1281,9 @@ static Suite *forward_suite(void)
     TCase *q8 = tcase_create("int8");
     tcase_add_loop_test(q8, test_int8_gives_the_bits_of_its_dequantized_floats,
                         0, (int)(g_n_int8_models * (g_n_paths - 1)));
+    tcase_add_loop_test(
+        q8, test_int8_alone_batched_or_chunked_gives_same_bits_on_every_path,
+        0, (int)(g_n_int8_models * (g_n_paths - 1)));
     suite_add_tcase(s, q8);
     return s;
 }
