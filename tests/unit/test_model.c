@@ -514,7 +514,6 @@ START_TEST(test_int8_quantizes_the_matrices_from_any_dtype)
                           17 * (L * 12 * C * C + V * C) / 16 + 4 * vectors);
         model_free(&m);
     }
-    remove_dir();
 }
 END_TEST
 
@@ -535,7 +534,6 @@ START_TEST(test_int8_refuses_a_weight_beyond_its_scales)
     ck_assert_msg(model_load(&m, tmpdir, MODEL_DTYPE_FLOAT32, &err) == 0,
                   "%s", err.message);
     model_free(&m);
-    remove_dir();
 }
 END_TEST
 
