@@ -3,7 +3,8 @@
  *
  *   bench_forward MODEL_DIR [--threads N] [--dtype TYPE] [--kv-dtype TYPE]
  *                 [--matmul panels|blas] [--decode-only BATCH [STEPS] |
- *                  --prefill-only REPS [TOKENS] | --invariance-only]
+ *                  --prefill-only REPS [TOKENS] | --invariance-only |
+ *                  --against-float32]
  *   bench_forward --machine-only [--threads N]
  *
  * Measures, in one run: memory read bandwidth (streaming read of 1 GiB by N
@@ -20,7 +21,10 @@
  * any bit (--invariance-only: the products alone).  --machine-only prints
  * the machine's two bounds alone (bandwidth, sgemm peak at 512x1024x4096),
  * for bench/sizes.py.  --decode-only and
- * --prefill-only time one backend (--matmul, default auto).  Not a test: it prints, it never fails on a number. */
+ * --prefill-only time one backend (--matmul, default auto).
+ * --against-float32 measures what --dtype costs in logits on this model
+ * (against_float32 below).  With a --dtype only panels hold (float16,
+ * int8) the full run measures panels alone.  Not a test: it prints, it never fails on a number. */
 #include "config.h"
 
 #include <cblas.h>
@@ -481,7 +485,7 @@ typedef struct options {
     model_dtype dtype;
     bool kv_half;
     size_t only_batch, only_steps, prefill_reps, prefill_len;
-    bool invariance_only;
+    bool invariance_only, against;
 } options;
 
 static void bench_open(bench *b, const options *o, model_matmul mm)
@@ -556,10 +560,75 @@ static void run_backend(bench *b, results *r)
     r->weight_bytes = weight_bytes(&b->m);
 }
 
+/* Index of the largest of v[0..n). */
+static size_t argmax(const float *v, size_t n)
+{
+    size_t best = 0;
+    for (size_t i = 1; i < n; i++)
+        if (v[i] > v[best])
+            best = i;
+    return best;
+}
+
+enum { AGAINST_PROMPT = 100, AGAINST_STEPS = 32 };
+
+/* The model loaded as float32 and as o->dtype, both on panels, fed the same
+ * random 100-token prompt and then float32's greedy tokens for 32 steps:
+ * the largest logit difference and how often the two argmaxes agree; then
+ * how many of those 32 tokens o->dtype's own greedy run repeats before it
+ * first differs. */
+static int against_float32(const options *o)
+{
+    static bench f, q;
+    options of = *o;
+    of.dtype = MODEL_DTYPE_FLOAT32;
+    bench_open(&f, &of, MODEL_MATMUL_PANELS);
+    bench_open(&q, o, MODEL_MATMUL_PANELS);
+    const size_t V = f.m.config.vocab_size;
+    int32_t ref[AGAINST_STEPS + 1];
+    double max_diff = 0.0, max_logit = 0.0;
+    size_t agree = 0;
+    prefill(&f, 0, AGAINST_PROMPT);
+    prefill(&q, 0, AGAINST_PROMPT);
+    for (size_t s = 0; s <= AGAINST_STEPS; s++) {
+        for (size_t v = 0; v < V; v++) {
+            max_diff = fmax(max_diff, fabs((double)f.logits[v]
+                                           - (double)q.logits[v]));
+            max_logit = fmax(max_logit, fabs((double)f.logits[v]));
+        }
+        ref[s] = (int32_t)argmax(f.logits, V);
+        agree += (size_t)ref[s] == argmax(q.logits, V);
+        if (s == AGAINST_STEPS)
+            break;
+        forward_seq a = seq_of(&f, 0, &ref[s], 1, 1);
+        forward_seq b = seq_of(&q, 0, &ref[s], 1, 1);
+        step(&f, &a, 1);
+        step(&q, &b, 1);
+    }
+    size_t same = 0;
+    prefill(&q, 0, AGAINST_PROMPT);
+    for (; same <= AGAINST_STEPS; same++) {
+        int32_t tok = (int32_t)argmax(q.logits, V);
+        if (tok != ref[same])
+            break;
+        forward_seq b = seq_of(&q, 0, &tok, 1, 1);
+        step(&q, &b, 1);
+    }
+    printf("%s against float32, %d-token prompt and %d greedy steps: max "
+           "|dlogit| %.3g (|logit| up to %.3g), argmax agrees at %zu of %d "
+           "positions, own greedy run identical for %zu of %d tokens\n",
+           model_dtype_name(q.m.dtype), AGAINST_PROMPT, AGAINST_STEPS,
+           max_diff, max_logit, agree, AGAINST_STEPS + 1, same,
+           AGAINST_STEPS + 1);
+    bench_close(&f);
+    bench_close(&q);
+    return 0;
+}
+
 static const char usage[] =
     "usage: bench_forward MODEL_DIR [--threads N] [--dtype TYPE] "
     "[--kv-dtype TYPE] [--matmul panels|blas] [--decode-only BATCH [STEPS] | "
-    "--prefill-only REPS [TOKENS] | --invariance-only]\n"
+    "--prefill-only REPS [TOKENS] | --invariance-only | --against-float32]\n"
     "       bench_forward --machine-only [--threads N]\n";
 
 /* A number after an option, when the next word is one. */
@@ -586,7 +655,8 @@ int main(int argc, char **argv)
             }
         } else if (strcmp(argv[i], "--dtype") == 0 && i + 1 < argc) {
             if (model_dtype_parse(argv[++i], &o.dtype) != 0) {
-                fprintf(stderr, "bench_forward: --dtype auto|float32|float16\n");
+                fprintf(stderr, "bench_forward: --dtype "
+                        "auto|float32|float16|int8\n");
                 return 2;
             }
         } else if (strcmp(argv[i], "--matmul") == 0 && i + 1 < argc) {
@@ -607,6 +677,8 @@ int main(int argc, char **argv)
             o.invariance_only = true;
         } else if (strcmp(argv[i], "--machine-only") == 0) {
             machine_only = true;
+        } else if (strcmp(argv[i], "--against-float32") == 0) {
+            o.against = true;
         } else if (o.dir == NULL && argv[i][0] != '-') {
             o.dir = argv[i];
         } else {
@@ -622,6 +694,8 @@ int main(int argc, char **argv)
     }
 
     static bench b;
+    if (o.against)
+        return against_float32(&o);
     if (o.invariance_only) {
         model m;
         gpt2d_error err;
@@ -646,8 +720,8 @@ int main(int argc, char **argv)
      * resolved by loading) */
     model_matmul mms[2] = { MODEL_MATMUL_PANELS, MODEL_MATMUL_BLAS };
     size_t n_mm = 2;
-    if (one_backend) {
-        mms[0] = only;
+    if (one_backend || model_dtype_needs_panels(o.dtype)) {
+        mms[0] = one_backend ? only : MODEL_MATMUL_PANELS;
         n_mm = 1;
     }
     results res[2];

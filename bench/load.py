@@ -68,7 +68,10 @@ Against a server that is already running (RSS only with --pid):
 Other options: --clients 1,4,8,16  --rounds 3  --prompt-tokens 100
 --max-tokens 128  --requests 1  --steady 0 (seconds; 0 is off)  --slots N
 --json FILE (every row's numbers, machine-readable; "phase" is "burst" or
-"steady").
+"steady")  --utf8-only VOCAB_JSON (also ban the 344 tokens that are not
+UTF-8 on their own: for llama-server, which ends a stream with an error
+on the invalid UTF-8 that random weights produce; send the same to both
+servers of a comparison).
 Targets (for a 2-thread run): >= 60 tok/s with one stream, >= 450 tok/s
 aggregate at K = 16, TTFT p50 <= 250 ms at K = 8, RSS flat across rounds.
 The summary judges each on the best round of its K in every regime that
@@ -116,6 +119,31 @@ TARGETS = {"one_stream_tps": 60.0, "k16_tps": 450.0, "k8_ttft_p50_ms": 250.0}
 MIN_WINDOW_S = 0.5
 
 
+def invalid_utf8_tokens(vocab_json):
+    """Ids of the tokens whose bytes are not UTF-8 on their own (344 of
+    GPT-2's 50257: pieces of multi-byte characters).  Text made of the
+    others is always valid UTF-8.  The bytes come from vocab.json's
+    strings through GPT-2's byte-to-character table."""
+    printable = (list(range(ord("!"), ord("~") + 1))
+                 + list(range(ord("\u00a1"), ord("\u00ac") + 1))
+                 + list(range(ord("\u00ae"), ord("\u00ff") + 1)))
+    to_byte = {chr(b): b for b in printable}
+    extra = 0
+    for b in range(256):
+        if b not in printable:
+            to_byte[chr(256 + extra)] = b
+            extra += 1
+    with open(vocab_json, encoding="utf-8") as f:
+        vocab = json.load(f)
+    bad = []
+    for piece, token in vocab.items():
+        try:
+            bytes(to_byte[c] for c in piece).decode("utf-8")
+        except UnicodeDecodeError:
+            bad.append(token)
+    return sorted(bad)
+
+
 def prompt_ids(base, n, offset):
     """n token ids from the passage, starting at a rotating offset."""
     return [base[(offset + i) % len(base)] for i in range(n)]
@@ -131,9 +159,10 @@ class Prompts:
     (A fixed formula of client, round and K did repeat recent rotations:
     some K = 16 prompts were served from the cache.)"""
 
-    def __init__(self, base, args):
+    def __init__(self, base, args, banned=()):
         self.base = base
         self.args = args
+        self.logit_bias = {str(t): -100 for t in (50256,) + tuple(banned)}
         self.recent = collections.deque(maxlen=max(1, len(base) // 2))
         self.cursor = 0
         self.serial = 0
@@ -156,7 +185,7 @@ class Prompts:
             "max_tokens": self.args.max_tokens,
             "temperature": 0.8,
             "seed": seed,
-            "logit_bias": {"50256": -100},
+            "logit_bias": self.logit_bias,
             "stream": True,
             "stream_options": {"include_usage": True},
         }
@@ -470,7 +499,8 @@ def main(argv):
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--slots", type=int, help="KV slots (default: the largest K)")
     ap.add_argument("--dtype", default="auto",
-                    help="the started server's --dtype (auto, float32, float16)")
+                    help="the started server's --dtype (auto, float32, "
+                         "float16, int8)")
     ap.add_argument("--kv-dtype", default="float32",
                     help="the started server's --kv-dtype (float32, float16)")
     ap.add_argument("--pid", type=int, help="server PID for RSS (running server)")
@@ -485,6 +515,12 @@ def main(argv):
                          "clients measured for SECONDS (0: off)")
     ap.add_argument("--api-key", default=os.environ.get("GPT2D_API_KEY"))
     ap.add_argument("--json", help="write every round's numbers here")
+    ap.add_argument("--utf8-only", metavar="VOCAB_JSON",
+                    help="also ban (logit_bias -100) the tokens that are not "
+                         "UTF-8 on their own, read from this vocab.json, so "
+                         "every stream is valid UTF-8: llama-server ends a "
+                         "stream with an error on the invalid UTF-8 random "
+                         "weights produce")
     args = ap.parse_args(argv)
     ks = [int(x) for x in args.clients.split(",") if x.strip()]
     if not ks or min(ks) < 1:
@@ -528,9 +564,11 @@ def main(argv):
         if r.status != 200:
             raise SystemExit("load.py: /tokenize -> %r" % (r,))
         base = r.json["tokens"]
-        prompts = Prompts(base, args)
+        prompts = Prompts(base, args, invalid_utf8_tokens(args.utf8_only)
+                          if args.utf8_only else ())
         # warm-up: page the weights in, touch the code paths
-        client.complete(prompt=prompts.fresh()["prompt"], max_tokens=8)
+        client.complete(prompt=prompts.fresh()["prompt"], max_tokens=8,
+                        logit_bias=prompts.logit_bias)
         print("prompt %d tokens, %d generated per request, %d request(s) per "
               "client, %d rounds%s" % (args.prompt_tokens, args.max_tokens,
                                       args.requests, args.rounds,

@@ -150,7 +150,7 @@ def main(argv):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--build", required=True, help="the build tree")
     ap.add_argument("--sizes", default=",".join(SHAPES))
-    ap.add_argument("--dtypes", default="float32,float16,bfloat16")
+    ap.add_argument("--dtypes", default="float32,float16,bfloat16,int8")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--tokens", type=int, default=64)
     ap.add_argument("--python", default="python3")

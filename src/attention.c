@@ -501,7 +501,7 @@ void attention_head(float *out, size_t ldo, const float *q, size_t ldq,
     void (*row)(float *, const float *, const float *, const float *, size_t,
                 size_t, float, float *) = attention_row_portable;
 #ifdef HAVE_AVX2_KERNELS
-    if (isa == CPU_ISA_AVX2 && hd % 8 == 0) {
+    if (isa >= CPU_ISA_AVX2 && hd % 8 == 0) {
         for (size_t r = 0; r < n_rows; r += ATT_ROWS) {
             size_t nr = n_rows - r < ATT_ROWS ? n_rows - r : ATT_ROWS;
             attention_rows_avx2(out + r * ldo, ldo, q + r * ldq, ldq, &kv,
@@ -512,7 +512,7 @@ void attention_head(float *out, size_t ldo, const float *q, size_t ldq,
         }
         return;
     }
-    if (isa == CPU_ISA_AVX2)
+    if (isa >= CPU_ISA_AVX2)
         row = attention_row_avx2;
 #else
     (void)isa;

@@ -14,7 +14,9 @@ cpu_isa cpu_isa_supported(void)
     __builtin_cpu_init();
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")
         && half_uses_f16c())
-        return CPU_ISA_AVX2;
+        /* libgcc also asks the OS (XGETBV) whether it saves zmm state */
+        return __builtin_cpu_supports("avx512f") ? CPU_ISA_AVX512
+                                                 : CPU_ISA_AVX2;
 #endif
     return CPU_ISA_PORTABLE;
 }
@@ -31,7 +33,11 @@ int cpu_isa_parse(const char *name, cpu_isa *out)
 
 const char *cpu_isa_name(cpu_isa isa)
 {
-    return isa == CPU_ISA_AVX2 ? "avx2" : "portable";
+    switch (isa) {
+    case CPU_ISA_AVX2: return "avx2";
+    case CPU_ISA_AVX512: return "avx512";
+    default: return "portable";
+    }
 }
 
 int cpu_isa_choose(cpu_isa *out, gpt2d_error *err)
@@ -43,7 +49,7 @@ int cpu_isa_choose(cpu_isa *out, gpt2d_error *err)
         return 0;
     cpu_isa isa;
     if (cpu_isa_parse(forced, &isa) != 0)
-        return error_set(err, "GPT2D_ISA: '%s' is not portable or avx2",
+        return error_set(err, "GPT2D_ISA: '%s' is not portable, avx2 or avx512",
                          forced);
     if (isa > best)
         return error_set(err, "GPT2D_ISA: this CPU cannot run the %s "

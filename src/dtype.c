@@ -7,7 +7,7 @@
 int model_dtype_parse(const char *name, model_dtype *out)
 {
     static const model_dtype all[] = { MODEL_DTYPE_AUTO, MODEL_DTYPE_FLOAT32,
-                                       MODEL_DTYPE_FLOAT16 };
+                                       MODEL_DTYPE_FLOAT16, MODEL_DTYPE_INT8 };
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         if (strcmp(name, model_dtype_name(all[i])) == 0) {
             *out = all[i];
@@ -21,8 +21,14 @@ const char *model_dtype_name(model_dtype dtype)
     switch (dtype) {
     case MODEL_DTYPE_FLOAT32: return "float32";
     case MODEL_DTYPE_FLOAT16: return "float16";
+    case MODEL_DTYPE_INT8: return "int8";
     default: return "auto";
     }
+}
+
+bool model_dtype_needs_panels(model_dtype dtype)
+{
+    return dtype == MODEL_DTYPE_FLOAT16 || dtype == MODEL_DTYPE_INT8;
 }
 
 int model_matmul_parse(const char *name, model_matmul *out)

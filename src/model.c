@@ -5,11 +5,12 @@
  * the config.  Vectors (and wpe, and an untied wte) that are F32 are used in
  * place; F16/BF16 ones (and any F32 one the file leaves misaligned) are
  * widened into one owned buffer.  The layer matrices and the unembedding
- * matrix are packed into panels (panels.h) in a second buffer, as floats or
- * halves (--dtype), straight from the file (through a scratch buffer of one
- * matrix when they need widening), and their mapped pages released: no
- * float copy of a matrix outlives the load.  For the blas backend the
- * matrices are instead views of the mapping, or one widened F32 copy. */
+ * matrix are packed into panels (panels.h) in a second buffer, as floats,
+ * halves or int8 blocks (--dtype), straight from the file (through a
+ * scratch buffer of one matrix when they need widening), and their mapped
+ * pages released: no float copy of a matrix outlives the load.  For the
+ * blas backend the matrices are instead views of the mapping, or one
+ * widened F32 copy. */
 #include "gpt2d/model.h"
 #include "gpt2d/buf.h"
 
@@ -389,6 +390,36 @@ static const float *matrix_floats(const st_tensor *t, float *scratch)
     return scratch;
 }
 
+/* 0 when PANEL_Q8 holds every value of t (as floats, `w`), else an error
+ * naming the first it cannot hold. */
+static int check_q8(const loader *L, const st_tensor *t, const float *w,
+                    gpt2d_error *err)
+{
+    for (size_t i = 0; i < t->n_elements; i++)
+        if (!panel_q8_holds(w[i]))
+            return error_set(err, "%s: tensor '%s' holds %g at [%zu, %zu], "
+                             "which --dtype int8 cannot (its scales are "
+                             "halves: at most %g)", L->path, t->name,
+                             (double)w[i], i / t->shape[1], i % t->shape[1],
+                             (double)PANEL_Q8_MAX);
+    return 0;
+}
+
+/* Packs one matrix, t as floats (`w`), into dst; PANEL_Q8 refuses a value
+ * it cannot hold. */
+static int pack_matrix(void *dst, panel_dtype dt, const loader *L,
+                       const st_tensor *t, const float *w, size_t K,
+                       size_t N, bool transposed, gpt2d_error *err)
+{
+    if (dt == PANEL_Q8 && check_q8(L, t, w, err) != 0)
+        return -1;
+    if (transposed)
+        panel_pack_transposed(dst, dt, w, K, N);
+    else
+        panel_pack(dst, dt, w, K, N);
+    return 0;
+}
+
 /* Packs every layer's four matrices and the unembedding matrix into one
  * buffer of panels and releases the mapped originals: the forward pass
  * reads only the panels (and, for an untied model, wte's rows).  A matrix
@@ -423,23 +454,29 @@ static int pack_weights(model *m, const loader *L, gpt2d_error *err)
         return error_set(err, "out of memory widening %zu weights to F32",
                          scratch_floats);
     char *next = m->packed;
+    int rc = -1;
     for (size_t l = 0; l < m->config.n_layer; l++) {
         layer_matrices(L, l, &m->layers[l], C, mats);
         for (size_t i = 0; i < MATS_PER_LAYER; i++) {
             const st_tensor *t = mats[i].src;
-            panel_pack(next, dt, matrix_floats(t, scratch), mats[i].K,
-                       mats[i].N);
+            if (pack_matrix(next, dt, L, t, matrix_floats(t, scratch),
+                            mats[i].K, mats[i].N, false, err) != 0)
+                goto out;
             *mats[i].dst = next;
             next += panel_bytes(mats[i].K, mats[i].N, dt);
             release_mapped(m, t->data, t->n_bytes);
         }
     }
-    panel_pack_transposed(next, dt, matrix_floats(L->head_src, scratch), C,
-                          V);
+    if (pack_matrix(next, dt, L, L->head_src,
+                    matrix_floats(L->head_src, scratch), C, V, true,
+                    err) != 0)
+        goto out;
     m->lm_head_wp = next;
     release_mapped(m, L->head_src->data, L->head_src->n_bytes);
+    rc = 0;
+out:
     free(scratch);
-    return 0;
+    return rc;
 }
 
 /* blas: every matrix row-major as the file stores it ([in, out], and the
@@ -484,31 +521,35 @@ static int view_weights(model *m, const loader *L, gpt2d_error *err)
 /* ---- public ---- */
 
 /* The panels (c_attn, attn c_proj, c_fc, mlp c_proj and the unembedding)
- * in their dtype, and the LayerNorm and bias vectors as floats. */
+ * in their dtype (int8: 17 bytes per 16 weights, the scales included), and
+ * the LayerNorm and bias vectors as floats. */
 static size_t weight_bytes_per_token(const model_config *c, panel_dtype dt)
 {
     size_t C = c->n_embd;
     size_t matrices = c->n_layer * 12 * C * C + c->vocab_size * C;
     size_t vectors = c->n_layer * (4 * C + 3 * C + C + 4 * C + C) + 2 * C;
-    return panel_dtype_size(dt) * matrices + sizeof(float) * vectors;
+    return matrices * panel_k_bytes(dt) / PANEL_WIDTH
+           + sizeof(float) * vectors;
 }
 
-/* AUTO: panels where the AVX2 kernels run or half weights are asked for,
- * blas elsewhere. */
+/* AUTO: panels where the AVX2 kernels run or half or 8-bit weights are
+ * asked for, blas elsewhere. */
 static int resolve_matmul(model_matmul asked, model_dtype dtype,
                           model_matmul *out, gpt2d_error *err)
 {
     *out = asked;
-    if (asked == MODEL_MATMUL_BLAS && dtype == MODEL_DTYPE_FLOAT16)
-        return error_set(err, "--dtype float16 keeps the matrices as halves, "
-                         "which only --matmul panels multiplies (blas needs "
-                         "float32)");
+    if (asked == MODEL_MATMUL_BLAS && model_dtype_needs_panels(dtype))
+        return error_set(err, "--dtype %s keeps the matrices as %s, which "
+                         "only --matmul panels multiplies (blas needs "
+                         "float32)", model_dtype_name(dtype),
+                         dtype == MODEL_DTYPE_INT8 ? "8-bit integers"
+                                                   : "halves");
     if (asked != MODEL_MATMUL_AUTO)
         return 0;
     cpu_isa isa;
     if (cpu_isa_choose(&isa, err) != 0)
         return -1;
-    *out = isa >= CPU_ISA_AVX2 || dtype == MODEL_DTYPE_FLOAT16
+    *out = isa >= CPU_ISA_AVX2 || model_dtype_needs_panels(dtype)
            ? MODEL_MATMUL_PANELS : MODEL_MATMUL_BLAS;
     return 0;
 }
@@ -592,7 +633,9 @@ int model_load_for(model *m, const char *dir, model_dtype dtype,
         goto out;
     m->dtype = m->matmul == MODEL_MATMUL_BLAS ? MODEL_DTYPE_FLOAT32
                                               : resolve_dtype(&L, dtype);
-    m->panel_dtype = m->dtype == MODEL_DTYPE_FLOAT16 ? PANEL_F16 : PANEL_F32;
+    m->panel_dtype = m->dtype == MODEL_DTYPE_INT8      ? PANEL_Q8
+                     : m->dtype == MODEL_DTYPE_FLOAT16 ? PANEL_F16
+                                                       : PANEL_F32;
     if ((m->matmul == MODEL_MATMUL_BLAS ? view_weights(m, &L, err)
                                         : pack_weights(m, &L, err)) != 0)
         goto out;

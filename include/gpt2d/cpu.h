@@ -1,11 +1,12 @@
 /* cpu.h — which instruction set the forward pass's kernels run with.
  *
  * The kernels (matmul.c, attention.c) come in a portable C build that any
- * CPU runs and an AVX2 build (x86-64 with AVX2, FMA and F16C).  Which one
- * runs is decided once, when a forward_state is created, from what the CPU
- * has and the GPT2D_ISA environment variable (portable or avx2), which
- * forces a path: for tests, benchmarks, and telling a kernel bug from a
- * model bug.  Nothing else selects a kernel (no ifunc, no target_clones),
+ * CPU runs, an AVX2 build (x86-64 with AVX2, FMA and F16C), and, for the
+ * int8 weight products alone, an AVX-512 build (AVX-512F on top of those;
+ * every other kernel runs its AVX2 build there).  Which one runs is decided
+ * once, when a forward_state is created, from what the CPU has and the
+ * GPT2D_ISA environment variable (portable, avx2 or avx512), which forces a
+ * path: for tests, benchmarks, and telling a kernel bug from a model bug.  Nothing else selects a kernel (no ifunc, no target_clones),
  * so the path a test forces is the path that runs.  Pure functions of the
  * CPU and the environment; any thread. */
 #ifndef GPT2D_CPU_H
@@ -17,14 +18,15 @@
 typedef enum cpu_isa {
     CPU_ISA_PORTABLE,
     CPU_ISA_AVX2,               /* AVX2 + FMA + F16C */
+    CPU_ISA_AVX512,             /* and AVX-512F */
 } cpu_isa;
 
-#define CPU_ISA_COUNT 2
+#define CPU_ISA_COUNT 3
 
 /* The best this CPU runs. */
 cpu_isa cpu_isa_supported(void);
 
-/* "portable", "avx2" -> *out; -1 for anything else. */
+/* "portable", "avx2", "avx512" -> *out; -1 for anything else. */
 int cpu_isa_parse(const char *name, cpu_isa *out);
 const char *cpu_isa_name(cpu_isa isa);
 

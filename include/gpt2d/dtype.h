@@ -10,21 +10,24 @@
 #include <stdbool.h>
 
 /* How the weight panels are stored (--dtype).  AUTO: float16 when the
- * checkpoint's matrices are F16 (exact), float32 otherwise (F32, BF16). */
+ * checkpoint's matrices are F16 (exact), float32 otherwise (F32, BF16).
+ * INT8: 8-bit integers with a half scale per block of 32 inputs
+ * (panels.h's PANEL_Q8), quantized at load from any checkpoint dtype. */
 typedef enum model_dtype {
     MODEL_DTYPE_AUTO,
     MODEL_DTYPE_FLOAT32,
     MODEL_DTYPE_FLOAT16,
+    MODEL_DTYPE_INT8,
 } model_dtype;
 
-/* "auto", "float32", "float16" -> *out; -1 for anything else. */
+/* "auto", "float32", "float16", "int8" -> *out; -1 for anything else. */
 int model_dtype_parse(const char *name, model_dtype *out);
 const char *model_dtype_name(model_dtype dtype);
 
 /* Which backend runs the weight products (--matmul), and so how the
  * matrices are stored.  AUTO: panels where our AVX2+FMA kernels run
  * (cpu.h), blas elsewhere (ARM64, older x86), or panels whenever --dtype
- * float16 asks for half weights (only panels hold them). */
+ * float16 or int8 asks for narrow weights (only panels hold them). */
 typedef enum model_matmul {
     MODEL_MATMUL_AUTO,
     MODEL_MATMUL_PANELS,
@@ -34,6 +37,10 @@ typedef enum model_matmul {
 /* "auto", "panels", "blas" -> *out; -1 for anything else. */
 int model_matmul_parse(const char *name, model_matmul *out);
 const char *model_matmul_name(model_matmul matmul);
+
+/* Whether `dtype` keeps the matrices in a form only the panel backend
+ * multiplies (float16, int8): blas needs float32. */
+bool model_dtype_needs_panels(model_dtype dtype);
 
 /* --kv-dtype: "float32" or "float16" (halves) -> *half; -1 otherwise. */
 int kv_dtype_parse(const char *name, bool *half);

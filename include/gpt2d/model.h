@@ -6,10 +6,11 @@
  * the layout of the backend that multiplies by them (--matmul), once:
  *   panels  the four matrices of every layer, and the unembedding's, live
  *           only as column panels (panels.h), the layout our kernels stream,
- *           as floats or halves (--dtype): packed once, straight from the
- *           file's F32, F16 or BF16, and the mapped pages they came from are
- *           given back to the kernel (they stay readable through the file,
- *           but no longer count in the daemon's resident memory);
+ *           as floats, halves or int8 blocks (--dtype): packed (and
+ *           quantized) once, straight from the file's F32, F16 or BF16, and
+ *           the mapped pages they came from are given back to the kernel
+ *           (they stay readable through the file, but no longer count in
+ *           the daemon's resident memory);
  *   blas    row-major float32 as the file stores them, for cblas_sgemm:
  *           views of the mapping where the file holds aligned F32 (as
  *           llama2.c does), else widened once into one owned float32 copy
@@ -87,11 +88,12 @@ typedef struct model {
 /* Reads DIR/config.json and mmaps DIR/model.safetensors.  Every tensor's
  * name, dtype and shape is checked; a bad directory yields one line naming the
  * problem.  The panels are stored as `dtype` says (float16 from an F32 or
- * BF16 checkpoint rounds the matrices to nearest half). */
+ * BF16 checkpoint rounds the matrices to nearest half; int8 quantizes
+ * them as panels.h's PANEL_Q8 and refuses a weight it cannot hold). */
 int model_load(model *m, const char *dir, model_dtype dtype,
                gpt2d_error *err);
-/* The same for the `matmul` backend (model_load: panels).  float16 with
- * blas is refused: sgemm multiplies float32. */
+/* The same for the `matmul` backend (model_load: panels).  float16 or
+ * int8 with blas is refused: sgemm multiplies float32. */
 int model_load_for(model *m, const char *dir, model_dtype dtype,
                    model_matmul matmul, gpt2d_error *err);
 void model_free(model *m);

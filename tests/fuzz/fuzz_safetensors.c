@@ -8,11 +8,14 @@
  * read independently here: two tensors that own bytes must share some.
  *
  * A file that parses is then loaded as a model (model_load: mmap, binding of
- * every GPT-2 tensor by name and shape, F16/BF16 widening) against a fixed
- * micro config — 1 layer, n_embd 4, 2 heads, n_ctx 4, vocabulary 8 — written
+ * every GPT-2 tensor by name and shape, F16/BF16 widening), as stored, as
+ * float16 and as int8 (whose quantized panels are checked against the
+ * file's values, or whose refusal against the value it names), against a
+ * fixed micro config — 1 layer, n_embd 4, 2 heads, n_ctx 4, vocabulary 8 — written
  * once to a private temporary directory.  The seeds include valid micro
  * models (tests/fuzz/make_seeds.py) so the fuzzer starts inside the binder. */
 #include <errno.h>
+#include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -212,7 +215,8 @@ static void check_model(const model *m, const st_file *f)
     volatile float sink = sum;
     (void)sink;
     /* the kernels' panel copies hold the file's values, as halves rounded
-     * to nearest when the panels are halves (NaNs compare as bits) */
+     * to nearest when the panels are halves (NaNs compare as bits), or
+     * quantized as panels.h says when they are int8 */
     const size_t C = c->n_embd;
     const bool plain = safetensors_find(f, "wte.weight") != NULL;
     const char *prefix = plain ? "" : "transformer.";
@@ -238,10 +242,22 @@ static void check_model(const model *m, const st_file *f)
         FUZZ_CHECK(t != NULL, "matrix %zu loaded but not in the file", i);
         for (size_t k = 0; k < mats[i].K; k++)
             for (size_t n = 0; n < mats[i].N; n++) {
-                float a = element(t, mats[i].transposed ? n * mats[i].K + k
-                                                        : k * mats[i].N + n);
+                const size_t K = mats[i].K, N = mats[i].N;
+                const int tr = mats[i].transposed;
+                float a = element(t, tr ? n * K + k : k * N + n);
                 if (m->panel_dtype == PANEL_F16)
                     a = half_to_float(half_from_float(a));
+                if (m->panel_dtype == PANEL_Q8) {
+                    /* the scale of the column's rows in k's block */
+                    float amax = 0.0f;
+                    for (size_t r = k - k % PANEL_Q8_ROWS;
+                         r < K && r < k - k % PANEL_Q8_ROWS + PANEL_Q8_ROWS;
+                         r++)
+                        amax = fmaxf(amax, fabsf(element(
+                                               t, tr ? n * K + r : r * N + n)));
+                    const float d = half_to_float(panel_q8_scale(amax));
+                    a = (float)panel_q8_quantize(a, d) * d;
+                }
                 float b = panel_at(mats[i].packed, m->panel_dtype, mats[i].K,
                                    k, n);
                 FUZZ_CHECK(memcmp(&a, &b, sizeof a) == 0,
@@ -249,6 +265,29 @@ static void check_model(const model *m, const st_file *f)
                            i, k, n);
             }
     }
+}
+
+/* An int8 refusal names a tensor of the file ("tensor 'NAME'") that holds
+ * a value int8 cannot. */
+static void check_int8_refusal(const st_file *f, const char *message)
+{
+    const char *at = strstr(message, "tensor '");
+    FUZZ_CHECK(at != NULL && strstr(message, "int8") != NULL,
+               "int8 refused without naming a tensor: %s", message);
+    char name[256];
+    at += strlen("tensor '");
+    size_t len = strcspn(at, "'");
+    FUZZ_CHECK(len < sizeof name, "tensor name too long: %s", message);
+    memcpy(name, at, len);
+    name[len] = '\0';
+    const st_tensor *t = safetensors_find(f, name);
+    FUZZ_CHECK(t != NULL, "int8 refusal names no tensor of the file: %s",
+               message);
+    bool beyond = false;
+    for (size_t i = 0; i < t->n_elements && !beyond; i++)
+        beyond = !panel_q8_holds(element(t, i));
+    FUZZ_CHECK(beyond, "int8 refused %s, which it can hold: %s", name,
+               message);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -284,6 +323,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         FUZZ_CHECK(m.panel_dtype == PANEL_F16, "float16 gave float panels");
         check_model(&m, &f);
         model_free(&m);
+        /* and as int8, unless a matrix holds what its scales cannot */
+        if (model_load(&m, dir, MODEL_DTYPE_INT8, &err) == 0) {
+            FUZZ_CHECK(m.panel_dtype == PANEL_Q8, "int8 gave other panels");
+            check_model(&m, &f);
+            model_free(&m);
+        } else {
+            check_int8_refusal(&f, err.message);
+        }
     } else {
         FUZZ_CHECK(err.message[0] != '\0', "model refused without a message");
     }

@@ -429,7 +429,8 @@ class T2Completions(ApiCase):
 
     def check_half_server(self, name, args, log_words, dtypes, **rounding):
         """A server started with `args` generates what the reference that
-        rounds the same values (`rounding`: matrices=, kv=) does, and
+        rounds (or quantizes) the same values (`rounding`: matrices=, kv=)
+        does, and
         /v1/models reports `dtypes`."""
         half = gpt2_numpy.GPT2(TINY, **rounding)
         for attempt in range(200):
@@ -464,6 +465,12 @@ class T2Completions(ApiCase):
                                "float16 weights",
                                {"dtype": "float16", "kv_dtype": "float32"},
                                matrices=np.float16)
+
+    def test_dtype_int8_matches_reference_with_quantized_matrices(self):
+        self.check_half_server("int8", ["--dtype", "int8"],
+                               "int8 weights",
+                               {"dtype": "int8", "kv_dtype": "float32"},
+                               matrices="int8")
 
     def test_kv_dtype_float16_matches_reference_with_half_cache(self):
         self.check_half_server("kvhalf", ["--kv-dtype", "float16"],

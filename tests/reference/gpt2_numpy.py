@@ -22,6 +22,11 @@ API:
                                           # the weight matrices rounded to
                                           # half first, as gpt2d --dtype
                                           # float16 keeps them
+    model = GPT2(model_dir, matrices="int8")
+                                          # quantized to 8 bits with a half
+                                          # scale per 32 inputs, as gpt2d
+                                          # --dtype int8 keeps them
+                                          # (quantize_int8)
     model = GPT2(model_dir, kv=np.float16)
                                           # keys and values rounded to half
                                           # as they are cached (--kv-dtype)
@@ -92,6 +97,29 @@ def read_safetensors(path):
     return out
 
 
+def quantize_int8(w):
+    """The values of matrix w (K inputs, N outputs) as gpt2d --dtype int8
+    keeps them, the precision of llama.cpp's Q8_0: each output's weights go
+    in blocks of 32 consecutive inputs (the last block shorter when K is not
+    a multiple of 32).  A block's scale is d = amax / 127, amax its largest
+    |weight|, computed in float32 and rounded to the nearest float16; each
+    weight becomes q * d (exact in float32), q the integer nearest to
+    weight / d (float32 division, ties to even) clamped to [-127, 127], or
+    0 when d is 0.  Returns float32 (K, N)."""
+    w = np.asarray(w, dtype=np.float32)
+    if not np.all(np.abs(w) <= np.float32(127 * 65504)):
+        raise ValueError("a weight int8 with half scales cannot hold")
+    out = np.empty_like(w)
+    for k0 in range(0, w.shape[0], 32):
+        block = w[k0:k0 + 32]
+        amax = np.abs(block).max(axis=0)
+        d = (amax / np.float32(127)).astype(np.float16).astype(np.float32)
+        safe = np.where(d > 0, d, np.float32(1))
+        q = np.clip(np.rint(block / safe), -127, 127)
+        out[k0:k0 + 32] = np.where(d > 0, q, 0).astype(np.float32) * d
+    return out
+
+
 def layer_norm(x, w, b, eps):
     # x is (N, C); statistics per row, biased variance as in torch.
     mu = x.mean(axis=-1, keepdims=True)
@@ -153,9 +181,16 @@ class GPT2:
             return stored(a, matrix).astype(dtype)
 
         # The matrices the products multiply by, rounded to nearest (ties
-        # to even) when `matrices` says so; vectors stay as read.
+        # to even) or quantized when `matrices` says so; vectors stay as
+        # read.  `matrix` is "in_out" for a Conv1D weight [in, out] and
+        # "vocab" for a [vocab, C] matrix, whose inputs run along its rows.
         def stored(a, matrix):
-            return a.astype(matrices) if matrix and matrices else a
+            if not matrix or matrices is None:
+                return a
+            if matrices != "int8":
+                return a.astype(matrices)
+            return quantize_int8(a.T).T if matrix == "vocab" \
+                else quantize_int8(a)
 
         C, V, T = self.n_embd, self.vocab_size, self.n_ctx
         self.wte = get("wte.weight", (V, C))
@@ -166,15 +201,15 @@ class GPT2:
             self.layers.append({
                 "ln_1_w": get(p + "ln_1.weight", (C,)),
                 "ln_1_b": get(p + "ln_1.bias", (C,)),
-                "attn_w": get(p + "attn.c_attn.weight", (C, 3 * C), True),
+                "attn_w": get(p + "attn.c_attn.weight", (C, 3 * C), "in_out"),
                 "attn_b": get(p + "attn.c_attn.bias", (3 * C,)),
-                "proj_w": get(p + "attn.c_proj.weight", (C, C), True),
+                "proj_w": get(p + "attn.c_proj.weight", (C, C), "in_out"),
                 "proj_b": get(p + "attn.c_proj.bias", (C,)),
                 "ln_2_w": get(p + "ln_2.weight", (C,)),
                 "ln_2_b": get(p + "ln_2.bias", (C,)),
-                "fc_w": get(p + "mlp.c_fc.weight", (C, 4 * C), True),
+                "fc_w": get(p + "mlp.c_fc.weight", (C, 4 * C), "in_out"),
                 "fc_b": get(p + "mlp.c_fc.bias", (4 * C,)),
-                "mproj_w": get(p + "mlp.c_proj.weight", (4 * C, C), True),
+                "mproj_w": get(p + "mlp.c_proj.weight", (4 * C, C), "in_out"),
                 "mproj_b": get(p + "mlp.c_proj.bias", (C,)),
             })
         self.ln_f_w = get("ln_f.weight", (C,))
@@ -188,13 +223,13 @@ class GPT2:
                 if t[key].shape != (V, C):
                     raise ValueError("lm_head.weight has shape %s"
                                      % (t[key].shape,))
-                self.lm_head = stored(t[key], True).astype(dtype)
+                self.lm_head = stored(t[key], "vocab").astype(dtype)
                 self.tied = False
                 break
         if self.tied:
             # tied: the embedding reads the unembedding matrix, so it is
             # rounded with it
-            self.wte = get("wte.weight", (V, C), True)
+            self.wte = get("wte.weight", (V, C), "vocab")
             self.lm_head = self.wte
 
     def new_cache(self):

@@ -25,10 +25,16 @@ cases.json (all paths relative to DATA_DIR):
       { "name": "tiny", "dir": "models/tiny",
         "load_dtype": "auto",     how to load it (gpt2d --dtype) and keep
         "load_kv_dtype": "float32",  its KV cache (--kv-dtype): the
-                                  variants "<model>@..." (HALF_VARIANTS)
-                                  keep halves, against a reference that
-                                  rounds the same values; "<model>@float32"
+                                  variants "<model>@..." (VARIANTS) keep
+                                  halves or int8 weights, against a
+                                  reference that rounds or quantizes the
+                                  same values; "<model>@float32"
                                   loads an F16 model as floats
+        "dequantized": "models/tiny@int8-dequantized",
+                                  int8 variants only: the model as F32
+                                  holding the values int8 multiplies by
+                                  (quantized by numpy), which loaded as
+                                  float32 must give int8's bits
         "quick": true,            whether GPT2D_TEST_QUICK runs it
         "n_layer": 2, "n_head": 4, "n_embd": 64, "n_ctx": 64,
         "vocab_size": 50257, "dtype": "F32", "prefix": "", "tied": true,
@@ -106,23 +112,33 @@ MODELS = [
     ("bf16", 1, 2, 32, 32, "BF16", "transformer.", True, False),
 ]
 
-# Models also loaded with halves, against a reference that rounds the same
-# values: (name suffix, --dtype, --kv-dtype).  w36h4 (head_dim 9) takes the
-# portable attention, the others the AVX2 one.  Every F16 model is also
-# loaded with --dtype float32 ("<model>@float32", the same logits).
-HALF_VARIANTS = {
+# Models also loaded with narrower weights or cache, against a reference
+# that rounds (or quantizes) the same values: (name suffix, --dtype,
+# --kv-dtype).  w36h4 (head_dim 9) takes the portable attention, the others
+# the AVX2 one.  The int8 variants cover every checkpoint dtype (F32, F16,
+# BF16), widths that are not a multiple of int8's blocks of 32 inputs (36,
+# 72, 40), tied and untied heads.  Every F16 model is also loaded with
+# --dtype float32 ("<model>@float32", the same logits).
+VARIANTS = {
     "tiny": (("@float16", "float16", "float32"),
-             ("@kv16", "auto", "float16")),
-    "w72h6-untied": (("@float16-kv16", "float16", "float16"),),
+             ("@kv16", "auto", "float16"),
+             ("@int8", "int8", "float32")),
+    "w40h5": (("@int8", "int8", "float32"),),
+    "w72h6-untied": (("@float16-kv16", "float16", "float16"),
+                     ("@int8", "int8", "float32")),
     "w128h2": (("@float16", "float16", "float32"),
-               ("@float16-kv16", "float16", "float16")),
-    "w36h4": (("@kv16", "auto", "float16"),),
+               ("@float16-kv16", "float16", "float16"),
+               ("@int8-kv16", "int8", "float16")),
+    "w36h4": (("@kv16", "auto", "float16"),
+              ("@int8", "int8", "float32")),
+    "f16": (("@int8", "int8", "float32"),),
+    "bf16": (("@int8", "int8", "float32"),),
 }
 
 # The variants GPT2D_TEST_QUICK (memcheck) runs besides the plain models:
-# half panels with a half cache through the AVX2 attention, and a half cache
-# through the portable one.
-QUICK_VARIANTS = ("w72h6-untied@float16-kv16", "w36h4@kv16")
+# half panels with a half cache through the AVX2 attention, a half cache
+# through the portable one, and int8 panels with partial blocks.
+QUICK_VARIANTS = ("w72h6-untied@float16-kv16", "w36h4@kv16", "w36h4@int8")
 
 GENERATORS = ("make_fixtures.py", "make_model.py", "gpt2_numpy.py",
               "make-fixtures.sh")
@@ -305,6 +321,52 @@ def reference_inspect(data_dir, name, m, tokens):
     return rel
 
 
+def write_dequantized(src, out, tied):
+    """Writes the model in directory `src` to `out` as F32 with its weight
+    matrices replaced by the values gpt2d --dtype int8 multiplies by
+    (gpt2_numpy.quantize_int8): loaded as float32, it must give the same
+    bits as `src` loaded as int8."""
+    shutil.rmtree(out, ignore_errors=True)
+    os.makedirs(out)
+    t = gpt2_numpy.read_safetensors(os.path.join(src, "model.safetensors"))
+    in_out = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight",
+              "mlp.c_proj.weight")
+    tensors = []
+    for name, a in t.items():
+        if name.endswith(in_out):
+            a = gpt2_numpy.quantize_int8(a)
+        elif name == "lm_head.weight" or (tied and
+                                          name.endswith("wte.weight")):
+            a = gpt2_numpy.quantize_int8(a.T).T
+        tensors.append((name, np.ascontiguousarray(a, dtype="<f4")))
+    make_model.write_safetensors(os.path.join(out, "model.safetensors"),
+                                 tensors, "F32")
+    for name in ("config.json", "vocab.json", "merges.txt"):
+        shutil.copyfile(os.path.join(src, name), os.path.join(out, name))
+
+
+def against_unquantized(name, q, u, seqs):
+    """Prints what int8 quantization costs: `q` is a model quantized, `u`
+    the same unquantized.  Over every position of the sequences: the
+    largest logit difference, and how often both models' argmax agree;
+    then how many of the greedy tokens `u` generates from the same prompt
+    before it first differs."""
+    diff, agree, rows = 0.0, 0, 0
+    for s in seqs:
+        a, b = q.full(s["tokens"]), u.full(s["tokens"])
+        diff = max(diff, float(np.abs(a - b).max()))
+        agree += int((a.argmax(axis=1) == b.argmax(axis=1)).sum())
+        rows += a.shape[0]
+    g = next(s for s in seqs if s["greedy"])
+    p = g["prompt_len"]
+    own, _ = u.greedy(g["tokens"][:p], len(g["tokens"]) - p)
+    same = next((i for i, (x, y) in enumerate(zip(own, g["tokens"][p:]))
+                 if x != y), len(own))
+    print("%-20s int8 vs unquantized: max |dlogit| %.3g, argmax agrees at "
+          "%d/%d positions, greedy identical for %d/%d tokens"
+          % (name, diff, agree, rows, same, len(own)))
+
+
 def build(data_dir):
     tok_dir = os.path.join(data_dir, "tokenizer")
     fix_dir = os.path.join(data_dir, "fixtures")
@@ -352,25 +414,37 @@ def build(data_dir):
             "inspect": reference_inspect(data_dir, name, m,
                                          seqs[0]["tokens"])}
         cases["models"].append(entry)
-        for suffix, matrices, kv in HALF_VARIANTS.get(name, ()):
-            # the reference rounds what gpt2d keeps as halves: the matrices
-            # (--dtype float16) and/or the cached keys and values
+        for suffix, matrices, kv in VARIANTS.get(name, ()):
+            # the reference rounds what gpt2d keeps narrower: the matrices
+            # (--dtype float16 or int8) and/or the cached keys and values
             # (--kv-dtype float16)
-            def half(dt):
+            def narrow(dt):
                 return gpt2_numpy.GPT2(
                     mdir, dtype=dt,
-                    matrices=np.float16 if matrices == "float16" else None,
+                    matrices={"float16": np.float16,
+                              "int8": "int8"}.get(matrices),
                     kv=np.float16 if kv == "float16" else None)
-            variant = half(np.float64)
+            variant_model = narrow(np.float64)
             vseqs = reference_sequences(
-                data_dir, name + suffix, variant, half(np.float32),
+                data_dir, name + suffix, variant_model, narrow(np.float32),
                 np.random.default_rng(3000 + seed), T, ctx)
-            cases["models"].append(dict(
-                entry, name=name + suffix, load_dtype=matrices,
-                load_kv_dtype=kv, quick=name + suffix in QUICK_VARIANTS,
-                sequences=vseqs,
-                inspect=reference_inspect(data_dir, name + suffix, variant,
-                                          vseqs[0]["tokens"])))
+            variant = dict(entry, name=name + suffix, load_dtype=matrices,
+                           load_kv_dtype=kv,
+                           quick=name + suffix in QUICK_VARIANTS,
+                           sequences=vseqs,
+                           inspect=reference_inspect(data_dir, name + suffix,
+                                                     variant_model,
+                                                     vseqs[0]["tokens"]))
+            if matrices == "int8":
+                against_unquantized(
+                    name + suffix, variant_model,
+                    gpt2_numpy.GPT2(mdir, kv=np.float16 if kv == "float16"
+                                    else None), vseqs)
+                variant["dequantized"] = "models/%s%s-dequantized" % (
+                    name, suffix)
+                write_dequantized(mdir, os.path.join(
+                    data_dir, variant["dequantized"]), not untied)
+            cases["models"].append(variant)
         if dtype == "F16":
             # the same values widened to float panels: the same logits
             cases["models"].append(dict(entry, name=name + "@float32",

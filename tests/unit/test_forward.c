@@ -35,6 +35,9 @@ static json_t *g_cases;
 static size_t g_n_models;
 static size_t g_ctx_models[MAX_MODELS]; /* models with a "context" sequence */
 static size_t g_n_ctx_models;
+/* the int8 variants (those with a "dequantized" model) run */
+static size_t g_int8_models[MAX_MODELS];
+static size_t g_n_int8_models;
 static size_t g_tiny;
 /* The models the reference and limits loops run: every one, or under
  * GPT2D_TEST_QUICK those cases.json marks "quick" (each code path once:
@@ -87,12 +90,17 @@ static const kernel_path *ref_path(int i)
 }
 
 /* "model/path", for the case names. */
-static const char *ref_name(int i)
+static const char *ref_name_of(size_t model_idx, const kernel_path *path)
 {
     static char name[128];
-    snprintf(name, sizeof name, "%s/%s", fx_model_name(ref_model(i)),
-             ref_path(i)->name);
+    snprintf(name, sizeof name, "%s/%s", fx_model_name(model_idx),
+             path->name);
     return name;
+}
+
+static const char *ref_name(int i)
+{
+    return ref_name_of(ref_model(i), ref_path(i));
 }
 
 /* The sequences the per-sequence loops check: all, or under GPT2D_TEST_QUICK
@@ -169,47 +177,13 @@ typedef struct harness {
     gpt2d_error err;
 } harness;
 
-/* Opens model `model_idx` for `path` (NULL: panels, the default ISA).
- * False when the path cannot hold the model as the case loads it (half
- * panels under blas): that refusal, and its message, are then asserted. */
-static bool harness_open_path(harness *h, size_t model_idx,
-                              const kernel_path *path, size_t threads,
-                              size_t max_rows)
+/* The rest of opening a harness whose model h->m is loaded: the KV cache
+ * dtype of model `model_idx`, a pool and a forward state on `path`'s
+ * instruction set (NULL: the default). */
+static void harness_start(harness *h, size_t model_idx,
+                          const kernel_path *path, size_t threads,
+                          size_t max_rows)
 {
-    char dir[4096];
-    memset(h, 0, sizeof *h);
-    test_data_path(dir, sizeof dir,
-                   json_string_value(
-                       json_object_get(fx_model_json(model_idx), "dir")));
-    model_dtype dtype;
-    const char *load = json_string_value(
-        json_object_get(fx_model_json(model_idx), "load_dtype"));
-    ck_assert_msg(load != NULL && model_dtype_parse(load, &dtype) == 0,
-                  "model %zu: bad load_dtype", model_idx);
-    const model_matmul mm = path != NULL ? path->matmul
-                                         : MODEL_MATMUL_PANELS;
-    if (mm == MODEL_MATMUL_BLAS && dtype == MODEL_DTYPE_FLOAT16) {
-        ck_assert_int_eq(model_load_for(&h->m, dir, dtype, mm, &h->err), -1);
-        ck_assert_msg(strstr(h->err.message, "float16") != NULL, "%s",
-                      h->err.message);
-        printf("%s under blas: refused: %s\n", fx_model_name(model_idx),
-               h->err.message);
-        return false;
-    }
-    ck_assert_msg(model_load_for(&h->m, dir, dtype, mm, &h->err) == 0,
-                  "model_load %s: %s", dir, h->err.message);
-    ck_assert_int_eq(h->m.matmul, mm);
-    /* auto picks half panels exactly for an F16 checkpoint; blas widens
-     * it to float32 */
-    const char *stored = json_string_value(
-        json_object_get(fx_model_json(model_idx), "dtype"));
-    model_dtype want = dtype != MODEL_DTYPE_AUTO ? dtype
-                       : strcmp(stored, "F16") == 0
-                             && mm == MODEL_MATMUL_PANELS
-                           ? MODEL_DTYPE_FLOAT16 : MODEL_DTYPE_FLOAT32;
-    ck_assert_int_eq(h->m.dtype, want);
-    ck_assert_int_eq(h->m.panel_dtype, want == MODEL_DTYPE_FLOAT16
-                                       ? PANEL_F16 : PANEL_F32);
     const char *kv = json_string_value(
         json_object_get(fx_model_json(model_idx), "load_kv_dtype"));
     ck_assert_msg(kv != NULL && (strcmp(kv, "float32") == 0
@@ -227,6 +201,53 @@ static bool harness_open_path(harness *h, size_t model_idx,
     if (path != NULL)
         ck_assert_msg(forward_state_set_isa(h->st, path->isa, &h->err) == 0,
                       "forward_state_set_isa: %s", h->err.message);
+}
+
+/* Opens model `model_idx` for `path` (NULL: panels, the default ISA).
+ * False when the path cannot hold the model as the case loads it (half or
+ * int8 panels under blas): that refusal, and its message, are then
+ * asserted. */
+static bool harness_open_path(harness *h, size_t model_idx,
+                              const kernel_path *path, size_t threads,
+                              size_t max_rows)
+{
+    char dir[4096];
+    memset(h, 0, sizeof *h);
+    test_data_path(dir, sizeof dir,
+                   json_string_value(
+                       json_object_get(fx_model_json(model_idx), "dir")));
+    model_dtype dtype;
+    const char *load = json_string_value(
+        json_object_get(fx_model_json(model_idx), "load_dtype"));
+    ck_assert_msg(load != NULL && model_dtype_parse(load, &dtype) == 0,
+                  "model %zu: bad load_dtype", model_idx);
+    const model_matmul mm = path != NULL ? path->matmul
+                                         : MODEL_MATMUL_PANELS;
+    if (mm == MODEL_MATMUL_BLAS && model_dtype_needs_panels(dtype)) {
+        ck_assert_int_eq(model_load_for(&h->m, dir, dtype, mm, &h->err), -1);
+        ck_assert_msg(strstr(h->err.message, load) != NULL
+                      && strstr(h->err.message, "panels") != NULL, "%s",
+                      h->err.message);
+        printf("%s under blas: refused: %s\n", fx_model_name(model_idx),
+               h->err.message);
+        return false;
+    }
+    ck_assert_msg(model_load_for(&h->m, dir, dtype, mm, &h->err) == 0,
+                  "model_load %s: %s", dir, h->err.message);
+    ck_assert_int_eq(h->m.matmul, mm);
+    /* auto picks half panels exactly for an F16 checkpoint; blas widens
+     * it to float32 */
+    const char *stored = json_string_value(
+        json_object_get(fx_model_json(model_idx), "dtype"));
+    model_dtype want = dtype != MODEL_DTYPE_AUTO ? dtype
+                       : strcmp(stored, "F16") == 0
+                             && mm == MODEL_MATMUL_PANELS
+                           ? MODEL_DTYPE_FLOAT16 : MODEL_DTYPE_FLOAT32;
+    ck_assert_int_eq(h->m.dtype, want);
+    ck_assert_int_eq(h->m.panel_dtype, want == MODEL_DTYPE_INT8 ? PANEL_Q8
+                                       : want == MODEL_DTYPE_FLOAT16
+                                           ? PANEL_F16 : PANEL_F32);
+    harness_start(h, model_idx, path, threads, max_rows);
     return true;
 }
 
@@ -791,8 +812,8 @@ START_TEST(test_gpt2d_isa_forces_the_kernels)
 END_TEST
 
 /* --matmul auto: panels where the AVX2 kernels run (not where GPT2D_ISA
- * forces the portable ones), blas elsewhere, panels whenever half weights
- * are asked for. */
+ * forces the portable ones), blas elsewhere, panels whenever half or int8
+ * weights are asked for. */
 START_TEST(test_matmul_auto_follows_the_kernels)
 {
     char dir[4096];
@@ -803,7 +824,7 @@ START_TEST(test_matmul_auto_follows_the_kernels)
     ck_assert_int_eq(unsetenv("GPT2D_ISA"), 0);
     ck_assert_msg(model_load_for(&m, dir, MODEL_DTYPE_AUTO, MODEL_MATMUL_AUTO,
                                  &err) == 0, "%s", err.message);
-    ck_assert_int_eq(m.matmul, cpu_isa_supported() == CPU_ISA_AVX2
+    ck_assert_int_eq(m.matmul, cpu_isa_supported() >= CPU_ISA_AVX2
                                ? MODEL_MATMUL_PANELS : MODEL_MATMUL_BLAS);
     model_free(&m);
     ck_assert_int_eq(setenv("GPT2D_ISA", "portable", 1), 0);
@@ -818,6 +839,12 @@ START_TEST(test_matmul_auto_follows_the_kernels)
                   err.message);
     ck_assert_int_eq(m.matmul, MODEL_MATMUL_PANELS);
     ck_assert_int_eq(m.panel_dtype, PANEL_F16);
+    model_free(&m);
+    ck_assert_msg(model_load_for(&m, dir, MODEL_DTYPE_INT8,
+                                 MODEL_MATMUL_AUTO, &err) == 0, "%s",
+                  err.message);
+    ck_assert_int_eq(m.matmul, MODEL_MATMUL_PANELS);
+    ck_assert_int_eq(m.panel_dtype, PANEL_Q8);
     model_free(&m);
     ck_assert_int_eq(unsetenv("GPT2D_ISA"), 0);
 }
@@ -904,13 +931,17 @@ START_TEST(test_thread_pools_of_1_and_2_give_same_logits)
 }
 END_TEST
 
-START_TEST(test_sequence_alone_or_in_batch_gives_same_logits)
+/* Model mi on `path` (NULL: the default): a sequence's logits, prefilled
+ * and then decoded alone, must be the same bits when other sequences' rows
+ * share both steps (other tile shapes, other row positions in them). */
+static void check_alone_or_in_batch(size_t mi, const kernel_path *path)
 {
     harness h;
     fx_seq p, g;
     test_slot a, b, c;
-    size_t mi = det_model(_i);
-    harness_open(&h, mi, 2, MAX_ROWS);
+    ck_assert(harness_open_path(&h, mi, path, 2, MAX_ROWS));
+    const char *name = path != NULL ? ref_name_of(mi, path)
+                                    : fx_model_name(mi);
     fx_seq_load(mi, fx_seq_find(mi, "prompt"), h.vocab, &p);
     fx_seq_load(mi, fx_seq_find(mi, "greedy"), h.vocab, &g);
     size_t n = 10;
@@ -953,7 +984,7 @@ START_TEST(test_sequence_alone_or_in_batch_gives_same_logits)
         memcmp(alone + cnt, batch + (n + 4) * h.vocab,
                h.vocab * sizeof(float)) == 0;
     printf("case %s/batching: alone vs batched differ by %.3g (%s)\n",
-           fx_model_name(mi), d,
+           name, d,
            identical ? "bit-identical" : "not bit-identical");
     double ref = fmax(cmp_rows(&h, batch, &g, 4, 1),
                       cmp_rows(&h, batch + h.vocab, &p, 0, n));
@@ -961,9 +992,9 @@ START_TEST(test_sequence_alone_or_in_batch_gives_same_logits)
     ref = fmax(ref, cmp_rows(&h, batch + (n + 2) * h.vocab, &g, 8, 1));
     ref = fmax(ref, cmp_rows(&h, batch + (n + 3) * h.vocab, &g, 5, 1));
     ref = fmax(ref, cmp_rows(&h, alone, &p, 0, n + 1));
-    report(fx_model_name(mi), "prompt+greedy", "batching", ref);
-    ck_assert_msg(identical, "batching changes logits (max |diff| %.3g): "
-                  "the panel kernels promise the same bits", d);
+    report(name, "prompt+greedy", "batching", ref);
+    ck_assert_msg(identical, "%s: batching changes logits (max |diff| "
+                  "%.3g): the panel kernels promise the same bits", name, d);
 
     free(alone);
     free(batch);
@@ -974,6 +1005,11 @@ START_TEST(test_sequence_alone_or_in_batch_gives_same_logits)
     fx_seq_free(&g);
     harness_close(&h);
 }
+
+START_TEST(test_sequence_alone_or_in_batch_gives_same_logits)
+{
+    check_alone_or_in_batch(det_model(_i), NULL);
+}
 END_TEST
 
 /* A cached run starts a prompt's computation where the cache ends, a cold
@@ -982,13 +1018,14 @@ END_TEST
  * longest sequence is prefilled whole, one token per step, and in uneven
  * chunks beside another sequence's decode, with logits for every position:
  * all three must be the same bits (and match the reference). */
-START_TEST(test_logits_independent_of_prompt_chunking)
+static void check_chunking(size_t mi, const kernel_path *path)
 {
     static const size_t uneven[] = {5, 3, 11, 1, 7, 2, 13};
-    const size_t mi = det_model(_i);
     harness h;
     fx_seq s, g, tmp;
-    harness_open(&h, mi, 2, MAX_ROWS);
+    ck_assert(harness_open_path(&h, mi, path, 2, MAX_ROWS));
+    const char *name = path != NULL ? ref_name_of(mi, path)
+                                    : fx_model_name(mi);
     fx_seq_load(mi, 0, h.vocab, &s);
     for (size_t q = 1; q < fx_n_seqs(mi); q++) {
         fx_seq_load(mi, q, h.vocab, &tmp);
@@ -1031,7 +1068,7 @@ START_TEST(test_logits_independent_of_prompt_chunking)
     double d = fmax(max_abs_diff(got[0], got[1], cnt),
                     max_abs_diff(got[0], got[2], cnt));
     printf("case %s/%s/chunking: whole, ones, uneven differ by %.3g\n",
-           fx_model_name(mi), s.name, d);
+           name, s.name, d);
     for (size_t pos = 0; pos < s.n; pos++)
         for (int k = 1; k < 3; k++)
             ck_assert_msg(memcmp(got[0] + pos * h.vocab,
@@ -1039,8 +1076,8 @@ START_TEST(test_logits_independent_of_prompt_chunking)
                                  h.vocab * sizeof(float)) == 0,
                           "%s/%s: position %zu differs between the whole "
                           "prompt and schedule %d (max |diff| %.3g)",
-                          fx_model_name(mi), s.name, pos, k, d);
-    report(fx_model_name(mi), s.name, "chunking",
+                          name, s.name, pos, k, d);
+    report(name, s.name, "chunking",
            fmax(cmp_rows(&h, got[0], &s, 0, s.n),
                 cmp_rows(&h, got[2], &s, 0, s.n)));
     for (int k = 0; k < 3; k++)
@@ -1049,6 +1086,89 @@ START_TEST(test_logits_independent_of_prompt_chunking)
     fx_seq_free(&s);
     fx_seq_free(&g);
     harness_close(&h);
+}
+
+START_TEST(test_logits_independent_of_prompt_chunking)
+{
+    check_chunking(det_model(_i), NULL);
+}
+END_TEST
+
+/* ---- int8 ---- */
+
+/* Prefills all but the last 4 tokens of s with logits for every position,
+ * then decodes those 4 one at a time: out gets s->n rows. */
+static void echo_then_decode(harness *h, const fx_seq *s, float *out)
+{
+    test_slot slot;
+    ck_assert_uint_gt(s->n, 4);
+    slot_open(h, &slot);
+    const size_t pre = s->n - 4;
+    step_seq fs = {&slot, s->tokens, pre, pre};
+    step_ok(h, &fs, 1, out);
+    for (size_t i = pre; i < s->n; i++) {
+        step_seq one = {&slot, s->tokens + i, 1, 1};
+        step_ok(h, &one, 1, out + i * h->vocab);
+    }
+    slot_close(&slot);
+}
+
+/* An int8 panel element is q · d, exact in float, and the kernels widen it
+ * to that float: a model loaded as int8 must give, bit for bit, what the
+ * same kernels give with float32 panels of its dequantized weights (a
+ * checkpoint numpy quantized on its own, so this also holds the two
+ * quantizers to the same bits), under every instruction set. */
+START_TEST(test_int8_gives_the_bits_of_its_dequantized_floats)
+{
+    const size_t mi = g_int8_models[(size_t)_i % g_n_int8_models];
+    const kernel_path *path = &g_paths[(size_t)_i / g_n_int8_models];
+    harness q, f;
+    fx_seq s;
+    char dir[4096];
+    ck_assert(path->matmul == MODEL_MATMUL_PANELS);
+    ck_assert(harness_open_path(&q, mi, path, 2, MAX_ROWS));
+    memset(&f, 0, sizeof f);
+    test_data_path(dir, sizeof dir, json_string_value(json_object_get(
+                                        fx_model_json(mi), "dequantized")));
+    ck_assert_msg(model_load_for(&f.m, dir, MODEL_DTYPE_FLOAT32,
+                                 MODEL_MATMUL_PANELS, &f.err) == 0,
+                  "model_load %s: %s", dir, f.err.message);
+    ck_assert_int_eq(f.m.panel_dtype, PANEL_F32);
+    harness_start(&f, mi, path, 2, MAX_ROWS);
+    fx_seq_load(mi, fx_seq_find(mi, "prompt"), q.vocab, &s);
+    float *got = logits_alloc(&q, s.n), *want = logits_alloc(&f, s.n);
+    echo_then_decode(&q, &s, got);
+    echo_then_decode(&f, &s, want);
+    const size_t cnt = s.n * q.vocab;
+    const double d = max_abs_diff(got, want, cnt);
+    printf("case %s/%s: int8 vs float32 of the dequantized weights differ "
+           "by %.3g\n", fx_model_name(mi), path->name, d);
+    ck_assert_msg(memcmp(got, want, cnt * sizeof(float)) == 0,
+                  "%s/%s: int8 logits are not the bits of the dequantized "
+                  "float32 model (max |diff| %.3g)", fx_model_name(mi),
+                  path->name, d);
+    report(ref_name_of(mi, path), s.name, "dequantized",
+           cmp_rows(&q, got, &s, 0, s.n));
+    free(got);
+    free(want);
+    fx_seq_free(&s);
+    harness_close(&q);
+    harness_close(&f);
+}
+END_TEST
+
+/* The determinism tests above run the default instruction set; an int8
+ * model's tiles differ on each (AVX-512: up to 12 rows against two panels,
+ * AVX2: 6 against one), so every int8 variant repeats them on every panel
+ * path: a sequence gives the same bits alone or batched, and whatever the
+ * chunks its prompt was cut into. */
+START_TEST(test_int8_alone_batched_or_chunked_gives_same_bits_on_every_path)
+{
+    const size_t mi = g_int8_models[(size_t)_i % g_n_int8_models];
+    const kernel_path *path = &g_paths[(size_t)_i / g_n_int8_models];
+    ck_assert(path->matmul == MODEL_MATMUL_PANELS);
+    check_alone_or_in_batch(mi, path);
+    check_chunking(mi, path);
 }
 END_TEST
 
@@ -1091,9 +1211,16 @@ static int load_cases(void)
         g_run_models[g_n_run_models++] = i;
         if (fx_seq_find(i, "context") != SIZE_MAX)
             g_ctx_models[g_n_ctx_models++] = i;
+        if (json_object_get(fx_model_json(i), "dequantized") != NULL)
+            g_int8_models[g_n_int8_models++] = i;
     }
     if (g_tiny == SIZE_MAX) {
         fprintf(stderr, "test_forward: %s: no model named tiny\n", path);
+        return -1;
+    }
+    if (g_n_int8_models == 0) {
+        fprintf(stderr, "test_forward: %s: no int8 variant to run (do the "
+                "fixtures predate int8?)\n", path);
         return -1;
     }
     /* the quick set must hold tiny, or the fixtures predate "quick" */
@@ -1149,6 +1276,15 @@ static Suite *forward_suite(void)
     tcase_add_loop_test(det, test_logits_independent_of_prompt_chunking, 0,
                         nd);
     suite_add_tcase(s, det);
+
+    /* every int8 variant under every panel path (blas is the last path) */
+    TCase *q8 = tcase_create("int8");
+    tcase_add_loop_test(q8, test_int8_gives_the_bits_of_its_dequantized_floats,
+                        0, (int)(g_n_int8_models * (g_n_paths - 1)));
+    tcase_add_loop_test(
+        q8, test_int8_alone_batched_or_chunked_gives_same_bits_on_every_path,
+        0, (int)(g_n_int8_models * (g_n_paths - 1)));
+    suite_add_tcase(s, q8);
     return s;
 }
 

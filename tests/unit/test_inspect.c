@@ -71,7 +71,7 @@ typedef struct bench {
  * budget of `rows` rows on 2 slots: a chunk of rows - 2; every step lasts
  * at least min_step_usec, and beside decoding streams prompt rows are cut
  * to step_cost (engine_config.step_cost_limit; 0: not).  False when the
- * path cannot hold the model (half weights under blas). */
+ * path cannot hold the model (half or int8 weights under blas). */
 static bool bench_open_paced(bench *b, size_t idx, const kernel_path *path,
                              size_t rows, unsigned min_step_usec,
                              double step_cost)
@@ -83,7 +83,7 @@ static bool bench_open_paced(bench *b, size_t idx, const kernel_path *path,
     test_data_path(dir, sizeof dir, case_str(idx, "dir"));
     ck_assert_int_eq(model_dtype_parse(case_str(idx, "load_dtype"), &dtype), 0);
     const model_matmul mm = path != NULL ? path->matmul : MODEL_MATMUL_PANELS;
-    if (mm == MODEL_MATMUL_BLAS && dtype == MODEL_DTYPE_FLOAT16)
+    if (mm == MODEL_MATMUL_BLAS && model_dtype_needs_panels(dtype))
         return false;
     ck_assert_msg(model_load_for(&b->m, dir, dtype, mm, &err) == 0, "%s",
                   err.message);

@@ -288,22 +288,38 @@ static void check_values(const float *got, const tspec *t)
                       i, (double)got[i], (double)expected(t, i));
 }
 
-/* A value as panels of `dt` hold it. */
-static float as_stored(float x, panel_dtype dt)
+/* Element (k, n) of the (K, N) matrix t, as panels of `dt` hold it: t is
+ * (K, N) row-major, or with `transposed` (N, K), as the unembedding's
+ * vocabulary matrix is stored.  int8: the scale of the largest |value| of
+ * the column's rows in k's block of 32 (panels.h's formulas, which
+ * test_forward holds to numpy's bit for bit), so this checks which values
+ * share a block, and where they go. */
+static float as_stored(const tspec *t, size_t K, size_t N, bool transposed,
+                       size_t k, size_t n, panel_dtype dt)
 {
-    return dt == PANEL_F16 ? half_to_float(half_from_float(x)) : x;
+#define AT(k, n) expected(t, transposed ? (n) * K + (k) : (k) * N + (n))
+    const float x = AT(k, n);
+    if (dt == PANEL_F16)
+        return half_to_float(half_from_float(x));
+    if (dt != PANEL_Q8)
+        return x;
+    float amax = 0.0f;
+    for (size_t r = k - k % 32; r < K && r < k - k % 32 + 32; r++)
+        amax = fmaxf(amax, fabsf(AT(r, n)));
+#undef AT
+    const float d = half_to_float(panel_q8_scale(amax));
+    return (float)panel_q8_quantize(x, d) * d;
 }
 
-/* A panel copy of the (K, N) matrix holds t's values, zero padded: t is
- * (K, N) row-major, or with `transposed` (N, K), as the unembedding's
- * vocabulary matrix is stored. */
+/* A panel copy of the (K, N) matrix holds t's values, zero padded (t as in
+ * as_stored). */
 static void check_panels(const void *packed, panel_dtype dt, const tspec *t,
                          size_t K, size_t N, bool transposed)
 {
     for (size_t k = 0; k < K; k++)
         for (size_t n = 0; n < panel_count(N) * PANEL_WIDTH; n++) {
-            size_t i = transposed ? n * K + k : k * N + n;
-            float want = n < N ? as_stored(expected(t, i), dt) : 0.0f;
+            float want = n < N ? as_stored(t, K, N, transposed, k, n, dt)
+                               : 0.0f;
             ck_assert_msg(panel_at(packed, dt, K, k, n) == want,
                           "%s panel (%zu, %zu): %g != %g", t->name, k, n,
                           (double)panel_at(packed, dt, K, k, n),
@@ -321,7 +337,7 @@ static void check_vocab_panels(const void *packed, panel_dtype dt,
     for (size_t n = 0; n < V; n++) {
         panel_column(row, packed, dt, C, n);
         for (size_t k = 0; k < C; k++)
-            ck_assert_msg(row[k] == as_stored(expected(t, n * C + k), dt),
+            ck_assert_msg(row[k] == as_stored(t, C, V, true, k, n, dt),
                           "%s row %zu column %zu", t->name, n, k);
     }
 }
@@ -465,6 +481,62 @@ START_TEST(test_float16_rounds_the_matrices_to_half_panels)
 }
 END_TEST
 
+/* --dtype int8: the matrices' panels hold each value quantized in blocks
+ * of 32 inputs with a half scale (panels.h), from any checkpoint dtype;
+ * the vectors stay floats, and a step reads 17 bytes per 16 weights. */
+START_TEST(test_int8_quantizes_the_matrices_from_any_dtype)
+{
+    static const char *const dtypes[] = { "F32", "F16", "BF16" };
+    for (size_t i = 0; i < 3; i++) {
+        spec s;
+        gpt2_spec(&s, "");
+        for (size_t j = 0; j < s.n; j++)
+            s.t[j].dtype = dtypes[i];
+        write_text(tmpdir, "config.json", VALID_CONFIG);
+        write_safetensors(tmpdir, &s, 0);
+        model m;
+        gpt2d_error err = {{0}};
+        ck_assert_msg(model_load(&m, tmpdir, MODEL_DTYPE_INT8, &err) == 0,
+                      "%s: %s", dtypes[i], err.message);
+        ck_assert_int_eq(m.dtype, MODEL_DTYPE_INT8);
+        ck_assert_int_eq(m.panel_dtype, PANEL_Q8);
+        check_bound(&m, &s, "");
+        /* the values really change: not every one survives */
+        const tspec *fc = find(&s, "h.1.mlp.c_fc.weight");
+        bool changed = false;
+        for (size_t k = 0; k < C; k++)
+            for (size_t n = 0; n < 4 * C; n++)
+                changed |= panel_at(m.layers[1].fc_wp, PANEL_Q8, C, k, n)
+                           != expected(fc, k * 4 * C + n);
+        ck_assert_msg(changed, "%s: int8 kept every value", dtypes[i]);
+        size_t vectors = L * (4 * C + 3 * C + C + 4 * C + C) + 2 * C;
+        ck_assert_uint_eq(m.weight_bytes,
+                          17 * (L * 12 * C * C + V * C) / 16 + 4 * vectors);
+        model_free(&m);
+    }
+}
+END_TEST
+
+/* A weight int8's half scales cannot reach is refused, naming the tensor;
+ * float32 loads the same file. */
+START_TEST(test_int8_refuses_a_weight_beyond_its_scales)
+{
+    spec s;
+    gpt2_spec(&s, "");
+    find(&s, "h.1.attn.c_proj.weight")->scale = 2e7f; /* up to 1.3e7 */
+    write_text(tmpdir, "config.json", VALID_CONFIG);
+    write_safetensors(tmpdir, &s, 0);
+    model m;
+    gpt2d_error err = {{0}};
+    ck_assert_int_eq(model_load(&m, tmpdir, MODEL_DTYPE_INT8, &err), -1);
+    ck_assert_msg(strstr(err.message, "'h.1.attn.c_proj.weight'") != NULL
+                  && strstr(err.message, "int8") != NULL, "%s", err.message);
+    ck_assert_msg(model_load(&m, tmpdir, MODEL_DTYPE_FLOAT32, &err) == 0,
+                  "%s", err.message);
+    model_free(&m);
+}
+END_TEST
+
 /* auto keeps an all-F16 checkpoint's matrices as halves (exact), and
  * float32 widens them; a checkpoint with any other dtype loads as floats. */
 START_TEST(test_auto_dtype_follows_the_checkpoint)
@@ -529,8 +601,12 @@ START_TEST(test_dtype_names_parse_and_print)
     ck_assert_int_eq(model_dtype_parse("fp16", &d), -1);
     ck_assert_int_eq(model_dtype_parse("", &d), -1);
     ck_assert_int_eq(d, MODEL_DTYPE_AUTO);
+    ck_assert_int_eq(model_dtype_parse("int8", &d), 0);
+    ck_assert_int_eq(d, MODEL_DTYPE_INT8);
+    ck_assert_int_eq(model_dtype_parse("q8_0", &d), -1);
     ck_assert_str_eq(model_dtype_name(MODEL_DTYPE_FLOAT16), "float16");
     ck_assert_str_eq(model_dtype_name(MODEL_DTYPE_FLOAT32), "float32");
+    ck_assert_str_eq(model_dtype_name(MODEL_DTYPE_INT8), "int8");
 }
 END_TEST
 
@@ -688,6 +764,8 @@ static Suite *model_suite(void)
     tcase_add_test(tc, test_lm_head_equal_to_wte_is_shared_different_is_used);
     tcase_add_test(tc, test_widens_f16_and_bf16_tensors);
     tcase_add_test(tc, test_float16_rounds_the_matrices_to_half_panels);
+    tcase_add_test(tc, test_int8_quantizes_the_matrices_from_any_dtype);
+    tcase_add_test(tc, test_int8_refuses_a_weight_beyond_its_scales);
     tcase_add_test(tc, test_auto_dtype_follows_the_checkpoint);
     tcase_add_test(tc, test_dtype_names_parse_and_print);
     tcase_add_test(tc, test_refuses_missing_or_non_directory);

@@ -309,6 +309,21 @@ START_TEST(test_boolean_flag_forms)
 }
 END_TEST
 
+/* int8 is a --dtype from every source; any backend but blas takes it. */
+START_TEST(test_dtype_int8_from_flag_and_environment)
+{
+    settings s;
+    LOAD_OK(&s, "-m", "x", "--dtype", "int8");
+    ck_assert_int_eq(s.dtype, MODEL_DTYPE_INT8);
+    settings_free(&s);
+    setenv("GPT2D_DTYPE", "int8", 1);
+    LOAD_OK(&s, "-m", "x", "--matmul", "panels");
+    ck_assert_int_eq(s.dtype, MODEL_DTYPE_INT8);
+    ck_assert_int_eq(s.matmul, MODEL_MATMUL_PANELS);
+    settings_free(&s);
+}
+END_TEST
+
 START_TEST(test_size_suffixes)
 {
     static const struct { const char *text; size_t bytes; } cases[] = {
@@ -362,6 +377,9 @@ START_TEST(test_each_bad_value_names_option_and_value)
     EXPECT_ERROR("--matmul", "'openblas'", "-m", "x", "--matmul", "openblas");
     EXPECT_ERROR("--matmul blas", "--dtype float16", "-m", "x", "--matmul",
                  "blas", "--dtype", "float16");
+    EXPECT_ERROR("--matmul blas", "--dtype int8", "-m", "x", "--matmul",
+                 "blas", "--dtype", "int8");
+    EXPECT_ERROR("--dtype", "'q8_0'", "-m", "x", "--dtype", "q8_0");
     EXPECT_ERROR("--threads", "'0'", "-m", "x", "--threads", "0");
     EXPECT_ERROR("--threads", "'two'", "-m", "x", "--threads", "two");
     EXPECT_ERROR("--slots", "'0'", "-m", "x", "--slots", "0");
@@ -741,6 +759,7 @@ static Suite *settings_suite(void)
     tcase_add_test(sources, test_later_flag_wins_and_equals_form_works);
     tcase_add_test(sources, test_config_file_named_by_environment);
     tcase_add_test(sources, test_boolean_flag_forms);
+    tcase_add_test(sources, test_dtype_int8_from_flag_and_environment);
     tcase_add_test(sources, test_size_suffixes);
     tcase_add_test(sources, test_empty_environment_variable_counts_as_unset);
     suite_add_tcase(s, sources);
