@@ -1167,7 +1167,12 @@ class PerKeyLimits(LimitCase):
     per secret."""
 
     NAME = "perkey"
-    ARGS = ("--slots", str(HOLD_SLOTS), "--threads", "1", "--max-queue", "16")
+    # KV memory for four times the slots' contexts: the keys of earlier tests
+    # are still present (30 s) and keep their cached blocks, which a wide
+    # request (SlotHolder's blocker: n = every slot, 1000 tokens) would
+    # otherwise wait for, up to 30 s
+    ARGS = ("--slots", str(HOLD_SLOTS), "--threads", "1", "--max-queue", "16",
+            "--kv-memory", "16M")
     ENV = HOLD_ENV
     MODEL = staticmethod(slow_model)
     SLOTS = HOLD_SLOTS
