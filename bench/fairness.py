@@ -18,6 +18,12 @@ machine generates for it at 124M, so the budget binds), then:
            Reported: B's TTFT median / p90 / max, B's 429s, A's 429s.
            Idle TTFT (no flood) is measured first for comparison.
 
+  think    The same flood by key A, but key B thinks between its probes as
+           a person or an agent does: it sleeps a random --think-min to
+           --think-max seconds (2-5 by default) after each answer.  Reported
+           as for flood, B's TTFTs in order, and A's completed requests
+           (A is slowed while B is around, not starved).
+
   prefill  Key B streams --stream-tokens tokens alone (idle tokens/s), then
            again while three clients of key A send fresh --prompt-tokens
            prompts (random ids) with max_tokens 1, over and over.
@@ -84,7 +90,9 @@ def flood(port, key, n, make, obey=False):
     return Flood(n, send, obey)
 
 
-def ttft_probes(port, n, deadline):
+def ttft_probes(port, n, deadline, pause=lambda: 0.05):
+    """Key B's streamed probes one after another, `pause()` seconds apart:
+    (TTFTs, 429s)."""
     ttfts, refused = [], 0
     for i in range(n):
         if time.monotonic() > deadline:
@@ -95,7 +103,7 @@ def ttft_probes(port, n, deadline):
             refused += 1
         elif ttft is not None:
             ttfts.append(ttft)
-        time.sleep(0.05)
+        time.sleep(pause())
     return ttfts, refused
 
 
@@ -128,6 +136,23 @@ def flood_case(args, port):
     print("B TTFT while A floods (%d x n=%d max_tokens=%d): %s; B 429s: %d; A: %r" % (
         args.flooders, args.flood_n, args.flood_tokens, summary(ttfts), refused,
         a.status))
+    return statistics.median(ttfts) if ttfts else None, refused
+
+
+def think_case(args, port):
+    rng = random.Random(2)
+    body = {"prompt": [464], "max_tokens": args.flood_tokens, "n": args.flood_n,
+            "logit_bias": {"50256": -100}}
+    a = flood(port, KEY_A, args.flooders, lambda: body)
+    time.sleep(args.warmup)
+    ttfts, refused = ttft_probes(port, args.probes, time.monotonic() + args.limit,
+                                 lambda: rng.uniform(args.think_min, args.think_max))
+    a.end()
+    print("B TTFT thinking %g-%g s between probes while A floods (%d x n=%d "
+          "max_tokens=%d): %s; B 429s: %d; A: %r" % (
+              args.think_min, args.think_max, args.flooders, args.flood_n,
+              args.flood_tokens, summary(ttfts), refused, a.status))
+    print("  B TTFTs in order: %s" % " ".join("%.2f" % t for t in ttfts))
     return statistics.median(ttfts) if ttfts else None, refused
 
 
@@ -179,7 +204,8 @@ def budget_case(args, port):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     add_server_args(ap)
-    ap.add_argument("--case", default="flood,prefill,budget")
+    ap.add_argument("--case", default="flood,prefill,budget",
+                    help="any of flood, think, prefill, budget")
     ap.add_argument("--key-a", default="", help="key A's attributes in the keys file")
     ap.add_argument("--key-b", default="")
     ap.add_argument("--key-c", default="tokens-per-minute=300")
@@ -192,12 +218,14 @@ def main():
     ap.add_argument("--probes", type=int, default=20)
     ap.add_argument("--limit", type=float, default=120.0, help="seconds per case")
     ap.add_argument("--warmup", type=float, default=2.0)
+    ap.add_argument("--think-min", type=float, default=2.0)
+    ap.add_argument("--think-max", type=float, default=5.0)
     ap.add_argument("--stream-tokens", type=int, default=200)
     ap.add_argument("--prompt-tokens", type=int, default=1023)
     args = ap.parse_args()
     with running(args, "gpt2d-fair-") as (_, port):
-        for name, case in (("flood", flood_case), ("prefill", prefill_case),
-                           ("budget", budget_case)):
+        for name, case in (("flood", flood_case), ("think", think_case),
+                           ("prefill", prefill_case), ("budget", budget_case)):
             if name in args.case.split(","):
                 case(args, port)
                 print("  " + "\n  ".join(key_metrics(port)))

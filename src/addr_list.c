@@ -101,6 +101,14 @@ void net_addr_format(const net_addr *a, char *buf, size_t size)
         buf[0] = '\0';
 }
 
+net_addr net_addr_block(const net_addr *a, unsigned prefix)
+{
+    net_addr b = *a;
+    for (unsigned i = prefix; i < (a->v6 ? 128u : 32u); i++)
+        b.bytes[i / 8] &= (uint8_t)~(0x80u >> (i % 8));
+    return b;
+}
+
 /* Whether the first `bits` bits of a and b agree. */
 static bool same_prefix(const uint8_t *a, const uint8_t *b, unsigned bits)
 {

@@ -39,6 +39,13 @@ void api_caller_of_address(api_caller *who, const char *address)
     account(who, "gpt2d caller: address", address, strlen(address));
 }
 
+void api_caller_account_of_network(api_caller *who, const char *network)
+{
+    api_caller net;
+    api_caller_of_address(&net, network);
+    memcpy(who->account, net.account, SHA256_BYTES);
+}
+
 void api_caller_global(api_caller *who)
 {
     principal(who, "gpt2d caller: everyone", "", 0);

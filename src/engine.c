@@ -132,6 +132,8 @@ struct gen_request {
 
     /* engine thread only */
     bool first_token_seen;
+    bool kv_deferred;           /* this admission pass: waits for memory
+                                   another caller keeps, others pass it */
     bool kv_loading;            /* sequence 0 waits for blocks from disk */
     bool prefill_started;       /* a chunk of its prompt has run */
     size_t lens_done;           /* logit-lens rows stored */
@@ -196,7 +198,6 @@ struct engine {
     size_t n_running;
     struct caller_state *callers;   /* [n_callers_cap]: fairness bookkeeping */
     size_t n_callers_cap;
-    double vclock;              /* the virtual time of the last admission */
     double prefill_hold_until;  /* prefill waits until then while others decode */
     bool stopping;
     double deadline;
@@ -519,6 +520,8 @@ static void drop_cancelled(gen_request *r)
     request_finish_all(r, FINISH_CANCELLED);
 }
 
+static void caller_request_ended(engine *e, const gen_request *r, double now);
+
 static void reap_cancelled(engine *e, double now)
 {
     size_t kept = 0;
@@ -537,6 +540,7 @@ static void reap_cancelled(engine *e, double now)
         gen_request *r = e->running[i];
         if (atomic_load(&r->cancelled)) {
             release_all_kv(e, r, now);
+            caller_request_ended(e, r, now);
             drop_cancelled(r);
             request_unref(r);
         } else {
@@ -566,9 +570,11 @@ static void count_reuse(gen_request *r, size_t reused)
         metrics_add_cached_tokens(reused - before);
 }
 
-/* Begins the request's KV sequences; false when the cache cannot hold
- * them yet. */
-static bool begin_kv(engine *e, gen_request *r, double now)
+/* Begins the request's KV sequences (kvcache_seq_begin's status: anything
+ * but KV_BEGUN, and the cache cannot hold them yet).  With `keep_others`,
+ * its sequences past the first leave other accounts their kept share. */
+static kv_begin_status begin_kv(engine *e, gen_request *r, bool keep_others,
+                                double now)
 {
     size_t seqs[r->n_seq], reused = 0;
     kv_begin b = { .who = &r->id, .account = r->account,
@@ -577,9 +583,10 @@ static bool begin_kv(engine *e, gen_request *r, double now)
                    .n_prompt = r->n_prompt,
                    .max_total = r->n_prompt + r->max_tokens,
                    .n_seq = r->n_seq, .reuse = !computes_whole_prompt(r),
-                   .now = now };
-    if (kvcache_seq_begin(e->kv, &b, seqs, &reused) != KV_BEGUN)
-        return false;
+                   .keep_others_share = keep_others, .now = now };
+    kv_begin_status st = kvcache_seq_begin(e->kv, &b, seqs, &reused);
+    if (st != KV_BEGUN)
+        return st;
     for (size_t i = 0; i < r->n_seq; i++) {
         r->seqs[i].kv = seqs[i];
         r->seqs[i].has_kv = true;
@@ -587,7 +594,7 @@ static bool begin_kv(engine *e, gen_request *r, double now)
     r->kv_loading = kvcache_seq_loading(e->kv, seqs[0]);
     if (!r->kv_loading)
         count_reuse(r, reused);
-    return true;
+    return KV_BEGUN;
 }
 
 /* ---- admission: fair across callers ----
@@ -595,46 +602,79 @@ static bool begin_kv(engine *e, gen_request *r, double now)
  * The queue holds requests in arrival order; each step picks from it:
  *
  *   - Across callers (an API key, or a client address), least served first:
- *     each caller has a virtual time that grows by the cost of every request
- *     it starts (prompt + n x max_tokens), and the next request comes from
- *     the caller whose time is lowest.  A caller that was idle starts at the
- *     current virtual clock, so idleness banks no credit.  This is start-time
- *     fair queueing, deficit round robin by cost without a quantum: a caller
- *     with one cheap request is not kept waiting behind another's flood.
+ *     each caller's account holds the cost (prompt + n x max_tokens) of its
+ *     running requests in full and of its finished ones halving every
+ *     caller_memory_ms from their end, and the next request comes from the
+ *     caller whose account is smallest.  This is deficit round robin by
+ *     cost over a sliding horizon: a caller with one cheap request is not
+ *     kept waiting behind another's flood, what a caller was served long
+ *     ago stops counting, and one back from a pause comes first only until
+ *     it has been served about what the others were lately.  (Halving from
+ *     the end, not the start: a request running for minutes has not paid
+ *     its cost off by the time it ends.)
  *   - Within a caller, first come first served.
- *   - While another caller is active (has a request queued or running, or
- *     finished one within CALLER_GRACE_SEC — a client between two requests
- *     is still there), a caller runs at most its max_seqs sequences: one key
- *     cannot hold more than half the slots by default.  Alone, it may use
- *     every slot.
+ *   - While another caller is present (has a request queued or running, or
+ *     ended one within caller_memory_ms: a client thinking between two
+ *     requests is still there, and without preemption a slot given away in
+ *     its pause is not back when it returns), a caller runs at most its
+ *     max_seqs sequences: one key cannot hold more than half the slots by
+ *     default.  Alone, it may use every slot.
  *   - A request that fits the free slots may pass a wider one; once the wider
  *     one has waited admit_age_ms, narrower ones are held back until the
  *     slots it needs are free, so it is never starved.
  *   - A request wider than its caller's whole share (n = 4 with a share of
- *     2) could otherwise run only when no other caller is active, and
+ *     2) could otherwise run only when no other caller is present, and
  *     another caller's steady traffic would starve it.  Once it has waited
- *     admit_age_ms and its caller is the least served of the active ones,
+ *     admit_age_ms and its caller is the least served of the present ones,
  *     it is next, beyond the share: the slots drain to it.  Waiting for
  *     the caller's turn, not only for the age, keeps one key's wide
- *     requests from taking the whole machine every admit_age_ms; the
- *     others' turns move their virtual times past its caller's, so its
- *     turn comes (as long as the others are not an endless stream of new
- *     callers, each starting at the virtual clock).
+ *     requests from taking the whole machine every admit_age_ms; its
+ *     account then holds its whole cost, which halves every
+ *     caller_memory_ms once it has ended, so its next turn comes once the
+ *     others' recent use weighs as much (as long as the others are not an endless stream
+ *     of new callers, each starting at nothing).
+ *   - While another caller is present, the sequences of a request past its
+ *     first take no KV memory that other callers keep within their share
+ *     (kvcache.h, KV_SHARES_KEPT): such a request waits, and others pass
+ *     it, until that caller has gone or the request has waited
+ *     caller_memory_ms.  So one wide request of another key cannot empty a
+ *     conversation's cache between two of its turns, and is not starved
+ *     by it either.
  *
- * Callers are kept in a small table (bounded by the queue plus the slots)
- * that forgets a caller CALLER_GRACE_SEC after its last request ended. */
-
-#define CALLER_GRACE_SEC 1.0
+ * Callers are kept in a small table (bounded by the queue plus the slots);
+ * when it is full, the longest idle caller is forgotten. */
 
 typedef struct caller_state {
     uint8_t account[SHA256_BYTES];
     bool used;
-    double vtime;               /* cost served, in the virtual clock's units */
+    double served;              /* cost of its ended requests, halving every
+                                 * caller_memory */
+    double t_served;            /* when `served` was last brought up to date */
     double last_active;         /* when it last had a request queued or running */
     /* recomputed each admission pass */
+    double in_flight;           /* cost of its running requests */
     size_t running;             /* sequences holding a slot */
     size_t queued;
 } caller_state;
+
+static double caller_memory(const engine *e)
+{
+    return e->cfg.caller_memory_ms * 1e-3;
+}
+
+/* Brings c->served to `now`: it halves every caller_memory. */
+static void caller_decay(const engine *e, caller_state *c, double now)
+{
+    if (now > c->t_served)
+        c->served *= exp2(-(now - c->t_served) / caller_memory(e));
+    c->t_served = now;
+}
+
+/* What admission weighs: what the caller runs, and what it ran lately. */
+static double caller_account(const caller_state *c)
+{
+    return c->served + c->in_flight;
+}
 
 static caller_state *caller_find(engine *e, const uint8_t *account)
 {
@@ -661,7 +701,7 @@ static bool caller_busy(const engine *e, const uint8_t *account)
  * callers have a request queued or running, and the table has room for one
  * more, so a free entry is always found: an unused one, or the longest idle
  * one, forgotten. */
-static caller_state *caller_get(engine *e, const uint8_t *account)
+static caller_state *caller_get(engine *e, const uint8_t *account, double now)
 {
     caller_state *c = caller_find(e, account);
     if (c != NULL)
@@ -679,35 +719,44 @@ static caller_state *caller_get(engine *e, const uint8_t *account)
     memset(c, 0, sizeof *c);
     c->used = true;
     memcpy(c->account, account, SHA256_BYTES);
-    c->vtime = e->vclock;
+    c->t_served = c->last_active = now;
     return c;
 }
 
-/* Recounts each caller's running sequences and queued requests. */
-static void callers_count(engine *e)
+/* Recounts each caller's running sequences and queued requests, and brings
+ * what each was served up to `now`, so that accounts compare at one time. */
+static void callers_count(engine *e, double now)
 {
-    for (size_t i = 0; i < e->n_callers_cap; i++)
-        e->callers[i].running = e->callers[i].queued = 0;
+    for (size_t i = 0; i < e->n_callers_cap; i++) {
+        caller_state *c = &e->callers[i];
+        c->running = c->queued = 0;
+        c->in_flight = 0.0;
+        if (c->used)
+            caller_decay(e, c, now);
+    }
     for (size_t k = 0; k < e->n_running; k++) {
         gen_request *r = e->running[k];
-        caller_state *c = caller_get(e, r->account);
+        caller_state *c = caller_get(e, r->account, now);
+        c->in_flight += r->cost;
         for (size_t i = 0; i < r->n_seq; i++)
             c->running += r->seqs[i].has_kv;
     }
     for (size_t i = 0; i < e->q_len; i++)
-        caller_get(e, queue_at(e, i)->account)->queued++;
+        caller_get(e, queue_at(e, i)->account, now)->queued++;
 }
 
-/* Whether a caller other than `c` is active at `now`. */
-static bool others_active(const engine *e, const caller_state *c, double now)
+static bool caller_present(const engine *e, const caller_state *x, double now)
 {
-    for (size_t i = 0; i < e->n_callers_cap; i++) {
-        const caller_state *x = &e->callers[i];
-        if (x != c && x->used &&
-            (x->running > 0 || x->queued > 0 ||
-             now - x->last_active < CALLER_GRACE_SEC))
+    return x->used && (x->running > 0 || x->queued > 0 ||
+                       now - x->last_active < caller_memory(e));
+}
+
+/* Whether a caller other than `c` is present at `now`. */
+static bool others_present(const engine *e, const caller_state *c, double now)
+{
+    for (size_t i = 0; i < e->n_callers_cap; i++)
+        if (&e->callers[i] != c && caller_present(e, &e->callers[i], now))
             return true;
-    }
     return false;
 }
 
@@ -729,14 +778,13 @@ static void queue_remove(engine *e, size_t i)
     e->q_len--;
 }
 
-/* Whether no other active caller has been served less than `c`. */
+/* Whether no other present caller has been served less than `c`. */
 static bool least_served(const engine *e, const caller_state *c, double now)
 {
     for (size_t i = 0; i < e->n_callers_cap; i++) {
         const caller_state *x = &e->callers[i];
-        if (x != c && x->used && x->vtime < c->vtime &&
-            (x->running > 0 || x->queued > 0 ||
-             now - x->last_active < CALLER_GRACE_SEC))
+        if (x != c && caller_account(x) < caller_account(c) &&
+            caller_present(e, x, now))
             return false;
     }
     return true;
@@ -758,9 +806,9 @@ static size_t pick_next(engine *e, double now)
         for (size_t j = 0; j < i && head; j++)
             head = memcmp(queue_at(e, j)->account, r->account,
                           SHA256_BYTES) != 0;
-        if (!head)
+        if (!head || r->kv_deferred)
             continue;
-        if (c->running + r->n_seq > r->max_seqs && others_active(e, c, now)) {
+        if (c->running + r->n_seq > r->max_seqs && others_present(e, c, now)) {
             /* Over its share while others want theirs.  One wider than the
              * whole share would wait for every other caller to leave: once
              * it has waited admit_age_ms and its caller is the least
@@ -775,7 +823,7 @@ static size_t pick_next(engine *e, double now)
                 oldest_blocked = i;     /* the queue is in arrival order */
             continue;
         }
-        if (best_c == NULL || c->vtime < best_c->vtime) {
+        if (best_c == NULL || caller_account(c) < caller_account(best_c)) {
             best = i;
             best_c = c;
         }
@@ -809,14 +857,26 @@ static void admit(engine *e, double now)
 {
     if (e->q_len == 0)
         return;
-    callers_count(e);
+    callers_count(e, now);
+    for (size_t i = 0; i < e->q_len; i++)
+        queue_at(e, i)->kv_deferred = false;
     for (;;) {
         size_t i = pick_next(e, now);
         if (i == SIZE_MAX)
             break;
         gen_request *r = queue_at(e, i);
+        caller_state *c = caller_find(e, r->account);
+        /* another caller's kept memory: only until it has gone, or for
+         * caller_memory at most */
+        const bool keep_others = others_present(e, c, now) &&
+                                 now - r->t_submit < caller_memory(e);
+        kv_begin_status st = begin_kv(e, r, keep_others, now);
+        if (st == KV_SHARES_KEPT) {
+            r->kv_deferred = true;      /* others pass it this step */
+            continue;
+        }
         /* when the cache cannot hold it yet, nothing passes it this step */
-        if (!begin_kv(e, r, now))
+        if (st != KV_BEGUN)
             break;
         queue_remove(e, i);
         if (!start_inspect(e, r, now))
@@ -826,14 +886,23 @@ static void admit(engine *e, double now)
         gen_request_lock(r);
         r->queued_seconds = now - r->t_submit;
         gen_request_unlock(r);
-        caller_state *c = caller_find(e, r->account);
-        if (c->vtime > e->vclock)
-            e->vclock = c->vtime;
-        c->vtime += r->cost;
+        c->in_flight += r->cost;
         c->queued--;
         c->running += r->n_seq;
         c->last_active = now;
     }
+}
+
+/* A request left the running set (finished or cancelled): its whole cost
+ * joins what its caller was served, and halves from now on. */
+static void caller_request_ended(engine *e, const gen_request *r, double now)
+{
+    caller_state *c = caller_find(e, r->account);
+    if (c == NULL)
+        return;
+    caller_decay(e, c, now);
+    c->served += r->cost;
+    c->last_active = now;
 }
 
 /* ---- one step ---- */
@@ -1008,7 +1077,7 @@ static size_t build_batch(engine *e, size_t *rows_out, size_t *prefill_out,
                 continue;
             if (a == SHARE_REBEGIN) {
                 release_all_kv(e, r, now);
-                if (!begin_kv(e, r, now)) {
+                if (begin_kv(e, r, false, now) != KV_BEGUN) {
                     /* it held more than it needs now: cannot happen */
                     log_error("engine: a prompt could not begin again");
                     request_finish_all(r, FINISH_CANCELLED);
@@ -1307,9 +1376,7 @@ static void retire_finished(engine *e, double now)
                 release_kv(e, s, now);
         }
         if (done) {
-            caller_state *c = caller_find(e, r->account);
-            if (c != NULL)
-                c->last_active = now;
+            caller_request_ended(e, r, now);
             request_unref(r);
         } else {
             e->running[kept++] = r;
@@ -1394,8 +1461,9 @@ static void *engine_main(void *arg)
         bool mixed = false;
         size_t n = build_batch(e, &rows, &prefill_rows, &mixed, now);
         if (n == 0 && e->n_lens == 0) {
-            /* cannot happen (a chunk always fits, n <= slots is checked at
-             * submit); never spin if it does */
+            /* nothing runs, and what is queued may not start yet (a wide
+             * request waiting for its age or its caller's turn, or for
+             * memory another present caller keeps): look again soon */
             pthread_mutex_unlock(&e->lock);
             monotonic_sleep_ms(5);
             pthread_mutex_lock(&e->lock);
@@ -1539,6 +1607,8 @@ int engine_create(engine **out, const model *m, const tokenizer *tok,
         e->cfg.max_sessions_per_caller = ENGINE_SESSIONS_PER_CALLER;
     if (e->cfg.admit_age_ms == 0)
         e->cfg.admit_age_ms = 2000;
+    if (e->cfg.caller_memory_ms == 0)
+        e->cfg.caller_memory_ms = ENGINE_CALLER_MEMORY_MS;
     if (!(e->cfg.prefill_share > 0.0))
         e->cfg.prefill_share = 0.5;
     if (e->cfg.prefill_share > 1.0)
@@ -1661,15 +1731,11 @@ static bool over_session_quota(const engine *e, const gen_request *r)
            caller_sessions_in_use(e, r->account) >= r->max_sessions;
 }
 
-/* A request of `account` joins the queue.  A caller with nothing queued or
- * running starts at the virtual clock: time spent idle is no credit. */
+/* A request of `account` joins the queue: its caller is present. */
 static void caller_backlogged(engine *e, const uint8_t *account)
 {
-    bool busy = caller_busy(e, account);
-    caller_state *c = caller_get(e, account);
-    if (!busy && c->vtime < e->vclock)
-        c->vtime = e->vclock;
-    c->last_active = monotonic_seconds();
+    const double now = monotonic_seconds();
+    caller_get(e, account, now)->last_active = now;
 }
 
 engine_status engine_submit(engine *e, const gen_params *p, gen_request **out)

@@ -124,11 +124,16 @@ typedef struct http_request {
 /* API keys (http_keys.c)                                              */
 /* ------------------------------------------------------------------ */
 
-/* The request's X-Forwarded-For values, in the order received. */
+/* The request's last FORWARDED_KEPT X-Forwarded-For lines, in a ring.
+ * Each proxy appends its own entry on the right, so the right-most lines
+ * are what trusted proxies wrote; a client that sends more lines pushes
+ * out only its own ones (a walk through more than FORWARDED_KEPT trusted
+ * hops, each with a line of its own, would stop at the left-most kept). */
+#define FORWARDED_KEPT 16
+
 typedef struct forwarded {
-    const char *values[16];
-    size_t n;
-    bool too_many;
+    const char *ring[FORWARDED_KEPT];
+    size_t n;                   /* lines seen */
 } forwarded;
 
 static enum MHD_Result collect_forwarded(void *cls, enum MHD_ValueKind kind,
@@ -136,37 +141,44 @@ static enum MHD_Result collect_forwarded(void *cls, enum MHD_ValueKind kind,
 {
     (void)kind;
     forwarded *f = cls;
-    if (strcasecmp(key, "X-Forwarded-For") == 0 && value != NULL) {
-        if (f->n == sizeof f->values / sizeof f->values[0])
-            f->too_many = true;
-        else
-            f->values[f->n++] = value;
-    }
+    if (strcasecmp(key, "X-Forwarded-For") == 0 && value != NULL)
+        f->ring[f->n++ % FORWARDED_KEPT] = value;
     return MHD_YES;
 }
 
 /* The caller behind a connection with no API keys: its address (port
  * aside), so one client's cache is not another's; behind a trusted proxy,
- * the client that proxy names in X-Forwarded-For (addr_list.h). */
+ * the client that proxy names in X-Forwarded-For (addr_list.h).  An IPv6
+ * client's limits are its /64's: one host is routinely given a whole /64,
+ * and would otherwise have as many budgets as addresses it cares to use. */
 static void caller_of_address(const http_server *srv, struct MHD_Connection *conn,
                               api_caller *who)
 {
     const union MHD_ConnectionInfo *ci =
         MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
-    char host[INET6_ADDRSTRLEN] = "";
+    char host[INET6_ADDRSTRLEN] = "", network[INET6_ADDRSTRLEN + 4] = "";
     net_addr peer;
     if (ci != NULL && net_addr_of_socket(&peer, ci->client_addr)) {
         forwarded f = { .n = 0 };
         if (addr_list_contains(&srv->trusted_proxies, &peer))
             MHD_get_connection_values(conn, MHD_HEADER_KIND, collect_forwarded, &f);
-        /* more headers than we keep: the right-most ones are unknown, so
-         * the proxy itself is the caller */
-        net_addr client = f.too_many ? peer
-                          : addr_list_client(&srv->trusted_proxies, &peer,
-                                             f.values, f.n);
+        const size_t kept = f.n < FORWARDED_KEPT ? f.n : FORWARDED_KEPT;
+        const char *lines[FORWARDED_KEPT];
+        for (size_t i = 0; i < kept; i++)
+            lines[i] = f.ring[(f.n - kept + i) % FORWARDED_KEPT];
+        net_addr client = addr_list_client(&srv->trusted_proxies, &peer,
+                                           lines, kept);
         net_addr_format(&client, host, sizeof host);
+        if (client.v6) {
+            char text[INET6_ADDRSTRLEN];
+            net_addr block = net_addr_block(&client, 64);
+            net_addr_format(&block, text, sizeof text);
+            snprintf(network, sizeof network, "%s/64", text);
+        }
     }
     api_caller_of_address(who, host);
+    if (network[0] != '\0')
+        api_caller_account_of_network(who, network);
 }
 
 /* true when no keys are configured or the request carries one of them;

@@ -1201,13 +1201,20 @@ kv_begin_status kvcache_seq_begin(kv_cache *c, const kv_begin *b,
         held_for_copy = 0;
     }
     /* Beside a sequence of its own account, no other account's cached
-     * blocks within its share may be needed. */
+     * blocks within its share may be needed; nor, when asked to keep them,
+     * for a sibling: only a first sequence may take anything not in use. */
     const size_t want = c->reserved + newly_held + held_for_copy + need;
-    if (claimable < want ||
-        (account_running(c, acct) && claimable - kept_from(c, acct) < want)) {
+    const bool beside_own = account_running(c, acct);
+    kv_begin_status st = KV_BEGUN;
+    if (claimable < want)
+        st = KV_NO_MEMORY;
+    else if ((beside_own || (b->n_seq > 1 && b->keep_others_share)) &&
+             claimable - kept_from(c, acct) < want)
+        st = beside_own ? KV_NO_MEMORY : KV_SHARES_KEPT;
+    if (st != KV_BEGUN) {
         for (size_t i = 0; i < n_plan; i++)
             kvdisk_unpin(c->disk, plan[i].entry);
-        return KV_NO_MEMORY;
+        return st;
     }
 
     acct = kv_accounts_hold(&c->acc, account);

@@ -59,6 +59,10 @@ bool net_addr_of_socket(net_addr *out, const struct sockaddr *sa);
 /* The address as text (inet_ntop's form) into buf (>= 46 bytes). */
 void net_addr_format(const net_addr *a, char *buf, size_t size);
 
+/* `a` with every bit past the first `prefix` cleared: the block of that
+ * size it is in (prefix at most 32 for IPv4, 128 for IPv6). */
+net_addr net_addr_block(const net_addr *a, unsigned prefix);
+
 /* The client a request from `peer` stands for.  `xff` holds the request's
  * X-Forwarded-For header values in the order received (several headers
  * read as one list joined by commas).  While the address reached is

@@ -81,6 +81,11 @@ typedef struct api_caller {
 
 void api_caller_of_key(api_caller *who, const char *key, size_t len);
 void api_caller_of_address(api_caller *who, const char *address);
+/* The account of an address caller becomes its `network`'s (http.c: an
+ * IPv6 client's /64, which one host may fill with addresses): its limits
+ * and its share of the engine, the KV memory and the work pool are the
+ * network's; its cache and sessions stay its address's own. */
+void api_caller_account_of_network(api_caller *who, const char *network);
 /* One isolation domain for everyone; `who` keeps its account. */
 void api_caller_global(api_caller *who);
 /* The engine's view of `who` sending a request with `salt` (NULL: none). */

@@ -33,6 +33,7 @@
 #define ENGINE_MAX_LOGPROBS 20
 #define ENGINE_SESSION_ID_MAX 128
 #define ENGINE_SESSIONS_PER_CALLER 64   /* --max-sessions-per-key's default */
+#define ENGINE_CALLER_MEMORY_MS 30000   /* engine_config.caller_memory_ms's */
 
 typedef struct engine engine;
 typedef struct gen_request gen_request;
@@ -57,6 +58,11 @@ typedef struct engine_config {
     unsigned admit_age_ms;      /* a request that fits its caller's share but
                                  * not the free slots holds back narrower ones
                                  * once it has waited this long; 0: 2000 */
+    unsigned caller_memory_ms;  /* a caller counts as present this long after
+                                 * its last request ended (a client thinking
+                                 * between two requests), and what it was
+                                 * served halves in this time; 0:
+                                 * ENGINE_CALLER_MEMORY_MS */
     double prefill_share;       /* while sequences decode, the share of the
                                  * engine's time prefill may take; 0: 0.5,
                                  * 1: no limit */

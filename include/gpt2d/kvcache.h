@@ -37,7 +37,11 @@
  * whose account already runs one begins only if its blocks can come from
  * free memory, its own cache or other accounts' cache above their share.
  * A caller's first sequence may take anything not in use, so a request as
- * large as the cache always runs.  The disk tier shares its budget alike.
+ * large as the cache always runs; with kv_begin.keep_others_share (the
+ * engine sets it while another caller is present), only its first: the
+ * further sequences of a request (n > 1) must come from the same memory as
+ * a second request's, or it waits (KV_SHARES_KEPT).  The disk tier shares
+ * its budget alike.
  *
  * Sessions per account.  A session's record (its id and history, what GET
  * /v1/sessions lists) is the account's that made it.  An account at its
@@ -165,6 +169,9 @@ typedef enum kv_begin_status {
     KV_SESSION_BUSY,            /* the session's sequence is running */
     KV_SESSION_QUOTA,           /* a new session, and every one of the
                                  * account's max_sessions is running */
+    KV_SHARES_KEPT,             /* keep_others_share: its sequences past the
+                                 * first would need blocks other accounts
+                                 * keep within their share */
 } kv_begin_status;
 
 /* What one sequence (and its n - 1 siblings) asks for. */
@@ -179,6 +186,8 @@ typedef struct kv_begin {
     size_t max_total;           /* n_prompt + max_tokens, <= n_ctx */
     size_t n_seq;               /* sequences of this prompt, >= 1 */
     bool reuse;                 /* false: compute every prompt token */
+    bool keep_others_share;     /* n_seq > 1: only the first sequence may
+                                 * take other accounts' kept blocks */
     double now;                 /* caller's clock, seconds */
 } kv_begin;
 

@@ -1167,7 +1167,12 @@ class PerKeyLimits(LimitCase):
     per secret."""
 
     NAME = "perkey"
-    ARGS = ("--slots", str(HOLD_SLOTS), "--threads", "1", "--max-queue", "16")
+    # KV memory for four times the slots' contexts: the keys of earlier tests
+    # are still present (30 s) and keep their cached blocks, which a wide
+    # request (SlotHolder's blocker: n = every slot, 1000 tokens) would
+    # otherwise wait for, up to 30 s
+    ARGS = ("--slots", str(HOLD_SLOTS), "--threads", "1", "--max-queue", "16",
+            "--kv-memory", "16M")
     ENV = HOLD_ENV
     MODEL = staticmethod(slow_model)
     SLOTS = HOLD_SLOTS
@@ -1519,6 +1524,39 @@ class TrustedProxy(LimitCase):
         err = self.assert_error(self.complete(c, a, max_tokens=60), 429, None)
         self.assertEqual(err["code"], "token_budget")
         self.assertEqual(self.complete(c, b, max_tokens=60).status, 200)
+
+    def test_ipv6_clients_of_one_64_share_a_budget_but_not_a_cache(self):
+        # review of issue 19, finding 3: one host given a /64 had a budget
+        # per address
+        c = self.client()
+        r = self.complete(c, "2001:db8:1:2::1", max_tokens=60, logit_bias=NO_EOT,
+                          session_id="v6-mine")
+        self.assertEqual(r.status, 200, r)
+        err = self.assert_error(self.complete(c, "2001:db8:1:2:ffff::9", max_tokens=60),
+                                429, None)
+        self.assertEqual(err["code"], "token_budget")
+        self.assertEqual(self.complete(c, "2001:db8:1:3::1", max_tokens=60).status, 200)
+        # the cache and the sessions stay each address's own
+        self.assertIn("v6-mine", self.sessions(c, "2001:db8:1:2::1"))
+        self.assertNotIn("v6-mine", self.sessions(c, "2001:db8:1:2::2"))
+
+    def test_more_than_16_forwarded_for_lines_still_name_the_client(self):
+        # review of issue 19, finding 3: past 16 lines the proxy itself was
+        # the caller, so every client behind it shared one budget.  The
+        # right-most lines are the proxies' own: they are the ones read.
+        body = json.dumps({"prompt": "Hi", "max_tokens": 1,
+                           "session_id": "xff-17"}).encode()
+        lines = ["X-Forwarded-For: 6.6.6.%d" % i for i in range(16)]
+        lines.append("X-Forwarded-For: 203.0.113.99")
+        with socket.create_connection(("127.0.0.1", self.server.port)) as sock:
+            sock.sendall(http_request("POST", "/v1/completions", body,
+                                      lines + ["Connection: close"]))
+            r = read_response(sock)
+        self.assertEqual(r.status, 200, r)
+        c = self.client()
+        self.assertIn("xff-17", self.sessions(c, "203.0.113.99"))
+        self.assertNotIn("xff-17", self.sessions(c))
+        self.assertNotIn("xff-17", self.sessions(c, "6.6.6.0"))
 
     def test_an_untrusted_peers_forwarded_for_is_ignored(self):
         srv = Server(GPT2D, TINY, WORKDIR, ["--slots", "2", "--threads", "1",

@@ -57,6 +57,30 @@ START_TEST(test_list_parses_addresses_and_blocks_in_any_separation)
 }
 END_TEST
 
+/* The block an address is in: every bit past the prefix cleared, the
+ * address's family kept (an IPv6 caller's limits are its /64's). */
+START_TEST(test_an_address_block_clears_the_bits_past_its_prefix)
+{
+    const struct { const char *in; unsigned prefix; const char *out; } cases[] = {
+        { "2001:db8:1:2:aaaa:bbbb:cccc:dddd", 64, "2001:db8:1:2::" },
+        { "2001:db8:1:2::1", 128, "2001:db8:1:2::1" },
+        { "2001:db8:1:2::1", 0, "::" },
+        { "2001:db8:1:2ff::1", 57, "2001:db8:1:280::" },
+        { "203.0.113.77", 24, "203.0.113.0" },
+        { "203.0.113.77", 32, "203.0.113.77" },
+        { "::ffff:10.1.2.3", 8, "10.0.0.0" },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        net_addr a = addr(cases[i].in), b = net_addr_block(&a, cases[i].prefix);
+        char text[64];
+        net_addr_format(&b, text, sizeof text);
+        ck_assert_msg(strcmp(text, cases[i].out) == 0, "%s/%u: %s",
+                      cases[i].in, cases[i].prefix, text);
+        ck_assert(b.v6 == a.v6);
+    }
+}
+END_TEST
+
 /* A dual-stack socket reports an IPv4 client as ::ffff:a.b.c.d: it is the
  * IPv4 address, for the list and as the caller. */
 START_TEST(test_ipv4_mapped_addresses_are_their_ipv4_address)
@@ -175,6 +199,7 @@ static Suite *addr_list_suite(void)
     TCase *tc = tcase_create("addr_list");
     tcase_add_test(tc, test_list_parses_addresses_and_blocks_in_any_separation);
     tcase_add_test(tc, test_ipv4_mapped_addresses_are_their_ipv4_address);
+    tcase_add_test(tc, test_an_address_block_clears_the_bits_past_its_prefix);
     tcase_add_test(tc, test_bad_lists_are_refused_naming_the_entry);
     tcase_add_test(tc, test_forwarded_entries_may_carry_ports_and_brackets);
     tcase_add_test(tc, test_an_untrusted_peers_forwarded_for_is_ignored);

@@ -24,6 +24,7 @@
 #include "gpt2d/kvcache.h"
 #include "gpt2d/metrics.h"
 #include "gpt2d/model.h"
+#include "gpt2d/monotonic.h"
 #include "gpt2d/threadpool.h"
 #include "gpt2d/tokenizer.h"
 #include "test_util.h"
@@ -1514,11 +1515,12 @@ START_TEST(test_engine_admits_the_least_served_caller_first)
 END_TEST
 
 /* Four slots, two callers: while B runs, A runs at most half the slots,
- * though a slot is free; alone, a caller may take them all. */
+ * though a slot is free; alone (B gone for caller_memory_ms), a caller may
+ * take them all. */
 START_TEST(test_engine_caller_holds_at_most_half_the_slots_while_another_is_active)
 {
     engine_config cfg = { .n_slots = 4, .max_queue = 8, .max_batch_rows = 16,
-                          .min_step_usec = 5000 };
+                          .caller_memory_ms = 100, .min_step_usec = 5000 };
     engine *e = open_engine_cfg(&cfg);
     int32_t *prompt = prompt_of(4);
     kv_identity a = caller(1, 1), b = caller(2, 2);
@@ -1536,11 +1538,144 @@ START_TEST(test_engine_caller_holds_at_most_half_the_slots_while_another_is_acti
     engine_stats st = engine_get_stats(e);
     ck_assert_uint_eq(st.slots_busy, 3);
     ck_assert_uint_eq(st.queue_depth, 1);
-    /* B leaves: after its grace, A takes the free slot */
+    /* B leaves: once it has been gone caller_memory_ms, A takes the free
+     * slot */
     gen_request_cancel(b1);
     wait_tokens(a3, 1);
     gen_request *all[] = { a1, a2, a3, b1 };
     end_scenario(e, all, 4, prompt);
+}
+END_TEST
+
+/* Review of issue 19, finding 1: a caller between two requests (a client
+ * reading an answer, thinking) was forgotten after a second, and another
+ * caller then took every slot, so its next request waited for those
+ * sequences to end.  B runs a request, then pauses 1.5 s; meanwhile A
+ * queues four long ones: A runs two (its share: B is still present), and
+ * B's next request starts in a free slot at once, ahead of A's queued
+ * two. */
+START_TEST(test_engine_a_caller_thinking_between_requests_keeps_its_share)
+{
+    engine_config cfg = { .n_slots = 4, .max_queue = 8, .max_batch_rows = 16,
+                          .min_step_usec = 5000 };
+    engine *e = open_engine_cfg(&cfg);
+    int32_t *prompt = prompt_of(4);
+    kv_identity a = caller(1, 1), b = caller(2, 2);
+    gen_params p = greedy_params(prompt, 4, 2);
+    p.identity = b;
+    outcome o;
+    run(e, &p, &o);
+    monotonic_sleep_ms(1500);
+    gen_request *as[4];
+    for (size_t i = 0; i < 4; i++)
+        as[i] = submit_long_of(e, prompt, 4, a, 1);
+    wait_tokens(as[1], 3);
+    engine_stats st = engine_get_stats(e);
+    ck_assert_uint_eq(st.slots_busy, 2);
+    ck_assert_uint_eq(st.queue_depth, 2);
+    gen_request *b2 = submit_long_of(e, prompt, 4, b, 1);
+    wait_tokens(b2, 1);
+    ck_assert_uint_eq(n_tokens_of(as[2]), 0);
+    ck_assert_uint_eq(n_tokens_of(as[3]), 0);
+    gen_request_lock(as[0]);
+    ck_assert(!gen_request_finished(as[0]));
+    gen_request_unlock(as[0]);
+    gen_request *all[] = { as[0], as[1], as[2], as[3], b2 };
+    end_scenario(e, all, 5, prompt);
+}
+END_TEST
+
+/* Caller A's conversation after one turn (40 prompt tokens, 8 generated:
+ * 48 positions in 3 blocks of a 2-context cache, 8 blocks), then caller
+ * B's request of two sampled sequences (they differ, so no block of one is
+ * a twin of the other's) growing to the whole context: all 8 blocks. */
+typedef struct wide_scene {
+    engine *e;
+    kv_identity a;
+    int32_t *turn2;             /* A's next turn: the history, two new tokens */
+    size_t n2;
+    int32_t *prompt;
+    gen_request *wide;
+} wide_scene;
+
+static void wide_scene_open(wide_scene *w, unsigned caller_memory_ms)
+{
+    engine_config cfg = { .n_slots = 4, .max_queue = 8, .max_batch_rows = 16,
+                          .kv_blocks = 8, .caller_memory_ms = caller_memory_ms,
+                          .min_step_usec = 1000 };
+    w->e = open_engine_cfg(&cfg);
+    w->a = caller(1, 1);
+    w->turn2 = prompt_of(50);
+    w->n2 = 50;
+    gen_params p = greedy_params(w->turn2, 40, 8);
+    ban_eot(&p);
+    p.identity = w->a;
+    p.session_id = "chat";
+    outcome o;
+    run(w->e, &p, &o);
+    ck_assert_uint_eq(o.seq[0].n_tokens, 8);
+    memcpy(w->turn2 + 40, o.seq[0].tokens, 8 * sizeof *w->turn2);
+    w->turn2[48] = 11;
+    w->turn2[49] = 12;
+
+    w->prompt = prompt_of(4);
+    gen_params q = sampled_params(w->prompt, 4, g_n_ctx - 4, 7);
+    ban_eot(&q);
+    q.identity = caller(2, 2);
+    q.n_sequences = 2;
+    ck_assert_int_eq(submit(w->e, &q, &w->wide), ENGINE_OK);
+}
+
+/* A's next turn: what it found cached. */
+static size_t wide_scene_next_turn(wide_scene *w)
+{
+    gen_params p = greedy_params(w->turn2, w->n2, 2);
+    p.identity = w->a;
+    p.session_id = "chat";
+    outcome o;
+    run(w->e, &p, &o);
+    return o.usage.cached_tokens;
+}
+
+static void wide_scene_close(wide_scene *w)
+{
+    end_scenario(w->e, &w->wide, 1, w->prompt);
+    free(w->turn2);
+}
+
+/* Review of issue 19, finding 2: another key's request of n sequences
+ * could take memory a caller keeps within its share for every one of
+ * them, not only for its first, and so empty a conversation's cache
+ * between two turns.  B's request needs all 8 blocks; A's conversation
+ * keeps 3 (its share is 4): while A is present B waits, A's next turn
+ * finds its 47 positions (the history less the last token, never fed
+ * back), and B has not started. */
+START_TEST(test_engine_wide_request_leaves_a_present_callers_conversation_cached)
+{
+    wide_scene w;
+    wide_scene_open(&w, 0);
+    monotonic_sleep_ms(50);
+    ck_assert_uint_eq(wide_scene_next_turn(&w), 47);
+    ck_assert_uint_eq(n_tokens_of(w.wide), 0);
+    ck_assert_uint_eq(engine_get_stats(w.e).kv.evicted[KV_EVICTED_UNDER_SHARE], 0);
+    wide_scene_close(&w);
+}
+END_TEST
+
+/* ... but not for ever: once A has been gone caller_memory_ms, B's request
+ * takes the memory it needs, A's conversation included. */
+START_TEST(test_engine_wide_request_takes_kept_memory_once_its_owner_has_gone)
+{
+    wide_scene w;
+    wide_scene_open(&w, 200);
+    wait_finished(w.wide);
+    gen_request_lock(w.wide);
+    ck_assert_uint_eq(gen_request_output(w.wide, 0)->n_tokens, 60);
+    ck_assert_uint_eq(gen_request_output(w.wide, 1)->n_tokens, 60);
+    gen_request_unlock(w.wide);
+    ck_assert_uint_eq(engine_get_stats(w.e).kv.evicted[KV_EVICTED_UNDER_SHARE], 3);
+    ck_assert_uint_eq(wide_scene_next_turn(&w), 0);
+    wide_scene_close(&w);
 }
 END_TEST
 
@@ -1566,12 +1701,13 @@ START_TEST(test_engine_narrow_request_passes_a_wide_one_that_does_not_fit)
 END_TEST
 
 /* ... but not forever: once the wide one has waited admit_age_ms, the
- * narrow one waits for it. */
+ * narrow one waits for it.  (Memory for four contexts: only the slots
+ * decide.) */
 START_TEST(test_engine_aged_wide_request_is_not_passed)
 {
     engine_config cfg = { .n_slots = 2, .max_queue = 8, .max_batch_rows = 16,
-                          .max_seqs_per_caller = 2, .admit_age_ms = 1,
-                          .min_step_usec = 2000 };
+                          .kv_blocks = 16, .max_seqs_per_caller = 2,
+                          .admit_age_ms = 1, .min_step_usec = 2000 };
     engine *e = open_engine_cfg(&cfg);
     int32_t *prompt = prompt_of(4);
     gen_request *a1 = submit_long_of(e, prompt, 4, caller(1, 1), 1);
@@ -1587,9 +1723,11 @@ START_TEST(test_engine_aged_wide_request_is_not_passed)
 }
 END_TEST
 
-/* Two slots, a share of one for each caller, and the age bound at once. */
+/* Two slots, a share of one for each caller, and the age bound at once;
+ * memory for twice the slots' contexts, so that only the slots decide
+ * (a wide request needing the memory another caller keeps would wait). */
 static const engine_config share_of_one_slot = {
-    .n_slots = 2, .max_queue = 8, .max_batch_rows = 16,
+    .n_slots = 2, .max_queue = 8, .max_batch_rows = 16, .kv_blocks = 16,
     .max_seqs_per_caller = 1, .admit_age_ms = 1, .min_step_usec = 2000,
 };
 
@@ -1781,6 +1919,9 @@ static Suite *engine_suite(void)
     tcase_add_unchecked_fixture(fair, load_fixtures, unload_fixtures);
     tcase_add_test(fair, test_engine_admits_the_least_served_caller_first);
     tcase_add_test(fair, test_engine_caller_holds_at_most_half_the_slots_while_another_is_active);
+    tcase_add_test(fair, test_engine_a_caller_thinking_between_requests_keeps_its_share);
+    tcase_add_test(fair, test_engine_wide_request_leaves_a_present_callers_conversation_cached);
+    tcase_add_test(fair, test_engine_wide_request_takes_kept_memory_once_its_owner_has_gone);
     tcase_add_test(fair, test_engine_narrow_request_passes_a_wide_one_that_does_not_fit);
     tcase_add_test(fair, test_engine_aged_wide_request_is_not_passed);
     tcase_add_test(fair, test_engine_request_wider_than_its_share_is_not_starved);

@@ -605,6 +605,54 @@ START_TEST(test_a_second_sequence_of_an_account_waits_rather_than_evict_another_
 }
 END_TEST
 
+/* Review of issue 19, finding 2.  With keep_others_share (another caller
+ * is present), only a request's first sequence may take what other
+ * accounts keep within their share: its further ones must fit beside
+ * them, or it waits (KV_SHARES_KEPT) and nothing changes.  A keeps 3
+ * blocks of 8; B's n = 2 growing to 64 needs all 8, so it waits; n = 2
+ * growing to 32 needs 4 and begins; and a lone sequence as large as a
+ * one-context cache still takes another account's block. */
+START_TEST(test_a_requests_further_sequences_leave_other_accounts_their_share)
+{
+    kv_cache *c = open_cache(8, 3);
+    kv_identity a = who(1, 1), b = who(2, 2);
+    int32_t mine[64], t[64], u[64];
+    fill(mine, 64, 10);
+    fill(t, 64, 1000);
+    fill(u, 64, 2000);
+    run(c, &a, "mine", mine, 40, 0);
+    size_t seqs[2], reused;
+    kv_begin wide = { .who = &b, .prompt = t, .n_prompt = 4, .max_total = 64,
+                      .n_seq = 2, .reuse = true, .keep_others_share = true };
+    ck_assert_int_eq(kvcache_seq_begin(c, &wide, seqs, &reused), KV_SHARES_KEPT);
+    ck_assert_uint_eq(kvcache_stats(c).blocks_reserved, 0);
+    kv_begin half = wide;
+    half.max_total = 32;
+    ck_assert_int_eq(kvcache_seq_begin(c, &half, seqs, &reused), KV_BEGUN);
+    compute(c, seqs[0], t, 4);
+    kvcache_seq_fork(c, seqs[0], seqs[1]);
+    compute(c, seqs[0], t + 4, 28);
+    compute(c, seqs[1], u + 4, 28);
+    assert_audit(c);
+    kvcache_seq_end(c, seqs[0], 0);
+    kvcache_seq_end(c, seqs[1], 0);
+    ck_assert_uint_eq(kvcache_stats(c).evicted[KV_EVICTED_UNDER_SHARE], 0);
+    ck_assert_uint_eq(run(c, &a, "mine", mine, 41, 0), 40);
+    kvcache_free(c);
+
+    c = open_cache(4, 2);
+    run(c, &a, NULL, mine, 8, 0);           /* one block of A's */
+    kv_begin lone = { .who = &b, .prompt = t, .n_prompt = 4, .max_total = 64,
+                      .n_seq = 1, .reuse = true, .keep_others_share = true };
+    ck_assert_int_eq(kvcache_seq_begin(c, &lone, seqs, &reused), KV_BEGUN);
+    compute(c, seqs[0], t, 64);
+    assert_audit(c);
+    ck_assert_uint_eq(kvcache_account_blocks(c, a.owner), 0);
+    kvcache_seq_end(c, seqs[0], 0);
+    kvcache_free(c);
+}
+END_TEST
+
 /* An account over its share loses its own blocks first, least recently
  * used and plain prefixes before its session, while another account's
  * older blocks stay. */
@@ -838,6 +886,7 @@ int main(void)
     tcase_add_test(tc, test_max_total_is_the_inverse_of_blocks_needed);
     tcase_add_test(tc, test_another_accounts_churn_cannot_evict_an_account_below_its_share);
     tcase_add_test(tc, test_a_second_sequence_of_an_account_waits_rather_than_evict_another_share);
+    tcase_add_test(tc, test_a_requests_further_sequences_leave_other_accounts_their_share);
     tcase_add_test(tc, test_eviction_takes_from_the_largest_account_in_its_lru_order);
     tcase_add_test(tc, test_sessions_are_counted_per_account);
     tcase_add_test(tc, test_another_accounts_churn_cannot_evict_an_account_below_its_disk_share);
