@@ -21,7 +21,7 @@ The two machine bounds come from `bench_forward --machine-only` in the same
 run.  It reports; it never fails on a number.
 
     python3 bench/sizes.py --build BUILD [--sizes gpt2,gpt2-xl]
-        [--dtypes float32,float16,bfloat16,int8] [--tokens 64]
+        [--dtypes float32,float16,int8] [--tokens 64]
 
 Models go to BUILD/bench/models/sizes/ (about 5 GB for all five).
 """
@@ -150,7 +150,7 @@ def main(argv):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--build", required=True, help="the build tree")
     ap.add_argument("--sizes", default=",".join(SHAPES))
-    ap.add_argument("--dtypes", default="float32,float16,bfloat16,int8")
+    ap.add_argument("--dtypes", default="float32,float16,int8")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--tokens", type=int, default=64)
     ap.add_argument("--python", default="python3")
