@@ -68,7 +68,8 @@ Against a server that is already running (RSS only with --pid):
 Other options: --clients 1,4,8,16  --rounds 3  --prompt-tokens 100
 --max-tokens 128  --requests 1  --steady 0 (seconds; 0 is off)  --slots N
 --json FILE (every row's numbers, machine-readable; "phase" is "burst" or
-"steady")  --utf8-only VOCAB_JSON (also ban the 344 tokens that are not
+"steady"; a burst row of gpt2d also has "engine_steps", the engine steps
+the round took)  --utf8-only VOCAB_JSON (also ban the 344 tokens that are not
 UTF-8 on their own: for llama-server, which ends a stream with an error
 on the invalid UTF-8 that random weights produce; send the same to both
 servers of a comparison).
@@ -92,7 +93,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests", "integration"))
 
 from gpt2d_client import (Client, Server, StreamError,  # noqa: E402
-                          percentile, rss_kib)
+                          metric_sum, parse_metrics, percentile, rss_kib)
 
 # Plain English to cut prompts from; tokenized once by the server.
 PASSAGE = (
@@ -257,8 +258,24 @@ def decode_phase(first, ok):
     return start, end, tokens_between(ok, start, end)
 
 
+def engine_steps(client):
+    """(steps, seconds) gpt2d's engine has run so far (gpt2d_step_seconds),
+    or None from a server without that metric."""
+    try:
+        r = client.get("/metrics")
+    except OSError:
+        return None
+    if r.status != 200:
+        return None
+    m = parse_metrics(r.body.decode("utf-8", "replace"))
+    if "gpt2d_step_seconds_count" not in m:
+        return None
+    return m["gpt2d_step_seconds_count"], metric_sum(m, "gpt2d_step_seconds_sum")
+
+
 def run_round(client, prompts, k, rnd, args, pid):
     rss_before = rss_kib(pid) if pid else None
+    steps_before = engine_steps(client)
     per_client = [[StreamStats() for _ in range(args.requests)] for _ in range(k)]
     barrier = threading.Barrier(k)
     threads = []
@@ -274,6 +291,7 @@ def run_round(client, prompts, k, rnd, args, pid):
     for t in threads:
         t.join()
     rss_after = rss_kib(pid) if pid else None
+    steps_after = engine_steps(client) if steps_before else None
 
     stats = [st for client_stats in per_client for st in client_stats]
     errors = [s.error for s in stats if s.error]
@@ -308,6 +326,13 @@ def run_round(client, prompts, k, rnd, args, pid):
         "itl_tokens_per_s": 1000 * len(itl) / sum(itl) if itl and sum(itl) > 0 else None,
         "request_mean_s": (sum(s.t_end - s.t_send for s in ok) / len(ok)
                            if ok else None),
+        # gpt2d's engine steps in the round and their time (its metrics;
+        # null for other servers): fewer steps, less of each step's fixed
+        # cost, whatever the machine's load did to their length
+        "engine_steps": (steps_after[0] - steps_before[0]
+                         if steps_after else None),
+        "engine_step_seconds": (steps_after[1] - steps_before[1]
+                                if steps_after else None),
     }
 
 

@@ -1581,6 +1581,18 @@ static void cache_fingerprint(const model *m, bool kv_half,
     sha256(text, (size_t)n, out);
 }
 
+/* However tight --step-cost, a step beside streams carries this many
+ * prompt rows: with fewer, the fixed cost of each step (every weight read
+ * once) would take most of the time prefill gets, and a burst's prompts
+ * would need many more steps (doc/performance.md, "Smooth streams").  At
+ * most a quarter of a chunk, so that a small engine (the tests') still cuts
+ * its prompts. */
+static size_t step_min_prompt_rows(size_t chunk)
+{
+    const size_t rows = 48;
+    return chunk / 4 >= rows ? rows : chunk / 4 > 0 ? chunk / 4 : 1;
+}
+
 int engine_create(engine **out, const model *m, const tokenizer *tok,
                   const engine_config *cfg, gpt2d_error *err)
 {
@@ -1615,7 +1627,8 @@ int engine_create(engine **out, const model *m, const tokenizer *tok,
         e->cfg.prefill_share = 1.0;
     e->vocab = m->config.vocab_size;
     e->chunk = cfg->max_batch_rows - cfg->n_slots;
-    step_budget_init(&e->budget, cfg->step_cost_limit, KV_BLOCK_TOKENS);
+    step_budget_init(&e->budget, cfg->step_cost_limit,
+                     step_min_prompt_rows(e->chunk));
     e->max_token_bytes = longest_token(tok);
     pthread_mutex_init(&e->lock, NULL);
     /* Monotonic, for the watchdog's timed idle wait. */

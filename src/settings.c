@@ -148,12 +148,11 @@ static const option_spec options[] = {
       "engine's time that a caller's prompt processing (prefill) may take, so "
       "that one key's long prompts cannot stall everyone's streams; 100: no "
       "limit." },
-    { "step-cost", 0, OPT_UINT, FIELD(step_cost), "PERCENT", "0", NULL, 0,
+    { "step-cost", 0, OPT_UINT, FIELD(step_cost), "PERCENT", "225", NULL, 0,
       100000, false, "A step that processes prompt tokens beside generating "
       "streams lasts at most this percentage of a decode step of a full batch "
       "(the engine measures both as it runs), so a long prompt pauses every "
-      "stream briefly instead of once for long, at a cost in throughput and "
-      "time to first token; 0 (default): no bound." },
+      "stream briefly instead of once for long; 0: no bound." },
     { "max-stop-bytes", 0, OPT_COUNT, FIELD(max_stop_bytes), "N", "256", NULL, 1,
       65536, false, "Longest stop string, in bytes; longer ones get 400." },
     { "inspect-max-tokens", 0, OPT_COUNT, FIELD(inspect_max_tokens), "N", "256", NULL,

@@ -1447,14 +1447,15 @@ static size_t n_tokens_of(gen_request *r)
 }
 
 /* Beside a decoding stream, a prompt's rows are cut to the step budget
- * (step_cost_limit 1: the minimum, 16 rows, of a 60-row chunk) and its
- * results are the same bits as alone, where nothing cuts it. */
+ * (a limit below one decode step: the minimum, a quarter of the 62-row
+ * chunk, 15 rows) and its results are the same bits as alone, where
+ * nothing cuts it. */
 START_TEST(test_engine_step_cost_cuts_prefill_beside_streams_same_bits)
 {
     /* steps of at least 2 ms: the stream outlasts the test thread's
      * wait-then-submit, however loaded the machine */
     engine_config cfg = { .n_slots = 2, .max_queue = 8, .max_batch_rows = 64,
-                          .step_cost_limit = 1.0, .min_step_usec = 2000 };
+                          .step_cost_limit = 0.01, .min_step_usec = 2000 };
     int32_t *prompt = prompt_of(45), *other = prompt_of(4);
     other[0] = 7;                       /* no prefix to share */
     gen_params p = sampled_params(prompt, 45, 10, 4321);
@@ -1469,7 +1470,7 @@ START_TEST(test_engine_step_cost_cuts_prefill_beside_streams_same_bits)
 
     engine *e = open_engine_cfg(&cfg);
     gen_request *s = submit_long_of(e, other, 4, caller(1, 1), 1);
-    wait_tokens(s, 2);                  /* both costs are known now */
+    wait_tokens(s, 2);
     outcome beside;
     run(e, &p, &beside);
     ck_assert_uint_ge(counter_total(cuts), before + 2);

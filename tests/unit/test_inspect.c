@@ -428,7 +428,7 @@ START_TEST(test_last_layer_lens_is_the_models_own_distribution)
 END_TEST
 
 /* Chunked by a 10-row budget beside a long generation, its prompt and lens
- * rows cut further by the step budget (step_cost 1: 16 rows a step), or
+ * rows cut further by the step budget (step_cost 1), or
  * whole in one step alone: the same bits. */
 START_TEST(test_capture_is_the_same_chunked_and_beside_a_stream)
 {

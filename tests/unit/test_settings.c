@@ -643,6 +643,8 @@ START_TEST(test_example_config_lists_every_option_with_its_default)
     ck_assert_uint_eq(s.connection_timeout, defaults.connection_timeout);
     ck_assert_uint_eq(s.request_timeout, defaults.request_timeout);
     ck_assert_uint_eq(s.max_n, defaults.max_n);
+    ck_assert_uint_eq(s.prefill_share, defaults.prefill_share);
+    ck_assert_uint_eq(s.step_cost, defaults.step_cost);
     ck_assert_uint_eq(s.inspect_max_tokens, defaults.inspect_max_tokens);
     ck_assert_uint_eq(s.inspect_max_attention, defaults.inspect_max_attention);
     ck_assert_int_eq(s.drain_ms, defaults.drain_ms);
