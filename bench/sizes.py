@@ -126,7 +126,7 @@ def run_one(args, model_dir, dtype, bw):
     with tempfile.TemporaryDirectory(prefix="gpt2d-sizes-") as work:
         server = Server(os.path.join(args.build, "src", "gpt2d"), model_dir,
                         work, ["--dtype", dtype, "--threads", str(args.threads),
-                               "--slots", str(K), "--kv-memory", "256M",
+                               "--slots", str(K), "--kv-memory", "512M",
                                "--kv-dtype", "float16"])
         t0 = time.monotonic()
         try:
