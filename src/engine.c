@@ -1497,11 +1497,15 @@ static void *engine_main(void *arg)
             if (e->n_lens == 0)
                 step_budget_observe(&e->budget, rows - prefill_rows,
                                     prefill_rows, took);
-            if (mixed)
-                e->prefill_hold_until = monotonic_seconds() +
-                    took * (1.0 - e->cfg.prefill_share) / e->cfg.prefill_share;
         }
         pad_step(e, t_step);
+        /* the hold follows how long the streams waited for the step (a
+         * test's step floor included) */
+        if (rc == 0 && mixed) {
+            double held = monotonic_seconds() - t_step;
+            e->prefill_hold_until = monotonic_seconds() +
+                held * (1.0 - e->cfg.prefill_share) / e->cfg.prefill_share;
+        }
 
         pthread_mutex_lock(&e->lock);
         now = monotonic_seconds();

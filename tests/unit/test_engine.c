@@ -1816,8 +1816,11 @@ END_TEST
  * they would take about 144). */
 static size_t flood_done_when_the_stream_ends(bool own_caller)
 {
+    /* a step floor, so the counts are the scheduler's and not how long
+     * this thread was descheduled while the tiny model's steps ran on
+     * (unpadded, the stream's 59 steps take a few milliseconds) */
     engine_config cfg = { .n_slots = 4, .max_queue = 64, .max_batch_rows = 20,
-                          .prefill_share = 0.25 };
+                          .prefill_share = 0.25, .min_step_usec = 3000 };
     engine *e = open_engine_cfg(&cfg);
     int32_t *prompt = prompt_of(4), *big = prompt_of(48);
     gen_request *s = submit_long_of(e, prompt, 4, caller(1, 1), 1);
