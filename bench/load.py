@@ -523,11 +523,13 @@ def main(argv):
     ap.add_argument("--gpt2d", help="the gpt2d binary to start (with --model)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--slots", type=int, help="KV slots (default: the largest K)")
-    ap.add_argument("--dtype", default="auto",
+    ap.add_argument("--dtype",
                     help="the started server's --dtype (auto, float32, "
-                         "float16, int8)")
-    ap.add_argument("--kv-dtype", default="float32",
-                    help="the started server's --kv-dtype (float32, float16)")
+                         "float16, int8; default: the server's own, so "
+                         "GPT2D_DTYPE applies)")
+    ap.add_argument("--kv-dtype",
+                    help="the started server's --kv-dtype (float32, float16; "
+                         "default: the server's own, so GPT2D_KV_DTYPE applies)")
     ap.add_argument("--pid", type=int, help="server PID for RSS (running server)")
     ap.add_argument("--clients", default="1,4,8,16")
     ap.add_argument("--rounds", type=int, default=3)
@@ -566,17 +568,24 @@ def main(argv):
     elif args.model and args.gpt2d:
         tmp = tempfile.TemporaryDirectory(prefix="gpt2d-load.")
         slots = args.slots or max(ks)
-        server = Server(args.gpt2d, args.model, tmp.name,
-                        ["--threads", str(args.threads), "--slots", str(slots),
-                         "--max-queue", str(max(64, max(ks))),
-                         "--dtype", args.dtype, "--kv-dtype", args.kv_dtype],
-                        name="bench")
+        # A flag beats the environment, so only what was asked for is
+        # passed: compare.py sets the rest through GPT2D_* variables.
+        flags = ["--threads", str(args.threads), "--slots", str(slots),
+                 "--max-queue", str(max(64, max(ks)))]
+        if args.dtype:
+            flags += ["--dtype", args.dtype]
+        if args.kv_dtype:
+            flags += ["--kv-dtype", args.kv_dtype]
+        server = Server(args.gpt2d, args.model, tmp.name, flags, name="bench")
         t0 = time.monotonic()
         server.start(timeout=120)
         print("started %s on port %d in %.1f s (pid %d, %d slots, %d threads, "
               "dtype %s, KV %s)" % (args.gpt2d, server.port,
                                     time.monotonic() - t0, server.pid, slots,
-                                    args.threads, args.dtype, args.kv_dtype))
+                                    args.threads,
+                                    args.dtype or os.environ.get("GPT2D_DTYPE", "auto"),
+                                    args.kv_dtype or os.environ.get("GPT2D_KV_DTYPE",
+                                                                    "float32")))
         client = Client("127.0.0.1", server.port, api_key=args.api_key, timeout=120)
         pid = server.pid
     else:
