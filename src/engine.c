@@ -1492,6 +1492,9 @@ static void *engine_main(void *arg)
         if (rc == 0) {
             double took = monotonic_seconds() - t_step;
             metrics_observe_step(took);
+            log_debug("step: %zu decode rows, %zu prompt rows, %.2f ms "
+                      "(forward %.2f ms)", rows - prefill_rows, prefill_rows,
+                      took * 1e3, t_forward * 1e3);
             /* lens rows cost less than the prompt rows the budget
              * learns the price of: their steps teach it nothing */
             if (e->n_lens == 0)

@@ -217,7 +217,8 @@ static const option_spec options[] = {
     { "log-prompts", 0, OPT_BOOL, FIELD(log_prompts), "BOOL", "false", NULL, 0, 0, false,
       "Log prompt text (debugging only: prompts may be private)." },
     { "log-level", 0, OPT_LOG_LEVEL, FIELD(log_level), "LEVEL", "info", NULL, 0, 0, false,
-      "Least severe level logged: error, warn, info or debug." },
+      "Least severe level logged: error, warn, info or debug (adds a line "
+      "per engine step: its rows and time)." },
     { "help", 'h', OPT_HELP, 0, NULL, NULL, NULL, 0, 0, true,
       "Show this help and exit." },
     { "version", 'V', OPT_VERSION, 0, NULL, NULL, NULL, 0, 0, true,

@@ -29,7 +29,7 @@ Groups, each with its own server:
   Logs              with API keys at --log-level debug, a canary sent in every
                     field (valid and invalid requests) never reaches the log,
                     nor does a key; with --log-prompts it does (so the check
-                    can fail).
+                    can fail); at debug each engine step logs its rows.
   InvalidInput      the table INPUT_CASES: every kind of invalid input, one
                     named test each, each an OpenAI error object with its
                     status, `param` and (405) Allow header.
@@ -1076,6 +1076,25 @@ class Logs(LimitCase):
         self.assertIn("DELETE /v1/sessions/{id} 200", text)
         self.assertIn("POST /v1/inspect 200", text)
         self.assertIn("POST /v1/completions 401", text)
+
+    def test_debug_logs_each_steps_rows(self):
+        srv = Server(GPT2D, TINY, WORKDIR, ["--slots", "1", "--threads", "1",
+                                            "--log-level", "debug"],
+                     name="logs-steps").start()
+        try:
+            r = srv.client().post("/v1/completions",
+                                  {"prompt": [11, 12, 13, 14, 15, 16, 17],
+                                   "max_tokens": 3, "logit_bias": NO_EOT})
+            self.assertEqual(r.status, 200, r)
+        finally:
+            rc, _ = srv.stop()
+        self.assertEqual(rc, 0, srv.log_tail())
+        with open(srv.log_path, encoding="utf-8", errors="replace") as f:
+            steps = re.findall(r"step: (\d+) decode rows, (\d+) prompt rows, "
+                               r"[0-9.]+ ms \(forward [0-9.]+ ms\)", f.read())
+        # the prompt in one step (its last row gives the first token), then
+        # one decode row for each of the two tokens after it
+        self.assertEqual(steps, [("0", "7"), ("1", "0"), ("1", "0")])
 
     def test_log_prompts_does_log_the_prompt(self):
         srv = Server(GPT2D, TINY, WORKDIR, ["--slots", "1", "--threads", "1",
