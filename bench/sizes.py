@@ -9,10 +9,10 @@ gpt2d and measures:
   load s       process start to the first 200 from /health (reading and
                packing the weights; the KV pool is small and fixed);
   RSS MB       the daemon's VmRSS once healthy;
-  1 stream     ms per decode step of one greedy stream, beside the
-               bandwidth limit: the bytes of weights one decode step reads
-               (the daemon's start-up line) over the machine's read
-               bandwidth;
+  1 stream     ms per decode step (forward pass and sampling) of one
+               greedy stream of --tokens tokens, beside the bandwidth
+               limit: the bytes of weights one decode step reads (the
+               daemon's start-up line) over the machine's read bandwidth;
   K=8 tok/s    aggregate tokens/s of 8 concurrent streams while all eight
                decode, beside its limit: 8 tokens per the longer of the
                bandwidth time and the compute time, 2 x weights x 8 FLOP
@@ -28,12 +28,13 @@ The first scrape follows the first token of the stream (of every stream, at
 K = 8): the engine records a step before it hands out that step's tokens,
 so every prefill step is already counted then.  The last follows the end of
 the one stream (the engine idle), or, at K = 8, the moment one stream has
-all but --tokens/8 of its tokens, while all eight still decode.  Client
-timing of the SSE chunks measures something else, and worse: chunks that
-leave together, reader threads that wake late, and the bookkeeping between
-steps (under a percent); at --tokens 32 it put gpt2's float16 and int8
-streams below their read limit.  Each server first answers one short
-request, so no step of the window pays for first-touch page faults.
+all but --tokens/8 of its tokens, while all eight still decode.  The
+gaps between SSE chunks at the client (what this script timed before) add
+the engine's bookkeeping between steps and the delivery of the chunks
+(1-3 % here), depend on when the reader threads run, and cannot tell
+prefill steps from decode steps at K = 8.  Each server first answers one
+short request, so the window's steps are not the first to use its
+buffers.
 
 The bounds come from `bench_forward --machine-only`: read bandwidth
 (--threads threads, best of 40 slices of 128 MiB) and, per dtype, the
