@@ -180,6 +180,23 @@ static double measure_sgemm(threadpool *pool, size_t M, size_t N, size_t K,
     return best;
 }
 
+/* Pseudo-random rows a (M, K) in [-1, 1) and weights w (K, N) in
+ * [-0.05, 0.05) from `seed`, w also packed into wp as panels of dt. */
+static void random_product(float *a, float *w, void *wp, panel_dtype dt,
+                           size_t M, size_t K, size_t N, uint32_t seed)
+{
+    uint32_t rng = seed;
+    for (size_t i = 0; i < M * K + K * N; i++) {
+        rng = rng * 1664525u + 1013904223u;
+        float x = (float)(rng >> 8) / 8388608.0f - 1.0f;
+        if (i < M * K)
+            a[i] = x;
+        else
+            w[i - M * K] = x * 0.05f;
+    }
+    panel_pack(wp, dt, w, K, N);
+}
+
 /* ---- the panel kernels' peak, per weight dtype ---- */
 
 /* Eight rows, a decode step of eight streams, by a (1024, 256) matrix: 1 MB
@@ -212,16 +229,7 @@ static double measure_panels(panel_dtype dt, cpu_isa isa)
         fprintf(stderr, "bench_forward: out of memory\n");
         exit(1);
     }
-    uint32_t rng = 11;
-    for (size_t i = 0; i < M * K; i++) {
-        rng = rng * 1664525u + 1013904223u;
-        a[i] = (float)(rng >> 8) / 8388608.0f - 1.0f;
-    }
-    for (size_t i = 0; i < K * N; i++) {
-        rng = rng * 1664525u + 1013904223u;
-        w[i] = ((float)(rng >> 8) / 8388608.0f - 1.0f) * 0.05f;
-    }
-    panel_pack(wp, dt, w, K, N);
+    random_product(a, w, wp, dt, M, K, N, 11);
     const matmul_ctx ctx = { .pool = pool, .isa = isa, .scratch = sc,
                              .scratch_floats = scratch };
     const matmul_args p = { .M = M, .N = N, .K = K, .a = a, .w = wp,
@@ -497,16 +505,7 @@ static size_t product_variance(threadpool *pool, size_t K, size_t N,
         fprintf(stderr, "bench_forward: out of memory\n");
         exit(1);
     }
-    uint32_t rng = 7;
-    for (size_t i = 0; i < batch * K; i++) {
-        rng = rng * 1664525u + 1013904223u;
-        a[i] = (float)(rng >> 8) / 8388608.0f - 1.0f;
-    }
-    for (size_t i = 0; i < K * N; i++) {
-        rng = rng * 1664525u + 1013904223u;
-        w[i] = ((float)(rng >> 8) / 8388608.0f - 1.0f) * 0.05f;
-    }
-    panel_pack(wp, PANEL_F32, w, K, N);
+    random_product(a, w, wp, PANEL_F32, batch, K, N, 7);
     const matmul_ctx ctx = { .pool = pool, .blas = blas,
                              .isa = cpu_isa_supported(), .scratch = sc,
                              .scratch_floats = scratch };
