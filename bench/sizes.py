@@ -8,7 +8,11 @@ gpt2d and measures:
 
   load s       process start to the first 200 from /health (reading and
                packing the weights; the KV pool is small and fixed);
-  RSS MB       the daemon's VmRSS once healthy;
+  RSS MB       the daemon's VmRSS once healthy: the weights, and the
+               512 MiB KV pool, whose pages gpt2d touches at start-up
+               (8 streams of --tokens must fit in it: gpt2-xl's take
+               2 x 48 x 1600 halves, 300 KiB, a token, so --tokens up
+               to about 200 there);
   1 stream     ms per decode step (forward pass and sampling) of one
                greedy stream of --tokens tokens, beside the bandwidth
                limit: the bytes of weights one decode step reads (the
