@@ -19,8 +19,10 @@
  * sgemm and by the panel kernels, and a sequence's logits alone and inside
  * a batch of 4 under each backend; each prints how many floats differ in
  * any bit (--invariance-only: the products alone).  --machine-only prints
- * the machine's two bounds alone (bandwidth, sgemm peak at 512x1024x4096),
- * for bench/sizes.py.  --decode-only and
+ * the machine's bounds alone (bandwidth, sgemm peak at 512x1024x4096,
+ * and, per weight dtype, the GFLOP/s of our panel kernels at 8 rows (a
+ * decode step of eight streams) on a matrix held in cache), for
+ * bench/sizes.py.  --decode-only and
  * --prefill-only time one backend (--matmul, default auto).
  * --against-float32 measures what --dtype costs in logits on this model
  * (against_float32 below).  With a --dtype only panels hold (float16,
@@ -36,6 +38,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "gpt2d/cpu.h"
 #include "gpt2d/forward.h"
 #include "gpt2d/hugepages.h"
 #include "gpt2d/kvcache.h"
@@ -177,21 +180,114 @@ static double measure_sgemm(threadpool *pool, size_t M, size_t N, size_t K,
     return best;
 }
 
-/* --machine-only: the two bounds, one line each, for scripts. */
-static int machine_bounds(size_t threads)
+/* Pseudo-random rows a (M, K) in [-1, 1) and weights w (K, N) in
+ * [-0.05, 0.05) from `seed`, w also packed into wp as panels of dt. */
+static void random_product(float *a, float *w, void *wp, panel_dtype dt,
+                           size_t M, size_t K, size_t N, uint32_t seed)
 {
+    uint32_t rng = seed;
+    for (size_t i = 0; i < M * K + K * N; i++) {
+        rng = rng * 1664525u + 1013904223u;
+        float x = (float)(rng >> 8) / 8388608.0f - 1.0f;
+        if (i < M * K)
+            a[i] = x;
+        else
+            w[i - M * K] = x * 0.05f;
+    }
+    panel_pack(wp, dt, w, K, N);
+}
+
+/* ---- the panel kernels' peak, per weight dtype ---- */
+
+/* Eight rows, a decode step of eight streams, by a (1024, 256) matrix: 1 MB
+ * of float32 panels (less of halves or int8), which stays in one core's
+ * 2 MB L2 cache, so the figure is the kernels' arithmetic, not memory's.
+ * One thread, timed in slices of PEAK_CALLS products (a fraction of a
+ * millisecond), best of PEAK_REPS: on a shared machine some slices run
+ * with the core to themselves, where a product split over two workers
+ * stalls whenever another process holds either core (measured that way
+ * under load 4, most dtypes read ~30 GFLOP/s instead of 200-400). */
+enum { PEAK_ROWS = 8, PEAK_K = 1024, PEAK_N = 256, PEAK_CALLS = 8,
+       PEAK_REPS = 300 };
+
+/* FLOP/s of one thread's matmul_forward on panels of `dt`, with the
+ * kernels `isa` selects. */
+static double measure_panels(panel_dtype dt, cpu_isa isa)
+{
+    const size_t M = PEAK_ROWS, K = PEAK_K, N = PEAK_N;
+    const size_t scratch = matmul_scratch_floats(M);
     threadpool *pool;
     gpt2d_error err;
+    if (threadpool_create(&pool, 1, &err) != 0)
+        die("threadpool_create", &err);
+    float *a = malloc(M * K * sizeof(float));
+    float *w = malloc(K * N * sizeof(float));
+    float *c = malloc(M * N * sizeof(float));
+    float *sc = malloc(scratch * sizeof(float));
+    void *wp = huge_alloc(panel_bytes(K, N, dt));
+    if (!a || !w || !c || !sc || !wp) {
+        fprintf(stderr, "bench_forward: out of memory\n");
+        exit(1);
+    }
+    random_product(a, w, wp, dt, M, K, N, 11);
+    const matmul_ctx ctx = { .pool = pool, .isa = isa, .scratch = sc,
+                             .scratch_floats = scratch };
+    const matmul_args p = { .M = M, .N = N, .K = K, .a = a, .w = wp,
+                            .dt = dt, .out = c, .epi = MATMUL_NONE };
+    matmul_forward(&ctx, &p);           /* warm-up: W into the cache */
+    double best = 0.0;
+    for (int r = 0; r < PEAK_REPS; r++) {
+        double t = now();
+        for (int i = 0; i < PEAK_CALLS; i++)
+            matmul_forward(&ctx, &p);
+        double f = 2.0 * (double)(M * N * K) * PEAK_CALLS / (now() - t);
+        if (f > best)
+            best = f;
+    }
+    free(a);
+    free(w);
+    free(c);
+    free(sc);
+    free(wp);
+    threadpool_destroy(pool);
+    return best;
+}
+
+/* --machine-only: the bounds, one line each, for scripts.  The panels'
+ * figure for N threads is N times one thread's: what the kernels would do
+ * with every core to themselves and no cost to splitting a product, a
+ * bound no step can beat.  Bandwidth: slices of 128 MiB (four times this
+ * machine's L3 cache), best of 40, for the same reason as the panels'
+ * (under load 5, best of 5 slices of 1 GiB read 16-26 GB/s, of 40 of
+ * 128 MiB 35-39). */
+static int machine_bounds(size_t threads)
+{
+    static const struct {
+        panel_dtype dt;
+        const char *name;               /* as --dtype spells it */
+    } panel_dtypes[] = { { PANEL_F32, "float32" }, { PANEL_F16, "float16" },
+                         { PANEL_Q8, "int8" } };
+    threadpool *pool;
+    gpt2d_error err;
+    cpu_isa isa;
     if (threadpool_create(&pool, threads, &err) != 0)
         die("threadpool_create", &err);
+    if (cpu_isa_choose(&isa, &err) != 0)
+        die("cpu_isa_choose", &err);
 #ifdef HAVE_OPENBLAS_SET_NUM_THREADS
     openblas_set_num_threads(1);
 #endif
     printf("bandwidth %.2f GB/s\n",
-           measure_bandwidth(pool, (size_t)1 << 30, 5) * 1e-9);
+           measure_bandwidth(pool, (size_t)1 << 27, 40) * 1e-9);
     printf("sgemm %.1f GFLOP/s\n",
            measure_sgemm(pool, 512, 4096, 1024, 5) * 1e-9);
     threadpool_destroy(pool);
+    for (size_t i = 0; i < sizeof panel_dtypes / sizeof panel_dtypes[0]; i++)
+        printf("panels %s %.1f GFLOP/s (%zu threads x one's best; %d rows, "
+               "%dx%d in cache, %s kernels)\n", panel_dtypes[i].name,
+               (double)threads * measure_panels(panel_dtypes[i].dt, isa)
+                   * 1e-9,
+               threads, PEAK_ROWS, PEAK_K, PEAK_N, cpu_isa_name(isa));
     return 0;
 }
 
@@ -409,16 +505,7 @@ static size_t product_variance(threadpool *pool, size_t K, size_t N,
         fprintf(stderr, "bench_forward: out of memory\n");
         exit(1);
     }
-    uint32_t rng = 7;
-    for (size_t i = 0; i < batch * K; i++) {
-        rng = rng * 1664525u + 1013904223u;
-        a[i] = (float)(rng >> 8) / 8388608.0f - 1.0f;
-    }
-    for (size_t i = 0; i < K * N; i++) {
-        rng = rng * 1664525u + 1013904223u;
-        w[i] = ((float)(rng >> 8) / 8388608.0f - 1.0f) * 0.05f;
-    }
-    panel_pack(wp, PANEL_F32, w, K, N);
+    random_product(a, w, wp, PANEL_F32, batch, K, N, 7);
     const matmul_ctx ctx = { .pool = pool, .blas = blas,
                              .isa = cpu_isa_supported(), .scratch = sc,
                              .scratch_floats = scratch };
