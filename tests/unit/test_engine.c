@@ -27,6 +27,7 @@
 #include "gpt2d/monotonic.h"
 #include "gpt2d/threadpool.h"
 #include "gpt2d/tokenizer.h"
+#include "test_argmax.h"
 #include "test_util.h"
 
 #define MAX_GEN 64
@@ -299,15 +300,6 @@ static double log_softmax_at(const float *row, int32_t token)
     return (double)row[token] - mx - log(sum);
 }
 
-static int32_t argmax(const float *row)
-{
-    size_t best = 0;
-    for (size_t v = 1; v < g_vocab; v++)
-        if (row[v] > row[best])
-            best = v;
-    return (int32_t)best;
-}
-
 /* Greedy generation, one token per step, stopping at EOT like the engine. */
 static size_t ref_greedy(const int32_t *prompt, size_t n, size_t max_tokens,
                          int32_t *out, float *logprobs)
@@ -317,7 +309,7 @@ static size_t ref_greedy(const int32_t *prompt, size_t n, size_t max_tokens,
     ref_step(&rf, prompt, n, 1);
     size_t g = 0;
     while (g < max_tokens) {
-        int32_t t = argmax(rf.logits);
+        int32_t t = (int32_t)argmax(rf.logits, g_vocab);
         if (t == TOKENIZER_EOT)
             break;
         logprobs[g] = (float)log_softmax_at(rf.logits, t);
@@ -687,7 +679,7 @@ static void check_scores(size_t max_rows, size_t max_tokens)
         ck_assert_double_eq_tol(t->logprob, want, LOGPROB_TOL);
         ck_assert_uint_eq(t->n_top, 2);
         ck_assert_int_eq(t->top[0].token,
-                         argmax(rf.logits + (i - 1) * g_vocab));
+                         (int32_t)argmax(rf.logits + (i - 1) * g_vocab, g_vocab));
     }
     ck_assert_uint_eq(gen_request_usage(r).cached_tokens, 0);
     gen_request_unlock(r);
