@@ -1455,6 +1455,14 @@ static gen_request *scene_long(scene *sc, kv_identity who, size_t n_seq)
     return scene_keep(sc, submit_long_of(sc->e, sc->prompt, 4, who, n_seq));
 }
 
+/* ... and waits for its first token: it runs. */
+static gen_request *scene_running(scene *sc, kv_identity who, size_t n_seq)
+{
+    gen_request *r = scene_long(sc, who, n_seq);
+    wait_tokens(r, 1);
+    return r;
+}
+
 static void scene_close(scene *sc)
 {
     for (size_t i = 0; i < sc->n_reqs; i++)
@@ -1541,8 +1549,7 @@ START_TEST(test_engine_admits_the_least_served_caller_first)
                           .min_step_usec = 1000 };
     scene sc;
     scene_open(&sc, &cfg);
-    gen_request *a1 = scene_long(&sc, sc.a, 1);
-    wait_tokens(a1, 1);
+    gen_request *a1 = scene_running(&sc, sc.a, 1);
     gen_request *a2 = scene_long(&sc, sc.a, 1);
     gen_request *a3 = scene_long(&sc, sc.a, 1);
     gen_request *b1 = scene_long(&sc, sc.b, 1);
@@ -1563,10 +1570,8 @@ START_TEST(test_engine_caller_holds_at_most_half_the_slots_while_another_is_acti
                           .caller_memory_ms = 100, .min_step_usec = 5000 };
     scene sc;
     scene_open(&sc, &cfg);
-    gen_request *a1 = scene_long(&sc, sc.a, 1);
-    wait_tokens(a1, 1);
-    gen_request *b1 = scene_long(&sc, sc.b, 1);
-    wait_tokens(b1, 1);
+    scene_running(&sc, sc.a, 1);
+    gen_request *b1 = scene_running(&sc, sc.b, 1);
     gen_request *a2 = scene_long(&sc, sc.a, 1);
     gen_request *a3 = scene_long(&sc, sc.a, 1);
     wait_tokens(a2, 3);
@@ -1604,8 +1609,7 @@ START_TEST(test_engine_a_caller_thinking_between_requests_keeps_its_share)
         as[i] = scene_long(&sc, sc.a, 1);
     wait_tokens(as[1], 3);
     assert_slots(sc.e, 2, 2);
-    gen_request *b2 = scene_long(&sc, sc.b, 1);
-    wait_tokens(b2, 1);
+    scene_running(&sc, sc.b, 1);        /* B's next request starts */
     ck_assert_uint_eq(n_tokens_of(as[2]), 0);
     ck_assert_uint_eq(n_tokens_of(as[3]), 0);
     ck_assert(!finished(as[0]));
@@ -1715,11 +1719,9 @@ START_TEST(test_engine_narrow_request_passes_a_wide_one_that_does_not_fit)
                           .min_step_usec = 2000 };
     scene sc;
     scene_open(&sc, &cfg);
-    gen_request *a1 = scene_long(&sc, sc.a, 1);
-    wait_tokens(a1, 1);
+    scene_running(&sc, sc.a, 1);
     gen_request *wide = scene_long(&sc, sc.b, 2);
-    gen_request *narrow = scene_long(&sc, caller(3, 3), 1);
-    wait_tokens(narrow, 1);
+    scene_running(&sc, caller(3, 3), 1);        /* the narrow one starts */
     ck_assert_uint_eq(n_tokens_of(wide), 0);
     scene_close(&sc);
 }
@@ -1735,8 +1737,7 @@ START_TEST(test_engine_aged_wide_request_is_not_passed)
                           .admit_age_ms = 1, .min_step_usec = 2000 };
     scene sc;
     scene_open(&sc, &cfg);
-    gen_request *a1 = scene_long(&sc, sc.a, 1);
-    wait_tokens(a1, 1);
+    scene_running(&sc, sc.a, 1);
     gen_request *wide = scene_long(&sc, sc.b, 2);
     struct timespec pause = { 0, 5000000L };
     nanosleep(&pause, NULL);
@@ -1764,12 +1765,10 @@ START_TEST(test_engine_request_wider_than_its_share_is_not_starved)
 {
     scene sc;
     scene_open(&sc, &share_of_one_slot);
-    gen_request *b1 = scene_long(&sc, sc.b, 1);
-    wait_tokens(b1, 1);
+    scene_running(&sc, sc.b, 1);
     gen_request *b2 = scene_long(&sc, sc.b, 1);
     scene_long(&sc, sc.b, 1);
-    gen_request *wide = scene_long(&sc, sc.a, 2);
-    wait_tokens(wide, 1);
+    scene_running(&sc, sc.a, 2);        /* the wide one starts */
     ck_assert_uint_eq(n_tokens_of(b2), 0);
     scene_close(&sc);
 }
@@ -1784,13 +1783,11 @@ START_TEST(test_engine_wide_request_waits_for_its_callers_turn)
 {
     scene sc;
     scene_open(&sc, &share_of_one_slot);
-    gen_request *wide1 = scene_long(&sc, sc.a, 2);
-    wait_tokens(wide1, 1);
+    scene_running(&sc, sc.a, 2);
     scene_long(&sc, sc.b, 1);
     gen_request *b2 = scene_long(&sc, sc.b, 1);
     gen_request *b3 = scene_long(&sc, sc.b, 1);
-    gen_request *wide2 = scene_long(&sc, sc.a, 2);
-    wait_tokens(wide2, 1);
+    scene_running(&sc, sc.a, 2);        /* A's second wide one starts */
     ck_assert(finished(b2));
     ck_assert_uint_eq(n_tokens_of(b3), 0);
     scene_close(&sc);
@@ -1805,8 +1802,7 @@ START_TEST(test_engine_caller_queue_limit_leaves_room_for_others)
                           .min_step_usec = 1000 };
     scene sc;
     scene_open(&sc, &cfg);
-    gen_request *a1 = scene_long(&sc, sc.a, 1);
-    wait_tokens(a1, 1);
+    scene_running(&sc, sc.a, 1);
     scene_long(&sc, sc.a, 1);
     scene_long(&sc, sc.a, 1);
     gen_params p = greedy_params(sc.prompt, 4, 2);
@@ -1843,8 +1839,7 @@ static size_t flood_done_when_the_stream_ends(bool own_caller)
     scene sc;
     scene_open(&sc, &cfg);
     int32_t *big = prompt_of(48);
-    gen_request *s = scene_long(&sc, sc.a, 1);
-    wait_tokens(s, 1);
+    gen_request *s = scene_running(&sc, sc.a, 1);
     gen_request *flood[12];
     for (size_t i = 0; i < 12; i++) {
         gen_params p = greedy_params(big, 48, 1);
