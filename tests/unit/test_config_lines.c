@@ -74,46 +74,48 @@ static void assert_line(const seen *s, size_t i, size_t number,
     ck_assert_mem_eq(s->text[i], text, len);
 }
 
-START_TEST(test_lines_come_numbered_without_their_newline)
+typedef struct want_line {
+    const char *text;
+    size_t len;
+} want_line;
+#define LINE(literal) { literal, sizeof literal - 1 }
+
+/* A file of `text` (len bytes) is read whole and hands the parser `want`,
+ * numbered from 1. */
+static void expect_lines(const char *what, const char *text, size_t len,
+                         const want_line *want, size_t n_want)
 {
     seen s = { .n = 0 };
     gpt2d_error err = { { 0 } };
-    const char text[] = "one\n\n  two  \n# three\n";
-    ck_assert_int_eq(read_text(text, sizeof text - 1, &s, &err), 0);
-    ck_assert_uint_eq(s.n, 4);
-    assert_line(&s, 0, 1, "one", 3);
-    assert_line(&s, 1, 2, "", 0);               /* blank lines are the parser's */
-    assert_line(&s, 2, 3, "  two  ", 7);        /* and so is trimming */
-    assert_line(&s, 3, 4, "# three", 7);        /* and comments */
+    ck_assert_msg(read_text(text, len, &s, &err) == 0, "%s: %s", what,
+                  err.message);
+    ck_assert_msg(s.n == n_want, "%s: %zu lines, wanted %zu", what, s.n, n_want);
+    for (size_t i = 0; i < n_want; i++)
+        assert_line(&s, i, i + 1, want[i].text, want[i].len);
     seen_free(&s);
 }
-END_TEST
 
-START_TEST(test_last_line_without_newline_is_read)
-{
-    seen s = { .n = 0 };
-    gpt2d_error err = { { 0 } };
-    const char text[] = "one\ntwo";
-    ck_assert_int_eq(read_text(text, sizeof text - 1, &s, &err), 0);
-    ck_assert_uint_eq(s.n, 2);
-    assert_line(&s, 1, 2, "two", 3);
-    seen_free(&s);
-}
-END_TEST
+/* What each file hands the parser: blank lines, spaces and comments are
+ * the parser's to judge; "\r\n" ends a line as "\n" does, and a '\r'
+ * anywhere else is the line's. */
+static const struct {
+    const char *what, *text;
+    want_line want[4];
+    size_t n_want;
+} files[] = {
+    { "lines come numbered without their newline", "one\n\n  two  \n# three\n",
+      { LINE("one"), LINE(""), LINE("  two  "), LINE("# three") }, 4 },
+    { "the last line without a newline is read", "one\ntwo",
+      { LINE("one"), LINE("two") }, 2 },
+    { "CRLF ends a line, a lone CR stays", "one\r\nt\rwo\n\r\nthree\r",
+      { LINE("one"), LINE("t\rwo"), LINE(""), LINE("three\r") }, 4 },
+    { "an empty file hands over nothing", "", { { NULL, 0 } }, 0 },
+};
 
-/* "\r\n" ends a line as "\n" does; a '\r' anywhere else is the line's. */
-START_TEST(test_crlf_ends_a_line_and_a_lone_cr_stays)
+START_TEST(test_each_file_hands_over_its_lines)
 {
-    seen s = { .n = 0 };
-    gpt2d_error err = { { 0 } };
-    const char text[] = "one\r\nt\rwo\n\r\nthree\r";
-    ck_assert_int_eq(read_text(text, sizeof text - 1, &s, &err), 0);
-    ck_assert_uint_eq(s.n, 4);
-    assert_line(&s, 0, 1, "one", 3);
-    assert_line(&s, 1, 2, "t\rwo", 4);
-    assert_line(&s, 2, 3, "", 0);
-    assert_line(&s, 3, 4, "three\r", 6);
-    seen_free(&s);
+    expect_lines(files[_i].what, files[_i].text, strlen(files[_i].text),
+                 files[_i].want, files[_i].n_want);
 }
 END_TEST
 
@@ -122,18 +124,13 @@ END_TEST
 START_TEST(test_long_line_arrives_whole)
 {
     enum { LONG = 100000 };
-    char *text = malloc(LONG + 3);
+    char *text = malloc(LONG + 2);
     ck_assert_ptr_nonnull(text);
     for (size_t i = 0; i < LONG; i++)
         text[i] = (char)('a' + i % 26);
     memcpy(text + LONG, "\nz", 2);
-    seen s = { .n = 0 };
-    gpt2d_error err = { { 0 } };
-    ck_assert_int_eq(read_text(text, LONG + 2, &s, &err), 0);
-    ck_assert_uint_eq(s.n, 2);
-    assert_line(&s, 0, 1, text, LONG);
-    assert_line(&s, 1, 2, "z", 1);
-    seen_free(&s);
+    const want_line want[] = { { text, LONG }, LINE("z") };
+    expect_lines("a long line", text, LONG + 2, want, 2);
     free(text);
 }
 END_TEST
@@ -169,15 +166,6 @@ START_TEST(test_parser_refusal_stops_the_reading)
 }
 END_TEST
 
-START_TEST(test_empty_file_hands_over_nothing)
-{
-    seen s = { .n = 0 };
-    gpt2d_error err = { { 0 } };
-    ck_assert_int_eq(read_text("", 0, &s, &err), 0);
-    ck_assert_uint_eq(s.n, 0);
-}
-END_TEST
-
 START_TEST(test_missing_file_names_the_path_and_the_reason)
 {
     char path[512], want[600];
@@ -209,13 +197,11 @@ static Suite *config_lines_suite(void)
     Suite *s = suite_create("config_lines");
     TCase *tc = tcase_create("reading");
     tcase_add_unchecked_fixture(tc, test_scratch_make, test_scratch_remove);
-    tcase_add_test(tc, test_lines_come_numbered_without_their_newline);
-    tcase_add_test(tc, test_last_line_without_newline_is_read);
-    tcase_add_test(tc, test_crlf_ends_a_line_and_a_lone_cr_stays);
+    tcase_add_loop_test(tc, test_each_file_hands_over_its_lines, 0,
+                        sizeof files / sizeof files[0]);
     tcase_add_test(tc, test_long_line_arrives_whole);
     tcase_add_test(tc, test_nul_byte_stops_the_reading_at_its_line);
     tcase_add_test(tc, test_parser_refusal_stops_the_reading);
-    tcase_add_test(tc, test_empty_file_hands_over_nothing);
     tcase_add_test(tc, test_missing_file_names_the_path_and_the_reason);
     tcase_add_test(tc, test_read_error_is_refused);
     suite_add_tcase(s, tc);
