@@ -46,6 +46,7 @@
 #include "gpt2d/panels.h"
 #include "gpt2d/model.h"
 #include "gpt2d/threadpool.h"
+#include "../tests/unit/test_argmax.h"
 
 enum { PREFILL = 512, PROMPT = 128, DECODE_STEPS = 32, MAX_BATCH = 16 };
 
@@ -645,16 +646,6 @@ static void run_backend(bench *b, results *r)
         r->decode[i] = decode_step_time(b, batches[i]);
     r->differ = batch_variance(b, 4, &r->total, &r->max_diff);
     r->weight_bytes = weight_bytes(&b->m);
-}
-
-/* Index of the largest of v[0..n). */
-static size_t argmax(const float *v, size_t n)
-{
-    size_t best = 0;
-    for (size_t i = 1; i < n; i++)
-        if (v[i] > v[best])
-            best = i;
-    return best;
 }
 
 enum { AGAINST_PROMPT = 100, AGAINST_STEPS = 32 };

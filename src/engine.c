@@ -1505,9 +1505,9 @@ static void *engine_main(void *arg)
         /* the hold follows how long the streams waited for the step (a
          * test's step floor included) */
         if (rc == 0 && mixed) {
-            double held = monotonic_seconds() - t_step;
-            e->prefill_hold_until = monotonic_seconds() +
-                held * (1.0 - e->cfg.prefill_share) / e->cfg.prefill_share;
+            const double t_end = monotonic_seconds();
+            e->prefill_hold_until = t_end + (t_end - t_step) *
+                (1.0 - e->cfg.prefill_share) / e->cfg.prefill_share;
         }
 
         pthread_mutex_lock(&e->lock);

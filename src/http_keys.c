@@ -6,16 +6,15 @@
  * reload carries it over. */
 #include "gpt2d/http_keys.h"
 #include "gpt2d/buf.h"
+#include "gpt2d/config_lines.h"
 #include "gpt2d/metrics.h"
 
-#include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/types.h>
 
 /* The API keys in force; replaced whole on SIGHUP.  keys holds n char *,
  * callers n api_caller: callers[i] is keys[i]'s caller (digests, limits,
@@ -259,43 +258,38 @@ static int parse_key_line(key_set *k, const char *s, const char *e,
     return 0;
 }
 
-/* The key file (see http_keys.h); spaces around a line are trimmed. */
+typedef struct key_file {
+    key_set *k;
+    const settings *cfg;
+} key_file;
+
+/* One line of the key file; spaces around it are trimmed. */
+static int keys_load_line(void *ctx, config_line *line, gpt2d_error *err)
+{
+    const key_file *kf = ctx;
+    char *s = line->text, *e = line->text + line->len;
+    /* an editor's UTF-8 byte order mark is not part of the first key */
+    if (line->number == 1 && line->len >= 3 && memcmp(s, "\xEF\xBB\xBF", 3) == 0)
+        s += 3;
+    while (s < e && (*s == ' ' || *s == '\t'))
+        s++;
+    while (e > s && (e[-1] == '\r' || e[-1] == ' ' || e[-1] == '\t'))
+        e--;
+    if (s == e || *s == '#')
+        return 0;
+    *e = '\0';
+    return parse_key_line(kf->k, s, e, line->path, line->number, kf->cfg, err);
+}
+
+/* The key file (see http_keys.h). */
 static int keys_load_file(key_set *k, const settings *cfg, gpt2d_error *err)
 {
-    const char *path = cfg->api_key_file;
-    FILE *f = fopen(path, "r");
-    if (f == NULL)
-        return error_set(err, "%s: %s", path, strerror(errno));
-    char *line = NULL;
-    size_t cap = 0, lineno = 0;
-    ssize_t n;
-    int rc = 0;
-    while (rc == 0 && (n = getline(&line, &cap, f)) >= 0) {
-        lineno++;
-        char *s = line, *e = line + n;
-        if (strlen(line) != (size_t)n) {
-            rc = error_set(err, "%s:%zu: NUL byte in line", path, lineno);
-            break;
-        }
-        /* an editor's UTF-8 byte order mark is not part of the first key */
-        if (lineno == 1 && n >= 3 && memcmp(s, "\xEF\xBB\xBF", 3) == 0)
-            s += 3;
-        while (s < e && (*s == ' ' || *s == '\t'))
-            s++;
-        while (e > s && (e[-1] == '\n' || e[-1] == '\r' || e[-1] == ' ' || e[-1] == '\t'))
-            e--;
-        if (s == e || *s == '#')
-            continue;
-        *e = '\0';
-        rc = parse_key_line(k, s, e, path, lineno, cfg, err);
-    }
-    if (line != NULL)
-        explicit_bzero(line, cap);
-    free(line);
-    fclose(f);
-    if (rc == 0 && k->n == 0)
-        rc = error_set(err, "%s: no API keys in the file", path);
-    return rc;
+    key_file kf = { k, cfg };
+    if (config_lines_read(cfg->api_key_file, keys_load_line, &kf, err) != 0)
+        return -1;
+    if (k->n == 0)
+        return error_set(err, "%s: no API keys in the file", cfg->api_key_file);
+    return 0;
 }
 
 /* Each named key's series in /metrics; a name keeps its id across

@@ -37,6 +37,7 @@
 #include <unistd.h>
 
 #include "gpt2d/addr_list.h"
+#include "gpt2d/config_lines.h"
 #include "gpt2d/dtype.h"
 #include "gpt2d/log.h"
 
@@ -569,31 +570,17 @@ static int apply_config_line(settings *s, char *line, const char *path,
     return apply_value(s, o, value, where, err);
 }
 
+static int apply_config_file_line(void *s, config_line *line, gpt2d_error *err)
+{
+    char *p = trim(line->text);
+    if (*p == '\0' || *p == '#')
+        return 0;               /* # only at the start: values may contain it */
+    return apply_config_line(s, p, line->path, line->number, err);
+}
+
 static int apply_config_file(settings *s, const char *path, gpt2d_error *err)
 {
-    FILE *f = fopen(path, "r");
-    if (f == NULL)
-        return error_set(err, "%s: %s", path, strerror(errno));
-    char *line = NULL;
-    size_t cap = 0, lineno = 0;
-    ssize_t len;
-    int rc = 0;
-    while (rc == 0 && (len = getline(&line, &cap, f)) >= 0) {
-        lineno++;
-        if (strlen(line) != (size_t)len) {
-            rc = error_set(err, "%s:%zu: NUL byte in line", path, lineno);
-            break;
-        }
-        char *p = trim(line);
-        if (*p == '\0' || *p == '#')
-            continue;           /* # only at the start: values may contain it */
-        rc = apply_config_line(s, p, path, lineno, err);
-    }
-    if (rc == 0 && ferror(f))
-        rc = error_set(err, "%s: read error", path);
-    free(line);
-    fclose(f);
-    return rc;
+    return config_lines_read(path, apply_config_file_line, s, err);
 }
 
 /* An empty variable counts as unset, as shells and systemd often leave them. */

@@ -27,6 +27,7 @@
 #include "gpt2d/monotonic.h"
 #include "gpt2d/threadpool.h"
 #include "gpt2d/tokenizer.h"
+#include "test_argmax.h"
 #include "test_util.h"
 
 #define MAX_GEN 64
@@ -299,15 +300,6 @@ static double log_softmax_at(const float *row, int32_t token)
     return (double)row[token] - mx - log(sum);
 }
 
-static int32_t argmax(const float *row)
-{
-    size_t best = 0;
-    for (size_t v = 1; v < g_vocab; v++)
-        if (row[v] > row[best])
-            best = v;
-    return (int32_t)best;
-}
-
 /* Greedy generation, one token per step, stopping at EOT like the engine. */
 static size_t ref_greedy(const int32_t *prompt, size_t n, size_t max_tokens,
                          int32_t *out, float *logprobs)
@@ -317,7 +309,7 @@ static size_t ref_greedy(const int32_t *prompt, size_t n, size_t max_tokens,
     ref_step(&rf, prompt, n, 1);
     size_t g = 0;
     while (g < max_tokens) {
-        int32_t t = argmax(rf.logits);
+        int32_t t = (int32_t)argmax(rf.logits, g_vocab);
         if (t == TOKENIZER_EOT)
             break;
         logprobs[g] = (float)log_softmax_at(rf.logits, t);
@@ -687,7 +679,7 @@ static void check_scores(size_t max_rows, size_t max_tokens)
         ck_assert_double_eq_tol(t->logprob, want, LOGPROB_TOL);
         ck_assert_uint_eq(t->n_top, 2);
         ck_assert_int_eq(t->top[0].token,
-                         argmax(rf.logits + (i - 1) * g_vocab));
+                         (int32_t)argmax(rf.logits + (i - 1) * g_vocab, g_vocab));
     }
     ck_assert_uint_eq(gen_request_usage(r).cached_tokens, 0);
     gen_request_unlock(r);
@@ -1416,15 +1408,6 @@ static engine *open_engine_cfg(const engine_config *over)
     return e;
 }
 
-/* Releases a scenario's requests, then the engine and the prompt. */
-static void end_scenario(engine *e, gen_request **reqs, size_t n, int32_t *prompt)
-{
-    for (size_t i = 0; i < n; i++)
-        gen_request_release(reqs[i]);
-    engine_destroy(e);
-    free(prompt);
-}
-
 /* A long request (the whole context) of `who`, queued. */
 static gen_request *submit_long_of(engine *e, const int32_t *prompt, size_t n,
                                    kv_identity who, size_t n_seq)
@@ -1438,12 +1421,78 @@ static gen_request *submit_long_of(engine *e, const int32_t *prompt, size_t n,
     return r;
 }
 
+/* A fairness scenario: an engine, the 4-token prompt of its long requests,
+ * callers A and B, and every request it keeps, released with the engine
+ * when it ends. */
+typedef struct scene {
+    engine *e;
+    int32_t *prompt;
+    kv_identity a, b;
+    gen_request *reqs[16];
+    size_t n_reqs;
+} scene;
+
+static void scene_open(scene *sc, const engine_config *cfg)
+{
+    sc->e = open_engine_cfg(cfg);
+    sc->prompt = prompt_of(4);
+    sc->a = caller(1, 1);
+    sc->b = caller(2, 2);
+    sc->n_reqs = 0;
+}
+
+/* r, released at scene_close. */
+static gen_request *scene_keep(scene *sc, gen_request *r)
+{
+    ck_assert_uint_lt(sc->n_reqs, sizeof sc->reqs / sizeof sc->reqs[0]);
+    sc->reqs[sc->n_reqs++] = r;
+    return r;
+}
+
+/* A long request of `who` with n_seq sequences, queued and kept. */
+static gen_request *scene_long(scene *sc, kv_identity who, size_t n_seq)
+{
+    return scene_keep(sc, submit_long_of(sc->e, sc->prompt, 4, who, n_seq));
+}
+
+/* ... and waits for its first token: it runs. */
+static gen_request *scene_running(scene *sc, kv_identity who, size_t n_seq)
+{
+    gen_request *r = scene_long(sc, who, n_seq);
+    wait_tokens(r, 1);
+    return r;
+}
+
+static void scene_close(scene *sc)
+{
+    for (size_t i = 0; i < sc->n_reqs; i++)
+        gen_request_release(sc->reqs[i]);
+    engine_destroy(sc->e);
+    free(sc->prompt);
+}
+
 static size_t n_tokens_of(gen_request *r)
 {
     gen_request_lock(r);
     size_t n = gen_request_output(r, 0)->n_tokens;
     gen_request_unlock(r);
     return n;
+}
+
+static bool finished(gen_request *r)
+{
+    gen_request_lock(r);
+    bool done = gen_request_finished(r);
+    gen_request_unlock(r);
+    return done;
+}
+
+/* The engine runs `busy` sequences and queues `queued` requests. */
+static void assert_slots(engine *e, size_t busy, size_t queued)
+{
+    engine_stats st = engine_get_stats(e);
+    ck_assert_uint_eq(st.slots_busy, busy);
+    ck_assert_uint_eq(st.queue_depth, queued);
 }
 
 /* Beside a decoding stream, a prompt's rows are cut to the step budget
@@ -1498,20 +1547,17 @@ START_TEST(test_engine_admits_the_least_served_caller_first)
 {
     engine_config cfg = { .n_slots = 1, .max_queue = 8, .max_batch_rows = 16,
                           .min_step_usec = 1000 };
-    engine *e = open_engine_cfg(&cfg);
-    int32_t *prompt = prompt_of(4);
-    kv_identity a = caller(1, 1), b = caller(2, 2);
-    gen_request *a1 = submit_long_of(e, prompt, 4, a, 1);
-    wait_tokens(a1, 1);
-    gen_request *a2 = submit_long_of(e, prompt, 4, a, 1);
-    gen_request *a3 = submit_long_of(e, prompt, 4, a, 1);
-    gen_request *b1 = submit_long_of(e, prompt, 4, b, 1);
+    scene sc;
+    scene_open(&sc, &cfg);
+    gen_request *a1 = scene_running(&sc, sc.a, 1);
+    gen_request *a2 = scene_long(&sc, sc.a, 1);
+    gen_request *a3 = scene_long(&sc, sc.a, 1);
+    gen_request *b1 = scene_long(&sc, sc.b, 1);
     gen_request_cancel(a1);
     wait_tokens(b1, 1);
     ck_assert_uint_eq(n_tokens_of(a2), 0);
     ck_assert_uint_eq(n_tokens_of(a3), 0);
-    gen_request *all[] = { a1, a2, a3, b1 };
-    end_scenario(e, all, 4, prompt);
+    scene_close(&sc);
 }
 END_TEST
 
@@ -1522,29 +1568,21 @@ START_TEST(test_engine_caller_holds_at_most_half_the_slots_while_another_is_acti
 {
     engine_config cfg = { .n_slots = 4, .max_queue = 8, .max_batch_rows = 16,
                           .caller_memory_ms = 100, .min_step_usec = 5000 };
-    engine *e = open_engine_cfg(&cfg);
-    int32_t *prompt = prompt_of(4);
-    kv_identity a = caller(1, 1), b = caller(2, 2);
-    gen_request *a1 = submit_long_of(e, prompt, 4, a, 1);
-    wait_tokens(a1, 1);
-    gen_request *b1 = submit_long_of(e, prompt, 4, b, 1);
-    wait_tokens(b1, 1);
-    gen_request *a2 = submit_long_of(e, prompt, 4, a, 1);
-    gen_request *a3 = submit_long_of(e, prompt, 4, a, 1);
+    scene sc;
+    scene_open(&sc, &cfg);
+    scene_running(&sc, sc.a, 1);
+    gen_request *b1 = scene_running(&sc, sc.b, 1);
+    gen_request *a2 = scene_long(&sc, sc.a, 1);
+    gen_request *a3 = scene_long(&sc, sc.a, 1);
     wait_tokens(a2, 3);
-    gen_request_lock(b1);
-    ck_assert(!gen_request_finished(b1));
-    gen_request_unlock(b1);
+    ck_assert(!finished(b1));
     ck_assert_uint_eq(n_tokens_of(a3), 0);
-    engine_stats st = engine_get_stats(e);
-    ck_assert_uint_eq(st.slots_busy, 3);
-    ck_assert_uint_eq(st.queue_depth, 1);
+    assert_slots(sc.e, 3, 1);
     /* B leaves: once it has been gone caller_memory_ms, A takes the free
      * slot */
     gen_request_cancel(b1);
     wait_tokens(a3, 1);
-    gen_request *all[] = { a1, a2, a3, b1 };
-    end_scenario(e, all, 4, prompt);
+    scene_close(&sc);
 }
 END_TEST
 
@@ -1559,30 +1597,23 @@ START_TEST(test_engine_a_caller_thinking_between_requests_keeps_its_share)
 {
     engine_config cfg = { .n_slots = 4, .max_queue = 8, .max_batch_rows = 16,
                           .min_step_usec = 5000 };
-    engine *e = open_engine_cfg(&cfg);
-    int32_t *prompt = prompt_of(4);
-    kv_identity a = caller(1, 1), b = caller(2, 2);
-    gen_params p = greedy_params(prompt, 4, 2);
-    p.identity = b;
+    scene sc;
+    scene_open(&sc, &cfg);
+    gen_params p = greedy_params(sc.prompt, 4, 2);
+    p.identity = sc.b;
     outcome o;
-    run(e, &p, &o);
+    run(sc.e, &p, &o);
     monotonic_sleep_ms(1500);
     gen_request *as[4];
     for (size_t i = 0; i < 4; i++)
-        as[i] = submit_long_of(e, prompt, 4, a, 1);
+        as[i] = scene_long(&sc, sc.a, 1);
     wait_tokens(as[1], 3);
-    engine_stats st = engine_get_stats(e);
-    ck_assert_uint_eq(st.slots_busy, 2);
-    ck_assert_uint_eq(st.queue_depth, 2);
-    gen_request *b2 = submit_long_of(e, prompt, 4, b, 1);
-    wait_tokens(b2, 1);
+    assert_slots(sc.e, 2, 2);
+    scene_running(&sc, sc.b, 1);        /* B's next request starts */
     ck_assert_uint_eq(n_tokens_of(as[2]), 0);
     ck_assert_uint_eq(n_tokens_of(as[3]), 0);
-    gen_request_lock(as[0]);
-    ck_assert(!gen_request_finished(as[0]));
-    gen_request_unlock(as[0]);
-    gen_request *all[] = { as[0], as[1], as[2], as[3], b2 };
-    end_scenario(e, all, 5, prompt);
+    ck_assert(!finished(as[0]));
+    scene_close(&sc);
 }
 END_TEST
 
@@ -1591,11 +1622,9 @@ END_TEST
  * B's request of two sampled sequences (they differ, so no block of one is
  * a twin of the other's) growing to the whole context: all 8 blocks. */
 typedef struct wide_scene {
-    engine *e;
-    kv_identity a;
+    scene sc;
     int32_t *turn2;             /* A's next turn: the history, two new tokens */
     size_t n2;
-    int32_t *prompt;
     gen_request *wide;
 } wide_scene;
 
@@ -1604,43 +1633,43 @@ static void wide_scene_open(wide_scene *w, unsigned caller_memory_ms)
     engine_config cfg = { .n_slots = 4, .max_queue = 8, .max_batch_rows = 16,
                           .kv_blocks = 8, .caller_memory_ms = caller_memory_ms,
                           .min_step_usec = 1000 };
-    w->e = open_engine_cfg(&cfg);
-    w->a = caller(1, 1);
+    scene_open(&w->sc, &cfg);
     w->turn2 = prompt_of(50);
     w->n2 = 50;
     gen_params p = greedy_params(w->turn2, 40, 8);
     ban_eot(&p);
-    p.identity = w->a;
+    p.identity = w->sc.a;
     p.session_id = "chat";
     outcome o;
-    run(w->e, &p, &o);
+    run(w->sc.e, &p, &o);
     ck_assert_uint_eq(o.seq[0].n_tokens, 8);
     memcpy(w->turn2 + 40, o.seq[0].tokens, 8 * sizeof *w->turn2);
     w->turn2[48] = 11;
     w->turn2[49] = 12;
 
-    w->prompt = prompt_of(4);
-    gen_params q = sampled_params(w->prompt, 4, g_n_ctx - 4, 7);
+    gen_params q = sampled_params(w->sc.prompt, 4, g_n_ctx - 4, 7);
     ban_eot(&q);
-    q.identity = caller(2, 2);
+    q.identity = w->sc.b;
     q.n_sequences = 2;
-    ck_assert_int_eq(submit(w->e, &q, &w->wide), ENGINE_OK);
+    gen_request *wide = NULL;
+    ck_assert_int_eq(submit(w->sc.e, &q, &wide), ENGINE_OK);
+    w->wide = scene_keep(&w->sc, wide);
 }
 
 /* A's next turn: what it found cached. */
 static size_t wide_scene_next_turn(wide_scene *w)
 {
     gen_params p = greedy_params(w->turn2, w->n2, 2);
-    p.identity = w->a;
+    p.identity = w->sc.a;
     p.session_id = "chat";
     outcome o;
-    run(w->e, &p, &o);
+    run(w->sc.e, &p, &o);
     return o.usage.cached_tokens;
 }
 
 static void wide_scene_close(wide_scene *w)
 {
-    end_scenario(w->e, &w->wide, 1, w->prompt);
+    scene_close(&w->sc);
     free(w->turn2);
 }
 
@@ -1658,7 +1687,7 @@ START_TEST(test_engine_wide_request_leaves_a_present_callers_conversation_cached
     monotonic_sleep_ms(50);
     ck_assert_uint_eq(wide_scene_next_turn(&w), 47);
     ck_assert_uint_eq(n_tokens_of(w.wide), 0);
-    ck_assert_uint_eq(engine_get_stats(w.e).kv.evicted[KV_EVICTED_UNDER_SHARE], 0);
+    ck_assert_uint_eq(engine_get_stats(w.sc.e).kv.evicted[KV_EVICTED_UNDER_SHARE], 0);
     wide_scene_close(&w);
 }
 END_TEST
@@ -1674,7 +1703,7 @@ START_TEST(test_engine_wide_request_takes_kept_memory_once_its_owner_has_gone)
     ck_assert_uint_eq(gen_request_output(w.wide, 0)->n_tokens, 60);
     ck_assert_uint_eq(gen_request_output(w.wide, 1)->n_tokens, 60);
     gen_request_unlock(w.wide);
-    ck_assert_uint_eq(engine_get_stats(w.e).kv.evicted[KV_EVICTED_UNDER_SHARE], 3);
+    ck_assert_uint_eq(engine_get_stats(w.sc.e).kv.evicted[KV_EVICTED_UNDER_SHARE], 3);
     ck_assert_uint_eq(wide_scene_next_turn(&w), 0);
     wide_scene_close(&w);
 }
@@ -1688,16 +1717,13 @@ START_TEST(test_engine_narrow_request_passes_a_wide_one_that_does_not_fit)
     engine_config cfg = { .n_slots = 2, .max_queue = 8, .max_batch_rows = 16,
                           .max_seqs_per_caller = 2, .admit_age_ms = 60000,
                           .min_step_usec = 2000 };
-    engine *e = open_engine_cfg(&cfg);
-    int32_t *prompt = prompt_of(4);
-    gen_request *a1 = submit_long_of(e, prompt, 4, caller(1, 1), 1);
-    wait_tokens(a1, 1);
-    gen_request *wide = submit_long_of(e, prompt, 4, caller(2, 2), 2);
-    gen_request *narrow = submit_long_of(e, prompt, 4, caller(3, 3), 1);
-    wait_tokens(narrow, 1);
+    scene sc;
+    scene_open(&sc, &cfg);
+    scene_running(&sc, sc.a, 1);
+    gen_request *wide = scene_long(&sc, sc.b, 2);
+    scene_running(&sc, caller(3, 3), 1);        /* the narrow one starts */
     ck_assert_uint_eq(n_tokens_of(wide), 0);
-    gen_request *all[] = { a1, wide, narrow };
-    end_scenario(e, all, 3, prompt);
+    scene_close(&sc);
 }
 END_TEST
 
@@ -1709,18 +1735,16 @@ START_TEST(test_engine_aged_wide_request_is_not_passed)
     engine_config cfg = { .n_slots = 2, .max_queue = 8, .max_batch_rows = 16,
                           .kv_blocks = 16, .max_seqs_per_caller = 2,
                           .admit_age_ms = 1, .min_step_usec = 2000 };
-    engine *e = open_engine_cfg(&cfg);
-    int32_t *prompt = prompt_of(4);
-    gen_request *a1 = submit_long_of(e, prompt, 4, caller(1, 1), 1);
-    wait_tokens(a1, 1);
-    gen_request *wide = submit_long_of(e, prompt, 4, caller(2, 2), 2);
+    scene sc;
+    scene_open(&sc, &cfg);
+    scene_running(&sc, sc.a, 1);
+    gen_request *wide = scene_long(&sc, sc.b, 2);
     struct timespec pause = { 0, 5000000L };
     nanosleep(&pause, NULL);
-    gen_request *narrow = submit_long_of(e, prompt, 4, caller(3, 3), 1);
+    gen_request *narrow = scene_long(&sc, caller(3, 3), 1);
     wait_tokens(wide, 1);       /* once a1 ends */
     ck_assert_uint_eq(n_tokens_of(narrow), 0);
-    gen_request *all[] = { a1, wide, narrow };
-    end_scenario(e, all, 3, prompt);
+    scene_close(&sc);
 }
 END_TEST
 
@@ -1739,18 +1763,14 @@ static const engine_config share_of_one_slot = {
  * drain to it: it starts when B's first ends, before B's second. */
 START_TEST(test_engine_request_wider_than_its_share_is_not_starved)
 {
-    engine *e = open_engine_cfg(&share_of_one_slot);
-    int32_t *prompt = prompt_of(4);
-    kv_identity a = caller(1, 1), b = caller(2, 2);
-    gen_request *b1 = submit_long_of(e, prompt, 4, b, 1);
-    wait_tokens(b1, 1);
-    gen_request *b2 = submit_long_of(e, prompt, 4, b, 1);
-    gen_request *b3 = submit_long_of(e, prompt, 4, b, 1);
-    gen_request *wide = submit_long_of(e, prompt, 4, a, 2);
-    wait_tokens(wide, 1);
+    scene sc;
+    scene_open(&sc, &share_of_one_slot);
+    scene_running(&sc, sc.b, 1);
+    gen_request *b2 = scene_long(&sc, sc.b, 1);
+    scene_long(&sc, sc.b, 1);
+    scene_running(&sc, sc.a, 2);        /* the wide one starts */
     ck_assert_uint_eq(n_tokens_of(b2), 0);
-    gen_request *all[] = { b1, b2, b3, wide };
-    end_scenario(e, all, 4, prompt);
+    scene_close(&sc);
 }
 END_TEST
 
@@ -1761,22 +1781,16 @@ END_TEST
  * machine again at once. */
 START_TEST(test_engine_wide_request_waits_for_its_callers_turn)
 {
-    engine *e = open_engine_cfg(&share_of_one_slot);
-    int32_t *prompt = prompt_of(4);
-    kv_identity a = caller(1, 1), b = caller(2, 2);
-    gen_request *wide1 = submit_long_of(e, prompt, 4, a, 2);
-    wait_tokens(wide1, 1);
-    gen_request *b1 = submit_long_of(e, prompt, 4, b, 1);
-    gen_request *b2 = submit_long_of(e, prompt, 4, b, 1);
-    gen_request *b3 = submit_long_of(e, prompt, 4, b, 1);
-    gen_request *wide2 = submit_long_of(e, prompt, 4, a, 2);
-    wait_tokens(wide2, 1);
-    gen_request_lock(b2);
-    ck_assert(gen_request_finished(b2));
-    gen_request_unlock(b2);
+    scene sc;
+    scene_open(&sc, &share_of_one_slot);
+    scene_running(&sc, sc.a, 2);
+    scene_long(&sc, sc.b, 1);
+    gen_request *b2 = scene_long(&sc, sc.b, 1);
+    gen_request *b3 = scene_long(&sc, sc.b, 1);
+    scene_running(&sc, sc.a, 2);        /* A's second wide one starts */
+    ck_assert(finished(b2));
     ck_assert_uint_eq(n_tokens_of(b3), 0);
-    gen_request *all[] = { wide1, b1, b2, b3, wide2 };
-    end_scenario(e, all, 5, prompt);
+    scene_close(&sc);
 }
 END_TEST
 
@@ -1784,28 +1798,29 @@ END_TEST
  * default) while the queue still has room for others. */
 START_TEST(test_engine_caller_queue_limit_leaves_room_for_others)
 {
-    engine *e = open_engine(1, 16, 4);
-    int32_t *prompt = prompt_of(4);
-    kv_identity a = caller(1, 1), b = caller(2, 2);
-    gen_request *a1 = submit_long_of(e, prompt, 4, a, 1);
-    wait_tokens(a1, 1);
-    gen_request *a2 = submit_long_of(e, prompt, 4, a, 1);
-    gen_request *a3 = submit_long_of(e, prompt, 4, a, 1);
-    gen_params p = greedy_params(prompt, 4, 2);
-    p.identity = a;
+    engine_config cfg = { .n_slots = 1, .max_queue = 4, .max_batch_rows = 16,
+                          .min_step_usec = 1000 };
+    scene sc;
+    scene_open(&sc, &cfg);
+    scene_running(&sc, sc.a, 1);
+    scene_long(&sc, sc.a, 1);
+    scene_long(&sc, sc.a, 1);
+    gen_params p = greedy_params(sc.prompt, 4, 2);
+    p.identity = sc.a;
     gen_request *refused = NULL;
-    ck_assert_int_eq(submit(e, &p, &refused), ENGINE_CALLER_QUEUE_FULL);
+    ck_assert_int_eq(submit(sc.e, &p, &refused), ENGINE_CALLER_QUEUE_FULL);
     ck_assert_ptr_null(refused);
     /* a per-request limit overrides the engine's */
     p.max_queued = 3;
     gen_request *a4 = NULL;
-    ck_assert_int_eq(submit(e, &p, &a4), ENGINE_OK);
-    p.identity = b;
+    ck_assert_int_eq(submit(sc.e, &p, &a4), ENGINE_OK);
+    scene_keep(&sc, a4);
+    p.identity = sc.b;
     p.max_queued = 0;
     gen_request *b1 = NULL;
-    ck_assert_int_eq(submit(e, &p, &b1), ENGINE_OK);
-    gen_request *all[] = { a1, a2, a3, a4, b1 };
-    end_scenario(e, all, 5, prompt);
+    ck_assert_int_eq(submit(sc.e, &p, &b1), ENGINE_OK);
+    scene_keep(&sc, b1);
+    scene_close(&sc);
 }
 END_TEST
 
@@ -1821,29 +1836,24 @@ static size_t flood_done_when_the_stream_ends(bool own_caller)
      * (unpadded, the stream's 59 steps take a few milliseconds) */
     engine_config cfg = { .n_slots = 4, .max_queue = 64, .max_batch_rows = 20,
                           .prefill_share = 0.25, .min_step_usec = 3000 };
-    engine *e = open_engine_cfg(&cfg);
-    int32_t *prompt = prompt_of(4), *big = prompt_of(48);
-    gen_request *s = submit_long_of(e, prompt, 4, caller(1, 1), 1);
-    wait_tokens(s, 1);
+    scene sc;
+    scene_open(&sc, &cfg);
+    int32_t *big = prompt_of(48);
+    gen_request *s = scene_running(&sc, sc.a, 1);
     gen_request *flood[12];
     for (size_t i = 0; i < 12; i++) {
         gen_params p = greedy_params(big, 48, 1);
         big[0] = (int32_t)(100 + i);    /* nothing cached to share */
-        p.identity = own_caller ? caller(1, 1) : caller((uint8_t)(10 + i % 3), 9);
+        p.identity = own_caller ? sc.a : caller((uint8_t)(10 + i % 3), 9);
         p.max_queued = 64;
-        ck_assert_int_eq(submit(e, &p, &flood[i]), ENGINE_OK);
+        ck_assert_int_eq(submit(sc.e, &p, &flood[i]), ENGINE_OK);
+        scene_keep(&sc, flood[i]);
     }
     wait_finished(s);
     size_t done = 0;
-    for (size_t i = 0; i < 12; i++) {
-        gen_request_lock(flood[i]);
-        done += gen_request_finished(flood[i]);
-        gen_request_unlock(flood[i]);
-        gen_request_release(flood[i]);
-    }
-    gen_request_release(s);
-    engine_destroy(e);
-    free(prompt);
+    for (size_t i = 0; i < 12; i++)
+        done += finished(flood[i]);
+    scene_close(&sc);
     free(big);
     return done;
 }

@@ -24,6 +24,7 @@
 #include "gpt2d/kvcache.h"
 #include "gpt2d/model.h"
 #include "gpt2d/threadpool.h"
+#include "test_argmax.h"
 #include "test_util.h"
 
 #define TOL 1e-3          /* float32 C vs float64 reference, absolute */
@@ -396,15 +397,6 @@ static void report(const char *model_name, const char *seq, const char *what,
     fflush(stdout);
     ck_assert_msg(diff <= TOL, "case %s: max |dlogit| = %.3g > %g", name,
                   diff, TOL);
-}
-
-static size_t argmax(const float *v, size_t n)
-{
-    size_t best = 0;
-    for (size_t i = 1; i < n; i++)
-        if (v[i] > v[best])
-            best = i;
-    return best;
 }
 
 /* ---- logits against the reference ---- */
