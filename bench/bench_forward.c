@@ -604,10 +604,11 @@ static void bench_open(bench *b, const options *o, model_matmul mm)
     b->n_seqs = decode ? o->only_batch : FULL_SEQS;
     b->ctx = decode && PROMPT + o->only_steps + 1 < cfg->n_ctx
              ? PROMPT + o->only_steps + 1 : cfg->n_ctx;
-    kv_cache_config kc = {
-        .n_blocks = b->n_seqs
-                    * ((b->ctx + KV_BLOCK_TOKENS - 1) / KV_BLOCK_TOKENS),
-        .max_seqs = b->n_seqs, .half = o->kv_half };
+    const size_t need = b->n_seqs
+                        * ((b->ctx + KV_BLOCK_TOKENS - 1) / KV_BLOCK_TOKENS),
+                 least = kvcache_blocks_per_context(cfg);  /* its minimum */
+    kv_cache_config kc = { .n_blocks = need > least ? need : least,
+                           .max_seqs = b->n_seqs, .half = o->kv_half };
     static const uint8_t fingerprint[SHA256_BYTES];
     static const kv_identity nobody;
     if (kvcache_create(&b->kv, cfg, &kc, fingerprint, &err) != 0)
