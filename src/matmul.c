@@ -1,8 +1,8 @@
 /* matmul.c — the weight products of the forward pass (see matmul.h).
  *
- * Owns the panel kernels (portable, AVX2/FMA, and AVX-512 for int8
- * panels) that multiply a step's rows by a weight matrix packed in panels
- * (panels.h), the walk over a worker's panels they share, the split of each
+ * Owns the panel kernels (portable, AVX2/FMA and AVX-512, the last two
+ * giving the same bits) that multiply a step's rows by a weight matrix
+ * packed in panels (panels.h), the walk over a worker's panels they share, the split of each
  * product into output-column tasks on the worker pool, the epilogue (bias,
  * GELU) each task runs on the block it just wrote, and the OpenBLAS
  * backend's sgemm call.  Called by forward.c from the engine thread; the
@@ -376,21 +376,15 @@ DEFINE_AVX2_TILES(2, avx2_q8)
                                             : tile512_##MR##x##NP)
 #define TILE512_ARGS                                                         \
     to, ldt, from, ldf, a, lda, w, ps, k0, k1, accumulate, ahead, step
-#define DEFINE_AVX512_TILES(H, NAME)                                         \
-    KERNEL_TARGET_AVX512 static void NAME##_block1(                          \
+#define DEFINE_AVX512_BLOCK(H, NAME, NP)                                     \
+    KERNEL_TARGET_AVX512 static void NAME##_block##NP(                       \
         size_t mr, float *to, size_t ldt, const float *from, size_t ldf,     \
         const float *a, size_t lda, const char *w, size_t ps, size_t k0,     \
         size_t k1, int accumulate, const char *ahead, size_t step)           \
     {                                                                        \
-        TILE512_CASES(H, 1)                                                  \
-    }                                                                        \
-    KERNEL_TARGET_AVX512 static void NAME##_block2(                          \
-        size_t mr, float *to, size_t ldt, const float *from, size_t ldf,     \
-        const float *a, size_t lda, const char *w, size_t ps, size_t k0,     \
-        size_t k1, int accumulate, const char *ahead, size_t step)           \
-    {                                                                        \
-        TILE512_CASES(H, 2)                                                  \
-    }                                                                        \
+        TILE512_CASES(H, NP)                                                 \
+    }
+#define DEFINE_AVX512_WIDE(H, NAME)                                          \
     KERNEL_TARGET_AVX512 static void NAME##_wide(                            \
         size_t mr, float *to, size_t ldt, const float *from, size_t ldf,     \
         const float *a, size_t lda, const char *w, size_t ps, size_t k0,     \
@@ -401,13 +395,21 @@ DEFINE_AVX2_TILES(2, avx2_q8)
         else                                                                 \
             TILE512(H, 1, 4)(TILE512_ARGS);                                  \
     }
-DEFINE_AVX512_TILES(0, avx512_f32)
-DEFINE_AVX512_TILES(1, avx512_f16)
-DEFINE_AVX512_TILES(2, avx512_q8)
+#define DEFINE_AVX512_BLOCKS(H, NAME)                                        \
+    DEFINE_AVX512_BLOCK(H, NAME, 1)                                          \
+    DEFINE_AVX512_BLOCK(H, NAME, 2)
+DEFINE_AVX512_BLOCKS(0, avx512_f32)
+DEFINE_AVX512_BLOCKS(1, avx512_f16)
+DEFINE_AVX512_BLOCKS(2, avx512_q8)
+DEFINE_AVX512_WIDE(0, avx512_f32)
+DEFINE_AVX512_WIDE(2, avx512_q8)
 #undef TILE512_CASES
 #undef TILE512_CASE
 #undef TILE512
 #undef TILE512_ARGS
+#undef DEFINE_AVX512_BLOCK
+#undef DEFINE_AVX512_BLOCKS
+#undef DEFINE_AVX512_WIDE
 
 /* Indexed by panel_dtype. */
 static const panel_tiles avx2_tiles[] = {
@@ -415,19 +417,22 @@ static const panel_tiles avx2_tiles[] = {
     [PANEL_F16] = { 3, 2, 6, 1, avx2_f16_wide, NULL, avx2_f16_block },
     [PANEL_Q8] = { 3, 2, 6, 1, avx2_q8_wide, NULL, avx2_q8_block },
 };
+/* Half panels keep AVX2's wide tiles for 1-3 rows: AVX-512's did not pay
+ * there (doc/performance.md). */
 static const panel_tiles avx512_tiles[] = {
     [PANEL_F32] = { 2, 4, 12, 2, avx512_f32_wide, avx512_f32_block2,
                     avx512_f32_block1 },
-    [PANEL_F16] = { 2, 4, 12, 2, avx512_f16_wide, avx512_f16_block2,
+    [PANEL_F16] = { 3, 2, 12, 2, avx2_f16_wide, avx512_f16_block2,
                     avx512_f16_block1 },
     [PANEL_Q8] = { 2, 4, 12, 2, avx512_q8_wide, avx512_q8_block2,
                    avx512_q8_block1 },
 };
 
 /* The tiles `isa` multiplies panels of `dt` with; NULL: the portable
- * loop.  AVX-512 has tiles for int8 only, where widening a row of w once
- * per 16 rows of a instead of 6 paid (doc/performance.md); floats and
- * halves run AVX2's (AVX-512 tiles for them are untried). */
+ * loop.  AVX-512's load (and widen) a row of w once per 12 rows of a
+ * instead of 6, with a third of the broadcasts per FMA, which paid for
+ * every dtype from 8 rows up, and for float32 from one row
+ * (doc/performance.md); half panels of 1-3 rows run AVX2's wide tiles. */
 static const panel_tiles *tiles_for(cpu_isa isa, panel_dtype dt)
 {
     if (isa == CPU_ISA_AVX512)
