@@ -23,7 +23,9 @@
  * and, per weight dtype, the GFLOP/s of our panel kernels at 8 rows (a
  * decode step of eight streams) on a matrix held in cache), for
  * bench/sizes.py.  --decode-only and
- * --prefill-only time one backend (--matmul, default auto).
+ * --prefill-only time one backend (--matmul, default auto); --decode-only
+ * takes up to MAX_BATCH sequences, each holding only the positions its
+ * steps reach.
  * --against-float32 measures what --dtype costs in logits on this model
  * (against_float32 below).  With a --dtype only panels hold (float16,
  * int8) the full run measures panels alone.  Not a test: it prints, it never fails on a number. */
@@ -48,7 +50,10 @@
 #include "gpt2d/threadpool.h"
 #include "../tests/unit/test_argmax.h"
 
-enum { PREFILL = 512, PROMPT = 128, DECODE_STEPS = 32, MAX_BATCH = 16 };
+/* MAX_BATCH: --decode-only's largest batch; the full run's batches go up
+ * to FULL_SEQS. */
+enum { PREFILL = 512, PROMPT = 128, DECODE_STEPS = 32, FULL_SEQS = 16,
+       MAX_BATCH = 64 };
 
 static double now(void)
 {
@@ -298,13 +303,14 @@ typedef struct bench {
     model m;
     threadpool *pool;
     forward_state *st;
-    kv_cache *kv;               /* MAX_BATCH sequences, each grown to the
-                                 * full context once: the bench rewinds a
+    kv_cache *kv;               /* n_seqs sequences, each grown to ctx
+                                 * positions once: the bench rewinds a
                                  * sequence by its own count below */
+    size_t n_seqs, ctx;
     size_t seq[MAX_BATCH];
     size_t n_tokens[MAX_BATCH]; /* positions each sequence holds */
-    int32_t *tokens;            /* [MAX_BATCH][n_ctx] */
-    float *logits;              /* [MAX_BATCH][V] */
+    int32_t *tokens;            /* [n_seqs][n_ctx] */
+    float *logits;              /* [n_seqs][V] */
 } bench;
 
 /* Sequence i's forward_seq for `n` new tokens from `tokens`. */
@@ -323,7 +329,7 @@ static void step(bench *b, forward_seq *seqs, size_t n)
                      b->logits, &err) != 0)
         die("forward_step", &err);
     for (size_t k = 0; k < n; k++)
-        for (size_t i = 0; i < MAX_BATCH; i++)
+        for (size_t i = 0; i < b->n_seqs; i++)
             if (seqs[k].blocks == kvcache_seq_blocks(b->kv, b->seq[i]))
                 b->n_tokens[i] += seqs[k].n_tokens;
 }
@@ -371,7 +377,7 @@ static int cmp_double(const void *a, const void *b)
 static int decode_only(bench *b, size_t batch, size_t steps)
 {
     const size_t n_ctx = b->m.config.n_ctx;
-    if (batch > MAX_BATCH || steps == 0) {
+    if (batch > b->n_seqs || steps == 0) {
         fprintf(stderr, "bench_forward: --decode-only 1..%d [STEPS >= 1]\n",
                 MAX_BATCH);
         return 1;
@@ -384,7 +390,7 @@ static int decode_only(bench *b, size_t batch, size_t steps)
     forward_seq seqs[MAX_BATCH];
     for (size_t s = 0; s < steps; s++) {
         for (size_t i = 0; i < batch; i++) {
-            if (b->n_tokens[i] + 1 >= n_ctx)
+            if (b->n_tokens[i] + 1 >= b->ctx)
                 b->n_tokens[i] = PROMPT;
             seqs[i] = seq_of(b, i,
                 b->tokens + i * n_ctx + b->n_tokens[i], 1, 1);
@@ -591,32 +597,41 @@ static void bench_open(bench *b, const options *o, model_matmul mm)
         die("threadpool_create", &err);
     if (forward_state_create(&b->st, &b->m, PREFILL, o->threads, &err) != 0)
         die("forward_state_create", &err);
-    kv_cache_config kc = {
-        .n_blocks = MAX_BATCH * kvcache_blocks_per_context(cfg),
-        .max_seqs = MAX_BATCH, .half = o->kv_half };
+    /* --decode-only: its batch, each sequence as far as its steps go (64
+     * full contexts of float32 would take 4.8 GB for 124M); else the full
+     * run's sequences, each the whole context */
+    const bool decode = o->only_batch > 0 && o->only_batch <= MAX_BATCH;
+    b->n_seqs = decode ? o->only_batch : FULL_SEQS;
+    b->ctx = decode && PROMPT + o->only_steps + 1 < cfg->n_ctx
+             ? PROMPT + o->only_steps + 1 : cfg->n_ctx;
+    const size_t need = b->n_seqs
+                        * ((b->ctx + KV_BLOCK_TOKENS - 1) / KV_BLOCK_TOKENS),
+                 least = kvcache_blocks_per_context(cfg);  /* its minimum */
+    kv_cache_config kc = { .n_blocks = need > least ? need : least,
+                           .max_seqs = b->n_seqs, .half = o->kv_half };
     static const uint8_t fingerprint[SHA256_BYTES];
     static const kv_identity nobody;
     if (kvcache_create(&b->kv, cfg, &kc, fingerprint, &err) != 0)
         die("kvcache_create", &err);
-    for (size_t i = 0; i < MAX_BATCH; i++) {
+    for (size_t i = 0; i < b->n_seqs; i++) {
         static const int32_t first = 0;
         kv_begin kb = { .who = &nobody, .prompt = &first, .n_prompt = 1,
-                        .max_total = cfg->n_ctx, .n_seq = 1, .reuse = false };
+                        .max_total = b->ctx, .n_seq = 1, .reuse = false };
         size_t reused;
         if (kvcache_seq_begin(b->kv, &kb, &b->seq[i], &reused) != KV_BEGUN) {
             fprintf(stderr, "bench_forward: cannot begin a KV sequence\n");
             exit(1);
         }
-        kvcache_seq_grow(b->kv, b->seq[i], cfg->n_ctx);
+        kvcache_seq_grow(b->kv, b->seq[i], b->ctx);
     }
-    b->tokens = malloc(MAX_BATCH * cfg->n_ctx * sizeof(int32_t));
-    b->logits = malloc(MAX_BATCH * cfg->vocab_size * sizeof(float));
+    b->tokens = malloc(b->n_seqs * cfg->n_ctx * sizeof(int32_t));
+    b->logits = malloc(b->n_seqs * cfg->vocab_size * sizeof(float));
     if (b->tokens == NULL || b->logits == NULL) {
         fprintf(stderr, "bench_forward: out of memory\n");
         exit(1);
     }
     uint32_t rng = 12345;
-    for (size_t i = 0; i < MAX_BATCH * cfg->n_ctx; i++) {
+    for (size_t i = 0; i < b->n_seqs * cfg->n_ctx; i++) {
         rng = rng * 1664525u + 1013904223u;
         b->tokens[i] = (int32_t)((rng >> 8) % cfg->vocab_size);
     }

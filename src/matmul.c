@@ -1,8 +1,8 @@
 /* matmul.c — the weight products of the forward pass (see matmul.h).
  *
- * Owns the panel kernels (portable, AVX2/FMA, and AVX-512 for int8
- * panels) that multiply a step's rows by a weight matrix packed in panels
- * (panels.h), the walk over a worker's panels they share, the split of each
+ * Owns the panel kernels (portable, AVX2/FMA and AVX-512, the last two
+ * giving the same bits) that multiply a step's rows by a weight matrix
+ * packed in panels (panels.h), the walk over a worker's panels they share, the split of each
  * product into output-column tasks on the worker pool, the epilogue (bias,
  * GELU) each task runs on the block it just wrote, and the OpenBLAS
  * backend's sgemm call.  Called by forward.c from the engine thread; the
@@ -193,16 +193,27 @@ DEFINE_TILES(1, 2)
 DEFINE_TILES(2, 2)
 DEFINE_TILES(3, 2)
 
-/* ---- AVX-512: int8 panels ---- */
+/* ---- AVX-512 ---- */
 
+/* Row k of panel w (of H, as TILE_BODY's), its 16 columns as one zmm:
+ * floats, halves widened, or a PANEL_Q8 block's bytes widened to floats
+ * (which the caller multiplies by their scales). */
+#define LOAD_PANEL512_ROW(H, w, k)                                           \
+    ((H) == 2                                                                \
+     ? _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(              \
+           (const __m128i *)(const void *)(Q8_BLOCK_AT(w, k)                 \
+               + PANEL_Q8_SCALES + (k) % PANEL_Q8_ROWS * PANEL_WIDTH))))     \
+     : (H) ? _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(const void *) \
+               ((const uint16_t *)(const void *)(w) + (k) * PANEL_WIDTH)))   \
+           : _mm512_load_ps((const float *)(const void *)(w)                 \
+                            + (k) * PANEL_WIDTH))
 /* One MR × (16·NP) tile of a · w over k in [k0, k1) against NP panels of
- * PANEL_Q8 blocks, w0 and the next NP - 1 (`ps` bytes apart): a panel's 16
- * columns are one zmm register.  The same arithmetic as TILE_BODY with
- * H = 2, lane for lane, so the same bits: each output one FMA chain over k
- * of a times q · d.  Per k and panel one widening (byte to int to float,
- * times the scale) serves up to 16 rows, where AVX2's 6-row blocks widen
- * each row of w three times for 16 rows. */
-#define TILE512_BODY(MR, NP)                                                 \
+ * H, w0 and the next NP - 1 (`ps` bytes apart): a panel's 16 columns are
+ * one zmm register.  The same arithmetic as TILE_BODY, lane for lane, so
+ * the same bits: each output one FMA chain over k, from zero or `from`.
+ * Per k and panel one load (and widening) serves up to 12 rows, where
+ * AVX2's 6-row blocks load each row of w three times for 16 rows. */
+#define TILE512_BODY(MR, NP, H)                                              \
     do {                                                                     \
         __m512 acc[MR][NP];                                                  \
         _Pragma("GCC unroll 16") for (int r = 0; r < MR; r++)                \
@@ -211,25 +222,25 @@ DEFINE_TILES(3, 2)
                             ? _mm512_loadu_ps(from + r * ldf + 16 * v)       \
                             : _mm512_setzero_ps();                           \
         for (size_t kb = k0, ke; kb < k1; kb = ke) {                         \
-            const size_t end = kb - kb % PANEL_Q8_ROWS + PANEL_Q8_ROWS;      \
-            ke = end < k1 ? end : k1;                                        \
             __m512 sc[NP];                                                   \
-            _Pragma("GCC unroll 4") for (int v = 0; v < NP; v++)             \
-                sc[v] = _mm512_cvtph_ps(_mm256_loadu_si256(                  \
-                    (const __m256i *)(const void *)Q8_BLOCK_AT(              \
-                        w0 + v * ps, kb)));                                  \
+            ke = k1;                                                         \
+            if ((H) == 2) {                                                  \
+                const size_t end = kb - kb % PANEL_Q8_ROWS + PANEL_Q8_ROWS;  \
+                ke = end < k1 ? end : k1;                                    \
+                _Pragma("GCC unroll 4") for (int v = 0; v < NP; v++)         \
+                    sc[v] = _mm512_cvtph_ps(_mm256_loadu_si256(              \
+                        (const __m256i *)(const void *)Q8_BLOCK_AT(          \
+                            w0 + v * ps, kb)));                              \
+            }                                                                \
             for (size_t k = kb; k < ke; k++) {                               \
                 __m512 wv[NP];                                               \
                 if (ahead != NULL)                                           \
                     _mm_prefetch(ahead + (k - k0) * step, _MM_HINT_T0);      \
-                _Pragma("GCC unroll 4") for (int v = 0; v < NP; v++)         \
-                    wv[v] = _mm512_mul_ps(_mm512_cvtepi32_ps(                \
-                        _mm512_cvtepi8_epi32(_mm_loadu_si128(                \
-                            (const __m128i *)(const void *)(                 \
-                                Q8_BLOCK_AT(w0 + v * ps, k)                  \
-                                + PANEL_Q8_SCALES                            \
-                                + k % PANEL_Q8_ROWS * PANEL_WIDTH)))),       \
-                        sc[v]);                                              \
+                _Pragma("GCC unroll 4") for (int v = 0; v < NP; v++) {       \
+                    wv[v] = LOAD_PANEL512_ROW(H, w0 + v * ps, k);            \
+                    if ((H) == 2)                                            \
+                        wv[v] = _mm512_mul_ps(wv[v], sc[v]);                 \
+                }                                                            \
                 _Pragma("GCC unroll 16") for (int r = 0; r < MR; r++) {      \
                     __m512 av = _mm512_set1_ps(a[r * lda + k]);              \
                     _Pragma("GCC unroll 4") for (int v = 0; v < NP; v++)     \
@@ -247,18 +258,21 @@ DEFINE_TILES(3, 2)
             }                                                                \
     } while (0)
 
-#define DEFINE_TILE512(MR, NP)                                               \
+#define DEFINE_TILE512(MR, NP, H, NAME)                                      \
     KERNEL_TARGET_AVX512 __attribute__((always_inline)) static inline void   \
-    tile512_##MR##x##NP(float *to, size_t ldt, const float *from,            \
-                        size_t ldf, const float *a, size_t lda,              \
-                        const char *w0, size_t ps, size_t k0, size_t k1,     \
-                        int accumulate, const char *ahead, size_t step)      \
+    NAME(float *to, size_t ldt, const float *from, size_t ldf,               \
+         const float *a, size_t lda, const char *w0, size_t ps, size_t k0,   \
+         size_t k1, int accumulate, const char *ahead, size_t step)          \
     {                                                                        \
-        TILE512_BODY(MR, NP);                                                \
+        TILE512_BODY(MR, NP, H);                                             \
     }
+#define DEFINE_TILES512_NP(MR, NP)                                           \
+    DEFINE_TILE512(MR, NP, 0, tile512_##MR##x##NP)                           \
+    DEFINE_TILE512(MR, NP, 1, tile512_h_##MR##x##NP)                         \
+    DEFINE_TILE512(MR, NP, 2, tile512_q_##MR##x##NP)
 #define DEFINE_TILES512(MR)                                                  \
-    DEFINE_TILE512(MR, 1)                                                    \
-    DEFINE_TILE512(MR, 2)
+    DEFINE_TILES512_NP(MR, 1)                                                \
+    DEFINE_TILES512_NP(MR, 2)
 DEFINE_TILES512(1)
 DEFINE_TILES512(2)
 DEFINE_TILES512(3)
@@ -271,8 +285,8 @@ DEFINE_TILES512(9)
 DEFINE_TILES512(10)
 DEFINE_TILES512(11)
 DEFINE_TILES512(12)
-DEFINE_TILE512(1, 4)
-DEFINE_TILE512(2, 4)
+DEFINE_TILES512_NP(1, 4)
+DEFINE_TILES512_NP(2, 4)
 
 /* ---- one instruction set's tiles, and the walk over panels ---- */
 
@@ -337,57 +351,65 @@ DEFINE_AVX2_TILES(2, avx2_q8)
 #undef BLOCK_ARGS
 #undef WIDE_ARGS
 
-/* AVX-512, int8: up to 2 rows against four panels (a single row against
- * one would have one chain); more rows in blocks of up to 12 against two
+/* AVX-512: up to 2 rows against four panels (a single row against one
+ * would have one chain); more rows in blocks of up to 12 against two
  * panels (24 accumulators; a third of the broadcasts of a row of a that
  * one panel needs per FMA, and few enough row pointers to stay in
  * registers: 16 rows against one panel kept some in vector registers and
  * moved them back for every FMA, ~160 against ~220 GFLOP/s on one core,
- * W in cache), or against one panel where one is left. */
-#define TILE512_CASES(NP)                                                    \
+ * int8, W in cache), or against one panel where one is left; of floats
+ * (H = 0), halves (1) or int8 (2). */
+#define TILE512_CASES(H, NP)                                                 \
     switch (mr) {                                                            \
-    TILE512_CASE(12, NP); TILE512_CASE(11, NP); TILE512_CASE(10, NP);        \
-    TILE512_CASE(9, NP); TILE512_CASE(8, NP); TILE512_CASE(7, NP);           \
-    TILE512_CASE(6, NP); TILE512_CASE(5, NP); TILE512_CASE(4, NP);           \
-    TILE512_CASE(3, NP); TILE512_CASE(2, NP);                                \
-    default:                                                                 \
-        tile512_1x##NP(to, ldt, from, ldf, a, lda, w, ps, k0, k1,            \
-                       accumulate, ahead, step);                             \
-        break;                                                               \
+    TILE512_CASE(H, 12, NP); TILE512_CASE(H, 11, NP);                        \
+    TILE512_CASE(H, 10, NP); TILE512_CASE(H, 9, NP);                         \
+    TILE512_CASE(H, 8, NP); TILE512_CASE(H, 7, NP);                          \
+    TILE512_CASE(H, 6, NP); TILE512_CASE(H, 5, NP);                          \
+    TILE512_CASE(H, 4, NP); TILE512_CASE(H, 3, NP);                          \
+    TILE512_CASE(H, 2, NP);                                                  \
+    default: TILE512(H, 1, NP)(TILE512_ARGS); break;                         \
     }
-#define TILE512_CASE(MR, NP)                                                 \
-    case MR:                                                                 \
-        tile512_##MR##x##NP(to, ldt, from, ldf, a, lda, w, ps, k0, k1,       \
-                            accumulate, ahead, step);                        \
-        break
-#define DEFINE_AVX512_BLOCK(NP)                                              \
-    KERNEL_TARGET_AVX512 static void avx512_q8_block##NP(                    \
+#define TILE512_CASE(H, MR, NP)                                              \
+    case MR: TILE512(H, MR, NP)(TILE512_ARGS); break
+#define TILE512(H, MR, NP)                                                   \
+    ((H) == 2 ? tile512_q_##MR##x##NP : (H) ? tile512_h_##MR##x##NP         \
+                                            : tile512_##MR##x##NP)
+#define TILE512_ARGS                                                         \
+    to, ldt, from, ldf, a, lda, w, ps, k0, k1, accumulate, ahead, step
+#define DEFINE_AVX512_BLOCK(H, NAME, NP)                                     \
+    KERNEL_TARGET_AVX512 static void NAME##_block##NP(                       \
         size_t mr, float *to, size_t ldt, const float *from, size_t ldf,     \
         const float *a, size_t lda, const char *w, size_t ps, size_t k0,     \
         size_t k1, int accumulate, const char *ahead, size_t step)           \
     {                                                                        \
-        TILE512_CASES(NP)                                                    \
+        TILE512_CASES(H, NP)                                                 \
     }
-DEFINE_AVX512_BLOCK(1)
-DEFINE_AVX512_BLOCK(2)
+#define DEFINE_AVX512_WIDE(H, NAME)                                          \
+    KERNEL_TARGET_AVX512 static void NAME##_wide(                            \
+        size_t mr, float *to, size_t ldt, const float *from, size_t ldf,     \
+        const float *a, size_t lda, const char *w, size_t ps, size_t k0,     \
+        size_t k1, int accumulate, const char *ahead, size_t step)           \
+    {                                                                        \
+        if (mr == 2)                                                         \
+            TILE512(H, 2, 4)(TILE512_ARGS);                                  \
+        else                                                                 \
+            TILE512(H, 1, 4)(TILE512_ARGS);                                  \
+    }
+#define DEFINE_AVX512_BLOCKS(H, NAME)                                        \
+    DEFINE_AVX512_BLOCK(H, NAME, 1)                                          \
+    DEFINE_AVX512_BLOCK(H, NAME, 2)
+DEFINE_AVX512_BLOCKS(0, avx512_f32)
+DEFINE_AVX512_BLOCKS(1, avx512_f16)
+DEFINE_AVX512_BLOCKS(2, avx512_q8)
+DEFINE_AVX512_WIDE(0, avx512_f32)
+DEFINE_AVX512_WIDE(2, avx512_q8)
 #undef TILE512_CASES
 #undef TILE512_CASE
+#undef TILE512
+#undef TILE512_ARGS
 #undef DEFINE_AVX512_BLOCK
-
-KERNEL_TARGET_AVX512
-static void avx512_q8_wide(size_t mr, float *to, size_t ldt,
-                           const float *from, size_t ldf, const float *a,
-                           size_t lda, const char *w, size_t ps, size_t k0,
-                           size_t k1, int accumulate, const char *ahead,
-                           size_t step)
-{
-    if (mr == 2)
-        tile512_2x4(to, ldt, from, ldf, a, lda, w, ps, k0, k1, accumulate,
-                    ahead, step);
-    else
-        tile512_1x4(to, ldt, from, ldf, a, lda, w, ps, k0, k1, accumulate,
-                    ahead, step);
-}
+#undef DEFINE_AVX512_BLOCKS
+#undef DEFINE_AVX512_WIDE
 
 /* Indexed by panel_dtype. */
 static const panel_tiles avx2_tiles[] = {
@@ -395,18 +417,26 @@ static const panel_tiles avx2_tiles[] = {
     [PANEL_F16] = { 3, 2, 6, 1, avx2_f16_wide, NULL, avx2_f16_block },
     [PANEL_Q8] = { 3, 2, 6, 1, avx2_q8_wide, NULL, avx2_q8_block },
 };
-static const panel_tiles avx512_q8_tiles = {
-    2, 4, 12, 2, avx512_q8_wide, avx512_q8_block2, avx512_q8_block1
+/* Half panels keep AVX2's wide tiles for 1-3 rows: AVX-512's did not pay
+ * there (doc/performance.md). */
+static const panel_tiles avx512_tiles[] = {
+    [PANEL_F32] = { 2, 4, 12, 2, avx512_f32_wide, avx512_f32_block2,
+                    avx512_f32_block1 },
+    [PANEL_F16] = { 3, 2, 12, 2, avx2_f16_wide, avx512_f16_block2,
+                    avx512_f16_block1 },
+    [PANEL_Q8] = { 2, 4, 12, 2, avx512_q8_wide, avx512_q8_block2,
+                   avx512_q8_block1 },
 };
 
 /* The tiles `isa` multiplies panels of `dt` with; NULL: the portable
- * loop.  AVX-512 has tiles for int8 only, where widening a row of w once
- * per 16 rows of a instead of 6 paid (doc/performance.md); floats and
- * halves run AVX2's (AVX-512 tiles for them are untried). */
+ * loop.  AVX-512's load (and widen) a row of w once per 12 rows of a
+ * instead of 6, with a third of the broadcasts per FMA, which paid for
+ * every dtype from 8 rows up, and for float32 from one row
+ * (doc/performance.md); half panels of 1-3 rows run AVX2's wide tiles. */
 static const panel_tiles *tiles_for(cpu_isa isa, panel_dtype dt)
 {
-    if (isa == CPU_ISA_AVX512 && dt == PANEL_Q8)
-        return &avx512_q8_tiles;
+    if (isa == CPU_ISA_AVX512)
+        return &avx512_tiles[dt];
     return isa >= CPU_ISA_AVX2 ? &avx2_tiles[dt] : NULL;
 }
 

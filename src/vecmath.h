@@ -20,7 +20,7 @@
 #include <immintrin.h>
 #define HAVE_AVX2_KERNELS 1
 #define KERNEL_TARGET __attribute__((target("avx2,fma,f16c")))
-/* the int8 weight products' AVX-512 tiles (matmul.c) */
+/* the weight products' AVX-512 tiles (matmul.c) */
 #define KERNEL_TARGET_AVX512                                                 \
     __attribute__((target("avx512f,avx2,fma,f16c")))
 #endif

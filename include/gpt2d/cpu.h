@@ -2,8 +2,8 @@
  *
  * The kernels (matmul.c, attention.c) come in a portable C build that any
  * CPU runs, an AVX2 build (x86-64 with AVX2, FMA and F16C), and, for the
- * int8 weight products alone, an AVX-512 build (AVX-512F on top of those;
- * every other kernel runs its AVX2 build there).  Which one runs is decided
+ * weight products, an AVX-512 build (AVX-512F on top of those; every other
+ * kernel, and float16 products of 1-3 rows, run their AVX2 build there).  Which one runs is decided
  * once, when a forward_state is created, from what the CPU has and the
  * GPT2D_ISA environment variable (portable, avx2 or avx512), which forces a
  * path: for tests, benchmarks, and telling a kernel bug from a model bug.  Nothing else selects a kernel (no ifunc, no target_clones),

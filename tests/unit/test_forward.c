@@ -858,14 +858,15 @@ static size_t det_model(int i)
 }
 
 /* Runs a fixed two-step schedule (an echo prefill of "prompt" batched with a
- * prefill of "greedy", then a decode of each) and returns the packed logits
- * (s.n + 1 + 2 rows). */
-static float *run_schedule(size_t mi, size_t threads, const fx_seq *p,
-                           const fx_seq *g, double *ref_diff)
+ * prefill of "greedy", then a decode of each) on `path` (NULL: the default)
+ * and returns the packed logits (s.n + 1 + 2 rows). */
+static float *run_schedule(size_t mi, const kernel_path *path,
+                           size_t threads, const fx_seq *p, const fx_seq *g,
+                           double *ref_diff)
 {
     harness h;
     test_slot a, b;
-    harness_open(&h, mi, threads, MAX_ROWS);
+    ck_assert(harness_open_path(&h, mi, path, threads, MAX_ROWS));
     slot_open(&h, &a);
     slot_open(&h, &b);
     size_t n = p->n - 1;
@@ -901,9 +902,9 @@ START_TEST(test_thread_pools_of_1_and_2_give_same_logits)
     fx_seq_load(mi, fx_seq_find(mi, "greedy"), vocab, &g);
     size_t count = (p.n + 2) * vocab;
     double d1, d2, d3;
-    float *one = run_schedule(mi, 1, &p, &g, &d1);
-    float *two = run_schedule(mi, 2, &p, &g, &d2);
-    float *three = run_schedule(mi, 3, &p, &g, &d3);
+    float *one = run_schedule(mi, NULL, 1, &p, &g, &d1);
+    float *two = run_schedule(mi, NULL, 2, &p, &g, &d2);
+    float *three = run_schedule(mi, NULL, 3, &p, &g, &d3);
     double between = fmax(max_abs_diff(one, two, count),
                           max_abs_diff(one, three, count));
     bool identical = memcmp(one, two, count * sizeof(float)) == 0 &&
@@ -1149,18 +1150,81 @@ START_TEST(test_int8_gives_the_bits_of_its_dequantized_floats)
 }
 END_TEST
 
-/* The determinism tests above run the default instruction set; an int8
- * model's tiles differ on each (AVX-512: up to 12 rows against two panels,
- * AVX2: 6 against one), so every int8 variant repeats them on every panel
+/* The determinism tests above run the default instruction set; the tiles
+ * differ on each (AVX-512: up to 12 rows against two panels, AVX2: 6
+ * against one, portable: none), so every model repeats them on every panel
  * path: a sequence gives the same bits alone or batched, and whatever the
  * chunks its prompt was cut into. */
-START_TEST(test_int8_alone_batched_or_chunked_gives_same_bits_on_every_path)
+START_TEST(test_alone_batched_or_chunked_gives_same_bits_on_every_path)
 {
-    const size_t mi = g_int8_models[(size_t)_i % g_n_int8_models];
-    const kernel_path *path = &g_paths[(size_t)_i / g_n_int8_models];
+    const size_t mi = ref_model(_i);
+    const kernel_path *path = ref_path(_i);
     ck_assert(path->matmul == MODEL_MATMUL_PANELS);
     check_alone_or_in_batch(mi, path);
     check_chunking(mi, path);
+}
+END_TEST
+
+/* The AVX2 and AVX-512 tiles run the same FMA chains lane for lane, so a
+ * model gives the same bits on both: a batched echo prefill and decodes
+ * (tiles of 24, 15, 2 and 1 rows, partial sums carried between chunks of
+ * k), and the "context" sequence's longer prefill where there is one. */
+static float *vector_path_logits(size_t mi, const kernel_path *path,
+                                 const fx_seq *p, const fx_seq *g,
+                                 const fx_seq *ctx, size_t *count)
+{
+    double ref;
+    float *sched = run_schedule(mi, path, 2, p, g, &ref);
+    report(fx_model_name(mi), path->name, "prompt+greedy", ref);
+    const size_t vocab = (size_t)json_integer_value(
+        json_object_get(fx_model_json(mi), "vocab_size"));
+    const size_t n_sched = (p->n + 2) * vocab;
+    *count = n_sched + (p->n + (ctx != NULL ? ctx->n : 0)) * vocab;
+    float *all = realloc(sched, *count * sizeof *all);
+    ck_assert_ptr_nonnull(all);
+    harness h;
+    ck_assert(harness_open_path(&h, mi, path, 2, MAX_ROWS));
+    echo_then_decode(&h, p, all + n_sched);
+    if (ctx != NULL)
+        echo_then_decode(&h, ctx, all + n_sched + p->n * vocab);
+    harness_close(&h);
+    return all;
+}
+
+START_TEST(test_avx2_and_avx512_give_the_same_bits)
+{
+    const size_t mi = ref_model(_i);
+    const size_t vocab = (size_t)json_integer_value(
+        json_object_get(fx_model_json(mi), "vocab_size"));
+    const size_t ci = fx_seq_find(mi, "context");
+    fx_seq p, g, ctx;
+    fx_seq_load(mi, fx_seq_find(mi, "prompt"), vocab, &p);
+    fx_seq_load(mi, fx_seq_find(mi, "greedy"), vocab, &g);
+    if (ci != SIZE_MAX)
+        fx_seq_load(mi, ci, vocab, &ctx);
+    float *got[CPU_ISA_COUNT] = { NULL };
+    size_t count = 0;
+    for (size_t i = 0; i < g_n_paths; i++) {
+        const kernel_path *path = &g_paths[i];
+        if (path->matmul == MODEL_MATMUL_PANELS
+            && path->isa >= CPU_ISA_AVX2)
+            got[path->isa] = vector_path_logits(
+                mi, path, &p, &g, ci != SIZE_MAX ? &ctx : NULL, &count);
+    }
+    ck_assert(got[CPU_ISA_AVX2] != NULL && got[CPU_ISA_AVX512] != NULL);
+    const double d = max_abs_diff(got[CPU_ISA_AVX2], got[CPU_ISA_AVX512],
+                                  count);
+    printf("case %s: avx2 vs avx512 differ by %.3g\n", fx_model_name(mi), d);
+    ck_assert_msg(memcmp(got[CPU_ISA_AVX2], got[CPU_ISA_AVX512],
+                         count * sizeof(float)) == 0,
+                  "%s: avx2 and avx512 logits differ (max |diff| %.3g): "
+                  "their tiles promise the same bits", fx_model_name(mi), d);
+    free(got[CPU_ISA_AVX2]);
+    free(got[CPU_ISA_AVX512]);
+    fx_seq_free(&p);
+    fx_seq_free(&g);
+    if (ci != SIZE_MAX)
+        fx_seq_free(&ctx);
 }
 END_TEST
 
@@ -1269,13 +1333,21 @@ static Suite *forward_suite(void)
                         nd);
     suite_add_tcase(s, det);
 
+    /* every model under every panel path (blas is the last path), and
+     * AVX-512 against AVX2 where the CPU has both */
+    TCase *paths = tcase_create("paths");
+    tcase_add_loop_test(
+        paths, test_alone_batched_or_chunked_gives_same_bits_on_every_path,
+        0, (int)(g_n_run_models * (g_n_paths - 1)));
+    if (cpu_isa_supported() == CPU_ISA_AVX512)
+        tcase_add_loop_test(paths, test_avx2_and_avx512_give_the_same_bits,
+                            0, (int)g_n_run_models);
+    suite_add_tcase(s, paths);
+
     /* every int8 variant under every panel path (blas is the last path) */
     TCase *q8 = tcase_create("int8");
     tcase_add_loop_test(q8, test_int8_gives_the_bits_of_its_dequantized_floats,
                         0, (int)(g_n_int8_models * (g_n_paths - 1)));
-    tcase_add_loop_test(
-        q8, test_int8_alone_batched_or_chunked_gives_same_bits_on_every_path,
-        0, (int)(g_n_int8_models * (g_n_paths - 1)));
     suite_add_tcase(s, q8);
     return s;
 }
