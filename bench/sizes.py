@@ -182,6 +182,8 @@ def one_stream(server, tokens):
             start.append(engine_counters(scraper))
 
     stream(server.client(timeout=600), 1, tokens, on_tokens)
+    if not start:
+        raise RuntimeError("the stream ended before its first token")
     steps, seconds, pure = decode_window(start[0], engine_counters(scraper), 1)
     return seconds / steps if steps > 0 else float("nan"), pure
 
@@ -246,6 +248,8 @@ def run_one(args, model_dir, dtype):
                                                 temperature=0)
             step, one_pure = one_stream(server, args.tokens)
             agg, k_pure = k_streams(server, args.tokens)
+        except RuntimeError as e:
+            return {"error": str(e).splitlines()[0]}
         finally:
             server.stop()
     return {"load": load, "rss": rss, "weight_bytes": weight_bytes,
@@ -261,6 +265,10 @@ def main(argv):
     ap.add_argument("--tokens", type=int, default=128)
     ap.add_argument("--python", default="python3")
     args = ap.parse_args(argv)
+    for dtype in args.dtypes.split(","):
+        if dtype not in ("float32", "float16", "int8"):
+            ap.error("--dtypes: %r is not float32, float16 or int8 (each "
+                     "needs its own kernels' peak)" % dtype)
 
     bounds = Bounds(args.build, args.threads)
     bounds.measure()

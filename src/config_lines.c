@@ -8,14 +8,24 @@
 #include <string.h>
 #include <sys/types.h>
 
+/* Bytes of stdio's buffer and of the first line buffer. */
+#define CONFIG_LINE_BUFFER 4096
+
 int config_lines_read(const char *path, config_line_fn fn, void *ctx,
                       gpt2d_error *err)
 {
     FILE *f = fopen(path, "r");
     if (f == NULL)
         return error_set(err, "%s: %s", path, strerror(errno));
-    char *buf = NULL;
-    size_t cap = 0;
+    /* stdio reads into our buffer, and lines go to one of the same size,
+     * so both can be zeroed: only a line longer than it (no key is) makes
+     * getline move it, leaving the old copy to free() */
+    char io[CONFIG_LINE_BUFFER];
+    setvbuf(f, io, _IOFBF, sizeof io);
+    size_t cap = CONFIG_LINE_BUFFER;
+    char *buf = malloc(cap);
+    if (buf == NULL)
+        cap = 0;
     config_line line = { .path = path };
     ssize_t n;
     int rc = 0;
@@ -42,5 +52,6 @@ int config_lines_read(const char *path, config_line_fn fn, void *ctx,
         explicit_bzero(buf, cap);
     free(buf);
     fclose(f);
+    explicit_bzero(io, sizeof io);
     return rc;
 }

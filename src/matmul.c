@@ -467,9 +467,11 @@ static size_t panel_chunk(size_t M, size_t K, size_t block_rows)
 /* Where the plan puts the prefetch for k-steps [k0, k1), or NULL when it
  * has none or it would run past the end (start <= end always: the plans
  * start inside the worker's panels or just after the last). */
-static const char *prefetch_at(const prefetch_plan *pf, size_t k0, size_t k1)
+static const char *prefetch_at(const prefetch_plan *pf, size_t k0, size_t k1,
+                               size_t stride)
 {
-    if (pf->start == NULL || (size_t)(pf->end - pf->start) < k1 * pf->per_k)
+    if (pf->start == NULL
+        || (size_t)(pf->end - pf->start) < k0 * pf->per_k + (k1 - k0) * stride)
         return NULL;
     return pf->start + k0 * pf->per_k;
 }
@@ -504,7 +506,7 @@ static void panel_rows(const panel_tiles *t, float *out, size_t ldo,
                        size_t K, size_t np, int accumulate,
                        const prefetch_plan *pf, float *part)
 {
-    const char *whole = prefetch_at(pf, 0, K);
+    const char *whole = prefetch_at(pf, 0, K, pf->per_k);
     if (np == t->wide && M <= t->wide_rows) {
         t->wide_tile(M, out, ldo, NULL, 0, a, K, w0, ps, 0, K, accumulate,
                      whole, pf->per_k);
@@ -528,7 +530,8 @@ static void panel_rows(const panel_tiles *t, float *out, size_t ldo,
     for (size_t k0 = 0; k0 < K; k0 += chunk) {
         const size_t k1 = K - k0 <= chunk ? K : k0 + chunk;
         const int last = k1 == K;
-        const char *next = prefetch_at(pf, k0, k1);
+        /* the blocks' shares reach step x pf_blocks bytes a k-step */
+        const char *next = prefetch_at(pf, k0, k1, step * pf_blocks);
         const size_t share = step * (k1 - k0);
         for (size_t b = 0, m = 0; m < M; b++) {
             const size_t mr = M * (b + 1) / blocks - m;

@@ -24,9 +24,10 @@ typedef int (*config_line_fn)(void *ctx, config_line *line, gpt2d_error *err);
 
 /* Hands every line of `path` to `fn` in order, however long it is; stops at
  * the first line `fn` refuses or that holds a NUL byte ("PATH:N: NUL byte in
- * line"), or at a read error ("PATH: read error").  The memory the lines
- * were read into is zeroed before it is freed: a key file's lines are
- * secrets. */
+ * line"), or at a read error ("PATH: read error").  The memory the file
+ * was read into (stdio's buffer, the line's) is zeroed before it is freed,
+ * a key file's lines being secrets; a line over 4 KB (no key is that long)
+ * may leave a copy that is not. */
 int config_lines_read(const char *path, config_line_fn fn, void *ctx,
                       gpt2d_error *err);
 

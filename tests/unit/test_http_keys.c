@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "gpt2d/http_keys.h"
@@ -213,6 +214,38 @@ START_TEST(test_reload_keeps_each_keys_account_and_applies_new_limits)
 }
 END_TEST
 
+/* A key file that cannot be read to its end is refused, never taken for
+ * the keys read so far; a reload that meets it keeps the old set. */
+START_TEST(test_a_read_error_refuses_the_key_file)
+{
+    write_keys("sk-a\n");
+    settings cfg = config(0);
+    http_keys *k = load(&cfg);
+    char dir[300];
+    test_scratch_path(dir, sizeof dir, "keys-dir");
+    ck_assert_int_eq(mkdir(dir, 0700), 0);
+    settings bad = cfg;
+    bad.api_key_file = dir;
+    http_keys *none = NULL;
+    gpt2d_error err = { { 0 } };
+    ck_assert_int_eq(http_keys_load(&none, &bad, &err), -1);
+    ck_assert_ptr_null(none);
+    char want[340];
+    snprintf(want, sizeof want, "%s: read error", dir);
+    ck_assert_str_eq(err.message, want);
+    /* the reload reads the path it was loaded from: make that unreadable */
+    ck_assert_int_eq(unlink(path), 0);
+    ck_assert_int_eq(mkdir(path, 0700), 0);
+    ck_assert_int_eq(http_keys_reload(k, &err), -1);
+    snprintf(want, sizeof want, "%s: read error", path);
+    ck_assert_str_eq(err.message, want);
+    authorize(k, "Bearer sk-a");
+    ck_assert_int_eq(rmdir(path), 0);
+    ck_assert_int_eq(rmdir(dir), 0);
+    http_keys_free(k);
+}
+END_TEST
+
 /* GPT2D_API_KEY is one more key with the configuration's limits; listed
  * in the file too, the file's line applies. */
 START_TEST(test_environment_key_gets_the_defaults_unless_the_file_lists_it)
@@ -261,6 +294,7 @@ static Suite *http_keys_suite(void)
                         (int)(sizeof bad_files / sizeof bad_files[0]));
     tcase_add_test(tc, test_a_byte_order_mark_is_not_part_of_the_first_key);
     tcase_add_test(tc, test_reload_keeps_each_keys_account_and_applies_new_limits);
+    tcase_add_test(tc, test_a_read_error_refuses_the_key_file);
     tcase_add_test(tc, test_environment_key_gets_the_defaults_unless_the_file_lists_it);
     tcase_add_test(tc, test_without_keys_every_caller_gets_the_defaults);
     suite_add_tcase(s, tc);
