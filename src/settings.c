@@ -149,7 +149,7 @@ static const option_spec options[] = {
       "engine's time that a caller's prompt processing (prefill) may take, so "
       "that one key's long prompts cannot stall everyone's streams; 100: no "
       "limit." },
-    { "step-cost", 0, OPT_UINT, FIELD(step_cost), "PERCENT", "225", NULL, 0,
+    { "step-cost", 0, OPT_UINT, FIELD(step_cost), "PERCENT", "175", NULL, 0,
       100000, false, "A step that processes prompt tokens beside generating "
       "streams lasts at most this percentage of a decode step of a full batch "
       "(the engine measures both as it runs), so a long prompt pauses every "
