@@ -1453,10 +1453,16 @@ class KeysReload(LimitCase):
         LimitCase.setUpClass.__func__(cls)
 
     def reload(self, lines, check_key):
+        # wait for the daemon's own word that this reload is done: a key
+        # the old file had too would answer before it
+        done = "SIGHUP: API keys reloaded"
+        before = self.log_text().count(done)
         key_file(self.path, lines)
         os.kill(self.server.pid, signal.SIGHUP)
-        self.assertTrue(wait_for(lambda: self.client(api_key=check_key).get(
-            "/v1/models").status == 200, 5), self.server.log_tail())
+        self.assertTrue(wait_for(lambda: self.log_text().count(done) > before, 5),
+                        self.server.log_tail())
+        self.assertEqual(self.client(api_key=check_key).get("/v1/models").status,
+                         200)
 
     def test_a_reload_keeps_a_keys_budget_and_applies_its_new_limits(self):
         c = self.client(api_key=self.KEY)
