@@ -40,14 +40,14 @@
 #include <string.h>
 #include <time.h>
 
-#include "gpt2d/cpu.h"
-#include "gpt2d/forward.h"
-#include "gpt2d/hugepages.h"
-#include "gpt2d/kvcache.h"
-#include "gpt2d/matmul.h"
-#include "gpt2d/panels.h"
-#include "gpt2d/model.h"
-#include "gpt2d/threadpool.h"
+#include "core/cpu.h"
+#include "model/forward.h"
+#include "core/hugepages.h"
+#include "kv/kvcache.h"
+#include "model/matmul.h"
+#include "model/panels.h"
+#include "model/model.h"
+#include "core/threadpool.h"
 #include "../tests/unit/test_argmax.h"
 
 /* MAX_BATCH: --decode-only's largest batch; the full run's batches go up

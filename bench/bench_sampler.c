@@ -31,7 +31,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "gpt2d/sampler.h"
+#include "sample/sampler.h"
 
 #define VOCAB 50257
 #define HISTORY 500

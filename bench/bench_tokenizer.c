@@ -14,7 +14,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "gpt2d/tokenizer.h"
+#include "text/tokenizer.h"
 
 #define TARGET_BYTES (100 * 1024)
 

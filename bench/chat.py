@@ -101,7 +101,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "tests", "integration"))
 from gpt2d_client import (EOT, NO_EOT, Server, StreamError,  # noqa: E402
                           Vocab, percentile, rss_kib)
 
-BLOCK_TOKENS = 16               # KV_BLOCK_TOKENS in include/gpt2d/kvcache.h
+BLOCK_TOKENS = 16               # KV_BLOCK_TOKENS in src/kv/kvcache.h
 UNSUPPORTED = 2                 # gpt2d's exit status for a bad option
 
 

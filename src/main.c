@@ -37,17 +37,17 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "gpt2d/api.h"
-#include "gpt2d/engine.h"
-#include "gpt2d/error.h"
-#include "gpt2d/http.h"
-#include "gpt2d/kvcache.h"
-#include "gpt2d/log.h"
-#include "gpt2d/model.h"
-#include "gpt2d/notify.h"
-#include "gpt2d/settings.h"
-#include "gpt2d/tokenizer.h"
-#include "gpt2d/workpool.h"
+#include "api/api.h"
+#include "engine/engine.h"
+#include "core/error.h"
+#include "http/http.h"
+#include "kv/kvcache.h"
+#include "core/log.h"
+#include "model/model.h"
+#include "core/notify.h"
+#include "core/settings.h"
+#include "text/tokenizer.h"
+#include "api/workpool.h"
 
 /* Everything the daemon owns, torn down in reverse order of creation. */
 typedef struct daemon_state {

@@ -20,7 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gpt2d/api.h"
+#include "api/api.h"
 #include "fuzz.h"
 #include "fuzz_request.h"
 

@@ -23,9 +23,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gpt2d/inspect.h"
-#include "gpt2d/inspect_answer.h"
-#include "gpt2d/inspect_request.h"
+#include "model/inspect.h"
+#include "api/inspect_answer.h"
+#include "api/inspect_request.h"
 #include "fuzz.h"
 #include "fuzz_request.h"
 

@@ -10,7 +10,7 @@
 #include <jansson.h>
 #include <string.h>
 
-#include "gpt2d/api.h"
+#include "api/api.h"
 #include "fuzz.h"
 
 static inline void fuzz_check_refused(const api_error *e)

@@ -24,10 +24,10 @@
 
 #include <jansson.h>
 
-#include "gpt2d/half.h"
-#include "gpt2d/model.h"
-#include "gpt2d/panels.h"
-#include "gpt2d/safetensors.h"
+#include "core/half.h"
+#include "model/model.h"
+#include "model/panels.h"
+#include "model/safetensors.h"
 #include "fuzz.h"
 
 #define MICRO_CONFIG                                                      \

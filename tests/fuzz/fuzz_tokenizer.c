@@ -17,7 +17,7 @@
 #include <stdbool.h>
 #include <string.h>
 
-#include "gpt2d/unicode_class.h"
+#include "text/unicode_class.h"
 #include "fuzz.h"
 
 #define EOT_TEXT "<|endoftext|>"

@@ -90,7 +90,7 @@ build_target() {
     mkdir -p "$BUILD/fuzz"
     read -ra libs <<<"$(link_libs)"
     "$CC" -std=c11 -Wall -Wextra "${FUZZ_CFLAGS[@]}" -fsanitize=fuzzer -pthread \
-        -I"$SRC/include" -I"$BUILD" -include "$BUILD/config.h" \
+        -I"$SRC/src" -I"$BUILD" -include "$BUILD/config.h" \
         "$FUZZ_SRC/fuzz_$t.c" "$BUILD/src/libgpt2d.a" "${libs[@]}" -o "$out" ||
         die "linking fuzz_$t failed"
 }

@@ -6,7 +6,7 @@
 #     page on MANPATH for Documentation=; its hardening directives are there;
 #     `systemd-analyze security --offline` rates it OK.
 #  2. The man page: formats without warnings and names every option and
-#     variable of `gpt2d --help` (src/settings.c's table is the source).
+#     variable of `gpt2d --help` (src/core/settings.c's table is the source).
 #  3. The readiness protocol against the real daemon on the tiny model.  Under
 #     a running user manager, via `systemd-run --user`; always (this machine
 #     and CI have no systemd running), with a NOTIFY_SOCKET this test owns:

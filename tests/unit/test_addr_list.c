@@ -7,7 +7,7 @@
 #include <stdbool.h>
 #include <string.h>
 
-#include "gpt2d/addr_list.h"
+#include "core/addr_list.h"
 #include "test_util.h"
 
 static net_addr addr(const char *text)

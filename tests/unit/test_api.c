@@ -8,8 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gpt2d/api.h"
-#include "gpt2d/http_keys.h"
+#include "api/api.h"
+#include "http/http_keys.h"
 #include "test_api_util.h"
 
 static tokenizer *tok;

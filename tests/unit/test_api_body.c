@@ -11,8 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gpt2d/api.h"
-#include "gpt2d/metrics.h"
+#include "api/api.h"
+#include "core/metrics.h"
 #include "test_api_util.h"
 
 static tokenizer *tok;

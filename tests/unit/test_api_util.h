@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gpt2d/api.h"
+#include "api/api.h"
 #include "test_util.h"
 
 /* The real GPT-2 vocabulary (tests/data/fetch-tokenizer.sh fetches it);

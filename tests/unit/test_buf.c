@@ -3,7 +3,7 @@
  * the buffer as it was, typed arrays, and free leaving a reusable buffer. */
 #include "config.h"
 
-#include "gpt2d/buf.h"
+#include "core/buf.h"
 #include "test_util.h"
 
 #include <stdint.h>

@@ -11,7 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "gpt2d/chat_template.h"
+#include "text/chat_template.h"
 #include "test_api_util.h"
 
 static tokenizer *tok;

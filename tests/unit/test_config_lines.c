@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gpt2d/config_lines.h"
+#include "core/config_lines.h"
 #include "test_util.h"
 
 enum { MAX_SEEN = 8 };

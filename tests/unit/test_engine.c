@@ -18,15 +18,15 @@
 #include <string.h>
 #include <time.h>
 
-#include "gpt2d/engine.h"
-#include "gpt2d/forward.h"
-#include "gpt2d/half.h"
-#include "gpt2d/kvcache.h"
-#include "gpt2d/metrics.h"
-#include "gpt2d/model.h"
-#include "gpt2d/monotonic.h"
-#include "gpt2d/threadpool.h"
-#include "gpt2d/tokenizer.h"
+#include "engine/engine.h"
+#include "model/forward.h"
+#include "core/half.h"
+#include "kv/kvcache.h"
+#include "core/metrics.h"
+#include "model/model.h"
+#include "core/monotonic.h"
+#include "core/threadpool.h"
+#include "text/tokenizer.h"
 #include "test_argmax.h"
 #include "test_util.h"
 

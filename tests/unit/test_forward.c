@@ -19,11 +19,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gpt2d/error.h"
-#include "gpt2d/forward.h"
-#include "gpt2d/kvcache.h"
-#include "gpt2d/model.h"
-#include "gpt2d/threadpool.h"
+#include "core/error.h"
+#include "model/forward.h"
+#include "kv/kvcache.h"
+#include "model/model.h"
+#include "core/threadpool.h"
 #include "test_argmax.h"
 #include "test_util.h"
 

@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gpt2d/half.h"
+#include "core/half.h"
 #include "test_util.h"
 
 static float from_bits(uint32_t b)

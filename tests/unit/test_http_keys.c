@@ -11,8 +11,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "gpt2d/http_keys.h"
-#include "gpt2d/metrics.h"
+#include "http/http_keys.h"
+#include "core/metrics.h"
 #include "test_util.h"
 
 static char path[300];         /* the keys file, in the scratch directory */

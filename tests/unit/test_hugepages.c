@@ -9,7 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "gpt2d/hugepages.h"
+#include "core/hugepages.h"
 #include "test_util.h"
 
 /* Whether the mapping holding `p` carries the VmFlags token `flag`. */

@@ -21,13 +21,13 @@
 #include <string.h>
 #include <time.h>
 
-#include "gpt2d/engine.h"
-#include "gpt2d/inspect.h"
-#include "gpt2d/inspect_answer.h"
-#include "gpt2d/inspect_request.h"
-#include "gpt2d/model.h"
-#include "gpt2d/monotonic.h"
-#include "gpt2d/tokenizer.h"
+#include "engine/engine.h"
+#include "model/inspect.h"
+#include "api/inspect_answer.h"
+#include "api/inspect_request.h"
+#include "model/model.h"
+#include "core/monotonic.h"
+#include "text/tokenizer.h"
 #include "test_util.h"
 
 #define ATT_TOL 1e-4        /* |probability difference|, float32 vs float64 */

@@ -8,7 +8,7 @@
  * value the run that computed it wrote. */
 #include "config.h"
 
-#include "gpt2d/kvcache.h"
+#include "kv/kvcache.h"
 #include "test_util.h"
 
 #define B KV_BLOCK_TOKENS

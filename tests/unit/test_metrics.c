@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gpt2d/metrics.h"
+#include "core/metrics.h"
 #include "test_util.h"
 
 /* ---- a small parser for the text format ---- */

@@ -13,8 +13,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "gpt2d/model.h"
-#include "gpt2d/panels.h"
+#include "model/model.h"
+#include "model/panels.h"
 #include "test_util.h"
 
 enum { L = 2, C = 8, H = 2, V = 10, T = 4, MAX_TENSORS = 64 };

@@ -18,8 +18,8 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "gpt2d/log.h"
-#include "gpt2d/notify.h"
+#include "core/log.h"
+#include "core/notify.h"
 #include "test_util.h"
 
 /* ---- the receiving side ---- */

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gpt2d/safetensors.h"
+#include "model/safetensors.h"
 #include "test_util.h"
 
 /* A file: 8-byte length, `header`, then `data_bytes` bytes of 0xAB. */

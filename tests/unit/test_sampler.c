@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gpt2d/sampler.h"
+#include "sample/sampler.h"
 #include "test_util.h"
 
 #define GPT2_VOCAB 50257

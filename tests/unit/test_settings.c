@@ -14,8 +14,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "gpt2d/log.h"
-#include "gpt2d/settings.h"
+#include "core/log.h"
+#include "core/settings.h"
 #include "test_util.h"
 
 /* Every option, as the issue and settings.h specify them (an independent

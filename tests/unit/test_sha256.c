@@ -3,7 +3,7 @@
  * in every split, since callers feed fields one at a time. */
 #include "config.h"
 
-#include "gpt2d/sha256.h"
+#include "core/sha256.h"
 #include "test_util.h"
 
 static void hex(const uint8_t d[SHA256_BYTES], char out[2 * SHA256_BYTES + 1])

@@ -6,7 +6,7 @@
  * machine twice as slow; one slow step moves them little. */
 #include "config.h"
 
-#include "gpt2d/step_budget.h"
+#include "engine/step_budget.h"
 #include "test_util.h"
 
 /* The steps of a machine whose step costs `fixed` + `per_decode` a decode

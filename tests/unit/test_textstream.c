@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gpt2d/textstream.h"
+#include "text/textstream.h"
 #include "test_util.h"
 
 static textstream ts;

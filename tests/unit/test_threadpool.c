@@ -8,7 +8,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "gpt2d/threadpool.h"
+#include "core/threadpool.h"
 #include "test_util.h"
 
 enum { MAX_TASKS = 4096 };

@@ -7,7 +7,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "gpt2d/token_budget.h"
+#include "api/token_budget.h"
 #include "test_util.h"
 
 static const uint8_t *account(uint8_t who)

@@ -10,9 +10,9 @@
 #include <string.h>
 #include <time.h>
 
-#include "gpt2d/monotonic.h"
-#include "gpt2d/tokenizer.h"
-#include "gpt2d/unicode_class.h"
+#include "core/monotonic.h"
+#include "text/tokenizer.h"
+#include "text/unicode_class.h"
 #include "test_util.h"
 
 static tokenizer *tok;

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gpt2d/utf8.h"
+#include "text/utf8.h"
 #include "test_util.h"
 
 typedef struct rendering {

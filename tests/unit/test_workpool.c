@@ -13,8 +13,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "gpt2d/monotonic.h"
-#include "gpt2d/workpool.h"
+#include "core/monotonic.h"
+#include "api/workpool.h"
 #include "test_util.h"
 
 static const uint8_t caller_a[SHA256_BYTES] = {'a'};

@@ -1,0 +1,259 @@
+/* api_common.c — what every endpoint shares: the OpenAI error object,
+ * response bodies, JSON and UTF-8 helpers, random ids.
+ *
+ * JSON strings must be valid UTF-8 but token bytes need not be, so every
+ * byte string that reaches a response goes through api_json_string_bytes. */
+#include "api/api.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#include "core/metrics.h"
+#include "core/monotonic.h"
+#include "text/utf8.h"
+
+/* OpenAI's `type` for each status we send. */
+static const char *error_type(int status)
+{
+    switch (status) {
+    case 401: return "authentication_error";
+    case 429: return "rate_limit_error";
+    case 500: case 503: return "server_error";
+    default: return "invalid_request_error";
+    }
+}
+
+int api_error_set(api_error *e, int status, const char *param,
+                  const char *fmt, ...)
+{
+    e->status = status;
+    e->type = error_type(status);
+    e->code = NULL;
+    snprintf(e->param, sizeof e->param, "%s", param != NULL ? param : "");
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->message, sizeof e->message, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+int api_charge_tokens(const api_ctx *ctx, const api_caller *caller,
+                      uint64_t tokens, const char *what, const char *param,
+                      const char *fix, uint64_t *charged, api_error *e,
+                      int *retry_after)
+{
+    const uint64_t per_minute = caller->limits.tokens_per_minute;
+    uint64_t available = 0;
+    unsigned wait = 0;
+    switch (token_budget_charge(ctx->budget, caller->account, per_minute,
+                                tokens, monotonic_seconds(), &available,
+                                &wait)) {
+    case TOKEN_BUDGET_OK:
+        *charged = per_minute > 0 ? tokens : 0;
+        return 0;
+    case TOKEN_BUDGET_NEVER:
+        api_error_set(e, 400, param, "this request may use %ju tokens (%s), "
+                      "more than the whole token budget of this API key (or "
+                      "client address), %ju tokens per minute: it can never "
+                      "run; %s", (uintmax_t)tokens, what,
+                      (uintmax_t)per_minute, fix);
+        e->code = "token_budget";
+        return -1;
+    case TOKEN_BUDGET_WAIT:
+        break;
+    }
+    *retry_after = (int)wait;
+    metrics_key_refused(caller->metrics_key, METRICS_REFUSED_TOKEN_BUDGET);
+    api_error_set(e, 429, NULL, "the token budget of this API key (or client "
+                  "address) is spent for now: this request may use %ju tokens "
+                  "(%s), and %ju of its %ju tokens per minute are left; retry "
+                  "in %u s", (uintmax_t)tokens, what, (uintmax_t)available,
+                  (uintmax_t)per_minute, wait);
+    e->code = "token_budget";
+    return -1;
+}
+
+void api_response_free(api_response *r)
+{
+    free(r->body);
+    r->body = NULL;
+    if (r->stream != NULL) {
+        api_stream_free(r->stream);
+        r->stream = NULL;
+    }
+    api_body_free(r->source);
+    r->source = NULL;
+}
+
+static void set_body(api_response *r, int status, const char *content_type,
+                     char *body, size_t len)
+{
+    free(r->body);
+    r->status = status;
+    r->content_type = content_type;
+    r->body = body;
+    r->body_len = len;
+}
+
+void api_response_json(api_response *r, int status, json_t *obj)
+{
+    char *text = obj != NULL ? json_dumps(obj, JSON_COMPACT) : NULL;
+    json_decref(obj);
+    if (text == NULL) {
+        /* Out of memory (or an unserialisable value): a fixed body still
+         * tells the client what happened. */
+        static const char oom[] =
+            "{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\","
+            "\"param\":null,\"code\":null}}";
+        text = strdup(oom);
+        status = 500;
+    }
+    size_t len = text != NULL ? strlen(text) : 0;
+    set_body(r, status, "application/json", text, len);
+}
+
+json_t *api_error_json(const api_error *e)
+{
+    /* The message may quote the client's bytes (jansson's "invalid token
+     * near '...'", a logit_bias key) or be cut inside a character by its
+     * buffer: it goes through api_json_string_bytes, or json_pack would
+     * refuse it and the client get a 500 instead of its 400. */
+    json_t *inner = json_pack("{s:o, s:s, s:o, s:o}",
+        "message", api_json_string_bytes(e->message, strlen(e->message)),
+        "type", e->type != NULL ? e->type : error_type(e->status),
+        "param", e->param[0] != '\0' ? json_string(e->param) : json_null(),
+        "code", e->code != NULL ? json_string(e->code) : json_null());
+    return inner != NULL ? json_pack("{s:o}", "error", inner) : NULL;
+}
+
+void api_response_error(api_response *r, const api_error *e)
+{
+    api_response_json(r, e->status, api_error_json(e));
+}
+
+bool api_client_gone(const api_client *c)
+{
+    return c != NULL && c->gone != NULL && c->gone(c->arg);
+}
+
+int api_work(const api_ctx *ctx, const api_caller *who,
+             const api_client *client, void (*fn)(void *), void *arg,
+             size_t memory, work_charge *charge, api_response *r)
+{
+    work_job job = {
+        .run = fn, .arg = arg, .account = who->account, .memory = memory,
+        .gone = client != NULL ? client->gone : NULL,
+        .gone_arg = client != NULL ? client->arg : NULL,
+    };
+    work_charge none;
+    work_status st = workpool_run(ctx->work, &job, charge != NULL ? charge : &none);
+    if (st == WORK_DONE)
+        return 0;
+    api_error e;
+    switch (st) {
+    case WORK_GONE:
+        metrics_cancelled();    /* dropped before it began, but dropped */
+        r->cancelled = true;
+        r->status = 499;        /* nginx's "client closed request", for the log */
+        return -1;
+    case WORK_STOPPING:
+        api_error_set(&e, 503, NULL, "the server is shutting down");
+        api_response_error(r, &e);
+        return -1;
+    case WORK_CALLER_MEMORY:
+        api_error_set(&e, 429, NULL, "answers of this API key (or client address) "
+                      "that its clients have not yet read hold its share of the "
+                      "server's response-memory; retry once they are read");
+        e.code = "response_memory_per_key";
+        metrics_key_refused(who->metrics_key, METRICS_REFUSED_RESPONSE_MEMORY);
+        break;
+    case WORK_NO_MEMORY:
+        api_error_set(&e, 503, NULL, "answers that clients have not yet read hold "
+                      "the server's response-memory; retry shortly");
+        e.code = "response_memory_full";
+        break;
+    default:
+        api_error_set(&e, 503, NULL, "the server is busy parsing and tokenizing "
+                      "other requests; retry shortly");
+        e.code = "tokenizer_busy";
+        break;
+    }
+    api_response_error(r, &e);
+    r->retry_after = 1;
+    return -1;
+}
+
+json_t *api_parse_object(const char *body, size_t len, api_error *e)
+{
+    json_error_t jerr;
+    json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
+    if (root == NULL) {
+        api_error_set(e, 400, NULL, "request body is not valid JSON: %s (line %d, column %d)",
+                      jerr.text, jerr.line, jerr.column);
+        return NULL;
+    }
+    if (!json_is_object(root)) {
+        json_decref(root);
+        api_error_set(e, 400, NULL, "request body must be a JSON object");
+        return NULL;
+    }
+    return root;
+}
+
+/* ---- UTF-8 ---- */
+
+json_t *api_json_string_bytes(const char *s, size_t len)
+{
+    /* each ill-formed byte may grow to the 3 bytes of U+FFFD */
+    char *clean = malloc(len * 3 + 1);
+    if (clean == NULL)
+        return NULL;
+    json_t *j = json_stringn_nocheck(clean, utf8_render(s, len, clean));
+    free(clean);
+    return j;
+}
+
+char *api_token_string(const tokenizer *tok, int32_t id)
+{
+    size_t len = 0;
+    const char *bytes = tokenizer_token_bytes(tok, id, &len);
+    if (bytes == NULL)
+        return strdup("");
+    /* NUL bytes are valid UTF-8 but would cut a C string short. */
+    if (utf8_valid(bytes, len) && memchr(bytes, '\0', len) == NULL)
+        return strndup(bytes, len);
+    char *out = malloc(sizeof "bytes:" + len * 4);
+    if (out == NULL)
+        return NULL;
+    size_t o = (size_t)sprintf(out, "bytes:");
+    for (size_t i = 0; i < len; i++)
+        o += (size_t)sprintf(out + o, "\\x%02x", (unsigned char)bytes[i]);
+    return out;
+}
+
+/* ---- ids ---- */
+
+uint64_t api_random_u64(void)
+{
+    uint64_t v = 0;
+    if (getrandom(&v, sizeof v, 0) == (ssize_t)sizeof v)
+        return v;
+    /* getrandom cannot fail for 8 bytes once the pool is initialised; this
+     * fallback only keeps ids distinct, it is not a security boundary. */
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return ((uint64_t)ts.tv_sec << 32) ^ (uint64_t)ts.tv_nsec ^ (uint64_t)getpid();
+}
+
+void api_random_id(char *buf, size_t size, const char *prefix)
+{
+    uint64_t a = api_random_u64(), b = api_random_u64();
+    snprintf(buf, size, "%s%016llx%08llx", prefix, (unsigned long long)a,
+             (unsigned long long)(b & 0xffffffffu));
+}

@@ -1,0 +1,185 @@
+/* api_inspect.c — POST /v1/inspect: look inside the model on one prompt.
+ *
+ * The body is parsed by inspect_request.c; the prompt then runs as an
+ * engine request of its own (engine.h, gen_params.inspect): queued,
+ * admitted and prefilled like any prompt, beside other streams, under the
+ * caller's limits and share of the engine, its prompt tokens charged to
+ * the caller's token budget.  It computes every position itself, as a
+ * prompt scored with echo + logprobs does: a cached prefix holds keys and
+ * values, not the attention rows or residuals of its positions.  Its K/V
+ * blocks join the cache in the caller's isolation domain like any
+ * prompt's (with its cache_salt, as a completion's), so a completion of
+ * the same caller and salt may reuse them.  The handler waits, then
+ * inspect_answer.c writes the answer.
+ *
+ * Callers: http.c, on the connection's own thread; the handler blocks while
+ * the engine works and looks at its socket every COMPLETION_WAIT_SLICE_MS. */
+#include "api/api.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "api/completion_run.h"
+#include "api/inspect_answer.h"
+#include "api/inspect_request.h"
+#include "core/log.h"
+#include "core/metrics.h"
+#include "core/monotonic.h"
+
+static gen_params params_of(const inspect_request *req, const api_caller *who)
+{
+    gen_params gp;
+    memset(&gp, 0, sizeof gp);
+    gp.prompt = req->prompt.ids;
+    gp.n_prompt = req->prompt.n;
+    gp.n_sequences = 1;
+    sampler_params_default(&gp.sampling);
+    gp.inspect = &req->params;
+    memcpy(gp.account, who->account, SHA256_BYTES);
+    gp.max_seqs = who->limits.max_seqs;
+    gp.max_queued = who->limits.max_queued;
+    gp.identity = api_caller_identity(who, req->has_cache_salt
+                                               ? req->cache_salt : NULL,
+                                      req->cache_salt_len);
+    return gp;
+}
+
+/* What the request used of the `charged` prompt tokens (nothing, when it
+ * was cancelled before it started), for the key's metrics; the rest goes
+ * back to its token budget. */
+static void settle(const api_ctx *ctx, const api_caller *who, gen_request *g,
+                   uint64_t charged)
+{
+    uint64_t used = 0;
+    if (g != NULL) {
+        gen_request_lock(g);
+        const gen_usage u = gen_request_usage(g);
+        const double queued = gen_request_queued_seconds(g);
+        gen_request_unlock(g);
+        if (queued >= 0) {
+            used = u.prompt_tokens;
+            metrics_key_queue_wait(who->metrics_key, queued);
+        }
+    }
+    metrics_key_tokens(who->metrics_key, (size_t)used, 0);
+    if (charged > used)
+        token_budget_refund(ctx->budget, who->account,
+                            who->limits.tokens_per_minute, charged - used,
+                            monotonic_seconds());
+}
+
+/* Waits for the request to finish; false when the client left first. */
+static bool wait_done(gen_request *g, const api_client *client)
+{
+    uint64_t version = 0;
+    bool left = false;
+    gen_request_lock(g);
+    while (!gen_request_finished(g) && !left) {
+        gen_request_wait(g, &version, COMPLETION_WAIT_SLICE_MS);
+        left = api_client_gone(client);
+    }
+    gen_request_unlock(g);
+    return !left;
+}
+
+/* The answer of a finished request, or an error. */
+static void respond(const api_ctx *ctx, const inspect_request *req,
+                    gen_request *g, api_response *r)
+{
+    api_error e;
+    gen_request_lock(g);
+    const bool cancelled = gen_request_output(g, 0)->finish == FINISH_CANCELLED;
+    gpt2d_buf body = GPT2D_BUF_INIT;
+    int rc = cancelled ? 0
+             : inspect_answer_write(&body, r->id, gen_request_inspect(g),
+                                    req->prompt.ids, ctx->tok, ctx->mdl->name);
+    gen_request_unlock(g);
+    if (cancelled) {
+        api_error_set(&e, 503, NULL, "the server is shutting down; the request "
+                      "was cancelled");
+        api_response_error(r, &e);
+        return;
+    }
+    if (rc != 0 || buf_append(&body, "", 1) != 0) {
+        buf_free(&body);
+        api_error_set(&e, 500, NULL, "out of memory building the answer");
+        api_response_error(r, &e);
+        return;
+    }
+    metrics_add_inspect_bytes(body.len - 1);
+    r->status = 200;
+    r->content_type = "application/json";
+    r->body = (char *)body.data;
+    r->body_len = body.len - 1;
+    r->prompt_tokens = req->prompt.n;
+}
+
+typedef struct inspect_parse_job {
+    inspect_request *req;
+    const char *body;
+    size_t len;
+    const tokenizer *tok;
+    const inspect_limits *lim;
+    api_error *e;
+    int rc;
+} inspect_parse_job;
+
+static void inspect_parse_run(void *arg)
+{
+    inspect_parse_job *j = arg;
+    j->rc = inspect_request_parse(j->req, j->body, j->len, j->tok, j->lim, j->e);
+}
+
+void api_inspect(const api_ctx *ctx, const api_caller *who, const char *body,
+                 size_t len, const api_client *client, api_response *r)
+{
+    const model_config *cfg = &ctx->mdl->config;
+    const inspect_limits lim = {
+        .n_ctx = cfg->n_ctx, .max_tokens = ctx->inspect_max_tokens,
+        .max_attention = ctx->inspect_max_attention,
+        .n_layer = cfg->n_layer, .n_head = cfg->n_head,
+        .vocab_size = tokenizer_vocab_size(ctx->tok),
+    };
+    inspect_request req;
+    api_error e;
+    /* parsing tokenizes: on the work pool, as a completion's (api_work) */
+    inspect_parse_job pj = { &req, body, len, ctx->tok, &lim, &e, -1 };
+    if (api_work(ctx, who, client, inspect_parse_run, &pj, 0, NULL, r) != 0)
+        return;
+    if (pj.rc != 0) {
+        api_response_error(r, &e);
+        return;
+    }
+    if (ctx->log_prompts)
+        log_info("inspect prompt: %.*s", (int)(len < 4096 ? len : 4096), body);
+    /* the answer's id, and its X-Request-Id unless the client sent one */
+    api_random_id(r->id, sizeof r->id, "insp-");
+    /* an inspect generates nothing: its prompt is what it costs */
+    char what[48];
+    snprintf(what, sizeof what, "prompt %zu", req.prompt.n);
+    uint64_t charged = 0;
+    if (api_charge_tokens(ctx, who, req.prompt.n, what, "prompt",
+                          "send fewer tokens", &charged, &e,
+                          &r->retry_after) != 0) {
+        api_response_error(r, &e);
+        inspect_request_free(&req);
+        return;
+    }
+    const gen_params gp = params_of(&req, who);
+    gen_request *g = NULL;
+    engine_status st = engine_submit(ctx->eng, &gp, &g);
+    if (st != ENGINE_OK) {
+        api_engine_error(ctx, who, st, &e, &r->retry_after);
+        api_response_error(r, &e);
+    } else if (!wait_done(g, client)) {
+        metrics_cancelled();
+        r->cancelled = true;
+        r->status = 499;        /* nginx's "client closed request", for the log */
+    } else {
+        respond(ctx, &req, g, r);
+    }
+    settle(ctx, who, g, charged);
+    gen_request_release(g);
+    inspect_request_free(&req);
+}

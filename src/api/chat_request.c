@@ -1,0 +1,368 @@
+/* chat_request.c — the body of POST /v1/chat/completions, JSON in,
+ * completion_request out: the messages checked and written into one prompt
+ * by the chat template, the chat-only fields (max_completion_tokens,
+ * logprobs as a switch with top_logprobs, what GPT-2 cannot do), and every
+ * other field read by completion_request.c exactly as /v1/completions reads
+ * it.  Every error is a 400 that names its `param`, down to the message and
+ * content part at fault ("messages[2].content[0].type").
+ *
+ * Owns nothing past the call: the result is an ordinary completion_request
+ * (one prompt, best_of = n, the template's stop strings after the
+ * request's), freed by completion_request_free.
+ *
+ * Callers: api_chat_completions() on an HTTP connection thread, the unit
+ * tests and the fuzzer.  It reads only its arguments, the read-only
+ * tokenizer and template, so any number of threads may parse at once. */
+#include "api/api.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+_Static_assert(API_MAX_STOP + CHAT_TEMPLATE_MAX_STOP <= ENGINE_MAX_STOP,
+               "the engine must take a request's and its template's stops");
+
+/* What a text-only model without tools cannot honour: refused by name, so a
+ * client never mistakes plain text for a tool call or a JSON promise. */
+static int refuse_unsupported(json_t *root, api_error *e)
+{
+    static const char *const tool_fields[] = {"tools", "functions"};
+    static const char *const choice_fields[] = {"tool_choice", "function_call"};
+    for (size_t i = 0; i < 2; i++) {
+        json_t *v = json_object_get(root, tool_fields[i]);
+        if (v != NULL && !json_is_null(v) &&
+            !(json_is_array(v) && json_array_size(v) == 0))
+            return api_error_set(e, 400, tool_fields[i],
+                                 "%s are not supported: this model writes text only",
+                                 tool_fields[i]);
+        v = json_object_get(root, choice_fields[i]);
+        if (v != NULL && !json_is_null(v) &&
+            !(json_is_string(v) && strcmp(json_string_value(v), "none") == 0))
+            return api_error_set(e, 400, choice_fields[i],
+                                 "%s is not supported: there are no tools to call "
+                                 "(only \"none\" is accepted)", choice_fields[i]);
+    }
+    json_t *v;
+    if (api_field_optional(root, "response_format", "response_format",
+                           API_FIELD_OBJECT, &v, e) != 0)
+        return -1;
+    json_t *type = json_object_get(v, "type");
+    if (v != NULL && !(json_is_string(type) &&
+                       strcmp(json_string_value(type), "text") == 0))
+        return api_error_set(e, 400, "response_format",
+                             "response_format must be {\"type\": \"text\"}: this "
+                             "model cannot promise JSON or a schema");
+    v = json_object_get(root, "audio");
+    if (v != NULL && !json_is_null(v))
+        return api_error_set(e, 400, "audio",
+                             "audio output is not supported: this model writes text only");
+    if (api_field_optional(root, "modalities", "modalities", API_FIELD_ARRAY, &v,
+                           e) != 0)
+        return -1;
+    for (size_t i = 0; v != NULL && i < json_array_size(v); i++) {
+        json_t *m = json_array_get(v, i);
+        if (!json_is_string(m) || strcmp(json_string_value(m), "text") != 0)
+            return api_error_set(e, 400, "modalities",
+                                 "modalities may only hold \"text\"");
+    }
+    return 0;
+}
+
+static int message_role(json_t *msg, size_t i, chat_role *out, api_error *e)
+{
+    static const struct { const char *name; chat_role role; } roles[] = {
+        {"system", CHAT_ROLE_SYSTEM}, {"developer", CHAT_ROLE_SYSTEM},
+        {"user", CHAT_ROLE_USER}, {"assistant", CHAT_ROLE_ASSISTANT},
+    };
+    char param[96];
+    snprintf(param, sizeof param, "messages[%zu].role", i);
+    json_t *r = json_object_get(msg, "role");
+    if (!json_is_string(r))
+        return api_error_set(e, 400, param, "%s must be a string: system, developer, "
+                             "user or assistant", param);
+    const char *name = json_string_value(r);
+    for (size_t k = 0; k < sizeof roles / sizeof roles[0]; k++)
+        if (strcmp(name, roles[k].name) == 0) {
+            *out = roles[k].role;
+            return 0;
+        }
+    if (strcmp(name, "tool") == 0 || strcmp(name, "function") == 0)
+        return api_error_set(e, 400, param, "%s \"%s\": tool calls are not "
+                             "supported", param, name);
+    return api_error_set(e, 400, param, "%s must be system, developer, user or "
+                         "assistant, got \"%.32s\"", param, name);
+}
+
+/* An assistant message that carries tool calls has nothing we could have
+ * written. */
+static int refuse_tool_calls(json_t *msg, size_t i, api_error *e)
+{
+    static const char *const fields[] = {"tool_calls", "function_call"};
+    for (size_t k = 0; k < 2; k++) {
+        json_t *v = json_object_get(msg, fields[k]);
+        if (v != NULL && !json_is_null(v) &&
+            !(json_is_array(v) && json_array_size(v) == 0)) {
+            char param[96];
+            snprintf(param, sizeof param, "messages[%zu].%s", i, fields[k]);
+            return api_error_set(e, 400, param, "%s: tool calls are not supported",
+                                 param);
+        }
+    }
+    return 0;
+}
+
+/* One content part, {"type": "text", "text": "..."} or, in an assistant
+ * message, {"type": "refusal", "refusal": "..."} (what that turn said, so
+ * written as its text); the text is appended to `out`. */
+static int content_part(json_t *part, size_t i, size_t j, chat_role role,
+                        gpt2d_buf *out, api_error *e)
+{
+    char param[96];
+    snprintf(param, sizeof param, "messages[%zu].content[%zu]", i, j);
+    if (!json_is_object(part))
+        return api_error_set(e, 400, param, "%s must be an object", param);
+    json_t *type = json_object_get(part, "type");
+    snprintf(param, sizeof param, "messages[%zu].content[%zu].type", i, j);
+    if (!json_is_string(type))
+        return api_error_set(e, 400, param, "%s must be a string", param);
+    const char *field = json_string_value(type);
+    if (strcmp(field, "refusal") == 0 && role != CHAT_ROLE_ASSISTANT)
+        return api_error_set(e, 400, param, "%s is \"refusal\": only an "
+                             "assistant message may hold a refusal", param);
+    if (strcmp(field, "text") != 0 && strcmp(field, "refusal") != 0)
+        return api_error_set(e, 400, param, "%s is \"%.32s\": only text parts are "
+                             "supported, this model reads text only", param, field);
+    json_t *text = json_object_get(part, field);
+    snprintf(param, sizeof param, "messages[%zu].content[%zu].%s", i, j, field);
+    if (!json_is_string(text))
+        return api_error_set(e, 400, param, "%s must be a string", param);
+    if (buf_append(out, json_string_value(text), json_string_length(text)) != 0)
+        return api_error_set(e, 500, NULL, "out of memory");
+    return 0;
+}
+
+/* A message's content, appended to `out`: a string, or an array of text
+ * (and, from the assistant, refusal) parts joined by newlines (as vLLM
+ * joins them). */
+static int message_content(json_t *msg, size_t i, chat_role role,
+                           gpt2d_buf *out, api_error *e)
+{
+    char param[96];
+    snprintf(param, sizeof param, "messages[%zu].content", i);
+    json_t *c = json_object_get(msg, "content");
+    if (json_is_string(c)) {
+        if (buf_append(out, json_string_value(c), json_string_length(c)) != 0)
+            return api_error_set(e, 500, NULL, "out of memory");
+        return 0;
+    }
+    if (!json_is_array(c))
+        return api_error_set(e, 400, param, "%s must be a string or an array of "
+                             "text parts", param);
+    for (size_t j = 0; j < json_array_size(c); j++) {
+        if (j > 0 && buf_append(out, "\n", 1) != 0)
+            return api_error_set(e, 500, NULL, "out of memory");
+        if (content_part(json_array_get(c, j), i, j, role, out, e) != 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* The messages, checked, as turns whose contents live in `contents`
+ * (*turns is malloc'ed; the caller frees it and the buffer). */
+static int parse_messages(json_t *root, chat_turn **turns, size_t *n_turns,
+                          gpt2d_buf *contents, api_error *e)
+{
+    json_t *msgs = json_object_get(root, "messages");
+    if (msgs == NULL || json_is_null(msgs))
+        return api_error_set(e, 400, "messages", "messages is required");
+    if (!json_is_array(msgs))
+        return api_error_set(e, 400, "messages", "messages must be an array of "
+                             "{\"role\", \"content\"} objects");
+    size_t n = json_array_size(msgs);
+    if (n == 0)
+        return api_error_set(e, 400, "messages", "messages must not be empty");
+    *turns = calloc(n, sizeof **turns);
+    size_t *start = calloc(n, sizeof *start);
+    int rc = *turns == NULL || start == NULL
+                 ? api_error_set(e, 500, NULL, "out of memory") : 0;
+    for (size_t i = 0; rc == 0 && i < n; i++) {
+        json_t *msg = json_array_get(msgs, i);
+        char param[96];
+        snprintf(param, sizeof param, "messages[%zu]", i);
+        start[i] = contents->len;
+        if (!json_is_object(msg))
+            rc = api_error_set(e, 400, param, "%s must be an object", param);
+        else if (message_role(msg, i, &(*turns)[i].role, e) != 0 ||
+                 refuse_tool_calls(msg, i, e) != 0 ||
+                 message_content(msg, i, (*turns)[i].role, contents, e) != 0)
+            rc = -1;
+    }
+    /* the buffer has stopped moving: point each turn into it (it has no
+     * bytes at all when every content is empty) */
+    const char *base = contents->data != NULL ? (const char *)contents->data : "";
+    for (size_t i = 0; rc == 0 && i < n; i++) {
+        size_t end = i + 1 < n ? start[i + 1] : contents->len;
+        (*turns)[i].content = base + start[i];
+        (*turns)[i].len = end - start[i];
+    }
+    free(start);
+    *n_turns = n;
+    return rc;
+}
+
+/* The rendered conversation, tokenized, as the request's one prompt.  A
+ * text of B bytes is at least B / (the longest token's bytes) tokens: a
+ * conversation whose text cannot fit the context by that count alone is
+ * refused before it is written out or tokenized (many empty messages under
+ * long markers would otherwise make megabytes of text to tokenize on the
+ * connection's thread for a certain 400). */
+static int render_prompt(completion_request *req, const chat_template *tpl,
+                         const chat_turn *turns, size_t n, const tokenizer *tok,
+                         const completion_limits *lim, api_error *e)
+{
+    const size_t bytes = chat_template_rendered_bytes(tpl, turns, n);
+    const size_t longest = tokenizer_longest_token(tok);
+    if (longest > 0 && bytes / longest > lim->n_ctx)
+        return api_error_set(e, 400, "messages", "the messages are written as "
+                             "%zu bytes of text, so at least %zu tokens (no "
+                             "token is longer than %zu bytes): more than this "
+                             "model's maximum context length of %zu tokens; "
+                             "shorten the messages or send fewer", bytes,
+                             bytes / longest, longest, lim->n_ctx);
+    gpt2d_buf text = GPT2D_BUF_INIT;
+    req->prompts = calloc(1, sizeof *req->prompts);
+    if (req->prompts == NULL || chat_template_render(tpl, turns, n, &text) != 0) {
+        buf_free(&text);
+        return api_error_set(e, 500, NULL, "out of memory");
+    }
+    req->n_prompts = 1;
+    gpt2d_error err;
+    int rc = tokenizer_encode(tok, (const char *)text.data, text.len,
+                              &req->prompts[0].ids, &req->prompts[0].n, &err);
+    buf_free(&text);
+    if (rc != 0)
+        return api_error_set(e, 500, NULL, "tokenizer: %s", err.message);
+    return 0;
+}
+
+/* max_completion_tokens (OpenAI's current name) or max_tokens (the older
+ * one); *param is the one that was sent.  Absent: the rest of the context,
+ * set once the prompt's length is known (*given false). */
+static int parse_max_tokens(completion_request *req, json_t *root,
+                            const char **param, bool *given, api_error *e)
+{
+    json_int_t max_new = -1, max_old = -1;
+    if (api_field_integer(root, "max_completion_tokens", 0, INT32_MAX, &max_new,
+                          e) != 0 ||
+        api_field_integer(root, "max_tokens", 0, INT32_MAX, &max_old, e) != 0)
+        return -1;
+    *given = max_new >= 0 || max_old >= 0;
+    *param = max_new >= 0 || max_old < 0 ? "max_completion_tokens" : "max_tokens";
+    req->max_tokens = (size_t)(max_new >= 0 ? max_new : max_old >= 0 ? max_old : 0);
+    return 0;
+}
+
+/* No max asked for: the rest of the context, as far as the KV cache holds
+ * it for every sequence (n of them), so that a plain chat with n > 1 runs
+ * on a small cache, and as far as the caller's whole token budget pays for
+ * it (prompt + n x max), so that a plain chat runs on a small budget.  At
+ * least one token: a prompt that n sequences cannot hold at all is refused
+ * by the submission's checks, naming n or the messages. */
+static void default_max_tokens(completion_request *req,
+                               const completion_limits *lim)
+{
+    const size_t n_prompt = req->prompts[0].n;
+    size_t total = lim->n_ctx;
+    if (lim->kv_blocks > 0) {
+        size_t fits = kvcache_max_total(n_prompt, req->best_of, lim->kv_blocks);
+        if (fits < total)
+            total = fits > n_prompt ? fits : n_prompt + 1;
+    }
+    if (lim->token_budget > 0 && total > n_prompt) {
+        uint64_t each = lim->token_budget > n_prompt
+                            ? (lim->token_budget - n_prompt) / req->best_of : 0;
+        if (each < total - n_prompt)
+            total = n_prompt + (each > 0 ? (size_t)each : 1);
+    }
+    req->max_tokens = n_prompt < total ? total - n_prompt : 0;
+}
+
+static int parse_n(completion_request *req, json_t *root,
+                   const completion_limits *lim, api_error *e)
+{
+    json_int_t n = 1;
+    if (api_field_integer(root, "n", 1, INT32_MAX, &n, e) != 0)
+        return -1;
+    req->n = req->best_of = (size_t)n;
+    req->n_prompts = 1;
+    return completion_request_check_sequences(req, lim, e);
+}
+
+/* Chat's logprobs is a switch; top_logprobs says how many alternatives
+ * (0 to 20, as OpenAI). */
+static int parse_logprobs(completion_request *req, json_t *root, api_error *e)
+{
+    json_int_t top = -1;
+    if (api_field_bool(root, "logprobs", "logprobs", &req->logprobs, e) != 0 ||
+        api_field_integer(root, "top_logprobs", 0, ENGINE_MAX_LOGPROBS, &top,
+                          e) != 0)
+        return -1;
+    if (top >= 0 && !req->logprobs)
+        return api_error_set(e, 400, "top_logprobs",
+                             "top_logprobs requires logprobs to be true");
+    req->n_logprobs = top >= 0 ? (size_t)top : 0;
+    return 0;
+}
+
+/* The template's markers end the reply, after whatever the request asked. */
+static int add_template_stops(completion_request *req, const chat_template *tpl,
+                              api_error *e)
+{
+    for (size_t i = 0; i < tpl->n_stop; i++) {
+        req->stop[req->n_stop] = strdup(tpl->stop[i]);
+        if (req->stop[req->n_stop] == NULL)
+            return api_error_set(e, 500, NULL, "out of memory");
+        req->n_stop++;
+    }
+    return 0;
+}
+
+int chat_request_parse(completion_request *req, const char *body, size_t len,
+                       const tokenizer *tok, const chat_template *tpl,
+                       const completion_limits *lim, api_error *e)
+{
+    json_t *root = completion_request_start(req, body, len, e);
+    if (root == NULL)
+        return -1;
+    chat_turn *turns = NULL;
+    size_t n_turns = 0;
+    gpt2d_buf contents = GPT2D_BUF_INIT;
+    const char *max_param = "max_completion_tokens";
+    bool max_given = false;
+    int rc = -1;
+    /* As on completions, the cheap checks first: nothing is tokenized for
+     * a request that its fields or counts refuse. */
+    if (refuse_unsupported(root, e) == 0 &&
+        parse_messages(root, &turns, &n_turns, &contents, e) == 0 &&
+        parse_n(req, root, lim, e) == 0 &&
+        parse_max_tokens(req, root, &max_param, &max_given, e) == 0 &&
+        completion_request_parse_stop(req, root, lim, e) == 0 &&
+        render_prompt(req, tpl, turns, n_turns, tok, lim, e) == 0) {
+        if (max_given)
+            req->max_param = max_param;
+        else
+            default_max_tokens(req, lim);
+        if (completion_request_check_context(req, lim, "messages", max_param,
+                                             e) == 0 &&
+            parse_logprobs(req, root, e) == 0 &&
+            completion_request_parse_shared(req, root, lim, e) == 0 &&
+            add_template_stops(req, tpl, e) == 0)
+            rc = 0;
+    }
+    free(turns);
+    buf_free(&contents);
+    json_decref(root);
+    if (rc != 0)
+        completion_request_free(req);
+    return rc;
+}

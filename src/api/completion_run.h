@@ -1,0 +1,109 @@
+/* completion_run.h — one completion in flight, and the pieces of its answer
+ * that the whole response and the event stream share.
+ *
+ * It sits below the two files that read a run: api_completions.c (submits
+ * it, waits, builds the whole answer) and completion_stream.c (turns it into
+ * SSE chunks).  Both include this header and neither reaches into the
+ * other, so the split closes no circle.  Defined in completion_run.c.
+ *
+ * Threads: a run belongs to one connection: the handler's thread, then
+ * (streaming) whichever libmicrohttpd thread pulls the stream, one at a
+ * time.  The engine's output is read under each gen_request's own lock. */
+#ifndef GPT2D_COMPLETION_RUN_H
+#define GPT2D_COMPLETION_RUN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <time.h>
+
+#include <jansson.h>
+
+#include "api/api.h"
+
+/* How long a waiting handler sleeps before it looks at its socket again:
+ * short enough that a vanished client is noticed within about one step. */
+#define COMPLETION_WAIT_SLICE_MS 20
+
+typedef struct completion_run completion_run;
+
+/* What tells the completion endpoints apart: how a body is read and how the
+ * answer looks.  api_completions.c holds /v1/completions' and api_chat.c
+ * /v1/chat/completions'; the run, the event stream and the whole answer
+ * call through it and never ask which endpoint they serve. */
+typedef struct completion_endpoint {
+    const char *id_prefix;      /* "cmpl-" */
+    const char *object;         /* the whole answer's `object` */
+    const char *chunk_object;   /* a streamed chunk's */
+    const char *log_label;      /* "completion" in the --log-prompts line */
+    const char *n_fields;       /* what sets the sequences: "n/best_of" */
+    const char *prompt_field;   /* what holds the prompt: "prompt" */
+    /* The body into `req`; on failure a 400 (or 500) in `e`. */
+    int (*parse)(completion_request *req, const api_ctx *ctx,
+                 const completion_limits *lim, const char *body, size_t len,
+                 api_error *e);
+    /* One choice of the whole answer: the prompt's `prompt`, as choice
+     * `index`; NULL on OOM. */
+    json_t *(*choice)(const completion_run *run, size_t prompt, size_t index,
+                      const gen_output *out);
+    /* The logprobs of a streamed choice's tokens [from, to); `at` is where
+     * token `from`'s text starts, and moves past `to`. */
+    json_t *(*chunk_logprobs)(const completion_run *run, const gen_token *gen,
+                              size_t from, size_t to, text_cursor *at);
+    /* One choice of a chunk: a text delta, logprobs (a reference is stolen;
+     * NULL: none), the finish reason (NULL while it runs). */
+    json_t *(*chunk_choice)(size_t index, const char *text, size_t len,
+                            json_t *logprobs, const char *finish);
+    /* NULL, or the choice of the chunk that opens each choice's stream
+     * before its first token (chat's `delta.role`). */
+    json_t *(*chunk_opening)(size_t index);
+} completion_endpoint;
+
+/* One completion in flight: the parsed request and its engine requests. */
+struct completion_run {
+    const completion_endpoint *ep;
+    const api_ctx *ctx;
+    api_caller caller;          /* whose cache and sessions it may use */
+    completion_request req;
+    gen_request **reqs;         /* one per prompt; NULL entries when short-cut */
+    size_t n_reqs;
+    char id[48];
+    time_t created;
+    bool cancelled;
+    bool short_cut;             /* nothing for the engine: reqs all NULL */
+    uint64_t charged;           /* tokens taken from the caller's budget;
+                                 * what was not used goes back when freed */
+};
+
+/* Cancels every engine request of the run (once). */
+void completion_run_cancel(completion_run *run);
+/* The client went away: cancels what is left and, if anything was, counts
+ * one cancelled request, however many prompts and choices it had. */
+void completion_run_cancel_for_client(completion_run *run);
+/* Gives the caller's budget back what the run did not use, records its
+ * tokens and queue waits under the caller's key in /metrics, releases the
+ * engine requests and the parsed request, and frees `run`. */
+void completion_run_free(completion_run *run);
+/* Token counts of all prompts so far (a short-cut prompt counts its length). */
+gen_usage completion_run_usage(const completion_run *run);
+
+/* The object around choices: id, object, created, model, choices (a
+ * reference to `choices` is stolen); a streamed chunk's names its own
+ * object. */
+json_t *completion_envelope(const completion_run *run, json_t *choices);
+json_t *completion_chunk_envelope(const completion_run *run, json_t *choices);
+json_t *completion_usage_json(gen_usage u);
+/* "stop", "length", or NULL (not finished, or cancelled). */
+const char *completion_finish_string(finish_reason f);
+/* A JSON array of token ids. */
+json_t *completion_ids_json(const int32_t *ids, size_t n);
+/* return_token_ids (vLLM's extension): adds to `choice` the prompt's ids as
+ * `prompt_token_ids` (unless `prompt` is NULL: a stream sends them once)
+ * and the generated tokens [from, to) as `token_ids`.  0, or -1 on OOM. */
+int completion_add_token_ids(json_t *choice, const completion_prompt *prompt,
+                             const gen_token *gen, size_t from, size_t to);
+/* The prompt's bytes (for echo and text offsets), malloc'ed into *out. */
+int completion_prompt_bytes(const tokenizer *tok, const completion_prompt *p,
+                            char **out, size_t *len);
+
+#endif

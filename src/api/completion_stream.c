@@ -1,0 +1,388 @@
+/* completion_stream.c — a streamed completion as OpenAI's server-sent
+ * events: one `data: {chunk}` per new piece of each choice, a final chunk
+ * with its finish_reason, the usage chunk when asked for, `data: [DONE]`.
+ * Each chunk takes its endpoint's shape (completion_run.h's
+ * completion_endpoint), after that endpoint's opening chunk if it has one.
+ * With return_token_ids each chunk with tokens also names their ids.
+ *
+ * Owns the api_stream: the per-choice progress and the SSE bytes not yet
+ * taken.  The engine already holds back incomplete UTF-8 and pending
+ * stop-sequence prefixes from gen_output.text; the stream clamps to whole
+ * characters once more so that a client can never see half a character,
+ * whatever the engine reports.
+ *
+ * Callers: api_completions() creates the stream on the handler's thread;
+ * http.c then pulls it with api_stream_read from libmicrohttpd's threads,
+ * one call at a time, and frees it when the connection ends. */
+#include "api/completion_stream.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Where one choice's stream stands. */
+typedef struct choice_state {
+    size_t tokens_sent;         /* generated tokens already chunked */
+    size_t text_sent;           /* bytes of gen_output.text already sent */
+    text_cursor next;           /* where the next generated token starts */
+    bool opened;                /* the endpoint's opening chunk is sent */
+    bool echo_sent;
+    bool final_sent;
+    bool prompt_ids_sent;       /* return_token_ids: on the first chunk only */
+} choice_state;
+
+struct api_stream {
+    completion_run *run;
+    choice_state *choices;      /* [n_prompts * n] */
+    uint64_t *versions;         /* [n_prompts]: engine versions seen */
+    char *buf;                  /* SSE bytes not yet handed to the server */
+    size_t len, off, cap;
+    bool done;                  /* `data: [DONE]` queued */
+    bool gone;                  /* the client left */
+    gen_usage usage;
+};
+
+static int stream_append(api_stream *s, const char *data, size_t n)
+{
+    if (s->len + n > s->cap) {
+        size_t cap = s->cap ? s->cap : 1024;
+        while (cap < s->len + n)
+            cap *= 2;
+        char *b = realloc(s->buf, cap);
+        if (b == NULL)
+            return -1;
+        s->buf = b;
+        s->cap = cap;
+    }
+    memcpy(s->buf + s->len, data, n);
+    s->len += n;
+    return 0;
+}
+
+/* Appends `data: <obj>\n\n` (a reference to obj is stolen). */
+static int stream_event(api_stream *s, json_t *obj)
+{
+    char *text = obj != NULL ? json_dumps(obj, JSON_COMPACT) : NULL;
+    json_decref(obj);
+    if (text == NULL)
+        return -1;
+    int rc = stream_append(s, "data: ", 6) | stream_append(s, text, strlen(text)) |
+             stream_append(s, "\n\n", 2);
+    free(text);
+    return rc;
+}
+
+/* The generated tokens a chunk covers, for return_token_ids. */
+typedef struct chunk_tokens {
+    size_t prompt;              /* whose prompt */
+    const gen_token *gen;
+    size_t from, to;            /* [from, to) of gen */
+} chunk_tokens;
+
+/* With return_token_ids, a chunk carries the ids of the tokens it covers
+ * (vLLM's shape): `token_ids` when it covers any (vLLM sends the last
+ * tokens with the finish reason; our finish chunk and the echo have none,
+ * and an empty list would end up as the whole reply's ids in a client
+ * that keeps the last value, like the OpenAI SDK's stream helper),
+ * `prompt_token_ids` on its choice's first chunk. */
+static int chunk_add_ids(api_stream *s, json_t *choice, choice_state *cs,
+                         const chunk_tokens *t)
+{
+    const completion_request *req = &s->run->req;
+    if (!req->return_token_ids)
+        return 0;
+    const completion_prompt *prompt = cs->prompt_ids_sent ? NULL
+                                                          : &req->prompts[t->prompt];
+    cs->prompt_ids_sent = true;
+    if (t->from < t->to)
+        return completion_add_token_ids(choice, prompt, t->gen, t->from, t->to);
+    return prompt == NULL ? 0 : json_object_set_new(choice, "prompt_token_ids",
+                                                    completion_ids_json(prompt->ids,
+                                                                        prompt->n));
+}
+
+/* Appends one chunk of one choice (a reference to `choice` is stolen). */
+static int stream_choice_event(api_stream *s, json_t *choice)
+{
+    if (choice == NULL)
+        return -1;
+    return stream_event(s, completion_chunk_envelope(s->run,
+                                                     json_pack("[o]", choice)));
+}
+
+static int stream_chunk(api_stream *s, size_t index, choice_state *cs,
+                        const chunk_tokens *t, const char *text, size_t len,
+                        json_t *logprobs, const char *finish)
+{
+    json_t *choice = s->run->ep->chunk_choice(index, text, len, logprobs, finish);
+    if (choice != NULL && chunk_add_ids(s, choice, cs, t) != 0) {
+        json_decref(choice);
+        return -1;
+    }
+    return stream_choice_event(s, choice);
+}
+
+/* text_offset counts from the prompt's start, echoed or not: each
+ * choice's first generated token sits at its prompt's length. */
+static int stream_start_offsets(api_stream *s)
+{
+    const completion_request *req = &s->run->req;
+    for (size_t p = 0; req->logprobs && p < req->n_prompts; p++) {
+        char *ptext = NULL;
+        size_t plen = 0;
+        if (completion_prompt_bytes(s->run->ctx->tok, &req->prompts[p], &ptext,
+                         &plen) != 0)
+            return -1;
+        for (size_t i = 0; i < req->n; i++)
+            s->choices[p * req->n + i].next.chars = utf8_chars(ptext, plen);
+        free(ptext);
+    }
+    return 0;
+}
+
+api_stream *completion_stream_create(completion_run *run)
+{
+    api_stream *s = calloc(1, sizeof *s);
+    if (s == NULL)
+        return NULL;
+    s->run = run;
+    s->choices = calloc(run->req.n_prompts * run->req.n, sizeof *s->choices);
+    s->versions = calloc(run->req.n_prompts, sizeof *s->versions);
+    if (s->choices == NULL || s->versions == NULL ||
+        stream_start_offsets(s) != 0) {
+        free(s->choices);
+        free(s->versions);
+        free(s);
+        return NULL;
+    }
+    return s;
+}
+
+/* The echoed prompt, once: with echo+logprobs it waits for the scores. */
+static int stream_echo(api_stream *s, size_t p, size_t index,
+                       const gen_output *out, choice_state *cs)
+{
+    const completion_request *req = &s->run->req;
+    bool scoring = req->logprobs;
+    if (scoring && out->n_prompt_scored < req->prompts[p].n &&
+        out->finish == FINISH_NONE)
+        return 0;               /* not scored yet */
+    char *ptext = NULL;
+    size_t plen = 0;
+    if (completion_prompt_bytes(s->run->ctx->tok, &req->prompts[p], &ptext, &plen) != 0)
+        return -1;
+    json_t *lp = NULL;
+    text_cursor at = { 0 };
+    if (scoring && out->prompt_scores != NULL)
+        lp = completion_logprobs_json(s->run->ctx->tok, out->prompt_scores,
+                                      out->n_prompt_scored, NULL, 0, 0, &at,
+                                      SIZE_MAX);
+    const chunk_tokens none = { p, out->tokens, 0, 0 };
+    int rc = stream_chunk(s, index, cs, &none, ptext, plen, lp, NULL);
+    cs->echo_sent = true;
+    free(ptext);
+    return rc;
+}
+
+size_t completion_stream_delta_end(const gen_output *out, size_t token,
+                                   size_t text_sent)
+{
+    size_t end = out->token_text_end[token];
+    if (end > out->text_len)
+        end = out->text_len;
+    if (end < text_sent)
+        end = text_sent;
+    return text_sent + utf8_complete_prefix(out->text + text_sent, end - text_sent);
+}
+
+/* Chunks for everything new in one choice; *any set when something was added. */
+static int stream_choice(api_stream *s, size_t p, size_t index,
+                         const gen_output *out, choice_state *cs, bool *any)
+{
+    const completion_request *req = &s->run->req;
+    if (cs->final_sent)
+        return 0;
+    if (!cs->opened && s->run->ep->chunk_opening != NULL) {
+        if (stream_choice_event(s, s->run->ep->chunk_opening(index)) != 0)
+            return -1;
+        *any = true;
+    }
+    cs->opened = true;
+    if (req->echo && !cs->echo_sent) {
+        if (stream_echo(s, p, index, out, cs) != 0)
+            return -1;
+        if (!cs->echo_sent)
+            return 0;
+        *any = true;
+    }
+    for (; cs->tokens_sent < out->n_tokens; cs->tokens_sent++) {
+        size_t i = cs->tokens_sent;
+        size_t end = completion_stream_delta_end(out, i, cs->text_sent);
+        json_t *lp = NULL;
+        if (req->logprobs)
+            lp = s->run->ep->chunk_logprobs(s->run, out->tokens, i, i + 1,
+                                            &cs->next);
+        const chunk_tokens one = { p, out->tokens, i, i + 1 };
+        if (stream_chunk(s, index, cs, &one, out->text + cs->text_sent,
+                         end - cs->text_sent, lp, NULL) != 0)
+            return -1;
+        cs->text_sent = end;
+        *any = true;
+    }
+    if (out->finish != FINISH_NONE && out->finish != FINISH_CANCELLED) {
+        /* Whatever was held back is final now. */
+        const chunk_tokens none = { p, out->tokens, 0, 0 };
+        if (stream_chunk(s, index, cs, &none, out->text + cs->text_sent,
+                         out->text_len - cs->text_sent, NULL,
+                         completion_finish_string(out->finish)) != 0)
+            return -1;
+        cs->text_sent = out->text_len;
+        cs->final_sent = true;
+        *any = true;
+    }
+    return 0;
+}
+
+/* Collects new chunks from every prompt's request.  Returns 1 when all
+ * choices are final, 0 when more is to come, -1 on error; *cancelled when the
+ * engine cancelled a sequence (shutdown). */
+static int stream_collect(api_stream *s, bool *any, bool *cancelled)
+{
+    completion_run *run = s->run;
+    size_t n = run->req.n;
+    bool all_final = true;
+    for (size_t p = 0; p < run->n_reqs; p++) {
+        gen_request *r = run->reqs[p];
+        if (r == NULL) {
+            /* Trivial request: one empty final chunk per choice. */
+            for (size_t i = 0; i < n; i++) {
+                choice_state *cs = &s->choices[p * n + i];
+                gen_output empty = {0};
+                empty.text = "";
+                empty.finish = FINISH_LENGTH;
+                if (stream_choice(s, p, p * n + i, &empty, cs, any) != 0)
+                    return -1;
+            }
+            continue;
+        }
+        gen_request_lock(r);
+        size_t n_seq = gen_request_n_sequences(r);
+        for (size_t i = 0; i < n && i < n_seq; i++) {
+            choice_state *cs = &s->choices[p * n + i];
+            const gen_output *out = gen_request_output(r, i);
+            if (stream_choice(s, p, p * n + i, out, cs, any) != 0) {
+                gen_request_unlock(r);
+                return -1;
+            }
+            if (out->finish == FINISH_CANCELLED)
+                *cancelled = true;
+            if (!cs->final_sent)
+                all_final = false;
+        }
+        gen_request_unlock(r);
+    }
+    return all_final ? 1 : 0;
+}
+
+static int stream_finish(api_stream *s, bool cancelled)
+{
+    completion_run *run = s->run;
+    if (cancelled) {
+        api_error e;
+        api_error_set(&e, 503, NULL, "the server is shutting down; the request was cancelled");
+        if (stream_event(s, api_error_json(&e)) != 0)
+            return -1;
+    }
+    s->usage = completion_run_usage(run);
+    if (run->req.include_usage && !cancelled) {
+        json_t *body = completion_chunk_envelope(run, json_array());
+        json_object_set_new(body, "usage", completion_usage_json(s->usage));
+        if (stream_event(s, body) != 0)
+            return -1;
+    }
+    s->done = true;
+    return stream_append(s, "data: [DONE]\n\n", 14);
+}
+
+/* Sleeps until the first unfinished request changes (or a slice passes). */
+static void stream_wait(api_stream *s)
+{
+    completion_run *run = s->run;
+    for (size_t p = 0; p < run->n_reqs; p++) {
+        gen_request *r = run->reqs[p];
+        if (r == NULL)
+            continue;
+        gen_request_lock(r);
+        bool finished = gen_request_finished(r);
+        if (!finished)
+            gen_request_wait(r, &s->versions[p], COMPLETION_WAIT_SLICE_MS);
+        gen_request_unlock(r);
+        if (!finished)
+            return;
+    }
+}
+
+ssize_t api_stream_read(api_stream *s, char *buf, size_t max,
+                        const api_client *client)
+{
+    for (;;) {
+        if (s->off < s->len) {
+            size_t n = s->len - s->off;
+            if (n > max)
+                n = max;
+            memcpy(buf, s->buf + s->off, n);
+            s->off += n;
+            return (ssize_t)n;
+        }
+        s->off = s->len = 0;
+        if (s->done)
+            return API_STREAM_END;
+        if (s->gone || api_client_gone(client)) {
+            api_stream_cancel(s);
+            return API_STREAM_ERROR;
+        }
+        bool any = false, cancelled = false;
+        int rc = stream_collect(s, &any, &cancelled);
+        if (rc < 0) {
+            api_stream_cancel(s);
+            return API_STREAM_ERROR;
+        }
+        if (rc == 1 || cancelled) {
+            if (stream_finish(s, cancelled) != 0) {
+                api_stream_cancel(s);
+                return API_STREAM_ERROR;
+            }
+        } else if (!any) {
+            stream_wait(s);
+        }
+    }
+}
+
+void api_stream_cancel(api_stream *s)
+{
+    if (s->done || s->gone)
+        return;
+    s->gone = true;
+    completion_run_cancel_for_client(s->run);
+    s->usage = completion_run_usage(s->run);
+}
+
+void api_stream_usage(const api_stream *s, size_t *prompt_tokens,
+                      size_t *completion_tokens)
+{
+    *prompt_tokens = s->usage.prompt_tokens;
+    *completion_tokens = s->usage.completion_tokens;
+}
+
+void api_stream_free(api_stream *s)
+{
+    if (s == NULL)
+        return;
+    api_stream_cancel(s);
+    completion_run_free(s->run);
+    free(s->choices);
+    free(s->versions);
+    free(s->buf);
+    free(s);
+}
+

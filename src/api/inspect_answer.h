@@ -1,0 +1,40 @@
+/* inspect_answer.h — the JSON answer of POST /v1/inspect, written straight
+ * into a byte buffer: an answer may hold millions of probabilities, and as
+ * jansson values they would take many times the memory of their text.
+ *
+ *   {"id": "insp-…", "object": "inspect", "model": NAME,
+ *    "tokens": [{"id": 464, "text": "The"}, ...],
+ *    "layers": [0, 5, 11],
+ *    "attention": [layer][head][query] -> query + 1 probabilities,
+ *    "logit_lens": [layer][position] -> [{"id", "text", "prob"}] x k,
+ *    "residual_norms": [layer][position],
+ *    "usage": {"prompt_tokens": n, "total_tokens": n}}
+ *
+ * The arrays follow `layers` (the order asked for); "attention" and
+ * "logit_lens" are there only when asked for.  Token text is OpenAI's
+ * (api_token_string: "bytes:\xNN" for a piece of a character).  Numbers
+ * carry six significant digits (inspect_put_number).
+ *
+ * Threads: any; the capture must be complete (its request finished). */
+#ifndef GPT2D_INSPECT_ANSWER_H
+#define GPT2D_INSPECT_ANSWER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/buf.h"
+#include "model/inspect.h"
+#include "text/tokenizer.h"
+
+/* Appends the answer `id` for `prompt` (the capture's tokens) to `out`; -1
+ * when memory runs out (out is then the caller's to free). */
+int inspect_answer_write(gpt2d_buf *out, const char *id,
+                         const inspect_capture *c, const int32_t *prompt,
+                         const tokenizer *tok, const char *model_name);
+
+/* Appends v as a JSON number the way printf's "%.6g" writes it ("0.25",
+ * "0.000123457", "1.5e-07", "1"), two to three times faster: an answer holds
+ * millions.  A value that is not finite becomes null.  0 or -1 (memory). */
+int inspect_put_number(gpt2d_buf *b, double v);
+
+#endif
