@@ -76,11 +76,11 @@
 
 #include "core/error.h"
 #include "kv/kvaccount.h"
+#include "kv/kv_layout.h"
 #include "kv/kvdisk.h"
 #include "model/model.h"
 #include "core/sha256.h"
 
-#define KV_BLOCK_TOKENS 16
 #define KV_DISK_WRITE_QUEUE 16      /* blocks copied for the disk writer */
 _Static_assert(KV_BLOCK_TOKENS == KVDISK_BLOCK_TOKENS, "one block size");
 #define KVCACHE_SESSION_ID_MAX 128
@@ -104,33 +104,6 @@ typedef struct kv_cache_config {
     size_t disk_bytes;          /* --kv-disk */
     double now;                 /* the caller's clock (sessions' idle times) */
 } kv_cache_config;
-
-/* Where a block's keys and values are.  Filled once at creation; forward.c
- * reads it to address K/V through a block table. */
-typedef struct kv_geometry {
-    char *base;                 /* block b starts at base + b * block_bytes */
-    size_t block_bytes;
-    size_t elem_size;           /* 4 (float) or 2 (half) */
-    bool half;
-    size_t n_layer, n_head, head_dim;
-    size_t n_ctx;
-} kv_geometry;
-
-/* Keys (or values) of `layer`, `head` in `block`: KV_BLOCK_TOKENS rows of
- * head_dim elements. */
-static inline void *kvcache_block_k(const kv_geometry *g, uint32_t block,
-                                    size_t layer, size_t head)
-{
-    return g->base + block * g->block_bytes
-           + (layer * g->n_head + head) * KV_BLOCK_TOKENS * g->head_dim
-             * g->elem_size;
-}
-static inline void *kvcache_block_v(const kv_geometry *g, uint32_t block,
-                                    size_t layer, size_t head)
-{
-    return (char *)kvcache_block_k(g, block, layer, head)
-           + g->block_bytes / 2;
-}
 
 /* --kv-dtype's name for halves or floats. */
 static inline const char *kvcache_dtype_name(bool half)
