@@ -138,9 +138,9 @@ struct kv_cache {
 
 /* ---- sizes ---- */
 
-size_t kvcache_blocks_per_context(const model_config *cfg)
+size_t kvcache_blocks_per_context(const kv_shape *shape)
 {
-    return (cfg->n_ctx + KV_BLOCK_TOKENS - 1) / KV_BLOCK_TOKENS;
+    return (shape->n_ctx + KV_BLOCK_TOKENS - 1) / KV_BLOCK_TOKENS;
 }
 
 size_t kvcache_blocks_needed(size_t n_prompt, size_t max_total, size_t n_seq)
@@ -161,11 +161,11 @@ size_t kvcache_max_total(size_t n_prompt, size_t n_seq, size_t have)
     return total * KV_BLOCK_TOKENS;
 }
 
-size_t kvcache_block_bytes(const model_config *cfg, bool half)
+size_t kvcache_block_bytes(const kv_shape *shape, bool half)
 {
     const size_t es = half ? 2 : 4;
     size_t n = 2 * es * KV_BLOCK_TOKENS;
-    const size_t factors[] = { cfg->n_layer, cfg->n_embd };
+    const size_t factors[] = { shape->n_layer, shape->n_embd };
     for (size_t i = 0; i < 2; i++) {
         if (factors[i] == 0 || n > SIZE_MAX / factors[i])
             return 0;
@@ -623,16 +623,16 @@ static void sessions_load(kv_cache *c, double now)
 
 /* ---- create / free ---- */
 
-int kvcache_create(kv_cache **out, const model_config *cfg,
+int kvcache_create(kv_cache **out, const kv_shape *shape,
                    const kv_cache_config *kc, const uint8_t *fingerprint,
                    gpt2d_error *err)
 {
     *out = NULL;
-    if (cfg->n_head == 0 || cfg->n_embd % cfg->n_head != 0)
+    if (shape->n_head == 0 || shape->n_embd % shape->n_head != 0)
         return error_set(err, "KV cache: n_embd %zu is not a multiple of "
-                         "n_head %zu", cfg->n_embd, cfg->n_head);
-    const size_t bb = kvcache_block_bytes(cfg, kc->half);
-    const size_t per_ctx = kvcache_blocks_per_context(cfg);
+                         "n_head %zu", shape->n_embd, shape->n_head);
+    const size_t bb = kvcache_block_bytes(shape, kc->half);
+    const size_t per_ctx = kvcache_blocks_per_context(shape);
     if (bb == 0)
         return error_set(err, "KV cache: block size overflows");
     if (kc->max_seqs == 0)
@@ -640,17 +640,17 @@ int kvcache_create(kv_cache **out, const model_config *cfg,
     if (kc->n_blocks < per_ctx || kc->n_blocks > INT32_MAX / 2)
         return error_set(err, "KV cache: %zu blocks of %zu tokens cannot hold "
                          "one full context of %zu tokens (%zu blocks)",
-                         kc->n_blocks, (size_t)KV_BLOCK_TOKENS, cfg->n_ctx, per_ctx);
+                         kc->n_blocks, (size_t)KV_BLOCK_TOKENS, shape->n_ctx, per_ctx);
     if (kc->n_blocks > SIZE_MAX / bb)
         return error_set(err, "KV cache: %zu blocks overflow", kc->n_blocks);
     kv_cache *c = calloc(1, sizeof *c);
     if (c == NULL)
         return error_set(err, "KV cache: out of memory");
     c->geo = (kv_geometry){ .block_bytes = bb, .elem_size = kc->half ? 2 : 4,
-                            .half = kc->half, .n_layer = cfg->n_layer,
-                            .n_head = cfg->n_head,
-                            .head_dim = cfg->n_embd / cfg->n_head,
-                            .n_ctx = cfg->n_ctx };
+                            .half = kc->half, .n_layer = shape->n_layer,
+                            .n_head = shape->n_head,
+                            .head_dim = shape->n_embd / shape->n_head,
+                            .n_ctx = shape->n_ctx };
     memcpy(c->fingerprint, fingerprint, SHA256_BYTES);
     c->per_ctx = per_ctx;
     c->n_blocks = kc->n_blocks;
@@ -672,7 +672,7 @@ int kvcache_create(kv_cache **out, const model_config *cfg,
               && c->use && kv_accounts_init(&c->acc, n_accounts, kc->n_blocks) == 0;
     for (size_t i = 0; ok && i < kc->max_seqs; i++) {
         c->seqs[i].blocks = malloc(per_ctx * sizeof *c->seqs[i].blocks);
-        c->seqs[i].tokens = malloc(cfg->n_ctx * sizeof *c->seqs[i].tokens);
+        c->seqs[i].tokens = malloc(shape->n_ctx * sizeof *c->seqs[i].tokens);
         ok = c->seqs[i].blocks && c->seqs[i].tokens;
     }
     if (!ok) {

@@ -78,7 +78,6 @@
 #include "kv/kvaccount.h"
 #include "kv/kv_layout.h"
 #include "kv/kvdisk.h"
-#include "model/model.h"
 #include "core/sha256.h"
 
 #define KV_DISK_WRITE_QUEUE 16      /* blocks copied for the disk writer */
@@ -119,15 +118,23 @@ size_t kvcache_blocks_needed(size_t n_prompt, size_t max_total, size_t n_seq);
  * (below n_prompt: not even the prompt fits). */
 size_t kvcache_max_total(size_t n_prompt, size_t n_seq, size_t have);
 
-/* Bytes of one block for this model; 0 on overflow. */
-size_t kvcache_block_bytes(const model_config *cfg, bool half);
-/* Blocks one sequence of the full context needs. */
-size_t kvcache_blocks_per_context(const model_config *cfg);
+/* The model's shapes the cache is sized by (the caller copies them from
+ * its model_config: the cache knows no model). */
+typedef struct kv_shape {
+    size_t n_layer, n_head, n_embd;
+    size_t n_ctx;
+} kv_shape;
 
-/* Fails when the budget cannot hold one full context, or memory is short.
- * `fingerprint` (SHA256_BYTES) names the model and settings whose K/V the
- * blocks hold: part of every block's identity. */
-int kvcache_create(kv_cache **out, const model_config *cfg,
+/* Bytes of one block for this model; 0 on overflow. */
+size_t kvcache_block_bytes(const kv_shape *shape, bool half);
+/* Blocks one sequence of the full context needs. */
+size_t kvcache_blocks_per_context(const kv_shape *shape);
+
+/* Fails when the shapes make no heads, the budget cannot hold one full
+ * context, or memory is short.  `fingerprint` (SHA256_BYTES) names the
+ * model and settings whose K/V the blocks hold: part of every block's
+ * identity. */
+int kvcache_create(kv_cache **out, const kv_shape *shape,
                    const kv_cache_config *kc, const uint8_t *fingerprint,
                    gpt2d_error *err);
 void kvcache_free(kv_cache *c);
