@@ -49,7 +49,7 @@ void kv_blocks_init(kv_cache *c)
 }
 
 /* Drops an unreferenced cached block. */
-void kv_block_drop_cached(kv_cache *c, int32_t b)
+static void drop_cached(kv_cache *c, int32_t b)
 {
     kv_index_remove(c, b);
     idle_remove(c, b);
@@ -94,7 +94,7 @@ int32_t kv_block_take(kv_cache *c, long acct)
             abort();            /* reservations promise a block: a bug */
         kv_accounts_note_eviction(&c->acc, c->blocks[v].acct, acct);
         kv_tier_spill(c, v, false);
-        kv_block_drop_cached(c, v);
+        drop_cached(c, v);
         c->evictions++;
     }
     int32_t b = c->free_head;
@@ -111,6 +111,22 @@ int32_t kv_block_take(kv_cache *c, long acct)
     k->session = false;
     k->next_in_bucket = NONE;
     return b;
+}
+
+void kv_blocks_drop_domain(kv_cache *c, const uint8_t domain[SHA256_BYTES])
+{
+    bool dropped = true;
+    while (dropped) {
+        dropped = false;
+        for (size_t b = 0; b < c->n_blocks; b++) {
+            kv_block *k = &c->blocks[b];
+            if (k->state == BLOCK_CACHED && k->refs == 0 && k->children == 0 &&
+                memcmp(k->domain, domain, SHA256_BYTES) == 0) {
+                drop_cached(c, (int32_t)b);
+                dropped = true;
+            }
+        }
+    }
 }
 
 void kv_block_ref(kv_cache *c, int32_t b)

@@ -49,6 +49,8 @@
 #include "kv/kvcache.h"
 #include "kv/kvdisk.h"
 
+_Static_assert(KV_BLOCK_TOKENS == KVDISK_BLOCK_TOKENS, "one block size");
+
 #define NONE (-1)
 
 enum { BLOCK_FREE, BLOCK_PRIVATE, BLOCK_CACHED };
@@ -157,8 +159,8 @@ void kv_blocks_init(kv_cache *c);
 int32_t kv_block_take(kv_cache *c, long acct);
 void kv_block_ref(kv_cache *c, int32_t b);
 void kv_block_unref(kv_cache *c, int32_t b);
-/* Drops an unreferenced cached block. */
-void kv_block_drop_cached(kv_cache *c, int32_t b);
+/* Drops every cached block of `domain` no sequence holds, leaves first. */
+void kv_blocks_drop_domain(kv_cache *c, const uint8_t domain[SHA256_BYTES]);
 /* Whether a cached block may be taken over by a new sequence: partial
  * (nothing descends from it) and held by no one. */
 bool kv_block_adoptable(const kv_cache *c, int32_t b);
@@ -211,16 +213,20 @@ void kv_session_drop_domain(kv_cache *c, const uint8_t domain[SHA256_BYTES]);
 
 /* ---- the disk tier (kv_tier.c) ---- */
 
+/* Opens the disk tier in kc->disk_dir: c->disk. */
+int kv_tier_open(kv_cache *c, const kv_cache_config *kc, gpt2d_error *err);
+/* Every cached block to disk, then the tier closed (at shutdown). */
+void kv_tier_close(kv_cache *c);
 /* A cached block to the disk tier (when there is one). */
 void kv_tier_spill(kv_cache *c, int32_t b, bool wait);
-/* Every cached block to disk, least recently used first. */
-void kv_tier_spill_all(kv_cache *c);
 /* The blocks on disk that continue the prompt after `pos` (the RAM walk
  * ended there, at chain key `key`), pinned; more than a RAM copy of
  * `copy_n` positions would give, or none. */
 size_t kv_tier_plan(kv_cache *c, const uint8_t key[SHA256_BYTES],
                     const uint8_t domain[SHA256_BYTES], const int32_t *prompt,
                     size_t pos, size_t limit, size_t copy_n, disk_plan *plan);
+/* Unpins a plan not taken. */
+void kv_tier_unplan(kv_cache *c, const disk_plan *plan, size_t n_plan);
 /* Takes a block for each planned read (out of the sequence's reservation)
  * and queues the reads: the tokens they will bring. */
 size_t kv_tier_start_loads(kv_cache *c, kv_seq *s, int32_t parent,
@@ -228,5 +234,14 @@ size_t kv_tier_start_loads(kv_cache *c, kv_seq *s, int32_t parent,
 /* Frees the blocks of ended sequences whose reads are done (all of them,
  * waiting, when `wait`). */
 void kv_tier_reap_orphans(kv_cache *c, bool wait);
+/* Tokens of `tokens` (n of them) that blocks on disk hold after chain key
+ * `key` in `domain`, walking as kv_tier_plan does (0 without a tier). */
+size_t kv_tier_continues(kv_cache *c, const uint8_t key[SHA256_BYTES],
+                         const uint8_t domain[SHA256_BYTES],
+                         const int32_t *tokens, size_t n);
+/* Deletes the files of `domain` (a deleted session's history). */
+void kv_tier_drop_domain(kv_cache *c, const uint8_t domain[SHA256_BYTES]);
+/* The tier's gauges in *out: false without a tier. */
+bool kv_tier_stats(const kv_cache *c, kv_disk_stats *out);
 
 #endif

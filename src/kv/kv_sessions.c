@@ -224,19 +224,8 @@ static void session_where(kv_cache *c, const kv_session *r, size_t *ram,
         parent = x;
         memcpy(key, c->blocks[x].chain, SHA256_BYTES);
     }
-    while (c->disk != NULL && pos < r->n_history) {
-        size_t want = r->n_history - pos < KV_BLOCK_TOKENS
-                      ? r->n_history - pos : KV_BLOCK_TOKENS, shared;
-        kv_block_meta m;
-        if (kvdisk_best_child(c->disk, key, r->domain, r->history + pos, want,
-                              &shared, &m) < 0)
-            break;
-        pos += shared;
-        *disk += shared;
-        if (shared < KV_BLOCK_TOKENS)
-            break;
-        memcpy(key, m.chain, SHA256_BYTES);
-    }
+    *disk = kv_tier_continues(c, key, r->domain, r->history + pos,
+                              r->n_history - pos);
 }
 
 /* The least recently used idle record of account `acct`, or -1. */
@@ -328,20 +317,8 @@ size_t kvcache_sessions(kv_cache *c, const uint8_t owner[SHA256_BYTES],
  * its domain). */
 void kv_session_drop_domain(kv_cache *c, const uint8_t domain[SHA256_BYTES])
 {
-    if (c->disk != NULL)
-        kvdisk_drop_domain(c->disk, domain);
-    bool dropped = true;
-    while (dropped) {
-        dropped = false;
-        for (size_t b = 0; b < c->n_blocks; b++) {
-            kv_block *k = &c->blocks[b];
-            if (k->state == BLOCK_CACHED && k->refs == 0 && k->children == 0 &&
-                memcmp(k->domain, domain, SHA256_BYTES) == 0) {
-                kv_block_drop_cached(c, (int32_t)b);
-                dropped = true;
-            }
-        }
-    }
+    kv_tier_drop_domain(c, domain);
+    kv_blocks_drop_domain(c, domain);
 }
 
 int kvcache_session_delete(kv_cache *c, const uint8_t owner[SHA256_BYTES],

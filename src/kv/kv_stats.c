@@ -32,10 +32,7 @@ kv_stats kvcache_stats(const kv_cache *c)
     st.share_blocks = kv_accounts_share(&c->acc);
     memcpy(st.evicted, c->acc.evicted, sizeof st.evicted);
     st.sessions_forgotten = c->sessions_forgotten;
-    if (c->disk != NULL) {
-        st.disk = true;
-        st.disk_stats = kvdisk_stats(c->disk);
-    }
+    st.disk = kv_tier_stats(c, &st.disk_stats);
     return st;
 }
 

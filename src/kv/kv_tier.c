@@ -19,6 +19,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#define KV_DISK_WRITE_QUEUE 16      /* blocks copied for the disk writer */
+
 static kv_block_meta meta_of(const kv_cache *c, const kv_block *k)
 {
     kv_block_meta m;
@@ -41,8 +43,17 @@ void kv_tier_spill(kv_cache *c, int32_t b, bool wait)
     kvdisk_put(c->disk, &m, c->geo.base + (size_t)b * c->geo.block_bytes, wait);
 }
 
+int kv_tier_open(kv_cache *c, const kv_cache_config *kc, gpt2d_error *err)
+{
+    kv_disk_config dc = { .dir = kc->disk_dir, .max_bytes = kc->disk_bytes,
+                          .block_bytes = c->geo.block_bytes,
+                          .fingerprint = c->fingerprint,
+                          .write_queue = KV_DISK_WRITE_QUEUE };
+    return kvdisk_open(&c->disk, &dc, err);
+}
+
 /* Every cached block to disk, least recently used first. */
-void kv_tier_spill_all(kv_cache *c)
+static void spill_all(kv_cache *c)
 {
     if (c->blocks == NULL)
         return;
@@ -64,6 +75,18 @@ void kv_tier_spill_all(kv_cache *c)
         floor = c->blocks[next].last_used;
         kv_tier_spill(c, next, true);
     }
+}
+
+void kv_tier_close(kv_cache *c)
+{
+    /* What RAM holds outlives the process: a restarted daemon finds it.
+     * Least recently used first, so that when the disk cannot hold it
+     * all, its eviction (least recently written first) keeps the
+     * blocks used last. */
+    kv_tier_reap_orphans(c, true);
+    spill_all(c);
+    kvdisk_flush(c->disk);
+    kvdisk_close(c->disk);
 }
 
 /* Whether reading a block has been faster than computing its tokens (yes
@@ -107,6 +130,12 @@ size_t kv_tier_plan(kv_cache *c, const uint8_t key[SHA256_BYTES],
         memcpy(k, m.chain, SHA256_BYTES);
     }
     return n;
+}
+
+void kv_tier_unplan(kv_cache *c, const disk_plan *plan, size_t n_plan)
+{
+    for (size_t i = 0; i < n_plan; i++)
+        kvdisk_unpin(c->disk, plan[i].entry);
 }
 
 /* Takes a block for each planned read (out of the sequence's reservation)
@@ -162,6 +191,42 @@ void kv_tier_reap_orphans(kv_cache *c, bool wait)
         kv_block_unref(c, l->block);
         free(l);
     }
+}
+
+size_t kv_tier_continues(kv_cache *c, const uint8_t key[SHA256_BYTES],
+                         const uint8_t domain[SHA256_BYTES],
+                         const int32_t *tokens, size_t n)
+{
+    uint8_t k[SHA256_BYTES];
+    memcpy(k, key, SHA256_BYTES);
+    size_t pos = 0;
+    while (c->disk != NULL && pos < n) {
+        size_t want = n - pos < KV_BLOCK_TOKENS ? n - pos : KV_BLOCK_TOKENS;
+        size_t shared;
+        kv_block_meta m;
+        if (kvdisk_best_child(c->disk, k, domain, tokens + pos, want, &shared,
+                              &m) < 0)
+            break;
+        pos += shared;
+        if (shared < KV_BLOCK_TOKENS)
+            break;
+        memcpy(k, m.chain, SHA256_BYTES);
+    }
+    return pos;
+}
+
+void kv_tier_drop_domain(kv_cache *c, const uint8_t domain[SHA256_BYTES])
+{
+    if (c->disk != NULL)
+        kvdisk_drop_domain(c->disk, domain);
+}
+
+bool kv_tier_stats(const kv_cache *c, kv_disk_stats *out)
+{
+    if (c->disk == NULL)
+        return false;
+    *out = kvdisk_stats(c->disk);
+    return true;
 }
 
 void kvcache_note_compute(kv_cache *c, size_t tokens, double seconds)

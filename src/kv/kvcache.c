@@ -121,10 +121,7 @@ int kvcache_create(kv_cache **out, const kv_shape *shape,
      * footprint from the first minute. */
     memset(c->geo.base, 0, kc->n_blocks * bb);
     if (kc->disk_dir != NULL && kc->disk_dir[0] != '\0') {
-        kv_disk_config dc = { .dir = kc->disk_dir, .max_bytes = kc->disk_bytes,
-                              .block_bytes = bb, .fingerprint = fingerprint,
-                              .write_queue = KV_DISK_WRITE_QUEUE };
-        if (kvdisk_open(&c->disk, &dc, err) != 0
+        if (kv_tier_open(c, kc, err) != 0
             || kv_sessions_open(c, kc->disk_dir, kc->now, err) != 0) {
             kvcache_free(c);
             return -1;
@@ -142,14 +139,7 @@ void kvcache_free(kv_cache *c)
     if (c == NULL)
         return;
     if (c->disk != NULL) {
-        /* What RAM holds outlives the process: a restarted daemon finds it.
-         * Least recently used first, so that when the disk cannot hold it
-         * all, its eviction (least recently written first) keeps the
-         * blocks used last. */
-        kv_tier_reap_orphans(c, true);
-        kv_tier_spill_all(c);
-        kvdisk_flush(c->disk);
-        kvdisk_close(c->disk);
+        kv_tier_close(c);
         kv_sessions_close(c, c->last_now);
     }
     free(c->sessions_path);
@@ -304,8 +294,7 @@ kv_begin_status kvcache_seq_begin(kv_cache *c, const kv_begin *b,
              claimable - kept_from(c, acct) < want)
         st = beside_own ? KV_NO_MEMORY : KV_SHARES_KEPT;
     if (st != KV_BEGUN) {
-        for (size_t i = 0; i < n_plan; i++)
-            kvdisk_unpin(c->disk, plan[i].entry);
+        kv_tier_unplan(c, plan, n_plan);
         return st;
     }
 

@@ -80,8 +80,6 @@
 #include "kv/kvdisk.h"
 #include "core/sha256.h"
 
-#define KV_DISK_WRITE_QUEUE 16      /* blocks copied for the disk writer */
-_Static_assert(KV_BLOCK_TOKENS == KVDISK_BLOCK_TOKENS, "one block size");
 #define KVCACHE_SESSION_ID_MAX 128
 
 /* Who a cache entry belongs to.  `owner` is the caller's principal (the
