@@ -199,17 +199,24 @@ void kv_sessions_close(kv_cache *c, double now);
 /* A session's history is a domain of its own inside its caller's. */
 void kv_session_domain(const uint8_t domain[SHA256_BYTES], const char *session,
                        uint8_t out[SHA256_BYTES]);
-/* owner's record of that id, or -1. */
-long kv_session_find(const kv_cache *c, const uint8_t owner[SHA256_BYTES],
-                     const char *id);
-/* The least recently used idle record of account `acct`, or -1. */
-long kv_session_lru(const kv_cache *c, long acct);
-/* A record for a new session of account `acct`, which may keep `quota`
- * records (0: any number), forgetting others as needed: -2 when it is at
- * its quota and all of them are busy, -1 when every record is busy. */
-long kv_session_new(kv_cache *c, long acct, size_t quota);
-/* Every block of a session's domain goes, in RAM and on disk. */
-void kv_session_drop_domain(kv_cache *c, const uint8_t domain[SHA256_BYTES]);
+/* Whether a sequence of b->session may begin (KV_BEGUN), or why not:
+ * busy, or a new session over the quota of account `acct` (-1: none yet)
+ * with none of its own idle to forget.  *record: the session's record, or
+ * -1 (a new session, or none). */
+kv_begin_status kv_session_may_begin(const kv_cache *c, const kv_begin *b,
+                                     long acct, long *record);
+/* A record for the new session b->session of account `acct` (held, digest
+ * `account`) in `domain`, forgetting others as needed; negative when none
+ * can be had (the sequence then runs without one). */
+long kv_session_claim(kv_cache *c, const kv_begin *b, long acct,
+                      const uint8_t *account,
+                      const uint8_t domain[SHA256_BYTES]);
+/* The record's session runs as sequence `seq` in `domain`. */
+void kv_session_attach(kv_cache *c, long record,
+                       const uint8_t domain[SHA256_BYTES], size_t seq);
+/* Its sequence ended: the record keeps what it left cached. */
+void kv_session_detach(kv_cache *c, long record, const int32_t *tokens,
+                       size_t n_tokens, double now);
 
 /* ---- the disk tier (kv_tier.c) ---- */
 
@@ -231,6 +238,9 @@ void kv_tier_unplan(kv_cache *c, const disk_plan *plan, size_t n_plan);
  * and queues the reads: the tokens they will bring. */
 size_t kv_tier_start_loads(kv_cache *c, kv_seq *s, int32_t parent,
                            const disk_plan *plan, size_t n_plan);
+/* A sequence ends while blocks of it are read: they stay held, as
+ * orphans, until the reads are done. */
+void kv_tier_orphan_loads(kv_cache *c, kv_seq *s);
 /* Frees the blocks of ended sequences whose reads are done (all of them,
  * waiting, when `wait`). */
 void kv_tier_reap_orphans(kv_cache *c, bool wait);

@@ -173,8 +173,8 @@ void kv_sessions_close(kv_cache *c, double now)
 
 /* ---- records ---- */
 
-long kv_session_find(const kv_cache *c, const uint8_t owner[SHA256_BYTES],
-                     const char *id)
+static long session_find(const kv_cache *c, const uint8_t owner[SHA256_BYTES],
+                         const char *id)
 {
     for (size_t i = 0; i < c->n_sessions_cap; i++) {
         const kv_session *s = &c->sessions[i];
@@ -197,7 +197,7 @@ static void session_forget(kv_cache *c, long i)
 bool kvcache_session_known(const kv_cache *c, const uint8_t owner[SHA256_BYTES],
                            const char *session)
 {
-    return kv_session_find(c, owner, session) >= 0;
+    return session_find(c, owner, session) >= 0;
 }
 
 /* Where a session's history is: the tokens of it found in RAM, then on
@@ -229,7 +229,7 @@ static void session_where(kv_cache *c, const kv_session *r, size_t *ram,
 }
 
 /* The least recently used idle record of account `acct`, or -1. */
-long kv_session_lru(const kv_cache *c, long acct)
+static long session_lru(const kv_cache *c, long acct)
 {
     long best = -1;
     for (size_t i = 0; i < c->n_sessions_cap; i++) {
@@ -265,10 +265,10 @@ static long session_donor(const kv_cache *c, long acct)
  * session; when the table is full, the account holding the most records
  * does.  A forgotten session's blocks stay cached, reachable by its id,
  * until evicted.  -1 when no record can be had (every one busy). */
-long kv_session_new(kv_cache *c, long acct, size_t quota)
+static long session_new(kv_cache *c, long acct, size_t quota)
 {
     while (quota > 0 && c->use[acct].records >= quota) {
-        long own = kv_session_lru(c, acct);
+        long own = session_lru(c, acct);
         if (own < 0)
             return -2;
         session_forget(c, own);
@@ -280,10 +280,79 @@ long kv_session_new(kv_cache *c, long acct, size_t quota)
     long donor = session_donor(c, acct);
     if (donor < 0)
         return -1;
-    long victim = kv_session_lru(c, donor);
+    long victim = session_lru(c, donor);
     session_forget(c, victim);
     c->sessions_forgotten++;
     return victim;
+}
+
+/* Every block of a session's domain goes, in RAM and on disk, leaves
+ * first (no sequence holds any: only the session's own idle sequence used
+ * its domain). */
+static void drop_domain(kv_cache *c, const uint8_t domain[SHA256_BYTES])
+{
+    kv_tier_drop_domain(c, domain);
+    kv_blocks_drop_domain(c, domain);
+}
+
+kv_begin_status kv_session_may_begin(const kv_cache *c, const kv_begin *b,
+                                     long acct, long *record)
+{
+    *record = -1;
+    if (b->session == NULL)
+        return KV_BEGUN;
+    *record = session_find(c, b->who->owner, b->session);
+    if (*record >= 0 && c->sessions[*record].seq >= 0)
+        return KV_SESSION_BUSY;
+    if (*record < 0 && b->max_sessions > 0 && acct >= 0 &&
+        c->use[acct].records >= b->max_sessions && session_lru(c, acct) < 0)
+        return KV_SESSION_QUOTA;
+    return KV_BEGUN;
+}
+
+long kv_session_claim(kv_cache *c, const kv_begin *b, long acct,
+                      const uint8_t *account,
+                      const uint8_t domain[SHA256_BYTES])
+{
+    long record = session_new(c, acct, b->max_sessions);
+    if (record >= 0) {
+        kv_session *s = &c->sessions[record];
+        s->used = true;
+        s->acct = kv_accounts_hold(&c->acc, account);
+        c->use[acct].records++;
+        snprintf(s->id, sizeof s->id, "%s", b->session);
+        memcpy(s->owner, b->who->owner, SHA256_BYTES);
+        memcpy(s->domain, domain, SHA256_BYTES);
+        s->n_history = 0;
+        s->seq = -1;
+    }
+    return record;
+}
+
+void kv_session_attach(kv_cache *c, long record,
+                       const uint8_t domain[SHA256_BYTES], size_t seq)
+{
+    /* a session asked with another cache_salt starts a new history, and
+     * the old one goes, so that a DELETE deletes all the session kept */
+    if (memcmp(c->sessions[record].domain, domain, SHA256_BYTES) != 0)
+        drop_domain(c, c->sessions[record].domain);
+    memcpy(c->sessions[record].domain, domain, SHA256_BYTES);
+    c->sessions[record].seq = (long)seq;
+}
+
+void kv_session_detach(kv_cache *c, long record, const int32_t *tokens,
+                       size_t n_tokens, double now)
+{
+    /* The session's history is what this turn leaves cached. */
+    kv_session *r = &c->sessions[record];
+    int32_t *h = realloc(r->history, (n_tokens > 0 ? n_tokens : 1) * sizeof *h);
+    if (h != NULL) {
+        memcpy(h, tokens, n_tokens * sizeof *h);
+        r->history = h;
+        r->n_history = n_tokens;
+    }
+    r->last_used = now;
+    r->seq = -1;
 }
 
 size_t kvcache_sessions(kv_cache *c, const uint8_t owner[SHA256_BYTES],
@@ -312,19 +381,10 @@ size_t kvcache_sessions(kv_cache *c, const uint8_t owner[SHA256_BYTES],
     return n;
 }
 
-/* Every block of a session's domain goes, in RAM and on disk, leaves
- * first (no sequence holds any: only the session's own idle sequence used
- * its domain). */
-void kv_session_drop_domain(kv_cache *c, const uint8_t domain[SHA256_BYTES])
-{
-    kv_tier_drop_domain(c, domain);
-    kv_blocks_drop_domain(c, domain);
-}
-
 int kvcache_session_delete(kv_cache *c, const uint8_t owner[SHA256_BYTES],
                            const char *session)
 {
-    long i = kv_session_find(c, owner, session);
+    long i = session_find(c, owner, session);
     if (i < 0)
         return -1;
     if (c->sessions[i].seq >= 0)
@@ -332,6 +392,6 @@ int kvcache_session_delete(kv_cache *c, const uint8_t owner[SHA256_BYTES],
     uint8_t domain[SHA256_BYTES];
     memcpy(domain, c->sessions[i].domain, SHA256_BYTES);
     session_forget(c, i);
-    kv_session_drop_domain(c, domain);
+    drop_domain(c, domain);
     return 0;
 }

@@ -176,6 +176,18 @@ size_t kv_tier_start_loads(kv_cache *c, kv_seq *s, int32_t parent,
 
 /* Blocks whose sequence ended while they were read: freed once read (or
  * waited for, at shutdown). */
+void kv_tier_orphan_loads(kv_cache *c, kv_seq *s)
+{
+    while (s->loads != NULL) {
+        kv_load *l = s->loads;
+        s->loads = l->next;
+        c->blocks[l->block].n_filled = 0;
+        kv_block_ref(c, l->block);
+        l->next = c->orphans;
+        c->orphans = l;
+    }
+}
+
 void kv_tier_reap_orphans(kv_cache *c, bool wait)
 {
     kv_load **p = &c->orphans;

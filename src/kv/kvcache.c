@@ -15,7 +15,6 @@
 #include "core/hugepages.h"
 
 #include <stdint.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -164,7 +163,12 @@ const kv_geometry *kvcache_geometry(const kv_cache *c)
     return &c->geo;
 }
 
-/* ---- sequences ---- */
+/* ---- beginning sequences ----
+ *
+ * kvcache_seq_begin in its phases: may the session begin, are slots free,
+ * what of the prompt is cached (in RAM, then on disk), do the blocks the
+ * sequences can come to need fit; then the first sequence takes what it
+ * reuses and its siblings begin empty. */
 
 static size_t blocks_for(size_t n_tokens)
 {
@@ -199,192 +203,238 @@ static bool account_running(const kv_cache *c, long acct)
     return false;
 }
 
-kv_begin_status kvcache_seq_begin(kv_cache *c, const kv_begin *b,
-                                  size_t *seqs, size_t *n_reused)
-{
-    kv_tier_reap_orphans(c, false);
-    c->last_now = b->now;
-    const uint8_t *account = b->account != NULL ? b->account : b->who->owner;
-    long record = -1, acct = kv_accounts_find(&c->acc, account);
-    if (b->session != NULL) {
-        record = kv_session_find(c, b->who->owner, b->session);
-        if (record >= 0 && c->sessions[record].seq >= 0)
-            return KV_SESSION_BUSY;
-        if (record < 0 && b->max_sessions > 0 && acct >= 0 &&
-            c->use[acct].records >= b->max_sessions && kv_session_lru(c, acct) < 0)
-            return KV_SESSION_QUOTA;
-    }
-    uint8_t domain[SHA256_BYTES], key[SHA256_BYTES];
-    if (b->session != NULL)
-        kv_session_domain(b->who->domain, b->session, domain);
-    else
-        memcpy(domain, b->who->domain, SHA256_BYTES);
+/* What a new sequence finds of its prompt, and what it must reserve. */
+typedef struct prefix_match {
+    uint8_t domain[SHA256_BYTES];      /* its blocks' (a session's own) */
+    uint8_t root[SHA256_BYTES];        /* its first block's parent key */
+    uint8_t key[SHA256_BYTES];         /* chain key where the RAM walk ended */
+    size_t limit;                      /* prompt positions it may reuse */
+    int32_t *matched;                  /* [per_ctx]: full blocks it shares */
+    size_t n_matched;
+    size_t pos;                        /* prompt positions they hold */
+    size_t newly_held;                 /* of them, held by no sequence yet */
+    int32_t parent;                    /* the last of them, or NONE */
+    int32_t copy_src;                  /* a partial block to take over or
+                                        * copy, or NONE */
+    size_t copy_n;                     /* positions of it that match */
+    disk_plan *plan;                   /* [per_ctx]: blocks read from disk */
+    size_t n_plan;
+    size_t total;                      /* blocks of one sequence at max_total */
+    size_t need;                       /* blocks to reserve */
+} prefix_match;
 
+/* The first n free sequence slots, into seqs: false when fewer are free. */
+static bool free_slots(const kv_cache *c, size_t n, size_t *seqs)
+{
     size_t n_free_seqs = 0;
-    for (size_t i = 0; i < c->n_seqs && n_free_seqs < b->n_seq; i++)
+    for (size_t i = 0; i < c->n_seqs && n_free_seqs < n; i++)
         if (!c->seqs[i].active)
             seqs[n_free_seqs++] = i;
-    if (n_free_seqs < b->n_seq)
-        return KV_NO_SEQ;
+    return n_free_seqs == n;
+}
 
-    uint8_t root[SHA256_BYTES];
-    kv_index_root_key(c, domain, root);
-    memcpy(key, root, SHA256_BYTES);
-
-    /* The longest cached prefix: whole blocks shared, then the best partial
-     * match to copy. */
-    int32_t matched[c->per_ctx];
-    size_t n_matched = 0, pos = 0, newly_held = 0;
-    int32_t parent = NONE, copy_src = NONE;
-    size_t copy_n = 0;
-    const size_t limit = b->reuse && b->n_prompt > 0 ? b->n_prompt - 1 : 0;
-    while (pos < limit) {
-        size_t want = limit - pos < KV_BLOCK_TOKENS ? limit - pos : KV_BLOCK_TOKENS;
+/* The longest cached prefix in RAM: whole blocks shared, then the best
+ * partial match to copy.  Every prompt token but the last may be reused
+ * (the last is run for its logits), none without b->reuse. */
+static void match_ram(const kv_cache *c, const kv_begin *b, prefix_match *m)
+{
+    if (b->session != NULL)
+        kv_session_domain(b->who->domain, b->session, m->domain);
+    else
+        memcpy(m->domain, b->who->domain, SHA256_BYTES);
+    kv_index_root_key(c, m->domain, m->root);
+    memcpy(m->key, m->root, SHA256_BYTES);
+    m->parent = m->copy_src = NONE;
+    m->limit = b->reuse && b->n_prompt > 0 ? b->n_prompt - 1 : 0;
+    while (m->pos < m->limit) {
+        size_t want = m->limit - m->pos < KV_BLOCK_TOKENS ? m->limit - m->pos
+                                                          : KV_BLOCK_TOKENS;
         size_t shared;
-        int32_t x = kv_index_best_child(c, key, parent, domain, b->prompt + pos, want,
-                               &shared);
+        int32_t x = kv_index_best_child(c, m->key, m->parent, m->domain,
+                                        b->prompt + m->pos, want, &shared);
         if (x == NONE)
             break;
         if (shared == KV_BLOCK_TOKENS) {
-            matched[n_matched++] = x;
-            newly_held += c->blocks[x].refs == 0;
-            parent = x;
-            memcpy(key, c->blocks[x].chain, SHA256_BYTES);
-            pos += KV_BLOCK_TOKENS;
+            m->matched[m->n_matched++] = x;
+            m->newly_held += c->blocks[x].refs == 0;
+            m->parent = x;
+            memcpy(m->key, c->blocks[x].chain, SHA256_BYTES);
+            m->pos += KV_BLOCK_TOKENS;
             continue;
         }
-        copy_src = x;
-        copy_n = shared;
+        m->copy_src = x;
+        m->copy_n = shared;
         break;
     }
+}
 
-    /* Then what continues on disk, read back into fresh blocks. */
-    disk_plan plan[c->per_ctx];
-    size_t n_plan = kv_tier_plan(c, key, domain, b->prompt, pos, limit, copy_n,
-                              plan);
-    if (n_plan > 0) {
-        copy_src = NONE;
-        copy_n = 0;
+/* Then what continues on disk, read back into fresh blocks (pinned until
+ * read, or kv_tier_unplan): it replaces the partial copy. */
+static void match_disk(kv_cache *c, const kv_begin *b, prefix_match *m)
+{
+    m->n_plan = kv_tier_plan(c, m->key, m->domain, b->prompt, m->pos,
+                             m->limit, m->copy_n, m->plan);
+    if (m->n_plan > 0) {
+        m->copy_src = NONE;
+        m->copy_n = 0;
     }
+}
 
-    /* Reserve what the sequences can come to need. */
-    const size_t total = blocks_for(b->max_total);
-    size_t need = total - n_matched;
+/* Whether the blocks the sequences can come to need fit (KV_BEGUN), or
+ * why not; m->need is what to reserve.  May give up the partial copy to
+ * fit. */
+static kv_begin_status admit(const kv_cache *c, const kv_begin *b, long acct,
+                             prefix_match *m)
+{
+    m->total = blocks_for(b->max_total);
+    m->need = m->total - m->n_matched;
     if (b->n_seq > 1)
-        need += (b->n_seq - 1) * (total - b->n_prompt / KV_BLOCK_TOKENS);
-    size_t held_for_copy = copy_src != NONE && c->blocks[copy_src].refs == 0;
+        m->need += (b->n_seq - 1) * (m->total - b->n_prompt / KV_BLOCK_TOKENS);
+    size_t held_for_copy = m->copy_src != NONE
+                           && c->blocks[m->copy_src].refs == 0;
     size_t claimable = c->n_free + c->n_unref;
-    if (held_for_copy && claimable < c->reserved + newly_held + 1 + need &&
-        !kv_block_adoptable(c, copy_src)) {
+    if (held_for_copy && claimable < c->reserved + m->newly_held + 1 + m->need
+        && !kv_block_adoptable(c, m->copy_src)) {
         /* the copy's source must stay while the copy is made: do without
          * it rather than never fit (a request as large as the cache) */
-        copy_src = NONE;
-        copy_n = 0;
+        m->copy_src = NONE;
+        m->copy_n = 0;
         held_for_copy = 0;
     }
     /* Beside a sequence of its own account, no other account's cached
      * blocks within its share may be needed; nor, when asked to keep them,
      * for a sibling: only a first sequence may take anything not in use. */
-    const size_t want = c->reserved + newly_held + held_for_copy + need;
+    const size_t want = c->reserved + m->newly_held + held_for_copy + m->need;
     const bool beside_own = account_running(c, acct);
-    kv_begin_status st = KV_BEGUN;
     if (claimable < want)
-        st = KV_NO_MEMORY;
-    else if ((beside_own || (b->n_seq > 1 && b->keep_others_share)) &&
-             claimable - kept_from(c, acct) < want)
-        st = beside_own ? KV_NO_MEMORY : KV_SHARES_KEPT;
-    if (st != KV_BEGUN) {
-        kv_tier_unplan(c, plan, n_plan);
-        return st;
-    }
+        return KV_NO_MEMORY;
+    if ((beside_own || (b->n_seq > 1 && b->keep_others_share)) &&
+        claimable - kept_from(c, acct) < want)
+        return beside_own ? KV_NO_MEMORY : KV_SHARES_KEPT;
+    return KV_BEGUN;
+}
 
-    acct = kv_accounts_hold(&c->acc, account);
-    if (acct < 0)
-        abort();                /* more holders than entries: a bug */
-    if (b->session != NULL && record < 0) {
-        record = kv_session_new(c, acct, b->max_sessions);
-        if (record >= 0) {
-            kv_session *s = &c->sessions[record];
-            s->used = true;
-            s->acct = kv_accounts_hold(&c->acc, account);
-            c->use[acct].records++;
-            snprintf(s->id, sizeof s->id, "%s", b->session);
-            memcpy(s->owner, b->who->owner, SHA256_BYTES);
-            memcpy(s->domain, domain, SHA256_BYTES);
-            s->n_history = 0;
-            s->seq = -1;
-        }
-    }
-    c->clock++;
-    kv_seq *s = &c->seqs[seqs[0]];
+/* The first sequence begins, of account `acct` and session record
+ * `record` (or -1), holding the prompt's shared blocks. */
+static void start_first(kv_cache *c, kv_seq *s, const kv_begin *b, long acct,
+                        long record, const prefix_match *m)
+{
     s->active = true;
     s->n_blocks = 0;
     s->n_tokens = 0;
-    s->reserved = total - n_matched;
+    s->reserved = m->total - m->n_matched;
     s->session = b->session != NULL;
     s->record = record;
     s->acct = acct;
-    memcpy(s->domain, domain, SHA256_BYTES);
-    memcpy(s->root, root, SHA256_BYTES);
-    for (size_t i = 0; i < n_matched; i++) {
-        kv_block_ref(c, matched[i]);
-        c->blocks[matched[i]].last_used = c->clock;
-        s->blocks[s->n_blocks++] = (uint32_t)matched[i];
+    memcpy(s->domain, m->domain, SHA256_BYTES);
+    memcpy(s->root, m->root, SHA256_BYTES);
+    for (size_t i = 0; i < m->n_matched; i++) {
+        kv_block_ref(c, m->matched[i]);
+        c->blocks[m->matched[i]].last_used = c->clock;
+        s->blocks[s->n_blocks++] = (uint32_t)m->matched[i];
     }
-    memcpy(s->tokens, b->prompt, pos * sizeof *s->tokens);
-    s->n_tokens = pos;
-    c->reserved += need;
-    if (copy_src != NONE && kv_block_adoptable(c, copy_src)) {
+    memcpy(s->tokens, b->prompt, m->pos * sizeof *s->tokens);
+    s->n_tokens = m->pos;
+}
+
+/* The partial block the prompt continues into (m->copy_src), out of the
+ * sequence's reservation: taken over when no one holds it, else copied. */
+static void take_partial(kv_cache *c, kv_seq *s, const kv_begin *b,
+                         const prefix_match *m)
+{
+    const size_t pos = m->pos, copy_n = m->copy_n;
+    const int32_t copy_src = m->copy_src;
+    if (kv_block_adoptable(c, copy_src)) {
         /* A partial block no one holds is taken over, not copied: a
          * conversation's next turn leaves no dead copy of its last block. */
-        kv_block_adopt(c, copy_src, copy_n, acct);
+        kv_block_adopt(c, copy_src, copy_n, s->acct);
         c->reserved--;
         s->reserved--;
         s->blocks[s->n_blocks++] = (uint32_t)copy_src;
         memcpy(s->tokens + pos, b->prompt + pos, copy_n * sizeof *s->tokens);
         s->n_tokens += copy_n;
-    } else if (copy_src != NONE) {
-        kv_block_ref(c, copy_src);         /* not the block evicted for the copy */
-        int32_t nb = kv_block_take(c, acct);
+    } else {
+        kv_block_ref(c, copy_src);      /* not the block evicted for the copy */
+        int32_t nb = kv_block_take(c, s->acct);
         c->reserved--;
         s->reserved--;
         kv_block_copy_positions(c, nb, copy_src, copy_n);
         kv_block_unref(c, copy_src);
         c->blocks[copy_src].last_used = c->clock;
         kv_block *k = &c->blocks[nb];
-        k->parent = parent;
-        memcpy(k->parent_key, key, SHA256_BYTES);
-        memcpy(k->domain, domain, SHA256_BYTES);
+        k->parent = m->parent;
+        memcpy(k->parent_key, m->key, SHA256_BYTES);
+        memcpy(k->domain, m->domain, SHA256_BYTES);
         k->session = s->session;
         s->blocks[s->n_blocks++] = (uint32_t)nb;
         memcpy(s->tokens + pos, b->prompt + pos, copy_n * sizeof *s->tokens);
         s->n_tokens += copy_n;
     }
-    c->hit_tokens_ram += s->n_tokens;
-    size_t from_disk = kv_tier_start_loads(c, s, parent, plan, n_plan);
+}
+
+/* seqs[1..] begin empty, each holding `account`, until kvcache_seq_fork. */
+static void start_siblings(kv_cache *c, const kv_begin *b, const size_t *seqs,
+                           const uint8_t *account, const prefix_match *m)
+{
     for (size_t i = 1; i < b->n_seq; i++) {
         kv_seq *f = &c->seqs[seqs[i]];
         f->active = true;
         f->n_blocks = 0;
         f->n_tokens = 0;
-        f->reserved = total - b->n_prompt / KV_BLOCK_TOKENS;
-        f->session = s->session;
+        f->reserved = m->total - b->n_prompt / KV_BLOCK_TOKENS;
+        f->session = b->session != NULL;
         f->record = -1;
         f->acct = kv_accounts_hold(&c->acc, account);
-        memcpy(f->domain, domain, SHA256_BYTES);
-        memcpy(f->root, root, SHA256_BYTES);
+        memcpy(f->domain, m->domain, SHA256_BYTES);
+        memcpy(f->root, m->root, SHA256_BYTES);
     }
-    if (record >= 0) {
-        /* a session asked with another cache_salt starts a new history, and
-         * the old one goes, so that a DELETE deletes all the session kept */
-        if (memcmp(c->sessions[record].domain, domain, SHA256_BYTES) != 0)
-            kv_session_drop_domain(c, c->sessions[record].domain);
-        memcpy(c->sessions[record].domain, domain, SHA256_BYTES);
-        c->sessions[record].seq = (long)seqs[0];
+}
+
+kv_begin_status kvcache_seq_begin(kv_cache *c, const kv_begin *b,
+                                  size_t *seqs, size_t *n_reused)
+{
+    kv_tier_reap_orphans(c, false);
+    c->last_now = b->now;
+    const uint8_t *account = b->account != NULL ? b->account : b->who->owner;
+    long record, acct = kv_accounts_find(&c->acc, account);
+    kv_begin_status st = kv_session_may_begin(c, b, acct, &record);
+    if (st != KV_BEGUN)
+        return st;
+    if (!free_slots(c, b->n_seq, seqs))
+        return KV_NO_SEQ;
+
+    int32_t matched[c->per_ctx];
+    disk_plan plan[c->per_ctx];
+    prefix_match m = { .matched = matched, .plan = plan };
+    match_ram(c, b, &m);
+    match_disk(c, b, &m);
+    st = admit(c, b, acct, &m);
+    if (st != KV_BEGUN) {
+        kv_tier_unplan(c, m.plan, m.n_plan);
+        return st;
     }
+
+    acct = kv_accounts_hold(&c->acc, account);
+    if (acct < 0)
+        abort();                /* more holders than entries: a bug */
+    if (b->session != NULL && record < 0)
+        record = kv_session_claim(c, b, acct, account, m.domain);
+    c->clock++;
+    kv_seq *s = &c->seqs[seqs[0]];
+    start_first(c, s, b, acct, record, &m);
+    c->reserved += m.need;
+    if (m.copy_src != NONE)
+        take_partial(c, s, b, &m);
+    c->hit_tokens_ram += s->n_tokens;
+    size_t from_disk = kv_tier_start_loads(c, s, m.parent, m.plan, m.n_plan);
+    start_siblings(c, b, seqs, account, &m);
+    if (record >= 0)
+        kv_session_attach(c, record, m.domain, seqs[0]);
     *n_reused = s->n_tokens + from_disk;
     return KV_BEGUN;
 }
+
+/* ---- running and ending sequences ---- */
 
 void kvcache_seq_fork(kv_cache *c, size_t src, size_t dst)
 {
@@ -456,15 +506,7 @@ void kvcache_seq_end(kv_cache *c, size_t seq, double now)
     kv_seq *s = &c->seqs[seq];
     c->clock++;
     c->last_now = now;
-    /* Blocks still being read stay held until the reads are done. */
-    while (s->loads != NULL) {
-        kv_load *l = s->loads;
-        s->loads = l->next;
-        c->blocks[l->block].n_filled = 0;
-        kv_block_ref(c, l->block);
-        l->next = c->orphans;
-        c->orphans = l;
-    }
+    kv_tier_orphan_loads(c, s);
     /* A partly filled last block stays cached as a partial block. */
     if (s->n_blocks > 0) {
         kv_block *k = &c->blocks[s->blocks[s->n_blocks - 1]];
@@ -472,19 +514,8 @@ void kvcache_seq_end(kv_cache *c, size_t seq, double now)
             k->n_filled < KV_BLOCK_TOKENS)
             kv_index_publish(c, s, s->n_blocks - 1);
     }
-    /* The session's history is what this turn leaves cached. */
-    if (s->record >= 0) {
-        kv_session *r = &c->sessions[s->record];
-        int32_t *h = realloc(r->history, (s->n_tokens > 0 ? s->n_tokens : 1)
-                                         * sizeof *h);
-        if (h != NULL) {
-            memcpy(h, s->tokens, s->n_tokens * sizeof *h);
-            r->history = h;
-            r->n_history = s->n_tokens;
-        }
-        r->last_used = now;
-        r->seq = -1;
-    }
+    if (s->record >= 0)
+        kv_session_detach(c, s->record, s->tokens, s->n_tokens, now);
     for (size_t i = 0; i < s->n_blocks; i++) {
         c->blocks[s->blocks[i]].last_used = c->clock;
         kv_block_unref(c, (int32_t)s->blocks[i]);
