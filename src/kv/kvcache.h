@@ -4,8 +4,11 @@
  * positions, all from one pool allocated (and touched) at start: the budget
  * (--kv-memory) in blocks.  A block holds every layer and head of its
  * positions: K as [n_layer][n_head][KV_BLOCK_TOKENS][head_dim], then V the
- * same, as floats or halves (--kv-dtype).  A running sequence holds a block
- * table; memory follows the tokens held, not slots × n_ctx.
+ * same, as floats or halves (--kv-dtype); kv_layout.h addresses them, and
+ * is all the model sees of the cache.  A running sequence holds a block
+ * table; memory follows the tokens held, not slots × n_ctx.  The cache is
+ * sized by the model's shapes (kv_shape), which the caller copies from its
+ * model_config: the cache knows no model.
  *
  * Prefix index.  A full block is identified by its whole token prefix: a
  * SHA-256 chain over the model's fingerprint, the isolation domain and every
@@ -63,10 +66,27 @@
  * of memory mid-generation, and what is free or evictable always covers the
  * reservations.
  *
- * Threads: the engine thread owns the cache; HTTP threads reach it only
- * through the engine under the engine's lock (sessions, gauges).  The K/V
- * contents of the blocks a sequence is filling belong to forward_step while
- * a step runs. */
+ * Threads.  The cache has no lock of its own: every call that takes a
+ * kv_cache is made under the engine's lock, one at a time.  The engine
+ * thread makes the sequence calls and kvcache_note_compute; the API's
+ * threads (HTTP and work pool), through engine.c, call kvcache_sessions,
+ * kvcache_session_known, kvcache_session_delete and kvcache_stats
+ * (kvcache_account_blocks and kvcache_audit are the tests').
+ * kvcache_create and kvcache_free run on the thread that creates and
+ * destroys the engine, before its thread starts and after it has stopped.
+ * Without the lock: kvcache_geometry, from any thread at any time (the
+ * geometry is fixed at creation), and the sizes (kvcache_blocks_needed,
+ * kvcache_max_total, kvcache_block_bytes, kvcache_blocks_per_context),
+ * which read nothing shared.
+ *
+ * While a step runs, outside the lock, the K/V bytes of the blocks its
+ * sequences hold belong to forward_step's workers: nothing else writes a
+ * block a sequence holds (eviction and session deletion take only blocks
+ * no sequence holds; a block is copied to the disk writer's queue before
+ * it is handed out again).  A block being read from disk belongs to
+ * kvdisk.c's I/O thread until its read is done; its sequence runs no step
+ * before kvcache_seq_ready.  The disk tier's index has its own lock
+ * (kvdisk.h). */
 #ifndef GPT2D_KVCACHE_H
 #define GPT2D_KVCACHE_H
 
