@@ -604,14 +604,16 @@ static void bench_open(bench *b, const options *o, model_matmul mm)
     b->n_seqs = decode ? o->only_batch : FULL_SEQS;
     b->ctx = decode && PROMPT + o->only_steps + 1 < cfg->n_ctx
              ? PROMPT + o->only_steps + 1 : cfg->n_ctx;
+    const kv_shape shape = { .n_layer = cfg->n_layer, .n_head = cfg->n_head,
+                             .n_embd = cfg->n_embd, .n_ctx = cfg->n_ctx };
     const size_t need = b->n_seqs
                         * ((b->ctx + KV_BLOCK_TOKENS - 1) / KV_BLOCK_TOKENS),
-                 least = kvcache_blocks_per_context(cfg);  /* its minimum */
+                 least = kvcache_blocks_per_context(&shape);  /* its minimum */
     kv_cache_config kc = { .n_blocks = need > least ? need : least,
                            .max_seqs = b->n_seqs, .half = o->kv_half };
     static const uint8_t fingerprint[SHA256_BYTES];
     static const kv_identity nobody;
-    if (kvcache_create(&b->kv, cfg, &kc, fingerprint, &err) != 0)
+    if (kvcache_create(&b->kv, &shape, &kc, fingerprint, &err) != 0)
         die("kvcache_create", &err);
     for (size_t i = 0; i < b->n_seqs; i++) {
         static const int32_t first = 0;

@@ -120,6 +120,13 @@ static const char *plural(size_t n)
  * without, that many client addresses at once. */
 #define BUDGET_CALLERS 4096
 
+/* The model's shapes the KV cache is sized by. */
+static kv_shape kv_shape_of(const model_config *mc)
+{
+    return (kv_shape){ .n_layer = mc->n_layer, .n_head = mc->n_head,
+                       .n_embd = mc->n_embd, .n_ctx = mc->n_ctx };
+}
+
 /* What the settings mean once the model's shapes are known: --kv-memory
  * becomes a count of KV blocks (without it, a full context for every slot),
  * and the slots must leave a step room for a prefill chunk.  -1 and a
@@ -127,9 +134,9 @@ static const char *plural(size_t n)
 static int plan_kv(daemon_state *d, gpt2d_error *err)
 {
     settings *c = &d->cfg;
-    const model_config *mc = &d->mdl.config;
-    const size_t block = kvcache_block_bytes(mc, c->kv_half);
-    const size_t per_ctx = kvcache_blocks_per_context(mc);
+    const kv_shape shape = kv_shape_of(&d->mdl.config);
+    const size_t block = kvcache_block_bytes(&shape, c->kv_half);
+    const size_t per_ctx = kvcache_blocks_per_context(&shape);
     d->kv_blocks = c->slots * per_ctx;
     if (c->kv_memory > 0) {
         if (block == 0 || c->kv_memory / block < per_ctx)
@@ -242,7 +249,8 @@ static int start(daemon_state *d, gpt2d_error *err)
 static void log_summary(const daemon_state *d)
 {
     const model_config *c = &d->mdl.config;
-    double kv_mb = (double)kvcache_block_bytes(c, d->cfg.kv_half)
+    const kv_shape shape = kv_shape_of(c);
+    double kv_mb = (double)kvcache_block_bytes(&shape, d->cfg.kv_half)
                    * (double)d->kv_blocks / 1e6;
     log_info("gpt2d: loaded %s: %zu layers, %zu heads, %zu wide, context %zu, "
              "vocabulary %zu, %.1f MB of %s weights (matmul %s); %zu KV slot%s, "
@@ -252,7 +260,7 @@ static void log_summary(const daemon_state *d)
              (double)d->mdl.weight_bytes / 1e6, model_dtype_name(d->mdl.dtype),
              model_matmul_name(d->mdl.matmul),
              d->cfg.slots, plural(d->cfg.slots), d->kv_blocks, KV_BLOCK_TOKENS,
-             (double)d->kv_blocks / (double)kvcache_blocks_per_context(c), kv_mb,
+             (double)d->kv_blocks / (double)kvcache_blocks_per_context(&shape), kv_mb,
              kv_dtype_name(d->cfg.kv_half),
              d->cfg.kv_memory > 0 ? ", sized by --kv-memory" : "",
              d->cfg.threads, plural(d->cfg.threads),

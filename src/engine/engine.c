@@ -1641,9 +1641,13 @@ int engine_create(engine **out, const model *m, const tokenizer *tok,
     /* Monotonic, for the watchdog's timed idle wait. */
     monotonic_cond_init(&e->cond);
     notify_watchdog_init(&e->watchdog);
+    const kv_shape shape = { .n_layer = m->config.n_layer,
+                             .n_head = m->config.n_head,
+                             .n_embd = m->config.n_embd,
+                             .n_ctx = m->config.n_ctx };
     kv_cache_config kc = {
         .n_blocks = cfg->kv_blocks > 0 ? cfg->kv_blocks
-                    : cfg->n_slots * kvcache_blocks_per_context(&m->config),
+                    : cfg->n_slots * kvcache_blocks_per_context(&shape),
         .max_seqs = cfg->n_slots, .half = cfg->kv_half,
         .disk_dir = cfg->kv_disk_dir, .disk_bytes = cfg->kv_disk_bytes,
         .now = monotonic_seconds() };
@@ -1654,7 +1658,7 @@ int engine_create(engine **out, const model *m, const tokenizer *tok,
         || forward_state_create(&e->fwd, m, cfg->max_batch_rows,
                                    cfg->n_threads, err) != 0
         || engine_alloc_step(e, err) != 0
-        || kvcache_create(&e->kv, &m->config, &kc, fingerprint, err) != 0) {
+        || kvcache_create(&e->kv, &shape, &kc, fingerprint, err) != 0) {
         engine_destroy(e);
         return -1;
     }

@@ -22,8 +22,8 @@
  * the tier's session records, running sequences), so a table needs no more
  * entries than the holders it can have; kv_accounts_init sizes it.
  *
- * Threads: a table belongs to its tier — kvcache.c's to the engine thread,
- * kvdisk.c's to the disk's lock. */
+ * Threads: a table belongs to its tier — the RAM cache's (kv_internal.h)
+ * to the engine's lock, kvdisk.c's to the disk's lock. */
 #ifndef GPT2D_KVACCOUNT_H
 #define GPT2D_KVACCOUNT_H
 

@@ -4,8 +4,11 @@
  * positions, all from one pool allocated (and touched) at start: the budget
  * (--kv-memory) in blocks.  A block holds every layer and head of its
  * positions: K as [n_layer][n_head][KV_BLOCK_TOKENS][head_dim], then V the
- * same, as floats or halves (--kv-dtype).  A running sequence holds a block
- * table; memory follows the tokens held, not slots × n_ctx.
+ * same, as floats or halves (--kv-dtype); kv_layout.h addresses them, and
+ * is all the model sees of the cache.  A running sequence holds a block
+ * table; memory follows the tokens held, not slots × n_ctx.  The cache is
+ * sized by the model's shapes (kv_shape), which the caller copies from its
+ * model_config: the cache knows no model.
  *
  * Prefix index.  A full block is identified by its whole token prefix: a
  * SHA-256 chain over the model's fingerprint, the isolation domain and every
@@ -63,10 +66,27 @@
  * of memory mid-generation, and what is free or evictable always covers the
  * reservations.
  *
- * Threads: the engine thread owns the cache; HTTP threads reach it only
- * through the engine under the engine's lock (sessions, gauges).  The K/V
- * contents of the blocks a sequence is filling belong to forward_step while
- * a step runs. */
+ * Threads.  The cache has no lock of its own: every call that takes a
+ * kv_cache is made under the engine's lock, one at a time.  The engine
+ * thread makes the sequence calls and kvcache_note_compute; the API's
+ * threads (HTTP and work pool), through engine.c, call kvcache_sessions,
+ * kvcache_session_known, kvcache_session_delete and kvcache_stats
+ * (kvcache_account_blocks and kvcache_audit are the tests').
+ * kvcache_create and kvcache_free run on the thread that creates and
+ * destroys the engine, before its thread starts and after it has stopped.
+ * Without the lock: kvcache_geometry, from any thread at any time (the
+ * geometry is fixed at creation), and the sizes (kvcache_blocks_needed,
+ * kvcache_max_total, kvcache_block_bytes, kvcache_blocks_per_context),
+ * which read nothing shared.
+ *
+ * While a step runs, outside the lock, the K/V bytes of the blocks its
+ * sequences hold belong to forward_step's workers: nothing else writes a
+ * block a sequence holds (eviction and session deletion take only blocks
+ * no sequence holds; a block is copied to the disk writer's queue before
+ * it is handed out again).  A block being read from disk belongs to
+ * kvdisk.c's I/O thread until its read is done; its sequence runs no step
+ * before kvcache_seq_ready.  The disk tier's index has its own lock
+ * (kvdisk.h). */
 #ifndef GPT2D_KVCACHE_H
 #define GPT2D_KVCACHE_H
 
@@ -76,13 +96,10 @@
 
 #include "core/error.h"
 #include "kv/kvaccount.h"
+#include "kv/kv_layout.h"
 #include "kv/kvdisk.h"
-#include "model/model.h"
 #include "core/sha256.h"
 
-#define KV_BLOCK_TOKENS 16
-#define KV_DISK_WRITE_QUEUE 16      /* blocks copied for the disk writer */
-_Static_assert(KV_BLOCK_TOKENS == KVDISK_BLOCK_TOKENS, "one block size");
 #define KVCACHE_SESSION_ID_MAX 128
 
 /* Who a cache entry belongs to.  `owner` is the caller's principal (the
@@ -105,33 +122,6 @@ typedef struct kv_cache_config {
     double now;                 /* the caller's clock (sessions' idle times) */
 } kv_cache_config;
 
-/* Where a block's keys and values are.  Filled once at creation; forward.c
- * reads it to address K/V through a block table. */
-typedef struct kv_geometry {
-    char *base;                 /* block b starts at base + b * block_bytes */
-    size_t block_bytes;
-    size_t elem_size;           /* 4 (float) or 2 (half) */
-    bool half;
-    size_t n_layer, n_head, head_dim;
-    size_t n_ctx;
-} kv_geometry;
-
-/* Keys (or values) of `layer`, `head` in `block`: KV_BLOCK_TOKENS rows of
- * head_dim elements. */
-static inline void *kvcache_block_k(const kv_geometry *g, uint32_t block,
-                                    size_t layer, size_t head)
-{
-    return g->base + block * g->block_bytes
-           + (layer * g->n_head + head) * KV_BLOCK_TOKENS * g->head_dim
-             * g->elem_size;
-}
-static inline void *kvcache_block_v(const kv_geometry *g, uint32_t block,
-                                    size_t layer, size_t head)
-{
-    return (char *)kvcache_block_k(g, block, layer, head)
-           + g->block_bytes / 2;
-}
-
 /* --kv-dtype's name for halves or floats. */
 static inline const char *kvcache_dtype_name(bool half)
 {
@@ -146,15 +136,23 @@ size_t kvcache_blocks_needed(size_t n_prompt, size_t max_total, size_t n_seq);
  * (below n_prompt: not even the prompt fits). */
 size_t kvcache_max_total(size_t n_prompt, size_t n_seq, size_t have);
 
-/* Bytes of one block for this model; 0 on overflow. */
-size_t kvcache_block_bytes(const model_config *cfg, bool half);
-/* Blocks one sequence of the full context needs. */
-size_t kvcache_blocks_per_context(const model_config *cfg);
+/* The model's shapes the cache is sized by (the caller copies them from
+ * its model_config: the cache knows no model). */
+typedef struct kv_shape {
+    size_t n_layer, n_head, n_embd;
+    size_t n_ctx;
+} kv_shape;
 
-/* Fails when the budget cannot hold one full context, or memory is short.
- * `fingerprint` (SHA256_BYTES) names the model and settings whose K/V the
- * blocks hold: part of every block's identity. */
-int kvcache_create(kv_cache **out, const model_config *cfg,
+/* Bytes of one block for this model; 0 on overflow. */
+size_t kvcache_block_bytes(const kv_shape *shape, bool half);
+/* Blocks one sequence of the full context needs. */
+size_t kvcache_blocks_per_context(const kv_shape *shape);
+
+/* Fails when the shapes make no heads, the budget cannot hold one full
+ * context, or memory is short.  `fingerprint` (SHA256_BYTES) names the
+ * model and settings whose K/V the blocks hold: part of every block's
+ * identity. */
+int kvcache_create(kv_cache **out, const kv_shape *shape,
                    const kv_cache_config *kc, const uint8_t *fingerprint,
                    gpt2d_error *err);
 void kvcache_free(kv_cache *c);

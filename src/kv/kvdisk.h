@@ -11,7 +11,7 @@
  * another model or other settings are left alone and not counted.
  *
  * The index of what is on disk lives in memory (read from the headers at
- * start).  Lookups are like kvcache.c's: the children of a chain key, each
+ * start).  Lookups are like kv_index.c's: the children of a chain key, each
  * verified against the tokens and the domain.  Evicting takes a file with
  * no children on disk from the account with the most files (kvaccount.h),
  * and within it the least recently used, plain prefixes before sessions'
@@ -37,7 +37,7 @@
 
 #define KVDISK_BLOCK_TOKENS 16
 
-/* A block's identity, as kvcache.c keeps it. */
+/* A block's identity, as the RAM cache keeps it (kv_internal.h). */
 typedef struct kv_block_meta {
     uint8_t parent_key[SHA256_BYTES];
     uint8_t chain[SHA256_BYTES];       /* full blocks only */

@@ -17,7 +17,7 @@
 #include <stddef.h>
 
 #include "core/cpu.h"
-#include "kv/kvcache.h"
+#include "kv/kv_layout.h"
 
 /* Copies rows [0, n_rows) of one head's new keys k and values v (each row
  * head_dim floats, row stride ld) into the blocks of `table` at positions

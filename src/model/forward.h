@@ -18,7 +18,7 @@
 
 #include "core/cpu.h"
 #include "core/error.h"
-#include "kv/kvcache.h"
+#include "kv/kv_layout.h"
 #include "model/model.h"
 #include "core/threadpool.h"
 

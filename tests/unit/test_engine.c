@@ -52,6 +52,7 @@ static kv_identity caller(uint8_t owner, uint8_t domain)
 static model g_model;
 static tokenizer *g_tok;
 static size_t g_vocab, g_n_ctx;
+static kv_shape g_kv_shape;     /* g_model's, as the engine sizes its cache */
 
 /* ---- fixtures ---- */
 
@@ -67,6 +68,10 @@ static void load_fixtures(void)
                   err.message);
     g_vocab = g_model.config.vocab_size;
     g_n_ctx = g_model.config.n_ctx;
+    g_kv_shape = (kv_shape){ .n_layer = g_model.config.n_layer,
+                             .n_head = g_model.config.n_head,
+                             .n_embd = g_model.config.n_embd,
+                             .n_ctx = g_model.config.n_ctx };
 }
 
 static void unload_fixtures(void)
@@ -252,9 +257,9 @@ static void ref_open(ref *rf)
     ck_assert(threadpool_create(&rf->pool, 1, &err) == 0);
     ck_assert(forward_state_create(&rf->st, &g_model, g_n_ctx, 1, &err) == 0);
     kv_cache_config kc = {
-        .n_blocks = kvcache_blocks_per_context(&g_model.config), .max_seqs = 1 };
+        .n_blocks = kvcache_blocks_per_context(&g_kv_shape), .max_seqs = 1 };
     static const uint8_t fingerprint[SHA256_BYTES];
-    ck_assert(kvcache_create(&rf->kv, &g_model.config, &kc, fingerprint,
+    ck_assert(kvcache_create(&rf->kv, &g_kv_shape, &kc, fingerprint,
                              &err) == 0);
     static const int32_t first = 0;
     kv_begin b = { .who = &TEST_CALLER, .prompt = &first, .n_prompt = 1,
@@ -1374,7 +1379,7 @@ START_TEST(test_engine_refuses_a_request_larger_than_the_kv_cache)
 {
     engine_config cfg = { .n_threads = 1, .n_slots = 4, .max_queue = 4,
                           .max_batch_rows = 16,
-                          .kv_blocks = kvcache_blocks_per_context(&g_model.config) };
+                          .kv_blocks = kvcache_blocks_per_context(&g_kv_shape) };
     engine *e = NULL;
     gpt2d_error err = { { 0 } };
     ck_assert_msg(engine_create(&e, &g_model, g_tok, &cfg, &err) == 0, "%s",

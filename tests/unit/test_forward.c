@@ -286,11 +286,14 @@ typedef struct step_seq {
 static void slot_open(harness *h, test_slot *slot)
 {
     if (h->kv == NULL) {
+        const model_config *mc = &h->m.config;
+        const kv_shape shape = { .n_layer = mc->n_layer, .n_head = mc->n_head,
+                                 .n_embd = mc->n_embd, .n_ctx = mc->n_ctx };
         kv_cache_config kc = {
-            .n_blocks = 8 * kvcache_blocks_per_context(&h->m.config),
+            .n_blocks = 8 * kvcache_blocks_per_context(&shape),
             .max_seqs = 8, .half = h->kv_half };
         static const uint8_t fingerprint[SHA256_BYTES];
-        ck_assert_msg(kvcache_create(&h->kv, &h->m.config, &kc, fingerprint,
+        ck_assert_msg(kvcache_create(&h->kv, &shape, &kc, fingerprint,
                                      &h->err) == 0,
                       "kvcache_create: %s", h->err.message);
     }

@@ -13,9 +13,8 @@
 
 #define B KV_BLOCK_TOKENS
 
-static const model_config cfg = { .n_layer = 2, .n_head = 2, .n_embd = 8,
-                                   .n_ctx = 64, .vocab_size = 1000,
-                                   .layer_norm_epsilon = 1e-5f };
+static const kv_shape cfg = { .n_layer = 2, .n_head = 2, .n_embd = 8,
+                              .n_ctx = 64 };
 static const uint8_t fingerprint[SHA256_BYTES] = { 42 };
 
 static kv_identity who(uint8_t owner, uint8_t domain)
