@@ -1,6 +1,8 @@
 /* test_kvcache.c — the paged KV cache's bookkeeping: what a new sequence
  * reuses, what it copies, what is evicted and when, who may see what, and
- * that reservations always cover what running sequences can need.
+ * that reservations always cover what running sequences can need; and its
+ * directory on disk: the daemon's alone, claimed by one daemon, no file
+ * in it opened through a link.
  *
  * The forward pass is not involved: a "run" writes into each new position a
  * value that names the token and the position (mark), as the model's K/V
@@ -9,7 +11,11 @@
 #include "config.h"
 
 #include "kv/kvcache.h"
+#include "kv/kvdir.h"
 #include "test_util.h"
+
+#include <fcntl.h>
+#include <unistd.h>
 
 #define B KV_BLOCK_TOKENS
 
@@ -863,6 +869,130 @@ START_TEST(test_create_refuses_a_budget_below_one_context)
 }
 END_TEST
 
+/* ---- the directory: the daemon's alone, one daemon, no link followed ---- */
+
+static kv_disk_config disk_config(const char *dir, size_t n_files)
+{
+    const size_t block_bytes = kvcache_block_bytes(&cfg, false);
+    return (kv_disk_config){ .dir = dir, .max_bytes = n_files * (256 + block_bytes),
+                             .block_bytes = block_bytes,
+                             .fingerprint = fingerprint, .write_queue = 2 };
+}
+
+/* A full block, a root's child, named by its chain key (`k` in each byte). */
+static kv_block_meta full_block(uint8_t k)
+{
+    kv_block_meta m = { .n_filled = B };
+    memset(m.parent_key, 0xee, SHA256_BYTES);
+    memset(m.chain, k, SHA256_BYTES);
+    memset(m.domain, 1, SHA256_BYTES);
+    fill(m.tokens, B, 10 * k);
+    return m;
+}
+
+static void write_text(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    ck_assert_msg(f != NULL, "%s: %s", path, strerror(errno));
+    ck_assert_int_eq(fputs(text, f) >= 0, 1);
+    ck_assert_int_eq(fclose(f), 0);
+}
+
+/* The whole of a small file, as text ("" when missing). */
+static const char *read_text(const char *path, char *buf, size_t size)
+{
+    buf[0] = '\0';
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return buf;
+    size_t n = fread(buf, 1, size - 1, f);
+    buf[n] = '\0';
+    fclose(f);
+    return buf;
+}
+
+static bool is_regular_file(const char *path)
+{
+    struct stat st;
+    return lstat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+/* Issue 25, item 3: two daemons shared a directory.  A second claim fails
+ * while the first holds it, naming the holder's PID (in the lock file);
+ * the lock is not inherited by a program the daemon runs, and once
+ * released the directory can be claimed again. */
+START_TEST(test_a_second_claim_on_a_directory_is_refused_naming_the_holder)
+{
+    char dir[300], lock_path[400], want[64], text[64];
+    test_scratch_path(dir, sizeof dir, "claimed");
+    snprintf(lock_path, sizeof lock_path, "%s/%s", dir, KVDIR_LOCK_NAME);
+    kv_dir_lock first, second;
+    gpt2d_error err;
+    ck_assert_msg(kvdir_claim(&first, dir, &err) == 0, "%s", err.message);
+    ck_assert_int_ge(first.fd, 0);
+    ck_assert_int_ne(fcntl(first.fd, F_GETFD) & FD_CLOEXEC, 0);
+    snprintf(want, sizeof want, "%ld\n", (long)getpid());
+    ck_assert_str_eq(read_text(lock_path, text, sizeof text), want);
+    struct stat st;
+    ck_assert_int_eq(stat(dir, &st), 0);
+    ck_assert_uint_eq(st.st_mode & 0777, 0700); /* made for the daemon alone */
+
+    ck_assert_int_eq(kvdir_claim(&second, dir, &err), -1);
+    ck_assert_int_eq(second.fd, -1);
+    snprintf(want, sizeof want, "PID %ld", (long)getpid());
+    ck_assert_msg(strstr(err.message, want) != NULL &&
+                  strstr(err.message, dir) != NULL, "%s", err.message);
+
+    int fd = first.fd;
+    kvdir_release(&first);
+    ck_assert_int_eq(first.fd, -1);
+    ck_assert_int_eq(fcntl(fd, F_GETFD), -1);   /* closed */
+    ck_assert_str_eq(read_text(lock_path, text, sizeof text), "");
+    kvdir_release(&first);                      /* twice: nothing */
+    ck_assert_msg(kvdir_claim(&second, dir, &err) == 0, "%s", err.message);
+    kvdir_release(&second);
+}
+END_TEST
+
+/* A link at the lock file's name is refused, not followed; and the disk
+ * tier's scan passes the lock file by (neither deleted nor counted). */
+START_TEST(test_the_lock_file_is_no_link_and_no_block)
+{
+    char dir[300], lock_path[400], target[300], text[64];
+    test_scratch_path(dir, sizeof dir, "lock-file");
+    test_scratch_path(target, sizeof target, "lock-file-target");
+    snprintf(lock_path, sizeof lock_path, "%s/%s", dir, KVDIR_LOCK_NAME);
+    write_text(target, "not the cache's\n");
+    ck_assert_int_eq(mkdir(dir, 0700), 0);
+    ck_assert_int_eq(symlink(target, lock_path), 0);
+    kv_dir_lock lock;
+    gpt2d_error err;
+    ck_assert_int_eq(kvdir_claim(&lock, dir, &err), -1);
+    ck_assert_msg(strstr(err.message, "symbolic link") != NULL, "%s", err.message);
+    ck_assert_str_eq(read_text(target, text, sizeof text), "not the cache's\n");
+    ck_assert_int_eq(unlink(lock_path), 0);
+
+    ck_assert_msg(kvdir_claim(&lock, dir, &err) == 0, "%s", err.message);
+    kv_disk_config dc = disk_config(dir, 4);
+    kv_disk *d = NULL;
+    ck_assert_msg(kvdisk_open(&d, &dc, &err) == 0, "%s", err.message);
+    kv_block_meta m = full_block(0x11);
+    char *data = calloc(1, dc.block_bytes);
+    ck_assert_ptr_nonnull(data);
+    kvdisk_put(d, &m, data, true);
+    kvdisk_close(d);
+    ck_assert_msg(kvdisk_open(&d, &dc, &err) == 0, "%s", err.message);
+    kv_disk_stats st = kvdisk_stats(d);
+    ck_assert_uint_eq(st.blocks, 1);
+    ck_assert_uint_eq(st.read_errors, 0);
+    ck_assert_uint_eq(st.foreign, 0);
+    kvdisk_close(d);
+    ck_assert(is_regular_file(lock_path));
+    kvdir_release(&lock);
+    free(data);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("kvcache");
@@ -889,6 +1019,11 @@ int main(void)
     tcase_add_test(tc, test_eviction_takes_from_the_largest_account_in_its_lru_order);
     tcase_add_test(tc, test_sessions_are_counted_per_account);
     tcase_add_test(tc, test_another_accounts_churn_cannot_evict_an_account_below_its_disk_share);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("directory");
+    tcase_add_unchecked_fixture(tc, test_scratch_make, test_scratch_remove);
+    tcase_add_test(tc, test_a_second_claim_on_a_directory_is_refused_naming_the_holder);
+    tcase_add_test(tc, test_the_lock_file_is_no_link_and_no_block);
     suite_add_tcase(s, tc);
     return test_run_suite(s);
 }
