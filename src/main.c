@@ -1,8 +1,9 @@
 /* main.c — start-up, signals and shut-down of the gpt2d daemon.
  *
- * Order: settings → log level → chat template → model → tokenizer → engine
- * (KV slots allocated here, so memory is known before we listen) → HTTP server →
- * one summary line → wait for a signal → drain → tear down in reverse.
+ * Order: settings → log level → chat template → the KV cache directory's
+ * lock → model → tokenizer → engine (KV slots allocated here, so memory is
+ * known before we listen) → HTTP server → one summary line → wait for a
+ * signal → drain → tear down in reverse.
  *
  * Signals are blocked in every thread we start (the mask is inherited) and
  * taken synchronously with sigwait in the main thread.  Threads a library
@@ -42,6 +43,7 @@
 #include "core/error.h"
 #include "http/http.h"
 #include "kv/kvcache.h"
+#include "kv/kvdir.h"
 #include "core/log.h"
 #include "model/model.h"
 #include "core/notify.h"
@@ -52,6 +54,7 @@
 /* Everything the daemon owns, torn down in reverse order of creation. */
 typedef struct daemon_state {
     settings cfg;
+    kv_dir_lock kv_dir;         /* --kv-cache-dir, ours until we exit */
     model mdl;
     bool model_loaded;
     size_t kv_blocks;           /* the KV cache's size, from the settings */
@@ -188,12 +191,19 @@ static void check_web_root(const char *dir)
 }
 
 /* -1: something failed (exit 1); -2: the settings cannot work together
- * for this model (a usage error, exit 2). */
+ * for this model, or --kv-cache-dir is not this daemon's to use (a usage
+ * error, exit 2). */
 static int start(daemon_state *d, gpt2d_error *err)
 {
     /* a bad template is a bad setting: refused before the model loads */
     if (plan_response_memory(&d->cfg, err) != 0 ||
         chat_template_load(&d->chat, d->cfg.chat_template, err) != 0)
+        return -2;
+    /* Before anything in the directory is read or deleted (the disk tier's
+     * scan), and before the model loads: a second daemon on it, or a
+     * directory others can write to, is refused at once. */
+    if (d->cfg.kv_cache_dir != NULL && d->cfg.kv_cache_dir[0] != '\0' &&
+        kvdir_claim(&d->kv_dir, d->cfg.kv_cache_dir, err) != 0)
         return -2;
     if (model_load_for(&d->mdl, d->cfg.model_dir, d->cfg.dtype,
                        d->cfg.matmul, err) != 0)
@@ -348,6 +358,8 @@ static void teardown(daemon_state *d)
     chat_template_free(&d->chat);
     if (d->model_loaded)
         model_free(&d->mdl);
+    /* after the engine: its KV cache wrote the sessions file on the way */
+    kvdir_release(&d->kv_dir);
     settings_free(&d->cfg);
 }
 
@@ -355,6 +367,7 @@ int main(int argc, char **argv)
 {
     daemon_state d;
     memset(&d, 0, sizeof d);
+    d.kv_dir = KV_DIR_LOCK_NONE;
     gpt2d_error err = {{0}};
     switch (settings_load(&d.cfg, argc, argv, &err)) {
     case SETTINGS_EXIT_OK: return EXIT_SUCCESS;

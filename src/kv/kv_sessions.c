@@ -7,9 +7,11 @@
 #include "config.h"
 
 #include "kv/kv_internal.h"
+#include "kv/kvdir.h"
 #include "core/buf.h"
 #include "core/log.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,7 +36,10 @@ void kv_session_domain(const uint8_t domain[SHA256_BYTES], const char *session,
  * their last turn left cached, how long ago) are written beside the blocks, so
  * GET /v1/sessions lists them after a restart; their blocks are on disk.
  * The file names the model's fingerprint and ends with the SHA-256 of what
- * precedes it; one that does not check out is ignored with a log line. */
+ * precedes it; one that does not check out is ignored with a log line.  It
+ * is written to a new file and renamed, and read, never through a link
+ * (kvdir.h); it is written after the disk tier closes, while the daemon
+ * still holds the directory's lock. */
 
 static const char SESSIONS_MAGIC[8] = "GPT2DS2";  /* with its NUL */
 
@@ -50,9 +55,13 @@ static void sessions_save(kv_cache *c, double now)
 {
     char tmp[4096];
     snprintf(tmp, sizeof tmp, "%s.part", c->sessions_path);
-    FILE *f = fopen(tmp, "wb");
-    if (f == NULL)
+    int fd = kvdir_create(tmp);
+    FILE *f = fd >= 0 ? fdopen(fd, "wb") : NULL;
+    if (f == NULL) {
+        if (fd >= 0)
+            close(fd);
         return;
+    }
     sha256_ctx h;
     sha256_init(&h);
 #define PUT(p, n) (sha256_update(&h, (p), (n)), fwrite((p), 1, (n), f) == (n))
@@ -87,9 +96,16 @@ static void sessions_save(kv_cache *c, double now)
 
 static void sessions_load(kv_cache *c, double now)
 {
-    FILE *f = fopen(c->sessions_path, "rb");
-    if (f == NULL)
+    int fd = kvdir_open_read(c->sessions_path);
+    FILE *f = fd >= 0 ? fdopen(fd, "rb") : NULL;
+    if (f == NULL) {
+        if (fd >= 0)
+            close(fd);
+        else if (errno == ELOOP)
+            log_warn("KV cache: %s is a symbolic link: not followed, its "
+                     "sessions are not listed", c->sessions_path);
         return;
+    }
     gpt2d_buf file = GPT2D_BUF_INIT;
     char chunk[65536];
     size_t n;

@@ -10,13 +10,13 @@
 #include "config.h"
 
 #include "kv/kvdisk.h"
+#include "kv/kvdir.h"
 #include "core/log.h"
 #include "core/monotonic.h"
 #include "core/thread.h"
 
 #include <dirent.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -370,7 +370,7 @@ static bool write_file(const kv_disk *d, const uint8_t id[SHA256_BYTES],
     path_of(d, id, ".kv", path, sizeof path);
     file_header h;
     header_of(d, m, data, &h);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    int fd = kvdir_create(tmp);
     if (fd < 0)
         return false;
     bool ok = write_all(fd, &h, sizeof h) && write_all(fd, data, d->block_bytes);
@@ -387,7 +387,7 @@ static bool read_file(const kv_disk *d, const uint8_t id[SHA256_BYTES],
 {
     char path[4096];
     path_of(d, id, ".kv", path, sizeof path);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = kvdir_open_read(path);
     if (fd < 0)
         return false;
     file_header h;
@@ -529,11 +529,13 @@ static void scan(kv_disk *d)
             torn++;
             continue;
         }
+        /* the lock file (kvdir.h), the sessions file and anything else
+         * not named as a block are not ours to read or delete here */
         if (len != NAME_HEX + 3 || strcmp(name + NAME_HEX, ".kv") != 0)
             continue;
-        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        int fd = kvdir_open_read(path);
         if (fd < 0)
-            continue;
+            continue;                   /* unreadable, or a link: not followed */
         file_header h;
         struct stat st;
         bool read_ok = read_all(fd, &h, sizeof h) && fstat(fd, &st) == 0;
@@ -587,10 +589,8 @@ int kvdisk_open(kv_disk **out, const kv_disk_config *cfg, gpt2d_error *err)
     if (cfg->max_bytes < file_bytes)
         return error_set(err, "--kv-disk of %zu bytes holds no KV block (one "
                          "takes %zu)", cfg->max_bytes, file_bytes);
-    if (mkdir(cfg->dir, 0700) != 0 && errno != EEXIST)
-        return error_set(err, "--kv-cache-dir %s: %s", cfg->dir, strerror(errno));
-    if (access(cfg->dir, R_OK | W_OK | X_OK) != 0)
-        return error_set(err, "--kv-cache-dir %s: %s", cfg->dir, strerror(errno));
+    if (kvdir_check(cfg->dir, err) != 0)
+        return -1;
     kv_disk *d = calloc(1, sizeof *d);
     if (d == NULL)
         return error_set(err, "KV disk: out of memory");

@@ -8,7 +8,9 @@
  * bytes.  Files are written to a temporary name and renamed, so a kill -9
  * leaves no torn file under a real name; a file whose header or data does
  * not check out is ignored, deleted and logged, never trusted.  Files of
- * another model or other settings are left alone and not counted.
+ * another model or other settings are left alone and not counted.  Files
+ * are created new and never opened through a symbolic link, in a directory
+ * that must be the daemon's alone (kvdir.h; the daemon holds its lock).
  *
  * The index of what is on disk lives in memory (read from the headers at
  * start).  Lookups are like kv_index.c's: the children of a chain key, each
@@ -59,8 +61,11 @@ typedef struct kv_disk_config {
 } kv_disk_config;
 
 /* Scans the directory (creating it if needed) and starts the I/O thread.
- * Fails when the directory cannot be made or read, or the budget holds no
- * block. */
+ * Fails when the directory cannot be made or read, is not the process's
+ * alone (kvdir_check), or the budget holds no block.  Taking the
+ * directory's lock (kvdir_claim) is the caller's: the daemon holds it for
+ * its life, past the sessions file kvcache_free writes after this tier is
+ * closed. */
 int kvdisk_open(kv_disk **out, const kv_disk_config *cfg, gpt2d_error *err);
 /* Finishes the writes queued, stops the thread, frees. */
 void kvdisk_close(kv_disk *d);

@@ -24,11 +24,16 @@ contexts of the tiny model) so that sessions spill to disk:
   Sharing          between two API keys: one key's long prompts leave the
                    other's session history (its share of the memory), and
                    each key's sessions are counted against its own quota.
+  Directory        one daemon per cache directory (a second exits 2 naming
+                   the first's PID), a directory others can write to is
+                   refused, and links planted at the names of the files the
+                   daemon writes are not followed (issue 25, items 3 and 4).
 """
 
 import glob
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -407,6 +412,133 @@ class Sharing(CacheCase):
         m = alice.metrics()
         self.assertEqual(metric_sum(m, "gpt2d_kv_sessions_forgotten_total"), 2)
         self.stop(s)
+
+
+class Directory(CacheCase):
+
+    NOT_OURS = "not the cache's\n"
+
+    def refused(self, extra=(), timeout=20):
+        """gpt2d on this case's directory, expected to refuse it at start:
+        (its exit status, or None when it still ran after `timeout` s and was
+        killed; its output)."""
+        args = [GPT2D, "--model", TINY, "--host", "127.0.0.1", "--port", "0",
+                "--slots", "2", "--threads", "1", "--kv-memory", str(RAM),
+                "--kv-cache-dir", self.dir] + list(extra)
+        try:
+            p = subprocess.run(args, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, timeout=timeout)
+            return p.returncode, p.stdout.decode("utf-8", "replace")
+        except subprocess.TimeoutExpired as e:
+            return None, (e.output or b"").decode("utf-8", "replace")
+
+    def target(self, name):
+        """A file outside the cache directory for a link to point to."""
+        path = os.path.join(WORKDIR, "%s-%s" % (self._testMethodName, name))
+        with open(path, "w", encoding="ascii") as f:
+            f.write(self.NOT_OURS)
+        return path
+
+    def assert_unchanged(self, path):
+        with open(path, "rb") as f:
+            data = f.read()
+        if data != self.NOT_OURS.encode("ascii"):
+            self.fail("%s was written through the link: %d bytes, %r..."
+                      % (path, len(data), data[:8]))
+
+    def test_a_second_daemon_on_the_directory_exits_2_naming_the_first(self):
+        """Issue 25, item 3: two daemons on one directory overwrote each
+        other's sessions file and together exceeded the budget, and the
+        next start deleted 27 files as over it."""
+        s = self.server("first")
+        c = s.client()
+        self.turn(c, history(0), session="u0")
+        rc, out = self.refused()
+        self.assertEqual(rc, 2, out)
+        self.assertIn("--kv-cache-dir %s is in use by another gpt2d (PID %d"
+                      % (self.dir, s.pid), out)
+        with open(os.path.join(self.dir, "gpt2d.lock"), encoding="ascii") as f:
+            self.assertEqual(f.read(), "%d\n" % s.pid)
+        # the first serves on, its cache whole
+        _, cached = self.turn(c, history(0) + [7, 8], session="u0")
+        self.assertEqual(cached, 40)
+        self.stop(s)
+        s = self.server("after")                # the lock went with it
+        self.assertEqual(len(s.client().get("/v1/sessions").json["data"]), 1)
+        self.stop(s)
+
+    def test_a_directory_others_can_write_to_is_refused(self):
+        os.makedirs(self.dir)
+        os.chmod(self.dir, 0o770)
+        rc, out = self.refused()
+        self.assertEqual(rc, 2, out)
+        self.assertIn("--kv-cache-dir %s is writable by its group" % self.dir, out)
+        self.assertIn("chmod 700 %s" % self.dir, out)
+        self.assertEqual(os.listdir(self.dir), [])
+        os.chmod(self.dir, 0o700)
+        self.stop(self.server("owned"))
+
+    def test_links_planted_at_block_files_part_names_are_not_followed(self):
+        """Issue 25, item 4: a block's temporary file was opened O_TRUNC,
+        so a link planted at its name had its target overwritten."""
+        prompt = history(3)
+        s = self.server("names")
+        self.turn(s.client(), prompt)
+        self.stop(s)                            # RAM written out: the names
+        names = [os.path.basename(p)[:-len(".kv")] for p in self.files()]
+        self.assertEqual(len(names), 3)         # 43 tokens: 16 + 16 + 11
+        for path in self.files():
+            os.unlink(path)
+        s = self.server("planted")
+        target = self.target("target")
+        for name in names:                      # after the scan, which
+            os.symlink(target, os.path.join(self.dir, name + ".part"))
+        c = s.client()
+        text, cached = self.turn(c, prompt)
+        self.assertEqual(cached, 0)
+        self.stop(s)                            # the same blocks written again
+        self.assert_unchanged(target)
+        self.assertEqual(glob.glob(os.path.join(self.dir, "*.part")), [])
+        self.assertEqual(len(self.files()), 3)
+        for path in self.files():
+            self.assertFalse(os.path.islink(path), path)
+        # and they serve: a restart reads them back
+        s = self.server("read-back")
+        c = s.client()
+        prompt = prompt + [5, 6]
+        text, cached = self.turn(c, prompt)
+        self.assertEqual(cached, 40)
+        self.assertEqual(text, self.cold(c, prompt))
+        self.stop(s)
+
+    def test_links_planted_at_the_sessions_file_are_not_followed(self):
+        s = self.server("sessions-1")
+        c = s.client()
+        self.turn(c, history(0), session="u0")
+        target = self.target("target")
+        sessions = os.path.join(self.dir, "sessions")
+        os.symlink(target, sessions + ".part")
+        self.stop(s)                            # writes the sessions file
+        self.assert_unchanged(target)
+        self.assertFalse(os.path.lexists(sessions + ".part"))
+        self.assertFalse(os.path.islink(sessions))
+        # the good file moved out and a link to it in its place: not read
+        elsewhere = os.path.join(WORKDIR, self._testMethodName + "-elsewhere")
+        os.rename(sessions, elsewhere)
+        os.symlink(elsewhere, sessions)
+        s = self.server("sessions-2")
+        self.assertIn("%s is a symbolic link: not followed" % sessions,
+                      self.log(s))
+        c = s.client()
+        self.assertEqual(c.get("/v1/sessions").json["data"], [])
+        # its history is found when the session comes back
+        prompt = history(0) + [7, 8]
+        text, cached = self.turn(c, prompt, session="u0")
+        self.assertEqual(cached, 40)
+        self.assertEqual(text, self.cold(c, prompt))
+        self.stop(s)
+        self.assertFalse(os.path.islink(sessions))
+        self.assertTrue(os.path.isfile(elsewhere))
 
 
 def main(argv):

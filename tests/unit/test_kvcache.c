@@ -1,6 +1,8 @@
 /* test_kvcache.c — the paged KV cache's bookkeeping: what a new sequence
  * reuses, what it copies, what is evicted and when, who may see what, and
- * that reservations always cover what running sequences can need.
+ * that reservations always cover what running sequences can need; and its
+ * directory on disk: the daemon's alone, claimed by one daemon, no file
+ * in it opened through a link.
  *
  * The forward pass is not involved: a "run" writes into each new position a
  * value that names the token and the position (mark), as the model's K/V
@@ -9,7 +11,11 @@
 #include "config.h"
 
 #include "kv/kvcache.h"
+#include "kv/kvdir.h"
 #include "test_util.h"
+
+#include <fcntl.h>
+#include <unistd.h>
 
 #define B KV_BLOCK_TOKENS
 
@@ -863,6 +869,284 @@ START_TEST(test_create_refuses_a_budget_below_one_context)
 }
 END_TEST
 
+/* ---- the directory: the daemon's alone, one daemon, no link followed ---- */
+
+static kv_disk_config disk_config(const char *dir, size_t n_files)
+{
+    const size_t block_bytes = kvcache_block_bytes(&cfg, false);
+    return (kv_disk_config){ .dir = dir, .max_bytes = n_files * (256 + block_bytes),
+                             .block_bytes = block_bytes,
+                             .fingerprint = fingerprint, .write_queue = 2 };
+}
+
+/* A full block, a root's child, named by its chain key (`k` in each byte). */
+static kv_block_meta full_block(uint8_t k)
+{
+    kv_block_meta m = { .n_filled = B };
+    memset(m.parent_key, 0xee, SHA256_BYTES);
+    memset(m.chain, k, SHA256_BYTES);
+    memset(m.domain, 1, SHA256_BYTES);
+    fill(m.tokens, B, 10 * k);
+    return m;
+}
+
+/* "<dir>/<chain key in hex><ext>": the name kvdisk.c gives a full block. */
+static const char *block_path(char *out, size_t size, const char *dir,
+                              const kv_block_meta *m, const char *ext)
+{
+    char hex[2 * SHA256_BYTES + 1];
+    for (size_t i = 0; i < SHA256_BYTES; i++)
+        snprintf(hex + 2 * i, 3, "%02x", m->chain[i]);
+    int n = snprintf(out, size, "%s/%s%s", dir, hex, ext);
+    ck_assert(n > 0 && (size_t)n < size);
+    return out;
+}
+
+static void write_text(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    ck_assert_msg(f != NULL, "%s: %s", path, strerror(errno));
+    ck_assert_int_eq(fputs(text, f) >= 0, 1);
+    ck_assert_int_eq(fclose(f), 0);
+}
+
+/* The whole of a small file, as text ("" when missing). */
+static const char *read_text(const char *path, char *buf, size_t size)
+{
+    buf[0] = '\0';
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return buf;
+    size_t n = fread(buf, 1, size - 1, f);
+    buf[n] = '\0';
+    fclose(f);
+    return buf;
+}
+
+static bool is_regular_file(const char *path)
+{
+    struct stat st;
+    return lstat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+/* Issue 25, item 4: the temporary file a block is written to was opened
+ * O_TRUNC, so a link planted at its name had the file it points to
+ * overwritten with the block.  The link is removed and a new file made;
+ * the block is written, and reads back. */
+START_TEST(test_a_link_planted_at_a_blocks_part_file_is_not_followed)
+{
+    char dir[300], target[300], part[400], kv[400], text[64];
+    test_scratch_path(dir, sizeof dir, "link-part");
+    test_scratch_path(target, sizeof target, "link-part-target");
+    write_text(target, "not the cache's\n");
+    kv_disk_config dc = disk_config(dir, 4);
+    kv_disk *d = NULL;
+    gpt2d_error err;
+    ck_assert_msg(kvdisk_open(&d, &dc, &err) == 0, "%s", err.message);
+    kv_block_meta m = full_block(0x5a);
+    /* planted once the tier runs: its scan deletes *.part files */
+    ck_assert_int_eq(symlink(target, block_path(part, sizeof part, dir, &m, ".part")), 0);
+    char *data = malloc(dc.block_bytes), *back = malloc(dc.block_bytes);
+    ck_assert(data != NULL && back != NULL);
+    for (size_t i = 0; i < dc.block_bytes; i++)
+        data[i] = (char)(i * 7);
+    kvdisk_put(d, &m, data, true);
+    kvdisk_flush(d);
+    ck_assert_str_eq(read_text(target, text, sizeof text), "not the cache's\n");
+    ck_assert(is_regular_file(block_path(kv, sizeof kv, dir, &m, ".kv")));
+    kv_disk_stats st = kvdisk_stats(d);
+    ck_assert_uint_eq(st.writes, 1);
+    ck_assert_uint_eq(st.write_errors, 0);
+    size_t shared;
+    kv_block_meta found;
+    long e = kvdisk_best_child(d, m.parent_key, m.domain, m.tokens, B, &shared, &found);
+    ck_assert_int_ge(e, 0);
+    kvdisk_pin(d, e);
+    kv_disk_read r = { .entry = e, .dst = back };
+    kvdisk_read(d, &r);
+    while (!atomic_load(&r.done))
+        usleep(1000);
+    ck_assert(r.ok);
+    ck_assert_mem_eq(back, data, dc.block_bytes);
+    kvdisk_close(d);
+    free(data);
+    free(back);
+}
+END_TEST
+
+/* A link at a block file's name is not read at start (it could point
+ * anywhere the daemon may read), and writing that block replaces the link,
+ * not the file it points to. */
+START_TEST(test_a_link_at_a_block_file_is_not_read)
+{
+    char dir[300], elsewhere[300], kv[400];
+    test_scratch_path(dir, sizeof dir, "link-kv");
+    test_scratch_path(elsewhere, sizeof elsewhere, "link-kv-elsewhere");
+    kv_disk_config dc = disk_config(dir, 4);
+    kv_disk *d = NULL;
+    gpt2d_error err;
+    ck_assert_msg(kvdisk_open(&d, &dc, &err) == 0, "%s", err.message);
+    kv_block_meta m = full_block(0x3c);
+    char *data = calloc(1, dc.block_bytes);
+    ck_assert_ptr_nonnull(data);
+    kvdisk_put(d, &m, data, true);
+    kvdisk_close(d);
+    /* a valid block file of this model, moved out, and a link to it */
+    block_path(kv, sizeof kv, dir, &m, ".kv");
+    ck_assert_int_eq(rename(kv, elsewhere), 0);
+    ck_assert_int_eq(symlink(elsewhere, kv), 0);
+    ck_assert_msg(kvdisk_open(&d, &dc, &err) == 0, "%s", err.message);
+    kv_disk_stats st = kvdisk_stats(d);
+    ck_assert_uint_eq(st.blocks, 0);
+    kvdisk_put(d, &m, data, true);
+    kvdisk_flush(d);
+    ck_assert(is_regular_file(kv));
+    ck_assert(is_regular_file(elsewhere));
+    kvdisk_close(d);
+    free(data);
+}
+END_TEST
+
+/* The sessions file, written at shutdown to "sessions.part" and renamed,
+ * follows no link either way: the file a link at "sessions.part" points
+ * to is left as it was, and a link at "sessions" is not read. */
+START_TEST(test_links_at_the_sessions_file_and_its_part_are_not_followed)
+{
+    char dir[300], target[300], elsewhere[300], part[400], file[400];
+    char text[64];
+    test_scratch_path(dir, sizeof dir, "link-sessions");
+    test_scratch_path(target, sizeof target, "link-sessions-target");
+    test_scratch_path(elsewhere, sizeof elsewhere, "link-sessions-elsewhere");
+    snprintf(part, sizeof part, "%s/sessions.part", dir);
+    snprintf(file, sizeof file, "%s/sessions", dir);
+    write_text(target, "not the cache's\n");
+    kv_cache_config kc = { .n_blocks = 8, .max_seqs = 1, .disk_dir = dir,
+                           .disk_bytes = disk_config(dir, 16).max_bytes };
+    kv_cache *c = NULL;
+    gpt2d_error err;
+    ck_assert_msg(kvcache_create(&c, &cfg, &kc, fingerprint, &err) == 0, "%s",
+                  err.message);
+    const kv_identity alice = who(1, 1);
+    int32_t t[2 * B];
+    fill(t, 2 * B, 500);
+    run(c, &alice, "chat", t, 2 * B - 2, 2);
+    ck_assert(listed(c, &alice, "chat"));
+    ck_assert_int_eq(symlink(target, part), 0);
+    kvcache_free(c);
+    ck_assert_str_eq(read_text(target, text, sizeof text), "not the cache's\n");
+    ck_assert(is_regular_file(file));
+    /* the sessions file, good as it is, moved out and linked to */
+    ck_assert_int_eq(rename(file, elsewhere), 0);
+    ck_assert_int_eq(symlink(elsewhere, file), 0);
+    ck_assert_msg(kvcache_create(&c, &cfg, &kc, fingerprint, &err) == 0, "%s",
+                  err.message);
+    ck_assert(!listed(c, &alice, "chat"));
+    kvcache_free(c);
+    ck_assert(is_regular_file(elsewhere));
+}
+END_TEST
+
+/* The directory must be the daemon's alone: one its group or others may
+ * write to is refused, and the message says what to do. */
+START_TEST(test_a_directory_writable_by_group_or_others_is_refused)
+{
+    char dir[300];
+    test_scratch_path(dir, sizeof dir, "shared-dir");
+    ck_assert_int_eq(mkdir(dir, 0700), 0);
+    kv_disk_config dc = disk_config(dir, 4);
+    kv_disk *d = NULL;
+    gpt2d_error err;
+    static const mode_t refused[] = { 0770, 0702, 0777, 0720 };
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+        ck_assert_int_eq(chmod(dir, refused[i]), 0);
+        memset(&err, 0, sizeof err);
+        ck_assert_msg(kvdisk_open(&d, &dc, &err) != 0, "mode %o opened", refused[i]);
+        ck_assert_ptr_null(d);
+        ck_assert_msg(strstr(err.message, dir) != NULL &&
+                      strstr(err.message, "chmod 700") != NULL, "%s", err.message);
+    }
+    ck_assert_int_eq(chmod(dir, 0755), 0);      /* readable by others is fine */
+    ck_assert_msg(kvdisk_open(&d, &dc, &err) == 0, "%s", err.message);
+    kvdisk_close(d);
+}
+END_TEST
+
+/* Issue 25, item 3: two daemons shared a directory.  A second claim fails
+ * while the first holds it, naming the holder's PID (in the lock file);
+ * the lock is not inherited by a program the daemon runs, and once
+ * released the directory can be claimed again. */
+START_TEST(test_a_second_claim_on_a_directory_is_refused_naming_the_holder)
+{
+    char dir[300], lock_path[400], want[64], text[64];
+    test_scratch_path(dir, sizeof dir, "claimed");
+    snprintf(lock_path, sizeof lock_path, "%s/%s", dir, KVDIR_LOCK_NAME);
+    kv_dir_lock first, second;
+    gpt2d_error err;
+    ck_assert_msg(kvdir_claim(&first, dir, &err) == 0, "%s", err.message);
+    ck_assert_int_ge(first.fd, 0);
+    ck_assert_int_ne(fcntl(first.fd, F_GETFD) & FD_CLOEXEC, 0);
+    snprintf(want, sizeof want, "%ld\n", (long)getpid());
+    ck_assert_str_eq(read_text(lock_path, text, sizeof text), want);
+    struct stat st;
+    ck_assert_int_eq(stat(dir, &st), 0);
+    ck_assert_uint_eq(st.st_mode & 0777, 0700); /* made for the daemon alone */
+
+    ck_assert_int_eq(kvdir_claim(&second, dir, &err), -1);
+    ck_assert_int_eq(second.fd, -1);
+    snprintf(want, sizeof want, "PID %ld", (long)getpid());
+    ck_assert_msg(strstr(err.message, want) != NULL &&
+                  strstr(err.message, dir) != NULL, "%s", err.message);
+
+    int fd = first.fd;
+    kvdir_release(&first);
+    ck_assert_int_eq(first.fd, -1);
+    ck_assert_int_eq(fcntl(fd, F_GETFD), -1);   /* closed */
+    ck_assert_str_eq(read_text(lock_path, text, sizeof text), "");
+    kvdir_release(&first);                      /* twice: nothing */
+    ck_assert_msg(kvdir_claim(&second, dir, &err) == 0, "%s", err.message);
+    kvdir_release(&second);
+}
+END_TEST
+
+/* A link at the lock file's name is refused, not followed; and the disk
+ * tier's scan passes the lock file by (neither deleted nor counted). */
+START_TEST(test_the_lock_file_is_no_link_and_no_block)
+{
+    char dir[300], lock_path[400], target[300], text[64];
+    test_scratch_path(dir, sizeof dir, "lock-file");
+    test_scratch_path(target, sizeof target, "lock-file-target");
+    snprintf(lock_path, sizeof lock_path, "%s/%s", dir, KVDIR_LOCK_NAME);
+    write_text(target, "not the cache's\n");
+    ck_assert_int_eq(mkdir(dir, 0700), 0);
+    ck_assert_int_eq(symlink(target, lock_path), 0);
+    kv_dir_lock lock;
+    gpt2d_error err;
+    ck_assert_int_eq(kvdir_claim(&lock, dir, &err), -1);
+    ck_assert_msg(strstr(err.message, "symbolic link") != NULL, "%s", err.message);
+    ck_assert_str_eq(read_text(target, text, sizeof text), "not the cache's\n");
+    ck_assert_int_eq(unlink(lock_path), 0);
+
+    ck_assert_msg(kvdir_claim(&lock, dir, &err) == 0, "%s", err.message);
+    kv_disk_config dc = disk_config(dir, 4);
+    kv_disk *d = NULL;
+    ck_assert_msg(kvdisk_open(&d, &dc, &err) == 0, "%s", err.message);
+    kv_block_meta m = full_block(0x11);
+    char *data = calloc(1, dc.block_bytes);
+    ck_assert_ptr_nonnull(data);
+    kvdisk_put(d, &m, data, true);
+    kvdisk_close(d);
+    ck_assert_msg(kvdisk_open(&d, &dc, &err) == 0, "%s", err.message);
+    kv_disk_stats st = kvdisk_stats(d);
+    ck_assert_uint_eq(st.blocks, 1);
+    ck_assert_uint_eq(st.read_errors, 0);
+    ck_assert_uint_eq(st.foreign, 0);
+    kvdisk_close(d);
+    ck_assert(is_regular_file(lock_path));
+    kvdir_release(&lock);
+    free(data);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("kvcache");
@@ -889,6 +1173,15 @@ int main(void)
     tcase_add_test(tc, test_eviction_takes_from_the_largest_account_in_its_lru_order);
     tcase_add_test(tc, test_sessions_are_counted_per_account);
     tcase_add_test(tc, test_another_accounts_churn_cannot_evict_an_account_below_its_disk_share);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("directory");
+    tcase_add_unchecked_fixture(tc, test_scratch_make, test_scratch_remove);
+    tcase_add_test(tc, test_a_link_planted_at_a_blocks_part_file_is_not_followed);
+    tcase_add_test(tc, test_a_link_at_a_block_file_is_not_read);
+    tcase_add_test(tc, test_links_at_the_sessions_file_and_its_part_are_not_followed);
+    tcase_add_test(tc, test_a_directory_writable_by_group_or_others_is_refused);
+    tcase_add_test(tc, test_a_second_claim_on_a_directory_is_refused_naming_the_holder);
+    tcase_add_test(tc, test_the_lock_file_is_no_link_and_no_block);
     suite_add_tcase(s, tc);
     return test_run_suite(s);
 }
