@@ -8,7 +8,7 @@
  * Threads: every function may be called from any HTTP connection thread at
  * once; the shared api_ctx is read-only after start-up.  A handler may block
  * (waiting for the engine), so the server must give each connection its own
- * thread.  An api_stream belongs to one connection. */
+ * thread.  A response's source belongs to one connection. */
 #ifndef GPT2D_API_H
 #define GPT2D_API_H
 
@@ -111,9 +111,6 @@ int api_error_set(api_error *e, int status, const char *param,
 
 /* ---- responses ---- */
 
-typedef struct api_stream api_stream;
-typedef struct api_body api_body;
-
 /* How a blocking handler learns that its client hung up. */
 typedef struct api_client {
     bool (*gone)(void *arg);
@@ -122,21 +119,48 @@ typedef struct api_client {
 /* Whether the client hung up; false when `c` or its probe is NULL. */
 bool api_client_gone(const api_client *c);
 
+/* An answer made as it is sent, as llama.cpp's server_http_res carries its
+ * `next`: whoever makes one fills in its callbacks (completion_stream.c an
+ * event stream, api_body.c a /tokenize or /detokenize answer), and the
+ * response and the server call them knowing nothing else of it. */
+enum { API_SOURCE_END = -1, API_SOURCE_ERROR = -2 };
+
+typedef struct api_source {
+    void *self;                 /* what the callbacks are called on */
+    bool live;                  /* an event stream: its length unknown, its
+                                 * bytes made as the engine makes tokens */
+    size_t length;              /* not live: the answer's bytes, known from
+                                 * the start */
+    /* Copies the next bytes into buf, blocking until there are some:
+     * their count (> 0), API_SOURCE_END after the last, or API_SOURCE_ERROR
+     * when the answer cannot go on (the client left, as `client` may tell:
+     * the work behind it is then cancelled). */
+    ssize_t (*read)(void *self, char *buf, size_t max,
+                    const api_client *client);
+    /* NULL, or: the client left before the end; stops the work behind the
+     * answer (the first call; later ones do nothing). */
+    void (*cancel)(void *self);
+    /* NULL, or the token counts so far, for the access log. */
+    void (*usage)(const void *self, size_t *prompt_tokens,
+                  size_t *completion_tokens);
+    void (*free)(void *self);
+} api_source;
+
 typedef struct api_response {
     int status;
-    char *body;                 /* malloc'ed; NULL when streaming */
+    char *body;                 /* malloc'ed; NULL when made as it is sent */
     size_t body_len;
     const char *content_type;
     const char *allow;          /* 405: the Allow header */
     int retry_after;            /* > 0: Retry-After seconds (429) */
-    api_stream *stream;         /* non-NULL: an SSE stream instead of a body */
-    api_body *source;           /* non-NULL: a body made as it is sent */
+    api_source source;          /* read non-NULL: the answer instead of body */
     bool cancelled;             /* the client left; nothing is sent */
     char id[48];                /* what the request made ("cmpl-…"), or "":
                                  * its X-Request-Id unless the client sent one */
     size_t prompt_tokens, completion_tokens;   /* for the access log */
 } api_response;
 
+/* Frees the body or the source. */
 void api_response_free(api_response *r);
 /* The one builder of OpenAI's error object, {"error": {...}}, for a body
  * and for an SSE error event alike; NULL on OOM. */
@@ -145,6 +169,18 @@ json_t *api_error_json(const api_error *e);
 void api_response_error(api_response *r, const api_error *e);
 /* Serialises `obj` (a reference is stolen) as the body. */
 void api_response_json(api_response *r, int status, json_t *obj);
+/* The answer is `src`, the response's from now on (freed with it). */
+void api_response_source(api_response *r, int status,
+                         const char *content_type, api_source src);
+/* The source's next bytes (api_source.read). */
+ssize_t api_response_read(api_response *r, char *buf, size_t max,
+                          const api_client *client);
+/* The client left: the source's cancel, if it has one. */
+void api_response_cancel(api_response *r);
+/* Token counts for the access log: the source's so far, else the
+ * response's own. */
+void api_response_usage(const api_response *r, size_t *prompt_tokens,
+                        size_t *completion_tokens);
 
 /* ---- endpoints ---- */
 
@@ -195,6 +231,8 @@ int api_work(const api_ctx *ctx, const api_caller *who,
  * (4 bytes each) and written piece by piece as the client takes them, so a
  * client that does not read pins its ids, never the rendered answer. */
 
+typedef struct api_body api_body;
+
 /* Take ownership of ids[0, n) (malloc'ed; valid ids of tok); NULL on OOM,
  * and then the ids are still the caller's. */
 api_body *api_body_token_list(int32_t *ids, size_t n);
@@ -209,22 +247,8 @@ size_t api_body_length(const api_body *b);
 /* Copies the next bytes of the answer into buf; 0 at its end. */
 size_t api_body_read(api_body *b, char *buf, size_t max);
 void api_body_free(api_body *b);
-
-/* ---- streaming ---- */
-
-enum { API_STREAM_END = -1, API_STREAM_ERROR = -2 };
-/* Copies the next bytes of the event stream into buf, blocking until there
- * are some.  Returns the byte count (> 0), API_STREAM_END after `data: [DONE]`,
- * or API_STREAM_ERROR when the client left (the request is then cancelled). */
-ssize_t api_stream_read(api_stream *s, char *buf, size_t max,
-                        const api_client *client);
-/* The client left: cancels the request if it is still running (once). */
-void api_stream_cancel(api_stream *s);
-/* Cancels the request if it is still running, and frees. */
-void api_stream_free(api_stream *s);
-/* Token counts so far, for the access log. */
-void api_stream_usage(const api_stream *s, size_t *prompt_tokens,
-                      size_t *completion_tokens);
+/* The body as a response's source, which owns it from now on. */
+api_source api_body_source(api_body *b);
 
 /* ---- reading one field of a body (api_fields.c) ----
  *

@@ -1,5 +1,7 @@
 /* api_common.c — what every endpoint shares: the OpenAI error object,
- * response bodies, JSON and UTF-8 helpers, random ids.
+ * responses (a body, or a source that makes the answer as it is sent: the
+ * response calls the callbacks its maker filled in, and knows nothing of
+ * streams or token bodies), JSON and UTF-8 helpers, random ids.
  *
  * JSON strings must be valid UTF-8 but token bytes need not be, so every
  * byte string that reaches a response goes through api_json_string_bytes. */
@@ -83,12 +85,40 @@ void api_response_free(api_response *r)
 {
     free(r->body);
     r->body = NULL;
-    if (r->stream != NULL) {
-        api_stream_free(r->stream);
-        r->stream = NULL;
+    if (r->source.free != NULL)
+        r->source.free(r->source.self);
+    memset(&r->source, 0, sizeof r->source);
+}
+
+void api_response_source(api_response *r, int status,
+                         const char *content_type, api_source src)
+{
+    r->status = status;
+    r->content_type = content_type;
+    r->source = src;
+}
+
+ssize_t api_response_read(api_response *r, char *buf, size_t max,
+                          const api_client *client)
+{
+    return r->source.read(r->source.self, buf, max, client);
+}
+
+void api_response_cancel(api_response *r)
+{
+    if (r->source.cancel != NULL)
+        r->source.cancel(r->source.self);
+}
+
+void api_response_usage(const api_response *r, size_t *prompt_tokens,
+                        size_t *completion_tokens)
+{
+    if (r->source.usage != NULL) {
+        r->source.usage(r->source.self, prompt_tokens, completion_tokens);
+        return;
     }
-    api_body_free(r->source);
-    r->source = NULL;
+    *prompt_tokens = r->prompt_tokens;
+    *completion_tokens = r->completion_tokens;
 }
 
 static void set_body(api_response *r, int status, const char *content_type,

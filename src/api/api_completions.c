@@ -472,16 +472,15 @@ static void serve(const api_ctx *ctx, const api_caller *who,
         return;
     }
     if (run->req.stream) {
-        r->stream = completion_stream_create(run);
-        if (r->stream == NULL) {
+        api_source stream;
+        if (completion_stream_open(run, &stream) != 0) {
             completion_run_cancel(run);
             completion_run_free(run);
             api_error_set(&e, 500, NULL, "out of memory");
             api_response_error(r, &e);
             return;
         }
-        r->status = 200;
-        r->content_type = "text/event-stream";
+        api_response_source(r, 200, "text/event-stream", stream);
         return;
     }
     if (!run_wait(run, client)) {

@@ -225,9 +225,7 @@ static void run_token_job(const api_ctx *ctx, const api_caller *who,
         return;
     }
     api_body_take_charge(j.answer, &charge);
-    r->status = 200;
-    r->content_type = "application/json";
-    r->source = j.answer;
+    api_response_source(r, 200, "application/json", api_body_source(j.answer));
 }
 
 void api_tokenize(const api_ctx *ctx, const api_caller *who, const char *body,
