@@ -1,6 +1,6 @@
 /* api_body.c — the answers of /tokenize ({"tokens":[...]}) and /detokenize
  * ({"content":"..."}), written as the client takes them from nothing but
- * the token ids (see api.h's api_body).
+ * the token ids (see api_body.h).
  *
  * Why: 1 MB of ids to /detokenize makes 22 MB of text; rendered whole, it
  * was held two or three times over (the text, the JSON string, the
@@ -15,10 +15,12 @@
  * the body as its source (api_body_source): the read and free below.
  *
  * Threads: a body belongs to one connection at a time. */
-#include "api/api.h"
+#include "api/api_body.h"
 
 #include <stdlib.h>
 #include <string.h>
+
+#include "text/utf8.h"
 
 /* The text is rendered up to TEXT_CHUNK bytes of a token at a time (the
  * longest of GPT-2's tokens is 128).  One byte can end an unfinished

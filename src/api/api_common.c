@@ -5,7 +5,7 @@
  *
  * JSON strings must be valid UTF-8 but token bytes need not be, so every
  * byte string that reaches a response goes through api_json_string_bytes. */
-#include "api/api.h"
+#include "api/api_common.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "text/utf8.h"

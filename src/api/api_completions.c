@@ -12,7 +12,7 @@
  * Callers: http.c, on the connection's own thread; the handler blocks while
  * the body is parsed on the work pool (api_work) and while the engine
  * works, and looks at its socket every COMPLETION_WAIT_SLICE_MS. */
-#include "api/api.h"
+#include "api/api_completions.h"
 
 #include <inttypes.h>
 #include <stdio.h>

@@ -7,7 +7,7 @@
  *
  * Callers: the endpoints, on their connection's thread; the work pool and
  * the token budget have their own locks. */
-#include "api/api.h"
+#include "api/api_ctx.h"
 
 #include <stdint.h>
 

@@ -4,11 +4,12 @@
  * None of them touches the model; each answers from the tokenizer, the
  * engine's counters or the session table.  The tokenizer's two run on the
  * work pool (api_work), and their answers are api_bodies (api_body.c). */
-#include "api/api.h"
+#include "api/api_endpoints.h"
 
 #include <stdlib.h>
 #include <string.h>
 
+#include "api/api_body.h"
 #include "core/metrics.h"
 
 static json_t *model_object(const api_ctx *ctx)

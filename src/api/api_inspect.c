@@ -14,12 +14,13 @@
  *
  * Callers: http.c, on the connection's own thread; the handler blocks while
  * the engine works and looks at its socket every COMPLETION_WAIT_SLICE_MS. */
-#include "api/api.h"
+#include "api/api_inspect.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "api/api_completions.h"
 #include "api/completion_run.h"
 #include "api/inspect_answer.h"
 #include "api/inspect_request.h"

@@ -2,8 +2,8 @@
  * completion_request out: every field checked against its type, its range
  * and the server's limits, every error a 400 that names its `param`.  The
  * fields POST /v1/chat/completions reads the same way are read here for it
- * too (completion_request_parse_shared and its neighbours in api.h), so the
- * two endpoints cannot drift apart.
+ * too (completion_request_parse_shared and its neighbours in
+ * completion_request.h), so the two endpoints cannot drift apart.
  *
  * Owns: the completion_request (its prompts, stop strings and logit_bias are
  * its own allocations, freed by completion_request_free).  Knows nothing of
@@ -13,7 +13,7 @@
  * thread, the unit tests and the fuzzer (tests/fuzz/fuzz_completion_request.c),
  * which treats this file as its unit.  It reads only its arguments and the
  * read-only tokenizer, so any number of threads may parse at once. */
-#include "api/api.h"
+#include "api/completion_request.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,7 +1,7 @@
 /* completion_run.c — a completion in flight (see completion_run.h): cancel,
  * count, release; and the answer's shared pieces, the envelope, usage, the
  * token ids of return_token_ids and the logprobs object
- * (completion_logprobs_json, declared in api.h for the tests).
+ * (completion_logprobs_json).
  *
  * Callers: api_completions.c and completion_stream.c, on the thread that
  * owns the run; gen_request outputs are read under their own locks. */

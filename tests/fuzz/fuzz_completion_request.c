@@ -20,7 +20,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "api/api.h"
+#include "api/api_caller.h"
+#include "api/api_ctx.h"
+#include "api/api_endpoints.h"
+#include "api/chat_request.h"
+#include "api/completion_request.h"
 #include "fuzz.h"
 #include "fuzz_request.h"
 

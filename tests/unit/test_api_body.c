@@ -11,7 +11,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "api/api.h"
+#include "api/api_body.h"
+#include "api/api_caller.h"
+#include "api/api_ctx.h"
+#include "api/api_endpoints.h"
 #include "core/metrics.h"
 #include "test_api_util.h"
 
