@@ -61,6 +61,29 @@ void api_response_source(api_response *r, int status,
     r->source = src;
 }
 
+void api_response_gone(api_response *r)
+{
+    r->cancelled = true;
+    r->status = 499;            /* nginx's "client closed request", for the log */
+}
+
+void api_response_set_id(api_response *r, const char *id)
+{
+    snprintf(r->id, sizeof r->id, "%s", id);
+}
+
+void api_response_set_retry_after(api_response *r, int seconds)
+{
+    r->retry_after = seconds;
+}
+
+void api_response_set_usage(api_response *r, size_t prompt_tokens,
+                            size_t completion_tokens)
+{
+    r->prompt_tokens = prompt_tokens;
+    r->completion_tokens = completion_tokens;
+}
+
 ssize_t api_response_read(api_response *r, char *buf, size_t max,
                           const api_client *client)
 {
@@ -84,8 +107,8 @@ void api_response_usage(const api_response *r, size_t *prompt_tokens,
     *completion_tokens = r->completion_tokens;
 }
 
-static void set_body(api_response *r, int status, const char *content_type,
-                     char *body, size_t len)
+void api_response_body(api_response *r, int status, const char *content_type,
+                       char *body, size_t len)
 {
     free(r->body);
     r->status = status;
@@ -108,7 +131,7 @@ void api_response_json(api_response *r, int status, json_t *obj)
         status = 500;
     }
     size_t len = text != NULL ? strlen(text) : 0;
-    set_body(r, status, "application/json", text, len);
+    api_response_body(r, status, "application/json", text, len);
 }
 
 json_t *api_error_json(const api_error *e)

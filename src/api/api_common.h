@@ -96,9 +96,23 @@ void api_response_free(api_response *r);
 void api_response_error(api_response *r, const api_error *e);
 /* Serialises `obj` (a reference is stolen) as the body. */
 void api_response_json(api_response *r, int status, json_t *obj);
+/* The body is `body` (malloc'ed, `len` bytes), the response's from now
+ * on. */
+void api_response_body(api_response *r, int status, const char *content_type,
+                       char *body, size_t len);
 /* The answer is `src`, the response's from now on (freed with it). */
 void api_response_source(api_response *r, int status,
                          const char *content_type, api_source src);
+/* The client left: nothing is sent, and the log says 499. */
+void api_response_gone(api_response *r);
+/* What the request made ("cmpl-…"): the answer's X-Request-Id unless the
+ * client sent one. */
+void api_response_set_id(api_response *r, const char *id);
+/* Retry-After seconds (> 0) beside an error; 0: none. */
+void api_response_set_retry_after(api_response *r, int seconds);
+/* The token counts of an answer with a body, for the access log. */
+void api_response_set_usage(api_response *r, size_t prompt_tokens,
+                            size_t completion_tokens);
 /* The source's next bytes (api_source.read). */
 ssize_t api_response_read(api_response *r, char *buf, size_t max,
                           const api_client *client);

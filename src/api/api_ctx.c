@@ -31,8 +31,7 @@ int api_work(const api_ctx *ctx, const api_caller *who,
     switch (st) {
     case WORK_GONE:
         metrics_cancelled();    /* dropped before it began, but dropped */
-        r->cancelled = true;
-        r->status = 499;        /* nginx's "client closed request", for the log */
+        api_response_gone(r);
         return -1;
     case WORK_STOPPING:
         api_error_set(&e, 503, NULL, "the server is shutting down");
@@ -57,7 +56,7 @@ int api_work(const api_ctx *ctx, const api_caller *who,
         break;
     }
     api_response_error(r, &e);
-    r->retry_after = 1;
+    api_response_set_retry_after(r, 1);
     return -1;
 }
 

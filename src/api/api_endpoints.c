@@ -113,10 +113,8 @@ void api_metrics(const api_ctx *ctx, api_response *r)
         api_response_error(r, &e);
         return;
     }
-    r->status = 200;
-    r->content_type = "text/plain; version=0.0.4; charset=utf-8";
-    r->body = text;
-    r->body_len = strlen(text);
+    api_response_body(r, 200, "text/plain; version=0.0.4; charset=utf-8", text,
+                      strlen(text));
 }
 
 /* One /tokenize or /detokenize on the work pool: the body in, the answer

@@ -549,6 +549,13 @@ int completion_prompt_parse(completion_prompt *p, json_t *v,
                          "prompt must be a string or an array of token ids");
 }
 
+void completion_request_default_seed(completion_request *req,
+                                     uint64_t (*draw)(void))
+{
+    if (!req->has_seed)
+        req->seed = draw();
+}
+
 void completion_request_free(completion_request *req)
 {
     /* the prompts are counted before they are allocated */

@@ -3,8 +3,10 @@
  * /v1/chat/completions reads alike (chat_request.c uses them), so the two
  * endpoints cannot drift apart.
  *
- * Owns the completion_request: its prompts, stop strings and logit_bias
- * are its own allocations, freed by completion_request_free.
+ * Owns the completion_request, with chat_request.c (the same request read
+ * from chat's body): the two parsers are the only writers of its fields.
+ * Its prompts, stop strings and logit_bias are its own allocations, freed
+ * by completion_request_free.
  *
  * Threads: any; a parser reads only its arguments and the read-only
  * tokenizer, so any number of threads may parse at once. */
@@ -78,6 +80,11 @@ int completion_request_parse(completion_request *req, const char *body,
                              size_t len, const tokenizer *tok,
                              const completion_limits *lim, api_error *e);
 void completion_request_free(completion_request *req);
+/* A request sent without a seed runs with one from draw() (the caller's:
+ * parsing stays a pure function of the body, for the tests and the
+ * fuzzer); one sent with a seed keeps it. */
+void completion_request_default_seed(completion_request *req,
+                                     uint64_t (*draw)(void));
 /* One prompt, `v`: a string (tokenized no further than n_ctx tokens) or
  * an array of token ids below vocab_size, at most n_ctx of either; errors
  * name "prompt".  p->ids is the caller's to free, whatever the result. */

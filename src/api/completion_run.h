@@ -74,7 +74,10 @@ typedef struct completion_endpoint {
     json_t *(*chunk_opening)(size_t index);
 } completion_endpoint;
 
-/* One completion in flight: the parsed request and its engine requests. */
+/* One completion in flight: the parsed request and its engine requests.
+ * Its fields are this module's but two: `req` is filled by the endpoint's
+ * parser, and reqs, n_reqs and short_cut by run_submit in
+ * api_completions.c, which submits the engine requests. */
 struct completion_run {
     const completion_endpoint *ep;
     const api_ctx *ctx;
@@ -90,6 +93,21 @@ struct completion_run {
                                  * what was not used goes back when freed */
 };
 
+/* A run of `ep` for `who`, its request still empty for the parser to fill
+ * (run->req); NULL on OOM.  completion_run_free frees it, parsed or not. */
+completion_run *completion_run_new(const completion_endpoint *ep,
+                                   const api_ctx *ctx, const api_caller *who);
+/* The request is parsed: the run draws its seed if it was sent none,
+ * takes a fresh id with its endpoint's prefix, and is dated now. */
+void completion_run_start(completion_run *run);
+/* Takes `tokens` from the caller's token budget for the run, as
+ * api_charge_tokens (the same arguments and errors); what the run does not
+ * use goes back when it is freed. */
+int completion_run_charge(completion_run *run, uint64_t tokens,
+                          const char *what, const char *param, const char *fix,
+                          api_error *e, int *retry_after);
+/* The run never started: its whole charge goes back now. */
+void completion_run_uncharge(completion_run *run);
 /* Cancels every engine request of the run (once). */
 void completion_run_cancel(completion_run *run);
 /* The client went away: cancels what is left and, if anything was, counts

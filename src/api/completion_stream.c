@@ -12,8 +12,8 @@
  * whatever the engine reports.
  *
  * Callers: api_completions() opens the stream on the handler's thread, as
- * its response's live source (api_common.h's api_source: the read, cancel, usage
- * and free below); http.c then pulls it through the response from
+ * its response's live source (api_common.h's api_source: the read, cancel,
+ * usage and free below); http.c then pulls it through the response from
  * libmicrohttpd's threads, one call at a time, and frees it when the
  * connection ends. */
 #include "api/completion_stream.h"
