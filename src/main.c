@@ -39,6 +39,7 @@
 #include <unistd.h>
 
 #include "api/api.h"
+#include "api/api_body.h"
 #include "engine/engine.h"
 #include "core/error.h"
 #include "http/http.h"

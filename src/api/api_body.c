@@ -1,6 +1,6 @@
 /* api_body.c — the answers of /tokenize ({"tokens":[...]}) and /detokenize
  * ({"content":"..."}), written as the client takes them from nothing but
- * the token ids (see api.h's api_body).
+ * the token ids (see api_body.h).
  *
  * Why: 1 MB of ids to /detokenize makes 22 MB of text; rendered whole, it
  * was held two or three times over (the text, the JSON string, the
@@ -11,13 +11,16 @@
  * api_json_string_bytes and jansson's serialiser render it whole
  * (ill-formed UTF-8 as U+FFFD by utf8.h, then JSON's escapes), so the bytes
  * are the ones the endpoints always sent; its length is counted first by
- * the same walk, so the answer has a Content-Length.
+ * the same walk, so the answer has a Content-Length.  A response carries
+ * the body as its source (api_body_source): the read and free below.
  *
  * Threads: a body belongs to one connection at a time. */
-#include "api/api.h"
+#include "api/api_body.h"
 
 #include <stdlib.h>
 #include <string.h>
+
+#include "text/utf8.h"
 
 /* The text is rendered up to TEXT_CHUNK bytes of a token at a time (the
  * longest of GPT-2's tokens is 128).  One byte can end an unfinished
@@ -268,4 +271,27 @@ void api_body_free(api_body *b)
     work_charge_release(&b->charge);
     free(b->ids);
     free(b);
+}
+
+/* A body has nothing to wait for and no client to watch: its bytes are
+ * made from the ids alone.  0 bytes is the end. */
+static ssize_t source_read(void *self, char *buf, size_t max,
+                           const api_client *client)
+{
+    (void)client;
+    size_t n = api_body_read(self, buf, max);
+    return n > 0 ? (ssize_t)n : API_SOURCE_END;
+}
+
+static void source_free(void *self)
+{
+    api_body_free(self);
+}
+
+api_source api_body_source(api_body *b)
+{
+    return (api_source){
+        .self = b, .live = false, .length = b->length,
+        .read = source_read, .free = source_free,
+    };
 }

@@ -1,11 +1,11 @@
-/* api_caller.c — who a request belongs to, as digests (see api.h's "who is
- * asking").  Each kind of principal is digested under its own label, so a
- * key can never name the same caller as an address, and the domain digests
- * the fixed-size principal before the salt, so no choice of salt makes one
- * caller's domain another's. */
+/* api_caller.c — who a request belongs to, as digests (see api_caller.h:
+ * the isolation rule).  Each kind of principal is digested under its own
+ * label, so a key can never name the same caller as an address, and the
+ * domain digests the fixed-size principal before the salt, so no choice of
+ * salt makes one caller's domain another's. */
 #include "config.h"
 
-#include "api/api.h"
+#include "api/api_caller.h"
 
 #include <string.h>
 

@@ -23,6 +23,8 @@
  * Callers: that path, on the thread that owns the run. */
 #include "api/api_chat.h"
 
+#include "api/chat_request.h"
+
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>

@@ -1,9 +1,11 @@
 /* api_common.c — what every endpoint shares: the OpenAI error object,
- * response bodies, JSON and UTF-8 helpers, random ids.
+ * responses (a body, or a source that makes the answer as it is sent: the
+ * response calls the callbacks its maker filled in, and knows nothing of
+ * streams or token bodies), JSON and UTF-8 helpers, random ids.
  *
  * JSON strings must be valid UTF-8 but token bytes need not be, so every
  * byte string that reaches a response goes through api_json_string_bytes. */
-#include "api/api.h"
+#include "api/api_common.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -12,10 +14,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <time.h>
 #include <unistd.h>
 
-#include "core/metrics.h"
-#include "core/monotonic.h"
 #include "text/utf8.h"
 
 /* OpenAI's `type` for each status we send. */
@@ -43,56 +44,71 @@ int api_error_set(api_error *e, int status, const char *param,
     return -1;
 }
 
-int api_charge_tokens(const api_ctx *ctx, const api_caller *caller,
-                      uint64_t tokens, const char *what, const char *param,
-                      const char *fix, uint64_t *charged, api_error *e,
-                      int *retry_after)
-{
-    const uint64_t per_minute = caller->limits.tokens_per_minute;
-    uint64_t available = 0;
-    unsigned wait = 0;
-    switch (token_budget_charge(ctx->budget, caller->account, per_minute,
-                                tokens, monotonic_seconds(), &available,
-                                &wait)) {
-    case TOKEN_BUDGET_OK:
-        *charged = per_minute > 0 ? tokens : 0;
-        return 0;
-    case TOKEN_BUDGET_NEVER:
-        api_error_set(e, 400, param, "this request may use %ju tokens (%s), "
-                      "more than the whole token budget of this API key (or "
-                      "client address), %ju tokens per minute: it can never "
-                      "run; %s", (uintmax_t)tokens, what,
-                      (uintmax_t)per_minute, fix);
-        e->code = "token_budget";
-        return -1;
-    case TOKEN_BUDGET_WAIT:
-        break;
-    }
-    *retry_after = (int)wait;
-    metrics_key_refused(caller->metrics_key, METRICS_REFUSED_TOKEN_BUDGET);
-    api_error_set(e, 429, NULL, "the token budget of this API key (or client "
-                  "address) is spent for now: this request may use %ju tokens "
-                  "(%s), and %ju of its %ju tokens per minute are left; retry "
-                  "in %u s", (uintmax_t)tokens, what, (uintmax_t)available,
-                  (uintmax_t)per_minute, wait);
-    e->code = "token_budget";
-    return -1;
-}
-
 void api_response_free(api_response *r)
 {
     free(r->body);
     r->body = NULL;
-    if (r->stream != NULL) {
-        api_stream_free(r->stream);
-        r->stream = NULL;
-    }
-    api_body_free(r->source);
-    r->source = NULL;
+    if (r->source.free != NULL)
+        r->source.free(r->source.self);
+    memset(&r->source, 0, sizeof r->source);
 }
 
-static void set_body(api_response *r, int status, const char *content_type,
-                     char *body, size_t len)
+void api_response_source(api_response *r, int status,
+                         const char *content_type, api_source src)
+{
+    r->status = status;
+    r->content_type = content_type;
+    r->source = src;
+}
+
+void api_response_gone(api_response *r)
+{
+    r->cancelled = true;
+    r->status = 499;            /* nginx's "client closed request", for the log */
+}
+
+void api_response_set_id(api_response *r, const char *id)
+{
+    snprintf(r->id, sizeof r->id, "%s", id);
+}
+
+void api_response_set_retry_after(api_response *r, int seconds)
+{
+    r->retry_after = seconds;
+}
+
+void api_response_set_usage(api_response *r, size_t prompt_tokens,
+                            size_t completion_tokens)
+{
+    r->prompt_tokens = prompt_tokens;
+    r->completion_tokens = completion_tokens;
+}
+
+ssize_t api_response_read(api_response *r, char *buf, size_t max,
+                          const api_client *client)
+{
+    return r->source.read(r->source.self, buf, max, client);
+}
+
+void api_response_cancel(api_response *r)
+{
+    if (r->source.cancel != NULL)
+        r->source.cancel(r->source.self);
+}
+
+void api_response_usage(const api_response *r, size_t *prompt_tokens,
+                        size_t *completion_tokens)
+{
+    if (r->source.usage != NULL) {
+        r->source.usage(r->source.self, prompt_tokens, completion_tokens);
+        return;
+    }
+    *prompt_tokens = r->prompt_tokens;
+    *completion_tokens = r->completion_tokens;
+}
+
+void api_response_body(api_response *r, int status, const char *content_type,
+                       char *body, size_t len)
 {
     free(r->body);
     r->status = status;
@@ -115,7 +131,7 @@ void api_response_json(api_response *r, int status, json_t *obj)
         status = 500;
     }
     size_t len = text != NULL ? strlen(text) : 0;
-    set_body(r, status, "application/json", text, len);
+    api_response_body(r, status, "application/json", text, len);
 }
 
 json_t *api_error_json(const api_error *e)
@@ -140,53 +156,6 @@ void api_response_error(api_response *r, const api_error *e)
 bool api_client_gone(const api_client *c)
 {
     return c != NULL && c->gone != NULL && c->gone(c->arg);
-}
-
-int api_work(const api_ctx *ctx, const api_caller *who,
-             const api_client *client, void (*fn)(void *), void *arg,
-             size_t memory, work_charge *charge, api_response *r)
-{
-    work_job job = {
-        .run = fn, .arg = arg, .account = who->account, .memory = memory,
-        .gone = client != NULL ? client->gone : NULL,
-        .gone_arg = client != NULL ? client->arg : NULL,
-    };
-    work_charge none;
-    work_status st = workpool_run(ctx->work, &job, charge != NULL ? charge : &none);
-    if (st == WORK_DONE)
-        return 0;
-    api_error e;
-    switch (st) {
-    case WORK_GONE:
-        metrics_cancelled();    /* dropped before it began, but dropped */
-        r->cancelled = true;
-        r->status = 499;        /* nginx's "client closed request", for the log */
-        return -1;
-    case WORK_STOPPING:
-        api_error_set(&e, 503, NULL, "the server is shutting down");
-        api_response_error(r, &e);
-        return -1;
-    case WORK_CALLER_MEMORY:
-        api_error_set(&e, 429, NULL, "answers of this API key (or client address) "
-                      "that its clients have not yet read hold its share of the "
-                      "server's response-memory; retry once they are read");
-        e.code = "response_memory_per_key";
-        metrics_key_refused(who->metrics_key, METRICS_REFUSED_RESPONSE_MEMORY);
-        break;
-    case WORK_NO_MEMORY:
-        api_error_set(&e, 503, NULL, "answers that clients have not yet read hold "
-                      "the server's response-memory; retry shortly");
-        e.code = "response_memory_full";
-        break;
-    default:
-        api_error_set(&e, 503, NULL, "the server is busy parsing and tokenizing "
-                      "other requests; retry shortly");
-        e.code = "tokenizer_busy";
-        break;
-    }
-    api_response_error(r, &e);
-    r->retry_after = 1;
-    return -1;
 }
 
 json_t *api_parse_object(const char *body, size_t len, api_error *e)

@@ -12,7 +12,7 @@
  * Callers: http.c, on the connection's own thread; the handler blocks while
  * the body is parsed on the work pool (api_work) and while the engine
  * works, and looks at its socket every COMPLETION_WAIT_SLICE_MS. */
-#include "api/api.h"
+#include "api/api_completions.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -228,17 +228,8 @@ static int run_charge(completion_run *run, api_error *e, int *retry_after)
     } else {
         snprintf(fix, sizeof fix, "lower %s or %s", param, run->ep->n_fields);
     }
-    return api_charge_tokens(run->ctx, &run->caller, prompt + gen, what,
-                             param, fix, &run->charged, e, retry_after);
-}
-
-/* A run that never started gives its whole charge back. */
-static void run_uncharge(completion_run *run)
-{
-    token_budget_refund(run->ctx->budget, run->caller.account,
-                        run->caller.limits.tokens_per_minute, run->charged,
-                        monotonic_seconds());
-    run->charged = 0;
+    return completion_run_charge(run, prompt + gen, what, param, fix, e,
+                                 retry_after);
 }
 
 /* A request larger than the whole KV cache, named by the field the client
@@ -302,7 +293,7 @@ static int run_submit(completion_run *run, api_error *e, int *retry_after)
         if (st != ENGINE_OK) {
             run->reqs[p] = NULL;
             completion_run_cancel(run);   /* the prompts already queued are useless now */
-            run_uncharge(run);
+            completion_run_uncharge(run);
             return api_engine_error(run->ctx, &run->caller, st, e, retry_after);
         }
     }
@@ -400,8 +391,7 @@ static void respond_whole(completion_run *run, api_response *r)
     gen_usage u = completion_run_usage(run);
     json_t *body = completion_envelope(run, choices);
     json_object_set_new(body, "usage", completion_usage_json(u));
-    r->prompt_tokens = u.prompt_tokens;
-    r->completion_tokens = u.completion_tokens;
+    api_response_set_usage(r, u.prompt_tokens, u.completion_tokens);
     api_response_json(r, 200, body);
 }
 
@@ -427,16 +417,13 @@ static void serve(const api_ctx *ctx, const api_caller *who,
                   const char *body, size_t len, const api_client *client,
                   api_response *r, const completion_endpoint *ep)
 {
-    completion_run *run = calloc(1, sizeof *run);
+    completion_run *run = completion_run_new(ep, ctx, who);
     api_error e;
     if (run == NULL) {
         api_error_set(&e, 500, NULL, "out of memory");
         api_response_error(r, &e);
         return;
     }
-    run->ep = ep;
-    run->ctx = ctx;
-    run->caller = *who;
     completion_limits lim = {
         .n_ctx = ctx->mdl->config.n_ctx,
         .vocab_size = tokenizer_vocab_size(ctx->tok),
@@ -448,46 +435,41 @@ static void serve(const api_ctx *ctx, const api_caller *who,
     };
     parse_job pj = {ep, &run->req, ctx, &lim, body, len, &e, -1};
     if (api_work(ctx, who, client, parse_job_run, &pj, 0, NULL, r) != 0) {
-        free(run);
+        completion_run_free(run);
         return;
     }
     if (pj.rc != 0) {
         api_response_error(r, &e);
-        free(run);
+        completion_run_free(run);
         return;
     }
-    if (!run->req.has_seed)
-        run->req.seed = api_random_u64();
+    completion_run_start(run);
     if (ctx->log_prompts)
         log_info("%s prompt: %.*s", ep->log_label, (int)(len < 4096 ? len : 4096),
                  body);
-    api_random_id(run->id, sizeof run->id, ep->id_prefix);
-    snprintf(r->id, sizeof r->id, "%s", run->id);
-    run->created = time(NULL);
+    api_response_set_id(r, run->id);
     int retry_after = 0;
     if (run_submit(run, &e, &retry_after) != 0) {
-        r->retry_after = retry_after;
+        api_response_set_retry_after(r, retry_after);
         api_response_error(r, &e);
         completion_run_free(run);
         return;
     }
     if (run->req.stream) {
-        r->stream = completion_stream_create(run);
-        if (r->stream == NULL) {
+        api_source stream;
+        if (completion_stream_open(run, &stream) != 0) {
             completion_run_cancel(run);
             completion_run_free(run);
             api_error_set(&e, 500, NULL, "out of memory");
             api_response_error(r, &e);
             return;
         }
-        r->status = 200;
-        r->content_type = "text/event-stream";
+        api_response_source(r, 200, "text/event-stream", stream);
         return;
     }
     if (!run_wait(run, client)) {
         completion_run_cancel_for_client(run);
-        r->cancelled = true;
-        r->status = 499;        /* nginx's "client closed request", for the log */
+        api_response_gone(r);
     } else if (run_any_cancelled(run)) {
         api_error_set(&e, 503, NULL, "the server is shutting down; the request was cancelled");
         api_response_error(r, &e);

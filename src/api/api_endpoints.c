@@ -4,11 +4,12 @@
  * None of them touches the model; each answers from the tokenizer, the
  * engine's counters or the session table.  The tokenizer's two run on the
  * work pool (api_work), and their answers are api_bodies (api_body.c). */
-#include "api/api.h"
+#include "api/api_endpoints.h"
 
 #include <stdlib.h>
 #include <string.h>
 
+#include "api/api_body.h"
 #include "core/metrics.h"
 
 static json_t *model_object(const api_ctx *ctx)
@@ -112,10 +113,8 @@ void api_metrics(const api_ctx *ctx, api_response *r)
         api_response_error(r, &e);
         return;
     }
-    r->status = 200;
-    r->content_type = "text/plain; version=0.0.4; charset=utf-8";
-    r->body = text;
-    r->body_len = strlen(text);
+    api_response_body(r, 200, "text/plain; version=0.0.4; charset=utf-8", text,
+                      strlen(text));
 }
 
 /* One /tokenize or /detokenize on the work pool: the body in, the answer
@@ -225,9 +224,7 @@ static void run_token_job(const api_ctx *ctx, const api_caller *who,
         return;
     }
     api_body_take_charge(j.answer, &charge);
-    r->status = 200;
-    r->content_type = "application/json";
-    r->source = j.answer;
+    api_response_source(r, 200, "application/json", api_body_source(j.answer));
 }
 
 void api_tokenize(const api_ctx *ctx, const api_caller *who, const char *body,

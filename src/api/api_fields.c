@@ -6,7 +6,7 @@
  * endpoints read their fields through these,
  * so the same mistake gets the same message wherever it is made.  Pure:
  * any thread. */
-#include "api/api.h"
+#include "api/api_fields.h"
 
 #include <string.h>
 

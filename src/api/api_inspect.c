@@ -14,12 +14,13 @@
  *
  * Callers: http.c, on the connection's own thread; the handler blocks while
  * the engine works and looks at its socket every COMPLETION_WAIT_SLICE_MS. */
-#include "api/api.h"
+#include "api/api_inspect.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "api/api_completions.h"
 #include "api/completion_run.h"
 #include "api/inspect_answer.h"
 #include "api/inspect_request.h"
@@ -108,11 +109,9 @@ static void respond(const api_ctx *ctx, const inspect_request *req,
         return;
     }
     metrics_add_inspect_bytes(body.len - 1);
-    r->status = 200;
-    r->content_type = "application/json";
-    r->body = (char *)body.data;
-    r->body_len = body.len - 1;
-    r->prompt_tokens = req->prompt.n;
+    api_response_body(r, 200, "application/json", (char *)body.data,
+                      body.len - 1);
+    api_response_set_usage(r, req->prompt.n, 0);
 }
 
 typedef struct inspect_parse_job {
@@ -154,14 +153,18 @@ void api_inspect(const api_ctx *ctx, const api_caller *who, const char *body,
     if (ctx->log_prompts)
         log_info("inspect prompt: %.*s", (int)(len < 4096 ? len : 4096), body);
     /* the answer's id, and its X-Request-Id unless the client sent one */
-    api_random_id(r->id, sizeof r->id, "insp-");
+    char id[sizeof r->id];
+    api_random_id(id, sizeof id, "insp-");
+    api_response_set_id(r, id);
     /* an inspect generates nothing: its prompt is what it costs */
     char what[48];
     snprintf(what, sizeof what, "prompt %zu", req.prompt.n);
     uint64_t charged = 0;
+    int retry_after = 0;
     if (api_charge_tokens(ctx, who, req.prompt.n, what, "prompt",
                           "send fewer tokens", &charged, &e,
-                          &r->retry_after) != 0) {
+                          &retry_after) != 0) {
+        api_response_set_retry_after(r, retry_after);
         api_response_error(r, &e);
         inspect_request_free(&req);
         return;
@@ -174,8 +177,7 @@ void api_inspect(const api_ctx *ctx, const api_caller *who, const char *body,
         api_response_error(r, &e);
     } else if (!wait_done(g, client)) {
         metrics_cancelled();
-        r->cancelled = true;
-        r->status = 499;        /* nginx's "client closed request", for the log */
+        api_response_gone(r);
     } else {
         respond(ctx, &req, g, r);
     }

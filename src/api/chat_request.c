@@ -13,7 +13,7 @@
  * Callers: api_chat_completions() on an HTTP connection thread, the unit
  * tests and the fuzzer.  It reads only its arguments, the read-only
  * tokenizer and template, so any number of threads may parse at once. */
-#include "api/api.h"
+#include "api/chat_request.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -2,8 +2,8 @@
  * completion_request out: every field checked against its type, its range
  * and the server's limits, every error a 400 that names its `param`.  The
  * fields POST /v1/chat/completions reads the same way are read here for it
- * too (completion_request_parse_shared and its neighbours in api.h), so the
- * two endpoints cannot drift apart.
+ * too (completion_request_parse_shared and its neighbours in
+ * completion_request.h), so the two endpoints cannot drift apart.
  *
  * Owns: the completion_request (its prompts, stop strings and logit_bias are
  * its own allocations, freed by completion_request_free).  Knows nothing of
@@ -13,7 +13,7 @@
  * thread, the unit tests and the fuzzer (tests/fuzz/fuzz_completion_request.c),
  * which treats this file as its unit.  It reads only its arguments and the
  * read-only tokenizer, so any number of threads may parse at once. */
-#include "api/api.h"
+#include "api/completion_request.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -547,6 +547,13 @@ int completion_prompt_parse(completion_prompt *p, json_t *v,
         return prompt_from_ids(p, v, &lim, e);
     return api_error_set(e, 400, "prompt",
                          "prompt must be a string or an array of token ids");
+}
+
+void completion_request_default_seed(completion_request *req,
+                                     uint64_t (*draw)(void))
+{
+    if (!req->has_seed)
+        req->seed = draw();
 }
 
 void completion_request_free(completion_request *req)

@@ -1,7 +1,8 @@
-/* completion_run.c — a completion in flight (see completion_run.h): cancel,
- * count, release; and the answer's shared pieces, the envelope, usage, the
+/* completion_run.c — a completion in flight (see completion_run.h): made,
+ * named and dated, charged to its caller's token budget, cancelled,
+ * counted, released; and the answer's shared pieces, the envelope, usage, the
  * token ids of return_token_ids and the logprobs object
- * (completion_logprobs_json, declared in api.h for the tests).
+ * (completion_logprobs_json).
  *
  * Callers: api_completions.c and completion_stream.c, on the thread that
  * owns the run; gen_request outputs are read under their own locks. */
@@ -13,6 +14,41 @@
 
 #include "core/metrics.h"
 #include "core/monotonic.h"
+
+completion_run *completion_run_new(const completion_endpoint *ep,
+                                   const api_ctx *ctx, const api_caller *who)
+{
+    completion_run *run = calloc(1, sizeof *run);
+    if (run == NULL)
+        return NULL;
+    run->ep = ep;
+    run->ctx = ctx;
+    run->caller = *who;
+    return run;
+}
+
+void completion_run_start(completion_run *run)
+{
+    completion_request_default_seed(&run->req, api_random_u64);
+    api_random_id(run->id, sizeof run->id, run->ep->id_prefix);
+    run->created = time(NULL);
+}
+
+int completion_run_charge(completion_run *run, uint64_t tokens,
+                          const char *what, const char *param, const char *fix,
+                          api_error *e, int *retry_after)
+{
+    return api_charge_tokens(run->ctx, &run->caller, tokens, what, param, fix,
+                             &run->charged, e, retry_after);
+}
+
+void completion_run_uncharge(completion_run *run)
+{
+    token_budget_refund(run->ctx->budget, run->caller.account,
+                        run->caller.limits.tokens_per_minute, run->charged,
+                        monotonic_seconds());
+    run->charged = 0;
+}
 
 void completion_run_cancel(completion_run *run)
 {

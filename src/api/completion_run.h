@@ -19,13 +19,28 @@
 
 #include <jansson.h>
 
-#include "api/api.h"
+#include "api/api_caller.h"
+#include "api/api_common.h"
+#include "api/api_ctx.h"
+#include "api/completion_request.h"
+#include "engine/engine.h"
+#include "text/tokenizer.h"
+#include "text/utf8.h"
 
 /* How long a waiting handler sleeps before it looks at its socket again:
  * short enough that a vanished client is noticed within about one step. */
 #define COMPLETION_WAIT_SLICE_MS 20
 
 typedef struct completion_run completion_run;
+
+/* Where the next token's text starts: its text_offset (characters of the
+ * prompt and completion before it, as the client receives them), and the
+ * decoding state of the bytes before it, since a character may span
+ * tokens.  Zeroed: the start of a prompt. */
+typedef struct text_cursor {
+    size_t chars;
+    utf8_decoder utf8;
+} text_cursor;
 
 /* What tells the completion endpoints apart: how a body is read and how the
  * answer looks.  api_completions.c holds /v1/completions' and api_chat.c
@@ -59,7 +74,10 @@ typedef struct completion_endpoint {
     json_t *(*chunk_opening)(size_t index);
 } completion_endpoint;
 
-/* One completion in flight: the parsed request and its engine requests. */
+/* One completion in flight: the parsed request and its engine requests.
+ * Its fields are this module's but two: `req` is filled by the endpoint's
+ * parser, and reqs, n_reqs and short_cut by run_submit in
+ * api_completions.c, which submits the engine requests. */
 struct completion_run {
     const completion_endpoint *ep;
     const api_ctx *ctx;
@@ -75,6 +93,21 @@ struct completion_run {
                                  * what was not used goes back when freed */
 };
 
+/* A run of `ep` for `who`, its request still empty for the parser to fill
+ * (run->req); NULL on OOM.  completion_run_free frees it, parsed or not. */
+completion_run *completion_run_new(const completion_endpoint *ep,
+                                   const api_ctx *ctx, const api_caller *who);
+/* The request is parsed: the run draws its seed if it was sent none,
+ * takes a fresh id with its endpoint's prefix, and is dated now. */
+void completion_run_start(completion_run *run);
+/* Takes `tokens` from the caller's token budget for the run, as
+ * api_charge_tokens (the same arguments and errors); what the run does not
+ * use goes back when it is freed. */
+int completion_run_charge(completion_run *run, uint64_t tokens,
+                          const char *what, const char *param, const char *fix,
+                          api_error *e, int *retry_after);
+/* The run never started: its whole charge goes back now. */
+void completion_run_uncharge(completion_run *run);
 /* Cancels every engine request of the run (once). */
 void completion_run_cancel(completion_run *run);
 /* The client went away: cancels what is left and, if anything was, counts
@@ -105,5 +138,18 @@ int completion_add_token_ids(json_t *choice, const completion_prompt *prompt,
 /* The prompt's bytes (for echo and text offsets), malloc'ed into *out. */
 int completion_prompt_bytes(const tokenizer *tok, const completion_prompt *p,
                             char **out, size_t *len);
+/* The logprobs object of one choice: prompt tokens first when `prompt` is
+ * non-NULL (first entry null), then generated tokens [from, to).
+ * text_offset counts characters (code points) the way OpenAI reports them:
+ * from the start of the prompt, echoed or not, so the completion's first
+ * token sits at the prompt's length.  Each token takes its offset from
+ * `at`, which advances past it; the prompt's last unfinished character (if
+ * any) ends as U+FFFD, and the completion is decoded afresh.  Generated
+ * tokens' offsets are clamped to `max_offset` (the text may stop inside
+ * the tokens). */
+json_t *completion_logprobs_json(const tokenizer *tok,
+                                 const gen_token *prompt, size_t n_prompt,
+                                 const gen_token *gen, size_t from, size_t to,
+                                 text_cursor *at, size_t max_offset);
 
 #endif

@@ -5,15 +5,17 @@
  * completion_endpoint), after that endpoint's opening chunk if it has one.
  * With return_token_ids each chunk with tokens also names their ids.
  *
- * Owns the api_stream: the per-choice progress and the SSE bytes not yet
+ * Owns the stream: the per-choice progress and the SSE bytes not yet
  * taken.  The engine already holds back incomplete UTF-8 and pending
  * stop-sequence prefixes from gen_output.text; the stream clamps to whole
  * characters once more so that a client can never see half a character,
  * whatever the engine reports.
  *
- * Callers: api_completions() creates the stream on the handler's thread;
- * http.c then pulls it with api_stream_read from libmicrohttpd's threads,
- * one call at a time, and frees it when the connection ends. */
+ * Callers: api_completions() opens the stream on the handler's thread, as
+ * its response's live source (api_common.h's api_source: the read, cancel,
+ * usage and free below); http.c then pulls it through the response from
+ * libmicrohttpd's threads, one call at a time, and frees it when the
+ * connection ends. */
 #include "api/completion_stream.h"
 
 #include <stdint.h>
@@ -31,7 +33,7 @@ typedef struct choice_state {
     bool prompt_ids_sent;       /* return_token_ids: on the first chunk only */
 } choice_state;
 
-struct api_stream {
+typedef struct completion_stream {
     completion_run *run;
     choice_state *choices;      /* [n_prompts * n] */
     uint64_t *versions;         /* [n_prompts]: engine versions seen */
@@ -40,9 +42,9 @@ struct api_stream {
     bool done;                  /* `data: [DONE]` queued */
     bool gone;                  /* the client left */
     gen_usage usage;
-};
+} completion_stream;
 
-static int stream_append(api_stream *s, const char *data, size_t n)
+static int stream_append(completion_stream *s, const char *data, size_t n)
 {
     if (s->len + n > s->cap) {
         size_t cap = s->cap ? s->cap : 1024;
@@ -60,7 +62,7 @@ static int stream_append(api_stream *s, const char *data, size_t n)
 }
 
 /* Appends `data: <obj>\n\n` (a reference to obj is stolen). */
-static int stream_event(api_stream *s, json_t *obj)
+static int stream_event(completion_stream *s, json_t *obj)
 {
     char *text = obj != NULL ? json_dumps(obj, JSON_COMPACT) : NULL;
     json_decref(obj);
@@ -85,7 +87,7 @@ typedef struct chunk_tokens {
  * and an empty list would end up as the whole reply's ids in a client
  * that keeps the last value, like the OpenAI SDK's stream helper),
  * `prompt_token_ids` on its choice's first chunk. */
-static int chunk_add_ids(api_stream *s, json_t *choice, choice_state *cs,
+static int chunk_add_ids(completion_stream *s, json_t *choice, choice_state *cs,
                          const chunk_tokens *t)
 {
     const completion_request *req = &s->run->req;
@@ -102,7 +104,7 @@ static int chunk_add_ids(api_stream *s, json_t *choice, choice_state *cs,
 }
 
 /* Appends one chunk of one choice (a reference to `choice` is stolen). */
-static int stream_choice_event(api_stream *s, json_t *choice)
+static int stream_choice_event(completion_stream *s, json_t *choice)
 {
     if (choice == NULL)
         return -1;
@@ -110,7 +112,7 @@ static int stream_choice_event(api_stream *s, json_t *choice)
                                                      json_pack("[o]", choice)));
 }
 
-static int stream_chunk(api_stream *s, size_t index, choice_state *cs,
+static int stream_chunk(completion_stream *s, size_t index, choice_state *cs,
                         const chunk_tokens *t, const char *text, size_t len,
                         json_t *logprobs, const char *finish)
 {
@@ -124,7 +126,7 @@ static int stream_chunk(api_stream *s, size_t index, choice_state *cs,
 
 /* text_offset counts from the prompt's start, echoed or not: each
  * choice's first generated token sits at its prompt's length. */
-static int stream_start_offsets(api_stream *s)
+static int stream_start_offsets(completion_stream *s)
 {
     const completion_request *req = &s->run->req;
     for (size_t p = 0; req->logprobs && p < req->n_prompts; p++) {
@@ -140,26 +142,8 @@ static int stream_start_offsets(api_stream *s)
     return 0;
 }
 
-api_stream *completion_stream_create(completion_run *run)
-{
-    api_stream *s = calloc(1, sizeof *s);
-    if (s == NULL)
-        return NULL;
-    s->run = run;
-    s->choices = calloc(run->req.n_prompts * run->req.n, sizeof *s->choices);
-    s->versions = calloc(run->req.n_prompts, sizeof *s->versions);
-    if (s->choices == NULL || s->versions == NULL ||
-        stream_start_offsets(s) != 0) {
-        free(s->choices);
-        free(s->versions);
-        free(s);
-        return NULL;
-    }
-    return s;
-}
-
 /* The echoed prompt, once: with echo+logprobs it waits for the scores. */
-static int stream_echo(api_stream *s, size_t p, size_t index,
+static int stream_echo(completion_stream *s, size_t p, size_t index,
                        const gen_output *out, choice_state *cs)
 {
     const completion_request *req = &s->run->req;
@@ -196,7 +180,7 @@ size_t completion_stream_delta_end(const gen_output *out, size_t token,
 }
 
 /* Chunks for everything new in one choice; *any set when something was added. */
-static int stream_choice(api_stream *s, size_t p, size_t index,
+static int stream_choice(completion_stream *s, size_t p, size_t index,
                          const gen_output *out, choice_state *cs, bool *any)
 {
     const completion_request *req = &s->run->req;
@@ -246,7 +230,7 @@ static int stream_choice(api_stream *s, size_t p, size_t index,
 /* Collects new chunks from every prompt's request.  Returns 1 when all
  * choices are final, 0 when more is to come, -1 on error; *cancelled when the
  * engine cancelled a sequence (shutdown). */
-static int stream_collect(api_stream *s, bool *any, bool *cancelled)
+static int stream_collect(completion_stream *s, bool *any, bool *cancelled)
 {
     completion_run *run = s->run;
     size_t n = run->req.n;
@@ -284,7 +268,7 @@ static int stream_collect(api_stream *s, bool *any, bool *cancelled)
     return all_final ? 1 : 0;
 }
 
-static int stream_finish(api_stream *s, bool cancelled)
+static int stream_finish(completion_stream *s, bool cancelled)
 {
     completion_run *run = s->run;
     if (cancelled) {
@@ -305,7 +289,7 @@ static int stream_finish(api_stream *s, bool cancelled)
 }
 
 /* Sleeps until the first unfinished request changes (or a slice passes). */
-static void stream_wait(api_stream *s)
+static void stream_wait(completion_stream *s)
 {
     completion_run *run = s->run;
     for (size_t p = 0; p < run->n_reqs; p++) {
@@ -322,9 +306,21 @@ static void stream_wait(api_stream *s)
     }
 }
 
-ssize_t api_stream_read(api_stream *s, char *buf, size_t max,
-                        const api_client *client)
+/* The client left: cancels the run if it is still running (once). */
+static void stream_cancel(void *self)
 {
+    completion_stream *s = self;
+    if (s->done || s->gone)
+        return;
+    s->gone = true;
+    completion_run_cancel_for_client(s->run);
+    s->usage = completion_run_usage(s->run);
+}
+
+static ssize_t stream_read(void *self, char *buf, size_t max,
+                           const api_client *client)
+{
+    completion_stream *s = self;
     for (;;) {
         if (s->off < s->len) {
             size_t n = s->len - s->off;
@@ -336,21 +332,21 @@ ssize_t api_stream_read(api_stream *s, char *buf, size_t max,
         }
         s->off = s->len = 0;
         if (s->done)
-            return API_STREAM_END;
+            return API_SOURCE_END;
         if (s->gone || api_client_gone(client)) {
-            api_stream_cancel(s);
-            return API_STREAM_ERROR;
+            stream_cancel(s);
+            return API_SOURCE_ERROR;
         }
         bool any = false, cancelled = false;
         int rc = stream_collect(s, &any, &cancelled);
         if (rc < 0) {
-            api_stream_cancel(s);
-            return API_STREAM_ERROR;
+            stream_cancel(s);
+            return API_SOURCE_ERROR;
         }
         if (rc == 1 || cancelled) {
             if (stream_finish(s, cancelled) != 0) {
-                api_stream_cancel(s);
-                return API_STREAM_ERROR;
+                stream_cancel(s);
+                return API_SOURCE_ERROR;
             }
         } else if (!any) {
             stream_wait(s);
@@ -358,27 +354,20 @@ ssize_t api_stream_read(api_stream *s, char *buf, size_t max,
     }
 }
 
-void api_stream_cancel(api_stream *s)
+static void stream_usage(const void *self, size_t *prompt_tokens,
+                         size_t *completion_tokens)
 {
-    if (s->done || s->gone)
-        return;
-    s->gone = true;
-    completion_run_cancel_for_client(s->run);
-    s->usage = completion_run_usage(s->run);
-}
-
-void api_stream_usage(const api_stream *s, size_t *prompt_tokens,
-                      size_t *completion_tokens)
-{
+    const completion_stream *s = self;
     *prompt_tokens = s->usage.prompt_tokens;
     *completion_tokens = s->usage.completion_tokens;
 }
 
-void api_stream_free(api_stream *s)
+static void stream_free(void *self)
 {
+    completion_stream *s = self;
     if (s == NULL)
         return;
-    api_stream_cancel(s);
+    stream_cancel(s);
     completion_run_free(s->run);
     free(s->choices);
     free(s->versions);
@@ -386,3 +375,24 @@ void api_stream_free(api_stream *s)
     free(s);
 }
 
+int completion_stream_open(completion_run *run, api_source *src)
+{
+    completion_stream *s = calloc(1, sizeof *s);
+    if (s == NULL)
+        return -1;
+    s->run = run;
+    s->choices = calloc(run->req.n_prompts * run->req.n, sizeof *s->choices);
+    s->versions = calloc(run->req.n_prompts, sizeof *s->versions);
+    if (s->choices == NULL || s->versions == NULL ||
+        stream_start_offsets(s) != 0) {
+        free(s->choices);
+        free(s->versions);
+        free(s);
+        return -1;
+    }
+    *src = (api_source){
+        .self = s, .live = true, .read = stream_read, .cancel = stream_cancel,
+        .usage = stream_usage, .free = stream_free,
+    };
+    return 0;
+}

@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "api/api.h"
+#include "api/api_common.h"
 
 /* ---- numbers ---- */
 

@@ -17,8 +17,11 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "api/api.h"
+#include "api/api_common.h"
+#include "api/api_fields.h"
+#include "api/completion_request.h"
 #include "model/inspect.h"
+#include "text/tokenizer.h"
 
 typedef struct inspect_request {
     completion_prompt prompt;

@@ -17,7 +17,7 @@
  * step, and each yield handed the core to a job for a while.)
  *
  * Fairness.  A free worker takes the oldest waiting job of the caller (an
- * account digest, api.h's api_caller.account) that runs the fewest jobs,
+ * account digest, api_caller.h's api_caller.account) that runs the fewest jobs,
  * and of those the one served longest ago: round robin across callers,
  * first come first served within one, so a flood from one key delays
  * another key's request by at most the jobs already running.

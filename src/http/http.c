@@ -371,35 +371,27 @@ static enum MHD_Result send_error(http_request *hr, int status,
     return send_api_response(hr);
 }
 
-static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max)
-{
-    (void)pos;
-    http_request *hr = cls;
-    api_client client = {client_gone, hr};
-    ssize_t n = api_stream_read(hr->resp.stream, buf, max, &client);
-    if (n == API_STREAM_END)
-        return MHD_CONTENT_READER_END_OF_STREAM;
-    if (n < 0)
-        return MHD_CONTENT_READER_END_WITH_ERROR;
-    return n;
-}
-
-/* An api_body: its Content-Length is known, so MHD asks only for bytes
- * that are there. */
+/* An answer made as it is sent (api_source).  A live one (an event stream)
+ * ends when it says so; one of known length is asked only for bytes that
+ * are there, so an end before them is an error. */
 static ssize_t source_reader(void *cls, uint64_t pos, char *buf, size_t max)
 {
     (void)pos;
     http_request *hr = cls;
-    size_t n = api_body_read(hr->resp.source, buf, max);
-    return n > 0 ? (ssize_t)n : MHD_CONTENT_READER_END_WITH_ERROR;
+    api_client client = {client_gone, hr};
+    ssize_t n = api_response_read(&hr->resp, buf, max, &client);
+    if (n > 0)
+        return n;
+    if (n == API_SOURCE_END && hr->resp.source.live)
+        return MHD_CONTENT_READER_END_OF_STREAM;
+    return MHD_CONTENT_READER_END_WITH_ERROR;
 }
 
 static void reader_free(void *cls)
 {
     http_request *hr = cls;
     /* The response is gone: if the stream did not finish, the client did. */
-    if (hr->resp.stream != NULL)
-        api_stream_cancel(hr->resp.stream);
+    api_response_cancel(&hr->resp);
     request_unref(hr);
 }
 
@@ -407,19 +399,16 @@ static enum MHD_Result send_api_response(http_request *hr)
 {
     api_response *r = &hr->resp;
     struct MHD_Response *resp;
-    if (r->stream != NULL || r->source != NULL) {
+    if (r->source.read != NULL) {
         atomic_fetch_add(&hr->refs, 1);     /* the response's reference */
-        resp = r->stream != NULL
-            ? MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, STREAM_BLOCK_SIZE,
-                                                stream_reader, hr, reader_free)
-            : MHD_create_response_from_callback(api_body_length(r->source),
-                                                STREAM_BLOCK_SIZE, source_reader,
-                                                hr, reader_free);
+        resp = MHD_create_response_from_callback(
+            r->source.live ? MHD_SIZE_UNKNOWN : r->source.length,
+            STREAM_BLOCK_SIZE, source_reader, hr, reader_free);
         if (resp == NULL) {
             request_unref(hr);
             return MHD_NO;
         }
-        if (r->stream != NULL) {
+        if (r->source.live) {
             MHD_add_response_header(resp, "Cache-Control", "no-cache");
             MHD_add_response_header(resp, "X-Accel-Buffering", "no");
         }
@@ -1098,14 +1087,12 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
         free(hr);
         return;
     }
-    size_t prompt = hr->resp.prompt_tokens, completion = hr->resp.completion_tokens;
-    if (hr->resp.stream != NULL) {
-        if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK) {
-            api_stream_cancel(hr->resp.stream);
-            hr->status = 499;
-        }
-        api_stream_usage(hr->resp.stream, &prompt, &completion);
+    if (hr->resp.source.live && toe != MHD_REQUEST_TERMINATED_COMPLETED_OK) {
+        api_response_cancel(&hr->resp);
+        hr->status = 499;
     }
+    size_t prompt, completion;
+    api_response_usage(&hr->resp, &prompt, &completion);
     if (hr->route->id == ROUTE_COMPLETIONS || hr->route->id == ROUTE_CHAT_COMPLETIONS
         || hr->route->id == ROUTE_INSPECT)
         MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT,

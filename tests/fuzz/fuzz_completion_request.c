@@ -8,7 +8,7 @@
  *   - api_tokenize and api_detokenize (POST /tokenize, /detokenize), which
  *     parse the same kind of body and need nothing but the tokenizer (and
  *     a work pool of one thread to run on); an answer they make as it is
- *     read (api_body) is read whole.
+ *     read (an api_body, the response's source) is read whole.
  *
  * Besides the sanitizers, the oracle is the contract the engine relies on: an
  * accepted request satisfies every limit it was validated against, and a
@@ -20,7 +20,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "api/api.h"
+#include "api/api_caller.h"
+#include "api/api_ctx.h"
+#include "api/api_endpoints.h"
+#include "api/chat_request.h"
+#include "api/completion_request.h"
 #include "fuzz.h"
 #include "fuzz_request.h"
 
@@ -160,21 +164,24 @@ static void check_endpoint_response(api_response *r, const char *what)
     char *text = r->body;
     size_t len = r->body_len;
     if (r->status == 200) {
-        FUZZ_CHECK(r->source != NULL && r->body == NULL, "%s: no api_body", what);
-        len = api_body_length(r->source);
+        FUZZ_CHECK(r->source.read != NULL && !r->source.live && r->body == NULL,
+                   "%s: no api_body", what);
+        len = r->source.length;
         text = malloc(len + 1);
         FUZZ_CHECK(text != NULL, "%s: out of memory", what);
-        size_t got = 0, n;
+        size_t got = 0;
+        ssize_t n;
         char block[777];        /* an odd size: pieces cross block ends */
-        while ((n = api_body_read(r->source, block, sizeof block)) > 0) {
-            FUZZ_CHECK(got + n <= len, "%s: more than the %zu bytes announced",
-                       what, len);
-            memcpy(text + got, block, n);
-            got += n;
+        while ((n = api_response_read(r, block, sizeof block, NULL)) > 0) {
+            FUZZ_CHECK(got + (size_t)n <= len,
+                       "%s: more than the %zu bytes announced", what, len);
+            memcpy(text + got, block, (size_t)n);
+            got += (size_t)n;
         }
+        FUZZ_CHECK(n == API_SOURCE_END, "%s: read error %zd", what, n);
         FUZZ_CHECK(got == len, "%s: %zu of the %zu bytes announced", what, got, len);
     }
-    FUZZ_CHECK(text != NULL && r->stream == NULL, "%s: no body", what);
+    FUZZ_CHECK(text != NULL && !r->source.live, "%s: no body", what);
     json_t *back = json_loadb(text, len, JSON_ALLOW_NUL, NULL);
     FUZZ_CHECK(json_is_object(back), "%s: body is not a JSON object", what);
     json_decref(back);

@@ -10,7 +10,7 @@
 #include <jansson.h>
 #include <string.h>
 
-#include "api/api.h"
+#include "api/api_common.h"
 #include "fuzz.h"
 
 static inline void fuzz_check_refused(const api_error *e)

@@ -8,7 +8,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "api/api.h"
+#include "api/api_caller.h"
+#include "api/api_common.h"
+#include "api/api_completions.h"
+#include "api/completion_request.h"
+#include "api/completion_run.h"
+#include "api/completion_stream.h"
 #include "http/http_keys.h"
 #include "test_api_util.h"
 

@@ -10,7 +10,7 @@
 #include <stdbool.h>
 #include <string.h>
 
-#include "api/api.h"
+#include "api/api_fields.h"
 #include "test_api_util.h"
 
 static const char *const SALT_LENGTH = "cache_salt must be 1 to 256 bytes long";

@@ -9,7 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "api/api.h"
+#include "api/api_common.h"
+#include "text/tokenizer.h"
 #include "test_util.h"
 
 /* The real GPT-2 vocabulary (tests/data/fetch-tokenizer.sh fetches it);

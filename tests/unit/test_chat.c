@@ -11,6 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "api/chat_request.h"
 #include "text/chat_template.h"
 #include "test_api_util.h"
 

@@ -1,0 +1,97 @@
+/* api_ctx.c — what a handler does with the shared parts of its api_ctx
+ * for a caller: runs work on the work pool (api_work: parsing and
+ * tokenizing, each answer's memory charged to the caller's share) and
+ * takes tokens from the caller's token budget (api_charge_tokens).  A
+ * refusal is an error in the response (api_work) or in the caller's
+ * api_error, named and counted under the caller's key in /metrics.
+ *
+ * Callers: the endpoints, on their connection's thread; the work pool and
+ * the token budget have their own locks. */
+#include "api/api_ctx.h"
+
+#include <stdint.h>
+
+#include "core/metrics.h"
+#include "core/monotonic.h"
+
+int api_work(const api_ctx *ctx, const api_caller *who,
+             const api_client *client, void (*fn)(void *), void *arg,
+             size_t memory, work_charge *charge, api_response *r)
+{
+    work_job job = {
+        .run = fn, .arg = arg, .account = who->account, .memory = memory,
+        .gone = client != NULL ? client->gone : NULL,
+        .gone_arg = client != NULL ? client->arg : NULL,
+    };
+    work_charge none;
+    work_status st = workpool_run(ctx->work, &job, charge != NULL ? charge : &none);
+    if (st == WORK_DONE)
+        return 0;
+    api_error e;
+    switch (st) {
+    case WORK_GONE:
+        metrics_cancelled();    /* dropped before it began, but dropped */
+        api_response_gone(r);
+        return -1;
+    case WORK_STOPPING:
+        api_error_set(&e, 503, NULL, "the server is shutting down");
+        api_response_error(r, &e);
+        return -1;
+    case WORK_CALLER_MEMORY:
+        api_error_set(&e, 429, NULL, "answers of this API key (or client address) "
+                      "that its clients have not yet read hold its share of the "
+                      "server's response-memory; retry once they are read");
+        e.code = "response_memory_per_key";
+        metrics_key_refused(who->metrics_key, METRICS_REFUSED_RESPONSE_MEMORY);
+        break;
+    case WORK_NO_MEMORY:
+        api_error_set(&e, 503, NULL, "answers that clients have not yet read hold "
+                      "the server's response-memory; retry shortly");
+        e.code = "response_memory_full";
+        break;
+    default:
+        api_error_set(&e, 503, NULL, "the server is busy parsing and tokenizing "
+                      "other requests; retry shortly");
+        e.code = "tokenizer_busy";
+        break;
+    }
+    api_response_error(r, &e);
+    api_response_set_retry_after(r, 1);
+    return -1;
+}
+
+int api_charge_tokens(const api_ctx *ctx, const api_caller *caller,
+                      uint64_t tokens, const char *what, const char *param,
+                      const char *fix, uint64_t *charged, api_error *e,
+                      int *retry_after)
+{
+    const uint64_t per_minute = caller->limits.tokens_per_minute;
+    uint64_t available = 0;
+    unsigned wait = 0;
+    switch (token_budget_charge(ctx->budget, caller->account, per_minute,
+                                tokens, monotonic_seconds(), &available,
+                                &wait)) {
+    case TOKEN_BUDGET_OK:
+        *charged = per_minute > 0 ? tokens : 0;
+        return 0;
+    case TOKEN_BUDGET_NEVER:
+        api_error_set(e, 400, param, "this request may use %ju tokens (%s), "
+                      "more than the whole token budget of this API key (or "
+                      "client address), %ju tokens per minute: it can never "
+                      "run; %s", (uintmax_t)tokens, what,
+                      (uintmax_t)per_minute, fix);
+        e->code = "token_budget";
+        return -1;
+    case TOKEN_BUDGET_WAIT:
+        break;
+    }
+    *retry_after = (int)wait;
+    metrics_key_refused(caller->metrics_key, METRICS_REFUSED_TOKEN_BUDGET);
+    api_error_set(e, 429, NULL, "the token budget of this API key (or client "
+                  "address) is spent for now: this request may use %ju tokens "
+                  "(%s), and %ju of its %ju tokens per minute are left; retry "
+                  "in %u s", (uintmax_t)tokens, what, (uintmax_t)available,
+                  (uintmax_t)per_minute, wait);
+    e->code = "token_budget";
+    return -1;
+}
