@@ -418,8 +418,9 @@ int api_charge_tokens(const api_ctx *ctx, const api_caller *caller,
 /* The error `caller`'s refused engine_submit gets (429 with Retry-After
  * seconds in *retry_after, counted in the key's metrics; 409, 503, 500);
  * returns -1. */
-int api_engine_error(const api_ctx *ctx, const api_caller *caller,
-                     engine_status st, api_error *e, int *retry_after);
+int api_engine_error(const api_caller *caller, engine_status st,
+                     const engine_refusal *why, api_error *e,
+                     int *retry_after);
 /* Parses a JSON body that must be an object; on failure, a 400 in `e`. */
 json_t *api_parse_object(const char *body, size_t len, api_error *e);
 

@@ -368,13 +368,6 @@ size_t engine_kv_blocks(const engine *e)
     return e->kv_blocks;
 }
 
-void engine_caller_defaults(const engine *e, size_t *max_seqs,
-                            size_t *max_queued)
-{
-    *max_seqs = e->cfg.max_seqs_per_caller;
-    *max_queued = e->cfg.max_queued_per_caller;
-}
-
 /* Whether the request could ever run; the API layer validates first, this
  * keeps a bad caller from wedging the engine. */
 static bool params_valid(const engine *e, const gen_params *p)
@@ -397,35 +390,65 @@ static bool params_valid(const engine *e, const gen_params *p)
             p->n_sequences == 1 && p->session_id == NULL && !p->score_prompt);
 }
 
-engine_status engine_submit(engine *e, const gen_params *p, gen_request **out)
+/* A busy session is asked again every this many ms (engine_submission's
+ * session_busy_wait_ms). */
+#define SESSION_BUSY_RETRY_MS 5
+
+/* Queues the requests, unless the engine is stopping. */
+static engine_status enqueue(engine *e, gen_request **r, size_t n,
+                             engine_refusal *why)
 {
-    *out = NULL;
+    pthread_mutex_lock(&e->lock);
+    engine_status st = e->stopping ? ENGINE_STOPPING
+                                   : admit_enqueue(e, r, n, why);
+    pthread_mutex_unlock(&e->lock);
+    return st;
+}
+
+engine_status engine_submit(engine *e, const engine_submission *s,
+                            gen_request **out, engine_refusal *why)
+{
+    const size_t n = s->n_prompts;
+    engine_refusal unused;
+    if (why == NULL)
+        why = &unused;
+    memset(why, 0, sizeof *why);
+    for (size_t k = 0; k < n; k++)
+        out[k] = NULL;
     /* Not ENGINE_QUEUE_FULL: retrying could never help.  The API layer
-     * validates the same limits first, so this is a caller bug. */
-    if (!params_valid(e, p))
+     * checks the request's shape first, so this is a caller bug. */
+    if (n == 0)
         return ENGINE_INVALID;
-    /* Admission waits for blocks in FIFO order: a request no amount of
-     * waiting can fit would hold up everyone behind it. */
-    if (kvcache_blocks_needed(p->n_prompt, p->n_prompt + p->max_tokens,
-                              p->n_sequences) > e->kv_blocks)
-        return ENGINE_TOO_LARGE;
+    for (size_t k = 0; k < n; k++)
+        if (!params_valid(e, &s->params[k]))
+            return ENGINE_INVALID;
+    engine_status st = admit_could_run(e, s->params, n, why);
+    if (st != ENGINE_OK)
+        return st;
+    if (s->gate != NULL && s->gate(s->gate_arg) != 0)
+        return ENGINE_GATE_CLOSED;
     const request_setup setup = {
         .model = &e->m->config, .max_token_bytes = e->max_token_bytes,
         .max_seqs = e->cfg.max_seqs_per_caller,
         .max_queued = e->cfg.max_queued_per_caller,
         .max_sessions = e->cfg.max_sessions_per_caller };
-    gen_request *r = request_create(p, &setup);
-    if (r == NULL)
-        return ENGINE_NO_MEMORY;
-    pthread_mutex_lock(&e->lock);
-    engine_status st = e->stopping ? ENGINE_STOPPING : admit_enqueue(e, r);
-    pthread_mutex_unlock(&e->lock);
-    if (st != ENGINE_OK) {
-        request_free(r);
-        return st;
+    for (size_t k = 0; k < n && st == ENGINE_OK; k++)
+        if ((out[k] = request_create(&s->params[k], &setup)) == NULL)
+            st = ENGINE_NO_MEMORY;
+    if (st == ENGINE_OK)
+        st = enqueue(e, out, n, why);
+    for (int waited = 0; st == ENGINE_SESSION_BUSY &&
+                         waited < s->session_busy_wait_ms;
+         waited += SESSION_BUSY_RETRY_MS) {
+        monotonic_sleep_ms(SESSION_BUSY_RETRY_MS);
+        st = enqueue(e, out, n, why);
     }
-    *out = r;
-    return ENGINE_OK;
+    if (st != ENGINE_OK)
+        for (size_t k = 0; k < n; k++) {
+            request_free(out[k]);
+            out[k] = NULL;
+        }
+    return st;
 }
 
 /* ---- sessions and gauges ---- */

@@ -32,16 +32,39 @@ int engine_create(engine **out, const model *m, const tokenizer *tok,
 void engine_shutdown(engine *e, int drain_ms);
 void engine_destroy(engine *e);
 
-/* Queues a request.  On ENGINE_OK, *out holds a reference the caller must
- * give back with gen_request_release. */
-engine_status engine_submit(engine *e, const gen_params *p, gen_request **out);
+/* One client request: its prompts, each run as an engine request of its
+ * own, submitted together. */
+typedef struct engine_submission {
+    const gen_params *params;   /* [n_prompts]: one per prompt, all of one
+                                 * caller with the same limits */
+    size_t n_prompts;
+    /* NULL, or the caller's own check (the API's token budget), called
+     * once the request could run (no ENGINE_TOO_MANY_PROMPTS or
+     * ENGINE_TOO_LARGE) and before anything is queued: on the submitting
+     * thread, with no lock held.  Non-zero refuses the request:
+     * ENGINE_GATE_CLOSED. */
+    int (*gate)(void *arg);
+    void *gate_arg;
+    /* A session busy with another request is asked again for this long
+     * (ms) before the answer is ENGINE_SESSION_BUSY: that request's client
+     * may be gone, and its connection cancels it only when it notices. */
+    int session_busy_wait_ms;
+} engine_submission;
+
+/* Queues every prompt of `s`, or none.  The engine checks once, in this
+ * order, that the request could run at all (ENGINE_TOO_MANY_PROMPTS,
+ * ENGINE_TOO_LARGE), its gate, then the queue and the caller's quotas
+ * (ENGINE_SESSION_BUSY, ENGINE_SESSION_QUOTA, ENGINE_QUEUE_FULL,
+ * ENGINE_CALLER_QUEUE_FULL, prompt by prompt).  A prompt with nothing to
+ * compute is finished at once rather than queued.  On ENGINE_OK,
+ * out[0..n_prompts) each hold a reference the caller must give back with
+ * gen_request_release; otherwise they are NULL, and *why (when not NULL)
+ * holds what the refusal's answer names. */
+engine_status engine_submit(engine *e, const engine_submission *s,
+                            gen_request **out, engine_refusal *why);
 /* KV-cache blocks the engine's cache holds (kvcache_blocks_needed's
  * bound for a request). */
 size_t engine_kv_blocks(const engine *e);
-/* The limits of a caller whose gen_params set none (engine_config's, the
- * defaults resolved). */
-void engine_caller_defaults(const engine *e, size_t *max_seqs,
-                            size_t *max_queued);
 
 /* Sessions (conversations whose history the KV cache keeps by id), each
  * `owner`'s own: another owner's sessions are invisible, as if absent. */

@@ -477,7 +477,36 @@ static void caller_backlogged(engine *e, const uint8_t *account)
     caller_get(e, account, now)->last_active = now;
 }
 
-engine_status admit_enqueue(engine *e, gen_request *r)
+engine_status admit_could_run(const engine *e, const gen_params *p,
+                              size_t n, engine_refusal *why)
+{
+    /* Each prompt waits as a request of its own: more than the caller may
+     * have queued could never all be taken (its 429 retried in vain). */
+    const size_t max_queued = p[0].max_queued > 0
+                                  ? p[0].max_queued
+                                  : e->cfg.max_queued_per_caller;
+    if (n > max_queued) {
+        why->limit = max_queued;
+        return ENGINE_TOO_MANY_PROMPTS;
+    }
+    /* Admission waits for blocks in FIFO order: a request no amount of
+     * waiting can fit would hold up everyone behind it. */
+    for (size_t k = 0; k < n; k++) {
+        size_t need = kvcache_blocks_needed(p[k].n_prompt,
+                                            p[k].n_prompt + p[k].max_tokens,
+                                            p[k].n_sequences);
+        if (need > e->kv_blocks) {
+            *why = (engine_refusal){ .prompt = k, .need = need,
+                                     .have = e->kv_blocks };
+            return ENGINE_TOO_LARGE;
+        }
+    }
+    return ENGINE_OK;
+}
+
+/* Queues `r`, or finishes it when it has nothing to compute. */
+static engine_status enqueue_one(engine *e, gen_request *r,
+                                 engine_refusal *why)
 {
     if (r->session != NULL &&
         admit_session_in_use(e, r->id.owner, r->session, true))
@@ -492,11 +521,32 @@ engine_status admit_enqueue(engine *e, gen_request *r)
     }
     if (e->q_len >= e->cfg.max_queue)
         return ENGINE_QUEUE_FULL;
-    if (caller_queued_count(e, r->account) >= r->max_queued)
+    if (caller_queued_count(e, r->account) >= r->max_queued) {
+        why->limit = r->max_queued;
         return ENGINE_CALLER_QUEUE_FULL;
+    }
+    /* its wait starts now, not at a busy session's first refusal */
+    r->t_submit = monotonic_seconds();
     caller_backlogged(e, r->account);
     atomic_store(&r->refs, 2);
     e->queue[(e->q_head + e->q_len++) % e->cfg.max_queue] = r;
-    pthread_cond_signal(&e->cond);
+    return ENGINE_OK;
+}
+
+engine_status admit_enqueue(engine *e, gen_request **r, size_t n,
+                            engine_refusal *why)
+{
+    const size_t q_len = e->q_len;
+    for (size_t k = 0; k < n; k++) {
+        engine_status st = enqueue_one(e, r[k], why);
+        if (st != ENGINE_OK) {
+            /* the lock is still held: no one saw the prompts queued
+             * before this one, which leave the queue's tail again */
+            e->q_len = q_len;
+            return st;
+        }
+    }
+    if (e->q_len > q_len)
+        pthread_cond_signal(&e->cond);
     return ENGINE_OK;
 }

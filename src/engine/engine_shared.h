@@ -121,11 +121,17 @@ gen_request *admit_queue_at(const engine *e, size_t i);
  * live_only skips cancelled ones. */
 bool admit_session_in_use(const engine *e, const uint8_t *owner,
                           const char *session, bool live_only);
-/* An HTTP thread, in engine_submit: queues `r`, or refuses it for its
- * session or its caller's quotas or a full queue; a request with nothing
- * to compute is finished at once instead.  On ENGINE_OK the engine holds
- * its reference. */
-engine_status admit_enqueue(engine *e, gen_request *r);
+/* An HTTP thread, in engine_submit, without e->lock: whether a request of
+ * these n prompts could ever be queued and run (it reads only what is
+ * fixed at creation).  Sets *why's fields of a refusal. */
+engine_status admit_could_run(const engine *e, const gen_params *p,
+                              size_t n, engine_refusal *why);
+/* An HTTP thread, in engine_submit: queues r[0..n) in order, or none of
+ * them when the session, the caller's quotas or the queue refuse one; a
+ * request with nothing to compute is finished at once instead.  On
+ * ENGINE_OK the engine holds its reference to each it queued. */
+engine_status admit_enqueue(engine *e, gen_request **r, size_t n,
+                            engine_refusal *why);
 /* Drops the cancelled requests from the queue. */
 void admit_drop_cancelled(engine *e);
 /* Starts queued requests, fairly across callers, while the cache and the

@@ -49,8 +49,18 @@ typedef struct engine_config {
                                  * does not depend on the machine's speed */
 } engine_config;
 
+/* Why engine_submit took a request or not, and the HTTP answer each
+ * refusal gets. */
 typedef enum engine_status {
     ENGINE_OK = 0,
+    /* It could never run, however long it waited: */
+    ENGINE_TOO_MANY_PROMPTS,    /* more prompts than its caller may have
+                                 * queued -> 400 */
+    ENGINE_TOO_LARGE,           /* a prompt needs more KV cache than there
+                                 * is -> 400 */
+    /* It could run: */
+    ENGINE_GATE_CLOSED,         /* the submission's gate refused it; the
+                                 * gate's owner knows why */
     ENGINE_QUEUE_FULL,          /* -> 429 with Retry-After */
     ENGINE_CALLER_QUEUE_FULL,   /* the caller's own queued requests are at
                                  * its limit -> 429 with Retry-After */
@@ -59,9 +69,18 @@ typedef enum engine_status {
                                  * max_sessions are all busy -> 429 with
                                  * Retry-After */
     ENGINE_STOPPING,            /* draining for shutdown -> 503 */
-    ENGINE_TOO_LARGE,           /* needs more KV cache than there is -> 400 */
     ENGINE_INVALID,             /* parameters the API should have refused -> 500 */
     ENGINE_NO_MEMORY,           /* -> 500 */
 } engine_status;
+
+/* What a refusal's answer names; each field is set only for the statuses
+ * it lists. */
+typedef struct engine_refusal {
+    size_t prompt;              /* TOO_LARGE: the first prompt that cannot fit */
+    size_t need, have;          /* TOO_LARGE: the KV blocks that prompt may
+                                 * come to need, and the blocks the cache holds */
+    size_t limit;               /* TOO_MANY_PROMPTS, CALLER_QUEUE_FULL: the
+                                 * requests the caller may have queued */
+} engine_refusal;
 
 #endif

@@ -101,7 +101,6 @@ gen_request *request_create(const gen_params *p, const request_setup *setup)
     r->sampling.skip_logprob = !p->logprobs && r->n_seq == 1;
     r->usage.prompt_tokens = p->n_prompt;
     r->queued_seconds = -1.0;
-    r->t_submit = monotonic_seconds();
     r->prompt = malloc(p->n_prompt * sizeof *r->prompt);
     r->seqs = calloc(r->n_seq, sizeof *r->seqs);
     if (r->prompt == NULL || r->seqs == NULL)

@@ -72,7 +72,7 @@ struct gen_request {
     size_t max_queued;
     size_t max_sessions;
     double cost;                /* prompt + n x max_tokens: what admission charges */
-    double t_submit;
+    double t_submit;            /* when it was queued (engine_admit.c) */
 
     /* engine thread only */
     bool first_token_seen;
