@@ -1546,6 +1546,34 @@ START_TEST(test_engine_submit_queues_every_prompt_or_none)
 }
 END_TEST
 
+/* A busy session is asked again for session_busy_wait_ms before the
+ * answer is ENGINE_SESSION_BUSY, and the gate is not asked again.  (The
+ * holder has about 59 steps of at least 1 ms left: it outlasts the wait.) */
+START_TEST(test_engine_submit_asks_a_busy_session_again_for_its_wait)
+{
+    engine *e = open_engine(2, 16, 4);
+    int32_t *prompt = prompt_of(4);
+    gen_request *r = start_long(e, prompt, 4, "s");
+    gen_params p = greedy_params(prompt, 4, 2);
+    p.session_id = "s";
+    gen_request *again = NULL;
+    test_gate gate = { 0, 0 };
+    const engine_submission s = { .params = &p, .n_prompts = 1,
+                                  .gate = count_gate, .gate_arg = &gate,
+                                  .session_busy_wait_ms = 20 };
+    const double t0 = monotonic_seconds();
+    ck_assert_int_eq(engine_submit(e, &s, &again, NULL), ENGINE_SESSION_BUSY);
+    ck_assert_double_ge(monotonic_seconds() - t0, 0.020);
+    ck_assert_ptr_null(again);
+    ck_assert_int_eq(gate.calls, 1);
+    gen_request_cancel(r);
+    wait_finished(r);
+    gen_request_release(r);
+    engine_destroy(e);
+    free(prompt);
+}
+END_TEST
+
 /* A caller's own queue limit is named in the refusal. */
 START_TEST(test_engine_submit_names_the_callers_queue_limit)
 {
@@ -2100,6 +2128,7 @@ static Suite *engine_suite(void)
     tcase_add_test(flow, test_engine_submit_closed_gate_queues_nothing);
     tcase_add_test(flow, test_engine_submit_queues_every_prompt_or_none);
     tcase_add_test(flow, test_engine_submit_names_the_callers_queue_limit);
+    tcase_add_test(flow, test_engine_submit_asks_a_busy_session_again_for_its_wait);
     suite_add_tcase(s, flow);
 
     TCase *fair = tcase_create("fairness");
