@@ -3,8 +3,10 @@
  *
  * Each endpoint brings its completion_endpoint: the parser and the shapes
  * of its answer (/v1/completions' are below, with completion_request.c;
- * chat's are api_chat.c's, with chat_request.c).  The rest is one path: one
- * engine request is submitted per prompt (each runs best_of sequences), and
+ * chat's are api_chat.c's, with chat_request.c).  The rest is one path: the
+ * prompts go to the engine in one engine_submit, one engine request each
+ * (each runs best_of sequences; the engine checks capacity and quotas, the
+ * parsers only the request's shape), and
  * either the handler waits for all of them and builds one JSON response
  * here, or it hands the run to completion_stream.c, which turns the
  * engine's output into SSE chunks as it grows.
@@ -119,8 +121,9 @@ static void params_for_prompt(const completion_run *run, size_t p,
                                        req->cache_salt_len);
 }
 
-int api_engine_error(const api_ctx *ctx, const api_caller *caller,
-                     engine_status st, api_error *e, int *retry_after)
+int api_engine_error(const api_caller *caller, engine_status st,
+                     const engine_refusal *why, api_error *e,
+                     int *retry_after)
 {
     const size_t key = caller->metrics_key;
     switch (st) {
@@ -131,19 +134,15 @@ int api_engine_error(const api_ctx *ctx, const api_caller *caller,
                       "retry shortly");
         e->code = "queue_full";
         return -1;
-    case ENGINE_CALLER_QUEUE_FULL: {
-        size_t max_seqs, max_queued = caller->limits.max_queued;
-        if (max_queued == 0)
-            engine_caller_defaults(ctx->eng, &max_seqs, &max_queued);
+    case ENGINE_CALLER_QUEUE_FULL:
         *retry_after = 1;
         metrics_key_refused(key, METRICS_REFUSED_MAX_QUEUED);
         api_error_set(e, 429, NULL, "too many queued requests for this API key "
                       "(or client address): it has %zu waiting, its limit "
                       "(max-queued-per-key); retry when one of them has started",
-                      max_queued);
+                      why->limit);
         e->code = "max_queued_per_key";
         return -1;
-    }
     case ENGINE_SESSION_QUOTA:
         *retry_after = 1;
         metrics_key_refused(key, METRICS_REFUSED_MAX_SESSIONS);
@@ -180,18 +179,6 @@ static bool run_is_trivial(const completion_request *req)
  * and cancels it: a busy session is asked again for this long before the
  * answer is 409. */
 #define SESSION_BUSY_GRACE_MS 250
-#define SESSION_BUSY_RETRY_MS 5
-
-static engine_status submit_within_grace(engine *eng, const gen_params *gp,
-                                         gen_request **out)
-{
-    for (int waited = 0;; waited += SESSION_BUSY_RETRY_MS) {
-        engine_status st = engine_submit(eng, gp, out);
-        if (st != ENGINE_SESSION_BUSY || waited >= SESSION_BUSY_GRACE_MS)
-            return st;
-        monotonic_sleep_ms(SESSION_BUSY_RETRY_MS);
-    }
-}
 
 /* The field that sets max_tokens, as the client would lower it. */
 static const char *max_field(const completion_request *req)
@@ -252,6 +239,20 @@ static int refuse_kv_size(const completion_run *run, size_t need,
                          req->max_tokens, req->best_of, have, lower);
 }
 
+/* The token budget as the engine's gate: charged once the engine has
+ * found that the run could run, before any of its prompts is queued. */
+typedef struct charge_gate {
+    completion_run *run;
+    api_error *e;
+    int *retry_after;
+} charge_gate;
+
+static int charge_at_gate(void *arg)
+{
+    charge_gate *g = arg;
+    return run_charge(g->run, g->e, g->retry_after);
+}
+
 static int run_submit(completion_run *run, api_error *e, int *retry_after)
 {
     run->reqs = calloc(run->req.n_prompts, sizeof *run->reqs);
@@ -262,42 +263,38 @@ static int run_submit(completion_run *run, api_error *e, int *retry_after)
         run->short_cut = true;
         return run_charge(run, e, retry_after);
     }
-    /* Before anything is queued: each prompt waits as a request of its
-     * own, so an array longer than the caller may have queued could never
-     * be taken whole (a 429 would be retried in vain). */
-    size_t max_seqs, max_queued = run->caller.limits.max_queued;
-    if (max_queued == 0)
-        engine_caller_defaults(run->ctx->eng, &max_seqs, &max_queued);
-    if (run->n_reqs > max_queued)
+    gen_params *gp = calloc(run->n_reqs, sizeof *gp);
+    if (gp == NULL)
+        return api_error_set(e, 500, NULL, "out of memory");
+    for (size_t p = 0; p < run->n_reqs; p++)
+        params_for_prompt(run, p, &gp[p]);
+    charge_gate gate = { run, e, retry_after };
+    const engine_submission sub = {
+        .params = gp, .n_prompts = run->n_reqs,
+        .gate = charge_at_gate, .gate_arg = &gate,
+        .session_busy_wait_ms = SESSION_BUSY_GRACE_MS };
+    engine_refusal why;
+    engine_status st = engine_submit(run->ctx->eng, &sub, run->reqs, &why);
+    free(gp);
+    switch (st) {
+    case ENGINE_OK:
+        return 0;
+    case ENGINE_GATE_CLOSED:
+        return -1;              /* run_charge wrote the refusal */
+    /* The request's fault, not the server's load: 400 */
+    case ENGINE_TOO_MANY_PROMPTS:
         return api_error_set(e, 400, "prompt", "this request has %zu prompts "
                              "and this API key (or client address) may have "
                              "%zu waiting (max-queued-per-key): send at most "
-                             "%zu prompts a request", run->n_reqs, max_queued,
-                             max_queued);
-    /* A prompt that could never fit the KV cache is the request's fault,
-     * not the server's load. */
-    const size_t have = engine_kv_blocks(run->ctx->eng);
-    for (size_t p = 0; p < run->n_reqs; p++) {
-        size_t n = run->req.prompts[p].n;
-        size_t need = kvcache_blocks_needed(n, n + run->req.max_tokens,
-                                            run->req.best_of);
-        if (need > have)
-            return refuse_kv_size(run, need, n, have, e);
+                             "%zu prompts a request", run->n_reqs, why.limit,
+                             why.limit);
+    case ENGINE_TOO_LARGE:
+        return refuse_kv_size(run, why.need, run->req.prompts[why.prompt].n,
+                              why.have, e);
+    default:
+        completion_run_uncharge(run);
+        return api_engine_error(&run->caller, st, &why, e, retry_after);
     }
-    if (run_charge(run, e, retry_after) != 0)
-        return -1;
-    for (size_t p = 0; p < run->n_reqs; p++) {
-        gen_params gp;
-        params_for_prompt(run, p, &gp);
-        engine_status st = submit_within_grace(run->ctx->eng, &gp, &run->reqs[p]);
-        if (st != ENGINE_OK) {
-            run->reqs[p] = NULL;
-            completion_run_cancel(run);   /* the prompts already queued are useless now */
-            completion_run_uncharge(run);
-            return api_engine_error(run->ctx, &run->caller, st, e, retry_after);
-        }
-    }
-    return 0;
 }
 
 /* Blocks until every engine request finished; false if the client left. */

@@ -171,9 +171,13 @@ void api_inspect(const api_ctx *ctx, const api_caller *who, const char *body,
     }
     const gen_params gp = params_of(&req, who);
     gen_request *g = NULL;
-    engine_status st = engine_submit(ctx->eng, &gp, &g);
+    engine_refusal why;
+    engine_status st = engine_submit(ctx->eng,
+                                     &(engine_submission){ .params = &gp,
+                                                           .n_prompts = 1 },
+                                     &g, &why);
     if (st != ENGINE_OK) {
-        api_engine_error(ctx, who, st, &e, &r->retry_after);
+        api_engine_error(who, st, &why, &e, &r->retry_after);
         api_response_error(r, &e);
     } else if (!wait_done(g, client)) {
         metrics_cancelled();

@@ -215,7 +215,8 @@ static void collect(gen_request *r, outcome *o)
 
 static engine_status submit(engine *e, const gen_params *p, gen_request **r)
 {
-    return engine_submit(e, p, r);
+    return engine_submit(e, &(engine_submission){ .params = p, .n_prompts = 1 },
+                         r, NULL);
 }
 
 /* Submits, waits, collects, releases. */
@@ -1400,7 +1401,7 @@ START_TEST(test_engine_refuses_a_request_larger_than_the_kv_cache)
 }
 END_TEST
 
-/* ---- fairness between callers ---- */
+/* ---- one submission for every prompt of a request ---- */
 
 static engine *open_engine_cfg(const engine_config *over)
 {
@@ -1412,6 +1413,201 @@ static engine *open_engine_cfg(const engine_config *over)
                   err.message);
     return e;
 }
+
+/* A gate that counts its calls and answers `answer`. */
+typedef struct test_gate {
+    int calls, answer;
+} test_gate;
+
+static int count_gate(void *arg)
+{
+    test_gate *g = arg;
+    g->calls++;
+    return g->answer;
+}
+
+/* Submits n copies of *p as the prompts of one request, through `gate`. */
+static engine_status submit_prompts(engine *e, const gen_params *p, size_t n,
+                                    gen_request **out, test_gate *gate,
+                                    engine_refusal *why)
+{
+    gen_params ps[8];
+    ck_assert_uint_le(n, 8);
+    for (size_t k = 0; k < n; k++)
+        ps[k] = *p;
+    const engine_submission s = { .params = ps, .n_prompts = n,
+                                  .gate = count_gate, .gate_arg = gate };
+    return engine_submit(e, &s, out, why);
+}
+
+static void assert_all_null(gen_request *const *r, size_t n)
+{
+    for (size_t k = 0; k < n; k++)
+        ck_assert_ptr_null(r[k]);
+}
+
+/* Each prompt waits as a request of its own: more prompts than the caller
+ * may have queued are refused as such, naming the limit, before the gate. */
+START_TEST(test_engine_submit_refuses_more_prompts_than_its_caller_may_queue)
+{
+    engine *e = open_engine(2, 16, 4);      /* 2 queued per caller */
+    int32_t *prompt = prompt_of(4);
+    gen_params p = greedy_params(prompt, 4, 2);
+    gen_request *r[3];
+    test_gate gate = { 0, 0 };
+    engine_refusal why;
+    ck_assert_int_eq(submit_prompts(e, &p, 3, r, &gate, &why),
+                     ENGINE_TOO_MANY_PROMPTS);
+    ck_assert_uint_eq(why.limit, 2);
+    ck_assert_int_eq(gate.calls, 0);
+    assert_all_null(r, 3);
+    p.max_queued = 3;                       /* the caller's own limit */
+    ck_assert_int_eq(submit_prompts(e, &p, 3, r, &gate, &why), ENGINE_OK);
+    ck_assert_int_eq(gate.calls, 1);
+    for (size_t k = 0; k < 3; k++) {
+        wait_finished(r[k]);
+        gen_request_release(r[k]);
+    }
+    engine_destroy(e);
+    free(prompt);
+}
+END_TEST
+
+/* A prompt that could never fit the cache is named, with what it needs. */
+START_TEST(test_engine_submit_names_the_prompt_that_cannot_fit)
+{
+    engine_config cfg = { .n_slots = 4, .max_queue = 4, .max_batch_rows = 16,
+                          .kv_blocks = kvcache_blocks_per_context(&g_kv_shape) };
+    engine *e = open_engine_cfg(&cfg);
+    int32_t *prompt = prompt_of(4);
+    gen_params ps[2] = { greedy_params(prompt, 4, 2),
+                         greedy_params(prompt, 4, 50) };
+    ps[1].n_sequences = 2;
+    gen_request *r[2];
+    test_gate gate = { 0, 0 };
+    engine_refusal why;
+    const engine_submission s = { .params = ps, .n_prompts = 2,
+                                  .gate = count_gate, .gate_arg = &gate };
+    ck_assert_int_eq(engine_submit(e, &s, r, &why), ENGINE_TOO_LARGE);
+    ck_assert_uint_eq(why.prompt, 1);
+    ck_assert_uint_eq(why.need, kvcache_blocks_needed(4, 54, 2));
+    ck_assert_uint_eq(why.have, 4);
+    ck_assert_int_eq(gate.calls, 0);
+    assert_all_null(r, 2);
+    ck_assert_uint_eq(engine_get_stats(e).queue_depth, 0);
+    engine_destroy(e);
+    free(prompt);
+}
+END_TEST
+
+/* The gate is asked once, after the request is found able to run and
+ * before any prompt is queued: a closed gate queues nothing. */
+START_TEST(test_engine_submit_closed_gate_queues_nothing)
+{
+    engine *e = open_engine(1, 16, 4);
+    int32_t *prompt = prompt_of(4);
+    gen_request *running = start_long(e, prompt, 4, NULL);
+    gen_params p = greedy_params(prompt, 4, 2);
+    gen_request *r[2];
+    test_gate gate = { 0, -1 };
+    ck_assert_int_eq(submit_prompts(e, &p, 2, r, &gate, NULL),
+                     ENGINE_GATE_CLOSED);
+    ck_assert_int_eq(gate.calls, 1);
+    assert_all_null(r, 2);
+    ck_assert_uint_eq(engine_get_stats(e).queue_depth, 0);
+    gen_request_release(running);
+    engine_destroy(e);
+    free(prompt);
+}
+END_TEST
+
+/* The prompts of one request are queued together or not at all: one the
+ * queue cannot take leaves none of the others waiting. */
+START_TEST(test_engine_submit_queues_every_prompt_or_none)
+{
+    engine *e = open_engine(1, 16, 2);
+    int32_t *prompt = prompt_of(4);
+    gen_request *running = start_long(e, prompt, 4, NULL);
+    gen_params p = greedy_params(prompt, 4, 2);
+    p.max_queued = 3;
+    gen_request *r[3];
+    test_gate gate = { 0, 0 };
+    engine_refusal why;
+    ck_assert_int_eq(submit_prompts(e, &p, 3, r, &gate, &why),
+                     ENGINE_QUEUE_FULL);
+    ck_assert_int_eq(gate.calls, 1);
+    assert_all_null(r, 3);
+    ck_assert_uint_eq(engine_get_stats(e).queue_depth, 0);
+    ck_assert_int_eq(submit_prompts(e, &p, 2, r, &gate, &why), ENGINE_OK);
+    ck_assert_uint_eq(engine_get_stats(e).queue_depth, 2);
+    gen_request_cancel(running);
+    for (size_t k = 0; k < 2; k++) {
+        wait_finished(r[k]);
+        gen_request_release(r[k]);
+    }
+    gen_request_release(running);
+    engine_destroy(e);
+    free(prompt);
+}
+END_TEST
+
+/* A busy session is asked again for session_busy_wait_ms before the
+ * answer is ENGINE_SESSION_BUSY, and the gate is not asked again.  (The
+ * holder has about 59 steps of at least 1 ms left: it outlasts the wait.) */
+START_TEST(test_engine_submit_asks_a_busy_session_again_for_its_wait)
+{
+    engine *e = open_engine(2, 16, 4);
+    int32_t *prompt = prompt_of(4);
+    gen_request *r = start_long(e, prompt, 4, "s");
+    gen_params p = greedy_params(prompt, 4, 2);
+    p.session_id = "s";
+    gen_request *again = NULL;
+    test_gate gate = { 0, 0 };
+    const engine_submission s = { .params = &p, .n_prompts = 1,
+                                  .gate = count_gate, .gate_arg = &gate,
+                                  .session_busy_wait_ms = 20 };
+    const double t0 = monotonic_seconds();
+    ck_assert_int_eq(engine_submit(e, &s, &again, NULL), ENGINE_SESSION_BUSY);
+    ck_assert_double_ge(monotonic_seconds() - t0, 0.020);
+    ck_assert_ptr_null(again);
+    ck_assert_int_eq(gate.calls, 1);
+    gen_request_cancel(r);
+    wait_finished(r);
+    gen_request_release(r);
+    engine_destroy(e);
+    free(prompt);
+}
+END_TEST
+
+/* A caller's own queue limit is named in the refusal. */
+START_TEST(test_engine_submit_names_the_callers_queue_limit)
+{
+    engine *e = open_engine(1, 16, 8);      /* 4 queued per caller */
+    int32_t *prompt = prompt_of(4);
+    gen_request *running = start_long(e, prompt, 4, NULL);
+    gen_params p = greedy_params(prompt, 4, 2);
+    gen_request *r[4];
+    test_gate gate = { 0, 0 };
+    engine_refusal why;
+    ck_assert_int_eq(submit_prompts(e, &p, 3, r, &gate, &why), ENGINE_OK);
+    gen_request *refused[2];
+    ck_assert_int_eq(submit_prompts(e, &p, 2, refused, &gate, &why),
+                     ENGINE_CALLER_QUEUE_FULL);
+    ck_assert_uint_eq(why.limit, 4);
+    assert_all_null(refused, 2);
+    ck_assert_uint_eq(engine_get_stats(e).queue_depth, 3);
+    gen_request_cancel(running);
+    for (size_t k = 0; k < 3; k++) {
+        wait_finished(r[k]);
+        gen_request_release(r[k]);
+    }
+    gen_request_release(running);
+    engine_destroy(e);
+    free(prompt);
+}
+END_TEST
+
+/* ---- fairness between callers ---- */
 
 /* A long request (the whole context) of `who`, queued. */
 static gen_request *submit_long_of(engine *e, const int32_t *prompt, size_t n,
@@ -1932,6 +2128,12 @@ static Suite *engine_suite(void)
     tcase_add_test(flow, test_engine_create_rejects_bad_config);
     tcase_add_test(flow, test_engine_submit_rejects_what_can_never_run);
     tcase_add_test(flow, test_engine_refuses_a_request_larger_than_the_kv_cache);
+    tcase_add_test(flow, test_engine_submit_refuses_more_prompts_than_its_caller_may_queue);
+    tcase_add_test(flow, test_engine_submit_names_the_prompt_that_cannot_fit);
+    tcase_add_test(flow, test_engine_submit_closed_gate_queues_nothing);
+    tcase_add_test(flow, test_engine_submit_queues_every_prompt_or_none);
+    tcase_add_test(flow, test_engine_submit_names_the_callers_queue_limit);
+    tcase_add_test(flow, test_engine_submit_asks_a_busy_session_again_for_its_wait);
     suite_add_tcase(s, flow);
 
     TCase *fair = tcase_create("fairness");

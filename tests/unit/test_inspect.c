@@ -111,6 +111,13 @@ static void bench_close(bench *b)
     model_free(&b->m);
 }
 
+/* One prompt, as the API submits an inspect. */
+static engine_status submit(engine *e, const gen_params *p, gen_request **r)
+{
+    return engine_submit(e, &(engine_submission){ .params = p, .n_prompts = 1 },
+                         r, NULL);
+}
+
 static void wait_finished(gen_request *r)
 {
     uint64_t version = 0;
@@ -148,7 +155,7 @@ static gen_request *run_inspect_as(engine *e, const int32_t *prompt, size_t n,
     if (who != NULL)
         p.identity = *who;
     gen_request *r = NULL;
-    ck_assert_int_eq(engine_submit(e, &p, &r), ENGINE_OK);
+    ck_assert_int_eq(submit(e, &p, &r), ENGINE_OK);
     wait_finished(r);
     gen_request_lock(r);
     ck_assert_int_eq(gen_request_output(r, 0)->finish, FINISH_LENGTH);
@@ -402,7 +409,7 @@ START_TEST(test_last_layer_lens_is_the_models_own_distribution)
     sp.logprobs = true;
     sp.n_top_logprobs = INSPECT_MAX_LENS;
     gen_request *s = NULL;
-    ck_assert_int_eq(engine_submit(b.e, &sp, &s), ENGINE_OK);
+    ck_assert_int_eq(submit(b.e, &sp, &s), ENGINE_OK);
     wait_finished(s);
     gen_request_lock(s);
     gen_request_lock(r);
@@ -448,7 +455,7 @@ START_TEST(test_capture_is_the_same_chunked_and_beside_a_stream)
     gp.sampling.logit_bias = &no_eot;
     gp.sampling.n_logit_bias = 1;
     gen_request *stream = NULL;
-    ck_assert_int_eq(engine_submit(busy.e, &gp, &stream), ENGINE_OK);
+    ck_assert_int_eq(submit(busy.e, &gp, &stream), ENGINE_OK);
     uint64_t version = 0;
     gen_request_lock(stream);
     /* two tokens: the step budget knows both its costs */
@@ -497,7 +504,7 @@ START_TEST(test_inspect_computes_every_position_and_shares_its_blocks)
     cp.max_tokens = 1;
     cp.identity = me;
     gen_request *c = NULL;
-    ck_assert_int_eq(engine_submit(warm.e, &cp, &c), ENGINE_OK);
+    ck_assert_int_eq(submit(warm.e, &cp, &c), ENGINE_OK);
     wait_finished(c);
     gen_request_release(c);
     gen_request *w = run_inspect_as(warm.e, prompt, n, &ip, &me);
@@ -516,7 +523,7 @@ START_TEST(test_inspect_computes_every_position_and_shares_its_blocks)
     const kv_identity *who[2] = { &other, &me };
     for (size_t i = 0; i < 2; i++) {
         cp.identity = *who[i];
-        ck_assert_int_eq(engine_submit(cold.e, &cp, &c), ENGINE_OK);
+        ck_assert_int_eq(submit(cold.e, &cp, &c), ENGINE_OK);
         wait_finished(c);
         gen_request_lock(c);
         u[i] = gen_request_usage(c);
@@ -590,7 +597,7 @@ START_TEST(test_queued_inspects_hold_no_capture_memory)
     gp.sampling.n_logit_bias = 1;
     gen_request *busy[2];
     for (size_t i = 0; i < 2; i++) {
-        ck_assert_int_eq(engine_submit(b.e, &gp, &busy[i]), ENGINE_OK);
+        ck_assert_int_eq(submit(b.e, &gp, &busy[i]), ENGINE_OK);
         uint64_t version = 0;
         gen_request_lock(busy[i]);
         while (gen_request_output(busy[i], 0)->n_tokens < 1)
@@ -601,7 +608,7 @@ START_TEST(test_queued_inspects_hold_no_capture_memory)
     gen_request *q[QUEUED];
     for (size_t i = 0; i < QUEUED; i++) {
         gen_params p = inspect_params_for(prompt, n, &ip);
-        ck_assert_int_eq(engine_submit(b.e, &p, &q[i]), ENGINE_OK);
+        ck_assert_int_eq(submit(b.e, &p, &q[i]), ENGINE_OK);
     }
     const size_t queue_depth = engine_get_stats(b.e).queue_depth;
     const size_t held_queued = inspect_memory();
@@ -655,18 +662,18 @@ START_TEST(test_engine_refuses_inspect_it_cannot_run)
     gen_request *r = NULL;
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         gen_params p = inspect_params_for(prompt, 3, &bad[i]);
-        ck_assert_int_eq(engine_submit(b.e, &p, &r), ENGINE_INVALID);
+        ck_assert_int_eq(submit(b.e, &p, &r), ENGINE_INVALID);
     }
     const inspect_params ok = { .layers = &one, .n_layers = 1 };
     gen_params p = inspect_params_for(prompt, 3, &ok);
     p.max_tokens = 1;
-    ck_assert_int_eq(engine_submit(b.e, &p, &r), ENGINE_INVALID);
+    ck_assert_int_eq(submit(b.e, &p, &r), ENGINE_INVALID);
     p = inspect_params_for(prompt, 3, &ok);
     p.n_sequences = 2;
-    ck_assert_int_eq(engine_submit(b.e, &p, &r), ENGINE_INVALID);
+    ck_assert_int_eq(submit(b.e, &p, &r), ENGINE_INVALID);
     p = inspect_params_for(prompt, 3, &ok);
     p.session_id = "s";
-    ck_assert_int_eq(engine_submit(b.e, &p, &r), ENGINE_INVALID);
+    ck_assert_int_eq(submit(b.e, &p, &r), ENGINE_INVALID);
     ck_assert_ptr_null(r);
     bench_close(&b);
 }

@@ -1,0 +1,187 @@
+/* engine_shared.h — what the engine's files share, and no one else sees:
+ * the engine's state, the step's scratch, and the functions one file calls
+ * in another.  (A request's insides are gen_request_internal.h's.)
+ *
+ *   engine.c          the step loop, lifecycle, submit, sessions, gauges
+ *   engine_admit.c    the queue, fair admission across callers, quotas,
+ *                     a request's KV sequences begun and released  (admit_)
+ *   engine_batch.c    a step's rows and its sample jobs            (batch_)
+ *   engine_lens.c     the logit lens of inspect requests           (lens_)
+ *   engine_publish.c  results into requests, and retiring  (publish_, retire_)
+ *   gen_request.c     the request shared with a connection      (request_)
+ *
+ * Calls run down that list only: engine.c calls every other file;
+ * publish calls lens and admit; batch calls admit; all of them call
+ * gen_request.c, which calls none of them and knows no engine.
+ *
+ * Threads: unless a function says otherwise, the engine thread calls it
+ * with e->lock held (engine.c, "Locks").  Fields marked "engine thread
+ * only" are read and written there without the lock. */
+#ifndef GPT2D_ENGINE_SHARED_H
+#define GPT2D_ENGINE_SHARED_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/error.h"
+#include "core/notify.h"
+#include "core/threadpool.h"
+#include "engine/engine_types.h"
+#include "engine/gen_request_internal.h"
+#include "engine/step_budget.h"
+#include "kv/kvcache.h"
+#include "model/forward.h"
+#include "model/model.h"
+#include "sample/sampler.h"
+#include "text/tokenizer.h"
+
+/* A caller's fairness bookkeeping: engine_admit.c's own. */
+typedef struct caller_state caller_state;
+
+/* What one forward_seq of the current batch stands for. */
+typedef struct batch_entry {
+    gen_request *r;
+    size_t seq;
+    bool prefill;
+    size_t start;               /* position of the first row */
+    size_t n_rows, n_logits;
+} batch_entry;
+
+/* A slice of one inspect request's logit-lens rows in the current step. */
+typedef struct lens_entry {
+    gen_request *r;
+    size_t row0, n_rows;        /* its lens rows [row0, row0 + n_rows) */
+    size_t first;               /* index of row0 among the step's lens rows */
+} lens_entry;
+
+/* One sample or prompt score of a step, run on the pool. */
+typedef struct sample_job {
+    gen_request *r;
+    size_t seq;                 /* SIZE_MAX for a prompt score */
+    size_t prompt_pos;          /* the scored prompt position */
+    const float *logits;
+    sample_result result;
+} sample_job;
+
+struct engine {
+    const model *m;
+    const tokenizer *tok;
+    engine_config cfg;
+    size_t vocab;
+    size_t chunk;               /* prefill chunk: max_batch_rows - n_slots */
+    step_budget budget;         /* engine thread: prefill rows beside decoding */
+    size_t max_token_bytes;     /* longest token, sizes the text buffers */
+
+    threadpool *pool;
+    forward_state *fwd;
+    sampler_scratch **scratch;  /* one per worker */
+    size_t n_scratch;
+    float *logits;              /* [max_batch_rows][vocab] */
+
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    kv_cache *kv;
+    size_t kv_blocks;           /* its size, fixed at creation */
+    gen_request **queue;        /* ring of max_queue */
+    size_t q_head, q_len;
+    gen_request **running;      /* admission order; each holds its KV
+                                   sequences */
+    size_t n_running;
+    caller_state *callers;      /* [n_callers_cap]: fairness bookkeeping */
+    size_t n_callers_cap;
+    double prefill_hold_until;  /* prefill waits until then while others decode */
+    bool stopping;
+    double deadline;
+    bool thread_started, joined;
+    pthread_t thread;
+    notify_watchdog watchdog;   /* engine thread only, after create */
+
+    /* step scratch, engine thread only */
+    forward_seq *batch;         /* [max_batch_rows] */
+    batch_entry *entries;
+    sample_job *jobs;           /* [max_batch_rows + n_slots] */
+    size_t n_jobs;
+    lens_entry *lens;           /* [n_slots] */
+    size_t n_lens, n_lens_rows;
+    const float *lens_logits;   /* the lens rows' logits in `logits` */
+};
+
+
+/* ---- engine_admit.c: the queue, admission, quotas ---- */
+
+/* Any thread, before the engine starts: the fairness table of n callers,
+ * zeroed; NULL when out of memory (freed with free). */
+caller_state *admit_callers_create(size_t n);
+/* The queue's i-th request, in arrival order. */
+gen_request *admit_queue_at(const engine *e, size_t i);
+/* Whether a request of `owner`'s `session` is queued or running;
+ * live_only skips cancelled ones. */
+bool admit_session_in_use(const engine *e, const uint8_t *owner,
+                          const char *session, bool live_only);
+/* An HTTP thread, in engine_submit, without e->lock: whether a request of
+ * these n prompts could ever be queued and run (it reads only what is
+ * fixed at creation).  Sets *why's fields of a refusal. */
+engine_status admit_could_run(const engine *e, const gen_params *p,
+                              size_t n, engine_refusal *why);
+/* An HTTP thread, in engine_submit: queues r[0..n) in order, or none of
+ * them when the session, the caller's quotas or the queue refuse one; a
+ * request with nothing to compute is finished at once instead.  On
+ * ENGINE_OK the engine holds its reference to each it queued. */
+engine_status admit_enqueue(engine *e, gen_request **r, size_t n,
+                            engine_refusal *why);
+/* Drops the cancelled requests from the queue. */
+void admit_drop_cancelled(engine *e);
+/* Starts queued requests, fairly across callers, while the cache and the
+ * slots can hold them. */
+void admit_queued(engine *e, double now);
+/* A request left the running set: what it cost joins its caller's
+ * account. */
+void admit_request_ended(engine *e, const gen_request *r, double now);
+/* Begins the request's KV sequences (kvcache_seq_begin's status). */
+kv_begin_status admit_begin_kv(engine *e, gen_request *r, bool keep_others,
+                               double now);
+/* What the request reuses from the cache, once known. */
+void admit_count_reuse(gen_request *r, size_t reused);
+/* Gives back a sequence's KV sequence, or all of the request's. */
+void admit_release_kv(engine *e, seq_state *s, double now);
+void admit_release_all_kv(engine *e, gen_request *r, double now);
+
+/* ---- engine_batch.c: composing a step ---- */
+
+/* Fills e->batch and e->entries with the step's rows (and e->lens with
+ * its lens rows); returns the number of entries.  *rows_out counts the
+ * rows, *prefill_out the prompt rows among them, *mixed_out whether
+ * another caller's streams waited for prompt or lens rows. */
+size_t batch_build(engine *e, size_t *rows_out, size_t *prefill_out,
+                   bool *mixed_out, double now);
+/* Logits rows the forward pass wrote for the step's first n entries. */
+size_t batch_logit_rows(const engine *e, size_t n_entries);
+/* Without e->lock, after the forward pass: every sample and prompt score
+ * of the step, on the pool, into e->jobs. */
+void batch_sample(engine *e, size_t n_entries);
+
+/* ---- engine_lens.c: the logit lens ---- */
+
+/* Without e->lock, after the samples: the step's lens rows, unembedded
+ * after the first n_logits rows of e->logits and ranked on the pool. */
+int lens_run(engine *e, size_t n_logits, gpt2d_error *err);
+/* After the step: lens rows count as done; a request whose last row is
+ * stored ends. */
+void lens_progress(engine *e);
+
+/* ---- engine_publish.c: results into requests, and retiring ---- */
+
+/* The step's results: its K/V committed, scores, samples and lens rows
+ * into their requests, whose readers wake. */
+void publish_step(engine *e, size_t n_entries, double now);
+/* A failed step ends the requests it carried. */
+void publish_failure(engine *e, size_t n_entries, const gpt2d_error *err);
+/* Finished requests leave the running set. */
+void retire_finished(engine *e, double now);
+/* Cancelled requests leave the running set. */
+void retire_cancelled(engine *e, double now);
+
+#endif
