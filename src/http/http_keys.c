@@ -1,5 +1,5 @@
 /* http_keys.c — the API keys (see http_keys.h): loading the keys file and
- * each key's limits and name, the constant-time match, and the SIGHUP swap
+ * each key's limits and name, the match by digest, and the SIGHUP swap
  * under a read-write lock, so a reload never waits for requests and a
  * request never sees half a set.  What a key has used (its token budget,
  * its share of the engine) is kept by its account digest elsewhere, so a
@@ -8,6 +8,7 @@
 #include "core/buf.h"
 #include "core/config_lines.h"
 #include "core/metrics.h"
+#include "core/sha256.h"
 
 #include <inttypes.h>
 #include <pthread.h>
@@ -19,16 +20,31 @@
 /* The API keys in force; replaced whole on SIGHUP.  keys holds n char *,
  * callers n api_caller: callers[i] is keys[i]'s caller (digests, limits,
  * metrics label) without its secret; names n key_name, kept for the load's
- * checks. */
+ * checks; digests n key_digest, the SHA-256 of each key.
+ *
+ * A key is found by its digest in an open-addressed table (slots: an index
+ * into the set or -1; at most half full), so loading n keys takes O(n) and
+ * a request's lookup O(1) whatever n.  Looking up by digest also keeps the
+ * lookup's time from saying anything about a key: where the probe stops and
+ * how many digest bytes compare equal depend on the SHA-256 of what the
+ * client sent, which an attacker cannot steer towards a key's bytes. */
 typedef struct key_name {
     char name[HTTP_KEY_NAME_MAX + 1];   /* "" when none */
     size_t line;                        /* 0: GPT2D_API_KEY */
 } key_name;
 
+typedef struct key_digest {
+    uint8_t d[SHA256_BYTES];
+} key_digest;
+
 typedef struct key_set {
     gpt2d_buf keys;
     gpt2d_buf callers;
     gpt2d_buf names;
+    gpt2d_buf digests;
+    gpt2d_buf named;            /* the indices of the keys with a name */
+    long *slots;
+    size_t n_slots;             /* 0 or a power of two, at least 2n */
     size_t n;
 } key_set;
 
@@ -52,6 +68,11 @@ static void keys_free(key_set *k)
     buf_free(&k->keys);
     buf_free(&k->callers);
     buf_free(&k->names);
+    buf_free(&k->digests);
+    buf_free(&k->named);
+    free(k->slots);
+    k->slots = NULL;
+    k->n_slots = 0;
     k->n = 0;
 }
 
@@ -63,15 +84,56 @@ static api_limits default_limits(const settings *cfg)
                          .tokens_per_minute = cfg->tokens_per_minute_per_key };
 }
 
-/* The index of `key` in the set, or -1 (a load-time check: no need for
- * constant time). */
+static size_t slot_of(const uint8_t d[SHA256_BYTES], size_t n_slots)
+{
+    uint64_t h;
+    memcpy(&h, d, sizeof h);
+    return (size_t)h & (n_slots - 1);
+}
+
+/* The index of the key whose digest is `d`, or -1. */
+static long keys_lookup(const key_set *k, const uint8_t d[SHA256_BYTES])
+{
+    if (k->n_slots == 0)
+        return -1;
+    const key_digest *ds = BUF_ITEMS(&k->digests, key_digest);
+    for (size_t s = slot_of(d, k->n_slots);; s = (s + 1) & (k->n_slots - 1)) {
+        long i = k->slots[s];
+        if (i < 0 || memcmp(ds[i].d, d, SHA256_BYTES) == 0)
+            return i;
+    }
+}
+
 static long keys_index(const key_set *k, const char *key, size_t len)
 {
-    char *const *keys = BUF_ITEMS(&k->keys, char *);
-    for (size_t i = 0; i < k->n; i++)
-        if (strlen(keys[i]) == len && memcmp(keys[i], key, len) == 0)
-            return (long)i;
-    return -1;
+    key_digest d;
+    sha256(key, len, d.d);
+    return keys_lookup(k, d.d);
+}
+
+/* Room in the table for one more key: doubled and refilled when it would
+ * be more than half full. */
+static int slots_reserve(key_set *k)
+{
+    if (2 * (k->n + 1) <= k->n_slots)
+        return 0;
+    size_t n_slots = k->n_slots > 0 ? 2 * k->n_slots : 16;
+    long *slots = malloc(n_slots * sizeof *slots);
+    if (slots == NULL)
+        return -1;
+    for (size_t s = 0; s < n_slots; s++)
+        slots[s] = -1;
+    const key_digest *ds = BUF_ITEMS(&k->digests, key_digest);
+    for (size_t i = 0; i < k->n; i++) {
+        size_t s = slot_of(ds[i].d, n_slots);
+        while (slots[s] >= 0)
+            s = (s + 1) & (n_slots - 1);
+        slots[s] = (long)i;
+    }
+    free(k->slots);
+    k->slots = slots;
+    k->n_slots = n_slots;
+    return 0;
 }
 
 static int keys_add(key_set *k, const char *key, size_t len,
@@ -81,8 +143,12 @@ static int keys_add(key_set *k, const char *key, size_t len,
     api_caller_of_key(&who, key, len);
     who.limits = *limits;
     who.metrics_key = 0;        /* set once the whole set has loaded */
-    if (buf_append(&k->callers, &who, sizeof who) != 0 ||
-        buf_append(&k->names, name, sizeof *name) != 0)
+    key_digest d;
+    sha256(key, len, d.d);
+    if (slots_reserve(k) != 0 ||
+        buf_append(&k->callers, &who, sizeof who) != 0 ||
+        buf_append(&k->names, name, sizeof *name) != 0 ||
+        buf_append(&k->digests, &d, sizeof d) != 0)
         return -1;
     char *copy = strndup(key, len);
     if (copy == NULL || buf_append(&k->keys, &copy, sizeof copy) != 0) {
@@ -91,6 +157,13 @@ static int keys_add(key_set *k, const char *key, size_t len,
         free(copy);
         return -1;
     }
+    size_t at = k->n;
+    if (name->name[0] != '\0' && buf_append(&k->named, &at, sizeof at) != 0)
+        return -1;
+    size_t s = slot_of(d.d, k->n_slots);
+    while (k->slots[s] >= 0)
+        s = (s + 1) & (k->n_slots - 1);
+    k->slots[s] = (long)k->n;
     k->n++;
     return 0;
 }
@@ -249,10 +322,16 @@ static int parse_key_line(key_set *k, const char *s, const char *e,
         return error_set(err, "%s: the same key as line %zu", where,
                          BUF_ITEMS(&k->names, key_name)[same].line);
     const key_name *names = BUF_ITEMS(&k->names, key_name);
-    for (size_t i = 0; name.name[0] != '\0' && i < k->n; i++)
-        if (strcmp(names[i].name, name.name) == 0)
+    const size_t *named = BUF_ITEMS(&k->named, size_t);
+    size_t n_named = BUF_COUNT(&k->named, size_t);
+    if (name.name[0] != '\0' && n_named >= METRICS_MAX_KEYS - 1)
+        return error_set(err, "%s: name '%s': more than %d named keys (the "
+                         "bound of /metrics' label set)", where, name.name,
+                         METRICS_MAX_KEYS - 1);
+    for (size_t i = 0; name.name[0] != '\0' && i < n_named; i++)
+        if (strcmp(names[named[i]].name, name.name) == 0)
             return error_set(err, "%s: name '%s' is already the name of line %zu",
-                             where, name.name, names[i].line);
+                             where, name.name, names[named[i]].line);
     if (keys_add(k, s, key_len, &limits, &name) != 0)
         return error_set(err, "%s: out of memory", path);
     return 0;
@@ -314,7 +393,9 @@ static int keys_label(key_set *k, const settings *cfg, gpt2d_error *err)
 
 static int keys_load(key_set *k, const settings *cfg, gpt2d_error *err)
 {
-    *k = (key_set){ GPT2D_BUF_INIT, GPT2D_BUF_INIT, GPT2D_BUF_INIT, 0 };
+    *k = (key_set){ .keys = GPT2D_BUF_INIT, .callers = GPT2D_BUF_INIT,
+                    .names = GPT2D_BUF_INIT, .digests = GPT2D_BUF_INIT,
+                    .named = GPT2D_BUF_INIT };
     if (cfg->api_key_file != NULL && cfg->api_key_file[0] != '\0' &&
         keys_load_file(k, cfg, err) != 0) {
         keys_free(k);
@@ -335,31 +416,16 @@ static int keys_load(key_set *k, const settings *cfg, gpt2d_error *err)
     return 0;
 }
 
-long http_key_find(const char *const *keys, size_t n_keys, const char *header)
+const char *http_key_bearer(const char *header)
 {
     /* the scheme is case-insensitive (RFC 9110 §11.1) */
     if (header == NULL || strncasecmp(header, "Bearer", 6) != 0 ||
         header[6] != ' ')
-        return -1;
+        return NULL;
     const char *given = header + 6;
     while (*given == ' ')
         given++;
-    size_t glen = strlen(given);
-    long found = -1;
-    /* Every key is compared over its whole length whatever the bytes are,
-     * and the index is chosen without a branch, so the time taken says
-     * nothing about how much of a key was right, or which one. */
-    for (size_t k = 0; k < n_keys; k++) {
-        size_t klen = strlen(keys[k]);
-        unsigned diff = (unsigned)(klen ^ glen);
-        for (size_t i = 0; i < klen; i++) {
-            unsigned char g = i < glen ? (unsigned char)given[i] : 0;
-            diff |= (unsigned)(g ^ (unsigned char)keys[k][i]);
-        }
-        long is = -(long)(diff == 0);       /* all ones when it matched */
-        found = (found & ~is) | ((long)k & is);
-    }
-    return found;
+    return given[0] != '\0' ? given : NULL;
 }
 
 int http_keys_load(http_keys **out, const settings *cfg, gpt2d_error *err)
@@ -397,8 +463,8 @@ http_keys_result http_keys_authorize(http_keys *k, const char *authorization,
     pthread_rwlock_rdlock(&k->lock);
     http_keys_result r = HTTP_KEYS_NONE;
     if (k->set.n > 0) {
-        long i = http_key_find(BUF_ITEMS(&k->set.keys, const char *const),
-                               k->set.n, authorization);
+        const char *given = http_key_bearer(authorization);
+        long i = given != NULL ? keys_index(&k->set, given, strlen(given)) : -1;
         r = i >= 0 ? HTTP_KEYS_MATCH : HTTP_KEYS_REFUSED;
         if (i >= 0)
             *who = BUF_ITEMS(&k->set.callers, api_caller)[i];

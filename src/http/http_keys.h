@@ -60,9 +60,8 @@ http_keys_result http_keys_authorize(http_keys *k, const char *authorization,
 /* Wipes the keys from memory and frees; NULL is fine. */
 void http_keys_free(http_keys *k);
 
-/* Exposed for the unit tests: which of the keys `header` ("Bearer KEY")
- * carries, or -1.  Compares in time independent of where the keys differ
- * and of which one matched. */
-long http_key_find(const char *const *keys, size_t n_keys, const char *header);
+/* Exposed for the unit tests: the key an Authorization header ("Bearer
+ * KEY", any case, any spaces after the scheme) carries, or NULL. */
+const char *http_key_bearer(const char *header);
 
 #endif

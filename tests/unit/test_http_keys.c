@@ -2,7 +2,9 @@
  * loads; attributes give a key its name and limits, the configuration the
  * rest; every bad line is refused with FILE:LINE and never shows a key;
  * a reload keeps each key's account (its budget and share) and changes its
- * limits; and without keys every caller gets the configuration's limits. */
+ * limits; without keys every caller gets the configuration's limits; only
+ * the exact key matches; and 100,000 keys load, each found with its own
+ * limits (the load is linear: bench/bench_keys times it). */
 #include <check.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -282,6 +284,74 @@ START_TEST(test_without_keys_every_caller_gets_the_defaults)
 }
 END_TEST
 
+START_TEST(test_only_the_exact_key_matches)
+{
+    write_keys("alpha\nbeta-key\ngamma\n");
+    settings cfg = config(0);
+    http_keys *k = load(&cfg);
+    api_caller who, expect;
+    /* which key matched decides whose cache and sessions the request uses */
+    const char *keys[] = { "alpha", "beta-key", "gamma" };
+    for (size_t i = 0; i < 3; i++) {
+        char header[64];
+        snprintf(header, sizeof header, "Bearer %s", keys[i]);
+        who = authorize(k, header);
+        api_caller_of_key(&expect, keys[i], strlen(keys[i]));
+        ck_assert_mem_eq(who.account, expect.account, SHA256_BYTES);
+    }
+    const char *wrong[] = { "Bearer alph", "Bearer alphaa", "Bearer alpha ",
+                            "Bearer ", "alpha", "Basic alpha", "Bearer ALPHA",
+                            NULL };
+    for (size_t i = 0; i < sizeof wrong / sizeof wrong[0]; i++)
+        ck_assert_int_eq(http_keys_authorize(k, wrong[i], &who),
+                         HTTP_KEYS_REFUSED);
+    ck_assert_int_eq(http_keys_authorize(k, "bearer   gamma", &who),
+                     HTTP_KEYS_MATCH);
+    http_keys_free(k);
+}
+END_TEST
+
+enum { MANY_KEYS = 100000 };
+
+/* The table behind the lookup grows 14 times on the way: every key must
+ * still be found after each growth, with its own line's limits. */
+START_TEST(test_a_hundred_thousand_keys_each_found_with_its_limits)
+{
+    FILE *f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    for (size_t i = 0; i < MANY_KEYS; i++)
+        fprintf(f, "sk-%06zu-key tokens-per-minute=%zu\n", i, i + 1);
+    fclose(f);
+    settings cfg = config(0);
+    http_keys *k = load(&cfg);
+    for (size_t i = 0; i < MANY_KEYS; i++) {
+        char header[64];
+        snprintf(header, sizeof header, "Bearer sk-%06zu-key", i);
+        api_caller who;
+        ck_assert_int_eq(http_keys_authorize(k, header, &who), HTTP_KEYS_MATCH);
+        ck_assert_uint_eq(who.limits.tokens_per_minute, i + 1);
+    }
+    api_caller who;
+    ck_assert_int_eq(http_keys_authorize(k, "Bearer sk-100000-key", &who),
+                     HTTP_KEYS_REFUSED);
+    ck_assert_int_eq(http_keys_authorize(k, "Bearer sk-000001-ke", &who),
+                     HTTP_KEYS_REFUSED);
+    http_keys_free(k);
+
+    /* The same key twice, 99,999 lines apart, is still refused by line. */
+    f = fopen(path, "a");
+    ck_assert_ptr_nonnull(f);
+    fputs("sk-000007-key\n", f);
+    fclose(f);
+    http_keys *bad = NULL;
+    gpt2d_error err = { { 0 } };
+    ck_assert_int_eq(http_keys_load(&bad, &cfg, &err), -1);
+    ck_assert_ptr_null(bad);
+    ck_assert_msg(strstr(err.message, ":100001: the same key as line 8") != NULL,
+                  "%s", err.message);
+}
+END_TEST
+
 static Suite *http_keys_suite(void)
 {
     Suite *s = suite_create("http_keys");
@@ -297,6 +367,8 @@ static Suite *http_keys_suite(void)
     tcase_add_test(tc, test_a_read_error_refuses_the_key_file);
     tcase_add_test(tc, test_environment_key_gets_the_defaults_unless_the_file_lists_it);
     tcase_add_test(tc, test_without_keys_every_caller_gets_the_defaults);
+    tcase_add_test(tc, test_only_the_exact_key_matches);
+    tcase_add_test(tc, test_a_hundred_thousand_keys_each_found_with_its_limits);
     suite_add_tcase(s, tc);
     return s;
 }
