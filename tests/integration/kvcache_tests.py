@@ -203,14 +203,17 @@ class Faults(CacheCase):
                 f.write(bytes([b[0] ^ 0x40]))
         with open(files[0], "r+b") as f:
             f.truncate(300)
-        with open(os.path.join(self.dir, "sessions"), "r+b") as f:
+        sessions = glob.glob(os.path.join(self.dir, "sessions-*"))
+        self.assertEqual(len(sessions), 1, sessions)
+        with open(sessions[0], "r+b") as f:
             f.seek(60)
             b = f.read(1)
             f.seek(60)
             f.write(bytes([b[0] ^ 1]))
         s = self.server("damage-2")
         self.assertIn("1 damaged files removed", self.log(s))
-        self.assertIn("sessions does not check out", self.log(s))
+        self.assertRegex(self.log(s),
+                         r"sessions-[0-9a-f]{16} does not check out")
         c = s.client()
         for u in range(6):
             prompt = history(u) + [5, 6]
@@ -512,11 +515,16 @@ class Directory(CacheCase):
         self.stop(s)
 
     def test_links_planted_at_the_sessions_file_are_not_followed(self):
+        # the file's name holds the cache's identity: a first run shows it
+        self.stop(self.server("sessions-0"))
+        names = glob.glob(os.path.join(self.dir, "sessions-*"))
+        self.assertEqual(len(names), 1, names)
+        sessions = names[0]
+        os.unlink(sessions)
         s = self.server("sessions-1")
         c = s.client()
         self.turn(c, history(0), session="u0")
         target = self.target("target")
-        sessions = os.path.join(self.dir, "sessions")
         os.symlink(target, sessions + ".part")
         self.stop(s)                            # writes the sessions file
         self.assert_unchanged(target)
