@@ -228,20 +228,54 @@ static int engine_alloc_step(engine *e, gpt2d_error *err)
     return 0;
 }
 
-/* What the cached K/V were computed by: the model's shapes, its weights'
- * precision and the cache's.  Part of every block's identity. */
-static void cache_fingerprint(const model *m, bool kv_half,
-                              uint8_t out[SHA256_BYTES])
+/* The KV cache's identity: everything that decides a K/V value or what a
+ * kept token id means, so that blocks (and sessions) made under anything
+ * else are never taken for ours — on disk across restarts above all, where
+ * another model or other settings may have run on the same directory.
+ *   weights     the digest of every byte of the checkpoint (model.h);
+ *   shapes      config.json's, and LayerNorm's epsilon;
+ *   dtype       how the weights are held (--dtype: float, half or int8
+ *               panels; blas: float32);
+ *   arithmetic  how they are multiplied (forward_state_arithmetic:
+ *               portable or FMA panels, or OpenBLAS's build and core;
+ *               AVX2 and AVX-512 give the same bits, so share a cache);
+ *   KV dtype    --kv-dtype;
+ *   tokenizer   vocab.json and merges.txt (a session's history is ids);
+ *   release     a new release may change a kernel's arithmetic.
+ * With a disk tier it is logged, digests shortened, so that an operator
+ * can tell why another run's files are "of other models or settings". */
+static void cache_identity(const model *m, const tokenizer *tok,
+                           const forward_state *fwd, bool kv_half,
+                           bool log, uint8_t out[SHA256_BYTES])
 {
     const model_config *c = &m->config;
-    char text[256];
-    int n = snprintf(text, sizeof text,
-                     "gpt2d kv v1 layers=%zu heads=%zu embd=%zu ctx=%zu "
-                     "vocab=%zu eps=%a weights=%d kv=%s", c->n_layer,
-                     c->n_head, c->n_embd, c->n_ctx, c->vocab_size,
-                     (double)c->layer_norm_epsilon, (int)m->panel_dtype,
-                     kvcache_dtype_name(kv_half));
-    sha256(text, (size_t)n, out);
+    char arithmetic[256], text[512];
+    forward_state_arithmetic(fwd, arithmetic, sizeof arithmetic);
+    snprintf(text, sizeof text,
+             "release=%s layers=%zu heads=%zu embd=%zu ctx=%zu vocab=%zu "
+             "eps=%a dtype=%s arithmetic=%s kv=%s", PACKAGE_VERSION,
+             c->n_layer, c->n_head, c->n_embd, c->n_ctx, c->vocab_size,
+             (double)c->layer_norm_epsilon, model_dtype_name(m->dtype),
+             arithmetic, kvcache_dtype_name(kv_half));
+    uint8_t tok_digest[SHA256_BYTES];
+    tokenizer_digest(tok, tok_digest);
+    static const char label[] = "gpt2d kv v2";
+    sha256_ctx h;
+    sha256_init(&h);
+    sha256_update(&h, label, sizeof label);
+    sha256_update(&h, m->weights_digest, SHA256_BYTES);
+    sha256_update(&h, tok_digest, SHA256_BYTES);
+    sha256_update(&h, text, strlen(text) + 1);
+    sha256_final(&h, out);
+    if (!log)
+        return;
+    char hex[3][17];
+    const uint8_t *digests[3] = { out, m->weights_digest, tok_digest };
+    for (size_t d = 0; d < 3; d++)
+        for (size_t i = 0; i < 8; i++)
+            snprintf(hex[d] + 2 * i, 3, "%02x", digests[d][i]);
+    log_info("KV cache identity %s: weights %s, tokenizer %s, %s", hex[0],
+             hex[1], hex[2], text);
 }
 
 /* However tight --step-cost, a step beside streams carries this many
@@ -307,14 +341,19 @@ int engine_create(engine **out, const model *m, const tokenizer *tok,
         .max_seqs = cfg->n_slots, .half = cfg->kv_half,
         .disk_dir = cfg->kv_disk_dir, .disk_bytes = cfg->kv_disk_bytes,
         .now = monotonic_seconds() };
-    uint8_t fingerprint[SHA256_BYTES];
-    cache_fingerprint(m, cfg->kv_half, fingerprint);
     e->kv_blocks = kc.n_blocks;
     if (threadpool_create(&e->pool, cfg->n_threads, err) != 0
         || forward_state_create(&e->fwd, m, cfg->max_batch_rows,
                                    cfg->n_threads, err) != 0
-        || engine_alloc_step(e, err) != 0
-        || kvcache_create(&e->kv, &shape, &kc, fingerprint, err) != 0) {
+        || engine_alloc_step(e, err) != 0) {
+        engine_destroy(e);
+        return -1;
+    }
+    uint8_t identity[SHA256_BYTES];
+    cache_identity(m, tok, e->fwd, cfg->kv_half,
+                   cfg->kv_disk_dir != NULL && cfg->kv_disk_dir[0] != '\0',
+                   identity);
+    if (kvcache_create(&e->kv, &shape, &kc, identity, err) != 0) {
         engine_destroy(e);
         return -1;
     }

@@ -35,11 +35,15 @@ void kv_session_domain(const uint8_t domain[SHA256_BYTES], const char *session,
  * At shutdown the session records (owner, account, id, domain, the history
  * their last turn left cached, how long ago) are written beside the blocks, so
  * GET /v1/sessions lists them after a restart; their blocks are on disk.
- * The file names the model's fingerprint and ends with the SHA-256 of what
- * precedes it; one that does not check out is ignored with a log line.  It
- * is written to a new file and renamed, and read, never through a link
- * (kvdir.h); it is written after the disk tier closes, while the daemon
- * still holds the directory's lock. */
+ * The file is named after the cache's identity (sessions-, then its first
+ * eight bytes in hex): a run of another model or other settings on the
+ * same directory neither reads ours (ids mean other text under another
+ * tokenizer, histories other keys and values) nor writes over it, and a
+ * return to ours lists them again.  It holds the whole identity and ends
+ * with the SHA-256 of what precedes it; one that does not check out is
+ * ignored with a log line.  It is written to a new file and renamed, and
+ * read, never through a link (kvdir.h); it is written after the disk tier
+ * closes, while the daemon still holds the directory's lock. */
 
 static const char SESSIONS_MAGIC[8] = "GPT2DS2";  /* with its NUL */
 
@@ -164,20 +168,21 @@ static void sessions_load(kv_cache *c, double now)
         at += bytes;
     }
     if (!ok)
-        log_warn("KV cache: %s does not check out (another model or "
-                 "settings, or damaged): its sessions are not listed, though "
-                 "their history is found when they come back",
-                 c->sessions_path);
+        log_warn("KV cache: %s does not check out (damaged): its sessions "
+                 "are not listed, though their history is found when they "
+                 "come back", c->sessions_path);
     buf_free(&file);
 }
 
 int kv_sessions_open(kv_cache *c, const char *dir, double now,
                      gpt2d_error *err)
 {
-    size_t len = strlen(dir) + sizeof "/sessions";
+    size_t len = strlen(dir) + sizeof "/sessions-" + 16;
     if ((c->sessions_path = malloc(len)) == NULL)
         return error_set(err, "KV cache: out of memory");
-    snprintf(c->sessions_path, len, "%s/sessions", dir);
+    int at = snprintf(c->sessions_path, len, "%s/sessions-", dir);
+    for (size_t i = 0; i < 8; i++)
+        snprintf(c->sessions_path + at + 2 * i, 3, "%02x", c->fingerprint[i]);
     sessions_load(c, now);
     return 0;
 }

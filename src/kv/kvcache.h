@@ -150,8 +150,9 @@ size_t kvcache_blocks_per_context(const kv_shape *shape);
 
 /* Fails when the shapes make no heads, the budget cannot hold one full
  * context, or memory is short.  `fingerprint` (SHA256_BYTES) names the
- * model and settings whose K/V the blocks hold: part of every block's
- * identity. */
+ * model and settings whose K/V the blocks hold (engine.c's cache
+ * identity): part of every block's identity and of the sessions' file's
+ * name, so that nothing made under another is used. */
 int kvcache_create(kv_cache **out, const kv_shape *shape,
                    const kv_cache_config *kc, const uint8_t *fingerprint,
                    gpt2d_error *err);

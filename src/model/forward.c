@@ -379,6 +379,11 @@ cpu_isa forward_state_isa(const forward_state *st)
     return st->isa;
 }
 
+void forward_state_arithmetic(const forward_state *st, char *out, size_t size)
+{
+    matmul_arithmetic(st->blas, st->isa, out, size);
+}
+
 /* Checks the whole step before anything is written; fills the row tables. */
 static int plan_step(forward_state *st, const kv_geometry *kv,
                      const forward_seq *seqs, size_t n_seqs, size_t *n_rows,

@@ -67,6 +67,14 @@ void forward_state_free(forward_state *st);
 int forward_state_set_isa(forward_state *st, cpu_isa isa, gpt2d_error *err);
 cpu_isa forward_state_isa(const forward_state *st);
 
+/* The arithmetic this state's steps run with, by name: the products'
+ * (matmul_arithmetic), which alone differ between paths; attention,
+ * LayerNorm and the epilogues give the same bits under every instruction
+ * set (test_forward: blas on each).  Whoever keeps what the steps computed
+ * (the KV cache) keys it by this name. */
+void forward_state_arithmetic(const forward_state *st, char *out,
+                              size_t size);
+
 /* Runs one step.  Writes each sequence's new keys and values into its
  * blocks (the caller then commits them: kvcache_seq_commit).  `logits` receives
  * sum(n_logits) rows of vocab_size floats, in sequence order, each

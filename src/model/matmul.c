@@ -25,6 +25,7 @@
 
 #include <cblas.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "model/vecmath.h"
@@ -693,6 +694,27 @@ void matmul_forward(const matmul_ctx *ctx, const matmul_args *p)
     per = (per + COL_ALIGN - 1) / COL_ALIGN * COL_ALIGN;
     matmul_job j = { .p = p, .ctx = ctx, .cols_per_task = per };
     threadpool_run(pool, (p->N + per - 1) / per, matmul_task, &j);
+}
+
+void matmul_arithmetic(bool blas, cpu_isa isa, char *out, size_t size)
+{
+    if (!blas) {
+        /* tiles_for: AVX2 and AVX-512 tiles, else matmul_generic */
+        snprintf(out, size, "panels %s",
+                 isa >= CPU_ISA_AVX2 ? "fma" : "portable");
+        return;
+    }
+    const char *config = "(OpenBLAS's build unknown)", *core = "";
+#ifdef HAVE_OPENBLAS_GET_CONFIG
+    config = openblas_get_config();
+#endif
+#ifdef HAVE_OPENBLAS_GET_CORENAME
+    core = openblas_get_corename();
+#endif
+    /* a DYNAMIC_ARCH build's config names its core already */
+    const bool named = strstr(config, core) != NULL;
+    snprintf(out, size, "blas %s%s%s", config, named ? "" : "; core ",
+             named ? "" : core);
 }
 
 size_t matmul_scratch_floats(size_t max_rows)

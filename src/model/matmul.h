@@ -59,4 +59,17 @@ typedef struct matmul_ctx {
 
 void matmul_forward(const matmul_ctx *ctx, const matmul_args *p);
 
+/* The arithmetic products run with under `blas` and `isa`, by a name that
+ * differs wherever their bits may and is the same where they are promised
+ * the same (the KV cache's identity holds it, engine.c), into out
+ * (NUL-terminated, cut to `size`):
+ *   "panels fma"       the AVX2 and AVX-512 tiles: the same FMA chains,
+ *                      the same bits (test_forward holds them to it);
+ *   "panels portable"  the portable build: a multiply, then an add;
+ *   "blas ..."         OpenBLAS's build and the kernels it chose for this
+ *                      CPU (openblas_get_config, openblas_get_corename):
+ *                      another library or another CPU, other bits.
+ * The epilogues give the same bits under every instruction set. */
+void matmul_arithmetic(bool blas, cpu_isa isa, char *out, size_t size);
+
 #endif

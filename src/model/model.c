@@ -10,7 +10,10 @@
  * scratch buffer of one matrix when they need widening), and their mapped
  * pages released: no float copy of a matrix outlives the load.  For the
  * blas backend the matrices are instead views of the mapping, or one
- * widened F32 copy. */
+ * widened F32 copy.
+ *
+ * While it does, a helper thread digests the whole file (weights_digest.h):
+ * the weights' identity, which the KV cache keys its blocks by. */
 #include "model/model.h"
 #include "core/buf.h"
 
@@ -30,6 +33,7 @@
 #include "core/half.h"
 #include "model/panels.h"
 #include "model/safetensors.h"
+#include "model/weights_digest.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "safetensors data is little-endian; big-endian hosts are not supported"
@@ -620,6 +624,9 @@ int model_load_for(model *m, const char *dir, model_dtype dtype,
     loader L = {.path = path};
     gpt2d_error parse_err;
     int rc = -1;
+    weights_digest *digest = NULL;
+    if (weights_digest_start(&digest, m->map, m->map_size, err) != 0)
+        goto out;
     if (safetensors_parse(m->map, m->map_size, &L.file, &parse_err) != 0) {
         error_set(err, "%s: %s", path, parse_err.message);
         goto out;
@@ -640,8 +647,16 @@ int model_load_for(model *m, const char *dir, model_dtype dtype,
                                         : pack_weights(m, &L, err)) != 0)
         goto out;
     m->weight_bytes = weight_bytes_per_token(&m->config, m->panel_dtype);
+    weights_digest_finish(digest, m->weights_digest);
+    digest = NULL;
+    /* The digest read every page, some after the packing had given them
+     * back: all go back now.  Nothing here reads a view (they are
+     * pointers), so the views' pages fault in on first use, as they
+     * would have without the digest. */
+    release_mapped(m, m->map, m->map_size);
     rc = 0;
 out:
+    weights_digest_cancel(digest);
     free(L.used);
     buf_free(&L.bindings);
     free(L.layer_src);

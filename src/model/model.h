@@ -23,9 +23,11 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "core/dtype.h"
 #include "core/error.h"
+#include "core/sha256.h"
 #include "model/panels.h"
 
 typedef struct model_config {
@@ -75,6 +77,9 @@ typedef struct model {
     model_dtype dtype;          /* what --dtype resolved to (never AUTO) */
     model_matmul matmul;        /* what --matmul resolved to (never AUTO) */
     char name[256];             /* directory basename, reported as model id */
+    /* every byte of model.safetensors, digested (weights_digest.h): what
+     * the KV cache's identity knows the weights by */
+    uint8_t weights_digest[SHA256_BYTES];
     size_t weight_bytes;        /* bytes of weights a forward pass reads */
     /* private */
     void *map;

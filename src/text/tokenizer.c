@@ -23,6 +23,7 @@
  * bytes; the cache is the only mutable state and has its own mutex. */
 #include "text/tokenizer.h"
 #include "core/buf.h"
+#include "core/sha256.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -101,6 +102,8 @@ struct tokenizer {
     /* The one mutable part, behind a pointer so that encode can use it
      * through a const tokenizer. */
     struct word_cache *cache;
+
+    uint8_t digest[SHA256_BYTES];       /* tokenizer_digest */
 };
 
 /* ---- small helpers ---- */
@@ -248,12 +251,14 @@ static int read_file(const char *path, char **data, size_t *len,
 }
 
 static int load_vocab(tokenizer *tok, const char *path,
-                      const int16_t cp_to_byte[324], gpt2d_error *err)
+                      const int16_t cp_to_byte[324],
+                      uint8_t digest[SHA256_BYTES], gpt2d_error *err)
 {
     char *data = NULL;
     size_t len = 0;
     if (read_file(path, &data, &len, err) != 0)
         return -1;
+    sha256(data, len, digest);
     json_error_t jerr;
     json_t *root = json_loadb(data, len, JSON_REJECT_DUPLICATES, &jerr);
     free(data);
@@ -428,12 +433,14 @@ static int32_t merge_side(const tokenizer *tok, const int16_t cp_to_byte[324],
 }
 
 static int load_merges(tokenizer *tok, const char *path,
-                       const int16_t cp_to_byte[324], gpt2d_error *err)
+                       const int16_t cp_to_byte[324],
+                       uint8_t digest[SHA256_BYTES], gpt2d_error *err)
 {
     char *data = NULL;
     size_t len = 0;
     if (read_file(path, &data, &len, err) != 0)
         return -1;
+    sha256(data, len, digest);
     int rc = -1;
     char *scratch = NULL;
 
@@ -530,9 +537,17 @@ int tokenizer_load(tokenizer **out, const char *vocab_json_path,
     for (int b = 0; b < 256; b++)
         cp_to_byte[byte_to_cp[b]] = (int16_t)b;
 
-    if (load_vocab(tok, vocab_json_path, cp_to_byte, err) != 0 ||
-        load_merges(tok, merges_path, cp_to_byte, err) != 0)
+    /* the files' own digests, then one of both (tokenizer_digest) */
+    uint8_t files[2][SHA256_BYTES];
+    if (load_vocab(tok, vocab_json_path, cp_to_byte, files[0], err) != 0 ||
+        load_merges(tok, merges_path, cp_to_byte, files[1], err) != 0)
         goto fail;
+    static const char label[] = "gpt2d tokenizer v1";
+    sha256_ctx h;
+    sha256_init(&h);
+    sha256_update(&h, label, sizeof label);
+    sha256_update(&h, files, sizeof files);
+    sha256_final(&h, tok->digest);
     if (cache_new(&tok->cache, err) != 0)
         goto fail;
     tok->is_utf8 = malloc(tok->n_vocab * sizeof *tok->is_utf8);
@@ -561,6 +576,11 @@ void tokenizer_free(tokenizer *tok)
     free(tok->vocab_slots);
     free(tok->merges);
     free(tok);
+}
+
+void tokenizer_digest(const tokenizer *tok, uint8_t out[SHA256_BYTES])
+{
+    memcpy(out, tok->digest, SHA256_BYTES);
 }
 
 size_t tokenizer_vocab_size(const tokenizer *tok)

@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "core/error.h"
+#include "core/sha256.h"
 
 #define TOKENIZER_EOT 50256     /* <|endoftext|> */
 
@@ -21,6 +22,11 @@ int tokenizer_load(tokenizer **out, const char *vocab_json_path,
 void tokenizer_free(tokenizer *tok);
 
 size_t tokenizer_vocab_size(const tokenizer *tok);
+/* What the tokenizer was loaded from: the SHA-256 of vocab.json's bytes
+ * and of merges.txt's, digested together.  Part of the KV cache's
+ * identity: a session's history is kept as token ids, which spell other
+ * text under another vocabulary. */
+void tokenizer_digest(const tokenizer *tok, uint8_t out[SHA256_BYTES]);
 /* Bytes of the longest token: a text of B bytes is at least
  * B / tokenizer_longest_token() tokens, known before encoding it. */
 size_t tokenizer_longest_token(const tokenizer *tok);

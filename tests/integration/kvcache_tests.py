@@ -17,6 +17,11 @@ contexts of the tiny model) so that sessions spill to disk:
                    file; a cache directory of another model; a disk that
                    refuses writes (a file-size limit): each serves correct
                    answers and says what it skipped.
+  Identity         the directory of a model of the same shape with other
+                   weights, of --matmul panels under blas, of other panel
+                   kernels: nothing reused, answers (text and logprobs) as
+                   cold; the same model restarted, or kernels that give the
+                   same bits, reuse it all.
   Budgets          RAM never above --kv-memory, the directory never above
                    --kv-disk.
   SharedContext    a prompt array of 4 prompts over one 400-token context
@@ -32,6 +37,7 @@ contexts of the tiny model) so that sessions spill to disk:
 
 import glob
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -43,7 +49,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 from gpt2d_client import NO_EOT, Server, metric_sum  # noqa: E402
-from testlib import (GPT2D, TINY, Case,  # noqa: E402
+from testlib import (GPT2D, SRCDIR, TINY, Case,  # noqa: E402
                      long_context_model, run_module, wait_for)
 
 WORKDIR = os.environ.get("GPT2D_KVCACHE_WORKDIR", tempfile.gettempdir())
@@ -68,10 +74,10 @@ class CacheCase(Case):
             s.kill()
 
     def server(self, name, extra=(), disk="4M", model=TINY, binary=GPT2D,
-               ram=RAM):
+               ram=RAM, env=None):
         args = ["--slots", "2", "--threads", "1", "--kv-memory", str(ram),
                 "--kv-cache-dir", self.dir, "--kv-disk", disk] + list(extra)
-        s = Server(binary, model, WORKDIR, args, name=name).start()
+        s = Server(binary, model, WORKDIR, args, env=env, name=name).start()
         self.servers.append(s)
         return s
 
@@ -203,14 +209,17 @@ class Faults(CacheCase):
                 f.write(bytes([b[0] ^ 0x40]))
         with open(files[0], "r+b") as f:
             f.truncate(300)
-        with open(os.path.join(self.dir, "sessions"), "r+b") as f:
+        sessions = glob.glob(os.path.join(self.dir, "sessions-*"))
+        self.assertEqual(len(sessions), 1, sessions)
+        with open(sessions[0], "r+b") as f:
             f.seek(60)
             b = f.read(1)
             f.seek(60)
             f.write(bytes([b[0] ^ 1]))
         s = self.server("damage-2")
         self.assertIn("1 damaged files removed", self.log(s))
-        self.assertIn("sessions does not check out", self.log(s))
+        self.assertRegex(self.log(s),
+                         r"sessions-[0-9a-f]{16} does not check out")
         c = s.client()
         for u in range(6):
             prompt = history(u) + [5, 6]
@@ -265,6 +274,127 @@ class Faults(CacheCase):
         self.assertIn("cannot write", self.log(s))
         self.assertEqual(self.files(), [])
         s.kill()
+
+
+def tiny_shaped(seed):
+    """A model of tiny's shape and vocabulary (2 layers, 4 heads, 64 wide,
+    64 positions: the same config.json, the same block files) with other
+    weights, from `seed`, made once."""
+    out = os.path.join(WORKDIR, "tiny-shaped-%d" % seed)
+    if not os.path.exists(os.path.join(out, "model.safetensors")):
+        subprocess.run(
+            [sys.executable, os.path.join(SRCDIR, "tests", "reference",
+                                          "make_model.py"),
+             out, "--vocab-dir", TINY, "--n-layer", "2", "--n-head", "4",
+             "--n-embd", "64", "--n-ctx", "64", "--seed", str(seed)],
+            check=True, stdout=subprocess.DEVNULL,
+            env=dict(os.environ, PYTHONDONTWRITEBYTECODE="1"))
+    return out
+
+
+def cpu_has(flag):
+    with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
+        return any(flag in line.split() for line in f
+                   if line.startswith("flags"))
+
+
+class Identity(CacheCase):
+    """Issue 25: the disk tier's files were keyed by the model's shapes and
+    dtypes, not its weights nor the kernels: a same-shaped model, or blas
+    after panels, took another's keys and values for its own."""
+
+    def scored(self, c, prompt, session=None, salt=None):
+        """text, logprobs (5 alternatives a token) and cached_tokens of a
+        greedy turn."""
+        body = dict(prompt=prompt, max_tokens=4, temperature=0,
+                    logit_bias=NO_EOT, logprobs=5)
+        if session is not None:
+            body["session_id"] = session
+        if salt is not None:
+            body["cache_salt"] = salt
+        r = c.post("/v1/completions", body)
+        self.assertEqual(r.status, 200, r)
+        choice = r.json["choices"][0]
+        return (choice["text"], choice["logprobs"],
+                r.json["usage"]["prompt_tokens_details"]["cached_tokens"])
+
+    def assert_as_cold(self, s, users, cached):
+        """Each user's next turn reuses `cached` tokens and answers, text
+        and logprobs to the bit (JSON carries 17 digits), as the same
+        request with nothing to reuse."""
+        c = s.client()
+        for u in users:
+            prompt = history(u) + [1]
+            text, logprobs, got = self.scored(c, prompt, session="u%d" % u)
+            self.assertEqual(got, cached, u)
+            self.salt = getattr(self, "salt", 0) + 1
+            cold = self.scored(c, prompt, salt="cold-%d" % self.salt)
+            self.assertEqual(cold[2], 0)
+            self.assertEqual((text, logprobs), cold[:2], u)
+
+    def foreign(self, s):
+        found = re.search(r"(\d+) of other models or settings ignored",
+                          self.log(s))
+        self.assertIsNotNone(found, s.log_tail())
+        return int(found.group(1))
+
+    def fill_and_stop(self, name, **kw):
+        """Six sessions under a server of `kw`, stopped: their files."""
+        s = self.server(name, **kw)
+        self.fill(s)
+        self.stop(s)
+        files = self.files()
+        self.assertGreater(len(files), 0)
+        return files
+
+    def test_a_model_with_other_weights_reuses_nothing(self):
+        theirs = self.fill_and_stop("weights-1")
+        s = self.server("weights-2", model=tiny_shaped(25))
+        self.assertEqual(self.foreign(s), len(theirs))
+        self.assertEqual(s.client().get("/v1/sessions").json["data"], [])
+        self.assert_as_cold(s, (0, 5), 0)
+        self.stop(s)
+        for path in theirs:                     # left alone, not ours
+            self.assertTrue(os.path.exists(path), path)
+
+    def test_matmul_blas_after_panels_reuses_nothing(self):
+        theirs = self.fill_and_stop("blas-1", extra=["--matmul", "panels"])
+        s = self.server("blas-2", extra=["--matmul", "blas"])
+        self.assertEqual(self.foreign(s), len(theirs))
+        self.assert_as_cold(s, (0, 5), 0)
+        self.stop(s)
+
+    def test_the_same_model_restarted_reuses_its_cache(self):
+        """Also after another model ran on the directory: its files, and
+        its sessions' file, are still ours."""
+        ours = self.fill_and_stop("again-1")
+        s = self.server("again-2", model=tiny_shaped(25))
+        self.assert_as_cold(s, (1,), 0)
+        self.stop(s)
+        theirs = len(self.files()) - len(ours)
+        self.assertGreater(theirs, 0)
+        s = self.server("again-3")
+        self.assertEqual(self.foreign(s), theirs)
+        listed = {x["id"] for x in s.client().get("/v1/sessions").json["data"]}
+        self.assertEqual(listed, {"u%d" % u for u in range(6)})
+        self.assert_as_cold(s, (0, 5), 40)      # the whole history
+        self.stop(s)
+
+    def test_panel_kernels_share_a_cache_where_their_bits_are_the_same(self):
+        """AVX2 and AVX-512 tiles give the same bits, so one's cache is the
+        other's; the portable kernels' differ, so theirs is not."""
+        if not cpu_has("avx2"):
+            self.skipTest("no AVX2: only the portable kernels run here")
+        theirs = self.fill_and_stop("isa-1", env={"GPT2D_ISA": "avx2"})
+        if cpu_has("avx512f"):
+            s = self.server("isa-2", env={"GPT2D_ISA": "avx512"})
+            self.assertEqual(self.foreign(s), 0)
+            self.assert_as_cold(s, (0, 5), 40)
+            self.stop(s)
+        s = self.server("isa-3", env={"GPT2D_ISA": "portable"})
+        self.assertGreaterEqual(self.foreign(s), len(theirs))
+        self.assert_as_cold(s, (0, 5), 0)
+        self.stop(s)
 
 
 class Budgets(CacheCase):
@@ -512,11 +642,16 @@ class Directory(CacheCase):
         self.stop(s)
 
     def test_links_planted_at_the_sessions_file_are_not_followed(self):
+        # the file's name holds the cache's identity: a first run shows it
+        self.stop(self.server("sessions-0"))
+        names = glob.glob(os.path.join(self.dir, "sessions-*"))
+        self.assertEqual(len(names), 1, names)
+        sessions = names[0]
+        os.unlink(sessions)
         s = self.server("sessions-1")
         c = s.client()
         self.turn(c, history(0), session="u0")
         target = self.target("target")
-        sessions = os.path.join(self.dir, "sessions")
         os.symlink(target, sessions + ".part")
         self.stop(s)                            # writes the sessions file
         self.assert_unchanged(target)

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # test_kvcache.sh — the KV cache's tiers against real gpt2d processes on
 # 127.0.0.1: conversations after a restart, kill -9, damaged files, another
-# model's cache directory, a disk that refuses writes, the RAM and disk
-# budgets, and a shared context computed once
+# model's cache directory (other shapes; the same shape with other weights;
+# other kernels), a disk that refuses writes, the RAM and disk budgets, and
+# a shared context computed once
 # (tests/integration/kvcache_tests.py, which starts its own servers).  Ends
 # with the line "N passed, N failed".
 #

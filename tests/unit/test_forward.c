@@ -1250,6 +1250,88 @@ START_TEST(test_avx2_and_avx512_give_the_same_bits)
 }
 END_TEST
 
+/* The KV cache keys what the steps computed by forward_state_arithmetic,
+ * which names only the products' arithmetic: so everything else must give
+ * the same bits under every instruction set.  Under blas the products are
+ * OpenBLAS's whatever GPT2D_ISA says, and attention, LayerNorm and the
+ * epilogues follow the instruction set: the logits must not move. */
+START_TEST(test_blas_gives_the_same_bits_under_every_instruction_set)
+{
+    const size_t mi = ref_model(_i);
+    model_dtype dtype;
+    ck_assert_int_eq(model_dtype_parse(json_string_value(json_object_get(
+                         fx_model_json(mi), "load_dtype")), &dtype), 0);
+    if (model_dtype_needs_panels(dtype)) {
+        printf("case %s: blas cannot hold it\n", fx_model_name(mi));
+        return;
+    }
+    const size_t vocab = (size_t)json_integer_value(
+        json_object_get(fx_model_json(mi), "vocab_size"));
+    const size_t ci = fx_seq_find(mi, "context");
+    fx_seq p, g, ctx;
+    fx_seq_load(mi, fx_seq_find(mi, "prompt"), vocab, &p);
+    fx_seq_load(mi, fx_seq_find(mi, "greedy"), vocab, &g);
+    if (ci != SIZE_MAX)
+        fx_seq_load(mi, ci, vocab, &ctx);
+    float *got[CPU_ISA_COUNT] = { NULL };
+    size_t count = 0;
+    for (int isa = 0; isa <= (int)cpu_isa_supported(); isa++) {
+        kernel_path path = { .matmul = MODEL_MATMUL_BLAS,
+                             .isa = (cpu_isa)isa };
+        snprintf(path.name, sizeof path.name, "blas-%s",
+                 cpu_isa_name(path.isa));
+        got[isa] = vector_path_logits(mi, &path, &p, &g,
+                                      ci != SIZE_MAX ? &ctx : NULL, &count);
+    }
+    for (int isa = 1; isa <= (int)cpu_isa_supported(); isa++) {
+        const double d = max_abs_diff(got[0], got[isa], count);
+        ck_assert_msg(memcmp(got[0], got[isa], count * sizeof(float)) == 0,
+                      "%s: blas logits under %s and portable differ (max "
+                      "|diff| %.3g): attention, LayerNorm and the epilogues "
+                      "promise the same bits", fx_model_name(mi),
+                      cpu_isa_name((cpu_isa)isa), d);
+    }
+    for (int isa = 0; isa <= (int)cpu_isa_supported(); isa++)
+        free(got[isa]);
+    fx_seq_free(&p);
+    fx_seq_free(&g);
+    if (ci != SIZE_MAX)
+        fx_seq_free(&ctx);
+}
+END_TEST
+
+/* The names split exactly where the bits do: portable panels from the
+ * FMA tiles, AVX2 with AVX-512 (the same bits, above), blas from panels
+ * and the same under every instruction set. */
+START_TEST(test_arithmetic_names_split_where_the_bits_do)
+{
+    char name[2][CPU_ISA_COUNT][256];
+    for (int b = 0; b < 2; b++) {
+        harness h;
+        kernel_path path = { .name = "names",
+                             .matmul = b ? MODEL_MATMUL_BLAS
+                                         : MODEL_MATMUL_PANELS,
+                             .isa = CPU_ISA_PORTABLE };
+        ck_assert(harness_open_path(&h, g_tiny, &path, 1, MAX_ROWS));
+        for (int isa = 0; isa <= (int)cpu_isa_supported(); isa++) {
+            ck_assert_int_eq(forward_state_set_isa(h.st, (cpu_isa)isa,
+                                                   &h.err), 0);
+            forward_state_arithmetic(h.st, name[b][isa], sizeof name[b][isa]);
+            printf("%s under %s: %s\n", b ? "blas" : "panels",
+                   cpu_isa_name((cpu_isa)isa), name[b][isa]);
+            ck_assert_str_ne(name[b][isa], "");
+        }
+        harness_close(&h);
+    }
+    ck_assert_str_eq(name[0][CPU_ISA_PORTABLE], "panels portable");
+    for (int isa = 1; isa <= (int)cpu_isa_supported(); isa++) {
+        ck_assert_str_eq(name[0][isa], "panels fma");
+        ck_assert_str_eq(name[1][isa], name[1][CPU_ISA_PORTABLE]);
+    }
+    ck_assert(strncmp(name[1][0], "blas ", 5) == 0);
+}
+END_TEST
+
 /* ---- suite ---- */
 
 static int load_cases(void)
@@ -1367,6 +1449,11 @@ static Suite *forward_suite(void)
     else    /* say so: a runner without AVX-512 (or valgrind) skips it */
         fprintf(stderr, "test_forward: AVX2 against AVX-512: not run (the "
                 "CPU has no AVX-512F)\n");
+    /* what the KV cache's identity assumes of the other kernels */
+    tcase_add_loop_test(paths,
+                        test_blas_gives_the_same_bits_under_every_instruction_set,
+                        0, (int)g_n_run_models);
+    tcase_add_test(paths, test_arithmetic_names_split_where_the_bits_do);
     suite_add_tcase(s, paths);
 
     /* every int8 variant under every panel path (blas is the last path) */

@@ -14,7 +14,9 @@
 #include "kv/kvdir.h"
 #include "test_util.h"
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <time.h>
 #include <unistd.h>
 
 #define B KV_BLOCK_TOKENS
@@ -823,6 +825,94 @@ START_TEST(test_another_accounts_churn_cannot_evict_an_account_below_its_disk_sh
 }
 END_TEST
 
+/* ---- identities on disk ---- */
+
+/* A cache of `identity` on the disk directory `dir`. */
+static kv_cache *open_on_disk(const char *dir, uint8_t identity)
+{
+    uint8_t id[SHA256_BYTES] = { identity };
+    kv_cache *c = NULL;
+    gpt2d_error err;
+    kv_cache_config kc = {
+        .n_blocks = 16, .max_seqs = 2, .disk_dir = dir,
+        .disk_bytes = 64 * (256 + kvcache_block_bytes(&cfg, false)) };
+    ck_assert_msg(kvcache_create(&c, &cfg, &kc, id, &err) == 0, "%s",
+                  err.message);
+    return c;
+}
+
+/* run(), waiting for what comes from disk. */
+static size_t run_waiting(kv_cache *c, const kv_identity *id,
+                          const char *session, const int32_t *tokens,
+                          size_t n_prompt)
+{
+    size_t seq, reused;
+    ck_assert_int_eq(begin(c, id, session, tokens, n_prompt, n_prompt, &seq,
+                           &reused), KV_BEGUN);
+    while (!kvcache_seq_ready(c, seq, &reused))
+        nanosleep(&(struct timespec){ .tv_nsec = 1000000 }, NULL);
+    assert_cache_holds(c, seq, tokens);
+    compute(c, seq, tokens + reused, n_prompt - reused);
+    kvcache_seq_end(c, seq, 0);
+    return reused;
+}
+
+/* Files in `dir` whose name starts with `prefix`. */
+static size_t count_files(const char *dir, const char *prefix)
+{
+    DIR *d = opendir(dir);
+    ck_assert_ptr_nonnull(d);
+    size_t n = 0;
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL)
+        n += de->d_name[0] != '.'
+             && strncmp(de->d_name, prefix, strlen(prefix)) == 0;
+    closedir(d);
+    return n;
+}
+
+/* Blocks and sessions made under one identity (another model, or other
+ * settings: engine.c) are not another's: a cache of identity 43 on 42's
+ * directory counts 42's files as foreign, reuses none of them, lists none
+ * of its sessions, and leaves both alone, sessions file included, so that
+ * 42, back, finds all of it. */
+START_TEST(test_another_identitys_blocks_and_sessions_are_neither_used_nor_overwritten)
+{
+    char dir[300];
+    test_scratch_path(dir, sizeof dir, "kvident-XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    kv_identity a = who(1, 1);
+    int32_t t[64];
+    fill(t, 64, 10);
+    kv_session_info info[4];
+
+    kv_cache *c = open_on_disk(dir, 42);
+    ck_assert_uint_eq(run(c, &a, "chat", t, 40, 4), 0);
+    kvcache_free(c);                    /* writes RAM and the sessions out */
+    const size_t files = count_files(dir, "");
+    ck_assert_uint_eq(count_files(dir, "sessions-2a00000000000000"), 1);
+    ck_assert_uint_ge(files, 3 + 1);    /* 44 positions, and the sessions */
+
+    c = open_on_disk(dir, 43);
+    kv_stats st = kvcache_stats(c);
+    ck_assert_uint_eq(st.disk_stats.foreign, files - 1);
+    ck_assert_uint_eq(st.disk_stats.blocks, 0);
+    ck_assert_uint_eq(kvcache_sessions(c, a.owner, info, 4), 0);
+    ck_assert_uint_eq(run_waiting(c, &a, "chat", t, 46), 0);
+    ck_assert_uint_eq(run_waiting(c, &a, NULL, t, 46), 0);
+    kvcache_free(c);
+    ck_assert_uint_eq(count_files(dir, "sessions-2b00000000000000"), 1);
+
+    c = open_on_disk(dir, 42);
+    ck_assert_uint_eq(kvcache_sessions(c, a.owner, info, 4), 1);
+    ck_assert_str_eq(info[0].id, "chat");
+    ck_assert_uint_eq(info[0].n_tokens, 44);
+    ck_assert_uint_eq(run_waiting(c, &a, "chat", t, 46), 44);
+    kvcache_free(c);
+    test_remove_tree(dir);
+}
+END_TEST
+
 START_TEST(test_blocks_needed_counts_what_siblings_share)
 {
     ck_assert_uint_eq(kvcache_blocks_needed(4, 54, 1), 4);
@@ -1007,9 +1097,10 @@ START_TEST(test_a_link_at_a_block_file_is_not_read)
 }
 END_TEST
 
-/* The sessions file, written at shutdown to "sessions.part" and renamed,
- * follows no link either way: the file a link at "sessions.part" points
- * to is left as it was, and a link at "sessions" is not read. */
+/* The sessions file, written at shutdown to "sessions-ID.part" and
+ * renamed (ID: the first bytes of the cache's identity, 42 here), follows
+ * no link either way: the file a link at "sessions-ID.part" points to is
+ * left as it was, and a link at "sessions-ID" is not read. */
 START_TEST(test_links_at_the_sessions_file_and_its_part_are_not_followed)
 {
     char dir[300], target[300], elsewhere[300], part[400], file[400];
@@ -1017,8 +1108,8 @@ START_TEST(test_links_at_the_sessions_file_and_its_part_are_not_followed)
     test_scratch_path(dir, sizeof dir, "link-sessions");
     test_scratch_path(target, sizeof target, "link-sessions-target");
     test_scratch_path(elsewhere, sizeof elsewhere, "link-sessions-elsewhere");
-    snprintf(part, sizeof part, "%s/sessions.part", dir);
-    snprintf(file, sizeof file, "%s/sessions", dir);
+    snprintf(part, sizeof part, "%s/sessions-2a00000000000000.part", dir);
+    snprintf(file, sizeof file, "%s/sessions-2a00000000000000", dir);
     write_text(target, "not the cache's\n");
     kv_cache_config kc = { .n_blocks = 8, .max_seqs = 1, .disk_dir = dir,
                            .disk_bytes = disk_config(dir, 16).max_bytes };
@@ -1173,6 +1264,7 @@ int main(void)
     tcase_add_test(tc, test_eviction_takes_from_the_largest_account_in_its_lru_order);
     tcase_add_test(tc, test_sessions_are_counted_per_account);
     tcase_add_test(tc, test_another_accounts_churn_cannot_evict_an_account_below_its_disk_share);
+    tcase_add_test(tc, test_another_identitys_blocks_and_sessions_are_neither_used_nor_overwritten);
     suite_add_tcase(s, tc);
     tc = tcase_create("directory");
     tcase_add_unchecked_fixture(tc, test_scratch_make, test_scratch_remove);

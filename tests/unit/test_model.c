@@ -13,8 +13,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/bulk_digest.h"
 #include "model/model.h"
 #include "model/panels.h"
+#include "model/weights_digest.h"
 #include "test_util.h"
 
 enum { L = 2, C = 8, H = 2, V = 10, T = 4, MAX_TENSORS = 64 };
@@ -737,6 +739,131 @@ START_TEST(test_refuses_header_that_lies_about_offsets)
 }
 END_TEST
 
+/* ---- the weights' digest ---- */
+
+/* weights_digest.h's definition, computed here on one thread from the
+ * file's bytes as read(): the loader's helper thread and the pieces it
+ * shares with the loading thread must give the same. */
+static void file_digest(const char *dir, uint8_t out[SHA256_BYTES])
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    FILE *f = fopen(path, "rb");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_int_eq(fseek(f, 0, SEEK_END), 0);
+    const size_t size = (size_t)ftell(f);
+    rewind(f);
+    unsigned char *bytes = malloc(size);
+    ck_assert_ptr_nonnull(bytes);
+    ck_assert_uint_eq(fread(bytes, 1, size, f), size);
+    fclose(f);
+    static const char label[] = "gpt2d weights v1";
+    uint8_t le[8];
+    for (size_t b = 0; b < 8; b++)
+        le[b] = (uint8_t)((uint64_t)size >> (8 * b));
+    sha256_ctx h;
+    sha256_init(&h);
+    sha256_update(&h, label, sizeof label);
+    sha256_update(&h, le, sizeof le);
+    for (size_t at = 0; at < size; at += WEIGHTS_DIGEST_PIECE) {
+        uint8_t d[BULK_DIGEST_BYTES];
+        size_t len = size - at < WEIGHTS_DIGEST_PIECE ? size - at
+                                                      : WEIGHTS_DIGEST_PIECE;
+        bulk_digest(bytes + at, len, d);
+        sha256_update(&h, d, sizeof d);
+    }
+    sha256_final(&h, out);
+    free(bytes);
+}
+
+static void loaded_digest(model_dtype dtype, model_matmul matmul,
+                          uint8_t out[SHA256_BYTES])
+{
+    model m;
+    gpt2d_error err = {{0}};
+    ck_assert_msg(model_load_for(&m, tmpdir, dtype, matmul, &err) == 0, "%s",
+                  err.message);
+    memcpy(out, m.weights_digest, SHA256_BYTES);
+    model_free(&m);
+}
+
+/* Flips one bit of model.safetensors at `at` bytes from its end. */
+static void flip_from_end(size_t at)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/model.safetensors", tmpdir);
+    FILE *f = fopen(path, "r+b");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_int_eq(fseek(f, -(long)at, SEEK_END), 0);
+    int c = fgetc(f);
+    ck_assert_int_ne(c, EOF);
+    ck_assert_int_eq(fseek(f, -(long)at, SEEK_END), 0);
+    fputc(c ^ 0x10, f);
+    fclose(f);
+}
+
+/* A file of several pieces (an ignored mask buffer makes it large): the
+ * loader's digest is the definition's, and a byte changed in the first
+ * piece (a weight), in the header (a name's spelling) or in the last
+ * piece changes it. */
+START_TEST(test_weights_digest_covers_every_piece_of_the_file)
+{
+    spec s;
+    gpt2_spec(&s, "");
+    const size_t rows = test_count(4096, 1700);     /* 40 or 17 MiB */
+    add(&s, "", "h.0.attn.bias", rows, 2560);
+    write_text(tmpdir, "config.json", VALID_CONFIG);
+    write_safetensors(tmpdir, &s, 0);
+    uint8_t want[SHA256_BYTES], got[SHA256_BYTES], before[SHA256_BYTES];
+    file_digest(tmpdir, want);
+    loaded_digest(MODEL_DTYPE_FLOAT32, MODEL_MATMUL_PANELS, got);
+    ck_assert(memcmp(got, want, SHA256_BYTES) == 0);
+
+    memcpy(before, got, SHA256_BYTES);
+    flip_from_end(1);                   /* the buffer's last byte */
+    file_digest(tmpdir, want);
+    loaded_digest(MODEL_DTYPE_FLOAT32, MODEL_MATMUL_PANELS, got);
+    ck_assert(memcmp(got, want, SHA256_BYTES) == 0);
+    ck_assert(memcmp(got, before, SHA256_BYTES) != 0);
+
+    memcpy(before, got, SHA256_BYTES);
+    find(&s, "wte.weight")->scale *= 1.0f + 1.0f / 1024;   /* other weights */
+    write_safetensors(tmpdir, &s, 0);
+    file_digest(tmpdir, want);
+    loaded_digest(MODEL_DTYPE_FLOAT32, MODEL_MATMUL_PANELS, got);
+    ck_assert(memcmp(got, want, SHA256_BYTES) == 0);
+    ck_assert(memcmp(got, before, SHA256_BYTES) != 0);
+
+    memcpy(before, got, SHA256_BYTES);
+    gpt2_spec(&s, "transformer.");      /* the same weights, other names */
+    add(&s, "transformer.", "h.0.attn.bias", rows, 2560);
+    write_safetensors(tmpdir, &s, 0);
+    loaded_digest(MODEL_DTYPE_FLOAT32, MODEL_MATMUL_PANELS, got);
+    ck_assert(memcmp(got, before, SHA256_BYTES) != 0);
+}
+END_TEST
+
+/* The digest names the file, not how it is held: --dtype and --matmul
+ * are the KV cache identity's own parts (engine.c). */
+START_TEST(test_weights_digest_is_the_files_whatever_the_dtype_or_backend)
+{
+    spec s;
+    write_valid(&s, "");
+    uint8_t want[SHA256_BYTES], got[SHA256_BYTES];
+    file_digest(tmpdir, want);
+    static const model_dtype dtypes[] = {MODEL_DTYPE_FLOAT32,
+                                         MODEL_DTYPE_FLOAT16,
+                                         MODEL_DTYPE_INT8};
+    for (size_t i = 0; i < 3; i++) {
+        loaded_digest(dtypes[i], MODEL_MATMUL_PANELS, got);
+        ck_assert_msg(memcmp(got, want, SHA256_BYTES) == 0, "%s",
+                      model_dtype_name(dtypes[i]));
+    }
+    loaded_digest(MODEL_DTYPE_FLOAT32, MODEL_MATMUL_BLAS, got);
+    ck_assert(memcmp(got, want, SHA256_BYTES) == 0);
+}
+END_TEST
+
 /* The generated fixture model (Python, exact HF layout, real vocabulary). */
 START_TEST(test_loads_generated_tiny_model)
 {
@@ -775,6 +902,9 @@ static Suite *model_suite(void)
     tcase_add_test(tc, test_refuses_wrong_shape_naming_both_shapes);
     tcase_add_test(tc, test_refuses_unsupported_dtype_and_unexpected_tensor);
     tcase_add_test(tc, test_refuses_header_that_lies_about_offsets);
+    tcase_add_test(tc, test_weights_digest_covers_every_piece_of_the_file);
+    tcase_add_test(tc,
+                   test_weights_digest_is_the_files_whatever_the_dtype_or_backend);
     suite_add_tcase(s, tc);
     TCase *fixture = tcase_create("fixture");
     tcase_add_test(fixture, test_loads_generated_tiny_model);

@@ -760,6 +760,56 @@ START_TEST(test_load_accepts_merges_without_version_line)
 }
 END_TEST
 
+/* The digest names the two files' bytes (what tokenizer.h promises,
+ * recomputed here): merges in another order rank otherwise, and must
+ * give another digest. */
+static void file_sha256(const char *path, uint8_t out[SHA256_BYTES])
+{
+    FILE *f = fopen(path, "rb");
+    ck_assert_ptr_nonnull(f);
+    sha256_ctx h;
+    sha256_init(&h);
+    char chunk[65536];
+    size_t n;
+    while ((n = fread(chunk, 1, sizeof chunk, f)) > 0)
+        sha256_update(&h, chunk, n);
+    fclose(f);
+    sha256_final(&h, out);
+}
+
+static void loaded_digest(const char *vocab, const char *merges,
+                          uint8_t out[SHA256_BYTES])
+{
+    tokenizer *t;
+    gpt2d_error err = { { 0 } };
+    ck_assert_msg(tokenizer_load(&t, vocab, merges, &err) == 0, "%s",
+                  err.message);
+    tokenizer_digest(t, out);
+    tokenizer_free(t);
+}
+
+START_TEST(test_digest_is_of_both_files_bytes)
+{
+    static const char label[] = "gpt2d tokenizer v1";
+    uint8_t files[2][SHA256_BYTES], want[SHA256_BYTES], got[SHA256_BYTES];
+    file_sha256(vocab_path, files[0]);
+    file_sha256(merges_path, files[1]);
+    sha256_ctx h;
+    sha256_init(&h);
+    sha256_update(&h, label, sizeof label);
+    sha256_update(&h, files, sizeof files);
+    sha256_final(&h, want);
+    loaded_digest(vocab_path, merges_path, got);
+    ck_assert(memcmp(got, want, SHA256_BYTES) == 0);
+
+    uint8_t one[SHA256_BYTES], other[SHA256_BYTES];
+    loaded_digest(vocab_path, write_tmp("he-t.txt", "h e\n\xc4\xa0 t\n"), one);
+    loaded_digest(vocab_path, write_tmp("t-he.txt", "\xc4\xa0 t\nh e\n"), other);
+    ck_assert(memcmp(one, want, SHA256_BYTES) != 0);
+    ck_assert(memcmp(one, other, SHA256_BYTES) != 0);
+}
+END_TEST
+
 static Suite *tokenizer_suite(void)
 {
     Suite *s = suite_create("tokenizer");
@@ -792,6 +842,7 @@ static Suite *tokenizer_suite(void)
     tcase_add_test(load, test_load_reports_malformed_vocab);
     tcase_add_test(load, test_load_reports_malformed_merges_line);
     tcase_add_test(load, test_load_accepts_merges_without_version_line);
+    tcase_add_test(load, test_digest_is_of_both_files_bytes);
     suite_add_tcase(s, load);
     return s;
 }
