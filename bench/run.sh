@@ -58,6 +58,14 @@ else
     echo "run.sh: bench/bench_sampler not built; skipped" >&2
 fi
 
+if [ -x "$builddir/bench/bench_keys" ]; then
+    echo
+    echo "== bench_keys =="
+    "$builddir/bench/bench_keys"
+else
+    echo "run.sh: bench/bench_keys not built; skipped" >&2
+fi
+
 if [ -x "$builddir/src/gpt2d" ]; then
     if [ ! -s "$small_dir/model.safetensors" ] || [ ! -s "$small_dir/config.json" ]; then
         rm -rf "$small_dir.tmp"
