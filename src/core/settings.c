@@ -38,6 +38,7 @@
 
 #include "core/addr_list.h"
 #include "core/config_lines.h"
+#include "core/cpu.h"
 #include "core/dtype.h"
 #include "core/log.h"
 
@@ -61,6 +62,7 @@ typedef enum opt_type {
     OPT_DTYPE,          /* auto|float32|float16|int8 -> MODEL_DTYPE_* */
     OPT_MATMUL,         /* auto|panels|blas -> MODEL_MATMUL_* */
     OPT_KV_DTYPE,       /* float32|float16 -> bool (halves) */
+    OPT_ISA,            /* auto|portable|avx2|avx512 -> cpu_isa this CPU runs */
     OPT_HELP,           /* flag only */
     OPT_VERSION,        /* flag only */
 } opt_type;
@@ -98,6 +100,13 @@ static const option_spec options[] = {
       "tokens alone or beside other requests), blas (OpenBLAS sgemm on --threads "
       "threads: a seed reproduces only when its request runs alone) or auto "
       "(panels on CPUs with AVX2 and FMA, blas elsewhere)." },
+    { "isa", 0, OPT_ISA, FIELD(isa), "ISA", "auto", NULL, 0, 0, false,
+      "Instruction set of the forward pass's kernels: portable, avx2, avx512 "
+      "(AVX-512F, for the weight products; the other kernels run their AVX2 "
+      "build there) or auto (the best this CPU runs); under portable, "
+      "--matmul auto picks blas. For tests and benchmarks: logits of the "
+      "portable and the vector kernels differ in the last bits, those of "
+      "avx2 and avx512 do not. One this CPU cannot run is refused." },
     { "threads", 't', OPT_COUNT, FIELD(threads), "N", NULL, "the number of online CPUs",
       1, 1024, false, "Worker threads for the forward pass; as many again, at "
       "nice 19, parse and tokenize requests." },
@@ -420,6 +429,9 @@ static int bad_value(const option_spec *o, const char *where, const char *value,
     case OPT_MATMUL:
         return error_set(err, "%s: '%s' is not a matmul backend (auto, panels, "
                          "blas)", where, value);
+    case OPT_ISA:
+        return error_set(err, "%s: '%s' is not portable, avx2, avx512 or auto",
+                         where, value);
 
     default:
         return error_set(err, "%s: bad value '%s'", where, value);
@@ -499,6 +511,19 @@ static int apply_value(settings *s, const option_spec *o, const char *value,
         if (kv_dtype_parse(value, (bool *)(void *)field) != 0)
             return bad_value(o, where, value, err);
         return 0;
+    case OPT_ISA: {
+        /* checked against the CPU here, where the message can name the
+         * source, so a daemon that cannot run it stops before it loads */
+        const cpu_isa best = cpu_isa_supported();
+        cpu_isa isa = best;
+        if (strcmp(value, "auto") != 0 && cpu_isa_parse(value, &isa) != 0)
+            return bad_value(o, where, value, err);
+        if (isa > best)
+            return error_set(err, "%s: this CPU cannot run the %s kernels (it "
+                             "runs %s)", where, value, cpu_isa_name(best));
+        *(cpu_isa *)(void *)field = isa;
+        return 0;
+    }
     case OPT_HELP:
     case OPT_VERSION:
         break;
