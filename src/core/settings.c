@@ -17,9 +17,10 @@
  *   "GPT2D_SLOTS: '0' is not a whole number from 1 to 1024"
  *   "/etc/gpt2d.conf:12: unknown option 'prot'"
  *
- * GPT2D_API_KEY is deliberately not an option (the HTTP layer reads it): keys
- * are never taken from the command line, where `ps` would show them; only a
- * key *file* is a setting.
+ * GPT2D_API_KEY is deliberately not an option: keys are never taken from
+ * the command line, where `ps` would show them, nor from the config file;
+ * only a key *file* is an option.  It is read here all the same (api_key),
+ * so that this file is the one place the environment is read.
  *
  * Ownership: every string in a settings struct is malloc'ed and owned by it;
  * settings_free releases them.  settings_load frees everything itself when it
@@ -774,6 +775,11 @@ static settings_result load(settings *s, int argc, char **argv, gpt2d_error *err
         return SETTINGS_USAGE_ERROR;
     if (apply_environment(s, err) != 0 || apply_flags(s, &fl, err) != 0)
         return SETTINGS_USAGE_ERROR;
+    const char *key = getenv("GPT2D_API_KEY");
+    if (key != NULL && key[0] != '\0' && (s->api_key = strdup(key)) == NULL) {
+        error_set(err, "GPT2D_API_KEY: out of memory");
+        return SETTINGS_USAGE_ERROR;
+    }
     if (s->model_dir == NULL) {
         error_set(err, "--model DIR is required (see gpt2d --help)");
         return SETTINGS_USAGE_ERROR;
@@ -800,6 +806,12 @@ void settings_free(settings *s)
 {
     if (s == NULL)
         return;
+    if (s->api_key != NULL) {
+        /* a secret: leave nothing behind in freed memory */
+        explicit_bzero(s->api_key, strlen(s->api_key));
+        free(s->api_key);
+        s->api_key = NULL;
+    }
     for (size_t i = 0; i < N_OPTIONS; i++) {
         if (options[i].type == OPT_PATH || options[i].type == OPT_OPTIONAL_PATH ||
             options[i].type == OPT_ADDR_LIST || options[i].type == OPT_ORIGIN) {

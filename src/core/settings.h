@@ -60,6 +60,8 @@ typedef struct settings {
     int drain_ms;               /* --drain-timeout ms on SIGTERM, default 10000 */
     char *web_root;             /* --web-root, default $(datadir)/gpt2d/web */
     char *api_key_file;         /* --api-key-file; keys also from GPT2D_API_KEY */
+    char *api_key;              /* GPT2D_API_KEY, NULL when unset or empty:
+                                 * never a flag or a config-file key */
     char *cors_origin;          /* --cors-origin, default none (CORS off) */
     char *chat_template;        /* --chat-template FILE; none: the built-in */
     char *trusted_proxy;        /* --trusted-proxy: addresses and CIDR blocks

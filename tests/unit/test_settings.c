@@ -361,6 +361,30 @@ START_TEST(test_isa_names_an_instruction_set_this_cpu_runs)
 }
 END_TEST
 
+/* GPT2D_API_KEY is read here, like every variable, though it is no
+ * option: no flag or config-file key can carry a key. */
+START_TEST(test_api_key_only_from_its_variable)
+{
+    settings s;
+    unsetenv("GPT2D_API_KEY");
+    LOAD_OK(&s, "-m", "x");
+    ck_assert_ptr_null(s.api_key);
+    settings_free(&s);
+    setenv("GPT2D_API_KEY", "", 1);
+    LOAD_OK(&s, "-m", "x");
+    ck_assert_ptr_null(s.api_key);              /* empty counts as unset */
+    settings_free(&s);
+    setenv("GPT2D_API_KEY", "sk-env", 1);
+    LOAD_OK(&s, "-m", "x");
+    ck_assert_str_eq(s.api_key, "sk-env");
+    settings_free(&s);
+    ck_assert_ptr_null(s.api_key);
+    unsetenv("GPT2D_API_KEY");
+    const char *path = write_temp("model = x\napi-key = sk-file\n");
+    EXPECT_ERROR("unknown option 'api-key'", NULL, "--config", path);
+}
+END_TEST
+
 START_TEST(test_size_suffixes)
 {
     static const struct { const char *text; size_t bytes; } cases[] = {
@@ -800,6 +824,7 @@ static Suite *settings_suite(void)
     tcase_add_test(sources, test_boolean_flag_forms);
     tcase_add_test(sources, test_dtype_int8_from_flag_and_environment);
     tcase_add_test(sources, test_isa_from_flag_and_environment);
+    tcase_add_test(sources, test_api_key_only_from_its_variable);
     tcase_add_test(sources, test_size_suffixes);
     tcase_add_test(sources, test_empty_environment_variable_counts_as_unset);
     suite_add_tcase(s, sources);
