@@ -275,11 +275,9 @@ static int machine_bounds(size_t threads)
                          { PANEL_Q8, "int8" } };
     threadpool *pool;
     gpt2d_error err;
-    cpu_isa isa;
     if (threadpool_create(&pool, threads, &err) != 0)
         die("threadpool_create", &err);
-    if (cpu_isa_choose(&isa, &err) != 0)
-        die("cpu_isa_choose", &err);
+    const cpu_isa isa = cpu_isa_choose();
 #ifdef HAVE_OPENBLAS_SET_NUM_THREADS
     openblas_set_num_threads(1);
 #endif
@@ -726,6 +724,25 @@ static const char usage[] =
     "--prefill-only REPS [TOKENS] | --invariance-only | --against-float32]\n"
     "       bench_forward --machine-only [--threads N]\n";
 
+/* GPT2D_ISA=portable|avx2|avx512 forces the kernels, as it does the
+ * daemon's (where settings.c reads it as --isa): the commands in
+ * doc/performance.md set it. */
+static void force_isa_from_environment(void)
+{
+    const char *name = getenv("GPT2D_ISA");
+    gpt2d_error err;
+    cpu_isa isa;
+    if (name == NULL || name[0] == '\0')
+        return;
+    if (cpu_isa_parse(name, &isa) != 0) {
+        fprintf(stderr, "bench_forward: GPT2D_ISA: '%s' is not portable, "
+                "avx2 or avx512\n", name);
+        exit(1);
+    }
+    if (cpu_isa_force(isa, &err) != 0)
+        die("GPT2D_ISA", &err);
+}
+
 /* A number after an option, when the next word is one. */
 static bool next_number(int argc, char **argv, int i)
 {
@@ -739,6 +756,7 @@ int main(int argc, char **argv)
                   .prefill_len = PREFILL };
     model_matmul only = MODEL_MATMUL_AUTO;
     bool one_backend = false, machine_only = false;
+    force_isa_from_environment();
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc)
             o.threads = (size_t)strtoul(argv[++i], NULL, 10);

@@ -41,6 +41,7 @@
 #include "api/api.h"
 #include "api/api_body.h"
 #include "engine/engine.h"
+#include "core/cpu.h"
 #include "core/error.h"
 #include "http/http.h"
 #include "kv/kvcache.h"
@@ -378,6 +379,13 @@ int main(int argc, char **argv)
     case SETTINGS_RUN: break;
     }
     log_set_level(d.cfg.log_level);
+    /* --isa: the kernels every forward_state uses, and what --matmul auto
+     * follows; settings_load checked this CPU runs them */
+    if (cpu_isa_force(d.cfg.isa, &err) != 0) {
+        log_error("gpt2d: --isa: %s", err.message);
+        settings_free(&d.cfg);
+        return 2;
+    }
 
     /* Before we start any thread, so every one inherits the mask. */
     sigset_t set;

@@ -3,7 +3,7 @@
 
 #include "core/cpu.h"
 
-#include <stdlib.h>
+#include <stdatomic.h>
 #include <string.h>
 
 #include "core/half.h"
@@ -40,20 +40,23 @@ const char *cpu_isa_name(cpu_isa isa)
     }
 }
 
-int cpu_isa_choose(cpu_isa *out, gpt2d_error *err)
+/* The forced instruction set, -1: none (the best this CPU runs).  Written
+ * at start (see cpu.h); atomic so that a test's cpu_isa_force races nothing
+ * an engine thread reads. */
+static atomic_int forced = -1;
+
+int cpu_isa_force(cpu_isa isa, gpt2d_error *err)
 {
     const cpu_isa best = cpu_isa_supported();
-    const char *forced = getenv("GPT2D_ISA");
-    *out = best;
-    if (forced == NULL || forced[0] == '\0')
-        return 0;
-    cpu_isa isa;
-    if (cpu_isa_parse(forced, &isa) != 0)
-        return error_set(err, "GPT2D_ISA: '%s' is not portable, avx2 or avx512",
-                         forced);
     if (isa > best)
-        return error_set(err, "GPT2D_ISA: this CPU cannot run the %s "
-                         "kernels (it runs %s)", forced, cpu_isa_name(best));
-    *out = isa;
+        return error_set(err, "this CPU cannot run the %s kernels (it runs "
+                         "%s)", cpu_isa_name(isa), cpu_isa_name(best));
+    atomic_store_explicit(&forced, (int)isa, memory_order_relaxed);
     return 0;
+}
+
+cpu_isa cpu_isa_choose(void)
+{
+    const int isa = atomic_load_explicit(&forced, memory_order_relaxed);
+    return isa >= 0 ? (cpu_isa)isa : cpu_isa_supported();
 }

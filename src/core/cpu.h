@@ -3,12 +3,17 @@
  * The kernels (matmul.c, attention.c) come in a portable C build that any
  * CPU runs, an AVX2 build (x86-64 with AVX2, FMA and F16C), and, for the
  * weight products, an AVX-512 build (AVX-512F on top of those; every other
- * kernel, and float16 products of 1-3 rows, run their AVX2 build there).  Which one runs is decided
- * once, when a forward_state is created, from what the CPU has and the
- * GPT2D_ISA environment variable (portable, avx2 or avx512), which forces a
- * path: for tests, benchmarks, and telling a kernel bug from a model bug.  Nothing else selects a kernel (no ifunc, no target_clones),
- * so the path a test forces is the path that runs.  Pure functions of the
- * CPU and the environment; any thread. */
+ * kernel, and float16 products of 1-3 rows, run their AVX2 build there).
+ * Which one runs is decided once, when a forward_state is created, from
+ * what the CPU has and the one fact this module keeps: the instruction set
+ * forced by --isa (GPT2D_ISA, read by settings.c like every option), for
+ * tests, benchmarks, and telling a kernel bug from a model bug.  Nothing
+ * else selects a kernel (no ifunc, no target_clones), so the path a test
+ * forces is the path that runs.
+ *
+ * Threads: cpu_isa_force is called by main once, before any thread starts
+ * (and by tests and benchmarks between cases, while no forward_state is
+ * being created); everything else, from any thread. */
 #ifndef GPT2D_CPU_H
 #define GPT2D_CPU_H
 
@@ -30,8 +35,11 @@ cpu_isa cpu_isa_supported(void);
 int cpu_isa_parse(const char *name, cpu_isa *out);
 const char *cpu_isa_name(cpu_isa isa);
 
-/* The kernels to use: GPT2D_ISA when set (an error when it names no ISA or
- * one this CPU lacks), else cpu_isa_supported(). */
-int cpu_isa_choose(cpu_isa *out, gpt2d_error *err);
+/* Every forward_state created from now on (and --matmul auto) uses `isa`;
+ * -1 when this CPU cannot run it (nothing changes then). */
+int cpu_isa_force(cpu_isa isa, gpt2d_error *err);
+
+/* The kernels to use: the forced ones, else cpu_isa_supported(). */
+cpu_isa cpu_isa_choose(void);
 
 #endif

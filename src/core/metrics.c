@@ -167,6 +167,25 @@ void metrics_write_timeout(void) { counter_add(&write_timeouts, 1); }
 void metrics_prefill_bounded(void) { counter_add(&prefill_bounded, 1); }
 void metrics_add_inspect_bytes(size_t n) { counter_add(&inspect_bytes, n); }
 
+/* ---- gauges kept here ---- */
+
+static atomic_size_t inspect_held;
+
+void metrics_inspect_memory_hold(size_t bytes)
+{
+    atomic_fetch_add_explicit(&inspect_held, bytes, memory_order_relaxed);
+}
+
+void metrics_inspect_memory_release(size_t bytes)
+{
+    atomic_fetch_sub_explicit(&inspect_held, bytes, memory_order_relaxed);
+}
+
+size_t metrics_inspect_memory(void)
+{
+    return atomic_load_explicit(&inspect_held, memory_order_relaxed);
+}
+
 /* `value` in the histogram's own unit; `sum_units` the same value in the
  * integer unit of `sum`. */
 static void histogram_observe(histogram *h, double value, uint_fast64_t sum_units)

@@ -24,6 +24,14 @@ void metrics_request_timeout(void);           /* cut by --request-timeout */
 void metrics_write_timeout(void);             /* stopped reading for --timeout */
 void metrics_prefill_bounded(void);           /* --step-cost cut a step's prefill */
 void metrics_add_inspect_bytes(size_t n);     /* a /v1/inspect answer's size */
+/* The bytes every inspect capture's buffers hold now (inspect.c takes and
+ * gives them back; gpt2d_inspect_memory_bytes reads them through
+ * inspect_memory): a gauge kept here, since a capture may outlive the
+ * engine's hold on its request and no owner below the process sees them
+ * all. */
+void metrics_inspect_memory_hold(size_t bytes);
+void metrics_inspect_memory_release(size_t bytes);
+size_t metrics_inspect_memory(void);
 void metrics_observe_ttft(double seconds);     /* submit -> first token */
 void metrics_observe_token_latency(double seconds); /* between tokens */
 void metrics_observe_step(double seconds);     /* one engine step */

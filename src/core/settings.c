@@ -17,9 +17,10 @@
  *   "GPT2D_SLOTS: '0' is not a whole number from 1 to 1024"
  *   "/etc/gpt2d.conf:12: unknown option 'prot'"
  *
- * GPT2D_API_KEY is deliberately not an option (the HTTP layer reads it): keys
- * are never taken from the command line, where `ps` would show them; only a
- * key *file* is a setting.
+ * GPT2D_API_KEY is deliberately not an option: keys are never taken from
+ * the command line, where `ps` would show them, nor from the config file;
+ * only a key *file* is an option.  It is read here all the same (api_key),
+ * so that this file is the one place the environment is read.
  *
  * Ownership: every string in a settings struct is malloc'ed and owned by it;
  * settings_free releases them.  settings_load frees everything itself when it
@@ -38,6 +39,7 @@
 
 #include "core/addr_list.h"
 #include "core/config_lines.h"
+#include "core/cpu.h"
 #include "core/dtype.h"
 #include "core/log.h"
 
@@ -61,6 +63,7 @@ typedef enum opt_type {
     OPT_DTYPE,          /* auto|float32|float16|int8 -> MODEL_DTYPE_* */
     OPT_MATMUL,         /* auto|panels|blas -> MODEL_MATMUL_* */
     OPT_KV_DTYPE,       /* float32|float16 -> bool (halves) */
+    OPT_ISA,            /* auto|portable|avx2|avx512 -> cpu_isa this CPU runs */
     OPT_HELP,           /* flag only */
     OPT_VERSION,        /* flag only */
 } opt_type;
@@ -98,6 +101,13 @@ static const option_spec options[] = {
       "tokens alone or beside other requests), blas (OpenBLAS sgemm on --threads "
       "threads: a seed reproduces only when its request runs alone) or auto "
       "(panels on CPUs with AVX2 and FMA, blas elsewhere)." },
+    { "isa", 0, OPT_ISA, FIELD(isa), "ISA", "auto", NULL, 0, 0, false,
+      "Instruction set of the forward pass's kernels: portable, avx2, avx512 "
+      "(AVX-512F, for the weight products; the other kernels run their AVX2 "
+      "build there) or auto (the best this CPU runs); under portable, "
+      "--matmul auto picks blas. For tests and benchmarks: logits of the "
+      "portable and the vector kernels differ in the last bits, those of "
+      "avx2 and avx512 do not. One this CPU cannot run is refused." },
     { "threads", 't', OPT_COUNT, FIELD(threads), "N", NULL, "the number of online CPUs",
       1, 1024, false, "Worker threads for the forward pass; as many again, at "
       "nice 19, parse and tokenize requests." },
@@ -420,6 +430,9 @@ static int bad_value(const option_spec *o, const char *where, const char *value,
     case OPT_MATMUL:
         return error_set(err, "%s: '%s' is not a matmul backend (auto, panels, "
                          "blas)", where, value);
+    case OPT_ISA:
+        return error_set(err, "%s: '%s' is not portable, avx2, avx512 or auto",
+                         where, value);
 
     default:
         return error_set(err, "%s: bad value '%s'", where, value);
@@ -499,6 +512,19 @@ static int apply_value(settings *s, const option_spec *o, const char *value,
         if (kv_dtype_parse(value, (bool *)(void *)field) != 0)
             return bad_value(o, where, value, err);
         return 0;
+    case OPT_ISA: {
+        /* checked against the CPU here, where the message can name the
+         * source, so a daemon that cannot run it stops before it loads */
+        const cpu_isa best = cpu_isa_supported();
+        cpu_isa isa = best;
+        if (strcmp(value, "auto") != 0 && cpu_isa_parse(value, &isa) != 0)
+            return bad_value(o, where, value, err);
+        if (isa > best)
+            return error_set(err, "%s: this CPU cannot run the %s kernels (it "
+                             "runs %s)", where, value, cpu_isa_name(best));
+        *(cpu_isa *)(void *)field = isa;
+        return 0;
+    }
     case OPT_HELP:
     case OPT_VERSION:
         break;
@@ -749,6 +775,11 @@ static settings_result load(settings *s, int argc, char **argv, gpt2d_error *err
         return SETTINGS_USAGE_ERROR;
     if (apply_environment(s, err) != 0 || apply_flags(s, &fl, err) != 0)
         return SETTINGS_USAGE_ERROR;
+    const char *key = getenv("GPT2D_API_KEY");
+    if (key != NULL && key[0] != '\0' && (s->api_key = strdup(key)) == NULL) {
+        error_set(err, "GPT2D_API_KEY: out of memory");
+        return SETTINGS_USAGE_ERROR;
+    }
     if (s->model_dir == NULL) {
         error_set(err, "--model DIR is required (see gpt2d --help)");
         return SETTINGS_USAGE_ERROR;
@@ -775,6 +806,12 @@ void settings_free(settings *s)
 {
     if (s == NULL)
         return;
+    if (s->api_key != NULL) {
+        /* a secret: leave nothing behind in freed memory */
+        explicit_bzero(s->api_key, strlen(s->api_key));
+        free(s->api_key);
+        s->api_key = NULL;
+    }
     for (size_t i = 0; i < N_OPTIONS; i++) {
         if (options[i].type == OPT_PATH || options[i].type == OPT_OPTIONAL_PATH ||
             options[i].type == OPT_ADDR_LIST || options[i].type == OPT_ORIGIN) {

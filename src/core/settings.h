@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include <stdio.h>
 
+#include "core/cpu.h"
 #include "core/error.h"
 #include "core/dtype.h"
 
@@ -23,6 +24,8 @@ typedef struct settings {
     unsigned port;              /* --port, default 8080; 0 = any free port */
     model_dtype dtype;          /* --dtype, default auto */
     model_matmul matmul;        /* --matmul, default auto */
+    cpu_isa isa;                /* --isa: the kernels' instruction set;
+                                 * auto (default) is the best this CPU runs */
     size_t threads;             /* --threads, default: online CPUs */
     size_t slots;               /* --slots, default 4 */
     size_t kv_memory;           /* --kv-memory bytes: slots from a budget;
@@ -57,6 +60,8 @@ typedef struct settings {
     int drain_ms;               /* --drain-timeout ms on SIGTERM, default 10000 */
     char *web_root;             /* --web-root, default $(datadir)/gpt2d/web */
     char *api_key_file;         /* --api-key-file; keys also from GPT2D_API_KEY */
+    char *api_key;              /* GPT2D_API_KEY, NULL when unset or empty:
+                                 * never a flag or a config-file key */
     char *cors_origin;          /* --cors-origin, default none (CORS off) */
     char *chat_template;        /* --chat-template FILE; none: the built-in */
     char *trusted_proxy;        /* --trusted-proxy: addresses and CIDR blocks

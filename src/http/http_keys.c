@@ -401,7 +401,7 @@ static int keys_load(key_set *k, const settings *cfg, gpt2d_error *err)
         keys_free(k);
         return -1;
     }
-    const char *env = getenv("GPT2D_API_KEY");
+    const char *env = cfg->api_key;     /* GPT2D_API_KEY (settings.h) */
     const api_limits limits = default_limits(cfg);
     const key_name unnamed = { .name = "", .line = 0 };
     if (env != NULL && env[0] != '\0' && keys_index(k, env, strlen(env)) < 0 &&

@@ -331,10 +331,7 @@ int forward_state_create(forward_state **out, const model *m, size_t max_rows,
         return error_set(err, "forward: cannot allocate kernel scratch for "
                          "%zu workers", n_workers);
     }
-    if (cpu_isa_choose(&st->isa, err) != 0) {
-        forward_state_free(st);
-        return -1;
-    }
+    st->isa = cpu_isa_choose();
     st->blas = m->matmul == MODEL_MATMUL_BLAS;
 #ifdef HAVE_OPENBLAS_SET_NUM_THREADS
     /* blas: one sgemm per product on OpenBLAS's threads, as many as the

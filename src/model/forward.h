@@ -61,9 +61,10 @@ int forward_state_create(forward_state **out, const model *m, size_t max_rows,
 void forward_state_free(forward_state *st);
 
 /* The kernels' instruction set is chosen at creation (cpu_isa_choose: the
- * best the CPU runs, or GPT2D_ISA).  set_isa switches it, so tests can run
- * every path the CPU supports; -1 when the CPU cannot run `isa`.  Logits
- * of the AVX2 and portable weight products differ in the last bits. */
+ * best the CPU runs, or the one --isa forces).  set_isa switches it, so
+ * tests can run every path the CPU supports; -1 when the CPU cannot run
+ * `isa`.  Logits of the AVX2 and portable weight products differ in the
+ * last bits. */
 int forward_state_set_isa(forward_state *st, cpu_isa isa, gpt2d_error *err);
 cpu_isa forward_state_isa(const forward_state *st);
 

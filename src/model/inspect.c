@@ -3,14 +3,17 @@
  *
  * Owns the buffers the forward pass and the engine fill for one inspect
  * request, and their layout; computes nothing itself but the logit lens's
- * probabilities from the log-probabilities the sampler reports.  Counts
- * the bytes every capture's buffers hold, process-wide, for /metrics. */
+ * probabilities from the log-probabilities the sampler reports.  Each
+ * capture reports the bytes its buffers hold to the metrics registry,
+ * which keeps the process-wide sum for /metrics: this file keeps no state
+ * beyond its captures. */
 #include "model/inspect.h"
 
 #include <math.h>
-#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "core/metrics.h"
 
 struct inspect_capture {
     inspect_params params;      /* params.layers points at `layers` */
@@ -23,27 +26,25 @@ struct inspect_capture {
     float *norms;               /* [n_layers][n_tokens] */
     float *residual;            /* NULL or [n_layers][n_tokens][n_embd] */
     inspect_guess *lens;        /* NULL or [n_layers][n_tokens][k] */
-    size_t held;                /* bytes of the buffers above, in `memory` */
+    size_t held;                /* bytes of the buffers above, reported to
+                                 * metrics_inspect_memory */
 };
-
-/* Bytes held by every capture's buffers (inspect_memory). */
-static atomic_size_t memory;
 
 static void hold(inspect_capture *c, size_t bytes)
 {
     c->held += bytes;
-    atomic_fetch_add_explicit(&memory, bytes, memory_order_relaxed);
+    metrics_inspect_memory_hold(bytes);
 }
 
 static void let_go(inspect_capture *c, size_t bytes)
 {
     c->held -= bytes;
-    atomic_fetch_sub_explicit(&memory, bytes, memory_order_relaxed);
+    metrics_inspect_memory_release(bytes);
 }
 
 size_t inspect_memory(void)
 {
-    return atomic_load_explicit(&memory, memory_order_relaxed);
+    return metrics_inspect_memory();
 }
 
 static size_t triangle(size_t n)

@@ -18,7 +18,8 @@
  * Owns: the capture's buffers, sized at creation for the request's layers
  * and tokens and taken only when the engine starts the request
  * (inspect_capture_alloc), so a queued inspect holds none of them; nothing
- * grows later.  inspect_memory() counts what every capture holds.
+ * grows later.  inspect_memory() counts what every capture holds (the
+ * metrics registry keeps the sum: metrics.h).
  * Threads: the engine writes a capture (the engine thread and, in a step,
  * the worker pool) until the request finishes; readers read it after that,
  * under the request's lock. */

@@ -550,9 +550,7 @@ static int resolve_matmul(model_matmul asked, model_dtype dtype,
                                                    : "halves");
     if (asked != MODEL_MATMUL_AUTO)
         return 0;
-    cpu_isa isa;
-    if (cpu_isa_choose(&isa, err) != 0)
-        return -1;
+    const cpu_isa isa = cpu_isa_choose();
     *out = isa >= CPU_ISA_AVX2 || model_dtype_needs_panels(dtype)
            ? MODEL_MATMUL_PANELS : MODEL_MATMUL_BLAS;
     return 0;

@@ -252,7 +252,8 @@ static bool harness_open_path(harness *h, size_t model_idx,
     return true;
 }
 
-/* The default path: panels, the best instruction set (or GPT2D_ISA). */
+/* The default path: panels, the best instruction set (or a forced one:
+ * cpu_isa_force). */
 static void harness_open(harness *h, size_t model_idx, size_t threads,
                          size_t max_rows)
 {
@@ -778,35 +779,38 @@ START_TEST(test_more_rows_than_max_rows_refused)
 }
 END_TEST
 
-/* GPT2D_ISA forces the kernels a new forward_state uses; a name that is no
- * instruction set is refused with a message, never ignored. */
-START_TEST(test_gpt2d_isa_forces_the_kernels)
+/* cpu_isa_force (the daemon's --isa, or GPT2D_ISA: test_settings checks
+ * their names) forces the kernels a new forward_state uses; one this CPU
+ * cannot run is refused with a message, never ignored. */
+START_TEST(test_forced_isa_picks_the_kernels)
 {
     harness h;
     forward_state *st = NULL;
-    ck_assert_int_eq(unsetenv("GPT2D_ISA"), 0);
+    const cpu_isa best = cpu_isa_supported();
     harness_open(&h, g_tiny, 1, 4);
-    ck_assert_int_eq(forward_state_isa(h.st), cpu_isa_supported());
-    for (int isa = 0; isa <= (int)cpu_isa_supported(); isa++) {
-        ck_assert_int_eq(setenv("GPT2D_ISA", cpu_isa_name((cpu_isa)isa), 1),
-                         0);
+    ck_assert_int_eq(forward_state_isa(h.st), best);
+    for (int isa = 0; isa <= (int)best; isa++) {
+        ck_assert_msg(cpu_isa_force((cpu_isa)isa, &h.err) == 0, "%s",
+                      h.err.message);
         ck_assert_msg(forward_state_create(&st, &h.m, 4, 1, &h.err) == 0, "%s",
                       h.err.message);
         ck_assert_int_eq(forward_state_isa(st), isa);
         forward_state_free(st);
     }
-    ck_assert_int_eq(setenv("GPT2D_ISA", "avx9000", 1), 0);
-    h.err.message[0] = '\0';
-    ck_assert_int_eq(forward_state_create(&st, &h.m, 4, 1, &h.err), -1);
-    ck_assert_ptr_null(st);
-    ck_assert_msg(strstr(h.err.message, "GPT2D_ISA") != NULL, "%s",
-                  h.err.message);
-    unsetenv("GPT2D_ISA");
+    if (best < CPU_ISA_AVX512) {
+        const cpu_isa beyond = (cpu_isa)(best + 1);
+        h.err.message[0] = '\0';
+        ck_assert_int_eq(cpu_isa_force(beyond, &h.err), -1);
+        ck_assert_msg(strstr(h.err.message, cpu_isa_name(beyond)) != NULL,
+                      "%s", h.err.message);
+        ck_assert_int_eq(cpu_isa_choose(), best);      /* unchanged */
+    }
+    ck_assert_int_eq(cpu_isa_force(best, &h.err), 0);
     harness_close(&h);
 }
 END_TEST
 
-/* --matmul auto: panels where the AVX2 kernels run (not where GPT2D_ISA
+/* --matmul auto: panels where the AVX2 kernels run (not where --isa
  * forces the portable ones), blas elsewhere, panels whenever half or int8
  * weights are asked for. */
 START_TEST(test_matmul_auto_follows_the_kernels)
@@ -816,13 +820,13 @@ START_TEST(test_matmul_auto_follows_the_kernels)
     model m;
     test_data_path(dir, sizeof dir, json_string_value(json_object_get(
                                         fx_model_json(g_tiny), "dir")));
-    ck_assert_int_eq(unsetenv("GPT2D_ISA"), 0);
+    ck_assert_int_eq(cpu_isa_force(cpu_isa_supported(), &err), 0);
     ck_assert_msg(model_load_for(&m, dir, MODEL_DTYPE_AUTO, MODEL_MATMUL_AUTO,
                                  &err) == 0, "%s", err.message);
     ck_assert_int_eq(m.matmul, cpu_isa_supported() >= CPU_ISA_AVX2
                                ? MODEL_MATMUL_PANELS : MODEL_MATMUL_BLAS);
     model_free(&m);
-    ck_assert_int_eq(setenv("GPT2D_ISA", "portable", 1), 0);
+    ck_assert_int_eq(cpu_isa_force(CPU_ISA_PORTABLE, &err), 0);
     ck_assert_msg(model_load_for(&m, dir, MODEL_DTYPE_AUTO, MODEL_MATMUL_AUTO,
                                  &err) == 0, "%s", err.message);
     ck_assert_int_eq(m.matmul, MODEL_MATMUL_BLAS);
@@ -841,7 +845,7 @@ START_TEST(test_matmul_auto_follows_the_kernels)
     ck_assert_int_eq(m.matmul, MODEL_MATMUL_PANELS);
     ck_assert_int_eq(m.panel_dtype, PANEL_Q8);
     model_free(&m);
-    ck_assert_int_eq(unsetenv("GPT2D_ISA"), 0);
+    ck_assert_int_eq(cpu_isa_force(cpu_isa_supported(), &err), 0);
 }
 END_TEST
 
@@ -1423,7 +1427,7 @@ static Suite *forward_suite(void)
                         0, (int)g_n_ctx_models);
     tcase_add_test(lim, test_out_of_range_token_refused);
     tcase_add_test(lim, test_more_rows_than_max_rows_refused);
-    tcase_add_test(lim, test_gpt2d_isa_forces_the_kernels);
+    tcase_add_test(lim, test_forced_isa_picks_the_kernels);
     tcase_add_test(lim, test_matmul_auto_follows_the_kernels);
     suite_add_tcase(s, lim);
 

@@ -33,13 +33,11 @@ static void setup(void)
     int fd = mkstemp(path);
     ck_assert_int_ge(fd, 0);
     close(fd);
-    unsetenv("GPT2D_API_KEY");
 }
 
 static void teardown(void)
 {
     unlink(path);
-    unsetenv("GPT2D_API_KEY");
 }
 
 static settings config(size_t tokens_per_minute)
@@ -254,13 +252,13 @@ START_TEST(test_environment_key_gets_the_defaults_unless_the_file_lists_it)
 {
     write_keys("sk-file name=filed tokens-per-minute=7\n");
     settings cfg = config(900);
-    setenv("GPT2D_API_KEY", "sk-env", 1);
+    cfg.api_key = (char *)"sk-env";
     http_keys *k = load(&cfg);
     api_caller env = authorize(k, "Bearer sk-env");
     ck_assert_uint_eq(env.limits.tokens_per_minute, 900);
     ck_assert_uint_eq(env.metrics_key, 0);
     http_keys_free(k);
-    setenv("GPT2D_API_KEY", "sk-file", 1);
+    cfg.api_key = (char *)"sk-file";
     k = load(&cfg);
     api_caller file = authorize(k, "Bearer sk-file");
     ck_assert_uint_eq(file.limits.tokens_per_minute, 7);

@@ -41,11 +41,11 @@ static size_t g_run_models[MAX_MODELS], g_n_run_models, g_tiny = SIZE_MAX;
 static tokenizer *g_tok;
 
 /* The kernel paths (as test_forward): panels under every instruction set
- * the CPU has (GPT2D_ISA picks the engine's), and OpenBLAS. */
+ * the CPU has (cpu_isa_force picks the engine's), and OpenBLAS. */
 typedef struct kernel_path {
     char name[32];
     model_matmul matmul;
-    const char *isa;            /* GPT2D_ISA */
+    const char *isa;            /* cpu_isa_name of the forced ISA */
 } kernel_path;
 static kernel_path g_paths[CPU_ISA_COUNT + 1];
 static size_t g_n_paths;
@@ -87,15 +87,18 @@ static bool bench_open_paced(bench *b, size_t idx, const kernel_path *path,
         return false;
     ck_assert_msg(model_load_for(&b->m, dir, dtype, mm, &err) == 0, "%s",
                   err.message);
-    if (path != NULL)
-        ck_assert_int_eq(setenv("GPT2D_ISA", path->isa, 1), 0);
+    if (path != NULL) {
+        cpu_isa isa;
+        ck_assert_int_eq(cpu_isa_parse(path->isa, &isa), 0);
+        ck_assert_msg(cpu_isa_force(isa, &err) == 0, "%s", err.message);
+    }
     engine_config cfg = {
         .n_threads = 2, .n_slots = 2, .max_queue = 8, .max_batch_rows = rows,
         .kv_half = strcmp(case_str(idx, "load_kv_dtype"), "float16") == 0,
         .min_step_usec = min_step_usec, .step_cost_limit = step_cost };
     ck_assert_msg(engine_create(&b->e, &b->m, g_tok, &cfg, &err) == 0, "%s",
                   err.message);
-    unsetenv("GPT2D_ISA");
+    ck_assert_int_eq(cpu_isa_force(cpu_isa_supported(), &err), 0);
     return true;
 }
 

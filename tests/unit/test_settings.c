@@ -21,7 +21,7 @@
 /* Every option, as the issue and settings.h specify them (an independent
  * list: the table in settings.c must match it, not define it). */
 static const char *const option_names[] = {
-    "model", "host", "port", "dtype", "matmul", "kv-dtype", "threads", "slots", "kv-memory", "max-queue", "max-batch-rows",
+    "model", "host", "port", "dtype", "matmul", "isa", "kv-dtype", "threads", "slots", "kv-memory", "max-queue", "max-batch-rows",
     "max-body", "max-connections", "timeout", "request-timeout", "max-n",
     "inspect-max-tokens", "inspect-max-attention", "drain-timeout", "web-root",
     "api-key-file", "cors-origin", "chat-template", "config", "port-file",
@@ -169,6 +169,7 @@ START_TEST(test_defaults_are_the_documented_ones)
     ck_assert_int_eq(s.log_level, LOG_LEVEL_INFO);
     ck_assert_int_eq(s.dtype, MODEL_DTYPE_AUTO);
     ck_assert_int_eq(s.matmul, MODEL_MATMUL_AUTO);
+    ck_assert_int_eq(s.isa, cpu_isa_supported());
     ck_assert(!s.kv_half);
     settings_free(&s);
 }
@@ -321,6 +322,66 @@ START_TEST(test_dtype_int8_from_flag_and_environment)
     ck_assert_int_eq(s.dtype, MODEL_DTYPE_INT8);
     ck_assert_int_eq(s.matmul, MODEL_MATMUL_PANELS);
     settings_free(&s);
+}
+END_TEST
+
+/* GPT2D_ISA forces the kernels as it always did, now as --isa's variable:
+ * the environment is read here and nowhere else. */
+START_TEST(test_isa_from_flag_and_environment)
+{
+    settings s;
+    LOAD_OK(&s, "-m", "x", "--isa", "portable");
+    ck_assert_int_eq(s.isa, CPU_ISA_PORTABLE);
+    settings_free(&s);
+    setenv("GPT2D_ISA", "portable", 1);
+    LOAD_OK(&s, "-m", "x");
+    ck_assert_int_eq(s.isa, CPU_ISA_PORTABLE);
+    settings_free(&s);
+    LOAD_OK(&s, "-m", "x", "--isa", "auto");
+    ck_assert_int_eq(s.isa, cpu_isa_supported());
+    settings_free(&s);
+    LOAD_OK(&s, "-m", "x", "--isa", cpu_isa_name(cpu_isa_supported()));
+    ck_assert_int_eq(s.isa, cpu_isa_supported());
+    settings_free(&s);
+}
+END_TEST
+
+/* A name that is no instruction set, or one this CPU cannot run, stops
+ * the daemon at start-up with a message naming where it came from. */
+START_TEST(test_isa_names_an_instruction_set_this_cpu_runs)
+{
+    EXPECT_ERROR("--isa: 'avx9000' is not portable, avx2, avx512 or auto", NULL,
+                 "-m", "x", "--isa", "avx9000");
+    setenv("GPT2D_ISA", "avx9000", 1);
+    EXPECT_ERROR("GPT2D_ISA: 'avx9000' is not", NULL, "-m", "x");
+    unsetenv("GPT2D_ISA");
+    if (cpu_isa_supported() < CPU_ISA_AVX512)
+        EXPECT_ERROR("--isa: this CPU cannot run the avx512 kernels", NULL,
+                     "-m", "x", "--isa", "avx512");
+}
+END_TEST
+
+/* GPT2D_API_KEY is read here, like every variable, though it is no
+ * option: no flag or config-file key can carry a key. */
+START_TEST(test_api_key_only_from_its_variable)
+{
+    settings s;
+    unsetenv("GPT2D_API_KEY");
+    LOAD_OK(&s, "-m", "x");
+    ck_assert_ptr_null(s.api_key);
+    settings_free(&s);
+    setenv("GPT2D_API_KEY", "", 1);
+    LOAD_OK(&s, "-m", "x");
+    ck_assert_ptr_null(s.api_key);              /* empty counts as unset */
+    settings_free(&s);
+    setenv("GPT2D_API_KEY", "sk-env", 1);
+    LOAD_OK(&s, "-m", "x");
+    ck_assert_str_eq(s.api_key, "sk-env");
+    settings_free(&s);
+    ck_assert_ptr_null(s.api_key);
+    unsetenv("GPT2D_API_KEY");
+    const char *path = write_temp("model = x\napi-key = sk-file\n");
+    EXPECT_ERROR("unknown option 'api-key'", NULL, "--config", path);
 }
 END_TEST
 
@@ -762,6 +823,8 @@ static Suite *settings_suite(void)
     tcase_add_test(sources, test_config_file_named_by_environment);
     tcase_add_test(sources, test_boolean_flag_forms);
     tcase_add_test(sources, test_dtype_int8_from_flag_and_environment);
+    tcase_add_test(sources, test_isa_from_flag_and_environment);
+    tcase_add_test(sources, test_api_key_only_from_its_variable);
     tcase_add_test(sources, test_size_suffixes);
     tcase_add_test(sources, test_empty_environment_variable_counts_as_unset);
     suite_add_tcase(s, sources);
@@ -771,6 +834,7 @@ static Suite *settings_suite(void)
     tcase_add_test(errors, test_each_bad_value_names_option_and_value);
     tcase_add_test(errors, test_cors_origin_takes_an_origin_as_browsers_send_it);
     tcase_add_test(errors, test_bad_environment_value_names_the_variable);
+    tcase_add_test(errors, test_isa_names_an_instruction_set_this_cpu_runs);
     tcase_add_test(errors, test_flag_syntax_errors);
     tcase_add_test(errors, test_config_syntax_errors_carry_line_numbers);
     tcase_add_test(errors, test_config_file_cannot_name_flag_only_options);
