@@ -101,19 +101,6 @@ static int write_port_file(const char *path, unsigned port, gpt2d_error *err)
     return 0;
 }
 
-/* GPT2D_TEST_MIN_STEP_US: the test suites' floor on an engine step
- * (microseconds, at most 1 s), so a long generation outlasts a deadline on
- * any machine.  Not a setting: nothing but tests should want it. */
-static unsigned test_min_step_usec(void)
-{
-    const char *v = getenv("GPT2D_TEST_MIN_STEP_US");
-    if (v == NULL || *v == '\0' || strspn(v, "0123456789") != strlen(v)
-        || strlen(v) > 7)
-        return 0;
-    unsigned long us = strtoul(v, NULL, 10);
-    return us > 1000000 ? 1000000u : (unsigned)us;
-}
-
 /* "s" after a count other than one: "1 KV slot", "4 KV slots". */
 static const char *plural(size_t n)
 {
@@ -229,7 +216,7 @@ static int start(daemon_state *d, gpt2d_error *err)
         .max_sessions_per_caller = d->cfg.max_sessions_per_key,
         .prefill_share = d->cfg.prefill_share / 100.0,
         .step_cost_limit = d->cfg.step_cost / 100.0,
-        .min_step_usec = test_min_step_usec(),
+        .min_step_usec = d->cfg.test_min_step_us,
     };
     if (engine_create(&d->eng, &d->mdl, d->tok, &ec, err) != 0 ||
         token_budget_create(&d->budget, BUDGET_CALLERS, err) != 0)

@@ -164,6 +164,11 @@ static const option_spec options[] = {
       "streams lasts at most this percentage of a decode step of a full batch "
       "(the engine measures both as it runs), so a long prompt pauses every "
       "stream briefly instead of once for long; 0: no bound." },
+    { "test-min-step-us", 0, OPT_UINT, FIELD(test_min_step_us), "US", "0", NULL, 0,
+      1000000, false,
+      "For the test suites: every engine step lasts at least this many "
+      "microseconds (at most 1 s), so a long generation outlasts a deadline "
+      "on any machine; 0: no floor. Nothing else should want it." },
     { "max-stop-bytes", 0, OPT_COUNT, FIELD(max_stop_bytes), "N", "256", NULL, 1,
       65536, false, "Longest stop string, in bytes; longer ones get 400." },
     { "inspect-max-tokens", 0, OPT_COUNT, FIELD(inspect_max_tokens), "N", "256", NULL,

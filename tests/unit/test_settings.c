@@ -25,7 +25,7 @@ static const char *const option_names[] = {
     "max-body", "max-connections", "timeout", "request-timeout", "max-n",
     "inspect-max-tokens", "inspect-max-attention", "drain-timeout", "web-root",
     "api-key-file", "cors-origin", "chat-template", "config", "port-file",
-    "log-prompts",
+    "log-prompts", "test-min-step-us",
     "log-level", "tokens-per-minute-per-key", "trusted-proxy",
 };
 enum { N_OPTION_NAMES = sizeof option_names / sizeof option_names[0] };
