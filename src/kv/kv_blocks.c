@@ -49,7 +49,7 @@ void kv_blocks_init(kv_cache *c)
 }
 
 /* Drops an unreferenced cached block. */
-static void drop_cached(kv_cache *c, int32_t b)
+void kv_block_drop_cached(kv_cache *c, int32_t b)
 {
     kv_index_remove(c, b);
     idle_remove(c, b);
@@ -71,7 +71,7 @@ static bool evict_before(const kv_cache *c, const kv_block *k,
 }
 
 /* The leaf no sequence holds that goes first for `requester`. */
-static int32_t eviction_victim(const kv_cache *c, long requester)
+int32_t kv_block_victim(const kv_cache *c, long requester)
 {
     int32_t best = NONE;
     for (size_t i = 0; i < c->n_blocks; i++) {
@@ -84,20 +84,13 @@ static int32_t eviction_victim(const kv_cache *c, long requester)
     return best;
 }
 
-/* A block for a sequence of account `acct`, out of its reservation: free,
- * or evicted.  It is charged to `acct`. */
-int32_t kv_block_take(kv_cache *c, long acct)
+/* A free block for a sequence of account `acct` (kv_tier_take evicts one
+ * first when none is free).  It is charged to `acct`. */
+int32_t kv_block_take_free(kv_cache *c, long acct)
 {
-    if (c->free_head == NONE) {
-        int32_t v = eviction_victim(c, acct);
-        if (v == NONE)
-            abort();            /* reservations promise a block: a bug */
-        kv_accounts_note_eviction(&c->acc, c->blocks[v].acct, acct);
-        kv_tier_spill(c, v, false);
-        drop_cached(c, v);
-        c->evictions++;
-    }
     int32_t b = c->free_head;
+    if (b == NONE)
+        abort();                /* kv_tier_take made one free: a bug */
     kv_block *k = &c->blocks[b];
     c->free_head = k->next_free;
     c->n_free--;
@@ -122,7 +115,7 @@ void kv_blocks_drop_domain(kv_cache *c, const uint8_t domain[SHA256_BYTES])
             kv_block *k = &c->blocks[b];
             if (k->state == BLOCK_CACHED && k->refs == 0 && k->children == 0 &&
                 memcmp(k->domain, domain, SHA256_BYTES) == 0) {
-                drop_cached(c, (int32_t)b);
+                kv_block_drop_cached(c, (int32_t)b);
                 dropped = true;
             }
         }
@@ -190,4 +183,25 @@ void kv_block_copy_positions(kv_cache *c, int32_t dst, int32_t src,
         }
     memcpy(c->blocks[dst].tokens, c->blocks[src].tokens, n * sizeof(int32_t));
     c->blocks[dst].n_filled = (uint32_t)n;
+}
+
+/* Private block i of `s` is complete (full, or the partial last block of
+ * an ended sequence): it joins the index.  When an identical block is
+ * cached already, the sequence takes that one and this copy is freed, so
+ * two sequences that computed the same prefix keep one copy and every
+ * block's parent is itself cached. */
+void kv_block_publish(kv_cache *c, kv_seq *s, size_t i)
+{
+    int32_t b = (int32_t)s->blocks[i];
+    const kv_block *k = &c->blocks[b];
+    const uint8_t *parent_key = k->parent == NONE ? s->root
+                                : c->blocks[k->parent].chain;
+    int32_t twin = kv_index_add(c, b, parent_key);
+    if (twin == NONE)
+        return;
+    kv_block_ref(c, twin);
+    s->blocks[i] = (uint32_t)twin;
+    if (i + 1 < s->n_blocks)
+        c->blocks[s->blocks[i + 1]].parent = twin;
+    kv_block_unref(c, b);
 }

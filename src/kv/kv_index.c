@@ -135,29 +135,18 @@ static int32_t cached_twin(const kv_cache *c, int32_t b)
     return NONE;
 }
 
-/* Private block i of `s` is complete (full, or the partial last block of
- * an ended sequence): it joins the index.  When an identical block is
- * cached already, the sequence takes that one and this copy is freed, so
- * two sequences that computed the same prefix keep one copy and every
- * block's parent is itself cached. */
-void kv_index_publish(kv_cache *c, kv_seq *s, size_t i)
+/* Block `b` (complete, private) under the parent chain `parent_key`: its
+ * keys are set and it joins the index, unless an identical block is cached
+ * already; that twin is returned (NONE when `b` joined) and the caller
+ * (kv_block_publish) decides whose references change. */
+int32_t kv_index_add(kv_cache *c, int32_t b, const uint8_t parent_key[SHA256_BYTES])
 {
-    int32_t b = (int32_t)s->blocks[i];
     kv_block *k = &c->blocks[b];
-    if (k->parent == NONE)
-        memcpy(k->parent_key, s->root, SHA256_BYTES);
-    else
-        memcpy(k->parent_key, c->blocks[k->parent].chain, SHA256_BYTES);
+    memmove(k->parent_key, parent_key, SHA256_BYTES);
     if (k->n_filled == KV_BLOCK_TOKENS)
         chain_key(k->parent_key, k->tokens, k->chain);
     int32_t twin = cached_twin(c, b);
-    if (twin == NONE) {
+    if (twin == NONE)
         index_insert(c, b);
-        return;
-    }
-    kv_block_ref(c, twin);
-    s->blocks[i] = (uint32_t)twin;
-    if (i + 1 < s->n_blocks)
-        c->blocks[s->blocks[i + 1]].parent = twin;
-    kv_block_unref(c, b);
+    return twin;
 }

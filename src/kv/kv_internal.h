@@ -3,16 +3,17 @@
  * from disk) and the functions one file of the cache calls in another.
  * The rest of the daemon sees kvcache.h, the model kv_layout.h.
  *
- * The files, one concern each:
+ * The files, one concern each, each calling only those listed after it:
  *   kvcache.c      create and free; the sequences (kvcache.h's sequence
  *                  calls) and what a new one may take
- *   kv_blocks.c    the block pool: free list, references, eviction, the
- *                  partial blocks a sequence takes over or copies
- *   kv_index.c     chain keys and the prefix index
- *   kv_sessions.c  session records, and their file
- *   kv_tier.c      the disk tier: plans, loads, spills (every call into
- *                  kvdisk.c)
  *   kv_stats.c     gauges and the audit
+ *   kv_sessions.c  session records, and their file
+ *   kv_tier.c      the disk tier: plans, loads, spills, and taking a block
+ *                  by eviction (every call into kvdisk.c)
+ *   kv_blocks.c    the block pool: free list, references, the eviction
+ *                  victim, publishing a complete block, the partial blocks
+ *                  a sequence takes over or copies
+ *   kv_index.c     chain keys and the prefix index
  *
  * Bookkeeping:
  *   block state   FREE (on the free list), PRIVATE (being filled by one
@@ -154,9 +155,18 @@ typedef struct disk_plan {
 
 /* Puts every block on the free list (at creation). */
 void kv_blocks_init(kv_cache *c);
-/* A block for a sequence of account `acct`, out of its reservation: free,
- * or evicted.  It is charged to `acct`. */
-int32_t kv_block_take(kv_cache *c, long acct);
+/* A free block for a sequence of account `acct`, charged to it (through
+ * kv_tier_take, which evicts one first when none is free). */
+int32_t kv_block_take_free(kv_cache *c, long acct);
+/* The leaf no sequence holds that eviction takes first for `requester`;
+ * NONE when none. */
+int32_t kv_block_victim(const kv_cache *c, long requester);
+/* Drops unreferenced cached block `b`: out of the index, onto the free
+ * list. */
+void kv_block_drop_cached(kv_cache *c, int32_t b);
+/* Private block i of `s` is complete: it joins the index, or the sequence
+ * takes an identical cached block instead and its copy is freed. */
+void kv_block_publish(kv_cache *c, kv_seq *s, size_t i);
 void kv_block_ref(kv_cache *c, int32_t b);
 void kv_block_unref(kv_cache *c, int32_t b);
 /* Drops every cached block of `domain` no sequence holds, leaves first. */
@@ -185,9 +195,10 @@ void kv_index_remove(kv_cache *c, int32_t b);
 int32_t kv_index_best_child(const kv_cache *c, const uint8_t key[SHA256_BYTES],
                             int32_t parent, const uint8_t domain[SHA256_BYTES],
                             const int32_t *want, size_t n_want, size_t *shared);
-/* Private block i of `s` is complete: it joins the index, or gives way to
- * an identical cached block. */
-void kv_index_publish(kv_cache *c, kv_seq *s, size_t i);
+/* Block `b` under parent chain `parent_key` joins the index, unless an
+ * identical block is cached: that twin is returned (else NONE). */
+int32_t kv_index_add(kv_cache *c, int32_t b,
+                     const uint8_t parent_key[SHA256_BYTES]);
 
 /* ---- session records (kv_sessions.c) ---- */
 
@@ -226,6 +237,9 @@ int kv_tier_open(kv_cache *c, const kv_cache_config *kc, gpt2d_error *err);
 void kv_tier_close(kv_cache *c);
 /* A cached block to the disk tier (when there is one). */
 void kv_tier_spill(kv_cache *c, int32_t b, bool wait);
+/* A block for a sequence of account `acct`, out of its reservation: free,
+ * or the eviction victim's, spilled to the disk tier first. */
+int32_t kv_tier_take(kv_cache *c, long acct);
 /* The blocks on disk that continue the prompt after `pos` (the RAM walk
  * ended there, at chain key `key`), pinned; more than a RAM copy of
  * `copy_n` positions would give, or none. */

@@ -43,6 +43,23 @@ void kv_tier_spill(kv_cache *c, int32_t b, bool wait)
     kvdisk_put(c->disk, &m, c->geo.base + (size_t)b * c->geo.block_bytes, wait);
 }
 
+/* A block for a sequence of account `acct`, out of its reservation: free,
+ * or the first eviction victim's, written to the disk tier before it is
+ * dropped.  It is charged to `acct`. */
+int32_t kv_tier_take(kv_cache *c, long acct)
+{
+    if (c->free_head == NONE) {
+        int32_t v = kv_block_victim(c, acct);
+        if (v == NONE)
+            abort();            /* reservations promise a block: a bug */
+        kv_accounts_note_eviction(&c->acc, c->blocks[v].acct, acct);
+        kv_tier_spill(c, v, false);
+        kv_block_drop_cached(c, v);
+        c->evictions++;
+    }
+    return kv_block_take_free(c, acct);
+}
+
 int kv_tier_open(kv_cache *c, const kv_cache_config *kc, gpt2d_error *err)
 {
     kv_disk_config dc = { .dir = kc->disk_dir, .max_bytes = kc->disk_bytes,
@@ -152,7 +169,7 @@ size_t kv_tier_start_loads(kv_cache *c, kv_seq *s, int32_t parent,
                 kvdisk_unpin(c->disk, plan[j].entry);
             break;
         }
-        int32_t nb = kv_block_take(c, s->acct);
+        int32_t nb = kv_tier_take(c, s->acct);
         c->reserved--;
         s->reserved--;
         kv_block *k = &c->blocks[nb];
@@ -276,7 +293,7 @@ bool kvcache_seq_ready(kv_cache *c, size_t seq, size_t *n_reused)
             s->n_tokens += l->n_use;
             c->hit_tokens_disk += l->n_use;
             if (l->n_use == KV_BLOCK_TOKENS)
-                kv_index_publish(c, s, i);
+                kv_block_publish(c, s, i);
             kept = i + 1;
         } else {
             /* from here on the tokens are computed: the block goes back */

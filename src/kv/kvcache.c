@@ -355,7 +355,7 @@ static void take_partial(kv_cache *c, kv_seq *s, const kv_begin *b,
         s->n_tokens += copy_n;
     } else {
         kv_block_ref(c, copy_src);      /* not the block evicted for the copy */
-        int32_t nb = kv_block_take(c, s->acct);
+        int32_t nb = kv_tier_take(c, s->acct);
         c->reserved--;
         s->reserved--;
         kv_block_copy_positions(c, nb, copy_src, copy_n);
@@ -450,7 +450,7 @@ void kvcache_seq_fork(kv_cache *c, size_t src, size_t dst)
     size_t rest = s->n_tokens - d->n_tokens;
     if (rest > 0) {
         int32_t from = (int32_t)s->blocks[full];
-        int32_t nb = kv_block_take(c, d->acct);
+        int32_t nb = kv_tier_take(c, d->acct);
         c->reserved--;
         d->reserved--;
         kv_block_copy_positions(c, nb, from, rest);
@@ -469,14 +469,14 @@ void kvcache_seq_grow(kv_cache *c, size_t seq, size_t n)
     kv_seq *s = &c->seqs[seq];
     size_t want = blocks_for(s->n_tokens + n);
     while (s->n_blocks < want) {
-        int32_t nb = kv_block_take(c, s->acct);
+        int32_t nb = kv_tier_take(c, s->acct);
         if (s->reserved == 0)
             abort();            /* past what begin reserved: a bug */
         c->reserved--;
         s->reserved--;
         kv_block *k = &c->blocks[nb];
         /* the parent's chain key is known once it is full:
-         * kv_index_publish() */
+         * kv_block_publish() */
         k->parent = s->n_blocks == 0 ? NONE : (int32_t)s->blocks[s->n_blocks - 1];
         memcpy(k->domain, s->domain, SHA256_BYTES);
         k->session = s->session;
@@ -496,7 +496,7 @@ void kvcache_seq_commit(kv_cache *c, size_t seq, const int32_t *tokens,
         k->n_filled = (uint32_t)(pos % KV_BLOCK_TOKENS + 1);
         s->tokens[pos] = tokens[t];
         if (k->n_filled == KV_BLOCK_TOKENS)
-            kv_index_publish(c, s, i);
+            kv_block_publish(c, s, i);
     }
     s->n_tokens += n;
 }
@@ -512,7 +512,7 @@ void kvcache_seq_end(kv_cache *c, size_t seq, double now)
         kv_block *k = &c->blocks[s->blocks[s->n_blocks - 1]];
         if (k->state == BLOCK_PRIVATE && k->n_filled > 0 &&
             k->n_filled < KV_BLOCK_TOKENS)
-            kv_index_publish(c, s, s->n_blocks - 1);
+            kv_block_publish(c, s, s->n_blocks - 1);
     }
     if (s->record >= 0)
         kv_session_detach(c, s->record, s->tokens, s->n_tokens, now);
