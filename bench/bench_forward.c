@@ -52,8 +52,13 @@
 
 /* MAX_BATCH: --decode-only's largest batch; the full run's batches go up
  * to FULL_SEQS. */
-enum { PREFILL = 512, PROMPT = 128, DECODE_STEPS = 32, FULL_SEQS = 16,
-       MAX_BATCH = 64 };
+enum {
+    PREFILL = 512,
+    PROMPT = 128,
+    DECODE_STEPS = 32,
+    FULL_SEQS = 16,
+    MAX_BATCH = 64
+};
 
 static double now(void)
 {
@@ -72,7 +77,7 @@ static void die(const char *what, const gpt2d_error *err)
 
 typedef struct read_job {
     const float *buf;
-    size_t n;                   /* floats */
+    size_t n; /* floats */
     size_t n_tasks;
     float sums[64];
 } read_job;
@@ -104,7 +109,7 @@ static void read_task(void *ctx, size_t task, size_t worker)
         a3 += x3;
     }
     v4sf s = (a0 + a1) + (a2 + a3);
-    j->sums[task % 64] = (s[0] + s[1]) + (s[2] + s[3]);  /* keeps the reads */
+    j->sums[task % 64] = (s[0] + s[1]) + (s[2] + s[3]); /* keeps the reads */
 }
 
 /* Bytes per second read by all workers, best of `reps`.  On huge pages,
@@ -126,8 +131,8 @@ static double measure_bandwidth(threadpool *pool, size_t bytes, int reps)
     for (int r = 0; r < reps; r++) {
         double t = now();
         threadpool_run(pool, j.n_tasks, read_task, &j);
-        double bw = (double)(j.n / j.n_tasks * j.n_tasks * sizeof(float))
-                    / (now() - t);
+        double bw = (double)(j.n / j.n_tasks * j.n_tasks * sizeof(float)) /
+                    (now() - t);
         if (bw > best)
             best = bw;
     }
@@ -213,8 +218,13 @@ static void random_product(float *a, float *w, void *wp, panel_dtype dt,
  * with the core to themselves, where a product split over two workers
  * stalls whenever another process holds either core (measured that way
  * under load 4, most dtypes read ~30 GFLOP/s instead of 200-400). */
-enum { PEAK_ROWS = 8, PEAK_K = 1024, PEAK_N = 256, PEAK_CALLS = 8,
-       PEAK_REPS = 300 };
+enum {
+    PEAK_ROWS = 8,
+    PEAK_K = 1024,
+    PEAK_N = 256,
+    PEAK_CALLS = 8,
+    PEAK_REPS = 300
+};
 
 /* FLOP/s of one thread's matmul_forward on panels of `dt`, with the
  * kernels `isa` selects. */
@@ -236,11 +246,18 @@ static double measure_panels(panel_dtype dt, cpu_isa isa)
         exit(1);
     }
     random_product(a, w, wp, dt, M, K, N, 11);
-    const matmul_ctx ctx = { .pool = pool, .isa = isa, .scratch = sc,
-                             .scratch_floats = scratch };
-    const matmul_args p = { .M = M, .N = N, .K = K, .a = a, .w = wp,
-                            .dt = dt, .out = c, .epi = MATMUL_NONE };
-    matmul_forward(&ctx, &p);           /* warm-up: W into the cache */
+    const matmul_ctx ctx = {
+        .pool = pool, .isa = isa, .scratch = sc, .scratch_floats = scratch
+    };
+    const matmul_args p = { .M = M,
+                            .N = N,
+                            .K = K,
+                            .a = a,
+                            .w = wp,
+                            .dt = dt,
+                            .out = c,
+                            .epi = MATMUL_NONE };
+    matmul_forward(&ctx, &p); /* warm-up: W into the cache */
     double best = 0.0;
     for (int r = 0; r < PEAK_REPS; r++) {
         double t = now();
@@ -270,8 +287,9 @@ static int machine_bounds(size_t threads)
 {
     static const struct {
         panel_dtype dt;
-        const char *name;               /* as --dtype spells it */
-    } panel_dtypes[] = { { PANEL_F32, "float32" }, { PANEL_F16, "float16" },
+        const char *name; /* as --dtype spells it */
+    } panel_dtypes[] = { { PANEL_F32, "float32" },
+                         { PANEL_F16, "float16" },
                          { PANEL_Q8, "int8" } };
     threadpool *pool;
     gpt2d_error err;
@@ -288,9 +306,9 @@ static int machine_bounds(size_t threads)
     threadpool_destroy(pool);
     for (size_t i = 0; i < sizeof panel_dtypes / sizeof panel_dtypes[0]; i++)
         printf("panels %s %.1f GFLOP/s (%zu threads x one's best; %d rows, "
-               "%dx%d in cache, %s kernels)\n", panel_dtypes[i].name,
-               (double)threads * measure_panels(panel_dtypes[i].dt, isa)
-                   * 1e-9,
+               "%dx%d in cache, %s kernels)\n",
+               panel_dtypes[i].name,
+               (double)threads * measure_panels(panel_dtypes[i].dt, isa) * 1e-9,
                threads, PEAK_ROWS, PEAK_K, PEAK_N, cpu_isa_name(isa));
     return 0;
 }
@@ -301,7 +319,7 @@ typedef struct bench {
     model m;
     threadpool *pool;
     forward_state *st;
-    kv_cache *kv;               /* n_seqs sequences, each grown to ctx
+    kv_cache *kv; /* n_seqs sequences, each grown to ctx
                                  * positions once: the bench rewinds a
                                  * sequence by its own count below */
     size_t n_seqs, ctx;
@@ -316,8 +334,10 @@ static forward_seq seq_of(const bench *b, size_t i, const int32_t *tokens,
                           size_t n, size_t n_logits)
 {
     return (forward_seq){ .blocks = kvcache_seq_blocks(b->kv, b->seq[i]),
-                          .pos0 = b->n_tokens[i], .tokens = tokens,
-                          .n_tokens = n, .n_logits = n_logits };
+                          .pos0 = b->n_tokens[i],
+                          .tokens = tokens,
+                          .n_tokens = n,
+                          .n_logits = n_logits };
 }
 
 static void step(bench *b, forward_seq *seqs, size_t n)
@@ -352,10 +372,10 @@ static double decode_step_time(bench *b, size_t batch)
         prefill(b, i, PROMPT);
     forward_seq seqs[MAX_BATCH];
     double total = 0.0;
-    for (size_t s = 0; s < 4 + DECODE_STEPS; s++) {    /* 4 warm-up steps */
+    for (size_t s = 0; s < 4 + DECODE_STEPS; s++) { /* 4 warm-up steps */
         for (size_t i = 0; i < batch; i++)
-            seqs[i] = seq_of(b, i,
-                b->tokens + i * n_ctx + b->n_tokens[i], 1, 1);
+            seqs[i] = seq_of(b, i, b->tokens + i * n_ctx + b->n_tokens[i], 1,
+                             1);
         double t = now();
         step(b, seqs, batch);
         if (s >= 4)
@@ -390,8 +410,8 @@ static int decode_only(bench *b, size_t batch, size_t steps)
         for (size_t i = 0; i < batch; i++) {
             if (b->n_tokens[i] + 1 >= b->ctx)
                 b->n_tokens[i] = PROMPT;
-            seqs[i] = seq_of(b, i,
-                b->tokens + i * n_ctx + b->n_tokens[i], 1, 1);
+            seqs[i] = seq_of(b, i, b->tokens + i * n_ctx + b->n_tokens[i], 1,
+                             1);
         }
         double t0 = now();
         step(b, seqs, batch);
@@ -399,9 +419,9 @@ static int decode_only(bench *b, size_t batch, size_t steps)
     }
     qsort(t, steps, sizeof *t, cmp_double);
     printf("decode batch %zu, %zu steps from position %d: median %.2f ms "
-           "(%.1f tok/s), best %.2f ms (%.1f tok/s)\n", batch, steps, PROMPT,
-           t[steps / 2] * 1e3, (double)batch / t[steps / 2], t[0] * 1e3,
-           (double)batch / t[0]);
+           "(%.1f tok/s), best %.2f ms (%.1f tok/s)\n",
+           batch, steps, PROMPT, t[steps / 2] * 1e3,
+           (double)batch / t[steps / 2], t[0] * 1e3, (double)batch / t[0]);
     free(t);
     return 0;
 }
@@ -429,19 +449,19 @@ static size_t batch_variance(bench *b, size_t batch, size_t *total,
     for (size_t i = 0; i < batch; i++)
         b->n_tokens[i] = 0;
     for (size_t i = 0; i < batch; i++)
-        seqs[i] = seq_of(b, i, b->tokens + i * n_ctx,
-                                 i == 0 ? 40 : 7 + 5 * i, 1);
+        seqs[i] = seq_of(b, i, b->tokens + i * n_ctx, i == 0 ? 40 : 7 + 5 * i,
+                         1);
     *max_diff = 0.0;
     size_t differ = 0;
     for (size_t s = 0; s < 4; s++) {
         if (s > 0)
             for (size_t i = 0; i < batch; i++)
-                seqs[i] = seq_of(b, i,
-                    b->tokens + i * n_ctx + b->n_tokens[i], 1, 1);
+                seqs[i] = seq_of(b, i, b->tokens + i * n_ctx + b->n_tokens[i],
+                                 1, 1);
         step(b, seqs, batch);
         for (size_t v = 0; v < V; v++) {
-            differ += memcmp(&alone[s * V + v], &b->logits[v],
-                             sizeof(float)) != 0;
+            differ += memcmp(&alone[s * V + v], &b->logits[v], sizeof(float)) !=
+                      0;
             double d = fabs((double)alone[s * V + v] - (double)b->logits[v]);
             if (d > *max_diff)
                 *max_diff = d;
@@ -460,8 +480,8 @@ static size_t weight_bytes(const model *m)
         return m->weight_bytes;
     const size_t C = m->config.n_embd;
     size_t per_layer = 12 * C * C + 13 * C;
-    return (m->config.n_layer * per_layer + 2 * C
-            + m->config.vocab_size * C) * sizeof(float);
+    return (m->config.n_layer * per_layer + 2 * C + m->config.vocab_size * C) *
+           sizeof(float);
 }
 
 /* --prefill-only: a `len`-token prefill (512 unless given) `reps` times
@@ -470,8 +490,10 @@ static size_t weight_bytes(const model *m)
 static int prefill_only(bench *b, size_t reps, size_t len)
 {
     if (reps == 0 || len == 0 || len > PREFILL) {
-        fprintf(stderr, "bench_forward: --prefill-only REPS >= 1 [TOKENS "
-                "1..%d]\n", PREFILL);
+        fprintf(stderr,
+                "bench_forward: --prefill-only REPS >= 1 [TOKENS "
+                "1..%d]\n",
+                PREFILL);
         return 1;
     }
     double *t = malloc(reps * sizeof *t);
@@ -485,8 +507,9 @@ static int prefill_only(bench *b, size_t reps, size_t len)
     }
     qsort(t, reps, sizeof *t, cmp_double);
     printf("prefill %zu tokens, %zu runs: median %.1f ms (%.1f tok/s), best "
-           "%.1f ms (%.1f tok/s)\n", len, reps, t[reps / 2] * 1e3,
-           (double)len / t[reps / 2], t[0] * 1e3, (double)len / t[0]);
+           "%.1f ms (%.1f tok/s)\n",
+           len, reps, t[reps / 2] * 1e3, (double)len / t[reps / 2], t[0] * 1e3,
+           (double)len / t[0]);
     free(t);
     return 0;
 }
@@ -511,11 +534,19 @@ static size_t product_variance(threadpool *pool, size_t K, size_t N,
         exit(1);
     }
     random_product(a, w, wp, PANEL_F32, batch, K, N, 7);
-    const matmul_ctx ctx = { .pool = pool, .blas = blas,
-                             .isa = cpu_isa_supported(), .scratch = sc,
+    const matmul_ctx ctx = { .pool = pool,
+                             .blas = blas,
+                             .isa = cpu_isa_supported(),
+                             .scratch = sc,
                              .scratch_floats = scratch };
-    matmul_args p = { .M = alone, .N = N, .K = K, .a = a, .w = wp,
-                      .dt = PANEL_F32, .w_rows = w, .out = c1,
+    matmul_args p = { .M = alone,
+                      .N = N,
+                      .K = K,
+                      .a = a,
+                      .w = wp,
+                      .dt = PANEL_F32,
+                      .w_rows = w,
+                      .out = c1,
                       .epi = MATMUL_NONE };
     matmul_forward(&ctx, &p);
     p.M = batch;
@@ -538,7 +569,8 @@ static size_t product_variance(threadpool *pool, size_t K, size_t N,
 static void product_invariance(size_t threads, size_t C)
 {
     printf("\nbatch invariance: rows of x·W (K %zu, N %zu) alone vs as the "
-           "first rows of a bigger product:\n", C, 4 * C);
+           "first rows of a bigger product:\n",
+           C, 4 * C);
     threadpool *pool;
     gpt2d_error err;
     if (threadpool_create(&pool, threads, &err) != 0)
@@ -546,14 +578,16 @@ static void product_invariance(size_t threads, size_t C)
 #ifdef HAVE_OPENBLAS_SET_NUM_THREADS
     openblas_set_num_threads((int)threads);
 #endif
-    static const size_t pairs[][2] = { { 1, 4 }, { 1, 16 }, { 4, 16 },
-                                       { 40, 91 }, { 128, 512 } };
+    static const size_t pairs[][2] = {
+        { 1, 4 }, { 1, 16 }, { 4, 16 }, { 40, 91 }, { 128, 512 }
+    };
     for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++) {
         const size_t m1 = pairs[i][0], m2 = pairs[i][1];
         size_t dp = product_variance(pool, C, 4 * C, m1, m2, false);
         size_t db = product_variance(pool, C, 4 * C, m1, m2, true);
         printf("  M %3zu vs %3zu: panels %zu, sgemm %zu of %zu floats "
-               "differ\n", m1, m2, dp, db, m1 * 4 * C);
+               "differ\n",
+               m1, m2, dp, db, m1 * 4 * C);
     }
     threadpool_destroy(pool);
 }
@@ -564,9 +598,9 @@ enum { N_BATCHES = 4 };
 static const size_t batches[N_BATCHES] = { 1, 4, 8, 16 };
 
 typedef struct results {
-    double prefill;             /* seconds for PREFILL tokens, best of 3 */
-    double decode[N_BATCHES];   /* seconds per step */
-    size_t differ, total;       /* logits alone vs in a batch of 4 */
+    double prefill;           /* seconds for PREFILL tokens, best of 3 */
+    double decode[N_BATCHES]; /* seconds per step */
+    size_t differ, total;     /* logits alone vs in a batch of 4 */
     double max_diff;
     size_t weight_bytes;
 } results;
@@ -587,7 +621,8 @@ static void bench_open(bench *b, const options *o, model_matmul mm)
     if (model_load_for(&b->m, o->dir, o->dtype, mm, &err) != 0)
         die("model_load", &err);
     const model_config *cfg = &b->m.config;
-    if (cfg->n_ctx < PREFILL + 1 || cfg->n_ctx < PROMPT + 2 * DECODE_STEPS + 1) {
+    if (cfg->n_ctx < PREFILL + 1 ||
+        cfg->n_ctx < PROMPT + 2 * DECODE_STEPS + 1) {
         fprintf(stderr, "bench_forward: n_ctx %zu is too small\n", cfg->n_ctx);
         exit(1);
     }
@@ -601,22 +636,30 @@ static void bench_open(bench *b, const options *o, model_matmul mm)
     const bool decode = o->only_batch > 0 && o->only_batch <= MAX_BATCH;
     b->n_seqs = decode ? o->only_batch : FULL_SEQS;
     b->ctx = decode && PROMPT + o->only_steps + 1 < cfg->n_ctx
-             ? PROMPT + o->only_steps + 1 : cfg->n_ctx;
-    const kv_shape shape = { .n_layer = cfg->n_layer, .n_head = cfg->n_head,
-                             .n_embd = cfg->n_embd, .n_ctx = cfg->n_ctx };
-    const size_t need = b->n_seqs
-                        * ((b->ctx + KV_BLOCK_TOKENS - 1) / KV_BLOCK_TOKENS),
-                 least = kvcache_blocks_per_context(&shape);  /* its minimum */
+                 ? PROMPT + o->only_steps + 1
+                 : cfg->n_ctx;
+    const kv_shape shape = { .n_layer = cfg->n_layer,
+                             .n_head = cfg->n_head,
+                             .n_embd = cfg->n_embd,
+                             .n_ctx = cfg->n_ctx };
+    const size_t need = b->n_seqs *
+                        ((b->ctx + KV_BLOCK_TOKENS - 1) / KV_BLOCK_TOKENS),
+                 least = kvcache_blocks_per_context(&shape); /* its minimum */
     kv_cache_config kc = { .n_blocks = need > least ? need : least,
-                           .max_seqs = b->n_seqs, .half = o->kv_half };
+                           .max_seqs = b->n_seqs,
+                           .half = o->kv_half };
     static const uint8_t fingerprint[SHA256_BYTES];
     static const kv_identity nobody;
     if (kvcache_create(&b->kv, &shape, &kc, fingerprint, &err) != 0)
         die("kvcache_create", &err);
     for (size_t i = 0; i < b->n_seqs; i++) {
         static const int32_t first = 0;
-        kv_begin kb = { .who = &nobody, .prompt = &first, .n_prompt = 1,
-                        .max_total = b->ctx, .n_seq = 1, .reuse = false };
+        kv_begin kb = { .who = &nobody,
+                        .prompt = &first,
+                        .n_prompt = 1,
+                        .max_total = b->ctx,
+                        .n_seq = 1,
+                        .reuse = false };
         size_t reused;
         if (kvcache_seq_begin(b->kv, &kb, &b->seq[i], &reused) != KV_BEGUN) {
             fprintf(stderr, "bench_forward: cannot begin a KV sequence\n");
@@ -650,7 +693,7 @@ static void bench_close(bench *b)
 static void run_backend(bench *b, results *r)
 {
     r->prefill = INFINITY;
-    for (int k = 0; k < 4; k++) {       /* warm-up, then best of 3 */
+    for (int k = 0; k < 4; k++) { /* warm-up, then best of 3 */
         double t = now();
         prefill(b, 0, PREFILL);
         t = now() - t;
@@ -685,8 +728,8 @@ static int against_float32(const options *o)
     prefill(&q, 0, AGAINST_PROMPT);
     for (size_t s = 0; s <= AGAINST_STEPS; s++) {
         for (size_t v = 0; v < V; v++) {
-            max_diff = fmax(max_diff, fabs((double)f.logits[v]
-                                           - (double)q.logits[v]));
+            max_diff = fmax(max_diff,
+                            fabs((double)f.logits[v] - (double)q.logits[v]));
             max_logit = fmax(max_logit, fabs((double)f.logits[v]));
         }
         ref[s] = (int32_t)argmax(f.logits, V);
@@ -710,9 +753,8 @@ static int against_float32(const options *o)
     printf("%s against float32, %d-token prompt and %d greedy steps: max "
            "|dlogit| %.3g (|logit| up to %.3g), argmax agrees at %zu of %d "
            "positions, own greedy run identical for %zu of %d tokens\n",
-           model_dtype_name(q.m.dtype), AGAINST_PROMPT, AGAINST_STEPS,
-           max_diff, max_logit, agree, AGAINST_STEPS + 1, same,
-           AGAINST_STEPS + 1);
+           model_dtype_name(q.m.dtype), AGAINST_PROMPT, AGAINST_STEPS, max_diff,
+           max_logit, agree, AGAINST_STEPS + 1, same, AGAINST_STEPS + 1);
     bench_close(&f);
     bench_close(&q);
     return 0;
@@ -735,8 +777,10 @@ static void force_isa_from_environment(void)
     if (name == NULL || name[0] == '\0')
         return;
     if (cpu_isa_parse(name, &isa) != 0) {
-        fprintf(stderr, "bench_forward: GPT2D_ISA: '%s' is not portable, "
-                "avx2 or avx512\n", name);
+        fprintf(stderr,
+                "bench_forward: GPT2D_ISA: '%s' is not portable, "
+                "avx2 or avx512\n",
+                name);
         exit(1);
     }
     if (cpu_isa_force(isa, &err) != 0)
@@ -746,13 +790,15 @@ static void force_isa_from_environment(void)
 /* A number after an option, when the next word is one. */
 static bool next_number(int argc, char **argv, int i)
 {
-    return i + 1 < argc && argv[i + 1][0] != '\0'
-           && strspn(argv[i + 1], "0123456789") == strlen(argv[i + 1]);
+    return i + 1 < argc && argv[i + 1][0] != '\0' &&
+           strspn(argv[i + 1], "0123456789") == strlen(argv[i + 1]);
 }
 
 int main(int argc, char **argv)
 {
-    options o = { .threads = 2, .dtype = MODEL_DTYPE_AUTO, .only_steps = 200,
+    options o = { .threads = 2,
+                  .dtype = MODEL_DTYPE_AUTO,
+                  .only_steps = 200,
                   .prefill_len = PREFILL };
     model_matmul only = MODEL_MATMUL_AUTO;
     bool one_backend = false, machine_only = false;
@@ -769,7 +815,7 @@ int main(int argc, char **argv)
         } else if (strcmp(argv[i], "--dtype") == 0 && i + 1 < argc) {
             if (model_dtype_parse(argv[++i], &o.dtype) != 0) {
                 fprintf(stderr, "bench_forward: --dtype "
-                        "auto|float32|float16|int8\n");
+                                "auto|float32|float16|int8\n");
                 return 2;
             }
         } else if (strcmp(argv[i], "--matmul") == 0 && i + 1 < argc) {
@@ -822,9 +868,9 @@ int main(int argc, char **argv)
         bench_open(&b, &o, only);
         printf("model %s: matmul %s, %zu threads\n\n", b.m.name,
                model_matmul_name(b.m.matmul), o.threads);
-        int rc = o.only_batch > 0 ? decode_only(&b, o.only_batch, o.only_steps)
-                                  : prefill_only(&b, o.prefill_reps,
-                                                 o.prefill_len);
+        int rc = o.only_batch > 0
+                     ? decode_only(&b, o.only_batch, o.only_steps)
+                     : prefill_only(&b, o.prefill_reps, o.prefill_len);
         bench_close(&b);
         return rc;
     }
@@ -843,8 +889,8 @@ int main(int argc, char **argv)
     const model_config *cfg = &b.m.config;
     const size_t C = cfg->n_embd, L = cfg->n_layer;
     printf("model %s: n_layer %zu n_head %zu n_embd %zu n_ctx %zu vocab %zu, "
-           "%zu threads\n\n", b.m.name, L, cfg->n_head, C, cfg->n_ctx,
-           cfg->vocab_size, o.threads);
+           "%zu threads\n\n",
+           b.m.name, L, cfg->n_head, C, cfg->n_ctx, cfg->vocab_size, o.threads);
 
     /* machine bounds: sgemm split over the pool, one OpenBLAS thread each */
 #ifdef HAVE_OPENBLAS_SET_NUM_THREADS
@@ -857,8 +903,10 @@ int main(int argc, char **argv)
     double peak = fmax(g1, fmax(g2, g3));
     printf("%-44s %10.1f GB/s\n", "memory read bandwidth (1 GiB, best of 5)",
            bw * 1e-9);
-    printf("sgemm %4dx%zux%-5zu %27.1f GFLOP/s\n", PREFILL, C, 4 * C, g1 * 1e-9);
-    printf("sgemm %4dx%zux%-5zu %27.1f GFLOP/s\n", PREFILL, C, 3 * C, g2 * 1e-9);
+    printf("sgemm %4dx%zux%-5zu %27.1f GFLOP/s\n", PREFILL, C, 4 * C,
+           g1 * 1e-9);
+    printf("sgemm %4dx%zux%-5zu %27.1f GFLOP/s\n", PREFILL, C, 3 * C,
+           g2 * 1e-9);
     printf("sgemm %4dx%zux%-5zu %27.1f GFLOP/s\n\n", PREFILL, 4 * C, C,
            g3 * 1e-9);
 
@@ -872,11 +920,11 @@ int main(int argc, char **argv)
     }
 
     double mm_flops = 2.0 * (double)L * 12.0 * (double)C * (double)C;
-    double att_flops = 0.0;     /* q·k and p·v over positions [0, pos] */
+    double att_flops = 0.0; /* q·k and p·v over positions [0, pos] */
     for (size_t p = 0; p < PREFILL; p++)
         att_flops += 4.0 * (double)L * (double)C * (double)(p + 1);
-    double prefill_flops = PREFILL * mm_flops + att_flops
-                           + 2.0 * (double)cfg->vocab_size * (double)C;
+    double prefill_flops = PREFILL * mm_flops + att_flops +
+                           2.0 * (double)cfg->vocab_size * (double)C;
 
     printf("%-26s", "workload");
     for (size_t k = 0; k < n_mm; k++)
@@ -903,8 +951,8 @@ int main(int argc, char **argv)
             printf("  ");
             for (size_t k = 0; k < n_mm; k++)
                 printf("%s%.0f%%", k ? " / " : "",
-                       100.0 * ((double)res[k].weight_bytes / bw)
-                           / res[k].decode[i]);
+                       100.0 * ((double)res[k].weight_bytes / bw) /
+                           res[k].decode[i]);
             printf(" of bandwidth limit (%.1f MB/step)",
                    (double)res[0].weight_bytes * 1e-6);
         }
@@ -915,7 +963,7 @@ int main(int argc, char **argv)
     printf("batch invariance: a sequence's logits alone vs in a batch of 4 "
            "(prefill 40, 3 decodes):\n");
     for (size_t k = 0; k < n_mm; k++)
-        printf("  %-6s %zu of %zu floats differ (max |diff| %.3g)\n",
-               names[k], res[k].differ, res[k].total, res[k].max_diff);
+        printf("  %-6s %zu of %zu floats differ (max |diff| %.3g)\n", names[k],
+               res[k].differ, res[k].total, res[k].max_diff);
     return 0;
 }

@@ -87,7 +87,7 @@ static int run(size_t n)
         found += http_keys_authorize(k, header, &who) == HTTP_KEYS_MATCH;
     }
     double hit = (monotonic_seconds() - t0) / (double)n;
-    key_of(n, key);                     /* the next key: not in the file */
+    key_of(n, key); /* the next key: not in the file */
     snprintf(header, sizeof header, "Bearer %s", key);
     size_t refused = 0;
     t0 = monotonic_seconds();
@@ -96,12 +96,14 @@ static int run(size_t n)
     double miss = (monotonic_seconds() - t0) / (double)n;
     http_keys_free(k);
     if (found != n || refused != n) {
-        fprintf(stderr, "bench_keys: %zu of %zu keys found, %zu of %zu "
-                "misses refused\n", found, n, refused, n);
+        fprintf(stderr,
+                "bench_keys: %zu of %zu keys found, %zu of %zu "
+                "misses refused\n",
+                found, n, refused, n);
         return -1;
     }
-    printf("%8zu keys  load %8.3f s   lookup: hit %9.2f us  miss %9.2f us\n",
-           n, load, hit * 1e6, miss * 1e6);
+    printf("%8zu keys  load %8.3f s   lookup: hit %9.2f us  miss %9.2f us\n", n,
+           load, hit * 1e6, miss * 1e6);
     return 0;
 }
 

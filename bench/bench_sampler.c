@@ -57,7 +57,7 @@ static double gaussian(uint64_t *s)
 }
 
 typedef enum { ROW_PEAKED, ROW_BROAD, ROW_FLAT, N_ROWS } row_kind;
-static const char *const row_names[N_ROWS] = {"peaked", "broad", "flat"};
+static const char *const row_names[N_ROWS] = { "peaked", "broad", "flat" };
 
 /* row is (VOCAB,). */
 static void make_row(float *row, row_kind kind, uint64_t seed)
@@ -106,7 +106,7 @@ static size_t nucleus_size(const float *row, double T, double top_p)
 typedef struct bench_case {
     const char *name;
     sampler_params p;
-    int history;                /* penalties look at HISTORY tokens */
+    int history; /* penalties look at HISTORY tokens */
 } bench_case;
 
 enum { N_CASES = 7 };
@@ -135,7 +135,7 @@ static void make_cases(bench_case *c)
     c[5].p.presence_penalty = 0.4f;
     c[5].p.frequency_penalty = 0.3f;
     c[5].history = 1;
-    c[6].name = "greedy + logprobs 20";     /* chat's top_logprobs, at most */
+    c[6].name = "greedy + logprobs 20"; /* chat's top_logprobs, at most */
     c[6].p.temperature = 0.0f;
     c[6].p.n_top_logprobs = 20;
     c[6].p.skip_logprob = false;
@@ -189,8 +189,8 @@ int main(int argc, char **argv)
     int32_t *hist = malloc(HISTORY * sizeof *hist);
     sampler_scratch *s = NULL;
     gpt2d_error err;
-    if (rows == NULL || hist == NULL
-        || sampler_scratch_create(&s, VOCAB, &err) != 0) {
+    if (rows == NULL || hist == NULL ||
+        sampler_scratch_create(&s, VOCAB, &err) != 0) {
         fprintf(stderr, "bench_sampler: out of memory\n");
         return 1;
     }
@@ -201,8 +201,8 @@ int main(int argc, char **argv)
         make_row(rows + (size_t)k * VOCAB, (row_kind)k, (uint64_t)k + 1);
 
     const bool avx2 = sampler_scratch_use_avx2(s, !portable);
-    printf("V = %d, one thread, %s kernels; nucleus 0.95 (T 0.8 / T 1):",
-           VOCAB, avx2 ? "AVX2" : "portable");
+    printf("V = %d, one thread, %s kernels; nucleus 0.95 (T 0.8 / T 1):", VOCAB,
+           avx2 ? "AVX2" : "portable");
     for (int k = 0; k < N_ROWS; k++)
         printf(" %s %zu / %zu%s", row_names[k],
                nucleus_size(rows + (size_t)k * VOCAB, 0.8, 0.95),
@@ -216,9 +216,8 @@ int main(int argc, char **argv)
     for (int c = 0; c < N_CASES; c++) {
         printf("%-24s", cases[c].name);
         for (int k = 0; k < N_ROWS; k++)
-            printf(" %12.1f", time_case(&cases[c], s,
-                                        rows + (size_t)k * VOCAB, hist, reps,
-                                        200));
+            printf(" %12.1f", time_case(&cases[c], s, rows + (size_t)k * VOCAB,
+                                        hist, reps, 200));
         printf("\n");
     }
     sampler_scratch_free(s);

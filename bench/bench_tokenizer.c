@@ -58,8 +58,10 @@ static char *document_from_corpus(size_t *len)
     json_t *corpus = json_load_file(path, 0, &jerr);
     if (corpus == NULL || !json_is_array(corpus) ||
         json_array_size(corpus) == 0) {
-        fprintf(stderr, "bench_tokenizer: %s: %s (set GPT2D_SRCDIR or pass "
-                "FILE)\n", path, corpus ? "not a non-empty array" : jerr.text);
+        fprintf(stderr,
+                "bench_tokenizer: %s: %s (set GPT2D_SRCDIR or pass "
+                "FILE)\n",
+                path, corpus ? "not a non-empty array" : jerr.text);
         json_decref(corpus);
         return NULL;
     }
@@ -68,7 +70,8 @@ static char *document_from_corpus(size_t *len)
     while (doc != NULL && n < TARGET_BYTES) {
         size_t i;
         json_t *c;
-        json_array_foreach(corpus, i, c) {
+        json_array_foreach(corpus, i, c)
+        {
             json_t *t = json_object_get(c, "text");
             size_t tl = json_string_length(t);
             if (n + tl + 1 > TARGET_BYTES + 4096 || n >= TARGET_BYTES)
@@ -113,7 +116,8 @@ int main(int argc, char **argv)
     snprintf(merges, sizeof merges, "%s/merges.txt", argv[1]);
 
     size_t len;
-    char *doc = argc == 3 ? read_all(argv[2], &len) : document_from_corpus(&len);
+    char *doc = argc == 3 ? read_all(argv[2], &len)
+                          : document_from_corpus(&len);
     if (doc == NULL) {
         if (argc == 3)
             perror(argv[2]);

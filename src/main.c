@@ -56,12 +56,12 @@
 /* Everything the daemon owns, torn down in reverse order of creation. */
 typedef struct daemon_state {
     settings cfg;
-    kv_dir_lock kv_dir;         /* --kv-cache-dir, ours until we exit */
+    kv_dir_lock kv_dir; /* --kv-cache-dir, ours until we exit */
     model mdl;
     bool model_loaded;
-    size_t kv_blocks;           /* the KV cache's size, from the settings */
+    size_t kv_blocks; /* the KV cache's size, from the settings */
     tokenizer *tok;
-    chat_template chat;         /* all NULL until loaded */
+    chat_template chat; /* all NULL until loaded */
     engine *eng;
     token_budget *budget;
     workpool *work;
@@ -73,11 +73,13 @@ static int load_tokenizer(daemon_state *d, gpt2d_error *err)
 {
     char vocab_path[4096], merges_path[4096];
     snprintf(vocab_path, sizeof vocab_path, "%s/vocab.json", d->cfg.model_dir);
-    snprintf(merges_path, sizeof merges_path, "%s/merges.txt", d->cfg.model_dir);
+    snprintf(merges_path, sizeof merges_path, "%s/merges.txt",
+             d->cfg.model_dir);
     if (tokenizer_load(&d->tok, vocab_path, merges_path, err) != 0)
         return -1;
     if (tokenizer_vocab_size(d->tok) > d->mdl.config.vocab_size)
-        return error_set(err, "%s: tokenizer has %zu tokens but the model only %zu",
+        return error_set(err,
+                         "%s: tokenizer has %zu tokens but the model only %zu",
                          d->cfg.model_dir, tokenizer_vocab_size(d->tok),
                          d->mdl.config.vocab_size);
     return 0;
@@ -115,8 +117,10 @@ static const char *plural(size_t n)
 /* The model's shapes the KV cache is sized by. */
 static kv_shape kv_shape_of(const model_config *mc)
 {
-    return (kv_shape){ .n_layer = mc->n_layer, .n_head = mc->n_head,
-                       .n_embd = mc->n_embd, .n_ctx = mc->n_ctx };
+    return (kv_shape){ .n_layer = mc->n_layer,
+                       .n_head = mc->n_head,
+                       .n_embd = mc->n_embd,
+                       .n_ctx = mc->n_ctx };
 }
 
 /* What the settings mean once the model's shapes are known: --kv-memory
@@ -132,18 +136,21 @@ static int plan_kv(daemon_state *d, gpt2d_error *err)
     d->kv_blocks = c->slots * per_ctx;
     if (c->kv_memory > 0) {
         if (block == 0 || c->kv_memory / block < per_ctx)
-            return error_set(err, "--kv-memory of %zu bytes cannot hold one "
+            return error_set(err,
+                             "--kv-memory of %zu bytes cannot hold one "
                              "full context: that takes %zu bytes (%.1f MB) "
-                             "for this model (%s)", c->kv_memory,
-                             block * per_ctx, (double)(block * per_ctx) / (1 << 20),
+                             "for this model (%s)",
+                             c->kv_memory, block * per_ctx,
+                             (double)(block * per_ctx) / (1 << 20),
                              kv_dtype_name(c->kv_half));
         d->kv_blocks = c->kv_memory / block;
     }
     if (c->max_batch_rows <= c->slots)
-        return error_set(err, "--max-batch-rows %zu must exceed the %zu KV "
+        return error_set(err,
+                         "--max-batch-rows %zu must exceed the %zu KV "
                          "slot%s: a step holds every slot's decode row plus a "
-                         "prefill chunk", c->max_batch_rows, c->slots,
-                         plural(c->slots));
+                         "prefill chunk",
+                         c->max_batch_rows, c->slots, plural(c->slots));
     return 0;
 }
 
@@ -158,10 +165,12 @@ static int plan_response_memory(settings *c, gpt2d_error *err)
 {
     size_t least = 2 * api_body_bytes(c->max_body_bytes);
     if (c->response_memory == 0)
-        c->response_memory = least > RESPONSE_MEMORY_DEFAULT ? least
-                                                             : RESPONSE_MEMORY_DEFAULT;
+        c->response_memory = least > RESPONSE_MEMORY_DEFAULT
+                                 ? least
+                                 : RESPONSE_MEMORY_DEFAULT;
     if (c->response_memory < least)
-        return error_set(err, "--response-memory of %zu bytes is too small for "
+        return error_set(err,
+                         "--response-memory of %zu bytes is too small for "
                          "--max-body %zu: one key's half must hold the answer "
                          "to the largest /tokenize body, so at least %zu bytes",
                          c->response_memory, c->max_body_bytes, least);
@@ -176,7 +185,8 @@ static void check_web_root(const char *dir)
     if (dir != NULL && dir[0] != '\0' &&
         (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)))
         log_warn("web-root %s is not a directory: the playground is not "
-                 "served (see --web-root)", dir);
+                 "served (see --web-root)",
+                 dir);
 }
 
 /* -1: something failed (exit 1); -2: the settings cannot work together
@@ -194,8 +204,8 @@ static int start(daemon_state *d, gpt2d_error *err)
     if (d->cfg.kv_cache_dir != NULL && d->cfg.kv_cache_dir[0] != '\0' &&
         kvdir_claim(&d->kv_dir, d->cfg.kv_cache_dir, err) != 0)
         return -2;
-    if (model_load_for(&d->mdl, d->cfg.model_dir, d->cfg.dtype,
-                       d->cfg.matmul, err) != 0)
+    if (model_load_for(&d->mdl, d->cfg.model_dir, d->cfg.dtype, d->cfg.matmul,
+                       err) != 0)
         return -1;
     d->model_loaded = true;
     if (plan_kv(d, err) != 0)
@@ -225,14 +235,18 @@ static int start(daemon_state *d, gpt2d_error *err)
                        WORK_WAIT_MS, err) != 0)
         return -1;
     d->api = (api_ctx){
-        .eng = d->eng, .tok = d->tok, .mdl = &d->mdl, .work = d->work,
+        .eng = d->eng,
+        .tok = d->tok,
+        .mdl = &d->mdl,
+        .work = d->work,
         .n_slots = d->cfg.slots,
         .kv_half = d->cfg.kv_half,
         .max_n = d->cfg.max_n,
         .max_stop_bytes = d->cfg.max_stop_bytes,
         .inspect_max_tokens = d->cfg.inspect_max_tokens,
         .inspect_max_attention = d->cfg.inspect_max_attention,
-        .log_prompts = d->cfg.log_prompts, .started = time(NULL),
+        .log_prompts = d->cfg.log_prompts,
+        .started = time(NULL),
         .chat = &d->chat,
         .budget = d->budget,
     };
@@ -249,21 +263,22 @@ static void log_summary(const daemon_state *d)
 {
     const model_config *c = &d->mdl.config;
     const kv_shape shape = kv_shape_of(c);
-    double kv_mb = (double)kvcache_block_bytes(&shape, d->cfg.kv_half)
-                   * (double)d->kv_blocks / 1e6;
-    log_info("gpt2d: loaded %s: %zu layers, %zu heads, %zu wide, context %zu, "
-             "vocabulary %zu, %.1f MB of %s weights (matmul %s); %zu KV slot%s, "
-             "KV cache of %zu blocks of %d tokens = %.1f full contexts (%.1f MB, "
-             "%s%s), %zu thread%s; listening on %s:%u",
-             d->mdl.name, c->n_layer, c->n_head, c->n_embd, c->n_ctx, c->vocab_size,
-             (double)d->mdl.weight_bytes / 1e6, model_dtype_name(d->mdl.dtype),
-             model_matmul_name(d->mdl.matmul),
-             d->cfg.slots, plural(d->cfg.slots), d->kv_blocks, KV_BLOCK_TOKENS,
-             (double)d->kv_blocks / (double)kvcache_blocks_per_context(&shape), kv_mb,
-             kv_dtype_name(d->cfg.kv_half),
-             d->cfg.kv_memory > 0 ? ", sized by --kv-memory" : "",
-             d->cfg.threads, plural(d->cfg.threads),
-             d->cfg.host != NULL ? d->cfg.host : "*", http_port(d->http));
+    double kv_mb = (double)kvcache_block_bytes(&shape, d->cfg.kv_half) *
+                   (double)d->kv_blocks / 1e6;
+    log_info(
+        "gpt2d: loaded %s: %zu layers, %zu heads, %zu wide, context %zu, "
+        "vocabulary %zu, %.1f MB of %s weights (matmul %s); %zu KV slot%s, "
+        "KV cache of %zu blocks of %d tokens = %.1f full contexts (%.1f MB, "
+        "%s%s), %zu thread%s; listening on %s:%u",
+        d->mdl.name, c->n_layer, c->n_head, c->n_embd, c->n_ctx, c->vocab_size,
+        (double)d->mdl.weight_bytes / 1e6, model_dtype_name(d->mdl.dtype),
+        model_matmul_name(d->mdl.matmul), d->cfg.slots, plural(d->cfg.slots),
+        d->kv_blocks, KV_BLOCK_TOKENS,
+        (double)d->kv_blocks / (double)kvcache_blocks_per_context(&shape),
+        kv_mb, kv_dtype_name(d->cfg.kv_half),
+        d->cfg.kv_memory > 0 ? ", sized by --kv-memory" : "", d->cfg.threads,
+        plural(d->cfg.threads), d->cfg.host != NULL ? d->cfg.host : "*",
+        http_port(d->http));
 }
 
 /* READY=1 with the line `systemctl status` shows while we serve. */
@@ -316,7 +331,7 @@ static int wait_for_stop(daemon_state *d, const sigset_t *set)
         if (sigwait(set, &sig) != 0)
             continue;
         if (sig == SIGHUP) {
-            gpt2d_error err = {{0}};
+            gpt2d_error err = { { 0 } };
             notify_reloading();
             if (http_reload_keys(d->http, &err) != 0) {
                 log_warn("SIGHUP: keeping the old API keys: %s", err.message);
@@ -357,13 +372,15 @@ int main(int argc, char **argv)
     daemon_state d;
     memset(&d, 0, sizeof d);
     d.kv_dir = KV_DIR_LOCK_NONE;
-    gpt2d_error err = {{0}};
+    gpt2d_error err = { { 0 } };
     switch (settings_load(&d.cfg, argc, argv, &err)) {
-    case SETTINGS_EXIT_OK: return EXIT_SUCCESS;
+    case SETTINGS_EXIT_OK:
+        return EXIT_SUCCESS;
     case SETTINGS_USAGE_ERROR:
         log_error("gpt2d: %s", err.message);
         return 2;
-    case SETTINGS_RUN: break;
+    case SETTINGS_RUN:
+        break;
     }
     log_set_level(d.cfg.log_level);
     /* --isa: the kernels every forward_state uses, and what --matmul auto
@@ -397,7 +414,8 @@ int main(int argc, char **argv)
     int sig = wait_for_stop(&d, &set);
     log_info("%s: draining (up to %d ms)", sig == SIGINT ? "SIGINT" : "SIGTERM",
              d.cfg.drain_ms);
-    notify_stopping("Draining: running requests have up to %d ms", d.cfg.drain_ms);
+    notify_stopping("Draining: running requests have up to %d ms",
+                    d.cfg.drain_ms);
     http_quiesce(d.http);
     engine_shutdown(d.eng, d.cfg.drain_ms);
     /* Every request has now finished or been cancelled; give the connections

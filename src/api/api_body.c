@@ -34,19 +34,19 @@ typedef enum body_part { PART_HEAD, PART_ITEMS, PART_TAIL, PART_END } body_part;
 /* Where a walk over the answer stands. */
 typedef struct body_cursor {
     body_part part;
-    size_t id, byte;            /* the next id, and the next byte of its text */
-    utf8_decoder utf8;          /* the text's unfinished character */
-    bool finished;              /* the text's end has been rendered */
+    size_t id, byte;   /* the next id, and the next byte of its text */
+    utf8_decoder utf8; /* the text's unfinished character */
+    bool finished;     /* the text's end has been rendered */
 } body_cursor;
 
 struct api_body {
-    const tokenizer *tok;       /* NULL: the id list; else the ids' text */
+    const tokenizer *tok; /* NULL: the id list; else the ids' text */
     int32_t *ids;
     size_t n;
     size_t length;
     body_cursor at;
-    char piece[PIECE_MAX];      /* the piece being copied out ... */
-    size_t piece_len, piece_off;/* ... and how much of it was */
+    char piece[PIECE_MAX];       /* the piece being copied out ... */
+    size_t piece_len, piece_off; /* ... and how much of it was */
     work_charge charge;
 };
 
@@ -65,7 +65,7 @@ static size_t id_piece(int32_t id, bool first, char *out)
 {
     char digits[12];
     size_t n = 0;
-    uint32_t v = (uint32_t)id;      /* ids are validated: never negative */
+    uint32_t v = (uint32_t)id; /* ids are validated: never negative */
     do {
         digits[n++] = (char)('0' + v % 10);
         v /= 10;
@@ -101,10 +101,14 @@ static size_t escape(const char *s, size_t len, char *out)
             break;
         unsigned char c = (unsigned char)s[run];
         i = run + 1;
-        const char *short_form = c == '"' ? "\\\"" : c == '\\' ? "\\\\"
-                               : c == '\b' ? "\\b" : c == '\f' ? "\\f"
-                               : c == '\n' ? "\\n" : c == '\r' ? "\\r"
-                               : c == '\t' ? "\\t" : NULL;
+        const char *short_form = c == '"'    ? "\\\""
+                                 : c == '\\' ? "\\\\"
+                                 : c == '\b' ? "\\b"
+                                 : c == '\f' ? "\\f"
+                                 : c == '\n' ? "\\n"
+                                 : c == '\r' ? "\\r"
+                                 : c == '\t' ? "\\t"
+                                             : NULL;
         if (short_form != NULL) {
             memcpy(out + n, short_form, 2);
             n += 2;
@@ -129,7 +133,8 @@ static long text_piece(const api_body *b, body_cursor *c, char *out)
         size_t len = 0;
         const char *bytes = tokenizer_token_bytes(b->tok, b->ids[c->id], &len);
         if (c->byte < len) {
-            size_t end = len - c->byte > TEXT_CHUNK ? c->byte + TEXT_CHUNK : len;
+            size_t end = len - c->byte > TEXT_CHUNK ? c->byte + TEXT_CHUNK
+                                                    : len;
             if (c->utf8.n_partial == 0 &&
                 tokenizer_token_is_utf8(b->tok, b->ids[c->id])) {
                 /* whole characters after whole characters: the bytes are
@@ -177,7 +182,7 @@ static size_t next_piece(const api_body *b, body_cursor *c, char *out)
                 if (len > 0)
                     return (size_t)len;
                 if (len == 0)
-                    continue;       /* the start of a character */
+                    continue; /* the start of a character */
             }
             c->part = PART_TAIL;
             continue;
@@ -291,7 +296,10 @@ static void source_free(void *self)
 api_source api_body_source(api_body *b)
 {
     return (api_source){
-        .self = b, .live = false, .length = b->length,
-        .read = source_read, .free = source_free,
+        .self = b,
+        .live = false,
+        .length = b->length,
+        .read = source_read,
+        .free = source_free,
     };
 }

@@ -34,7 +34,7 @@ typedef struct api_caller {
      * the same key gives the same account after a reload or restart. */
     uint8_t account[SHA256_BYTES];
     api_limits limits;
-    size_t metrics_key;         /* its series in /metrics (metrics_key_id):
+    size_t metrics_key; /* its series in /metrics (metrics_key_id):
                                  * the key's name, or 0, "-" */
 } api_caller;
 

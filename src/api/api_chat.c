@@ -48,10 +48,10 @@ static json_t *token_json(const tokenizer *tok, int32_t id, float logprob)
     char *s = api_token_string(tok, id);
     /* OpenAI's stand-in for a probability too small for a float */
     double lp = isfinite(logprob) ? logprob : -9999.0;
-    json_t *o = json_pack("{s:o, s:f, s:o}",
-                          "token", s != NULL ? api_json_string_bytes(s, strlen(s))
-                                             : json_null(),
-                          "logprob", lp, "bytes", bytes != NULL ? bytes : json_null());
+    json_t *o = json_pack(
+        "{s:o, s:f, s:o}", "token",
+        s != NULL ? api_json_string_bytes(s, strlen(s)) : json_null(),
+        "logprob", lp, "bytes", bytes != NULL ? bytes : json_null());
     free(s);
     return o;
 }
@@ -65,7 +65,7 @@ static json_t *chat_logprobs(const completion_run *run, const gen_token *gen,
         json_t *t = token_json(tok, gen[i].token, gen[i].logprob);
         json_t *top = json_array();
         size_t n_top = gen[i].n_top < run->req.n_logprobs ? gen[i].n_top
-                                                         : run->req.n_logprobs;
+                                                          : run->req.n_logprobs;
         for (size_t k = 0; top != NULL && k < n_top; k++)
             json_array_append_new(top, token_json(tok, gen[i].top[k].token,
                                                   gen[i].top[k].logprob));
@@ -84,14 +84,15 @@ static json_t *chat_choice(const completion_run *run, size_t prompt,
                            size_t index, const gen_output *out)
 {
     json_t *logprobs = run->req.logprobs
-        ? chat_logprobs(run, out->tokens, 0, out->n_tokens) : json_null();
+                           ? chat_logprobs(run, out->tokens, 0, out->n_tokens)
+                           : json_null();
     const char *fin = completion_finish_string(out->finish);
-    json_t *choice = json_pack("{s:I, s:{s:s, s:o, s:n}, s:o, s:o}",
-        "index", (json_int_t)index,
-        "message", "role", "assistant",
-        "content", api_json_string_bytes(out->text, out->text_len), "refusal",
-        "logprobs", logprobs != NULL ? logprobs : json_null(),
-        "finish_reason", fin != NULL ? json_string(fin) : json_null());
+    json_t *choice = json_pack(
+        "{s:I, s:{s:s, s:o, s:n}, s:o, s:o}", "index", (json_int_t)index,
+        "message", "role", "assistant", "content",
+        api_json_string_bytes(out->text, out->text_len), "refusal", "logprobs",
+        logprobs != NULL ? logprobs : json_null(), "finish_reason",
+        fin != NULL ? json_string(fin) : json_null());
     if (choice != NULL && run->req.return_token_ids &&
         completion_add_token_ids(choice, &run->req.prompts[prompt], out->tokens,
                                  0, out->n_tokens) != 0) {
@@ -105,7 +106,7 @@ static json_t *chat_chunk_logprobs(const completion_run *run,
                                    const gen_token *gen, size_t from, size_t to,
                                    text_cursor *at)
 {
-    (void)at;                   /* chat reports no text offsets */
+    (void)at; /* chat reports no text offsets */
     return chat_logprobs(run, gen, from, to);
 }
 
@@ -115,21 +116,20 @@ static json_t *chat_chunk_choice(size_t index, const char *text, size_t len,
                                  json_t *logprobs, const char *finish)
 {
     json_t *delta = finish != NULL && len == 0
-        ? json_object()
-        : json_pack("{s:o}", "content", api_json_string_bytes(text, len));
-    return json_pack("{s:I, s:o, s:o, s:o}",
-        "index", (json_int_t)index,
-        "delta", delta != NULL ? delta : json_null(),
-        "logprobs", logprobs != NULL ? logprobs : json_null(),
-        "finish_reason", finish != NULL ? json_string(finish) : json_null());
+                        ? json_object()
+                        : json_pack("{s:o}", "content",
+                                    api_json_string_bytes(text, len));
+    return json_pack("{s:I, s:o, s:o, s:o}", "index", (json_int_t)index,
+                     "delta", delta != NULL ? delta : json_null(), "logprobs",
+                     logprobs != NULL ? logprobs : json_null(), "finish_reason",
+                     finish != NULL ? json_string(finish) : json_null());
 }
 
 static json_t *chat_chunk_opening(size_t index)
 {
-    return json_pack("{s:I, s:{s:s, s:s, s:n}, s:n, s:n}",
-        "index", (json_int_t)index,
-        "delta", "role", "assistant", "content", "", "refusal",
-        "logprobs", "finish_reason");
+    return json_pack("{s:I, s:{s:s, s:s, s:n}, s:n, s:n}", "index",
+                     (json_int_t)index, "delta", "role", "assistant", "content",
+                     "", "refusal", "logprobs", "finish_reason");
 }
 
 const completion_endpoint chat_endpoint = {

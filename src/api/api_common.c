@@ -23,15 +23,20 @@
 static const char *error_type(int status)
 {
     switch (status) {
-    case 401: return "authentication_error";
-    case 429: return "rate_limit_error";
-    case 500: case 503: return "server_error";
-    default: return "invalid_request_error";
+    case 401:
+        return "authentication_error";
+    case 429:
+        return "rate_limit_error";
+    case 500:
+    case 503:
+        return "server_error";
+    default:
+        return "invalid_request_error";
     }
 }
 
-int api_error_set(api_error *e, int status, const char *param,
-                  const char *fmt, ...)
+int api_error_set(api_error *e, int status, const char *param, const char *fmt,
+                  ...)
 {
     e->status = status;
     e->type = error_type(status);
@@ -53,8 +58,8 @@ void api_response_free(api_response *r)
     memset(&r->source, 0, sizeof r->source);
 }
 
-void api_response_source(api_response *r, int status,
-                         const char *content_type, api_source src)
+void api_response_source(api_response *r, int status, const char *content_type,
+                         api_source src)
 {
     r->status = status;
     r->content_type = content_type;
@@ -64,7 +69,7 @@ void api_response_source(api_response *r, int status,
 void api_response_gone(api_response *r)
 {
     r->cancelled = true;
-    r->status = 499;            /* nginx's "client closed request", for the log */
+    r->status = 499; /* nginx's "client closed request", for the log */
 }
 
 void api_response_set_id(api_response *r, const char *id)
@@ -140,11 +145,12 @@ json_t *api_error_json(const api_error *e)
      * near '...'", a logit_bias key) or be cut inside a character by its
      * buffer: it goes through api_json_string_bytes, or json_pack would
      * refuse it and the client get a 500 instead of its 400. */
-    json_t *inner = json_pack("{s:o, s:s, s:o, s:o}",
-        "message", api_json_string_bytes(e->message, strlen(e->message)),
-        "type", e->type != NULL ? e->type : error_type(e->status),
-        "param", e->param[0] != '\0' ? json_string(e->param) : json_null(),
-        "code", e->code != NULL ? json_string(e->code) : json_null());
+    json_t *inner = json_pack(
+        "{s:o, s:s, s:o, s:o}", "message",
+        api_json_string_bytes(e->message, strlen(e->message)), "type",
+        e->type != NULL ? e->type : error_type(e->status), "param",
+        e->param[0] != '\0' ? json_string(e->param) : json_null(), "code",
+        e->code != NULL ? json_string(e->code) : json_null());
     return inner != NULL ? json_pack("{s:o}", "error", inner) : NULL;
 }
 
@@ -163,7 +169,8 @@ json_t *api_parse_object(const char *body, size_t len, api_error *e)
     json_error_t jerr;
     json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
     if (root == NULL) {
-        api_error_set(e, 400, NULL, "request body is not valid JSON: %s (line %d, column %d)",
+        api_error_set(e, 400, NULL,
+                      "request body is not valid JSON: %s (line %d, column %d)",
                       jerr.text, jerr.line, jerr.column);
         return NULL;
     }
@@ -217,7 +224,8 @@ uint64_t api_random_u64(void)
      * fallback only keeps ids distinct, it is not a security boundary. */
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
-    return ((uint64_t)ts.tv_sec << 32) ^ (uint64_t)ts.tv_nsec ^ (uint64_t)getpid();
+    return ((uint64_t)ts.tv_sec << 32) ^ (uint64_t)ts.tv_nsec ^
+           (uint64_t)getpid();
 }
 
 void api_random_id(char *buf, size_t size, const char *prefix)

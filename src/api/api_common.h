@@ -22,17 +22,17 @@
 /* ---- errors: {"error": {"message", "type", "param", "code"}} ---- */
 
 typedef struct api_error {
-    int status;                 /* HTTP status */
-    const char *type;           /* "invalid_request_error", ... */
-    const char *code;           /* NULL, or a short machine-readable code */
-    char param[64];             /* "" when no single field is at fault */
+    int status;       /* HTTP status */
+    const char *type; /* "invalid_request_error", ... */
+    const char *code; /* NULL, or a short machine-readable code */
+    char param[64];   /* "" when no single field is at fault */
     char message[512];
 } api_error;
 
 /* Fills `e` (type derived from the status) and returns -1, so a parser can
  * `return api_error_set(...)`.  `param` may be NULL. */
-int api_error_set(api_error *e, int status, const char *param,
-                  const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+int api_error_set(api_error *e, int status, const char *param, const char *fmt,
+                  ...) __attribute__((format(printf, 4, 5)));
 /* The one builder of OpenAI's error object, {"error": {...}}, for a body
  * and for an SSE error event alike; NULL on OOM. */
 json_t *api_error_json(const api_error *e);
@@ -56,10 +56,10 @@ bool api_client_gone(const api_client *c);
 enum { API_SOURCE_END = -1, API_SOURCE_ERROR = -2 };
 
 typedef struct api_source {
-    void *self;                 /* what the callbacks are called on */
-    bool live;                  /* an event stream: its length unknown, its
+    void *self;    /* what the callbacks are called on */
+    bool live;     /* an event stream: its length unknown, its
                                  * bytes made as the engine makes tokens */
-    size_t length;              /* not live: the answer's bytes, known from
+    size_t length; /* not live: the answer's bytes, known from
                                  * the start */
     /* Copies the next bytes into buf, blocking until there are some:
      * their count (> 0), API_SOURCE_END after the last, or API_SOURCE_ERROR
@@ -78,16 +78,16 @@ typedef struct api_source {
 
 typedef struct api_response {
     int status;
-    char *body;                 /* malloc'ed; NULL when made as it is sent */
+    char *body; /* malloc'ed; NULL when made as it is sent */
     size_t body_len;
     const char *content_type;
-    const char *allow;          /* 405: the Allow header */
-    int retry_after;            /* > 0: Retry-After seconds (429) */
-    api_source source;          /* read non-NULL: the answer instead of body */
-    bool cancelled;             /* the client left; nothing is sent */
-    char id[48];                /* what the request made ("cmpl-…"), or "":
+    const char *allow; /* 405: the Allow header */
+    int retry_after;   /* > 0: Retry-After seconds (429) */
+    api_source source; /* read non-NULL: the answer instead of body */
+    bool cancelled;    /* the client left; nothing is sent */
+    char id[48];       /* what the request made ("cmpl-…"), or "":
                                  * its X-Request-Id unless the client sent one */
-    size_t prompt_tokens, completion_tokens;   /* for the access log */
+    size_t prompt_tokens, completion_tokens; /* for the access log */
 } api_response;
 
 /* Frees the body or the source. */
@@ -101,8 +101,8 @@ void api_response_json(api_response *r, int status, json_t *obj);
 void api_response_body(api_response *r, int status, const char *content_type,
                        char *body, size_t len);
 /* The answer is `src`, the response's from now on (freed with it). */
-void api_response_source(api_response *r, int status,
-                         const char *content_type, api_source src);
+void api_response_source(api_response *r, int status, const char *content_type,
+                         api_source src);
 /* The client left: nothing is sent, and the log says 499. */
 void api_response_gone(api_response *r);
 /* What the request made ("cmpl-…"): the answer's X-Request-Id unless the

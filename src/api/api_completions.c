@@ -28,13 +28,13 @@
 #include "core/metrics.h"
 #include "core/monotonic.h"
 
-void completion_rank(const gen_output *const *outs, size_t n_seq,
-                     size_t *order)
+void completion_rank(const gen_output *const *outs, size_t n_seq, size_t *order)
 {
     /* Insertion sort: n_seq is at most the slot count. */
     for (size_t i = 0; i < n_seq; i++) {
         size_t j = i;
-        while (j > 0 && outs[order[j - 1]]->cum_logprob < outs[i]->cum_logprob) {
+        while (j > 0 &&
+               outs[order[j - 1]]->cum_logprob < outs[i]->cum_logprob) {
             order[j] = order[j - 1];
             j--;
         }
@@ -50,11 +50,12 @@ json_t *completion_choice_json(const tokenizer *tok,
     char *ptext = NULL;
     size_t plen = 0;
     if ((req->echo || req->logprobs) &&
-        completion_prompt_bytes(tok, &req->prompts[prompt_index], &ptext, &plen) != 0)
+        completion_prompt_bytes(tok, &req->prompts[prompt_index], &ptext,
+                                &plen) != 0)
         return NULL;
     const size_t prompt_chars = utf8_chars(ptext, plen);
     if (!req->echo)
-        plen = 0;               /* offsets count the prompt; text omits it */
+        plen = 0; /* offsets count the prompt; text omits it */
     size_t len = plen + out->text_len;
     char *text = malloc(len + 1);
     if (text == NULL) {
@@ -71,21 +72,21 @@ json_t *completion_choice_json(const tokenizer *tok,
         text_cursor at = { .chars = scored ? 0 : prompt_chars };
         json_decref(logprobs);
         logprobs = completion_logprobs_json(
-            tok, scored ? out->prompt_scores : NULL, scored ? out->n_prompt_scored : 0,
-            out->tokens, 0, out->n_tokens, &at,
-            prompt_chars + utf8_chars(out->text, out->text_len));
+            tok, scored ? out->prompt_scores : NULL,
+            scored ? out->n_prompt_scored : 0, out->tokens, 0, out->n_tokens,
+            &at, prompt_chars + utf8_chars(out->text, out->text_len));
     }
     const char *fin = completion_finish_string(out->finish);
-    json_t *choice = json_pack("{s:o, s:I, s:o, s:o}",
-        "text", api_json_string_bytes(text, len),
-        "index", (json_int_t)index,
-        "logprobs", logprobs != NULL ? logprobs : json_null(),
-        "finish_reason", fin != NULL ? json_string(fin) : json_null());
+    json_t *choice = json_pack(
+        "{s:o, s:I, s:o, s:o}", "text", api_json_string_bytes(text, len),
+        "index", (json_int_t)index, "logprobs",
+        logprobs != NULL ? logprobs : json_null(), "finish_reason",
+        fin != NULL ? json_string(fin) : json_null());
     free(text);
     free(ptext);
     if (choice != NULL && req->return_token_ids &&
-        completion_add_token_ids(choice, &req->prompts[prompt_index], out->tokens,
-                                 0, out->n_tokens) != 0) {
+        completion_add_token_ids(choice, &req->prompts[prompt_index],
+                                 out->tokens, 0, out->n_tokens) != 0) {
         json_decref(choice);
         return NULL;
     }
@@ -116,37 +117,40 @@ static void params_for_prompt(const completion_run *run, size_t p,
     memcpy(gp->account, run->caller.account, SHA256_BYTES);
     gp->max_seqs = run->caller.limits.max_seqs;
     gp->max_queued = run->caller.limits.max_queued;
-    gp->identity = api_caller_identity(&run->caller,
-                                       req->has_cache_salt ? req->cache_salt : NULL,
-                                       req->cache_salt_len);
+    gp->identity = api_caller_identity(
+        &run->caller, req->has_cache_salt ? req->cache_salt : NULL,
+        req->cache_salt_len);
 }
 
 int api_engine_error(const api_caller *caller, engine_status st,
-                     const engine_refusal *why, api_error *e,
-                     int *retry_after)
+                     const engine_refusal *why, api_error *e, int *retry_after)
 {
     const size_t key = caller->metrics_key;
     switch (st) {
     case ENGINE_QUEUE_FULL:
         *retry_after = 1;
         metrics_key_refused(key, METRICS_REFUSED_QUEUE_FULL);
-        api_error_set(e, 429, NULL, "the server is busy: the request queue is full, "
+        api_error_set(e, 429, NULL,
+                      "the server is busy: the request queue is full, "
                       "retry shortly");
         e->code = "queue_full";
         return -1;
     case ENGINE_CALLER_QUEUE_FULL:
         *retry_after = 1;
         metrics_key_refused(key, METRICS_REFUSED_MAX_QUEUED);
-        api_error_set(e, 429, NULL, "too many queued requests for this API key "
-                      "(or client address): it has %zu waiting, its limit "
-                      "(max-queued-per-key); retry when one of them has started",
-                      why->limit);
+        api_error_set(
+            e, 429, NULL,
+            "too many queued requests for this API key "
+            "(or client address): it has %zu waiting, its limit "
+            "(max-queued-per-key); retry when one of them has started",
+            why->limit);
         e->code = "max_queued_per_key";
         return -1;
     case ENGINE_SESSION_QUOTA:
         *retry_after = 1;
         metrics_key_refused(key, METRICS_REFUSED_MAX_SESSIONS);
-        api_error_set(e, 429, "session_id", "too many sessions busy for this "
+        api_error_set(e, 429, "session_id",
+                      "too many sessions busy for this "
                       "API key (or client address): the limit "
                       "max-sessions-per-key is reached and none of its "
                       "sessions is idle; retry when one has finished");
@@ -160,7 +164,8 @@ int api_engine_error(const api_caller *caller, engine_status st,
     case ENGINE_STOPPING:
         return api_error_set(e, 503, NULL, "the server is shutting down");
     case ENGINE_INVALID:
-        return api_error_set(e, 500, NULL, "the request passed validation but "
+        return api_error_set(e, 500, NULL,
+                             "the request passed validation but "
                              "the engine refused it (a bug: please report it)");
     default:
         return api_error_set(e, 500, NULL, "out of memory");
@@ -201,8 +206,8 @@ static int run_charge(completion_run *run, api_error *e, int *retry_after)
     const uint64_t budget = run->caller.limits.tokens_per_minute;
     const char *param = max_field(req);
     char what[96], fix[96];
-    snprintf(what, sizeof what, "prompt %ju + %zu x %s %zu",
-             (uintmax_t)prompt, seqs, max_field(req), req->max_tokens);
+    snprintf(what, sizeof what, "prompt %ju + %zu x %s %zu", (uintmax_t)prompt,
+             seqs, max_field(req), req->max_tokens);
     if (budget > 0 && prompt > budget) {
         param = run->ep->prompt_field;
         snprintf(fix, sizeof fix, "shorten the %s", param);
@@ -228,14 +233,15 @@ static int refuse_kv_size(const completion_run *run, size_t need,
     const bool given = req->max_param != NULL;
     char lower[96];
     if (given)
-        snprintf(lower, sizeof lower, "%s or %s", req->max_param, run->ep->n_fields);
+        snprintf(lower, sizeof lower, "%s or %s", req->max_param,
+                 run->ep->n_fields);
     else
         snprintf(lower, sizeof lower, "%s or the messages", run->ep->n_fields);
     return api_error_set(e, 400, given ? req->max_param : "n",
                          "this request needs up to %zu KV-cache blocks of %d "
                          "tokens (%zu prompt tokens + %s %zu, %zu sequences), "
-                         "and the cache holds %zu: lower %s", need,
-                         KV_BLOCK_TOKENS, n_prompt, max_field(req),
+                         "and the cache holds %zu: lower %s",
+                         need, KV_BLOCK_TOKENS, n_prompt, max_field(req),
                          req->max_tokens, req->best_of, have, lower);
 }
 
@@ -270,9 +276,12 @@ static int run_submit(completion_run *run, api_error *e, int *retry_after)
         params_for_prompt(run, p, &gp[p]);
     charge_gate gate = { run, e, retry_after };
     const engine_submission sub = {
-        .params = gp, .n_prompts = run->n_reqs,
-        .gate = charge_at_gate, .gate_arg = &gate,
-        .session_busy_wait_ms = SESSION_BUSY_GRACE_MS };
+        .params = gp,
+        .n_prompts = run->n_reqs,
+        .gate = charge_at_gate,
+        .gate_arg = &gate,
+        .session_busy_wait_ms = SESSION_BUSY_GRACE_MS
+    };
     engine_refusal why;
     engine_status st = engine_submit(run->ctx->eng, &sub, run->reqs, &why);
     free(gp);
@@ -280,14 +289,15 @@ static int run_submit(completion_run *run, api_error *e, int *retry_after)
     case ENGINE_OK:
         return 0;
     case ENGINE_GATE_CLOSED:
-        return -1;              /* run_charge wrote the refusal */
+        return -1; /* run_charge wrote the refusal */
     /* The request's fault, not the server's load: 400 */
     case ENGINE_TOO_MANY_PROMPTS:
-        return api_error_set(e, 400, "prompt", "this request has %zu prompts "
+        return api_error_set(e, 400, "prompt",
+                             "this request has %zu prompts "
                              "and this API key (or client address) may have "
                              "%zu waiting (max-queued-per-key): send at most "
-                             "%zu prompts a request", run->n_reqs, why.limit,
-                             why.limit);
+                             "%zu prompts a request",
+                             run->n_reqs, why.limit, why.limit);
     case ENGINE_TOO_LARGE:
         return refuse_kv_size(run, why.need, run->req.prompts[why.prompt].n,
                               why.have, e);
@@ -325,7 +335,7 @@ static int add_choices(const completion_run *run, size_t p, json_t *choices)
     gen_request *r = run->reqs[p];
     if (r == NULL) {
         /* The trivial case: nothing generated. */
-        gen_output empty = {0};
+        gen_output empty = { 0 };
         empty.text = "";
         empty.finish = FINISH_LENGTH;
         for (size_t i = 0; i < req->n; i++) {
@@ -410,9 +420,9 @@ static void parse_job_run(void *arg)
     j->rc = j->ep->parse(j->req, j->ctx, j->lim, j->body, j->len, j->e);
 }
 
-static void serve(const api_ctx *ctx, const api_caller *who,
-                  const char *body, size_t len, const api_client *client,
-                  api_response *r, const completion_endpoint *ep)
+static void serve(const api_ctx *ctx, const api_caller *who, const char *body,
+                  size_t len, const api_client *client, api_response *r,
+                  const completion_endpoint *ep)
 {
     completion_run *run = completion_run_new(ep, ctx, who);
     api_error e;
@@ -430,7 +440,7 @@ static void serve(const api_ctx *ctx, const api_caller *who,
         .kv_blocks = engine_kv_blocks(ctx->eng),
         .token_budget = who->limits.tokens_per_minute,
     };
-    parse_job pj = {ep, &run->req, ctx, &lim, body, len, &e, -1};
+    parse_job pj = { ep, &run->req, ctx, &lim, body, len, &e, -1 };
     if (api_work(ctx, who, client, parse_job_run, &pj, 0, NULL, r) != 0) {
         completion_run_free(run);
         return;
@@ -442,8 +452,8 @@ static void serve(const api_ctx *ctx, const api_caller *who,
     }
     completion_run_start(run);
     if (ctx->log_prompts)
-        log_info("%s prompt: %.*s", ep->log_label, (int)(len < 4096 ? len : 4096),
-                 body);
+        log_info("%s prompt: %.*s", ep->log_label,
+                 (int)(len < 4096 ? len : 4096), body);
     api_response_set_id(r, run->id);
     int retry_after = 0;
     if (run_submit(run, &e, &retry_after) != 0) {
@@ -468,7 +478,8 @@ static void serve(const api_ctx *ctx, const api_caller *who,
         completion_run_cancel_for_client(run);
         api_response_gone(r);
     } else if (run_any_cancelled(run)) {
-        api_error_set(&e, 503, NULL, "the server is shutting down; the request was cancelled");
+        api_error_set(&e, 503, NULL,
+                      "the server is shutting down; the request was cancelled");
         api_response_error(r, &e);
     } else {
         respond_whole(run, r);
@@ -502,11 +513,11 @@ static json_t *text_chunk_logprobs(const completion_run *run,
 static json_t *text_chunk_choice(size_t index, const char *text, size_t len,
                                  json_t *logprobs, const char *finish)
 {
-    return json_pack("{s:o, s:I, s:o, s:o}",
-        "text", api_json_string_bytes(text, len),
-        "index", (json_int_t)index,
-        "logprobs", logprobs != NULL ? logprobs : json_null(),
-        "finish_reason", finish != NULL ? json_string(finish) : json_null());
+    return json_pack("{s:o, s:I, s:o, s:o}", "text",
+                     api_json_string_bytes(text, len), "index",
+                     (json_int_t)index, "logprobs",
+                     logprobs != NULL ? logprobs : json_null(), "finish_reason",
+                     finish != NULL ? json_string(finish) : json_null());
 }
 
 static const completion_endpoint text_endpoint = {

@@ -30,8 +30,7 @@ void api_chat_completions(const api_ctx *ctx, const api_caller *who,
  * seconds in *retry_after, counted in the key's metrics; 409, 503, 500);
  * returns -1. */
 int api_engine_error(const api_caller *caller, engine_status st,
-                     const engine_refusal *why, api_error *e,
-                     int *retry_after);
+                     const engine_refusal *why, api_error *e, int *retry_after);
 
 /* Orders the `n_seq` outputs by cumulative logprob, best first, into
  * order[0..n_seq) (ties keep sequence order). */

@@ -19,18 +19,22 @@ int api_work(const api_ctx *ctx, const api_caller *who,
              size_t memory, work_charge *charge, api_response *r)
 {
     work_job job = {
-        .run = fn, .arg = arg, .account = who->account, .memory = memory,
+        .run = fn,
+        .arg = arg,
+        .account = who->account,
+        .memory = memory,
         .gone = client != NULL ? client->gone : NULL,
         .gone_arg = client != NULL ? client->arg : NULL,
     };
     work_charge none;
-    work_status st = workpool_run(ctx->work, &job, charge != NULL ? charge : &none);
+    work_status st = workpool_run(ctx->work, &job,
+                                  charge != NULL ? charge : &none);
     if (st == WORK_DONE)
         return 0;
     api_error e;
     switch (st) {
     case WORK_GONE:
-        metrics_cancelled();    /* dropped before it began, but dropped */
+        metrics_cancelled(); /* dropped before it began, but dropped */
         api_response_gone(r);
         return -1;
     case WORK_STOPPING:
@@ -38,19 +42,23 @@ int api_work(const api_ctx *ctx, const api_caller *who,
         api_response_error(r, &e);
         return -1;
     case WORK_CALLER_MEMORY:
-        api_error_set(&e, 429, NULL, "answers of this API key (or client address) "
-                      "that its clients have not yet read hold its share of the "
-                      "server's response-memory; retry once they are read");
+        api_error_set(
+            &e, 429, NULL,
+            "answers of this API key (or client address) "
+            "that its clients have not yet read hold its share of the "
+            "server's response-memory; retry once they are read");
         e.code = "response_memory_per_key";
         metrics_key_refused(who->metrics_key, METRICS_REFUSED_RESPONSE_MEMORY);
         break;
     case WORK_NO_MEMORY:
-        api_error_set(&e, 503, NULL, "answers that clients have not yet read hold "
+        api_error_set(&e, 503, NULL,
+                      "answers that clients have not yet read hold "
                       "the server's response-memory; retry shortly");
         e.code = "response_memory_full";
         break;
     default:
-        api_error_set(&e, 503, NULL, "the server is busy parsing and tokenizing "
+        api_error_set(&e, 503, NULL,
+                      "the server is busy parsing and tokenizing "
                       "other requests; retry shortly");
         e.code = "tokenizer_busy";
         break;
@@ -75,11 +83,12 @@ int api_charge_tokens(const api_ctx *ctx, const api_caller *caller,
         *charged = per_minute > 0 ? tokens : 0;
         return 0;
     case TOKEN_BUDGET_NEVER:
-        api_error_set(e, 400, param, "this request may use %ju tokens (%s), "
+        api_error_set(e, 400, param,
+                      "this request may use %ju tokens (%s), "
                       "more than the whole token budget of this API key (or "
                       "client address), %ju tokens per minute: it can never "
-                      "run; %s", (uintmax_t)tokens, what,
-                      (uintmax_t)per_minute, fix);
+                      "run; %s",
+                      (uintmax_t)tokens, what, (uintmax_t)per_minute, fix);
         e->code = "token_budget";
         return -1;
     case TOKEN_BUDGET_WAIT:
@@ -87,10 +96,12 @@ int api_charge_tokens(const api_ctx *ctx, const api_caller *caller,
     }
     *retry_after = (int)wait;
     metrics_key_refused(caller->metrics_key, METRICS_REFUSED_TOKEN_BUDGET);
-    api_error_set(e, 429, NULL, "the token budget of this API key (or client "
+    api_error_set(e, 429, NULL,
+                  "the token budget of this API key (or client "
                   "address) is spent for now: this request may use %ju tokens "
                   "(%s), and %ju of its %ju tokens per minute are left; retry "
-                  "in %u s", (uintmax_t)tokens, what, (uintmax_t)available,
+                  "in %u s",
+                  (uintmax_t)tokens, what, (uintmax_t)available,
                   (uintmax_t)per_minute, wait);
     e->code = "token_budget";
     return -1;

@@ -27,17 +27,17 @@ typedef struct api_ctx {
     engine *eng;
     const tokenizer *tok;
     const model *mdl;
-    workpool *work;             /* parsing and tokenizing run here (api_work) */
-    size_t n_slots;             /* bounds the sequences one request may run */
-    bool kv_half;               /* --kv-dtype float16, reported by /v1/models */
-    size_t max_n;               /* --max-n: a lower bound of our own; 0 = none */
-    size_t max_stop_bytes;      /* --max-stop-bytes; 0 = none */
-    size_t inspect_max_tokens;  /* --inspect-max-tokens; 0: the context */
+    workpool *work;            /* parsing and tokenizing run here (api_work) */
+    size_t n_slots;            /* bounds the sequences one request may run */
+    bool kv_half;              /* --kv-dtype float16, reported by /v1/models */
+    size_t max_n;              /* --max-n: a lower bound of our own; 0 = none */
+    size_t max_stop_bytes;     /* --max-stop-bytes; 0 = none */
+    size_t inspect_max_tokens; /* --inspect-max-tokens; 0: the context */
     size_t inspect_max_attention; /* --inspect-max-attention; 0: none */
     bool log_prompts;
-    time_t started;             /* reported as the model's `created` */
-    const chat_template *chat;  /* how /v1/chat/completions writes a prompt */
-    token_budget *budget;       /* each caller's tokens per minute (its own
+    time_t started;            /* reported as the model's `created` */
+    const chat_template *chat; /* how /v1/chat/completions writes a prompt */
+    token_budget *budget;      /* each caller's tokens per minute (its own
                                  * lock: the one shared object a handler
                                  * writes) */
 } api_ctx;

@@ -14,26 +14,28 @@
 
 static json_t *model_object(const api_ctx *ctx)
 {
-    return json_pack("{s:s, s:s, s:I, s:s, s:I, s:s, s:s}",
-        "id", ctx->mdl->name, "object", "model",
-        "created", (json_int_t)ctx->started, "owned_by", "gpt2d",
-        "max_model_len", (json_int_t)ctx->mdl->config.n_ctx,
-        "dtype", model_dtype_name(ctx->mdl->dtype),
-        "kv_dtype", kv_dtype_name(ctx->kv_half));
+    return json_pack("{s:s, s:s, s:I, s:s, s:I, s:s, s:s}", "id",
+                     ctx->mdl->name, "object", "model", "created",
+                     (json_int_t)ctx->started, "owned_by", "gpt2d",
+                     "max_model_len", (json_int_t)ctx->mdl->config.n_ctx,
+                     "dtype", model_dtype_name(ctx->mdl->dtype), "kv_dtype",
+                     kv_dtype_name(ctx->kv_half));
 }
 
 void api_models(const api_ctx *ctx, api_response *r)
 {
-    api_response_json(r, 200, json_pack("{s:s, s:[o]}", "object", "list",
-                                         "data", model_object(ctx)));
+    api_response_json(
+        r, 200,
+        json_pack("{s:s, s:[o]}", "object", "list", "data", model_object(ctx)));
 }
 
 void api_model(const api_ctx *ctx, const char *id, api_response *r)
 {
     if (strcmp(id, ctx->mdl->name) != 0) {
         api_error e;
-        api_error_set(&e, 404, "model", "no model '%.200s' (this server has '%s')",
-                      id, ctx->mdl->name);
+        api_error_set(&e, 404, "model",
+                      "no model '%.200s' (this server has '%s')", id,
+                      ctx->mdl->name);
         e.code = "model_not_found";
         api_response_error(r, &e);
         return;
@@ -53,19 +55,20 @@ void api_health(const api_ctx *ctx, bool stopping, api_response *r)
 }
 
 static metrics_kv_share kv_share_of(size_t accounts, size_t share,
-                                     const uint64_t evicted[KV_EVICTED_KINDS])
+                                    const uint64_t evicted[KV_EVICTED_KINDS])
 {
-    return (metrics_kv_share){
-        .accounts = accounts, .share_blocks = share,
-        .evicted_own = evicted[KV_EVICTED_OWN],
-        .evicted_over = evicted[KV_EVICTED_OVER_SHARE],
-        .evicted_under = evicted[KV_EVICTED_UNDER_SHARE] };
+    return (
+        metrics_kv_share){ .accounts = accounts,
+                           .share_blocks = share,
+                           .evicted_own = evicted[KV_EVICTED_OWN],
+                           .evicted_over = evicted[KV_EVICTED_OVER_SHARE],
+                           .evicted_under = evicted[KV_EVICTED_UNDER_SHARE] };
 }
 
 void api_metrics(const api_ctx *ctx, api_response *r)
 {
     engine_stats st = engine_get_stats(ctx->eng);
-    workpool_stats ws = {0};
+    workpool_stats ws = { 0 };
     if (ctx->work != NULL)
         workpool_get_stats(ctx->work, &ws);
     metrics_gauges g = {
@@ -124,7 +127,7 @@ typedef struct token_job {
     const api_ctx *ctx;
     const char *body;
     size_t len;
-    api_body *answer;           /* NULL: `e` says why */
+    api_body *answer; /* NULL: `e` says why */
     api_error e;
 } token_job;
 
@@ -167,7 +170,8 @@ static int read_token_array(json_t *root, const tokenizer *tok, int32_t **ids,
 {
     json_t *arr = json_object_get(root, "tokens");
     if (!json_is_array(arr))
-        return api_error_set(e, 400, "tokens", "tokens must be an array of token ids");
+        return api_error_set(e, 400, "tokens",
+                             "tokens must be an array of token ids");
     size_t count = json_array_size(arr);
     size_t vocab = tokenizer_vocab_size(tok);
     *ids = malloc((count > 0 ? count : 1) * sizeof **ids);
@@ -180,7 +184,8 @@ static int read_token_array(json_t *root, const tokenizer *tok, int32_t **ids,
             free(*ids);
             *ids = NULL;
             return api_error_set(e, 400, "tokens",
-                                 "tokens[%zu] is not a token id in [0, %zu)", i, vocab);
+                                 "tokens[%zu] is not a token id in [0, %zu)", i,
+                                 vocab);
         }
         (*ids)[i] = (int32_t)id;
     }
@@ -194,7 +199,8 @@ static void detokenize_job(void *arg)
     json_t *root = api_parse_object(j->body, j->len, &j->e);
     int32_t *ids = NULL;
     size_t n = 0;
-    int rc = root != NULL ? read_token_array(root, j->ctx->tok, &ids, &n, &j->e) : -1;
+    int rc = root != NULL ? read_token_array(root, j->ctx->tok, &ids, &n, &j->e)
+                          : -1;
     json_decref(root);
     if (rc != 0)
         return;
@@ -214,9 +220,10 @@ static void run_token_job(const api_ctx *ctx, const api_caller *who,
                           void (*fn)(void *), const api_client *client,
                           api_response *r)
 {
-    token_job j = {.ctx = ctx, .body = body, .len = len};
+    token_job j = { .ctx = ctx, .body = body, .len = len };
     work_charge charge;
-    if (api_work(ctx, who, client, fn, &j, api_body_bytes(most_ids), &charge, r) != 0)
+    if (api_work(ctx, who, client, fn, &j, api_body_bytes(most_ids), &charge,
+                 r) != 0)
         return;
     if (j.answer == NULL) {
         work_charge_release(&charge);
@@ -235,9 +242,8 @@ void api_tokenize(const api_ctx *ctx, const api_caller *who, const char *body,
     run_token_job(ctx, who, body, len, len, tokenize_job, client, r);
 }
 
-void api_detokenize(const api_ctx *ctx, const api_caller *who,
-                    const char *body, size_t len, const api_client *client,
-                    api_response *r)
+void api_detokenize(const api_ctx *ctx, const api_caller *who, const char *body,
+                    size_t len, const api_client *client, api_response *r)
 {
     /* every id in the body takes a digit and a comma or bracket */
     run_token_job(ctx, who, body, len, len / 2, detokenize_job, client, r);
@@ -261,14 +267,16 @@ void api_sessions_list(const api_ctx *ctx, const api_caller *who,
         n = cap;
     json_t *data = json_array();
     for (size_t i = 0; i < n; i++)
-        json_array_append_new(data, json_pack("{s:s, s:s, s:I, s:{s:I, s:I}, s:f, s:b}",
-            "id", info[i].kv.id, "object", "session",
-            "n_tokens", (json_int_t)info[i].kv.n_tokens,
-            "cached", "ram", (json_int_t)info[i].kv.n_ram,
-            "disk", (json_int_t)info[i].kv.n_disk,
-            "idle_seconds", info[i].idle_seconds, "busy", info[i].kv.busy));
+        json_array_append_new(
+            data, json_pack("{s:s, s:s, s:I, s:{s:I, s:I}, s:f, s:b}", "id",
+                            info[i].kv.id, "object", "session", "n_tokens",
+                            (json_int_t)info[i].kv.n_tokens, "cached", "ram",
+                            (json_int_t)info[i].kv.n_ram, "disk",
+                            (json_int_t)info[i].kv.n_disk, "idle_seconds",
+                            info[i].idle_seconds, "busy", info[i].kv.busy));
     free(info);
-    api_response_json(r, 200, json_pack("{s:s, s:o}", "object", "list", "data", data));
+    api_response_json(r, 200,
+                      json_pack("{s:s, s:o}", "object", "list", "data", data));
 }
 
 void api_session_delete(const api_ctx *ctx, const api_caller *who,
@@ -277,11 +285,13 @@ void api_session_delete(const api_ctx *ctx, const api_caller *who,
     api_error e;
     switch (engine_session_delete(ctx->eng, who->principal, id)) {
     case 0:
-        api_response_json(r, 200, json_pack("{s:s, s:s, s:b}", "id", id,
-                                             "object", "session", "deleted", 1));
+        api_response_json(r, 200,
+                          json_pack("{s:s, s:s, s:b}", "id", id, "object",
+                                    "session", "deleted", 1));
         return;
     case -2:
-        api_error_set(&e, 409, NULL, "session '%.128s' is busy with a request", id);
+        api_error_set(&e, 409, NULL, "session '%.128s' is busy with a request",
+                      id);
         e.code = "session_busy";
         break;
     default:

@@ -22,9 +22,8 @@ void api_metrics(const api_ctx *ctx, api_response *r);
  * and their answers are api_bodies (api_body.h). */
 void api_tokenize(const api_ctx *ctx, const api_caller *who, const char *body,
                   size_t len, const api_client *client, api_response *r);
-void api_detokenize(const api_ctx *ctx, const api_caller *who,
-                    const char *body, size_t len, const api_client *client,
-                    api_response *r);
+void api_detokenize(const api_ctx *ctx, const api_caller *who, const char *body,
+                    size_t len, const api_client *client, api_response *r);
 /* The caller's own sessions; another caller's are absent (404). */
 void api_sessions_list(const api_ctx *ctx, const api_caller *who,
                        api_response *r);

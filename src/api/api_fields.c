@@ -23,13 +23,19 @@ static const char *const field_must_be[] = {
 static bool field_has_type(const json_t *v, api_field_type type)
 {
     switch (type) {
-    case API_FIELD_NUMBER: return json_is_number(v);
-    case API_FIELD_INTEGER: return json_is_integer(v);
-    case API_FIELD_BOOL: return json_is_boolean(v);
-    case API_FIELD_STRING: return json_is_string(v);
-    case API_FIELD_ARRAY: return json_is_array(v);
+    case API_FIELD_NUMBER:
+        return json_is_number(v);
+    case API_FIELD_INTEGER:
+        return json_is_integer(v);
+    case API_FIELD_BOOL:
+        return json_is_boolean(v);
+    case API_FIELD_STRING:
+        return json_is_string(v);
+    case API_FIELD_ARRAY:
+        return json_is_array(v);
     case API_FIELD_OBJECT:
-    case API_FIELD_TOKEN_MAP: return json_is_object(v);
+    case API_FIELD_TOKEN_MAP:
+        return json_is_object(v);
     }
     return false;
 }
@@ -74,8 +80,9 @@ int api_field_integer(json_t *root, const char *key, json_int_t lo,
         return 0;
     json_int_t i = json_integer_value(v);
     if (i < lo || i > hi)
-        return api_error_set(e, 400, key, "%s must be between %lld and %lld, got %lld",
-                             key, (long long)lo, (long long)hi, (long long)i);
+        return api_error_set(e, 400, key,
+                             "%s must be between %lld and %lld, got %lld", key,
+                             (long long)lo, (long long)hi, (long long)i);
     *out = i;
     return 0;
 }

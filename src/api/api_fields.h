@@ -25,7 +25,7 @@ typedef enum api_field_type {
     API_FIELD_STRING,
     API_FIELD_OBJECT,
     API_FIELD_ARRAY,
-    API_FIELD_TOKEN_MAP,        /* an object, named for logit_bias */
+    API_FIELD_TOKEN_MAP, /* an object, named for logit_bias */
 } api_field_type;
 
 /* *out is the value, or NULL when absent or null. */

@@ -40,9 +40,8 @@ static gen_params params_of(const inspect_request *req, const api_caller *who)
     memcpy(gp.account, who->account, SHA256_BYTES);
     gp.max_seqs = who->limits.max_seqs;
     gp.max_queued = who->limits.max_queued;
-    gp.identity = api_caller_identity(who, req->has_cache_salt
-                                               ? req->cache_salt : NULL,
-                                      req->cache_salt_len);
+    gp.identity = api_caller_identity(
+        who, req->has_cache_salt ? req->cache_salt : NULL, req->cache_salt_len);
     return gp;
 }
 
@@ -92,12 +91,15 @@ static void respond(const api_ctx *ctx, const inspect_request *req,
     gen_request_lock(g);
     const bool cancelled = gen_request_output(g, 0)->finish == FINISH_CANCELLED;
     gpt2d_buf body = GPT2D_BUF_INIT;
-    int rc = cancelled ? 0
-             : inspect_answer_write(&body, r->id, gen_request_inspect(g),
-                                    req->prompt.ids, ctx->tok, ctx->mdl->name);
+    int rc = cancelled
+                 ? 0
+                 : inspect_answer_write(&body, r->id, gen_request_inspect(g),
+                                        req->prompt.ids, ctx->tok,
+                                        ctx->mdl->name);
     gen_request_unlock(g);
     if (cancelled) {
-        api_error_set(&e, 503, NULL, "the server is shutting down; the request "
+        api_error_set(&e, 503, NULL,
+                      "the server is shutting down; the request "
                       "was cancelled");
         api_response_error(r, &e);
         return;
@@ -127,7 +129,8 @@ typedef struct inspect_parse_job {
 static void inspect_parse_run(void *arg)
 {
     inspect_parse_job *j = arg;
-    j->rc = inspect_request_parse(j->req, j->body, j->len, j->tok, j->lim, j->e);
+    j->rc = inspect_request_parse(j->req, j->body, j->len, j->tok, j->lim,
+                                  j->e);
 }
 
 void api_inspect(const api_ctx *ctx, const api_caller *who, const char *body,
@@ -135,9 +138,11 @@ void api_inspect(const api_ctx *ctx, const api_caller *who, const char *body,
 {
     const model_config *cfg = &ctx->mdl->config;
     const inspect_limits lim = {
-        .n_ctx = cfg->n_ctx, .max_tokens = ctx->inspect_max_tokens,
+        .n_ctx = cfg->n_ctx,
+        .max_tokens = ctx->inspect_max_tokens,
         .max_attention = ctx->inspect_max_attention,
-        .n_layer = cfg->n_layer, .n_head = cfg->n_head,
+        .n_layer = cfg->n_layer,
+        .n_head = cfg->n_head,
         .vocab_size = tokenizer_vocab_size(ctx->tok),
     };
     inspect_request req;
@@ -172,10 +177,9 @@ void api_inspect(const api_ctx *ctx, const api_caller *who, const char *body,
     const gen_params gp = params_of(&req, who);
     gen_request *g = NULL;
     engine_refusal why;
-    engine_status st = engine_submit(ctx->eng,
-                                     &(engine_submission){ .params = &gp,
-                                                           .n_prompts = 1 },
-                                     &g, &why);
+    engine_status st = engine_submit(
+        ctx->eng, &(engine_submission){ .params = &gp, .n_prompts = 1 }, &g,
+        &why);
     if (st != ENGINE_OK) {
         api_engine_error(who, st, &why, &e, &r->retry_after);
         api_response_error(r, &e);

@@ -26,38 +26,44 @@ _Static_assert(API_MAX_STOP + CHAT_TEMPLATE_MAX_STOP <= ENGINE_MAX_STOP,
  * client never mistakes plain text for a tool call or a JSON promise. */
 static int refuse_unsupported(json_t *root, api_error *e)
 {
-    static const char *const tool_fields[] = {"tools", "functions"};
-    static const char *const choice_fields[] = {"tool_choice", "function_call"};
+    static const char *const tool_fields[] = { "tools", "functions" };
+    static const char *const choice_fields[] = { "tool_choice",
+                                                 "function_call" };
     for (size_t i = 0; i < 2; i++) {
         json_t *v = json_object_get(root, tool_fields[i]);
         if (v != NULL && !json_is_null(v) &&
             !(json_is_array(v) && json_array_size(v) == 0))
-            return api_error_set(e, 400, tool_fields[i],
-                                 "%s are not supported: this model writes text only",
-                                 tool_fields[i]);
+            return api_error_set(
+                e, 400, tool_fields[i],
+                "%s are not supported: this model writes text only",
+                tool_fields[i]);
         v = json_object_get(root, choice_fields[i]);
         if (v != NULL && !json_is_null(v) &&
             !(json_is_string(v) && strcmp(json_string_value(v), "none") == 0))
-            return api_error_set(e, 400, choice_fields[i],
-                                 "%s is not supported: there are no tools to call "
-                                 "(only \"none\" is accepted)", choice_fields[i]);
+            return api_error_set(
+                e, 400, choice_fields[i],
+                "%s is not supported: there are no tools to call "
+                "(only \"none\" is accepted)",
+                choice_fields[i]);
     }
     json_t *v;
     if (api_field_optional(root, "response_format", "response_format",
                            API_FIELD_OBJECT, &v, e) != 0)
         return -1;
     json_t *type = json_object_get(v, "type");
-    if (v != NULL && !(json_is_string(type) &&
-                       strcmp(json_string_value(type), "text") == 0))
-        return api_error_set(e, 400, "response_format",
-                             "response_format must be {\"type\": \"text\"}: this "
-                             "model cannot promise JSON or a schema");
+    if (v != NULL &&
+        !(json_is_string(type) && strcmp(json_string_value(type), "text") == 0))
+        return api_error_set(
+            e, 400, "response_format",
+            "response_format must be {\"type\": \"text\"}: this "
+            "model cannot promise JSON or a schema");
     v = json_object_get(root, "audio");
     if (v != NULL && !json_is_null(v))
-        return api_error_set(e, 400, "audio",
-                             "audio output is not supported: this model writes text only");
-    if (api_field_optional(root, "modalities", "modalities", API_FIELD_ARRAY, &v,
-                           e) != 0)
+        return api_error_set(
+            e, 400, "audio",
+            "audio output is not supported: this model writes text only");
+    if (api_field_optional(root, "modalities", "modalities", API_FIELD_ARRAY,
+                           &v, e) != 0)
         return -1;
     for (size_t i = 0; v != NULL && i < json_array_size(v); i++) {
         json_t *m = json_array_get(v, i);
@@ -70,16 +76,23 @@ static int refuse_unsupported(json_t *root, api_error *e)
 
 static int message_role(json_t *msg, size_t i, chat_role *out, api_error *e)
 {
-    static const struct { const char *name; chat_role role; } roles[] = {
-        {"system", CHAT_ROLE_SYSTEM}, {"developer", CHAT_ROLE_SYSTEM},
-        {"user", CHAT_ROLE_USER}, {"assistant", CHAT_ROLE_ASSISTANT},
+    static const struct {
+        const char *name;
+        chat_role role;
+    } roles[] = {
+        { "system", CHAT_ROLE_SYSTEM },
+        { "developer", CHAT_ROLE_SYSTEM },
+        { "user", CHAT_ROLE_USER },
+        { "assistant", CHAT_ROLE_ASSISTANT },
     };
     char param[96];
     snprintf(param, sizeof param, "messages[%zu].role", i);
     json_t *r = json_object_get(msg, "role");
     if (!json_is_string(r))
-        return api_error_set(e, 400, param, "%s must be a string: system, developer, "
-                             "user or assistant", param);
+        return api_error_set(e, 400, param,
+                             "%s must be a string: system, developer, "
+                             "user or assistant",
+                             param);
     const char *name = json_string_value(r);
     for (size_t k = 0; k < sizeof roles / sizeof roles[0]; k++)
         if (strcmp(name, roles[k].name) == 0) {
@@ -87,25 +100,29 @@ static int message_role(json_t *msg, size_t i, chat_role *out, api_error *e)
             return 0;
         }
     if (strcmp(name, "tool") == 0 || strcmp(name, "function") == 0)
-        return api_error_set(e, 400, param, "%s \"%s\": tool calls are not "
-                             "supported", param, name);
-    return api_error_set(e, 400, param, "%s must be system, developer, user or "
-                         "assistant, got \"%.32s\"", param, name);
+        return api_error_set(e, 400, param,
+                             "%s \"%s\": tool calls are not "
+                             "supported",
+                             param, name);
+    return api_error_set(e, 400, param,
+                         "%s must be system, developer, user or "
+                         "assistant, got \"%.32s\"",
+                         param, name);
 }
 
 /* An assistant message that carries tool calls has nothing we could have
  * written. */
 static int refuse_tool_calls(json_t *msg, size_t i, api_error *e)
 {
-    static const char *const fields[] = {"tool_calls", "function_call"};
+    static const char *const fields[] = { "tool_calls", "function_call" };
     for (size_t k = 0; k < 2; k++) {
         json_t *v = json_object_get(msg, fields[k]);
         if (v != NULL && !json_is_null(v) &&
             !(json_is_array(v) && json_array_size(v) == 0)) {
             char param[96];
             snprintf(param, sizeof param, "messages[%zu].%s", i, fields[k]);
-            return api_error_set(e, 400, param, "%s: tool calls are not supported",
-                                 param);
+            return api_error_set(e, 400, param,
+                                 "%s: tool calls are not supported", param);
         }
     }
     return 0;
@@ -127,11 +144,15 @@ static int content_part(json_t *part, size_t i, size_t j, chat_role role,
         return api_error_set(e, 400, param, "%s must be a string", param);
     const char *field = json_string_value(type);
     if (strcmp(field, "refusal") == 0 && role != CHAT_ROLE_ASSISTANT)
-        return api_error_set(e, 400, param, "%s is \"refusal\": only an "
-                             "assistant message may hold a refusal", param);
+        return api_error_set(e, 400, param,
+                             "%s is \"refusal\": only an "
+                             "assistant message may hold a refusal",
+                             param);
     if (strcmp(field, "text") != 0 && strcmp(field, "refusal") != 0)
-        return api_error_set(e, 400, param, "%s is \"%.32s\": only text parts are "
-                             "supported, this model reads text only", param, field);
+        return api_error_set(e, 400, param,
+                             "%s is \"%.32s\": only text parts are "
+                             "supported, this model reads text only",
+                             param, field);
     json_t *text = json_object_get(part, field);
     snprintf(param, sizeof param, "messages[%zu].content[%zu].%s", i, j, field);
     if (!json_is_string(text))
@@ -156,8 +177,10 @@ static int message_content(json_t *msg, size_t i, chat_role role,
         return 0;
     }
     if (!json_is_array(c))
-        return api_error_set(e, 400, param, "%s must be a string or an array of "
-                             "text parts", param);
+        return api_error_set(e, 400, param,
+                             "%s must be a string or an array of "
+                             "text parts",
+                             param);
     for (size_t j = 0; j < json_array_size(c); j++) {
         if (j > 0 && buf_append(out, "\n", 1) != 0)
             return api_error_set(e, 500, NULL, "out of memory");
@@ -176,7 +199,8 @@ static int parse_messages(json_t *root, chat_turn **turns, size_t *n_turns,
     if (msgs == NULL || json_is_null(msgs))
         return api_error_set(e, 400, "messages", "messages is required");
     if (!json_is_array(msgs))
-        return api_error_set(e, 400, "messages", "messages must be an array of "
+        return api_error_set(e, 400, "messages",
+                             "messages must be an array of "
                              "{\"role\", \"content\"} objects");
     size_t n = json_array_size(msgs);
     if (n == 0)
@@ -184,7 +208,8 @@ static int parse_messages(json_t *root, chat_turn **turns, size_t *n_turns,
     *turns = calloc(n, sizeof **turns);
     size_t *start = calloc(n, sizeof *start);
     int rc = *turns == NULL || start == NULL
-                 ? api_error_set(e, 500, NULL, "out of memory") : 0;
+                 ? api_error_set(e, 500, NULL, "out of memory")
+                 : 0;
     for (size_t i = 0; rc == 0 && i < n; i++) {
         json_t *msg = json_array_get(msgs, i);
         char param[96];
@@ -199,7 +224,8 @@ static int parse_messages(json_t *root, chat_turn **turns, size_t *n_turns,
     }
     /* the buffer has stopped moving: point each turn into it (it has no
      * bytes at all when every content is empty) */
-    const char *base = contents->data != NULL ? (const char *)contents->data : "";
+    const char *base = contents->data != NULL ? (const char *)contents->data
+                                              : "";
     for (size_t i = 0; rc == 0 && i < n; i++) {
         size_t end = i + 1 < n ? start[i + 1] : contents->len;
         (*turns)[i].content = base + start[i];
@@ -223,15 +249,17 @@ static int render_prompt(completion_request *req, const chat_template *tpl,
     const size_t bytes = chat_template_rendered_bytes(tpl, turns, n);
     const size_t longest = tokenizer_longest_token(tok);
     if (longest > 0 && bytes / longest > lim->n_ctx)
-        return api_error_set(e, 400, "messages", "the messages are written as "
+        return api_error_set(e, 400, "messages",
+                             "the messages are written as "
                              "%zu bytes of text, so at least %zu tokens (no "
                              "token is longer than %zu bytes): more than this "
                              "model's maximum context length of %zu tokens; "
-                             "shorten the messages or send fewer", bytes,
-                             bytes / longest, longest, lim->n_ctx);
+                             "shorten the messages or send fewer",
+                             bytes, bytes / longest, longest, lim->n_ctx);
     gpt2d_buf text = GPT2D_BUF_INIT;
     req->prompts = calloc(1, sizeof *req->prompts);
-    if (req->prompts == NULL || chat_template_render(tpl, turns, n, &text) != 0) {
+    if (req->prompts == NULL ||
+        chat_template_render(tpl, turns, n, &text) != 0) {
         buf_free(&text);
         return api_error_set(e, 500, NULL, "out of memory");
     }
@@ -257,8 +285,11 @@ static int parse_max_tokens(completion_request *req, json_t *root,
         api_field_integer(root, "max_tokens", 0, INT32_MAX, &max_old, e) != 0)
         return -1;
     *given = max_new >= 0 || max_old >= 0;
-    *param = max_new >= 0 || max_old < 0 ? "max_completion_tokens" : "max_tokens";
-    req->max_tokens = (size_t)(max_new >= 0 ? max_new : max_old >= 0 ? max_old : 0);
+    *param = max_new >= 0 || max_old < 0 ? "max_completion_tokens"
+                                         : "max_tokens";
+    req->max_tokens = (size_t)(max_new >= 0   ? max_new
+                               : max_old >= 0 ? max_old
+                                              : 0);
     return 0;
 }
 
@@ -280,7 +311,8 @@ static void default_max_tokens(completion_request *req,
     }
     if (lim->token_budget > 0 && total > n_prompt) {
         uint64_t each = lim->token_budget > n_prompt
-                            ? (lim->token_budget - n_prompt) / req->best_of : 0;
+                            ? (lim->token_budget - n_prompt) / req->best_of
+                            : 0;
         if (each < total - n_prompt)
             total = n_prompt + (each > 0 ? (size_t)each : 1);
     }

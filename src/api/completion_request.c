@@ -25,12 +25,15 @@ static int prompt_over_context(const completion_limits *lim, size_t n,
                                bool counted, api_error *e)
 {
     if (counted)
-        return api_error_set(e, 400, "prompt",
-                             "this model's maximum context length is %zu tokens, "
-                             "but the prompt has %zu tokens", lim->n_ctx, n);
+        return api_error_set(
+            e, 400, "prompt",
+            "this model's maximum context length is %zu tokens, "
+            "but the prompt has %zu tokens",
+            lim->n_ctx, n);
     return api_error_set(e, 400, "prompt",
                          "this model's maximum context length is %zu tokens, "
-                         "but the prompt has more", lim->n_ctx);
+                         "but the prompt has more",
+                         lim->n_ctx);
 }
 
 static int prompt_from_ids(completion_prompt *p, json_t *arr,
@@ -51,9 +54,10 @@ static int prompt_from_ids(completion_prompt *p, json_t *arr,
                                  "prompt token %zu is not an integer", i);
         json_int_t id = json_integer_value(t);
         if (id < 0 || (uint64_t)id >= lim->vocab_size)
-            return api_error_set(e, 400, "prompt",
-                                 "prompt token %lld is outside the vocabulary [0, %zu)",
-                                 (long long)id, lim->vocab_size);
+            return api_error_set(
+                e, 400, "prompt",
+                "prompt token %lld is outside the vocabulary [0, %zu)",
+                (long long)id, lim->vocab_size);
         p->ids[i] = (int32_t)id;
     }
     p->n = n;
@@ -68,8 +72,8 @@ static int prompt_from_text(completion_prompt *p, json_t *s,
     if (len == 0)
         return api_error_set(e, 400, "prompt", "prompt must not be empty");
     gpt2d_error err;
-    if (tokenizer_encode_most(tok, json_string_value(s), len, lim->n_ctx, &p->ids,
-                              &p->n, &err) != 0)
+    if (tokenizer_encode_most(tok, json_string_value(s), len, lim->n_ctx,
+                              &p->ids, &p->n, &err) != 0)
         return api_error_set(e, 500, NULL, "tokenizer: %s", err.message);
     if (p->n > lim->n_ctx)
         return prompt_over_context(lim, p->n, false, e);
@@ -88,9 +92,10 @@ static json_t *prompt_field(json_t *root, api_error *e)
         return NULL;
     }
     if (!json_is_string(v) && !json_is_array(v)) {
-        api_error_set(e, 400, "prompt",
-                      "prompt must be a string, an array of strings, an array of "
-                      "token ids or an array of token-id arrays");
+        api_error_set(
+            e, 400, "prompt",
+            "prompt must be a string, an array of strings, an array of "
+            "token ids or an array of token-id arrays");
         return NULL;
     }
     if (json_is_array(v) && json_array_size(v) == 0) {
@@ -109,7 +114,8 @@ static int count_prompts(completion_request *req, json_t *root, api_error *e)
     if (v == NULL)
         return -1;
     req->n_prompts = json_is_string(v) || json_is_integer(json_array_get(v, 0))
-                         ? 1 : json_array_size(v);
+                         ? 1
+                         : json_array_size(v);
     return 0;
 }
 
@@ -150,9 +156,11 @@ static int parse_prompt(completion_request *req, json_t *root,
             if (prompt_from_ids(&req->prompts[i], item, lim, e) != 0)
                 return -1;
         } else {
-            return api_error_set(e, 400, "prompt",
-                                 "prompt array items must all be strings or all be "
-                                 "token-id arrays (item %zu is not)", i);
+            return api_error_set(
+                e, 400, "prompt",
+                "prompt array items must all be strings or all be "
+                "token-id arrays (item %zu is not)",
+                i);
         }
     }
     return 0;
@@ -164,33 +172,40 @@ int completion_request_parse_stop(completion_request *req, json_t *root,
     json_t *v = json_object_get(root, "stop");
     if (v == NULL || json_is_null(v))
         return 0;
-    json_t *one[1] = {v};
+    json_t *one[1] = { v };
     json_t **items = one;
     size_t n = 1;
     json_t *arr_items[API_MAX_STOP];
     if (json_is_array(v)) {
         n = json_array_size(v);
         if (n > API_MAX_STOP)
-            return api_error_set(e, 400, "stop", "stop may hold at most %d strings, got %zu",
+            return api_error_set(e, 400, "stop",
+                                 "stop may hold at most %d strings, got %zu",
                                  API_MAX_STOP, n);
         for (size_t i = 0; i < n; i++)
             arr_items[i] = json_array_get(v, i);
         items = arr_items;
     } else if (!json_is_string(v)) {
-        return api_error_set(e, 400, "stop", "stop must be a string or an array of strings");
+        return api_error_set(e, 400, "stop",
+                             "stop must be a string or an array of strings");
     }
     for (size_t i = 0; i < n; i++) {
         if (!json_is_string(items[i]))
-            return api_error_set(e, 400, "stop", "stop must be a string or an array of strings");
+            return api_error_set(
+                e, 400, "stop", "stop must be a string or an array of strings");
         size_t len = json_string_length(items[i]);
         if (len == 0)
-            return api_error_set(e, 400, "stop", "stop strings must not be empty");
-        if (lim->max_stop_bytes > 0 && len > lim->max_stop_bytes)
             return api_error_set(e, 400, "stop",
-                                 "a stop string may be at most %zu bytes (max-stop-bytes), "
-                                 "got %zu", lim->max_stop_bytes, len);
+                                 "stop strings must not be empty");
+        if (lim->max_stop_bytes > 0 && len > lim->max_stop_bytes)
+            return api_error_set(
+                e, 400, "stop",
+                "a stop string may be at most %zu bytes (max-stop-bytes), "
+                "got %zu",
+                lim->max_stop_bytes, len);
         if (memchr(json_string_value(items[i]), '\0', len) != NULL)
-            return api_error_set(e, 400, "stop", "stop strings must not contain NUL");
+            return api_error_set(e, 400, "stop",
+                                 "stop strings must not contain NUL");
         req->stop[i] = strdup(json_string_value(items[i]));
         if (req->stop[i] == NULL)
             return api_error_set(e, 500, NULL, "out of memory");
@@ -210,16 +225,20 @@ static int parse_token_key(const char *key, size_t vocab_size, size_t *out,
     size_t len = strlen(key);
     bool digits = len > 0 && strspn(key, "0123456789") == len;
     if (!digits || (key[0] == '0' && len > 1))
-        return api_error_set(e, 400, "logit_bias",
-                             "logit_bias keys must be token ids in decimal without "
-                             "sign, spaces or leading zeros; '%.64s' is not", key);
+        return api_error_set(
+            e, 400, "logit_bias",
+            "logit_bias keys must be token ids in decimal without "
+            "sign, spaces or leading zeros; '%.64s' is not",
+            key);
     size_t id = 0;
     for (size_t i = 0; i < len; i++) {
         id = id * 10 + (size_t)(key[i] - '0');
         if (id >= vocab_size)
-            return api_error_set(e, 400, "logit_bias",
-                                 "logit_bias token %.64s is outside the vocabulary "
-                                 "[0, %zu)", key, vocab_size);
+            return api_error_set(
+                e, 400, "logit_bias",
+                "logit_bias token %.64s is outside the vocabulary "
+                "[0, %zu)",
+                key, vocab_size);
     }
     *out = id;
     return 0;
@@ -229,8 +248,8 @@ static int parse_logit_bias(completion_request *req, json_t *root,
                             const completion_limits *lim, api_error *e)
 {
     json_t *v;
-    if (api_field_optional(root, "logit_bias", "logit_bias", API_FIELD_TOKEN_MAP,
-                           &v, e) != 0)
+    if (api_field_optional(root, "logit_bias", "logit_bias",
+                           API_FIELD_TOKEN_MAP, &v, e) != 0)
         return -1;
     if (v == NULL)
         return 0;
@@ -243,18 +262,22 @@ static int parse_logit_bias(completion_request *req, json_t *root,
     const char *key;
     json_t *val;
     size_t i = 0;
-    json_object_foreach(v, key, val) {
+    json_object_foreach(v, key, val)
+    {
         size_t id = 0;
         if (parse_token_key(key, lim->vocab_size, &id, e) != 0)
             return -1;
         if (!json_is_number(val))
-            return api_error_set(e, 400, "logit_bias",
-                                 "logit_bias value for token %zu must be a number", id);
+            return api_error_set(
+                e, 400, "logit_bias",
+                "logit_bias value for token %zu must be a number", id);
         double b = json_number_value(val);
         if (b < -100.0 || b > 100.0)
-            return api_error_set(e, 400, "logit_bias",
-                                 "logit_bias value for token %zu must be between -100 "
-                                 "and 100, got %g", id, b);
+            return api_error_set(
+                e, 400, "logit_bias",
+                "logit_bias value for token %zu must be between -100 "
+                "and 100, got %g",
+                id, b);
         req->logit_bias[i].token = (int32_t)id;
         req->logit_bias[i].bias = (float)b;
         i++;
@@ -267,7 +290,8 @@ static int parse_logit_bias(completion_request *req, json_t *root,
 static bool session_char_ok(char c)
 {
     return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') ||
-           (c >= '0' && c <= '9') || c == '.' || c == '_' || c == ':' || c == '-';
+           (c >= '0' && c <= '9') || c == '.' || c == '_' || c == ':' ||
+           c == '-';
 }
 
 static int parse_session(completion_request *req, json_t *root, api_error *e)
@@ -286,8 +310,9 @@ static int parse_session(completion_request *req, json_t *root, api_error *e)
                              ENGINE_SESSION_ID_MAX);
     for (size_t i = 0; i < len; i++)
         if (!session_char_ok(s[i]))
-            return api_error_set(e, 400, "session_id",
-                                 "session_id may only contain A-Z a-z 0-9 . _ : -");
+            return api_error_set(
+                e, 400, "session_id",
+                "session_id may only contain A-Z a-z 0-9 . _ : -");
     /* URL path segments: clients and proxies collapse them, so
      * DELETE /v1/sessions/.. could never reach the session */
     if (strcmp(s, ".") == 0 || strcmp(s, "..") == 0)
@@ -299,7 +324,7 @@ static int parse_session(completion_request *req, json_t *root, api_error *e)
 
 static int parse_logprobs(completion_request *req, json_t *root, api_error *e)
 {
-    json_int_t n = -1;         /* stays below the range when absent */
+    json_int_t n = -1; /* stays below the range when absent */
     if (api_field_integer(root, "logprobs", 0, API_MAX_LOGPROBS, &n, e) != 0)
         return -1;
     if (n < 0)
@@ -313,7 +338,8 @@ static int parse_logprobs(completion_request *req, json_t *root, api_error *e)
 static int parse_ignored(json_t *root, api_error *e)
 {
     json_t *v;
-    if (api_field_optional(root, "model", "model", API_FIELD_STRING, &v, e) != 0 ||
+    if (api_field_optional(root, "model", "model", API_FIELD_STRING, &v, e) !=
+            0 ||
         api_field_optional(root, "user", "user", API_FIELD_STRING, &v, e) != 0)
         return -1;
     return 0;
@@ -332,7 +358,8 @@ static int parse_sampling(completion_request *req, json_t *root, api_error *e)
 {
     sampler_params *s = &req->sampling;
     json_int_t top_k = 0;
-    if (api_field_number(root, "temperature", 0.0, 2.0, false, &s->temperature, e) != 0 ||
+    if (api_field_number(root, "temperature", 0.0, 2.0, false, &s->temperature,
+                         e) != 0 ||
         api_field_number(root, "top_p", 0.0, 1.0, true, &s->top_p, e) != 0 ||
         api_field_integer(root, "top_k", 0, INT32_MAX, &top_k, e) != 0 ||
         api_field_number(root, "min_p", 0.0, 1.0, false, &s->min_p, e) != 0 ||
@@ -351,9 +378,9 @@ static int parse_sampling(completion_request *req, json_t *root, api_error *e)
          * sampler would skip it) nor a divisor that turns logits to inf */
         double d = json_number_value(rp);
         if (!(d >= 0.01) || d > 100.0)
-            return api_error_set(e, 400, "repetition_penalty",
-                                 "repetition_penalty must be from 0.01 to 100, got %g",
-                                 d);
+            return api_error_set(
+                e, 400, "repetition_penalty",
+                "repetition_penalty must be from 0.01 to 100, got %g", d);
         s->repetition_penalty = (float)d;
     }
     return 0;
@@ -366,7 +393,8 @@ static int parse_sampling(completion_request *req, json_t *root, api_error *e)
  * each prompt runs a single sequence, else best_of (or n, when best_of is
  * just n). */
 int completion_request_check_sequences(const completion_request *req,
-                                       const completion_limits *lim, api_error *e)
+                                       const completion_limits *lim,
+                                       api_error *e)
 {
     size_t cap = lim->max_sequences;
     bool by_max_n = lim->max_n != 0 && lim->max_n < cap;
@@ -379,30 +407,33 @@ int completion_request_check_sequences(const completion_request *req,
     const char *param = req->best_of == 1 ? "prompt" : field;
     char limit[96];
     if (by_max_n)
-        snprintf(limit, sizeof limit, "max-n %zu (the server has %zu KV slots)", cap,
-                 lim->max_sequences);
+        snprintf(limit, sizeof limit, "max-n %zu (the server has %zu KV slots)",
+                 cap, lim->max_sequences);
     else
         snprintf(limit, sizeof limit, "its %zu KV slots", cap);
-    return api_error_set(e, 400, param,
-                         "this request needs %zu sequences (%s %zu x %zu prompts) but "
-                         "the server runs at most %zu per request: %s",
-                         need, field, req->best_of, req->n_prompts, cap, limit);
+    return api_error_set(
+        e, 400, param,
+        "this request needs %zu sequences (%s %zu x %zu prompts) but "
+        "the server runs at most %zu per request: %s",
+        need, field, req->best_of, req->n_prompts, cap, limit);
 }
 
 static int parse_counts(completion_request *req, json_t *root,
                         const completion_limits *lim, api_error *e)
 {
     json_int_t max_tokens = 16, n = 1, best_of = -1;
-    if (api_field_integer(root, "max_tokens", 0, INT32_MAX, &max_tokens, e) != 0 ||
+    if (api_field_integer(root, "max_tokens", 0, INT32_MAX, &max_tokens, e) !=
+            0 ||
         api_field_integer(root, "n", 1, INT32_MAX, &n, e) != 0 ||
         api_field_integer(root, "best_of", 1, INT32_MAX, &best_of, e) != 0)
         return -1;
     if (best_of < 0)
         best_of = n;
     if (best_of < n)
-        return api_error_set(e, 400, "best_of",
-                             "best_of (%lld) must be greater than or equal to n (%lld)",
-                             (long long)best_of, (long long)n);
+        return api_error_set(
+            e, 400, "best_of",
+            "best_of (%lld) must be greater than or equal to n (%lld)",
+            (long long)best_of, (long long)n);
     req->max_tokens = (size_t)max_tokens;
     req->max_param = "max_tokens";
     req->n = (size_t)n;
@@ -418,16 +449,19 @@ int completion_request_check_context(const completion_request *req,
     for (size_t i = 0; i < req->n_prompts; i++) {
         size_t np = req->prompts[i].n;
         if (np > lim->n_ctx)
-            return api_error_set(e, 400, prompt_param,
-                                 "this model's maximum context length is %zu tokens, "
-                                 "but the prompt has %zu tokens", lim->n_ctx, np);
+            return api_error_set(
+                e, 400, prompt_param,
+                "this model's maximum context length is %zu tokens, "
+                "but the prompt has %zu tokens",
+                lim->n_ctx, np);
         if (np + req->max_tokens > lim->n_ctx)
-            return api_error_set(e, 400, max_param,
-                                 "this model's maximum context length is %zu tokens, "
-                                 "however you requested %zu tokens (%zu in your prompt; "
-                                 "%zu for the completion); reduce the prompt or %s",
-                                 lim->n_ctx, np + req->max_tokens, np, req->max_tokens,
-                                 max_param);
+            return api_error_set(
+                e, 400, max_param,
+                "this model's maximum context length is %zu tokens, "
+                "however you requested %zu tokens (%zu in your prompt; "
+                "%zu for the completion); reduce the prompt or %s",
+                lim->n_ctx, np + req->max_tokens, np, req->max_tokens,
+                max_param);
     }
     return 0;
 }
@@ -444,8 +478,9 @@ static int parse_output(completion_request *req, json_t *root, api_error *e)
         return -1;
     if (so != NULL) {
         if (!req->stream)
-            return api_error_set(e, 400, "stream_options",
-                                 "stream_options is only allowed when stream is true");
+            return api_error_set(
+                e, 400, "stream_options",
+                "stream_options is only allowed when stream is true");
         if (api_field_bool(so, "include_usage", "stream_options.include_usage",
                            &req->include_usage, e) != 0)
             return -1;
@@ -466,16 +501,18 @@ static int parse_seed(completion_request *req, json_t *root, api_error *e)
 }
 
 int completion_request_parse_shared(completion_request *req, json_t *root,
-                                   const completion_limits *lim, api_error *e)
+                                    const completion_limits *lim, api_error *e)
 {
-    return parse_ignored(root, e) == 0 &&
-           parse_sampling(req, root, e) == 0 &&
-           parse_logit_bias(req, root, lim, e) == 0 &&
-           parse_seed(req, root, e) == 0 &&
-           parse_session(req, root, e) == 0 &&
-           api_field_cache_salt(root, req->cache_salt, &req->cache_salt_len,
-                                &req->has_cache_salt, e) == 0 &&
-           parse_output(req, root, e) == 0 ? 0 : -1;
+    return parse_ignored(root, e) == 0 && parse_sampling(req, root, e) == 0 &&
+                   parse_logit_bias(req, root, lim, e) == 0 &&
+                   parse_seed(req, root, e) == 0 &&
+                   parse_session(req, root, e) == 0 &&
+                   api_field_cache_salt(root, req->cache_salt,
+                                        &req->cache_salt_len,
+                                        &req->has_cache_salt, e) == 0 &&
+                   parse_output(req, root, e) == 0
+               ? 0
+               : -1;
 }
 
 /* echo, and what it and best_of ask of a stream. */
@@ -500,8 +537,9 @@ json_t *completion_request_start(completion_request *req, const char *body,
 static int check_one_session_prompt(const completion_request *req, api_error *e)
 {
     if (req->session_id[0] != '\0' && req->n_prompts > 1)
-        return api_error_set(e, 400, "session_id",
-                             "session_id pins one conversation: send a single prompt");
+        return api_error_set(
+            e, 400, "session_id",
+            "session_id pins one conversation: send a single prompt");
     return 0;
 }
 
@@ -516,8 +554,7 @@ int completion_request_parse(completion_request *req, const char *body,
     /* Every other field first: nothing is tokenized (or copied) for a
      * request that any of them refuses, and then only as far as the
      * context reaches (prompt_from_text). */
-    if (parse_suffix(root, e) == 0 &&
-        count_prompts(req, root, e) == 0 &&
+    if (parse_suffix(root, e) == 0 && count_prompts(req, root, e) == 0 &&
         parse_counts(req, root, lim, e) == 0 &&
         completion_request_parse_stop(req, root, lim, e) == 0 &&
         parse_logprobs(req, root, e) == 0 &&
@@ -525,7 +562,8 @@ int completion_request_parse(completion_request *req, const char *body,
         parse_echo(req, root, e) == 0 &&
         check_one_session_prompt(req, e) == 0 &&
         parse_prompt(req, root, tok, lim, e) == 0 &&
-        completion_request_check_context(req, lim, "prompt", "max_tokens", e) == 0)
+        completion_request_check_context(req, lim, "prompt", "max_tokens", e) ==
+            0)
         rc = 0;
     json_decref(root);
     if (rc != 0)

@@ -40,37 +40,37 @@ typedef struct completion_request {
     completion_prompt *prompts; /* one choice set per prompt */
     size_t n_prompts;
     size_t max_tokens;
-    const char *max_param;      /* the field that set max_tokens, for errors;
+    const char *max_param; /* the field that set max_tokens, for errors;
                                  * NULL: chat's default, the rest of the
                                  * context (or of the KV cache) */
     size_t n, best_of;
     sampler_params sampling;
-    logit_bias_entry *logit_bias;   /* owned; sampling.logit_bias points here */
+    logit_bias_entry *logit_bias; /* owned; sampling.logit_bias points here */
     bool has_seed;
     uint64_t seed;
     char *stop[ENGINE_MAX_STOP];
     size_t n_stop;
-    bool logprobs;              /* logprobs was a number, not null/absent */
+    bool logprobs; /* logprobs was a number, not null/absent */
     size_t n_logprobs;
     bool echo, stream, include_usage;
-    bool return_token_ids;      /* vLLM's extension: prompt_token_ids and
+    bool return_token_ids; /* vLLM's extension: prompt_token_ids and
                                  * each choice's token_ids in the answer */
-    char session_id[ENGINE_SESSION_ID_MAX + 1];  /* "" when absent */
-    char cache_salt[API_CACHE_SALT_MAX + 1];     /* UTF-8, as sent */
-    size_t cache_salt_len;                       /* 0 when absent */
+    char session_id[ENGINE_SESSION_ID_MAX + 1]; /* "" when absent */
+    char cache_salt[API_CACHE_SALT_MAX + 1];    /* UTF-8, as sent */
+    size_t cache_salt_len;                      /* 0 when absent */
     bool has_cache_salt;
 } completion_request;
 
 /* Limits a request is validated against. */
 typedef struct completion_limits {
     size_t n_ctx;
-    size_t vocab_size;          /* token ids must be below it */
-    size_t max_sequences;       /* best_of x prompts, at most (the KV slots) */
-    size_t max_n;               /* --max-n, the same bound set lower by the
+    size_t vocab_size;     /* token ids must be below it */
+    size_t max_sequences;  /* best_of x prompts, at most (the KV slots) */
+    size_t max_n;          /* --max-n, the same bound set lower by the
                                  * operator; 0 = only max_sequences */
-    size_t max_stop_bytes;      /* --max-stop-bytes; 0 = no bound */
-    size_t kv_blocks;           /* the KV cache's blocks; 0 = no bound */
-    uint64_t token_budget;      /* the caller's tokens per minute (its whole
+    size_t max_stop_bytes; /* --max-stop-bytes; 0 = no bound */
+    size_t kv_blocks;      /* the KV cache's blocks; 0 = no bound */
+    uint64_t token_budget; /* the caller's tokens per minute (its whole
                                  * budget); 0 = no bound */
 } completion_limits;
 

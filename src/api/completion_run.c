@@ -87,7 +87,7 @@ static void run_settle(completion_run *run)
         if (r == NULL) {
             if (run->short_cut)
                 prompt += run->req.prompts[p].n;
-            continue;           /* else never submitted */
+            continue; /* else never submitted */
         }
         gen_request_lock(r);
         gen_usage u = gen_request_usage(r);
@@ -121,7 +121,7 @@ void completion_run_free(completion_run *run)
 
 gen_usage completion_run_usage(const completion_run *run)
 {
-    gen_usage u = {0, 0, 0};
+    gen_usage u = { 0, 0, 0 };
     for (size_t p = 0; p < run->n_reqs; p++) {
         gen_request *r = run->reqs[p];
         if (r == NULL) {
@@ -140,10 +140,10 @@ gen_usage completion_run_usage(const completion_run *run)
 
 json_t *completion_usage_json(gen_usage u)
 {
-    return json_pack("{s:I, s:I, s:I, s:{s:I}}",
-                     "prompt_tokens", (json_int_t)u.prompt_tokens,
-                     "completion_tokens", (json_int_t)u.completion_tokens,
-                     "total_tokens", (json_int_t)(u.prompt_tokens + u.completion_tokens),
+    return json_pack("{s:I, s:I, s:I, s:{s:I}}", "prompt_tokens",
+                     (json_int_t)u.prompt_tokens, "completion_tokens",
+                     (json_int_t)u.completion_tokens, "total_tokens",
+                     (json_int_t)(u.prompt_tokens + u.completion_tokens),
                      "prompt_tokens_details", "cached_tokens",
                      (json_int_t)u.cached_tokens);
 }
@@ -151,10 +151,9 @@ json_t *completion_usage_json(gen_usage u)
 static json_t *envelope(const completion_run *run, const char *object,
                         json_t *choices)
 {
-    return json_pack("{s:s, s:s, s:I, s:s, s:o}",
-                     "id", run->id, "object", object,
-                     "created", (json_int_t)run->created,
-                     "model", run->ctx->mdl->name, "choices", choices);
+    return json_pack("{s:s, s:s, s:I, s:s, s:o}", "id", run->id, "object",
+                     object, "created", (json_int_t)run->created, "model",
+                     run->ctx->mdl->name, "choices", choices);
 }
 
 json_t *completion_envelope(const completion_run *run, json_t *choices)
@@ -170,14 +169,17 @@ json_t *completion_chunk_envelope(const completion_run *run, json_t *choices)
 const char *completion_finish_string(finish_reason f)
 {
     switch (f) {
-    case FINISH_STOP: return "stop";
-    case FINISH_LENGTH: return "length";
-    default: return NULL;
+    case FINISH_STOP:
+        return "stop";
+    case FINISH_LENGTH:
+        return "length";
+    default:
+        return NULL;
     }
 }
 
 int completion_prompt_bytes(const tokenizer *tok, const completion_prompt *p,
-                        char **out, size_t *len)
+                            char **out, size_t *len)
 {
     gpt2d_error err;
     return tokenizer_decode(tok, p->ids, p->n, out, len, &err);
@@ -239,23 +241,25 @@ static void logprobs_append(json_t *lp, const tokenizer *tok,
 {
     char *s = api_token_string(tok, t->token);
     json_array_append_new(json_object_get(lp, "tokens"),
-                          s != NULL ? api_json_string_bytes(s, strlen(s)) : json_null());
+                          s != NULL ? api_json_string_bytes(s, strlen(s))
+                                    : json_null());
     free(s);
     json_array_append_new(json_object_get(lp, "token_logprobs"),
-                          first_prompt ? json_null() : logprob_json(t->logprob));
+                          first_prompt ? json_null()
+                                       : logprob_json(t->logprob));
     json_array_append_new(json_object_get(lp, "top_logprobs"),
                           first_prompt ? json_null() : top_json(tok, t));
     json_array_append_new(json_object_get(lp, "text_offset"),
                           json_integer((json_int_t)offset));
 }
 
-json_t *completion_logprobs_json(const tokenizer *tok,
-                                 const gen_token *prompt, size_t n_prompt,
-                                 const gen_token *gen, size_t from, size_t to,
-                                 text_cursor *at, size_t max_offset)
+json_t *completion_logprobs_json(const tokenizer *tok, const gen_token *prompt,
+                                 size_t n_prompt, const gen_token *gen,
+                                 size_t from, size_t to, text_cursor *at,
+                                 size_t max_offset)
 {
-    json_t *lp = json_pack("{s:[], s:[], s:[], s:[]}", "tokens", "token_logprobs",
-                           "top_logprobs", "text_offset");
+    json_t *lp = json_pack("{s:[], s:[], s:[], s:[]}", "tokens",
+                           "token_logprobs", "top_logprobs", "text_offset");
     if (lp == NULL)
         return NULL;
     for (size_t i = 0; prompt != NULL && i < n_prompt; i++) {

@@ -47,12 +47,12 @@ typedef struct text_cursor {
  * /v1/chat/completions'; the run, the event stream and the whole answer
  * call through it and never ask which endpoint they serve. */
 typedef struct completion_endpoint {
-    const char *id_prefix;      /* "cmpl-" */
-    const char *object;         /* the whole answer's `object` */
-    const char *chunk_object;   /* a streamed chunk's */
-    const char *log_label;      /* "completion" in the --log-prompts line */
-    const char *n_fields;       /* what sets the sequences: "n/best_of" */
-    const char *prompt_field;   /* what holds the prompt: "prompt" */
+    const char *id_prefix;    /* "cmpl-" */
+    const char *object;       /* the whole answer's `object` */
+    const char *chunk_object; /* a streamed chunk's */
+    const char *log_label;    /* "completion" in the --log-prompts line */
+    const char *n_fields;     /* what sets the sequences: "n/best_of" */
+    const char *prompt_field; /* what holds the prompt: "prompt" */
     /* The body into `req`; on failure a 400 (or 500) in `e`. */
     int (*parse)(completion_request *req, const api_ctx *ctx,
                  const completion_limits *lim, const char *body, size_t len,
@@ -81,15 +81,15 @@ typedef struct completion_endpoint {
 struct completion_run {
     const completion_endpoint *ep;
     const api_ctx *ctx;
-    api_caller caller;          /* whose cache and sessions it may use */
+    api_caller caller; /* whose cache and sessions it may use */
     completion_request req;
-    gen_request **reqs;         /* one per prompt; NULL entries when short-cut */
+    gen_request **reqs; /* one per prompt; NULL entries when short-cut */
     size_t n_reqs;
     char id[48];
     time_t created;
     bool cancelled;
-    bool short_cut;             /* nothing for the engine: reqs all NULL */
-    uint64_t charged;           /* tokens taken from the caller's budget;
+    bool short_cut;   /* nothing for the engine: reqs all NULL */
+    uint64_t charged; /* tokens taken from the caller's budget;
                                  * what was not used goes back when freed */
 };
 
@@ -147,9 +147,9 @@ int completion_prompt_bytes(const tokenizer *tok, const completion_prompt *p,
  * any) ends as U+FFFD, and the completion is decoded afresh.  Generated
  * tokens' offsets are clamped to `max_offset` (the text may stop inside
  * the tokens). */
-json_t *completion_logprobs_json(const tokenizer *tok,
-                                 const gen_token *prompt, size_t n_prompt,
-                                 const gen_token *gen, size_t from, size_t to,
-                                 text_cursor *at, size_t max_offset);
+json_t *completion_logprobs_json(const tokenizer *tok, const gen_token *prompt,
+                                 size_t n_prompt, const gen_token *gen,
+                                 size_t from, size_t to, text_cursor *at,
+                                 size_t max_offset);
 
 #endif

@@ -24,23 +24,23 @@
 
 /* Where one choice's stream stands. */
 typedef struct choice_state {
-    size_t tokens_sent;         /* generated tokens already chunked */
-    size_t text_sent;           /* bytes of gen_output.text already sent */
-    text_cursor next;           /* where the next generated token starts */
-    bool opened;                /* the endpoint's opening chunk is sent */
+    size_t tokens_sent; /* generated tokens already chunked */
+    size_t text_sent;   /* bytes of gen_output.text already sent */
+    text_cursor next;   /* where the next generated token starts */
+    bool opened;        /* the endpoint's opening chunk is sent */
     bool echo_sent;
     bool final_sent;
-    bool prompt_ids_sent;       /* return_token_ids: on the first chunk only */
+    bool prompt_ids_sent; /* return_token_ids: on the first chunk only */
 } choice_state;
 
 typedef struct completion_stream {
     completion_run *run;
-    choice_state *choices;      /* [n_prompts * n] */
-    uint64_t *versions;         /* [n_prompts]: engine versions seen */
-    char *buf;                  /* SSE bytes not yet handed to the server */
+    choice_state *choices; /* [n_prompts * n] */
+    uint64_t *versions;    /* [n_prompts]: engine versions seen */
+    char *buf;             /* SSE bytes not yet handed to the server */
     size_t len, off, cap;
-    bool done;                  /* `data: [DONE]` queued */
-    bool gone;                  /* the client left */
+    bool done; /* `data: [DONE]` queued */
+    bool gone; /* the client left */
     gen_usage usage;
 } completion_stream;
 
@@ -68,17 +68,17 @@ static int stream_event(completion_stream *s, json_t *obj)
     json_decref(obj);
     if (text == NULL)
         return -1;
-    int rc = stream_append(s, "data: ", 6) | stream_append(s, text, strlen(text)) |
-             stream_append(s, "\n\n", 2);
+    int rc = stream_append(s, "data: ", 6) |
+             stream_append(s, text, strlen(text)) | stream_append(s, "\n\n", 2);
     free(text);
     return rc;
 }
 
 /* The generated tokens a chunk covers, for return_token_ids. */
 typedef struct chunk_tokens {
-    size_t prompt;              /* whose prompt */
+    size_t prompt; /* whose prompt */
     const gen_token *gen;
-    size_t from, to;            /* [from, to) of gen */
+    size_t from, to; /* [from, to) of gen */
 } chunk_tokens;
 
 /* With return_token_ids, a chunk carries the ids of the tokens it covers
@@ -93,14 +93,16 @@ static int chunk_add_ids(completion_stream *s, json_t *choice, choice_state *cs,
     const completion_request *req = &s->run->req;
     if (!req->return_token_ids)
         return 0;
-    const completion_prompt *prompt = cs->prompt_ids_sent ? NULL
-                                                          : &req->prompts[t->prompt];
+    const completion_prompt *prompt = cs->prompt_ids_sent
+                                          ? NULL
+                                          : &req->prompts[t->prompt];
     cs->prompt_ids_sent = true;
     if (t->from < t->to)
         return completion_add_token_ids(choice, prompt, t->gen, t->from, t->to);
-    return prompt == NULL ? 0 : json_object_set_new(choice, "prompt_token_ids",
-                                                    completion_ids_json(prompt->ids,
-                                                                        prompt->n));
+    return prompt == NULL ? 0
+                          : json_object_set_new(
+                                choice, "prompt_token_ids",
+                                completion_ids_json(prompt->ids, prompt->n));
 }
 
 /* Appends one chunk of one choice (a reference to `choice` is stolen). */
@@ -108,15 +110,16 @@ static int stream_choice_event(completion_stream *s, json_t *choice)
 {
     if (choice == NULL)
         return -1;
-    return stream_event(s, completion_chunk_envelope(s->run,
-                                                     json_pack("[o]", choice)));
+    return stream_event(
+        s, completion_chunk_envelope(s->run, json_pack("[o]", choice)));
 }
 
 static int stream_chunk(completion_stream *s, size_t index, choice_state *cs,
                         const chunk_tokens *t, const char *text, size_t len,
                         json_t *logprobs, const char *finish)
 {
-    json_t *choice = s->run->ep->chunk_choice(index, text, len, logprobs, finish);
+    json_t *choice = s->run->ep->chunk_choice(index, text, len, logprobs,
+                                              finish);
     if (choice != NULL && chunk_add_ids(s, choice, cs, t) != 0) {
         json_decref(choice);
         return -1;
@@ -133,7 +136,7 @@ static int stream_start_offsets(completion_stream *s)
         char *ptext = NULL;
         size_t plen = 0;
         if (completion_prompt_bytes(s->run->ctx->tok, &req->prompts[p], &ptext,
-                         &plen) != 0)
+                                    &plen) != 0)
             return -1;
         for (size_t i = 0; i < req->n; i++)
             s->choices[p * req->n + i].next.chars = utf8_chars(ptext, plen);
@@ -150,10 +153,11 @@ static int stream_echo(completion_stream *s, size_t p, size_t index,
     bool scoring = req->logprobs;
     if (scoring && out->n_prompt_scored < req->prompts[p].n &&
         out->finish == FINISH_NONE)
-        return 0;               /* not scored yet */
+        return 0; /* not scored yet */
     char *ptext = NULL;
     size_t plen = 0;
-    if (completion_prompt_bytes(s->run->ctx->tok, &req->prompts[p], &ptext, &plen) != 0)
+    if (completion_prompt_bytes(s->run->ctx->tok, &req->prompts[p], &ptext,
+                                &plen) != 0)
         return -1;
     json_t *lp = NULL;
     text_cursor at = { 0 };
@@ -176,7 +180,8 @@ size_t completion_stream_delta_end(const gen_output *out, size_t token,
         end = out->text_len;
     if (end < text_sent)
         end = text_sent;
-    return text_sent + utf8_complete_prefix(out->text + text_sent, end - text_sent);
+    return text_sent +
+           utf8_complete_prefix(out->text + text_sent, end - text_sent);
 }
 
 /* Chunks for everything new in one choice; *any set when something was added. */
@@ -241,7 +246,7 @@ static int stream_collect(completion_stream *s, bool *any, bool *cancelled)
             /* Trivial request: one empty final chunk per choice. */
             for (size_t i = 0; i < n; i++) {
                 choice_state *cs = &s->choices[p * n + i];
-                gen_output empty = {0};
+                gen_output empty = { 0 };
                 empty.text = "";
                 empty.finish = FINISH_LENGTH;
                 if (stream_choice(s, p, p * n + i, &empty, cs, any) != 0)
@@ -273,7 +278,8 @@ static int stream_finish(completion_stream *s, bool cancelled)
     completion_run *run = s->run;
     if (cancelled) {
         api_error e;
-        api_error_set(&e, 503, NULL, "the server is shutting down; the request was cancelled");
+        api_error_set(&e, 503, NULL,
+                      "the server is shutting down; the request was cancelled");
         if (stream_event(s, api_error_json(&e)) != 0)
             return -1;
     }
@@ -391,8 +397,12 @@ int completion_stream_open(completion_run *run, api_source *src)
         return -1;
     }
     *src = (api_source){
-        .self = s, .live = true, .read = stream_read, .cancel = stream_cancel,
-        .usage = stream_usage, .free = stream_free,
+        .self = s,
+        .live = true,
+        .read = stream_read,
+        .cancel = stream_cancel,
+        .usage = stream_usage,
+        .free = stream_free,
     };
     return 0;
 }

@@ -18,7 +18,7 @@
 
 /* Powers of ten a double holds exactly. */
 static const double exact_pow10[] = {
-    1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11,
+    1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,  1e8,  1e9,  1e10, 1e11,
     1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22,
 };
 #define MAX_EXACT_POW10 22
@@ -50,7 +50,7 @@ int inspect_put_number(gpt2d_buf *b, double v)
      * From v's binary exponent, e is the decimal one or one less (log10
      * itself cost a third of the time). */
     int e2;
-    frexp(v, &e2);                      /* v in [2^(e2-1), 2^e2) */
+    frexp(v, &e2); /* v in [2^(e2-1), 2^e2) */
     int e = (int)floor((e2 - 1) * 0.30102999566398120);
     double scaled = scale10(v, 5 - e);
     if (scaled >= 999999.5) {
@@ -58,24 +58,24 @@ int inspect_put_number(gpt2d_buf *b, double v)
         scaled = scale10(v, 5 - e);
     }
     unsigned long m = (unsigned long)lrint(scaled);
-    if (m >= 1000000) {                 /* 999999.5 and up carry */
+    if (m >= 1000000) { /* 999999.5 and up carry */
         m /= 10;
         e++;
     }
     char d[6];
     for (int i = 5; i >= 0; i--, m /= 10)
         d[i] = (char)('0' + m % 10);
-    int last = 5;                       /* the last digit shown: no trailing zeros */
+    int last = 5; /* the last digit shown: no trailing zeros */
     while (last > 0 && d[last] == '0')
         last--;
-    if (e < -4 || e >= 6) {             /* %g's exponent form */
+    if (e < -4 || e >= 6) { /* %g's exponent form */
         s[n++] = d[0];
         if (last > 0) {
             s[n++] = '.';
             memcpy(s + n, d + 1, (size_t)last);
             n += (size_t)last;
         }
-        unsigned x = (unsigned)(e < 0 ? -e : e);   /* at least two digits */
+        unsigned x = (unsigned)(e < 0 ? -e : e); /* at least two digits */
         s[n++] = 'e';
         s[n++] = e < 0 ? '-' : '+';
         if (x >= 100)
@@ -120,8 +120,8 @@ static int put_string(gpt2d_buf *b, const char *s)
         if (c == '"' || c == '\\')
             rc = buf_append(b, (const char[]){ '\\', (char)c }, 2);
         else if (c < 0x20)
-            rc = buf_append(b, esc, (size_t)snprintf(esc, sizeof esc,
-                                                     "\\u%04x", c));
+            rc = buf_append(b, esc,
+                            (size_t)snprintf(esc, sizeof esc, "\\u%04x", c));
         else
             rc = buf_append(b, p, 1);
         if (rc != 0)
@@ -141,8 +141,8 @@ static int put_token(gpt2d_buf *b, const tokenizer *tok, int32_t id,
     snprintf(head, sizeof head, "{\"id\":%ld,\"text\":", (long)id);
     int rc = put(b, head) != 0 || put_string(b, text) != 0 ? -1 : 0;
     free(text);
-    if (rc == 0 && prob >= 0.0
-        && (put(b, ",\"prob\":") != 0 || inspect_put_number(b, prob) != 0))
+    if (rc == 0 && prob >= 0.0 &&
+        (put(b, ",\"prob\":") != 0 || inspect_put_number(b, prob) != 0))
         rc = -1;
     return rc != 0 || put(b, "}") != 0 ? -1 : 0;
 }
@@ -186,8 +186,7 @@ static int put_layers(gpt2d_buf *b, const inspect_params *ip)
 }
 
 /* The query rows of slot i, head h. */
-static int put_head(gpt2d_buf *b, const inspect_capture *c, size_t i,
-                    size_t h)
+static int put_head(gpt2d_buf *b, const inspect_capture *c, size_t i, size_t h)
 {
     const size_t n = inspect_capture_tokens(c);
     for (size_t q = 0; q < n; q++) {
@@ -212,8 +211,8 @@ static int put_attention(gpt2d_buf *b, const inspect_capture *c)
         if (open_item(b, i) != 0)
             return -1;
         for (size_t h = 0; h < inspect_capture_heads(c); h++)
-            if (open_item(b, h) != 0 || put_head(b, c, i, h) != 0
-                || put(b, "]") != 0)
+            if (open_item(b, h) != 0 || put_head(b, c, i, h) != 0 ||
+                put(b, "]") != 0)
                 return -1;
         if (put(b, "]") != 0)
             return -1;
@@ -236,8 +235,8 @@ static int put_lens(gpt2d_buf *b, const inspect_capture *c,
             if (open_item(b, p) != 0)
                 return -1;
             for (size_t k = 0; k < ip->logit_lens; k++)
-                if (sep(b, k) != 0
-                    || put_token(b, tok, g[k].token, g[k].prob) != 0)
+                if (sep(b, k) != 0 ||
+                    put_token(b, tok, g[k].token, g[k].prob) != 0)
                     return -1;
             if (put(b, "]") != 0)
                 return -1;
@@ -278,22 +277,23 @@ int inspect_answer_write(gpt2d_buf *out, const char *id,
      * usual 40 to 50 (longer tokens grow it as needed). */
     const size_t cells = ip->n_layers * n;
     const size_t guess = (ip->attention
-                          ? inspect_attention_count(ip->n_layers,
-                                                    inspect_capture_heads(c), n)
-                          : 0) * 12
-                         + cells * (ip->logit_lens * 56 + 14) + n * 48 + 256;
+                              ? inspect_attention_count(
+                                    ip->n_layers, inspect_capture_heads(c), n)
+                              : 0) *
+                             12 +
+                         cells * (ip->logit_lens * 56 + 14) + n * 48 + 256;
     if (buf_reserve(out, guess) != 0)
         return -1;
     char usage[96];
     snprintf(usage, sizeof usage,
              ",\"usage\":{\"prompt_tokens\":%zu,\"total_tokens\":%zu}}", n, n);
-    if (put(out, "{\"id\":") != 0 || put_string(out, id) != 0
-        || put(out, ",\"object\":\"inspect\",\"model\":") != 0
-        || put_string(out, model_name) != 0 || put(out, ",") != 0
-        || put_tokens(out, prompt, n, tok) != 0 || put_layers(out, ip) != 0
-        || (ip->attention && put_attention(out, c) != 0)
-        || (ip->logit_lens > 0 && put_lens(out, c, tok) != 0)
-        || put_norms(out, c) != 0 || put(out, usage) != 0)
+    if (put(out, "{\"id\":") != 0 || put_string(out, id) != 0 ||
+        put(out, ",\"object\":\"inspect\",\"model\":") != 0 ||
+        put_string(out, model_name) != 0 || put(out, ",") != 0 ||
+        put_tokens(out, prompt, n, tok) != 0 || put_layers(out, ip) != 0 ||
+        (ip->attention && put_attention(out, c) != 0) ||
+        (ip->logit_lens > 0 && put_lens(out, c, tok) != 0) ||
+        put_norms(out, c) != 0 || put(out, usage) != 0)
         return -1;
     return 0;
 }

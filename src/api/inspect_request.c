@@ -15,13 +15,16 @@ static int parse_flags(inspect_request *req, json_t *root, api_error *e)
     json_t *v;
     json_int_t k = 0;
     /* accepted for the clients that send them everywhere; no effect */
-    if (api_field_optional(root, "model", "model", API_FIELD_STRING, &v, e) != 0
-        || api_field_optional(root, "user", "user", API_FIELD_STRING, &v, e) != 0
-        || api_field_bool(root, "attention", "attention",
-                          &req->params.attention, e) != 0
-        || api_field_integer(root, "logit_lens", 0, INSPECT_MAX_LENS, &k, e) != 0
-        || api_field_cache_salt(root, req->cache_salt, &req->cache_salt_len,
-                                &req->has_cache_salt, e) != 0)
+    if (api_field_optional(root, "model", "model", API_FIELD_STRING, &v, e) !=
+            0 ||
+        api_field_optional(root, "user", "user", API_FIELD_STRING, &v, e) !=
+            0 ||
+        api_field_bool(root, "attention", "attention", &req->params.attention,
+                       e) != 0 ||
+        api_field_integer(root, "logit_lens", 0, INSPECT_MAX_LENS, &k, e) !=
+            0 ||
+        api_field_cache_salt(root, req->cache_salt, &req->cache_salt_len,
+                             &req->has_cache_salt, e) != 0)
         return -1;
     req->params.logit_lens = (size_t)k;
     return 0;
@@ -33,11 +36,13 @@ static int parse_layers(inspect_request *req, json_t *root,
                         const inspect_limits *lim, api_error *e)
 {
     json_t *v;
-    if (api_field_optional(root, "layers", "layers", API_FIELD_ARRAY, &v, e) != 0)
+    if (api_field_optional(root, "layers", "layers", API_FIELD_ARRAY, &v, e) !=
+        0)
         return -1;
     size_t n = v != NULL ? json_array_size(v) : lim->n_layer;
     if (n == 0)
-        return api_error_set(e, 400, "layers", "layers must name at least one layer");
+        return api_error_set(e, 400, "layers",
+                             "layers must name at least one layer");
     if (n > lim->n_layer)
         return api_error_set(e, 400, "layers",
                              "layers names %zu layers; the model has %zu", n,
@@ -56,9 +61,11 @@ static int parse_layers(inspect_request *req, json_t *root,
                                  "layers[%zu] is not an integer", i);
         json_int_t l = json_integer_value(item);
         if (l < 0 || (uint64_t)l >= lim->n_layer)
-            return api_error_set(e, 400, "layers",
-                                 "layers[%zu] is %lld; the model's layers are 0 "
-                                 "to %zu", i, (long long)l, lim->n_layer - 1);
+            return api_error_set(
+                e, 400, "layers",
+                "layers[%zu] is %lld; the model's layers are 0 "
+                "to %zu",
+                i, (long long)l, lim->n_layer - 1);
         for (size_t j = 0; j < i; j++)
             if (req->layers[j] == (size_t)l)
                 return api_error_set(e, 400, "layers",
@@ -83,8 +90,8 @@ static int check_sizes(const inspect_request *req, const inspect_limits *lim,
     if (lim->max_tokens > 0 && n > lim->max_tokens)
         return api_error_set(e, 400, "prompt",
                              "the prompt has %zu tokens; /v1/inspect takes at "
-                             "most %zu (inspect-max-tokens)", n,
-                             lim->max_tokens);
+                             "most %zu (inspect-max-tokens)",
+                             n, lim->max_tokens);
     if (!req->params.attention || lim->max_attention == 0)
         return 0;
     const size_t per_layer = inspect_attention_count(1, lim->n_head, n);
@@ -97,8 +104,8 @@ static int check_sizes(const inspect_request *req, const inspect_limits *lim,
                              "the attention of one layer (%zu heads) over %zu "
                              "tokens is %zu probabilities, more than this "
                              "server's %zu (inspect-max-attention): send fewer "
-                             "tokens", lim->n_head, n, per_layer,
-                             lim->max_attention);
+                             "tokens",
+                             lim->n_head, n, per_layer, lim->max_attention);
     return api_error_set(e, 400, "layers",
                          "the attention of %zu layers x %zu heads over %zu "
                          "tokens is %zu probabilities, more than this "
@@ -117,10 +124,11 @@ int inspect_request_parse(inspect_request *req, const char *body, size_t len,
     if (root == NULL)
         return -1;
     int rc = -1;
-    if (parse_flags(req, root, e) == 0 && parse_layers(req, root, lim, e) == 0
-        && completion_prompt_parse(&req->prompt, json_object_get(root, "prompt"),
-                                   tok, lim->vocab_size, lim->n_ctx, e) == 0
-        && check_sizes(req, lim, e) == 0)
+    if (parse_flags(req, root, e) == 0 &&
+        parse_layers(req, root, lim, e) == 0 &&
+        completion_prompt_parse(&req->prompt, json_object_get(root, "prompt"),
+                                tok, lim->vocab_size, lim->n_ctx, e) == 0 &&
+        check_sizes(req, lim, e) == 0)
         rc = 0;
     json_decref(root);
     if (rc != 0)

@@ -25,8 +25,8 @@
 
 typedef struct inspect_request {
     completion_prompt prompt;
-    size_t *layers;             /* as asked, or every layer in order */
-    inspect_params params;      /* params.layers points at `layers` */
+    size_t *layers;        /* as asked, or every layer in order */
+    inspect_params params; /* params.layers points at `layers` */
     /* as on /v1/completions (api_field_cache_salt): the cache domain its
      * K/V blocks join */
     char cache_salt[API_CACHE_SALT_MAX + 1];
@@ -36,9 +36,9 @@ typedef struct inspect_request {
 
 /* What a request is validated against. */
 typedef struct inspect_limits {
-    size_t n_ctx;               /* the model's context */
-    size_t max_tokens;          /* --inspect-max-tokens; 0: none */
-    size_t max_attention;       /* --inspect-max-attention; 0: none */
+    size_t n_ctx;         /* the model's context */
+    size_t max_tokens;    /* --inspect-max-tokens; 0: none */
+    size_t max_attention; /* --inspect-max-attention; 0: none */
     size_t n_layer, n_head, vocab_size;
 } inspect_limits;
 

@@ -14,9 +14,9 @@
 typedef struct bucket {
     uint8_t account[SHA256_BYTES];
     bool used;
-    double level;               /* tokens held at `t` */
+    double level; /* tokens held at `t` */
     double t;
-    uint64_t size;              /* per_minute at the last call */
+    uint64_t size; /* per_minute at the last call */
 } bucket;
 
 struct token_budget {
@@ -115,14 +115,16 @@ token_budget_result token_budget_charge(token_budget *b,
         return TOKEN_BUDGET_NEVER;
     pthread_mutex_lock(&b->lock);
     bucket *k = find(b, account);
-    double level = k != NULL ? level_at(k, per_minute, now) : (double)per_minute;
+    double level = k != NULL ? level_at(k, per_minute, now)
+                             : (double)per_minute;
     token_budget_result r = TOKEN_BUDGET_OK;
     if (level >= (double)tokens) {
         store(b, k, account, per_minute, level - (double)tokens, now);
     } else {
         r = TOKEN_BUDGET_WAIT;
         *available = (uint64_t)level;
-        double wait = ceil(((double)tokens - level) * 60.0 / (double)per_minute);
+        double wait = ceil(((double)tokens - level) * 60.0 /
+                           (double)per_minute);
         *retry_after = wait >= 1.0 ? (unsigned)wait : 1u;
     }
     pthread_mutex_unlock(&b->lock);
@@ -136,7 +138,7 @@ void token_budget_refund(token_budget *b, const uint8_t account[SHA256_BYTES],
         return;
     pthread_mutex_lock(&b->lock);
     bucket *k = find(b, account);
-    if (k != NULL)              /* forgotten: it was (nearly) full anyway */
+    if (k != NULL) /* forgotten: it was (nearly) full anyway */
         store(b, k, account, per_minute,
               level_at(k, per_minute, now) + (double)tokens, now);
     pthread_mutex_unlock(&b->lock);
@@ -148,7 +150,8 @@ uint64_t token_budget_available(token_budget *b,
 {
     pthread_mutex_lock(&b->lock);
     bucket *k = find(b, account);
-    uint64_t level = k != NULL ? (uint64_t)level_at(k, per_minute, now) : per_minute;
+    uint64_t level = k != NULL ? (uint64_t)level_at(k, per_minute, now)
+                               : per_minute;
     pthread_mutex_unlock(&b->lock);
     return level;
 }

@@ -28,9 +28,9 @@
 typedef struct token_budget token_budget;
 
 typedef enum token_budget_result {
-    TOKEN_BUDGET_OK,            /* charged */
-    TOKEN_BUDGET_WAIT,          /* not now: *retry_after seconds */
-    TOKEN_BUDGET_NEVER,         /* more than the whole budget */
+    TOKEN_BUDGET_OK,    /* charged */
+    TOKEN_BUDGET_WAIT,  /* not now: *retry_after seconds */
+    TOKEN_BUDGET_NEVER, /* more than the whole budget */
 } token_budget_result;
 
 /* Remembers up to `callers` callers below a full bucket. */

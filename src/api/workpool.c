@@ -26,10 +26,10 @@
 
 struct work_caller {
     uint8_t account[SHA256_BYTES];
-    size_t waiting, running;    /* its jobs */
-    uint64_t last_start;        /* when its last job started (p->starts) */
-    size_t held;                /* bytes charged to it */
-    size_t refs;                /* callers of workpool_run and charges that
+    size_t waiting, running; /* its jobs */
+    uint64_t last_start;     /* when its last job started (p->starts) */
+    size_t held;             /* bytes charged to it */
+    size_t refs;             /* callers of workpool_run and charges that
                                  * point at this entry */
     work_caller *next;
 };
@@ -38,21 +38,21 @@ typedef struct waiter {
     const work_job *job;
     work_caller *caller;
     bool taken, done;
-    pthread_cond_t cond;        /* done */
+    pthread_cond_t cond; /* done */
     struct waiter *next;
 } waiter;
 
 struct workpool {
     pthread_mutex_t lock;
-    pthread_cond_t wake;        /* a worker may find a job it can start */
+    pthread_cond_t wake; /* a worker may find a job it can start */
     pthread_t *threads;
     size_t n_threads;
     bool stopping;
-    waiter *head, *tail;        /* waiting jobs, oldest first */
+    waiter *head, *tail; /* waiting jobs, oldest first */
     size_t n_waiting, n_running;
-    size_t memory, used;        /* the budget and what is charged */
+    size_t memory, used; /* the budget and what is charged */
     unsigned wait_ms;
-    uint64_t starts;            /* jobs started, ever */
+    uint64_t starts; /* jobs started, ever */
     work_caller *callers;
 };
 
@@ -156,7 +156,8 @@ static void charge_add(workpool *p, work_caller *c, size_t bytes)
 static void lower_priority(void)
 {
     if (setpriority(PRIO_PROCESS, (id_t)gettid(), WORKPOOL_NICE) != 0)
-        log_warn("work pool: cannot lower a worker's priority: %s", strerror(errno));
+        log_warn("work pool: cannot lower a worker's priority: %s",
+                 strerror(errno));
 }
 
 static void *worker_main(void *arg)
@@ -200,7 +201,8 @@ int workpool_start(workpool **out, size_t threads, size_t memory,
     if (threads == 0)
         return error_set(err, "work pool: no threads");
     workpool *p = calloc(1, sizeof *p);
-    if (p == NULL || (p->threads = calloc(threads, sizeof *p->threads)) == NULL) {
+    if (p == NULL ||
+        (p->threads = calloc(threads, sizeof *p->threads)) == NULL) {
         free(p);
         return error_set(err, "work pool: out of memory");
     }
@@ -209,10 +211,12 @@ int workpool_start(workpool **out, size_t threads, size_t memory,
     p->memory = memory;
     p->wait_ms = wait_ms;
     for (size_t i = 0; i < threads; i++) {
-        int rc = thread_start(&p->threads[i], worker_main, p, "gpt2d-work-%zu", i);
+        int rc = thread_start(&p->threads[i], worker_main, p, "gpt2d-work-%zu",
+                              i);
         if (rc != 0) {
             workpool_stop(p);
-            return error_set(err, "work pool: cannot start a thread: %s", strerror(rc));
+            return error_set(err, "work pool: cannot start a thread: %s",
+                             strerror(rc));
         }
         p->n_threads++;
     }
@@ -269,7 +273,7 @@ static work_status enqueue(workpool *p, waiter *w)
     w->caller = caller_get(p, w->job->account);
     if (w->caller == NULL)
         return WORK_NO_MEMORY;
-    w->caller->refs++;          /* workpool_run's, handed to a charge */
+    w->caller->refs++; /* workpool_run's, handed to a charge */
     w->caller->waiting++;
     if (p->tail != NULL)
         p->tail->next = w;
@@ -284,7 +288,7 @@ static work_status enqueue(workpool *p, waiter *w)
 work_status workpool_run(workpool *p, const work_job *job, work_charge *charge)
 {
     memset(charge, 0, sizeof *charge);
-    waiter w = {.job = job};
+    waiter w = { .job = job };
     monotonic_cond_init(&w.cond);
     struct timespec now = monotonic_now();
     const struct timespec deadline = monotonic_after_ms(&now, (long)p->wait_ms);

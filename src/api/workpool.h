@@ -58,19 +58,19 @@ void workpool_stop(workpool *p);
 typedef struct work_job {
     void (*run)(void *arg);
     void *arg;
-    const uint8_t *account;     /* SHA256_BYTES */
-    size_t memory;              /* the most bytes its answer may hold */
+    const uint8_t *account; /* SHA256_BYTES */
+    size_t memory;          /* the most bytes its answer may hold */
     bool (*gone)(void *arg);
     void *gone_arg;
 } work_job;
 
 typedef enum work_status {
     WORK_DONE,
-    WORK_BUSY,                  /* waited wait_ms for a worker */
-    WORK_NO_MEMORY,             /* ... for memory the budget did not have */
-    WORK_CALLER_MEMORY,         /* ... for memory beyond the caller's half */
-    WORK_GONE,                  /* the client left while it waited */
-    WORK_STOPPING,              /* the pool is stopping */
+    WORK_BUSY,          /* waited wait_ms for a worker */
+    WORK_NO_MEMORY,     /* ... for memory the budget did not have */
+    WORK_CALLER_MEMORY, /* ... for memory beyond the caller's half */
+    WORK_GONE,          /* the client left while it waited */
+    WORK_STOPPING,      /* the pool is stopping */
 } work_status;
 
 /* Bytes of the budget held for one answer (zeroed: none). */

@@ -9,13 +9,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const uint8_t v4_mapped_prefix[12] = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-                                              0xff, 0xff };
+static const uint8_t v4_mapped_prefix[12] = { 0, 0, 0, 0, 0,    0,
+                                              0, 0, 0, 0, 0xff, 0xff };
 
 /* An IPv4-mapped IPv6 address becomes the IPv4 address it carries. */
 static void unmap(net_addr *a)
 {
-    if (a->v6 && memcmp(a->bytes, v4_mapped_prefix, sizeof v4_mapped_prefix) == 0) {
+    if (a->v6 &&
+        memcmp(a->bytes, v4_mapped_prefix, sizeof v4_mapped_prefix) == 0) {
         memmove(a->bytes, a->bytes + 12, 4);
         memset(a->bytes + 4, 0, 12);
         a->v6 = false;
@@ -46,12 +47,14 @@ bool net_addr_of_socket(net_addr *out, const struct sockaddr *sa)
     if (sa == NULL)
         return false;
     if (sa->sa_family == AF_INET) {
-        memcpy(out->bytes, &((const struct sockaddr_in *)(const void *)sa)->sin_addr, 4);
+        memcpy(out->bytes,
+               &((const struct sockaddr_in *)(const void *)sa)->sin_addr, 4);
         return true;
     }
     if (sa->sa_family != AF_INET6)
         return false;
-    memcpy(out->bytes, &((const struct sockaddr_in6 *)(const void *)sa)->sin6_addr, 16);
+    memcpy(out->bytes,
+           &((const struct sockaddr_in6 *)(const void *)sa)->sin6_addr, 16);
     out->v6 = true;
     unmap(out);
     return true;
@@ -82,10 +85,12 @@ bool net_addr_parse(net_addr *out, const char *s, size_t len)
         size_t inner = (size_t)(close - s) - 1, rest = len - inner - 2;
         if (rest > 0 && (close[1] != ':' || !is_port(close + 2, rest - 1)))
             return false;
-        return memchr(s + 1, ':', inner) != NULL && parse_bare(out, s + 1, inner);
+        return memchr(s + 1, ':', inner) != NULL &&
+               parse_bare(out, s + 1, inner);
     }
     const char *colon = memchr(s, ':', len);
-    if (colon != NULL && memchr(colon + 1, ':', len - (size_t)(colon - s) - 1) == NULL) {
+    if (colon != NULL &&
+        memchr(colon + 1, ':', len - (size_t)(colon - s) - 1) == NULL) {
         /* one colon: an IPv4 address and its port */
         size_t host = (size_t)(colon - s);
         return is_port(colon + 1, len - host - 1) && parse_bare(out, s, host) &&
@@ -96,7 +101,8 @@ bool net_addr_parse(net_addr *out, const char *s, size_t len)
 
 void net_addr_format(const net_addr *a, char *buf, size_t size)
 {
-    if (inet_ntop(a->v6 ? AF_INET6 : AF_INET, a->bytes, buf, (socklen_t)size) == NULL &&
+    if (inet_ntop(a->v6 ? AF_INET6 : AF_INET, a->bytes, buf, (socklen_t)size) ==
+            NULL &&
         size > 0)
         buf[0] = '\0';
 }
@@ -105,7 +111,7 @@ net_addr net_addr_block(const net_addr *a, unsigned prefix)
 {
     net_addr b = *a;
     for (unsigned i = prefix; i < (a->v6 ? 128u : 32u); i++)
-        b.bytes[i / 8] &= (uint8_t)~(0x80u >> (i % 8));
+        b.bytes[i / 8] &= (uint8_t) ~(0x80u >> (i % 8));
     return b;
 }
 
@@ -136,33 +142,40 @@ static int parse_block(addr_list *out, const char *s, size_t len,
                        gpt2d_error *err)
 {
     if (out->n == ADDR_LIST_MAX)
-        return error_set(err, "more than %d addresses or blocks", ADDR_LIST_MAX);
+        return error_set(err, "more than %d addresses or blocks",
+                         ADDR_LIST_MAX);
     const char *slash = memchr(s, '/', len);
     size_t host = slash != NULL ? (size_t)(slash - s) : len;
     net_addr a;
     char shown[64];
     snprintf(shown, sizeof shown, "%.*s", (int)(len < 60 ? len : 60), s);
     if (!parse_bare(&a, s, host))
-        return error_set(err, "'%s' is not an IPv4 or IPv6 address or CIDR "
-                         "block (e.g. 10.0.0.0/8, ::1)", shown);
+        return error_set(err,
+                         "'%s' is not an IPv4 or IPv6 address or CIDR "
+                         "block (e.g. 10.0.0.0/8, ::1)",
+                         shown);
     unsigned width = a.v6 ? 128 : 32, prefix = width;
     if (slash != NULL) {
         if (!a.v6 && memchr(s, ':', host) != NULL)
-            return error_set(err, "'%s': write an IPv4-mapped block as IPv4", shown);
+            return error_set(err, "'%s': write an IPv4-mapped block as IPv4",
+                             shown);
         size_t digits = len - host - 1;
         char *end = NULL;
         char num[8];
-        if (digits == 0 || digits > 3 || strspn(slash + 1, "0123456789") < digits)
-            return error_set(err, "'%s': the prefix length is not a number", shown);
+        if (digits == 0 || digits > 3 ||
+            strspn(slash + 1, "0123456789") < digits)
+            return error_set(err, "'%s': the prefix length is not a number",
+                             shown);
         memcpy(num, slash + 1, digits);
         num[digits] = '\0';
         unsigned long p = strtoul(num, &end, 10);
         if (p > width)
-            return error_set(err, "'%s': the prefix length is over %u", shown, width);
+            return error_set(err, "'%s': the prefix length is over %u", shown,
+                             width);
         prefix = (unsigned)p;
         if (!zero_past(&a, prefix))
-            return error_set(err, "'%s': bits are set past the /%u prefix", shown,
-                             prefix);
+            return error_set(err, "'%s': bits are set past the /%u prefix",
+                             shown, prefix);
     }
     out->blocks[out->n].base = a;
     out->blocks[out->n].prefix = prefix;

@@ -25,15 +25,15 @@
  * caller. */
 typedef struct net_addr {
     bool v6;
-    uint8_t bytes[16];          /* IPv4: the first 4 */
+    uint8_t bytes[16]; /* IPv4: the first 4 */
 } net_addr;
 
 #define ADDR_LIST_MAX 64
 
 typedef struct addr_list {
     struct {
-        net_addr base;          /* bits past the prefix are zero */
-        unsigned prefix;        /* 0-32 (IPv4) or 0-128 (IPv6) */
+        net_addr base;   /* bits past the prefix are zero */
+        unsigned prefix; /* 0-32 (IPv4) or 0-128 (IPv6) */
     } blocks[ADDR_LIST_MAX];
     size_t n;
 } addr_list;

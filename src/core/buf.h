@@ -16,13 +16,16 @@
 #include <string.h>
 
 typedef struct gpt2d_buf {
-    unsigned char *data;        /* NULL until the first growth */
-    size_t len;                 /* bytes in use */
-    size_t cap;                 /* bytes allocated */
+    unsigned char *data; /* NULL until the first growth */
+    size_t len;          /* bytes in use */
+    size_t cap;          /* bytes allocated */
 } gpt2d_buf;
 
 /* An empty buffer; `gpt2d_buf b = { 0 };` is the same. */
-#define GPT2D_BUF_INIT { NULL, 0, 0 }
+#define GPT2D_BUF_INIT                                                         \
+    {                                                                          \
+        NULL, 0, 0                                                             \
+    }
 
 /* The slow path of buf_reserve: grows the capacity by doubling (from at
  * least 64 bytes) until `more` bytes past len fit.  0 or -1. */

@@ -46,7 +46,7 @@ void bulk_digest(const void *data, size_t len, uint8_t out[BULK_DIGEST_BYTES])
     size_t i = 0;
     for (; i + STRIPE <= len; i += STRIPE)
         stripe(lane, p + i);
-    if (i < len) {              /* the tail, zero-padded: the length tells */
+    if (i < len) { /* the tail, zero-padded: the length tells */
         unsigned char last[STRIPE] = { 0 };
         memcpy(last, p + i, len - i);
         stripe(lane, last);

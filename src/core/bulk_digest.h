@@ -25,7 +25,6 @@
 
 #define BULK_DIGEST_BYTES 32
 
-void bulk_digest(const void *data, size_t len,
-                 uint8_t out[BULK_DIGEST_BYTES]);
+void bulk_digest(const void *data, size_t len, uint8_t out[BULK_DIGEST_BYTES]);
 
 #endif

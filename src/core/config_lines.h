@@ -12,9 +12,9 @@
 #include "core/error.h"
 
 typedef struct config_line {
-    const char *path;           /* the file, for the parser's messages */
-    size_t number;              /* from 1 */
-    char *text;                 /* without its "\n" or "\r\n", NUL-terminated
+    const char *path; /* the file, for the parser's messages */
+    size_t number;    /* from 1 */
+    char *text;       /* without its "\n" or "\r\n", NUL-terminated
                                  * at text[len]; the parser may write in it */
     size_t len;
 } config_line;

@@ -12,8 +12,8 @@ cpu_isa cpu_isa_supported(void)
 {
 #if defined(__x86_64__)
     __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")
-        && half_uses_f16c())
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+        half_uses_f16c())
         /* libgcc also asks the OS (XGETBV) whether it saves zmm state */
         return __builtin_cpu_supports("avx512f") ? CPU_ISA_AVX512
                                                  : CPU_ISA_AVX2;
@@ -34,9 +34,12 @@ int cpu_isa_parse(const char *name, cpu_isa *out)
 const char *cpu_isa_name(cpu_isa isa)
 {
     switch (isa) {
-    case CPU_ISA_AVX2: return "avx2";
-    case CPU_ISA_AVX512: return "avx512";
-    default: return "portable";
+    case CPU_ISA_AVX2:
+        return "avx2";
+    case CPU_ISA_AVX512:
+        return "avx512";
+    default:
+        return "portable";
     }
 }
 
@@ -49,8 +52,10 @@ int cpu_isa_force(cpu_isa isa, gpt2d_error *err)
 {
     const cpu_isa best = cpu_isa_supported();
     if (isa > best)
-        return error_set(err, "this CPU cannot run the %s kernels (it runs "
-                         "%s)", cpu_isa_name(isa), cpu_isa_name(best));
+        return error_set(err,
+                         "this CPU cannot run the %s kernels (it runs "
+                         "%s)",
+                         cpu_isa_name(isa), cpu_isa_name(best));
     atomic_store_explicit(&forced, (int)isa, memory_order_relaxed);
     return 0;
 }

@@ -22,8 +22,8 @@
 /* In order: a CPU that runs one runs every one before it. */
 typedef enum cpu_isa {
     CPU_ISA_PORTABLE,
-    CPU_ISA_AVX2,               /* AVX2 + FMA + F16C */
-    CPU_ISA_AVX512,             /* and AVX-512F */
+    CPU_ISA_AVX2,   /* AVX2 + FMA + F16C */
+    CPU_ISA_AVX512, /* and AVX-512F */
 } cpu_isa;
 
 #define CPU_ISA_COUNT 3

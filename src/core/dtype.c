@@ -19,10 +19,14 @@ int model_dtype_parse(const char *name, model_dtype *out)
 const char *model_dtype_name(model_dtype dtype)
 {
     switch (dtype) {
-    case MODEL_DTYPE_FLOAT32: return "float32";
-    case MODEL_DTYPE_FLOAT16: return "float16";
-    case MODEL_DTYPE_INT8: return "int8";
-    default: return "auto";
+    case MODEL_DTYPE_FLOAT32:
+        return "float32";
+    case MODEL_DTYPE_FLOAT16:
+        return "float16";
+    case MODEL_DTYPE_INT8:
+        return "int8";
+    default:
+        return "auto";
     }
 }
 
@@ -46,9 +50,12 @@ int model_matmul_parse(const char *name, model_matmul *out)
 const char *model_matmul_name(model_matmul matmul)
 {
     switch (matmul) {
-    case MODEL_MATMUL_PANELS: return "panels";
-    case MODEL_MATMUL_BLAS: return "blas";
-    default: return "auto";
+    case MODEL_MATMUL_PANELS:
+        return "panels";
+    case MODEL_MATMUL_BLAS:
+        return "blas";
+    default:
+        return "auto";
     }
 }
 

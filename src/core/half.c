@@ -11,13 +11,13 @@ float half_to_float(uint16_t h)
     uint32_t exp = (h >> 10) & 0x1f;
     uint32_t mant = h & 0x3ff;
     uint32_t bits;
-    if (exp == 0x1f) {          /* inf, NaN (quieted, as F16C does) */
+    if (exp == 0x1f) { /* inf, NaN (quieted, as F16C does) */
         bits = sign | 0x7f800000u | (mant << 13) | (mant != 0 ? 0x400000u : 0);
     } else if (exp != 0) {
         bits = sign | ((exp + 112) << 23) | (mant << 13);
     } else if (mant == 0) {
         bits = sign;
-    } else {                    /* subnormal: normalise */
+    } else { /* subnormal: normalise */
         int shift = 0;
         while ((mant & 0x400) == 0) {
             mant <<= 1;
@@ -36,12 +36,12 @@ uint16_t half_from_float(float f)
     memcpy(&bits, &f, sizeof bits);
     const uint16_t sign = (uint16_t)((bits >> 16) & 0x8000);
     const uint32_t abs = bits & 0x7fffffffu;
-    if (abs >= 0x7f800000u)     /* inf, NaN (quieted, payload's top bits) */
-        return sign | 0x7c00
-               | (abs > 0x7f800000u ? 0x200 | ((abs >> 13) & 0x3ff) : 0);
-    if (abs >= 0x477ff000u)     /* rounds to 65536 or more: infinity */
+    if (abs >= 0x7f800000u) /* inf, NaN (quieted, payload's top bits) */
+        return sign | 0x7c00 |
+               (abs > 0x7f800000u ? 0x200 | ((abs >> 13) & 0x3ff) : 0);
+    if (abs >= 0x477ff000u) /* rounds to 65536 or more: infinity */
         return sign | 0x7c00;
-    if (abs < 0x33000001u)      /* at most half the least subnormal: zero */
+    if (abs < 0x33000001u) /* at most half the least subnormal: zero */
         return sign;
     uint32_t exp = abs >> 23, mant = (abs & 0x7fffff) | 0x800000;
     /* shift the 24-bit significand to the half's 11 (normal) or fewer
@@ -73,23 +73,25 @@ void half_from_floats_portable(uint16_t *dst, const float *src, size_t n)
 #include <cpuid.h>
 #include <immintrin.h>
 
-__attribute__((target("avx,f16c")))
-static void to_floats_f16c(float *dst, const uint16_t *src, size_t n)
+__attribute__((target("avx,f16c"))) static void to_floats_f16c(
+    float *dst, const uint16_t *src, size_t n)
 {
     size_t i = 0;
     for (; i + 8 <= n; i += 8)
-        _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(
-            _mm_loadu_si128((const __m128i *)(const void *)(src + i))));
+        _mm256_storeu_ps(dst + i,
+                         _mm256_cvtph_ps(_mm_loadu_si128(
+                             (const __m128i *)(const void *)(src + i))));
     half_to_floats_portable(dst + i, src + i, n - i);
 }
 
-__attribute__((target("avx,f16c")))
-static void from_floats_f16c(uint16_t *dst, const float *src, size_t n)
+__attribute__((target("avx,f16c"))) static void from_floats_f16c(
+    uint16_t *dst, const float *src, size_t n)
 {
     size_t i = 0;
     for (; i + 8 <= n; i += 8)
-        _mm_storeu_si128((__m128i *)(void *)(dst + i), _mm256_cvtps_ph(
-            _mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
+        _mm_storeu_si128((__m128i *)(void *)(dst + i),
+                         _mm256_cvtps_ph(_mm256_loadu_ps(src + i),
+                                         _MM_FROUND_TO_NEAREST_INT));
     half_from_floats_portable(dst + i, src + i, n - i);
 }
 
@@ -105,9 +107,8 @@ int half_uses_f16c(void)
     if (f16c < 0) {
         unsigned eax, ebx, ecx, edx;
         __builtin_cpu_init();
-        f16c = __builtin_cpu_supports("avx")
-               && __get_cpuid(1, &eax, &ebx, &ecx, &edx)
-               && (ecx & bit_F16C) != 0;
+        f16c = __builtin_cpu_supports("avx") &&
+               __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & bit_F16C) != 0;
         known = f16c;
     }
     return f16c;

@@ -19,6 +19,6 @@ void *huge_alloc(size_t bytes)
     const size_t size = (bytes + HUGE_PAGE - 1) / HUGE_PAGE * HUGE_PAGE;
     void *p = aligned_alloc(HUGE_PAGE, size);
     if (p != NULL)
-        (void)madvise(p, size, MADV_HUGEPAGE);  /* a hint; never fatal */
+        (void)madvise(p, size, MADV_HUGEPAGE); /* a hint; never fatal */
     return p;
 }

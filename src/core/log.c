@@ -60,10 +60,14 @@ static void detect_journal(void)
 static const char *level_word(int level)
 {
     switch (level) {
-    case LOG_LEVEL_ERROR: return "error";
-    case LOG_LEVEL_WARN: return "warn";
-    case LOG_LEVEL_INFO: return "info";
-    default: return "debug";
+    case LOG_LEVEL_ERROR:
+        return "error";
+    case LOG_LEVEL_WARN:
+        return "warn";
+    case LOG_LEVEL_INFO:
+        return "info";
+    default:
+        return "debug";
     }
 }
 
@@ -72,7 +76,8 @@ static size_t format_timestamp(char *buf, size_t size)
 {
     struct timespec ts;
     struct tm tm;
-    if (clock_gettime(CLOCK_REALTIME, &ts) != 0 || gmtime_r(&ts.tv_sec, &tm) == NULL)
+    if (clock_gettime(CLOCK_REALTIME, &ts) != 0 ||
+        gmtime_r(&ts.tv_sec, &tm) == NULL)
         return 0;
     size_t n = strftime(buf, size, "%Y-%m-%dT%H:%M:%S", &tm);
     if (n == 0)
@@ -88,7 +93,7 @@ static void write_all(const char *buf, size_t len)
         if (w < 0 && errno == EINTR)
             continue;
         if (w <= 0)
-            return;             /* nowhere left to report a logging failure */
+            return; /* nowhere left to report a logging failure */
         buf += w;
         len -= (size_t)w;
     }
@@ -105,12 +110,14 @@ void log_msg(int level, const char *fmt, ...)
     size_t len = head > 0 ? (size_t)head : 0;
     if (!stderr_is_journal)
         len += format_timestamp(line + len, sizeof line - len);
-    len += (size_t)snprintf(line + len, sizeof line - len, "%s: ", level_word(level));
+    len += (size_t)snprintf(line + len, sizeof line - len,
+                            "%s: ", level_word(level));
 
     size_t body = len;
     va_list ap;
     va_start(ap, fmt);
-    int n = vsnprintf(line + len, sizeof line - len - 1, fmt, ap); /* -1: room for \n */
+    int n = vsnprintf(line + len, sizeof line - len - 1, fmt,
+                      ap); /* -1: room for \n */
     va_end(ap);
     if (n < 0)
         n = 0;

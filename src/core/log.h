@@ -5,8 +5,12 @@
 #ifndef GPT2D_LOG_H
 #define GPT2D_LOG_H
 
-enum { LOG_LEVEL_ERROR = 3, LOG_LEVEL_WARN = 4, LOG_LEVEL_INFO = 6,
-       LOG_LEVEL_DEBUG = 7 };
+enum {
+    LOG_LEVEL_ERROR = 3,
+    LOG_LEVEL_WARN = 4,
+    LOG_LEVEL_INFO = 6,
+    LOG_LEVEL_DEBUG = 7
+};
 
 void log_set_level(int level);
 void log_msg(int level, const char *fmt, ...)

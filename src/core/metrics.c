@@ -28,8 +28,8 @@
 /* "preflight": CORS preflights (OPTIONS) of any route, so a browser's
  * preflights do not count as answers of the endpoint they ask about. */
 static const char *const endpoint_names[] = {
-    "completions", "chat", "inspect", "models", "health", "metrics",
-    "tokenize", "detokenize", "sessions", "preflight", "other",
+    "completions", "chat",       "inspect",  "models",    "health", "metrics",
+    "tokenize",    "detokenize", "sessions", "preflight", "other",
 };
 enum { N_ENDPOINTS = sizeof endpoint_names / sizeof endpoint_names[0] };
 
@@ -39,7 +39,7 @@ static const int status_codes[] = {
     200, 204, 400, 401, 404, 405, 408, 409, 413, 429, 499, 500, 503,
 };
 enum { N_CODES = sizeof status_codes / sizeof status_codes[0] };
-#define CODE_OTHER N_CODES      /* index of the "other" bucket */
+#define CODE_OTHER N_CODES /* index of the "other" bucket */
 
 /* ---- histograms ---- */
 
@@ -48,9 +48,9 @@ enum { MAX_BUCKETS = 16 };
 typedef struct histogram {
     const char *name;
     const char *help;
-    const double *bounds;       /* upper bounds, ascending; +Inf is implicit */
+    const double *bounds; /* upper bounds, ascending; +Inf is implicit */
     size_t n_bounds;
-    double sum_unit;            /* seconds (or rows) per unit of `sum` */
+    double sum_unit; /* seconds (or rows) per unit of `sum` */
     atomic_uint_fast64_t buckets[MAX_BUCKETS + 1]; /* last one is +Inf */
     atomic_uint_fast64_t sum;
 } histogram;
@@ -68,8 +68,7 @@ static const double itl_bounds[] = {
  * row on two cores, tens of ms for a decode batch, a second or more for a
  * long prefill chunk. */
 static const double step_bounds[] = {
-    0.005, 0.01, 0.015, 0.02, 0.025, 0.035, 0.05, 0.075, 0.1, 0.25, 0.5, 1,
-    2.5,
+    0.005, 0.01, 0.015, 0.02, 0.025, 0.035, 0.05, 0.075, 0.1, 0.25, 0.5, 1, 2.5,
 };
 /* Rows per step: powers of two up to well past the default max of 256. */
 static const double rows_bounds[] = {
@@ -81,26 +80,30 @@ static const double rows_bounds[] = {
 static histogram ttft_hist = {
     .name = "gpt2d_time_to_first_token_seconds",
     .help = "Time from submission to the first generated token.",
-    .bounds = ttft_bounds, .n_bounds = ARRAY_LEN(ttft_bounds),
+    .bounds = ttft_bounds,
+    .n_bounds = ARRAY_LEN(ttft_bounds),
     .sum_unit = 1e-9,
 };
 static histogram itl_hist = {
     .name = "gpt2d_inter_token_latency_seconds",
     .help = "Time between consecutive generated tokens of one sequence.",
-    .bounds = itl_bounds, .n_bounds = ARRAY_LEN(itl_bounds),
+    .bounds = itl_bounds,
+    .n_bounds = ARRAY_LEN(itl_bounds),
     .sum_unit = 1e-9,
 };
 static histogram step_hist = {
     .name = "gpt2d_step_seconds",
     .help = "Duration of one engine step: the forward pass over its rows "
             "and the sampling of its tokens.",
-    .bounds = step_bounds, .n_bounds = ARRAY_LEN(step_bounds),
+    .bounds = step_bounds,
+    .n_bounds = ARRAY_LEN(step_bounds),
     .sum_unit = 1e-9,
 };
 static histogram rows_hist = {
     .name = "gpt2d_batch_rows",
     .help = "Rows (prefill and decode tokens) in one engine step.",
-    .bounds = rows_bounds, .n_bounds = ARRAY_LEN(rows_bounds),
+    .bounds = rows_bounds,
+    .n_bounds = ARRAY_LEN(rows_bounds),
     .sum_unit = 1,
 };
 
@@ -142,7 +145,7 @@ static size_t endpoint_index(const char *endpoint)
         if (strlen(endpoint_names[i]) == len &&
             strncmp(endpoint, endpoint_names[i], len) == 0)
             return i;
-    return N_ENDPOINTS - 1;     /* "other" */
+    return N_ENDPOINTS - 1; /* "other" */
 }
 
 static size_t code_index(int status)
@@ -155,17 +158,42 @@ static size_t code_index(int status)
 
 void metrics_request_done(const char *endpoint, int http_status)
 {
-    counter_add(&requests[endpoint_index(endpoint)][code_index(http_status)], 1);
+    counter_add(&requests[endpoint_index(endpoint)][code_index(http_status)],
+                1);
 }
 
-void metrics_add_prompt_tokens(size_t n) { counter_add(&prompt_tokens, n); }
-void metrics_add_generated_tokens(size_t n) { counter_add(&generated_tokens, n); }
-void metrics_add_cached_tokens(size_t n) { counter_add(&cached_tokens, n); }
-void metrics_cancelled(void) { counter_add(&cancelled, 1); }
-void metrics_request_timeout(void) { counter_add(&request_timeouts, 1); }
-void metrics_write_timeout(void) { counter_add(&write_timeouts, 1); }
-void metrics_prefill_bounded(void) { counter_add(&prefill_bounded, 1); }
-void metrics_add_inspect_bytes(size_t n) { counter_add(&inspect_bytes, n); }
+void metrics_add_prompt_tokens(size_t n)
+{
+    counter_add(&prompt_tokens, n);
+}
+void metrics_add_generated_tokens(size_t n)
+{
+    counter_add(&generated_tokens, n);
+}
+void metrics_add_cached_tokens(size_t n)
+{
+    counter_add(&cached_tokens, n);
+}
+void metrics_cancelled(void)
+{
+    counter_add(&cancelled, 1);
+}
+void metrics_request_timeout(void)
+{
+    counter_add(&request_timeouts, 1);
+}
+void metrics_write_timeout(void)
+{
+    counter_add(&write_timeouts, 1);
+}
+void metrics_prefill_bounded(void)
+{
+    counter_add(&prefill_bounded, 1);
+}
+void metrics_add_inspect_bytes(size_t n)
+{
+    counter_add(&inspect_bytes, n);
+}
 
 /* ---- gauges kept here ---- */
 
@@ -188,11 +216,12 @@ size_t metrics_inspect_memory(void)
 
 /* `value` in the histogram's own unit; `sum_units` the same value in the
  * integer unit of `sum`. */
-static void histogram_observe(histogram *h, double value, uint_fast64_t sum_units)
+static void histogram_observe(histogram *h, double value,
+                              uint_fast64_t sum_units)
 {
     size_t b = 0;
     while (b < h->n_bounds && !(value <= h->bounds[b]))
-        b++;                    /* NaN falls through to +Inf */
+        b++; /* NaN falls through to +Inf */
     counter_add(&h->buckets[b], 1);
     counter_add(&h->sum, sum_units);
 }
@@ -203,7 +232,7 @@ static uint_fast64_t seconds_to_ns(double seconds)
 {
     if (!(seconds > 0))
         return 0;
-    if (seconds > 1e9)          /* ~31 years: beyond any real latency */
+    if (seconds > 1e9) /* ~31 years: beyond any real latency */
         seconds = 1e9;
     return (uint_fast64_t)(seconds * 1e9 + 0.5);
 }
@@ -235,8 +264,8 @@ void metrics_observe_batch_rows(size_t rows)
  * after its name is written, and n_keys is published with release order. */
 
 static const char *const refusal_names[METRICS_N_REFUSALS] = {
-    "queue_full", "max_queued_per_key", "token_budget", "max_sessions_per_key",
-    "response_memory_per_key",
+    "queue_full",           "max_queued_per_key",      "token_budget",
+    "max_sessions_per_key", "response_memory_per_key",
 };
 
 typedef struct key_series {
@@ -274,10 +303,14 @@ size_t metrics_key_id(const char *name)
 static key_series *key_of(size_t key)
 {
     return &key_table[key < atomic_load_explicit(&n_keys, memory_order_acquire)
-                          ? key : 0];
+                          ? key
+                          : 0];
 }
 
-void metrics_key_request(size_t key) { counter_add(&key_of(key)->requests, 1); }
+void metrics_key_request(size_t key)
+{
+    counter_add(&key_of(key)->requests, 1);
+}
 
 void metrics_key_tokens(size_t key, size_t prompt, size_t completion)
 {
@@ -326,7 +359,8 @@ static void render_gauge(FILE *f, const char *name, const char *help,
 static void render_requests(FILE *f)
 {
     const char *name = "gpt2d_requests_total";
-    render_header(f, name, "counter", "HTTP requests answered, by endpoint and status code.");
+    render_header(f, name, "counter",
+                  "HTTP requests answered, by endpoint and status code.");
     for (size_t e = 0; e < N_ENDPOINTS; e++) {
         for (size_t c = 0; c <= N_CODES; c++) {
             uint_fast64_t n = counter_get(&requests[e][c]);
@@ -377,11 +411,16 @@ static void render_kv_sharing(FILE *f, const metrics_gauges *st)
     const metrics_kv_share *tiers[2] = { &st->kv_share,
                                          st->kv_disk ? &st->disk.share : NULL };
     const char *names[2] = { "ram", "disk" };
-    const struct { const char *name, *help; size_t v[2]; } gauges[] = {
-        { "gpt2d_kv_accounts", "Accounts (API keys, or client addresses) "
+    const struct {
+        const char *name, *help;
+        size_t v[2];
+    } gauges[] = {
+        { "gpt2d_kv_accounts",
+          "Accounts (API keys, or client addresses) "
           "charged KV-cache blocks, by tier.",
           { tiers[0]->accounts, tiers[1] ? tiers[1]->accounts : 0 } },
-        { "gpt2d_kv_share_blocks", "Each account's guaranteed share of a "
+        { "gpt2d_kv_share_blocks",
+          "Each account's guaranteed share of a "
           "tier, in blocks: the tier's budget over the accounts holding "
           "blocks.",
           { tiers[0]->share_blocks, tiers[1] ? tiers[1]->share_blocks : 0 } },
@@ -440,7 +479,8 @@ static void render_keys(FILE *f)
             continue;
         fprintf(f, "gpt2d_key_tokens_total{key=\"%s\",kind=\"prompt\"} %ju\n",
                 k->name, (uintmax_t)counter_get(&k->prompt_tokens));
-        fprintf(f, "gpt2d_key_tokens_total{key=\"%s\",kind=\"completion\"} %ju\n",
+        fprintf(f,
+                "gpt2d_key_tokens_total{key=\"%s\",kind=\"completion\"} %ju\n",
                 k->name, (uintmax_t)counter_get(&k->completion_tokens));
     }
     render_header(f, "gpt2d_key_refused_total", "counter",
@@ -450,8 +490,10 @@ static void render_keys(FILE *f)
         for (size_t r = 0; r < METRICS_N_REFUSALS; r++) {
             uint_fast64_t v = counter_get(&key_table[i].refused[r]);
             if (v > 0)
-                fprintf(f, "gpt2d_key_refused_total{key=\"%s\",reason=\"%s\"} %ju\n",
-                        key_table[i].name, refusal_names[r], (uintmax_t)v);
+                fprintf(
+                    f,
+                    "gpt2d_key_refused_total{key=\"%s\",reason=\"%s\"} %ju\n",
+                    key_table[i].name, refusal_names[r], (uintmax_t)v);
         }
     render_header(f, "gpt2d_key_queue_wait_seconds", "summary",
                   "Time a prompt waited in the queue before it started, by API "
@@ -461,10 +503,10 @@ static void render_keys(FILE *f)
         uint_fast64_t waits = counter_get(&k->waits);
         if (waits == 0)
             continue;
-        fprintf(f, "gpt2d_key_queue_wait_seconds_sum{key=\"%s\"} %.12g\n", k->name,
-                (double)counter_get(&k->wait_ns) * 1e-9);
-        fprintf(f, "gpt2d_key_queue_wait_seconds_count{key=\"%s\"} %ju\n", k->name,
-                (uintmax_t)waits);
+        fprintf(f, "gpt2d_key_queue_wait_seconds_sum{key=\"%s\"} %.12g\n",
+                k->name, (double)counter_get(&k->wait_ns) * 1e-9);
+        fprintf(f, "gpt2d_key_queue_wait_seconds_count{key=\"%s\"} %ju\n",
+                k->name, (uintmax_t)waits);
     }
 }
 
@@ -478,18 +520,23 @@ static void render_gauges(FILE *f, const metrics_gauges *st)
                  st->queue_depth);
     render_gauge(f, "gpt2d_sequences_running",
                  "Sequences prefilling or generating.", st->running);
-    render_gauge(f, "gpt2d_slots_total", "Sequences that may run at once (--slots).",
-                 st->slots_total);
+    render_gauge(f, "gpt2d_slots_total",
+                 "Sequences that may run at once (--slots).", st->slots_total);
     render_gauge(f, "gpt2d_slots_busy", "Sequences running.", st->slots_busy);
-    render_gauge(f, "gpt2d_work_waiting", "Requests waiting for the work pool "
-                 "(parsing, tokenizing, detokenizing).", st->work_waiting);
-    render_gauge(f, "gpt2d_work_running", "Jobs the work pool runs.", st->work_running);
-    render_gauge(f, "gpt2d_response_memory_bytes", "Bytes held for answers not "
+    render_gauge(f, "gpt2d_work_waiting",
+                 "Requests waiting for the work pool "
+                 "(parsing, tokenizing, detokenizing).",
+                 st->work_waiting);
+    render_gauge(f, "gpt2d_work_running", "Jobs the work pool runs.",
+                 st->work_running);
+    render_gauge(f, "gpt2d_response_memory_bytes",
+                 "Bytes held for answers not "
                  "yet read, and for jobs running (--response-memory).",
                  st->response_memory);
     render_gauge(f, "gpt2d_response_memory_max_bytes", "--response-memory.",
                  st->response_memory_max);
-    render_gauge(f, "gpt2d_inspect_memory_bytes", "Bytes of the attention, "
+    render_gauge(f, "gpt2d_inspect_memory_bytes",
+                 "Bytes of the attention, "
                  "logit-lens and residual buffers of /v1/inspect requests "
                  "started and not yet answered (queued ones hold none).",
                  st->inspect_memory);
@@ -500,9 +547,10 @@ static void render_gauges(FILE *f, const metrics_gauges *st)
     fprintf(f, "%s{state=\"free\"} %zu\n", name, st->kv_blocks_free);
     fprintf(f, "%s{state=\"cached\"} %zu\n", name, st->kv_blocks_cached);
     fprintf(f, "%s{state=\"in_use\"} %zu\n", name, st->kv_blocks_in_use);
-    render_gauge(f, "gpt2d_kv_blocks_reserved",
-                 "KV-cache blocks promised to running sequences, not yet taken.",
-                 st->kv_blocks_reserved);
+    render_gauge(
+        f, "gpt2d_kv_blocks_reserved",
+        "KV-cache blocks promised to running sequences, not yet taken.",
+        st->kv_blocks_reserved);
     render_header(f, "gpt2d_kv_bytes", "gauge",
                   "KV-cache bytes by tier: RAM (--kv-memory, allocated at "
                   "start) and disk (files in --kv-cache-dir).");
@@ -516,18 +564,24 @@ static void render_gauges(FILE *f, const metrics_gauges *st)
     fprintf(f, "gpt2d_kv_evictions_total %ju\n", (uintmax_t)st->kv_evictions);
     render_counter_pair(f, "gpt2d_kv_hit_tokens_total",
                         "Prompt tokens reused from the KV cache, by the tier "
-                        "they came from.", "tier", "ram", st->kv_hit_tokens_ram,
-                        "disk", st->kv_hit_tokens_disk);
+                        "they came from.",
+                        "tier", "ram", st->kv_hit_tokens_ram, "disk",
+                        st->kv_hit_tokens_disk);
     render_kv_sharing(f, st);
     if (!st->kv_disk)
         return;
     const metrics_disk *d = &st->disk;
-    render_gauge(f, "gpt2d_kv_disk_blocks", "KV-cache blocks on disk.", d->blocks);
-    render_gauge(f, "gpt2d_kv_disk_max_bytes", "The disk tier's budget (--kv-disk).",
-                 d->max_bytes);
-    const struct { const char *name, *help; uint64_t v; } counters[] = {
+    render_gauge(f, "gpt2d_kv_disk_blocks", "KV-cache blocks on disk.",
+                 d->blocks);
+    render_gauge(f, "gpt2d_kv_disk_max_bytes",
+                 "The disk tier's budget (--kv-disk).", d->max_bytes);
+    const struct {
+        const char *name, *help;
+        uint64_t v;
+    } counters[] = {
         { "gpt2d_kv_disk_writes_total", "Blocks written to disk.", d->writes },
-        { "gpt2d_kv_disk_reads_total", "Blocks read back from disk.", d->reads },
+        { "gpt2d_kv_disk_reads_total", "Blocks read back from disk.",
+          d->reads },
         { "gpt2d_kv_disk_evictions_total",
           "Blocks deleted from disk to stay within --kv-disk.", d->evictions },
         { "gpt2d_kv_disk_write_skipped_total",
@@ -549,8 +603,8 @@ static void render_gauges(FILE *f, const metrics_gauges *st)
     render_counter_pair(f, "gpt2d_kv_disk_errors_total",
                         "Disk tier failures: a write that failed (disk full, "
                         "not writable), a file that did not check out when "
-                        "read.", "op", "write", d->write_errors, "read",
-                        d->read_errors);
+                        "read.",
+                        "op", "write", d->write_errors, "read", d->read_errors);
 }
 
 char *metrics_render(const metrics_gauges *gauges)
@@ -562,27 +616,33 @@ char *metrics_render(const metrics_gauges *gauges)
         return NULL;
     render_requests(f);
     render_counter(f, "gpt2d_prompt_tokens_total",
-                   "Prompt tokens received (including cached ones).", &prompt_tokens);
+                   "Prompt tokens received (including cached ones).",
+                   &prompt_tokens);
     render_counter(f, "gpt2d_generated_tokens_total",
                    "Tokens generated, over all sequences.", &generated_tokens);
-    render_counter(f, "gpt2d_cached_tokens_total",
-                   "Prompt tokens reused from the KV cache instead of computed.",
-                   &cached_tokens);
+    render_counter(
+        f, "gpt2d_cached_tokens_total",
+        "Prompt tokens reused from the KV cache instead of computed.",
+        &cached_tokens);
     render_counter(f, "gpt2d_requests_cancelled_total",
-                   "Requests dropped because the client went away.", &cancelled);
+                   "Requests dropped because the client went away.",
+                   &cancelled);
     render_counter(f, "gpt2d_request_timeouts_total",
                    "Connections closed because their request was not received "
-                   "within --request-timeout.", &request_timeouts);
+                   "within --request-timeout.",
+                   &request_timeouts);
     render_counter(f, "gpt2d_write_timeouts_total",
                    "Connections closed because the client took none of its "
-                   "response for --timeout seconds.", &write_timeouts);
+                   "response for --timeout seconds.",
+                   &write_timeouts);
     render_counter(f, "gpt2d_prefill_bounded_steps_total",
                    "Steps whose prompt rows were cut short by --step-cost so "
                    "that generating streams were not held up longer.",
                    &prefill_bounded);
     render_counter(f, "gpt2d_inspect_bytes_total",
                    "Bytes of POST /v1/inspect answers (attention, logit lens "
-                   "and residual norms as JSON).", &inspect_bytes);
+                   "and residual norms as JSON).",
+                   &inspect_bytes);
     render_histogram(f, &ttft_hist);
     render_histogram(f, &itl_hist);
     render_histogram(f, &step_hist);

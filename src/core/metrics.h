@@ -19,11 +19,11 @@ void metrics_request_done(const char *endpoint, int http_status);
 void metrics_add_prompt_tokens(size_t n);
 void metrics_add_generated_tokens(size_t n);
 void metrics_add_cached_tokens(size_t n);
-void metrics_cancelled(void);                 /* a client vanished mid-request */
-void metrics_request_timeout(void);           /* cut by --request-timeout */
-void metrics_write_timeout(void);             /* stopped reading for --timeout */
-void metrics_prefill_bounded(void);           /* --step-cost cut a step's prefill */
-void metrics_add_inspect_bytes(size_t n);     /* a /v1/inspect answer's size */
+void metrics_cancelled(void);             /* a client vanished mid-request */
+void metrics_request_timeout(void);       /* cut by --request-timeout */
+void metrics_write_timeout(void);         /* stopped reading for --timeout */
+void metrics_prefill_bounded(void);       /* --step-cost cut a step's prefill */
+void metrics_add_inspect_bytes(size_t n); /* a /v1/inspect answer's size */
 /* The bytes every inspect capture's buffers hold now (inspect.c takes and
  * gives them back; gpt2d_inspect_memory_bytes reads them through
  * inspect_memory): a gauge kept here, since a capture may outlive the
@@ -32,10 +32,10 @@ void metrics_add_inspect_bytes(size_t n);     /* a /v1/inspect answer's size */
 void metrics_inspect_memory_hold(size_t bytes);
 void metrics_inspect_memory_release(size_t bytes);
 size_t metrics_inspect_memory(void);
-void metrics_observe_ttft(double seconds);     /* submit -> first token */
+void metrics_observe_ttft(double seconds);          /* submit -> first token */
 void metrics_observe_token_latency(double seconds); /* between tokens */
-void metrics_observe_step(double seconds);     /* one engine step */
-void metrics_observe_batch_rows(size_t rows);  /* rows in one engine step */
+void metrics_observe_step(double seconds);          /* one engine step */
+void metrics_observe_batch_rows(size_t rows); /* rows in one engine step */
 
 /* How a KV tier is shared between accounts (API keys or client
  * addresses): how many hold blocks, each one's guaranteed share, and the
@@ -63,15 +63,15 @@ size_t metrics_key_id(const char *name);
 
 /* Why a key's request got 429: the error's `code`. */
 typedef enum metrics_refusal {
-    METRICS_REFUSED_QUEUE_FULL,         /* queue_full */
-    METRICS_REFUSED_MAX_QUEUED,         /* max_queued_per_key */
-    METRICS_REFUSED_TOKEN_BUDGET,       /* token_budget */
-    METRICS_REFUSED_MAX_SESSIONS,       /* max_sessions_per_key */
-    METRICS_REFUSED_RESPONSE_MEMORY,    /* response_memory_per_key */
+    METRICS_REFUSED_QUEUE_FULL,      /* queue_full */
+    METRICS_REFUSED_MAX_QUEUED,      /* max_queued_per_key */
+    METRICS_REFUSED_TOKEN_BUDGET,    /* token_budget */
+    METRICS_REFUSED_MAX_SESSIONS,    /* max_sessions_per_key */
+    METRICS_REFUSED_RESPONSE_MEMORY, /* response_memory_per_key */
     METRICS_N_REFUSALS,
 } metrics_refusal;
 
-void metrics_key_request(size_t key);         /* an HTTP request answered */
+void metrics_key_request(size_t key); /* an HTTP request answered */
 void metrics_key_tokens(size_t key, size_t prompt, size_t completion);
 void metrics_key_refused(size_t key, metrics_refusal why);
 void metrics_key_queue_wait(size_t key, double seconds); /* submit -> start */
@@ -88,21 +88,21 @@ typedef struct metrics_disk {
  * the KV cache's stats: metrics sits below both and knows neither. */
 typedef struct metrics_gauges {
     size_t queue_depth;
-    size_t running;             /* sequences prefilling or generating */
+    size_t running; /* sequences prefilling or generating */
     size_t slots_total, slots_busy;
-    size_t work_waiting, work_running;  /* jobs of the work pool (workpool.h) */
-    size_t response_memory, response_memory_max;   /* its charged bytes */
-    size_t inspect_memory;      /* capture buffers of started inspects */
+    size_t work_waiting, work_running; /* jobs of the work pool (workpool.h) */
+    size_t response_memory, response_memory_max; /* its charged bytes */
+    size_t inspect_memory; /* capture buffers of started inspects */
     size_t kv_blocks_free, kv_blocks_cached, kv_blocks_in_use;
     size_t kv_blocks_reserved;
     size_t kv_bytes;
     size_t kv_sessions;
     uint64_t kv_evictions;
     uint64_t kv_hit_tokens_ram, kv_hit_tokens_disk;
-    uint64_t kv_disk_slower;    /* disk hits not taken: computing was faster */
-    metrics_kv_share kv_share;  /* RAM */
+    uint64_t kv_disk_slower;   /* disk hits not taken: computing was faster */
+    metrics_kv_share kv_share; /* RAM */
     uint64_t kv_sessions_forgotten;
-    bool kv_disk;               /* a disk tier exists: `disk` holds it */
+    bool kv_disk; /* a disk tier exists: `disk` holds it */
     metrics_disk disk;
 } metrics_gauges;
 

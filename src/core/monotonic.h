@@ -27,12 +27,14 @@ static inline double monotonic_seconds(void)
 static inline double monotonic_since(const struct timespec *t0)
 {
     struct timespec now = monotonic_now();
-    return (double)(now.tv_sec - t0->tv_sec) + (double)(now.tv_nsec - t0->tv_nsec) / 1e9;
+    return (double)(now.tv_sec - t0->tv_sec) +
+           (double)(now.tv_nsec - t0->tv_nsec) / 1e9;
 }
 
 /* The monotonic reading `us` (>= 0) microseconds after `t` (a deadline for
  * pthread_cond_timedwait on a condition variable of monotonic_cond_init). */
-static inline struct timespec monotonic_after_us(const struct timespec *t, int64_t us)
+static inline struct timespec monotonic_after_us(const struct timespec *t,
+                                                 int64_t us)
 {
     struct timespec r = *t;
     r.tv_sec += (time_t)(us / 1000000);
@@ -45,7 +47,8 @@ static inline struct timespec monotonic_after_us(const struct timespec *t, int64
 }
 
 /* The monotonic reading `ms` (>= 0) milliseconds after `t`. */
-static inline struct timespec monotonic_after_ms(const struct timespec *t, long ms)
+static inline struct timespec monotonic_after_ms(const struct timespec *t,
+                                                 long ms)
 {
     return monotonic_after_us(t, (int64_t)ms * 1000);
 }
@@ -54,7 +57,8 @@ static inline struct timespec monotonic_after_ms(const struct timespec *t, long 
 static inline bool monotonic_before(const struct timespec *a,
                                     const struct timespec *b)
 {
-    return a->tv_sec < b->tv_sec || (a->tv_sec == b->tv_sec && a->tv_nsec < b->tv_nsec);
+    return a->tv_sec < b->tv_sec ||
+           (a->tv_sec == b->tv_sec && a->tv_nsec < b->tv_nsec);
 }
 
 /* Initialises `cond` so that its timed waits read CLOCK_MONOTONIC (the

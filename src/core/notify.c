@@ -47,15 +47,19 @@ static int notify_address(const char *name, struct sockaddr_un *sa,
     memset(sa, 0, sizeof *sa);
     sa->sun_family = AF_UNIX;
     if (name[0] != '/' && name[0] != '@')
-        return error_set(err, "NOTIFY_SOCKET '%s' is neither an absolute path "
-                         "nor an @abstract name", name);
-    if (n < 2 || n > sizeof sa->sun_path || (name[0] == '/' && n == sizeof sa->sun_path))
-        return error_set(err, "NOTIFY_SOCKET '%s' is not a usable socket name", name);
+        return error_set(err,
+                         "NOTIFY_SOCKET '%s' is neither an absolute path "
+                         "nor an @abstract name",
+                         name);
+    if (n < 2 || n > sizeof sa->sun_path ||
+        (name[0] == '/' && n == sizeof sa->sun_path))
+        return error_set(err, "NOTIFY_SOCKET '%s' is not a usable socket name",
+                         name);
     memcpy(sa->sun_path, name, n);
     if (name[0] == '@')
         sa->sun_path[0] = '\0';
-    *len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + n
-                       + (name[0] == '/' ? 1 : 0));
+    *len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + n +
+                       (name[0] == '/' ? 1 : 0));
     return 0;
 }
 
@@ -184,8 +188,10 @@ int notify_watchdog_parse(const char *usec, const char *pid, pid_t self,
     uint64_t interval = 0, owner = 0;
     /* UINT64_MAX is systemd's "infinity": not an interval anyone can keep. */
     if (!parse_u64(usec, &interval) || interval == 0 || interval == UINT64_MAX)
-        return error_set(err, "WATCHDOG_USEC '%s' is not a number of "
-                         "microseconds", usec);
+        return error_set(err,
+                         "WATCHDOG_USEC '%s' is not a number of "
+                         "microseconds",
+                         usec);
     if (pid != NULL && pid[0] != '\0') {
         if (!parse_u64(pid, &owner) || owner == 0)
             return error_set(err, "WATCHDOG_PID '%s' is not a process id", pid);
@@ -214,8 +220,8 @@ int64_t notify_watchdog_kick(notify_watchdog *w, uint64_t now_usec)
     uint64_t period = w->interval_usec / 4;
     if (period < WATCHDOG_MIN_PERIOD_USEC)
         period = WATCHDOG_MIN_PERIOD_USEC;
-    if (w->last_usec == 0 || now_usec < w->last_usec
-        || now_usec - w->last_usec >= period) {
+    if (w->last_usec == 0 || now_usec < w->last_usec ||
+        now_usec - w->last_usec >= period) {
         gpt2d_error err = { { 0 } };
         if (notify_send("WATCHDOG=1", &err) < 0 && !w->warned) {
             log_warn("watchdog ping failed (further failures not logged): %s",

@@ -43,9 +43,9 @@ void notify_stopping(const char *status_fmt, ...)
 /* The watchdog systemd asks for with WatchdogSec=: it sets WATCHDOG_USEC
  * (the interval) and WATCHDOG_PID (whose watchdog it is). */
 typedef struct notify_watchdog {
-    uint64_t interval_usec;     /* 0: no watchdog */
-    uint64_t last_usec;         /* monotonic time of the last ping; 0: never */
-    bool warned;                /* one warning, not one per ping */
+    uint64_t interval_usec; /* 0: no watchdog */
+    uint64_t last_usec;     /* monotonic time of the last ping; 0: never */
+    bool warned;            /* one warning, not one per ping */
 } notify_watchdog;
 
 /* Parses the two variables as systemd defines them.  Sets *interval_usec

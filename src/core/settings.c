@@ -48,36 +48,36 @@
 #endif
 
 typedef enum opt_type {
-    OPT_PATH,           /* string, must not be empty */
-    OPT_OPTIONAL_PATH,  /* string; empty means "none" */
-    OPT_ADDR_LIST,      /* string of addresses and CIDR blocks (addr_list.h);
+    OPT_PATH,          /* string, must not be empty */
+    OPT_OPTIONAL_PATH, /* string; empty means "none" */
+    OPT_ADDR_LIST,     /* string of addresses and CIDR blocks (addr_list.h);
                          * empty means none */
-    OPT_ORIGIN,         /* "*" or one serialized origin; empty means none */
-    OPT_PORT,           /* unsigned, 0..65535 */
-    OPT_COUNT,          /* size_t, min..max */
-    OPT_BYTES,          /* size_t with optional k/M/G suffix, min..max */
-    OPT_UINT,           /* unsigned, min..max */
-    OPT_INT,            /* int, min..max */
-    OPT_BOOL,           /* true/false, yes/no, on/off, 1/0 */
-    OPT_LOG_LEVEL,      /* error|warn|info|debug -> LOG_LEVEL_* */
-    OPT_DTYPE,          /* auto|float32|float16|int8 -> MODEL_DTYPE_* */
-    OPT_MATMUL,         /* auto|panels|blas -> MODEL_MATMUL_* */
-    OPT_KV_DTYPE,       /* float32|float16 -> bool (halves) */
-    OPT_ISA,            /* auto|portable|avx2|avx512 -> cpu_isa this CPU runs */
-    OPT_HELP,           /* flag only */
-    OPT_VERSION,        /* flag only */
+    OPT_ORIGIN,        /* "*" or one serialized origin; empty means none */
+    OPT_PORT,          /* unsigned, 0..65535 */
+    OPT_COUNT,         /* size_t, min..max */
+    OPT_BYTES,         /* size_t with optional k/M/G suffix, min..max */
+    OPT_UINT,          /* unsigned, min..max */
+    OPT_INT,           /* int, min..max */
+    OPT_BOOL,          /* true/false, yes/no, on/off, 1/0 */
+    OPT_LOG_LEVEL,     /* error|warn|info|debug -> LOG_LEVEL_* */
+    OPT_DTYPE,         /* auto|float32|float16|int8 -> MODEL_DTYPE_* */
+    OPT_MATMUL,        /* auto|panels|blas -> MODEL_MATMUL_* */
+    OPT_KV_DTYPE,      /* float32|float16 -> bool (halves) */
+    OPT_ISA,           /* auto|portable|avx2|avx512 -> cpu_isa this CPU runs */
+    OPT_HELP,          /* flag only */
+    OPT_VERSION,       /* flag only */
 } opt_type;
 
 typedef struct option_spec {
-    const char *name;           /* long flag, config key, env suffix */
-    char short_name;            /* 0: none */
+    const char *name; /* long flag, config key, env suffix */
+    char short_name;  /* 0: none */
     opt_type type;
-    size_t offset;              /* field in struct settings */
-    const char *arg;            /* metavariable in --help */
-    const char *def;            /* default, parsed like any other value; NULL: none */
-    const char *def_doc;        /* --help's text for a default computed at run time */
-    unsigned long long min, max;/* numeric limits, inclusive */
-    bool flag_only;             /* not from the config file (--config, --help) */
+    size_t offset;       /* field in struct settings */
+    const char *arg;     /* metavariable in --help */
+    const char *def;     /* default, parsed like any other value; NULL: none */
+    const char *def_doc; /* --help's text for a default computed at run time */
+    unsigned long long min, max; /* numeric limits, inclusive */
+    bool flag_only; /* not from the config file (--config, --help) */
     const char *help;
 } option_spec;
 
@@ -85,7 +85,8 @@ typedef struct option_spec {
 #define KIB 1024ULL
 
 static const option_spec options[] = {
-    { "model", 'm', OPT_PATH, FIELD(model_dir), "DIR", NULL, "none, required", 0, 0, false,
+    { "model", 'm', OPT_PATH, FIELD(model_dir), "DIR", NULL, "none, required",
+      0, 0, false,
       "Directory with config.json, model.safetensors, vocab.json, merges.txt." },
     { "host", 0, OPT_PATH, FIELD(host), "ADDR", "127.0.0.1", NULL, 0, 0, false,
       "Address to listen on (IPv4 or IPv6 literal, or a host name)." },
@@ -96,7 +97,8 @@ static const option_spec options[] = {
       "half: half the memory, faster decoding), int8 (8-bit with a half scale "
       "per 32 inputs, as Q8_0: a quarter of the memory, faster still) or auto "
       "(float16 for an F16 checkpoint, else float32)." },
-    { "matmul", 0, OPT_MATMUL, FIELD(matmul), "BACKEND", "auto", NULL, 0, 0, false,
+    { "matmul", 0, OPT_MATMUL, FIELD(matmul), "BACKEND", "auto", NULL, 0, 0,
+      false,
       "What multiplies by the weights: panels (our kernels: a seed gives the same "
       "tokens alone or beside other requests), blas (OpenBLAS sgemm on --threads "
       "threads: a seed reproduces only when its request runs alone) or auto "
@@ -108,29 +110,31 @@ static const option_spec options[] = {
       "--matmul auto picks blas. For tests and benchmarks: logits of the "
       "portable and the vector kernels differ in the last bits, those of "
       "avx2 and avx512 do not. One this CPU cannot run is refused." },
-    { "threads", 't', OPT_COUNT, FIELD(threads), "N", NULL, "the number of online CPUs",
-      1, 1024, false, "Worker threads for the forward pass; as many again, at "
+    { "threads", 't', OPT_COUNT, FIELD(threads), "N", NULL,
+      "the number of online CPUs", 1, 1024, false,
+      "Worker threads for the forward pass; as many again, at "
       "nice 19, parse and tokenize requests." },
-    { "kv-dtype", 0, OPT_KV_DTYPE, FIELD(kv_half), "TYPE", "float32", NULL, 0, 0, false,
+    { "kv-dtype", 0, OPT_KV_DTYPE, FIELD(kv_half), "TYPE", "float32", NULL, 0,
+      0, false,
       "How the KV cache keeps keys and values: float32 (exact) or float16 (rounded "
       "to half: half the memory per slot, less to read per step)." },
-    { "slots", 0, OPT_COUNT, FIELD(slots), "N", "4", NULL, 1, SETTINGS_MAX_SLOTS,
-      false,
-      "The most sequences that run at once." },
+    { "slots", 0, OPT_COUNT, FIELD(slots), "N", "4", NULL, 1,
+      SETTINGS_MAX_SLOTS, false, "The most sequences that run at once." },
     { "kv-memory", 0, OPT_BYTES, FIELD(kv_memory), "SIZE", "0", NULL, 0,
-      1024 * KIB * KIB * KIB, false,
+      1024 * KIB *KIB *KIB, false,
       "KV-cache memory: blocks of keys and values shared by every sequence, "
       "running or cached; 0: a full context for each slot. At least one full "
       "context. Suffixes k, M, G (x1024)." },
-    { "kv-cache-dir", 0, OPT_OPTIONAL_PATH, FIELD(kv_cache_dir), "DIR", NULL, NULL, 0, 0,
-      false, "Directory of the KV cache's disk tier: blocks evicted from RAM, and "
+    { "kv-cache-dir", 0, OPT_OPTIONAL_PATH, FIELD(kv_cache_dir), "DIR", NULL,
+      NULL, 0, 0, false,
+      "Directory of the KV cache's disk tier: blocks evicted from RAM, and "
       "the whole RAM cache at shutdown, so conversations outlive RAM and restarts; "
       "none: no disk tier." },
     { "kv-disk", 0, OPT_BYTES, FIELD(kv_disk), "SIZE", "1G", NULL, 4 * KIB,
-      1024ULL * 1024 * KIB * KIB * KIB, false,
+      1024ULL * 1024 * KIB *KIB *KIB, false,
       "Most bytes the disk tier keeps in --kv-cache-dir. Suffixes k, M, G (x1024)." },
-    { "max-queue", 0, OPT_COUNT, FIELD(max_queue), "N", "64", NULL, 1, 1000000, false,
-      "Requests that may wait for a slot; beyond this, 429 at once." },
+    { "max-queue", 0, OPT_COUNT, FIELD(max_queue), "N", "64", NULL, 1, 1000000,
+      false, "Requests that may wait for a slot; beyond this, 429 at once." },
     { "max-n", 0, OPT_COUNT, FIELD(max_n), "N", "4", NULL, 1, 1024, false,
       "Most sequences one completion may run: caps n, best_of and best_of x prompts "
       "(never more than --slots)." },
@@ -143,36 +147,39 @@ static const option_spec options[] = {
       "half of --max-queue (at least 1)", 1, 1000000, false,
       "Requests one key may have waiting for a slot; beyond this, 429 "
       "(code max_queued_per_key) at once." },
-    { "max-sessions-per-key", 0, OPT_COUNT, FIELD(max_sessions_per_key), "N", "64",
-      NULL, 1, 1000000, false,
+    { "max-sessions-per-key", 0, OPT_COUNT, FIELD(max_sessions_per_key), "N",
+      "64", NULL, 1, 1000000, false,
       "Sessions one key keeps: a new one beyond this makes the key's own least "
       "recently used idle session forgotten (its cached history stays until "
       "evicted); with all of them busy, 429 (code max_sessions_per_key)." },
-    { "tokens-per-minute-per-key", 0, OPT_COUNT, FIELD(tokens_per_minute_per_key),
-      "N", "0", NULL, 0, 1000000000000ULL, false,
+    { "tokens-per-minute-per-key", 0, OPT_COUNT,
+      FIELD(tokens_per_minute_per_key), "N", "0", NULL, 0, 1000000000000ULL,
+      false,
       "Each API key's (or client address's) token budget: prompt tokens plus "
       "n x max_tokens are charged when a completion starts, the unused part "
       "given back when it ends, and the budget refills at N a minute, up to "
       "N; beyond it, 429 (code token_budget). 0: no budget." },
-    { "prefill-share", 0, OPT_UINT, FIELD(prefill_share), "PERCENT", "50", NULL, 1, 100,
-      false, "While another caller's sequences are generating, the most of the "
+    { "prefill-share", 0, OPT_UINT, FIELD(prefill_share), "PERCENT", "50", NULL,
+      1, 100, false,
+      "While another caller's sequences are generating, the most of the "
       "engine's time that a caller's prompt processing (prefill) may take, so "
       "that one key's long prompts cannot stall everyone's streams; 100: no "
       "limit." },
     { "step-cost", 0, OPT_UINT, FIELD(step_cost), "PERCENT", "175", NULL, 0,
-      100000, false, "A step that processes prompt tokens beside generating "
+      100000, false,
+      "A step that processes prompt tokens beside generating "
       "streams lasts at most this percentage of a decode step of a full batch "
       "(the engine measures both as it runs), so a long prompt pauses every "
       "stream briefly instead of once for long; 0: no bound." },
-    { "test-min-step-us", 0, OPT_UINT, FIELD(test_min_step_us), "US", "0", NULL, 0,
-      1000000, false,
+    { "test-min-step-us", 0, OPT_UINT, FIELD(test_min_step_us), "US", "0", NULL,
+      0, 1000000, false,
       "For the test suites: every engine step lasts at least this many "
       "microseconds (at most 1 s), so a long generation outlasts a deadline "
       "on any machine; 0: no floor. Nothing else should want it." },
-    { "max-stop-bytes", 0, OPT_COUNT, FIELD(max_stop_bytes), "N", "256", NULL, 1,
-      65536, false, "Longest stop string, in bytes; longer ones get 400." },
-    { "inspect-max-tokens", 0, OPT_COUNT, FIELD(inspect_max_tokens), "N", "256", NULL,
-      1, 1048576, false,
+    { "max-stop-bytes", 0, OPT_COUNT, FIELD(max_stop_bytes), "N", "256", NULL,
+      1, 65536, false, "Longest stop string, in bytes; longer ones get 400." },
+    { "inspect-max-tokens", 0, OPT_COUNT, FIELD(inspect_max_tokens), "N", "256",
+      NULL, 1, 1048576, false,
       "Longest prompt POST /v1/inspect takes, in tokens (never more than the "
       "model's context); longer ones get 400." },
     { "inspect-max-attention", 0, OPT_COUNT, FIELD(inspect_max_attention), "N",
@@ -180,34 +187,40 @@ static const option_spec options[] = {
       "Most attention probabilities one /v1/inspect answer may hold (layers x "
       "heads x n(n+1)/2 for n tokens; about 11 bytes of JSON each); a request "
       "for more gets 400 naming the numbers." },
-    { "max-batch-rows", 0, OPT_COUNT, FIELD(max_batch_rows), "N", "256", NULL, 1, 65536,
-      false, "Token rows per engine step (decode rows plus prefill chunks)." },
+    { "max-batch-rows", 0, OPT_COUNT, FIELD(max_batch_rows), "N", "256", NULL,
+      1, 65536, false,
+      "Token rows per engine step (decode rows plus prefill chunks)." },
     { "max-body", 0, OPT_BYTES, FIELD(max_body_bytes), "SIZE", "1M", NULL, 1,
-      1024 * KIB * KIB, false,
+      1024 * KIB *KIB, false,
       "Largest request body; larger ones get 413. Suffixes k, M, G (x1024)." },
-    { "max-connections", 0, OPT_COUNT, FIELD(max_connections), "N", "256", NULL, 1, 65536,
-      false, "Simultaneous HTTP connections." },
+    { "max-connections", 0, OPT_COUNT, FIELD(max_connections), "N", "256", NULL,
+      1, 65536, false, "Simultaneous HTTP connections." },
     { "response-memory", 0, OPT_BYTES, FIELD(response_memory), "SIZE", NULL,
-      "64M, or 8 x max-body when that is more", 1024 * KIB, 1024 * KIB * KIB * KIB,
-      false, "Memory for the answers of /tokenize and /detokenize until their clients "
+      "64M, or 8 x max-body when that is more", 1024 * KIB,
+      1024 * KIB *KIB *KIB, false,
+      "Memory for the answers of /tokenize and /detokenize until their clients "
       "have read them; one API key (or client address) may hold half of it. A request "
       "that cannot have its share within 10 s gets 503 (429 when its own key holds "
       "its half). At least 8 x max-body. Suffixes k, M, G (x1024)." },
-    { "timeout", 0, OPT_UINT, FIELD(connection_timeout), "SECONDS", "60", NULL, 0, 86400,
-      false, "Close a connection idle this long, or whose client takes none of "
+    { "timeout", 0, OPT_UINT, FIELD(connection_timeout), "SECONDS", "60", NULL,
+      0, 86400, false,
+      "Close a connection idle this long, or whose client takes none of "
       "its answer this long; 0 never does." },
-    { "request-timeout", 0, OPT_UINT, FIELD(request_timeout), "SECONDS", "30", NULL, 0,
-      86400, false,
+    { "request-timeout", 0, OPT_UINT, FIELD(request_timeout), "SECONDS", "30",
+      NULL, 0, 86400, false,
       "Close a connection whose request (headers and body) is not all in this long "
       "after its first byte; responses are not limited. 0: no limit." },
-    { "drain-timeout", 0, OPT_INT, FIELD(drain_ms), "MS", "10000", NULL, 0, 3600000, false,
+    { "drain-timeout", 0, OPT_INT, FIELD(drain_ms), "MS", "10000", NULL, 0,
+      3600000, false,
       "On SIGTERM, let running requests finish this long, then cancel them." },
-    { "web-root", 0, OPT_PATH, FIELD(web_root), "DIR", GPT2D_DEFAULT_WEB_ROOT, NULL, 0, 0,
-      false, "Directory of the playground's static files, served at /." },
-    { "api-key-file", 0, OPT_OPTIONAL_PATH, FIELD(api_key_file), "FILE", NULL, NULL, 0, 0,
-      false, "File of accepted API keys, one a line (also GPT2D_API_KEY); none: no auth." },
-    { "global-prefix-cache", 0, OPT_BOOL, FIELD(global_prefix_cache), "BOOL", "false",
+    { "web-root", 0, OPT_PATH, FIELD(web_root), "DIR", GPT2D_DEFAULT_WEB_ROOT,
       NULL, 0, 0, false,
+      "Directory of the playground's static files, served at /." },
+    { "api-key-file", 0, OPT_OPTIONAL_PATH, FIELD(api_key_file), "FILE", NULL,
+      NULL, 0, 0, false,
+      "File of accepted API keys, one a line (also GPT2D_API_KEY); none: no auth." },
+    { "global-prefix-cache", 0, OPT_BOOL, FIELD(global_prefix_cache), "BOOL",
+      "false", NULL, 0, 0, false,
       "Share cached prompt prefixes and session ids among all clients (one "
       "tenant); by default each API key (or client address, without keys) has "
       "its own." },
@@ -216,23 +229,25 @@ static const option_spec options[] = {
       "JSON file of the chat template: how /v1/chat/completions writes messages "
       "into one prompt (each role's prefix and suffix) and the stop strings "
       "that end a reply; checked at start-up." },
-    { "trusted-proxy", 0, OPT_ADDR_LIST, FIELD(trusted_proxy), "LIST", NULL, NULL, 0,
-      0, false,
+    { "trusted-proxy", 0, OPT_ADDR_LIST, FIELD(trusted_proxy), "LIST", NULL,
+      NULL, 0, 0, false,
       "Addresses and CIDR blocks of proxies (comma-separated) whose "
       "X-Forwarded-For names the client: without API keys, a request from one "
       "of them belongs to the right-most address of that header that is not "
       "a trusted proxy. None: the header is never read." },
-    { "cors-origin", 0, OPT_ORIGIN, FIELD(cors_origin), "ORIGIN", NULL, NULL, 0, 0,
-      false, "The origin whose web pages may call the API (CORS), as a browser "
+    { "cors-origin", 0, OPT_ORIGIN, FIELD(cors_origin), "ORIGIN", NULL, NULL, 0,
+      0, false,
+      "The origin whose web pages may call the API (CORS), as a browser "
       "sends it: scheme://host[:port], lowercase, no path (e.g. "
       "https://app.example); \"*\" for any; none: CORS off." },
-    { "config", 'c', OPT_OPTIONAL_PATH, FIELD(config_file), "FILE", NULL, NULL, 0, 0, true,
-      "Read options from FILE: `name = value` lines, # comments." },
-    { "port-file", 0, OPT_OPTIONAL_PATH, FIELD(port_file), "FILE", NULL, NULL, 0, 0, false,
-      "Write the bound port number to FILE once listening." },
-    { "log-prompts", 0, OPT_BOOL, FIELD(log_prompts), "BOOL", "false", NULL, 0, 0, false,
-      "Log prompt text (debugging only: prompts may be private)." },
-    { "log-level", 0, OPT_LOG_LEVEL, FIELD(log_level), "LEVEL", "info", NULL, 0, 0, false,
+    { "config", 'c', OPT_OPTIONAL_PATH, FIELD(config_file), "FILE", NULL, NULL,
+      0, 0, true, "Read options from FILE: `name = value` lines, # comments." },
+    { "port-file", 0, OPT_OPTIONAL_PATH, FIELD(port_file), "FILE", NULL, NULL,
+      0, 0, false, "Write the bound port number to FILE once listening." },
+    { "log-prompts", 0, OPT_BOOL, FIELD(log_prompts), "BOOL", "false", NULL, 0,
+      0, false, "Log prompt text (debugging only: prompts may be private)." },
+    { "log-level", 0, OPT_LOG_LEVEL, FIELD(log_level), "LEVEL", "info", NULL, 0,
+      0, false,
       "Least severe level logged: error, warn, info or debug (adds a line "
       "per engine step: its rows and time)." },
     { "help", 'h', OPT_HELP, 0, NULL, NULL, NULL, 0, 0, true,
@@ -287,7 +302,8 @@ static bool parse_number(const char *s, unsigned long long min,
                          unsigned long long max, unsigned long long *out)
 {
     const char *end = NULL;
-    return parse_ull(s, out, &end) && *end == '\0' && *out >= min && *out <= max;
+    return parse_ull(s, out, &end) && *end == '\0' && *out >= min &&
+           *out <= max;
 }
 
 /* "1048576", "512k", "1M", "2G": binary multiples, one letter. */
@@ -299,11 +315,25 @@ static bool parse_bytes(const char *s, unsigned long long min,
     if (!parse_ull(s, &v, &end))
         return false;
     switch (*end) {
-    case '\0': break;
-    case 'k': case 'K': mult = KIB; end++; break;
-    case 'm': case 'M': mult = KIB * KIB; end++; break;
-    case 'g': case 'G': mult = KIB * KIB * KIB; end++; break;
-    default: return false;
+    case '\0':
+        break;
+    case 'k':
+    case 'K':
+        mult = KIB;
+        end++;
+        break;
+    case 'm':
+    case 'M':
+        mult = KIB * KIB;
+        end++;
+        break;
+    case 'g':
+    case 'G':
+        mult = KIB * KIB * KIB;
+        end++;
+        break;
+    default:
+        return false;
     }
     if (*end != '\0' || (v != 0 && mult > ULLONG_MAX / v))
         return false;
@@ -330,8 +360,11 @@ static bool parse_bool(const char *s, bool *out)
 
 static bool parse_log_level(const char *s, int *out)
 {
-    static const struct { const char *name; int level; } levels[] = {
-        { "error", LOG_LEVEL_ERROR }, { "warn", LOG_LEVEL_WARN },
+    static const struct {
+        const char *name;
+        int level;
+    } levels[] = {
+        { "error", LOG_LEVEL_ERROR },  { "warn", LOG_LEVEL_WARN },
         { "warning", LOG_LEVEL_WARN }, { "info", LOG_LEVEL_INFO },
         { "debug", LOG_LEVEL_DEBUG },
     };
@@ -370,8 +403,8 @@ static const char *origin_problem(const char *v)
     const char *p = v;
     if (!(*p >= 'a' && *p <= 'z'))
         return "it has no scheme (http:// or https://)";
-    while ((*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') ||
-           *p == '+' || *p == '-' || *p == '.')
+    while ((*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') || *p == '+' ||
+           *p == '-' || *p == '.')
         p++;
     const size_t scheme_len = (size_t)(p - v);
     if (strncmp(p, "://", 3) != 0)
@@ -412,29 +445,38 @@ static int bad_value(const option_spec *o, const char *where, const char *value,
 {
     switch (o->type) {
     case OPT_PORT:
-        return error_set(err, "%s: '%s' is not a port number (0-65535)", where, value);
-    case OPT_COUNT: case OPT_UINT: case OPT_INT:
-        return error_set(err, "%s: '%s' is not a whole number from %llu to %llu",
+        return error_set(err, "%s: '%s' is not a port number (0-65535)", where,
+                         value);
+    case OPT_COUNT:
+    case OPT_UINT:
+    case OPT_INT:
+        return error_set(err,
+                         "%s: '%s' is not a whole number from %llu to %llu",
                          where, value, o->min, o->max);
     case OPT_BYTES:
-        return error_set(err, "%s: '%s' is not a size from %llu to %llu bytes "
+        return error_set(err,
+                         "%s: '%s' is not a size from %llu to %llu bytes "
                          "(a number, optionally followed by k, M or G)",
                          where, value, o->min, o->max);
     case OPT_BOOL:
         return error_set(err, "%s: '%s' is not true or false", where, value);
     case OPT_LOG_LEVEL:
-        return error_set(err, "%s: '%s' is not a log level (error, warn, info, debug)",
-                         where, value);
+        return error_set(
+            err, "%s: '%s' is not a log level (error, warn, info, debug)",
+            where, value);
     case OPT_DTYPE:
-        return error_set(err, "%s: '%s' is not a dtype (auto, float32, float16, "
+        return error_set(err,
+                         "%s: '%s' is not a dtype (auto, float32, float16, "
                          "int8)",
                          where, value);
     case OPT_KV_DTYPE:
         return error_set(err, "%s: '%s' is not a KV dtype (float32, float16)",
                          where, value);
     case OPT_MATMUL:
-        return error_set(err, "%s: '%s' is not a matmul backend (auto, panels, "
-                         "blas)", where, value);
+        return error_set(err,
+                         "%s: '%s' is not a matmul backend (auto, panels, "
+                         "blas)",
+                         where, value);
     case OPT_ISA:
         return error_set(err, "%s: '%s' is not portable, avx2, avx512 or auto",
                          where, value);
@@ -454,15 +496,18 @@ static int apply_value(settings *s, const option_spec *o, const char *value,
     switch (o->type) {
     case OPT_PATH:
     case OPT_OPTIONAL_PATH:
-        return set_string((char **)(void *)field, value, o->type == OPT_OPTIONAL_PATH,
-                          where, o, err);
+        return set_string((char **)(void *)field, value,
+                          o->type == OPT_OPTIONAL_PATH, where, o, err);
     case OPT_ORIGIN: {
         const char *why = value[0] != '\0' && strcmp(value, "*") != 0
-                              ? origin_problem(value) : NULL;
+                              ? origin_problem(value)
+                              : NULL;
         if (why != NULL)
-            return error_set(err, "%s: '%s' is not an origin: %s (scheme://host"
+            return error_set(err,
+                             "%s: '%s' is not an origin: %s (scheme://host"
                              "[:port] as a browser sends it, e.g. "
-                             "https://app.example, or *)", where, value, why);
+                             "https://app.example, or *)",
+                             where, value, why);
         return set_string((char **)(void *)field, value, true, where, o, err);
     }
     case OPT_ADDR_LIST: {
@@ -525,8 +570,10 @@ static int apply_value(settings *s, const option_spec *o, const char *value,
         if (strcmp(value, "auto") != 0 && cpu_isa_parse(value, &isa) != 0)
             return bad_value(o, where, value, err);
         if (isa > best)
-            return error_set(err, "%s: this CPU cannot run the %s kernels (it "
-                             "runs %s)", where, value, cpu_isa_name(best));
+            return error_set(err,
+                             "%s: this CPU cannot run the %s kernels (it "
+                             "runs %s)",
+                             where, value, cpu_isa_name(best));
         *(cpu_isa *)(void *)field = isa;
         return 0;
     }
@@ -584,18 +631,20 @@ static int apply_config_line(settings *s, char *line, const char *path,
     char *value = trim(eq + 1);
     /* "value" and 'value' keep surrounding spaces; the quotes go. */
     size_t vlen = strlen(value);
-    if (vlen >= 2 && (value[0] == '"' || value[0] == '\'') && value[vlen - 1] == value[0]) {
+    if (vlen >= 2 && (value[0] == '"' || value[0] == '\'') &&
+        value[vlen - 1] == value[0]) {
         value[vlen - 1] = '\0';
         value++;
     }
     if (key[0] == '\0')
-        return error_set(err, "%s:%zu: missing option name before '='", path, lineno);
+        return error_set(err, "%s:%zu: missing option name before '='", path,
+                         lineno);
     const option_spec *o = find_option(key);
     if (o == NULL)
         return error_set(err, "%s:%zu: unknown option '%s'", path, lineno, key);
     if (o->flag_only)
-        return error_set(err, "%s:%zu: '%s' cannot be set in a config file", path,
-                         lineno, key);
+        return error_set(err, "%s:%zu: '%s' cannot be set in a config file",
+                         path, lineno, key);
     char where[512];
     snprintf(where, sizeof where, "%s:%zu: %s", path, lineno, key);
     return apply_value(s, o, value, where, err);
@@ -605,7 +654,7 @@ static int apply_config_file_line(void *s, config_line *line, gpt2d_error *err)
 {
     char *p = trim(line->text);
     if (*p == '\0' || *p == '#')
-        return 0;               /* # only at the start: values may contain it */
+        return 0; /* # only at the start: values may contain it */
     return apply_config_line(s, p, line->path, line->number, err);
 }
 
@@ -640,7 +689,7 @@ typedef struct flag_list {
     const char *value[MAX_FLAGS];
     size_t n;
     bool help, version;
-    const char *config;         /* the last --config */
+    const char *config; /* the last --config */
 } flag_list;
 
 /* getopt_long's view of the table; a long option's `val` is 256 + its index
@@ -648,15 +697,18 @@ typedef struct flag_list {
 static void build_getopt_tables(struct option *longopts, char *shortopts)
 {
     size_t k = 0;
-    shortopts[k++] = '+';       /* stop at the first non-option: no permuting */
-    shortopts[k++] = ':';       /* report a missing value as ':' */
+    shortopts[k++] = '+'; /* stop at the first non-option: no permuting */
+    shortopts[k++] = ':'; /* report a missing value as ':' */
     for (size_t i = 0; i < N_OPTIONS; i++) {
         const option_spec *o = &options[i];
         bool boolean = o->type == OPT_BOOL;
         longopts[i] = (struct option){
             o->name,
-            !has_value(o) ? no_argument : boolean ? optional_argument : required_argument,
-            NULL, 256 + (int)i,
+            !has_value(o) ? no_argument
+            : boolean     ? optional_argument
+                          : required_argument,
+            NULL,
+            256 + (int)i,
         };
         if (o->short_name != 0) {
             shortopts[k++] = o->short_name;
@@ -698,8 +750,8 @@ static int scan_flags(flag_list *fl, int argc, char **argv, gpt2d_error *err)
     char shortopts[3 + 2 * N_OPTIONS];
     build_getopt_tables(longopts, shortopts);
 
-    optind = 0;                 /* glibc: full re-initialisation per call */
-    opterr = 0;                 /* one message of our own per error */
+    optind = 0; /* glibc: full re-initialisation per call */
+    opterr = 0; /* one message of our own per error */
     for (;;) {
         int before = optind == 0 ? 1 : optind;
         int c = getopt_long(argc, argv, shortopts, longopts, NULL);
@@ -712,15 +764,19 @@ static int scan_flags(flag_list *fl, int argc, char **argv, gpt2d_error *err)
             else
                 snprintf(word, sizeof word, "-%c", optopt);
             if (c == ':')
-                return error_set(err, "option '%s' needs a value (see gpt2d --help)", word);
-            return error_set(err, "unrecognized option '%s' (see gpt2d --help)", word);
+                return error_set(
+                    err, "option '%s' needs a value (see gpt2d --help)", word);
+            return error_set(err, "unrecognized option '%s' (see gpt2d --help)",
+                             word);
         }
-        const option_spec *o = c >= 256 ? &options[c - 256] : option_by_short(c);
+        const option_spec *o = c >= 256 ? &options[c - 256]
+                                        : option_by_short(c);
         if (o == NULL)
             return error_set(err, "unrecognized option (see gpt2d --help)");
         if (c >= 256 && !spelled_in_full(argv[before], o->name)) {
             word_of_option(word, sizeof word, argv[before]);
-            return error_set(err, "unrecognized option '%s' (see gpt2d --help)", word);
+            return error_set(err, "unrecognized option '%s' (see gpt2d --help)",
+                             word);
         }
         if (o->type == OPT_HELP) {
             fl->help = true;
@@ -731,7 +787,8 @@ static int scan_flags(flag_list *fl, int argc, char **argv, gpt2d_error *err)
             continue;
         }
         if (fl->n == MAX_FLAGS)
-            return error_set(err, "more than %d options on the command line", MAX_FLAGS);
+            return error_set(err, "more than %d options on the command line",
+                             MAX_FLAGS);
         /* A bare boolean flag (--log-prompts) means true. */
         const char *v = optarg != NULL ? optarg : "true";
         fl->opt[fl->n] = o;
@@ -740,7 +797,8 @@ static int scan_flags(flag_list *fl, int argc, char **argv, gpt2d_error *err)
             fl->config = v;
     }
     if (optind < argc)
-        return error_set(err, "unexpected argument '%s' (see gpt2d --help)", argv[optind]);
+        return error_set(err, "unexpected argument '%s' (see gpt2d --help)",
+                         argv[optind]);
     return 0;
 }
 
@@ -757,7 +815,8 @@ static int apply_flags(settings *s, const flag_list *fl, gpt2d_error *err)
 
 /* ---- public ---- */
 
-static settings_result load(settings *s, int argc, char **argv, gpt2d_error *err)
+static settings_result load(settings *s, int argc, char **argv,
+                            gpt2d_error *err)
 {
     flag_list fl = { .n = 0 };
     if (scan_flags(&fl, argc, argv, err) != 0)
@@ -775,7 +834,8 @@ static settings_result load(settings *s, int argc, char **argv, gpt2d_error *err
     /* Recorded whichever source named it, so start-up can log it. */
     const char *config = fl.config != NULL ? fl.config : getenv("GPT2D_CONFIG");
     if (config != NULL && config[0] != '\0' &&
-        (apply_value(s, find_option("config"), config, "GPT2D_CONFIG", err) != 0 ||
+        (apply_value(s, find_option("config"), config, "GPT2D_CONFIG", err) !=
+             0 ||
          apply_config_file(s, config, err) != 0))
         return SETTINGS_USAGE_ERROR;
     if (apply_environment(s, err) != 0 || apply_flags(s, &fl, err) != 0)
@@ -790,7 +850,8 @@ static settings_result load(settings *s, int argc, char **argv, gpt2d_error *err
         return SETTINGS_USAGE_ERROR;
     }
     if (s->matmul == MODEL_MATMUL_BLAS && model_dtype_needs_panels(s->dtype)) {
-        error_set(err, "--matmul blas multiplies float32 weights: --dtype "
+        error_set(err,
+                  "--matmul blas multiplies float32 weights: --dtype "
                   "%s needs --matmul panels (or auto)",
                   model_dtype_name(s->dtype));
         return SETTINGS_USAGE_ERROR;
@@ -798,7 +859,8 @@ static settings_result load(settings *s, int argc, char **argv, gpt2d_error *err
     return SETTINGS_RUN;
 }
 
-settings_result settings_load(settings *s, int argc, char **argv, gpt2d_error *err)
+settings_result settings_load(settings *s, int argc, char **argv,
+                              gpt2d_error *err)
 {
     memset(s, 0, sizeof *s);
     settings_result r = load(s, argc, argv, err);
@@ -818,7 +880,8 @@ void settings_free(settings *s)
         s->api_key = NULL;
     }
     for (size_t i = 0; i < N_OPTIONS; i++) {
-        if (options[i].type == OPT_PATH || options[i].type == OPT_OPTIONAL_PATH ||
+        if (options[i].type == OPT_PATH ||
+            options[i].type == OPT_OPTIONAL_PATH ||
             options[i].type == OPT_ADDR_LIST || options[i].type == OPT_ORIGIN) {
             char **field = (char **)(void *)((char *)s + options[i].offset);
             free(*field);
@@ -854,22 +917,24 @@ static void usage_option(FILE *out, const option_spec *o)
 
 void settings_usage(FILE *out)
 {
-    fprintf(out,
-            "Usage: gpt2d --model DIR [options]\n"
-            "Serve a GPT-2 checkpoint (Hugging Face layout) over HTTP.\n"
-            "\n"
-            "Every option can also be given in the --config file as `name = value`\n"
-            "or as its environment variable.  Flags override the environment, which\n"
-            "overrides the config file, which overrides the defaults.  API keys are\n"
-            "read from GPT2D_API_KEY or --api-key-file, never from the command line.\n"
-            "\n"
-            "Options:\n");
+    fprintf(
+        out,
+        "Usage: gpt2d --model DIR [options]\n"
+        "Serve a GPT-2 checkpoint (Hugging Face layout) over HTTP.\n"
+        "\n"
+        "Every option can also be given in the --config file as `name = value`\n"
+        "or as its environment variable.  Flags override the environment, which\n"
+        "overrides the config file, which overrides the defaults.  API keys are\n"
+        "read from GPT2D_API_KEY or --api-key-file, never from the command line.\n"
+        "\n"
+        "Options:\n");
     for (size_t i = 0; i < N_OPTIONS; i++)
         usage_option(out, &options[i]);
-    fprintf(out,
-            "\n"
-            "Signals: SIGTERM (or SIGINT) stops accepting connections, lets running\n"
-            "requests finish for up to --drain-timeout, cancels the rest and exits 0.\n"
-            "SIGHUP re-reads the API keys (--api-key-file and GPT2D_API_KEY); on\n"
-            "error the old keys stay in force.  Other settings need a restart.\n");
+    fprintf(
+        out,
+        "\n"
+        "Signals: SIGTERM (or SIGINT) stops accepting connections, lets running\n"
+        "requests finish for up to --drain-timeout, cancels the rest and exits 0.\n"
+        "SIGHUP re-reads the API keys (--api-key-file and GPT2D_API_KEY); on\n"
+        "error the old keys stay in force.  Other settings need a restart.\n");
 }

@@ -19,68 +19,68 @@
 #define SETTINGS_MAX_SLOTS 1024
 
 typedef struct settings {
-    char *model_dir;            /* --model (required) */
-    char *host;                 /* --host, default 127.0.0.1 */
-    unsigned port;              /* --port, default 8080; 0 = any free port */
-    model_dtype dtype;          /* --dtype, default auto */
-    model_matmul matmul;        /* --matmul, default auto */
-    cpu_isa isa;                /* --isa: the kernels' instruction set;
+    char *model_dir;        /* --model (required) */
+    char *host;             /* --host, default 127.0.0.1 */
+    unsigned port;          /* --port, default 8080; 0 = any free port */
+    model_dtype dtype;      /* --dtype, default auto */
+    model_matmul matmul;    /* --matmul, default auto */
+    cpu_isa isa;            /* --isa: the kernels' instruction set;
                                  * auto (default) is the best this CPU runs */
-    size_t threads;             /* --threads, default: online CPUs */
-    size_t slots;               /* --slots, default 4 */
-    size_t kv_memory;           /* --kv-memory bytes: slots from a budget;
+    size_t threads;         /* --threads, default: online CPUs */
+    size_t slots;           /* --slots, default 4 */
+    size_t kv_memory;       /* --kv-memory bytes: slots from a budget;
                                  * 0 (default) = use --slots */
-    bool kv_half;               /* --kv-dtype float16 (default float32) */
-    char *kv_cache_dir;         /* --kv-cache-dir: the disk tier; none by default */
-    size_t kv_disk;             /* --kv-disk bytes, default 1 GiB */
-    size_t max_queue;           /* --max-queue, default 64 */
-    size_t max_batch_rows;      /* --max-batch-rows, default 256 */
-    size_t max_body_bytes;      /* --max-body, default 1 MiB */
-    size_t max_connections;     /* --max-connections, default 256 */
-    size_t response_memory;     /* --response-memory bytes for unread
+    bool kv_half;           /* --kv-dtype float16 (default float32) */
+    char *kv_cache_dir;     /* --kv-cache-dir: the disk tier; none by default */
+    size_t kv_disk;         /* --kv-disk bytes, default 1 GiB */
+    size_t max_queue;       /* --max-queue, default 64 */
+    size_t max_batch_rows;  /* --max-batch-rows, default 256 */
+    size_t max_body_bytes;  /* --max-body, default 1 MiB */
+    size_t max_connections; /* --max-connections, default 256 */
+    size_t response_memory; /* --response-memory bytes for unread
                                  * answers; 0 (default): 64 MiB, or 8 x
                                  * max-body when that is more */
-    unsigned connection_timeout;/* --timeout seconds idle, default 60 */
-    unsigned request_timeout;   /* --request-timeout seconds to receive a
+    unsigned connection_timeout; /* --timeout seconds idle, default 60 */
+    unsigned request_timeout;    /* --request-timeout seconds to receive a
                                  * request, default 30; 0 = no limit */
-    size_t max_n;               /* --max-n sequences per completion, default 4 */
-    size_t max_seqs_per_key;    /* --max-seqs-per-key while another key is
+    size_t max_n;              /* --max-n sequences per completion, default 4 */
+    size_t max_seqs_per_key;   /* --max-seqs-per-key while another key is
                                  * active; 0 (default): half of --slots */
-    size_t max_queued_per_key;  /* --max-queued-per-key; 0 (default): half
+    size_t max_queued_per_key; /* --max-queued-per-key; 0 (default): half
                                  * of --max-queue */
-    size_t max_sessions_per_key;/* --max-sessions-per-key, default 64 */
+    size_t max_sessions_per_key;      /* --max-sessions-per-key, default 64 */
     size_t tokens_per_minute_per_key; /* --tokens-per-minute-per-key: each
                                  * caller's token budget; 0 (default): none */
-    unsigned prefill_share;     /* --prefill-share percent, default 50 */
-    unsigned step_cost;         /* --step-cost percent of a decode step, 0: off */
-    unsigned test_min_step_us;  /* --test-min-step-us: a floor on every engine
+    unsigned prefill_share;           /* --prefill-share percent, default 50 */
+    unsigned step_cost; /* --step-cost percent of a decode step, 0: off */
+    unsigned test_min_step_us; /* --test-min-step-us: a floor on every engine
                                  * step, for the test suites; 0: none */
-    size_t max_stop_bytes;      /* --max-stop-bytes per stop string, default 256 */
-    size_t inspect_max_tokens;  /* --inspect-max-tokens, default 256 */
+    size_t max_stop_bytes; /* --max-stop-bytes per stop string, default 256 */
+    size_t inspect_max_tokens;    /* --inspect-max-tokens, default 256 */
     size_t inspect_max_attention; /* --inspect-max-attention probabilities
                                  * in one /v1/inspect answer, default 5000000 */
-    int drain_ms;               /* --drain-timeout ms on SIGTERM, default 10000 */
-    char *web_root;             /* --web-root, default $(datadir)/gpt2d/web */
-    char *api_key_file;         /* --api-key-file; keys also from GPT2D_API_KEY */
-    char *api_key;              /* GPT2D_API_KEY, NULL when unset or empty:
+    int drain_ms;             /* --drain-timeout ms on SIGTERM, default 10000 */
+    char *web_root;           /* --web-root, default $(datadir)/gpt2d/web */
+    char *api_key_file;       /* --api-key-file; keys also from GPT2D_API_KEY */
+    char *api_key;            /* GPT2D_API_KEY, NULL when unset or empty:
                                  * never a flag or a config-file key */
-    char *cors_origin;          /* --cors-origin, default none (CORS off) */
-    char *chat_template;        /* --chat-template FILE; none: the built-in */
-    char *trusted_proxy;        /* --trusted-proxy: addresses and CIDR blocks
+    char *cors_origin;        /* --cors-origin, default none (CORS off) */
+    char *chat_template;      /* --chat-template FILE; none: the built-in */
+    char *trusted_proxy;      /* --trusted-proxy: addresses and CIDR blocks
                                  * whose X-Forwarded-For names the client
                                  * (addr_list.h); default none */
-    bool global_prefix_cache;   /* --global-prefix-cache: one isolation
+    bool global_prefix_cache; /* --global-prefix-cache: one isolation
                                  * domain for every client (default false) */
-    char *config_file;          /* --config */
-    char *port_file;            /* --port-file: write the bound port (tests) */
-    bool log_prompts;           /* --log-prompts (debug only) */
-    int log_level;              /* --log-level error|warn|info|debug */
+    char *config_file;        /* --config */
+    char *port_file;          /* --port-file: write the bound port (tests) */
+    bool log_prompts;         /* --log-prompts (debug only) */
+    int log_level;            /* --log-level error|warn|info|debug */
 } settings;
 
 typedef enum settings_result {
-    SETTINGS_RUN = 0,           /* start the daemon */
-    SETTINGS_EXIT_OK,           /* --help / --version printed */
-    SETTINGS_USAGE_ERROR,       /* message in err; exit 2 */
+    SETTINGS_RUN = 0,     /* start the daemon */
+    SETTINGS_EXIT_OK,     /* --help / --version printed */
+    SETTINGS_USAGE_ERROR, /* message in err; exit 2 */
 } settings_result;
 
 settings_result settings_load(settings *s, int argc, char **argv,

@@ -17,9 +17,9 @@
 
 typedef struct sha256_ctx {
     uint32_t state[8];
-    uint64_t n_bytes;           /* message length so far */
+    uint64_t n_bytes; /* message length so far */
     uint8_t block[64];
-    size_t n_block;             /* bytes waiting in block[] */
+    size_t n_block; /* bytes waiting in block[] */
 } sha256_ctx;
 
 void sha256_init(sha256_ctx *c);

@@ -54,13 +54,13 @@ typedef struct worker {
 } worker;
 
 struct threadpool {
-    size_t n_threads;           /* workers including the caller */
-    worker *workers;            /* [n_threads - 1] background workers */
+    size_t n_threads; /* workers including the caller */
+    worker *workers;  /* [n_threads - 1] background workers */
 
     pthread_mutex_t mutex;
-    pthread_cond_t work_cond;   /* run counter changed or stop */
-    pthread_cond_t done_cond;   /* `active` reached zero */
-    int caller_sleeping;        /* under mutex */
+    pthread_cond_t work_cond; /* run counter changed or stop */
+    pthread_cond_t done_cond; /* `active` reached zero */
+    int caller_sleeping;      /* under mutex */
 
     /* the current job: written by the caller before the run counter moves */
     threadpool_fn fn;
@@ -68,7 +68,7 @@ struct threadpool {
     size_t n_tasks;
 
     _Alignas(64) atomic_size_t next_task;
-    _Alignas(64) atomic_size_t active;  /* background workers still in the run */
+    _Alignas(64) atomic_size_t active; /* background workers still in the run */
     _Alignas(64) atomic_uint_fast64_t run_id;
     atomic_int stop;
 };
@@ -92,15 +92,16 @@ static uint_fast64_t wait_for_run(threadpool *pool, uint_fast64_t seen)
     for (unsigned i = 0; i < SPIN_PAUSE + SPIN_YIELD; i++) {
         uint_fast64_t id = atomic_load_explicit(&pool->run_id,
                                                 memory_order_acquire);
-        if (id != seen || atomic_load_explicit(&pool->stop, memory_order_relaxed))
+        if (id != seen ||
+            atomic_load_explicit(&pool->stop, memory_order_relaxed))
             return id;
         spin_pause(i);
     }
     pthread_mutex_lock(&pool->mutex);
     uint_fast64_t id;
-    while ((id = atomic_load_explicit(&pool->run_id, memory_order_acquire))
-               == seen
-           && !atomic_load_explicit(&pool->stop, memory_order_relaxed))
+    while ((id = atomic_load_explicit(&pool->run_id, memory_order_acquire)) ==
+               seen &&
+           !atomic_load_explicit(&pool->stop, memory_order_relaxed))
         pthread_cond_wait(&pool->work_cond, &pool->mutex);
     pthread_mutex_unlock(&pool->mutex);
     return id;
@@ -116,11 +117,11 @@ static void *worker_main(void *arg)
     for (;;) {
         uint_fast64_t id = wait_for_run(pool, seen);
         if (id == seen)
-            break;              /* stop */
+            break; /* stop */
         seen = id;
         run_tasks(pool, w->index);
-        if (atomic_fetch_sub_explicit(&pool->active, 1,
-                                      memory_order_acq_rel) == 1) {
+        if (atomic_fetch_sub_explicit(&pool->active, 1, memory_order_acq_rel) ==
+            1) {
             pthread_mutex_lock(&pool->mutex);
             if (pool->caller_sleeping)
                 pthread_cond_signal(&pool->done_cond);
@@ -164,9 +165,10 @@ int threadpool_create(threadpool **out, size_t n_threads, gpt2d_error *err)
         w->index = i;
         int rc = thread_start(&w->thread, worker_main, w, "gpt2d-mm-%zu", i);
         if (rc != 0) {
-            pool->n_threads = i;    /* destroy joins the ones that started */
+            pool->n_threads = i; /* destroy joins the ones that started */
             threadpool_destroy(pool);
-            return error_set(err, "cannot start thread pool worker %zu of %zu: %s",
+            return error_set(err,
+                             "cannot start thread pool worker %zu of %zu: %s",
                              i, n_threads, strerror(rc));
         }
     }

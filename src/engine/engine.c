@@ -112,7 +112,7 @@ static void *engine_main(void *arg)
         while (!has_work(e) && !e->stopping)
             idle_wait(e);
         if (!has_work(e))
-            break;              /* stopping and drained */
+            break; /* stopping and drained */
         double now = monotonic_seconds();
         if (e->stopping && now >= e->deadline)
             cancel_everything(e);
@@ -120,7 +120,7 @@ static void *engine_main(void *arg)
         retire_cancelled(e, now);
         admit_queued(e, now);
         if (!has_work(e))
-            continue;           /* everything was cancelled */
+            continue; /* everything was cancelled */
         size_t rows = 0, prefill_rows = 0;
         bool mixed = false;
         size_t n = batch_build(e, &rows, &prefill_rows, &mixed, now);
@@ -153,8 +153,9 @@ static void *engine_main(void *arg)
             double took = monotonic_seconds() - t_step;
             metrics_observe_step(took);
             log_debug("step: %zu decode rows, %zu prompt rows, %.2f ms "
-                      "(forward %.2f ms)", rows - prefill_rows, prefill_rows,
-                      took * 1e3, t_forward * 1e3);
+                      "(forward %.2f ms)",
+                      rows - prefill_rows, prefill_rows, took * 1e3,
+                      t_forward * 1e3);
             /* lens rows cost less than the prompt rows the budget
              * learns the price of: their steps teach it nothing */
             if (e->n_lens == 0)
@@ -167,7 +168,8 @@ static void *engine_main(void *arg)
         if (rc == 0 && mixed) {
             const double t_end = monotonic_seconds();
             e->prefill_hold_until = t_end + (t_end - t_step) *
-                (1.0 - e->cfg.prefill_share) / e->cfg.prefill_share;
+                                                (1.0 - e->cfg.prefill_share) /
+                                                e->cfg.prefill_share;
         }
 
         pthread_mutex_lock(&e->lock);
@@ -214,10 +216,9 @@ static int engine_alloc_step(engine *e, gpt2d_error *err)
     e->callers = admit_callers_create(e->n_callers_cap);
     e->n_scratch = threadpool_size(e->pool);
     e->scratch = calloc(e->n_scratch, sizeof *e->scratch);
-    if (!e->logits || !e->batch || !e->entries || !e->jobs || !e->lens
-        || !e->queue || !e->running || !e->callers || !e->scratch)
-        return error_set(err, "engine: out of memory for %zu batch rows",
-                         rows);
+    if (!e->logits || !e->batch || !e->entries || !e->jobs || !e->lens ||
+        !e->queue || !e->running || !e->callers || !e->scratch)
+        return error_set(err, "engine: out of memory for %zu batch rows", rows);
     /* Touched now, as the KV pool is: a step may fill every row (a chunk
      * of echo scoring, the logit lens), and the memory is the daemon's from
      * the start rather than creeping up as such steps come. */
@@ -245,18 +246,19 @@ static int engine_alloc_step(engine *e, gpt2d_error *err)
  * With a disk tier it is logged, digests shortened, so that an operator
  * can tell why another run's files are "of other models or settings". */
 static void cache_identity(const model *m, const tokenizer *tok,
-                           const forward_state *fwd, bool kv_half,
-                           bool log, uint8_t out[SHA256_BYTES])
+                           const forward_state *fwd, bool kv_half, bool log,
+                           uint8_t out[SHA256_BYTES])
 {
     const model_config *c = &m->config;
     char arithmetic[256], text[512];
     forward_state_arithmetic(fwd, arithmetic, sizeof arithmetic);
     snprintf(text, sizeof text,
              "release=%s layers=%zu heads=%zu embd=%zu ctx=%zu vocab=%zu "
-             "eps=%a dtype=%s arithmetic=%s kv=%s", PACKAGE_VERSION,
-             c->n_layer, c->n_head, c->n_embd, c->n_ctx, c->vocab_size,
-             (double)c->layer_norm_epsilon, model_dtype_name(m->dtype),
-             arithmetic, kvcache_dtype_name(kv_half));
+             "eps=%a dtype=%s arithmetic=%s kv=%s",
+             PACKAGE_VERSION, c->n_layer, c->n_head, c->n_embd, c->n_ctx,
+             c->vocab_size, (double)c->layer_norm_epsilon,
+             model_dtype_name(m->dtype), arithmetic,
+             kvcache_dtype_name(kv_half));
     uint8_t tok_digest[SHA256_BYTES];
     tokenizer_digest(tok, tok_digest);
     static const char label[] = "gpt2d kv v2";
@@ -296,12 +298,13 @@ int engine_create(engine **out, const model *m, const tokenizer *tok,
     *out = NULL;
     if (cfg->n_threads == 0 || cfg->n_slots == 0 || cfg->max_queue == 0)
         return error_set(err, "engine: threads, slots and queue size must "
-                         "be at least 1");
+                              "be at least 1");
     if (cfg->max_batch_rows <= cfg->n_slots)
-        return error_set(err, "engine: max batch rows (%zu) must exceed the "
+        return error_set(err,
+                         "engine: max batch rows (%zu) must exceed the "
                          "slots (%zu): a step holds every slot's decode row "
-                         "plus a prefill chunk", cfg->max_batch_rows,
-                         cfg->n_slots);
+                         "plus a prefill chunk",
+                         cfg->max_batch_rows, cfg->n_slots);
     engine *e = calloc(1, sizeof *e);
     if (e == NULL)
         return error_set(err, "engine: out of memory");
@@ -309,9 +312,12 @@ int engine_create(engine **out, const model *m, const tokenizer *tok,
     e->tok = tok;
     e->cfg = *cfg;
     if (e->cfg.max_seqs_per_caller == 0)
-        e->cfg.max_seqs_per_caller = cfg->n_slots / 2 > 0 ? cfg->n_slots / 2 : 1;
+        e->cfg.max_seqs_per_caller = cfg->n_slots / 2 > 0 ? cfg->n_slots / 2
+                                                          : 1;
     if (e->cfg.max_queued_per_caller == 0)
-        e->cfg.max_queued_per_caller = cfg->max_queue / 2 > 0 ? cfg->max_queue / 2 : 1;
+        e->cfg.max_queued_per_caller = cfg->max_queue / 2 > 0
+                                           ? cfg->max_queue / 2
+                                           : 1;
     if (e->cfg.max_sessions_per_caller == 0)
         e->cfg.max_sessions_per_caller = ENGINE_SESSIONS_PER_CALLER;
     if (e->cfg.admit_age_ms == 0)
@@ -336,16 +342,20 @@ int engine_create(engine **out, const model *m, const tokenizer *tok,
                              .n_embd = m->config.n_embd,
                              .n_ctx = m->config.n_ctx };
     kv_cache_config kc = {
-        .n_blocks = cfg->kv_blocks > 0 ? cfg->kv_blocks
-                    : cfg->n_slots * kvcache_blocks_per_context(&shape),
-        .max_seqs = cfg->n_slots, .half = cfg->kv_half,
-        .disk_dir = cfg->kv_disk_dir, .disk_bytes = cfg->kv_disk_bytes,
-        .now = monotonic_seconds() };
+        .n_blocks = cfg->kv_blocks > 0
+                        ? cfg->kv_blocks
+                        : cfg->n_slots * kvcache_blocks_per_context(&shape),
+        .max_seqs = cfg->n_slots,
+        .half = cfg->kv_half,
+        .disk_dir = cfg->kv_disk_dir,
+        .disk_bytes = cfg->kv_disk_bytes,
+        .now = monotonic_seconds()
+    };
     e->kv_blocks = kc.n_blocks;
-    if (threadpool_create(&e->pool, cfg->n_threads, err) != 0
-        || forward_state_create(&e->fwd, m, cfg->max_batch_rows,
-                                   cfg->n_threads, err) != 0
-        || engine_alloc_step(e, err) != 0) {
+    if (threadpool_create(&e->pool, cfg->n_threads, err) != 0 ||
+        forward_state_create(&e->fwd, m, cfg->max_batch_rows, cfg->n_threads,
+                             err) != 0 ||
+        engine_alloc_step(e, err) != 0) {
         engine_destroy(e);
         return -1;
     }
@@ -372,7 +382,8 @@ void engine_shutdown(engine *e, int drain_ms)
         return;
     pthread_mutex_lock(&e->lock);
     e->stopping = true;
-    e->deadline = monotonic_seconds() + (drain_ms > 0 ? drain_ms / 1000.0 : 0.0);
+    e->deadline = monotonic_seconds() +
+                  (drain_ms > 0 ? drain_ms / 1000.0 : 0.0);
     pthread_cond_broadcast(&e->cond);
     pthread_mutex_unlock(&e->lock);
     pthread_join(e->thread, NULL);
@@ -416,8 +427,8 @@ size_t engine_kv_blocks(const engine *e)
 static bool params_valid(const engine *e, const gen_params *p)
 {
     const model_config *c = &e->m->config;
-    if (p->prompt == NULL || p->n_prompt == 0 || p->n_prompt > c->n_ctx
-        || p->max_tokens > c->n_ctx - p->n_prompt)
+    if (p->prompt == NULL || p->n_prompt == 0 || p->n_prompt > c->n_ctx ||
+        p->max_tokens > c->n_ctx - p->n_prompt)
         return false;
     if (p->n_sequences == 0 || p->n_sequences > e->cfg.n_slots)
         return false;
@@ -471,17 +482,19 @@ engine_status engine_submit(engine *e, const engine_submission *s,
     if (s->gate != NULL && s->gate(s->gate_arg) != 0)
         return ENGINE_GATE_CLOSED;
     const request_setup setup = {
-        .model = &e->m->config, .max_token_bytes = e->max_token_bytes,
+        .model = &e->m->config,
+        .max_token_bytes = e->max_token_bytes,
         .max_seqs = e->cfg.max_seqs_per_caller,
         .max_queued = e->cfg.max_queued_per_caller,
-        .max_sessions = e->cfg.max_sessions_per_caller };
+        .max_sessions = e->cfg.max_sessions_per_caller
+    };
     for (size_t k = 0; k < n && st == ENGINE_OK; k++)
         if ((out[k] = request_create(&s->params[k], &setup)) == NULL)
             st = ENGINE_NO_MEMORY;
     if (st == ENGINE_OK)
         st = enqueue(e, out, n, why);
-    for (int waited = 0; st == ENGINE_SESSION_BUSY &&
-                         waited < s->session_busy_wait_ms;
+    for (int waited = 0;
+         st == ENGINE_SESSION_BUSY && waited < s->session_busy_wait_ms;
          waited += SESSION_BUSY_RETRY_MS) {
         monotonic_sleep_ms(SESSION_BUSY_RETRY_MS);
         st = enqueue(e, out, n, why);
@@ -501,7 +514,7 @@ size_t engine_sessions(engine *e, const uint8_t owner[SHA256_BYTES],
 {
     kv_session_info *info = cap > 0 ? calloc(cap, sizeof *info) : NULL;
     if (cap > 0 && info == NULL)
-        cap = 0;                /* still counts them */
+        cap = 0; /* still counts them */
     pthread_mutex_lock(&e->lock);
     /* Read under the lock: a session released while we waited for it
      * carries a later time than one read before (idle_seconds would be

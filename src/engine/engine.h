@@ -35,7 +35,7 @@ void engine_destroy(engine *e);
 /* One client request: its prompts, each run as an engine request of its
  * own, submitted together. */
 typedef struct engine_submission {
-    const gen_params *params;   /* [n_prompts]: one per prompt, all of one
+    const gen_params *params; /* [n_prompts]: one per prompt, all of one
                                  * caller with the same limits */
     size_t n_prompts;
     /* NULL, or the caller's own check (the API's token budget), called
@@ -69,7 +69,7 @@ size_t engine_kv_blocks(const engine *e);
 /* Sessions (conversations whose history the KV cache keeps by id), each
  * `owner`'s own: another owner's sessions are invisible, as if absent. */
 typedef struct engine_session_info {
-    kv_session_info kv;         /* id, its history cached and where, busy */
+    kv_session_info kv; /* id, its history cached and where, busy */
     double idle_seconds;
 } engine_session_info;
 
@@ -83,8 +83,8 @@ int engine_session_delete(engine *e, const uint8_t owner[SHA256_BYTES],
 
 typedef struct engine_stats {
     size_t queue_depth;
-    size_t running;             /* sequences generating or prefilling */
-    size_t slots_total, slots_busy;   /* sequences that may / do run */
+    size_t running;                 /* sequences generating or prefilling */
+    size_t slots_total, slots_busy; /* sequences that may / do run */
     kv_stats kv;
 } engine_stats;
 engine_stats engine_get_stats(engine *e);

@@ -65,13 +65,13 @@
 typedef struct caller_state {
     uint8_t account[SHA256_BYTES];
     bool used;
-    double served;              /* cost of its ended requests, halving every
+    double served;      /* cost of its ended requests, halving every
                                  * caller_memory */
-    double t_served;            /* when `served` was last brought up to date */
-    double last_active;         /* when it last had a request queued or running */
+    double t_served;    /* when `served` was last brought up to date */
+    double last_active; /* when it last had a request queued or running */
     /* recomputed each admission pass */
-    double in_flight;           /* cost of its running requests */
-    size_t running;             /* sequences holding a slot */
+    double in_flight; /* cost of its running requests */
+    size_t running;   /* sequences holding a slot */
     size_t queued;
 } caller_state;
 
@@ -158,14 +158,17 @@ kv_begin_status admit_begin_kv(engine *e, gen_request *r, bool keep_others,
                                double now)
 {
     size_t seqs[r->n_seq], reused = 0;
-    kv_begin b = { .who = &r->id, .account = r->account,
-                   .session = r->session, .max_sessions = r->max_sessions,
+    kv_begin b = { .who = &r->id,
+                   .account = r->account,
+                   .session = r->session,
+                   .max_sessions = r->max_sessions,
                    .prompt = r->prompt,
                    .n_prompt = r->n_prompt,
                    .max_total = r->n_prompt + r->max_tokens,
                    .n_seq = r->n_seq,
                    .reuse = !request_computes_whole_prompt(r),
-                   .keep_others_share = keep_others, .now = now };
+                   .keep_others_share = keep_others,
+                   .now = now };
     kv_begin_status st = kvcache_seq_begin(e->kv, &b, seqs, &reused);
     if (st != KV_BEGUN)
         return st;
@@ -349,7 +352,7 @@ static size_t pick_next(engine *e, double now)
         }
         if (r->n_seq > free_slots) {
             if (oldest_blocked == SIZE_MAX)
-                oldest_blocked = i;     /* the queue is in arrival order */
+                oldest_blocked = i; /* the queue is in arrival order */
             continue;
         }
         if (best_c == NULL || caller_account(c) < caller_account(best_c)) {
@@ -401,7 +404,7 @@ void admit_queued(engine *e, double now)
                                  now - r->t_submit < caller_memory(e);
         kv_begin_status st = admit_begin_kv(e, r, keep_others, now);
         if (st == KV_SHARES_KEPT) {
-            r->kv_deferred = true;      /* others pass it this step */
+            r->kv_deferred = true; /* others pass it this step */
             continue;
         }
         /* when the cache cannot hold it yet, nothing passes it this step */
@@ -451,11 +454,13 @@ static size_t caller_sessions_in_use(const engine *e, const uint8_t *account)
     size_t n = 0;
     for (size_t i = 0; i < e->q_len; i++) {
         const gen_request *q = admit_queue_at(e, i);
-        n += q->session != NULL && memcmp(q->account, account, SHA256_BYTES) == 0;
+        n += q->session != NULL &&
+             memcmp(q->account, account, SHA256_BYTES) == 0;
     }
     for (size_t k = 0; k < e->n_running; k++) {
         const gen_request *q = e->running[k];
-        n += q->session != NULL && memcmp(q->account, account, SHA256_BYTES) == 0;
+        n += q->session != NULL &&
+             memcmp(q->account, account, SHA256_BYTES) == 0;
     }
     return n;
 }
@@ -477,8 +482,8 @@ static void caller_backlogged(engine *e, const uint8_t *account)
     caller_get(e, account, now)->last_active = now;
 }
 
-engine_status admit_could_run(const engine *e, const gen_params *p,
-                              size_t n, engine_refusal *why)
+engine_status admit_could_run(const engine *e, const gen_params *p, size_t n,
+                              engine_refusal *why)
 {
     /* Each prompt waits as a request of its own: more than the caller may
      * have queued could never all be taken (its 429 retried in vain). */
@@ -492,11 +497,11 @@ engine_status admit_could_run(const engine *e, const gen_params *p,
     /* Admission waits for blocks in FIFO order: a request no amount of
      * waiting can fit would hold up everyone behind it. */
     for (size_t k = 0; k < n; k++) {
-        size_t need = kvcache_blocks_needed(p[k].n_prompt,
-                                            p[k].n_prompt + p[k].max_tokens,
-                                            p[k].n_sequences);
+        size_t need = kvcache_blocks_needed(
+            p[k].n_prompt, p[k].n_prompt + p[k].max_tokens, p[k].n_sequences);
         if (need > e->kv_blocks) {
-            *why = (engine_refusal){ .prompt = k, .need = need,
+            *why = (engine_refusal){ .prompt = k,
+                                     .need = need,
                                      .have = e->kv_blocks };
             return ENGINE_TOO_LARGE;
         }
@@ -505,8 +510,7 @@ engine_status admit_could_run(const engine *e, const gen_params *p,
 }
 
 /* Queues `r`, or finishes it when it has nothing to compute. */
-static engine_status enqueue_one(engine *e, gen_request *r,
-                                 engine_refusal *why)
+static engine_status enqueue_one(engine *e, gen_request *r, engine_refusal *why)
 {
     if (r->session != NULL &&
         admit_session_in_use(e, r->id.owner, r->session, true))

@@ -42,22 +42,28 @@ static size_t add_entry(engine *e, size_t n, gen_request *r, size_t seq,
 {
     const size_t kv = r->seqs[seq].kv;
     kvcache_seq_grow(e->kv, kv, n_rows);
-    e->batch[n] = (forward_seq){ .blocks = kvcache_seq_blocks(e->kv, kv),
-                                 .pos0 = start, .tokens = tokens,
-                                 .n_tokens = n_rows, .n_logits = n_logits,
-                                 .capture = r->inspect != NULL
-                                     ? inspect_forward_capture(r->inspect)
-                                     : NULL };
-    e->entries[n] = (batch_entry){ .r = r, .seq = seq, .prefill = prefill,
-                                   .start = start, .n_rows = n_rows,
+    e->batch[n] = (forward_seq){
+        .blocks = kvcache_seq_blocks(e->kv, kv),
+        .pos0 = start,
+        .tokens = tokens,
+        .n_tokens = n_rows,
+        .n_logits = n_logits,
+        .capture = r->inspect != NULL ? inspect_forward_capture(r->inspect)
+                                      : NULL
+    };
+    e->entries[n] = (batch_entry){ .r = r,
+                                   .seq = seq,
+                                   .prefill = prefill,
+                                   .start = start,
+                                   .n_rows = n_rows,
                                    .n_logits = n_logits };
     return n + 1;
 }
 
 typedef enum share_action {
-    SHARE_NONE,                 /* nothing to gain from another prefill */
-    SHARE_WAIT,                 /* an earlier prompt is computing our prefix */
-    SHARE_REBEGIN,              /* it has: begin again to pick it up */
+    SHARE_NONE,    /* nothing to gain from another prefill */
+    SHARE_WAIT,    /* an earlier prompt is computing our prefix */
+    SHARE_REBEGIN, /* it has: begin again to pick it up */
 } share_action;
 
 /* A prompt that shares more than it reused with a prompt admitted before
@@ -72,14 +78,15 @@ static share_action shared_prefill(const engine *e, size_t k,
     if (r->session != NULL || request_computes_whole_prompt(r) ||
         r->n_prompt < 2)
         return SHARE_NONE;
-    const size_t reused = r->usage.cached_tokens;   /* the engine's own write */
+    const size_t reused = r->usage.cached_tokens; /* the engine's own write */
     for (size_t j = 0; j < k; j++) {
         const gen_request *q = e->running[j];
         if (q->session != NULL ||
             memcmp(q->id.domain, r->id.domain, SHA256_BYTES) != 0)
             continue;
         size_t common = 0, lim = q->n_prompt < r->n_prompt - 1
-                                 ? q->n_prompt : r->n_prompt - 1;
+                                     ? q->n_prompt
+                                     : r->n_prompt - 1;
         while (common < lim && q->prompt[common] == r->prompt[common])
             common++;
         common = common / KV_BLOCK_TOKENS * KV_BLOCK_TOKENS;
@@ -87,7 +94,8 @@ static share_action shared_prefill(const engine *e, size_t k,
             continue;
         const seq_state *qs = &q->seqs[0];
         size_t done = qs->phase != SEQ_PREFILL ? q->n_prompt
-                      : q->kv_loading ? 0 : seq_len(e, qs);
+                      : q->kv_loading          ? 0
+                                               : seq_len(e, qs);
         return done >= common ? SHARE_REBEGIN : SHARE_WAIT;
     }
     return SHARE_NONE;
@@ -116,7 +124,7 @@ static bool others_decoding(const engine *e, const gen_request *r)
 static void plan_lens(engine *e, size_t *left, bool *mixed_out, double now)
 {
     e->n_lens = e->n_lens_rows = 0;
-    for (size_t k = 0; k < e->n_running && *left > 0; k++) {
+    for (size_t k = 0; k<e->n_running && * left> 0; k++) {
         gen_request *r = e->running[k];
         if (r->seqs[0].phase != SEQ_LENS)
             continue;
@@ -130,9 +138,9 @@ static void plan_lens(engine *e, size_t *left, bool *mixed_out, double now)
         size_t len = end - r->lens_done;
         if (len > *left)
             len = *left;
-        e->lens[e->n_lens++] = (lens_entry){ .r = r, .row0 = r->lens_done,
-                                             .n_rows = len,
-                                             .first = e->n_lens_rows };
+        e->lens[e->n_lens++] = (lens_entry){
+            .r = r, .row0 = r->lens_done, .n_rows = len, .first = e->n_lens_rows
+        };
         e->n_lens_rows += len;
         *left -= len;
         *mixed_out = *mixed_out || others;
@@ -168,15 +176,15 @@ size_t batch_build(engine *e, size_t *rows_out, size_t *prefill_out,
             seq_state *s = &r->seqs[i];
             if (s->phase != SEQ_DECODE)
                 continue;
-            n = add_entry(e, n, r, i, false, seq_len(e, s), &s->next_token,
-                          1, 1);
+            n = add_entry(e, n, r, i, false, seq_len(e, s), &s->next_token, 1,
+                          1);
             rows++;
         }
     }
     *mixed_out = false;
     const size_t decode_rows = rows, room = e->cfg.max_batch_rows - rows;
-    const size_t budget = step_budget_prefill_rows(
-        &e->budget, decode_rows, e->cfg.n_slots, room);
+    const size_t budget = step_budget_prefill_rows(&e->budget, decode_rows,
+                                                   e->cfg.n_slots, room);
     size_t prefill_left = budget;
     bool bounded = false;
     for (size_t k = 0; k < e->n_running && prefill_left > 0; k++) {
@@ -190,7 +198,7 @@ size_t batch_build(engine *e, size_t *rows_out, size_t *prefill_out,
         if (r->kv_loading) {
             size_t reused;
             if (!kvcache_seq_ready(e->kv, s->kv, &reused))
-                continue;       /* its blocks are still on their way */
+                continue; /* its blocks are still on their way */
             r->kv_loading = false;
             admit_count_reuse(r, reused);
         }
@@ -216,13 +224,14 @@ size_t batch_build(engine *e, size_t *rows_out, size_t *prefill_out,
             end = r->n_prompt;
         if (end - start > prefill_left) {
             if (budget >= room)
-                break;          /* unbounded: whole chunks, as they fit */
+                break; /* unbounded: whole chunks, as they fit */
             end = start + prefill_left;
             bounded = true;
         }
         size_t len = end - start;
-        size_t n_logits = r->score_prompt ? len
-                          : (end == r->n_prompt && r->max_tokens > 0);
+        size_t n_logits = r->score_prompt
+                              ? len
+                              : (end == r->n_prompt && r->max_tokens > 0);
         n = add_entry(e, n, r, 0, true, start, r->prompt + start, len,
                       n_logits);
         r->prefill_started = true;

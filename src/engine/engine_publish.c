@@ -76,8 +76,8 @@ static void apply_sample(engine *e, gen_request *r, size_t i,
 
     if (st == TEXTSTREAM_STOPPED)
         request_finish_seq(r, i, FINISH_STOP);
-    else if (st == TEXTSTREAM_FULL || g + 1 >= r->max_tokens
-             || r->n_prompt + g + 1 >= e->m->config.n_ctx)
+    else if (st == TEXTSTREAM_FULL || g + 1 >= r->max_tokens ||
+             r->n_prompt + g + 1 >= e->m->config.n_ctx)
         request_finish_seq(r, i, FINISH_LENGTH);
     else {
         s->next_token = res->token;

@@ -46,22 +46,22 @@ typedef struct batch_entry {
     gen_request *r;
     size_t seq;
     bool prefill;
-    size_t start;               /* position of the first row */
+    size_t start; /* position of the first row */
     size_t n_rows, n_logits;
 } batch_entry;
 
 /* A slice of one inspect request's logit-lens rows in the current step. */
 typedef struct lens_entry {
     gen_request *r;
-    size_t row0, n_rows;        /* its lens rows [row0, row0 + n_rows) */
-    size_t first;               /* index of row0 among the step's lens rows */
+    size_t row0, n_rows; /* its lens rows [row0, row0 + n_rows) */
+    size_t first;        /* index of row0 among the step's lens rows */
 } lens_entry;
 
 /* One sample or prompt score of a step, run on the pool. */
 typedef struct sample_job {
     gen_request *r;
-    size_t seq;                 /* SIZE_MAX for a prompt score */
-    size_t prompt_pos;          /* the scored prompt position */
+    size_t seq;        /* SIZE_MAX for a prompt score */
+    size_t prompt_pos; /* the scored prompt position */
     const float *logits;
     sample_result result;
 } sample_job;
@@ -71,44 +71,44 @@ struct engine {
     const tokenizer *tok;
     engine_config cfg;
     size_t vocab;
-    size_t chunk;               /* prefill chunk: max_batch_rows - n_slots */
-    step_budget budget;         /* engine thread: prefill rows beside decoding */
-    size_t max_token_bytes;     /* longest token, sizes the text buffers */
+    size_t chunk;           /* prefill chunk: max_batch_rows - n_slots */
+    step_budget budget;     /* engine thread: prefill rows beside decoding */
+    size_t max_token_bytes; /* longest token, sizes the text buffers */
 
     threadpool *pool;
     forward_state *fwd;
-    sampler_scratch **scratch;  /* one per worker */
+    sampler_scratch **scratch; /* one per worker */
     size_t n_scratch;
-    float *logits;              /* [max_batch_rows][vocab] */
+    float *logits; /* [max_batch_rows][vocab] */
 
     pthread_mutex_t lock;
     pthread_cond_t cond;
     kv_cache *kv;
-    size_t kv_blocks;           /* its size, fixed at creation */
-    gen_request **queue;        /* ring of max_queue */
+    size_t kv_blocks;    /* its size, fixed at creation */
+    gen_request **queue; /* ring of max_queue */
     size_t q_head, q_len;
-    gen_request **running;      /* admission order; each holds its KV
+    gen_request **running; /* admission order; each holds its KV
                                    sequences */
     size_t n_running;
-    caller_state *callers;      /* [n_callers_cap]: fairness bookkeeping */
+    caller_state *callers; /* [n_callers_cap]: fairness bookkeeping */
     size_t n_callers_cap;
-    double prefill_hold_until;  /* prefill waits until then while others decode */
+    double
+        prefill_hold_until; /* prefill waits until then while others decode */
     bool stopping;
     double deadline;
     bool thread_started, joined;
     pthread_t thread;
-    notify_watchdog watchdog;   /* engine thread only, after create */
+    notify_watchdog watchdog; /* engine thread only, after create */
 
     /* step scratch, engine thread only */
-    forward_seq *batch;         /* [max_batch_rows] */
+    forward_seq *batch; /* [max_batch_rows] */
     batch_entry *entries;
-    sample_job *jobs;           /* [max_batch_rows + n_slots] */
+    sample_job *jobs; /* [max_batch_rows + n_slots] */
     size_t n_jobs;
-    lens_entry *lens;           /* [n_slots] */
+    lens_entry *lens; /* [n_slots] */
     size_t n_lens, n_lens_rows;
-    const float *lens_logits;   /* the lens rows' logits in `logits` */
+    const float *lens_logits; /* the lens rows' logits in `logits` */
 };
-
 
 /* ---- engine_admit.c: the queue, admission, quotas ---- */
 
@@ -124,8 +124,8 @@ bool admit_session_in_use(const engine *e, const uint8_t *owner,
 /* An HTTP thread, in engine_submit, without e->lock: whether a request of
  * these n prompts could ever be queued and run (it reads only what is
  * fixed at creation).  Sets *why's fields of a refusal. */
-engine_status admit_could_run(const engine *e, const gen_params *p,
-                              size_t n, engine_refusal *why);
+engine_status admit_could_run(const engine *e, const gen_params *p, size_t n,
+                              engine_refusal *why);
 /* An HTTP thread, in engine_submit: queues r[0..n) in order, or none of
  * them when the session, the caller's quotas or the queue refuse one; a
  * request with nothing to compute is finished at once instead.  On

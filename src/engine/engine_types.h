@@ -7,44 +7,44 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#define ENGINE_SESSIONS_PER_CALLER 64   /* --max-sessions-per-key's default */
-#define ENGINE_CALLER_MEMORY_MS 30000   /* engine_config.caller_memory_ms's */
+#define ENGINE_SESSIONS_PER_CALLER 64 /* --max-sessions-per-key's default */
+#define ENGINE_CALLER_MEMORY_MS 30000 /* engine_config.caller_memory_ms's */
 
 typedef struct engine engine;
 
 typedef struct engine_config {
-    size_t n_threads;           /* worker pool size (>= 1) */
-    size_t n_slots;             /* sequences that run at once (--slots) */
-    size_t kv_blocks;           /* KV-cache blocks (--kv-memory); 0: a full
+    size_t n_threads;        /* worker pool size (>= 1) */
+    size_t n_slots;          /* sequences that run at once (--slots) */
+    size_t kv_blocks;        /* KV-cache blocks (--kv-memory); 0: a full
                                  * context for every slot */
-    bool kv_half;               /* K/V as halves (--kv-dtype float16) */
-    const char *kv_disk_dir;    /* --kv-cache-dir: the disk tier; NULL: none */
-    size_t kv_disk_bytes;       /* --kv-disk */
-    size_t max_queue;           /* waiting requests beyond which submit says full */
-    size_t max_batch_rows;      /* rows per step; also the prefill chunk budget */
+    bool kv_half;            /* K/V as halves (--kv-dtype float16) */
+    const char *kv_disk_dir; /* --kv-cache-dir: the disk tier; NULL: none */
+    size_t kv_disk_bytes;    /* --kv-disk */
+    size_t max_queue;      /* waiting requests beyond which submit says full */
+    size_t max_batch_rows; /* rows per step; also the prefill chunk budget */
     /* Fairness between callers (engine_admit.c). */
-    size_t max_seqs_per_caller; /* sequences one caller may run while another
+    size_t max_seqs_per_caller;   /* sequences one caller may run while another
                                  * is active; 0: half the slots (at least 1) */
     size_t max_queued_per_caller; /* requests one caller may have waiting;
                                  * 0: half of max_queue (at least 1) */
     size_t max_sessions_per_caller; /* session records one caller keeps;
                                  * 0: ENGINE_SESSIONS_PER_CALLER */
-    unsigned admit_age_ms;      /* a request that fits its caller's share but
+    unsigned admit_age_ms;     /* a request that fits its caller's share but
                                  * not the free slots holds back narrower ones
                                  * once it has waited this long; 0: 2000 */
-    unsigned caller_memory_ms;  /* a caller counts as present this long after
+    unsigned caller_memory_ms; /* a caller counts as present this long after
                                  * its last request ended (a client thinking
                                  * between two requests), and what it was
                                  * served halves in this time; 0:
                                  * ENGINE_CALLER_MEMORY_MS */
-    double prefill_share;       /* while sequences decode, the share of the
+    double prefill_share;      /* while sequences decode, the share of the
                                  * engine's time prefill may take; 0: 0.5,
                                  * 1: no limit */
-    double step_cost_limit;     /* a step with prompt rows beside decoding
+    double step_cost_limit;    /* a step with prompt rows beside decoding
                                  * streams lasts at most this many decode
                                  * steps of a full batch (step_budget.h);
                                  * 0: no bound */
-    unsigned min_step_usec;     /* 0; tests: every step lasts at least this
+    unsigned min_step_usec;    /* 0; tests: every step lasts at least this
                                  * long, so that how long a generation runs
                                  * does not depend on the machine's speed */
 } engine_config;
@@ -54,32 +54,32 @@ typedef struct engine_config {
 typedef enum engine_status {
     ENGINE_OK = 0,
     /* It could never run, however long it waited: */
-    ENGINE_TOO_MANY_PROMPTS,    /* more prompts than its caller may have
+    ENGINE_TOO_MANY_PROMPTS, /* more prompts than its caller may have
                                  * queued -> 400 */
-    ENGINE_TOO_LARGE,           /* a prompt needs more KV cache than there
+    ENGINE_TOO_LARGE,        /* a prompt needs more KV cache than there
                                  * is -> 400 */
     /* It could run: */
-    ENGINE_GATE_CLOSED,         /* the submission's gate refused it; the
+    ENGINE_GATE_CLOSED,       /* the submission's gate refused it; the
                                  * gate's owner knows why */
-    ENGINE_QUEUE_FULL,          /* -> 429 with Retry-After */
-    ENGINE_CALLER_QUEUE_FULL,   /* the caller's own queued requests are at
+    ENGINE_QUEUE_FULL,        /* -> 429 with Retry-After */
+    ENGINE_CALLER_QUEUE_FULL, /* the caller's own queued requests are at
                                  * its limit -> 429 with Retry-After */
-    ENGINE_SESSION_BUSY,        /* the session is running another request -> 409 */
-    ENGINE_SESSION_QUOTA,       /* a new session while the caller's
+    ENGINE_SESSION_BUSY,  /* the session is running another request -> 409 */
+    ENGINE_SESSION_QUOTA, /* a new session while the caller's
                                  * max_sessions are all busy -> 429 with
                                  * Retry-After */
-    ENGINE_STOPPING,            /* draining for shutdown -> 503 */
-    ENGINE_INVALID,             /* parameters the API should have refused -> 500 */
-    ENGINE_NO_MEMORY,           /* -> 500 */
+    ENGINE_STOPPING,      /* draining for shutdown -> 503 */
+    ENGINE_INVALID,       /* parameters the API should have refused -> 500 */
+    ENGINE_NO_MEMORY,     /* -> 500 */
 } engine_status;
 
 /* What a refusal's answer names; each field is set only for the statuses
  * it lists. */
 typedef struct engine_refusal {
-    size_t prompt;              /* TOO_LARGE: the first prompt that cannot fit */
-    size_t need, have;          /* TOO_LARGE: the KV blocks that prompt may
+    size_t prompt;     /* TOO_LARGE: the first prompt that cannot fit */
+    size_t need, have; /* TOO_LARGE: the KV blocks that prompt may
                                  * come to need, and the blocks the cache holds */
-    size_t limit;               /* TOO_MANY_PROMPTS, CALLER_QUEUE_FULL: the
+    size_t limit;      /* TOO_MANY_PROMPTS, CALLER_QUEUE_FULL: the
                                  * requests the caller may have queued */
 } engine_refusal;
 

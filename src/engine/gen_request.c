@@ -61,8 +61,8 @@ bool request_computes_whole_prompt(const gen_request *r)
     return r->score_prompt || r->inspect != NULL;
 }
 
-static int seq_init(const request_setup *setup, gen_request *r,
-                    seq_state *s, size_t i, const gen_params *p)
+static int seq_init(const request_setup *setup, gen_request *r, seq_state *s,
+                    size_t i, const gen_params *p)
 {
     size_t n = r->max_tokens > 0 ? r->max_tokens : 1;
     s->generated = malloc(n * sizeof *s->generated);
@@ -70,8 +70,8 @@ static int seq_init(const request_setup *setup, gen_request *r,
     s->text_end = malloc(n * sizeof *s->text_end);
     if (s->generated == NULL || s->tokens == NULL || s->text_end == NULL)
         return -1;
-    if (textstream_init(&s->ts, r->max_tokens * setup->max_token_bytes,
-                        p->stop, p->n_stop, NULL) != 0)
+    if (textstream_init(&s->ts, r->max_tokens * setup->max_token_bytes, p->stop,
+                        p->n_stop, NULL) != 0)
         return -1;
     sampler_rng_seed(&s->rng, p->seed + i);
     s->phase = i == 0 ? SEQ_PREFILL : SEQ_WAIT_PREFILL;
@@ -118,14 +118,17 @@ gen_request *request_create(const gen_params *p, const request_setup *setup)
         goto fail;
     r->id = p->identity;
     static const uint8_t zero[SHA256_BYTES];
-    memcpy(r->account, memcmp(p->account, zero, SHA256_BYTES) != 0
-                       ? p->account : p->identity.owner, SHA256_BYTES);
+    memcpy(r->account,
+           memcmp(p->account, zero, SHA256_BYTES) != 0 ? p->account
+                                                       : p->identity.owner,
+           SHA256_BYTES);
     r->max_seqs = p->max_seqs > 0 ? p->max_seqs : setup->max_seqs;
     r->max_queued = p->max_queued > 0 ? p->max_queued : setup->max_queued;
     r->max_sessions = p->max_sessions > 0 ? p->max_sessions
                                           : setup->max_sessions;
     r->cost = (double)p->n_prompt +
-              (double)p->n_sequences * (double)(p->max_tokens > 0 ? p->max_tokens : 1);
+              (double)p->n_sequences *
+                  (double)(p->max_tokens > 0 ? p->max_tokens : 1);
     if (p->inspect != NULL) {
         /* its buffers come when it starts (engine_admit.c, start_inspect) */
         if (inspect_capture_create(&r->inspect, p->inspect, setup->model,
@@ -193,13 +196,20 @@ void request_finish_all(gen_request *r, finish_reason why)
 
 /* ---- the readers (a connection) ---- */
 
-void gen_request_lock(gen_request *r) { pthread_mutex_lock(&r->lock); }
-void gen_request_unlock(gen_request *r) { pthread_mutex_unlock(&r->lock); }
+void gen_request_lock(gen_request *r)
+{
+    pthread_mutex_lock(&r->lock);
+}
+void gen_request_unlock(gen_request *r)
+{
+    pthread_mutex_unlock(&r->lock);
+}
 
 bool gen_request_wait(gen_request *r, uint64_t *version, int timeout_ms)
 {
     const struct timespec now = monotonic_now();
-    const struct timespec until = monotonic_after_ms(&now, timeout_ms > 0 ? timeout_ms : 0);
+    const struct timespec until = monotonic_after_ms(
+        &now, timeout_ms > 0 ? timeout_ms : 0);
     while (r->version == *version) {
         if (timeout_ms == 0)
             return false;
@@ -213,7 +223,10 @@ bool gen_request_wait(gen_request *r, uint64_t *version, int timeout_ms)
     return true;
 }
 
-size_t gen_request_n_sequences(const gen_request *r) { return r->n_seq; }
+size_t gen_request_n_sequences(const gen_request *r)
+{
+    return r->n_seq;
+}
 
 const gen_output *gen_request_output(const gen_request *r, size_t sequence)
 {

@@ -35,45 +35,45 @@
 typedef struct gen_request gen_request;
 
 typedef enum finish_reason {
-    FINISH_NONE = 0,            /* still running */
-    FINISH_STOP,                /* EOT token or a stop sequence */
-    FINISH_LENGTH,              /* max_tokens or the context is full */
-    FINISH_CANCELLED,           /* client went away or shutdown */
+    FINISH_NONE = 0,  /* still running */
+    FINISH_STOP,      /* EOT token or a stop sequence */
+    FINISH_LENGTH,    /* max_tokens or the context is full */
+    FINISH_CANCELLED, /* client went away or shutdown */
 } finish_reason;
 
 /* What one request asks for.  Copied by engine_submit; the caller keeps
  * ownership of its own buffers. */
 typedef struct gen_params {
-    const int32_t *prompt;      /* validated ids, 1 <= n_prompt */
+    const int32_t *prompt; /* validated ids, 1 <= n_prompt */
     size_t n_prompt;
-    size_t max_tokens;          /* n_prompt + max_tokens <= n_ctx (validated) */
-    size_t n_sequences;         /* n, or best_of: independent samples */
-    sampler_params sampling;    /* logit_bias array is copied */
-    uint64_t seed;              /* sequence i draws from seed + i */
+    size_t max_tokens;       /* n_prompt + max_tokens <= n_ctx (validated) */
+    size_t n_sequences;      /* n, or best_of: independent samples */
+    sampler_params sampling; /* logit_bias array is copied */
+    uint64_t seed;           /* sequence i draws from seed + i */
     const char *stop[ENGINE_MAX_STOP]; /* UTF-8, non-empty */
     size_t n_stop;
-    bool logprobs;              /* report logprob (+ n_top alternatives) per token */
-    size_t n_top_logprobs;      /* 0..ENGINE_MAX_LOGPROBS */
-    bool score_prompt;          /* echo + logprobs: score every prompt token */
+    bool logprobs;         /* report logprob (+ n_top alternatives) per token */
+    size_t n_top_logprobs; /* 0..ENGINE_MAX_LOGPROBS */
+    bool score_prompt;     /* echo + logprobs: score every prompt token */
     /* NULL, or an inspect request (inspect.h): every prompt position is
      * computed, nothing generated (max_tokens 0, one sequence, no
      * session), and the capture is read with gen_request_inspect. */
     const inspect_params *inspect;
-    const char *session_id;     /* NULL, or pins the conversation to a slot */
-    kv_identity identity;       /* the caller's owner and isolation domain:
+    const char *session_id; /* NULL, or pins the conversation to a slot */
+    kv_identity identity;   /* the caller's owner and isolation domain:
                                  * sessions and cached prefixes are its own */
     /* Whose share of the engine the request uses: the API key or client
      * address, even when the cache is global.  All zeros: identity.owner. */
     uint8_t account[SHA256_BYTES];
-    size_t max_seqs;            /* this caller's engine_config limits; */
-    size_t max_queued;          /* 0: the engine's default */
+    size_t max_seqs;   /* this caller's engine_config limits; */
+    size_t max_queued; /* 0: the engine's default */
     size_t max_sessions;
 } gen_params;
 
 /* One scored token: a prompt token (when scoring) or a generated one. */
 typedef struct gen_token {
     int32_t token;
-    float logprob;              /* NAN for the first prompt token, and for
+    float logprob; /* NAN for the first prompt token, and for
                                  * generated ones of a single sequence
                                  * without logprobs (nothing shows them) */
     size_t n_top;
@@ -83,14 +83,16 @@ typedef struct gen_token {
 /* The output of one sequence so far.  Read only with the request's lock
  * held; the arrays never move while the request lives (sized at submit). */
 typedef struct gen_output {
-    const gen_token *prompt_scores;   /* n_prompt entries once scored, else NULL */
+    const gen_token
+        *prompt_scores; /* n_prompt entries once scored, else NULL */
     size_t n_prompt_scored;
-    const gen_token *tokens;          /* generated tokens */
+    const gen_token *tokens; /* generated tokens */
     size_t n_tokens;
-    const char *text;                 /* generated text that is safe to show: */
-    size_t text_len;                  /* whole UTF-8 characters, no pending stop prefix */
-    const size_t *token_text_end;     /* per generated token: text_len after it (clamped) */
-    double cum_logprob;               /* sum of generated tokens' logprobs; NaN
+    const char *text; /* generated text that is safe to show: */
+    size_t text_len;  /* whole UTF-8 characters, no pending stop prefix */
+    const size_t
+        *token_text_end; /* per generated token: text_len after it (clamped) */
+    double cum_logprob;  /* sum of generated tokens' logprobs; NaN
                                        * (never computed) for a single sequence
                                        * without logprobs */
     finish_reason finish;
@@ -98,8 +100,8 @@ typedef struct gen_output {
 
 typedef struct gen_usage {
     size_t prompt_tokens;
-    size_t cached_tokens;       /* prompt tokens reused from the KV cache */
-    size_t completion_tokens;   /* over all sequences */
+    size_t cached_tokens;     /* prompt tokens reused from the KV cache */
+    size_t completion_tokens; /* over all sequences */
 } gen_usage;
 
 void gen_request_lock(gen_request *r);
@@ -110,7 +112,7 @@ bool gen_request_wait(gen_request *r, uint64_t *version, int timeout_ms);
 /* With the lock held. */
 size_t gen_request_n_sequences(const gen_request *r);
 const gen_output *gen_request_output(const gen_request *r, size_t sequence);
-bool gen_request_finished(const gen_request *r);  /* every sequence finished */
+bool gen_request_finished(const gen_request *r); /* every sequence finished */
 gen_usage gen_request_usage(const gen_request *r);
 /* How long it waited in the queue before it started; -1 while it has not
  * (or never did: cancelled while queued). */

@@ -23,26 +23,26 @@
 #include "text/textstream.h"
 
 typedef enum seq_phase {
-    SEQ_PREFILL,                /* sequence 0: prompt chunks still to run */
-    SEQ_WAIT_PREFILL,           /* a sibling: waits for sequence 0's prefill */
-    SEQ_DECODE,                 /* one row per step */
-    SEQ_LENS,                   /* an inspect request: logit-lens rows to run */
+    SEQ_PREFILL,      /* sequence 0: prompt chunks still to run */
+    SEQ_WAIT_PREFILL, /* a sibling: waits for sequence 0's prefill */
+    SEQ_DECODE,       /* one row per step */
+    SEQ_LENS,         /* an inspect request: logit-lens rows to run */
     SEQ_DONE,
 } seq_phase;
 
 typedef struct seq_state {
     /* engine thread only */
     seq_phase phase;
-    bool has_kv;                /* holds KV-cache sequence `kv` */
+    bool has_kv; /* holds KV-cache sequence `kv` */
     size_t kv;
     sampler_rng rng;
-    int32_t *generated;         /* [max_tokens] ids, for the penalties */
-    int32_t next_token;         /* decode input: the last sampled token */
+    int32_t *generated; /* [max_tokens] ids, for the penalties */
+    int32_t next_token; /* decode input: the last sampled token */
     double t_last_token;
     /* readers: under the request lock */
     gen_output out;
-    gen_token *tokens;          /* [max_tokens] */
-    size_t *text_end;           /* [max_tokens] */
+    gen_token *tokens; /* [max_tokens] */
+    size_t *text_end;  /* [max_tokens] */
     textstream ts;
 } seq_state;
 
@@ -50,7 +50,7 @@ struct gen_request {
     pthread_mutex_t lock;
     pthread_cond_t cond;
     atomic_int refs;
-    atomic_bool cancelled;      /* by its client, or by the drain deadline */
+    atomic_bool cancelled; /* by its client, or by the drain deadline */
     uint64_t version;
 
     /* immutable after submit */
@@ -58,45 +58,45 @@ struct gen_request {
     size_t n_prompt;
     size_t max_tokens;
     size_t n_seq;
-    sampler_params sampling;    /* logit_bias points at `bias` */
+    sampler_params sampling; /* logit_bias points at `bias` */
     logit_bias_entry *bias;
     uint64_t seed;
     bool score_prompt;
-    inspect_capture *inspect;   /* NULL, or what an inspect request keeps;
+    inspect_capture *inspect;      /* NULL, or what an inspect request keeps;
                                    written by the engine until it finishes */
-    size_t n_top;               /* alternatives kept per token */
-    char *session;              /* NULL or a copy */
-    kv_identity id;             /* whose cache it may use */
-    uint8_t account[SHA256_BYTES];  /* whose share of the engine it uses */
-    size_t max_seqs;            /* that caller's limits (resolved) */
+    size_t n_top;                  /* alternatives kept per token */
+    char *session;                 /* NULL or a copy */
+    kv_identity id;                /* whose cache it may use */
+    uint8_t account[SHA256_BYTES]; /* whose share of the engine it uses */
+    size_t max_seqs;               /* that caller's limits (resolved) */
     size_t max_queued;
     size_t max_sessions;
-    double cost;                /* prompt + n x max_tokens: what admission charges */
-    double t_submit;            /* when it was queued (engine_admit.c) */
+    double cost;     /* prompt + n x max_tokens: what admission charges */
+    double t_submit; /* when it was queued (engine_admit.c) */
 
     /* engine thread only */
     bool first_token_seen;
-    bool kv_deferred;           /* this admission pass: waits for memory
+    bool kv_deferred;     /* this admission pass: waits for memory
                                    another caller keeps, others pass it */
-    bool kv_loading;            /* sequence 0 waits for blocks from disk */
-    bool prefill_started;       /* a chunk of its prompt has run */
-    size_t lens_done;           /* logit-lens rows stored */
+    bool kv_loading;      /* sequence 0 waits for blocks from disk */
+    bool prefill_started; /* a chunk of its prompt has run */
+    size_t lens_done;     /* logit-lens rows stored */
 
     /* readers: under the lock */
-    gen_token *prompt_scores;   /* [n_prompt] when score_prompt; shown to
+    gen_token *prompt_scores; /* [n_prompt] when score_prompt; shown to
                                    readers once complete */
     gen_usage usage;
-    double queued_seconds;      /* from submit to admission; -1 before */
+    double queued_seconds; /* from submit to admission; -1 before */
     size_t n_finished;
-    seq_state *seqs;            /* [n_seq] */
+    seq_state *seqs; /* [n_seq] */
 };
 
 /* What a new request takes from the engine that makes it. */
 typedef struct request_setup {
-    const model_config *model;  /* an inspect's capture is shaped by it */
-    size_t max_token_bytes;     /* the longest token: sizes the text buffers */
-    size_t max_seqs;            /* a caller's limits where gen_params set */
-    size_t max_queued;          /* none (engine_config's, resolved) */
+    const model_config *model; /* an inspect's capture is shaped by it */
+    size_t max_token_bytes;    /* the longest token: sizes the text buffers */
+    size_t max_seqs;           /* a caller's limits where gen_params set */
+    size_t max_queued;         /* none (engine_config's, resolved) */
     size_t max_sessions;
 } request_setup;
 

@@ -27,7 +27,8 @@ static const double SETTLED = 10.0;
 
 void step_budget_init(step_budget *b, double limit, size_t min_rows)
 {
-    *b = (step_budget){ .limit = limit, .min_rows = min_rows > 0 ? min_rows : 1 };
+    *b = (step_budget){ .limit = limit,
+                        .min_rows = min_rows > 0 ? min_rows : 1 };
 }
 
 /* Solves the 3x3 system m x = v by elimination with partial pivoting;
@@ -119,16 +120,16 @@ double step_budget_seconds(const step_budget *b, size_t decode_rows,
 {
     if (!b->known)
         return 0.0;
-    return b->fixed_seconds + (double)decode_rows * b->decode_row_seconds
-           + (double)prefill_rows * b->prompt_row_seconds;
+    return b->fixed_seconds + (double)decode_rows * b->decode_row_seconds +
+           (double)prefill_rows * b->prompt_row_seconds;
 }
 
 size_t step_budget_prefill_rows(const step_budget *b, size_t decode_rows,
                                 size_t full_rows, size_t room)
 {
     if (decode_rows == 0 || !(b->limit > 0.0))
-        return room;            /* nobody waits, or no bound */
-    size_t rows = 0;            /* unknown costs: the minimum */
+        return room; /* nobody waits, or no bound */
+    size_t rows = 0; /* unknown costs: the minimum */
     const double decode = step_budget_seconds(b, decode_rows, 0);
     const double full = step_budget_seconds(b, full_rows, 0);
     if (b->known && decode > 0.0 && full > 0.0) {

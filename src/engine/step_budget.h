@@ -33,15 +33,15 @@
 #include <stddef.h>
 
 typedef struct step_budget {
-    double limit;               /* a step with prefill lasts at most this
+    double limit;    /* a step with prefill lasts at most this
                                  * many full decode steps; 0: no bound */
-    size_t min_rows;            /* prefill always advances by this much */
+    size_t min_rows; /* prefill always advances by this much */
     /* the recent steps, each weighing less than the one after it: sums of
      * the products of (1, decode rows, prompt rows) and with seconds */
     double gram[3][3];
     double moment[3];
-    bool known;                 /* the fit tells all three costs apart */
-    double fixed_seconds;       /* the fit, when known */
+    bool known;           /* the fit tells all three costs apart */
+    double fixed_seconds; /* the fit, when known */
     double decode_row_seconds;
     double prompt_row_seconds;
 } step_budget;

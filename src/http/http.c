@@ -37,21 +37,21 @@
 /* ------------------------------------------------------------------ */
 
 static const route routes[] = {
-    {ROUTE_COMPLETIONS, "/v1/completions", false, "POST", "/v1/completions"},
-    {ROUTE_CHAT_COMPLETIONS, "/v1/chat/completions", false, "POST",
-     "/v1/chat/completions"},
-    {ROUTE_INSPECT, "/v1/inspect", false, "POST", "/v1/inspect"},
-    {ROUTE_MODELS, "/v1/models", false, "GET", "/v1/models"},
-    {ROUTE_MODEL, "/v1/models/", true, "GET", "/v1/models/{id}"},
-    {ROUTE_HEALTH, "/health", false, "GET", "/health"},
-    {ROUTE_METRICS, "/metrics", false, "GET", "/metrics"},
-    {ROUTE_TOKENIZE, "/tokenize", false, "POST", "/tokenize"},
-    {ROUTE_DETOKENIZE, "/detokenize", false, "POST", "/detokenize"},
-    {ROUTE_SESSIONS, "/v1/sessions", false, "GET", "/v1/sessions"},
-    {ROUTE_SESSION, "/v1/sessions/", true, "DELETE", "/v1/sessions/{id}"},
+    { ROUTE_COMPLETIONS, "/v1/completions", false, "POST", "/v1/completions" },
+    { ROUTE_CHAT_COMPLETIONS, "/v1/chat/completions", false, "POST",
+      "/v1/chat/completions" },
+    { ROUTE_INSPECT, "/v1/inspect", false, "POST", "/v1/inspect" },
+    { ROUTE_MODELS, "/v1/models", false, "GET", "/v1/models" },
+    { ROUTE_MODEL, "/v1/models/", true, "GET", "/v1/models/{id}" },
+    { ROUTE_HEALTH, "/health", false, "GET", "/health" },
+    { ROUTE_METRICS, "/metrics", false, "GET", "/metrics" },
+    { ROUTE_TOKENIZE, "/tokenize", false, "POST", "/tokenize" },
+    { ROUTE_DETOKENIZE, "/detokenize", false, "POST", "/detokenize" },
+    { ROUTE_SESSIONS, "/v1/sessions", false, "GET", "/v1/sessions" },
+    { ROUTE_SESSION, "/v1/sessions/", true, "DELETE", "/v1/sessions/{id}" },
 };
-static const route static_route = {ROUTE_STATIC, "/", true, "GET", "static"};
-static const route no_route = {ROUTE_NONE, "", false, "", "other"};
+static const route static_route = { ROUTE_STATIC, "/", true, "GET", "static" };
+static const route no_route = { ROUTE_NONE, "", false, "", "other" };
 
 int http_reload_keys(http_server *srv, gpt2d_error *err)
 {
@@ -119,17 +119,18 @@ static bool early_checks(http_request *hr, enum MHD_Result *rc)
      * public (the page asks for the key and sends it with its API calls). */
     if (r->id != ROUTE_HEALTH && r->id != ROUTE_STATIC &&
         !http_request_authorize(srv, hr->conn, &hr->caller)) {
-        *rc = http_reply_error(hr, 401, NULL, "missing or incorrect API key: "
+        *rc = http_reply_error(hr, 401, NULL,
+                               "missing or incorrect API key: "
                                "send Authorization: Bearer KEY");
         return true;
     }
     hr->authorized = r->id != ROUTE_HEALTH && r->id != ROUTE_STATIC;
-    const char *cl = MHD_lookup_connection_value(hr->conn, MHD_HEADER_KIND,
-                                                 MHD_HTTP_HEADER_CONTENT_LENGTH);
+    const char *cl = MHD_lookup_connection_value(
+        hr->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
     if (cl != NULL && strtoull(cl, NULL, 10) > srv->cfg->max_body_bytes) {
-        *rc = http_reply_error(hr, 413, NULL,
-                               "request body of %s bytes is over the limit of %zu",
-                               cl, srv->cfg->max_body_bytes);
+        *rc = http_reply_error(
+            hr, 413, NULL, "request body of %s bytes is over the limit of %zu",
+            cl, srv->cfg->max_body_bytes);
         return true;
     }
     return false;
@@ -146,7 +147,7 @@ static enum MHD_Result dispatch(http_request *hr, const char *url)
                                 "request body is over the limit of %zu bytes",
                                 srv->cfg->max_body_bytes);
     const char *body = hr->body != NULL ? hr->body : "";
-    api_client client = {http_request_client_gone, hr};
+    api_client client = { http_request_client_gone, hr };
     switch (hr->route->id) {
     case ROUTE_COMPLETIONS:
     case ROUTE_CHAT_COMPLETIONS:
@@ -162,23 +163,35 @@ static enum MHD_Result dispatch(http_request *hr, const char *url)
         else
             api_inspect(api, &hr->caller, body, hr->len, &client, r);
         break;
-    case ROUTE_MODELS: api_models(api, r); break;
-    case ROUTE_MODEL: api_model(api, url + strlen("/v1/models/"), r); break;
-    case ROUTE_HEALTH: api_health(api, atomic_load(&srv->stopping), r); break;
-    case ROUTE_METRICS: api_metrics(api, r); break;
+    case ROUTE_MODELS:
+        api_models(api, r);
+        break;
+    case ROUTE_MODEL:
+        api_model(api, url + strlen("/v1/models/"), r);
+        break;
+    case ROUTE_HEALTH:
+        api_health(api, atomic_load(&srv->stopping), r);
+        break;
+    case ROUTE_METRICS:
+        api_metrics(api, r);
+        break;
     case ROUTE_TOKENIZE:
         api_tokenize(api, &hr->caller, body, hr->len, &client, r);
         break;
     case ROUTE_DETOKENIZE:
         api_detokenize(api, &hr->caller, body, hr->len, &client, r);
         break;
-    case ROUTE_SESSIONS: api_sessions_list(api, &hr->caller, r); break;
+    case ROUTE_SESSIONS:
+        api_sessions_list(api, &hr->caller, r);
+        break;
     case ROUTE_SESSION:
         api_session_delete(api, &hr->caller, url + strlen("/v1/sessions/"), r);
         break;
-    case ROUTE_STATIC: return http_reply_static(hr, url);
+    case ROUTE_STATIC:
+        return http_reply_static(hr, url);
     default:
-        return http_reply_error(hr, 404, NULL, "no such endpoint: %s", hr->path);
+        return http_reply_error(hr, 404, NULL, "no such endpoint: %s",
+                                hr->path);
     }
     /* The body has been read: the answer may take long to send, and a
      * connection whose client does not read must not keep it. */
@@ -187,7 +200,7 @@ static enum MHD_Result dispatch(http_request *hr, const char *url)
     hr->cap = 0;
     if (r->cancelled) {
         hr->status = r->status;
-        return MHD_NO;          /* nobody to answer: close the connection */
+        return MHD_NO; /* nobody to answer: close the connection */
     }
     return http_reply_api(hr);
 }
@@ -200,7 +213,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
     http_server *srv = cls;
     http_request *hr = *con_cls;
     if (hr == NULL)
-        return MHD_NO;          /* on_request_line ran out of memory */
+        return MHD_NO; /* on_request_line ran out of memory */
     if (!hr->begun) {
         hr->begun = true;
         atomic_init(&hr->refs, 1);
@@ -213,7 +226,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
         http_deadline_request_begun(srv->deadline, hr->watch);
         hr->http_1_0 = strcmp(version, MHD_HTTP_VERSION_1_0) == 0;
         http_framing_find_nul(hr, method, version);
-        if (hr->nul_header == NULL)     /* else a header may be cut short */
+        if (hr->nul_header == NULL) /* else a header may be cut short */
             http_request_id_from_client(hr);
         enum MHD_Result rc;
         if (early_checks(hr, &rc))
@@ -221,7 +234,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
         return MHD_YES;
     }
     if (hr->responded)
-        return MHD_YES;         /* answered early; let MHD drop the upload */
+        return MHD_YES; /* answered early; let MHD drop the upload */
     if (*upload_data_size > 0) {
         size_t n = *upload_data_size;
         *upload_data_size = 0;
@@ -264,7 +277,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     if (hr == NULL)
         return;
     *con_cls = NULL;
-    if (!hr->begun) {           /* MHD refused it before on_request */
+    if (!hr->begun) { /* MHD refused it before on_request */
         free(hr);
         return;
     }
@@ -274,26 +287,30 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     }
     size_t prompt, completion;
     api_response_usage(&hr->resp, &prompt, &completion);
-    if (hr->route->id == ROUTE_COMPLETIONS || hr->route->id == ROUTE_CHAT_COMPLETIONS
-        || hr->route->id == ROUTE_INSPECT)
+    if (hr->route->id == ROUTE_COMPLETIONS ||
+        hr->route->id == ROUTE_CHAT_COMPLETIONS ||
+        hr->route->id == ROUTE_INSPECT)
         MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT,
                                   srv->cfg->connection_timeout);
     deadline_cut cut = http_deadline_request_done(srv->deadline, hr->watch);
     if (cut == DEADLINE_CUT_REQUEST && hr->status == 0)
-        hr->status = 408;       /* cut by the request deadline */
+        hr->status = 408; /* cut by the request deadline */
     else if (cut == DEADLINE_CUT_STALLED)
-        hr->status = 499;       /* the client stopped reading: a hang-up */
+        hr->status = 499; /* the client stopped reading: a hang-up */
     else if (toe == MHD_REQUEST_TERMINATED_TIMEOUT_REACHED && hr->status != 0) {
         /* A body answer (not a completion's: its idle timeout is off)
          * that libmicrohttpd's idle timeout cut before the reaper did: the
          * same write timeout, so logged and counted the same way. */
         hr->status = 499;
         metrics_write_timeout();
-        log_info("closed a connection whose client took none of its response for "
-                 "%u s (timeout)", srv->cfg->connection_timeout);
+        log_info(
+            "closed a connection whose client took none of its response for "
+            "%u s (timeout)",
+            srv->cfg->connection_timeout);
     }
     int status = hr->status != 0 ? hr->status : 499;
-    metrics_request_done(hr->preflight ? "preflight" : hr->route->label, status);
+    metrics_request_done(hr->preflight ? "preflight" : hr->route->label,
+                         status);
     if (hr->authorized)
         metrics_key_request(hr->caller.metrics_key);
     /* Routes with an id in the path are logged by their pattern: a session
@@ -301,10 +318,13 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     char method[3 * sizeof hr->method], path[3 * sizeof hr->path];
     log_field(hr->method, method);
     log_field(hr->route->prefix && hr->route->id != ROUTE_STATIC
-                  ? hr->route->label : hr->path, path);
-    log_info("%s %s %d %.1fms prompt_tokens=%zu completion_tokens=%zu request_id=%s",
-             method, path, status, monotonic_since(&hr->t0) * 1e3, prompt,
-             completion, http_request_id(hr));
+                  ? hr->route->label
+                  : hr->path,
+              path);
+    log_info(
+        "%s %s %d %.1fms prompt_tokens=%zu completion_tokens=%zu request_id=%s",
+        method, path, status, monotonic_since(&hr->t0) * 1e3, prompt,
+        completion, http_request_id(hr));
     http_request_unref(hr);
     atomic_fetch_sub(&srv->in_flight, 1);
 }
@@ -332,14 +352,16 @@ static int resolve(const settings *cfg, struct sockaddr_storage *addr,
 {
     char port[16];
     snprintf(port, sizeof port, "%u", cfg->port);
-    struct addrinfo hints = {0}, *res = NULL;
+    struct addrinfo hints = { 0 }, *res = NULL;
     hints.ai_family = AF_UNSPEC;
     hints.ai_socktype = SOCK_STREAM;
     hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
-    const char *host = cfg->host != NULL && cfg->host[0] != '\0' ? cfg->host : NULL;
+    const char *host = cfg->host != NULL && cfg->host[0] != '\0' ? cfg->host
+                                                                 : NULL;
     int rc = getaddrinfo(host, port, &hints, &res);
     if (rc != 0)
-        return error_set(err, "--host %s: %s", host ? host : "(any)", gai_strerror(rc));
+        return error_set(err, "--host %s: %s", host ? host : "(any)",
+                         gai_strerror(rc));
     memcpy(addr, res->ai_addr, res->ai_addrlen);
     *addr_len = res->ai_addrlen;
     freeaddrinfo(res);
@@ -357,8 +379,8 @@ int http_start(http_server **out, const settings *cfg, const api_ctx *api,
     srv->api = api;
     atomic_init(&srv->stopping, false);
     const char *mhd = MHD_get_version();
-    srv->head_in_place = mhd != NULL &&
-                         (strcmp(mhd, "0.9.75") == 0 || strcmp(mhd, "0.9.76") == 0);
+    srv->head_in_place = mhd != NULL && (strcmp(mhd, "0.9.75") == 0 ||
+                                         strcmp(mhd, "0.9.76") == 0);
     if (addr_list_parse(&srv->trusted_proxies, cfg->trusted_proxy, err) != 0 ||
         http_keys_load(&srv->keys, cfg, err) != 0) {
         free(srv);
@@ -371,32 +393,37 @@ int http_start(http_server **out, const settings *cfg, const api_ctx *api,
         http_stop(srv);
         return -1;
     }
-    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION |
-                     MHD_USE_ITC | MHD_USE_ERROR_LOG;
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD |
+                     MHD_USE_THREAD_PER_CONNECTION | MHD_USE_ITC |
+                     MHD_USE_ERROR_LOG;
     if (addr.ss_family == AF_INET6)
         flags |= MHD_USE_IPv6;
     srv->daemon = MHD_start_daemon(
         flags, (uint16_t)cfg->port, NULL, NULL, on_request, srv,
-        MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,   /* first, or MHD warns */
+        MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, /* first, or MHD warns */
         MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
         MHD_OPTION_CONNECTION_LIMIT, (unsigned)cfg->max_connections,
         MHD_OPTION_CONNECTION_TIMEOUT, cfg->connection_timeout,
         MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv,
         MHD_OPTION_URI_LOG_CALLBACK, http_framing_on_request_line, srv,
         MHD_OPTION_NOTIFY_CONNECTION,
-        http_deadline_needed(cfg) ? http_deadline_on_connection : NULL, srv->deadline,
+        http_deadline_needed(cfg) ? http_deadline_on_connection : NULL,
+        srv->deadline,
         /* no LISTENING_ADDRESS_REUSE: that is SO_REUSEPORT, which let a
          * second gpt2d bind the same port and take half its connections;
          * the library's default SO_REUSEADDR is all a restart needs */
         MHD_OPTION_END);
     if (srv->daemon == NULL) {
         int saved = errno;
-        error_set(err, "cannot listen on %s:%u: %s", cfg->host ? cfg->host : "*",
-                  cfg->port, saved != 0 ? strerror(saved) : "libmicrohttpd refused to start");
+        error_set(err, "cannot listen on %s:%u: %s",
+                  cfg->host ? cfg->host : "*", cfg->port,
+                  saved != 0 ? strerror(saved)
+                             : "libmicrohttpd refused to start");
         http_stop(srv);
         return -1;
     }
-    const union MHD_DaemonInfo *di = MHD_get_daemon_info(srv->daemon, MHD_DAEMON_INFO_BIND_PORT);
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(
+        srv->daemon, MHD_DAEMON_INFO_BIND_PORT);
     srv->port = di != NULL ? di->port : cfg->port;
     *out = srv;
     return 0;

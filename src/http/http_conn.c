@@ -25,7 +25,7 @@
 
 typedef struct forwarded {
     const char *ring[FORWARDED_KEPT];
-    size_t n;                   /* lines seen */
+    size_t n; /* lines seen */
 } forwarded;
 
 static enum MHD_Result collect_forwarded(void *cls, enum MHD_ValueKind kind,
@@ -43,23 +43,24 @@ static enum MHD_Result collect_forwarded(void *cls, enum MHD_ValueKind kind,
  * the client that proxy names in X-Forwarded-For (addr_list.h).  An IPv6
  * client's limits are its /64's: one host is routinely given a whole /64,
  * and would otherwise have as many budgets as addresses it cares to use. */
-static void caller_of_address(const http_server *srv, struct MHD_Connection *conn,
-                              api_caller *who)
+static void caller_of_address(const http_server *srv,
+                              struct MHD_Connection *conn, api_caller *who)
 {
-    const union MHD_ConnectionInfo *ci =
-        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(
+        conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
     char host[INET6_ADDRSTRLEN] = "", network[INET6_ADDRSTRLEN + 4] = "";
     net_addr peer;
     if (ci != NULL && net_addr_of_socket(&peer, ci->client_addr)) {
         forwarded f = { .n = 0 };
         if (addr_list_contains(&srv->trusted_proxies, &peer))
-            MHD_get_connection_values(conn, MHD_HEADER_KIND, collect_forwarded, &f);
+            MHD_get_connection_values(conn, MHD_HEADER_KIND, collect_forwarded,
+                                      &f);
         const size_t kept = f.n < FORWARDED_KEPT ? f.n : FORWARDED_KEPT;
         const char *lines[FORWARDED_KEPT];
         for (size_t i = 0; i < kept; i++)
             lines[i] = f.ring[(f.n - kept + i) % FORWARDED_KEPT];
-        net_addr client = addr_list_client(&srv->trusted_proxies, &peer,
-                                           lines, kept);
+        net_addr client = addr_list_client(&srv->trusted_proxies, &peer, lines,
+                                           kept);
         net_addr_format(&client, host, sizeof host);
         if (client.v6) {
             char text[INET6_ADDRSTRLEN];
@@ -79,8 +80,9 @@ bool http_request_authorize(http_server *srv, struct MHD_Connection *conn,
                             api_caller *who)
 {
     http_keys_result k = http_keys_authorize(
-        srv->keys, MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
-                                               "Authorization"), who);
+        srv->keys,
+        MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Authorization"),
+        who);
     if (k == HTTP_KEYS_REFUSED)
         return false;
     if (k == HTTP_KEYS_NONE) {
@@ -109,11 +111,11 @@ void http_request_unref(http_request *hr)
 bool http_request_client_gone(void *arg)
 {
     http_request *hr = arg;
-    const union MHD_ConnectionInfo *ci =
-        MHD_get_connection_info(hr->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(
+        hr->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
     if (ci == NULL)
         return false;
-    struct pollfd pfd = {.fd = ci->connect_fd, .events = POLLRDHUP};
+    struct pollfd pfd = { .fd = ci->connect_fd, .events = POLLRDHUP };
     if (poll(&pfd, 1, 0) <= 0)
         return false;
     return (pfd.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) != 0;
@@ -151,7 +153,8 @@ bool http_is_tchar(char ch)
 {
     unsigned char c = (unsigned char)ch;
     return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-           (c >= '0' && c <= '9') || (c != '\0' && strchr("!#$%&'*+-.^_`|~", c) != NULL);
+           (c >= '0' && c <= '9') ||
+           (c != '\0' && strchr("!#$%&'*+-.^_`|~", c) != NULL);
 }
 
 /* RFC 9110 §5.1: a field name is a token. */

@@ -10,8 +10,8 @@
  * response for --timeout seconds is cut. */
 #include "http/http_deadline.h"
 
-#include <linux/sockios.h>      /* SIOCOUTQ */
-#include <linux/tcp.h>          /* TCP_INFO with tcpi_bytes_received, _acked */
+#include <linux/sockios.h> /* SIOCOUTQ */
+#include <linux/tcp.h>     /* TCP_INFO with tcpi_bytes_received, _acked */
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
@@ -33,9 +33,9 @@
  * before closing the socket: so while a watch is in the list (under
  * the lock) its fd is this connection's. */
 typedef enum watch_state {
-    WATCH_IDLE,                 /* waiting for the first byte of a request */
-    WATCH_RECEIVING,            /* a request is arriving: `deadline` applies */
-    WATCH_HANDLED,              /* the request is all in: being answered, and
+    WATCH_IDLE,      /* waiting for the first byte of a request */
+    WATCH_RECEIVING, /* a request is arriving: `deadline` applies */
+    WATCH_HANDLED,   /* the request is all in: being answered, and
                                  * the client must keep taking the answer */
 } watch_state;
 
@@ -43,24 +43,23 @@ struct conn_watch {
     struct conn_watch *prev, *next;
     int fd;
     watch_state state;
-    uint64_t idle_bytes;        /* bytes the socket had received when it went idle */
+    uint64_t idle_bytes; /* bytes the socket had received when it went idle */
     struct timespec deadline;
-    uint64_t acked;             /* answering: bytes the client had acknowledged */
-    struct timespec progress_at;/* answering: the last look that saw it take some,
+    uint64_t acked; /* answering: bytes the client had acknowledged */
+    struct timespec
+        progress_at;  /* answering: the last look that saw it take some,
                                  * or have nothing waiting */
-    deadline_cut cut;              /* cut by the reaper */
+    deadline_cut cut; /* cut by the reaper */
 };
-
 
 struct http_deadline {
     const settings *cfg;
-    pthread_mutex_t lock;       /* everything below */
-    pthread_cond_t cond;        /* CLOCK_MONOTONIC: wakes the reaper */
+    pthread_mutex_t lock; /* everything below */
+    pthread_cond_t cond;  /* CLOCK_MONOTONIC: wakes the reaper */
     conn_watch *watches;
     bool started, stop;
     pthread_t thread;
 };
-
 
 /* From the first byte of a request until it is all in (headers and body),
  * a connection has request_timeout seconds; then the reaper thread shuts its
@@ -100,7 +99,8 @@ static bool socket_bytes_received(int fd, uint64_t *out)
     socklen_t len = sizeof ti;
     memset(&ti, 0, sizeof ti);
     if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0 ||
-        len < offsetof(struct tcp_info, tcpi_bytes_received) + sizeof ti.tcpi_bytes_received)
+        len < offsetof(struct tcp_info, tcpi_bytes_received) +
+                  sizeof ti.tcpi_bytes_received)
         return false;
     *out = ti.tcpi_bytes_received;
     return true;
@@ -116,7 +116,8 @@ static bool socket_output(int fd, uint64_t *acked, bool *pending)
     int queued = 0;
     memset(&ti, 0, sizeof ti);
     if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0 ||
-        len < offsetof(struct tcp_info, tcpi_bytes_acked) + sizeof ti.tcpi_bytes_acked ||
+        len < offsetof(struct tcp_info, tcpi_bytes_acked) +
+                  sizeof ti.tcpi_bytes_acked ||
         ioctl(fd, SIOCOUTQ, &queued) != 0)
         return false;
     *acked = ti.tcpi_bytes_acked;
@@ -160,8 +161,8 @@ static void watch_go_idle(http_deadline *d, conn_watch *w)
 static void watch_add(http_deadline *d, struct MHD_Connection *conn,
                       void **socket_context)
 {
-    const union MHD_ConnectionInfo *ci =
-        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(
+        conn, MHD_CONNECTION_INFO_CONNECTION_FD);
     conn_watch *w = calloc(1, sizeof *w);
     if (ci == NULL || w == NULL) {
         /* Unwatched, the connection could trickle forever: refuse it. */
@@ -171,7 +172,7 @@ static void watch_add(http_deadline *d, struct MHD_Connection *conn,
         return;
     }
     w->fd = ci->connect_fd;
-    w->state = WATCH_IDLE;      /* idle_bytes 0: any byte starts the clock */
+    w->state = WATCH_IDLE; /* idle_bytes 0: any byte starts the clock */
     pthread_mutex_lock(&d->lock);
     w->next = d->watches;
     if (w->next != NULL)
@@ -214,8 +215,8 @@ void http_deadline_on_connection(void *cls, struct MHD_Connection *conn,
 
 conn_watch *http_deadline_watch_of(struct MHD_Connection *conn)
 {
-    const union MHD_ConnectionInfo *ci =
-        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(
+        conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
     return ci != NULL ? ci->socket_context : NULL;
 }
 
@@ -272,7 +273,7 @@ deadline_cut http_deadline_request_done(http_deadline *d, conn_watch *w)
         if (!socket_output(w->fd, &acked, &pending) || !pending)
             break;
         /* a client that closed its side has left: nothing to wait for */
-        struct pollfd pfd = {.fd = w->fd, .events = POLLRDHUP};
+        struct pollfd pfd = { .fd = w->fd, .events = POLLRDHUP };
         if (poll(&pfd, 1, 0) != 0)
             break;
         pthread_mutex_unlock(&d->lock);
@@ -304,8 +305,8 @@ deadline_cut http_deadline_request_done(http_deadline *d, conn_watch *w)
  * client is not reading, so a graceful close would leave the unsent bytes
  * and a FIN queued in the kernel behind a closed window for minutes, and an
  * SSE client would not learn that its stream was cut. */
-static bool stall_check(http_deadline *d, conn_watch *w, const struct timespec *now,
-                        struct timespec *wake)
+static bool stall_check(http_deadline *d, conn_watch *w,
+                        const struct timespec *now, struct timespec *wake)
 {
     unsigned limit = d->cfg->connection_timeout;
     if (limit == 0)
@@ -314,11 +315,13 @@ static bool stall_check(http_deadline *d, conn_watch *w, const struct timespec *
     bool pending = false;
     /* A socket the kernel says nothing about counts as progressing: cutting
      * a working stream would lose an answer on a guess. */
-    if (!socket_output(w->fd, &acked, &pending) || !pending || acked != w->acked) {
+    if (!socket_output(w->fd, &acked, &pending) || !pending ||
+        acked != w->acked) {
         w->acked = acked;
         w->progress_at = *now;
     }
-    struct timespec deadline = monotonic_after_ms(&w->progress_at, (long)limit * 1000);
+    struct timespec deadline = monotonic_after_ms(&w->progress_at,
+                                                  (long)limit * 1000);
     if (monotonic_before(now, &deadline)) {
         struct timespec next = monotonic_after_ms(now, poll_ms_for(limit));
         if (monotonic_before(&deadline, &next))
@@ -327,7 +330,7 @@ static bool stall_check(http_deadline *d, conn_watch *w, const struct timespec *
             *wake = next;
         return true;
     }
-    struct linger reset = {.l_onoff = 1, .l_linger = 0};
+    struct linger reset = { .l_onoff = 1, .l_linger = 0 };
     setsockopt(w->fd, SOL_SOCKET, SO_LINGER, &reset, sizeof reset);
     /* As for the request deadline, MHD's thread sees the shut-down socket
      * (a stream's content reader polls it too) and closes the connection;
@@ -336,14 +339,15 @@ static bool stall_check(http_deadline *d, conn_watch *w, const struct timespec *
     w->cut = DEADLINE_CUT_STALLED;
     metrics_write_timeout();
     log_info("closed a connection whose client took none of its response for "
-             "%u s (timeout)", limit);
+             "%u s (timeout)",
+             limit);
     return false;
 }
 
 /* Under watch_lock: one look at a connection at `now`.  Lowers *wake to
  * when it next needs a look; returns false when it needs none. */
-static bool watch_check(http_deadline *d, conn_watch *w, const struct timespec *now,
-                        struct timespec *wake)
+static bool watch_check(http_deadline *d, conn_watch *w,
+                        const struct timespec *now, struct timespec *wake)
 {
     if (w->cut != DEADLINE_CUT_NONE)
         return false;
@@ -372,7 +376,8 @@ static bool watch_check(http_deadline *d, conn_watch *w, const struct timespec *
     w->cut = DEADLINE_CUT_REQUEST;
     metrics_request_timeout();
     log_info("closed a connection whose request was not received within %u s "
-             "(request-timeout)", d->cfg->request_timeout);
+             "(request-timeout)",
+             d->cfg->request_timeout);
     return false;
 }
 
@@ -396,7 +401,8 @@ static void *reaper_main(void *arg)
     return NULL;
 }
 
-int http_deadline_start(http_deadline **out, const settings *cfg, gpt2d_error *err)
+int http_deadline_start(http_deadline **out, const settings *cfg,
+                        gpt2d_error *err)
 {
     *out = NULL;
     http_deadline *d = calloc(1, sizeof *d);
@@ -405,7 +411,8 @@ int http_deadline_start(http_deadline **out, const settings *cfg, gpt2d_error *e
     d->cfg = cfg;
     if (monotonic_cond_init(&d->cond) != 0) {
         free(d);
-        return error_set(err, "cannot create the connection-deadline condition");
+        return error_set(err,
+                         "cannot create the connection-deadline condition");
     }
     if (pthread_mutex_init(&d->lock, NULL) != 0) {
         pthread_cond_destroy(&d->cond);

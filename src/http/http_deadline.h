@@ -26,8 +26,8 @@ typedef struct conn_watch conn_watch;
 /* Why the reaper cut a connection. */
 typedef enum deadline_cut {
     DEADLINE_CUT_NONE,
-    DEADLINE_CUT_REQUEST,       /* the request did not arrive in time (408) */
-    DEADLINE_CUT_STALLED,       /* the client stopped reading its answer (499) */
+    DEADLINE_CUT_REQUEST, /* the request did not arrive in time (408) */
+    DEADLINE_CUT_STALLED, /* the client stopped reading its answer (499) */
 } deadline_cut;
 
 /* Either deadline is on: connections must be reported to
@@ -35,7 +35,8 @@ typedef enum deadline_cut {
 bool http_deadline_needed(const settings *cfg);
 /* The lock, and the thread when http_deadline_needed.  `cfg` must outlive
  * it.  On failure *out may be set: stop and free it. */
-int http_deadline_start(http_deadline **out, const settings *cfg, gpt2d_error *err);
+int http_deadline_start(http_deadline **out, const settings *cfg,
+                        gpt2d_error *err);
 /* Joins the thread; before MHD stops, so no socket is cut while MHD closes
  * it. */
 void http_deadline_stop(http_deadline *d);

@@ -65,13 +65,14 @@ void *http_framing_on_request_line(void *cls, const char *uri,
 }
 
 typedef struct head_scan {
-    uintptr_t begin, end;       /* the head as received: [begin, end) */
-    uintptr_t value_end;        /* the previous header's value's end; 0: none */
-    const char *name;           /* that header's name */
-    const char *bad;            /* the header with bytes after a NUL */
+    uintptr_t begin, end; /* the head as received: [begin, end) */
+    uintptr_t value_end;  /* the previous header's value's end; 0: none */
+    const char *name;     /* that header's name */
+    const char *bad;      /* the header with bytes after a NUL */
 } head_scan;
 
-static bool head_gap_ok(uintptr_t from, uintptr_t to, uintptr_t min, uintptr_t max)
+static bool head_gap_ok(uintptr_t from, uintptr_t to, uintptr_t min,
+                        uintptr_t max)
 {
     return to >= from + min && to <= from + max;
 }
@@ -107,19 +108,21 @@ void http_framing_find_nul(http_request *hr, const char *method,
 {
     if (hr->nul_in_target || !hr->srv->head_in_place)
         return;
-    const union MHD_ConnectionInfo *ci =
-        MHD_get_connection_info(hr->conn, MHD_CONNECTION_INFO_REQUEST_HEADER_SIZE);
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(
+        hr->conn, MHD_CONNECTION_INFO_REQUEST_HEADER_SIZE);
     if (ci == NULL)
         return;
     if (hr->raw_target != NULL && version[0] != '\0' &&
-        (uintptr_t)version != (uintptr_t)hr->raw_target + hr->raw_target_len + 1) {
+        (uintptr_t)version !=
+            (uintptr_t)hr->raw_target + hr->raw_target_len + 1) {
         hr->nul_in_target = true;
         return;
     }
-    head_scan h = {.begin = (uintptr_t)method,
-                   .end = (uintptr_t)method + ci->header_size};
+    head_scan h = { .begin = (uintptr_t)method,
+                    .end = (uintptr_t)method + ci->header_size };
     MHD_get_connection_values_n(hr->conn, MHD_HEADER_KIND, scan_header, &h);
-    if (h.bad == NULL && h.value_end != 0 && !head_gap_ok(h.value_end, h.end, 2, 4))
+    if (h.bad == NULL && h.value_end != 0 &&
+        !head_gap_ok(h.value_end, h.end, 2, 4))
         h.bad = h.name;
     hr->nul_header = h.bad;
 }
@@ -129,14 +132,15 @@ void http_framing_find_nul(http_request *hr, const char *method,
 static bool refuse_nul(http_request *hr, enum MHD_Result *rc)
 {
     if (hr->nul_in_target) {
-        *rc = http_reply_error(hr, 400, NULL, "the request target holds a NUL byte");
+        *rc = http_reply_error(hr, 400, NULL,
+                               "the request target holds a NUL byte");
         return true;
     }
     if (hr->nul_header != NULL) {
         hr->close_after = true;
-        *rc = http_reply_error(hr, 400, NULL,
-                               "the %.64s header holds a NUL byte or a folded line",
-                               hr->nul_header);
+        *rc = http_reply_error(
+            hr, 400, NULL, "the %.64s header holds a NUL byte or a folded line",
+            hr->nul_header);
         return true;
     }
     return false;
@@ -144,8 +148,8 @@ static bool refuse_nul(http_request *hr, enum MHD_Result *rc)
 
 typedef struct framing {
     unsigned content_lengths, transfer_encodings, hosts;
-    const char *transfer_encoding;  /* the first, which MHD obeys */
-    bool bad_name;                  /* a name that is not a token */
+    const char *transfer_encoding; /* the first, which MHD obeys */
+    bool bad_name;                 /* a name that is not a token */
 } framing;
 
 static enum MHD_Result count_framing(void *cls, enum MHD_ValueKind kind,
@@ -187,16 +191,17 @@ static bool refuse_framing(http_request *hr, enum MHD_Result *rc)
     if (f.bad_name) {
         /* the name is not echoed: it may hold any byte */
         hr->close_after = true;
-        *rc = http_reply_error(hr, 400, NULL,
-                               "a header name holds whitespace, a control byte or "
-                               "another byte a field name may not (RFC 9110 §5.1)");
+        *rc = http_reply_error(
+            hr, 400, NULL,
+            "a header name holds whitespace, a control byte or "
+            "another byte a field name may not (RFC 9110 §5.1)");
         return true;
     }
     if (f.content_lengths > 1) {
         hr->close_after = true;
-        *rc = http_reply_error(hr, 400, NULL,
-                               "%u Content-Length headers: a request may have one",
-                               f.content_lengths);
+        *rc = http_reply_error(
+            hr, 400, NULL, "%u Content-Length headers: a request may have one",
+            f.content_lengths);
         return true;
     }
     if (f.content_lengths > 0 && f.transfer_encodings > 0) {
@@ -207,21 +212,25 @@ static bool refuse_framing(http_request *hr, enum MHD_Result *rc)
         return true;
     }
     if (f.transfer_encodings > 1 ||
-        (f.transfer_encoding != NULL && strcasecmp(f.transfer_encoding, "chunked") != 0)) {
+        (f.transfer_encoding != NULL &&
+         strcasecmp(f.transfer_encoding, "chunked") != 0)) {
         hr->close_after = true;
         *rc = f.transfer_encodings > 1
-            ? http_reply_error(hr, 501, NULL, "%u Transfer-Encoding headers: only one, "
-                               "chunked, is supported", f.transfer_encodings)
-            : http_reply_error(hr, 501, NULL,
-                               "Transfer-Encoding \"%.64s\" is not supported "
-                               "(only chunked)",
-                               f.transfer_encoding);
+                  ? http_reply_error(hr, 501, NULL,
+                                     "%u Transfer-Encoding headers: only one, "
+                                     "chunked, is supported",
+                                     f.transfer_encodings)
+                  : http_reply_error(
+                        hr, 501, NULL,
+                        "Transfer-Encoding \"%.64s\" is not supported "
+                        "(only chunked)",
+                        f.transfer_encoding);
         return true;
     }
     if (f.hosts > 1) {
         hr->close_after = true;
-        *rc = http_reply_error(hr, 400, NULL, "%u Host headers: a request may have one",
-                               f.hosts);
+        *rc = http_reply_error(
+            hr, 400, NULL, "%u Host headers: a request may have one", f.hosts);
         return true;
     }
     if (f.hosts == 0 && !hr->http_1_0) {
@@ -257,7 +266,7 @@ static bool write_all(int fd, const char *data, size_t len, int ms)
         if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
             return false;
         int left = ms - (int)(monotonic_since(&t0) * 1e3);
-        struct pollfd pfd = {.fd = fd, .events = POLLOUT};
+        struct pollfd pfd = { .fd = fd, .events = POLLOUT };
         if (left <= 0 || poll(&pfd, 1, left) < 0)
             return false;
     }
@@ -275,7 +284,7 @@ static void linger(int fd)
     shutdown(fd, SHUT_WR);
     for (;;) {
         int left = LINGER_MS - (int)(monotonic_since(&t0) * 1e3);
-        struct pollfd pfd = {.fd = fd, .events = POLLIN};
+        struct pollfd pfd = { .fd = fd, .events = POLLIN };
         if (left <= 0 ||
             poll(&pfd, 1, left < LINGER_IDLE_MS ? left : LINGER_IDLE_MS) <= 0)
             return;
@@ -297,8 +306,8 @@ static void linger(int fd)
 enum MHD_Result http_framing_refuse_body_over_limit(http_request *hr)
 {
     const settings *cfg = hr->srv->cfg;
-    const union MHD_ConnectionInfo *ci =
-        MHD_get_connection_info(hr->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(
+        hr->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
     api_error e;
     api_error_set(&e, 413, NULL, "request body is over the limit of %zu bytes",
                   cfg->max_body_bytes);
@@ -310,7 +319,8 @@ enum MHD_Result http_framing_refuse_body_over_limit(http_request *hr)
     char date[64], head[4096];
     struct tm tm;
     time_t now = time(NULL);
-    strftime(date, sizeof date, "%a, %d %b %Y %H:%M:%S GMT", gmtime_r(&now, &tm));
+    strftime(date, sizeof date, "%a, %d %b %Y %H:%M:%S GMT",
+             gmtime_r(&now, &tm));
     int n = snprintf(head, sizeof head,
                      "HTTP/1.1 413 %s\r\nDate: %s\r\nConnection: close\r\n"
                      "Content-Type: %s\r\nContent-Length: %zu\r\n",
@@ -325,7 +335,8 @@ enum MHD_Result http_framing_refuse_body_over_limit(http_request *hr)
         n += snprintf(head + n, sizeof head - (size_t)n, "\r\n");
     if (ci != NULL && n > 0 && (size_t)n < sizeof head &&
         write_all(ci->connect_fd, head, (size_t)n, REFUSAL_WRITE_MS) &&
-        write_all(ci->connect_fd, hr->resp.body, hr->resp.body_len, REFUSAL_WRITE_MS))
+        write_all(ci->connect_fd, hr->resp.body, hr->resp.body_len,
+                  REFUSAL_WRITE_MS))
         linger(ci->connect_fd);
     return MHD_NO;
 }

@@ -32,7 +32,7 @@
 #include "http/http_deadline.h"
 #include "http/http_keys.h"
 
-#define REQUEST_ID_MAX 128      /* the longest X-Request-Id taken from a client */
+#define REQUEST_ID_MAX 128 /* the longest X-Request-Id taken from a client */
 
 struct http_server {
     struct MHD_Daemon *daemon;
@@ -40,27 +40,36 @@ struct http_server {
     const api_ctx *api;
     unsigned port;
     atomic_bool stopping;
-    atomic_size_t in_flight;    /* requests begun and not yet completed */
-    bool head_in_place;         /* this libmicrohttpd's head layout is known
+    atomic_size_t in_flight; /* requests begun and not yet completed */
+    bool head_in_place;      /* this libmicrohttpd's head layout is known
                                  * (http_framing_find_nul); written once at start */
     http_keys *keys;
-    addr_list trusted_proxies;  /* --trusted-proxy, parsed at start */
+    addr_list trusted_proxies; /* --trusted-proxy, parsed at start */
     http_deadline *deadline;
 };
 
 typedef enum route_id {
-    ROUTE_COMPLETIONS, ROUTE_CHAT_COMPLETIONS, ROUTE_INSPECT, ROUTE_MODELS,
-    ROUTE_MODEL, ROUTE_HEALTH, ROUTE_METRICS,
-    ROUTE_TOKENIZE, ROUTE_DETOKENIZE, ROUTE_SESSIONS, ROUTE_SESSION,
-    ROUTE_STATIC, ROUTE_NONE,
+    ROUTE_COMPLETIONS,
+    ROUTE_CHAT_COMPLETIONS,
+    ROUTE_INSPECT,
+    ROUTE_MODELS,
+    ROUTE_MODEL,
+    ROUTE_HEALTH,
+    ROUTE_METRICS,
+    ROUTE_TOKENIZE,
+    ROUTE_DETOKENIZE,
+    ROUTE_SESSIONS,
+    ROUTE_SESSION,
+    ROUTE_STATIC,
+    ROUTE_NONE,
 } route_id;
 
 typedef struct route {
     route_id id;
-    const char *path;           /* exact path, or prefix when `prefix` */
+    const char *path; /* exact path, or prefix when `prefix` */
     bool prefix;
-    const char *methods;        /* the Allow header */
-    const char *label;          /* metrics label */
+    const char *methods; /* the Allow header */
+    const char *label;   /* metrics label */
 } route;
 
 /* One HTTP request on a connection.  Referenced by the connection (until
@@ -69,27 +78,28 @@ typedef struct route {
 typedef struct http_request {
     http_server *srv;
     struct MHD_Connection *conn;
-    bool begun;                 /* the handler has seen it (on_request) */
-    bool nul_in_target;         /* the client sent a NUL in the target ("%00" or raw) */
-    const char *nul_header;     /* or in this header (MHD's copy of its name) */
-    const char *raw_target;     /* MHD's request line, as received: only */
-    size_t raw_target_len;      /* compared as addresses, never read later */
-    conn_watch *watch;          /* NULL without a deadline to enforce */
+    bool begun;         /* the handler has seen it (on_request) */
+    bool nul_in_target; /* the client sent a NUL in the target ("%00" or raw) */
+    const char *nul_header; /* or in this header (MHD's copy of its name) */
+    const char *raw_target; /* MHD's request line, as received: only */
+    size_t raw_target_len;  /* compared as addresses, never read later */
+    conn_watch *watch;      /* NULL without a deadline to enforce */
     const route *route;
     char method[16];
     char path[256];
     struct timespec t0;
     char *body;
     size_t len, cap;
-    bool too_large;             /* could not hold the body (out of memory) */
+    bool too_large; /* could not hold the body (out of memory) */
     bool http_1_0;
     bool responded;
-    bool preflight;             /* answered as a CORS preflight */
-    bool close_after;           /* the framing is in doubt: end the connection */
+    bool preflight;   /* answered as a CORS preflight */
+    bool close_after; /* the framing is in doubt: end the connection */
     int status;
-    api_caller caller;          /* who sent it (set by early_checks) */
-    char request_id[REQUEST_ID_MAX + 1];    /* "" until settled: http_request_id() */
-    bool authorized;            /* `caller` is set */
+    api_caller caller; /* who sent it (set by early_checks) */
+    char request_id[REQUEST_ID_MAX +
+                    1]; /* "" until settled: http_request_id() */
+    bool authorized;    /* `caller` is set */
     api_response resp;
     atomic_int refs;
 } http_request;

@@ -29,8 +29,8 @@
  * how many digest bytes compare equal depend on the SHA-256 of what the
  * client sent, which an attacker cannot steer towards a key's bytes. */
 typedef struct key_name {
-    char name[HTTP_KEY_NAME_MAX + 1];   /* "" when none */
-    size_t line;                        /* 0: GPT2D_API_KEY */
+    char name[HTTP_KEY_NAME_MAX + 1]; /* "" when none */
+    size_t line;                      /* 0: GPT2D_API_KEY */
 } key_name;
 
 typedef struct key_digest {
@@ -42,9 +42,9 @@ typedef struct key_set {
     gpt2d_buf callers;
     gpt2d_buf names;
     gpt2d_buf digests;
-    gpt2d_buf named;            /* the indices of the keys with a name */
+    gpt2d_buf named; /* the indices of the keys with a name */
     long *slots;
-    size_t n_slots;             /* 0 or a power of two, at least 2n */
+    size_t n_slots; /* 0 or a power of two, at least 2n */
     size_t n;
 } key_set;
 
@@ -80,7 +80,8 @@ static void keys_free(key_set *k)
  * own, and of callers without keys. */
 static api_limits default_limits(const settings *cfg)
 {
-    return (api_limits){ .max_seqs = 0, .max_queued = 0,
+    return (api_limits){ .max_seqs = 0,
+                         .max_queued = 0,
                          .tokens_per_minute = cfg->tokens_per_minute_per_key };
 }
 
@@ -142,7 +143,7 @@ static int keys_add(key_set *k, const char *key, size_t len,
     api_caller who;
     api_caller_of_key(&who, key, len);
     who.limits = *limits;
-    who.metrics_key = 0;        /* set once the whole set has loaded */
+    who.metrics_key = 0; /* set once the whole set has loaded */
     key_digest d;
     sha256(key, len, d.d);
     if (slots_reserve(k) != 0 ||
@@ -196,8 +197,13 @@ static bool valid_name(const char *s, size_t len)
 }
 
 /* The attributes a line may give, and their ranges. */
-enum { ATTR_NAME, ATTR_MAX_SEQS, ATTR_MAX_QUEUED, ATTR_TOKENS_PER_MINUTE,
-       N_ATTRS };
+enum {
+    ATTR_NAME,
+    ATTR_MAX_SEQS,
+    ATTR_MAX_QUEUED,
+    ATTR_TOKENS_PER_MINUTE,
+    N_ATTRS
+};
 static const struct {
     const char *name;
     uint64_t min, max;
@@ -227,22 +233,27 @@ static int parse_attribute(const char *w, size_t len, const char *where,
     const char *eq = memchr(w, '=', len);
     if (eq == NULL)
         /* not echoed: it may be the rest of a key that held a space */
-        return error_set(err, "%s: a word after the key is not an attribute "
-                         "(NAME=VALUE; a key is one word)", where);
+        return error_set(err,
+                         "%s: a word after the key is not an attribute "
+                         "(NAME=VALUE; a key is one word)",
+                         where);
     size_t alen = (size_t)(eq - w), vlen = len - alen - 1;
     const char *v = eq + 1;
     size_t a = attribute_index(w, alen);
     if (a == N_ATTRS)
-        return error_set(err, "%s: unknown attribute '%.*s' (name, max-seqs, "
-                         "max-queued, tokens-per-minute)", where,
-                         (int)(alen < 32 ? alen : 32), w);
+        return error_set(err,
+                         "%s: unknown attribute '%.*s' (name, max-seqs, "
+                         "max-queued, tokens-per-minute)",
+                         where, (int)(alen < 32 ? alen : 32), w);
     if (seen[a])
         return error_set(err, "%s: %s is given twice", where, attrs[a].name);
     seen[a] = true;
     if (a == ATTR_NAME) {
         if (!valid_name(v, vlen))
-            return error_set(err, "%s: name '%.*s' is not 1 to %d of A-Z a-z "
-                             "0-9 . _ -", where, (int)(vlen < 80 ? vlen : 80), v,
+            return error_set(err,
+                             "%s: name '%.*s' is not 1 to %d of A-Z a-z "
+                             "0-9 . _ -",
+                             where, (int)(vlen < 80 ? vlen : 80), v,
                              HTTP_KEY_NAME_MAX);
         memcpy(name->name, v, vlen);
         name->name[vlen] = '\0';
@@ -250,9 +261,10 @@ static int parse_attribute(const char *w, size_t len, const char *where,
     }
     uint64_t n = 0;
     if (!parse_limit(v, vlen, attrs[a].min, attrs[a].max, &n))
-        return error_set(err, "%s: %s: '%.*s' is not a whole number from %ju "
-                         "to %ju", where, attrs[a].name,
-                         (int)(vlen < 32 ? vlen : 32), v,
+        return error_set(err,
+                         "%s: %s: '%.*s' is not a whole number from %ju "
+                         "to %ju",
+                         where, attrs[a].name, (int)(vlen < 32 ? vlen : 32), v,
                          (uintmax_t)attrs[a].min, (uintmax_t)attrs[a].max);
     if (a == ATTR_MAX_SEQS)
         limits->max_seqs = (size_t)n;
@@ -297,13 +309,16 @@ static int parse_key_line(key_set *k, const char *s, const char *e,
     if (key_len > (size_t)(e - s))
         key_len = (size_t)(e - s);
     if (odd_whitespace(s, e))
-        return error_set(err, "%s: whitespace other than spaces and tabs "
+        return error_set(err,
+                         "%s: whitespace other than spaces and tabs "
                          "(vertical tab, form feed, carriage return or "
                          "no-break space): a key never contains whitespace",
                          where);
     if (begins_with_attribute(s, key_len))
-        return error_set(err, "%s: the line begins with an attribute, not a "
-                         "key (KEY [NAME=VALUE...])", where);
+        return error_set(err,
+                         "%s: the line begins with an attribute, not a "
+                         "key (KEY [NAME=VALUE...])",
+                         where);
     api_limits limits = default_limits(cfg);
     key_name name = { .name = "", .line = lineno };
     bool seen[N_ATTRS] = { false };
@@ -313,7 +328,8 @@ static int parse_key_line(key_set *k, const char *s, const char *e,
         size_t len = 0;
         while (w + len < e && w[len] != ' ' && w[len] != '\t')
             len++;
-        if (len > 0 && parse_attribute(w, len, where, seen, &limits, &name, err) != 0)
+        if (len > 0 &&
+            parse_attribute(w, len, where, seen, &limits, &name, err) != 0)
             return -1;
         w += len;
     }
@@ -325,12 +341,14 @@ static int parse_key_line(key_set *k, const char *s, const char *e,
     const size_t *named = BUF_ITEMS(&k->named, size_t);
     size_t n_named = BUF_COUNT(&k->named, size_t);
     if (name.name[0] != '\0' && n_named >= METRICS_MAX_KEYS - 1)
-        return error_set(err, "%s: name '%s': more than %d named keys (the "
-                         "bound of /metrics' label set)", where, name.name,
-                         METRICS_MAX_KEYS - 1);
+        return error_set(err,
+                         "%s: name '%s': more than %d named keys (the "
+                         "bound of /metrics' label set)",
+                         where, name.name, METRICS_MAX_KEYS - 1);
     for (size_t i = 0; name.name[0] != '\0' && i < n_named; i++)
         if (strcmp(names[named[i]].name, name.name) == 0)
-            return error_set(err, "%s: name '%s' is already the name of line %zu",
+            return error_set(err,
+                             "%s: name '%s' is already the name of line %zu",
                              where, name.name, names[named[i]].line);
     if (keys_add(k, s, key_len, &limits, &name) != 0)
         return error_set(err, "%s: out of memory", path);
@@ -348,7 +366,8 @@ static int keys_load_line(void *ctx, config_line *line, gpt2d_error *err)
     const key_file *kf = ctx;
     char *s = line->text, *e = line->text + line->len;
     /* an editor's UTF-8 byte order mark is not part of the first key */
-    if (line->number == 1 && line->len >= 3 && memcmp(s, "\xEF\xBB\xBF", 3) == 0)
+    if (line->number == 1 && line->len >= 3 &&
+        memcmp(s, "\xEF\xBB\xBF", 3) == 0)
         s += 3;
     while (s < e && (*s == ' ' || *s == '\t'))
         s++;
@@ -382,7 +401,8 @@ static int keys_label(key_set *k, const settings *cfg, gpt2d_error *err)
             continue;
         callers[i].metrics_key = metrics_key_id(names[i].name);
         if (callers[i].metrics_key == 0)
-            return error_set(err, "%s:%zu: name '%s': more than %d key names "
+            return error_set(err,
+                             "%s:%zu: name '%s': more than %d key names "
                              "have been loaded since the daemon started (the "
                              "bound of /metrics' label set); restart it",
                              cfg->api_key_file, names[i].line, names[i].name,
@@ -393,15 +413,17 @@ static int keys_label(key_set *k, const settings *cfg, gpt2d_error *err)
 
 static int keys_load(key_set *k, const settings *cfg, gpt2d_error *err)
 {
-    *k = (key_set){ .keys = GPT2D_BUF_INIT, .callers = GPT2D_BUF_INIT,
-                    .names = GPT2D_BUF_INIT, .digests = GPT2D_BUF_INIT,
+    *k = (key_set){ .keys = GPT2D_BUF_INIT,
+                    .callers = GPT2D_BUF_INIT,
+                    .names = GPT2D_BUF_INIT,
+                    .digests = GPT2D_BUF_INIT,
                     .named = GPT2D_BUF_INIT };
     if (cfg->api_key_file != NULL && cfg->api_key_file[0] != '\0' &&
         keys_load_file(k, cfg, err) != 0) {
         keys_free(k);
         return -1;
     }
-    const char *env = cfg->api_key;     /* GPT2D_API_KEY (settings.h) */
+    const char *env = cfg->api_key; /* GPT2D_API_KEY (settings.h) */
     const api_limits limits = default_limits(cfg);
     const key_name unnamed = { .name = "", .line = 0 };
     if (env != NULL && env[0] != '\0' && keys_index(k, env, strlen(env)) < 0 &&

@@ -46,9 +46,9 @@ int http_keys_load(http_keys **out, const settings *cfg, gpt2d_error *err);
 /* Re-reads them; on failure the old keys stay in force. */
 int http_keys_reload(http_keys *k, gpt2d_error *err);
 typedef enum http_keys_result {
-    HTTP_KEYS_NONE,             /* no keys are configured: every request in */
-    HTTP_KEYS_MATCH,            /* one of them: *who is its caller */
-    HTTP_KEYS_REFUSED,          /* missing or wrong */
+    HTTP_KEYS_NONE,    /* no keys are configured: every request in */
+    HTTP_KEYS_MATCH,   /* one of them: *who is its caller */
+    HTTP_KEYS_REFUSED, /* missing or wrong */
 } http_keys_result;
 
 /* Checks `authorization` ("Bearer KEY", NULL when absent).  On MATCH,

@@ -25,7 +25,8 @@
 
 /* What a page on another origin may read besides the CORS-safelisted
  * headers: what the OpenAI SDK and the playground look at. */
-#define CORS_EXPOSED_HEADERS "X-Request-Id, Retry-After, Allow, WWW-Authenticate"
+#define CORS_EXPOSED_HEADERS                                                   \
+    "X-Request-Id, Retry-After, Allow, WWW-Authenticate"
 
 /* The fields every response carries, whoever writes it (libmicrohttpd, or
  * http_framing_refuse_body_over_limit by hand): its request id and, with
@@ -35,12 +36,13 @@ size_t http_reply_common_headers(http_request *hr,
                                  header_field out[COMMON_HEADERS_MAX])
 {
     size_t n = 0;
-    out[n++] = (header_field){"X-Request-Id", http_request_id(hr)};
+    out[n++] = (header_field){ "X-Request-Id", http_request_id(hr) };
     const char *origin = hr->srv->cfg->cors_origin;
     if (origin != NULL && origin[0] != '\0') {
-        out[n++] = (header_field){"Access-Control-Allow-Origin", origin};
-        out[n++] = (header_field){"Access-Control-Expose-Headers", CORS_EXPOSED_HEADERS};
-        out[n++] = (header_field){"Vary", "Origin"};
+        out[n++] = (header_field){ "Access-Control-Allow-Origin", origin };
+        out[n++] = (header_field){ "Access-Control-Expose-Headers",
+                                   CORS_EXPOSED_HEADERS };
+        out[n++] = (header_field){ "Vary", "Origin" };
     }
     return n;
 }
@@ -85,27 +87,31 @@ static bool header_name_list_ok(const char *s)
 enum MHD_Result http_reply_preflight(http_request *hr)
 {
     const char *allowed = hr->srv->cfg->cors_origin;
-    const char *origin = MHD_lookup_connection_value(hr->conn, MHD_HEADER_KIND, "Origin");
-    const char *asked = MHD_lookup_connection_value(hr->conn, MHD_HEADER_KIND,
-                                                    "Access-Control-Request-Headers");
-    struct MHD_Response *resp =
-        MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT);
+    const char *origin = MHD_lookup_connection_value(hr->conn, MHD_HEADER_KIND,
+                                                     "Origin");
+    const char *asked = MHD_lookup_connection_value(
+        hr->conn, MHD_HEADER_KIND, "Access-Control-Request-Headers");
+    struct MHD_Response *resp = MHD_create_response_from_buffer(
+        0, NULL, MHD_RESPMEM_PERSISTENT);
     if (resp == NULL)
         return MHD_NO;
     add_common_headers(hr, resp);
     MHD_add_response_header(resp, "Vary", "Access-Control-Request-Headers");
-    if (strcmp(allowed, "*") == 0 || (origin != NULL && strcmp(origin, allowed) == 0)) {
+    if (strcmp(allowed, "*") == 0 ||
+        (origin != NULL && strcmp(origin, allowed) == 0)) {
         MHD_add_response_header(resp, "Access-Control-Allow-Methods",
                                 "GET, POST, DELETE, OPTIONS");
         MHD_add_response_header(resp, "Access-Control-Allow-Headers",
                                 asked != NULL && header_name_list_ok(asked)
-                                    ? asked : "Authorization, Content-Type");
+                                    ? asked
+                                    : "Authorization, Content-Type");
         MHD_add_response_header(resp, "Access-Control-Max-Age", "600");
     }
     hr->status = 204;
     hr->responded = true;
     hr->preflight = true;
-    enum MHD_Result rc = MHD_queue_response(hr->conn, MHD_HTTP_NO_CONTENT, resp);
+    enum MHD_Result rc = MHD_queue_response(hr->conn, MHD_HTTP_NO_CONTENT,
+                                            resp);
     MHD_destroy_response(resp);
     return rc;
 }
@@ -141,7 +147,7 @@ static ssize_t source_reader(void *cls, uint64_t pos, char *buf, size_t max)
 {
     (void)pos;
     http_request *hr = cls;
-    api_client client = {http_request_client_gone, hr};
+    api_client client = { http_request_client_gone, hr };
     ssize_t n = api_response_read(&hr->resp, buf, max, &client);
     if (n > 0)
         return n;
@@ -163,7 +169,7 @@ enum MHD_Result http_reply_api(http_request *hr)
     api_response *r = &hr->resp;
     struct MHD_Response *resp;
     if (r->source.read != NULL) {
-        atomic_fetch_add(&hr->refs, 1);     /* the response's reference */
+        atomic_fetch_add(&hr->refs, 1); /* the response's reference */
         resp = MHD_create_response_from_callback(
             r->source.live ? MHD_SIZE_UNKNOWN : r->source.length,
             STREAM_BLOCK_SIZE, source_reader, hr, reader_free);
@@ -185,7 +191,8 @@ enum MHD_Result http_reply_api(http_request *hr)
         r->body = NULL;
     }
     if (r->content_type != NULL)
-        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, r->content_type);
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE,
+                                r->content_type);
     if (r->allow != NULL)
         MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, r->allow);
     if (r->retry_after > 0) {
@@ -194,13 +201,15 @@ enum MHD_Result http_reply_api(http_request *hr)
         MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, ra);
     }
     if (r->status == 401)
-        MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE,
+                                "Bearer");
     if (hr->close_after)
         MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
     add_common_headers(hr, resp);
     hr->status = r->status;
     hr->responded = true;
-    enum MHD_Result rc = MHD_queue_response(hr->conn, (unsigned)r->status, resp);
+    enum MHD_Result rc = MHD_queue_response(hr->conn, (unsigned)r->status,
+                                            resp);
     MHD_destroy_response(resp);
     return rc;
 }
@@ -211,18 +220,20 @@ enum MHD_Result http_reply_api(http_request *hr)
 
 static const char *content_type_for(const char *path)
 {
-    static const struct { const char *ext, *type; } types[] = {
-        {".html", "text/html; charset=utf-8"},
-        {".js", "text/javascript; charset=utf-8"},
-        {".mjs", "text/javascript; charset=utf-8"},
-        {".css", "text/css; charset=utf-8"},
-        {".json", "application/json"},
-        {".svg", "image/svg+xml"},
-        {".png", "image/png"},
-        {".ico", "image/x-icon"},
-        {".txt", "text/plain; charset=utf-8"},
-        {".woff2", "font/woff2"},
-        {".map", "application/json"},
+    static const struct {
+        const char *ext, *type;
+    } types[] = {
+        { ".html", "text/html; charset=utf-8" },
+        { ".js", "text/javascript; charset=utf-8" },
+        { ".mjs", "text/javascript; charset=utf-8" },
+        { ".css", "text/css; charset=utf-8" },
+        { ".json", "application/json" },
+        { ".svg", "image/svg+xml" },
+        { ".png", "image/png" },
+        { ".ico", "image/x-icon" },
+        { ".txt", "text/plain; charset=utf-8" },
+        { ".woff2", "font/woff2" },
+        { ".map", "application/json" },
     };
     const char *dot = strrchr(path, '.');
     if (dot != NULL && strchr(dot, '/') == NULL)
@@ -240,7 +251,8 @@ static bool static_path_ok(const char *url)
     for (const char *p = url; *p != '\0'; p++) {
         char c = *p;
         bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-                  (c >= '0' && c <= '9') || c == '/' || c == '.' || c == '_' || c == '-';
+                  (c >= '0' && c <= '9') || c == '/' || c == '.' || c == '_' ||
+                  c == '-';
         if (!ok)
             return false;
         if (c == '/' && p[1] == '.')
@@ -249,7 +261,7 @@ static bool static_path_ok(const char *url)
     return true;
 }
 
-#define STATIC_CSP                                                            \
+#define STATIC_CSP                                                              \
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; " \
     "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
 
@@ -258,7 +270,8 @@ enum MHD_Result http_reply_static(http_request *hr, const char *url)
     const char *root = hr->srv->cfg->web_root;
     const char *rel = strcmp(url, "/") == 0 ? "/index.html" : url;
     if (root == NULL || root[0] == '\0' || !static_path_ok(rel))
-        return http_reply_error(hr, 404, NULL, "no such endpoint or file: %s", hr->path);
+        return http_reply_error(hr, 404, NULL, "no such endpoint or file: %s",
+                                hr->path);
     char path[4096];
     snprintf(path, sizeof path, "%s%s", root, rel);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -266,14 +279,17 @@ enum MHD_Result http_reply_static(http_request *hr, const char *url)
     if (fd < 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
         if (fd >= 0)
             close(fd);
-        return http_reply_error(hr, 404, NULL, "no such endpoint or file: %s", hr->path);
+        return http_reply_error(hr, 404, NULL, "no such endpoint or file: %s",
+                                hr->path);
     }
-    struct MHD_Response *resp = MHD_create_response_from_fd((uint64_t)st.st_size, fd);
+    struct MHD_Response *resp = MHD_create_response_from_fd(
+        (uint64_t)st.st_size, fd);
     if (resp == NULL) {
         close(fd);
         return MHD_NO;
     }
-    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, content_type_for(rel));
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE,
+                            content_type_for(rel));
     /* No validators to revalidate against, so the browser must ask each time;
      * the policy lets the page load only its own files and talk only to us. */
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");

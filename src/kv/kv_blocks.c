@@ -90,7 +90,7 @@ int32_t kv_block_take_free(kv_cache *c, long acct)
 {
     int32_t b = c->free_head;
     if (b == NONE)
-        abort();                /* kv_tier_take made one free: a bug */
+        abort(); /* kv_tier_take made one free: a bug */
     kv_block *k = &c->blocks[b];
     c->free_head = k->next_free;
     c->n_free--;
@@ -169,8 +169,7 @@ void kv_block_adopt(kv_cache *c, int32_t b, size_t n, long acct)
 
 /* Copies positions [0, n) of every layer and head from block `src` to
  * `dst`. */
-void kv_block_copy_positions(kv_cache *c, int32_t dst, int32_t src,
-                             size_t n)
+void kv_block_copy_positions(kv_cache *c, int32_t dst, int32_t src, size_t n)
 {
     const kv_geometry *g = &c->geo;
     const size_t row = g->head_dim * g->elem_size;
@@ -195,7 +194,7 @@ void kv_block_publish(kv_cache *c, kv_seq *s, size_t i)
     int32_t b = (int32_t)s->blocks[i];
     const kv_block *k = &c->blocks[b];
     const uint8_t *parent_key = k->parent == NONE ? s->root
-                                : c->blocks[k->parent].chain;
+                                                  : c->blocks[k->parent].chain;
     int32_t twin = kv_index_add(c, b, parent_key);
     if (twin == NONE)
         return;

@@ -34,7 +34,7 @@ static void chain_key(const uint8_t parent_key[SHA256_BYTES],
 {
     uint8_t bytes[KV_BLOCK_TOKENS * 4];
     for (size_t i = 0; i < KV_BLOCK_TOKENS; i++) {
-        uint32_t t = (uint32_t)tokens[i];       /* little-endian on disk too */
+        uint32_t t = (uint32_t)tokens[i]; /* little-endian on disk too */
         bytes[4 * i] = (uint8_t)t;
         bytes[4 * i + 1] = (uint8_t)(t >> 8);
         bytes[4 * i + 2] = (uint8_t)(t >> 16);
@@ -109,8 +109,9 @@ int32_t kv_index_best_child(const kv_cache *c, const uint8_t key[SHA256_BYTES],
         if (!is_child(k, key, parent, domain))
             continue;
         size_t n = common_prefix(k->tokens, k->n_filled, want, n_want);
-        if (n > best_n || (n == best_n && n > 0 && k->n_filled == KV_BLOCK_TOKENS
-                           && c->blocks[best].n_filled < KV_BLOCK_TOKENS)) {
+        if (n > best_n ||
+            (n == best_n && n > 0 && k->n_filled == KV_BLOCK_TOKENS &&
+             c->blocks[best].n_filled < KV_BLOCK_TOKENS)) {
             best = b;
             best_n = n;
         }
@@ -139,7 +140,8 @@ static int32_t cached_twin(const kv_cache *c, int32_t b)
  * keys are set and it joins the index, unless an identical block is cached
  * already; that twin is returned (NONE when `b` joined) and the caller
  * (kv_block_publish) decides whose references change. */
-int32_t kv_index_add(kv_cache *c, int32_t b, const uint8_t parent_key[SHA256_BYTES])
+int32_t kv_index_add(kv_cache *c, int32_t b,
+                     const uint8_t parent_key[SHA256_BYTES])
 {
     kv_block *k = &c->blocks[b];
     memmove(k->parent_key, parent_key, SHA256_BYTES);

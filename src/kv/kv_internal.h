@@ -57,18 +57,18 @@ _Static_assert(KV_BLOCK_TOKENS == KVDISK_BLOCK_TOKENS, "one block size");
 enum { BLOCK_FREE, BLOCK_PRIVATE, BLOCK_CACHED };
 
 typedef struct kv_block {
-    uint8_t parent_key[SHA256_BYTES];  /* its index key */
-    uint8_t chain[SHA256_BYTES];       /* full blocks: H(parent_key, tokens) */
+    uint8_t parent_key[SHA256_BYTES]; /* its index key */
+    uint8_t chain[SHA256_BYTES];      /* full blocks: H(parent_key, tokens) */
     uint8_t domain[SHA256_BYTES];
     int32_t tokens[KV_BLOCK_TOKENS];
     uint32_t n_filled;
-    int32_t parent;                    /* block, or NONE for a first block */
+    int32_t parent; /* block, or NONE for a first block */
     uint32_t refs;
     uint32_t children;
-    int32_t acct;                      /* charged to; NONE while free */
+    int32_t acct; /* charged to; NONE while free */
     uint8_t state;
-    bool session;                      /* a session's history: evicted last */
-    bool spilled;                      /* written out at shutdown */
+    bool session; /* a session's history: evicted last */
+    bool spilled; /* written out at shutdown */
     uint64_t last_used;
     int32_t next_in_bucket;
     int32_t next_free;
@@ -78,7 +78,7 @@ typedef struct kv_block {
  * sequence ends first, it waits in the orphans until the read is done. */
 typedef struct kv_load {
     int32_t block;
-    size_t n_use;                      /* positions of it the sequence takes */
+    size_t n_use; /* positions of it the sequence takes */
     kv_block_meta m;
     kv_disk_read rd;
     struct kv_load *next;
@@ -86,17 +86,17 @@ typedef struct kv_load {
 
 typedef struct kv_seq {
     bool active;
-    uint32_t *blocks;                  /* [per_ctx] */
+    uint32_t *blocks; /* [per_ctx] */
     size_t n_blocks;
     size_t n_tokens;
-    int32_t *tokens;                   /* [n_ctx] */
-    size_t reserved;                   /* blocks it may still take */
+    int32_t *tokens; /* [n_ctx] */
+    size_t reserved; /* blocks it may still take */
     uint8_t domain[SHA256_BYTES];
     uint8_t root[SHA256_BYTES];
     bool session;
-    long record;                       /* session record, or -1 */
-    long acct;                         /* whose blocks it makes (held) */
-    kv_load *loads;                    /* in position order */
+    long record;    /* session record, or -1 */
+    long acct;      /* whose blocks it makes (held) */
+    kv_load *loads; /* in position order */
 } kv_seq;
 
 typedef struct kv_session {
@@ -104,23 +104,23 @@ typedef struct kv_session {
     char id[KVCACHE_SESSION_ID_MAX + 1];
     uint8_t owner[SHA256_BYTES];
     uint8_t domain[SHA256_BYTES];
-    int32_t *history;                  /* the tokens its last turn left cached */
+    int32_t *history; /* the tokens its last turn left cached */
     size_t n_history;
     double last_used;
-    long seq;                          /* running sequence, or -1 */
-    long acct;                         /* the account that made it (held) */
+    long seq;  /* running sequence, or -1 */
+    long acct; /* the account that made it (held) */
 } kv_session;
 
 /* What the cache counts per account, beside kvaccount.h's blocks. */
 typedef struct acct_use {
-    size_t idle;                       /* its unreferenced cached blocks */
-    size_t records;                    /* its session records */
+    size_t idle;    /* its unreferenced cached blocks */
+    size_t records; /* its session records */
 } acct_use;
 
 struct kv_cache {
     kv_geometry geo;
     uint8_t fingerprint[SHA256_BYTES];
-    size_t per_ctx;                    /* blocks of one full context */
+    size_t per_ctx; /* blocks of one full context */
     kv_block *blocks;
     size_t n_blocks;
     int32_t free_head;
@@ -131,17 +131,17 @@ struct kv_cache {
     size_t n_seqs;
     kv_session *sessions;
     size_t n_sessions_cap;
-    kv_accounts acc;                   /* who is charged the blocks */
-    acct_use *use;                     /* [acc.cap] */
+    kv_accounts acc; /* who is charged the blocks */
+    acct_use *use;   /* [acc.cap] */
     uint64_t sessions_forgotten;
     uint64_t clock;
     uint64_t evictions;
-    kv_disk *disk;                     /* NULL without --kv-cache-dir */
-    char *sessions_path;               /* the sessions' file beside the blocks */
+    kv_disk *disk;       /* NULL without --kv-cache-dir */
+    char *sessions_path; /* the sessions' file beside the blocks */
     kv_load *orphans;
-    double token_seconds;              /* computing one token, on average */
+    double token_seconds; /* computing one token, on average */
     uint64_t hit_tokens_ram, hit_tokens_disk, disk_slower;
-    double last_now;                   /* the latest caller's clock seen */
+    double last_now; /* the latest caller's clock seen */
 };
 
 /* One block a new sequence will read from disk (kv_tier.c). */
@@ -180,8 +180,7 @@ bool kv_block_adoptable(const kv_cache *c, int32_t b);
 void kv_block_adopt(kv_cache *c, int32_t b, size_t n, long acct);
 /* Copies positions [0, n) of every layer and head from block `src` to
  * `dst`. */
-void kv_block_copy_positions(kv_cache *c, int32_t dst, int32_t src,
-                             size_t n);
+void kv_block_copy_positions(kv_cache *c, int32_t dst, int32_t src, size_t n);
 
 /* ---- the prefix index (kv_index.c) ---- */
 

@@ -22,9 +22,9 @@
 /* Where a block's keys and values are.  Filled once at creation; forward.c
  * reads it to address K/V through a block table. */
 typedef struct kv_geometry {
-    char *base;                 /* block b starts at base + b * block_bytes */
+    char *base; /* block b starts at base + b * block_bytes */
     size_t block_bytes;
-    size_t elem_size;           /* 4 (float) or 2 (half) */
+    size_t elem_size; /* 4 (float) or 2 (half) */
     bool half;
     size_t n_layer, n_head, head_dim;
     size_t n_ctx;
@@ -35,15 +35,14 @@ typedef struct kv_geometry {
 static inline void *kvcache_block_k(const kv_geometry *g, uint32_t block,
                                     size_t layer, size_t head)
 {
-    return g->base + block * g->block_bytes
-           + (layer * g->n_head + head) * KV_BLOCK_TOKENS * g->head_dim
-             * g->elem_size;
+    return g->base + block * g->block_bytes +
+           (layer * g->n_head + head) * KV_BLOCK_TOKENS * g->head_dim *
+               g->elem_size;
 }
 static inline void *kvcache_block_v(const kv_geometry *g, uint32_t block,
                                     size_t layer, size_t head)
 {
-    return (char *)kvcache_block_k(g, block, layer, head)
-           + g->block_bytes / 2;
+    return (char *)kvcache_block_k(g, block, layer, head) + g->block_bytes / 2;
 }
 
 #endif

@@ -45,13 +45,13 @@ void kv_session_domain(const uint8_t domain[SHA256_BYTES], const char *session,
  * read, never through a link (kvdir.h); it is written after the disk tier
  * closes, while the daemon still holds the directory's lock. */
 
-static const char SESSIONS_MAGIC[8] = "GPT2DS2";  /* with its NUL */
+static const char SESSIONS_MAGIC[8] = "GPT2DS2"; /* with its NUL */
 
 typedef struct session_rec {
     uint8_t owner[SHA256_BYTES], domain[SHA256_BYTES];
     uint8_t account[KV_ACCOUNT_BYTES];
     char id[KVCACHE_SESSION_ID_MAX + 1];
-    double idle;                       /* seconds idle at shutdown */
+    double idle; /* seconds idle at shutdown */
     uint32_t n_history;
 } session_rec;
 
@@ -107,7 +107,8 @@ static void sessions_load(kv_cache *c, double now)
             close(fd);
         else if (errno == ELOOP)
             log_warn("KV cache: %s is a symbolic link: not followed, its "
-                     "sessions are not listed", c->sessions_path);
+                     "sessions are not listed",
+                     c->sessions_path);
         return;
     }
     gpt2d_buf file = GPT2D_BUF_INIT;
@@ -123,7 +124,8 @@ static void sessions_load(kv_cache *c, double now)
     uint8_t sum[SHA256_BYTES];
     bool ok = buf != NULL && len >= head + SHA256_BYTES &&
               memcmp(buf, SESSIONS_MAGIC, sizeof SESSIONS_MAGIC) == 0 &&
-              memcmp(buf + sizeof SESSIONS_MAGIC, c->fingerprint, SHA256_BYTES) == 0;
+              memcmp(buf + sizeof SESSIONS_MAGIC, c->fingerprint,
+                     SHA256_BYTES) == 0;
     if (ok) {
         sha256(buf, len - SHA256_BYTES, sum);
         ok = memcmp(sum, buf + len - SHA256_BYTES, SHA256_BYTES) == 0;
@@ -170,12 +172,12 @@ static void sessions_load(kv_cache *c, double now)
     if (!ok)
         log_warn("KV cache: %s does not check out (damaged): its sessions "
                  "are not listed, though their history is found when they "
-                 "come back", c->sessions_path);
+                 "come back",
+                 c->sessions_path);
     buf_free(&file);
 }
 
-int kv_sessions_open(kv_cache *c, const char *dir, double now,
-                     gpt2d_error *err)
+int kv_sessions_open(kv_cache *c, const char *dir, double now, gpt2d_error *err)
 {
     size_t len = strlen(dir) + sizeof "/sessions-" + 16;
     if ((c->sessions_path = malloc(len)) == NULL)
@@ -232,8 +234,9 @@ static void session_where(kv_cache *c, const kv_session *r, size_t *ram,
     size_t pos = 0;
     *ram = *disk = 0;
     while (pos < r->n_history) {
-        size_t want = r->n_history - pos < KV_BLOCK_TOKENS
-                      ? r->n_history - pos : KV_BLOCK_TOKENS, shared;
+        size_t want = r->n_history - pos < KV_BLOCK_TOKENS ? r->n_history - pos
+                                                           : KV_BLOCK_TOKENS,
+               shared;
         int32_t x = kv_index_best_child(c, key, parent, r->domain,
                                         r->history + pos, want, &shared);
         if (x == NONE)

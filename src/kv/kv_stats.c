@@ -42,20 +42,22 @@ size_t kvcache_account_blocks(const kv_cache *c, const uint8_t *account)
     return i >= 0 ? c->acc.a[i].blocks : 0;
 }
 
-#define AUDIT(cond, ...) \
-    do { \
-        if (!(cond)) { \
-            snprintf(why, why_size, __VA_ARGS__); \
-            ok = false; \
-            goto done; \
-        } \
+#define AUDIT(cond, ...)                                                       \
+    do {                                                                       \
+        if (!(cond)) {                                                         \
+            snprintf(why, why_size, __VA_ARGS__);                              \
+            ok = false;                                                        \
+            goto done;                                                         \
+        }                                                                      \
     } while (0)
 
 bool kvcache_audit(const kv_cache *c, char *why, size_t why_size)
 {
     const size_t cap = c->acc.cap;
-    size_t *blocks = calloc(cap, sizeof *blocks), *idle = calloc(cap, sizeof *idle);
-    size_t *holds = calloc(cap, sizeof *holds), *records = calloc(cap, sizeof *records);
+    size_t *blocks = calloc(cap, sizeof *blocks),
+           *idle = calloc(cap, sizeof *idle);
+    size_t *holds = calloc(cap, sizeof *holds),
+           *records = calloc(cap, sizeof *records);
     size_t n_free = 0, n_unref = 0, holding = 0;
     bool ok = true;
     AUDIT(blocks && idle && holds && records, "out of memory");
@@ -66,8 +68,10 @@ bool kvcache_audit(const kv_cache *c, char *why, size_t why_size)
             n_free++;
             continue;
         }
-        AUDIT(k->acct >= 0 && (size_t)k->acct < cap, "block %zu charged to "
-              "no account", b);
+        AUDIT(k->acct >= 0 && (size_t)k->acct < cap,
+              "block %zu charged to "
+              "no account",
+              b);
         blocks[k->acct]++;
         if (k->state == BLOCK_CACHED && k->refs == 0) {
             idle[k->acct]++;
@@ -82,22 +86,26 @@ bool kvcache_audit(const kv_cache *c, char *why, size_t why_size)
             holds[c->sessions[i].acct]++;
             records[c->sessions[i].acct]++;
         }
-    AUDIT(n_free == c->n_free, "%zu free blocks, counted %zu", n_free, c->n_free);
+    AUDIT(n_free == c->n_free, "%zu free blocks, counted %zu", n_free,
+          c->n_free);
     AUDIT(n_unref == c->n_unref, "%zu unreferenced, counted %zu", n_unref,
           c->n_unref);
     for (size_t i = 0; i < cap; i++) {
         const kv_account *a = &c->acc.a[i];
         holding += blocks[i] > 0;
-        AUDIT(a->blocks == blocks[i], "account %zu: %zu blocks, counted %zu",
-              i, blocks[i], a->blocks);
+        AUDIT(a->blocks == blocks[i], "account %zu: %zu blocks, counted %zu", i,
+              blocks[i], a->blocks);
         AUDIT(a->holds == holds[i], "account %zu: %zu holds, counted %zu", i,
               holds[i], a->holds);
         AUDIT(c->use[i].idle == idle[i], "account %zu: %zu idle, counted %zu",
               i, idle[i], c->use[i].idle);
-        AUDIT(c->use[i].records == records[i], "account %zu: %zu records, "
-              "counted %zu", i, records[i], c->use[i].records);
-        AUDIT(blocks[i] + holds[i] == 0 || kv_accounts_find(&c->acc, a->tag)
-              == (long)i, "account %zu in use but not found", i);
+        AUDIT(c->use[i].records == records[i],
+              "account %zu: %zu records, "
+              "counted %zu",
+              i, records[i], c->use[i].records);
+        AUDIT(blocks[i] + holds[i] == 0 ||
+                  kv_accounts_find(&c->acc, a->tag) == (long)i,
+              "account %zu in use but not found", i);
     }
     AUDIT(holding == c->acc.holding, "%zu accounts hold blocks, counted %zu",
           holding, c->acc.holding);

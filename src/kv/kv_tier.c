@@ -19,7 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define KV_DISK_WRITE_QUEUE 16      /* blocks copied for the disk writer */
+#define KV_DISK_WRITE_QUEUE 16 /* blocks copied for the disk writer */
 
 static kv_block_meta meta_of(const kv_cache *c, const kv_block *k)
 {
@@ -51,7 +51,7 @@ int32_t kv_tier_take(kv_cache *c, long acct)
     if (c->free_head == NONE) {
         int32_t v = kv_block_victim(c, acct);
         if (v == NONE)
-            abort();            /* reservations promise a block: a bug */
+            abort(); /* reservations promise a block: a bug */
         kv_accounts_note_eviction(&c->acc, c->blocks[v].acct, acct);
         kv_tier_spill(c, v, false);
         kv_block_drop_cached(c, v);
@@ -62,7 +62,8 @@ int32_t kv_tier_take(kv_cache *c, long acct)
 
 int kv_tier_open(kv_cache *c, const kv_cache_config *kc, gpt2d_error *err)
 {
-    kv_disk_config dc = { .dir = kc->disk_dir, .max_bytes = kc->disk_bytes,
+    kv_disk_config dc = { .dir = kc->disk_dir,
+                          .max_bytes = kc->disk_bytes,
                           .block_bytes = c->geo.block_bytes,
                           .fingerprint = c->fingerprint,
                           .write_queue = KV_DISK_WRITE_QUEUE };
@@ -132,7 +133,8 @@ size_t kv_tier_plan(kv_cache *c, const uint8_t key[SHA256_BYTES],
     memcpy(k, key, SHA256_BYTES);
     size_t n = 0, at = pos;
     while (at < limit) {
-        size_t want = limit - at < KV_BLOCK_TOKENS ? limit - at : KV_BLOCK_TOKENS;
+        size_t want = limit - at < KV_BLOCK_TOKENS ? limit - at
+                                                   : KV_BLOCK_TOKENS;
         size_t shared;
         kv_block_meta m;
         long e = kvdisk_best_child(c->disk, k, domain, prompt + at, want,
@@ -263,8 +265,9 @@ void kvcache_note_compute(kv_cache *c, size_t tokens, double seconds)
     if (tokens < KV_BLOCK_TOKENS || seconds <= 0.0)
         return;
     double per = seconds / (double)tokens;
-    c->token_seconds = c->token_seconds == 0.0 ? per
-                       : 0.9 * c->token_seconds + 0.1 * per;
+    c->token_seconds = c->token_seconds == 0.0
+                           ? per
+                           : 0.9 * c->token_seconds + 0.1 * per;
 }
 
 bool kvcache_seq_loading(const kv_cache *c, size_t seq)

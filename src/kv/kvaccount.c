@@ -9,7 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-static size_t bucket_of(const kv_accounts *t, const uint8_t tag[KV_ACCOUNT_BYTES])
+static size_t bucket_of(const kv_accounts *t,
+                        const uint8_t tag[KV_ACCOUNT_BYTES])
 {
     uint64_t v;
     memcpy(&v, tag, sizeof v);

@@ -35,27 +35,27 @@
 
 /* Whose block an eviction took, for /metrics. */
 typedef enum kv_evicted_from {
-    KV_EVICTED_OWN,             /* the requester's own */
-    KV_EVICTED_OVER_SHARE,      /* another account above its share */
-    KV_EVICTED_UNDER_SHARE,     /* another account at or under its share */
+    KV_EVICTED_OWN,         /* the requester's own */
+    KV_EVICTED_OVER_SHARE,  /* another account above its share */
+    KV_EVICTED_UNDER_SHARE, /* another account at or under its share */
     KV_EVICTED_KINDS
 } kv_evicted_from;
 
 typedef struct kv_account {
     uint8_t tag[KV_ACCOUNT_BYTES];
-    size_t blocks;              /* charged in this tier */
-    size_t holds;               /* the tier's other references */
-    long next;                  /* in its bucket, or on the free list */
+    size_t blocks; /* charged in this tier */
+    size_t holds;  /* the tier's other references */
+    long next;     /* in its bucket, or on the free list */
 } kv_account;
 
 /* Read its fields freely; only kvaccount.c writes them. */
 typedef struct kv_accounts {
-    kv_account *a;              /* [cap]; blocks + holds == 0: unused */
+    kv_account *a; /* [cap]; blocks + holds == 0: unused */
     size_t cap;
-    size_t budget;              /* the tier's blocks */
-    size_t holding;             /* accounts charged at least one block */
+    size_t budget;  /* the tier's blocks */
+    size_t holding; /* accounts charged at least one block */
     uint64_t evicted[KV_EVICTED_KINDS];
-    long *buckets;              /* entries by tag */
+    long *buckets; /* entries by tag */
     size_t bucket_mask;
     long free_head;
 } kv_accounts;
@@ -66,7 +66,8 @@ int kv_accounts_init(kv_accounts *t, size_t cap, size_t budget);
 void kv_accounts_free(kv_accounts *t);
 
 /* The entry of `tag`, or -1. */
-long kv_accounts_find(const kv_accounts *t, const uint8_t tag[KV_ACCOUNT_BYTES]);
+long kv_accounts_find(const kv_accounts *t,
+                      const uint8_t tag[KV_ACCOUNT_BYTES]);
 /* The entry of `tag`, made if need be, held once more.  -1 only when the
  * table is full: more holders than it was sized for (a bug). */
 long kv_accounts_hold(kv_accounts *t, const uint8_t tag[KV_ACCOUNT_BYTES]);
@@ -75,7 +76,8 @@ void kv_accounts_release(kv_accounts *t, long i);
 void kv_accounts_charge(kv_accounts *t, long i);
 void kv_accounts_uncharge(kv_accounts *t, long i);
 /* kv_accounts_hold and kv_accounts_charge in one, without the hold. */
-long kv_accounts_charge_tag(kv_accounts *t, const uint8_t tag[KV_ACCOUNT_BYTES]);
+long kv_accounts_charge_tag(kv_accounts *t,
+                            const uint8_t tag[KV_ACCOUNT_BYTES]);
 
 /* The guaranteed share, in blocks: budget / accounts holding blocks (the
  * budget when none does). */

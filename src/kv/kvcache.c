@@ -28,8 +28,8 @@ size_t kvcache_blocks_per_context(const kv_shape *shape)
 size_t kvcache_blocks_needed(size_t n_prompt, size_t max_total, size_t n_seq)
 {
     size_t total = (max_total + KV_BLOCK_TOKENS - 1) / KV_BLOCK_TOKENS;
-    return total + (n_seq > 1 ? (n_seq - 1) * (total - n_prompt / KV_BLOCK_TOKENS)
-                              : 0);
+    return total +
+           (n_seq > 1 ? (n_seq - 1) * (total - n_prompt / KV_BLOCK_TOKENS) : 0);
 }
 
 size_t kvcache_max_total(size_t n_prompt, size_t n_seq, size_t have)
@@ -64,8 +64,10 @@ int kvcache_create(kv_cache **out, const kv_shape *shape,
 {
     *out = NULL;
     if (shape->n_head == 0 || shape->n_embd % shape->n_head != 0)
-        return error_set(err, "KV cache: n_embd %zu is not a multiple of "
-                         "n_head %zu", shape->n_embd, shape->n_head);
+        return error_set(err,
+                         "KV cache: n_embd %zu is not a multiple of "
+                         "n_head %zu",
+                         shape->n_embd, shape->n_head);
     const size_t bb = kvcache_block_bytes(shape, kc->half);
     const size_t per_ctx = kvcache_blocks_per_context(shape);
     if (bb == 0)
@@ -73,16 +75,20 @@ int kvcache_create(kv_cache **out, const kv_shape *shape,
     if (kc->max_seqs == 0)
         return error_set(err, "KV cache: at least one sequence is needed");
     if (kc->n_blocks < per_ctx || kc->n_blocks > INT32_MAX / 2)
-        return error_set(err, "KV cache: %zu blocks of %zu tokens cannot hold "
+        return error_set(err,
+                         "KV cache: %zu blocks of %zu tokens cannot hold "
                          "one full context of %zu tokens (%zu blocks)",
-                         kc->n_blocks, (size_t)KV_BLOCK_TOKENS, shape->n_ctx, per_ctx);
+                         kc->n_blocks, (size_t)KV_BLOCK_TOKENS, shape->n_ctx,
+                         per_ctx);
     if (kc->n_blocks > SIZE_MAX / bb)
         return error_set(err, "KV cache: %zu blocks overflow", kc->n_blocks);
     kv_cache *c = calloc(1, sizeof *c);
     if (c == NULL)
         return error_set(err, "KV cache: out of memory");
-    c->geo = (kv_geometry){ .block_bytes = bb, .elem_size = kc->half ? 2 : 4,
-                            .half = kc->half, .n_layer = shape->n_layer,
+    c->geo = (kv_geometry){ .block_bytes = bb,
+                            .elem_size = kc->half ? 2 : 4,
+                            .half = kc->half,
+                            .n_layer = shape->n_layer,
                             .n_head = shape->n_head,
                             .head_dim = shape->n_embd / shape->n_head,
                             .n_ctx = shape->n_ctx };
@@ -103,8 +109,9 @@ int kvcache_create(kv_cache **out, const kv_shape *shape,
     c->seqs = calloc(kc->max_seqs, sizeof *c->seqs);
     c->sessions = calloc(c->n_sessions_cap, sizeof *c->sessions);
     c->use = calloc(n_accounts, sizeof *c->use);
-    bool ok = c->geo.base && c->blocks && c->buckets && c->seqs && c->sessions
-              && c->use && kv_accounts_init(&c->acc, n_accounts, kc->n_blocks) == 0;
+    bool ok = c->geo.base && c->blocks && c->buckets && c->seqs &&
+              c->sessions && c->use &&
+              kv_accounts_init(&c->acc, n_accounts, kc->n_blocks) == 0;
     for (size_t i = 0; ok && i < kc->max_seqs; i++) {
         c->seqs[i].blocks = malloc(per_ctx * sizeof *c->seqs[i].blocks);
         c->seqs[i].tokens = malloc(shape->n_ctx * sizeof *c->seqs[i].tokens);
@@ -112,7 +119,8 @@ int kvcache_create(kv_cache **out, const kv_shape *shape,
     }
     if (!ok) {
         kvcache_free(c);
-        return error_set(err, "KV cache: cannot allocate %zu blocks of %zu bytes",
+        return error_set(err,
+                         "KV cache: cannot allocate %zu blocks of %zu bytes",
                          kc->n_blocks, bb);
     }
     /* Touch every page now: the memory is committed at start-up (an
@@ -120,8 +128,8 @@ int kvcache_create(kv_cache **out, const kv_shape *shape,
      * footprint from the first minute. */
     memset(c->geo.base, 0, kc->n_blocks * bb);
     if (kc->disk_dir != NULL && kc->disk_dir[0] != '\0') {
-        if (kv_tier_open(c, kc, err) != 0
-            || kv_sessions_open(c, kc->disk_dir, kc->now, err) != 0) {
+        if (kv_tier_open(c, kc, err) != 0 ||
+            kv_sessions_open(c, kc->disk_dir, kc->now, err) != 0) {
             kvcache_free(c);
             return -1;
         }
@@ -205,22 +213,22 @@ static bool account_running(const kv_cache *c, long acct)
 
 /* What a new sequence finds of its prompt, and what it must reserve. */
 typedef struct prefix_match {
-    uint8_t domain[SHA256_BYTES];      /* its blocks' (a session's own) */
-    uint8_t root[SHA256_BYTES];        /* its first block's parent key */
-    uint8_t key[SHA256_BYTES];         /* chain key where the RAM walk ended */
-    size_t limit;                      /* prompt positions it may reuse */
-    int32_t *matched;                  /* [per_ctx]: full blocks it shares */
+    uint8_t domain[SHA256_BYTES]; /* its blocks' (a session's own) */
+    uint8_t root[SHA256_BYTES];   /* its first block's parent key */
+    uint8_t key[SHA256_BYTES];    /* chain key where the RAM walk ended */
+    size_t limit;                 /* prompt positions it may reuse */
+    int32_t *matched;             /* [per_ctx]: full blocks it shares */
     size_t n_matched;
-    size_t pos;                        /* prompt positions they hold */
-    size_t newly_held;                 /* of them, held by no sequence yet */
-    int32_t parent;                    /* the last of them, or NONE */
-    int32_t copy_src;                  /* a partial block to take over or
+    size_t pos;        /* prompt positions they hold */
+    size_t newly_held; /* of them, held by no sequence yet */
+    int32_t parent;    /* the last of them, or NONE */
+    int32_t copy_src;  /* a partial block to take over or
                                         * copy, or NONE */
-    size_t copy_n;                     /* positions of it that match */
-    disk_plan *plan;                   /* [per_ctx]: blocks read from disk */
+    size_t copy_n;     /* positions of it that match */
+    disk_plan *plan;   /* [per_ctx]: blocks read from disk */
     size_t n_plan;
-    size_t total;                      /* blocks of one sequence at max_total */
-    size_t need;                       /* blocks to reserve */
+    size_t total; /* blocks of one sequence at max_total */
+    size_t need;  /* blocks to reserve */
 } prefix_match;
 
 /* The first n free sequence slots, into seqs: false when fewer are free. */
@@ -272,8 +280,8 @@ static void match_ram(const kv_cache *c, const kv_begin *b, prefix_match *m)
  * read, or kv_tier_unplan): it replaces the partial copy. */
 static void match_disk(kv_cache *c, const kv_begin *b, prefix_match *m)
 {
-    m->n_plan = kv_tier_plan(c, m->key, m->domain, b->prompt, m->pos,
-                             m->limit, m->copy_n, m->plan);
+    m->n_plan = kv_tier_plan(c, m->key, m->domain, b->prompt, m->pos, m->limit,
+                             m->copy_n, m->plan);
     if (m->n_plan > 0) {
         m->copy_src = NONE;
         m->copy_n = 0;
@@ -290,11 +298,12 @@ static kv_begin_status admit(const kv_cache *c, const kv_begin *b, long acct,
     m->need = m->total - m->n_matched;
     if (b->n_seq > 1)
         m->need += (b->n_seq - 1) * (m->total - b->n_prompt / KV_BLOCK_TOKENS);
-    size_t held_for_copy = m->copy_src != NONE
-                           && c->blocks[m->copy_src].refs == 0;
+    size_t held_for_copy = m->copy_src != NONE &&
+                           c->blocks[m->copy_src].refs == 0;
     size_t claimable = c->n_free + c->n_unref;
-    if (held_for_copy && claimable < c->reserved + m->newly_held + 1 + m->need
-        && !kv_block_adoptable(c, m->copy_src)) {
+    if (held_for_copy &&
+        claimable < c->reserved + m->newly_held + 1 + m->need &&
+        !kv_block_adoptable(c, m->copy_src)) {
         /* the copy's source must stay while the copy is made: do without
          * it rather than never fit (a request as large as the cache) */
         m->copy_src = NONE;
@@ -354,7 +363,7 @@ static void take_partial(kv_cache *c, kv_seq *s, const kv_begin *b,
         memcpy(s->tokens + pos, b->prompt + pos, copy_n * sizeof *s->tokens);
         s->n_tokens += copy_n;
     } else {
-        kv_block_ref(c, copy_src);      /* not the block evicted for the copy */
+        kv_block_ref(c, copy_src); /* not the block evicted for the copy */
         int32_t nb = kv_tier_take(c, s->acct);
         c->reserved--;
         s->reserved--;
@@ -390,8 +399,8 @@ static void start_siblings(kv_cache *c, const kv_begin *b, const size_t *seqs,
     }
 }
 
-kv_begin_status kvcache_seq_begin(kv_cache *c, const kv_begin *b,
-                                  size_t *seqs, size_t *n_reused)
+kv_begin_status kvcache_seq_begin(kv_cache *c, const kv_begin *b, size_t *seqs,
+                                  size_t *n_reused)
 {
     kv_tier_reap_orphans(c, false);
     c->last_now = b->now;
@@ -416,7 +425,7 @@ kv_begin_status kvcache_seq_begin(kv_cache *c, const kv_begin *b,
 
     acct = kv_accounts_hold(&c->acc, account);
     if (acct < 0)
-        abort();                /* more holders than entries: a bug */
+        abort(); /* more holders than entries: a bug */
     if (b->session != NULL && record < 0)
         record = kv_session_claim(c, b, acct, account, m.domain);
     c->clock++;
@@ -471,13 +480,14 @@ void kvcache_seq_grow(kv_cache *c, size_t seq, size_t n)
     while (s->n_blocks < want) {
         int32_t nb = kv_tier_take(c, s->acct);
         if (s->reserved == 0)
-            abort();            /* past what begin reserved: a bug */
+            abort(); /* past what begin reserved: a bug */
         c->reserved--;
         s->reserved--;
         kv_block *k = &c->blocks[nb];
         /* the parent's chain key is known once it is full:
          * kv_block_publish() */
-        k->parent = s->n_blocks == 0 ? NONE : (int32_t)s->blocks[s->n_blocks - 1];
+        k->parent = s->n_blocks == 0 ? NONE
+                                     : (int32_t)s->blocks[s->n_blocks - 1];
         memcpy(k->domain, s->domain, SHA256_BYTES);
         k->session = s->session;
         s->blocks[s->n_blocks++] = (uint32_t)nb;

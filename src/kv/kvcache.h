@@ -114,12 +114,12 @@ typedef struct kv_identity {
 typedef struct kv_cache kv_cache;
 
 typedef struct kv_cache_config {
-    size_t n_blocks;            /* the memory budget, in blocks */
-    size_t max_seqs;            /* sequences that may run at once (--slots) */
-    bool half;                  /* K/V as halves (--kv-dtype float16) */
-    const char *disk_dir;       /* --kv-cache-dir; NULL or "": no disk tier */
-    size_t disk_bytes;          /* --kv-disk */
-    double now;                 /* the caller's clock (sessions' idle times) */
+    size_t n_blocks;      /* the memory budget, in blocks */
+    size_t max_seqs;      /* sequences that may run at once (--slots) */
+    bool half;            /* K/V as halves (--kv-dtype float16) */
+    const char *disk_dir; /* --kv-cache-dir; NULL or "": no disk tier */
+    size_t disk_bytes;    /* --kv-disk */
+    double now;           /* the caller's clock (sessions' idle times) */
 } kv_cache_config;
 
 /* --kv-dtype's name for halves or floats. */
@@ -163,12 +163,12 @@ const kv_geometry *kvcache_geometry(const kv_cache *c);
 
 typedef enum kv_begin_status {
     KV_BEGUN = 0,
-    KV_NO_SEQ,                  /* every sequence slot runs */
-    KV_NO_MEMORY,               /* blocks are held by running sequences */
-    KV_SESSION_BUSY,            /* the session's sequence is running */
-    KV_SESSION_QUOTA,           /* a new session, and every one of the
+    KV_NO_SEQ,        /* every sequence slot runs */
+    KV_NO_MEMORY,     /* blocks are held by running sequences */
+    KV_SESSION_BUSY,  /* the session's sequence is running */
+    KV_SESSION_QUOTA, /* a new session, and every one of the
                                  * account's max_sessions is running */
-    KV_SHARES_KEPT,             /* keep_others_share: its sequences past the
+    KV_SHARES_KEPT,   /* keep_others_share: its sequences past the
                                  * first would need blocks other accounts
                                  * keep within their share */
 } kv_begin_status;
@@ -176,18 +176,18 @@ typedef enum kv_begin_status {
 /* What one sequence (and its n - 1 siblings) asks for. */
 typedef struct kv_begin {
     const kv_identity *who;
-    const uint8_t *account;     /* SHA256_BYTES: whose blocks it makes;
+    const uint8_t *account; /* SHA256_BYTES: whose blocks it makes;
                                  * NULL: who->owner */
-    const char *session;        /* NULL, or the owner's session id */
-    size_t max_sessions;        /* the account's session records; 0: no limit */
+    const char *session;    /* NULL, or the owner's session id */
+    size_t max_sessions;    /* the account's session records; 0: no limit */
     const int32_t *prompt;
-    size_t n_prompt;            /* >= 1 */
-    size_t max_total;           /* n_prompt + max_tokens, <= n_ctx */
-    size_t n_seq;               /* sequences of this prompt, >= 1 */
-    bool reuse;                 /* false: compute every prompt token */
-    bool keep_others_share;     /* n_seq > 1: only the first sequence may
+    size_t n_prompt;        /* >= 1 */
+    size_t max_total;       /* n_prompt + max_tokens, <= n_ctx */
+    size_t n_seq;           /* sequences of this prompt, >= 1 */
+    bool reuse;             /* false: compute every prompt token */
+    bool keep_others_share; /* n_seq > 1: only the first sequence may
                                  * take other accounts' kept blocks */
-    double now;                 /* caller's clock, seconds */
+    double now;             /* caller's clock, seconds */
 } kv_begin;
 
 /* Begins b->n_seq sequences: seqs[0] runs the prompt with what it reuses
@@ -195,8 +195,8 @@ typedef struct kv_begin {
  * logits) in place, or on its way from disk (kvcache_seq_loading); seqs[1..]
  * are empty until kvcache_seq_fork.  Reserves every block they can need.
  * Changes nothing unless KV_BEGUN. */
-kv_begin_status kvcache_seq_begin(kv_cache *c, const kv_begin *b,
-                                  size_t *seqs, size_t *n_reused);
+kv_begin_status kvcache_seq_begin(kv_cache *c, const kv_begin *b, size_t *seqs,
+                                  size_t *n_reused);
 /* Whether blocks of the sequence are still being read from disk: then it
  * must not run until kvcache_seq_ready says so. */
 bool kvcache_seq_loading(const kv_cache *c, size_t seq);
@@ -230,9 +230,9 @@ size_t kvcache_seqs_free(const kv_cache *c);
 
 typedef struct kv_session_info {
     char id[KVCACHE_SESSION_ID_MAX + 1];
-    size_t n_tokens;            /* its history still cached: */
-    size_t n_ram, n_disk;       /* so many tokens in RAM, then on disk */
-    double last_used;           /* caller's clock */
+    size_t n_tokens;      /* its history still cached: */
+    size_t n_ram, n_disk; /* so many tokens in RAM, then on disk */
+    double last_used;     /* caller's clock */
     bool busy;
 } kv_session_info;
 
@@ -250,21 +250,21 @@ int kvcache_session_delete(kv_cache *c, const uint8_t owner[SHA256_BYTES],
 
 typedef struct kv_stats {
     size_t blocks_total;
-    size_t blocks_free;         /* holding nothing */
-    size_t blocks_cached;       /* holding a reusable prefix, unreferenced */
-    size_t blocks_in_use;       /* held by running sequences */
-    size_t blocks_reserved;     /* promised to running sequences, not yet taken */
+    size_t blocks_free;     /* holding nothing */
+    size_t blocks_cached;   /* holding a reusable prefix, unreferenced */
+    size_t blocks_in_use;   /* held by running sequences */
+    size_t blocks_reserved; /* promised to running sequences, not yet taken */
     size_t bytes_total;
     size_t seqs_total, seqs_running;
     size_t sessions;
-    uint64_t evictions;         /* blocks dropped from RAM to make room */
-    uint64_t hit_tokens_ram, hit_tokens_disk;  /* prompt tokens reused */
-    uint64_t disk_slower;       /* disk hits not taken: compute was faster */
-    size_t accounts;            /* accounts charged RAM blocks */
-    size_t share_blocks;        /* the guaranteed share: blocks / accounts */
-    uint64_t evicted[KV_EVICTED_KINDS];  /* evictions by whose block it was */
-    uint64_t sessions_forgotten;/* records dropped for a new session */
-    bool disk;                  /* a disk tier exists: disk_stats below */
+    uint64_t evictions; /* blocks dropped from RAM to make room */
+    uint64_t hit_tokens_ram, hit_tokens_disk; /* prompt tokens reused */
+    uint64_t disk_slower; /* disk hits not taken: compute was faster */
+    size_t accounts;      /* accounts charged RAM blocks */
+    size_t share_blocks;  /* the guaranteed share: blocks / accounts */
+    uint64_t evicted[KV_EVICTED_KINDS]; /* evictions by whose block it was */
+    uint64_t sessions_forgotten;        /* records dropped for a new session */
+    bool disk; /* a disk tier exists: disk_stats below */
     kv_disk_stats disk_stats;
 } kv_stats;
 kv_stats kvcache_stats(const kv_cache *c);

@@ -25,15 +25,19 @@ int kvdir_check(const char *dir, gpt2d_error *err)
     if (!S_ISDIR(st.st_mode))
         return error_set(err, "--kv-cache-dir %s is not a directory", dir);
     if (st.st_uid != geteuid())
-        return error_set(err, "--kv-cache-dir %s belongs to uid %lu, not to "
+        return error_set(err,
+                         "--kv-cache-dir %s belongs to uid %lu, not to "
                          "this daemon's uid %lu: the disk tier needs a "
                          "directory of its own (chown it to the daemon's "
-                         "user, then chmod 700 it)", dir,
-                         (unsigned long)st.st_uid, (unsigned long)geteuid());
+                         "user, then chmod 700 it)",
+                         dir, (unsigned long)st.st_uid,
+                         (unsigned long)geteuid());
     if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0)
-        return error_set(err, "--kv-cache-dir %s is writable by %s (mode "
+        return error_set(err,
+                         "--kv-cache-dir %s is writable by %s (mode "
                          "%03o): another user could plant files or links in "
-                         "it; chmod 700 %s", dir,
+                         "it; chmod 700 %s",
+                         dir,
                          (st.st_mode & S_IWGRP) != 0 ? "its group" : "others",
                          (unsigned)(st.st_mode & 0777), dir);
     if (faccessat(AT_FDCWD, dir, R_OK | W_OK | X_OK, AT_EACCESS) != 0)
@@ -51,7 +55,8 @@ static long holder_pid(int fd)
         return 0;
     text[n] = '\0';
     size_t digits = strspn(text, "0123456789");
-    if (digits == 0 || digits > 10 || (text[digits] != '\n' && text[digits] != '\0'))
+    if (digits == 0 || digits > 10 ||
+        (text[digits] != '\n' && text[digits] != '\0'))
         return 0;
     return strtol(text, NULL, 10);
 }
@@ -67,8 +72,10 @@ int kvdir_claim(kv_dir_lock *lock, const char *dir, gpt2d_error *err)
         return error_set(err, "--kv-cache-dir %s: the path is too long", dir);
     int fd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (fd < 0)
-        return error_set(err, "--kv-cache-dir %s: cannot open its lock file "
-                         "%s: %s", dir, path,
+        return error_set(err,
+                         "--kv-cache-dir %s: cannot open its lock file "
+                         "%s: %s",
+                         dir, path,
                          errno == ELOOP ? "it is a symbolic link"
                                         : strerror(errno));
     if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
@@ -81,7 +88,8 @@ int kvdir_claim(kv_dir_lock *lock, const char *dir, gpt2d_error *err)
         char who[48] = "its PID not yet written";
         if (pid > 0)
             snprintf(who, sizeof who, "PID %ld", pid);
-        return error_set(err, "--kv-cache-dir %s is in use by another gpt2d "
+        return error_set(err,
+                         "--kv-cache-dir %s is in use by another gpt2d "
                          "(%s, in %s): one daemon per cache directory; stop "
                          "that one or give this one a directory of its own",
                          dir, who, path);
@@ -91,8 +99,10 @@ int kvdir_claim(kv_dir_lock *lock, const char *dir, gpt2d_error *err)
     if (ftruncate(fd, 0) != 0 || pwrite(fd, line, (size_t)n, 0) != n) {
         int e = errno;
         close(fd);
-        return error_set(err, "--kv-cache-dir %s: cannot write this "
-                         "daemon's PID into %s: %s", dir, path, strerror(e));
+        return error_set(err,
+                         "--kv-cache-dir %s: cannot write this "
+                         "daemon's PID into %s: %s",
+                         dir, path, strerror(e));
     }
     lock->fd = fd;
     return 0;
@@ -115,7 +125,8 @@ int kvdir_create(const char *path)
 {
     if (unlink(path) != 0 && errno != ENOENT)
         return -1;
-    return open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    return open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+                0600);
 }
 
 int kvdir_open_read(const char *path)

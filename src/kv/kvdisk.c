@@ -27,12 +27,12 @@
 
 #define HEADER_BYTES 256
 #define NAME_HEX (2 * SHA256_BYTES)
-static const char MAGIC[8] = "GPT2DKV";  /* with its NUL */
+static const char MAGIC[8] = "GPT2DKV"; /* with its NUL */
 
 typedef struct file_header {
     char magic[8];
     uint32_t version;
-    uint32_t endian;                    /* 0x01020304 as written */
+    uint32_t endian; /* 0x01020304 as written */
     uint8_t fingerprint[SHA256_BYTES];
     uint8_t parent_key[SHA256_BYTES];
     uint8_t chain[SHA256_BYTES];
@@ -42,7 +42,7 @@ typedef struct file_header {
     uint32_t session;
     uint64_t data_bytes;
     uint64_t data_checksum;
-    uint64_t header_checksum;           /* header_sum() */
+    uint64_t header_checksum; /* header_sum() */
     /* whose request computed the block (version 2; in the place of
      * version 1's padding, so the layout is one) */
     uint8_t account[KV_ACCOUNT_BYTES];
@@ -54,18 +54,18 @@ typedef struct disk_entry {
     kv_block_meta m;
     uint8_t id[SHA256_BYTES];
     uint64_t last_used;
-    uint32_t children;                  /* entries whose parent is this one */
+    uint32_t children; /* entries whose parent is this one */
     uint32_t readers;
-    long acct;                          /* charged to */
-    long next_child;                    /* bucket chain by parent_key */
-    long next_id;                       /* bucket chain by id */
+    long acct;       /* charged to */
+    long next_child; /* bucket chain by parent_key */
+    long next_id;    /* bucket chain by id */
     long next_free;
 } disk_entry;
 
 typedef struct write_slot {
     bool busy;
     long entry;
-    void *data;                         /* block_bytes */
+    void *data; /* block_bytes */
 } write_slot;
 
 struct kv_disk {
@@ -73,8 +73,8 @@ struct kv_disk {
     size_t block_bytes, file_bytes, max_bytes;
     uint8_t fingerprint[SHA256_BYTES];
 
-    pthread_mutex_t lock;               /* everything below */
-    pthread_cond_t work, room;          /* I/O thread wakes; a slot frees */
+    pthread_mutex_t lock;      /* everything below */
+    pthread_cond_t work, room; /* I/O thread wakes; a slot frees */
     disk_entry *entries;
     size_t cap, n_used;
     long free_head;
@@ -85,12 +85,12 @@ struct kv_disk {
     write_slot *slots;
     size_t n_slots;
     kv_disk_read *reads_head, *reads_tail;
-    uint8_t (*unlinks)[SHA256_BYTES];   /* ring of ids to delete */
+    uint8_t (*unlinks)[SHA256_BYTES]; /* ring of ids to delete */
     size_t unlink_head, unlink_len;
     bool stop;
     pthread_t thread;
     bool thread_started;
-    double read_seconds;                /* running mean of one block's read */
+    double read_seconds; /* running mean of one block's read */
     kv_disk_stats st;
 };
 
@@ -314,7 +314,11 @@ static void header_of(const kv_disk *d, const kv_block_meta *m,
     h->header_checksum = header_sum(h);
 }
 
-typedef enum header_check { HEADER_OK, HEADER_FOREIGN, HEADER_BAD } header_check;
+typedef enum header_check {
+    HEADER_OK,
+    HEADER_FOREIGN,
+    HEADER_BAD
+} header_check;
 
 static header_check check_header(const kv_disk *d, const file_header *h)
 {
@@ -373,7 +377,8 @@ static bool write_file(const kv_disk *d, const uint8_t id[SHA256_BYTES],
     int fd = kvdir_create(tmp);
     if (fd < 0)
         return false;
-    bool ok = write_all(fd, &h, sizeof h) && write_all(fd, data, d->block_bytes);
+    bool ok = write_all(fd, &h, sizeof h) &&
+              write_all(fd, data, d->block_bytes);
     ok = close(fd) == 0 && ok;
     if (ok && rename(tmp, path) == 0)
         return true;
@@ -395,13 +400,13 @@ static bool read_file(const kv_disk *d, const uint8_t id[SHA256_BYTES],
               memcmp(h.parent_key, m->parent_key, SHA256_BYTES) == 0 &&
               memcmp(h.domain, m->domain, SHA256_BYTES) == 0 &&
               h.n_filled == m->n_filled &&
-              memcmp(h.tokens, m->tokens, m->n_filled * sizeof m->tokens[0]) == 0 &&
+              memcmp(h.tokens, m->tokens, m->n_filled * sizeof m->tokens[0]) ==
+                  0 &&
               read_all(fd, dst, d->block_bytes) &&
               checksum64(dst, d->block_bytes) == h.data_checksum;
     close(fd);
     return ok;
 }
-
 
 /* ---- the I/O thread ---- */
 
@@ -422,14 +427,16 @@ static void do_read(kv_disk *d, kv_disk_read *r)
     x->readers--;
     if (ok) {
         d->st.reads++;
-        d->read_seconds = d->read_seconds == 0.0 ? dt
-                          : 0.9 * d->read_seconds + 0.1 * dt;
+        d->read_seconds = d->read_seconds == 0.0
+                              ? dt
+                              : 0.9 * d->read_seconds + 0.1 * dt;
     } else {
         d->st.read_errors++;
         char path[4096];
         path_of(d, id, ".kv", path, sizeof path);
         log_warn("KV disk: %s did not check out; deleted, its tokens are "
-                 "computed instead", path);
+                 "computed instead",
+                 path);
         if (x->used && x->readers == 0)
             entry_delete(d, r->entry);
     }
@@ -456,8 +463,8 @@ static void do_write(kv_disk *d, write_slot *w)
     } else {
         if (d->st.write_errors++ == 0)
             log_warn("KV disk: cannot write to %s (%s); serving goes on, "
-                     "gpt2d_kv_disk_errors_total counts it", d->dir,
-                     strerror(errno));
+                     "gpt2d_kv_disk_errors_total counts it",
+                     d->dir, strerror(errno));
         entry_remove(d, w->entry);
     }
     w->busy = false;
@@ -525,7 +532,7 @@ static void scan(kv_disk *d)
         char path[4096];
         snprintf(path, sizeof path, "%s/%s", d->dir, name);
         if (len == NAME_HEX + 5 && strcmp(name + NAME_HEX, ".part") == 0) {
-            unlink(path);               /* a write cut short by kill -9 */
+            unlink(path); /* a write cut short by kill -9 */
             torn++;
             continue;
         }
@@ -535,7 +542,7 @@ static void scan(kv_disk *d)
             continue;
         int fd = kvdir_open_read(path);
         if (fd < 0)
-            continue;                   /* unreadable, or a link: not followed */
+            continue; /* unreadable, or a link: not followed */
         file_header h;
         struct stat st;
         bool read_ok = read_all(fd, &h, sizeof h) && fstat(fd, &st) == 0;
@@ -559,15 +566,17 @@ static void scan(kv_disk *d)
         if (hc == HEADER_OK)
             block_id(&m, id);
         if (hc != HEADER_OK || (size_t)st.st_size != d->file_bytes ||
-            (path_of(d, id, ".kv", want, sizeof want), strcmp(want, path) != 0)) {
+            (path_of(d, id, ".kv", want, sizeof want),
+             strcmp(want, path) != 0)) {
             unlink(path);
             bad++;
             continue;
         }
         if (find_id(d, id) >= 0)
             continue;
-        if ((d->n_used + 1) * d->file_bytes > d->max_bytes || d->free_head < 0) {
-            unlink(path);               /* a smaller --kv-disk than before */
+        if ((d->n_used + 1) * d->file_bytes > d->max_bytes ||
+            d->free_head < 0) {
+            unlink(path); /* a smaller --kv-disk than before */
             over++;
             continue;
         }
@@ -577,9 +586,9 @@ static void scan(kv_disk *d)
     d->st.read_errors += bad;
     log_info("KV disk: %zu blocks (%.1f MB) found in %s; %zu of other models "
              "or settings ignored, %zu torn and %zu damaged files removed, "
-             "%zu over the budget removed", d->st.blocks,
-             (double)d->st.bytes / 1e6, d->dir, (size_t)d->st.foreign, torn,
-             bad, over);
+             "%zu over the budget removed",
+             d->st.blocks, (double)d->st.bytes / 1e6, d->dir,
+             (size_t)d->st.foreign, torn, bad, over);
 }
 
 int kvdisk_open(kv_disk **out, const kv_disk_config *cfg, gpt2d_error *err)
@@ -587,8 +596,10 @@ int kvdisk_open(kv_disk **out, const kv_disk_config *cfg, gpt2d_error *err)
     *out = NULL;
     size_t file_bytes = HEADER_BYTES + cfg->block_bytes;
     if (cfg->max_bytes < file_bytes)
-        return error_set(err, "--kv-disk of %zu bytes holds no KV block (one "
-                         "takes %zu)", cfg->max_bytes, file_bytes);
+        return error_set(err,
+                         "--kv-disk of %zu bytes holds no KV block (one "
+                         "takes %zu)",
+                         cfg->max_bytes, file_bytes);
     if (kvdir_check(cfg->dir, err) != 0)
         return -1;
     kv_disk *d = calloc(1, sizeof *d);
@@ -689,7 +700,7 @@ void kvdisk_put(kv_disk *d, const kv_block_meta *m, const void *data, bool wait)
     block_id(m, id);
     pthread_mutex_lock(&d->lock);
     long have = find_id(d, id);
-    if (have >= 0) {                    /* on disk already (read back earlier) */
+    if (have >= 0) { /* on disk already (read back earlier) */
         d->entries[have].last_used = ++d->clock;
         pthread_mutex_unlock(&d->lock);
         return;
@@ -728,7 +739,8 @@ long kvdisk_best_child(kv_disk *d, const uint8_t parent_key[SHA256_BYTES],
     for (long e = d->by_parent[bucket(d, parent_key)]; e >= 0;
          e = d->entries[e].next_child) {
         const disk_entry *x = &d->entries[e];
-        if (x->writing || memcmp(x->m.parent_key, parent_key, SHA256_BYTES) != 0 ||
+        if (x->writing ||
+            memcmp(x->m.parent_key, parent_key, SHA256_BYTES) != 0 ||
             memcmp(x->m.domain, domain, SHA256_BYTES) != 0)
             continue;
         size_t n = 0, lim = x->m.n_filled < n_want ? x->m.n_filled : n_want;
@@ -810,7 +822,8 @@ kv_disk_stats kvdisk_stats(kv_disk *d)
     return st;
 }
 
-size_t kvdisk_account_blocks(kv_disk *d, const uint8_t account[KV_ACCOUNT_BYTES])
+size_t kvdisk_account_blocks(kv_disk *d,
+                             const uint8_t account[KV_ACCOUNT_BYTES])
 {
     pthread_mutex_lock(&d->lock);
     long i = kv_accounts_find(&d->acc, account);

@@ -42,7 +42,7 @@
 /* A block's identity, as the RAM cache keeps it (kv_internal.h). */
 typedef struct kv_block_meta {
     uint8_t parent_key[SHA256_BYTES];
-    uint8_t chain[SHA256_BYTES];       /* full blocks only */
+    uint8_t chain[SHA256_BYTES]; /* full blocks only */
     uint8_t domain[SHA256_BYTES];
     int32_t tokens[KVDISK_BLOCK_TOKENS];
     uint32_t n_filled;
@@ -54,10 +54,10 @@ typedef struct kv_disk kv_disk;
 
 typedef struct kv_disk_config {
     const char *dir;
-    size_t max_bytes;                  /* --kv-disk */
-    size_t block_bytes;                /* K/V bytes of one block */
-    const uint8_t *fingerprint;        /* SHA256_BYTES */
-    size_t write_queue;                /* blocks waiting to be written, at most */
+    size_t max_bytes;           /* --kv-disk */
+    size_t block_bytes;         /* K/V bytes of one block */
+    const uint8_t *fingerprint; /* SHA256_BYTES */
+    size_t write_queue;         /* blocks waiting to be written, at most */
 } kv_disk_config;
 
 /* Scans the directory (creating it if needed) and starts the I/O thread.
@@ -98,7 +98,7 @@ typedef struct kv_disk_read {
     void *dst;
     atomic_bool done;
     bool ok;
-    struct kv_disk_read *next;         /* the I/O thread's queue */
+    struct kv_disk_read *next; /* the I/O thread's queue */
 } kv_disk_read;
 
 /* Queues the read of a pinned entry; it is unpinned when done. */
@@ -107,20 +107,22 @@ void kvdisk_read(kv_disk *d, kv_disk_read *r);
 /* Seconds one block's read took, on average (0 before any). */
 double kvdisk_read_seconds(kv_disk *d);
 /* Files charged to the account of tag `account`. */
-size_t kvdisk_account_blocks(kv_disk *d, const uint8_t account[KV_ACCOUNT_BYTES]);
+size_t kvdisk_account_blocks(kv_disk *d,
+                             const uint8_t account[KV_ACCOUNT_BYTES]);
 /* Deletes every file of `domain` (a deleted session's history). */
 void kvdisk_drop_domain(kv_disk *d, const uint8_t domain[SHA256_BYTES]);
 
 typedef struct kv_disk_stats {
-    size_t blocks, bytes;              /* on disk, ours */
+    size_t blocks, bytes; /* on disk, ours */
     size_t max_bytes;
     uint64_t writes, reads, evictions;
-    uint64_t write_skipped;            /* queue full or no room */
-    uint64_t write_errors, read_errors;/* I/O failed, or a file did not check out */
-    uint64_t foreign;                  /* files of another model or settings */
-    size_t accounts;                   /* accounts charged files */
-    size_t share_blocks;               /* the guaranteed share, in files */
-    uint64_t evicted[KV_EVICTED_KINDS];/* evictions by whose file it was */
+    uint64_t write_skipped; /* queue full or no room */
+    uint64_t write_errors,
+        read_errors;     /* I/O failed, or a file did not check out */
+    uint64_t foreign;    /* files of another model or settings */
+    size_t accounts;     /* accounts charged files */
+    size_t share_blocks; /* the guaranteed share, in files */
+    uint64_t evicted[KV_EVICTED_KINDS]; /* evictions by whose file it was */
 } kv_disk_stats;
 kv_disk_stats kvdisk_stats(kv_disk *d);
 

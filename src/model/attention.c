@@ -43,10 +43,10 @@
 /* One (layer, head) of a sequence's cache: K row t at k + table[t/B]·stride
  * + (t%B)·row, V the same from v. */
 typedef struct kv_rows {
-    const char *k, *v;          /* block 0's rows of this layer and head */
+    const char *k, *v; /* block 0's rows of this layer and head */
     const uint32_t *table;
-    size_t stride;              /* bytes from one block to the next */
-    size_t row;                 /* bytes of one position's head_dim elements */
+    size_t stride; /* bytes from one block to the next */
+    size_t row;    /* bytes of one position's head_dim elements */
 } kv_rows;
 
 static kv_rows rows_of(const kv_geometry *g, const uint32_t *table,
@@ -54,27 +54,28 @@ static kv_rows rows_of(const kv_geometry *g, const uint32_t *table,
 {
     return (kv_rows){ .k = kvcache_block_k(g, 0, layer, head),
                       .v = kvcache_block_v(g, 0, layer, head),
-                      .table = table, .stride = g->block_bytes,
+                      .table = table,
+                      .stride = g->block_bytes,
                       .row = g->head_dim * g->elem_size };
 }
 
 static inline const char *k_row(const kv_rows *r, size_t t)
 {
-    return r->k + r->table[t / KV_BLOCK_TOKENS] * r->stride
-           + (t % KV_BLOCK_TOKENS) * r->row;
+    return r->k + r->table[t / KV_BLOCK_TOKENS] * r->stride +
+           (t % KV_BLOCK_TOKENS) * r->row;
 }
 static inline const char *v_row(const kv_rows *r, size_t t)
 {
-    return r->v + r->table[t / KV_BLOCK_TOKENS] * r->stride
-           + (t % KV_BLOCK_TOKENS) * r->row;
+    return r->v + r->table[t / KV_BLOCK_TOKENS] * r->stride +
+           (t % KV_BLOCK_TOKENS) * r->row;
 }
 
 /* scores is (n,): in-place softmax.  exp8 on eight lanes and eight lane
  * sums (t ≡ lane mod 8) folded in a fixed tree: the result depends on the
  * row's scores and n only.  libm expf and a serial sum were ~40% of a
  * 512-token prefill's attention.  Inlined into each caller's target. */
-static inline __attribute__((always_inline))
-void softmax_row(float *scores, size_t n)
+static inline __attribute__((always_inline)) void softmax_row(float *scores,
+                                                              size_t n)
 {
     const size_t n8 = n / 8 * 8, rem = n - n8;
     v8sf mx = V8(-INFINITY), x;
@@ -110,8 +111,8 @@ void softmax_row(float *scores, size_t n)
         memcpy(scores + n8, pad, rem * sizeof(float));
         sum = sum + e;
     }
-    const float inv = 1.0f / (((sum[0] + sum[4]) + (sum[1] + sum[5]))
-                              + ((sum[2] + sum[6]) + (sum[3] + sum[7])));
+    const float inv = 1.0f / (((sum[0] + sum[4]) + (sum[1] + sum[5])) +
+                              ((sum[2] + sum[6]) + (sum[3] + sum[7])));
     for (size_t t = 0; t < n; t++)
         scores[t] *= inv;
 }
@@ -122,9 +123,8 @@ void softmax_row(float *scores, size_t n)
  * Keeping 32 outputs in registers across all t matters: written as
  * out[i] += ..., the compiler must assume out aliases V and stores every
  * term, which made this loop most of a decode step's attention. */
-static inline __attribute__((always_inline))
-void attention_values(float *out, const float *p, const float *vc,
-                             size_t n_keys, size_t hd)
+static inline __attribute__((always_inline)) void attention_values(
+    float *out, const float *p, const float *vc, size_t n_keys, size_t hd)
 {
     size_t i = 0;
     for (; i + 32 <= hd; i += 32) {
@@ -167,10 +167,9 @@ void attention_values(float *out, const float *p, const float *vc,
  * row against keys [0, n_keys).  The definition every path reproduces.
  * Built twice below: plain, and for AVX2 (head sizes the tiles do not
  * take), where dot's eight lanes run as one register: the same bits. */
-static inline __attribute__((always_inline))
-void attention_row(float *out, const float *q, const float *kc,
-                   const float *vc, size_t n_keys, size_t hd, float scale,
-                   float *scores)
+static inline __attribute__((always_inline)) void attention_row(
+    float *out, const float *q, const float *kc, const float *vc, size_t n_keys,
+    size_t hd, float scale, float *scores)
 {
     for (size_t t = 0; t < n_keys; t++)
         scores[t] = dot(q, kc + t * hd, hd) * scale;
@@ -178,10 +177,9 @@ void attention_row(float *out, const float *q, const float *kc,
     attention_values(out, scores, vc, n_keys, hd);
 }
 
-static void attention_row_portable(float *out, const float *q,
-                                   const float *kc, const float *vc,
-                                   size_t n_keys, size_t hd, float scale,
-                                   float *scores)
+static void attention_row_portable(float *out, const float *q, const float *kc,
+                                   const float *vc, size_t n_keys, size_t hd,
+                                   float scale, float *scores)
 {
     attention_row(out, q, kc, vc, n_keys, hd, scale, scores);
 }
@@ -200,8 +198,8 @@ static void attention_row_avx2(float *out, const float *q, const float *kc,
 /* p, q, r, s are the eight k-lanes l[0..7] of four outputs; returns the
  * four sums ((l0+l4)+(l1+l5)) + ((l2+l6)+(l3+l7)), the tree of dot():
  * fold the halves, then hadd adds neighbours twice. */
-__attribute__((target("avx2,fma"), always_inline))
-static inline __m128 hsum4x8(__m256 p, __m256 q, __m256 r, __m256 s)
+__attribute__((target("avx2,fma"), always_inline)) static inline __m128 hsum4x8(
+    __m256 p, __m256 q, __m256 r, __m256 s)
 {
     __m128 fp = _mm_add_ps(_mm256_castps256_ps128(p),
                            _mm256_extractf128_ps(p, 1));
@@ -216,9 +214,9 @@ static inline __m128 hsum4x8(__m256 p, __m256 q, __m256 r, __m256 s)
 
 /* Eight elements of a K or V row at element index i: floats, or (H) halves
  * widened exactly. */
-#define LOAD_KV(H, row, i)                                                   \
-    ((H) ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)  \
-               ((const uint16_t *)(row) + (i))))                             \
+#define LOAD_KV(H, row, i)                                                     \
+    ((H) ? _mm256_cvtph_ps(_mm_loadu_si128((                                   \
+               const __m128i *)(const void *)((const uint16_t *)(row) + (i)))) \
          : _mm256_loadu_ps((const float *)(row) + (i)))
 
 /* Scores of RB query rows (row stride ldq) against keys k0..k3 (floats, or
@@ -226,12 +224,10 @@ static inline __m128 hsum4x8(__m256 p, __m256 q, __m256 r, __m256 s)
  * dimensions ≡ lane mod 8, each term a multiply then an add, folded by
  * hsum4x8 in dot's tree, then times scale: dot(q, k)·scale exactly.
  * Writes nk <= 4 scores per row (row stride lds). */
-KERNEL_TARGET __attribute__((always_inline))
-static inline void att_scores_tile(float *sc, size_t lds, const float *q,
-                                   size_t ldq, const void *k0,
-                                   const void *k1, const void *k2,
-                                   const void *k3, size_t nk, size_t hd,
-                                   float scale, const int RB, const int H)
+KERNEL_TARGET __attribute__((always_inline)) static inline void att_scores_tile(
+    float *sc, size_t lds, const float *q, size_t ldq, const void *k0,
+    const void *k1, const void *k2, const void *k3, size_t nk, size_t hd,
+    float scale, const int RB, const int H)
 {
     __m256 acc[2][4];
     _Pragma("GCC unroll 2") for (int r = 0; r < RB; r++)
@@ -240,7 +236,8 @@ static inline void att_scores_tile(float *sc, size_t lds, const float *q,
     for (size_t c = 0; c < hd; c += 8) {
         __m256 w0 = LOAD_KV(H, k0, c), w1 = LOAD_KV(H, k1, c);
         __m256 w2 = LOAD_KV(H, k2, c), w3 = LOAD_KV(H, k3, c);
-        _Pragma("GCC unroll 2") for (int r = 0; r < RB; r++) {
+        _Pragma("GCC unroll 2") for (int r = 0; r < RB; r++)
+        {
             __m256 x = _mm256_loadu_ps(q + r * ldq + c);
             acc[r][0] = _mm256_add_ps(acc[r][0], _mm256_mul_ps(x, w0));
             acc[r][1] = _mm256_add_ps(acc[r][1], _mm256_mul_ps(x, w1));
@@ -248,11 +245,12 @@ static inline void att_scores_tile(float *sc, size_t lds, const float *q,
             acc[r][3] = _mm256_add_ps(acc[r][3], _mm256_mul_ps(x, w3));
         }
     }
-    _Pragma("GCC unroll 2") for (int r = 0; r < RB; r++) {
+    _Pragma("GCC unroll 2") for (int r = 0; r < RB; r++)
+    {
         float t[4];
-        _mm_storeu_ps(t, _mm_mul_ps(hsum4x8(acc[r][0], acc[r][1], acc[r][2],
-                                            acc[r][3]),
-                                    _mm_set1_ps(scale)));
+        _mm_storeu_ps(
+            t, _mm_mul_ps(hsum4x8(acc[r][0], acc[r][1], acc[r][2], acc[r][3]),
+                          _mm_set1_ps(scale)));
         for (size_t j = 0; j < nk; j++)
             sc[r * lds + j] = t[j];
     }
@@ -264,11 +262,11 @@ static inline void att_scores_tile(float *sc, size_t lds, const float *q,
  * only what exists.  Row 0 of a pair also gets a score for row 1's extra
  * key, which softmax never reads. */
 KERNEL_TARGET
-static void att_scores_avx2(float *sc, size_t lds, const float *q,
-                            size_t ldq, const kv_rows *kv, size_t es,
-                            size_t n0, size_t nr, size_t hd, float scale)
+static void att_scores_avx2(float *sc, size_t lds, const float *q, size_t ldq,
+                            const kv_rows *kv, size_t es, size_t n0, size_t nr,
+                            size_t hd, float scale)
 {
-    const size_t n = n0 + nr - 1;           /* keys the last row sees */
+    const size_t n = n0 + nr - 1; /* keys the last row sees */
     const char *block = NULL;
     for (size_t t = 0; t < n; t += 4) {
         size_t nk = n - t < 4 ? n - t : 4;
@@ -280,9 +278,8 @@ static void att_scores_avx2(float *sc, size_t lds, const float *q,
         const char *k1 = k0 + (nk > 1 ? 1 : 0) * kv->row;
         const char *k2 = k0 + (nk > 2 ? 2 : 0) * kv->row;
         const char *k3 = k0 + (nk > 3 ? 3 : 0) * kv->row;
-#define SCORES(RB, H)                                                        \
-        att_scores_tile(sc + t, lds, q, ldq, k0, k1, k2, k3, nk, hd, scale, \
-                        RB, H)
+#define SCORES(RB, H)                                                          \
+    att_scores_tile(sc + t, lds, q, ldq, k0, k1, k2, k3, nk, hd, scale, RB, H)
         if (es == 2) {
             if (nr == 2)
                 SCORES(2, 1);
@@ -304,11 +301,9 @@ static void att_scores_avx2(float *sc, size_t lds, const float *q,
  * is attention_values' chain: a multiply and an add per key, in key order
  * from 0.  Keys all rows see go together; the few that only later rows see
  * follow, so no row gets a term it would not get alone. */
-KERNEL_TARGET __attribute__((always_inline))
-static inline void att_values_tile(float *out, size_t ldo, const float *p,
-                                   size_t ldp, const kv_rows *kv, size_t col,
-                                   size_t n0, const int RB, const int NV,
-                                   const int H)
+KERNEL_TARGET __attribute__((always_inline)) static inline void att_values_tile(
+    float *out, size_t ldo, const float *p, size_t ldp, const kv_rows *kv,
+    size_t col, size_t n0, const int RB, const int NV, const int H)
 {
     __m256 acc[ATT_ROWS][2];
     _Pragma("GCC unroll 4") for (int r = 0; r < RB; r++)
@@ -316,25 +311,30 @@ static inline void att_values_tile(float *out, size_t ldo, const float *p,
             acc[r][v] = _mm256_setzero_ps();
     for (size_t t0 = 0; t0 < n0; t0 += KV_BLOCK_TOKENS) {
         const char *vb = v_row(kv, t0);
-        const size_t end = n0 - t0 < KV_BLOCK_TOKENS ? n0 : t0 + KV_BLOCK_TOKENS;
+        const size_t end = n0 - t0 < KV_BLOCK_TOKENS ? n0
+                                                     : t0 + KV_BLOCK_TOKENS;
         for (size_t t = t0; t < end; t++, vb += kv->row) {
             __m256 w[2];
             _Pragma("GCC unroll 2") for (int v = 0; v < NV; v++)
                 w[v] = LOAD_KV(H, vb, col + 8 * v);
-            _Pragma("GCC unroll 4") for (int r = 0; r < RB; r++) {
+            _Pragma("GCC unroll 4") for (int r = 0; r < RB; r++)
+            {
                 __m256 pr = _mm256_broadcast_ss(p + r * ldp + t);
                 _Pragma("GCC unroll 2") for (int v = 0; v < NV; v++)
-                    acc[r][v] = _mm256_add_ps(acc[r][v], _mm256_mul_ps(pr, w[v]));
+                    acc[r][v] = _mm256_add_ps(acc[r][v],
+                                              _mm256_mul_ps(pr, w[v]));
             }
         }
     }
-    _Pragma("GCC unroll 4") for (int e = 1; e < RB; e++) {
-        const size_t t = n0 + (size_t)e - 1;  /* seen by rows e.. only */
+    _Pragma("GCC unroll 4") for (int e = 1; e < RB; e++)
+    {
+        const size_t t = n0 + (size_t)e - 1; /* seen by rows e.. only */
         const char *vt = v_row(kv, t);
         __m256 w[2];
         _Pragma("GCC unroll 2") for (int v = 0; v < NV; v++)
             w[v] = LOAD_KV(H, vt, col + 8 * v);
-        _Pragma("GCC unroll 4") for (int r = e; r < RB; r++) {
+        _Pragma("GCC unroll 4") for (int r = e; r < RB; r++)
+        {
             __m256 pr = _mm256_broadcast_ss(p + r * ldp + t);
             _Pragma("GCC unroll 2") for (int v = 0; v < NV; v++)
                 acc[r][v] = _mm256_add_ps(acc[r][v], _mm256_mul_ps(pr, w[v]));
@@ -345,23 +345,22 @@ static inline void att_values_tile(float *out, size_t ldo, const float *p,
             _mm256_storeu_ps(out + r * ldo + 8 * v, acc[r][v]);
 }
 
-#define ATT_VALUES_SLICE(RB, H)                                              \
-    do {                                                                     \
-        size_t i = 0;                                                        \
-        for (; i + 16 <= hd; i += 16)                                        \
-            att_values_tile(out + i, ldo, p, ldp, kv, i, n0, RB, 2, H);      \
-        if (i < hd)                                                          \
-            att_values_tile(out + i, ldo, p, ldp, kv, i, n0, RB, 1, H);      \
+#define ATT_VALUES_SLICE(RB, H)                                                \
+    do {                                                                       \
+        size_t i = 0;                                                          \
+        for (; i + 16 <= hd; i += 16)                                          \
+            att_values_tile(out + i, ldo, p, ldp, kv, i, n0, RB, 2, H);        \
+        if (i < hd)                                                            \
+            att_values_tile(out + i, ldo, p, ldp, kv, i, n0, RB, 1, H);        \
     } while (0)
 
 /* One row (a decode step), hd % 64 == 0: the same chains as
  * att_values_tile, but 64 columns at once, so each key's V row is read in
  * one pass and eight independent add chains hide the add latency (with two
  * per slice the loop waited on them, four passes over V). */
-KERNEL_TARGET __attribute__((always_inline))
-static inline void att_values_row(float *out, const float *p,
-                                  const kv_rows *kv, size_t n, size_t hd,
-                                  const int H)
+KERNEL_TARGET __attribute__((always_inline)) static inline void att_values_row(
+    float *out, const float *p, const kv_rows *kv, size_t n, size_t hd,
+    const int H)
 {
     for (size_t i = 0; i < hd; i += 64) {
         __m256 acc[8];
@@ -369,12 +368,13 @@ static inline void att_values_row(float *out, const float *p,
             acc[v] = _mm256_setzero_ps();
         for (size_t t0 = 0; t0 < n; t0 += KV_BLOCK_TOKENS) {
             const char *vb = v_row(kv, t0);
-            const size_t end = n - t0 < KV_BLOCK_TOKENS ? n : t0 + KV_BLOCK_TOKENS;
+            const size_t end = n - t0 < KV_BLOCK_TOKENS ? n
+                                                        : t0 + KV_BLOCK_TOKENS;
             for (size_t t = t0; t < end; t++, vb += kv->row) {
                 __m256 pr = _mm256_broadcast_ss(p + t);
                 _Pragma("GCC unroll 8") for (int v = 0; v < 8; v++)
-                    acc[v] = _mm256_add_ps(acc[v], _mm256_mul_ps(
-                        pr, LOAD_KV(H, vb, i + 8 * v)));
+                    acc[v] = _mm256_add_ps(
+                        acc[v], _mm256_mul_ps(pr, LOAD_KV(H, vb, i + 8 * v)));
             }
         }
         _Pragma("GCC unroll 8") for (int v = 0; v < 8; v++)
@@ -385,9 +385,9 @@ static inline void att_values_row(float *out, const float *p,
 /* Rows [0, nr) (nr <= ATT_ROWS), hd % 8 == 0: out = P·V as above, V of
  * `es`-byte elements. */
 KERNEL_TARGET
-static void att_values_avx2(float *out, size_t ldo, const float *p,
-                            size_t ldp, const kv_rows *kv, size_t es,
-                            size_t n0, size_t nr, size_t hd)
+static void att_values_avx2(float *out, size_t ldo, const float *p, size_t ldp,
+                            const kv_rows *kv, size_t es, size_t n0, size_t nr,
+                            size_t hd)
 {
     if (nr == 1 && hd % 64 == 0) {
         if (es == 2)
@@ -398,18 +398,34 @@ static void att_values_avx2(float *out, size_t ldo, const float *p,
     }
     if (es == 2) {
         switch (nr) {
-        case 4: ATT_VALUES_SLICE(4, 1); break;
-        case 3: ATT_VALUES_SLICE(3, 1); break;
-        case 2: ATT_VALUES_SLICE(2, 1); break;
-        default: ATT_VALUES_SLICE(1, 1); break;
+        case 4:
+            ATT_VALUES_SLICE(4, 1);
+            break;
+        case 3:
+            ATT_VALUES_SLICE(3, 1);
+            break;
+        case 2:
+            ATT_VALUES_SLICE(2, 1);
+            break;
+        default:
+            ATT_VALUES_SLICE(1, 1);
+            break;
         }
         return;
     }
     switch (nr) {
-    case 4: ATT_VALUES_SLICE(4, 0); break;
-    case 3: ATT_VALUES_SLICE(3, 0); break;
-    case 2: ATT_VALUES_SLICE(2, 0); break;
-    default: ATT_VALUES_SLICE(1, 0); break;
+    case 4:
+        ATT_VALUES_SLICE(4, 0);
+        break;
+    case 3:
+        ATT_VALUES_SLICE(3, 0);
+        break;
+    case 2:
+        ATT_VALUES_SLICE(2, 0);
+        break;
+    default:
+        ATT_VALUES_SLICE(1, 0);
+        break;
     }
 }
 #undef ATT_VALUES_SLICE
@@ -422,8 +438,8 @@ static void att_values_avx2(float *out, size_t ldo, const float *p,
 KERNEL_TARGET
 static void attention_rows_avx2(float *out, size_t ldo, const float *q,
                                 size_t ldq, const kv_rows *kv, size_t es,
-                                size_t pos, size_t nr, size_t hd,
-                                float scale, float *scores, size_t lds)
+                                size_t pos, size_t nr, size_t hd, float scale,
+                                float *scores, size_t lds)
 {
     for (size_t r = 0; r < nr; r += 2)
         att_scores_avx2(scores + r * lds, lds, q + r * ldq, ldq, kv, es,
@@ -462,13 +478,15 @@ size_t attention_scratch_floats(size_t n_ctx, size_t head_dim)
 
 /* Positions [0, n) of K and V through the table into contiguous floats
  * (halves widened exactly: the same values the AVX2 loads widen). */
-static void gather(float *k, float *v, const kv_rows *kv, size_t n,
-                   size_t hd, bool half)
+static void gather(float *k, float *v, const kv_rows *kv, size_t n, size_t hd,
+                   bool half)
 {
     for (size_t t = 0; t < n; t++) {
         if (half) {
-            half_to_floats(k + t * hd, (const uint16_t *)(const void *)k_row(kv, t), hd);
-            half_to_floats(v + t * hd, (const uint16_t *)(const void *)v_row(kv, t), hd);
+            half_to_floats(k + t * hd,
+                           (const uint16_t *)(const void *)k_row(kv, t), hd);
+            half_to_floats(v + t * hd,
+                           (const uint16_t *)(const void *)v_row(kv, t), hd);
         } else {
             memcpy(k + t * hd, k_row(kv, t), hd * sizeof(float));
             memcpy(v + t * hd, v_row(kv, t), hd * sizeof(float));
@@ -479,8 +497,8 @@ static void gather(float *k, float *v, const kv_rows *kv, size_t n,
 /* Rows [pos, pos + nr) of the head's triangle (attention_head's `probs`)
  * from score rows of stride lds, which hold their probabilities once
  * softmax_row has run. */
-static void keep_probs(float *probs, size_t pos, size_t nr,
-                       const float *scores, size_t lds)
+static void keep_probs(float *probs, size_t pos, size_t nr, const float *scores,
+                       size_t lds)
 {
     for (size_t r = 0; r < nr; r++)
         memcpy(probs + (pos + r) * (pos + r + 1) / 2, scores + r * lds,

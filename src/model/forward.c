@@ -59,36 +59,36 @@
 #define ROW_BLOCK 16
 
 typedef struct seq_rows {
-    const uint32_t *blocks;     /* its block table */
-    size_t row0;                /* first row of this sequence in the step */
+    const uint32_t *blocks; /* its block table */
+    size_t row0;            /* first row of this sequence in the step */
     size_t n_rows;
-    size_t pos0;                /* position of its first new row */
-    const forward_capture *capture;     /* NULL unless inspected */
+    size_t pos0;                    /* position of its first new row */
+    const forward_capture *capture; /* NULL unless inspected */
 } seq_rows;
 
 struct forward_state {
     model_config cfg;
     size_t max_rows;
     /* activations, all (max_rows, ·) */
-    float *x;                   /* (R, C) residual stream */
-    float *xn;                  /* (R, C) LayerNorm output */
-    float *qkv;                 /* (R, 3C) */
-    float *att;                 /* (R, C) attention output before projection */
-    float *h;                   /* (R, 4C) MLP hidden */
-    float *lnf;                 /* (L, C) final LayerNorm of the logit rows */
+    float *x;   /* (R, C) residual stream */
+    float *xn;  /* (R, C) LayerNorm output */
+    float *qkv; /* (R, 3C) */
+    float *att; /* (R, C) attention output before projection */
+    float *h;   /* (R, 4C) MLP hidden */
+    float *lnf; /* (L, C) final LayerNorm of the logit rows */
     /* per step bookkeeping */
-    seq_rows *seqs;             /* [max_rows] */
-    size_t *row_pos;            /* [max_rows] */
-    const int32_t **row_tok;    /* [max_rows] pointer to the row's token */
-    size_t *logit_rows;         /* [max_rows] which rows get logits */
+    seq_rows *seqs;          /* [max_rows] */
+    size_t *row_pos;         /* [max_rows] */
+    const int32_t **row_tok; /* [max_rows] pointer to the row's token */
+    size_t *logit_rows;      /* [max_rows] which rows get logits */
     /* per-worker kernel scratch, for n_workers pool workers */
     size_t n_workers;
-    float *att_scratch;         /* attention_scratch_floats each */
+    float *att_scratch; /* attention_scratch_floats each */
     size_t att_scratch_floats;
-    float *mm_scratch;          /* matmul_scratch_floats each */
+    float *mm_scratch; /* matmul_scratch_floats each */
     size_t mm_scratch_floats;
-    cpu_isa isa;                /* the kernels' instruction set (cpu.h) */
-    bool blas;                  /* the model's matrices are for sgemm */
+    cpu_isa isa; /* the kernels' instruction set (cpu.h) */
+    bool blas;   /* the model's matrices are for sgemm */
 };
 
 static void *alloc_floats(size_t n)
@@ -124,9 +124,9 @@ typedef struct rows_job {
     const forward_state *st;
     const model *m;
     size_t n_rows;
-    const size_t *row_index;    /* NULL: rows 0..n_rows-1 */
-    const float *inp;           /* (·, C) */
-    float *out;                 /* (n_rows, C) */
+    const size_t *row_index; /* NULL: rows 0..n_rows-1 */
+    const float *inp;        /* (·, C) */
+    float *out;              /* (n_rows, C) */
     const float *w, *b;
 } rows_job;
 
@@ -182,8 +182,13 @@ static void layernorm_forward(forward_state *st, threadpool *pool, float *out,
                               const float *inp, const size_t *row_index,
                               size_t n_rows, const float *w, const float *b)
 {
-    rows_job j = { .st = st, .n_rows = n_rows, .row_index = row_index,
-                   .inp = inp, .out = out, .w = w, .b = b };
+    rows_job j = { .st = st,
+                   .n_rows = n_rows,
+                   .row_index = row_index,
+                   .inp = inp,
+                   .out = out,
+                   .w = w,
+                   .b = b };
     threadpool_run(pool, (n_rows + ROW_BLOCK - 1) / ROW_BLOCK, layernorm_task,
                    &j);
 }
@@ -193,7 +198,9 @@ static void layernorm_forward(forward_state *st, threadpool *pool, float *out,
 static void matmul(const forward_state *st, threadpool *pool,
                    const matmul_args *p)
 {
-    const matmul_ctx ctx = { .pool = pool, .blas = st->blas, .isa = st->isa,
+    const matmul_ctx ctx = { .pool = pool,
+                             .blas = st->blas,
+                             .isa = st->isa,
                              .scratch = st->mm_scratch,
                              .scratch_floats = st->mm_scratch_floats };
     matmul_forward(&ctx, p);
@@ -214,15 +221,14 @@ static float *captured_probs(const seq_rows *s, size_t layer, size_t head,
     const forward_capture *c = s->capture;
     if (c == NULL || c->attention == NULL || c->slot[layer] < 0)
         return NULL;
-    return c->attention + ((size_t)c->slot[layer] * n_head + head)
-                          * triangle(c->n_positions);
+    return c->attention +
+           ((size_t)c->slot[layer] * n_head + head) * triangle(c->n_positions);
 }
 
 /* After layer `layer`'s block: the residual stream of every captured row,
  * its L2 norm, and (for the logit lens) the row itself.  A few floats per
  * row, on the engine thread. */
-static void capture_block(const forward_state *st, size_t n_seqs,
-                          size_t layer)
+static void capture_block(const forward_state *st, size_t n_seqs, size_t layer)
 {
     const size_t C = st->cfg.n_embd;
     for (size_t i = 0; i < n_seqs; i++) {
@@ -290,14 +296,18 @@ int forward_state_create(forward_state **out, const model *m, size_t max_rows,
     const model_config *cfg = &m->config;
     if (max_rows == 0 || n_workers == 0)
         return error_set(err, "forward: max_rows and the workers must be at "
-                         "least 1");
+                              "least 1");
     if (cfg->n_head == 0 || cfg->n_embd % cfg->n_head != 0)
-        return error_set(err, "forward: n_embd %zu is not a multiple of "
-                         "n_head %zu", cfg->n_embd, cfg->n_head);
-    if (max_rows > INT32_MAX / 4 / cfg->n_embd
-        || cfg->vocab_size > INT32_MAX / cfg->n_embd)
-        return error_set(err, "forward: max_rows %zu is too large for "
-                         "n_embd %zu", max_rows, cfg->n_embd);
+        return error_set(err,
+                         "forward: n_embd %zu is not a multiple of "
+                         "n_head %zu",
+                         cfg->n_embd, cfg->n_head);
+    if (max_rows > INT32_MAX / 4 / cfg->n_embd ||
+        cfg->vocab_size > INT32_MAX / cfg->n_embd)
+        return error_set(err,
+                         "forward: max_rows %zu is too large for "
+                         "n_embd %zu",
+                         max_rows, cfg->n_embd);
     forward_state *st = calloc(1, sizeof *st);
     if (st == NULL)
         return error_set(err, "forward: out of memory");
@@ -314,11 +324,13 @@ int forward_state_create(forward_state **out, const model *m, size_t max_rows,
     st->row_pos = calloc(max_rows, sizeof *st->row_pos);
     st->row_tok = calloc(max_rows, sizeof *st->row_tok);
     st->logit_rows = calloc(max_rows, sizeof *st->logit_rows);
-    if (!st->x || !st->xn || !st->qkv || !st->att || !st->h || !st->lnf
-        || !st->seqs || !st->row_pos || !st->row_tok || !st->logit_rows) {
+    if (!st->x || !st->xn || !st->qkv || !st->att || !st->h || !st->lnf ||
+        !st->seqs || !st->row_pos || !st->row_tok || !st->logit_rows) {
         forward_state_free(st);
-        return error_set(err, "forward: cannot allocate scratch for %zu rows "
-                         "(%zu bytes)", max_rows, max_rows * 11 * C * 4);
+        return error_set(err,
+                         "forward: cannot allocate scratch for %zu rows "
+                         "(%zu bytes)",
+                         max_rows, max_rows * 11 * C * 4);
     }
     st->n_workers = n_workers;
     st->mm_scratch_floats = matmul_scratch_floats(max_rows);
@@ -328,8 +340,10 @@ int forward_state_create(forward_state **out, const model *m, size_t max_rows,
     st->mm_scratch = alloc_floats(n_workers * st->mm_scratch_floats);
     if (st->att_scratch == NULL || st->mm_scratch == NULL) {
         forward_state_free(st);
-        return error_set(err, "forward: cannot allocate kernel scratch for "
-                         "%zu workers", n_workers);
+        return error_set(err,
+                         "forward: cannot allocate kernel scratch for "
+                         "%zu workers",
+                         n_workers);
     }
     st->isa = cpu_isa_choose();
     st->blas = m->matmul == MODEL_MATMUL_BLAS;
@@ -388,45 +402,56 @@ static int plan_step(forward_state *st, const kv_geometry *kv,
 {
     const model_config *cfg = &st->cfg;
     size_t R = 0, L = 0;
-    if (kv->n_ctx != cfg->n_ctx || kv->n_layer != cfg->n_layer
-        || kv->n_head != cfg->n_head
-        || kv->head_dim * cfg->n_head != cfg->n_embd)
+    if (kv->n_ctx != cfg->n_ctx || kv->n_layer != cfg->n_layer ||
+        kv->n_head != cfg->n_head || kv->head_dim * cfg->n_head != cfg->n_embd)
         return error_set(err, "forward: the KV cache does not match the model");
     for (size_t s = 0; s < n_seqs; s++) {
         const forward_seq *q = &seqs[s];
         if (q->blocks == NULL || q->tokens == NULL)
-            return error_set(err, "forward: sequence %zu has no block table "
-                             "or no tokens", s);
+            return error_set(err,
+                             "forward: sequence %zu has no block table "
+                             "or no tokens",
+                             s);
         if (q->n_tokens == 0)
             return error_set(err, "forward: sequence %zu has no new tokens", s);
         if (q->n_logits > q->n_tokens)
-            return error_set(err, "forward: sequence %zu asks logits for %zu "
-                             "rows but brings %zu tokens", s, q->n_logits,
-                             q->n_tokens);
+            return error_set(err,
+                             "forward: sequence %zu asks logits for %zu "
+                             "rows but brings %zu tokens",
+                             s, q->n_logits, q->n_tokens);
         if (q->pos0 > cfg->n_ctx || q->n_tokens > cfg->n_ctx - q->pos0)
-            return error_set(err, "forward: sequence %zu would reach %zu "
-                             "positions, past n_ctx %zu", s,
-                             q->pos0 + q->n_tokens, cfg->n_ctx);
+            return error_set(err,
+                             "forward: sequence %zu would reach %zu "
+                             "positions, past n_ctx %zu",
+                             s, q->pos0 + q->n_tokens, cfg->n_ctx);
         if (q->n_tokens > st->max_rows - R)
-            return error_set(err, "forward: step has more than max_rows %zu "
-                             "rows", st->max_rows);
+            return error_set(err,
+                             "forward: step has more than max_rows %zu "
+                             "rows",
+                             st->max_rows);
         for (size_t t = 0; t < q->n_tokens; t++)
             if (q->tokens[t] < 0 || (size_t)q->tokens[t] >= cfg->vocab_size)
-                return error_set(err, "forward: sequence %zu token %zu has id "
-                                 "%ld, outside [0, %zu)", s, t,
-                                 (long)q->tokens[t], cfg->vocab_size);
+                return error_set(err,
+                                 "forward: sequence %zu token %zu has id "
+                                 "%ld, outside [0, %zu)",
+                                 s, t, (long)q->tokens[t], cfg->vocab_size);
         for (size_t p = 0; p < s; p++)
             if (seqs[p].blocks == q->blocks)
-                return error_set(err, "forward: sequences %zu and %zu share "
-                                 "a block table", p, s);
+                return error_set(err,
+                                 "forward: sequences %zu and %zu share "
+                                 "a block table",
+                                 p, s);
         const forward_capture *c = q->capture;
-        if (c != NULL && (c->slot == NULL || c->norms == NULL
-                          || q->pos0 + q->n_tokens > c->n_positions))
-            return error_set(err, "forward: sequence %zu's capture does not "
-                             "hold positions [%zu, %zu)", s, q->pos0,
-                             q->pos0 + q->n_tokens);
-        st->seqs[s] = (seq_rows){ .blocks = q->blocks, .row0 = R,
-                                  .n_rows = q->n_tokens, .pos0 = q->pos0,
+        if (c != NULL && (c->slot == NULL || c->norms == NULL ||
+                          q->pos0 + q->n_tokens > c->n_positions))
+            return error_set(err,
+                             "forward: sequence %zu's capture does not "
+                             "hold positions [%zu, %zu)",
+                             s, q->pos0, q->pos0 + q->n_tokens);
+        st->seqs[s] = (seq_rows){ .blocks = q->blocks,
+                                  .row0 = R,
+                                  .n_rows = q->n_tokens,
+                                  .pos0 = q->pos0,
                                   .capture = c };
         for (size_t t = 0; t < q->n_tokens; t++) {
             st->row_pos[R + t] = q->pos0 + t;
@@ -449,19 +474,27 @@ static void unembed(forward_state *st, const model *m, threadpool *pool,
 {
     layernorm_forward(st, pool, st->lnf, x, row_index, n_rows, m->ln_f_w,
                       m->ln_f_b);
-    matmul(st, pool, &(matmul_args){
-        .M = n_rows, .N = st->cfg.vocab_size, .K = st->cfg.n_embd,
-        .a = st->lnf, .w = m->lm_head_wp, .w_rows = m->lm_head_w,
-        .w_transposed = true, .dt = m->panel_dtype, .out = logits,
-        .epi = MATMUL_NONE });
+    matmul(st, pool,
+           &(matmul_args){ .M = n_rows,
+                           .N = st->cfg.vocab_size,
+                           .K = st->cfg.n_embd,
+                           .a = st->lnf,
+                           .w = m->lm_head_wp,
+                           .w_rows = m->lm_head_w,
+                           .w_transposed = true,
+                           .dt = m->panel_dtype,
+                           .out = logits,
+                           .epi = MATMUL_NONE });
 }
 
 static int check_pool(const forward_state *st, threadpool *pool,
                       gpt2d_error *err)
 {
     if (threadpool_size(pool) > st->n_workers)
-        return error_set(err, "forward: a pool of %zu workers, scratch for "
-                         "%zu", threadpool_size(pool), st->n_workers);
+        return error_set(err,
+                         "forward: a pool of %zu workers, scratch for "
+                         "%zu",
+                         threadpool_size(pool), st->n_workers);
     return 0;
 }
 
@@ -472,20 +505,22 @@ int forward_unembed(forward_state *st, const model *m, threadpool *pool,
     if (check_pool(st, pool, err) != 0)
         return -1;
     if (n_rows > st->max_rows)
-        return error_set(err, "forward: %zu rows to unembed, more than "
-                         "max_rows %zu", n_rows, st->max_rows);
+        return error_set(err,
+                         "forward: %zu rows to unembed, more than "
+                         "max_rows %zu",
+                         n_rows, st->max_rows);
     if (n_rows > 0)
         unembed(st, m, pool, x, NULL, n_rows, logits);
     return 0;
 }
 
 int forward_step(forward_state *st, const model *m, threadpool *pool,
-                 const kv_geometry *kv, const forward_seq *seqs,
-                 size_t n_seqs, float *logits, gpt2d_error *err)
+                 const kv_geometry *kv, const forward_seq *seqs, size_t n_seqs,
+                 float *logits, gpt2d_error *err)
 {
     size_t R = 0, L = 0;
-    if (check_pool(st, pool, err) != 0
-        || plan_step(st, kv, seqs, n_seqs, &R, &L, err) != 0)
+    if (check_pool(st, pool, err) != 0 ||
+        plan_step(st, kv, seqs, n_seqs, &R, &L, err) != 0)
         return -1;
     if (R == 0)
         return 0;
@@ -497,25 +532,55 @@ int forward_step(forward_state *st, const model *m, threadpool *pool,
         const layer_weights *w = &m->layers[l];
         layernorm_forward(st, pool, st->xn, st->x, NULL, R, w->ln_1_w,
                           w->ln_1_b);
-        matmul(st, pool, &(matmul_args){
-            .M = R, .N = 3 * C, .K = C, .a = st->xn, .w = w->attn_wp,
-            .w_rows = w->attn_w, .dt = dt, .out = st->qkv, .bias = w->attn_b,
-            .epi = MATMUL_BIAS });
+        matmul(st, pool,
+               &(matmul_args){ .M = R,
+                               .N = 3 * C,
+                               .K = C,
+                               .a = st->xn,
+                               .w = w->attn_wp,
+                               .w_rows = w->attn_w,
+                               .dt = dt,
+                               .out = st->qkv,
+                               .bias = w->attn_b,
+                               .epi = MATMUL_BIAS });
         attention_forward(st, pool, kv, l, n_seqs);
-        matmul(st, pool, &(matmul_args){
-            .M = R, .N = C, .K = C, .a = st->att, .w = w->attn_proj_wp,
-            .w_rows = w->attn_proj_w, .dt = dt, .out = st->x,
-            .accumulate = true, .bias = w->attn_proj_b, .epi = MATMUL_BIAS });
+        matmul(st, pool,
+               &(matmul_args){ .M = R,
+                               .N = C,
+                               .K = C,
+                               .a = st->att,
+                               .w = w->attn_proj_wp,
+                               .w_rows = w->attn_proj_w,
+                               .dt = dt,
+                               .out = st->x,
+                               .accumulate = true,
+                               .bias = w->attn_proj_b,
+                               .epi = MATMUL_BIAS });
         layernorm_forward(st, pool, st->xn, st->x, NULL, R, w->ln_2_w,
                           w->ln_2_b);
-        matmul(st, pool, &(matmul_args){
-            .M = R, .N = 4 * C, .K = C, .a = st->xn, .w = w->fc_wp,
-            .w_rows = w->fc_w, .dt = dt, .out = st->h, .bias = w->fc_b,
-            .epi = MATMUL_BIAS_GELU });
-        matmul(st, pool, &(matmul_args){
-            .M = R, .N = C, .K = 4 * C, .a = st->h, .w = w->mlp_proj_wp,
-            .w_rows = w->mlp_proj_w, .dt = dt, .out = st->x,
-            .accumulate = true, .bias = w->mlp_proj_b, .epi = MATMUL_BIAS });
+        matmul(st, pool,
+               &(matmul_args){ .M = R,
+                               .N = 4 * C,
+                               .K = C,
+                               .a = st->xn,
+                               .w = w->fc_wp,
+                               .w_rows = w->fc_w,
+                               .dt = dt,
+                               .out = st->h,
+                               .bias = w->fc_b,
+                               .epi = MATMUL_BIAS_GELU });
+        matmul(st, pool,
+               &(matmul_args){ .M = R,
+                               .N = C,
+                               .K = 4 * C,
+                               .a = st->h,
+                               .w = w->mlp_proj_wp,
+                               .w_rows = w->mlp_proj_w,
+                               .dt = dt,
+                               .out = st->x,
+                               .accumulate = true,
+                               .bias = w->mlp_proj_b,
+                               .epi = MATMUL_BIAS });
         capture_block(st, n_seqs, l);
     }
     if (L > 0)

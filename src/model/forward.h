@@ -27,25 +27,25 @@
  * [0, n_positions).  Layers whose slot is negative are not read; a
  * sequence without a capture costs nothing. */
 typedef struct forward_capture {
-    const int32_t *slot;        /* [n_layer]: layer l's index s in the
+    const int32_t *slot; /* [n_layer]: layer l's index s in the
                                    arrays below, or -1 */
     size_t n_positions;
-    float *attention;           /* NULL, or [s][head][p(p+1)/2 + key]: the
+    float *attention; /* NULL, or [s][head][p(p+1)/2 + key]: the
                                    softmax row of the query at position p
                                    (attention.h's `probs`) */
-    float *norms;               /* [s][p]: L2 norm of the residual stream
+    float *norms;     /* [s][p]: L2 norm of the residual stream
                                    after the layer's block */
-    float *residual;            /* NULL, or [s][p][n_embd]: that residual
+    float *residual;  /* NULL, or [s][p][n_embd]: that residual
                                    stream itself */
 } forward_capture;
 
 typedef struct forward_seq {
-    const uint32_t *blocks;     /* its block table (kvcache.h), covering
+    const uint32_t *blocks;         /* its block table (kvcache.h), covering
                                    positions [0, pos0 + n_tokens) */
-    size_t pos0;                /* positions [0, pos0) already cached */
-    const int32_t *tokens;      /* new tokens, at positions pos0 + i */
-    size_t n_tokens;            /* >= 1 */
-    size_t n_logits;            /* logits for the last n_logits new tokens
+    size_t pos0;                    /* positions [0, pos0) already cached */
+    const int32_t *tokens;          /* new tokens, at positions pos0 + i */
+    size_t n_tokens;                /* >= 1 */
+    size_t n_logits;                /* logits for the last n_logits new tokens
                                    (0 = none, 1 = next-token, n_tokens = all,
                                    as echo scoring needs) */
     const forward_capture *capture; /* NULL, or what to keep of its rows
@@ -73,8 +73,7 @@ cpu_isa forward_state_isa(const forward_state *st);
  * LayerNorm and the epilogues give the same bits under every instruction
  * set (test_forward: blas on each).  Whoever keeps what the steps computed
  * (the KV cache) keys it by this name. */
-void forward_state_arithmetic(const forward_state *st, char *out,
-                              size_t size);
+void forward_state_arithmetic(const forward_state *st, char *out, size_t size);
 
 /* Runs one step.  Writes each sequence's new keys and values into its
  * blocks (the caller then commits them: kvcache_seq_commit).  `logits` receives
@@ -83,8 +82,8 @@ void forward_state_arithmetic(const forward_state *st, char *out,
  * exceed max_rows, a token id is out of range, or a sequence would pass
  * n_ctx. */
 int forward_step(forward_state *st, const model *m, threadpool *pool,
-                 const kv_geometry *kv, const forward_seq *seqs,
-                 size_t n_seqs, float *logits, gpt2d_error *err);
+                 const kv_geometry *kv, const forward_seq *seqs, size_t n_seqs,
+                 float *logits, gpt2d_error *err);
 
 /* The final LayerNorm and the unembedding of n_rows residual-stream rows x
  * (n_rows, n_embd) into logits (n_rows, vocab_size): the last stage of

@@ -16,17 +16,17 @@
 #include "core/metrics.h"
 
 struct inspect_capture {
-    inspect_params params;      /* params.layers points at `layers` */
+    inspect_params params; /* params.layers points at `layers` */
     size_t *layers;
     size_t n_tokens, n_head, n_embd;
-    int32_t *slot;              /* [n_layer] */
-    forward_capture fwd;        /* its arrays are the ones below */
+    int32_t *slot;       /* [n_layer] */
+    forward_capture fwd; /* its arrays are the ones below */
     /* NULL until inspect_capture_alloc */
-    float *attention;           /* NULL or [n_layers][n_head][triangle] */
-    float *norms;               /* [n_layers][n_tokens] */
-    float *residual;            /* NULL or [n_layers][n_tokens][n_embd] */
-    inspect_guess *lens;        /* NULL or [n_layers][n_tokens][k] */
-    size_t held;                /* bytes of the buffers above, reported to
+    float *attention;    /* NULL or [n_layers][n_head][triangle] */
+    float *norms;        /* [n_layers][n_tokens] */
+    float *residual;     /* NULL or [n_layers][n_tokens][n_embd] */
+    inspect_guess *lens; /* NULL or [n_layers][n_tokens][k] */
+    size_t held;         /* bytes of the buffers above, reported to
                                  * metrics_inspect_memory */
 };
 
@@ -52,16 +52,15 @@ static size_t triangle(size_t n)
     return n * (n + 1) / 2;
 }
 
-size_t inspect_attention_count(size_t n_layers, size_t n_head,
-                               size_t n_tokens)
+size_t inspect_attention_count(size_t n_layers, size_t n_head, size_t n_tokens)
 {
     return n_layers * n_head * triangle(n_tokens);
 }
 
 bool inspect_params_valid(const inspect_params *p, const model_config *cfg)
 {
-    if (p->logit_lens > INSPECT_MAX_LENS || p->n_layers == 0
-        || p->n_layers > cfg->n_layer || p->layers == NULL)
+    if (p->logit_lens > INSPECT_MAX_LENS || p->n_layers == 0 ||
+        p->n_layers > cfg->n_layer || p->layers == NULL)
         return false;
     for (size_t i = 0; i < p->n_layers; i++) {
         if (p->layers[i] >= cfg->n_layer)
@@ -111,7 +110,8 @@ int inspect_capture_alloc(inspect_capture *c)
     const size_t L = c->params.n_layers, n = c->n_tokens;
     const size_t k = c->params.logit_lens;
     const size_t att = c->params.attention
-                       ? inspect_attention_count(L, c->n_head, n) : 0;
+                           ? inspect_attention_count(L, c->n_head, n)
+                           : 0;
     const size_t resid = k > 0 ? L * n * c->n_embd : 0;
     const size_t lens = k > 0 ? L * n * k : 0;
     c->norms = floats(L * n);
@@ -121,8 +121,8 @@ int inspect_capture_alloc(inspect_capture *c)
         c->residual = floats(resid);
         c->lens = calloc(lens, sizeof *c->lens);
     }
-    if (c->norms == NULL || (att > 0 && c->attention == NULL)
-        || (k > 0 && (c->residual == NULL || c->lens == NULL))) {
+    if (c->norms == NULL || (att > 0 && c->attention == NULL) ||
+        (k > 0 && (c->residual == NULL || c->lens == NULL))) {
         free(c->norms);
         free(c->attention);
         free(c->residual);
@@ -132,8 +132,10 @@ int inspect_capture_alloc(inspect_capture *c)
         return -1;
     }
     hold(c, (L * n + att + resid) * sizeof(float) + lens * sizeof *c->lens);
-    c->fwd = (forward_capture){ .slot = c->slot, .n_positions = n,
-                                .attention = c->attention, .norms = c->norms,
+    c->fwd = (forward_capture){ .slot = c->slot,
+                                .n_positions = n,
+                                .attention = c->attention,
+                                .norms = c->norms,
                                 .residual = c->residual };
     return 0;
 }
@@ -206,8 +208,8 @@ const float *inspect_attention_row(const inspect_capture *c, size_t i,
 {
     if (c->attention == NULL)
         return NULL;
-    return c->attention + (i * c->n_head + head) * triangle(c->n_tokens)
-           + triangle(p);
+    return c->attention + (i * c->n_head + head) * triangle(c->n_tokens) +
+           triangle(p);
 }
 
 const float *inspect_norms(const inspect_capture *c, size_t i)
@@ -215,8 +217,7 @@ const float *inspect_norms(const inspect_capture *c, size_t i)
     return c->norms + i * c->n_tokens;
 }
 
-const inspect_guess *inspect_lens(const inspect_capture *c, size_t i,
-                                  size_t p)
+const inspect_guess *inspect_lens(const inspect_capture *c, size_t i, size_t p)
 {
     if (c->lens == NULL)
         return NULL;

@@ -38,10 +38,10 @@
 #define INSPECT_MAX_LENS 5
 
 typedef struct inspect_params {
-    bool attention;             /* keep the attention probabilities */
-    size_t logit_lens;          /* guesses per position and layer, 0: none */
-    const size_t *layers;       /* the layers to keep, in the answer's order */
-    size_t n_layers;            /* 1..n_layer, no layer twice */
+    bool attention;       /* keep the attention probabilities */
+    size_t logit_lens;    /* guesses per position and layer, 0: none */
+    const size_t *layers; /* the layers to keep, in the answer's order */
+    size_t n_layers;      /* 1..n_layer, no layer twice */
 } inspect_params;
 
 /* One guess of the logit lens: a token and its probability. */
@@ -54,8 +54,7 @@ typedef struct inspect_capture inspect_capture;
 
 /* Attention probabilities of n_layers layers of n_head heads over n_tokens
  * positions: n_layers · n_head · n(n+1)/2, what an answer holds. */
-size_t inspect_attention_count(size_t n_layers, size_t n_head,
-                               size_t n_tokens);
+size_t inspect_attention_count(size_t n_layers, size_t n_head, size_t n_tokens);
 
 /* Whether `p` fits the model: layers in range and distinct, k in range. */
 bool inspect_params_valid(const inspect_params *p, const model_config *cfg);
@@ -104,7 +103,6 @@ const float *inspect_attention_row(const inspect_capture *c, size_t i,
 /* Slot i's residual norms, one per position. */
 const float *inspect_norms(const inspect_capture *c, size_t i);
 /* The logit_lens guesses at slot i, position p; NULL without a lens. */
-const inspect_guess *inspect_lens(const inspect_capture *c, size_t i,
-                                  size_t p);
+const inspect_guess *inspect_lens(const inspect_capture *c, size_t i, size_t p);
 
 #endif

@@ -41,13 +41,14 @@
 
 /* row is (n,), bias is (n,): row = gelu(row + bias), in place.  Built
  * twice below, plain and for AVX2: the same vector code, the same bits. */
-static inline __attribute__((always_inline))
-void bias_gelu(float *row, const float *bias, size_t n)
+static inline __attribute__((always_inline)) void bias_gelu(float *row,
+                                                            const float *bias,
+                                                            size_t n)
 {
     size_t i = 0;
     for (; i + 8 <= n; i += 8)
         gelu8(row + i, row + i, bias + i);
-    if (i < n) {                /* same lanes, padded, so same bits */
+    if (i < n) { /* same lanes, padded, so same bits */
         float x[8] = { 0 }, b[8] = { 0 };
         memcpy(x, row + i, (n - i) * sizeof(float));
         memcpy(b, bias + i, (n - i) * sizeof(float));
@@ -110,79 +111,83 @@ static void matmul_generic(float *out, size_t ldo, const float *a,
  * stored to `to` (row stride ldt), as to + chain when `accumulate`.  A
  * non-NULL `ahead` is prefetched at ahead + (k - k0) · step.  Inlined with
  * constant MR, NP, H (and literal NULLs, which remove the branches). */
-#define Q8_BLOCK_AT(w, k)                                                    \
+#define Q8_BLOCK_AT(w, k)                                                      \
     ((const char *)(w) + (k) / PANEL_Q8_ROWS * PANEL_Q8_BLOCK)
-#define LOAD_Q8_SCALES(w, k, half)                                           \
-    _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)          \
-        (Q8_BLOCK_AT(w, k) + 16 * (half))))
-#define LOAD_PANEL_ROW(H, w, k, half)                                        \
-    ((H) == 2                                                                \
-     ? _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(              \
-           (const __m128i *)(const void *)(Q8_BLOCK_AT(w, k)                 \
-               + PANEL_Q8_SCALES + (k) % PANEL_Q8_ROWS * PANEL_WIDTH         \
-               + 8 * (half)))))                                              \
-     : (H) ? _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(const void *)  \
-               ((const uint16_t *)(w) + (k) * PANEL_WIDTH + 8 * (half))))    \
-           : _mm256_load_ps((const float *)(w) + (k) * PANEL_WIDTH           \
-                            + 8 * (half)))
+#define LOAD_Q8_SCALES(w, k, half)                                             \
+    _mm256_cvtph_ps(_mm_loadu_si128(                                           \
+        (const __m128i *)(const void *)(Q8_BLOCK_AT(w, k) + 16 * (half))))
+#define LOAD_PANEL_ROW(H, w, k, half)                                          \
+    ((H) == 2 ? _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(       \
+                    (const __m128i *)(const void *)(Q8_BLOCK_AT(w, k) +        \
+                                                    PANEL_Q8_SCALES +          \
+                                                    (k) % PANEL_Q8_ROWS *      \
+                                                        PANEL_WIDTH +          \
+                                                    8 * (half)))))             \
+     : (H)                                                                     \
+         ? _mm256_cvtph_ps(_mm_load_si128(                                     \
+               (const __m128i *)(const void *)((const uint16_t *)(w) +         \
+                                               (k)*PANEL_WIDTH + 8 * (half)))) \
+         : _mm256_load_ps((const float *)(w) + (k)*PANEL_WIDTH + 8 * (half)))
 /* PANEL_Q8 goes a block at a time (its scales loaded once); the others in
  * one pass over [k0, k1). */
-#define TILE_BODY(MR, NP, H)                                                 \
-    do {                                                                     \
-        const void *wp[2] = { w0, w1 };                                      \
-        __m256 acc[MR][2 * NP];                                              \
-        _Pragma("GCC unroll 8") for (int r = 0; r < MR; r++)                 \
-            _Pragma("GCC unroll 8") for (int v = 0; v < 2 * NP; v++)         \
-                acc[r][v] = from != NULL                                     \
-                            ? _mm256_loadu_ps(from + r * ldf + 8 * v)        \
-                            : _mm256_setzero_ps();                           \
-        for (size_t kb = k0, ke; kb < k1; kb = ke) {                         \
-            __m256 sc[2 * NP];                                               \
-            ke = k1;                                                         \
-            if ((H) == 2) {                                                  \
-                const size_t end = kb - kb % PANEL_Q8_ROWS + PANEL_Q8_ROWS;  \
-                ke = end < k1 ? end : k1;                                    \
-                _Pragma("GCC unroll 8") for (int v = 0; v < 2 * NP; v++)     \
-                    sc[v] = LOAD_Q8_SCALES(wp[v / 2], kb, v % 2);            \
-            }                                                                \
-            for (size_t k = kb; k < ke; k++) {                               \
-                __m256 wv[2 * NP];                                           \
-                if (ahead != NULL)                                           \
-                    _mm_prefetch(ahead + (k - k0) * step, _MM_HINT_T0);      \
-                _Pragma("GCC unroll 8") for (int v = 0; v < 2 * NP; v++) {   \
-                    wv[v] = LOAD_PANEL_ROW(H, wp[v / 2], k, v % 2);          \
-                    if ((H) == 2)                                            \
-                        wv[v] = _mm256_mul_ps(wv[v], sc[v]);                 \
-                }                                                            \
-                _Pragma("GCC unroll 8") for (int r = 0; r < MR; r++) {       \
-                    __m256 av = _mm256_broadcast_ss(a + r * lda + k);        \
-                    _Pragma("GCC unroll 8") for (int v = 0; v < 2 * NP; v++) \
-                        acc[r][v] = _mm256_fmadd_ps(av, wv[v], acc[r][v]);   \
-                }                                                            \
-            }                                                                \
-        }                                                                    \
-        _Pragma("GCC unroll 8") for (int r = 0; r < MR; r++)                 \
-            _Pragma("GCC unroll 8") for (int v = 0; v < 2 * NP; v++) {       \
-                float *o = to + r * ldt + 8 * v;                             \
-                __m256 x = acc[r][v];                                        \
-                if (accumulate)                                              \
-                    x = _mm256_add_ps(_mm256_loadu_ps(o), x);                \
-                _mm256_storeu_ps(o, x);                                      \
-            }                                                                \
+#define TILE_BODY(MR, NP, H)                                                   \
+    do {                                                                       \
+        const void *wp[2] = { w0, w1 };                                        \
+        __m256 acc[MR][2 * NP];                                                \
+        _Pragma("GCC unroll 8") for (int r = 0; r < MR; r++)                   \
+            _Pragma("GCC unroll 8") for (int v = 0; v < 2 * NP; v++)           \
+                acc[r][v] = from != NULL                                       \
+                                ? _mm256_loadu_ps(from + r * ldf + 8 * v)      \
+                                : _mm256_setzero_ps();                         \
+        for (size_t kb = k0, ke; kb < k1; kb = ke) {                           \
+            __m256 sc[2 * NP];                                                 \
+            ke = k1;                                                           \
+            if ((H) == 2) {                                                    \
+                const size_t end = kb - kb % PANEL_Q8_ROWS + PANEL_Q8_ROWS;    \
+                ke = end < k1 ? end : k1;                                      \
+                _Pragma("GCC unroll 8") for (int v = 0; v < 2 * NP; v++)       \
+                    sc[v] = LOAD_Q8_SCALES(wp[v / 2], kb, v % 2);              \
+            }                                                                  \
+            for (size_t k = kb; k < ke; k++) {                                 \
+                __m256 wv[2 * NP];                                             \
+                if (ahead != NULL)                                             \
+                    _mm_prefetch(ahead + (k - k0) * step, _MM_HINT_T0);        \
+                _Pragma("GCC unroll 8") for (int v = 0; v < 2 * NP; v++)       \
+                {                                                              \
+                    wv[v] = LOAD_PANEL_ROW(H, wp[v / 2], k, v % 2);            \
+                    if ((H) == 2)                                              \
+                        wv[v] = _mm256_mul_ps(wv[v], sc[v]);                   \
+                }                                                              \
+                _Pragma("GCC unroll 8") for (int r = 0; r < MR; r++)           \
+                {                                                              \
+                    __m256 av = _mm256_broadcast_ss(a + r * lda + k);          \
+                    _Pragma("GCC unroll 8") for (int v = 0; v < 2 * NP; v++)   \
+                        acc[r][v] = _mm256_fmadd_ps(av, wv[v], acc[r][v]);     \
+                }                                                              \
+            }                                                                  \
+        }                                                                      \
+        _Pragma("GCC unroll 8") for (int r = 0; r < MR; r++)                   \
+            _Pragma("GCC unroll 8") for (int v = 0; v < 2 * NP; v++)           \
+        {                                                                      \
+            float *o = to + r * ldt + 8 * v;                                   \
+            __m256 x = acc[r][v];                                              \
+            if (accumulate)                                                    \
+                x = _mm256_add_ps(_mm256_loadu_ps(o), x);                      \
+            _mm256_storeu_ps(o, x);                                            \
+        }                                                                      \
     } while (0)
 
-#define DEFINE_TILE(MR, NP, H, NAME)                                         \
-    KERNEL_TARGET __attribute__((always_inline)) static inline void          \
-    NAME(float *to, size_t ldt, const float *from, size_t ldf,               \
-         const float *a, size_t lda, const void *w0, const void *w1,         \
-         size_t k0, size_t k1, int accumulate, const char *ahead,            \
-         size_t step)                                                        \
-    {                                                                        \
-        TILE_BODY(MR, NP, H);                                                \
+#define DEFINE_TILE(MR, NP, H, NAME)                                           \
+    KERNEL_TARGET __attribute__((always_inline)) static inline void NAME(      \
+        float *to, size_t ldt, const float *from, size_t ldf, const float *a,  \
+        size_t lda, const void *w0, const void *w1, size_t k0, size_t k1,      \
+        int accumulate, const char *ahead, size_t step)                        \
+    {                                                                          \
+        TILE_BODY(MR, NP, H);                                                  \
     }
-#define DEFINE_TILES(MR, NP)                                                 \
-    DEFINE_TILE(MR, NP, 0, tile_##MR##x##NP)                                 \
-    DEFINE_TILE(MR, NP, 1, tile_h_##MR##x##NP)                               \
+#define DEFINE_TILES(MR, NP)                                                   \
+    DEFINE_TILE(MR, NP, 0, tile_##MR##x##NP)                                   \
+    DEFINE_TILE(MR, NP, 1, tile_h_##MR##x##NP)                                 \
     DEFINE_TILE(MR, NP, 2, tile_q_##MR##x##NP)
 DEFINE_TILES(1, 1)
 DEFINE_TILES(2, 1)
@@ -199,80 +204,86 @@ DEFINE_TILES(3, 2)
 /* Row k of panel w (of H, as TILE_BODY's), its 16 columns as one zmm:
  * floats, halves widened, or a PANEL_Q8 block's bytes widened to floats
  * (which the caller multiplies by their scales). */
-#define LOAD_PANEL512_ROW(H, w, k)                                           \
-    ((H) == 2                                                                \
-     ? _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(              \
-           (const __m128i *)(const void *)(Q8_BLOCK_AT(w, k)                 \
-               + PANEL_Q8_SCALES + (k) % PANEL_Q8_ROWS * PANEL_WIDTH))))     \
-     : (H) ? _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(const void *) \
-               ((const uint16_t *)(const void *)(w) + (k) * PANEL_WIDTH)))   \
-           : _mm512_load_ps((const float *)(const void *)(w)                 \
-                            + (k) * PANEL_WIDTH))
+#define LOAD_PANEL512_ROW(H, w, k)                                             \
+    ((H) == 2 ? _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(       \
+                    (const __m128i *)(const void *)(Q8_BLOCK_AT(w, k) +        \
+                                                    PANEL_Q8_SCALES +          \
+                                                    (k) % PANEL_Q8_ROWS *      \
+                                                        PANEL_WIDTH))))        \
+     : (H)                                                                     \
+         ? _mm512_cvtph_ps(_mm256_load_si256(                                  \
+               (const __m256i *)(const void                                    \
+                                     *)((const uint16_t *)(const void *)(w) +  \
+                                        (k)*PANEL_WIDTH)))                     \
+         : _mm512_load_ps((const float *)(const void *)(w) + (k)*PANEL_WIDTH))
 /* One MR × (16·NP) tile of a · w over k in [k0, k1) against NP panels of
  * H, w0 and the next NP - 1 (`ps` bytes apart): a panel's 16 columns are
  * one zmm register.  The same arithmetic as TILE_BODY, lane for lane, so
  * the same bits: each output one FMA chain over k, from zero or `from`.
  * Per k and panel one load (and widening) serves up to 12 rows, where
  * AVX2's 6-row blocks load each row of w three times for 16 rows. */
-#define TILE512_BODY(MR, NP, H)                                              \
-    do {                                                                     \
-        __m512 acc[MR][NP];                                                  \
-        _Pragma("GCC unroll 16") for (int r = 0; r < MR; r++)                \
-            _Pragma("GCC unroll 4") for (int v = 0; v < NP; v++)             \
-                acc[r][v] = from != NULL                                     \
-                            ? _mm512_loadu_ps(from + r * ldf + 16 * v)       \
-                            : _mm512_setzero_ps();                           \
-        for (size_t kb = k0, ke; kb < k1; kb = ke) {                         \
-            __m512 sc[NP];                                                   \
-            ke = k1;                                                         \
-            if ((H) == 2) {                                                  \
-                const size_t end = kb - kb % PANEL_Q8_ROWS + PANEL_Q8_ROWS;  \
-                ke = end < k1 ? end : k1;                                    \
-                _Pragma("GCC unroll 4") for (int v = 0; v < NP; v++)         \
-                    sc[v] = _mm512_cvtph_ps(_mm256_loadu_si256(              \
-                        (const __m256i *)(const void *)Q8_BLOCK_AT(          \
-                            w0 + v * ps, kb)));                              \
-            }                                                                \
-            for (size_t k = kb; k < ke; k++) {                               \
-                __m512 wv[NP];                                               \
-                if (ahead != NULL)                                           \
-                    _mm_prefetch(ahead + (k - k0) * step, _MM_HINT_T0);      \
-                _Pragma("GCC unroll 4") for (int v = 0; v < NP; v++) {       \
-                    wv[v] = LOAD_PANEL512_ROW(H, w0 + v * ps, k);            \
-                    if ((H) == 2)                                            \
-                        wv[v] = _mm512_mul_ps(wv[v], sc[v]);                 \
-                }                                                            \
-                _Pragma("GCC unroll 16") for (int r = 0; r < MR; r++) {      \
-                    __m512 av = _mm512_set1_ps(a[r * lda + k]);              \
-                    _Pragma("GCC unroll 4") for (int v = 0; v < NP; v++)     \
-                        acc[r][v] = _mm512_fmadd_ps(av, wv[v], acc[r][v]);   \
-                }                                                            \
-            }                                                                \
-        }                                                                    \
-        _Pragma("GCC unroll 16") for (int r = 0; r < MR; r++)                \
-            _Pragma("GCC unroll 4") for (int v = 0; v < NP; v++) {           \
-                float *o = to + r * ldt + 16 * v;                            \
-                __m512 x = acc[r][v];                                        \
-                if (accumulate)                                              \
-                    x = _mm512_add_ps(_mm512_loadu_ps(o), x);                \
-                _mm512_storeu_ps(o, x);                                      \
-            }                                                                \
+#define TILE512_BODY(MR, NP, H)                                                \
+    do {                                                                       \
+        __m512 acc[MR][NP];                                                    \
+        _Pragma("GCC unroll 16") for (int r = 0; r < MR; r++)                  \
+            _Pragma("GCC unroll 4") for (int v = 0; v < NP; v++)               \
+                acc[r][v] = from != NULL                                       \
+                                ? _mm512_loadu_ps(from + r * ldf + 16 * v)     \
+                                : _mm512_setzero_ps();                         \
+        for (size_t kb = k0, ke; kb < k1; kb = ke) {                           \
+            __m512 sc[NP];                                                     \
+            ke = k1;                                                           \
+            if ((H) == 2) {                                                    \
+                const size_t end = kb - kb % PANEL_Q8_ROWS + PANEL_Q8_ROWS;    \
+                ke = end < k1 ? end : k1;                                      \
+                _Pragma("GCC unroll 4") for (int v = 0; v < NP; v++)           \
+                    sc[v] = _mm512_cvtph_ps(_mm256_loadu_si256(                \
+                        (const __m256i *)(const void *)Q8_BLOCK_AT(            \
+                            w0 + v * ps, kb)));                                \
+            }                                                                  \
+            for (size_t k = kb; k < ke; k++) {                                 \
+                __m512 wv[NP];                                                 \
+                if (ahead != NULL)                                             \
+                    _mm_prefetch(ahead + (k - k0) * step, _MM_HINT_T0);        \
+                _Pragma("GCC unroll 4") for (int v = 0; v < NP; v++)           \
+                {                                                              \
+                    wv[v] = LOAD_PANEL512_ROW(H, w0 + v * ps, k);              \
+                    if ((H) == 2)                                              \
+                        wv[v] = _mm512_mul_ps(wv[v], sc[v]);                   \
+                }                                                              \
+                _Pragma("GCC unroll 16") for (int r = 0; r < MR; r++)          \
+                {                                                              \
+                    __m512 av = _mm512_set1_ps(a[r * lda + k]);                \
+                    _Pragma("GCC unroll 4") for (int v = 0; v < NP; v++)       \
+                        acc[r][v] = _mm512_fmadd_ps(av, wv[v], acc[r][v]);     \
+                }                                                              \
+            }                                                                  \
+        }                                                                      \
+        _Pragma("GCC unroll 16") for (int r = 0; r < MR; r++)                  \
+            _Pragma("GCC unroll 4") for (int v = 0; v < NP; v++)               \
+        {                                                                      \
+            float *o = to + r * ldt + 16 * v;                                  \
+            __m512 x = acc[r][v];                                              \
+            if (accumulate)                                                    \
+                x = _mm512_add_ps(_mm512_loadu_ps(o), x);                      \
+            _mm512_storeu_ps(o, x);                                            \
+        }                                                                      \
     } while (0)
 
-#define DEFINE_TILE512(MR, NP, H, NAME)                                      \
-    KERNEL_TARGET_AVX512 __attribute__((always_inline)) static inline void   \
-    NAME(float *to, size_t ldt, const float *from, size_t ldf,               \
-         const float *a, size_t lda, const char *w0, size_t ps, size_t k0,   \
-         size_t k1, int accumulate, const char *ahead, size_t step)          \
-    {                                                                        \
-        TILE512_BODY(MR, NP, H);                                             \
+#define DEFINE_TILE512(MR, NP, H, NAME)                                        \
+    KERNEL_TARGET_AVX512 __attribute__((always_inline)) static inline void     \
+    NAME(float *to, size_t ldt, const float *from, size_t ldf, const float *a, \
+         size_t lda, const char *w0, size_t ps, size_t k0, size_t k1,          \
+         int accumulate, const char *ahead, size_t step)                       \
+    {                                                                          \
+        TILE512_BODY(MR, NP, H);                                               \
     }
-#define DEFINE_TILES512_NP(MR, NP)                                           \
-    DEFINE_TILE512(MR, NP, 0, tile512_##MR##x##NP)                           \
-    DEFINE_TILE512(MR, NP, 1, tile512_h_##MR##x##NP)                         \
+#define DEFINE_TILES512_NP(MR, NP)                                             \
+    DEFINE_TILE512(MR, NP, 0, tile512_##MR##x##NP)                             \
+    DEFINE_TILE512(MR, NP, 1, tile512_h_##MR##x##NP)                           \
     DEFINE_TILE512(MR, NP, 2, tile512_q_##MR##x##NP)
-#define DEFINE_TILES512(MR)                                                  \
-    DEFINE_TILES512_NP(MR, 1)                                                \
+#define DEFINE_TILES512(MR)                                                    \
+    DEFINE_TILES512_NP(MR, 1)                                                  \
     DEFINE_TILES512_NP(MR, 2)
 DEFINE_TILES512(1)
 DEFINE_TILES512(2)
@@ -311,39 +322,58 @@ typedef struct panel_tiles {
 
 /* AVX2: blocks of up to 6 rows (12 accumulators), and up to 3 rows
  * against two panels; of floats (H = 0), halves (1) or int8 (2). */
-#define DEFINE_AVX2_TILES(H, NAME)                                           \
-    KERNEL_TARGET static void NAME##_block(                                  \
-        size_t mr, float *to, size_t ldt, const float *from, size_t ldf,     \
-        const float *a, size_t lda, const char *w, size_t ps, size_t k0,     \
-        size_t k1, int accumulate, const char *ahead, size_t step)           \
-    {                                                                        \
-        (void)ps;                                                            \
-        switch (mr) {                                                        \
-        case 6: TILE(H, 6, 1)(BLOCK_ARGS); break;                            \
-        case 5: TILE(H, 5, 1)(BLOCK_ARGS); break;                            \
-        case 4: TILE(H, 4, 1)(BLOCK_ARGS); break;                            \
-        case 3: TILE(H, 3, 1)(BLOCK_ARGS); break;                            \
-        case 2: TILE(H, 2, 1)(BLOCK_ARGS); break;                            \
-        default: TILE(H, 1, 1)(BLOCK_ARGS); break;                           \
-        }                                                                    \
-    }                                                                        \
-    KERNEL_TARGET static void NAME##_wide(                                   \
-        size_t mr, float *to, size_t ldt, const float *from, size_t ldf,     \
-        const float *a, size_t lda, const char *w, size_t ps, size_t k0,     \
-        size_t k1, int accumulate, const char *ahead, size_t step)           \
-    {                                                                        \
-        switch (mr) {                                                        \
-        case 3: TILE(H, 3, 2)(WIDE_ARGS); break;                             \
-        case 2: TILE(H, 2, 2)(WIDE_ARGS); break;                             \
-        default: TILE(H, 1, 2)(WIDE_ARGS); break;                            \
-        }                                                                    \
+#define DEFINE_AVX2_TILES(H, NAME)                                             \
+    KERNEL_TARGET static void NAME##_block(                                    \
+        size_t mr, float *to, size_t ldt, const float *from, size_t ldf,       \
+        const float *a, size_t lda, const char *w, size_t ps, size_t k0,       \
+        size_t k1, int accumulate, const char *ahead, size_t step)             \
+    {                                                                          \
+        (void)ps;                                                              \
+        switch (mr) {                                                          \
+        case 6:                                                                \
+            TILE(H, 6, 1)(BLOCK_ARGS);                                         \
+            break;                                                             \
+        case 5:                                                                \
+            TILE(H, 5, 1)(BLOCK_ARGS);                                         \
+            break;                                                             \
+        case 4:                                                                \
+            TILE(H, 4, 1)(BLOCK_ARGS);                                         \
+            break;                                                             \
+        case 3:                                                                \
+            TILE(H, 3, 1)(BLOCK_ARGS);                                         \
+            break;                                                             \
+        case 2:                                                                \
+            TILE(H, 2, 1)(BLOCK_ARGS);                                         \
+            break;                                                             \
+        default:                                                               \
+            TILE(H, 1, 1)(BLOCK_ARGS);                                         \
+            break;                                                             \
+        }                                                                      \
+    }                                                                          \
+    KERNEL_TARGET static void NAME##_wide(                                     \
+        size_t mr, float *to, size_t ldt, const float *from, size_t ldf,       \
+        const float *a, size_t lda, const char *w, size_t ps, size_t k0,       \
+        size_t k1, int accumulate, const char *ahead, size_t step)             \
+    {                                                                          \
+        switch (mr) {                                                          \
+        case 3:                                                                \
+            TILE(H, 3, 2)(WIDE_ARGS);                                          \
+            break;                                                             \
+        case 2:                                                                \
+            TILE(H, 2, 2)(WIDE_ARGS);                                          \
+            break;                                                             \
+        default:                                                               \
+            TILE(H, 1, 2)(WIDE_ARGS);                                          \
+            break;                                                             \
+        }                                                                      \
     }
-#define TILE(H, MR, NP)                                                      \
-    ((H) == 2 ? tile_q_##MR##x##NP : (H) ? tile_h_##MR##x##NP                \
-                                         : tile_##MR##x##NP)
-#define BLOCK_ARGS                                                           \
+#define TILE(H, MR, NP)                                                        \
+    ((H) == 2 ? tile_q_##MR##x##NP                                             \
+     : (H)    ? tile_h_##MR##x##NP                                             \
+              : tile_##MR##x##NP)
+#define BLOCK_ARGS                                                             \
     to, ldt, from, ldf, a, lda, w, NULL, k0, k1, accumulate, ahead, step
-#define WIDE_ARGS                                                            \
+#define WIDE_ARGS                                                              \
     to, ldt, from, ldf, a, lda, w, w + ps, k0, k1, accumulate, ahead, step
 DEFINE_AVX2_TILES(0, avx2_f32)
 DEFINE_AVX2_TILES(1, avx2_f16)
@@ -360,44 +390,54 @@ DEFINE_AVX2_TILES(2, avx2_q8)
  * moved them back for every FMA, ~160 against ~220 GFLOP/s on one core,
  * int8, W in cache), or against one panel where one is left; of floats
  * (H = 0), halves (1) or int8 (2). */
-#define TILE512_CASES(H, NP)                                                 \
-    switch (mr) {                                                            \
-    TILE512_CASE(H, 12, NP); TILE512_CASE(H, 11, NP);                        \
-    TILE512_CASE(H, 10, NP); TILE512_CASE(H, 9, NP);                         \
-    TILE512_CASE(H, 8, NP); TILE512_CASE(H, 7, NP);                          \
-    TILE512_CASE(H, 6, NP); TILE512_CASE(H, 5, NP);                          \
-    TILE512_CASE(H, 4, NP); TILE512_CASE(H, 3, NP);                          \
-    TILE512_CASE(H, 2, NP);                                                  \
-    default: TILE512(H, 1, NP)(TILE512_ARGS); break;                         \
+#define TILE512_CASES(H, NP)                                                   \
+    switch (mr) {                                                              \
+        TILE512_CASE(H, 12, NP);                                               \
+        TILE512_CASE(H, 11, NP);                                               \
+        TILE512_CASE(H, 10, NP);                                               \
+        TILE512_CASE(H, 9, NP);                                                \
+        TILE512_CASE(H, 8, NP);                                                \
+        TILE512_CASE(H, 7, NP);                                                \
+        TILE512_CASE(H, 6, NP);                                                \
+        TILE512_CASE(H, 5, NP);                                                \
+        TILE512_CASE(H, 4, NP);                                                \
+        TILE512_CASE(H, 3, NP);                                                \
+        TILE512_CASE(H, 2, NP);                                                \
+    default:                                                                   \
+        TILE512(H, 1, NP)(TILE512_ARGS);                                       \
+        break;                                                                 \
     }
-#define TILE512_CASE(H, MR, NP)                                              \
-    case MR: TILE512(H, MR, NP)(TILE512_ARGS); break
-#define TILE512(H, MR, NP)                                                   \
-    ((H) == 2 ? tile512_q_##MR##x##NP : (H) ? tile512_h_##MR##x##NP         \
-                                            : tile512_##MR##x##NP)
-#define TILE512_ARGS                                                         \
+#define TILE512_CASE(H, MR, NP)                                                \
+    case MR:                                                                   \
+        TILE512(H, MR, NP)(TILE512_ARGS);                                      \
+        break
+#define TILE512(H, MR, NP)                                                     \
+    ((H) == 2 ? tile512_q_##MR##x##NP                                          \
+     : (H)    ? tile512_h_##MR##x##NP                                          \
+              : tile512_##MR##x##NP)
+#define TILE512_ARGS                                                           \
     to, ldt, from, ldf, a, lda, w, ps, k0, k1, accumulate, ahead, step
-#define DEFINE_AVX512_BLOCK(H, NAME, NP)                                     \
-    KERNEL_TARGET_AVX512 static void NAME##_block##NP(                       \
-        size_t mr, float *to, size_t ldt, const float *from, size_t ldf,     \
-        const float *a, size_t lda, const char *w, size_t ps, size_t k0,     \
-        size_t k1, int accumulate, const char *ahead, size_t step)           \
-    {                                                                        \
-        TILE512_CASES(H, NP)                                                 \
+#define DEFINE_AVX512_BLOCK(H, NAME, NP)                                       \
+    KERNEL_TARGET_AVX512 static void NAME##_block##NP(                         \
+        size_t mr, float *to, size_t ldt, const float *from, size_t ldf,       \
+        const float *a, size_t lda, const char *w, size_t ps, size_t k0,       \
+        size_t k1, int accumulate, const char *ahead, size_t step)             \
+    {                                                                          \
+        TILE512_CASES(H, NP)                                                   \
     }
-#define DEFINE_AVX512_WIDE(H, NAME)                                          \
-    KERNEL_TARGET_AVX512 static void NAME##_wide(                            \
-        size_t mr, float *to, size_t ldt, const float *from, size_t ldf,     \
-        const float *a, size_t lda, const char *w, size_t ps, size_t k0,     \
-        size_t k1, int accumulate, const char *ahead, size_t step)           \
-    {                                                                        \
-        if (mr == 2)                                                         \
-            TILE512(H, 2, 4)(TILE512_ARGS);                                  \
-        else                                                                 \
-            TILE512(H, 1, 4)(TILE512_ARGS);                                  \
+#define DEFINE_AVX512_WIDE(H, NAME)                                            \
+    KERNEL_TARGET_AVX512 static void NAME##_wide(                              \
+        size_t mr, float *to, size_t ldt, const float *from, size_t ldf,       \
+        const float *a, size_t lda, const char *w, size_t ps, size_t k0,       \
+        size_t k1, int accumulate, const char *ahead, size_t step)             \
+    {                                                                          \
+        if (mr == 2)                                                           \
+            TILE512(H, 2, 4)(TILE512_ARGS);                                    \
+        else                                                                   \
+            TILE512(H, 1, 4)(TILE512_ARGS);                                    \
     }
-#define DEFINE_AVX512_BLOCKS(H, NAME)                                        \
-    DEFINE_AVX512_BLOCK(H, NAME, 1)                                          \
+#define DEFINE_AVX512_BLOCKS(H, NAME)                                          \
+    DEFINE_AVX512_BLOCK(H, NAME, 1)                                            \
     DEFINE_AVX512_BLOCK(H, NAME, 2)
 DEFINE_AVX512_BLOCKS(0, avx512_f32)
 DEFINE_AVX512_BLOCKS(1, avx512_f16)
@@ -462,7 +502,8 @@ typedef struct prefetch_plan {
 static size_t panel_chunk(size_t M, size_t K, size_t block_rows)
 {
     return M > block_rows && M <= PANEL_CHUNK_ROWS && K > PANEL_CHUNK
-           ? PANEL_CHUNK : K;
+               ? PANEL_CHUNK
+               : K;
 }
 
 /* Where the plan puts the prefetch for k-steps [k0, k1), or NULL when it
@@ -471,8 +512,8 @@ static size_t panel_chunk(size_t M, size_t K, size_t block_rows)
 static const char *prefetch_at(const prefetch_plan *pf, size_t k0, size_t k1,
                                size_t stride)
 {
-    if (pf->start == NULL
-        || (size_t)(pf->end - pf->start) < k0 * pf->per_k + (k1 - k0) * stride)
+    if (pf->start == NULL ||
+        (size_t)(pf->end - pf->start) < k0 * pf->per_k + (k1 - k0) * stride)
         return NULL;
     return pf->start + k0 * pf->per_k;
 }
@@ -514,7 +555,7 @@ static void panel_rows(const panel_tiles *t, float *out, size_t ldo,
         return;
     }
     tile_fn *block = np > 1 ? t->pair_block : t->block;
-    const size_t ldp = np * PANEL_WIDTH;        /* part's row stride */
+    const size_t ldp = np * PANEL_WIDTH; /* part's row stride */
     if (M <= t->block_rows) {
         block(M, out, ldo, NULL, 0, a, K, w0, ps, 0, K, accumulate, whole,
               pf->per_k);
@@ -522,7 +563,8 @@ static void panel_rows(const panel_tiles *t, float *out, size_t ldo,
     }
     const size_t blocks = (M + t->block_rows - 1) / t->block_rows;
     const size_t pf_blocks = blocks < PANEL_PREFETCH_BLOCKS
-                             ? blocks : PANEL_PREFETCH_BLOCKS;
+                                 ? blocks
+                                 : PANEL_PREFETCH_BLOCKS;
     const size_t step = (pf->per_k + pf_blocks - 1) / pf_blocks;
     /* prefill (M > PANEL_CHUNK_ROWS): the panel is reused by so many
      * blocks that the stream no longer matters, and a block's rows of a
@@ -536,13 +578,13 @@ static void panel_rows(const panel_tiles *t, float *out, size_t ldo,
         const size_t share = step * (k1 - k0);
         for (size_t b = 0, m = 0; m < M; b++) {
             const size_t mr = M * (b + 1) / blocks - m;
-            const char *ahead = next != NULL && b < pf_blocks
-                                ? next + b * share : NULL;
+            const char *ahead = next != NULL && b < pf_blocks ? next + b * share
+                                                              : NULL;
             /* the last chunk writes out, the others part */
             float *to = last ? out + m * ldo : part + m * ldp;
             const float *from = k0 > 0 ? part + m * ldp : NULL;
-            block(mr, to, last ? ldo : ldp, from, ldp, a + m * K, K, w0, ps,
-                  k0, k1, last && accumulate, ahead, step);
+            block(mr, to, last ? ldo : ldp, from, ldp, a + m * K, K, w0, ps, k0,
+                  k1, last && accumulate, ahead, step);
             m += mr;
         }
     }
@@ -574,7 +616,8 @@ static void matmul_panels(const panel_tiles *t, float *out, size_t ldo,
     prefetch_plan pf = { .end = base + p_all * panel };
     for (size_t p = n0 / PANEL_WIDTH, np; p < p_all; p += np) {
         np = M <= t->wide_rows && p + t->wide <= p_full ? t->wide
-             : p + t->pair <= p_full ? t->pair : 1;
+             : p + t->pair <= p_full                    ? t->pair
+                                                        : 1;
         const char *w0 = base + p * panel;
         if (dt != PANEL_F32) {
             pf.start = w0 + np * panel;
@@ -588,8 +631,7 @@ static void matmul_panels(const panel_tiles *t, float *out, size_t ldo,
                        accumulate, &pf, part);
             continue;
         }
-        panel_rows(t, edge, PANEL_WIDTH, a, w0, panel, M, K, 1, 0, &pf,
-                   part);
+        panel_rows(t, edge, PANEL_WIDTH, a, w0, panel, M, K, 1, 0, &pf, part);
         const size_t tail = n1 - p_full * PANEL_WIDTH;
         for (size_t m = 0; m < M; m++)
             for (size_t c = 0; c < tail; c++) {
@@ -624,10 +666,10 @@ static void matmul_task(void *ctx, size_t task, size_t worker)
         gelu = bias_gelu_avx2;
     const panel_tiles *t = tiles_for(mc->isa, p->dt);
     if (mc->blas)
-        ;                       /* sgemm has written the block */
+        ; /* sgemm has written the block */
     else if (t != NULL)
-        matmul_panels(t, p->out, p->N, p->a, p->w, p->dt, p->M, p->K, n0,
-                      n1, acc, mc->scratch + worker * mc->scratch_floats);
+        matmul_panels(t, p->out, p->N, p->a, p->w, p->dt, p->M, p->K, n0, n1,
+                      acc, mc->scratch + worker * mc->scratch_floats);
     else
 #else
     (void)worker;
@@ -652,19 +694,18 @@ static void matmul_blas(const matmul_args *p)
     if (p->M == 1) {
         /* one row (a decode step of one sequence): sgemm would pack all
          * of W for it; sgemv streams W once */
-        cblas_sgemv(CblasRowMajor,
-                    p->w_transposed ? CblasNoTrans : CblasTrans,
+        cblas_sgemv(CblasRowMajor, p->w_transposed ? CblasNoTrans : CblasTrans,
                     p->w_transposed ? (int)p->N : (int)p->K,
-                    p->w_transposed ? (int)p->K : (int)p->N, 1.0f,
-                    p->w_rows, p->w_transposed ? (int)p->K : (int)p->N,
-                    p->a, 1, beta, p->out, 1);
+                    p->w_transposed ? (int)p->K : (int)p->N, 1.0f, p->w_rows,
+                    p->w_transposed ? (int)p->K : (int)p->N, p->a, 1, beta,
+                    p->out, 1);
         return;
     }
     cblas_sgemm(CblasRowMajor, CblasNoTrans,
                 p->w_transposed ? CblasTrans : CblasNoTrans, (int)p->M,
                 (int)p->N, (int)p->K, 1.0f, p->a, (int)p->K, p->w_rows,
-                p->w_transposed ? (int)p->K : (int)p->N,
-                beta, p->out, (int)p->N);
+                p->w_transposed ? (int)p->K : (int)p->N, beta, p->out,
+                (int)p->N);
 }
 
 /* Panels: split by output columns into MATMUL_TASKS_PER_WORKER tasks per
@@ -719,6 +760,5 @@ void matmul_arithmetic(bool blas, cpu_isa isa, char *out, size_t size)
 
 size_t matmul_scratch_floats(size_t max_rows)
 {
-    return 3 * max_rows * PANEL_WIDTH;  /* part: two panels; edge: one */
+    return 3 * max_rows * PANEL_WIDTH; /* part: two panels; edge: one */
 }
-

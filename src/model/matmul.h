@@ -26,21 +26,21 @@
 #include "core/threadpool.h"
 
 typedef enum matmul_epilogue {
-    MATMUL_NONE,                /* out (+)= a · W */
-    MATMUL_BIAS,                /* then += bias */
-    MATMUL_BIAS_GELU,           /* then = gelu(out + bias), tanh form */
+    MATMUL_NONE,      /* out (+)= a · W */
+    MATMUL_BIAS,      /* then += bias */
+    MATMUL_BIAS_GELU, /* then = gelu(out + bias), tanh form */
 } matmul_epilogue;
 
 typedef struct matmul_args {
     size_t M, N, K;
-    const float *a;             /* (M, K) */
-    const void *w;              /* panels: (K, N) in panels of dt */
+    const float *a; /* (M, K) */
+    const void *w;  /* panels: (K, N) in panels of dt */
     panel_dtype dt;
-    const float *w_rows;        /* blas: (K, N) row-major, or (N, K) when */
-    bool w_transposed;          /* the product is a · w_rowsᵀ */
-    float *out;                 /* (M, N), row stride N */
-    bool accumulate;            /* out += a · W (the residual stream) */
-    const float *bias;          /* (N,), unless MATMUL_NONE */
+    const float *w_rows; /* blas: (K, N) row-major, or (N, K) when */
+    bool w_transposed;   /* the product is a · w_rowsᵀ */
+    float *out;          /* (M, N), row stride N */
+    bool accumulate;     /* out += a · W (the residual stream) */
+    const float *bias;   /* (N,), unless MATMUL_NONE */
     matmul_epilogue epi;
 } matmul_args;
 
@@ -54,7 +54,7 @@ typedef struct matmul_ctx {
     bool blas;
     cpu_isa isa;
     float *scratch;
-    size_t scratch_floats;      /* per worker */
+    size_t scratch_floats; /* per worker */
 } matmul_ctx;
 
 void matmul_forward(const matmul_ctx *ctx, const matmul_args *p);

@@ -81,9 +81,11 @@ static int config_read(model_config *cfg, const char *dir, gpt2d_error *err)
     }
     const json_t *act = json_object_get(root, "activation_function");
     if (act != NULL &&
-        (!json_is_string(act) || (strcmp(json_string_value(act), "gelu_new") != 0 &&
-                                  strcmp(json_string_value(act), "gelu_pytorch_tanh") != 0))) {
-        error_set(err, "%s: activation_function must be \"gelu_new\" (tanh GELU)",
+        (!json_is_string(act) ||
+         (strcmp(json_string_value(act), "gelu_new") != 0 &&
+          strcmp(json_string_value(act), "gelu_pytorch_tanh") != 0))) {
+        error_set(err,
+                  "%s: activation_function must be \"gelu_new\" (tanh GELU)",
                   path);
         goto out;
     }
@@ -94,8 +96,9 @@ static int config_read(model_config *cfg, const char *dir, gpt2d_error *err)
         config_size(root, "vocab_size", 1, 1u << 22, &cfg->vocab_size, path,
                     err) != 0)
         goto out;
-    const char *ctx_key =
-        json_object_get(root, "n_positions") != NULL ? "n_positions" : "n_ctx";
+    const char *ctx_key = json_object_get(root, "n_positions") != NULL
+                              ? "n_positions"
+                              : "n_ctx";
     if (config_size(root, ctx_key, 1, 1u << 20, &cfg->n_ctx, path, err) != 0)
         goto out;
     if (cfg->n_embd % cfg->n_head != 0) {
@@ -135,11 +138,11 @@ typedef struct binding {
 enum { MAT_ATTN, MAT_ATTN_PROJ, MAT_FC, MAT_MLP_PROJ, MATS_PER_LAYER };
 
 typedef struct loader {
-    const char *path;           /* model.safetensors, for messages */
+    const char *path; /* model.safetensors, for messages */
     st_file file;
-    const char *prefix;         /* "" or "transformer." */
-    gpt2d_buf bindings;         /* of binding, in the order bound */
-    unsigned char *used;        /* per tensor of `file` */
+    const char *prefix;  /* "" or "transformer." */
+    gpt2d_buf bindings;  /* of binding, in the order bound */
+    unsigned char *used; /* per tensor of `file` */
     /* sources of the panels: every layer's matrices, and the unembedding's
      * (lm_head.weight, or wte when tied) */
     const st_tensor *(*layer_src)[MATS_PER_LAYER];
@@ -149,8 +152,7 @@ typedef struct loader {
 /* Checks tensor `name` (prefixed) against shape [d0] or [d0, d1] and records
  * where it goes (binding above). */
 static int bind(loader *L, const char *name, size_t d0, size_t d1,
-                const float **view, const st_tensor **matrix,
-                gpt2d_error *err)
+                const float **view, const st_tensor **matrix, gpt2d_error *err)
 {
     char full[256];
     snprintf(full, sizeof full, "%s%s", L->prefix, name);
@@ -158,8 +160,9 @@ static int bind(loader *L, const char *name, size_t d0, size_t d1,
     if (t == NULL)
         return error_set(err, "%s: missing tensor '%s'", L->path, full);
     if (t->dtype == ST_UNSUPPORTED)
-        return error_set(err, "%s: tensor '%s' has dtype %s (F32, F16 or BF16 needed)",
-                         L->path, full, t->dtype_name);
+        return error_set(
+            err, "%s: tensor '%s' has dtype %s (F32, F16 or BF16 needed)",
+            L->path, full, t->dtype_name);
     size_t want_dims = d1 ? 2 : 1;
     if (t->n_dims != want_dims || t->shape[0] != d0 ||
         (d1 && t->shape[1] != d1)) {
@@ -169,12 +172,13 @@ static int bind(loader *L, const char *name, size_t d0, size_t d1,
             len += (size_t)snprintf(got + len, sizeof got - len, "%s%zu",
                                     i ? ", " : "", t->shape[i]);
         if (d1)
-            return error_set(err, "%s: tensor '%s' has shape [%s], expected [%zu, %zu]",
-                             L->path, full, got, d0, d1);
+            return error_set(
+                err, "%s: tensor '%s' has shape [%s], expected [%zu, %zu]",
+                L->path, full, got, d0, d1);
         return error_set(err, "%s: tensor '%s' has shape [%s], expected [%zu]",
                          L->path, full, got, d0);
     }
-    binding b = {t, view, matrix};
+    binding b = { t, view, matrix };
     if (buf_append(&L->bindings, &b, sizeof b) != 0)
         return error_set(err, "out of memory");
     L->used[t - L->file.tensors] = 1;
@@ -186,11 +190,11 @@ static int bind_layer(loader *L, size_t i, size_t C, layer_weights *w,
 {
     char n[64];
     const st_tensor **src = L->layer_src[i];
-#define BIND(view, matrix, suffix, d0, d1)                                 \
-    do {                                                                   \
-        snprintf(n, sizeof n, "h.%zu.%s", i, suffix);                      \
-        if (bind(L, n, d0, d1, view, matrix, err) != 0)                    \
-            return -1;                                                     \
+#define BIND(view, matrix, suffix, d0, d1)                                     \
+    do {                                                                       \
+        snprintf(n, sizeof n, "h.%zu.%s", i, suffix);                          \
+        if (bind(L, n, d0, d1, view, matrix, err) != 0)                        \
+            return -1;                                                         \
     } while (0)
     BIND(&w->ln_1_w, NULL, "ln_1.weight", C, 0);
     BIND(&w->ln_1_b, NULL, "ln_1.bias", C, 0);
@@ -212,7 +216,7 @@ static int bind_layer(loader *L, size_t i, size_t C, layer_weights *w,
 static int is_ignored_buffer(const char *name)
 {
     size_t len = strlen(name);
-    static const char *const suffixes[] = {".attn.bias", ".attn.masked_bias"};
+    static const char *const suffixes[] = { ".attn.bias", ".attn.masked_bias" };
     for (size_t i = 0; i < 2; i++) {
         size_t sl = strlen(suffixes[i]);
         if (len > sl && strcmp(name + len - sl, suffixes[i]) == 0)
@@ -254,7 +258,7 @@ static void widen(const st_tensor *t, float *dst)
             memcpy(&dst[i], &bits, sizeof bits);
             break;
         }
-        default:                /* F32 the mapping leaves misaligned */
+        default: /* F32 the mapping leaves misaligned */
             memcpy(&dst[i], t->data + 4 * i, 4);
             break;
         }
@@ -311,8 +315,8 @@ static int bind_all(loader *L, model *m, gpt2d_error *err)
     else
         return error_set(err, "%s: missing tensor 'wte.weight'", L->path);
 
-    if (bind(L, "wte.weight", c->vocab_size, c->n_embd, &m->wte, NULL,
-             err) != 0 ||
+    if (bind(L, "wte.weight", c->vocab_size, c->n_embd, &m->wte, NULL, err) !=
+            0 ||
         bind(L, "wpe.weight", c->n_ctx, c->n_embd, &m->wpe, NULL, err) != 0)
         return -1;
     m->layers = calloc(c->n_layer, sizeof *m->layers);
@@ -328,7 +332,8 @@ static int bind_all(loader *L, model *m, gpt2d_error *err)
 
     /* lm_head sits outside the transformer. prefix in HF exports. */
     const st_tensor *head = safetensors_find(&L->file, "lm_head.weight");
-    const st_tensor *wte = BUF_ITEMS(&L->bindings, binding)[0].tensor; /* bound first */
+    const st_tensor *wte =
+        BUF_ITEMS(&L->bindings, binding)[0].tensor; /* bound first */
     m->tied = true;
     if (head != NULL) {
         const char *saved = L->prefix;
@@ -346,7 +351,7 @@ static int bind_all(loader *L, model *m, gpt2d_error *err)
     }
     if (m->tied) {
         /* the unembedding's panels hold wte, and the embedding reads them */
-        binding *b = BUF_ITEMS(&L->bindings, binding);  /* wte's */
+        binding *b = BUF_ITEMS(&L->bindings, binding); /* wte's */
         b->view = NULL;
         b->matrix = &L->head_src;
     }
@@ -354,8 +359,10 @@ static int bind_all(loader *L, model *m, gpt2d_error *err)
     for (size_t i = 0; i < L->file.n_tensors; i++) {
         const char *name = L->file.tensors[i].name;
         if (!L->used[i] && !is_ignored_buffer(name))
-            return error_set(err, "%s: unexpected tensor '%s' (not part of GPT-2 with %zu layers)",
-                             L->path, name, c->n_layer);
+            return error_set(
+                err,
+                "%s: unexpected tensor '%s' (not part of GPT-2 with %zu layers)",
+                L->path, name, c->n_layer);
     }
     return resolve_bindings(L, m, err);
 }
@@ -364,8 +371,8 @@ static int bind_all(loader *L, model *m, gpt2d_error *err)
 
 typedef struct layer_matrix {
     const st_tensor *src;
-    const void **dst;           /* panels */
-    const float **rows;         /* blas */
+    const void **dst;   /* panels */
+    const float **rows; /* blas */
     size_t K, N;
 } layer_matrix;
 
@@ -373,13 +380,11 @@ static void layer_matrices(const loader *L, size_t l, layer_weights *w,
                            size_t C, layer_matrix out[MATS_PER_LAYER])
 {
     const st_tensor *const *src = L->layer_src[l];
-    out[MAT_ATTN] = (layer_matrix){ src[MAT_ATTN], &w->attn_wp, &w->attn_w,
-                                    C, 3 * C };
-    out[MAT_ATTN_PROJ] = (layer_matrix){ src[MAT_ATTN_PROJ],
-                                         &w->attn_proj_wp, &w->attn_proj_w,
-                                         C, C };
-    out[MAT_FC] = (layer_matrix){ src[MAT_FC], &w->fc_wp, &w->fc_w, C,
-                                  4 * C };
+    out[MAT_ATTN] = (layer_matrix){ src[MAT_ATTN], &w->attn_wp, &w->attn_w, C,
+                                    3 * C };
+    out[MAT_ATTN_PROJ] = (layer_matrix){ src[MAT_ATTN_PROJ], &w->attn_proj_wp,
+                                         &w->attn_proj_w, C, C };
+    out[MAT_FC] = (layer_matrix){ src[MAT_FC], &w->fc_wp, &w->fc_w, C, 4 * C };
     out[MAT_MLP_PROJ] = (layer_matrix){ src[MAT_MLP_PROJ], &w->mlp_proj_wp,
                                         &w->mlp_proj_w, 4 * C, C };
 }
@@ -401,19 +406,20 @@ static int check_q8(const loader *L, const st_tensor *t, const float *w,
 {
     for (size_t i = 0; i < t->n_elements; i++)
         if (!panel_q8_holds(w[i]))
-            return error_set(err, "%s: tensor '%s' holds %g at [%zu, %zu], "
+            return error_set(err,
+                             "%s: tensor '%s' holds %g at [%zu, %zu], "
                              "which --dtype int8 cannot (its scales are "
-                             "halves: at most %g)", L->path, t->name,
-                             (double)w[i], i / t->shape[1], i % t->shape[1],
-                             (double)PANEL_Q8_MAX);
+                             "halves: at most %g)",
+                             L->path, t->name, (double)w[i], i / t->shape[1],
+                             i % t->shape[1], (double)PANEL_Q8_MAX);
     return 0;
 }
 
 /* Packs one matrix, t as floats (`w`), into dst; PANEL_Q8 refuses a value
  * it cannot hold. */
 static int pack_matrix(void *dst, panel_dtype dt, const loader *L,
-                       const st_tensor *t, const float *w, size_t K,
-                       size_t N, bool transposed, gpt2d_error *err)
+                       const st_tensor *t, const float *w, size_t K, size_t N,
+                       bool transposed, gpt2d_error *err)
 {
     if (dt == PANEL_Q8 && check_q8(L, t, w, err) != 0)
         return -1;
@@ -472,8 +478,7 @@ static int pack_weights(model *m, const loader *L, gpt2d_error *err)
         }
     }
     if (pack_matrix(next, dt, L, L->head_src,
-                    matrix_floats(L->head_src, scratch), C, V, true,
-                    err) != 0)
+                    matrix_floats(L->head_src, scratch), C, V, true, err) != 0)
         goto out;
     m->lm_head_wp = next;
     release_mapped(m, L->head_src->data, L->head_src->n_bytes);
@@ -501,8 +506,10 @@ static int view_weights(model *m, const loader *L, gpt2d_error *err)
     if (needs_copy(L->head_src))
         total += L->head_src->n_elements;
     if (total > 0 && (m->matrices = malloc(total * sizeof(float))) == NULL)
-        return error_set(err, "out of memory: %zu MB to widen the weight "
-                         "matrices to F32", total * sizeof(float) >> 20);
+        return error_set(err,
+                         "out of memory: %zu MB to widen the weight "
+                         "matrices to F32",
+                         total * sizeof(float) >> 20);
     float *next = m->matrices;
     for (size_t l = 0; l < m->config.n_layer; l++) {
         layer_matrices(L, l, &m->layers[l], C, mats);
@@ -532,8 +539,7 @@ static size_t weight_bytes_per_token(const model_config *c, panel_dtype dt)
     size_t C = c->n_embd;
     size_t matrices = c->n_layer * 12 * C * C + c->vocab_size * C;
     size_t vectors = c->n_layer * (4 * C + 3 * C + C + 4 * C + C) + 2 * C;
-    return matrices * panel_k_bytes(dt) / PANEL_WIDTH
-           + sizeof(float) * vectors;
+    return matrices * panel_k_bytes(dt) / PANEL_WIDTH + sizeof(float) * vectors;
 }
 
 /* AUTO: panels where the AVX2 kernels run or half or 8-bit weights are
@@ -543,16 +549,19 @@ static int resolve_matmul(model_matmul asked, model_dtype dtype,
 {
     *out = asked;
     if (asked == MODEL_MATMUL_BLAS && model_dtype_needs_panels(dtype))
-        return error_set(err, "--dtype %s keeps the matrices as %s, which "
+        return error_set(err,
+                         "--dtype %s keeps the matrices as %s, which "
                          "only --matmul panels multiplies (blas needs "
-                         "float32)", model_dtype_name(dtype),
+                         "float32)",
+                         model_dtype_name(dtype),
                          dtype == MODEL_DTYPE_INT8 ? "8-bit integers"
                                                    : "halves");
     if (asked != MODEL_MATMUL_AUTO)
         return 0;
     const cpu_isa isa = cpu_isa_choose();
     *out = isa >= CPU_ISA_AVX2 || model_dtype_needs_panels(dtype)
-           ? MODEL_MATMUL_PANELS : MODEL_MATMUL_BLAS;
+               ? MODEL_MATMUL_PANELS
+               : MODEL_MATMUL_BLAS;
     return 0;
 }
 
@@ -579,8 +588,7 @@ static void set_name(model *m, const char *dir)
     snprintf(m->name, sizeof m->name, "%.*s", (int)(len - start), dir + start);
 }
 
-int model_load(model *m, const char *dir, model_dtype dtype,
-               gpt2d_error *err)
+int model_load(model *m, const char *dir, model_dtype dtype, gpt2d_error *err)
 {
     return model_load_for(m, dir, dtype, MODEL_MATMUL_PANELS, err);
 }
@@ -619,7 +627,7 @@ int model_load_for(model *m, const char *dir, model_dtype dtype,
         return error_set(err, "%s: mmap: %s", path, strerror(errno));
     }
 
-    loader L = {.path = path};
+    loader L = { .path = path };
     gpt2d_error parse_err;
     int rc = -1;
     weights_digest *digest = NULL;

@@ -34,7 +34,7 @@ typedef struct model_config {
     size_t n_layer;
     size_t n_head;
     size_t n_embd;
-    size_t n_ctx;               /* n_positions */
+    size_t n_ctx; /* n_positions */
     size_t vocab_size;
     float layer_norm_epsilon;
 } model_config;
@@ -42,12 +42,12 @@ typedef struct model_config {
 /* HF GPT-2 linear weights are Conv1D: stored [in, out], row-major, so
  * y[rows, out] = x[rows, in] · W[in, out] + b[out]. */
 typedef struct layer_weights {
-    const float *ln_1_w, *ln_1_b;           /* [C] */
-    const float *attn_b;                    /* [3C]: q | k | v */
-    const float *attn_proj_b;               /* [C] */
-    const float *ln_2_w, *ln_2_b;           /* [C] */
-    const float *fc_b;                      /* [4C] */
-    const float *mlp_proj_b;                /* [C] */
+    const float *ln_1_w, *ln_1_b; /* [C] */
+    const float *attn_b;          /* [3C]: q | k | v */
+    const float *attn_proj_b;     /* [C] */
+    const float *ln_2_w, *ln_2_b; /* [C] */
+    const float *fc_b;            /* [4C] */
+    const float *mlp_proj_b;      /* [C] */
     /* the four matrices, c_attn [C, 3C], attn c_proj [C, C], c_fc [C, 4C],
      * mlp c_proj [4C, C], in the backend's layout; the other's are NULL.
      * panels: panel layout (panels.h), elements of the model's panel_dtype;
@@ -62,8 +62,8 @@ typedef struct model {
      * matrices are in panels: the embedding then reads its rows from
      * lm_head_wp */
     const float *wte;
-    const float *wpe;           /* [n_ctx, C] */
-    layer_weights *layers;      /* [n_layer] */
+    const float *wpe;      /* [n_ctx, C] */
+    layer_weights *layers; /* [n_layer] */
     const float *ln_f_w, *ln_f_b;
     /* the unembedding (lm_head.weight, [vocab, C], or wte when tied)
      * transposed to (C, vocab), in panels (panels.h): what the unembedding
@@ -72,22 +72,22 @@ typedef struct model {
     /* blas: the unembedding, [vocab, C] row-major (wte when tied),
      * multiplied as x · lm_head_wᵀ */
     const float *lm_head_w;
-    bool tied;                  /* lm_head is wte */
-    panel_dtype panel_dtype;    /* of every *_wp */
-    model_dtype dtype;          /* what --dtype resolved to (never AUTO) */
-    model_matmul matmul;        /* what --matmul resolved to (never AUTO) */
-    char name[256];             /* directory basename, reported as model id */
+    bool tied;               /* lm_head is wte */
+    panel_dtype panel_dtype; /* of every *_wp */
+    model_dtype dtype;       /* what --dtype resolved to (never AUTO) */
+    model_matmul matmul;     /* what --matmul resolved to (never AUTO) */
+    char name[256];          /* directory basename, reported as model id */
     /* every byte of model.safetensors, digested (weights_digest.h): what
      * the KV cache's identity knows the weights by */
     uint8_t weights_digest[SHA256_BYTES];
-    size_t weight_bytes;        /* bytes of weights a forward pass reads */
+    size_t weight_bytes; /* bytes of weights a forward pass reads */
     /* private */
     void *map;
     size_t map_size;
-    float *widened;             /* F16/BF16 vectors converted to F32 */
-    size_t n_widened;           /* floats in widened */
-    void *packed;               /* every *_wp, 64-byte aligned */
-    float *matrices;            /* blas: matrices widened to F32 */
+    float *widened;   /* F16/BF16 vectors converted to F32 */
+    size_t n_widened; /* floats in widened */
+    void *packed;     /* every *_wp, 64-byte aligned */
+    float *matrices;  /* blas: matrices widened to F32 */
 } model;
 
 /* Reads DIR/config.json and mmaps DIR/model.safetensors.  Every tensor's
@@ -95,8 +95,7 @@ typedef struct model {
  * problem.  The panels are stored as `dtype` says (float16 from an F32 or
  * BF16 checkpoint rounds the matrices to nearest half; int8 quantizes
  * them as panels.h's PANEL_Q8 and refuses a weight it cannot hold). */
-int model_load(model *m, const char *dir, model_dtype dtype,
-               gpt2d_error *err);
+int model_load(model *m, const char *dir, model_dtype dtype, gpt2d_error *err);
 /* The same for the `matmul` backend (model_load: panels).  float16 or
  * int8 with blas is refused: sgemm multiplies float32. */
 int model_load_for(model *m, const char *dir, model_dtype dtype,

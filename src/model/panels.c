@@ -28,8 +28,8 @@ static size_t element_size(panel_dtype dt)
  * panels.h defines it; columns past N and rows past K are zeros.  The
  * block is first gathered into a tile of its 32 rows × 16 columns, so the
  * loops below run across the 16 columns, as vectors. */
-static void quantize_block(char *dst, const float *src, size_t rs,
-                           size_t cs, size_t K, size_t N, size_t p, size_t b)
+static void quantize_block(char *dst, const float *src, size_t rs, size_t cs,
+                           size_t K, size_t N, size_t p, size_t b)
 {
     const size_t k0 = b * PANEL_Q8_ROWS, n0 = p * PANEL_WIDTH;
     const size_t rows = K - k0 < PANEL_Q8_ROWS ? K - k0 : PANEL_Q8_ROWS;
@@ -60,8 +60,7 @@ static void quantize_block(char *dst, const float *src, size_t rs,
 /* Row by row of w (PANEL_Q8: a block of rows at a time), so a checkpoint
  * that is still on disk is read sequentially (readahead) rather than one
  * 64-byte piece per page. */
-void panel_pack(void *dst, panel_dtype dt, const float *w, size_t K,
-                size_t N)
+void panel_pack(void *dst, panel_dtype dt, const float *w, size_t K, size_t N)
 {
     const size_t full = N / PANEL_WIDTH, tail = N % PANEL_WIDTH;
     const size_t stride = panel_stride(K, dt);
@@ -69,8 +68,8 @@ void panel_pack(void *dst, panel_dtype dt, const float *w, size_t K,
     if (dt == PANEL_Q8) {
         for (size_t b = 0; b * PANEL_Q8_ROWS < K; b++)
             for (size_t p = 0; p < panel_count(N); p++)
-                quantize_block(base + p * stride + b * PANEL_Q8_BLOCK, w, N,
-                               1, K, N, p, b);
+                quantize_block(base + p * stride + b * PANEL_Q8_BLOCK, w, N, 1,
+                               K, N, p, b);
         return;
     }
     const size_t es = element_size(dt);
@@ -89,8 +88,8 @@ void panel_pack(void *dst, panel_dtype dt, const float *w, size_t K,
 
 /* A panel at a time: its 16 source rows (16 × K floats) stay in cache while
  * they are interleaved, one k (a row of the panel) at a time. */
-void panel_pack_transposed(void *dst, panel_dtype dt, const float *e,
-                           size_t K, size_t N)
+void panel_pack_transposed(void *dst, panel_dtype dt, const float *e, size_t K,
+                           size_t N)
 {
     const size_t stride = panel_stride(K, dt);
     char *base = dst;

@@ -58,7 +58,7 @@ typedef enum panel_dtype { PANEL_F32, PANEL_F16, PANEL_Q8 } panel_dtype;
 /* Whether PANEL_Q8 can hold x (see above). */
 static inline bool panel_q8_holds(float x)
 {
-    return fabsf(x) <= PANEL_Q8_MAX;    /* false for NaN */
+    return fabsf(x) <= PANEL_Q8_MAX; /* false for NaN */
 }
 
 /* The half scale of a block whose column's largest |w| is amax. */
@@ -90,10 +90,12 @@ static inline size_t panel_count(size_t N)
 static inline size_t panel_stride(size_t K, panel_dtype dt)
 {
     switch (dt) {
-    case PANEL_F16: return K * PANEL_WIDTH * sizeof(uint16_t);
+    case PANEL_F16:
+        return K * PANEL_WIDTH * sizeof(uint16_t);
     case PANEL_Q8:
         return (K + PANEL_Q8_ROWS - 1) / PANEL_Q8_ROWS * PANEL_Q8_BLOCK;
-    default: return K * PANEL_WIDTH * sizeof(float);
+    default:
+        return K * PANEL_WIDTH * sizeof(float);
     }
 }
 
@@ -114,15 +116,15 @@ static inline size_t panel_bytes(size_t K, size_t N, panel_dtype dt)
 static inline float panel_at(const void *packed, panel_dtype dt, size_t K,
                              size_t k, size_t n)
 {
-    const char *panel = (const char *)packed
-                        + n / PANEL_WIDTH * panel_stride(K, dt);
+    const char *panel = (const char *)packed +
+                        n / PANEL_WIDTH * panel_stride(K, dt);
     const size_t j = n % PANEL_WIDTH;
     if (dt == PANEL_Q8) {
         const char *block = panel + k / PANEL_Q8_ROWS * PANEL_Q8_BLOCK;
         uint16_t d;
         memcpy(&d, block + j * sizeof d, sizeof d);
-        const int8_t q = (int8_t)block[PANEL_Q8_SCALES
-                                       + k % PANEL_Q8_ROWS * PANEL_WIDTH + j];
+        const int8_t q = (int8_t)
+            block[PANEL_Q8_SCALES + k % PANEL_Q8_ROWS * PANEL_WIDTH + j];
         return (float)q * half_to_float(d);
     }
     const size_t i = k * PANEL_WIDTH + j;
@@ -132,14 +134,13 @@ static inline float panel_at(const void *packed, panel_dtype dt, size_t K,
 
 /* Packs row-major w (K, N) into dst (panel_bytes(K, N, dt) bytes);
  * PANEL_Q8: every |w| within panel_q8_holds. */
-void panel_pack(void *dst, panel_dtype dt, const float *w, size_t K,
-                size_t N);
+void panel_pack(void *dst, panel_dtype dt, const float *w, size_t K, size_t N);
 
 /* Packs the transpose of row-major e (N, K), the (K, N) matrix eᵀ, into dst
  * (panel_bytes(K, N, dt) bytes): the vocabulary matrix, stored one token per
  * row and multiplied as x · eᵀ. */
-void panel_pack_transposed(void *dst, panel_dtype dt, const float *e,
-                           size_t K, size_t N);
+void panel_pack_transposed(void *dst, panel_dtype dt, const float *e, size_t K,
+                           size_t N);
 
 /* Column n of a packed (K, N) matrix into out (K floats): token n's row of
  * a vocabulary matrix packed by panel_pack_transposed. */

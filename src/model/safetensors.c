@@ -22,14 +22,21 @@ typedef struct dtype_info {
 } dtype_info;
 
 static const dtype_info DTYPES[] = {
-    {"F32", ST_F32, 4},          {"F16", ST_F16, 2},
-    {"BF16", ST_BF16, 2},        {"F64", ST_UNSUPPORTED, 8},
-    {"I64", ST_UNSUPPORTED, 8},  {"U64", ST_UNSUPPORTED, 8},
-    {"I32", ST_UNSUPPORTED, 4},  {"U32", ST_UNSUPPORTED, 4},
-    {"I16", ST_UNSUPPORTED, 2},  {"U16", ST_UNSUPPORTED, 2},
-    {"I8", ST_UNSUPPORTED, 1},   {"U8", ST_UNSUPPORTED, 1},
-    {"BOOL", ST_UNSUPPORTED, 1}, {"F8_E4M3", ST_UNSUPPORTED, 1},
-    {"F8_E5M2", ST_UNSUPPORTED, 1},
+    { "F32", ST_F32, 4 },
+    { "F16", ST_F16, 2 },
+    { "BF16", ST_BF16, 2 },
+    { "F64", ST_UNSUPPORTED, 8 },
+    { "I64", ST_UNSUPPORTED, 8 },
+    { "U64", ST_UNSUPPORTED, 8 },
+    { "I32", ST_UNSUPPORTED, 4 },
+    { "U32", ST_UNSUPPORTED, 4 },
+    { "I16", ST_UNSUPPORTED, 2 },
+    { "U16", ST_UNSUPPORTED, 2 },
+    { "I8", ST_UNSUPPORTED, 1 },
+    { "U8", ST_UNSUPPORTED, 1 },
+    { "BOOL", ST_UNSUPPORTED, 1 },
+    { "F8_E4M3", ST_UNSUPPORTED, 1 },
+    { "F8_E5M2", ST_UNSUPPORTED, 1 },
 };
 
 static const dtype_info *dtype_lookup(const char *name)
@@ -86,9 +93,9 @@ static int parse_tensor(const char *name, const json_t *desc,
     size_t n_elements = 1;
     for (size_t d = 0; d < t->n_dims; d++) {
         if (json_size(json_array_get(shape, d), &t->shape[d]) != 0)
-            return error_set(err,
-                             "tensor '%s': shape[%zu] is not a non-negative integer",
-                             name, d);
+            return error_set(
+                err, "tensor '%s': shape[%zu] is not a non-negative integer",
+                name, d);
         if (mul_overflows(n_elements, t->shape[d], &n_elements))
             return error_set(err, "tensor '%s': shape overflows", name);
     }
@@ -99,18 +106,19 @@ static int parse_tensor(const char *name, const json_t *desc,
     size_t begin, end;
     if (json_size(json_array_get(offsets, 0), &begin) != 0 ||
         json_size(json_array_get(offsets, 1), &end) != 0)
-        return error_set(err,
-                         "tensor '%s': data_offsets are not non-negative integers",
-                         name);
+        return error_set(
+            err, "tensor '%s': data_offsets are not non-negative integers",
+            name);
     if (begin > end || end > data_size)
-        return error_set(err,
-                         "tensor '%s': data_offsets [%zu, %zu] outside the %zu data bytes",
-                         name, begin, end, data_size);
+        return error_set(
+            err,
+            "tensor '%s': data_offsets [%zu, %zu] outside the %zu data bytes",
+            name, begin, end, data_size);
     if (end - begin != n_bytes)
-        return error_set(err,
-                         "tensor '%s': data_offsets span %zu bytes but %s%s needs %zu",
-                         name, end - begin, info->name,
-                         t->n_dims ? " of that shape" : " scalar", n_bytes);
+        return error_set(
+            err, "tensor '%s': data_offsets span %zu bytes but %s%s needs %zu",
+            name, end - begin, info->name,
+            t->n_dims ? " of that shape" : " scalar", n_bytes);
     t->n_elements = n_elements;
     t->n_bytes = n_bytes;
     t->data = data + begin;
@@ -160,15 +168,16 @@ int safetensors_parse(const uint8_t *buf, size_t size, st_file *out,
 {
     memset(out, 0, sizeof *out);
     if (size < 8)
-        return error_set(err, "file is %zu bytes, too short for a safetensors header",
-                         size);
+        return error_set(
+            err, "file is %zu bytes, too short for a safetensors header", size);
     uint64_t header_len = 0;
     for (int i = 7; i >= 0; i--)
         header_len = (header_len << 8) | buf[i];
     if (header_len > size - 8)
-        return error_set(err,
-                         "header claims %llu bytes but the file has %zu after the length (truncated?)",
-                         (unsigned long long)header_len, size - 8);
+        return error_set(
+            err,
+            "header claims %llu bytes but the file has %zu after the length (truncated?)",
+            (unsigned long long)header_len, size - 8);
     if (header_len > ST_MAX_HEADER_BYTES)
         return error_set(err, "header of %llu bytes is implausibly large",
                          (unsigned long long)header_len);
@@ -196,7 +205,8 @@ int safetensors_parse(const uint8_t *buf, size_t size, st_file *out,
     const char *key;
     json_t *value;
     int rc = 0;
-    json_object_foreach(root, key, value) {
+    json_object_foreach(root, key, value)
+    {
         if (strcmp(key, "__metadata__") == 0)
             continue;
         st_tensor *t = &out->tensors[out->n_tensors];

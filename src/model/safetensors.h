@@ -18,11 +18,11 @@ typedef enum st_dtype { ST_F32, ST_F16, ST_BF16, ST_UNSUPPORTED } st_dtype;
 typedef struct st_tensor {
     char *name;
     st_dtype dtype;
-    char dtype_name[16];        /* as written in the file, e.g. "F32" */
+    char dtype_name[16]; /* as written in the file, e.g. "F32" */
     size_t n_dims;
     size_t shape[ST_MAX_DIMS];
     size_t n_elements;
-    const uint8_t *data;        /* points into the caller's buffer */
+    const uint8_t *data; /* points into the caller's buffer */
     size_t n_bytes;
 } st_tensor;
 

@@ -21,8 +21,7 @@
 #define HAVE_AVX2_KERNELS 1
 #define KERNEL_TARGET __attribute__((target("avx2,fma,f16c")))
 /* the weight products' AVX-512 tiles (matmul.c) */
-#define KERNEL_TARGET_AVX512                                                 \
-    __attribute__((target("avx512f,avx2,fma,f16c")))
+#define KERNEL_TARGET_AVX512 __attribute__((target("avx512f,avx2,fma,f16c")))
 #endif
 
 typedef float v8sf __attribute__((vector_size(32)));
@@ -40,7 +39,7 @@ static inline __attribute__((always_inline)) void exp8(v8sf *pa)
     const v8sf lo = V8(-87.0f), hi = V8(88.0f);
     a = (v8sf)(((v8si)a & (a > lo)) | ((v8si)lo & ~(a > lo)));
     a = (v8sf)(((v8si)a & (a < hi)) | ((v8si)hi & ~(a < hi)));
-    const v8sf magic = V8(12582912.0f);        /* 1.5 · 2^23: round to int */
+    const v8sf magic = V8(12582912.0f); /* 1.5 · 2^23: round to int */
     v8sf n = (a * V8(1.44269504088896341f) + magic) - magic;
     v8sf r = a - n * V8(0.693359375f);
     r = r - n * V8(-2.12194440e-4f);
@@ -58,8 +57,9 @@ static inline __attribute__((always_inline)) void exp8(v8sf *pa)
 /* GELU, tanh form: 0.5x(1 + tanh(u)) with u = sqrt(2/pi)(x + 0.044715x³),
  * computed as x / (1 + exp(-2u)), which is the same function.  libm tanhf
  * cost ~15% of a 512-token prefill; this costs a few cycles per element. */
-static inline __attribute__((always_inline))
-void gelu8(float *out, const float *in, const float *bias)
+static inline __attribute__((always_inline)) void gelu8(float *out,
+                                                        const float *in,
+                                                        const float *bias)
 {
     v8sf x, b;
     memcpy(&x, in, sizeof x);
@@ -74,8 +74,8 @@ void gelu8(float *out, const float *in, const float *bias)
 
 /* a, b are (n,).  Eight independent partial sums, added in a fixed order.
  * Always inlined, so an AVX2 caller runs the lanes as one register. */
-static inline __attribute__((always_inline))
-float dot(const float *a, const float *b, size_t n)
+static inline __attribute__((always_inline)) float dot(const float *a,
+                                                       const float *b, size_t n)
 {
     float acc[8] = { 0 };
     size_t i = 0;
@@ -84,8 +84,8 @@ float dot(const float *a, const float *b, size_t n)
             acc[j] += a[i + j] * b[i + j];
     for (size_t j = 0; i < n; i++, j++)
         acc[j] += a[i] * b[i];
-    return ((acc[0] + acc[4]) + (acc[1] + acc[5]))
-         + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+    return ((acc[0] + acc[4]) + (acc[1] + acc[5])) +
+           ((acc[2] + acc[6]) + (acc[3] + acc[7]));
 }
 
 #endif

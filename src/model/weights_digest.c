@@ -18,7 +18,7 @@ struct weights_digest {
     const unsigned char *data;
     size_t size;
     size_t n_pieces;
-    atomic_size_t next;                 /* the next piece to hand out */
+    atomic_size_t next; /* the next piece to hand out */
     uint8_t (*pieces)[BULK_DIGEST_BYTES];
     pthread_t helper;
     bool helper_started;
@@ -50,8 +50,8 @@ int weights_digest_start(weights_digest **out, const void *data, size_t size,
     *out = NULL;
     weights_digest *w = calloc(1, sizeof *w);
     size_t n = (size + WEIGHTS_DIGEST_PIECE - 1) / WEIGHTS_DIGEST_PIECE;
-    if (w == NULL || (w->pieces = calloc(n > 0 ? n : 1, sizeof *w->pieces))
-                     == NULL) {
+    if (w == NULL ||
+        (w->pieces = calloc(n > 0 ? n : 1, sizeof *w->pieces)) == NULL) {
         free(w);
         return error_set(err, "out of memory for the weights' digest");
     }
@@ -59,8 +59,8 @@ int weights_digest_start(weights_digest **out, const void *data, size_t size,
     w->size = size;
     w->n_pieces = n;
     atomic_init(&w->next, 0);
-    w->helper_started =
-        thread_start(&w->helper, helper_main, w, "gpt2d-digest") == 0;
+    w->helper_started = thread_start(&w->helper, helper_main, w,
+                                     "gpt2d-digest") == 0;
     *out = w;
     return 0;
 }

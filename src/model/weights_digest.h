@@ -37,8 +37,8 @@ typedef struct weights_digest weights_digest;
 /* Starts digesting data[0, size), which must stay readable until
  * weights_digest_finish or _cancel.  When no helper thread can start, the
  * work is all finish's.  Fails only for want of memory. */
-int weights_digest_start(weights_digest **out, const void *data,
-                         size_t size, gpt2d_error *err);
+int weights_digest_start(weights_digest **out, const void *data, size_t size,
+                         gpt2d_error *err);
 /* Digests the pieces left, on the caller's thread too, waits for the
  * helper, writes the digest and frees. */
 void weights_digest_finish(weights_digest *w, uint8_t out[SHA256_BYTES]);

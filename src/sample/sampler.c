@@ -35,11 +35,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define BLOCK 64                 /* tokens per block: eight vectors of eight */
-#define FLUSH_Z (-64.0f)         /* weights below e^-64 count as 0 */
+#define BLOCK 64         /* tokens per block: eight vectors of eight */
+#define FLUSH_Z (-64.0f) /* weights below e^-64 count as 0 */
 #define BUCKETS_PER_NAT 4.0f
-#define N_BUCKETS 256            /* 64 nats in quarter nats */
-#define HEAD_BUCKETS 32          /* the first 8 nats below the best token */
+#define N_BUCKETS 256   /* 64 nats in quarter nats */
+#define HEAD_BUCKETS 32 /* the first 8 nats below the best token */
 
 /* A token that survived filtering so far.  `p` is its unnormalised
  * probability exp((logit - shift) / T) at the request's temperature, the
@@ -59,7 +59,7 @@ typedef struct top_list {
 
 typedef struct row_max {
     float max;
-    int32_t argmax;              /* lowest id among the maxima */
+    int32_t argmax; /* lowest id among the maxima */
 } row_max;
 
 /* A rank-order prefix of the row: the tokens with a higher logit than the
@@ -95,8 +95,8 @@ typedef struct sampler_kernels {
                             double *block);
     /* x, w (padded) -> block sums and total of the weights kept by the cut
      * that reach min_w (or are the best token's, 1). */
-    double (*weigh_kept)(const float *x, const float *w, size_t V,
-                         rank_cut cut, float min_w, double *block);
+    double (*weigh_kept)(const float *x, const float *w, size_t V, rank_cut cut,
+                         float min_w, double *block);
     /* x (padded, no NaN) -> each block's maximum. */
     void (*block_max)(const float *x, size_t V, float *out);
 } sampler_kernels;
@@ -104,16 +104,18 @@ typedef struct sampler_kernels {
 struct sampler_scratch {
     size_t vocab;
     const sampler_kernels *k;
-    float *work;         /* (padded) the processed logits */
-    float *weight;       /* (padded) sampling weights */
-    uint8_t *bucket;     /* (padded) weight buckets */
-    double *block;       /* (padded / BLOCK) weight sums per block */
-    float *block_top;    /* (padded / BLOCK) the processed row's block maxima */
+    float *work;      /* (padded) the processed logits */
+    float *weight;    /* (padded) sampling weights */
+    uint8_t *bucket;  /* (padded) weight buckets */
+    double *block;    /* (padded / BLOCK) weight sums per block */
+    float *block_top; /* (padded / BLOCK) the processed row's block maxima */
     candidate *block_cand; /* (padded / BLOCK) the same, for selection */
-    int32_t *ids;        /* (V) one bucket's token ids */
-    candidate *cand;     /* (V) the surviving tokens */
-    uint32_t *count;     /* (V) occurrences in the output; kept all zero between calls */
-    unsigned char *seen; /* (V) prompt ∪ output marks; kept all zero between calls */
+    int32_t *ids;          /* (V) one bucket's token ids */
+    candidate *cand;       /* (V) the surviving tokens */
+    uint32_t
+        *count; /* (V) occurrences in the output; kept all zero between calls */
+    unsigned char
+        *seen; /* (V) prompt ∪ output marks; kept all zero between calls */
 };
 
 static size_t padded(size_t V)
@@ -207,7 +209,8 @@ int sampler_scratch_create(sampler_scratch **out, size_t vocab_size,
         return error_set(err, "sampler: vocabulary size is 0");
     /* Token ids, and the vector lanes' ids past the end, fit in int32_t. */
     if (vocab_size > (size_t)INT32_MAX - BLOCK)
-        return error_set(err, "sampler: vocabulary size %zu exceeds token id range",
+        return error_set(err,
+                         "sampler: vocabulary size %zu exceeds token id range",
                          vocab_size);
     sampler_scratch *s = calloc(1, sizeof *s);
     if (s == NULL)
@@ -224,9 +227,10 @@ int sampler_scratch_create(sampler_scratch **out, size_t vocab_size,
     s->cand = calloc(vocab_size, sizeof *s->cand);
     s->count = calloc(vocab_size, sizeof *s->count);
     s->seen = calloc(vocab_size, sizeof *s->seen);
-    if (s->work == NULL || s->weight == NULL || s->bucket == NULL
-        || s->block == NULL || s->block_top == NULL || s->block_cand == NULL
-        || s->ids == NULL || s->cand == NULL || s->count == NULL || s->seen == NULL) {
+    if (s->work == NULL || s->weight == NULL || s->bucket == NULL ||
+        s->block == NULL || s->block_top == NULL || s->block_cand == NULL ||
+        s->ids == NULL || s->cand == NULL || s->count == NULL ||
+        s->seen == NULL) {
         sampler_scratch_free(s);
         return error_set(err, "sampler: out of memory for a vocabulary of %zu",
                          vocab_size);
@@ -337,7 +341,8 @@ static void report_top(const top_list *t, double lse, sample_result *out)
     for (size_t j = 0; j < t->n; j++) {
         out->top[j].token = t->id[j];
         out->top[j].logprob = lse == -INFINITY
-                                  ? -INFINITY : (float)((double)t->logit[j] - lse);
+                                  ? -INFINITY
+                                  : (float)((double)t->logit[j] - lse);
     }
 }
 
@@ -380,8 +385,8 @@ static void apply_repetition_penalty(float *work, unsigned char *seen, size_t V,
                                      size_t n_prompt, const int32_t *output,
                                      size_t n_output)
 {
-    const int32_t *lists[2] = {prompt, output};
-    const size_t lens[2] = {n_prompt, n_output};
+    const int32_t *lists[2] = { prompt, output };
+    const size_t lens[2] = { n_prompt, n_output };
     for (int l = 0; l < 2; l++)
         for (size_t i = 0; i < lens[l]; i++) {
             int32_t t = lists[l][i];
@@ -414,7 +419,8 @@ static void apply_presence_frequency(float *work, uint32_t *count, size_t V,
         int32_t t = output[i];
         if (t < 0 || (size_t)t >= V || count[t] == 0)
             continue;
-        work[t] = clean_logit(work[t] - (presence + frequency * (float)count[t]));
+        work[t] = clean_logit(work[t] -
+                              (presence + frequency * (float)count[t]));
         count[t] = 0;
     }
 }
@@ -431,14 +437,14 @@ static int apply_processors(const sampler_params *p, sampler_scratch *s,
         processed = 1;
     }
     /* A penalty <= 0 (or NaN) has no meaning; the API layer rejects it. */
-    if (p->repetition_penalty != 1.0f && p->repetition_penalty > 0.0f
-        && n_prompt + n_output > 0) {
+    if (p->repetition_penalty != 1.0f && p->repetition_penalty > 0.0f &&
+        n_prompt + n_output > 0) {
         apply_repetition_penalty(s->work, s->seen, V, p->repetition_penalty,
                                  prompt, n_prompt, output, n_output);
         processed = 1;
     }
-    if ((p->presence_penalty != 0.0f || p->frequency_penalty != 0.0f)
-        && n_output > 0) {
+    if ((p->presence_penalty != 0.0f || p->frequency_penalty != 0.0f) &&
+        n_output > 0) {
         apply_presence_frequency(s->work, s->count, V, p->presence_penalty,
                                  p->frequency_penalty, output, n_output);
         processed = 1;
@@ -485,8 +491,10 @@ static size_t partition_rank(candidate *c, size_t lo, size_t hi)
     const candidate pivot = c[hi - 2];
     size_t i = lo, j = hi - 2;
     for (;;) {
-        while (cand_before(&c[++i], &pivot)) {}
-        while (cand_before(&pivot, &c[--j])) {}
+        while (cand_before(&c[++i], &pivot)) {
+        }
+        while (cand_before(&pivot, &c[--j])) {
+        }
         if (i >= j)
             break;
         cand_swap(&c[i], &c[j]);
@@ -504,7 +512,8 @@ static size_t partition_rank(candidate *c, size_t lo, size_t hi)
 static void select_top_k(candidate *c, size_t n, size_t k)
 {
     size_t lo = 0, hi = n; /* the boundary k lies in [lo, hi] */
-    for (int round = 0; hi - lo > SELECT_SMALL && round < SELECT_ROUNDS; round++) {
+    for (int round = 0; hi - lo > SELECT_SMALL && round < SELECT_ROUNDS;
+         round++) {
         size_t i = partition_rank(c, lo, hi);
         if (i == k || i + 1 == k)
             return;
@@ -523,7 +532,8 @@ static size_t select_mass(candidate *c, size_t n, double target)
 {
     size_t lo = 0, hi = n;
     double before = 0.0; /* mass of c[0..lo), which rank before c[lo..hi) */
-    for (int round = 0; hi - lo > SELECT_SMALL && round < SELECT_ROUNDS; round++) {
+    for (int round = 0; hi - lo > SELECT_SMALL && round < SELECT_ROUNDS;
+         round++) {
         size_t i = partition_rank(c, lo, hi);
         double left = 0.0;
         for (size_t j = lo; j < i; j++)
@@ -578,7 +588,8 @@ static size_t filter_top_p(candidate *c, size_t n, double total, double p_max,
 }
 
 /* Draws by inverse CDF over c[0..n) with one uniform. */
-static int32_t draw(const candidate *c, size_t n, double total, sampler_rng *rng)
+static int32_t draw(const candidate *c, size_t n, double total,
+                    sampler_rng *rng)
 {
     const double u = sampler_rng_uniform(rng) * total;
     double cum = 0.0;
@@ -648,12 +659,12 @@ static int32_t sample_list(const sampler_params *p, sampler_rng *rng,
 static size_t top_k(sampler_scratch *s, size_t V, size_t k, candidate *c)
 {
     const size_t n_blocks = padded(V) / BLOCK;
-    float least = -INFINITY;  /* tokens below cannot be among the k */
+    float least = -INFINITY; /* tokens below cannot be among the k */
     if (k < n_blocks) {
         s->k->block_max(s->work, V, s->block_top);
         candidate *bc = s->block_cand;
         for (size_t b = 0; b < n_blocks; b++)
-            bc[b] = (candidate){0.0, s->block_top[b], (int32_t)b};
+            bc[b] = (candidate){ 0.0, s->block_top[b], (int32_t)b };
         select_top_k(bc, n_blocks, k);
         least = bc[0].logit;
         for (size_t b = 1; b < k; b++)
@@ -661,11 +672,13 @@ static size_t top_k(sampler_scratch *s, size_t V, size_t k, candidate *c)
     }
     size_t n = 0;
     for (size_t b = 0; b < n_blocks; b++) {
-        if (k < n_blocks && !(s->block_top[b] >= least && s->block_top[b] > -INFINITY))
+        if (k < n_blocks &&
+            !(s->block_top[b] >= least && s->block_top[b] > -INFINITY))
             continue;
         for (size_t i = b * BLOCK; i < (b + 1) * BLOCK && i < V; i++) {
             const float x = s->work[i];
-            c[n] = (candidate){0.0, x, (int32_t)i};   /* kept only if it counts */
+            c[n] = (candidate){ 0.0, x,
+                                (int32_t)i }; /* kept only if it counts */
             n += x >= least && x > -INFINITY;
         }
     }
@@ -700,8 +713,8 @@ static void bucket_mass(const uint8_t *bucket, const float *w, size_t V,
     for (; i < V; i++)
         h[0][bucket[i]] += w[i];
     for (size_t b = 0; b < N_BUCKETS; b++)
-        mass[b] = ((h[0][b] + h[1][b]) + (h[2][b] + h[3][b]))
-                  + ((h[4][b] + h[5][b]) + (h[6][b] + h[7][b]));
+        mass[b] = ((h[0][b] + h[1][b]) + (h[2][b] + h[3][b])) +
+                  ((h[4][b] + h[5][b]) + (h[6][b] + h[7][b]));
 }
 
 /* The ids of bucket b's tokens (bucket is padded), in id order, into ids;
@@ -721,7 +734,7 @@ static size_t gather_bucket(const uint8_t *bucket, size_t V, uint8_t b,
         if (((word - ones) & ~word & (ones << 7)) == 0)
             continue;
         for (size_t j = i; j < i + 8 && j < V; j++) {
-            ids[n] = (int32_t)j;      /* kept only if it matches: no branch */
+            ids[n] = (int32_t)j; /* kept only if it matches: no branch */
             n += bucket[j] == b;
         }
     }
@@ -734,7 +747,7 @@ static size_t gather_bucket(const uint8_t *bucket, size_t V, uint8_t b,
 static size_t gather_head(const uint8_t *bucket, size_t V, int32_t *ids)
 {
     const uint64_t ones = UINT64_C(0x0101010101010101);
-    const uint64_t high3 = ones * (uint8_t)~(HEAD_BUCKETS - 1);
+    const uint64_t high3 = ones * (uint8_t) ~(HEAD_BUCKETS - 1);
     size_t n = 0;
     for (size_t i = 0; i < V; i += 8) {
         uint64_t word;
@@ -800,7 +813,7 @@ static int nucleus_cut(sampler_scratch *s, size_t V, double total, float top_p,
     candidate *c = s->cand;
     for (size_t j = 0; j < n; j++) {
         const int32_t t = s->ids[j];
-        c[j] = (candidate){s->weight[t], s->work[t], t};
+        c[j] = (candidate){ s->weight[t], s->work[t], t };
     }
     const size_t r = select_mass(c, n, target - before);
     size_t last = 0; /* the prefix's last token in rank order */
@@ -816,8 +829,8 @@ static int nucleus_cut(sampler_scratch *s, size_t V, double total, float top_p,
 static inline int drawable(float x, float w, int32_t id, rank_cut cut,
                            float min_w)
 {
-    return w > 0.0f && (x > cut.logit || (x == cut.logit && id <= cut.id))
-           && (w >= min_w || w == 1.0f);
+    return w > 0.0f && (x > cut.logit || (x == cut.logit && id <= cut.id)) &&
+           (w >= min_w || w == 1.0f);
 }
 
 /* Inverse CDF in id order: the block sums find the block, one scan of it
@@ -838,7 +851,7 @@ static int32_t draw_blocks(const sampler_scratch *s, size_t V, double total,
         }
         cum += m;
     }
-    if (b == n_blocks) {     /* u landed past the rounded total */
+    if (b == n_blocks) { /* u landed past the rounded total */
         if (last == n_blocks)
             return 0;
         b = last;
@@ -862,11 +875,13 @@ static int32_t sample_row(const sampler_params *p, sampler_rng *rng,
 {
     const int top_p = p->top_p < 1.0f;
     head_sums head;
-    double total = top_p ? s->k->weigh_buckets(s->work, V, max, inv_t, s->weight,
-                                               s->bucket, &head, s->block)
-                         : s->k->weigh(s->work, V, max, inv_t, s->weight, s->block);
+    double total = top_p
+                       ? s->k->weigh_buckets(s->work, V, max, inv_t, s->weight,
+                                             s->bucket, &head, s->block)
+                       : s->k->weigh(s->work, V, max, inv_t, s->weight,
+                                     s->block);
     *all_weight = total;
-    rank_cut cut = {-INFINITY, INT32_MAX};  /* keeps every token */
+    rank_cut cut = { -INFINITY, INT32_MAX }; /* keeps every token */
     float min_w = 0.0f;
     int filtered = top_p && nucleus_cut(s, V, total, p->top_p, &head, &cut);
     /* min-p after top-p: the best token's weight is exp(0) = 1. */
@@ -917,9 +932,9 @@ void sampler_sample(const sampler_params *p, sampler_rng *rng,
     }
     const int greedy = !(p->temperature > 0.0f);
     const int want_logprob = !p->skip_logprob || p->n_top_logprobs > 0;
-    const int touches = p->n_logit_bias > 0 || p->repetition_penalty != 1.0f
-                        || p->presence_penalty != 0.0f
-                        || p->frequency_penalty != 0.0f;
+    const int touches = p->n_logit_bias > 0 || p->repetition_penalty != 1.0f ||
+                        p->presence_penalty != 0.0f ||
+                        p->frequency_penalty != 0.0f;
     top_list t;
     row_max raw, cur;
     top_init(&t, p->n_top_logprobs, V);
@@ -944,7 +959,8 @@ void sampler_sample(const sampler_params *p, sampler_rng *rng,
     /* At T = 1 on an unprocessed row the draw weighed exactly the terms of
      * the log-sum-exp (the same kernel on the same cleaned values): reuse
      * their sum instead of a second exp pass. */
-    const double lse = !processed && p->temperature == 1.0f && !isnan(all_weight)
+    const double lse = !processed && p->temperature == 1.0f &&
+                               !isnan(all_weight)
                            ? (double)raw.max + log(all_weight)
                            : raw_lse(s, logits, V, raw.max);
     report_top(&t, lse, out);

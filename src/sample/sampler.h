@@ -31,21 +31,22 @@ typedef struct sampler_rng {
 
 typedef struct logit_bias_entry {
     int32_t token;
-    float bias;                 /* added to the logit; -100 bans, +100 forces */
+    float bias; /* added to the logit; -100 bans, +100 forces */
 } logit_bias_entry;
 
 typedef struct sampler_params {
-    float temperature;          /* 0 = greedy */
-    size_t top_k;               /* 0 = off */
-    float top_p;                /* 1 = off */
-    float min_p;                /* 0 = off */
-    float presence_penalty;     /* 0 = off */
-    float frequency_penalty;    /* 0 = off */
-    float repetition_penalty;   /* 1 = off */
+    float temperature;        /* 0 = greedy */
+    size_t top_k;             /* 0 = off */
+    float top_p;              /* 1 = off */
+    float min_p;              /* 0 = off */
+    float presence_penalty;   /* 0 = off */
+    float frequency_penalty;  /* 0 = off */
+    float repetition_penalty; /* 1 = off */
     const logit_bias_entry *logit_bias;
     size_t n_logit_bias;
-    size_t n_top_logprobs;      /* alternatives to report, <= SAMPLER_MAX_TOP_LOGPROBS */
-    bool skip_logprob;          /* the caller does not need the sampled token's
+    size_t
+        n_top_logprobs; /* alternatives to report, <= SAMPLER_MAX_TOP_LOGPROBS */
+    bool skip_logprob;  /* the caller does not need the sampled token's
                                  * logprob: with n_top_logprobs 0 it is left
                                  * NaN and the log-sum-exp pass is saved */
 } sampler_params;
@@ -60,7 +61,7 @@ typedef struct token_logprob {
 
 typedef struct sample_result {
     int32_t token;
-    float logprob;              /* of `token` under the model's distribution */
+    float logprob; /* of `token` under the model's distribution */
     size_t n_top;
     token_logprob top[SAMPLER_MAX_TOP_LOGPROBS]; /* most likely first */
 } sample_result;
@@ -90,8 +91,7 @@ double sampler_rng_uniform(sampler_rng *rng);
 void sampler_sample(const sampler_params *p, sampler_rng *rng,
                     sampler_scratch *scratch, const float *logits,
                     size_t vocab_size, const int32_t *prompt, size_t n_prompt,
-                    const int32_t *output, size_t n_output,
-                    sample_result *out);
+                    const int32_t *output, size_t n_output, sample_result *out);
 
 /* Scores a given token (echo, best_of ranking): its log-probability and the
  * top alternatives under the model's distribution.  Uses only the scratch's

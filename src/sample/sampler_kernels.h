@@ -31,8 +31,10 @@ typedef uint8_t SK(vb) __attribute__((vector_size(SK_LANES)));
 /* For loads and stores at any address: no memcpy into a local, which
  * would make every unrolled copy an addressable variable (and ASan's
  * use-after-scope instrumentation of those takes minutes to compile). */
-typedef float SK(vf_any) __attribute__((vector_size(4 * SK_LANES), aligned(4), may_alias));
-typedef uint8_t SK(vb_any) __attribute__((vector_size(SK_LANES), aligned(1), may_alias));
+typedef float SK(vf_any)
+    __attribute__((vector_size(4 * SK_LANES), aligned(4), may_alias));
+typedef uint8_t SK(vb_any)
+    __attribute__((vector_size(SK_LANES), aligned(1), may_alias));
 #define vf SK(vf)
 #define vi SK(vi)
 #define vu SK(vu)
@@ -43,25 +45,25 @@ typedef uint8_t SK(vb_any) __attribute__((vector_size(SK_LANES), aligned(1), may
  * in every unrolled copy. */
 KERNEL vf SK(splat)(float x)
 {
-    return x - (vf){0};
+    return x - (vf){ 0 };
 }
 
 KERNEL vi SK(splat_i)(int32_t x)
 {
-    return x + (vi){0};
+    return x + (vi){ 0 };
 }
 
 KERNEL vu SK(splat_u)(uint32_t x)
 {
-    return x + (vu){0};
+    return x + (vu){ 0 };
 }
 
 KERNEL vi SK(lane_ids)(void)
 {
 #if SK_LANES == 8
-    return (vi){0, 1, 2, 3, 4, 5, 6, 7};
+    return (vi){ 0, 1, 2, 3, 4, 5, 6, 7 };
 #else
-    return (vi){0, 1, 2, 3};
+    return (vi){ 0, 1, 2, 3 };
 #endif
 }
 
@@ -91,8 +93,8 @@ KERNEL int SK(any)(vi m)
 {
 #if SK_LANES == 8
     typedef int32_t v4 __attribute__((vector_size(16)));
-    v4 a = __builtin_shufflevector(m, m, 0, 1, 2, 3)
-           | __builtin_shufflevector(m, m, 4, 5, 6, 7);
+    v4 a = __builtin_shufflevector(m, m, 0, 1, 2, 3) |
+           __builtin_shufflevector(m, m, 4, 5, 6, 7);
 #else
     vi a = m;
 #endif
@@ -157,8 +159,8 @@ KERNEL void SK(store_buckets)(vf q, uint8_t *out)
     /* x86 only, so little-endian: each lane's low byte (convertvector to
      * bytes would go lane by lane through general registers). */
     typedef uint8_t bytes __attribute__((vector_size(32)));
-    const vb b = __builtin_shufflevector((bytes)wide, (bytes)wide,
-                                         0, 4, 8, 12, 16, 20, 24, 28);
+    const vb b = __builtin_shufflevector((bytes)wide, (bytes)wide, 0, 4, 8, 12,
+                                         16, 20, 24, 28);
 #else
     const vb b = __builtin_convertvector(wide, vb);
 #endif
@@ -188,12 +190,16 @@ KERNEL double SK(block_total)(vf lo, vf hi)
 #if SK_LANES == 8
     typedef double d4 __attribute__((vector_size(32)));
     (void)hi;
-    const d4 d = __builtin_convertvector(__builtin_shufflevector(lo, lo, 0, 1, 2, 3), d4)
-               + __builtin_convertvector(__builtin_shufflevector(lo, lo, 4, 5, 6, 7), d4);
+    const d4 d = __builtin_convertvector(
+                     __builtin_shufflevector(lo, lo, 0, 1, 2, 3), d4) +
+                 __builtin_convertvector(
+                     __builtin_shufflevector(lo, lo, 4, 5, 6, 7), d4);
     return (d[0] + d[2]) + (d[1] + d[3]);
 #else
-    const double d0 = (double)lo[0] + (double)hi[0], d1 = (double)lo[1] + (double)hi[1];
-    const double d2 = (double)lo[2] + (double)hi[2], d3 = (double)lo[3] + (double)hi[3];
+    const double d0 = (double)lo[0] + (double)hi[0],
+                 d1 = (double)lo[1] + (double)hi[1];
+    const double d2 = (double)lo[2] + (double)hi[2],
+                 d3 = (double)lo[3] + (double)hi[3];
     return (d0 + d2) + (d1 + d3);
 #endif
 }
@@ -222,8 +228,8 @@ KERNEL void SK(scan_body)(const float *in, float *out, size_t V, top_list *t,
         float tail[BLOCK];
         const float *src = SK(block_src)(in, i, V, tail);
         vf block_max = SK(splat)(-INFINITY);
-        _Pragma("GCC unroll 16")
-        for (int u = 0; u < BLOCK / NL; u++) {
+        _Pragma("GCC unroll 16") for (int u = 0; u < BLOCK / NL; u++)
+        {
             const vf x = SK(clean)(SK(load)(src + u * NL));
             /* Strictly greater: each lane keeps its first maximum. */
             const vi gt = x > best;
@@ -235,8 +241,8 @@ KERNEL void SK(scan_body)(const float *in, float *out, size_t V, top_list *t,
                 SK(store)(out + i + (size_t)u * NL, x);
         }
         /* A full top list skips blocks with nothing better than its last. */
-        if (want_top && (t->have < t->n
-                         || SK(any)(block_max > SK(splat)(t->logit[t->n - 1]))))
+        if (want_top && (t->have < t->n ||
+                         SK(any)(block_max > SK(splat)(t->logit[t->n - 1]))))
             for (size_t j = i; j < i + BLOCK && j < V; j++)
                 top_offer(t, clean_logit(src[j - i]), (int32_t)j);
     }
@@ -269,8 +275,8 @@ KERNEL double SK(weigh_body)(const float *x, size_t V, float m, float inv_t,
         const float *src = SK(block_src)(x, i, V, tail);
         vf lo = SK(splat)(0.0f), hi = SK(splat)(0.0f);
         vf head_lo = SK(splat)(0.0f), head_hi = SK(splat)(0.0f);
-        _Pragma("GCC unroll 16")
-        for (int u = 0; u < BLOCK / NL; u++) {
+        _Pragma("GCC unroll 16") for (int u = 0; u < BLOCK / NL; u++)
+        {
             vf z = (SK(load)(src + u * NL) - mv) * tv;
             /* In a raw row, +inf (the maximum is then FLT_MAX) gives +inf
              * here: clamped to the 0 its cleaned FLT_MAX would give.  NaN
@@ -317,11 +323,12 @@ KERNEL double SK(weigh_kept_body)(const float *x, const float *w, size_t V,
     double total = 0.0;
     for (size_t i = 0; i < V; i += BLOCK) {
         vf lo = SK(splat)(0.0f), hi = SK(splat)(0.0f);
-        _Pragma("GCC unroll 16")
-        for (int u = 0; u < BLOCK / NL; u++) {
+        _Pragma("GCC unroll 16") for (int u = 0; u < BLOCK / NL; u++)
+        {
             const vf xv = SK(load)(x + i + (size_t)u * NL);
             const vf wv = SK(load)(w + i + (size_t)u * NL);
-            const vi in_cut = (xv > cut_logit) | ((xv == cut_logit) & (id <= cut_id));
+            const vi in_cut = (xv > cut_logit) |
+                              ((xv == cut_logit) & (id <= cut_id));
             const vi above = (wv >= fl) | (wv == one);
             SK(accumulate)(&lo, &hi, u, (vf)((vi)wv & in_cut & above));
             id += step;
@@ -338,8 +345,7 @@ KERNEL void SK(block_max_body)(const float *x, size_t V, float *out)
 {
     for (size_t i = 0; i < V; i += BLOCK) {
         vf m = SK(splat)(-INFINITY);
-        _Pragma("GCC unroll 16")
-        for (int u = 0; u < BLOCK / NL; u++)
+        _Pragma("GCC unroll 16") for (int u = 0; u < BLOCK / NL; u++)
             m = SK(max)(m, SK(load)(x + i + (size_t)u * NL));
         float best = m[0];
         for (int l = 1; l < NL; l++)
@@ -374,9 +380,8 @@ SK_TARGET static double SK(weigh_buckets)(const float *x, size_t V, float m,
     return SK(weigh_body)(x, V, m, inv_t, 0, w, bucket, head, block);
 }
 
-SK_TARGET static double SK(weigh_kept)(const float *x, const float *w,
-                                       size_t V, rank_cut cut, float min_w,
-                                       double *block)
+SK_TARGET static double SK(weigh_kept)(const float *x, const float *w, size_t V,
+                                       rank_cut cut, float min_w, double *block)
 {
     return SK(weigh_kept_body)(x, w, V, cut, min_w, block);
 }
@@ -387,8 +392,8 @@ SK_TARGET static void SK(block_max)(const float *x, size_t V, float *out)
 }
 
 static const sampler_kernels SK(kernels) = {
-    SK(scan), SK(lse_sum), SK(weigh), SK(weigh_buckets), SK(weigh_kept),
-    SK(block_max),
+    SK(scan),          SK(lse_sum),    SK(weigh),
+    SK(weigh_buckets), SK(weigh_kept), SK(block_max),
 };
 
 #undef vf

@@ -35,7 +35,8 @@ static int only_keys(json_t *obj, const char *const *keys, size_t n,
 {
     const char *key;
     json_t *v;
-    json_object_foreach(obj, key, v) {
+    json_object_foreach(obj, key, v)
+    {
         bool known = false;
         for (size_t i = 0; i < n && !known; i++)
             known = strcmp(key, keys[i]) == 0;
@@ -62,13 +63,15 @@ static int take_text(char **out, json_t *v, const char *where, const char *what,
 static int parse_role(chat_template *t, json_t *root, chat_role role,
                       const char *where, gpt2d_error *err)
 {
-    static const char *const keys[] = {"prefix", "suffix"};
+    static const char *const keys[] = { "prefix", "suffix" };
     const char *name = role_names[role];
     char what[32];
     json_t *r = json_object_get(root, name);
     if (!json_is_object(r))
-        return error_set(err, "%s: \"%s\" must be an object with a prefix and "
-                         "a suffix", where, name);
+        return error_set(err,
+                         "%s: \"%s\" must be an object with a prefix and "
+                         "a suffix",
+                         where, name);
     if (only_keys(r, keys, 2, where, name, err) != 0)
         return -1;
     snprintf(what, sizeof what, "%s.prefix", name);
@@ -86,9 +89,10 @@ static int parse_stop(chat_template *t, json_t *root, const char *where,
     json_t *stop = json_object_get(root, "stop");
     size_t n = json_array_size(stop);
     if (!json_is_array(stop) || n == 0 || n > CHAT_TEMPLATE_MAX_STOP)
-        return error_set(err, "%s: \"stop\" must be an array of 1 to %d strings "
-                         "(the markers where a reply ends)", where,
-                         CHAT_TEMPLATE_MAX_STOP);
+        return error_set(err,
+                         "%s: \"stop\" must be an array of 1 to %d strings "
+                         "(the markers where a reply ends)",
+                         where, CHAT_TEMPLATE_MAX_STOP);
     for (size_t i = 0; i < n; i++) {
         json_t *s = json_array_get(stop, i);
         if (json_is_string(s) && json_string_length(s) == 0)
@@ -105,7 +109,7 @@ static int parse_stop(chat_template *t, json_t *root, const char *where,
 int chat_template_parse(chat_template *t, const char *json, size_t len,
                         const char *where, gpt2d_error *err)
 {
-    static const char *const keys[] = {"system", "user", "assistant", "stop"};
+    static const char *const keys[] = { "system", "user", "assistant", "stop" };
     memset(t, 0, sizeof *t);
     json_error_t jerr;
     json_t *root = json_loadb(json, len, JSON_REJECT_DUPLICATES, &jerr);
@@ -152,7 +156,8 @@ int chat_template_load(chat_template *t, const char *path, gpt2d_error *err)
     if (rc == 0) {
         char where[512];
         snprintf(where, sizeof where, "chat-template %s", path);
-        rc = chat_template_parse(t, (const char *)text.data, text.len, where, err);
+        rc = chat_template_parse(t, (const char *)text.data, text.len, where,
+                                 err);
     }
     buf_free(&text);
     return rc;
@@ -194,7 +199,8 @@ size_t chat_template_rendered_bytes(const chat_template *t,
     for (size_t i = 0; i < n; i++) {
         chat_role r = turns[i].role;
         /* each part is at most a request body or CHAT_TEMPLATE_MAX_TEXT */
-        size_t turn = strlen(t->prefix[r]) + turns[i].len + strlen(t->suffix[r]);
+        size_t turn = strlen(t->prefix[r]) + turns[i].len +
+                      strlen(t->suffix[r]);
         if (turn > SIZE_MAX - total)
             return SIZE_MAX;
         total += turn;

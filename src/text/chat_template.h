@@ -30,7 +30,7 @@
 #include "core/error.h"
 
 typedef enum chat_role {
-    CHAT_ROLE_SYSTEM,           /* also OpenAI's "developer" */
+    CHAT_ROLE_SYSTEM, /* also OpenAI's "developer" */
     CHAT_ROLE_USER,
     CHAT_ROLE_ASSISTANT,
     CHAT_N_ROLES,

@@ -16,8 +16,7 @@
 #include <string.h>
 
 int textstream_init(textstream *ts, size_t max_input_bytes,
-                    const char *const *stops, size_t n_stops,
-                    gpt2d_error *err)
+                    const char *const *stops, size_t n_stops, gpt2d_error *err)
 {
     memset(ts, 0, sizeof *ts);
     if (n_stops > TEXTSTREAM_MAX_STOP)
@@ -33,8 +32,7 @@ int textstream_init(textstream *ts, size_t max_input_bytes,
     ts->text = malloc(ts->cap);
     if (ts->text == NULL) {
         textstream_free(ts);
-        return error_set(err, "textstream: cannot allocate %zu bytes",
-                         ts->cap);
+        return error_set(err, "textstream: cannot allocate %zu bytes", ts->cap);
     }
     for (size_t i = 0; i < n_stops; i++) {
         if (stops[i] == NULL || stops[i][0] == '\0')
@@ -116,8 +114,7 @@ static textstream_status settle(textstream *ts, bool final)
     return TEXTSTREAM_MORE;
 }
 
-textstream_status textstream_push(textstream *ts, const char *bytes,
-                                  size_t len)
+textstream_status textstream_push(textstream *ts, const char *bytes, size_t len)
 {
     if (ts->stopped)
         return TEXTSTREAM_STOPPED;

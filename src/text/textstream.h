@@ -28,18 +28,18 @@
 #define TEXTSTREAM_MAX_STOP 8
 
 typedef enum textstream_status {
-    TEXTSTREAM_MORE = 0,        /* keep going */
-    TEXTSTREAM_STOPPED,         /* a stop string completed; text cut before it */
-    TEXTSTREAM_FULL,            /* more input than max_input_bytes: refused */
+    TEXTSTREAM_MORE = 0, /* keep going */
+    TEXTSTREAM_STOPPED,  /* a stop string completed; text cut before it */
+    TEXTSTREAM_FULL,     /* more input than max_input_bytes: refused */
 } textstream_status;
 
 typedef struct textstream {
-    char *text;                 /* [cap]: text[0, released) is shown */
-    size_t len;                 /* decoded bytes, released or held */
+    char *text; /* [cap]: text[0, released) is shown */
+    size_t len; /* decoded bytes, released or held */
     size_t released;
     size_t cap;
-    size_t input_left;          /* input bytes still accepted */
-    utf8_decoder utf8;          /* an unfinished character's bytes */
+    size_t input_left; /* input bytes still accepted */
+    utf8_decoder utf8; /* an unfinished character's bytes */
     char *stop[TEXTSTREAM_MAX_STOP];
     size_t stop_len[TEXTSTREAM_MAX_STOP];
     size_t n_stop;
@@ -50,8 +50,7 @@ typedef struct textstream {
  * the buffer: one input byte becomes at most 3 output bytes).  Stop strings
  * are copied; empty ones are ignored; at most TEXTSTREAM_MAX_STOP. */
 int textstream_init(textstream *ts, size_t max_input_bytes,
-                    const char *const *stops, size_t n_stops,
-                    gpt2d_error *err);
+                    const char *const *stops, size_t n_stops, gpt2d_error *err);
 void textstream_free(textstream *ts);
 
 /* Appends one token's bytes.  After TEXTSTREAM_STOPPED (or finish) further

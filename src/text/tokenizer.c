@@ -76,7 +76,7 @@ typedef struct word_cache {
     cache_entry *slots; /* CACHE_SLOTS entries; key_len 0 = free */
     size_t entries;
     size_t longest_probe; /* since the last emptying */
-    gpt2d_buf arena;    /* words' bytes and their ids, back to back */
+    gpt2d_buf arena;      /* words' bytes and their ids, back to back */
 } word_cache;
 
 static int cache_new(word_cache **out, gpt2d_error *err);
@@ -87,7 +87,7 @@ struct tokenizer {
     size_t n_vocab;
     char *bytes;
     uint32_t *off;
-    bool *is_utf8;      /* token i's bytes are whole, valid UTF-8 */
+    bool *is_utf8; /* token i's bytes are whole, valid UTF-8 */
 
     /* raw bytes → id, open addressing; slot holds id+1, 0 = free */
     uint32_t *vocab_slots;
@@ -103,7 +103,7 @@ struct tokenizer {
      * through a const tokenizer. */
     struct word_cache *cache;
 
-    uint8_t digest[SHA256_BYTES];       /* tokenizer_digest */
+    uint8_t digest[SHA256_BYTES]; /* tokenizer_digest */
 };
 
 /* ---- small helpers ---- */
@@ -272,8 +272,10 @@ static int load_vocab(tokenizer *tok, const char *path,
     }
     size_t n = json_object_size(root);
     if (n < 256 || n > MAX_VOCAB) {
-        error_set(err, "%s: %zu tokens; a byte-level vocabulary has between "
-                  "256 and %zu", path, n, MAX_VOCAB);
+        error_set(err,
+                  "%s: %zu tokens; a byte-level vocabulary has between "
+                  "256 and %zu",
+                  path, n, MAX_VOCAB);
         goto out;
     }
     /* First pass: ids are exactly 0..n-1, and the total size of the bytes. */
@@ -289,7 +291,8 @@ static int load_vocab(tokenizer *tok, const char *path,
     }
     const char *key;
     json_t *val;
-    json_object_foreach(root, key, val) {
+    json_object_foreach(root, key, val)
+    {
         if (!json_is_integer(val)) {
             error_set(err, "%s: token \"%s\": id is not an integer", path, key);
             goto bad_pass;
@@ -327,13 +330,16 @@ static int load_vocab(tokenizer *tok, const char *path,
      * and the offsets compacted afterwards. */
     for (size_t i = 0; i < n; i++)
         tok->off[i + 1] = tok->off[i] + len_of[i];
-    json_object_foreach(root, key, val) {
+    json_object_foreach(root, key, val)
+    {
         size_t id = (size_t)json_integer_value(val);
         long got = alphabet_to_bytes(cp_to_byte, key, strlen(key),
                                      tok->bytes + tok->off[id]);
         if (got < 0) {
-            error_set(err, "%s: token \"%s\" has a character outside GPT-2's "
-                      "byte alphabet", path, key);
+            error_set(err,
+                      "%s: token \"%s\" has a character outside GPT-2's "
+                      "byte alphabet",
+                      path, key);
             goto bad_pass;
         }
         len_of[id] = (uint32_t)got;
@@ -370,8 +376,10 @@ static int load_vocab(tokenizer *tok, const char *path,
         char c = (char)b;
         tok->byte_id[b] = vocab_find(tok, &c, 1);
         if (tok->byte_id[b] < 0) {
-            error_set(err, "%s: no token for the byte 0x%02X; every byte needs "
-                      "one", path, (unsigned)b);
+            error_set(err,
+                      "%s: no token for the byte 0x%02X; every byte needs "
+                      "one",
+                      path, (unsigned)b);
             goto out;
         }
     }
@@ -490,8 +498,10 @@ static int load_merges(tokenizer *tok, const char *path,
             nf++;
         }
         if (nf != 2) {
-            error_set(err, "%s:%zu: expected two tokens separated by a space, "
-                      "got %zu field%s", path, lineno, nf, nf == 1 ? "" : "s");
+            error_set(err,
+                      "%s:%zu: expected two tokens separated by a space, "
+                      "got %zu field%s",
+                      path, lineno, nf, nf == 1 ? "" : "s");
             goto out;
         }
         int32_t left = merge_side(tok, cp_to_byte, f[0], fl[0], scratch);
@@ -508,9 +518,10 @@ static int load_merges(tokenizer *tok, const char *path,
         memcpy(scratch + ll, tok->bytes + tok->off[right], rl);
         int32_t merged = vocab_find(tok, scratch, ll + rl);
         if (merged < 0) {
-            error_set(err, "%s:%zu: the merge of \"%.*s\" and \"%.*s\" is not a "
-                      "token of the vocabulary", path, lineno, (int)fl[0], f[0],
-                      (int)fl[1], f[1]);
+            error_set(err,
+                      "%s:%zu: the merge of \"%.*s\" and \"%.*s\" is not a "
+                      "token of the vocabulary",
+                      path, lineno, (int)fl[0], f[0], (int)fl[1], f[1]);
             goto out;
         }
         merge_insert(tok, left, right, rank++, merged);
@@ -718,7 +729,8 @@ typedef struct pair_cand {
 typedef struct bpe_scratch {
     int32_t *id;    /* symbol id at each byte position; -1 once absorbed */
     uint32_t *next; /* position of the next live symbol; n = none */
-    uint32_t *prev; /* position of the previous live symbol; UINT32_MAX = none */
+    uint32_t
+        *prev; /* position of the previous live symbol; UINT32_MAX = none */
     size_t sym_cap;
     pair_cand *heap, *pending;
     size_t heap_n, heap_cap, pending_n, pending_cap;
@@ -958,9 +970,9 @@ static size_t pretoken(const char *t, size_t n, size_t i)
         return c;
     size_t l;
     unicode_class cls = char_class(t, n, i, &l);
-    if (cls != UNICODE_SPACE)           /* \p{L}+ | \p{N}+ | [^\s\p{L}\p{N}]+ */
+    if (cls != UNICODE_SPACE) /* \p{L}+ | \p{N}+ | [^\s\p{L}\p{N}]+ */
         return run_end(t, n, i + l, cls) - i;
-    if (t[i] == ' ' && i + 1 < n) {     /* " ?" before one of those runs */
+    if (t[i] == ' ' && i + 1 < n) { /* " ?" before one of those runs */
         size_t l2;
         unicode_class next = char_class(t, n, i + 1, &l2);
         if (next != UNICODE_SPACE)
@@ -1038,11 +1050,13 @@ int tokenizer_encode_most(const tokenizer *tok, const char *text, size_t len,
     if (text == NULL && len > 0)
         return error_set(err, "tokenizer_encode: NULL text of length %zu", len);
     if (len > MAX_TEXT_LEN)
-        return error_set(err, "text of %zu bytes is longer than the %zu bytes "
-                         "the tokenizer accepts", len, MAX_TEXT_LEN);
-    encode_bound bound = {most, false};
+        return error_set(err,
+                         "text of %zu bytes is longer than the %zu bytes "
+                         "the tokenizer accepts",
+                         len, MAX_TEXT_LEN);
+    encode_bound bound = { most, false };
     if (cannot_fit(tok, 0, len, &bound)) {
-        *n_ids = most + 1;      /* not a token is made */
+        *n_ids = most + 1; /* not a token is made */
         return 0;
     }
     gpt2d_buf out = GPT2D_BUF_INIT;
@@ -1085,8 +1099,7 @@ int tokenizer_encode(const tokenizer *tok, const char *text, size_t len,
     return tokenizer_encode_most(tok, text, len, len, ids, n_ids, err);
 }
 
-const char *tokenizer_token_bytes(const tokenizer *tok, int32_t id,
-                                  size_t *len)
+const char *tokenizer_token_bytes(const tokenizer *tok, int32_t id, size_t *len)
 {
     if (id < 0 || (size_t)id >= tok->n_vocab) {
         *len = 0;
@@ -1109,9 +1122,10 @@ int tokenizer_decode(const tokenizer *tok, const int32_t *ids, size_t n,
     size_t total = 0;
     for (size_t i = 0; i < n; i++) {
         if (ids[i] < 0 || (size_t)ids[i] >= tok->n_vocab)
-            return error_set(err, "token id %ld at position %zu is outside the "
-                             "vocabulary (0..%zu)", (long)ids[i], i,
-                             tok->n_vocab - 1);
+            return error_set(err,
+                             "token id %ld at position %zu is outside the "
+                             "vocabulary (0..%zu)",
+                             (long)ids[i], i, tok->n_vocab - 1);
         total += tok->off[ids[i] + 1] - tok->off[ids[i]];
     }
     char *buf = malloc(total + 1);

@@ -13,7 +13,7 @@
 #include "core/error.h"
 #include "core/sha256.h"
 
-#define TOKENIZER_EOT 50256     /* <|endoftext|> */
+#define TOKENIZER_EOT 50256 /* <|endoftext|> */
 
 typedef struct tokenizer tokenizer;
 

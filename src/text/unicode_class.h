@@ -12,7 +12,7 @@
 #include <stdint.h>
 
 typedef enum unicode_class {
-    UNICODE_OTHER = 0,  /* anything else, including invalid code points */
+    UNICODE_OTHER = 0, /* anything else, including invalid code points */
     UNICODE_LETTER,
     UNICODE_NUMBER,
     UNICODE_SPACE

@@ -30,18 +30,26 @@ static bool continues(const utf8_decoder *d, unsigned char b)
     unsigned char lo = 0x80, hi = 0xBF;
     if (d->n_partial == 1) {
         switch (d->partial[0]) {
-        case 0xE0: lo = 0xA0; break;
-        case 0xED: hi = 0x9F; break;
-        case 0xF0: lo = 0x90; break;
-        case 0xF4: hi = 0x8F; break;
-        default: break;
+        case 0xE0:
+            lo = 0xA0;
+            break;
+        case 0xED:
+            hi = 0x9F;
+            break;
+        case 0xF0:
+            lo = 0x90;
+            break;
+        case 0xF4:
+            hi = 0x8F;
+            break;
+        default:
+            break;
         }
     }
     return b >= lo && b <= hi;
 }
 
-size_t utf8_feed(utf8_decoder *d, unsigned char b, char *out,
-                 bool *replaced)
+size_t utf8_feed(utf8_decoder *d, unsigned char b, char *out, bool *replaced)
 {
     size_t n = 0;
     if (d->n_partial > 0) {

@@ -17,8 +17,8 @@
 /* The bytes of an unfinished character (a zeroed decoder is fresh). */
 typedef struct utf8_decoder {
     unsigned char partial[4];
-    unsigned char n_partial;    /* bytes held */
-    unsigned char need;         /* continuation bytes the character needs */
+    unsigned char n_partial; /* bytes held */
+    unsigned char need;      /* continuation bytes the character needs */
 } utf8_decoder;
 
 /* Most bytes one utf8_feed writes: U+FFFD for the sequence the byte broke,
@@ -28,8 +28,7 @@ typedef struct utf8_decoder {
 /* Feeds byte b: writes to out what became final and returns its length
  * (0 while a character is unfinished).  *replaced (if not NULL) is set when
  * the output holds a U+FFFD standing for ill-formed input. */
-size_t utf8_feed(utf8_decoder *d, unsigned char b, char *out,
-                 bool *replaced);
+size_t utf8_feed(utf8_decoder *d, unsigned char b, char *out, bool *replaced);
 /* End of input: an unfinished character becomes U+FFFD (writes 3 or 0
  * bytes, returned). */
 size_t utf8_finish(utf8_decoder *d, char *out);

@@ -23,15 +23,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 /* An oracle violation is a finding: say what broke and abort, which libFuzzer
  * turns into a crash artifact and the replay driver into a failed test. */
-#define FUZZ_CHECK(cond, ...)                                              \
-    do {                                                                   \
-        if (!(cond)) {                                                     \
-            fprintf(stderr, "%s:%d: fuzz check failed: %s: ", __FILE__,    \
-                    __LINE__, #cond);                                      \
-            fprintf(stderr, __VA_ARGS__);                                  \
-            fputc('\n', stderr);                                           \
-            abort();                                                       \
-        }                                                                  \
+#define FUZZ_CHECK(cond, ...)                                                  \
+    do {                                                                       \
+        if (!(cond)) {                                                         \
+            fprintf(stderr, "%s:%d: fuzz check failed: %s: ", __FILE__,        \
+                    __LINE__, #cond);                                          \
+            fprintf(stderr, __VA_ARGS__);                                      \
+            fputc('\n', stderr);                                               \
+            abort();                                                           \
+        }                                                                      \
     } while (0)
 
 /* Where vocab.json and merges.txt live: $GPT2D_FUZZ_TOKENIZER (a directory),
@@ -52,10 +52,12 @@ static inline tokenizer *fuzz_load_tokenizer(void)
     tokenizer *tok = NULL;
     gpt2d_error err;
     if (tokenizer_load(&tok, vocab, merges, &err) != 0) {
-        fprintf(stderr, "fuzz: cannot load the tokenizer from %s: %s\n"
+        fprintf(stderr,
+                "fuzz: cannot load the tokenizer from %s: %s\n"
                 "fuzz: set GPT2D_FUZZ_TOKENIZER to a directory holding "
                 "vocab.json and merges.txt (tests/data/fetch-tokenizer.sh "
-                "makes one)\n", dir, err.message);
+                "makes one)\n",
+                dir, err.message);
         exit(EXIT_FAILURE);
     }
     return tok;

@@ -35,7 +35,9 @@ static workpool *work;
 /* The `tiny` fixture model's shape; a small context keeps the prompt-length
  * and max_tokens checks within the fuzzer's reach. */
 static const completion_limits limits = {
-    .n_ctx = 64, .vocab_size = 50257, .max_sequences = 4,
+    .n_ctx = 64,
+    .vocab_size = 50257,
+    .max_sequences = 4,
 };
 
 static void free_tokenizer(void)
@@ -78,7 +80,8 @@ static bool session_id_ok(const char *s)
         return false;
     for (size_t i = 0; i < len; i++)
         if (!strchr("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
-                    "0123456789._:-", s[i]))
+                    "0123456789._:-",
+                    s[i]))
             return false;
     return true;
 }
@@ -94,8 +97,7 @@ static void check_accepted(const completion_request *req)
                    "prompt %zu: %zu + %zu tokens exceed n_ctx", i, p->n,
                    req->max_tokens);
         for (size_t k = 0; k < p->n; k++)
-            FUZZ_CHECK(p->ids[k] >= 0 &&
-                       (size_t)p->ids[k] < limits.vocab_size,
+            FUZZ_CHECK(p->ids[k] >= 0 && (size_t)p->ids[k] < limits.vocab_size,
                        "prompt %zu token %zu = %d", i, k, (int)p->ids[k]);
     }
     FUZZ_CHECK(req->n >= 1 && req->best_of >= req->n, "n %zu best_of %zu",
@@ -104,15 +106,16 @@ static void check_accepted(const completion_request *req)
                "%zu x %zu sequences", req->best_of, req->n_prompts);
     FUZZ_CHECK(!req->stream || req->best_of == req->n,
                "streamed best_of %zu > n %zu", req->best_of, req->n);
-    FUZZ_CHECK(!req->include_usage || req->stream, "include_usage without stream");
+    FUZZ_CHECK(!req->include_usage || req->stream,
+               "include_usage without stream");
     FUZZ_CHECK(req->n_logprobs <= ENGINE_MAX_LOGPROBS &&
-               (req->logprobs || req->n_logprobs == 0),
+                   (req->logprobs || req->n_logprobs == 0),
                "logprobs %zu", req->n_logprobs);
 
     FUZZ_CHECK(req->n_stop <= ENGINE_MAX_STOP, "%zu stops", req->n_stop);
     for (size_t i = 0; i < ENGINE_MAX_STOP; i++)
         FUZZ_CHECK((i < req->n_stop) == (req->stop[i] != NULL) &&
-                   (req->stop[i] == NULL || req->stop[i][0] != '\0'),
+                       (req->stop[i] == NULL || req->stop[i][0] != '\0'),
                    "stop[%zu]", i);
 
     const sampler_params *s = &req->sampling;
@@ -122,21 +125,23 @@ static void check_accepted(const completion_request *req)
                (double)s->top_p);
     FUZZ_CHECK(in_range(s->min_p, 0.0f, 1.0f), "min_p %g", (double)s->min_p);
     FUZZ_CHECK(in_range(s->presence_penalty, -2.0f, 2.0f) &&
-               in_range(s->frequency_penalty, -2.0f, 2.0f), "penalties");
+                   in_range(s->frequency_penalty, -2.0f, 2.0f),
+               "penalties");
     FUZZ_CHECK(isfinite(s->repetition_penalty) && s->repetition_penalty > 0.0f,
                "repetition_penalty %g", (double)s->repetition_penalty);
     FUZZ_CHECK(s->logit_bias == req->logit_bias &&
-               (s->n_logit_bias == 0 || s->logit_bias != NULL),
+                   (s->n_logit_bias == 0 || s->logit_bias != NULL),
                "logit_bias table");
     for (size_t i = 0; i < s->n_logit_bias; i++) {
         FUZZ_CHECK(s->logit_bias[i].token >= 0 &&
-                   (size_t)s->logit_bias[i].token < limits.vocab_size,
+                       (size_t)s->logit_bias[i].token < limits.vocab_size,
                    "logit_bias token %d", (int)s->logit_bias[i].token);
         FUZZ_CHECK(in_range(s->logit_bias[i].bias, -100.0f, 100.0f),
                    "logit_bias %g", (double)s->logit_bias[i].bias);
     }
 
-    FUZZ_CHECK(session_id_ok(req->session_id), "session_id '%s'", req->session_id);
+    FUZZ_CHECK(session_id_ok(req->session_id), "session_id '%s'",
+               req->session_id);
     FUZZ_CHECK(req->session_id[0] == '\0' || req->n_prompts == 1,
                "session with %zu prompts", req->n_prompts);
 }
@@ -151,8 +156,9 @@ static void check_chat_accepted(const completion_request *req)
                req->best_of);
     FUZZ_CHECK(req->n_stop >= tpl.n_stop, "chat: %zu stops", req->n_stop);
     for (size_t i = 0; i < tpl.n_stop; i++)
-        FUZZ_CHECK(strcmp(req->stop[req->n_stop - tpl.n_stop + i], tpl.stop[i]) == 0,
-                   "chat: template stop %zu missing", i);
+        FUZZ_CHECK(
+            strcmp(req->stop[req->n_stop - tpl.n_stop + i], tpl.stop[i]) == 0,
+            "chat: template stop %zu missing", i);
 }
 
 /* /tokenize and /detokenize answer 200 or a 400 error object, always JSON;
@@ -171,7 +177,7 @@ static void check_endpoint_response(api_response *r, const char *what)
         FUZZ_CHECK(text != NULL, "%s: out of memory", what);
         size_t got = 0;
         ssize_t n;
-        char block[777];        /* an odd size: pieces cross block ends */
+        char block[777]; /* an odd size: pieces cross block ends */
         while ((n = api_response_read(r, block, sizeof block, NULL)) > 0) {
             FUZZ_CHECK(got + (size_t)n <= len,
                        "%s: more than the %zu bytes announced", what, len);
@@ -179,7 +185,8 @@ static void check_endpoint_response(api_response *r, const char *what)
             got += (size_t)n;
         }
         FUZZ_CHECK(n == API_SOURCE_END, "%s: read error %zd", what, n);
-        FUZZ_CHECK(got == len, "%s: %zu of the %zu bytes announced", what, got, len);
+        FUZZ_CHECK(got == len, "%s: %zu of the %zu bytes announced", what, got,
+                   len);
     }
     FUZZ_CHECK(text != NULL && !r->source.live, "%s: no body", what);
     json_t *back = json_loadb(text, len, JSON_ALLOW_NUL, NULL);
@@ -210,13 +217,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         fuzz_check_refused(&e);
     }
 
-    api_ctx ctx = {.tok = tok, .work = work};
+    api_ctx ctx = { .tok = tok, .work = work };
     api_caller who;
     api_caller_of_address(&who, "fuzz");
-    api_response r = {0};
+    api_response r = { 0 };
     api_tokenize(&ctx, &who, body, size, NULL, &r);
     check_endpoint_response(&r, "tokenize");
-    api_response r2 = {0};
+    api_response r2 = { 0 };
     api_detokenize(&ctx, &who, body, size, NULL, &r2);
     check_endpoint_response(&r2, "detokenize");
     return 0;

@@ -18,7 +18,7 @@ static inline void fuzz_check_refused(const api_error *e)
     FUZZ_CHECK(e->status == 400, "status %d for a client's body: %s", e->status,
                e->message);
     FUZZ_CHECK(e->message[0] != '\0', "empty error message");
-    api_response r = {0};
+    api_response r = { 0 };
     api_response_error(&r, e);
     FUZZ_CHECK(r.status == 400 && r.body != NULL,
                "error object did not serialise (status %d) for: %s", r.status,
@@ -31,10 +31,10 @@ static inline void fuzz_check_refused(const api_error *e)
     FUZZ_CHECK(json_is_string(json_object_get(err, "message")),
                "error.message missing");
     json_t *param = json_object_get(err, "param");
-    FUZZ_CHECK(e->param[0] == '\0' ? json_is_null(param)
-                                   : json_is_string(param) &&
-                                         strcmp(json_string_value(param),
-                                                e->param) == 0,
+    FUZZ_CHECK(e->param[0] == '\0'
+                   ? json_is_null(param)
+                   : json_is_string(param) &&
+                         strcmp(json_string_value(param), e->param) == 0,
                "error.param does not name '%s'", e->param);
     json_decref(back);
     api_response_free(&r);

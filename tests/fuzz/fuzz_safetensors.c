@@ -30,9 +30,9 @@
 #include "model/safetensors.h"
 #include "fuzz.h"
 
-#define MICRO_CONFIG                                                      \
-    "{\"model_type\": \"gpt2\", \"n_layer\": 1, \"n_head\": 2, "         \
-    "\"n_embd\": 4, \"n_positions\": 4, \"vocab_size\": 8, "             \
+#define MICRO_CONFIG                                                           \
+    "{\"model_type\": \"gpt2\", \"n_layer\": 1, \"n_head\": 2, "               \
+    "\"n_embd\": 4, \"n_positions\": 4, \"vocab_size\": 8, "                   \
     "\"layer_norm_epsilon\": 1e-05}\n"
 
 static char dir[4096];
@@ -99,15 +99,17 @@ static void check_table(const st_file *f, const uint8_t *data, size_t size)
                    t->n_dims);
         size_t elements = 1;
         for (size_t d = 0; d < t->n_dims; d++)
-            FUZZ_CHECK(!__builtin_mul_overflow(elements, t->shape[d], &elements),
-                       "'%s': shape overflows", t->name);
-        FUZZ_CHECK(elements == t->n_elements, "'%s': %zu elements, shape says %zu",
-                   t->name, t->n_elements, elements);
+            FUZZ_CHECK(
+                !__builtin_mul_overflow(elements, t->shape[d], &elements),
+                "'%s': shape overflows", t->name);
+        FUZZ_CHECK(elements == t->n_elements,
+                   "'%s': %zu elements, shape says %zu", t->name, t->n_elements,
+                   elements);
         FUZZ_CHECK(t->n_bytes == elements * dtype_size(t->dtype_name),
                    "'%s': %zu bytes for %zu %s", t->name, t->n_bytes, elements,
                    t->dtype_name);
         FUZZ_CHECK(t->data >= data + 8 && t->data <= data + size &&
-                   t->n_bytes <= (size_t)(data + size - t->data),
+                       t->n_bytes <= (size_t)(data + size - t->data),
                    "'%s': data outside the buffer", t->name);
         FUZZ_CHECK(safetensors_find(f, t->name) == t, "'%s' not found by name",
                    t->name);
@@ -145,14 +147,16 @@ static void check_overlap_is_real(const uint8_t *data, size_t size)
     for (int i = 7; i >= 0; i--)
         header_len = (header_len << 8) | data[i];
     FUZZ_CHECK(header_len <= size - 8, "overlap refusal of a truncated file");
-    json_t *root = json_loadb((const char *)data + 8, (size_t)header_len, 0, NULL);
+    json_t *root = json_loadb((const char *)data + 8, (size_t)header_len, 0,
+                              NULL);
     FUZZ_CHECK(json_is_object(root), "overlap refusal of a non-object header");
     size_t n = json_object_size(root), k = 0;
-    json_int_t (*range)[2] = calloc(n ? n : 1, sizeof *range);
+    json_int_t(*range)[2] = calloc(n ? n : 1, sizeof *range);
     FUZZ_CHECK(range != NULL, "out of memory");
     const char *key;
     json_t *desc;
-    json_object_foreach(root, key, desc) {
+    json_object_foreach(root, key, desc)
+    {
         json_t *off = json_object_get(desc, "data_offsets");
         json_int_t b = json_integer_value(json_array_get(off, 0));
         json_int_t e = json_integer_value(json_array_get(off, 1));
@@ -201,10 +205,11 @@ static void check_model(const model *m, const st_file *f)
     FUZZ_CHECK(c->n_layer == 1 && c->n_embd == 4 && c->vocab_size == 8,
                "config not the micro one");
     FUZZ_CHECK((m->tied || m->wte) && m->wpe && m->ln_f_w && m->ln_f_b &&
-               m->lm_head_wp && m->layers, "unbound weight");
+                   m->lm_head_wp && m->layers,
+               "unbound weight");
     const layer_weights *w = &m->layers[0];
-    const float *all[] = {w->ln_1_w, w->ln_1_b, w->attn_b, w->attn_proj_b,
-                          w->ln_2_w, w->ln_2_b, w->fc_b, w->mlp_proj_b};
+    const float *all[] = { w->ln_1_w, w->ln_1_b, w->attn_b, w->attn_proj_b,
+                           w->ln_2_w, w->ln_2_b, w->fc_b,   w->mlp_proj_b };
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         FUZZ_CHECK(all[i] != NULL, "layer vector %zu unbound", i);
     float sum = 0;
@@ -226,14 +231,16 @@ static void check_model(const model *m, const st_file *f)
     if (m->tied)
         head = safetensors_find(f, wte_name);
     /* the last one, lm_head, is stored (vocab, C) and packed transposed */
-    const struct { const char *name; const void *packed; size_t K, N;
-                  int transposed; }
-    mats[] = {
-        {"h.0.attn.c_attn.weight", w->attn_wp, C, 3 * C, 0},
-        {"h.0.attn.c_proj.weight", w->attn_proj_wp, C, C, 0},
-        {"h.0.mlp.c_fc.weight", w->fc_wp, C, 4 * C, 0},
-        {"h.0.mlp.c_proj.weight", w->mlp_proj_wp, 4 * C, C, 0},
-        {NULL, m->lm_head_wp, C, c->vocab_size, 1}};
+    const struct {
+        const char *name;
+        const void *packed;
+        size_t K, N;
+        int transposed;
+    } mats[] = { { "h.0.attn.c_attn.weight", w->attn_wp, C, 3 * C, 0 },
+                 { "h.0.attn.c_proj.weight", w->attn_proj_wp, C, C, 0 },
+                 { "h.0.mlp.c_fc.weight", w->fc_wp, C, 4 * C, 0 },
+                 { "h.0.mlp.c_proj.weight", w->mlp_proj_wp, 4 * C, C, 0 },
+                 { NULL, m->lm_head_wp, C, c->vocab_size, 1 } };
     for (size_t i = 0; i < sizeof mats / sizeof mats[0]; i++) {
         char name[64];
         snprintf(name, sizeof name, "%s%s", prefix,
@@ -253,16 +260,16 @@ static void check_model(const model *m, const st_file *f)
                     for (size_t r = k - k % PANEL_Q8_ROWS;
                          r < K && r < k - k % PANEL_Q8_ROWS + PANEL_Q8_ROWS;
                          r++)
-                        amax = fmaxf(amax, fabsf(element(
-                                               t, tr ? n * K + r : r * N + n)));
+                        amax = fmaxf(amax, fabsf(element(t, tr ? n * K + r
+                                                               : r * N + n)));
                     const float d = half_to_float(panel_q8_scale(amax));
                     a = (float)panel_q8_quantize(a, d) * d;
                 }
-                float b = panel_at(mats[i].packed, m->panel_dtype, mats[i].K,
-                                   k, n);
+                float b = panel_at(mats[i].packed, m->panel_dtype, mats[i].K, k,
+                                   n);
                 FUZZ_CHECK(memcmp(&a, &b, sizeof a) == 0,
-                           "panel copy of matrix %zu differs at (%zu, %zu)",
-                           i, k, n);
+                           "panel copy of matrix %zu differs at (%zu, %zu)", i,
+                           k, n);
             }
     }
 }
@@ -286,8 +293,7 @@ static void check_int8_refusal(const st_file *f, const char *message)
     bool beyond = false;
     for (size_t i = 0; i < t->n_elements && !beyond; i++)
         beyond = !panel_q8_holds(element(t, i));
-    FUZZ_CHECK(beyond, "int8 refused %s, which it can hold: %s", name,
-               message);
+    FUZZ_CHECK(beyond, "int8 refused %s, which it can hold: %s", name, message);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

@@ -73,7 +73,8 @@ static void map_init(str_map *m, size_t n)
     m->mask = cap - 1;
 }
 
-REF_NO_COVERAGE static size_t map_slot(const str_map *m, const char *s, size_t n)
+REF_NO_COVERAGE static size_t map_slot(const str_map *m, const char *s,
+                                       size_t n)
 {
     size_t i = (size_t)str_hash(s, n) & m->mask;
     while (m->keys[i] != NULL &&
@@ -95,7 +96,8 @@ static void map_put(str_map *m, const char *s, size_t n, int32_t v)
 }
 
 /* -1 when absent. */
-REF_NO_COVERAGE static int32_t map_get(const str_map *m, const char *s, size_t n)
+REF_NO_COVERAGE static int32_t map_get(const str_map *m, const char *s,
+                                       size_t n)
 {
     size_t i = map_slot(m, s, n);
     return m->keys[i] != NULL ? m->vals[i] : -1;
@@ -110,8 +112,8 @@ static void map_free(str_map *m)
     free(m->vals);
 }
 
-static str_map vocab_map;       /* spelled token -> id */
-static str_map rank_map;        /* "left right" -> merge rank */
+static str_map vocab_map; /* spelled token -> id */
+static str_map rank_map;  /* "left right" -> merge rank */
 static char byte_spelling[256][3];
 static size_t byte_spelling_len[256];
 
@@ -195,37 +197,46 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
  * with one alternative after another, as a backtracking engine tries them.
  * A byte that does not start valid UTF-8 is one character of class other. */
 
-REF_NO_COVERAGE static size_t ref_char(const unsigned char *t, size_t n, size_t i,
-                       unicode_class *cls)
+REF_NO_COVERAGE static size_t ref_char(const unsigned char *t, size_t n,
+                                       size_t i, unicode_class *cls)
 {
     unsigned char c = t[i];
-    size_t len = c < 0x80 ? 1 : c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 0;
-    uint32_t cp = len == 1 ? c : len == 2 ? c & 0x1Fu : len == 3 ? c & 0x0Fu : c & 0x07u;
+    size_t len = c < 0x80    ? 1
+                 : c >= 0xF0 ? 4
+                 : c >= 0xE0 ? 3
+                 : c >= 0xC0 ? 2
+                             : 0;
+    uint32_t cp = len == 1   ? c
+                  : len == 2 ? c & 0x1Fu
+                  : len == 3 ? c & 0x0Fu
+                             : c & 0x07u;
     bool ok = len > 0 && i + len <= n && c != 0xC0 && c != 0xC1 && c <= 0xF4;
     for (size_t k = 1; ok && k < len; k++) {
         ok = (t[i + k] & 0xC0) == 0x80;
         cp = (cp << 6) | (t[i + k] & 0x3Fu);
     }
-    static const uint32_t min_cp[5] = {0, 0, 0x80, 0x800, 0x10000};
-    if (ok && (cp < min_cp[len] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)))
+    static const uint32_t min_cp[5] = { 0, 0, 0x80, 0x800, 0x10000 };
+    if (ok &&
+        (cp < min_cp[len] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)))
         ok = false;
     if (!ok) {
         *cls = UNICODE_OTHER;
         return 1;
     }
-    if (len == 1)       /* ASCII: spell the pattern's classes out */
+    if (len == 1) /* ASCII: spell the pattern's classes out */
         *cls = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ? UNICODE_LETTER
-             : c >= '0' && c <= '9' ? UNICODE_NUMBER
-             : c == ' ' || (c >= 0x09 && c <= 0x0D) ? UNICODE_SPACE
-             : UNICODE_OTHER;
+               : c >= '0' && c <= '9'                           ? UNICODE_NUMBER
+               : c == ' ' || (c >= 0x09 && c <= 0x0D)           ? UNICODE_SPACE
+                                                                : UNICODE_OTHER;
     else
         *cls = unicode_classify(cp);
     return len;
 }
 
 /* " ?X+" where X is one class: length, or 0 when it does not match. */
-REF_NO_COVERAGE static size_t ref_optional_space_run(const unsigned char *t, size_t n, size_t i,
-                                     unicode_class want)
+REF_NO_COVERAGE static size_t ref_optional_space_run(const unsigned char *t,
+                                                     size_t n, size_t i,
+                                                     unicode_class want)
 {
     unicode_class c;
     for (size_t start = i; start <= i + 1 && start < n; start++) {
@@ -244,10 +255,11 @@ REF_NO_COVERAGE static size_t ref_optional_space_run(const unsigned char *t, siz
     return 0;
 }
 
-REF_NO_COVERAGE static size_t ref_pretoken(const unsigned char *t, size_t n, size_t i)
+REF_NO_COVERAGE static size_t ref_pretoken(const unsigned char *t, size_t n,
+                                           size_t i)
 {
-    static const char *const contractions[] = {"'s", "'t", "'re", "'ve",
-                                               "'m", "'ll", "'d"};
+    static const char *const contractions[] = { "'s", "'t",  "'re", "'ve",
+                                                "'m", "'ll", "'d" };
     for (size_t k = 0; k < 7; k++) {
         size_t l = strlen(contractions[k]);
         if (i + l <= n && bytes_equal((const char *)t + i, contractions[k], l))
@@ -278,7 +290,7 @@ REF_NO_COVERAGE static size_t ref_pretoken(const unsigned char *t, size_t n, siz
         return end - i;
     if (before_last > i)
         return before_last - i;
-    return first_end - i;           /* \s+ */
+    return first_end - i; /* \s+ */
 }
 
 /* ---- the reference's BPE (encoder.py's bpe()) ---- */
@@ -298,7 +310,8 @@ REF_NO_COVERAGE static int32_t ref_rank(const ref_sym *a, const ref_sym *b)
 }
 
 /* Appends the ids of one pre-token to out. */
-REF_NO_COVERAGE static void ref_bpe(const unsigned char *w, size_t n, int32_t *out, size_t *n_out)
+REF_NO_COVERAGE static void ref_bpe(const unsigned char *w, size_t n,
+                                    int32_t *out, size_t *n_out)
 {
     static ref_sym word[REF_MAX_WORD], next[REF_MAX_WORD];
     size_t len = n;
@@ -351,7 +364,8 @@ static void unchecked_word(const unsigned char *w, size_t n, int32_t *out,
     int32_t *ids = NULL;
     size_t n_ids = 0;
     gpt2d_error err;
-    FUZZ_CHECK(tokenizer_encode(tok, (const char *)w, n, &ids, &n_ids, &err) == 0,
+    FUZZ_CHECK(tokenizer_encode(tok, (const char *)w, n, &ids, &n_ids, &err) ==
+                   0,
                "encode failed: %s", err.message);
     FUZZ_CHECK(n_ids <= n, "%zu ids for a %zu-byte word", n_ids, n);
     memcpy(out + *n_out, ids, n_ids * sizeof *ids);
@@ -360,15 +374,16 @@ static void unchecked_word(const unsigned char *w, size_t n, int32_t *out,
 }
 
 /* The reference's ids for the whole text into out (room for size + 1). */
-REF_NO_COVERAGE static void ref_encode(const unsigned char *t, size_t n, int32_t *out,
-                       size_t *n_out)
+REF_NO_COVERAGE static void ref_encode(const unsigned char *t, size_t n,
+                                       int32_t *out, size_t *n_out)
 {
     static const char eot[] = "<|endoftext|>";
     const size_t eot_len = sizeof eot - 1;
     *n_out = 0;
     size_t piece = 0;
     for (size_t i = 0; i <= n;) {
-        bool at_eot = i + eot_len <= n && bytes_equal((const char *)t + i, eot, eot_len);
+        bool at_eot = i + eot_len <= n &&
+                      bytes_equal((const char *)t + i, eot, eot_len);
         if (!at_eot && i < n) {
             i++;
             continue;
@@ -439,10 +454,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     size_t n_again = 0;
     FUZZ_CHECK(tokenizer_encode(tok, text, size, &again, &n_again, &err) == 0,
                "second encode failed: %s", err.message);
-    FUZZ_CHECK(n_again == n &&
-               (n == 0 || memcmp(again, ids, n * sizeof *ids) == 0),
-               "second encode (word cache) differs: %zu vs %zu tokens", n_again,
-               n);
+    FUZZ_CHECK(
+        n_again == n && (n == 0 || memcmp(again, ids, n * sizeof *ids) == 0),
+        "second encode (word cache) differs: %zu vs %zu tokens", n_again, n);
     free(again);
 
     int32_t *ref = malloc((size + 1) * sizeof *ref);

@@ -21,7 +21,8 @@ static addr_list list_of(const char *spec)
 {
     addr_list l;
     gpt2d_error err = { { 0 } };
-    ck_assert_msg(addr_list_parse(&l, spec, &err) == 0, "%s: %s", spec, err.message);
+    ck_assert_msg(addr_list_parse(&l, spec, &err) == 0, "%s: %s", spec,
+                  err.message);
     return l;
 }
 
@@ -38,11 +39,13 @@ static const char *client_of(const addr_list *trusted, const char *peer,
 
 START_TEST(test_list_parses_addresses_and_blocks_in_any_separation)
 {
-    addr_list l = list_of(" 127.0.0.1, 10.0.0.0/8 ::1\tfd00::/8,192.168.1.0/24 ");
+    addr_list l = list_of(
+        " 127.0.0.1, 10.0.0.0/8 ::1\tfd00::/8,192.168.1.0/24 ");
     ck_assert_uint_eq(l.n, 5);
     const char *in[] = { "127.0.0.1", "10.255.0.7", "::1", "fd12:3456::9",
                          "192.168.1.200" };
-    const char *out[] = { "127.0.0.2", "11.0.0.1", "::2", "fe00::1", "192.168.2.1" };
+    const char *out[] = { "127.0.0.2", "11.0.0.1", "::2", "fe00::1",
+                          "192.168.2.1" };
     for (size_t i = 0; i < 5; i++) {
         net_addr a = addr(in[i]), b = addr(out[i]);
         ck_assert_msg(addr_list_contains(&l, &a), "%s", in[i]);
@@ -61,7 +64,11 @@ END_TEST
  * address's family kept (an IPv6 caller's limits are its /64's). */
 START_TEST(test_an_address_block_clears_the_bits_past_its_prefix)
 {
-    const struct { const char *in; unsigned prefix; const char *out; } cases[] = {
+    const struct {
+        const char *in;
+        unsigned prefix;
+        const char *out;
+    } cases[] = {
         { "2001:db8:1:2:aaaa:bbbb:cccc:dddd", 64, "2001:db8:1:2::" },
         { "2001:db8:1:2::1", 128, "2001:db8:1:2::1" },
         { "2001:db8:1:2::1", 0, "::" },
@@ -74,8 +81,8 @@ START_TEST(test_an_address_block_clears_the_bits_past_its_prefix)
         net_addr a = addr(cases[i].in), b = net_addr_block(&a, cases[i].prefix);
         char text[64];
         net_addr_format(&b, text, sizeof text);
-        ck_assert_msg(strcmp(text, cases[i].out) == 0, "%s/%u: %s",
-                      cases[i].in, cases[i].prefix, text);
+        ck_assert_msg(strcmp(text, cases[i].out) == 0, "%s/%u: %s", cases[i].in,
+                      cases[i].prefix, text);
         ck_assert(b.v6 == a.v6);
     }
 }
@@ -99,7 +106,9 @@ END_TEST
 
 START_TEST(test_bad_lists_are_refused_naming_the_entry)
 {
-    static const struct { const char *spec, *words; } bad[] = {
+    static const struct {
+        const char *spec, *words;
+    } bad[] = {
         { "10.0.0.0/33", "10.0.0.0/33" },
         { "::/129", "::/129" },
         { "10.0.0.1/8", "bits are set past the /8 prefix" },
@@ -112,13 +121,15 @@ START_TEST(test_bad_lists_are_refused_naming_the_entry)
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         addr_list l;
         gpt2d_error err = { { 0 } };
-        ck_assert_msg(addr_list_parse(&l, bad[i].spec, &err) == -1, "%s", bad[i].spec);
+        ck_assert_msg(addr_list_parse(&l, bad[i].spec, &err) == -1, "%s",
+                      bad[i].spec);
         ck_assert_msg(strstr(err.message, bad[i].words) != NULL, "%s: %s",
                       bad[i].spec, err.message);
     }
     char many[ADDR_LIST_MAX * 12 + 16] = "";
     for (int i = 0; i <= ADDR_LIST_MAX; i++)
-        snprintf(many + strlen(many), sizeof many - strlen(many), "10.0.%d.1 ", i);
+        snprintf(many + strlen(many), sizeof many - strlen(many), "10.0.%d.1 ",
+                 i);
     addr_list l;
     gpt2d_error err = { { 0 } };
     ck_assert_int_eq(addr_list_parse(&l, many, &err), -1);
@@ -128,7 +139,9 @@ END_TEST
 
 START_TEST(test_forwarded_entries_may_carry_ports_and_brackets)
 {
-    static const struct { const char *text, *is; } ok[] = {
+    static const struct {
+        const char *text, *is;
+    } ok[] = {
         { "1.2.3.4", "1.2.3.4" },
         { " 1.2.3.4:8080 ", "1.2.3.4" },
         { "2001:db8::1", "2001:db8::1" },
@@ -143,12 +156,13 @@ START_TEST(test_forwarded_entries_may_carry_ports_and_brackets)
         ck_assert_str_eq(text, ok[i].is);
     }
     static const char *const bad[] = {
-        "", "unknown", "1.2.3.4:", "1.2.3.4:123456", "[1.2.3.4]", "[::1",
-        "[::1]x", "1.2.3", "_hidden", "1.2.3.4 5.6.7.8",
+        "",     "unknown", "1.2.3.4:", "1.2.3.4:123456", "[1.2.3.4]",
+        "[::1", "[::1]x",  "1.2.3",    "_hidden",        "1.2.3.4 5.6.7.8",
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         net_addr a;
-        ck_assert_msg(!net_addr_parse(&a, bad[i], strlen(bad[i])), "'%s'", bad[i]);
+        ck_assert_msg(!net_addr_parse(&a, bad[i], strlen(bad[i])), "'%s'",
+                      bad[i]);
     }
 }
 END_TEST

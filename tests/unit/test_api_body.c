@@ -90,8 +90,9 @@ static int32_t *copy_ids(const int32_t *ids, size_t n)
  * of several sizes (1 byte: every piece is cut). */
 static void check_bodies(const int32_t *ids, size_t n)
 {
-    static const size_t blocks[] = {1, 7, 100, 16384};
-    char *want_list = whole_token_list(ids, n), *want_text = whole_content(ids, n);
+    static const size_t blocks[] = { 1, 7, 100, 16384 };
+    char *want_list = whole_token_list(ids, n),
+         *want_text = whole_content(ids, n);
     for (size_t k = 0; k < sizeof blocks / sizeof blocks[0]; k++) {
         size_t len;
         api_body *b = api_body_token_list(copy_ids(ids, n), n);
@@ -107,8 +108,8 @@ static void check_bodies(const int32_t *ids, size_t n)
         got = read_all(b, blocks[k], &len);
         ck_assert_uint_eq(len, strlen(want_text));
         ck_assert_msg(memcmp(got, want_text, len) == 0,
-                      "%zu ids, block %zu:\n got %.300s\nwant %.300s", n, blocks[k],
-                      got, want_text);
+                      "%zu ids, block %zu:\n got %.300s\nwant %.300s", n,
+                      blocks[k], got, want_text);
         free(got);
         api_body_free(b);
     }
@@ -120,12 +121,14 @@ START_TEST(test_bodies_are_the_json_of_the_whole)
 {
     /* nothing; one token; text with every escape JSON has */
     check_bodies(NULL, 0);
-    check_bodies((const int32_t[]){15496}, 1);
+    check_bodies((const int32_t[]){ 15496 }, 1);
     int32_t *ids;
     size_t n;
     gpt2d_error err;
-    static const char special[] = "say \"hi\" \\ to\ttabs\nand\r\b\f \x01\x1f\x7f done";
-    ck_assert_int_eq(tokenizer_encode(tok, special, sizeof special - 1, &ids, &n, &err), 0);
+    static const char special[] =
+        "say \"hi\" \\ to\ttabs\nand\r\b\f \x01\x1f\x7f done";
+    ck_assert_int_eq(
+        tokenizer_encode(tok, special, sizeof special - 1, &ids, &n, &err), 0);
     check_bodies(ids, n);
     free(ids);
 }
@@ -137,15 +140,23 @@ START_TEST(test_text_of_character_pieces_renders_as_the_decoder_does)
      * a stray continuation byte, a surrogate's bytes, and a text that ends
      * inside a character. */
     static const char *texts[] = {
-        "caf\xc3\xa9", "\xe2\x82" "a", "\x80" "b", "\xed\xa0\x80", "end \xe2\x82",
-        "\xf0\x9f\x98\x80\xf0\x9f", "\xc3\"\xc3\\\xc3\n",
+        "caf\xc3\xa9",
+        "\xe2\x82"
+        "a",
+        "\x80"
+        "b",
+        "\xed\xa0\x80",
+        "end \xe2\x82",
+        "\xf0\x9f\x98\x80\xf0\x9f",
+        "\xc3\"\xc3\\\xc3\n",
     };
     for (size_t i = 0; i < sizeof texts / sizeof texts[0]; i++) {
         int32_t *ids;
         size_t n;
         gpt2d_error err;
-        ck_assert_int_eq(tokenizer_encode(tok, texts[i], strlen(texts[i]), &ids, &n,
-                                          &err), 0);
+        ck_assert_int_eq(
+            tokenizer_encode(tok, texts[i], strlen(texts[i]), &ids, &n, &err),
+            0);
         check_bodies(ids, n);
         free(ids);
     }
@@ -232,10 +243,10 @@ static char *answer_text(api_response *r)
 START_TEST(test_tokenize_answers_from_the_pool_and_holds_its_charge)
 {
     start_pool((size_t)64 << 20, 60000);
-    api_ctx ctx = {.tok = tok, .work = work};
+    api_ctx ctx = { .tok = tok, .work = work };
     api_caller who = caller("10.0.0.1");
     static const char body[] = "{\"content\": \"Hello world\"}";
-    api_response r = {0};
+    api_response r = { 0 };
     api_tokenize(&ctx, &who, body, strlen(body), NULL, &r);
     ck_assert_int_eq(r.status, 200);
     ck_assert_str_eq(r.content_type, "application/json");
@@ -249,7 +260,7 @@ START_TEST(test_tokenize_answers_from_the_pool_and_holds_its_charge)
     ck_assert_uint_eq(memory_used(), 0);
 
     static const char ids[] = "{\"tokens\": [15496, 995, 0]}";
-    api_response d = {0};
+    api_response d = { 0 };
     api_detokenize(&ctx, &who, ids, strlen(ids), NULL, &d);
     ck_assert_int_eq(d.status, 200);
     ck_assert_uint_eq(memory_used(), api_body_bytes(3));
@@ -264,21 +275,26 @@ END_TEST
 START_TEST(test_bad_bodies_are_400s_that_hold_nothing)
 {
     start_pool((size_t)64 << 20, 60000);
-    api_ctx ctx = {.tok = tok, .work = work};
+    api_ctx ctx = { .tok = tok, .work = work };
     api_caller who = caller("10.0.0.1");
-    static const struct { bool tokenize; const char *body, *param; } cases[] = {
-        {true, "{\"content\": 5}", "content"},
-        {true, "not json", ""},
-        {false, "{\"tokens\": [1, 50257]}", "tokens"},
-        {false, "{\"tokens\": \"1\"}", "tokens"},
-        {false, "[1]", ""},
+    static const struct {
+        bool tokenize;
+        const char *body, *param;
+    } cases[] = {
+        { true, "{\"content\": 5}", "content" },
+        { true, "not json", "" },
+        { false, "{\"tokens\": [1, 50257]}", "tokens" },
+        { false, "{\"tokens\": \"1\"}", "tokens" },
+        { false, "[1]", "" },
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        api_response r = {0};
+        api_response r = { 0 };
         if (cases[i].tokenize)
-            api_tokenize(&ctx, &who, cases[i].body, strlen(cases[i].body), NULL, &r);
+            api_tokenize(&ctx, &who, cases[i].body, strlen(cases[i].body), NULL,
+                         &r);
         else
-            api_detokenize(&ctx, &who, cases[i].body, strlen(cases[i].body), NULL, &r);
+            api_detokenize(&ctx, &who, cases[i].body, strlen(cases[i].body),
+                           NULL, &r);
         ck_assert_int_eq(r.status, 400);
         ck_assert(r.source.read == NULL);
         ck_assert_uint_eq(memory_used(), 0);
@@ -302,9 +318,9 @@ START_TEST(test_a_caller_whose_answers_hold_its_half_is_refused_with_the_reason)
     static const char body[] = "{\"content\": \"Hello world, and more words\"}";
     size_t one = api_body_bytes(strlen(body));
     start_pool(2 * one + one / 2, 100);
-    api_ctx ctx = {.tok = tok, .work = work};
+    api_ctx ctx = { .tok = tok, .work = work };
     api_caller a = caller("10.0.0.1"), b = caller("10.0.0.2");
-    api_response held = {0}, refused = {0}, other = {0};
+    api_response held = { 0 }, refused = { 0 }, other = { 0 };
     api_tokenize(&ctx, &a, body, strlen(body), NULL, &held);
     ck_assert_int_eq(held.status, 200);
     /* A's answer is not read: while it is held, A's half cannot take
@@ -316,13 +332,15 @@ START_TEST(test_a_caller_whose_answers_hold_its_half_is_refused_with_the_reason)
     json_t *e = json_object_get(root, "error");
     ck_assert_str_eq(json_string_value(json_object_get(e, "code")),
                      "response_memory_per_key");
-    ck_assert_str_eq(json_string_value(json_object_get(e, "type")), "rate_limit_error");
+    ck_assert_str_eq(json_string_value(json_object_get(e, "type")),
+                     "rate_limit_error");
     json_decref(root);
     /* counted under the caller's key (a client address: the unnamed one) */
     char *metrics = metrics_render(NULL);
     ck_assert_ptr_nonnull(metrics);
-    ck_assert_msg(strstr(metrics, "gpt2d_key_refused_total{key=\"-\","
-                                  "reason=\"response_memory_per_key\"} 1\n") != NULL,
+    ck_assert_msg(strstr(metrics,
+                         "gpt2d_key_refused_total{key=\"-\","
+                         "reason=\"response_memory_per_key\"} 1\n") != NULL,
                   "%s", metrics);
     free(metrics);
     /* another caller still has its half */
@@ -341,17 +359,20 @@ static Suite *api_body_suite(void)
     TCase *bodies = tcase_create("bodies");
     tcase_add_unchecked_fixture(bodies, load_tokenizer, free_tokenizer);
     tcase_add_test(bodies, test_bodies_are_the_json_of_the_whole);
-    tcase_add_test(bodies, test_text_of_character_pieces_renders_as_the_decoder_does);
+    tcase_add_test(bodies,
+                   test_text_of_character_pieces_renders_as_the_decoder_does);
     tcase_add_test(bodies, test_random_ids_render_as_the_whole);
     tcase_set_timeout(bodies, 300);
     suite_add_tcase(s, bodies);
 
     TCase *endpoints = tcase_create("endpoints");
     tcase_add_unchecked_fixture(endpoints, load_tokenizer, free_tokenizer);
-    tcase_add_test(endpoints, test_tokenize_answers_from_the_pool_and_holds_its_charge);
-    tcase_add_test(endpoints, test_bad_bodies_are_400s_that_hold_nothing);
     tcase_add_test(endpoints,
-                   test_a_caller_whose_answers_hold_its_half_is_refused_with_the_reason);
+                   test_tokenize_answers_from_the_pool_and_holds_its_charge);
+    tcase_add_test(endpoints, test_bad_bodies_are_400s_that_hold_nothing);
+    tcase_add_test(
+        endpoints,
+        test_a_caller_whose_answers_hold_its_half_is_refused_with_the_reason);
     tcase_set_timeout(endpoints, 300);
     suite_add_tcase(s, endpoints);
     return s;

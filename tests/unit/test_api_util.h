@@ -23,7 +23,8 @@ static inline tokenizer *test_load_tokenizer(void)
     tokenizer *tok = NULL;
     gpt2d_error err;
     if (tokenizer_load(&tok, vocab, merges, &err) != 0) {
-        fprintf(stderr, "tokenizer_load: %s (run tests/data/fetch-tokenizer.sh)\n",
+        fprintf(stderr,
+                "tokenizer_load: %s (run tests/data/fetch-tokenizer.sh)\n",
                 err.message);
         exit(EXIT_FAILURE);
     }
@@ -38,8 +39,9 @@ static inline void test_expect_refusal(int rc, const api_error *e,
     ck_assert_msg(rc == -1, "accepted: %s", body);
     ck_assert_int_eq(e->status, 400);
     ck_assert_str_eq(e->type, "invalid_request_error");
-    ck_assert_msg(strcmp(e->param, param) == 0, "%s: param '%s', wanted '%s' (%s)",
-                  body, e->param, param, e->message);
+    ck_assert_msg(strcmp(e->param, param) == 0,
+                  "%s: param '%s', wanted '%s' (%s)", body, e->param, param,
+                  e->message);
     ck_assert(e->message[0] != '\0');
 }
 

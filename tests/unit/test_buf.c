@@ -13,10 +13,10 @@ START_TEST(test_empty_buffer)
     gpt2d_buf b = GPT2D_BUF_INIT;
     ck_assert_ptr_null(b.data);
     ck_assert_uint_eq(b.len, 0);
-    ck_assert_int_eq(buf_append(&b, NULL, 0), 0);   /* nothing to add */
+    ck_assert_int_eq(buf_append(&b, NULL, 0), 0); /* nothing to add */
     ck_assert_uint_eq(b.len, 0);
     ck_assert_int_eq(buf_reserve(&b, 0), 0);
-    buf_free(&b);                                   /* holds nothing: fine */
+    buf_free(&b); /* holds nothing: fine */
     ck_assert_ptr_null(b.data);
     ck_assert_uint_eq(b.cap, 0);
 }
@@ -28,7 +28,7 @@ START_TEST(test_appends_keep_every_byte_in_order)
     unsigned char want[40000], piece[97];
     size_t n = 0;
     for (size_t i = 0; n + sizeof piece <= sizeof want; i++) {
-        size_t len = i % sizeof piece;   /* 0..96 bytes, across many growths */
+        size_t len = i % sizeof piece; /* 0..96 bytes, across many growths */
         for (size_t j = 0; j < len; j++)
             piece[j] = (unsigned char)(i * 31 + j);
         ck_assert_int_eq(buf_append(&b, piece, len), 0);
@@ -50,7 +50,7 @@ START_TEST(test_capacity_doubles_from_64)
     unsigned char *first = b.data;
     for (int i = 1; i < 64; i++)
         ck_assert_int_eq(buf_append(&b, "x", 1), 0);
-    ck_assert_uint_eq(b.cap, 64);                   /* full, not grown */
+    ck_assert_uint_eq(b.cap, 64); /* full, not grown */
     ck_assert_ptr_eq(b.data, first);
     ck_assert_int_eq(buf_append(&b, "y", 1), 0);
     ck_assert_uint_eq(b.cap, 128);
@@ -75,7 +75,8 @@ START_TEST(test_a_failed_growth_leaves_the_buffer_as_it_was)
     /* len + more overflows size_t: refused before any allocation. */
     ck_assert_int_eq(buf_reserve(&b, SIZE_MAX), -1);
     ck_assert_int_eq(buf_reserve(&b, SIZE_MAX - 2), -1);
-    volatile size_t huge = SIZE_MAX - 1;   /* not a constant the compiler rejects */
+    volatile size_t huge = SIZE_MAX -
+                           1; /* not a constant the compiler rejects */
     ck_assert_int_eq(buf_append(&b, "d", huge), -1);
     ck_assert_ptr_eq(b.data, before.data);
     ck_assert_uint_eq(b.len, 3);
@@ -97,7 +98,7 @@ START_TEST(test_typed_items)
     const int32_t *v = BUF_ITEMS(&b, const int32_t);
     for (int32_t i = 0; i < 1000; i++)
         ck_assert_int_eq(v[i], i);
-    ck_assert_int_eq(buf_append(&b, "z", 1), 0);    /* a partial item */
+    ck_assert_int_eq(buf_append(&b, "z", 1), 0); /* a partial item */
     ck_assert_uint_eq(BUF_COUNT(&b, int32_t), 1000);
     /* Dropping the last item is shrinking len. */
     b.len = 999 * sizeof(int32_t);

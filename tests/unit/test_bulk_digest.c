@@ -21,13 +21,14 @@ static const struct {
     size_t len;
     const char *digest;
 } vectors[] = {
-    {0, "416d3b96e26193114febd4273daeb2c200000000000000007935147a4e86c861"},
-    {1, "b176abaec766be15d29c64e35b340e7f0000000000000000912f294d79d27a6d"},
-    {31, "031459e22dc516206fd0bbb2728eec9410c1c54202c5c7cd221335715610025f"},
-    {32, "5c7ba9cbf78d667a6fd0bbb2728eec9410c1c54202c5c7cd2213350f432bafa9"},
-    {33, "b2a0407ebb6e820f0f89e5162af8d7bf073c51042d7550bce7f18bd989a8e64e"},
-    {100, "aee1bb26f3e9e90ffb2fda25ca9b3a46227f45e51d0cdd7f13fd642dac9b71be"},
-    {1000, "9e67668d13cc3b80e1011d3808ab025298437652cb6dc121c95b22c8e30fe4e3"},
+    { 0, "416d3b96e26193114febd4273daeb2c200000000000000007935147a4e86c861" },
+    { 1, "b176abaec766be15d29c64e35b340e7f0000000000000000912f294d79d27a6d" },
+    { 31, "031459e22dc516206fd0bbb2728eec9410c1c54202c5c7cd221335715610025f" },
+    { 32, "5c7ba9cbf78d667a6fd0bbb2728eec9410c1c54202c5c7cd2213350f432bafa9" },
+    { 33, "b2a0407ebb6e820f0f89e5162af8d7bf073c51042d7550bce7f18bd989a8e64e" },
+    { 100, "aee1bb26f3e9e90ffb2fda25ca9b3a46227f45e51d0cdd7f13fd642dac9b71be" },
+    { 1000,
+      "9e67668d13cc3b80e1011d3808ab025298437652cb6dc121c95b22c8e30fe4e3" },
 };
 
 START_TEST(test_digest_matches_an_independent_implementation)
@@ -58,7 +59,7 @@ START_TEST(test_every_single_byte_changed_changes_the_digest)
         buf[i] = (unsigned char)(i * 31 + (i >> 8));
     uint8_t want[BULK_DIGEST_BYTES], got[BULK_DIGEST_BYTES];
     bulk_digest(buf, N, want);
-    static const unsigned char flips[] = {0x01, 0x80};
+    static const unsigned char flips[] = { 0x01, 0x80 };
     for (size_t f = 0; f < 2; f++)
         for (size_t i = 0; i < N; i++) {
             buf[i] ^= flips[f];
@@ -74,7 +75,7 @@ END_TEST
  * apart by the length alone. */
 START_TEST(test_trailing_zeros_change_the_digest)
 {
-    unsigned char buf[64] = {'a', 'b'};
+    unsigned char buf[64] = { 'a', 'b' };
     uint8_t d[40][BULK_DIGEST_BYTES];
     for (size_t n = 2; n < 40; n++)
         bulk_digest(buf, n, d[n]);

@@ -44,7 +44,10 @@ static char *render(const chat_template *t, const chat_turn *turns, size_t n)
     return (char *)b.data;
 }
 
-#define TURN(role, text) {(role), (text), sizeof(text) - 1}
+#define TURN(role, text)                                                       \
+    {                                                                          \
+        (role), (text), sizeof(text) - 1                                       \
+    }
 
 /* ---- the template ---- */
 
@@ -75,7 +78,7 @@ START_TEST(test_next_turn_begins_with_the_last_prompt_and_reply_tokens)
     chat_turn turns[] = {
         TURN(CHAT_ROLE_SYSTEM, "Be brief."),
         TURN(CHAT_ROLE_USER, "How are you?"),
-        {CHAT_ROLE_ASSISTANT, reply, strlen(reply)},
+        { CHAT_ROLE_ASSISTANT, reply, strlen(reply) },
         TURN(CHAT_ROLE_USER, "Good."),
     };
     char *first = render(&builtin, turns, 2);
@@ -90,7 +93,8 @@ START_TEST(test_next_turn_begins_with_the_last_prompt_and_reply_tokens)
     int32_t *a = NULL, *b = NULL;
     size_t na = 0, nb = 0;
     gpt2d_error err;
-    ck_assert_int_eq(tokenizer_encode(tok, said, strlen(said), &a, &na, &err), 0);
+    ck_assert_int_eq(tokenizer_encode(tok, said, strlen(said), &a, &na, &err),
+                     0);
     ck_assert_int_eq(tokenizer_encode(tok, second, n2, &b, &nb, &err), 0);
     ck_assert_uint_gt(nb, na);
     ck_assert_int_eq(memcmp(a, b, na * sizeof *a), 0);
@@ -113,14 +117,17 @@ START_TEST(test_template_from_json_replaces_every_marker)
 {
     chat_template t;
     gpt2d_error err;
-    ck_assert_int_eq(chat_template_parse(&t, chatml, strlen(chatml), "test", &err), 0);
+    ck_assert_int_eq(
+        chat_template_parse(&t, chatml, strlen(chatml), "test", &err), 0);
     const chat_turn turns[] = {
-        TURN(CHAT_ROLE_SYSTEM, "S"), TURN(CHAT_ROLE_USER, "U"),
+        TURN(CHAT_ROLE_SYSTEM, "S"),
+        TURN(CHAT_ROLE_USER, "U"),
         TURN(CHAT_ROLE_ASSISTANT, "A"),
     };
     char *p = render(&t, turns, 3);
-    ck_assert_str_eq(p, "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nU<|im_end|>\n"
-                        "<|im_start|>assistant\nA<|im_end|>\n<|im_start|>assistant\n");
+    ck_assert_str_eq(
+        p, "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nU<|im_end|>\n"
+           "<|im_start|>assistant\nA<|im_end|>\n<|im_start|>assistant\n");
     /* counted without writing, to the byte */
     ck_assert_uint_eq(chat_template_rendered_bytes(&t, turns, 3), strlen(p));
     ck_assert_uint_eq(chat_template_rendered_bytes(&t, turns, 0),
@@ -133,55 +140,68 @@ START_TEST(test_template_from_json_replaces_every_marker)
 END_TEST
 
 /* A template that cannot work is refused at start-up, with what is wrong. */
-static const struct { const char *json, *message; } bad_templates[] = {
-    {"{\"system\": ", "test:1:"},
-    {"[]", "is a JSON object"},
-    {"{\"system\": {\"prefix\": \"\", \"suffix\": \"\"}, \"user\": {\"prefix\": \"\", "
-     "\"suffix\": \"\"}, \"assistant\": {\"prefix\": \"A:\", \"suffix\": \"\"}, "
-     "\"stop\": [\"x\"], \"tool\": {}}", "unknown key \"tool\""},
-    {"{\"user\": {\"prefix\": \"\", \"suffix\": \"\"}, \"assistant\": {\"prefix\": "
-     "\"A:\", \"suffix\": \"\"}, \"stop\": [\"x\"]}", "\"system\" must be an object"},
-    {"{\"system\": {\"prefix\": \"\"}, \"user\": {\"prefix\": \"\", \"suffix\": \"\"}, "
-     "\"assistant\": {\"prefix\": \"A:\", \"suffix\": \"\"}, \"stop\": [\"x\"]}",
-     "system.suffix must be a string"},
-    {"{\"system\": {\"prefix\": \"\", \"suffix\": \"\", \"name\": \"s\"}, \"user\": "
-     "{\"prefix\": \"\", \"suffix\": \"\"}, \"assistant\": {\"prefix\": \"A:\", "
-     "\"suffix\": \"\"}, \"stop\": [\"x\"]}", "unknown key \"name\" in system"},
-    {"{\"system\": {\"prefix\": \"\", \"suffix\": \"\"}, \"user\": {\"prefix\": 1, "
-     "\"suffix\": \"\"}, \"assistant\": {\"prefix\": \"A:\", \"suffix\": \"\"}, "
-     "\"stop\": [\"x\"]}", "user.prefix must be a string"},
-    {"{\"system\": {\"prefix\": \"\", \"suffix\": \"\"}, \"user\": {\"prefix\": \"\", "
-     "\"suffix\": \"\"}, \"assistant\": {\"prefix\": \"\", \"suffix\": \"\"}, "
-     "\"stop\": [\"x\"]}", "assistant.prefix must not be empty"},
-    {"{\"system\": {\"prefix\": \"\", \"suffix\": \"\"}, \"user\": {\"prefix\": \"\", "
-     "\"suffix\": \"\"}, \"assistant\": {\"prefix\": \"A:\", \"suffix\": \"\"}}",
-     "\"stop\" must be an array of 1 to 4 strings"},
-    {"{\"system\": {\"prefix\": \"\", \"suffix\": \"\"}, \"user\": {\"prefix\": \"\", "
-     "\"suffix\": \"\"}, \"assistant\": {\"prefix\": \"A:\", \"suffix\": \"\"}, "
-     "\"stop\": []}", "\"stop\" must be an array of 1 to 4 strings"},
-    {"{\"system\": {\"prefix\": \"\", \"suffix\": \"\"}, \"user\": {\"prefix\": \"\", "
-     "\"suffix\": \"\"}, \"assistant\": {\"prefix\": \"A:\", \"suffix\": \"\"}, "
-     "\"stop\": [\"a\", \"b\", \"c\", \"d\", \"e\"]}",
-     "\"stop\" must be an array of 1 to 4 strings"},
-    {"{\"system\": {\"prefix\": \"\", \"suffix\": \"\"}, \"user\": {\"prefix\": \"\", "
-     "\"suffix\": \"\"}, \"assistant\": {\"prefix\": \"A:\", \"suffix\": \"\"}, "
-     "\"stop\": [\"a\", \"\"]}", "stop[1] is empty"},
-    {"{\"system\": {\"prefix\": \"\", \"suffix\": \"\"}, \"user\": {\"prefix\": \"\", "
-     "\"suffix\": \"\"}, \"assistant\": {\"prefix\": \"A:\", \"suffix\": \"\"}, "
-     "\"stop\": [7]}", "stop[0] must be a string"},
-    {"{\"system\": {\"prefix\": \"\", \"suffix\": \"\"}, \"user\": {\"prefix\": \"\", "
-     "\"suffix\": \"\"}, \"assistant\": {\"prefix\": \"A:\", \"suffix\": \"\"}, "
-     "\"stop\": [\"\\u0000\"]}", "test:1:"},
-    {"{\"system\": {\"prefix\": \"\", \"suffix\": \"\"}, \"system\": {\"prefix\": \"\", "
-     "\"suffix\": \"\"}}", "duplicate"},
+static const struct {
+    const char *json, *message;
+} bad_templates[] = {
+    { "{\"system\": ", "test:1:" },
+    { "[]", "is a JSON object" },
+    { "{\"system\": {\"prefix\": \"\", \"suffix\": \"\"}, \"user\": {\"prefix\": \"\", "
+      "\"suffix\": \"\"}, \"assistant\": {\"prefix\": \"A:\", \"suffix\": \"\"}, "
+      "\"stop\": [\"x\"], \"tool\": {}}",
+      "unknown key \"tool\"" },
+    { "{\"user\": {\"prefix\": \"\", \"suffix\": \"\"}, \"assistant\": {\"prefix\": "
+      "\"A:\", \"suffix\": \"\"}, \"stop\": [\"x\"]}",
+      "\"system\" must be an object" },
+    { "{\"system\": {\"prefix\": \"\"}, \"user\": {\"prefix\": \"\", \"suffix\": \"\"}, "
+      "\"assistant\": {\"prefix\": \"A:\", \"suffix\": \"\"}, \"stop\": [\"x\"]}",
+      "system.suffix must be a string" },
+    { "{\"system\": {\"prefix\": \"\", \"suffix\": \"\", \"name\": \"s\"}, \"user\": "
+      "{\"prefix\": \"\", \"suffix\": \"\"}, \"assistant\": {\"prefix\": \"A:\", "
+      "\"suffix\": \"\"}, \"stop\": [\"x\"]}",
+      "unknown key \"name\" in system" },
+    { "{\"system\": {\"prefix\": \"\", \"suffix\": \"\"}, \"user\": {\"prefix\": 1, "
+      "\"suffix\": \"\"}, \"assistant\": {\"prefix\": \"A:\", \"suffix\": \"\"}, "
+      "\"stop\": [\"x\"]}",
+      "user.prefix must be a string" },
+    { "{\"system\": {\"prefix\": \"\", \"suffix\": \"\"}, \"user\": {\"prefix\": \"\", "
+      "\"suffix\": \"\"}, \"assistant\": {\"prefix\": \"\", \"suffix\": \"\"}, "
+      "\"stop\": [\"x\"]}",
+      "assistant.prefix must not be empty" },
+    { "{\"system\": {\"prefix\": \"\", \"suffix\": \"\"}, \"user\": {\"prefix\": \"\", "
+      "\"suffix\": \"\"}, \"assistant\": {\"prefix\": \"A:\", \"suffix\": \"\"}}",
+      "\"stop\" must be an array of 1 to 4 strings" },
+    { "{\"system\": {\"prefix\": \"\", \"suffix\": \"\"}, \"user\": {\"prefix\": \"\", "
+      "\"suffix\": \"\"}, \"assistant\": {\"prefix\": \"A:\", \"suffix\": \"\"}, "
+      "\"stop\": []}",
+      "\"stop\" must be an array of 1 to 4 strings" },
+    { "{\"system\": {\"prefix\": \"\", \"suffix\": \"\"}, \"user\": {\"prefix\": \"\", "
+      "\"suffix\": \"\"}, \"assistant\": {\"prefix\": \"A:\", \"suffix\": \"\"}, "
+      "\"stop\": [\"a\", \"b\", \"c\", \"d\", \"e\"]}",
+      "\"stop\" must be an array of 1 to 4 strings" },
+    { "{\"system\": {\"prefix\": \"\", \"suffix\": \"\"}, \"user\": {\"prefix\": \"\", "
+      "\"suffix\": \"\"}, \"assistant\": {\"prefix\": \"A:\", \"suffix\": \"\"}, "
+      "\"stop\": [\"a\", \"\"]}",
+      "stop[1] is empty" },
+    { "{\"system\": {\"prefix\": \"\", \"suffix\": \"\"}, \"user\": {\"prefix\": \"\", "
+      "\"suffix\": \"\"}, \"assistant\": {\"prefix\": \"A:\", \"suffix\": \"\"}, "
+      "\"stop\": [7]}",
+      "stop[0] must be a string" },
+    { "{\"system\": {\"prefix\": \"\", \"suffix\": \"\"}, \"user\": {\"prefix\": \"\", "
+      "\"suffix\": \"\"}, \"assistant\": {\"prefix\": \"A:\", \"suffix\": \"\"}, "
+      "\"stop\": [\"\\u0000\"]}",
+      "test:1:" },
+    { "{\"system\": {\"prefix\": \"\", \"suffix\": \"\"}, \"system\": {\"prefix\": \"\", "
+      "\"suffix\": \"\"}}",
+      "duplicate" },
 };
 
 START_TEST(test_bad_template_is_refused_with_its_reason)
 {
     chat_template t;
-    gpt2d_error err = {{0}};
+    gpt2d_error err = { { 0 } };
     const char *json = bad_templates[_i].json;
-    ck_assert_msg(chat_template_parse(&t, json, strlen(json), "test", &err) == -1,
+    ck_assert_msg(chat_template_parse(&t, json, strlen(json), "test", &err) ==
+                      -1,
                   "accepted: %s", json);
     ck_assert_msg(strstr(err.message, bad_templates[_i].message) != NULL,
                   "'%s' lacks '%s'", err.message, bad_templates[_i].message);
@@ -196,20 +216,26 @@ START_TEST(test_template_longer_than_the_limit_is_refused)
     memset(big, 'x', sizeof big - 1);
     big[sizeof big - 1] = '\0';
     char json[1024];
-    snprintf(json, sizeof json,
-             "{\"system\": {\"prefix\": \"\", \"suffix\": \"\"}, \"user\": {\"prefix\": "
-             "\"%s\", \"suffix\": \"\"}, \"assistant\": {\"prefix\": \"A:\", "
-             "\"suffix\": \"\"}, \"stop\": [\"x\"]}", big);
+    snprintf(
+        json, sizeof json,
+        "{\"system\": {\"prefix\": \"\", \"suffix\": \"\"}, \"user\": {\"prefix\": "
+        "\"%s\", \"suffix\": \"\"}, \"assistant\": {\"prefix\": \"A:\", "
+        "\"suffix\": \"\"}, \"stop\": [\"x\"]}",
+        big);
     chat_template t;
     gpt2d_error err;
-    ck_assert_int_eq(chat_template_parse(&t, json, strlen(json), "test", &err), -1);
+    ck_assert_int_eq(chat_template_parse(&t, json, strlen(json), "test", &err),
+                     -1);
     ck_assert_ptr_nonnull(strstr(err.message, "user.prefix is 257 bytes long"));
-    big[CHAT_TEMPLATE_MAX_TEXT] = '\0';     /* exactly the limit: fine */
-    snprintf(json, sizeof json,
-             "{\"system\": {\"prefix\": \"\", \"suffix\": \"\"}, \"user\": {\"prefix\": "
-             "\"%s\", \"suffix\": \"\"}, \"assistant\": {\"prefix\": \"A:\", "
-             "\"suffix\": \"\"}, \"stop\": [\"x\"]}", big);
-    ck_assert_int_eq(chat_template_parse(&t, json, strlen(json), "test", &err), 0);
+    big[CHAT_TEMPLATE_MAX_TEXT] = '\0'; /* exactly the limit: fine */
+    snprintf(
+        json, sizeof json,
+        "{\"system\": {\"prefix\": \"\", \"suffix\": \"\"}, \"user\": {\"prefix\": "
+        "\"%s\", \"suffix\": \"\"}, \"assistant\": {\"prefix\": \"A:\", "
+        "\"suffix\": \"\"}, \"stop\": [\"x\"]}",
+        big);
+    ck_assert_int_eq(chat_template_parse(&t, json, strlen(json), "test", &err),
+                     0);
     chat_template_free(&t);
 }
 END_TEST
@@ -220,7 +246,8 @@ START_TEST(test_template_file_is_read_and_named_in_errors)
     test_scratch_path(path, sizeof path, "chat-template-XXXXXX");
     int fd = mkstemp(path);
     ck_assert_int_ge(fd, 0);
-    ck_assert_int_eq(write(fd, chatml, strlen(chatml)), (ssize_t)strlen(chatml));
+    ck_assert_int_eq(write(fd, chatml, strlen(chatml)),
+                     (ssize_t)strlen(chatml));
     close(fd);
     chat_template t;
     gpt2d_error err;
@@ -262,13 +289,14 @@ END_TEST
 
 /* ---- the request ---- */
 
-static const completion_limits limits = {.n_ctx = 64, .vocab_size = 50257,
-                                         .max_sequences = 4,
-                                         .max_stop_bytes = 16};
+static const completion_limits limits = {
+    .n_ctx = 64, .vocab_size = 50257, .max_sequences = 4, .max_stop_bytes = 16
+};
 
 static int parse(completion_request *req, const char *body, api_error *e)
 {
-    return chat_request_parse(req, body, strlen(body), tok, &builtin, &limits, e);
+    return chat_request_parse(req, body, strlen(body), tok, &builtin, &limits,
+                              e);
 }
 
 /* The ids of `text`, compared with the request's prompt. */
@@ -277,7 +305,8 @@ static void assert_prompt_is(const completion_request *req, const char *text)
     int32_t *ids = NULL;
     size_t n = 0;
     gpt2d_error err;
-    ck_assert_int_eq(tokenizer_encode(tok, text, strlen(text), &ids, &n, &err), 0);
+    ck_assert_int_eq(tokenizer_encode(tok, text, strlen(text), &ids, &n, &err),
+                     0);
     ck_assert_uint_eq(req->n_prompts, 1);
     ck_assert_uint_eq(req->prompts[0].n, n);
     ck_assert_int_eq(memcmp(req->prompts[0].ids, ids, n * sizeof *ids), 0);
@@ -288,11 +317,15 @@ START_TEST(test_messages_become_one_prompt_with_the_template_stops)
 {
     completion_request req;
     api_error e;
-    ck_assert_int_eq(parse(&req, "{\"messages\": [{\"role\": \"developer\", \"content\": "
-                                 "\"Be brief.\"}, {\"role\": \"user\", \"content\": \"Hi\", "
-                                 "\"name\": \"ann\"}, {\"role\": \"assistant\", \"content\": "
-                                 "\" Hello!\"}, {\"role\": \"system\", \"content\": \"Go on.\"},"
-                                 " {\"role\": \"user\", \"content\": \"More\"}]}", &e), 0);
+    ck_assert_int_eq(
+        parse(&req,
+              "{\"messages\": [{\"role\": \"developer\", \"content\": "
+              "\"Be brief.\"}, {\"role\": \"user\", \"content\": \"Hi\", "
+              "\"name\": \"ann\"}, {\"role\": \"assistant\", \"content\": "
+              "\" Hello!\"}, {\"role\": \"system\", \"content\": \"Go on.\"},"
+              " {\"role\": \"user\", \"content\": \"More\"}]}",
+              &e),
+        0);
     assert_prompt_is(&req, "System: Be brief.\nUser: Hi\nAssistant: Hello!\n"
                            "System: Go on.\nUser: More\nAssistant:");
     /* OpenAI's chat defaults: one choice, the rest of the context */
@@ -311,9 +344,12 @@ START_TEST(test_text_parts_are_joined_by_newlines)
 {
     completion_request req;
     api_error e;
-    ck_assert_int_eq(parse(&req, "{\"messages\": [{\"role\": \"user\", \"content\": ["
-                                 "{\"type\": \"text\", \"text\": \"one\"}, "
-                                 "{\"type\": \"text\", \"text\": \"two\"}]}]}", &e), 0);
+    ck_assert_int_eq(parse(&req,
+                           "{\"messages\": [{\"role\": \"user\", \"content\": ["
+                           "{\"type\": \"text\", \"text\": \"one\"}, "
+                           "{\"type\": \"text\", \"text\": \"two\"}]}]}",
+                           &e),
+                     0);
     assert_prompt_is(&req, "User: one\ntwo\nAssistant:");
     completion_request_free(&req);
 }
@@ -324,12 +360,17 @@ START_TEST(test_an_assistant_refusal_part_is_its_text)
 {
     completion_request req;
     api_error e;
-    ck_assert_int_eq(parse(&req, "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"},"
-                                 " {\"role\": \"assistant\", \"content\": ["
-                                 "{\"type\": \"text\", \"text\": \" Well\"}, "
-                                 "{\"type\": \"refusal\", \"refusal\": \"I won't.\"}]},"
-                                 " {\"role\": \"user\", \"content\": \"Ok\"}]}", &e), 0);
-    assert_prompt_is(&req, "User: Hi\nAssistant: Well\nI won't.\nUser: Ok\nAssistant:");
+    ck_assert_int_eq(
+        parse(&req,
+              "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"},"
+              " {\"role\": \"assistant\", \"content\": ["
+              "{\"type\": \"text\", \"text\": \" Well\"}, "
+              "{\"type\": \"refusal\", \"refusal\": \"I won't.\"}]},"
+              " {\"role\": \"user\", \"content\": \"Ok\"}]}",
+              &e),
+        0);
+    assert_prompt_is(
+        &req, "User: Hi\nAssistant: Well\nI won't.\nUser: Ok\nAssistant:");
     completion_request_free(&req);
 }
 END_TEST
@@ -339,9 +380,12 @@ START_TEST(test_top_logprobs_go_to_twenty)
 {
     completion_request req;
     api_error e;
-    ck_assert_int_eq(parse(&req, "{\"messages\": [{\"role\": \"user\", \"content\": "
-                                 "\"Hi\"}], \"logprobs\": true, \"top_logprobs\": 20}",
-                           &e), 0);
+    ck_assert_int_eq(
+        parse(&req,
+              "{\"messages\": [{\"role\": \"user\", \"content\": "
+              "\"Hi\"}], \"logprobs\": true, \"top_logprobs\": 20}",
+              &e),
+        0);
     ck_assert_uint_eq(req.n_logprobs, 20);
     completion_request_free(&req);
 }
@@ -352,8 +396,12 @@ START_TEST(test_empty_contents_are_turns_too)
 {
     completion_request req;
     api_error e;
-    ck_assert_int_eq(parse(&req, "{\"messages\": [{\"role\": \"system\", \"content\": \"\"},"
-                                 " {\"role\": \"user\", \"content\": []}]}", &e), 0);
+    ck_assert_int_eq(
+        parse(&req,
+              "{\"messages\": [{\"role\": \"system\", \"content\": \"\"},"
+              " {\"role\": \"user\", \"content\": []}]}",
+              &e),
+        0);
     assert_prompt_is(&req, "System: \nUser: \nAssistant:");
     completion_request_free(&req);
 }
@@ -365,17 +413,21 @@ START_TEST(test_shared_fields_parse_as_on_completions)
 {
     completion_request req;
     api_error e;
-    ck_assert_int_eq(parse(&req, "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}],"
-                                 " \"max_tokens\": 5, \"n\": 2, \"temperature\": 0.5, "
-                                 "\"top_p\": 0.9, \"top_k\": 7, \"min_p\": 0.1, "
-                                 "\"presence_penalty\": 1, \"frequency_penalty\": -1, "
-                                 "\"repetition_penalty\": 1.3, \"seed\": 42, "
-                                 "\"stop\": [\"a\", \"b\"], \"logit_bias\": {\"50256\": -100},"
-                                 " \"logprobs\": true, \"top_logprobs\": 3, "
-                                 "\"session_id\": \"c-1\", \"cache_salt\": \"s\", "
-                                 "\"stream\": true, \"stream_options\": "
-                                 "{\"include_usage\": true}, \"user\": \"u\", "
-                                 "\"model\": \"gpt2\", \"store\": false}", &e), 0);
+    ck_assert_int_eq(
+        parse(&req,
+              "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}],"
+              " \"max_tokens\": 5, \"n\": 2, \"temperature\": 0.5, "
+              "\"top_p\": 0.9, \"top_k\": 7, \"min_p\": 0.1, "
+              "\"presence_penalty\": 1, \"frequency_penalty\": -1, "
+              "\"repetition_penalty\": 1.3, \"seed\": 42, "
+              "\"stop\": [\"a\", \"b\"], \"logit_bias\": {\"50256\": -100},"
+              " \"logprobs\": true, \"top_logprobs\": 3, "
+              "\"session_id\": \"c-1\", \"cache_salt\": \"s\", "
+              "\"stream\": true, \"stream_options\": "
+              "{\"include_usage\": true}, \"user\": \"u\", "
+              "\"model\": \"gpt2\", \"store\": false}",
+              &e),
+        0);
     ck_assert_uint_eq(req.max_tokens, 5);
     ck_assert_uint_eq(req.n, 2);
     ck_assert_uint_eq(req.best_of, 2);
@@ -408,12 +460,20 @@ START_TEST(test_max_completion_tokens_wins_over_max_tokens)
 {
     completion_request req;
     api_error e;
-    ck_assert_int_eq(parse(&req, "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}],"
-                                 " \"max_tokens\": 9, \"max_completion_tokens\": 3}", &e), 0);
+    ck_assert_int_eq(
+        parse(&req,
+              "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}],"
+              " \"max_tokens\": 9, \"max_completion_tokens\": 3}",
+              &e),
+        0);
     ck_assert_uint_eq(req.max_tokens, 3);
     completion_request_free(&req);
-    ck_assert_int_eq(parse(&req, "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}],"
-                                 " \"max_tokens\": 0, \"logprobs\": true}", &e), 0);
+    ck_assert_int_eq(
+        parse(&req,
+              "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}],"
+              " \"max_tokens\": 0, \"logprobs\": true}",
+              &e),
+        0);
     ck_assert_uint_eq(req.max_tokens, 0);
     ck_assert(req.logprobs);
     ck_assert_uint_eq(req.n_logprobs, 0);
@@ -429,37 +489,44 @@ START_TEST(test_default_max_is_what_the_token_budget_pays_for_n)
     small.token_budget = 40;
     completion_request req;
     api_error e;
-    const char *body = "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}]}";
-    ck_assert_int_eq(chat_request_parse(&req, body, strlen(body), tok, &builtin,
-                                        &small, &e), 0);
+    const char *body =
+        "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}]}";
+    ck_assert_int_eq(
+        chat_request_parse(&req, body, strlen(body), tok, &builtin, &small, &e),
+        0);
     size_t n_prompt = req.prompts[0].n;
     ck_assert_uint_lt(n_prompt, 40);
     ck_assert_uint_eq(req.max_tokens, 40 - n_prompt);
     ck_assert_ptr_null(req.max_param);
     completion_request_free(&req);
-    body = "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}], \"n\": 3}";
-    ck_assert_int_eq(chat_request_parse(&req, body, strlen(body), tok, &builtin,
-                                        &small, &e), 0);
+    body =
+        "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}], \"n\": 3}";
+    ck_assert_int_eq(
+        chat_request_parse(&req, body, strlen(body), tok, &builtin, &small, &e),
+        0);
     ck_assert_uint_eq(req.max_tokens, (40 - n_prompt) / 3);
     completion_request_free(&req);
     /* a budget the prompt fills: one token, left to the charge to refuse */
     small.token_budget = n_prompt;
     body = "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}]}";
-    ck_assert_int_eq(chat_request_parse(&req, body, strlen(body), tok, &builtin,
-                                        &small, &e), 0);
+    ck_assert_int_eq(
+        chat_request_parse(&req, body, strlen(body), tok, &builtin, &small, &e),
+        0);
     ck_assert_uint_eq(req.max_tokens, 1);
     completion_request_free(&req);
     /* a budget larger than the context: the rest of the context */
     small.token_budget = 1000;
-    ck_assert_int_eq(chat_request_parse(&req, body, strlen(body), tok, &builtin,
-                                        &small, &e), 0);
+    ck_assert_int_eq(
+        chat_request_parse(&req, body, strlen(body), tok, &builtin, &small, &e),
+        0);
     ck_assert_uint_eq(req.max_tokens, 64 - n_prompt);
     completion_request_free(&req);
     small.token_budget = 40;
     body = "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}], "
            "\"max_completion_tokens\": 50}";
-    ck_assert_int_eq(chat_request_parse(&req, body, strlen(body), tok, &builtin,
-                                        &small, &e), 0);
+    ck_assert_int_eq(
+        chat_request_parse(&req, body, strlen(body), tok, &builtin, &small, &e),
+        0);
     ck_assert_uint_eq(req.max_tokens, 50);
     completion_request_free(&req);
 }
@@ -470,34 +537,40 @@ END_TEST
 START_TEST(test_default_max_is_what_the_kv_cache_holds_for_n)
 {
     completion_limits small = limits;
-    small.kv_blocks = 4;        /* one context of 4 blocks of 16 */
+    small.kv_blocks = 4; /* one context of 4 blocks of 16 */
     completion_request req;
     api_error e;
-    const char *body = "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}], "
-                       "\"n\": 2}";
-    ck_assert_int_eq(chat_request_parse(&req, body, strlen(body), tok, &builtin,
-                                        &small, &e), 0);
+    const char *body =
+        "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}], "
+        "\"n\": 2}";
+    ck_assert_int_eq(
+        chat_request_parse(&req, body, strlen(body), tok, &builtin, &small, &e),
+        0);
     ck_assert_uint_eq(req.max_tokens, 32 - req.prompts[0].n);
     ck_assert_ptr_null(req.max_param);
     completion_request_free(&req);
     /* one sequence: the whole context */
     body = "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}]}";
-    ck_assert_int_eq(chat_request_parse(&req, body, strlen(body), tok, &builtin,
-                                        &small, &e), 0);
+    ck_assert_int_eq(
+        chat_request_parse(&req, body, strlen(body), tok, &builtin, &small, &e),
+        0);
     ck_assert_uint_eq(req.max_tokens, 64 - req.prompts[0].n);
     completion_request_free(&req);
     /* a prompt 4 sequences cannot hold: one token, left to the submission
      * to refuse */
-    body = "{\"messages\": [{\"role\": \"user\", \"content\": \"a a a a a a a a a a "
-           "a a a a a a a a a a a a a a a a a a a a a a a a a a a a\"}], \"n\": 4}";
-    ck_assert_int_eq(chat_request_parse(&req, body, strlen(body), tok, &builtin,
-                                        &small, &e), 0);
+    body =
+        "{\"messages\": [{\"role\": \"user\", \"content\": \"a a a a a a a a a a "
+        "a a a a a a a a a a a a a a a a a a a a a a a a a a a a\"}], \"n\": 4}";
+    ck_assert_int_eq(
+        chat_request_parse(&req, body, strlen(body), tok, &builtin, &small, &e),
+        0);
     ck_assert_uint_eq(req.max_tokens, 1);
     completion_request_free(&req);
     body = "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}], "
            "\"n\": 2, \"max_tokens\": 40}";
-    ck_assert_int_eq(chat_request_parse(&req, body, strlen(body), tok, &builtin,
-                                        &small, &e), 0);
+    ck_assert_int_eq(
+        chat_request_parse(&req, body, strlen(body), tok, &builtin, &small, &e),
+        0);
     ck_assert_uint_eq(req.max_tokens, 40);
     ck_assert_str_eq(req.max_param, "max_tokens");
     completion_request_free(&req);
@@ -514,15 +587,18 @@ START_TEST(test_a_conversation_too_long_by_its_bytes_is_not_tokenized)
     memset(marker, '~', CHAT_TEMPLATE_MAX_TEXT);
     marker[CHAT_TEMPLATE_MAX_TEXT] = '\0';
     char json[4096];
-    snprintf(json, sizeof json, "{\"system\": {\"prefix\": \"%s\", \"suffix\": \"\"}, "
-             "\"user\": {\"prefix\": \"%s\", \"suffix\": \"%s\"}, "
-             "\"assistant\": {\"prefix\": \"A:\", \"suffix\": \"\"}, \"stop\": [\"x\"]}",
-             marker, marker, marker);
+    snprintf(
+        json, sizeof json,
+        "{\"system\": {\"prefix\": \"%s\", \"suffix\": \"\"}, "
+        "\"user\": {\"prefix\": \"%s\", \"suffix\": \"%s\"}, "
+        "\"assistant\": {\"prefix\": \"A:\", \"suffix\": \"\"}, \"stop\": [\"x\"]}",
+        marker, marker, marker);
     chat_template t;
     gpt2d_error err;
-    ck_assert_int_eq(chat_template_parse(&t, json, strlen(json), "test", &err), 0);
+    ck_assert_int_eq(chat_template_parse(&t, json, strlen(json), "test", &err),
+                     0);
     const size_t longest = tokenizer_longest_token(tok);
-    ck_assert_uint_ge(longest, 13);     /* "<|endoftext|>" is one token */
+    ck_assert_uint_ge(longest, 13); /* "<|endoftext|>" is one token */
     /* the most empty user messages (512 bytes each, and "A:") whose text
      * is below 65 x longest bytes, so not surely over 64 tokens */
     const size_t fit = (65 * longest - 3) / (2 * CHAT_TEMPLATE_MAX_TEXT);
@@ -531,16 +607,19 @@ START_TEST(test_a_conversation_too_long_by_its_bytes_is_not_tokenized)
         ck_assert_int_eq(buf_append(&body, "{\"messages\": [", 14), 0);
         static const char msg[] = ", {\"role\": \"user\", \"content\": \"\"}";
         for (size_t i = 0; i < n; i++) {
-            const size_t skip = i == 0 ? 2 : 0;     /* no comma before the first */
-            ck_assert_int_eq(buf_append(&body, msg + skip, strlen(msg) - skip), 0);
+            const size_t skip = i == 0 ? 2 : 0; /* no comma before the first */
+            ck_assert_int_eq(buf_append(&body, msg + skip, strlen(msg) - skip),
+                             0);
         }
         ck_assert_int_eq(buf_append(&body, "]}", 2), 0);
         completion_request req;
         api_error e;
-        ck_assert_int_eq(chat_request_parse(&req, (const char *)body.data, body.len,
-                                            tok, &t, &limits, &e), -1);
+        ck_assert_int_eq(chat_request_parse(&req, (const char *)body.data,
+                                            body.len, tok, &t, &limits, &e),
+                         -1);
         ck_assert_str_eq(e.param, "messages");
-        const bool by_bytes = strncmp(e.message, "the messages are written as ", 28) == 0;
+        const bool by_bytes = strncmp(e.message, "the messages are written as ",
+                                      28) == 0;
         ck_assert_msg(by_bytes == (n > fit), "%zu messages: %s", n, e.message);
         buf_free(&body);
     }
@@ -553,91 +632,111 @@ START_TEST(test_harmless_forms_of_unsupported_fields_are_accepted)
 {
     completion_request req;
     api_error e;
-    ck_assert_int_eq(parse(&req, "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"},"
-                                 " {\"role\": \"assistant\", \"content\": \"x\", "
-                                 "\"tool_calls\": []}], \"tools\": [], "
-                                 "\"tool_choice\": \"none\", \"functions\": null, "
-                                 "\"response_format\": {\"type\": \"text\"}, "
-                                 "\"modalities\": [\"text\"], \"audio\": null, "
-                                 "\"parallel_tool_calls\": false}", &e), 0);
+    ck_assert_int_eq(
+        parse(&req,
+              "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"},"
+              " {\"role\": \"assistant\", \"content\": \"x\", "
+              "\"tool_calls\": []}], \"tools\": [], "
+              "\"tool_choice\": \"none\", \"functions\": null, "
+              "\"response_format\": {\"type\": \"text\"}, "
+              "\"modalities\": [\"text\"], \"audio\": null, "
+              "\"parallel_tool_calls\": false}",
+              &e),
+        0);
     completion_request_free(&req);
 }
 END_TEST
 
 #define MSG "\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}]"
 
-static const struct { const char *body, *param; } bad_bodies[] = {
-    {"{}", "messages"},
-    {"{\"messages\": null}", "messages"},
-    {"{\"messages\": \"Hi\"}", "messages"},
-    {"{\"messages\": []}", "messages"},
-    {"{\"messages\": [\"Hi\"]}", "messages[0]"},
-    {"{\"messages\": [{\"content\": \"Hi\"}]}", "messages[0].role"},
-    {"{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}, {\"role\": \"bot\", "
-     "\"content\": \"b\"}]}", "messages[1].role"},
-    {"{\"messages\": [{\"role\": \"tool\", \"content\": \"a\", \"tool_call_id\": \"1\"}]}",
-     "messages[0].role"},
-    {"{\"messages\": [{\"role\": \"function\", \"content\": \"a\", \"name\": \"f\"}]}",
-     "messages[0].role"},
-    {"{\"messages\": [{\"role\": \"user\"}]}", "messages[0].content"},
-    {"{\"messages\": [{\"role\": \"user\", \"content\": null}]}", "messages[0].content"},
-    {"{\"messages\": [{\"role\": \"user\", \"content\": 7}]}", "messages[0].content"},
-    {"{\"messages\": [{\"role\": \"user\", \"content\": [\"a\"]}]}",
-     "messages[0].content[0]"},
-    {"{\"messages\": [{\"role\": \"user\", \"content\": [{\"text\": \"a\"}]}]}",
-     "messages[0].content[0].type"},
-    {"{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": \"text\", \"text\": "
-     "\"a\"}, {\"type\": \"image_url\", \"image_url\": {\"url\": \"http://x/y.png\"}}]}]}",
-     "messages[0].content[1].type"},
-    {"{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": \"input_audio\", "
-     "\"input_audio\": {\"data\": \"\", \"format\": \"wav\"}}]}]}",
-     "messages[0].content[0].type"},
-    {"{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": \"file\"}]}]}",
-     "messages[0].content[0].type"},
-    {"{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": \"refusal\", "
-     "\"refusal\": \"no\"}]}]}", "messages[0].content[0].type"},
-    {"{\"messages\": [{\"role\": \"assistant\", \"content\": [{\"type\": \"refusal\", "
-     "\"text\": \"no\"}]}]}", "messages[0].content[0].refusal"},
-    {"{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": \"text\"}]}]}",
-     "messages[0].content[0].text"},
-    {"{\"messages\": [{\"role\": \"assistant\", \"content\": null, \"tool_calls\": "
-     "[{\"id\": \"1\", \"type\": \"function\"}]}]}", "messages[0].tool_calls"},
-    {"{\"messages\": [{\"role\": \"assistant\", \"content\": \"\", \"function_call\": "
-     "{\"name\": \"f\"}}]}", "messages[0].function_call"},
-    {"{" MSG ", \"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"f\"}}]}",
-     "tools"},
-    {"{" MSG ", \"tool_choice\": \"auto\"}", "tool_choice"},
-    {"{" MSG ", \"tool_choice\": {\"type\": \"function\"}}", "tool_choice"},
-    {"{" MSG ", \"functions\": [{\"name\": \"f\"}]}", "functions"},
-    {"{" MSG ", \"function_call\": \"auto\"}", "function_call"},
-    {"{" MSG ", \"response_format\": {\"type\": \"json_object\"}}", "response_format"},
-    {"{" MSG ", \"response_format\": {\"type\": \"json_schema\", \"json_schema\": {}}}",
-     "response_format"},
-    {"{" MSG ", \"response_format\": \"text\"}", "response_format"},
-    {"{" MSG ", \"audio\": {\"voice\": \"alloy\", \"format\": \"wav\"}}", "audio"},
-    {"{" MSG ", \"modalities\": [\"text\", \"audio\"]}", "modalities"},
-    {"{" MSG ", \"logprobs\": 2}", "logprobs"},
-    {"{" MSG ", \"top_logprobs\": 2}", "top_logprobs"},
-    {"{" MSG ", \"logprobs\": true, \"top_logprobs\": 21}", "top_logprobs"},
-    {"{" MSG ", \"n\": 0}", "n"},
-    {"{" MSG ", \"n\": 5}", "n"},
-    {"{" MSG ", \"max_tokens\": -1}", "max_tokens"},
-    {"{" MSG ", \"max_tokens\": 60}", "max_tokens"},
-    {"{" MSG ", \"max_completion_tokens\": 60}", "max_completion_tokens"},
-    {"{" MSG ", \"max_tokens\": 3, \"max_completion_tokens\": 60}", "max_completion_tokens"},
-    {"{\"messages\": [{\"role\": \"user\", \"content\": \"" /* 70 tokens */
-     "a a a a a a a a a a a a a a a a a a a a a a a a a a a a a a a a a a a a a a a a "
-     "a a a a a a a a a a a a a a a a a a a a a a a a a a a a a a\"}]}", "messages"},
-    {"{" MSG ", \"stop\": [\"a\", \"b\", \"c\", \"d\", \"e\"]}", "stop"},
-    {"{" MSG ", \"stop\": \"longer than sixteen bytes\"}", "stop"},
-    {"{" MSG ", \"temperature\": 3}", "temperature"},
-    {"{" MSG ", \"top_p\": 0}", "top_p"},
-    {"{" MSG ", \"logit_bias\": {\"-1\": 1}}", "logit_bias"},
-    {"{" MSG ", \"seed\": \"1\"}", "seed"},
-    {"{" MSG ", \"session_id\": \"no spaces\"}", "session_id"},
-    {"{" MSG ", \"cache_salt\": \"\"}", "cache_salt"},
-    {"{" MSG ", \"stream_options\": {\"include_usage\": true}}", "stream_options"},
-    {"{" MSG ", \"model\": 1}", "model"},
+static const struct {
+    const char *body, *param;
+} bad_bodies[] = {
+    { "{}", "messages" },
+    { "{\"messages\": null}", "messages" },
+    { "{\"messages\": \"Hi\"}", "messages" },
+    { "{\"messages\": []}", "messages" },
+    { "{\"messages\": [\"Hi\"]}", "messages[0]" },
+    { "{\"messages\": [{\"content\": \"Hi\"}]}", "messages[0].role" },
+    { "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}, {\"role\": \"bot\", "
+      "\"content\": \"b\"}]}",
+      "messages[1].role" },
+    { "{\"messages\": [{\"role\": \"tool\", \"content\": \"a\", \"tool_call_id\": \"1\"}]}",
+      "messages[0].role" },
+    { "{\"messages\": [{\"role\": \"function\", \"content\": \"a\", \"name\": \"f\"}]}",
+      "messages[0].role" },
+    { "{\"messages\": [{\"role\": \"user\"}]}", "messages[0].content" },
+    { "{\"messages\": [{\"role\": \"user\", \"content\": null}]}",
+      "messages[0].content" },
+    { "{\"messages\": [{\"role\": \"user\", \"content\": 7}]}",
+      "messages[0].content" },
+    { "{\"messages\": [{\"role\": \"user\", \"content\": [\"a\"]}]}",
+      "messages[0].content[0]" },
+    { "{\"messages\": [{\"role\": \"user\", \"content\": [{\"text\": \"a\"}]}]}",
+      "messages[0].content[0].type" },
+    { "{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": \"text\", \"text\": "
+      "\"a\"}, {\"type\": \"image_url\", \"image_url\": {\"url\": \"http://x/y.png\"}}]}]}",
+      "messages[0].content[1].type" },
+    { "{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": \"input_audio\", "
+      "\"input_audio\": {\"data\": \"\", \"format\": \"wav\"}}]}]}",
+      "messages[0].content[0].type" },
+    { "{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": \"file\"}]}]}",
+      "messages[0].content[0].type" },
+    { "{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": \"refusal\", "
+      "\"refusal\": \"no\"}]}]}",
+      "messages[0].content[0].type" },
+    { "{\"messages\": [{\"role\": \"assistant\", \"content\": [{\"type\": \"refusal\", "
+      "\"text\": \"no\"}]}]}",
+      "messages[0].content[0].refusal" },
+    { "{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": \"text\"}]}]}",
+      "messages[0].content[0].text" },
+    { "{\"messages\": [{\"role\": \"assistant\", \"content\": null, \"tool_calls\": "
+      "[{\"id\": \"1\", \"type\": \"function\"}]}]}",
+      "messages[0].tool_calls" },
+    { "{\"messages\": [{\"role\": \"assistant\", \"content\": \"\", \"function_call\": "
+      "{\"name\": \"f\"}}]}",
+      "messages[0].function_call" },
+    { "{" MSG
+      ", \"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"f\"}}]}",
+      "tools" },
+    { "{" MSG ", \"tool_choice\": \"auto\"}", "tool_choice" },
+    { "{" MSG ", \"tool_choice\": {\"type\": \"function\"}}", "tool_choice" },
+    { "{" MSG ", \"functions\": [{\"name\": \"f\"}]}", "functions" },
+    { "{" MSG ", \"function_call\": \"auto\"}", "function_call" },
+    { "{" MSG ", \"response_format\": {\"type\": \"json_object\"}}",
+      "response_format" },
+    { "{" MSG
+      ", \"response_format\": {\"type\": \"json_schema\", \"json_schema\": {}}}",
+      "response_format" },
+    { "{" MSG ", \"response_format\": \"text\"}", "response_format" },
+    { "{" MSG ", \"audio\": {\"voice\": \"alloy\", \"format\": \"wav\"}}",
+      "audio" },
+    { "{" MSG ", \"modalities\": [\"text\", \"audio\"]}", "modalities" },
+    { "{" MSG ", \"logprobs\": 2}", "logprobs" },
+    { "{" MSG ", \"top_logprobs\": 2}", "top_logprobs" },
+    { "{" MSG ", \"logprobs\": true, \"top_logprobs\": 21}", "top_logprobs" },
+    { "{" MSG ", \"n\": 0}", "n" },
+    { "{" MSG ", \"n\": 5}", "n" },
+    { "{" MSG ", \"max_tokens\": -1}", "max_tokens" },
+    { "{" MSG ", \"max_tokens\": 60}", "max_tokens" },
+    { "{" MSG ", \"max_completion_tokens\": 60}", "max_completion_tokens" },
+    { "{" MSG ", \"max_tokens\": 3, \"max_completion_tokens\": 60}",
+      "max_completion_tokens" },
+    { "{\"messages\": [{\"role\": \"user\", \"content\": \"" /* 70 tokens */
+      "a a a a a a a a a a a a a a a a a a a a a a a a a a a a a a a a a a a a a a a a "
+      "a a a a a a a a a a a a a a a a a a a a a a a a a a a a a a\"}]}",
+      "messages" },
+    { "{" MSG ", \"stop\": [\"a\", \"b\", \"c\", \"d\", \"e\"]}", "stop" },
+    { "{" MSG ", \"stop\": \"longer than sixteen bytes\"}", "stop" },
+    { "{" MSG ", \"temperature\": 3}", "temperature" },
+    { "{" MSG ", \"top_p\": 0}", "top_p" },
+    { "{" MSG ", \"logit_bias\": {\"-1\": 1}}", "logit_bias" },
+    { "{" MSG ", \"seed\": \"1\"}", "seed" },
+    { "{" MSG ", \"session_id\": \"no spaces\"}", "session_id" },
+    { "{" MSG ", \"cache_salt\": \"\"}", "cache_salt" },
+    { "{" MSG ", \"stream_options\": {\"include_usage\": true}}",
+      "stream_options" },
+    { "{" MSG ", \"model\": 1}", "model" },
 };
 
 START_TEST(test_each_bad_field_is_a_400_naming_its_param)
@@ -654,16 +753,24 @@ START_TEST(test_refusals_say_why)
 {
     completion_request req;
     api_error e;
-    ck_assert_int_eq(parse(&req, "{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\":"
-                                 " \"image_url\"}]}]}", &e), -1);
-    ck_assert_str_eq(e.message, "messages[0].content[0].type is \"image_url\": only text "
-                                "parts are supported, this model reads text only");
+    ck_assert_int_eq(
+        parse(&req,
+              "{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\":"
+              " \"image_url\"}]}]}",
+              &e),
+        -1);
+    ck_assert_str_eq(e.message,
+                     "messages[0].content[0].type is \"image_url\": only text "
+                     "parts are supported, this model reads text only");
     ck_assert_int_eq(parse(&req, "{" MSG ", \"tools\": [{}]}", &e), -1);
-    ck_assert_str_eq(e.message, "tools are not supported: this model writes text only");
-    ck_assert_int_eq(parse(&req, "{" MSG ", \"max_completion_tokens\": 60}", &e), -1);
-    ck_assert_str_eq(e.message, "this model's maximum context length is 64 tokens, however "
-                                "you requested 66 tokens (6 in your prompt; 60 for the "
-                                "completion); reduce the prompt or max_completion_tokens");
+    ck_assert_str_eq(e.message,
+                     "tools are not supported: this model writes text only");
+    ck_assert_int_eq(
+        parse(&req, "{" MSG ", \"max_completion_tokens\": 60}", &e), -1);
+    ck_assert_str_eq(
+        e.message, "this model's maximum context length is 64 tokens, however "
+                   "you requested 66 tokens (6 in your prompt; 60 for the "
+                   "completion); reduce the prompt or max_completion_tokens");
 }
 END_TEST
 
@@ -674,7 +781,8 @@ static Suite *chat_suite(void)
     tcase_add_unchecked_fixture(tpl, setup, teardown);
     tcase_add_unchecked_fixture(tpl, test_scratch_make, test_scratch_remove);
     tcase_add_test(tpl, test_builtin_template_writes_a_plain_transcript);
-    tcase_add_test(tpl, test_next_turn_begins_with_the_last_prompt_and_reply_tokens);
+    tcase_add_test(tpl,
+                   test_next_turn_begins_with_the_last_prompt_and_reply_tokens);
     tcase_add_test(tpl, test_template_from_json_replaces_every_marker);
     tcase_add_loop_test(tpl, test_bad_template_is_refused_with_its_reason, 0,
                         (int)(sizeof bad_templates / sizeof bad_templates[0]));
@@ -686,7 +794,8 @@ static Suite *chat_suite(void)
 
     TCase *req = tcase_create("request");
     tcase_add_unchecked_fixture(req, setup, teardown);
-    tcase_add_test(req, test_messages_become_one_prompt_with_the_template_stops);
+    tcase_add_test(req,
+                   test_messages_become_one_prompt_with_the_template_stops);
     tcase_add_test(req, test_text_parts_are_joined_by_newlines);
     tcase_add_test(req, test_an_assistant_refusal_part_is_its_text);
     tcase_add_test(req, test_top_logprobs_go_to_twenty);
@@ -695,7 +804,8 @@ static Suite *chat_suite(void)
     tcase_add_test(req, test_max_completion_tokens_wins_over_max_tokens);
     tcase_add_test(req, test_default_max_is_what_the_kv_cache_holds_for_n);
     tcase_add_test(req, test_default_max_is_what_the_token_budget_pays_for_n);
-    tcase_add_test(req, test_a_conversation_too_long_by_its_bytes_is_not_tokenized);
+    tcase_add_test(req,
+                   test_a_conversation_too_long_by_its_bytes_is_not_tokenized);
     tcase_add_test(req, test_harmless_forms_of_unsupported_fields_are_accepted);
     tcase_add_loop_test(req, test_each_bad_field_is_a_400_naming_its_param, 0,
                         (int)(sizeof bad_bodies / sizeof bad_bodies[0]));

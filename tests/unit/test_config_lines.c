@@ -78,7 +78,10 @@ typedef struct want_line {
     const char *text;
     size_t len;
 } want_line;
-#define LINE(literal) { literal, sizeof literal - 1 }
+#define LINE(literal)                                                          \
+    {                                                                          \
+        literal, sizeof literal - 1                                            \
+    }
 
 /* A file of `text` (len bytes) is read whole and hands the parser `want`,
  * numbered from 1. */
@@ -89,7 +92,8 @@ static void expect_lines(const char *what, const char *text, size_t len,
     gpt2d_error err = { { 0 } };
     ck_assert_msg(read_text(text, len, &s, &err) == 0, "%s: %s", what,
                   err.message);
-    ck_assert_msg(s.n == n_want, "%s: %zu lines, wanted %zu", what, s.n, n_want);
+    ck_assert_msg(s.n == n_want, "%s: %zu lines, wanted %zu", what, s.n,
+                  n_want);
     for (size_t i = 0; i < n_want; i++)
         assert_line(&s, i, i + 1, want[i].text, want[i].len);
     seen_free(&s);
@@ -103,12 +107,18 @@ static const struct {
     want_line want[4];
     size_t n_want;
 } files[] = {
-    { "lines come numbered without their newline", "one\n\n  two  \n# three\n",
-      { LINE("one"), LINE(""), LINE("  two  "), LINE("# three") }, 4 },
-    { "the last line without a newline is read", "one\ntwo",
-      { LINE("one"), LINE("two") }, 2 },
-    { "CRLF ends a line, a lone CR stays", "one\r\nt\rwo\n\r\nthree\r",
-      { LINE("one"), LINE("t\rwo"), LINE(""), LINE("three\r") }, 4 },
+    { "lines come numbered without their newline",
+      "one\n\n  two  \n# three\n",
+      { LINE("one"), LINE(""), LINE("  two  "), LINE("# three") },
+      4 },
+    { "the last line without a newline is read",
+      "one\ntwo",
+      { LINE("one"), LINE("two") },
+      2 },
+    { "CRLF ends a line, a lone CR stays",
+      "one\r\nt\rwo\n\r\nthree\r",
+      { LINE("one"), LINE("t\rwo"), LINE(""), LINE("three\r") },
+      4 },
     { "an empty file hands over nothing", "", { { NULL, 0 } }, 0 },
 };
 
@@ -185,7 +195,8 @@ START_TEST(test_read_error_is_refused)
     char want[600];
     seen s = { .n = 0 };
     gpt2d_error err = { { 0 } };
-    ck_assert_int_eq(config_lines_read(test_scratch_dir(), collect, &s, &err), -1);
+    ck_assert_int_eq(config_lines_read(test_scratch_dir(), collect, &s, &err),
+                     -1);
     snprintf(want, sizeof want, "%s: read error", test_scratch_dir());
     ck_assert_str_eq(err.message, want);
     ck_assert_uint_eq(s.n, 0);

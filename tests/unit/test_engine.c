@@ -52,7 +52,7 @@ static kv_identity caller(uint8_t owner, uint8_t domain)
 static model g_model;
 static tokenizer *g_tok;
 static size_t g_vocab, g_n_ctx;
-static kv_shape g_kv_shape;     /* g_model's, as the engine sizes its cache */
+static kv_shape g_kv_shape; /* g_model's, as the engine sizes its cache */
 
 /* ---- fixtures ---- */
 
@@ -63,7 +63,8 @@ static void load_fixtures(void)
     test_data_path(dir, sizeof dir, "models/tiny");
     test_data_path(vocab, sizeof vocab, "models/tiny/vocab.json");
     test_data_path(merges, sizeof merges, "models/tiny/merges.txt");
-    ck_assert_msg(model_load(&g_model, dir, MODEL_DTYPE_AUTO, &err) == 0, "%s", err.message);
+    ck_assert_msg(model_load(&g_model, dir, MODEL_DTYPE_AUTO, &err) == 0, "%s",
+                  err.message);
     ck_assert_msg(tokenizer_load(&g_tok, vocab, merges, &err) == 0, "%s",
                   err.message);
     g_vocab = g_model.config.vocab_size;
@@ -83,8 +84,10 @@ static void unload_fixtures(void)
 static engine *open_engine_paced(size_t slots, size_t max_rows,
                                  size_t max_queue, unsigned min_step_usec)
 {
-    engine_config cfg = { .n_threads = 2, .n_slots = slots,
-                          .max_queue = max_queue, .max_batch_rows = max_rows,
+    engine_config cfg = { .n_threads = 2,
+                          .n_slots = slots,
+                          .max_queue = max_queue,
+                          .max_batch_rows = max_rows,
                           .min_step_usec = min_step_usec };
     engine *e = NULL;
     gpt2d_error err = { { 0 } };
@@ -107,8 +110,9 @@ static int32_t *encode(const char *text, size_t *n)
 {
     int32_t *ids = NULL;
     gpt2d_error err = { { 0 } };
-    ck_assert_msg(tokenizer_encode(g_tok, text, strlen(text), &ids, n, &err)
-                  == 0, "%s", err.message);
+    ck_assert_msg(tokenizer_encode(g_tok, text, strlen(text), &ids, n, &err) ==
+                      0,
+                  "%s", err.message);
     return ids;
 }
 
@@ -246,9 +250,9 @@ static void assert_same_tokens(const result *a, const result *b)
 typedef struct ref {
     forward_state *st;
     threadpool *pool;
-    kv_cache *kv;               /* one sequence, of the full context */
+    kv_cache *kv; /* one sequence, of the full context */
     size_t seq;
-    float *logits;              /* [n_ctx][vocab] */
+    float *logits; /* [n_ctx][vocab] */
 } ref;
 
 static void ref_open(ref *rf)
@@ -257,16 +261,21 @@ static void ref_open(ref *rf)
     memset(rf, 0, sizeof *rf);
     ck_assert(threadpool_create(&rf->pool, 1, &err) == 0);
     ck_assert(forward_state_create(&rf->st, &g_model, g_n_ctx, 1, &err) == 0);
-    kv_cache_config kc = {
-        .n_blocks = kvcache_blocks_per_context(&g_kv_shape), .max_seqs = 1 };
+    kv_cache_config kc = { .n_blocks = kvcache_blocks_per_context(&g_kv_shape),
+                           .max_seqs = 1 };
     static const uint8_t fingerprint[SHA256_BYTES];
-    ck_assert(kvcache_create(&rf->kv, &g_kv_shape, &kc, fingerprint,
-                             &err) == 0);
+    ck_assert(kvcache_create(&rf->kv, &g_kv_shape, &kc, fingerprint, &err) ==
+              0);
     static const int32_t first = 0;
-    kv_begin b = { .who = &TEST_CALLER, .prompt = &first, .n_prompt = 1,
-                   .max_total = g_n_ctx, .n_seq = 1, .reuse = false };
+    kv_begin b = { .who = &TEST_CALLER,
+                   .prompt = &first,
+                   .n_prompt = 1,
+                   .max_total = g_n_ctx,
+                   .n_seq = 1,
+                   .reuse = false };
     size_t reused;
-    ck_assert_int_eq(kvcache_seq_begin(rf->kv, &b, &rf->seq, &reused), KV_BEGUN);
+    ck_assert_int_eq(kvcache_seq_begin(rf->kv, &b, &rf->seq, &reused),
+                     KV_BEGUN);
     rf->logits = malloc(g_n_ctx * g_vocab * sizeof *rf->logits);
     ck_assert_ptr_nonnull(rf->logits);
 }
@@ -286,11 +295,14 @@ static void ref_step(ref *rf, const int32_t *tokens, size_t n, size_t n_logits)
     size_t pos0 = kvcache_seq_len(rf->kv, rf->seq);
     kvcache_seq_grow(rf->kv, rf->seq, n);
     forward_seq s = { .blocks = kvcache_seq_blocks(rf->kv, rf->seq),
-                      .pos0 = pos0, .tokens = tokens, .n_tokens = n,
+                      .pos0 = pos0,
+                      .tokens = tokens,
+                      .n_tokens = n,
                       .n_logits = n_logits };
     ck_assert_msg(forward_step(rf->st, &g_model, rf->pool,
                                kvcache_geometry(rf->kv), &s, 1, rf->logits,
-                               &err) == 0, "%s", err.message);
+                               &err) == 0,
+                  "%s", err.message);
     kvcache_seq_commit(rf->kv, rf->seq, tokens, n);
 }
 
@@ -452,8 +464,8 @@ END_TEST
 START_TEST(test_engine_chunked_prefill_matches_unchunked)
 {
     int32_t *prompt = prompt_of(45);
-    engine *whole = open_engine(1, 64, 4);   /* chunk 63: one piece */
-    engine *chunked = open_engine(1, 8, 4);  /* chunk 7: seven pieces */
+    engine *whole = open_engine(1, 64, 4);  /* chunk 63: one piece */
+    engine *chunked = open_engine(1, 8, 4); /* chunk 7: seven pieces */
     gen_params p = greedy_params(prompt, 45, 8);
     p.logprobs = true;
     outcome a, b;
@@ -489,9 +501,9 @@ START_TEST(test_engine_n_sequences_are_independent_and_first_matches_n1)
     /* seeds 556 and 557 draw differently from 555 */
     bool differ = false;
     for (size_t i = 1; i < 3; i++)
-        if (three.seq[i].n_tokens != three.seq[0].n_tokens
-            || memcmp(three.seq[i].tokens, three.seq[0].tokens,
-                      three.seq[0].n_tokens * sizeof(int32_t)) != 0)
+        if (three.seq[i].n_tokens != three.seq[0].n_tokens ||
+            memcmp(three.seq[i].tokens, three.seq[0].tokens,
+                   three.seq[0].n_tokens * sizeof(int32_t)) != 0)
             differ = true;
     ck_assert(differ);
     size_t total = 0;
@@ -537,7 +549,7 @@ START_TEST(test_engine_stop_string_spanning_tokens_cuts_text)
     size_t ends[MAX_GEN];
     size_t len = token_bytes(fr->tokens, fr->n_tokens, bytes, sizeof bytes,
                              ends);
-    ck_assert_uint_eq(len, fr->text_len);   /* (ASCII-ish output) */
+    ck_assert_uint_eq(len, fr->text_len); /* (ASCII-ish output) */
 
     /* a 2-byte stop straddling a token boundary, whose first occurrence is
      * that boundary */
@@ -545,8 +557,8 @@ START_TEST(test_engine_stop_string_spanning_tokens_cuts_text)
     size_t at = SIZE_MAX;
     for (size_t k = 0; k + 1 < fr->n_tokens && at == SIZE_MAX; k++) {
         size_t b = ends[k];
-        if (b == 0 || b >= len || (bytes[b - 1] & 0x80) || (bytes[b] & 0x80)
-            || bytes[b - 1] == 0 || bytes[b] == 0)
+        if (b == 0 || b >= len || (bytes[b - 1] & 0x80) || (bytes[b] & 0x80) ||
+            bytes[b - 1] == 0 || bytes[b] == 0)
             continue;
         stop[0] = bytes[b - 1];
         stop[1] = bytes[b];
@@ -648,7 +660,8 @@ static void check_scores(size_t max_rows, size_t max_tokens)
     engine *e = open_engine(1, max_rows, 4);
     size_t n = 0;
     int32_t *prompt = encode("The capital of France is Paris, and the "
-                             "capital of Italy is Rome.", &n);
+                             "capital of Italy is Rome.",
+                             &n);
     ref rf;
     ref_open(&rf);
     ref_step(&rf, prompt, n, n);
@@ -684,8 +697,9 @@ static void check_scores(size_t max_rows, size_t max_tokens)
         double want = log_softmax_at(rf.logits + (i - 1) * g_vocab, prompt[i]);
         ck_assert_double_eq_tol(t->logprob, want, LOGPROB_TOL);
         ck_assert_uint_eq(t->n_top, 2);
-        ck_assert_int_eq(t->top[0].token,
-                         (int32_t)argmax(rf.logits + (i - 1) * g_vocab, g_vocab));
+        ck_assert_int_eq(
+            t->top[0].token,
+            (int32_t)argmax(rf.logits + (i - 1) * g_vocab, g_vocab));
     }
     ck_assert_uint_eq(gen_request_usage(r).cached_tokens, 0);
     gen_request_unlock(r);
@@ -709,7 +723,7 @@ END_TEST
 
 START_TEST(test_engine_score_prompt_across_chunks)
 {
-    check_scores(6, 0);            /* chunk 5: the prompt is scored in pieces */
+    check_scores(6, 0); /* chunk 5: the prompt is scored in pieces */
 }
 END_TEST
 
@@ -745,7 +759,8 @@ START_TEST(test_engine_score_prompt_is_published_before_a_first_token_finish)
         wait_finished(r);
         gen_request_lock(r);
         const gen_output *out = gen_request_output(r, 0);
-        ck_assert_msg(out->prompt_scores != NULL && out->n_prompt_scored == p.n_prompt,
+        ck_assert_msg(out->prompt_scores != NULL &&
+                          out->n_prompt_scored == p.n_prompt,
                       "round %d: finished with %zu of %zu prompt tokens scored",
                       round, out->n_prompt_scored, p.n_prompt);
         gen_request_unlock(r);
@@ -813,9 +828,9 @@ START_TEST(test_engine_reuses_longest_prefix_without_session)
     engine *e = open_engine(3, 32, 4);
     int32_t *a = prompt_of(20);
     int32_t *b = prompt_of(20);
-    b[12] = a[12] == 11 ? 12 : 11;      /* b shares 12 tokens with a */
+    b[12] = a[12] == 11 ? 12 : 11; /* b shares 12 tokens with a */
     int32_t *c = prompt_of(6);
-    c[0] = 13;                          /* shares nothing */
+    c[0] = 13; /* shares nothing */
     gen_params pa = greedy_params(a, 20, 2);
     gen_params pc = greedy_params(c, 6, 2);
     outcome o;
@@ -874,11 +889,11 @@ static gen_request *start_long(engine *e, const int32_t *prompt, size_t n,
  * recently used history goes first; a running sequence's never. */
 START_TEST(test_engine_keeps_sessions_past_the_slots_until_memory_runs_short)
 {
-    engine *e = open_engine(2, 16, 4);      /* 2 × 4 blocks of 16 */
+    engine *e = open_engine(2, 16, 4); /* 2 × 4 blocks of 16 */
     int32_t *ps[4], *big = prompt_of(60);
     const char *names[4] = { "a", "b", "c", "d" };
     outcome o;
-    for (size_t i = 0; i < 4; i++) {        /* two blocks each: 20 + 1 */
+    for (size_t i = 0; i < 4; i++) { /* two blocks each: 20 + 1 */
         ps[i] = prompt_of(21);
         ps[i][0] = (int32_t)(100 * (i + 1));
         gen_params p = greedy_params(ps[i], 20, 2);
@@ -1017,7 +1032,7 @@ START_TEST(test_engine_prompts_sharing_a_context_compute_it_once)
         p[i] = greedy_params(prompts[i], 43, 4);
         run(solo, &p[i], &alone[i]);
         engine_destroy(solo);
-        solo = open_engine(4, 20, 8);       /* each alone, cold */
+        solo = open_engine(4, 20, 8); /* each alone, cold */
         ck_assert_uint_eq(alone[i].usage.cached_tokens, 0);
     }
     engine_destroy(solo);
@@ -1062,7 +1077,7 @@ START_TEST(test_engine_session_of_a_cancelled_request_is_free_again)
     gen_request *again = NULL;
     ck_assert_int_eq(submit(e, &p, &again), ENGINE_OK);
     gen_request_lock(old);
-    ck_assert(!gen_request_finished(old));   /* still running its step */
+    ck_assert(!gen_request_finished(old)); /* still running its step */
     gen_request_unlock(old);
     wait_finished(again);
     outcome o;
@@ -1135,7 +1150,8 @@ START_TEST(test_engine_session_idle_time_is_never_negative)
     clock_gettime(CLOCK_MONOTONIC, &t0);
     do {
         engine_session_info info[1];
-        if (engine_sessions(e, TEST_CALLER.owner, info, 1) == 1 && info[0].idle_seconds < worst)
+        if (engine_sessions(e, TEST_CALLER.owner, info, 1) == 1 &&
+            info[0].idle_seconds < worst)
             worst = info[0].idle_seconds;
         clock_gettime(CLOCK_MONOTONIC, &t1);
     } while (t1.tv_sec - t0.tv_sec < 2 && worst >= 0);
@@ -1183,7 +1199,7 @@ START_TEST(test_engine_full_queue_is_refused_at_once)
     ck_assert_uint_eq(st.queue_depth, 1);
     ck_assert_uint_eq(st.slots_busy, 1);
     gen_request_cancel(running);
-    wait_finished(waiting);       /* the queued one runs once the slot frees */
+    wait_finished(waiting); /* the queued one runs once the slot frees */
     outcome o;
     collect(waiting, &o);
     ck_assert_uint_gt(o.seq[0].n_tokens, 0);
@@ -1211,7 +1227,7 @@ START_TEST(test_engine_cancel_mid_generation_frees_slot)
     engine_stats st = engine_get_stats(e);
     ck_assert_uint_eq(st.slots_busy, 0);
     ck_assert_uint_eq(st.running, 0);
-    ck_assert_uint_gt(st.kv.blocks_cached, 0);   /* released, still cached */
+    ck_assert_uint_gt(st.kv.blocks_cached, 0); /* released, still cached */
     ck_assert_uint_eq(st.kv.blocks_in_use + st.kv.blocks_reserved, 0);
     gen_request_release(r);
     engine_destroy(e);
@@ -1233,7 +1249,7 @@ START_TEST(test_engine_cancel_while_queued)
     collect(queued, &o);
     ck_assert_int_eq(o.seq[0].finish, FINISH_CANCELLED);
     ck_assert_uint_eq(o.seq[0].n_tokens, 0);
-    gen_request_release(queued);   /* released before the engine's turn */
+    gen_request_release(queued); /* released before the engine's turn */
     gen_request_cancel(running);
     wait_finished(running);
     gen_request_release(running);
@@ -1248,7 +1264,7 @@ START_TEST(test_engine_release_without_cancel_drops_the_request)
     int32_t *prompt = prompt_of(4);
     unsigned long before = cancelled_total();
     gen_request *r = start_long(e, prompt, 4, NULL);
-    gen_request_release(r);        /* the client is gone: engine frees it */
+    gen_request_release(r); /* the client is gone: engine frees it */
     /* the slot comes back (the API, not the engine, counts the drop) */
     engine_stats st;
     for (int i = 0; i < (int)test_deadline(2000); i++) {
@@ -1262,7 +1278,7 @@ START_TEST(test_engine_release_without_cancel_drops_the_request)
     ck_assert_uint_eq(cancelled_total(), before);
     outcome o;
     gen_params p = greedy_params(prompt, 4, 2);
-    run(e, &p, &o);                /* the engine goes on */
+    run(e, &p, &o); /* the engine goes on */
     ck_assert_uint_eq(o.seq[0].n_tokens, 2);
     engine_destroy(e);
     free(prompt);
@@ -1306,8 +1322,8 @@ START_TEST(test_engine_min_step_floor_paces_generation)
     outcome o;
     run(e, &p, &o);
     clock_gettime(CLOCK_MONOTONIC, &t1);
-    double took = (double)(t1.tv_sec - t0.tv_sec)
-                  + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+    double took = (double)(t1.tv_sec - t0.tv_sec) +
+                  (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
     ck_assert_uint_eq(o.seq[0].n_tokens, 20);
     ck_assert_msg(took >= 0.600, "20 steps took %.3f s", took);
     engine_destroy(e);
@@ -1342,8 +1358,9 @@ START_TEST(test_engine_create_rejects_bad_config)
 {
     gpt2d_error err = { { 0 } };
     engine *e = NULL;
-    engine_config cfg = { .n_threads = 1, .n_slots = 4, .max_queue = 4,
-                          .max_batch_rows = 4 };
+    engine_config cfg = {
+        .n_threads = 1, .n_slots = 4, .max_queue = 4, .max_batch_rows = 4
+    };
     ck_assert_int_eq(engine_create(&e, &g_model, g_tok, &cfg, &err), -1);
     ck_assert_ptr_null(e);
     ck_assert_ptr_nonnull(strstr(err.message, "max batch rows"));
@@ -1360,11 +1377,11 @@ START_TEST(test_engine_submit_rejects_what_can_never_run)
     int32_t *prompt = prompt_of(4);
     gen_request *r = NULL;
     gen_params p = greedy_params(prompt, 4, 2);
-    p.n_sequences = 3;                       /* more than the slots */
+    p.n_sequences = 3; /* more than the slots */
     ck_assert_int_eq(submit(e, &p, &r), ENGINE_INVALID);
-    p = greedy_params(prompt, 0, 2);         /* empty prompt */
+    p = greedy_params(prompt, 0, 2); /* empty prompt */
     ck_assert_int_eq(submit(e, &p, &r), ENGINE_INVALID);
-    prompt[1] = (int32_t)g_vocab;            /* id out of range */
+    prompt[1] = (int32_t)g_vocab; /* id out of range */
     p = greedy_params(prompt, 4, 2);
     ck_assert_int_eq(submit(e, &p, &r), ENGINE_INVALID);
     ck_assert_ptr_null(r);
@@ -1378,9 +1395,12 @@ END_TEST
  * held up every request behind them (admission is FIFO). */
 START_TEST(test_engine_refuses_a_request_larger_than_the_kv_cache)
 {
-    engine_config cfg = { .n_threads = 1, .n_slots = 4, .max_queue = 4,
+    engine_config cfg = { .n_threads = 1,
+                          .n_slots = 4,
+                          .max_queue = 4,
                           .max_batch_rows = 16,
-                          .kv_blocks = kvcache_blocks_per_context(&g_kv_shape) };
+                          .kv_blocks = kvcache_blocks_per_context(
+                              &g_kv_shape) };
     engine *e = NULL;
     gpt2d_error err = { { 0 } };
     ck_assert_msg(engine_create(&e, &g_model, g_tok, &cfg, &err) == 0, "%s",
@@ -1392,7 +1412,7 @@ START_TEST(test_engine_refuses_a_request_larger_than_the_kv_cache)
     p.n_sequences = 2;
     ck_assert_int_eq(submit(e, &p, &r), ENGINE_TOO_LARGE);
     ck_assert_ptr_null(r);
-    p.n_sequences = 1;                      /* one context fits, and runs */
+    p.n_sequences = 1; /* one context fits, and runs */
     outcome o;
     run(e, &p, &o);
     ck_assert_uint_eq(o.seq[0].n_tokens > 0, 1);
@@ -1435,8 +1455,9 @@ static engine_status submit_prompts(engine *e, const gen_params *p, size_t n,
     ck_assert_uint_le(n, 8);
     for (size_t k = 0; k < n; k++)
         ps[k] = *p;
-    const engine_submission s = { .params = ps, .n_prompts = n,
-                                  .gate = count_gate, .gate_arg = gate };
+    const engine_submission s = {
+        .params = ps, .n_prompts = n, .gate = count_gate, .gate_arg = gate
+    };
     return engine_submit(e, &s, out, why);
 }
 
@@ -1450,7 +1471,7 @@ static void assert_all_null(gen_request *const *r, size_t n)
  * may have queued are refused as such, naming the limit, before the gate. */
 START_TEST(test_engine_submit_refuses_more_prompts_than_its_caller_may_queue)
 {
-    engine *e = open_engine(2, 16, 4);      /* 2 queued per caller */
+    engine *e = open_engine(2, 16, 4); /* 2 queued per caller */
     int32_t *prompt = prompt_of(4);
     gen_params p = greedy_params(prompt, 4, 2);
     gen_request *r[3];
@@ -1461,7 +1482,7 @@ START_TEST(test_engine_submit_refuses_more_prompts_than_its_caller_may_queue)
     ck_assert_uint_eq(why.limit, 2);
     ck_assert_int_eq(gate.calls, 0);
     assert_all_null(r, 3);
-    p.max_queued = 3;                       /* the caller's own limit */
+    p.max_queued = 3; /* the caller's own limit */
     ck_assert_int_eq(submit_prompts(e, &p, 3, r, &gate, &why), ENGINE_OK);
     ck_assert_int_eq(gate.calls, 1);
     for (size_t k = 0; k < 3; k++) {
@@ -1476,8 +1497,11 @@ END_TEST
 /* A prompt that could never fit the cache is named, with what it needs. */
 START_TEST(test_engine_submit_names_the_prompt_that_cannot_fit)
 {
-    engine_config cfg = { .n_slots = 4, .max_queue = 4, .max_batch_rows = 16,
-                          .kv_blocks = kvcache_blocks_per_context(&g_kv_shape) };
+    engine_config cfg = { .n_slots = 4,
+                          .max_queue = 4,
+                          .max_batch_rows = 16,
+                          .kv_blocks = kvcache_blocks_per_context(
+                              &g_kv_shape) };
     engine *e = open_engine_cfg(&cfg);
     int32_t *prompt = prompt_of(4);
     gen_params ps[2] = { greedy_params(prompt, 4, 2),
@@ -1486,8 +1510,9 @@ START_TEST(test_engine_submit_names_the_prompt_that_cannot_fit)
     gen_request *r[2];
     test_gate gate = { 0, 0 };
     engine_refusal why;
-    const engine_submission s = { .params = ps, .n_prompts = 2,
-                                  .gate = count_gate, .gate_arg = &gate };
+    const engine_submission s = {
+        .params = ps, .n_prompts = 2, .gate = count_gate, .gate_arg = &gate
+    };
     ck_assert_int_eq(engine_submit(e, &s, r, &why), ENGINE_TOO_LARGE);
     ck_assert_uint_eq(why.prompt, 1);
     ck_assert_uint_eq(why.need, kvcache_blocks_needed(4, 54, 2));
@@ -1563,8 +1588,10 @@ START_TEST(test_engine_submit_asks_a_busy_session_again_for_its_wait)
     p.session_id = "s";
     gen_request *again = NULL;
     test_gate gate = { 0, 0 };
-    const engine_submission s = { .params = &p, .n_prompts = 1,
-                                  .gate = count_gate, .gate_arg = &gate,
+    const engine_submission s = { .params = &p,
+                                  .n_prompts = 1,
+                                  .gate = count_gate,
+                                  .gate_arg = &gate,
                                   .session_busy_wait_ms = 20 };
     const double t0 = monotonic_seconds();
     ck_assert_int_eq(engine_submit(e, &s, &again, NULL), ENGINE_SESSION_BUSY);
@@ -1582,7 +1609,7 @@ END_TEST
 /* A caller's own queue limit is named in the refusal. */
 START_TEST(test_engine_submit_names_the_callers_queue_limit)
 {
-    engine *e = open_engine(1, 16, 8);      /* 4 queued per caller */
+    engine *e = open_engine(1, 16, 8); /* 4 queued per caller */
     int32_t *prompt = prompt_of(4);
     gen_request *running = start_long(e, prompt, 4, NULL);
     gen_params p = greedy_params(prompt, 4, 2);
@@ -1704,10 +1731,13 @@ START_TEST(test_engine_step_cost_cuts_prefill_beside_streams_same_bits)
 {
     /* steps of at least 2 ms: the stream outlasts the test thread's
      * wait-then-submit, however loaded the machine */
-    engine_config cfg = { .n_slots = 2, .max_queue = 8, .max_batch_rows = 64,
-                          .step_cost_limit = 0.01, .min_step_usec = 2000 };
+    engine_config cfg = { .n_slots = 2,
+                          .max_queue = 8,
+                          .max_batch_rows = 64,
+                          .step_cost_limit = 0.01,
+                          .min_step_usec = 2000 };
     int32_t *prompt = prompt_of(45), *other = prompt_of(4);
-    other[0] = 7;                       /* no prefix to share */
+    other[0] = 7; /* no prefix to share */
     gen_params p = sampled_params(prompt, 45, 10, 4321);
     p.logprobs = true;
     const char *cuts = "gpt2d_prefill_bounded_steps_total";
@@ -1746,7 +1776,9 @@ END_TEST
  * came later (first come first served would run A's). */
 START_TEST(test_engine_admits_the_least_served_caller_first)
 {
-    engine_config cfg = { .n_slots = 1, .max_queue = 8, .max_batch_rows = 16,
+    engine_config cfg = { .n_slots = 1,
+                          .max_queue = 8,
+                          .max_batch_rows = 16,
                           .min_step_usec = 1000 };
     scene sc;
     scene_open(&sc, &cfg);
@@ -1765,10 +1797,14 @@ END_TEST
 /* Four slots, two callers: while B runs, A runs at most half the slots,
  * though a slot is free; alone (B gone for caller_memory_ms), a caller may
  * take them all. */
-START_TEST(test_engine_caller_holds_at_most_half_the_slots_while_another_is_active)
+START_TEST(
+    test_engine_caller_holds_at_most_half_the_slots_while_another_is_active)
 {
-    engine_config cfg = { .n_slots = 4, .max_queue = 8, .max_batch_rows = 16,
-                          .caller_memory_ms = 100, .min_step_usec = 5000 };
+    engine_config cfg = { .n_slots = 4,
+                          .max_queue = 8,
+                          .max_batch_rows = 16,
+                          .caller_memory_ms = 100,
+                          .min_step_usec = 5000 };
     scene sc;
     scene_open(&sc, &cfg);
     scene_running(&sc, sc.a, 1);
@@ -1796,7 +1832,9 @@ END_TEST
  * two. */
 START_TEST(test_engine_a_caller_thinking_between_requests_keeps_its_share)
 {
-    engine_config cfg = { .n_slots = 4, .max_queue = 8, .max_batch_rows = 16,
+    engine_config cfg = { .n_slots = 4,
+                          .max_queue = 8,
+                          .max_batch_rows = 16,
                           .min_step_usec = 5000 };
     scene sc;
     scene_open(&sc, &cfg);
@@ -1810,7 +1848,7 @@ START_TEST(test_engine_a_caller_thinking_between_requests_keeps_its_share)
         as[i] = scene_long(&sc, sc.a, 1);
     wait_tokens(as[1], 3);
     assert_slots(sc.e, 2, 2);
-    scene_running(&sc, sc.b, 1);        /* B's next request starts */
+    scene_running(&sc, sc.b, 1); /* B's next request starts */
     ck_assert_uint_eq(n_tokens_of(as[2]), 0);
     ck_assert_uint_eq(n_tokens_of(as[3]), 0);
     ck_assert(!finished(as[0]));
@@ -1824,15 +1862,18 @@ END_TEST
  * a twin of the other's) growing to the whole context: all 8 blocks. */
 typedef struct wide_scene {
     scene sc;
-    int32_t *turn2;             /* A's next turn: the history, two new tokens */
+    int32_t *turn2; /* A's next turn: the history, two new tokens */
     size_t n2;
     gen_request *wide;
 } wide_scene;
 
 static void wide_scene_open(wide_scene *w, unsigned caller_memory_ms)
 {
-    engine_config cfg = { .n_slots = 4, .max_queue = 8, .max_batch_rows = 16,
-                          .kv_blocks = 8, .caller_memory_ms = caller_memory_ms,
+    engine_config cfg = { .n_slots = 4,
+                          .max_queue = 8,
+                          .max_batch_rows = 16,
+                          .kv_blocks = 8,
+                          .caller_memory_ms = caller_memory_ms,
                           .min_step_usec = 1000 };
     scene_open(&w->sc, &cfg);
     w->turn2 = prompt_of(50);
@@ -1881,14 +1922,16 @@ static void wide_scene_close(wide_scene *w)
  * keeps 3 (its share is 4): while A is present B waits, A's next turn
  * finds its 47 positions (the history less the last token, never fed
  * back), and B has not started. */
-START_TEST(test_engine_wide_request_leaves_a_present_callers_conversation_cached)
+START_TEST(
+    test_engine_wide_request_leaves_a_present_callers_conversation_cached)
 {
     wide_scene w;
     wide_scene_open(&w, 0);
     monotonic_sleep_ms(50);
     ck_assert_uint_eq(wide_scene_next_turn(&w), 47);
     ck_assert_uint_eq(n_tokens_of(w.wide), 0);
-    ck_assert_uint_eq(engine_get_stats(w.sc.e).kv.evicted[KV_EVICTED_UNDER_SHARE], 0);
+    ck_assert_uint_eq(
+        engine_get_stats(w.sc.e).kv.evicted[KV_EVICTED_UNDER_SHARE], 0);
     wide_scene_close(&w);
 }
 END_TEST
@@ -1904,7 +1947,8 @@ START_TEST(test_engine_wide_request_takes_kept_memory_once_its_owner_has_gone)
     ck_assert_uint_eq(gen_request_output(w.wide, 0)->n_tokens, 60);
     ck_assert_uint_eq(gen_request_output(w.wide, 1)->n_tokens, 60);
     gen_request_unlock(w.wide);
-    ck_assert_uint_eq(engine_get_stats(w.sc.e).kv.evicted[KV_EVICTED_UNDER_SHARE], 3);
+    ck_assert_uint_eq(
+        engine_get_stats(w.sc.e).kv.evicted[KV_EVICTED_UNDER_SHARE], 3);
     ck_assert_uint_eq(wide_scene_next_turn(&w), 0);
     wide_scene_close(&w);
 }
@@ -1915,14 +1959,17 @@ END_TEST
  * rather than wait with it. */
 START_TEST(test_engine_narrow_request_passes_a_wide_one_that_does_not_fit)
 {
-    engine_config cfg = { .n_slots = 2, .max_queue = 8, .max_batch_rows = 16,
-                          .max_seqs_per_caller = 2, .admit_age_ms = 60000,
+    engine_config cfg = { .n_slots = 2,
+                          .max_queue = 8,
+                          .max_batch_rows = 16,
+                          .max_seqs_per_caller = 2,
+                          .admit_age_ms = 60000,
                           .min_step_usec = 2000 };
     scene sc;
     scene_open(&sc, &cfg);
     scene_running(&sc, sc.a, 1);
     gen_request *wide = scene_long(&sc, sc.b, 2);
-    scene_running(&sc, caller(3, 3), 1);        /* the narrow one starts */
+    scene_running(&sc, caller(3, 3), 1); /* the narrow one starts */
     ck_assert_uint_eq(n_tokens_of(wide), 0);
     scene_close(&sc);
 }
@@ -1933,9 +1980,13 @@ END_TEST
  * decide.) */
 START_TEST(test_engine_aged_wide_request_is_not_passed)
 {
-    engine_config cfg = { .n_slots = 2, .max_queue = 8, .max_batch_rows = 16,
-                          .kv_blocks = 16, .max_seqs_per_caller = 2,
-                          .admit_age_ms = 1, .min_step_usec = 2000 };
+    engine_config cfg = { .n_slots = 2,
+                          .max_queue = 8,
+                          .max_batch_rows = 16,
+                          .kv_blocks = 16,
+                          .max_seqs_per_caller = 2,
+                          .admit_age_ms = 1,
+                          .min_step_usec = 2000 };
     scene sc;
     scene_open(&sc, &cfg);
     scene_running(&sc, sc.a, 1);
@@ -1943,7 +1994,7 @@ START_TEST(test_engine_aged_wide_request_is_not_passed)
     struct timespec pause = { 0, 5000000L };
     nanosleep(&pause, NULL);
     gen_request *narrow = scene_long(&sc, caller(3, 3), 1);
-    wait_tokens(wide, 1);       /* once a1 ends */
+    wait_tokens(wide, 1); /* once a1 ends */
     ck_assert_uint_eq(n_tokens_of(narrow), 0);
     scene_close(&sc);
 }
@@ -1953,8 +2004,13 @@ END_TEST
  * memory for twice the slots' contexts, so that only the slots decide
  * (a wide request needing the memory another caller keeps would wait). */
 static const engine_config share_of_one_slot = {
-    .n_slots = 2, .max_queue = 8, .max_batch_rows = 16, .kv_blocks = 16,
-    .max_seqs_per_caller = 1, .admit_age_ms = 1, .min_step_usec = 2000,
+    .n_slots = 2,
+    .max_queue = 8,
+    .max_batch_rows = 16,
+    .kv_blocks = 16,
+    .max_seqs_per_caller = 1,
+    .admit_age_ms = 1,
+    .min_step_usec = 2000,
 };
 
 /* Two slots, a share of one each: a request of A with n = 2 is wider than
@@ -1969,7 +2025,7 @@ START_TEST(test_engine_request_wider_than_its_share_is_not_starved)
     scene_running(&sc, sc.b, 1);
     gen_request *b2 = scene_long(&sc, sc.b, 1);
     scene_long(&sc, sc.b, 1);
-    scene_running(&sc, sc.a, 2);        /* the wide one starts */
+    scene_running(&sc, sc.a, 2); /* the wide one starts */
     ck_assert_uint_eq(n_tokens_of(b2), 0);
     scene_close(&sc);
 }
@@ -1988,7 +2044,7 @@ START_TEST(test_engine_wide_request_waits_for_its_callers_turn)
     scene_long(&sc, sc.b, 1);
     gen_request *b2 = scene_long(&sc, sc.b, 1);
     gen_request *b3 = scene_long(&sc, sc.b, 1);
-    scene_running(&sc, sc.a, 2);        /* A's second wide one starts */
+    scene_running(&sc, sc.a, 2); /* A's second wide one starts */
     ck_assert(finished(b2));
     ck_assert_uint_eq(n_tokens_of(b3), 0);
     scene_close(&sc);
@@ -1999,7 +2055,9 @@ END_TEST
  * default) while the queue still has room for others. */
 START_TEST(test_engine_caller_queue_limit_leaves_room_for_others)
 {
-    engine_config cfg = { .n_slots = 1, .max_queue = 4, .max_batch_rows = 16,
+    engine_config cfg = { .n_slots = 1,
+                          .max_queue = 4,
+                          .max_batch_rows = 16,
                           .min_step_usec = 1000 };
     scene sc;
     scene_open(&sc, &cfg);
@@ -2035,8 +2093,11 @@ static size_t flood_done_when_the_stream_ends(bool own_caller)
     /* a step floor, so the counts are the scheduler's and not how long
      * this thread was descheduled while the tiny model's steps ran on
      * (unpadded, the stream's 59 steps take a few milliseconds) */
-    engine_config cfg = { .n_slots = 4, .max_queue = 64, .max_batch_rows = 20,
-                          .prefill_share = 0.25, .min_step_usec = 3000 };
+    engine_config cfg = { .n_slots = 4,
+                          .max_queue = 64,
+                          .max_batch_rows = 20,
+                          .prefill_share = 0.25,
+                          .min_step_usec = 3000 };
     scene sc;
     scene_open(&sc, &cfg);
     int32_t *big = prompt_of(48);
@@ -2044,7 +2105,7 @@ static size_t flood_done_when_the_stream_ends(bool own_caller)
     gen_request *flood[12];
     for (size_t i = 0; i < 12; i++) {
         gen_params p = greedy_params(big, 48, 1);
-        big[0] = (int32_t)(100 + i);    /* nothing cached to share */
+        big[0] = (int32_t)(100 + i); /* nothing cached to share */
         p.identity = own_caller ? sc.a : caller((uint8_t)(10 + i % 3), 9);
         p.max_queued = 64;
         ck_assert_int_eq(submit(sc.e, &p, &flood[i]), ENGINE_OK);
@@ -2082,10 +2143,12 @@ static Suite *engine_suite(void)
     TCase *gen = tcase_create("generation");
     tcase_add_unchecked_fixture(gen, load_fixtures, unload_fixtures);
     tcase_add_test(gen, test_engine_greedy_matches_direct_forward_loop);
-    tcase_add_test(gen, test_engine_reports_top_logprobs_with_chosen_first_when_greedy);
+    tcase_add_test(
+        gen, test_engine_reports_top_logprobs_with_chosen_first_when_greedy);
     tcase_add_test(gen, test_engine_seeded_sample_same_alone_and_beside_others);
     tcase_add_test(gen, test_engine_chunked_prefill_matches_unchunked);
-    tcase_add_test(gen, test_engine_n_sequences_are_independent_and_first_matches_n1);
+    tcase_add_test(
+        gen, test_engine_n_sequences_are_independent_and_first_matches_n1);
     tcase_add_test(gen, test_engine_stop_string_spanning_tokens_cuts_text);
     tcase_add_test(gen, test_engine_max_tokens_finishes_with_length);
     tcase_add_test(gen, test_engine_filling_the_context_finishes_with_length);
@@ -2095,23 +2158,32 @@ static Suite *engine_suite(void)
 
     TCase *score = tcase_create("scoring");
     tcase_add_unchecked_fixture(score, load_fixtures, unload_fixtures);
-    tcase_add_test(score, test_engine_score_prompt_equals_log_softmax_of_direct_logits);
+    tcase_add_test(
+        score, test_engine_score_prompt_equals_log_softmax_of_direct_logits);
     tcase_add_test(score, test_engine_score_prompt_across_chunks);
     tcase_add_test(score, test_engine_score_prompt_then_generate);
     tcase_add_test(score, test_engine_score_prompt_never_reuses_cache);
-    tcase_add_test(score, test_engine_score_prompt_is_published_before_a_first_token_finish);
+    tcase_add_test(
+        score,
+        test_engine_score_prompt_is_published_before_a_first_token_finish);
     suite_add_tcase(s, score);
 
     TCase *cache = tcase_create("cache");
     tcase_add_unchecked_fixture(cache, load_fixtures, unload_fixtures);
-    tcase_add_test(cache, test_engine_session_reuse_reports_cached_and_matches_cold);
+    tcase_add_test(cache,
+                   test_engine_session_reuse_reports_cached_and_matches_cold);
     tcase_add_test(cache, test_engine_reuses_longest_prefix_without_session);
-    tcase_add_test(cache, test_engine_keeps_sessions_past_the_slots_until_memory_runs_short);
+    tcase_add_test(
+        cache,
+        test_engine_keeps_sessions_past_the_slots_until_memory_runs_short);
     tcase_add_test(cache, test_engine_busy_session_is_refused);
-    tcase_add_test(cache, test_engine_new_session_over_the_quota_waits_for_one_of_its_own);
-    tcase_add_test(cache, test_engine_prompts_sharing_a_context_compute_it_once);
+    tcase_add_test(
+        cache, test_engine_new_session_over_the_quota_waits_for_one_of_its_own);
+    tcase_add_test(cache,
+                   test_engine_prompts_sharing_a_context_compute_it_once);
     tcase_add_test(cache, test_engine_sessions_belong_to_their_owner);
-    tcase_add_test(cache, test_engine_session_of_a_cancelled_request_is_free_again);
+    tcase_add_test(cache,
+                   test_engine_session_of_a_cancelled_request_is_free_again);
     tcase_add_test(cache, test_engine_delete_session_forgets_its_cache);
     tcase_add_test(cache, test_engine_session_idle_time_is_never_negative);
     suite_add_tcase(s, cache);
@@ -2127,30 +2199,45 @@ static Suite *engine_suite(void)
     tcase_add_test(flow, test_engine_min_step_floor_paces_generation);
     tcase_add_test(flow, test_engine_create_rejects_bad_config);
     tcase_add_test(flow, test_engine_submit_rejects_what_can_never_run);
-    tcase_add_test(flow, test_engine_refuses_a_request_larger_than_the_kv_cache);
-    tcase_add_test(flow, test_engine_submit_refuses_more_prompts_than_its_caller_may_queue);
+    tcase_add_test(flow,
+                   test_engine_refuses_a_request_larger_than_the_kv_cache);
+    tcase_add_test(
+        flow,
+        test_engine_submit_refuses_more_prompts_than_its_caller_may_queue);
     tcase_add_test(flow, test_engine_submit_names_the_prompt_that_cannot_fit);
     tcase_add_test(flow, test_engine_submit_closed_gate_queues_nothing);
     tcase_add_test(flow, test_engine_submit_queues_every_prompt_or_none);
     tcase_add_test(flow, test_engine_submit_names_the_callers_queue_limit);
-    tcase_add_test(flow, test_engine_submit_asks_a_busy_session_again_for_its_wait);
+    tcase_add_test(flow,
+                   test_engine_submit_asks_a_busy_session_again_for_its_wait);
     suite_add_tcase(s, flow);
 
     TCase *fair = tcase_create("fairness");
     tcase_add_unchecked_fixture(fair, load_fixtures, unload_fixtures);
     tcase_add_test(fair, test_engine_admits_the_least_served_caller_first);
-    tcase_add_test(fair, test_engine_caller_holds_at_most_half_the_slots_while_another_is_active);
-    tcase_add_test(fair, test_engine_a_caller_thinking_between_requests_keeps_its_share);
-    tcase_add_test(fair, test_engine_wide_request_leaves_a_present_callers_conversation_cached);
-    tcase_add_test(fair, test_engine_wide_request_takes_kept_memory_once_its_owner_has_gone);
-    tcase_add_test(fair, test_engine_narrow_request_passes_a_wide_one_that_does_not_fit);
+    tcase_add_test(
+        fair,
+        test_engine_caller_holds_at_most_half_the_slots_while_another_is_active);
+    tcase_add_test(
+        fair, test_engine_a_caller_thinking_between_requests_keeps_its_share);
+    tcase_add_test(
+        fair,
+        test_engine_wide_request_leaves_a_present_callers_conversation_cached);
+    tcase_add_test(
+        fair,
+        test_engine_wide_request_takes_kept_memory_once_its_owner_has_gone);
+    tcase_add_test(
+        fair, test_engine_narrow_request_passes_a_wide_one_that_does_not_fit);
     tcase_add_test(fair, test_engine_aged_wide_request_is_not_passed);
-    tcase_add_test(fair, test_engine_request_wider_than_its_share_is_not_starved);
+    tcase_add_test(fair,
+                   test_engine_request_wider_than_its_share_is_not_starved);
     tcase_add_test(fair, test_engine_wide_request_waits_for_its_callers_turn);
     tcase_add_test(fair, test_engine_caller_queue_limit_leaves_room_for_others);
     tcase_add_test(fair, test_engine_prefill_flood_leaves_decode_its_share);
-    tcase_add_test(fair, test_engine_a_callers_own_prompts_are_not_held_behind_its_stream);
-    tcase_add_test(fair, test_engine_step_cost_cuts_prefill_beside_streams_same_bits);
+    tcase_add_test(
+        fair, test_engine_a_callers_own_prompts_are_not_held_behind_its_stream);
+    tcase_add_test(fair,
+                   test_engine_step_cost_cuts_prefill_beside_streams_same_bits);
     suite_add_tcase(s, fair);
 
     return s;
@@ -2159,8 +2246,9 @@ static Suite *engine_suite(void)
 int main(void)
 {
     char path[4096];
-    FILE *probe = fopen(test_data_path(path, sizeof path,
-                                       "models/tiny/model.safetensors"), "r");
+    FILE *probe = fopen(
+        test_data_path(path, sizeof path, "models/tiny/model.safetensors"),
+        "r");
     if (probe == NULL) {
         /* make-fixtures.sh skipped (no numpy or no vocabulary) and said so */
         fprintf(stderr, "test_engine: SKIP: %s missing\n", path);

@@ -27,8 +27,8 @@
 #include "test_argmax.h"
 #include "test_util.h"
 
-#define TOL 1e-3          /* float32 C vs float64 reference, absolute */
-#define MAX_ROWS 64       /* >= every fixture model's n_ctx */
+#define TOL 1e-3    /* float32 C vs float64 reference, absolute */
+#define MAX_ROWS 64 /* >= every fixture model's n_ctx */
 #define MAX_MODELS 32
 
 /* cases.json, parsed once in main(); the forked tests only read it. */
@@ -52,7 +52,7 @@ typedef struct fx_seq {
     char name[64];
     int32_t *tokens;
     size_t n;
-    float *logits;              /* [n][vocab]: row i predicts token i+1 */
+    float *logits; /* [n][vocab]: row i predicts token i+1 */
     size_t prompt_len;
     bool greedy;
 } fx_seq;
@@ -94,8 +94,7 @@ static const kernel_path *ref_path(int i)
 static const char *ref_name_of(size_t model_idx, const kernel_path *path)
 {
     static char name[128];
-    snprintf(name, sizeof name, "%s/%s", fx_model_name(model_idx),
-             path->name);
+    snprintf(name, sizeof name, "%s/%s", fx_model_name(model_idx), path->name);
     return name;
 }
 
@@ -109,8 +108,8 @@ static const char *ref_name(int i)
  * that name them. */
 static size_t fx_n_seqs(size_t idx)
 {
-    size_t n =
-        json_array_size(json_object_get(fx_model_json(idx), "sequences"));
+    size_t n = json_array_size(
+        json_object_get(fx_model_json(idx), "sequences"));
     return test_count(n, n > 0 ? 1 : 0);
 }
 
@@ -126,8 +125,8 @@ static void fx_seq_load(size_t model_idx, size_t seq_idx, size_t vocab,
              json_string_value(json_object_get(sj, "name")));
     s->n = json_array_size(toks);
     ck_assert_uint_gt(s->n, 0);
-    s->prompt_len =
-        (size_t)json_integer_value(json_object_get(sj, "prompt_len"));
+    s->prompt_len = (size_t)json_integer_value(
+        json_object_get(sj, "prompt_len"));
     s->greedy = json_is_true(json_object_get(sj, "greedy"));
     s->tokens = malloc(s->n * sizeof *s->tokens);
     s->logits = malloc(s->n * vocab * sizeof *s->logits);
@@ -152,8 +151,8 @@ static size_t fx_seq_find(size_t model_idx, const char *name)
 {
     json_t *seqs = json_object_get(fx_model_json(model_idx), "sequences");
     for (size_t i = 0; i < json_array_size(seqs); i++) {
-        const char *n =
-            json_string_value(json_object_get(json_array_get(seqs, i), "name"));
+        const char *n = json_string_value(
+            json_object_get(json_array_get(seqs, i), "name"));
         if (n != NULL && strcmp(n, name) == 0)
             return i;
     }
@@ -170,8 +169,8 @@ static void fx_seq_free(fx_seq *s)
 
 typedef struct harness {
     model m;
-    bool kv_half;               /* the case's KV cache holds halves */
-    kv_cache *kv;               /* made by the first slot_open */
+    bool kv_half; /* the case's KV cache holds halves */
+    kv_cache *kv; /* made by the first slot_open */
     threadpool *pool;
     forward_state *st;
     size_t vocab;
@@ -181,14 +180,13 @@ typedef struct harness {
 /* The rest of opening a harness whose model h->m is loaded: the KV cache
  * dtype of model `model_idx`, a pool and a forward state on `path`'s
  * instruction set (NULL: the default). */
-static void harness_start(harness *h, size_t model_idx,
-                          const kernel_path *path, size_t threads,
-                          size_t max_rows)
+static void harness_start(harness *h, size_t model_idx, const kernel_path *path,
+                          size_t threads, size_t max_rows)
 {
     const char *kv = json_string_value(
         json_object_get(fx_model_json(model_idx), "load_kv_dtype"));
-    ck_assert_msg(kv != NULL && (strcmp(kv, "float32") == 0
-                                 || strcmp(kv, "float16") == 0),
+    ck_assert_msg(kv != NULL && (strcmp(kv, "float32") == 0 ||
+                                 strcmp(kv, "float16") == 0),
                   "model %zu: bad load_kv_dtype", model_idx);
     h->kv_half = strcmp(kv, "float16") == 0;
     h->vocab = h->m.config.vocab_size;
@@ -196,9 +194,9 @@ static void harness_start(harness *h, size_t model_idx,
                                     fx_model_json(model_idx), "vocab_size")));
     ck_assert_msg(threadpool_create(&h->pool, threads, &h->err) == 0,
                   "threadpool_create: %s", h->err.message);
-    ck_assert_msg(forward_state_create(&h->st, &h->m, max_rows, threads,
-                                       &h->err) == 0,
-                  "forward_state_create: %s", h->err.message);
+    ck_assert_msg(
+        forward_state_create(&h->st, &h->m, max_rows, threads, &h->err) == 0,
+        "forward_state_create: %s", h->err.message);
     if (path != NULL)
         ck_assert_msg(forward_state_set_isa(h->st, path->isa, &h->err) == 0,
                       "forward_state_set_isa: %s", h->err.message);
@@ -214,21 +212,20 @@ static bool harness_open_path(harness *h, size_t model_idx,
 {
     char dir[4096];
     memset(h, 0, sizeof *h);
-    test_data_path(dir, sizeof dir,
-                   json_string_value(
-                       json_object_get(fx_model_json(model_idx), "dir")));
+    test_data_path(
+        dir, sizeof dir,
+        json_string_value(json_object_get(fx_model_json(model_idx), "dir")));
     model_dtype dtype;
     const char *load = json_string_value(
         json_object_get(fx_model_json(model_idx), "load_dtype"));
     ck_assert_msg(load != NULL && model_dtype_parse(load, &dtype) == 0,
                   "model %zu: bad load_dtype", model_idx);
-    const model_matmul mm = path != NULL ? path->matmul
-                                         : MODEL_MATMUL_PANELS;
+    const model_matmul mm = path != NULL ? path->matmul : MODEL_MATMUL_PANELS;
     if (mm == MODEL_MATMUL_BLAS && model_dtype_needs_panels(dtype)) {
         ck_assert_int_eq(model_load_for(&h->m, dir, dtype, mm, &h->err), -1);
-        ck_assert_msg(strstr(h->err.message, load) != NULL
-                      && strstr(h->err.message, "panels") != NULL, "%s",
-                      h->err.message);
+        ck_assert_msg(strstr(h->err.message, load) != NULL &&
+                          strstr(h->err.message, "panels") != NULL,
+                      "%s", h->err.message);
         printf("%s under blas: refused: %s\n", fx_model_name(model_idx),
                h->err.message);
         return false;
@@ -241,13 +238,14 @@ static bool harness_open_path(harness *h, size_t model_idx,
     const char *stored = json_string_value(
         json_object_get(fx_model_json(model_idx), "dtype"));
     model_dtype want = dtype != MODEL_DTYPE_AUTO ? dtype
-                       : strcmp(stored, "F16") == 0
-                             && mm == MODEL_MATMUL_PANELS
-                           ? MODEL_DTYPE_FLOAT16 : MODEL_DTYPE_FLOAT32;
+                       : strcmp(stored, "F16") == 0 && mm == MODEL_MATMUL_PANELS
+                           ? MODEL_DTYPE_FLOAT16
+                           : MODEL_DTYPE_FLOAT32;
     ck_assert_int_eq(h->m.dtype, want);
     ck_assert_int_eq(h->m.panel_dtype, want == MODEL_DTYPE_INT8 ? PANEL_Q8
                                        : want == MODEL_DTYPE_FLOAT16
-                                           ? PANEL_F16 : PANEL_F32);
+                                           ? PANEL_F16
+                                           : PANEL_F32);
     harness_start(h, model_idx, path, threads, max_rows);
     return true;
 }
@@ -288,22 +286,30 @@ static void slot_open(harness *h, test_slot *slot)
 {
     if (h->kv == NULL) {
         const model_config *mc = &h->m.config;
-        const kv_shape shape = { .n_layer = mc->n_layer, .n_head = mc->n_head,
-                                 .n_embd = mc->n_embd, .n_ctx = mc->n_ctx };
-        kv_cache_config kc = {
-            .n_blocks = 8 * kvcache_blocks_per_context(&shape),
-            .max_seqs = 8, .half = h->kv_half };
+        const kv_shape shape = { .n_layer = mc->n_layer,
+                                 .n_head = mc->n_head,
+                                 .n_embd = mc->n_embd,
+                                 .n_ctx = mc->n_ctx };
+        kv_cache_config kc = { .n_blocks = 8 *
+                                           kvcache_blocks_per_context(&shape),
+                               .max_seqs = 8,
+                               .half = h->kv_half };
         static const uint8_t fingerprint[SHA256_BYTES];
-        ck_assert_msg(kvcache_create(&h->kv, &shape, &kc, fingerprint,
-                                     &h->err) == 0,
-                      "kvcache_create: %s", h->err.message);
+        ck_assert_msg(
+            kvcache_create(&h->kv, &shape, &kc, fingerprint, &h->err) == 0,
+            "kvcache_create: %s", h->err.message);
     }
     static const int32_t first = 0;
     static const kv_identity nobody;
-    kv_begin b = { .who = &nobody, .prompt = &first, .n_prompt = 1,
-                   .max_total = h->m.config.n_ctx, .n_seq = 1, .reuse = false };
+    kv_begin b = { .who = &nobody,
+                   .prompt = &first,
+                   .n_prompt = 1,
+                   .max_total = h->m.config.n_ctx,
+                   .n_seq = 1,
+                   .reuse = false };
     size_t reused;
-    ck_assert_int_eq(kvcache_seq_begin(h->kv, &b, &slot->seq, &reused), KV_BEGUN);
+    ck_assert_int_eq(kvcache_seq_begin(h->kv, &b, &slot->seq, &reused),
+                     KV_BEGUN);
     slot->h = h;
 }
 
@@ -330,7 +336,8 @@ static forward_seq *to_forward(harness *h, const step_seq *seqs, size_t n,
         if (grow)
             kvcache_seq_grow(h->kv, t->seq, seqs[i].n_tokens);
         fs[i] = (forward_seq){ .blocks = kvcache_seq_blocks(h->kv, t->seq),
-                               .pos0 = slot_len(t), .tokens = seqs[i].tokens,
+                               .pos0 = slot_len(t),
+                               .tokens = seqs[i].tokens,
                                .n_tokens = seqs[i].n_tokens,
                                .n_logits = seqs[i].n_logits };
     }
@@ -377,7 +384,7 @@ static double max_abs_diff(const float *a, const float *b, size_t n)
     double m = 0.0;
     for (size_t i = 0; i < n; i++) {
         double d = fabs((double)a[i] - (double)b[i]);
-        if (!(d <= m))          /* also catches NaN */
+        if (!(d <= m)) /* also catches NaN */
             m = isnan(d) ? INFINITY : d;
     }
     return m;
@@ -399,8 +406,8 @@ static void report(const char *model_name, const char *seq, const char *what,
     snprintf(name, sizeof name, "%s/%s/%s", model_name, seq, what);
     printf("case %s: max |dlogit| = %.3g\n", name, diff);
     fflush(stdout);
-    ck_assert_msg(diff <= TOL, "case %s: max |dlogit| = %.3g > %g", name,
-                  diff, TOL);
+    ck_assert_msg(diff <= TOL, "case %s: max |dlogit| = %.3g > %g", name, diff,
+                  TOL);
 }
 
 /* ---- logits against the reference ---- */
@@ -416,7 +423,7 @@ START_TEST(test_prefill_last_token_logits_match_reference)
         fx_seq_load(ref_model(_i), q, h.vocab, &s);
         slot_open(&h, &slot);
         float *out = logits_alloc(&h, 1);
-        step_seq fs = {&slot, s.tokens, s.n, 1};
+        step_seq fs = { &slot, s.tokens, s.n, 1 };
         step_ok(&h, &fs, 1, out);
         ck_assert_uint_eq(slot_len(&slot), s.n);
         report(ref_name(_i), s.name, "prefill",
@@ -440,10 +447,9 @@ START_TEST(test_echo_logits_for_every_prompt_position)
         fx_seq_load(ref_model(_i), q, h.vocab, &s);
         slot_open(&h, &slot);
         float *out = logits_alloc(&h, s.n);
-        step_seq fs = {&slot, s.tokens, s.n, s.n};
+        step_seq fs = { &slot, s.tokens, s.n, s.n };
         step_ok(&h, &fs, 1, out);
-        report(ref_name(_i), s.name, "echo",
-               cmp_rows(&h, out, &s, 0, s.n));
+        report(ref_name(_i), s.name, "echo", cmp_rows(&h, out, &s, 0, s.n));
         free(out);
         slot_close(&slot);
         fx_seq_free(&s);
@@ -466,11 +472,11 @@ START_TEST(test_decode_token_by_token_equals_full_recompute)
         slot_open(&h, &slot);
         float *out = logits_alloc(&h, 1);
         size_t pre = s.n < 3 ? 1 : 3;
-        step_seq fs = {&slot, s.tokens, pre, 1};
+        step_seq fs = { &slot, s.tokens, pre, 1 };
         step_ok(&h, &fs, 1, out);
         double worst = cmp_rows(&h, out, &s, pre - 1, 1);
         for (size_t i = pre; i < s.n; i++) {
-            step_seq one = {&slot, s.tokens + i, 1, 1};
+            step_seq one = { &slot, s.tokens + i, 1, 1 };
             step_ok(&h, &one, 1, out);
             ck_assert_uint_eq(slot_len(&slot), i + 1);
             double d = cmp_rows(&h, out, &s, i, 1);
@@ -489,7 +495,7 @@ END_TEST
  * per chunk in turn. */
 START_TEST(test_prefill_in_uneven_chunks_matches_reference)
 {
-    static const size_t sizes[] = {1, 4, 2, 7, 3, 11, 5};
+    static const size_t sizes[] = { 1, 4, 2, 7, 3, 11, 5 };
     harness h;
     if (!harness_open_path(&h, ref_model(_i), ref_path(_i), 2, MAX_ROWS))
         return;
@@ -508,7 +514,7 @@ START_TEST(test_prefill_in_uneven_chunks_matches_reference)
             size_t want = c % 3 == 0 ? n : c % 3 == 1 ? 1 : 0;
             if (at + n == s.n && want == 0)
                 want = 1;
-            step_seq fs = {&slot, s.tokens + at, n, want};
+            step_seq fs = { &slot, s.tokens + at, n, want };
             step_ok(&h, &fs, 1, out);
             at += n;
             ck_assert_uint_eq(slot_len(&slot), at);
@@ -536,8 +542,10 @@ START_TEST(test_batch_mixes_prefill_chunk_and_decodes)
     test_slot a, b, c, d;
     if (!harness_open_path(&h, ref_model(_i), ref_path(_i), 2, MAX_ROWS))
         return;
-    fx_seq_load(ref_model(_i), fx_seq_find(ref_model(_i), "prompt"), h.vocab, &p);
-    fx_seq_load(ref_model(_i), fx_seq_find(ref_model(_i), "greedy"), h.vocab, &g);
+    fx_seq_load(ref_model(_i), fx_seq_find(ref_model(_i), "prompt"), h.vocab,
+                &p);
+    fx_seq_load(ref_model(_i), fx_seq_find(ref_model(_i), "greedy"), h.vocab,
+                &g);
     ck_assert_uint_ge(p.n, 16);
     ck_assert_uint_ge(g.n, 10);
     slot_open(&h, &a);
@@ -549,9 +557,9 @@ START_TEST(test_batch_mixes_prefill_chunk_and_decodes)
 
     /* step 1: three prefills of different lengths */
     step_seq s1[] = {
-        {&a, p.tokens, 4, 0},
-        {&b, g.tokens, 9, 2},
-        {&c, p.tokens, 13, 1},
+        { &a, p.tokens, 4, 0 },
+        { &b, g.tokens, 9, 2 },
+        { &c, p.tokens, 13, 1 },
     };
     step_ok(&h, s1, 3, out);
     x = cmp_rows(&h, out, &g, 7, 2);
@@ -562,10 +570,10 @@ START_TEST(test_batch_mixes_prefill_chunk_and_decodes)
     /* step 2: decode b (pos 9), chunk of a (pos 4..14), decode c (pos 13),
      * prefill d without logits */
     step_seq s2[] = {
-        {&b, g.tokens + 9, 1, 1},
-        {&a, p.tokens + 4, 11, 11},
-        {&c, p.tokens + 13, 1, 1},
-        {&d, g.tokens, 5, 0},
+        { &b, g.tokens + 9, 1, 1 },
+        { &a, p.tokens + 4, 11, 11 },
+        { &c, p.tokens + 13, 1, 1 },
+        { &d, g.tokens, 5, 0 },
     };
     step_ok(&h, s2, 4, out);
     x = cmp_rows(&h, out, &g, 9, 1);
@@ -581,8 +589,8 @@ START_TEST(test_batch_mixes_prefill_chunk_and_decodes)
 
     /* step 3: d and a continue */
     step_seq s3[] = {
-        {&d, g.tokens + 5, 1, 1},
-        {&a, p.tokens + 15, 1, 1},
+        { &d, g.tokens + 5, 1, 1 },
+        { &a, p.tokens + 15, 1, 1 },
     };
     step_ok(&h, s3, 2, out);
     x = cmp_rows(&h, out, &g, 5, 1);
@@ -612,22 +620,22 @@ START_TEST(test_greedy_generation_matches_reference_tokens)
     test_slot slot;
     if (!harness_open_path(&h, ref_model(_i), ref_path(_i), 2, MAX_ROWS))
         return;
-    fx_seq_load(ref_model(_i), fx_seq_find(ref_model(_i), "greedy"), h.vocab, &s);
+    fx_seq_load(ref_model(_i), fx_seq_find(ref_model(_i), "greedy"), h.vocab,
+                &s);
     ck_assert(s.greedy);
     slot_open(&h, &slot);
     float *out = logits_alloc(&h, 1);
-    step_seq fs = {&slot, s.tokens, s.prompt_len, 1};
+    step_seq fs = { &slot, s.tokens, s.prompt_len, 1 };
     step_ok(&h, &fs, 1, out);
     double worst = 0.0;
     for (size_t pos = s.prompt_len; pos < s.n; pos++) {
         double d = cmp_rows(&h, out, &s, pos - 1, 1);
         worst = d > worst ? d : worst;
         int32_t tok = (int32_t)argmax(out, h.vocab);
-        ck_assert_msg(tok == s.tokens[pos],
-                      "%s: generated token %zu is %d, reference %d",
-                      ref_name(_i), pos - s.prompt_len,
-                      (int)tok, (int)s.tokens[pos]);
-        step_seq one = {&slot, &tok, 1, 1};
+        ck_assert_msg(
+            tok == s.tokens[pos], "%s: generated token %zu is %d, reference %d",
+            ref_name(_i), pos - s.prompt_len, (int)tok, (int)s.tokens[pos]);
+        step_seq one = { &slot, &tok, 1, 1 };
         step_ok(&h, &one, 1, out);
     }
     worst = fmax(worst, cmp_rows(&h, out, &s, s.n - 1, 1));
@@ -657,37 +665,37 @@ START_TEST(test_fill_to_n_ctx_then_one_more_token_refused)
     float *out = logits_alloc(&h, n_ctx);
 
     /* n_ctx - 2 tokens, then asking 3 more is refused and changes nothing */
-    step_seq fs = {&slot, s.tokens, n_ctx - 2, 1};
+    step_seq fs = { &slot, s.tokens, n_ctx - 2, 1 };
     step_ok(&h, &fs, 1, out);
     double worst = cmp_rows(&h, out, &s, n_ctx - 3, 1);
-    step_seq over = {&slot, s.tokens + n_ctx - 2, 3, 1};
+    step_seq over = { &slot, s.tokens + n_ctx - 2, 3, 1 };
     step_refused(&h, &over, 1, out, "a step past n_ctx");
     ck_assert_uint_eq(slot_len(&slot), n_ctx - 2);
 
     /* a batch where only the second sequence overflows: nothing moves */
     step_seq mixed[] = {
-        {&other, s.tokens, 4, 1},
-        {&slot, s.tokens + n_ctx - 2, 3, 1},
+        { &other, s.tokens, 4, 1 },
+        { &slot, s.tokens + n_ctx - 2, 3, 1 },
     };
     step_refused(&h, mixed, 2, out, "a batch with one sequence past n_ctx");
     ck_assert_uint_eq(slot_len(&other), 0);
     ck_assert_uint_eq(slot_len(&slot), n_ctx - 2);
 
     /* exactly n_ctx works, and the cache was not disturbed */
-    step_seq last = {&slot, s.tokens + n_ctx - 2, 2, 2};
+    step_seq last = { &slot, s.tokens + n_ctx - 2, 2, 2 };
     step_ok(&h, &last, 1, out);
     ck_assert_uint_eq(slot_len(&slot), n_ctx);
     worst = fmax(worst, cmp_rows(&h, out, &s, n_ctx - 2, 2));
 
     /* one more token is refused */
-    step_seq extra = {&slot, s.tokens, 1, 1};
+    step_seq extra = { &slot, s.tokens, 1, 1 };
     step_refused(&h, &extra, 1, out, "token n_ctx + 1");
     ck_assert_uint_eq(slot_len(&slot), n_ctx);
 
     /* a full-context prompt in one step (echo) also works */
     slot_close(&other);
     slot_open(&h, &other);
-    step_seq whole = {&other, s.tokens, n_ctx, n_ctx};
+    step_seq whole = { &other, s.tokens, n_ctx, n_ctx };
     step_ok(&h, &whole, 1, out);
     worst = fmax(worst, cmp_rows(&h, out, &s, 0, n_ctx));
 
@@ -711,15 +719,15 @@ START_TEST(test_out_of_range_token_refused)
     slot_open(&h, &b);
     float *out = logits_alloc(&h, 4);
 
-    int32_t too_big[] = {5, (int32_t)h.vocab};
-    int32_t negative[] = {-1};
-    step_seq fs = {&a, too_big, 2, 1};
+    int32_t too_big[] = { 5, (int32_t)h.vocab };
+    int32_t negative[] = { -1 };
+    step_seq fs = { &a, too_big, 2, 1 };
     step_refused(&h, &fs, 1, out, "token id == vocab_size");
-    step_seq neg = {&a, negative, 1, 1};
+    step_seq neg = { &a, negative, 1, 1 };
     step_refused(&h, &neg, 1, out, "token id -1");
     step_seq batch[] = {
-        {&b, s.tokens, 3, 1},
-        {&a, too_big, 2, 1},
+        { &b, s.tokens, 3, 1 },
+        { &a, too_big, 2, 1 },
     };
     step_refused(&h, batch, 2, out, "a batch with one bad token id");
     ck_assert_uint_eq(slot_len(&a), 0);
@@ -727,8 +735,8 @@ START_TEST(test_out_of_range_token_refused)
 
     /* both slots still work from position 0 */
     step_seq good[] = {
-        {&a, s.tokens, 3, 1},
-        {&b, s.tokens, 4, 1},
+        { &a, s.tokens, 3, 1 },
+        { &b, s.tokens, 4, 1 },
     };
     step_ok(&h, good, 2, out);
     double worst = fmax(cmp_rows(&h, out, &s, 2, 1),
@@ -753,19 +761,19 @@ START_TEST(test_more_rows_than_max_rows_refused)
     slot_open(&h, &b);
     float *out = logits_alloc(&h, 8);
 
-    step_seq nine = {&a, s.tokens, 9, 1};
+    step_seq nine = { &a, s.tokens, 9, 1 };
     step_refused(&h, &nine, 1, out, "9 rows with max_rows 8");
     step_seq split[] = {
-        {&a, s.tokens, 5, 1},
-        {&b, s.tokens, 4, 1},
+        { &a, s.tokens, 5, 1 },
+        { &b, s.tokens, 4, 1 },
     };
     step_refused(&h, split, 2, out, "5 + 4 rows with max_rows 8");
     ck_assert_uint_eq(slot_len(&a), 0);
     ck_assert_uint_eq(slot_len(&b), 0);
 
     step_seq eight[] = {
-        {&a, s.tokens, 5, 5},
-        {&b, s.tokens, 3, 3},
+        { &a, s.tokens, 5, 5 },
+        { &b, s.tokens, 3, 3 },
     };
     step_ok(&h, eight, 2, out);
     double worst = fmax(cmp_rows(&h, out, &s, 0, 5),
@@ -801,9 +809,9 @@ START_TEST(test_forced_isa_picks_the_kernels)
         const cpu_isa beyond = (cpu_isa)(best + 1);
         h.err.message[0] = '\0';
         ck_assert_int_eq(cpu_isa_force(beyond, &h.err), -1);
-        ck_assert_msg(strstr(h.err.message, cpu_isa_name(beyond)) != NULL,
-                      "%s", h.err.message);
-        ck_assert_int_eq(cpu_isa_choose(), best);      /* unchanged */
+        ck_assert_msg(strstr(h.err.message, cpu_isa_name(beyond)) != NULL, "%s",
+                      h.err.message);
+        ck_assert_int_eq(cpu_isa_choose(), best); /* unchanged */
     }
     ck_assert_int_eq(cpu_isa_force(best, &h.err), 0);
     harness_close(&h);
@@ -818,30 +826,34 @@ START_TEST(test_matmul_auto_follows_the_kernels)
     char dir[4096];
     gpt2d_error err = { { 0 } };
     model m;
-    test_data_path(dir, sizeof dir, json_string_value(json_object_get(
-                                        fx_model_json(g_tiny), "dir")));
+    test_data_path(
+        dir, sizeof dir,
+        json_string_value(json_object_get(fx_model_json(g_tiny), "dir")));
     ck_assert_int_eq(cpu_isa_force(cpu_isa_supported(), &err), 0);
-    ck_assert_msg(model_load_for(&m, dir, MODEL_DTYPE_AUTO, MODEL_MATMUL_AUTO,
-                                 &err) == 0, "%s", err.message);
+    ck_assert_msg(
+        model_load_for(&m, dir, MODEL_DTYPE_AUTO, MODEL_MATMUL_AUTO, &err) == 0,
+        "%s", err.message);
     ck_assert_int_eq(m.matmul, cpu_isa_supported() >= CPU_ISA_AVX2
-                               ? MODEL_MATMUL_PANELS : MODEL_MATMUL_BLAS);
+                                   ? MODEL_MATMUL_PANELS
+                                   : MODEL_MATMUL_BLAS);
     model_free(&m);
     ck_assert_int_eq(cpu_isa_force(CPU_ISA_PORTABLE, &err), 0);
-    ck_assert_msg(model_load_for(&m, dir, MODEL_DTYPE_AUTO, MODEL_MATMUL_AUTO,
-                                 &err) == 0, "%s", err.message);
+    ck_assert_msg(
+        model_load_for(&m, dir, MODEL_DTYPE_AUTO, MODEL_MATMUL_AUTO, &err) == 0,
+        "%s", err.message);
     ck_assert_int_eq(m.matmul, MODEL_MATMUL_BLAS);
-    ck_assert_ptr_null(m.packed);                   /* no panels beside */
+    ck_assert_ptr_null(m.packed); /* no panels beside */
     ck_assert_ptr_nonnull(m.lm_head_w);
     model_free(&m);
     ck_assert_msg(model_load_for(&m, dir, MODEL_DTYPE_FLOAT16,
-                                 MODEL_MATMUL_AUTO, &err) == 0, "%s",
-                  err.message);
+                                 MODEL_MATMUL_AUTO, &err) == 0,
+                  "%s", err.message);
     ck_assert_int_eq(m.matmul, MODEL_MATMUL_PANELS);
     ck_assert_int_eq(m.panel_dtype, PANEL_F16);
     model_free(&m);
-    ck_assert_msg(model_load_for(&m, dir, MODEL_DTYPE_INT8,
-                                 MODEL_MATMUL_AUTO, &err) == 0, "%s",
-                  err.message);
+    ck_assert_msg(
+        model_load_for(&m, dir, MODEL_DTYPE_INT8, MODEL_MATMUL_AUTO, &err) == 0,
+        "%s", err.message);
     ck_assert_int_eq(m.matmul, MODEL_MATMUL_PANELS);
     ck_assert_int_eq(m.panel_dtype, PANEL_Q8);
     model_free(&m);
@@ -867,9 +879,8 @@ static size_t det_model(int i)
 /* Runs a fixed two-step schedule (an echo prefill of "prompt" batched with a
  * prefill of "greedy", then a decode of each) on `path` (NULL: the default)
  * and returns the packed logits (s.n + 1 + 2 rows). */
-static float *run_schedule(size_t mi, const kernel_path *path,
-                           size_t threads, const fx_seq *p, const fx_seq *g,
-                           double *ref_diff)
+static float *run_schedule(size_t mi, const kernel_path *path, size_t threads,
+                           const fx_seq *p, const fx_seq *g, double *ref_diff)
 {
     harness h;
     test_slot a, b;
@@ -879,20 +890,20 @@ static float *run_schedule(size_t mi, const kernel_path *path,
     size_t n = p->n - 1;
     float *out = logits_alloc(&h, n + 3);
     step_seq s1[] = {
-        {&a, p->tokens, n, n},
-        {&b, g->tokens, 6, 1},
+        { &a, p->tokens, n, n },
+        { &b, g->tokens, 6, 1 },
     };
     step_ok(&h, s1, 2, out);
     step_seq s2[] = {
-        {&b, g->tokens + 6, 1, 1},
-        {&a, p->tokens + n, 1, 1},
+        { &b, g->tokens + 6, 1, 1 },
+        { &a, p->tokens + n, 1, 1 },
     };
     step_ok(&h, s2, 2, out + (n + 1) * h.vocab);
-    *ref_diff = fmax(cmp_rows(&h, out, p, 0, n),
-                     fmax(cmp_rows(&h, out + n * h.vocab, g, 5, 1),
-                          fmax(cmp_rows(&h, out + (n + 1) * h.vocab, g, 6, 1),
-                               cmp_rows(&h, out + (n + 2) * h.vocab, p, n,
-                                        1))));
+    *ref_diff = fmax(
+        cmp_rows(&h, out, p, 0, n),
+        fmax(cmp_rows(&h, out + n * h.vocab, g, 5, 1),
+             fmax(cmp_rows(&h, out + (n + 1) * h.vocab, g, 6, 1),
+                  cmp_rows(&h, out + (n + 2) * h.vocab, p, n, 1))));
     slot_close(&a);
     slot_close(&b);
     harness_close(&h);
@@ -921,8 +932,10 @@ START_TEST(test_thread_pools_of_1_and_2_give_same_logits)
            identical ? "bit-identical" : "not bit-identical");
     report(fx_model_name(mi), "prompt+greedy", "threads",
            fmax(d1, fmax(d2, d3)));
-    ck_assert_msg(identical, "pool sizes change logits (max |diff| %.3g): "
-                  "the panel kernels promise the same bits", between);
+    ck_assert_msg(identical,
+                  "pool sizes change logits (max |diff| %.3g): "
+                  "the panel kernels promise the same bits",
+                  between);
     free(one);
     free(two);
     free(three);
@@ -940,8 +953,7 @@ static void check_alone_or_in_batch(size_t mi, const kernel_path *path)
     fx_seq p, g;
     test_slot a, b, c;
     ck_assert(harness_open_path(&h, mi, path, 2, MAX_ROWS));
-    const char *name = path != NULL ? ref_name_of(mi, path)
-                                    : fx_model_name(mi);
+    const char *name = path != NULL ? ref_name_of(mi, path) : fx_model_name(mi);
     fx_seq_load(mi, fx_seq_find(mi, "prompt"), h.vocab, &p);
     fx_seq_load(mi, fx_seq_find(mi, "greedy"), h.vocab, &g);
     size_t n = 10;
@@ -950,9 +962,9 @@ static void check_alone_or_in_batch(size_t mi, const kernel_path *path)
 
     /* alone: prefill 10 with echo, then one decode */
     slot_open(&h, &a);
-    step_seq s1 = {&a, p.tokens, n, n};
+    step_seq s1 = { &a, p.tokens, n, n };
     step_ok(&h, &s1, 1, alone);
-    step_seq s2 = {&a, p.tokens + n, 1, 1};
+    step_seq s2 = { &a, p.tokens + n, 1, 1 };
     step_ok(&h, &s2, 1, alone + n * h.vocab);
     slot_close(&a);
 
@@ -960,31 +972,29 @@ static void check_alone_or_in_batch(size_t mi, const kernel_path *path)
     slot_open(&h, &a);
     slot_open(&h, &b);
     slot_open(&h, &c);
-    step_seq pre[] = {{&c, g.tokens, 7, 0}};
+    step_seq pre[] = { { &c, g.tokens, 7, 0 } };
     step_ok(&h, pre, 1, batch);
     step_seq b1[] = {
-        {&b, g.tokens, 5, 1},
-        {&a, p.tokens, n, n},
-        {&c, g.tokens + 7, 1, 1},
+        { &b, g.tokens, 5, 1 },
+        { &a, p.tokens, n, n },
+        { &c, g.tokens + 7, 1, 1 },
     };
     step_ok(&h, b1, 3, batch);
     step_seq b2[] = {
-        {&c, g.tokens + 8, 1, 1},
-        {&b, g.tokens + 5, 1, 1},
-        {&a, p.tokens + n, 1, 1},
+        { &c, g.tokens + 8, 1, 1 },
+        { &b, g.tokens + 5, 1, 1 },
+        { &a, p.tokens + n, 1, 1 },
     };
     step_ok(&h, b2, 3, batch + (n + 2) * h.vocab);
 
     size_t cnt = n * h.vocab;
-    double d = fmax(max_abs_diff(alone, batch + h.vocab, cnt),
-                    max_abs_diff(alone + cnt, batch + (n + 4) * h.vocab,
-                                 h.vocab));
-    bool identical =
-        memcmp(alone, batch + h.vocab, cnt * sizeof(float)) == 0 &&
-        memcmp(alone + cnt, batch + (n + 4) * h.vocab,
-               h.vocab * sizeof(float)) == 0;
-    printf("case %s/batching: alone vs batched differ by %.3g (%s)\n",
-           name, d,
+    double d = fmax(
+        max_abs_diff(alone, batch + h.vocab, cnt),
+        max_abs_diff(alone + cnt, batch + (n + 4) * h.vocab, h.vocab));
+    bool identical = memcmp(alone, batch + h.vocab, cnt * sizeof(float)) == 0 &&
+                     memcmp(alone + cnt, batch + (n + 4) * h.vocab,
+                            h.vocab * sizeof(float)) == 0;
+    printf("case %s/batching: alone vs batched differ by %.3g (%s)\n", name, d,
            identical ? "bit-identical" : "not bit-identical");
     double ref = fmax(cmp_rows(&h, batch, &g, 4, 1),
                       cmp_rows(&h, batch + h.vocab, &p, 0, n));
@@ -993,8 +1003,10 @@ static void check_alone_or_in_batch(size_t mi, const kernel_path *path)
     ref = fmax(ref, cmp_rows(&h, batch + (n + 3) * h.vocab, &g, 5, 1));
     ref = fmax(ref, cmp_rows(&h, alone, &p, 0, n + 1));
     report(name, "prompt+greedy", "batching", ref);
-    ck_assert_msg(identical, "%s: batching changes logits (max |diff| "
-                  "%.3g): the panel kernels promise the same bits", name, d);
+    ck_assert_msg(identical,
+                  "%s: batching changes logits (max |diff| "
+                  "%.3g): the panel kernels promise the same bits",
+                  name, d);
 
     free(alone);
     free(batch);
@@ -1020,12 +1032,11 @@ END_TEST
  * all three must be the same bits (and match the reference). */
 static void check_chunking(size_t mi, const kernel_path *path)
 {
-    static const size_t uneven[] = {5, 3, 11, 1, 7, 2, 13};
+    static const size_t uneven[] = { 5, 3, 11, 1, 7, 2, 13 };
     harness h;
     fx_seq s, g, tmp;
     ck_assert(harness_open_path(&h, mi, path, 2, MAX_ROWS));
-    const char *name = path != NULL ? ref_name_of(mi, path)
-                                    : fx_model_name(mi);
+    const char *name = path != NULL ? ref_name_of(mi, path) : fx_model_name(mi);
     fx_seq_load(mi, 0, h.vocab, &s);
     for (size_t q = 1; q < fx_n_seqs(mi); q++) {
         fx_seq_load(mi, q, h.vocab, &tmp);
@@ -1044,17 +1055,19 @@ static void check_chunking(size_t mi, const kernel_path *path)
         got[k] = logits_alloc(&h, s.n);
         slot_open(&h, &slot);
         slot_open(&h, &side);
-        step_seq pre = {&side, g.tokens, 3, 0};
+        step_seq pre = { &side, g.tokens, 3, 0 };
         step_ok(&h, &pre, 1, out);
         size_t at = 0;
         for (size_t c = 0; at < s.n; c++) {
-            size_t n = k == 0 ? s.n : k == 1 ? 1
-                     : uneven[c % (sizeof uneven / sizeof uneven[0])];
+            size_t n = k == 0 ? s.n
+                       : k == 1
+                           ? 1
+                           : uneven[c % (sizeof uneven / sizeof uneven[0])];
             n = n < s.n - at ? n : s.n - at;
             /* schedule 2 shares each step with the side sequence's decode */
             bool shared = k == 2 && slot_len(&side) < g.n;
-            step_seq fs[] = {{&side, g.tokens + slot_len(&side), 1, 1},
-                                {&slot, s.tokens + at, n, n}};
+            step_seq fs[] = { { &side, g.tokens + slot_len(&side), 1, 1 },
+                              { &slot, s.tokens + at, n, n } };
             step_ok(&h, shared ? fs : fs + 1, shared ? 2 : 1, out);
             memcpy(got[k] + at * h.vocab, out + (shared ? h.vocab : 0),
                    n * h.vocab * sizeof(float));
@@ -1067,12 +1080,11 @@ static void check_chunking(size_t mi, const kernel_path *path)
     size_t cnt = s.n * h.vocab;
     double d = fmax(max_abs_diff(got[0], got[1], cnt),
                     max_abs_diff(got[0], got[2], cnt));
-    printf("case %s/%s/chunking: whole, ones, uneven differ by %.3g\n",
-           name, s.name, d);
+    printf("case %s/%s/chunking: whole, ones, uneven differ by %.3g\n", name,
+           s.name, d);
     for (size_t pos = 0; pos < s.n; pos++)
         for (int k = 1; k < 3; k++)
-            ck_assert_msg(memcmp(got[0] + pos * h.vocab,
-                                 got[k] + pos * h.vocab,
+            ck_assert_msg(memcmp(got[0] + pos * h.vocab, got[k] + pos * h.vocab,
                                  h.vocab * sizeof(float)) == 0,
                           "%s/%s: position %zu differs between the whole "
                           "prompt and schedule %d (max |diff| %.3g)",
@@ -1104,10 +1116,10 @@ static void echo_then_decode(harness *h, const fx_seq *s, float *out)
     ck_assert_uint_gt(s->n, 4);
     slot_open(h, &slot);
     const size_t pre = s->n - 4;
-    step_seq fs = {&slot, s->tokens, pre, pre};
+    step_seq fs = { &slot, s->tokens, pre, pre };
     step_ok(h, &fs, 1, out);
     for (size_t i = pre; i < s->n; i++) {
-        step_seq one = {&slot, s->tokens + i, 1, 1};
+        step_seq one = { &slot, s->tokens + i, 1, 1 };
         step_ok(h, &one, 1, out + i * h->vocab);
     }
     slot_close(&slot);
@@ -1128,8 +1140,9 @@ START_TEST(test_int8_gives_the_bits_of_its_dequantized_floats)
     ck_assert(path->matmul == MODEL_MATMUL_PANELS);
     ck_assert(harness_open_path(&q, mi, path, 2, MAX_ROWS));
     memset(&f, 0, sizeof f);
-    test_data_path(dir, sizeof dir, json_string_value(json_object_get(
-                                        fx_model_json(mi), "dequantized")));
+    test_data_path(
+        dir, sizeof dir,
+        json_string_value(json_object_get(fx_model_json(mi), "dequantized")));
     ck_assert_msg(model_load_for(&f.m, dir, MODEL_DTYPE_FLOAT32,
                                  MODEL_MATMUL_PANELS, &f.err) == 0,
                   "model_load %s: %s", dir, f.err.message);
@@ -1142,11 +1155,12 @@ START_TEST(test_int8_gives_the_bits_of_its_dequantized_floats)
     const size_t cnt = s.n * q.vocab;
     const double d = max_abs_diff(got, want, cnt);
     printf("case %s/%s: int8 vs float32 of the dequantized weights differ "
-           "by %.3g\n", fx_model_name(mi), path->name, d);
+           "by %.3g\n",
+           fx_model_name(mi), path->name, d);
     ck_assert_msg(memcmp(got, want, cnt * sizeof(float)) == 0,
                   "%s/%s: int8 logits are not the bits of the dequantized "
-                  "float32 model (max |diff| %.3g)", fx_model_name(mi),
-                  path->name, d);
+                  "float32 model (max |diff| %.3g)",
+                  fx_model_name(mi), path->name, d);
     report(ref_name_of(mi, path), s.name, "dequantized",
            cmp_rows(&q, got, &s, 0, s.n));
     free(got);
@@ -1232,8 +1246,7 @@ START_TEST(test_avx2_and_avx512_give_the_same_bits)
     size_t count = 0;
     for (size_t i = 0; i < g_n_paths; i++) {
         const kernel_path *path = &g_paths[i];
-        if (path->matmul == MODEL_MATMUL_PANELS
-            && path->isa >= CPU_ISA_AVX2)
+        if (path->matmul == MODEL_MATMUL_PANELS && path->isa >= CPU_ISA_AVX2)
             got[path->isa] = vector_path_logits(
                 mi, path, &p, &g, ci != SIZE_MAX ? &ctx : NULL, &count);
     }
@@ -1244,7 +1257,8 @@ START_TEST(test_avx2_and_avx512_give_the_same_bits)
     ck_assert_msg(memcmp(got[CPU_ISA_AVX2], got[CPU_ISA_AVX512],
                          count * sizeof(float)) == 0,
                   "%s: avx2 and avx512 logits differ (max |diff| %.3g): "
-                  "their tiles promise the same bits", fx_model_name(mi), d);
+                  "their tiles promise the same bits",
+                  fx_model_name(mi), d);
     free(got[CPU_ISA_AVX2]);
     free(got[CPU_ISA_AVX512]);
     fx_seq_free(&p);
@@ -1264,7 +1278,9 @@ START_TEST(test_blas_gives_the_same_bits_under_every_instruction_set)
     const size_t mi = ref_model(_i);
     model_dtype dtype;
     ck_assert_int_eq(model_dtype_parse(json_string_value(json_object_get(
-                         fx_model_json(mi), "load_dtype")), &dtype), 0);
+                                           fx_model_json(mi), "load_dtype")),
+                                       &dtype),
+                     0);
     if (model_dtype_needs_panels(dtype)) {
         printf("case %s: blas cannot hold it\n", fx_model_name(mi));
         return;
@@ -1280,8 +1296,7 @@ START_TEST(test_blas_gives_the_same_bits_under_every_instruction_set)
     float *got[CPU_ISA_COUNT] = { NULL };
     size_t count = 0;
     for (int isa = 0; isa <= (int)cpu_isa_supported(); isa++) {
-        kernel_path path = { .matmul = MODEL_MATMUL_BLAS,
-                             .isa = (cpu_isa)isa };
+        kernel_path path = { .matmul = MODEL_MATMUL_BLAS, .isa = (cpu_isa)isa };
         snprintf(path.name, sizeof path.name, "blas-%s",
                  cpu_isa_name(path.isa));
         got[isa] = vector_path_logits(mi, &path, &p, &g,
@@ -1292,8 +1307,8 @@ START_TEST(test_blas_gives_the_same_bits_under_every_instruction_set)
         ck_assert_msg(memcmp(got[0], got[isa], count * sizeof(float)) == 0,
                       "%s: blas logits under %s and portable differ (max "
                       "|diff| %.3g): attention, LayerNorm and the epilogues "
-                      "promise the same bits", fx_model_name(mi),
-                      cpu_isa_name((cpu_isa)isa), d);
+                      "promise the same bits",
+                      fx_model_name(mi), cpu_isa_name((cpu_isa)isa), d);
     }
     for (int isa = 0; isa <= (int)cpu_isa_supported(); isa++)
         free(got[isa]);
@@ -1318,8 +1333,8 @@ START_TEST(test_arithmetic_names_split_where_the_bits_do)
                              .isa = CPU_ISA_PORTABLE };
         ck_assert(harness_open_path(&h, g_tiny, &path, 1, MAX_ROWS));
         for (int isa = 0; isa <= (int)cpu_isa_supported(); isa++) {
-            ck_assert_int_eq(forward_state_set_isa(h.st, (cpu_isa)isa,
-                                                   &h.err), 0);
+            ck_assert_int_eq(forward_state_set_isa(h.st, (cpu_isa)isa, &h.err),
+                             0);
             forward_state_arithmetic(h.st, name[b][isa], sizeof name[b][isa]);
             printf("%s under %s: %s\n", b ? "blas" : "panels",
                    cpu_isa_name((cpu_isa)isa), name[b][isa]);
@@ -1369,8 +1384,8 @@ static int load_cases(void)
             fprintf(stderr, "test_forward: model %zu lacks a sequence\n", i);
             return -1;
         }
-        if (test_quick() && !json_is_true(json_object_get(fx_model_json(i),
-                                                          "quick")))
+        if (test_quick() &&
+            !json_is_true(json_object_get(fx_model_json(i), "quick")))
             continue;
         g_run_models[g_n_run_models++] = i;
         if (fx_seq_find(i, "context") != SIZE_MAX)
@@ -1383,15 +1398,20 @@ static int load_cases(void)
         return -1;
     }
     if (g_n_int8_models == 0) {
-        fprintf(stderr, "test_forward: %s: no int8 variant to run (do the "
-                "fixtures predate int8?)\n", path);
+        fprintf(stderr,
+                "test_forward: %s: no int8 variant to run (do the "
+                "fixtures predate int8?)\n",
+                path);
         return -1;
     }
     /* the quick set must hold tiny, or the fixtures predate "quick" */
-    if (g_n_run_models == 0 || (test_quick() && !json_is_true(
-            json_object_get(fx_model_json(g_tiny), "quick")))) {
-        fprintf(stderr, "test_forward: %s: no model to run (is tiny "
-                "\"quick\"?)\n", path);
+    if (g_n_run_models == 0 ||
+        (test_quick() &&
+         !json_is_true(json_object_get(fx_model_json(g_tiny), "quick")))) {
+        fprintf(stderr,
+                "test_forward: %s: no model to run (is tiny "
+                "\"quick\"?)\n",
+                path);
         return -1;
     }
     return 0;
@@ -1408,23 +1428,22 @@ static Suite *forward_suite(void)
     int nm_rest = test_quick() ? (int)g_n_run_models : nm;
 
     TCase *ref = tcase_create("reference");
-    tcase_add_loop_test(ref, test_prefill_last_token_logits_match_reference,
-                        0, nm);
-    tcase_add_loop_test(ref, test_echo_logits_for_every_prompt_position, 0,
+    tcase_add_loop_test(ref, test_prefill_last_token_logits_match_reference, 0,
                         nm);
+    tcase_add_loop_test(ref, test_echo_logits_for_every_prompt_position, 0, nm);
     tcase_add_loop_test(ref, test_decode_token_by_token_equals_full_recompute,
                         0, nm_rest);
-    tcase_add_loop_test(ref, test_prefill_in_uneven_chunks_matches_reference,
-                        0, nm_rest);
+    tcase_add_loop_test(ref, test_prefill_in_uneven_chunks_matches_reference, 0,
+                        nm_rest);
     tcase_add_loop_test(ref, test_batch_mixes_prefill_chunk_and_decodes, 0,
                         nm_rest);
-    tcase_add_loop_test(ref, test_greedy_generation_matches_reference_tokens,
-                        0, nm_rest);
+    tcase_add_loop_test(ref, test_greedy_generation_matches_reference_tokens, 0,
+                        nm_rest);
     suite_add_tcase(s, ref);
 
     TCase *lim = tcase_create("limits");
-    tcase_add_loop_test(lim, test_fill_to_n_ctx_then_one_more_token_refused,
-                        0, (int)g_n_ctx_models);
+    tcase_add_loop_test(lim, test_fill_to_n_ctx_then_one_more_token_refused, 0,
+                        (int)g_n_ctx_models);
     tcase_add_test(lim, test_out_of_range_token_refused);
     tcase_add_test(lim, test_more_rows_than_max_rows_refused);
     tcase_add_test(lim, test_forced_isa_picks_the_kernels);
@@ -1437,26 +1456,25 @@ static Suite *forward_suite(void)
                         nd);
     tcase_add_loop_test(det, test_sequence_alone_or_in_batch_gives_same_logits,
                         0, nd);
-    tcase_add_loop_test(det, test_logits_independent_of_prompt_chunking, 0,
-                        nd);
+    tcase_add_loop_test(det, test_logits_independent_of_prompt_chunking, 0, nd);
     suite_add_tcase(s, det);
 
     /* every model under every panel path (blas is the last path), and
      * AVX-512 against AVX2 where the CPU has both */
     TCase *paths = tcase_create("paths");
     tcase_add_loop_test(
-        paths, test_alone_batched_or_chunked_gives_same_bits_on_every_path,
-        0, paths_n_cases());
+        paths, test_alone_batched_or_chunked_gives_same_bits_on_every_path, 0,
+        paths_n_cases());
     if (cpu_isa_supported() == CPU_ISA_AVX512)
-        tcase_add_loop_test(paths, test_avx2_and_avx512_give_the_same_bits,
-                            0, (int)g_n_run_models);
-    else    /* say so: a runner without AVX-512 (or valgrind) skips it */
+        tcase_add_loop_test(paths, test_avx2_and_avx512_give_the_same_bits, 0,
+                            (int)g_n_run_models);
+    else /* say so: a runner without AVX-512 (or valgrind) skips it */
         fprintf(stderr, "test_forward: AVX2 against AVX-512: not run (the "
-                "CPU has no AVX-512F)\n");
+                        "CPU has no AVX-512F)\n");
     /* what the KV cache's identity assumes of the other kernels */
-    tcase_add_loop_test(paths,
-                        test_blas_gives_the_same_bits_under_every_instruction_set,
-                        0, (int)g_n_run_models);
+    tcase_add_loop_test(
+        paths, test_blas_gives_the_same_bits_under_every_instruction_set, 0,
+        (int)g_n_run_models);
     tcase_add_test(paths, test_arithmetic_names_split_where_the_bits_do);
     suite_add_tcase(s, paths);
 
@@ -1471,8 +1489,8 @@ static Suite *forward_suite(void)
 int main(void)
 {
     char path[4096];
-    FILE *probe = fopen(test_data_path(path, sizeof path,
-                                       "fixtures/cases.json"), "r");
+    FILE *probe = fopen(
+        test_data_path(path, sizeof path, "fixtures/cases.json"), "r");
     if (probe == NULL) {
         /* make-fixtures.sh failed and said why; this suite cannot run */
         fprintf(stderr, "test_forward: FAIL: %s missing\n", path);
@@ -1483,8 +1501,7 @@ int main(void)
         kernel_path *k = &g_paths[g_n_paths++];
         k->matmul = MODEL_MATMUL_PANELS;
         k->isa = (cpu_isa)isa;
-        snprintf(k->name, sizeof k->name, "panels-%s",
-                 cpu_isa_name(k->isa));
+        snprintf(k->name, sizeof k->name, "panels-%s", cpu_isa_name(k->isa));
     }
     g_paths[g_n_paths++] = (kernel_path){ .name = "blas",
                                           .matmul = MODEL_MATMUL_BLAS,

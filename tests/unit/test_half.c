@@ -46,10 +46,11 @@ END_TEST
 
 START_TEST(test_narrowing_rounds_to_nearest_even)
 {
-    const float ulp1 = ldexpf(1.0f, -10);       /* a half's ulp at 1 */
+    const float ulp1 = ldexpf(1.0f, -10); /* a half's ulp at 1 */
     ck_assert_uint_eq(half_from_float(1.0f), 0x3c00);
-    ck_assert_uint_eq(half_from_float(1.0f + ulp1 / 2), 0x3c00);      /* tie: even */
-    ck_assert_uint_eq(half_from_float(1.0f + 3 * ulp1 / 2), 0x3c02);  /* tie: even */
+    ck_assert_uint_eq(half_from_float(1.0f + ulp1 / 2), 0x3c00); /* tie: even */
+    ck_assert_uint_eq(half_from_float(1.0f + 3 * ulp1 / 2),
+                      0x3c02); /* tie: even */
     ck_assert_uint_eq(half_from_float(1.0f + ulp1 * 0.5001f), 0x3c01);
     ck_assert_uint_eq(half_from_float(1.0f + ulp1 * 0.4999f), 0x3c00);
     ck_assert_uint_eq(half_from_float(-1.0f - ulp1 * 0.75f), 0xbc01);
@@ -64,17 +65,17 @@ START_TEST(test_narrowing_overflows_and_underflows)
 {
     ck_assert_uint_eq(half_from_float(65504.0f), 0x7bff);
     ck_assert_uint_eq(half_from_float(65519.0f), 0x7bff);
-    ck_assert_uint_eq(half_from_float(65520.0f), 0x7c00);  /* tie to even: inf */
+    ck_assert_uint_eq(half_from_float(65520.0f), 0x7c00); /* tie to even: inf */
     ck_assert_uint_eq(half_from_float(-1e10f), 0xfc00);
     ck_assert_uint_eq(half_from_float(INFINITY), 0x7c00);
     ck_assert_uint_eq(half_from_float(nanf("")) & 0x7e00, 0x7e00);
     /* subnormals, and the edge below the least of them */
     const float tiny = ldexpf(1.0f, -24);
     ck_assert_uint_eq(half_from_float(tiny), 0x0001);
-    ck_assert_uint_eq(half_from_float(tiny / 2), 0x0000);         /* tie: even */
+    ck_assert_uint_eq(half_from_float(tiny / 2), 0x0000); /* tie: even */
     ck_assert_uint_eq(half_from_float(tiny * 0.5001f), 0x0001);
-    ck_assert_uint_eq(half_from_float(tiny * 1.5f), 0x0002);      /* tie: even */
-    ck_assert_uint_eq(half_from_float(tiny * 2.5f), 0x0002);      /* tie: even */
+    ck_assert_uint_eq(half_from_float(tiny * 1.5f), 0x0002); /* tie: even */
+    ck_assert_uint_eq(half_from_float(tiny * 2.5f), 0x0002); /* tie: even */
     ck_assert_uint_eq(half_from_float(-tiny * 3), 0x8003);
     /* the largest subnormal rounds up into the least normal */
     ck_assert_uint_eq(half_from_float(ldexpf(1.0f, -14) - tiny / 4), 0x0400);
@@ -108,7 +109,7 @@ static size_t test_patterns(uint32_t *out, size_t cap)
     for (uint32_t h = 0; h < 0x7c00 && n + 8 <= cap; h += 7) {
         uint32_t b = bits_of(half_to_float((uint16_t)h));
         for (uint32_t d = 0; d < 4; d++) {
-            out[n++] = b + 0xfff + d;           /* around the midpoint */
+            out[n++] = b + 0xfff + d; /* around the midpoint */
             out[n++] = (b | 0x80000000u) + 0x1000 - d;
         }
     }
@@ -135,8 +136,10 @@ START_TEST(test_f16c_and_portable_code_agree)
     half_from_floats(h, f, n);
     half_from_floats_portable(h_p, f, n);
     for (size_t i = 0; i < n; i++)
-        ck_assert_msg(h[i] == h_p[i], "float 0x%08x: F16C 0x%04x, portable "
-                      "0x%04x", pat[i], h[i], h_p[i]);
+        ck_assert_msg(h[i] == h_p[i],
+                      "float 0x%08x: F16C 0x%04x, portable "
+                      "0x%04x",
+                      pat[i], h[i], h_p[i]);
     half_to_floats(back, h, n);
     half_to_floats_portable(back_p, h, n);
     ck_assert(memcmp(back, back_p, n * sizeof *back) == 0);

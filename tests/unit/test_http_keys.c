@@ -17,7 +17,7 @@
 #include "core/metrics.h"
 #include "test_util.h"
 
-static char path[300];         /* the keys file, in the scratch directory */
+static char path[300]; /* the keys file, in the scratch directory */
 
 static void write_keys(const char *text)
 {
@@ -85,16 +85,18 @@ START_TEST(test_one_key_a_line_still_loads)
     ck_assert_mem_eq(who.account, expect.account, SHA256_BYTES);
     assert_limits(&who, 0, 0, 0, 0);
     authorize(k, "Bearer sk-two");
-    ck_assert_int_eq(http_keys_authorize(k, "Bearer sk-three", &who), HTTP_KEYS_REFUSED);
+    ck_assert_int_eq(http_keys_authorize(k, "Bearer sk-three", &who),
+                     HTTP_KEYS_REFUSED);
     http_keys_free(k);
 }
 END_TEST
 
 START_TEST(test_attributes_set_a_keys_name_and_limits)
 {
-    write_keys("sk-a name=alice max-seqs=2 max-queued=8 tokens-per-minute=200000\n"
-               "sk-b\ttokens-per-minute=0   name=bob\n"
-               "sk-c max-queued=3\n");
+    write_keys(
+        "sk-a name=alice max-seqs=2 max-queued=8 tokens-per-minute=200000\n"
+        "sk-b\ttokens-per-minute=0   name=bob\n"
+        "sk-c max-queued=3\n");
     settings cfg = config(500);
     http_keys *k = load(&cfg);
     api_caller a = authorize(k, "Bearer sk-a"), b = authorize(k, "Bearer sk-b"),
@@ -114,14 +116,16 @@ END_TEST
  * a first word that merely contains '=' is a key. */
 START_TEST(test_a_byte_order_mark_is_not_part_of_the_first_key)
 {
-    write_keys("\xEF\xBB\xBFsk-bom name=bommed\nsk-name=x tokens-per-minute=9\n");
+    write_keys(
+        "\xEF\xBB\xBFsk-bom name=bommed\nsk-name=x tokens-per-minute=9\n");
     settings cfg = config(0);
     http_keys *k = load(&cfg);
     api_caller who = authorize(k, "Bearer sk-bom"), expect;
     api_caller_of_key(&expect, "sk-bom", 6);
     ck_assert_mem_eq(who.account, expect.account, SHA256_BYTES);
     ck_assert_uint_eq(who.metrics_key, metrics_key_id("bommed"));
-    ck_assert_uint_eq(authorize(k, "Bearer sk-name=x").limits.tokens_per_minute, 9);
+    ck_assert_uint_eq(authorize(k, "Bearer sk-name=x").limits.tokens_per_minute,
+                      9);
     http_keys_free(k);
 }
 END_TEST
@@ -143,8 +147,8 @@ static const struct {
     /* "-" labels every key without a name in /metrics */
     { "sk-secret-1 name=-\n", 1, "name '-' is not" },
     { "sk-secret-1 name="
-      "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\n", 1,
-      "is not 1 to 64" },
+      "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\n",
+      1, "is not 1 to 64" },
     { "sk-secret-1 name=alice\n# c\nsk-secret-2 name=alice\n", 3,
       "name 'alice' is already the name of line 1" },
     { "sk-secret-1\nsk-secret-1 name=x\n", 2, "the same key as line 1" },
@@ -152,13 +156,15 @@ static const struct {
     { "sk-secret with-space\n", 1, "a word after the key is not an attribute" },
     { "sk-secret-1 name=a\0b\n", 1, "NUL byte" },
     /* a key left out: the line's first word is an attribute */
-    { "name=alice max-seqs=2\n", 1, "the line begins with an attribute, not a key" },
+    { "name=alice max-seqs=2\n", 1,
+      "the line begins with an attribute, not a key" },
     { "sk-secret-1\n  tokens-per-minute=5 sk-secret-2\n", 2,
       "the line begins with an attribute, not a key" },
     { "max-queued=3\n", 1, "the line begins with an attribute" },
     /* whitespace a key never holds and that does not separate words */
     { "sk-secret-1\vname=a\n", 1, "whitespace other than spaces and tabs" },
-    { "sk-secret-1\n sk-secret-2\fname=b\n", 2, "whitespace other than spaces" },
+    { "sk-secret-1\n sk-secret-2\fname=b\n", 2,
+      "whitespace other than spaces" },
     { "sk-secret-1\xC2\xA0name=a\n", 1, "whitespace other than spaces" },
     { "sk-secret-1\rsk-secret-2\n", 1, "whitespace other than spaces" },
 };
@@ -181,8 +187,10 @@ START_TEST(test_each_bad_line_is_refused_with_its_file_and_line)
     ck_assert_ptr_null(k);
     char where[340];
     snprintf(where, sizeof where, "%s:%zu: ", path, bad_files[_i].line);
-    ck_assert_msg(strncmp(err.message, where, strlen(where)) == 0, "%s", err.message);
-    ck_assert_msg(strstr(err.message, bad_files[_i].words) != NULL, "%s", err.message);
+    ck_assert_msg(strncmp(err.message, where, strlen(where)) == 0, "%s",
+                  err.message);
+    ck_assert_msg(strstr(err.message, bad_files[_i].words) != NULL, "%s",
+                  err.message);
     ck_assert_msg(strstr(err.message, "sk-secret") == NULL, "%s", err.message);
     ck_assert_msg(strstr(err.message, "with-space") == NULL, "%s", err.message);
 }
@@ -297,9 +305,10 @@ START_TEST(test_only_the_exact_key_matches)
         api_caller_of_key(&expect, keys[i], strlen(keys[i]));
         ck_assert_mem_eq(who.account, expect.account, SHA256_BYTES);
     }
-    const char *wrong[] = { "Bearer alph", "Bearer alphaa", "Bearer alpha ",
-                            "Bearer ", "alpha", "Basic alpha", "Bearer ALPHA",
-                            NULL };
+    const char *wrong[] = { "Bearer alph",   "Bearer alphaa",
+                            "Bearer alpha ", "Bearer ",
+                            "alpha",         "Basic alpha",
+                            "Bearer ALPHA",  NULL };
     for (size_t i = 0; i < sizeof wrong / sizeof wrong[0]; i++)
         ck_assert_int_eq(http_keys_authorize(k, wrong[i], &who),
                          HTTP_KEYS_REFUSED);
@@ -345,7 +354,8 @@ START_TEST(test_a_hundred_thousand_keys_each_found_with_its_limits)
     gpt2d_error err = { { 0 } };
     ck_assert_int_eq(http_keys_load(&bad, &cfg, &err), -1);
     ck_assert_ptr_null(bad);
-    ck_assert_msg(strstr(err.message, ":100001: the same key as line 8") != NULL,
+    ck_assert_msg(strstr(err.message, ":100001: the same key as line 8") !=
+                      NULL,
                   "%s", err.message);
 }
 END_TEST
@@ -358,12 +368,15 @@ static Suite *http_keys_suite(void)
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, test_one_key_a_line_still_loads);
     tcase_add_test(tc, test_attributes_set_a_keys_name_and_limits);
-    tcase_add_loop_test(tc, test_each_bad_line_is_refused_with_its_file_and_line, 0,
+    tcase_add_loop_test(tc,
+                        test_each_bad_line_is_refused_with_its_file_and_line, 0,
                         (int)(sizeof bad_files / sizeof bad_files[0]));
     tcase_add_test(tc, test_a_byte_order_mark_is_not_part_of_the_first_key);
-    tcase_add_test(tc, test_reload_keeps_each_keys_account_and_applies_new_limits);
+    tcase_add_test(tc,
+                   test_reload_keeps_each_keys_account_and_applies_new_limits);
     tcase_add_test(tc, test_a_read_error_refuses_the_key_file);
-    tcase_add_test(tc, test_environment_key_gets_the_defaults_unless_the_file_lists_it);
+    tcase_add_test(
+        tc, test_environment_key_gets_the_defaults_unless_the_file_lists_it);
     tcase_add_test(tc, test_without_keys_every_caller_gets_the_defaults);
     tcase_add_test(tc, test_only_the_exact_key_matches);
     tcase_add_test(tc, test_a_hundred_thousand_keys_each_found_with_its_limits);

@@ -30,8 +30,8 @@
 #include "text/tokenizer.h"
 #include "test_util.h"
 
-#define ATT_TOL 1e-4        /* |probability difference|, float32 vs float64 */
-#define PROB_RTOL 2e-3      /* lens probabilities: logits within 1e-3 */
+#define ATT_TOL 1e-4   /* |probability difference|, float32 vs float64 */
+#define PROB_RTOL 2e-3 /* lens probabilities: logits within 1e-3 */
 #define NORM_RTOL 1e-4
 #define MAX_MODELS 32
 #define WAIT_MS ((int)test_deadline(60000))
@@ -45,7 +45,7 @@ static tokenizer *g_tok;
 typedef struct kernel_path {
     char name[32];
     model_matmul matmul;
-    const char *isa;            /* cpu_isa_name of the forced ISA */
+    const char *isa; /* cpu_isa_name of the forced ISA */
 } kernel_path;
 static kernel_path g_paths[CPU_ISA_COUNT + 1];
 static size_t g_n_paths;
@@ -92,10 +92,14 @@ static bool bench_open_paced(bench *b, size_t idx, const kernel_path *path,
         ck_assert_int_eq(cpu_isa_parse(path->isa, &isa), 0);
         ck_assert_msg(cpu_isa_force(isa, &err) == 0, "%s", err.message);
     }
-    engine_config cfg = {
-        .n_threads = 2, .n_slots = 2, .max_queue = 8, .max_batch_rows = rows,
-        .kv_half = strcmp(case_str(idx, "load_kv_dtype"), "float16") == 0,
-        .min_step_usec = min_step_usec, .step_cost_limit = step_cost };
+    engine_config cfg = { .n_threads = 2,
+                          .n_slots = 2,
+                          .max_queue = 8,
+                          .max_batch_rows = rows,
+                          .kv_half = strcmp(case_str(idx, "load_kv_dtype"),
+                                            "float16") == 0,
+                          .min_step_usec = min_step_usec,
+                          .step_cost_limit = step_cost };
     ck_assert_msg(engine_create(&b->e, &b->m, g_tok, &cfg, &err) == 0, "%s",
                   err.message);
     ck_assert_int_eq(cpu_isa_force(cpu_isa_supported(), &err), 0);
@@ -187,7 +191,7 @@ static size_t *all_layers_reversed(size_t n_layer)
 
 typedef struct worst {
     double att, norm, prob;
-    size_t swaps;               /* lens guesses that traded places with a near-tie */
+    size_t swaps; /* lens guesses that traded places with a near-tie */
 } worst;
 
 static json_t *load_reference(size_t idx)
@@ -229,17 +233,22 @@ static void check_guesses(const inspect_guess *g, size_t k, json_t *ref_list,
     for (size_t j = 0; j < k; j++) {
         size_t r = 0;
         while (r < n_ref && json_integer_value(json_array_get(
-                   json_array_get(ref_list, r), 0)) != g[j].token)
+                                json_array_get(ref_list, r), 0)) != g[j].token)
             r++;
-        ck_assert_msg(r < n_ref, "%s: guess %zu (token %d) is not among the "
-                      "reference's best %zu", where, j, (int)g[j].token, n_ref);
-        double want = json_real_value(json_array_get(json_array_get(ref_list, r), 1));
-        double at_j = json_real_value(json_array_get(json_array_get(ref_list, j), 1));
+        ck_assert_msg(r < n_ref,
+                      "%s: guess %zu (token %d) is not among the "
+                      "reference's best %zu",
+                      where, j, (int)g[j].token, n_ref);
+        double want = json_real_value(
+            json_array_get(json_array_get(ref_list, r), 1));
+        double at_j = json_real_value(
+            json_array_get(json_array_get(ref_list, j), 1));
         double rel = fabs(g[j].prob - want) / want;
         w->prob = fmax(w->prob, rel);
-        ck_assert_msg(rel <= PROB_RTOL, "%s: guess %zu (token %d) has "
-                      "probability %g, the reference %g", where, j,
-                      (int)g[j].token, g[j].prob, want);
+        ck_assert_msg(rel <= PROB_RTOL,
+                      "%s: guess %zu (token %d) has "
+                      "probability %g, the reference %g",
+                      where, j, (int)g[j].token, g[j].prob, want);
         /* another rank only where the reference's own two are a near-tie */
         if (r != j) {
             w->swaps++;
@@ -267,11 +276,13 @@ static void compare_with_reference(const inspect_capture *c, json_t *ref,
                 const float *got = inspect_attention_row(c, i, h, q);
                 ck_assert_uint_eq(json_array_size(row), q + 1);
                 for (size_t k = 0; k <= q; k++) {
-                    double d = fabs(got[k] - json_real_value(json_array_get(row, k)));
+                    double d = fabs(got[k] -
+                                    json_real_value(json_array_get(row, k)));
                     w->att = fmax(w->att, isnan(d) ? INFINITY : d);
                 }
             }
-        json_t *norms = json_array_get(json_object_get(ref, "residual_norms"), l);
+        json_t *norms = json_array_get(json_object_get(ref, "residual_norms"),
+                                       l);
         json_t *lens = json_array_get(json_object_get(ref, "lens"), l);
         for (size_t p = 0; p < n; p++) {
             double want = json_real_value(json_array_get(norms, p));
@@ -302,12 +313,17 @@ static void plan_reference_cases(void)
     for (size_t p = 0; p < g_n_paths; p++)
         for (size_t m = 0; m < g_n_run_models; m++)
             if (!test_quick() || p == 0 || g_run_models[m] == g_tiny)
-                g_ref_cases[g_n_ref_cases++] =
-                    (ref_case){ g_run_models[m], p };
+                g_ref_cases[g_n_ref_cases++] = (ref_case){ g_run_models[m], p };
 }
 
-static size_t ref_model(int i) { return g_ref_cases[i].model; }
-static const kernel_path *ref_path(int i) { return &g_paths[g_ref_cases[i].path]; }
+static size_t ref_model(int i)
+{
+    return g_ref_cases[i].model;
+}
+static const kernel_path *ref_path(int i)
+{
+    return &g_paths[g_ref_cases[i].path];
+}
 
 /* Every layer (last first), attention and a lens of 5, in chunks of 8
  * positions (a 10-row budget, 2 slots), against the reference. */
@@ -322,12 +338,15 @@ START_TEST(test_inspect_matches_reference)
     }
     json_t *ref = load_reference(idx);
     size_t n;
-    int32_t *prompt = reference_tokens(ref, &n, test_count(SIZE_MAX, QUICK_TOKENS));
+    int32_t *prompt = reference_tokens(ref, &n,
+                                       test_count(SIZE_MAX, QUICK_TOKENS));
     ck_assert_uint_gt(n, 8);
     const size_t L = b.m.config.n_layer;
     size_t *layers = all_layers_reversed(L);
-    inspect_params ip = { .attention = true, .logit_lens = INSPECT_MAX_LENS,
-                          .layers = layers, .n_layers = L };
+    inspect_params ip = { .attention = true,
+                          .logit_lens = INSPECT_MAX_LENS,
+                          .layers = layers,
+                          .n_layers = L };
     gen_request *r = run_inspect(b.e, prompt, n, &ip);
     worst w = { 0 };
     gen_request_lock(r);
@@ -337,9 +356,11 @@ START_TEST(test_inspect_matches_reference)
     ck_assert_uint_eq(u.prompt_tokens, n);
     ck_assert_uint_eq(u.completion_tokens, 0);
     printf("case %s/%s: max |dattention| %.3g, lens probabilities rel %.3g "
-           "(%zu near-tie swaps), norms rel %.3g\n", case_str(idx, "name"),
-           ref_path(_i)->name, w.att, w.prob, w.swaps, w.norm);
-    ck_assert_msg(w.att <= ATT_TOL, "max |dattention| %.3g > %g", w.att, ATT_TOL);
+           "(%zu near-tie swaps), norms rel %.3g\n",
+           case_str(idx, "name"), ref_path(_i)->name, w.att, w.prob, w.swaps,
+           w.norm);
+    ck_assert_msg(w.att <= ATT_TOL, "max |dattention| %.3g > %g", w.att,
+                  ATT_TOL);
     ck_assert_msg(w.norm <= NORM_RTOL, "norms differ by %.3g", w.norm);
     gen_request_release(r);
     free(layers);
@@ -369,8 +390,10 @@ static inspect_params full_params(size_t *layers, size_t L)
 {
     for (size_t i = 0; i < L; i++)
         layers[i] = i;
-    return (inspect_params){ .attention = true, .logit_lens = INSPECT_MAX_LENS,
-                             .layers = layers, .n_layers = L };
+    return (inspect_params){ .attention = true,
+                             .logit_lens = INSPECT_MAX_LENS,
+                             .layers = layers,
+                             .n_layers = L };
 }
 
 /* Every float of two captures of the same prompt and parameters, bit for
@@ -495,7 +518,7 @@ START_TEST(test_inspect_computes_every_position_and_shares_its_blocks)
     ck_assert(bench_open(&cold, g_tiny, NULL, 64));
     ck_assert(bench_open(&warm, g_tiny, NULL, 64));
     size_t n, layers[8];
-    int32_t *prompt = tiny_prompt_most(&n, SIZE_MAX);    /* a whole block */
+    int32_t *prompt = tiny_prompt_most(&n, SIZE_MAX); /* a whole block */
     ck_assert_uint_ge(n, 17);
     inspect_params ip = full_params(layers, cold.m.config.n_layer);
     kv_identity me, other;
@@ -534,8 +557,8 @@ START_TEST(test_inspect_computes_every_position_and_shares_its_blocks)
         gen_request_release(c);
     }
     printf("after an inspect: %zu of %zu prompt tokens cached for its "
-           "caller, %zu for another\n", u[1].cached_tokens, n,
-           u[0].cached_tokens);
+           "caller, %zu for another\n",
+           u[1].cached_tokens, n, u[0].cached_tokens);
     ck_assert_uint_eq(u[0].cached_tokens, 0);
     ck_assert_uint_ge(u[1].cached_tokens, 16);
     free(prompt);
@@ -607,7 +630,7 @@ START_TEST(test_queued_inspects_hold_no_capture_memory)
             ck_assert(gen_request_wait(busy[i], &version, WAIT_MS));
         gen_request_unlock(busy[i]);
     }
-    enum { QUEUED = 4 };        /* the caller's queue: max_queue 8 / 2 */
+    enum { QUEUED = 4 }; /* the caller's queue: max_queue 8 / 2 */
     gen_request *q[QUEUED];
     for (size_t i = 0; i < QUEUED; i++) {
         gen_params p = inspect_params_for(prompt, n, &ip);
@@ -634,9 +657,9 @@ START_TEST(test_queued_inspects_hold_no_capture_memory)
         gen_request_unlock(q[i]);
     }
     const size_t L = cfg->n_layer;
-    const size_t each = (L * n + inspect_attention_count(L, cfg->n_head, n))
-                        * sizeof(float)
-                        + L * n * ip.logit_lens * sizeof(inspect_guess);
+    const size_t each = (L * n + inspect_attention_count(L, cfg->n_head, n)) *
+                            sizeof(float) +
+                        L * n * ip.logit_lens * sizeof(inspect_guess);
     ck_assert_uint_eq(inspect_memory(), before + QUEUED * each);
     for (size_t i = 0; i < QUEUED; i++)
         gen_request_release(q[i]);
@@ -685,8 +708,12 @@ END_TEST
 /* ---- the request ---- */
 
 static const inspect_limits LIMITS = {
-    .n_ctx = 1024, .max_tokens = 256, .max_attention = 5000000,
-    .n_layer = 48, .n_head = 25, .vocab_size = 50257,
+    .n_ctx = 1024,
+    .max_tokens = 256,
+    .max_attention = 5000000,
+    .n_layer = 48,
+    .n_head = 25,
+    .vocab_size = 50257,
 };
 
 static int parse(inspect_request *req, const char *body,
@@ -699,7 +726,8 @@ START_TEST(test_request_defaults_and_fields)
 {
     inspect_request req;
     api_error e;
-    ck_assert_int_eq(parse(&req, "{\"prompt\": \"The cat sat\"}", &LIMITS, &e), 0);
+    ck_assert_int_eq(parse(&req, "{\"prompt\": \"The cat sat\"}", &LIMITS, &e),
+                     0);
     ck_assert_uint_eq(req.prompt.n, 3);
     ck_assert(!req.params.attention);
     ck_assert_uint_eq(req.params.logit_lens, 0);
@@ -708,10 +736,12 @@ START_TEST(test_request_defaults_and_fields)
         ck_assert_uint_eq(req.params.layers[i], i);
     inspect_request_free(&req);
 
-    ck_assert_int_eq(parse(&req, "{\"prompt\": [464, 3797], \"attention\": true,"
+    ck_assert_int_eq(parse(&req,
+                           "{\"prompt\": [464, 3797], \"attention\": true,"
                            " \"logit_lens\": 3, \"layers\": [11, 0, 5],"
                            " \"model\": \"gpt2\", \"attention_mask\": 1}",
-                           &LIMITS, &e), 0);
+                           &LIMITS, &e),
+                     0);
     ck_assert_uint_eq(req.prompt.n, 2);
     ck_assert_int_eq(req.prompt.ids[1], 3797);
     ck_assert(req.params.attention);
@@ -728,24 +758,31 @@ START_TEST(test_request_errors_name_the_field)
     static const struct {
         const char *body, *param, *says;
     } bad[] = {
-        { "{\"prompt\": \"x\", \"logit_lens\": 9}", "logit_lens", "between 0 and 5" },
+        { "{\"prompt\": \"x\", \"logit_lens\": 9}", "logit_lens",
+          "between 0 and 5" },
         { "{\"prompt\": \"x\", \"logit_lens\": -1}", "logit_lens", "got -1" },
         { "{\"prompt\": \"x\", \"logit_lens\": 2.5}", "logit_lens", "integer" },
-        { "{\"prompt\": \"x\", \"attention\": \"yes\"}", "attention", "true or false" },
-        { "{\"prompt\": \"x\", \"attention\": 1}", "attention", "true or false" },
+        { "{\"prompt\": \"x\", \"attention\": \"yes\"}", "attention",
+          "true or false" },
+        { "{\"prompt\": \"x\", \"attention\": 1}", "attention",
+          "true or false" },
         { "{\"prompt\": \"x\", \"layers\": 3}", "layers", "array" },
         { "{\"prompt\": \"x\", \"layers\": []}", "layers", "at least one" },
-        { "{\"prompt\": \"x\", \"layers\": [0, 48]}", "layers", "layers[1] is 48" },
+        { "{\"prompt\": \"x\", \"layers\": [0, 48]}", "layers",
+          "layers[1] is 48" },
         { "{\"prompt\": \"x\", \"layers\": [-1]}", "layers", "0 to 47" },
-        { "{\"prompt\": \"x\", \"layers\": [\"0\"]}", "layers", "not an integer" },
-        { "{\"prompt\": \"x\", \"layers\": [3, 3]}", "layers", "repeats layer 3" },
+        { "{\"prompt\": \"x\", \"layers\": [\"0\"]}", "layers",
+          "not an integer" },
+        { "{\"prompt\": \"x\", \"layers\": [3, 3]}", "layers",
+          "repeats layer 3" },
         { "{\"logit_lens\": 1}", "prompt", "required" },
         { "{\"prompt\": 7}", "prompt", "string or an array" },
         { "{\"prompt\": \"\"}", "prompt", "empty" },
         { "{\"prompt\": [1, 50257]}", "prompt", "outside the vocabulary" },
         { "{\"prompt\": [\"a\"]}", "prompt", "not an integer" },
         { "{\"prompt\": \"x\", \"model\": 5}", "model", "a string" },
-        { "{\"prompt\": \"x\", \"cache_salt\": \"\"}", "cache_salt", "1 to 256 bytes" },
+        { "{\"prompt\": \"x\", \"cache_salt\": \"\"}", "cache_salt",
+          "1 to 256 bytes" },
         { "{\"prompt\": \"x\", \"cache_salt\": 7}", "cache_salt", "a string" },
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
@@ -772,11 +809,16 @@ START_TEST(test_request_cache_salt_as_completions)
 {
     inspect_request req;
     api_error e;
-    ck_assert_int_eq(parse(&req, "{\"prompt\": \"x\", \"cache_salt\": \"a\\u00e9b\"}",
-                           &LIMITS, &e), 0);
+    ck_assert_int_eq(parse(&req,
+                           "{\"prompt\": \"x\", \"cache_salt\": \"a\\u00e9b\"}",
+                           &LIMITS, &e),
+                     0);
     ck_assert(req.has_cache_salt);
     ck_assert_uint_eq(req.cache_salt_len, 4);
-    ck_assert_mem_eq(req.cache_salt, "a\xc3\xa9" "b", 4);
+    ck_assert_mem_eq(req.cache_salt,
+                     "a\xc3\xa9"
+                     "b",
+                     4);
     inspect_request_free(&req);
 }
 END_TEST
@@ -804,12 +846,13 @@ START_TEST(test_request_sizes_are_bounded_with_the_numbers)
     ck_assert_int_eq(parse(&req, all, &LIMITS, &e), -1);
     ck_assert_str_eq(e.param, "layers");
     ck_assert_msg(strstr(e.message, "48 layers x 25 heads over 256 tokens is "
-                                    "39475200 probabilities") != NULL
-                  && strstr(e.message, "5000000") != NULL
-                  && strstr(e.message, "at most 6 layers") != NULL,
+                                    "39475200 probabilities") != NULL &&
+                      strstr(e.message, "5000000") != NULL &&
+                      strstr(e.message, "at most 6 layers") != NULL,
                   "%s", e.message);
     free(all);
-    char *six = body_of_ids(256, ", \"attention\": true, \"layers\": [0,1,2,3,4,47]");
+    char *six = body_of_ids(
+        256, ", \"attention\": true, \"layers\": [0,1,2,3,4,47]");
     ck_assert_int_eq(parse(&req, six, &LIMITS, &e), 0);
     inspect_request_free(&req);
     free(six);
@@ -821,8 +864,9 @@ START_TEST(test_request_sizes_are_bounded_with_the_numbers)
     char *long_one = body_of_ids(257, "");
     ck_assert_int_eq(parse(&req, long_one, &LIMITS, &e), -1);
     ck_assert_str_eq(e.param, "prompt");
-    ck_assert_msg(strstr(e.message, "257 tokens") != NULL
-                  && strstr(e.message, "at most 256 (inspect-max-tokens)") != NULL,
+    ck_assert_msg(strstr(e.message, "257 tokens") != NULL &&
+                      strstr(e.message, "at most 256 (inspect-max-tokens)") !=
+                          NULL,
                   "%s", e.message);
     inspect_limits small_ctx = LIMITS;
     small_ctx.n_ctx = 200;
@@ -831,7 +875,8 @@ START_TEST(test_request_sizes_are_bounded_with_the_numbers)
                   "%s", e.message);
     inspect_limits tight = LIMITS;
     tight.max_attention = 1000;
-    char *one_layer = body_of_ids(100, ", \"attention\": true, \"layers\": [0]");
+    char *one_layer = body_of_ids(100,
+                                  ", \"attention\": true, \"layers\": [0]");
     ck_assert_int_eq(parse(&req, one_layer, &tight, &e), -1);
     ck_assert_str_eq(e.param, "prompt");
     ck_assert_msg(strstr(e.message, "fewer tokens") != NULL, "%s", e.message);
@@ -860,9 +905,18 @@ static void assert_number(double v)
 START_TEST(test_numbers_are_printfs_six_digits)
 {
     static const double edges[] = {
-        1, 0.5, 0.1, 0.25, 1e-4, 1e-5, 9.999995e-5, 0.000123456789, 999999.5,
-        999999.4, 123456.5, 1e6, 1e-45, 1.401298464324817e-45, 3.4e38, 100,
-        0.999999, 0.9999995, 0.99999949, 1234567, 12.5, 2.5e-7, -0.75,
+        1,           0.5,
+        0.1,         0.25,
+        1e-4,        1e-5,
+        9.999995e-5, 0.000123456789,
+        999999.5,    999999.4,
+        123456.5,    1e6,
+        1e-45,       1.401298464324817e-45,
+        3.4e38,      100,
+        0.999999,    0.9999995,
+        0.99999949,  1234567,
+        12.5,        2.5e-7,
+        -0.75,
     };
     for (size_t i = 0; i < sizeof edges / sizeof edges[0]; i++)
         assert_number(edges[i]);
@@ -900,30 +954,34 @@ START_TEST(test_answer_holds_the_capture)
     ck_assert(bench_open(&b, g_tiny, NULL, 64));
     size_t n, layers[2] = { 1, 0 };
     int32_t *prompt = tiny_prompt(&n);
-    inspect_params ip = { .attention = true, .logit_lens = 3, .layers = layers,
-                          .n_layers = 2 };
+    inspect_params ip = {
+        .attention = true, .logit_lens = 3, .layers = layers, .n_layers = 2
+    };
     gen_request *r = run_inspect(b.e, prompt, n, &ip);
     gpt2d_buf out = GPT2D_BUF_INIT;
     gen_request_lock(r);
     const inspect_capture *c = gen_request_inspect(r);
-    ck_assert_int_eq(inspect_answer_write(&out, "insp-1", c, prompt, g_tok,
-                                          "tiny"), 0);
+    ck_assert_int_eq(
+        inspect_answer_write(&out, "insp-1", c, prompt, g_tok, "tiny"), 0);
     json_error_t jerr;
     json_t *a = json_loadb((const char *)out.data, out.len, 0, &jerr);
     ck_assert_msg(a != NULL, "not JSON: %s", jerr.text);
     ck_assert_str_eq(json_string_value(json_object_get(a, "id")), "insp-1");
-    ck_assert_str_eq(json_string_value(json_object_get(a, "object")), "inspect");
+    ck_assert_str_eq(json_string_value(json_object_get(a, "object")),
+                     "inspect");
     ck_assert_str_eq(json_string_value(json_object_get(a, "model")), "tiny");
     json_t *toks = json_object_get(a, "tokens");
     ck_assert_uint_eq(json_array_size(toks), n);
     for (size_t p = 0; p < n; p++) {
         json_t *t = json_array_get(toks, p);
-        ck_assert_int_eq(json_integer_value(json_object_get(t, "id")), prompt[p]);
+        ck_assert_int_eq(json_integer_value(json_object_get(t, "id")),
+                         prompt[p]);
         char *text = api_token_string(g_tok, prompt[p]);
         ck_assert_str_eq(json_string_value(json_object_get(t, "text")), text);
         free(text);
     }
-    ck_assert_int_eq(json_integer_value(json_array_get(json_object_get(a, "layers"), 0)), 1);
+    ck_assert_int_eq(
+        json_integer_value(json_array_get(json_object_get(a, "layers"), 0)), 1);
     for (size_t i = 0; i < 2; i++) {
         json_t *heads = json_array_get(json_object_get(a, "attention"), i);
         ck_assert_uint_eq(json_array_size(heads), b.m.config.n_head);
@@ -933,19 +991,24 @@ START_TEST(test_answer_holds_the_capture)
                 const float *want = inspect_attention_row(c, i, h, q);
                 ck_assert_uint_eq(json_array_size(row), q + 1);
                 for (size_t k = 0; k <= q; k++)
-                    ck_assert_double_eq_tol(json_number_value(json_array_get(row, k)),
-                                            want[k], 5e-6 * want[k] + 1e-30);
+                    ck_assert_double_eq_tol(
+                        json_number_value(json_array_get(row, k)), want[k],
+                        5e-6 * want[k] + 1e-30);
             }
         for (size_t p = 0; p < n; p++) {
-            json_t *guesses = json_array_get(json_array_get(json_object_get(a, "logit_lens"), i), p);
+            json_t *guesses = json_array_get(
+                json_array_get(json_object_get(a, "logit_lens"), i), p);
             const inspect_guess *g = inspect_lens(c, i, p);
             ck_assert_uint_eq(json_array_size(guesses), 3);
             for (size_t k = 0; k < 3; k++) {
                 json_t *gj = json_array_get(guesses, k);
-                ck_assert_int_eq(json_integer_value(json_object_get(gj, "id")), g[k].token);
-                ck_assert_ptr_nonnull(json_string_value(json_object_get(gj, "text")));
-                ck_assert_double_eq_tol(json_number_value(json_object_get(gj, "prob")),
-                                        g[k].prob, 5e-6 * g[k].prob);
+                ck_assert_int_eq(json_integer_value(json_object_get(gj, "id")),
+                                 g[k].token);
+                ck_assert_ptr_nonnull(
+                    json_string_value(json_object_get(gj, "text")));
+                ck_assert_double_eq_tol(
+                    json_number_value(json_object_get(gj, "prob")), g[k].prob,
+                    5e-6 * g[k].prob);
             }
             double norm = json_number_value(json_array_get(
                 json_array_get(json_object_get(a, "residual_norms"), i), p));
@@ -954,7 +1017,9 @@ START_TEST(test_answer_holds_the_capture)
         }
     }
     json_t *usage = json_object_get(a, "usage");
-    ck_assert_int_eq(json_integer_value(json_object_get(usage, "prompt_tokens")), (json_int_t)n);
+    ck_assert_int_eq(
+        json_integer_value(json_object_get(usage, "prompt_tokens")),
+        (json_int_t)n);
     gen_request_unlock(r);
     json_decref(a);
     buf_free(&out);
@@ -970,8 +1035,8 @@ static int load_cases(void)
 {
     char path[4096];
     json_error_t jerr;
-    g_cases = json_load_file(test_data_path(path, sizeof path,
-                                            "fixtures/cases.json"), 0, &jerr);
+    g_cases = json_load_file(
+        test_data_path(path, sizeof path, "fixtures/cases.json"), 0, &jerr);
     if (g_cases == NULL) {
         fprintf(stderr, "test_inspect: FAIL: %s: %s\n", path, jerr.text);
         return -1;
@@ -981,18 +1046,24 @@ static int load_cases(void)
         if (strcmp(case_str(i, "name"), "tiny") == 0)
             g_tiny = i;
         if (case_str(i, "inspect") == NULL) {
-            fprintf(stderr, "test_inspect: FAIL: %s: model %s has no inspect "
-                    "fixture\n", path, case_str(i, "name"));
+            fprintf(stderr,
+                    "test_inspect: FAIL: %s: model %s has no inspect "
+                    "fixture\n",
+                    path, case_str(i, "name"));
             return -1;
         }
-        if (!test_quick() || json_is_true(json_object_get(case_json(i), "quick")))
+        if (!test_quick() ||
+            json_is_true(json_object_get(case_json(i), "quick")))
             g_run_models[g_n_run_models++] = i;
     }
     /* the quick set must hold tiny: it runs the other kernel paths */
-    if (g_tiny == SIZE_MAX || g_n_run_models == 0 || (test_quick() &&
-            !json_is_true(json_object_get(case_json(g_tiny), "quick")))) {
-        fprintf(stderr, "test_inspect: FAIL: %s: no tiny model (is it "
-                "\"quick\"?)\n", path);
+    if (g_tiny == SIZE_MAX || g_n_run_models == 0 ||
+        (test_quick() &&
+         !json_is_true(json_object_get(case_json(g_tiny), "quick")))) {
+        fprintf(stderr,
+                "test_inspect: FAIL: %s: no tiny model (is it "
+                "\"quick\"?)\n",
+                path);
         return -1;
     }
     char vocab[4096], merges[4096];
@@ -1017,7 +1088,8 @@ static Suite *inspect_suite(void)
     TCase *eng = tcase_create("engine");
     tcase_add_test(eng, test_last_layer_lens_is_the_models_own_distribution);
     tcase_add_test(eng, test_capture_is_the_same_chunked_and_beside_a_stream);
-    tcase_add_test(eng, test_inspect_computes_every_position_and_shares_its_blocks);
+    tcase_add_test(eng,
+                   test_inspect_computes_every_position_and_shares_its_blocks);
     tcase_add_test(eng, test_norms_alone_are_the_same_bits);
     tcase_add_test(eng, test_engine_refuses_inspect_it_cannot_run);
     tcase_add_test(eng, test_queued_inspects_hold_no_capture_memory);
@@ -1042,9 +1114,10 @@ int main(void)
         k->isa = cpu_isa_name((cpu_isa)isa);
         snprintf(k->name, sizeof k->name, "panels-%s", k->isa);
     }
-    g_paths[g_n_paths++] = (kernel_path){
-        .name = "blas", .matmul = MODEL_MATMUL_BLAS,
-        .isa = cpu_isa_name(cpu_isa_supported()) };
+    g_paths[g_n_paths++] = (kernel_path){ .name = "blas",
+                                          .matmul = MODEL_MATMUL_BLAS,
+                                          .isa = cpu_isa_name(
+                                              cpu_isa_supported()) };
     if (load_cases() != 0) {
         json_decref(g_cases);
         tokenizer_free(g_tok);

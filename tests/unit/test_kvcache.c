@@ -21,8 +21,9 @@
 
 #define B KV_BLOCK_TOKENS
 
-static const kv_shape cfg = { .n_layer = 2, .n_head = 2, .n_embd = 8,
-                              .n_ctx = 64 };
+static const kv_shape cfg = {
+    .n_layer = 2, .n_head = 2, .n_embd = 8, .n_ctx = 64
+};
 static const uint8_t fingerprint[SHA256_BYTES] = { 42 };
 
 static kv_identity who(uint8_t owner, uint8_t domain)
@@ -53,13 +54,15 @@ static float *k_at(kv_cache *c, size_t seq, size_t pos, size_t l, size_t h)
 {
     const kv_geometry *g = kvcache_geometry(c);
     const uint32_t *t = kvcache_seq_blocks(c, seq);
-    return (float *)kvcache_block_k(g, t[pos / B], l, h) + (pos % B) * g->head_dim;
+    return (float *)kvcache_block_k(g, t[pos / B], l, h) +
+           (pos % B) * g->head_dim;
 }
 static float *v_at(kv_cache *c, size_t seq, size_t pos, size_t l, size_t h)
 {
     const kv_geometry *g = kvcache_geometry(c);
     const uint32_t *t = kvcache_seq_blocks(c, seq);
-    return (float *)kvcache_block_v(g, t[pos / B], l, h) + (pos % B) * g->head_dim;
+    return (float *)kvcache_block_v(g, t[pos / B], l, h) +
+           (pos % B) * g->head_dim;
 }
 
 /* What forward_step does for a sequence: room, K/V written, then commit. */
@@ -83,8 +86,10 @@ static void assert_cache_holds(kv_cache *c, size_t seq, const int32_t *tokens)
     for (size_t p = 0; p < kvcache_seq_len(c, seq); p++)
         for (size_t l = 0; l < cfg.n_layer; l++)
             for (size_t h = 0; h < cfg.n_head; h++) {
-                ck_assert_float_eq(k_at(c, seq, p, l, h)[0], mark(tokens[p], p, l, h));
-                ck_assert_float_eq(v_at(c, seq, p, l, h)[3], -mark(tokens[p], p, l, h));
+                ck_assert_float_eq(k_at(c, seq, p, l, h)[0],
+                                   mark(tokens[p], p, l, h));
+                ck_assert_float_eq(v_at(c, seq, p, l, h)[3],
+                                   -mark(tokens[p], p, l, h));
             }
 }
 
@@ -94,10 +99,15 @@ static kv_begin_status begin_quota(kv_cache *c, const kv_identity *id,
                                    size_t max_total, size_t *seq,
                                    size_t *reused)
 {
-    kv_begin b = { .who = id, .session = session,
-                   .max_sessions = max_sessions, .prompt = prompt,
-                   .n_prompt = n, .max_total = max_total, .n_seq = 1,
-                   .reuse = true, .now = 0 };
+    kv_begin b = { .who = id,
+                   .session = session,
+                   .max_sessions = max_sessions,
+                   .prompt = prompt,
+                   .n_prompt = n,
+                   .max_total = max_total,
+                   .n_seq = 1,
+                   .reuse = true,
+                   .now = 0 };
     return kvcache_seq_begin(c, &b, seq, reused);
 }
 
@@ -116,7 +126,8 @@ static size_t run(kv_cache *c, const kv_identity *id, const char *session,
 {
     size_t seq, reused;
     ck_assert_int_eq(begin(c, id, session, tokens, n_prompt, n_prompt + extra,
-                           &seq, &reused), KV_BEGUN);
+                           &seq, &reused),
+                     KV_BEGUN);
     assert_cache_holds(c, seq, tokens);
     compute(c, seq, tokens + reused, n_prompt + extra - reused);
     assert_cache_holds(c, seq, tokens);
@@ -150,7 +161,7 @@ START_TEST(test_reuse_shares_full_blocks_and_takes_over_a_partial_one)
      * same 40 tokens while the first runs */
     size_t seq2;
     ck_assert_int_eq(begin(c, &a, NULL, t, 45, 45, &seq2, &reused), KV_BEGUN);
-    ck_assert_uint_eq(reused, 32);      /* the partial is private to seq */
+    ck_assert_uint_eq(reused, 32); /* the partial is private to seq */
     kvcache_seq_end(c, seq2, 0);
     compute(c, seq, t + 40, 5);
     kvcache_seq_end(c, seq, 0);
@@ -251,7 +262,8 @@ START_TEST(test_busy_session_is_refused_and_listed_busy)
     fill(t, 64, 10);
     size_t seq, seq2, reused;
     ck_assert_int_eq(begin(c, &a, "s", t, 10, 20, &seq, &reused), KV_BEGUN);
-    ck_assert_int_eq(begin(c, &a, "s", t, 10, 20, &seq2, &reused), KV_SESSION_BUSY);
+    ck_assert_int_eq(begin(c, &a, "s", t, 10, 20, &seq2, &reused),
+                     KV_SESSION_BUSY);
     ck_assert_int_eq(kvcache_session_delete(c, a.owner, "s"), -2);
     kv_session_info info;
     ck_assert_uint_eq(kvcache_sessions(c, a.owner, &info, 1), 1);
@@ -270,21 +282,21 @@ END_TEST
  * never taken. */
 START_TEST(test_eviction_takes_lru_leaves_plain_before_sessions)
 {
-    kv_cache *c = open_cache(8, 2);         /* 2 blocks over one context */
+    kv_cache *c = open_cache(8, 2); /* 2 blocks over one context */
     kv_identity a = who(1, 1);
     int32_t s1[64], p1[64], p2[64], big[64];
     fill(s1, 64, 1000);
     fill(p1, 64, 2000);
     fill(p2, 64, 3000);
     fill(big, 64, 4000);
-    run(c, &a, "keep", s1, 32, 0);          /* 2 session blocks */
-    run(c, &a, NULL, p1, 32, 0);            /* 2 plain blocks, older */
-    run(c, &a, NULL, p2, 32, 0);            /* 2 plain blocks, newer */
+    run(c, &a, "keep", s1, 32, 0); /* 2 session blocks */
+    run(c, &a, NULL, p1, 32, 0);   /* 2 plain blocks, older */
+    run(c, &a, NULL, p2, 32, 0);   /* 2 plain blocks, newer */
     ck_assert_uint_eq(kvcache_stats(c).blocks_cached, 6);
     /* 4 blocks needed, 2 free: p1's go (the oldest plain), not the session */
     run(c, &a, NULL, big, 64, 0);
     ck_assert_uint_eq(kvcache_stats(c).evictions, 2);
-    ck_assert_uint_eq(run(c, &a, NULL, p1, 32, 0), 0);  /* gone; takes 2 */
+    ck_assert_uint_eq(run(c, &a, NULL, p1, 32, 0), 0); /* gone; takes 2 */
     ck_assert_uint_eq(run(c, &a, "keep", s1, 32, 0), 31);
     kv_stats st = kvcache_stats(c);
     ck_assert_uint_eq(st.blocks_free + st.blocks_cached, 8);
@@ -295,7 +307,7 @@ END_TEST
 
 START_TEST(test_reservations_hold_back_what_running_sequences_may_need)
 {
-    kv_cache *c = open_cache(6, 3);         /* one context is 4 blocks */
+    kv_cache *c = open_cache(6, 3); /* one context is 4 blocks */
     kv_identity a = who(1, 1);
     int32_t t[64], u[64];
     fill(t, 64, 10);
@@ -308,7 +320,7 @@ START_TEST(test_reservations_hold_back_what_running_sequences_may_need)
     ck_assert_int_eq(begin(c, &a, NULL, u, 20, 40, &s2, &reused), KV_NO_MEMORY);
     ck_assert_int_eq(begin(c, &a, NULL, u, 20, 32, &s2, &reused), KV_BEGUN);
     compute(c, s2, u, 32);
-    compute(c, s1, t, 64);                  /* takes all four it was promised */
+    compute(c, s1, t, 64); /* takes all four it was promised */
     kv_stats st = kvcache_stats(c);
     ck_assert_uint_eq(st.blocks_reserved, 0);
     ck_assert_uint_eq(st.blocks_in_use, 6);
@@ -344,8 +356,12 @@ START_TEST(test_fork_shares_full_blocks_and_copies_the_last)
     int32_t t[64];
     fill(t, 64, 10);
     size_t seqs[3], reused;
-    kv_begin b = { .who = &a, .prompt = t, .n_prompt = 20, .max_total = 40,
-                   .n_seq = 3, .reuse = true };
+    kv_begin b = { .who = &a,
+                   .prompt = t,
+                   .n_prompt = 20,
+                   .max_total = 40,
+                   .n_seq = 3,
+                   .reuse = true };
     ck_assert_int_eq(kvcache_seq_begin(c, &b, seqs, &reused), KV_BEGUN);
     /* 3 blocks each, less the one full prompt block the siblings share */
     ck_assert_uint_eq(kvcache_stats(c).blocks_reserved, 3 + 2 + 2);
@@ -393,12 +409,14 @@ START_TEST(test_twin_blocks_are_kept_once)
     ck_assert_uint_eq(r1 + r2, 0);
     compute(c, s1, t, 33);
     compute(c, s2, t, 33);
-    ck_assert_uint_eq(kvcache_seq_blocks(c, s1)[1], kvcache_seq_blocks(c, s2)[1]);
-    ck_assert_uint_eq(kvcache_stats(c).blocks_in_use, 4);  /* 2 shared + 2 tails */
+    ck_assert_uint_eq(kvcache_seq_blocks(c, s1)[1],
+                      kvcache_seq_blocks(c, s2)[1]);
+    ck_assert_uint_eq(kvcache_stats(c).blocks_in_use,
+                      4); /* 2 shared + 2 tails */
     assert_cache_holds(c, s2, t);
     kvcache_seq_end(c, s1, 0);
     kvcache_seq_end(c, s2, 0);
-    ck_assert_uint_eq(kvcache_stats(c).blocks_cached, 3);  /* one tail kept */
+    ck_assert_uint_eq(kvcache_stats(c).blocks_cached, 3); /* one tail kept */
     ck_assert_uint_eq(run(c, &a, NULL, t, 34, 0), 33);
     kvcache_free(c);
 }
@@ -438,18 +456,22 @@ START_TEST(test_random_workload_keeps_every_invariant)
         } else if (n_live < 3 && r % 3 == 0) {
             size_t p = r / 3 % 6, n = 1 + r / 18 % 40, extra = r / 720 % 20;
             uint8_t account = (uint8_t)(1 + r / 14400 % 3);
-            kv_identity id = r / 43200 % 4 == 0
-                ? who(9, 9)
-                : who(account, account);
+            kv_identity id = r / 43200 % 4 == 0 ? who(9, 9)
+                                                : who(account, account);
             uint8_t tag[SHA256_BYTES];
             memset(tag, account, sizeof tag);
             const char *sessions[] = { "s0", "s1", "s2", NULL, NULL, NULL,
                                        NULL, NULL, NULL, NULL, NULL, NULL };
-            kv_begin b = { .who = &id, .account = tag,
+            kv_begin b = { .who = &id,
+                           .account = tag,
                            .session = sessions[r / 1382400 % 12],
-                           .max_sessions = 2, .prompt = prompts[p],
-                           .n_prompt = n, .max_total = n + extra, .n_seq = 1,
-                           .reuse = true, .now = step };
+                           .max_sessions = 2,
+                           .prompt = prompts[p],
+                           .n_prompt = n,
+                           .max_total = n + extra,
+                           .n_seq = 1,
+                           .reuse = true,
+                           .now = step };
             size_t seq, reused;
             kv_begin_status st = kvcache_seq_begin(c, &b, &seq, &reused);
             if (st == KV_BEGUN) {
@@ -476,8 +498,10 @@ START_TEST(test_random_workload_keeps_every_invariant)
             }
         }
         kv_stats st = kvcache_stats(c);
-        ck_assert_uint_eq(st.blocks_free + st.blocks_cached + st.blocks_in_use, n_blocks);
-        ck_assert_uint_le(st.blocks_reserved, st.blocks_free + st.blocks_cached);
+        ck_assert_uint_eq(st.blocks_free + st.blocks_cached + st.blocks_in_use,
+                          n_blocks);
+        ck_assert_uint_le(st.blocks_reserved,
+                          st.blocks_free + st.blocks_cached);
         assert_audit(c);
         size_t charged = 0;
         for (uint8_t account = 1; account <= 3; account++) {
@@ -510,9 +534,9 @@ START_TEST(test_a_request_as_large_as_the_cache_always_begins_when_idle)
     kv_identity a = who(1, 1);
     int32_t t[64], u[64];
     fill(t, 64, 10);
-    run(c, &a, NULL, t, 20, 0);             /* block 0 full, cached */
+    run(c, &a, NULL, t, 20, 0); /* block 0 full, cached */
     memcpy(u, t, sizeof u);
-    u[10] = 5;                              /* shares 10 of block 0 */
+    u[10] = 5; /* shares 10 of block 0 */
     size_t seq, reused;
     ck_assert_int_eq(begin(c, &a, NULL, u, 20, 64, &seq, &reused), KV_BEGUN);
     ck_assert_uint_eq(reused, 0);
@@ -570,7 +594,8 @@ END_TEST
  * begins another only if it fits without the other accounts' cached
  * blocks within their share; its first one may take anything not in use,
  * so a request as large as the cache still runs. */
-START_TEST(test_a_second_sequence_of_an_account_waits_rather_than_evict_another_share)
+START_TEST(
+    test_a_second_sequence_of_an_account_waits_rather_than_evict_another_share)
 {
     kv_cache *c = open_cache(8, 3);
     kv_identity a = who(1, 1), b = who(2, 2);
@@ -579,11 +604,12 @@ START_TEST(test_a_second_sequence_of_an_account_waits_rather_than_evict_another_
     fill(t1, 64, 1000);
     fill(t2, 64, 2000);
     fill(t3, 64, 3000);
-    run(c, &a, "mine", mine, 40, 0);        /* 3 cached blocks */
+    run(c, &a, "mine", mine, 40, 0); /* 3 cached blocks */
     size_t s1, s2, reused;
     ck_assert_int_eq(begin(c, &b, NULL, t1, 16, 64, &s1, &reused), KV_BEGUN);
     /* 2 more would need one of A's 3: it waits; 1 more fits */
-    ck_assert_int_eq(begin(c, &b, NULL, t2, 16, 32, &s2, &reused), KV_NO_MEMORY);
+    ck_assert_int_eq(begin(c, &b, NULL, t2, 16, 32, &s2, &reused),
+                     KV_NO_MEMORY);
     ck_assert_int_eq(begin(c, &b, NULL, t3, 4, 16, &s2, &reused), KV_BEGUN);
     compute(c, s1, t1, 64);
     compute(c, s2, t3, 16);
@@ -595,13 +621,17 @@ START_TEST(test_a_second_sequence_of_an_account_waits_rather_than_evict_another_
     /* alone, B may take the whole cache: n = 2 growing to 64 is 8 blocks,
      * and A's go too */
     size_t seqs[2];
-    kv_begin wide = { .who = &b, .prompt = t2, .n_prompt = 4, .max_total = 64,
-                      .n_seq = 2, .reuse = true };
+    kv_begin wide = { .who = &b,
+                      .prompt = t2,
+                      .n_prompt = 4,
+                      .max_total = 64,
+                      .n_seq = 2,
+                      .reuse = true };
     ck_assert_int_eq(kvcache_seq_begin(c, &wide, seqs, &reused), KV_BEGUN);
     compute(c, seqs[0], t2, 4);
     kvcache_seq_fork(c, seqs[0], seqs[1]);
     compute(c, seqs[0], t2 + 4, 60);
-    compute(c, seqs[1], t1 + 4, 60);       /* another sample: no twin */
+    compute(c, seqs[1], t1 + 4, 60); /* another sample: no twin */
     assert_audit(c);
     ck_assert_uint_eq(kvcache_account_blocks(c, b.owner), 8);
     ck_assert_uint_eq(kvcache_account_blocks(c, a.owner), 0);
@@ -629,9 +659,15 @@ START_TEST(test_a_requests_further_sequences_leave_other_accounts_their_share)
     fill(u, 64, 2000);
     run(c, &a, "mine", mine, 40, 0);
     size_t seqs[2], reused;
-    kv_begin wide = { .who = &b, .prompt = t, .n_prompt = 4, .max_total = 64,
-                      .n_seq = 2, .reuse = true, .keep_others_share = true };
-    ck_assert_int_eq(kvcache_seq_begin(c, &wide, seqs, &reused), KV_SHARES_KEPT);
+    kv_begin wide = { .who = &b,
+                      .prompt = t,
+                      .n_prompt = 4,
+                      .max_total = 64,
+                      .n_seq = 2,
+                      .reuse = true,
+                      .keep_others_share = true };
+    ck_assert_int_eq(kvcache_seq_begin(c, &wide, seqs, &reused),
+                     KV_SHARES_KEPT);
     ck_assert_uint_eq(kvcache_stats(c).blocks_reserved, 0);
     kv_begin half = wide;
     half.max_total = 32;
@@ -648,9 +684,14 @@ START_TEST(test_a_requests_further_sequences_leave_other_accounts_their_share)
     kvcache_free(c);
 
     c = open_cache(4, 2);
-    run(c, &a, NULL, mine, 8, 0);           /* one block of A's */
-    kv_begin lone = { .who = &b, .prompt = t, .n_prompt = 4, .max_total = 64,
-                      .n_seq = 1, .reuse = true, .keep_others_share = true };
+    run(c, &a, NULL, mine, 8, 0); /* one block of A's */
+    kv_begin lone = { .who = &b,
+                      .prompt = t,
+                      .n_prompt = 4,
+                      .max_total = 64,
+                      .n_seq = 1,
+                      .reuse = true,
+                      .keep_others_share = true };
     ck_assert_int_eq(kvcache_seq_begin(c, &lone, seqs, &reused), KV_BEGUN);
     compute(c, seqs[0], t, 64);
     assert_audit(c);
@@ -673,8 +714,8 @@ START_TEST(test_eviction_takes_from_the_largest_account_in_its_lru_order)
     fill(p2, 64, 300);
     fill(s, 64, 400);
     fill(fresh, 64, 500);
-    run(c, &b, NULL, old, 17, 0);           /* B: 2 blocks, the oldest */
-    run(c, &a, "chat", s, 32, 0);           /* A: 6 blocks */
+    run(c, &b, NULL, old, 17, 0); /* B: 2 blocks, the oldest */
+    run(c, &a, "chat", s, 32, 0); /* A: 6 blocks */
     run(c, &a, NULL, p1, 32, 0);
     run(c, &a, NULL, p2, 32, 0);
     ck_assert_uint_eq(kvcache_stats(c).blocks_free, 0);
@@ -703,8 +744,9 @@ static size_t turn(kv_cache *c, const kv_identity *id, const char *session,
 {
     static double now;
     size_t seq, reused;
-    ck_assert_int_eq(begin_quota(c, id, session, max_sessions, tokens, n, n,
-                                 &seq, &reused), KV_BEGUN);
+    ck_assert_int_eq(
+        begin_quota(c, id, session, max_sessions, tokens, n, n, &seq, &reused),
+        KV_BEGUN);
     compute(c, seq, tokens + reused, n - reused);
     kvcache_seq_end(c, seq, ++now);
     return reused;
@@ -716,7 +758,7 @@ static size_t turn(kv_cache *c, const kv_identity *id, const char *session,
  * takes from the account with the most records, never one under it. */
 START_TEST(test_sessions_are_counted_per_account)
 {
-    kv_cache *c = open_cache(4, 3);         /* 4 session records */
+    kv_cache *c = open_cache(4, 3); /* 4 session records */
     kv_identity a = who(1, 1), b = who(2, 2);
     int32_t t[64];
     fill(t, 64, 10);
@@ -727,7 +769,8 @@ START_TEST(test_sessions_are_counted_per_account)
     turn(c, &a, "a3", 2, t, 4);
     /* a1 is forgotten for a3: A's own, least recently used */
     ck_assert(!listed(c, &a, "a1"));
-    ck_assert(listed(c, &a, "a2") && listed(c, &a, "a3") && listed(c, &b, "b1"));
+    ck_assert(listed(c, &a, "a2") && listed(c, &a, "a3") &&
+              listed(c, &b, "b1"));
     ck_assert_uint_eq(kvcache_stats(c).sessions_forgotten, 1);
     ck_assert(!kvcache_session_known(c, a.owner, "a1"));
     ck_assert(kvcache_session_known(c, a.owner, "a3"));
@@ -736,8 +779,10 @@ START_TEST(test_sessions_are_counted_per_account)
     ck_assert(!listed(c, &a, "a2"));
     assert_audit(c);
     /* A's two sessions busy: a third is refused, a known one is not */
-    ck_assert_int_eq(begin_quota(c, &a, "a3", 2, t, 4, 4, &s1, &reused), KV_BEGUN);
-    ck_assert_int_eq(begin_quota(c, &a, "a1", 2, t, 4, 4, &s2, &reused), KV_BEGUN);
+    ck_assert_int_eq(begin_quota(c, &a, "a3", 2, t, 4, 4, &s1, &reused),
+                     KV_BEGUN);
+    ck_assert_int_eq(begin_quota(c, &a, "a1", 2, t, 4, 4, &s2, &reused),
+                     KV_BEGUN);
     ck_assert_int_eq(begin_quota(c, &a, "a4", 2, t, 4, 4, &seq, &reused),
                      KV_SESSION_QUOTA);
     kvcache_seq_end(c, s1, 0);
@@ -751,10 +796,12 @@ START_TEST(test_sessions_are_counted_per_account)
     turn(c, &a, "a2", 0, t, 4);
     turn(c, &a, "a3", 0, t, 4);
     turn(c, &b, "b2", 0, t, 4);
-    ck_assert(listed(c, &b, "b1") && listed(c, &b, "b2") && !listed(c, &a, "a1"));
+    ck_assert(listed(c, &b, "b1") && listed(c, &b, "b2") &&
+              !listed(c, &a, "a1"));
     /* at two each, B's third is B's own to make room for */
     turn(c, &b, "b3", 0, t, 4);
-    ck_assert(listed(c, &a, "a2") && listed(c, &a, "a3") && !listed(c, &b, "b1"));
+    ck_assert(listed(c, &a, "a2") && listed(c, &a, "a3") &&
+              !listed(c, &b, "b1"));
     ck_assert_uint_eq(kvcache_stats(c).sessions_forgotten, 2);
     assert_audit(c);
     kvcache_free(c);
@@ -764,21 +811,25 @@ END_TEST
 /* The disk tier shares its budget alike: account B's churn of session
  * blocks (20 files into room for 6) leaves account A's 2 files, under its
  * share of 3, and keeps B's most recent. */
-START_TEST(test_another_accounts_churn_cannot_evict_an_account_below_its_disk_share)
+START_TEST(
+    test_another_accounts_churn_cannot_evict_an_account_below_its_disk_share)
 {
     char dir[300];
     test_scratch_path(dir, sizeof dir, "kvdisk-XXXXXX");
     ck_assert_ptr_nonnull(mkdtemp(dir));
     const size_t block_bytes = kvcache_block_bytes(&cfg, false);
-    kv_disk_config dc = { .dir = dir, .max_bytes = 6 * (256 + block_bytes),
-                          .block_bytes = block_bytes, .fingerprint = fingerprint,
+    kv_disk_config dc = { .dir = dir,
+                          .max_bytes = 6 * (256 + block_bytes),
+                          .block_bytes = block_bytes,
+                          .fingerprint = fingerprint,
                           .write_queue = 4 };
     kv_disk *d = NULL;
     gpt2d_error err;
     ck_assert_msg(kvdisk_open(&d, &dc, &err) == 0, "%s", err.message);
     char *data = calloc(1, block_bytes);
     ck_assert_ptr_nonnull(data);
-    uint8_t tag_a[KV_ACCOUNT_BYTES], tag_b[KV_ACCOUNT_BYTES], root[SHA256_BYTES];
+    uint8_t tag_a[KV_ACCOUNT_BYTES], tag_b[KV_ACCOUNT_BYTES],
+        root[SHA256_BYTES];
     memset(tag_a, 1, sizeof tag_a);
     memset(tag_b, 2, sizeof tag_b);
     memset(root, 7, sizeof root);
@@ -833,9 +884,11 @@ static kv_cache *open_on_disk(const char *dir, uint8_t identity)
     uint8_t id[SHA256_BYTES] = { identity };
     kv_cache *c = NULL;
     gpt2d_error err;
-    kv_cache_config kc = {
-        .n_blocks = 16, .max_seqs = 2, .disk_dir = dir,
-        .disk_bytes = 64 * (256 + kvcache_block_bytes(&cfg, false)) };
+    kv_cache_config kc = { .n_blocks = 16,
+                           .max_seqs = 2,
+                           .disk_dir = dir,
+                           .disk_bytes = 64 * (256 + kvcache_block_bytes(
+                                                         &cfg, false)) };
     ck_assert_msg(kvcache_create(&c, &cfg, &kc, id, &err) == 0, "%s",
                   err.message);
     return c;
@@ -847,8 +900,9 @@ static size_t run_waiting(kv_cache *c, const kv_identity *id,
                           size_t n_prompt)
 {
     size_t seq, reused;
-    ck_assert_int_eq(begin(c, id, session, tokens, n_prompt, n_prompt, &seq,
-                           &reused), KV_BEGUN);
+    ck_assert_int_eq(
+        begin(c, id, session, tokens, n_prompt, n_prompt, &seq, &reused),
+        KV_BEGUN);
     while (!kvcache_seq_ready(c, seq, &reused))
         nanosleep(&(struct timespec){ .tv_nsec = 1000000 }, NULL);
     assert_cache_holds(c, seq, tokens);
@@ -865,8 +919,8 @@ static size_t count_files(const char *dir, const char *prefix)
     size_t n = 0;
     struct dirent *de;
     while ((de = readdir(d)) != NULL)
-        n += de->d_name[0] != '.'
-             && strncmp(de->d_name, prefix, strlen(prefix)) == 0;
+        n += de->d_name[0] != '.' &&
+             strncmp(de->d_name, prefix, strlen(prefix)) == 0;
     closedir(d);
     return n;
 }
@@ -876,7 +930,8 @@ static size_t count_files(const char *dir, const char *prefix)
  * directory counts 42's files as foreign, reuses none of them, lists none
  * of its sessions, and leaves both alone, sessions file included, so that
  * 42, back, finds all of it. */
-START_TEST(test_another_identitys_blocks_and_sessions_are_neither_used_nor_overwritten)
+START_TEST(
+    test_another_identitys_blocks_and_sessions_are_neither_used_nor_overwritten)
 {
     char dir[300];
     test_scratch_path(dir, sizeof dir, "kvident-XXXXXX");
@@ -888,10 +943,10 @@ START_TEST(test_another_identitys_blocks_and_sessions_are_neither_used_nor_overw
 
     kv_cache *c = open_on_disk(dir, 42);
     ck_assert_uint_eq(run(c, &a, "chat", t, 40, 4), 0);
-    kvcache_free(c);                    /* writes RAM and the sessions out */
+    kvcache_free(c); /* writes RAM and the sessions out */
     const size_t files = count_files(dir, "");
     ck_assert_uint_eq(count_files(dir, "sessions-2a00000000000000"), 1);
-    ck_assert_uint_ge(files, 3 + 1);    /* 44 positions, and the sessions */
+    ck_assert_uint_ge(files, 3 + 1); /* 44 positions, and the sessions */
 
     c = open_on_disk(dir, 43);
     kv_stats st = kvcache_stats(c);
@@ -916,7 +971,8 @@ END_TEST
 START_TEST(test_blocks_needed_counts_what_siblings_share)
 {
     ck_assert_uint_eq(kvcache_blocks_needed(4, 54, 1), 4);
-    ck_assert_uint_eq(kvcache_blocks_needed(4, 54, 2), 8);   /* nothing full to share */
+    ck_assert_uint_eq(kvcache_blocks_needed(4, 54, 2),
+                      8); /* nothing full to share */
     ck_assert_uint_eq(kvcache_blocks_needed(40, 54, 3), 4 + 2 * 2);
     ck_assert_uint_eq(kvcache_blocks_needed(16, 16, 2), 1 + 0);
 }
@@ -931,12 +987,14 @@ START_TEST(test_max_total_is_the_inverse_of_blocks_needed)
             for (size_t have = 0; have <= 40; have++) {
                 size_t m = kvcache_max_total(n_prompt, n_seq, have);
                 if (m < n_prompt) {
-                    ck_assert_uint_gt(kvcache_blocks_needed(n_prompt, n_prompt, n_seq),
-                                      have);
+                    ck_assert_uint_gt(
+                        kvcache_blocks_needed(n_prompt, n_prompt, n_seq), have);
                     continue;
                 }
-                ck_assert_uint_le(kvcache_blocks_needed(n_prompt, m, n_seq), have);
-                ck_assert_uint_gt(kvcache_blocks_needed(n_prompt, m + 1, n_seq), have);
+                ck_assert_uint_le(kvcache_blocks_needed(n_prompt, m, n_seq),
+                                  have);
+                ck_assert_uint_gt(kvcache_blocks_needed(n_prompt, m + 1, n_seq),
+                                  have);
             }
     /* the case of the report: 13 MiB of float32 blocks, 2 sequences */
     ck_assert_uint_eq(kvcache_max_total(9, 2, 11), 5 * KV_BLOCK_TOKENS);
@@ -964,9 +1022,11 @@ END_TEST
 static kv_disk_config disk_config(const char *dir, size_t n_files)
 {
     const size_t block_bytes = kvcache_block_bytes(&cfg, false);
-    return (kv_disk_config){ .dir = dir, .max_bytes = n_files * (256 + block_bytes),
+    return (kv_disk_config){ .dir = dir,
+                             .max_bytes = n_files * (256 + block_bytes),
                              .block_bytes = block_bytes,
-                             .fingerprint = fingerprint, .write_queue = 2 };
+                             .fingerprint = fingerprint,
+                             .write_queue = 2 };
 }
 
 /* A full block, a root's child, named by its chain key (`k` in each byte). */
@@ -1035,7 +1095,8 @@ START_TEST(test_a_link_planted_at_a_blocks_part_file_is_not_followed)
     ck_assert_msg(kvdisk_open(&d, &dc, &err) == 0, "%s", err.message);
     kv_block_meta m = full_block(0x5a);
     /* planted once the tier runs: its scan deletes *.part files */
-    ck_assert_int_eq(symlink(target, block_path(part, sizeof part, dir, &m, ".part")), 0);
+    ck_assert_int_eq(
+        symlink(target, block_path(part, sizeof part, dir, &m, ".part")), 0);
     char *data = malloc(dc.block_bytes), *back = malloc(dc.block_bytes);
     ck_assert(data != NULL && back != NULL);
     for (size_t i = 0; i < dc.block_bytes; i++)
@@ -1049,7 +1110,8 @@ START_TEST(test_a_link_planted_at_a_blocks_part_file_is_not_followed)
     ck_assert_uint_eq(st.write_errors, 0);
     size_t shared;
     kv_block_meta found;
-    long e = kvdisk_best_child(d, m.parent_key, m.domain, m.tokens, B, &shared, &found);
+    long e = kvdisk_best_child(d, m.parent_key, m.domain, m.tokens, B, &shared,
+                               &found);
     ck_assert_int_ge(e, 0);
     kvdisk_pin(d, e);
     kv_disk_read r = { .entry = e, .dst = back };
@@ -1111,7 +1173,9 @@ START_TEST(test_links_at_the_sessions_file_and_its_part_are_not_followed)
     snprintf(part, sizeof part, "%s/sessions-2a00000000000000.part", dir);
     snprintf(file, sizeof file, "%s/sessions-2a00000000000000", dir);
     write_text(target, "not the cache's\n");
-    kv_cache_config kc = { .n_blocks = 8, .max_seqs = 1, .disk_dir = dir,
+    kv_cache_config kc = { .n_blocks = 8,
+                           .max_seqs = 1,
+                           .disk_dir = dir,
                            .disk_bytes = disk_config(dir, 16).max_bytes };
     kv_cache *c = NULL;
     gpt2d_error err;
@@ -1151,12 +1215,14 @@ START_TEST(test_a_directory_writable_by_group_or_others_is_refused)
     for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
         ck_assert_int_eq(chmod(dir, refused[i]), 0);
         memset(&err, 0, sizeof err);
-        ck_assert_msg(kvdisk_open(&d, &dc, &err) != 0, "mode %o opened", refused[i]);
+        ck_assert_msg(kvdisk_open(&d, &dc, &err) != 0, "mode %o opened",
+                      refused[i]);
         ck_assert_ptr_null(d);
         ck_assert_msg(strstr(err.message, dir) != NULL &&
-                      strstr(err.message, "chmod 700") != NULL, "%s", err.message);
+                          strstr(err.message, "chmod 700") != NULL,
+                      "%s", err.message);
     }
-    ck_assert_int_eq(chmod(dir, 0755), 0);      /* readable by others is fine */
+    ck_assert_int_eq(chmod(dir, 0755), 0); /* readable by others is fine */
     ck_assert_msg(kvdisk_open(&d, &dc, &err) == 0, "%s", err.message);
     kvdisk_close(d);
 }
@@ -1186,14 +1252,15 @@ START_TEST(test_a_second_claim_on_a_directory_is_refused_naming_the_holder)
     ck_assert_int_eq(second.fd, -1);
     snprintf(want, sizeof want, "PID %ld", (long)getpid());
     ck_assert_msg(strstr(err.message, want) != NULL &&
-                  strstr(err.message, dir) != NULL, "%s", err.message);
+                      strstr(err.message, dir) != NULL,
+                  "%s", err.message);
 
     int fd = first.fd;
     kvdir_release(&first);
     ck_assert_int_eq(first.fd, -1);
-    ck_assert_int_eq(fcntl(fd, F_GETFD), -1);   /* closed */
+    ck_assert_int_eq(fcntl(fd, F_GETFD), -1); /* closed */
     ck_assert_str_eq(read_text(lock_path, text, sizeof text), "");
-    kvdir_release(&first);                      /* twice: nothing */
+    kvdir_release(&first); /* twice: nothing */
     ck_assert_msg(kvdir_claim(&second, dir, &err) == 0, "%s", err.message);
     kvdir_release(&second);
 }
@@ -1213,7 +1280,8 @@ START_TEST(test_the_lock_file_is_no_link_and_no_block)
     kv_dir_lock lock;
     gpt2d_error err;
     ck_assert_int_eq(kvdir_claim(&lock, dir, &err), -1);
-    ck_assert_msg(strstr(err.message, "symbolic link") != NULL, "%s", err.message);
+    ck_assert_msg(strstr(err.message, "symbolic link") != NULL, "%s",
+                  err.message);
     ck_assert_str_eq(read_text(target, text, sizeof text), "not the cache's\n");
     ck_assert_int_eq(unlink(lock_path), 0);
 
@@ -1243,36 +1311,53 @@ int main(void)
     Suite *s = suite_create("kvcache");
     TCase *tc = tcase_create("blocks");
     tcase_add_unchecked_fixture(tc, test_scratch_make, test_scratch_remove);
-    tcase_add_test(tc, test_reuse_shares_full_blocks_and_takes_over_a_partial_one);
+    tcase_add_test(tc,
+                   test_reuse_shares_full_blocks_and_takes_over_a_partial_one);
     tcase_add_test(tc, test_prefix_serves_only_its_domain_and_its_own_tokens);
-    tcase_add_test(tc, test_sessions_are_their_owners_and_serve_only_themselves);
+    tcase_add_test(tc,
+                   test_sessions_are_their_owners_and_serve_only_themselves);
     tcase_add_test(tc, test_busy_session_is_refused_and_listed_busy);
     tcase_add_test(tc, test_a_session_keeps_one_history_whatever_the_salts);
     tcase_add_test(tc, test_eviction_takes_lru_leaves_plain_before_sessions);
-    tcase_add_test(tc, test_reservations_hold_back_what_running_sequences_may_need);
+    tcase_add_test(tc,
+                   test_reservations_hold_back_what_running_sequences_may_need);
     tcase_add_test(tc, test_no_free_sequence_is_no_seq);
     tcase_add_test(tc, test_fork_shares_full_blocks_and_copies_the_last);
     tcase_add_test(tc, test_twin_blocks_are_kept_once);
     tcase_add_test(tc, test_random_workload_keeps_every_invariant);
     tcase_add_test(tc, test_create_refuses_a_budget_below_one_context);
-    tcase_add_test(tc, test_a_request_as_large_as_the_cache_always_begins_when_idle);
+    tcase_add_test(
+        tc, test_a_request_as_large_as_the_cache_always_begins_when_idle);
     tcase_add_test(tc, test_blocks_needed_counts_what_siblings_share);
     tcase_add_test(tc, test_max_total_is_the_inverse_of_blocks_needed);
-    tcase_add_test(tc, test_another_accounts_churn_cannot_evict_an_account_below_its_share);
-    tcase_add_test(tc, test_a_second_sequence_of_an_account_waits_rather_than_evict_another_share);
-    tcase_add_test(tc, test_a_requests_further_sequences_leave_other_accounts_their_share);
-    tcase_add_test(tc, test_eviction_takes_from_the_largest_account_in_its_lru_order);
+    tcase_add_test(
+        tc,
+        test_another_accounts_churn_cannot_evict_an_account_below_its_share);
+    tcase_add_test(
+        tc,
+        test_a_second_sequence_of_an_account_waits_rather_than_evict_another_share);
+    tcase_add_test(
+        tc, test_a_requests_further_sequences_leave_other_accounts_their_share);
+    tcase_add_test(
+        tc, test_eviction_takes_from_the_largest_account_in_its_lru_order);
     tcase_add_test(tc, test_sessions_are_counted_per_account);
-    tcase_add_test(tc, test_another_accounts_churn_cannot_evict_an_account_below_its_disk_share);
-    tcase_add_test(tc, test_another_identitys_blocks_and_sessions_are_neither_used_nor_overwritten);
+    tcase_add_test(
+        tc,
+        test_another_accounts_churn_cannot_evict_an_account_below_its_disk_share);
+    tcase_add_test(
+        tc,
+        test_another_identitys_blocks_and_sessions_are_neither_used_nor_overwritten);
     suite_add_tcase(s, tc);
     tc = tcase_create("directory");
     tcase_add_unchecked_fixture(tc, test_scratch_make, test_scratch_remove);
-    tcase_add_test(tc, test_a_link_planted_at_a_blocks_part_file_is_not_followed);
+    tcase_add_test(tc,
+                   test_a_link_planted_at_a_blocks_part_file_is_not_followed);
     tcase_add_test(tc, test_a_link_at_a_block_file_is_not_read);
-    tcase_add_test(tc, test_links_at_the_sessions_file_and_its_part_are_not_followed);
+    tcase_add_test(
+        tc, test_links_at_the_sessions_file_and_its_part_are_not_followed);
     tcase_add_test(tc, test_a_directory_writable_by_group_or_others_is_refused);
-    tcase_add_test(tc, test_a_second_claim_on_a_directory_is_refused_naming_the_holder);
+    tcase_add_test(
+        tc, test_a_second_claim_on_a_directory_is_refused_naming_the_holder);
     tcase_add_test(tc, test_the_lock_file_is_no_link_and_no_block);
     suite_add_tcase(s, tc);
     return test_run_suite(s);

@@ -24,13 +24,13 @@ enum { MAX_SAMPLES = 512, MAX_FAMILIES = 64 };
 
 typedef struct sample {
     char name[96];
-    char labels[160];           /* as written, without braces: a="x",b="y" */
+    char labels[160]; /* as written, without braces: a="x",b="y" */
     double value;
 } sample;
 
 typedef struct family {
     char name[96];
-    char type[256];          /* as large as the parsed word: no truncation */
+    char type[256]; /* as large as the parsed word: no truncation */
     bool has_help;
 } family;
 
@@ -96,9 +96,18 @@ static bool read_labels(const char **p, char *out, size_t size)
 
 static bool read_value(const char *s, double *out)
 {
-    if (strcmp(s, "+Inf") == 0) { *out = INFINITY; return true; }
-    if (strcmp(s, "-Inf") == 0) { *out = -INFINITY; return true; }
-    if (strcmp(s, "NaN") == 0) { *out = NAN; return true; }
+    if (strcmp(s, "+Inf") == 0) {
+        *out = INFINITY;
+        return true;
+    }
+    if (strcmp(s, "-Inf") == 0) {
+        *out = -INFINITY;
+        return true;
+    }
+    if (strcmp(s, "NaN") == 0) {
+        *out = NAN;
+        return true;
+    }
     char *end = NULL;
     *out = strtod(s, &end);
     return end != s && *end == '\0';
@@ -134,9 +143,11 @@ static family *family_of(scrape *sc, const char *sample_name)
 }
 
 /* Records why the text is malformed; always returns false. */
-static bool parse_fail(scrape *sc, size_t lineno, const char *why, const char *what)
+static bool parse_fail(scrape *sc, size_t lineno, const char *why,
+                       const char *what)
 {
-    snprintf(sc->error, sizeof sc->error, "line %zu: %s: %s", lineno, why, what);
+    snprintf(sc->error, sizeof sc->error, "line %zu: %s: %s", lineno, why,
+             what);
     return false;
 }
 
@@ -145,7 +156,7 @@ static bool parse_comment(scrape *sc, const char *line, size_t lineno)
     char kind[8], name[96], rest[256];
     int n = sscanf(line, "# %7s %95s %255[^\n]", kind, name, rest);
     if (n < 2 || (strcmp(kind, "HELP") != 0 && strcmp(kind, "TYPE") != 0))
-        return true;            /* other comments are allowed and ignored */
+        return true; /* other comments are allowed and ignored */
     bool is_type = strcmp(kind, "TYPE") == 0;
     family *f = find_family(sc, name);
     if (is_type) {
@@ -220,7 +231,8 @@ static bool parse(scrape *sc, const char *text)
     }
     for (size_t i = 0; i < sc->n_families; i++)
         if (!sc->families[i].has_help || sc->families[i].type[0] == '\0')
-            return parse_fail(sc, lineno, "family lacks HELP or TYPE", sc->families[i].name);
+            return parse_fail(sc, lineno, "family lacks HELP or TYPE",
+                              sc->families[i].name);
     return true;
 }
 
@@ -298,9 +310,11 @@ static void check_histogram_shape(const scrape *sc, const char *base)
         if (strcmp(s->name, bucket) != 0)
             continue;
         double le = 0;
-        ck_assert_msg(strncmp(s->labels, "le=\"", 4) == 0, "%s: %s", bucket, s->labels);
+        ck_assert_msg(strncmp(s->labels, "le=\"", 4) == 0, "%s: %s", bucket,
+                      s->labels);
         char v[32];
-        snprintf(v, sizeof v, "%.*s", (int)strlen(s->labels) - 5, s->labels + 4);
+        snprintf(v, sizeof v, "%.*s", (int)strlen(s->labels) - 5,
+                 s->labels + 4);
         ck_assert_msg(read_value(v, &le), "%s: bad le %s", bucket, v);
         ck_assert_msg(le > last_le, "%s: le %g after %g", bucket, le, last_le);
         ck_assert_msg(s->value >= last_n, "%s: counts not cumulative", bucket);
@@ -325,8 +339,9 @@ START_TEST(test_render_is_valid_exposition_text)
     metrics_observe_token_latency(0.004);
     metrics_observe_batch_rows(17);
     metrics_observe_step(0.03);
-    metrics_gauges st = { .queue_depth = 1, .running = 2, .slots_total = 4,
-                          .slots_busy = 2 };
+    metrics_gauges st = {
+        .queue_depth = 1, .running = 2, .slots_total = 4, .slots_busy = 2
+    };
     scrape *sc = scrape_new();
     scrape_now(sc, &st);
     static const char *const families[][2] = {
@@ -360,11 +375,17 @@ END_TEST
 
 START_TEST(test_gauges_report_engine_stats)
 {
-    metrics_gauges st = { .queue_depth = 7, .running = 3, .slots_total = 8,
-                          .slots_busy = 3, .kv_blocks_free = 60,
-                          .kv_blocks_cached = 25, .kv_blocks_in_use = 15,
-                          .kv_blocks_reserved = 9, .kv_bytes = 12345,
-                          .kv_sessions = 4, .kv_evictions = 77,
+    metrics_gauges st = { .queue_depth = 7,
+                          .running = 3,
+                          .slots_total = 8,
+                          .slots_busy = 3,
+                          .kv_blocks_free = 60,
+                          .kv_blocks_cached = 25,
+                          .kv_blocks_in_use = 15,
+                          .kv_blocks_reserved = 9,
+                          .kv_bytes = 12345,
+                          .kv_sessions = 4,
+                          .kv_evictions = 77,
                           .inspect_memory = 4096 };
     scrape *sc = scrape_new();
     scrape_now(sc, &st);
@@ -374,11 +395,13 @@ START_TEST(test_gauges_report_engine_stats)
     ck_assert_double_eq(value_of(sc, "gpt2d_slots_total", ""), 8);
     ck_assert_double_eq(value_of(sc, "gpt2d_slots_busy", ""), 3);
     ck_assert_double_eq(value_of(sc, "gpt2d_kv_blocks", "state=\"free\""), 60);
-    ck_assert_double_eq(value_of(sc, "gpt2d_kv_blocks", "state=\"cached\""), 25);
-    ck_assert_double_eq(value_of(sc, "gpt2d_kv_blocks", "state=\"in_use\""), 15);
+    ck_assert_double_eq(value_of(sc, "gpt2d_kv_blocks", "state=\"cached\""),
+                        25);
+    ck_assert_double_eq(value_of(sc, "gpt2d_kv_blocks", "state=\"in_use\""),
+                        15);
     ck_assert_double_eq(value_of(sc, "gpt2d_kv_blocks_reserved", ""), 9);
     ck_assert_double_eq(value_of(sc, "gpt2d_kv_bytes", "tier=\"ram\""), 12345);
-    ck_assert(!has_series(sc, "gpt2d_kv_disk_blocks"));     /* no disk tier */
+    ck_assert(!has_series(sc, "gpt2d_kv_disk_blocks")); /* no disk tier */
     ck_assert_double_eq(value_of(sc, "gpt2d_kv_sessions", ""), 4);
     ck_assert_double_eq(value_of(sc, "gpt2d_kv_evictions_total", ""), 77);
     free(sc);
@@ -387,26 +410,40 @@ END_TEST
 
 START_TEST(test_disk_tier_series_report_its_stats)
 {
-    metrics_gauges st = { .slots_total = 1, .kv_bytes = 100,
-                          .kv_hit_tokens_ram = 5, .kv_hit_tokens_disk = 6,
-                          .kv_disk_slower = 2, .kv_disk = true,
-                          .disk = { .blocks = 3, .bytes = 300, .max_bytes = 1000,
-                                    .writes = 7, .reads = 8, .evictions = 9,
-                                    .write_skipped = 10, .write_errors = 11,
-                                    .read_errors = 12, .foreign = 13 } };
+    metrics_gauges st = { .slots_total = 1,
+                          .kv_bytes = 100,
+                          .kv_hit_tokens_ram = 5,
+                          .kv_hit_tokens_disk = 6,
+                          .kv_disk_slower = 2,
+                          .kv_disk = true,
+                          .disk = { .blocks = 3,
+                                    .bytes = 300,
+                                    .max_bytes = 1000,
+                                    .writes = 7,
+                                    .reads = 8,
+                                    .evictions = 9,
+                                    .write_skipped = 10,
+                                    .write_errors = 11,
+                                    .read_errors = 12,
+                                    .foreign = 13 } };
     scrape *sc = scrape_new();
     scrape_now(sc, &st);
     ck_assert_double_eq(value_of(sc, "gpt2d_kv_bytes", "tier=\"disk\""), 300);
-    ck_assert_double_eq(value_of(sc, "gpt2d_kv_hit_tokens_total", "tier=\"ram\""), 5);
-    ck_assert_double_eq(value_of(sc, "gpt2d_kv_hit_tokens_total", "tier=\"disk\""), 6);
+    ck_assert_double_eq(
+        value_of(sc, "gpt2d_kv_hit_tokens_total", "tier=\"ram\""), 5);
+    ck_assert_double_eq(
+        value_of(sc, "gpt2d_kv_hit_tokens_total", "tier=\"disk\""), 6);
     ck_assert_double_eq(value_of(sc, "gpt2d_kv_disk_blocks", ""), 3);
     ck_assert_double_eq(value_of(sc, "gpt2d_kv_disk_max_bytes", ""), 1000);
     ck_assert_double_eq(value_of(sc, "gpt2d_kv_disk_writes_total", ""), 7);
     ck_assert_double_eq(value_of(sc, "gpt2d_kv_disk_reads_total", ""), 8);
     ck_assert_double_eq(value_of(sc, "gpt2d_kv_disk_evictions_total", ""), 9);
-    ck_assert_double_eq(value_of(sc, "gpt2d_kv_disk_write_skipped_total", ""), 10);
-    ck_assert_double_eq(value_of(sc, "gpt2d_kv_disk_errors_total", "op=\"write\""), 11);
-    ck_assert_double_eq(value_of(sc, "gpt2d_kv_disk_errors_total", "op=\"read\""), 12);
+    ck_assert_double_eq(value_of(sc, "gpt2d_kv_disk_write_skipped_total", ""),
+                        10);
+    ck_assert_double_eq(
+        value_of(sc, "gpt2d_kv_disk_errors_total", "op=\"write\""), 11);
+    ck_assert_double_eq(
+        value_of(sc, "gpt2d_kv_disk_errors_total", "op=\"read\""), 12);
     ck_assert_double_eq(value_of(sc, "gpt2d_kv_disk_foreign_files", ""), 13);
     ck_assert_double_eq(value_of(sc, "gpt2d_kv_disk_slower_total", ""), 2);
     free(sc);
@@ -418,8 +455,10 @@ END_TEST
 START_TEST(test_kv_sharing_series_report_each_tier)
 {
     metrics_gauges st = { .slots_total = 1,
-                          .kv_share = { .accounts = 3, .share_blocks = 85,
-                                        .evicted_own = 1, .evicted_over = 2,
+                          .kv_share = { .accounts = 3,
+                                        .share_blocks = 85,
+                                        .evicted_own = 1,
+                                        .evicted_over = 2,
                                         .evicted_under = 3 },
                           .kv_sessions_forgotten = 4 };
     scrape *sc = scrape_new();
@@ -433,25 +472,34 @@ START_TEST(test_kv_sharing_series_report_each_tier)
     assert_families(sc, families, sizeof families / sizeof families[0]);
     const char *name = "gpt2d_kv_evictions_by_account_total";
     ck_assert_double_eq(value_of(sc, "gpt2d_kv_accounts", "tier=\"ram\""), 3);
-    ck_assert_double_eq(value_of(sc, "gpt2d_kv_share_blocks", "tier=\"ram\""), 85);
+    ck_assert_double_eq(value_of(sc, "gpt2d_kv_share_blocks", "tier=\"ram\""),
+                        85);
     ck_assert_double_eq(value_of(sc, name, "tier=\"ram\",from=\"own\""), 1);
-    ck_assert_double_eq(value_of(sc, name, "tier=\"ram\",from=\"over_share\""), 2);
-    ck_assert_double_eq(value_of(sc, name, "tier=\"ram\",from=\"under_share\""), 3);
-    ck_assert_double_eq(value_of(sc, "gpt2d_kv_sessions_forgotten_total", ""), 4);
+    ck_assert_double_eq(value_of(sc, name, "tier=\"ram\",from=\"over_share\""),
+                        2);
+    ck_assert_double_eq(value_of(sc, name, "tier=\"ram\",from=\"under_share\""),
+                        3);
+    ck_assert_double_eq(value_of(sc, "gpt2d_kv_sessions_forgotten_total", ""),
+                        4);
     ck_assert(!has_labelled(sc, "gpt2d_kv_accounts", "tier=\"disk\""));
     ck_assert(!has_labelled(sc, name, "tier=\"disk\",from=\"own\""));
     free(sc);
     st.kv_disk = true;
-    st.disk.share = (metrics_kv_share){ .accounts = 2, .share_blocks = 500,
-                                        .evicted_own = 5, .evicted_over = 6,
+    st.disk.share = (metrics_kv_share){ .accounts = 2,
+                                        .share_blocks = 500,
+                                        .evicted_own = 5,
+                                        .evicted_over = 6,
                                         .evicted_under = 7 };
     sc = scrape_new();
     scrape_now(sc, &st);
     ck_assert_double_eq(value_of(sc, "gpt2d_kv_accounts", "tier=\"disk\""), 2);
-    ck_assert_double_eq(value_of(sc, "gpt2d_kv_share_blocks", "tier=\"disk\""), 500);
+    ck_assert_double_eq(value_of(sc, "gpt2d_kv_share_blocks", "tier=\"disk\""),
+                        500);
     ck_assert_double_eq(value_of(sc, name, "tier=\"disk\",from=\"own\""), 5);
-    ck_assert_double_eq(value_of(sc, name, "tier=\"disk\",from=\"over_share\""), 6);
-    ck_assert_double_eq(value_of(sc, name, "tier=\"disk\",from=\"under_share\""), 7);
+    ck_assert_double_eq(value_of(sc, name, "tier=\"disk\",from=\"over_share\""),
+                        6);
+    ck_assert_double_eq(
+        value_of(sc, name, "tier=\"disk\",from=\"under_share\""), 7);
     ck_assert_double_eq(value_of(sc, "gpt2d_kv_accounts", "tier=\"ram\""), 3);
     free(sc);
 }
@@ -505,15 +553,23 @@ START_TEST(test_requests_are_labelled_by_endpoint_and_code)
     metrics_request_done("preflight", 204);
     scrape_now(b, NULL);
     const char *m = "gpt2d_requests_total";
-    ck_assert_double_eq(delta(a, b, m, "endpoint=\"completions\",code=\"200\""), 3);
-    ck_assert_double_eq(delta(a, b, m, "endpoint=\"tokenize\",code=\"400\""), 1);
-    ck_assert_double_eq(delta(a, b, m, "endpoint=\"sessions\",code=\"409\""), 1);
-    ck_assert_double_eq(delta(a, b, m, "endpoint=\"completions\",code=\"429\""), 1);
-    ck_assert_double_eq(delta(a, b, m, "endpoint=\"completions\",code=\"499\""), 1);
-    ck_assert_double_eq(delta(a, b, m, "endpoint=\"preflight\",code=\"204\""), 1);
-    ck_assert_double_eq(delta(a, b, m, "endpoint=\"completions\",code=\"other\""), 0);
+    ck_assert_double_eq(delta(a, b, m, "endpoint=\"completions\",code=\"200\""),
+                        3);
+    ck_assert_double_eq(delta(a, b, m, "endpoint=\"tokenize\",code=\"400\""),
+                        1);
+    ck_assert_double_eq(delta(a, b, m, "endpoint=\"sessions\",code=\"409\""),
+                        1);
+    ck_assert_double_eq(delta(a, b, m, "endpoint=\"completions\",code=\"429\""),
+                        1);
+    ck_assert_double_eq(delta(a, b, m, "endpoint=\"completions\",code=\"499\""),
+                        1);
+    ck_assert_double_eq(delta(a, b, m, "endpoint=\"preflight\",code=\"204\""),
+                        1);
+    ck_assert_double_eq(
+        delta(a, b, m, "endpoint=\"completions\",code=\"other\""), 0);
     ck_assert_double_eq(delta(a, b, m, "endpoint=\"other\",code=\"other\""), 0);
-    ck_assert_double_eq(delta(a, b, m, "endpoint=\"tokenize\",code=\"200\""), 0);
+    ck_assert_double_eq(delta(a, b, m, "endpoint=\"tokenize\",code=\"200\""),
+                        0);
     free(a);
     free(b);
 }
@@ -528,7 +584,8 @@ START_TEST(test_key_series_are_labelled_by_name)
     ck_assert_uint_gt(alice, 0);
     ck_assert_uint_gt(bob, 0);
     ck_assert_uint_ne(alice, bob);
-    ck_assert_uint_eq(metrics_key_id("alice"), alice);  /* the same after a reload */
+    ck_assert_uint_eq(metrics_key_id("alice"),
+                      alice); /* the same after a reload */
     ck_assert_uint_eq(metrics_key_id(NULL), 0);
     ck_assert_uint_eq(metrics_key_id(""), 0);
     char too_long[METRICS_KEY_NAME_MAX + 2];
@@ -551,21 +608,26 @@ START_TEST(test_key_series_are_labelled_by_name)
     metrics_key_queue_wait(alice, 0.25);
     metrics_key_queue_wait(alice, 0.5);
     scrape_now(b, NULL);
-    const char *req = "gpt2d_key_requests_total", *tok = "gpt2d_key_tokens_total",
+    const char *req = "gpt2d_key_requests_total",
+               *tok = "gpt2d_key_tokens_total",
                *ref = "gpt2d_key_refused_total";
     ck_assert_double_eq(delta(a, b, req, "key=\"alice\""), 2);
     ck_assert_double_eq(delta(a, b, req, "key=\"bob.b-2_x\""), 1);
     ck_assert_double_eq(delta(a, b, req, "key=\"-\""), 2);
     ck_assert_double_eq(delta(a, b, tok, "key=\"alice\",kind=\"prompt\""), 12);
-    ck_assert_double_eq(delta(a, b, tok, "key=\"alice\",kind=\"completion\""), 30);
-    ck_assert_double_eq(delta(a, b, tok, "key=\"bob.b-2_x\",kind=\"prompt\""), 5);
-    ck_assert_double_eq(delta(a, b, ref, "key=\"alice\",reason=\"token_budget\""), 2);
-    ck_assert_double_eq(delta(a, b, ref, "key=\"bob.b-2_x\",reason=\"max_queued_per_key\""), 1);
+    ck_assert_double_eq(delta(a, b, tok, "key=\"alice\",kind=\"completion\""),
+                        30);
+    ck_assert_double_eq(delta(a, b, tok, "key=\"bob.b-2_x\",kind=\"prompt\""),
+                        5);
+    ck_assert_double_eq(
+        delta(a, b, ref, "key=\"alice\",reason=\"token_budget\""), 2);
+    ck_assert_double_eq(
+        delta(a, b, ref, "key=\"bob.b-2_x\",reason=\"max_queued_per_key\""), 1);
     ck_assert_double_eq(delta(a, b, ref, "key=\"-\",reason=\"queue_full\""), 1);
-    ck_assert_double_eq(delta(a, b, "gpt2d_key_queue_wait_seconds_sum", "key=\"alice\""),
-                        0.75);
-    ck_assert_double_eq(delta(a, b, "gpt2d_key_queue_wait_seconds_count", "key=\"alice\""),
-                        2);
+    ck_assert_double_eq(
+        delta(a, b, "gpt2d_key_queue_wait_seconds_sum", "key=\"alice\""), 0.75);
+    ck_assert_double_eq(
+        delta(a, b, "gpt2d_key_queue_wait_seconds_count", "key=\"alice\""), 2);
     static const char *const families[][2] = {
         { "gpt2d_key_requests_total", "counter" },
         { "gpt2d_key_tokens_total", "counter" },
@@ -618,12 +680,15 @@ START_TEST(test_route_paths_count_under_their_endpoint)
     metrics_request_done("static", 200);
     scrape_now(b, NULL);
     const char *m = "gpt2d_requests_total";
-    ck_assert_double_eq(delta(a, b, m, "endpoint=\"completions\",code=\"200\""), 1);
+    ck_assert_double_eq(delta(a, b, m, "endpoint=\"completions\",code=\"200\""),
+                        1);
     ck_assert_double_eq(delta(a, b, m, "endpoint=\"chat\",code=\"200\""), 1);
     ck_assert_double_eq(delta(a, b, m, "endpoint=\"inspect\",code=\"400\""), 1);
     ck_assert_double_eq(delta(a, b, m, "endpoint=\"models\",code=\"404\""), 1);
-    ck_assert_double_eq(delta(a, b, m, "endpoint=\"sessions\",code=\"409\""), 1);
-    ck_assert_double_eq(delta(a, b, m, "endpoint=\"tokenize\",code=\"200\""), 1);
+    ck_assert_double_eq(delta(a, b, m, "endpoint=\"sessions\",code=\"409\""),
+                        1);
+    ck_assert_double_eq(delta(a, b, m, "endpoint=\"tokenize\",code=\"200\""),
+                        1);
     ck_assert_double_eq(delta(a, b, m, "endpoint=\"metrics\",code=\"200\""), 1);
     ck_assert_double_eq(delta(a, b, m, "endpoint=\"other\",code=\"200\""), 2);
     free(a);
@@ -644,8 +709,10 @@ START_TEST(test_unknown_endpoint_and_code_fall_into_other)
     const char *m = "gpt2d_requests_total";
     ck_assert_double_eq(delta(a, b, m, "endpoint=\"other\",code=\"200\""), 1);
     ck_assert_double_eq(delta(a, b, m, "endpoint=\"other\",code=\"404\""), 1);
-    ck_assert_double_eq(delta(a, b, m, "endpoint=\"models\",code=\"other\""), 1);
-    ck_assert_double_eq(delta(a, b, m, "endpoint=\"health\",code=\"other\""), 1);
+    ck_assert_double_eq(delta(a, b, m, "endpoint=\"models\",code=\"other\""),
+                        1);
+    ck_assert_double_eq(delta(a, b, m, "endpoint=\"health\",code=\"other\""),
+                        1);
     free(a);
     free(b);
 }
@@ -655,10 +722,10 @@ START_TEST(test_ttft_observations_land_in_cumulative_buckets)
 {
     scrape *a = scrape_new(), *b = scrape_new();
     scrape_now(a, NULL);
-    metrics_observe_ttft(0.003);   /* <= 0.005 */
-    metrics_observe_ttft(0.01);    /* exactly a bound: le is inclusive */
-    metrics_observe_ttft(0.3);     /* <= 0.5 */
-    metrics_observe_ttft(20.0);    /* past the last bound: +Inf only */
+    metrics_observe_ttft(0.003); /* <= 0.005 */
+    metrics_observe_ttft(0.01);  /* exactly a bound: le is inclusive */
+    metrics_observe_ttft(0.3);   /* <= 0.5 */
+    metrics_observe_ttft(20.0);  /* past the last bound: +Inf only */
     scrape_now(b, NULL);
     const char *m = "gpt2d_time_to_first_token_seconds_bucket";
     ck_assert_double_eq(delta(a, b, m, "le=\"0.005\""), 1);
@@ -667,9 +734,10 @@ START_TEST(test_ttft_observations_land_in_cumulative_buckets)
     ck_assert_double_eq(delta(a, b, m, "le=\"0.5\""), 3);
     ck_assert_double_eq(delta(a, b, m, "le=\"10\""), 3);
     ck_assert_double_eq(delta(a, b, m, "le=\"+Inf\""), 4);
-    ck_assert_double_eq(delta(a, b, "gpt2d_time_to_first_token_seconds_count", ""), 4);
-    ck_assert_double_eq_tol(delta(a, b, "gpt2d_time_to_first_token_seconds_sum", ""),
-                            20.313, 1e-6);
+    ck_assert_double_eq(
+        delta(a, b, "gpt2d_time_to_first_token_seconds_count", ""), 4);
+    ck_assert_double_eq_tol(
+        delta(a, b, "gpt2d_time_to_first_token_seconds_sum", ""), 20.313, 1e-6);
     free(a);
     free(b);
 }
@@ -691,8 +759,8 @@ START_TEST(test_token_latency_and_batch_rows_histograms)
     ck_assert_double_eq(delta(a, b, l, "le=\"0.01\""), 1);
     ck_assert_double_eq(delta(a, b, l, "le=\"0.02\""), 2);
     ck_assert_double_eq(delta(a, b, l, "le=\"+Inf\""), 2);
-    ck_assert_double_eq_tol(delta(a, b, "gpt2d_inter_token_latency_seconds_sum", ""),
-                            0.0155, 1e-9);
+    ck_assert_double_eq_tol(
+        delta(a, b, "gpt2d_inter_token_latency_seconds_sum", ""), 0.0155, 1e-9);
     const char *r = "gpt2d_batch_rows_bucket";
     ck_assert_double_eq(delta(a, b, r, "le=\"1\""), 1);
     ck_assert_double_eq(delta(a, b, r, "le=\"2\""), 1);
@@ -740,10 +808,13 @@ START_TEST(test_negative_or_nan_latency_counts_without_corrupting_sum)
     metrics_observe_token_latency(NAN);
     scrape_now(b, NULL);
     const char *base = "gpt2d_inter_token_latency_seconds";
-    ck_assert_double_eq(delta(a, b, "gpt2d_inter_token_latency_seconds_count", ""), 2);
-    ck_assert_double_eq(delta(a, b, "gpt2d_inter_token_latency_seconds_bucket",
-                              "le=\"0.001\""), 1);  /* -0.5 is in the lowest */
-    ck_assert_double_eq(delta(a, b, "gpt2d_inter_token_latency_seconds_sum", ""), 0);
+    ck_assert_double_eq(
+        delta(a, b, "gpt2d_inter_token_latency_seconds_count", ""), 2);
+    ck_assert_double_eq(
+        delta(a, b, "gpt2d_inter_token_latency_seconds_bucket", "le=\"0.001\""),
+        1); /* -0.5 is in the lowest */
+    ck_assert_double_eq(
+        delta(a, b, "gpt2d_inter_token_latency_seconds_sum", ""), 0);
     check_histogram_shape(b, base);
     free(a);
     free(b);
@@ -770,19 +841,25 @@ START_TEST(test_concurrent_increments_from_four_threads_sum_exactly)
     scrape_now(a, NULL);
     pthread_t threads[N_THREADS];
     for (int i = 0; i < N_THREADS; i++)
-        ck_assert_int_eq(pthread_create(&threads[i], NULL, record_many, NULL), 0);
+        ck_assert_int_eq(pthread_create(&threads[i], NULL, record_many, NULL),
+                         0);
     for (int i = 0; i < N_THREADS; i++)
         ck_assert_int_eq(pthread_join(threads[i], NULL), 0);
     scrape_now(b, NULL);
     const double total = (double)N_THREADS * N_ROUNDS;
     ck_assert_double_eq(delta(a, b, "gpt2d_requests_total",
-                              "endpoint=\"detokenize\",code=\"200\""), total);
-    ck_assert_double_eq(delta(a, b, "gpt2d_generated_tokens_total", ""), 3 * total);
-    ck_assert_double_eq(delta(a, b, "gpt2d_batch_rows_bucket", "le=\"8\""), total);
+                              "endpoint=\"detokenize\",code=\"200\""),
+                        total);
+    ck_assert_double_eq(delta(a, b, "gpt2d_generated_tokens_total", ""),
+                        3 * total);
+    ck_assert_double_eq(delta(a, b, "gpt2d_batch_rows_bucket", "le=\"8\""),
+                        total);
     ck_assert_double_eq(delta(a, b, "gpt2d_batch_rows_sum", ""), 8 * total);
-    ck_assert_double_eq(delta(a, b, "gpt2d_time_to_first_token_seconds_count", ""), total);
-    ck_assert_double_eq_tol(delta(a, b, "gpt2d_time_to_first_token_seconds_sum", ""),
-                            0.001 * total, 1e-6);
+    ck_assert_double_eq(
+        delta(a, b, "gpt2d_time_to_first_token_seconds_count", ""), total);
+    ck_assert_double_eq_tol(
+        delta(a, b, "gpt2d_time_to_first_token_seconds_sum", ""), 0.001 * total,
+        1e-6);
     free(a);
     free(b);
 }
@@ -793,10 +870,10 @@ END_TEST
 START_TEST(test_parser_rejects_malformed_text)
 {
     static const char *const bad[] = {
-        "# HELP x a help\nx 1\n",                       /* no TYPE */
-        "# HELP x h\n# TYPE x counter\nx 1x\n",          /* bad value */
-        "# HELP x h\n# TYPE x counter\nx{a=b} 1\n",      /* unquoted label */
-        "# HELP x h\n# TYPE x counter\nx 1",             /* no final newline */
+        "# HELP x a help\nx 1\n",                   /* no TYPE */
+        "# HELP x h\n# TYPE x counter\nx 1x\n",     /* bad value */
+        "# HELP x h\n# TYPE x counter\nx{a=b} 1\n", /* unquoted label */
+        "# HELP x h\n# TYPE x counter\nx 1",        /* no final newline */
         "# HELP x h\n# TYPE x counter\n# TYPE x gauge\nx 1\n",
         "# HELP h h\n# TYPE h counter\nh_bucket{le=\"1\"} 1\n", /* not a histogram */
     };
@@ -810,9 +887,10 @@ END_TEST
 START_TEST(test_parser_accepts_labels_and_special_values)
 {
     scrape *sc = scrape_new();
-    ck_assert(parse(sc, "# HELP h h\n# TYPE h histogram\nh_bucket{le=\"+Inf\"} 2\n"
-              "h_sum 1.5e-3\nh_count 2\n# HELP g g\n# TYPE g gauge\n"
-              "g{a=\"x\\\"y\",b=\"z\"} NaN\n"));
+    ck_assert(parse(sc,
+                    "# HELP h h\n# TYPE h histogram\nh_bucket{le=\"+Inf\"} 2\n"
+                    "h_sum 1.5e-3\nh_count 2\n# HELP g g\n# TYPE g gauge\n"
+                    "g{a=\"x\\\"y\",b=\"z\"} NaN\n"));
     ck_assert_uint_eq(sc->n_samples, 4);
     ck_assert_str_eq(sc->samples[3].labels, "a=\"x\\\"y\",b=\"z\"");
     ck_assert_double_eq_tol(value_of(sc, "h_sum", ""), 1.5e-3, 1e-12);
@@ -839,8 +917,10 @@ static Suite *metrics_suite(void)
     tcase_add_test(counts, test_ttft_observations_land_in_cumulative_buckets);
     tcase_add_test(counts, test_token_latency_and_batch_rows_histograms);
     tcase_add_test(counts, test_step_seconds_histogram);
-    tcase_add_test(counts, test_negative_or_nan_latency_counts_without_corrupting_sum);
-    tcase_add_test(counts, test_concurrent_increments_from_four_threads_sum_exactly);
+    tcase_add_test(counts,
+                   test_negative_or_nan_latency_counts_without_corrupting_sum);
+    tcase_add_test(counts,
+                   test_concurrent_increments_from_four_threads_sum_exactly);
     tcase_add_test(counts, test_key_series_are_labelled_by_name);
     tcase_add_test(counts, test_key_names_are_bounded);
     suite_add_tcase(s, counts);

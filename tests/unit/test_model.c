@@ -23,10 +23,10 @@ enum { L = 2, C = 8, H = 2, V = 10, T = 4, MAX_TENSORS = 64 };
 
 typedef struct tspec {
     char name[96];
-    const char *dtype;          /* "F32", "F16", "BF16", "I32" */
+    const char *dtype; /* "F32", "F16", "BF16", "I32" */
     size_t n_dims;
     size_t shape[4];
-    float scale;                /* element i holds scale * (i % 97) / 97 */
+    float scale; /* element i holds scale * (i % 97) / 97 */
 } tspec;
 
 typedef struct spec {
@@ -45,7 +45,7 @@ static tspec *add(spec *s, const char *prefix, const char *name, size_t d0,
     t->n_dims = d1 ? 2 : 1;
     t->shape[0] = d0;
     t->shape[1] = d1;
-    t->scale = 1.0f + (float)s->n;      /* distinct per tensor */
+    t->scale = 1.0f + (float)s->n; /* distinct per tensor */
     s->n++;
     return t;
 }
@@ -58,9 +58,9 @@ static void gpt2_spec(spec *s, const char *prefix)
     add(s, prefix, "wpe.weight", T, C);
     for (int i = 0; i < L; i++) {
         char n[64];
-#define ADD(suffix, d0, d1)                                   \
-        snprintf(n, sizeof n, "h.%d.%s", i, suffix);         \
-        add(s, prefix, n, d0, d1)
+#define ADD(suffix, d0, d1)                                                    \
+    snprintf(n, sizeof n, "h.%d.%s", i, suffix);                               \
+    add(s, prefix, n, d0, d1)
         ADD("ln_1.weight", C, 0);
         ADD("ln_1.bias", C, 0);
         ADD("attn.c_attn.weight", C, 3 * C);
@@ -120,7 +120,7 @@ static uint16_t to_f16(float f)
     if (f == 0.0f)
         return 0;
     int e;
-    float m = frexpf(f, &e);                    /* f = m * 2^e, m in [0.5, 1) */
+    float m = frexpf(f, &e); /* f = m * 2^e, m in [0.5, 1) */
     uint16_t mant = (uint16_t)lrintf((m * 2.0f - 1.0f) * 1024.0f);
     int exp = e - 1 + 15;
     if (mant == 1024) {
@@ -146,7 +146,7 @@ static void encode(const tspec *t, size_t i, uint8_t *out)
     } else if (strcmp(t->dtype, "BF16") == 0) {
         uint32_t bits;
         memcpy(&bits, &v, 4);
-        uint16_t h = (uint16_t)(bits >> 16);    /* truncation is fine here */
+        uint16_t h = (uint16_t)(bits >> 16); /* truncation is fine here */
         memcpy(out, &h, 2);
     } else {
         memcpy(out, &v, 4);
@@ -267,7 +267,7 @@ static void remove_dir(void)
 static void expect_refused(const char *needle)
 {
     model m;
-    gpt2d_error err = {{0}};
+    gpt2d_error err = { { 0 } };
     ck_assert_int_eq(model_load(&m, tmpdir, MODEL_DTYPE_AUTO, &err), -1);
     ck_assert_msg(strstr(err.message, needle) != NULL,
                   "message '%s' lacks '%s'", err.message, needle);
@@ -286,8 +286,8 @@ static void write_valid(spec *s, const char *prefix)
 static void check_values(const float *got, const tspec *t)
 {
     for (size_t i = 0; i < elements(t); i++)
-        ck_assert_msg(got[i] == expected(t, i), "%s[%zu]: %g != %g", t->name,
-                      i, (double)got[i], (double)expected(t, i));
+        ck_assert_msg(got[i] == expected(t, i), "%s[%zu]: %g != %g", t->name, i,
+                      (double)got[i], (double)expected(t, i));
 }
 
 /* Element (k, n) of the (K, N) matrix t, as panels of `dt` hold it: t is
@@ -299,7 +299,7 @@ static void check_values(const float *got, const tspec *t)
 static float as_stored(const tspec *t, size_t K, size_t N, bool transposed,
                        size_t k, size_t n, panel_dtype dt)
 {
-#define AT(k, n) expected(t, transposed ? (n) * K + (k) : (k) * N + (n))
+#define AT(k, n) expected(t, transposed ? (n)*K + (k) : (k)*N + (n))
     const float x = AT(k, n);
     if (dt == PANEL_F16)
         return half_to_float(half_from_float(x));
@@ -324,8 +324,7 @@ static void check_panels(const void *packed, panel_dtype dt, const tspec *t,
                                : 0.0f;
             ck_assert_msg(panel_at(packed, dt, K, k, n) == want,
                           "%s panel (%zu, %zu): %g != %g", t->name, k, n,
-                          (double)panel_at(packed, dt, K, k, n),
-                          (double)want);
+                          (double)panel_at(packed, dt, K, k, n), (double)want);
         }
 }
 
@@ -355,13 +354,17 @@ static void check_bound(const model *m, spec *s, const char *prefix)
     snprintf(n, sizeof n, "%swpe.weight", prefix);
     check_values(m->wpe, find(s, n));
     snprintf(n, sizeof n, "%sh.1.attn.c_attn.weight", prefix);
-    check_panels(m->layers[1].attn_wp, m->panel_dtype, find(s, n), C, 3 * C, false);
+    check_panels(m->layers[1].attn_wp, m->panel_dtype, find(s, n), C, 3 * C,
+                 false);
     snprintf(n, sizeof n, "%sh.0.mlp.c_proj.weight", prefix);
-    check_panels(m->layers[0].mlp_proj_wp, m->panel_dtype, find(s, n), 4 * C, C, false);
+    check_panels(m->layers[0].mlp_proj_wp, m->panel_dtype, find(s, n), 4 * C, C,
+                 false);
     snprintf(n, sizeof n, "%sh.1.mlp.c_fc.weight", prefix);
-    check_panels(m->layers[1].fc_wp, m->panel_dtype, find(s, n), C, 4 * C, false);
+    check_panels(m->layers[1].fc_wp, m->panel_dtype, find(s, n), C, 4 * C,
+                 false);
     snprintf(n, sizeof n, "%sh.0.attn.c_proj.weight", prefix);
-    check_panels(m->layers[0].attn_proj_wp, m->panel_dtype, find(s, n), C, C, false);
+    check_panels(m->layers[0].attn_proj_wp, m->panel_dtype, find(s, n), C, C,
+                 false);
     snprintf(n, sizeof n, "%sh.0.mlp.c_proj.bias", prefix);
     check_values(m->layers[0].mlp_proj_b, find(s, n));
     snprintf(n, sizeof n, "%sh.1.ln_2.weight", prefix);
@@ -375,8 +378,9 @@ START_TEST(test_loads_plain_hf_names)
     spec s;
     write_valid(&s, "");
     model m;
-    gpt2d_error err = {{0}};
-    ck_assert_msg(model_load(&m, tmpdir, MODEL_DTYPE_AUTO, &err) == 0, "%s", err.message);
+    gpt2d_error err = { { 0 } };
+    ck_assert_msg(model_load(&m, tmpdir, MODEL_DTYPE_AUTO, &err) == 0, "%s",
+                  err.message);
     ck_assert_uint_eq(m.config.n_layer, L);
     ck_assert_uint_eq(m.config.n_head, H);
     ck_assert_uint_eq(m.config.n_embd, C);
@@ -385,8 +389,8 @@ START_TEST(test_loads_plain_hf_names)
     ck_assert_float_eq_tol(m.config.layer_norm_epsilon, 1e-5f, 1e-12f);
     check_bound(&m, &s, "");
     ck_assert(m.tied);
-    ck_assert_ptr_null(m.wte);                   /* the panels serve it */
-    ck_assert_ptr_null(m.widened);               /* F32 used in place */
+    ck_assert_ptr_null(m.wte);     /* the panels serve it */
+    ck_assert_ptr_null(m.widened); /* F32 used in place */
     ck_assert_str_eq(m.name, strrchr(tmpdir, '/') + 1);
     size_t per_layer = 4 * C + C * 3 * C + 3 * C + C * C + C + C * 4 * C +
                        4 * C + 4 * C * C + C;
@@ -404,8 +408,9 @@ START_TEST(test_loads_transformer_prefix_and_ignores_mask_buffers)
     write_text(tmpdir, "config.json", VALID_CONFIG);
     write_safetensors(tmpdir, &s, 0);
     model m;
-    gpt2d_error err = {{0}};
-    ck_assert_msg(model_load(&m, tmpdir, MODEL_DTYPE_AUTO, &err) == 0, "%s", err.message);
+    gpt2d_error err = { { 0 } };
+    ck_assert_msg(model_load(&m, tmpdir, MODEL_DTYPE_AUTO, &err) == 0, "%s",
+                  err.message);
     check_bound(&m, &s, "transformer.");
     model_free(&m);
 }
@@ -416,22 +421,24 @@ START_TEST(test_lm_head_equal_to_wte_is_shared_different_is_used)
     spec s;
     gpt2_spec(&s, "");
     tspec *head = add(&s, "", "lm_head.weight", V, C);
-    head->scale = find(&s, "wte.weight")->scale;   /* same bytes: tied */
+    head->scale = find(&s, "wte.weight")->scale; /* same bytes: tied */
     write_text(tmpdir, "config.json", VALID_CONFIG);
     write_safetensors(tmpdir, &s, 0);
     model m;
-    gpt2d_error err = {{0}};
-    ck_assert_msg(model_load(&m, tmpdir, MODEL_DTYPE_AUTO, &err) == 0, "%s", err.message);
+    gpt2d_error err = { { 0 } };
+    ck_assert_msg(model_load(&m, tmpdir, MODEL_DTYPE_AUTO, &err) == 0, "%s",
+                  err.message);
     ck_assert(m.tied);
     check_vocab_panels(m.lm_head_wp, m.panel_dtype, find(&s, "wte.weight"));
     model_free(&m);
 
     head = find(&s, "lm_head.weight");
-    head->scale = 42.0f;                           /* untied */
+    head->scale = 42.0f; /* untied */
     write_safetensors(tmpdir, &s, 0);
-    ck_assert_msg(model_load(&m, tmpdir, MODEL_DTYPE_AUTO, &err) == 0, "%s", err.message);
+    ck_assert_msg(model_load(&m, tmpdir, MODEL_DTYPE_AUTO, &err) == 0, "%s",
+                  err.message);
     ck_assert(!m.tied);
-    check_values(m.wte, find(&s, "wte.weight"));  /* the embedding's rows */
+    check_values(m.wte, find(&s, "wte.weight")); /* the embedding's rows */
     check_vocab_panels(m.lm_head_wp, m.panel_dtype, head);
     model_free(&m);
 }
@@ -447,8 +454,9 @@ START_TEST(test_widens_f16_and_bf16_tensors)
     write_text(tmpdir, "config.json", VALID_CONFIG);
     write_safetensors(tmpdir, &s, 0);
     model m;
-    gpt2d_error err = {{0}};
-    ck_assert_msg(model_load(&m, tmpdir, MODEL_DTYPE_AUTO, &err) == 0, "%s", err.message);
+    gpt2d_error err = { { 0 } };
+    ck_assert_msg(model_load(&m, tmpdir, MODEL_DTYPE_AUTO, &err) == 0, "%s",
+                  err.message);
     check_bound(&m, &s, "");
     ck_assert(m.tied);
     /* only the vector is kept widened: the matrices went straight from the
@@ -467,15 +475,15 @@ START_TEST(test_float16_rounds_the_matrices_to_half_panels)
     spec s;
     write_valid(&s, "");
     model m;
-    gpt2d_error err = {{0}};
-    ck_assert_msg(model_load(&m, tmpdir, MODEL_DTYPE_FLOAT16, &err) == 0,
-                  "%s", err.message);
+    gpt2d_error err = { { 0 } };
+    ck_assert_msg(model_load(&m, tmpdir, MODEL_DTYPE_FLOAT16, &err) == 0, "%s",
+                  err.message);
     ck_assert_int_eq(m.dtype, MODEL_DTYPE_FLOAT16);
     ck_assert_int_eq(m.panel_dtype, PANEL_F16);
     check_bound(&m, &s, "");
     /* the values really change: not every one is a half */
-    ck_assert(panel_at(m.layers[1].attn_wp, PANEL_F16, C, 0, 1)
-              != expected(find(&s, "h.1.attn.c_attn.weight"), 1));
+    ck_assert(panel_at(m.layers[1].attn_wp, PANEL_F16, C, 0, 1) !=
+              expected(find(&s, "h.1.attn.c_attn.weight"), 1));
     size_t vectors = L * (4 * C + 3 * C + C + 4 * C + C) + 2 * C;
     ck_assert_uint_eq(m.weight_bytes,
                       2 * (L * 12 * C * C + V * C) + 4 * vectors);
@@ -497,7 +505,7 @@ START_TEST(test_int8_quantizes_the_matrices_from_any_dtype)
         write_text(tmpdir, "config.json", VALID_CONFIG);
         write_safetensors(tmpdir, &s, 0);
         model m;
-        gpt2d_error err = {{0}};
+        gpt2d_error err = { { 0 } };
         ck_assert_msg(model_load(&m, tmpdir, MODEL_DTYPE_INT8, &err) == 0,
                       "%s: %s", dtypes[i], err.message);
         ck_assert_int_eq(m.dtype, MODEL_DTYPE_INT8);
@@ -508,8 +516,8 @@ START_TEST(test_int8_quantizes_the_matrices_from_any_dtype)
         bool changed = false;
         for (size_t k = 0; k < C; k++)
             for (size_t n = 0; n < 4 * C; n++)
-                changed |= panel_at(m.layers[1].fc_wp, PANEL_Q8, C, k, n)
-                           != expected(fc, k * 4 * C + n);
+                changed |= panel_at(m.layers[1].fc_wp, PANEL_Q8, C, k, n) !=
+                           expected(fc, k * 4 * C + n);
         ck_assert_msg(changed, "%s: int8 kept every value", dtypes[i]);
         size_t vectors = L * (4 * C + 3 * C + C + 4 * C + C) + 2 * C;
         ck_assert_uint_eq(m.weight_bytes,
@@ -529,12 +537,13 @@ START_TEST(test_int8_refuses_a_weight_beyond_its_scales)
     write_text(tmpdir, "config.json", VALID_CONFIG);
     write_safetensors(tmpdir, &s, 0);
     model m;
-    gpt2d_error err = {{0}};
+    gpt2d_error err = { { 0 } };
     ck_assert_int_eq(model_load(&m, tmpdir, MODEL_DTYPE_INT8, &err), -1);
-    ck_assert_msg(strstr(err.message, "'h.1.attn.c_proj.weight'") != NULL
-                  && strstr(err.message, "int8") != NULL, "%s", err.message);
-    ck_assert_msg(model_load(&m, tmpdir, MODEL_DTYPE_FLOAT32, &err) == 0,
+    ck_assert_msg(strstr(err.message, "'h.1.attn.c_proj.weight'") != NULL &&
+                      strstr(err.message, "int8") != NULL,
                   "%s", err.message);
+    ck_assert_msg(model_load(&m, tmpdir, MODEL_DTYPE_FLOAT32, &err) == 0, "%s",
+                  err.message);
     model_free(&m);
 }
 END_TEST
@@ -550,7 +559,7 @@ START_TEST(test_auto_dtype_follows_the_checkpoint)
     write_text(tmpdir, "config.json", VALID_CONFIG);
     write_safetensors(tmpdir, &s, 0);
     model m;
-    gpt2d_error err = {{0}};
+    gpt2d_error err = { { 0 } };
     ck_assert_msg(model_load(&m, tmpdir, MODEL_DTYPE_AUTO, &err) == 0, "%s",
                   err.message);
     ck_assert_int_eq(m.dtype, MODEL_DTYPE_FLOAT16);
@@ -561,8 +570,8 @@ START_TEST(test_auto_dtype_follows_the_checkpoint)
     const size_t wpe_and_vectors = T * C + L * 13 * C + 2 * C;
     ck_assert_uint_eq(m.n_widened, wpe_and_vectors);
     model_free(&m);
-    ck_assert_msg(model_load(&m, tmpdir, MODEL_DTYPE_FLOAT32, &err) == 0,
-                  "%s", err.message);
+    ck_assert_msg(model_load(&m, tmpdir, MODEL_DTYPE_FLOAT32, &err) == 0, "%s",
+                  err.message);
     ck_assert_int_eq(m.panel_dtype, PANEL_F32);
     check_bound(&m, &s, "");
     ck_assert_uint_eq(m.n_widened, wpe_and_vectors);
@@ -573,8 +582,8 @@ START_TEST(test_auto_dtype_follows_the_checkpoint)
     tspec *head = add(&s, "", "lm_head.weight", V, C);
     head->dtype = "F16";
     write_safetensors(tmpdir, &s, 0);
-    ck_assert_msg(model_load(&m, tmpdir, MODEL_DTYPE_FLOAT32, &err) == 0,
-                  "%s", err.message);
+    ck_assert_msg(model_load(&m, tmpdir, MODEL_DTYPE_FLOAT32, &err) == 0, "%s",
+                  err.message);
     ck_assert(!m.tied);
     check_bound(&m, &s, "");
     check_vocab_panels(m.lm_head_wp, m.panel_dtype, head);
@@ -615,8 +624,9 @@ END_TEST
 START_TEST(test_refuses_missing_or_non_directory)
 {
     model m;
-    gpt2d_error err = {{0}};
-    ck_assert_int_eq(model_load(&m, "/nonexistent/gpt2d-model", MODEL_DTYPE_AUTO, &err), -1);
+    gpt2d_error err = { { 0 } };
+    ck_assert_int_eq(
+        model_load(&m, "/nonexistent/gpt2d-model", MODEL_DTYPE_AUTO, &err), -1);
     ck_assert_str_eq(err.message,
                      "/nonexistent/gpt2d-model: No such file or directory");
     write_text(tmpdir, "config.json", VALID_CONFIG);
@@ -634,20 +644,25 @@ START_TEST(test_refuses_bad_config)
     expect_refused("config.json: not valid JSON");
     write_text(tmpdir, "config.json", "[]");
     expect_refused("config.json: not a JSON object");
-    write_text(tmpdir, "config.json",
-               "{\"n_layer\": 2, \"n_head\": 2, \"n_positions\": 4, \"vocab_size\": 10}");
+    write_text(
+        tmpdir, "config.json",
+        "{\"n_layer\": 2, \"n_head\": 2, \"n_positions\": 4, \"vocab_size\": 10}");
     expect_refused("config.json: missing \"n_embd\"");
-    write_text(tmpdir, "config.json",
-               "{\"n_layer\": 2, \"n_head\": 3, \"n_embd\": 8, \"n_positions\": 4, \"vocab_size\": 10}");
+    write_text(
+        tmpdir, "config.json",
+        "{\"n_layer\": 2, \"n_head\": 3, \"n_embd\": 8, \"n_positions\": 4, \"vocab_size\": 10}");
     expect_refused("n_embd 8 is not a multiple of n_head 3");
-    write_text(tmpdir, "config.json",
-               "{\"n_layer\": -2, \"n_head\": 2, \"n_embd\": 8, \"n_positions\": 4, \"vocab_size\": 10}");
+    write_text(
+        tmpdir, "config.json",
+        "{\"n_layer\": -2, \"n_head\": 2, \"n_embd\": 8, \"n_positions\": 4, \"vocab_size\": 10}");
     expect_refused("\"n_layer\" must be an integer");
-    write_text(tmpdir, "config.json",
-               "{\"model_type\": \"llama\", \"n_layer\": 2, \"n_head\": 2, \"n_embd\": 8, \"n_positions\": 4, \"vocab_size\": 10}");
+    write_text(
+        tmpdir, "config.json",
+        "{\"model_type\": \"llama\", \"n_layer\": 2, \"n_head\": 2, \"n_embd\": 8, \"n_positions\": 4, \"vocab_size\": 10}");
     expect_refused("model_type is not \"gpt2\"");
-    write_text(tmpdir, "config.json",
-               "{\"activation_function\": \"relu\", \"n_layer\": 2, \"n_head\": 2, \"n_embd\": 8, \"n_positions\": 4, \"vocab_size\": 10}");
+    write_text(
+        tmpdir, "config.json",
+        "{\"activation_function\": \"relu\", \"n_layer\": 2, \"n_head\": 2, \"n_embd\": 8, \"n_positions\": 4, \"vocab_size\": 10}");
     expect_refused("activation_function");
 }
 END_TEST
@@ -688,11 +703,12 @@ START_TEST(test_refuses_wrong_shape_naming_both_shapes)
     spec s;
     gpt2_spec(&s, "");
     tspec *t = find(&s, "h.0.attn.c_attn.weight");
-    t->shape[0] = 3 * C;        /* stored [out, in]: a transposed export */
+    t->shape[0] = 3 * C; /* stored [out, in]: a transposed export */
     t->shape[1] = C;
     write_text(tmpdir, "config.json", VALID_CONFIG);
     write_safetensors(tmpdir, &s, 0);
-    expect_refused("tensor 'h.0.attn.c_attn.weight' has shape [24, 8], expected [8, 24]");
+    expect_refused(
+        "tensor 'h.0.attn.c_attn.weight' has shape [24, 8], expected [8, 24]");
     gpt2_spec(&s, "");
     find(&s, "ln_f.weight")->shape[0] = C + 1;
     write_safetensors(tmpdir, &s, 0);
@@ -707,9 +723,10 @@ START_TEST(test_refuses_unsupported_dtype_and_unexpected_tensor)
     find(&s, "wpe.weight")->dtype = "I32";
     write_text(tmpdir, "config.json", VALID_CONFIG);
     write_safetensors(tmpdir, &s, 0);
-    expect_refused("tensor 'wpe.weight' has dtype I32 (F32, F16 or BF16 needed)");
+    expect_refused(
+        "tensor 'wpe.weight' has dtype I32 (F32, F16 or BF16 needed)");
     gpt2_spec(&s, "");
-    add(&s, "", "h.2.ln_1.weight", C, 0);   /* a third layer the config lacks */
+    add(&s, "", "h.2.ln_1.weight", C, 0); /* a third layer the config lacks */
     write_safetensors(tmpdir, &s, 0);
     expect_refused("unexpected tensor 'h.2.ln_1.weight'");
 }
@@ -780,7 +797,7 @@ static void loaded_digest(model_dtype dtype, model_matmul matmul,
                           uint8_t out[SHA256_BYTES])
 {
     model m;
-    gpt2d_error err = {{0}};
+    gpt2d_error err = { { 0 } };
     ck_assert_msg(model_load_for(&m, tmpdir, dtype, matmul, &err) == 0, "%s",
                   err.message);
     memcpy(out, m.weights_digest, SHA256_BYTES);
@@ -810,7 +827,7 @@ START_TEST(test_weights_digest_covers_every_piece_of_the_file)
 {
     spec s;
     gpt2_spec(&s, "");
-    const size_t rows = test_count(4096, 1700);     /* 40 or 17 MiB */
+    const size_t rows = test_count(4096, 1700); /* 40 or 17 MiB */
     add(&s, "", "h.0.attn.bias", rows, 2560);
     write_text(tmpdir, "config.json", VALID_CONFIG);
     write_safetensors(tmpdir, &s, 0);
@@ -820,14 +837,14 @@ START_TEST(test_weights_digest_covers_every_piece_of_the_file)
     ck_assert(memcmp(got, want, SHA256_BYTES) == 0);
 
     memcpy(before, got, SHA256_BYTES);
-    flip_from_end(1);                   /* the buffer's last byte */
+    flip_from_end(1); /* the buffer's last byte */
     file_digest(tmpdir, want);
     loaded_digest(MODEL_DTYPE_FLOAT32, MODEL_MATMUL_PANELS, got);
     ck_assert(memcmp(got, want, SHA256_BYTES) == 0);
     ck_assert(memcmp(got, before, SHA256_BYTES) != 0);
 
     memcpy(before, got, SHA256_BYTES);
-    find(&s, "wte.weight")->scale *= 1.0f + 1.0f / 1024;   /* other weights */
+    find(&s, "wte.weight")->scale *= 1.0f + 1.0f / 1024; /* other weights */
     write_safetensors(tmpdir, &s, 0);
     file_digest(tmpdir, want);
     loaded_digest(MODEL_DTYPE_FLOAT32, MODEL_MATMUL_PANELS, got);
@@ -835,7 +852,7 @@ START_TEST(test_weights_digest_covers_every_piece_of_the_file)
     ck_assert(memcmp(got, before, SHA256_BYTES) != 0);
 
     memcpy(before, got, SHA256_BYTES);
-    gpt2_spec(&s, "transformer.");      /* the same weights, other names */
+    gpt2_spec(&s, "transformer."); /* the same weights, other names */
     add(&s, "transformer.", "h.0.attn.bias", rows, 2560);
     write_safetensors(tmpdir, &s, 0);
     loaded_digest(MODEL_DTYPE_FLOAT32, MODEL_MATMUL_PANELS, got);
@@ -851,9 +868,9 @@ START_TEST(test_weights_digest_is_the_files_whatever_the_dtype_or_backend)
     write_valid(&s, "");
     uint8_t want[SHA256_BYTES], got[SHA256_BYTES];
     file_digest(tmpdir, want);
-    static const model_dtype dtypes[] = {MODEL_DTYPE_FLOAT32,
-                                         MODEL_DTYPE_FLOAT16,
-                                         MODEL_DTYPE_INT8};
+    static const model_dtype dtypes[] = { MODEL_DTYPE_FLOAT32,
+                                          MODEL_DTYPE_FLOAT16,
+                                          MODEL_DTYPE_INT8 };
     for (size_t i = 0; i < 3; i++) {
         loaded_digest(dtypes[i], MODEL_MATMUL_PANELS, got);
         ck_assert_msg(memcmp(got, want, SHA256_BYTES) == 0, "%s",
@@ -870,8 +887,9 @@ START_TEST(test_loads_generated_tiny_model)
     char dir[512];
     test_data_path(dir, sizeof dir, "models/tiny");
     model m;
-    gpt2d_error err = {{0}};
-    ck_assert_msg(model_load(&m, dir, MODEL_DTYPE_AUTO, &err) == 0, "%s", err.message);
+    gpt2d_error err = { { 0 } };
+    ck_assert_msg(model_load(&m, dir, MODEL_DTYPE_AUTO, &err) == 0, "%s",
+                  err.message);
     ck_assert_uint_eq(m.config.vocab_size, 50257);
     ck_assert_uint_eq(m.config.n_embd % m.config.n_head, 0);
     ck_assert_str_eq(m.name, "tiny");
@@ -903,8 +921,8 @@ static Suite *model_suite(void)
     tcase_add_test(tc, test_refuses_unsupported_dtype_and_unexpected_tensor);
     tcase_add_test(tc, test_refuses_header_that_lies_about_offsets);
     tcase_add_test(tc, test_weights_digest_covers_every_piece_of_the_file);
-    tcase_add_test(tc,
-                   test_weights_digest_is_the_files_whatever_the_dtype_or_backend);
+    tcase_add_test(
+        tc, test_weights_digest_is_the_files_whatever_the_dtype_or_backend);
     suite_add_tcase(s, tc);
     TCase *fixture = tcase_create("fixture");
     tcase_add_test(fixture, test_loads_generated_tiny_model);

@@ -26,8 +26,8 @@
 
 typedef struct receiver {
     int fd;
-    char dir[300];              /* temporary directory of a path socket */
-    char name[320];             /* what NOTIFY_SOCKET says */
+    char dir[300];  /* temporary directory of a path socket */
+    char name[320]; /* what NOTIFY_SOCKET says */
 } receiver;
 
 static void receiver_bind(receiver *r, bool abstract)
@@ -38,7 +38,8 @@ static void receiver_bind(receiver *r, bool abstract)
     struct sockaddr_un sa = { .sun_family = AF_UNIX };
     socklen_t len;
     if (abstract) {
-        snprintf(r->name, sizeof r->name, "@gpt2d-test-notify-%ld", (long)getpid());
+        snprintf(r->name, sizeof r->name, "@gpt2d-test-notify-%ld",
+                 (long)getpid());
         size_t n = strlen(r->name);
         memcpy(sa.sun_path, r->name, n);
         sa.sun_path[0] = '\0';
@@ -48,7 +49,8 @@ static void receiver_bind(receiver *r, bool abstract)
         ck_assert_ptr_nonnull(mkdtemp(r->dir));
         snprintf(r->name, sizeof r->name, "%s/notify", r->dir);
         ck_assert_msg(strlen(r->name) < sizeof sa.sun_path,
-                      "socket path %s is too long: run with a shorter TMPDIR", r->name);
+                      "socket path %s is too long: run with a shorter TMPDIR",
+                      r->name);
         strcpy(sa.sun_path, r->name);
         len = (socklen_t)sizeof sa;
     }
@@ -111,7 +113,7 @@ START_TEST(test_send_without_notify_socket_does_nothing)
     ck_assert_str_eq(err.message, "");
     setenv("NOTIFY_SOCKET", "", 1);
     ck_assert_int_eq(notify_send("READY=1", &err), 0);
-    notify_ready("no manager listening");   /* must not crash or complain */
+    notify_ready("no manager listening"); /* must not crash or complain */
 }
 END_TEST
 
@@ -140,7 +142,8 @@ START_TEST(test_lifecycle_messages_arrive_in_order)
     notify_stopping(NULL);
 
     char buf[1024];
-    ck_assert_str_eq(receive(&r, buf, sizeof buf), "STATUS=Loading model /var/lib/gpt2d/gpt2");
+    ck_assert_str_eq(receive(&r, buf, sizeof buf),
+                     "STATUS=Loading model /var/lib/gpt2d/gpt2");
     ck_assert_str_eq(receive(&r, buf, sizeof buf),
                      "READY=1\nSTATUS=Serving gpt2 on 127.0.0.1:8080");
     ck_assert_str_eq(receive(&r, buf, sizeof buf), "RELOADING=1");
@@ -173,7 +176,8 @@ START_TEST(test_status_newlines_cannot_start_another_assignment)
     /* A model directory named to smuggle in READY=1 stays inside STATUS. */
     notify_status("Loading %s", "evil\nREADY=1\r");
     char buf[256];
-    ck_assert_str_eq(receive(&r, buf, sizeof buf), "STATUS=Loading evil READY=1 ");
+    ck_assert_str_eq(receive(&r, buf, sizeof buf),
+                     "STATUS=Loading evil READY=1 ");
     receiver_close(&r);
 }
 END_TEST
@@ -246,10 +250,12 @@ START_TEST(test_watchdog_interval_for_this_process)
 {
     uint64_t us = 0;
     gpt2d_error err = { { 0 } };
-    ck_assert_int_eq(notify_watchdog_parse("30000000", NULL, 4242, &us, &err), 0);
+    ck_assert_int_eq(notify_watchdog_parse("30000000", NULL, 4242, &us, &err),
+                     0);
     ck_assert_uint_eq(us, 30000000);
     us = 0;
-    ck_assert_int_eq(notify_watchdog_parse("250000", "4242", 4242, &us, &err), 0);
+    ck_assert_int_eq(notify_watchdog_parse("250000", "4242", 4242, &us, &err),
+                     0);
     ck_assert_uint_eq(us, 250000);
 }
 END_TEST
@@ -258,7 +264,8 @@ START_TEST(test_watchdog_pid_of_another_process_means_off)
 {
     uint64_t us = 99;
     gpt2d_error err = { { 0 } };
-    ck_assert_int_eq(notify_watchdog_parse("30000000", "4243", 4242, &us, &err), 0);
+    ck_assert_int_eq(notify_watchdog_parse("30000000", "4243", 4242, &us, &err),
+                     0);
     ck_assert_uint_eq(us, 0);
     ck_assert_str_eq(err.message, "");
 }
@@ -267,14 +274,22 @@ END_TEST
 START_TEST(test_malformed_watchdog_values_are_errors)
 {
     static const char *const bad_usec[] = {
-        "abc", "0", "-1", " 5", "5 ", "12x", "0x10", "+5",
-        "18446744073709551615",        /* USEC_INFINITY */
-        "99999999999999999999999",     /* overflows */
+        "abc",
+        "0",
+        "-1",
+        " 5",
+        "5 ",
+        "12x",
+        "0x10",
+        "+5",
+        "18446744073709551615",    /* USEC_INFINITY */
+        "99999999999999999999999", /* overflows */
     };
     for (size_t i = 0; i < sizeof bad_usec / sizeof bad_usec[0]; i++) {
         uint64_t us = 99;
         gpt2d_error err = { { 0 } };
-        ck_assert_msg(notify_watchdog_parse(bad_usec[i], NULL, 1, &us, &err) == -1,
+        ck_assert_msg(notify_watchdog_parse(bad_usec[i], NULL, 1, &us, &err) ==
+                          -1,
                       "WATCHDOG_USEC '%s' accepted", bad_usec[i]);
         ck_assert_uint_eq(us, 0);
         ck_assert_ptr_nonnull(strstr(err.message, "WATCHDOG_USEC"));
@@ -283,8 +298,9 @@ START_TEST(test_malformed_watchdog_values_are_errors)
     for (size_t i = 0; i < sizeof bad_pid / sizeof bad_pid[0]; i++) {
         uint64_t us = 99;
         gpt2d_error err = { { 0 } };
-        ck_assert_msg(notify_watchdog_parse("1000000", bad_pid[i], 1, &us, &err) == -1,
-                      "WATCHDOG_PID '%s' accepted", bad_pid[i]);
+        ck_assert_msg(
+            notify_watchdog_parse("1000000", bad_pid[i], 1, &us, &err) == -1,
+            "WATCHDOG_PID '%s' accepted", bad_pid[i]);
         ck_assert_uint_eq(us, 0);
         ck_assert_ptr_nonnull(strstr(err.message, "WATCHDOG_PID"));
     }
@@ -308,7 +324,7 @@ START_TEST(test_watchdog_init_reads_the_environment)
 
     setenv("WATCHDOG_USEC", "soon", 1);
     unsetenv("WATCHDOG_PID");
-    notify_watchdog_init(&w);           /* logged, not fatal */
+    notify_watchdog_init(&w); /* logged, not fatal */
     ck_assert_uint_eq(w.interval_usec, 0);
 }
 END_TEST
@@ -371,9 +387,9 @@ START_TEST(test_watchdog_survives_a_broken_socket)
     setenv("NOTIFY_SOCKET", "/nonexistent-gpt2d-dir/notify", 1);
     notify_watchdog w = { .interval_usec = 400000 };
     ck_assert_int_eq(notify_watchdog_kick(&w, 1000000), 100000);
-    ck_assert(w.warned);                /* said once ... */
+    ck_assert(w.warned); /* said once ... */
     ck_assert_int_eq(notify_watchdog_kick(&w, 1100000), 100000);
-    ck_assert(w.warned);                /* ... and keeps pinging on schedule */
+    ck_assert(w.warned); /* ... and keeps pinging on schedule */
     ck_assert_uint_eq(w.last_usec, 1100000);
 }
 END_TEST
@@ -410,7 +426,8 @@ static Suite *notify_suite(void)
     tcase_add_checked_fixture(pings, setup, teardown);
     tcase_add_test(pings, test_watchdog_off_sends_nothing);
     tcase_add_test(pings, test_watchdog_pings_at_a_quarter_of_the_interval);
-    tcase_add_test(pings, test_watchdog_tiny_interval_never_asks_for_a_zero_wait);
+    tcase_add_test(pings,
+                   test_watchdog_tiny_interval_never_asks_for_a_zero_wait);
     tcase_add_test(pings, test_watchdog_survives_a_broken_socket);
     suite_add_tcase(s, pings);
     return s;

@@ -29,7 +29,7 @@ static void expect_refused(const char *header, size_t data_bytes,
     size_t size;
     uint8_t *buf = make_file(header, data_bytes, &size);
     st_file f;
-    gpt2d_error err = {{0}};
+    gpt2d_error err = { { 0 } };
     ck_assert_int_eq(safetensors_parse(buf, size, &f, &err), -1);
     ck_assert_msg(strstr(err.message, needle) != NULL,
                   "message '%s' lacks '%s'", err.message, needle);
@@ -47,7 +47,7 @@ START_TEST(test_parses_tensor_table_and_skips_metadata)
     size_t size;
     uint8_t *buf = make_file(h, 36, &size);
     st_file f;
-    gpt2d_error err = {{0}};
+    gpt2d_error err = { { 0 } };
     ck_assert_int_eq(safetensors_parse(buf, size, &f, &err), 0);
     ck_assert_uint_eq(f.n_tensors, 3);
     const st_tensor *a = safetensors_find(&f, "a");
@@ -77,7 +77,7 @@ START_TEST(test_empty_header_has_no_tensors)
     size_t size;
     uint8_t *buf = make_file("{}", 0, &size);
     st_file f;
-    gpt2d_error err = {{0}};
+    gpt2d_error err = { { 0 } };
     ck_assert_int_eq(safetensors_parse(buf, size, &f, &err), 0);
     ck_assert_uint_eq(f.n_tensors, 0);
     safetensors_free(&f);
@@ -87,9 +87,9 @@ END_TEST
 
 START_TEST(test_refuses_file_shorter_than_length_prefix)
 {
-    const uint8_t buf[5] = {1, 0, 0, 0, 0};
+    const uint8_t buf[5] = { 1, 0, 0, 0, 0 };
     st_file f;
-    gpt2d_error err = {{0}};
+    gpt2d_error err = { { 0 } };
     ck_assert_int_eq(safetensors_parse(buf, sizeof buf, &f, &err), -1);
     ck_assert_ptr_nonnull(strstr(err.message, "too short"));
 }
@@ -99,9 +99,9 @@ START_TEST(test_refuses_header_longer_than_file)
 {
     size_t size;
     uint8_t *buf = make_file("{}", 0, &size);
-    buf[0] = 200;               /* claims 200 header bytes, file has 2 */
+    buf[0] = 200; /* claims 200 header bytes, file has 2 */
     st_file f;
-    gpt2d_error err = {{0}};
+    gpt2d_error err = { { 0 } };
     ck_assert_int_eq(safetensors_parse(buf, size, &f, &err), -1);
     ck_assert_ptr_nonnull(strstr(err.message, "truncated"));
     /* and a length near 2^64 must not wrap around */
@@ -116,54 +116,69 @@ START_TEST(test_refuses_non_json_and_non_object_headers)
 {
     expect_refused("{\"a\":", 0, "not valid JSON");
     expect_refused("[1,2]", 0, "not a JSON object");
-    expect_refused("{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
-                   "\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}",
-                   8, "not valid JSON");   /* duplicate key */
+    expect_refused(
+        "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
+        "\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}",
+        8, "not valid JSON"); /* duplicate key */
 }
 END_TEST
 
 START_TEST(test_refuses_bad_descriptions)
 {
     expect_refused("{\"a\":3}", 0, "not an object");
-    expect_refused("{\"a\":{\"shape\":[1],\"data_offsets\":[0,4]}}", 4, "dtype");
-    expect_refused("{\"a\":{\"dtype\":\"F32\",\"data_offsets\":[0,4]}}", 4, "shape");
-    expect_refused("{\"a\":{\"dtype\":\"F32\",\"shape\":[1]}}", 4, "data_offsets");
-    expect_refused("{\"a\":{\"dtype\":\"Q4\",\"shape\":[1],\"data_offsets\":[0,4]}}",
-                   4, "unknown dtype 'Q4'");
-    expect_refused("{\"a\":{\"dtype\":\"F32\",\"shape\":[-1],\"data_offsets\":[0,4]}}",
-                   4, "shape[0]");
-    expect_refused("{\"a\":{\"dtype\":\"F32\",\"shape\":[1.5],\"data_offsets\":[0,4]}}",
-                   4, "shape[0]");
+    expect_refused("{\"a\":{\"shape\":[1],\"data_offsets\":[0,4]}}", 4,
+                   "dtype");
+    expect_refused("{\"a\":{\"dtype\":\"F32\",\"data_offsets\":[0,4]}}", 4,
+                   "shape");
+    expect_refused("{\"a\":{\"dtype\":\"F32\",\"shape\":[1]}}", 4,
+                   "data_offsets");
+    expect_refused(
+        "{\"a\":{\"dtype\":\"Q4\",\"shape\":[1],\"data_offsets\":[0,4]}}", 4,
+        "unknown dtype 'Q4'");
+    expect_refused(
+        "{\"a\":{\"dtype\":\"F32\",\"shape\":[-1],\"data_offsets\":[0,4]}}", 4,
+        "shape[0]");
+    expect_refused(
+        "{\"a\":{\"dtype\":\"F32\",\"shape\":[1.5],\"data_offsets\":[0,4]}}", 4,
+        "shape[0]");
     expect_refused("{\"a\":{\"dtype\":\"F32\",\"shape\":[1,1,1,1,1,1,1,1,1],"
-                   "\"data_offsets\":[0,4]}}", 4, "9 dimensions");
-    expect_refused("{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,\"4\"]}}",
-                   4, "not non-negative integers");
+                   "\"data_offsets\":[0,4]}}",
+                   4, "9 dimensions");
+    expect_refused(
+        "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,\"4\"]}}",
+        4, "not non-negative integers");
 }
 END_TEST
 
 START_TEST(test_refuses_offsets_outside_data)
 {
-    expect_refused("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}",
-                   4, "outside the 4 data bytes");
-    expect_refused("{\"a\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[8,4]}}",
-                   8, "outside");
+    expect_refused(
+        "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", 4,
+        "outside the 4 data bytes");
+    expect_refused(
+        "{\"a\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[8,4]}}", 8,
+        "outside");
 }
 END_TEST
 
 START_TEST(test_refuses_span_that_disagrees_with_shape)
 {
-    expect_refused("{\"a\":{\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[0,8]}}",
-                   8, "span 8 bytes but F32 of that shape needs 12");
-    expect_refused("{\"a\":{\"dtype\":\"F32\",\"shape\":[4294967296,4294967296,16],"
-                   "\"data_offsets\":[0,8]}}", 8, "overflows");
+    expect_refused(
+        "{\"a\":{\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[0,8]}}", 8,
+        "span 8 bytes but F32 of that shape needs 12");
+    expect_refused(
+        "{\"a\":{\"dtype\":\"F32\",\"shape\":[4294967296,4294967296,16],"
+        "\"data_offsets\":[0,8]}}",
+        8, "overflows");
 }
 END_TEST
 
 START_TEST(test_refuses_overlapping_tensors)
 {
-    expect_refused("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
-                   "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[4,12]}}",
-                   12, "overlap");
+    expect_refused(
+        "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+        "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[4,12]}}",
+        12, "overlap");
 }
 END_TEST
 

@@ -150,8 +150,8 @@ static int32_t greedy(const float *logits, size_t V)
 /* Draws n tokens from one seeded RNG with a fixed context; counts[V]. */
 static void sample_counts(const sampler_params *p, uint64_t seed,
                           const float *logits, size_t V, const int32_t *prompt,
-                          size_t np, const int32_t *output, size_t no,
-                          size_t n, unsigned *counts)
+                          size_t np, const int32_t *output, size_t no, size_t n,
+                          unsigned *counts)
 {
     sampler_scratch *s = new_scratch(V);
     sampler_rng rng;
@@ -179,8 +179,10 @@ static void assert_support(const unsigned *counts, size_t V,
         if (want)
             ck_assert_msg(counts[i] > 0, "token %zu never sampled", i);
         else
-            ck_assert_msg(counts[i] == 0, "token %zu sampled %u times but "
-                          "should be filtered out", i, counts[i]);
+            ck_assert_msg(counts[i] == 0,
+                          "token %zu sampled %u times but "
+                          "should be filtered out",
+                          i, counts[i]);
         seen += counts[i] > 0;
     }
     ck_assert_uint_eq(seen, n_expected);
@@ -203,8 +205,10 @@ static void assert_support_or_quick_subset(const unsigned *counts, size_t V,
         int want = 0;
         for (size_t j = 0; j < n_expected && counts[i] > 0; j++)
             want |= expected[j] == (int32_t)i;
-        ck_assert_msg(counts[i] == 0 || want, "token %zu sampled %u times "
-                      "but should be filtered out", i, counts[i]);
+        ck_assert_msg(counts[i] == 0 || want,
+                      "token %zu sampled %u times "
+                      "but should be filtered out",
+                      i, counts[i]);
     }
 }
 
@@ -245,11 +249,12 @@ START_TEST(test_rng_xoshiro_from_state_1234_matches_reference_outputs)
 {
     /* xoshiro256** from {1,2,3,4} yields 11520, 0, 1509978240,
      * 1215971899390074240; uniform() keeps the top 53 bits. */
-    const uint64_t want[4] = {11520u, 0u, 1509978240u,
-                              UINT64_C(1215971899390074240)};
-    sampler_rng rng = {{1, 2, 3, 4}};
+    const uint64_t want[4] = { 11520u, 0u, 1509978240u,
+                               UINT64_C(1215971899390074240) };
+    sampler_rng rng = { { 1, 2, 3, 4 } };
     for (int i = 0; i < 4; i++)
-        ck_assert(sampler_rng_uniform(&rng) == (double)(want[i] >> 11) * 0x1.0p-53);
+        ck_assert(sampler_rng_uniform(&rng) ==
+                  (double)(want[i] >> 11) * 0x1.0p-53);
 }
 END_TEST
 
@@ -286,7 +291,7 @@ START_TEST(test_rng_uniform_stays_in_unit_interval_with_mean_half)
     }
     /* sd of the mean is 1/sqrt(12 n) (6.5e-4 for 200000); 6 sd. */
     ck_assert(fabs(sum / n - 0.5) < 6.0 / sqrt(12.0 * n));
-    sampler_rng top = {{~UINT64_C(0), ~UINT64_C(0), 0, 0}};
+    sampler_rng top = { { ~UINT64_C(0), ~UINT64_C(0), 0, 0 } };
     ck_assert(sampler_rng_uniform(&top) < 1.0);
 }
 END_TEST
@@ -295,26 +300,29 @@ END_TEST
 
 START_TEST(test_greedy_picks_argmax_ties_to_lowest_id)
 {
-    const float a[6] = {0.5f, 2.0f, -1.0f, 3.25f, 3.0f, 0.0f};
+    const float a[6] = { 0.5f, 2.0f, -1.0f, 3.25f, 3.0f, 0.0f };
     ck_assert_int_eq(greedy(a, 6), 3);
-    const float b[6] = {1.0f, 4.0f, 2.0f, 4.0f, 4.0f, -2.0f};
+    const float b[6] = { 1.0f, 4.0f, 2.0f, 4.0f, 4.0f, -2.0f };
     ck_assert_int_eq(greedy(b, 6), 1);
 }
 END_TEST
 
 START_TEST(test_greedy_picks_argmax_after_bias)
 {
-    const float a[5] = {1.0f, 2.0f, 1.5f, 0.0f, -1.0f};
-    const logit_bias_entry bias[3] = {{2, 0.75f}, {99, 100.0f}, {-3, 100.0f}};
+    const float a[5] = { 1.0f, 2.0f, 1.5f, 0.0f, -1.0f };
+    const logit_bias_entry bias[3] = { { 2, 0.75f },
+                                       { 99, 100.0f },
+                                       { -3, 100.0f } };
     sampler_params p;
     sampler_params_default(&p);
     p.temperature = 0.0f;
     p.logit_bias = bias;
     p.n_logit_bias = 1;
     ck_assert_int_eq(pick(&p, a, 5, NULL, 0, NULL, 0), 2); /* 2.25 > 2.0 */
-    p.n_logit_bias = 3; /* out-of-vocab ids are ignored, not applied elsewhere */
+    p.n_logit_bias =
+        3; /* out-of-vocab ids are ignored, not applied elsewhere */
     ck_assert_int_eq(pick(&p, a, 5, NULL, 0, NULL, 0), 2);
-    const logit_bias_entry small[1] = {{2, 0.45f}};
+    const logit_bias_entry small[1] = { { 2, 0.45f } };
     p.logit_bias = small;
     p.n_logit_bias = 1;
     ck_assert_int_eq(pick(&p, a, 5, NULL, 0, NULL, 0), 1); /* 1.95 < 2.0 */
@@ -342,8 +350,8 @@ END_TEST
 /* ---- penalties: the exact processed value, by flipping a greedy choice ----
  * Token `t` must end at `expect`: a competitor c (in no penalty list) at
  * expect - 0.01 loses to it and at expect + 0.01 beats it. */
-static void assert_processed_value(const sampler_params *p, float *row, size_t V,
-                                   int32_t t, int32_t c, float expect,
+static void assert_processed_value(const sampler_params *p, float *row,
+                                   size_t V, int32_t t, int32_t c, float expect,
                                    const int32_t *prompt, size_t np,
                                    const int32_t *output, size_t no)
 {
@@ -359,23 +367,26 @@ static void assert_processed_value(const sampler_params *p, float *row, size_t V
 
 START_TEST(test_repetition_penalty_divides_positive_multiplies_negative_once)
 {
-    float row[8] = {3.0f, -5.0f, -5.0f, -5.0f, -5.0f, -5.0f, -5.0f, -5.0f};
+    float row[8] = { 3.0f, -5.0f, -5.0f, -5.0f, -5.0f, -5.0f, -5.0f, -5.0f };
     sampler_params p;
     sampler_params_default(&p);
     p.repetition_penalty = 1.6f;
     /* Token 0 three times across prompt and output: penalised once. */
-    const int32_t prompt[3] = {0, 4, 0};
-    const int32_t output[2] = {0, 5};
+    const int32_t prompt[3] = { 0, 4, 0 };
+    const int32_t output[2] = { 0, 5 };
     assert_processed_value(&p, row, 8, 0, 7, 3.0f / 1.6f, prompt, 3, output, 2);
 
     /* A negative logit is multiplied: -1 -> -1.6 (dividing would give -0.625). */
-    float neg[8] = {-1.0f, -9.0f, -9.0f, -9.0f, -9.0f, -9.0f, -9.0f, -9.0f};
+    float neg[8] = { -1.0f, -9.0f, -9.0f, -9.0f, -9.0f, -9.0f, -9.0f, -9.0f };
     assert_processed_value(&p, neg, 8, 0, 7, -1.6f, prompt, 3, output, 2);
 
     /* Output-only tokens count too. */
-    float out_only[8] = {2.0f, -9.0f, -9.0f, -9.0f, -9.0f, -9.0f, -9.0f, -9.0f};
-    const int32_t out0[1] = {0};
-    assert_processed_value(&p, out_only, 8, 0, 7, 2.0f / 1.6f, NULL, 0, out0, 1);
+    float out_only[8] = {
+        2.0f, -9.0f, -9.0f, -9.0f, -9.0f, -9.0f, -9.0f, -9.0f
+    };
+    const int32_t out0[1] = { 0 };
+    assert_processed_value(&p, out_only, 8, 0, 7, 2.0f / 1.6f, NULL, 0, out0,
+                           1);
 }
 END_TEST
 
@@ -386,16 +397,16 @@ START_TEST(test_presence_and_frequency_penalties_count_output_only)
     p.presence_penalty = 0.5f;
     p.frequency_penalty = 0.25f;
     /* Token 0 three times in the output: 3 - 0.5 - 3 * 0.25 = 1.75. */
-    float row[8] = {3.0f, 2.0f, -9.0f, -9.0f, -9.0f, -9.0f, -9.0f, -9.0f};
-    const int32_t prompt[4] = {1, 1, 1, 1};
-    const int32_t output[5] = {0, 2, 0, 3, 0};
+    float row[8] = { 3.0f, 2.0f, -9.0f, -9.0f, -9.0f, -9.0f, -9.0f, -9.0f };
+    const int32_t prompt[4] = { 1, 1, 1, 1 };
+    const int32_t output[5] = { 0, 2, 0, 3, 0 };
     row[1] = -9.0f;
     assert_processed_value(&p, row, 8, 0, 7, 1.75f, prompt, 4, output, 5);
     /* Token 1 appears only in the prompt: untouched at 2.0. */
-    float row1[8] = {-9.0f, 2.0f, -9.0f, -9.0f, -9.0f, -9.0f, -9.0f, -9.0f};
+    float row1[8] = { -9.0f, 2.0f, -9.0f, -9.0f, -9.0f, -9.0f, -9.0f, -9.0f };
     assert_processed_value(&p, row1, 8, 1, 7, 2.0f, prompt, 4, output, 5);
     /* Once in the output: 2 - 0.5 - 0.25 = 1.25. */
-    float row2[8] = {-9.0f, -9.0f, 2.0f, -9.0f, -9.0f, -9.0f, -9.0f, -9.0f};
+    float row2[8] = { -9.0f, -9.0f, 2.0f, -9.0f, -9.0f, -9.0f, -9.0f, -9.0f };
     assert_processed_value(&p, row2, 8, 2, 7, 1.25f, prompt, 4, output, 5);
 }
 END_TEST
@@ -404,14 +415,14 @@ START_TEST(test_processors_run_bias_then_repetition_then_presence)
 {
     sampler_params p;
     sampler_params_default(&p);
-    const logit_bias_entry bias[1] = {{0, 1.0f}};
+    const logit_bias_entry bias[1] = { { 0, 1.0f } };
     p.logit_bias = bias;
     p.n_logit_bias = 1;
     p.repetition_penalty = 2.0f;
     p.presence_penalty = 0.5f;
     /* ((2 + 1) / 2) - 0.5 = 1.0; other orders give 1.25, 1.75 or 2.25. */
-    float row[6] = {2.0f, -9.0f, -9.0f, -9.0f, -9.0f, -9.0f};
-    const int32_t output[1] = {0};
+    float row[6] = { 2.0f, -9.0f, -9.0f, -9.0f, -9.0f, -9.0f };
+    const int32_t output[1] = { 0 };
     assert_processed_value(&p, row, 6, 0, 5, 1.0f, NULL, 0, output, 1);
 }
 END_TEST
@@ -423,9 +434,9 @@ START_TEST(test_penalties_ignore_out_of_vocab_context_tokens)
     p.repetition_penalty = 2.0f;
     p.presence_penalty = 1.0f;
     p.frequency_penalty = 1.0f;
-    float row[6] = {2.0f, -9.0f, -9.0f, -9.0f, -9.0f, -9.0f};
-    const int32_t prompt[3] = {-1, 6, INT32_MAX};
-    const int32_t output[3] = {1000, -7, 6};
+    float row[6] = { 2.0f, -9.0f, -9.0f, -9.0f, -9.0f, -9.0f };
+    const int32_t prompt[3] = { -1, 6, INT32_MAX };
+    const int32_t output[3] = { 1000, -7, 6 };
     assert_processed_value(&p, row, 6, 0, 5, 2.0f, prompt, 3, output, 3);
 }
 END_TEST
@@ -434,33 +445,33 @@ START_TEST(test_presence_penalty_removes_output_tokens_from_support)
 {
     /* Uniform row; a presence penalty of 30 makes tokens 1 and 3 (in the
      * output) vanish while token 2 (prompt only) stays. */
-    const float row[6] = {0, 0, 0, 0, 0, 0};
-    const int32_t prompt[1] = {2};
-    const int32_t output[3] = {1, 3, 3};
+    const float row[6] = { 0, 0, 0, 0, 0, 0 };
+    const int32_t prompt[1] = { 2 };
+    const int32_t output[3] = { 1, 3, 3 };
     sampler_params p;
     sampler_params_default(&p);
     p.presence_penalty = 30.0f;
     unsigned counts[6];
     sample_counts(&p, 5, row, 6, prompt, 1, output, 3, 2000, counts);
-    const int32_t want[4] = {0, 2, 4, 5};
+    const int32_t want[4] = { 0, 2, 4, 5 };
     assert_support(counts, 6, want, 4);
 }
 END_TEST
 
 START_TEST(test_logit_bias_minus_100_bans_and_plus_100_forces)
 {
-    const float row[6] = {1.0f, 0.5f, 2.0f, 0.0f, 1.5f, -0.5f};
+    const float row[6] = { 1.0f, 0.5f, 2.0f, 0.0f, 1.5f, -0.5f };
     sampler_params p;
     sampler_params_default(&p);
-    const logit_bias_entry ban[2] = {{2, -100.0f}, {4, -100.0f}};
+    const logit_bias_entry ban[2] = { { 2, -100.0f }, { 4, -100.0f } };
     p.logit_bias = ban;
     p.n_logit_bias = 2;
     unsigned counts[6];
     sample_counts(&p, 11, row, 6, NULL, 0, NULL, 0, 2000, counts);
-    const int32_t rest[4] = {0, 1, 3, 5};
+    const int32_t rest[4] = { 0, 1, 3, 5 };
     assert_support(counts, 6, rest, 4);
 
-    const logit_bias_entry force[1] = {{5, 100.0f}};
+    const logit_bias_entry force[1] = { { 5, 100.0f } };
     p.logit_bias = force;
     p.n_logit_bias = 1;
     sample_counts(&p, 11, row, 6, NULL, 0, NULL, 0, 2000, counts);
@@ -472,27 +483,27 @@ END_TEST
 
 START_TEST(test_top_k_keeps_exactly_the_k_best)
 {
-    const float row[8] = {0.3f, 1.2f, -0.4f, 0.9f, 1.0f, -2.0f, 0.95f, 0.1f};
+    const float row[8] = { 0.3f, 1.2f, -0.4f, 0.9f, 1.0f, -2.0f, 0.95f, 0.1f };
     sampler_params p;
     sampler_params_default(&p);
     p.top_k = 3;
     unsigned counts[8];
     sample_counts(&p, 3, row, 8, NULL, 0, NULL, 0, 2000, counts);
-    const int32_t want[3] = {1, 4, 6};
+    const int32_t want[3] = { 1, 4, 6 };
     assert_support(counts, 8, want, 3);
 
     /* Ties at the boundary go to the lower id, so exactly k survive. */
-    const float tie[6] = {0.0f, 1.0f, 1.0f, 1.0f, -1.0f, 1.0f};
+    const float tie[6] = { 0.0f, 1.0f, 1.0f, 1.0f, -1.0f, 1.0f };
     p.top_k = 2;
     sample_counts(&p, 3, tie, 6, NULL, 0, NULL, 0, 2000, counts);
-    const int32_t want_tie[2] = {1, 2};
+    const int32_t want_tie[2] = { 1, 2 };
     assert_support(counts, 6, want_tie, 2);
 }
 END_TEST
 
 START_TEST(test_top_k_larger_than_vocab_keeps_everything)
 {
-    const float row[5] = {0.0f, 0.2f, -0.3f, 0.1f, -0.1f};
+    const float row[5] = { 0.0f, 0.2f, -0.3f, 0.1f, -0.1f };
     sampler_params p, off;
     sampler_params_default(&p);
     sampler_params_default(&off);
@@ -500,7 +511,7 @@ START_TEST(test_top_k_larger_than_vocab_keeps_everything)
     unsigned a[5], b[5];
     sample_counts(&p, 9, row, 5, NULL, 0, NULL, 0, 2000, a);
     sample_counts(&off, 9, row, 5, NULL, 0, NULL, 0, 2000, b);
-    const int32_t all[5] = {0, 1, 2, 3, 4};
+    const int32_t all[5] = { 0, 1, 2, 3, 4 };
     assert_support(a, 5, all, 5);
     ck_assert(memcmp(a, b, sizeof a) == 0);
 }
@@ -527,20 +538,20 @@ END_TEST
 START_TEST(test_top_p_keeps_the_smallest_nucleus)
 {
     /* p = 0.4, 0.3, 0.15, 0.1, 0.05 (ids shuffled). */
-    const float row[5] = {logf(0.15f), logf(0.4f), logf(0.05f), logf(0.3f),
-                          logf(0.1f)};
+    const float row[5] = { logf(0.15f), logf(0.4f), logf(0.05f), logf(0.3f),
+                           logf(0.1f) };
     sampler_params p;
     sampler_params_default(&p);
     unsigned counts[5];
 
     p.top_p = 0.65f; /* 0.4 + 0.3 */
     sample_counts(&p, 2, row, 5, NULL, 0, NULL, 0, 2000, counts);
-    const int32_t two[2] = {1, 3};
+    const int32_t two[2] = { 1, 3 };
     assert_support(counts, 5, two, 2);
 
     p.top_p = 0.75f; /* + 0.15 */
     sample_counts(&p, 2, row, 5, NULL, 0, NULL, 0, 2000, counts);
-    const int32_t three[3] = {1, 3, 0};
+    const int32_t three[3] = { 1, 3, 0 };
     assert_support(counts, 5, three, 3);
 
     p.top_p = 0.05f; /* always at least the best token */
@@ -549,15 +560,15 @@ START_TEST(test_top_p_keeps_the_smallest_nucleus)
 
     p.top_p = 1.0f; /* off: the 5% token is still drawn */
     sample_counts(&p, 2, row, 5, NULL, 0, NULL, 0, 2000, counts);
-    const int32_t all[5] = {0, 1, 2, 3, 4};
+    const int32_t all[5] = { 0, 1, 2, 3, 4 };
     assert_support(counts, 5, all, 5);
 }
 END_TEST
 
 START_TEST(test_top_p_applies_after_temperature_and_top_k)
 {
-    const float row[5] = {logf(0.15f), logf(0.4f), logf(0.05f), logf(0.3f),
-                          logf(0.1f)};
+    const float row[5] = { logf(0.15f), logf(0.4f), logf(0.05f), logf(0.3f),
+                           logf(0.1f) };
     sampler_params p;
     sampler_params_default(&p);
     unsigned counts[5];
@@ -566,7 +577,7 @@ START_TEST(test_top_p_applies_after_temperature_and_top_k)
     p.temperature = 0.5f;
     p.top_p = 0.55f;
     sample_counts(&p, 6, row, 5, NULL, 0, NULL, 0, 2000, counts);
-    const int32_t one[1] = {1};
+    const int32_t one[1] = { 1 };
     assert_support(counts, 5, one, 1);
 
     /* top-k 2 renormalises to 0.571 / 0.429: top_p 0.5 keeps only the best
@@ -592,7 +603,7 @@ static size_t ref_nucleus(const float *row, size_t V, double T, double top_p,
     while (n < V && cum < top_p)
         cum += q[(*ids)[n++]];
     ck_assert_msg(fabs(cum - top_p) > 1e-4 &&
-                  fabs(cum - q[(*ids)[n - 1]] - top_p) > 1e-4,
+                      fabs(cum - q[(*ids)[n - 1]] - top_p) > 1e-4,
                   "test row is too close to the nucleus boundary");
     free(q);
     return n;
@@ -604,8 +615,10 @@ START_TEST(test_top_p_on_gpt2_row_matches_full_sort_nucleus)
     static unsigned counts[GPT2_VOCAB];
     random_row(row, GPT2_VOCAB, 33);
     /* A handful of dominant tokens over a noisy tail, like a real step. */
-    const int32_t hot[7] = {50256, 11, 262, 13, 40000, 7, 1000};
-    const float hot_logit[7] = {14.0f, 13.8f, 13.5f, 13.1f, 12.7f, 12.0f, 11.0f};
+    const int32_t hot[7] = { 50256, 11, 262, 13, 40000, 7, 1000 };
+    const float hot_logit[7] = {
+        14.0f, 13.8f, 13.5f, 13.1f, 12.7f, 12.0f, 11.0f
+    };
     for (int i = 0; i < 7; i++)
         row[hot[i]] = hot_logit[i];
     sampler_params p;
@@ -684,13 +697,13 @@ END_TEST
 START_TEST(test_min_p_drops_tokens_below_fraction_of_best)
 {
     /* Ratios to the best: 1, e^-1 = 0.37, e^-1.5 = 0.22, e^-1.7 = 0.18, e^-3. */
-    const float row[5] = {-1.5f, 0.0f, -3.0f, -1.0f, -1.7f};
+    const float row[5] = { -1.5f, 0.0f, -3.0f, -1.0f, -1.7f };
     sampler_params p;
     sampler_params_default(&p);
     unsigned counts[5];
     p.min_p = 0.2f;
     sample_counts(&p, 13, row, 5, NULL, 0, NULL, 0, 2000, counts);
-    const int32_t three[3] = {1, 3, 0};
+    const int32_t three[3] = { 1, 3, 0 };
     assert_support(counts, 5, three, 3);
 
     /* After temperature 0.5 the ratios square: e^-2 = 0.135 < 0.2. */
@@ -701,7 +714,7 @@ START_TEST(test_min_p_drops_tokens_below_fraction_of_best)
     p.temperature = 1.0f;
     p.min_p = 0.0f; /* off */
     sample_counts(&p, 13, row, 5, NULL, 0, NULL, 0, 4000, counts);
-    const int32_t all[5] = {0, 1, 2, 3, 4};
+    const int32_t all[5] = { 0, 1, 2, 3, 4 };
     assert_support(counts, 5, all, 5);
 }
 END_TEST
@@ -710,7 +723,7 @@ END_TEST
 
 START_TEST(test_sampling_frequencies_match_softmax_at_temperature)
 {
-    const float row[8] = {0.5f, -0.2f, 1.1f, 0.0f, -1.0f, 0.8f, 0.3f, -0.5f};
+    const float row[8] = { 0.5f, -0.2f, 1.1f, 0.0f, -1.0f, 0.8f, 0.3f, -0.5f };
     const size_t n = 20000;
     unsigned counts[8];
     double q[8], q1[8];
@@ -744,8 +757,8 @@ START_TEST(test_sampling_frequencies_match_softmax_on_gpt2_row)
     static unsigned counts[GPT2_VOCAB];
     static double q[GPT2_VOCAB];
     random_row(row, GPT2_VOCAB, 44);
-    const int32_t hot[6] = {3, 50256, 198, 25000, 13, 464};
-    const float hot_logit[6] = {11.0f, 10.6f, 10.2f, 10.0f, 9.5f, 9.0f};
+    const int32_t hot[6] = { 3, 50256, 198, 25000, 13, 464 };
+    const float hot_logit[6] = { 11.0f, 10.6f, 10.2f, 10.0f, 9.5f, 9.0f };
     for (int i = 0; i < 6; i++)
         row[hot[i]] = hot_logit[i];
     /* quick: 250 draws still expect >= 7.8 in every bin, enough for the
@@ -756,8 +769,8 @@ START_TEST(test_sampling_frequencies_match_softmax_on_gpt2_row)
     p.temperature = 0.8f;
     sample_counts(&p, 23, row, GPT2_VOCAB, NULL, 0, NULL, 0, n, counts);
     ref_softmax_t(row, GPT2_VOCAB, 0.8, q);
-    unsigned bin_count[7] = {0};
-    double bin_q[7] = {0};
+    unsigned bin_count[7] = { 0 };
+    double bin_q[7] = { 0 };
     for (size_t i = 0; i < GPT2_VOCAB; i++) {
         int b = 6;
         for (int j = 0; j < 6; j++)
@@ -851,10 +864,10 @@ START_TEST(test_logprobs_are_raw_log_softmax_whatever_the_processors)
 
     sampler_params p;
     sampler_params_default(&p);
-    const logit_bias_entry bias[2] = {{500, -100.0f}, {42, 5.0f}};
-    const int32_t prompt[3] = {42, 7, 8};
-    const int32_t output[4] = {42, 9, 42, 10};
-    const float temps[3] = {0.0f, 0.3f, 1.9f};
+    const logit_bias_entry bias[2] = { { 500, -100.0f }, { 42, 5.0f } };
+    const int32_t prompt[3] = { 42, 7, 8 };
+    const int32_t output[4] = { 42, 9, 42, 10 };
+    const float temps[3] = { 0.0f, 0.3f, 1.9f };
     sampler_scratch *s = new_scratch(GPT2_VOCAB);
     sampler_rng rng;
     sampler_rng_seed(&rng, 3);
@@ -869,7 +882,8 @@ START_TEST(test_logprobs_are_raw_log_softmax_whatever_the_processors)
         p.n_top_logprobs = SAMPLER_MAX_TOP_LOGPROBS;
         for (int i = 0; i < 5; i++) {
             sample_result r;
-            sampler_sample(&p, &rng, s, row, GPT2_VOCAB, prompt, 3, output, 4, &r);
+            sampler_sample(&p, &rng, s, row, GPT2_VOCAB, prompt, 3, output, 4,
+                           &r);
             ck_assert_int_ne(r.token, 500); /* banned, yet reported below */
             ck_assert_double_eq_tol(r.logprob, ref[r.token], 1e-5);
             assert_top_matches(&r, ref, rank, SAMPLER_MAX_TOP_LOGPROBS);
@@ -891,7 +905,7 @@ END_TEST
 START_TEST(test_logprobs_stay_finite_for_large_logits)
 {
     /* Naive exp() would overflow float: max-subtraction keeps it exact. */
-    const float row[4] = {1000.0f, 999.0f, 990.0f, -1000.0f};
+    const float row[4] = { 1000.0f, 999.0f, 990.0f, -1000.0f };
     double ref[4];
     ref_log_softmax(row, 4, ref);
     sampler_scratch *s = new_scratch(4);
@@ -907,13 +921,13 @@ END_TEST
 
 START_TEST(test_top_alternatives_sorted_with_ties_to_lower_id)
 {
-    const float row[7] = {1.0f, 2.0f, 2.0f, 0.0f, 2.0f, 3.0f, 1.0f};
+    const float row[7] = { 1.0f, 2.0f, 2.0f, 0.0f, 2.0f, 3.0f, 1.0f };
     double ref[7];
     ref_log_softmax(row, 7, ref);
     sampler_scratch *s = new_scratch(7);
     sample_result r;
     sampler_score(s, row, 7, 3, 5, &r);
-    const int32_t want[5] = {5, 1, 2, 4, 0};
+    const int32_t want[5] = { 5, 1, 2, 4, 0 };
     ck_assert_uint_eq(r.n_top, 5);
     for (int i = 0; i < 5; i++) {
         ck_assert_int_eq(r.top[i].token, want[i]);
@@ -938,7 +952,7 @@ START_TEST(test_score_matches_log_softmax_on_gpt2_row)
     ref_log_softmax(row, GPT2_VOCAB, ref);
     int32_t *rank = ref_rank(row, GPT2_VOCAB);
     sampler_scratch *s = new_scratch(GPT2_VOCAB);
-    const int32_t tokens[4] = {0, 50256, 12345, rank[GPT2_VOCAB - 1]};
+    const int32_t tokens[4] = { 0, 50256, 12345, rank[GPT2_VOCAB - 1] };
     for (int i = 0; i < 4; i++) {
         sample_result r;
         sampler_score(s, row, GPT2_VOCAB, tokens[i], 7, &r);
@@ -973,7 +987,7 @@ START_TEST(test_single_finite_logit_is_always_chosen_with_logprob_0)
     sampler_rng_seed(&rng, 0);
     sample_result r;
     /* Penalties cannot revive -inf tokens. */
-    const int32_t output[2] = {0, 1};
+    const int32_t output[2] = { 0, 1 };
     p.repetition_penalty = 2.0f;
     p.presence_penalty = -5.0f;
     sampler_sample(&p, &rng, s, row, 9, output, 2, output, 2, &r);
@@ -988,7 +1002,7 @@ END_TEST
 
 START_TEST(test_nan_logits_are_treated_as_minus_infinity)
 {
-    const float row[8] = {NAN, 0.5f, NAN, 1.0f, -0.5f, NAN, 0.0f, NAN};
+    const float row[8] = { NAN, 0.5f, NAN, 1.0f, -0.5f, NAN, 0.0f, NAN };
     double ref[8];
     ref_log_softmax(row, 8, ref);
     ck_assert_int_eq(greedy(row, 8), 3);
@@ -996,14 +1010,14 @@ START_TEST(test_nan_logits_are_treated_as_minus_infinity)
     sampler_params_default(&p);
     unsigned counts[8];
     sample_counts(&p, 31, row, 8, NULL, 0, NULL, 0, 2000, counts);
-    const int32_t finite[4] = {1, 3, 4, 6};
+    const int32_t finite[4] = { 1, 3, 4, 6 };
     assert_support(counts, 8, finite, 4);
 
     sampler_scratch *s = new_scratch(8);
     sample_result r;
     sampler_score(s, row, 8, 3, 8, &r);
     ck_assert_double_eq_tol(r.logprob, ref[3], 1e-6);
-    const int32_t order[8] = {3, 1, 6, 4, 0, 2, 5, 7};
+    const int32_t order[8] = { 3, 1, 6, 4, 0, 2, 5, 7 };
     for (int i = 0; i < 8; i++)
         ck_assert_int_eq(r.top[i].token, order[i]);
     ck_assert(r.top[4].logprob == -INFINITY);
@@ -1011,7 +1025,7 @@ START_TEST(test_nan_logits_are_treated_as_minus_infinity)
     ck_assert(r.logprob == -INFINITY);
 
     /* A bias on a NaN token does not resurrect it. */
-    const logit_bias_entry bias[1] = {{0, 100.0f}};
+    const logit_bias_entry bias[1] = { { 0, 100.0f } };
     p.logit_bias = bias;
     p.n_logit_bias = 1;
     p.temperature = 0.0f;
@@ -1022,7 +1036,7 @@ END_TEST
 
 START_TEST(test_all_nan_row_yields_token_0_without_crashing)
 {
-    const float row[4] = {NAN, NAN, NAN, NAN};
+    const float row[4] = { NAN, NAN, NAN, NAN };
     sampler_params p;
     sampler_params_default(&p);
     p.n_top_logprobs = 2;
@@ -1078,7 +1092,7 @@ START_TEST(test_scratch_rejects_bad_vocab_sizes)
 
     /* A row longer than the scratch is refused, not overrun. */
     s = new_scratch(4);
-    const float row[8] = {0};
+    const float row[8] = { 0 };
     sampler_params p;
     sampler_params_default(&p);
     sampler_rng rng;
@@ -1115,12 +1129,12 @@ static sampler_scratch *scratch_on(size_t V, bool avx2, bool *got_avx2)
 /* Bit for bit, NaN included. */
 static int same_result(const sample_result *a, const sample_result *b)
 {
-    if (a->token != b->token || a->n_top != b->n_top
-        || memcmp(&a->logprob, &b->logprob, sizeof a->logprob) != 0)
+    if (a->token != b->token || a->n_top != b->n_top ||
+        memcmp(&a->logprob, &b->logprob, sizeof a->logprob) != 0)
         return 0;
     for (size_t i = 0; i < a->n_top; i++)
-        if (a->top[i].token != b->top[i].token
-            || memcmp(&a->top[i].logprob, &b->top[i].logprob, sizeof(float)) != 0)
+        if (a->top[i].token != b->top[i].token ||
+            memcmp(&a->top[i].logprob, &b->top[i].logprob, sizeof(float)) != 0)
             return 0;
     return 1;
 }
@@ -1130,19 +1144,51 @@ enum { N_ROUTES = 12 };
 
 static void route_params(int route, sampler_params *p)
 {
-    static const logit_bias_entry bias[3] = {{3, 2.5f}, {40, -100.0f}, {41, 0.5f}};
+    static const logit_bias_entry bias[3] = { { 3, 2.5f },
+                                              { 40, -100.0f },
+                                              { 41, 0.5f } };
     sampler_params_default(p);
     switch (route) {
-    case 0: p->temperature = 0.0f; p->skip_logprob = true; break;
-    case 1: p->temperature = 0.0f; p->n_top_logprobs = 20; break;
-    case 2: p->skip_logprob = true; break;
-    case 3: p->n_top_logprobs = 5; break;                 /* lse shared at T = 1 */
-    case 4: p->temperature = 0.8f; p->top_p = 0.95f; break;
-    case 5: p->temperature = 1.3f; p->top_p = 0.5f; p->min_p = 0.05f; break;
-    case 6: p->min_p = 0.1f; p->skip_logprob = true; break;
-    case 7: p->temperature = 0.7f; p->top_k = 40; break;
-    case 8: p->temperature = 1.5f; p->top_k = 5; p->top_p = 0.8f; break;
-    case 9: p->top_k = 1000; p->n_top_logprobs = 2; break; /* k >= blocks */
+    case 0:
+        p->temperature = 0.0f;
+        p->skip_logprob = true;
+        break;
+    case 1:
+        p->temperature = 0.0f;
+        p->n_top_logprobs = 20;
+        break;
+    case 2:
+        p->skip_logprob = true;
+        break;
+    case 3:
+        p->n_top_logprobs = 5;
+        break; /* lse shared at T = 1 */
+    case 4:
+        p->temperature = 0.8f;
+        p->top_p = 0.95f;
+        break;
+    case 5:
+        p->temperature = 1.3f;
+        p->top_p = 0.5f;
+        p->min_p = 0.05f;
+        break;
+    case 6:
+        p->min_p = 0.1f;
+        p->skip_logprob = true;
+        break;
+    case 7:
+        p->temperature = 0.7f;
+        p->top_k = 40;
+        break;
+    case 8:
+        p->temperature = 1.5f;
+        p->top_k = 5;
+        p->top_p = 0.8f;
+        break;
+    case 9:
+        p->top_k = 1000;
+        p->n_top_logprobs = 2;
+        break; /* k >= blocks */
     case 10:
         p->temperature = 0.9f;
         p->top_p = 0.9f;
@@ -1153,7 +1199,10 @@ static void route_params(int route, sampler_params *p)
         p->n_logit_bias = 3;
         p->n_top_logprobs = 3;
         break;
-    default: p->temperature = 1e-30f; p->top_p = 0.9f; break;
+    default:
+        p->temperature = 1e-30f;
+        p->top_p = 0.9f;
+        break;
     }
 }
 
@@ -1163,7 +1212,7 @@ enum { N_ROW_KINDS = 6 };
 
 static void shaped_row(float *x, size_t V, int kind, uint64_t seed)
 {
-    const double sd[N_ROW_KINDS] = {1.0, 3.0, 0.3, 10.0, 2.0, 2.5};
+    const double sd[N_ROW_KINDS] = { 1.0, 3.0, 0.3, 10.0, 2.0, 2.5 };
     scaled_row(x, V, seed, sd[kind]);
     if (kind == 1)
         for (size_t i = 0; i < V; i += 97)
@@ -1186,7 +1235,7 @@ static void shaped_row(float *x, size_t V, int kind, uint64_t seed)
 START_TEST(test_avx2_and_portable_kernels_draw_the_same_bits)
 {
     static float row[GPT2_VOCAB];
-    const size_t sizes[8] = {GPT2_VOCAB, 1, 7, 63, 64, 65, 130, 1000};
+    const size_t sizes[8] = { GPT2_VOCAB, 1, 7, 63, 64, 65, 130, 1000 };
     int32_t history[48];
     for (int i = 0; i < 48; i++)
         history[i] = (int32_t)((i * 37) % 50);
@@ -1198,7 +1247,8 @@ START_TEST(test_avx2_and_portable_kernels_draw_the_same_bits)
         sampler_scratch *b = scratch_on(V, false, &slow);
         ck_assert(!slow);
         if (!fast && z == 0)
-            fprintf(stderr, "no AVX2 here: the portable kernels meet themselves\n");
+            fprintf(stderr,
+                    "no AVX2 here: the portable kernels meet themselves\n");
         const int seeds = V == GPT2_VOCAB ? 3 : 1;
         for (int kind = 0; kind < N_ROW_KINDS; kind++)
             for (int seed = 0; seed < seeds; seed++) {
@@ -1217,8 +1267,8 @@ START_TEST(test_avx2_and_portable_kernels_draw_the_same_bits)
                                        history + 20, 28, &y);
                         ck_assert_msg(same_result(&x, &y),
                                       "V %zu kind %d seed %d route %d draw %d: "
-                                      "token %d / %d, logprob %a / %a", V, kind,
-                                      seed, route, d, x.token, y.token,
+                                      "token %d / %d, logprob %a / %a",
+                                      V, kind, seed, route, d, x.token, y.token,
                                       (double)x.logprob, (double)y.logprob);
                         compared++;
                     }
@@ -1240,7 +1290,7 @@ START_TEST(test_logprobs_within_stated_tolerance_on_both_kernels)
     /* sampler.h: within 1.5e-7·max(1, |logprob|) of log-softmax in double. */
     static float row[GPT2_VOCAB];
     static double ref[GPT2_VOCAB];
-    const double sds[6] = {0.01, 0.3, 1.0, 3.0, 10.0, 100.0};
+    const double sds[6] = { 0.01, 0.3, 1.0, 3.0, 10.0, 100.0 };
     for (int isa = 0; isa < 2; isa++) {
         bool got;
         sampler_scratch *s = scratch_on(GPT2_VOCAB, isa == 0, &got);
@@ -1251,14 +1301,18 @@ START_TEST(test_logprobs_within_stated_tolerance_on_both_kernels)
                 row[i] += 500.0f * (float)(k % 3) - 400.0f;
             ref_log_softmax(row, GPT2_VOCAB, ref);
             for (int t = 0; t < 64; t++) {
-                const int32_t token = (int32_t)(((uint64_t)t * 2654435761u) % GPT2_VOCAB);
+                const int32_t token = (int32_t)(((uint64_t)t * 2654435761u) %
+                                                GPT2_VOCAB);
                 sample_result r;
-                sampler_score(s, row, GPT2_VOCAB, token, SAMPLER_MAX_TOP_LOGPROBS, &r);
-                double err = fabs(r.logprob - ref[token]) / fmax(1.0, fabs(ref[token]));
+                sampler_score(s, row, GPT2_VOCAB, token,
+                              SAMPLER_MAX_TOP_LOGPROBS, &r);
+                double err = fabs(r.logprob - ref[token]) /
+                             fmax(1.0, fabs(ref[token]));
                 worst = fmax(worst, err);
                 for (size_t j = 0; j < r.n_top; j++)
-                    worst = fmax(worst, fabs(r.top[j].logprob - ref[r.top[j].token])
-                                            / fmax(1.0, fabs(ref[r.top[j].token])));
+                    worst = fmax(worst,
+                                 fabs(r.top[j].logprob - ref[r.top[j].token]) /
+                                     fmax(1.0, fabs(ref[r.top[j].token])));
             }
         }
         ck_assert_msg(worst <= 1.5e-7, "%s kernels: relative logprob error %g",
@@ -1279,7 +1333,7 @@ START_TEST(test_exp_relative_error_below_8e_8_against_libm)
         sampler_scratch *s = scratch_on(2, isa == 0, &got);
         double worst = 0.0;
         for (int i = 0; i <= 24000; i++) {
-            const float row[2] = {0.0f, -12.0f * (float)i / 24000.0f};
+            const float row[2] = { 0.0f, -12.0f * (float)i / 24000.0f };
             const double ref = -log1p(exp((double)row[1]));
             sample_result r;
             sampler_score(s, row, 2, 0, 0, &r);
@@ -1326,8 +1380,12 @@ START_TEST(test_greedy_ties_across_lanes_and_blocks_go_to_lowest_id)
     static float row[GPT2_VOCAB];
     /* Pairs of tied maxima in the same lane of different vectors, in
      * different blocks, in one vector, and at the padded end. */
-    const int32_t ties[6][2] = {{15, 7}, {64, 63}, {40000, 129}, {9, 8},
-                                {GPT2_VOCAB - 1, GPT2_VOCAB - 2}, {50000, 1}};
+    const int32_t ties[6][2] = { { 15, 7 },
+                                 { 64, 63 },
+                                 { 40000, 129 },
+                                 { 9, 8 },
+                                 { GPT2_VOCAB - 1, GPT2_VOCAB - 2 },
+                                 { 50000, 1 } };
     for (int isa = 0; isa < 2; isa++) {
         bool got;
         sampler_scratch *s = scratch_on(GPT2_VOCAB, isa == 0, &got);
@@ -1338,14 +1396,15 @@ START_TEST(test_greedy_ties_across_lanes_and_blocks_go_to_lowest_id)
         for (int t = 0; t < 6; t++) {
             scaled_row(row, GPT2_VOCAB, 11, 1.0);
             row[ties[t][0]] = row[ties[t][1]] = 9.5f;
-            const int32_t want = ties[t][0] < ties[t][1] ? ties[t][0] : ties[t][1];
+            const int32_t want = ties[t][0] < ties[t][1] ? ties[t][0]
+                                                         : ties[t][1];
             sampler_rng rng;
             sampler_rng_seed(&rng, 0);
             sample_result r;
             sampler_sample(&p, &rng, s, row, GPT2_VOCAB, NULL, 0, NULL, 0, &r);
             ck_assert_int_eq(r.token, want);
             /* The same through the processed-row scan (a bias of 0). */
-            const logit_bias_entry none[1] = {{123, 0.0f}};
+            const logit_bias_entry none[1] = { { 123, 0.0f } };
             p.logit_bias = none;
             p.n_logit_bias = 1;
             sampler_sample(&p, &rng, s, row, GPT2_VOCAB, NULL, 0, NULL, 0, &r);
@@ -1397,7 +1456,7 @@ START_TEST(test_top_k_block_bound_keeps_the_k_best_with_ties)
     for (size_t i = 0; i < 1000; i++)
         small[i] = -(float)((i * 7) % 101) / 16.0f;
     rank = ref_rank(small, 1000);
-    const size_t ks[4] = {15, 16, 40, 200};
+    const size_t ks[4] = { 15, 16, 40, 200 };
     for (int i = 0; i < 4; i++)
         assert_top_k_support(small, 1000, ks[i], 1e4f, 40 * ks[i], rank, ks[i]);
     /* k = V - 1 filters too: the worst token is never drawn (unfiltered,
@@ -1414,7 +1473,7 @@ START_TEST(test_top_k_block_bound_keeps_the_k_best_with_ties)
     /* Fewer finite tokens than k, all in two blocks: every one of them. */
     for (size_t i = 0; i < 1000; i++)
         small[i] = -INFINITY;
-    const int32_t alive[10] = {3, 9, 17, 40, 63, 900, 905, 930, 950, 999};
+    const int32_t alive[10] = { 3, 9, 17, 40, 63, 900, 905, 930, 950, 999 };
     for (int i = 0; i < 10; i++)
         small[alive[i]] = (float)i * 0.01f;
     assert_top_k_support(small, 1000, 12, 1.0f, 2000, alive, 10);
@@ -1433,7 +1492,7 @@ START_TEST(test_top_k_frequencies_match_renormalised_softmax)
     for (int i = 0; i < 40; i++)
         total += q[i] = exp(((double)row[rank[i]] - row[rank[0]]) / T);
     /* Bins: the five best alone, the other 35 together. */
-    double bin_q[6] = {0};
+    double bin_q[6] = { 0 };
     for (int i = 0; i < 40; i++)
         bin_q[i < 5 ? i : 5] += q[i] / total;
     sampler_params p;
@@ -1442,10 +1501,11 @@ START_TEST(test_top_k_frequencies_match_renormalised_softmax)
     p.temperature = (float)T;
     const size_t n = 3000;
     sample_counts(&p, 6, row, GPT2_VOCAB, NULL, 0, NULL, 0, n, counts);
-    unsigned bins[6] = {0};
+    unsigned bins[6] = { 0 };
     for (int i = 0; i < 40; i++)
         bins[i < 5 ? i : 5] += counts[rank[i]];
-    ck_assert_uint_eq(bins[0] + bins[1] + bins[2] + bins[3] + bins[4] + bins[5], n);
+    ck_assert_uint_eq(bins[0] + bins[1] + bins[2] + bins[3] + bins[4] + bins[5],
+                      n);
     ck_assert_double_lt(chi_square(bins, bin_q, 6, n), CHI2_LIMIT);
     free(rank);
 }
@@ -1477,7 +1537,7 @@ START_TEST(test_nucleus_and_min_p_frequencies_match_reference)
     static unsigned counts[GPT2_VOCAB];
     static double q[GPT2_VOCAB];
     scaled_row(row, GPT2_VOCAB, 31, 2.5);
-    const int32_t hot[5] = {50256, 198, 13, 11, 262};
+    const int32_t hot[5] = { 50256, 198, 13, 11, 262 };
     for (int i = 0; i < 5; i++)
         row[hot[i]] = 11.0f - 0.5f * (float)i;
     const double T = 1.2, top_p = 0.9, min_p = 0.02;
@@ -1486,7 +1546,7 @@ START_TEST(test_nucleus_and_min_p_frequencies_match_reference)
     ck_assert_uint_gt(n_nucleus, 500);
     ref_softmax_t(row, GPT2_VOCAB, T, q);
     /* Bins: the hot five, then the rest of the kept set. */
-    double bin_q[6] = {0}, kept = 0.0;
+    double bin_q[6] = { 0 }, kept = 0.0;
     for (size_t i = 0; i < n_nucleus; i++) {
         const int32_t t = ids[i];
         if (q[t] < min_p * q[ids[0]])
@@ -1508,7 +1568,7 @@ START_TEST(test_nucleus_and_min_p_frequencies_match_reference)
     p.top_p = (float)top_p;
     p.min_p = (float)min_p;
     sample_counts(&p, 7, row, GPT2_VOCAB, NULL, 0, NULL, 0, n, counts);
-    unsigned bins[6] = {0};
+    unsigned bins[6] = { 0 };
     size_t in_set = 0;
     for (size_t i = 0; i < n_nucleus; i++) {
         const int32_t t = ids[i];
@@ -1538,13 +1598,14 @@ START_TEST(test_top_p_cut_among_tied_logits_keeps_lower_ids)
     for (size_t i = 0; i < GPT2_VOCAB; i++)
         row[i] = -INFINITY;
     row[20000] = 0.0f;
-    const int32_t tied[10] = {49000, 7, 30001, 64, 12345, 63, 40000, 100, 8, 20001};
+    const int32_t tied[10] = { 49000, 7,     30001, 64, 12345,
+                               63,    40000, 100,   8,  20001 };
     for (int i = 0; i < 10; i++)
         row[tied[i]] = -1.0f;
     int32_t *ids;
     const size_t n = ref_nucleus(row, GPT2_VOCAB, 1.0, 0.5, &ids);
     ck_assert_uint_eq(n, 5);
-    const int32_t want[5] = {20000, 7, 8, 63, 64};
+    const int32_t want[5] = { 20000, 7, 8, 63, 64 };
     for (int i = 0; i < 5; i++)
         ck_assert_int_eq(ids[i], want[i]);
     sampler_params p;
@@ -1606,7 +1667,7 @@ START_TEST(test_logit_bias_minus_100_is_never_drawn_on_any_route)
     int32_t *rank = ref_rank(row, GPT2_VOCAB);
     logit_bias_entry ban[10];
     for (int i = 0; i < 10; i++)
-        ban[i] = (logit_bias_entry){rank[i], -100.0f};
+        ban[i] = (logit_bias_entry){ rank[i], -100.0f };
     for (int route = 0; route < N_ROUTES; route++) {
         sampler_params p;
         route_params(route, &p);
@@ -1656,8 +1717,8 @@ START_TEST(test_all_but_one_token_masked_always_draws_it)
     logit_bias_entry *ban = malloc((GPT2_VOCAB - 1) * sizeof *ban);
     for (size_t i = 0, j = 0; i < GPT2_VOCAB; i++)
         if (i != 777)
-            ban[j++] = (logit_bias_entry){(int32_t)i, -100.0f};
-    const float temps[3] = {0.0f, 0.7f, 1.0f};
+            ban[j++] = (logit_bias_entry){ (int32_t)i, -100.0f };
+    const float temps[3] = { 0.0f, 0.7f, 1.0f };
     for (int t = 0; t < 3; t++) {
         sampler_params_default(&p);
         p.temperature = temps[t];
@@ -1696,7 +1757,8 @@ START_TEST(test_top_k_of_vocab_size_and_top_p_1_draw_as_unfiltered)
         for (int d = 0; d < 40; d++) {
             sample_result ra, rb;
             sampler_sample(&off, &a, s, row, GPT2_VOCAB, NULL, 0, NULL, 0, &ra);
-            sampler_sample(&same[i], &b, s, row, GPT2_VOCAB, NULL, 0, NULL, 0, &rb);
+            sampler_sample(&same[i], &b, s, row, GPT2_VOCAB, NULL, 0, NULL, 0,
+                           &rb);
             ck_assert(same_result(&ra, &rb));
         }
     }
@@ -1710,7 +1772,7 @@ START_TEST(test_tiny_temperature_is_greedy_on_every_route)
     static unsigned counts[GPT2_VOCAB];
     scaled_row(row, GPT2_VOCAB, 46, 1.0);
     int32_t *rank = ref_rank(row, GPT2_VOCAB);
-    const size_t ks[4] = {0, 2, 40, 2000};
+    const size_t ks[4] = { 0, 2, 40, 2000 };
     for (int i = 0; i < 4; i++) {
         sampler_params p;
         sampler_params_default(&p);
@@ -1726,7 +1788,7 @@ START_TEST(test_tiny_temperature_is_greedy_on_every_route)
     sampler_params_default(&p);
     p.temperature = 1e-30f;
     sample_counts(&p, 48, row, GPT2_VOCAB, NULL, 0, NULL, 0, 400, counts);
-    const int32_t both[2] = {rank[0], rank[1]};
+    const int32_t both[2] = { rank[0], rank[1] };
     assert_support(counts, GPT2_VOCAB, both, 2);
     p.top_k = 40;
     sample_counts(&p, 48, row, GPT2_VOCAB, NULL, 0, NULL, 0, 400, counts);
@@ -1767,10 +1829,12 @@ START_TEST(test_extreme_logits_never_give_nan)
             sampler_rng_seed(&rng, (uint64_t)route);
             for (int d = 0; d < 3; d++) {
                 sample_result r;
-                sampler_sample(&p, &rng, s, row, GPT2_VOCAB, NULL, 0, NULL, 0, &r);
+                sampler_sample(&p, &rng, s, row, GPT2_VOCAB, NULL, 0, NULL, 0,
+                               &r);
                 ck_assert_int_ge(r.token, 0);
                 ck_assert_int_lt(r.token, GPT2_VOCAB);
-                ck_assert_msg(!isnan(r.logprob), "kind %d route %d", kind, route);
+                ck_assert_msg(!isnan(r.logprob), "kind %d route %d", kind,
+                              route);
                 ck_assert(r.logprob <= 0.0f);
                 for (size_t j = 0; j < r.n_top; j++) {
                     ck_assert(!isnan(r.top[j].logprob));
@@ -1805,8 +1869,10 @@ START_TEST(test_skip_logprob_leaves_nan_and_changes_no_token)
         sampler_rng_seed(&b, 61);
         for (int d = 0; d < 5; d++) {
             sample_result ra, rb;
-            sampler_sample(&with, &a, s, row, GPT2_VOCAB, NULL, 0, NULL, 0, &ra);
-            sampler_sample(&without, &b, s, row, GPT2_VOCAB, NULL, 0, NULL, 0, &rb);
+            sampler_sample(&with, &a, s, row, GPT2_VOCAB, NULL, 0, NULL, 0,
+                           &ra);
+            sampler_sample(&without, &b, s, row, GPT2_VOCAB, NULL, 0, NULL, 0,
+                           &rb);
             ck_assert_int_eq(ra.token, rb.token);
             ck_assert(isfinite(ra.logprob));
             ck_assert(isnan(rb.logprob));
@@ -1844,20 +1910,28 @@ static Suite *sampler_suite(void)
     Suite *s = suite_create("sampler");
     TCase *rng = tcase_create("rng");
     tcase_add_test(rng, test_rng_seed_0_state_is_splitmix64_published_outputs);
-    tcase_add_test(rng, test_rng_xoshiro_from_state_1234_matches_reference_outputs);
-    tcase_add_test(rng, test_rng_seed_0_stream_matches_reference_implementation);
+    tcase_add_test(rng,
+                   test_rng_xoshiro_from_state_1234_matches_reference_outputs);
+    tcase_add_test(rng,
+                   test_rng_seed_0_stream_matches_reference_implementation);
     tcase_add_test(rng, test_rng_uniform_stays_in_unit_interval_with_mean_half);
     suite_add_tcase(s, rng);
 
     TCase *proc = tcase_create("processors");
     tcase_add_test(proc, test_greedy_picks_argmax_ties_to_lowest_id);
     tcase_add_test(proc, test_greedy_picks_argmax_after_bias);
-    tcase_add_test(proc, test_greedy_ignores_filters_and_leaves_logits_unchanged);
-    tcase_add_test(proc, test_repetition_penalty_divides_positive_multiplies_negative_once);
-    tcase_add_test(proc, test_presence_and_frequency_penalties_count_output_only);
-    tcase_add_test(proc, test_processors_run_bias_then_repetition_then_presence);
+    tcase_add_test(proc,
+                   test_greedy_ignores_filters_and_leaves_logits_unchanged);
+    tcase_add_test(
+        proc,
+        test_repetition_penalty_divides_positive_multiplies_negative_once);
+    tcase_add_test(proc,
+                   test_presence_and_frequency_penalties_count_output_only);
+    tcase_add_test(proc,
+                   test_processors_run_bias_then_repetition_then_presence);
     tcase_add_test(proc, test_penalties_ignore_out_of_vocab_context_tokens);
-    tcase_add_test(proc, test_presence_penalty_removes_output_tokens_from_support);
+    tcase_add_test(proc,
+                   test_presence_penalty_removes_output_tokens_from_support);
     tcase_add_test(proc, test_logit_bias_minus_100_bans_and_plus_100_forces);
     suite_add_tcase(s, proc);
 
@@ -1874,7 +1948,8 @@ static Suite *sampler_suite(void)
     suite_add_tcase(s, filt);
 
     TCase *draw = tcase_create("draw");
-    tcase_add_test(draw, test_sampling_frequencies_match_softmax_at_temperature);
+    tcase_add_test(draw,
+                   test_sampling_frequencies_match_softmax_at_temperature);
     tcase_add_test(draw, test_sampling_frequencies_match_softmax_on_gpt2_row);
     tcase_add_test(draw, test_same_seed_same_tokens_different_seed_different);
     tcase_add_test(draw, test_top_p_1_and_min_p_0_change_nothing);
@@ -1882,14 +1957,16 @@ static Suite *sampler_suite(void)
     suite_add_tcase(s, draw);
 
     TCase *lp = tcase_create("logprobs");
-    tcase_add_test(lp, test_logprobs_are_raw_log_softmax_whatever_the_processors);
+    tcase_add_test(lp,
+                   test_logprobs_are_raw_log_softmax_whatever_the_processors);
     tcase_add_test(lp, test_logprobs_stay_finite_for_large_logits);
     tcase_add_test(lp, test_top_alternatives_sorted_with_ties_to_lower_id);
     tcase_add_test(lp, test_score_matches_log_softmax_on_gpt2_row);
     suite_add_tcase(s, lp);
 
     TCase *edge = tcase_create("edges");
-    tcase_add_test(edge, test_single_finite_logit_is_always_chosen_with_logprob_0);
+    tcase_add_test(edge,
+                   test_single_finite_logit_is_always_chosen_with_logprob_0);
     tcase_add_test(edge, test_nan_logits_are_treated_as_minus_infinity);
     tcase_add_test(edge, test_all_nan_row_yields_token_0_without_crashing);
     tcase_add_test(edge, test_scratch_rejects_bad_vocab_sizes);
@@ -1899,8 +1976,10 @@ static Suite *sampler_suite(void)
     tcase_add_test(vec, test_avx2_and_portable_kernels_draw_the_same_bits);
     tcase_add_test(vec, test_logprobs_within_stated_tolerance_on_both_kernels);
     tcase_add_test(vec, test_exp_relative_error_below_8e_8_against_libm);
-    tcase_add_test(vec, test_logprobs_at_t1_match_other_temperatures_bit_for_bit);
-    tcase_add_test(vec, test_greedy_ties_across_lanes_and_blocks_go_to_lowest_id);
+    tcase_add_test(vec,
+                   test_logprobs_at_t1_match_other_temperatures_bit_for_bit);
+    tcase_add_test(vec,
+                   test_greedy_ties_across_lanes_and_blocks_go_to_lowest_id);
     tcase_add_test(vec, test_top_k_block_bound_keeps_the_k_best_with_ties);
     tcase_add_test(vec, test_top_k_frequencies_match_renormalised_softmax);
     tcase_add_test(vec, test_nucleus_and_min_p_frequencies_match_reference);
@@ -1908,7 +1987,8 @@ static Suite *sampler_suite(void)
     tcase_add_test(vec, test_top_p_on_a_peaked_row_counts_every_head_token);
     tcase_add_test(vec, test_logit_bias_minus_100_is_never_drawn_on_any_route);
     tcase_add_test(vec, test_all_but_one_token_masked_always_draws_it);
-    tcase_add_test(vec, test_top_k_of_vocab_size_and_top_p_1_draw_as_unfiltered);
+    tcase_add_test(vec,
+                   test_top_k_of_vocab_size_and_top_p_1_draw_as_unfiltered);
     tcase_add_test(vec, test_tiny_temperature_is_greedy_on_every_route);
     tcase_add_test(vec, test_extreme_logits_never_give_nan);
     tcase_add_test(vec, test_skip_logprob_leaves_nan_and_changes_no_token);
@@ -1916,7 +1996,7 @@ static Suite *sampler_suite(void)
     suite_add_tcase(s, vec);
 
     /* The GPT-2-sized rows take seconds natively, far more under valgrind. */
-    TCase *all[5] = {rng, proc, filt, draw, lp};
+    TCase *all[5] = { rng, proc, filt, draw, lp };
     for (int i = 0; i < 5; i++)
         tcase_set_timeout(all[i], 600);
     tcase_set_timeout(edge, 600);

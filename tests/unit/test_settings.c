@@ -21,12 +21,37 @@
 /* Every option, as the issue and settings.h specify them (an independent
  * list: the table in settings.c must match it, not define it). */
 static const char *const option_names[] = {
-    "model", "host", "port", "dtype", "matmul", "isa", "kv-dtype", "threads", "slots", "kv-memory", "max-queue", "max-batch-rows",
-    "max-body", "max-connections", "timeout", "request-timeout", "max-n",
-    "inspect-max-tokens", "inspect-max-attention", "drain-timeout", "web-root",
-    "api-key-file", "cors-origin", "chat-template", "config", "port-file",
-    "log-prompts", "test-min-step-us",
-    "log-level", "tokens-per-minute-per-key", "trusted-proxy",
+    "model",
+    "host",
+    "port",
+    "dtype",
+    "matmul",
+    "isa",
+    "kv-dtype",
+    "threads",
+    "slots",
+    "kv-memory",
+    "max-queue",
+    "max-batch-rows",
+    "max-body",
+    "max-connections",
+    "timeout",
+    "request-timeout",
+    "max-n",
+    "inspect-max-tokens",
+    "inspect-max-attention",
+    "drain-timeout",
+    "web-root",
+    "api-key-file",
+    "cors-origin",
+    "chat-template",
+    "config",
+    "port-file",
+    "log-prompts",
+    "test-min-step-us",
+    "log-level",
+    "tokens-per-minute-per-key",
+    "trusted-proxy",
 };
 enum { N_OPTION_NAMES = sizeof option_names / sizeof option_names[0] };
 
@@ -34,8 +59,10 @@ static void env_name_of(const char *option, char *buf, size_t size)
 {
     size_t n = (size_t)snprintf(buf, size, "GPT2D_");
     for (; *option != '\0' && n + 1 < size; option++)
-        buf[n++] = *option == '-' ? '_' : (char)(*option >= 'a' && *option <= 'z'
-                                                     ? *option - 'a' + 'A' : *option);
+        buf[n++] = *option == '-' ? '_'
+                                  : (char)(*option >= 'a' && *option <= 'z'
+                                               ? *option - 'a' + 'A'
+                                               : *option);
     buf[n] = '\0';
 }
 
@@ -82,7 +109,8 @@ static const char *write_temp(const char *text)
 enum { MAX_ARGS = 32 };
 
 /* Runs settings_load on a NULL-terminated argument list (after "gpt2d"). */
-static settings_result load_args(settings *s, gpt2d_error *err, const char *first, ...)
+static settings_result load_args(settings *s, gpt2d_error *err,
+                                 const char *first, ...)
 {
     char *argv[MAX_ARGS + 2];
     int argc = 0;
@@ -123,7 +151,8 @@ static void expect_error(const char *const *args, size_t n_args,
     settings_free(&s);
     ck_assert_msg(r == SETTINGS_USAGE_ERROR, "accepted %s %s", args[0],
                   n_args > 1 ? args[1] : "");
-    ck_assert_msg(strstr(err.message, want1) != NULL, "'%s' lacks '%s'", err.message, want1);
+    ck_assert_msg(strstr(err.message, want1) != NULL, "'%s' lacks '%s'",
+                  err.message, want1);
     if (want2 != NULL)
         ck_assert_msg(strstr(err.message, want2) != NULL, "'%s' lacks '%s'",
                       err.message, want2);
@@ -177,35 +206,34 @@ END_TEST
 
 START_TEST(test_config_file_sets_every_kind_of_value)
 {
-    const char *path = write_temp(
-        "# a comment\n"
-        "\n"
-        "   # an indented comment\n"
-        "model = /srv/model\n"
-        "host=0.0.0.0\n"
-        "  port   =   9000  \n"
-        "threads = 3\n"
-        "slots = 8\n"
-        "kv-memory = 2G\n"
-        "max-queue = 5\n"
-        "max-batch-rows = 128\n"
-        "max-body = 64k\n"
-        "max-connections = 10\n"
-        "timeout = 0\n"
-        "request-timeout = 5\n"
-        "max-n = 2\n"
-        "inspect-max-tokens = 64\n"
-        "inspect-max-attention = 1000\n"
-        "drain-timeout = 250\n"
-        "web-root = /srv/web\n"
-        "api-key-file = /etc/keys\n"
-        "cors-origin = http://a.example:8080\n"
-        "port-file = \"/tmp/port#x\"\n"
-        "log-prompts = yes\n"
-        "log-level = debug\n"
-        "dtype = float16\n"
-        "matmul = panels\n"
-        "kv-dtype = float16\n");
+    const char *path = write_temp("# a comment\n"
+                                  "\n"
+                                  "   # an indented comment\n"
+                                  "model = /srv/model\n"
+                                  "host=0.0.0.0\n"
+                                  "  port   =   9000  \n"
+                                  "threads = 3\n"
+                                  "slots = 8\n"
+                                  "kv-memory = 2G\n"
+                                  "max-queue = 5\n"
+                                  "max-batch-rows = 128\n"
+                                  "max-body = 64k\n"
+                                  "max-connections = 10\n"
+                                  "timeout = 0\n"
+                                  "request-timeout = 5\n"
+                                  "max-n = 2\n"
+                                  "inspect-max-tokens = 64\n"
+                                  "inspect-max-attention = 1000\n"
+                                  "drain-timeout = 250\n"
+                                  "web-root = /srv/web\n"
+                                  "api-key-file = /etc/keys\n"
+                                  "cors-origin = http://a.example:8080\n"
+                                  "port-file = \"/tmp/port#x\"\n"
+                                  "log-prompts = yes\n"
+                                  "log-level = debug\n"
+                                  "dtype = float16\n"
+                                  "matmul = panels\n"
+                                  "kv-dtype = float16\n");
     settings s;
     LOAD_OK(&s, "--config", path);
     ck_assert_str_eq(s.model_dir, "/srv/model");
@@ -246,8 +274,8 @@ START_TEST(test_environment_overrides_config_file)
     setenv("GPT2D_LOG_PROMPTS", "on", 1);
     settings s;
     LOAD_OK(&s, "--config", path);
-    ck_assert_uint_eq(s.port, 2222);          /* env beats the file */
-    ck_assert_uint_eq(s.slots, 2);            /* the file beats the default */
+    ck_assert_uint_eq(s.port, 2222); /* env beats the file */
+    ck_assert_uint_eq(s.slots, 2);   /* the file beats the default */
     ck_assert_uint_eq(s.max_body_bytes, 2 * 1024 * 1024);
     ck_assert(s.log_prompts);
     ck_assert_str_eq(s.model_dir, "/file");
@@ -264,7 +292,7 @@ START_TEST(test_flags_override_environment_and_file)
     LOAD_OK(&s, "--config", path, "--port", "3333", "-m", "/flag");
     ck_assert_uint_eq(s.port, 3333);
     ck_assert_str_eq(s.model_dir, "/flag");
-    ck_assert_str_eq(s.host, "::1");          /* untouched by env and flags */
+    ck_assert_str_eq(s.host, "::1"); /* untouched by env and flags */
     settings_free(&s);
 }
 END_TEST
@@ -272,7 +300,8 @@ END_TEST
 START_TEST(test_later_flag_wins_and_equals_form_works)
 {
     settings s;
-    LOAD_OK(&s, "--model=/a", "--port=1", "-p", "2", "--port", "0", "--model", "/b");
+    LOAD_OK(&s, "--model=/a", "--port=1", "-p", "2", "--port", "0", "--model",
+            "/b");
     ck_assert_uint_eq(s.port, 0);
     ck_assert_str_eq(s.model_dir, "/b");
     settings_free(&s);
@@ -290,7 +319,7 @@ START_TEST(test_config_file_named_by_environment)
     ck_assert_uint_eq(s.slots, 7);
     ck_assert_str_eq(s.config_file, env_file);
     settings_free(&s);
-    LOAD_OK(&s, "--config", flag_file);       /* the flag beats GPT2D_CONFIG */
+    LOAD_OK(&s, "--config", flag_file); /* the flag beats GPT2D_CONFIG */
     ck_assert_str_eq(s.model_dir, "/from-flag-file");
     ck_assert_uint_eq(s.slots, 4);
     settings_free(&s);
@@ -372,7 +401,7 @@ START_TEST(test_api_key_only_from_its_variable)
     settings_free(&s);
     setenv("GPT2D_API_KEY", "", 1);
     LOAD_OK(&s, "-m", "x");
-    ck_assert_ptr_null(s.api_key);              /* empty counts as unset */
+    ck_assert_ptr_null(s.api_key); /* empty counts as unset */
     settings_free(&s);
     setenv("GPT2D_API_KEY", "sk-env", 1);
     LOAD_OK(&s, "-m", "x");
@@ -387,15 +416,23 @@ END_TEST
 
 START_TEST(test_size_suffixes)
 {
-    static const struct { const char *text; size_t bytes; } cases[] = {
-        { "1", 1 }, { "4096", 4096 }, { "512k", 512 * 1024 }, { "3K", 3 * 1024 },
-        { "1M", 1024 * 1024 }, { "7m", 7 * 1024 * 1024 }, { "1G", 1024UL * 1024 * 1024 },
+    static const struct {
+        const char *text;
+        size_t bytes;
+    } cases[] = {
+        { "1", 1 },
+        { "4096", 4096 },
+        { "512k", 512 * 1024 },
+        { "3K", 3 * 1024 },
+        { "1M", 1024 * 1024 },
+        { "7m", 7 * 1024 * 1024 },
+        { "1G", 1024UL * 1024 * 1024 },
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         settings s;
         LOAD_OK(&s, "-m", "x", "--max-body", cases[i].text);
-        ck_assert_msg(s.max_body_bytes == cases[i].bytes, "%s -> %zu", cases[i].text,
-                      s.max_body_bytes);
+        ck_assert_msg(s.max_body_bytes == cases[i].bytes, "%s -> %zu",
+                      cases[i].text, s.max_body_bytes);
         settings_free(&s);
     }
 }
@@ -438,8 +475,8 @@ START_TEST(test_each_bad_value_names_option_and_value)
     EXPECT_ERROR("--matmul", "'openblas'", "-m", "x", "--matmul", "openblas");
     EXPECT_ERROR("--matmul blas", "--dtype float16", "-m", "x", "--matmul",
                  "blas", "--dtype", "float16");
-    EXPECT_ERROR("--matmul blas", "--dtype int8", "-m", "x", "--matmul",
-                 "blas", "--dtype", "int8");
+    EXPECT_ERROR("--matmul blas", "--dtype int8", "-m", "x", "--matmul", "blas",
+                 "--dtype", "int8");
     EXPECT_ERROR("--dtype", "'q8_0'", "-m", "x", "--dtype", "q8_0");
     EXPECT_ERROR("--threads", "'0'", "-m", "x", "--threads", "0");
     EXPECT_ERROR("--threads", "'two'", "-m", "x", "--threads", "two");
@@ -448,29 +485,34 @@ START_TEST(test_each_bad_value_names_option_and_value)
                  "99999999999999999999999");
     EXPECT_ERROR("--max-queue", "'0'", "-m", "x", "--max-queue", "0");
     EXPECT_ERROR("--max-batch-rows", "'0'", "-m", "x", "--max-batch-rows", "0");
-    EXPECT_ERROR("--max-connections", "'0'", "-m", "x", "--max-connections", "0");
+    EXPECT_ERROR("--max-connections", "'0'", "-m", "x", "--max-connections",
+                 "0");
     EXPECT_ERROR("--max-body", "'0'", "-m", "x", "--max-body", "0");
     EXPECT_ERROR("--max-body", "'12X'", "-m", "x", "--max-body", "12X");
     EXPECT_ERROR("--max-body", "'1MB'", "-m", "x", "--max-body", "1MB");
     EXPECT_ERROR("--max-body", "'k'", "-m", "x", "--max-body", "k");
     EXPECT_ERROR("--max-body", "'2G'", "-m", "x", "--max-body", "2G");
     EXPECT_ERROR("--max-body", "'18014398509481984G'", "-m", "x", "--max-body",
-                 "18014398509481984G");     /* overflows 64 bits */
+                 "18014398509481984G"); /* overflows 64 bits */
     EXPECT_ERROR("--timeout", "'-5'", "-m", "x", "--timeout", "-5");
-    EXPECT_ERROR("--request-timeout", "'-1'", "-m", "x", "--request-timeout", "-1");
-    EXPECT_ERROR("--request-timeout", "'86401'", "-m", "x", "--request-timeout", "86401");
-    EXPECT_ERROR("--request-timeout", "'2.5'", "-m", "x", "--request-timeout", "2.5");
+    EXPECT_ERROR("--request-timeout", "'-1'", "-m", "x", "--request-timeout",
+                 "-1");
+    EXPECT_ERROR("--request-timeout", "'86401'", "-m", "x", "--request-timeout",
+                 "86401");
+    EXPECT_ERROR("--request-timeout", "'2.5'", "-m", "x", "--request-timeout",
+                 "2.5");
     EXPECT_ERROR("--max-n", "'0'", "-m", "x", "--max-n", "0");
     EXPECT_ERROR("--max-n", "'1025'", "-m", "x", "--max-n", "1025");
-    EXPECT_ERROR("--drain-timeout", "'1e3'", "-m", "x", "--drain-timeout", "1e3");
+    EXPECT_ERROR("--drain-timeout", "'1e3'", "-m", "x", "--drain-timeout",
+                 "1e3");
     EXPECT_ERROR("--log-level", "'loud'", "-m", "x", "--log-level", "loud");
     EXPECT_ERROR("--log-prompts", "'maybe'", "-m", "x", "--log-prompts=maybe");
     EXPECT_ERROR("--tokens-per-minute-per-key", "'-1'", "-m", "x",
                  "--tokens-per-minute-per-key", "-1");
-    EXPECT_ERROR("--trusted-proxy", "'10.0.0.0/33'", "-m", "x", "--trusted-proxy",
-                 "127.0.0.1,10.0.0.0/33");
-    EXPECT_ERROR("--trusted-proxy", "'proxy.local' is not an IPv4 or IPv6", "-m", "x",
-                 "--trusted-proxy", "proxy.local");
+    EXPECT_ERROR("--trusted-proxy", "'10.0.0.0/33'", "-m", "x",
+                 "--trusted-proxy", "127.0.0.1,10.0.0.0/33");
+    EXPECT_ERROR("--trusted-proxy", "'proxy.local' is not an IPv4 or IPv6",
+                 "-m", "x", "--trusted-proxy", "proxy.local");
     /* an origin a browser could never send would start a server no page can call */
     EXPECT_ERROR("--cors-origin", "not a list", "-m", "x", "--cors-origin",
                  "https://a.example, https://b.example");
@@ -478,20 +520,24 @@ START_TEST(test_each_bad_value_names_option_and_value)
                  "https://a.example,https://b.example");
     EXPECT_ERROR("--cors-origin", "no path", "-m", "x", "--cors-origin",
                  "https://a.example/");
-    EXPECT_ERROR("--cors-origin", "no scheme", "-m", "x", "--cors-origin", "a.example");
+    EXPECT_ERROR("--cors-origin", "no scheme", "-m", "x", "--cors-origin",
+                 "a.example");
     EXPECT_ERROR("--cors-origin", "no scheme", "-m", "x", "--cors-origin",
                  "\r\nx-evil: 1");
     EXPECT_ERROR("--cors-origin", "character", "-m", "x", "--cors-origin",
                  "https://a.example\r\nx-evil: 1");
     EXPECT_ERROR("--cors-origin", "lowercase", "-m", "x", "--cors-origin",
                  "https://App.example");
-    EXPECT_ERROR("--cors-origin", "no host", "-m", "x", "--cors-origin", "https://");
+    EXPECT_ERROR("--cors-origin", "no host", "-m", "x", "--cors-origin",
+                 "https://");
     EXPECT_ERROR("--cors-origin", "port", "-m", "x", "--cors-origin",
                  "http://a.example:65536");
-    EXPECT_ERROR("--cors-origin", "port", "-m", "x", "--cors-origin", "http://a.example:");
+    EXPECT_ERROR("--cors-origin", "port", "-m", "x", "--cors-origin",
+                 "http://a.example:");
     EXPECT_ERROR("--cors-origin", "default port", "-m", "x", "--cors-origin",
                  "https://a.example:443");
-    EXPECT_ERROR("--cors-origin", "IPv6", "-m", "x", "--cors-origin", "http://[::1");
+    EXPECT_ERROR("--cors-origin", "IPv6", "-m", "x", "--cors-origin",
+                 "http://[::1");
     EXPECT_ERROR("--host", "needs a value", "-m", "x", "--host", "");
     EXPECT_ERROR("--model", "needs a value", "--model", "");
 }
@@ -501,8 +547,13 @@ END_TEST
 START_TEST(test_cors_origin_takes_an_origin_as_browsers_send_it)
 {
     static const char *const good[] = {
-        "*", "https://app.example", "http://localhost:3000", "http://127.0.0.1:8080",
-        "http://[::1]:3000", "https://a-b.example.co.uk", "chrome-extension://abcdef",
+        "*",
+        "https://app.example",
+        "http://localhost:3000",
+        "http://127.0.0.1:8080",
+        "http://[::1]:3000",
+        "https://a-b.example.co.uk",
+        "chrome-extension://abcdef",
         "https://a.example:8443",
     };
     for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
@@ -534,7 +585,8 @@ START_TEST(test_flag_syntax_errors)
     EXPECT_ERROR("unexpected argument 'extra'", NULL, "-m", "x", "extra");
     /* No abbreviations: an API key typed as --api-key must not become a
      * file name, and the same for any other prefix. */
-    EXPECT_ERROR("unrecognized option '--api-key'", NULL, "-m", "x", "--api-key", "sk-1");
+    EXPECT_ERROR("unrecognized option '--api-key'", NULL, "-m", "x",
+                 "--api-key", "sk-1");
     EXPECT_ERROR("unrecognized option '--mod'", NULL, "--mod", "x");
     EXPECT_ERROR("unrecognized option '--help-me'", NULL, "--help-me");
 }
@@ -542,7 +594,8 @@ END_TEST
 
 START_TEST(test_config_syntax_errors_carry_line_numbers)
 {
-    const char *p1 = write_temp("# ok\nmodel = x\nthis line has no equals sign\n");
+    const char *p1 = write_temp(
+        "# ok\nmodel = x\nthis line has no equals sign\n");
     EXPECT_ERROR(":3: expected 'name = value'", p1, "--config", p1);
 
     const char *p2 = write_temp("model = x\n\n\n\nprot = 80\n");
@@ -559,7 +612,8 @@ END_TEST
 START_TEST(test_config_file_cannot_name_flag_only_options)
 {
     const char *p1 = write_temp("config = /etc/other.conf\n");
-    EXPECT_ERROR(":1: 'config' cannot be set in a config file", NULL, "--config", p1);
+    EXPECT_ERROR(":1: 'config' cannot be set in a config file", NULL,
+                 "--config", p1);
     const char *p2 = write_temp("model = x\nhelp = yes\n");
     EXPECT_ERROR(":2: 'help' cannot be set", NULL, "--config", p2);
 }
@@ -675,7 +729,8 @@ START_TEST(test_example_config_lists_every_option_with_its_default)
             continue;
         char want[64];
         snprintf(want, sizeof want, "\n# %s = ", option_names[i]);
-        ck_assert_msg(strstr(text, want) != NULL, "etc/gpt2d.conf lacks '%s'", want + 1);
+        ck_assert_msg(strstr(text, want) != NULL, "etc/gpt2d.conf lacks '%s'",
+                      want + 1);
     }
     /* Uncomment the "# name = value" lines. */
     static char active[32768];
@@ -768,7 +823,7 @@ START_TEST(test_log_filters_by_level_and_writes_one_line_per_record)
     const char *error = strstr(out, "<3>");
     ck_assert_ptr_nonnull(warn);
     ck_assert_ptr_nonnull(error);
-    ck_assert_ptr_eq(warn, out);              /* the first record, at column 0 */
+    ck_assert_ptr_eq(warn, out); /* the first record, at column 0 */
     ck_assert_ptr_nonnull(strstr(warn, "warn: slot 3 evicted\n<3>"));
     ck_assert_ptr_nonnull(strstr(error, "error: boom: multi line\n"));
     /* Exactly two lines: the newline inside the message was flattened. */
@@ -778,8 +833,9 @@ START_TEST(test_log_filters_by_level_and_writes_one_line_per_record)
     ck_assert_uint_eq(lines, 2);
     /* <4>YYYY-MM-DDTHH:MM:SS.mmmZ  (not running under journald) */
     ck_assert_uint_ge(strlen(out), 28);
-    ck_assert_msg(out[7] == '-' && out[10] == '-' && out[13] == 'T' && out[16] == ':' &&
-                  out[22] == '.' && out[26] == 'Z' && out[27] == ' ',
+    ck_assert_msg(out[7] == '-' && out[10] == '-' && out[13] == 'T' &&
+                      out[16] == ':' && out[22] == '.' && out[26] == 'Z' &&
+                      out[27] == ' ',
                   "no ISO-8601 UTC timestamp in '%.40s'", out);
 }
 END_TEST
@@ -832,7 +888,8 @@ static Suite *settings_suite(void)
     TCase *errors = settings_tcase("errors");
     tcase_add_test(errors, test_missing_model_is_an_error);
     tcase_add_test(errors, test_each_bad_value_names_option_and_value);
-    tcase_add_test(errors, test_cors_origin_takes_an_origin_as_browsers_send_it);
+    tcase_add_test(errors,
+                   test_cors_origin_takes_an_origin_as_browsers_send_it);
     tcase_add_test(errors, test_bad_environment_value_names_the_variable);
     tcase_add_test(errors, test_isa_names_an_instruction_set_this_cpu_runs);
     tcase_add_test(errors, test_flag_syntax_errors);
@@ -845,12 +902,14 @@ static Suite *settings_suite(void)
     tcase_add_test(docs, test_help_lists_every_option_with_its_variable);
     tcase_add_test(docs, test_help_wins_over_missing_model);
     tcase_add_test(docs, test_version_prints_package_string);
-    tcase_add_test(docs, test_example_config_lists_every_option_with_its_default);
+    tcase_add_test(docs,
+                   test_example_config_lists_every_option_with_its_default);
     tcase_add_test(docs, test_example_config_as_shipped_loads);
     suite_add_tcase(s, docs);
 
     TCase *log = settings_tcase("log");
-    tcase_add_test(log, test_log_filters_by_level_and_writes_one_line_per_record);
+    tcase_add_test(log,
+                   test_log_filters_by_level_and_writes_one_line_per_record);
     tcase_add_test(log, test_log_cuts_an_oversized_record_to_one_marked_line);
     suite_add_tcase(s, log);
     return s;

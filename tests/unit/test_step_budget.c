@@ -126,11 +126,11 @@ END_TEST
 START_TEST(test_never_under_the_minimum_nor_over_the_room)
 {
     step_budget b;
-    step_budget_init(&b, 1.0, 16);           /* no time left for prefill */
+    step_budget_init(&b, 1.0, 16); /* no time left for prefill */
     run_steps(&b, EVEN, 200);
     ck_assert_uint_eq(step_budget_prefill_rows(&b, 16, 16, 240), 16);
     ck_assert_uint_eq(step_budget_prefill_rows(&b, 16, 16, 10), 10);
-    step_budget_init(&b, 100.0, 16);         /* more time than room */
+    step_budget_init(&b, 100.0, 16); /* more time than room */
     run_steps(&b, EVEN, 200);
     ck_assert_uint_eq(step_budget_prefill_rows(&b, 8, 16, 248), 248);
 }
@@ -161,7 +161,8 @@ START_TEST(test_a_machine_twice_as_slow_gets_the_same_rows)
     for (int i = 1; i <= 400; i++) {
         steps_from(&b, slow, i, 1);
         rows = step_budget_prefill_rows(&b, 8, 16, 248);
-        ck_assert_msg(rows + before / 5 >= before && rows <= before + before / 5,
+        ck_assert_msg(rows + before / 5 >= before &&
+                          rows <= before + before / 5,
                       "step %d: %zu rows, %zu before", i, rows, before);
     }
     ck_assert_msg(rows + 1 >= before && rows <= before + 1,
@@ -184,10 +185,11 @@ START_TEST(test_one_slow_step_moves_the_rows_little)
         step_budget_observe(&b, d, p, 10 * step_seconds(UNEVEN, d, p));
         const size_t after = step_budget_prefill_rows(&b, 8, 16, 248);
         ck_assert_uint_ge(before, 50);
-        ck_assert_msg(after + before / 10 >= before && after <= before + before / 10,
-                      "a slow step of %zu + %zu rows: %zu rows before, %zu after",
-                      d, p, before, after);
-        step_budget_observe(&b, 8, 64, 0.0);     /* no time: ignored */
+        ck_assert_msg(
+            after + before / 10 >= before && after <= before + before / 10,
+            "a slow step of %zu + %zu rows: %zu rows before, %zu after", d, p,
+            before, after);
+        step_budget_observe(&b, 8, 64, 0.0); /* no time: ignored */
         ck_assert_uint_eq(step_budget_prefill_rows(&b, 8, 16, 248), after);
     }
 }
@@ -199,7 +201,8 @@ int main(void)
     TCase *tc = tcase_create("step_budget");
     tcase_add_test(tc, test_no_stream_waiting_means_no_bound);
     tcase_add_test(tc, test_costs_not_told_apart_mean_the_minimum);
-    tcase_add_test(tc, test_steps_that_say_prompt_rows_are_free_mean_the_minimum);
+    tcase_add_test(tc,
+                   test_steps_that_say_prompt_rows_are_free_mean_the_minimum);
     tcase_add_test(tc, test_the_fit_finds_the_costs_of_the_steps);
     tcase_add_test(tc, test_rows_keep_the_step_within_limit_full_decode_steps);
     tcase_add_test(tc, test_never_under_the_minimum_nor_over_the_room);

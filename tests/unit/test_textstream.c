@@ -30,11 +30,11 @@ static textstream_status push(const char *s)
     return textstream_push(&ts, s, strlen(s));
 }
 
-#define ck_assert_text(expected)                                            \
-    do {                                                                    \
-        const char *want_ = (expected);                                     \
-        ck_assert_uint_eq(textstream_len(&ts), strlen(want_));              \
-        ck_assert_mem_eq(textstream_text(&ts), want_, strlen(want_));       \
+#define ck_assert_text(expected)                                               \
+    do {                                                                       \
+        const char *want_ = (expected);                                        \
+        ck_assert_uint_eq(textstream_len(&ts), strlen(want_));                 \
+        ck_assert_mem_eq(textstream_text(&ts), want_, strlen(want_));          \
     } while (0)
 
 /* An independent strict UTF-8 check (RFC 3629). */
@@ -45,11 +45,20 @@ static bool valid_utf8(const unsigned char *s, size_t n)
         unsigned char c = s[i];
         size_t need;
         uint32_t cp;
-        if (c < 0x80) { i++; continue; }
-        else if ((c & 0xE0) == 0xC0) { need = 1; cp = c & 0x1F; }
-        else if ((c & 0xF0) == 0xE0) { need = 2; cp = c & 0x0F; }
-        else if ((c & 0xF8) == 0xF0) { need = 3; cp = c & 0x07; }
-        else return false;
+        if (c < 0x80) {
+            i++;
+            continue;
+        } else if ((c & 0xE0) == 0xC0) {
+            need = 1;
+            cp = c & 0x1F;
+        } else if ((c & 0xF0) == 0xE0) {
+            need = 2;
+            cp = c & 0x0F;
+        } else if ((c & 0xF8) == 0xF0) {
+            need = 3;
+            cp = c & 0x07;
+        } else
+            return false;
         if (i + need >= n)
             return false;
         for (size_t k = 1; k <= need; k++) {
@@ -58,7 +67,8 @@ static bool valid_utf8(const unsigned char *s, size_t n)
             cp = (cp << 6) | (s[i + k] & 0x3F);
         }
         static const uint32_t min_cp[4] = { 0, 0x80, 0x800, 0x10000 };
-        if (cp < min_cp[need] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
+        if (cp < min_cp[need] || cp > 0x10FFFF ||
+            (cp >= 0xD800 && cp <= 0xDFFF))
             return false;
         i += need + 1;
     }
@@ -80,7 +90,7 @@ END_TEST
 START_TEST(test_stream_holds_back_split_utf8)
 {
     open_stream(64, NULL, 0);
-    push("caf\xC3");                    /* é = C3 A9, split */
+    push("caf\xC3"); /* é = C3 A9, split */
     ck_assert_text("caf");
     push("\xA9 ok");
     ck_assert_text("caf\xC3\xA9 ok");
@@ -90,7 +100,7 @@ END_TEST
 START_TEST(test_stream_joins_emoji_split_across_three_tokens)
 {
     open_stream(64, NULL, 0);
-    push("a\xF0");                      /* 😀 = F0 9F 98 80 */
+    push("a\xF0"); /* 😀 = F0 9F 98 80 */
     ck_assert_text("a");
     push("\x9F\x98");
     ck_assert_text("a");
@@ -102,31 +112,36 @@ END_TEST
 START_TEST(test_stream_replaces_invalid_bytes)
 {
     open_stream(64, NULL, 0);
-    push("a\xFF" "b\x80" "c\xC0\xAF");  /* impossible byte, lone continuation,
+    push("a\xFF"
+         "b\x80"
+         "c\xC0\xAF"); /* impossible byte, lone continuation,
                                            overlong lead */
-    ck_assert_text("a\xEF\xBF\xBD" "b\xEF\xBF\xBD" "c\xEF\xBF\xBD\xEF\xBF\xBD");
+    ck_assert_text("a\xEF\xBF\xBD"
+                   "b\xEF\xBF\xBD"
+                   "c\xEF\xBF\xBD\xEF\xBF\xBD");
 }
 END_TEST
 
 START_TEST(test_stream_replaces_broken_sequence_and_keeps_next_byte)
 {
     open_stream(64, NULL, 0);
-    push("\xE2\x82");                   /* € = E2 82 AC, cut short */
+    push("\xE2\x82"); /* € = E2 82 AC, cut short */
     ck_assert_text("");
     push("A");
-    ck_assert_text("\xEF\xBF\xBD" "A");
+    ck_assert_text("\xEF\xBF\xBD"
+                   "A");
 }
 END_TEST
 
 START_TEST(test_stream_refuses_surrogates_and_out_of_range)
 {
     open_stream(64, NULL, 0);
-    push("\xED\xA0\x80");               /* U+D800 */
-    push("\xF4\x90\x80\x80");           /* U+110000 */
+    push("\xED\xA0\x80");     /* U+D800 */
+    push("\xF4\x90\x80\x80"); /* U+110000 */
     ck_assert(valid_utf8((const unsigned char *)textstream_text(&ts),
                          textstream_len(&ts)));
-    ck_assert_ptr_null(memmem(textstream_text(&ts), textstream_len(&ts),
-                              "\xED\xA0", 2));
+    ck_assert_ptr_null(
+        memmem(textstream_text(&ts), textstream_len(&ts), "\xED\xA0", 2));
     ck_assert_uint_gt(textstream_len(&ts), 0);
 }
 END_TEST
@@ -154,7 +169,9 @@ START_TEST(test_stream_output_is_always_valid_utf8)
             char tok[8];
             size_t n = 1 + (size_t)(x % 4);
             for (size_t k = 0; k < n; k++) {
-                x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
                 /* bias towards UTF-8-ish bytes */
                 tok[k] = (char)((x & 1) ? (0x80 | (x >> 8 & 0x7F))
                                         : (x >> 8 & 0xFF));
@@ -214,7 +231,7 @@ START_TEST(test_stream_overlapping_stops_cut_at_earliest)
     const char *stops[] = { "bcd", "abc" };
     open_stream(64, stops, 2);
     push("xab");
-    ck_assert_text("x");                /* "ab" may become "abc" */
+    ck_assert_text("x"); /* "ab" may become "abc" */
     ck_assert_int_eq(push("cd"), TEXTSTREAM_STOPPED);
     ck_assert_text("x");
 }
@@ -225,9 +242,9 @@ START_TEST(test_stream_holds_longest_candidate_prefix)
     const char *stops[] = { "aab", "ab" };
     open_stream(64, stops, 2);
     push("zaa");
-    ck_assert_text("z");                /* "aa" is a prefix of "aab" */
+    ck_assert_text("z"); /* "aa" is a prefix of "aab" */
     ck_assert_int_eq(push("a"), TEXTSTREAM_MORE);
-    ck_assert_text("za");               /* "aaa": only "aa" may still stop */
+    ck_assert_text("za"); /* "aaa": only "aa" may still stop */
     ck_assert_int_eq(push("b"), TEXTSTREAM_STOPPED);
     ck_assert_text("za");
 }
@@ -260,7 +277,7 @@ END_TEST
 
 START_TEST(test_stream_multibyte_stop_split_mid_character)
 {
-    const char *stops[] = { "\xC3\xA9t\xC3\xA9" };   /* "été" */
+    const char *stops[] = { "\xC3\xA9t\xC3\xA9" }; /* "été" */
     open_stream(64, stops, 1);
     push("un \xC3");
     ck_assert_text("un ");
@@ -302,7 +319,8 @@ START_TEST(test_stream_init_rejects_too_many_stops)
     for (size_t i = 0; i <= TEXTSTREAM_MAX_STOP; i++)
         stops[i] = "s";
     gpt2d_error err = { { 0 } };
-    ck_assert_int_eq(textstream_init(&ts, 8, stops, TEXTSTREAM_MAX_STOP + 1, &err), -1);
+    ck_assert_int_eq(
+        textstream_init(&ts, 8, stops, TEXTSTREAM_MAX_STOP + 1, &err), -1);
     ck_assert_ptr_nonnull(strstr(err.message, "stop"));
     ck_assert_ptr_null(ts.text);
 }
@@ -325,7 +343,8 @@ static Suite *textstream_suite(void)
     tcase_add_test(utf8, test_stream_holds_back_split_utf8);
     tcase_add_test(utf8, test_stream_joins_emoji_split_across_three_tokens);
     tcase_add_test(utf8, test_stream_replaces_invalid_bytes);
-    tcase_add_test(utf8, test_stream_replaces_broken_sequence_and_keeps_next_byte);
+    tcase_add_test(utf8,
+                   test_stream_replaces_broken_sequence_and_keeps_next_byte);
     tcase_add_test(utf8, test_stream_refuses_surrogates_and_out_of_range);
     tcase_add_test(utf8, test_stream_finish_replaces_incomplete_tail);
     tcase_add_test(utf8, test_stream_output_is_always_valid_utf8);

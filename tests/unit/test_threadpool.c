@@ -55,7 +55,8 @@ static void run_and_check(threadpool *pool, counts *c, size_t n_tasks)
         if (atomic_load(&c->hits[i]) != (i < n_tasks ? 1 : 0))
             wrong = i;
     ck_assert_msg(wrong == MAX_TASKS, "task %zu of %zu ran %d times", wrong,
-                  n_tasks, wrong < MAX_TASKS ? atomic_load(&c->hits[wrong]) : 0);
+                  n_tasks,
+                  wrong < MAX_TASKS ? atomic_load(&c->hits[wrong]) : 0);
     ck_assert_int_eq(atomic_load(&c->bad_worker), 0);
 }
 
@@ -138,7 +139,7 @@ END_TEST
 START_TEST(test_pool_of_one_runs_on_caller)
 {
     threadpool *pool = pool_new(1);
-    counts *c = counts_new(1);     /* any worker index but 0 is flagged */
+    counts *c = counts_new(1); /* any worker index but 0 is flagged */
     run_and_check(pool, c, 1);
     run_and_check(pool, c, 100);
     free(c);

@@ -29,8 +29,10 @@ static void load_real_tokenizer(void)
     gpt2d_error err = { { 0 } };
     set_fixture_paths();
     int rc = tokenizer_load(&tok, vocab_path, merges_path, &err);
-    ck_assert_msg(rc == 0, "tokenizer_load: %s (run tests/data/fetch-tokenizer.sh "
-                  "first)", err.message);
+    ck_assert_msg(rc == 0,
+                  "tokenizer_load: %s (run tests/data/fetch-tokenizer.sh "
+                  "first)",
+                  err.message);
 }
 
 static void free_real_tokenizer(void)
@@ -127,13 +129,16 @@ START_TEST(test_encode_matches_js_reference)
         test_data_path(path, sizeof path, "tokenizer/expected.json"));
     size_t i, failures = 0;
     json_t *c;
-    json_array_foreach(corpus, i, c) {
+    json_array_foreach(corpus, i, c)
+    {
         const char *name = case_name(c);
         size_t len;
         const char *text = case_text(c, &len);
         json_t *want = json_object_get(expected, name);
-        ck_assert_msg(json_is_array(want), "expected.json lacks case \"%s\" "
-                      "(stale fixture?)", name);
+        ck_assert_msg(json_is_array(want),
+                      "expected.json lacks case \"%s\" "
+                      "(stale fixture?)",
+                      name);
         int32_t *ids;
         size_t n;
         encode_ok(text, len, &ids, &n);
@@ -143,19 +148,23 @@ START_TEST(test_encode_matches_js_reference)
             pos++;
         if (pos < n || pos < want_n) {
             failures++;
-            fprintf(stderr, "case \"%s\": first difference at token %zu: got "
-                    "%ld, reference %ld (%zu vs %zu tokens)\n", name, pos,
-                    pos < n ? (long)ids[pos] : -1L,
-                    pos < want_n ? (long)json_integer_value(
-                                       json_array_get(want, pos)) : -1L,
+            fprintf(stderr,
+                    "case \"%s\": first difference at token %zu: got "
+                    "%ld, reference %ld (%zu vs %zu tokens)\n",
+                    name, pos, pos < n ? (long)ids[pos] : -1L,
+                    pos < want_n
+                        ? (long)json_integer_value(json_array_get(want, pos))
+                        : -1L,
                     n, want_n);
         }
         free(ids);
     }
     json_decref(expected);
     json_decref(corpus);
-    ck_assert_msg(failures == 0, "%zu corpus case(s) differ from the JS "
-                  "reference (see stderr)", failures);
+    ck_assert_msg(failures == 0,
+                  "%zu corpus case(s) differ from the JS "
+                  "reference (see stderr)",
+                  failures);
 }
 END_TEST
 
@@ -166,7 +175,8 @@ START_TEST(test_decode_inverts_encode_on_corpus)
     json_t *corpus = load_corpus();
     size_t i;
     json_t *c;
-    json_array_foreach(corpus, i, c) {
+    json_array_foreach(corpus, i, c)
+    {
         size_t len;
         const char *text = case_text(c, &len);
         assert_round_trip(text, len, case_name(c));
@@ -181,11 +191,40 @@ START_TEST(test_decode_inverts_encode_on_random_bytes)
      * NULs, lone continuation bytes, truncated and overlong sequences,
      * encoded surrogates, and pieces of "<|endoftext|>". */
     static const char *const pieces[] = {
-        " ", "  ", "\t", "\n", "\r\n", "'s", "'ll", "'", "a", "Z", "9",
-        "é", "\xc3", "\xa9", "\xe2\x82", "\xf0\x9f\x98", "\xf0\x9f\x98\x80",
-        "\xc0\xaf", "\xed\xa0\x80", "\xf4\x90\x80\x80", "\xff", "\xfe",
-        "\xc2\xa0", "\xe3\x80\x80", "<|endoftext|>", "<|", "endoftext",
-        "|>", "\0", "中", "Ω", "١", "!?", "word",
+        " ",
+        "  ",
+        "\t",
+        "\n",
+        "\r\n",
+        "'s",
+        "'ll",
+        "'",
+        "a",
+        "Z",
+        "9",
+        "é",
+        "\xc3",
+        "\xa9",
+        "\xe2\x82",
+        "\xf0\x9f\x98",
+        "\xf0\x9f\x98\x80",
+        "\xc0\xaf",
+        "\xed\xa0\x80",
+        "\xf4\x90\x80\x80",
+        "\xff",
+        "\xfe",
+        "\xc2\xa0",
+        "\xe3\x80\x80",
+        "<|endoftext|>",
+        "<|",
+        "endoftext",
+        "|>",
+        "\0",
+        "中",
+        "Ω",
+        "١",
+        "!?",
+        "word",
     };
     const size_t n_pieces = sizeof pieces / sizeof pieces[0];
     uint64_t seed = 0x9E3779B97F4A7C15ULL;
@@ -313,11 +352,11 @@ START_TEST(test_token_is_utf8_only_for_whole_characters)
     ck_assert(tokenizer_token_is_utf8(tok, TOKENIZER_EOT));
     int32_t *ids;
     size_t n;
-    encode_ok("\xc3\xa9", 2, &ids, &n);      /* one token, whole */
+    encode_ok("\xc3\xa9", 2, &ids, &n); /* one token, whole */
     ck_assert_uint_eq(n, 1);
     ck_assert(tokenizer_token_is_utf8(tok, ids[0]));
     free(ids);
-    encode_ok("\xe2", 1, &ids, &n);          /* a lead byte alone */
+    encode_ok("\xe2", 1, &ids, &n); /* a lead byte alone */
     ck_assert_uint_eq(n, 1);
     ck_assert(!tokenizer_token_is_utf8(tok, ids[0]));
     free(ids);
@@ -333,24 +372,28 @@ START_TEST(test_encode_most_is_encode_within_the_bound)
     json_t *corpus = load_corpus();
     size_t i;
     json_t *c;
-    json_array_foreach(corpus, i, c) {
+    json_array_foreach(corpus, i, c)
+    {
         size_t len;
         const char *text = case_text(c, &len);
         int32_t *want, *got;
         size_t n_want, n_got;
         gpt2d_error err;
         encode_ok(text, len, &want, &n_want);
-        ck_assert_int_eq(tokenizer_encode_most(tok, text, len, n_want, &got, &n_got,
-                                               &err), 0);
+        ck_assert_int_eq(
+            tokenizer_encode_most(tok, text, len, n_want, &got, &n_got, &err),
+            0);
         ck_assert_uint_eq(n_got, n_want);
         if (n_want > 0)
             ck_assert_mem_eq(got, want, n_want * sizeof *got);
         free(got);
         if (n_want > 0) {
-            ck_assert_int_eq(tokenizer_encode_most(tok, text, len, n_want - 1, &got,
-                                                   &n_got, &err), 0);
-            ck_assert_msg(n_got == n_want && got == NULL, "%s: %zu ids for most %zu",
-                          case_name(c), n_got, n_want - 1);
+            ck_assert_int_eq(tokenizer_encode_most(tok, text, len, n_want - 1,
+                                                   &got, &n_got, &err),
+                             0);
+            ck_assert_msg(n_got == n_want && got == NULL,
+                          "%s: %zu ids for most %zu", case_name(c), n_got,
+                          n_want - 1);
         }
         free(want);
     }
@@ -374,13 +417,15 @@ START_TEST(test_encode_most_stops_at_the_bound)
     int32_t *ids;
     size_t n;
     gpt2d_error err;
-    ck_assert_int_eq(tokenizer_encode_most(tok, text, pos, MOST, &ids, &n, &err), 0);
+    ck_assert_int_eq(
+        tokenizer_encode_most(tok, text, pos, MOST, &ids, &n, &err), 0);
     ck_assert_uint_eq(n, MOST + 1);
     ck_assert_ptr_null(ids);
     tokenizer_cache_stats st;
     tokenizer_cache_stats_get(tok, &st);
     /* each word is a token at least: the eleventh word passes the bound */
-    ck_assert_msg(st.entries <= MOST + 1, "%zu words merged and cached", st.entries);
+    ck_assert_msg(st.entries <= MOST + 1, "%zu words merged and cached",
+                  st.entries);
     /* a word too long for the tokens left is refused before it is merged,
      * like a text too long for them */
     ck_assert_int_eq(tokenizer_encode_most(tok, text, 1, 0, &ids, &n, &err), 0);
@@ -399,7 +444,7 @@ START_TEST(test_decode_rejects_id_outside_vocab)
     ck_assert_ptr_null(out);
     ck_assert_uint_eq(out_len, 0);
     ck_assert_msg(strstr(err.message, "50257") != NULL &&
-                  strstr(err.message, "position 1") != NULL,
+                      strstr(err.message, "position 1") != NULL,
                   "message should name the id and position: %s", err.message);
     ids[1] = -3;
     ck_assert_int_eq(tokenizer_decode(tok, ids, 3, &out, &out_len, &err), -1);
@@ -411,8 +456,11 @@ static bool valid_utf8(const unsigned char *s, size_t n)
 {
     for (size_t i = 0; i < n;) {
         unsigned char c = s[i];
-        size_t l = c < 0x80 ? 1 : c >= 0xC2 && c <= 0xDF ? 2
-                 : c >= 0xE0 && c <= 0xEF ? 3 : c >= 0xF0 && c <= 0xF4 ? 4 : 0;
+        size_t l = c < 0x80                 ? 1
+                   : c >= 0xC2 && c <= 0xDF ? 2
+                   : c >= 0xE0 && c <= 0xEF ? 3
+                   : c >= 0xF0 && c <= 0xF4 ? 4
+                                            : 0;
         if (l == 0 || i + l > n)
             return false;
         for (size_t k = 1; k < l; k++)
@@ -470,17 +518,17 @@ START_TEST(test_unicode_classes_follow_js)
     ck_assert(unicode_classify(0x4E2D) == UNICODE_LETTER);  /* 中 */
     ck_assert(unicode_classify(0x20000) == UNICODE_LETTER); /* CJK ext. B */
     ck_assert(unicode_classify('7') == UNICODE_NUMBER);
-    ck_assert(unicode_classify(0x0661) == UNICODE_NUMBER);  /* Arabic-Indic 1 */
-    ck_assert(unicode_classify(0x00BD) == UNICODE_NUMBER);  /* ½ */
-    ck_assert(unicode_classify(0x216B) == UNICODE_NUMBER);  /* Ⅻ */
+    ck_assert(unicode_classify(0x0661) == UNICODE_NUMBER); /* Arabic-Indic 1 */
+    ck_assert(unicode_classify(0x00BD) == UNICODE_NUMBER); /* ½ */
+    ck_assert(unicode_classify(0x216B) == UNICODE_NUMBER); /* Ⅻ */
     ck_assert(unicode_classify(0x00A0) == UNICODE_SPACE);
     ck_assert(unicode_classify(0x3000) == UNICODE_SPACE);
     ck_assert(unicode_classify(0x2028) == UNICODE_SPACE);
-    ck_assert(unicode_classify(0xFEFF) == UNICODE_SPACE);   /* JS \s only */
-    ck_assert(unicode_classify(0x0085) == UNICODE_OTHER);   /* not JS \s */
+    ck_assert(unicode_classify(0xFEFF) == UNICODE_SPACE); /* JS \s only */
+    ck_assert(unicode_classify(0x0085) == UNICODE_OTHER); /* not JS \s */
     ck_assert(unicode_classify(0x001C) == UNICODE_OTHER);
-    ck_assert(unicode_classify(0x0301) == UNICODE_OTHER);   /* combining */
-    ck_assert(unicode_classify(0x1F600) == UNICODE_OTHER);  /* emoji */
+    ck_assert(unicode_classify(0x0301) == UNICODE_OTHER);  /* combining */
+    ck_assert(unicode_classify(0x1F600) == UNICODE_OTHER); /* emoji */
     ck_assert(unicode_classify(0x110000) == UNICODE_OTHER);
 }
 END_TEST
@@ -567,8 +615,8 @@ START_TEST(test_long_word_encodes_in_bounded_time)
         size_t n;
         encode_ok(w, len, &ids, &n);
         double dt = monotonic_seconds() - t0;
-        ck_assert_msg(dt < test_deadline(5.0), "%zu-byte word took %.2f s",
-                      len, dt);
+        ck_assert_msg(dt < test_deadline(5.0), "%zu-byte word took %.2f s", len,
+                      dt);
         ck_assert_uint_gt(n, len / 8);
         free(ids);
         assert_round_trip(w, len, "long word");
@@ -587,11 +635,11 @@ END_TEST
 
 typedef struct thread_job {
     json_t *corpus;
-    int32_t **want;  /* single-threaded ids per corpus case */
+    int32_t **want; /* single-threaded ids per corpus case */
     size_t *want_n;
     unsigned seed;
     size_t mismatches;
-    int failed;      /* encode returned an error */
+    int failed; /* encode returned an error */
 } thread_job;
 
 static void *encode_corpus_thread(void *arg)
@@ -602,10 +650,10 @@ static void *encode_corpus_thread(void *arg)
     for (int round = 0; round < 20; round++) {
         size_t i;
         json_t *c;
-        json_array_foreach(job->corpus, i, c) {
+        json_array_foreach(job->corpus, i, c)
+        {
             size_t len;
-            const char *text =
-                json_string_value(json_object_get(c, "text"));
+            const char *text = json_string_value(json_object_get(c, "text"));
             len = json_string_length(json_object_get(c, "text"));
             int32_t *ids;
             size_t n;
@@ -647,7 +695,8 @@ START_TEST(test_concurrent_encode_gives_identical_results)
     ck_assert(want != NULL && want_n != NULL);
     size_t i;
     json_t *c;
-    json_array_foreach(corpus, i, c) {
+    json_array_foreach(corpus, i, c)
+    {
         size_t len;
         const char *text = case_text(c, &len);
         encode_ok(text, len, &want[i], &want_n[i]);
@@ -656,10 +705,11 @@ START_TEST(test_concurrent_encode_gives_identical_results)
     pthread_t th[N_THREADS];
     thread_job jobs[N_THREADS];
     for (int t = 0; t < N_THREADS; t++) {
-        jobs[t] = (thread_job){ corpus, want, want_n, 1000u + (unsigned)t, 0,
-                                0 };
-        ck_assert_int_eq(pthread_create(&th[t], NULL, encode_corpus_thread,
-                                        &jobs[t]), 0);
+        jobs[t] = (thread_job){
+            corpus, want, want_n, 1000u + (unsigned)t, 0, 0
+        };
+        ck_assert_int_eq(
+            pthread_create(&th[t], NULL, encode_corpus_thread, &jobs[t]), 0);
     }
     for (int t = 0; t < N_THREADS; t++)
         pthread_join(th[t], NULL);
@@ -730,7 +780,8 @@ END_TEST
 
 START_TEST(test_load_reports_malformed_merges_line)
 {
-    const char *p = write_tmp("three.txt", "#version: 0.2\n\xc4\xa0 t\nh e l\n");
+    const char *p = write_tmp("three.txt",
+                              "#version: 0.2\n\xc4\xa0 t\nh e l\n");
     assert_load_fails(vocab_path, p, p, ":3:");
     p = write_tmp("one.txt", "#version: 0.2\nonlyone\n");
     assert_load_fails(vocab_path, p, p, ":2:");
@@ -804,7 +855,8 @@ START_TEST(test_digest_is_of_both_files_bytes)
 
     uint8_t one[SHA256_BYTES], other[SHA256_BYTES];
     loaded_digest(vocab_path, write_tmp("he-t.txt", "h e\n\xc4\xa0 t\n"), one);
-    loaded_digest(vocab_path, write_tmp("t-he.txt", "\xc4\xa0 t\nh e\n"), other);
+    loaded_digest(vocab_path, write_tmp("t-he.txt", "\xc4\xa0 t\nh e\n"),
+                  other);
     ck_assert(memcmp(one, want, SHA256_BYTES) != 0);
     ck_assert(memcmp(one, other, SHA256_BYTES) != 0);
 }

@@ -10,8 +10,8 @@
 typedef struct rendering {
     const char *in;
     size_t in_len;
-    const char *out;            /* Python's decode, re-encoded */
-    size_t chars;               /* len() of Python's str */
+    const char *out; /* Python's decode, re-encoded */
+    size_t chars;    /* len() of Python's str */
 } rendering;
 
 /* Printed by Python 3.11 from bytes.decode("utf-8", "replace"); the first
@@ -20,13 +20,14 @@ typedef struct rendering {
 static const rendering CASES[] = {
     { "\x61\xf1\x80\x80\xe1\x80\xc2\x62\x80\x63\x80\xbf\x64", 13,
       "\x61\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd\x62\xef\xbf\xbd\x63\xef\xbf"
-      "\xbd\xef\xbf\xbd\x64", 10 },
+      "\xbd\xef\xbf\xbd\x64",
+      10 },
     { "\xe2\x82\x41", 3, "\xef\xbf\xbd\x41", 2 },
     { "\xe2\x82\xac", 3, "\xe2\x82\xac", 1 },
     { "\xed\xa0\x80", 3, "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd", 3 },
     { "\xc0\xaf", 2, "\xef\xbf\xbd\xef\xbf\xbd", 2 },
-    { "\xf4\x90\x80\x80", 4,
-      "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd", 4 },
+    { "\xf4\x90\x80\x80", 4, "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd",
+      4 },
     { "\xf0\x9f\x98", 3, "\xef\xbf\xbd", 1 },
     { "\x63\x61\x66\xc3\xa9", 5, "\x63\x61\x66\xc3\xa9", 4 },
     { "\xef\xbf\xbd", 3, "\xef\xbf\xbd", 1 },
@@ -98,28 +99,35 @@ START_TEST(test_replacement_is_reported_only_for_ill_formed_input)
     utf8_decoder d = { 0 };
     char out[UTF8_FEED_MAX];
     bool replaced = false;
-    for (size_t i = 0; i < 3; i++)          /* a real U+FFFD */
+    for (size_t i = 0; i < 3; i++) /* a real U+FFFD */
         utf8_feed(&d, (unsigned char)"\xef\xbf\xbd"[i], out, &replaced);
     ck_assert(!replaced);
-    utf8_feed(&d, 0xE2, out, &replaced);    /* a lead ... */
+    utf8_feed(&d, 0xE2, out, &replaced); /* a lead ... */
     ck_assert(!replaced);
     ck_assert_uint_eq(utf8_feed(&d, 'A', out, &replaced), 4);
-    ck_assert(replaced);                    /* ... broken: U+FFFD, then A */
-    ck_assert_int_eq(memcmp(out, "\xef\xbf\xbd" "A", 4), 0);
+    ck_assert(replaced); /* ... broken: U+FFFD, then A */
+    ck_assert_int_eq(memcmp(out,
+                            "\xef\xbf\xbd"
+                            "A",
+                            4),
+                     0);
 }
 END_TEST
 
 START_TEST(test_complete_prefix_stops_before_an_unfinished_character)
 {
     ck_assert_uint_eq(utf8_complete_prefix("abc", 3), 3);
-    ck_assert_uint_eq(utf8_complete_prefix("a\xe2\x82", 3), 1);     /* € cut */
+    ck_assert_uint_eq(utf8_complete_prefix("a\xe2\x82", 3), 1); /* € cut */
     ck_assert_uint_eq(utf8_complete_prefix("a\xe2\x82\xac", 4), 4);
-    ck_assert_uint_eq(utf8_complete_prefix("a\xf0\x9f", 3), 1);     /* emoji cut */
+    ck_assert_uint_eq(utf8_complete_prefix("a\xf0\x9f", 3), 1); /* emoji cut */
     ck_assert_uint_eq(utf8_complete_prefix("a\xf0\x9f\x98\x80", 5), 5);
     /* ill-formed bytes never complete: they are passed as U+FFFD */
     ck_assert_uint_eq(utf8_complete_prefix("a\xff", 2), 2);
     ck_assert_uint_eq(utf8_complete_prefix("\x80", 1), 1);
-    ck_assert_uint_eq(utf8_complete_prefix("\xe2\x82" "A", 3), 3);
+    ck_assert_uint_eq(utf8_complete_prefix("\xe2\x82"
+                                           "A",
+                                           3),
+                      3);
 }
 END_TEST
 
@@ -130,7 +138,8 @@ int main(void)
     tcase_add_test(tc, test_renders_as_python_does);
     tcase_add_test(tc, test_incremental_feeding_and_counting_agree_with_whole);
     tcase_add_test(tc, test_replacement_is_reported_only_for_ill_formed_input);
-    tcase_add_test(tc, test_complete_prefix_stops_before_an_unfinished_character);
+    tcase_add_test(tc,
+                   test_complete_prefix_stops_before_an_unfinished_character);
     suite_add_tcase(s, tc);
     return test_run_suite(s);
 }

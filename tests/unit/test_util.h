@@ -41,8 +41,7 @@ static inline const char *test_data_path(char *buf, size_t size,
 }
 
 /* Writes "<GPT2D_SRCDIR>/<rel>" into buf. */
-static inline const char *test_src_path(char *buf, size_t size,
-                                        const char *rel)
+static inline const char *test_src_path(char *buf, size_t size, const char *rel)
 {
     snprintf(buf, size, "%s/%s", test_env_or("GPT2D_SRCDIR", "."), rel);
     return buf;

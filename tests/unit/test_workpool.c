@@ -17,9 +17,9 @@
 #include "api/workpool.h"
 #include "test_util.h"
 
-static const uint8_t caller_a[SHA256_BYTES] = {'a'};
-static const uint8_t caller_b[SHA256_BYTES] = {'b'};
-static const uint8_t caller_c[SHA256_BYTES] = {'c'};
+static const uint8_t caller_a[SHA256_BYTES] = { 'a' };
+static const uint8_t caller_b[SHA256_BYTES] = { 'b' };
+static const uint8_t caller_c[SHA256_BYTES] = { 'c' };
 
 /* What the jobs saw: the order they started in, how many ran at once. */
 typedef struct record {
@@ -34,7 +34,7 @@ typedef struct record {
 typedef struct test_job {
     record *rec;
     char name;
-    int ms;                     /* how long it works; -1: until `open` */
+    int ms; /* how long it works; -1: until `open` */
     atomic_bool open;
     atomic_bool started;
     int nice;
@@ -42,7 +42,7 @@ typedef struct test_job {
 
 static void sleep_ms(int ms)
 {
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
     nanosleep(&ts, NULL);
 }
 
@@ -75,8 +75,8 @@ typedef struct submission {
     test_job tj;
     work_status status;
     work_charge charge;
-    double seconds;             /* how long workpool_run took */
-    atomic_bool gone;           /* what job.gone answers */
+    double seconds;   /* how long workpool_run took */
+    atomic_bool gone; /* what job.gone answers */
 } submission;
 
 static bool submission_gone(void *arg)
@@ -101,8 +101,12 @@ static void submit(submission *s, workpool *p, record *rec, char name,
     s->tj.rec = rec;
     s->tj.name = name;
     s->tj.ms = ms;
-    s->job = (work_job){.run = job_run, .arg = &s->tj, .account = account,
-                        .memory = memory, .gone = submission_gone, .gone_arg = s};
+    s->job = (work_job){ .run = job_run,
+                         .arg = &s->tj,
+                         .account = account,
+                         .memory = memory,
+                         .gone = submission_gone,
+                         .gone_arg = s };
     ck_assert_int_eq(pthread_create(&s->thread, NULL, submit_main, s), 0);
 }
 
@@ -123,8 +127,10 @@ static void wait_queued(workpool *p, size_t waiting)
 {
     struct timespec t0 = monotonic_now();
     while (stats(p).waiting != waiting) {
-        ck_assert_msg(monotonic_since(&t0) < test_deadline(5), "%zu jobs queued, "
-                      "not %zu", stats(p).waiting, waiting);
+        ck_assert_msg(monotonic_since(&t0) < test_deadline(5),
+                      "%zu jobs queued, "
+                      "not %zu",
+                      stats(p).waiting, waiting);
         sleep_ms(1);
     }
 }
@@ -133,8 +139,8 @@ static void wait_started(test_job *j)
 {
     struct timespec t0 = monotonic_now();
     while (!atomic_load(&j->started)) {
-        ck_assert_msg(monotonic_since(&t0) < test_deadline(5), "job %c never started",
-                      j->name);
+        ck_assert_msg(monotonic_since(&t0) < test_deadline(5),
+                      "job %c never started", j->name);
         sleep_ms(1);
     }
 }
@@ -174,7 +180,8 @@ START_TEST(test_at_most_threads_jobs_run_at_once_at_lower_priority)
     record *r = record_new();
     submission s[6];
     for (int i = 0; i < 6; i++)
-        submit(&s[i], p, r, (char)('0' + i), i % 2 ? caller_a : caller_b, 0, 100);
+        submit(&s[i], p, r, (char)('0' + i), i % 2 ? caller_a : caller_b, 0,
+               100);
     for (int i = 0; i < 6; i++) {
         join(&s[i]);
         ck_assert_int_eq(s[i].status, WORK_DONE);
@@ -278,7 +285,7 @@ START_TEST(test_a_job_waiting_too_long_is_told_what_it_lacked)
     submit(&full, p, r, 'C', caller_c, 20, 0);
     join(&full);
     ck_assert_int_eq(full.status, WORK_NO_MEMORY);
-    const submission *refused[] = {&busy, &own, &full};
+    const submission *refused[] = { &busy, &own, &full };
     for (size_t i = 0; i < 3; i++) {
         ck_assert_msg(refused[i]->seconds >= wait_ms / 1e3 - 0.01,
                       "refused after %.3f s", refused[i]->seconds);
@@ -299,7 +306,8 @@ START_TEST(test_more_than_a_callers_half_is_refused_at_once)
     submit(&big, p, r, 'x', caller_a, 51, 0);
     join(&big);
     ck_assert_int_eq(big.status, WORK_CALLER_MEMORY);
-    ck_assert_msg(big.seconds < test_deadline(1), "refused after %.3f s", big.seconds);
+    ck_assert_msg(big.seconds < test_deadline(1), "refused after %.3f s",
+                  big.seconds);
     ck_assert(!atomic_load(&big.tj.started));
     finish(p, r);
 }
@@ -317,7 +325,8 @@ START_TEST(test_a_job_whose_client_left_never_runs)
     atomic_store(&left.gone, true);
     join(&left);
     ck_assert_int_eq(left.status, WORK_GONE);
-    ck_assert_msg(left.seconds < test_deadline(2), "noticed after %.3f s", left.seconds);
+    ck_assert_msg(left.seconds < test_deadline(2), "noticed after %.3f s",
+                  left.seconds);
     ck_assert_uint_eq(stats(p).waiting, 0);
     atomic_store(&blocker.tj.open, true);
     join(&blocker);
@@ -345,7 +354,8 @@ static void *hammer_run(void *arg)
 {
     hammer *h = arg;
     for (int i = 0; i < 300; i++) {
-        work_job job = { .run = nothing, .account = caller_a,
+        work_job job = { .run = nothing,
+                         .account = caller_a,
                          .memory = (size_t)(i % 3) * 64 };
         work_charge charge;
         if (workpool_run(h->p, &job, &charge) == WORK_DONE)
@@ -380,12 +390,14 @@ static Suite *workpool_suite(void)
     Suite *s = suite_create("workpool");
     TCase *tc = tcase_create("pool");
     tcase_add_test(tc, test_at_most_threads_jobs_run_at_once_at_lower_priority);
-    tcase_add_test(tc, test_a_caller_with_nothing_running_goes_before_a_flooding_queue);
+    tcase_add_test(
+        tc, test_a_caller_with_nothing_running_goes_before_a_flooding_queue);
     tcase_add_test(tc, test_memory_is_waited_for_and_a_caller_keeps_to_half);
     tcase_add_test(tc, test_a_job_waiting_too_long_is_told_what_it_lacked);
     tcase_add_test(tc, test_more_than_a_callers_half_is_refused_at_once);
     tcase_add_test(tc, test_a_job_whose_client_left_never_runs);
-    tcase_add_test(tc, test_one_callers_jobs_from_many_threads_share_its_entry_safely);
+    tcase_add_test(
+        tc, test_one_callers_jobs_from_many_threads_share_its_entry_safely);
     tcase_set_timeout(tc, 120);
     suite_add_tcase(s, tc);
     return s;
