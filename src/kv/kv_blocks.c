@@ -6,7 +6,8 @@
  * Threads: kvcache.h's (the engine's lock). */
 #include "config.h"
 
-#include "kv/kv_internal.h"
+#include "kv/kv_blocks.h"
+#include "kv/kv_index.h"
 
 #include <stdlib.h>
 #include <string.h>

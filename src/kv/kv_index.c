@@ -13,7 +13,7 @@
  * Threads: kvcache.h's (the engine's lock). */
 #include "config.h"
 
-#include "kv/kv_internal.h"
+#include "kv/kv_index.h"
 
 #include <string.h>
 

@@ -6,7 +6,10 @@
  * Threads: kvcache.h's (the engine's lock). */
 #include "config.h"
 
-#include "kv/kv_internal.h"
+#include "kv/kv_blocks.h"
+#include "kv/kv_index.h"
+#include "kv/kv_sessions.h"
+#include "kv/kv_tier.h"
 #include "kv/kvdir.h"
 #include "core/buf.h"
 #include "core/log.h"

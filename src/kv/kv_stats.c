@@ -5,7 +5,7 @@
  * Threads: kvcache.h's (the engine's lock). */
 #include "config.h"
 
-#include "kv/kv_internal.h"
+#include "kv/kv_tier.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -13,7 +13,8 @@
  * then the block is only polled here, never read or handed out. */
 #include "config.h"
 
-#include "kv/kv_internal.h"
+#include "kv/kv_blocks.h"
+#include "kv/kv_tier.h"
 #include "core/monotonic.h"
 
 #include <stdlib.h>

@@ -11,7 +11,10 @@
  * Threads: kvcache.h's. */
 #include "config.h"
 
-#include "kv/kv_internal.h"
+#include "kv/kv_blocks.h"
+#include "kv/kv_index.h"
+#include "kv/kv_sessions.h"
+#include "kv/kv_tier.h"
 #include "core/hugepages.h"
 
 #include <stdint.h>
