@@ -527,62 +527,36 @@ int forward_step(forward_state *st, const model *m, threadpool *pool,
     const size_t C = st->cfg.n_embd;
 
     embedding_forward(st, m, pool, R);
+    /* The layer as the paper reads it, a product a statement (clang-format
+     * would put every argument on its own line). */
+    /* clang-format off */
     const panel_dtype dt = m->panel_dtype;
     for (size_t l = 0; l < st->cfg.n_layer; l++) {
         const layer_weights *w = &m->layers[l];
         layernorm_forward(st, pool, st->xn, st->x, NULL, R, w->ln_1_w,
                           w->ln_1_b);
-        matmul(st, pool,
-               &(matmul_args){ .M = R,
-                               .N = 3 * C,
-                               .K = C,
-                               .a = st->xn,
-                               .w = w->attn_wp,
-                               .w_rows = w->attn_w,
-                               .dt = dt,
-                               .out = st->qkv,
-                               .bias = w->attn_b,
-                               .epi = MATMUL_BIAS });
+        matmul(st, pool, &(matmul_args){
+            .M = R, .N = 3 * C, .K = C, .a = st->xn, .w = w->attn_wp,
+            .w_rows = w->attn_w, .dt = dt, .out = st->qkv, .bias = w->attn_b,
+            .epi = MATMUL_BIAS });
         attention_forward(st, pool, kv, l, n_seqs);
-        matmul(st, pool,
-               &(matmul_args){ .M = R,
-                               .N = C,
-                               .K = C,
-                               .a = st->att,
-                               .w = w->attn_proj_wp,
-                               .w_rows = w->attn_proj_w,
-                               .dt = dt,
-                               .out = st->x,
-                               .accumulate = true,
-                               .bias = w->attn_proj_b,
-                               .epi = MATMUL_BIAS });
+        matmul(st, pool, &(matmul_args){
+            .M = R, .N = C, .K = C, .a = st->att, .w = w->attn_proj_wp,
+            .w_rows = w->attn_proj_w, .dt = dt, .out = st->x,
+            .accumulate = true, .bias = w->attn_proj_b, .epi = MATMUL_BIAS });
         layernorm_forward(st, pool, st->xn, st->x, NULL, R, w->ln_2_w,
                           w->ln_2_b);
-        matmul(st, pool,
-               &(matmul_args){ .M = R,
-                               .N = 4 * C,
-                               .K = C,
-                               .a = st->xn,
-                               .w = w->fc_wp,
-                               .w_rows = w->fc_w,
-                               .dt = dt,
-                               .out = st->h,
-                               .bias = w->fc_b,
-                               .epi = MATMUL_BIAS_GELU });
-        matmul(st, pool,
-               &(matmul_args){ .M = R,
-                               .N = C,
-                               .K = 4 * C,
-                               .a = st->h,
-                               .w = w->mlp_proj_wp,
-                               .w_rows = w->mlp_proj_w,
-                               .dt = dt,
-                               .out = st->x,
-                               .accumulate = true,
-                               .bias = w->mlp_proj_b,
-                               .epi = MATMUL_BIAS });
+        matmul(st, pool, &(matmul_args){
+            .M = R, .N = 4 * C, .K = C, .a = st->xn, .w = w->fc_wp,
+            .w_rows = w->fc_w, .dt = dt, .out = st->h, .bias = w->fc_b,
+            .epi = MATMUL_BIAS_GELU });
+        matmul(st, pool, &(matmul_args){
+            .M = R, .N = C, .K = 4 * C, .a = st->h, .w = w->mlp_proj_wp,
+            .w_rows = w->mlp_proj_w, .dt = dt, .out = st->x,
+            .accumulate = true, .bias = w->mlp_proj_b, .epi = MATMUL_BIAS });
         capture_block(st, n_seqs, l);
     }
+    /* clang-format on */
     if (L > 0)
         unembed(st, m, pool, st->x, st->logit_rows, L, logits);
     return 0;
