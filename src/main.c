@@ -40,6 +40,7 @@
 
 #include "api/api.h"
 #include "api/api_body.h"
+#include "api/inspect_answer.h"
 #include "engine/engine.h"
 #include "core/cpu.h"
 #include "core/error.h"
@@ -177,6 +178,32 @@ static int plan_response_memory(settings *c, gpt2d_error *err)
     return 0;
 }
 
+/* /v1/inspect's answers are charged to --response-memory too: by default
+ * it grows until one key's half holds the largest answer the inspect
+ * limits let through; set smaller, those answers are refused (429
+ * response_memory_per_key), and the log says so at start. */
+static void plan_inspect_memory(daemon_state *d, bool defaulted)
+{
+    const model_config *m = &d->mdl.config;
+    size_t n = d->cfg.inspect_max_tokens > 0 &&
+                       d->cfg.inspect_max_tokens < m->n_ctx
+                   ? d->cfg.inspect_max_tokens
+                   : m->n_ctx;
+    size_t most = inspect_answer_most(
+        m->n_layer, m->n_head, n, d->cfg.inspect_max_attention,
+        tokenizer_longest_token(d->tok), sizeof((api_response *)NULL)->id,
+        strlen(d->mdl.name));
+    if (d->cfg.response_memory / 2 >= most)
+        return;
+    if (defaulted)
+        d->cfg.response_memory = 2 * most;
+    else
+        log_warn("--response-memory %zu: one key's half cannot hold the "
+                 "largest /v1/inspect answers (up to %zu bytes); they are "
+                 "refused with 429 response_memory_per_key",
+                 d->cfg.response_memory, most);
+}
+
 /* The playground is optional, but a web root that is not there is most
  * likely a daemon run from its build tree without --web-root. */
 static void check_web_root(const char *dir)
@@ -194,6 +221,7 @@ static void check_web_root(const char *dir)
  * error, exit 2). */
 static int start(daemon_state *d, gpt2d_error *err)
 {
+    const bool memory_defaulted = d->cfg.response_memory == 0;
     /* a bad template is a bad setting: refused before the model loads */
     if (plan_response_memory(&d->cfg, err) != 0 ||
         chat_template_load(&d->chat, d->cfg.chat_template, err) != 0)
@@ -212,6 +240,7 @@ static int start(daemon_state *d, gpt2d_error *err)
         return -2;
     if (load_tokenizer(d, err) != 0)
         return -1;
+    plan_inspect_memory(d, memory_defaulted);
     engine_config ec = {
         .n_threads = d->cfg.threads,
         .n_slots = d->cfg.slots,

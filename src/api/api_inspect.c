@@ -12,6 +12,13 @@
  * the same caller and salt may reuse them.  The handler waits, then
  * inspect_answer.c writes the answer.
  *
+ * An answer may hold tens of megabytes and waits whole until its client
+ * reads it, so it is charged to --response-memory (and its caller's half
+ * of it) as /tokenize's are: its bound (inspect_answer_bound) before the
+ * request is queued, so a full budget refuses it before any work (503
+ * response_memory_full, 429 response_memory_per_key); then, once written,
+ * what it holds, until the answer is freed (sent, or its client gone).
+ *
  * Callers: http.c, on the connection's own thread; the handler blocks while
  * the engine works and looks at its socket every COMPLETION_WAIT_SLICE_MS. */
 #include "api/api_inspect.h"
@@ -83,20 +90,78 @@ static bool wait_done(gen_request *g, const api_client *client)
     return !left;
 }
 
-/* The answer of a finished request, or an error. */
+/* A written answer and its charge, sent as the client reads it. */
+typedef struct inspect_body {
+    char *data;
+    size_t len, at;
+    work_charge charge;
+} inspect_body;
+
+static ssize_t body_read(void *self, char *buf, size_t max,
+                         const api_client *client)
+{
+    (void)client;
+    inspect_body *b = self;
+    size_t n = b->len - b->at < max ? b->len - b->at : max;
+    if (n == 0)
+        return API_SOURCE_END;
+    memcpy(buf, b->data + b->at, n);
+    b->at += n;
+    return (ssize_t)n;
+}
+
+static void body_free(void *self)
+{
+    inspect_body *b = self;
+    free(b->data);
+    work_charge_release(&b->charge);
+    free(b);
+}
+
+/* Nothing to run: api_work only takes the answer's charge. */
+static void charge_only(void *arg)
+{
+    (void)arg;
+}
+
+/* The answer of a finished request, or an error; `charge` (its bound) is
+ * the answer's from now on, or released. */
 static void respond(const api_ctx *ctx, const inspect_request *req,
-                    gen_request *g, api_response *r)
+                    gen_request *g, size_t bound, work_charge *charge,
+                    api_response *r)
 {
     api_error e;
     gen_request_lock(g);
     const bool cancelled = gen_request_output(g, 0)->finish == FINISH_CANCELLED;
     gpt2d_buf body = GPT2D_BUF_INIT;
-    int rc = cancelled
-                 ? 0
+    /* the bound at once: the answer never outgrows its charge */
+    int rc = cancelled ? 0
+             : buf_reserve(&body, bound) != 0
+                 ? -1
                  : inspect_answer_write(&body, r->id, gen_request_inspect(g),
                                         req->prompt.ids, ctx->tok,
                                         ctx->mdl->name);
     gen_request_unlock(g);
+    inspect_body *b = NULL;
+    if (!cancelled && rc == 0 && body.len <= bound &&
+        (b = calloc(1, sizeof *b)) != NULL) {
+        /* what it holds, not what it might have */
+        char *fit = realloc(body.data, body.len > 0 ? body.len : 1);
+        b->data = fit != NULL ? fit : (char *)body.data;
+        b->len = body.len;
+        b->charge = *charge;
+        work_charge_shrink(&b->charge, body.len);
+        *charge = (work_charge){ 0 };
+        metrics_add_inspect_bytes(b->len);
+        api_response_source(r, 200, "application/json",
+                            (api_source){ .self = b,
+                                          .length = b->len,
+                                          .read = body_read,
+                                          .free = body_free });
+        api_response_set_usage(r, req->prompt.n, 0);
+        return;
+    }
+    work_charge_release(charge);
     if (cancelled) {
         api_error_set(&e, 503, NULL,
                       "the server is shutting down; the request "
@@ -104,16 +169,10 @@ static void respond(const api_ctx *ctx, const inspect_request *req,
         api_response_error(r, &e);
         return;
     }
-    if (rc != 0 || buf_append(&body, "", 1) != 0) {
-        buf_free(&body);
-        api_error_set(&e, 500, NULL, "out of memory building the answer");
-        api_response_error(r, &e);
-        return;
-    }
-    metrics_add_inspect_bytes(body.len - 1);
-    api_response_body(r, 200, "application/json", (char *)body.data,
-                      body.len - 1);
-    api_response_set_usage(r, req->prompt.n, 0);
+    buf_free(&body);
+    /* past its bound is a bug in inspect_answer_bound: refused, not sent */
+    api_error_set(&e, 500, NULL, "out of memory building the answer");
+    api_response_error(r, &e);
 }
 
 typedef struct inspect_parse_job {
@@ -161,6 +220,15 @@ void api_inspect(const api_ctx *ctx, const api_caller *who, const char *body,
     char id[sizeof r->id];
     api_random_id(id, sizeof id, "insp-");
     api_response_set_id(r, id);
+    /* the answer's memory before any work: refused now if it cannot wait */
+    const size_t bound = inspect_answer_bound(
+        &req.params, req.prompt.n, cfg->n_head,
+        tokenizer_longest_token(ctx->tok), strlen(id), strlen(ctx->mdl->name));
+    work_charge charge = { 0 };
+    if (api_work(ctx, who, client, charge_only, NULL, bound, &charge, r) != 0) {
+        inspect_request_free(&req);
+        return;
+    }
     /* an inspect generates nothing: its prompt is what it costs */
     char what[48];
     snprintf(what, sizeof what, "prompt %zu", req.prompt.n);
@@ -171,6 +239,7 @@ void api_inspect(const api_ctx *ctx, const api_caller *who, const char *body,
                           &retry_after) != 0) {
         api_response_set_retry_after(r, retry_after);
         api_response_error(r, &e);
+        work_charge_release(&charge);
         inspect_request_free(&req);
         return;
     }
@@ -187,8 +256,9 @@ void api_inspect(const api_ctx *ctx, const api_caller *who, const char *body,
         metrics_cancelled();
         api_response_gone(r);
     } else {
-        respond(ctx, &req, g, r);
+        respond(ctx, &req, g, bound, &charge, r);
     }
+    work_charge_release(&charge); /* unless the answer took it */
     settle(ctx, who, g, charged);
     gen_request_release(g);
     inspect_request_free(&req);

@@ -266,6 +266,54 @@ static int put_norms(gpt2d_buf *b, const inspect_capture *c)
     return put(b, "]");
 }
 
+/* The longest number inspect_put_number writes: "-1.23457e-100", or in
+ * fixed form "-0.0000123457". */
+#define NUMBER_MAX 13
+
+/* The longest put_token: {"id":-2147483648,"text":"bytes:" + "\\xNN" a
+ * byte (or \u00NN a byte of valid UTF-8) + ","prob":NUMBER}. */
+static size_t token_max(size_t longest_token)
+{
+    return sizeof "{\"id\":-2147483648,\"text\":\"bytes:\"" +
+           6 * longest_token + sizeof ",\"prob\":}" + NUMBER_MAX;
+}
+
+size_t inspect_answer_bound(const inspect_params *p, size_t n_tokens,
+                            size_t n_head, size_t longest_token, size_t id_len,
+                            size_t name_len)
+{
+    const size_t n = n_tokens, L = p->n_layers;
+    const size_t token = token_max(longest_token) + 1; /* and its "," */
+    const size_t number = NUMBER_MAX + 1;
+    /* the fixed keys and brackets, the usage, the id and name escaped */
+    size_t bytes = 512 + 6 * (id_len + name_len);
+    bytes += n * token; /* "tokens" */
+    bytes += L * 21;    /* "layers": up to 20 digits each */
+    if (p->attention)   /* rows of numbers in brackets */
+        bytes += inspect_attention_count(L, n_head, n) * number +
+                 (L * n_head * n + L * n_head + L) * 3;
+    if (p->logit_lens > 0)
+        bytes += L * n * p->logit_lens * token + (L * n + L) * 3;
+    bytes += L * n * number + L * 3; /* "residual_norms" */
+    return bytes;
+}
+
+size_t inspect_answer_most(size_t n_layer, size_t n_head, size_t n_tokens,
+                           size_t max_attention, size_t longest_token,
+                           size_t id_len, size_t name_len)
+{
+    const inspect_params all = { .attention = false,
+                                 .logit_lens = INSPECT_MAX_LENS,
+                                 .n_layers = n_layer };
+    size_t count = inspect_attention_count(n_layer, n_head, n_tokens);
+    if (max_attention > 0 && count > max_attention)
+        count = max_attention;
+    return inspect_answer_bound(&all, n_tokens, n_head, longest_token, id_len,
+                                name_len) +
+           count * (NUMBER_MAX + 1) +
+           (n_layer * n_head * n_tokens + n_layer * n_head + n_layer) * 3;
+}
+
 int inspect_answer_write(gpt2d_buf *out, const char *id,
                          const inspect_capture *c, const int32_t *prompt,
                          const tokenizer *tok, const char *model_name)

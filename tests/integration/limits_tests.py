@@ -990,6 +990,109 @@ class UnreadAnswers(LimitCase):
         self.assertLessEqual(held, budget / 2)
 
 
+INSPECT_CLIENTS = 40
+# 981 tokens: every layer's attention (4 million probabilities) and
+# a lens of 5 make an answer of about 40 MB, charged at its bound (~65 MB)
+INSPECT_FLOOD = json.dumps({"prompt": "The cat sat on the mat. " * 140,
+                            "attention": True, "logit_lens": 5}).encode()
+
+
+class UnreadInspects(LimitCase):
+    """40 clients send /v1/inspect requests with answers of tens of MB and
+    never read: each answer is charged to --response-memory before it is
+    built, so the server's RSS grows by less than 256 MB (on the old main,
+    by a GB and more); the clients past the caller's half get 429
+    response_memory_per_key, a completion is answered meanwhile, the gauge
+    counts what the unread answers hold, and gives it all back when their
+    clients hang up."""
+
+    NAME = "unread-inspect"
+    MODEL = staticmethod(slow_model)
+    ARGS = ("--slots", "2", "--threads", "2", "--inspect-max-tokens", "1000",
+            "--response-memory", "160M")
+
+    def test_unread_inspects_are_charged_and_others_are_served(self):
+        pid = self.server.proc.pid
+        check_rss = not asan_build(GPT2D)
+        c = self.client()
+        r = c.post("/v1/inspect", {"prompt": "warm up", "attention": True})
+        self.assertEqual(r.status, 200, r)
+        base = rss_kib(pid)
+        most = [base]
+        stop = threading.Event()
+
+        def watch():
+            while not stop.is_set():
+                kib = rss_kib(pid)
+                most.append(kib or 0)
+                if check_rss and kib and kib - base > UNREAD_RSS_LIMIT_MB * 1024:
+                    return
+                time.sleep(0.02)
+        watcher = threading.Thread(target=watch, daemon=True)
+        watcher.start()
+        socks, heads = [], []
+        try:
+            for _ in range(INSPECT_CLIENTS):
+                sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, SMALL_RCVBUF)
+                sock.connect(("127.0.0.1", self.server.port))
+                socks.append(sock)
+                sock.sendall(http_request("POST", "/v1/inspect", INSPECT_FLOOD))
+                if not watcher.is_alive():
+                    break
+            # every request answered (a refusal is small, an answer waits):
+            # nothing queued, running or capturing for a second
+            idle, deadline = 0, time.monotonic() + 60
+            while idle < 10 and time.monotonic() < deadline and watcher.is_alive():
+                m = c.metrics()
+                busy = sum(metric_sum(m, g) for g in (
+                    "gpt2d_inspect_memory_bytes", "gpt2d_queue_depth",
+                    "gpt2d_slots_busy", "gpt2d_work_waiting",
+                    "gpt2d_work_running"))
+                idle = idle + 1 if busy == 0 else 0
+                time.sleep(0.1)
+            t0 = time.monotonic()
+            done = c.post("/v1/completions", {"prompt": "Hello", "max_tokens": 8})
+            took = time.monotonic() - t0
+            held = metric_sum(c.metrics(), "gpt2d_response_memory_bytes")
+            budget = metric_sum(c.metrics(), "gpt2d_response_memory_max_bytes")
+            for sock in socks:
+                sock.settimeout(0.5)
+                try:
+                    heads.append(sock.recv(65536))
+                except socket.timeout:
+                    heads.append(b"")
+        finally:
+            stop.set()
+            watcher.join(5)
+            for sock in socks:
+                sock.close()
+        growth_mb = (max(most) - base) / 1024.0
+        refused = [h for h in heads if h.startswith(b"HTTP/1.1 429")]
+        answered = [h for h in heads if h.startswith(b"HTTP/1.1 200")]
+        print("    %d unread inspects: RSS +%.0f MB (at most), %.1f MB of "
+              "answers held, %d answered, %d refused; a completion took %.2f s"
+              % (len(socks), growth_mb, held / 1e6, len(answered),
+                 len(refused), took))
+        if check_rss:
+            self.assertLessEqual(growth_mb, UNREAD_RSS_LIMIT_MB,
+                                 "RSS grew by %.0f MB while %d clients did not read"
+                                 % (growth_mb, len(socks)))
+        self.assertEqual(len(socks), INSPECT_CLIENTS)
+        self.assertEqual(done.status, 200, done)
+        self.assertLessEqual(took, UNREAD_COMPLETION_BOUND)
+        self.assertGreater(len(answered), 0)
+        self.assertGreater(len(refused), 0)
+        for h in refused:
+            self.assertIn(b'"code":"response_memory_per_key"', h.replace(b" ", b""))
+        self.assertGreater(held, 0)
+        self.assertLessEqual(held, budget / 2)
+        # hung up: every unread answer's charge comes back
+        self.assertTrue(wait_for(lambda: metric_sum(
+            c.metrics(), "gpt2d_response_memory_bytes") == 0, 10),
+            "the charges of answers whose clients hung up were not released")
+
+
 class Logs(LimitCase):
     """A canary in every field a client controls must not reach the log;
     neither may an API key, right or wrong."""

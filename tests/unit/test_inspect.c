@@ -1029,6 +1029,59 @@ START_TEST(test_answer_holds_the_capture)
 }
 END_TEST
 
+/* An answer is charged its bound before it is built (api_inspect.c): no
+ * answer may outgrow it, whatever is asked, and the daemon's largest
+ * (inspect_answer_most) covers every request the limits let through. */
+START_TEST(test_answer_never_outgrows_its_bound)
+{
+    bench b;
+    ck_assert(bench_open(&b, g_tiny, NULL, 64));
+    size_t n, two[2] = { 1, 0 }, all[16];
+    int32_t *prompt = tiny_prompt(&n);
+    const size_t L = b.m.config.n_layer, H = b.m.config.n_head;
+    ck_assert_uint_le(L, sizeof all / sizeof all[0]);
+    for (size_t i = 0; i < L; i++)
+        all[i] = i;
+    const inspect_params asks[] = {
+        { .attention = false, .logit_lens = 0, .layers = two, .n_layers = 1 },
+        { .attention = true, .logit_lens = 0, .layers = two, .n_layers = 2 },
+        { .attention = false,
+          .logit_lens = INSPECT_MAX_LENS,
+          .layers = all,
+          .n_layers = L },
+        { .attention = true,
+          .logit_lens = INSPECT_MAX_LENS,
+          .layers = all,
+          .n_layers = L },
+    };
+    const char *id = "insp-0123456789abcdef01234567";
+    for (size_t a = 0; a < sizeof asks / sizeof asks[0]; a++) {
+        gen_request *r = run_inspect(b.e, prompt, n, &asks[a]);
+        gpt2d_buf out = GPT2D_BUF_INIT;
+        gen_request_lock(r);
+        ck_assert_int_eq(inspect_answer_write(&out, id, gen_request_inspect(r),
+                                              prompt, g_tok, "tiny"),
+                         0);
+        gen_request_unlock(r);
+        size_t bound = inspect_answer_bound(&asks[a], n, H,
+                                            tokenizer_longest_token(g_tok),
+                                            strlen(id), strlen("tiny"));
+        ck_assert_msg(out.len <= bound, "ask %zu: %zu bytes, bound %zu", a,
+                      out.len, bound);
+        ck_assert_uint_le(bound, inspect_answer_most(
+                                     L, H, n, 0, tokenizer_longest_token(g_tok),
+                                     strlen(id), strlen("tiny")));
+        buf_free(&out);
+        gen_request_release(r);
+    }
+    /* --inspect-max-attention caps the attention the largest may hold */
+    ck_assert_uint_lt(inspect_answer_most(L, H, n, 10, 64, 40, 4),
+                      inspect_answer_most(L, H, n, 0, 64, 40, 4));
+    free(prompt);
+    bench_close(&b);
+}
+END_TEST
+
 /* ---- the suite ---- */
 
 static int load_cases(void)
@@ -1102,6 +1155,7 @@ static Suite *inspect_suite(void)
     tcase_add_test(api, test_request_sizes_are_bounded_with_the_numbers);
     tcase_add_test(api, test_numbers_are_printfs_six_digits);
     tcase_add_test(api, test_answer_holds_the_capture);
+    tcase_add_test(api, test_answer_never_outgrows_its_bound);
     suite_add_tcase(s, api);
     return s;
 }
