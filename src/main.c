@@ -180,8 +180,9 @@ static int plan_response_memory(settings *c, gpt2d_error *err)
 
 /* /v1/inspect's answers are charged to --response-memory too: by default
  * it grows until one key's half holds the largest answer the inspect
- * limits let through; set smaller, those answers are refused (429
- * response_memory_per_key), and the log says so at start. */
+ * limits let through; set smaller, those answers are refused (400
+ * response_memory_per_key: no wait would help), and the log says so at
+ * start. */
 static void plan_inspect_memory(daemon_state *d, bool defaulted)
 {
     const model_config *m = &d->mdl.config;
@@ -200,7 +201,7 @@ static void plan_inspect_memory(daemon_state *d, bool defaulted)
     else
         log_warn("--response-memory %zu: one key's half cannot hold the "
                  "largest /v1/inspect answers (up to %zu bytes); they are "
-                 "refused with 429 response_memory_per_key",
+                 "refused with 400 response_memory_per_key",
                  d->cfg.response_memory, most);
 }
 

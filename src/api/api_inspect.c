@@ -17,7 +17,8 @@
  * of it) as /tokenize's are: its bound (inspect_answer_bound) before the
  * request is queued, so a full budget refuses it before any work (503
  * response_memory_full, 429 response_memory_per_key); then, once written,
- * what it holds, until the answer is freed (sent, or its client gone).
+ * what it holds, until the answer is freed (sent, or its client gone).  A
+ * bound past a caller's half could never be charged: 400, naming it.
  *
  * Callers: http.c, on the connection's own thread; the handler blocks while
  * the engine works and looks at its socket every COMPLETION_WAIT_SLICE_MS. */
@@ -175,6 +176,33 @@ static void respond(const api_ctx *ctx, const inspect_request *req,
     api_response_error(r, &e);
 }
 
+/* True, with a 400 in r, when the answer's bound is more than one caller
+ * may ever hold (half of --response-memory, set by hand below what the
+ * inspect limits allow: main.c warns at start).  No wait would make it
+ * fit, so it is not the 429 a client retries, and it names the numbers. */
+static bool never_fits(const api_ctx *ctx, const inspect_request *req,
+                       size_t bound, api_response *r)
+{
+    workpool_stats ws;
+    workpool_get_stats(ctx->work, &ws);
+    if (bound <= ws.memory / 2)
+        return false;
+    api_error e;
+    api_error_set(&e, 400, NULL,
+                  "the answer of this inspect (%zu tokens, %zu layers, "
+                  "attention %s, logit_lens %zu) may hold %zu bytes, more "
+                  "than the %zu one API key (or client address) may hold, "
+                  "half of this server's response-memory: it can never be "
+                  "answered; ask for fewer layers or tokens, no attention or "
+                  "a shorter logit_lens",
+                  req->prompt.n, req->params.n_layers,
+                  req->params.attention ? "true" : "false",
+                  req->params.logit_lens, bound, ws.memory / 2);
+    e.code = "response_memory_per_key";
+    api_response_error(r, &e);
+    return true;
+}
+
 typedef struct inspect_parse_job {
     inspect_request *req;
     const char *body;
@@ -224,6 +252,10 @@ void api_inspect(const api_ctx *ctx, const api_caller *who, const char *body,
     const size_t bound = inspect_answer_bound(
         &req.params, req.prompt.n, cfg->n_head,
         tokenizer_longest_token(ctx->tok), strlen(id), strlen(ctx->mdl->name));
+    if (never_fits(ctx, &req, bound, r)) {
+        inspect_request_free(&req);
+        return;
+    }
     work_charge charge = { 0 };
     if (api_work(ctx, who, client, charge_only, NULL, bound, &charge, r) != 0) {
         inspect_request_free(&req);

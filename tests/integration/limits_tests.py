@@ -26,6 +26,14 @@ Groups, each with its own server:
                     and /detokenize bodies and never read; RSS grows by less
                     than 256 MB (not checked under ASan) and the other key's
                     completion is answered within 5 s meanwhile.
+  UnreadInspects    40 clients send /v1/inspect requests with 40 MB answers
+                    and never read: RSS grows by less than 256 MB, the ones
+                    past the key's half get 429, the gauge returns to 0.
+  InspectMemory     --response-memory 11M set by hand, three API keys: two
+                    unread inspect answers counted byte for byte by the
+                    gauge, the next 429 response_memory_per_key or 503
+                    response_memory_full, an answer that could never fit a
+                    key's half 400 at once; hung up, the gauge returns to 0.
   Logs              with API keys at --log-level debug, a canary sent in every
                     field (valid and invalid requests) never reaches the log,
                     nor does a key; with --log-prompts it does (so the check
@@ -1091,6 +1099,109 @@ class UnreadInspects(LimitCase):
         self.assertTrue(wait_for(lambda: metric_sum(
             c.metrics(), "gpt2d_response_memory_bytes") == 0, 10),
             "the charges of answers whose clients hung up were not released")
+
+
+# 300 tokens with every layer's attention: an answer of 3.9 MB on the
+# ctx1024 model, charged its bound (5.3 MB) while it is built.  Within
+# 11 MiB of response-memory one key's half (5.77 MB) holds one such answer
+# and no second, and two keys' answers leave no room for a third's bound.
+HELD_INSPECT = {"prompt": " the" * 300, "attention": True}
+# its bound is 25.7 MB, more than a key's half of 11 MiB could ever hold
+NEVER_INSPECT = {"prompt": " the" * 600, "attention": True, "logit_lens": 5}
+
+
+class InspectMemory(LimitCase):
+    """/v1/inspect answers are charged to a small --response-memory set by
+    hand: while two keys' answers wait unread the gauge counts their bytes
+    exactly, the first key's next inspect gets 429 response_memory_per_key,
+    a third key's 503 response_memory_full (OpenAI error objects,
+    Retry-After: 1), an inspect whose answer could never fit a key's half
+    400 naming the numbers at once; hung up, the gauge is back to 0.  (On
+    the main before issue 25's fix every one of them was answered 200 and
+    the gauge stayed 0; before this one, the last was 429 to retry.)"""
+
+    NAME = "inspect-memory"
+    MODEL = staticmethod(slow_model)
+    KEYS = {name: "sk-%s-%d-secret" % (name, os.getpid())
+            for name in ("first", "second", "third")}
+    ARGS = ("--slots", "2", "--threads", "2", "--inspect-max-tokens", "1000",
+            "--max-body", str(MAX_BODY), "--response-memory", "11M")
+
+    @classmethod
+    def setUpClass(cls):
+        os.makedirs(WORKDIR, exist_ok=True)
+        path = key_file(os.path.join(WORKDIR, "inspect-memory-keys"),
+                        ["%s name=%s" % (v, k) for k, v in cls.KEYS.items()])
+        cls.ARGS = cls.ARGS + ("--api-key-file", path)
+        LimitCase.setUpClass.__func__(cls)
+
+    def key(self, name):
+        return self.client(api_key=self.KEYS[name])
+
+    def unread(self, name, body):
+        """An inspect of key `name` whose answer is not read: returns the
+        socket once the answer's head has arrived (built and charged)."""
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, SMALL_RCVBUF)
+        sock.connect(("127.0.0.1", self.server.port))
+        sock.sendall(http_request("POST", "/v1/inspect", json.dumps(body).encode(),
+                                  ["Authorization: Bearer " + self.KEYS[name]]))
+        sock.settimeout(30)
+        head = sock.recv(12)
+        self.assertEqual(head, b"HTTP/1.1 200", "key %s's inspect" % name)
+        return sock
+
+    def assert_refused(self, r, status, code):
+        self.assertEqual(r.status, status, r)
+        err = r.json["error"]
+        self.assertEqual(sorted(err), ["code", "message", "param", "type"], err)
+        self.assertEqual(err["code"], code, err)
+        self.assertIsInstance(err["message"], str)
+        self.assertTrue(err["message"], err)
+        if status != 400:
+            self.assertEqual(r.headers.get("retry-after"), "1", r)
+
+    def test_unread_inspects_fill_response_memory_and_others_are_refused(self):
+        c = self.key("third")
+        gauge = lambda: metric_sum(c.metrics(), "gpt2d_response_memory_bytes")
+        r = c.post("/v1/inspect", HELD_INSPECT)
+        self.assertEqual(r.status, 200, r)
+        answer = len(r.body)
+        self.assertTrue(wait_for(lambda: gauge() == 0, 5), gauge())
+        socks = []
+        try:
+            socks.append(self.unread("first", HELD_INSPECT))
+            socks.append(self.unread("second", HELD_INSPECT))
+            # the two answers, charged what they hold, byte for byte
+            self.assertEqual(gauge(), 2 * answer)
+            # the refusals wait the work pool's 10 s for memory: together
+            again = in_background(self.key("first").post, "/v1/inspect",
+                                  HELD_INSPECT)
+            third = in_background(c.post, "/v1/inspect", HELD_INSPECT)
+            t0 = time.monotonic()
+            never = self.key("second").post("/v1/inspect", NEVER_INSPECT)
+            took = time.monotonic() - t0
+            self.assert_refused(never, 400, "response_memory_per_key")
+            self.assertLess(took, 5.0)
+            for n in ("600 tokens", "25680848 bytes", "5767168"):
+                self.assertIn(n, never.json["error"]["message"])
+            for t in (again, third):
+                t.join(30)
+                self.assertIsNone(t.error)
+            self.assert_refused(again.result, 429, "response_memory_per_key")
+            self.assert_refused(third.result, 503, "response_memory_full")
+            self.assertEqual(gauge(), 2 * answer)
+            # a small completion is answered meanwhile
+            done = c.post("/v1/completions", {"prompt": "Hello", "max_tokens": 4})
+            self.assertEqual(done.status, 200, done)
+        finally:
+            for sock in socks:
+                sock.close()
+        self.assertTrue(wait_for(lambda: gauge() == 0, 10),
+                        "the unread answers' charges were not released: %r"
+                        % gauge())
+        self.assertEqual(self.key("first").post("/v1/inspect",
+                                                HELD_INSPECT).status, 200)
 
 
 class Logs(LimitCase):
