@@ -62,7 +62,8 @@ typedef struct daemon_state {
     bool model_loaded;
     size_t kv_blocks; /* the KV cache's size, from the settings */
     tokenizer *tok;
-    chat_template chat; /* all NULL until loaded */
+    size_t token_text_most; /* inspect_token_text_most(tok) */
+    chat_template chat;     /* all NULL until loaded */
     engine *eng;
     token_budget *budget;
     workpool *work;
@@ -192,13 +193,16 @@ static void plan_inspect_memory(daemon_state *d, bool defaulted)
                    : m->n_ctx;
     size_t most = inspect_answer_most(
         m->n_layer, m->n_head, n, d->cfg.inspect_max_attention,
-        tokenizer_longest_token(d->tok), sizeof((api_response *)NULL)->id,
+        d->token_text_most, sizeof((api_response *)NULL)->id,
         strlen(d->mdl.name));
     if (d->cfg.response_memory / 2 >= most)
         return;
-    if (defaulted)
+    if (defaulted) {
         d->cfg.response_memory = 2 * most;
-    else
+        log_info("response-memory %zu bytes: twice the largest /v1/inspect "
+                 "answer the inspect limits allow",
+                 d->cfg.response_memory);
+    } else
         log_warn("--response-memory %zu: one key's half cannot hold the "
                  "largest /v1/inspect answers (up to %zu bytes); they are "
                  "refused with 400 response_memory_per_key",
@@ -241,6 +245,7 @@ static int start(daemon_state *d, gpt2d_error *err)
         return -2;
     if (load_tokenizer(d, err) != 0)
         return -1;
+    d->token_text_most = inspect_token_text_most(d->tok);
     plan_inspect_memory(d, memory_defaulted);
     engine_config ec = {
         .n_threads = d->cfg.threads,
@@ -275,6 +280,7 @@ static int start(daemon_state *d, gpt2d_error *err)
         .max_stop_bytes = d->cfg.max_stop_bytes,
         .inspect_max_tokens = d->cfg.inspect_max_tokens,
         .inspect_max_attention = d->cfg.inspect_max_attention,
+        .longest_token_text = d->token_text_most,
         .log_prompts = d->cfg.log_prompts,
         .started = time(NULL),
         .chat = &d->chat,

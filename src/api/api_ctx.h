@@ -34,6 +34,7 @@ typedef struct api_ctx {
     size_t max_stop_bytes;     /* --max-stop-bytes; 0 = none */
     size_t inspect_max_tokens; /* --inspect-max-tokens; 0: the context */
     size_t inspect_max_attention; /* --inspect-max-attention; 0: none */
+    size_t longest_token_text;    /* inspect_token_text_most: bounds answers */
     bool log_prompts;
     time_t started;            /* reported as the model's `created` */
     const chat_template *chat; /* how /v1/chat/completions writes a prompt */

@@ -15,8 +15,9 @@
  * An answer may hold tens of megabytes and waits whole until its client
  * reads it, so it is charged to --response-memory (and its caller's half
  * of it) as /tokenize's are: its bound (inspect_answer_bound) before the
- * request is queued, so a full budget refuses it before any work (503
- * response_memory_full, 429 response_memory_per_key); then, once written,
+ * request is queued, waiting for it as a /tokenize job does and refused
+ * when it does not come (503 response_memory_full, 429
+ * response_memory_per_key) before the engine does any work; then, once written,
  * what it holds, until the answer is freed (sent, or its client gone).  A
  * bound past a caller's half could never be charged: 400, naming it.
  *
@@ -248,20 +249,8 @@ void api_inspect(const api_ctx *ctx, const api_caller *who, const char *body,
     char id[sizeof r->id];
     api_random_id(id, sizeof id, "insp-");
     api_response_set_id(r, id);
-    /* the answer's memory before any work: refused now if it cannot wait */
-    const size_t bound = inspect_answer_bound(
-        &req.params, req.prompt.n, cfg->n_head,
-        tokenizer_longest_token(ctx->tok), strlen(id), strlen(ctx->mdl->name));
-    if (never_fits(ctx, &req, bound, r)) {
-        inspect_request_free(&req);
-        return;
-    }
-    work_charge charge = { 0 };
-    if (api_work(ctx, who, client, charge_only, NULL, bound, &charge, r) != 0) {
-        inspect_request_free(&req);
-        return;
-    }
-    /* an inspect generates nothing: its prompt is what it costs */
+    /* an inspect generates nothing: its prompt is what it costs (first:
+     * a key over its budget is told so at once, not after a memory wait) */
     char what[48];
     snprintf(what, sizeof what, "prompt %zu", req.prompt.n);
     uint64_t charged = 0;
@@ -271,7 +260,18 @@ void api_inspect(const api_ctx *ctx, const api_caller *who, const char *body,
                           &retry_after) != 0) {
         api_response_set_retry_after(r, retry_after);
         api_response_error(r, &e);
-        work_charge_release(&charge);
+        inspect_request_free(&req);
+        return;
+    }
+    /* the answer's memory before the engine's work: waited for as a
+     * /tokenize job's is, refused if it does not come */
+    const size_t bound = inspect_answer_bound(
+        &req.params, req.prompt.n, cfg->n_head, ctx->longest_token_text,
+        strlen(id), strlen(ctx->mdl->name));
+    work_charge charge = { 0 };
+    if (never_fits(ctx, &req, bound, r) ||
+        api_work(ctx, who, client, charge_only, NULL, bound, &charge, r) != 0) {
+        settle(ctx, who, NULL, charged); /* the tokens go back */
         inspect_request_free(&req);
         return;
     }

@@ -270,20 +270,42 @@ static int put_norms(gpt2d_buf *b, const inspect_capture *c)
  * fixed form "-0.0000123457". */
 #define NUMBER_MAX 13
 
-/* The longest put_token: {"id":-2147483648,"text":"bytes:" + "\\xNN" a
- * byte (or \u00NN a byte of valid UTF-8) + ","prob":NUMBER}. */
-static size_t token_max(size_t longest_token)
+/* Bytes put_string writes for s, quotes included. */
+static size_t string_bytes(const char *s)
 {
-    return sizeof "{\"id\":-2147483648,\"text\":\"bytes:\"" +
-           6 * longest_token + sizeof ",\"prob\":}" + NUMBER_MAX;
+    size_t n = 2;
+    for (const unsigned char *p = (const unsigned char *)s; *p != '\0'; p++)
+        n += *p == '"' || *p == '\\' ? 2 : *p < 0x20 ? 6 : 1;
+    return n;
+}
+
+size_t inspect_token_text_most(const tokenizer *tok)
+{
+    size_t most = 2;
+    for (size_t id = 0; id < tokenizer_vocab_size(tok); id++) {
+        char *text = api_token_string(tok, (int32_t)id);
+        size_t n = text != NULL ? string_bytes(text)
+                                : 2 + 6 + 5 * tokenizer_longest_token(tok);
+        free(text);
+        if (n > most)
+            most = n;
+    }
+    return most;
+}
+
+/* The longest put_token: {"id":-2147483648,"text":TEXT,"prob":NUMBER}. */
+static size_t token_max(size_t token_text)
+{
+    return sizeof "{\"id\":-2147483648,\"text\":" + token_text +
+           sizeof ",\"prob\":}" + NUMBER_MAX;
 }
 
 size_t inspect_answer_bound(const inspect_params *p, size_t n_tokens,
-                            size_t n_head, size_t longest_token, size_t id_len,
+                            size_t n_head, size_t token_text, size_t id_len,
                             size_t name_len)
 {
     const size_t n = n_tokens, L = p->n_layers;
-    const size_t token = token_max(longest_token) + 1; /* and its "," */
+    const size_t token = token_max(token_text) + 1; /* and its "," */
     const size_t number = NUMBER_MAX + 1;
     /* the fixed keys and brackets, the usage, the id and name escaped */
     size_t bytes = 512 + 6 * (id_len + name_len);
@@ -299,7 +321,7 @@ size_t inspect_answer_bound(const inspect_params *p, size_t n_tokens,
 }
 
 size_t inspect_answer_most(size_t n_layer, size_t n_head, size_t n_tokens,
-                           size_t max_attention, size_t longest_token,
+                           size_t max_attention, size_t token_text,
                            size_t id_len, size_t name_len)
 {
     const inspect_params all = { .attention = false,
@@ -308,7 +330,7 @@ size_t inspect_answer_most(size_t n_layer, size_t n_head, size_t n_tokens,
     size_t count = inspect_attention_count(n_layer, n_head, n_tokens);
     if (max_attention > 0 && count > max_attention)
         count = max_attention;
-    return inspect_answer_bound(&all, n_tokens, n_head, longest_token, id_len,
+    return inspect_answer_bound(&all, n_tokens, n_head, token_text, id_len,
                                 name_len) +
            count * (NUMBER_MAX + 1) +
            (n_layer * n_head * n_tokens + n_layer * n_head + n_layer) * 3;

@@ -32,22 +32,26 @@ int inspect_answer_write(gpt2d_buf *out, const char *id,
                          const inspect_capture *c, const int32_t *prompt,
                          const tokenizer *tok, const char *model_name);
 
+/* The longest token text an answer can hold: every token of the vocabulary
+ * as api_token_string spells it, escaped and quoted as the answer writes
+ * it (computed once at start: it reads the whole vocabulary). */
+size_t inspect_token_text_most(const tokenizer *tok);
+
 /* The most bytes inspect_answer_write appends for a capture of `p` over
- * n_tokens positions of a model of n_head heads, when no token is spelled
- * in more than `longest_token` bytes (tokenizer_longest_token), the id is
+ * n_tokens positions of a model of n_head heads, when no token's text
+ * takes more than `token_text` bytes (inspect_token_text_most), the id is
  * id_len bytes and the model's name name_len: what an answer is charged to
  * --response-memory before it is built.  Every number counted at its
- * longest (13 bytes), every token's text at its longest escape (6 bytes a
- * byte, and "bytes:"). */
+ * longest (13 bytes). */
 size_t inspect_answer_bound(const inspect_params *p, size_t n_tokens,
-                            size_t n_head, size_t longest_token, size_t id_len,
+                            size_t n_head, size_t token_text, size_t id_len,
                             size_t name_len);
 
 /* The largest inspect_answer_bound of any request the limits let through:
  * every one of n_layer layers, the longest lens, n_tokens positions, and
  * at most max_attention probabilities (0: no limit). */
 size_t inspect_answer_most(size_t n_layer, size_t n_head, size_t n_tokens,
-                           size_t max_attention, size_t longest_token,
+                           size_t max_attention, size_t token_text,
                            size_t id_len, size_t name_len);
 
 /* Appends v as a JSON number the way printf's "%.6g" writes it ("0.25",

@@ -196,12 +196,13 @@ static const option_spec options[] = {
     { "max-connections", 0, OPT_COUNT, FIELD(max_connections), "N", "256", NULL,
       1, 65536, false, "Simultaneous HTTP connections." },
     { "response-memory", 0, OPT_BYTES, FIELD(response_memory), "SIZE", NULL,
-      "64M, or 8 x max-body when that is more", 1024 * KIB,
-      1024 * KIB *KIB *KIB, false,
-      "Memory for the answers of /tokenize and /detokenize until their clients "
-      "have read them; one API key (or client address) may hold half of it. A request "
-      "that cannot have its share within 10 s gets 503 (429 when its own key holds "
-      "its half). At least 8 x max-body. Suffixes k, M, G (x1024)." },
+      "64M, 8 x max-body, or twice the largest /v1/inspect answer, whichever is more",
+      1024 * KIB, 1024 * KIB *KIB *KIB, false,
+      "Memory for the answers of /tokenize, /detokenize and /v1/inspect until their "
+      "clients have read them; one API key (or client address) may hold half of it. A "
+      "request that cannot have its share within 10 s gets 503 (429 when its own key "
+      "holds its half; 400 for an inspect whose answer could never fit that half). At "
+      "least 8 x max-body. Suffixes k, M, G (x1024)." },
     { "timeout", 0, OPT_UINT, FIELD(connection_timeout), "SECONDS", "60", NULL,
       0, 86400, false,
       "Close a connection idle this long, or whose client takes none of "

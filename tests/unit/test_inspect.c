@@ -1055,6 +1055,9 @@ START_TEST(test_answer_never_outgrows_its_bound)
           .n_layers = L },
     };
     const char *id = "insp-0123456789abcdef01234567";
+    const size_t text_most = inspect_token_text_most(g_tok);
+    /* the longest token's bytes, at least, and its quotes */
+    ck_assert_uint_ge(text_most, tokenizer_longest_token(g_tok) + 2);
     for (size_t a = 0; a < sizeof asks / sizeof asks[0]; a++) {
         gen_request *r = run_inspect(b.e, prompt, n, &asks[a]);
         gpt2d_buf out = GPT2D_BUF_INIT;
@@ -1063,14 +1066,13 @@ START_TEST(test_answer_never_outgrows_its_bound)
                                               prompt, g_tok, "tiny"),
                          0);
         gen_request_unlock(r);
-        size_t bound = inspect_answer_bound(&asks[a], n, H,
-                                            tokenizer_longest_token(g_tok),
+        size_t bound = inspect_answer_bound(&asks[a], n, H, text_most,
                                             strlen(id), strlen("tiny"));
         ck_assert_msg(out.len <= bound, "ask %zu: %zu bytes, bound %zu", a,
                       out.len, bound);
-        ck_assert_uint_le(bound, inspect_answer_most(
-                                     L, H, n, 0, tokenizer_longest_token(g_tok),
-                                     strlen(id), strlen("tiny")));
+        ck_assert_uint_le(bound,
+                          inspect_answer_most(L, H, n, 0, text_most, strlen(id),
+                                              strlen("tiny")));
         buf_free(&out);
         gen_request_release(r);
     }
