@@ -230,14 +230,16 @@ KERNEL_TARGET __attribute__((always_inline)) static inline void att_scores_tile(
     float scale, const int RB, const int H)
 {
     __m256 acc[2][4];
-    _Pragma("GCC unroll 2") for (int r = 0; r < RB; r++)
-        _Pragma("GCC unroll 4") for (int j = 0; j < 4; j++)
+#pragma GCC unroll 2
+    for (int r = 0; r < RB; r++)
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; j++)
             acc[r][j] = _mm256_setzero_ps();
     for (size_t c = 0; c < hd; c += 8) {
         __m256 w0 = LOAD_KV(H, k0, c), w1 = LOAD_KV(H, k1, c);
         __m256 w2 = LOAD_KV(H, k2, c), w3 = LOAD_KV(H, k3, c);
-        _Pragma("GCC unroll 2") for (int r = 0; r < RB; r++)
-        {
+#pragma GCC unroll 2
+        for (int r = 0; r < RB; r++) {
             __m256 x = _mm256_loadu_ps(q + r * ldq + c);
             acc[r][0] = _mm256_add_ps(acc[r][0], _mm256_mul_ps(x, w0));
             acc[r][1] = _mm256_add_ps(acc[r][1], _mm256_mul_ps(x, w1));
@@ -245,8 +247,8 @@ KERNEL_TARGET __attribute__((always_inline)) static inline void att_scores_tile(
             acc[r][3] = _mm256_add_ps(acc[r][3], _mm256_mul_ps(x, w3));
         }
     }
-    _Pragma("GCC unroll 2") for (int r = 0; r < RB; r++)
-    {
+#pragma GCC unroll 2
+    for (int r = 0; r < RB; r++) {
         float t[4];
         _mm_storeu_ps(
             t, _mm_mul_ps(hsum4x8(acc[r][0], acc[r][1], acc[r][2], acc[r][3]),
@@ -306,8 +308,10 @@ KERNEL_TARGET __attribute__((always_inline)) static inline void att_values_tile(
     size_t col, size_t n0, const int RB, const int NV, const int H)
 {
     __m256 acc[ATT_ROWS][2];
-    _Pragma("GCC unroll 4") for (int r = 0; r < RB; r++)
-        _Pragma("GCC unroll 2") for (int v = 0; v < NV; v++)
+#pragma GCC unroll 4
+    for (int r = 0; r < RB; r++)
+#pragma GCC unroll 2
+        for (int v = 0; v < NV; v++)
             acc[r][v] = _mm256_setzero_ps();
     for (size_t t0 = 0; t0 < n0; t0 += KV_BLOCK_TOKENS) {
         const char *vb = v_row(kv, t0);
@@ -315,33 +319,39 @@ KERNEL_TARGET __attribute__((always_inline)) static inline void att_values_tile(
                                                      : t0 + KV_BLOCK_TOKENS;
         for (size_t t = t0; t < end; t++, vb += kv->row) {
             __m256 w[2];
-            _Pragma("GCC unroll 2") for (int v = 0; v < NV; v++)
+#pragma GCC unroll 2
+            for (int v = 0; v < NV; v++)
                 w[v] = LOAD_KV(H, vb, col + 8 * v);
-            _Pragma("GCC unroll 4") for (int r = 0; r < RB; r++)
-            {
+#pragma GCC unroll 4
+            for (int r = 0; r < RB; r++) {
                 __m256 pr = _mm256_broadcast_ss(p + r * ldp + t);
-                _Pragma("GCC unroll 2") for (int v = 0; v < NV; v++)
+#pragma GCC unroll 2
+                for (int v = 0; v < NV; v++)
                     acc[r][v] = _mm256_add_ps(acc[r][v],
                                               _mm256_mul_ps(pr, w[v]));
             }
         }
     }
-    _Pragma("GCC unroll 4") for (int e = 1; e < RB; e++)
-    {
+#pragma GCC unroll 4
+    for (int e = 1; e < RB; e++) {
         const size_t t = n0 + (size_t)e - 1; /* seen by rows e.. only */
         const char *vt = v_row(kv, t);
         __m256 w[2];
-        _Pragma("GCC unroll 2") for (int v = 0; v < NV; v++)
+#pragma GCC unroll 2
+        for (int v = 0; v < NV; v++)
             w[v] = LOAD_KV(H, vt, col + 8 * v);
-        _Pragma("GCC unroll 4") for (int r = e; r < RB; r++)
-        {
+#pragma GCC unroll 4
+        for (int r = e; r < RB; r++) {
             __m256 pr = _mm256_broadcast_ss(p + r * ldp + t);
-            _Pragma("GCC unroll 2") for (int v = 0; v < NV; v++)
+#pragma GCC unroll 2
+            for (int v = 0; v < NV; v++)
                 acc[r][v] = _mm256_add_ps(acc[r][v], _mm256_mul_ps(pr, w[v]));
         }
     }
-    _Pragma("GCC unroll 4") for (int r = 0; r < RB; r++)
-        _Pragma("GCC unroll 2") for (int v = 0; v < NV; v++)
+#pragma GCC unroll 4
+    for (int r = 0; r < RB; r++)
+#pragma GCC unroll 2
+        for (int v = 0; v < NV; v++)
             _mm256_storeu_ps(out + r * ldo + 8 * v, acc[r][v]);
 }
 
@@ -364,7 +374,8 @@ KERNEL_TARGET __attribute__((always_inline)) static inline void att_values_row(
 {
     for (size_t i = 0; i < hd; i += 64) {
         __m256 acc[8];
-        _Pragma("GCC unroll 8") for (int v = 0; v < 8; v++)
+#pragma GCC unroll 8
+        for (int v = 0; v < 8; v++)
             acc[v] = _mm256_setzero_ps();
         for (size_t t0 = 0; t0 < n; t0 += KV_BLOCK_TOKENS) {
             const char *vb = v_row(kv, t0);
@@ -372,12 +383,14 @@ KERNEL_TARGET __attribute__((always_inline)) static inline void att_values_row(
                                                         : t0 + KV_BLOCK_TOKENS;
             for (size_t t = t0; t < end; t++, vb += kv->row) {
                 __m256 pr = _mm256_broadcast_ss(p + t);
-                _Pragma("GCC unroll 8") for (int v = 0; v < 8; v++)
+#pragma GCC unroll 8
+                for (int v = 0; v < 8; v++)
                     acc[v] = _mm256_add_ps(
                         acc[v], _mm256_mul_ps(pr, LOAD_KV(H, vb, i + 8 * v)));
             }
         }
-        _Pragma("GCC unroll 8") for (int v = 0; v < 8; v++)
+#pragma GCC unroll 8
+        for (int v = 0; v < 8; v++)
             _mm256_storeu_ps(out + i + 8 * v, acc[v]);
     }
 }

@@ -101,6 +101,10 @@ static void matmul_generic(float *out, size_t ldo, const float *a,
 
 #ifdef HAVE_AVX2_KERNELS
 
+/* Written by hand, not by clang-format: version 14 takes `_Pragma(...)
+ * for` inside a macro for a statement it cannot place (the loop's
+ * brace drops to the outer loop's column) and `(k) * W` for a cast. */
+/* clang-format off */
 /* One MR × (16·NP) tile of a · w over k in [k0, k1): rows [0, MR) of a
  * (row stride lda) against NP consecutive panels, w0 and (NP = 2) w1, each
  * one panel (panels.h) of floats (H = 0), halves (H = 1) or PANEL_Q8
@@ -111,71 +115,67 @@ static void matmul_generic(float *out, size_t ldo, const float *a,
  * stored to `to` (row stride ldt), as to + chain when `accumulate`.  A
  * non-NULL `ahead` is prefetched at ahead + (k - k0) · step.  Inlined with
  * constant MR, NP, H (and literal NULLs, which remove the branches). */
-#define Q8_BLOCK_AT(w, k)                                                      \
+#define Q8_BLOCK_AT(w, k)                                                    \
     ((const char *)(w) + (k) / PANEL_Q8_ROWS * PANEL_Q8_BLOCK)
-#define LOAD_Q8_SCALES(w, k, half)                                             \
-    _mm256_cvtph_ps(_mm_loadu_si128(                                           \
-        (const __m128i *)(const void *)(Q8_BLOCK_AT(w, k) + 16 * (half))))
-#define LOAD_PANEL_ROW(H, w, k, half)                                          \
-    ((H) == 2 ? _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(       \
-                    (const __m128i *)(const void *)(Q8_BLOCK_AT(w, k) +        \
-                                                    PANEL_Q8_SCALES +          \
-                                                    (k) % PANEL_Q8_ROWS *      \
-                                                        PANEL_WIDTH +          \
-                                                    8 * (half)))))             \
-     : (H)                                                                     \
-         ? _mm256_cvtph_ps(_mm_load_si128(                                     \
-               (const __m128i *)(const void *)((const uint16_t *)(w) +         \
-                                               (k)*PANEL_WIDTH + 8 * (half)))) \
-         : _mm256_load_ps((const float *)(w) + (k)*PANEL_WIDTH + 8 * (half)))
+#define LOAD_Q8_SCALES(w, k, half)                                           \
+    _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)          \
+        (Q8_BLOCK_AT(w, k) + 16 * (half))))
+#define LOAD_PANEL_ROW(H, w, k, half)                                        \
+    ((H) == 2                                                                \
+     ? _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(              \
+           (const __m128i *)(const void *)(Q8_BLOCK_AT(w, k)                 \
+               + PANEL_Q8_SCALES + (k) % PANEL_Q8_ROWS * PANEL_WIDTH         \
+               + 8 * (half)))))                                              \
+     : (H) ? _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(const void *)  \
+               ((const uint16_t *)(w) + (k) * PANEL_WIDTH + 8 * (half))))    \
+           : _mm256_load_ps((const float *)(w) + (k) * PANEL_WIDTH           \
+                            + 8 * (half)))
 /* PANEL_Q8 goes a block at a time (its scales loaded once); the others in
  * one pass over [k0, k1). */
-#define TILE_BODY(MR, NP, H)                                                   \
-    do {                                                                       \
-        const void *wp[2] = { w0, w1 };                                        \
-        __m256 acc[MR][2 * NP];                                                \
-        _Pragma("GCC unroll 8") for (int r = 0; r < MR; r++)                   \
-            _Pragma("GCC unroll 8") for (int v = 0; v < 2 * NP; v++)           \
-                acc[r][v] = from != NULL                                       \
-                                ? _mm256_loadu_ps(from + r * ldf + 8 * v)      \
-                                : _mm256_setzero_ps();                         \
-        for (size_t kb = k0, ke; kb < k1; kb = ke) {                           \
-            __m256 sc[2 * NP];                                                 \
-            ke = k1;                                                           \
-            if ((H) == 2) {                                                    \
-                const size_t end = kb - kb % PANEL_Q8_ROWS + PANEL_Q8_ROWS;    \
-                ke = end < k1 ? end : k1;                                      \
-                _Pragma("GCC unroll 8") for (int v = 0; v < 2 * NP; v++)       \
-                    sc[v] = LOAD_Q8_SCALES(wp[v / 2], kb, v % 2);              \
-            }                                                                  \
-            for (size_t k = kb; k < ke; k++) {                                 \
-                __m256 wv[2 * NP];                                             \
-                if (ahead != NULL)                                             \
-                    _mm_prefetch(ahead + (k - k0) * step, _MM_HINT_T0);        \
-                _Pragma("GCC unroll 8") for (int v = 0; v < 2 * NP; v++)       \
-                {                                                              \
-                    wv[v] = LOAD_PANEL_ROW(H, wp[v / 2], k, v % 2);            \
-                    if ((H) == 2)                                              \
-                        wv[v] = _mm256_mul_ps(wv[v], sc[v]);                   \
-                }                                                              \
-                _Pragma("GCC unroll 8") for (int r = 0; r < MR; r++)           \
-                {                                                              \
-                    __m256 av = _mm256_broadcast_ss(a + r * lda + k);          \
-                    _Pragma("GCC unroll 8") for (int v = 0; v < 2 * NP; v++)   \
-                        acc[r][v] = _mm256_fmadd_ps(av, wv[v], acc[r][v]);     \
-                }                                                              \
-            }                                                                  \
-        }                                                                      \
-        _Pragma("GCC unroll 8") for (int r = 0; r < MR; r++)                   \
-            _Pragma("GCC unroll 8") for (int v = 0; v < 2 * NP; v++)           \
-        {                                                                      \
-            float *o = to + r * ldt + 8 * v;                                   \
-            __m256 x = acc[r][v];                                              \
-            if (accumulate)                                                    \
-                x = _mm256_add_ps(_mm256_loadu_ps(o), x);                      \
-            _mm256_storeu_ps(o, x);                                            \
-        }                                                                      \
+#define TILE_BODY(MR, NP, H)                                                 \
+    do {                                                                     \
+        const void *wp[2] = { w0, w1 };                                      \
+        __m256 acc[MR][2 * NP];                                              \
+        _Pragma("GCC unroll 8") for (int r = 0; r < MR; r++)                 \
+            _Pragma("GCC unroll 8") for (int v = 0; v < 2 * NP; v++)         \
+                acc[r][v] = from != NULL                                     \
+                            ? _mm256_loadu_ps(from + r * ldf + 8 * v)        \
+                            : _mm256_setzero_ps();                           \
+        for (size_t kb = k0, ke; kb < k1; kb = ke) {                         \
+            __m256 sc[2 * NP];                                               \
+            ke = k1;                                                         \
+            if ((H) == 2) {                                                  \
+                const size_t end = kb - kb % PANEL_Q8_ROWS + PANEL_Q8_ROWS;  \
+                ke = end < k1 ? end : k1;                                    \
+                _Pragma("GCC unroll 8") for (int v = 0; v < 2 * NP; v++)     \
+                    sc[v] = LOAD_Q8_SCALES(wp[v / 2], kb, v % 2);            \
+            }                                                                \
+            for (size_t k = kb; k < ke; k++) {                               \
+                __m256 wv[2 * NP];                                           \
+                if (ahead != NULL)                                           \
+                    _mm_prefetch(ahead + (k - k0) * step, _MM_HINT_T0);      \
+                _Pragma("GCC unroll 8") for (int v = 0; v < 2 * NP; v++) {   \
+                    wv[v] = LOAD_PANEL_ROW(H, wp[v / 2], k, v % 2);          \
+                    if ((H) == 2)                                            \
+                        wv[v] = _mm256_mul_ps(wv[v], sc[v]);                 \
+                }                                                            \
+                _Pragma("GCC unroll 8") for (int r = 0; r < MR; r++) {       \
+                    __m256 av = _mm256_broadcast_ss(a + r * lda + k);        \
+                    _Pragma("GCC unroll 8") for (int v = 0; v < 2 * NP; v++) \
+                        acc[r][v] = _mm256_fmadd_ps(av, wv[v], acc[r][v]);   \
+                }                                                            \
+            }                                                                \
+        }                                                                    \
+        _Pragma("GCC unroll 8") for (int r = 0; r < MR; r++)                 \
+            _Pragma("GCC unroll 8") for (int v = 0; v < 2 * NP; v++) {       \
+                float *o = to + r * ldt + 8 * v;                             \
+                __m256 x = acc[r][v];                                        \
+                if (accumulate)                                              \
+                    x = _mm256_add_ps(_mm256_loadu_ps(o), x);                \
+                _mm256_storeu_ps(o, x);                                      \
+            }                                                                \
     } while (0)
+/* clang-format on */
 
 #define DEFINE_TILE(MR, NP, H, NAME)                                           \
     KERNEL_TARGET __attribute__((always_inline)) static inline void NAME(      \
@@ -201,74 +201,72 @@ DEFINE_TILES(3, 2)
 
 /* ---- AVX-512 ---- */
 
+/* Written by hand, not by clang-format: version 14 takes `_Pragma(...)
+ * for` (see TILE_BODY). */
+/* clang-format off */
 /* Row k of panel w (of H, as TILE_BODY's), its 16 columns as one zmm:
  * floats, halves widened, or a PANEL_Q8 block's bytes widened to floats
  * (which the caller multiplies by their scales). */
-#define LOAD_PANEL512_ROW(H, w, k)                                             \
-    ((H) == 2 ? _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(       \
-                    (const __m128i *)(const void *)(Q8_BLOCK_AT(w, k) +        \
-                                                    PANEL_Q8_SCALES +          \
-                                                    (k) % PANEL_Q8_ROWS *      \
-                                                        PANEL_WIDTH))))        \
-     : (H)                                                                     \
-         ? _mm512_cvtph_ps(_mm256_load_si256(                                  \
-               (const __m256i *)(const void                                    \
-                                     *)((const uint16_t *)(const void *)(w) +  \
-                                        (k)*PANEL_WIDTH)))                     \
-         : _mm512_load_ps((const float *)(const void *)(w) + (k)*PANEL_WIDTH))
+#define LOAD_PANEL512_ROW(H, w, k)                                           \
+    ((H) == 2                                                                \
+     ? _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(              \
+           (const __m128i *)(const void *)(Q8_BLOCK_AT(w, k)                 \
+               + PANEL_Q8_SCALES + (k) % PANEL_Q8_ROWS * PANEL_WIDTH))))     \
+     : (H) ? _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(const void *) \
+               ((const uint16_t *)(const void *)(w) + (k) * PANEL_WIDTH)))   \
+           : _mm512_load_ps((const float *)(const void *)(w)                 \
+                            + (k) * PANEL_WIDTH))
 /* One MR × (16·NP) tile of a · w over k in [k0, k1) against NP panels of
  * H, w0 and the next NP - 1 (`ps` bytes apart): a panel's 16 columns are
  * one zmm register.  The same arithmetic as TILE_BODY, lane for lane, so
  * the same bits: each output one FMA chain over k, from zero or `from`.
  * Per k and panel one load (and widening) serves up to 12 rows, where
  * AVX2's 6-row blocks load each row of w three times for 16 rows. */
-#define TILE512_BODY(MR, NP, H)                                                \
-    do {                                                                       \
-        __m512 acc[MR][NP];                                                    \
-        _Pragma("GCC unroll 16") for (int r = 0; r < MR; r++)                  \
-            _Pragma("GCC unroll 4") for (int v = 0; v < NP; v++)               \
-                acc[r][v] = from != NULL                                       \
-                                ? _mm512_loadu_ps(from + r * ldf + 16 * v)     \
-                                : _mm512_setzero_ps();                         \
-        for (size_t kb = k0, ke; kb < k1; kb = ke) {                           \
-            __m512 sc[NP];                                                     \
-            ke = k1;                                                           \
-            if ((H) == 2) {                                                    \
-                const size_t end = kb - kb % PANEL_Q8_ROWS + PANEL_Q8_ROWS;    \
-                ke = end < k1 ? end : k1;                                      \
-                _Pragma("GCC unroll 4") for (int v = 0; v < NP; v++)           \
-                    sc[v] = _mm512_cvtph_ps(_mm256_loadu_si256(                \
-                        (const __m256i *)(const void *)Q8_BLOCK_AT(            \
-                            w0 + v * ps, kb)));                                \
-            }                                                                  \
-            for (size_t k = kb; k < ke; k++) {                                 \
-                __m512 wv[NP];                                                 \
-                if (ahead != NULL)                                             \
-                    _mm_prefetch(ahead + (k - k0) * step, _MM_HINT_T0);        \
-                _Pragma("GCC unroll 4") for (int v = 0; v < NP; v++)           \
-                {                                                              \
-                    wv[v] = LOAD_PANEL512_ROW(H, w0 + v * ps, k);              \
-                    if ((H) == 2)                                              \
-                        wv[v] = _mm512_mul_ps(wv[v], sc[v]);                   \
-                }                                                              \
-                _Pragma("GCC unroll 16") for (int r = 0; r < MR; r++)          \
-                {                                                              \
-                    __m512 av = _mm512_set1_ps(a[r * lda + k]);                \
-                    _Pragma("GCC unroll 4") for (int v = 0; v < NP; v++)       \
-                        acc[r][v] = _mm512_fmadd_ps(av, wv[v], acc[r][v]);     \
-                }                                                              \
-            }                                                                  \
-        }                                                                      \
-        _Pragma("GCC unroll 16") for (int r = 0; r < MR; r++)                  \
-            _Pragma("GCC unroll 4") for (int v = 0; v < NP; v++)               \
-        {                                                                      \
-            float *o = to + r * ldt + 16 * v;                                  \
-            __m512 x = acc[r][v];                                              \
-            if (accumulate)                                                    \
-                x = _mm512_add_ps(_mm512_loadu_ps(o), x);                      \
-            _mm512_storeu_ps(o, x);                                            \
-        }                                                                      \
+#define TILE512_BODY(MR, NP, H)                                              \
+    do {                                                                     \
+        __m512 acc[MR][NP];                                                  \
+        _Pragma("GCC unroll 16") for (int r = 0; r < MR; r++)                \
+            _Pragma("GCC unroll 4") for (int v = 0; v < NP; v++)             \
+                acc[r][v] = from != NULL                                     \
+                            ? _mm512_loadu_ps(from + r * ldf + 16 * v)       \
+                            : _mm512_setzero_ps();                           \
+        for (size_t kb = k0, ke; kb < k1; kb = ke) {                         \
+            __m512 sc[NP];                                                   \
+            ke = k1;                                                         \
+            if ((H) == 2) {                                                  \
+                const size_t end = kb - kb % PANEL_Q8_ROWS + PANEL_Q8_ROWS;  \
+                ke = end < k1 ? end : k1;                                    \
+                _Pragma("GCC unroll 4") for (int v = 0; v < NP; v++)         \
+                    sc[v] = _mm512_cvtph_ps(_mm256_loadu_si256(              \
+                        (const __m256i *)(const void *)Q8_BLOCK_AT(          \
+                            w0 + v * ps, kb)));                              \
+            }                                                                \
+            for (size_t k = kb; k < ke; k++) {                               \
+                __m512 wv[NP];                                               \
+                if (ahead != NULL)                                           \
+                    _mm_prefetch(ahead + (k - k0) * step, _MM_HINT_T0);      \
+                _Pragma("GCC unroll 4") for (int v = 0; v < NP; v++) {       \
+                    wv[v] = LOAD_PANEL512_ROW(H, w0 + v * ps, k);            \
+                    if ((H) == 2)                                            \
+                        wv[v] = _mm512_mul_ps(wv[v], sc[v]);                 \
+                }                                                            \
+                _Pragma("GCC unroll 16") for (int r = 0; r < MR; r++) {      \
+                    __m512 av = _mm512_set1_ps(a[r * lda + k]);              \
+                    _Pragma("GCC unroll 4") for (int v = 0; v < NP; v++)     \
+                        acc[r][v] = _mm512_fmadd_ps(av, wv[v], acc[r][v]);   \
+                }                                                            \
+            }                                                                \
+        }                                                                    \
+        _Pragma("GCC unroll 16") for (int r = 0; r < MR; r++)                \
+            _Pragma("GCC unroll 4") for (int v = 0; v < NP; v++) {           \
+                float *o = to + r * ldt + 16 * v;                            \
+                __m512 x = acc[r][v];                                        \
+                if (accumulate)                                              \
+                    x = _mm512_add_ps(_mm512_loadu_ps(o), x);                \
+                _mm512_storeu_ps(o, x);                                      \
+            }                                                                \
     } while (0)
+/* clang-format on */
 
 #define DEFINE_TILE512(MR, NP, H, NAME)                                        \
     KERNEL_TARGET_AVX512 __attribute__((always_inline)) static inline void     \
@@ -320,61 +318,46 @@ typedef struct panel_tiles {
     tile_fn *wide_tile, *pair_block, *block;
 } panel_tiles;
 
+/* Written by hand, not by clang-format: the switch is a dispatch
+ * table, a case a line. */
+/* clang-format off */
 /* AVX2: blocks of up to 6 rows (12 accumulators), and up to 3 rows
  * against two panels; of floats (H = 0), halves (1) or int8 (2). */
-#define DEFINE_AVX2_TILES(H, NAME)                                             \
-    KERNEL_TARGET static void NAME##_block(                                    \
-        size_t mr, float *to, size_t ldt, const float *from, size_t ldf,       \
-        const float *a, size_t lda, const char *w, size_t ps, size_t k0,       \
-        size_t k1, int accumulate, const char *ahead, size_t step)             \
-    {                                                                          \
-        (void)ps;                                                              \
-        switch (mr) {                                                          \
-        case 6:                                                                \
-            TILE(H, 6, 1)(BLOCK_ARGS);                                         \
-            break;                                                             \
-        case 5:                                                                \
-            TILE(H, 5, 1)(BLOCK_ARGS);                                         \
-            break;                                                             \
-        case 4:                                                                \
-            TILE(H, 4, 1)(BLOCK_ARGS);                                         \
-            break;                                                             \
-        case 3:                                                                \
-            TILE(H, 3, 1)(BLOCK_ARGS);                                         \
-            break;                                                             \
-        case 2:                                                                \
-            TILE(H, 2, 1)(BLOCK_ARGS);                                         \
-            break;                                                             \
-        default:                                                               \
-            TILE(H, 1, 1)(BLOCK_ARGS);                                         \
-            break;                                                             \
-        }                                                                      \
-    }                                                                          \
-    KERNEL_TARGET static void NAME##_wide(                                     \
-        size_t mr, float *to, size_t ldt, const float *from, size_t ldf,       \
-        const float *a, size_t lda, const char *w, size_t ps, size_t k0,       \
-        size_t k1, int accumulate, const char *ahead, size_t step)             \
-    {                                                                          \
-        switch (mr) {                                                          \
-        case 3:                                                                \
-            TILE(H, 3, 2)(WIDE_ARGS);                                          \
-            break;                                                             \
-        case 2:                                                                \
-            TILE(H, 2, 2)(WIDE_ARGS);                                          \
-            break;                                                             \
-        default:                                                               \
-            TILE(H, 1, 2)(WIDE_ARGS);                                          \
-            break;                                                             \
-        }                                                                      \
+#define DEFINE_AVX2_TILES(H, NAME)                                           \
+    KERNEL_TARGET static void NAME##_block(                                  \
+        size_t mr, float *to, size_t ldt, const float *from, size_t ldf,     \
+        const float *a, size_t lda, const char *w, size_t ps, size_t k0,     \
+        size_t k1, int accumulate, const char *ahead, size_t step)           \
+    {                                                                        \
+        (void)ps;                                                            \
+        switch (mr) {                                                        \
+        case 6: TILE(H, 6, 1)(BLOCK_ARGS); break;                            \
+        case 5: TILE(H, 5, 1)(BLOCK_ARGS); break;                            \
+        case 4: TILE(H, 4, 1)(BLOCK_ARGS); break;                            \
+        case 3: TILE(H, 3, 1)(BLOCK_ARGS); break;                            \
+        case 2: TILE(H, 2, 1)(BLOCK_ARGS); break;                            \
+        default: TILE(H, 1, 1)(BLOCK_ARGS); break;                           \
+        }                                                                    \
+    }                                                                        \
+    KERNEL_TARGET static void NAME##_wide(                                   \
+        size_t mr, float *to, size_t ldt, const float *from, size_t ldf,     \
+        const float *a, size_t lda, const char *w, size_t ps, size_t k0,     \
+        size_t k1, int accumulate, const char *ahead, size_t step)           \
+    {                                                                        \
+        switch (mr) {                                                        \
+        case 3: TILE(H, 3, 2)(WIDE_ARGS); break;                             \
+        case 2: TILE(H, 2, 2)(WIDE_ARGS); break;                             \
+        default: TILE(H, 1, 2)(WIDE_ARGS); break;                            \
+        }                                                                    \
     }
-#define TILE(H, MR, NP)                                                        \
-    ((H) == 2 ? tile_q_##MR##x##NP                                             \
-     : (H)    ? tile_h_##MR##x##NP                                             \
-              : tile_##MR##x##NP)
-#define BLOCK_ARGS                                                             \
+#define TILE(H, MR, NP)                                                      \
+    ((H) == 2 ? tile_q_##MR##x##NP : (H) ? tile_h_##MR##x##NP                \
+                                         : tile_##MR##x##NP)
+#define BLOCK_ARGS                                                           \
     to, ldt, from, ldf, a, lda, w, NULL, k0, k1, accumulate, ahead, step
-#define WIDE_ARGS                                                              \
+#define WIDE_ARGS                                                            \
     to, ldt, from, ldf, a, lda, w, w + ps, k0, k1, accumulate, ahead, step
+/* clang-format on */
 DEFINE_AVX2_TILES(0, avx2_f32)
 DEFINE_AVX2_TILES(1, avx2_f16)
 DEFINE_AVX2_TILES(2, avx2_q8)
@@ -382,6 +365,9 @@ DEFINE_AVX2_TILES(2, avx2_q8)
 #undef BLOCK_ARGS
 #undef WIDE_ARGS
 
+/* Written by hand, not by clang-format: the switch is a dispatch
+ * table, a case a line. */
+/* clang-format off */
 /* AVX-512: up to 2 rows against four panels (a single row against one
  * would have one chain); more rows in blocks of up to 12 against two
  * panels (24 accumulators; a third of the broadcasts of a row of a that
@@ -390,33 +376,24 @@ DEFINE_AVX2_TILES(2, avx2_q8)
  * moved them back for every FMA, ~160 against ~220 GFLOP/s on one core,
  * int8, W in cache), or against one panel where one is left; of floats
  * (H = 0), halves (1) or int8 (2). */
-#define TILE512_CASES(H, NP)                                                   \
-    switch (mr) {                                                              \
-        TILE512_CASE(H, 12, NP);                                               \
-        TILE512_CASE(H, 11, NP);                                               \
-        TILE512_CASE(H, 10, NP);                                               \
-        TILE512_CASE(H, 9, NP);                                                \
-        TILE512_CASE(H, 8, NP);                                                \
-        TILE512_CASE(H, 7, NP);                                                \
-        TILE512_CASE(H, 6, NP);                                                \
-        TILE512_CASE(H, 5, NP);                                                \
-        TILE512_CASE(H, 4, NP);                                                \
-        TILE512_CASE(H, 3, NP);                                                \
-        TILE512_CASE(H, 2, NP);                                                \
-    default:                                                                   \
-        TILE512(H, 1, NP)(TILE512_ARGS);                                       \
-        break;                                                                 \
+#define TILE512_CASES(H, NP)                                                 \
+    switch (mr) {                                                            \
+    TILE512_CASE(H, 12, NP); TILE512_CASE(H, 11, NP);                        \
+    TILE512_CASE(H, 10, NP); TILE512_CASE(H, 9, NP);                         \
+    TILE512_CASE(H, 8, NP); TILE512_CASE(H, 7, NP);                          \
+    TILE512_CASE(H, 6, NP); TILE512_CASE(H, 5, NP);                          \
+    TILE512_CASE(H, 4, NP); TILE512_CASE(H, 3, NP);                          \
+    TILE512_CASE(H, 2, NP);                                                  \
+    default: TILE512(H, 1, NP)(TILE512_ARGS); break;                         \
     }
-#define TILE512_CASE(H, MR, NP)                                                \
-    case MR:                                                                   \
-        TILE512(H, MR, NP)(TILE512_ARGS);                                      \
-        break
-#define TILE512(H, MR, NP)                                                     \
-    ((H) == 2 ? tile512_q_##MR##x##NP                                          \
-     : (H)    ? tile512_h_##MR##x##NP                                          \
-              : tile512_##MR##x##NP)
-#define TILE512_ARGS                                                           \
+#define TILE512_CASE(H, MR, NP)                                              \
+    case MR: TILE512(H, MR, NP)(TILE512_ARGS); break
+#define TILE512(H, MR, NP)                                                   \
+    ((H) == 2 ? tile512_q_##MR##x##NP : (H) ? tile512_h_##MR##x##NP         \
+                                            : tile512_##MR##x##NP)
+#define TILE512_ARGS                                                         \
     to, ldt, from, ldf, a, lda, w, ps, k0, k1, accumulate, ahead, step
+/* clang-format on */
 #define DEFINE_AVX512_BLOCK(H, NAME, NP)                                       \
     KERNEL_TARGET_AVX512 static void NAME##_block##NP(                         \
         size_t mr, float *to, size_t ldt, const float *from, size_t ldf,       \

@@ -228,8 +228,8 @@ KERNEL void SK(scan_body)(const float *in, float *out, size_t V, top_list *t,
         float tail[BLOCK];
         const float *src = SK(block_src)(in, i, V, tail);
         vf block_max = SK(splat)(-INFINITY);
-        _Pragma("GCC unroll 16") for (int u = 0; u < BLOCK / NL; u++)
-        {
+#pragma GCC unroll 16
+        for (int u = 0; u < BLOCK / NL; u++) {
             const vf x = SK(clean)(SK(load)(src + u * NL));
             /* Strictly greater: each lane keeps its first maximum. */
             const vi gt = x > best;
@@ -275,8 +275,8 @@ KERNEL double SK(weigh_body)(const float *x, size_t V, float m, float inv_t,
         const float *src = SK(block_src)(x, i, V, tail);
         vf lo = SK(splat)(0.0f), hi = SK(splat)(0.0f);
         vf head_lo = SK(splat)(0.0f), head_hi = SK(splat)(0.0f);
-        _Pragma("GCC unroll 16") for (int u = 0; u < BLOCK / NL; u++)
-        {
+#pragma GCC unroll 16
+        for (int u = 0; u < BLOCK / NL; u++) {
             vf z = (SK(load)(src + u * NL) - mv) * tv;
             /* In a raw row, +inf (the maximum is then FLT_MAX) gives +inf
              * here: clamped to the 0 its cleaned FLT_MAX would give.  NaN
@@ -323,8 +323,8 @@ KERNEL double SK(weigh_kept_body)(const float *x, const float *w, size_t V,
     double total = 0.0;
     for (size_t i = 0; i < V; i += BLOCK) {
         vf lo = SK(splat)(0.0f), hi = SK(splat)(0.0f);
-        _Pragma("GCC unroll 16") for (int u = 0; u < BLOCK / NL; u++)
-        {
+#pragma GCC unroll 16
+        for (int u = 0; u < BLOCK / NL; u++) {
             const vf xv = SK(load)(x + i + (size_t)u * NL);
             const vf wv = SK(load)(w + i + (size_t)u * NL);
             const vi in_cut = (xv > cut_logit) |
@@ -345,7 +345,8 @@ KERNEL void SK(block_max_body)(const float *x, size_t V, float *out)
 {
     for (size_t i = 0; i < V; i += BLOCK) {
         vf m = SK(splat)(-INFINITY);
-        _Pragma("GCC unroll 16") for (int u = 0; u < BLOCK / NL; u++)
+#pragma GCC unroll 16
+        for (int u = 0; u < BLOCK / NL; u++)
             m = SK(max)(m, SK(load)(x + i + (size_t)u * NL));
         float best = m[0];
         for (int l = 1; l < NL; l++)
