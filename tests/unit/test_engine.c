@@ -1063,12 +1063,14 @@ END_TEST
  * cache (slow steps keep the cancelled request in the running set). */
 START_TEST(test_engine_session_of_a_cancelled_request_is_free_again)
 {
-    engine *e = open_engine_paced(2, 16, 4, 50000);
+    /* 250 ms steps: room for the submit below even under valgrind, on a
+     * loaded machine (50 ms missed there once) */
+    engine *e = open_engine_paced(2, 16, 4, 250000);
     int32_t *prompt = prompt_of(4);
     gen_request *old = start_long(e, prompt, 4, "s");
     /* a token lands at the end of a step, just before the next one reaps:
      * 10 ms later that reaping is behind us and the next one at least
-     * 40 ms ahead */
+     * 240 ms ahead */
     struct timespec pause = { 0, 10000000L };
     nanosleep(&pause, NULL);
     gen_request_cancel(old);
