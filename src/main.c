@@ -43,6 +43,8 @@
 #include "api/inspect_answer.h"
 #include "engine/engine.h"
 #include "core/cpu.h"
+#include "grammar/grammar.h"
+#include "grammar/grammar_cache.h"
 #include "core/error.h"
 #include "http/http.h"
 #include "kv/kvcache.h"
@@ -62,6 +64,8 @@ typedef struct daemon_state {
     bool model_loaded;
     size_t kv_blocks; /* the KV cache's size, from the settings */
     tokenizer *tok;
+    grammar_vocab *grammar_vocab; /* the tokens constraints mask */
+    grammar_cache *grammars;
     size_t token_text_most; /* inspect_token_text_most(tok) */
     chat_template chat;     /* all NULL until loaded */
     engine *eng;
@@ -85,6 +89,37 @@ static int load_tokenizer(daemon_state *d, gpt2d_error *err)
                          d->cfg.model_dir, tokenizer_vocab_size(d->tok),
                          d->mdl.config.vocab_size);
     return 0;
+}
+
+/* Structured output's tables: every token's bytes (a token id the tokenizer
+ * does not have is never allowed), and the cache of compiled constraints. */
+#define GRAMMAR_CACHE_ENTRIES 64
+
+static int load_grammars(daemon_state *d, gpt2d_error *err)
+{
+    const size_t n = d->mdl.config.vocab_size;
+    const size_t known = tokenizer_vocab_size(d->tok);
+    const char **bytes = calloc(n, sizeof *bytes);
+    size_t *lens = calloc(n, sizeof *lens);
+    int rc = bytes == NULL || lens == NULL
+                 ? error_set(err, "out of memory for the grammar vocabulary")
+                 : 0;
+    for (size_t i = 0; rc == 0 && i < n; i++)
+        bytes[i] = i < known ? tokenizer_token_bytes(d->tok, (int32_t)i,
+                                                     &lens[i])
+                             : "";
+    if (rc == 0)
+        rc = grammar_vocab_create(&d->grammar_vocab, n, bytes, lens,
+                                  TOKENIZER_EOT, err);
+    free(bytes);
+    free(lens);
+    if (rc != 0)
+        return -1;
+    grammar_limits lim;
+    grammar_limits_default(&lim);
+    return grammar_cache_create(&d->grammars, d->grammar_vocab, &lim,
+                                GRAMMAR_CACHE_ENTRIES, d->cfg.grammar_memory,
+                                err);
 }
 
 static int write_port_file(const char *path, unsigned port, gpt2d_error *err)
@@ -243,7 +278,7 @@ static int start(daemon_state *d, gpt2d_error *err)
     d->model_loaded = true;
     if (plan_kv(d, err) != 0)
         return -2;
-    if (load_tokenizer(d, err) != 0)
+    if (load_tokenizer(d, err) != 0 || load_grammars(d, err) != 0)
         return -1;
     d->token_text_most = inspect_token_text_most(d->tok);
     plan_inspect_memory(d, memory_defaulted);
@@ -284,6 +319,7 @@ static int start(daemon_state *d, gpt2d_error *err)
         .log_prompts = d->cfg.log_prompts,
         .started = time(NULL),
         .chat = &d->chat,
+        .grammars = d->grammars,
         .budget = d->budget,
     };
     if (http_start(&d->http, &d->cfg, &d->api, err) != 0)
@@ -394,6 +430,8 @@ static void teardown(daemon_state *d)
     if (d->eng != NULL)
         engine_destroy(d->eng);
     token_budget_free(d->budget);
+    grammar_cache_free(d->grammars);
+    grammar_vocab_free(d->grammar_vocab);
     tokenizer_free(d->tok);
     chat_template_free(&d->chat);
     if (d->model_loaded)

@@ -25,7 +25,8 @@ typedef struct api_error {
     int status;       /* HTTP status */
     const char *type; /* "invalid_request_error", ... */
     const char *code; /* NULL, or a short machine-readable code */
-    char param[64];   /* "" when no single field is at fault */
+    char param[256];  /* "" when no single field is at fault (a schema
+                       * keyword's place is a long path) */
     char message[512];
 } api_error;
 

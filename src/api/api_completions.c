@@ -114,6 +114,7 @@ static void params_for_prompt(const completion_run *run, size_t p,
     gp->n_top_logprobs = req->logprobs ? req->n_logprobs : 0;
     gp->score_prompt = req->echo && req->logprobs;
     gp->session_id = req->session_id[0] != '\0' ? req->session_id : NULL;
+    gp->grammar = run->grammar;
     memcpy(gp->account, run->caller.account, SHA256_BYTES);
     gp->max_seqs = run->caller.limits.max_seqs;
     gp->max_queued = run->caller.limits.max_queued;
@@ -411,13 +412,31 @@ typedef struct parse_job {
     const char *body;
     size_t len;
     api_error *e;
+    grammar **grammar; /* the run's: its compiled constraint */
     int rc;
 } parse_job;
+
+/* The request's constraint compiled, or found compiled: a grammar's syntax
+ * or size is the request's fault (400, naming where it came from). */
+static int compile_constraint(parse_job *j)
+{
+    const api_constraint *c = &j->req->constraint;
+    if (c->gbnf == NULL)
+        return 0;
+    gpt2d_error err;
+    if (grammar_cache_get(j->ctx->grammars, c->gbnf, c->len, j->grammar,
+                          &err) != 0)
+        return api_error_set(j->e, 400, c->param, "%s: %s", c->param,
+                             err.message);
+    return 0;
+}
 
 static void parse_job_run(void *arg)
 {
     parse_job *j = arg;
     j->rc = j->ep->parse(j->req, j->ctx, j->lim, j->body, j->len, j->e);
+    if (j->rc == 0)
+        j->rc = compile_constraint(j);
 }
 
 static void serve(const api_ctx *ctx, const api_caller *who, const char *body,
@@ -440,7 +459,8 @@ static void serve(const api_ctx *ctx, const api_caller *who, const char *body,
         .kv_blocks = engine_kv_blocks(ctx->eng),
         .token_budget = who->limits.tokens_per_minute,
     };
-    parse_job pj = { ep, &run->req, ctx, &lim, body, len, &e, -1 };
+    parse_job pj = { ep, &run->req, ctx, &lim, body, len, &e, &run->grammar,
+                     -1 };
     if (api_work(ctx, who, client, parse_job_run, &pj, 0, NULL, r) != 0) {
         completion_run_free(run);
         return;

@@ -19,6 +19,7 @@
 #include "api/token_budget.h"
 #include "api/workpool.h"
 #include "engine/engine.h"
+#include "grammar/grammar_cache.h"
 #include "model/model.h"
 #include "text/chat_template.h"
 #include "text/tokenizer.h"
@@ -38,6 +39,7 @@ typedef struct api_ctx {
     bool log_prompts;
     time_t started;            /* reported as the model's `created` */
     const chat_template *chat; /* how /v1/chat/completions writes a prompt */
+    grammar_cache *grammars;   /* compiled constraints (its own lock) */
     token_budget *budget;      /* each caller's tokens per minute (its own
                                  * lock: the one shared object a handler
                                  * writes) */

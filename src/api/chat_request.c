@@ -46,18 +46,7 @@ static int refuse_unsupported(json_t *root, api_error *e)
                 "(only \"none\" is accepted)",
                 choice_fields[i]);
     }
-    json_t *v;
-    if (api_field_optional(root, "response_format", "response_format",
-                           API_FIELD_OBJECT, &v, e) != 0)
-        return -1;
-    json_t *type = json_object_get(v, "type");
-    if (v != NULL &&
-        !(json_is_string(type) && strcmp(json_string_value(type), "text") == 0))
-        return api_error_set(
-            e, 400, "response_format",
-            "response_format must be {\"type\": \"text\"}: this "
-            "model cannot promise JSON or a schema");
-    v = json_object_get(root, "audio");
+    json_t *v = json_object_get(root, "audio");
     if (v != NULL && !json_is_null(v))
         return api_error_set(
             e, 400, "audio",

@@ -510,7 +510,8 @@ int completion_request_parse_shared(completion_request *req, json_t *root,
                    api_field_cache_salt(root, req->cache_salt,
                                         &req->cache_salt_len,
                                         &req->has_cache_salt, e) == 0 &&
-                   parse_output(req, root, e) == 0
+                   parse_output(req, root, e) == 0 &&
+                   api_constraint_parse(&req->constraint, root, e) == 0
                ? 0
                : -1;
 }
@@ -603,5 +604,6 @@ void completion_request_free(completion_request *req)
     free(req->logit_bias);
     for (size_t i = 0; i < ENGINE_MAX_STOP; i++)
         free(req->stop[i]);
+    api_constraint_free(&req->constraint);
     memset(req, 0, sizeof *req);
 }

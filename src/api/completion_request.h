@@ -21,6 +21,7 @@
 
 #include "api/api_common.h"
 #include "api/api_fields.h"
+#include "api/constraint_request.h"
 #include "engine/engine.h"
 #include "sample/sampler.h"
 #include "text/tokenizer.h"
@@ -59,6 +60,7 @@ typedef struct completion_request {
     char cache_salt[API_CACHE_SALT_MAX + 1];    /* UTF-8, as sent */
     size_t cache_salt_len;                      /* 0 when absent */
     bool has_cache_salt;
+    api_constraint constraint; /* response_format / structured_outputs */
 } completion_request;
 
 /* Limits a request is validated against. */
@@ -99,7 +101,8 @@ json_t *completion_request_start(completion_request *req, const char *body,
                                  size_t len, api_error *e);
 /* The fields read alike: the sampling fields, logit_bias, seed, session_id,
  * cache_salt, stream, stream_options and return_token_ids, and the types of
- * model and user. */
+ * model and user, and the constraint (response_format,
+ * structured_outputs). */
 int completion_request_parse_shared(completion_request *req, json_t *root,
                                     const completion_limits *lim, api_error *e);
 /* `stop`: a string or up to API_MAX_STOP, appended to req->stop. */

@@ -115,6 +115,8 @@ void completion_run_free(completion_run *run)
         if (run->reqs[i] != NULL)
             gen_request_release(run->reqs[i]);
     free(run->reqs);
+    if (run->grammar != NULL)
+        grammar_release(run->grammar);
     completion_request_free(&run->req);
     free(run);
 }

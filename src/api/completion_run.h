@@ -77,7 +77,8 @@ typedef struct completion_endpoint {
 /* One completion in flight: the parsed request and its engine requests.
  * Its fields are this module's but two: `req` is filled by the endpoint's
  * parser, and reqs, n_reqs and short_cut by run_submit in
- * api_completions.c, which submits the engine requests. */
+ * api_completions.c, which submits the engine requests, and `grammar`,
+ * which its parse job compiles there. */
 struct completion_run {
     const completion_endpoint *ep;
     const api_ctx *ctx;
@@ -89,6 +90,7 @@ struct completion_run {
     time_t created;
     bool cancelled;
     bool short_cut;   /* nothing for the engine: reqs all NULL */
+    grammar *grammar; /* NULL, or req.constraint compiled (a reference) */
     uint64_t charged; /* tokens taken from the caller's budget;
                                  * what was not used goes back when freed */
 };

@@ -195,6 +195,12 @@ static const option_spec options[] = {
       "Largest request body; larger ones get 413. Suffixes k, M, G (x1024)." },
     { "max-connections", 0, OPT_COUNT, FIELD(max_connections), "N", "256", NULL,
       1, 65536, false, "Simultaneous HTTP connections." },
+    { "grammar-memory", 0, OPT_BYTES, FIELD(grammar_memory), "SIZE", "256M",
+      NULL, 1024 * KIB, 1024 * KIB *KIB *KIB, false,
+      "Memory for compiled structured-output constraints (response_format, "
+      "structured_outputs, tools) kept for the requests that send them again, "
+      "with their token masks; the least recently used leave first. Suffixes k, "
+      "M, G (x1024)." },
     { "response-memory", 0, OPT_BYTES, FIELD(response_memory), "SIZE", NULL,
       "64M, 8 x max-body, or twice the largest /v1/inspect answer, whichever is more",
       1024 * KIB, 1024 * KIB *KIB *KIB, false,

@@ -37,6 +37,8 @@ typedef struct settings {
     size_t max_batch_rows;  /* --max-batch-rows, default 256 */
     size_t max_body_bytes;  /* --max-body, default 1 MiB */
     size_t max_connections; /* --max-connections, default 256 */
+    size_t grammar_memory;  /* --grammar-memory bytes for compiled
+                                 * constraints, default 256 MiB */
     size_t response_memory; /* --response-memory bytes for unread
                                  * answers; 0 (default): 64 MiB, or 8 x
                                  * max-body when that is more */

@@ -216,8 +216,10 @@ static int engine_alloc_step(engine *e, gpt2d_error *err)
     e->callers = admit_callers_create(e->n_callers_cap);
     e->n_scratch = threadpool_size(e->pool);
     e->scratch = calloc(e->n_scratch, sizeof *e->scratch);
+    e->mask_words = (e->vocab + 63) / 64;
+    e->masks = calloc(e->n_scratch * e->mask_words, sizeof *e->masks);
     if (!e->logits || !e->batch || !e->entries || !e->jobs || !e->lens ||
-        !e->queue || !e->running || !e->callers || !e->scratch)
+        !e->queue || !e->running || !e->callers || !e->scratch || !e->masks)
         return error_set(err, "engine: out of memory for %zu batch rows", rows);
     /* Touched now, as the KV pool is: a step may fill every row (a chunk
      * of echo scoring, the logit lens), and the memory is the daemon's from
@@ -400,6 +402,7 @@ void engine_destroy(engine *e)
         for (size_t i = 0; i < e->n_scratch; i++)
             sampler_scratch_free(e->scratch[i]);
     free(e->scratch);
+    free(e->masks);
     free(e->running);
     free(e->callers);
     free(e->queue);

@@ -307,9 +307,30 @@ static void run_job(void *ctx, size_t task, size_t worker)
         return;
     }
     seq_state *s = &r->seqs[j->seq];
-    sampler_sample(&r->sampling, &s->rng, e->scratch[worker], j->logits,
-                   e->vocab, r->prompt, r->n_prompt, s->generated,
-                   s->out.n_tokens, &j->result);
+    if (r->grammar == NULL) {
+        sampler_sample(&r->sampling, &s->rng, e->scratch[worker], j->logits,
+                       e->vocab, r->prompt, r->n_prompt, s->generated,
+                       s->out.n_tokens, &j->result);
+        return;
+    }
+    /* Constrained: the state's mask (computed here, on the pool, or served
+     * from the grammar's cache) goes under every processor, and the state
+     * moves on by the drawn token. */
+    uint64_t *mask = e->masks + worker * e->mask_words;
+    j->constraint_failed = true;
+    if (grammar_mask(r->grammar, s->constraint, mask, NULL) != 0) {
+        j->result.token = -1;
+        j->result.n_top = 0;
+        return;
+    }
+    sampler_params p = r->sampling;
+    p.allowed = mask;
+    sampler_sample(&p, &s->rng, e->scratch[worker], j->logits, e->vocab,
+                   r->prompt, r->n_prompt, s->generated, s->out.n_tokens,
+                   &j->result);
+    j->constraint_failed =
+        grammar_advance(r->grammar, s->constraint, j->result.token,
+                        &j->constraint, NULL) != 0;
 }
 
 void batch_sample(engine *e, size_t n_entries)

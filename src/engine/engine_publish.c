@@ -51,10 +51,18 @@ static void observe_timing(gen_request *r, seq_state *s, double now)
 /* With the request lock held: appends a sampled token to sequence i and
  * decides whether it goes on. */
 static void apply_sample(engine *e, gen_request *r, size_t i,
-                         const sample_result *res, double now)
+                         const sample_job *j, double now)
 {
     seq_state *s = &r->seqs[i];
     observe_timing(r, s, now);
+    if (r->grammar != NULL && j->constraint_failed) {
+        /* only a grammar past its budget: what was written stands */
+        log_warn("engine: a constrained answer outgrew its grammar's "
+                 "budget; it ends by length");
+        request_finish_seq(r, i, FINISH_LENGTH);
+        return;
+    }
+    const sample_result *res = &j->result;
     /* <|endoftext|> ends the text; it is neither shown nor counted */
     if (res->token == TOKENIZER_EOT) {
         request_finish_seq(r, i, FINISH_STOP);
@@ -74,8 +82,12 @@ static void apply_sample(engine *e, gen_request *r, size_t i,
     s->out.text_len = textstream_len(&s->ts);
     s->text_end[g] = s->out.text_len;
 
+    if (r->grammar != NULL)
+        s->constraint = j->constraint;
     if (st == TEXTSTREAM_STOPPED)
         request_finish_seq(r, i, FINISH_STOP);
+    else if (r->grammar != NULL && grammar_complete(r->grammar, j->constraint))
+        request_finish_seq(r, i, FINISH_STOP); /* nothing more may follow */
     else if (st == TEXTSTREAM_FULL || g + 1 >= r->max_tokens ||
              r->n_prompt + g + 1 >= e->m->config.n_ctx)
         request_finish_seq(r, i, FINISH_LENGTH);
@@ -101,7 +113,7 @@ static void apply_jobs(engine *e, bool scores, double now)
         if (scores)
             apply_score(r, j);
         else
-            apply_sample(e, r, j->seq, &j->result, now);
+            apply_sample(e, r, j->seq, j, now);
         pthread_mutex_unlock(&r->lock);
     }
 }

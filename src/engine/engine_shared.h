@@ -64,6 +64,10 @@ typedef struct sample_job {
     size_t prompt_pos; /* the scored prompt position */
     const float *logits;
     sample_result result;
+    /* a constrained sequence: its state after the sampled token, or the
+     * constraint failed (its budget; the sequence ends by length) */
+    grammar_state constraint;
+    bool constraint_failed;
 } sample_job;
 
 struct engine {
@@ -78,6 +82,8 @@ struct engine {
     threadpool *pool;
     forward_state *fwd;
     sampler_scratch **scratch; /* one per worker */
+    uint64_t *masks;           /* [n_scratch][mask_words]: constraint masks */
+    size_t mask_words;
     size_t n_scratch;
     float *logits; /* [max_batch_rows][vocab] */
 

@@ -49,6 +49,8 @@ void request_free(gen_request *r)
     free(r->prompt);
     free(r->bias);
     free(r->session);
+    if (r->grammar != NULL)
+        grammar_release(r->grammar);
     pthread_cond_destroy(&r->cond);
     pthread_mutex_destroy(&r->lock);
     free(r);
@@ -59,6 +61,17 @@ void request_free(gen_request *r)
 bool request_computes_whole_prompt(const gen_request *r)
 {
     return r->score_prompt || r->inspect != NULL;
+}
+
+/* Under a constraint a stop string ends the text only where the text before
+ * it is a whole answer; elsewhere it is part of the answer. */
+static bool stop_ends_whole_answer(void *ctx, const char *text, size_t len)
+{
+    gen_request *r = ctx;
+    grammar_state st;
+    return grammar_advance_bytes(r->grammar, grammar_start(r->grammar), text,
+                                 len, &st, NULL) == 0 &&
+           grammar_accepts(r->grammar, st);
 }
 
 static int seq_init(const request_setup *setup, gen_request *r, seq_state *s,
@@ -74,6 +87,10 @@ static int seq_init(const request_setup *setup, gen_request *r, seq_state *s,
                         p->n_stop, NULL) != 0)
         return -1;
     sampler_rng_seed(&s->rng, p->seed + i);
+    if (r->grammar != NULL) {
+        s->constraint = grammar_start(r->grammar);
+        textstream_set_stop_check(&s->ts, stop_ends_whole_answer, r);
+    }
     s->phase = i == 0 ? SEQ_PREFILL : SEQ_WAIT_PREFILL;
     s->out.tokens = s->tokens;
     s->out.token_text_end = s->text_end;
@@ -114,6 +131,10 @@ gen_request *request_create(const gen_params *p, const request_setup *setup)
                p->sampling.n_logit_bias * sizeof *r->bias);
     }
     r->sampling.logit_bias = r->bias;
+    if (p->grammar != NULL) {
+        r->grammar = p->grammar;
+        grammar_ref(r->grammar);
+    }
     if (p->session_id != NULL && (r->session = strdup(p->session_id)) == NULL)
         goto fail;
     r->id = p->identity;

@@ -20,6 +20,7 @@
 #include <stdint.h>
 
 #include "core/sha256.h"
+#include "grammar/grammar.h"
 #include "kv/kvcache.h"
 #include "model/inspect.h"
 #include "sample/sampler.h"
@@ -60,6 +61,11 @@ typedef struct gen_params {
      * session), and the capture is read with gen_request_inspect. */
     const inspect_params *inspect;
     const char *session_id; /* NULL, or pins the conversation to a slot */
+    /* NULL, or the constraint every sequence's text obeys (structured
+     * output): the request takes its own reference.  The answer may end
+     * (the end token, a stop string, or nothing more allowed) only where
+     * the text is a whole answer; otherwise it runs to max_tokens. */
+    grammar *grammar;
     kv_identity identity;   /* the caller's owner and isolation domain:
                                  * sessions and cached prefixes are its own */
     /* Whose share of the engine the request uses: the API key or client

@@ -38,6 +38,8 @@ typedef struct seq_state {
     sampler_rng rng;
     int32_t *generated; /* [max_tokens] ids, for the penalties */
     int32_t next_token; /* decode input: the last sampled token */
+    grammar_state constraint; /* with a grammar: the state after the
+                                 text so far */
     double t_last_token;
     /* readers: under the request lock */
     gen_output out;
@@ -66,6 +68,7 @@ struct gen_request {
                                    written by the engine until it finishes */
     size_t n_top;                  /* alternatives kept per token */
     char *session;                 /* NULL or a copy */
+    grammar *grammar;              /* NULL, or a reference: the constraint */
     kv_identity id;                /* whose cache it may use */
     uint8_t account[SHA256_BYTES]; /* whose share of the engine it uses */
     size_t max_seqs;               /* that caller's limits (resolved) */

@@ -105,6 +105,7 @@ struct sampler_scratch {
     size_t vocab;
     const sampler_kernels *k;
     float *work;      /* (padded) the processed logits */
+    float *masked;    /* (V) a constrained row: disallowed tokens -inf */
     float *weight;    /* (padded) sampling weights */
     uint8_t *bucket;  /* (padded) weight buckets */
     double *block;    /* (padded / BLOCK) weight sums per block */
@@ -218,6 +219,7 @@ int sampler_scratch_create(sampler_scratch **out, size_t vocab_size,
     const size_t P = padded(vocab_size);
     s->vocab = vocab_size;
     s->work = aligned_alloc(64, P * sizeof *s->work);
+    s->masked = aligned_alloc(64, P * sizeof *s->masked);
     s->weight = aligned_alloc(64, P * sizeof *s->weight);
     s->bucket = aligned_alloc(64, P);
     s->block = calloc(P / BLOCK, sizeof *s->block);
@@ -227,7 +229,8 @@ int sampler_scratch_create(sampler_scratch **out, size_t vocab_size,
     s->cand = calloc(vocab_size, sizeof *s->cand);
     s->count = calloc(vocab_size, sizeof *s->count);
     s->seen = calloc(vocab_size, sizeof *s->seen);
-    if (s->work == NULL || s->weight == NULL || s->bucket == NULL ||
+    if (s->work == NULL || s->masked == NULL || s->weight == NULL ||
+        s->bucket == NULL ||
         s->block == NULL || s->block_top == NULL || s->block_cand == NULL ||
         s->ids == NULL || s->cand == NULL || s->count == NULL ||
         s->seen == NULL) {
@@ -251,6 +254,7 @@ void sampler_scratch_free(sampler_scratch *s)
     if (s == NULL)
         return;
     free(s->work);
+    free(s->masked);
     free(s->weight);
     free(s->bucket);
     free(s->block);
@@ -918,6 +922,40 @@ static int32_t sample_processed(const sampler_params *p, sampler_rng *rng,
     return sample_row(p, rng, s, V, max, inv_t, all_weight);
 }
 
+/* A constrained row: the allowed tokens' logits, -inf elsewhere. */
+static void mask_row(const uint64_t *allowed, const float *logits, size_t V,
+                     float *out)
+{
+    for (size_t w = 0; w * 64 < V; w++) {
+        const size_t base = w * 64;
+        const size_t n = V - base < 64 ? V - base : 64;
+        const uint64_t bits = allowed[w];
+        if (bits == UINT64_MAX && n == 64) {
+            memcpy(out + base, logits + base, 64 * sizeof *out);
+            continue;
+        }
+        for (size_t i = 0; i < n; i++)
+            out[base + i] = bits >> i & 1 ? logits[base + i] : -INFINITY;
+    }
+}
+
+static bool token_allowed(const uint64_t *allowed, int32_t token)
+{
+    return token >= 0 && (allowed[token / 64] >> (token % 64) & 1);
+}
+
+/* The first allowed token: what a constrained row with no finite allowed
+ * logit yields (never a token the constraint forbids). */
+static int32_t first_allowed(const uint64_t *allowed, size_t V)
+{
+    for (size_t w = 0; w * 64 < V; w++)
+        if (allowed[w] != 0) {
+            size_t t = w * 64 + (size_t)__builtin_ctzll(allowed[w]);
+            return t < V ? (int32_t)t : -1;
+        }
+    return -1;
+}
+
 void sampler_sample(const sampler_params *p, sampler_rng *rng,
                     sampler_scratch *s, const float *logits, size_t V,
                     const int32_t *prompt, size_t n_prompt,
@@ -929,6 +967,10 @@ void sampler_sample(const sampler_params *p, sampler_rng *rng,
         out->logprob = -INFINITY;
         out->n_top = 0;
         return;
+    }
+    if (p->allowed != NULL) {
+        mask_row(p->allowed, logits, V, s->masked);
+        logits = s->masked;
     }
     const int greedy = !(p->temperature > 0.0f);
     const int want_logprob = !p->skip_logprob || p->n_top_logprobs > 0;
@@ -951,6 +993,8 @@ void sampler_sample(const sampler_params *p, sampler_rng *rng,
         out->token = cur.argmax;
     else
         out->token = sample_processed(p, rng, s, V, cur.max, &all_weight);
+    if (p->allowed != NULL && !token_allowed(p->allowed, out->token))
+        out->token = first_allowed(p->allowed, V);
 
     out->n_top = 0;
     out->logprob = NAN;

@@ -5,7 +5,8 @@
  * temperature, then top-k, top-p and min-p filtering, then a draw from the
  * request's own RNG.  Temperature 0 is greedy.  Reported log-probabilities are
  * those of the model's own distribution (log-softmax of the raw logits), the
- * way OpenAI's `logprobs` reports them, whatever the processors did.
+ * way OpenAI's `logprobs` reports them, whatever the processors did; under a
+ * constraint, of that distribution over the tokens the constraint allows.
  *
  * A sampler_scratch belongs to one thread; sampler_rng to one sequence, so a
  * seed gives the same tokens whatever else shares the batch.  The whole-row
@@ -46,6 +47,13 @@ typedef struct sampler_params {
     size_t n_logit_bias;
     size_t
         n_top_logprobs; /* alternatives to report, <= SAMPLER_MAX_TOP_LOGPROBS */
+    /* NULL, or one bit per token (bit t of word t / 64): a constraint's
+     * mask.  It applies before everything else: a disallowed token is never
+     * drawn and counts as -inf in every reported logprob, so logprobs are
+     * those of the distribution the constraint leaves (renormalised over
+     * the allowed tokens).  A row whose allowed logits are all -inf or NaN
+     * yields the first allowed token. */
+    const uint64_t *allowed;
     bool skip_logprob;  /* the caller does not need the sampled token's
                                  * logprob: with n_top_logprobs 0 it is left
                                  * NaN and the log-sum-exp pass is saved */

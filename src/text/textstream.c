@@ -63,20 +63,40 @@ void textstream_free(textstream *ts)
 
 /* ---- stop strings ---- */
 
-/* Earliest start of a complete stop string in the unreleased tail, or
- * SIZE_MAX.  Released text cannot hold the start of one: it would have been
- * a held prefix (see hold_back). */
+/* Earliest start of a complete stop string in the unreleased tail that the
+ * owner's check (if any) lets end the text, or SIZE_MAX.  Released text
+ * cannot hold the start of one: it would have been a held prefix (see
+ * hold_back), and a start the check refused is released past once seen. */
 static size_t find_stop(const textstream *ts)
 {
     size_t best = SIZE_MAX;
-    const char *tail = ts->text + ts->released;
-    size_t tail_len = ts->len - ts->released;
     for (size_t i = 0; i < ts->n_stop; i++) {
-        const char *hit = memmem(tail, tail_len, ts->stop[i], ts->stop_len[i]);
-        if (hit != NULL && (size_t)(hit - ts->text) < best)
-            best = (size_t)(hit - ts->text);
+        const char *from = ts->text + ts->released;
+        const char *end = ts->text + ts->len;
+        const char *hit;
+        while ((hit = memmem(from, (size_t)(end - from), ts->stop[i],
+                             ts->stop_len[i])) != NULL) {
+            size_t at = (size_t)(hit - ts->text);
+            if (at >= best)
+                break;
+            if (ts->stop_check == NULL ||
+                ts->stop_check(ts->stop_ctx, ts->text, at)) {
+                best = at;
+                break;
+            }
+            from = hit + 1;
+        }
     }
     return best;
+}
+
+void textstream_set_stop_check(textstream *ts,
+                               bool (*check)(void *ctx, const char *text,
+                                             size_t len),
+                               void *ctx)
+{
+    ts->stop_check = check;
+    ts->stop_ctx = ctx;
 }
 
 /* Length of the longest suffix of the text that is a proper prefix of some

@@ -44,6 +44,8 @@ typedef struct textstream {
     size_t stop_len[TEXTSTREAM_MAX_STOP];
     size_t n_stop;
     bool stopped, finished;
+    bool (*stop_check)(void *ctx, const char *text, size_t len);
+    void *stop_ctx;
 } textstream;
 
 /* `max_input_bytes` bounds the token bytes that will ever be pushed (it sizes
@@ -52,6 +54,15 @@ typedef struct textstream {
 int textstream_init(textstream *ts, size_t max_input_bytes,
                     const char *const *stops, size_t n_stops, gpt2d_error *err);
 void textstream_free(textstream *ts);
+
+/* Lets the owner refuse a stop string where it completes: `check` gets the
+ * text before it and says whether the text may end there (a constrained
+ * answer ends only where it is whole); a refused match is ordinary text.
+ * NULL (the default) accepts every match. */
+void textstream_set_stop_check(textstream *ts,
+                               bool (*check)(void *ctx, const char *text,
+                                             size_t len),
+                               void *ctx);
 
 /* Appends one token's bytes.  After TEXTSTREAM_STOPPED (or finish) further
  * pushes are ignored and return the same status. */
