@@ -109,6 +109,19 @@ void api_metrics(const api_ctx *ctx, api_response *r)
                                        st.kv.disk_stats.share_blocks,
                                        st.kv.disk_stats.evicted) },
     };
+    if (ctx->grammars != NULL) {
+        grammar_cache_stats gs;
+        grammar_cache_stats_get(ctx->grammars, &gs);
+        g.grammars = (metrics_grammars){ .entries = gs.entries,
+                                         .bytes = gs.bytes,
+                                         .hits = gs.hits,
+                                         .misses = gs.misses,
+                                         .compiles = gs.compiles,
+                                         .compile_seconds = gs.compile_seconds,
+                                         .mask_hits = gs.mask_hits,
+                                         .mask_misses = gs.mask_misses,
+                                         .mask_seconds = gs.mask_seconds };
+    }
     char *text = metrics_render(&g);
     if (text == NULL) {
         api_error e;

@@ -512,6 +512,37 @@ static void render_keys(FILE *f)
 
 /* Without stats (the engine is not up yet) the gauges are left out rather
  * than reported as zeros that would look like a real, idle engine. */
+static void render_grammars(FILE *f, const metrics_grammars *g)
+{
+    render_gauge(f, "gpt2d_grammar_cache_entries",
+                 "Compiled constraints (schemas, grammars, tool sets) kept "
+                 "for the next request that sends them.",
+                 g->entries);
+    render_gauge(f, "gpt2d_grammar_cache_bytes",
+                 "Bytes those hold: rules, automaton states and cached token "
+                 "masks (--grammar-memory bounds them).",
+                 g->bytes);
+    render_counter_pair(f, "gpt2d_grammar_cache_lookups_total",
+                        "Constraints looked up in the cache, by outcome.",
+                        "result", "hit", g->hits, "miss", g->misses);
+    render_header(f, "gpt2d_grammar_compiles_total", "counter",
+                  "Constraints compiled.");
+    fprintf(f, "gpt2d_grammar_compiles_total %ju\n", (uintmax_t)g->compiles);
+    render_header(f, "gpt2d_grammar_compile_seconds_total", "counter",
+                  "Time spent compiling constraints.");
+    fprintf(f, "gpt2d_grammar_compile_seconds_total %.6f\n",
+            g->compile_seconds);
+    render_counter_pair(f, "gpt2d_grammar_masks_total",
+                        "Token masks a constrained step asked for: served "
+                        "from the cache, or computed.",
+                        "result", "cached", g->mask_hits, "computed",
+                        g->mask_misses);
+    render_header(f, "gpt2d_grammar_mask_seconds_total", "counter",
+                  "Time spent computing token masks (the cached ones cost a "
+                  "copy).");
+    fprintf(f, "gpt2d_grammar_mask_seconds_total %.6f\n", g->mask_seconds);
+}
+
 static void render_gauges(FILE *f, const metrics_gauges *st)
 {
     if (st == NULL)
@@ -568,6 +599,7 @@ static void render_gauges(FILE *f, const metrics_gauges *st)
                         "tier", "ram", st->kv_hit_tokens_ram, "disk",
                         st->kv_hit_tokens_disk);
     render_kv_sharing(f, st);
+    render_grammars(f, &st->grammars);
     if (!st->kv_disk)
         return;
     const metrics_disk *d = &st->disk;

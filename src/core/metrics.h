@@ -86,6 +86,16 @@ typedef struct metrics_disk {
 
 /* The gauges of one scrape.  The caller fills them from the engine's and
  * the KV cache's stats: metrics sits below both and knows neither. */
+/* Structured output: the cache of compiled constraints and their masks
+ * (grammar/grammar_cache.h). */
+typedef struct metrics_grammars {
+    size_t entries, bytes;
+    uint64_t hits, misses, compiles;
+    double compile_seconds;
+    uint64_t mask_hits, mask_misses;
+    double mask_seconds;
+} metrics_grammars;
+
 typedef struct metrics_gauges {
     size_t queue_depth;
     size_t running; /* sequences prefilling or generating */
@@ -104,6 +114,7 @@ typedef struct metrics_gauges {
     uint64_t kv_sessions_forgotten;
     bool kv_disk; /* a disk tier exists: `disk` holds it */
     metrics_disk disk;
+    metrics_grammars grammars;
 } metrics_gauges;
 
 /* Prometheus text exposition (version 0.0.4), gauges from `gauges` (NULL:
