@@ -1009,4 +1009,8 @@ void sampler_sample(const sampler_params *p, sampler_rng *rng,
                            : raw_lse(s, logits, V, raw.max);
     report_top(&t, lse, out);
     out->logprob = raw_logprob(logits, V, lse, out->token);
+    /* what the constraint forbids is no alternative */
+    while (p->allowed != NULL && out->n_top > 0 &&
+           out->top[out->n_top - 1].logprob == -INFINITY)
+        out->n_top--;
 }

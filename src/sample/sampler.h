@@ -52,7 +52,8 @@ typedef struct sampler_params {
      * drawn and counts as -inf in every reported logprob, so logprobs are
      * those of the distribution the constraint leaves (renormalised over
      * the allowed tokens).  A row whose allowed logits are all -inf or NaN
-     * yields the first allowed token. */
+     * yields the first allowed token.  Alternatives it forbids are not
+     * reported (n_top may be fewer than asked for). */
     const uint64_t *allowed;
     bool skip_logprob;  /* the caller does not need the sampled token's
                                  * logprob: with n_top_logprobs 0 it is left

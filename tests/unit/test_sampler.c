@@ -1735,6 +1735,100 @@ START_TEST(test_all_but_one_token_masked_always_draws_it)
 }
 END_TEST
 
+/* A constraint's mask: a random subset of the vocabulary (whole words of
+ * ones and zeros and mixed ones, and the last, partial word). */
+static void random_mask(uint64_t *mask, size_t V, uint64_t seed)
+{
+    sampler_rng rng;
+    sampler_rng_seed(&rng, seed);
+    const size_t words = (V + 63) / 64;
+    for (size_t w = 0; w < words; w++) {
+        double u = sampler_rng_uniform(&rng);
+        mask[w] = u < 0.2   ? UINT64_MAX
+                  : u < 0.5 ? 0
+                            : (uint64_t)(sampler_rng_uniform(&rng) * 0x1p32) << 32 |
+                                  (uint64_t)(sampler_rng_uniform(&rng) * 0x1p32);
+    }
+    if (V % 64 != 0)
+        mask[words - 1] &= (UINT64_C(1) << (V % 64)) - 1;
+}
+
+static bool mask_has(const uint64_t *mask, int32_t t)
+{
+    return t >= 0 && (mask[t / 64] >> (t % 64) & 1);
+}
+
+/* What the mask promises: nothing disallowed is ever drawn, on any route;
+ * the draws are exactly those of the same row with the disallowed logits
+ * set to -inf (bit for bit, same seed); and logprobs and alternatives are
+ * the log-softmax over the allowed tokens, from an independent double
+ * computation. */
+START_TEST(test_mask_draws_only_allowed_tokens_and_renormalises_logprobs)
+{
+    static float row[GPT2_VOCAB], cut[GPT2_VOCAB];
+    static double ref[GPT2_VOCAB];
+    static uint64_t mask[(GPT2_VOCAB + 63) / 64];
+    random_row(row, GPT2_VOCAB, 77);
+    random_mask(mask, GPT2_VOCAB, 78);
+    row[100] = 12.0f; /* the raw favourite, disallowed below */
+    mask[100 / 64] &= ~(UINT64_C(1) << (100 % 64));
+    for (size_t i = 0; i < GPT2_VOCAB; i++)
+        cut[i] = mask_has(mask, (int32_t)i) ? row[i] : -INFINITY;
+    ref_log_softmax(cut, GPT2_VOCAB, ref);
+    int32_t *rank = ref_rank(cut, GPT2_VOCAB);
+    sampler_scratch *s = new_scratch(GPT2_VOCAB);
+    for (int route = 0; route < N_ROUTES; route++) {
+        sampler_params p, q;
+        route_params(route, &p);
+        q = p;
+        p.allowed = mask;
+        sampler_rng a, b;
+        sampler_rng_seed(&a, 5);
+        sampler_rng_seed(&b, 5);
+        for (int k = 0; k < 40; k++) {
+            sample_result r, want;
+            sampler_sample(&p, &a, s, row, GPT2_VOCAB, NULL, 0, NULL, 0, &r);
+            sampler_sample(&q, &b, s, cut, GPT2_VOCAB, NULL, 0, NULL, 0, &want);
+            ck_assert_msg(mask_has(mask, r.token), "route %d drew %d", route,
+                          r.token);
+            ck_assert_int_eq(r.token, want.token);
+            if (!isnan(r.logprob))
+                ck_assert_double_eq_tol(r.logprob, ref[r.token], 1e-5);
+            if (p.n_top_logprobs > 0)
+                assert_top_matches(&r, ref, rank, p.n_top_logprobs);
+        }
+    }
+    sampler_scratch_free(s);
+    free(rank);
+}
+END_TEST
+
+/* A mask whose allowed logits are all NaN or -inf still yields a token it
+ * allows (the first), never token 0 when 0 is not allowed. */
+START_TEST(test_mask_over_no_finite_logit_yields_the_first_allowed_token)
+{
+    static float row[GPT2_VOCAB];
+    static uint64_t mask[(GPT2_VOCAB + 63) / 64];
+    random_row(row, GPT2_VOCAB, 3);
+    row[4000] = NAN;
+    row[4100] = -INFINITY;
+    mask[4000 / 64] |= UINT64_C(1) << (4000 % 64);
+    mask[4100 / 64] |= UINT64_C(1) << (4100 % 64);
+    sampler_scratch *s = new_scratch(GPT2_VOCAB);
+    for (int route = 0; route < N_ROUTES; route++) {
+        sampler_params p;
+        route_params(route, &p);
+        p.allowed = mask;
+        sampler_rng rng;
+        sampler_rng_seed(&rng, 9);
+        sample_result r;
+        sampler_sample(&p, &rng, s, row, GPT2_VOCAB, NULL, 0, NULL, 0, &r);
+        ck_assert_msg(r.token == 4000, "route %d drew %d", route, r.token);
+    }
+    sampler_scratch_free(s);
+}
+END_TEST
+
 START_TEST(test_top_k_of_vocab_size_and_top_p_1_draw_as_unfiltered)
 {
     static float row[GPT2_VOCAB];
@@ -1987,6 +2081,10 @@ static Suite *sampler_suite(void)
     tcase_add_test(vec, test_top_p_on_a_peaked_row_counts_every_head_token);
     tcase_add_test(vec, test_logit_bias_minus_100_is_never_drawn_on_any_route);
     tcase_add_test(vec, test_all_but_one_token_masked_always_draws_it);
+    tcase_add_test(vec,
+                   test_mask_draws_only_allowed_tokens_and_renormalises_logprobs);
+    tcase_add_test(vec,
+                   test_mask_over_no_finite_logit_yields_the_first_allowed_token);
     tcase_add_test(vec,
                    test_top_k_of_vocab_size_and_top_p_1_draw_as_unfiltered);
     tcase_add_test(vec, test_tiny_temperature_is_greedy_on_every_route);

@@ -263,6 +263,39 @@ START_TEST(test_stream_releases_prefix_that_is_not_a_stop)
 }
 END_TEST
 
+/* The owner's check: a stop string ends the text only where the check
+ * lets it (a constrained answer must be whole before it); a refused match
+ * is ordinary text, and the next match is asked about afresh. */
+static size_t checked[8];
+static size_t n_checked;
+
+static bool ends_after_three_bytes(void *ctx, const char *text, size_t len)
+{
+    (void)text;
+    ck_assert_ptr_eq(ctx, &ts);
+    if (n_checked < 8)
+        checked[n_checked++] = len;
+    return len >= 3;
+}
+
+START_TEST(test_stream_stop_check_refuses_and_accepts_matches)
+{
+    const char *stops[] = { "aa" };
+    open_stream(64, stops, 1);
+    n_checked = 0;
+    textstream_set_stop_check(&ts, ends_after_three_bytes, &ts);
+    ck_assert_int_eq(push("aa"), TEXTSTREAM_MORE); /* at 0: refused */
+    ck_assert_int_eq(push("a"), TEXTSTREAM_MORE);  /* at 1: refused */
+    ck_assert_text("aa"); /* the last "a" may still start a stop */
+    ck_assert_int_eq(push("xaa"), TEXTSTREAM_STOPPED); /* at 4: accepted */
+    ck_assert_text("aaax");
+    ck_assert_uint_eq(n_checked, 3);
+    ck_assert_uint_eq(checked[0], 0);
+    ck_assert_uint_eq(checked[1], 1);
+    ck_assert_uint_eq(checked[2], 4);
+}
+END_TEST
+
 START_TEST(test_stream_finish_releases_held_prefix)
 {
     const char *stops[] = { "END" };
@@ -358,6 +391,7 @@ static Suite *textstream_suite(void)
     tcase_add_test(stop, test_stream_overlapping_stops_cut_at_earliest);
     tcase_add_test(stop, test_stream_holds_longest_candidate_prefix);
     tcase_add_test(stop, test_stream_releases_prefix_that_is_not_a_stop);
+    tcase_add_test(stop, test_stream_stop_check_refuses_and_accepts_matches);
     tcase_add_test(stop, test_stream_finish_releases_held_prefix);
     tcase_add_test(stop, test_stream_multibyte_stop_split_mid_character);
     tcase_add_test(stop, test_stream_ignores_empty_stop_strings);
