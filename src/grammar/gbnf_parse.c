@@ -559,7 +559,7 @@ static int expand_repetition(parser *p, uint32_t owner, seq *q, size_t unit,
      * per optional copy (or for the star's rule). */
     size_t extra = max == UNBOUNDED ? 2 : 2 * (max - min);
     if (min >= COUNT_CAP || extra >= 2 * (size_t)COUNT_CAP ||
-        gr_reserve_symbols(p->r, q->n + min + extra + 1) != GR_OK)
+        gr_reserve_symbols(p->r, q->n + min + extra) != GR_OK)
         return status_error(p, GR_TOO_MANY_ELEMENTS, at);
     for (size_t i = 0; i < min; i++)
         if (seq_push(p, q, e, at) != 0)
