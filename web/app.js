@@ -7,15 +7,26 @@
 // It sends them as the token ids the server reported (return_token_ids), not
 // as text: text does not always tokenize back to the tokens the model made,
 // and the cache misses from the first one that differs.
+//
+// A constraint (constraint.js) shapes every answer of a Generate or a
+// Continue, each one afresh; scoring a prompt generates nothing and sends
+// none.
 
 import { ApiError, getJSON, health, postJSON, streamCompletion } from "./api.js";
+import {
+  clearAnswer, clearConstraintError, isConstraintParam, readConstraint,
+  showAnswer, showConstraintError, syncConstraint, wireConstraint,
+} from "./constraint.js";
 import { TokenView } from "./tokens.js";
 
 const $ = (id) => document.getElementById(id);
 
 const KEY_STORE = "gpt2d.apiKey";
 const SETTINGS_STORE = "gpt2d.settings";
-const SETTING_IDS = ["max_tokens", "temperature", "top_p", "top_k", "seed", "stop-seqs", "echo"];
+const SETTING_IDS = ["max_tokens", "temperature", "top_p", "top_k", "seed", "stop-seqs", "echo",
+  "constraint", "constraint-text"];
+// How many alternatives each token's tooltip asks for.
+const ALTERNATIVES = 5;
 
 const ui = {
   form: $("compose"),
@@ -53,6 +64,7 @@ const state = {
 // The view and the text it shows start over together.
 function clearView() {
   view.clear();
+  clearAnswer();
   state.shownText = "";
   ui.copyText.disabled = true;
 }
@@ -91,6 +103,7 @@ function restoreSettings() {
     else el.value = String(saved[id]);
   }
   syncSliders();
+  syncConstraint();
 }
 
 function saveSettings() {
@@ -154,8 +167,9 @@ function stopSequences() {
 }
 
 // The request body for the sampling settings shown in the form.  Fields left
-// empty are not sent, so the server's defaults apply.
-function requestBody(prompt, { echo, maxTokens }) {
+// empty are not sent, so the server's defaults apply.  `constraint` (from
+// readConstraint) adds its fields.
+function requestBody(prompt, { echo, maxTokens }, constraint = null) {
   const body = {
     prompt,
     max_tokens: maxTokens ?? numberField("max_tokens", { integer: true }) ?? 16,
@@ -163,7 +177,7 @@ function requestBody(prompt, { echo, maxTokens }) {
     top_p: numberField("top_p"),
     top_k: numberField("top_k", { integer: true }),
     seed: numberField("seed", { integer: true }),
-    logprobs: 5,
+    logprobs: ALTERNATIVES,
     echo,
     return_token_ids: true,
     session_id: state.sessionId,
@@ -172,6 +186,7 @@ function requestBody(prompt, { echo, maxTokens }) {
   const stop = stopSequences();
   if (stop.length > 0) body.stop = stop;
   if (body.top_k === 0) delete body.top_k;
+  if (constraint) Object.assign(body, constraint.fields);
   for (const k of Object.keys(body)) if (body[k] === undefined) delete body[k];
   return body;
 }
@@ -254,6 +269,7 @@ function showError(err) {
     box.append(p);
   }
   box.hidden = false;
+  if (isConstraintParam(err.param)) showConstraintError(err);
   // Point at the offending control when it is one of ours.
   const field = err.param === "stop" ? $("stop-seqs") : err.param && $(err.param);
   if (field instanceof HTMLElement && (field === ui.prompt || field.closest("#params"))) {
@@ -265,6 +281,7 @@ function showError(err) {
 function clearError() {
   ui.error.hidden = true;
   ui.error.replaceChildren();
+  clearConstraintError();
   for (const el of document.querySelectorAll("[aria-invalid]")) el.removeAttribute("aria-invalid");
 }
 
@@ -283,12 +300,14 @@ function say(text) {
   ui.runStatus.textContent = text;
 }
 
-// The request for the form as it stands, or null after showing why there
-// is none (checked before a new conversation clears the last one).
-function checkedBody(prompt, options) {
+// The request for the form as it stands and the constraint in it, or null
+// after showing why there is none (checked before a new conversation clears
+// the last one).  Scoring (max_tokens 0) is never constrained.
+function checkedRequest(prompt, options) {
   clearError();
   try {
-    return requestBody(prompt, options);
+    const constraint = options.maxTokens === 0 ? null : readConstraint();
+    return { body: requestBody(prompt, options, constraint), constraint };
   } catch (err) {
     showError(err);
     return null;
@@ -312,8 +331,9 @@ function finishTurn(prompt, r, scoring) {
 // of a conversation, drawn when its first chunk arrives (a refused turn
 // leaves no empty divider).
 async function run({ prompt, text = prompt, echo, maxTokens, label }) {
-  const body = checkedBody(prompt, { echo, maxTokens });
-  if (body === null) return;
+  const request = checkedRequest(prompt, { echo, maxTokens });
+  if (request === null) return;
+  const { body, constraint } = request;
   saveSettings();
   const scoring = maxTokens === 0;
   const conversation = state.sessionId;
@@ -323,11 +343,14 @@ async function run({ prompt, text = prompt, echo, maxTokens, label }) {
     startedAt: performance.now(), firstAt: null, lastAt: null,
     generated: 0, text: "", finish: null, echoPending: echo,
     promptIds: null, ids: [],
+    // what each generated chip's alternatives were allowed by
+    mask: constraint && { by: constraint.by, asked: ALTERNATIVES },
   };
   state.running = controller;
   state.canContinue = false;
   setRunning(true);
   resetStats();
+  clearAnswer();
   let divider = label;
   say(scoring ? "Scoring…" : "Generating…");
   try {
@@ -344,6 +367,7 @@ async function run({ prompt, text = prompt, echo, maxTokens, label }) {
     say(scoring ? `Scored ${stat.prompt.textContent} prompt tokens.`
       : r.finish === "length" ? "Done: reached max_tokens."
         : r.finish === "stop" ? "Done: stopped naturally." : "Done.");
+    showAnswer(constraint, r.text, r.finish);
     finishTurn(text, r, scoring);
     if (label) ui.prompt.value = text;     // the conversation so far
   } catch (err) {
@@ -351,6 +375,7 @@ async function run({ prompt, text = prompt, echo, maxTokens, label }) {
     if (err.name === "AbortError") {
       stat.finish.textContent = "stopped";
       say(`Stopped after ${r.generated} tokens.`);
+      showAnswer(constraint, r.text, "stopped");
       finishTurn(text, r, scoring);
       if (label) ui.prompt.value = text;
     } else {
@@ -387,7 +412,7 @@ function take(r, choice) {
     const now = performance.now();
     if (r.firstAt == null) r.firstAt = now;
     r.lastAt = now;
-    r.generated += view.add(lp, "gen");
+    r.generated += view.add(lp, "gen", r.mask);
   }
   if (choice.finish_reason) r.finish = choice.finish_reason;
 }
@@ -395,7 +420,7 @@ function take(r, choice) {
 // A new conversation, once the form is known to be good: a mistake in it
 // must not wipe the last conversation off the screen.
 function startFresh(options) {
-  if (state.running || checkedBody(ui.prompt.value, options) === null) return;
+  if (state.running || checkedRequest(ui.prompt.value, options) === null) return;
   startConversation();
   clearView();
   run({ prompt: ui.prompt.value, ...options });
@@ -558,6 +583,7 @@ function wire() {
   $("params").addEventListener("change", saveSettings);
   $("params").addEventListener("submit", (e) => e.preventDefault());
   wireSliders();
+  wireConstraint();
 }
 
 restoreSettings();

@@ -81,6 +81,27 @@ export function altsList(entries, chosen) {
   return list;
 }
 
+/**
+ * The caption of a constrained token's alternatives: which constraint
+ * allowed them and how many are listed.  The server lists the `asked` most
+ * likely of the tokens the constraint allowed (and the chosen one, when it
+ * was not among them), so fewer than asked means it allowed only those.
+ */
+function maskCaption({ by, asked }, shown) {
+  const caption = document.createElement("span");
+  caption.className = "mask-caption";
+  const strong = document.createElement("strong");
+  strong.textContent = `Allowed by ${by}:`;
+  const count = document.createElement("span");
+  count.className = "mask-count";
+  count.dataset.shown = String(shown);
+  count.textContent = shown >= asked ? ` ${shown} shown`
+    : shown === 1 ? ` only this one (${asked} asked)`
+      : ` only these ${shown} (${asked} asked)`;
+  caption.append(strong, count);
+  return caption;
+}
+
 /** Puts `tip` below the rectangle `r` (above when there is no room), inside the viewport. */
 export function placeTip(tip, r) {
   const w = tip.offsetWidth;
@@ -141,16 +162,18 @@ export class TokenView {
 
   /**
    * Appends tokens from one logprobs object.  kind: "prompt" | "gen".
-   * Returns the number of chips added.
+   * `mask` ({by, asked}) says a constraint chose what the model could
+   * write, so each token's alternatives are the ones it allowed ("the
+   * schema"), of `asked` requested.  Returns the number of chips added.
    */
-  add(logprobs, kind) {
+  add(logprobs, kind, mask = null) {
     const frag = document.createDocumentFragment();
     const n = logprobs.tokens.length;
     for (let i = 0; i < n; i++) {
       const token = logprobs.tokens[i] ?? "";
       const lp = logprobs.token_logprobs?.[i];
       const top = logprobs.top_logprobs?.[i] ?? null;
-      frag.append(this.#chip(token, lp, top, kind));
+      frag.append(this.#chip(token, lp, top, kind, mask));
       if (token.endsWith("\n")) frag.append(document.createElement("br"));
     }
     this.container.append(frag);
@@ -172,7 +195,7 @@ export class TokenView {
     if (text) this.container.append(this.#chip(text, null, null, kind));
   }
 
-  #chip(token, logprob, top, kind) {
+  #chip(token, logprob, top, kind, mask = null) {
     const chip = document.createElement("span");
     chip.className = `chip ${kind}`;
     const text = this.utf8.decode(tokenBytes(token), { stream: true });
@@ -189,7 +212,8 @@ export class TokenView {
       chip.style.setProperty("--h", String(hueFor(p)));
       chip.dataset.p = p.toPrecision(4);
     }
-    this.info.set(chip, { token, logprob, top, kind });
+    if (mask) chip.classList.add("masked");
+    this.info.set(chip, { token, logprob, top, kind, mask });
     return chip;
   }
 
@@ -230,7 +254,7 @@ export class TokenView {
     this.tip.hidden = true;
   }
 
-  #fillTip({ token, logprob, top, kind }) {
+  #fillTip({ token, logprob, top, kind, mask }) {
     const tip = this.tip;
     tip.replaceChildren();
     const head = document.createElement("div");
@@ -258,7 +282,14 @@ export class TokenView {
     const title = document.createElement("p");
     title.className = "tip-note";
     title.textContent = kind === "prompt" ? "The model expected:" : "Top alternatives:";
+    if (mask) title.replaceChildren(maskCaption(mask, entries.length));
     tip.append(title, altsList(entries.map(([alt, altLp]) => [alt, Math.exp(altLp)]), token));
+    if (mask) {
+      const foot = document.createElement("p");
+      foot.className = "tip-foot";
+      foot.textContent = `Probabilities are over what ${mask.by} allowed; it masked every other token.`;
+      tip.append(foot);
+    }
   }
 
   #place(chip) {

@@ -132,13 +132,14 @@ return window.__sent.length;
 
 def recorded(b, i):
     """The i-th recorded request body and, once it is all in, its streamed
-    answer as {prompt_ids, ids, text, finish, usage} (choice 0)."""
+    answer as {prompt_ids, ids, text, finish, usage, tops} (choice 0; tops:
+    each token's top_logprobs, prompt tokens first when echoed)."""
     b.wait("answer %d" % i, lambda: b.js(
         "return window.__answers[arguments[0]] !== undefined", i))
     sent, raw = b.js("return [window.__sent[arguments[0]],"
                      " window.__answers[arguments[0]]]", i)
     got = {"prompt_ids": None, "ids": [], "text": "", "finish": None,
-           "usage": None}
+           "usage": None, "tops": []}
     for event in raw.split("\n\n"):
         if not event.startswith("data: ") or event == "data: [DONE]":
             continue
@@ -148,6 +149,7 @@ def recorded(b, i):
             if "prompt_token_ids" in ch:
                 got["prompt_ids"] = ch["prompt_token_ids"]
             got["ids"] += ch.get("token_ids", [])
+            got["tops"] += (ch.get("logprobs") or {}).get("top_logprobs") or []
             got["text"] += ch["text"]
             got["finish"] = ch["finish_reason"] or got["finish"]
     return sent, got
@@ -159,6 +161,7 @@ def test_static_files_have_correct_types(ctx):
     srv = ctx["server"]
     want = {"/": "text/html", "/index.html": "text/html",
             "/app.js": "text/javascript", "/api.js": "text/javascript",
+            "/constraint.js": "text/javascript",
             "/tokens.js": "text/javascript", "/style.css": "text/css",
             "/inside.js": "text/javascript", "/inside.css": "text/css",
             "/favicon.svg": "image/svg+xml"}
@@ -541,6 +544,270 @@ def test_byte_tokens_show_the_character_they_complete(ctx):
     set_prompt(b, ctx["prompt"])
 
 
+# ---- the constraint box ----
+
+ASKED = 5       # the alternatives the page asks for (app.js ALTERNATIVES)
+
+
+def set_constraint_text(b, text):
+    b.js("const t = document.getElementById('constraint-text');"
+         "t.value = arguments[0];"
+         "t.dispatchEvent(new Event('change', {bubbles: true}))", text)
+
+
+def constraint_text(b):
+    return b.js("return document.getElementById('constraint-text').value")
+
+
+def no_constraint(b):
+    b.js("const k = document.getElementById('constraint'); k.value = 'none';"
+         "k.dispatchEvent(new Event('change', {bubbles: true}))")
+
+
+def constraint_error(b):
+    """[message, param] beside the constraint box, or None when hidden."""
+    return b.js("const e = document.getElementById('constraint-error');"
+                "return e.hidden ? null : Array.from(e.querySelectorAll('p'),"
+                " (p) => p.textContent)")
+
+
+def want_caption(by, shown):
+    """What a constrained token's tooltip says above its alternatives: the
+    server lists ASKED of the allowed tokens (one more when the chosen one
+    was not among them), so fewer means the constraint allowed no more."""
+    if shown >= ASKED:
+        return "Allowed by %s: %d shown" % (by, shown)
+    if shown == 1:
+        return "Allowed by %s: only this one (%d asked)" % (by, ASKED)
+    return "Allowed by %s: only these %d (%d asked)" % (by, shown, ASKED)
+
+
+def chip_tip(b, i):
+    """Hovers generated chip i: [caption, alternatives shown, footnote]."""
+    hover_still(b, b.finds("#tokens .chip.gen")[i])
+    b.wait("the tooltip", lambda: b.displayed("#tip"))
+    return b.js("const t = document.getElementById('tip');"
+                "const foot = t.querySelector('.tip-foot');"
+                "return [t.querySelector('.tip-note').textContent,"
+                " Array.from(t.querySelectorAll('.alts .alt-token'), (a) => a.textContent),"
+                " foot ? foot.textContent : '']")
+
+
+def shown_alt(token):
+    """An alternative as the tooltip names it (tokens.js quotedToken)."""
+    if token.startswith("bytes:"):
+        return token[6:]
+    return "“%s”" % visible(token).replace(" ", "␣")
+
+
+def generate_constrained(b):
+    """Generates with the form as it is; the request sent and its answer."""
+    b.click("#generate")
+    wait_idle(b)
+    assert error_text(b) == "", error_text(b)
+    n = b.js("return window.__sent.length")
+    return recorded(b, n - 1)
+
+
+def test_json_schema_preset_answers_valid_json(ctx):
+    """JSON Schema with its example (a person): sent strict as
+    response_format, the answer parses and obeys the schema (checked by
+    python3-jsonschema), is shown parsed and marked valid; each token's
+    tooltip says its alternatives are the ones the schema allowed and how
+    many the server listed (fewer than asked where it allowed fewer).  Cut
+    at max_tokens, the page says so."""
+    import jsonschema
+    b = ctx["browser"]
+    first = b.js(RECORD_COMPLETIONS)
+    pick(b, "#constraint", "json_schema")
+    assert b.displayed("#constraint-text")
+    b.click("#constraint-example")
+    schema = json.loads(constraint_text(b))
+    assert set(schema["required"]) == {"name", "age", "city"}, schema
+    set_prompt(b, "A person, as JSON:")
+    set_field(b, "#max_tokens", 200)
+    set_field(b, "#temperature", 0.8)
+    set_field(b, "#seed", 5)
+    sent, got = generate_constrained(b)
+    assert sent["response_format"] == {
+        "type": "json_schema",
+        "json_schema": {"name": "playground", "strict": True, "schema": schema},
+    }, sent
+    assert "structured_outputs" not in sent, sent
+    assert got["finish"] == "stop", got
+    answer = json.loads(got["text"])
+    jsonschema.validate(answer, schema)
+
+    assert b.displayed("#answer .parsed pre")
+    assert "valid JSON" in b.text("#answer .parsed summary"), b.text("#answer")
+    shown = b.js("return document.querySelector('#answer .parsed pre').textContent")
+    assert json.loads(shown) == answer and "\n  \"name\": " in shown, shown
+
+    tops = got["tops"]
+    assert gen_chips(b) == len(tops), (gen_chips(b), len(tops))
+    assert b.js("return document.querySelectorAll('#tokens .chip.gen:not(.masked)').length") == 0
+    few = [i for i, t in enumerate(tops) if len(t) < ASKED]
+    many = [i for i, t in enumerate(tops) if len(t) >= ASKED]
+    assert few and many, [len(t) for t in tops]    # the keys are forced, the values free
+    for i in (few[0], many[0]):
+        caption, alts, foot = chip_tip(b, i)
+        assert caption == want_caption("the schema", len(tops[i])), (i, caption, tops[i])
+        assert sorted(alts) == sorted(shown_alt(t) for t in tops[i]), (alts, tops[i])
+        assert "the schema allowed" in foot, foot
+    b.screenshot(os.path.join(ctx["out"], "structured.png"))
+
+    set_field(b, "#max_tokens", 5)
+    sent, got = generate_constrained(b)
+    assert got["finish"] == "length", got
+    note = b.text("#answer")
+    assert "Cut at max_tokens" in note and "valid JSON" not in note, note
+
+
+def test_a_bad_schema_shows_the_param_beside_the_box(ctx):
+    """A schema the server refuses: its 400, message and param (down to the
+    keyword at fault) beside the constraint box, which is marked.  A schema
+    that is not JSON is refused before sending, named as the field it would
+    have been; a regex that does not compile names structured_outputs.regex;
+    a good one clears the mark."""
+    b = ctx["browser"]
+    srv = ctx["server"]
+    b.js(RECORD_COMPLETIONS)
+    pick(b, "#constraint", "json_schema")
+    schema = {"type": "object", "properties": {"age": {"type": "integr"}}}
+    set_constraint_text(b, json.dumps(schema, indent=2))
+    b.click("#generate")
+    b.wait("the refusal", lambda: error_text(b))
+    wait_idle(b)
+    status, _, body = srv.request("POST", "/v1/completions", {
+        "prompt": "x", "response_format": {"type": "json_schema", "json_schema": {
+            "name": "playground", "strict": True, "schema": schema}}})
+    assert status == 400, body
+    want = json.loads(body)["error"]
+    assert want["param"] == "response_format.json_schema.schema.properties.age.type", want
+    assert "400" in error_text(b) and want["param"] in error_text(b), error_text(b)
+    assert constraint_error(b) == [want["message"], want["param"]], constraint_error(b)
+    assert b.js("return document.getElementById('constraint-text')"
+                ".getAttribute('aria-invalid')") == "true"
+
+    sent = b.js("return window.__sent.length")
+    set_constraint_text(b, '{"type": "object",')
+    b.click("#generate")
+    b.wait("the form error", lambda: constraint_error(b) and
+           constraint_error(b)[0].startswith("The schema is not JSON"))
+    assert constraint_error(b)[1] == "response_format.json_schema.schema"
+    assert b.js("return window.__sent.length") == sent, "a bad schema was sent"
+
+    pick(b, "#constraint", "regex")
+    set_constraint_text(b, "[0-9")
+    b.click("#generate")
+    b.wait("the regex refusal", lambda: error_text(b))
+    wait_idle(b)
+    assert "400" in error_text(b), error_text(b)
+    assert constraint_error(b)[1] == "structured_outputs.regex", constraint_error(b)
+    assert b.js("return document.getElementById('constraint-text')"
+                ".getAttribute('aria-invalid')") == "true"
+
+    set_constraint_text(b, "[0-9]+")
+    set_field(b, "#max_tokens", 4)
+    first = b.js("return window.__sent.length")
+    _, got = generate_constrained(b)
+    assert re.fullmatch(r"[0-9]+", got["text"]), got
+    assert constraint_error(b) is None
+    assert b.js("return document.getElementById('constraint-text')"
+                ".getAttribute('aria-invalid')") is None
+
+
+def test_choice_mode_gives_one_of_the_choices(ctx):
+    """Choice (one a line): the answer is exactly one of them, every
+    time; the yes/no example is sent as two choices."""
+    b = ctx["browser"]
+    first = b.js(RECORD_COMPLETIONS)
+    pick(b, "#constraint", "choice")
+    b.click("#constraint-example")
+    set_prompt(b, "Is the sky blue? Answer:")
+    set_field(b, "#max_tokens", 8)
+    sent, got = generate_constrained(b)
+    assert sent["structured_outputs"] == {"choice": ["yes", "no"]}, sent
+    assert "response_format" not in sent, sent
+    assert got["text"] in ("yes", "no") and got["finish"] == "stop", got
+    assert "Complete" in b.text("#answer"), b.text("#answer")
+    caption, alts, _ = chip_tip(b, 0)
+    assert caption == want_caption("the choices", len(got["tops"][0])), (caption, got["tops"])
+    assert len(alts) == len(got["tops"][0])
+
+    set_constraint_text(b, "red\ngreen\nblue\n")
+    for seed in (1, 2, 3):
+        set_field(b, "#seed", seed)
+        sent, got = generate_constrained(b)
+        assert sent["structured_outputs"] == {"choice": ["red", "green", "blue"]}, sent
+        assert got["text"] in ("red", "green", "blue") and got["finish"] == "stop", got
+
+
+def test_regex_and_grammar_examples_match(ctx):
+    """The date regex and the GBNF greeting: every answer matches, checked
+    with Python's re (the regex as sent; the grammar transcribed by hand)."""
+    b = ctx["browser"]
+    first = b.js(RECORD_COMPLETIONS)
+    set_prompt(b, "Date:")
+    set_field(b, "#max_tokens", 40)
+    pick(b, "#constraint", "regex")
+    b.click("#constraint-example")
+    for seed in (1, 2):
+        set_field(b, "#seed", seed)
+        sent, got = generate_constrained(b)
+        regex = sent["structured_outputs"]["regex"]
+        assert regex == r"\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01])", regex
+        assert re.fullmatch(regex, got["text"], re.ASCII), got
+        assert got["finish"] == "stop", got
+
+    pick(b, "#constraint", "grammar")
+    b.click("#constraint-example")
+    greeting = r"(Hello|Hi) [A-Z][a-z]{1,8}! You are [1-9][0-9]?\."
+    for seed in (1, 2):
+        set_field(b, "#seed", seed)
+        sent, got = generate_constrained(b)
+        assert sent["structured_outputs"] == {"grammar": constraint_text(b)}, sent
+        assert re.fullmatch(greeting, got["text"], re.ASCII), got
+        assert got["finish"] == "stop", got
+    caption, _, _ = chip_tip(b, 0)
+    assert caption.startswith("Allowed by the grammar: "), caption
+
+
+def test_the_constraint_is_kept_and_scoring_sends_none(ctx):
+    """The constraint is kept like the other settings; scoring a prompt
+    generates nothing and sends none; "none" sends none and the tooltip
+    is the plain one again."""
+    b = ctx["browser"]
+    try:
+        pick(b, "#constraint", "grammar")
+        text = constraint_text(b)
+        b.go(ctx["base"])                               # reload
+        b.wait("the model name", lambda: b.text("#server-text").startswith(
+            ctx["model_id"]))
+        assert b.js("return document.getElementById('constraint').value") == "grammar"
+        assert constraint_text(b) == text and b.displayed("#constraint-text")
+        first = b.js(RECORD_COMPLETIONS)
+        b.click("#score")
+        wait_idle(b)
+        sent, _ = recorded(b, first)
+        assert sent["max_tokens"] == 0, sent
+        assert "structured_outputs" not in sent and "response_format" not in sent, sent
+
+        pick(b, "#constraint", "none")
+        assert not b.displayed("#constraint-spec")
+        set_field(b, "#max_tokens", 6)
+        sent, _ = generate_constrained(b)
+        assert "structured_outputs" not in sent and "response_format" not in sent, sent
+        assert not b.displayed("#answer")
+        caption, _, foot = chip_tip(b, 0)
+        assert caption == "Top alternatives:" and foot == "", (caption, foot)
+    finally:
+        no_constraint(b)
+        set_field(b, "#max_tokens", 8)
+        set_field(b, "#seed", "")
+        set_prompt(b, ctx["prompt"])
+
+
 def inspect_api(ctx, body):
     status, _, raw = ctx["server"].request("POST", "/v1/inspect", body)
     assert status == 200, (status, raw[:300])
@@ -729,6 +996,11 @@ TESTS = [
     test_new_conversation_stops_a_running_one,
     test_copy_text_copies_the_text_not_the_markers,
     test_byte_tokens_show_the_character_they_complete,
+    test_json_schema_preset_answers_valid_json,
+    test_a_bad_schema_shows_the_param_beside_the_box,
+    test_choice_mode_gives_one_of_the_choices,
+    test_regex_and_grammar_examples_match,
+    test_the_constraint_is_kept_and_scoring_sends_none,
     test_inside_view_shows_attention_and_the_logit_lens,
     test_inside_view_fits_a_narrow_screen,
     test_screenshot_of_a_scored_completion,
