@@ -67,7 +67,10 @@ typedef struct grammar_limits {
 } grammar_limits;
 
 /* Budgets fit for a request's schema on a shared daemon (README,
- * "Structured output and tools" says what they are). */
+ * "Structured output and tools" says what they are): 256 KiB of source,
+ * 20,000 rules and 200,000 elements after expansion, and 64 MiB for one
+ * grammar's automaton and cached masks (about 10,000 masks of GPT-2's
+ * 50,257 tokens, or some 40,000 states with their transition tables). */
 void grammar_limits_default(grammar_limits *lim);
 
 typedef struct grammar grammar;

@@ -1,0 +1,373 @@
+/* grammar_stacks.c — interned stacks and states, closure, byte transitions
+ * (grammar_stacks.h).
+ *
+ * Closure runs on an explicit work list (a grammar's nesting is a
+ * client's choice, not the C stack's) and marks every node it visits in
+ * this step, so that a loop through rules that match nothing — the helper
+ * of (x?)* — is expanded once, and two stacks that share a tail are
+ * expanded once between them.  A finished alternative is never pushed:
+ * node (END, parent) is parent itself, which makes a reference in last
+ * position a tail call and keeps x* from growing the stack.  Left
+ * recursion, which would grow it forever, was refused by
+ * grammar_analysis.c.  The caller holds the grammar's lock. */
+#include "grammar/grammar_stacks.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define NO_POS UINT32_MAX
+
+static int over_budget(gr_automaton *a, gpt2d_error *err)
+{
+    return error_set(err,
+                     "the grammar's automaton outgrew its cache budget of "
+                     "%zu bytes (its states alone hold %zu)",
+                     a->budget->limit, a->budget->automaton_bytes);
+}
+
+/* Charges `more` bytes to the budget, evicting masks first if need be. */
+static bool charge(gr_automaton *a, size_t more)
+{
+    gr_budget *b = a->budget;
+    if (b->automaton_bytes + b->mask_bytes + more > b->limit &&
+        b->evict != NULL)
+        b->evict(b->evict_ctx, more);
+    if (b->automaton_bytes + b->mask_bytes + more > b->limit)
+        return false;
+    b->automaton_bytes += more;
+    return true;
+}
+
+/* Grows an array of *cap items of `size` bytes to hold `need`, charged. */
+static bool grow(gr_automaton *a, void **p, size_t *cap, size_t need,
+                 size_t size)
+{
+    if (need <= *cap)
+        return true;
+    size_t n = *cap ? *cap : 64;
+    while (n < need)
+        n *= 2;
+    if (!charge(a, (n - *cap) * size))
+        return false;
+    void *q = realloc(*p, n * size);
+    if (q == NULL) {
+        a->budget->automaton_bytes -= (n - *cap) * size;
+        return false;
+    }
+    *p = q;
+    *cap = n;
+    return true;
+}
+
+/* ---- nodes ---- */
+
+static inline uint32_t node_hash(uint32_t pos, uint32_t parent)
+{
+    uint64_t h = ((uint64_t)pos << 32 | parent) * 0x9E3779B97F4A7C15ULL;
+    return (uint32_t)(h >> 32);
+}
+
+static bool node_index_grow(gr_automaton *a)
+{
+    size_t cap = a->node_index_cap ? 2 * a->node_index_cap : 1024;
+    if (!charge(a, (cap - a->node_index_cap) * sizeof(uint32_t)))
+        return false;
+    uint32_t *t = calloc(cap, sizeof *t);
+    if (t == NULL) {
+        a->budget->automaton_bytes -= (cap - a->node_index_cap) * 4;
+        return false;
+    }
+    for (size_t id = 1; id < a->n_nodes; id++) {
+        size_t j = node_hash(a->nodes[id].pos, a->nodes[id].parent) & (cap - 1);
+        while (t[j] != 0)
+            j = (j + 1) & (cap - 1);
+        t[j] = (uint32_t)id + 1;
+    }
+    free(a->node_index);
+    a->node_index = t;
+    a->node_index_cap = cap;
+    return true;
+}
+
+/* The node for `parent` with `pos` on top, or `parent` itself when pos
+ * ends its alternative.  UINT32_MAX when the budget is exhausted. */
+static uint32_t make_node(gr_automaton *a, uint32_t pos, uint32_t parent)
+{
+    if (gr_kind(a->rules->elems[pos]) == GR_END)
+        return parent;
+    if (2 * (a->n_nodes + 1) > a->node_index_cap && !node_index_grow(a))
+        return UINT32_MAX;
+    size_t mask = a->node_index_cap - 1;
+    size_t j = node_hash(pos, parent) & mask;
+    for (;;) {
+        uint32_t v = a->node_index[j];
+        if (v == 0)
+            break;
+        if (a->nodes[v - 1].pos == pos && a->nodes[v - 1].parent == parent)
+            return v - 1;
+        j = (j + 1) & mask;
+    }
+    if (a->n_nodes >= UINT32_MAX - 1)
+        return UINT32_MAX;
+    if (!grow(a, (void **)&a->nodes, &a->cap_nodes, a->n_nodes + 1,
+              sizeof *a->nodes))
+        return UINT32_MAX;
+    uint32_t id = (uint32_t)a->n_nodes++;
+    a->nodes[id].pos = pos;
+    a->nodes[id].parent = parent;
+    a->nodes[id].seen = 0;
+    a->node_index[j] = id + 1;
+    return id;
+}
+
+/* ---- closure ---- */
+
+static bool push_work(gr_automaton *a, size_t *n, uint32_t node)
+{
+    if (*n == a->cap_work &&
+        !grow(a, (void **)&a->work, &a->cap_work, *n + 1, sizeof(uint32_t)))
+        return false;
+    a->work[(*n)++] = node;
+    return true;
+}
+
+static bool add_found(gr_automaton *a, uint32_t node)
+{
+    if (a->n_found == a->cap_found &&
+        !grow(a, (void **)&a->found, &a->cap_found, a->n_found + 1,
+              sizeof(uint32_t)))
+        return false;
+    a->found[a->n_found++] = node;
+    return true;
+}
+
+/* Starts a step: nodes visited in an earlier one no longer count. */
+static void begin_step(gr_automaton *a)
+{
+    a->n_found = 0;
+    if (++a->seen_gen == 0) {
+        for (size_t i = 0; i < a->n_nodes; i++)
+            a->nodes[i].seen = 0;
+        a->seen_gen = 1;
+    }
+}
+
+/* Adds to `found` every closed stack reachable from the `n` nodes in the
+ * work list without reading a byte. */
+static bool closure(gr_automaton *a, size_t n)
+{
+    const gr_rules *r = a->rules;
+    while (n > 0) {
+        uint32_t node = a->work[--n];
+        if (a->nodes[node].seen == a->seen_gen)
+            continue;
+        a->nodes[node].seen = a->seen_gen;
+        if (node == 0) {
+            if (!add_found(a, 0))
+                return false;
+            continue;
+        }
+        uint32_t pos = a->nodes[node].pos;
+        gr_elem e = r->elems[pos];
+        if (gr_kind(e) == GR_BYTES) {
+            if (!add_found(a, node))
+                return false;
+            continue;
+        }
+        /* A rule reference: its alternatives, each returning to pos + 1. */
+        uint32_t cont = make_node(a, pos + 1, a->nodes[node].parent);
+        if (cont == UINT32_MAX)
+            return false;
+        uint32_t n_alts;
+        const uint32_t *alts = gr_rule_alts(r, gr_value(e), &n_alts);
+        for (uint32_t i = n_alts; i-- > 0;) {
+            uint32_t child = make_node(a, alts[i], cont);
+            if (child == UINT32_MAX || !push_work(a, &n, child))
+                return false;
+        }
+    }
+    return true;
+}
+
+/* ---- states ---- */
+
+static int compare_ids(const void *x, const void *y)
+{
+    uint32_t a = *(const uint32_t *)x, b = *(const uint32_t *)y;
+    return a < b ? -1 : a > b;
+}
+
+static uint32_t set_hash(const uint32_t *ids, size_t n)
+{
+    uint64_t h = 0x243F6A8885A308D3ULL ^ n;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ ids[i]) * 0x100000001B3ULL + (h >> 29);
+    return (uint32_t)(h ^ (h >> 32));
+}
+
+static bool state_index_grow(gr_automaton *a)
+{
+    size_t cap = a->state_index_cap ? 2 * a->state_index_cap : 256;
+    if (!charge(a, (cap - a->state_index_cap) * sizeof(uint32_t)))
+        return false;
+    uint32_t *t = calloc(cap, sizeof *t);
+    if (t == NULL) {
+        a->budget->automaton_bytes -= (cap - a->state_index_cap) * 4;
+        return false;
+    }
+    for (size_t id = 1; id < a->n_states; id++) {
+        size_t j = a->states[id].hash & (cap - 1);
+        while (t[j] != 0)
+            j = (j + 1) & (cap - 1);
+        t[j] = (uint32_t)id + 1;
+    }
+    free(a->state_index);
+    a->state_index = t;
+    a->state_index_cap = cap;
+    return true;
+}
+
+/* The state whose stacks are `found` (sorted here), made when new. */
+static bool intern_found(gr_automaton *a, uint32_t *out)
+{
+    size_t n = a->n_found;
+    if (n == 0) {
+        *out = GR_DEAD;
+        return true;
+    }
+    uint32_t *ids = a->found;
+    qsort(ids, n, sizeof *ids, compare_ids);
+    uint32_t h = set_hash(ids, n);
+    if (2 * (a->n_states + 1) > a->state_index_cap && !state_index_grow(a))
+        return false;
+    size_t mask = a->state_index_cap - 1;
+    size_t j = h & mask;
+    for (;;) {
+        uint32_t v = a->state_index[j];
+        if (v == 0)
+            break;
+        const gr_state_rec *s = &a->states[v - 1];
+        if (s->hash == h && s->set_len == n &&
+            memcmp(a->set_pool + s->set_off, ids, n * sizeof *ids) == 0) {
+            *out = v - 1;
+            return true;
+        }
+        j = (j + 1) & mask;
+    }
+    if (a->n_states >= UINT32_MAX - 1 || a->n_pool + n >= UINT32_MAX)
+        return false;
+    if (!grow(a, (void **)&a->set_pool, &a->cap_pool, a->n_pool + n,
+              sizeof(uint32_t)) ||
+        !grow(a, (void **)&a->states, &a->cap_states, a->n_states + 1,
+              sizeof(gr_state_rec)))
+        return false;
+    gr_state_rec *s = &a->states[a->n_states];
+    memset(s, 0, sizeof *s);
+    s->set_off = (uint32_t)a->n_pool;
+    s->set_len = (uint32_t)n;
+    s->hash = h;
+    memcpy(a->set_pool + a->n_pool, ids, n * sizeof *ids);
+    a->n_pool += n;
+    for (size_t i = 0; i < n; i++) {
+        if (ids[i] == 0) {
+            s->accepts = true;
+            continue;
+        }
+        gr_elem e = a->rules->elems[a->nodes[ids[i]].pos];
+        const gr_byteset *set = &a->rules->sets[gr_value(e)];
+        for (int w = 0; w < 4; w++)
+            s->alive.w[w] |= set->w[w];
+    }
+    *out = (uint32_t)a->n_states;
+    a->state_index[j] = *out + 1;
+    a->n_states++;
+    return true;
+}
+
+int gr_step_slow(gr_automaton *a, uint32_t state, unsigned byte, uint32_t *next,
+                 gpt2d_error *err)
+{
+    if (a->states[state].next == NULL) {
+        if (!charge(a, 256 * sizeof(uint32_t)))
+            return over_budget(a, err);
+        uint32_t *t = malloc(256 * sizeof *t);
+        if (t == NULL) {
+            a->budget->automaton_bytes -= 256 * sizeof(uint32_t);
+            return error_set(err, "out of memory");
+        }
+        memset(t, 0xFF, 256 * sizeof *t); /* GR_UNKNOWN */
+        a->states[state].next = t;
+    }
+    begin_step(a);
+    size_t n = 0;
+    const gr_state_rec *s = &a->states[state];
+    for (uint32_t i = 0; i < s->set_len; i++) {
+        uint32_t node = a->set_pool[s->set_off + i];
+        if (node == 0)
+            continue;
+        uint32_t pos = a->nodes[node].pos;
+        const gr_byteset *set = &a->rules->sets[gr_value(a->rules->elems[pos])];
+        if (!gr_byteset_has(set, byte))
+            continue;
+        uint32_t moved = make_node(a, pos + 1, a->nodes[node].parent);
+        if (moved == UINT32_MAX || !push_work(a, &n, moved))
+            return over_budget(a, err);
+    }
+    uint32_t to;
+    if (!closure(a, n) || !intern_found(a, &to))
+        return over_budget(a, err);
+    a->states[state].next[byte] = to;
+    *next = to;
+    return 0;
+}
+
+int gr_automaton_init(gr_automaton *a, const gr_rules *rules, gr_budget *budget,
+                      uint32_t *start, gpt2d_error *err)
+{
+    memset(a, 0, sizeof *a);
+    a->rules = rules;
+    a->budget = budget;
+    /* Node 0 (the empty stack) and state 0 (dead) exist from the start. */
+    if (!grow(a, (void **)&a->nodes, &a->cap_nodes, 1024, sizeof *a->nodes) ||
+        !grow(a, (void **)&a->states, &a->cap_states, 64, sizeof(gr_state_rec)))
+        goto fail;
+    a->nodes[0].pos = NO_POS;
+    a->nodes[0].parent = 0;
+    a->nodes[0].seen = 0;
+    a->n_nodes = 1;
+    memset(&a->states[0], 0, sizeof a->states[0]);
+    a->n_states = 1;
+
+    begin_step(a);
+    size_t n = 0;
+    uint32_t n_alts;
+    const uint32_t *alts = gr_rule_alts(rules, rules->root, &n_alts);
+    for (uint32_t i = n_alts; i-- > 0;) {
+        uint32_t node = make_node(a, alts[i], 0);
+        if (node == UINT32_MAX || !push_work(a, &n, node))
+            goto fail;
+    }
+    if (!closure(a, n) || !intern_found(a, start))
+        goto fail;
+    return 0;
+fail:
+    over_budget(a, err);
+    gr_automaton_free(a);
+    return -1;
+}
+
+void gr_automaton_free(gr_automaton *a)
+{
+    for (size_t i = 0; i < a->n_states; i++)
+        free(a->states[i].next);
+    free(a->nodes);
+    free(a->node_index);
+    free(a->states);
+    free(a->set_pool);
+    free(a->state_index);
+    free(a->work);
+    free(a->found);
+    if (a->budget != NULL)
+        a->budget->automaton_bytes = 0;
+    memset(a, 0, sizeof *a);
+}
