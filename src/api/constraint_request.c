@@ -7,13 +7,19 @@
 
 #include "api/constraint_request.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "api/api_fields.h"
 #include "core/buf.h"
+#include "grammar/choices_gbnf.h"
 #include "grammar/json_schema.h"
 #include "grammar/regex_gbnf.h"
+
+/* The most GBNF text a regex or a list of choices may become (a schema's
+ * own budget is json_schema_options'); the grammar's limits come after. */
+#define CONSTRAINT_MAX_GBNF ((size_t)256 << 10)
 
 void api_constraint_free(api_constraint *c)
 {
@@ -41,7 +47,10 @@ static int from_schema(api_constraint *c, json_t *schema, bool strict,
     if (!json_is_object(schema) && !json_is_true(schema))
         return api_error_set(e, 400, param,
                              "%s must be a JSON Schema object", param);
-    const json_schema_options opt = { .strict = strict, .param = param };
+    json_schema_options opt;
+    json_schema_options_default(&opt);
+    opt.strict = strict;
+    opt.param = param;
     gpt2d_buf b = GPT2D_BUF_INIT;
     json_schema_error err;
     if (json_schema_grammar(schema, &opt, &b, &err) != 0) {
@@ -63,9 +72,13 @@ static int response_format(api_constraint *c, json_t *v, api_error *e)
         return 0;
     if (strcmp(t, "json_object") == 0) {
         gpt2d_buf b = GPT2D_BUF_INIT;
-        if (json_object_grammar(&b) != 0) {
+        json_schema_options opt;
+        json_schema_options_default(&opt);
+        opt.param = "response_format";
+        json_schema_error err;
+        if (json_value_gbnf(true, &opt, "root", &b, &err) != 0) {
             buf_free(&b);
-            return api_error_set(e, 500, NULL, "out of memory");
+            return api_error_set(e, 500, NULL, "%s", err.message);
         }
         return take(c, &b, "response_format", true, e);
     }
@@ -124,8 +137,13 @@ static int choices(api_constraint *c, json_t *list, api_error *e)
     }
     gpt2d_buf b = GPT2D_BUF_INIT;
     gpt2d_error err;
-    if (rc == 0 && choices_grammar(texts, lens, n, &b, &err) != 0)
-        rc = api_error_set(e, 400, param, "%s", err.message);
+    size_t bad = 0;
+    if (rc == 0 && choices_gbnf(texts, lens, n, "root", CONSTRAINT_MAX_GBNF,
+                                &b, &bad, &err) != 0) {
+        char at[64];
+        snprintf(at, sizeof at, "%s[%zu]", param, bad);
+        rc = api_error_set(e, 400, bad < n ? at : param, "%s", err.message);
+    }
     free(texts);
     free(lens);
     if (rc != 0) {
@@ -183,11 +201,13 @@ static int structured_outputs(api_constraint *c, json_t *v, api_error *e)
                              param);
     gpt2d_buf b = GPT2D_BUF_INIT;
     if (strcmp(kind, "regex") == 0) {
-        gpt2d_error err;
-        if (regex_grammar(json_string_value(arg), json_string_length(arg), &b,
-                          &err) != 0) {
+        regex_error err;
+        if (regex_gbnf(json_string_value(arg), json_string_length(arg),
+                       REGEX_GBNF_RAW, "root", CONSTRAINT_MAX_GBNF, &b,
+                       &err) != 0) {
             buf_free(&b);
-            return api_error_set(e, 400, param, "%s: %s", param, err.message);
+            return api_error_set(e, 400, param, "%s at character %zu: %s",
+                                 param, err.offset, err.message);
         }
         return take(c, &b, "structured_outputs.regex", false, e);
     }
