@@ -147,8 +147,33 @@ static const struct {
     { "[]", "is a JSON object" },
     { "{\"system\": {\"prefix\": \"\", \"suffix\": \"\"}, \"user\": {\"prefix\": \"\", "
       "\"suffix\": \"\"}, \"assistant\": {\"prefix\": \"A:\", \"suffix\": \"\"}, "
+      "\"stop\": [\"x\"], \"function\": {}}",
+      "unknown key \"function\"" },
+    { "{\"system\": {\"prefix\": \"\", \"suffix\": \"\"}, \"user\": {\"prefix\": \"\", "
+      "\"suffix\": \"\"}, \"assistant\": {\"prefix\": \"A:\", \"suffix\": \"\"}, "
       "\"stop\": [\"x\"], \"tool\": {}}",
-      "unknown key \"tool\"" },
+      "tool.prefix must be a string" },
+    { "{\"system\": {\"prefix\": \"\", \"suffix\": \"\"}, \"user\": {\"prefix\": \"\", "
+      "\"suffix\": \"\"}, \"assistant\": {\"prefix\": \"A:\", \"suffix\": \"\"}, "
+      "\"stop\": [\"x\"], \"tools\": \"Tools:\"}",
+      "\"tools\" must be an object with a prefix and a suffix" },
+    { "{\"system\": {\"prefix\": \"\", \"suffix\": \"\"}, \"user\": {\"prefix\": \"\", "
+      "\"suffix\": \"\"}, \"assistant\": {\"prefix\": \"A:\", \"suffix\": \"\"}, "
+      "\"stop\": [\"x\"], \"tools\": {\"prefix\": \"T\", \"suffix\": 0}}",
+      "tools.suffix must be a string" },
+    { "{\"system\": {\"prefix\": \"\", \"suffix\": \"\"}, \"user\": {\"prefix\": \"\", "
+      "\"suffix\": \"\"}, \"assistant\": {\"prefix\": \"A:\", \"suffix\": \"\"}, "
+      "\"stop\": [\"x\"], \"tool_call\": {\"prefix\": \"\", \"suffix\": \"</c>\"}}",
+      "tool_call.prefix must not be empty" },
+    { "{\"system\": {\"prefix\": \"\", \"suffix\": \"\"}, \"user\": {\"prefix\": \"\", "
+      "\"suffix\": \"\"}, \"assistant\": {\"prefix\": \"A:\", \"suffix\": \"\"}, "
+      "\"stop\": [\"x\"], \"tool_call\": {\"prefix\": \"<c>\", \"suffix\": \"</c>\", "
+      "\"name\": \"c\"}}",
+      "unknown key \"name\" in tool_call" },
+    { "{\"system\": {\"prefix\": \"\", \"suffix\": \"\"}, \"user\": {\"prefix\": \"\", "
+      "\"suffix\": \"\"}, \"assistant\": {\"prefix\": \"A:\", \"suffix\": \"\"}, "
+      "\"stop\": [\"x\"], \"tool_call\": {\"prefix\": \"<c>\"}}",
+      "tool_call.suffix must be a string" },
     { "{\"user\": {\"prefix\": \"\", \"suffix\": \"\"}, \"assistant\": {\"prefix\": "
       "\"A:\", \"suffix\": \"\"}, \"stop\": [\"x\"]}",
       "\"system\" must be an object" },
@@ -280,6 +305,8 @@ START_TEST(test_shipped_example_template_is_the_builtin)
         ck_assert_str_eq(t.prefix[r], builtin.prefix[r]);
         ck_assert_str_eq(t.suffix[r], builtin.suffix[r]);
     }
+    ck_assert_str_eq(t.call_prefix, builtin.call_prefix);
+    ck_assert_str_eq(t.call_suffix, builtin.call_suffix);
     ck_assert_uint_eq(t.n_stop, builtin.n_stop);
     for (size_t i = 0; i < t.n_stop; i++)
         ck_assert_str_eq(t.stop[i], builtin.stop[i]);
@@ -703,11 +730,9 @@ static const struct {
     { "{" MSG ", \"tool_choice\": {\"type\": \"function\"}}", "tool_choice" },
     { "{" MSG ", \"functions\": [{\"name\": \"f\"}]}", "functions" },
     { "{" MSG ", \"function_call\": \"auto\"}", "function_call" },
-    { "{" MSG ", \"response_format\": {\"type\": \"json_object\"}}",
-      "response_format" },
     { "{" MSG
       ", \"response_format\": {\"type\": \"json_schema\", \"json_schema\": {}}}",
-      "response_format" },
+      "response_format.json_schema.schema" },
     { "{" MSG ", \"response_format\": \"text\"}", "response_format" },
     { "{" MSG ", \"audio\": {\"voice\": \"alloy\", \"format\": \"wav\"}}",
       "audio" },
@@ -774,6 +799,90 @@ START_TEST(test_refusals_say_why)
 }
 END_TEST
 
+/* ---- tools in the template ---- */
+
+START_TEST(test_builtin_template_writes_tools_results_and_calls)
+{
+    ck_assert_str_eq(builtin.prefix[CHAT_ROLE_TOOL], "Tool: ");
+    ck_assert_str_eq(builtin.suffix[CHAT_ROLE_TOOL], "\n");
+    ck_assert_str_eq(builtin.prefix[CHAT_ROLE_TOOLS], "Tools:\n");
+    ck_assert_str_eq(builtin.suffix[CHAT_ROLE_TOOLS], "\n");
+    ck_assert_str_eq(builtin.call_prefix, "<tool_call>");
+    ck_assert_str_eq(builtin.call_suffix, "</tool_call>");
+    gpt2d_buf b = GPT2D_BUF_INIT;
+    ck_assert_int_eq(
+        chat_template_write_call(&builtin, "f", 1, "{\"a\":1}", 7, &b), 0);
+    ck_assert_int_eq(chat_template_write_call_howto(&builtin, &b), 0);
+    ck_assert_int_eq(buf_append(&b, "", 1), 0);
+    ck_assert_str_eq((const char *)b.data,
+                     "<tool_call>{\"name\":\"f\",\"arguments\":{\"a\":1}}"
+                     "</tool_call>To call a tool, write <tool_call>{\"name\":"
+                     "\"NAME\",\"arguments\":ARGUMENTS}</tool_call>, ARGUMENTS "
+                     "being a JSON object that its parameters describe.");
+    buf_free(&b);
+    const chat_turn turns[] = {
+        TURN(CHAT_ROLE_TOOLS, "T"),
+        TURN(CHAT_ROLE_USER, "U"),
+        TURN(CHAT_ROLE_TOOL, "R"),
+    };
+    char *p = render(&builtin, turns, 3);
+    ck_assert_str_eq(p, "Tools:\nT\nUser: U\nTool: R\nAssistant:");
+    ck_assert_uint_eq(chat_template_rendered_bytes(&builtin, turns, 3),
+                      strlen(p));
+    free(p);
+}
+END_TEST
+
+/* A template written before tools keeps working, with the built-in's. */
+START_TEST(test_template_without_tool_entries_takes_the_builtin_ones)
+{
+    chat_template t;
+    gpt2d_error err;
+    ck_assert_int_eq(
+        chat_template_parse(&t, chatml, strlen(chatml), "test", &err), 0);
+    for (size_t r = CHAT_ROLE_TOOL; r <= CHAT_ROLE_TOOLS; r++) {
+        ck_assert_str_eq(t.prefix[r], builtin.prefix[r]);
+        ck_assert_str_eq(t.suffix[r], builtin.suffix[r]);
+    }
+    ck_assert_str_eq(t.call_prefix, "<tool_call>");
+    ck_assert_str_eq(t.call_suffix, "</tool_call>");
+    chat_template_free(&t);
+}
+END_TEST
+
+START_TEST(test_template_tool_entries_replace_the_builtin_ones)
+{
+    static const char json[] =
+        "{\"system\": {\"prefix\": \"S:\", \"suffix\": \"\\n\"},"
+        " \"user\": {\"prefix\": \"U:\", \"suffix\": \"\\n\"},"
+        " \"assistant\": {\"prefix\": \"A:\", \"suffix\": \"\\n\"},"
+        " \"tool\": {\"prefix\": \"<result>\", \"suffix\": \"</result>\\n\"},"
+        " \"tools\": {\"prefix\": \"<tools>\", \"suffix\": \"</tools>\"},"
+        " \"tool_call\": {\"prefix\": \"\\u00abcall\\u00bb\", \"suffix\": \"\"},"
+        " \"stop\": [\"\\nU:\"]}";
+    chat_template t;
+    gpt2d_error err;
+    ck_assert_msg(chat_template_parse(&t, json, strlen(json), "test", &err) ==
+                      0,
+                  "%s", err.message);
+    const chat_turn turns[] = {
+        TURN(CHAT_ROLE_TOOLS, "T"),
+        TURN(CHAT_ROLE_TOOL, "R"),
+    };
+    char *p = render(&t, turns, 2);
+    ck_assert_str_eq(p, "<tools>T</tools><result>R</result>\nA:");
+    free(p);
+    gpt2d_buf b = GPT2D_BUF_INIT;
+    ck_assert_int_eq(chat_template_write_call(&t, "g", 1, "[]", 2, &b), 0);
+    ck_assert_int_eq(buf_append(&b, "", 1), 0);
+    ck_assert_str_eq((const char *)b.data,
+                     "\xc2\xab"
+                     "call\xc2\xbb{\"name\":\"g\",\"arguments\":[]}");
+    buf_free(&b);
+    chat_template_free(&t);
+}
+END_TEST
+
 static Suite *chat_suite(void)
 {
     Suite *s = suite_create("chat");
@@ -789,6 +898,10 @@ static Suite *chat_suite(void)
     tcase_add_test(tpl, test_template_longer_than_the_limit_is_refused);
     tcase_add_test(tpl, test_template_file_is_read_and_named_in_errors);
     tcase_add_test(tpl, test_shipped_example_template_is_the_builtin);
+    tcase_add_test(tpl, test_builtin_template_writes_tools_results_and_calls);
+    tcase_add_test(tpl,
+                   test_template_without_tool_entries_takes_the_builtin_ones);
+    tcase_add_test(tpl, test_template_tool_entries_replace_the_builtin_ones);
     tcase_set_timeout(tpl, 300);
     suite_add_tcase(s, tpl);
 
