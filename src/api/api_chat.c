@@ -6,7 +6,8 @@
  *           {"role": "assistant", "content", "refusal": null}, "logprobs",
  *           "finish_reason"}]}
  *   stream  "chat.completion.chunk"s: each choice opens with
- *           {"delta": {"role": "assistant", "content": "", "refusal": null}},
+ *           {"delta": {"role": "assistant", "content": "", "refusal": null}}
+ *           (content null when the answer may be tool calls),
  *           then a {"delta": {"content"}} per token, then its finish_reason
  *   tools   when calls may be made, the answer is read by tool_calls.h: a
  *           message of calls has "content": null and "tool_calls": [{"id",
@@ -162,11 +163,16 @@ static json_t *chat_chunk_choice(size_t index, const char *text, size_t len,
     return chat_chunk_delta_choice(index, delta, logprobs, finish);
 }
 
-static json_t *chat_chunk_opening(size_t index)
+/* The role, and an empty content; null content when the answer may be
+ * calls (as OpenAI opens a stream of calls): a client that joins the
+ * pieces then keeps null for calls, and a text answer's pieces replace it. */
+static json_t *chat_chunk_opening(const completion_run *run, size_t index)
 {
-    return json_pack("{s:I, s:{s:s, s:s, s:n}, s:n, s:n}", "index",
+    const bool may_call = run->req.tool_calls.call_prefix != NULL;
+    return json_pack("{s:I, s:{s:s, s:o, s:n}, s:n, s:n}", "index",
                      (json_int_t)index, "delta", "role", "assistant", "content",
-                     "", "refusal", "logprobs", "finish_reason");
+                     may_call ? json_null() : json_string(""), "refusal",
+                     "logprobs", "finish_reason");
 }
 
 const completion_endpoint chat_endpoint = {

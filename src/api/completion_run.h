@@ -76,7 +76,7 @@ typedef struct completion_endpoint {
                                   const char *finish);
     /* NULL, or the choice of the chunk that opens each choice's stream
      * before its first token (chat's `delta.role`). */
-    json_t *(*chunk_opening)(size_t index);
+    json_t *(*chunk_opening)(const completion_run *run, size_t index);
 } completion_endpoint;
 
 /* One completion in flight: the parsed request and its engine requests.

@@ -246,7 +246,8 @@ static int stream_choice(completion_stream *s, size_t p, size_t index,
     if (cs->final_sent)
         return 0;
     if (!cs->opened && s->run->ep->chunk_opening != NULL) {
-        if (stream_choice_event(s, s->run->ep->chunk_opening(index)) != 0)
+        if (stream_choice_event(s, s->run->ep->chunk_opening(s->run, index)) !=
+            0)
             return -1;
         *any = true;
     }

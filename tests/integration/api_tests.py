@@ -2706,8 +2706,15 @@ class T12ToolCalls(ToolCallCase):
                                 for ev in events for c in ev["choices"]
                                 if c["index"] == ch["index"] and c.get("logprobs"))
                 self.assertEqual(n_entries, len(ch["logprobs"]["content"]))
-            # the delta that names a call has its id and no arguments yet;
-            # the finish chunk's delta is empty
+            # each choice opens with the role and a null content (calls may
+            # come); the delta that names a call has its id and no
+            # arguments yet; the finish chunk's delta is empty
+            openings = [c for ev in events for c in ev["choices"]
+                        if "role" in c["delta"]]
+            self.assertEqual(sorted(c["index"] for c in openings), [0, 1])
+            for c in openings:
+                self.assertEqual(c["delta"], {"role": "assistant",
+                                              "content": None, "refusal": None})
             for ev in events:
                 for c in ev["choices"]:
                     for tc in c["delta"].get("tool_calls") or []:
