@@ -6,8 +6,14 @@
  *           {"role": "assistant", "content", "refusal": null}, "logprobs",
  *           "finish_reason"}]}
  *   stream  "chat.completion.chunk"s: each choice opens with
- *           {"delta": {"role": "assistant", "content": "", "refusal": null}},
+ *           {"delta": {"role": "assistant", "content": "", "refusal": null}}
+ *           (content null when the answer may be tool calls),
  *           then a {"delta": {"content"}} per token, then its finish_reason
+ *   tools   when calls may be made, the answer is read by tool_calls.h: a
+ *           message of calls has "content": null and "tool_calls": [{"id",
+ *           "type": "function", "function": {"name", "arguments"}}], and
+ *           finish_reason "tool_calls" when they are whole; streamed, the
+ *           deltas are tool_calls.h's (completion_stream.c feeds them)
  *   logprobs {"content": [{"token", "logprob", "bytes", "top_logprobs":
  *           [{"token", "logprob", "bytes"}, ...]}, ...], "refusal": null}
  *           (the SDK's types require both refusals), every generated
@@ -24,6 +30,7 @@
 #include "api/api_chat.h"
 
 #include "api/chat_request.h"
+#include "api/tool_calls.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -80,18 +87,42 @@ static json_t *chat_logprobs(const completion_run *run, const gen_token *gen,
     return json_pack("{s:o, s:n}", "content", content, "refusal");
 }
 
+/* The message of a whole answer: its text, or (with tools) what the text
+ * reads as, and the finish_reason that goes with it. */
+static json_t *chat_message(const completion_run *run, size_t index,
+                            const gen_output *out, const char **fin)
+{
+    *fin = completion_finish_string(out->finish);
+    if (run->req.tool_calls.call_prefix == NULL)
+        return json_pack("{s:s, s:o, s:n}", "role", "assistant", "content",
+                         api_json_string_bytes(out->text, out->text_len),
+                         "refusal");
+    json_t *message = json_pack("{s:s}", "role", "assistant");
+    bool complete = false;
+    if (message == NULL ||
+        tool_calls_message(&run->req.tool_calls, run->id, index, out->text,
+                           out->text_len, message, &complete) != 0 ||
+        json_object_set_new(message, "refusal", json_null()) != 0) {
+        json_decref(message);
+        return NULL;
+    }
+    *fin = tool_call_finish_reason(*fin, complete);
+    return message;
+}
+
 static json_t *chat_choice(const completion_run *run, size_t prompt,
                            size_t index, const gen_output *out)
 {
+    const char *fin;
+    json_t *message = chat_message(run, index, out, &fin);
+    if (message == NULL)
+        return NULL;
     json_t *logprobs = run->req.logprobs
                            ? chat_logprobs(run, out->tokens, 0, out->n_tokens)
                            : json_null();
-    const char *fin = completion_finish_string(out->finish);
     json_t *choice = json_pack(
-        "{s:I, s:{s:s, s:o, s:n}, s:o, s:o}", "index", (json_int_t)index,
-        "message", "role", "assistant", "content",
-        api_json_string_bytes(out->text, out->text_len), "refusal", "logprobs",
-        logprobs != NULL ? logprobs : json_null(), "finish_reason",
+        "{s:I, s:o, s:o, s:o}", "index", (json_int_t)index, "message", message,
+        "logprobs", logprobs != NULL ? logprobs : json_null(), "finish_reason",
         fin != NULL ? json_string(fin) : json_null());
     if (choice != NULL && run->req.return_token_ids &&
         completion_add_token_ids(choice, &run->req.prompts[prompt], out->tokens,
@@ -110,6 +141,16 @@ static json_t *chat_chunk_logprobs(const completion_run *run,
     return chat_logprobs(run, gen, from, to);
 }
 
+/* A choice of a chunk around a delta object (a reference is stolen). */
+static json_t *chat_chunk_delta_choice(size_t index, json_t *delta,
+                                       json_t *logprobs, const char *finish)
+{
+    return json_pack("{s:I, s:o, s:o, s:o}", "index", (json_int_t)index,
+                     "delta", delta != NULL ? delta : json_null(), "logprobs",
+                     logprobs != NULL ? logprobs : json_null(), "finish_reason",
+                     finish != NULL ? json_string(finish) : json_null());
+}
+
 /* A choice of a chunk; the finish chunk's delta is empty unless text was
  * still held back. */
 static json_t *chat_chunk_choice(size_t index, const char *text, size_t len,
@@ -119,17 +160,19 @@ static json_t *chat_chunk_choice(size_t index, const char *text, size_t len,
                         ? json_object()
                         : json_pack("{s:o}", "content",
                                     api_json_string_bytes(text, len));
-    return json_pack("{s:I, s:o, s:o, s:o}", "index", (json_int_t)index,
-                     "delta", delta != NULL ? delta : json_null(), "logprobs",
-                     logprobs != NULL ? logprobs : json_null(), "finish_reason",
-                     finish != NULL ? json_string(finish) : json_null());
+    return chat_chunk_delta_choice(index, delta, logprobs, finish);
 }
 
-static json_t *chat_chunk_opening(size_t index)
+/* The role, and an empty content; null content when the answer may be
+ * calls (as OpenAI opens a stream of calls): a client that joins the
+ * pieces then keeps null for calls, and a text answer's pieces replace it. */
+static json_t *chat_chunk_opening(const completion_run *run, size_t index)
 {
-    return json_pack("{s:I, s:{s:s, s:s, s:n}, s:n, s:n}", "index",
+    const bool may_call = run->req.tool_calls.call_prefix != NULL;
+    return json_pack("{s:I, s:{s:s, s:o, s:n}, s:n, s:n}", "index",
                      (json_int_t)index, "delta", "role", "assistant", "content",
-                     "", "refusal", "logprobs", "finish_reason");
+                     may_call ? json_null() : json_string(""), "refusal",
+                     "logprobs", "finish_reason");
 }
 
 const completion_endpoint chat_endpoint = {
@@ -143,5 +186,6 @@ const completion_endpoint chat_endpoint = {
     .choice = chat_choice,
     .chunk_logprobs = chat_chunk_logprobs,
     .chunk_choice = chat_chunk_choice,
+    .chunk_delta_choice = chat_chunk_delta_choice,
     .chunk_opening = chat_chunk_opening,
 };

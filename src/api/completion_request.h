@@ -22,6 +22,7 @@
 #include "api/api_common.h"
 #include "api/api_fields.h"
 #include "api/constraint_request.h"
+#include "api/tool_calls.h"
 #include "engine/engine.h"
 #include "sample/sampler.h"
 #include "text/tokenizer.h"
@@ -61,6 +62,9 @@ typedef struct completion_request {
     size_t cache_salt_len;                      /* 0 when absent */
     bool has_cache_salt;
     api_constraint constraint; /* response_format / structured_outputs */
+    /* chat with tools: how the answer's calls are read (its call_prefix
+     * NULL otherwise); the chat template's strings, not owned */
+    tool_call_format tool_calls;
 } completion_request;
 
 /* Limits a request is validated against. */

@@ -69,9 +69,14 @@ typedef struct completion_endpoint {
      * NULL: none), the finish reason (NULL while it runs). */
     json_t *(*chunk_choice)(size_t index, const char *text, size_t len,
                             json_t *logprobs, const char *finish);
+    /* NULL, or the same around a delta object made elsewhere (a reference
+     * is stolen): chat's tool-call deltas (tool_calls.h), streamed when
+     * req.tool_calls says the answer is read for calls. */
+    json_t *(*chunk_delta_choice)(size_t index, json_t *delta, json_t *logprobs,
+                                  const char *finish);
     /* NULL, or the choice of the chunk that opens each choice's stream
      * before its first token (chat's `delta.role`). */
-    json_t *(*chunk_opening)(size_t index);
+    json_t *(*chunk_opening)(const completion_run *run, size_t index);
 } completion_endpoint;
 
 /* One completion in flight: the parsed request and its engine requests.

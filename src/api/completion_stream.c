@@ -4,6 +4,10 @@
  * Each chunk takes its endpoint's shape (completion_run.h's
  * completion_endpoint), after that endpoint's opening chunk if it has one.
  * With return_token_ids each chunk with tokens also names their ids.
+ * A chat answer read for tool calls streams tool_calls.h's deltas instead
+ * of its text: a chunk per delta (the token's logprobs and ids on the
+ * first), none for a token whose text is held back unless it has logprobs
+ * or ids to carry.
  *
  * Owns the stream: the per-choice progress and the SSE bytes not yet
  * taken.  The engine already holds back incomplete UTF-8 and pending
@@ -22,6 +26,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "api/tool_calls.h"
+
 /* Where one choice's stream stands. */
 typedef struct choice_state {
     size_t tokens_sent; /* generated tokens already chunked */
@@ -31,6 +37,8 @@ typedef struct choice_state {
     bool echo_sent;
     bool final_sent;
     bool prompt_ids_sent; /* return_token_ids: on the first chunk only */
+    bool reads_calls;     /* the text is read as tool calls: */
+    tool_call_stream calls;
 } choice_state;
 
 typedef struct completion_stream {
@@ -172,6 +180,52 @@ static int stream_echo(completion_stream *s, size_t p, size_t index,
     return rc;
 }
 
+/* A choice read for tool calls: the deltas of the answer grown to `end`
+ * (the whole answer when `finish` is non-NULL, which the last chunk then
+ * carries), one chunk each, the first with the token's `logprobs` (a
+ * reference is stolen) and ids. */
+static int stream_call_deltas(completion_stream *s, size_t index,
+                              choice_state *cs, const chunk_tokens *t,
+                              const gen_output *out, size_t end,
+                              json_t *logprobs, const char *finish)
+{
+    const completion_endpoint *ep = s->run->ep;
+    json_t *deltas = json_array();
+    int rc = deltas == NULL ? -1
+             : finish != NULL
+                 ? tool_call_stream_finish(&cs->calls, out->text, end, deltas)
+                 : tool_call_stream_feed(&cs->calls, out->text, end, deltas);
+    const size_t n = json_array_size(deltas);
+    /* a held-back token still brings its logprobs and ids */
+    const bool carry = logprobs != NULL ||
+                       (s->run->req.return_token_ids && t->from < t->to);
+    const chunk_tokens none = { t->prompt, t->gen, 0, 0 };
+    for (size_t k = 0; rc == 0 && (k < n || (k == 0 && carry)); k++) {
+        json_t *delta = k < n ? json_incref(json_array_get(deltas, k))
+                              : json_object();
+        json_t *choice = ep->chunk_delta_choice(index, delta,
+                                                k == 0 ? logprobs : NULL, NULL);
+        if (k == 0)
+            logprobs = NULL; /* the choice took it */
+        if (choice != NULL &&
+            chunk_add_ids(s, choice, cs, k == 0 ? t : &none) != 0) {
+            json_decref(choice);
+            rc = -1;
+        } else if (stream_choice_event(s, choice) != 0) {
+            rc = -1;
+        }
+    }
+    json_decref(logprobs);
+    json_decref(deltas);
+    if (rc == 0 && finish != NULL) {
+        const char *why = tool_call_finish_reason(
+            finish, tool_call_reader_calls_complete(&cs->calls.reader));
+        rc = stream_choice_event(
+            s, ep->chunk_delta_choice(index, json_object(), NULL, why));
+    }
+    return rc;
+}
+
 size_t completion_stream_delta_end(const gen_output *out, size_t token,
                                    size_t text_sent)
 {
@@ -192,7 +246,8 @@ static int stream_choice(completion_stream *s, size_t p, size_t index,
     if (cs->final_sent)
         return 0;
     if (!cs->opened && s->run->ep->chunk_opening != NULL) {
-        if (stream_choice_event(s, s->run->ep->chunk_opening(index)) != 0)
+        if (stream_choice_event(s, s->run->ep->chunk_opening(s->run, index)) !=
+            0)
             return -1;
         *any = true;
     }
@@ -212,8 +267,12 @@ static int stream_choice(completion_stream *s, size_t p, size_t index,
             lp = s->run->ep->chunk_logprobs(s->run, out->tokens, i, i + 1,
                                             &cs->next);
         const chunk_tokens one = { p, out->tokens, i, i + 1 };
-        if (stream_chunk(s, index, cs, &one, out->text + cs->text_sent,
-                         end - cs->text_sent, lp, NULL) != 0)
+        int rc = cs->reads_calls ? stream_call_deltas(s, index, cs, &one, out,
+                                                      end, lp, NULL)
+                                 : stream_chunk(s, index, cs, &one,
+                                                out->text + cs->text_sent,
+                                                end - cs->text_sent, lp, NULL);
+        if (rc != 0)
             return -1;
         cs->text_sent = end;
         *any = true;
@@ -221,9 +280,14 @@ static int stream_choice(completion_stream *s, size_t p, size_t index,
     if (out->finish != FINISH_NONE && out->finish != FINISH_CANCELLED) {
         /* Whatever was held back is final now. */
         const chunk_tokens none = { p, out->tokens, 0, 0 };
-        if (stream_chunk(s, index, cs, &none, out->text + cs->text_sent,
-                         out->text_len - cs->text_sent, NULL,
-                         completion_finish_string(out->finish)) != 0)
+        const char *finish = completion_finish_string(out->finish);
+        int rc = cs->reads_calls
+                     ? stream_call_deltas(s, index, cs, &none, out,
+                                          out->text_len, NULL, finish)
+                     : stream_chunk(
+                           s, index, cs, &none, out->text + cs->text_sent,
+                           out->text_len - cs->text_sent, NULL, finish);
+        if (rc != 0)
             return -1;
         cs->text_sent = out->text_len;
         cs->final_sent = true;
@@ -389,6 +453,15 @@ int completion_stream_open(completion_run *run, api_source *src)
     s->run = run;
     s->choices = calloc(run->req.n_prompts * run->req.n, sizeof *s->choices);
     s->versions = calloc(run->req.n_prompts, sizeof *s->versions);
+    const completion_request *req = &run->req;
+    for (size_t c = 0;
+         s->choices != NULL && req->tool_calls.call_prefix != NULL &&
+         run->ep->chunk_delta_choice != NULL && c < req->n_prompts * req->n;
+         c++) {
+        s->choices[c].reads_calls = true;
+        tool_call_stream_init(&s->choices[c].calls, &req->tool_calls, run->id,
+                              c);
+    }
     if (s->choices == NULL || s->versions == NULL ||
         stream_start_offsets(s) != 0) {
         free(s->choices);

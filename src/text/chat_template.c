@@ -20,14 +20,30 @@ const char chat_template_builtin_json[] =
     "  \"system\":    {\"prefix\": \"System: \",   \"suffix\": \"\\n\"},\n"
     "  \"user\":      {\"prefix\": \"User: \",     \"suffix\": \"\\n\"},\n"
     "  \"assistant\": {\"prefix\": \"Assistant:\", \"suffix\": \"\\n\"},\n"
+    "  \"tool\":      {\"prefix\": \"Tool: \",     \"suffix\": \"\\n\"},\n"
+    "  \"tools\":     {\"prefix\": \"Tools:\\n\",   \"suffix\": \"\\n\"},\n"
+    "  \"tool_call\": {\"prefix\": \"<tool_call>\", \"suffix\": "
+    "\"</tool_call>\"},\n"
     "  \"stop\": [\"\\nUser:\", \"\\nSystem:\"]\n"
     "}\n";
 
+/* The template's keys: the roles', then "tool_call" and "stop". */
 static const char *const role_names[CHAT_N_ROLES] = {
-    [CHAT_ROLE_SYSTEM] = "system",
-    [CHAT_ROLE_USER] = "user",
-    [CHAT_ROLE_ASSISTANT] = "assistant",
+    [CHAT_ROLE_SYSTEM] = "system",       [CHAT_ROLE_USER] = "user",
+    [CHAT_ROLE_ASSISTANT] = "assistant", [CHAT_ROLE_TOOL] = "tool",
+    [CHAT_ROLE_TOOLS] = "tools",
 };
+
+/* What a template file that predates tools leaves out: the built-in's.
+ * Every template written before tools existed stays valid. */
+static const struct {
+    const char *prefix, *suffix;
+} tool_defaults[CHAT_N_ROLES] = {
+    [CHAT_ROLE_TOOL] = { "Tool: ", "\n" },
+    [CHAT_ROLE_TOOLS] = { "Tools:\n", "\n" },
+};
+#define CALL_PREFIX_DEFAULT "<tool_call>"
+#define CALL_SUFFIX_DEFAULT "</tool_call>"
 
 /* Every key of `obj` is one of `keys` (n of them). */
 static int only_keys(json_t *obj, const char *const *keys, size_t n,
@@ -60,13 +76,27 @@ static int take_text(char **out, json_t *v, const char *where, const char *what,
     return *out != NULL ? 0 : error_set(err, "%s: out of memory", where);
 }
 
-static int parse_role(chat_template *t, json_t *root, chat_role role,
-                      const char *where, gpt2d_error *err)
+static int take_default(char **out, const char *text, const char *where,
+                        gpt2d_error *err)
+{
+    *out = strdup(text);
+    return *out != NULL ? 0 : error_set(err, "%s: out of memory", where);
+}
+
+/* The entry `name`: {"prefix", "suffix"}.  When `prefix_default` is
+ * non-NULL the entry may be left out and then takes the defaults. */
+static int parse_pair(json_t *root, const char *name, char **prefix,
+                      char **suffix, const char *prefix_default,
+                      const char *suffix_default, const char *where,
+                      gpt2d_error *err)
 {
     static const char *const keys[] = { "prefix", "suffix" };
-    const char *name = role_names[role];
     char what[32];
     json_t *r = json_object_get(root, name);
+    if (r == NULL && prefix_default != NULL)
+        return take_default(prefix, prefix_default, where, err) == 0
+                   ? take_default(suffix, suffix_default, where, err)
+                   : -1;
     if (!json_is_object(r))
         return error_set(err,
                          "%s: \"%s\" must be an object with a prefix and "
@@ -75,12 +105,31 @@ static int parse_role(chat_template *t, json_t *root, chat_role role,
     if (only_keys(r, keys, 2, where, name, err) != 0)
         return -1;
     snprintf(what, sizeof what, "%s.prefix", name);
-    if (take_text(&t->prefix[role], json_object_get(r, "prefix"), where, what,
-                  err) != 0)
+    if (take_text(prefix, json_object_get(r, "prefix"), where, what, err) != 0)
         return -1;
     snprintf(what, sizeof what, "%s.suffix", name);
-    return take_text(&t->suffix[role], json_object_get(r, "suffix"), where,
-                     what, err);
+    return take_text(suffix, json_object_get(r, "suffix"), where, what, err);
+}
+
+static int parse_role(chat_template *t, json_t *root, chat_role role,
+                      const char *where, gpt2d_error *err)
+{
+    return parse_pair(root, role_names[role], &t->prefix[role],
+                      &t->suffix[role], tool_defaults[role].prefix,
+                      tool_defaults[role].suffix, where, err);
+}
+
+/* The call markers: an answer that begins with the prefix is read as calls,
+ * so it must have one. */
+static int parse_call_markers(chat_template *t, json_t *root, const char *where,
+                              gpt2d_error *err)
+{
+    if (parse_pair(root, "tool_call", &t->call_prefix, &t->call_suffix,
+                   CALL_PREFIX_DEFAULT, CALL_SUFFIX_DEFAULT, where, err) != 0)
+        return -1;
+    if (t->call_prefix[0] == '\0')
+        return error_set(err, "%s: tool_call.prefix must not be empty", where);
+    return 0;
 }
 
 static int parse_stop(chat_template *t, json_t *root, const char *where,
@@ -109,7 +158,9 @@ static int parse_stop(chat_template *t, json_t *root, const char *where,
 int chat_template_parse(chat_template *t, const char *json, size_t len,
                         const char *where, gpt2d_error *err)
 {
-    static const char *const keys[] = { "system", "user", "assistant", "stop" };
+    static const char *const keys[] = { "system", "user",  "assistant",
+                                        "tool",   "tools", "tool_call",
+                                        "stop" };
     memset(t, 0, sizeof *t);
     json_error_t jerr;
     json_t *root = json_loadb(json, len, JSON_REJECT_DUPLICATES, &jerr);
@@ -119,10 +170,14 @@ int chat_template_parse(chat_template *t, const char *json, size_t len,
     int rc = -1;
     if (!json_is_object(root))
         error_set(err, "%s: a chat template is a JSON object", where);
-    else if (only_keys(root, keys, 4, where, "the template", err) == 0 &&
+    else if (only_keys(root, keys, sizeof keys / sizeof keys[0], where,
+                       "the template", err) == 0 &&
              parse_role(t, root, CHAT_ROLE_SYSTEM, where, err) == 0 &&
              parse_role(t, root, CHAT_ROLE_USER, where, err) == 0 &&
              parse_role(t, root, CHAT_ROLE_ASSISTANT, where, err) == 0 &&
+             parse_role(t, root, CHAT_ROLE_TOOL, where, err) == 0 &&
+             parse_role(t, root, CHAT_ROLE_TOOLS, where, err) == 0 &&
+             parse_call_markers(t, root, where, err) == 0 &&
              parse_stop(t, root, where, err) == 0)
         rc = 0;
     /* the prompt must not be empty, and the reply must follow a marker */
@@ -169,6 +224,8 @@ void chat_template_free(chat_template *t)
         free(t->prefix[r]);
         free(t->suffix[r]);
     }
+    free(t->call_prefix);
+    free(t->call_suffix);
     for (size_t i = 0; i < CHAT_TEMPLATE_MAX_STOP; i++)
         free(t->stop[i]);
     memset(t, 0, sizeof *t);
@@ -206,4 +263,36 @@ size_t chat_template_rendered_bytes(const chat_template *t,
         total += turn;
     }
     return total;
+}
+
+int chat_template_write_call(const chat_template *t, const char *name,
+                             size_t name_len, const char *arguments,
+                             size_t arguments_len, gpt2d_buf *out)
+{
+    return append_str(out, t->call_prefix) != 0 ||
+                   append_str(out, CHAT_CALL_BEFORE_NAME) != 0 ||
+                   buf_append(out, name, name_len) != 0 ||
+                   append_str(out, CHAT_CALL_BEFORE_ARGUMENTS) != 0 ||
+                   buf_append(out, arguments, arguments_len) != 0 ||
+                   append_str(out, CHAT_CALL_AFTER_ARGUMENTS) != 0 ||
+                   append_str(out, t->call_suffix) != 0
+               ? -1
+               : 0;
+}
+
+/* One sentence, in the template's own markers, so a model that reads the
+ * description sees the very bytes its calls must be. */
+int chat_template_write_call_howto(const chat_template *t, gpt2d_buf *out)
+{
+    static const char placeholder_name[] = "NAME";
+    static const char placeholder_arguments[] = "ARGUMENTS";
+    return append_str(out, "To call a tool, write ") != 0 ||
+                   chat_template_write_call(
+                       t, placeholder_name, strlen(placeholder_name),
+                       placeholder_arguments, strlen(placeholder_arguments),
+                       out) != 0 ||
+                   append_str(out, ", ARGUMENTS being a JSON object that its "
+                                   "parameters describe.") != 0
+               ? -1
+               : 0;
 }

@@ -17,7 +17,32 @@
  *   {"system":    {"prefix": "System: ",   "suffix": "\n"},
  *    "user":      {"prefix": "User: ",     "suffix": "\n"},
  *    "assistant": {"prefix": "Assistant:", "suffix": "\n"},
+ *    "tool":      {"prefix": "Tool: ",     "suffix": "\n"},
+ *    "tools":     {"prefix": "Tools:\n",   "suffix": "\n"},
+ *    "tool_call": {"prefix": "<tool_call>", "suffix": "</tool_call>"},
  *    "stop": ["\nUser:", "\nSystem:"]}
+ *
+ * The last three are optional (the values above are their defaults): GPT-2
+ * has no native format for tools, so the template gives one.
+ *
+ *   tool       a tool's result (a message of role "tool"), like any role.
+ *   tools      around the description of the request's tools, written once
+ *              at the very start of the prompt when a request sends tools
+ *              (so it is part of the prefix every turn shares): one line of
+ *              compact JSON {"name", "description", "parameters"} per
+ *              function, then a line saying how to call one (a call in the
+ *              format below).
+ *   tool_call  the markers around one call in the assistant's text.  A call
+ *              is written as
+ *                  PREFIX {"name":"NAME","arguments":ARGUMENTS} SUFFIX
+ *              (without the spaces), ARGUMENTS the arguments' compact JSON,
+ *              and several calls follow each other with nothing between.
+ *              An assistant message that made calls renders as the
+ *              assistant's prefix, its content (if any), its calls and the
+ *              assistant's suffix, so a reply that made calls is again
+ *              exactly what the next turn's prompt holds there.  The prefix
+ *              must not be empty: an answer that begins with it is read as
+ *              calls (chat_tools.h, tool_calls.h).
  *
  * Owns its strings.  Loaded by main before any thread starts; read-only
  * afterwards, so any connection thread may render with it. */
@@ -33,6 +58,9 @@ typedef enum chat_role {
     CHAT_ROLE_SYSTEM, /* also OpenAI's "developer" */
     CHAT_ROLE_USER,
     CHAT_ROLE_ASSISTANT,
+    CHAT_ROLE_TOOL,  /* a tool's result */
+    CHAT_ROLE_TOOLS, /* no message's role: the tools' description, which
+                      * the request writes first as a turn of its own */
     CHAT_N_ROLES,
 } chat_role;
 
@@ -46,9 +74,20 @@ typedef enum chat_role {
 typedef struct chat_template {
     char *prefix[CHAT_N_ROLES];
     char *suffix[CHAT_N_ROLES];
+    char *call_prefix, *call_suffix; /* around one tool call */
     char *stop[CHAT_TEMPLATE_MAX_STOP];
     size_t n_stop;
 } chat_template;
+
+/* The JSON of a call between the template's markers, in three fixed parts
+ * around the name and the arguments.  The grammar of an answer
+ * (chat_tools.c), the reader of one (tool_calls.c) and the transcript
+ * (chat_template_write_call) all take them from here, so what the model is
+ * made to write, what is read back and what the next turn shows agree to
+ * the byte. */
+#define CHAT_CALL_BEFORE_NAME "{\"name\":\""
+#define CHAT_CALL_BEFORE_ARGUMENTS "\",\"arguments\":"
+#define CHAT_CALL_AFTER_ARGUMENTS "}"
 
 /* The built-in plain transcript, as the JSON text a file would hold. */
 extern const char chat_template_builtin_json[];
@@ -77,5 +116,16 @@ int chat_template_render(const chat_template *t, const chat_turn *turns,
  * them (SIZE_MAX if they overflow). */
 size_t chat_template_rendered_bytes(const chat_template *t,
                                     const chat_turn *turns, size_t n);
+
+/* Appends one tool call as the transcript writes it: the call prefix,
+ * {"name":"NAME","arguments":ARGUMENTS} and the call suffix.  `name` is
+ * written as it is (the caller checked it needs no JSON escape) and so are
+ * the arguments (compact JSON).  0, or -1 when the buffer cannot grow. */
+int chat_template_write_call(const chat_template *t, const char *name,
+                             size_t name_len, const char *arguments,
+                             size_t arguments_len, gpt2d_buf *out);
+/* Appends the sentence that ends the tools' description: how a call is
+ * written, in this template's markers. */
+int chat_template_write_call_howto(const chat_template *t, gpt2d_buf *out);
 
 #endif

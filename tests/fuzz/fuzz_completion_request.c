@@ -159,6 +159,20 @@ static void check_chat_accepted(const completion_request *req)
         FUZZ_CHECK(
             strcmp(req->stop[req->n_stop - tpl.n_stop + i], tpl.stop[i]) == 0,
             "chat: template stop %zu missing", i);
+    /* an answer read for tool calls runs under the tools' grammar, and
+     * reads the template's markers */
+    const tool_call_format *f = &req->tool_calls;
+    if (f->call_prefix == NULL)
+        return;
+    FUZZ_CHECK(f->call_prefix == tpl.call_prefix &&
+                   f->call_suffix == tpl.call_suffix &&
+                   f->end == tpl.suffix[CHAT_ROLE_ASSISTANT],
+               "chat: tool calls read with other markers");
+    const char *g = req->constraint.gbnf;
+    FUZZ_CHECK(g != NULL && strlen(g) == req->constraint.len &&
+                   (strncmp(g, "root ::= tool-calls", 19) == 0 ||
+                    strstr(g, "\nroot ::= tool-calls") != NULL),
+               "chat: tool calls without the tools' grammar");
 }
 
 /* /tokenize and /detokenize answer 200 or a 400 error object, always JSON;

@@ -1522,7 +1522,8 @@ class T5bChat(ApiCase):
         msg = [{"role": "user", "content": "Hi"}]
         cases = [
             ({"messages": msg, "tools": [{"type": "function",
-                                          "function": {"name": "f"}}]}, "tools"),
+                                          "function": {"name": "f g"}}]},
+             "tools[0].function.name"),
             ({"messages": msg, "tool_choice": "required"}, "tool_choice"),
             ({"messages": msg, "response_format": {"type": "json_object"}},
              "response_format"),
@@ -1533,7 +1534,7 @@ class T5bChat(ApiCase):
                 {"type": "input_audio", "input_audio": {"data": "", "format": "wav"}}]}]},
              "messages[0].content[0].type"),
             ({"messages": [{"role": "tool", "content": "42", "tool_call_id": "1"}]},
-             "messages[0].role"),
+             "messages[0].tool_call_id"),
             ({"messages": msg, "n": 5}, "n"),
             ({"messages": msg, "top_logprobs": 2}, "top_logprobs"),
             ({"messages": msg, "max_completion_tokens": 100}, "max_completion_tokens"),
@@ -2500,6 +2501,375 @@ class T8bChunkedPrefill(ServerCase):
                          "a step had more rows than --max-batch-rows")
         self.assertGreaterEqual(m["gpt2d_batch_rows_sum"], 900)
         self.assertGreater(m["gpt2d_step_seconds_sum"], 0.0)
+
+
+# ---------------------------------------------------------------- tool calls
+
+WEATHER_TOOL = {"type": "function", "function": {
+    "name": "get_weather", "description": "The weather in a city",
+    "parameters": {"type": "object", "properties": {
+        "city": {"type": "string", "enum": ["Paris", "Rome", "Oslo"]},
+        "days": {"type": "integer", "minimum": 1, "maximum": 7},
+        "metric": {"type": "boolean"}},
+        "required": ["city", "days"], "additionalProperties": False}}}
+NOTE_TOOL = {"type": "function", "function": {
+    "name": "note", "strict": True,
+    "parameters": {"type": "object", "properties": {
+        "text": {"type": "string", "maxLength": 6},
+        "tags": {"type": "array", "items": {"enum": ["a", "b"]},
+                 "maxItems": 2}},
+        "required": ["text", "tags"], "additionalProperties": False}}}
+NOW_TOOL = {"type": "function", "function": {"name": "now"}}
+TOOLS = [WEATHER_TOOL, NOTE_TOOL, NOW_TOOL]
+CALL_ID = re.compile(r"call_[0-9a-f]{24}")
+NEWLINE = 198       # "\n": the assistant's suffix, which may end the calls
+
+
+def join_chat_deltas(events):
+    """Streamed chat chunks joined as the OpenAI SDKs join them: per choice
+    the content (None until a piece comes), the tool calls by index (id,
+    type and name from a call's first entry, arguments appended) and the
+    finish_reason."""
+    out = {}
+    for ev in events:
+        for c in ev.get("choices") or []:
+            m = out.setdefault(c["index"], {"content": None, "tool_calls": [],
+                                            "finish_reason": None})
+            d = c["delta"]
+            if d.get("content"):
+                m["content"] = (m["content"] or "") + d["content"]
+            for tc in d.get("tool_calls") or []:
+                calls = m["tool_calls"]
+                if tc["index"] == len(calls):
+                    calls.append({"id": tc["id"], "type": tc["type"],
+                                  "function": {"name": tc["function"]["name"],
+                                               "arguments": ""}})
+                calls[tc["index"]]["function"]["arguments"] += \
+                    tc["function"].get("arguments", "")
+            if c.get("finish_reason"):
+                m["finish_reason"] = c["finish_reason"]
+    return out
+
+
+class ToolCallCase(ServerCase):
+    """What every tool-call group checks: an answer's calls are real calls
+    of the request's functions, their arguments valid under the function's
+    `parameters` by python3-jsonschema."""
+    MODEL = staticmethod(long_model)
+
+    def chat(self, **body):
+        r = self.client().post("/v1/chat/completions", body)
+        self.assertEqual(r.status, 200, r)
+        return r.json
+
+    def assert_calls(self, message, finish, tools=TOOLS, marker="<tool_call>"):
+        """The message is calls (content null) or text that does not begin
+        with the marker; whole calls validate; a call cut by max_tokens is
+        the last one, its arguments a prefix of a JSON text.  Returns the
+        calls."""
+        import jsonschema
+        schemas = {t["function"]["name"]:
+                   t["function"].get("parameters",
+                                     {"type": "object", "maxProperties": 0})
+                   for t in tools}
+        calls = message.get("tool_calls") or []
+        self.assertEqual(message["role"], "assistant")
+        if not calls:
+            self.assertIsInstance(message["content"], str, message)
+            self.assertFalse(message["content"].startswith(marker), message)
+            self.assertIn(finish, ("stop", "length"))
+            return calls
+        self.assertIsNone(message["content"], message)
+        self.assertIn(finish, ("tool_calls", "length"))
+        ids = [c["id"] for c in calls]
+        self.assertEqual(len(set(ids)), len(ids), ids)
+        for k, c in enumerate(calls):
+            self.assertRegex(c["id"], CALL_ID)
+            self.assertEqual(c["type"], "function")
+            self.assertEqual(set(c["function"]), {"name", "arguments"})
+            self.assertIn(c["function"]["name"], schemas)
+            text = c["function"]["arguments"]
+            if finish == "length" and k == len(calls) - 1:
+                continue   # may be cut anywhere
+            args = json.loads(text)
+            # compact, as the grammar writes it
+            self.assertEqual(text, json.dumps(args, separators=(",", ":"),
+                                              ensure_ascii=False), text)
+            jsonschema.validate(args, schemas[c["function"]["name"]])
+        return calls
+
+
+class T12ToolCalls(ToolCallCase):
+    """tools and tool_choice over HTTP with the built-in template (a random
+    1024-context model and the real tokenizer): required, a named function
+    and one call at most make calls that validate; a stream joins to the
+    whole answer of the same seed; a second round with the tools' results
+    is accepted and begins with the first round's prompt and reply."""
+    NAME = "tools"
+    ARGS = ("--slots", "4", "--threads", "2")
+
+    def test_required_makes_calls_that_validate(self):
+        finishes = set()
+        for seed in range(6):
+            body = self.chat(messages=[{"role": "user", "content": "Weather?"}],
+                             tools=TOOLS, tool_choice="required", n=2,
+                             seed=seed, max_tokens=300,
+                             logit_bias={str(NEWLINE): 5})
+            for ch in body["choices"]:
+                calls = self.assert_calls(ch["message"], ch["finish_reason"])
+                self.assertGreaterEqual(len(calls), 1, ch)
+                self.assertLessEqual(len(calls), 8)
+                finishes.add(ch["finish_reason"])
+        self.assertIn("tool_calls", finishes)
+
+    def test_a_named_function_is_called_once(self):
+        for seed in range(4):
+            for name in ("get_weather", "note", "now"):
+                body = self.chat(
+                    messages=[{"role": "user", "content": "Go"}], tools=TOOLS,
+                    tool_choice={"type": "function", "function": {"name": name}},
+                    seed=seed, max_tokens=200)
+                ch = body["choices"][0]
+                calls = self.assert_calls(ch["message"], ch["finish_reason"])
+                self.assertEqual(ch["finish_reason"], "tool_calls", ch)
+                self.assertEqual([c["function"]["name"] for c in calls], [name])
+                if name == "now":
+                    self.assertEqual(calls[0]["function"]["arguments"], "{}")
+
+    def test_no_parallel_calls_is_one_call(self):
+        for seed in range(4):
+            body = self.chat(messages=[{"role": "user", "content": "Go"}],
+                             tools=TOOLS, tool_choice="required",
+                             parallel_tool_calls=False, seed=seed,
+                             max_tokens=200)
+            ch = body["choices"][0]
+            calls = self.assert_calls(ch["message"], ch["finish_reason"])
+            self.assertEqual(ch["finish_reason"], "tool_calls", ch)
+            self.assertEqual(len(calls), 1)
+
+    def test_auto_answers_calls_or_text(self):
+        for seed in range(4):
+            body = self.chat(messages=[{"role": "user", "content": "Hi"}],
+                             tools=TOOLS, seed=seed, max_tokens=40, n=2)
+            for ch in body["choices"]:
+                self.assert_calls(ch["message"], ch["finish_reason"])
+
+    def test_none_describes_the_tools_and_writes_text(self):
+        plain = self.chat(messages=[{"role": "user", "content": "Hi"}],
+                          seed=1, max_tokens=5)
+        body = self.chat(messages=[{"role": "user", "content": "Hi"}],
+                         tools=TOOLS, tool_choice="none", seed=1, max_tokens=5)
+        ch = body["choices"][0]
+        self.assertIsInstance(ch["message"]["content"], str)
+        self.assertNotIn("tool_calls", ch["message"])
+        # the description is in the prompt
+        self.assertGreater(body["usage"]["prompt_tokens"],
+                           plain["usage"]["prompt_tokens"] + 50)
+
+    def test_stream_joins_to_the_whole_answer_of_the_seed(self):
+        cases = [dict(tool_choice="required", logit_bias={str(NEWLINE): 5}),
+                 dict(tool_choice={"type": "function",
+                                   "function": {"name": "note"}}),
+                 dict(tool_choice="auto"),
+                 dict(tool_choice="required", max_tokens=25)]
+        seen = set()
+        for extra in cases:
+            body = dict(messages=[{"role": "user", "content": "Weather?"}],
+                        tools=TOOLS, seed=7, n=2, max_tokens=200,
+                        logprobs=True)
+            body.update(extra)
+            whole = self.chat(**body)
+            events, _ = stream_events(self.client(), "/v1/chat/completions",
+                                      dict(body, stream=True))
+            joined = join_chat_deltas(events)
+            for ch in whole["choices"]:
+                got = joined[ch["index"]]
+                self.assert_calls(ch["message"], ch["finish_reason"])
+                seen.add((bool(ch["message"].get("tool_calls")),
+                          ch["finish_reason"]))
+                self.assertEqual(got["finish_reason"], ch["finish_reason"])
+                want_calls = ch["message"].get("tool_calls") or []
+                self.assertEqual(
+                    [c["function"] for c in got["tool_calls"]],
+                    [c["function"] for c in want_calls], extra)
+                for c in got["tool_calls"]:
+                    self.assertRegex(c["id"], CALL_ID)
+                    self.assertEqual(c["type"], "function")
+                if want_calls:
+                    self.assertIsNone(got["content"])
+                else:
+                    self.assertEqual(got["content"] or "",
+                                     ch["message"]["content"])
+            # every token's logprobs, as for text
+            for ch in whole["choices"]:
+                n_entries = sum(len(c["logprobs"]["content"])
+                                for ev in events for c in ev["choices"]
+                                if c["index"] == ch["index"] and c.get("logprobs"))
+                self.assertEqual(n_entries, len(ch["logprobs"]["content"]))
+            # each choice opens with the role and a null content (calls may
+            # come); the delta that names a call has its id and no
+            # arguments yet; the finish chunk's delta is empty
+            openings = [c for ev in events for c in ev["choices"]
+                        if "role" in c["delta"]]
+            self.assertEqual(sorted(c["index"] for c in openings), [0, 1])
+            for c in openings:
+                self.assertEqual(c["delta"], {"role": "assistant",
+                                              "content": None, "refusal": None})
+            for ev in events:
+                for c in ev["choices"]:
+                    for tc in c["delta"].get("tool_calls") or []:
+                        if "id" in tc:
+                            self.assertEqual(tc["function"]["arguments"], "")
+                    if c.get("finish_reason"):
+                        self.assertEqual(c["delta"], {})
+        # calls whole and cut short, and text, were all compared
+        self.assertTrue({(True, "tool_calls"), (True, "length")} <= seen, seen)
+        self.assertTrue(any(not calls for calls, _ in seen), seen)
+
+    def test_second_round_with_results_is_accepted(self):
+        c = self.client()
+        first_msgs = [{"role": "user", "content": "Weather in Rome?"}]
+        sid = "tools-%d" % os.getpid()
+        first = self.chat(messages=first_msgs, tools=TOOLS,
+                          tool_choice="required", parallel_tool_calls=False,
+                          seed=3, max_tokens=200, return_token_ids=True,
+                          session_id=sid)
+        ch = first["choices"][0]
+        calls = self.assert_calls(ch["message"], ch["finish_reason"])
+        self.assertEqual(ch["finish_reason"], "tool_calls")
+        # the calls sent back as they came, and one result each
+        messages = first_msgs + [ch["message"]] + [
+            {"role": "tool", "tool_call_id": call["id"], "content": "sunny"}
+            for call in calls]
+        second = self.chat(messages=messages, tools=TOOLS, seed=4,
+                           max_tokens=20, return_token_ids=True,
+                           session_id=sid)
+        ch2 = second["choices"][0]
+        self.assert_calls(ch2["message"], ch2["finish_reason"])
+        # the second prompt begins with the first prompt and reply, in text
+        said = vocab().decode(ch["prompt_token_ids"] + ch["token_ids"])
+        prompt2 = vocab().decode(ch2["prompt_token_ids"])
+        self.assertTrue(prompt2.startswith(said), (said, prompt2))
+        self.assertIn(b"\nTool: sunny\nAssistant:", prompt2)
+        # and the session reuses every token the two share (the model may
+        # have split the reply where the tokenizer would not)
+        before = ch["prompt_token_ids"] + ch["token_ids"][:-1]
+        common = 0
+        for a, b in zip(before, ch2["prompt_token_ids"]):
+            if a != b:
+                break
+            common += 1
+        self.assertGreaterEqual(common, len(ch["prompt_token_ids"]) - 1)
+        self.assertEqual(
+            second["usage"]["prompt_tokens_details"]["cached_tokens"],
+            min(common, len(ch2["prompt_token_ids"]) - 1))
+        # a result for a call never made is refused by name
+        bad = messages + [{"role": "tool", "tool_call_id": "call_x",
+                           "content": "?"}]
+        r = c.post("/v1/chat/completions", {"messages": bad, "tools": TOOLS})
+        self.assert_error(r, 400, "messages[%d].tool_call_id" % (len(bad) - 1))
+
+    def test_bad_tools_are_400_naming_the_field(self):
+        c = self.client()
+        hi = [{"role": "user", "content": "Hi"}]
+        bad_schema = {"type": "function", "function": {
+            "name": "f", "parameters": {"type": "object", "properties": {
+                "x": {"type": "strin"}}}}}
+        for body, param in (
+                ({"tools": [NOW_TOOL, bad_schema]},
+                 "tools[1].function.parameters.properties.x.type"),
+                ({"tools": [{"type": "function", "function": {"name": "a b"}}]},
+                 "tools[0].function.name"),
+                ({"tools": TOOLS, "tool_choice": {"type": "function",
+                                                  "function": {"name": "x"}}},
+                 "tool_choice.function.name"),
+                ({"tool_choice": "required"}, "tool_choice"),
+                ({"functions": [{"name": "f"}]}, "functions")):
+            r = c.post("/v1/chat/completions", dict(body, messages=hi))
+            self.assert_error(r, 400, param)
+
+
+class T12bToolCallsAuto(ToolCallCase):
+    """tool_choice auto with a template whose call marker is one token
+    ("@"), so that a logit_bias can send the answer down either branch: a
+    bias for "@" makes calls, one against it text; without one, either."""
+    NAME = "tools-auto"
+    AT = 31     # "@"
+    TEMPLATE = {
+        "system": {"prefix": "System: ", "suffix": "\n"},
+        "user": {"prefix": "User: ", "suffix": "\n"},
+        "assistant": {"prefix": "Assistant:", "suffix": "\n"},
+        "tool_call": {"prefix": "@", "suffix": ";"},
+        "stop": ["\nUser:"]}
+
+    @classmethod
+    def setUpClass(cls):
+        path = os.path.join(WORKDIR, "tools-auto-template.json")
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(cls.TEMPLATE, f)
+        cls.ARGS = ("--slots", "2", "--threads", "1", "--chat-template", path)
+        super().setUpClass()
+
+    def ask(self, seed, bias, stream=False, **extra):
+        body = dict(messages=[{"role": "user", "content": "Weather?"}],
+                    tools=TOOLS, seed=seed, max_tokens=150, n=2,
+                    logit_bias={str(self.AT): bias} if bias else {})
+        body.update(extra)
+        if not stream:
+            return self.chat(**body)["choices"]
+        events, _ = stream_events(self.client(), "/v1/chat/completions",
+                                  dict(body, stream=True))
+        return join_chat_deltas(events)
+
+    def test_the_marker_makes_calls(self):
+        for seed in range(3):
+            for ch in self.ask(seed, 100):
+                calls = self.assert_calls(ch["message"], ch["finish_reason"],
+                                          marker="@")
+                self.assertGreaterEqual(len(calls), 1, ch)
+
+    def test_without_the_marker_the_answer_is_text(self):
+        for seed in range(3):
+            for ch in self.ask(seed, -100):
+                self.assertEqual(self.assert_calls(ch["message"],
+                                                   ch["finish_reason"],
+                                                   marker="@"), [])
+
+    def test_either_way_stream_and_whole_agree(self):
+        for seed in range(3):
+            for bias in (100, -100, 0):
+                whole = self.ask(seed, bias)
+                joined = self.ask(seed, bias, stream=True)
+                for ch in whole:
+                    self.assert_calls(ch["message"], ch["finish_reason"],
+                                      marker="@")
+                    got = joined[ch["index"]]
+                    self.assertEqual(got["finish_reason"], ch["finish_reason"])
+                    self.assertEqual(
+                        [c["function"] for c in got["tool_calls"]],
+                        [c["function"]
+                         for c in ch["message"].get("tool_calls") or []])
+                    if not got["tool_calls"]:
+                        self.assertEqual(got["content"] or "",
+                                         ch["message"]["content"])
+
+    def test_response_format_is_the_text_branch(self):
+        fmt = {"type": "json_schema", "json_schema": {"name": "r", "schema": {
+            "type": "object", "properties": {"ok": {"type": "boolean"}},
+            "required": ["ok"], "additionalProperties": False}}}
+        stopped = 0
+        for seed in range(3):
+            for ch in self.ask(seed, -100, response_format=fmt):
+                self.assertEqual(self.assert_calls(
+                    ch["message"], ch["finish_reason"], marker="@"), [])
+                if ch["finish_reason"] == "stop":
+                    stopped += 1
+                    self.assertIn(json.loads(ch["message"]["content"]),
+                                  ({"ok": True}, {"ok": False}))
+            for ch in self.ask(seed, 100, response_format=fmt):
+                self.assertGreaterEqual(len(self.assert_calls(
+                    ch["message"], ch["finish_reason"], marker="@")), 1)
+        self.assertGreater(stopped, 0)
 
 
 class T10Inspect(ServerCase):
