@@ -1525,8 +1525,8 @@ class T5bChat(ApiCase):
                                           "function": {"name": "f g"}}]},
              "tools[0].function.name"),
             ({"messages": msg, "tool_choice": "required"}, "tool_choice"),
-            ({"messages": msg, "response_format": {"type": "json_object"}},
-             "response_format"),
+            ({"messages": msg, "response_format": {"type": "xml"}},
+             "response_format.type"),
             ({"messages": [{"role": "user", "content": [
                 {"type": "image_url", "image_url": {"url": "https://x/y.png"}}]}]},
              "messages[0].content[0].type"),

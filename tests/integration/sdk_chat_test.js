@@ -212,8 +212,10 @@ async function main() {
 
   await check('what cannot be honoured is a BadRequestError naming the field', async () => {
     const cases = [
-      [{ tools: [{ type: 'function', function: { name: 'f', parameters: {} } }] }, 'tools'],
-      [{ response_format: { type: 'json_object' } }, 'response_format'],
+      [{ tools: [{ type: 'function', function: { name: 'f g', parameters: {} } }] },
+        'tools[0].function.name'],
+      [{ response_format: { type: 'json_schema', json_schema: { name: 'x', schema: { type: 'strnig' } } } },
+        'response_format.json_schema.schema.type'],
       [{ messages: [{ role: 'user', content: [
         { type: 'image_url', image_url: { url: 'https://example.com/a.png' } }] }] },
       'messages[0].content[0].type'],
