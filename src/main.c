@@ -105,9 +105,9 @@ static int load_grammars(daemon_state *d, gpt2d_error *err)
                  ? error_set(err, "out of memory for the grammar vocabulary")
                  : 0;
     for (size_t i = 0; rc == 0 && i < n; i++)
-        bytes[i] = i < known ? tokenizer_token_bytes(d->tok, (int32_t)i,
-                                                     &lens[i])
-                             : "";
+        bytes[i] = i < known
+                       ? tokenizer_token_bytes(d->tok, (int32_t)i, &lens[i])
+                       : "";
     if (rc == 0)
         rc = grammar_vocab_create(&d->grammar_vocab, n, bytes, lens,
                                   TOKENIZER_EOT, err);

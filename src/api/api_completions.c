@@ -459,8 +459,9 @@ static void serve(const api_ctx *ctx, const api_caller *who, const char *body,
         .kv_blocks = engine_kv_blocks(ctx->eng),
         .token_budget = who->limits.tokens_per_minute,
     };
-    parse_job pj = { ep, &run->req, ctx, &lim, body, len, &e, &run->grammar,
-                     -1 };
+    parse_job pj = {
+        ep, &run->req, ctx, &lim, body, len, &e, &run->grammar, -1
+    };
     if (api_work(ctx, who, client, parse_job_run, &pj, 0, NULL, r) != 0) {
         completion_run_free(run);
         return;

@@ -45,8 +45,8 @@ static int from_schema(api_constraint *c, json_t *schema, bool strict,
                        const char *param, api_error *e)
 {
     if (!json_is_object(schema) && !json_is_true(schema))
-        return api_error_set(e, 400, param,
-                             "%s must be a JSON Schema object", param);
+        return api_error_set(e, 400, param, "%s must be a JSON Schema object",
+                             param);
     json_schema_options opt;
     json_schema_options_default(&opt);
     opt.strict = strict;
@@ -109,8 +109,8 @@ static int response_format(api_constraint *c, json_t *v, api_error *e)
         return api_error_set(e, 400, "response_format.json_schema.schema",
                              "response_format.json_schema.schema is "
                              "required");
-    return from_schema(c, schema, strict,
-                       "response_format.json_schema.schema", e);
+    return from_schema(c, schema, strict, "response_format.json_schema.schema",
+                       e);
 }
 
 static int choices(api_constraint *c, json_t *list, api_error *e)
@@ -128,8 +128,8 @@ static int choices(api_constraint *c, json_t *list, api_error *e)
     for (size_t i = 0; rc == 0 && i < n; i++) {
         json_t *s = json_array_get(list, i);
         if (!json_is_string(s))
-            rc = api_error_set(e, 400, param, "%s[%zu] must be a string",
-                               param, i);
+            rc = api_error_set(e, 400, param, "%s[%zu] must be a string", param,
+                               i);
         else {
             texts[i] = json_string_value(s);
             lens[i] = json_string_length(s);
@@ -138,8 +138,8 @@ static int choices(api_constraint *c, json_t *list, api_error *e)
     gpt2d_buf b = GPT2D_BUF_INIT;
     gpt2d_error err;
     size_t bad = 0;
-    if (rc == 0 && choices_gbnf(texts, lens, n, "root", CONSTRAINT_MAX_GBNF,
-                                &b, &bad, &err) != 0) {
+    if (rc == 0 && choices_gbnf(texts, lens, n, "root", CONSTRAINT_MAX_GBNF, &b,
+                                &bad, &err) != 0) {
         char at[64];
         snprintf(at, sizeof at, "%s[%zu]", param, bad);
         rc = api_error_set(e, 400, bad < n ? at : param, "%s", err.message);
@@ -155,8 +155,7 @@ static int choices(api_constraint *c, json_t *list, api_error *e)
 
 static int structured_outputs(api_constraint *c, json_t *v, api_error *e)
 {
-    static const char *const kinds[] = { "json", "regex", "choice",
-                                         "grammar" };
+    static const char *const kinds[] = { "json", "regex", "choice", "grammar" };
     const char *kind = NULL;
     json_t *arg = NULL;
     for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++) {

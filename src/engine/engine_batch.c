@@ -328,9 +328,9 @@ static void run_job(void *ctx, size_t task, size_t worker)
     sampler_sample(&p, &s->rng, e->scratch[worker], j->logits, e->vocab,
                    r->prompt, r->n_prompt, s->generated, s->out.n_tokens,
                    &j->result);
-    j->constraint_failed =
-        grammar_advance(r->grammar, s->constraint, j->result.token,
-                        &j->constraint, NULL) != 0;
+    j->constraint_failed = grammar_advance(r->grammar, s->constraint,
+                                           j->result.token, &j->constraint,
+                                           NULL) != 0;
 }
 
 void batch_sample(engine *e, size_t n_entries)

@@ -66,7 +66,7 @@ typedef struct gen_params {
      * (the end token, a stop string, or nothing more allowed) only where
      * the text is a whole answer; otherwise it runs to max_tokens. */
     grammar *grammar;
-    kv_identity identity;   /* the caller's owner and isolation domain:
+    kv_identity identity; /* the caller's owner and isolation domain:
                                  * sessions and cached prefixes are its own */
     /* Whose share of the engine the request uses: the API key or client
      * address, even when the cache is global.  All zeros: identity.owner. */

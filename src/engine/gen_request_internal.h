@@ -36,8 +36,8 @@ typedef struct seq_state {
     bool has_kv; /* holds KV-cache sequence `kv` */
     size_t kv;
     sampler_rng rng;
-    int32_t *generated; /* [max_tokens] ids, for the penalties */
-    int32_t next_token; /* decode input: the last sampled token */
+    int32_t *generated;       /* [max_tokens] ids, for the penalties */
+    int32_t next_token;       /* decode input: the last sampled token */
     grammar_state constraint; /* with a grammar: the state after the
                                  text so far */
     double t_last_token;

@@ -16,7 +16,7 @@ typedef struct cache_entry {
     uint8_t digest[SHA256_BYTES];
     char *text;
     size_t len;
-    grammar *g; /* the cache's own reference */
+    grammar *g;    /* the cache's own reference */
     uint64_t used; /* the lookup clock when last found */
 } cache_entry;
 
@@ -85,7 +85,8 @@ static size_t find(const grammar_cache *c, const uint8_t *digest,
 {
     for (size_t i = 0; i < c->n; i++)
         if (memcmp(c->entries[i].digest, digest, SHA256_BYTES) == 0 &&
-            c->entries[i].len == len && memcmp(c->entries[i].text, text, len) == 0)
+            c->entries[i].len == len &&
+            memcmp(c->entries[i].text, text, len) == 0)
             return i;
     return SIZE_MAX;
 }

@@ -26,10 +26,10 @@ typedef struct grammar_cache grammar_cache;
 
 typedef struct grammar_cache_stats {
     size_t entries;
-    size_t bytes;            /* the cached grammars' own accounting */
-    uint64_t hits, misses;   /* lookups */
-    uint64_t compiles;       /* grammars compiled (misses that compiled) */
-    double compile_seconds;  /* spent compiling */
+    size_t bytes;           /* the cached grammars' own accounting */
+    uint64_t hits, misses;  /* lookups */
+    uint64_t compiles;      /* grammars compiled (misses that compiled) */
+    double compile_seconds; /* spent compiling */
     uint64_t mask_hits, mask_misses; /* over every grammar that was cached */
     double mask_seconds;             /* computing masks (misses) */
 } grammar_cache_stats;

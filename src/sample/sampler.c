@@ -230,10 +230,9 @@ int sampler_scratch_create(sampler_scratch **out, size_t vocab_size,
     s->count = calloc(vocab_size, sizeof *s->count);
     s->seen = calloc(vocab_size, sizeof *s->seen);
     if (s->work == NULL || s->masked == NULL || s->weight == NULL ||
-        s->bucket == NULL ||
-        s->block == NULL || s->block_top == NULL || s->block_cand == NULL ||
-        s->ids == NULL || s->cand == NULL || s->count == NULL ||
-        s->seen == NULL) {
+        s->bucket == NULL || s->block == NULL || s->block_top == NULL ||
+        s->block_cand == NULL || s->ids == NULL || s->cand == NULL ||
+        s->count == NULL || s->seen == NULL) {
         sampler_scratch_free(s);
         return error_set(err, "sampler: out of memory for a vocabulary of %zu",
                          vocab_size);

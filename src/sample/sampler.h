@@ -55,7 +55,7 @@ typedef struct sampler_params {
      * yields the first allowed token.  Alternatives it forbids are not
      * reported (n_top may be fewer than asked for). */
     const uint64_t *allowed;
-    bool skip_logprob;  /* the caller does not need the sampled token's
+    bool skip_logprob; /* the caller does not need the sampled token's
                                  * logprob: with n_top_logprobs 0 it is left
                                  * NaN and the log-sum-exp pass is saved */
 } sampler_params;

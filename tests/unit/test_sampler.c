@@ -1744,10 +1744,11 @@ static void random_mask(uint64_t *mask, size_t V, uint64_t seed)
     const size_t words = (V + 63) / 64;
     for (size_t w = 0; w < words; w++) {
         double u = sampler_rng_uniform(&rng);
-        mask[w] = u < 0.2   ? UINT64_MAX
-                  : u < 0.5 ? 0
-                            : (uint64_t)(sampler_rng_uniform(&rng) * 0x1p32) << 32 |
-                                  (uint64_t)(sampler_rng_uniform(&rng) * 0x1p32);
+        mask[w] = u < 0.2 ? UINT64_MAX
+                  : u < 0.5
+                      ? 0
+                      : (uint64_t)(sampler_rng_uniform(&rng) * 0x1p32) << 32 |
+                            (uint64_t)(sampler_rng_uniform(&rng) * 0x1p32);
     }
     if (V % 64 != 0)
         mask[words - 1] &= (UINT64_C(1) << (V % 64)) - 1;
@@ -2081,10 +2082,10 @@ static Suite *sampler_suite(void)
     tcase_add_test(vec, test_top_p_on_a_peaked_row_counts_every_head_token);
     tcase_add_test(vec, test_logit_bias_minus_100_is_never_drawn_on_any_route);
     tcase_add_test(vec, test_all_but_one_token_masked_always_draws_it);
-    tcase_add_test(vec,
-                   test_mask_draws_only_allowed_tokens_and_renormalises_logprobs);
-    tcase_add_test(vec,
-                   test_mask_over_no_finite_logit_yields_the_first_allowed_token);
+    tcase_add_test(
+        vec, test_mask_draws_only_allowed_tokens_and_renormalises_logprobs);
+    tcase_add_test(
+        vec, test_mask_over_no_finite_logit_yields_the_first_allowed_token);
     tcase_add_test(vec,
                    test_top_k_of_vocab_size_and_top_p_1_draw_as_unfiltered);
     tcase_add_test(vec, test_tiny_temperature_is_greedy_on_every_route);
