@@ -111,13 +111,15 @@ static size_t least_recent(const grammar_cache *c)
     return lru;
 }
 
-/* With the lock held: room for one more, and the bytes within budget
- * (counting what the kept grammars have grown to since they came). */
-static void make_room(grammar_cache *c)
+/* With the lock held: room for one more entry of `incoming` bytes, the
+ * total within budget (counting what the kept grammars have grown to since
+ * they came); a grammar larger than the whole budget is kept alone. */
+static void make_room(grammar_cache *c, size_t incoming)
 {
     while (c->n > 0 && c->n >= c->max_entries)
         entry_drop(c, least_recent(c));
-    while (c->n > 0 && c->max_bytes > 0 && bytes_held(c) > c->max_bytes)
+    while (c->n > 0 && c->max_bytes > 0 &&
+           bytes_held(c) + incoming > c->max_bytes)
         entry_drop(c, least_recent(c));
 }
 
@@ -159,7 +161,9 @@ int grammar_cache_get(grammar_cache *c, const char *gbnf, size_t len,
     c->compiles++;
     c->compile_seconds += spent;
     if (copy != NULL && find(c, digest, gbnf, len) == SIZE_MAX) {
-        make_room(c);
+        grammar_stats st;
+        grammar_stats_get(g, &st);
+        make_room(c, st.cache_bytes + len);
         cache_entry *e = &c->entries[c->n++];
         memcpy(e->digest, digest, SHA256_BYTES);
         e->text = copy;
