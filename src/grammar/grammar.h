@@ -30,7 +30,9 @@
  * budget: past it, cached masks are dropped (least recently used first)
  * and recomputed when needed, and a state whose stacks alone would outgrow
  * it is an error (grammar_mask / grammar_advance return -1), never an
- * unbounded allocation.
+ * unbounded allocation.  So is a state of more than max_cache_bytes / 64 KiB
+ * stacks (1,024 under the default budget): a grammar that ambiguous would
+ * cost seconds a mask.
  *
  * Threads: a grammar_vocab is immutable once made.  Every grammar function
  * is safe from any thread (a grammar has its own lock); states are plain

@@ -8,7 +8,7 @@
  *
  * After closure (every rule reference at a top expanded into its
  * alternatives, finished alternatives popped) each stack's top is a byte
- * set, or the stack is empty.  A state is the sorted set of such stacks,
+ * set, or the stack is empty.  A state is the set of such stacks,
  * interned too: state 0 (GR_DEAD) is the empty set, from which nothing
  * goes on.  A state's transition by one byte is computed once and kept
  * in a 256-entry table of the state.
@@ -58,9 +58,16 @@ typedef struct gr_node {
     uint32_t seen;   /* == seen_gen: visited in this step's closure */
 } gr_node;
 
+/* A state may hold at most budget->limit / GR_BYTES_PER_STACK stacks
+ * (grammar.h: an ambiguity that would make every step slow). */
+#define GR_BYTES_PER_STACK 65536
+#define GR_MIN_STACKS 16
+
 typedef struct gr_automaton {
     const gr_rules *rules;
     gr_budget *budget;
+    size_t max_stacks;  /* in one state */
+    bool too_ambiguous; /* why the last failed step failed */
 
     /* Interned stack nodes. */
     gr_node *nodes;
