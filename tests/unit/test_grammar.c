@@ -567,8 +567,9 @@ START_TEST(test_cache_budget_is_an_error_not_a_crash)
     grammar_limits_default(&lim);
     lim.max_cache_bytes = 100; /* not even the start state fits */
     const char *m = compile_error_len(src, strlen(src), &lim);
-    ck_assert_msg(strstr(m, "outgrew its cache budget of 100 bytes") != NULL,
-                  "%s", m);
+    const char *want = "line 1 column 1: the start state: the grammar's "
+                       "automaton outgrew its cache budget of 100 bytes";
+    ck_assert_msg(strncmp(m, want, strlen(want)) == 0, "%s", m);
 
     /* Room for the start state and a little: masks and long advances run
      * out, fail with -1, and leave the grammar usable. */
@@ -589,6 +590,42 @@ START_TEST(test_cache_budget_is_an_error_not_a_crash)
     ck_assert_int_eq(
         grammar_advance_bytes(g, grammar_start(g), "ab", 2, &s, &err), 0);
     ck_assert(grammar_accepts(g, s));
+    grammar_release(g);
+}
+END_TEST
+
+/* Stacks that multiply with the text: each "a" may end any of the pending
+ * e? e?, so after k of them a state holds about k stacks.  A 1 MiB budget
+ * allows 16 in one state. */
+START_TEST(test_too_many_stacks_is_an_error)
+{
+    const char *src = "root ::= e \"!\"\ne ::= \"a\" e? e?";
+    grammar_limits lim;
+    grammar_limits_default(&lim);
+    lim.max_cache_bytes = 1 << 20;
+    grammar *g;
+    gpt2d_error err = { { 0 } };
+    ck_assert_int_eq(grammar_compile(&g, src, strlen(src), small, &lim, &err),
+                     0);
+    char as[64];
+    memset(as, 'a', sizeof as);
+    grammar_state s;
+    ck_assert_int_eq(
+        grammar_advance_bytes(g, grammar_start(g), as, sizeof as, &s, &err),
+        -1);
+    ck_assert_str_eq(err.message,
+                     "a state of the grammar holds more than 16 stacks (the "
+                     "grammar is too ambiguous for its cache budget of "
+                     "1048576 bytes)");
+    /* what fits still runs */
+    ck_assert_int_eq(
+        grammar_advance_bytes(g, grammar_start(g), "aaa!", 4, &s, &err), 0);
+    ck_assert(grammar_complete(g, s));
+    /* and the default budget takes the 64 */
+    grammar_release(g);
+    g = compile_ok(src);
+    ck_assert_int_eq(
+        grammar_advance_bytes(g, grammar_start(g), as, sizeof as, &s, &err), 0);
     grammar_release(g);
 }
 END_TEST
@@ -1255,6 +1292,7 @@ int main(void)
     tcase_add_test(budget, test_rule_and_element_budgets);
     tcase_add_test(budget, test_cache_budget_is_an_error_not_a_crash);
     tcase_add_test(budget, test_masks_are_dropped_oldest_first_within_budget);
+    tcase_add_test(budget, test_too_many_stacks_is_an_error);
     suite_add_tcase(s, budget);
 
     TCase *lang = tcase_create("language");
