@@ -16,6 +16,8 @@
 #include <string.h>
 
 #define NO_POS UINT32_MAX
+#define NO_STATE UINT32_MAX
+#define TABLE_BYTES (256 * sizeof(uint32_t))
 
 static int over_budget(gr_automaton *a, gpt2d_error *err)
 {
@@ -31,13 +33,30 @@ static int over_budget(gr_automaton *a, gpt2d_error *err)
                      a->budget->limit, a->budget->automaton_bytes);
 }
 
-/* Charges `more` bytes to the budget, evicting masks first if need be. */
+/* Frees every state's transition table but the one a step is filling:
+ * they only remember work, are remade on demand, and go (after the masks)
+ * when the budget is short, so that states, which must stay, have room. */
+static void drop_tables(gr_automaton *a)
+{
+    for (size_t i = 0; i < a->n_states; i++) {
+        if (i == a->filling || a->states[i].next == NULL)
+            continue;
+        free(a->states[i].next);
+        a->states[i].next = NULL;
+        a->budget->automaton_bytes -= TABLE_BYTES;
+    }
+}
+
+/* Charges `more` bytes to the budget, dropping masks, then transition
+ * tables, if need be. */
 static bool charge(gr_automaton *a, size_t more)
 {
     gr_budget *b = a->budget;
     if (b->automaton_bytes + b->mask_bytes + more > b->limit &&
         b->evict != NULL)
         b->evict(b->evict_ctx, more);
+    if (b->automaton_bytes + b->mask_bytes + more > b->limit)
+        drop_tables(a);
     if (b->automaton_bytes + b->mask_bytes + more > b->limit)
         return false;
     b->automaton_bytes += more;
@@ -309,21 +328,25 @@ static bool intern_found(gr_automaton *a, uint32_t *out)
 int gr_step_slow(gr_automaton *a, uint32_t state, unsigned byte, uint32_t *next,
                  gpt2d_error *err)
 {
+    a->too_ambiguous = false;
     if (a->states[state].next == NULL) {
-        if (!charge(a, 256 * sizeof(uint32_t)))
+        if (!charge(a, TABLE_BYTES))
             return over_budget(a, err);
-        uint32_t *t = malloc(256 * sizeof *t);
+        uint32_t *t = malloc(TABLE_BYTES);
         if (t == NULL) {
-            a->budget->automaton_bytes -= 256 * sizeof(uint32_t);
+            a->budget->automaton_bytes -= TABLE_BYTES;
             return error_set(err, "out of memory");
         }
-        memset(t, 0xFF, 256 * sizeof *t); /* GR_UNKNOWN */
+        memset(t, 0xFF, TABLE_BYTES); /* GR_UNKNOWN */
         a->states[state].next = t;
     }
+    /* The step may charge the budget, which may drop tables: not this. */
+    a->filling = state;
     begin_step(a);
     size_t n = 0;
+    bool ok = true;
     const gr_state_rec *s = &a->states[state];
-    for (uint32_t i = 0; i < s->set_len; i++) {
+    for (uint32_t i = 0; i < s->set_len && ok; i++) {
         uint32_t node = a->set_pool[s->set_off + i];
         if (node == 0)
             continue;
@@ -332,11 +355,12 @@ int gr_step_slow(gr_automaton *a, uint32_t state, unsigned byte, uint32_t *next,
         if (!gr_byteset_has(set, byte))
             continue;
         uint32_t moved = make_node(a, pos + 1, a->nodes[node].parent);
-        if (moved == UINT32_MAX || !push_work(a, &n, moved))
-            return over_budget(a, err);
+        ok = moved != UINT32_MAX && push_work(a, &n, moved);
     }
-    uint32_t to;
-    if (!closure(a, n) || !intern_found(a, &to))
+    uint32_t to = GR_DEAD;
+    ok = ok && closure(a, n) && intern_found(a, &to);
+    a->filling = NO_STATE;
+    if (!ok)
         return over_budget(a, err);
     a->states[state].next[byte] = to;
     *next = to;
@@ -349,6 +373,7 @@ int gr_automaton_init(gr_automaton *a, const gr_rules *rules, gr_budget *budget,
     memset(a, 0, sizeof *a);
     a->rules = rules;
     a->budget = budget;
+    a->filling = NO_STATE;
     a->max_stacks = budget->limit / GR_BYTES_PER_STACK;
     if (a->max_stacks < GR_MIN_STACKS)
         a->max_stacks = GR_MIN_STACKS;

@@ -13,10 +13,12 @@
  * goes on.  A state's transition by one byte is computed once and kept
  * in a 256-entry table of the state.
  *
- * Nothing here is freed before the automaton is: a state number stays
- * valid for the grammar's life.  Every byte held is charged to the
- * grammar's budget (gr_budget), which first asks the mask cache to make
- * room; when even that cannot, the step fails and says so.
+ * Nothing but the transition tables is freed before the automaton is: a
+ * state number stays valid for the grammar's life.  Every byte held is
+ * charged to the grammar's budget (gr_budget): when it is short, the mask
+ * cache gives back masks, then every transition table goes (they are
+ * remade as steps need them); when even that is not room enough, the step
+ * fails and says so.
  *
  * Private to src/grammar/; the caller (grammar.c) holds the grammar's
  * lock around every call. */
@@ -67,6 +69,7 @@ typedef struct gr_automaton {
     const gr_rules *rules;
     gr_budget *budget;
     size_t max_stacks;  /* in one state */
+    uint32_t filling;   /* the state whose table a step is writing */
     bool too_ambiguous; /* why the last failed step failed */
 
     /* Interned stack nodes. */

@@ -594,6 +594,51 @@ START_TEST(test_cache_budget_is_an_error_not_a_crash)
 }
 END_TEST
 
+/* Transition tables only remember work: when the budget is short they go
+ * (after the masks), and the states, which must stay, still fit. */
+START_TEST(test_transition_tables_give_way_to_states)
+{
+    const char *src = "root ::= [a-z]{0,300} \"!\"";
+    char text[301];
+    memset(text, 'q', 300);
+    text[300] = '!';
+    grammar *g = compile_ok(src);
+    gpt2d_error err = { { 0 } };
+    grammar_state s;
+    ck_assert_int_eq(
+        grammar_advance_bytes(g, grammar_start(g), text, 301, &s, &err), 0);
+    grammar_stats st;
+    grammar_stats_get(g, &st);
+    size_t everything = st.cache_bytes; /* 301 states and their tables */
+    grammar_release(g);
+
+    grammar_limits lim;
+    grammar_limits_default(&lim);
+    lim.max_cache_bytes = everything - 150 * 1024; /* ~150 tables too few */
+    ck_assert_int_eq(grammar_compile(&g, src, strlen(src), small, &lim, &err),
+                     0);
+    for (int round = 0; round < 2; round++) {
+        ck_assert_msg(grammar_advance_bytes(g, grammar_start(g), text, 301, &s,
+                                            &err) == 0,
+                      "%s", err.message);
+        ck_assert(grammar_complete(g, s));
+    }
+    grammar_stats_get(g, &st);
+    ck_assert_uint_le(st.cache_bytes, lim.max_cache_bytes);
+    ck_assert_uint_eq(st.states, 302); /* 0..300 letters, and after '!' */
+    /* states met before the tables went are the same states after */
+    grammar_state s5, again;
+    ck_assert_int_eq(
+        grammar_advance_bytes(g, grammar_start(g), text, 5, &s5, &err), 0);
+    assert_mask_is_per_token(g, small, s5, small_bytes, small_lens);
+    ck_assert_int_eq(grammar_advance_bytes(g, s5, text, 5, &again, &err), 0);
+    ck_assert_int_eq(
+        grammar_advance_bytes(g, grammar_start(g), text, 10, &s, &err), 0);
+    ck_assert_uint_eq(again, s);
+    grammar_release(g);
+}
+END_TEST
+
 /* Stacks that multiply with the text: each "a" may end any of the pending
  * e? e?, so after k of them a state holds about k stacks.  A 1 MiB budget
  * allows 16 in one state. */
@@ -1293,6 +1338,7 @@ int main(void)
     tcase_add_test(budget, test_cache_budget_is_an_error_not_a_crash);
     tcase_add_test(budget, test_masks_are_dropped_oldest_first_within_budget);
     tcase_add_test(budget, test_too_many_stacks_is_an_error);
+    tcase_add_test(budget, test_transition_tables_give_way_to_states);
     suite_add_tcase(s, budget);
 
     TCase *lang = tcase_create("language");
