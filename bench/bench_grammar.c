@@ -13,6 +13,13 @@
  *   string   inside a JSON string (almost every token allowed)
  *   object   just after '{' in a JSON object (a key's quote or spaces)
  *   integer  the start of an integer value in a schema-shaped object
+ * Then a decode: 16 sequences of up to 128 tokens through the JSON grammar
+ * on one compiled grammar (as requests sharing it would), each token drawn
+ * at random from the mask (half the time among those that begin with
+ * JSON's punctuation, digits or letters of true/false/null, so that the
+ * text leaves its strings), every grammar_mask and grammar_advance timed:
+ * the per-step cost a constrained request adds, cold and cached mixed as
+ * they come.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -52,6 +59,14 @@ static const scene scenes[] = {
     { "object", json_gbnf, "{" },
     { "integer", schema_gbnf, "{\"name\": \"Ada\", \"age\": " },
 };
+
+static uint64_t rng_next(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ULL);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+}
 
 static int compare_doubles(const void *a, const void *b)
 {
@@ -165,6 +180,62 @@ int main(int argc, char **argv)
                n_allowed, median(cold, repeats), median(warm, repeats),
                median(adv_warm, repeats), median(adv_cold, repeats), states);
     }
+
+    /* the decode */
+    grammar *g;
+    if (grammar_compile(&g, json_gbnf, strlen(json_gbnf), v, NULL, &err) != 0)
+        die("decode", &err);
+    size_t max_steps = 16 * 128, steps = 0;
+    double *mask_us = malloc(max_steps * sizeof *mask_us);
+    double *adv_us = malloc(max_steps * sizeof *adv_us);
+    int32_t *punct = malloc(n * sizeof *punct);
+    uint64_t seed = 27;
+    double total_mask = 0, total_adv = 0;
+    for (int seq = 0; seq < 16; seq++) {
+        grammar_state s = grammar_start(g);
+        for (int t = 0; t < 128; t++) {
+            double a = monotonic_seconds();
+            if (grammar_mask(g, s, mask, &err) != 0)
+                die("decode mask", &err);
+            mask_us[steps] = (monotonic_seconds() - a) * 1e6;
+            size_t n_allowed = 0, n_punct = 0;
+            for (size_t k = 0; k < n; k++) {
+                if (!(mask[k / 64] >> (k % 64) & 1))
+                    continue;
+                allowed[n_allowed++] = (int32_t)k;
+                if (lens[k] > 0 && lens[k] <= 3 &&
+                    strchr("\"{}[],:-0123456789tfn ", bytes[k][0]) != NULL)
+                    punct[n_punct++] = (int32_t)k;
+            }
+            int32_t pick = rng_next(&seed) % 2 && n_punct > 0
+                               ? punct[rng_next(&seed) % n_punct]
+                               : allowed[rng_next(&seed) % n_allowed];
+            if (pick == TOKENIZER_EOT)
+                break;
+            grammar_state next;
+            a = monotonic_seconds();
+            if (grammar_advance(g, s, pick, &next, &err) != 0)
+                die("decode advance", &err);
+            adv_us[steps] = (monotonic_seconds() - a) * 1e6;
+            total_mask += mask_us[steps];
+            total_adv += adv_us[steps];
+            steps++;
+            s = next;
+        }
+    }
+    grammar_stats st;
+    grammar_stats_get(g, &st);
+    printf("decode: %zu steps, grammar_mask mean %.1f us (median %.2f), "
+           "grammar_advance mean %.2f us; %zu states, %llu hits / %llu "
+           "misses, %.1f MiB held\n",
+           steps, total_mask / (double)steps, median(mask_us, steps),
+           total_adv / (double)steps, st.states,
+           (unsigned long long)st.mask_hits, (unsigned long long)st.mask_misses,
+           (double)st.cache_bytes / (1 << 20));
+    grammar_release(g);
+    free(mask_us);
+    free(adv_us);
+    free(punct);
     free(cold);
     free(warm);
     free(adv_warm);

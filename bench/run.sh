@@ -66,6 +66,14 @@ else
     echo "run.sh: bench/bench_keys not built; skipped" >&2
 fi
 
+if [ -x "$builddir/bench/bench_grammar" ]; then
+    echo
+    echo "== bench_grammar =="
+    "$builddir/bench/bench_grammar" "$vocab_dir"
+else
+    echo "run.sh: bench/bench_grammar not built; skipped" >&2
+fi
+
 if [ -x "$builddir/src/gpt2d" ]; then
     if [ ! -s "$small_dir/model.safetensors" ] || [ ! -s "$small_dir/config.json" ]; then
         rm -rf "$small_dir.tmp"

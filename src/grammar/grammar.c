@@ -83,9 +83,16 @@ int grammar_compile(grammar **out, const char *gbnf, size_t len,
     gr_mask_cache_init(&g->cache, &g->budget, grammar_vocab_mask_words(vocab));
     uint32_t start;
     if (gbnf_parse(&g->rules, gbnf != NULL ? gbnf : "", len, err) != 0 ||
-        gr_analyze(&g->rules, gbnf, len, err) != 0 ||
-        gr_automaton_init(&g->automaton, &g->rules, &g->budget, &start, err) !=
-            0) {
+        gr_analyze(&g->rules, gbnf, len, err) != 0) {
+        grammar_free(g);
+        return -1;
+    }
+    gpt2d_error why;
+    if (gr_automaton_init(&g->automaton, &g->rules, &g->budget, &start, &why) !=
+        0) {
+        /* The start state is root's: the message points there. */
+        gbnf_error_at(err, gbnf, len, g->rules.rules[g->rules.root].src,
+                      "the start state: %s", why.message);
         grammar_free(g);
         return -1;
     }

@@ -28,9 +28,12 @@
  * Budgets.  Compiling is bounded by grammar_limits (source bytes, rules,
  * elements after repetitions are expanded); running by the grammar's cache
  * budget: past it, cached masks are dropped (least recently used first)
- * and recomputed when needed, and a state whose stacks alone would outgrow
+ * and recomputed when needed (then the automaton's transition tables,
+ * remade likewise), and a state whose stacks alone would outgrow
  * it is an error (grammar_mask / grammar_advance return -1), never an
- * unbounded allocation.
+ * unbounded allocation.  So is a state of more than max_cache_bytes / 64 KiB
+ * stacks (1,024 under the default budget): a grammar that ambiguous would
+ * cost seconds a mask.
  *
  * Threads: a grammar_vocab is immutable once made.  Every grammar function
  * is safe from any thread (a grammar has its own lock); states are plain
@@ -70,7 +73,8 @@ typedef struct grammar_limits {
  * "Structured output and tools" says what they are): 256 KiB of source,
  * 20,000 rules and 200,000 elements after expansion, and 64 MiB for one
  * grammar's automaton and cached masks (about 10,000 masks of GPT-2's
- * 50,257 tokens, or some 40,000 states with their transition tables). */
+ * 50,257 tokens, or some 40,000 states with their transition tables,
+ * several times more once the tables have given way). */
 void grammar_limits_default(grammar_limits *lim);
 
 typedef struct grammar grammar;

@@ -16,22 +16,47 @@
 #include <string.h>
 
 #define NO_POS UINT32_MAX
+#define NO_STATE UINT32_MAX
+#define TABLE_BYTES (256 * sizeof(uint32_t))
 
 static int over_budget(gr_automaton *a, gpt2d_error *err)
 {
+    if (a->too_ambiguous)
+        return error_set(err,
+                         "a state of the grammar holds more than %zu stacks "
+                         "(the grammar is too ambiguous for its cache budget "
+                         "of %zu bytes)",
+                         a->max_stacks, a->budget->limit);
     return error_set(err,
                      "the grammar's automaton outgrew its cache budget of "
                      "%zu bytes (its states alone hold %zu)",
                      a->budget->limit, a->budget->automaton_bytes);
 }
 
-/* Charges `more` bytes to the budget, evicting masks first if need be. */
+/* Frees every state's transition table but the one a step is filling:
+ * they only remember work, are remade on demand, and go (after the masks)
+ * when the budget is short, so that states, which must stay, have room. */
+static void drop_tables(gr_automaton *a)
+{
+    for (size_t i = 0; i < a->n_states; i++) {
+        if (i == a->filling || a->states[i].next == NULL)
+            continue;
+        free(a->states[i].next);
+        a->states[i].next = NULL;
+        a->budget->automaton_bytes -= TABLE_BYTES;
+    }
+}
+
+/* Charges `more` bytes to the budget, dropping masks, then transition
+ * tables, if need be. */
 static bool charge(gr_automaton *a, size_t more)
 {
     gr_budget *b = a->budget;
     if (b->automaton_bytes + b->mask_bytes + more > b->limit &&
         b->evict != NULL)
         b->evict(b->evict_ctx, more);
+    if (b->automaton_bytes + b->mask_bytes + more > b->limit)
+        drop_tables(a);
     if (b->automaton_bytes + b->mask_bytes + more > b->limit)
         return false;
     b->automaton_bytes += more;
@@ -133,6 +158,10 @@ static bool push_work(gr_automaton *a, size_t *n, uint32_t node)
 
 static bool add_found(gr_automaton *a, uint32_t node)
 {
+    if (a->n_found >= a->max_stacks) {
+        a->too_ambiguous = true;
+        return false;
+    }
     if (a->n_found == a->cap_found &&
         !grow(a, (void **)&a->found, &a->cap_found, a->n_found + 1,
               sizeof(uint32_t)))
@@ -145,6 +174,7 @@ static bool add_found(gr_automaton *a, uint32_t node)
 static void begin_step(gr_automaton *a)
 {
     a->n_found = 0;
+    a->too_ambiguous = false;
     if (++a->seen_gen == 0) {
         for (size_t i = 0; i < a->n_nodes; i++)
             a->nodes[i].seen = 0;
@@ -191,18 +221,29 @@ static bool closure(gr_automaton *a, size_t n)
 
 /* ---- states ---- */
 
-static int compare_ids(const void *x, const void *y)
-{
-    uint32_t a = *(const uint32_t *)x, b = *(const uint32_t *)y;
-    return a < b ? -1 : a > b;
-}
-
+/* A hash of the set that ignores order: the sum of each id mixed. */
 static uint32_t set_hash(const uint32_t *ids, size_t n)
 {
-    uint64_t h = 0x243F6A8885A308D3ULL ^ n;
-    for (size_t i = 0; i < n; i++)
-        h = (h ^ ids[i]) * 0x100000001B3ULL + (h >> 29);
+    uint64_t h = n * 0x9E3779B97F4A7C15ULL;
+    for (size_t i = 0; i < n; i++) {
+        uint64_t z = ids[i] * 0xBF58476D1CE4E5B9ULL + 0x94D049BB133111EBULL;
+        z = (z ^ (z >> 29)) * 0x94D049BB133111EBULL;
+        h += z ^ (z >> 32);
+    }
     return (uint32_t)(h ^ (h >> 32));
+}
+
+/* Whether state s holds exactly the stacks found in this step: as many,
+ * and each visited in this step (every closed stack visited was found). */
+static bool same_as_found(const gr_automaton *a, const gr_state_rec *s)
+{
+    if (s->set_len != a->n_found)
+        return false;
+    const uint32_t *ids = a->set_pool + s->set_off;
+    for (uint32_t i = 0; i < s->set_len; i++)
+        if (a->nodes[ids[i]].seen != a->seen_gen)
+            return false;
+    return true;
 }
 
 static bool state_index_grow(gr_automaton *a)
@@ -227,7 +268,9 @@ static bool state_index_grow(gr_automaton *a)
     return true;
 }
 
-/* The state whose stacks are `found` (sorted here), made when new. */
+/* The state whose stacks are `found`, made when new.  Sets are kept in the
+ * order their stacks were found (equal sets are recognised by the visit
+ * marks, not by order). */
 static bool intern_found(gr_automaton *a, uint32_t *out)
 {
     size_t n = a->n_found;
@@ -236,7 +279,6 @@ static bool intern_found(gr_automaton *a, uint32_t *out)
         return true;
     }
     uint32_t *ids = a->found;
-    qsort(ids, n, sizeof *ids, compare_ids);
     uint32_t h = set_hash(ids, n);
     if (2 * (a->n_states + 1) > a->state_index_cap && !state_index_grow(a))
         return false;
@@ -247,8 +289,7 @@ static bool intern_found(gr_automaton *a, uint32_t *out)
         if (v == 0)
             break;
         const gr_state_rec *s = &a->states[v - 1];
-        if (s->hash == h && s->set_len == n &&
-            memcmp(a->set_pool + s->set_off, ids, n * sizeof *ids) == 0) {
+        if (s->hash == h && same_as_found(a, s)) {
             *out = v - 1;
             return true;
         }
@@ -287,21 +328,25 @@ static bool intern_found(gr_automaton *a, uint32_t *out)
 int gr_step_slow(gr_automaton *a, uint32_t state, unsigned byte, uint32_t *next,
                  gpt2d_error *err)
 {
+    a->too_ambiguous = false;
     if (a->states[state].next == NULL) {
-        if (!charge(a, 256 * sizeof(uint32_t)))
+        if (!charge(a, TABLE_BYTES))
             return over_budget(a, err);
-        uint32_t *t = malloc(256 * sizeof *t);
+        uint32_t *t = malloc(TABLE_BYTES);
         if (t == NULL) {
-            a->budget->automaton_bytes -= 256 * sizeof(uint32_t);
+            a->budget->automaton_bytes -= TABLE_BYTES;
             return error_set(err, "out of memory");
         }
-        memset(t, 0xFF, 256 * sizeof *t); /* GR_UNKNOWN */
+        memset(t, 0xFF, TABLE_BYTES); /* GR_UNKNOWN */
         a->states[state].next = t;
     }
+    /* The step may charge the budget, which may drop tables: not this. */
+    a->filling = state;
     begin_step(a);
     size_t n = 0;
+    bool ok = true;
     const gr_state_rec *s = &a->states[state];
-    for (uint32_t i = 0; i < s->set_len; i++) {
+    for (uint32_t i = 0; i < s->set_len && ok; i++) {
         uint32_t node = a->set_pool[s->set_off + i];
         if (node == 0)
             continue;
@@ -310,11 +355,12 @@ int gr_step_slow(gr_automaton *a, uint32_t state, unsigned byte, uint32_t *next,
         if (!gr_byteset_has(set, byte))
             continue;
         uint32_t moved = make_node(a, pos + 1, a->nodes[node].parent);
-        if (moved == UINT32_MAX || !push_work(a, &n, moved))
-            return over_budget(a, err);
+        ok = moved != UINT32_MAX && push_work(a, &n, moved);
     }
-    uint32_t to;
-    if (!closure(a, n) || !intern_found(a, &to))
+    uint32_t to = GR_DEAD;
+    ok = ok && closure(a, n) && intern_found(a, &to);
+    a->filling = NO_STATE;
+    if (!ok)
         return over_budget(a, err);
     a->states[state].next[byte] = to;
     *next = to;
@@ -327,6 +373,10 @@ int gr_automaton_init(gr_automaton *a, const gr_rules *rules, gr_budget *budget,
     memset(a, 0, sizeof *a);
     a->rules = rules;
     a->budget = budget;
+    a->filling = NO_STATE;
+    a->max_stacks = budget->limit / GR_BYTES_PER_STACK;
+    if (a->max_stacks < GR_MIN_STACKS)
+        a->max_stacks = GR_MIN_STACKS;
     /* Node 0 (the empty stack) and state 0 (dead) exist from the start. */
     if (!grow(a, (void **)&a->nodes, &a->cap_nodes, 1024, sizeof *a->nodes) ||
         !grow(a, (void **)&a->states, &a->cap_states, 64, sizeof(gr_state_rec)))

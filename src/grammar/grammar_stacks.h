@@ -8,15 +8,17 @@
  *
  * After closure (every rule reference at a top expanded into its
  * alternatives, finished alternatives popped) each stack's top is a byte
- * set, or the stack is empty.  A state is the sorted set of such stacks,
+ * set, or the stack is empty.  A state is the set of such stacks,
  * interned too: state 0 (GR_DEAD) is the empty set, from which nothing
  * goes on.  A state's transition by one byte is computed once and kept
  * in a 256-entry table of the state.
  *
- * Nothing here is freed before the automaton is: a state number stays
- * valid for the grammar's life.  Every byte held is charged to the
- * grammar's budget (gr_budget), which first asks the mask cache to make
- * room; when even that cannot, the step fails and says so.
+ * Nothing but the transition tables is freed before the automaton is: a
+ * state number stays valid for the grammar's life.  Every byte held is
+ * charged to the grammar's budget (gr_budget): when it is short, the mask
+ * cache gives back masks, then every transition table goes (they are
+ * remade as steps need them); when even that is not room enough, the step
+ * fails and says so.
  *
  * Private to src/grammar/; the caller (grammar.c) holds the grammar's
  * lock around every call. */
@@ -58,9 +60,17 @@ typedef struct gr_node {
     uint32_t seen;   /* == seen_gen: visited in this step's closure */
 } gr_node;
 
+/* A state may hold at most budget->limit / GR_BYTES_PER_STACK stacks
+ * (grammar.h: an ambiguity that would make every step slow). */
+#define GR_BYTES_PER_STACK 65536
+#define GR_MIN_STACKS 16
+
 typedef struct gr_automaton {
     const gr_rules *rules;
     gr_budget *budget;
+    size_t max_stacks;  /* in one state */
+    uint32_t filling;   /* the state whose table a step is writing */
+    bool too_ambiguous; /* why the last failed step failed */
 
     /* Interned stack nodes. */
     gr_node *nodes;

@@ -40,7 +40,8 @@ static size_t append_without_surrogates(gr_cp_range *out, size_t n, uint32_t lo,
 size_t gr_cp_normalize(gr_cp_range *ranges, size_t n, bool negate,
                        gr_cp_range *out)
 {
-    qsort(ranges, n, sizeof *ranges, compare_ranges);
+    if (n > 1) /* (an empty class's ranges may be NULL) */
+        qsort(ranges, n, sizeof *ranges, compare_ranges);
     /* Merge in place: overlapping or touching ranges become one. */
     size_t m = 0;
     for (size_t i = 0; i < n; i++) {

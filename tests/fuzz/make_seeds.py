@@ -11,6 +11,9 @@ Seeds are real inputs, so the fuzzer starts from what the daemon meets:
                        T10Inspect (every field, valid and invalid)
   tokenizer/           every text of tests/tokenizer/corpus.json, plus a few
                        hostile byte strings
+  grammar/             the grammars of tests/unit/test_grammar.c (its C string
+                       literals that define a rule), each alone and followed
+                       by a NUL and texts that steer fuzz_grammar.c's walk
   safetensors/         the header (+ a little data) of each fixture model when
                        --models DIR is given, and complete micro models for the
                        fixed config fuzz_safetensors.c loads against (F32 tied,
@@ -301,6 +304,39 @@ def safetensors_seeds(models_dir):
     return seeds
 
 
+def grammar_seeds():
+    """test_grammar.c's grammars, alone and with steering bytes."""
+    steering = [b"", b"\0", b"\0ab", b'\0{"a": [1, -2.5e3, true]}',
+                b"\0\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80xyz"]
+    grammars = [t for t in bodies_from_unit_test_all("test_grammar.c")
+                if b"::=" in t and b"\0" not in t]
+    seeds = []
+    for i, text in enumerate(grammars):
+        seeds.append(text)
+        seeds.append(text + steering[1 + i % (len(steering) - 1)])
+    return seeds
+
+
+def bodies_from_unit_test_all(name):
+    """Adjacent C string literals joined, every one."""
+    text = open(os.path.join(SRC, "tests/unit", name), encoding="utf-8").read()
+    out, pos = [], 0
+    literal = re.compile(r'\s*"((?:[^"\\\n]|\\.)*)"')
+    while True:
+        m = C_STRING.search(text, pos)
+        if not m:
+            return out
+        parts, end = [m.group(1)], m.end()
+        while True:
+            n = literal.match(text, end)
+            if not n:
+                break
+            parts.append(n.group(1))
+            end = n.end()
+        pos = end
+        out.append(c_unescape("".join(parts)))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--models", help="BUILD/tests/data/models (fixture headers)")
@@ -321,6 +357,9 @@ def main():
               "\u0130\u0131 \u00df\u1e9e \u2028\u00a0".encode()]
     for t in texts:
         write_seed("tokenizer", t)
+
+    for g in grammar_seeds():
+        write_seed("grammar", g)
 
     for s in safetensors_seeds(args.models):
         write_seed("safetensors", s)

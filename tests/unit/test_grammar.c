@@ -19,6 +19,15 @@
 #include "text/utf8.h"
 #include "test_util.h"
 
+/* ck_assert in a loop of a million: Check reports every assertion it
+ * passes through a pipe, a system call each; CHECK only reports the one
+ * that fails. */
+#define CHECK(cond, ...)                                                       \
+    do {                                                                       \
+        if (!(cond))                                                           \
+            ck_abort_msg(__VA_ARGS__);                                         \
+    } while (0)
+
 /* ---- a small vocabulary: every byte, some words, odd cases ---- */
 
 static const char *const WORDS[] = {
@@ -174,14 +183,14 @@ static size_t assert_mask_is_per_token(grammar *g, const grammar_vocab *v,
             want = grammar_advance_bytes(g, st, bytes[t], lens[t], &next,
                                          &err) == 0;
         }
-        ck_assert_msg(bit(mask, (int32_t)t) == want,
-                      "state %u token %zu: mask says %d, its bytes say %d",
-                      (unsigned)st, t, bit(mask, (int32_t)t), want);
+        CHECK(bit(mask, (int32_t)t) == want,
+              "state %u token %zu: mask says %d, its bytes say %d",
+              (unsigned)st, t, bit(mask, (int32_t)t), want);
         allowed += want;
     }
     /* bits past the vocabulary stay clear */
     for (size_t t = n; t < words * 64; t++)
-        ck_assert(!bit(mask, (int32_t)t));
+        CHECK(!bit(mask, (int32_t)t), "bit %zu past the vocabulary", t);
     free(mask);
     return allowed;
 }
@@ -215,9 +224,9 @@ static void assert_masks_reachable(const char *src, int depth)
         for (int32_t t = 0; t < (int32_t)SMALL_N; t++) {
             grammar_state next;
             int rc = grammar_advance(g, st, t, &next, &err);
-            ck_assert_msg((rc == 0) == bit(mask, t),
-                          "state %u token %d: advance %d, mask %d",
-                          (unsigned)st, t, rc, bit(mask, t));
+            CHECK((rc == 0) == bit(mask, t),
+                  "state %u token %d: advance %d, mask %d", (unsigned)st, t, rc,
+                  bit(mask, t));
             if (rc != 0 || t == SMALL_END || next >= (1 << 20) || seen[next])
                 continue;
             seen[next] = true;
@@ -558,8 +567,9 @@ START_TEST(test_cache_budget_is_an_error_not_a_crash)
     grammar_limits_default(&lim);
     lim.max_cache_bytes = 100; /* not even the start state fits */
     const char *m = compile_error_len(src, strlen(src), &lim);
-    ck_assert_msg(strstr(m, "outgrew its cache budget of 100 bytes") != NULL,
-                  "%s", m);
+    const char *want = "line 1 column 1: the start state: the grammar's "
+                       "automaton outgrew its cache budget of 100 bytes";
+    ck_assert_msg(strncmp(m, want, strlen(want)) == 0, "%s", m);
 
     /* Room for the start state and a little: masks and long advances run
      * out, fail with -1, and leave the grammar usable. */
@@ -580,6 +590,87 @@ START_TEST(test_cache_budget_is_an_error_not_a_crash)
     ck_assert_int_eq(
         grammar_advance_bytes(g, grammar_start(g), "ab", 2, &s, &err), 0);
     ck_assert(grammar_accepts(g, s));
+    grammar_release(g);
+}
+END_TEST
+
+/* Transition tables only remember work: when the budget is short they go
+ * (after the masks), and the states, which must stay, still fit. */
+START_TEST(test_transition_tables_give_way_to_states)
+{
+    const char *src = "root ::= [a-z]{0,300} \"!\"";
+    char text[301];
+    memset(text, 'q', 300);
+    text[300] = '!';
+    grammar *g = compile_ok(src);
+    gpt2d_error err = { { 0 } };
+    grammar_state s;
+    ck_assert_int_eq(
+        grammar_advance_bytes(g, grammar_start(g), text, 301, &s, &err), 0);
+    grammar_stats st;
+    grammar_stats_get(g, &st);
+    size_t everything = st.cache_bytes; /* 301 states and their tables */
+    grammar_release(g);
+
+    grammar_limits lim;
+    grammar_limits_default(&lim);
+    lim.max_cache_bytes = everything - 150 * 1024; /* ~150 tables too few */
+    ck_assert_int_eq(grammar_compile(&g, src, strlen(src), small, &lim, &err),
+                     0);
+    for (int round = 0; round < 2; round++) {
+        ck_assert_msg(grammar_advance_bytes(g, grammar_start(g), text, 301, &s,
+                                            &err) == 0,
+                      "%s", err.message);
+        ck_assert(grammar_complete(g, s));
+    }
+    grammar_stats_get(g, &st);
+    ck_assert_uint_le(st.cache_bytes, lim.max_cache_bytes);
+    ck_assert_uint_eq(st.states, 302); /* 0..300 letters, and after '!' */
+    /* states met before the tables went are the same states after */
+    grammar_state s5, again;
+    ck_assert_int_eq(
+        grammar_advance_bytes(g, grammar_start(g), text, 5, &s5, &err), 0);
+    assert_mask_is_per_token(g, small, s5, small_bytes, small_lens);
+    ck_assert_int_eq(grammar_advance_bytes(g, s5, text, 5, &again, &err), 0);
+    ck_assert_int_eq(
+        grammar_advance_bytes(g, grammar_start(g), text, 10, &s, &err), 0);
+    ck_assert_uint_eq(again, s);
+    grammar_release(g);
+}
+END_TEST
+
+/* Stacks that multiply with the text: each "a" may end any of the pending
+ * e? e?, so after k of them a state holds about k stacks.  A 1 MiB budget
+ * allows 16 in one state. */
+START_TEST(test_too_many_stacks_is_an_error)
+{
+    const char *src = "root ::= e \"!\"\ne ::= \"a\" e? e?";
+    grammar_limits lim;
+    grammar_limits_default(&lim);
+    lim.max_cache_bytes = 1 << 20;
+    grammar *g;
+    gpt2d_error err = { { 0 } };
+    ck_assert_int_eq(grammar_compile(&g, src, strlen(src), small, &lim, &err),
+                     0);
+    char as[64];
+    memset(as, 'a', sizeof as);
+    grammar_state s;
+    ck_assert_int_eq(
+        grammar_advance_bytes(g, grammar_start(g), as, sizeof as, &s, &err),
+        -1);
+    ck_assert_str_eq(err.message,
+                     "a state of the grammar holds more than 16 stacks (the "
+                     "grammar is too ambiguous for its cache budget of "
+                     "1048576 bytes)");
+    /* what fits still runs */
+    ck_assert_int_eq(
+        grammar_advance_bytes(g, grammar_start(g), "aaa!", 4, &s, &err), 0);
+    ck_assert(grammar_complete(g, s));
+    /* and the default budget takes the 64 */
+    grammar_release(g);
+    g = compile_ok(src);
+    ck_assert_int_eq(
+        grammar_advance_bytes(g, grammar_start(g), as, sizeof as, &s, &err), 0);
     grammar_release(g);
 }
 END_TEST
@@ -749,11 +840,11 @@ START_TEST(test_any_character_is_valid_utf8_only)
     /* every one- and two-byte string */
     for (int a = 0; a < 256; a++) {
         char s1[1] = { (char)a };
-        ck_assert_msg(matches(g, s1, 1) == utf8_valid(s1, 1), "byte %02X", a);
+        CHECK(matches(g, s1, 1) == utf8_valid(s1, 1), "byte %02X", a);
         for (int b = 0; b < 256; b++) {
             char s[2] = { (char)a, (char)b };
             bool one_char = utf8_valid(s, 2) && utf8_chars(s, 2) == 1;
-            ck_assert_msg(matches(g, s, 2) == one_char, "%02X %02X", a, b);
+            CHECK(matches(g, s, 2) == one_char, "%02X %02X", a, b);
         }
     }
     /* the edges of three and four bytes */
@@ -819,14 +910,14 @@ static void assert_class(const char *src, bool (*member)(uint32_t))
             s[3] = (char)(0x80 | (cp & 0x3F));
             n = 4;
         }
-        ck_assert_msg(matches(g, s, (size_t)n) == member(cp), "U+%04X in %s",
-                      (unsigned)cp, src);
+        CHECK(matches(g, s, (size_t)n) == member(cp), "U+%04X in %s",
+              (unsigned)cp, src);
     }
     for (int a = 0x80; a < 256; a++)
         for (int b = 0; b < 256; b++) {
             char s[2] = { (char)a, (char)b };
             if (!utf8_valid(s, 2))
-                ck_assert_msg(!matches(g, s, 2), "%02X %02X", a, b);
+                CHECK(!matches(g, s, 2), "%02X %02X", a, b);
         }
     grammar_release(g);
 }
@@ -1246,6 +1337,8 @@ int main(void)
     tcase_add_test(budget, test_rule_and_element_budgets);
     tcase_add_test(budget, test_cache_budget_is_an_error_not_a_crash);
     tcase_add_test(budget, test_masks_are_dropped_oldest_first_within_budget);
+    tcase_add_test(budget, test_too_many_stacks_is_an_error);
+    tcase_add_test(budget, test_transition_tables_give_way_to_states);
     suite_add_tcase(s, budget);
 
     TCase *lang = tcase_create("language");
