@@ -71,7 +71,10 @@ static uint32_t decode_at(const unsigned char *s, size_t i, size_t *n)
            ((uint32_t)(s[i + 2] & 0x3F) << 6) | (s[i + 3] & 0x3F);
 }
 
-static bool at_end(const parser *p) { return p->pos >= p->len; }
+static bool at_end(const parser *p)
+{
+    return p->pos >= p->len;
+}
 
 static uint32_t peek(const parser *p)
 {
@@ -428,8 +431,7 @@ static int parse_class(parser *p, size_t at, cp_set *out)
             size_t hi_at = p->chars;
             uint32_t hi = next(p);
             bool hi_set = false;
-            if (hi == '\\' &&
-                escape(p, hi_at, true, &hi, &hi_set, &item) != 0)
+            if (hi == '\\' && escape(p, hi_at, true, &hi, &hi_set, &item) != 0)
                 goto done;
             if (hi_set) {
                 fail_at(p, hi_at, "a class like \\d cannot end a range");
@@ -498,15 +500,15 @@ static regex_node *parse_atom(parser *p)
                 next(p);
                 next(p);
             } else {
-                const char *what =
-                    k == '=' || k == '!' ? "lookahead"
-                    : k == '<' && (peek_at(p, 2) == '=' || peek_at(p, 2) == '!')
-                        ? "lookbehind"
-                    : k == 'P' || k == '<' ? "named groups"
-                    : k == '#'             ? "comments"
-                    : k == '>'             ? "atomic groups"
-                    : k == '('             ? "conditionals"
-                                           : "inline flags";
+                const char *what = k == '=' || k == '!' ? "lookahead"
+                                   : k == '<' && (peek_at(p, 2) == '=' ||
+                                                  peek_at(p, 2) == '!')
+                                       ? "lookbehind"
+                                   : k == 'P' || k == '<' ? "named groups"
+                                   : k == '#'             ? "comments"
+                                   : k == '>'             ? "atomic groups"
+                                   : k == '('             ? "conditionals"
+                                                          : "inline flags";
                 fail_at(p, at, "%s ((?%c...) are not supported", what,
                         k ? (char)k : ' ');
                 return NULL;
@@ -555,8 +557,7 @@ static regex_node *parse_atom(parser *p)
     } else if (c == '*' || c == '+' || c == '?') {
         rc = fail_at(p, at, "'%c' has nothing to repeat", (char)c);
     } else if (c == '{') {
-        rc = fail_at(p, at,
-                     "a '{' that does not repeat anything (write \\{)");
+        rc = fail_at(p, at, "a '{' that does not repeat anything (write \\{)");
     } else if (c >= 0xD800 && c <= 0xDFFF) {
         rc = fail_at(p, at, "a surrogate code point");
     } else if (cp_set_add(&n->set, c, c) != 0) {
@@ -727,8 +728,7 @@ fail:
     return NULL;
 }
 
-int regex_parse(const char *pattern, size_t len, regex **out,
-                regex_error *err)
+int regex_parse(const char *pattern, size_t len, regex **out, regex_error *err)
 {
     *out = NULL;
     err->offset = 0;

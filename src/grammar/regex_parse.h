@@ -71,8 +71,7 @@ typedef struct regex_error {
 
 /* Parses `len` bytes of UTF-8.  0, or -1 with err filled (invalid UTF-8 and
  * out of memory too). */
-int regex_parse(const char *pattern, size_t len, regex **out,
-                regex_error *err);
+int regex_parse(const char *pattern, size_t len, regex **out, regex_error *err);
 void regex_free(regex *rx);
 
 /* The language of whole texts the pattern describes, as one tree (the
