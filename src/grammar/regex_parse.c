@@ -159,6 +159,8 @@ fail:
 /* A class item's two readings (see the file comment). */
 typedef struct class_sets {
     cp_set narrow, wide;
+    bool letters; /* \w or \W took part: a negation is bounded by
+                     non_word_blocks */
 } class_sets;
 
 static void class_sets_free(class_sets *c)
@@ -205,12 +207,47 @@ static const cp_range space_either_more[] = {
     { 0xFEFF, 0xFEFF },
 };
 
+/* Where a negation of \w may go beyond ASCII: blocks of punctuation,
+ * symbols and spaces (their few letters and numbers are taken out by the
+ * Unicode tables).  Without this bound the complement of every letter and
+ * number is some 1,400 ranges, a class costly for the engine to expand. */
+static const cp_range non_word_blocks[] = {
+    { 0x00A0, 0x00BF }, /* Latin-1 punctuation and symbols */
+    { 0x00D7, 0x00D7 },   { 0x00F7, 0x00F7 },
+    { 0x2000, 0x206F },   /* General Punctuation */
+    { 0x20A0, 0x20CF },   /* Currency Symbols */
+    { 0x2190, 0x23FF },   /* Arrows, Mathematical Operators, Technical */
+    { 0x2500, 0x27BF },   /* Box Drawing .. Dingbats */
+    { 0x3000, 0x3003 },   /* CJK space and punctuation */
+    { 0x1F300, 0x1FAFF }, /* pictographs and emoji */
+};
+
 static int add_ranges(cp_set *s, const cp_range *r, size_t n)
 {
     for (size_t i = 0; i < n; i++)
         if (cp_set_add(s, r[i].lo, r[i].hi) != 0)
             return -1;
     return 0;
+}
+
+/* out = the complement of `wide`, within ASCII and non_word_blocks when
+ * `letters` (see non_word_blocks). */
+static int negate(const cp_set *wide, bool letters, cp_set *out)
+{
+    if (!letters)
+        return cp_set_complement(wide, out);
+    cp_set all = CP_SET_INIT, bound = CP_SET_INIT;
+    int rc = cp_set_complement(wide, &all) != 0 ||
+                     cp_set_add(&bound, 0, 0x7F) != 0 ||
+                     add_ranges(&bound, non_word_blocks,
+                                sizeof non_word_blocks /
+                                    sizeof *non_word_blocks) != 0 ||
+                     cp_set_intersect(&all, &bound, out) != 0
+                 ? -1
+                 : 0;
+    cp_set_free(&all);
+    cp_set_free(&bound);
+    return rc;
 }
 
 /* Fills c with the shorthand class `letter` (d w s, or D W S). */
@@ -250,8 +287,9 @@ static int shorthand(parser *p, uint32_t letter, class_sets *c)
                 0)
             goto done;
     }
+    c->letters = lower == 'w';
     if (negated) {
-        if (cp_set_complement(&wide, &c->narrow) != 0 ||
+        if (negate(&wide, c->letters, &c->narrow) != 0 ||
             cp_set_complement(&narrow, &c->wide) != 0)
             goto done;
     } else {
@@ -394,8 +432,8 @@ static int parse_class(parser *p, size_t at, cp_set *out)
         return fail_at(p, p->chars,
                        "a ']' first in a class means different things in "
                        "different engines: write \\]");
-    class_sets all = { CP_SET_INIT, CP_SET_INIT };
-    class_sets item = { CP_SET_INIT, CP_SET_INIT };
+    class_sets all = { CP_SET_INIT, CP_SET_INIT, false };
+    class_sets item = { CP_SET_INIT, CP_SET_INIT, false };
     int rc = -1;
     for (;;) {
         if (at_end(p)) {
@@ -447,6 +485,7 @@ static int parse_class(parser *p, size_t at, cp_set *out)
                 goto done;
             }
         } else if (is_set) {
+            all.letters |= item.letters;
             if (cp_set_add_set(&all.narrow, &item.narrow) != 0 ||
                 cp_set_add_set(&all.wide, &item.wide) != 0) {
                 out_of_memory(p);
@@ -458,7 +497,7 @@ static int parse_class(parser *p, size_t at, cp_set *out)
             goto done;
         }
     }
-    if (negated ? cp_set_complement(&all.wide, out) != 0
+    if (negated ? negate(&all.wide, all.letters, out) != 0
                 : cp_set_copy(&all.narrow, out) != 0) {
         out_of_memory(p);
         goto done;
@@ -543,7 +582,7 @@ static regex_node *parse_atom(parser *p)
     } else if (c == '\\') {
         uint32_t cp = 0;
         bool is_set = false;
-        class_sets cs = { CP_SET_INIT, CP_SET_INIT };
+        class_sets cs = { CP_SET_INIT, CP_SET_INIT, false };
         rc = escape(p, at, false, &cp, &is_set, &cs);
         if (rc == 0 && (is_set ? cp_set_copy(&cs.narrow, &n->set)
                                : cp_set_add(&n->set, cp, cp)) != 0)

@@ -21,8 +21,17 @@ the pattern grammar (a JSON string) iff re.search finds a match in the
 decoded string, apart from characters the documented semantics sets aside
 (where only soundness is asserted).
 
+With --sampler (the gram branch's tests/grammar/grammar_sample) and
+--tokenizer (GPT-2's vocab.json and merges.txt), also through the real
+engine: every grammar is sampled over GPT-2's tokens with random logits at
+temperatures 0, 1 and 2, and every answer that ends by itself ("stop")
+must validate (schemas) or match (regexes); and the engine's verdict on
+each candidate text (grammar_sample --check) must equal the recognizer's.
+
 Usage: schema_property.py --tool BUILD/tests/grammar/schema_to_gbnf
                           [--seed N] [--schemas N] [--regexes N]
+                          [--sampler BUILD/tests/grammar/grammar_sample
+                           --tokenizer DIR [--samples K]]
 Exit status 0 when every property holds; the first failures are printed.
 """
 import argparse
@@ -505,6 +514,89 @@ def mutations(rng, value, text):
     return out
 
 
+# ---------------------------------------------------------------- the engine
+
+class Sampler:
+    """The C engine through grammar_sample (tests/grammar/grammar_sample.c on
+    the gram branch): samples over GPT-2's tokens, and --check verdicts."""
+
+    def __init__(self, path, tokenizer, tmp, samples):
+        self.path = path
+        self.tokenizer = tokenizer
+        self.tmp = tmp
+        self.samples = samples
+        self.n = 0
+
+    def _file(self, gbnf):
+        self.n += 1
+        f = os.path.join(self.tmp, "g%d.gbnf" % self.n)
+        with open(f, "w", encoding="utf-8") as fh:
+            fh.write(gbnf)
+        return f
+
+    def sample(self, gbnf, seed):
+        """[(text or None when not UTF-8, finish)] at temperatures 0, 1, 2."""
+        f = self._file(gbnf)
+        p = subprocess.run([self.path, "--tokenizer", self.tokenizer, "--gbnf", f,
+                            "--seed", str(seed), "--temperature", "0,1,2",
+                            "--count", str(self.samples), "--max-tokens", "96"],
+                           capture_output=True)
+        os.unlink(f)
+        if p.returncode != 0:
+            raise RuntimeError("grammar_sample exit %d: %s" % (
+                p.returncode, p.stderr.decode(errors="replace")[:500]))
+        out = []
+        for line in p.stdout.decode().splitlines():
+            d = json.loads(line)
+            raw = d["text"].encode("latin-1")
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                text = None
+            out.append((text, d["finish"]))
+        return out
+
+    def accepts(self, gbnf, texts):
+        f = self._file(gbnf)
+        lines = "".join(t.encode("utf-8").hex() + "\n" for t in texts)
+        p = subprocess.run([self.path, "--tokenizer", self.tokenizer, "--gbnf", f,
+                            "--check"], input=lines.encode(), capture_output=True)
+        os.unlink(f)
+        if p.returncode != 0:
+            raise RuntimeError("grammar_sample --check exit %d: %s" % (
+                p.returncode, p.stderr.decode(errors="replace")[:500]))
+        return [json.loads(line)["accepts"] for line in p.stdout.decode().splitlines()]
+
+
+def engine_checks(sampler, gbnf, g, texts, valid, fails, stats, what, seed):
+    """Samples must be valid; the engine's verdicts must be the recognizer's."""
+    if sampler is None:
+        return
+    try:
+        drawn = sampler.sample(gbnf, seed)
+    except RuntimeError as e:
+        fails.add("the engine failed", subject=what, error=str(e), gbnf=gbnf[:3000])
+        return
+    for text, finish in drawn:
+        stats["engine_samples"] += 1
+        if finish != "stop":
+            continue
+        stats["engine_stops"] += 1
+        if text is None or not valid(text):
+            fails.add("the engine's finished answer is invalid", subject=what, text=text)
+    texts = list(dict.fromkeys(texts))[:60]
+    try:
+        verdicts = sampler.accepts(gbnf, texts)
+    except RuntimeError as e:
+        fails.add("the engine failed", subject=what, error=str(e), gbnf=gbnf[:3000])
+        return
+    for t, got in zip(texts, verdicts):
+        stats["engine_verdicts"] += 1
+        if got != g.accepts(t):
+            fails.add("the engine and the recognizer disagree", subject=what, text=t,
+                      engine=got)
+
+
 # ---------------------------------------------------------------- the checks
 
 class Failures:
@@ -524,7 +616,7 @@ def json_or_none(text):
         return None
 
 
-def check_schema(tool, rng, schema, fails, stats, strict=False):
+def check_schema(tool, rng, schema, fails, stats, strict=False, sampler=None):
     text = json.dumps(schema)
     gbnf, err = tool.run("--json-schema", text, ["--strict"] if strict else [])
     if err is not None:
@@ -557,6 +649,7 @@ def check_schema(tool, rng, schema, fails, stats, strict=False):
         fails.add("dead parts", schema=schema, dead=dead[:3])
     stats["compiled"] += 1
     inst = InstanceGen(rng, schema)
+    tried = []
     for _ in range(6):
         try:
             v = inst.gen(schema)
@@ -565,10 +658,12 @@ def check_schema(tool, rng, schema, fails, stats, strict=False):
         if not is_valid(schema, v):
             continue  # the generator is approximate; the validator decides
         t = compact(v)
+        tried.append(t)
         stats["instances"] += 1
         if not g.accepts(t):
             fails.add("a canonical valid instance is refused", schema=schema, text=t)
         for m in mutations(rng, v, t):
+            tried.append(m)
             stats["mutations"] += 1
             if g.accepts(m):
                 mv = json_or_none(m)
@@ -587,6 +682,12 @@ def check_schema(tool, rng, schema, fails, stats, strict=False):
         elif not is_valid(schema, v):
             fails.add("sample is invalid", schema=schema, text=s)
 
+    def valid(text):
+        v = json_or_none(text)
+        return (v is not None or text == "null") and is_valid(schema, v)
+    engine_checks(sampler, gbnf, g, tried, valid, fails, stats, schema,
+                  rng.randint(0, 10 ** 6))
+
 
 # -- regexes
 
@@ -604,7 +705,14 @@ def disputed(text):
         if o > 127 and (ch.isalnum() or ch.isspace() or
                         unicodedata.category(ch)[0] in "LNC"):
             return True
+        if o > 127 and not any(lo <= o <= hi for lo, hi in NON_WORD_BLOCKS):
+            return True  # a negated \\w keeps to these blocks
     return False
+
+
+NON_WORD_BLOCKS = [(0xA0, 0xBF), (0xD7, 0xD7), (0xF7, 0xF7), (0x2000, 0x206F),
+                   (0x20A0, 0x20CF), (0x2190, 0x23FF), (0x2500, 0x27BF),
+                   (0x3000, 0x3003), (0x1F300, 0x1FAFF)]
 
 
 def random_regex(rng, depth=0):
@@ -643,7 +751,7 @@ def regex_candidates(rng, g, n):
     return out + more
 
 
-def check_regex(tool, rng, pattern, fails, stats):
+def check_regex(tool, rng, pattern, fails, stats, sampler=None):
     gbnf, err = tool.run("--regex", pattern)
     try:
         compiled = re.compile(pattern)
@@ -659,7 +767,11 @@ def check_regex(tool, rng, pattern, fails, stats):
     if g.dead_parts():
         fails.add("dead parts (regex)", pattern=pattern)
     stats["regexes"] += 1
-    for s in regex_candidates(rng, g, 8):
+    cands = regex_candidates(rng, g, 8)
+    engine_checks(sampler, gbnf, g, cands,
+                  lambda t: compiled.fullmatch(t) is not None, fails, stats,
+                  pattern, rng.randint(0, 10 ** 6))
+    for s in cands:
         got = g.accepts(s)
         want = compiled.fullmatch(s) is not None
         stats["regex_strings"] += 1
@@ -696,19 +808,27 @@ def main():
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--schemas", type=int, default=200)
     ap.add_argument("--regexes", type=int, default=150)
+    ap.add_argument("--sampler")
+    ap.add_argument("--tokenizer")
+    ap.add_argument("--samples", type=int, default=2)
     args = ap.parse_args()
     rng = random.Random(args.seed)
     fails = Failures()
     stats = {k: 0 for k in ("compiled", "refused", "instances", "mutations",
                             "mutations_accepted", "samples", "regexes", "regex_refused",
-                            "regex_strings", "pattern_strings")}
+                            "regex_strings", "pattern_strings", "engine_samples",
+                            "engine_stops", "engine_verdicts")}
     with tempfile.TemporaryDirectory() as tmp:
         tool = Tool(args.tool, tmp)
+        sampler = None
+        if args.sampler:
+            sampler = Sampler(args.sampler, args.tokenizer, tmp, args.samples)
         for i in range(args.schemas):
             schema = SchemaGen(rng).schema()
-            check_schema(tool, rng, schema, fails, stats, strict=(i % 3 == 0))
+            check_schema(tool, rng, schema, fails, stats, strict=(i % 3 == 0),
+                         sampler=sampler)
         for i in range(args.regexes):
-            check_regex(tool, rng, random_regex(rng), fails, stats)
+            check_regex(tool, rng, random_regex(rng), fails, stats, sampler=sampler)
     print("stats:", json.dumps(stats))
     print("%d failures" % len(fails.items))
     return 1 if fails.items else 0

@@ -39,7 +39,10 @@ static void check_texts(const char *pattern, regex_gbnf_mode mode,
 }
 
 #define TEXTS(...)                                                             \
-    (const char *const[]) { __VA_ARGS__, NULL }
+    (const char *const[])                                                      \
+    {                                                                          \
+        __VA_ARGS__, NULL                                                      \
+    }
 #define RAW REGEX_GBNF_RAW
 #define JSTR REGEX_GBNF_JSON_STRING
 
@@ -96,8 +99,7 @@ START_TEST(test_classes)
     check_texts("[-a]", RAW, TEXTS("-", "a"), TEXTS("b"));
     check_texts("[\\]\\\\\\[]", RAW, TEXTS("]", "\\", "["), TEXTS("a"));
     check_texts("[\\d_]", RAW, TEXTS("5", "_"), TEXTS("a"));
-    check_texts("[\\x41-\\x43\\u00e9]", RAW, TEXTS("A", "C", "é"),
-                TEXTS("D"));
+    check_texts("[\\x41-\\x43\\u00e9]", RAW, TEXTS("A", "C", "é"), TEXTS("D"));
     check_texts("[\\n\\t\\b]", RAW, TEXTS("\n", "\t", "\b"), TEXTS("n"));
 }
 END_TEST
@@ -109,13 +111,15 @@ START_TEST(test_shorthand_classes_satisfy_both_engines)
     check_texts("\\d", RAW, TEXTS("0", "9"), TEXTS("a", "٣", "²"));
     check_texts("\\D", RAW, TEXTS("a", "-", "é"), TEXTS("5", "٣", "²"));
     check_texts("\\w", RAW, TEXTS("a", "Z", "0", "_"), TEXTS("é", "-", "中"));
-    check_texts("\\W", RAW, TEXTS("-", " ", "€"), TEXTS("a", "_", "é", "中",
-                                                         "٣"));
+    /* beyond ASCII, a negated \w keeps to punctuation and symbol blocks */
+    check_texts("\\W", RAW, TEXTS("-", " ", "€", "→", "😀"),
+                TEXTS("a", "_", "é", "中", "٣", "℃", "ª"));
+    check_texts("[^\\w]", RAW, TEXTS("-", "€"), TEXTS("a", "é", "℃"));
     check_texts("\\s", RAW, TEXTS(" ", "\t", "\n", "\r", "\xc2\xa0", "　"),
                 TEXTS("a", "\x1c", "\xef\xbb\xbf", "\xc2\x85"));
-    check_texts("\\S", RAW, TEXTS("a", "é"),
-                TEXTS(" ", "\x1c", "\x1f", "\xef\xbb\xbf", "\xc2\x85",
-                      "\xc2\xa0"));
+    check_texts(
+        "\\S", RAW, TEXTS("a", "é"),
+        TEXTS(" ", "\x1c", "\x1f", "\xef\xbb\xbf", "\xc2\x85", "\xc2\xa0"));
     check_texts("[^\\d]", RAW, TEXTS("a"), TEXTS("5", "٣"));
     check_texts("[^\\D]", RAW, TEXTS("5"), TEXTS("٣", "a"));
     check_texts(".", RAW, TEXTS("a", "\t", "😀"),
@@ -195,7 +199,8 @@ START_TEST(test_refusals_name_construct_and_offset)
     check_refusal("[z-a]", 1, "a range whose end comes before its start");
     check_refusal("[\\d-z]", 1, "a class like \\d cannot start a range");
     check_refusal("[a-\\d]", 3, "a class like \\d cannot end a range");
-    check_refusal("[[:alpha:]]", 1, "POSIX classes ([:name:]) are not supported");
+    check_refusal("[[:alpha:]]", 1,
+                  "POSIX classes ([:name:]) are not supported");
     check_refusal("\\01", 0, "octal escapes are not supported (write \\xHH)");
     check_refusal("\\uD800", 0,
                   "\\uD800 is a surrogate, not a character (write the "
@@ -221,7 +226,8 @@ START_TEST(test_budget)
     regex_error err;
     const char *p = "[a-z]+@[a-z]+\\.(com|org|net)";
     ck_assert_int_eq(regex_gbnf(p, strlen(p), RAW, "root", 20, &out, &err), -1);
-    ck_assert_str_eq(err.message, "the pattern's grammar is larger than 20 bytes");
+    ck_assert_str_eq(err.message,
+                     "the pattern's grammar is larger than 20 bytes");
     ck_assert_uint_eq(out.len, 0);
     buf_free(&out);
 }
@@ -234,9 +240,8 @@ START_TEST(test_choices)
     gpt2d_buf out = GPT2D_BUF_INIT;
     gpt2d_error err;
     size_t bad;
-    ck_assert_int_eq(choices_gbnf(choices, lens, 4, "root", 1 << 20, &out,
-                                  &bad, &err),
-                     0);
+    ck_assert_int_eq(
+        choices_gbnf(choices, lens, 4, "root", 1 << 20, &out, &bad, &err), 0);
     gm_grammar *g = gm_parse((const char *)out.data, out.len);
     ck_assert(gm_accepts(g, "root", "yes"));
     ck_assert(gm_accepts(g, "root", "no way"));
@@ -246,27 +251,25 @@ START_TEST(test_choices)
     ck_assert(!gm_accepts(g, "root", "yesno"));
     gm_free(g);
     size_t before = out.len;
-    ck_assert_int_eq(choices_gbnf(choices, lens, 0, "root", 1 << 20, &out,
-                                  &bad, &err),
-                     -1);
+    ck_assert_int_eq(
+        choices_gbnf(choices, lens, 0, "root", 1 << 20, &out, &bad, &err), -1);
     ck_assert_str_eq(err.message, "the list of choices is empty");
     ck_assert_uint_eq(bad, 0);
     const char *broken[] = { "ok", "\xc3" };
     size_t broken_lens[] = { 2, 1 };
-    ck_assert_int_eq(choices_gbnf(broken, broken_lens, 2, "root", 1 << 20,
-                                  &out, &bad, &err),
-                     -1);
+    ck_assert_int_eq(
+        choices_gbnf(broken, broken_lens, 2, "root", 1 << 20, &out, &bad, &err),
+        -1);
     ck_assert_str_eq(err.message, "choice 1 is not valid UTF-8");
     ck_assert_uint_eq(bad, 1);
-    ck_assert_int_eq(choices_gbnf(choices, lens, 4, "root", 10, &out, &bad,
-                                  &err),
-                     -1);
+    ck_assert_int_eq(
+        choices_gbnf(choices, lens, 4, "root", 10, &out, &bad, &err), -1);
     ck_assert_str_eq(err.message, "the choices' grammar is larger than 10 "
                                   "bytes (or memory ran out)");
     ck_assert_uint_eq(bad, 4);
-    ck_assert_int_eq(choices_gbnf(choices, lens, 4, "no good", 1 << 20, &out,
-                                  &bad, &err),
-                     -1);
+    ck_assert_int_eq(
+        choices_gbnf(choices, lens, 4, "no good", 1 << 20, &out, &bad, &err),
+        -1);
     ck_assert_str_eq(err.message, "the rule name is not [A-Za-z0-9-]+");
     ck_assert_uint_eq(out.len, before);
     buf_free(&out);
