@@ -7,6 +7,7 @@
  * engines). */
 #include "grammar/regex_parse.h"
 
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,10 +23,6 @@ typedef struct parser {
     unsigned nesting; /* groups open */
     regex_error *err;
     bool failed;
-    /* Unicode letters and numbers as sets, made the first time a negation
-     * needs them (scanning every code point once). */
-    cp_set letters, numbers;
-    bool have_tables;
 } parser;
 
 static int fail_at(parser *p, size_t offset, const char *fmt, ...)
@@ -169,10 +166,15 @@ static void class_sets_free(class_sets *c)
     cp_set_free(&c->wide);
 }
 
-static int need_tables(parser *p)
+/* Unicode letters and numbers as sets: facts made once per process (the
+ * first pattern that needs them scans every code point, ~10 ms) and never
+ * changed after, so any thread may read them. */
+static cp_set unicode_letters, unicode_numbers;
+static bool unicode_tables_ok;
+static pthread_once_t unicode_tables_once = PTHREAD_ONCE_INIT;
+
+static void make_unicode_tables(void)
 {
-    if (p->have_tables)
-        return 0;
     /* Runs of one class become one range: about a thousand inserts. */
     uint32_t run_lo = 0;
     int run_class = -1;
@@ -185,14 +187,19 @@ static int need_tables(parser *p)
         if (cls == run_class)
             continue;
         if (run_class >= 0 &&
-            cp_set_add(run_class == 0 ? &p->letters : &p->numbers, run_lo,
-                       cp - 1) != 0)
-            return out_of_memory(p);
+            cp_set_add(run_class == 0 ? &unicode_letters : &unicode_numbers,
+                       run_lo, cp - 1) != 0)
+            return;
         run_class = cls;
         run_lo = cp;
     }
-    p->have_tables = true;
-    return 0;
+    unicode_tables_ok = true;
+}
+
+static int need_tables(parser *p)
+{
+    pthread_once(&unicode_tables_once, make_unicode_tables);
+    return unicode_tables_ok ? 0 : out_of_memory(p);
 }
 
 /* White space both engines agree on, and that either counts. */
@@ -263,7 +270,7 @@ static int shorthand(parser *p, uint32_t letter, class_sets *c)
         if (need_tables(p) != 0)
             goto done;
         if (cp_set_add(&wide, '0', '9') != 0 ||
-            cp_set_add_set(&wide, &p->numbers) != 0)
+            cp_set_add_set(&wide, &unicode_numbers) != 0)
             goto done;
     } else if (lower == 'w') {
         if (cp_set_add(&narrow, '0', '9') != 0 ||
@@ -274,8 +281,8 @@ static int shorthand(parser *p, uint32_t letter, class_sets *c)
         if (need_tables(p) != 0)
             goto done;
         if (cp_set_add_set(&wide, &narrow) != 0 ||
-            cp_set_add_set(&wide, &p->letters) != 0 ||
-            cp_set_add_set(&wide, &p->numbers) != 0)
+            cp_set_add_set(&wide, &unicode_letters) != 0 ||
+            cp_set_add_set(&wide, &unicode_numbers) != 0)
             goto done;
     } else {
         if (add_ranges(&narrow, space_both,
@@ -784,8 +791,6 @@ int regex_parse(const char *pattern, size_t len, regex **out, regex_error *err)
     }
     parser p = { .s = (const unsigned char *)pattern, .len = len, .err = err };
     regex_node *top = parse_alternation(&p, true, rx);
-    cp_set_free(&p.letters);
-    cp_set_free(&p.numbers);
     if (top == NULL) {
         regex_free(rx);
         return -1;

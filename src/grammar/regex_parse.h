@@ -24,10 +24,12 @@
  * \s), and a negation of \w beyond ASCII keeps to blocks of punctuation,
  * symbols and spaces (U+00A0-U+00BF, U+00D7, U+00F7, U+2000-U+206F,
  * U+20A0-U+20CF, U+2190-U+23FF, U+2500-U+27BF, U+3000-U+3003,
- * U+1F300-U+1FAFF); `.` is any character but LF, CR, U+2028 and U+2029.  `$` is the end
- * of the text (never "before a final newline" as in Python).
+ * U+1F300-U+1FAFF); `.` is any character but LF, CR, U+2028 and U+2029.
+ * `$` is the end of the text (never "before a final newline" as in
+ * Python).
  *
- * Threads: pure functions over the caller's data. */
+ * Threads: any; the Unicode letter and number sets the negations need are
+ * made once per process (pthread_once) and only read after. */
 #ifndef GPT2D_REGEX_PARSE_H
 #define GPT2D_REGEX_PARSE_H
 
