@@ -19,7 +19,7 @@ build=${BUILD_DIR:-$top/build}
 
 BUILD_PACKAGES=(build-essential autoconf automake libtool pkg-config
                 libmicrohttpd-dev libjansson-dev libopenblas-dev libsystemd-dev)
-TEST_PACKAGES=(check python3 python3-numpy curl ca-certificates chromium chromium-driver nginx systemd groff-base)
+TEST_PACKAGES=(check python3 python3-numpy python3-jsonschema curl ca-certificates chromium chromium-driver nginx systemd groff-base)
 
 as_root() { if [[ $(id -u) -eq 0 ]]; then "$@"; else sudo "$@"; fi; }
 

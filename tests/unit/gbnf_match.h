@@ -91,8 +91,8 @@ static uint32_t gm_utf8(const unsigned char *s, size_t *adv)
     }
     if (s[0] < 0xF0) {
         *adv = 3;
-        return ((uint32_t)(s[0] & 0x0F) << 12) | ((uint32_t)(s[1] & 0x3F) << 6) |
-               (s[2] & 0x3F);
+        return ((uint32_t)(s[0] & 0x0F) << 12) |
+               ((uint32_t)(s[1] & 0x3F) << 6) | (s[2] & 0x3F);
     }
     *adv = 4;
     return ((uint32_t)(s[0] & 0x07) << 18) | ((uint32_t)(s[1] & 0x3F) << 12) |
@@ -190,7 +190,8 @@ static gm_node *gm_primary(void)
                 gm_i++;
                 hi = gm_char();
             }
-            n->ranges = realloc(n->ranges, (n->n_ranges + 1) * sizeof *n->ranges);
+            n->ranges = realloc(n->ranges,
+                                (n->n_ranges + 1) * sizeof *n->ranges);
             n->ranges[n->n_ranges][0] = lo;
             n->ranges[n->n_ranges][1] = hi;
             n->n_ranges++;

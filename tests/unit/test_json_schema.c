@@ -40,8 +40,8 @@ static gm_grammar *grammar_of(const char *schema_text, bool strict)
 }
 
 /* Each of `yes` is an answer, none of `no` is.  Lists end with NULL. */
-static void check_texts(const char *schema, bool strict,
-                        const char *const *yes, const char *const *no)
+static void check_texts(const char *schema, bool strict, const char *const *yes,
+                        const char *const *no)
 {
     gm_grammar *g = grammar_of(schema, strict);
     for (size_t i = 0; yes[i] != NULL; i++)
@@ -54,7 +54,10 @@ static void check_texts(const char *schema, bool strict,
 }
 
 #define TEXTS(...)                                                             \
-    (const char *const[]) { __VA_ARGS__, NULL }
+    (const char *const[])                                                      \
+    {                                                                          \
+        __VA_ARGS__, NULL                                                      \
+    }
 
 static void check_refusal(const char *schema_text, bool strict,
                           const char *param, const char *message)
@@ -80,13 +83,12 @@ static void check_refusal(const char *schema_text, bool strict,
 
 START_TEST(test_string_spelling_is_canonical)
 {
-    check_texts("{\"type\":\"string\"}", true,
-                TEXTS("\"\"", "\"a b\"", "\"\\\"\\\\\"", "\"\\n\\t\\r\\b\\f\"",
-                      "\"\\u0001\\u001f\\u000b\"", "\"é€😀\"", "\"\x7f\"",
-                      "\"/\""),
-                TEXTS("\"\n\"", "\"\\/\"", "\"\\u000a\"", "\"\\u001F\"",
-                      "\"\\u00e9\"", "\"\\ud83d\\ude00\"", "\"a", "'a'",
-                      "\"\\x41\"", " \"a\""));
+    check_texts(
+        "{\"type\":\"string\"}", true,
+        TEXTS("\"\"", "\"a b\"", "\"\\\"\\\\\"", "\"\\n\\t\\r\\b\\f\"",
+              "\"\\u0001\\u001f\\u000b\"", "\"é€😀\"", "\"\x7f\"", "\"/\""),
+        TEXTS("\"\n\"", "\"\\/\"", "\"\\u000a\"", "\"\\u001F\"", "\"\\u00e9\"",
+              "\"\\ud83d\\ude00\"", "\"a", "'a'", "\"\\x41\"", " \"a\""));
 }
 END_TEST
 
@@ -191,28 +193,29 @@ START_TEST(test_object_members_in_schema_order)
     check_texts(s, true,
                 TEXTS("{\"a\":1}", "{\"a\":1,\"c\":2}", "{\"a\":1,\"b\":2}",
                       "{\"a\":1,\"b\":2,\"c\":3}"),
-                TEXTS("{\"c\":2,\"a\":1}", "{\"b\":1}", "{\"a\":1,\"d\":1}", "{}",
-                      "{ \"a\":1}", "{\"a\":1,}", "{\"a\":1,\"a\":1}"));
+                TEXTS("{\"c\":2,\"a\":1}", "{\"b\":1}", "{\"a\":1,\"d\":1}",
+                      "{}", "{ \"a\":1}", "{\"a\":1,}", "{\"a\":1,\"a\":1}"));
     /* all optional: any in order, or none */
-    check_texts("{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"null\"},"
-                "\"b\":{\"type\":\"null\"}}}",
-                true,
-                TEXTS("{}", "{\"a\":null}", "{\"b\":null}",
-                      "{\"a\":null,\"b\":null}"),
-                TEXTS("{\"b\":null,\"a\":null}", "{,\"b\":null}", "{\"c\":1}"));
+    check_texts(
+        "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"null\"},"
+        "\"b\":{\"type\":\"null\"}}}",
+        true,
+        TEXTS("{}", "{\"a\":null}", "{\"b\":null}", "{\"a\":null,\"b\":null}"),
+        TEXTS("{\"b\":null,\"a\":null}", "{,\"b\":null}", "{\"c\":1}"));
     /* optional members before the first required one */
-    check_texts("{\"type\":\"object\",\"properties\":{\"x\":{\"const\":1},"
-                "\"y\":{\"const\":2},\"z\":{\"const\":3},\"w\":{\"const\":4}},"
-                "\"required\":[\"y\"]}",
-                true,
-                TEXTS("{\"y\":2}", "{\"x\":1,\"y\":2}", "{\"y\":2,\"z\":3}",
-                      "{\"x\":1,\"y\":2,\"z\":3,\"w\":4}", "{\"y\":2,\"w\":4}"),
-                TEXTS("{\"x\":1}", "{\"x\":1,\"z\":3}", "{}",
-                      "{\"x\":1,\"w\":4}"));
+    check_texts(
+        "{\"type\":\"object\",\"properties\":{\"x\":{\"const\":1},"
+        "\"y\":{\"const\":2},\"z\":{\"const\":3},\"w\":{\"const\":4}},"
+        "\"required\":[\"y\"]}",
+        true,
+        TEXTS("{\"y\":2}", "{\"x\":1,\"y\":2}", "{\"y\":2,\"z\":3}",
+              "{\"x\":1,\"y\":2,\"z\":3,\"w\":4}", "{\"y\":2,\"w\":4}"),
+        TEXTS("{\"x\":1}", "{\"x\":1,\"z\":3}", "{}", "{\"x\":1,\"w\":4}"));
     /* a property name needing escapes */
-    check_texts("{\"type\":\"object\",\"properties\":{\"a\\\"b\":{\"const\":1}},"
-                "\"required\":[\"a\\\"b\"]}",
-                true, TEXTS("{\"a\\\"b\":1}"), TEXTS("{\"a\"b\":1}"));
+    check_texts(
+        "{\"type\":\"object\",\"properties\":{\"a\\\"b\":{\"const\":1}},"
+        "\"required\":[\"a\\\"b\"]}",
+        true, TEXTS("{\"a\\\"b\":1}"), TEXTS("{\"a\"b\":1}"));
 }
 END_TEST
 
@@ -283,12 +286,11 @@ START_TEST(test_formats)
                       "\"1999-12-31\"", "\"2023-04-30\""),
                 TEXTS("\"2023-02-29\"", "\"1900-02-29\"", "\"0000-01-01\"",
                       "\"2024-13-01\"", "\"2024-04-31\"", "\"20240101\""));
-    check_texts("{\"type\":\"string\",\"format\":\"date-time\"}", true,
-                TEXTS("\"2024-01-31T23:59:59.123Z\"",
-                      "\"2024-01-31T00:00:00+05:30\""),
-                TEXTS("\"2024-01-31T23:59:60Z\"", "\"2024-01-31t00:00:00Z\"",
-                      "\"2024-01-31T00:00:00\"",
-                      "\"2024-01-31T00:00:00.1234567Z\""));
+    check_texts(
+        "{\"type\":\"string\",\"format\":\"date-time\"}", true,
+        TEXTS("\"2024-01-31T23:59:59.123Z\"", "\"2024-01-31T00:00:00+05:30\""),
+        TEXTS("\"2024-01-31T23:59:60Z\"", "\"2024-01-31t00:00:00Z\"",
+              "\"2024-01-31T00:00:00\"", "\"2024-01-31T00:00:00.1234567Z\""));
     check_texts("{\"type\":\"string\",\"format\":\"time\"}", true,
                 TEXTS("\"12:30:00Z\"", "\"23:59:59.5-11:00\""),
                 TEXTS("\"24:00:00Z\"", "\"12:30Z\"", "\"12:30:00\""));
@@ -322,8 +324,9 @@ START_TEST(test_refs_and_recursion)
                       "\"v\":4}}}}"),
                 TEXTS("{\"next\":{\"v\":2}}", "{\"v\":1,\"next\":null}"));
     /* "#" and definitions */
-    check_texts("{\"type\":\"array\",\"maxItems\":2,\"items\":{\"$ref\":\"#\"}}",
-                true, TEXTS("[]", "[[],[[]]]"), TEXTS("[1]", "[[],[],[]]"));
+    check_texts(
+        "{\"type\":\"array\",\"maxItems\":2,\"items\":{\"$ref\":\"#\"}}", true,
+        TEXTS("[]", "[[],[[]]]"), TEXTS("[1]", "[[],[],[]]"));
     check_texts("{\"definitions\":{\"b\":{\"type\":\"boolean\"}},"
                 "\"type\":\"object\",\"properties\":{\"x\":{\"$ref\":"
                 "\"#/definitions/b\"},\"y\":{\"$ref\":\"#/definitions/b\"}},"
@@ -424,19 +427,22 @@ START_TEST(test_refusals_name_param_and_reason)
     check_refusal("{\"type\":[]}", true, BASE ".type",
                   "type must be a type name or a non-empty array of them");
     check_refusal("{\"type\":\"integer\",\"multipleOf\":2}", true,
-                  BASE ".multipleOf", "the keyword 'multipleOf' is not supported");
+                  BASE ".multipleOf",
+                  "the keyword 'multipleOf' is not supported");
     check_refusal("{\"oneOf\":[{\"type\":\"null\"}]}", true, BASE ".oneOf",
                   "oneOf is not supported in strict mode (use anyOf)");
     check_refusal("{\"type\":\"string\",\"maxLength\":-1}", true,
-                  BASE ".maxLength", "maxLength must be a non-negative integer");
+                  BASE ".maxLength",
+                  "maxLength must be a non-negative integer");
     check_refusal("{\"type\":\"array\",\"minItems\":\"2\"}", true,
                   BASE ".minItems", "minItems must be a non-negative integer");
     check_refusal("{\"$ref\":5}", true, BASE ".$ref", "$ref must be a string");
-    check_refusal("{\"$ref\":\"#/$defs/a\",\"type\":\"string\",\"$defs\":{\"a\":"
-                  "{}}}",
-                  true, BASE ".type",
-                  "'type' beside $ref is not supported (move it into the "
-                  "referenced schema)");
+    check_refusal(
+        "{\"$ref\":\"#/$defs/a\",\"type\":\"string\",\"$defs\":{\"a\":"
+        "{}}}",
+        true, BASE ".type",
+        "'type' beside $ref is not supported (move it into the "
+        "referenced schema)");
     check_refusal("{\"$ref\":\"#/$defs/missing\"}", true, BASE ".$ref",
                   "$ref '#/$defs/missing' does not resolve (only local "
                   "references \"#\", \"#/$defs/NAME\", \"#/definitions/NAME\" "
@@ -522,10 +528,11 @@ START_TEST(test_schemas_without_instances_are_refused)
                   true, BASE ".required[1]",
                   "the required property 'b' is not in properties and "
                   "additionalProperties allows no other");
-    check_refusal("{\"type\":\"object\",\"properties\":{\"a\":{\"type\":"
-                  "\"object\",\"properties\":{\"b\":false},\"required\":[\"b\"]}},"
-                  "\"required\":[\"a\"]}",
-                  true, BASE ".properties.a.properties.b", "the schema is false");
+    check_refusal(
+        "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":"
+        "\"object\",\"properties\":{\"b\":false},\"required\":[\"b\"]}},"
+        "\"required\":[\"a\"]}",
+        true, BASE ".properties.a.properties.b", "the schema is false");
     check_refusal("{\"enum\":[1,\"x\"],\"type\":\"boolean\"}", true,
                   BASE ".enum",
                   "no value of enum satisfies the schema's other keywords");
@@ -541,12 +548,13 @@ START_TEST(test_schemas_without_instances_are_refused)
                   true, BASE ".anyOf[1]", "the schema is false");
     check_refusal("false", true, BASE, "the schema is false");
     /* only infinite instances: the recursion cannot stop */
-    check_refusal("{\"$defs\":{\"n\":{\"type\":\"object\",\"properties\":{"
-                  "\"next\":{\"$ref\":\"#/$defs/n\"}},\"required\":[\"next\"]}},"
-                  "\"$ref\":\"#/$defs/n\"}",
-                  true, BASE ".$defs.n.properties.next.$ref",
-                  "a recursive $ref nested deeper than 6 levels (the schema "
-                  "has only instances deeper than that)");
+    check_refusal(
+        "{\"$defs\":{\"n\":{\"type\":\"object\",\"properties\":{"
+        "\"next\":{\"$ref\":\"#/$defs/n\"}},\"required\":[\"next\"]}},"
+        "\"$ref\":\"#/$defs/n\"}",
+        true, BASE ".$defs.n.properties.next.$ref",
+        "a recursive $ref nested deeper than 6 levels (the schema "
+        "has only instances deeper than that)");
     check_refusal("{\"$defs\":{\"a\":{\"$ref\":\"#/$defs/b\"},\"b\":{\"$ref\":"
                   "\"#/$defs/a\"}},\"$ref\":\"#/$defs/a\"}",
                   true, BASE ".$defs.b.$ref",
@@ -560,8 +568,7 @@ START_TEST(test_budgets)
     /* nesting deeper than max_depth */
     gpt2d_buf deep = GPT2D_BUF_INIT;
     for (int i = 0; i < 40; i++)
-        ck_assert_int_eq(gbnf_puts(&deep, "{\"type\":\"array\",\"items\":"),
-                         0);
+        ck_assert_int_eq(gbnf_puts(&deep, "{\"type\":\"array\",\"items\":"), 0);
     ck_assert_int_eq(gbnf_puts(&deep, "{}"), 0);
     for (int i = 0; i < 40; i++)
         ck_assert_int_eq(gbnf_puts(&deep, "}"), 0);
@@ -595,20 +602,22 @@ START_TEST(test_shared_definitions_stay_small)
 {
     gpt2d_buf s = GPT2D_BUF_INIT;
     ck_assert_int_eq(gbnf_puts(&s, "{\"$defs\":{\"big\":{\"type\":\"object\","
-                                        "\"properties\":{"),
+                                   "\"properties\":{"),
                      0);
     for (int i = 0; i < 30; i++)
-        ck_assert_int_eq(gbnf_printf(&s, "%s\"p%d\":{\"type\":\"string\","
-                                              "\"format\":\"date-time\"}",
-                                          i ? "," : "", i),
+        ck_assert_int_eq(gbnf_printf(&s,
+                                     "%s\"p%d\":{\"type\":\"string\","
+                                     "\"format\":\"date-time\"}",
+                                     i ? "," : "", i),
                          0);
     ck_assert_int_eq(gbnf_puts(&s, "}}},\"type\":\"object\","
-                                        "\"properties\":{"),
+                                   "\"properties\":{"),
                      0);
     for (int i = 0; i < 50; i++)
-        ck_assert_int_eq(gbnf_printf(&s, "%s\"u%d\":{\"$ref\":"
-                                              "\"#/$defs/big\"}",
-                                          i ? "," : "", i),
+        ck_assert_int_eq(gbnf_printf(&s,
+                                     "%s\"u%d\":{\"$ref\":"
+                                     "\"#/$defs/big\"}",
+                                     i ? "," : "", i),
                          0);
     ck_assert_int_eq(gbnf_puts(&s, "}}"), 0);
     ck_assert_int_eq(buf_append(&s, "", 1), 0);
