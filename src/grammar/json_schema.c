@@ -24,6 +24,7 @@
 #include "grammar/json_text_gbnf.h"
 #include "grammar/number_range.h"
 #include "grammar/regex_gbnf.h"
+#include "grammar/regex_length.h"
 #include "grammar/regex_parse.h"
 
 enum { NO_INSTANCE = 1, REF_BUSY = 2, REF_DONE = 3 };
@@ -860,17 +861,20 @@ static int compile_string(compiler *c, const json_t *s, gpt2d_buf *expr)
     uint64_t rmin, rmax;
     regex_node_lengths(whole, &rmin, &rmax);
     bool max_ok = max < 0 || (rmax != REGEX_INF && rmax <= (uint64_t)max);
-    if ((max >= 0 && rmin > (uint64_t)max) ||
-        (rmax != REGEX_INF && rmax < (uint64_t)min)) {
+    if (rmin < (uint64_t)min || !max_ok) {
+        /* the lengths are not implied: keep the pattern's strings to them */
+        regex_node *kept = regex_restrict_length(
+            whole, (uint64_t)min, max < 0 ? REGEX_INF : (uint64_t)max);
+        regex_node_free(whole);
+        whole = kept;
+        if (whole == NULL)
+            return fail(c, NULL, "out of memory");
+    }
+    if (regex_node_matches_nothing(whole)) {
         rc = none(c, key,
                   "no string the %s allows has a length within "
                   "minLength and maxLength",
                   key);
-    } else if (rmin < (uint64_t)min || !max_ok) {
-        rc = fail(c, key,
-                  "%s together with minLength or maxLength is supported "
-                  "only when the %s alone keeps the length within them",
-                  key, key);
     } else if (gbnf_puts(expr, "\"\\\"\" ") != 0 ||
                regex_gbnf_expr(&c->out, whole, REGEX_GBNF_JSON_STRING, expr) !=
                    0 ||

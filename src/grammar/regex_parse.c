@@ -153,11 +153,17 @@ fail:
 
 /* ---- the classes ---- */
 
+/* What a negation may reach beyond ASCII (see non_word_blocks). */
+typedef enum negation_zone {
+    ZONE_ALL,    /* nothing Unicode-dependent was negated */
+    ZONE_DIGITS, /* \d: non_word_blocks and non_digit_blocks */
+    ZONE_WORDS,  /* \w: non_word_blocks */
+} negation_zone;
+
 /* A class item's two readings (see the file comment). */
 typedef struct class_sets {
     cp_set narrow, wide;
-    bool letters; /* \w or \W took part: a negation is bounded by
-                     non_word_blocks */
+    negation_zone zone; /* what a negation of the class may reach */
 } class_sets;
 
 static void class_sets_free(class_sets *c)
@@ -229,6 +235,15 @@ static const cp_range non_word_blocks[] = {
     { 0x1F300, 0x1FAFF }, /* pictographs and emoji */
 };
 
+/* Where a negation of \d may go beyond ASCII: Latin to Arabic, the
+ * blocks above, kana, CJK ideographs and Hangul (less their numbers). */
+static const cp_range non_digit_blocks[] = {
+    { 0x0080, 0x065F },
+    { 0x3040, 0x30FF },
+    { 0x4E00, 0x9FFF },
+    { 0xAC00, 0xD7A3 },
+};
+
 static int add_ranges(cp_set *s, const cp_range *r, size_t n)
 {
     for (size_t i = 0; i < n; i++)
@@ -237,11 +252,10 @@ static int add_ranges(cp_set *s, const cp_range *r, size_t n)
     return 0;
 }
 
-/* out = the complement of `wide`, within ASCII and non_word_blocks when
- * `letters` (see non_word_blocks). */
-static int negate(const cp_set *wide, bool letters, cp_set *out)
+/* out = the complement of `wide`, bounded by the zone. */
+static int negate(const cp_set *wide, negation_zone zone, cp_set *out)
 {
-    if (!letters)
+    if (zone == ZONE_ALL)
         return cp_set_complement(wide, out);
     cp_set all = CP_SET_INIT, bound = CP_SET_INIT;
     int rc = cp_set_complement(wide, &all) != 0 ||
@@ -249,6 +263,10 @@ static int negate(const cp_set *wide, bool letters, cp_set *out)
                      add_ranges(&bound, non_word_blocks,
                                 sizeof non_word_blocks /
                                     sizeof *non_word_blocks) != 0 ||
+                     (zone == ZONE_DIGITS &&
+                      add_ranges(&bound, non_digit_blocks,
+                                 sizeof non_digit_blocks /
+                                     sizeof *non_digit_blocks) != 0) ||
                      cp_set_intersect(&all, &bound, out) != 0
                  ? -1
                  : 0;
@@ -294,9 +312,9 @@ static int shorthand(parser *p, uint32_t letter, class_sets *c)
                 0)
             goto done;
     }
-    c->letters = lower == 'w';
+    c->zone = lower == 'w' ? ZONE_WORDS : lower == 'd' ? ZONE_DIGITS : ZONE_ALL;
     if (negated) {
-        if (negate(&wide, c->letters, &c->narrow) != 0 ||
+        if (negate(&wide, c->zone, &c->narrow) != 0 ||
             cp_set_complement(&narrow, &c->wide) != 0)
             goto done;
     } else {
@@ -439,8 +457,8 @@ static int parse_class(parser *p, size_t at, cp_set *out)
         return fail_at(p, p->chars,
                        "a ']' first in a class means different things in "
                        "different engines: write \\]");
-    class_sets all = { CP_SET_INIT, CP_SET_INIT, false };
-    class_sets item = { CP_SET_INIT, CP_SET_INIT, false };
+    class_sets all = { CP_SET_INIT, CP_SET_INIT, ZONE_ALL };
+    class_sets item = { CP_SET_INIT, CP_SET_INIT, ZONE_ALL };
     int rc = -1;
     for (;;) {
         if (at_end(p)) {
@@ -492,7 +510,8 @@ static int parse_class(parser *p, size_t at, cp_set *out)
                 goto done;
             }
         } else if (is_set) {
-            all.letters |= item.letters;
+            if (item.zone > all.zone)
+                all.zone = item.zone;
             if (cp_set_add_set(&all.narrow, &item.narrow) != 0 ||
                 cp_set_add_set(&all.wide, &item.wide) != 0) {
                 out_of_memory(p);
@@ -504,7 +523,7 @@ static int parse_class(parser *p, size_t at, cp_set *out)
             goto done;
         }
     }
-    if (negated ? negate(&all.wide, all.letters, out) != 0
+    if (negated ? negate(&all.wide, all.zone, out) != 0
                 : cp_set_copy(&all.narrow, out) != 0) {
         out_of_memory(p);
         goto done;
@@ -589,7 +608,7 @@ static regex_node *parse_atom(parser *p)
     } else if (c == '\\') {
         uint32_t cp = 0;
         bool is_set = false;
-        class_sets cs = { CP_SET_INIT, CP_SET_INIT, false };
+        class_sets cs = { CP_SET_INIT, CP_SET_INIT, ZONE_ALL };
         rc = escape(p, at, false, &cp, &is_set, &cs);
         if (rc == 0 && (is_set ? cp_set_copy(&cs.narrow, &n->set)
                                : cp_set_add(&n->set, cp, cp)) != 0)

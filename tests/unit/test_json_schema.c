@@ -272,6 +272,22 @@ START_TEST(test_pattern_is_a_search)
                 TEXTS("\"b\"", "\"bx\""));
     check_texts("{\"type\":\"string\",\"pattern\":\"q\\\"\"}", true,
                 TEXTS("\"aq\\\"\""), TEXTS("\"aq\""));
+    /* minLength and maxLength beside a pattern: its strings kept to them */
+    check_texts("{\"type\":\"string\",\"pattern\":\"^[a-z]+$\","
+                "\"maxLength\":3}",
+                true, TEXTS("\"a\"", "\"abc\""), TEXTS("\"abcd\"", "\"\""));
+    check_texts("{\"type\":\"string\",\"pattern\":\"^[A-Z][a-z]*$\","
+                "\"minLength\":3,\"maxLength\":5}",
+                true, TEXTS("\"Abc\"", "\"Abcde\""),
+                TEXTS("\"Ab\"", "\"Abcdef\"", "\"abc\""));
+    check_texts("{\"type\":\"string\",\"pattern\":\"@\",\"minLength\":2,"
+                "\"maxLength\":4}",
+                true, TEXTS("\"@b\"", "\"a@b\""),
+                TEXTS("\"@\"", "\"ab\"", "\"a@bcd\""));
+    check_texts("{\"type\":\"string\",\"format\":\"email\","
+                "\"maxLength\":20}",
+                true, TEXTS("\"a@b.co\"", "\"ab.cd@x.y.org\""),
+                TEXTS("\"abcdefghij@klmnopq.rs\"", "\"a@b\""));
     /* the pattern alone keeps the lengths: minLength and maxLength hold */
     check_texts("{\"type\":\"string\",\"pattern\":\"^[0-9]{3}$\","
                 "\"minLength\":3,\"maxLength\":3}",
@@ -479,10 +495,6 @@ START_TEST(test_refusals_name_param_and_reason)
     check_refusal("{\"type\":\"string\",\"format\":\"date\",\"pattern\":\"a\"}",
                   true, BASE ".pattern",
                   "pattern together with format is not supported");
-    check_refusal("{\"type\":\"string\",\"pattern\":\"^a+$\",\"maxLength\":3}",
-                  true, BASE ".pattern",
-                  "pattern together with minLength or maxLength is supported "
-                  "only when the pattern alone keeps the length within them");
     check_refusal("{\"type\":\"array\",\"items\":[{}]}", true, BASE ".items",
                   "items as an array (a tuple) is not supported");
     check_refusal("{\"type\":\"object\",\"properties\":[]}", true,
