@@ -13,7 +13,10 @@ void cp_set_free(cp_set *s)
     s->n = s->cap = 0;
 }
 
-void cp_set_clear(cp_set *s) { s->n = 0; }
+void cp_set_clear(cp_set *s)
+{
+    s->n = 0;
+}
 
 static int reserve(cp_set *s, size_t more)
 {
@@ -62,8 +65,8 @@ int cp_set_add(cp_set *s, uint32_t lo, uint32_t hi)
 {
     if (lo > hi || hi > CP_MAX)
         return -1;
-    if (lo < SURROGATE_LO && insert(s, lo, hi < SURROGATE_LO ? hi
-                                                             : SURROGATE_LO - 1) != 0)
+    if (lo < SURROGATE_LO &&
+        insert(s, lo, hi < SURROGATE_LO ? hi : SURROGATE_LO - 1) != 0)
         return -1;
     if (hi > SURROGATE_HI &&
         insert(s, lo > SURROGATE_HI ? lo : SURROGATE_HI + 1, hi) != 0)

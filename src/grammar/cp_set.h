@@ -46,7 +46,10 @@ int cp_set_intersect(const cp_set *a, const cp_set *b, cp_set *out);
 int cp_set_copy(const cp_set *in, cp_set *out);
 bool cp_set_contains(const cp_set *s, uint32_t cp);
 bool cp_set_equal(const cp_set *a, const cp_set *b);
-static inline bool cp_set_empty(const cp_set *s) { return s->n == 0; }
+static inline bool cp_set_empty(const cp_set *s)
+{
+    return s->n == 0;
+}
 /* Code points in the set. */
 uint64_t cp_set_size(const cp_set *s);
 

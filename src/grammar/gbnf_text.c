@@ -148,8 +148,7 @@ void gbnf_out_free(gbnf_out *o)
 
 void gbnf_out_name(gbnf_out *o, const char *tag, char *name)
 {
-    snprintf(name, GBNF_NAME_MAX + 1, "%s-%s%zu", o->prefix, tag,
-             ++o->next_id);
+    snprintf(name, GBNF_NAME_MAX + 1, "%s-%s%zu", o->prefix, tag, ++o->next_id);
 }
 
 bool gbnf_out_over_budget(const gbnf_out *o, size_t more)
@@ -161,8 +160,10 @@ int gbnf_out_rule(gbnf_out *o, const char *name, const char *body,
                   size_t body_len)
 {
     size_t n = strlen(name);
-    if (gbnf_out_over_budget(o, n + 5 + body_len + 1))
+    if (gbnf_out_over_budget(o, n + 5 + body_len + 1)) {
+        o->over_budget = true;
         return -1;
+    }
     if (buf_append(o->rules, name, n) != 0 ||
         buf_append(o->rules, " ::= ", 5) != 0 ||
         buf_append(o->rules, body, body_len) != 0 ||

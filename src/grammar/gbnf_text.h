@@ -48,6 +48,7 @@ typedef struct gbnf_out {
     const char *prefix; /* helper rules are PREFIX-TAGN */
     size_t max_bytes;   /* rules->len may not pass this */
     size_t next_id;
+    bool over_budget;     /* a rule was refused for max_bytes */
     gbnf_named_set *sets; /* rules already made for sets (gbnf_out_set) */
     size_t n_sets, cap_sets;
 } gbnf_out;
@@ -59,7 +60,7 @@ void gbnf_out_free(gbnf_out *o);
 /* A fresh helper name PREFIX-TAGN into name (GBNF_NAME_MAX + 1 bytes). */
 void gbnf_out_name(gbnf_out *o, const char *tag, char *name);
 /* Appends "NAME ::= BODY\n".  -1 when out of memory or past max_bytes (the
- * caller words the error: gbnf_out_over_budget says which). */
+ * caller words the error: over_budget says which). */
 int gbnf_out_rule(gbnf_out *o, const char *name, const char *body,
                   size_t body_len);
 bool gbnf_out_over_budget(const gbnf_out *o, size_t more);

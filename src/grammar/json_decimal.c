@@ -11,8 +11,8 @@
 
 /* Strips leading and trailing zeros from digits[0, n) with the point after
  * `int_len` of them, into out. */
-static void normalize(const char *digits, size_t n, int int_len,
-                      bool negative, json_decimal *out)
+static void normalize(const char *digits, size_t n, int int_len, bool negative,
+                      json_decimal *out)
 {
     size_t first = 0;
     while (first < n && digits[first] == '0') {
@@ -100,13 +100,12 @@ size_t json_decimal_text_digits(const json_decimal *d)
     if (n == 0)
         return 1;
     size_t int_digits = d->int_len > 0 ? (size_t)d->int_len : 1;
-    size_t frac_digits =
-        (int)n > d->int_len ? (size_t)((int)n - d->int_len) : 0;
+    size_t frac_digits = (int)n > d->int_len ? (size_t)((int)n - d->int_len)
+                                             : 0;
     return int_digits + frac_digits;
 }
 
-int json_decimal_text(const json_decimal *d, size_t max_digits,
-                      gpt2d_buf *out)
+int json_decimal_text(const json_decimal *d, size_t max_digits, gpt2d_buf *out)
 {
     size_t n = strlen(d->digits);
     if (n == 0)

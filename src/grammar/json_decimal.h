@@ -36,7 +36,6 @@ bool json_decimal_is_integer(const json_decimal *d);
 size_t json_decimal_text_digits(const json_decimal *d);
 /* Appends the canonical text; numbers needing more than `max_digits` digits
  * that way are written in exponent form (D.DDDe+N) instead. */
-int json_decimal_text(const json_decimal *d, size_t max_digits,
-                      gpt2d_buf *out);
+int json_decimal_text(const json_decimal *d, size_t max_digits, gpt2d_buf *out);
 
 #endif

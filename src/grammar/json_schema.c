@@ -24,16 +24,17 @@
 #include "grammar/json_text_gbnf.h"
 #include "grammar/number_range.h"
 #include "grammar/regex_gbnf.h"
+#include "grammar/regex_length.h"
 #include "grammar/regex_parse.h"
 
-enum { NO_INSTANCE = 1 };
+enum { NO_INSTANCE = 1, REF_BUSY = 2, REF_DONE = 3 };
 #define PATH_MAX_LEN 1024
 #define MAX_VALUE_DEPTH 64
 
 typedef struct ref_entry {
     const json_t *target;
     unsigned level;
-    int state; /* 0 being compiled, 1 done, NO_INSTANCE */
+    int state; /* REF_BUSY, REF_DONE or NO_INSTANCE */
     char name[GBNF_NAME_MAX + 1];
     json_schema_error why; /* when NO_INSTANCE */
 } ref_entry;
@@ -69,8 +70,7 @@ static bool plain_name(const char *s)
         return false;
     for (; *s; s++)
         if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') ||
-              (*s >= '0' && *s <= '9') || *s == '_' || *s == '$' ||
-              *s == '-'))
+              (*s >= '0' && *s <= '9') || *s == '_' || *s == '$' || *s == '-'))
             return false;
     return true;
 }
@@ -163,12 +163,10 @@ static int none(compiler *c, const char *key, const char *fmt, ...)
 
 static int out_of_room(compiler *c)
 {
-    if (gbnf_out_over_budget(&c->out, 0) || c->out.rules->len > c->opt->max_bytes)
+    if (c->out.over_budget)
         return fail(c, NULL, "the schema's grammar is larger than %zu bytes",
                     c->opt->max_bytes);
-    return fail(c, NULL, "the schema's grammar is larger than %zu bytes "
-                         "(or memory ran out)",
-                c->opt->max_bytes);
+    return fail(c, NULL, "out of memory");
 }
 
 /* Emits a rule for an expression and writes its name. */
@@ -184,7 +182,10 @@ static int name_rule(compiler *c, const char *tag, const gpt2d_buf *body,
 /* An expression must not grow past the budget either (it ends in a rule). */
 static int check_room(compiler *c, const gpt2d_buf *expr)
 {
-    return gbnf_out_over_budget(&c->out, expr->len) ? out_of_room(c) : 0;
+    if (!gbnf_out_over_budget(&c->out, expr->len))
+        return 0;
+    c->out.over_budget = true;
+    return out_of_room(c);
 }
 
 /* ---- keywords ---- */
@@ -196,20 +197,47 @@ typedef enum keyword_kind {
 } keyword_kind;
 
 static const char *const annotations[] = {
-    "title",         "description",      "$schema",     "$id",
-    "$comment",      "default",          "examples",    "deprecated",
-    "readOnly",      "writeOnly",        "$defs",       "definitions",
-    "$anchor",       "$dynamicAnchor",   "$vocabulary", "contentEncoding",
-    "contentMediaType", "contentSchema",
+    "title",
+    "description",
+    "$schema",
+    "$id",
+    "$comment",
+    "default",
+    "examples",
+    "deprecated",
+    "readOnly",
+    "writeOnly",
+    "$defs",
+    "definitions",
+    "$anchor",
+    "$dynamicAnchor",
+    "$vocabulary",
+    "contentEncoding",
+    "contentMediaType",
+    "contentSchema",
 };
 static const char *const supported[] = {
-    "type",          "properties",       "required",
-    "additionalProperties", "unevaluatedProperties", "enum",
-    "const",         "anyOf",            "oneOf",
-    "allOf",         "$ref",             "items",
-    "minItems",      "maxItems",         "minLength",
-    "maxLength",     "pattern",          "format",
-    "minimum",       "maximum",          "exclusiveMinimum",
+    "type",
+    "properties",
+    "required",
+    "additionalProperties",
+    "unevaluatedProperties",
+    "enum",
+    "const",
+    "anyOf",
+    "oneOf",
+    "allOf",
+    "$ref",
+    "items",
+    "minItems",
+    "maxItems",
+    "minLength",
+    "maxLength",
+    "pattern",
+    "format",
+    "minimum",
+    "maximum",
+    "exclusiveMinimum",
     "exclusiveMaximum",
 };
 
@@ -361,8 +389,8 @@ static int compile(compiler *c, const json_t *s, unsigned level,
                    gpt2d_buf *expr);
 
 /* Compiles a subschema at key (and index when >= 0) of the current place. */
-static int compile_at(compiler *c, const json_t *s, const char *key,
-                      long index, unsigned level, gpt2d_buf *expr)
+static int compile_at(compiler *c, const json_t *s, const char *key, long index,
+                      unsigned level, gpt2d_buf *expr)
 {
     size_t before = path_push(c, key);
     if (index >= 0)
@@ -579,7 +607,7 @@ static int compile_ref(compiler *c, const json_t *s, unsigned level,
             c->why = e->why;
             return NO_INSTANCE;
         }
-        if (e->state == 0 && !recursive)
+        if (e->state == REF_BUSY && !recursive)
             return fail(c, "$ref", "a $ref cycle that never leaves $refs");
         return gbnf_puts(expr, e->name) != 0 ? out_of_room(c) : 0;
     }
@@ -595,6 +623,7 @@ static int compile_ref(compiler *c, const json_t *s, unsigned level,
     memset(&c->refs[idx], 0, sizeof c->refs[idx]);
     c->refs[idx].target = target;
     c->refs[idx].level = at;
+    c->refs[idx].state = REF_BUSY;
     gbnf_out_name(&c->out, "ref", c->refs[idx].name);
 
     gpt2d_buf body = GPT2D_BUF_INIT;
@@ -610,7 +639,7 @@ static int compile_ref(compiler *c, const json_t *s, unsigned level,
             rc = out_of_room(c);
         else if (gbnf_puts(expr, e->name) != 0)
             rc = out_of_room(c);
-        e->state = 1;
+        e->state = REF_DONE;
     } else if (rc == NO_INSTANCE) {
         e->state = NO_INSTANCE;
         e->why = c->why;
@@ -650,16 +679,15 @@ static int compile_any_of(compiler *c, const json_t *s, const char *keyword,
         if (json_array_size(list) > 1)
             return fail(c, keyword,
                         "allOf with more than one schema is not supported");
-        return compile_at(c, json_array_get(list, 0), keyword, 0, level,
-                          expr);
+        return compile_at(c, json_array_get(list, 0), keyword, 0, level, expr);
     }
     gpt2d_buf alts = GPT2D_BUF_INIT, one = GPT2D_BUF_INIT;
     size_t n = 0;
     int rc = 0;
     for (size_t i = 0; i < json_array_size(list) && rc >= 0; i++) {
         one.len = 0;
-        int r = compile_at(c, json_array_get(list, i), keyword, (long)i,
-                           level, &one);
+        int r = compile_at(c, json_array_get(list, i), keyword, (long)i, level,
+                           &one);
         if (r < 0)
             rc = -1;
         else if (r == 0 && (alt_sep(&alts, &n) != 0 ||
@@ -734,12 +762,10 @@ static int compile_number(compiler *c, const json_t *s, bool integer,
     if (r < 0)
         return out_of_room(c);
     if (r == NO_INSTANCE) {
-        const char *key = lo.present ? (lo.exclusive ? "exclusiveMinimum"
-                                                     : "minimum")
-                                     : (hi.exclusive ? "exclusiveMaximum"
-                                                     : "maximum");
-        return none(c, key,
-                    "no %s of at most %d digits lies within the bounds",
+        const char *key = lo.present
+                              ? (lo.exclusive ? "exclusiveMinimum" : "minimum")
+                              : (hi.exclusive ? "exclusiveMaximum" : "maximum");
+        return none(c, key, "no %s of at most %d digits lies within the bounds",
                     integer ? "integer" : "number", NUMBER_MAX_DIGITS);
     }
     return 0;
@@ -827,28 +853,31 @@ static int compile_string(compiler *c, const json_t *s, gpt2d_buf *expr)
     }
     const char *key = pattern != NULL ? "pattern" : "format";
     regex_node *whole = NULL;
-    int rc = string_regex(c, key,
-                          pattern != NULL ? json_string_value(pattern)
-                                          : format_pattern,
-                          &whole);
+    int rc = string_regex(
+        c, key, pattern != NULL ? json_string_value(pattern) : format_pattern,
+        &whole);
     if (rc != 0)
         return rc;
     uint64_t rmin, rmax;
     regex_node_lengths(whole, &rmin, &rmax);
     bool max_ok = max < 0 || (rmax != REGEX_INF && rmax <= (uint64_t)max);
-    if ((max >= 0 && rmin > (uint64_t)max) ||
-        (rmax != REGEX_INF && rmax < (uint64_t)min)) {
-        rc = none(c, key, "no string the %s allows has a length within "
-                          "minLength and maxLength",
+    if (rmin < (uint64_t)min || !max_ok) {
+        /* the lengths are not implied: keep the pattern's strings to them */
+        regex_node *kept = regex_restrict_length(
+            whole, (uint64_t)min, max < 0 ? REGEX_INF : (uint64_t)max);
+        regex_node_free(whole);
+        whole = kept;
+        if (whole == NULL)
+            return fail(c, NULL, "out of memory");
+    }
+    if (regex_node_matches_nothing(whole)) {
+        rc = none(c, key,
+                  "no string the %s allows has a length within "
+                  "minLength and maxLength",
                   key);
-    } else if (rmin < (uint64_t)min || !max_ok) {
-        rc = fail(c, key,
-                  "%s together with minLength or maxLength is supported "
-                  "only when the %s alone keeps the length within them",
-                  key, key);
     } else if (gbnf_puts(expr, "\"\\\"\" ") != 0 ||
-               regex_gbnf_expr(&c->out, whole, REGEX_GBNF_JSON_STRING,
-                               expr) != 0 ||
+               regex_gbnf_expr(&c->out, whole, REGEX_GBNF_JSON_STRING, expr) !=
+                   0 ||
                gbnf_puts(expr, " \"\\\"\"") != 0) {
         rc = out_of_room(c);
     }
@@ -868,17 +897,16 @@ static int compile_array(compiler *c, const json_t *s, unsigned level,
     if (min < 0)
         min = 0;
     if (max >= 0 && min > max)
-        return none(c, "minItems", "minItems %lld is above maxItems %lld",
-                    min, max);
+        return none(c, "minItems", "minItems %lld is above maxItems %lld", min,
+                    max);
     json_t *items = json_object_get(s, "items");
     if (json_is_array(items))
-        return fail(c, "items",
-                    "items as an array (a tuple) is not supported");
+        return fail(c, "items", "items as an array (a tuple) is not supported");
     gpt2d_buf item = GPT2D_BUF_INIT;
     int rc = 0;
     if (items == NULL || json_is_true(items)) {
         const char *v;
-        rc = value_rule(c, 1, &v) != 0 ? -1
+        rc = value_rule(c, 1, &v) != 0  ? -1
              : gbnf_puts(&item, v) != 0 ? out_of_room(c)
                                         : 0;
     } else if (json_is_false(items)) {
@@ -937,8 +965,7 @@ typedef struct member {
 
 static bool string_in(const json_t *array, const char *s)
 {
-    for (size_t i = 0; json_is_array(array) && i < json_array_size(array);
-         i++)
+    for (size_t i = 0; json_is_array(array) && i < json_array_size(array); i++)
         if (json_is_string(json_array_get(array, i)) &&
             strcmp(json_string_value(json_array_get(array, i)), s) == 0)
             return true;
@@ -963,8 +990,7 @@ static int free_object(compiler *c, const char *value, gpt2d_buf *expr)
 {
     if (string_rule(c) != 0)
         return -1;
-    return gbnf_printf(expr,
-                       "\"{\" (%s \":\" %s (\",\" %s \":\" %s)*)? \"}\"",
+    return gbnf_printf(expr, "\"{\" (%s \":\" %s (\",\" %s \":\" %s)*)? \"}\"",
                        c->string_rule, value, c->string_rule, value) != 0
                ? out_of_room(c)
                : 0;
@@ -1032,8 +1058,7 @@ static int write_members(compiler *c, const member *m, size_t n,
                  member_ref(&m[0], "", expr) != 0;
         for (size_t j = 1; j < n && rc == 0; j++)
             rc = later_member(&m[j], "", expr);
-        return rc != 0 || gbnf_puts(expr, " \"}\"") != 0 ? out_of_room(c)
-                                                           : 0;
+        return rc != 0 || gbnf_puts(expr, " \"}\"") != 0 ? out_of_room(c) : 0;
     }
     char(*names)[GBNF_NAME_MAX + 1] = calloc(n, sizeof *names);
     char(*rest)[GBNF_NAME_MAX + 1] = calloc(n + 1, sizeof *rest);
@@ -1067,7 +1092,8 @@ static int write_members(compiler *c, const member *m, size_t n,
                       gbnf_printf(expr, " %s", rest[i + 1]) != 0)
                  ? out_of_room(c)
                  : 0;
-    if (rc == 0 && gbnf_puts(expr, first_req == n ? ")? \"}\"" : ") \"}\"") != 0)
+    if (rc == 0 &&
+        gbnf_puts(expr, first_req == n ? ")? \"}\"" : ") \"}\"") != 0)
         rc = out_of_room(c);
     buf_free(&body);
     free(names);
@@ -1085,8 +1111,9 @@ static int compile_object(compiler *c, const json_t *s, unsigned level,
         return fail(c, "properties", "properties must be an object");
     if (required != NULL) {
         if (!json_is_array(required))
-            return fail(c, "required", "required must be an array of "
-                                       "strings");
+            return fail(c, "required",
+                        "required must be an array of "
+                        "strings");
         for (size_t i = 0; i < json_array_size(required); i++)
             if (!json_is_string(json_array_get(required, i))) {
                 size_t before = path_push(c, "required");
@@ -1150,8 +1177,8 @@ static int compile_object(compiler *c, const json_t *s, unsigned level,
             continue;
         bool repeated = false;
         for (size_t j = 0; j < i && !repeated; j++)
-            repeated = strcmp(name, json_string_value(json_array_get(
-                                        required, j))) == 0;
+            repeated = strcmp(name, json_string_value(
+                                        json_array_get(required, j))) == 0;
         if (repeated)
             continue;
         if (!have_extra) {
@@ -1296,9 +1323,10 @@ static int enum_value_ok(compiler *c, const json_t *s, const json_t *v,
 static int compile_enum(compiler *c, const json_t *s, gpt2d_buf *expr)
 {
     static const char *const refused[] = {
-        "pattern",  "format",     "properties", "required",
-        "items",    "additionalProperties", "anyOf", "oneOf",
-        "allOf",    "$ref",
+        "pattern",  "format", "properties",
+        "required", "items",  "additionalProperties",
+        "anyOf",    "oneOf",  "allOf",
+        "$ref",
     };
     for (size_t i = 0; i < sizeof refused / sizeof *refused; i++)
         if (json_object_get(s, refused[i]) != NULL)
@@ -1336,8 +1364,9 @@ static int compile_enum(compiler *c, const json_t *s, gpt2d_buf *expr)
     if (rc != 0)
         return rc;
     if (alts == 0)
-        return none(c, key, "no value of %s satisfies the schema's other "
-                            "keywords",
+        return none(c, key,
+                    "no value of %s satisfies the schema's other "
+                    "keywords",
                     key);
     return gbnf_puts(expr, ")") != 0 ? out_of_room(c) : check_room(c, expr);
 }
@@ -1382,13 +1411,19 @@ static int read_types(compiler *c, const json_t *s, int *types)
             const char *key;
             int bit;
         } implied[] = {
-            { "properties", T_OBJECT },  { "required", T_OBJECT },
+            { "properties", T_OBJECT },
+            { "required", T_OBJECT },
             { "additionalProperties", T_OBJECT },
-            { "items", T_ARRAY },        { "minItems", T_ARRAY },
-            { "maxItems", T_ARRAY },     { "minLength", T_STRING },
-            { "maxLength", T_STRING },   { "pattern", T_STRING },
-            { "format", T_STRING },      { "minimum", T_NUMBER },
-            { "maximum", T_NUMBER },     { "exclusiveMinimum", T_NUMBER },
+            { "items", T_ARRAY },
+            { "minItems", T_ARRAY },
+            { "maxItems", T_ARRAY },
+            { "minLength", T_STRING },
+            { "maxLength", T_STRING },
+            { "pattern", T_STRING },
+            { "format", T_STRING },
+            { "minimum", T_NUMBER },
+            { "maximum", T_NUMBER },
+            { "exclusiveMinimum", T_NUMBER },
             { "exclusiveMaximum", T_NUMBER },
         };
         for (size_t i = 0; i < sizeof implied / sizeof *implied; i++)
@@ -1406,8 +1441,9 @@ static int read_types(compiler *c, const json_t *s, int *types)
         return 0;
     }
     if (!json_is_array(type) || json_array_size(type) == 0)
-        return fail(c, "type", "type must be a type name or a non-empty "
-                               "array of them");
+        return fail(c, "type",
+                    "type must be a type name or a non-empty "
+                    "array of them");
     for (size_t i = 0; i < json_array_size(type); i++) {
         json_t *t = json_array_get(type, i);
         int bit = json_is_string(t) ? type_bit(json_string_value(t)) : 0;
@@ -1566,9 +1602,9 @@ int json_schema_gbnf(const json_t *schema, const json_schema_options *opt,
         if (rc == NO_INSTANCE) {
             *err = c->why;
             rc = -1;
-        } else if (rc == 0 && gbnf_out_rule(&c->out, rule,
-                                            (const char *)body.data,
-                                            body.len) != 0) {
+        } else if (rc == 0 &&
+                   gbnf_out_rule(&c->out, rule, (const char *)body.data,
+                                 body.len) != 0) {
             rc = out_of_room(c);
         }
         buf_free(&body);

@@ -147,7 +147,8 @@ static int chars_rule_body(const cp_set *set, const cp_set *plain,
             char esc[5] = { '\\', 'u', '0', '0', (char)('0' + high) };
             rc = (n_alts++ > 0 && gbnf_puts(body, " | ") != 0) ||
                          gbnf_literal(body, esc, 5) != 0 ||
-                         gbnf_puts(body, " ") != 0 || gbnf_class(body, &hex) != 0
+                         gbnf_puts(body, " ") != 0 ||
+                         gbnf_class(body, &hex) != 0
                      ? -1
                      : 0;
         }

@@ -66,8 +66,7 @@ static int digits_rep(gpt2d_buf *b, unsigned lo, unsigned hi)
 /* A fraction of 1..f digits, its last not 0. */
 static int fraction_digits(gpt2d_buf *b, unsigned f)
 {
-    return digits_rep(b, 0, f - 1) != 0 || gbnf_puts(b, " [1-9]") != 0 ? -1
-                                                                       : 0;
+    return digits_rep(b, 0, f - 1) != 0 || gbnf_puts(b, " [1-9]") != 0 ? -1 : 0;
 }
 
 /* The rest from a free state (no bound tight).  0, or 1 when it is dead. */
@@ -98,8 +97,7 @@ static int free_rest(const length_class *lc, unsigned i, bool zero,
     return !zero && gbnf_puts(b, ")?") != 0 ? -1 : 0;
 }
 
-static bool end_allowed(const length_class *lc, unsigned i, bool tlo,
-                        bool thi)
+static bool end_allowed(const length_class *lc, unsigned i, bool tlo, bool thi)
 {
     if (tlo && (more_after(lc->lo->value, i) || lc->lo->exclusive))
         return false; /* below the bound, or equal to an exclusive one */
@@ -256,10 +254,9 @@ int number_range_expr(const number_bound *lo, const number_bound *hi,
     }
     if (gbnf_puts(expr, "(") != 0)
         goto done;
-    if (n_neg > 0 &&
-        (gbnf_puts(expr, n_neg > 1 ? " \"-\" (" : " \"-\"") != 0 ||
-         buf_append(expr, neg.data, neg.len) != 0 ||
-         (n_neg > 1 && gbnf_puts(expr, " )") != 0)))
+    if (n_neg > 0 && (gbnf_puts(expr, n_neg > 1 ? " \"-\" (" : " \"-\"") != 0 ||
+                      buf_append(expr, neg.data, neg.len) != 0 ||
+                      (n_neg > 1 && gbnf_puts(expr, " )") != 0)))
         goto done;
     if (n_neg > 0 && n_pos > 0 && gbnf_puts(expr, " |") != 0)
         goto done;

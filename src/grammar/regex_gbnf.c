@@ -88,8 +88,7 @@ static int grouped(gbnf_out *o, const regex_node *n, regex_gbnf_mode mode,
 static int set_expr(gbnf_out *o, const cp_set *s, regex_gbnf_mode mode,
                     gpt2d_buf *b)
 {
-    return mode == REGEX_GBNF_RAW ? gbnf_class(b, s)
-                                  : json_chars_expr(o, s, b);
+    return mode == REGEX_GBNF_RAW ? gbnf_class(b, s) : json_chars_expr(o, s, b);
 }
 
 /* Alternatives of a sequence kids[from..] with at least one character
@@ -211,9 +210,9 @@ static int expr(gbnf_out *o, const regex_node *n, regex_gbnf_mode mode,
                            : 0;
             if (grouped(o, k, mode, true, b) != 0)
                 return -1;
-            if (max > 1 && (gbnf_puts(b, " ") != 0 ||
-                            grouped(o, k, mode, false, b) != 0 ||
-                            suffix(b, 0, max - 1) != 0))
+            if (max > 1 &&
+                (gbnf_puts(b, " ") != 0 || grouped(o, k, mode, false, b) != 0 ||
+                 suffix(b, 0, max - 1) != 0))
                 return -1;
             return 0;
         }
@@ -266,7 +265,7 @@ int regex_gbnf(const char *pattern, size_t len, regex_gbnf_mode mode,
         rc = gbnf_out_rule(&o, rule, (const char *)body.data, body.len);
     if (rc != 0) {
         snprintf(err->message, sizeof err->message,
-                 gbnf_out_over_budget(&o, body.len)
+                 o.over_budget || gbnf_out_over_budget(&o, body.len)
                      ? "the pattern's grammar is larger than %zu bytes"
                      : "out of memory",
                  max_bytes);

@@ -7,6 +7,7 @@
  * engines). */
 #include "grammar/regex_parse.h"
 
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,10 +23,6 @@ typedef struct parser {
     unsigned nesting; /* groups open */
     regex_error *err;
     bool failed;
-    /* Unicode letters and numbers as sets, made the first time a negation
-     * needs them (scanning every code point once). */
-    cp_set letters, numbers;
-    bool have_tables;
 } parser;
 
 static int fail_at(parser *p, size_t offset, const char *fmt, ...)
@@ -71,7 +68,10 @@ static uint32_t decode_at(const unsigned char *s, size_t i, size_t *n)
            ((uint32_t)(s[i + 2] & 0x3F) << 6) | (s[i + 3] & 0x3F);
 }
 
-static bool at_end(const parser *p) { return p->pos >= p->len; }
+static bool at_end(const parser *p)
+{
+    return p->pos >= p->len;
+}
 
 static uint32_t peek(const parser *p)
 {
@@ -153,9 +153,17 @@ fail:
 
 /* ---- the classes ---- */
 
+/* What a negation may reach beyond ASCII (see non_word_blocks). */
+typedef enum negation_zone {
+    ZONE_ALL,    /* nothing Unicode-dependent was negated */
+    ZONE_DIGITS, /* \d: non_word_blocks and non_digit_blocks */
+    ZONE_WORDS,  /* \w: non_word_blocks */
+} negation_zone;
+
 /* A class item's two readings (see the file comment). */
 typedef struct class_sets {
     cp_set narrow, wide;
+    negation_zone zone; /* what a negation of the class may reach */
 } class_sets;
 
 static void class_sets_free(class_sets *c)
@@ -164,10 +172,15 @@ static void class_sets_free(class_sets *c)
     cp_set_free(&c->wide);
 }
 
-static int need_tables(parser *p)
+/* Unicode letters and numbers as sets: facts made once per process (the
+ * first pattern that needs them scans every code point, ~10 ms) and never
+ * changed after, so any thread may read them. */
+static cp_set unicode_letters, unicode_numbers;
+static bool unicode_tables_ok;
+static pthread_once_t unicode_tables_once = PTHREAD_ONCE_INIT;
+
+static void make_unicode_tables(void)
 {
-    if (p->have_tables)
-        return 0;
     /* Runs of one class become one range: about a thousand inserts. */
     uint32_t run_lo = 0;
     int run_class = -1;
@@ -180,14 +193,19 @@ static int need_tables(parser *p)
         if (cls == run_class)
             continue;
         if (run_class >= 0 &&
-            cp_set_add(run_class == 0 ? &p->letters : &p->numbers, run_lo,
-                       cp - 1) != 0)
-            return out_of_memory(p);
+            cp_set_add(run_class == 0 ? &unicode_letters : &unicode_numbers,
+                       run_lo, cp - 1) != 0)
+            return;
         run_class = cls;
         run_lo = cp;
     }
-    p->have_tables = true;
-    return 0;
+    unicode_tables_ok = true;
+}
+
+static int need_tables(parser *p)
+{
+    pthread_once(&unicode_tables_once, make_unicode_tables);
+    return unicode_tables_ok ? 0 : out_of_memory(p);
 }
 
 /* White space both engines agree on, and that either counts. */
@@ -202,12 +220,59 @@ static const cp_range space_either_more[] = {
     { 0xFEFF, 0xFEFF },
 };
 
+/* Where a negation of \w may go beyond ASCII: blocks of punctuation,
+ * symbols and spaces (their few letters and numbers are taken out by the
+ * Unicode tables).  Without this bound the complement of every letter and
+ * number is some 1,400 ranges, a class costly for the engine to expand. */
+static const cp_range non_word_blocks[] = {
+    { 0x00A0, 0x00BF }, /* Latin-1 punctuation and symbols */
+    { 0x00D7, 0x00D7 },   { 0x00F7, 0x00F7 },
+    { 0x2000, 0x206F },   /* General Punctuation */
+    { 0x20A0, 0x20CF },   /* Currency Symbols */
+    { 0x2190, 0x23FF },   /* Arrows, Mathematical Operators, Technical */
+    { 0x2500, 0x27BF },   /* Box Drawing .. Dingbats */
+    { 0x3000, 0x3003 },   /* CJK space and punctuation */
+    { 0x1F300, 0x1FAFF }, /* pictographs and emoji */
+};
+
+/* Where a negation of \d may go beyond ASCII: Latin to Arabic, the
+ * blocks above, kana, CJK ideographs and Hangul (less their numbers). */
+static const cp_range non_digit_blocks[] = {
+    { 0x0080, 0x065F },
+    { 0x3040, 0x30FF },
+    { 0x4E00, 0x9FFF },
+    { 0xAC00, 0xD7A3 },
+};
+
 static int add_ranges(cp_set *s, const cp_range *r, size_t n)
 {
     for (size_t i = 0; i < n; i++)
         if (cp_set_add(s, r[i].lo, r[i].hi) != 0)
             return -1;
     return 0;
+}
+
+/* out = the complement of `wide`, bounded by the zone. */
+static int negate(const cp_set *wide, negation_zone zone, cp_set *out)
+{
+    if (zone == ZONE_ALL)
+        return cp_set_complement(wide, out);
+    cp_set all = CP_SET_INIT, bound = CP_SET_INIT;
+    int rc = cp_set_complement(wide, &all) != 0 ||
+                     cp_set_add(&bound, 0, 0x7F) != 0 ||
+                     add_ranges(&bound, non_word_blocks,
+                                sizeof non_word_blocks /
+                                    sizeof *non_word_blocks) != 0 ||
+                     (zone == ZONE_DIGITS &&
+                      add_ranges(&bound, non_digit_blocks,
+                                 sizeof non_digit_blocks /
+                                     sizeof *non_digit_blocks) != 0) ||
+                     cp_set_intersect(&all, &bound, out) != 0
+                 ? -1
+                 : 0;
+    cp_set_free(&all);
+    cp_set_free(&bound);
+    return rc;
 }
 
 /* Fills c with the shorthand class `letter` (d w s, or D W S). */
@@ -223,7 +288,7 @@ static int shorthand(parser *p, uint32_t letter, class_sets *c)
         if (need_tables(p) != 0)
             goto done;
         if (cp_set_add(&wide, '0', '9') != 0 ||
-            cp_set_add_set(&wide, &p->numbers) != 0)
+            cp_set_add_set(&wide, &unicode_numbers) != 0)
             goto done;
     } else if (lower == 'w') {
         if (cp_set_add(&narrow, '0', '9') != 0 ||
@@ -234,8 +299,8 @@ static int shorthand(parser *p, uint32_t letter, class_sets *c)
         if (need_tables(p) != 0)
             goto done;
         if (cp_set_add_set(&wide, &narrow) != 0 ||
-            cp_set_add_set(&wide, &p->letters) != 0 ||
-            cp_set_add_set(&wide, &p->numbers) != 0)
+            cp_set_add_set(&wide, &unicode_letters) != 0 ||
+            cp_set_add_set(&wide, &unicode_numbers) != 0)
             goto done;
     } else {
         if (add_ranges(&narrow, space_both,
@@ -247,8 +312,9 @@ static int shorthand(parser *p, uint32_t letter, class_sets *c)
                 0)
             goto done;
     }
+    c->zone = lower == 'w' ? ZONE_WORDS : lower == 'd' ? ZONE_DIGITS : ZONE_ALL;
     if (negated) {
-        if (cp_set_complement(&wide, &c->narrow) != 0 ||
+        if (negate(&wide, c->zone, &c->narrow) != 0 ||
             cp_set_complement(&narrow, &c->wide) != 0)
             goto done;
     } else {
@@ -391,8 +457,8 @@ static int parse_class(parser *p, size_t at, cp_set *out)
         return fail_at(p, p->chars,
                        "a ']' first in a class means different things in "
                        "different engines: write \\]");
-    class_sets all = { CP_SET_INIT, CP_SET_INIT };
-    class_sets item = { CP_SET_INIT, CP_SET_INIT };
+    class_sets all = { CP_SET_INIT, CP_SET_INIT, ZONE_ALL };
+    class_sets item = { CP_SET_INIT, CP_SET_INIT, ZONE_ALL };
     int rc = -1;
     for (;;) {
         if (at_end(p)) {
@@ -428,8 +494,7 @@ static int parse_class(parser *p, size_t at, cp_set *out)
             size_t hi_at = p->chars;
             uint32_t hi = next(p);
             bool hi_set = false;
-            if (hi == '\\' &&
-                escape(p, hi_at, true, &hi, &hi_set, &item) != 0)
+            if (hi == '\\' && escape(p, hi_at, true, &hi, &hi_set, &item) != 0)
                 goto done;
             if (hi_set) {
                 fail_at(p, hi_at, "a class like \\d cannot end a range");
@@ -445,6 +510,8 @@ static int parse_class(parser *p, size_t at, cp_set *out)
                 goto done;
             }
         } else if (is_set) {
+            if (item.zone > all.zone)
+                all.zone = item.zone;
             if (cp_set_add_set(&all.narrow, &item.narrow) != 0 ||
                 cp_set_add_set(&all.wide, &item.wide) != 0) {
                 out_of_memory(p);
@@ -456,7 +523,7 @@ static int parse_class(parser *p, size_t at, cp_set *out)
             goto done;
         }
     }
-    if (negated ? cp_set_complement(&all.wide, out) != 0
+    if (negated ? negate(&all.wide, all.zone, out) != 0
                 : cp_set_copy(&all.narrow, out) != 0) {
         out_of_memory(p);
         goto done;
@@ -498,15 +565,15 @@ static regex_node *parse_atom(parser *p)
                 next(p);
                 next(p);
             } else {
-                const char *what =
-                    k == '=' || k == '!' ? "lookahead"
-                    : k == '<' && (peek_at(p, 2) == '=' || peek_at(p, 2) == '!')
-                        ? "lookbehind"
-                    : k == 'P' || k == '<' ? "named groups"
-                    : k == '#'             ? "comments"
-                    : k == '>'             ? "atomic groups"
-                    : k == '('             ? "conditionals"
-                                           : "inline flags";
+                const char *what = k == '=' || k == '!' ? "lookahead"
+                                   : k == '<' && (peek_at(p, 2) == '=' ||
+                                                  peek_at(p, 2) == '!')
+                                       ? "lookbehind"
+                                   : k == 'P' || k == '<' ? "named groups"
+                                   : k == '#'             ? "comments"
+                                   : k == '>'             ? "atomic groups"
+                                   : k == '('             ? "conditionals"
+                                                          : "inline flags";
                 fail_at(p, at, "%s ((?%c...) are not supported", what,
                         k ? (char)k : ' ');
                 return NULL;
@@ -541,7 +608,7 @@ static regex_node *parse_atom(parser *p)
     } else if (c == '\\') {
         uint32_t cp = 0;
         bool is_set = false;
-        class_sets cs = { CP_SET_INIT, CP_SET_INIT };
+        class_sets cs = { CP_SET_INIT, CP_SET_INIT, ZONE_ALL };
         rc = escape(p, at, false, &cp, &is_set, &cs);
         if (rc == 0 && (is_set ? cp_set_copy(&cs.narrow, &n->set)
                                : cp_set_add(&n->set, cp, cp)) != 0)
@@ -555,8 +622,7 @@ static regex_node *parse_atom(parser *p)
     } else if (c == '*' || c == '+' || c == '?') {
         rc = fail_at(p, at, "'%c' has nothing to repeat", (char)c);
     } else if (c == '{') {
-        rc = fail_at(p, at,
-                     "a '{' that does not repeat anything (write \\{)");
+        rc = fail_at(p, at, "a '{' that does not repeat anything (write \\{)");
     } else if (c >= 0xD800 && c <= 0xDFFF) {
         rc = fail_at(p, at, "a surrogate code point");
     } else if (cp_set_add(&n->set, c, c) != 0) {
@@ -727,8 +793,7 @@ fail:
     return NULL;
 }
 
-int regex_parse(const char *pattern, size_t len, regex **out,
-                regex_error *err)
+int regex_parse(const char *pattern, size_t len, regex **out, regex_error *err)
 {
     *out = NULL;
     err->offset = 0;
@@ -745,8 +810,6 @@ int regex_parse(const char *pattern, size_t len, regex **out,
     }
     parser p = { .s = (const unsigned char *)pattern, .len = len, .err = err };
     regex_node *top = parse_alternation(&p, true, rx);
-    cp_set_free(&p.letters);
-    cp_set_free(&p.numbers);
     if (top == NULL) {
         regex_free(rx);
         return -1;

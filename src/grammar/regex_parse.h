@@ -21,10 +21,19 @@
  * U+205F, U+3000); a negation (\D \W \S, [^...]) leaves out everything
  * either engine would count in the class (all Unicode numbers for \d,
  * letters and numbers for \w, also U+001C-U+001F, U+0085 and U+FEFF for
- * \s); `.` is any character but LF, CR, U+2028 and U+2029.  `$` is the end
- * of the text (never "before a final newline" as in Python).
+ * \s); beyond ASCII, a negation of \w keeps to blocks of punctuation,
+ * symbols and spaces (U+00A0-U+00BF, U+00D7, U+00F7, U+2000-U+206F,
+ * U+20A0-U+20CF, U+2190-U+23FF, U+2500-U+27BF, U+3000-U+3003,
+ * U+1F300-U+1FAFF) and a negation of \d to those and U+0080-U+065F,
+ * U+3040-U+30FF, U+4E00-U+9FFF, U+AC00-U+D7A3 (a class of a few ranges,
+ * not the ~1,400 of every Unicode letter's complement, which the engine
+ * pays for in stacks); `.` is any character but LF, CR, U+2028 and
+ * U+2029.
+ * `$` is the end of the text (never "before a final newline" as in
+ * Python).
  *
- * Threads: pure functions over the caller's data. */
+ * Threads: any; the Unicode letter and number sets the negations need are
+ * made once per process (pthread_once) and only read after. */
 #ifndef GPT2D_REGEX_PARSE_H
 #define GPT2D_REGEX_PARSE_H
 
@@ -71,8 +80,7 @@ typedef struct regex_error {
 
 /* Parses `len` bytes of UTF-8.  0, or -1 with err filled (invalid UTF-8 and
  * out of memory too). */
-int regex_parse(const char *pattern, size_t len, regex **out,
-                regex_error *err);
+int regex_parse(const char *pattern, size_t len, regex **out, regex_error *err);
 void regex_free(regex *rx);
 
 /* The language of whole texts the pattern describes, as one tree (the

@@ -14,6 +14,8 @@ Seeds are real inputs, so the fuzzer starts from what the daemon meets:
   grammar/             the grammars of tests/unit/test_grammar.c (its C string
                        literals that define a rule), each alone and followed
                        by a NUL and texts that steer fuzz_grammar.c's walk
+  json_schema/         the schemas of tests/unit/test_json_schema.c and the
+                       patterns of tests/unit/test_regex_gbnf.c
   safetensors/         the header (+ a little data) of each fixture model when
                        --models DIR is given, and complete micro models for the
                        fixed config fuzz_safetensors.c loads against (F32 tied,
@@ -229,6 +231,18 @@ def inspect_bodies():
 MICRO = {"n_layer": 1, "n_embd": 4, "n_ctx": 4, "vocab": 8}
 
 
+def json_schema_seeds():
+    """Schemas (JSON-looking literals) and regexes (every short literal)."""
+    seeds = bodies_from_unit_test("test_json_schema.c")
+    text = open(os.path.join(SRC, "tests/unit/test_regex_gbnf.c"),
+                encoding="utf-8").read()
+    for m in C_STRING.finditer(text):
+        lit = c_unescape(m.group(1))
+        if 0 < len(lit) <= 40:
+            seeds.append(lit)
+    return seeds
+
+
 def micro_tensors(prefix="", untied=False, buffers=False):
     C, V, T = MICRO["n_embd"], MICRO["vocab"], MICRO["n_ctx"]
     shapes = [("wte.weight", [V, C]), ("wpe.weight", [T, C])]
@@ -363,6 +377,8 @@ def main():
 
     for s in safetensors_seeds(args.models):
         write_seed("safetensors", s)
+    for s in json_schema_seeds():
+        write_seed("json_schema", s)
     return 0
 
 

@@ -6,8 +6,8 @@
 #   FUZZ_RUNS=10000000 tests/fuzz/run.sh tokenizer    a fixed number of executions
 #
 # Targets: completion_request, inspect_request, tokenizer, safetensors,
-# grammar (tests/fuzz/fuzz_*.c).
-# CI smoke run: tests/fuzz/run.sh all 20   (about 100 s of fuzzing in all).
+# grammar, json_schema (tests/fuzz/fuzz_*.c).
+# CI smoke run: tests/fuzz/run.sh all 20   (about 120 s of fuzzing in all).
 #
 # How it builds: a dedicated `configure CC=clang` build directory
 # ($GPT2D_FUZZ_BUILD, default ${TMPDIR:-/tmp}/gpt2d-fuzz) compiles
@@ -28,13 +28,13 @@ SRC=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 FUZZ_SRC=$SRC/tests/fuzz
 BUILD=${GPT2D_FUZZ_BUILD:-${TMPDIR:-/tmp}/gpt2d-fuzz}
 CC=${FUZZ_CC:-clang}
-TARGETS=(completion_request inspect_request tokenizer safetensors grammar)
+TARGETS=(completion_request inspect_request tokenizer safetensors grammar json_schema)
 # shellcheck disable=SC2054  # the commas belong to -fsanitize=
 FUZZ_CFLAGS=(-g -O2 -fno-omit-frame-pointer -fsanitize=fuzzer-no-link
     -fsanitize=address,undefined -fno-sanitize-recover=undefined)
 # Inputs larger than these add nothing the smaller ones do not reach.
 declare -A MAX_LEN=([completion_request]=2048 [inspect_request]=2048 [tokenizer]=1024
-    [safetensors]=8192 [grammar]=2048)
+    [safetensors]=8192 [grammar]=2048 [json_schema]=2048)
 
 die() {
     echo "run.sh: $*" >&2
@@ -53,7 +53,7 @@ SECONDS_EACH=${2:-60}
 [[ $SECONDS_EACH =~ ^[0-9]+$ ]] || die "SECONDS must be a number, got '$SECONDS_EACH'"
 case $WHAT in
 all | replay) SELECTED=("${TARGETS[@]}") ;;
-completion_request | inspect_request | tokenizer | safetensors | grammar) SELECTED=("$WHAT") ;;
+completion_request | inspect_request | tokenizer | safetensors | grammar | json_schema) SELECTED=("$WHAT") ;;
 *) usage ;;
 esac
 command -v "$CC" >/dev/null || die "$CC not found (Debian: apt-get install clang libclang-rt-14-dev)"

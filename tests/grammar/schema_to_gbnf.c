@@ -52,12 +52,11 @@ static int refuse(const char *param, const char *message)
 
 static int usage(void)
 {
-    fprintf(stderr,
-            "usage: schema_to_gbnf --json-schema FILE [--strict] "
-            "[--param BASE]\n"
-            "       schema_to_gbnf --regex FILE | --pattern FILE | "
-            "--choices FILE\n"
-            "       schema_to_gbnf --json-object | --json-value\n");
+    fprintf(stderr, "usage: schema_to_gbnf --json-schema FILE [--strict] "
+                    "[--param BASE]\n"
+                    "       schema_to_gbnf --regex FILE | --pattern FILE | "
+                    "--choices FILE\n"
+                    "       schema_to_gbnf --json-object | --json-value\n");
     return 1;
 }
 
