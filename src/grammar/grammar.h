@@ -89,7 +89,8 @@ int grammar_compile(grammar **out, const char *gbnf, size_t len,
 void grammar_ref(grammar *g);
 void grammar_release(grammar *g);
 
-/* The state before any byte. */
+/* The state before any byte.  No state is ever 0, so a caller may keep 0
+ * for "no grammar". */
 grammar_state grammar_start(grammar *g);
 
 /* Writes the tokens allowed in `state` into `mask`
