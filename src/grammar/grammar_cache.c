@@ -6,6 +6,7 @@
 #include "grammar/grammar_cache.h"
 
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -123,6 +124,17 @@ static void make_room(grammar_cache *c, size_t incoming)
         entry_drop(c, least_recent(c));
 }
 
+/* A grammar that has grown to three quarters of its budget: its interned
+ * states, never dropped while it lives, would soon leave no room, and a
+ * long-lived shared grammar (JSON mode, say) keeps meeting new ones.  The
+ * next request gets a fresh copy instead. */
+static bool worn_out(const grammar_cache *c, grammar *g)
+{
+    grammar_stats st;
+    grammar_stats_get(g, &st);
+    return st.cache_bytes >= c->lim.max_cache_bytes / 4 * 3;
+}
+
 static double seconds_now(void)
 {
     struct timespec ts;
@@ -137,6 +149,10 @@ int grammar_cache_get(grammar_cache *c, const char *gbnf, size_t len,
     sha256(gbnf, len, digest);
     pthread_mutex_lock(&c->lock);
     size_t i = find(c, digest, gbnf, len);
+    if (i != SIZE_MAX && worn_out(c, c->entries[i].g)) {
+        entry_drop(c, i); /* its users keep it; the next one starts afresh */
+        i = SIZE_MAX;
+    }
     if (i != SIZE_MAX) {
         c->hits++;
         c->entries[i].used = ++c->clock;

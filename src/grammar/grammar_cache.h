@@ -8,7 +8,9 @@
  * they hold (their rules, states and masks, which grow as they are used)
  * at most `max_bytes`; past either the least recently used grammars leave.
  * A grammar in use by a running request lives on by its reference until
- * that request ends.
+ * that request ends.  One grown to three quarters of its own budget
+ * (grammar_limits.max_cache_bytes: its states are never dropped while it
+ * lives) is compiled afresh for the next request.
  *
  * Threads: any; one lock guards the table (compiling runs outside it, so
  * two threads may compile the same text at once: the second result is

@@ -187,6 +187,43 @@ START_TEST(test_mask_counters_outlive_evicted_grammars)
 }
 END_TEST
 
+/* A grammar grown to three quarters of its budget is compiled afresh for
+ * the next request, while its current user keeps the old one. */
+START_TEST(test_a_worn_out_grammar_is_compiled_afresh)
+{
+    grammar_limits lim;
+    grammar_limits_default(&lim);
+    lim.max_cache_bytes = 256 * 1024;
+    grammar_cache *c;
+    gpt2d_error err;
+    ck_assert_int_eq(grammar_cache_create(&c, vocab, &lim, 4, 0, &err), 0);
+    const char *text = "root ::= [a-z]{0,600}\n";
+    grammar *old = get(c, text);
+    grammar_state st = grammar_start(old);
+    uint64_t mask[(N_TOKENS + 63) / 64];
+    grammar_stats gs = { 0 };
+    for (int i = 0; i < 600 && gs.cache_bytes < lim.max_cache_bytes / 4 * 3;
+         i++) {
+        ck_assert_int_eq(grammar_mask(old, st, mask, &err), 0);
+        ck_assert_int_eq(grammar_advance_bytes(old, st, "q", 1, &st, &err), 0);
+        grammar_stats_get(old, &gs);
+    }
+    ck_assert_uint_ge(gs.cache_bytes, lim.max_cache_bytes / 4 * 3);
+    grammar *fresh = get(c, text);
+    ck_assert_ptr_ne(fresh, old);
+    grammar_stats_get(fresh, &gs);
+    ck_assert_uint_lt(gs.cache_bytes, lim.max_cache_bytes / 4);
+    ck_assert(accepts(old, "abc") && accepts(fresh, "abc"));
+    grammar_cache_stats cs;
+    grammar_cache_stats_get(c, &cs);
+    ck_assert_uint_eq(cs.entries, 1);
+    ck_assert_uint_eq(cs.compiles, 2);
+    grammar_release(old);
+    grammar_release(fresh);
+    grammar_cache_free(c);
+}
+END_TEST
+
 static Suite *grammar_cache_suite(void)
 {
     Suite *s = suite_create("grammar_cache");
@@ -198,6 +235,7 @@ static Suite *grammar_cache_suite(void)
     tcase_add_test(t, test_entries_bound_evicts_the_least_recently_used);
     tcase_add_test(t, test_bytes_bound_keeps_the_newest_only);
     tcase_add_test(t, test_mask_counters_outlive_evicted_grammars);
+    tcase_add_test(t, test_a_worn_out_grammar_is_compiled_afresh);
     suite_add_tcase(s, t);
     return s;
 }
