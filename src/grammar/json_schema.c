@@ -39,6 +39,14 @@ typedef struct ref_entry {
     json_schema_error why; /* when NO_INSTANCE */
 } ref_entry;
 
+/* A rule made for an expression that other places may need again: a
+ * bounded number, a pattern or format (its key says which). */
+typedef struct memo_entry {
+    char *key;
+    size_t key_len;
+    char name[GBNF_NAME_MAX + 1];
+} memo_entry;
+
 typedef struct recursion_entry {
     const json_t *target;
     bool recursive;
@@ -60,6 +68,8 @@ typedef struct compiler {
     size_t n_refs, cap_refs;
     recursion_entry *rec;
     size_t n_rec, cap_rec;
+    memo_entry *memo;
+    size_t n_memo, cap_memo;
 } compiler;
 
 /* ---- paths and errors ---- */
@@ -186,6 +196,40 @@ static int check_room(compiler *c, const gpt2d_buf *expr)
         return 0;
     c->out.over_budget = true;
     return out_of_room(c);
+}
+
+/* The rule made for `key`, or NULL. */
+static const char *memo_find(const compiler *c, const gpt2d_buf *key)
+{
+    for (size_t i = 0; i < c->n_memo; i++)
+        if (c->memo[i].key_len == key->len &&
+            memcmp(c->memo[i].key, key->data, key->len) == 0)
+            return c->memo[i].name;
+    return NULL;
+}
+
+/* Emits `body` as a rule remembered under `key` and appends its name. */
+static int memo_rule(compiler *c, const gpt2d_buf *key, const char *tag,
+                     const gpt2d_buf *body, gpt2d_buf *expr)
+{
+    if (c->n_memo == c->cap_memo) {
+        size_t cap = c->cap_memo ? 2 * c->cap_memo : 16;
+        memo_entry *m = realloc(c->memo, cap * sizeof *m);
+        if (m == NULL)
+            return fail(c, NULL, "out of memory");
+        c->memo = m;
+        c->cap_memo = cap;
+    }
+    memo_entry *e = &c->memo[c->n_memo];
+    e->key = malloc(key->len + 1);
+    if (e->key == NULL)
+        return fail(c, NULL, "out of memory");
+    memcpy(e->key, key->data, key->len);
+    e->key_len = key->len;
+    c->n_memo++;
+    if (name_rule(c, tag, body, e->name) != 0)
+        return -1;
+    return gbnf_puts(expr, e->name) != 0 ? out_of_room(c) : 0;
 }
 
 /* ---- keywords ---- */
@@ -758,17 +802,38 @@ static int compile_number(compiler *c, const json_t *s, bool integer,
             return -1;
         return gbnf_puts(expr, name) != 0 ? out_of_room(c) : 0;
     }
-    int r = number_range_expr(&lo, &hi, integer, expr);
-    if (r < 0)
-        return out_of_room(c);
-    if (r == NO_INSTANCE) {
-        const char *key = lo.present
-                              ? (lo.exclusive ? "exclusiveMinimum" : "minimum")
-                              : (hi.exclusive ? "exclusiveMaximum" : "maximum");
-        return none(c, key, "no %s of at most %d digits lies within the bounds",
-                    integer ? "integer" : "number", NUMBER_MAX_DIGITS);
+    /* the same bounds elsewhere share the rule */
+    gpt2d_buf key = GPT2D_BUF_INIT, body = GPT2D_BUF_INIT;
+    int r = gbnf_printf(&key, "n%d%d%d%d%d|", integer, lo.present, lo.exclusive,
+                        hi.present, hi.exclusive) != 0 ||
+                    (lo.present && json_decimal_text(&lo.value, 64, &key)) ||
+                    buf_append(&key, "|", 1) != 0 ||
+                    (hi.present && json_decimal_text(&hi.value, 64, &key))
+                ? -1
+                : 0;
+    const char *known = r == 0 ? memo_find(c, &key) : NULL;
+    if (r != 0) {
+        r = out_of_room(c);
+    } else if (known != NULL) {
+        r = gbnf_puts(expr, known) != 0 ? out_of_room(c) : 0;
+    } else {
+        r = number_range_expr(&lo, &hi, integer, &body);
+        if (r < 0) {
+            r = out_of_room(c);
+        } else if (r == NO_INSTANCE) {
+            const char *k = lo.present ? (lo.exclusive ? "exclusiveMinimum"
+                                                       : "minimum")
+                                       : (hi.exclusive ? "exclusiveMaximum"
+                                                       : "maximum");
+            r = none(c, k, "no %s of at most %d digits lies within the bounds",
+                     integer ? "integer" : "number", NUMBER_MAX_DIGITS);
+        } else {
+            r = memo_rule(c, &key, integer ? "int" : "num", &body, expr);
+        }
     }
-    return 0;
+    buf_free(&key);
+    buf_free(&body);
+    return r;
 }
 
 /* -- strings -- */
@@ -805,6 +870,9 @@ static int string_regex(compiler *c, const char *key, const char *pattern,
     }
     return 0;
 }
+
+static int string_body(compiler *c, const char *key, const char *source,
+                       long long min, long long max, gpt2d_buf *expr);
 
 static int compile_string(compiler *c, const json_t *s, gpt2d_buf *expr)
 {
@@ -852,10 +920,34 @@ static int compile_string(compiler *c, const json_t *s, gpt2d_buf *expr)
                    : 0;
     }
     const char *key = pattern != NULL ? "pattern" : "format";
+    const char *source = pattern != NULL ? json_string_value(pattern)
+                                         : format_pattern;
+    gpt2d_buf memo_key = GPT2D_BUF_INIT, body = GPT2D_BUF_INIT;
+    if (gbnf_printf(&memo_key, "s%lld,%lld|", min, max) != 0 ||
+        gbnf_puts(&memo_key, source) != 0) {
+        buf_free(&memo_key);
+        return out_of_room(c);
+    }
+    const char *known = memo_find(c, &memo_key);
+    if (known != NULL) {
+        buf_free(&memo_key);
+        return gbnf_puts(expr, known) != 0 ? out_of_room(c) : 0;
+    }
+    int rc = string_body(c, key, source, min, max, &body);
+    if (rc == 0)
+        rc = memo_rule(c, &memo_key, "pat", &body, expr);
+    buf_free(&memo_key);
+    buf_free(&body);
+    return rc;
+}
+
+/* The JSON string of a pattern's (or format's) strings, kept to min..max
+ * characters (max < 0: no most). */
+static int string_body(compiler *c, const char *key, const char *source,
+                       long long min, long long max, gpt2d_buf *expr)
+{
     regex_node *whole = NULL;
-    int rc = string_regex(
-        c, key, pattern != NULL ? json_string_value(pattern) : format_pattern,
-        &whole);
+    int rc = string_regex(c, key, source, &whole);
     if (rc != 0)
         return rc;
     uint64_t rmin, rmax;
@@ -1571,6 +1663,9 @@ void json_schema_options_default(json_schema_options *opt)
 
 static void compiler_free(compiler *c)
 {
+    for (size_t i = 0; i < c->n_memo; i++)
+        free(c->memo[i].key);
+    free(c->memo);
     gbnf_out_free(&c->out);
     free(c->refs);
     free(c->rec);
