@@ -25,6 +25,7 @@
 #include "grammar/number_range.h"
 #include "grammar/regex_gbnf.h"
 #include "grammar/regex_length.h"
+#include "grammar/regex_match.h"
 #include "grammar/regex_parse.h"
 
 enum { NO_INSTANCE = 1, REF_BUSY = 2, REF_DONE = 3 };
@@ -1376,6 +1377,47 @@ static bool type_allows(const json_t *type, const json_t *v)
     return false;
 }
 
+/* Whether a string value matches the schema's pattern and format. */
+static int enum_string_matches(compiler *c, const json_t *s, const json_t *v,
+                               bool *ok)
+{
+    static const char *const keys[] = { "pattern", "format" };
+    for (size_t k = 0; k < 2 && *ok; k++) {
+        json_t *p = json_object_get(s, keys[k]);
+        if (p == NULL)
+            continue;
+        if (!json_is_string(p))
+            return fail(c, keys[k], "%s must be a string", keys[k]);
+        const char *source = json_string_value(p);
+        if (k == 1) {
+            source = json_format_pattern(json_string_value(p));
+            if (source == NULL) {
+                if (c->opt->strict)
+                    return fail(c, "format",
+                                "the format '%s' is not supported (date, "
+                                "time, date-time, uuid, email, ipv4 are)",
+                                json_string_value(p));
+                continue;
+            }
+        }
+        regex *rx = NULL;
+        regex_error rerr;
+        if (regex_parse(source, strlen(source), &rx, &rerr) != 0)
+            return fail(c, keys[k], "%s at offset %zu", rerr.message,
+                        rerr.offset);
+        regex_node *whole = regex_whole(rx, true);
+        regex_free(rx);
+        int m = whole != NULL ? regex_node_match(whole, json_string_value(v),
+                                                 json_string_length(v))
+                              : -1;
+        regex_node_free(whole);
+        if (m < 0)
+            return fail(c, NULL, "out of memory");
+        *ok = m == 1;
+    }
+    return 0;
+}
+
 /* Whether v satisfies the keywords beside enum/const that this checks;
  * the others are refused by compile_enum. */
 static int enum_value_ok(compiler *c, const json_t *s, const json_t *v,
@@ -1391,6 +1433,8 @@ static int enum_value_ok(compiler *c, const json_t *s, const json_t *v,
             return -1;
         size_t n = utf8_chars_of(json_string_value(v), json_string_length(v));
         *ok = (min < 0 || n >= (size_t)min) && (max < 0 || n <= (size_t)max);
+        if (*ok)
+            return enum_string_matches(c, s, v, ok);
     } else if (json_is_array(v)) {
         long long min, max;
         if (count_keyword(c, s, "minItems", &min) != 0 ||
@@ -1415,10 +1459,8 @@ static int enum_value_ok(compiler *c, const json_t *s, const json_t *v,
 static int compile_enum(compiler *c, const json_t *s, gpt2d_buf *expr)
 {
     static const char *const refused[] = {
-        "pattern",  "format", "properties",
-        "required", "items",  "additionalProperties",
-        "anyOf",    "oneOf",  "allOf",
-        "$ref",
+        "properties", "required", "items", "additionalProperties",
+        "anyOf",      "oneOf",    "allOf", "$ref",
     };
     for (size_t i = 0; i < sizeof refused / sizeof *refused; i++)
         if (json_object_get(s, refused[i]) != NULL)
