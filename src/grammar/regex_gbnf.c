@@ -121,17 +121,7 @@ static int cat_non_empty(gbnf_out *o, const regex_node *n, size_t from,
 /* The repetition suffix for {min,max}; "" for {1,1}. */
 static int suffix(gpt2d_buf *b, uint32_t min, uint32_t max)
 {
-    if (min == 1 && max == 1)
-        return 0;
-    if (min == 0 && max == 1)
-        return gbnf_puts(b, "?");
-    if (max == REGEX_INF)
-        return min == 0   ? gbnf_puts(b, "*")
-               : min == 1 ? gbnf_puts(b, "+")
-                          : gbnf_printf(b, "{%u,}", min);
-    if (min == max)
-        return gbnf_printf(b, "{%u}", min);
-    return gbnf_printf(b, "{%u,%u}", min, max);
+    return gbnf_repeat(b, min, max == REGEX_INF ? -1 : (long long)max);
 }
 
 static bool single_char(const regex_node *n)
