@@ -128,6 +128,19 @@ int gbnf_class(gpt2d_buf *b, const cp_set *s)
     return buf_append(b, "]", 1);
 }
 
+int gbnf_repeat(gpt2d_buf *b, long long min, long long max)
+{
+    if (max < 0)
+        return min == 0   ? gbnf_puts(b, "*")
+               : min == 1 ? gbnf_puts(b, "+")
+                          : gbnf_printf(b, "{%lld,}", min);
+    if (min == max)
+        return min == 1 ? 0 : gbnf_printf(b, "{%lld}", min);
+    if (min == 0 && max == 1)
+        return gbnf_puts(b, "?");
+    return gbnf_printf(b, "{%lld,%lld}", min, max);
+}
+
 void gbnf_out_init(gbnf_out *o, gpt2d_buf *rules, const char *prefix,
                    size_t max_bytes)
 {

@@ -41,6 +41,10 @@ int gbnf_literal(gpt2d_buf *b, const char *bytes, size_t len);
  * point.  The set must not be empty. */
 int gbnf_class(gpt2d_buf *b, const cp_set *s);
 
+/* Appends the repetition suffix for min..max rounds (max < 0: no most):
+ * "" for exactly one, ? * + {m} {m,} {m,n} otherwise. */
+int gbnf_repeat(gpt2d_buf *b, long long min, long long max);
+
 typedef struct gbnf_named_set gbnf_named_set;
 
 typedef struct gbnf_out {

@@ -202,10 +202,23 @@ static int magnitudes(const magnitude_bound *lo, const magnitude_bound *hi,
                             hi };
         gpt2d_buf alt = GPT2D_BUF_INIT;
         int r;
+        bool above_zero = n == 1 && tlo && !thi && lo->exclusive &&
+                          lo->value->digits[0] == '\0';
         if (free_len) {
             r = gbnf_puts(&alt, n == 1 ? " [0-9]" : " [1-9]") != 0
                     ? -1
                     : free_rest(&lc, 1, false, &alt);
+        } else if (above_zero) {
+            /* magnitudes above 0 with one integer digit: [1-9] and a
+             * fraction, or "0." and a fraction (the common "-" case) */
+            r = gbnf_puts(&alt, lc.fraction > 0 ? " ( [1-9]" : " [1-9]") != 0
+                    ? -1
+                    : free_rest(&lc, 1, false, &alt);
+            if (r == 0 && lc.fraction > 0 &&
+                (gbnf_puts(&alt, " | \"0.\"") != 0 ||
+                 fraction_digits(&alt, lc.fraction) != 0 ||
+                 gbnf_puts(&alt, " )") != 0))
+                r = -1;
         } else {
             r = state_rest(&lc, 0, tlo, thi, false, &alt);
         }

@@ -121,17 +121,53 @@ static int cat_non_empty(gbnf_out *o, const regex_node *n, size_t from,
 /* The repetition suffix for {min,max}; "" for {1,1}. */
 static int suffix(gpt2d_buf *b, uint32_t min, uint32_t max)
 {
-    if (min == 1 && max == 1)
-        return 0;
-    if (min == 0 && max == 1)
-        return gbnf_puts(b, "?");
-    if (max == REGEX_INF)
-        return min == 0   ? gbnf_puts(b, "*")
-               : min == 1 ? gbnf_puts(b, "+")
-                          : gbnf_printf(b, "{%u,}", min);
-    if (min == max)
-        return gbnf_printf(b, "{%u}", min);
-    return gbnf_printf(b, "{%u,%u}", min, max);
+    return gbnf_repeat(b, min, max == REGEX_INF ? -1 : (long long)max);
+}
+
+static bool single_char(const regex_node *n)
+{
+    return n->kind == REGEX_SET && n->set.n == 1 &&
+           n->set.r[0].lo == n->set.r[0].hi;
+}
+
+/* How many kids from i on are single characters. */
+static size_t single_chars(const regex_node *n, size_t i)
+{
+    size_t k = i;
+    while (k < n->n_kids && single_char(n->kids[k]))
+        k++;
+    return k - i;
+}
+
+/* The characters of kids[i, i + run) as one literal (in JSON mode, their
+ * one canonical spelling). */
+static int run_literal(const regex_node *n, size_t i, size_t run,
+                       regex_gbnf_mode mode, gpt2d_buf *b)
+{
+    gpt2d_buf utf8 = GPT2D_BUF_INIT, text = GPT2D_BUF_INIT;
+    int rc = 0;
+    for (size_t k = i; k < i + run && rc == 0; k++) {
+        uint32_t c = n->kids[k]->set.r[0].lo;
+        unsigned char u[4];
+        size_t len = c < 0x80 ? 1 : c < 0x800 ? 2 : c < 0x10000 ? 3 : 4;
+        if (len == 1) {
+            u[0] = (unsigned char)c;
+        } else {
+            for (size_t j = len - 1; j > 0; j--, c >>= 6)
+                u[j] = (unsigned char)(0x80 | (c & 0x3F));
+            u[0] = (unsigned char)((0xF00u >> len) | c);
+        }
+        rc = buf_append(&utf8, u, len);
+    }
+    if (rc == 0 && mode == REGEX_GBNF_JSON_STRING)
+        rc = json_text_string_chars((const char *)utf8.data, utf8.len, &text);
+    if (rc == 0)
+        rc = mode == REGEX_GBNF_JSON_STRING
+                 ? gbnf_literal(b, (const char *)text.data, text.len)
+                 : gbnf_literal(b, (const char *)utf8.data, utf8.len);
+    buf_free(&utf8);
+    buf_free(&text);
+    return rc;
 }
 
 /* `non_empty`: spell only the node's non-empty matches (the node is
@@ -148,12 +184,23 @@ static int expr(gbnf_out *o, const regex_node *n, regex_gbnf_mode mode,
         if (non_empty)
             return cat_non_empty(o, n, 0, mode, b);
         size_t parts = 0;
-        for (size_t i = 0; i < n->n_kids; i++) {
-            if (is_empty_string(n->kids[i]))
+        for (size_t i = 0; i < n->n_kids;) {
+            if (is_empty_string(n->kids[i])) {
+                i++;
                 continue;
-            if ((parts++ > 0 && gbnf_puts(b, " ") != 0) ||
-                grouped(o, n->kids[i], mode, false, b) != 0)
+            }
+            if (parts++ > 0 && gbnf_puts(b, " ") != 0)
                 return -1;
+            size_t run = single_chars(n, i);
+            if (run > 1) { /* "abc", not "a" "b" "c" */
+                if (run_literal(n, i, run, mode, b) != 0)
+                    return -1;
+                i += run;
+                continue;
+            }
+            if (grouped(o, n->kids[i], mode, false, b) != 0)
+                return -1;
+            i++;
         }
         return parts == 0 ? gbnf_puts(b, "\"\"") : 0;
     }

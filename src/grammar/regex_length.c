@@ -29,12 +29,17 @@ static int add_kid(regex_node *n, regex_node *kid)
 }
 
 /* A node that matches nothing (an empty alternation). */
-static regex_node *nothing(void) { return node(REGEX_ALT); }
+static regex_node *nothing(void)
+{
+    return node(REGEX_ALT);
+}
 
-static uint64_t min_u(uint64_t a, uint64_t b) { return a < b ? a : b; }
+static uint64_t min_u(uint64_t a, uint64_t b)
+{
+    return a < b ? a : b;
+}
 
-static regex_node *restrict_node(const regex_node *n, uint64_t lo,
-                                 uint64_t hi);
+static regex_node *restrict_node(const regex_node *n, uint64_t lo, uint64_t hi);
 
 static regex_node *restrict_cat(const regex_node *n, uint64_t lo, uint64_t hi)
 {
@@ -140,8 +145,7 @@ static regex_node *restrict_repeat(const regex_node *n, uint64_t lo,
     return r;
 }
 
-static regex_node *restrict_node(const regex_node *n, uint64_t lo,
-                                 uint64_t hi)
+static regex_node *restrict_node(const regex_node *n, uint64_t lo, uint64_t hi)
 {
     if (regex_node_matches_nothing(n))
         return nothing();
@@ -175,8 +179,7 @@ static regex_node *restrict_node(const regex_node *n, uint64_t lo,
     return NULL;
 }
 
-regex_node *regex_restrict_length(const regex_node *n, uint64_t lo,
-                                  uint64_t hi)
+regex_node *regex_restrict_length(const regex_node *n, uint64_t lo, uint64_t hi)
 {
     return restrict_node(n, lo, hi);
 }

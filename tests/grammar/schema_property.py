@@ -276,6 +276,14 @@ class SchemaGen:
         pool = ["a", "b c", "é", "q\"uote", 1, 2.5, -3, True, False, None, "",
                 {"k": 1}, [1, "x"]]
         vals = rng.sample(pool, rng.randint(1, 4))
+        if rng.random() < 0.2:
+            # beside a pattern or format: only the values that match
+            pat, examples = rng.choice(PATTERNS)
+            vals = examples + ["zz9", "\n", 7]
+            if rng.random() < 0.5:
+                return {"enum": vals, "pattern": pat}
+            return {"enum": ["2024-02-29", "2023-02-29", "a@b.co", "x"],
+                    "format": rng.choice(["date", "email"])}
         if rng.random() < 0.3:
             return {"const": vals[0]}
         s = {"enum": vals}
@@ -647,6 +655,26 @@ def lossy(schema):
     return False
 
 
+def strings_in(v):
+    if isinstance(v, str):
+        yield v
+    elif isinstance(v, list):
+        for x in v:
+            yield from strings_in(x)
+    elif isinstance(v, dict):
+        for k, x in v.items():
+            yield k
+            yield from strings_in(x)
+
+
+def dollar_before_newline(schema, value):
+    """Python's re lets `$` match before a final newline, so jsonschema
+    accepts "a\n" for ^a$; the documented `$` is the end of the text (as in
+    ECMA-262), and the grammar refuses it."""
+    pats = [p for p in strings_in(schema) if p.endswith("$")]
+    return bool(pats) and any(x.endswith("\n") for x in strings_in(value))
+
+
 def check_schema(tool, rng, schema, fails, stats, strict=False, sampler=None):
     text = json.dumps(schema)
     gbnf, err = tool.run("--json-schema", text, ["--strict"] if strict else [])
@@ -694,6 +722,8 @@ def check_schema(tool, rng, schema, fails, stats, strict=False, sampler=None):
         if not g.accepts(t):
             if lossy(schema):
                 stats["lossy_refusals"] += 1  # documented: a subset
+            elif dollar_before_newline(schema, v):
+                stats["dollar_quirk"] += 1  # Python's $ before a final \n
             else:
                 fails.add("a canonical valid instance is refused", schema=schema, text=t)
         for m in mutations(rng, v, t):
@@ -851,7 +881,8 @@ def main():
     stats = {k: 0 for k in ("compiled", "refused", "instances", "mutations",
                             "mutations_accepted", "samples", "regexes", "regex_refused",
                             "regex_strings", "pattern_strings", "engine_samples",
-                            "engine_stops", "engine_verdicts", "lossy_refusals")}
+                            "engine_stops", "engine_verdicts", "lossy_refusals",
+                            "dollar_quirk")}
     with tempfile.TemporaryDirectory() as tmp:
         tool = Tool(args.tool, tmp)
         sampler = None

@@ -163,6 +163,12 @@ START_TEST(test_enum_and_const)
                 TEXTS("1", "2"), TEXTS("1.5"));
     check_texts("{\"enum\":[1,2,3],\"const\":2}", true, TEXTS("2"),
                 TEXTS("1", "3"));
+    /* values kept only when they match the pattern (a search) or format */
+    check_texts("{\"enum\":[\"ab\",\"xaby\",\"b\",3],\"pattern\":\"a.\"}", true,
+                TEXTS("\"ab\"", "\"xaby\"", "3"), TEXTS("\"b\""));
+    check_texts("{\"enum\":[\"2024-02-30\",\"2024-02-29\"],"
+                "\"format\":\"date\"}",
+                true, TEXTS("\"2024-02-29\""), TEXTS("\"2024-02-30\""));
 }
 END_TEST
 
@@ -506,8 +512,8 @@ START_TEST(test_refusals_name_param_and_reason)
     check_refusal("{\"type\":\"object\",\"additionalProperties\":1}", true,
                   BASE ".additionalProperties",
                   "additionalProperties must be a boolean or a schema");
-    check_refusal("{\"enum\":[\"a\"],\"pattern\":\"a\"}", true, BASE ".pattern",
-                  "'pattern' beside enum or const is not supported");
+    check_refusal("{\"enum\":[\"a\"],\"items\":{}}", true, BASE ".items",
+                  "'items' beside enum or const is not supported");
     check_refusal("{\"enum\":\"a\"}", true, BASE ".enum",
                   "enum must be an array");
     check_refusal("[]", true, BASE, "a schema must be an object or a boolean");
