@@ -2,7 +2,7 @@
  *
  * Structured output in one place: every constraint a request may carry (a
  * JSON Schema, JSON mode, a regular expression, a list of choices, a GBNF
- * grammar, a tool call) is compiled to GBNF text (json_schema.h, regex.h)
+ * grammar, a tool call) is compiled to GBNF text (json_schema.h, regex_gbnf.h, choices_gbnf.h)
  * and that text to a `grammar`: rules over bytes run by a pushdown
  * automaton.  A decoding sequence holds a grammar_state; before each draw
  * the sampler is handed the state's token mask, and after it the state
