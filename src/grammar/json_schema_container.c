@@ -12,7 +12,7 @@
 /* -- arrays -- */
 
 int jsc_compile_array(compiler *c, const json_t *s, unsigned level,
-                         gpt2d_buf *expr)
+                      gpt2d_buf *expr)
 {
     long long min, max;
     if (jsc_count_keyword(c, s, "minItems", &min) != 0 ||
@@ -21,18 +21,19 @@ int jsc_compile_array(compiler *c, const json_t *s, unsigned level,
     if (min < 0)
         min = 0;
     if (max >= 0 && min > max)
-        return jsc_none(c, "minItems", "minItems %lld is above maxItems %lld", min,
-                    max);
+        return jsc_none(c, "minItems", "minItems %lld is above maxItems %lld",
+                        min, max);
     json_t *items = json_object_get(s, "items");
     if (json_is_array(items))
-        return jsc_fail(c, "items", "items as an array (a tuple) is not supported");
+        return jsc_fail(c, "items",
+                        "items as an array (a tuple) is not supported");
     gpt2d_buf item = GPT2D_BUF_INIT;
     int rc = 0;
     if (items == NULL || json_is_true(items)) {
         const char *v;
-        rc = jsc_value_rule(c, 1, &v) != 0  ? -1
-             : gbnf_puts(&item, v) != 0 ? jsc_out_of_room(c)
-                                        : 0;
+        rc = jsc_value_rule(c, 1, &v) != 0 ? -1
+             : gbnf_puts(&item, v) != 0    ? jsc_out_of_room(c)
+                                           : 0;
     } else if (json_is_false(items)) {
         rc = jsc_none(c, "items", "items is false");
     } else {
@@ -182,12 +183,14 @@ static int write_members(compiler *c, const member *m, size_t n,
                  member_ref(&m[0], "", expr) != 0;
         for (size_t j = 1; j < n && rc == 0; j++)
             rc = later_member(&m[j], "", expr);
-        return rc != 0 || gbnf_puts(expr, " \"}\"") != 0 ? jsc_out_of_room(c) : 0;
+        return rc != 0 || gbnf_puts(expr, " \"}\"") != 0 ? jsc_out_of_room(c)
+                                                         : 0;
     }
     char(*names)[GBNF_NAME_MAX + 1] = calloc(n, sizeof *names);
     char(*rest)[GBNF_NAME_MAX + 1] = calloc(n + 1, sizeof *rest);
     gpt2d_buf body = GPT2D_BUF_INIT;
-    int rc = names == NULL || rest == NULL ? jsc_fail(c, NULL, "out of memory") : 0;
+    int rc = names == NULL || rest == NULL ? jsc_fail(c, NULL, "out of memory")
+                                           : 0;
     /* members 1..first_req are written twice: as rules */
     for (size_t i = 1; i <= first_req && i < n && rc == 0; i++)
         rc = jsc_name_rule(c, "kv", &m[i].text, names[i]);
@@ -226,7 +229,7 @@ static int write_members(compiler *c, const member *m, size_t n,
 }
 
 int jsc_compile_object(compiler *c, const json_t *s, unsigned level,
-                          gpt2d_buf *expr)
+                       gpt2d_buf *expr)
 {
     json_t *props = json_object_get(s, "properties");
     json_t *required = json_object_get(s, "required");
@@ -236,8 +239,8 @@ int jsc_compile_object(compiler *c, const json_t *s, unsigned level,
     if (required != NULL) {
         if (!json_is_array(required))
             return jsc_fail(c, "required",
-                        "required must be an array of "
-                        "strings");
+                            "required must be an array of "
+                            "strings");
         for (size_t i = 0; i < json_array_size(required); i++)
             if (!json_is_string(json_array_get(required, i))) {
                 size_t before = jsc_path_push(c, "required");
@@ -249,7 +252,7 @@ int jsc_compile_object(compiler *c, const json_t *s, unsigned level,
     }
     if (extra != NULL && !json_is_boolean(extra) && !json_is_object(extra))
         return jsc_fail(c, "additionalProperties",
-                    "additionalProperties must be a boolean or a schema");
+                        "additionalProperties must be a boolean or a schema");
     char extra_rule[GBNF_NAME_MAX + 1];
     if (props == NULL && (required == NULL || json_array_size(required) == 0)) {
         if (additional_value(c, s, level, extra_rule) != 0)
@@ -316,9 +319,9 @@ int jsc_compile_object(compiler *c, const json_t *s, unsigned level,
             size_t before = jsc_path_push(c, "required");
             jsc_path_push_index(c, i);
             rc = jsc_none(c, NULL,
-                      "the required property '%s' is not in properties and "
-                      "additionalProperties allows no other",
-                      name);
+                          "the required property '%s' is not in properties and "
+                          "additionalProperties allows no other",
+                          name);
             jsc_path_pop(c, before);
             goto done;
         }

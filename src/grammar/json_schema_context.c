@@ -109,14 +109,15 @@ int jsc_none(compiler *c, const char *key, const char *fmt, ...)
 int jsc_out_of_room(compiler *c)
 {
     if (c->out.over_budget)
-        return jsc_fail(c, NULL, "the schema's grammar is larger than %zu bytes",
-                    c->opt->max_bytes);
+        return jsc_fail(c, NULL,
+                        "the schema's grammar is larger than %zu bytes",
+                        c->opt->max_bytes);
     return jsc_fail(c, NULL, "out of memory");
 }
 
 /* Emits a rule for an expression and writes its name. */
 int jsc_name_rule(compiler *c, const char *tag, const gpt2d_buf *body,
-                     char *name)
+                  char *name)
 {
     gbnf_out_name(&c->out, tag, name);
     if (gbnf_out_rule(&c->out, name, (const char *)body->data, body->len) != 0)
@@ -145,7 +146,7 @@ const char *jsc_memo_find(const compiler *c, const gpt2d_buf *key)
 
 /* Emits `body` as a rule remembered under `key` and appends its name. */
 int jsc_memo_rule(compiler *c, const gpt2d_buf *key, const char *tag,
-                     const gpt2d_buf *body, gpt2d_buf *expr)
+                  const gpt2d_buf *body, gpt2d_buf *expr)
 {
     if (c->n_memo == c->cap_memo) {
         size_t cap = c->cap_memo ? 2 * c->cap_memo : 16;

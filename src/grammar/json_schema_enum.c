@@ -100,9 +100,9 @@ static int enum_string_matches(compiler *c, const json_t *s, const json_t *v,
             if (source == NULL) {
                 if (c->opt->strict)
                     return jsc_fail(c, "format",
-                                "the format '%s' is not supported (date, "
-                                "time, date-time, uuid, email, ipv4 are)",
-                                json_string_value(p));
+                                    "the format '%s' is not supported (date, "
+                                    "time, date-time, uuid, email, ipv4 are)",
+                                    json_string_value(p));
                 continue;
             }
         }
@@ -110,7 +110,7 @@ static int enum_string_matches(compiler *c, const json_t *s, const json_t *v,
         regex_error rerr;
         if (regex_parse(source, strlen(source), &rx, &rerr) != 0)
             return jsc_fail(c, keys[k], "%s at offset %zu", rerr.message,
-                        rerr.offset);
+                            rerr.offset);
         regex_node *whole = regex_whole(rx, true);
         regex_free(rx);
         int m = whole != NULL ? regex_node_match(whole, json_string_value(v),
@@ -171,8 +171,8 @@ int jsc_compile_enum(compiler *c, const json_t *s, gpt2d_buf *expr)
     for (size_t i = 0; i < sizeof refused / sizeof *refused; i++)
         if (json_object_get(s, refused[i]) != NULL)
             return jsc_fail(c, refused[i],
-                        "'%s' beside enum or const is not supported",
-                        refused[i]);
+                            "'%s' beside enum or const is not supported",
+                            refused[i]);
     json_t *values = json_object_get(s, "enum");
     json_t *konst = json_object_get(s, "const");
     if (values != NULL && !json_is_array(values))
@@ -196,7 +196,8 @@ int jsc_compile_enum(compiler *c, const json_t *s, gpt2d_buf *expr)
         if (!ok)
             continue;
         text.len = 0;
-        if (json_text_canonical(v, &text) != 0 || jsc_alt_sep(expr, &alts) != 0 ||
+        if (json_text_canonical(v, &text) != 0 ||
+            jsc_alt_sep(expr, &alts) != 0 ||
             gbnf_literal(expr, (const char *)text.data, text.len) != 0)
             rc = jsc_out_of_room(c);
     }
@@ -205,8 +206,9 @@ int jsc_compile_enum(compiler *c, const json_t *s, gpt2d_buf *expr)
         return rc;
     if (alts == 0)
         return jsc_none(c, key,
-                    "no value of %s satisfies the schema's other "
-                    "keywords",
-                    key);
-    return gbnf_puts(expr, ")") != 0 ? jsc_out_of_room(c) : jsc_check_room(c, expr);
+                        "no value of %s satisfies the schema's other "
+                        "keywords",
+                        key);
+    return gbnf_puts(expr, ")") != 0 ? jsc_out_of_room(c)
+                                     : jsc_check_room(c, expr);
 }

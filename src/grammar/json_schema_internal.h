@@ -111,8 +111,7 @@ keyword_kind jsc_kind_of(const char *key);
 /* A keyword that must be a non-negative integer (*out -1 when absent). */
 int jsc_count_keyword(compiler *c, const json_t *s, const char *key,
                       long long *out);
-int jsc_compile(compiler *c, const json_t *s, unsigned level,
-                gpt2d_buf *expr);
+int jsc_compile(compiler *c, const json_t *s, unsigned level, gpt2d_buf *expr);
 /* A subschema at key (and index when >= 0) of the current place. */
 int jsc_compile_at(compiler *c, const json_t *s, const char *key, long index,
                    unsigned level, gpt2d_buf *expr);

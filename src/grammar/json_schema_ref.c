@@ -161,7 +161,7 @@ static int is_recursive(compiler *c, const json_t *target, bool *out)
 }
 
 int jsc_compile_ref(compiler *c, const json_t *s, unsigned level,
-                       gpt2d_buf *expr)
+                    gpt2d_buf *expr)
 {
     json_t *ref = json_object_get(s, "$ref");
     if (!json_is_string(ref))
@@ -172,9 +172,9 @@ int jsc_compile_ref(compiler *c, const json_t *s, unsigned level,
     {
         if (strcmp(key, "$ref") != 0 && jsc_kind_of(key) == KW_SUPPORTED)
             return jsc_fail(c, key,
-                        "'%s' beside $ref is not supported (move it into "
-                        "the referenced schema)",
-                        key);
+                            "'%s' beside $ref is not supported (move it into "
+                            "the referenced schema)",
+                            key);
     }
     char saved[PATH_MAX_LEN];
     size_t saved_len = c->path_len;
@@ -187,19 +187,19 @@ int jsc_compile_ref(compiler *c, const json_t *s, unsigned level,
     c->path_len = saved_len;
     if (target == NULL)
         return jsc_fail(c, "$ref",
-                    "$ref '%s' does not resolve (only local references "
-                    "\"#\", \"#/$defs/NAME\", \"#/definitions/NAME\" or "
-                    "other JSON pointers into this schema)",
-                    json_string_value(ref));
+                        "$ref '%s' does not resolve (only local references "
+                        "\"#\", \"#/$defs/NAME\", \"#/definitions/NAME\" or "
+                        "other JSON pointers into this schema)",
+                        json_string_value(ref));
     bool recursive = false;
     if (is_recursive(c, target, &recursive) != 0)
         return -1;
     unsigned at = recursive ? level + 1 : level;
     if (at > c->opt->max_recursion)
         return jsc_none(c, "$ref",
-                    "a recursive $ref nested deeper than %u levels (the "
-                    "schema has only instances deeper than that)",
-                    c->opt->max_recursion);
+                        "a recursive $ref nested deeper than %u levels (the "
+                        "schema has only instances deeper than that)",
+                        c->opt->max_recursion);
     for (size_t i = 0; i < c->n_refs; i++) {
         ref_entry *e = &c->refs[i];
         if (e->target != target || e->level != at)

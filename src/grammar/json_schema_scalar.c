@@ -42,7 +42,7 @@ static int read_bound(compiler *c, const json_t *s, const char *key,
 }
 
 int jsc_number_bounds(compiler *c, const json_t *s, number_bound *lo,
-                         number_bound *hi)
+                      number_bound *hi)
 {
     memset(lo, 0, sizeof *lo);
     memset(hi, 0, sizeof *hi);
@@ -55,7 +55,7 @@ int jsc_number_bounds(compiler *c, const json_t *s, number_bound *lo,
 }
 
 int jsc_compile_number(compiler *c, const json_t *s, bool integer,
-                          gpt2d_buf *expr)
+                       gpt2d_buf *expr)
 {
     number_bound lo, hi;
     if (jsc_number_bounds(c, s, &lo, &hi) != 0)
@@ -89,8 +89,9 @@ int jsc_compile_number(compiler *c, const json_t *s, bool integer,
                                                        : "minimum")
                                        : (hi.exclusive ? "exclusiveMaximum"
                                                        : "maximum");
-            r = jsc_none(c, k, "no %s of at most %d digits lies within the bounds",
-                     integer ? "integer" : "number", NUMBER_MAX_DIGITS);
+            r = jsc_none(c, k,
+                         "no %s of at most %d digits lies within the bounds",
+                         integer ? "integer" : "number", NUMBER_MAX_DIGITS);
         } else {
             r = jsc_memo_rule(c, &key, integer ? "int" : "num", &body, expr);
         }
@@ -134,8 +135,8 @@ int jsc_compile_string(compiler *c, const json_t *s, gpt2d_buf *expr)
     if (min < 0)
         min = 0;
     if (max >= 0 && min > max)
-        return jsc_none(c, "minLength", "minLength %lld is above maxLength %lld",
-                    min, max);
+        return jsc_none(c, "minLength",
+                        "minLength %lld is above maxLength %lld", min, max);
     json_t *pattern = json_object_get(s, "pattern");
     json_t *format = json_object_get(s, "format");
     if (pattern != NULL && !json_is_string(pattern))
@@ -147,23 +148,25 @@ int jsc_compile_string(compiler *c, const json_t *s, gpt2d_buf *expr)
         format_pattern = json_format_pattern(json_string_value(format));
         if (format_pattern == NULL && c->opt->strict)
             return jsc_fail(c, "format",
-                        "the format '%s' is not supported (date, time, "
-                        "date-time, uuid, email, ipv4 are)",
-                        json_string_value(format));
+                            "the format '%s' is not supported (date, time, "
+                            "date-time, uuid, email, ipv4 are)",
+                            json_string_value(format));
     }
     if (pattern != NULL && format_pattern != NULL)
         return jsc_fail(c, "pattern",
-                    "pattern together with format is not supported");
+                        "pattern together with format is not supported");
     if (pattern == NULL && format_pattern == NULL) {
         if (jsc_char_rule(c) != 0)
             return -1;
         if (min == 0 && max < 0) {
             if (jsc_string_rule(c) != 0)
                 return -1;
-            return gbnf_puts(expr, c->string_rule) != 0 ? jsc_out_of_room(c) : 0;
+            return gbnf_puts(expr, c->string_rule) != 0 ? jsc_out_of_room(c)
+                                                        : 0;
         }
         if (max == 0)
-            return gbnf_puts(expr, "\"\\\"\\\"\"") != 0 ? jsc_out_of_room(c) : 0;
+            return gbnf_puts(expr, "\"\\\"\\\"\"") != 0 ? jsc_out_of_room(c)
+                                                        : 0;
         return gbnf_printf(expr, "\"\\\"\" %s", c->char_rule) != 0 ||
                        gbnf_repeat(expr, min, max) != 0 ||
                        gbnf_puts(expr, " \"\\\"\"") != 0
@@ -215,9 +218,9 @@ static int string_body(compiler *c, const char *key, const char *source,
     }
     if (regex_node_matches_nothing(whole)) {
         rc = jsc_none(c, key,
-                  "no string the %s allows has a length within "
-                  "minLength and maxLength",
-                  key);
+                      "no string the %s allows has a length within "
+                      "minLength and maxLength",
+                      key);
     } else if (gbnf_puts(expr, "\"\\\"\" ") != 0 ||
                regex_gbnf_expr(&c->out, whole, REGEX_GBNF_JSON_STRING, expr) !=
                    0 ||
