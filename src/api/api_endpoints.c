@@ -74,6 +74,7 @@ void api_metrics(const api_ctx *ctx, api_response *r)
     metrics_gauges g = {
         .queue_depth = st.queue_depth,
         .running = st.running,
+        .paused = st.paused,
         .slots_total = st.slots_total,
         .slots_busy = st.slots_busy,
         .work_waiting = ws.waiting,

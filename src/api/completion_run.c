@@ -91,8 +91,10 @@ static void run_settle(completion_run *run)
         }
         gen_request_lock(r);
         gen_usage u = gen_request_usage(r);
-        double queued = gen_request_queued_seconds(r);
+        double queued = gen_request_queued_seconds(r), paused;
+        size_t pauses = gen_request_pauses(r, &paused);
         gen_request_unlock(r);
+        metrics_key_paused(key, pauses, paused);
         if (queued >= 0) {
             prompt += u.prompt_tokens;
             metrics_key_queue_wait(key, queued);

@@ -118,6 +118,7 @@ static atomic_uint_fast64_t request_timeouts;
 static atomic_uint_fast64_t write_timeouts;
 static atomic_uint_fast64_t prefill_bounded;
 static atomic_uint_fast64_t inspect_bytes;
+static atomic_uint_fast64_t preemptions[2]; /* by metrics_preemption */
 
 static void counter_add(atomic_uint_fast64_t *c, uint_fast64_t n)
 {
@@ -193,6 +194,10 @@ void metrics_prefill_bounded(void)
 void metrics_add_inspect_bytes(size_t n)
 {
     counter_add(&inspect_bytes, n);
+}
+void metrics_preempted(metrics_preemption why)
+{
+    counter_add(&preemptions[why == METRICS_PREEMPT_KEY_LIMIT], 1);
 }
 
 /* ---- gauges kept here ---- */
@@ -274,6 +279,7 @@ typedef struct key_series {
     atomic_uint_fast64_t prompt_tokens, completion_tokens;
     atomic_uint_fast64_t refused[METRICS_N_REFUSALS];
     atomic_uint_fast64_t wait_ns, waits;
+    atomic_uint_fast64_t pauses, paused_ns;
 } key_series;
 
 static key_series key_table[METRICS_MAX_KEYS] = { [0] = { .name = "-" } };
@@ -330,6 +336,15 @@ void metrics_key_queue_wait(size_t key, double seconds)
     key_series *k = key_of(key);
     counter_add(&k->wait_ns, seconds_to_ns(seconds));
     counter_add(&k->waits, 1);
+}
+
+void metrics_key_paused(size_t key, size_t pauses, double seconds)
+{
+    if (pauses == 0)
+        return;
+    key_series *k = key_of(key);
+    counter_add(&k->pauses, pauses);
+    counter_add(&k->paused_ns, seconds_to_ns(seconds));
 }
 
 /* ---- rendering ---- */
@@ -508,6 +523,22 @@ static void render_keys(FILE *f)
         fprintf(f, "gpt2d_key_queue_wait_seconds_count{key=\"%s\"} %ju\n",
                 k->name, (uintmax_t)waits);
     }
+    render_header(f, "gpt2d_key_pauses_total", "counter",
+                  "Times a sequence of the key's was paused for another "
+                  "key's (preempted), by API key name.");
+    for (size_t i = 0; i < n; i++)
+        if (counter_get(&key_table[i].pauses) > 0)
+            fprintf(f, "gpt2d_key_pauses_total{key=\"%s\"} %ju\n",
+                    key_table[i].name,
+                    (uintmax_t)counter_get(&key_table[i].pauses));
+    render_header(f, "gpt2d_key_paused_seconds_total", "counter",
+                  "Time the key's sequences stood paused before they resumed, "
+                  "by API key name.");
+    for (size_t i = 0; i < n; i++)
+        if (counter_get(&key_table[i].pauses) > 0)
+            fprintf(f, "gpt2d_key_paused_seconds_total{key=\"%s\"} %.6f\n",
+                    key_table[i].name,
+                    (double)counter_get(&key_table[i].paused_ns) * 1e-9);
 }
 
 /* Without stats (the engine is not up yet) the gauges are left out rather
@@ -550,7 +581,12 @@ static void render_gauges(FILE *f, const metrics_gauges *st)
     render_gauge(f, "gpt2d_queue_depth", "Requests waiting for the engine.",
                  st->queue_depth);
     render_gauge(f, "gpt2d_sequences_running",
-                 "Sequences prefilling or generating.", st->running);
+                 "Sequences prefilling or generating (holding a slot).",
+                 st->running);
+    render_gauge(f, "gpt2d_sequences_paused",
+                 "Sequences of started requests waiting for a slot: paused "
+                 "for another key's, or not started yet.",
+                 st->paused);
     render_gauge(f, "gpt2d_slots_total",
                  "Sequences that may run at once (--slots).", st->slots_total);
     render_gauge(f, "gpt2d_slots_busy", "Sequences running.", st->slots_busy);
@@ -671,6 +707,12 @@ char *metrics_render(const metrics_gauges *gauges)
                    "Steps whose prompt rows were cut short by --step-cost so "
                    "that generating streams were not held up longer.",
                    &prefill_bounded);
+    render_counter_pair(f, "gpt2d_preemptions_total",
+                        "Sequences paused at a step boundary for another "
+                        "key's: it was below its fair share of the slots, "
+                        "or this key above its max-seqs.",
+                        "reason", "fair_share", counter_get(&preemptions[0]),
+                        "key_limit", counter_get(&preemptions[1]));
     render_counter(f, "gpt2d_inspect_bytes_total",
                    "Bytes of POST /v1/inspect answers (attention, logit lens "
                    "and residual norms as JSON).",

@@ -36,6 +36,13 @@ void metrics_observe_ttft(double seconds);          /* submit -> first token */
 void metrics_observe_token_latency(double seconds); /* between tokens */
 void metrics_observe_step(double seconds);          /* one engine step */
 void metrics_observe_batch_rows(size_t rows); /* rows in one engine step */
+/* A sequence paused for another caller's (engine_fair.c): that caller was
+ * below its fair share, or this one above its key's max-seqs. */
+typedef enum metrics_preemption {
+    METRICS_PREEMPT_FAIR_SHARE,
+    METRICS_PREEMPT_KEY_LIMIT,
+} metrics_preemption;
+void metrics_preempted(metrics_preemption why);
 
 /* How a KV tier is shared between accounts (API keys or client
  * addresses): how many hold blocks, each one's guaranteed share, and the
@@ -75,6 +82,9 @@ void metrics_key_request(size_t key); /* an HTTP request answered */
 void metrics_key_tokens(size_t key, size_t prompt, size_t completion);
 void metrics_key_refused(size_t key, metrics_refusal why);
 void metrics_key_queue_wait(size_t key, double seconds); /* submit -> start */
+/* A request's sequences were paused `pauses` times, standing paused
+ * `seconds` in all. */
+void metrics_key_paused(size_t key, size_t pauses, double seconds);
 
 /* The KV cache's disk tier, for the gauges below. */
 typedef struct metrics_disk {
@@ -98,7 +108,8 @@ typedef struct metrics_grammars {
 
 typedef struct metrics_gauges {
     size_t queue_depth;
-    size_t running; /* sequences prefilling or generating */
+    size_t running; /* sequences holding a slot */
+    size_t paused;  /* sequences waiting for a slot again */
     size_t slots_total, slots_busy;
     size_t work_waiting, work_running; /* jobs of the work pool (workpool.h) */
     size_t response_memory, response_memory_max; /* its charged bytes */

@@ -4,10 +4,12 @@
  * One engine thread loops over steps.  A step:
  *   1. drops cancelled requests (their blocks stay cached), cancels
  *      everything once a shutdown deadline has passed;
- *   2. admits queued requests fairly across callers while the KV cache can
- *      begin their sequences (a free sequence each, and every block they can
- *      come to need reserved; sequence 0 reuses the longest cached prefix):
- *      engine_admit.c;
+ *   2. gives free slots to waiting work (paused sequences, queued
+ *      requests) fairly across callers, pausing another caller's sequence
+ *      for one below its share, while the KV cache can begin their
+ *      sequences (every block they can come to need reserved; sequence 0
+ *      reuses the longest cached prefix): engine_admit.c, engine_fair.c,
+ *      engine_pause.c;
  *   3. builds one batch: a decode row for every generating sequence first,
  *      then prefill chunks of admitted prompts while they fit, unless
  *      prefill has had its share of the time while others decode
@@ -54,7 +56,7 @@
 static void cancel_everything(engine *e)
 {
     for (size_t i = 0; i < e->q_len; i++)
-        atomic_store(&admit_queue_at(e, i)->cancelled, true);
+        atomic_store(&engine_queue_at(e, i)->cancelled, true);
     for (size_t i = 0; i < e->n_running; i++)
         atomic_store(&e->running[i]->cancelled, true);
 }
@@ -91,6 +93,15 @@ static void idle_wait(engine *e)
     pthread_cond_timedwait(&e->cond, &e->lock, &until);
 }
 
+/* What the step computes for each caller counts toward its share. */
+static void charge_step(engine *e, size_t n_entries)
+{
+    for (size_t b = 0; b < n_entries; b++)
+        fair_charge(e, e->entries[b].r->account, e->entries[b].n_rows);
+    for (size_t i = 0; i < e->n_lens; i++)
+        fair_charge(e, e->lens[i].r->account, e->lens[i].n_rows);
+}
+
 /* With cfg.min_step_usec (tests only), sleeps out the rest of the step. */
 static void pad_step(const engine *e, double t_step)
 {
@@ -118,16 +129,16 @@ static void *engine_main(void *arg)
             cancel_everything(e);
         admit_drop_cancelled(e);
         retire_cancelled(e, now);
-        admit_queued(e, now);
+        admit_schedule(e, now);
         if (!has_work(e))
             continue; /* everything was cancelled */
         size_t rows = 0, prefill_rows = 0;
         bool mixed = false;
         size_t n = batch_build(e, &rows, &prefill_rows, &mixed, now);
+        charge_step(e, n);
         if (n == 0 && e->n_lens == 0) {
-            /* nothing runs, and what is queued may not start yet (a wide
-             * request waiting for its age or its caller's turn, or for
-             * memory another present caller keeps): look again soon */
+            /* nothing runs, and what waits cannot start yet (blocks on
+             * their way from disk, or memory short): look again soon */
             pthread_mutex_unlock(&e->lock);
             monotonic_sleep_ms(5);
             pthread_mutex_lock(&e->lock);
@@ -211,15 +222,20 @@ static int engine_alloc_step(engine *e, gpt2d_error *err)
     e->jobs = calloc(rows + e->cfg.n_slots, sizeof *e->jobs);
     e->lens = calloc(e->cfg.n_slots, sizeof *e->lens);
     e->queue = calloc(e->cfg.max_queue, sizeof *e->queue);
-    e->running = calloc(e->cfg.n_slots, sizeof *e->running);
-    e->n_callers_cap = e->cfg.max_queue + e->cfg.n_slots + 1;
-    e->callers = admit_callers_create(e->n_callers_cap);
+    /* a request waits queued or runs; running, its sequences may all be
+     * paused */
+    e->running_cap = e->cfg.max_queue + e->cfg.n_slots;
+    e->running = calloc(e->running_cap, sizeof *e->running);
+    e->plan = calloc(e->cfg.n_slots, sizeof *e->plan);
+    e->n_callers_cap = e->running_cap + 1;
+    e->callers = fair_callers_create(e->n_callers_cap);
     e->n_scratch = threadpool_size(e->pool);
     e->scratch = calloc(e->n_scratch, sizeof *e->scratch);
     e->mask_words = (e->vocab + 63) / 64;
     e->masks = calloc(e->n_scratch * e->mask_words, sizeof *e->masks);
     if (!e->logits || !e->batch || !e->entries || !e->jobs || !e->lens ||
-        !e->queue || !e->running || !e->callers || !e->scratch || !e->masks)
+        !e->queue || !e->running || !e->plan || !e->callers || !e->scratch ||
+        !e->masks)
         return error_set(err, "engine: out of memory for %zu batch rows", rows);
     /* Touched now, as the KV pool is: a step may fill every row (a chunk
      * of echo scoring, the logit lens), and the memory is the daemon's from
@@ -322,10 +338,6 @@ int engine_create(engine **out, const model *m, const tokenizer *tok,
                                            : 1;
     if (e->cfg.max_sessions_per_caller == 0)
         e->cfg.max_sessions_per_caller = ENGINE_SESSIONS_PER_CALLER;
-    if (e->cfg.admit_age_ms == 0)
-        e->cfg.admit_age_ms = 2000;
-    if (e->cfg.caller_memory_ms == 0)
-        e->cfg.caller_memory_ms = ENGINE_CALLER_MEMORY_MS;
     if (!(e->cfg.prefill_share > 0.0))
         e->cfg.prefill_share = 0.5;
     if (e->cfg.prefill_share > 1.0)
@@ -347,7 +359,9 @@ int engine_create(engine **out, const model *m, const tokenizer *tok,
         .n_blocks = cfg->kv_blocks > 0
                         ? cfg->kv_blocks
                         : cfg->n_slots * kvcache_blocks_per_context(&shape),
-        .max_seqs = cfg->n_slots,
+        /* a waiting request's sequences begin before those it takes the
+         * slots of are paused (engine_admit.c) */
+        .max_seqs = 2 * cfg->n_slots,
         .half = cfg->kv_half,
         .disk_dir = cfg->kv_disk_dir,
         .disk_bytes = cfg->kv_disk_bytes,
@@ -404,6 +418,7 @@ void engine_destroy(engine *e)
     free(e->scratch);
     free(e->masks);
     free(e->running);
+    free(e->plan);
     free(e->callers);
     free(e->queue);
     free(e->jobs);
@@ -537,10 +552,11 @@ int engine_session_delete(engine *e, const uint8_t owner[SHA256_BYTES],
                           const char *id)
 {
     pthread_mutex_lock(&e->lock);
-    int rc = kvcache_session_delete(e->kv, owner, id);
-    /* a queued request of this session has not begun yet: still "busy" */
-    if (rc == -1 && admit_session_in_use(e, owner, id, false))
-        rc = -2;
+    /* a queued request of this session has not begun yet, a paused one
+     * holds no KV sequence: still "busy" */
+    int rc = admit_session_in_use(e, owner, id, false)
+                 ? -2
+                 : kvcache_session_delete(e->kv, owner, id);
     pthread_mutex_unlock(&e->lock);
     return rc;
 }
@@ -552,12 +568,14 @@ engine_stats engine_get_stats(engine *e)
     st.queue_depth = e->q_len;
     for (size_t k = 0; k < e->n_running; k++) {
         const gen_request *r = e->running[k];
-        for (size_t i = 0; i < r->n_seq; i++)
-            st.running += r->seqs[i].phase != SEQ_DONE;
+        for (size_t i = 0; i < r->n_seq; i++) {
+            st.running += r->seqs[i].has_kv;
+            st.paused += r->seqs[i].phase == SEQ_PAUSED;
+        }
     }
     st.kv = kvcache_stats(e->kv);
     pthread_mutex_unlock(&e->lock);
-    st.slots_total = st.kv.seqs_total;
-    st.slots_busy = st.kv.seqs_running;
+    st.slots_total = e->cfg.n_slots;
+    st.slots_busy = st.running;
     return st;
 }

@@ -83,7 +83,9 @@ int engine_session_delete(engine *e, const uint8_t owner[SHA256_BYTES],
 
 typedef struct engine_stats {
     size_t queue_depth;
-    size_t running;                 /* sequences generating or prefilling */
+    size_t running;                 /* sequences holding a slot */
+    size_t paused;                  /* sequences of running requests
+                                       waiting for a slot (engine_pause.c) */
     size_t slots_total, slots_busy; /* sequences that may / do run */
     kv_stats kv;
 } engine_stats;

@@ -1,55 +1,36 @@
-/* engine_admit.c — who runs next: the wait queue, fair admission across
- * callers, each caller's quotas (queued requests, busy sessions), and the
- * KV sequences a request is begun with and gives back.
+/* engine_admit.c — who runs next: the wait queue, each step's admission
+ * (free slots to waiting work, preemption for a caller below its share),
+ * each caller's quotas (queued requests, busy sessions), and the KV
+ * sequences a request is begun with and gives back.
  *
  * Threads: admit_enqueue runs on an HTTP thread (engine_submit), the rest
- * on the engine thread; all of it with e->lock held.  The caller table is
- * this file's own.
+ * on the engine thread; all of it with e->lock held.
  *
- * The queue holds requests in arrival order; each step picks from it:
+ * Each step, while waiting work remains (engine_fair.c's rules say whose):
  *
- *   - Across callers (an API key, or a client address), least served first:
- *     each caller's account holds the cost (prompt + n x max_tokens) of its
- *     running requests in full and of its finished ones halving every
- *     caller_memory_ms from their end, and the next request comes from the
- *     caller whose account is smallest.  This is deficit round robin by
- *     cost over a sliding horizon: a caller with one cheap request is not
- *     kept waiting behind another's flood, what a caller was served long
- *     ago stops counting, and one back from a pause comes first only until
- *     it has been served about what the others were lately.  (Halving from
- *     the end, not the start: a request running for minutes has not paid
- *     its cost off by the time it ends.)
- *   - Within a caller, first come first served.
- *   - While another caller is present (has a request queued or running, or
- *     ended one within caller_memory_ms: a client thinking between two
- *     requests is still there, and without preemption a slot given away in
- *     its pause is not back when it returns), a caller runs at most its
- *     max_seqs sequences: one key cannot hold more than half the slots by
- *     default.  Alone, it may use every slot.
- *   - A request that fits the free slots may pass a wider one; once the wider
- *     one has waited admit_age_ms, narrower ones are held back until the
- *     slots it needs are free, so it is never starved.
- *   - A request wider than its caller's whole share (n = 4 with a share of
- *     2) could otherwise run only when no other caller is present, and
- *     another caller's steady traffic would starve it.  Once it has waited
- *     admit_age_ms and its caller is the least served of the present ones,
- *     it is next, beyond the share: the slots drain to it.  Waiting for
- *     the caller's turn, not only for the age, keeps one key's wide
- *     requests from taking the whole machine every admit_age_ms; its
- *     account then holds its whole cost, which halves every
- *     caller_memory_ms once it has ended, so its next turn comes once the
- *     others' recent use weighs as much (as long as the others are not an endless stream
- *     of new callers, each starting at nothing).
- *   - While another caller is present, the sequences of a request past its
- *     first take no KV memory that other callers keep within their share
- *     (kvcache.h, KV_SHARES_KEPT): such a request waits, and others pass
- *     it, until that caller has gone or the request has waited
- *     caller_memory_ms.  So one wide request of another key cannot empty a
- *     conversation's cache between two of its turns, and is not starved
- *     by it either.
- *
- * Callers are kept in a small table (bounded by the queue plus the slots);
- * when it is full, the longest idle caller is forgotten. */
+ *   - The caller owed the next slot offers its oldest waiting item: a
+ *     paused sequence (in its request's admission order), else its first
+ *     queued request (first come first served within a caller).
+ *   - A paused sequence takes one slot; a request as many as it has
+ *     sequences, or fewer (at least one), when only fewer are free or can
+ *     be freed for it: the others wait paused, and start as slots come.
+ *   - Without a free slot, the sequences engine_fair.c names are paused
+ *     for it, but only once its own KV sequences have begun (the cache
+ *     keeps two sequences per slot, so beginning needs no slot given back
+ *     first): a request that cannot begin for memory pauses no one.
+ *   - When the cache cannot hold a queued request yet (KV_NO_MEMORY),
+ *     nothing passes it this step: a large request is not starved by
+ *     smaller ones.  A paused sequence that cannot resume for memory waits
+ *     for its own caller's sequences (kvcache.h: beside its own, it takes
+ *     no memory other accounts keep); others pass it.
+ *   - A request's sequences past its first take no KV memory that other
+ *     callers keep within their share (kvcache.h, KV_SHARES_KEPT): it
+ *     starts with its first sequence only, and the others resume as a
+ *     second request of its caller would begin.  So one wide request of
+ *     another key cannot empty a conversation's cache between two of its
+ *     turns, however long the conversation pauses, and is not starved by
+ *     it either: a sequence with none of its caller's running beside it
+ *     may take any memory not in use. */
 #include "config.h"
 
 #include "engine/engine_shared.h"
@@ -62,30 +43,7 @@
 #include "core/metrics.h"
 #include "core/monotonic.h"
 
-typedef struct caller_state {
-    uint8_t account[SHA256_BYTES];
-    bool used;
-    double served;      /* cost of its ended requests, halving every
-                                 * caller_memory */
-    double t_served;    /* when `served` was last brought up to date */
-    double last_active; /* when it last had a request queued or running */
-    /* recomputed each admission pass */
-    double in_flight; /* cost of its running requests */
-    size_t running;   /* sequences holding a slot */
-    size_t queued;
-} caller_state;
-
-caller_state *admit_callers_create(size_t n)
-{
-    return calloc(n, sizeof(caller_state));
-}
-
 /* ---- the queue ---- */
-
-gen_request *admit_queue_at(const engine *e, size_t i)
-{
-    return e->queue[(e->q_head + i) % e->cfg.max_queue];
-}
 
 /* Removes the queue's i-th request, keeping the others' order. */
 static void queue_remove(engine *e, size_t i)
@@ -102,7 +60,7 @@ void admit_drop_cancelled(engine *e)
 {
     size_t kept = 0;
     for (size_t i = 0; i < e->q_len; i++) {
-        gen_request *r = admit_queue_at(e, i);
+        gen_request *r = engine_queue_at(e, i);
         if (atomic_load(&r->cancelled)) {
             request_finish_all(r, FINISH_CANCELLED);
             request_unref(r);
@@ -129,7 +87,7 @@ bool admit_session_in_use(const engine *e, const uint8_t *owner,
                           const char *session, bool live_only)
 {
     for (size_t i = 0; i < e->q_len; i++)
-        if (holds_session(admit_queue_at(e, i), owner, session, live_only))
+        if (holds_session(engine_queue_at(e, i), owner, session, live_only))
             return true;
     for (size_t i = 0; i < e->n_running; i++)
         if (holds_session(e->running[i], owner, session, live_only))
@@ -151,13 +109,14 @@ void admit_count_reuse(gen_request *r, size_t reused)
         metrics_add_cached_tokens(reused - before);
 }
 
-/* Begins the request's KV sequences (kvcache_seq_begin's status: anything
- * but KV_BEGUN, and the cache cannot hold them yet).  With `keep_others`,
- * its sequences past the first leave other accounts their kept share. */
-kv_begin_status admit_begin_kv(engine *e, gen_request *r, bool keep_others,
-                               double now)
+/* Begins the KV sequences of the request's first n_run sequences
+ * (kvcache_seq_begin's status: anything but KV_BEGUN, and the cache cannot
+ * hold them yet); the others wait paused.  With `keep_others`, its
+ * sequences past the first leave other accounts their kept share. */
+kv_begin_status admit_begin_kv(engine *e, gen_request *r, size_t n_run,
+                               bool keep_others, double now)
 {
-    size_t seqs[r->n_seq], reused = 0;
+    size_t seqs[n_run], reused = 0;
     kv_begin b = { .who = &r->id,
                    .account = r->account,
                    .session = r->session,
@@ -165,17 +124,18 @@ kv_begin_status admit_begin_kv(engine *e, gen_request *r, bool keep_others,
                    .prompt = r->prompt,
                    .n_prompt = r->n_prompt,
                    .max_total = r->n_prompt + r->max_tokens,
-                   .n_seq = r->n_seq,
+                   .n_seq = n_run,
                    .reuse = !request_computes_whole_prompt(r),
                    .keep_others_share = keep_others,
                    .now = now };
     kv_begin_status st = kvcache_seq_begin(e->kv, &b, seqs, &reused);
     if (st != KV_BEGUN)
         return st;
-    for (size_t i = 0; i < r->n_seq; i++) {
+    for (size_t i = 0; i < n_run; i++) {
         r->seqs[i].kv = seqs[i];
         r->seqs[i].has_kv = true;
     }
+    pause_unstarted(r, n_run);
     r->kv_loading = kvcache_seq_loading(e->kv, seqs[0]);
     if (!r->kv_loading)
         admit_count_reuse(r, reused);
@@ -196,178 +156,7 @@ void admit_release_all_kv(engine *e, gen_request *r, double now)
         admit_release_kv(e, &r->seqs[i], now);
 }
 
-/* ---- fair across callers ---- */
-
-static double caller_memory(const engine *e)
-{
-    return e->cfg.caller_memory_ms * 1e-3;
-}
-
-/* Brings c->served to `now`: it halves every caller_memory. */
-static void caller_decay(const engine *e, caller_state *c, double now)
-{
-    if (now > c->t_served)
-        c->served *= exp2(-(now - c->t_served) / caller_memory(e));
-    c->t_served = now;
-}
-
-/* What admission weighs: what the caller runs, and what it ran lately. */
-static double caller_account(const caller_state *c)
-{
-    return c->served + c->in_flight;
-}
-
-static caller_state *caller_find(engine *e, const uint8_t *account)
-{
-    for (size_t i = 0; i < e->n_callers_cap; i++)
-        if (e->callers[i].used &&
-            memcmp(e->callers[i].account, account, SHA256_BYTES) == 0)
-            return &e->callers[i];
-    return NULL;
-}
-
-/* Whether `account` has a request queued or running. */
-static bool caller_busy(const engine *e, const uint8_t *account)
-{
-    for (size_t i = 0; i < e->q_len; i++)
-        if (memcmp(admit_queue_at(e, i)->account, account, SHA256_BYTES) == 0)
-            return true;
-    for (size_t k = 0; k < e->n_running; k++)
-        if (memcmp(e->running[k]->account, account, SHA256_BYTES) == 0)
-            return true;
-    return false;
-}
-
-/* The caller's entry, made if need be.  At most max_queue + n_slots
- * callers have a request queued or running, and the table has room for one
- * more, so a free entry is always found: an unused one, or the longest idle
- * one, forgotten. */
-static caller_state *caller_get(engine *e, const uint8_t *account, double now)
-{
-    caller_state *c = caller_find(e, account);
-    if (c != NULL)
-        return c;
-    for (size_t i = 0; i < e->n_callers_cap; i++) {
-        caller_state *x = &e->callers[i];
-        if (!x->used) {
-            c = x;
-            break;
-        }
-        if ((c == NULL || x->last_active < c->last_active) &&
-            !caller_busy(e, x->account))
-            c = x;
-    }
-    memset(c, 0, sizeof *c);
-    c->used = true;
-    memcpy(c->account, account, SHA256_BYTES);
-    c->t_served = c->last_active = now;
-    return c;
-}
-
-/* Recounts each caller's running sequences and queued requests, and brings
- * what each was served up to `now`, so that accounts compare at one time. */
-static void callers_count(engine *e, double now)
-{
-    for (size_t i = 0; i < e->n_callers_cap; i++) {
-        caller_state *c = &e->callers[i];
-        c->running = c->queued = 0;
-        c->in_flight = 0.0;
-        if (c->used)
-            caller_decay(e, c, now);
-    }
-    for (size_t k = 0; k < e->n_running; k++) {
-        gen_request *r = e->running[k];
-        caller_state *c = caller_get(e, r->account, now);
-        c->in_flight += r->cost;
-        for (size_t i = 0; i < r->n_seq; i++)
-            c->running += r->seqs[i].has_kv;
-    }
-    for (size_t i = 0; i < e->q_len; i++)
-        caller_get(e, admit_queue_at(e, i)->account, now)->queued++;
-}
-
-static bool caller_present(const engine *e, const caller_state *x, double now)
-{
-    return x->used && (x->running > 0 || x->queued > 0 ||
-                       now - x->last_active < caller_memory(e));
-}
-
-/* Whether a caller other than `c` is present at `now`. */
-static bool others_present(const engine *e, const caller_state *c, double now)
-{
-    for (size_t i = 0; i < e->n_callers_cap; i++)
-        if (&e->callers[i] != c && caller_present(e, &e->callers[i], now))
-            return true;
-    return false;
-}
-
-static size_t slots_held(const engine *e)
-{
-    size_t held = 0;
-    for (size_t k = 0; k < e->n_running; k++)
-        for (size_t i = 0; i < e->running[k]->n_seq; i++)
-            held += e->running[k]->seqs[i].has_kv;
-    return held;
-}
-
-/* Whether no other present caller has been served less than `c`. */
-static bool least_served(const engine *e, const caller_state *c, double now)
-{
-    for (size_t i = 0; i < e->n_callers_cap; i++) {
-        const caller_state *x = &e->callers[i];
-        if (x != c && caller_account(x) < caller_account(c) &&
-            caller_present(e, x, now))
-            return false;
-    }
-    return true;
-}
-
-/* The queue index of the request to admit next, or SIZE_MAX for none
- * this step. */
-static size_t pick_next(engine *e, double now)
-{
-    const size_t free_slots = e->cfg.n_slots - slots_held(e);
-    const double age = e->cfg.admit_age_ms * 1e-3;
-    size_t best = SIZE_MAX, oldest_blocked = SIZE_MAX;
-    const caller_state *best_c = NULL;
-    for (size_t i = 0; i < e->q_len; i++) {
-        gen_request *r = admit_queue_at(e, i);
-        caller_state *c = caller_find(e, r->account);
-        /* only the caller's first queued request is a candidate */
-        bool head = true;
-        for (size_t j = 0; j < i && head; j++)
-            head = memcmp(admit_queue_at(e, j)->account, r->account,
-                          SHA256_BYTES) != 0;
-        if (!head || r->kv_deferred)
-            continue;
-        if (c->running + r->n_seq > r->max_seqs && others_present(e, c, now)) {
-            /* Over its share while others want theirs.  One wider than the
-             * whole share would wait for every other caller to leave: once
-             * it has waited admit_age_ms and its caller is the least
-             * served, it is next, and the slots drain to it. */
-            if (r->n_seq <= r->max_seqs || now - r->t_submit < age ||
-                !least_served(e, c, now))
-                continue;
-            return r->n_seq <= free_slots ? i : SIZE_MAX;
-        }
-        if (r->n_seq > free_slots) {
-            if (oldest_blocked == SIZE_MAX)
-                oldest_blocked = i; /* the queue is in arrival order */
-            continue;
-        }
-        if (best_c == NULL || caller_account(c) < caller_account(best_c)) {
-            best = i;
-            best_c = c;
-        }
-    }
-    /* an aged wide request that fits its share: the slots drain to it */
-    if (oldest_blocked != SIZE_MAX &&
-        now - admit_queue_at(e, oldest_blocked)->t_submit >= age &&
-        (best == SIZE_MAX || admit_queue_at(e, best)->t_submit >
-                                 admit_queue_at(e, oldest_blocked)->t_submit))
-        return SIZE_MAX;
-    return best;
-}
+/* ---- each step: free slots to waiting work ---- */
 
 /* An inspect's capture buffers are taken as it starts, not at submit:
  * queued inspects hold none.  Short of memory, it ends (cancelled) rather
@@ -380,61 +169,133 @@ static bool start_inspect(engine *e, gen_request *r, double now)
               r->n_prompt);
     admit_release_all_kv(e, r, now);
     request_finish_all(r, FINISH_CANCELLED);
-    caller_find(e, r->account)->queued--;
     request_unref(r);
     return false;
 }
 
-void admit_queued(engine *e, double now)
+/* What a caller offers for the next slot: a paused sequence of a running
+ * request, or a queued request. */
+typedef struct waiting_item {
+    gen_request *r;
+    size_t seq;   /* paused: its index */
+    size_t queue; /* queued: its queue index; SIZE_MAX for a paused one */
+} waiting_item;
+
+static bool same_account(const gen_request *r, const uint8_t *account)
 {
-    if (e->q_len == 0)
-        return;
-    callers_count(e, now);
-    for (size_t i = 0; i < e->q_len; i++)
-        admit_queue_at(e, i)->kv_deferred = false;
-    for (;;) {
-        size_t i = pick_next(e, now);
-        if (i == SIZE_MAX)
-            break;
-        gen_request *r = admit_queue_at(e, i);
-        caller_state *c = caller_find(e, r->account);
-        /* another caller's kept memory: only until it has gone, or for
-         * caller_memory at most */
-        const bool keep_others = others_present(e, c, now) &&
-                                 now - r->t_submit < caller_memory(e);
-        kv_begin_status st = admit_begin_kv(e, r, keep_others, now);
-        if (st == KV_SHARES_KEPT) {
-            r->kv_deferred = true; /* others pass it this step */
-            continue;
-        }
-        /* when the cache cannot hold it yet, nothing passes it this step */
-        if (st != KV_BEGUN)
-            break;
-        queue_remove(e, i);
-        if (!start_inspect(e, r, now))
-            continue;
-        metrics_add_prompt_tokens(r->n_prompt);
-        e->running[e->n_running++] = r;
-        gen_request_lock(r);
-        r->queued_seconds = now - r->t_submit;
-        gen_request_unlock(r);
-        c->in_flight += r->cost;
-        c->queued--;
-        c->running += r->n_seq;
-        c->last_active = now;
-    }
+    return memcmp(r->account, account, SHA256_BYTES) == 0;
 }
 
-/* A request left the running set (finished or cancelled): its whole cost
- * joins what its caller was served, and halves from now on. */
-void admit_request_ended(engine *e, const gen_request *r, double now)
+/* The caller's oldest waiting item that may start now. */
+static bool oldest_waiting(const engine *e, const uint8_t *account,
+                           waiting_item *out)
 {
-    caller_state *c = caller_find(e, r->account);
-    if (c == NULL)
+    for (size_t k = 0; k < e->n_running; k++) {
+        gen_request *r = e->running[k];
+        if (!same_account(r, account))
+            continue;
+        for (size_t i = 0; i < r->n_seq; i++)
+            if (pause_resumable(r, i)) {
+                *out = (waiting_item){ .r = r, .seq = i, .queue = SIZE_MAX };
+                return true;
+            }
+    }
+    for (size_t i = 0; i < e->q_len; i++) {
+        gen_request *r = engine_queue_at(e, i);
+        if (same_account(r, account)) {
+            *out = (waiting_item){ .r = r, .queue = i };
+            return true;
+        }
+    }
+    return false;
+}
+
+static size_t slots_held(const engine *e)
+{
+    size_t held = 0;
+    for (size_t k = 0; k < e->n_running; k++)
+        for (size_t i = 0; i < e->running[k]->n_seq; i++)
+            held += e->running[k]->seqs[i].has_kv;
+    return held;
+}
+
+/* A queued request started with n_run sequences: it leaves the queue for
+ * the running set. */
+static void start_request(engine *e, caller_state *c, size_t queue_index,
+                          size_t n_run, double now)
+{
+    gen_request *r = engine_queue_at(e, queue_index);
+    queue_remove(e, queue_index);
+    fair_started(c, n_run);
+    fair_new_waiting(e, r->account, r->n_seq - n_run);
+    if (!start_inspect(e, r, now))
         return;
-    caller_decay(e, c, now);
-    c->served += r->cost;
-    c->last_active = now;
+    metrics_add_prompt_tokens(r->n_prompt);
+    e->running[e->n_running++] = r;
+    gen_request_lock(r);
+    r->queued_seconds = now - r->t_submit;
+    gen_request_unlock(r);
+}
+
+/* Begins the item with n_run sequences (1 for a paused one): KV_BEGUN, or
+ * why not.  A request kept from other callers' memory for its siblings
+ * starts with its first sequence alone. */
+static kv_begin_status begin_item(engine *e, const waiting_item *w,
+                                  size_t *n_run, double now)
+{
+    if (w->queue == SIZE_MAX)
+        return pause_resume(e, w->r, w->seq, now);
+    kv_begin_status st = admit_begin_kv(e, w->r, *n_run, true, now);
+    if (st == KV_SHARES_KEPT && *n_run > 1) {
+        *n_run = 1;
+        st = admit_begin_kv(e, w->r, 1, true, now);
+    }
+    return st;
+}
+
+void admit_schedule(engine *e, double now)
+{
+    fair_refresh(e, now);
+    size_t free_slots = e->cfg.n_slots - slots_held(e);
+    preempt_plan plan = { .victims = e->plan, .cap = e->cfg.n_slots };
+    for (caller_state *c; (c = fair_next(e)) != NULL;) {
+        waiting_item w;
+        if (!oldest_waiting(e, fair_account(c), &w)) {
+            fair_block(c);
+            continue;
+        }
+        const size_t want = w.queue == SIZE_MAX ? 1 : w.r->n_seq;
+        plan.n = 0;
+        plan.given = free_slots < want ? free_slots : want;
+        while (free_slots + plan.n < want && fair_plan_victim(e, c, &plan))
+            ;
+        size_t n_run = free_slots + plan.n < want ? free_slots + plan.n : want;
+        if (n_run == 0) {
+            fair_block(c); /* no slot for it this step */
+            continue;
+        }
+        kv_begin_status st = begin_item(e, &w, &n_run, now);
+        if (st != KV_BEGUN && w.queue == SIZE_MAX) {
+            /* its own running sequences hold the memory it needs, or
+             * others keep it: it waits for them, others pass it */
+            fair_block(c);
+            continue;
+        }
+        if (st != KV_BEGUN)
+            break; /* the cache cannot hold it yet: nothing passes it */
+        /* its sequences have begun: now the slots it takes are paused */
+        const size_t n_pause = n_run > free_slots ? n_run - free_slots : 0;
+        for (size_t v = 0; v < n_pause; v++) {
+            const preempt_victim *x = &plan.victims[v];
+            pause_seq(e, x->r, x->seq, x->why, now);
+            fair_paused(e, x->r->account, true);
+        }
+        free_slots = free_slots + n_pause - n_run;
+        if (w.queue == SIZE_MAX)
+            fair_started(c, 1);
+        else
+            start_request(e, c, w.queue, n_run, now);
+    }
 }
 
 /* ---- quotas: what a caller may have queued ---- */
@@ -444,7 +305,7 @@ static size_t caller_queued_count(const engine *e, const uint8_t *account)
 {
     size_t n = 0;
     for (size_t i = 0; i < e->q_len; i++)
-        n += memcmp(admit_queue_at(e, i)->account, account, SHA256_BYTES) == 0;
+        n += memcmp(engine_queue_at(e, i)->account, account, SHA256_BYTES) == 0;
     return n;
 }
 
@@ -453,7 +314,7 @@ static size_t caller_sessions_in_use(const engine *e, const uint8_t *account)
 {
     size_t n = 0;
     for (size_t i = 0; i < e->q_len; i++) {
-        const gen_request *q = admit_queue_at(e, i);
+        const gen_request *q = engine_queue_at(e, i);
         n += q->session != NULL &&
              memcmp(q->account, account, SHA256_BYTES) == 0;
     }
@@ -473,13 +334,6 @@ static bool over_session_quota(const engine *e, const gen_request *r)
     return r->session != NULL &&
            !kvcache_session_known(e->kv, r->id.owner, r->session) &&
            caller_sessions_in_use(e, r->account) >= r->max_sessions;
-}
-
-/* A request of `account` joins the queue: its caller is present. */
-static void caller_backlogged(engine *e, const uint8_t *account)
-{
-    const double now = monotonic_seconds();
-    caller_get(e, account, now)->last_active = now;
 }
 
 engine_status admit_could_run(const engine *e, const gen_params *p, size_t n,
@@ -531,7 +385,7 @@ static engine_status enqueue_one(engine *e, gen_request *r, engine_refusal *why)
     }
     /* its wait starts now, not at a busy session's first refusal */
     r->t_submit = monotonic_seconds();
-    caller_backlogged(e, r->account);
+    fair_enqueued(e, r->account);
     atomic_store(&r->refs, 2);
     e->queue[(e->q_head + e->q_len++) % e->cfg.max_queue] = r;
     return ENGINE_OK;

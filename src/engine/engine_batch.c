@@ -54,6 +54,7 @@ static size_t add_entry(engine *e, size_t n, gen_request *r, size_t seq,
     e->entries[n] = (batch_entry){ .r = r,
                                    .seq = seq,
                                    .prefill = prefill,
+                                   .resume = false,
                                    .start = start,
                                    .n_rows = n_rows,
                                    .n_logits = n_logits };
@@ -147,6 +148,42 @@ static void plan_lens(engine *e, size_t *left, bool *mixed_out, double now)
     }
 }
 
+/* Resumed sequences' histories, before any prompt: up to the next
+ * multiple of `chunk` positions each, as prompts are cut, within the
+ * step's prompt rows.  Usually one row each (all but the last token is
+ * still cached).  Not held back like prefill: a resumed stream is one of
+ * the streams prefill would wait for. */
+static size_t add_resumed(engine *e, size_t n, size_t *rows, size_t *left)
+{
+    for (size_t k = 0; k<e->n_running && * left> 0; k++) {
+        gen_request *r = e->running[k];
+        for (size_t i = 0; i<r->n_seq && * left> 0; i++) {
+            seq_state *s = &r->seqs[i];
+            if (s->phase != SEQ_RESUME)
+                continue;
+            if (s->kv_loading) {
+                size_t reused;
+                if (!kvcache_seq_ready(e->kv, s->kv, &reused))
+                    continue; /* its blocks are still on their way */
+                s->kv_loading = false;
+            }
+            const size_t total = r->n_prompt + s->out.n_tokens;
+            const size_t start = seq_len(e, s);
+            size_t end = (start / e->chunk + 1) * e->chunk;
+            if (end > total)
+                end = total;
+            if (end - start > *left)
+                end = start + *left;
+            n = add_entry(e, n, r, i, true, start, s->history + start,
+                          end - start, end == total);
+            e->entries[n - 1].resume = true;
+            *rows += end - start;
+            *left -= end - start;
+        }
+    }
+    return n;
+}
+
 /* Decode rows first (they always fit: at most one per slot), then prefill
  * chunks in admission order while the step has room.
  *
@@ -187,6 +224,7 @@ size_t batch_build(engine *e, size_t *rows_out, size_t *prefill_out,
                                                    e->cfg.n_slots, room);
     size_t prefill_left = budget;
     bool bounded = false;
+    n = add_resumed(e, n, &rows, &prefill_left);
     for (size_t k = 0; k < e->n_running && prefill_left > 0; k++) {
         gen_request *r = e->running[k];
         seq_state *s = &r->seqs[0];
@@ -207,8 +245,11 @@ size_t batch_build(engine *e, size_t *rows_out, size_t *prefill_out,
             if (a == SHARE_WAIT)
                 continue;
             if (a == SHARE_REBEGIN) {
+                size_t n_run = 0;
+                for (size_t i = 0; i < r->n_seq; i++)
+                    n_run += r->seqs[i].has_kv;
                 admit_release_all_kv(e, r, now);
-                if (admit_begin_kv(e, r, false, now) != KV_BEGUN) {
+                if (admit_begin_kv(e, r, n_run, false, now) != KV_BEGUN) {
                     /* it held more than it needs now: cannot happen */
                     log_error("engine: a prompt could not begin again");
                     request_finish_all(r, FINISH_CANCELLED);
@@ -281,6 +322,12 @@ static void plan_jobs(engine *e, size_t n_entries)
             row += V;
             continue;
         }
+        if (be->resume) {
+            if (be->n_logits > 0)
+                add_job(e, r, be->seq, 0, row);
+            row += be->n_logits * V;
+            continue;
+        }
         if (r->score_prompt) {
             for (size_t j = 0; j < be->n_rows; j++)
                 if (be->start + j + 1 < r->n_prompt)
@@ -290,7 +337,8 @@ static void plan_jobs(engine *e, size_t n_entries)
         if (last && r->max_tokens > 0) {
             const float *next = row + (be->n_logits - 1) * V;
             for (size_t i = 0; i < r->n_seq; i++)
-                add_job(e, r, i, 0, next);
+                if (i == 0 || r->seqs[i].has_kv) /* not a paused one */
+                    add_job(e, r, i, 0, next);
         }
         row += be->n_logits * V;
     }

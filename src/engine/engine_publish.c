@@ -126,7 +126,7 @@ static void prefill_done(engine *e, size_t n_entries)
     for (size_t b = 0; b < n_entries; b++) {
         const batch_entry *be = &e->entries[b];
         gen_request *r = be->r;
-        if (!be->prefill || be->start + be->n_rows != r->n_prompt)
+        if (!be->prefill || be->resume || be->start + be->n_rows != r->n_prompt)
             continue;
         pthread_mutex_lock(&r->lock);
         if (r->score_prompt) {
@@ -155,10 +155,11 @@ static void commit_step(engine *e, size_t n_entries)
         gen_request *r = be->r;
         const seq_state *s = &r->seqs[be->seq];
         kvcache_seq_commit(e->kv, s->kv, e->batch[b].tokens, be->n_rows);
-        if (be->prefill && be->start + be->n_rows == r->n_prompt &&
-            r->max_tokens > 0)
+        if (be->prefill && !be->resume &&
+            be->start + be->n_rows == r->n_prompt && r->max_tokens > 0)
             for (size_t i = 1; i < r->n_seq; i++)
-                kvcache_seq_fork(e->kv, s->kv, r->seqs[i].kv);
+                if (r->seqs[i].has_kv) /* a paused one resumes later */
+                    kvcache_seq_fork(e->kv, s->kv, r->seqs[i].kv);
     }
 }
 
@@ -201,7 +202,6 @@ void retire_finished(engine *e, double now)
                 admit_release_kv(e, s, now);
         }
         if (done) {
-            admit_request_ended(e, r, now);
             request_unref(r);
         } else {
             e->running[kept++] = r;
@@ -220,7 +220,6 @@ void retire_cancelled(engine *e, double now)
         gen_request *r = e->running[i];
         if (atomic_load(&r->cancelled)) {
             admit_release_all_kv(e, r, now);
-            admit_request_ended(e, r, now);
             request_finish_all(r, FINISH_CANCELLED);
             request_unref(r);
         } else {

@@ -3,16 +3,20 @@
  * in another.  (A request's insides are gen_request_internal.h's.)
  *
  *   engine.c          the step loop, lifecycle, submit, sessions, gauges
- *   engine_admit.c    the queue, fair admission across callers, quotas,
- *                     a request's KV sequences begun and released  (admit_)
- *   engine_batch.c    a step's rows and its sample jobs            (batch_)
- *   engine_lens.c     the logit lens of inspect requests           (lens_)
  *   engine_publish.c  results into requests, and retiring  (publish_, retire_)
+ *   engine_lens.c     the logit lens of inspect requests           (lens_)
+ *   engine_batch.c    a step's rows and its sample jobs            (batch_)
+ *   engine_admit.c    the queue, each step's admission (slots to waiting
+ *                     work, preemption), quotas, a request's KV
+ *                     sequences begun and released                 (admit_)
+ *   engine_fair.c     who is owed a slot, and who gives one way     (fair_)
+ *   engine_pause.c    sequences paused and resumed                 (pause_)
  *   gen_request.c     the request shared with a connection      (request_)
  *
- * Calls run down that list only: engine.c calls every other file;
- * publish calls lens and admit; batch calls admit; all of them call
- * gen_request.c, which calls none of them and knows no engine.
+ * Calls run down that list only: engine.c calls any file below it,
+ * publish calls lens and admit, batch calls admit, admit calls fair and
+ * pause, and all of them call gen_request.c, which calls none of them and
+ * knows no engine.  The queue is read through engine_queue_at, here.
  *
  * Threads: unless a function says otherwise, the engine thread calls it
  * with e->lock held (engine.c, "Locks").  Fields marked "engine thread
@@ -41,11 +45,32 @@
 /* A caller's fairness bookkeeping: engine_admit.c's own. */
 typedef struct caller_state caller_state;
 
+/* Why a sequence was paused (engine_fair.c): its caller ran at least two
+ * more than the waiting one, or more than its own max_seqs. */
+typedef enum preempt_reason {
+    PREEMPT_FAIR_SHARE,
+    PREEMPT_KEY_LIMIT,
+} preempt_reason;
+
+typedef struct preempt_victim {
+    gen_request *r;
+    size_t seq;
+    preempt_reason why;
+} preempt_victim;
+
+/* The sequences to pause so that one waiting request or sequence starts. */
+typedef struct preempt_plan {
+    preempt_victim *victims; /* [cap]: engine.plan's */
+    size_t n, cap;
+    size_t given; /* free slots it takes besides the victims' */
+} preempt_plan;
+
 /* What one forward_seq of the current batch stands for. */
 typedef struct batch_entry {
     gen_request *r;
     size_t seq;
-    bool prefill;
+    bool prefill; /* prompt rows: the request's, or a resumed history's */
+    bool resume;  /* a resumed sequence's history */
     size_t start; /* position of the first row */
     size_t n_rows, n_logits;
 } batch_entry;
@@ -93,9 +118,10 @@ struct engine {
     size_t kv_blocks;    /* its size, fixed at creation */
     gen_request **queue; /* ring of max_queue */
     size_t q_head, q_len;
-    gen_request **running; /* admission order; each holds its KV
-                                   sequences */
-    size_t n_running;
+    gen_request **running; /* admission order: their sequences hold
+                                   a slot (a KV sequence) or are paused */
+    size_t n_running, running_cap;
+    preempt_victim *plan;  /* [n_slots]: engine thread only */
     caller_state *callers; /* [n_callers_cap]: fairness bookkeeping */
     size_t n_callers_cap;
     double
@@ -116,13 +142,14 @@ struct engine {
     const float *lens_logits; /* the lens rows' logits in `logits` */
 };
 
+/* The queue's i-th request, in arrival order. */
+static inline gen_request *engine_queue_at(const engine *e, size_t i)
+{
+    return e->queue[(e->q_head + i) % e->cfg.max_queue];
+}
+
 /* ---- engine_admit.c: the queue, admission, quotas ---- */
 
-/* Any thread, before the engine starts: the fairness table of n callers,
- * zeroed; NULL when out of memory (freed with free). */
-caller_state *admit_callers_create(size_t n);
-/* The queue's i-th request, in arrival order. */
-gen_request *admit_queue_at(const engine *e, size_t i);
 /* Whether a request of `owner`'s `session` is queued or running;
  * live_only skips cancelled ones. */
 bool admit_session_in_use(const engine *e, const uint8_t *owner,
@@ -140,20 +167,69 @@ engine_status admit_enqueue(engine *e, gen_request **r, size_t n,
                             engine_refusal *why);
 /* Drops the cancelled requests from the queue. */
 void admit_drop_cancelled(engine *e);
-/* Starts queued requests, fairly across callers, while the cache and the
- * slots can hold them. */
-void admit_queued(engine *e, double now);
-/* A request left the running set: what it cost joins its caller's
- * account. */
-void admit_request_ended(engine *e, const gen_request *r, double now);
-/* Begins the request's KV sequences (kvcache_seq_begin's status). */
-kv_begin_status admit_begin_kv(engine *e, gen_request *r, bool keep_others,
-                               double now);
+/* Free slots to waiting work (paused sequences, queued requests), fairly
+ * across callers, pausing others' sequences for a caller below its share
+ * (engine_fair.c's rules), while the cache can hold them. */
+void admit_schedule(engine *e, double now);
+/* Begins the KV sequences of the request's first n_run sequences
+ * (kvcache_seq_begin's status); the others wait paused.  With
+ * `keep_others`, its sequences past the first leave other accounts their
+ * kept share. */
+kv_begin_status admit_begin_kv(engine *e, gen_request *r, size_t n_run,
+                               bool keep_others, double now);
 /* What the request reuses from the cache, once known. */
 void admit_count_reuse(gen_request *r, size_t reused);
 /* Gives back a sequence's KV sequence, or all of the request's. */
 void admit_release_kv(engine *e, seq_state *s, double now);
 void admit_release_all_kv(engine *e, gen_request *r, double now);
+
+/* ---- engine_fair.c: who is owed a slot ---- */
+
+/* Any thread, before the engine starts: the fairness table of n callers,
+ * zeroed; NULL when out of memory (freed with free). */
+caller_state *fair_callers_create(size_t n);
+/* An HTTP thread, in engine_submit: `account` has queued work. */
+void fair_enqueued(engine *e, const uint8_t *account);
+/* Recounts each caller's running sequences and waiting work, and brings a
+ * caller with work again up to the others' least virtual time; every
+ * caller may start work again (fair_block). */
+void fair_refresh(engine *e, double now);
+/* The caller of `account` (counted by fair_refresh), or NULL. */
+caller_state *fair_caller(engine *e, const uint8_t *account);
+const uint8_t *fair_account(const caller_state *c);
+/* The caller with waiting work owed the next slot, or NULL. */
+caller_state *fair_next(engine *e);
+/* Nothing of `c` starts in this pass. */
+void fair_block(caller_state *c);
+/* `c` started one waiting item (a request, or a paused sequence) with n_seq
+ * sequences. */
+void fair_started(caller_state *c, size_t n_seq);
+/* A sequence of `account` was paused; it waits to resume unless
+ * !later_resumed. */
+void fair_paused(engine *e, const uint8_t *account, bool later_resumed);
+/* A started request of `account` left n sequences waiting. */
+void fair_new_waiting(engine *e, const uint8_t *account, size_t n);
+/* The step computed `rows` rows for `account`. */
+void fair_charge(engine *e, const uint8_t *account, size_t rows);
+/* Adds to p the next sequence to pause so that `x` runs one more, by the
+ * rules; false when none may be paused. */
+bool fair_plan_victim(const engine *e, const caller_state *x, preempt_plan *p);
+
+/* ---- engine_pause.c: paused and resumed sequences ---- */
+
+/* Pauses sequence i (it holds a slot): its KV sequence ends, its blocks
+ * stay cached; it waits as SEQ_PAUSED. */
+void pause_seq(engine *e, gen_request *r, size_t i, preempt_reason why,
+               double now);
+/* Sequences first.. of a request that starts without them wait paused
+ * (not counted as pauses). */
+void pause_unstarted(gen_request *r, size_t first);
+/* Whether paused sequence i may resume now (a sibling waits for sequence
+ * 0's prompt). */
+bool pause_resumable(const gen_request *r, size_t i);
+/* Begins paused sequence i's KV sequence for its history: KV_BEGUN and it
+ * is SEQ_RESUME, or why not (and nothing changed). */
+kv_begin_status pause_resume(engine *e, gen_request *r, size_t i, double now);
 
 /* ---- engine_batch.c: composing a step ---- */
 

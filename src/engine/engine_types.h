@@ -8,7 +8,6 @@
 #include <stddef.h>
 
 #define ENGINE_SESSIONS_PER_CALLER 64 /* --max-sessions-per-key's default */
-#define ENGINE_CALLER_MEMORY_MS 30000 /* engine_config.caller_memory_ms's */
 
 typedef struct engine engine;
 
@@ -22,29 +21,23 @@ typedef struct engine_config {
     size_t kv_disk_bytes;    /* --kv-disk */
     size_t max_queue;      /* waiting requests beyond which submit says full */
     size_t max_batch_rows; /* rows per step; also the prefill chunk budget */
-    /* Fairness between callers (engine_admit.c). */
-    size_t max_seqs_per_caller;   /* sequences one caller may run while another
-                                 * is active; 0: half the slots (at least 1) */
-    size_t max_queued_per_caller; /* requests one caller may have waiting;
+    /* Fairness between callers (engine_fair.c). */
+    size_t max_seqs_per_caller;     /* sequences one caller keeps running
+                                 * while another waits: beyond them its
+                                 * sequences are paused for the other's;
+                                 * 0: half the slots (at least 1) */
+    size_t max_queued_per_caller;   /* requests one caller may have waiting;
                                  * 0: half of max_queue (at least 1) */
     size_t max_sessions_per_caller; /* session records one caller keeps;
                                  * 0: ENGINE_SESSIONS_PER_CALLER */
-    unsigned admit_age_ms;     /* a request that fits its caller's share but
-                                 * not the free slots holds back narrower ones
-                                 * once it has waited this long; 0: 2000 */
-    unsigned caller_memory_ms; /* a caller counts as present this long after
-                                 * its last request ended (a client thinking
-                                 * between two requests), and what it was
-                                 * served halves in this time; 0:
-                                 * ENGINE_CALLER_MEMORY_MS */
-    double prefill_share;      /* while sequences decode, the share of the
+    double prefill_share;           /* while sequences decode, the share of the
                                  * engine's time prefill may take; 0: 0.5,
                                  * 1: no limit */
-    double step_cost_limit;    /* a step with prompt rows beside decoding
+    double step_cost_limit;         /* a step with prompt rows beside decoding
                                  * streams lasts at most this many decode
                                  * steps of a full batch (step_budget.h);
                                  * 0: no bound */
-    unsigned min_step_usec;    /* 0; tests: every step lasts at least this
+    unsigned min_step_usec;         /* 0; tests: every step lasts at least this
                                  * long, so that how long a generation runs
                                  * does not depend on the machine's speed */
 } engine_config;

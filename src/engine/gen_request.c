@@ -37,7 +37,7 @@ void request_free(gen_request *r)
     if (r->seqs != NULL) {
         for (size_t i = 0; i < r->n_seq; i++) {
             seq_state *s = &r->seqs[i];
-            free(s->generated);
+            free(s->history);
             free(s->tokens);
             free(s->text_end);
             textstream_free(&s->ts);
@@ -78,11 +78,16 @@ static int seq_init(const request_setup *setup, gen_request *r, seq_state *s,
                     size_t i, const gen_params *p)
 {
     size_t n = r->max_tokens > 0 ? r->max_tokens : 1;
-    s->generated = malloc(n * sizeof *s->generated);
+    /* the prompt, then what it generates: what a preempted sequence
+     * recomputes when it resumes, in one piece */
+    s->history = malloc((r->n_prompt + n) * sizeof *s->history);
     s->tokens = malloc(n * sizeof *s->tokens);
     s->text_end = malloc(n * sizeof *s->text_end);
-    if (s->generated == NULL || s->tokens == NULL || s->text_end == NULL)
+    if (s->history == NULL || s->tokens == NULL || s->text_end == NULL)
         return -1;
+    memcpy(s->history, r->prompt, r->n_prompt * sizeof *s->history);
+    s->generated = s->history + r->n_prompt;
+    s->t_paused = -1.0;
     if (textstream_init(&s->ts, r->max_tokens * setup->max_token_bytes, p->stop,
                         p->n_stop, NULL) != 0)
         return -1;
@@ -267,6 +272,13 @@ double gen_request_queued_seconds(const gen_request *r)
 gen_usage gen_request_usage(const gen_request *r)
 {
     return r->usage;
+}
+
+size_t gen_request_pauses(const gen_request *r, double *seconds)
+{
+    if (seconds != NULL)
+        *seconds = r->paused_seconds;
+    return r->pauses;
 }
 
 const inspect_capture *gen_request_inspect(const gen_request *r)

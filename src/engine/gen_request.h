@@ -123,6 +123,10 @@ gen_usage gen_request_usage(const gen_request *r);
 /* How long it waited in the queue before it started; -1 while it has not
  * (or never did: cancelled while queued). */
 double gen_request_queued_seconds(const gen_request *r);
+/* How often its sequences were paused for other callers' (preempted: the
+ * engine's fairness, engine_admit.c), and in *seconds (if not NULL) how long
+ * the resumed ones stood paused. */
+size_t gen_request_pauses(const gen_request *r, double *seconds);
 /* An inspect request's capture, complete once the request finished
  * without being cancelled; NULL for other requests. */
 const inspect_capture *gen_request_inspect(const gen_request *r);

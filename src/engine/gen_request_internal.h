@@ -26,6 +26,10 @@ typedef enum seq_phase {
     SEQ_PREFILL,      /* sequence 0: prompt chunks still to run */
     SEQ_WAIT_PREFILL, /* a sibling: waits for sequence 0's prefill */
     SEQ_DECODE,       /* one row per step */
+    SEQ_PAUSED,       /* no slot, no KV sequence: preempted, or a sibling
+                         that has not had a slot yet (engine_pause.c) */
+    SEQ_RESUME,       /* a slot again: its history's uncached positions
+                         run as a prompt, the last one's logits sampled */
     SEQ_LENS,         /* an inspect request: logit-lens rows to run */
     SEQ_DONE,
 } seq_phase;
@@ -35,12 +39,16 @@ typedef struct seq_state {
     seq_phase phase;
     bool has_kv; /* holds KV-cache sequence `kv` */
     size_t kv;
+    bool kv_loading; /* SEQ_RESUME: its blocks are read from disk */
     sampler_rng rng;
-    int32_t *generated;       /* [max_tokens] ids, for the penalties */
+    int32_t *history;         /* [n_prompt + max_tokens]: the prompt, then */
+    int32_t *generated;       /* [max_tokens] ids (the penalties', and
+                                 what a resumed sequence recomputes) */
     int32_t next_token;       /* decode input: the last sampled token */
     grammar_state constraint; /* with a grammar: the state after the
                                  text so far */
     double t_last_token;
+    double t_paused; /* SEQ_PAUSED: since when; < 0: never ran yet */
     /* readers: under the request lock */
     gen_output out;
     gen_token *tokens; /* [max_tokens] */
@@ -79,8 +87,6 @@ struct gen_request {
 
     /* engine thread only */
     bool first_token_seen;
-    bool kv_deferred;     /* this admission pass: waits for memory
-                                   another caller keeps, others pass it */
     bool kv_loading;      /* sequence 0 waits for blocks from disk */
     bool prefill_started; /* a chunk of its prompt has run */
     size_t lens_done;     /* logit-lens rows stored */
@@ -90,6 +96,8 @@ struct gen_request {
                                    readers once complete */
     gen_usage usage;
     double queued_seconds; /* from submit to admission; -1 before */
+    size_t pauses;         /* its sequences' preemptions */
+    double paused_seconds; /* how long they stood paused, resumed ones */
     size_t n_finished;
     seq_state *seqs; /* [n_seq] */
 };

@@ -301,12 +301,14 @@ static kv_begin_status admit(const kv_cache *c, const kv_begin *b, long acct,
     m->need = m->total - m->n_matched;
     if (b->n_seq > 1)
         m->need += (b->n_seq - 1) * (m->total - b->n_prompt / KV_BLOCK_TOKENS);
+    /* A partial block no one holds is taken over as one of the blocks
+     * needed; any other source of a copy is held while the copy is made. */
     size_t held_for_copy = m->copy_src != NONE &&
-                           c->blocks[m->copy_src].refs == 0;
+                           c->blocks[m->copy_src].refs == 0 &&
+                           !kv_block_adoptable(c, m->copy_src);
     size_t claimable = c->n_free + c->n_unref;
     if (held_for_copy &&
-        claimable < c->reserved + m->newly_held + 1 + m->need &&
-        !kv_block_adoptable(c, m->copy_src)) {
+        claimable < c->reserved + m->newly_held + 1 + m->need) {
         /* the copy's source must stay while the copy is made: do without
          * it rather than never fit (a request as large as the cache) */
         m->copy_src = NONE;
@@ -408,10 +410,12 @@ kv_begin_status kvcache_seq_begin(kv_cache *c, const kv_begin *b, size_t *seqs,
     kv_tier_reap_orphans(c, false);
     c->last_now = b->now;
     const uint8_t *account = b->account != NULL ? b->account : b->who->owner;
-    long record, acct = kv_accounts_find(&c->acc, account);
-    kv_begin_status st = kv_session_may_begin(c, b, acct, &record);
-    if (st != KV_BEGUN)
-        return st;
+    long record = -1, acct = kv_accounts_find(&c->acc, account);
+    if (!b->session_sibling) {
+        kv_begin_status st = kv_session_may_begin(c, b, acct, &record);
+        if (st != KV_BEGUN)
+            return st;
+    }
     if (!free_slots(c, b->n_seq, seqs))
         return KV_NO_SEQ;
 
@@ -420,7 +424,7 @@ kv_begin_status kvcache_seq_begin(kv_cache *c, const kv_begin *b, size_t *seqs,
     prefix_match m = { .matched = matched, .plan = plan };
     match_ram(c, b, &m);
     match_disk(c, b, &m);
-    st = admit(c, b, acct, &m);
+    kv_begin_status st = admit(c, b, acct, &m);
     if (st != KV_BEGUN) {
         kv_tier_unplan(c, m.plan, m.n_plan);
         return st;
@@ -429,7 +433,7 @@ kv_begin_status kvcache_seq_begin(kv_cache *c, const kv_begin *b, size_t *seqs,
     acct = kv_accounts_hold(&c->acc, account);
     if (acct < 0)
         abort(); /* more holders than entries: a bug */
-    if (b->session != NULL && record < 0)
+    if (b->session != NULL && record < 0 && !b->session_sibling)
         record = kv_session_claim(c, b, acct, account, m.domain);
     c->clock++;
     kv_seq *s = &c->seqs[seqs[0]];

@@ -179,6 +179,9 @@ typedef struct kv_begin {
     const uint8_t *account; /* SHA256_BYTES: whose blocks it makes;
                                  * NULL: who->owner */
     const char *session;    /* NULL, or the owner's session id */
+    bool session_sibling;   /* with `session`: in the session's domain,
+                                 * without its record (a sibling of the
+                                 * sequence that holds it, begun alone) */
     size_t max_sessions;    /* the account's session records; 0: no limit */
     const int32_t *prompt;
     size_t n_prompt;        /* >= 1 */

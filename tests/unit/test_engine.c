@@ -1775,7 +1775,8 @@ END_TEST
 
 /* One slot; caller A runs one request and queues two more, then caller B
  * queues one: when A's first ends, B's runs before A's second, although it
- * came later (first come first served would run A's). */
+ * came later (first come first served would run A's): both run nothing,
+ * and B, which arrived at A's virtual time, has been served less since. */
 START_TEST(test_engine_admits_the_least_served_caller_first)
 {
     engine_config cfg = { .n_slots = 1,
@@ -1796,65 +1797,368 @@ START_TEST(test_engine_admits_the_least_served_caller_first)
 }
 END_TEST
 
-/* Four slots, two callers: while B runs, A runs at most half the slots,
- * though a slot is free; alone (B gone for caller_memory_ms), a caller may
- * take them all. */
-START_TEST(
-    test_engine_caller_holds_at_most_half_the_slots_while_another_is_active)
+/* Sequences holding a slot, and paused ones. */
+static void assert_running_paused(engine *e, size_t running, size_t paused)
 {
-    engine_config cfg = { .n_slots = 4,
-                          .max_queue = 8,
-                          .max_batch_rows = 16,
-                          .caller_memory_ms = 100,
-                          .min_step_usec = 5000 };
-    scene sc;
-    scene_open(&sc, &cfg);
-    scene_running(&sc, sc.a, 1);
-    gen_request *b1 = scene_running(&sc, sc.b, 1);
-    gen_request *a2 = scene_long(&sc, sc.a, 1);
-    gen_request *a3 = scene_long(&sc, sc.a, 1);
-    wait_tokens(a2, 3);
-    ck_assert(!finished(b1));
-    ck_assert_uint_eq(n_tokens_of(a3), 0);
-    assert_slots(sc.e, 3, 1);
-    /* B leaves: once it has been gone caller_memory_ms, A takes the free
-     * slot */
-    gen_request_cancel(b1);
-    wait_tokens(a3, 1);
-    scene_close(&sc);
+    engine_stats st = engine_get_stats(e);
+    ck_assert_uint_eq(st.running, running);
+    ck_assert_uint_eq(st.paused, paused);
 }
-END_TEST
 
-/* Review of issue 19, finding 1: a caller between two requests (a client
- * reading an answer, thinking) was forgotten after a second, and another
- * caller then took every slot, so its next request waited for those
- * sequences to end.  B runs a request, then pauses 1.5 s; meanwhile A
- * queues four long ones: A runs two (its share: B is still present), and
- * B's next request starts in a free slot at once, ahead of A's queued
- * two. */
-START_TEST(test_engine_a_caller_thinking_between_requests_keeps_its_share)
+/* A labelled counter's value, e.g. ("gpt2d_preemptions_total",
+ * "reason=\"fair_share\""). */
+static unsigned long labelled_total(const char *name, const char *label)
+{
+    char full[160];
+    snprintf(full, sizeof full, "%s{%s}", name, label);
+    return counter_total(full);
+}
+
+/* Issue 28: a caller whose request ended a moment ago holds nothing back.
+ * Four slots: B's request ends, and A's four long requests then run on
+ * every slot at once (the old rules kept A to half of them for 30 s). */
+START_TEST(test_engine_a_caller_alone_takes_every_slot_at_once)
 {
     engine_config cfg = { .n_slots = 4,
                           .max_queue = 8,
                           .max_batch_rows = 16,
-                          .min_step_usec = 5000 };
+                          .min_step_usec = 2000 };
     scene sc;
     scene_open(&sc, &cfg);
     gen_params p = greedy_params(sc.prompt, 4, 2);
     p.identity = sc.b;
     outcome o;
     run(sc.e, &p, &o);
-    monotonic_sleep_ms(1500);
     gen_request *as[4];
     for (size_t i = 0; i < 4; i++)
         as[i] = scene_long(&sc, sc.a, 1);
-    wait_tokens(as[1], 3);
-    assert_slots(sc.e, 2, 2);
-    scene_running(&sc, sc.b, 1); /* B's next request starts */
-    ck_assert_uint_eq(n_tokens_of(as[2]), 0);
-    ck_assert_uint_eq(n_tokens_of(as[3]), 0);
-    ck_assert(!finished(as[0]));
+    for (size_t i = 0; i < 4; i++)
+        wait_tokens(as[i], 1);
+    assert_slots(sc.e, 4, 0);
     scene_close(&sc);
+}
+END_TEST
+
+/* ... and a request of four sequences on four slots runs at once too,
+ * though another caller's request ended a moment ago.  (Memory is not
+ * short here: a request whose further sequences would need the memory
+ * another key keeps within its share runs them one after another, as
+ * test_engine_wide_request_leaves_an_idle_callers_conversation_cached
+ * shows; the slots are never held back.) */
+START_TEST(test_engine_a_wide_request_runs_at_once_on_free_slots)
+{
+    engine_config cfg = { .n_slots = 4,
+                          .max_queue = 8,
+                          .max_batch_rows = 16,
+                          .min_step_usec = 2000 };
+    scene sc;
+    scene_open(&sc, &cfg);
+    gen_params p = greedy_params(sc.prompt, 4, 2);
+    p.identity = sc.b;
+    outcome o;
+    run(sc.e, &p, &o);
+    gen_params wp = greedy_params(sc.prompt, 4, 40);
+    ban_eot(&wp);
+    wp.identity = sc.a;
+    wp.n_sequences = 4;
+    gen_request *wide = NULL;
+    ck_assert_int_eq(submit(sc.e, &wp, &wide), ENGINE_OK);
+    scene_keep(&sc, wide);
+    wait_tokens(wide, 1);
+    ck_assert(!finished(wide));
+    assert_running_paused(sc.e, 4, 0);
+    scene_close(&sc);
+}
+END_TEST
+
+/* A caller that comes back gets its share within a step: A runs on every
+ * slot; B's request takes one of them (A's youngest sequence pauses, a
+ * fair-share preemption); when B's ends, A's paused one resumes. */
+START_TEST(test_engine_a_returning_caller_takes_its_share_at_once)
+{
+    engine_config cfg = { .n_slots = 4,
+                          .max_queue = 8,
+                          .max_batch_rows = 16,
+                          .min_step_usec = 2000 };
+    scene sc;
+    scene_open(&sc, &cfg);
+    gen_request *as[4];
+    for (size_t i = 0; i < 4; i++)
+        as[i] = scene_running(&sc, sc.a, 1);
+    const unsigned long before = labelled_total("gpt2d_preemptions_total",
+                                                "reason=\"fair_share\"");
+    gen_request *b1 = scene_running(&sc, sc.b, 1);
+    assert_running_paused(sc.e, 4, 1);
+    ck_assert_uint_eq(
+        labelled_total("gpt2d_preemptions_total", "reason=\"fair_share\""),
+        before + 1);
+    gen_request_lock(as[3]);
+    ck_assert_uint_eq(gen_request_pauses(as[3], NULL), 1);
+    gen_request_unlock(as[3]);
+    const size_t paused_at = n_tokens_of(as[3]);
+    gen_request_cancel(b1);
+    wait_tokens(as[3], paused_at + 1);
+    for (size_t i = 0; i < 4; i++)
+        ck_assert(!finished(as[i]));
+    double seconds = 0.0;
+    gen_request_lock(as[3]);
+    ck_assert_uint_eq(gen_request_pauses(as[3], &seconds), 1);
+    gen_request_unlock(as[3]);
+    ck_assert(seconds > 0.0);
+    scene_close(&sc);
+}
+END_TEST
+
+/* A key limited to one sequence (max_seqs 1) keeps one while another key
+ * waits, though it runs only one more than that key: its second gives way
+ * (key_limit; fair shares alone would leave it two of three). */
+START_TEST(test_engine_a_key_over_its_max_seqs_gives_way)
+{
+    engine_config cfg = { .n_slots = 3,
+                          .max_queue = 8,
+                          .max_batch_rows = 16,
+                          .min_step_usec = 2000 };
+    scene sc;
+    scene_open(&sc, &cfg);
+    gen_params p = greedy_params(sc.prompt, 4, 40); /* 3 blocks each */
+    ban_eot(&p);
+    p.identity = sc.a;
+    p.max_seqs = 1;
+    p.n_sequences = 2;
+    gen_request *a = NULL;
+    ck_assert_int_eq(submit(sc.e, &p, &a), ENGINE_OK);
+    scene_keep(&sc, a);
+    wait_tokens(a, 1);
+    p.identity = sc.b;
+    p.max_seqs = 3;
+    p.n_sequences = 1;
+    gen_request *b[2];
+    for (size_t i = 0; i < 2; i++) {
+        ck_assert_int_eq(submit(sc.e, &p, &b[i]), ENGINE_OK);
+        scene_keep(&sc, b[i]);
+    }
+    const unsigned long before = labelled_total("gpt2d_preemptions_total",
+                                                "reason=\"key_limit\"");
+    wait_tokens(b[1], 1);
+    assert_running_paused(sc.e, 3, 1);
+    ck_assert_uint_eq(
+        labelled_total("gpt2d_preemptions_total", "reason=\"key_limit\""),
+        before + 1);
+    scene_close(&sc);
+}
+END_TEST
+
+/* ---- preemption changes nothing in what a sequence makes ---- */
+
+/* How the paused request runs. */
+typedef struct pause_case {
+    bool sampled;
+    size_t n_seq;        /* its sequences; the last one is paused */
+    const char *session; /* NULL, or its session */
+    bool evict;          /* a third caller's request takes its cached
+                                 * blocks while it is paused */
+    bool disk;           /* with a disk tier for what is evicted */
+} pause_case;
+
+static gen_params pause_case_params(const pause_case *pc, const int32_t *prompt,
+                                    kv_identity who)
+{
+    gen_params p = pc->sampled ? sampled_params(prompt, 4, 56, 99)
+                               : greedy_params(prompt, 4, 56);
+    ban_eot(&p);
+    p.logprobs = true;
+    p.n_top_logprobs = 2;
+    p.identity = who;
+    p.n_sequences = pc->n_seq;
+    p.session_id = pc->session;
+    return p;
+}
+
+/* The paused request's outcome when nothing else runs. */
+static void pause_case_alone(const pause_case *pc, const int32_t *prompt,
+                             kv_identity who, outcome *o)
+{
+    engine_config cfg = { .n_slots = 4, .max_queue = 8, .max_batch_rows = 16 };
+    engine *e = open_engine_cfg(&cfg);
+    gen_params p = pause_case_params(pc, prompt, who);
+    run(e, &p, o);
+    engine_destroy(e);
+}
+
+/* Caller A runs a filler request and then the watched one, on every slot;
+ * B's request pauses the watched one's last sequence; with `evict`, C's
+ * request (queued behind B's: 40 prompt tokens and 20 more, in a cache of
+ * 9 blocks of 16 positions) then starts when B's ends and, short of
+ * memory, evicts what the paused sequence left cached (A is charged the
+ * most), before the filler ends and the watched one resumes: it resumes by
+ * computing its history again (or reading it from disk).  Returns the
+ * watched request's outcome. */
+static void pause_case_run(const pause_case *pc, outcome *o,
+                           uint64_t *evictions, uint64_t *disk_reads)
+{
+    engine_config cfg = { .n_slots = 1 + pc->n_seq,
+                          .max_queue = 8,
+                          .max_batch_rows = 16,
+                          .kv_blocks = pc->evict ? 9 : 32,
+                          .min_step_usec = 2000 };
+    if (pc->disk) {
+        cfg.kv_disk_dir = test_scratch_dir();
+        cfg.kv_disk_bytes = 64u << 20;
+    }
+    int32_t *prompt = prompt_of(4), *other = prompt_of(4),
+            *third = prompt_of(40);
+    other[0] = 7;
+    third[0] = 9; /* nothing of the others' to share */
+    const kv_identity a = caller(1, 1), b = caller(2, 2), c = caller(3, 3);
+    outcome alone;
+    pause_case_alone(pc, prompt, a, &alone);
+
+    engine *e = open_engine_cfg(&cfg);
+    gen_params fp = greedy_params(other, 4, 56);
+    ban_eot(&fp);
+    fp.identity = a;
+    gen_request *filler = NULL, *watched = NULL, *rb = NULL, *rc = NULL;
+    ck_assert_int_eq(submit(e, &fp, &filler), ENGINE_OK);
+    wait_tokens(filler, 1);
+    gen_params wp = pause_case_params(pc, prompt, a);
+    ck_assert_int_eq(submit(e, &wp, &watched), ENGINE_OK);
+    wait_tokens(watched, 20);
+    gen_params bp = greedy_params(other, 4, 8);
+    bp.identity = b;
+    ck_assert_int_eq(submit(e, &bp, &rb), ENGINE_OK);
+    if (pc->evict) {
+        gen_params cp = greedy_params(third, 40, 20);
+        ban_eot(&cp);
+        cp.identity = c;
+        ck_assert_int_eq(submit(e, &cp, &rc), ENGINE_OK);
+    }
+    wait_finished(watched);
+    collect(watched, o);
+    gen_request_lock(watched);
+    ck_assert_uint_eq(gen_request_pauses(watched, NULL), 1);
+    gen_request_unlock(watched);
+    engine_stats st = engine_get_stats(e);
+    *evictions = st.kv.evictions;
+    *disk_reads = st.kv.disk ? st.kv.disk_stats.reads : 0;
+    gen_request_release(filler);
+    gen_request_release(watched);
+    gen_request_release(rb);
+    if (rc != NULL)
+        gen_request_release(rc);
+    engine_destroy(e);
+
+    ck_assert_uint_eq(o->n_seq, alone.n_seq);
+    for (size_t i = 0; i < o->n_seq; i++) {
+        const result *x = &alone.seq[i], *y = &o->seq[i];
+        assert_same_tokens(x, y);
+        ck_assert_int_eq(x->finish, y->finish);
+        ck_assert_msg(memcmp(x->logprobs, y->logprobs,
+                             x->n_tokens * sizeof x->logprobs[0]) == 0,
+                      "sequence %zu: logprobs differ after a pause", i);
+        ck_assert_uint_eq(x->text_len, y->text_len);
+        ck_assert(memcmp(x->text, y->text, x->text_len) == 0);
+    }
+    free(prompt);
+    free(other);
+    free(third);
+}
+
+static void check_pause_case(const pause_case *pc)
+{
+    outcome o;
+    uint64_t evictions = 0, reads = 0;
+    pause_case_run(pc, &o, &evictions, &reads);
+    if (pc->evict)
+        ck_assert_uint_gt(evictions, 0);
+    else
+        ck_assert_uint_eq(evictions, 0);
+}
+
+/* Its blocks kept: the resumed sequence runs its last token again, and
+ * every token and logprob is the same bits as uninterrupted. */
+START_TEST(test_engine_paused_greedy_sequence_is_bit_identical)
+{
+    check_pause_case(&(pause_case){ .n_seq = 1 });
+}
+END_TEST
+
+START_TEST(test_engine_paused_sampled_sequence_is_bit_identical)
+{
+    check_pause_case(&(pause_case){ .sampled = true, .n_seq = 1 });
+}
+END_TEST
+
+/* A sibling of n = 2 pauses; both are as uninterrupted. */
+START_TEST(test_engine_paused_sibling_is_bit_identical)
+{
+    check_pause_case(&(pause_case){ .sampled = true, .n_seq = 2 });
+}
+END_TEST
+
+/* A session's sequence pauses and resumes in its session. */
+START_TEST(test_engine_paused_session_sequence_is_bit_identical)
+{
+    check_pause_case(&(pause_case){ .n_seq = 1, .session = "chat" });
+}
+END_TEST
+
+/* Its cached blocks evicted while it waits: computed again, the same. */
+START_TEST(test_engine_paused_sequence_recomputed_is_bit_identical)
+{
+    check_pause_case(
+        &(pause_case){ .sampled = true, .n_seq = 1, .evict = true });
+}
+END_TEST
+
+/* ... and with a disk tier, spilled there and read back (or computed when
+ * that is faster): the same. */
+START_TEST(test_engine_paused_sequence_spilled_is_bit_identical)
+{
+    check_pause_case(&(pause_case){
+        .sampled = true, .n_seq = 1, .evict = true, .disk = true });
+}
+END_TEST
+
+/* A request wider than the free slots starts with what there is: on two
+ * slots, one held by A, B's n = 2 runs its first sequence at once and its
+ * second when A's ends, and both are as B's request alone makes them. */
+START_TEST(test_engine_a_wide_request_starts_on_the_slots_there_are)
+{
+    engine_config cfg = { .n_slots = 2,
+                          .max_queue = 8,
+                          .max_batch_rows = 16,
+                          .min_step_usec = 2000 };
+    const pause_case pc = { .sampled = true, .n_seq = 2 };
+    int32_t *prompt = prompt_of(4), *other = prompt_of(4);
+    other[0] = 7;
+    outcome alone, o;
+    pause_case_alone(&pc, prompt, caller(2, 2), &alone);
+    engine *e = open_engine_cfg(&cfg);
+    gen_params ap = greedy_params(other, 4, 40);
+    ban_eot(&ap);
+    ap.identity = caller(1, 1);
+    gen_request *a = NULL, *wide = NULL;
+    ck_assert_int_eq(submit(e, &ap, &a), ENGINE_OK);
+    wait_tokens(a, 1);
+    gen_params wp = pause_case_params(&pc, prompt, caller(2, 2));
+    ck_assert_int_eq(submit(e, &wp, &wide), ENGINE_OK);
+    wait_tokens(wide, 3);
+    gen_request_lock(wide);
+    ck_assert_uint_eq(gen_request_output(wide, 1)->n_tokens, 0);
+    gen_request_unlock(wide);
+    assert_running_paused(e, 2, 1);
+    wait_finished(wide);
+    collect(wide, &o);
+    for (size_t i = 0; i < 2; i++) {
+        assert_same_tokens(&alone.seq[i], &o.seq[i]);
+        ck_assert(memcmp(alone.seq[i].logprobs, o.seq[i].logprobs,
+                         o.seq[i].n_tokens * sizeof(float)) == 0);
+    }
+    gen_request_release(a);
+    gen_request_release(wide);
+    engine_destroy(e);
+    free(prompt);
+    free(other);
 }
 END_TEST
 
@@ -1869,13 +2173,12 @@ typedef struct wide_scene {
     gen_request *wide;
 } wide_scene;
 
-static void wide_scene_open(wide_scene *w, unsigned caller_memory_ms)
+static void wide_scene_open(wide_scene *w)
 {
     engine_config cfg = { .n_slots = 4,
                           .max_queue = 8,
                           .max_batch_rows = 16,
                           .kv_blocks = 8,
-                          .caller_memory_ms = caller_memory_ms,
                           .min_step_usec = 1000 };
     scene_open(&w->sc, &cfg);
     w->turn2 = prompt_of(50);
@@ -1921,134 +2224,64 @@ static void wide_scene_close(wide_scene *w)
  * could take memory a caller keeps within its share for every one of
  * them, not only for its first, and so empty a conversation's cache
  * between two turns.  B's request needs all 8 blocks; A's conversation
- * keeps 3 (its share is 4): while A is present B waits, A's next turn
- * finds its 47 positions (the history less the last token, never fed
- * back), and B has not started. */
-START_TEST(
-    test_engine_wide_request_leaves_a_present_callers_conversation_cached)
+ * keeps 3 (its share is 4), however long A thinks: B runs its first
+ * sequence, its second waits beside it (a second sequence of B's takes no
+ * memory A keeps), A's next turn finds its 47 positions (the history less
+ * the last token, never fed back), and nothing of A's was evicted. */
+START_TEST(test_engine_wide_request_leaves_an_idle_callers_conversation_cached)
 {
     wide_scene w;
-    wide_scene_open(&w, 0);
+    wide_scene_open(&w);
+    wait_tokens(w.wide, 2);
     monotonic_sleep_ms(50);
     ck_assert_uint_eq(wide_scene_next_turn(&w), 47);
-    ck_assert_uint_eq(n_tokens_of(w.wide), 0);
+    gen_request_lock(w.wide);
+    ck_assert_uint_eq(gen_request_output(w.wide, 1)->n_tokens, 0);
+    gen_request_unlock(w.wide);
     ck_assert_uint_eq(
         engine_get_stats(w.sc.e).kv.evicted[KV_EVICTED_UNDER_SHARE], 0);
     wide_scene_close(&w);
 }
 END_TEST
 
-/* ... but not for ever: once A has been gone caller_memory_ms, B's request
- * takes the memory it needs, A's conversation included. */
-START_TEST(test_engine_wide_request_takes_kept_memory_once_its_owner_has_gone)
+/* ... and is not starved by it: once its first sequence has ended, the
+ * second begins alone, taking its own first's cached blocks before A's. */
+START_TEST(test_engine_wide_request_runs_its_sequences_one_after_another)
 {
     wide_scene w;
-    wide_scene_open(&w, 200);
+    wide_scene_open(&w);
     wait_finished(w.wide);
     gen_request_lock(w.wide);
     ck_assert_uint_eq(gen_request_output(w.wide, 0)->n_tokens, 60);
     ck_assert_uint_eq(gen_request_output(w.wide, 1)->n_tokens, 60);
     gen_request_unlock(w.wide);
     ck_assert_uint_eq(
-        engine_get_stats(w.sc.e).kv.evicted[KV_EVICTED_UNDER_SHARE], 3);
-    ck_assert_uint_eq(wide_scene_next_turn(&w), 0);
+        engine_get_stats(w.sc.e).kv.evicted[KV_EVICTED_UNDER_SHARE], 0);
+    ck_assert_uint_eq(wide_scene_next_turn(&w), 47);
     wide_scene_close(&w);
 }
 END_TEST
 
-/* Two slots, one held: a wide request (n = 2) waits at the head of the
- * queue, and a one-sequence request behind it runs in the free slot
- * rather than wait with it. */
-START_TEST(test_engine_narrow_request_passes_a_wide_one_that_does_not_fit)
-{
-    engine_config cfg = { .n_slots = 2,
-                          .max_queue = 8,
-                          .max_batch_rows = 16,
-                          .max_seqs_per_caller = 2,
-                          .admit_age_ms = 60000,
-                          .min_step_usec = 2000 };
-    scene sc;
-    scene_open(&sc, &cfg);
-    scene_running(&sc, sc.a, 1);
-    gen_request *wide = scene_long(&sc, sc.b, 2);
-    scene_running(&sc, caller(3, 3), 1); /* the narrow one starts */
-    ck_assert_uint_eq(n_tokens_of(wide), 0);
-    scene_close(&sc);
-}
-END_TEST
-
-/* ... but not forever: once the wide one has waited admit_age_ms, the
- * narrow one waits for it.  (Memory for four contexts: only the slots
- * decide.) */
-START_TEST(test_engine_aged_wide_request_is_not_passed)
+/* Two slots, a share of one each (max_seqs 1): A's request of n = 2 is
+ * wider than A's share.  B keeps running one request after another (two
+ * queued behind its first); A's request still starts at once on the free
+ * slot, with its first sequence. */
+START_TEST(test_engine_request_wider_than_its_share_is_not_starved)
 {
     engine_config cfg = { .n_slots = 2,
                           .max_queue = 8,
                           .max_batch_rows = 16,
                           .kv_blocks = 16,
-                          .max_seqs_per_caller = 2,
-                          .admit_age_ms = 1,
+                          .max_seqs_per_caller = 1,
                           .min_step_usec = 2000 };
     scene sc;
     scene_open(&sc, &cfg);
-    scene_running(&sc, sc.a, 1);
-    gen_request *wide = scene_long(&sc, sc.b, 2);
-    struct timespec pause = { 0, 5000000L };
-    nanosleep(&pause, NULL);
-    gen_request *narrow = scene_long(&sc, caller(3, 3), 1);
-    wait_tokens(wide, 1); /* once a1 ends */
-    ck_assert_uint_eq(n_tokens_of(narrow), 0);
-    scene_close(&sc);
-}
-END_TEST
-
-/* Two slots, a share of one for each caller, and the age bound at once;
- * memory for twice the slots' contexts, so that only the slots decide
- * (a wide request needing the memory another caller keeps would wait). */
-static const engine_config share_of_one_slot = {
-    .n_slots = 2,
-    .max_queue = 8,
-    .max_batch_rows = 16,
-    .kv_blocks = 16,
-    .max_seqs_per_caller = 1,
-    .admit_age_ms = 1,
-    .min_step_usec = 2000,
-};
-
-/* Two slots, a share of one each: a request of A with n = 2 is wider than
- * A's whole share.  B keeps running one request after another (two queued
- * behind its first), so B is active throughout; still, once the wide
- * request has waited admit_age_ms and A is the least served, the slots
- * drain to it: it starts when B's first ends, before B's second. */
-START_TEST(test_engine_request_wider_than_its_share_is_not_starved)
-{
-    scene sc;
-    scene_open(&sc, &share_of_one_slot);
     scene_running(&sc, sc.b, 1);
-    gen_request *b2 = scene_long(&sc, sc.b, 1);
     scene_long(&sc, sc.b, 1);
-    scene_running(&sc, sc.a, 2); /* the wide one starts */
-    ck_assert_uint_eq(n_tokens_of(b2), 0);
-    scene_close(&sc);
-}
-END_TEST
-
-/* ... but only on its caller's turn: A, which has just run a wide request
- * (cost 124: 4 + 2 x 60), waits with the next one while B, which then
- * runs requests of cost 64, is less served: two of B's run first, then
- * A's (124 < 128), then B's third.  The age alone would give A the whole
- * machine again at once. */
-START_TEST(test_engine_wide_request_waits_for_its_callers_turn)
-{
-    scene sc;
-    scene_open(&sc, &share_of_one_slot);
-    scene_running(&sc, sc.a, 2);
     scene_long(&sc, sc.b, 1);
-    gen_request *b2 = scene_long(&sc, sc.b, 1);
-    gen_request *b3 = scene_long(&sc, sc.b, 1);
-    scene_running(&sc, sc.a, 2); /* A's second wide one starts */
-    ck_assert(finished(b2));
-    ck_assert_uint_eq(n_tokens_of(b3), 0);
+    gen_request *wide = scene_running(&sc, sc.a, 2);
+    ck_assert(!finished(wide));
+    assert_running_paused(sc.e, 2, 1);
     scene_close(&sc);
 }
 END_TEST
@@ -2217,23 +2450,20 @@ static Suite *engine_suite(void)
     TCase *fair = tcase_create("fairness");
     tcase_add_unchecked_fixture(fair, load_fixtures, unload_fixtures);
     tcase_add_test(fair, test_engine_admits_the_least_served_caller_first);
+    tcase_add_test(fair, test_engine_a_caller_alone_takes_every_slot_at_once);
+    tcase_add_test(fair, test_engine_a_wide_request_runs_at_once_on_free_slots);
+    tcase_add_test(fair,
+                   test_engine_a_returning_caller_takes_its_share_at_once);
+    tcase_add_test(fair, test_engine_a_key_over_its_max_seqs_gives_way);
     tcase_add_test(
         fair,
-        test_engine_caller_holds_at_most_half_the_slots_while_another_is_active);
+        test_engine_wide_request_leaves_an_idle_callers_conversation_cached);
     tcase_add_test(
-        fair, test_engine_a_caller_thinking_between_requests_keeps_its_share);
-    tcase_add_test(
-        fair,
-        test_engine_wide_request_leaves_a_present_callers_conversation_cached);
-    tcase_add_test(
-        fair,
-        test_engine_wide_request_takes_kept_memory_once_its_owner_has_gone);
-    tcase_add_test(
-        fair, test_engine_narrow_request_passes_a_wide_one_that_does_not_fit);
-    tcase_add_test(fair, test_engine_aged_wide_request_is_not_passed);
+        fair, test_engine_wide_request_runs_its_sequences_one_after_another);
     tcase_add_test(fair,
                    test_engine_request_wider_than_its_share_is_not_starved);
-    tcase_add_test(fair, test_engine_wide_request_waits_for_its_callers_turn);
+    tcase_add_test(fair,
+                   test_engine_a_wide_request_starts_on_the_slots_there_are);
     tcase_add_test(fair, test_engine_caller_queue_limit_leaves_room_for_others);
     tcase_add_test(fair, test_engine_prefill_flood_leaves_decode_its_share);
     tcase_add_test(
@@ -2241,6 +2471,18 @@ static Suite *engine_suite(void)
     tcase_add_test(fair,
                    test_engine_step_cost_cuts_prefill_beside_streams_same_bits);
     suite_add_tcase(s, fair);
+
+    TCase *pause = tcase_create("preemption");
+    tcase_add_unchecked_fixture(pause, load_fixtures, unload_fixtures);
+    tcase_add_unchecked_fixture(pause, test_scratch_make, test_scratch_remove);
+    tcase_add_test(pause, test_engine_paused_greedy_sequence_is_bit_identical);
+    tcase_add_test(pause, test_engine_paused_sampled_sequence_is_bit_identical);
+    tcase_add_test(pause, test_engine_paused_sibling_is_bit_identical);
+    tcase_add_test(pause, test_engine_paused_session_sequence_is_bit_identical);
+    tcase_add_test(pause,
+                   test_engine_paused_sequence_recomputed_is_bit_identical);
+    tcase_add_test(pause, test_engine_paused_sequence_spilled_is_bit_identical);
+    suite_add_tcase(s, pause);
 
     return s;
 }

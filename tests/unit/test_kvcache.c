@@ -1306,6 +1306,28 @@ START_TEST(test_the_lock_file_is_no_link_and_no_block)
 }
 END_TEST
 
+/* A partial block no one holds is taken over as one of the blocks a new
+ * sequence needs, not counted twice: a sequence as large as the whole cache
+ * that continues one (a paused sequence resuming, a conversation's next
+ * turn) begins.  Counted twice, it never could, and the engine waited for
+ * memory that would never come. */
+START_TEST(test_a_sequence_of_the_whole_cache_takes_over_its_partial_block)
+{
+    kv_cache *c = open_cache(4, 2);
+    kv_identity a = who(1, 1);
+    int32_t t[64];
+    fill(t, 64, 100);
+    ck_assert_uint_eq(run(c, &a, NULL, t, 10, 0), 0);
+    size_t seq, reused;
+    ck_assert_int_eq(begin(c, &a, NULL, t, 12, 64, &seq, &reused), KV_BEGUN);
+    ck_assert_uint_eq(reused, 10);
+    assert_cache_holds(c, seq, t);
+    kvcache_seq_end(c, seq, 0);
+    assert_audit(c);
+    kvcache_free(c);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("kvcache");
@@ -1313,6 +1335,8 @@ int main(void)
     tcase_add_unchecked_fixture(tc, test_scratch_make, test_scratch_remove);
     tcase_add_test(tc,
                    test_reuse_shares_full_blocks_and_takes_over_a_partial_one);
+    tcase_add_test(
+        tc, test_a_sequence_of_the_whole_cache_takes_over_its_partial_block);
     tcase_add_test(tc, test_prefix_serves_only_its_domain_and_its_own_tokens);
     tcase_add_test(tc,
                    test_sessions_are_their_owners_and_serve_only_themselves);

@@ -1,0 +1,329 @@
+/* engine_fair.c — who is owed a slot: each caller's (API key's, or client
+ * address's) sequences running and work waiting, what it has been served,
+ * and which sequence gives way when a caller below its share waits.
+ *
+ * The rules (engine_admit.c applies them each step):
+ *
+ *   - Never idle: a free slot goes to waiting work at the next step,
+ *     whoever owns it.  A caller alone runs on every slot.
+ *   - The caller running the fewest sequences is served first; among
+ *     equals, the least served: its virtual time counts the rows (prompt,
+ *     resumed and decode rows) the engine computed for it; among equals
+ *     again, the one served longer ago.  A caller whose
+ *     work arrives after a time without any starts at the least virtual
+ *     time of those with work, so neither idle time (thinking between two
+ *     requests) nor a flood counts for or against it later: nothing is
+ *     kept for a caller that sends nothing, and nothing is lost by one
+ *     that pauses.
+ *   - When no slot is free, a waiting caller X that runs fewer than its
+ *     max_seqs takes one from the caller Y running the most, when Y runs at
+ *     least two more than X (fair share: slots split as evenly as whole
+ *     sequences allow), or more than its own max_seqs (a key limited by
+ *     the operator).  Either way the difference shrinks, so no two callers
+ *     take a slot back and forth.  Y's sequence is paused
+ *     (engine_pause.c), youngest request first, its last sequence first;
+ *     a sequence within PREEMPT_MIN_LEFT tokens of its end is left to
+ *     finish (its slot is free within as many steps, sooner than a pause
+ *     and a resume pay off), and prompts being computed and inspects are
+ *     never paused.
+ *
+ * Callers are kept in a table bounded by the queue plus the running
+ * requests; when it is full, the longest idle caller is forgotten (and
+ * starts again, if it comes back, at the others' least virtual time).
+ *
+ * Threads: the engine thread, with e->lock held; fair_enqueued on an HTTP
+ * thread in engine_submit, with e->lock held.  The table is this file's
+ * own. */
+#include "config.h"
+
+#include "engine/engine_shared.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/monotonic.h"
+
+/* A sequence this close to its end is left to finish. */
+#define PREEMPT_MIN_LEFT 4
+
+struct caller_state {
+    uint8_t account[SHA256_BYTES];
+    bool used;
+    double vtime;       /* rows computed for it, caught up on arrival */
+    double t_charged;   /* when rows were last computed for it */
+    double last_active; /* when it last had work queued or running */
+    bool backlogged;    /* had work at the last refresh */
+    /* recounted by fair_refresh, moved on by fair_started/fair_paused */
+    size_t running; /* sequences holding a slot */
+    size_t waiting; /* paused sequences and queued requests */
+    size_t cap;     /* its max_seqs (the smallest its requests carry) */
+    bool blocked;   /* nothing of it starts in this pass */
+};
+
+caller_state *fair_callers_create(size_t n)
+{
+    return calloc(n, sizeof(caller_state));
+}
+
+static bool same(const uint8_t *a, const uint8_t *b)
+{
+    return memcmp(a, b, SHA256_BYTES) == 0;
+}
+
+static caller_state *caller_find(engine *e, const uint8_t *account)
+{
+    for (size_t i = 0; i < e->n_callers_cap; i++)
+        if (e->callers[i].used && same(e->callers[i].account, account))
+            return &e->callers[i];
+    return NULL;
+}
+
+/* Whether `account` has a request queued or running. */
+static bool caller_busy(const engine *e, const uint8_t *account)
+{
+    for (size_t i = 0; i < e->q_len; i++)
+        if (same(engine_queue_at(e, i)->account, account))
+            return true;
+    for (size_t k = 0; k < e->n_running; k++)
+        if (same(e->running[k]->account, account))
+            return true;
+    return false;
+}
+
+/* The caller's entry, made if need be.  At most max_queue plus the
+ * running requests' callers have work, and the table has room for one
+ * more, so a free entry is always found: an unused one, or the longest
+ * idle one, forgotten. */
+static caller_state *caller_get(engine *e, const uint8_t *account, double now)
+{
+    caller_state *c = caller_find(e, account);
+    if (c != NULL)
+        return c;
+    for (size_t i = 0; i < e->n_callers_cap; i++) {
+        caller_state *x = &e->callers[i];
+        if (!x->used) {
+            c = x;
+            break;
+        }
+        if ((c == NULL || x->last_active < c->last_active) &&
+            !caller_busy(e, x->account))
+            c = x;
+    }
+    memset(c, 0, sizeof *c);
+    c->used = true;
+    memcpy(c->account, account, SHA256_BYTES);
+    c->last_active = now;
+    c->cap = SIZE_MAX;
+    return c;
+}
+
+void fair_enqueued(engine *e, const uint8_t *account)
+{
+    const double now = monotonic_seconds();
+    caller_get(e, account, now)->last_active = now;
+}
+
+static void count_request(caller_state *c, const gen_request *r)
+{
+    if (r->max_seqs < c->cap)
+        c->cap = r->max_seqs;
+}
+
+void fair_refresh(engine *e, double now)
+{
+    for (size_t i = 0; i < e->n_callers_cap; i++) {
+        caller_state *c = &e->callers[i];
+        c->running = c->waiting = 0;
+        c->cap = SIZE_MAX;
+        c->blocked = false;
+    }
+    for (size_t k = 0; k < e->n_running; k++) {
+        gen_request *r = e->running[k];
+        caller_state *c = caller_get(e, r->account, now);
+        count_request(c, r);
+        for (size_t i = 0; i < r->n_seq; i++) {
+            c->running += r->seqs[i].has_kv;
+            c->waiting += r->seqs[i].phase == SEQ_PAUSED;
+        }
+    }
+    for (size_t i = 0; i < e->q_len; i++) {
+        gen_request *r = engine_queue_at(e, i);
+        caller_state *c = caller_get(e, r->account, now);
+        count_request(c, r);
+        c->waiting++;
+    }
+    /* A caller with work again starts at the least virtual time of those
+     * that had work: its idle time earns it nothing, costs it nothing. */
+    double floor = -1.0;
+    for (size_t i = 0; i < e->n_callers_cap; i++) {
+        const caller_state *c = &e->callers[i];
+        if (c->used && c->backlogged && (floor < 0.0 || c->vtime < floor))
+            floor = c->vtime;
+    }
+    for (size_t i = 0; i < e->n_callers_cap; i++) {
+        caller_state *c = &e->callers[i];
+        if (!c->used)
+            continue;
+        const bool has_work = c->running > 0 || c->waiting > 0;
+        if (has_work && !c->backlogged && floor > c->vtime)
+            c->vtime = floor;
+        if (has_work)
+            c->last_active = now;
+        c->backlogged = has_work;
+    }
+}
+
+caller_state *fair_caller(engine *e, const uint8_t *account)
+{
+    return caller_find(e, account);
+}
+
+/* Whether a owes its next slot before b. */
+static bool served_before(const caller_state *a, const caller_state *b)
+{
+    if (a->running != b->running)
+        return a->running < b->running;
+    if (a->vtime != b->vtime)
+        return a->vtime < b->vtime;
+    return a->t_charged < b->t_charged; /* the one served longer ago */
+}
+
+caller_state *fair_next(engine *e)
+{
+    caller_state *best = NULL;
+    for (size_t i = 0; i < e->n_callers_cap; i++) {
+        caller_state *c = &e->callers[i];
+        if (c->used && c->waiting > 0 && !c->blocked &&
+            (best == NULL || served_before(c, best)))
+            best = c;
+    }
+    return best;
+}
+
+const uint8_t *fair_account(const caller_state *c)
+{
+    return c->account;
+}
+
+void fair_block(caller_state *c)
+{
+    c->blocked = true;
+}
+
+void fair_started(caller_state *c, size_t n_seq)
+{
+    c->running += n_seq;
+    c->waiting--;
+}
+
+void fair_paused(engine *e, const uint8_t *account, bool later_resumed)
+{
+    caller_state *c = caller_find(e, account);
+    c->running--;
+    c->waiting += later_resumed;
+}
+
+void fair_new_waiting(engine *e, const uint8_t *account, size_t n)
+{
+    caller_find(e, account)->waiting += n;
+}
+
+void fair_charge(engine *e, const uint8_t *account, size_t rows)
+{
+    caller_state *c = caller_find(e, account);
+    if (c != NULL) {
+        c->vtime += (double)rows;
+        c->t_charged = monotonic_seconds();
+    }
+}
+
+/* ---- who gives way ---- */
+
+static bool planned(const preempt_plan *p, const gen_request *r, size_t seq)
+{
+    for (size_t i = 0; i < p->n; i++)
+        if (p->victims[i].r == r && p->victims[i].seq == seq)
+            return true;
+    return false;
+}
+
+/* Sequences of `c` the plan pauses already. */
+static size_t planned_of(const preempt_plan *p, const caller_state *c)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < p->n; i++)
+        n += same(p->victims[i].r->account, c->account);
+    return n;
+}
+
+static bool preemptible(const engine *e, const gen_request *r, size_t i)
+{
+    const seq_state *s = &r->seqs[i];
+    if (!s->has_kv || r->inspect != NULL || atomic_load(&r->cancelled))
+        return false;
+    if (s->phase == SEQ_WAIT_PREFILL)
+        return true; /* nothing computed of its own yet */
+    if (s->phase != SEQ_DECODE)
+        return false;
+    const size_t done = s->out.n_tokens, room = e->m->config.n_ctx -
+                                                r->n_prompt;
+    const size_t end = r->max_tokens < room ? r->max_tokens : room;
+    return end > done + PREEMPT_MIN_LEFT;
+}
+
+/* Y's sequence to pause: its youngest request's last preemptible one. */
+static bool youngest_of(const engine *e, const caller_state *y,
+                        const preempt_plan *p, preempt_victim *out)
+{
+    for (size_t k = e->n_running; k-- > 0;) {
+        gen_request *r = e->running[k];
+        if (!same(r->account, y->account))
+            continue;
+        for (size_t i = r->n_seq; i-- > 0;)
+            if (preemptible(e, r, i) && !planned(p, r, i)) {
+                out->r = r;
+                out->seq = i;
+                return true;
+            }
+    }
+    return false;
+}
+
+bool fair_plan_victim(const engine *e, const caller_state *x,
+                      preempt_plan *p)
+{
+    const size_t xr = x->running + p->given + p->n;
+    if (xr >= x->cap || p->n >= p->cap)
+        return false;
+    bool tried[e->n_callers_cap];
+    memset(tried, 0, sizeof tried);
+    for (;;) {
+        const caller_state *y = NULL;
+        size_t y_run = 0;
+        preempt_reason why = PREEMPT_FAIR_SHARE;
+        for (size_t i = 0; i < e->n_callers_cap; i++) {
+            const caller_state *c = &e->callers[i];
+            if (c == x || !c->used || tried[i] || c->running == 0)
+                continue;
+            const size_t cr = c->running - planned_of(p, c);
+            const bool over_share = cr >= xr + 2, over_cap = cr > c->cap;
+            if (!over_share && !over_cap)
+                continue;
+            if (y == NULL || cr > y_run ||
+                (cr == y_run && c->vtime > y->vtime)) {
+                y = c;
+                y_run = cr;
+                why = over_share ? PREEMPT_FAIR_SHARE : PREEMPT_KEY_LIMIT;
+            }
+        }
+        if (y == NULL)
+            return false;
+        preempt_victim *v = &p->victims[p->n];
+        if (youngest_of(e, y, p, v)) {
+            v->why = why;
+            p->n++;
+            return true;
+        }
+        tried[y - e->callers] = true; /* nothing of it may pause */
+    }
+}
