@@ -234,6 +234,11 @@ class SlotHolder:
     ended: then the slots were free too soon."""
 
     def __init__(self, server, slots, seconds, key=None):
+        # Several keys share the slots evenly, one blocker each: a single
+        # key holding them all would give way to another key's request
+        # (preemption: a waiting key takes a slot from one that runs two
+        # more), which then would not wait.
+        keys = key if isinstance(key, (list, tuple)) else [key]
         if server.env != HOLD_ENV:
             raise AssertionError("%s holds its slots only with HOLD_ENV (%r), "
                                  "not %r" % (server.name, HOLD_ENV, server.env))
@@ -245,14 +250,16 @@ class SlotHolder:
         self.released = False
         self.broken = None
         self.t0 = time.monotonic()
-        self.blocker = Blocker(server.port, slots, key)
+        self.blockers = [Blocker(server.port, slots // len(keys), k)
+                         for k in keys]
         try:
-            if not wait_for(lambda: metric_sum(server.client(api_key=key).metrics(),
+            if not wait_for(lambda: metric_sum(server.client(api_key=keys[0]).metrics(),
                                                "gpt2d_slots_busy") == slots, 10):
                 raise AssertionError("the blocker did not take every slot (HTTP %r)"
-                                     % self.blocker.status)
+                                     % [b.status for b in self.blockers])
         except BaseException:
-            self.blocker.hang_up()
+            for b in self.blockers:
+                b.hang_up()
             raise
 
     def release(self, check=True):
@@ -260,12 +267,13 @@ class SlotHolder:
         and only with `check`)."""
         if not self.released:
             self.released = True
-            if self.blocker.over:
+            if any(b.over for b in self.blockers):
                 self.broken = (
                     "the slots came free within %.1f s, before the test let go: "
                     "the blocker was to last %.1f s at least"
                     % (time.monotonic() - self.t0, BLOCKER_LIFE))
-            self.blocker.hang_up()
+            for b in self.blockers:
+                b.hang_up()
         if check and self.broken:
             raise AssertionError(self.broken)
 
@@ -1405,19 +1413,22 @@ class PerKeyLimits(LimitCase):
 
     NAME = "perkey"
     # KV memory for four times the slots' contexts: the keys of earlier tests
-    # are still present (30 s) and keep their cached blocks, which a wide
-    # request (SlotHolder's blocker: n = every slot, 1000 tokens) would
-    # otherwise wait for, up to 30 s
+    # keep their cached blocks within their shares, which the further
+    # sequences of a wide request (SlotHolder's blocker: n = every slot,
+    # 1000 tokens) would otherwise wait for, one after another
     ARGS = ("--slots", str(HOLD_SLOTS), "--threads", "1", "--max-queue", "16",
             "--kv-memory", "16M")
     ENV = HOLD_ENV
     MODEL = staticmethod(slow_model)
     SLOTS = HOLD_SLOTS
     KEYS = {name: "sk-%s-%d-secret" % (name, os.getpid()) for name in (
-        "holder", "spender", "refunded", "small", "queuer", "narrow", "other",
+        "holder", "holder2", "holder3", "holder4", "spender", "refunded", "small", "queuer", "narrow", "other",
         "metered", "inspector", "chatter", "anon")}
     LINES = {
         "holder": "name=holder",
+        "holder2": "name=holder2",
+        "holder3": "name=holder3",
+        "holder4": "name=holder4",
         "spender": "name=spender tokens-per-minute=100",
         "refunded": "name=refunded tokens-per-minute=100",
         "small": "tokens-per-minute=30",
@@ -1570,7 +1581,9 @@ class PerKeyLimits(LimitCase):
     def test_max_queued_from_the_keys_file_is_that_keys_limit(self):
         q, other = self.key("queuer"), self.key("other")
         waiting = []
-        with self.every_slot_held(6, key=self.KEYS["holder"]) as release:
+        holders = [self.KEYS[k] for k in ("holder", "holder2", "holder3",
+                                          "holder4")]
+        with self.every_slot_held(6, key=holders) as release:
             waiting.append(in_background(q.post, "/v1/completions",
                                          {"prompt": "Hello", "max_tokens": 2}))
             self.assertTrue(wait_for(lambda: metric_sum(q.metrics(),
@@ -1594,6 +1607,9 @@ class PerKeyLimits(LimitCase):
             self.assertEqual(t.result.status, 200, t.result)
 
     def test_max_seqs_from_the_keys_file_is_that_keys_share(self):
+        """narrow (max-seqs=1) takes every free slot while no one waits
+        (the machine is never idle), and gives way once another key waits
+        (a preemption: its stream pauses)."""
         narrow, other = self.key("narrow"), self.key("other")
         streams = OpenStreams()
         try:
@@ -1606,11 +1622,21 @@ class PerKeyLimits(LimitCase):
             def shape():
                 m = other.metrics()
                 return (metric_sum(m, "gpt2d_slots_busy"),
-                        metric_sum(m, "gpt2d_queue_depth"))
-            # the default share (half of 4) would run two of narrow's
-            self.assertTrue(wait_for(lambda: shape() == (2, 2), 5), shape())
+                        metric_sum(m, "gpt2d_queue_depth"),
+                        metric_sum(m, "gpt2d_sequences_paused"))
+            self.assertTrue(wait_for(lambda: shape() == (4, 0, 0), 5), shape())
+            before = metric_sum(other.metrics(), "gpt2d_preemptions_total")
+            for seed in range(2):
+                streams.open(other, 20 + seed)
+            # other runs its default share (two of four), narrow gives way
+            # from three to two (one paused), and other's third waits: a
+            # share is what a key may take from others, not a cap on free
+            # slots
+            self.assertTrue(wait_for(lambda: shape() == (4, 1, 1), 5), shape())
+            self.assertEqual(metric_sum(other.metrics(),
+                                        "gpt2d_preemptions_total"), before + 1)
             time.sleep(0.5)
-            self.assertEqual(shape(), (2, 2))
+            self.assertEqual(shape(), (4, 1, 1))
         finally:
             streams.close_all()
 
