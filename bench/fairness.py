@@ -22,7 +22,9 @@ machine generates for it at 124M, so the budget binds), then:
            a person or an agent does: it sleeps a random --think-min to
            --think-max seconds (2-5 by default) after each answer.  Reported
            as for flood, B's TTFTs in order, and A's completed requests
-           (A is slowed while B is around, not starved).
+           (A is slowed while B is around, not starved), and B's TTFT p50
+           and p99 against issue 28's goal: p50 <= 0.1 s, p99 <= 1 s
+           (PASS/FAIL; with fewer than 100 probes p99 is the max).
 
   prefill  Key B streams --stream-tokens tokens alone (idle tokens/s), then
            again while three clients of key A send fresh --prompt-tokens
@@ -50,6 +52,7 @@ at the end.  Example (the long-context test model; GPT-2 124M the same way):
 import argparse
 import http.client
 import json
+import math
 import os
 import random
 import statistics
@@ -115,6 +118,29 @@ def summary(xs):
         statistics.median(xs), xs[int(0.9 * (len(xs) - 1))], xs[-1], len(xs))
 
 
+def percentile(xs, q):
+    """Nearest rank: the smallest x with at least a fraction q of xs at or
+    below it (with fewer than 1 / (1 - q) values, the largest)."""
+    xs = sorted(xs)
+    return xs[max(0, math.ceil(q * len(xs)) - 1)]
+
+
+def verdict(ok):
+    return "PASS" if ok else "FAIL"
+
+
+def ttft_goal(ttfts):
+    """B's TTFT p50 and p99 against issue 28's goal: p50 <= 0.1 s and
+    p99 <= 1 s."""
+    if not ttfts:
+        return "B TTFT: no probe answered (goal p50 <= 0.1 s, p99 <= 1 s): FAIL"
+    p50, p99 = statistics.median(ttfts), percentile(ttfts, 0.99)
+    return "B TTFT p50 %.3f s (goal <= 0.1 s: %s), p99 %.3f s%s (goal <= 1 s: %s)" % (
+        p50, verdict(p50 <= 0.1), p99,
+        " (the max: %d probes, fewer than 100)" % len(ttfts) if len(ttfts) < 100 else "",
+        verdict(p99 <= 1.0))
+
+
 def key_metrics(port):
     """The per-key lines of /metrics."""
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
@@ -153,6 +179,7 @@ def think_case(args, port):
               args.think_min, args.think_max, args.flooders, args.flood_n,
               args.flood_tokens, summary(ttfts), refused, a.status))
     print("  B TTFTs in order: %s" % " ".join("%.2f" % t for t in ttfts))
+    print(ttft_goal(ttfts))
     return statistics.median(ttfts) if ttfts else None, refused
 
 
