@@ -41,7 +41,10 @@ machine generates for it at 124M, so the budget binds), then:
            the full bucket it starts with, and the refill), C's 429s and
            their Retry-After, B's TTFT.
 
-After each case the per-key series of /metrics are printed (by name).
+After each case the per-key series of /metrics are printed (by name), and
+gpt2d_preemptions_total and gpt2d_sequences_paused (issue 28) when the
+daemon has them.  The output begins with the command that reproduces it,
+the daemon's version and the machine's load average.
 
 Everything is bounded: every phase has a time limit, the server is stopped
 at the end.  Example (the long-context test model; GPT-2 124M the same way):
@@ -55,7 +58,9 @@ import json
 import math
 import os
 import random
+import shlex
 import statistics
+import subprocess
 import sys
 import threading
 import time
@@ -141,13 +146,22 @@ def ttft_goal(ttfts):
         verdict(p99 <= 1.0))
 
 
+# Series of /metrics printed after each case: the per-key ones, and issue
+# 28's preemption series where the daemon has them (main before it has not).
+SERIES = ("gpt2d_key_", "gpt2d_preemptions_total", "gpt2d_sequences_paused")
+
+
 def key_metrics(port):
-    """The per-key lines of /metrics."""
+    """The lines of /metrics whose names start with one of SERIES."""
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
     c.request("GET", "/metrics", headers={"Authorization": "Bearer " + KEY_B})
     text = c.getresponse().read().decode()
     c.close()
-    return [ln for ln in text.splitlines() if ln.startswith("gpt2d_key_")]
+    return [ln for ln in text.splitlines() if ln.startswith(SERIES)]
+
+
+def load():
+    return "load average %.2f %.2f %.2f" % os.getloadavg()
 
 
 def flood_case(args, port):
@@ -250,6 +264,10 @@ def main():
     ap.add_argument("--stream-tokens", type=int, default=200)
     ap.add_argument("--prompt-tokens", type=int, default=1023)
     args = ap.parse_args()
+    version = subprocess.run([args.gpt2d, "--version"], capture_output=True,
+                             text=True, timeout=30).stdout.strip()
+    print("command: %s" % shlex.join(["python3"] + sys.argv))
+    print("gpt2d: %s (%s); %s" % (args.gpt2d, version, load()))
     with running(args, "gpt2d-fair-") as (_, port):
         for name, case in (("flood", flood_case), ("think", think_case),
                            ("prefill", prefill_case), ("budget", budget_case)):
