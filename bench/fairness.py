@@ -115,19 +115,18 @@ def ttft_probes(port, n, deadline, pause=lambda: 0.05):
     return ttfts, refused
 
 
-def summary(xs):
-    if not xs:
-        return "none"
-    xs = sorted(xs)
-    return "median %.3f s, p90 %.3f s, max %.3f s (%d)" % (
-        statistics.median(xs), xs[int(0.9 * (len(xs) - 1))], xs[-1], len(xs))
-
-
 def percentile(xs, q):
     """Nearest rank: the smallest x with at least a fraction q of xs at or
     below it (with fewer than 1 / (1 - q) values, the largest)."""
     xs = sorted(xs)
     return xs[max(0, math.ceil(q * len(xs)) - 1)]
+
+
+def summary(xs):
+    if not xs:
+        return "none"
+    return "median %.3f s, p90 %.3f s, max %.3f s (%d)" % (
+        statistics.median(xs), percentile(xs, 0.9), max(xs), len(xs))
 
 
 def verdict(ok):
