@@ -1,13 +1,16 @@
 #!/usr/bin/env python3
 """fairness.py — one key flooding the server, another key's experience
-(issue 19, findings 1 and 6), and a key held to its token budget.
+(issue 19, findings 1 and 6), a key held to its token budget, and the
+capacity a key gets back once another has gone (issue 28).
 Standard library only.
 
 Starts gpt2d (--gpt2d, --model; default limits unless --args adds some)
 on 127.0.0.1 with three API keys in a keys file, named a, b and c, each
 line with the attributes --key-a, --key-b, --key-c give it (c: a token
 budget, tokens-per-minute=300 by default: less than a loaded 2-core
-machine generates for it at 124M, so the budget binds), then:
+machine generates for it at 124M, so the budget binds): one daemon for
+flood, think, prefill and budget in turn, a fresh one for each run of
+alone-after.  Then:
 
   flood    Key A runs --flooders closed-loop clients, each sending the most
            expensive request it is allowed, over and over:
@@ -41,6 +44,19 @@ machine generates for it at 124M, so the budget binds), then:
            the full bucket it starts with, and the refill), C's 429s and
            their Retry-After, B's TTFT.
 
+alone-after  Issue 28: what capacity a key gets back once the others have
+           gone.  A fresh daemon: --alone-clients closed-loop clients of key
+           A (4: every default slot) stream {"prompt":[464],"max_tokens":
+           --alone-tokens,"n":--alone-n} (EOT banned) over and over, with
+           return_token_ids, so that every generated token is timestamped
+           as it arrives; after --warmup seconds key B probes as in think
+           for --alone-phase seconds, then stops.  A's tokens/s are counted
+           over --window seconds from --gap seconds after B's last answer.
+           Then a second fresh daemon that only ever sees A: the same flood,
+           counted over the same seconds from its start.  Reported: both
+           rates, their ratio, and PASS/FAIL against the goal (within 5 %:
+           ratio >= 0.95); A's tokens/s in 3 s steps through both runs.
+
 After each case the per-key series of /metrics are printed (by name), and
 gpt2d_preemptions_total and gpt2d_sequences_paused (issue 28) when the
 daemon has them.  The output begins with the command that reproduces it,
@@ -59,6 +75,7 @@ import math
 import os
 import random
 import shlex
+import socket
 import statistics
 import subprocess
 import sys
@@ -98,21 +115,128 @@ def flood(port, key, n, make, obey=False):
     return Flood(n, send, obey)
 
 
-def ttft_probes(port, n, deadline, pause=lambda: 0.05):
+def ttft_probes(port, n, deadline, pause=lambda: 0.05, ends=None):
     """Key B's streamed probes one after another, `pause()` seconds apart:
-    (TTFTs, 429s)."""
+    (TTFTs, 429s).  When each answer ended goes into `ends` if given."""
     ttfts, refused = [], 0
     for i in range(n):
         if time.monotonic() > deadline:
             break
         st, ttft, _ = stream(port, KEY_B, {"prompt": [464, 318], "max_tokens": 4,
                                            "seed": i, "temperature": 1.0})
+        if ends is not None:
+            ends.append(time.monotonic())
         if st == 429:
             refused += 1
         elif ttft is not None:
             ttfts.append(ttft)
         time.sleep(pause())
     return ttfts, refused
+
+
+class Hangup:
+    """A flood's open connections, so that its end need not wait for
+    answers nobody counts any more: hang_up() shuts every one down, and
+    any opened after it (the daemon cancels their requests)."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.socks = set()
+        self.down = False
+
+    def opened(self, sock):
+        with self.lock:
+            if not self.down:
+                self.socks.add(sock)
+                return
+        sock.shutdown(socket.SHUT_RDWR)
+
+    def closed(self, sock):
+        with self.lock:
+            self.socks.discard(sock)
+
+    def hang_up(self):
+        with self.lock:
+            self.down = True
+            socks = list(self.socks)
+        for sock in socks:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+
+def stream_tokens(port, key, body, hangup, timeout=300):
+    """Streamed POST /v1/completions with return_token_ids: (status,
+    "cut" for a stream that ended before its [DONE] or "error", and
+    [(monotonic time, generated tokens)] for each chunk that carries some).
+    Counting the ids, not the chunks: a chunk may carry several tokens, or
+    none."""
+    got = []
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        c.connect()
+        sock = c.sock
+        hangup.opened(sock)
+        try:
+            c.request("POST", "/v1/completions",
+                      json.dumps(dict(body, stream=True, return_token_ids=True)),
+                      {"Authorization": "Bearer " + key,
+                       "Content-Type": "application/json"})
+            r = c.getresponse()
+            if r.status != 200:
+                r.read()
+                return r.status, got
+            for line in r:
+                line = line.strip()
+                if not line.startswith(b"data: "):
+                    continue
+                if line == b"data: [DONE]":
+                    return 200, got
+                k = sum(len(ch.get("token_ids") or ())
+                        for ch in json.loads(line[6:])["choices"])
+                if k:
+                    got.append((time.monotonic(), k))
+            return "cut", got
+        finally:
+            hangup.closed(sock)
+    except (OSError, http.client.HTTPException, ValueError):
+        return "error", got
+    finally:
+        c.close()
+
+
+def token_flood(port, key, n, body, hangup):
+    """`n` clients of `key` streaming `body` over and over (fairlib.Flood),
+    every chunk's (time, tokens) gathered in .chunks."""
+    chunks, lock = [], threading.Lock()
+
+    def send():
+        st, got = stream_tokens(port, key, body, hangup)
+        with lock:
+            chunks.extend(got)
+        return st, None, sum(k for _, k in got)
+    f = Flood(n, send)
+    f.chunks = chunks
+    return f
+
+
+def end_flood(f, hangup):
+    f.stop.set()
+    hangup.hang_up()
+    f.end()
+
+
+def tokens_between(chunks, t0, t1):
+    return sum(k for t, k in chunks if t0 <= t < t1)
+
+
+def buckets(chunks, t0, t1, width):
+    """Tokens/s in consecutive `width`-second buckets from t0 to t1 (the
+    last one shorter)."""
+    edges = [t0 + i * width for i in range(int(math.ceil((t1 - t0) / width)))] + [t1]
+    return " ".join("%.0f" % (tokens_between(chunks, a, b) / (b - a))
+                    for a, b in zip(edges, edges[1:]) if b > a)
 
 
 def percentile(xs, q):
@@ -196,6 +320,57 @@ def think_case(args, port):
     return statistics.median(ttfts) if ttfts else None, refused
 
 
+def alone_after_case(args):
+    """Two fresh daemons: A's flood with B around, then after B has gone;
+    and A's flood alone from the start, measured over the same seconds."""
+    body = {"prompt": [464], "max_tokens": args.alone_tokens, "n": args.alone_n,
+            "logit_bias": NO_EOT}
+    print("alone-after: A = %d clients of n=%d max_tokens=%d (EOT banned), "
+          "streamed; B probes %g-%g s apart for %g s, then stops; A's tokens/s "
+          "from %g s after B's last answer, for %g s, against a daemon that "
+          "only ever saw A, over the same seconds of its flood" % (
+              args.alone_clients, args.alone_n, args.alone_tokens, args.think_min,
+              args.think_max, args.alone_phase, args.gap, args.window))
+    rng = random.Random(2)
+    with running(args, "gpt2d-fair-") as (_, port):
+        print("  with B: %s" % load())
+        hangup = Hangup()
+        t0 = time.monotonic()
+        a = token_flood(port, KEY_A, args.alone_clients, body, hangup)
+        time.sleep(args.warmup)
+        ends = []
+        ttfts, refused = ttft_probes(port, args.probes,
+                                     t0 + args.warmup + args.alone_phase,
+                                     lambda: rng.uniform(args.think_min, args.think_max),
+                                     ends)
+        w0 = (ends[-1] if ends else time.monotonic()) + args.gap
+        a.stop.wait(max(0.0, w0 + args.window - time.monotonic()))
+        end_flood(a, hangup)
+        after = tokens_between(a.chunks, w0, w0 + args.window) / args.window
+        print("  B's %d probes, last answer at %.1f s: TTFT %s; B 429s: %d" % (
+            len(ends), (ends[-1] - t0) if ends else 0, summary(ttfts), refused))
+        print("  A's tokens/s by 3 s from its start: %s; A: %r" % (
+            buckets(a.chunks, t0, w0 + args.window, 3.0), a.status))
+        print("  " + "\n  ".join(key_metrics(port)))
+    offset = w0 - t0
+    with running(args, "gpt2d-fair-") as (_, port):
+        print("  alone: %s" % load())
+        hangup = Hangup()
+        t0 = time.monotonic()
+        a = token_flood(port, KEY_A, args.alone_clients, body, hangup)
+        a.stop.wait(offset + args.window)
+        end_flood(a, hangup)
+        alone = tokens_between(a.chunks, t0 + offset, t0 + offset + args.window) / args.window
+        print("  A's tokens/s by 3 s from its start: %s; A: %r" % (
+            buckets(a.chunks, t0, t0 + offset + args.window, 3.0), a.status))
+    ratio = after / alone if alone else 0.0
+    print("A's tokens/s %.1f-%.1f s into its flood: %.1f after B left, %.1f alone "
+          "throughout; ratio %.3f (goal: within 5 %%, >= 0.95: %s)" % (
+              offset, offset + args.window, after, alone, ratio,
+              verdict(ratio >= 0.95)))
+    return after, alone
+
+
 def prefill_case(args, port):
     idle = tokens_per_second(port, KEY_B, args.stream_tokens)
     rng = random.Random(1)
@@ -241,11 +416,18 @@ def budget_case(args, port):
     return c.tokens, bound
 
 
+# Cases that share one daemon, one after another, and cases that start
+# their own fresh ones.
+SHARED = (("flood", flood_case), ("think", think_case),
+          ("prefill", prefill_case), ("budget", budget_case))
+FRESH = (("alone-after", alone_after_case),)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     add_server_args(ap)
     ap.add_argument("--case", default="flood,prefill,budget",
-                    help="any of flood, think, prefill, budget")
+                    help="any of " + ", ".join(name for name, _ in SHARED + FRESH))
     ap.add_argument("--key-a", default="", help="key A's attributes in the keys file")
     ap.add_argument("--key-b", default="")
     ap.add_argument("--key-c", default="tokens-per-minute=300")
@@ -262,17 +444,34 @@ def main():
     ap.add_argument("--think-max", type=float, default=5.0)
     ap.add_argument("--stream-tokens", type=int, default=200)
     ap.add_argument("--prompt-tokens", type=int, default=1023)
+    ap.add_argument("--alone-clients", type=int, default=4,
+                    help="alone-after: key A's clients (4: every default slot)")
+    ap.add_argument("--alone-n", type=int, default=1)
+    ap.add_argument("--alone-tokens", type=int, default=128)
+    ap.add_argument("--alone-phase", type=float, default=15.0,
+                    help="alone-after: seconds B probes for")
+    ap.add_argument("--gap", type=float, default=1.0,
+                    help="alone-after: seconds from B's last answer to the window")
+    ap.add_argument("--window", type=float, default=12.0,
+                    help="alone-after: seconds A's tokens are counted over")
     args = ap.parse_args()
+    cases = args.case.split(",")
+    unknown = set(cases) - {name for name, _ in SHARED + FRESH}
+    if unknown:
+        ap.error("unknown case: %s" % ", ".join(sorted(unknown)))
     version = subprocess.run([args.gpt2d, "--version"], capture_output=True,
                              text=True, timeout=30).stdout.strip()
     print("command: %s" % shlex.join(["python3"] + sys.argv))
     print("gpt2d: %s (%s); %s" % (args.gpt2d, version, load()))
-    with running(args, "gpt2d-fair-") as (_, port):
-        for name, case in (("flood", flood_case), ("think", think_case),
-                           ("prefill", prefill_case), ("budget", budget_case)):
-            if name in args.case.split(","):
-                case(args, port)
-                print("  " + "\n  ".join(key_metrics(port)))
+    if any(name in cases for name, _ in SHARED):
+        with running(args, "gpt2d-fair-") as (_, port):
+            for name, case in SHARED:
+                if name in cases:
+                    case(args, port)
+                    print("  " + "\n  ".join(key_metrics(port)))
+    for name, case in FRESH:
+        if name in cases:
+            case(args)
 
 
 if __name__ == "__main__":
