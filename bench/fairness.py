@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """fairness.py — one key flooding the server, another key's experience
 (issue 19, findings 1 and 6), a key held to its token budget, and the
-capacity a key gets back once another has gone (issue 28).
+capacity a key gets back once another has gone and how long its batch
+takes beside another (issue 28).
 Standard library only.
 
 Starts gpt2d (--gpt2d, --model; default limits unless --args adds some)
@@ -10,7 +11,7 @@ line with the attributes --key-a, --key-b, --key-c give it (c: a token
 budget, tokens-per-minute=300 by default: less than a loaded 2-core
 machine generates for it at 124M, so the budget binds): one daemon for
 flood, think, prefill and budget in turn, a fresh one for each run of
-alone-after.  Then:
+alone-after and drain.  Then:
 
   flood    Key A runs --flooders closed-loop clients, each sending the most
            expensive request it is allowed, over and over:
@@ -44,7 +45,8 @@ alone-after.  Then:
            the full bucket it starts with, and the refill), C's 429s and
            their Retry-After, B's TTFT.
 
-alone-after  Issue 28: what capacity a key gets back once the others have
+  alone-after
+           Issue 28: what capacity a key gets back once the others have
            gone.  A fresh daemon: --alone-clients closed-loop clients of key
            A (4: every default slot) stream {"prompt":[464],"max_tokens":
            --alone-tokens,"n":--alone-n} (EOT banned) over and over, with
@@ -57,15 +59,32 @@ alone-after  Issue 28: what capacity a key gets back once the others have
            rates, their ratio, and PASS/FAIL against the goal (within 5 %:
            ratio >= 0.95); A's tokens/s in 3 s steps through both runs.
 
+  drain    Issue 28: a fixed batch of work finishes as soon beside another
+           key as at full capacity.  A fresh daemon: --flooders closed-loop
+           clients of key A work through --drain-jobs jobs
+           {"prompt":[464],"max_tokens":--drain-tokens,"n":--flood-n}
+           (EOT banned, so every job is the same work), each client taking
+           the next job left; from 0.5 s on (A's first jobs hold the slots)
+           key B sends --drain-probes streamed 4-token probes 0.5 s apart,
+           then stops.  Then a second fresh daemon that only ever sees A:
+           the same jobs.  Reported: the seconds from A's start to its last
+           answer in both, their ratio, and PASS/FAIL against the goal
+           (within 10 %: ratio <= 1.10); B's TTFT.  The defaults (12 jobs,
+           n 4, 150 tokens) take 20-40 s at full capacity on 2 threads at
+           124M.
+
 After each case the per-key series of /metrics are printed (by name), and
 gpt2d_preemptions_total and gpt2d_sequences_paused (issue 28) when the
 daemon has them.  The output begins with the command that reproduces it,
 the daemon's version and the machine's load average.
 
-Everything is bounded: every phase has a time limit, the server is stopped
-at the end.  Example (the long-context test model; GPT-2 124M the same way):
+Everything is bounded: every phase has a time limit (--limit for a case
+and for each drain run), the server is stopped at the end.  Example (the
+long-context test model; GPT-2 124M the same way):
 
   bench/fairness.py --gpt2d build/src/gpt2d --model MODEL_DIR --threads 2
+  bench/fairness.py --gpt2d build/src/gpt2d --model MODEL_DIR --threads 2 \\
+      --case think,alone-after,drain --flood-tokens 300 --probes 12
 """
 
 import argparse
@@ -87,6 +106,7 @@ from fairlib import (KEY_A, KEY_B, KEY_C, Flood, add_server_args,  # noqa: E402
                      running, stream, tokens_per_second)
 
 NO_EOT = {"50256": -100}
+B_DELAY = 0.5  # drain: B comes once A's first jobs hold the slots
 
 
 def post(port, key, body, timeout=120):
@@ -371,6 +391,86 @@ def alone_after_case(args):
     return after, alone
 
 
+def run_jobs(port, key, clients, jobs, deadline):
+    """`clients` closed-loop clients of `key` POSTing the bodies of `jobs`,
+    each taking the next one left, until none is or `deadline` has passed:
+    (when each answer came, {status: answers})."""
+    todo, ends, status = list(reversed(jobs)), [], {}
+    lock = threading.Lock()
+
+    def client():
+        while True:
+            with lock:
+                if not todo or time.monotonic() > deadline:
+                    return
+                body = todo.pop()
+            try:
+                st = post(port, key, body,
+                          timeout=max(1.0, deadline - time.monotonic()))[0]
+            except (OSError, http.client.HTTPException, ValueError):
+                st = "error"
+            with lock:
+                ends.append(time.monotonic())
+                status[st] = status.get(st, 0) + 1
+    threads = [threading.Thread(target=client) for _ in range(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(max(0.0, deadline - time.monotonic()) + 5)
+    with lock:
+        return list(ends), dict(status)
+
+
+def drain_run(args, with_b):
+    """One fresh daemon: A's --drain-jobs jobs from --flooders clients, with
+    B's --drain-probes probes from B_DELAY s on (with_b), or alone.
+    Returns the seconds from A's start to its last answer, or None when
+    not every job got a 200 within --limit."""
+    jobs = [{"prompt": [464], "max_tokens": args.drain_tokens, "n": args.flood_n,
+             "logit_bias": NO_EOT, "seed": i} for i in range(args.drain_jobs)]
+    with running(args, "gpt2d-fair-") as (_, port):
+        print("  %s: %s" % ("with B" if with_b else "alone", load()))
+        t0 = time.monotonic()
+        result = []
+        a = threading.Thread(target=lambda: result.append(
+            run_jobs(port, KEY_A, args.flooders, jobs, t0 + args.limit)))
+        a.start()
+        if with_b:
+            time.sleep(B_DELAY)
+            ttfts, refused = ttft_probes(port, args.drain_probes, t0 + args.limit,
+                                         lambda: 0.5)
+        a.join(args.limit + 10)
+        ends, status = result[0] if result else ([], {})
+        took = max(ends) - t0 if status.get(200) == len(jobs) else None
+        print("  A's %d jobs: %r, the last answer at %s" % (
+            len(jobs), status, "%.1f s" % took if took else "- (not all done)"))
+        if with_b:
+            print("  B's TTFT: %s; B 429s: %d" % (summary(ttfts), refused))
+            print("  " + "\n  ".join(key_metrics(port)))
+    return took
+
+
+def drain_case(args):
+    """A fixed batch of A's work beside B's few probes, against the same
+    batch on a daemon that only ever saw A."""
+    print("drain: A = %d jobs {\"prompt\":[464],\"n\":%d,\"max_tokens\":%d} "
+          "(EOT banned) from %d closed-loop clients; B: %d streamed 4-token probes "
+          "0.5 s apart from %g s on; the time to A's last answer, against a "
+          "daemon that only ever saw A" % (
+              args.drain_jobs, args.flood_n, args.drain_tokens, args.flooders,
+              args.drain_probes, B_DELAY))
+    mixed = drain_run(args, True)
+    alone = drain_run(args, False)
+    if mixed is None or alone is None:
+        print("A's batch did not drain within --limit %g s: FAIL" % args.limit)
+        return mixed, alone
+    ratio = mixed / alone
+    print("A's batch drained in %.1f s beside B, %.1f s alone; ratio %.3f "
+          "(goal: within 10 %%, <= 1.10: %s)" % (mixed, alone, ratio,
+                                                  verdict(ratio <= 1.10)))
+    return mixed, alone
+
+
 def prefill_case(args, port):
     idle = tokens_per_second(port, KEY_B, args.stream_tokens)
     rng = random.Random(1)
@@ -420,7 +520,7 @@ def budget_case(args, port):
 # their own fresh ones.
 SHARED = (("flood", flood_case), ("think", think_case),
           ("prefill", prefill_case), ("budget", budget_case))
-FRESH = (("alone-after", alone_after_case),)
+FRESH = (("alone-after", alone_after_case), ("drain", drain_case))
 
 
 def main():
@@ -454,6 +554,10 @@ def main():
                     help="alone-after: seconds from B's last answer to the window")
     ap.add_argument("--window", type=float, default=12.0,
                     help="alone-after: seconds A's tokens are counted over")
+    ap.add_argument("--drain-jobs", type=int, default=12,
+                    help="drain: key A's jobs (n=--flood-n each)")
+    ap.add_argument("--drain-tokens", type=int, default=150)
+    ap.add_argument("--drain-probes", type=int, default=3)
     args = ap.parse_args()
     cases = args.case.split(",")
     unknown = set(cases) - {name for name, _ in SHARED + FRESH}
