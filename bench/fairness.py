@@ -567,6 +567,9 @@ def main():
                              text=True, timeout=30).stdout.strip()
     print("command: %s" % shlex.join(["python3"] + sys.argv))
     print("gpt2d: %s (%s); %s" % (args.gpt2d, version, load()))
+    print("daemon (fairlib.start): %s" % shlex.join(
+        [args.gpt2d, "--model", args.model, "--port", "0", "--threads",
+         str(args.threads), "--api-key-file", "KEYS"] + args.args.split()))
     if any(name in cases for name, _ in SHARED):
         with running(args, "gpt2d-fair-") as (_, port):
             for name, case in SHARED:
