@@ -289,20 +289,32 @@ static bool youngest_of(const engine *e, const caller_state *y,
     return false;
 }
 
+static bool was_tried(const caller_state *const *tried, size_t n,
+                      const caller_state *c)
+{
+    for (size_t i = 0; i < n; i++)
+        if (tried[i] == c)
+            return true;
+    return false;
+}
+
 bool fair_plan_victim(const engine *e, const caller_state *x, preempt_plan *p)
 {
     const size_t xr = x->running + p->given + p->n;
     if (xr >= x->cap || p->n >= p->cap)
         return false;
-    bool tried[e->n_callers_cap];
-    memset(tried, 0, sizeof tried);
+    /* callers with nothing to pause; only running ones are tried, and at
+     * most n_slots run */
+    const caller_state *tried[e->cfg.n_slots];
+    size_t n_tried = 0;
     for (;;) {
         const caller_state *y = NULL;
         size_t y_run = 0;
         preempt_reason why = PREEMPT_FAIR_SHARE;
         for (size_t i = 0; i < e->n_callers_cap; i++) {
             const caller_state *c = &e->callers[i];
-            if (c == x || !c->used || tried[i] || c->running == 0)
+            if (c == x || !c->used || c->running == 0 ||
+                was_tried(tried, n_tried, c))
                 continue;
             const size_t cr = c->running - planned_of(p, c);
             const bool over_share = cr >= xr + 2, over_cap = cr > c->cap;
@@ -323,6 +335,6 @@ bool fair_plan_victim(const engine *e, const caller_state *x, preempt_plan *p)
             p->n++;
             return true;
         }
-        tried[y - e->callers] = true; /* nothing of it may pause */
+        tried[n_tried++] = y; /* nothing of it may pause */
     }
 }

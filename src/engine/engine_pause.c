@@ -49,7 +49,7 @@ void pause_unstarted(gen_request *r, size_t first)
 {
     for (size_t i = first; i < r->n_seq; i++) {
         seq_state *s = &r->seqs[i];
-        if (s->phase == SEQ_DONE || s->has_kv)
+        if (s->phase == SEQ_DONE || s->phase == SEQ_PAUSED || s->has_kv)
             continue;
         s->phase = SEQ_PAUSED;
         s->t_paused = -1.0; /* waiting for its first slot: not a pause */
