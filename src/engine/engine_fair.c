@@ -19,8 +19,10 @@
  *     max_seqs takes one from the caller Y running the most, when Y runs at
  *     least two more than X (fair share: slots split as evenly as whole
  *     sequences allow), or more than its own max_seqs (a key limited by
- *     the operator).  Either way the difference shrinks, so no two callers
- *     take a slot back and forth.  Y's sequence is paused
+ *     the operator).  A caller at its own max_seqs takes only free slots.
+ *     No two callers take a slot back and forth: after a fair-share move
+ *     X runs no more than Y, and after a key-limit one Y is still at its
+ *     max_seqs or over, where it takes only free slots.  Y's sequence is paused
  *     (engine_pause.c), youngest request first, its last sequence first;
  *     a sequence within PREEMPT_MIN_LEFT tokens of its end is left to
  *     finish (its slot is free within as many steps, sooner than a pause
