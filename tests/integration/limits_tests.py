@@ -1405,9 +1405,10 @@ class PerKeyLimits(LimitCase):
 
     NAME = "perkey"
     # KV memory for four times the slots' contexts: the keys of earlier tests
-    # are still present (30 s) and keep their cached blocks, which a wide
-    # request (SlotHolder's blocker: n = every slot, 1000 tokens) would
-    # otherwise wait for, up to 30 s
+    # keep their cached blocks within their share, which the further
+    # sequences of a wide request (SlotHolder's blocker: n = every slot, 1000
+    # tokens) never take: short of memory, it would run its sequences one
+    # after another instead of holding every slot
     ARGS = ("--slots", str(HOLD_SLOTS), "--threads", "1", "--max-queue", "16",
             "--kv-memory", "16M")
     ENV = HOLD_ENV
