@@ -20,8 +20,8 @@
 /* What the operator allows one caller (http_keys.c fills it: from the
  * key's line in the keys file, or the configuration's defaults). */
 typedef struct api_limits {
-    size_t max_seqs;            /* sequences while another caller is active;
-                                 * 0: --max-seqs-per-key */
+    size_t max_seqs;            /* sequences kept while another caller
+                                 * waits; 0: --max-seqs-per-key */
     size_t max_queued;          /* requests waiting; 0: --max-queued-per-key */
     uint64_t tokens_per_minute; /* the token budget's size and refill per
                                  * minute (token_budget.h); 0: no budget */

@@ -140,9 +140,9 @@ static const option_spec options[] = {
       "(never more than --slots)." },
     { "max-seqs-per-key", 0, OPT_COUNT, FIELD(max_seqs_per_key), "N", NULL,
       "half of --slots (at least 1)", 1, SETTINGS_MAX_SLOTS, false,
-      "Most sequences one API key (or client address, without keys) runs while "
-      "another key has requests queued or running; alone, a key may use every "
-      "slot." },
+      "Sequences one API key (or client address, without keys) keeps running "
+      "while another key has work waiting; beyond them its sequences are "
+      "paused for the other's. Alone, a key uses every slot." },
     { "max-queued-per-key", 0, OPT_COUNT, FIELD(max_queued_per_key), "N", NULL,
       "half of --max-queue (at least 1)", 1, 1000000, false,
       "Requests one key may have waiting for a slot; beyond this, 429 "

@@ -46,8 +46,8 @@ typedef struct settings {
     unsigned request_timeout;    /* --request-timeout seconds to receive a
                                  * request, default 30; 0 = no limit */
     size_t max_n;              /* --max-n sequences per completion, default 4 */
-    size_t max_seqs_per_key;   /* --max-seqs-per-key while another key is
-                                 * active; 0 (default): half of --slots */
+    size_t max_seqs_per_key;   /* --max-seqs-per-key kept while another key
+                                 * waits; 0 (default): half of --slots */
     size_t max_queued_per_key; /* --max-queued-per-key; 0 (default): half
                                  * of --max-queue */
     size_t max_sessions_per_key;      /* --max-sessions-per-key, default 64 */

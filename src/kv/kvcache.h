@@ -41,7 +41,7 @@
  * free memory, its own cache or other accounts' cache above their share.
  * A caller's first sequence may take anything not in use, so a request as
  * large as the cache always runs; with kv_begin.keep_others_share (the
- * engine sets it while another caller is present), only its first: the
+ * engine sets it whenever it admits a request), only its first: the
  * further sequences of a request (n > 1) must come from the same memory as
  * a second request's, or it waits (KV_SHARES_KEPT).  The disk tier shares
  * its budget alike.

@@ -642,12 +642,12 @@ START_TEST(
 }
 END_TEST
 
-/* Review of issue 19, finding 2.  With keep_others_share (another caller
- * is present), only a request's first sequence may take what other
- * accounts keep within their share: its further ones must fit beside
- * them, or it waits (KV_SHARES_KEPT) and nothing changes.  A keeps 3
- * blocks of 8; B's n = 2 growing to 64 needs all 8, so it waits; n = 2
- * growing to 32 needs 4 and begins; and a lone sequence as large as a
+/* Review of issue 19, finding 2.  With keep_others_share (the engine sets
+ * it whenever it admits a request), only a request's first sequence may
+ * take what other accounts keep within their share: its further ones must
+ * fit beside them, or it waits (KV_SHARES_KEPT) and nothing changes.  A
+ * keeps 3 blocks of 8; B's n = 2 growing to 64 needs all 8, so it waits;
+ * n = 2 growing to 32 needs 4 and begins; and a lone sequence as large as a
  * one-context cache still takes another account's block. */
 START_TEST(test_a_requests_further_sequences_leave_other_accounts_their_share)
 {
