@@ -265,8 +265,8 @@ static bool preemptible(const engine *e, const gen_request *r, size_t i)
         return true; /* nothing computed of its own yet */
     if (s->phase != SEQ_DECODE)
         return false;
-    const size_t done = s->out.n_tokens, room = e->m->config.n_ctx -
-                                                r->n_prompt;
+    const size_t done = s->out.n_tokens,
+                 room = e->m->config.n_ctx - r->n_prompt;
     const size_t end = r->max_tokens < room ? r->max_tokens : room;
     return end > done + PREEMPT_MIN_LEFT;
 }
@@ -289,8 +289,7 @@ static bool youngest_of(const engine *e, const caller_state *y,
     return false;
 }
 
-bool fair_plan_victim(const engine *e, const caller_state *x,
-                      preempt_plan *p)
+bool fair_plan_victim(const engine *e, const caller_state *x, preempt_plan *p)
 {
     const size_t xr = x->running + p->given + p->n;
     if (xr >= x->cap || p->n >= p->cap)
