@@ -82,11 +82,9 @@ void api_response_set_retry_after(api_response *r, int seconds)
     r->retry_after = seconds;
 }
 
-void api_response_set_usage(api_response *r, size_t prompt_tokens,
-                            size_t completion_tokens)
+void api_response_set_counts(api_response *r, api_counts counts)
 {
-    r->prompt_tokens = prompt_tokens;
-    r->completion_tokens = completion_tokens;
+    r->counts = counts;
 }
 
 ssize_t api_response_read(api_response *r, char *buf, size_t max,
@@ -101,15 +99,10 @@ void api_response_cancel(api_response *r)
         r->source.cancel(r->source.self);
 }
 
-void api_response_usage(const api_response *r, size_t *prompt_tokens,
-                        size_t *completion_tokens)
+api_counts api_response_counts(const api_response *r)
 {
-    if (r->source.usage != NULL) {
-        r->source.usage(r->source.self, prompt_tokens, completion_tokens);
-        return;
-    }
-    *prompt_tokens = r->prompt_tokens;
-    *completion_tokens = r->completion_tokens;
+    return r->source.counts != NULL ? r->source.counts(r->source.self)
+                                    : r->counts;
 }
 
 void api_response_body(api_response *r, int status, const char *content_type,

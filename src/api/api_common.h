@@ -50,6 +50,15 @@ bool api_client_gone(const api_client *c);
 
 /* ---- responses ---- */
 
+/* What the access log line counts of a request: its tokens, summed over
+ * its prompts and choices, and how often the engine paused one of its
+ * sequences for another caller's (engine_fair.c). */
+typedef struct api_counts {
+    size_t prompt_tokens;
+    size_t completion_tokens;
+    size_t pauses;
+} api_counts;
+
 /* An answer made as it is sent, as llama.cpp's server_http_res carries its
  * `next`: whoever makes one fills in its callbacks (completion_stream.c an
  * event stream, api_body.c a /tokenize or /detokenize answer), and the
@@ -71,9 +80,8 @@ typedef struct api_source {
     /* NULL, or: the client left before the end; stops the work behind the
      * answer (the first call; later ones do nothing). */
     void (*cancel)(void *self);
-    /* NULL, or the token counts so far, for the access log. */
-    void (*usage)(const void *self, size_t *prompt_tokens,
-                  size_t *completion_tokens);
+    /* NULL, or the counts so far, for the access log. */
+    api_counts (*counts)(const void *self);
     void (*free)(void *self);
 } api_source;
 
@@ -88,7 +96,7 @@ typedef struct api_response {
     bool cancelled;    /* the client left; nothing is sent */
     char id[48];       /* what the request made ("cmpl-…"), or "":
                                  * its X-Request-Id unless the client sent one */
-    size_t prompt_tokens, completion_tokens; /* for the access log */
+    api_counts counts; /* for the access log, when no source has them */
 } api_response;
 
 /* Frees the body or the source. */
@@ -111,18 +119,16 @@ void api_response_gone(api_response *r);
 void api_response_set_id(api_response *r, const char *id);
 /* Retry-After seconds (> 0) beside an error; 0: none. */
 void api_response_set_retry_after(api_response *r, int seconds);
-/* The token counts of an answer with a body, for the access log. */
-void api_response_set_usage(api_response *r, size_t prompt_tokens,
-                            size_t completion_tokens);
+/* The counts of an answer with a body, for the access log. */
+void api_response_set_counts(api_response *r, api_counts counts);
 /* The source's next bytes (api_source.read). */
 ssize_t api_response_read(api_response *r, char *buf, size_t max,
                           const api_client *client);
 /* The client left: the source's cancel, if it has one. */
 void api_response_cancel(api_response *r);
-/* Token counts for the access log: the source's so far, else the
- * response's own. */
-void api_response_usage(const api_response *r, size_t *prompt_tokens,
-                        size_t *completion_tokens);
+/* Counts for the access log: the source's so far, else the response's
+ * own. */
+api_counts api_response_counts(const api_response *r);
 
 /* ---- helpers shared by the endpoints ---- */
 

@@ -399,7 +399,10 @@ static void respond_whole(completion_run *run, api_response *r)
     gen_usage u = completion_run_usage(run);
     json_t *body = completion_envelope(run, choices);
     json_object_set_new(body, "usage", completion_usage_json(u));
-    api_response_set_usage(r, u.prompt_tokens, u.completion_tokens);
+    api_response_set_counts(
+        r, (api_counts){ .prompt_tokens = u.prompt_tokens,
+                         .completion_tokens = u.completion_tokens,
+                         .pauses = completion_run_pauses(run) });
     api_response_json(r, 200, body);
 }
 

@@ -160,7 +160,9 @@ static void respond(const api_ctx *ctx, const inspect_request *req,
                                           .length = b->len,
                                           .read = body_read,
                                           .free = body_free });
-        api_response_set_usage(r, req->prompt.n, 0);
+        /* an inspect is never paused (engine_fair.c) */
+        api_response_set_counts(r,
+                                (api_counts){ .prompt_tokens = req->prompt.n });
         return;
     }
     work_charge_release(charge);

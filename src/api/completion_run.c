@@ -142,6 +142,20 @@ gen_usage completion_run_usage(const completion_run *run)
     return u;
 }
 
+size_t completion_run_pauses(const completion_run *run)
+{
+    size_t pauses = 0;
+    for (size_t p = 0; p < run->n_reqs; p++) {
+        gen_request *r = run->reqs[p];
+        if (r == NULL)
+            continue;
+        gen_request_lock(r);
+        pauses += gen_request_pauses(r, NULL);
+        gen_request_unlock(r);
+    }
+    return pauses;
+}
+
 json_t *completion_usage_json(gen_usage u)
 {
     return json_pack("{s:I, s:I, s:I, s:{s:I}}", "prompt_tokens",

@@ -126,6 +126,9 @@ void completion_run_cancel_for_client(completion_run *run);
 void completion_run_free(completion_run *run);
 /* Token counts of all prompts so far (a short-cut prompt counts its length). */
 gen_usage completion_run_usage(const completion_run *run);
+/* How often the engine has paused the run's sequences so far (to give
+ * their slots to other callers), over all its prompts. */
+size_t completion_run_pauses(const completion_run *run);
 
 /* The object around choices: id, object, created, model, choices (a
  * reference to `choices` is stolen); a streamed chunk's names its own

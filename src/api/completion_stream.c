@@ -17,7 +17,7 @@
  *
  * Callers: api_completions() opens the stream on the handler's thread, as
  * its response's live source (api_common.h's api_source: the read, cancel,
- * usage and free below); http.c then pulls it through the response from
+ * counts and free below); http.c then pulls it through the response from
  * libmicrohttpd's threads, one call at a time, and frees it when the
  * connection ends. */
 #include "api/completion_stream.h"
@@ -47,9 +47,9 @@ typedef struct completion_stream {
     uint64_t *versions;    /* [n_prompts]: engine versions seen */
     char *buf;             /* SSE bytes not yet handed to the server */
     size_t len, off, cap;
-    bool done; /* `data: [DONE]` queued */
-    bool gone; /* the client left */
-    gen_usage usage;
+    bool done;         /* `data: [DONE]` queued */
+    bool gone;         /* the client left */
+    api_counts counts; /* for the access log, taken at the end */
 } completion_stream;
 
 static int stream_append(completion_stream *s, const char *data, size_t n)
@@ -337,6 +337,14 @@ static int stream_collect(completion_stream *s, bool *any, bool *cancelled)
     return all_final ? 1 : 0;
 }
 
+/* The run's counts for the access log, its usage `u` among them. */
+static void stream_count(completion_stream *s, gen_usage u)
+{
+    s->counts = (api_counts){ .prompt_tokens = u.prompt_tokens,
+                              .completion_tokens = u.completion_tokens,
+                              .pauses = completion_run_pauses(s->run) };
+}
+
 static int stream_finish(completion_stream *s, bool cancelled)
 {
     completion_run *run = s->run;
@@ -347,10 +355,11 @@ static int stream_finish(completion_stream *s, bool cancelled)
         if (stream_event(s, api_error_json(&e)) != 0)
             return -1;
     }
-    s->usage = completion_run_usage(run);
+    const gen_usage u = completion_run_usage(run);
+    stream_count(s, u);
     if (run->req.include_usage && !cancelled) {
         json_t *body = completion_chunk_envelope(run, json_array());
-        json_object_set_new(body, "usage", completion_usage_json(s->usage));
+        json_object_set_new(body, "usage", completion_usage_json(u));
         if (stream_event(s, body) != 0)
             return -1;
     }
@@ -384,7 +393,7 @@ static void stream_cancel(void *self)
         return;
     s->gone = true;
     completion_run_cancel_for_client(s->run);
-    s->usage = completion_run_usage(s->run);
+    stream_count(s, completion_run_usage(s->run));
 }
 
 static ssize_t stream_read(void *self, char *buf, size_t max,
@@ -424,12 +433,10 @@ static ssize_t stream_read(void *self, char *buf, size_t max,
     }
 }
 
-static void stream_usage(const void *self, size_t *prompt_tokens,
-                         size_t *completion_tokens)
+static api_counts stream_counts(const void *self)
 {
     const completion_stream *s = self;
-    *prompt_tokens = s->usage.prompt_tokens;
-    *completion_tokens = s->usage.completion_tokens;
+    return s->counts;
 }
 
 static void stream_free(void *self)
@@ -474,7 +481,7 @@ int completion_stream_open(completion_run *run, api_source *src)
         .live = true,
         .read = stream_read,
         .cancel = stream_cancel,
-        .usage = stream_usage,
+        .counts = stream_counts,
         .free = stream_free,
     };
     return 0;

@@ -285,8 +285,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
         api_response_cancel(&hr->resp);
         hr->status = 499;
     }
-    size_t prompt, completion;
-    api_response_usage(&hr->resp, &prompt, &completion);
+    const api_counts counts = api_response_counts(&hr->resp);
     if (hr->route->id == ROUTE_COMPLETIONS ||
         hr->route->id == ROUTE_CHAT_COMPLETIONS ||
         hr->route->id == ROUTE_INSPECT)
@@ -321,10 +320,11 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                   ? hr->route->label
                   : hr->path,
               path);
-    log_info(
-        "%s %s %d %.1fms prompt_tokens=%zu completion_tokens=%zu request_id=%s",
-        method, path, status, monotonic_since(&hr->t0) * 1e3, prompt,
-        completion, http_request_id(hr));
+    log_info("%s %s %d %.1fms prompt_tokens=%zu completion_tokens=%zu "
+             "paused=%zu request_id=%s",
+             method, path, status, monotonic_since(&hr->t0) * 1e3,
+             counts.prompt_tokens, counts.completion_tokens, counts.pauses,
+             http_request_id(hr));
     http_request_unref(hr);
     atomic_fetch_sub(&srv->in_flight, 1);
 }

@@ -2063,10 +2063,17 @@ class T7cCorsAndRequestIds(ServerCase):
         c.post("/v1/completions", {"prompt": "Hi", "max_tokens": 1},
                headers={"X-Request-Id": mine})
         body = c.complete(prompt="Hi", max_tokens=1)
+        streamed = list(c.stream("/v1/completions", {
+            "prompt": "Hi", "max_tokens": 2, "stream": True,
+            "logit_bias": NO_EOT}))
         refused = self.client().get("/v1/models")
-        lines = {mine: r"POST /v1/completions 200 .*",
-                 body["id"]: r"POST /v1/completions 200 .*",
-                 refused.headers["x-request-id"]: r"GET /v1/models 401 .*"}
+        # the counts, then how often its sequences were paused for another
+        # caller's: none here, and said so on every line
+        counts = r"[0-9.]+ms prompt_tokens=\d+ completion_tokens=%d paused=0"
+        lines = {mine: r"POST /v1/completions 200 " + counts % 1,
+                 body["id"]: r"POST /v1/completions 200 " + counts % 1,
+                 streamed[0]["id"]: r"POST /v1/completions 200 " + counts % 2,
+                 refused.headers["x-request-id"]: r"GET /v1/models 401 " + counts % 0}
         for rid, pattern in lines.items():
             with self.subTest(rid=rid):
                 # the line is written when libmicrohttpd reports the request done
@@ -3063,7 +3070,7 @@ class T10Inspect(ServerCase):
                          r.json["usage"]["prompt_tokens"] + 1)
         self.assertTrue(wait_for(lambda: re.search(
             r"POST /v1/inspect 200 [0-9.]+ms prompt_tokens=%d completion_tokens=0 "
-            r"request_id=%s\b" % (r.json["usage"]["prompt_tokens"], r.json["id"]),
+            r"paused=0 request_id=%s\b" % (r.json["usage"]["prompt_tokens"], r.json["id"]),
             self.log_text()), 2),
             self.server.log_tail())
 

@@ -78,7 +78,7 @@ sys.path.insert(0, HERE)
 from gpt2d_client import (NO_EOT, Server, StreamError, Vocab,  # noqa: E402
                           http_request, metric_sum, read_raw, read_response,
                           response_complete, rss_kib)
-from testlib import (GPT2D, TINY, ServerCase,  # noqa: E402
+from testlib import (GPT2D, TINY, ServerCase, key_file,  # noqa: E402
                      long_context_model, run_module, wait_for)
 
 WORKDIR = os.environ.get("GPT2D_LIMITS_WORKDIR", tempfile.gettempdir())
@@ -1392,12 +1392,6 @@ class OpenStreams:
         with self.lock:
             for es in self.streams:
                 es.close()
-
-
-def key_file(path, lines):
-    with open(path, "w", encoding="ascii") as f:
-        f.write("# test keys\n" + "".join(line + "\n" for line in lines))
-    return path
 
 
 def prompt_tokens(c, prompt):

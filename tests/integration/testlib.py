@@ -1,8 +1,9 @@
 """testlib.py — what the unittest-based integration suites (api_tests.py,
-limits_tests.py) share beyond the HTTP client: the build's paths, polling,
-the long-context test model, the OpenAI error-object assertion, a test
-group with a gpt2d of its own, and a runner that prints one line per test
-and can run a subset by name.  Standard library only."""
+limits_tests.py, fair_tests.py, ...) share beyond the HTTP client: the
+build's paths, polling, the long-context test model, an API keys file, the
+OpenAI error-object assertion, a test group with a gpt2d of its own, and a
+runner that prints one line per test and can run a subset by name.
+Standard library only."""
 
 import os
 import subprocess
@@ -46,6 +47,14 @@ def long_context_model(out, tiny, seed):
             check=True, stdout=subprocess.DEVNULL,
             env=dict(os.environ, PYTHONDONTWRITEBYTECODE="1"))
     return out
+
+
+def key_file(path, lines):
+    """Writes an API keys file of `lines` ("KEY [name=N] [limits]") to
+    `path`; returns `path`."""
+    with open(path, "w", encoding="ascii") as f:
+        f.write("# test keys\n" + "".join(line + "\n" for line in lines))
+    return path
 
 
 class Case(unittest.TestCase):
