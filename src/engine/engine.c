@@ -224,10 +224,12 @@ static int engine_alloc_step(engine *e, gpt2d_error *err)
     e->queue = calloc(e->cfg.max_queue, sizeof *e->queue);
     /* a request waits queued or runs; running, its sequences may all be
      * paused */
-    e->running_cap = e->cfg.max_queue + e->cfg.n_slots;
+    e->running_cap = e->cfg.max_queue + 2 * e->cfg.n_slots;
     e->running = calloc(e->running_cap, sizeof *e->running);
     e->plan = calloc(e->cfg.n_slots, sizeof *e->plan);
-    e->n_callers_cap = e->running_cap + 1;
+    /* an entry for every caller with work: at most one per queued or
+     * running request, and one more (engine_fair.c) */
+    e->n_callers_cap = e->cfg.max_queue + e->running_cap + 1;
     e->callers = fair_callers_create(e->n_callers_cap);
     e->n_scratch = threadpool_size(e->pool);
     e->scratch = calloc(e->n_scratch, sizeof *e->scratch);
@@ -539,6 +541,11 @@ size_t engine_sessions(engine *e, const uint8_t owner[SHA256_BYTES],
      * negative). */
     double now = monotonic_seconds();
     size_t n = kvcache_sessions(e->kv, owner, info, cap);
+    /* a session whose request waits paused holds no KV sequence, but is
+     * as busy as a running one (engine_session_delete) */
+    for (size_t i = 0; i < n && i < cap; i++)
+        info[i].busy = info[i].busy ||
+                       admit_session_in_use(e, owner, info[i].id, false);
     pthread_mutex_unlock(&e->lock);
     for (size_t i = 0; i < n && i < cap; i++) {
         out[i].kv = info[i];

@@ -15,22 +15,25 @@
  *     sequences, or fewer (at least one), when only fewer are free or can
  *     be freed for it: the others wait paused, and start as slots come.
  *   - Without a free slot, the sequences engine_fair.c names are paused
- *     for it, but only once its own KV sequences have begun (the cache
- *     keeps two sequences per slot, so beginning needs no slot given back
- *     first): a request that cannot begin for memory pauses no one.
- *   - When the cache cannot hold a queued request yet (KV_NO_MEMORY),
- *     nothing passes it this step: a large request is not starved by
- *     smaller ones.  A paused sequence that cannot resume for memory waits
- *     for its own caller's sequences (kvcache.h: beside its own, it takes
- *     no memory other accounts keep); others pass it.
- *   - A request's sequences past its first take no KV memory that other
- *     callers keep within their share (kvcache.h, KV_SHARES_KEPT): it
- *     starts with its first sequence only, and the others resume as a
- *     second request of its caller would begin.  So one wide request of
- *     another key cannot empty a conversation's cache between two of its
- *     turns, however long the conversation pauses, and is not starved by
- *     it either: a sequence with none of its caller's running beside it
- *     may take any memory not in use. */
+ *     for it.  Its KV sequences begin first, beside the victims (the cache
+ *     keeps two sequences per slot); when that is short of memory, the
+ *     victims are paused first, so that what they reserved counts, and
+ *     take their slots back at once (one row each run again) if even that
+ *     is not enough.  Preemption frees slots and what the victims
+ *     reserved, never another caller's running memory.
+ *   - When the cache cannot hold an item yet (KV_NO_MEMORY), nothing
+ *     passes it this step: a large request, or a paused sequence whose
+ *     memory went to others meanwhile, is not starved by smaller ones; it
+ *     starts as the running sequences end.
+ *   - As many requests as the running set holds (max_queue + 2 x n_slots,
+ *     paused ones included) run or stand paused: new ones wait for them.
+ *   - While another caller runs or waits, a request's sequences past its
+ *     first, and a sequence beside its caller's running ones, take no KV
+ *     memory that other callers keep within their share (kvcache.h,
+ *     KV_SHARES_KEPT): it starts with its first sequence only, and the
+ *     others resume as they fit.  So one wide request of another key does
+ *     not empty a working caller's cache.  Nothing is kept for a caller
+ *     that has no work: then any memory not in use may be taken. */
 #include "config.h"
 
 #include "engine/engine_shared.h"
@@ -114,7 +117,7 @@ void admit_count_reuse(gen_request *r, size_t reused)
  * hold them yet); the others wait paused.  With `keep_others`, its
  * sequences past the first leave other accounts their kept share. */
 kv_begin_status admit_begin_kv(engine *e, gen_request *r, size_t n_run,
-                               bool keep_others, double now)
+                               bool take_kept, double now)
 {
     size_t seqs[n_run], reused = 0;
     kv_begin b = { .who = &r->id,
@@ -126,7 +129,8 @@ kv_begin_status admit_begin_kv(engine *e, gen_request *r, size_t n_run,
                    .max_total = r->n_prompt + r->max_tokens,
                    .n_seq = n_run,
                    .reuse = !request_computes_whole_prompt(r),
-                   .keep_others_share = keep_others,
+                   .keep_others_share = true,
+                   .take_kept = take_kept,
                    .now = now };
     kv_begin_status st = kvcache_seq_begin(e->kv, &b, seqs, &reused);
     if (st != KV_BEGUN)
@@ -240,16 +244,67 @@ static void start_request(engine *e, caller_state *c, size_t queue_index,
 /* Begins the item with n_run sequences (1 for a paused one): KV_BEGUN, or
  * why not.  A request kept from other callers' memory for its siblings
  * starts with its first sequence alone. */
-static kv_begin_status begin_item(engine *e, const waiting_item *w,
-                                  size_t *n_run, double now)
+static kv_begin_status begin_item(engine *e, const caller_state *c,
+                                  const waiting_item *w, size_t *n_run,
+                                  double now)
 {
+    const bool take_kept = !fair_others_have_work(e, c);
     if (w->queue == SIZE_MAX)
-        return pause_resume(e, w->r, w->seq, now);
-    kv_begin_status st = admit_begin_kv(e, w->r, *n_run, true, now);
+        return pause_resume(e, w->r, w->seq, take_kept, now);
+    kv_begin_status st = admit_begin_kv(e, w->r, *n_run, take_kept, now);
     if (st == KV_SHARES_KEPT && *n_run > 1) {
         *n_run = 1;
-        st = admit_begin_kv(e, w->r, 1, true, now);
+        st = admit_begin_kv(e, w->r, 1, take_kept, now);
     }
+    return st;
+}
+
+/* The plan's victims [from, to) give their slots back: paused. */
+static void pause_victims(engine *e, const preempt_plan *p, size_t from,
+                          size_t to, double now)
+{
+    for (size_t v = from; v < to; v++)
+        pause_seq(e, p->victims[v].r, p->victims[v].seq, now);
+}
+
+/* ... and take them again at once: nothing lost but the row each runs
+ * again (a sibling still waiting for its prompt stays paused, as it would
+ * have without a slot). */
+static void unpause_victims(engine *e, const preempt_plan *p, size_t from,
+                            size_t to, double now)
+{
+    for (size_t v = from; v < to; v++) {
+        const preempt_victim *x = &p->victims[v];
+        if (pause_resumable(x->r, x->seq))
+            pause_resume(e, x->r, x->seq, true, now);
+    }
+}
+
+/* Begins the item in its n_run slots, pausing the victims they take.
+ * First with the victims still holding what they reserved; when that is
+ * short of memory, they are paused first, so that what they reserved
+ * counts, and taken back if even that is not enough.  Returns the begin's
+ * status; on KV_BEGUN, *n_pause victims stand paused. */
+static kv_begin_status begin_with_victims(engine *e, const caller_state *c,
+                                          const waiting_item *w, size_t *n_run,
+                                          size_t free_slots,
+                                          const preempt_plan *p,
+                                          size_t *n_pause, double now)
+{
+    kv_begin_status st = begin_item(e, c, w, n_run, now);
+    if (st == KV_BEGUN) {
+        *n_pause = *n_run > free_slots ? *n_run - free_slots : 0;
+        pause_victims(e, p, 0, *n_pause, now);
+        return st;
+    }
+    if (st != KV_NO_MEMORY || p->n == 0)
+        return st;
+    pause_victims(e, p, 0, p->n, now);
+    st = begin_item(e, c, w, n_run, now);
+    *n_pause = st != KV_BEGUN        ? 0
+               : *n_run > free_slots ? *n_run - free_slots
+                                     : 0;
+    unpause_victims(e, p, *n_pause, p->n, now);
     return st;
 }
 
@@ -274,20 +329,24 @@ void admit_schedule(engine *e, double now)
             fair_block(c); /* no slot for it this step */
             continue;
         }
-        kv_begin_status st = begin_item(e, &w, &n_run, now);
-        if (st != KV_BEGUN && w.queue == SIZE_MAX) {
-            /* its own running sequences hold the memory it needs, or
-             * others keep it: it waits for them, others pass it */
+        if (w.queue != SIZE_MAX && e->n_running == e->running_cap) {
+            /* as many requests run or stand paused as the running set
+             * holds (max_queue + 2 x n_slots): new ones wait for them */
             fair_block(c);
             continue;
         }
-        if (st != KV_BEGUN)
+        size_t n_pause = 0;
+        kv_begin_status st = begin_with_victims(e, c, &w, &n_run, free_slots,
+                                                &plan, &n_pause, now);
+        if (st == KV_NO_MEMORY)
             break; /* the cache cannot hold it yet: nothing passes it */
-        /* its sequences have begun: now the slots it takes are paused */
-        const size_t n_pause = n_run > free_slots ? n_run - free_slots : 0;
+        if (st != KV_BEGUN) {
+            fair_block(c); /* its session is busy or at its quota */
+            continue;
+        }
         for (size_t v = 0; v < n_pause; v++) {
             const preempt_victim *x = &plan.victims[v];
-            pause_seq(e, x->r, x->seq, x->why, now);
+            pause_count(x->r, x->why);
             fair_paused(e, x->r->account, true);
         }
         free_slots = free_slots + n_pause - n_run;

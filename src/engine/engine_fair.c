@@ -29,9 +29,11 @@
  *     and a resume pay off), and prompts being computed and inspects are
  *     never paused.
  *
- * Callers are kept in a table bounded by the queue plus the running
- * requests; when it is full, the longest idle caller is forgotten (and
- * starts again, if it comes back, at the others' least virtual time).
+ * Callers are kept in a table with an entry for every queued and every
+ * running request (paused ones included) and one more, so a caller with
+ * work always has one; when it is full, the longest idle caller is
+ * forgotten (and starts again, if it comes back, at the others' least
+ * virtual time).
  *
  * Threads: the engine thread, with e->lock held; fair_enqueued on an HTTP
  * thread in engine_submit, with e->lock held.  The table is this file's
@@ -111,6 +113,8 @@ static caller_state *caller_get(engine *e, const uint8_t *account, double now)
             !caller_busy(e, x->account))
             c = x;
     }
+    if (c == NULL)
+        abort(); /* more callers with work than requests: a bug */
     memset(c, 0, sizeof *c);
     c->used = true;
     memcpy(c->account, account, SHA256_BYTES);
@@ -228,6 +232,16 @@ void fair_paused(engine *e, const uint8_t *account, bool later_resumed)
 void fair_new_waiting(engine *e, const uint8_t *account, size_t n)
 {
     caller_find(e, account)->waiting += n;
+}
+
+bool fair_others_have_work(const engine *e, const caller_state *c)
+{
+    for (size_t i = 0; i < e->n_callers_cap; i++) {
+        const caller_state *x = &e->callers[i];
+        if (x != c && x->used && (x->running > 0 || x->waiting > 0))
+            return true;
+    }
+    return false;
 }
 
 void fair_charge(engine *e, const uint8_t *account, size_t rows)

@@ -27,8 +27,7 @@
 
 #include "core/metrics.h"
 
-void pause_seq(engine *e, gen_request *r, size_t i, preempt_reason why,
-               double now)
+void pause_seq(engine *e, gen_request *r, size_t i, double now)
 {
     seq_state *s = &r->seqs[i];
     if (s->has_kv) {
@@ -38,6 +37,10 @@ void pause_seq(engine *e, gen_request *r, size_t i, preempt_reason why,
     s->kv_loading = false;
     s->phase = SEQ_PAUSED;
     s->t_paused = now;
+}
+
+void pause_count(gen_request *r, preempt_reason why)
+{
     pthread_mutex_lock(&r->lock);
     r->pauses++;
     pthread_mutex_unlock(&r->lock);
@@ -62,7 +65,8 @@ bool pause_resumable(const gen_request *r, size_t i)
            (i == 0 || r->seqs[0].phase != SEQ_PREFILL);
 }
 
-kv_begin_status pause_resume(engine *e, gen_request *r, size_t i, double now)
+kv_begin_status pause_resume(engine *e, gen_request *r, size_t i,
+                             bool take_kept, double now)
 {
     seq_state *s = &r->seqs[i];
     size_t seq, reused;
@@ -77,6 +81,7 @@ kv_begin_status pause_resume(engine *e, gen_request *r, size_t i, double now)
                    .max_total = r->n_prompt + r->max_tokens,
                    .n_seq = 1,
                    .reuse = true,
+                   .take_kept = take_kept,
                    .now = now };
     kv_begin_status st = kvcache_seq_begin(e->kv, &b, &seq, &reused);
     if (st != KV_BEGUN)

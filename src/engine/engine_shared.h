@@ -42,7 +42,7 @@
 #include "sample/sampler.h"
 #include "text/tokenizer.h"
 
-/* A caller's fairness bookkeeping: engine_admit.c's own. */
+/* A caller's fairness bookkeeping: engine_fair.c's own. */
 typedef struct caller_state caller_state;
 
 /* Why a sequence was paused (engine_fair.c): its caller ran at least two
@@ -172,11 +172,11 @@ void admit_drop_cancelled(engine *e);
  * (engine_fair.c's rules), while the cache can hold them. */
 void admit_schedule(engine *e, double now);
 /* Begins the KV sequences of the request's first n_run sequences
- * (kvcache_seq_begin's status); the others wait paused.  With
- * `keep_others`, its sequences past the first leave other accounts their
- * kept share. */
+ * (kvcache_seq_begin's status); the others wait paused.  Unless
+ * `take_kept`, its sequences past the first (and all of them beside its
+ * caller's running ones) leave other accounts their kept share. */
 kv_begin_status admit_begin_kv(engine *e, gen_request *r, size_t n_run,
-                               bool keep_others, double now);
+                               bool take_kept, double now);
 /* What the request reuses from the cache, once known. */
 void admit_count_reuse(gen_request *r, size_t reused);
 /* Gives back a sequence's KV sequence, or all of the request's. */
@@ -209,6 +209,10 @@ void fair_started(caller_state *c, size_t n_seq);
 void fair_paused(engine *e, const uint8_t *account, bool later_resumed);
 /* A started request of `account` left n sequences waiting. */
 void fair_new_waiting(engine *e, const uint8_t *account, size_t n);
+/* Whether a caller other than `c` runs or waits: then the KV memory others
+ * keep within their shares is kept (nothing is kept for callers that send
+ * nothing). */
+bool fair_others_have_work(const engine *e, const caller_state *c);
 /* The step computed `rows` rows for `account`. */
 void fair_charge(engine *e, const uint8_t *account, size_t rows);
 /* Adds to p the next sequence to pause so that `x` runs one more, by the
@@ -218,9 +222,10 @@ bool fair_plan_victim(const engine *e, const caller_state *x, preempt_plan *p);
 /* ---- engine_pause.c: paused and resumed sequences ---- */
 
 /* Pauses sequence i (it holds a slot): its KV sequence ends, its blocks
- * stay cached; it waits as SEQ_PAUSED. */
-void pause_seq(engine *e, gen_request *r, size_t i, preempt_reason why,
-               double now);
+ * stay cached; it waits as SEQ_PAUSED.  Counted by pause_count once the
+ * pause stands (one taken back at once is not a pause). */
+void pause_seq(engine *e, gen_request *r, size_t i, double now);
+void pause_count(gen_request *r, preempt_reason why);
 /* Sequences first.. of a request that starts without them wait paused
  * (not counted as pauses). */
 void pause_unstarted(gen_request *r, size_t first);
@@ -228,8 +233,11 @@ void pause_unstarted(gen_request *r, size_t first);
  * 0's prompt). */
 bool pause_resumable(const gen_request *r, size_t i);
 /* Begins paused sequence i's KV sequence for its history: KV_BEGUN and it
- * is SEQ_RESUME, or why not (and nothing changed). */
-kv_begin_status pause_resume(engine *e, gen_request *r, size_t i, double now);
+ * is SEQ_RESUME, or why not (and nothing changed).  With take_kept, the
+ * memory other callers keep within their shares may be taken
+ * (kvcache.h). */
+kv_begin_status pause_resume(engine *e, gen_request *r, size_t i,
+                             bool take_kept, double now);
 
 /* ---- engine_batch.c: composing a step ---- */
 

@@ -1840,11 +1840,8 @@ START_TEST(test_engine_a_caller_alone_takes_every_slot_at_once)
 END_TEST
 
 /* ... and a request of four sequences on four slots runs at once too,
- * though another caller's request ended a moment ago.  (Memory is not
- * short here: a request whose further sequences would need the memory
- * another key keeps within its share runs them one after another, as
- * test_engine_wide_request_leaves_an_idle_callers_conversation_cached
- * shows; the slots are never held back.) */
+ * though another caller's request ended a moment ago.  (Whatever
+ * the memory: what another key keeps is kept only while it has work.) */
 START_TEST(test_engine_a_wide_request_runs_at_once_on_free_slots)
 {
     engine_config cfg = { .n_slots = 4,
@@ -1948,6 +1945,83 @@ START_TEST(test_engine_a_key_over_its_max_seqs_gives_way)
 }
 END_TEST
 
+/* ---- attack28: what a paused request holds outside the queue ---- */
+
+/* A request whose sequences are all paused has left the queue, so the
+ * queue takes others again: the running set holds more than max_queue +
+ * n_slots requests.  On four slots with a queue of one, A runs four; each
+ * of B's two requests pauses one of A's (fair share: A runs two more),
+ * and six requests are running (under --enable-sanitizers: a
+ * heap-buffer-overflow in start_request; without, a write past
+ * e->running).  Every request still ends. */
+START_TEST(test_engine_running_set_holds_requests_paused_past_the_queue)
+{
+    engine_config cfg = { .n_slots = 4,
+                          .max_queue = 1,
+                          .max_batch_rows = 16,
+                          .min_step_usec = 5000 };
+    scene sc;
+    scene_open(&sc, &cfg);
+    for (size_t i = 0; i < 4; i++)
+        scene_running(&sc, sc.a, 1);
+    scene_running(&sc, sc.b, 1);
+    scene_running(&sc, sc.b, 1);
+    assert_running_paused(sc.e, 4, 2);
+    for (size_t i = 0; i < sc.n_reqs; i++)
+        wait_finished(sc.reqs[i]);
+    scene_close(&sc);
+}
+END_TEST
+
+/* The callers table has max_queue + n_slots + 1 entries, but a caller
+ * whose only request is paused is neither queued nor holding a slot.  On
+ * four slots with a queue of two: K1 and K2 run a short and a long
+ * request each; N1's and N2's requests pause K1's and K2's long ones;
+ * when the short ones end, N3's and N4's queued requests take their
+ * slots (less served than K1 and K2), which wait with none running.  Then
+ * N5 and N6 queue: eight callers have work, and the table of seven has no
+ * entry for the eighth (caller_get returns NULL: a segfault in
+ * fair_enqueued, on the submitting thread). */
+START_TEST(test_engine_callers_with_only_paused_work_fit_the_callers_table)
+{
+    engine_config cfg = { .n_slots = 4,
+                          .max_queue = 2,
+                          .max_batch_rows = 16,
+                          .min_step_usec = 5000 };
+    scene sc;
+    scene_open(&sc, &cfg);
+    const kv_identity k1 = caller(21, 21), k2 = caller(22, 22);
+    gen_params sp = greedy_params(sc.prompt, 4, 20);
+    ban_eot(&sp);
+    gen_request *shorts[2];
+    sp.identity = k1;
+    ck_assert_int_eq(submit(sc.e, &sp, &shorts[0]), ENGINE_OK);
+    scene_keep(&sc, shorts[0]);
+    sp.identity = k2;
+    ck_assert_int_eq(submit(sc.e, &sp, &shorts[1]), ENGINE_OK);
+    scene_keep(&sc, shorts[1]);
+    wait_tokens(shorts[0], 1);
+    wait_tokens(shorts[1], 1);
+    scene_running(&sc, k1, 1);
+    scene_running(&sc, k2, 1);
+    scene_running(&sc, caller(31, 31), 1);
+    scene_running(&sc, caller(32, 32), 1);
+    assert_running_paused(sc.e, 4, 2);
+    gen_request *n3 = scene_long(&sc, caller(33, 33), 1);
+    gen_request *n4 = scene_long(&sc, caller(34, 34), 1);
+    wait_finished(shorts[0]);
+    wait_finished(shorts[1]);
+    wait_tokens(n3, 1);
+    wait_tokens(n4, 1);
+    assert_running_paused(sc.e, 4, 2);
+    scene_long(&sc, caller(35, 35), 1);
+    scene_long(&sc, caller(36, 36), 1);
+    for (size_t i = 0; i < sc.n_reqs; i++)
+        wait_finished(sc.reqs[i]);
+    scene_close(&sc);
+}
+END_TEST
+
 /* ---- preemption changes nothing in what a sequence makes ---- */
 
 /* How the paused request runs. */
@@ -1958,6 +2032,9 @@ typedef struct pause_case {
     bool evict;          /* a third caller's request takes its cached
                                  * blocks while it is paused */
     bool disk;           /* with a disk tier for what is evicted */
+    bool reserved;       /* memory for the slots' whole contexts only:
+                                 * B's request fits only in what the paused
+                                 * one had reserved */
 } pause_case;
 
 static gen_params pause_case_params(const pause_case *pc, const int32_t *prompt,
@@ -1999,7 +2076,9 @@ static void pause_case_run(const pause_case *pc, outcome *o,
     engine_config cfg = { .n_slots = 1 + pc->n_seq,
                           .max_queue = 8,
                           .max_batch_rows = 16,
-                          .kv_blocks = pc->evict ? 9 : 32,
+                          .kv_blocks = pc->evict      ? 9
+                                       : pc->reserved ? 0
+                                                      : 32,
                           .min_step_usec = 2000 };
     if (pc->disk) {
         cfg.kv_disk_dir = test_scratch_dir();
@@ -2070,7 +2149,7 @@ static void check_pause_case(const pause_case *pc)
     pause_case_run(pc, &o, &evictions, &reads);
     if (pc->evict)
         ck_assert_uint_gt(evictions, 0);
-    else
+    else if (!pc->reserved)
         ck_assert_uint_eq(evictions, 0);
 }
 
@@ -2107,6 +2186,17 @@ START_TEST(test_engine_paused_sequence_recomputed_is_bit_identical)
 {
     check_pause_case(
         &(pause_case){ .sampled = true, .n_seq = 1, .evict = true });
+}
+END_TEST
+
+/* Attack on issue 28, finding 3: with memory for the slots' contexts (the
+ * default), the running sequences have reserved all of it, and B's
+ * request could begin only once one of them was paused: it is paused
+ * first, and B runs at once. */
+START_TEST(test_engine_paused_for_reserved_memory_is_bit_identical)
+{
+    check_pause_case(
+        &(pause_case){ .sampled = true, .n_seq = 1, .reserved = true });
 }
 END_TEST
 
@@ -2170,16 +2260,20 @@ typedef struct wide_scene {
     scene sc;
     int32_t *turn2; /* A's next turn: the history, two new tokens */
     size_t n2;
+    gen_request *busy; /* with a_busy: A's other request, running */
     gen_request *wide;
 } wide_scene;
 
-static void wide_scene_open(wide_scene *w)
+/* ... in a cache of 10 blocks; with a_busy, A runs another request (2
+ * blocks) meanwhile, so that B's second sequence (4 blocks beside its
+ * first's 4) fits only in what A keeps. */
+static void wide_scene_open(wide_scene *w, bool a_busy)
 {
     engine_config cfg = { .n_slots = 4,
                           .max_queue = 8,
                           .max_batch_rows = 16,
-                          .kv_blocks = 8,
-                          .min_step_usec = 1000 };
+                          .kv_blocks = 10,
+                          .min_step_usec = 2000 };
     scene_open(&w->sc, &cfg);
     w->turn2 = prompt_of(50);
     w->n2 = 50;
@@ -2193,6 +2287,18 @@ static void wide_scene_open(wide_scene *w)
     memcpy(w->turn2 + 40, o.seq[0].tokens, 8 * sizeof *w->turn2);
     w->turn2[48] = 11;
     w->turn2[49] = 12;
+    w->busy = NULL;
+    if (a_busy) {
+        int32_t *other = prompt_of(4);
+        other[0] = 7;
+        gen_params b = greedy_params(other, 4, 24);
+        ban_eot(&b);
+        b.identity = w->sc.a;
+        ck_assert_int_eq(submit(w->sc.e, &b, &w->busy), ENGINE_OK);
+        scene_keep(&w->sc, w->busy);
+        wait_tokens(w->busy, 1);
+        free(other);
+    }
 
     gen_params q = sampled_params(w->sc.prompt, 4, g_n_ctx - 4, 7);
     ban_eot(&q);
@@ -2222,42 +2328,48 @@ static void wide_scene_close(wide_scene *w)
 
 /* Review of issue 19, finding 2: another key's request of n sequences
  * could take memory a caller keeps within its share for every one of
- * them, not only for its first, and so empty a conversation's cache
- * between two turns.  B's request needs all 8 blocks; A's conversation
- * keeps 3 (its share is 4), however long A thinks: B runs its first
- * sequence, its second waits beside it (a second sequence of B's takes no
- * memory A keeps), A's next turn finds its 47 positions (the history less
- * the last token, never fed back), and nothing of A's was evicted. */
-START_TEST(test_engine_wide_request_leaves_an_idle_callers_conversation_cached)
+ * them, not only for its first.  While A has work (its other request
+ * runs), B's second sequence takes none of the 3 blocks A's conversation
+ * keeps (its share is 5): B runs its first sequence, its second waits,
+ * and nothing of A's is evicted. */
+START_TEST(test_engine_wide_request_leaves_a_busy_callers_conversation_cached)
 {
     wide_scene w;
-    wide_scene_open(&w);
+    wide_scene_open(&w, true);
     wait_tokens(w.wide, 2);
-    monotonic_sleep_ms(50);
-    ck_assert_uint_eq(wide_scene_next_turn(&w), 47);
+    ck_assert(!finished(w.busy));
     gen_request_lock(w.wide);
     ck_assert_uint_eq(gen_request_output(w.wide, 1)->n_tokens, 0);
     gen_request_unlock(w.wide);
     ck_assert_uint_eq(
         engine_get_stats(w.sc.e).kv.evicted[KV_EVICTED_UNDER_SHARE], 0);
+    /* ... and once A has no work, nothing is kept for it: B's second
+     * sequence takes what it needs */
+    wait_finished(w.wide);
+    gen_request_lock(w.wide);
+    ck_assert_uint_eq(gen_request_output(w.wide, 1)->n_tokens, 60);
+    gen_request_unlock(w.wide);
+    ck_assert_uint_gt(
+        engine_get_stats(w.sc.e).kv.evicted[KV_EVICTED_UNDER_SHARE], 0);
     wide_scene_close(&w);
 }
 END_TEST
 
-/* ... and is not starved by it: once its first sequence has ended, the
- * second begins alone, taking its own first's cached blocks before A's. */
-START_TEST(test_engine_wide_request_runs_its_sequences_one_after_another)
+/* Nothing is kept for a caller that sends nothing: with A idle between
+ * two turns, B's request runs both its sequences at once, on memory A's
+ * conversation kept, and A's next turn finds less of it. */
+START_TEST(test_engine_wide_request_takes_an_idle_callers_kept_memory)
 {
     wide_scene w;
-    wide_scene_open(&w);
-    wait_finished(w.wide);
+    wide_scene_open(&w, false);
+    wait_tokens(w.wide, 2);
     gen_request_lock(w.wide);
-    ck_assert_uint_eq(gen_request_output(w.wide, 0)->n_tokens, 60);
-    ck_assert_uint_eq(gen_request_output(w.wide, 1)->n_tokens, 60);
+    ck_assert_uint_gt(gen_request_output(w.wide, 1)->n_tokens, 0);
     gen_request_unlock(w.wide);
-    ck_assert_uint_eq(
+    wait_finished(w.wide);
+    ck_assert_uint_gt(
         engine_get_stats(w.sc.e).kv.evicted[KV_EVICTED_UNDER_SHARE], 0);
-    ck_assert_uint_eq(wide_scene_next_turn(&w), 47);
+    ck_assert_uint_lt(wide_scene_next_turn(&w), 47);
     wide_scene_close(&w);
 }
 END_TEST
@@ -2457,9 +2569,9 @@ static Suite *engine_suite(void)
     tcase_add_test(fair, test_engine_a_key_over_its_max_seqs_gives_way);
     tcase_add_test(
         fair,
-        test_engine_wide_request_leaves_an_idle_callers_conversation_cached);
-    tcase_add_test(
-        fair, test_engine_wide_request_runs_its_sequences_one_after_another);
+        test_engine_wide_request_leaves_a_busy_callers_conversation_cached);
+    tcase_add_test(fair,
+                   test_engine_wide_request_takes_an_idle_callers_kept_memory);
     tcase_add_test(fair,
                    test_engine_request_wider_than_its_share_is_not_starved);
     tcase_add_test(fair,
@@ -2476,12 +2588,18 @@ static Suite *engine_suite(void)
     tcase_add_unchecked_fixture(pause, load_fixtures, unload_fixtures);
     tcase_add_unchecked_fixture(pause, test_scratch_make, test_scratch_remove);
     tcase_add_test(pause, test_engine_paused_greedy_sequence_is_bit_identical);
+    tcase_add_test(
+        pause, test_engine_running_set_holds_requests_paused_past_the_queue);
+    tcase_add_test(
+        pause, test_engine_callers_with_only_paused_work_fit_the_callers_table);
     tcase_add_test(pause, test_engine_paused_sampled_sequence_is_bit_identical);
     tcase_add_test(pause, test_engine_paused_sibling_is_bit_identical);
     tcase_add_test(pause, test_engine_paused_session_sequence_is_bit_identical);
     tcase_add_test(pause,
                    test_engine_paused_sequence_recomputed_is_bit_identical);
     tcase_add_test(pause, test_engine_paused_sequence_spilled_is_bit_identical);
+    tcase_add_test(pause,
+                   test_engine_paused_for_reserved_memory_is_bit_identical);
     suite_add_tcase(s, pause);
 
     return s;
