@@ -27,13 +27,15 @@
  *     starts as the running sequences end.
  *   - As many requests as the running set holds (max_queue + 2 x n_slots,
  *     paused ones included) run or stand paused: new ones wait for them.
- *   - While another caller runs or waits, a request's sequences past its
- *     first, and a sequence beside its caller's running ones, take no KV
- *     memory that other callers keep within their share (kvcache.h,
- *     KV_SHARES_KEPT): it starts with its first sequence only, and the
- *     others resume as they fit.  So one wide request of another key does
- *     not empty a working caller's cache.  Nothing is kept for a caller
- *     that has no work: then any memory not in use may be taken. */
+ *   - A sequence beside its caller's running ones (a second request, a
+ *     paused sequence resuming) takes no KV memory that other callers keep
+ *     within their share (kvcache.h): it waits for its own to end, so
+ *     another key's traffic never empties a conversation's cache between
+ *     two turns.  While another caller runs or waits, so do a request's
+ *     sequences past its first (KV_SHARES_KEPT): it starts with its first
+ *     sequence only, and the others resume as they fit.  With no one else
+ *     working, they may take any memory not in use: a lone key's wide
+ *     request runs at once. */
 #include "config.h"
 
 #include "engine/engine_shared.h"
@@ -117,7 +119,7 @@ void admit_count_reuse(gen_request *r, size_t reused)
  * hold them yet); the others wait paused.  With `keep_others`, its
  * sequences past the first leave other accounts their kept share. */
 kv_begin_status admit_begin_kv(engine *e, gen_request *r, size_t n_run,
-                               bool take_kept, double now)
+                               bool keep_others, double now)
 {
     size_t seqs[n_run], reused = 0;
     kv_begin b = { .who = &r->id,
@@ -129,8 +131,7 @@ kv_begin_status admit_begin_kv(engine *e, gen_request *r, size_t n_run,
                    .max_total = r->n_prompt + r->max_tokens,
                    .n_seq = n_run,
                    .reuse = !request_computes_whole_prompt(r),
-                   .keep_others_share = true,
-                   .take_kept = take_kept,
+                   .keep_others_share = keep_others,
                    .now = now };
     kv_begin_status st = kvcache_seq_begin(e->kv, &b, seqs, &reused);
     if (st != KV_BEGUN)
@@ -248,13 +249,13 @@ static kv_begin_status begin_item(engine *e, const caller_state *c,
                                   const waiting_item *w, size_t *n_run,
                                   double now)
 {
-    const bool take_kept = !fair_others_have_work(e, c);
     if (w->queue == SIZE_MAX)
-        return pause_resume(e, w->r, w->seq, take_kept, now);
-    kv_begin_status st = admit_begin_kv(e, w->r, *n_run, take_kept, now);
+        return pause_resume(e, w->r, w->seq, now);
+    const bool keep_others = fair_others_have_work(e, c);
+    kv_begin_status st = admit_begin_kv(e, w->r, *n_run, keep_others, now);
     if (st == KV_SHARES_KEPT && *n_run > 1) {
         *n_run = 1;
-        st = admit_begin_kv(e, w->r, 1, take_kept, now);
+        st = admit_begin_kv(e, w->r, 1, keep_others, now);
     }
     return st;
 }
@@ -276,7 +277,7 @@ static void unpause_victims(engine *e, const preempt_plan *p, size_t from,
     for (size_t v = from; v < to; v++) {
         const preempt_victim *x = &p->victims[v];
         if (pause_resumable(x->r, x->seq))
-            pause_resume(e, x->r, x->seq, true, now);
+            pause_resume(e, x->r, x->seq, now);
     }
 }
 

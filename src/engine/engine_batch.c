@@ -249,7 +249,7 @@ size_t batch_build(engine *e, size_t *rows_out, size_t *prefill_out,
                 for (size_t i = 0; i < r->n_seq; i++)
                     n_run += r->seqs[i].has_kv;
                 admit_release_all_kv(e, r, now);
-                if (admit_begin_kv(e, r, n_run, true, now) != KV_BEGUN) {
+                if (admit_begin_kv(e, r, n_run, false, now) != KV_BEGUN) {
                     /* it held more than it needs now: cannot happen */
                     log_error("engine: a prompt could not begin again");
                     request_finish_all(r, FINISH_CANCELLED);

@@ -65,8 +65,7 @@ bool pause_resumable(const gen_request *r, size_t i)
            (i == 0 || r->seqs[0].phase != SEQ_PREFILL);
 }
 
-kv_begin_status pause_resume(engine *e, gen_request *r, size_t i,
-                             bool take_kept, double now)
+kv_begin_status pause_resume(engine *e, gen_request *r, size_t i, double now)
 {
     seq_state *s = &r->seqs[i];
     size_t seq, reused;
@@ -81,7 +80,6 @@ kv_begin_status pause_resume(engine *e, gen_request *r, size_t i,
                    .max_total = r->n_prompt + r->max_tokens,
                    .n_seq = 1,
                    .reuse = true,
-                   .take_kept = take_kept,
                    .now = now };
     kv_begin_status st = kvcache_seq_begin(e->kv, &b, &seq, &reused);
     if (st != KV_BEGUN)

@@ -172,11 +172,11 @@ void admit_drop_cancelled(engine *e);
  * (engine_fair.c's rules), while the cache can hold them. */
 void admit_schedule(engine *e, double now);
 /* Begins the KV sequences of the request's first n_run sequences
- * (kvcache_seq_begin's status); the others wait paused.  Unless
- * `take_kept`, its sequences past the first (and all of them beside its
- * caller's running ones) leave other accounts their kept share. */
+ * (kvcache_seq_begin's status); the others wait paused.  With
+ * `keep_others`, its sequences past the first leave other accounts their
+ * kept share. */
 kv_begin_status admit_begin_kv(engine *e, gen_request *r, size_t n_run,
-                               bool take_kept, double now);
+                               bool keep_others, double now);
 /* What the request reuses from the cache, once known. */
 void admit_count_reuse(gen_request *r, size_t reused);
 /* Gives back a sequence's KV sequence, or all of the request's. */
@@ -209,9 +209,9 @@ void fair_started(caller_state *c, size_t n_seq);
 void fair_paused(engine *e, const uint8_t *account, bool later_resumed);
 /* A started request of `account` left n sequences waiting. */
 void fair_new_waiting(engine *e, const uint8_t *account, size_t n);
-/* Whether a caller other than `c` runs or waits: then the KV memory others
- * keep within their shares is kept (nothing is kept for callers that send
- * nothing). */
+/* Whether a caller other than `c` runs or waits: then a request's further
+ * sequences leave the KV memory others keep within their shares (nothing
+ * is kept from them for callers that send nothing). */
 bool fair_others_have_work(const engine *e, const caller_state *c);
 /* The step computed `rows` rows for `account`. */
 void fair_charge(engine *e, const uint8_t *account, size_t rows);
@@ -233,11 +233,9 @@ void pause_unstarted(gen_request *r, size_t first);
  * 0's prompt). */
 bool pause_resumable(const gen_request *r, size_t i);
 /* Begins paused sequence i's KV sequence for its history: KV_BEGUN and it
- * is SEQ_RESUME, or why not (and nothing changed).  With take_kept, the
- * memory other callers keep within their shares may be taken
- * (kvcache.h). */
-kv_begin_status pause_resume(engine *e, gen_request *r, size_t i,
-                             bool take_kept, double now);
+ * is SEQ_RESUME, or why not (and nothing changed).  Beside its caller's
+ * running sequences it must fit as a second request's would (kvcache.h). */
+kv_begin_status pause_resume(engine *e, gen_request *r, size_t i, double now);
 
 /* ---- engine_batch.c: composing a step ---- */
 

@@ -322,8 +322,7 @@ static kv_begin_status admit(const kv_cache *c, const kv_begin *b, long acct,
     const bool beside_own = account_running(c, acct);
     if (claimable < want)
         return KV_NO_MEMORY;
-    if (!b->take_kept &&
-        (beside_own || (b->n_seq > 1 && b->keep_others_share)) &&
+    if ((beside_own || (b->n_seq > 1 && b->keep_others_share)) &&
         claimable - kept_from(c, acct) < want)
         return beside_own ? KV_NO_MEMORY : KV_SHARES_KEPT;
     return KV_BEGUN;

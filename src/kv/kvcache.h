@@ -190,10 +190,6 @@ typedef struct kv_begin {
     bool reuse;             /* false: compute every prompt token */
     bool keep_others_share; /* n_seq > 1: only the first sequence may
                                  * take other accounts' kept blocks */
-    bool take_kept;         /* no other account has work now: the blocks
-                                 * they keep within their shares may be
-                                 * taken, beside its own account's running
-                                 * sequences and by siblings alike */
     double now;             /* caller's clock, seconds */
 } kv_begin;
 
