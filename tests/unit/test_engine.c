@@ -154,6 +154,7 @@ typedef struct result {
     size_t n_tokens;
     char text[4096];
     size_t text_len;
+    size_t text_end[MAX_GEN]; /* text_len after each token */
     finish_reason finish;
 } result;
 
@@ -202,6 +203,7 @@ static void collect(gen_request *r, outcome *o)
         for (size_t k = 0; k < out->n_tokens; k++) {
             res->tokens[k] = out->tokens[k].token;
             res->logprobs[k] = out->tokens[k].logprob;
+            res->text_end[k] = out->token_text_end[k];
             /* offsets never run backwards nor past the text */
             ck_assert_uint_le(out->token_text_end[k], out->text_len);
             if (k > 0)
@@ -2043,6 +2045,8 @@ typedef struct pause_case {
     bool reserved;       /* memory for the slots' whole contexts only:
                                  * B's request fits only in what the paused
                                  * one had reserved */
+    const char *stop;    /* NULL, or its stop string */
+    bool echo;           /* it scores its prompt */
 } pause_case;
 
 /* Tokens the watched and the filler request generate.  The cases whose
@@ -2051,7 +2055,7 @@ typedef struct pause_case {
  * is given: it needs the paths once, not their length. */
 static size_t pause_case_tokens(const pause_case *pc)
 {
-    return pc->evict || pc->reserved ? 56 : test_count(56, 24);
+    return pc->evict || pc->reserved || pc->stop ? 56 : test_count(56, 24);
 }
 
 static gen_params pause_case_params(const pause_case *pc, const int32_t *prompt,
@@ -2066,6 +2070,11 @@ static gen_params pause_case_params(const pause_case *pc, const int32_t *prompt,
     p.identity = who;
     p.n_sequences = pc->n_seq;
     p.session_id = pc->session;
+    p.score_prompt = pc->echo;
+    if (pc->stop != NULL) {
+        p.stop[0] = pc->stop;
+        p.n_stop = 1;
+    }
     return p;
 }
 
@@ -2225,6 +2234,39 @@ START_TEST(test_engine_paused_sequence_spilled_is_bit_identical)
 {
     check_pause_case(&(pause_case){
         .sampled = true, .n_seq = 1, .evict = true, .disk = true });
+}
+END_TEST
+
+/* A stop string and echo scoring carry across a pause: the stop string is
+ * the text of the 41st to 43rd tokens the request makes alone (it is
+ * paused at its 20th), and alone and paused it ends there alike, with the
+ * same text and the same tokens (test_engine's fixture and seed are fixed,
+ * so where the string first occurs is too). */
+START_TEST(test_engine_paused_sequence_keeps_its_stop_string_and_echo)
+{
+    pause_case pc = { .sampled = true, .n_seq = 1, .echo = true };
+    int32_t *prompt = prompt_of(4);
+    outcome plain;
+    pause_case_alone(&(pause_case){ .sampled = true, .n_seq = 1 }, prompt,
+                     caller(1, 1), &plain);
+    free(prompt);
+    const result *t = &plain.seq[0];
+    ck_assert_uint_eq(t->n_tokens, 56);
+    static char stop[256];
+    const size_t from = t->text_end[39], to = t->text_end[42];
+    ck_assert_msg(to > from && to - from < sizeof stop,
+                  "tokens 41-43 make no whole characters");
+    memcpy(stop, t->text + from, to - from);
+    stop[to - from] = '\0';
+    const char *first = strstr(t->text, stop);
+    ck_assert_msg((size_t)(first - t->text) > t->text_end[24],
+                  "the stop string occurs before the pause");
+    pc.stop = stop;
+    outcome o;
+    uint64_t evictions = 0, reads = 0;
+    pause_case_run(&pc, &o, &evictions, &reads);
+    ck_assert_int_eq(o.seq[0].finish, FINISH_STOP);
+    ck_assert_uint_lt(o.seq[0].n_tokens, 56);
 }
 END_TEST
 
@@ -2621,6 +2663,8 @@ static Suite *engine_suite(void)
     tcase_add_test(pause, test_engine_paused_sequence_spilled_is_bit_identical);
     tcase_add_test(pause,
                    test_engine_paused_for_reserved_memory_is_bit_identical);
+    tcase_add_test(pause,
+                   test_engine_paused_sequence_keeps_its_stop_string_and_echo);
     suite_add_tcase(s, pause);
 
     return s;
