@@ -94,12 +94,12 @@ static void idle_wait(engine *e)
 }
 
 /* What the step computes for each caller counts toward its share. */
-static void charge_step(engine *e, size_t n_entries)
+static void charge_step(engine *e, size_t n_entries, double now)
 {
     for (size_t b = 0; b < n_entries; b++)
-        fair_charge(e, e->entries[b].r->account, e->entries[b].n_rows);
+        fair_charge(e, e->entries[b].r->account, e->entries[b].n_rows, now);
     for (size_t i = 0; i < e->n_lens; i++)
-        fair_charge(e, e->lens[i].r->account, e->lens[i].n_rows);
+        fair_charge(e, e->lens[i].r->account, e->lens[i].n_rows, now);
 }
 
 /* With cfg.min_step_usec (tests only), sleeps out the rest of the step. */
@@ -135,7 +135,7 @@ static void *engine_main(void *arg)
         size_t rows = 0, prefill_rows = 0;
         bool mixed = false;
         size_t n = batch_build(e, &rows, &prefill_rows, &mixed, now);
-        charge_step(e, n);
+        charge_step(e, n, now);
         if (n == 0 && e->n_lens == 0) {
             /* nothing runs, and what waits cannot start yet (blocks on
              * their way from disk, or memory short): look again soon */

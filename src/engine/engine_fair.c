@@ -244,12 +244,12 @@ bool fair_others_have_work(const engine *e, const caller_state *c)
     return false;
 }
 
-void fair_charge(engine *e, const uint8_t *account, size_t rows)
+void fair_charge(engine *e, const uint8_t *account, size_t rows, double now)
 {
     caller_state *c = caller_find(e, account);
     if (c != NULL) {
         c->vtime += (double)rows;
-        c->t_charged = monotonic_seconds();
+        c->t_charged = now;
     }
 }
 

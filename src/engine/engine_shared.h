@@ -213,8 +213,8 @@ void fair_new_waiting(engine *e, const uint8_t *account, size_t n);
  * sequences leave the KV memory others keep within their shares (nothing
  * is kept from them for callers that send nothing). */
 bool fair_others_have_work(const engine *e, const caller_state *c);
-/* The step computed `rows` rows for `account`. */
-void fair_charge(engine *e, const uint8_t *account, size_t rows);
+/* The step at `now` computed `rows` rows for `account`. */
+void fair_charge(engine *e, const uint8_t *account, size_t rows, double now);
 /* Adds to p the next sequence to pause so that `x` runs one more, by the
  * rules; false when none may be paused. */
 bool fair_plan_victim(const engine *e, const caller_state *x, preempt_plan *p);
