@@ -8,16 +8,41 @@
 
 #include "core/half.h"
 
-cpu_isa cpu_isa_supported(void)
+bool cpu_isa_runs(cpu_isa isa)
 {
+    if (isa == CPU_ISA_PORTABLE)
+        return true;
 #if defined(__x86_64__)
     __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-        half_uses_f16c())
-        /* libgcc also asks the OS (XGETBV) whether it saves zmm state */
-        return __builtin_cpu_supports("avx512f") ? CPU_ISA_AVX512
-                                                 : CPU_ISA_AVX2;
+    if (!(__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+          half_uses_f16c()))
+        return false;
+    /* libgcc also asks the OS (XGETBV) whether it saves zmm state */
+    const bool avx512 = __builtin_cpu_supports("avx512f") &&
+                        __builtin_cpu_supports("avx512bw") &&
+                        __builtin_cpu_supports("avx512vl");
+    switch (isa) {
+    case CPU_ISA_AVX2:
+        return true;
+    case CPU_ISA_AVX2_VNNI:
+        return __builtin_cpu_supports("avxvnni");
+    case CPU_ISA_AVX512:
+        return avx512;
+    case CPU_ISA_AVX512_VNNI:
+        return avx512 && __builtin_cpu_supports("avx512vnni");
+    default:
+        return false;
+    }
+#else
+    return false;
 #endif
+}
+
+cpu_isa cpu_isa_supported(void)
+{
+    for (int isa = CPU_ISA_COUNT - 1; isa > CPU_ISA_PORTABLE; isa--)
+        if (cpu_isa_runs((cpu_isa)isa))
+            return (cpu_isa)isa;
     return CPU_ISA_PORTABLE;
 }
 
@@ -36,8 +61,12 @@ const char *cpu_isa_name(cpu_isa isa)
     switch (isa) {
     case CPU_ISA_AVX2:
         return "avx2";
+    case CPU_ISA_AVX2_VNNI:
+        return "avx2-vnni";
     case CPU_ISA_AVX512:
         return "avx512";
+    case CPU_ISA_AVX512_VNNI:
+        return "avx512-vnni";
     default:
         return "portable";
     }
@@ -51,7 +80,7 @@ static atomic_int forced = -1;
 int cpu_isa_force(cpu_isa isa, gpt2d_error *err)
 {
     const cpu_isa best = cpu_isa_supported();
-    if (isa > best)
+    if (!cpu_isa_runs(isa))
         return error_set(err,
                          "this CPU cannot run the %s kernels (it runs "
                          "%s)",

@@ -7,7 +7,8 @@
 int model_dtype_parse(const char *name, model_dtype *out)
 {
     static const model_dtype all[] = { MODEL_DTYPE_AUTO, MODEL_DTYPE_FLOAT32,
-                                       MODEL_DTYPE_FLOAT16, MODEL_DTYPE_INT8 };
+                                       MODEL_DTYPE_FLOAT16, MODEL_DTYPE_INT8,
+                                       MODEL_DTYPE_Q8 };
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         if (strcmp(name, model_dtype_name(all[i])) == 0) {
             *out = all[i];
@@ -25,6 +26,8 @@ const char *model_dtype_name(model_dtype dtype)
         return "float16";
     case MODEL_DTYPE_INT8:
         return "int8";
+    case MODEL_DTYPE_Q8:
+        return "q8";
     default:
         return "auto";
     }
@@ -32,7 +35,8 @@ const char *model_dtype_name(model_dtype dtype)
 
 bool model_dtype_needs_panels(model_dtype dtype)
 {
-    return dtype == MODEL_DTYPE_FLOAT16 || dtype == MODEL_DTYPE_INT8;
+    return dtype == MODEL_DTYPE_FLOAT16 || dtype == MODEL_DTYPE_INT8 ||
+           dtype == MODEL_DTYPE_Q8;
 }
 
 int model_matmul_parse(const char *name, model_matmul *out)

@@ -63,7 +63,7 @@ typedef enum opt_type {
     OPT_DTYPE,         /* auto|float32|float16|int8 -> MODEL_DTYPE_* */
     OPT_MATMUL,        /* auto|panels|blas -> MODEL_MATMUL_* */
     OPT_KV_DTYPE,      /* float32|float16 -> bool (halves) */
-    OPT_ISA,           /* auto|portable|avx2|avx512 -> cpu_isa this CPU runs */
+    OPT_ISA,           /* auto|portable|avx2[-vnni]|avx512[-vnni] -> cpu_isa */
     OPT_HELP,          /* flag only */
     OPT_VERSION,       /* flag only */
 } opt_type;
@@ -576,7 +576,7 @@ static int apply_value(settings *s, const option_spec *o, const char *value,
         cpu_isa isa = best;
         if (strcmp(value, "auto") != 0 && cpu_isa_parse(value, &isa) != 0)
             return bad_value(o, where, value, err);
-        if (isa > best)
+        if (!cpu_isa_runs(isa))
             return error_set(err,
                              "%s: this CPU cannot run the %s kernels (it "
                              "runs %s)",

@@ -46,6 +46,7 @@
 #include "model/forward.h"
 #include "model/attention.h"
 #include "model/matmul.h"
+#include "model/matmul_q8.h"
 #include "model/panels.h"
 
 #include <cblas.h>
@@ -87,8 +88,9 @@ struct forward_state {
     size_t att_scratch_floats;
     float *mm_scratch; /* matmul_scratch_floats each */
     size_t mm_scratch_floats;
-    cpu_isa isa; /* the kernels' instruction set (cpu.h) */
-    bool blas;   /* the model's matrices are for sgemm */
+    void *q8_rows; /* PANEL_Q8DOT: max_rows rows of 4C inputs quantized */
+    cpu_isa isa;   /* the kernels' instruction set (cpu.h) */
+    bool blas;     /* the model's matrices are for sgemm */
 };
 
 static void *alloc_floats(size_t n)
@@ -202,7 +204,8 @@ static void matmul(const forward_state *st, threadpool *pool,
                              .blas = st->blas,
                              .isa = st->isa,
                              .scratch = st->mm_scratch,
-                             .scratch_floats = st->mm_scratch_floats };
+                             .scratch_floats = st->mm_scratch_floats,
+                             .q8_rows = st->q8_rows };
     matmul_forward(&ctx, p);
 }
 
@@ -338,7 +341,12 @@ int forward_state_create(forward_state **out, const model *m, size_t max_rows,
                                                       C / cfg->n_head);
     st->att_scratch = alloc_floats(n_workers * st->att_scratch_floats);
     st->mm_scratch = alloc_floats(n_workers * st->mm_scratch_floats);
-    if (st->att_scratch == NULL || st->mm_scratch == NULL) {
+    /* the largest product's inputs: 4C of them (mlp c_proj) */
+    if (m->panel_dtype == PANEL_Q8DOT)
+        st->q8_rows = alloc_floats(q8_rows_bytes(max_rows, 4 * C) /
+                                   sizeof(float));
+    if (st->att_scratch == NULL || st->mm_scratch == NULL ||
+        (m->panel_dtype == PANEL_Q8DOT && st->q8_rows == NULL)) {
         forward_state_free(st);
         return error_set(err,
                          "forward: cannot allocate kernel scratch for "
@@ -373,6 +381,7 @@ void forward_state_free(forward_state *st)
     free(st->logit_rows);
     free(st->att_scratch);
     free(st->mm_scratch);
+    free(st->q8_rows);
     free(st);
 }
 

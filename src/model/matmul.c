@@ -28,6 +28,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "model/matmul_q8.h"
 #include "model/vecmath.h"
 
 /* Matmul column blocks are multiples of this (keeps the panels and the
@@ -453,7 +454,7 @@ static const panel_tiles avx512_tiles[] = {
  * (doc/performance.md); half panels of 1-3 rows run AVX2's wide tiles. */
 static const panel_tiles *tiles_for(cpu_isa isa, panel_dtype dt)
 {
-    if (isa == CPU_ISA_AVX512)
+    if (isa >= CPU_ISA_AVX512)
         return &avx512_tiles[dt];
     return isa >= CPU_ISA_AVX2 ? &avx2_tiles[dt] : NULL;
 }
@@ -627,7 +628,35 @@ typedef struct matmul_job {
     const matmul_args *p;
     const matmul_ctx *ctx;
     size_t cols_per_task;
+    const q8_rows *q8; /* PANEL_Q8DOT: the rows quantized */
 } matmul_job;
+
+/* The product of the task's columns, by the context's backend and the
+ * panels' dtype (the epilogue aside). */
+static void product_columns(const matmul_job *j, size_t n0, size_t n1,
+                            float *scratch)
+{
+    const matmul_args *p = j->p;
+    const matmul_ctx *mc = j->ctx;
+    if (mc->blas)
+        return; /* sgemm has written the block */
+    if (j->q8 != NULL) {
+        q8_columns(mc->isa, p->out, p->N, j->q8, p->w, n0, n1, p->accumulate,
+                   scratch);
+        return;
+    }
+#ifdef HAVE_AVX2_KERNELS
+    const panel_tiles *t = tiles_for(mc->isa, p->dt);
+    if (t != NULL) {
+        matmul_panels(t, p->out, p->N, p->a, p->w, p->dt, p->M, p->K, n0, n1,
+                      p->accumulate, scratch);
+        return;
+    }
+#endif
+    (void)scratch;
+    matmul_generic(p->out, p->N, p->a, p->w, p->dt, p->M, p->K, n0, n1,
+                   p->accumulate);
+}
 
 static void matmul_task(void *ctx, size_t task, size_t worker)
 {
@@ -636,24 +665,12 @@ static void matmul_task(void *ctx, size_t task, size_t worker)
     const matmul_ctx *mc = j->ctx;
     size_t n0 = task * j->cols_per_task;
     size_t n1 = n0 + j->cols_per_task < p->N ? n0 + j->cols_per_task : p->N;
-    int acc = p->accumulate;
     void (*gelu)(float *, const float *, size_t) = bias_gelu_portable;
 #ifdef HAVE_AVX2_KERNELS
     if (mc->isa >= CPU_ISA_AVX2)
         gelu = bias_gelu_avx2;
-    const panel_tiles *t = tiles_for(mc->isa, p->dt);
-    if (mc->blas)
-        ; /* sgemm has written the block */
-    else if (t != NULL)
-        matmul_panels(t, p->out, p->N, p->a, p->w, p->dt, p->M, p->K, n0, n1,
-                      acc, mc->scratch + worker * mc->scratch_floats);
-    else
-#else
-    (void)worker;
-    if (!mc->blas)
 #endif
-        matmul_generic(p->out, p->N, p->a, p->w, p->dt, p->M, p->K, n0, n1,
-                       acc);
+    product_columns(j, n0, n1, mc->scratch + worker * mc->scratch_floats);
     size_t nb = n1 - n0;
     for (size_t r = 0; r < p->M; r++) {
         float *row = p->out + r * p->N + n0;
@@ -711,6 +728,11 @@ void matmul_forward(const matmul_ctx *ctx, const matmul_args *p)
     size_t per = (p->N + tasks - 1) / tasks;
     per = (per + COL_ALIGN - 1) / COL_ALIGN * COL_ALIGN;
     matmul_job j = { .p = p, .ctx = ctx, .cols_per_task = per };
+    q8_rows rows;
+    if (!ctx->blas && p->dt == PANEL_Q8DOT) {
+        q8_rows_quantize(&rows, ctx->q8_rows, p->a, p->M, p->K);
+        j.q8 = &rows;
+    }
     threadpool_run(pool, (p->N + per - 1) / per, matmul_task, &j);
 }
 
@@ -737,5 +759,7 @@ void matmul_arithmetic(bool blas, cpu_isa isa, char *out, size_t size)
 
 size_t matmul_scratch_floats(size_t max_rows)
 {
-    return 3 * max_rows * PANEL_WIDTH; /* part: two panels; edge: one */
+    const size_t panels = 3 * max_rows * PANEL_WIDTH; /* part: two; edge */
+    const size_t q8 = q8_scratch_floats(max_rows);
+    return q8 > panels ? q8 : panels;
 }

@@ -12,6 +12,10 @@
  *           pool.  A row's rounding depends on the rows
  *           sharing the call: not batch invariant.
  *
+ * Panels of PANEL_Q8DOT (--dtype q8) multiply in 8-bit integers
+ * (matmul_q8.h): the product's rows are first quantized, on the calling
+ * thread, into the context's q8_rows buffer.
+ *
  * Called by forward.c on the engine thread, one product at a time (the
  * pool runs one job at a time); `scratch` holds matmul_scratch_floats()
  * floats per pool worker. */
@@ -55,6 +59,7 @@ typedef struct matmul_ctx {
     cpu_isa isa;
     float *scratch;
     size_t scratch_floats; /* per worker */
+    void *q8_rows;         /* PANEL_Q8DOT: q8_rows_bytes(max rows, max K) */
 } matmul_ctx;
 
 void matmul_forward(const matmul_ctx *ctx, const matmul_args *p);
@@ -65,6 +70,9 @@ void matmul_forward(const matmul_ctx *ctx, const matmul_args *p);
  * (NUL-terminated, cut to `size`):
  *   "panels fma"       the AVX2 and AVX-512 tiles: the same FMA chains,
  *                      the same bits (test_forward holds them to it);
+ *                      the 8-bit integer products of q8 give the same
+ *                      bits on every path, the portable one too, but
+ *                      the name follows the float dtypes';
  *   "panels portable"  the portable build: a multiply, then an add;
  *   "blas ..."         OpenBLAS's build and the kernels it chose for this
  *                      CPU (openblas_get_config, openblas_get_corename):

@@ -399,19 +399,20 @@ static const float *matrix_floats(const st_tensor *t, float *scratch)
     return scratch;
 }
 
-/* 0 when PANEL_Q8 holds every value of t (as floats, `w`), else an error
- * naming the first it cannot hold. */
+/* 0 when PANEL_Q8 (and PANEL_Q8DOT) holds every value of t (as floats,
+ * `w`), else an error naming the first it cannot hold and the --dtype
+ * (`dtype`) that asked. */
 static int check_q8(const loader *L, const st_tensor *t, const float *w,
-                    gpt2d_error *err)
+                    const char *dtype, gpt2d_error *err)
 {
     for (size_t i = 0; i < t->n_elements; i++)
         if (!panel_q8_holds(w[i]))
             return error_set(err,
                              "%s: tensor '%s' holds %g at [%zu, %zu], "
-                             "which --dtype int8 cannot (its scales are "
+                             "which --dtype %s cannot (its scales are "
                              "halves: at most %g)",
                              L->path, t->name, (double)w[i], i / t->shape[1],
-                             i % t->shape[1], (double)PANEL_Q8_MAX);
+                             i % t->shape[1], dtype, (double)PANEL_Q8_MAX);
     return 0;
 }
 
@@ -421,7 +422,8 @@ static int pack_matrix(void *dst, panel_dtype dt, const loader *L,
                        const st_tensor *t, const float *w, size_t K, size_t N,
                        bool transposed, gpt2d_error *err)
 {
-    if (dt == PANEL_Q8 && check_q8(L, t, w, err) != 0)
+    if ((dt == PANEL_Q8 || dt == PANEL_Q8DOT) &&
+        check_q8(L, t, w, dt == PANEL_Q8 ? "int8" : "q8", err) != 0)
         return -1;
     if (transposed)
         panel_pack_transposed(dst, dt, w, K, N);
@@ -554,8 +556,8 @@ static int resolve_matmul(model_matmul asked, model_dtype dtype,
                          "only --matmul panels multiplies (blas needs "
                          "float32)",
                          model_dtype_name(dtype),
-                         dtype == MODEL_DTYPE_INT8 ? "8-bit integers"
-                                                   : "halves");
+                         dtype == MODEL_DTYPE_FLOAT16 ? "halves"
+                                                      : "8-bit integers");
     if (asked != MODEL_MATMUL_AUTO)
         return 0;
     const cpu_isa isa = cpu_isa_choose();
@@ -646,7 +648,8 @@ int model_load_for(model *m, const char *dir, model_dtype dtype,
         goto out;
     m->dtype = m->matmul == MODEL_MATMUL_BLAS ? MODEL_DTYPE_FLOAT32
                                               : resolve_dtype(&L, dtype);
-    m->panel_dtype = m->dtype == MODEL_DTYPE_INT8      ? PANEL_Q8
+    m->panel_dtype = m->dtype == MODEL_DTYPE_Q8        ? PANEL_Q8DOT
+                     : m->dtype == MODEL_DTYPE_INT8    ? PANEL_Q8
                      : m->dtype == MODEL_DTYPE_FLOAT16 ? PANEL_F16
                                                        : PANEL_F32;
     if ((m->matmul == MODEL_MATMUL_BLAS ? view_weights(m, &L, err)

@@ -21,15 +21,17 @@ static size_t element_size(panel_dtype dt)
     return panel_k_bytes(dt) / PANEL_WIDTH;
 }
 
-/* ---- PANEL_Q8 ---- */
+/* ---- PANEL_Q8, PANEL_Q8DOT ---- */
 
 /* Block b of panel p of the (K, N) matrix whose element (k, n) is
- * src[k · rs + n · cs], quantized into dst (PANEL_Q8_BLOCK bytes), as
- * panels.h defines it; columns past N and rows past K are zeros.  The
+ * src[k · rs + n · cs], quantized into dst (PANEL_Q8_BLOCK bytes) in the
+ * order of dt, as panels.h defines them; columns past N and rows past K
+ * are zeros.  The
  * block is first gathered into a tile of its 32 rows × 16 columns, so the
  * loops below run across the 16 columns, as vectors. */
-static void quantize_block(char *dst, const float *src, size_t rs, size_t cs,
-                           size_t K, size_t N, size_t p, size_t b)
+static void quantize_block(char *dst, panel_dtype dt, const float *src,
+                           size_t rs, size_t cs, size_t K, size_t N, size_t p,
+                           size_t b)
 {
     const size_t k0 = b * PANEL_Q8_ROWS, n0 = p * PANEL_WIDTH;
     const size_t rows = K - k0 < PANEL_Q8_ROWS ? K - k0 : PANEL_Q8_ROWS;
@@ -50,14 +52,22 @@ static void quantize_block(char *dst, const float *src, size_t rs, size_t cs,
         memcpy(dst + j * sizeof dh, &dh, sizeof dh);
     }
     int8_t *q = (int8_t *)(void *)(dst + PANEL_Q8_SCALES);
+    if (dt == PANEL_Q8) {
+        for (size_t r = 0; r < PANEL_Q8_ROWS; r++)
+            for (size_t j = 0; j < PANEL_WIDTH; j++)
+                q[r * PANEL_WIDTH + j] = panel_q8_quantize(tile[r][j], d[j]);
+        return;
+    }
+    unsigned char *u = (unsigned char *)dst;
     for (size_t r = 0; r < PANEL_Q8_ROWS; r++)
         for (size_t j = 0; j < PANEL_WIDTH; j++)
-            q[r * PANEL_WIDTH + j] = panel_q8_quantize(tile[r][j], d[j]);
+            u[panel_q8dot_at(r, j)] =
+                (unsigned char)(panel_q8_quantize(tile[r][j], d[j]) + 128);
 }
 
 /* ---- packing ---- */
 
-/* Row by row of w (PANEL_Q8: a block of rows at a time), so a checkpoint
+/* Row by row of w (PANEL_Q8, PANEL_Q8DOT: a block of rows at a time), so a checkpoint
  * that is still on disk is read sequentially (readahead) rather than one
  * 64-byte piece per page. */
 void panel_pack(void *dst, panel_dtype dt, const float *w, size_t K, size_t N)
@@ -65,11 +75,11 @@ void panel_pack(void *dst, panel_dtype dt, const float *w, size_t K, size_t N)
     const size_t full = N / PANEL_WIDTH, tail = N % PANEL_WIDTH;
     const size_t stride = panel_stride(K, dt);
     char *base = dst;
-    if (dt == PANEL_Q8) {
+    if (dt == PANEL_Q8 || dt == PANEL_Q8DOT) {
         for (size_t b = 0; b * PANEL_Q8_ROWS < K; b++)
             for (size_t p = 0; p < panel_count(N); p++)
-                quantize_block(base + p * stride + b * PANEL_Q8_BLOCK, w, N, 1,
-                               K, N, p, b);
+                quantize_block(base + p * stride + b * PANEL_Q8_BLOCK, dt, w, N,
+                               1, K, N, p, b);
         return;
     }
     const size_t es = element_size(dt);
@@ -95,9 +105,10 @@ void panel_pack_transposed(void *dst, panel_dtype dt, const float *e, size_t K,
     char *base = dst;
     for (size_t p = 0; p < panel_count(N); p++) {
         char *out = base + p * stride;
-        if (dt == PANEL_Q8) {
+        if (dt == PANEL_Q8 || dt == PANEL_Q8DOT) {
             for (size_t b = 0; b * PANEL_Q8_ROWS < K; b++)
-                quantize_block(out + b * PANEL_Q8_BLOCK, e, 1, K, K, N, p, b);
+                quantize_block(out + b * PANEL_Q8_BLOCK, dt, e, 1, K, K, N, p,
+                               b);
             continue;
         }
         const size_t es = element_size(dt);

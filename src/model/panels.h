@@ -33,7 +33,15 @@
  * The half scale (not a float one, which would make q · d round): 544
  * instead of 576 bytes a block, and the exactness above.  Every |w| must be
  * finite and at most PANEL_Q8_MAX (127 × the largest half), which
- * panel_q8_holds checks and the loader asks before packing. */
+ * panel_q8_holds checks and the loader asks before packing.
+ *
+ * PANEL_Q8DOT holds the same scales and integers in the order integer dot
+ * products read them (--dtype q8, matmul_q8.h): a block's 32 rows go in 8
+ * groups of 4, and a group is 64 bytes, column by column, each column's 4
+ * consecutive rows side by side: byte 4j + i of group g is row 4g + i of
+ * column j, so one 4-byte lane of a vector holds what one dot-product
+ * instruction sums into column j.  Each byte is q + 128 (0..254, unsigned:
+ * VNNI multiplies unsigned bytes by signed ones). */
 #ifndef GPT2D_PANELS_H
 #define GPT2D_PANELS_H
 
@@ -47,7 +55,12 @@
 
 #define PANEL_WIDTH 16
 
-typedef enum panel_dtype { PANEL_F32, PANEL_F16, PANEL_Q8 } panel_dtype;
+typedef enum panel_dtype {
+    PANEL_F32,
+    PANEL_F16,
+    PANEL_Q8,
+    PANEL_Q8DOT,
+} panel_dtype;
 
 #define PANEL_Q8_ROWS 32
 /* the scales, then the rows */
@@ -80,6 +93,12 @@ static inline int8_t panel_q8_quantize(float w, float d)
     return d > 0.0f ? (int8_t)q : 0;
 }
 
+/* Offset in a PANEL_Q8DOT block of row r (of its 32) of column j. */
+static inline size_t panel_q8dot_at(size_t r, size_t j)
+{
+    return PANEL_Q8_SCALES + r / 4 * 4 * PANEL_WIDTH + j * 4 + r % 4;
+}
+
 /* Panels needed for N columns. */
 static inline size_t panel_count(size_t N)
 {
@@ -93,14 +112,15 @@ static inline size_t panel_stride(size_t K, panel_dtype dt)
     case PANEL_F16:
         return K * PANEL_WIDTH * sizeof(uint16_t);
     case PANEL_Q8:
+    case PANEL_Q8DOT:
         return (K + PANEL_Q8_ROWS - 1) / PANEL_Q8_ROWS * PANEL_Q8_BLOCK;
     default:
         return K * PANEL_WIDTH * sizeof(float);
     }
 }
 
-/* Bytes of a panel per k, as the prefetch plans count them (PANEL_Q8: its
- * blocks' bytes spread over their 32 rows). */
+/* Bytes of a panel per k, as the prefetch plans count them (PANEL_Q8,
+ * PANEL_Q8DOT: their blocks' bytes spread over their 32 rows). */
 static inline size_t panel_k_bytes(panel_dtype dt)
 {
     return panel_stride(PANEL_Q8_ROWS, dt) / PANEL_Q8_ROWS;
@@ -119,12 +139,15 @@ static inline float panel_at(const void *packed, panel_dtype dt, size_t K,
     const char *panel = (const char *)packed +
                         n / PANEL_WIDTH * panel_stride(K, dt);
     const size_t j = n % PANEL_WIDTH;
-    if (dt == PANEL_Q8) {
+    if (dt == PANEL_Q8 || dt == PANEL_Q8DOT) {
         const char *block = panel + k / PANEL_Q8_ROWS * PANEL_Q8_BLOCK;
         uint16_t d;
         memcpy(&d, block + j * sizeof d, sizeof d);
-        const int8_t q = (int8_t)
-            block[PANEL_Q8_SCALES + k % PANEL_Q8_ROWS * PANEL_WIDTH + j];
+        const size_t r = k % PANEL_Q8_ROWS;
+        const int q = dt == PANEL_Q8
+                          ? (int8_t)block[PANEL_Q8_SCALES + r * PANEL_WIDTH + j]
+                          : (int)(unsigned char)block[panel_q8dot_at(r, j)] -
+                                128;
         return (float)q * half_to_float(d);
     }
     const size_t i = k * PANEL_WIDTH + j;
@@ -133,7 +156,7 @@ static inline float panel_at(const void *packed, panel_dtype dt, size_t K,
 }
 
 /* Packs row-major w (K, N) into dst (panel_bytes(K, N, dt) bytes);
- * PANEL_Q8: every |w| within panel_q8_holds. */
+ * PANEL_Q8, PANEL_Q8DOT: every |w| within panel_q8_holds. */
 void panel_pack(void *dst, panel_dtype dt, const float *w, size_t K, size_t N);
 
 /* Packs the transpose of row-major e (N, K), the (K, N) matrix eᵀ, into dst
