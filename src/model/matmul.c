@@ -730,7 +730,7 @@ void matmul_forward(const matmul_ctx *ctx, const matmul_args *p)
     matmul_job j = { .p = p, .ctx = ctx, .cols_per_task = per };
     q8_rows rows;
     if (!ctx->blas && p->dt == PANEL_Q8DOT) {
-        q8_rows_quantize(&rows, ctx->q8_rows, p->a, p->M, p->K);
+        q8_rows_quantize(&rows, ctx->q8_rows, p->a, p->M, p->K, ctx->isa);
         j.q8 = &rows;
     }
     threadpool_run(pool, (p->N + per - 1) / per, matmul_task, &j);

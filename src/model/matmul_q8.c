@@ -40,11 +40,11 @@ size_t q8_rows_bytes(size_t max_rows, size_t max_k)
 }
 
 /* One block of n <= 32 inputs x: its integers (zeros past n) into q, its
- * scale, and the sum of its integers.  Written over all 32 lanes with
- * selects, so it vectorizes; the rounding adds and takes away 1.5 · 2^23
- * (as panel_q8_quantize: exact below 2^22, and |x / d| <= 127 here). */
-static void quantize_block(int8_t *q, float *d, int32_t *sum, const float *x,
-                           size_t n)
+ * scale, and the sum of its integers.  The rounding adds and takes away
+ * 1.5 · 2^23 (as panel_q8_quantize: exact below 2^22, and |x / d| <= 127
+ * here).  Inlined into each instruction set's loop below. */
+static inline __attribute__((always_inline)) void
+quantize_block(int8_t *q, float *d, int32_t *sum, const float *x, size_t n)
 {
     float v[Q8_ROWS] = { 0 };
     memcpy(v, x, n * sizeof(float));
@@ -66,21 +66,75 @@ static void quantize_block(int8_t *q, float *d, int32_t *sum, const float *x,
     *sum = s;
 }
 
+#ifdef HAVE_AVX2_KERNELS
+/* quantize_block on two 512-bit vectors, step for step: the same bits. */
+KERNEL_TARGET_AVX512 static inline __attribute__((always_inline)) void
+quantize_block512(int8_t *q, float *d, int32_t *sum, const float *x, size_t n)
+{
+    const __mmask16 m0 = n >= 16 ? 0xffff : (__mmask16)((1u << n) - 1);
+    const __mmask16 m1 = n >= 32   ? 0xffff
+                         : n <= 16 ? 0
+                                   : (__mmask16)((1u << (n - 16)) - 1);
+    const __m512 x0 = _mm512_maskz_loadu_ps(m0, x);
+    const __m512 x1 = _mm512_maskz_loadu_ps(m1, x + 16);
+    /* vmaxps returns its second operand when either is NaN */
+    __m512 amax = _mm512_max_ps(_mm512_abs_ps(x0), _mm512_setzero_ps());
+    amax = _mm512_max_ps(_mm512_abs_ps(x1), amax);
+    const float scale = _mm512_reduce_max_ps(amax) / 127.0f;
+    __m512i qi[2] = { _mm512_setzero_si512(), _mm512_setzero_si512() };
+    if (scale > 0.0f) {
+        const __m512 magic = _mm512_set1_ps(12582912.0f);
+        const __m512 lo = _mm512_set1_ps(-127.0f), hi = _mm512_set1_ps(127.0f);
+        const __m512 xs[2] = { x0, x1 };
+        for (int h = 0; h < 2; h++) {
+            __m512 t = _mm512_sub_ps(
+                _mm512_add_ps(_mm512_div_ps(xs[h], _mm512_set1_ps(scale)),
+                              magic),
+                magic);
+            t = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(t, t, _CMP_ORD_Q), t);
+            t = _mm512_min_ps(_mm512_max_ps(t, lo), hi);
+            qi[h] = _mm512_cvtps_epi32(t);
+        }
+    }
+    _mm_storeu_si128((__m128i *)(void *)q, _mm512_cvtepi32_epi8(qi[0]));
+    _mm_storeu_si128((__m128i *)(void *)(q + 16), _mm512_cvtepi32_epi8(qi[1]));
+    *d = scale;
+    *sum = _mm512_reduce_add_epi32(_mm512_add_epi32(qi[0], qi[1]));
+}
+#endif
+
+/* Every block of every row: the loop, built once per instruction set. */
+#define QUANTIZE_ROWS(BLOCK)                                                       for (size_t m = 0; m < r->M; m++)                                                  for (size_t b = 0; b < r->blocks; b++) {                                           const size_t k0 = b * Q8_ROWS;                                                 const size_t n = r->K - k0 < Q8_ROWS ? r->K - k0 : Q8_ROWS;                    BLOCK(q + m * r->stride + k0, d + m * r->blocks + b,                                 sum + m * r->blocks + b, a + m * r->K + k0, n);                      }
+
+static void quantize_portable(const q8_rows *r, int8_t *q, float *d,
+                              int32_t *sum, const float *a)
+{
+    QUANTIZE_ROWS(quantize_block)
+}
+
+#ifdef HAVE_AVX2_KERNELS
+KERNEL_TARGET static void quantize_avx2(const q8_rows *r, int8_t *q, float *d,
+                                        int32_t *sum, const float *a)
+{
+    QUANTIZE_ROWS(quantize_block)
+}
+
+KERNEL_TARGET_AVX512 static void quantize_avx512(const q8_rows *r, int8_t *q,
+                                                 float *d, int32_t *sum,
+                                                 const float *a)
+{
+    QUANTIZE_ROWS(quantize_block512)
+}
+#endif
+
 void q8_rows_quantize(q8_rows *rows, void *buf, const float *a, size_t M,
-                      size_t K)
+                      size_t K, cpu_isa isa)
 {
     const size_t blocks = blocks_of(K), stride = blocks * Q8_ROWS;
     int8_t *q = buf;
     float *d = (float *)(void *)((char *)buf + align64(M * stride));
     int32_t *sum = (int32_t *)(void *)((char *)d +
                                        align64(M * blocks * sizeof(float)));
-    for (size_t m = 0; m < M; m++)
-        for (size_t b = 0; b < blocks; b++) {
-            const size_t k0 = b * Q8_ROWS;
-            const size_t n = K - k0 < Q8_ROWS ? K - k0 : Q8_ROWS;
-            quantize_block(q + m * stride + k0, d + m * blocks + b,
-                           sum + m * blocks + b, a + m * K + k0, n);
-        }
     *rows = (q8_rows){ .q = q,
                        .d = d,
                        .sum = sum,
@@ -88,6 +142,16 @@ void q8_rows_quantize(q8_rows *rows, void *buf, const float *a, size_t M,
                        .K = K,
                        .blocks = blocks,
                        .stride = stride };
+#ifdef HAVE_AVX2_KERNELS
+    if (isa >= CPU_ISA_AVX512)
+        quantize_avx512(rows, q, d, sum, a);
+    else if (isa >= CPU_ISA_AVX2)
+        quantize_avx2(rows, q, d, sum, a);
+    else
+#else
+    (void)isa;
+#endif
+        quantize_portable(rows, q, d, sum, a);
 }
 
 /* ---- tiles ---- */

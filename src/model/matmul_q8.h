@@ -48,9 +48,10 @@ typedef struct q8_rows {
 size_t q8_rows_bytes(size_t max_rows, size_t max_k);
 
 /* Quantizes a (M, K) into buf (q8_rows_bytes(M, K) bytes, 64-byte
- * aligned) and describes it in *rows. */
+ * aligned) and describes it in *rows; `isa`'s vectors, the same bits on
+ * every one. */
 void q8_rows_quantize(q8_rows *rows, void *buf, const float *a, size_t M,
-                      size_t K);
+                      size_t K, cpu_isa isa);
 
 /* Floats of scratch q8_columns needs for up to max_rows rows. */
 size_t q8_scratch_floats(size_t max_rows);
