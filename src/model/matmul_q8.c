@@ -43,8 +43,8 @@ size_t q8_rows_bytes(size_t max_rows, size_t max_k)
  * scale, and the sum of its integers.  The rounding adds and takes away
  * 1.5 · 2^23 (as panel_q8_quantize: exact below 2^22, and |x / d| <= 127
  * here).  Inlined into each instruction set's loop below. */
-static inline __attribute__((always_inline)) void
-quantize_block(int8_t *q, float *d, int32_t *sum, const float *x, size_t n)
+static inline __attribute__((always_inline)) void quantize_block(
+    int8_t *q, float *d, int32_t *sum, const float *x, size_t n)
 {
     float v[Q8_ROWS] = { 0 };
     memcpy(v, x, n * sizeof(float));
@@ -104,24 +104,28 @@ quantize_block512(int8_t *q, float *d, int32_t *sum, const float *x, size_t n)
 #endif
 
 /* Every block of every row: the loop, built once per instruction set. */
-#define QUANTIZE_ROWS(BLOCK)                                                       for (size_t m = 0; m < r->M; m++)                                                  for (size_t b = 0; b < r->blocks; b++) {                                           const size_t k0 = b * Q8_ROWS;                                                 const size_t n = r->K - k0 < Q8_ROWS ? r->K - k0 : Q8_ROWS;                    BLOCK(q + m * r->stride + k0, d + m * r->blocks + b,                                 sum + m * r->blocks + b, a + m * r->K + k0, n);                      }
+#define QUANTIZE_ROWS(BLOCK)                                                   \
+    for (size_t m = 0; m < r->M; m++)                                          \
+        for (size_t b = 0; b < r->blocks; b++) {                               \
+            const size_t k0 = b * Q8_ROWS;                                     \
+            const size_t n = r->K - k0 < Q8_ROWS ? r->K - k0 : Q8_ROWS;        \
+            BLOCK(q + m * r->stride + k0, d + m * r->blocks + b,               \
+                  sum + m * r->blocks + b, a + m * r->K + k0, n);              \
+        }
 
 static void quantize_portable(const q8_rows *r, int8_t *q, float *d,
-                              int32_t *sum, const float *a)
-{
-    QUANTIZE_ROWS(quantize_block)
-}
+                              int32_t *sum,
+                              const float *a){ QUANTIZE_ROWS(quantize_block) }
 
 #ifdef HAVE_AVX2_KERNELS
-KERNEL_TARGET static void quantize_avx2(const q8_rows *r, int8_t *q, float *d,
-                                        int32_t *sum, const float *a)
-{
-    QUANTIZE_ROWS(quantize_block)
-}
+KERNEL_TARGET
+    static void quantize_avx2(const q8_rows *r, int8_t *q, float *d,
+                              int32_t *sum,
+                              const float *a){ QUANTIZE_ROWS(quantize_block) }
 
-KERNEL_TARGET_AVX512 static void quantize_avx512(const q8_rows *r, int8_t *q,
-                                                 float *d, int32_t *sum,
-                                                 const float *a)
+KERNEL_TARGET_AVX512
+    static void quantize_avx512(const q8_rows *r, int8_t *q, float *d,
+                                int32_t *sum, const float *a)
 {
     QUANTIZE_ROWS(quantize_block512)
 }
@@ -166,11 +170,11 @@ typedef void q8_tile_fn(size_t mr, size_t np, float *to, size_t ldt,
                         size_t m0, const char *w, size_t ps, size_t b0,
                         size_t b1, int accumulate);
 
-#define Q8_BLOCK_AT(w, b) ((const char *)(w) + (b) * PANEL_Q8_BLOCK)
+#define Q8_BLOCK_AT(w, b) ((const char *)(w) + (b)*PANEL_Q8_BLOCK)
 
 /* The 4 integers of row r's inputs [4g, 4g + 4) of block b, as one. */
-static inline __attribute__((always_inline)) int32_t
-four_inputs(const q8_rows *a, size_t row, size_t b, int g)
+static inline __attribute__((always_inline)) int32_t four_inputs(
+    const q8_rows *a, size_t row, size_t b, int g)
 {
     int32_t x;
     memcpy(&x, a->q + row * a->stride + b * Q8_ROWS + 4 * g, sizeof x);
@@ -190,8 +194,8 @@ static void tile_portable(size_t mr, size_t np, float *to, size_t ldt,
             const size_t v = c / PANEL_WIDTH, j = c % PANEL_WIDTH;
             float acc = from != NULL ? from[r * ldf + c] : 0.0f;
             for (size_t b = b0; b < b1; b++) {
-                const unsigned char *blk =
-                    (const unsigned char *)Q8_BLOCK_AT(w + v * ps, b);
+                const unsigned char *blk = (const unsigned char *)Q8_BLOCK_AT(
+                    w + v * ps, b);
                 int32_t s = 0;
                 for (size_t i = 0; i < Q8_ROWS; i++)
                     s += ((int32_t)blk[panel_q8dot_at(i, j)] - 128) *
@@ -211,7 +215,7 @@ static void tile_portable(size_t mr, size_t np, float *to, size_t ldt,
 
 #define KERNEL_TARGET_VNNI256 __attribute__((target("avx2,fma,f16c,avxvnni")))
 #define KERNEL_TARGET_VNNI512                                                  \
-    __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,"    \
+    __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,"     \
                           "f16c")))
 
 /* Written by hand, not by clang-format: version 14 takes `_Pragma(...)
