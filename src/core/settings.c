@@ -95,8 +95,11 @@ static const option_spec options[] = {
     { "dtype", 0, OPT_DTYPE, FIELD(dtype), "TYPE", "auto", NULL, 0, 0, false,
       "How the weight matrices are kept: float32 (exact), float16 (rounded to "
       "half: half the memory, faster decoding), int8 (8-bit with a half scale "
-      "per 32 inputs, as Q8_0: a quarter of the memory, faster still) or auto "
-      "(float16 for an F16 checkpoint, else float32)." },
+      "per 32 inputs, as Q8_0: a quarter of the memory, faster still), q8 (the "
+      "same weights multiplied in 8-bit integers, each product's inputs "
+      "quantized per 32 too: the fastest at every batch size, its outputs a "
+      "little further from float32's) or auto (float16 for an F16 "
+      "checkpoint, else float32)." },
     { "matmul", 0, OPT_MATMUL, FIELD(matmul), "BACKEND", "auto", NULL, 0, 0,
       false,
       "What multiplies by the weights: panels (our kernels: a seed gives the same "
@@ -104,9 +107,11 @@ static const option_spec options[] = {
       "threads: a seed reproduces only when its request runs alone) or auto "
       "(panels on CPUs with AVX2 and FMA, blas elsewhere)." },
     { "isa", 0, OPT_ISA, FIELD(isa), "ISA", "auto", NULL, 0, 0, false,
-      "Instruction set of the forward pass's kernels: portable, avx2, avx512 "
-      "(AVX-512F, for the weight products; the other kernels run their AVX2 "
-      "build there) or auto (the best this CPU runs); under portable, "
+      "Instruction set of the forward pass's kernels: portable, avx2, "
+      "avx2-vnni (AVX-VNNI, for --dtype q8's products), avx512 (AVX-512F, "
+      "for the weight products; the other kernels run their AVX2 build "
+      "there), avx512-vnni (AVX512_VNNI, for q8's) or auto (the best this "
+      "CPU runs); under portable, "
       "--matmul auto picks blas. For tests and benchmarks: logits of the "
       "portable and the vector kernels differ in the last bits, those of "
       "avx2 and avx512 do not. One this CPU cannot run is refused." },
@@ -474,7 +479,7 @@ static int bad_value(const option_spec *o, const char *where, const char *value,
     case OPT_DTYPE:
         return error_set(err,
                          "%s: '%s' is not a dtype (auto, float32, float16, "
-                         "int8)",
+                         "int8, q8)",
                          where, value);
     case OPT_KV_DTYPE:
         return error_set(err, "%s: '%s' is not a KV dtype (float32, float16)",
@@ -485,7 +490,9 @@ static int bad_value(const option_spec *o, const char *where, const char *value,
                          "blas)",
                          where, value);
     case OPT_ISA:
-        return error_set(err, "%s: '%s' is not portable, avx2, avx512 or auto",
+        return error_set(err,
+                         "%s: '%s' is not portable, avx2, avx2-vnni, avx512, "
+                         "avx512-vnni or auto",
                          where, value);
 
     default:

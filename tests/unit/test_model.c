@@ -303,7 +303,7 @@ static float as_stored(const tspec *t, size_t K, size_t N, bool transposed,
     const float x = AT(k, n);
     if (dt == PANEL_F16)
         return half_to_float(half_from_float(x));
-    if (dt != PANEL_Q8)
+    if (dt != PANEL_Q8 && dt != PANEL_Q8DOT)
         return x;
     float amax = 0.0f;
     for (size_t r = k - k % 32; r < K && r < k - k % 32 + 32; r++)
@@ -491,12 +491,14 @@ START_TEST(test_float16_rounds_the_matrices_to_half_panels)
 }
 END_TEST
 
-/* --dtype int8: the matrices' panels hold each value quantized in blocks
+/* --dtype int8 and q8: the matrices' panels hold each value quantized in blocks
  * of 32 inputs with a half scale (panels.h), from any checkpoint dtype;
  * the vectors stay floats, and a step reads 17 bytes per 16 weights. */
-START_TEST(test_int8_quantizes_the_matrices_from_any_dtype)
+START_TEST(test_int8_and_q8_quantize_the_matrices_from_any_dtype)
 {
     static const char *const dtypes[] = { "F32", "F16", "BF16" };
+    const model_dtype want = _i ? MODEL_DTYPE_Q8 : MODEL_DTYPE_INT8;
+    const panel_dtype dt = _i ? PANEL_Q8DOT : PANEL_Q8;
     for (size_t i = 0; i < 3; i++) {
         spec s;
         gpt2_spec(&s, "");
@@ -506,19 +508,20 @@ START_TEST(test_int8_quantizes_the_matrices_from_any_dtype)
         write_safetensors(tmpdir, &s, 0);
         model m;
         gpt2d_error err = { { 0 } };
-        ck_assert_msg(model_load(&m, tmpdir, MODEL_DTYPE_INT8, &err) == 0,
-                      "%s: %s", dtypes[i], err.message);
-        ck_assert_int_eq(m.dtype, MODEL_DTYPE_INT8);
-        ck_assert_int_eq(m.panel_dtype, PANEL_Q8);
+        ck_assert_msg(model_load(&m, tmpdir, want, &err) == 0, "%s: %s",
+                      dtypes[i], err.message);
+        ck_assert_int_eq(m.dtype, want);
+        ck_assert_int_eq(m.panel_dtype, dt);
         check_bound(&m, &s, "");
         /* the values really change: not every one survives */
         const tspec *fc = find(&s, "h.1.mlp.c_fc.weight");
         bool changed = false;
         for (size_t k = 0; k < C; k++)
             for (size_t n = 0; n < 4 * C; n++)
-                changed |= panel_at(m.layers[1].fc_wp, PANEL_Q8, C, k, n) !=
+                changed |= panel_at(m.layers[1].fc_wp, dt, C, k, n) !=
                            expected(fc, k * 4 * C + n);
-        ck_assert_msg(changed, "%s: int8 kept every value", dtypes[i]);
+        ck_assert_msg(changed, "%s: %s kept every value", dtypes[i],
+                      model_dtype_name(want));
         size_t vectors = L * (4 * C + 3 * C + C + 4 * C + C) + 2 * C;
         ck_assert_uint_eq(m.weight_bytes,
                           17 * (L * 12 * C * C + V * C) / 16 + 4 * vectors);
@@ -538,10 +541,16 @@ START_TEST(test_int8_refuses_a_weight_beyond_its_scales)
     write_safetensors(tmpdir, &s, 0);
     model m;
     gpt2d_error err = { { 0 } };
-    ck_assert_int_eq(model_load(&m, tmpdir, MODEL_DTYPE_INT8, &err), -1);
-    ck_assert_msg(strstr(err.message, "'h.1.attn.c_proj.weight'") != NULL &&
-                      strstr(err.message, "int8") != NULL,
-                  "%s", err.message);
+    for (int q8 = 0; q8 <= 1; q8++) {
+        const model_dtype d = q8 ? MODEL_DTYPE_Q8 : MODEL_DTYPE_INT8;
+        char want[64];
+        snprintf(want, sizeof want, "which --dtype %s cannot",
+                 model_dtype_name(d));
+        ck_assert_int_eq(model_load(&m, tmpdir, d, &err), -1);
+        ck_assert_msg(strstr(err.message, "'h.1.attn.c_proj.weight'") != NULL &&
+                          strstr(err.message, want) != NULL,
+                      "%s", err.message);
+    }
     ck_assert_msg(model_load(&m, tmpdir, MODEL_DTYPE_FLOAT32, &err) == 0, "%s",
                   err.message);
     model_free(&m);
@@ -615,6 +624,9 @@ START_TEST(test_dtype_names_parse_and_print)
     ck_assert_int_eq(model_dtype_parse("int8", &d), 0);
     ck_assert_int_eq(d, MODEL_DTYPE_INT8);
     ck_assert_int_eq(model_dtype_parse("q8_0", &d), -1);
+    ck_assert_int_eq(model_dtype_parse("q8", &d), 0);
+    ck_assert_int_eq(d, MODEL_DTYPE_Q8);
+    ck_assert_str_eq(model_dtype_name(MODEL_DTYPE_Q8), "q8");
     ck_assert_str_eq(model_dtype_name(MODEL_DTYPE_FLOAT16), "float16");
     ck_assert_str_eq(model_dtype_name(MODEL_DTYPE_FLOAT32), "float32");
     ck_assert_str_eq(model_dtype_name(MODEL_DTYPE_INT8), "int8");
@@ -869,9 +881,9 @@ START_TEST(test_weights_digest_is_the_files_whatever_the_dtype_or_backend)
     uint8_t want[SHA256_BYTES], got[SHA256_BYTES];
     file_digest(tmpdir, want);
     static const model_dtype dtypes[] = { MODEL_DTYPE_FLOAT32,
-                                          MODEL_DTYPE_FLOAT16,
-                                          MODEL_DTYPE_INT8 };
-    for (size_t i = 0; i < 3; i++) {
+                                          MODEL_DTYPE_FLOAT16, MODEL_DTYPE_INT8,
+                                          MODEL_DTYPE_Q8 };
+    for (size_t i = 0; i < 4; i++) {
         loaded_digest(dtypes[i], MODEL_MATMUL_PANELS, got);
         ck_assert_msg(memcmp(got, want, SHA256_BYTES) == 0, "%s",
                       model_dtype_name(dtypes[i]));
@@ -909,7 +921,9 @@ static Suite *model_suite(void)
     tcase_add_test(tc, test_lm_head_equal_to_wte_is_shared_different_is_used);
     tcase_add_test(tc, test_widens_f16_and_bf16_tensors);
     tcase_add_test(tc, test_float16_rounds_the_matrices_to_half_panels);
-    tcase_add_test(tc, test_int8_quantizes_the_matrices_from_any_dtype);
+    tcase_add_loop_test(tc,
+                        test_int8_and_q8_quantize_the_matrices_from_any_dtype,
+                        0, 2); /* int8, q8 */
     tcase_add_test(tc, test_int8_refuses_a_weight_beyond_its_scales);
     tcase_add_test(tc, test_auto_dtype_follows_the_checkpoint);
     tcase_add_test(tc, test_dtype_names_parse_and_print);

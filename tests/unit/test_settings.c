@@ -379,14 +379,20 @@ END_TEST
  * the daemon at start-up with a message naming where it came from. */
 START_TEST(test_isa_names_an_instruction_set_this_cpu_runs)
 {
-    EXPECT_ERROR("--isa: 'avx9000' is not portable, avx2, avx512 or auto", NULL,
-                 "-m", "x", "--isa", "avx9000");
+    EXPECT_ERROR("--isa: 'avx9000' is not portable, avx2, avx2-vnni, avx512, "
+                 "avx512-vnni or auto",
+                 NULL, "-m", "x", "--isa", "avx9000");
     setenv("GPT2D_ISA", "avx9000", 1);
     EXPECT_ERROR("GPT2D_ISA: 'avx9000' is not", NULL, "-m", "x");
     unsetenv("GPT2D_ISA");
-    if (cpu_isa_supported() < CPU_ISA_AVX512)
-        EXPECT_ERROR("--isa: this CPU cannot run the avx512 kernels", NULL,
-                     "-m", "x", "--isa", "avx512");
+    for (int isa = 0; isa < CPU_ISA_COUNT; isa++) {
+        const char *name = cpu_isa_name((cpu_isa)isa);
+        char want[128];
+        snprintf(want, sizeof want, "--isa: this CPU cannot run the %s kernels",
+                 name);
+        if (!cpu_isa_runs((cpu_isa)isa))
+            EXPECT_ERROR(want, NULL, "-m", "x", "--isa", name);
+    }
 }
 END_TEST
 
