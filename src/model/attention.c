@@ -39,6 +39,12 @@
 
 /* Query rows that share each K/V load (and rows of score scratch). */
 #define ATT_ROWS 4
+/* Blocks ahead whose K and V rows the decode kernels prefetch: a head's
+ * rows of one block are one short run (4 KB of floats at head_dim 64),
+ * and the next block's are far away, so the hardware's stream prefetch
+ * starts cold at every block; a block's work takes less than a memory
+ * latency, so two ahead. */
+#define ATT_PREFETCH_BLOCKS 2
 
 /* One (layer, head) of a sequence's cache: K row t at k + table[t/B]·stride
  * + (t%B)·row, V the same from v. */
@@ -269,14 +275,21 @@ static void att_scores_avx2(float *sc, size_t lds, const float *q, size_t ldq,
                             size_t hd, float scale)
 {
     const size_t n = n0 + nr - 1; /* keys the last row sees */
-    const char *block = NULL;
+    const char *block = NULL, *next = NULL;
     for (size_t t = 0; t < n; t += 4) {
         size_t nk = n - t < 4 ? n - t : 4;
         /* four keys never straddle a block (4 divides KV_BLOCK_TOKENS):
          * the block's address is looked up once per block */
-        if (t % KV_BLOCK_TOKENS == 0)
+        if (t % KV_BLOCK_TOKENS == 0) {
             block = k_row(kv, t);
+            const size_t ahead = t + ATT_PREFETCH_BLOCKS * KV_BLOCK_TOKENS;
+            next = ahead < n ? k_row(kv, ahead) : NULL;
+        }
         const char *k0 = block + (t % KV_BLOCK_TOKENS) * kv->row;
+        if (next != NULL) /* this group's share of the block ahead */
+            for (size_t b = 0; b < 4 * kv->row; b += 64)
+                _mm_prefetch(next + (t % KV_BLOCK_TOKENS) * kv->row + b,
+                             _MM_HINT_T0);
         const char *k1 = k0 + (nk > 1 ? 1 : 0) * kv->row;
         const char *k2 = k0 + (nk > 2 ? 2 : 0) * kv->row;
         const char *k3 = k0 + (nk > 3 ? 3 : 0) * kv->row;
@@ -381,7 +394,13 @@ KERNEL_TARGET __attribute__((always_inline)) static inline void att_values_row(
             const char *vb = v_row(kv, t0);
             const size_t end = n - t0 < KV_BLOCK_TOKENS ? n
                                                         : t0 + KV_BLOCK_TOKENS;
+            const size_t ahead = t0 + ATT_PREFETCH_BLOCKS * KV_BLOCK_TOKENS;
+            const char *next = i == 0 && ahead < n ? v_row(kv, ahead) : NULL;
             for (size_t t = t0; t < end; t++, vb += kv->row) {
+                if (next != NULL)
+                    for (size_t b = 0; b < kv->row; b += 64)
+                        _mm_prefetch(next + (t - t0) * kv->row + b,
+                                     _MM_HINT_T0);
                 __m256 pr = _mm256_broadcast_ss(p + t);
 #pragma GCC unroll 8
                 for (int v = 0; v < 8; v++)

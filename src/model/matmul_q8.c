@@ -383,6 +383,8 @@ DEFINE_TILES512(3)
 DEFINE_TILES512(4)
 DEFINE_TILES512(5)
 DEFINE_TILES512(6)
+DEFINE_TILES512(7)
+DEFINE_TILES512(8)
 DEFINE_TILE512(1, 4, vnni512_1x4)
 DEFINE_TILE512(2, 4, vnni512_2x4)
 
@@ -416,7 +418,7 @@ KERNEL_TARGET_VNNI512 static void tile_vnni512(size_t mr, size_t np,
         else vnni512_##MR##x1(TILE_ARGS);                                    \
         break
     switch (mr) {
-    CASE512(6); CASE512(5); CASE512(4); CASE512(3); CASE512(2);
+    CASE512(8); CASE512(7); CASE512(6); CASE512(5); CASE512(4); CASE512(3); CASE512(2);
     default: if (np == 2) vnni512_1x2(TILE_ARGS); else vnni512_1x1(TILE_ARGS);
     }
 #undef CASE512
@@ -439,7 +441,7 @@ static const q8_kernels portable_kernels = { 0, 1, 8, 1, tile_portable };
 #ifdef HAVE_AVX2_KERNELS
 static const q8_kernels avx2_kernels = { 0, 1, 4, 1, tile_avx2 };
 static const q8_kernels vnni256_kernels = { 0, 1, 4, 1, tile_vnni256 };
-static const q8_kernels vnni512_kernels = { 2, 4, 6, 2, tile_vnni512 };
+static const q8_kernels vnni512_kernels = { 2, 4, 8, 2, tile_vnni512 };
 #endif
 
 /* AVX-512 without VNNI runs AVX2's tiles: 8-bit products on AVX-512BW's
