@@ -27,6 +27,12 @@ API:
                                           # scale per 32 inputs, as gpt2d
                                           # --dtype int8 keeps them
                                           # (quantize_int8)
+    model = GPT2(model_dir, matrices="q8")
+                                          # the int8 weights, and every
+                                          # weight product's inputs
+                                          # quantized too, as gpt2d
+                                          # --dtype q8 multiplies them
+                                          # (quantize_rows_q8)
     model = GPT2(model_dir, kv=np.float16)
                                           # keys and values rounded to half
                                           # as they are cached (--kv-dtype)
@@ -147,6 +153,50 @@ class Cache:
         self.v = [None] * n_layer
         self.n_tokens = 0
 
+def q8_tie_margin(a):
+    """How close the inputs a (rows, K) come to a half-way point as
+    quantize_rows_q8 divides them: the least |frac(|a / d|) - 1/2| /
+    max(1, |a / d|) over the inputs below the clamp.  A float32 pass that
+    computed an input a few ulps apart from this (float64) reference rounds
+    it the same way only if this is larger than those ulps, relatively."""
+    a = np.asarray(a, dtype=np.float32)
+    least = np.inf
+    for k0 in range(0, a.shape[1], 32):
+        block = a[:, k0:k0 + 32].astype(np.float64)
+        d = (np.abs(a[:, k0:k0 + 32]).max(axis=1) / np.float32(127))
+        ok = d > 0
+        if not ok.any():
+            continue
+        r = np.abs(block[ok] / d[ok, None].astype(np.float64))
+        dist = np.abs(r - np.floor(r) - 0.5) / np.maximum(1.0, r)
+        dist = np.where(r < 127, dist, np.inf)
+        least = min(least, float(dist.min()))
+    return least
+
+
+def quantize_rows_q8(a):
+    """The inputs of a weight product, a (n rows, K inputs), as gpt2d
+    --dtype q8 multiplies them: each row in blocks of 32 consecutive inputs
+    (the last block shorter), the row first rounded to float32.  A block's
+    scale is d = amax / 127 in float32, amax its largest |input| (not
+    rounded to half: it is no weight); each input becomes q * d, q the
+    integer nearest to input / d (float32 division, ties to even) clamped
+    to [-127, 127], or 0 when d is 0.  Returns float64 (n, K): q * d is
+    exact there, and the product of these rows with the int8 weights
+    (q_w * d_w, exact too) is, block by block, the integer sum of q * q_w
+    times d * d_w that gpt2d computes, here without its float32 rounding."""
+    a = np.asarray(a, dtype=np.float32)
+    out = np.zeros(a.shape, dtype=np.float64)
+    for k0 in range(0, a.shape[1], 32):
+        block = a[:, k0:k0 + 32]
+        d = np.abs(block).max(axis=1) / np.float32(127)
+        safe = np.where(d > 0, d, np.float32(1))[:, None]
+        q = np.clip(np.rint(block / safe), -127, 127)
+        q = np.where(d[:, None] > 0, q, 0)
+        out[:, k0:k0 + 32] = q.astype(np.float64) * \
+            d[:, None].astype(np.float64)
+    return out
+
 
 class GPT2:
     def __init__(self, model_dir, dtype=np.float64, matrices=None, kv=None):
@@ -166,6 +216,10 @@ class GPT2:
         self.head_dim = self.n_embd // self.n_head
         self.dtype = dtype
         self.kv = kv
+        # q8: every weight product's inputs are quantized (quantize_rows_q8);
+        # q8_margin: the least q8_tie_margin of them since it was last reset
+        self.q8 = matrices == "q8"
+        self.q8_margin = math.inf
 
         t = read_safetensors(os.path.join(model_dir, "model.safetensors"))
         prefix = "transformer." if "transformer.wte.weight" in t else ""
@@ -187,7 +241,7 @@ class GPT2:
         def stored(a, matrix):
             if not matrix or matrices is None:
                 return a
-            if matrices != "int8":
+            if matrices not in ("int8", "q8"):
                 return a.astype(matrices)
             return quantize_int8(a.T).T if matrix == "vocab" \
                 else quantize_int8(a)
@@ -231,6 +285,13 @@ class GPT2:
             # rounded with it
             self.wte = get("wte.weight", (V, C), "vocab")
             self.lm_head = self.wte
+
+    def _mm(self, a, w):
+        """a @ w for a weight matrix w, its inputs quantized under q8."""
+        if self.q8:
+            self.q8_margin = min(self.q8_margin, q8_tie_margin(a))
+            a = quantize_rows_q8(a).astype(self.dtype)
+        return a @ w
 
     def new_cache(self):
         return Cache(self.n_layer)
@@ -278,19 +339,19 @@ class GPT2:
         x = self.wte[tokens] + self.wpe[past:past + n]
         for i, L in enumerate(self.layers):
             a = layer_norm(x, L["ln_1_w"], L["ln_1_b"], self.eps)
-            qkv = a @ L["attn_w"] + L["attn_b"]
+            qkv = self._mm(a, L["attn_w"]) + L["attn_b"]
             q, k, v = qkv[:, :C], qkv[:, C:2 * C], qkv[:, 2 * C:]
             y, p = self._attention(q, cache, i, k, v)
-            x = x + (y @ L["proj_w"] + L["proj_b"])
+            x = x + (self._mm(y, L["proj_w"]) + L["proj_b"])
             m = layer_norm(x, L["ln_2_w"], L["ln_2_b"], self.eps)
-            h = gelu_tanh(m @ L["fc_w"] + L["fc_b"])
-            x = x + (h @ L["mproj_w"] + L["mproj_b"])
+            h = gelu_tanh(self._mm(m, L["fc_w"]) + L["fc_b"])
+            x = x + (self._mm(h, L["mproj_w"]) + L["mproj_b"])
             if record is not None:
                 record["attention"].append(p)
                 record["residual"].append(x)
         cache.n_tokens = past + n
         x = layer_norm(x, self.ln_f_w, self.ln_f_b, self.eps)
-        return x @ self.lm_head.T
+        return self._mm(x, self.lm_head.T)
 
     def full(self, tokens):
         """Logits (n, V) of every position, recomputed from scratch."""
@@ -305,8 +366,8 @@ class GPT2:
         last layer's is the model's own logits."""
         record = {"attention": [], "residual": []}
         self.forward(tokens, self.new_cache(), record)
-        lens = [layer_norm(x, self.ln_f_w, self.ln_f_b, self.eps)
-                @ self.lm_head.T for x in record["residual"]]
+        lens = [self._mm(layer_norm(x, self.ln_f_w, self.ln_f_b, self.eps),
+                         self.lm_head.T) for x in record["residual"]]
         return record["attention"], record["residual"], lens
 
     def greedy(self, prompt, n_new):

@@ -94,6 +94,14 @@ import make_model  # noqa: E402
 FORMAT = 1
 TOLERANCE = 1e-3
 MIN_MARGIN = 10 * TOLERANCE
+# q8 sequences keep every quantized input at least this far (relatively)
+# from a half-way point (gpt2_numpy.q8_tie_margin), ~2-3 float32 ulps, so
+# that gpt2d's float32 pass rounds almost every one as the float64
+# reference does: a flip moves its row's logits by a few hundredths
+# (make-fixtures.log's numpy float32 run shows some), and test_forward
+# allows only a few rows that.  1e-6 would leave no 64-token sequence of
+# w128h2 (~120k inputs) clear.
+Q8_MARGIN = 2e-7
 GREEDY_PROMPT = 5
 GREEDY_NEW = 16
 PROMPT_LEN = 19
@@ -117,28 +125,37 @@ MODELS = [
 # --kv-dtype).  w36h4 (head_dim 9) takes the portable attention, the others
 # the AVX2 one.  The int8 variants cover every checkpoint dtype (F32, F16,
 # BF16), widths that are not a multiple of int8's blocks of 32 inputs (36,
-# 72, 40), tied and untied heads.  Every F16 model is also loaded with
+# 72, 40), tied and untied heads; the q8 variants (int8's weights, every
+# product's inputs quantized too: gpt2_numpy.quantize_rows_q8) the same.  Every F16 model is also loaded with
 # --dtype float32 ("<model>@float32", the same logits).
 VARIANTS = {
     "tiny": (("@float16", "float16", "float32"),
              ("@kv16", "auto", "float16"),
-             ("@int8", "int8", "float32")),
-    "w40h5": (("@int8", "int8", "float32"),),
+             ("@int8", "int8", "float32"),
+             ("@q8", "q8", "float32")),
+    "w40h5": (("@int8", "int8", "float32"),
+              ("@q8", "q8", "float32")),
     "w72h6-untied": (("@float16-kv16", "float16", "float16"),
-                     ("@int8", "int8", "float32")),
+                     ("@int8", "int8", "float32"),
+                     ("@q8", "q8", "float32")),
     "w128h2": (("@float16", "float16", "float32"),
                ("@float16-kv16", "float16", "float16"),
-               ("@int8-kv16", "int8", "float16")),
+               ("@int8-kv16", "int8", "float16"),
+               ("@q8-kv16", "q8", "float16")),
     "w36h4": (("@kv16", "auto", "float16"),
-              ("@int8", "int8", "float32")),
-    "f16": (("@int8", "int8", "float32"),),
-    "bf16": (("@int8", "int8", "float32"),),
+              ("@int8", "int8", "float32"),
+              ("@q8", "q8", "float32")),
+    "f16": (("@int8", "int8", "float32"),
+            ("@q8", "q8", "float32")),
+    "bf16": (("@int8", "int8", "float32"),
+             ("@q8", "q8", "float32")),
 }
 
 # The variants GPT2D_TEST_QUICK (memcheck) runs besides the plain models:
 # half panels with a half cache through the AVX2 attention, a half cache
-# through the portable one, and int8 panels with partial blocks.
-QUICK_VARIANTS = ("w72h6-untied@float16-kv16", "w36h4@kv16", "w36h4@int8")
+# through the portable one, and int8 and q8 panels with partial blocks.
+QUICK_VARIANTS = ("w72h6-untied@float16-kv16", "w36h4@kv16", "w36h4@int8",
+                  "w36h4@q8")
 
 GENERATORS = ("make_fixtures.py", "make_model.py", "gpt2_numpy.py",
               "make-fixtures.sh")
@@ -161,6 +178,47 @@ def stamp_of(tok_dir):
 def check(cond, what):
     if not cond:
         raise AssertionError("reference self-check failed: " + what)
+
+
+def self_check_q8(rng):
+    """quantize_rows_q8 and a product by int8 weights against plain loops
+    over the definition (integer sums per block, then the scales), on
+    inputs with zero rows, an outlier, exact halves (ties to even) and K
+    not a multiple of 32."""
+    n, K, N = 4, 70, 5
+    a = rng.standard_normal((n, K)).astype(np.float32)
+    a[1] = 0
+    a[2, 3] = 1e4
+    a[3, :32] = np.float32(127 / 2)  # d = 0.5: every input / d is 127 ...
+    a[3, 0] = np.float32(2.5 * 0.5)  # ... but this one, a tie: 2.5 -> 2
+    a[3, 1] = np.float32(-3.5 * 0.5)  # -3.5 -> -4
+    w = rng.standard_normal((K, N)).astype(np.float32)
+    wq = gpt2_numpy.quantize_int8(w)
+    got = gpt2_numpy.quantize_rows_q8(a) @ wq.astype(np.float64)
+    want = np.zeros((n, N))
+    for r in range(n):
+        for c in range(N):
+            total = 0.0
+            for k0 in range(0, K, 32):
+                ks = range(k0, min(K, k0 + 32))
+                amax = max(abs(float(a[r, k])) for k in ks)
+                wmax = max(abs(float(w[k, c])) for k in ks)
+                da = float(np.float32(np.float32(amax) / np.float32(127)))
+                dw = float(np.float16(np.float32(wmax) / np.float32(127)))
+                s = 0
+                for k in ks:
+                    qa = 0 if da == 0 else max(-127, min(127, round(
+                        float(np.float32(a[r, k] / np.float32(da))))))
+                    qw = 0 if dw == 0 else max(-127, min(127, round(
+                        float(np.float32(w[k, c] / np.float32(dw))))))
+                    s += qa * qw
+                total += s * dw * da
+            want[r, c] = total
+    check(np.abs(got - want).max() <= 1e-12 * max(1.0, np.abs(want).max()),
+          "q8 product vs plain loops: %g" % np.abs(got - want).max())
+    q3 = gpt2_numpy.quantize_rows_q8(a[3:4])[0] / 0.5
+    check(q3[0] == 2 and q3[1] == -4 and q3[2] == 127,
+          "q8 ties to even: %r" % (q3[:3],))
 
 
 def naive_logits(m, tokens):
@@ -228,27 +286,50 @@ def self_check_sequence(m, tokens, full):
     check(err < 1e-9, "chunked vs full recompute: %g" % err)
 
 
+def clear_of_ties(m, tokens):
+    """Whether a q8 model's inputs over `tokens` keep Q8_MARGIN (always
+    true for the other dtypes)."""
+    if not m.q8:
+        return True
+    m.q8_margin = math.inf
+    m.full(tokens)
+    return m.q8_margin >= Q8_MARGIN
+
+
 def greedy_sequence(m, rng):
-    """A prompt whose greedy continuation has unambiguous argmaxes."""
-    for _ in range(50):
+    """A prompt whose greedy continuation has unambiguous argmaxes (and,
+    under q8, inputs clear of half-way points)."""
+    for _ in range(200):
         prompt = [int(t) for t in rng.integers(0, m.vocab_size, GREEDY_PROMPT)]
         gen, steps = m.greedy(prompt, GREEDY_NEW)
         margins = []
         for s in steps:
             top2 = np.partition(s, -2)[-2:]
             margins.append(float(top2[1] - top2[0]))
-        if min(margins) >= MIN_MARGIN:
+        if min(margins) >= MIN_MARGIN and clear_of_ties(m, prompt + gen):
             return prompt + gen, min(margins)
     raise AssertionError("no prompt with a clear greedy continuation found")
+
+
+def random_tokens(m, rng, n, fixed=()):
+    """n random tokens (with `fixed` (index, token) pairs), under q8 drawn
+    again until clear of half-way points."""
+    for _ in range(200):
+        tokens = [int(t) for t in rng.integers(0, m.vocab_size, n)]
+        for i, t in fixed:
+            tokens[i] = t
+        if clear_of_ties(m, tokens):
+            return tokens
+    raise AssertionError("no %d tokens clear of q8's half-way points" % n)
 
 
 def reference_sequences(data_dir, name, m, m32, rng, T, ctx):
     """The prompt, greedy (and with ctx, context) sequences of model `m`,
     their reference logits written to fixtures/NAME.SEQUENCE.f32."""
     seqs = []
-    prompt = [int(t) for t in rng.integers(0, m.vocab_size, PROMPT_LEN)]
-    prompt[3] = m.vocab_size - 1            # <|endoftext|>
-    prompt[7] = 0                           # the first and last rows
+    prompt = random_tokens(m, rng, PROMPT_LEN,
+                           ((3, m.vocab_size - 1),   # <|endoftext|>
+                            (7, 0)))                 # the first and last rows
     seqs.append({"name": "prompt", "tokens": prompt,
                  "prompt_len": len(prompt), "greedy": False})
     tokens, margin = greedy_sequence(m, rng)
@@ -256,7 +337,7 @@ def reference_sequences(data_dir, name, m, m32, rng, T, ctx):
                  "prompt_len": GREEDY_PROMPT, "greedy": True,
                  "min_margin": margin})
     if ctx:
-        full_ctx = [int(t) for t in rng.integers(0, m.vocab_size, T)]
+        full_ctx = random_tokens(m, rng, T)
         seqs.append({"name": "context", "tokens": full_ctx,
                      "prompt_len": T, "greedy": False})
 
@@ -401,6 +482,7 @@ def build(data_dir):
                                    gpt2_numpy.GPT2(mdir, dtype=np.float32),
                                    np.random.default_rng(2000 + seed), T, ctx)
         if name == "tiny":
+            self_check_q8(np.random.default_rng(7))
             short = seqs[0]["tokens"][:6]
             err = np.abs(naive_logits(m, short) - m.full(short)[-1]).max()
             check(err < 1e-9, "plain loops vs vectorised: %g" % err)
@@ -421,8 +503,8 @@ def build(data_dir):
             def narrow(dt):
                 return gpt2_numpy.GPT2(
                     mdir, dtype=dt,
-                    matrices={"float16": np.float16,
-                              "int8": "int8"}.get(matrices),
+                    matrices={"float16": np.float16, "int8": "int8",
+                              "q8": "q8"}.get(matrices),
                     kv=np.float16 if kv == "float16" else None)
             variant_model = narrow(np.float64)
             vseqs = reference_sequences(
@@ -435,6 +517,11 @@ def build(data_dir):
                            inspect=reference_inspect(data_dir, name + suffix,
                                                      variant_model,
                                                      vseqs[0]["tokens"]))
+            if matrices == "q8":
+                against_unquantized(
+                    name + suffix, variant_model,
+                    gpt2_numpy.GPT2(mdir, kv=np.float16 if kv == "float16"
+                                    else None), vseqs)
             if matrices == "int8":
                 against_unquantized(
                     name + suffix, variant_model,

@@ -412,13 +412,44 @@ static double max_abs_diff(const float *a, const float *b, size_t n)
     return m;
 }
 
+/* --dtype q8 rounds every product's inputs to integers.  Where one lies
+ * within float32's rounding of a half-way point, the reference (float64)
+ * and a float32 pass round it apart: a flip that moves the logits of its
+ * row by a few hundredths.  The fixtures keep every input a few ulps from
+ * those points (make_fixtures.py's Q8_MARGIN), which leaves 2 rows of
+ * all the q8 sequences flipped; so under q8 up to one row in eight (at
+ * least one) may pass TOL, by at most Q8_FLIP_TOL: a product quantized
+ * wrongly, or not at all, moves every row. */
+#define Q8_FLIP_TOL 0.1
+
 /* Compares `rows` rows of C logits with reference rows starting at `first`;
- * returns the max difference. */
+ * returns the max difference (under q8, of the rows that no flip explains,
+ * above). */
 static double cmp_rows(const harness *h, const float *got, const fx_seq *s,
                        size_t first, size_t rows)
 {
     ck_assert_uint_le(first + rows, s->n);
-    return max_abs_diff(got, s->logits + first * h->vocab, rows * h->vocab);
+    const float *want = s->logits + first * h->vocab;
+    if (h->m.dtype != MODEL_DTYPE_Q8)
+        return max_abs_diff(got, want, rows * h->vocab);
+    double rest = 0.0, flipped = 0.0;
+    size_t n_flipped = 0;
+    for (size_t r = 0; r < rows; r++) {
+        const double d = max_abs_diff(got + r * h->vocab, want + r * h->vocab,
+                                      h->vocab);
+        if (d <= TOL) {
+            rest = d > rest ? d : rest;
+            continue;
+        }
+        n_flipped++;
+        flipped = d > flipped ? d : flipped; /* d is never NaN: INFINITY */
+    }
+    if (n_flipped == 0)
+        return rest;
+    printf("q8: %zu of %zu rows from %zu past TOL, by up to %.3g\n", n_flipped,
+           rows, first, flipped);
+    const size_t allowed = rows / 8 > 1 ? rows / 8 : 1;
+    return n_flipped <= allowed && flipped <= Q8_FLIP_TOL ? rest : flipped;
 }
 
 static void report(const char *model_name, const char *seq, const char *what,
