@@ -112,32 +112,47 @@ static void read_task(void *ctx, size_t task, size_t worker)
     j->sums[task % 64] = (s[0] + s[1]) + (s[2] + s[3]); /* keeps the reads */
 }
 
-/* Bytes per second read by all workers, best of `reps`.  On huge pages,
- * as the weight panels and KV caches are: on 4 KB pages the same loop
- * reads ~9% slower here (TLB misses, prefetch streams cut at every page),
- * and the decode figures would come out above "100%" of the limit. */
-static double measure_bandwidth(threadpool *pool, size_t bytes, int reps)
+/* Read bandwidth over `passes` passes of `bytes` (all workers together,
+ * each its own slice), far more than the last-level cache: the median is
+ * the figure (a roofline needs what the machine sustains, not its one
+ * lucky pass: two best-of readings an hour apart differed 2x here), the
+ * best beside it.  On huge pages, as the weight panels and KV caches are:
+ * on 4 KB pages the same loop reads ~9% slower here (TLB misses, prefetch
+ * streams cut at every page), and the decode figures would come out above
+ * "100%" of the limit. */
+typedef struct bandwidth {
+    double median, best; /* bytes per second */
+} bandwidth;
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static bandwidth measure_bandwidth(threadpool *pool, size_t bytes, int passes)
 {
     size_t n = bytes / sizeof(float);
     float *buf = huge_alloc(n * sizeof(float));
-    if (buf == NULL) {
+    double *bw = calloc((size_t)passes, sizeof *bw);
+    if (buf == NULL || bw == NULL) {
         fprintf(stderr, "bench_forward: cannot allocate %zu bytes\n", bytes);
         exit(1);
     }
     for (size_t i = 0; i < n; i++)
         buf[i] = (float)(i & 1023);
     read_job j = { .buf = buf, .n = n, .n_tasks = threadpool_size(pool) };
-    double best = 0.0;
-    for (int r = 0; r < reps; r++) {
+    for (int r = 0; r < passes; r++) {
         double t = now();
         threadpool_run(pool, j.n_tasks, read_task, &j);
-        double bw = (double)(j.n / j.n_tasks * j.n_tasks * sizeof(float)) /
-                    (now() - t);
-        if (bw > best)
-            best = bw;
+        bw[r] = (double)(j.n / j.n_tasks * j.n_tasks * sizeof(float)) /
+                (now() - t);
     }
+    qsort(bw, (size_t)passes, sizeof *bw, cmp_double);
+    bandwidth out = { .median = bw[passes / 2], .best = bw[passes - 1] };
+    free(bw);
     free(buf);
-    return best;
+    return out;
 }
 
 /* ---- sgemm peak, threaded like forward.c ---- */
@@ -279,10 +294,8 @@ static double measure_panels(panel_dtype dt, cpu_isa isa)
 /* --machine-only: the bounds, one line each, for scripts.  The panels'
  * figure for N threads is N times one thread's: what the kernels would do
  * with every core to themselves and no cost to splitting a product, a
- * bound no step can beat.  Bandwidth: slices of 128 MiB (four times this
- * machine's L3 cache), best of 40, for the same reason as the panels'
- * (under load 5, best of 5 slices of 1 GiB read 16-26 GB/s, of 40 of
- * 128 MiB 35-39). */
+ * bound no step can beat.  Bandwidth: the median of 9 passes over 512 MiB
+ * a thread (16 times this machine's 32 MB L3 for each), best beside it. */
 static int machine_bounds(size_t threads)
 {
     static const struct {
@@ -299,8 +312,11 @@ static int machine_bounds(size_t threads)
 #ifdef HAVE_OPENBLAS_SET_NUM_THREADS
     openblas_set_num_threads(1);
 #endif
-    printf("bandwidth %.2f GB/s\n",
-           measure_bandwidth(pool, (size_t)1 << 27, 40) * 1e-9);
+    const bandwidth bw = measure_bandwidth(pool, threads * ((size_t)1 << 29),
+                                           9);
+    printf("bandwidth %.2f GB/s (median of 9 passes over %zu MiB; best "
+           "%.2f)\n",
+           bw.median * 1e-9, threads * 512, bw.best * 1e-9);
     printf("sgemm %.1f GFLOP/s\n",
            measure_sgemm(pool, 512, 4096, 1024, 5) * 1e-9);
     threadpool_destroy(pool);
@@ -382,12 +398,6 @@ static double decode_step_time(bench *b, size_t batch)
             total += now() - t;
     }
     return total / DECODE_STEPS;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
 }
 
 /* `steps` decode steps at batch `batch` from position PROMPT, wrapping back
@@ -896,13 +906,16 @@ int main(int argc, char **argv)
 #ifdef HAVE_OPENBLAS_SET_NUM_THREADS
     openblas_set_num_threads(1);
 #endif
-    double bw = measure_bandwidth(b.pool, (size_t)1 << 30, 5);
+    const bandwidth bws = measure_bandwidth(
+        b.pool, o.threads * ((size_t)1 << 29), 9);
+    const double bw = bws.median;
     double g1 = measure_sgemm(b.pool, PREFILL, 4 * C, C, 5);
     double g2 = measure_sgemm(b.pool, PREFILL, 3 * C, C, 5);
     double g3 = measure_sgemm(b.pool, PREFILL, C, 4 * C, 5);
     double peak = fmax(g1, fmax(g2, g3));
-    printf("%-44s %10.1f GB/s\n", "memory read bandwidth (1 GiB, best of 5)",
-           bw * 1e-9);
+    printf("%-44s %10.1f GB/s (best %.1f)\n",
+           "memory read bandwidth (median of 9 passes)", bw * 1e-9,
+           bws.best * 1e-9);
     printf("sgemm %4dx%zux%-5zu %27.1f GFLOP/s\n", PREFILL, C, 4 * C,
            g1 * 1e-9);
     printf("sgemm %4dx%zux%-5zu %27.1f GFLOP/s\n", PREFILL, C, 3 * C,
