@@ -7,8 +7,8 @@
  *                  --against-float32]
  *   bench_forward --machine-only [--threads N]
  *
- * Measures, in one run: memory read bandwidth (streaming read of 1 GiB by N
- * threads, best of several), sgemm GFLOP/s at the model's shapes (output
+ * Measures, in one run: memory read bandwidth (thread_bandwidth: the median
+ * of 9 passes over 512 MiB a thread, best beside it), sgemm GFLOP/s at the model's shapes (output
  * columns split over the pool, one single-threaded OpenBLAS call per
  * worker), then, for each backend (panels and blas, or the one --matmul
  * names), prefill of a 512-token prompt and decode steps at batch 1, 4, 8,
@@ -89,7 +89,12 @@ typedef float v4sf __attribute__((vector_size(16)));
  * here compiled to a load, add and store per 16 bytes through the stack,
  * store-to-load forwarded: that capped one thread near 10 GB/s, below
  * what the decode kernels themselves stream, so the "% of bandwidth
- * limit" came out too kind.) */
+ * limit" came out too kind.)  Each line is prefetched READ_AHEAD bytes
+ * before it is read, as the weight kernels prefetch their panels: with it
+ * the loop read more in 7 of 8 rounds run beside the loop without it, a
+ * median 9 % more (doc/performance.md, issue 29). */
+enum { READ_AHEAD = 4096 };
+
 static void read_task(void *ctx, size_t task, size_t worker)
 {
     (void)worker;
@@ -98,6 +103,7 @@ static void read_task(void *ctx, size_t task, size_t worker)
     const float *p = j->buf + task * per;
     v4sf a0 = { 0 }, a1 = { 0 }, a2 = { 0 }, a3 = { 0 };
     for (size_t i = 0; i + 16 <= per; i += 16) {
+        __builtin_prefetch(p + i + READ_AHEAD / sizeof(float));
         v4sf x0, x1, x2, x3;
         memcpy(&x0, p + i, sizeof x0);
         memcpy(&x1, p + i + 4, sizeof x1);
@@ -130,29 +136,65 @@ static int cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-static bandwidth measure_bandwidth(threadpool *pool, size_t bytes, int passes)
+/* `bytes` to read, on huge pages, split over the pool's workers. */
+static read_job read_buffer(threadpool *pool, size_t bytes)
 {
     size_t n = bytes / sizeof(float);
     float *buf = huge_alloc(n * sizeof(float));
-    double *bw = calloc((size_t)passes, sizeof *bw);
-    if (buf == NULL || bw == NULL) {
+    if (buf == NULL) {
         fprintf(stderr, "bench_forward: cannot allocate %zu bytes\n", bytes);
         exit(1);
     }
     for (size_t i = 0; i < n; i++)
         buf[i] = (float)(i & 1023);
-    read_job j = { .buf = buf, .n = n, .n_tasks = threadpool_size(pool) };
-    for (int r = 0; r < passes; r++) {
-        double t = now();
-        threadpool_run(pool, j.n_tasks, read_task, &j);
-        bw[r] = (double)(j.n / j.n_tasks * j.n_tasks * sizeof(float)) /
-                (now() - t);
-    }
+    return (read_job){ .buf = buf, .n = n, .n_tasks = threadpool_size(pool) };
+}
+
+/* One pass over j's buffer: bytes per second. */
+static double read_pass(threadpool *pool, read_job *j)
+{
+    double t = now();
+    threadpool_run(pool, j->n_tasks, read_task, j);
+    return (double)(j->n / j->n_tasks * j->n_tasks * sizeof(float)) /
+           (now() - t);
+}
+
+static bandwidth measure_bandwidth(threadpool *pool, size_t bytes, int passes)
+{
+    double *bw = calloc((size_t)passes, sizeof *bw);
+    if (bw == NULL)
+        exit(1);
+    read_job j = read_buffer(pool, bytes);
+    for (int r = 0; r < passes; r++)
+        bw[r] = read_pass(pool, &j);
     qsort(bw, (size_t)passes, sizeof *bw, cmp_double);
     bandwidth out = { .median = bw[passes / 2], .best = bw[passes - 1] };
     free(bw);
-    free(buf);
+    free((void *)j.buf);
     return out;
+}
+
+/* The figure every roofline here uses: BW_PASSES passes over 512 MiB a
+ * thread (16 times this machine's 32 MB L3 for each). */
+enum { BW_PASSES = 9, BW_MIB_PER_THREAD = 512 };
+
+static size_t bandwidth_bytes(threadpool *pool)
+{
+    return threadpool_size(pool) * BW_MIB_PER_THREAD * ((size_t)1 << 20);
+}
+
+static bandwidth thread_bandwidth(threadpool *pool)
+{
+    return measure_bandwidth(pool, bandwidth_bytes(pool), BW_PASSES);
+}
+
+/* The line bench/sizes.py reads ("bandwidth X GB/s"). */
+static void print_bandwidth(bandwidth bw, size_t threads)
+{
+    printf("bandwidth %.2f GB/s (median of %d passes over %zu MiB; best "
+           "%.2f)\n",
+           bw.median * 1e-9, BW_PASSES, threads * BW_MIB_PER_THREAD,
+           bw.best * 1e-9);
 }
 
 /* ---- sgemm peak, threaded like forward.c ---- */
@@ -294,8 +336,7 @@ static double measure_panels(panel_dtype dt, cpu_isa isa)
 /* --machine-only: the bounds, one line each, for scripts.  The panels'
  * figure for N threads is N times one thread's: what the kernels would do
  * with every core to themselves and no cost to splitting a product, a
- * bound no step can beat.  Bandwidth: the median of 9 passes over 512 MiB
- * a thread (16 times this machine's 32 MB L3 for each), best beside it. */
+ * bound no step can beat.  Bandwidth: thread_bandwidth. */
 static int machine_bounds(size_t threads)
 {
     static const struct {
@@ -312,11 +353,7 @@ static int machine_bounds(size_t threads)
 #ifdef HAVE_OPENBLAS_SET_NUM_THREADS
     openblas_set_num_threads(1);
 #endif
-    const bandwidth bw = measure_bandwidth(pool, threads * ((size_t)1 << 29),
-                                           9);
-    printf("bandwidth %.2f GB/s (median of 9 passes over %zu MiB; best "
-           "%.2f)\n",
-           bw.median * 1e-9, threads * 512, bw.best * 1e-9);
+    print_bandwidth(thread_bandwidth(pool), threads);
     printf("sgemm %.1f GFLOP/s\n",
            measure_sgemm(pool, 512, 4096, 1024, 5) * 1e-9);
     threadpool_destroy(pool);
@@ -906,8 +943,7 @@ int main(int argc, char **argv)
 #ifdef HAVE_OPENBLAS_SET_NUM_THREADS
     openblas_set_num_threads(1);
 #endif
-    const bandwidth bws = measure_bandwidth(
-        b.pool, o.threads * ((size_t)1 << 29), 9);
+    const bandwidth bws = thread_bandwidth(b.pool);
     const double bw = bws.median;
     double g1 = measure_sgemm(b.pool, PREFILL, 4 * C, C, 5);
     double g2 = measure_sgemm(b.pool, PREFILL, 3 * C, C, 5);
