@@ -3,16 +3,19 @@
  *
  *   bench_forward MODEL_DIR [--threads N] [--dtype TYPE] [--kv-dtype TYPE]
  *                 [--matmul panels|blas] [--decode-only BATCH [STEPS] |
- *                  --prefill-only REPS [TOKENS] | --invariance-only |
- *                  --against-float32]
+ *                  --prefill-only REPS [TOKENS] | --breakdown BATCH |
+ *                  --invariance-only | --against-float32]
  *   bench_forward --machine-only [--threads N]
  *
  * Measures, in one run: memory read bandwidth (thread_bandwidth: the median
- * of 9 passes over 512 MiB a thread, best beside it), sgemm GFLOP/s at the model's shapes (output
- * columns split over the pool, one single-threaded OpenBLAS call per
- * worker), then, for each backend (panels and blas, or the one --matmul
- * names), prefill of a 512-token prompt and decode steps at batch 1, 4, 8,
- * 16 after a 128-token prompt, printed side by side against their bounds.
+ * of 9 passes over 512 MiB a thread, best beside it), sgemm GFLOP/s at the
+ * model's shapes (output columns split over the pool, one single-threaded
+ * OpenBLAS call per worker), then, for each backend (panels and blas, or
+ * the one --matmul names), prefill of a 512-token prompt and decode steps
+ * at batch 1, 4, 8, 16 after a 128-token prompt, printed side by side
+ * against their bounds, and for the first backend a decode step at batch
+ * 1 and 16 shared out over its stages (--breakdown BATCH: that alone; see
+ * breakdown below).
  *
  * Batch invariance, the measurement the panel design rests on: one row of
  * a weight product computed alone (M = 1) and inside a batch (M = 4), by
@@ -20,15 +23,14 @@
  * a batch of 4 under each backend; each prints how many floats differ in
  * any bit (--invariance-only: the products alone).  --machine-only prints
  * the machine's bounds alone (bandwidth, sgemm peak at 512x1024x4096,
- * and, per weight dtype, the GFLOP/s of our panel kernels at 8 rows (a
- * decode step of eight streams) on a matrix held in cache), for
- * bench/sizes.py.  --decode-only and
- * --prefill-only time one backend (--matmul, default auto); --decode-only
- * takes up to MAX_BATCH sequences, each holding only the positions its
- * steps reach.
- * --against-float32 measures what --dtype costs in logits on this model
- * (against_float32 below).  With a --dtype only panels hold (float16,
- * int8) the full run measures panels alone.  Not a test: it prints, it never fails on a number. */
+ * and, per weight dtype, the best GFLOP/s of our panel kernels over 1 to
+ * 64 rows on a matrix held in cache), for bench/sizes.py.  --decode-only
+ * and --prefill-only time one backend (--matmul, default auto);
+ * --decode-only takes up to MAX_BATCH sequences, each holding only the
+ * positions its steps reach.  --against-float32 measures what --dtype
+ * costs in logits on this model (against_float32 below).  With a --dtype
+ * only panels hold (float16, int8) the full run measures panels alone.
+ * Not a test: it prints, it never fails on a number. */
 #include "config.h"
 
 #include <cblas.h>
@@ -47,6 +49,7 @@
 #include "model/matmul.h"
 #include "model/panels.h"
 #include "model/model.h"
+#include "sample/sampler.h"
 #include "core/threadpool.h"
 #include "../tests/unit/test_argmax.h"
 
@@ -267,27 +270,28 @@ static void random_product(float *a, float *w, void *wp, panel_dtype dt,
 
 /* ---- the panel kernels' peak, per weight dtype ---- */
 
-/* Eight rows, a decode step of eight streams, by a (1024, 256) matrix: 1 MB
- * of float32 panels (less of halves or int8), which stays in one core's
- * 2 MB L2 cache, so the figure is the kernels' arithmetic, not memory's.
- * One thread, timed in slices of PEAK_CALLS products (a fraction of a
- * millisecond), best of PEAK_REPS: on a shared machine some slices run
- * with the core to themselves, where a product split over two workers
- * stalls whenever another process holds either core (measured that way
- * under load 4, most dtypes read ~30 GFLOP/s instead of 200-400). */
-enum {
-    PEAK_ROWS = 8,
-    PEAK_K = 1024,
-    PEAK_N = 256,
-    PEAK_CALLS = 8,
-    PEAK_REPS = 300
-};
+/* A (1024, 256) matrix by 1 to 64 rows (a decode step of that many
+ * streams): 1 MB of float32 panels (less of halves or int8), which stays
+ * in one core's 2 MB L2 cache with the rows and the outputs, so the figure
+ * is the kernels' arithmetic, not memory's.  One thread, timed in slices
+ * of PEAK_CALLS products (a fraction of a millisecond), best of PEAK_REPS:
+ * on a shared machine some slices run with the core to themselves, where a
+ * product split over two workers stalls whenever another process holds
+ * either core (measured that way under load 4, most dtypes read ~30
+ * GFLOP/s instead of 200-400).  The peak is the best over the row counts:
+ * tiles differ with them (matmul.c), and a roofline needs the fastest any
+ * step could run. */
+enum { PEAK_K = 1024, PEAK_N = 256, PEAK_CALLS = 8, PEAK_REPS = 300 };
+static const size_t peak_rows[] = { 1, 2, 4, 8, 16, 32, 64 };
+#define N_PEAK_ROWS (sizeof peak_rows / sizeof peak_rows[0])
 
-/* FLOP/s of one thread's matmul_forward on panels of `dt`, with the
- * kernels `isa` selects. */
-static double measure_panels(panel_dtype dt, cpu_isa isa)
+/* FLOP/s of one thread's products of M rows by panels of `dt`, with the
+ * kernels `isa` selects; through st (forward_product: its kernels and
+ * scratch, those of a loaded model's dtype) when not NULL. */
+static double measure_panels(panel_dtype dt, cpu_isa isa, size_t M,
+                             const forward_state *st)
 {
-    const size_t M = PEAK_ROWS, K = PEAK_K, N = PEAK_N;
+    const size_t K = PEAK_K, N = PEAK_N;
     const size_t scratch = matmul_scratch_floats(M);
     threadpool *pool;
     gpt2d_error err;
@@ -314,14 +318,17 @@ static double measure_panels(panel_dtype dt, cpu_isa isa)
                             .dt = dt,
                             .out = c,
                             .epi = MATMUL_NONE };
-    matmul_forward(&ctx, &p); /* warm-up: W into the cache */
     double best = 0.0;
-    for (int r = 0; r < PEAK_REPS; r++) {
+    for (int r = -1; r < PEAK_REPS; r++) { /* r = -1: W into the cache */
         double t = now();
-        for (int i = 0; i < PEAK_CALLS; i++)
-            matmul_forward(&ctx, &p);
+        for (int i = 0; i < PEAK_CALLS; i++) {
+            if (st == NULL)
+                matmul_forward(&ctx, &p);
+            else if (forward_product(st, pool, &p, &err) != 0)
+                die("forward_product", &err);
+        }
         double f = 2.0 * (double)(M * N * K) * PEAK_CALLS / (now() - t);
-        if (f > best)
+        if (r >= 0 && f > best)
             best = f;
     }
     free(a);
@@ -333,10 +340,40 @@ static double measure_panels(panel_dtype dt, cpu_isa isa)
     return best;
 }
 
+/* The line bench/sizes.py reads ("panels NAME X GFLOP/s"). */
+static void print_peak(const char *name, double flops, size_t threads,
+                       size_t rows, cpu_isa isa)
+{
+    printf("panels %s %.1f GFLOP/s (%zu threads x one's best over 1-%zu "
+           "rows, at %zu; %dx%d in cache, %s kernels)\n",
+           name, flops * 1e-9, threads, peak_rows[N_PEAK_ROWS - 1], rows,
+           PEAK_K, PEAK_N, cpu_isa_name(isa));
+}
+
+/* One thread's best FLOP/s over peak_rows, the row count it came at, and
+ * (when `each` is not NULL) every row count's figure. */
+static double panel_peak(panel_dtype dt, cpu_isa isa, const forward_state *st,
+                         size_t *at_rows, double each[N_PEAK_ROWS])
+{
+    double best = 0.0;
+    for (size_t i = 0; i < N_PEAK_ROWS; i++) {
+        double f = measure_panels(dt, isa, peak_rows[i], st);
+        if (each != NULL)
+            each[i] = f;
+        if (f > best) {
+            best = f;
+            *at_rows = peak_rows[i];
+        }
+    }
+    return best;
+}
+
 /* --machine-only: the bounds, one line each, for scripts.  The panels'
  * figure for N threads is N times one thread's: what the kernels would do
  * with every core to themselves and no cost to splitting a product, a
- * bound no step can beat.  Bandwidth: thread_bandwidth. */
+ * bound no step can beat.  Bandwidth: thread_bandwidth.  The dtypes whose
+ * products need no scratch of forward.c's (a dtype that did would be
+ * measured through forward_product). */
 static int machine_bounds(size_t threads)
 {
     static const struct {
@@ -357,12 +394,12 @@ static int machine_bounds(size_t threads)
     printf("sgemm %.1f GFLOP/s\n",
            measure_sgemm(pool, 512, 4096, 1024, 5) * 1e-9);
     threadpool_destroy(pool);
-    for (size_t i = 0; i < sizeof panel_dtypes / sizeof panel_dtypes[0]; i++)
-        printf("panels %s %.1f GFLOP/s (%zu threads x one's best; %d rows, "
-               "%dx%d in cache, %s kernels)\n",
-               panel_dtypes[i].name,
-               (double)threads * measure_panels(panel_dtypes[i].dt, isa) * 1e-9,
-               threads, PEAK_ROWS, PEAK_K, PEAK_N, cpu_isa_name(isa));
+    for (size_t i = 0; i < sizeof panel_dtypes / sizeof panel_dtypes[0]; i++) {
+        size_t rows = 0;
+        double f = panel_peak(panel_dtypes[i].dt, isa, NULL, &rows, NULL);
+        print_peak(panel_dtypes[i].name, (double)threads * f, threads, rows,
+                   isa);
+    }
     return 0;
 }
 
@@ -659,6 +696,7 @@ typedef struct options {
     bool kv_half;
     size_t only_batch, only_steps, prefill_reps, prefill_len;
     bool invariance_only, against;
+    size_t breakdown; /* --breakdown's batch, or 0 */
 } options;
 
 static void bench_open(bench *b, const options *o, model_matmul mm)
@@ -737,6 +775,313 @@ static void bench_close(bench *b)
     free(b->logits);
 }
 
+/* ---- a decode step's parts (--breakdown) ---- */
+
+/* Steps a breakdown times, after WARM_STEPS untimed. */
+enum { WARM_STEPS = 4 };
+
+/* Prefills sequences [0, n) with PROMPT tokens each, as many per step as
+ * max_rows takes. */
+static void prefill_seqs(bench *b, size_t n)
+{
+    const size_t n_ctx = b->m.config.n_ctx, per = PREFILL / PROMPT;
+    forward_seq seqs[MAX_BATCH];
+    for (size_t i0 = 0; i0 < n; i0 += per) {
+        const size_t k = n - i0 < per ? n - i0 : per;
+        for (size_t i = 0; i < k; i++) {
+            b->n_tokens[i0 + i] = 0;
+            seqs[i] = seq_of(b, i0 + i, b->tokens + (i0 + i) * n_ctx, PROMPT,
+                             1);
+        }
+        step(b, seqs, k);
+    }
+}
+
+/* Decode steps of sequences [0, batch), each back at position PROMPT
+ * first (their prompts stay cached): WARM_STEPS, then `steps` timed into
+ * t[] (unsorted), profiled into prof unless NULL.  The timed steps' rows
+ * attend to PROMPT + WARM_STEPS + 1 up to PROMPT + WARM_STEPS + steps
+ * positions. */
+static void decode_steps(bench *b, size_t batch, size_t steps, double *t,
+                         forward_profile *prof)
+{
+    const size_t n_ctx = b->m.config.n_ctx;
+    gpt2d_error err;
+    forward_seq seqs[MAX_BATCH];
+    for (size_t i = 0; i < batch; i++)
+        b->n_tokens[i] = PROMPT;
+    for (size_t s = 0; s < WARM_STEPS + steps; s++) {
+        if (s == WARM_STEPS && prof != NULL &&
+            forward_state_set_profile(b->st, prof, &err) != 0)
+            die("forward_state_set_profile", &err);
+        for (size_t i = 0; i < batch; i++)
+            seqs[i] = seq_of(b, i, b->tokens + i * n_ctx + b->n_tokens[i], 1,
+                             1);
+        double t0 = now();
+        step(b, seqs, batch);
+        if (s >= WARM_STEPS)
+            t[s - WARM_STEPS] = now() - t0;
+    }
+    if (prof != NULL)
+        (void)forward_state_set_profile(b->st, NULL, &err);
+}
+
+static double median(double *t, size_t n)
+{
+    qsort(t, n, sizeof *t, cmp_double);
+    return n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
+}
+
+static void nothing(void *ctx, size_t task, size_t worker)
+{
+    (void)ctx;
+    (void)task;
+    (void)worker;
+}
+
+/* What one pool run of empty tasks (one a worker) costs, runs back to back
+ * as a step's stages are (the workers spinning between them): waking the
+ * workers and waiting for them, nothing else.  Median of 2001. */
+static double pool_run_cost(threadpool *pool)
+{
+    enum { RUNS = 2001 };
+    double *t = malloc(RUNS * sizeof *t);
+    if (t == NULL)
+        exit(1);
+    const size_t n = threadpool_size(pool);
+    for (size_t r = 0; r < RUNS; r++) {
+        double t0 = now();
+        threadpool_run(pool, n, nothing, NULL);
+        t[r] = now() - t0;
+    }
+    const double cost = median(t, RUNS);
+    free(t);
+    return cost;
+}
+
+/* The bias and GELU epilogues of one step's layer products, timed apart:
+ * matmul.c applies them inside the products' tasks, so a profile cannot.
+ * The step's four layer products at `rows` rows, but with K = 32 inputs
+ * (the product itself small), each with its epilogue and without, in
+ * turn, 201 times; the difference of the medians, times n_layer. */
+static double epilogue_time(bench *b, size_t rows)
+{
+    enum { EPI_K = 32, EPI_REPS = 201 };
+    const size_t C = b->m.config.n_embd, N_MAX = 4 * C;
+    const panel_dtype dt = b->m.panel_dtype;
+    float *a = malloc(rows * EPI_K * sizeof(float));
+    float *w = malloc(EPI_K * N_MAX * sizeof(float));
+    float *bias = malloc(N_MAX * sizeof(float));
+    float *out = calloc(rows * N_MAX, sizeof(float));
+    void *wp = huge_alloc(panel_bytes(EPI_K, N_MAX, dt));
+    double *with = malloc(EPI_REPS * sizeof *with);
+    double *without = malloc(EPI_REPS * sizeof *without);
+    if (!a || !w || !bias || !out || !wp || !with || !without) {
+        fprintf(stderr, "bench_forward: out of memory\n");
+        exit(1);
+    }
+    random_product(a, w, wp, dt, rows, EPI_K, N_MAX, 5);
+    for (size_t n = 0; n < N_MAX; n++)
+        bias[n] = w[n];
+    /* c_attn, attn c_proj, c_fc, mlp c_proj: their N and epilogue */
+    const struct {
+        size_t N;
+        bool accumulate;
+        matmul_epilogue epi;
+    } products[] = { { 3 * C, false, MATMUL_BIAS },
+                     { C, true, MATMUL_BIAS },
+                     { 4 * C, false, MATMUL_BIAS_GELU },
+                     { C, true, MATMUL_BIAS } };
+    gpt2d_error err;
+    for (size_t r = 0; r < EPI_REPS; r++)
+        for (int e = 0; e < 2; e++) {
+            double t0 = now();
+            for (size_t i = 0; i < 4; i++) {
+                const matmul_args p = { .M = rows,
+                                        .N = products[i].N,
+                                        .K = EPI_K,
+                                        .a = a,
+                                        .w = wp,
+                                        .dt = dt,
+                                        .w_rows = w, /* blas */
+                                        .out = out,
+                                        .accumulate = products[i].accumulate,
+                                        .bias = bias,
+                                        .epi = e ? products[i].epi
+                                                 : MATMUL_NONE };
+                if (forward_product(b->st, b->pool, &p, &err) != 0)
+                    die("forward_product", &err);
+            }
+            (e ? with : without)[r] = now() - t0;
+        }
+    const double t = median(with, EPI_REPS) - median(without, EPI_REPS);
+    free(a);
+    free(w);
+    free(bias);
+    free(out);
+    free(wp);
+    free(with);
+    free(without);
+    return t * (double)b->m.config.n_layer;
+}
+
+typedef struct sample_job {
+    const sampler_params *params;
+    sampler_rng *rng;          /* [rows] */
+    sampler_scratch **scratch; /* [workers] */
+    const float *logits;       /* (rows, V) */
+    size_t V;
+    const int32_t *tokens; /* a stand-in history for every row */
+} sample_job;
+
+static void sample_task(void *ctx, size_t task, size_t worker)
+{
+    const sample_job *j = ctx;
+    sample_result r;
+    sampler_sample(j->params, &j->rng[task], j->scratch[worker],
+                   j->logits + task * j->V, j->V, j->tokens, PROMPT, NULL, 0,
+                   &r);
+}
+
+/* The sampler on `rows` rows of logits as the engine runs it after a step
+ * (engine_batch.c: a pool task per row, a scratch per worker), at
+ * temperature 0.8 and top_p 0.95 without logprobs: median seconds of 33
+ * runs.  *nucleus: the tokens top_p keeps of row 0 (the work depends on
+ * it; random weights give broad rows). */
+static double sampler_time(bench *b, size_t rows, size_t *nucleus)
+{
+    enum { SAMPLE_REPS = 33 };
+    const size_t V = b->m.config.vocab_size, workers = threadpool_size(b->pool);
+    gpt2d_error err;
+    sampler_params params;
+    sampler_params_default(&params);
+    params.temperature = 0.8f;
+    params.top_p = 0.95f;
+    params.skip_logprob = true;
+    sampler_scratch *scratch[FORWARD_PROFILE_WORKERS];
+    sampler_rng rng[MAX_BATCH];
+    for (size_t w = 0; w < workers; w++)
+        if (sampler_scratch_create(&scratch[w], V, &err) != 0)
+            die("sampler_scratch_create", &err);
+    for (size_t i = 0; i < rows; i++)
+        sampler_rng_seed(&rng[i], 1000 + i);
+    sample_job j = { .params = &params,
+                     .rng = rng,
+                     .scratch = scratch,
+                     .logits = b->logits,
+                     .V = V,
+                     .tokens = b->tokens };
+    double t[SAMPLE_REPS];
+    for (size_t r = 0; r < SAMPLE_REPS; r++) {
+        double t0 = now();
+        threadpool_run(b->pool, rows, sample_task, &j);
+        t[r] = now() - t0;
+    }
+    for (size_t w = 0; w < workers; w++)
+        sampler_scratch_free(scratch[w]);
+    /* row 0's nucleus at T 0.8, as the filter counts it */
+    double *p = malloc(V * sizeof *p), mx = -INFINITY, sum = 0.0, acc = 0.0;
+    if (p == NULL)
+        exit(1);
+    for (size_t v = 0; v < V; v++)
+        mx = fmax(mx, (double)b->logits[v] / 0.8);
+    for (size_t v = 0; v < V; v++)
+        sum += p[v] = exp((double)b->logits[v] / 0.8 - mx);
+    qsort(p, V, sizeof *p, cmp_double);
+    *nucleus = 0;
+    for (size_t v = V; v-- > 0 && acc < 0.95 * sum;)
+        acc += p[v], ++*nucleus;
+    free(p);
+    return median(t, SAMPLE_REPS);
+}
+
+/* One line of a breakdown: a part of a step of `step_t` seconds. */
+static void print_share(double step_t, const char *what, double sec,
+                        const char *note)
+{
+    printf("  %-30s %7.2f ms %5.1f %%%s%s\n", what, sec * 1e3,
+           100.0 * sec / step_t, note[0] != '\0' ? "  " : "", note);
+}
+
+enum { BREAKDOWN_STEPS = 32 };
+
+/* A decode step at `batch` rows, shared out over its stages: a profile
+ * (forward_profile) over BREAKDOWN_STEPS steps, beside their unprofiled
+ * median, then the sampler on the step's logits.  For forward.c's own
+ * stages the share is the workers' busy time over the workers (the stage
+ * perfectly split), and the rest of the stage's wall time is the pool's;
+ * the products count an empty pool run per product as the pool's and the
+ * rest as theirs, so their tasks' tail (a worker done before the last
+ * block) stays in the products. */
+static void breakdown(bench *b, size_t batch)
+{
+    const size_t steps = BREAKDOWN_STEPS, W = threadpool_size(b->pool);
+    double t[BREAKDOWN_STEPS];
+    prefill_seqs(b, batch);
+    decode_steps(b, batch, steps, t, NULL);
+    const double plain = median(t, steps);
+    forward_profile prof = { 0 };
+    decode_steps(b, batch, steps, t, &prof);
+    const double profiled = median(t, steps);
+    const double run = pool_run_cost(b->pool);
+    const double epi = epilogue_time(b, batch);
+    size_t nucleus = 0;
+    const double sampling = sampler_time(b, batch, &nucleus);
+
+    const double n = (double)prof.steps, step_t = prof.step / n;
+    double busy[FORWARD_STAGES] = { 0 }, walls = 0.0;
+    for (int s = 0; s < FORWARD_STAGES; s++) {
+        for (size_t w = 0; w < W; w++)
+            busy[s] += prof.busy[s][w];
+        busy[s] /= (double)W * n;
+        walls += prof.wall[s] / n;
+    }
+    const size_t runs_p = prof.runs[FORWARD_PRODUCTS] / prof.steps,
+                 runs_l = prof.runs[FORWARD_LOGITS] / prof.steps;
+    const double products = prof.wall[FORWARD_PRODUCTS] / n -
+                            (double)runs_p * run,
+                 logits = prof.wall[FORWARD_LOGITS] / n - (double)runs_l * run;
+    double stages_pool = 0.0;
+    size_t own_runs = 0;
+    for (int s = FORWARD_EMBEDDING; s <= FORWARD_ATTENTION; s++) {
+        stages_pool += prof.wall[s] / n - busy[s];
+        own_runs += prof.runs[s] / prof.steps;
+    }
+    const double pool = stages_pool + (double)(runs_p + runs_l) * run;
+    char arith[96];
+    forward_state_arithmetic(b->st, arith, sizeof arith);
+    printf("decode step at batch %zu, %s weights (%s), %zu threads, %zu "
+           "steps attending to %d-%zu positions:\n",
+           batch, model_dtype_name(b->m.dtype), arith, W, steps,
+           PROMPT + WARM_STEPS + 1, (size_t)(PROMPT + WARM_STEPS) + steps);
+    printf("  step: median %.2f ms unprofiled, %.2f profiled (mean %.2f, "
+           "shared out below)\n",
+           plain * 1e3, profiled * 1e3, step_t * 1e3);
+    char note[160];
+    snprintf(note, sizeof note,
+             "bias, GELU, residual adds inside; the epilogues alone %.2f ms "
+             "(timed apart)",
+             epi * 1e3);
+    print_share(step_t, "weight products (layers)", products, note);
+    print_share(step_t, "unembedding product", logits, "");
+    print_share(step_t, "attention", busy[FORWARD_ATTENTION],
+                "workers' busy time / workers");
+    print_share(step_t, "LayerNorm", busy[FORWARD_LAYERNORM],
+                "ln_f gathers the logit rows");
+    print_share(step_t, "embedding", busy[FORWARD_EMBEDDING], "");
+    print_share(step_t, "the rest", step_t - walls,
+                "checks, captures, between stages");
+    snprintf(note, sizeof note,
+             "%zu stage runs: wall - busy/workers %.3f ms; %zu products x "
+             "%.2f us (an empty run)",
+             own_runs, stages_pool * 1e3, runs_p + runs_l, run * 1e6);
+    print_share(step_t, "pool hand-offs, idle workers", pool, note);
+    printf("  sampler, T 0.8 top_p 0.95: %.2f ms for the %zu rows (%.1f %% "
+           "of step + sampling; row 0's nucleus %zu tokens)\n\n",
+           sampling * 1e3, batch, 100.0 * sampling / (plain + sampling),
+           nucleus);
+}
+
 static void run_backend(bench *b, results *r)
 {
     r->prefill = INFINITY;
@@ -810,7 +1155,8 @@ static int against_float32(const options *o)
 static const char usage[] =
     "usage: bench_forward MODEL_DIR [--threads N] [--dtype TYPE] "
     "[--kv-dtype TYPE] [--matmul panels|blas] [--decode-only BATCH [STEPS] | "
-    "--prefill-only REPS [TOKENS] | --invariance-only | --against-float32]\n"
+    "--prefill-only REPS [TOKENS] | --breakdown BATCH | --invariance-only "
+    "| --against-float32]\n"
     "       bench_forward --machine-only [--threads N]\n";
 
 /* GPT2D_ISA=portable|avx2|avx512 forces the kernels, as it does the
@@ -881,6 +1227,13 @@ int main(int argc, char **argv)
                 o.prefill_len = (size_t)strtoul(argv[++i], NULL, 10);
         } else if (strcmp(argv[i], "--invariance-only") == 0) {
             o.invariance_only = true;
+        } else if (strcmp(argv[i], "--breakdown") == 0 && i + 1 < argc) {
+            o.breakdown = (size_t)strtoul(argv[++i], NULL, 10);
+            if (o.breakdown == 0 || o.breakdown > MAX_BATCH) {
+                fprintf(stderr, "bench_forward: --breakdown 1..%d\n",
+                        MAX_BATCH);
+                return 2;
+            }
         } else if (strcmp(argv[i], "--machine-only") == 0) {
             machine_only = true;
         } else if (strcmp(argv[i], "--against-float32") == 0) {
@@ -902,6 +1255,15 @@ int main(int argc, char **argv)
     static bench b;
     if (o.against)
         return against_float32(&o);
+    if (o.breakdown > 0) {
+        options ob = o;
+        ob.only_batch = o.breakdown;
+        ob.only_steps = WARM_STEPS + BREAKDOWN_STEPS;
+        bench_open(&b, &ob, only);
+        breakdown(&b, o.breakdown);
+        bench_close(&b);
+        return 0;
+    }
     if (o.invariance_only) {
         model m;
         gpt2d_error err;
@@ -965,6 +1327,10 @@ int main(int argc, char **argv)
         names[k] = model_matmul_name(b.m.matmul);
         fprintf(stderr, "bench_forward: running matmul %s\n", names[k]);
         run_backend(&b, &res[k]);
+        if (k == 0) {
+            breakdown(&b, 1);
+            breakdown(&b, FULL_SEQS);
+        }
         bench_close(&b);
     }
 
