@@ -4,7 +4,7 @@
  *   bench_forward MODEL_DIR [--threads N] [--dtype TYPE] [--kv-dtype TYPE]
  *                 [--matmul panels|blas] [--decode-only BATCH [STEPS] |
  *                  --prefill-only REPS [TOKENS] | --breakdown BATCH |
- *                  --invariance-only | --against-float32]
+ *                  --roofline | --invariance-only | --against-float32]
  *   bench_forward --machine-only [--threads N]
  *
  * Measures, in one run: memory read bandwidth (thread_bandwidth: the median
@@ -24,7 +24,9 @@
  * any bit (--invariance-only: the products alone).  --machine-only prints
  * the machine's bounds alone (bandwidth, sgemm peak at 512x1024x4096,
  * and, per weight dtype, the best GFLOP/s of our panel kernels over 1 to
- * 64 rows on a matrix held in cache), for bench/sizes.py.  --decode-only
+ * 64 rows on a matrix held in cache), for bench/sizes.py.  --roofline
+ * prints the bandwidth and, for every weight dtype and decode batches 1 to
+ * 64, the step beside its roofline (roofline_dtype below).  --decode-only
  * and --prefill-only time one backend (--matmul, default auto);
  * --decode-only takes up to MAX_BATCH sequences, each holding only the
  * positions its steps reach.  --against-float32 measures what --dtype
@@ -373,7 +375,7 @@ static double panel_peak(panel_dtype dt, cpu_isa isa, const forward_state *st,
  * with every core to themselves and no cost to splitting a product, a
  * bound no step can beat.  Bandwidth: thread_bandwidth.  The dtypes whose
  * products need no scratch of forward.c's (a dtype that did would be
- * measured through forward_product). */
+ * measured through forward_product, as --roofline measures every one). */
 static int machine_bounds(size_t threads)
 {
     static const struct {
@@ -695,7 +697,7 @@ typedef struct options {
     model_dtype dtype;
     bool kv_half;
     size_t only_batch, only_steps, prefill_reps, prefill_len;
-    bool invariance_only, against;
+    bool invariance_only, against, roofline;
     size_t breakdown; /* --breakdown's batch, or 0 */
 } options;
 
@@ -777,7 +779,7 @@ static void bench_close(bench *b)
 
 /* ---- a decode step's parts (--breakdown) ---- */
 
-/* Steps a breakdown times, after WARM_STEPS untimed. */
+/* Steps a breakdown or a roofline row times, after WARM_STEPS untimed. */
 enum { WARM_STEPS = 4 };
 
 /* Prefills sequences [0, n) with PROMPT tokens each, as many per step as
@@ -799,11 +801,12 @@ static void prefill_seqs(bench *b, size_t n)
 
 /* Decode steps of sequences [0, batch), each back at position PROMPT
  * first (their prompts stay cached): WARM_STEPS, then `steps` timed into
- * t[] (unsorted), profiled into prof unless NULL.  The timed steps' rows
- * attend to PROMPT + WARM_STEPS + 1 up to PROMPT + WARM_STEPS + steps
+ * t[] (unsorted), profiled into prof unless NULL, and each after a read
+ * pass over `reads` into bw[] unless NULL.  The timed steps' rows attend
+ * to PROMPT + WARM_STEPS + 1 up to PROMPT + WARM_STEPS + steps
  * positions. */
 static void decode_steps(bench *b, size_t batch, size_t steps, double *t,
-                         forward_profile *prof)
+                         forward_profile *prof, read_job *reads, double *bw)
 {
     const size_t n_ctx = b->m.config.n_ctx;
     gpt2d_error err;
@@ -817,6 +820,8 @@ static void decode_steps(bench *b, size_t batch, size_t steps, double *t,
         for (size_t i = 0; i < batch; i++)
             seqs[i] = seq_of(b, i, b->tokens + i * n_ctx + b->n_tokens[i], 1,
                              1);
+        if (reads != NULL && s >= WARM_STEPS)
+            bw[s - WARM_STEPS] = read_pass(b->pool, reads);
         double t0 = now();
         step(b, seqs, batch);
         if (s >= WARM_STEPS)
@@ -830,6 +835,12 @@ static double median(double *t, size_t n)
 {
     qsort(t, n, sizeof *t, cmp_double);
     return n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
+}
+
+/* Positions a timed row of decode_steps attends to, on average. */
+static double mean_attended(size_t steps)
+{
+    return (double)(PROMPT + WARM_STEPS) + 0.5 * (double)(steps + 1);
 }
 
 static void nothing(void *ctx, size_t task, size_t worker)
@@ -1018,10 +1029,10 @@ static void breakdown(bench *b, size_t batch)
     const size_t steps = BREAKDOWN_STEPS, W = threadpool_size(b->pool);
     double t[BREAKDOWN_STEPS];
     prefill_seqs(b, batch);
-    decode_steps(b, batch, steps, t, NULL);
+    decode_steps(b, batch, steps, t, NULL, NULL, NULL);
     const double plain = median(t, steps);
     forward_profile prof = { 0 };
-    decode_steps(b, batch, steps, t, &prof);
+    decode_steps(b, batch, steps, t, &prof, NULL, NULL);
     const double profiled = median(t, steps);
     const double run = pool_run_cost(b->pool);
     const double epi = epilogue_time(b, batch);
@@ -1080,6 +1091,145 @@ static void breakdown(bench *b, size_t batch)
            "of step + sampling; row 0's nucleus %zu tokens)\n\n",
            sampling * 1e3, batch, 100.0 * sampling / (plain + sampling),
            nucleus);
+}
+
+/* ---- the roofline (--roofline) ---- */
+
+/* Every --dtype the table covers, by name: names this build does not parse
+ * (q8 before it lands) are skipped, so a new dtype is one more name. */
+static const char *const roofline_dtypes[] = { "float32", "float16", "int8",
+                                               "q8" };
+static const size_t roofline_batches[] = { 1, 4, 8, 16, 32, 64 };
+#define N_ROOF_BATCHES (sizeof roofline_batches / sizeof roofline_batches[0])
+#define N_ROOF_DTYPES (sizeof roofline_dtypes / sizeof roofline_dtypes[0])
+enum { ROOF_STEPS = 32 };
+
+typedef struct roof_row {
+    model_dtype dtype;
+    size_t batch;
+    double step, alone;                    /* s: after read passes, without */
+    double bw, t_flops, t_bytes, kv_bytes; /* bytes/s, s, s, B */
+} roof_row;
+
+/* Bytes of panels one decode step streams: every layer matrix and the
+ * unembedding, in the model's panel dtype. */
+static double panel_stream_bytes(const model *m)
+{
+    const size_t C = m->config.n_embd;
+    const panel_dtype dt = m->panel_dtype;
+    const size_t layer = panel_bytes(C, 3 * C, dt) + panel_bytes(C, C, dt) +
+                         panel_bytes(C, 4 * C, dt) + panel_bytes(4 * C, C, dt);
+    return (double)(m->config.n_layer * layer +
+                    panel_bytes(C, m->config.vocab_size, dt));
+}
+
+/* One dtype's rows of the table: its model loaded on panels, its kernels'
+ * in-cache peak (through the model's forward state), then for each batch
+ * ROOF_STEPS decode steps alone, and ROOF_STEPS again each after one read
+ * pass of thread_bandwidth's size: the step and the bandwidth of its row
+ * are the medians of the second run.  This host's read bandwidth moved
+ * between 28 and 80 GB/s from one minute to the next (doc/performance.md,
+ * issue 29), so a reading taken even a few seconds from the steps put
+ * batch-1 steps above "100 %" of the roofline; interleaved, both sample the
+ * same seconds.  The steps alone show what the passes cost the steps (the
+ * caches they flush: a few percent at most here). */
+static void roofline_dtype(const options *o, model_dtype dtype,
+                           roof_row rows[N_ROOF_BATCHES])
+{
+    static bench b;
+    options od = *o;
+    od.dtype = dtype;
+    od.only_batch = MAX_BATCH;
+    od.only_steps = WARM_STEPS + ROOF_STEPS;
+    bench_open(&b, &od, MODEL_MATMUL_PANELS);
+    const model_config *cfg = &b.m.config;
+    const size_t W = threadpool_size(b.pool), C = cfg->n_embd;
+    const cpu_isa isa = forward_state_isa(b.st);
+    size_t at = 0;
+    double each[N_PEAK_ROWS];
+    const double peak = (double)W *
+                        panel_peak(b.m.panel_dtype, isa, b.st, &at, each);
+    print_peak(model_dtype_name(b.m.dtype), peak, W, at, isa);
+    printf("  by rows:");
+    for (size_t i = 0; i < N_PEAK_ROWS; i++)
+        printf(" %zu %.0f%s", peak_rows[i], (double)W * each[i] * 1e-9,
+               i + 1 < N_PEAK_ROWS ? "," : " GFLOP/s\n");
+    fflush(stdout);
+
+    const double bytes = panel_stream_bytes(&b.m);
+    const double params = (double)cfg->n_layer * 12.0 * (double)C * (double)C +
+                          (double)cfg->vocab_size * (double)C;
+    const double attended = mean_attended(ROOF_STEPS);
+    const double kv_row = (double)cfg->n_layer * 2.0 * (double)C *
+                          (o->kv_half ? 2.0 : 4.0) * attended;
+    prefill_seqs(&b, MAX_BATCH);
+    read_job reads = read_buffer(b.pool, bandwidth_bytes(b.pool));
+    for (size_t i = 0; i < N_ROOF_BATCHES; i++) {
+        const size_t batch = roofline_batches[i];
+        double t[ROOF_STEPS], bw[ROOF_STEPS];
+        decode_steps(&b, batch, ROOF_STEPS, t, NULL, NULL, NULL);
+        const double alone = median(t, ROOF_STEPS);
+        decode_steps(&b, batch, ROOF_STEPS, t, NULL, &reads, bw);
+        const double step_t = median(t, ROOF_STEPS);
+        const double bw_median = median(bw, ROOF_STEPS);
+        const double flops = 2.0 * params * (double)batch +
+                             4.0 * (double)cfg->n_layer * (double)C * attended *
+                                 (double)batch;
+        rows[i] = (roof_row){ .dtype = b.m.dtype,
+                              .batch = batch,
+                              .step = step_t,
+                              .alone = alone,
+                              .bw = bw_median,
+                              .t_flops = flops / peak,
+                              .t_bytes = bytes / bw_median,
+                              .kv_bytes = kv_row * (double)batch };
+    }
+    free((void *)reads.buf);
+    bench_close(&b);
+}
+
+/* --roofline: the bandwidth, then per dtype its peak and its rows. */
+static int roofline(const options *o)
+{
+    threadpool *pool;
+    gpt2d_error err;
+    if (threadpool_create(&pool, o->threads, &err) != 0)
+        die("threadpool_create", &err);
+    print_bandwidth(thread_bandwidth(pool), o->threads);
+    threadpool_destroy(pool);
+    roof_row rows[N_ROOF_DTYPES][N_ROOF_BATCHES];
+    size_t n = 0;
+    for (size_t i = 0; i < N_ROOF_DTYPES; i++) {
+        model_dtype d;
+        if (model_dtype_parse(roofline_dtypes[i], &d) != 0) {
+            printf("(%s: not a --dtype of this build, skipped)\n",
+                   roofline_dtypes[i]);
+            continue;
+        }
+        roofline_dtype(o, d, rows[n++]);
+    }
+    printf("\ndecode steps after a %d-token prompt: %d warm-up steps, then "
+           "the median of %d, alone, then each after a read pass (step ms, "
+           "GB/s: the passes' median).  roofline = max(FLOPs / the dtype's "
+           "peak, panel bytes / GB/s); FLOPs = 2 x matrix params x rows + "
+           "attention's.  KV MB: the KV cache a step reads (not in the "
+           "roofline)\n",
+           PROMPT, WARM_STEPS, ROOF_STEPS);
+    printf("%-8s %5s %9s %9s %9s %9s %9s %9s %10s %8s\n", "dtype", "batch",
+           "alone ms", "step ms", "GB/s", "FLOP ms", "bytes ms", "roof ms",
+           "fraction", "KV MB");
+    for (size_t i = 0; i < n; i++)
+        for (size_t k = 0; k < N_ROOF_BATCHES; k++) {
+            const roof_row *r = &rows[i][k];
+            const double roof = fmax(r->t_flops, r->t_bytes);
+            printf("%-8s %5zu %9.2f %9.2f %9.1f %9.2f %9.2f %9.2f %8.0f %% "
+                   "%8.0f\n",
+                   model_dtype_name(r->dtype), r->batch, r->alone * 1e3,
+                   r->step * 1e3, r->bw * 1e-9, r->t_flops * 1e3,
+                   r->t_bytes * 1e3, roof * 1e3, 100.0 * roof / r->step,
+                   r->kv_bytes * 1e-6);
+        }
+    return 0;
 }
 
 static void run_backend(bench *b, results *r)
@@ -1155,8 +1305,8 @@ static int against_float32(const options *o)
 static const char usage[] =
     "usage: bench_forward MODEL_DIR [--threads N] [--dtype TYPE] "
     "[--kv-dtype TYPE] [--matmul panels|blas] [--decode-only BATCH [STEPS] | "
-    "--prefill-only REPS [TOKENS] | --breakdown BATCH | --invariance-only "
-    "| --against-float32]\n"
+    "--prefill-only REPS [TOKENS] | --breakdown BATCH | --roofline | "
+    "--invariance-only | --against-float32]\n"
     "       bench_forward --machine-only [--threads N]\n";
 
 /* GPT2D_ISA=portable|avx2|avx512 forces the kernels, as it does the
@@ -1234,6 +1384,8 @@ int main(int argc, char **argv)
                         MAX_BATCH);
                 return 2;
             }
+        } else if (strcmp(argv[i], "--roofline") == 0) {
+            o.roofline = true;
         } else if (strcmp(argv[i], "--machine-only") == 0) {
             machine_only = true;
         } else if (strcmp(argv[i], "--against-float32") == 0) {
@@ -1255,6 +1407,8 @@ int main(int argc, char **argv)
     static bench b;
     if (o.against)
         return against_float32(&o);
+    if (o.roofline)
+        return roofline(&o);
     if (o.breakdown > 0) {
         options ob = o;
         ob.only_batch = o.breakdown;
