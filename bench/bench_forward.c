@@ -3,16 +3,19 @@
  *
  *   bench_forward MODEL_DIR [--threads N] [--dtype TYPE] [--kv-dtype TYPE]
  *                 [--matmul panels|blas] [--decode-only BATCH [STEPS] |
- *                  --prefill-only REPS [TOKENS] | --invariance-only |
- *                  --against-float32]
+ *                  --prefill-only REPS [TOKENS] | --breakdown BATCH |
+ *                  --roofline | --invariance-only | --against-float32]
  *   bench_forward --machine-only [--threads N]
  *
- * Measures, in one run: memory read bandwidth (streaming read of 1 GiB by N
- * threads, best of several), sgemm GFLOP/s at the model's shapes (output
- * columns split over the pool, one single-threaded OpenBLAS call per
- * worker), then, for each backend (panels and blas, or the one --matmul
- * names), prefill of a 512-token prompt and decode steps at batch 1, 4, 8,
- * 16 after a 128-token prompt, printed side by side against their bounds.
+ * Measures, in one run: memory read bandwidth (thread_bandwidth: the median
+ * of 9 passes over 512 MiB a thread, best beside it), sgemm GFLOP/s at the
+ * model's shapes (output columns split over the pool, one single-threaded
+ * OpenBLAS call per worker), then, for each backend (panels and blas, or
+ * the one --matmul names), prefill of a 512-token prompt and decode steps
+ * at batch 1, 4, 8, 16 after a 128-token prompt, printed side by side
+ * against their bounds, and for the first backend a decode step at batch
+ * 1 and 16 shared out over its stages (--breakdown BATCH: that alone; see
+ * breakdown below).
  *
  * Batch invariance, the measurement the panel design rests on: one row of
  * a weight product computed alone (M = 1) and inside a batch (M = 4), by
@@ -20,15 +23,16 @@
  * a batch of 4 under each backend; each prints how many floats differ in
  * any bit (--invariance-only: the products alone).  --machine-only prints
  * the machine's bounds alone (bandwidth, sgemm peak at 512x1024x4096,
- * and, per weight dtype, the GFLOP/s of our panel kernels at 8 rows (a
- * decode step of eight streams) on a matrix held in cache), for
- * bench/sizes.py.  --decode-only and
- * --prefill-only time one backend (--matmul, default auto); --decode-only
- * takes up to MAX_BATCH sequences, each holding only the positions its
- * steps reach.
- * --against-float32 measures what --dtype costs in logits on this model
- * (against_float32 below).  With a --dtype only panels hold (float16,
- * int8) the full run measures panels alone.  Not a test: it prints, it never fails on a number. */
+ * and, per weight dtype, the best GFLOP/s of our panel kernels over 1 to
+ * 64 rows on a matrix held in cache), for bench/sizes.py.  --roofline
+ * prints the bandwidth and, for every weight dtype and decode batches 1 to
+ * 64, the step beside its roofline (roofline_dtype below).  --decode-only
+ * and --prefill-only time one backend (--matmul, default auto);
+ * --decode-only takes up to MAX_BATCH sequences, each holding only the
+ * positions its steps reach.  --against-float32 measures what --dtype
+ * costs in logits on this model (against_float32 below).  With a --dtype
+ * only panels hold (float16, int8) the full run measures panels alone.
+ * Not a test: it prints, it never fails on a number. */
 #include "config.h"
 
 #include <cblas.h>
@@ -47,6 +51,7 @@
 #include "model/matmul.h"
 #include "model/panels.h"
 #include "model/model.h"
+#include "sample/sampler.h"
 #include "core/threadpool.h"
 #include "../tests/unit/test_argmax.h"
 
@@ -89,7 +94,12 @@ typedef float v4sf __attribute__((vector_size(16)));
  * here compiled to a load, add and store per 16 bytes through the stack,
  * store-to-load forwarded: that capped one thread near 10 GB/s, below
  * what the decode kernels themselves stream, so the "% of bandwidth
- * limit" came out too kind.) */
+ * limit" came out too kind.)  Each line is prefetched READ_AHEAD bytes
+ * before it is read, as the weight kernels prefetch their panels: with it
+ * the loop read more in 7 of 8 rounds run beside the loop without it, a
+ * median 9 % more (doc/performance.md, issue 29). */
+enum { READ_AHEAD = 4096 };
+
 static void read_task(void *ctx, size_t task, size_t worker)
 {
     (void)worker;
@@ -98,6 +108,7 @@ static void read_task(void *ctx, size_t task, size_t worker)
     const float *p = j->buf + task * per;
     v4sf a0 = { 0 }, a1 = { 0 }, a2 = { 0 }, a3 = { 0 };
     for (size_t i = 0; i + 16 <= per; i += 16) {
+        __builtin_prefetch(p + i + READ_AHEAD / sizeof(float));
         v4sf x0, x1, x2, x3;
         memcpy(&x0, p + i, sizeof x0);
         memcpy(&x1, p + i + 4, sizeof x1);
@@ -112,11 +123,26 @@ static void read_task(void *ctx, size_t task, size_t worker)
     j->sums[task % 64] = (s[0] + s[1]) + (s[2] + s[3]); /* keeps the reads */
 }
 
-/* Bytes per second read by all workers, best of `reps`.  On huge pages,
- * as the weight panels and KV caches are: on 4 KB pages the same loop
- * reads ~9% slower here (TLB misses, prefetch streams cut at every page),
- * and the decode figures would come out above "100%" of the limit. */
-static double measure_bandwidth(threadpool *pool, size_t bytes, int reps)
+/* Read bandwidth over `passes` passes of `bytes` (all workers together,
+ * each its own slice), far more than the last-level cache: the median is
+ * the figure (a roofline needs what the machine sustains, not its one
+ * lucky pass: two best-of readings an hour apart differed 2x here), the
+ * best beside it.  On huge pages, as the weight panels and KV caches are:
+ * on 4 KB pages the same loop reads ~9% slower here (TLB misses, prefetch
+ * streams cut at every page), and the decode figures would come out above
+ * "100%" of the limit. */
+typedef struct bandwidth {
+    double median, best; /* bytes per second */
+} bandwidth;
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* `bytes` to read, on huge pages, split over the pool's workers. */
+static read_job read_buffer(threadpool *pool, size_t bytes)
 {
     size_t n = bytes / sizeof(float);
     float *buf = huge_alloc(n * sizeof(float));
@@ -126,18 +152,54 @@ static double measure_bandwidth(threadpool *pool, size_t bytes, int reps)
     }
     for (size_t i = 0; i < n; i++)
         buf[i] = (float)(i & 1023);
-    read_job j = { .buf = buf, .n = n, .n_tasks = threadpool_size(pool) };
-    double best = 0.0;
-    for (int r = 0; r < reps; r++) {
-        double t = now();
-        threadpool_run(pool, j.n_tasks, read_task, &j);
-        double bw = (double)(j.n / j.n_tasks * j.n_tasks * sizeof(float)) /
-                    (now() - t);
-        if (bw > best)
-            best = bw;
-    }
-    free(buf);
-    return best;
+    return (read_job){ .buf = buf, .n = n, .n_tasks = threadpool_size(pool) };
+}
+
+/* One pass over j's buffer: bytes per second. */
+static double read_pass(threadpool *pool, read_job *j)
+{
+    double t = now();
+    threadpool_run(pool, j->n_tasks, read_task, j);
+    return (double)(j->n / j->n_tasks * j->n_tasks * sizeof(float)) /
+           (now() - t);
+}
+
+static bandwidth measure_bandwidth(threadpool *pool, size_t bytes, int passes)
+{
+    double *bw = calloc((size_t)passes, sizeof *bw);
+    if (bw == NULL)
+        exit(1);
+    read_job j = read_buffer(pool, bytes);
+    for (int r = 0; r < passes; r++)
+        bw[r] = read_pass(pool, &j);
+    qsort(bw, (size_t)passes, sizeof *bw, cmp_double);
+    bandwidth out = { .median = bw[passes / 2], .best = bw[passes - 1] };
+    free(bw);
+    free((void *)j.buf);
+    return out;
+}
+
+/* The figure every roofline here uses: BW_PASSES passes over 512 MiB a
+ * thread (16 times this machine's 32 MB L3 for each). */
+enum { BW_PASSES = 9, BW_MIB_PER_THREAD = 512 };
+
+static size_t bandwidth_bytes(threadpool *pool)
+{
+    return threadpool_size(pool) * BW_MIB_PER_THREAD * ((size_t)1 << 20);
+}
+
+static bandwidth thread_bandwidth(threadpool *pool)
+{
+    return measure_bandwidth(pool, bandwidth_bytes(pool), BW_PASSES);
+}
+
+/* The line bench/sizes.py reads ("bandwidth X GB/s"). */
+static void print_bandwidth(bandwidth bw, size_t threads)
+{
+    printf("bandwidth %.2f GB/s (median of %d passes over %zu MiB; best "
+           "%.2f)\n",
+           bw.median * 1e-9, BW_PASSES, threads * BW_MIB_PER_THREAD,
+           bw.best * 1e-9);
 }
 
 /* ---- sgemm peak, threaded like forward.c ---- */
@@ -210,27 +272,28 @@ static void random_product(float *a, float *w, void *wp, panel_dtype dt,
 
 /* ---- the panel kernels' peak, per weight dtype ---- */
 
-/* Eight rows, a decode step of eight streams, by a (1024, 256) matrix: 1 MB
- * of float32 panels (less of halves or int8), which stays in one core's
- * 2 MB L2 cache, so the figure is the kernels' arithmetic, not memory's.
- * One thread, timed in slices of PEAK_CALLS products (a fraction of a
- * millisecond), best of PEAK_REPS: on a shared machine some slices run
- * with the core to themselves, where a product split over two workers
- * stalls whenever another process holds either core (measured that way
- * under load 4, most dtypes read ~30 GFLOP/s instead of 200-400). */
-enum {
-    PEAK_ROWS = 8,
-    PEAK_K = 1024,
-    PEAK_N = 256,
-    PEAK_CALLS = 8,
-    PEAK_REPS = 300
-};
+/* A (1024, 256) matrix by 1 to 64 rows (a decode step of that many
+ * streams): 1 MB of float32 panels (less of halves or int8), which stays
+ * in one core's 2 MB L2 cache with the rows and the outputs, so the figure
+ * is the kernels' arithmetic, not memory's.  One thread, timed in slices
+ * of PEAK_CALLS products (a fraction of a millisecond), best of PEAK_REPS:
+ * on a shared machine some slices run with the core to themselves, where a
+ * product split over two workers stalls whenever another process holds
+ * either core (measured that way under load 4, most dtypes read ~30
+ * GFLOP/s instead of 200-400).  The peak is the best over the row counts:
+ * tiles differ with them (matmul.c), and a roofline needs the fastest any
+ * step could run. */
+enum { PEAK_K = 1024, PEAK_N = 256, PEAK_CALLS = 8, PEAK_REPS = 300 };
+static const size_t peak_rows[] = { 1, 2, 4, 8, 16, 32, 64 };
+#define N_PEAK_ROWS (sizeof peak_rows / sizeof peak_rows[0])
 
-/* FLOP/s of one thread's matmul_forward on panels of `dt`, with the
- * kernels `isa` selects. */
-static double measure_panels(panel_dtype dt, cpu_isa isa)
+/* FLOP/s of one thread's products of M rows by panels of `dt`, with the
+ * kernels `isa` selects; through st (forward_product: its kernels and
+ * scratch, those of a loaded model's dtype) when not NULL. */
+static double measure_panels(panel_dtype dt, cpu_isa isa, size_t M,
+                             const forward_state *st)
 {
-    const size_t M = PEAK_ROWS, K = PEAK_K, N = PEAK_N;
+    const size_t K = PEAK_K, N = PEAK_N;
     const size_t scratch = matmul_scratch_floats(M);
     threadpool *pool;
     gpt2d_error err;
@@ -257,14 +320,17 @@ static double measure_panels(panel_dtype dt, cpu_isa isa)
                             .dt = dt,
                             .out = c,
                             .epi = MATMUL_NONE };
-    matmul_forward(&ctx, &p); /* warm-up: W into the cache */
     double best = 0.0;
-    for (int r = 0; r < PEAK_REPS; r++) {
+    for (int r = -1; r < PEAK_REPS; r++) { /* r = -1: W into the cache */
         double t = now();
-        for (int i = 0; i < PEAK_CALLS; i++)
-            matmul_forward(&ctx, &p);
+        for (int i = 0; i < PEAK_CALLS; i++) {
+            if (st == NULL)
+                matmul_forward(&ctx, &p);
+            else if (forward_product(st, pool, &p, &err) != 0)
+                die("forward_product", &err);
+        }
         double f = 2.0 * (double)(M * N * K) * PEAK_CALLS / (now() - t);
-        if (f > best)
+        if (r >= 0 && f > best)
             best = f;
     }
     free(a);
@@ -276,13 +342,40 @@ static double measure_panels(panel_dtype dt, cpu_isa isa)
     return best;
 }
 
+/* The line bench/sizes.py reads ("panels NAME X GFLOP/s"). */
+static void print_peak(const char *name, double flops, size_t threads,
+                       size_t rows, cpu_isa isa)
+{
+    printf("panels %s %.1f GFLOP/s (%zu threads x one's best over 1-%zu "
+           "rows, at %zu; %dx%d in cache, %s kernels)\n",
+           name, flops * 1e-9, threads, peak_rows[N_PEAK_ROWS - 1], rows,
+           PEAK_K, PEAK_N, cpu_isa_name(isa));
+}
+
+/* One thread's best FLOP/s over peak_rows, the row count it came at, and
+ * (when `each` is not NULL) every row count's figure. */
+static double panel_peak(panel_dtype dt, cpu_isa isa, const forward_state *st,
+                         size_t *at_rows, double each[N_PEAK_ROWS])
+{
+    double best = 0.0;
+    for (size_t i = 0; i < N_PEAK_ROWS; i++) {
+        double f = measure_panels(dt, isa, peak_rows[i], st);
+        if (each != NULL)
+            each[i] = f;
+        if (f > best) {
+            best = f;
+            *at_rows = peak_rows[i];
+        }
+    }
+    return best;
+}
+
 /* --machine-only: the bounds, one line each, for scripts.  The panels'
  * figure for N threads is N times one thread's: what the kernels would do
  * with every core to themselves and no cost to splitting a product, a
- * bound no step can beat.  Bandwidth: slices of 128 MiB (four times this
- * machine's L3 cache), best of 40, for the same reason as the panels'
- * (under load 5, best of 5 slices of 1 GiB read 16-26 GB/s, of 40 of
- * 128 MiB 35-39). */
+ * bound no step can beat.  Bandwidth: thread_bandwidth.  The dtypes whose
+ * products need no scratch of forward.c's (a dtype that did would be
+ * measured through forward_product, as --roofline measures every one). */
 static int machine_bounds(size_t threads)
 {
     static const struct {
@@ -299,17 +392,16 @@ static int machine_bounds(size_t threads)
 #ifdef HAVE_OPENBLAS_SET_NUM_THREADS
     openblas_set_num_threads(1);
 #endif
-    printf("bandwidth %.2f GB/s\n",
-           measure_bandwidth(pool, (size_t)1 << 27, 40) * 1e-9);
+    print_bandwidth(thread_bandwidth(pool), threads);
     printf("sgemm %.1f GFLOP/s\n",
            measure_sgemm(pool, 512, 4096, 1024, 5) * 1e-9);
     threadpool_destroy(pool);
-    for (size_t i = 0; i < sizeof panel_dtypes / sizeof panel_dtypes[0]; i++)
-        printf("panels %s %.1f GFLOP/s (%zu threads x one's best; %d rows, "
-               "%dx%d in cache, %s kernels)\n",
-               panel_dtypes[i].name,
-               (double)threads * measure_panels(panel_dtypes[i].dt, isa) * 1e-9,
-               threads, PEAK_ROWS, PEAK_K, PEAK_N, cpu_isa_name(isa));
+    for (size_t i = 0; i < sizeof panel_dtypes / sizeof panel_dtypes[0]; i++) {
+        size_t rows = 0;
+        double f = panel_peak(panel_dtypes[i].dt, isa, NULL, &rows, NULL);
+        print_peak(panel_dtypes[i].name, (double)threads * f, threads, rows,
+                   isa);
+    }
     return 0;
 }
 
@@ -382,12 +474,6 @@ static double decode_step_time(bench *b, size_t batch)
             total += now() - t;
     }
     return total / DECODE_STEPS;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
 }
 
 /* `steps` decode steps at batch `batch` from position PROMPT, wrapping back
@@ -611,7 +697,8 @@ typedef struct options {
     model_dtype dtype;
     bool kv_half;
     size_t only_batch, only_steps, prefill_reps, prefill_len;
-    bool invariance_only, against;
+    bool invariance_only, against, roofline;
+    size_t breakdown; /* --breakdown's batch, or 0 */
 } options;
 
 static void bench_open(bench *b, const options *o, model_matmul mm)
@@ -690,6 +777,461 @@ static void bench_close(bench *b)
     free(b->logits);
 }
 
+/* ---- a decode step's parts (--breakdown) ---- */
+
+/* Steps a breakdown or a roofline row times, after WARM_STEPS untimed. */
+enum { WARM_STEPS = 4 };
+
+/* Prefills sequences [0, n) with PROMPT tokens each, as many per step as
+ * max_rows takes. */
+static void prefill_seqs(bench *b, size_t n)
+{
+    const size_t n_ctx = b->m.config.n_ctx, per = PREFILL / PROMPT;
+    forward_seq seqs[MAX_BATCH];
+    for (size_t i0 = 0; i0 < n; i0 += per) {
+        const size_t k = n - i0 < per ? n - i0 : per;
+        for (size_t i = 0; i < k; i++) {
+            b->n_tokens[i0 + i] = 0;
+            seqs[i] = seq_of(b, i0 + i, b->tokens + (i0 + i) * n_ctx, PROMPT,
+                             1);
+        }
+        step(b, seqs, k);
+    }
+}
+
+/* Decode steps of sequences [0, batch), each back at position PROMPT
+ * first (their prompts stay cached): WARM_STEPS, then `steps` timed into
+ * t[] (unsorted), profiled into prof unless NULL, and each after a read
+ * pass over `reads` into bw[] unless NULL.  The timed steps' rows attend
+ * to PROMPT + WARM_STEPS + 1 up to PROMPT + WARM_STEPS + steps
+ * positions. */
+static void decode_steps(bench *b, size_t batch, size_t steps, double *t,
+                         forward_profile *prof, read_job *reads, double *bw)
+{
+    const size_t n_ctx = b->m.config.n_ctx;
+    gpt2d_error err;
+    forward_seq seqs[MAX_BATCH];
+    for (size_t i = 0; i < batch; i++)
+        b->n_tokens[i] = PROMPT;
+    for (size_t s = 0; s < WARM_STEPS + steps; s++) {
+        if (s == WARM_STEPS && prof != NULL &&
+            forward_state_set_profile(b->st, prof, &err) != 0)
+            die("forward_state_set_profile", &err);
+        for (size_t i = 0; i < batch; i++)
+            seqs[i] = seq_of(b, i, b->tokens + i * n_ctx + b->n_tokens[i], 1,
+                             1);
+        if (reads != NULL && s >= WARM_STEPS)
+            bw[s - WARM_STEPS] = read_pass(b->pool, reads);
+        double t0 = now();
+        step(b, seqs, batch);
+        if (s >= WARM_STEPS)
+            t[s - WARM_STEPS] = now() - t0;
+    }
+    if (prof != NULL)
+        (void)forward_state_set_profile(b->st, NULL, &err);
+}
+
+static double median(double *t, size_t n)
+{
+    qsort(t, n, sizeof *t, cmp_double);
+    return n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
+}
+
+/* Positions a timed row of decode_steps attends to, on average. */
+static double mean_attended(size_t steps)
+{
+    return (double)(PROMPT + WARM_STEPS) + 0.5 * (double)(steps + 1);
+}
+
+static void nothing(void *ctx, size_t task, size_t worker)
+{
+    (void)ctx;
+    (void)task;
+    (void)worker;
+}
+
+/* What one pool run of empty tasks (one a worker) costs, runs back to back
+ * as a step's stages are (the workers spinning between them): waking the
+ * workers and waiting for them, nothing else.  Median of 2001. */
+static double pool_run_cost(threadpool *pool)
+{
+    enum { RUNS = 2001 };
+    double *t = malloc(RUNS * sizeof *t);
+    if (t == NULL)
+        exit(1);
+    const size_t n = threadpool_size(pool);
+    for (size_t r = 0; r < RUNS; r++) {
+        double t0 = now();
+        threadpool_run(pool, n, nothing, NULL);
+        t[r] = now() - t0;
+    }
+    const double cost = median(t, RUNS);
+    free(t);
+    return cost;
+}
+
+/* The bias and GELU epilogues of one step's layer products, timed apart:
+ * matmul.c applies them inside the products' tasks, so a profile cannot.
+ * The step's four layer products at `rows` rows, but with K = 32 inputs
+ * (the product itself small), each with its epilogue and without, in
+ * turn, 201 times; the difference of the medians, times n_layer. */
+static double epilogue_time(bench *b, size_t rows)
+{
+    enum { EPI_K = 32, EPI_REPS = 201 };
+    const size_t C = b->m.config.n_embd, N_MAX = 4 * C;
+    const panel_dtype dt = b->m.panel_dtype;
+    float *a = malloc(rows * EPI_K * sizeof(float));
+    float *w = malloc(EPI_K * N_MAX * sizeof(float));
+    float *bias = malloc(N_MAX * sizeof(float));
+    float *out = calloc(rows * N_MAX, sizeof(float));
+    void *wp = huge_alloc(panel_bytes(EPI_K, N_MAX, dt));
+    double *with = malloc(EPI_REPS * sizeof *with);
+    double *without = malloc(EPI_REPS * sizeof *without);
+    if (!a || !w || !bias || !out || !wp || !with || !without) {
+        fprintf(stderr, "bench_forward: out of memory\n");
+        exit(1);
+    }
+    random_product(a, w, wp, dt, rows, EPI_K, N_MAX, 5);
+    for (size_t n = 0; n < N_MAX; n++)
+        bias[n] = w[n];
+    /* c_attn, attn c_proj, c_fc, mlp c_proj: their N and epilogue */
+    const struct {
+        size_t N;
+        bool accumulate;
+        matmul_epilogue epi;
+    } products[] = { { 3 * C, false, MATMUL_BIAS },
+                     { C, true, MATMUL_BIAS },
+                     { 4 * C, false, MATMUL_BIAS_GELU },
+                     { C, true, MATMUL_BIAS } };
+    gpt2d_error err;
+    for (size_t r = 0; r < EPI_REPS; r++)
+        for (int e = 0; e < 2; e++) {
+            double t0 = now();
+            for (size_t i = 0; i < 4; i++) {
+                const matmul_args p = { .M = rows,
+                                        .N = products[i].N,
+                                        .K = EPI_K,
+                                        .a = a,
+                                        .w = wp,
+                                        .dt = dt,
+                                        .w_rows = w, /* blas */
+                                        .out = out,
+                                        .accumulate = products[i].accumulate,
+                                        .bias = bias,
+                                        .epi = e ? products[i].epi
+                                                 : MATMUL_NONE };
+                if (forward_product(b->st, b->pool, &p, &err) != 0)
+                    die("forward_product", &err);
+            }
+            (e ? with : without)[r] = now() - t0;
+        }
+    const double t = median(with, EPI_REPS) - median(without, EPI_REPS);
+    free(a);
+    free(w);
+    free(bias);
+    free(out);
+    free(wp);
+    free(with);
+    free(without);
+    return t * (double)b->m.config.n_layer;
+}
+
+typedef struct sample_job {
+    const sampler_params *params;
+    sampler_rng *rng;          /* [rows] */
+    sampler_scratch **scratch; /* [workers] */
+    const float *logits;       /* (rows, V) */
+    size_t V;
+    const int32_t *tokens; /* a stand-in history for every row */
+} sample_job;
+
+static void sample_task(void *ctx, size_t task, size_t worker)
+{
+    const sample_job *j = ctx;
+    sample_result r;
+    sampler_sample(j->params, &j->rng[task], j->scratch[worker],
+                   j->logits + task * j->V, j->V, j->tokens, PROMPT, NULL, 0,
+                   &r);
+}
+
+/* The sampler on `rows` rows of logits as the engine runs it after a step
+ * (engine_batch.c: a pool task per row, a scratch per worker), at
+ * temperature 0.8 and top_p 0.95 without logprobs: median seconds of 33
+ * runs.  *nucleus: the tokens top_p keeps of row 0 (the work depends on
+ * it; random weights give broad rows). */
+static double sampler_time(bench *b, size_t rows, size_t *nucleus)
+{
+    enum { SAMPLE_REPS = 33 };
+    const size_t V = b->m.config.vocab_size, workers = threadpool_size(b->pool);
+    gpt2d_error err;
+    sampler_params params;
+    sampler_params_default(&params);
+    params.temperature = 0.8f;
+    params.top_p = 0.95f;
+    params.skip_logprob = true;
+    sampler_scratch *scratch[FORWARD_PROFILE_WORKERS];
+    sampler_rng rng[MAX_BATCH];
+    for (size_t w = 0; w < workers; w++)
+        if (sampler_scratch_create(&scratch[w], V, &err) != 0)
+            die("sampler_scratch_create", &err);
+    for (size_t i = 0; i < rows; i++)
+        sampler_rng_seed(&rng[i], 1000 + i);
+    sample_job j = { .params = &params,
+                     .rng = rng,
+                     .scratch = scratch,
+                     .logits = b->logits,
+                     .V = V,
+                     .tokens = b->tokens };
+    double t[SAMPLE_REPS];
+    for (size_t r = 0; r < SAMPLE_REPS; r++) {
+        double t0 = now();
+        threadpool_run(b->pool, rows, sample_task, &j);
+        t[r] = now() - t0;
+    }
+    for (size_t w = 0; w < workers; w++)
+        sampler_scratch_free(scratch[w]);
+    /* row 0's nucleus at T 0.8, as the filter counts it */
+    double *p = malloc(V * sizeof *p), mx = -INFINITY, sum = 0.0, acc = 0.0;
+    if (p == NULL)
+        exit(1);
+    for (size_t v = 0; v < V; v++)
+        mx = fmax(mx, (double)b->logits[v] / 0.8);
+    for (size_t v = 0; v < V; v++)
+        sum += p[v] = exp((double)b->logits[v] / 0.8 - mx);
+    qsort(p, V, sizeof *p, cmp_double);
+    *nucleus = 0;
+    for (size_t v = V; v-- > 0 && acc < 0.95 * sum;)
+        acc += p[v], ++*nucleus;
+    free(p);
+    return median(t, SAMPLE_REPS);
+}
+
+/* One line of a breakdown: a part of a step of `step_t` seconds. */
+static void print_share(double step_t, const char *what, double sec,
+                        const char *note)
+{
+    printf("  %-30s %7.2f ms %5.1f %%%s%s\n", what, sec * 1e3,
+           100.0 * sec / step_t, note[0] != '\0' ? "  " : "", note);
+}
+
+enum { BREAKDOWN_STEPS = 32 };
+
+/* A decode step at `batch` rows, shared out over its stages: a profile
+ * (forward_profile) over BREAKDOWN_STEPS steps, beside their unprofiled
+ * median, then the sampler on the step's logits.  For forward.c's own
+ * stages the share is the workers' busy time over the workers (the stage
+ * perfectly split), and the rest of the stage's wall time is the pool's;
+ * the products count an empty pool run per product as the pool's and the
+ * rest as theirs, so their tasks' tail (a worker done before the last
+ * block) stays in the products. */
+static void breakdown(bench *b, size_t batch)
+{
+    const size_t steps = BREAKDOWN_STEPS, W = threadpool_size(b->pool);
+    double t[BREAKDOWN_STEPS];
+    prefill_seqs(b, batch);
+    decode_steps(b, batch, steps, t, NULL, NULL, NULL);
+    const double plain = median(t, steps);
+    forward_profile prof = { 0 };
+    decode_steps(b, batch, steps, t, &prof, NULL, NULL);
+    const double profiled = median(t, steps);
+    const double run = pool_run_cost(b->pool);
+    const double epi = epilogue_time(b, batch);
+    size_t nucleus = 0;
+    const double sampling = sampler_time(b, batch, &nucleus);
+
+    const double n = (double)prof.steps, step_t = prof.step / n;
+    double busy[FORWARD_STAGES] = { 0 }, walls = 0.0;
+    for (int s = 0; s < FORWARD_STAGES; s++) {
+        for (size_t w = 0; w < W; w++)
+            busy[s] += prof.busy[s][w];
+        busy[s] /= (double)W * n;
+        walls += prof.wall[s] / n;
+    }
+    const size_t runs_p = prof.runs[FORWARD_PRODUCTS] / prof.steps,
+                 runs_l = prof.runs[FORWARD_LOGITS] / prof.steps;
+    const double products = prof.wall[FORWARD_PRODUCTS] / n -
+                            (double)runs_p * run,
+                 logits = prof.wall[FORWARD_LOGITS] / n - (double)runs_l * run;
+    double stages_pool = 0.0;
+    size_t own_runs = 0;
+    for (int s = FORWARD_EMBEDDING; s <= FORWARD_ATTENTION; s++) {
+        stages_pool += prof.wall[s] / n - busy[s];
+        own_runs += prof.runs[s] / prof.steps;
+    }
+    const double pool = stages_pool + (double)(runs_p + runs_l) * run;
+    char arith[96];
+    forward_state_arithmetic(b->st, arith, sizeof arith);
+    printf("decode step at batch %zu, %s weights (%s), %zu threads, %zu "
+           "steps attending to %d-%zu positions:\n",
+           batch, model_dtype_name(b->m.dtype), arith, W, steps,
+           PROMPT + WARM_STEPS + 1, (size_t)(PROMPT + WARM_STEPS) + steps);
+    printf("  step: median %.2f ms unprofiled, %.2f profiled (mean %.2f, "
+           "shared out below)\n",
+           plain * 1e3, profiled * 1e3, step_t * 1e3);
+    char note[160];
+    snprintf(note, sizeof note,
+             "bias, GELU, residual adds inside; the epilogues alone %.2f ms "
+             "(timed apart)",
+             epi * 1e3);
+    print_share(step_t, "weight products (layers)", products, note);
+    print_share(step_t, "unembedding product", logits, "");
+    print_share(step_t, "attention", busy[FORWARD_ATTENTION],
+                "workers' busy time / workers");
+    print_share(step_t, "LayerNorm", busy[FORWARD_LAYERNORM],
+                "ln_f gathers the logit rows");
+    print_share(step_t, "embedding", busy[FORWARD_EMBEDDING], "");
+    print_share(step_t, "the rest", step_t - walls,
+                "checks, captures, between stages");
+    snprintf(note, sizeof note,
+             "%zu stage runs: wall - busy/workers %.3f ms; %zu products x "
+             "%.2f us (an empty run)",
+             own_runs, stages_pool * 1e3, runs_p + runs_l, run * 1e6);
+    print_share(step_t, "pool hand-offs, idle workers", pool, note);
+    printf("  sampler, T 0.8 top_p 0.95: %.2f ms for the %zu rows (%.1f %% "
+           "of step + sampling; row 0's nucleus %zu tokens)\n\n",
+           sampling * 1e3, batch, 100.0 * sampling / (plain + sampling),
+           nucleus);
+}
+
+/* ---- the roofline (--roofline) ---- */
+
+/* Every --dtype the table covers, by name: names this build does not parse
+ * (q8 before it lands) are skipped, so a new dtype is one more name. */
+static const char *const roofline_dtypes[] = { "float32", "float16", "int8",
+                                               "q8" };
+static const size_t roofline_batches[] = { 1, 4, 8, 16, 32, 64 };
+#define N_ROOF_BATCHES (sizeof roofline_batches / sizeof roofline_batches[0])
+#define N_ROOF_DTYPES (sizeof roofline_dtypes / sizeof roofline_dtypes[0])
+enum { ROOF_STEPS = 32 };
+
+typedef struct roof_row {
+    model_dtype dtype;
+    size_t batch;
+    double step, alone;                    /* s: after read passes, without */
+    double bw, t_flops, t_bytes, kv_bytes; /* bytes/s, s, s, B */
+} roof_row;
+
+/* Bytes of panels one decode step streams: every layer matrix and the
+ * unembedding, in the model's panel dtype. */
+static double panel_stream_bytes(const model *m)
+{
+    const size_t C = m->config.n_embd;
+    const panel_dtype dt = m->panel_dtype;
+    const size_t layer = panel_bytes(C, 3 * C, dt) + panel_bytes(C, C, dt) +
+                         panel_bytes(C, 4 * C, dt) + panel_bytes(4 * C, C, dt);
+    return (double)(m->config.n_layer * layer +
+                    panel_bytes(C, m->config.vocab_size, dt));
+}
+
+/* One dtype's rows of the table: its model loaded on panels, its kernels'
+ * in-cache peak (through the model's forward state), then for each batch
+ * ROOF_STEPS decode steps alone, and ROOF_STEPS again each after one read
+ * pass of thread_bandwidth's size: the step and the bandwidth of its row
+ * are the medians of the second run.  This host's read bandwidth moved
+ * between 28 and 80 GB/s from one minute to the next (doc/performance.md,
+ * issue 29), so a reading taken even a few seconds from the steps put
+ * batch-1 steps above "100 %" of the roofline; interleaved, both sample the
+ * same seconds.  The steps alone show what the passes cost the steps (the
+ * caches they flush: a few percent at most here). */
+static void roofline_dtype(const options *o, model_dtype dtype,
+                           roof_row rows[N_ROOF_BATCHES])
+{
+    static bench b;
+    options od = *o;
+    od.dtype = dtype;
+    od.only_batch = MAX_BATCH;
+    od.only_steps = WARM_STEPS + ROOF_STEPS;
+    bench_open(&b, &od, MODEL_MATMUL_PANELS);
+    const model_config *cfg = &b.m.config;
+    const size_t W = threadpool_size(b.pool), C = cfg->n_embd;
+    const cpu_isa isa = forward_state_isa(b.st);
+    size_t at = 0;
+    double each[N_PEAK_ROWS];
+    const double peak = (double)W *
+                        panel_peak(b.m.panel_dtype, isa, b.st, &at, each);
+    print_peak(model_dtype_name(b.m.dtype), peak, W, at, isa);
+    printf("  by rows:");
+    for (size_t i = 0; i < N_PEAK_ROWS; i++)
+        printf(" %zu %.0f%s", peak_rows[i], (double)W * each[i] * 1e-9,
+               i + 1 < N_PEAK_ROWS ? "," : " GFLOP/s\n");
+    fflush(stdout);
+
+    const double bytes = panel_stream_bytes(&b.m);
+    const double params = (double)cfg->n_layer * 12.0 * (double)C * (double)C +
+                          (double)cfg->vocab_size * (double)C;
+    const double attended = mean_attended(ROOF_STEPS);
+    const double kv_row = (double)cfg->n_layer * 2.0 * (double)C *
+                          (o->kv_half ? 2.0 : 4.0) * attended;
+    prefill_seqs(&b, MAX_BATCH);
+    read_job reads = read_buffer(b.pool, bandwidth_bytes(b.pool));
+    for (size_t i = 0; i < N_ROOF_BATCHES; i++) {
+        const size_t batch = roofline_batches[i];
+        double t[ROOF_STEPS], bw[ROOF_STEPS];
+        decode_steps(&b, batch, ROOF_STEPS, t, NULL, NULL, NULL);
+        const double alone = median(t, ROOF_STEPS);
+        decode_steps(&b, batch, ROOF_STEPS, t, NULL, &reads, bw);
+        const double step_t = median(t, ROOF_STEPS);
+        const double bw_median = median(bw, ROOF_STEPS);
+        const double flops = 2.0 * params * (double)batch +
+                             4.0 * (double)cfg->n_layer * (double)C * attended *
+                                 (double)batch;
+        rows[i] = (roof_row){ .dtype = b.m.dtype,
+                              .batch = batch,
+                              .step = step_t,
+                              .alone = alone,
+                              .bw = bw_median,
+                              .t_flops = flops / peak,
+                              .t_bytes = bytes / bw_median,
+                              .kv_bytes = kv_row * (double)batch };
+    }
+    free((void *)reads.buf);
+    bench_close(&b);
+}
+
+/* --roofline: the bandwidth, then per dtype its peak and its rows. */
+static int roofline(const options *o)
+{
+    threadpool *pool;
+    gpt2d_error err;
+    if (threadpool_create(&pool, o->threads, &err) != 0)
+        die("threadpool_create", &err);
+    print_bandwidth(thread_bandwidth(pool), o->threads);
+    threadpool_destroy(pool);
+    roof_row rows[N_ROOF_DTYPES][N_ROOF_BATCHES];
+    size_t n = 0;
+    for (size_t i = 0; i < N_ROOF_DTYPES; i++) {
+        model_dtype d;
+        if (model_dtype_parse(roofline_dtypes[i], &d) != 0) {
+            printf("(%s: not a --dtype of this build, skipped)\n",
+                   roofline_dtypes[i]);
+            continue;
+        }
+        roofline_dtype(o, d, rows[n++]);
+    }
+    printf("\ndecode steps after a %d-token prompt: %d warm-up steps, then "
+           "the median of %d, alone, then each after a read pass (step ms, "
+           "GB/s: the passes' median).  roofline = max(FLOPs / the dtype's "
+           "peak, panel bytes / GB/s); FLOPs = 2 x matrix params x rows + "
+           "attention's.  KV MB: the KV cache a step reads (not in the "
+           "roofline)\n",
+           PROMPT, WARM_STEPS, ROOF_STEPS);
+    printf("%-8s %5s %9s %9s %9s %9s %9s %9s %10s %8s\n", "dtype", "batch",
+           "alone ms", "step ms", "GB/s", "FLOP ms", "bytes ms", "roof ms",
+           "fraction", "KV MB");
+    for (size_t i = 0; i < n; i++)
+        for (size_t k = 0; k < N_ROOF_BATCHES; k++) {
+            const roof_row *r = &rows[i][k];
+            const double roof = fmax(r->t_flops, r->t_bytes);
+            printf("%-8s %5zu %9.2f %9.2f %9.1f %9.2f %9.2f %9.2f %8.0f %% "
+                   "%8.0f\n",
+                   model_dtype_name(r->dtype), r->batch, r->alone * 1e3,
+                   r->step * 1e3, r->bw * 1e-9, r->t_flops * 1e3,
+                   r->t_bytes * 1e3, roof * 1e3, 100.0 * roof / r->step,
+                   r->kv_bytes * 1e-6);
+        }
+    return 0;
+}
+
 static void run_backend(bench *b, results *r)
 {
     r->prefill = INFINITY;
@@ -763,7 +1305,8 @@ static int against_float32(const options *o)
 static const char usage[] =
     "usage: bench_forward MODEL_DIR [--threads N] [--dtype TYPE] "
     "[--kv-dtype TYPE] [--matmul panels|blas] [--decode-only BATCH [STEPS] | "
-    "--prefill-only REPS [TOKENS] | --invariance-only | --against-float32]\n"
+    "--prefill-only REPS [TOKENS] | --breakdown BATCH | --roofline | "
+    "--invariance-only | --against-float32]\n"
     "       bench_forward --machine-only [--threads N]\n";
 
 /* GPT2D_ISA=portable|avx2|avx512 forces the kernels, as it does the
@@ -834,6 +1377,15 @@ int main(int argc, char **argv)
                 o.prefill_len = (size_t)strtoul(argv[++i], NULL, 10);
         } else if (strcmp(argv[i], "--invariance-only") == 0) {
             o.invariance_only = true;
+        } else if (strcmp(argv[i], "--breakdown") == 0 && i + 1 < argc) {
+            o.breakdown = (size_t)strtoul(argv[++i], NULL, 10);
+            if (o.breakdown == 0 || o.breakdown > MAX_BATCH) {
+                fprintf(stderr, "bench_forward: --breakdown 1..%d\n",
+                        MAX_BATCH);
+                return 2;
+            }
+        } else if (strcmp(argv[i], "--roofline") == 0) {
+            o.roofline = true;
         } else if (strcmp(argv[i], "--machine-only") == 0) {
             machine_only = true;
         } else if (strcmp(argv[i], "--against-float32") == 0) {
@@ -855,6 +1407,17 @@ int main(int argc, char **argv)
     static bench b;
     if (o.against)
         return against_float32(&o);
+    if (o.roofline)
+        return roofline(&o);
+    if (o.breakdown > 0) {
+        options ob = o;
+        ob.only_batch = o.breakdown;
+        ob.only_steps = WARM_STEPS + BREAKDOWN_STEPS;
+        bench_open(&b, &ob, only);
+        breakdown(&b, o.breakdown);
+        bench_close(&b);
+        return 0;
+    }
     if (o.invariance_only) {
         model m;
         gpt2d_error err;
@@ -896,13 +1459,15 @@ int main(int argc, char **argv)
 #ifdef HAVE_OPENBLAS_SET_NUM_THREADS
     openblas_set_num_threads(1);
 #endif
-    double bw = measure_bandwidth(b.pool, (size_t)1 << 30, 5);
+    const bandwidth bws = thread_bandwidth(b.pool);
+    const double bw = bws.median;
     double g1 = measure_sgemm(b.pool, PREFILL, 4 * C, C, 5);
     double g2 = measure_sgemm(b.pool, PREFILL, 3 * C, C, 5);
     double g3 = measure_sgemm(b.pool, PREFILL, C, 4 * C, 5);
     double peak = fmax(g1, fmax(g2, g3));
-    printf("%-44s %10.1f GB/s\n", "memory read bandwidth (1 GiB, best of 5)",
-           bw * 1e-9);
+    printf("%-44s %10.1f GB/s (best %.1f)\n",
+           "memory read bandwidth (median of 9 passes)", bw * 1e-9,
+           bws.best * 1e-9);
     printf("sgemm %4dx%zux%-5zu %27.1f GFLOP/s\n", PREFILL, C, 4 * C,
            g1 * 1e-9);
     printf("sgemm %4dx%zux%-5zu %27.1f GFLOP/s\n", PREFILL, C, 3 * C,
@@ -916,6 +1481,10 @@ int main(int argc, char **argv)
         names[k] = model_matmul_name(b.m.matmul);
         fprintf(stderr, "bench_forward: running matmul %s\n", names[k]);
         run_backend(&b, &res[k]);
+        if (k == 0) {
+            breakdown(&b, 1);
+            breakdown(&b, FULL_SEQS);
+        }
         bench_close(&b);
     }
 

@@ -41,9 +41,10 @@ short request, so the window's steps are not the first to use its
 buffers.
 
 The bounds come from `bench_forward --machine-only`: read bandwidth
-(--threads threads, best of 40 slices of 128 MiB) and, per dtype, the
-panel kernels' GFLOP/s at 8 rows on a matrix in cache (one thread's best
-times --threads: the kernels' arithmetic with every core to themselves).
+(--threads threads, the median of 9 passes over 512 MiB a thread) and, per
+dtype, the panel kernels' best GFLOP/s over 1-64 rows on a matrix in cache
+(one thread's best times --threads: the kernels' arithmetic with every
+core to themselves).
 It runs before every server; each row's limits use the best figures seen
 so far in the run (the first line: the first measurement; the last: the
 run's best), since a figure measured while another process held the memory

@@ -48,6 +48,7 @@
 #include "model/matmul.h"
 #include "model/matmul_q8.h"
 #include "model/panels.h"
+#include "core/monotonic.h"
 
 #include <cblas.h>
 #include <math.h>
@@ -70,6 +71,7 @@ typedef struct seq_rows {
 struct forward_state {
     model_config cfg;
     size_t max_rows;
+    forward_profile *profile; /* NULL, or where steps' time goes */
     /* activations, all (max_rows, ·) */
     float *x;   /* (R, C) residual stream */
     float *xn;  /* (R, C) LayerNorm output */
@@ -120,6 +122,39 @@ static void layernorm_row(float *out, const float *inp, const float *w,
         out[i] = (inp[i] - mean) * rstd * w[i] + b[i];
 }
 
+/* ---- pool runs, timed when profiled (forward_profile) ---- */
+
+typedef struct timed_job {
+    threadpool_fn fn;
+    void *ctx;
+    double *busy; /* [FORWARD_PROFILE_WORKERS]: the stage's */
+} timed_job;
+
+static void timed_task(void *ctx, size_t task, size_t worker)
+{
+    const timed_job *j = ctx;
+    const double t0 = monotonic_seconds();
+    j->fn(j->ctx, task, worker);
+    j->busy[worker] += monotonic_seconds() - t0;
+}
+
+/* threadpool_run for one of forward.c's own stages. */
+static void run_stage(const forward_state *st, threadpool *pool,
+                      forward_stage stage, size_t n_tasks, threadpool_fn fn,
+                      void *ctx)
+{
+    forward_profile *prof = st->profile;
+    if (prof == NULL) {
+        threadpool_run(pool, n_tasks, fn, ctx);
+        return;
+    }
+    timed_job j = { .fn = fn, .ctx = ctx, .busy = prof->busy[stage] };
+    const double t0 = monotonic_seconds();
+    threadpool_run(pool, n_tasks, timed_task, &j);
+    prof->wall[stage] += monotonic_seconds() - t0;
+    prof->runs[stage]++;
+}
+
 /* ---- embedding and LayerNorm, by row blocks ---- */
 
 typedef struct rows_job {
@@ -160,7 +195,8 @@ static void embedding_forward(forward_state *st, const model *m,
                               threadpool *pool, size_t R)
 {
     rows_job j = { .st = st, .m = m, .n_rows = R, .out = st->x };
-    threadpool_run(pool, (R + ROW_BLOCK - 1) / ROW_BLOCK, embedding_task, &j);
+    run_stage(st, pool, FORWARD_EMBEDDING, (R + ROW_BLOCK - 1) / ROW_BLOCK,
+              embedding_task, &j);
 }
 
 static void layernorm_task(void *ctx, size_t task, size_t worker)
@@ -191,8 +227,8 @@ static void layernorm_forward(forward_state *st, threadpool *pool, float *out,
                    .out = out,
                    .w = w,
                    .b = b };
-    threadpool_run(pool, (n_rows + ROW_BLOCK - 1) / ROW_BLOCK, layernorm_task,
-                   &j);
+    run_stage(st, pool, FORWARD_LAYERNORM, (n_rows + ROW_BLOCK - 1) / ROW_BLOCK,
+              layernorm_task, &j);
 }
 
 /* ---- weight products (matmul.h) ---- */
@@ -287,7 +323,8 @@ static void attention_forward(forward_state *st, threadpool *pool,
                               size_t n_seqs)
 {
     attention_job j = { .st = st, .kv = kv, .layer = layer };
-    threadpool_run(pool, n_seqs * st->cfg.n_head, attention_task, &j);
+    run_stage(st, pool, FORWARD_ATTENTION, n_seqs * st->cfg.n_head,
+              attention_task, &j);
 }
 
 /* ---- state ---- */
@@ -475,6 +512,19 @@ static int plan_step(forward_state *st, const kv_geometry *kv,
     return 0;
 }
 
+/* matmul(), timed whole when profiled: its tasks are matmul.c's. */
+static void product(const forward_state *st, threadpool *pool,
+                    forward_stage stage, const matmul_args *p)
+{
+    forward_profile *prof = st->profile;
+    const double t0 = prof != NULL ? monotonic_seconds() : 0.0;
+    matmul(st, pool, p);
+    if (prof != NULL) {
+        prof->wall[stage] += monotonic_seconds() - t0;
+        prof->runs[stage]++;
+    }
+}
+
 /* x is (·, C), logits (n_rows, V): row r unembeds row row_index[r] (or
  * r) of x. */
 static void unembed(forward_state *st, const model *m, threadpool *pool,
@@ -483,17 +533,17 @@ static void unembed(forward_state *st, const model *m, threadpool *pool,
 {
     layernorm_forward(st, pool, st->lnf, x, row_index, n_rows, m->ln_f_w,
                       m->ln_f_b);
-    matmul(st, pool,
-           &(matmul_args){ .M = n_rows,
-                           .N = st->cfg.vocab_size,
-                           .K = st->cfg.n_embd,
-                           .a = st->lnf,
-                           .w = m->lm_head_wp,
-                           .w_rows = m->lm_head_w,
-                           .w_transposed = true,
-                           .dt = m->panel_dtype,
-                           .out = logits,
-                           .epi = MATMUL_NONE });
+    product(st, pool, FORWARD_LOGITS,
+            &(matmul_args){ .M = n_rows,
+                            .N = st->cfg.vocab_size,
+                            .K = st->cfg.n_embd,
+                            .a = st->lnf,
+                            .w = m->lm_head_wp,
+                            .w_rows = m->lm_head_w,
+                            .w_transposed = true,
+                            .dt = m->panel_dtype,
+                            .out = logits,
+                            .epi = MATMUL_NONE });
 }
 
 static int check_pool(const forward_state *st, threadpool *pool,
@@ -527,6 +577,8 @@ int forward_step(forward_state *st, const model *m, threadpool *pool,
                  const kv_geometry *kv, const forward_seq *seqs, size_t n_seqs,
                  float *logits, gpt2d_error *err)
 {
+    forward_profile *prof = st->profile;
+    const double t0 = prof != NULL ? monotonic_seconds() : 0.0;
     size_t R = 0, L = 0;
     if (check_pool(st, pool, err) != 0 ||
         plan_step(st, kv, seqs, n_seqs, &R, &L, err) != 0)
@@ -544,22 +596,22 @@ int forward_step(forward_state *st, const model *m, threadpool *pool,
         const layer_weights *w = &m->layers[l];
         layernorm_forward(st, pool, st->xn, st->x, NULL, R, w->ln_1_w,
                           w->ln_1_b);
-        matmul(st, pool, &(matmul_args){
+        product(st, pool, FORWARD_PRODUCTS, &(matmul_args){
             .M = R, .N = 3 * C, .K = C, .a = st->xn, .w = w->attn_wp,
             .w_rows = w->attn_w, .dt = dt, .out = st->qkv, .bias = w->attn_b,
             .epi = MATMUL_BIAS });
         attention_forward(st, pool, kv, l, n_seqs);
-        matmul(st, pool, &(matmul_args){
+        product(st, pool, FORWARD_PRODUCTS, &(matmul_args){
             .M = R, .N = C, .K = C, .a = st->att, .w = w->attn_proj_wp,
             .w_rows = w->attn_proj_w, .dt = dt, .out = st->x,
             .accumulate = true, .bias = w->attn_proj_b, .epi = MATMUL_BIAS });
         layernorm_forward(st, pool, st->xn, st->x, NULL, R, w->ln_2_w,
                           w->ln_2_b);
-        matmul(st, pool, &(matmul_args){
+        product(st, pool, FORWARD_PRODUCTS, &(matmul_args){
             .M = R, .N = 4 * C, .K = C, .a = st->xn, .w = w->fc_wp,
             .w_rows = w->fc_w, .dt = dt, .out = st->h, .bias = w->fc_b,
             .epi = MATMUL_BIAS_GELU });
-        matmul(st, pool, &(matmul_args){
+        product(st, pool, FORWARD_PRODUCTS, &(matmul_args){
             .M = R, .N = C, .K = 4 * C, .a = st->h, .w = w->mlp_proj_wp,
             .w_rows = w->mlp_proj_w, .dt = dt, .out = st->x,
             .accumulate = true, .bias = w->mlp_proj_b, .epi = MATMUL_BIAS });
@@ -568,5 +620,37 @@ int forward_step(forward_state *st, const model *m, threadpool *pool,
     /* clang-format on */
     if (L > 0)
         unembed(st, m, pool, st->x, st->logit_rows, L, logits);
+    if (prof != NULL) {
+        prof->step += monotonic_seconds() - t0;
+        prof->steps++;
+    }
+    return 0;
+}
+
+/* ---- measurement (forward_profile, forward_product) ---- */
+
+int forward_state_set_profile(forward_state *st, forward_profile *p,
+                              gpt2d_error *err)
+{
+    if (p != NULL && st->n_workers > FORWARD_PROFILE_WORKERS)
+        return error_set(err,
+                         "forward: a profile counts up to %d workers, "
+                         "this state has scratch for %zu",
+                         FORWARD_PROFILE_WORKERS, st->n_workers);
+    st->profile = p;
+    return 0;
+}
+
+int forward_product(const forward_state *st, threadpool *pool,
+                    const matmul_args *p, gpt2d_error *err)
+{
+    if (check_pool(st, pool, err) != 0)
+        return -1;
+    if (p->M > st->max_rows || p->K > 4 * st->cfg.n_embd)
+        return error_set(err,
+                         "forward: a product of %zu rows and %zu inputs, "
+                         "scratch for %zu and %zu",
+                         p->M, p->K, st->max_rows, 4 * st->cfg.n_embd);
+    matmul(st, pool, p);
     return 0;
 }

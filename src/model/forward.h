@@ -19,6 +19,7 @@
 #include "core/cpu.h"
 #include "core/error.h"
 #include "kv/kv_layout.h"
+#include "model/matmul.h"
 #include "model/model.h"
 #include "core/threadpool.h"
 
@@ -93,5 +94,59 @@ int forward_step(forward_state *st, const model *m, threadpool *pool,
 int forward_unembed(forward_state *st, const model *m, threadpool *pool,
                     const float *x, size_t n_rows, float *logits,
                     gpt2d_error *err);
+
+/* ---- measurement (bench_forward) ---- */
+
+/* The stages a profile times. */
+typedef enum forward_stage {
+    FORWARD_EMBEDDING, /* token and position embeddings */
+    FORWARD_LAYERNORM, /* every LayerNorm, ln_f (which gathers the logit
+                          rows) included */
+    FORWARD_ATTENTION, /* KV stores and attention */
+    FORWARD_PRODUCTS,  /* the layers' weight products, with their bias,
+                          GELU and residual add: matmul.c applies those to
+                          each column block inside the product's tasks */
+    FORWARD_LOGITS,    /* the unembedding product */
+    FORWARD_STAGES
+} forward_stage;
+
+#define FORWARD_PROFILE_WORKERS 64
+
+/* Where forward_step's time goes: seconds, summed over the steps run
+ * while the profile is set.  wall[s] is stage s's time on the engine
+ * thread (its pool runs, start to end); busy[s][w] is worker w's time
+ * inside the stage's tasks, for forward.c's own stages (not the products,
+ * whose tasks are matmul.c's: zero there).  So wall - sum(busy) / workers
+ * is what handing a stage to the pool cost beyond its work: waking the
+ * workers, waiting for the last task, workers idle when there are fewer
+ * tasks than workers.  The rest of a step (checking it, captures) is
+ * `step` less every wall.
+ *
+ * Optional and off by default, so the daemon's steps read no clock: two
+ * readings per pool run and per task are cheap, but every step would pay
+ * them for a figure only a benchmark prints. */
+typedef struct forward_profile {
+    size_t steps;
+    double step; /* forward_step, whole */
+    double wall[FORWARD_STAGES];
+    size_t runs[FORWARD_STAGES]; /* pool runs (a product is one) */
+    double busy[FORWARD_STAGES][FORWARD_PROFILE_WORKERS];
+} forward_profile;
+
+/* Makes forward_step (and forward_unembed) add to *p from now on; NULL,
+ * the default, stops.  The caller owns *p and zeroes it to start, and
+ * calls this on the thread that runs the steps.  Fails when the state has
+ * scratch for more than FORWARD_PROFILE_WORKERS workers. */
+int forward_state_set_profile(forward_state *st, forward_profile *p,
+                              gpt2d_error *err);
+
+/* One weight product on the pool with this state's kernels and scratch,
+ * as forward_step runs each of its own (p->dt must be the model's).
+ * Only forward.c knows all the scratch a product needs, so bench_forward
+ * measures the kernels' peak on a matrix in cache through this.  Fails
+ * when p->M exceeds max_rows or p->K exceeds 4 n_embd (the largest a
+ * step multiplies). */
+int forward_product(const forward_state *st, threadpool *pool,
+                    const matmul_args *p, gpt2d_error *err);
 
 #endif
