@@ -641,8 +641,8 @@ static void product_columns(const matmul_job *j, size_t n0, size_t n1,
     if (mc->blas)
         return; /* sgemm has written the block */
     if (j->q8 != NULL) {
-        q8_columns(mc->isa, p->out, p->N, j->q8, p->w, n0, n1, p->accumulate,
-                   scratch);
+        q8_columns(mc->isa, p->out, p->N, j->q8, p->w, p->N, n0, n1,
+                   p->accumulate, scratch);
         return;
     }
 #ifdef HAVE_AVX2_KERNELS

@@ -168,7 +168,7 @@ void q8_rows_quantize(q8_rows *rows, void *buf, const float *a, size_t M,
 typedef void q8_tile_fn(size_t mr, size_t np, float *to, size_t ldt,
                         const float *from, size_t ldf, const q8_rows *a,
                         size_t m0, const char *w, size_t ps, size_t b0,
-                        size_t b1, int accumulate);
+                        size_t b1, int accumulate, const char *ahead);
 
 #define Q8_BLOCK_AT(w, b) ((const char *)(w) + (b)*PANEL_Q8_BLOCK)
 
@@ -181,12 +181,28 @@ static inline __attribute__((always_inline)) int32_t four_inputs(
     return x;
 }
 
+#ifdef HAVE_AVX2_KERNELS
+/* Block b of the np panels from `ahead` on (`ps` bytes apart) into cache:
+ * while a tile multiplies block b of its panels, the next group's block b
+ * comes from memory, so the stream is read at an even rate the whole
+ * time (the cores would otherwise wait at every line the hardware's
+ * prefetcher has not asked for yet). */
+static inline __attribute__((always_inline)) void prefetch_blocks(
+    const char *ahead, size_t ps, size_t np, size_t b)
+{
+    for (size_t v = 0; v < np; v++)
+        for (size_t at = 0; at < PANEL_Q8_BLOCK; at += 64)
+            _mm_prefetch(Q8_BLOCK_AT(ahead + v * ps, b) + at, _MM_HINT_T0);
+}
+#endif
+
 /* The portable tile: the definition, one output at a time. */
 static void tile_portable(size_t mr, size_t np, float *to, size_t ldt,
                           const float *from, size_t ldf, const q8_rows *a,
                           size_t m0, const char *w, size_t ps, size_t b0,
-                          size_t b1, int accumulate)
+                          size_t b1, int accumulate, const char *ahead)
 {
+    (void)ahead;
     for (size_t r = 0; r < mr; r++) {
         const int8_t *qa = a->q + (m0 + r) * a->stride;
         const float *da = a->d + (m0 + r) * a->blocks;
@@ -239,6 +255,8 @@ static void tile_portable(size_t mr, size_t np, float *to, size_t ldt,
                              : _mm256_setzero_ps();                          \
         for (size_t b = b0; b < b1; b++) {                                   \
             __m256i acc[MR][2 * NP];                                         \
+            if (ahead != NULL)                                               \
+                prefetch_blocks(ahead, ps, NP, b);                           \
             _Pragma("GCC unroll 8") for (int r = 0; r < MR; r++) {           \
                 const __m256i c = _mm256_set1_epi32(                         \
                     (VNNI) ? -128 * a->sum[(m0 + r) * a->blocks + b] : 0);   \
@@ -306,6 +324,8 @@ static void tile_portable(size_t mr, size_t np, float *to, size_t ldt,
                              : _mm512_setzero_ps();                          \
         for (size_t b = b0; b < b1; b++) {                                   \
             __m512i acc[MR][NP];                                             \
+            if (ahead != NULL)                                               \
+                prefetch_blocks(ahead, ps, NP, b);                           \
             _Pragma("GCC unroll 8") for (int r = 0; r < MR; r++) {           \
                 const __m512i c = _mm512_set1_epi32(                         \
                     -128 * a->sum[(m0 + r) * a->blocks + b]);                \
@@ -353,8 +373,8 @@ static void tile_portable(size_t mr, size_t np, float *to, size_t ldt,
 #define TILE_PARAMS                                                            \
     float *to, size_t ldt, const float *from, size_t ldf, const q8_rows *a,    \
         size_t m0, const char *w, size_t ps, size_t b0, size_t b1,             \
-        int accumulate
-#define TILE_ARGS to, ldt, from, ldf, a, m0, w, ps, b0, b1, accumulate
+        int accumulate, const char *ahead
+#define TILE_ARGS to, ldt, from, ldf, a, m0, w, ps, b0, b1, accumulate, ahead
 
 #define DEFINE_TILE256(TARGET, MR, NP, VNNI, NAME)                             \
     TARGET __attribute__((always_inline)) static inline void NAME(TILE_PARAMS) \
@@ -478,11 +498,12 @@ size_t q8_scratch_floats(size_t max_rows)
  * first row block reads a chunk from memory, the others from L1. */
 static void panel_group(const q8_kernels *t, float *out, size_t ldo,
                         const q8_rows *a, const char *w0, size_t ps, size_t np,
-                        int accumulate, float *part)
+                        int accumulate, float *part, const char *ahead)
 {
     const size_t M = a->M, B = a->blocks;
     if (M <= t->block_rows) {
-        t->tile(M, np, out, ldo, NULL, 0, a, 0, w0, ps, 0, B, accumulate);
+        t->tile(M, np, out, ldo, NULL, 0, a, 0, w0, ps, 0, B, accumulate,
+                ahead);
         return;
     }
     const size_t ldp = np * PANEL_WIDTH;
@@ -494,33 +515,37 @@ static void panel_group(const q8_kernels *t, float *out, size_t ldo,
             const size_t mr = M * (rb + 1) / row_blocks - m;
             float *to = last ? out + m * ldo : part + m * ldp;
             const float *from = b0 > 0 ? part + m * ldp : NULL;
+            /* the first row block of a chunk prefetches for it */
             t->tile(mr, np, to, last ? ldo : ldp, from, ldp, a, m, w0, ps, b0,
-                    b1, last && accumulate);
+                    b1, last && accumulate, rb == 0 ? ahead : NULL);
             m += mr;
         }
     }
 }
 
 void q8_columns(cpu_isa isa, float *out, size_t ldo, const q8_rows *a,
-                const void *w, size_t n0, size_t n1, int accumulate,
+                const void *w, size_t N, size_t n0, size_t n1, int accumulate,
                 float *scratch)
 {
     const q8_kernels *t = kernels_for(isa);
     const size_t ps = panel_stride(a->K, PANEL_Q8DOT);
     const size_t p_all = panel_count(n1), p_full = n1 / PANEL_WIDTH;
+    const size_t p_matrix = panel_count(N);
     float *part = scratch, *edge = scratch + 4 * a->M * PANEL_WIDTH;
     for (size_t p = n0 / PANEL_WIDTH, np; p < p_all; p += np) {
         np = a->M <= t->wide_rows && p + t->wide <= p_full ? t->wide
              : p + t->pair <= p_full                       ? t->pair
                                                            : 1;
         const char *w0 = (const char *)w + p * ps;
+        /* the next group, the next task's panels too, while in the matrix */
+        const char *ahead = p + 2 * np <= p_matrix ? w0 + np * ps : NULL;
         if (p < p_full) {
             panel_group(t, out + p * PANEL_WIDTH, ldo, a, w0, ps, np,
-                        accumulate, part);
+                        accumulate, part, ahead);
             continue;
         }
         /* the last panel cut short by n1: whole in edge, then its columns */
-        panel_group(t, edge, PANEL_WIDTH, a, w0, ps, 1, 0, part);
+        panel_group(t, edge, PANEL_WIDTH, a, w0, ps, 1, 0, part, ahead);
         const size_t tail = n1 - p_full * PANEL_WIDTH;
         for (size_t m = 0; m < a->M; m++)
             for (size_t c = 0; c < tail; c++) {

@@ -58,9 +58,10 @@ size_t q8_scratch_floats(size_t max_rows);
 
 /* out[:, n0:n1] (+)= a · w[:, n0:n1]: w is (a->K, N) in PANEL_Q8DOT
  * panels, out is (a->M, ldo), n0 a multiple of 16, by `isa`'s kernels;
- * `scratch` holds q8_scratch_floats(a->M) floats. */
+ * `scratch` holds q8_scratch_floats(a->M) floats.  While it multiplies
+ * it prefetches the panels that follow, up to the matrix's end. */
 void q8_columns(cpu_isa isa, float *out, size_t ldo, const q8_rows *a,
-                const void *w, size_t n0, size_t n1, int accumulate,
+                const void *w, size_t N, size_t n0, size_t n1, int accumulate,
                 float *scratch);
 
 #endif

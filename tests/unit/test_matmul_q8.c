@@ -110,12 +110,12 @@ static void product_make(product *p, size_t M, size_t K, size_t N)
     p->w = malloc(K * N * sizeof(float));
     p->want = malloc(M * N * sizeof(float));
     p->got = malloc(M * N * sizeof(float));
-    p->packed = aligned_alloc(64, (panel_bytes(K, N, PANEL_Q8DOT) + 63) / 64 *
-                                      64);
+    p->packed = aligned_alloc(64,
+                              (panel_bytes(K, N, PANEL_Q8DOT) + 63) / 64 * 64);
     p->rows = aligned_alloc(64, q8_rows_bytes(M, K));
     p->scratch_floats = matmul_scratch_floats(M);
-    p->scratch = aligned_alloc(64, (2 * p->scratch_floats * sizeof(float) +
-                                    63) / 64 * 64);
+    p->scratch = aligned_alloc(
+        64, (2 * p->scratch_floats * sizeof(float) + 63) / 64 * 64);
     ck_assert(p->a && p->w && p->want && p->got && p->packed && p->rows &&
               p->scratch);
     fill_inputs(p->a, M, K);
@@ -160,8 +160,8 @@ static void product_run(product *p, threadpool *pool, cpu_isa isa,
 
 /* The shapes: every row count a tile's blocks split into, the panel
  * groups (4, 2, 1 and a cut one) and blocks (K % 32 != 0). */
-static const size_t g_rows[] = { 1,  2,  3,  4,  5,  6,  7,  8,  9,  10, 11,
-                                 12, 13, 14, 15, 16, 17, 24, 33, 64 };
+static const size_t g_rows[] = { 1,  2,  3,  4,  5,  6,  7,  8,  9,  10,
+                                 11, 12, 13, 14, 15, 16, 17, 24, 33, 64 };
 static const size_t g_ks[] = { 32, 36, 100, 768 };
 static const size_t g_ns[] = { 16, 40, 64, 100, 256 };
 #define N_ROWS (sizeof g_rows / sizeof g_rows[0])
@@ -194,21 +194,21 @@ START_TEST(test_every_path_gives_the_definitions_bits)
                 memcpy(p.got, before, M * N * sizeof(float));
                 product_run(&p, pool, (cpu_isa)isa, acc);
                 for (size_t i = 0; i < M * N; i++)
-                    ck_assert_msg(memcmp(&p.got[i], &p.want[i],
-                                         sizeof(float)) == 0,
-                                  "%s, M %zu K %zu N %zu%s: out[%zu][%zu] is "
-                                  "%.9g, the definition %.9g",
-                                  cpu_isa_name((cpu_isa)isa), M, K, N,
-                                  acc ? " accumulating" : "", i / N, i % N,
-                                  (double)p.got[i], (double)p.want[i]);
+                    ck_assert_msg(
+                        memcmp(&p.got[i], &p.want[i], sizeof(float)) == 0,
+                        "%s, M %zu K %zu N %zu%s: out[%zu][%zu] is "
+                        "%.9g, the definition %.9g",
+                        cpu_isa_name((cpu_isa)isa), M, K, N,
+                        acc ? " accumulating" : "", i / N, i % N,
+                        (double)p.got[i], (double)p.want[i]);
                 checked++;
             }
             free(before);
         }
         product_free(&p);
     }
-    printf("K %zu N %zu: %zu products, every output the definition's bits\n",
-           K, N, checked);
+    printf("K %zu N %zu: %zu products, every output the definition's bits\n", K,
+           N, checked);
     threadpool_destroy(pool);
 }
 END_TEST
@@ -234,10 +234,10 @@ START_TEST(test_a_changed_lane_moves_exactly_its_column)
     const size_t ps = panel_stride(K, PANEL_Q8DOT);
     for (size_t trial = 0; trial < 24; trial++) {
         const size_t k = (trial * 37 + 5) % K, n = (trial * 11 + 3) % N;
-        unsigned char *byte =
-            (unsigned char *)p.packed + n / PANEL_WIDTH * ps +
-            k / PANEL_Q8_ROWS * PANEL_Q8_BLOCK +
-            panel_q8dot_at(k % PANEL_Q8_ROWS, n % PANEL_WIDTH);
+        unsigned char *byte = (unsigned char *)p.packed + n / PANEL_WIDTH * ps +
+                              k / PANEL_Q8_ROWS * PANEL_Q8_BLOCK +
+                              panel_q8dot_at(k % PANEL_Q8_ROWS,
+                                             n % PANEL_WIDTH);
         const unsigned char was = *byte;
         *byte = (unsigned char)(was == 255 ? 254 : was + 1);
         for (int isa = 0; isa < CPU_ISA_COUNT; isa++) {
