@@ -49,6 +49,7 @@
 #include "core/hugepages.h"
 #include "kv/kvcache.h"
 #include "model/matmul.h"
+#include "model/matmul_q8.h"
 #include "model/panels.h"
 #include "model/model.h"
 #include "sample/sampler.h"
@@ -309,9 +310,17 @@ static double measure_panels(panel_dtype dt, cpu_isa isa, size_t M,
         exit(1);
     }
     random_product(a, w, wp, dt, M, K, N, 11);
-    const matmul_ctx ctx = {
-        .pool = pool, .isa = isa, .scratch = sc, .scratch_floats = scratch
-    };
+    /* q8's rows quantized: their time counts, as in a step */
+    void *q8 = dt == PANEL_Q8DOT ? huge_alloc(q8_rows_bytes(M, K)) : NULL;
+    if (dt == PANEL_Q8DOT && q8 == NULL) {
+        fprintf(stderr, "bench_forward: out of memory\n");
+        exit(1);
+    }
+    const matmul_ctx ctx = { .pool = pool,
+                             .isa = isa,
+                             .scratch = sc,
+                             .scratch_floats = scratch,
+                             .q8_rows = q8 };
     const matmul_args p = { .M = M,
                             .N = N,
                             .K = K,
@@ -338,6 +347,7 @@ static double measure_panels(panel_dtype dt, cpu_isa isa, size_t M,
     free(c);
     free(sc);
     free(wp);
+    free(q8);
     threadpool_destroy(pool);
     return best;
 }
@@ -373,9 +383,9 @@ static double panel_peak(panel_dtype dt, cpu_isa isa, const forward_state *st,
 /* --machine-only: the bounds, one line each, for scripts.  The panels'
  * figure for N threads is N times one thread's: what the kernels would do
  * with every core to themselves and no cost to splitting a product, a
- * bound no step can beat.  Bandwidth: thread_bandwidth.  The dtypes whose
- * products need no scratch of forward.c's (a dtype that did would be
- * measured through forward_product, as --roofline measures every one). */
+ * bound no step can beat.  Bandwidth: thread_bandwidth.  Every panel
+ * dtype, q8 with its rows quantized in a buffer of its own (--roofline
+ * measures each through forward_product, a model's own state). */
 static int machine_bounds(size_t threads)
 {
     static const struct {
@@ -383,7 +393,8 @@ static int machine_bounds(size_t threads)
         const char *name; /* as --dtype spells it */
     } panel_dtypes[] = { { PANEL_F32, "float32" },
                          { PANEL_F16, "float16" },
-                         { PANEL_Q8, "int8" } };
+                         { PANEL_Q8, "int8" },
+                         { PANEL_Q8DOT, "q8" } };
     threadpool *pool;
     gpt2d_error err;
     if (threadpool_create(&pool, threads, &err) != 0)
@@ -1358,7 +1369,7 @@ int main(int argc, char **argv)
         } else if (strcmp(argv[i], "--dtype") == 0 && i + 1 < argc) {
             if (model_dtype_parse(argv[++i], &o.dtype) != 0) {
                 fprintf(stderr, "bench_forward: --dtype "
-                                "auto|float32|float16|int8\n");
+                                "auto|float32|float16|int8|q8\n");
                 return 2;
             }
         } else if (strcmp(argv[i], "--matmul") == 0 && i + 1 < argc) {
