@@ -1142,8 +1142,8 @@ static double panel_stream_bytes(const model *m)
  * between 28 and 80 GB/s from one minute to the next (doc/performance.md,
  * issue 29), so a reading taken even a few seconds from the steps put
  * batch-1 steps above "100 %" of the roofline; interleaved, both sample the
- * same seconds.  The steps alone show what the passes cost the steps (the
- * caches they flush: a few percent at most here). */
+ * same seconds.  The steps alone show what the passes cost the steps
+ * (the L3 they empty). */
 static void roofline_dtype(const options *o, model_dtype dtype,
                            roof_row rows[N_ROOF_BATCHES])
 {
