@@ -4,9 +4,26 @@
 #include "core/cpu.h"
 
 #include <stdatomic.h>
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
 #include <string.h>
 
 #include "core/half.h"
+
+#if defined(__x86_64__)
+/* AVX-VNNI: CPUID leaf 7, subleaf 1, EAX bit 4 (asked directly: not every
+ * compiler's __builtin_cpu_supports knows its name; the OS's saving of
+ * the ymm state is what "avx2" already asked). */
+static bool has_avx_vnni(void)
+{
+    unsigned eax, ebx, ecx, edx;
+    if (__get_cpuid_max(0, NULL) < 7)
+        return false;
+    __cpuid_count(7, 1, eax, ebx, ecx, edx);
+    return (eax >> 4) & 1u;
+}
+#endif
 
 bool cpu_isa_runs(cpu_isa isa)
 {
@@ -25,7 +42,7 @@ bool cpu_isa_runs(cpu_isa isa)
     case CPU_ISA_AVX2:
         return true;
     case CPU_ISA_AVX2_VNNI:
-        return __builtin_cpu_supports("avxvnni");
+        return has_avx_vnni();
     case CPU_ISA_AVX512:
         return avx512;
     case CPU_ISA_AVX512_VNNI:
