@@ -576,12 +576,16 @@ static void panel_rows(const panel_tiles *t, float *out, size_t ldo,
  * computed whole there and its valid columns copied (out + chain is then
  * the same addition the full panels make).
  *
- * The prefetch plan: float panels of more than one block of rows stream
- * one chunk ahead in the same panel (the next panel's first at the end);
- * half and int8 panels prefetch the next panel (or group) while this one
- * is multiplied, which then finds its bytes in cache.  Halves are read at
- * half the bytes, int8 blocks at 17/64 of them, and both widened exactly,
- * so the arithmetic is that of float panels holding the same values. */
+ * The prefetch plan: half and int8 panels, and float panels of more than
+ * one block of rows, prefetch the next panel (or group) while this one is
+ * multiplied, which then finds its bytes in cache.  Float panels used to
+ * stream one chunk ahead in the same panel instead, which for a pair of
+ * panels left the second to demand loads (float32 decode steps of 16, 32
+ * and 64 rows: -18 to -27 %, -18 %, -8 %; doc/performance.md).  A float
+ * block of up to 12 rows keeps the hardware's prefetch alone: the group
+ * plan cost 3-10 % at 1-8 rows.  Halves are read at half the bytes, int8
+ * blocks at 17/64 of them, and both widened exactly, so the arithmetic is
+ * that of float panels holding the same values. */
 static void matmul_panels(const panel_tiles *t, float *out, size_t ldo,
                           const float *a, const void *w, panel_dtype dt,
                           size_t M, size_t K, size_t n0, size_t n1,
@@ -597,12 +601,9 @@ static void matmul_panels(const panel_tiles *t, float *out, size_t ldo,
              : p + t->pair <= p_full                    ? t->pair
                                                         : 1;
         const char *w0 = base + p * panel;
-        if (dt != PANEL_F32) {
+        if (dt != PANEL_F32 || M > t->block_rows) {
             pf.start = w0 + np * panel;
             pf.per_k = np * per_k;
-        } else if (M > t->block_rows) {
-            pf.start = w0 + panel_chunk(M, K, t->block_rows) * per_k;
-            pf.per_k = per_k;
         }
         if (p < p_full) {
             panel_rows(t, out + p * PANEL_WIDTH, ldo, a, w0, panel, M, K, np,
