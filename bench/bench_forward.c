@@ -1223,22 +1223,25 @@ static int roofline(const options *o)
            "the median of %d, alone, then each after a read pass (step ms, "
            "GB/s: the passes' median).  roofline = max(FLOPs / the dtype's "
            "peak, panel bytes / GB/s); FLOPs = 2 x matrix params x rows + "
-           "attention's.  KV MB: the KV cache a step reads (not in the "
-           "roofline)\n",
+           "attention's.  KV MB: the KV cache a step reads, which the "
+           "roofline leaves out; with KV: the fraction of max(FLOP ms, "
+           "(panel + KV bytes) / GB/s), the bytes a step cannot avoid\n",
            PROMPT, WARM_STEPS, ROOF_STEPS);
-    printf("%-8s %5s %9s %9s %9s %9s %9s %9s %10s %8s\n", "dtype", "batch",
+    printf("%-8s %5s %9s %9s %9s %9s %9s %9s %10s %8s %9s\n", "dtype", "batch",
            "alone ms", "step ms", "GB/s", "FLOP ms", "bytes ms", "roof ms",
-           "fraction", "KV MB");
+           "fraction", "KV MB", "with KV");
     for (size_t i = 0; i < n; i++)
         for (size_t k = 0; k < N_ROOF_BATCHES; k++) {
             const roof_row *r = &rows[i][k];
             const double roof = fmax(r->t_flops, r->t_bytes);
+            const double roof_kv = fmax(r->t_flops,
+                                        r->t_bytes + r->kv_bytes / r->bw);
             printf("%-8s %5zu %9.2f %9.2f %9.1f %9.2f %9.2f %9.2f %8.0f %% "
-                   "%8.0f\n",
+                   "%8.0f %7.0f %%\n",
                    model_dtype_name(r->dtype), r->batch, r->alone * 1e3,
                    r->step * 1e3, r->bw * 1e-9, r->t_flops * 1e3,
                    r->t_bytes * 1e3, roof * 1e3, 100.0 * roof / r->step,
-                   r->kv_bytes * 1e-6);
+                   r->kv_bytes * 1e-6, 100.0 * roof_kv / r->step);
         }
     return 0;
 }

@@ -537,8 +537,12 @@ void q8_columns(cpu_isa isa, float *out, size_t ldo, const q8_rows *a,
              : p + t->pair <= p_full                       ? t->pair
                                                            : 1;
         const char *w0 = (const char *)w + p * ps;
-        /* the next group, the next task's panels too, while in the matrix */
-        const char *ahead = p + 2 * np <= p_matrix ? w0 + np * ps : NULL;
+        /* the next group, the next task's panels too, while in the matrix;
+         * the one or two rows of a wide tile leave the stream to the
+         * hardware's prefetcher, which kept up better (doc/performance.md) */
+        const char *ahead = p + 2 * np <= p_matrix && a->M > t->wide_rows
+                                ? w0 + np * ps
+                                : NULL;
         if (p < p_full) {
             panel_group(t, out + p * PANEL_WIDTH, ldo, a, w0, ps, np,
                         accumulate, part, ahead);
