@@ -54,7 +54,7 @@ weights' sizes do not depend on the load.  It reports; it never fails on a
 number.
 
     python3 bench/sizes.py --build BUILD [--sizes gpt2,gpt2-xl]
-        [--dtypes float32,float16,int8] [--tokens 128]
+        [--dtypes float32,float16,int8,q8] [--tokens 128]
 
 Models go to BUILD/bench/models/sizes/ (about 5 GB for all five).
 """
@@ -117,6 +117,10 @@ class Bounds:
                   "%s %.0f" % (d, f / 1e9) for d, f in self.peak.items()),
                   os.getloadavg()[0]))
         sys.stdout.flush()
+
+
+# every --dtype whose panel peak `bench_forward --machine-only` prints
+DTYPES = ("float32", "float16", "int8", "q8")
 
 
 def ensure_model(build, name, python):
@@ -261,15 +265,15 @@ def main(argv):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--build", required=True, help="the build tree")
     ap.add_argument("--sizes", default=",".join(SHAPES))
-    ap.add_argument("--dtypes", default="float32,float16,int8")
+    ap.add_argument("--dtypes", default=",".join(DTYPES))
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--tokens", type=int, default=128)
     ap.add_argument("--python", default="python3")
     args = ap.parse_args(argv)
     for dtype in args.dtypes.split(","):
-        if dtype not in ("float32", "float16", "int8"):
-            ap.error("--dtypes: %r is not float32, float16 or int8 (each "
-                     "needs its own kernels' peak)" % dtype)
+        if dtype not in DTYPES:
+            ap.error("--dtypes: %r is not one of %s (each needs its own "
+                     "kernels' peak)" % (dtype, ", ".join(DTYPES)))
 
     bounds = Bounds(args.build, args.threads)
     bounds.measure()
