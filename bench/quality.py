@@ -57,7 +57,7 @@ def tokenize(client, text):
     r = client.post("/tokenize", {"content": text})
     if r.status != 200:
         raise RuntimeError("tokenize: %d %s" % (r.status, r.body[:200]))
-    return r.json()["tokens"]
+    return r.json["tokens"]
 
 
 def score(client, ids):
@@ -67,7 +67,7 @@ def score(client, ids):
                                         "temperature": 0})
     if r.status != 200:
         raise RuntimeError("score: %d %s" % (r.status, r.body[:200]))
-    lp = r.json()["choices"][0]["logprobs"]
+    lp = r.json["choices"][0]["logprobs"]
     lls = lp["token_logprobs"][1:]
     best = [max(top.items(), key=lambda kv: kv[1])[0]
             for top in lp["top_logprobs"][1:]]
@@ -81,7 +81,7 @@ def greedy(client, ids, n):
                                         "logit_bias": {"50256": -100}})
     if r.status != 200:
         raise RuntimeError("greedy: %d %s" % (r.status, r.body[:200]))
-    return r.json()["choices"][0]["token_ids"]
+    return r.json["choices"][0]["token_ids"]
 
 
 def measure(args, model, dtype, kv_dtype, windows, prompts):
