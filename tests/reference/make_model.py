@@ -113,6 +113,31 @@ def write_safetensors(path, tensors, dtype):
     os.replace(tmp, path)
 
 
+def hf_config(n_layer, n_head, n_embd, n_ctx, vocab, dtype, untied, std):
+    """config.json's keys, as HF's GPT2Config writes them."""
+    torch_dtype = {"F32": "float32", "F16": "float16", "BF16": "bfloat16"}
+    return {
+        "activation_function": "gelu_new",
+        "architectures": ["GPT2LMHeadModel"],
+        "attn_pdrop": 0.1,
+        "bos_token_id": 50256,
+        "embd_pdrop": 0.1,
+        "eos_token_id": 50256,
+        "initializer_range": std,
+        "layer_norm_epsilon": 1e-05,
+        "model_type": "gpt2",
+        "n_ctx": n_ctx,
+        "n_embd": n_embd,
+        "n_head": n_head,
+        "n_layer": n_layer,
+        "n_positions": n_ctx,
+        "resid_pdrop": 0.1,
+        "tie_word_embeddings": not untied,
+        "torch_dtype": torch_dtype[dtype],
+        "vocab_size": vocab,
+    }
+
+
 def make_model(out_dir, vocab_dir, n_layer, n_head, n_embd, n_ctx, seed=0,
                prefix="", dtype="F32", untied=False, std=0.1):
     if n_layer < 1 or n_head < 1 or n_embd < 1 or n_ctx < 1:
@@ -135,27 +160,8 @@ def make_model(out_dir, vocab_dir, n_layer, n_head, n_embd, n_ctx, seed=0,
     write_safetensors(os.path.join(out_dir, "model.safetensors"), tensors,
                       dtype)
 
-    torch_dtype = {"F32": "float32", "F16": "float16", "BF16": "bfloat16"}
-    config = {
-        "activation_function": "gelu_new",
-        "architectures": ["GPT2LMHeadModel"],
-        "attn_pdrop": 0.1,
-        "bos_token_id": 50256,
-        "embd_pdrop": 0.1,
-        "eos_token_id": 50256,
-        "initializer_range": std,
-        "layer_norm_epsilon": 1e-05,
-        "model_type": "gpt2",
-        "n_ctx": n_ctx,
-        "n_embd": n_embd,
-        "n_head": n_head,
-        "n_layer": n_layer,
-        "n_positions": n_ctx,
-        "resid_pdrop": 0.1,
-        "tie_word_embeddings": not untied,
-        "torch_dtype": torch_dtype[dtype],
-        "vocab_size": vocab,
-    }
+    config = hf_config(n_layer, n_head, n_embd, n_ctx, vocab, dtype, untied,
+                       std)
     with open(os.path.join(out_dir, "config.json"), "w",
               encoding="utf-8") as f:
         json.dump(config, f, indent=2, sort_keys=True)
