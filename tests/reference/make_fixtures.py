@@ -149,7 +149,15 @@ VARIANTS = {
             ("@q8", "q8", "float32")),
     "bf16": (("@int8", "int8", "float32"),
              ("@q8", "q8", "float32")),
+    "trained-tiny": (("@float16-kv16", "float16", "float16"),
+                     ("@int8", "int8", "float32"),
+                     ("@q8", "q8", "float32")),
 }
+
+# Models trained here (tests/data/train-tiny.sh puts them in DATA/models/):
+# trained weights, whose logits have the structure random ones lack, under
+# the same checks as the generated models (not in the quick set).
+TRAINED = ("trained-tiny",)
 
 # The variants GPT2D_TEST_QUICK (memcheck) runs besides the plain models:
 # half panels with a half cache through the AVX2 attention, a half cache
@@ -172,6 +180,12 @@ def stamp_of(tok_dir):
     for name in ("vocab.json", "merges.txt"):
         with open(os.path.join(tok_dir, name), "rb") as f:
             h.update(name.encode() + b"\0" + f.read())
+    for name in TRAINED:    # retrained weights: new references
+        path = os.path.join(os.path.dirname(tok_dir), "models", name,
+                            "model.safetensors")
+        if os.path.exists(path):
+            with open(path, "rb") as f:
+                h.update(name.encode() + b"\0" + f.read())
     return h.hexdigest()
 
 
@@ -448,6 +462,71 @@ def against_unquantized(name, q, u, seqs):
           % (name, diff, agree, rows, same, len(own)))
 
 
+def add_model(cases, data_dir, seed, name, mdir, m, dtype, prefix, untied,
+              ctx, quick):
+    """Model `m` (in mdir) and its VARIANTS: reference sequences, inspect
+    fixtures and cases.json entries."""
+    T = m.n_ctx
+    seqs = reference_sequences(data_dir, name, m,
+                               gpt2_numpy.GPT2(mdir, dtype=np.float32),
+                               np.random.default_rng(2000 + seed), T, ctx)
+    if name == "tiny":
+        short = seqs[0]["tokens"][:6]
+        err = np.abs(naive_logits(m, short) - m.full(short)[-1]).max()
+        check(err < 1e-9, "plain loops vs vectorised: %g" % err)
+
+    entry = {
+        "name": name, "dir": "models/" + name, "load_dtype": "auto",
+        "load_kv_dtype": "float32", "quick": quick,
+        "n_layer": m.n_layer, "n_head": m.n_head, "n_embd": m.n_embd,
+        "n_ctx": T,
+        "vocab_size": m.vocab_size, "dtype": dtype, "prefix": prefix,
+        "tied": not untied, "sequences": seqs,
+        "inspect": reference_inspect(data_dir, name, m,
+                                     seqs[0]["tokens"])}
+    cases["models"].append(entry)
+    for suffix, matrices, kv in VARIANTS.get(name, ()):
+        # the reference rounds what gpt2d keeps narrower: the matrices
+        # (--dtype float16 or int8) and/or the cached keys and values
+        # (--kv-dtype float16)
+        def narrow(dt):
+            return gpt2_numpy.GPT2(
+                mdir, dtype=dt,
+                matrices={"float16": np.float16, "int8": "int8",
+                          "q8": "q8"}.get(matrices),
+                kv=np.float16 if kv == "float16" else None)
+        variant_model = narrow(np.float64)
+        vseqs = reference_sequences(
+            data_dir, name + suffix, variant_model, narrow(np.float32),
+            np.random.default_rng(3000 + seed), T, ctx)
+        variant = dict(entry, name=name + suffix, load_dtype=matrices,
+                       load_kv_dtype=kv,
+                       quick=name + suffix in QUICK_VARIANTS,
+                       sequences=vseqs,
+                       inspect=reference_inspect(data_dir, name + suffix,
+                                                 variant_model,
+                                                 vseqs[0]["tokens"]))
+        if matrices == "q8":
+            against_unquantized(
+                name + suffix, variant_model,
+                gpt2_numpy.GPT2(mdir, kv=np.float16 if kv == "float16"
+                                else None), vseqs)
+        if matrices == "int8":
+            against_unquantized(
+                name + suffix, variant_model,
+                gpt2_numpy.GPT2(mdir, kv=np.float16 if kv == "float16"
+                                else None), vseqs)
+            variant["dequantized"] = "models/%s%s-dequantized" % (
+                name, suffix)
+            write_dequantized(mdir, os.path.join(
+                data_dir, variant["dequantized"]), not untied)
+        cases["models"].append(variant)
+    if dtype == "F16":
+        # the same values widened to float panels: the same logits
+        cases["models"].append(dict(entry, name=name + "@float32",
+                                    load_dtype="float32", quick=False))
+
+
 def build(data_dir):
     tok_dir = os.path.join(data_dir, "tokenizer")
     fix_dir = os.path.join(data_dir, "fixtures")
@@ -478,64 +557,17 @@ def build(data_dir):
         m = gpt2_numpy.GPT2(mdir)
         m.path = os.path.join(mdir, "model.safetensors")
         self_check_model(m, written, prefix, not untied)
-        seqs = reference_sequences(data_dir, name, m,
-                                   gpt2_numpy.GPT2(mdir, dtype=np.float32),
-                                   np.random.default_rng(2000 + seed), T, ctx)
         if name == "tiny":
             self_check_q8(np.random.default_rng(7))
-            short = seqs[0]["tokens"][:6]
-            err = np.abs(naive_logits(m, short) - m.full(short)[-1]).max()
-            check(err < 1e-9, "plain loops vs vectorised: %g" % err)
-
-        entry = {
-            "name": name, "dir": "models/" + name, "load_dtype": "auto",
-            "load_kv_dtype": "float32", "quick": True,
-            "n_layer": L, "n_head": H, "n_embd": C, "n_ctx": T,
-            "vocab_size": m.vocab_size, "dtype": dtype, "prefix": prefix,
-            "tied": not untied, "sequences": seqs,
-            "inspect": reference_inspect(data_dir, name, m,
-                                         seqs[0]["tokens"])}
-        cases["models"].append(entry)
-        for suffix, matrices, kv in VARIANTS.get(name, ()):
-            # the reference rounds what gpt2d keeps narrower: the matrices
-            # (--dtype float16 or int8) and/or the cached keys and values
-            # (--kv-dtype float16)
-            def narrow(dt):
-                return gpt2_numpy.GPT2(
-                    mdir, dtype=dt,
-                    matrices={"float16": np.float16, "int8": "int8",
-                              "q8": "q8"}.get(matrices),
-                    kv=np.float16 if kv == "float16" else None)
-            variant_model = narrow(np.float64)
-            vseqs = reference_sequences(
-                data_dir, name + suffix, variant_model, narrow(np.float32),
-                np.random.default_rng(3000 + seed), T, ctx)
-            variant = dict(entry, name=name + suffix, load_dtype=matrices,
-                           load_kv_dtype=kv,
-                           quick=name + suffix in QUICK_VARIANTS,
-                           sequences=vseqs,
-                           inspect=reference_inspect(data_dir, name + suffix,
-                                                     variant_model,
-                                                     vseqs[0]["tokens"]))
-            if matrices == "q8":
-                against_unquantized(
-                    name + suffix, variant_model,
-                    gpt2_numpy.GPT2(mdir, kv=np.float16 if kv == "float16"
-                                    else None), vseqs)
-            if matrices == "int8":
-                against_unquantized(
-                    name + suffix, variant_model,
-                    gpt2_numpy.GPT2(mdir, kv=np.float16 if kv == "float16"
-                                    else None), vseqs)
-                variant["dequantized"] = "models/%s%s-dequantized" % (
-                    name, suffix)
-                write_dequantized(mdir, os.path.join(
-                    data_dir, variant["dequantized"]), not untied)
-            cases["models"].append(variant)
-        if dtype == "F16":
-            # the same values widened to float panels: the same logits
-            cases["models"].append(dict(entry, name=name + "@float32",
-                                        load_dtype="float32", quick=False))
+        add_model(cases, data_dir, seed, name, mdir, m, dtype, prefix,
+                  untied, ctx, True)
+    for k, name in enumerate(TRAINED):
+        mdir = os.path.join(data_dir, "models", name)
+        check(os.path.exists(os.path.join(mdir, "training.json")),
+              "%s missing (tests/data/train-tiny.sh makes it)" % mdir)
+        m = gpt2_numpy.GPT2(mdir)
+        add_model(cases, data_dir, len(MODELS) + k, name, mdir, m, "F32", "",
+                  False, False, False)
 
     with open(os.path.join(fix_dir, "cases.json"), "w",
               encoding="utf-8") as f:

@@ -29,7 +29,7 @@
 
 #define TOL 1e-3    /* float32 C vs float64 reference, absolute */
 #define MAX_ROWS 64 /* >= every fixture model's n_ctx */
-#define MAX_MODELS 32
+#define MAX_MODELS 64
 
 /* cases.json, parsed once in main(); the forked tests only read it. */
 static json_t *g_cases;

@@ -33,7 +33,7 @@
 #define ATT_TOL 1e-4   /* |probability difference|, float32 vs float64 */
 #define PROB_RTOL 2e-3 /* lens probabilities: logits within 1e-3 */
 #define NORM_RTOL 1e-4
-#define MAX_MODELS 32
+#define MAX_MODELS 64
 #define WAIT_MS ((int)test_deadline(60000))
 
 static json_t *g_cases;
@@ -1097,7 +1097,12 @@ static int load_cases(void)
         return -1;
     }
     json_t *models = json_object_get(g_cases, "models");
-    for (size_t i = 0; i < json_array_size(models) && i < MAX_MODELS; i++) {
+    if (json_array_size(models) > MAX_MODELS) {
+        fprintf(stderr, "test_inspect: FAIL: %s: %zu models, room for %d\n",
+                path, json_array_size(models), MAX_MODELS);
+        return -1;
+    }
+    for (size_t i = 0; i < json_array_size(models); i++) {
         if (strcmp(case_str(i, "name"), "tiny") == 0)
             g_tiny = i;
         if (case_str(i, "inspect") == NULL) {
