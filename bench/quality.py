@@ -5,15 +5,22 @@ with a large one (the ceiling of a draft's acceptance).
 
     python3 bench/quality.py --build BUILD --model DIR --heldout FILE
         [--draft DIR] [--dtypes float32,float16,int8,q8]
-        [--kv-dtypes float32,float16] [--chunk 128] [--chunks 48]
+        [--kv-dtypes float32,float16] [--chunk 128] [--chunks N]
         [--prompts 24] [--tokens 32]
 
 For each pair of --dtype and --kv-dtype, starts gpt2d on the model and
-measures, on the held-out text (never trained on):
+measures, on the held-out text (never trained on; the file
+tests/reference/corpus.py writes: each text after a literal <|endoftext|>
+and followed by a newline, which are taken back off, the texts tokenized
+one by one and joined with token 50256, as the trainer saw its texts):
 
-  perplexity   exp of the mean negative log-likelihood of every token after
-               the first of --chunks windows of --chunk tokens, each scored
-               in one request (`echo` + `logprobs`, `max_tokens` 0);
+  perplexity   exp of the mean negative log-likelihood of the tokens of
+               windows of --chunk + 1 tokens taken every --chunk tokens
+               (every window, or the first --chunks), each token after a
+               window's first predicted from those before it in the
+               window, each window one request (`echo` + `logprobs`,
+               `max_tokens` 0): train.py's own held-out figure when
+               --chunk is the preset's training window;
   top-1        the share of those positions whose most likely next token
                (`top_logprobs`) is float32 weights' with float32 KV;
   greedy       the share of --tokens greedy tokens after each of --prompts
@@ -26,8 +33,8 @@ top-1 agreement with the target's float32 is printed: the share of
 positions where a greedy draft proposes the target's own token, which is
 what speculative decoding's acceptance cannot exceed at temperature 0.
 
-Windows and prompts are cut from the held-out text's tokens (the daemon's
-/tokenize), in order, so every run scores the same tokens.  The figures
+Prompts are the first 32 tokens of the first --prompts windows.  Every
+run scores the same tokens (the daemon's /tokenize).  The figures
 are exact functions of the weights and the kernels: no timing, no load
 dependence.  Prints a Markdown table.
 """
@@ -58,6 +65,17 @@ def tokenize(client, text):
     if r.status != 200:
         raise RuntimeError("tokenize: %d %s" % (r.status, r.body[:200]))
     return r.json["tokens"]
+
+
+def heldout_stream(client, text):
+    """corpus.py's held-out file back to the token stream the trainer
+    scores: 50256, then each text's tokens."""
+    ids = []
+    for piece in text.split("<|endoftext|>")[1:]:
+        ids.append(50256)
+        ids.extend(tokenize(client, piece[:-1] if piece.endswith("\n")
+                            else piece))
+    return ids
 
 
 def score(client, ids):
@@ -123,7 +141,7 @@ def main(argv):
     ap.add_argument("--dtypes", default="float32,float16,int8,q8")
     ap.add_argument("--kv-dtypes", default="float32,float16")
     ap.add_argument("--chunk", type=int, default=128)
-    ap.add_argument("--chunks", type=int, default=48)
+    ap.add_argument("--chunks", type=int, default=0, help="0: every window")
     ap.add_argument("--prompts", type=int, default=24)
     ap.add_argument("--tokens", type=int, default=32)
     args = ap.parse_args(argv)
@@ -133,19 +151,18 @@ def main(argv):
     with tempfile.TemporaryDirectory(prefix="gpt2d-quality-") as work:
         server = start(args.build, args.model, work, "float32", "float32")
         try:
-            ids = tokenize(server.client(timeout=600), text)
+            ids = heldout_stream(server.client(timeout=600), text)
         finally:
             server.stop()
-    need = args.chunks * args.chunk + args.prompts * args.chunk
-    if len(ids) < need:
-        sys.exit("quality.py: the held-out text has %d tokens, %d needed"
-                 % (len(ids), need))
-    windows = [ids[i * args.chunk:(i + 1) * args.chunk]
-               for i in range(args.chunks)]
-    base = args.chunks * args.chunk
-    prompts = [ids[base + i * args.chunk:base + i * args.chunk + 32]
-               for i in range(args.prompts)]
-    positions = args.chunks * (args.chunk - 1)
+    windows = [ids[s:s + args.chunk + 1]
+               for s in range(0, len(ids) - args.chunk, args.chunk)]
+    if args.chunks:
+        windows = windows[:args.chunks]
+    if len(windows) < max(1, args.prompts):
+        sys.exit("quality.py: the held-out text has %d tokens: too few"
+                 % len(ids))
+    prompts = [w[:32] for w in windows[:args.prompts]]
+    positions = len(windows) * args.chunk
 
     rows = []
     ref = None
@@ -159,9 +176,9 @@ def main(argv):
             print("quality.py: %s %s kv %s: perplexity %.3f" %
                   (rows[-1][0], dtype, kv, math.exp(r["nll"])),
                   file=sys.stderr, flush=True)
-    print("held-out: %d windows of %d tokens (%d positions scored), %d "
+    print("held-out: %d windows of %d + 1 tokens (%d positions scored), %d "
           "greedy prompts of 32 tokens x %d new" %
-          (args.chunks, args.chunk, positions, args.prompts, args.tokens))
+          (len(windows), args.chunk, positions, args.prompts, args.tokens))
     print()
     print("| model | dtype | KV | perplexity | top-1 = float32's | "
           "greedy = float32's |")
