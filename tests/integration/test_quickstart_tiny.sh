@@ -5,7 +5,8 @@
 # the cache the train-tiny fixture filled), says plainly that it is not
 # GPT-2, and its first completion is English-like: most of its words are
 # words of the training texts.  The same check on a random model's
-# completion fails, so it can.  quickstart.sh runs in a copy of the
+# completion fails, so it can.  The server tokenizes held-out texts as
+# tests/reference/gpt2_bpe.py does.  quickstart.sh runs in a copy of the
 # repository's scripts whose build is the real one (GPT2D_SKIP_BUILD) and
 # whose models/ is a temporary directory: nothing is written to the tree.
 set -euo pipefail
@@ -76,6 +77,30 @@ else
     echo "FAIL: quickstart.sh serve, no Hub, the toy model"
     sed 's/^/  | /' "$work/log"
     [[ -s $work/text ]] && { echo "  text:"; sed 's/^/  | /' "$work/text"; cat "$work/share" 2>/dev/null; }
+    failures=$((failures + 1))
+fi
+# the daemon serving it tokenizes the held-out texts as gpt2_bpe.py does
+# (the stream the toy model was scored on)
+if [[ -n $port ]] && PYTHONDONTWRITEBYTECODE=1 "$python" - "$src/tests/reference" "$port" \
+        "$data/tokenizer" >"$work/tok" 2>&1 <<'PY'; then
+import json, sys, urllib.request
+sys.path.insert(0, sys.argv[1])
+import corpus, gpt2_bpe
+enc = gpt2_bpe.Encoder(sys.argv[3])
+held = corpus.split(corpus.documents())[1][:200]
+tokens = 0
+for text in held:
+    req = urllib.request.Request("http://127.0.0.1:%s/tokenize" % sys.argv[2],
+                                 json.dumps({"content": text}).encode())
+    got = json.load(urllib.request.urlopen(req))["tokens"]
+    if got != enc.encode(text):
+        sys.exit("differs on %r" % text[:60])
+    tokens += len(got)
+print("%d texts, %d tokens" % (len(held), tokens))
+PY
+    echo "ok: the toy model's server tokenizes held-out texts as gpt2_bpe.py ($(cat "$work/tok"))"
+else
+    echo "FAIL: tokenizing held-out texts"; sed 's/^/  | /' "$work/tok"
     failures=$((failures + 1))
 fi
 kill -TERM "$pid" 2>/dev/null || true
