@@ -16,7 +16,8 @@
                   and tests/reference/bpe_edge_cases.json: the characters
                   where JavaScript's \\s and Python's str.isspace() part).
 
-    test_train.py VOCAB_DIR CORPUS_JSON EXPECTED_JSON [CORPUS_JSON EXPECTED_JSON]...
+    test_train.py VOCAB_DIR CORPUS_JSON EXPECTED_JSON
+                  [CORPUS_JSON EXPECTED_JSON]...
 
 Known and not tested: gpt2_bpe.py classifies letters and numbers with
 Python's unicodedata (Unicode 14.0 in Debian 12's Python 3.11), the JS
