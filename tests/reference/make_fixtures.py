@@ -506,16 +506,12 @@ def add_model(cases, data_dir, seed, name, mdir, m, dtype, prefix, untied,
                        inspect=reference_inspect(data_dir, name + suffix,
                                                  variant_model,
                                                  vseqs[0]["tokens"]))
-        if matrices == "q8":
+        if matrices in ("int8", "q8"):
             against_unquantized(
                 name + suffix, variant_model,
                 gpt2_numpy.GPT2(mdir, kv=np.float16 if kv == "float16"
                                 else None), vseqs)
         if matrices == "int8":
-            against_unquantized(
-                name + suffix, variant_model,
-                gpt2_numpy.GPT2(mdir, kv=np.float16 if kv == "float16"
-                                else None), vseqs)
             variant["dequantized"] = "models/%s%s-dequantized" % (
                 name, suffix)
             write_dequantized(mdir, os.path.join(
