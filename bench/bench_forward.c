@@ -4,7 +4,8 @@
  *   bench_forward MODEL_DIR [--threads N] [--dtype TYPE] [--kv-dtype TYPE]
  *                 [--matmul panels|blas] [--decode-only BATCH [STEPS] |
  *                  --prefill-only REPS [TOKENS] | --breakdown BATCH |
- *                  --roofline | --invariance-only | --against-float32]
+ *                  --roofline | --invariance-only | --against-float32 |
+ *                  --speculate BATCH]
  *   bench_forward --machine-only [--threads N]
  *
  * Measures, in one run: memory read bandwidth (thread_bandwidth: the median
@@ -30,7 +31,8 @@
  * and --prefill-only time one backend (--matmul, default auto);
  * --decode-only takes up to MAX_BATCH sequences, each holding only the
  * positions its steps reach.  --against-float32 measures what --dtype
- * costs in logits on this model (against_float32 below).  With a --dtype
+ * costs in logits on this model (against_float32 below).  --speculate
+ * times speculative decoding's verification steps (speculate below).  With a --dtype
  * only panels hold (float16, int8) the full run measures panels alone.
  * Not a test: it prints, it never fails on a number. */
 #include "config.h"
@@ -710,6 +712,7 @@ typedef struct options {
     size_t only_batch, only_steps, prefill_reps, prefill_len;
     bool invariance_only, against, roofline;
     size_t breakdown; /* --breakdown's batch, or 0 */
+    size_t speculate; /* --speculate's batch, or 0 */
 } options;
 
 static void bench_open(bench *b, const options *o, model_matmul mm)
@@ -1316,11 +1319,88 @@ static int against_float32(const options *o)
     return 0;
 }
 
+/* ---- speculative decoding's verification steps (--speculate) ---- */
+
+/* Draft counts --speculate times; the last is engine's most (16). */
+static const size_t SPEC_KS[] = { 0, 1, 2, 3, 4, 6, 8, 12, 16 };
+enum { SPEC_KMAX = 16, SPEC_STEPS = 40 };
+
+/* Expected tokens a step keeps from k drafts each accepted with
+ * probability a (independently): 1 + a + ... + a^k. */
+static double spec_tokens(double a, size_t k)
+{
+    double sum = 0.0, p = 1.0;
+    for (size_t j = 0; j <= k; j++, p *= a)
+        sum += p;
+    return sum;
+}
+
+/* `batch` sequences at position PROMPT, each verifying k drafts (1 + k
+ * rows, every row's logits) in one step, for each k of SPEC_KS: the median
+ * step beside plain decoding's, and what that makes of a draft accepted
+ * with probability 0.3, 0.6 or 0.9 (prompt lookup's drafts cost nothing
+ * to make; a draft model's would come on top). */
+static int speculate(bench *b, size_t batch)
+{
+    const size_t n_ctx = b->m.config.n_ctx, V = b->m.config.vocab_size;
+    const size_t n_ks = sizeof SPEC_KS / sizeof SPEC_KS[0];
+    float *logits = malloc(batch * (1 + SPEC_KMAX) * V * sizeof *logits);
+    if (logits == NULL)
+        return 1;
+    free(b->logits);
+    b->logits = logits;
+    for (size_t i = 0; i < batch; i++)
+        prefill(b, i, PROMPT);
+    double ms[sizeof SPEC_KS / sizeof SPEC_KS[0]];
+    for (size_t x = 0; x < n_ks; x++) {
+        const size_t k = SPEC_KS[x];
+        double t[SPEC_STEPS];
+        forward_seq seqs[MAX_BATCH];
+        for (size_t s = 0; s < WARM_STEPS + SPEC_STEPS; s++) {
+            for (size_t i = 0; i < batch; i++) {
+                b->n_tokens[i] = PROMPT; /* the same positions each step */
+                seqs[i] = seq_of(b, i, b->tokens + i * n_ctx + PROMPT, 1 + k,
+                                 1 + k);
+            }
+            double t0 = now();
+            step(b, seqs, batch);
+            if (s >= WARM_STEPS)
+                t[s - WARM_STEPS] = now() - t0;
+        }
+        qsort(t, SPEC_STEPS, sizeof *t, cmp_double);
+        ms[x] = t[SPEC_STEPS / 2] * 1e3;
+    }
+    printf("verifying k drafts a sequence, batch %zu at position %d (median "
+           "of %d steps):\n  k    step ms  x plain   speed-up at acceptance "
+           "0.3 / 0.6 / 0.9\n",
+           batch, PROMPT, SPEC_STEPS);
+    static const double accept[3] = { 0.3, 0.6, 0.9 };
+    double best[3] = { 0 };
+    size_t best_k[3] = { 0 };
+    for (size_t x = 0; x < n_ks; x++) {
+        const double ratio = ms[x] / ms[0];
+        printf("  %-3zu %8.2f  %7.2f  ", SPEC_KS[x], ms[x], ratio);
+        for (size_t a = 0; a < 3; a++) {
+            const double up = spec_tokens(accept[a], SPEC_KS[x]) / ratio;
+            printf(" %6.2f", up);
+            if (up > best[a]) {
+                best[a] = up;
+                best_k[a] = SPEC_KS[x];
+            }
+        }
+        printf("\n");
+    }
+    for (size_t a = 0; a < 3; a++)
+        printf("acceptance %.1f: best k %zu, %.2fx the tokens per second\n",
+               accept[a], best_k[a], best[a]);
+    return 0;
+}
+
 static const char usage[] =
     "usage: bench_forward MODEL_DIR [--threads N] [--dtype TYPE] "
     "[--kv-dtype TYPE] [--matmul panels|blas] [--decode-only BATCH [STEPS] | "
     "--prefill-only REPS [TOKENS] | --breakdown BATCH | --roofline | "
-    "--invariance-only | --against-float32]\n"
+    "--invariance-only | --against-float32 | --speculate BATCH]\n"
     "       bench_forward --machine-only [--threads N]\n";
 
 /* GPT2D_ISA=portable|avx2|avx512 forces the kernels, as it does the
@@ -1398,6 +1478,13 @@ int main(int argc, char **argv)
                         MAX_BATCH);
                 return 2;
             }
+        } else if (strcmp(argv[i], "--speculate") == 0 && i + 1 < argc) {
+            o.speculate = (size_t)strtoul(argv[++i], NULL, 10);
+            if (o.speculate == 0 || o.speculate * (1 + SPEC_KMAX) > PREFILL) {
+                fprintf(stderr, "bench_forward: --speculate 1..%d\n",
+                        PREFILL / (1 + SPEC_KMAX));
+                return 2;
+            }
         } else if (strcmp(argv[i], "--roofline") == 0) {
             o.roofline = true;
         } else if (strcmp(argv[i], "--machine-only") == 0) {
@@ -1431,6 +1518,18 @@ int main(int argc, char **argv)
         breakdown(&b, o.breakdown);
         bench_close(&b);
         return 0;
+    }
+    if (o.speculate > 0) {
+        options os = o;
+        os.only_batch = o.speculate;
+        os.only_steps = 2 * SPEC_KMAX;
+        bench_open(&b, &os, only);
+        printf("model %s: %s weights, matmul %s, %zu threads\n\n", b.m.name,
+               model_dtype_name(b.m.dtype), model_matmul_name(b.m.matmul),
+               o.threads);
+        int rc = speculate(&b, o.speculate);
+        bench_close(&b);
+        return rc;
     }
     if (o.invariance_only) {
         model m;

@@ -297,6 +297,13 @@ static int start(daemon_state *d, gpt2d_error *err)
         .prefill_share = d->cfg.prefill_share / 100.0,
         .step_cost_limit = d->cfg.step_cost / 100.0,
         .min_step_usec = d->cfg.test_min_step_us,
+        /* OpenBLAS rounds a row by the rows that share its call: drafts
+         * would change the answer, so no speculation there */
+        .spec_max_draft = d->mdl.matmul == MODEL_MATMUL_BLAS
+                              ? 0
+                              : d->cfg.speculative_tokens,
+        .spec_default = d->cfg.speculative,
+        .spec_ignore_cost = d->cfg.test_speculate_always,
     };
     if (engine_create(&d->eng, &d->mdl, d->tok, &ec, err) != 0 ||
         token_budget_create(&d->budget, BUDGET_CALLERS, err) != 0)

@@ -107,6 +107,7 @@ static void params_for_prompt(const completion_run *run, size_t p,
     /* Every prompt gets the same seed, so a prompt gives the same text alone
      * or inside an array. */
     gp->seed = req->seed;
+    gp->speculative = req->speculative;
     for (size_t i = 0; i < req->n_stop; i++)
         gp->stop[i] = req->stop[i];
     gp->n_stop = req->n_stop;

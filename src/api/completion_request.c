@@ -500,12 +500,26 @@ static int parse_seed(completion_request *req, json_t *root, api_error *e)
     return 0;
 }
 
+/* speculative: true or false (absent: the server's --speculative). */
+static int parse_speculative(completion_request *req, json_t *root,
+                             api_error *e)
+{
+    json_t *v;
+    if (api_field_optional(root, "speculative", "speculative", API_FIELD_BOOL,
+                           &v, e) != 0)
+        return -1;
+    if (v != NULL)
+        req->speculative = json_is_true(v) ? 1 : -1;
+    return 0;
+}
+
 int completion_request_parse_shared(completion_request *req, json_t *root,
                                     const completion_limits *lim, api_error *e)
 {
     return parse_ignored(root, e) == 0 && parse_sampling(req, root, e) == 0 &&
                    parse_logit_bias(req, root, lim, e) == 0 &&
                    parse_seed(req, root, e) == 0 &&
+                   parse_speculative(req, root, e) == 0 &&
                    parse_session(req, root, e) == 0 &&
                    api_field_cache_salt(root, req->cache_salt,
                                         &req->cache_salt_len,

@@ -50,6 +50,7 @@ typedef struct completion_request {
     logit_bias_entry *logit_bias; /* owned; sampling.logit_bias points here */
     bool has_seed;
     uint64_t seed;
+    int speculative; /* gen_params': 0 the server's default, 1 on, -1 off */
     char *stop[ENGINE_MAX_STOP];
     size_t n_stop;
     bool logprobs; /* logprobs was a number, not null/absent */

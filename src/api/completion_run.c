@@ -125,7 +125,7 @@ void completion_run_free(completion_run *run)
 
 gen_usage completion_run_usage(const completion_run *run)
 {
-    gen_usage u = { 0, 0, 0 };
+    gen_usage u = { 0 };
     for (size_t p = 0; p < run->n_reqs; p++) {
         gen_request *r = run->reqs[p];
         if (r == NULL) {
@@ -138,6 +138,8 @@ gen_usage completion_run_usage(const completion_run *run)
         u.prompt_tokens += g.prompt_tokens;
         u.cached_tokens += g.cached_tokens;
         u.completion_tokens += g.completion_tokens;
+        u.draft_tokens += g.draft_tokens;
+        u.accepted_tokens += g.accepted_tokens;
     }
     return u;
 }
@@ -156,14 +158,19 @@ size_t completion_run_pauses(const completion_run *run)
     return pauses;
 }
 
+/* OpenAI's usage; speculative decoding's drafts under its names for
+ * Predicted Outputs' (accepted / rejected prediction tokens). */
 json_t *completion_usage_json(gen_usage u)
 {
-    return json_pack("{s:I, s:I, s:I, s:{s:I}}", "prompt_tokens",
-                     (json_int_t)u.prompt_tokens, "completion_tokens",
-                     (json_int_t)u.completion_tokens, "total_tokens",
-                     (json_int_t)(u.prompt_tokens + u.completion_tokens),
-                     "prompt_tokens_details", "cached_tokens",
-                     (json_int_t)u.cached_tokens);
+    return json_pack(
+        "{s:I, s:I, s:I, s:{s:I}, s:{s:I, s:I}}", "prompt_tokens",
+        (json_int_t)u.prompt_tokens, "completion_tokens",
+        (json_int_t)u.completion_tokens, "total_tokens",
+        (json_int_t)(u.prompt_tokens + u.completion_tokens),
+        "prompt_tokens_details", "cached_tokens", (json_int_t)u.cached_tokens,
+        "completion_tokens_details", "accepted_prediction_tokens",
+        (json_int_t)u.accepted_tokens, "rejected_prediction_tokens",
+        (json_int_t)(u.draft_tokens - u.accepted_tokens));
 }
 
 static json_t *envelope(const completion_run *run, const char *object,

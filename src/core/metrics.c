@@ -119,6 +119,9 @@ static atomic_uint_fast64_t write_timeouts;
 static atomic_uint_fast64_t prefill_bounded;
 static atomic_uint_fast64_t inspect_bytes;
 static atomic_uint_fast64_t preemptions[2]; /* by metrics_preemption */
+static atomic_uint_fast64_t spec_steps;
+static atomic_uint_fast64_t spec_proposed[METRICS_SPEC_POSITIONS];
+static atomic_uint_fast64_t spec_accepted[METRICS_SPEC_POSITIONS];
 
 static void counter_add(atomic_uint_fast64_t *c, uint_fast64_t n)
 {
@@ -199,6 +202,16 @@ void metrics_preempted(metrics_preemption why)
 {
     counter_add(&preemptions[why == METRICS_PREEMPT_KEY_LIMIT], 1);
 }
+void metrics_spec_verified(size_t proposed, size_t accepted)
+{
+    counter_add(&spec_steps, 1);
+    for (size_t i = 0; i < proposed && i < METRICS_SPEC_POSITIONS; i++) {
+        counter_add(&spec_proposed[i], 1);
+        if (i < accepted)
+            counter_add(&spec_accepted[i], 1);
+    }
+}
+
 
 /* ---- gauges kept here ---- */
 
@@ -675,6 +688,34 @@ static void render_gauges(FILE *f, const metrics_gauges *st)
                         "op", "write", d->write_errors, "read", d->read_errors);
 }
 
+/* Drafts proposed and accepted, by position, as two labelled counters. */
+static void render_spec(FILE *f)
+{
+    render_counter(f, "gpt2d_spec_verifications_total",
+                   "Steps in which a sequence had speculative drafts "
+                   "verified.",
+                   &spec_steps);
+    static const struct {
+        const char *name, *help;
+        atomic_uint_fast64_t *c;
+    } kinds[] = {
+        { "gpt2d_spec_draft_tokens_total",
+          "Draft tokens proposed by speculative decoding (prompt lookup), "
+          "by their position in the draft.",
+          spec_proposed },
+        { "gpt2d_spec_accepted_tokens_total",
+          "Draft tokens the model agreed with, by position: accepted / "
+          "proposed at a position is the acceptance up to it.",
+          spec_accepted },
+    };
+    for (size_t k = 0; k < 2; k++) {
+        render_header(f, kinds[k].name, "counter", kinds[k].help);
+        for (size_t i = 0; i < METRICS_SPEC_POSITIONS; i++)
+            fprintf(f, "%s{position=\"%zu\"} %ju\n", kinds[k].name, i + 1,
+                    (uintmax_t)counter_get(&kinds[k].c[i]));
+    }
+}
+
 char *metrics_render(const metrics_gauges *gauges)
 {
     char *text = NULL;
@@ -717,6 +758,7 @@ char *metrics_render(const metrics_gauges *gauges)
                    "Bytes of POST /v1/inspect answers (attention, logit lens "
                    "and residual norms as JSON).",
                    &inspect_bytes);
+    render_spec(f);
     render_histogram(f, &ttft_hist);
     render_histogram(f, &itl_hist);
     render_histogram(f, &step_hist);

@@ -43,6 +43,12 @@ typedef enum metrics_preemption {
     METRICS_PREEMPT_KEY_LIMIT,
 } metrics_preemption;
 void metrics_preempted(metrics_preemption why);
+/* Speculative decoding: a sequence had `proposed` drafts verified in one
+ * step, and the model agreed with the first `accepted` of them.  Counted
+ * by position (the first draft, the second, ...: acceptance falls with
+ * the position), up to METRICS_SPEC_POSITIONS. */
+#define METRICS_SPEC_POSITIONS 16
+void metrics_spec_verified(size_t proposed, size_t accepted);
 
 /* How a KV tier is shared between accounts (API keys or client
  * addresses): how many hold blocks, each one's guaranteed share, and the

@@ -176,11 +176,30 @@ static const option_spec options[] = {
       "streams lasts at most this percentage of a decode step of a full batch "
       "(the engine measures both as it runs), so a long prompt pauses every "
       "stream briefly instead of once for long; 0: no bound." },
+    { "speculative", 0, OPT_BOOL, FIELD(speculative), "BOOL", "true", NULL, 0,
+      0, false,
+      "Speculative decoding by prompt lookup for requests that do not say "
+      "(their \"speculative\" field): tokens that continue an earlier match of "
+      "the text's last few tokens (in the prompt or the answer so far) are "
+      "proposed, and the model checks them all in one step, so text that "
+      "copies from its prompt comes several tokens a step. The answer is "
+      "bit-identical with or without (greedy or seeded); how many are "
+      "proposed follows their measured acceptance and the batch's size. "
+      "Never under --matmul blas." },
+    { "speculative-tokens", 0, OPT_COUNT, FIELD(speculative_tokens), "N", "8",
+      NULL, 1, 16, false,
+      "The most proposed tokens one sequence has checked in one step." },
     { "test-min-step-us", 0, OPT_UINT, FIELD(test_min_step_us), "US", "0", NULL,
       0, 1000000, false,
       "For the test suites: every engine step lasts at least this many "
       "microseconds (at most 1 s), so a long generation outlasts a deadline "
       "on any machine; 0: no floor. Nothing else should want it." },
+    { "test-speculate-always", 0, OPT_BOOL, FIELD(test_speculate_always),
+      "BOOL", "false", NULL, 0, 0, false,
+      "For the test suites: speculative decoding verifies every draft "
+      "prompt lookup finds, whatever it costs, so what is drafted depends on "
+      "the text alone, not on how fast the machine is. Nothing else should "
+      "want it." },
     { "max-stop-bytes", 0, OPT_COUNT, FIELD(max_stop_bytes), "N", "256", NULL,
       1, 65536, false, "Longest stop string, in bytes; longer ones get 400." },
     { "inspect-max-tokens", 0, OPT_COUNT, FIELD(inspect_max_tokens), "N", "256",

@@ -227,6 +227,8 @@ static int engine_alloc_step(engine *e, gpt2d_error *err)
     e->running_cap = e->cfg.max_queue + 2 * e->cfg.n_slots;
     e->running = calloc(e->running_cap, sizeof *e->running);
     e->plan = calloc(e->cfg.n_slots, sizeof *e->plan);
+    e->spec_offers = calloc(rows, sizeof *e->spec_offers);
+    e->spec_drafts = calloc(rows, sizeof *e->spec_drafts);
     /* an entry for every caller with work: at most one per queued or
      * running request, and one more (engine_fair.c) */
     e->n_callers_cap = e->cfg.max_queue + e->running_cap + 1;
@@ -236,7 +238,9 @@ static int engine_alloc_step(engine *e, gpt2d_error *err)
     e->mask_words = (e->vocab + 63) / 64;
     e->masks = calloc(e->n_scratch * e->mask_words, sizeof *e->masks);
     if (!e->logits || !e->batch || !e->entries || !e->jobs || !e->lens ||
-        !e->queue || !e->running || !e->plan || !e->callers || !e->scratch ||
+        !e->queue || !e->running || !e->plan || !e->spec_offers ||
+        !e->spec_drafts || !e->callers ||
+        !e->scratch ||
         !e->masks)
         return error_set(err, "engine: out of memory for %zu batch rows", rows);
     /* Touched now, as the KV pool is: a step may fill every row (a chunk
@@ -421,6 +425,8 @@ void engine_destroy(engine *e)
     free(e->masks);
     free(e->running);
     free(e->plan);
+    free(e->spec_offers);
+    free(e->spec_drafts);
     free(e->callers);
     free(e->queue);
     free(e->jobs);
@@ -506,7 +512,9 @@ engine_status engine_submit(engine *e, const engine_submission *s,
         .max_token_bytes = e->max_token_bytes,
         .max_seqs = e->cfg.max_seqs_per_caller,
         .max_queued = e->cfg.max_queued_per_caller,
-        .max_sessions = e->cfg.max_sessions_per_caller
+        .max_sessions = e->cfg.max_sessions_per_caller,
+        .spec_max_draft = e->cfg.spec_max_draft,
+        .spec_default = e->cfg.spec_default
     };
     for (size_t k = 0; k < n && st == ENGINE_OK; k++)
         if ((out[k] = request_create(&s->params[k], &setup)) == NULL)

@@ -184,6 +184,21 @@ static size_t add_resumed(engine *e, size_t n, size_t *rows, size_t *left)
     return n;
 }
 
+/* Whether a running request has prompt rows (or lens rows, or a resumed
+ * history) still to compute. */
+static bool prompt_work(const engine *e)
+{
+    for (size_t k = 0; k < e->n_running; k++) {
+        const gen_request *r = e->running[k];
+        if (r->seqs[0].phase == SEQ_PREFILL || r->seqs[0].phase == SEQ_LENS)
+            return true;
+        for (size_t i = 0; i < r->n_seq; i++)
+            if (r->seqs[i].phase == SEQ_RESUME)
+                return true;
+    }
+    return false;
+}
+
 /* Decode rows first (they always fit: at most one per slot), then prefill
  * chunks in admission order while the step has room.
  *
@@ -219,6 +234,11 @@ size_t batch_build(engine *e, size_t *rows_out, size_t *prefill_out,
         }
     }
     *mixed_out = false;
+    /* drafts leave a whole chunk to waiting prompts */
+    size_t draft_room = e->cfg.max_batch_rows - rows;
+    if (prompt_work(e))
+        draft_room = draft_room > e->chunk ? draft_room - e->chunk : 0;
+    rows += spec_plan(e, n, draft_room);
     const size_t decode_rows = rows, room = e->cfg.max_batch_rows - rows;
     const size_t budget = step_budget_prefill_rows(&e->budget, decode_rows,
                                                    e->cfg.n_slots, room);
@@ -292,10 +312,9 @@ static void add_job(engine *e, gen_request *r, size_t seq, size_t pos,
                     const float *logits)
 {
     sample_job *j = &e->jobs[e->n_jobs++];
-    j->r = r;
-    j->seq = seq;
-    j->prompt_pos = pos;
-    j->logits = logits;
+    *j = (sample_job){
+        .r = r, .seq = seq, .prompt_pos = pos, .logits = logits, .n_emitted = 1
+    };
 }
 
 /* Logits rows the forward pass wrote for the step's first n entries. */
@@ -318,8 +337,14 @@ static void plan_jobs(engine *e, size_t n_entries)
         const batch_entry *be = &e->entries[b];
         gen_request *r = be->r;
         if (!be->prefill) {
+            e->entries[b].job = e->n_jobs;
             add_job(e, r, be->seq, 0, row);
-            row += V;
+            e->jobs[e->n_jobs - 1].n_draft = be->n_draft;
+            for (size_t t = 1; t <= be->n_draft; t++) {
+                add_job(e, r, be->seq, 0, row + t * V);
+                e->jobs[e->n_jobs - 1].follower = true;
+            }
+            row += (1 + be->n_draft) * V;
             continue;
         }
         if (be->resume) {
@@ -344,21 +369,17 @@ static void plan_jobs(engine *e, size_t n_entries)
     }
 }
 
-static void run_job(void *ctx, size_t task, size_t worker)
+/* Samples job j's row as the sequence's token number `g` (the tokens
+ * before it are generated[0..g)), from constraint state `state`. */
+static void sample_row(engine *e, sample_job *j, size_t worker, size_t g,
+                       grammar_state state)
 {
-    engine *e = ctx;
-    sample_job *j = &e->jobs[task];
     gen_request *r = j->r;
-    if (j->seq == SIZE_MAX) {
-        sampler_score(e->scratch[worker], j->logits, e->vocab,
-                      r->prompt[j->prompt_pos], r->n_top, &j->result);
-        return;
-    }
     seq_state *s = &r->seqs[j->seq];
     if (r->grammar == NULL) {
         sampler_sample(&r->sampling, &s->rng, e->scratch[worker], j->logits,
-                       e->vocab, r->prompt, r->n_prompt, s->generated,
-                       s->out.n_tokens, &j->result);
+                       e->vocab, r->prompt, r->n_prompt, s->generated, g,
+                       &j->result);
         return;
     }
     /* Constrained: the state's mask (computed here, on the pool, or served
@@ -366,7 +387,7 @@ static void run_job(void *ctx, size_t task, size_t worker)
      * moves on by the drawn token. */
     uint64_t *mask = e->masks + worker * e->mask_words;
     j->constraint_failed = true;
-    if (grammar_mask(r->grammar, s->constraint, mask, NULL) != 0) {
+    if (grammar_mask(r->grammar, state, mask, NULL) != 0) {
         j->result.token = -1;
         j->result.n_top = 0;
         return;
@@ -374,11 +395,51 @@ static void run_job(void *ctx, size_t task, size_t worker)
     sampler_params p = r->sampling;
     p.allowed = mask;
     sampler_sample(&p, &s->rng, e->scratch[worker], j->logits, e->vocab,
-                   r->prompt, r->n_prompt, s->generated, s->out.n_tokens,
-                   &j->result);
-    j->constraint_failed = grammar_advance(r->grammar, s->constraint,
-                                           j->result.token, &j->constraint,
-                                           NULL) != 0;
+                   r->prompt, r->n_prompt, s->generated, g, &j->result);
+    j->constraint_failed = grammar_advance(r->grammar, state, j->result.token,
+                                           &j->constraint, NULL) != 0;
+}
+
+/* A decode row with drafts (engine_spec.c): row t's token is drawn as
+ * plain decoding would draw it, and the next row counts only while that
+ * token is the draft row t + 1 was computed on.  generated[g..g+k) holds
+ * the drafts, so the penalties of row t see exactly the tokens before it. */
+static void verify_drafts(engine *e, sample_job *head, size_t worker)
+{
+    const gen_request *r = head->r;
+    const seq_state *s = &r->seqs[head->seq];
+    const size_t g = s->out.n_tokens, k = head->n_draft;
+    grammar_state state = s->constraint;
+    for (size_t t = 0;; t++) {
+        sample_job *j = head + t;
+        sample_row(e, j, worker, g + t, state);
+        head->n_emitted = t + 1;
+        const int32_t tok = j->result.token;
+        if (t == k || tok != s->generated[g + t] || tok == TOKENIZER_EOT ||
+            (r->grammar != NULL && j->constraint_failed))
+            return;
+        state = j->constraint;
+    }
+}
+
+static void run_job(void *ctx, size_t task, size_t worker)
+{
+    engine *e = ctx;
+    sample_job *j = &e->jobs[task];
+    gen_request *r = j->r;
+    if (j->follower)
+        return; /* its head samples it */
+    if (j->seq == SIZE_MAX) {
+        sampler_score(e->scratch[worker], j->logits, e->vocab,
+                      r->prompt[j->prompt_pos], r->n_top, &j->result);
+        return;
+    }
+    if (j->n_draft > 0) {
+        verify_drafts(e, j, worker);
+        return;
+    }
+    const seq_state *s = &r->seqs[j->seq];
+    sample_row(e, j, worker, s->out.n_tokens, s->constraint);
 }
 
 void batch_sample(engine *e, size_t n_entries)

@@ -98,6 +98,27 @@ static void apply_sample(engine *e, gen_request *r, size_t i,
     }
 }
 
+/* With the request lock held: a decode row's token, or a verified draft's
+ * tokens in order while the sequence goes on. */
+static void apply_samples(engine *e, gen_request *r, const sample_job *j,
+                          double now)
+{
+    size_t applied = 0;
+    for (size_t t = 0; t < j->n_emitted; t++) {
+        if (t > 0 && r->seqs[j->seq].phase == SEQ_DONE)
+            break; /* ended by an earlier token of the step */
+        apply_sample(e, r, j->seq, j + t, now);
+        applied++;
+    }
+    if (j->n_draft > 0) {
+        /* the emitted tokens before the last are the accepted drafts;
+         * usage counts those the answer holds, as Predicted Outputs do */
+        const size_t accepted = j->n_emitted - 1;
+        r->usage.draft_tokens += j->n_draft;
+        r->usage.accepted_tokens += applied < accepted ? applied : accepted;
+    }
+}
+
 /* Applies the step's prompt scores (`scores`) or its samples.  The engine
  * applies the scores, publishes finished prefills, then the samples: a
  * first token may end a request (max_tokens 1, EOT, a stop string), and a
@@ -109,11 +130,13 @@ static void apply_jobs(engine *e, bool scores, double now)
         gen_request *r = j->r;
         if ((j->seq == SIZE_MAX) != scores)
             continue;
+        if (j->follower)
+            continue; /* applied with its head */
         pthread_mutex_lock(&r->lock);
         if (scores)
             apply_score(r, j);
         else
-            apply_sample(e, r, j->seq, j, now);
+            apply_samples(e, r, j, now);
         pthread_mutex_unlock(&r->lock);
     }
 }
@@ -154,6 +177,14 @@ static void commit_step(engine *e, size_t n_entries)
         const batch_entry *be = &e->entries[b];
         gen_request *r = be->r;
         const seq_state *s = &r->seqs[be->seq];
+        if (be->n_draft > 0) {
+            /* the rows computed on accepted tokens; the rest go back */
+            kvcache_seq_commit(e->kv, s->kv, e->batch[b].tokens,
+                               e->jobs[be->job].n_emitted);
+            kvcache_seq_trim(e->kv, s->kv);
+            spec_settle(e, be);
+            continue;
+        }
         kvcache_seq_commit(e->kv, s->kv, e->batch[b].tokens, be->n_rows);
         if (be->prefill && !be->resume &&
             be->start + be->n_rows == r->n_prompt && r->max_tokens > 0)

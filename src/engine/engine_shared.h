@@ -6,6 +6,8 @@
  *   engine_publish.c  results into requests, and retiring  (publish_, retire_)
  *   engine_lens.c     the logit lens of inspect requests           (lens_)
  *   engine_batch.c    a step's rows and its sample jobs            (batch_)
+ *   engine_spec.c     speculative decoding: drafts added to decode
+ *                     rows, their verification settled             (spec_)
  *   engine_admit.c    the queue, each step's admission (slots to waiting
  *                     work, preemption), quotas, a request's KV
  *                     sequences begun and released                 (admit_)
@@ -14,7 +16,8 @@
  *   gen_request.c     the request shared with a connection      (request_)
  *
  * Calls run down that list only: engine.c calls any file below it,
- * publish calls lens and admit, batch calls admit, admit calls fair and
+ * publish calls lens, spec and admit, batch calls spec and admit, admit
+ * calls fair and
  * pause, and all of them call gen_request.c, which calls none of them and
  * knows no engine.  The queue is read through engine_queue_at, here.
  *
@@ -35,6 +38,7 @@
 #include "core/threadpool.h"
 #include "engine/engine_types.h"
 #include "engine/gen_request_internal.h"
+#include "engine/spec_policy.h"
 #include "engine/step_budget.h"
 #include "kv/kvcache.h"
 #include "model/forward.h"
@@ -73,6 +77,8 @@ typedef struct batch_entry {
     bool resume;  /* a resumed sequence's history */
     size_t start; /* position of the first row */
     size_t n_rows, n_logits;
+    size_t n_draft; /* a decode row's drafts, in the rows after it */
+    size_t job;     /* then: the index of its first sample job */
 } batch_entry;
 
 /* A slice of one inspect request's logit-lens rows in the current step. */
@@ -93,6 +99,13 @@ typedef struct sample_job {
      * constraint failed (its budget; the sequence ends by length) */
     grammar_state constraint;
     bool constraint_failed;
+    /* A decode row with drafts verifies them: this job samples its first
+     * row and, while the tokens drawn are the drafts, the next rows, into
+     * the n_draft jobs after it (each a `follower`, run by this one).
+     * n_emitted: the rows whose samples stand (1 + drafts accepted). */
+    size_t n_draft;
+    bool follower;
+    size_t n_emitted;
 } sample_job;
 
 struct engine {
@@ -122,6 +135,8 @@ struct engine {
                                    a slot (a KV sequence) or are paused */
     size_t n_running, running_cap;
     preempt_victim *plan;  /* [n_slots]: engine thread only */
+    spec_offer *spec_offers;     /* [max_batch_rows]: a step's drafts, */
+    const int32_t **spec_drafts; /* engine thread only (engine_spec.c) */
     caller_state *callers; /* [n_callers_cap]: fairness bookkeeping */
     size_t n_callers_cap;
     double
@@ -236,6 +251,17 @@ bool pause_resumable(const gen_request *r, size_t i);
  * is SEQ_RESUME, or why not (and nothing changed).  Beside its caller's
  * running sequences it must fit as a second request's would (kvcache.h). */
 kv_begin_status pause_resume(engine *e, gen_request *r, size_t i, double now);
+
+/* ---- engine_spec.c: speculative decoding ---- */
+
+/* After the step's decode rows (its first n entries): drafts by prompt
+ * lookup added to the rows of sequences that may speculate, as many as
+ * their measured acceptance pays for at this batch size, within `room`
+ * rows.  Returns the rows added. */
+size_t spec_plan(engine *e, size_t n_entries, size_t room);
+/* Entry b's drafts were verified: what stands of them is known
+ * (e->jobs[be->job].n_emitted); its acceptance and the metrics learn it. */
+void spec_settle(engine *e, const batch_entry *be);
 
 /* ---- engine_batch.c: composing a step ---- */
 

@@ -115,6 +115,10 @@ gen_request *request_create(const gen_params *p, const request_setup *setup)
     r->n_seq = p->n_sequences;
     r->seed = p->seed;
     r->score_prompt = p->score_prompt;
+    /* an inspect request generates nothing */
+    if (p->inspect == NULL &&
+        (p->speculative > 0 || (p->speculative == 0 && setup->spec_default)))
+        r->spec_max_draft = setup->spec_max_draft;
     r->n_top = p->logprobs ? p->n_top_logprobs : 0;
     r->sampling = p->sampling;
     r->sampling.n_top_logprobs = r->n_top;

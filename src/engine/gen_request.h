@@ -74,6 +74,9 @@ typedef struct gen_params {
     size_t max_seqs;   /* this caller's engine_config limits; */
     size_t max_queued; /* 0: the engine's default */
     size_t max_sessions;
+    /* Speculative decoding by prompt lookup: 0 the engine's default,
+     * > 0 on, < 0 off.  It never changes the answer, only its speed. */
+    int speculative;
 } gen_params;
 
 /* One scored token: a prompt token (when scoring) or a generated one. */
@@ -108,6 +111,8 @@ typedef struct gen_usage {
     size_t prompt_tokens;
     size_t cached_tokens;     /* prompt tokens reused from the KV cache */
     size_t completion_tokens; /* over all sequences */
+    size_t draft_tokens;      /* proposed by speculative decoding, */
+    size_t accepted_tokens;   /* and those of them the model agreed with */
 } gen_usage;
 
 void gen_request_lock(gen_request *r);

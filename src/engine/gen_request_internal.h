@@ -47,6 +47,9 @@ typedef struct seq_state {
     int32_t next_token;       /* decode input: the last sampled token */
     grammar_state constraint; /* with a grammar: the state after the
                                  text so far */
+    /* speculative decoding: its drafts' acceptance, recent trials
+     * weighing more (engine_spec.c) */
+    double spec_hits, spec_trials;
     double t_last_token;
     double t_paused; /* SEQ_PAUSED: since when; < 0: never ran yet */
     /* readers: under the request lock */
@@ -84,6 +87,8 @@ struct gen_request {
     size_t max_sessions;
     double cost;     /* prompt + n x max_tokens: what admission charges */
     double t_submit; /* when it was queued (engine_admit.c) */
+    size_t spec_max_draft; /* drafts a sequence may have verified in a
+                                   step; 0: no speculative decoding */
 
     /* engine thread only */
     bool first_token_seen;
@@ -109,6 +114,8 @@ typedef struct request_setup {
     size_t max_seqs;           /* a caller's limits where gen_params set */
     size_t max_queued;         /* none (engine_config's, resolved) */
     size_t max_sessions;
+    size_t spec_max_draft; /* speculative decoding (engine_config's) */
+    bool spec_default;
 } request_setup;
 
 /* Any thread, without locks: a new request for `p` (its buffers copied,

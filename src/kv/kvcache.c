@@ -518,6 +518,18 @@ void kvcache_seq_commit(kv_cache *c, size_t seq, const int32_t *tokens,
     s->n_tokens += n;
 }
 
+void kvcache_seq_trim(kv_cache *c, size_t seq)
+{
+    kv_seq *s = &c->seqs[seq];
+    const size_t keep = blocks_for(s->n_tokens);
+    while (s->n_blocks > keep) {
+        /* grown this step and never written: private, ours alone */
+        kv_block_unref(c, (int32_t)s->blocks[--s->n_blocks]);
+        c->reserved++;
+        s->reserved++;
+    }
+}
+
 void kvcache_seq_end(kv_cache *c, size_t seq, double now)
 {
     kv_seq *s = &c->seqs[seq];

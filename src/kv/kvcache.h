@@ -220,6 +220,12 @@ void kvcache_seq_grow(kv_cache *c, size_t seq, size_t n);
  * they count as cached now, and blocks they fill join the index. */
 void kvcache_seq_commit(kv_cache *c, size_t seq, const int32_t *tokens,
                         size_t n);
+/* Gives the blocks grown past the committed positions back to the
+ * sequence's reservation: a step that computed more positions than it
+ * keeps (speculative decoding's rejected drafts) commits only the kept
+ * ones, then trims.  Their K/V, past the sequence's length, are never
+ * read and are written again by the next step. */
+void kvcache_seq_trim(kv_cache *c, size_t seq);
 /* The sequence is done: its blocks stay cached for later requests, its
  * unused reservation is returned. */
 void kvcache_seq_end(kv_cache *c, size_t seq, double now);

@@ -802,6 +802,53 @@ class T3Streaming(ApiCase):
         self.assertEqual(texts, {ch["index"]: ch["text"] for ch in plain["choices"]})
         self.assertEqual(finish, {0: "length", 1: "length"})
 
+    def test_speculative_decoding_never_changes_the_answer(self):
+        """Prompt lookup's drafts (on by default; this server verifies
+        every one found, --test-speculate-always) are checked by the model
+        and kept only where they are its own tokens: greedy and seeded
+        answers, streamed or not, n = 2, logprobs and all, are those of the
+        same request with "speculative": false.  usage counts the drafts
+        as Predicted Outputs do; the metrics count them by position."""
+        c = main_client()
+        words = word_prompt(31, 6)
+        prompt = words * 4 + words[:3]  # repeats: lookup finds drafts
+        drafted = 0
+        for extra in ({"temperature": 0},
+                      {"temperature": 0.8, "seed": 5, "n": 2,
+                       "frequency_penalty": 0.3}):
+            req = dict({"prompt": prompt, "max_tokens": 24, "logprobs": 2,
+                        "logit_bias": NO_EOT}, **extra)
+            plain = c.complete(**dict(req, speculative=False))
+            spec = c.complete(**dict(req, speculative=True))
+            self.assertEqual([ch["text"] for ch in spec["choices"]],
+                             [ch["text"] for ch in plain["choices"]])
+            self.assertEqual([ch["logprobs"] for ch in spec["choices"]],
+                             [ch["logprobs"] for ch in plain["choices"]])
+            d = plain["usage"]["completion_tokens_details"]
+            self.assertEqual(d, {"accepted_prediction_tokens": 0,
+                                 "rejected_prediction_tokens": 0})
+            d = spec["usage"]["completion_tokens_details"]
+            drafted += (d["accepted_prediction_tokens"] +
+                        d["rejected_prediction_tokens"])
+            _, texts, _, usage, done, _, _ = collect_stream(
+                c, dict(req, stream=True, speculative=True,
+                        stream_options={"include_usage": True}))
+            self.assertTrue(done)
+            self.assertEqual(texts, {ch["index"]: ch["text"]
+                                     for ch in plain["choices"]})
+            self.assertIn("completion_tokens_details", usage)
+        self.assertGreater(drafted, 0)
+        m = c.metrics()
+        self.assertGreater(metric_sum(m, "gpt2d_spec_draft_tokens_total"), 0)
+        self.assertIn('gpt2d_spec_accepted_tokens_total{position="1"}', m)
+        chat = c.post("/v1/chat/completions", {
+            "messages": [{"role": "user", "content": "again and again"}],
+            "max_tokens": 4, "speculative": False})
+        self.assertEqual(chat.status, 200)
+        for bad in ("yes", 1):
+            r = c.post("/v1/completions", {"prompt": "x", "speculative": bad})
+            self.assert_error(r, 400, "speculative")
+
     def test_text_offsets_index_the_text_received(self):
         """text_offset counts characters of the text the client receives,
         from the prompt's start, echoed or not.  Token bytes that are not

@@ -28,7 +28,10 @@ make_workdir api
 show_log() { sed 's/^/  | /' "$work/main.log" | tail -n "${1:-20}"; }
 
 # ---- start the main server ----
-gpt2d_start "$work/main.log" "$work/main.port" "$tiny" --slots 4 --threads 2
+# every draft prompt lookup finds is verified, so each test on this server
+# also checks that speculation leaves its answer as it was
+gpt2d_start "$work/main.log" "$work/main.port" "$tiny" --slots 4 --threads 2 \
+    --test-speculate-always
 server_pid=$gpt2d_pid
 if ! port=$(gpt2d_wait "$server_pid" "$work/main.port"); then
     fail "server starts and answers /health within 10 s"

@@ -229,7 +229,8 @@ def check_envelope(obj, model, keys):
 
 def check_usage(u, spec, completion_exact=None):
     need(isinstance(u, dict) and set(u) == {"prompt_tokens", "completion_tokens",
-                                            "total_tokens", "prompt_tokens_details"},
+                                            "total_tokens", "prompt_tokens_details",
+                                            "completion_tokens_details"},
          "usage %r", u)
     p, c = u["prompt_tokens"], u["completion_tokens"]
     need(all(isinstance(x, int) and x >= 0 for x in (p, c, u["total_tokens"])),
@@ -239,6 +240,15 @@ def check_usage(u, spec, completion_exact=None):
     need(isinstance(d, dict) and set(d) == {"cached_tokens"}, "details %r", d)
     cached = d["cached_tokens"]
     need(isinstance(cached, int) and cached >= 0, "cached_tokens %r", cached)
+    # speculative decoding's drafts: kept ones are generated tokens
+    s = u["completion_tokens_details"]
+    need(isinstance(s, dict) and set(s) == {"accepted_prediction_tokens",
+                                            "rejected_prediction_tokens"},
+         "completion details %r", s)
+    need(all(isinstance(x, int) and x >= 0 for x in s.values()),
+         "completion details %r", s)
+    need(s["accepted_prediction_tokens"] <= u["completion_tokens"],
+         "accepted drafts %r beyond the completion %r", s, u)
     need(p == sum(len(x) for x in spec.prompts),
          "prompt_tokens %d for prompts of %r tokens", p, [len(x) for x in spec.prompts])
     # the last token of each prompt is always run, for its logits

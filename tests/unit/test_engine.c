@@ -28,6 +28,7 @@
 #include "core/threadpool.h"
 #include "text/tokenizer.h"
 #include "test_argmax.h"
+#include "test_tiny.h"
 #include "test_util.h"
 
 #define MAX_GEN 64
@@ -58,15 +59,7 @@ static kv_shape g_kv_shape; /* g_model's, as the engine sizes its cache */
 
 static void load_fixtures(void)
 {
-    char dir[4096], vocab[4096], merges[4096];
-    gpt2d_error err = { { 0 } };
-    test_data_path(dir, sizeof dir, "models/tiny");
-    test_data_path(vocab, sizeof vocab, "models/tiny/vocab.json");
-    test_data_path(merges, sizeof merges, "models/tiny/merges.txt");
-    ck_assert_msg(model_load(&g_model, dir, MODEL_DTYPE_AUTO, &err) == 0, "%s",
-                  err.message);
-    ck_assert_msg(tokenizer_load(&g_tok, vocab, merges, &err) == 0, "%s",
-                  err.message);
+    test_tiny_load(&g_model, &g_tok);
     g_vocab = g_model.config.vocab_size;
     g_n_ctx = g_model.config.n_ctx;
     g_kv_shape = (kv_shape){ .n_layer = g_model.config.n_layer,
@@ -105,15 +98,12 @@ static engine *open_engine(size_t slots, size_t max_rows, size_t max_queue)
     return open_engine_paced(slots, max_rows, max_queue, 1000);
 }
 
+static engine *open_engine_cfg(const engine_config *over);
+
 /* Token ids of `text` (malloc'ed). */
 static int32_t *encode(const char *text, size_t *n)
 {
-    int32_t *ids = NULL;
-    gpt2d_error err = { { 0 } };
-    ck_assert_msg(tokenizer_encode(g_tok, text, strlen(text), &ids, n, &err) ==
-                      0,
-                  "%s", err.message);
-    return ids;
+    return test_encode(g_tok, text, n);
 }
 
 static gen_params greedy_params(const int32_t *prompt, size_t n,
@@ -361,17 +351,19 @@ static int32_t *prompt_of(size_t n)
 
 /* ---- generation ---- */
 
-START_TEST(test_engine_greedy_matches_direct_forward_loop)
+/* The engine's greedy answer to `text` is the direct forward loop's:
+ * tokens, logprobs, finish, usage; returns its usage. */
+static gen_usage check_greedy_against_loop(engine *e, const char *text,
+                                           size_t max_tokens)
 {
-    engine *e = open_engine(2, 32, 8);
     size_t n = 0;
-    int32_t *prompt = encode("Hello, my name is", &n);
+    int32_t *prompt = encode(text, &n);
     int32_t want[MAX_GEN];
     float want_lp[MAX_GEN];
-    size_t n_want = ref_greedy(prompt, n, 12, want, want_lp);
+    size_t n_want = ref_greedy(prompt, n, max_tokens, want, want_lp);
     ck_assert_uint_gt(n_want, 0);
 
-    gen_params p = greedy_params(prompt, n, 12);
+    gen_params p = greedy_params(prompt, n, max_tokens);
     p.logprobs = true;
     p.n_top_logprobs = 3;
     outcome o;
@@ -382,12 +374,38 @@ START_TEST(test_engine_greedy_matches_direct_forward_loop)
         ck_assert_double_eq_tol(o.seq[0].logprobs[k], want_lp[k], LOGPROB_TOL);
     }
     ck_assert_int_eq(o.seq[0].finish,
-                     n_want == 12 ? FINISH_LENGTH : FINISH_STOP);
+                     n_want == max_tokens ? FINISH_LENGTH : FINISH_STOP);
     ck_assert_uint_eq(o.usage.prompt_tokens, n);
     ck_assert_uint_eq(o.usage.completion_tokens, n_want);
     ck_assert_uint_eq(o.usage.cached_tokens, 0);
-    engine_destroy(e);
     free(prompt);
+    return o.usage;
+}
+
+START_TEST(test_engine_greedy_matches_direct_forward_loop)
+{
+    engine *e = open_engine(2, 32, 8);
+    gen_usage u = check_greedy_against_loop(e, "Hello, my name is", 12);
+    ck_assert_uint_eq(u.draft_tokens, 0);
+    engine_destroy(e);
+}
+END_TEST
+
+/* Speculative decoding (engine_spec.c) checks drafts in rows after a
+ * decode row and keeps what the model agrees with: the answer is still the
+ * plain loop's.  The prompt repeats itself, so prompt lookup drafts. */
+START_TEST(test_engine_speculating_greedy_matches_direct_forward_loop)
+{
+    engine *e = open_engine_cfg(&(engine_config){ .n_slots = 2,
+                                                  .max_batch_rows = 32,
+                                                  .max_queue = 8,
+                                                  .spec_max_draft = 8,
+                                                  .spec_default = true,
+                                                  .spec_ignore_cost = true });
+    gen_usage u = check_greedy_against_loop(
+        e, "red green blue, red green blue, red green blue, red green", 40);
+    ck_assert_uint_gt(u.accepted_tokens, 0);
+    engine_destroy(e);
 }
 END_TEST
 
@@ -2558,6 +2576,8 @@ static Suite *engine_suite(void)
     TCase *gen = tcase_create("generation");
     tcase_add_unchecked_fixture(gen, load_fixtures, unload_fixtures);
     tcase_add_test(gen, test_engine_greedy_matches_direct_forward_loop);
+    tcase_add_test(gen,
+                   test_engine_speculating_greedy_matches_direct_forward_loop);
     tcase_add_test(
         gen, test_engine_reports_top_logprobs_with_chosen_first_when_greedy);
     tcase_add_test(gen, test_engine_seeded_sample_same_alone_and_beside_others);
@@ -2677,15 +2697,7 @@ static Suite *engine_suite(void)
 
 int main(void)
 {
-    char path[4096];
-    FILE *probe = fopen(
-        test_data_path(path, sizeof path, "models/tiny/model.safetensors"),
-        "r");
-    if (probe == NULL) {
-        /* make-fixtures.sh skipped (no numpy or no vocabulary) and said so */
-        fprintf(stderr, "test_engine: SKIP: %s missing\n", path);
+    if (!test_tiny_present("test_engine"))
         return 77;
-    }
-    fclose(probe);
     return test_run_suite(engine_suite());
 }

@@ -1,0 +1,491 @@
+/* test_spec.c — speculative decoding by prompt lookup (engine_spec.c,
+ * prompt_lookup.c).
+ *
+ * The promise: an answer is bit-identical with and without speculation —
+ * tokens, logprobs, text, finish — greedy or seeded, with penalties,
+ * several sequences, stop strings, sessions, other requests in the batch,
+ * and at the end of the context.  Each case runs on an engine that
+ * speculates and on one that does not (the tiny fixture model), and the
+ * two must agree to the bit; over the cases, drafts must have been both
+ * accepted and rejected, so both the kept rows and the rolled-back ones
+ * were exercised.  (test_engine checks a speculating engine's greedy
+ * answer against a plain forward loop.) */
+#include <check.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/engine.h"
+#include "engine/prompt_lookup.h"
+#include "engine/spec_policy.h"
+#include "model/model.h"
+#include "text/tokenizer.h"
+#include "test_tiny.h"
+#include "test_util.h"
+
+#define MAX_GEN 64
+#define MAX_SEQ 3
+#define WAIT_MS ((int)test_deadline(20000))
+
+static model g_model;
+static tokenizer *g_tok;
+
+/* ---- prompt_lookup ---- */
+
+START_TEST(test_lookup_proposes_what_followed_the_nearest_occurrence)
+{
+    /* "7 8" occurs at 0 (then 1 2) and at 4 (then 5 6): the nearest wins */
+    const int32_t text[] = { 7, 8, 1, 2, 7, 8, 5, 6, 9, 7, 8 };
+    const int32_t *d = NULL;
+    size_t n = prompt_lookup(text, 11, 8, &d);
+    ck_assert_uint_eq(n, 5); /* 5 6 9 7 8: up to the text's end */
+    ck_assert_ptr_eq(d, text + 6);
+    ck_assert_uint_eq(prompt_lookup(text, 11, 2, &d), 2);
+    ck_assert_ptr_eq(d, text + 6);
+}
+END_TEST
+
+START_TEST(test_lookup_prefers_the_longest_ngram)
+{
+    /* "2 3" is nearest at 6, but "1 2 3" occurs only at 0 */
+    const int32_t text[] = { 1, 2, 3, 4, 9, 9, 2, 3, 5, 1, 2, 3 };
+    const int32_t *d = NULL;
+    ck_assert_uint_eq(prompt_lookup(text, 12, 1, &d), 1);
+    ck_assert_ptr_eq(d, text + 3);
+}
+END_TEST
+
+START_TEST(test_lookup_finds_nothing_without_a_repeat)
+{
+    const int32_t text[] = { 1, 2, 3, 4, 5, 6, 1 };
+    const int32_t *d = text;
+    /* a single token is too short to count as a match */
+    ck_assert_uint_eq(prompt_lookup(text, 7, 8, &d), 0);
+    ck_assert_ptr_null(d);
+    ck_assert_uint_eq(prompt_lookup(text, 1, 8, &d), 0);
+    ck_assert_uint_eq(prompt_lookup(text, 0, 8, &d), 0);
+    /* and no draft is asked for */
+    const int32_t rep[] = { 4, 4, 4, 4 };
+    ck_assert_uint_eq(prompt_lookup(rep, 4, 0, &d), 0);
+}
+END_TEST
+
+START_TEST(test_lookup_continues_a_repetition_into_itself)
+{
+    /* "4 4" last seen at 1: what follows overlaps the suffix itself */
+    const int32_t rep[] = { 4, 4, 4, 4 };
+    const int32_t *d = NULL;
+    ck_assert_uint_eq(prompt_lookup(rep, 4, 8, &d), 1);
+    ck_assert_int_eq(d[0], 4);
+}
+END_TEST
+
+/* ---- spec_policy: how many drafts pay ---- */
+
+/* A lone stream whose step is nearly all the weights' read (a row 1/16 of
+ * it) takes any draft with a fair chance: at acceptance 0.5, 0.5, 0.25 and
+ * 0.125 pay, 0.0625 is under 1.875 x (1/16) / (1 + 4/16) = 0.094. */
+START_TEST(test_policy_lone_stream_drafts_what_has_a_fair_chance)
+{
+    const spec_costs c = { 1.0, 1.0 / 16 };
+    spec_offer o = { .avail = 8, .accept = 0.5 };
+    ck_assert_uint_eq(spec_policy_allocate(&o, 1, 100, &c, false), 3);
+    ck_assert_uint_eq(o.k, 3);
+    /* never more than found, nor than room */
+    o.avail = 2;
+    ck_assert_uint_eq(spec_policy_allocate(&o, 1, 100, &c, false), 2);
+    o.avail = 8;
+    ck_assert_uint_eq(spec_policy_allocate(&o, 1, 3, &c, false), 3);
+    /* a sequence whose drafts fail drafts nothing */
+    o.accept = 0.05;
+    ck_assert_uint_eq(spec_policy_allocate(&o, 1, 100, &c, false), 0);
+    ck_assert_uint_eq(o.k, 0);
+}
+END_TEST
+
+/* A full batch whose rows cost as much as the weights' read takes only
+ * drafts worth more than tokens x row / step: 16 x 1 / (1 + 16) = 0.94. */
+START_TEST(test_policy_full_batch_drafts_only_what_is_nearly_sure)
+{
+    const spec_costs c = { 1.0, 1.0 };
+    spec_offer o[16];
+    for (size_t i = 0; i < 16; i++)
+        o[i] = (spec_offer){ .avail = 8, .accept = 0.9 };
+    ck_assert_uint_eq(spec_policy_allocate(o, 16, 100, &c, false), 0);
+    o[3].accept = 0.99;
+    /* 0.99 > 16 / 17; 0.98 > 16.99 / 18; ... 0.95 > 20.85 / 22; then
+     * 0.94 < 21.8 / 23 */
+    size_t n = spec_policy_allocate(o, 16, 100, &c, false);
+    ck_assert_uint_eq(n, 5);
+    ck_assert_uint_eq(o[3].k, n);
+    for (size_t i = 0; i < 16; i++)
+        if (i != 3)
+            ck_assert_uint_eq(o[i].k, 0);
+}
+END_TEST
+
+/* Best first across sequences: the likelier sequence's drafts go first,
+ * and the cost-blind mode (tests) takes all that room allows. */
+START_TEST(test_policy_takes_the_likeliest_drafts_first)
+{
+    const spec_costs c = { 1.0, 0.2 };
+    spec_offer o[2] = { { .avail = 8, .accept = 0.3 },
+                        { .avail = 8, .accept = 0.9 } };
+    size_t n = spec_policy_allocate(o, 2, 100, &c, false);
+    ck_assert_uint_gt(o[1].k, o[0].k);
+    ck_assert_uint_eq(n, o[0].k + o[1].k);
+    ck_assert_uint_eq(spec_policy_allocate(o, 2, 100, &c, true), 16);
+    ck_assert_uint_eq(spec_policy_allocate(o, 2, 5, &c, true), 5);
+    ck_assert_uint_eq(o[0].k + o[1].k, 5);
+}
+END_TEST
+
+/* ---- the engine, with and without ---- */
+
+static void load_fixtures(void)
+{
+    test_tiny_load(&g_model, &g_tok);
+}
+
+static void unload_fixtures(void)
+{
+    tokenizer_free(g_tok);
+    model_free(&g_model);
+}
+
+static engine *open_engine(size_t spec_max_draft, size_t slots)
+{
+    engine_config cfg = { .n_threads = 2,
+                          .n_slots = slots,
+                          .max_queue = 16,
+                          .max_batch_rows = slots + 24,
+                          .spec_max_draft = spec_max_draft,
+                          .spec_default = true,
+                          /* what is drafted depends on the text alone */
+                          .spec_ignore_cost = true };
+    engine *e = NULL;
+    gpt2d_error err = { { 0 } };
+    ck_assert_msg(engine_create(&e, &g_model, g_tok, &cfg, &err) == 0, "%s",
+                  err.message);
+    return e;
+}
+
+static int32_t *encode(const char *text, size_t *n)
+{
+    return test_encode(g_tok, text, n);
+}
+
+/* Everything an answer shows, copied out. */
+typedef struct answer {
+    size_t n_seq;
+    struct {
+        int32_t tokens[MAX_GEN];
+        float logprobs[MAX_GEN];
+        size_t n_tokens;
+        char text[2048];
+        size_t text_len;
+        finish_reason finish;
+    } seq[MAX_SEQ];
+    gen_usage usage;
+} answer;
+
+static void wait_finished(gen_request *r)
+{
+    uint64_t version = 0;
+    gen_request_lock(r);
+    while (!gen_request_finished(r))
+        ck_assert_msg(gen_request_wait(r, &version, WAIT_MS),
+                      "request did not finish");
+    gen_request_unlock(r);
+}
+
+static void read_answer(gen_request *r, answer *a)
+{
+    memset(a, 0, sizeof *a);
+    gen_request_lock(r);
+    a->n_seq = gen_request_n_sequences(r);
+    ck_assert_uint_le(a->n_seq, MAX_SEQ);
+    for (size_t i = 0; i < a->n_seq; i++) {
+        const gen_output *out = gen_request_output(r, i);
+        ck_assert_uint_le(out->n_tokens, MAX_GEN);
+        ck_assert_uint_lt(out->text_len, sizeof a->seq[i].text);
+        a->seq[i].n_tokens = out->n_tokens;
+        for (size_t k = 0; k < out->n_tokens; k++) {
+            a->seq[i].tokens[k] = out->tokens[k].token;
+            a->seq[i].logprobs[k] = out->tokens[k].logprob;
+        }
+        memcpy(a->seq[i].text, out->text, out->text_len);
+        a->seq[i].text_len = out->text_len;
+        a->seq[i].finish = out->finish;
+    }
+    a->usage = gen_request_usage(r);
+    gen_request_unlock(r);
+}
+
+/* Submits every request at once (they share the steps), waits for all. */
+static void run_all(engine *e, const gen_params *p, size_t n, answer *out)
+{
+    gen_request *r[4];
+    ck_assert_uint_le(n, 4);
+    for (size_t k = 0; k < n; k++)
+        ck_assert_int_eq(
+            engine_submit(e,
+                          &(engine_submission){ .params = &p[k],
+                                                .n_prompts = 1 },
+                          &r[k], NULL),
+            ENGINE_OK);
+    for (size_t k = 0; k < n; k++) {
+        wait_finished(r[k]);
+        read_answer(r[k], &out[k]);
+        gen_request_release(r[k]);
+    }
+}
+
+/* Bit for bit: tokens, logprobs, text, finish. */
+static void assert_same_answer(const answer *a, const answer *b,
+                               const char *what)
+{
+    ck_assert_uint_eq(a->n_seq, b->n_seq);
+    for (size_t i = 0; i < a->n_seq; i++) {
+        ck_assert_msg(a->seq[i].n_tokens == b->seq[i].n_tokens,
+                      "%s, sequence %zu: %zu tokens speculating, %zu not",
+                      what, i, a->seq[i].n_tokens, b->seq[i].n_tokens);
+        for (size_t k = 0; k < a->seq[i].n_tokens; k++) {
+            ck_assert_msg(a->seq[i].tokens[k] == b->seq[i].tokens[k],
+                          "%s, sequence %zu, token %zu: %d vs %d", what, i, k,
+                          a->seq[i].tokens[k], b->seq[i].tokens[k]);
+            ck_assert_msg(memcmp(&a->seq[i].logprobs[k],
+                                 &b->seq[i].logprobs[k], sizeof(float)) == 0,
+                          "%s, sequence %zu, token %zu: logprob %.9g vs "
+                          "%.9g",
+                          what, i, k, (double)a->seq[i].logprobs[k],
+                          (double)b->seq[i].logprobs[k]);
+        }
+        ck_assert_uint_eq(a->seq[i].text_len, b->seq[i].text_len);
+        ck_assert(memcmp(a->seq[i].text, b->seq[i].text,
+                         a->seq[i].text_len) == 0);
+        ck_assert_int_eq(a->seq[i].finish, b->seq[i].finish);
+    }
+    ck_assert_uint_eq(a->usage.completion_tokens, b->usage.completion_tokens);
+    ck_assert_uint_eq(b->usage.draft_tokens, 0);
+}
+
+static gen_params params(const int32_t *prompt, size_t n, size_t max_tokens)
+{
+    gen_params p;
+    memset(&p, 0, sizeof p);
+    p.prompt = prompt;
+    p.n_prompt = n;
+    p.max_tokens = max_tokens;
+    p.n_sequences = 1;
+    sampler_params_default(&p.sampling);
+    p.sampling.temperature = 0.0f;
+    p.logprobs = true;
+    p.n_top_logprobs = 2;
+    return p;
+}
+
+/* A prompt that repeats itself, so that lookup has something to find. */
+static int32_t *repetitive_prompt(size_t *n)
+{
+    return encode("one two three four five, one two three four five, one two "
+                  "three four five, one two three",
+                  n);
+}
+
+/* The drafts proposed and accepted over every case run so far. */
+static size_t g_drafts, g_accepted;
+
+/* Runs the n requests on an engine that speculates and on one that does
+ * not; they must agree. */
+static void check_same(const gen_params *p, size_t n, size_t slots,
+                       const char *what)
+{
+    engine *spec = open_engine(8, slots), *plain = open_engine(0, slots);
+    answer a[4], b[4];
+    run_all(spec, p, n, a);
+    run_all(plain, p, n, b);
+    for (size_t k = 0; k < n; k++) {
+        assert_same_answer(&a[k], &b[k], what);
+        ck_assert_uint_le(a[k].usage.accepted_tokens, a[k].usage.draft_tokens);
+        g_drafts += a[k].usage.draft_tokens;
+        g_accepted += a[k].usage.accepted_tokens;
+    }
+    engine_destroy(spec);
+    engine_destroy(plain);
+}
+
+START_TEST(test_spec_greedy_is_bit_identical)
+{
+    size_t n = 0;
+    int32_t *prompt = repetitive_prompt(&n);
+    gen_params p = params(prompt, n, 40);
+    check_same(&p, 1, 2, "greedy");
+    free(prompt);
+}
+END_TEST
+
+START_TEST(test_spec_seeded_sampling_with_penalties_and_siblings)
+{
+    size_t n = 0;
+    int32_t *prompt = repetitive_prompt(&n);
+    gen_params p = params(prompt, n, 40);
+    p.sampling.temperature = 0.7f;
+    p.sampling.frequency_penalty = 0.4f;
+    p.sampling.presence_penalty = 0.2f;
+    p.seed = 4242;
+    p.n_sequences = 3;
+    check_same(&p, 1, 4, "sampled, n = 3");
+    free(prompt);
+}
+END_TEST
+
+START_TEST(test_spec_beside_other_requests_and_stop_strings)
+{
+    size_t n = 0, m = 0;
+    int32_t *prompt = repetitive_prompt(&n);
+    int32_t *other = encode("A different prompt about the weather today", &m);
+    gen_params p[3] = { params(prompt, n, 40), params(other, m, 30),
+                        params(prompt, n, 40) };
+    p[1].sampling.temperature = 1.0f;
+    p[1].seed = 9;
+    p[2].stop[0] = " four";
+    p[2].n_stop = 1;
+    check_same(p, 3, 4, "a batch of three");
+    free(prompt);
+    free(other);
+}
+END_TEST
+
+START_TEST(test_spec_up_to_the_end_of_the_context)
+{
+    size_t n = 0;
+    int32_t *prompt = repetitive_prompt(&n);
+    const size_t n_ctx = g_model.config.n_ctx;
+    ck_assert_uint_lt(n, n_ctx);
+    gen_params p = params(prompt, n, n_ctx - n);
+    check_same(&p, 1, 1, "to the end of the context");
+    free(prompt);
+}
+END_TEST
+
+START_TEST(test_spec_session_turns_are_bit_identical)
+{
+    size_t n = 0;
+    int32_t *prompt = repetitive_prompt(&n);
+    engine *spec = open_engine(8, 2), *plain = open_engine(0, 2);
+    gen_params p = params(prompt, n, 12);
+    p.session_id = "talk";
+    answer a, b;
+    run_all(spec, &p, 1, &a);
+    run_all(plain, &p, 1, &b);
+    assert_same_answer(&a, &b, "first turn");
+    /* the next turn: the history, its answer, more of the same */
+    int32_t turn[MAX_GEN * 2];
+    size_t len = 0;
+    memcpy(turn, prompt, n * sizeof *turn);
+    len = n;
+    memcpy(turn + len, a.seq[0].tokens, a.seq[0].n_tokens * sizeof *turn);
+    len += a.seq[0].n_tokens;
+    memcpy(turn + len, prompt, 6 * sizeof *turn);
+    len += 6;
+    gen_params q = p;
+    q.prompt = turn;
+    q.n_prompt = len;
+    q.max_tokens = 12;
+    run_all(spec, &q, 1, &a);
+    run_all(plain, &q, 1, &b);
+    assert_same_answer(&a, &b, "second turn");
+    /* the second turn found the first's history cached, drafts and all
+     * rolled back where they were wrong */
+    ck_assert_uint_eq(a.usage.cached_tokens, b.usage.cached_tokens);
+    ck_assert_uint_gt(a.usage.cached_tokens, n);
+    engine_destroy(spec);
+    engine_destroy(plain);
+    free(prompt);
+}
+END_TEST
+
+START_TEST(test_spec_request_may_turn_it_off)
+{
+    size_t n = 0;
+    int32_t *prompt = repetitive_prompt(&n);
+    engine *e = open_engine(8, 2);
+    gen_params p = params(prompt, n, 30);
+    answer on, off;
+    run_all(e, &p, 1, &on);
+    p.speculative = -1;
+    run_all(e, &p, 1, &off);
+    ck_assert_uint_gt(on.usage.draft_tokens, 0);
+    ck_assert_uint_eq(off.usage.draft_tokens, 0);
+    assert_same_answer(&on, &off, "turned off by the request");
+    engine_destroy(e);
+    free(prompt);
+}
+END_TEST
+
+/* Last in its case: the cases before it must have both kept drafts and
+ * rolled some back, or the comparisons above proved less than they say. */
+START_TEST(test_spec_cases_exercised_acceptance_and_rejection)
+{
+    ck_assert_msg(g_accepted > 0, "no draft was ever accepted (%zu proposed)",
+                  g_drafts);
+    ck_assert_msg(g_accepted < g_drafts,
+                  "every one of %zu drafts was accepted: nothing was rolled "
+                  "back",
+                  g_drafts);
+}
+END_TEST
+
+static Suite *spec_suite(void)
+{
+    Suite *s = suite_create("speculative");
+    TCase *lookup = tcase_create("prompt lookup");
+    tcase_add_test(lookup,
+                   test_lookup_proposes_what_followed_the_nearest_occurrence);
+    tcase_add_test(lookup, test_lookup_prefers_the_longest_ngram);
+    tcase_add_test(lookup, test_lookup_finds_nothing_without_a_repeat);
+    tcase_add_test(lookup, test_lookup_continues_a_repetition_into_itself);
+    suite_add_tcase(s, lookup);
+
+    TCase *policy = tcase_create("policy");
+    tcase_add_test(policy,
+                   test_policy_lone_stream_drafts_what_has_a_fair_chance);
+    tcase_add_test(policy,
+                   test_policy_full_batch_drafts_only_what_is_nearly_sure);
+    tcase_add_test(policy, test_policy_takes_the_likeliest_drafts_first);
+    suite_add_tcase(s, policy);
+
+    /* one process for the case (CK_FORK=no or not): the counters of the
+     * last test sum over the ones before it */
+    TCase *same = tcase_create("bit-identical");
+    tcase_add_unchecked_fixture(same, load_fixtures, unload_fixtures);
+    tcase_set_timeout(same, 600);
+    tcase_add_test(same, test_spec_greedy_is_bit_identical);
+    tcase_add_test(same, test_spec_seeded_sampling_with_penalties_and_siblings);
+    tcase_add_test(same, test_spec_beside_other_requests_and_stop_strings);
+    tcase_add_test(same, test_spec_up_to_the_end_of_the_context);
+    tcase_add_test(same, test_spec_session_turns_are_bit_identical);
+    tcase_add_test(same, test_spec_request_may_turn_it_off);
+    suite_add_tcase(s, same);
+    return s;
+}
+
+int main(void)
+{
+    if (!test_tiny_present("test_spec"))
+        return 77;
+    Suite *s = spec_suite();
+    /* the acceptance check sums over the other tests: they must run in
+     * this process */
+    TCase *sum = tcase_create("exercised");
+    tcase_add_test(sum, test_spec_cases_exercised_acceptance_and_rejection);
+    suite_add_tcase(s, sum);
+    SRunner *sr = srunner_create(s);
+    srunner_set_fork_status(sr, CK_NOFORK);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed == 0 ? 0 : 1;
+}
