@@ -25,6 +25,8 @@
 #include "test_util.h"
 
 #define MAX_GEN 64
+/* tokens a case generates (fewer under valgrind: GPT2D_TEST_QUICK) */
+#define LONG test_count(40, 24)
 #define MAX_SEQ 3
 #define WAIT_MS ((int)test_deadline(20000))
 
@@ -320,7 +322,7 @@ START_TEST(test_spec_greedy_is_bit_identical)
 {
     size_t n = 0;
     int32_t *prompt = repetitive_prompt(&n);
-    gen_params p = params(prompt, n, 40);
+    gen_params p = params(prompt, n, LONG);
     check_same(&p, 1, 2, "greedy");
     free(prompt);
 }
@@ -330,7 +332,7 @@ START_TEST(test_spec_seeded_sampling_with_penalties_and_siblings)
 {
     size_t n = 0;
     int32_t *prompt = repetitive_prompt(&n);
-    gen_params p = params(prompt, n, 40);
+    gen_params p = params(prompt, n, LONG);
     p.sampling.temperature = 0.7f;
     p.sampling.frequency_penalty = 0.4f;
     p.sampling.presence_penalty = 0.2f;
@@ -346,8 +348,8 @@ START_TEST(test_spec_beside_other_requests_and_stop_strings)
     size_t n = 0, m = 0;
     int32_t *prompt = repetitive_prompt(&n);
     int32_t *other = encode("A different prompt about the weather today", &m);
-    gen_params p[3] = { params(prompt, n, 40), params(other, m, 30),
-                        params(prompt, n, 40) };
+    gen_params p[3] = { params(prompt, n, LONG), params(other, m, LONG),
+                        params(prompt, n, LONG) };
     p[1].sampling.temperature = 1.0f;
     p[1].seed = 9;
     p[2].stop[0] = " four";
@@ -412,7 +414,7 @@ START_TEST(test_spec_request_may_turn_it_off)
     size_t n = 0;
     int32_t *prompt = repetitive_prompt(&n);
     engine *e = open_engine(8, 2);
-    gen_params p = params(prompt, n, 30);
+    gen_params p = params(prompt, n, LONG);
     answer on, off;
     run_all(e, &p, 1, &on);
     p.speculative = -1;
