@@ -212,7 +212,6 @@ void metrics_spec_verified(size_t proposed, size_t accepted)
     }
 }
 
-
 /* ---- gauges kept here ---- */
 
 static atomic_size_t inspect_held;

@@ -78,10 +78,10 @@ typedef struct settings {
     bool log_prompts;         /* --log-prompts (debug only) */
     bool speculative;         /* --speculative: requests that do not say
                                  * draft by prompt lookup */
-    size_t speculative_tokens; /* --speculative-tokens: the most drafts a
+    size_t speculative_tokens;  /* --speculative-tokens: the most drafts a
                                  * sequence verifies in one step */
     bool test_speculate_always; /* --test-speculate-always (tests only) */
-    int log_level;            /* --log-level error|warn|info|debug */
+    int log_level;              /* --log-level error|warn|info|debug */
 } settings;
 
 typedef enum settings_result {

@@ -239,9 +239,7 @@ static int engine_alloc_step(engine *e, gpt2d_error *err)
     e->masks = calloc(e->n_scratch * e->mask_words, sizeof *e->masks);
     if (!e->logits || !e->batch || !e->entries || !e->jobs || !e->lens ||
         !e->queue || !e->running || !e->plan || !e->spec_offers ||
-        !e->spec_drafts || !e->callers ||
-        !e->scratch ||
-        !e->masks)
+        !e->spec_drafts || !e->callers || !e->scratch || !e->masks)
         return error_set(err, "engine: out of memory for %zu batch rows", rows);
     /* Touched now, as the KV pool is: a step may fill every row (a chunk
      * of echo scoring, the logit lens), and the memory is the daemon's from

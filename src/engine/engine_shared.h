@@ -134,10 +134,10 @@ struct engine {
     gen_request **running; /* admission order: their sequences hold
                                    a slot (a KV sequence) or are paused */
     size_t n_running, running_cap;
-    preempt_victim *plan;  /* [n_slots]: engine thread only */
+    preempt_victim *plan;        /* [n_slots]: engine thread only */
     spec_offer *spec_offers;     /* [max_batch_rows]: a step's drafts, */
     const int32_t **spec_drafts; /* engine thread only (engine_spec.c) */
-    caller_state *callers; /* [n_callers_cap]: fairness bookkeeping */
+    caller_state *callers;       /* [n_callers_cap]: fairness bookkeeping */
     size_t n_callers_cap;
     double
         prefill_hold_until; /* prefill waits until then while others decode */

@@ -47,7 +47,7 @@
 static size_t draft_bound(const engine *e, const gen_request *r,
                           const seq_state *s)
 {
-    const size_t g = s->out.n_tokens; /* the engine's own write */
+    const size_t g = s->out.n_tokens;         /* the engine's own write */
     size_t end = r->n_prompt + r->max_tokens; /* positions it may fill */
     if (end > e->m->config.n_ctx)
         end = e->m->config.n_ctx;
@@ -77,8 +77,8 @@ static void find_drafts(engine *e, size_t b, spec_offer *o,
     const size_t g = s->out.n_tokens; /* the engine's own write */
     if (g == 0 || s->generated[g - 1] != s->next_token)
         return;
-    o->avail = prompt_lookup(s->history, r->n_prompt + g,
-                             draft_bound(e, r, s), draft);
+    o->avail = prompt_lookup(s->history, r->n_prompt + g, draft_bound(e, r, s),
+                             draft);
     o->accept = (s->spec_hits + 1.0) / (s->spec_trials + 2.0);
 }
 

@@ -38,12 +38,12 @@ typedef struct engine_config {
                                  * steps of a full batch (step_budget.h);
                                  * 0: no bound */
     /* Speculative decoding by prompt lookup (engine_spec.c). */
-    size_t spec_max_draft; /* the most drafts a sequence verifies in one
+    size_t spec_max_draft;  /* the most drafts a sequence verifies in one
                                  * step; 0: never (batch-variant products) */
-    bool spec_default;     /* for requests that do not say */
-    bool spec_ignore_cost; /* tests: every draft found is verified,
+    bool spec_default;      /* for requests that do not say */
+    bool spec_ignore_cost;  /* tests: every draft found is verified,
                                  * whatever it costs (spec_policy.h) */
-    unsigned min_step_usec;         /* 0; tests: every step lasts at least this
+    unsigned min_step_usec; /* 0; tests: every step lasts at least this
                                  * long, so that how long a generation runs
                                  * does not depend on the machine's speed */
 } engine_config;

@@ -231,12 +231,11 @@ static void run_all(engine *e, const gen_params *p, size_t n, answer *out)
     gen_request *r[4];
     ck_assert_uint_le(n, 4);
     for (size_t k = 0; k < n; k++)
-        ck_assert_int_eq(
-            engine_submit(e,
-                          &(engine_submission){ .params = &p[k],
-                                                .n_prompts = 1 },
-                          &r[k], NULL),
-            ENGINE_OK);
+        ck_assert_int_eq(engine_submit(e,
+                                       &(engine_submission){ .params = &p[k],
+                                                             .n_prompts = 1 },
+                                       &r[k], NULL),
+                         ENGINE_OK);
     for (size_t k = 0; k < n; k++) {
         wait_finished(r[k]);
         read_answer(r[k], &out[k]);
@@ -251,22 +250,22 @@ static void assert_same_answer(const answer *a, const answer *b,
     ck_assert_uint_eq(a->n_seq, b->n_seq);
     for (size_t i = 0; i < a->n_seq; i++) {
         ck_assert_msg(a->seq[i].n_tokens == b->seq[i].n_tokens,
-                      "%s, sequence %zu: %zu tokens speculating, %zu not",
-                      what, i, a->seq[i].n_tokens, b->seq[i].n_tokens);
+                      "%s, sequence %zu: %zu tokens speculating, %zu not", what,
+                      i, a->seq[i].n_tokens, b->seq[i].n_tokens);
         for (size_t k = 0; k < a->seq[i].n_tokens; k++) {
             ck_assert_msg(a->seq[i].tokens[k] == b->seq[i].tokens[k],
                           "%s, sequence %zu, token %zu: %d vs %d", what, i, k,
                           a->seq[i].tokens[k], b->seq[i].tokens[k]);
-            ck_assert_msg(memcmp(&a->seq[i].logprobs[k],
-                                 &b->seq[i].logprobs[k], sizeof(float)) == 0,
+            ck_assert_msg(memcmp(&a->seq[i].logprobs[k], &b->seq[i].logprobs[k],
+                                 sizeof(float)) == 0,
                           "%s, sequence %zu, token %zu: logprob %.9g vs "
                           "%.9g",
                           what, i, k, (double)a->seq[i].logprobs[k],
                           (double)b->seq[i].logprobs[k]);
         }
         ck_assert_uint_eq(a->seq[i].text_len, b->seq[i].text_len);
-        ck_assert(memcmp(a->seq[i].text, b->seq[i].text,
-                         a->seq[i].text_len) == 0);
+        ck_assert(memcmp(a->seq[i].text, b->seq[i].text, a->seq[i].text_len) ==
+                  0);
         ck_assert_int_eq(a->seq[i].finish, b->seq[i].finish);
     }
     ck_assert_uint_eq(a->usage.completion_tokens, b->usage.completion_tokens);

@@ -49,8 +49,7 @@ static inline int32_t *test_encode(const tokenizer *tok, const char *text,
 {
     int32_t *ids = NULL;
     gpt2d_error err = { { 0 } };
-    ck_assert_msg(tokenizer_encode(tok, text, strlen(text), &ids, n, &err) ==
-                      0,
+    ck_assert_msg(tokenizer_encode(tok, text, strlen(text), &ids, n, &err) == 0,
                   "%s", err.message);
     return ids;
 }
