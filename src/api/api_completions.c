@@ -108,6 +108,8 @@ static void params_for_prompt(const completion_run *run, size_t p,
      * or inside an array. */
     gp->seed = req->seed;
     gp->speculative = req->speculative;
+    gp->prediction = req->prediction;
+    gp->n_prediction = req->n_prediction;
     for (size_t i = 0; i < req->n_stop; i++)
         gp->stop[i] = req->stop[i];
     gp->n_stop = req->n_stop;

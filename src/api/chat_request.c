@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "api/chat_tools.h"
+#include "api/prediction_request.h"
 
 _Static_assert(API_MAX_STOP + CHAT_TEMPLATE_MAX_STOP <= ENGINE_MAX_STOP,
                "the engine must take a request's and its template's stops");
@@ -613,6 +614,8 @@ int chat_request_parse(completion_request *req, const char *body, size_t len,
                                              e) == 0 &&
             parse_logprobs(req, root, e) == 0 &&
             completion_request_parse_shared(req, root, lim, e) == 0 &&
+            api_prediction_parse(root, tok, lim->n_ctx, &req->prediction,
+                                 &req->n_prediction, e) == 0 &&
             apply_tools(req, &tools, tpl, e) == 0 &&
             add_template_stops(req, tpl, e) == 0)
             rc = 0;

@@ -19,6 +19,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "api/prediction_request.h"
+
 /* A prompt over the context is refused before anything is made of it: its
  * ids are not copied, its text is tokenized only as far as the context. */
 static int prompt_over_context(const completion_limits *lim, size_t n,
@@ -577,6 +579,8 @@ int completion_request_parse(completion_request *req, const char *body,
         parse_echo(req, root, e) == 0 &&
         check_one_session_prompt(req, e) == 0 &&
         parse_prompt(req, root, tok, lim, e) == 0 &&
+        api_prediction_parse(root, tok, lim->n_ctx, &req->prediction,
+                             &req->n_prediction, e) == 0 &&
         completion_request_check_context(req, lim, "prompt", "max_tokens", e) ==
             0)
         rc = 0;
@@ -619,5 +623,6 @@ void completion_request_free(completion_request *req)
     for (size_t i = 0; i < ENGINE_MAX_STOP; i++)
         free(req->stop[i]);
     api_constraint_free(&req->constraint);
+    free(req->prediction);
     memset(req, 0, sizeof *req);
 }

@@ -50,7 +50,9 @@ typedef struct completion_request {
     logit_bias_entry *logit_bias; /* owned; sampling.logit_bias points here */
     bool has_seed;
     uint64_t seed;
-    int speculative; /* gen_params': 0 the server's default, 1 on, -1 off */
+    int speculative;     /* gen_params': 0 the server's default, 1 on, -1 off */
+    int32_t *prediction; /* owned: `prediction`'s tokens, or NULL */
+    size_t n_prediction;
     char *stop[ENGINE_MAX_STOP];
     size_t n_stop;
     bool logprobs; /* logprobs was a number, not null/absent */

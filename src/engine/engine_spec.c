@@ -60,6 +60,27 @@ static size_t draft_bound(const engine *e, const gen_request *r,
     return k < r->spec_max_draft ? k : r->spec_max_draft;
 }
 
+/* The drafts for what follows a sequence's g tokens, at most max: the
+ * client's prediction (Predicted Outputs) where the answer so far is its
+ * beginning, else where the text's end occurs in it (after an edit the
+ * answer joins it again), else an earlier occurrence in the text. */
+static size_t propose(const gen_request *r, const seq_state *s, size_t g,
+                      size_t max, const int32_t **draft)
+{
+    const size_t len = r->n_prompt + g;
+    if (r->n_prediction > g &&
+        memcmp(r->prediction, s->generated, g * sizeof *s->generated) == 0) {
+        const size_t avail = r->n_prediction - g;
+        *draft = r->prediction + g;
+        return avail < max ? avail : max;
+    }
+    size_t n = prompt_lookup(r->prediction, r->n_prediction, s->history, len,
+                             max, draft);
+    if (n == 0)
+        n = prompt_lookup(s->history, len, s->history, len, max, draft);
+    return n;
+}
+
 /* Finds entry b's drafts: their start in *draft, the offer's count and
  * acceptance.  None for a row that may not speculate. */
 static void find_drafts(engine *e, size_t b, spec_offer *o,
@@ -77,8 +98,7 @@ static void find_drafts(engine *e, size_t b, spec_offer *o,
     const size_t g = s->out.n_tokens; /* the engine's own write */
     if (g == 0 || s->generated[g - 1] != s->next_token)
         return;
-    o->avail = prompt_lookup(s->history, r->n_prompt + g, draft_bound(e, r, s),
-                             draft);
+    o->avail = propose(r, s, g, draft_bound(e, r, s), draft);
     o->accept = (s->spec_hits + 1.0) / (s->spec_trials + 2.0);
 }
 

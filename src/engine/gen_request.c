@@ -47,6 +47,7 @@ void request_free(gen_request *r)
     free(r->prompt_scores);
     inspect_capture_free(r->inspect);
     free(r->prompt);
+    free(r->prediction);
     free(r->bias);
     free(r->session);
     if (r->grammar != NULL)
@@ -132,6 +133,14 @@ gen_request *request_create(const gen_params *p, const request_setup *setup)
     if (r->prompt == NULL || r->seqs == NULL)
         goto fail;
     memcpy(r->prompt, p->prompt, p->n_prompt * sizeof *r->prompt);
+    if (r->spec_max_draft > 0 && p->n_prediction > 0) {
+        r->prediction = malloc(p->n_prediction * sizeof *r->prediction);
+        if (r->prediction == NULL)
+            goto fail;
+        memcpy(r->prediction, p->prediction,
+               p->n_prediction * sizeof *r->prediction);
+        r->n_prediction = p->n_prediction;
+    }
     if (p->sampling.n_logit_bias > 0) {
         r->bias = malloc(p->sampling.n_logit_bias * sizeof *r->bias);
         if (r->bias == NULL)

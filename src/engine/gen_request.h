@@ -77,6 +77,10 @@ typedef struct gen_params {
     /* Speculative decoding by prompt lookup: 0 the engine's default,
      * > 0 on, < 0 off.  It never changes the answer, only its speed. */
     int speculative;
+    /* NULL, or what the client expects most of the answer to be (OpenAI's
+     * Predicted Outputs): speculation's first source of drafts; copied. */
+    const int32_t *prediction;
+    size_t n_prediction;
 } gen_params;
 
 /* One scored token: a prompt token (when scoring) or a generated one. */

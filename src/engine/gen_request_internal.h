@@ -85,8 +85,10 @@ struct gen_request {
     size_t max_seqs;               /* that caller's limits (resolved) */
     size_t max_queued;
     size_t max_sessions;
-    double cost;           /* prompt + n x max_tokens: what admission charges */
-    double t_submit;       /* when it was queued (engine_admit.c) */
+    double cost;         /* prompt + n x max_tokens: what admission charges */
+    double t_submit;     /* when it was queued (engine_admit.c) */
+    int32_t *prediction; /* NULL or a copy of gen_params' */
+    size_t n_prediction;
     size_t spec_max_draft; /* drafts a sequence may have verified in a
                                    step; 0: no speculative decoding */
 

@@ -8,7 +8,8 @@
 
 #include <string.h>
 
-size_t prompt_lookup(const int32_t *text, size_t len, size_t max,
+size_t prompt_lookup(const int32_t *source, size_t n_source,
+                     const int32_t *text, size_t len, size_t max,
                      const int32_t **draft)
 {
     *draft = NULL;
@@ -16,17 +17,16 @@ size_t prompt_lookup(const int32_t *text, size_t len, size_t max,
         return 0;
     for (size_t n = PROMPT_LOOKUP_MAX_NGRAM; n >= PROMPT_LOOKUP_MIN_NGRAM;
          n--) {
-        if (len <= n)
+        if (len < n || n_source <= n)
             continue;
         const int32_t *suffix = text + len - n;
-        /* an occurrence at i ends before the suffix starts: at least one
-         * token follows it */
-        for (size_t i = len - n; i-- > 0;) {
-            if (text[i] != suffix[0] ||
-                memcmp(text + i, suffix, n * sizeof *text) != 0)
+        /* an occurrence at i has a token after it: i + n < n_source */
+        for (size_t i = n_source - n; i-- > 0;) {
+            if (source[i] != suffix[0] ||
+                memcmp(source + i, suffix, n * sizeof *source) != 0)
                 continue;
-            size_t avail = len - (i + n);
-            *draft = text + i + n;
+            size_t avail = n_source - (i + n);
+            *draft = source + i + n;
             return avail < max ? avail : max;
         }
     }

@@ -20,10 +20,13 @@
 #define PROMPT_LOOKUP_MAX_NGRAM 4
 #define PROMPT_LOOKUP_MIN_NGRAM 2
 
-/* The proposal for what follows text[0..len): sets *draft to where it
- * starts inside `text` and returns its length, at most `max`; 0 when the
- * text's end occurred nowhere before. */
-size_t prompt_lookup(const int32_t *text, size_t len, size_t max,
+/* The proposal for what follows text[0..len) from `source` (the text
+ * itself, or a prediction of it the client sent): sets *draft to where it
+ * starts inside `source` and returns its length, at most `max`; 0 when the
+ * text's end occurs nowhere in `source` with a token after it (the text's
+ * own end, when source is the text, does not count). */
+size_t prompt_lookup(const int32_t *source, size_t n_source,
+                     const int32_t *text, size_t len, size_t max,
                      const int32_t **draft);
 
 #endif

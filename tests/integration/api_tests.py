@@ -849,6 +849,64 @@ class T3Streaming(ApiCase):
             r = c.post("/v1/completions", {"prompt": "x", "speculative": bad})
             self.assert_error(r, 400, "speculative")
 
+    def test_prediction_speeds_the_answer_it_predicts_and_changes_nothing(self):
+        """OpenAI's Predicted Outputs: `prediction` is proposed first.  The
+        answer itself as the prediction (an answer whose text tokenizes
+        back to its own tokens: a random model's often does not) is
+        accepted whole; another text is rejected; the answer is the same in
+        every case, on both endpoints.  Bad shapes are 400s naming the
+        field."""
+        c = main_client()
+        base = {"max_tokens": 20, "temperature": 0, "logit_bias": NO_EOT,
+                "return_token_ids": True}
+        for path, key, text_of in (
+                ("/v1/completions", "prompt",
+                 lambda b: b["choices"][0]["text"]),
+                ("/v1/chat/completions", "messages",
+                 lambda b: b["choices"][0]["message"]["content"])):
+            for words in range(40):
+                text = vocab().decode(word_prompt(100 + words, 4)).decode()
+                req = dict(base, **{key: text if key == "prompt" else
+                                    [{"role": "user", "content": text}]})
+                plain = c.post(path, dict(req, speculative=False))
+                self.assertEqual(plain.status, 200, plain.body[:200])
+                answer = text_of(plain.json)
+                ids = plain.json["choices"][0]["token_ids"]
+                if c.post("/tokenize", {"content": answer}).json["tokens"] == ids:
+                    break
+            else:
+                self.fail("no answer of %s tokenizes back to itself" % path)
+            for prediction, whole in (
+                    ({"type": "content", "content": answer}, True),
+                    ({"type": "content",
+                      "content": [{"type": "text", "text": answer[:5]},
+                                  {"type": "text", "text": answer[5:]}]},
+                     True),
+                    ({"type": "content", "content": " zebra" * 30}, False)):
+                r = c.post(path, dict(req, prediction=prediction))
+                self.assertEqual(r.status, 200, r.body[:200])
+                self.assertEqual(text_of(r.json), answer)
+                d = r.json["usage"]["completion_tokens_details"]
+                if whole:
+                    # after the first token each step keeps 8 and its own
+                    after_first = len(ids) - 1
+                    self.assertEqual(d, {
+                        "accepted_prediction_tokens":
+                            after_first - (after_first + 8) // 9,
+                        "rejected_prediction_tokens": 0})
+                else:
+                    self.assertGreater(d["rejected_prediction_tokens"], 0)
+        for bad, param in (("text", "prediction"),
+                           ({"type": "text", "content": "x"}, "prediction.type"),
+                           ({"type": "content", "content": 5},
+                            "prediction.content"),
+                           ({"type": "content", "content": [{"type": "image"}]},
+                            "prediction.content"),
+                           ({"type": "content", "content": " a" * 100},
+                            "prediction")):
+            r = c.post("/v1/completions", {"prompt": "x", "prediction": bad})
+            self.assert_error(r, 400, param)
+
     def test_text_offsets_index_the_text_received(self):
         """text_offset counts characters of the text the client receives,
         from the prompt's start, echoed or not.  Token bytes that are not

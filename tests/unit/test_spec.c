@@ -40,10 +40,10 @@ START_TEST(test_lookup_proposes_what_followed_the_nearest_occurrence)
     /* "7 8" occurs at 0 (then 1 2) and at 4 (then 5 6): the nearest wins */
     const int32_t text[] = { 7, 8, 1, 2, 7, 8, 5, 6, 9, 7, 8 };
     const int32_t *d = NULL;
-    size_t n = prompt_lookup(text, 11, 8, &d);
+    size_t n = prompt_lookup(text, 11, text, 11, 8, &d);
     ck_assert_uint_eq(n, 5); /* 5 6 9 7 8: up to the text's end */
     ck_assert_ptr_eq(d, text + 6);
-    ck_assert_uint_eq(prompt_lookup(text, 11, 2, &d), 2);
+    ck_assert_uint_eq(prompt_lookup(text, 11, text, 11, 2, &d), 2);
     ck_assert_ptr_eq(d, text + 6);
 }
 END_TEST
@@ -53,7 +53,7 @@ START_TEST(test_lookup_prefers_the_longest_ngram)
     /* "2 3" is nearest at 6, but "1 2 3" occurs only at 0 */
     const int32_t text[] = { 1, 2, 3, 4, 9, 9, 2, 3, 5, 1, 2, 3 };
     const int32_t *d = NULL;
-    ck_assert_uint_eq(prompt_lookup(text, 12, 1, &d), 1);
+    ck_assert_uint_eq(prompt_lookup(text, 12, text, 12, 1, &d), 1);
     ck_assert_ptr_eq(d, text + 3);
 }
 END_TEST
@@ -63,13 +63,13 @@ START_TEST(test_lookup_finds_nothing_without_a_repeat)
     const int32_t text[] = { 1, 2, 3, 4, 5, 6, 1 };
     const int32_t *d = text;
     /* a single token is too short to count as a match */
-    ck_assert_uint_eq(prompt_lookup(text, 7, 8, &d), 0);
+    ck_assert_uint_eq(prompt_lookup(text, 7, text, 7, 8, &d), 0);
     ck_assert_ptr_null(d);
-    ck_assert_uint_eq(prompt_lookup(text, 1, 8, &d), 0);
-    ck_assert_uint_eq(prompt_lookup(text, 0, 8, &d), 0);
+    ck_assert_uint_eq(prompt_lookup(text, 1, text, 1, 8, &d), 0);
+    ck_assert_uint_eq(prompt_lookup(text, 0, text, 0, 8, &d), 0);
     /* and no draft is asked for */
     const int32_t rep[] = { 4, 4, 4, 4 };
-    ck_assert_uint_eq(prompt_lookup(rep, 4, 0, &d), 0);
+    ck_assert_uint_eq(prompt_lookup(rep, 4, rep, 4, 0, &d), 0);
 }
 END_TEST
 
@@ -78,8 +78,23 @@ START_TEST(test_lookup_continues_a_repetition_into_itself)
     /* "4 4" last seen at 1: what follows overlaps the suffix itself */
     const int32_t rep[] = { 4, 4, 4, 4 };
     const int32_t *d = NULL;
-    ck_assert_uint_eq(prompt_lookup(rep, 4, 8, &d), 1);
+    ck_assert_uint_eq(prompt_lookup(rep, 4, rep, 4, 8, &d), 1);
     ck_assert_int_eq(d[0], 4);
+}
+END_TEST
+
+/* A prediction the client sent is a source of its own: the text's end is
+ * looked up in it, and what follows there is proposed, to its end. */
+START_TEST(test_lookup_in_a_separate_source)
+{
+    const int32_t prediction[] = { 5, 6, 7, 8, 9, 10 };
+    const int32_t text[] = { 1, 2, 6, 7 };
+    const int32_t *d = NULL;
+    ck_assert_uint_eq(prompt_lookup(prediction, 6, text, 4, 8, &d), 3);
+    ck_assert_ptr_eq(d, prediction + 3);
+    /* the source's own end has nothing after it */
+    const int32_t ends[] = { 1, 2, 9, 10 };
+    ck_assert_uint_eq(prompt_lookup(prediction, 6, ends, 4, 8, &d), 0);
 }
 END_TEST
 
@@ -426,6 +441,44 @@ START_TEST(test_spec_request_may_turn_it_off)
 }
 END_TEST
 
+/* A prediction (Predicted Outputs) that is the answer itself is proposed
+ * whole and accepted; one that is something else is rejected: the answer
+ * is the same either way. */
+START_TEST(test_spec_prediction_is_proposed_and_never_changes_the_answer)
+{
+    size_t n = 0, m = 0;
+    int32_t *prompt = encode("Once upon a time", &n);
+    int32_t *wrong = encode(" the rain in Spain falls mainly on the plain, "
+                            "the rain in Spain",
+                            &m);
+    engine *e = open_engine(8, 2);
+    gen_params p = params(prompt, n, LONG);
+    answer plain, right, other;
+    p.speculative = -1;
+    run_all(e, &p, 1, &plain);
+    p.speculative = 1;
+    p.prediction = plain.seq[0].tokens;
+    p.n_prediction = plain.seq[0].n_tokens;
+    run_all(e, &p, 1, &right);
+    assert_same_answer(&right, &plain, "the answer as its prediction");
+    /* every proposal holds: after the first token (the prompt's step),
+     * each step keeps 8 and the model's own token after them, the last
+     * step what is left */
+    const size_t after_first = plain.seq[0].n_tokens - 1;
+    ck_assert_uint_eq(right.usage.accepted_tokens, right.usage.draft_tokens);
+    ck_assert_uint_eq(right.usage.accepted_tokens,
+                      after_first - (after_first + 8) / 9);
+    p.prediction = wrong;
+    p.n_prediction = m;
+    run_all(e, &p, 1, &other);
+    assert_same_answer(&other, &plain, "another text as its prediction");
+    ck_assert_uint_gt(other.usage.draft_tokens, other.usage.accepted_tokens);
+    engine_destroy(e);
+    free(prompt);
+    free(wrong);
+}
+END_TEST
+
 /* Last in its case: the cases before it must have both kept drafts and
  * rolled some back, or the comparisons above proved less than they say. */
 START_TEST(test_spec_cases_exercised_acceptance_and_rejection)
@@ -448,6 +501,7 @@ static Suite *spec_suite(void)
     tcase_add_test(lookup, test_lookup_prefers_the_longest_ngram);
     tcase_add_test(lookup, test_lookup_finds_nothing_without_a_repeat);
     tcase_add_test(lookup, test_lookup_continues_a_repetition_into_itself);
+    tcase_add_test(lookup, test_lookup_in_a_separate_source);
     suite_add_tcase(s, lookup);
 
     TCase *policy = tcase_create("policy");
@@ -469,6 +523,8 @@ static Suite *spec_suite(void)
     tcase_add_test(same, test_spec_up_to_the_end_of_the_context);
     tcase_add_test(same, test_spec_session_turns_are_bit_identical);
     tcase_add_test(same, test_spec_request_may_turn_it_off);
+    tcase_add_test(
+        same, test_spec_prediction_is_proposed_and_never_changes_the_answer);
     suite_add_tcase(s, same);
     return s;
 }
