@@ -1373,10 +1373,11 @@ static int speculate(bench *b, size_t batch)
         qsort(t[x], SPEC_STEPS, sizeof t[x][0], cmp_double);
         ms[x] = t[x][SPEC_STEPS / 2] * 1e3;
     }
-    printf("verifying k drafts a sequence, batch %zu at position %d (median "
-           "of %d steps, the k interleaved):\n  k    step ms  x plain   speed-up at acceptance "
-           "0.3 / 0.6 / 0.9\n",
-           batch, PROMPT, SPEC_STEPS);
+    printf(
+        "verifying k drafts a sequence, batch %zu at position %d (median "
+        "of %d steps, the k interleaved):\n  k    step ms  x plain   speed-up at acceptance "
+        "0.3 / 0.6 / 0.9\n",
+        batch, PROMPT, SPEC_STEPS);
     static const double accept[3] = { 0.3, 0.6, 0.9 };
     double best[3] = { 0 };
     size_t best_k[3] = { 0 };

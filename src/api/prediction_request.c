@@ -13,8 +13,7 @@
 static int read_content(json_t *c, gpt2d_buf *out, api_error *e)
 {
     if (json_is_string(c))
-        return buf_append(out, json_string_value(c), json_string_length(c)) ==
-                       0
+        return buf_append(out, json_string_value(c), json_string_length(c)) == 0
                    ? 0
                    : api_error_set(e, 500, NULL, "out of memory");
     if (!json_is_array(c))
@@ -32,8 +31,8 @@ static int read_content(json_t *c, gpt2d_buf *out, api_error *e)
                                  "prediction.content[%zu] must be "
                                  "{\"type\": \"text\", \"text\": \"...\"}",
                                  j);
-        if (buf_append(out, json_string_value(text), json_string_length(text)) !=
-            0)
+        if (buf_append(out, json_string_value(text),
+                       json_string_length(text)) != 0)
             return api_error_set(e, 500, NULL, "out of memory");
     }
     return 0;
@@ -51,15 +50,16 @@ int api_prediction_parse(json_t *root, const tokenizer *tok, size_t n_ctx,
         return api_error_set(e, 400, "prediction",
                              "prediction must be an object");
     json_t *type = json_object_get(p, "type");
-    if (!json_is_string(type) || strcmp(json_string_value(type), "content") != 0)
+    if (!json_is_string(type) ||
+        strcmp(json_string_value(type), "content") != 0)
         return api_error_set(e, 400, "prediction.type",
                              "prediction.type must be \"content\"");
     gpt2d_buf text = { 0 };
     int rc = read_content(json_object_get(p, "content"), &text, e);
     gpt2d_error err;
     if (rc == 0 && text.len > 0 &&
-        tokenizer_encode_most(tok, (const char *)text.data, text.len, n_ctx, ids, n, &err) !=
-            0)
+        tokenizer_encode_most(tok, (const char *)text.data, text.len, n_ctx,
+                              ids, n, &err) != 0)
         rc = api_error_set(e, 500, NULL, "tokenizer: %s", err.message);
     buf_free(&text);
     if (rc == 0 && *n > n_ctx) {
