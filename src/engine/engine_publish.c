@@ -100,8 +100,7 @@ static void apply_sample(engine *e, gen_request *r, size_t i,
 
 /* With the request lock held: a decode row's token, or a verified draft's
  * tokens in order while the sequence goes on. */
-static void apply_samples(engine *e, gen_request *r, const sample_job *j,
-                          double now)
+static void apply_samples(engine *e, gen_request *r, sample_job *j, double now)
 {
     size_t applied = 0;
     for (size_t t = 0; t < j->n_emitted; t++) {
@@ -117,6 +116,7 @@ static void apply_samples(engine *e, gen_request *r, const sample_job *j,
         r->usage.draft_tokens += j->n_draft;
         r->usage.accepted_tokens += applied < accepted ? applied : accepted;
     }
+    j->n_applied = applied;
 }
 
 /* Applies the step's prompt scores (`scores`) or its samples.  The engine
@@ -126,7 +126,7 @@ static void apply_samples(engine *e, gen_request *r, const sample_job *j,
 static void apply_jobs(engine *e, bool scores, double now)
 {
     for (size_t k = 0; k < e->n_jobs; k++) {
-        const sample_job *j = &e->jobs[k];
+        sample_job *j = &e->jobs[k];
         gen_request *r = j->r;
         if ((j->seq == SIZE_MAX) != scores)
             continue;
@@ -177,14 +177,8 @@ static void commit_step(engine *e, size_t n_entries)
         const batch_entry *be = &e->entries[b];
         gen_request *r = be->r;
         const seq_state *s = &r->seqs[be->seq];
-        if (be->n_draft > 0) {
-            /* the rows computed on accepted tokens; the rest go back */
-            kvcache_seq_commit(e->kv, s->kv, e->batch[b].tokens,
-                               e->jobs[be->job].n_emitted);
-            kvcache_seq_trim(e->kv, s->kv);
-            spec_settle(e, be);
-            continue;
-        }
+        if (be->n_draft > 0)
+            continue; /* commit_drafts, once the samples are applied */
         kvcache_seq_commit(e->kv, s->kv, e->batch[b].tokens, be->n_rows);
         if (be->prefill && !be->resume &&
             be->start + be->n_rows == r->n_prompt && r->max_tokens > 0)
@@ -194,12 +188,31 @@ static void commit_step(engine *e, size_t n_entries)
     }
 }
 
+/* After the samples: a decode row with drafts keeps the K/V of the rows
+ * whose tokens the answer took, as plain decoding would have computed
+ * them (a stop string or the end token may end it before the last
+ * accepted draft); the rest, and their blocks, go back. */
+static void commit_drafts(engine *e, size_t n_entries)
+{
+    for (size_t b = 0; b < n_entries; b++) {
+        const batch_entry *be = &e->entries[b];
+        if (be->n_draft == 0)
+            continue;
+        const seq_state *s = &be->r->seqs[be->seq];
+        kvcache_seq_commit(e->kv, s->kv, e->batch[b].tokens,
+                           e->jobs[be->job].n_applied);
+        kvcache_seq_trim(e->kv, s->kv);
+        spec_settle(e, be);
+    }
+}
+
 void publish_step(engine *e, size_t n_entries, double now)
 {
     commit_step(e, n_entries);
     apply_jobs(e, true, now);
     prefill_done(e, n_entries);
     apply_jobs(e, false, now);
+    commit_drafts(e, n_entries);
     lens_progress(e);
 }
 

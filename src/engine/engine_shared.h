@@ -102,10 +102,12 @@ typedef struct sample_job {
     /* A decode row with drafts verifies them: this job samples its first
      * row and, while the tokens drawn are the drafts, the next rows, into
      * the n_draft jobs after it (each a `follower`, run by this one).
-     * n_emitted: the rows whose samples stand (1 + drafts accepted). */
+     * n_emitted: the rows whose samples stand (1 + drafts accepted);
+     * n_applied: those of them the answer took (it may end sooner). */
     size_t n_draft;
     bool follower;
     size_t n_emitted;
+    size_t n_applied;
 } sample_job;
 
 struct engine {

@@ -202,6 +202,7 @@ typedef struct answer {
         size_t n_tokens;
         char text[2048];
         size_t text_len;
+        size_t text_end[MAX_GEN]; /* text_len after each token */
         finish_reason finish;
     } seq[MAX_SEQ];
     gen_usage usage;
@@ -231,6 +232,7 @@ static void read_answer(gen_request *r, answer *a)
         for (size_t k = 0; k < out->n_tokens; k++) {
             a->seq[i].tokens[k] = out->tokens[k].token;
             a->seq[i].logprobs[k] = out->tokens[k].logprob;
+            a->seq[i].text_end[k] = out->token_text_end[k];
         }
         memcpy(a->seq[i].text, out->text, out->text_len);
         a->seq[i].text_len = out->text_len;
@@ -479,6 +481,50 @@ START_TEST(test_spec_prediction_is_proposed_and_never_changes_the_answer)
 }
 END_TEST
 
+/* A stop string that ends the answer in the middle of a step's accepted
+ * drafts: the tokens after it are not kept, in the answer nor in the
+ * session's cached history, which is what plain decoding leaves. */
+START_TEST(test_spec_stop_inside_a_step_keeps_what_plain_decoding_keeps)
+{
+    size_t n = 0;
+    int32_t *prompt = encode("Once upon a time", &n);
+    engine *spec = open_engine(8, 2), *plain = open_engine(0, 2);
+    gen_params p = params(prompt, n, LONG);
+    answer whole;
+    run_all(plain, &p, 1, &whole);
+    ck_assert_uint_gt(whole.seq[0].n_tokens, 12);
+    /* the text of tokens 10 and 11, wherever it first occurs */
+    char stop[256];
+    const size_t from = whole.seq[0].text_end[9],
+                 to = whole.seq[0].text_end[11];
+    ck_assert_uint_gt(to, from);
+    ck_assert_uint_lt(to - from, sizeof stop);
+    memcpy(stop, whole.seq[0].text + from, to - from);
+    stop[to - from] = '\0';
+    p.stop[0] = stop;
+    p.n_stop = 1;
+    p.session_id = "stopped";
+    answer a, b;
+    run_all(plain, &p, 1, &b);
+    /* the answer itself as the prediction: whole steps of drafts held */
+    p.prediction = whole.seq[0].tokens;
+    p.n_prediction = whole.seq[0].n_tokens;
+    run_all(spec, &p, 1, &a);
+    assert_same_answer(&a, &b, "stopped inside a step");
+    ck_assert_int_eq(a.seq[0].finish, FINISH_STOP);
+    ck_assert_uint_gt(a.usage.accepted_tokens, 0);
+    engine_session_info sa, sb;
+    ck_assert_uint_eq(
+        engine_sessions(spec, (uint8_t[SHA256_BYTES]){ 0 }, &sa, 1), 1);
+    ck_assert_uint_eq(
+        engine_sessions(plain, (uint8_t[SHA256_BYTES]){ 0 }, &sb, 1), 1);
+    ck_assert_uint_eq(sa.kv.n_tokens, sb.kv.n_tokens);
+    engine_destroy(spec);
+    engine_destroy(plain);
+    free(prompt);
+}
+END_TEST
+
 /* Last in its case: the cases before it must have both kept drafts and
  * rolled some back, or the comparisons above proved less than they say. */
 START_TEST(test_spec_cases_exercised_acceptance_and_rejection)
@@ -525,6 +571,8 @@ static Suite *spec_suite(void)
     tcase_add_test(same, test_spec_request_may_turn_it_off);
     tcase_add_test(
         same, test_spec_prediction_is_proposed_and_never_changes_the_answer);
+    tcase_add_test(
+        same, test_spec_stop_inside_a_step_keeps_what_plain_decoding_keeps);
     suite_add_tcase(s, same);
     return s;
 }
