@@ -415,8 +415,12 @@ static void verify_drafts(engine *e, sample_job *head, size_t worker)
         sample_row(e, j, worker, g + t, state);
         head->n_emitted = t + 1;
         const int32_t tok = j->result.token;
+        /* nor past a token that ends the answer as plain decoding would
+         * (the end token, a constraint failed or complete) */
         if (t == k || tok != s->generated[g + t] || tok == TOKENIZER_EOT ||
-            (r->grammar != NULL && j->constraint_failed))
+            (r->grammar != NULL &&
+             (j->constraint_failed ||
+              grammar_complete(r->grammar, j->constraint))))
             return;
         state = j->constraint;
     }
