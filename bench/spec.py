@@ -3,7 +3,7 @@
 
     python3 bench/spec.py --build BUILD --model DIR --heldout FILE
         [--streams 1,8] [--tokens 128] [--requests 8] [--repeats 3]
-        [--dtype float32] [--passage 320]
+        [--dtype float32] [--passage 320] [--server-args "..."]
 
 Starts one gpt2d (--slots 8, --threads 2) on the model and, for each
 workload and each number of concurrent streams K, sends --requests
@@ -136,6 +136,10 @@ def main(argv):
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--passage", type=int, default=320)
+    ap.add_argument("--server-args", default="",
+                    help="more gpt2d options, e.g. --test-speculate-always "
+                         "(every draft found verified: what the cost rule "
+                         "declined would have given)")
     args = ap.parse_args(argv)
     streams = [int(s) for s in args.streams.split(",")]
     texts = heldout_texts(args.heldout)
@@ -143,7 +147,7 @@ def main(argv):
     with tempfile.TemporaryDirectory(prefix="gpt2d-spec-") as work:
         server = Server(os.path.join(args.build, "src", "gpt2d"), args.model,
                         work, ["--dtype", args.dtype, "--threads", "2",
-                               "--slots", "8"])
+                               "--slots", "8"] + args.server_args.split())
         server.start(timeout=600)
         try:
             c = server.client(timeout=600)
