@@ -172,6 +172,7 @@ static void *engine_main(void *arg)
             if (e->n_lens == 0)
                 step_budget_observe(&e->budget, rows - prefill_rows,
                                     prefill_rows, took);
+            spec_observe(e, rows, prefill_rows, took);
         }
         pad_step(e, t_step);
         /* the hold follows how long the streams waited for the step (a
@@ -229,6 +230,7 @@ static int engine_alloc_step(engine *e, gpt2d_error *err)
     e->plan = calloc(e->cfg.n_slots, sizeof *e->plan);
     e->spec_offers = calloc(rows, sizeof *e->spec_offers);
     e->spec_drafts = calloc(rows, sizeof *e->spec_drafts);
+    e->spec_seconds = calloc(rows + 1, sizeof *e->spec_seconds);
     /* an entry for every caller with work: at most one per queued or
      * running request, and one more (engine_fair.c) */
     e->n_callers_cap = e->cfg.max_queue + e->running_cap + 1;
@@ -239,7 +241,9 @@ static int engine_alloc_step(engine *e, gpt2d_error *err)
     e->masks = calloc(e->n_scratch * e->mask_words, sizeof *e->masks);
     if (!e->logits || !e->batch || !e->entries || !e->jobs || !e->lens ||
         !e->queue || !e->running || !e->plan || !e->spec_offers ||
-        !e->spec_drafts || !e->callers || !e->scratch || !e->masks)
+        !e->spec_drafts || !e->spec_seconds ||
+        spec_cost_init(&e->spec_cost, rows) != 0 || !e->callers ||
+        !e->scratch || !e->masks)
         return error_set(err, "engine: out of memory for %zu batch rows", rows);
     /* Touched now, as the KV pool is: a step may fill every row (a chunk
      * of echo scoring, the logit lens), and the memory is the daemon's from
@@ -425,6 +429,8 @@ void engine_destroy(engine *e)
     free(e->plan);
     free(e->spec_offers);
     free(e->spec_drafts);
+    free(e->spec_seconds);
+    spec_cost_free(&e->spec_cost);
     free(e->callers);
     free(e->queue);
     free(e->jobs);

@@ -38,6 +38,7 @@
 #include "core/threadpool.h"
 #include "engine/engine_types.h"
 #include "engine/gen_request_internal.h"
+#include "engine/spec_cost.h"
 #include "engine/spec_policy.h"
 #include "engine/step_budget.h"
 #include "kv/kvcache.h"
@@ -139,6 +140,8 @@ struct engine {
     preempt_victim *plan;        /* [n_slots]: engine thread only */
     spec_offer *spec_offers;     /* [max_batch_rows]: a step's drafts, */
     const int32_t **spec_drafts; /* engine thread only (engine_spec.c) */
+    double *spec_seconds;        /* [max_batch_rows + 1] */
+    spec_cost spec_cost;         /* each row count's step time */
     caller_state *callers;       /* [n_callers_cap]: fairness bookkeeping */
     size_t n_callers_cap;
     double
@@ -261,6 +264,9 @@ kv_begin_status pause_resume(engine *e, gen_request *r, size_t i, double now);
  * their measured acceptance pays for at this batch size, within `room`
  * rows.  Returns the rows added. */
 size_t spec_plan(engine *e, size_t n_entries, size_t room);
+/* The engine thread, after a step of `rows` rows (`prompt_rows` of them a
+ * prompt's) that took `seconds`: what a step of that size costs. */
+void spec_observe(engine *e, size_t rows, size_t prompt_rows, double seconds);
 /* Entry b's drafts were verified: what stands of them is known
  * (e->jobs[be->job].n_emitted); its acceptance and the metrics learn it. */
 void spec_settle(engine *e, const batch_entry *be);

@@ -15,10 +15,9 @@
  * after the first disagreement were computed on a wrong token: their K/V
  * is not committed and their blocks go back (kvcache_seq_trim).
  *
- * How many drafts: spec_policy.h's rule, with the step budget's fit of
- * the engine's own steps for the costs (a draft row costs what a decode
- * row does: it has its logits too) and each sequence's measured
- * acceptance.  That acceptance is per sequence, recent trials weighing
+ * How many drafts: spec_policy.h's rule, with each row count's measured
+ * step time (spec_cost.h: the engine's own decode steps, drafts or not)
+ * and each sequence's measured acceptance.  That acceptance is per sequence, recent trials weighing
  * more (SPEC_MEMORY per step), and drifts back to even odds while the
  * sequence does not draft, so a sequence whose drafts failed tries again
  * now and then: a draft that is always wrong costs a row every few steps.
@@ -32,13 +31,14 @@
 
 #include "core/metrics.h"
 #include "engine/prompt_lookup.h"
+#include "engine/spec_cost.h"
 #include "engine/spec_policy.h"
 
 /* Each step a trial's weight falls by this much. */
 #define SPEC_MEMORY 0.95
-/* Until the step budget knows the costs: a row costs this fraction of a
- * step's fixed cost (on this machine kind a batch of 16 streams about
- * doubles a 124M model's step). */
+/* Until any step is measured: a row costs this fraction of a step (on
+ * this machine kind a batch of 16 streams about doubles a 124M model's
+ * step). */
 #define SPEC_ROW_SHARE (1.0 / 16.0)
 
 /* The highest draft count sequence s may have at its length: its inputs
@@ -102,14 +102,15 @@ static void find_drafts(engine *e, size_t b, spec_offer *o,
     o->accept = (s->spec_hits + 1.0) / (s->spec_trials + 2.0);
 }
 
-/* The step budget's fit when it tells the costs apart and they make
- * sense, else the prior. */
-static spec_costs step_costs(const engine *e)
+/* seconds[d], d = 0..room: a step of n + d rows, as measured
+ * (spec_cost.h); until a row count is measured, a row at 1/16 of a step. */
+static void step_seconds(const engine *e, size_t n, size_t room,
+                         double *seconds)
 {
-    const step_budget *b = &e->budget;
-    if (b->known && b->fixed_seconds > 0.0 && b->decode_row_seconds > 0.0)
-        return (spec_costs){ b->fixed_seconds, b->decode_row_seconds };
-    return (spec_costs){ 1.0, SPEC_ROW_SHARE };
+    for (size_t d = 0; d <= room; d++) {
+        const double t = spec_cost_seconds(&e->spec_cost, n + d);
+        seconds[d] = t > 0.0 ? t : 1.0 + SPEC_ROW_SHARE * (double)(n + d);
+    }
 }
 
 /* Makes entry b's row carry k drafts from `draft`. */
@@ -139,9 +140,11 @@ size_t spec_plan(engine *e, size_t n_entries, size_t room)
     }
     if (!any)
         return 0;
-    const spec_costs costs = step_costs(e);
-    size_t added = spec_policy_allocate(offers, n_entries, room, &costs,
-                                        e->cfg.spec_ignore_cost);
+    if (n_entries + room > e->cfg.max_batch_rows)
+        room = e->cfg.max_batch_rows - n_entries;
+    step_seconds(e, n_entries, room, e->spec_seconds);
+    size_t added = spec_policy_allocate(
+        offers, n_entries, room, e->spec_seconds, e->cfg.spec_ignore_cost);
     for (size_t b = 0; b < n_entries; b++)
         if (offers[b].k > 0)
             add_drafts(e, b, drafts[b], offers[b].k);
@@ -157,4 +160,10 @@ void spec_settle(engine *e, const batch_entry *be)
     s->spec_hits += (double)accepted;
     s->spec_trials += (double)(accepted < k ? accepted + 1 : k);
     metrics_spec_verified(k, accepted);
+}
+
+void spec_observe(engine *e, size_t rows, size_t prompt_rows, double seconds)
+{
+    if (prompt_rows == 0 && e->n_lens == 0)
+        spec_cost_observe(&e->spec_cost, rows, seconds);
 }

@@ -18,6 +18,7 @@
 
 #include "engine/engine.h"
 #include "engine/prompt_lookup.h"
+#include "engine/spec_cost.h"
 #include "engine/spec_policy.h"
 #include "model/model.h"
 #include "text/tokenizer.h"
@@ -98,47 +99,93 @@ START_TEST(test_lookup_in_a_separate_source)
 }
 END_TEST
 
+/* ---- spec_cost: each row count's measured step ---- */
+
+START_TEST(test_cost_averages_each_row_count_and_fills_the_gaps)
+{
+    spec_cost c;
+    ck_assert_int_eq(spec_cost_init(&c, 32), 0);
+    /* nothing measured: unknown */
+    ck_assert(spec_cost_seconds(&c, 4) == 0.0);
+    spec_cost_observe(&c, 4, 2.0);
+    spec_cost_observe(&c, 4, 4.0);
+    ck_assert_double_eq_tol(spec_cost_seconds(&c, 4), 3.0, 1e-12);
+    /* steps of prompts do not count; neither do rows past the table */
+    spec_cost_observe(&c, 0, 9.0);
+    spec_cost_observe(&c, 33, 9.0);
+    spec_cost_observe(&c, 12, 7.0);
+    /* between two measured counts: on the line between them */
+    ck_assert_double_eq_tol(spec_cost_seconds(&c, 8), 5.0, 1e-12);
+    /* above the highest: a sixteenth of its step a row, so it gets tried */
+    ck_assert_double_eq_tol(spec_cost_seconds(&c, 20), 7.0 * 1.5, 1e-12);
+    /* below the lowest: never more than it */
+    ck_assert_double_eq_tol(spec_cost_seconds(&c, 2), 3.0, 1e-12);
+    /* the average follows a change: recent steps weigh at least 1/16 */
+    for (int i = 0; i < 200; i++)
+        spec_cost_observe(&c, 4, 1.0);
+    ck_assert_double_eq_tol(spec_cost_seconds(&c, 4), 1.0, 1e-3);
+    /* 12 rows, unseen for SPEC_COST_FRESH steps, is not yet seen again:
+     * estimated above 4's, then measured afresh */
+    for (int i = 0; i < SPEC_COST_FRESH; i++)
+        spec_cost_observe(&c, 4, 1.0);
+    ck_assert_double_eq_tol(spec_cost_seconds(&c, 12), 1.5, 1e-12);
+    spec_cost_observe(&c, 12, 2.0);
+    ck_assert_double_eq_tol(spec_cost_seconds(&c, 12), 2.0, 1e-12);
+    spec_cost_free(&c);
+}
+END_TEST
+
 /* ---- spec_policy: how many drafts pay ---- */
 
+/* seconds[d] of a step of n + d rows: `fixed` plus `row` a row. */
+static void linear(double *seconds, size_t n, size_t room, double fixed,
+                   double row)
+{
+    for (size_t d = 0; d <= room; d++)
+        seconds[d] = fixed + row * (double)(n + d);
+}
+
 /* A lone stream whose step is nearly all the weights' read (a row 1/16 of
- * it) takes any draft with a fair chance: at acceptance 0.5, 0.5, 0.25 and
- * 0.125 pay, 0.0625 is under 1.875 x (1/16) / (1 + 4/16) = 0.094. */
+ * it) takes any draft with a fair chance: at acceptance 0.5, three drafts
+ * give 1.875 tokens in 1.25 steps (1.5 a step), four 1.9375 in 1.3125
+ * (1.476). */
 START_TEST(test_policy_lone_stream_drafts_what_has_a_fair_chance)
 {
-    const spec_costs c = { 1.0, 1.0 / 16 };
+    double t[101];
+    linear(t, 1, 100, 1.0, 1.0 / 16);
     spec_offer o = { .avail = 8, .accept = 0.5 };
-    ck_assert_uint_eq(spec_policy_allocate(&o, 1, 100, &c, false), 3);
+    ck_assert_uint_eq(spec_policy_allocate(&o, 1, 100, t, false), 3);
     ck_assert_uint_eq(o.k, 3);
     /* never more than found, nor than room */
     o.avail = 2;
-    ck_assert_uint_eq(spec_policy_allocate(&o, 1, 100, &c, false), 2);
+    ck_assert_uint_eq(spec_policy_allocate(&o, 1, 100, t, false), 2);
     o.avail = 8;
-    ck_assert_uint_eq(spec_policy_allocate(&o, 1, 3, &c, false), 3);
+    ck_assert_uint_eq(spec_policy_allocate(&o, 1, 2, t, false), 2);
     /* a sequence whose drafts fail drafts nothing */
     o.accept = 0.05;
-    ck_assert_uint_eq(spec_policy_allocate(&o, 1, 100, &c, false), 0);
+    ck_assert_uint_eq(spec_policy_allocate(&o, 1, 100, t, false), 0);
     ck_assert_uint_eq(o.k, 0);
 }
 END_TEST
 
-/* A full batch whose rows cost as much as the weights' read takes only
- * drafts worth more than tokens x row / step: 16 x 1 / (1 + 16) = 0.94. */
-START_TEST(test_policy_full_batch_drafts_only_what_is_nearly_sure)
+/* A full batch whose rows cost as much as the weights' read takes nothing
+ * below near-certainty; where the measured cost is flat (the weights'
+ * read still dominates) it drafts at a full batch too. */
+START_TEST(test_policy_full_batch_drafts_what_pays_for_its_rows)
 {
-    const spec_costs c = { 1.0, 1.0 };
+    double t[101];
     spec_offer o[16];
     for (size_t i = 0; i < 16; i++)
-        o[i] = (spec_offer){ .avail = 8, .accept = 0.9 };
-    ck_assert_uint_eq(spec_policy_allocate(o, 16, 100, &c, false), 0);
-    o[3].accept = 0.99;
-    /* 0.99 > 16 / 17; 0.98 > 16.99 / 18; ... 0.95 > 20.85 / 22; then
-     * 0.94 < 21.8 / 23 */
-    size_t n = spec_policy_allocate(o, 16, 100, &c, false);
-    ck_assert_uint_eq(n, 5);
-    ck_assert_uint_eq(o[3].k, n);
+        o[i] = (spec_offer){ .avail = 8, .accept = 0.6 };
+    linear(t, 16, 100, 1.0, 1.0);
+    ck_assert_uint_eq(spec_policy_allocate(o, 16, 100, t, false), 0);
+    /* flat to 32 rows, then steep: each sequence's first draft (0.6 each,
+     * 16 of them) fills the flat stretch */
+    for (size_t d = 0; d <= 100; d++)
+        t[d] = d <= 16 ? 1.0 : 1.0 + (double)(d - 16);
+    ck_assert_uint_eq(spec_policy_allocate(o, 16, 100, t, false), 16);
     for (size_t i = 0; i < 16; i++)
-        if (i != 3)
-            ck_assert_uint_eq(o[i].k, 0);
+        ck_assert_uint_eq(o[i].k, 1);
 }
 END_TEST
 
@@ -146,15 +193,18 @@ END_TEST
  * and the cost-blind mode (tests) takes all that room allows. */
 START_TEST(test_policy_takes_the_likeliest_drafts_first)
 {
-    const spec_costs c = { 1.0, 0.2 };
+    double t[101];
+    linear(t, 2, 100, 1.0, 0.2);
     spec_offer o[2] = { { .avail = 8, .accept = 0.3 },
                         { .avail = 8, .accept = 0.9 } };
-    size_t n = spec_policy_allocate(o, 2, 100, &c, false);
+    size_t n = spec_policy_allocate(o, 2, 100, t, false);
+    ck_assert_uint_gt(n, 0);
     ck_assert_uint_gt(o[1].k, o[0].k);
     ck_assert_uint_eq(n, o[0].k + o[1].k);
-    ck_assert_uint_eq(spec_policy_allocate(o, 2, 100, &c, true), 16);
-    ck_assert_uint_eq(spec_policy_allocate(o, 2, 5, &c, true), 5);
+    ck_assert_uint_eq(spec_policy_allocate(o, 2, 100, t, true), 16);
+    ck_assert_uint_eq(spec_policy_allocate(o, 2, 5, t, true), 5);
     ck_assert_uint_eq(o[0].k + o[1].k, 5);
+    ck_assert_uint_eq(o[1].k, 5); /* 0.9^5 = 0.59 > 0.3 */
 }
 END_TEST
 
@@ -554,7 +604,9 @@ static Suite *spec_suite(void)
     tcase_add_test(policy,
                    test_policy_lone_stream_drafts_what_has_a_fair_chance);
     tcase_add_test(policy,
-                   test_policy_full_batch_drafts_only_what_is_nearly_sure);
+                   test_policy_full_batch_drafts_what_pays_for_its_rows);
+    tcase_add_test(policy,
+                   test_cost_averages_each_row_count_and_fills_the_gaps);
     tcase_add_test(policy, test_policy_takes_the_likeliest_drafts_first);
     suite_add_tcase(s, policy);
 
