@@ -19,8 +19,7 @@ int spec_cost_init(spec_cost *c, size_t max_rows)
     c->weight = calloc(max_rows + 1, sizeof *c->weight);
     c->seen = calloc(max_rows + 1, sizeof *c->seen);
     c->steps = 0;
-    return c->seconds != NULL && c->weight != NULL && c->seen != NULL ? 0
-                                                                      : -1;
+    return c->seconds != NULL && c->weight != NULL && c->seen != NULL ? 0 : -1;
 }
 
 void spec_cost_free(spec_cost *c)

@@ -28,10 +28,10 @@
 #define SPEC_COST_FRESH 256
 
 typedef struct spec_cost {
-    double *seconds;  /* [max_rows + 1]: each row count's average step */
-    double *weight;   /* [max_rows + 1]: its observations, capped */
-    uint64_t *seen;   /* [max_rows + 1]: `steps` at its last observation */
-    uint64_t steps;   /* steps observed */
+    double *seconds; /* [max_rows + 1]: each row count's average step */
+    double *weight;  /* [max_rows + 1]: its observations, capped */
+    uint64_t *seen;  /* [max_rows + 1]: `steps` at its last observation */
+    uint64_t steps;  /* steps observed */
     size_t max_rows;
 } spec_cost;
 
