@@ -1,9 +1,10 @@
 /* main.c — start-up, signals and shut-down of the gpt2d daemon.
  *
  * Order: settings → log level → chat template → the KV cache directory's
- * lock → model → tokenizer → engine (KV slots allocated here, so memory is
- * known before we listen) → HTTP server → one summary line → wait for a
- * signal → drain → tear down in reverse.
+ * lock → the models (fleet.h: each one's weights, tokenizer and engine,
+ * its KV slots allocated there, so memory is known before we listen) →
+ * HTTP server → one summary line → wait for a signal → drain → tear down
+ * in reverse.
  *
  * Signals are blocked in every thread we start (the mask is inherited) and
  * taken synchronously with sigwait in the main thread.  Threads a library
@@ -17,7 +18,7 @@
  *                    cancel in-flight work within --drain-timeout, exit 0.
  *   SIGHUP           re-read the API keys (--api-key-file, GPT2D_API_KEY);
  *                    on error the old keys stay in force.  Nothing else is
- *                    reloaded: model and slots are fixed for the process.
+ *                    reloaded: models and slots are fixed for the process.
  *   SIGPIPE          ignored (a vanished client is an ordinary event).
  *   SIGXFSZ          ignored: a KV disk file over a file-size limit fails
  *                    its write (EFBIG), which the disk tier counts, rather
@@ -41,86 +42,28 @@
 #include "api/api.h"
 #include "api/api_body.h"
 #include "api/inspect_answer.h"
-#include "engine/engine.h"
+#include "fleet/fleet.h"
 #include "core/cpu.h"
-#include "grammar/grammar.h"
-#include "grammar/grammar_cache.h"
 #include "core/error.h"
 #include "http/http.h"
 #include "kv/kvcache.h"
 #include "kv/kvdir.h"
 #include "core/log.h"
-#include "model/model.h"
 #include "core/notify.h"
 #include "core/settings.h"
-#include "text/tokenizer.h"
 #include "api/workpool.h"
 
 /* Everything the daemon owns, torn down in reverse order of creation. */
 typedef struct daemon_state {
     settings cfg;
     kv_dir_lock kv_dir; /* --kv-cache-dir, ours until we exit */
-    model mdl;
-    bool model_loaded;
-    size_t kv_blocks; /* the KV cache's size, from the settings */
-    tokenizer *tok;
-    grammar_vocab *grammar_vocab; /* the tokens constraints mask */
-    grammar_cache *grammars;
-    size_t token_text_most; /* inspect_token_text_most(tok) */
-    chat_template chat;     /* all NULL until loaded */
-    engine *eng;
+    fleet *models;
+    chat_template chat; /* all NULL until loaded */
     token_budget *budget;
     workpool *work;
     api_ctx api;
     http_server *http;
 } daemon_state;
-
-static int load_tokenizer(daemon_state *d, gpt2d_error *err)
-{
-    char vocab_path[4096], merges_path[4096];
-    snprintf(vocab_path, sizeof vocab_path, "%s/vocab.json", d->cfg.model_dir);
-    snprintf(merges_path, sizeof merges_path, "%s/merges.txt",
-             d->cfg.model_dir);
-    if (tokenizer_load(&d->tok, vocab_path, merges_path, err) != 0)
-        return -1;
-    if (tokenizer_vocab_size(d->tok) > d->mdl.config.vocab_size)
-        return error_set(err,
-                         "%s: tokenizer has %zu tokens but the model only %zu",
-                         d->cfg.model_dir, tokenizer_vocab_size(d->tok),
-                         d->mdl.config.vocab_size);
-    return 0;
-}
-
-/* Structured output's tables: every token's bytes (a token id the tokenizer
- * does not have is never allowed), and the cache of compiled constraints. */
-#define GRAMMAR_CACHE_ENTRIES 64
-
-static int load_grammars(daemon_state *d, gpt2d_error *err)
-{
-    const size_t n = d->mdl.config.vocab_size;
-    const size_t known = tokenizer_vocab_size(d->tok);
-    const char **bytes = calloc(n, sizeof *bytes);
-    size_t *lens = calloc(n, sizeof *lens);
-    int rc = bytes == NULL || lens == NULL
-                 ? error_set(err, "out of memory for the grammar vocabulary")
-                 : 0;
-    for (size_t i = 0; rc == 0 && i < n; i++)
-        bytes[i] = i < known
-                       ? tokenizer_token_bytes(d->tok, (int32_t)i, &lens[i])
-                       : "";
-    if (rc == 0)
-        rc = grammar_vocab_create(&d->grammar_vocab, n, bytes, lens,
-                                  TOKENIZER_EOT, err);
-    free(bytes);
-    free(lens);
-    if (rc != 0)
-        return -1;
-    grammar_limits lim;
-    grammar_limits_default(&lim);
-    return grammar_cache_create(&d->grammars, d->grammar_vocab, &lim,
-                                GRAMMAR_CACHE_ENTRIES, d->cfg.grammar_memory,
-                                err);
-}
 
 static int write_port_file(const char *path, unsigned port, gpt2d_error *err)
 {
@@ -150,46 +93,6 @@ static const char *plural(size_t n)
  * (token_budget.h): with keys, as many keys as a large keys file holds;
  * without, that many client addresses at once. */
 #define BUDGET_CALLERS 4096
-
-/* The model's shapes the KV cache is sized by. */
-static kv_shape kv_shape_of(const model_config *mc)
-{
-    return (kv_shape){ .n_layer = mc->n_layer,
-                       .n_head = mc->n_head,
-                       .n_embd = mc->n_embd,
-                       .n_ctx = mc->n_ctx };
-}
-
-/* What the settings mean once the model's shapes are known: --kv-memory
- * becomes a count of KV blocks (without it, a full context for every slot),
- * and the slots must leave a step room for a prefill chunk.  -1 and a
- * message when they cannot work together. */
-static int plan_kv(daemon_state *d, gpt2d_error *err)
-{
-    settings *c = &d->cfg;
-    const kv_shape shape = kv_shape_of(&d->mdl.config);
-    const size_t block = kvcache_block_bytes(&shape, c->kv_half);
-    const size_t per_ctx = kvcache_blocks_per_context(&shape);
-    d->kv_blocks = c->slots * per_ctx;
-    if (c->kv_memory > 0) {
-        if (block == 0 || c->kv_memory / block < per_ctx)
-            return error_set(err,
-                             "--kv-memory of %zu bytes cannot hold one "
-                             "full context: that takes %zu bytes (%.1f MB) "
-                             "for this model (%s)",
-                             c->kv_memory, block * per_ctx,
-                             (double)(block * per_ctx) / (1 << 20),
-                             kv_dtype_name(c->kv_half));
-        d->kv_blocks = c->kv_memory / block;
-    }
-    if (c->max_batch_rows <= c->slots)
-        return error_set(err,
-                         "--max-batch-rows %zu must exceed the %zu KV "
-                         "slot%s: a step holds every slot's decode row plus a "
-                         "prefill chunk",
-                         c->max_batch_rows, c->slots, plural(c->slots));
-    return 0;
-}
 
 /* How long a request waits for a worker of the work pool, and for memory
  * for its answer, before it is refused (503 or 429, Retry-After). */
@@ -221,15 +124,32 @@ static int plan_response_memory(settings *c, gpt2d_error *err)
  * start. */
 static void plan_inspect_memory(daemon_state *d, bool defaulted)
 {
-    const model_config *m = &d->mdl.config;
-    size_t n = d->cfg.inspect_max_tokens > 0 &&
-                       d->cfg.inspect_max_tokens < m->n_ctx
-                   ? d->cfg.inspect_max_tokens
-                   : m->n_ctx;
-    size_t most = inspect_answer_most(
-        m->n_layer, m->n_head, n, d->cfg.inspect_max_attention,
-        d->token_text_most, sizeof((api_response *)NULL)->id,
-        strlen(d->mdl.name));
+    /* GPT-2 checkpoints share one tokenizer: the default model's longest
+     * token stands for every model's */
+    served_model *first = fleet_look(d->models, NULL);
+    if (first == NULL)
+        return;
+    const size_t token_text_most = first->token_text_most;
+    fleet_unlook(d->models, first);
+    fleet_model_info *info = calloc(FLEET_MAX_MODELS, sizeof *info);
+    if (info == NULL)
+        return;
+    size_t n_models = fleet_models(d->models, info, FLEET_MAX_MODELS);
+    size_t most = 0;
+    for (size_t i = 0; i < n_models && i < FLEET_MAX_MODELS; i++) {
+        const model_config *m = &info[i].config;
+        size_t n = d->cfg.inspect_max_tokens > 0 &&
+                           d->cfg.inspect_max_tokens < m->n_ctx
+                       ? d->cfg.inspect_max_tokens
+                       : m->n_ctx;
+        size_t one = inspect_answer_most(
+            m->n_layer, m->n_head, n, d->cfg.inspect_max_attention,
+            token_text_most, sizeof((api_response *)NULL)->id,
+            strlen(info[i].id));
+        if (one > most)
+            most = one;
+    }
+    free(info);
     if (d->cfg.response_memory / 2 >= most)
         return;
     if (defaulted) {
@@ -272,61 +192,26 @@ static int start(daemon_state *d, gpt2d_error *err)
     if (d->cfg.kv_cache_dir != NULL && d->cfg.kv_cache_dir[0] != '\0' &&
         kvdir_claim(&d->kv_dir, d->cfg.kv_cache_dir, err) != 0)
         return -2;
-    if (model_load_for(&d->mdl, d->cfg.model_dir, d->cfg.dtype, d->cfg.matmul,
-                       err) != 0)
-        return -1;
-    d->model_loaded = true;
-    if (plan_kv(d, err) != 0)
-        return -2;
-    if (load_tokenizer(d, err) != 0 || load_grammars(d, err) != 0)
-        return -1;
-    d->token_text_most = inspect_token_text_most(d->tok);
+    const int loaded = fleet_create(&d->models, &d->cfg,
+                                    inspect_token_text_most, err);
+    if (loaded != 0)
+        return loaded;
     plan_inspect_memory(d, memory_defaulted);
-    engine_config ec = {
-        .n_threads = d->cfg.threads,
-        .n_slots = d->cfg.slots,
-        .kv_blocks = d->kv_blocks,
-        .kv_half = d->cfg.kv_half,
-        .kv_disk_dir = d->cfg.kv_cache_dir,
-        .kv_disk_bytes = d->cfg.kv_disk,
-        .max_queue = d->cfg.max_queue,
-        .max_batch_rows = d->cfg.max_batch_rows,
-        .max_seqs_per_caller = d->cfg.max_seqs_per_key,
-        .max_queued_per_caller = d->cfg.max_queued_per_key,
-        .max_sessions_per_caller = d->cfg.max_sessions_per_key,
-        .prefill_share = d->cfg.prefill_share / 100.0,
-        .step_cost_limit = d->cfg.step_cost / 100.0,
-        .min_step_usec = d->cfg.test_min_step_us,
-        /* OpenBLAS rounds a row by the rows that share its call: drafts
-         * would change the answer, so no speculation there */
-        .spec_max_draft = d->mdl.matmul == MODEL_MATMUL_BLAS
-                              ? 0
-                              : d->cfg.speculative_tokens,
-        .spec_default = d->cfg.speculative,
-        .spec_ignore_cost = d->cfg.test_speculate_always,
-    };
-    if (engine_create(&d->eng, &d->mdl, d->tok, &ec, err) != 0 ||
-        token_budget_create(&d->budget, BUDGET_CALLERS, err) != 0)
+    if (token_budget_create(&d->budget, BUDGET_CALLERS, err) != 0)
         return -1;
     if (workpool_start(&d->work, d->cfg.threads, d->cfg.response_memory,
                        WORK_WAIT_MS, err) != 0)
         return -1;
     d->api = (api_ctx){
-        .eng = d->eng,
-        .tok = d->tok,
-        .mdl = &d->mdl,
+        .models = d->models,
         .work = d->work,
-        .n_slots = d->cfg.slots,
-        .kv_half = d->cfg.kv_half,
         .max_n = d->cfg.max_n,
         .max_stop_bytes = d->cfg.max_stop_bytes,
         .inspect_max_tokens = d->cfg.inspect_max_tokens,
         .inspect_max_attention = d->cfg.inspect_max_attention,
-        .longest_token_text = d->token_text_most,
         .log_prompts = d->cfg.log_prompts,
         .started = time(NULL),
         .chat = &d->chat,
-        .grammars = d->grammars,
         .budget = d->budget,
     };
     if (http_start(&d->http, &d->cfg, &d->api, err) != 0)
@@ -338,35 +223,57 @@ static int start(daemon_state *d, gpt2d_error *err)
     return 0;
 }
 
+/* One line for each model loaded at start. */
+static void log_model(const served_model *m, const settings *cfg)
+{
+    const model_config *c = &m->mdl.config;
+    const kv_shape shape = served_model_kv_shape(c);
+    double kv_mb = (double)kvcache_block_bytes(&shape, cfg->kv_half) *
+                   (double)m->kv_blocks / 1e6;
+    log_info("gpt2d: loaded %s: %zu layers, %zu heads, %zu wide, context %zu, "
+             "vocabulary %zu, %.1f MB of %s weights (matmul %s); %zu KV "
+             "slot%s, KV cache of %zu blocks of %d tokens = %.1f full contexts "
+             "(%.1f MB, %s%s)",
+             m->id, c->n_layer, c->n_head, c->n_embd, c->n_ctx, c->vocab_size,
+             (double)m->mdl.weight_bytes / 1e6, model_dtype_name(m->mdl.dtype),
+             model_matmul_name(m->mdl.matmul), cfg->slots, plural(cfg->slots),
+             m->kv_blocks, KV_BLOCK_TOKENS,
+             (double)m->kv_blocks / (double)kvcache_blocks_per_context(&shape),
+             kv_mb, kv_dtype_name(cfg->kv_half),
+             cfg->kv_memory > 0 ? ", sized by --kv-memory" : "");
+}
+
 static void log_summary(const daemon_state *d)
 {
-    const model_config *c = &d->mdl.config;
-    const kv_shape shape = kv_shape_of(c);
-    double kv_mb = (double)kvcache_block_bytes(&shape, d->cfg.kv_half) *
-                   (double)d->kv_blocks / 1e6;
-    log_info(
-        "gpt2d: loaded %s: %zu layers, %zu heads, %zu wide, context %zu, "
-        "vocabulary %zu, %.1f MB of %s weights (matmul %s); %zu KV slot%s, "
-        "KV cache of %zu blocks of %d tokens = %.1f full contexts (%.1f MB, "
-        "%s%s), %zu thread%s; listening on %s:%u",
-        d->mdl.name, c->n_layer, c->n_head, c->n_embd, c->n_ctx, c->vocab_size,
-        (double)d->mdl.weight_bytes / 1e6, model_dtype_name(d->mdl.dtype),
-        model_matmul_name(d->mdl.matmul), d->cfg.slots, plural(d->cfg.slots),
-        d->kv_blocks, KV_BLOCK_TOKENS,
-        (double)d->kv_blocks / (double)kvcache_blocks_per_context(&shape),
-        kv_mb, kv_dtype_name(d->cfg.kv_half),
-        d->cfg.kv_memory > 0 ? ", sized by --kv-memory" : "", d->cfg.threads,
-        plural(d->cfg.threads), d->cfg.host != NULL ? d->cfg.host : "*",
-        http_port(d->http));
+    served_model *loaded[FLEET_MAX_MODELS];
+    size_t n = fleet_look_loaded(d->models, loaded, FLEET_MAX_MODELS);
+    for (size_t i = 0; i < n; i++) {
+        log_model(loaded[i], &d->cfg);
+        fleet_unlook(d->models, loaded[i]);
+    }
+    fleet_model_info info[1];
+    size_t n_models = fleet_models(d->models, info, 1);
+    log_info("gpt2d: %zu model%s (%zu loaded, default %s), %zu thread%s; "
+             "listening on %s:%u",
+             n_models, plural(n_models), n, info[0].id, d->cfg.threads,
+             plural(d->cfg.threads), d->cfg.host != NULL ? d->cfg.host : "*",
+             http_port(d->http));
 }
 
 /* READY=1 with the line `systemctl status` shows while we serve. */
 static void notify_serving(const daemon_state *d, const char *note)
 {
-    notify_ready("Serving %s on %s:%u, %zu KV slot%s, %zu thread%s%s",
-                 d->mdl.name, d->cfg.host != NULL ? d->cfg.host : "*",
-                 http_port(d->http), d->cfg.slots, plural(d->cfg.slots),
-                 d->cfg.threads, plural(d->cfg.threads), note);
+    fleet_model_info info[1];
+    size_t n_models = fleet_models(d->models, info, 1);
+    char models[SERVED_MODEL_ID_MAX + 32];
+    if (n_models == 1)
+        snprintf(models, sizeof models, "%s", info[0].id);
+    else
+        snprintf(models, sizeof models, "%zu models", n_models);
+    notify_ready("Serving %s on %s:%u, %zu KV slot%s, %zu thread%s%s", models,
+                 d->cfg.host != NULL ? d->cfg.host : "*", http_port(d->http),
+                 d->cfg.slots, plural(d->cfg.slots), d->cfg.threads,
+                 plural(d->cfg.threads), note);
 }
 
 /* The main thread's id, for forward_to_main; written once before any
@@ -434,16 +341,10 @@ static void teardown(daemon_state *d)
      * engine. */
     http_stop(d->http);
     workpool_stop(d->work);
-    if (d->eng != NULL)
-        engine_destroy(d->eng);
+    fleet_free(d->models);
     token_budget_free(d->budget);
-    grammar_cache_free(d->grammars);
-    grammar_vocab_free(d->grammar_vocab);
-    tokenizer_free(d->tok);
     chat_template_free(&d->chat);
-    if (d->model_loaded)
-        model_free(&d->mdl);
-    /* after the engine: its KV cache wrote the sessions file on the way */
+    /* after the engines: its KV cache wrote the sessions file on the way */
     kvdir_release(&d->kv_dir);
     settings_free(&d->cfg);
 }
@@ -478,7 +379,8 @@ int main(int argc, char **argv)
     signal(SIGPIPE, SIG_IGN);
     signal(SIGXFSZ, SIG_IGN);
 
-    notify_status("Loading model %s", d.cfg.model_dir);
+    notify_status("Loading model %s",
+                  d.cfg.models.n > 0 ? d.cfg.models.item[0] : d.cfg.models_dir);
     int started = start(&d, &err);
     if (started != 0) {
         /* One line naming the problem, as the CLI tests expect, at error
@@ -498,7 +400,7 @@ int main(int argc, char **argv)
     notify_stopping("Draining: running requests have up to %d ms",
                     d.cfg.drain_ms);
     http_quiesce(d.http);
-    engine_shutdown(d.eng, d.cfg.drain_ms);
+    fleet_shutdown(d.models, d.cfg.drain_ms);
     /* Every request has now finished or been cancelled; give the connections
      * a moment to write their final events before they are closed. */
     if (!http_drain(d.http, SHUTDOWN_FLUSH_MS))

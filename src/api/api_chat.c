@@ -37,10 +37,10 @@
 #include <string.h>
 
 static int chat_parse(completion_request *req, const api_ctx *ctx,
-                      const completion_limits *lim, const char *body,
-                      size_t len, api_error *e)
+                      const served_model *served, const completion_limits *lim,
+                      json_t *root, api_error *e)
 {
-    return chat_request_parse(req, body, len, ctx->tok, ctx->chat, lim, e);
+    return chat_request_parse_root(req, root, served->tok, ctx->chat, lim, e);
 }
 
 /* {"token", "logprob", "bytes"}: the token as /v1/completions shows it,
@@ -66,7 +66,7 @@ static json_t *token_json(const tokenizer *tok, int32_t id, float logprob)
 static json_t *chat_logprobs(const completion_run *run, const gen_token *gen,
                              size_t from, size_t to)
 {
-    const tokenizer *tok = run->ctx->tok;
+    const tokenizer *tok = run->model->tok;
     json_t *content = json_array();
     for (size_t i = from; content != NULL && i < to; i++) {
         json_t *t = token_json(tok, gen[i].token, gen[i].logprob);

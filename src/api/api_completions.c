@@ -287,7 +287,7 @@ static int run_submit(completion_run *run, api_error *e, int *retry_after)
         .session_busy_wait_ms = SESSION_BUSY_GRACE_MS
     };
     engine_refusal why;
-    engine_status st = engine_submit(run->ctx->eng, &sub, run->reqs, &why);
+    engine_status st = engine_submit(run->model->eng, &sub, run->reqs, &why);
     free(gp);
     switch (st) {
     case ENGINE_OK:
@@ -409,40 +409,37 @@ static void respond_whole(completion_run *run, api_response *r)
     api_response_json(r, 200, body);
 }
 
-/* Parsing (JSON and tokenizing) as a job of the work pool. */
-typedef struct parse_job {
-    const completion_endpoint *ep;
-    completion_request *req;
-    const api_ctx *ctx;
-    const completion_limits *lim;
-    const char *body;
-    size_t len;
-    api_error *e;
-    grammar **grammar; /* the run's: its compiled constraint */
-    int rc;
-} parse_job;
-
 /* The request's constraint compiled, or found compiled: a grammar's syntax
  * or size is the request's fault (400, naming where it came from). */
-static int compile_constraint(parse_job *j)
+static int compile_constraint(completion_run *run, api_error *e)
 {
-    const api_constraint *c = &j->req->constraint;
+    const api_constraint *c = &run->req.constraint;
     if (c->gbnf == NULL)
         return 0;
     gpt2d_error err;
-    if (grammar_cache_get(j->ctx->grammars, c->gbnf, c->len, j->grammar,
+    if (grammar_cache_get(run->model->grammars, c->gbnf, c->len, &run->grammar,
                           &err) != 0)
-        return api_error_set(j->e, 400, c->param, "%s: %s", c->param,
-                             err.message);
+        return api_error_set(e, 400, c->param, "%s: %s", c->param, err.message);
     return 0;
 }
 
-static void parse_job_run(void *arg)
+/* The body into run->req for run->model, on the work pool (api_parse.h). */
+static int parse_for_model(void *arg, json_t *root, api_error *e)
 {
-    parse_job *j = arg;
-    j->rc = j->ep->parse(j->req, j->ctx, j->lim, j->body, j->len, j->e);
-    if (j->rc == 0)
-        j->rc = compile_constraint(j);
+    completion_run *run = arg;
+    const served_model *m = run->model;
+    const completion_limits lim = {
+        .n_ctx = m->mdl.config.n_ctx,
+        .vocab_size = tokenizer_vocab_size(m->tok),
+        .max_sequences = m->n_slots,
+        .max_n = run->ctx->max_n,
+        .max_stop_bytes = run->ctx->max_stop_bytes,
+        .kv_blocks = engine_kv_blocks(m->eng),
+        .token_budget = run->caller.limits.tokens_per_minute,
+    };
+    if (run->ep->parse(&run->req, run->ctx, m, &lim, root, e) != 0)
+        return -1;
+    return compile_constraint(run, e);
 }
 
 static void serve(const api_ctx *ctx, const api_caller *who, const char *body,
@@ -456,24 +453,8 @@ static void serve(const api_ctx *ctx, const api_caller *who, const char *body,
         api_response_error(r, &e);
         return;
     }
-    completion_limits lim = {
-        .n_ctx = ctx->mdl->config.n_ctx,
-        .vocab_size = tokenizer_vocab_size(ctx->tok),
-        .max_sequences = ctx->n_slots,
-        .max_n = ctx->max_n,
-        .max_stop_bytes = ctx->max_stop_bytes,
-        .kv_blocks = engine_kv_blocks(ctx->eng),
-        .token_budget = who->limits.tokens_per_minute,
-    };
-    parse_job pj = {
-        ep, &run->req, ctx, &lim, body, len, &e, &run->grammar, -1
-    };
-    if (api_work(ctx, who, client, parse_job_run, &pj, 0, NULL, r) != 0) {
-        completion_run_free(run);
-        return;
-    }
-    if (pj.rc != 0) {
-        api_response_error(r, &e);
+    if (api_parse_for_model(ctx, who, client, body, len, parse_for_model, run,
+                            0, NULL, &run->model, r) != 0) {
         completion_run_free(run);
         return;
     }
@@ -517,23 +498,25 @@ static void serve(const api_ctx *ctx, const api_caller *who, const char *body,
 /* ---- /v1/completions' own shapes ---- */
 
 static int text_parse(completion_request *req, const api_ctx *ctx,
-                      const completion_limits *lim, const char *body,
-                      size_t len, api_error *e)
+                      const served_model *served, const completion_limits *lim,
+                      json_t *root, api_error *e)
 {
-    return completion_request_parse(req, body, len, ctx->tok, lim, e);
+    (void)ctx;
+    return completion_request_parse_root(req, root, served->tok, lim, e);
 }
 
 static json_t *text_choice(const completion_run *run, size_t prompt,
                            size_t index, const gen_output *out)
 {
-    return completion_choice_json(run->ctx->tok, &run->req, prompt, index, out);
+    return completion_choice_json(run->model->tok, &run->req, prompt, index,
+                                  out);
 }
 
 static json_t *text_chunk_logprobs(const completion_run *run,
                                    const gen_token *gen, size_t from, size_t to,
                                    text_cursor *at)
 {
-    return completion_logprobs_json(run->ctx->tok, NULL, 0, gen, from, to, at,
+    return completion_logprobs_json(run->model->tok, NULL, 0, gen, from, to, at,
                                     SIZE_MAX);
 }
 

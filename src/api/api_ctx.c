@@ -106,3 +106,122 @@ int api_charge_tokens(const api_ctx *ctx, const api_caller *caller,
     e->code = "token_budget";
     return -1;
 }
+
+/* How long a client that found every model's memory in use should wait:
+ * a request holds its model for seconds, not minutes. */
+#define MODEL_BUSY_RETRY_SECONDS 5
+
+int api_model_acquire(const api_ctx *ctx, const char *name, bool wait,
+                      served_model **out, api_error *e, int *retry_after)
+{
+    gpt2d_error err = { { 0 } };
+    switch (fleet_acquire(ctx->models, name, wait, out, &err)) {
+    case FLEET_OK:
+        return 0;
+    case FLEET_NOT_LOADED:
+        return 1;
+    case FLEET_UNKNOWN:
+        api_error_set(e, 404, "model", "%s", err.message);
+        e->code = "model_not_found";
+        return -1;
+    case FLEET_NO_ROOM:
+        api_error_set(e, 503, "model",
+                      "model '%.200s' cannot be loaded now: the memory for "
+                      "models (--models-memory, --models-max) is held by "
+                      "models that are in use; try again later",
+                      name != NULL ? name : "");
+        e->code = "model_unavailable";
+        *retry_after = MODEL_BUSY_RETRY_SECONDS;
+        return -1;
+    case FLEET_STOPPING:
+        api_error_set(e, 503, NULL, "the server is shutting down");
+        e->code = "model_unavailable";
+        *retry_after = MODEL_BUSY_RETRY_SECONDS;
+        return -1;
+    case FLEET_LOAD_FAILED:
+        break;
+    }
+    api_error_set(e, 500, "model", "model '%.200s' could not be loaded: %s",
+                  name != NULL ? name : "", err.message);
+    e->code = "model_load_failed";
+    return -1;
+}
+
+void api_model_release(const api_ctx *ctx, served_model *m)
+{
+    fleet_release(ctx->models, m);
+}
+
+typedef struct model_parse_job {
+    const api_ctx *ctx;
+    const char *body;
+    size_t len;
+    int (*parse)(void *arg, json_t *root, api_error *e);
+    void *arg;
+    served_model **model;
+    json_t *root; /* the body parsed; kept when the model must load */
+    api_error e;
+    int retry_after;
+    int rc; /* 0, -1 (e), or 1: the model must load first */
+} model_parse_job;
+
+/* The "model" a body names: NULL when it names none (or not as a string,
+ * which the parse refuses). */
+static const char *model_named(json_t *root)
+{
+    return json_string_value(json_object_get(root, "model"));
+}
+
+static void model_parse_run(void *arg)
+{
+    model_parse_job *j = arg;
+    if (j->root == NULL &&
+        (j->root = api_parse_object(j->body, j->len, &j->e)) == NULL) {
+        j->rc = -1;
+        return;
+    }
+    if (*j->model == NULL &&
+        (j->rc = api_model_acquire(j->ctx, model_named(j->root), false,
+                                   j->model, &j->e, &j->retry_after)) != 0)
+        return;
+    j->rc = j->parse(j->arg, j->root, &j->e);
+}
+
+int api_parse_for_model(const api_ctx *ctx, const api_caller *who,
+                        const api_client *client, const char *body, size_t len,
+                        int (*parse)(void *arg, json_t *root, api_error *e),
+                        void *arg, size_t memory, work_charge *charge,
+                        served_model **served, api_response *r)
+{
+    model_parse_job j = { .ctx = ctx,
+                          .body = body,
+                          .len = len,
+                          .parse = parse,
+                          .arg = arg,
+                          .model = served,
+                          .rc = -1 };
+    int rc = api_work(ctx, who, client, model_parse_run, &j, memory, charge, r);
+    if (rc == 0 && j.rc == 1) {
+        /* the memory is not held while the model loads */
+        if (charge != NULL)
+            work_charge_release(charge);
+        j.rc = api_model_acquire(ctx, model_named(j.root), true, served, &j.e,
+                                 &j.retry_after);
+        if (j.rc == 0)
+            rc = api_work(ctx, who, client, model_parse_run, &j, memory, charge,
+                          r);
+    }
+    json_decref(j.root);
+    if (rc == 0 && j.rc != 0) {
+        if (charge != NULL)
+            work_charge_release(charge);
+        api_response_set_retry_after(r, j.retry_after);
+        api_response_error(r, &j.e);
+        rc = -1;
+    }
+    if (rc != 0) {
+        api_model_release(ctx, *served);
+        *served = NULL;
+    }
+    return rc;
+}

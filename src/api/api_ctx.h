@@ -19,31 +19,48 @@
 #include "api/token_budget.h"
 #include "api/workpool.h"
 #include "engine/engine.h"
-#include "grammar/grammar_cache.h"
-#include "model/model.h"
+#include "fleet/fleet.h"
 #include "text/chat_template.h"
-#include "text/tokenizer.h"
 
 typedef struct api_ctx {
-    engine *eng;
-    const tokenizer *tok;
-    const model *mdl;
+    fleet *models;             /* the models a request names (fleet.h) */
     workpool *work;            /* parsing and tokenizing run here (api_work) */
-    size_t n_slots;            /* bounds the sequences one request may run */
-    bool kv_half;              /* --kv-dtype float16, reported by /v1/models */
     size_t max_n;              /* --max-n: a lower bound of our own; 0 = none */
     size_t max_stop_bytes;     /* --max-stop-bytes; 0 = none */
     size_t inspect_max_tokens; /* --inspect-max-tokens; 0: the context */
     size_t inspect_max_attention; /* --inspect-max-attention; 0: none */
-    size_t longest_token_text;    /* inspect_token_text_most: bounds answers */
     bool log_prompts;
     time_t started;            /* reported as the model's `created` */
     const chat_template *chat; /* how /v1/chat/completions writes a prompt */
-    grammar_cache *grammars;   /* compiled constraints (its own lock) */
     token_budget *budget;      /* each caller's tokens per minute (its own
                                  * lock: the one shared object a handler
                                  * writes) */
 } api_ctx;
+
+/* ---- the model a request names (fleet.h) ----
+ *
+ * `name`: the request's "model" (NULL or "": the default).  0 with *out
+ * held (give it back with api_model_release); 1 when `wait` is false and
+ * the model must load first (call again with `wait` from a thread that
+ * may block for seconds: the connection's); -1 with `e` set: 404
+ * model_not_found, 503 model_unavailable with *retry_after (the memory is
+ * held by models in use, or the server is stopping), 500 model_load_failed. */
+int api_model_acquire(const api_ctx *ctx, const char *name, bool wait,
+                      served_model **out, api_error *e, int *retry_after);
+void api_model_release(const api_ctx *ctx, served_model *m);
+
+/* A body that names a model, parsed on the work pool as api_work runs a
+ * job (with `memory` and `charge` as there): its JSON, then the model it
+ * names (held in *served, which must be NULL), then parse(arg, root, e)
+ * with *served set.  When the model must load first, that happens on this
+ * thread, and the job runs again.  0 when parse succeeded; -1 with the
+ * answer in `r` (the JSON's 400, the model's error, parse's error, or
+ * api_work's), *charge released and *served given back. */
+int api_parse_for_model(const api_ctx *ctx, const api_caller *who,
+                        const api_client *client, const char *body, size_t len,
+                        int (*parse)(void *arg, json_t *root, api_error *e),
+                        void *arg, size_t memory, work_charge *charge,
+                        served_model **served, api_response *r);
 
 /* ---- work outside the engine (workpool.h) ----
  *

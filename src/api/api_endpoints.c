@@ -12,42 +12,92 @@
 #include "api/api_body.h"
 #include "core/metrics.h"
 
-static json_t *model_object(const api_ctx *ctx)
+/* One model as /v1/models shows it: OpenAI's fields, then ours (its
+ * state in this daemon, and what it is when loaded). */
+static json_t *model_object(const api_ctx *ctx, const fleet_model_info *m,
+                            const served_model *loaded)
 {
-    return json_pack("{s:s, s:s, s:I, s:s, s:I, s:s, s:s}", "id",
-                     ctx->mdl->name, "object", "model", "created",
-                     (json_int_t)ctx->started, "owned_by", "gpt2d",
-                     "max_model_len", (json_int_t)ctx->mdl->config.n_ctx,
-                     "dtype", model_dtype_name(ctx->mdl->dtype), "kv_dtype",
-                     kv_dtype_name(ctx->kv_half));
+    json_t *o = json_pack(
+        "{s:s, s:s, s:I, s:s, s:I, s:s, s:b}", "id", m->id, "object", "model",
+        "created", (json_int_t)ctx->started, "owned_by", "gpt2d",
+        "max_model_len", (json_int_t)m->config.n_ctx, "state",
+        fleet_model_state_name(m->state), "default", m->is_default);
+    if (o != NULL && loaded != NULL) {
+        json_object_set_new(o, "dtype",
+                            json_string(model_dtype_name(loaded->mdl.dtype)));
+        json_object_set_new(o, "kv_dtype",
+                            json_string(kv_dtype_name(loaded->kv_half)));
+    }
+    return o;
+}
+
+/* Every model's info, and a look at those loaded (*loaded[i] NULL when
+ * the i-th is not); unlist_models gives them back. */
+static size_t list_models(const api_ctx *ctx, fleet_model_info **info,
+                          served_model ***loaded)
+{
+    *info = calloc(FLEET_MAX_MODELS, sizeof **info);
+    *loaded = calloc(FLEET_MAX_MODELS, sizeof **loaded);
+    if (*info == NULL || *loaded == NULL)
+        return 0;
+    size_t n = fleet_models(ctx->models, *info, FLEET_MAX_MODELS);
+    if (n > FLEET_MAX_MODELS)
+        n = FLEET_MAX_MODELS;
+    for (size_t i = 0; i < n; i++)
+        (*loaded)[i] = fleet_look(ctx->models, (*info)[i].id);
+    return n;
+}
+
+static void unlist_models(const api_ctx *ctx, fleet_model_info *info,
+                          served_model **loaded, size_t n)
+{
+    for (size_t i = 0; loaded != NULL && i < n; i++)
+        fleet_unlook(ctx->models, loaded[i]);
+    free(loaded);
+    free(info);
 }
 
 void api_models(const api_ctx *ctx, api_response *r)
 {
-    api_response_json(
-        r, 200,
-        json_pack("{s:s, s:[o]}", "object", "list", "data", model_object(ctx)));
+    fleet_model_info *info;
+    served_model **loaded;
+    size_t n = list_models(ctx, &info, &loaded);
+    json_t *data = json_array();
+    for (size_t i = 0; i < n; i++)
+        json_array_append_new(data, model_object(ctx, &info[i], loaded[i]));
+    unlist_models(ctx, info, loaded, n);
+    api_response_json(r, 200,
+                      json_pack("{s:s, s:o}", "object", "list", "data", data));
 }
 
 void api_model(const api_ctx *ctx, const char *id, api_response *r)
 {
-    if (strcmp(id, ctx->mdl->name) != 0) {
+    fleet_model_info *info;
+    served_model **loaded;
+    size_t n = list_models(ctx, &info, &loaded);
+    json_t *found = NULL;
+    for (size_t i = 0; i < n && found == NULL; i++)
+        if (strcmp(info[i].id, id) == 0)
+            found = model_object(ctx, &info[i], loaded[i]);
+    unlist_models(ctx, info, loaded, n);
+    if (found == NULL) {
         api_error e;
-        api_error_set(&e, 404, "model",
-                      "no model '%.200s' (this server has '%s')", id,
-                      ctx->mdl->name);
+        gpt2d_error err;
+        fleet_no_such_model(ctx->models, id, &err);
+        api_error_set(&e, 404, "model", "%s", err.message);
         e.code = "model_not_found";
         api_response_error(r, &e);
         return;
     }
-    api_response_json(r, 200, model_object(ctx));
+    api_response_json(r, 200, found);
 }
 
 void api_health(const api_ctx *ctx, bool stopping, api_response *r)
 {
     (void)ctx;
-    /* The server listens only once the model is loaded, so it is either
-     * ready or draining for shutdown. */
+    /* The server listens only once the default model is loaded (the others
+     * load when asked for), so it is either ready or draining for
+     * shutdown. */
     if (stopping)
         api_response_json(r, 503, json_pack("{s:s}", "status", "stopping"));
     else
@@ -65,65 +115,107 @@ static metrics_kv_share kv_share_of(size_t accounts, size_t share,
                            .evicted_under = evicted[KV_EVICTED_UNDER_SHARE] };
 }
 
+/* One loaded model's engine counts (st) and grammar counts, added to g. */
+static void add_model(metrics_gauges *g, const engine_stats *stp,
+                      const served_model *m)
+{
+    const engine_stats st = *stp;
+    g->queue_depth += st.queue_depth;
+    g->running += st.running;
+    g->paused += st.paused;
+    g->slots_total += st.slots_total;
+    g->slots_busy += st.slots_busy;
+    g->kv_blocks_free += st.kv.blocks_free;
+    g->kv_blocks_cached += st.kv.blocks_cached;
+    g->kv_blocks_in_use += st.kv.blocks_in_use;
+    g->kv_blocks_reserved += st.kv.blocks_reserved;
+    g->kv_bytes += st.kv.bytes_total;
+    g->kv_sessions += st.kv.sessions;
+    g->kv_evictions += st.kv.evictions;
+    g->kv_hit_tokens_ram += st.kv.hit_tokens_ram;
+    g->kv_hit_tokens_disk += st.kv.hit_tokens_disk;
+    g->kv_disk_slower += st.kv.disk_slower;
+    const metrics_kv_share ram = kv_share_of(st.kv.accounts, st.kv.share_blocks,
+                                             st.kv.evicted);
+    g->kv_share.accounts += ram.accounts;
+    g->kv_share.share_blocks += ram.share_blocks;
+    g->kv_share.evicted_own += ram.evicted_own;
+    g->kv_share.evicted_over += ram.evicted_over;
+    g->kv_share.evicted_under += ram.evicted_under;
+    g->kv_sessions_forgotten += st.kv.sessions_forgotten;
+    if (st.kv.disk) {
+        const kv_disk_stats *d = &st.kv.disk_stats;
+        metrics_disk *t = &g->disk;
+        g->kv_disk = true;
+        t->blocks += d->blocks;
+        t->bytes += d->bytes;
+        t->max_bytes += d->max_bytes;
+        t->writes += d->writes;
+        t->reads += d->reads;
+        t->evictions += d->evictions;
+        t->write_skipped += d->write_skipped;
+        t->write_errors += d->write_errors;
+        t->read_errors += d->read_errors;
+        t->foreign += d->foreign;
+        const metrics_kv_share disk = kv_share_of(d->accounts, d->share_blocks,
+                                                  d->evicted);
+        t->share.accounts += disk.accounts;
+        t->share.share_blocks += disk.share_blocks;
+        t->share.evicted_own += disk.evicted_own;
+        t->share.evicted_over += disk.evicted_over;
+        t->share.evicted_under += disk.evicted_under;
+    }
+    grammar_cache_stats gs;
+    grammar_cache_stats_get(m->grammars, &gs);
+    metrics_grammars *mg = &g->grammars;
+    mg->entries += gs.entries;
+    mg->bytes += gs.bytes;
+    mg->hits += gs.hits;
+    mg->misses += gs.misses;
+    mg->compiles += gs.compiles;
+    mg->compile_seconds += gs.compile_seconds;
+    mg->mask_hits += gs.mask_hits;
+    mg->mask_misses += gs.mask_misses;
+    mg->mask_seconds += gs.mask_seconds;
+}
+
 void api_metrics(const api_ctx *ctx, api_response *r)
 {
-    engine_stats st = engine_get_stats(ctx->eng);
     workpool_stats ws = { 0 };
     if (ctx->work != NULL)
         workpool_get_stats(ctx->work, &ws);
     metrics_gauges g = {
-        .queue_depth = st.queue_depth,
-        .running = st.running,
-        .paused = st.paused,
-        .slots_total = st.slots_total,
-        .slots_busy = st.slots_busy,
         .work_waiting = ws.waiting,
         .work_running = ws.running,
         .response_memory = ws.memory_used,
         .response_memory_max = ws.memory,
         .inspect_memory = inspect_memory(),
-        .kv_blocks_free = st.kv.blocks_free,
-        .kv_blocks_cached = st.kv.blocks_cached,
-        .kv_blocks_in_use = st.kv.blocks_in_use,
-        .kv_blocks_reserved = st.kv.blocks_reserved,
-        .kv_bytes = st.kv.bytes_total,
-        .kv_sessions = st.kv.sessions,
-        .kv_evictions = st.kv.evictions,
-        .kv_hit_tokens_ram = st.kv.hit_tokens_ram,
-        .kv_hit_tokens_disk = st.kv.hit_tokens_disk,
-        .kv_disk_slower = st.kv.disk_slower,
-        .kv_share = kv_share_of(st.kv.accounts, st.kv.share_blocks,
-                                st.kv.evicted),
-        .kv_sessions_forgotten = st.kv.sessions_forgotten,
-        .kv_disk = st.kv.disk,
-        .disk = { .blocks = st.kv.disk_stats.blocks,
-                  .bytes = st.kv.disk_stats.bytes,
-                  .max_bytes = st.kv.disk_stats.max_bytes,
-                  .writes = st.kv.disk_stats.writes,
-                  .reads = st.kv.disk_stats.reads,
-                  .evictions = st.kv.disk_stats.evictions,
-                  .write_skipped = st.kv.disk_stats.write_skipped,
-                  .write_errors = st.kv.disk_stats.write_errors,
-                  .read_errors = st.kv.disk_stats.read_errors,
-                  .foreign = st.kv.disk_stats.foreign,
-                  .share = kv_share_of(st.kv.disk_stats.accounts,
-                                       st.kv.disk_stats.share_blocks,
-                                       st.kv.disk_stats.evicted) },
     };
-    if (ctx->grammars != NULL) {
-        grammar_cache_stats gs;
-        grammar_cache_stats_get(ctx->grammars, &gs);
-        g.grammars = (metrics_grammars){ .entries = gs.entries,
-                                         .bytes = gs.bytes,
-                                         .hits = gs.hits,
-                                         .misses = gs.misses,
-                                         .compiles = gs.compiles,
-                                         .compile_seconds = gs.compile_seconds,
-                                         .mask_hits = gs.mask_hits,
-                                         .mask_misses = gs.mask_misses,
-                                         .mask_seconds = gs.mask_seconds };
+    fleet_model_info *info;
+    served_model **loaded;
+    const size_t n = list_models(ctx, &info, &loaded);
+    metrics_model *models = calloc(n > 0 ? n : 1, sizeof *models);
+    for (size_t i = 0; models != NULL && i < n; i++) {
+        models[i] = (metrics_model){ .id = info[i].id,
+                                     .loaded = loaded[i] != NULL,
+                                     .loads = info[i].loads,
+                                     .bytes = loaded[i] != NULL ? info[i].bytes
+                                                                : 0 };
+        if (loaded[i] == NULL)
+            continue;
+        engine_stats st = engine_get_stats(loaded[i]->eng);
+        models[i].queue_depth = st.queue_depth;
+        models[i].running = st.running;
+        models[i].kv_blocks_in_use = st.kv.blocks_in_use;
+        models[i].compute_seconds = st.compute_seconds;
+        add_model(&g, &st, loaded[i]);
     }
+    g.models = models;
+    g.n_models = models != NULL ? n : 0;
+    fleet_memory(ctx->models, &g.models_memory, &g.models_memory_max);
     char *text = metrics_render(&g);
+    free(models);
+    unlist_models(ctx, info, loaded, n);
     if (text == NULL) {
         api_error e;
         api_error_set(&e, 500, NULL, "out of memory rendering metrics");
@@ -138,35 +230,22 @@ void api_metrics(const api_ctx *ctx, api_response *r)
  * (or the 400 it earns) out.  The request's body is the connection's and
  * outlives the job. */
 typedef struct token_job {
-    const api_ctx *ctx;
-    const char *body;
-    size_t len;
+    served_model *model;
     api_body *answer; /* NULL: `e` says why */
-    api_error e;
 } token_job;
 
-static void tokenize_job(void *arg)
+static int tokenize_parse(void *arg, json_t *root, api_error *e)
 {
     token_job *j = arg;
-    json_t *root = api_parse_object(j->body, j->len, &j->e);
-    if (root == NULL)
-        return;
     json_t *content = json_object_get(root, "content");
-    if (!json_is_string(content)) {
-        json_decref(root);
-        api_error_set(&j->e, 400, "content", "content must be a string");
-        return;
-    }
+    if (!json_is_string(content))
+        return api_error_set(e, 400, "content", "content must be a string");
     int32_t *ids = NULL;
     size_t n = 0;
     gpt2d_error err;
-    int rc = tokenizer_encode(j->ctx->tok, json_string_value(content),
-                              json_string_length(content), &ids, &n, &err);
-    json_decref(root);
-    if (rc != 0) {
-        api_error_set(&j->e, 500, NULL, "tokenizer: %s", err.message);
-        return;
-    }
+    if (tokenizer_encode(j->model->tok, json_string_value(content),
+                         json_string_length(content), &ids, &n, &err) != 0)
+        return api_error_set(e, 500, NULL, "tokenizer: %s", err.message);
     /* the answer holds the ids: no more room than they take */
     int32_t *fit = realloc(ids, (n > 0 ? n : 1) * sizeof *ids);
     if (fit != NULL)
@@ -174,8 +253,9 @@ static void tokenize_job(void *arg)
     j->answer = api_body_token_list(ids, n);
     if (j->answer == NULL) {
         free(ids);
-        api_error_set(&j->e, 500, NULL, "out of memory");
+        return api_error_set(e, 500, NULL, "out of memory");
     }
+    return 0;
 }
 
 /* Reads "tokens": [id, ...] into a malloc'ed array, validated. */
@@ -207,23 +287,20 @@ static int read_token_array(json_t *root, const tokenizer *tok, int32_t **ids,
     return 0;
 }
 
-static void detokenize_job(void *arg)
+static int detokenize_parse(void *arg, json_t *root, api_error *e)
 {
     token_job *j = arg;
-    json_t *root = api_parse_object(j->body, j->len, &j->e);
     int32_t *ids = NULL;
     size_t n = 0;
-    int rc = root != NULL ? read_token_array(root, j->ctx->tok, &ids, &n, &j->e)
-                          : -1;
-    json_decref(root);
-    if (rc != 0)
-        return;
+    if (read_token_array(root, j->model->tok, &ids, &n, e) != 0)
+        return -1;
     /* counting the answer's length walks its text: work for the pool */
-    j->answer = api_body_content(j->ctx->tok, ids, n);
+    j->answer = api_body_content(j->model->tok, ids, n);
     if (j->answer == NULL) {
         free(ids);
-        api_error_set(&j->e, 500, NULL, "out of memory");
+        return api_error_set(e, 500, NULL, "out of memory");
     }
+    return 0;
 }
 
 /* Runs a token job for `who` and answers with what it made.  `most_ids`
@@ -231,19 +308,16 @@ static void detokenize_job(void *arg)
  * answer before it starts. */
 static void run_token_job(const api_ctx *ctx, const api_caller *who,
                           const char *body, size_t len, size_t most_ids,
-                          void (*fn)(void *), const api_client *client,
-                          api_response *r)
+                          int (*parse)(void *, json_t *, api_error *),
+                          const api_client *client, api_response *r)
 {
-    token_job j = { .ctx = ctx, .body = body, .len = len };
+    token_job j = { NULL, NULL };
     work_charge charge;
-    if (api_work(ctx, who, client, fn, &j, api_body_bytes(most_ids), &charge,
-                 r) != 0)
+    if (api_parse_for_model(ctx, who, client, body, len, parse, &j,
+                            api_body_bytes(most_ids), &charge, &j.model,
+                            r) != 0)
         return;
-    if (j.answer == NULL) {
-        work_charge_release(&charge);
-        api_response_error(r, &j.e);
-        return;
-    }
+    api_model_release(ctx, j.model);
     api_body_take_charge(j.answer, &charge);
     api_response_source(r, 200, "application/json", api_body_source(j.answer));
 }
@@ -253,65 +327,100 @@ void api_tokenize(const api_ctx *ctx, const api_caller *who, const char *body,
 {
     /* every token stands for one byte of the content at least, and the
      * content is no longer than the body */
-    run_token_job(ctx, who, body, len, len, tokenize_job, client, r);
+    run_token_job(ctx, who, body, len, len, tokenize_parse, client, r);
 }
 
 void api_detokenize(const api_ctx *ctx, const api_caller *who, const char *body,
                     size_t len, const api_client *client, api_response *r)
 {
     /* every id in the body takes a digit and a comma or bracket */
-    run_token_job(ctx, who, body, len, len / 2, detokenize_job, client, r);
+    run_token_job(ctx, who, body, len, len / 2, detokenize_parse, client, r);
 }
 
-void api_sessions_list(const api_ctx *ctx, const api_caller *who,
-                       api_response *r)
+/* One model's sessions of `who` appended to `data`; -1 on OOM. */
+static int list_sessions(const served_model *m, const api_caller *who,
+                         json_t *data)
 {
     /* Counted first; sessions begun in between are left for the next
      * listing. */
-    size_t cap = engine_sessions(ctx->eng, who->principal, NULL, 0);
+    size_t cap = engine_sessions(m->eng, who->principal, NULL, 0);
     engine_session_info *info = calloc(cap > 0 ? cap : 1, sizeof *info);
-    if (info == NULL) {
+    if (info == NULL)
+        return -1;
+    size_t n = engine_sessions(m->eng, who->principal, info, cap);
+    if (n > cap)
+        n = cap;
+    for (size_t i = 0; i < n; i++)
+        json_array_append_new(
+            data,
+            json_pack("{s:s, s:s, s:s, s:I, s:{s:I, s:I}, s:f, s:b}", "id",
+                      info[i].kv.id, "object", "session", "model", m->id,
+                      "n_tokens", (json_int_t)info[i].kv.n_tokens, "cached",
+                      "ram", (json_int_t)info[i].kv.n_ram, "disk",
+                      (json_int_t)info[i].kv.n_disk, "idle_seconds",
+                      info[i].idle_seconds, "busy", info[i].kv.busy));
+    free(info);
+    return 0;
+}
+
+/* The sessions of the models loaded now: an unloaded model's sessions
+ * are on its disk tier (if it has one), listed when it loads again. */
+void api_sessions_list(const api_ctx *ctx, const api_caller *who,
+                       api_response *r)
+{
+    served_model *loaded[FLEET_MAX_MODELS];
+    size_t n = fleet_look_loaded(ctx->models, loaded, FLEET_MAX_MODELS);
+    json_t *data = json_array();
+    int rc = data != NULL ? 0 : -1;
+    for (size_t i = 0; i < n; i++) {
+        if (rc == 0)
+            rc = list_sessions(loaded[i], who, data);
+        fleet_unlook(ctx->models, loaded[i]);
+    }
+    if (rc != 0) {
+        json_decref(data);
         api_error e;
         api_error_set(&e, 500, NULL, "out of memory");
         api_response_error(r, &e);
         return;
     }
-    size_t n = engine_sessions(ctx->eng, who->principal, info, cap);
-    if (n > cap)
-        n = cap;
-    json_t *data = json_array();
-    for (size_t i = 0; i < n; i++)
-        json_array_append_new(
-            data, json_pack("{s:s, s:s, s:I, s:{s:I, s:I}, s:f, s:b}", "id",
-                            info[i].kv.id, "object", "session", "n_tokens",
-                            (json_int_t)info[i].kv.n_tokens, "cached", "ram",
-                            (json_int_t)info[i].kv.n_ram, "disk",
-                            (json_int_t)info[i].kv.n_disk, "idle_seconds",
-                            info[i].idle_seconds, "busy", info[i].kv.busy));
-    free(info);
     api_response_json(r, 200,
                       json_pack("{s:s, s:o}", "object", "list", "data", data));
 }
 
+/* Deletes the session `id` of `who` in every loaded model that has it. */
 void api_session_delete(const api_ctx *ctx, const api_caller *who,
                         const char *id, api_response *r)
 {
+    served_model *loaded[FLEET_MAX_MODELS];
+    size_t n = fleet_look_loaded(ctx->models, loaded, FLEET_MAX_MODELS);
+    size_t deleted = 0, busy = 0;
+    for (size_t i = 0; i < n; i++) {
+        switch (engine_session_delete(loaded[i]->eng, who->principal, id)) {
+        case 0:
+            deleted++;
+            break;
+        case -2:
+            busy++;
+            break;
+        default:
+            break;
+        }
+        fleet_unlook(ctx->models, loaded[i]);
+    }
     api_error e;
-    switch (engine_session_delete(ctx->eng, who->principal, id)) {
-    case 0:
+    if (busy > 0) {
+        api_error_set(&e, 409, NULL, "session '%.128s' is busy with a request",
+                      id);
+        e.code = "session_busy";
+    } else if (deleted == 0) {
+        api_error_set(&e, 404, NULL, "no session '%.128s'", id);
+        e.code = "session_not_found";
+    } else {
         api_response_json(r, 200,
                           json_pack("{s:s, s:s, s:b}", "id", id, "object",
                                     "session", "deleted", 1));
         return;
-    case -2:
-        api_error_set(&e, 409, NULL, "session '%.128s' is busy with a request",
-                      id);
-        e.code = "session_busy";
-        break;
-    default:
-        api_error_set(&e, 404, NULL, "no session '%.128s'", id);
-        e.code = "session_not_found";
-        break;
     }
     api_response_error(r, &e);
 }

@@ -128,7 +128,7 @@ static void charge_only(void *arg)
 
 /* The answer of a finished request, or an error; `charge` (its bound) is
  * the answer's from now on, or released. */
-static void respond(const api_ctx *ctx, const inspect_request *req,
+static void respond(const served_model *served, const inspect_request *req,
                     gen_request *g, size_t bound, work_charge *charge,
                     api_response *r)
 {
@@ -141,8 +141,8 @@ static void respond(const api_ctx *ctx, const inspect_request *req,
              : buf_reserve(&body, bound) != 0
                  ? -1
                  : inspect_answer_write(&body, r->id, gen_request_inspect(g),
-                                        req->prompt.ids, ctx->tok,
-                                        ctx->mdl->name);
+                                        req->prompt.ids, served->tok,
+                                        served->id);
     gen_request_unlock(g);
     inspect_body *b = NULL;
     if (!cancelled && rc == 0 && body.len <= bound &&
@@ -207,44 +207,34 @@ static bool never_fits(const api_ctx *ctx, const inspect_request *req,
 }
 
 typedef struct inspect_parse_job {
+    const api_ctx *ctx;
     inspect_request *req;
-    const char *body;
-    size_t len;
-    const tokenizer *tok;
-    const inspect_limits *lim;
-    api_error *e;
-    int rc;
+    served_model *model;
 } inspect_parse_job;
 
-static void inspect_parse_run(void *arg)
+/* The body into j->req for j->model, on the work pool (api_ctx.h). */
+static int inspect_parse(void *arg, json_t *root, api_error *e)
 {
     inspect_parse_job *j = arg;
-    j->rc = inspect_request_parse(j->req, j->body, j->len, j->tok, j->lim,
-                                  j->e);
-}
-
-void api_inspect(const api_ctx *ctx, const api_caller *who, const char *body,
-                 size_t len, const api_client *client, api_response *r)
-{
-    const model_config *cfg = &ctx->mdl->config;
+    const model_config *cfg = &j->model->mdl.config;
     const inspect_limits lim = {
         .n_ctx = cfg->n_ctx,
-        .max_tokens = ctx->inspect_max_tokens,
-        .max_attention = ctx->inspect_max_attention,
+        .max_tokens = j->ctx->inspect_max_tokens,
+        .max_attention = j->ctx->inspect_max_attention,
         .n_layer = cfg->n_layer,
         .n_head = cfg->n_head,
-        .vocab_size = tokenizer_vocab_size(ctx->tok),
+        .vocab_size = tokenizer_vocab_size(j->model->tok),
     };
-    inspect_request req;
+    return inspect_request_parse_root(j->req, root, j->model->tok, &lim, e);
+}
+
+/* The rest of an inspect, its request parsed for `served`. */
+static void serve_parsed(const api_ctx *ctx, const api_caller *who,
+                         served_model *served, const inspect_request *req,
+                         const char *body, size_t len, const api_client *client,
+                         api_response *r)
+{
     api_error e;
-    /* parsing tokenizes: on the work pool, as a completion's (api_work) */
-    inspect_parse_job pj = { &req, body, len, ctx->tok, &lim, &e, -1 };
-    if (api_work(ctx, who, client, inspect_parse_run, &pj, 0, NULL, r) != 0)
-        return;
-    if (pj.rc != 0) {
-        api_response_error(r, &e);
-        return;
-    }
     if (ctx->log_prompts)
         log_info("inspect prompt: %.*s", (int)(len < 4096 ? len : 4096), body);
     /* the answer's id, and its X-Request-Id unless the client sent one */
@@ -254,34 +244,32 @@ void api_inspect(const api_ctx *ctx, const api_caller *who, const char *body,
     /* an inspect generates nothing: its prompt is what it costs (first:
      * a key over its budget is told so at once, not after a memory wait) */
     char what[48];
-    snprintf(what, sizeof what, "prompt %zu", req.prompt.n);
+    snprintf(what, sizeof what, "prompt %zu", req->prompt.n);
     uint64_t charged = 0;
     int retry_after = 0;
-    if (api_charge_tokens(ctx, who, req.prompt.n, what, "prompt",
+    if (api_charge_tokens(ctx, who, req->prompt.n, what, "prompt",
                           "send fewer tokens", &charged, &e,
                           &retry_after) != 0) {
         api_response_set_retry_after(r, retry_after);
         api_response_error(r, &e);
-        inspect_request_free(&req);
         return;
     }
     /* the answer's memory before the engine's work: waited for as a
      * /tokenize job's is, refused if it does not come */
     const size_t bound = inspect_answer_bound(
-        &req.params, req.prompt.n, cfg->n_head, ctx->longest_token_text,
-        strlen(id), strlen(ctx->mdl->name));
+        &req->params, req->prompt.n, served->mdl.config.n_head,
+        served->token_text_most, strlen(id), strlen(served->id));
     work_charge charge = { 0 };
-    if (never_fits(ctx, &req, bound, r) ||
+    if (never_fits(ctx, req, bound, r) ||
         api_work(ctx, who, client, charge_only, NULL, bound, &charge, r) != 0) {
         settle(ctx, who, NULL, charged); /* the tokens go back */
-        inspect_request_free(&req);
         return;
     }
-    const gen_params gp = params_of(&req, who);
+    const gen_params gp = params_of(req, who);
     gen_request *g = NULL;
     engine_refusal why;
     engine_status st = engine_submit(
-        ctx->eng, &(engine_submission){ .params = &gp, .n_prompts = 1 }, &g,
+        served->eng, &(engine_submission){ .params = &gp, .n_prompts = 1 }, &g,
         &why);
     if (st != ENGINE_OK) {
         api_engine_error(who, st, &why, &e, &r->retry_after);
@@ -290,10 +278,23 @@ void api_inspect(const api_ctx *ctx, const api_caller *who, const char *body,
         metrics_cancelled();
         api_response_gone(r);
     } else {
-        respond(ctx, &req, g, bound, &charge, r);
+        respond(served, req, g, bound, &charge, r);
     }
     work_charge_release(&charge); /* unless the answer took it */
     settle(ctx, who, g, charged);
     gen_request_release(g);
+}
+
+void api_inspect(const api_ctx *ctx, const api_caller *who, const char *body,
+                 size_t len, const api_client *client, api_response *r)
+{
+    inspect_request req;
+    memset(&req, 0, sizeof req);
+    inspect_parse_job pj = { ctx, &req, NULL };
+    if (api_parse_for_model(ctx, who, client, body, len, inspect_parse, &pj, 0,
+                            NULL, &pj.model, r) != 0)
+        return;
+    serve_parsed(ctx, who, pj.model, &req, body, len, client, r);
     inspect_request_free(&req);
+    api_model_release(ctx, pj.model);
 }

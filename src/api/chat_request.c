@@ -584,6 +584,16 @@ int chat_request_parse(completion_request *req, const char *body, size_t len,
     json_t *root = completion_request_start(req, body, len, e);
     if (root == NULL)
         return -1;
+    int rc = chat_request_parse_root(req, root, tok, tpl, lim, e);
+    json_decref(root);
+    return rc;
+}
+
+int chat_request_parse_root(completion_request *req, json_t *root,
+                            const tokenizer *tok, const chat_template *tpl,
+                            const completion_limits *lim, api_error *e)
+{
+    completion_request_init(req);
     chat_tools tools;
     chat_turn *turns = NULL;
     size_t n_turns = 0, lead = 0;
@@ -593,7 +603,6 @@ int chat_request_parse(completion_request *req, const char *body, size_t len,
     int rc = -1;
     if (refuse_unsupported(root, e) != 0 ||
         chat_tools_parse(&tools, root, e) != 0) {
-        json_decref(root);
         completion_request_free(req);
         return -1;
     }
@@ -623,7 +632,6 @@ int chat_request_parse(completion_request *req, const char *body, size_t len,
     chat_tools_free(&tools);
     free(turns);
     buf_free(&contents);
-    json_decref(root);
     if (rc != 0)
         completion_request_free(req);
     return rc;

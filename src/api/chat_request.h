@@ -19,5 +19,9 @@
 int chat_request_parse(completion_request *req, const char *body, size_t len,
                        const tokenizer *tok, const chat_template *tpl,
                        const completion_limits *lim, api_error *e);
+/* The same for a body parsed already (`root`, borrowed). */
+int chat_request_parse_root(completion_request *req, json_t *root,
+                            const tokenizer *tok, const chat_template *tpl,
+                            const completion_limits *lim, api_error *e);
 
 #endif

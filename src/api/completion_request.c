@@ -543,11 +543,16 @@ static int parse_echo(completion_request *req, json_t *root, api_error *e)
     return 0;
 }
 
-json_t *completion_request_start(completion_request *req, const char *body,
-                                 size_t len, api_error *e)
+void completion_request_init(completion_request *req)
 {
     memset(req, 0, sizeof *req);
     sampler_params_default(&req->sampling);
+}
+
+json_t *completion_request_start(completion_request *req, const char *body,
+                                 size_t len, api_error *e)
+{
+    completion_request_init(req);
     return api_parse_object(body, len, e);
 }
 
@@ -567,6 +572,16 @@ int completion_request_parse(completion_request *req, const char *body,
     json_t *root = completion_request_start(req, body, len, e);
     if (root == NULL)
         return -1;
+    int rc = completion_request_parse_root(req, root, tok, lim, e);
+    json_decref(root);
+    return rc;
+}
+
+int completion_request_parse_root(completion_request *req, json_t *root,
+                                  const tokenizer *tok,
+                                  const completion_limits *lim, api_error *e)
+{
+    completion_request_init(req);
     int rc = -1;
     /* Every other field first: nothing is tokenized (or copied) for a
      * request that any of them refuses, and then only as far as the
@@ -584,7 +599,6 @@ int completion_request_parse(completion_request *req, const char *body,
         completion_request_check_context(req, lim, "prompt", "max_tokens", e) ==
             0)
         rc = 0;
-    json_decref(root);
     if (rc != 0)
         completion_request_free(req);
     return rc;

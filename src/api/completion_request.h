@@ -88,6 +88,10 @@ typedef struct completion_limits {
 int completion_request_parse(completion_request *req, const char *body,
                              size_t len, const tokenizer *tok,
                              const completion_limits *lim, api_error *e);
+/* The same for a body parsed already (`root`, borrowed). */
+int completion_request_parse_root(completion_request *req, json_t *root,
+                                  const tokenizer *tok,
+                                  const completion_limits *lim, api_error *e);
 void completion_request_free(completion_request *req);
 /* A request sent without a seed runs with one from draw() (the caller's:
  * parsing stays a pure function of the body, for the tests and the
@@ -102,8 +106,9 @@ int completion_prompt_parse(completion_prompt *p, json_t *v,
                             size_t n_ctx, api_error *e);
 
 /* The parts both endpoints share, for chat_request.c.  The start: `req`
- * emptied, with the sampling defaults, and the body's JSON object (NULL
- * and a 400 in `e` when it is none). */
+ * emptied, with the sampling defaults (completion_request_init), and the
+ * body's JSON object (NULL and a 400 in `e` when it is none). */
+void completion_request_init(completion_request *req);
 json_t *completion_request_start(completion_request *req, const char *body,
                                  size_t len, api_error *e);
 /* The fields read alike: the sampling fields, logit_bias, seed, session_id,

@@ -120,6 +120,7 @@ void completion_run_free(completion_run *run)
     if (run->grammar != NULL)
         grammar_release(run->grammar);
     completion_request_free(&run->req);
+    api_model_release(run->ctx, run->model);
     free(run);
 }
 
@@ -178,7 +179,7 @@ static json_t *envelope(const completion_run *run, const char *object,
 {
     return json_pack("{s:s, s:s, s:I, s:s, s:o}", "id", run->id, "object",
                      object, "created", (json_int_t)run->created, "model",
-                     run->ctx->mdl->name, "choices", choices);
+                     run->model->id, "choices", choices);
 }
 
 json_t *completion_envelope(const completion_run *run, json_t *choices)

@@ -53,10 +53,11 @@ typedef struct completion_endpoint {
     const char *log_label;    /* "completion" in the --log-prompts line */
     const char *n_fields;     /* what sets the sequences: "n/best_of" */
     const char *prompt_field; /* what holds the prompt: "prompt" */
-    /* The body into `req`; on failure a 400 (or 500) in `e`. */
+    /* The body (parsed: `root`) into `req` for `served`; on failure a 400
+     * (or 500) in `e`. */
     int (*parse)(completion_request *req, const api_ctx *ctx,
-                 const completion_limits *lim, const char *body, size_t len,
-                 api_error *e);
+                 const served_model *served, const completion_limits *lim,
+                 json_t *root, api_error *e);
     /* One choice of the whole answer: the prompt's `prompt`, as choice
      * `index`; NULL on OOM. */
     json_t *(*choice)(const completion_run *run, size_t prompt, size_t index,
@@ -87,7 +88,9 @@ typedef struct completion_endpoint {
 struct completion_run {
     const completion_endpoint *ep;
     const api_ctx *ctx;
-    api_caller caller; /* whose cache and sessions it may use */
+    served_model *model; /* the model it runs on, held (api_model_acquire)
+                          * until the run is freed; NULL before parsing */
+    api_caller caller;   /* whose cache and sessions it may use */
     completion_request req;
     gen_request **reqs; /* one per prompt; NULL entries when short-cut */
     size_t n_reqs;

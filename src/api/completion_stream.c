@@ -143,8 +143,8 @@ static int stream_start_offsets(completion_stream *s)
     for (size_t p = 0; req->logprobs && p < req->n_prompts; p++) {
         char *ptext = NULL;
         size_t plen = 0;
-        if (completion_prompt_bytes(s->run->ctx->tok, &req->prompts[p], &ptext,
-                                    &plen) != 0)
+        if (completion_prompt_bytes(s->run->model->tok, &req->prompts[p],
+                                    &ptext, &plen) != 0)
             return -1;
         for (size_t i = 0; i < req->n; i++)
             s->choices[p * req->n + i].next.chars = utf8_chars(ptext, plen);
@@ -164,13 +164,13 @@ static int stream_echo(completion_stream *s, size_t p, size_t index,
         return 0; /* not scored yet */
     char *ptext = NULL;
     size_t plen = 0;
-    if (completion_prompt_bytes(s->run->ctx->tok, &req->prompts[p], &ptext,
+    if (completion_prompt_bytes(s->run->model->tok, &req->prompts[p], &ptext,
                                 &plen) != 0)
         return -1;
     json_t *lp = NULL;
     text_cursor at = { 0 };
     if (scoring && out->prompt_scores != NULL)
-        lp = completion_logprobs_json(s->run->ctx->tok, out->prompt_scores,
+        lp = completion_logprobs_json(s->run->model->tok, out->prompt_scores,
                                       out->n_prompt_scored, NULL, 0, 0, &at,
                                       SIZE_MAX);
     const chunk_tokens none = { p, out->tokens, 0, 0 };

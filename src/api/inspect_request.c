@@ -123,6 +123,16 @@ int inspect_request_parse(inspect_request *req, const char *body, size_t len,
     json_t *root = api_parse_object(body, len, e);
     if (root == NULL)
         return -1;
+    int rc = inspect_request_parse_root(req, root, tok, lim, e);
+    json_decref(root);
+    return rc;
+}
+
+int inspect_request_parse_root(inspect_request *req, json_t *root,
+                               const tokenizer *tok, const inspect_limits *lim,
+                               api_error *e)
+{
+    memset(req, 0, sizeof *req);
     int rc = -1;
     if (parse_flags(req, root, e) == 0 &&
         parse_layers(req, root, lim, e) == 0 &&
@@ -130,7 +140,6 @@ int inspect_request_parse(inspect_request *req, const char *body, size_t len,
                                 tok, lim->vocab_size, lim->n_ctx, e) == 0 &&
         check_sizes(req, lim, e) == 0)
         rc = 0;
-    json_decref(root);
     if (rc != 0)
         inspect_request_free(req);
     return rc;

@@ -46,6 +46,10 @@ typedef struct inspect_limits {
 int inspect_request_parse(inspect_request *req, const char *body, size_t len,
                           const tokenizer *tok, const inspect_limits *lim,
                           api_error *e);
+/* The same for a body parsed already (`root`, borrowed). */
+int inspect_request_parse_root(inspect_request *req, json_t *root,
+                               const tokenizer *tok, const inspect_limits *lim,
+                               api_error *e);
 void inspect_request_free(inspect_request *req);
 
 #endif

@@ -586,6 +586,65 @@ static void render_grammars(FILE *f, const metrics_grammars *g)
     fprintf(f, "gpt2d_grammar_mask_seconds_total %.6f\n", g->mask_seconds);
 }
 
+/* The models' own series (in render_models' order) of one model. */
+static uintmax_t model_series_value(const metrics_model *m, size_t series)
+{
+    switch (series) {
+    case 0:
+        return m->loaded;
+    case 1:
+        return m->loads;
+    case 2:
+        return m->bytes;
+    case 3:
+        return m->queue_depth;
+    case 4:
+        return m->running;
+    default:
+        return m->kv_blocks_in_use;
+    }
+}
+
+/* The models' own series, one line per model. */
+static void render_models(FILE *f, const metrics_gauges *st)
+{
+    render_gauge(f, "gpt2d_models_memory_bytes",
+                 "Bytes the loaded models count against --models-memory "
+                 "(weights and KV caches).",
+                 st->models_memory);
+    render_gauge(f, "gpt2d_models_memory_max_bytes",
+                 "--models-memory (0: no bound).", st->models_memory_max);
+    static const struct {
+        const char *name, *type, *help;
+    } series[] = {
+        { "gpt2d_model_loaded", "gauge", "1 while the model is loaded." },
+        { "gpt2d_model_loads_total", "counter",
+          "Times the model was loaded (at start, or for a request)." },
+        { "gpt2d_model_memory_bytes", "gauge",
+          "What the model counts against --models-memory while loaded." },
+        { "gpt2d_model_queue_depth", "gauge",
+          "Requests waiting for the model's engine." },
+        { "gpt2d_model_sequences_running", "gauge",
+          "The model's sequences holding a slot." },
+        { "gpt2d_model_kv_blocks_in_use", "gauge",
+          "The model's KV-cache blocks held by running sequences." },
+    };
+    for (size_t k = 0; k < sizeof series / sizeof series[0]; k++) {
+        render_header(f, series[k].name, series[k].type, series[k].help);
+        for (size_t i = 0; i < st->n_models; i++)
+            fprintf(f, "%s{model=\"%s\"} %ju\n", series[k].name,
+                    st->models[i].id, model_series_value(&st->models[i], k));
+    }
+    const char *name = "gpt2d_model_compute_seconds_total";
+    render_header(f, name, "counter",
+                  "Seconds of the worker pool's time the model's steps took "
+                  "(the models take turns, fairly by this time); it starts "
+                  "again at 0 when the model loads again.");
+    for (size_t i = 0; i < st->n_models; i++)
+        fprintf(f, "%s{model=\"%s\"} %.6f\n", name, st->models[i].id,
+                st->models[i].compute_seconds);
+}
+
 static void render_gauges(FILE *f, const metrics_gauges *st)
 {
     if (st == NULL)
@@ -648,6 +707,7 @@ static void render_gauges(FILE *f, const metrics_gauges *st)
                         st->kv_hit_tokens_disk);
     render_kv_sharing(f, st);
     render_grammars(f, &st->grammars);
+    render_models(f, st);
     if (!st->kv_disk)
         return;
     const metrics_disk *d = &st->disk;

@@ -112,6 +112,19 @@ typedef struct metrics_grammars {
     double mask_seconds;
 } metrics_grammars;
 
+/* One model of several (fleet.h), labelled model="ID". */
+typedef struct metrics_model {
+    const char *id;
+    bool loaded;
+    uint64_t loads;
+    size_t bytes; /* what --models-memory counts while it is loaded */
+    size_t queue_depth, running, kv_blocks_in_use;
+    double compute_seconds; /* its engine's turns at the worker pool while
+                               loaded this time */
+} metrics_model;
+
+/* Every engine series below is the sum over the loaded models: a KV
+ * counter of a model goes with it when it unloads. */
 typedef struct metrics_gauges {
     size_t queue_depth;
     size_t running; /* sequences holding a slot */
@@ -132,6 +145,9 @@ typedef struct metrics_gauges {
     bool kv_disk; /* a disk tier exists: `disk` holds it */
     metrics_disk disk;
     metrics_grammars grammars;
+    const metrics_model *models; /* [n_models] */
+    size_t n_models;
+    size_t models_memory, models_memory_max; /* 0 max: no bound */
 } metrics_gauges;
 
 /* Prometheus text exposition (version 0.0.4), gauges from `gauges` (NULL:

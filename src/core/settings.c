@@ -49,6 +49,7 @@
 
 typedef enum opt_type {
     OPT_PATH,          /* string, must not be empty */
+    OPT_MODEL,         /* one more --model (settings_models) */
     OPT_OPTIONAL_PATH, /* string; empty means "none" */
     OPT_ADDR_LIST,     /* string of addresses and CIDR blocks (addr_list.h);
                          * empty means none */
@@ -85,9 +86,27 @@ typedef struct option_spec {
 #define KIB 1024ULL
 
 static const option_spec options[] = {
-    { "model", 'm', OPT_PATH, FIELD(model_dir), "DIR", NULL, "none, required",
+    { "model", 'm', OPT_MODEL, FIELD(models), "[ID=]DIR", NULL,
+      "none; this or --models-dir is required", 0, 0, false,
+      "A model to serve: a directory with config.json, model.safetensors, "
+      "vocab.json, merges.txt, known as ID (default: the directory's name). "
+      "Repeat it for several models; the first is the default." },
+    { "models-dir", 0, OPT_OPTIONAL_PATH, FIELD(models_dir), "DIR", NULL, NULL,
       0, 0, false,
-      "Directory with config.json, model.safetensors, vocab.json, merges.txt." },
+      "Serve every subdirectory of DIR that holds a config.json as a model "
+      "named by the subdirectory (after the --model ones)." },
+    { "models-memory", 0, OPT_BYTES, FIELD(models_memory), "SIZE", "0", NULL, 0,
+      1024ULL * 1024 * KIB *KIB *KIB, false,
+      "Most memory the loaded models may take together (weights as --dtype "
+      "keeps them, and each one's KV cache); a model that does not fit unloads "
+      "the least recently used idle ones. 0: no bound. Suffixes k, M, G "
+      "(x1024)." },
+    { "models-max", 0, OPT_COUNT, FIELD(models_max), "N", "0", NULL, 0, 1024,
+      false, "Most models loaded at once; 0: no bound." },
+    { "model-idle-timeout", 0, OPT_UINT, FIELD(model_idle), "SECONDS", "0",
+      NULL, 0, 86400 * 365, false,
+      "Unload a model no request has used for this long (it loads again on "
+      "the next request); 0: never." },
     { "host", 0, OPT_PATH, FIELD(host), "ADDR", "127.0.0.1", NULL, 0, 0, false,
       "Address to listen on (IPv4 or IPv6 literal, or a host name)." },
     { "port", 'p', OPT_PORT, FIELD(port), "N", "8080", NULL, 0, 65535, false,
@@ -527,6 +546,24 @@ static int apply_value(settings *s, const option_spec *o, const char *value,
     char *field = (char *)s + o->offset;
     unsigned long long n = 0;
     switch (o->type) {
+    case OPT_MODEL: {
+        settings_models *m = (settings_models *)(void *)field;
+        if (m->source != s->source) { /* a later source: its list wins */
+            for (size_t i = 0; i < m->n; i++)
+                free(m->item[i]);
+            m->n = 0;
+            m->source = s->source;
+        }
+        if (value[0] == '\0')
+            return error_set(err, "%s: model needs a value", where);
+        if (m->n == SETTINGS_MAX_MODELS)
+            return error_set(err, "%s: more than %d models", where,
+                             SETTINGS_MAX_MODELS);
+        if ((m->item[m->n] = strdup(value)) == NULL)
+            return error_set(err, "%s: out of memory", where);
+        m->n++;
+        return 0;
+    }
     case OPT_PATH:
     case OPT_OPTIONAL_PATH:
         return set_string((char **)(void *)field, value,
@@ -865,21 +902,27 @@ static settings_result load(settings *s, int argc, char **argv,
     if (apply_defaults(s, err) != 0)
         return SETTINGS_USAGE_ERROR;
     /* Recorded whichever source named it, so start-up can log it. */
+    s->source = 1;
     const char *config = fl.config != NULL ? fl.config : getenv("GPT2D_CONFIG");
     if (config != NULL && config[0] != '\0' &&
         (apply_value(s, find_option("config"), config, "GPT2D_CONFIG", err) !=
              0 ||
          apply_config_file(s, config, err) != 0))
         return SETTINGS_USAGE_ERROR;
-    if (apply_environment(s, err) != 0 || apply_flags(s, &fl, err) != 0)
+    s->source = 2;
+    if (apply_environment(s, err) != 0)
+        return SETTINGS_USAGE_ERROR;
+    s->source = 3;
+    if (apply_flags(s, &fl, err) != 0)
         return SETTINGS_USAGE_ERROR;
     const char *key = getenv("GPT2D_API_KEY");
     if (key != NULL && key[0] != '\0' && (s->api_key = strdup(key)) == NULL) {
         error_set(err, "GPT2D_API_KEY: out of memory");
         return SETTINGS_USAGE_ERROR;
     }
-    if (s->model_dir == NULL) {
-        error_set(err, "--model DIR is required (see gpt2d --help)");
+    if (s->models.n == 0 && s->models_dir == NULL) {
+        error_set(err, "--model DIR (or --models-dir DIR) is required (see "
+                       "gpt2d --help)");
         return SETTINGS_USAGE_ERROR;
     }
     if (s->matmul == MODEL_MATMUL_BLAS && model_dtype_needs_panels(s->dtype)) {
@@ -912,6 +955,9 @@ void settings_free(settings *s)
         free(s->api_key);
         s->api_key = NULL;
     }
+    for (size_t i = 0; i < s->models.n; i++)
+        free(s->models.item[i]);
+    s->models.n = 0;
     for (size_t i = 0; i < N_OPTIONS; i++) {
         if (options[i].type == OPT_PATH ||
             options[i].type == OPT_OPTIONAL_PATH ||
@@ -952,8 +998,8 @@ void settings_usage(FILE *out)
 {
     fprintf(
         out,
-        "Usage: gpt2d --model DIR [options]\n"
-        "Serve a GPT-2 checkpoint (Hugging Face layout) over HTTP.\n"
+        "Usage: gpt2d --model [ID=]DIR... [options]\n"
+        "Serve GPT-2 checkpoints (Hugging Face layout) over HTTP.\n"
         "\n"
         "Every option can also be given in the --config file as `name = value`\n"
         "or as its environment variable.  Flags override the environment, which\n"

@@ -17,9 +17,26 @@
 /* The most KV slots a pool may have: --slots' bound, and the cap on what
  * --kv-memory derives. */
 #define SETTINGS_MAX_SLOTS 1024
+/* The most models --model may name (--models-dir adds its own). */
+#define SETTINGS_MAX_MODELS 64
+
+/* --model, repeated: "ID=DIR" or "DIR".  Each source (config file,
+ * environment, flags) that names models replaces the list the sources
+ * before it gave; within one source, each names one more. */
+typedef struct settings_models {
+    char *item[SETTINGS_MAX_MODELS];
+    size_t n;
+    int source; /* which source gave them (settings.c) */
+} settings_models;
 
 typedef struct settings {
-    char *model_dir;        /* --model (required) */
+    settings_models models; /* --model, repeated */
+    char *models_dir;       /* --models-dir: each subdirectory a model */
+    size_t models_memory;   /* --models-memory bytes of loaded models
+                                 * (weights and KV caches); 0: no bound */
+    size_t models_max;      /* --models-max loaded at once; 0: no bound */
+    unsigned model_idle;    /* --model-idle-timeout seconds before an
+                                 * unused model unloads; 0: never */
     char *host;             /* --host, default 127.0.0.1 */
     unsigned port;          /* --port, default 8080; 0 = any free port */
     model_dtype dtype;      /* --dtype, default auto */
@@ -82,6 +99,7 @@ typedef struct settings {
                                  * sequence verifies in one step */
     bool test_speculate_always; /* --test-speculate-always (tests only) */
     int log_level;              /* --log-level error|warn|info|debug */
+    int source; /* while loading: the source being read (settings.c) */
 } settings;
 
 typedef enum settings_result {

@@ -148,6 +148,8 @@ static void *engine_main(void *arg)
         pthread_mutex_unlock(&e->lock);
         watchdog_kick(e);
 
+        if (e->cfg.share != NULL)
+            compute_share_begin(e->cfg.share, &e->turns);
         const double t_step = monotonic_seconds();
         gpt2d_error err = { { 0 } };
         int rc = forward_step(e->fwd, e->m, e->pool, kvcache_geometry(e->kv),
@@ -174,6 +176,9 @@ static void *engine_main(void *arg)
                                     prefill_rows, took);
             spec_observe(e, rows, prefill_rows, took);
         }
+        if (e->cfg.share != NULL)
+            compute_share_end(e->cfg.share, &e->turns,
+                              monotonic_seconds() - t_step);
         pad_step(e, t_step);
         /* the hold follows how long the streams waited for the step (a
          * test's step floor included) */
@@ -376,7 +381,10 @@ int engine_create(engine **out, const model *m, const tokenizer *tok,
         .now = monotonic_seconds()
     };
     e->kv_blocks = kc.n_blocks;
-    if (threadpool_create(&e->pool, cfg->n_threads, err) != 0 ||
+    e->pool = cfg->pool;
+    e->own_pool = e->pool == NULL;
+    if ((e->own_pool &&
+         threadpool_create(&e->pool, cfg->n_threads, err) != 0) ||
         forward_state_create(&e->fwd, m, cfg->max_batch_rows, cfg->n_threads,
                              err) != 0 ||
         engine_alloc_step(e, err) != 0) {
@@ -390,6 +398,10 @@ int engine_create(engine **out, const model *m, const tokenizer *tok,
     if (kvcache_create(&e->kv, &shape, &kc, identity, err) != 0) {
         engine_destroy(e);
         return -1;
+    }
+    if (cfg->share != NULL) {
+        compute_share_join(cfg->share, &e->turns);
+        e->joined_share = true;
     }
     if (thread_start(&e->thread, engine_main, e, "gpt2d-step") != 0) {
         engine_destroy(e);
@@ -439,7 +451,10 @@ void engine_destroy(engine *e)
     free(e->batch);
     free(e->logits);
     forward_state_free(e->fwd);
-    threadpool_destroy(e->pool);
+    if (e->own_pool)
+        threadpool_destroy(e->pool);
+    if (e->joined_share)
+        compute_share_leave(e->cfg.share, &e->turns);
     pthread_cond_destroy(&e->cond);
     pthread_mutex_destroy(&e->lock);
     free(e);
@@ -596,5 +611,7 @@ engine_stats engine_get_stats(engine *e)
     pthread_mutex_unlock(&e->lock);
     st.slots_total = e->cfg.n_slots;
     st.slots_busy = st.running;
+    if (e->joined_share)
+        st.compute_seconds = compute_share_seconds(e->cfg.share, &e->turns);
     return st;
 }

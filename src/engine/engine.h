@@ -87,6 +87,8 @@ typedef struct engine_stats {
     size_t paused;                  /* sequences of running requests
                                        waiting for a slot (engine_pause.c) */
     size_t slots_total, slots_busy; /* sequences that may / do run */
+    double compute_seconds;         /* its steps' turns at a shared worker pool
+                             * (engine_config.share; 0 without one) */
     kv_stats kv;
 } engine_stats;
 engine_stats engine_get_stats(engine *e);

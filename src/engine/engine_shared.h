@@ -36,6 +36,7 @@
 #include "core/error.h"
 #include "core/notify.h"
 #include "core/threadpool.h"
+#include "engine/compute_share.h"
 #include "engine/engine_types.h"
 #include "engine/gen_request_internal.h"
 #include "engine/spec_cost.h"
@@ -121,6 +122,8 @@ struct engine {
     size_t max_token_bytes; /* longest token, sizes the text buffers */
 
     threadpool *pool;
+    bool own_pool;        /* made here, not cfg.pool */
+    compute_member turns; /* at cfg.share, when there is one */
     forward_state *fwd;
     sampler_scratch **scratch; /* one per worker */
     uint64_t *masks;           /* [n_scratch][mask_words]: constraint masks */
@@ -149,6 +152,7 @@ struct engine {
     bool stopping;
     double deadline;
     bool thread_started, joined;
+    bool joined_share; /* e->turns is cfg.share's member */
     pthread_t thread;
     notify_watchdog watchdog; /* engine thread only, after create */
 

@@ -46,6 +46,11 @@ typedef struct engine_config {
     unsigned min_step_usec; /* 0; tests: every step lasts at least this
                                  * long, so that how long a generation runs
                                  * does not depend on the machine's speed */
+    /* Several models in one daemon (fleet.h): the worker pool they share
+     * (borrowed; n_threads must be its size) and the turns at it.  NULL:
+     * the engine makes a pool of its own and steps whenever it likes. */
+    struct threadpool *pool;
+    struct compute_share *share;
 } engine_config;
 
 /* Why engine_submit took a request or not, and the HTTP answer each

@@ -56,7 +56,7 @@ static int config_size(const json_t *root, const char *key, size_t lo,
     return 0;
 }
 
-static int config_read(model_config *cfg, const char *dir, gpt2d_error *err)
+int model_config_read(model_config *cfg, const char *dir, gpt2d_error *err)
 {
     char path[4096];
     snprintf(path, sizeof path, "%s/config.json", dir);
@@ -544,6 +544,22 @@ static size_t weight_bytes_per_token(const model_config *c, panel_dtype dt)
     return matrices * panel_k_bytes(dt) / PANEL_WIDTH + sizeof(float) * vectors;
 }
 
+static panel_dtype panel_dtype_of(model_dtype dtype)
+{
+    return dtype == MODEL_DTYPE_Q8        ? PANEL_Q8DOT
+           : dtype == MODEL_DTYPE_INT8    ? PANEL_Q8
+           : dtype == MODEL_DTYPE_FLOAT16 ? PANEL_F16
+                                          : PANEL_F32;
+}
+
+size_t model_bytes_estimate(const model_config *c, model_dtype dtype)
+{
+    /* the position table and a generous word embedding besides the panels
+     * (an untied checkpoint keeps both) */
+    return weight_bytes_per_token(c, panel_dtype_of(dtype)) +
+           sizeof(float) * (c->n_ctx + c->vocab_size) * c->n_embd;
+}
+
 /* AUTO: panels where the AVX2 kernels run or half or 8-bit weights are
  * asked for, blas elsewhere. */
 static int resolve_matmul(model_matmul asked, model_dtype dtype,
@@ -606,7 +622,7 @@ int model_load_for(model *m, const char *dir, model_dtype dtype,
         return error_set(err, "%s: %s", dir, strerror(errno));
     if (!S_ISDIR(st.st_mode))
         return error_set(err, "%s: not a directory", dir);
-    if (config_read(&m->config, dir, err) != 0)
+    if (model_config_read(&m->config, dir, err) != 0)
         return -1;
     set_name(m, dir);
 
@@ -648,10 +664,7 @@ int model_load_for(model *m, const char *dir, model_dtype dtype,
         goto out;
     m->dtype = m->matmul == MODEL_MATMUL_BLAS ? MODEL_DTYPE_FLOAT32
                                               : resolve_dtype(&L, dtype);
-    m->panel_dtype = m->dtype == MODEL_DTYPE_Q8        ? PANEL_Q8DOT
-                     : m->dtype == MODEL_DTYPE_INT8    ? PANEL_Q8
-                     : m->dtype == MODEL_DTYPE_FLOAT16 ? PANEL_F16
-                                                       : PANEL_F32;
+    m->panel_dtype = panel_dtype_of(m->dtype);
     if ((m->matmul == MODEL_MATMUL_BLAS ? view_weights(m, &L, err)
                                         : pack_weights(m, &L, err)) != 0)
         goto out;

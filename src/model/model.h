@@ -102,4 +102,11 @@ int model_load_for(model *m, const char *dir, model_dtype dtype,
                    model_matmul matmul, gpt2d_error *err);
 void model_free(model *m);
 
+/* DIR/config.json alone, checked as model_load checks it. */
+int model_config_read(model_config *cfg, const char *dir, gpt2d_error *err);
+/* The bytes a model of config `c` keeps once loaded as `dtype` (AUTO
+ * counted as float32), an upper estimate: what a memory budget for
+ * several models counts before a model is loaded. */
+size_t model_bytes_estimate(const model_config *c, model_dtype dtype);
+
 #endif

@@ -16,6 +16,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "core/log.h"
+#include "core/settings.h"
+#include "fleet/fleet.h"
 #include "text/tokenizer.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);
@@ -37,6 +40,39 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 /* Where vocab.json and merges.txt live: $GPT2D_FUZZ_TOKENIZER (a directory),
  * else $GPT2D_TEST_DATA/tokenizer (what `make check` exports), else
  * tests/data/tokenizer under the current directory. */
+/* The models the API's endpoints answer from: the tiny fixture model
+ * ($GPT2D_FUZZ_MODEL, or $GPT2D_TEST_DATA/models/tiny), one thread, one
+ * slot; `cfg` must outlive the fleet. */
+static inline fleet *fuzz_tiny_fleet(settings *cfg)
+{
+    char dir[2048];
+    const char *env = getenv("GPT2D_FUZZ_MODEL");
+    const char *data = getenv("GPT2D_TEST_DATA");
+    if (env != NULL && env[0] != '\0')
+        snprintf(dir, sizeof dir, "%s", env);
+    else
+        snprintf(dir, sizeof dir, "%s/models/tiny",
+                 data != NULL && data[0] != '\0' ? data : "tests/data");
+    char *argv[] = { "gpt2d",   "--model", dir,           "--threads", "1",
+                     "--slots", "1",       "--log-level", "error",     NULL };
+    gpt2d_error err;
+    fleet *f = NULL;
+    int rc = settings_load(cfg, 9, argv, &err) == SETTINGS_RUN ? 0 : -1;
+    if (rc == 0) {
+        log_set_level(cfg->log_level);
+        rc = fleet_create(&f, cfg, NULL, &err);
+    }
+    if (rc != 0) {
+        fprintf(stderr,
+                "fuzz: cannot serve the model in %s: %s\n"
+                "fuzz: set GPT2D_FUZZ_MODEL to the tiny fixture model "
+                "(make check's tests/data/models/tiny)\n",
+                dir, err.message);
+        exit(EXIT_FAILURE);
+    }
+    return f;
+}
+
 static inline tokenizer *fuzz_load_tokenizer(void)
 {
     char dir[2048], vocab[4096], merges[4096];

@@ -40,6 +40,10 @@ static const completion_limits limits = {
     .max_sequences = 4,
 };
 
+/* The tokenizer endpoints answer from a model's tokenizer. */
+static settings models_cfg;
+static fleet *models;
+
 static void free_tokenizer(void)
 {
     workpool_stop(work);
@@ -47,6 +51,9 @@ static void free_tokenizer(void)
     tokenizer_free(tok);
     tok = NULL;
     chat_template_free(&tpl);
+    fleet_free(models);
+    models = NULL;
+    settings_free(&models_cfg);
 }
 
 int LLVMFuzzerInitialize(int *argc, char ***argv)
@@ -54,6 +61,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     (void)argc;
     (void)argv;
     tok = fuzz_load_tokenizer();
+    models = fuzz_tiny_fleet(&models_cfg);
     gpt2d_error err;
     if (chat_template_load(&tpl, NULL, &err) != 0) {
         fprintf(stderr, "built-in chat template: %s\n", err.message);
@@ -231,7 +239,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         fuzz_check_refused(&e);
     }
 
-    api_ctx ctx = { .tok = tok, .work = work };
+    api_ctx ctx = { .models = models, .work = work };
     api_caller who;
     api_caller_of_address(&who, "fuzz");
     api_response r = { 0 };

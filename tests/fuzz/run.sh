@@ -20,6 +20,9 @@
 # regression inputs; the working corpus grows in BUILD/fuzz/corpus/TARGET.
 # The tokenizer (vocab.json, merges.txt) comes from $GPT2D_FUZZ_TOKENIZER, or
 # is fetched into BUILD/tests/data/tokenizer by tests/data/fetch-tokenizer.sh.
+# completion_request also serves /tokenize and /detokenize from a model:
+# $GPT2D_FUZZ_MODEL, the tiny fixture `make check` makes
+# (build/tests/data/models/tiny).
 #
 # Exit status: 0 when every target ran clean, 1 on a finding, 2 on misuse.
 set -euo pipefail

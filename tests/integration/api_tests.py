@@ -3230,7 +3230,8 @@ class T11ThreadNames(ServerCase):
             sorted(n for n in names.values() if n != "MHD-connection"),
             sorted(["gpt2d", "gpt2d-step", "gpt2d-mm-1", "gpt2d-mm-2",
                     "gpt2d-work-0", "gpt2d-work-1", "gpt2d-work-2",
-                    "gpt2d-deadline", "gpt2d-kvdisk", "MHD-listen"]))
+                    "gpt2d-deadline", "gpt2d-kvdisk", "gpt2d-models",
+                    "MHD-listen"]))
 
 
 class T9Shutdown(ServerCase):

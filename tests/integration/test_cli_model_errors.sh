@@ -34,7 +34,7 @@ make_dir() {
     echo "$work/$1"
 }
 
-expect_error "no --model" 2 "--model DIR is required" --
+expect_error "no --model" 2 "--model DIR (or --models-dir DIR) is required" --
 expect_error "unknown option" 2 "gpt2d: unrecognized option '--bogus'" -- --bogus
 expect_error "option without value" 2 "gpt2d: option '--model' needs a value" -- --model
 expect_error "missing directory" 1 "gpt2d: $work/absent: No such file or directory" -- --model "$work/absent"
@@ -101,7 +101,8 @@ expect_serving() {
 
 expect_serving "good directory" "loaded tiny: "
 # one of a kind is named in the singular
-expect_serving "one slot and one thread" "; 1 KV slot, KV cache of .*), 1 thread; listening" \
+expect_serving "one slot" "; 1 KV slot, KV cache of .*)$" --slots 1 --threads 1
+expect_serving "one model and one thread" "gpt2d: 1 model (1 loaded, default tiny), 1 thread; listening" \
     --slots 1 --threads 1
 expect_error "one slot leaves a step no room" 2 "--max-batch-rows 1 must exceed the 1 KV slot: " \
     -- --model "$tiny" --slots 1 --max-batch-rows 1

@@ -1074,8 +1074,9 @@ def check_session_list(body, cfg):
     busy = sum(1 for s in body["data"] if isinstance(s, dict) and s.get("busy"))
     need(busy <= cfg.slots, "%d busy sessions for %d slots", busy, cfg.slots)
     for s in body["data"]:
-        need(isinstance(s, dict) and set(s) == {"id", "object", "n_tokens", "cached",
-                                                "idle_seconds", "busy"}, "session %s", short(s))
+        need(isinstance(s, dict) and set(s) == {"id", "object", "model", "n_tokens",
+                                                "cached", "idle_seconds", "busy"},
+             "session %s", short(s))
         need(s["object"] == "session" and isinstance(s["busy"], bool)
              and isinstance(s["n_tokens"], int) and 0 <= s["n_tokens"] <= cfg.n_ctx
              and isinstance(s["idle_seconds"], (int, float)) and s["idle_seconds"] >= 0,

@@ -17,6 +17,7 @@
 #include "api/api_endpoints.h"
 #include "core/metrics.h"
 #include "test_api_util.h"
+#include "test_tiny.h"
 
 static tokenizer *tok;
 
@@ -29,6 +30,22 @@ static void free_tokenizer(void)
 {
     tokenizer_free(tok);
     tok = NULL;
+}
+
+/* The endpoints answer from a model's tokenizer: the tiny model's. */
+static settings models_cfg;
+static fleet *models;
+
+static void load_models(void)
+{
+    models = test_tiny_fleet(&models_cfg);
+}
+
+static void free_models(void)
+{
+    fleet_free(models);
+    settings_free(&models_cfg);
+    models = NULL;
 }
 
 /* The whole answer, read `block` bytes at a time. */
@@ -243,7 +260,7 @@ static char *answer_text(api_response *r)
 START_TEST(test_tokenize_answers_from_the_pool_and_holds_its_charge)
 {
     start_pool((size_t)64 << 20, 60000);
-    api_ctx ctx = { .tok = tok, .work = work };
+    api_ctx ctx = { .models = models, .work = work };
     api_caller who = caller("10.0.0.1");
     static const char body[] = "{\"content\": \"Hello world\"}";
     api_response r = { 0 };
@@ -275,7 +292,7 @@ END_TEST
 START_TEST(test_bad_bodies_are_400s_that_hold_nothing)
 {
     start_pool((size_t)64 << 20, 60000);
-    api_ctx ctx = { .tok = tok, .work = work };
+    api_ctx ctx = { .models = models, .work = work };
     api_caller who = caller("10.0.0.1");
     static const struct {
         bool tokenize;
@@ -318,7 +335,7 @@ START_TEST(test_a_caller_whose_answers_hold_its_half_is_refused_with_the_reason)
     static const char body[] = "{\"content\": \"Hello world, and more words\"}";
     size_t one = api_body_bytes(strlen(body));
     start_pool(2 * one + one / 2, 100);
-    api_ctx ctx = { .tok = tok, .work = work };
+    api_ctx ctx = { .models = models, .work = work };
     api_caller a = caller("10.0.0.1"), b = caller("10.0.0.2");
     api_response held = { 0 }, refused = { 0 }, other = { 0 };
     api_tokenize(&ctx, &a, body, strlen(body), NULL, &held);
@@ -366,7 +383,7 @@ static Suite *api_body_suite(void)
     suite_add_tcase(s, bodies);
 
     TCase *endpoints = tcase_create("endpoints");
-    tcase_add_unchecked_fixture(endpoints, load_tokenizer, free_tokenizer);
+    tcase_add_unchecked_fixture(endpoints, load_models, free_models);
     tcase_add_test(endpoints,
                    test_tokenize_answers_from_the_pool_and_holds_its_charge);
     tcase_add_test(endpoints, test_bad_bodies_are_400s_that_hold_nothing);
@@ -380,5 +397,7 @@ static Suite *api_body_suite(void)
 
 int main(void)
 {
+    if (!test_tiny_present("test_api_body"))
+        return 77;
     return test_run_suite(api_body_suite());
 }

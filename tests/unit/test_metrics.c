@@ -20,7 +20,7 @@
 
 /* ---- a small parser for the text format ---- */
 
-enum { MAX_SAMPLES = 512, MAX_FAMILIES = 64 };
+enum { MAX_SAMPLES = 512, MAX_FAMILIES = 96 };
 
 typedef struct sample {
     char name[96];
@@ -404,6 +404,50 @@ START_TEST(test_gauges_report_engine_stats)
     ck_assert(!has_series(sc, "gpt2d_kv_disk_blocks")); /* no disk tier */
     ck_assert_double_eq(value_of(sc, "gpt2d_kv_sessions", ""), 4);
     ck_assert_double_eq(value_of(sc, "gpt2d_kv_evictions_total", ""), 77);
+    free(sc);
+}
+END_TEST
+
+START_TEST(test_models_series_are_labelled_by_model)
+{
+    const metrics_model models[] = {
+        { .id = "gpt2-xl",
+          .loaded = true,
+          .loads = 2,
+          .bytes = 7000,
+          .queue_depth = 3,
+          .running = 4,
+          .kv_blocks_in_use = 50,
+          .compute_seconds = 12.5 },
+        { .id = "distilgpt2", .loaded = false, .loads = 1 },
+    };
+    metrics_gauges st = { .models = models,
+                          .n_models = 2,
+                          .models_memory = 7000,
+                          .models_memory_max = 9000 };
+    scrape *sc = scrape_new();
+    scrape_now(sc, &st);
+    const char *xl = "model=\"gpt2-xl\"", *distil = "model=\"distilgpt2\"";
+    ck_assert_double_eq(value_of(sc, "gpt2d_models_memory_bytes", ""), 7000);
+    ck_assert_double_eq(value_of(sc, "gpt2d_models_memory_max_bytes", ""),
+                        9000);
+    ck_assert_double_eq(value_of(sc, "gpt2d_model_loaded", xl), 1);
+    ck_assert(has_labelled(sc, "gpt2d_model_loaded", distil));
+    ck_assert_double_eq(value_of(sc, "gpt2d_model_loaded", distil), 0);
+    ck_assert_double_eq(value_of(sc, "gpt2d_model_loads_total", xl), 2);
+    ck_assert_double_eq(value_of(sc, "gpt2d_model_loads_total", distil), 1);
+    ck_assert_double_eq(value_of(sc, "gpt2d_model_memory_bytes", xl), 7000);
+    ck_assert_double_eq(value_of(sc, "gpt2d_model_queue_depth", xl), 3);
+    ck_assert_double_eq(value_of(sc, "gpt2d_model_sequences_running", xl), 4);
+    ck_assert_double_eq(value_of(sc, "gpt2d_model_kv_blocks_in_use", xl), 50);
+    ck_assert_double_eq(value_of(sc, "gpt2d_model_compute_seconds_total", xl),
+                        12.5);
+    const char *const families[][2] = {
+        { "gpt2d_model_loaded", "gauge" },
+        { "gpt2d_model_loads_total", "counter" },
+        { "gpt2d_model_memory_bytes", "gauge" },
+    };
+    assert_families(sc, families, 3);
     free(sc);
 }
 END_TEST
@@ -904,6 +948,7 @@ static Suite *metrics_suite(void)
     TCase *render = tcase_create("render");
     tcase_add_test(render, test_render_is_valid_exposition_text);
     tcase_add_test(render, test_gauges_report_engine_stats);
+    tcase_add_test(render, test_models_series_are_labelled_by_model);
     tcase_add_test(render, test_gauges_absent_without_engine_stats);
     tcase_add_test(render, test_disk_tier_series_report_its_stats);
     tcase_add_test(render, test_kv_sharing_series_report_each_tier);

@@ -22,6 +22,10 @@
  * list: the table in settings.c must match it, not define it). */
 static const char *const option_names[] = {
     "model",
+    "models-dir",
+    "models-memory",
+    "models-max",
+    "model-idle-timeout",
     "host",
     "port",
     "dtype",
@@ -164,13 +168,20 @@ static void expect_error(const char *const *args, size_t n_args,
         expect_error(args_, sizeof args_ / sizeof args_[0], (want1), (want2)); \
     } while (0)
 
+/* s names exactly one model, `dir`. */
+static void assert_one_model(const settings *s, const char *dir)
+{
+    ck_assert_uint_eq(s->models.n, 1);
+    ck_assert_str_eq(s->models.item[0], dir);
+}
+
 /* ---- defaults and precedence ---- */
 
 START_TEST(test_defaults_are_the_documented_ones)
 {
     settings s;
     LOAD_OK(&s, "--model", "/models/gpt2");
-    ck_assert_str_eq(s.model_dir, "/models/gpt2");
+    assert_one_model(&s, "/models/gpt2");
     ck_assert_str_eq(s.host, "127.0.0.1");
     ck_assert_uint_eq(s.port, 8080);
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
@@ -236,7 +247,7 @@ START_TEST(test_config_file_sets_every_kind_of_value)
                                   "kv-dtype = float16\n");
     settings s;
     LOAD_OK(&s, "--config", path);
-    ck_assert_str_eq(s.model_dir, "/srv/model");
+    assert_one_model(&s, "/srv/model");
     ck_assert_str_eq(s.host, "0.0.0.0");
     ck_assert_uint_eq(s.port, 9000);
     ck_assert_uint_eq(s.threads, 3);
@@ -278,7 +289,7 @@ START_TEST(test_environment_overrides_config_file)
     ck_assert_uint_eq(s.slots, 2);   /* the file beats the default */
     ck_assert_uint_eq(s.max_body_bytes, 2 * 1024 * 1024);
     ck_assert(s.log_prompts);
-    ck_assert_str_eq(s.model_dir, "/file");
+    assert_one_model(&s, "/file");
     settings_free(&s);
 }
 END_TEST
@@ -291,7 +302,7 @@ START_TEST(test_flags_override_environment_and_file)
     settings s;
     LOAD_OK(&s, "--config", path, "--port", "3333", "-m", "/flag");
     ck_assert_uint_eq(s.port, 3333);
-    ck_assert_str_eq(s.model_dir, "/flag");
+    assert_one_model(&s, "/flag");
     ck_assert_str_eq(s.host, "::1"); /* untouched by env and flags */
     settings_free(&s);
 }
@@ -300,10 +311,60 @@ END_TEST
 START_TEST(test_later_flag_wins_and_equals_form_works)
 {
     settings s;
-    LOAD_OK(&s, "--model=/a", "--port=1", "-p", "2", "--port", "0", "--model",
-            "/b");
+    LOAD_OK(&s, "--model=/a", "--port=1", "-p", "2", "--port", "0");
     ck_assert_uint_eq(s.port, 0);
-    ck_assert_str_eq(s.model_dir, "/b");
+    assert_one_model(&s, "/a");
+    settings_free(&s);
+}
+END_TEST
+
+/* --model names one more model each time within a source; a later
+ * source's list replaces an earlier one's. */
+START_TEST(test_models_accumulate_within_a_source_and_later_sources_replace)
+{
+    settings s;
+    LOAD_OK(&s, "--model", "/a", "-m", "big=/b", "--model=/c");
+    ck_assert_uint_eq(s.models.n, 3);
+    ck_assert_str_eq(s.models.item[0], "/a");
+    ck_assert_str_eq(s.models.item[1], "big=/b");
+    ck_assert_str_eq(s.models.item[2], "/c");
+    settings_free(&s);
+
+    const char *path = write_temp("model = /f1\nmodel = small=/f2\n");
+    LOAD_OK(&s, "--config", path);
+    ck_assert_uint_eq(s.models.n, 2);
+    ck_assert_str_eq(s.models.item[0], "/f1");
+    ck_assert_str_eq(s.models.item[1], "small=/f2");
+    settings_free(&s);
+
+    setenv("GPT2D_MODEL", "/env", 1);
+    LOAD_OK(&s, "--config", path);
+    assert_one_model(&s, "/env");
+    settings_free(&s);
+    LOAD_OK(&s, "--config", path, "--model", "/x", "--model", "/y");
+    ck_assert_uint_eq(s.models.n, 2);
+    ck_assert_str_eq(s.models.item[0], "/x");
+    ck_assert_str_eq(s.models.item[1], "/y");
+    settings_free(&s);
+}
+END_TEST
+
+START_TEST(test_models_dir_alone_is_enough_and_models_options_parse)
+{
+    settings s;
+    LOAD_OK(&s, "--models-dir", "/srv/models", "--models-memory", "2G",
+            "--models-max", "3", "--model-idle-timeout", "600");
+    ck_assert_uint_eq(s.models.n, 0);
+    ck_assert_str_eq(s.models_dir, "/srv/models");
+    ck_assert_uint_eq(s.models_memory, 2ULL << 30);
+    ck_assert_uint_eq(s.models_max, 3);
+    ck_assert_uint_eq(s.model_idle, 600);
+    settings_free(&s);
+    LOAD_OK(&s, "--model", "/m");
+    ck_assert_uint_eq(s.models_memory, 0);
+    ck_assert_uint_eq(s.models_max, 0);
+    ck_assert_uint_eq(s.model_idle, 0);
+    ck_assert_ptr_null(s.models_dir);
     settings_free(&s);
 }
 END_TEST
@@ -315,12 +376,12 @@ START_TEST(test_config_file_named_by_environment)
     setenv("GPT2D_CONFIG", env_file, 1);
     settings s;
     LOAD_OK(&s, "--threads", "1");
-    ck_assert_str_eq(s.model_dir, "/from-env-file");
+    assert_one_model(&s, "/from-env-file");
     ck_assert_uint_eq(s.slots, 7);
     ck_assert_str_eq(s.config_file, env_file);
     settings_free(&s);
     LOAD_OK(&s, "--config", flag_file); /* the flag beats GPT2D_CONFIG */
-    ck_assert_str_eq(s.model_dir, "/from-flag-file");
+    assert_one_model(&s, "/from-flag-file");
     ck_assert_uint_eq(s.slots, 4);
     settings_free(&s);
 }
@@ -451,7 +512,7 @@ START_TEST(test_empty_environment_variable_counts_as_unset)
     settings s;
     LOAD_OK(&s, "--slots", "1");
     ck_assert_uint_eq(s.port, 8080);
-    ck_assert_str_eq(s.model_dir, "/env");
+    assert_one_model(&s, "/env");
     settings_free(&s);
 }
 END_TEST
@@ -460,11 +521,12 @@ END_TEST
 
 START_TEST(test_missing_model_is_an_error)
 {
-    EXPECT_ERROR("--model DIR is required", NULL, "--port", "1");
+    EXPECT_ERROR("--model DIR (or --models-dir DIR) is required", NULL,
+                 "--port", "1");
     settings s;
     gpt2d_error err;
     ck_assert_int_eq(load_args(&s, &err, (char *)NULL), SETTINGS_USAGE_ERROR);
-    ck_assert_ptr_nonnull(strstr(err.message, "--model DIR is required"));
+    ck_assert_ptr_nonnull(strstr(err.message, "--model DIR (or --models-dir"));
     settings_free(&s);
 }
 END_TEST
@@ -882,6 +944,11 @@ static Suite *settings_suite(void)
     tcase_add_test(sources, test_environment_overrides_config_file);
     tcase_add_test(sources, test_flags_override_environment_and_file);
     tcase_add_test(sources, test_later_flag_wins_and_equals_form_works);
+    tcase_add_test(
+        sources,
+        test_models_accumulate_within_a_source_and_later_sources_replace);
+    tcase_add_test(sources,
+                   test_models_dir_alone_is_enough_and_models_options_parse);
     tcase_add_test(sources, test_config_file_named_by_environment);
     tcase_add_test(sources, test_boolean_flag_forms);
     tcase_add_test(sources, test_dtype_int8_from_flag_and_environment);

@@ -9,6 +9,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "core/settings.h"
+#include "fleet/fleet.h"
 #include "model/model.h"
 #include "text/tokenizer.h"
 #include "test_util.h"
@@ -41,6 +43,22 @@ static inline void test_tiny_load(model *m, tokenizer **tok)
                   err.message);
     ck_assert_msg(tokenizer_load(tok, vocab, merges, &err) == 0, "%s",
                   err.message);
+}
+
+/* A fleet of the one tiny model, as `gpt2d --model DIR --threads 1
+ * --slots 1` serves it; `cfg` must outlive it. */
+static inline fleet *test_tiny_fleet(settings *cfg)
+{
+    char dir[4096];
+    test_data_path(dir, sizeof dir, "models/tiny");
+    char *argv[] = { "gpt2d", "--model", dir, "--threads",
+                     "1",     "--slots", "1", NULL };
+    gpt2d_error err = { { 0 } };
+    ck_assert_msg(settings_load(cfg, 7, argv, &err) == SETTINGS_RUN, "%s",
+                  err.message);
+    fleet *f = NULL;
+    ck_assert_msg(fleet_create(&f, cfg, NULL, &err) == 0, "%s", err.message);
+    return f;
 }
 
 /* Token ids of `text` (malloc'ed). */

@@ -1,0 +1,71 @@
+/* served_model.h — one model as the daemon serves it: its weights, its
+ * tokenizer, its constraints' tables and its engine (with its own KV cache,
+ * and so its own isolation domain), loaded from one directory and freed
+ * together.
+ *
+ * Threads: loaded and freed by whoever the fleet lets (fleet.h); while
+ * loaded, read-only to every thread that holds it, the engine and the
+ * grammar cache having their own locks. */
+#ifndef GPT2D_SERVED_MODEL_H
+#define GPT2D_SERVED_MODEL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "core/error.h"
+#include "core/settings.h"
+#include "core/threadpool.h"
+#include "engine/compute_share.h"
+#include "engine/engine.h"
+#include "grammar/grammar_cache.h"
+#include "model/model.h"
+#include "text/tokenizer.h"
+
+/* A model's id: what requests name it by. */
+#define SERVED_MODEL_ID_MAX 128
+
+typedef struct served_model {
+    char id[SERVED_MODEL_ID_MAX + 1];
+    model mdl;
+    tokenizer *tok;
+    grammar_vocab *grammar_vocab; /* the tokens constraints mask */
+    grammar_cache *grammars;
+    size_t token_text_most; /* spec.token_text_most(tok): what bounds an
+                               inspect answer's token texts */
+    engine *eng;
+    size_t kv_blocks; /* the KV cache's size, from the settings */
+    size_t n_slots;   /* --slots: the sequences one request may run */
+    bool kv_half;
+    bool model_loaded;
+} served_model;
+
+/* Where and how one model is served. */
+typedef struct served_model_spec {
+    const char *id;
+    const char *dir;
+    const settings *cfg;     /* dtype, matmul, slots, KV and engine limits */
+    const char *kv_disk_dir; /* its disk tier; NULL or "": none */
+    threadpool *pool;        /* shared; NULL: the engine's own */
+    compute_share *share;    /* NULL: none */
+    /* The API's longest token text (inspect_answer.h), handed down so
+     * that this floor need not know the API; NULL: 0. */
+    size_t (*token_text_most)(const tokenizer *tok);
+} served_model_spec;
+
+/* Loads everything and starts the engine.  -1 and a message naming the
+ * directory when a file is bad; -2 when the settings cannot work with this
+ * model's shapes (a usage error). */
+int served_model_load(served_model **out, const served_model_spec *spec,
+                      gpt2d_error *err);
+/* Stops the engine (running work gets `drain_ms`, then is cancelled). */
+void served_model_shutdown(served_model *s, int drain_ms);
+void served_model_free(served_model *s);
+
+/* The KV cache's shape for a model of these dimensions. */
+kv_shape served_model_kv_shape(const model_config *mc);
+/* Bytes a model of config `mc` takes once loaded with these settings: its
+ * weights as `dtype` keeps them (float32 for auto) and its KV cache.  What
+ * --models-memory counts, before and after loading. */
+size_t served_model_bytes(const model_config *mc, const settings *cfg);
+
+#endif

@@ -1,0 +1,424 @@
+"""models_tests.py — several models behind one gpt2d (src/fleet/), against
+real processes on 127.0.0.1 (run by tests/integration/test_models.sh).
+
+    GPT2D_MODELS_WORKDIR            scratch directory (logs, models)
+    GPT2D_BUILDDIR, GPT2D_SRCDIR, GPT2D_TEST_DATA
+    GPT2D_MODELS_SUMMARY            optional: file that receives "PASSED FAILED"
+
+    models_tests.py [SUBSTRING...]  only the tests whose name contains one
+
+  - Three models of different shapes (two from --model, one from
+    --models-dir): a request for each gets that model's own reference
+    greedy tokens (the numpy reference of its weights), whole and
+    streamed, on completions and chat, with n > 1; /v1/models lists them
+    with their states; an unknown model is a 404 model_not_found on every
+    endpoint that takes one; sessions are each model's own.
+  - Memory: a model that cannot load while the others are in use is a 503
+    with Retry-After, and loads once they are not; the least recently used
+    idle model is unloaded for another, never one a running request holds
+    (which finishes with exactly its answer); an idle model unloads after
+    --model-idle-timeout and loads again on the next request; a model whose
+    files are broken is a 500 naming why, and the others serve on.
+  - Lists the daemon refuses at start (exit 2, one line saying why).
+
+Slow generations come from --test-min-step-us (every engine step lasts at
+least that long; speculation off, so a step is one token), so "still
+running" holds on any machine; every wait is
+bounded by an event the test observes, never a wall-clock guess.
+"""
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+from gpt2d_client import EOT, NO_EOT, Server  # noqa: E402
+from testlib import (DATA, GPT2D, SRCDIR, TINY, Case,  # noqa: E402
+                     long_context_model, run_module, wait_for)
+
+sys.path.insert(0, os.path.join(SRCDIR, "tests", "reference"))
+import gpt2_numpy  # noqa: E402
+
+WORKDIR = os.environ.get("GPT2D_MODELS_WORKDIR", tempfile.gettempdir())
+SMALL = os.path.join(DATA, "models", "w36h4")         # 1 layer, context 33
+WIDE = os.path.join(DATA, "models", "w72h6-untied")   # 2 layers, context 40
+MIN_MARGIN = 5e-3
+STEP_US = 20000     # --test-min-step-us where a generation must last
+LONG = 120          # tokens of a generation that outlasts the test's checks
+
+
+def models_dir():
+    """A --models-dir holding `wide` (a link to the w72h6-untied fixture),
+    a directory without a config.json (not a model) and a file."""
+    d = os.path.join(WORKDIR, "models-dir")
+    if not os.path.isdir(d):
+        os.makedirs(os.path.join(d, "not-a-model"))
+        os.symlink(WIDE, os.path.join(d, "wide"))
+        with open(os.path.join(d, "README"), "w", encoding="ascii") as f:
+            f.write("not a model\n")
+    return d
+
+
+def long_model():
+    """tiny's shape with a 1024-token context: room for LONG tokens."""
+    return long_context_model(os.path.join(WORKDIR, "ctx1024-model"), TINY, 11)
+
+
+def broken_models_dir():
+    """A --models-dir whose one model has a config.json and no weights."""
+    d = os.path.join(WORKDIR, "broken-dir")
+    if not os.path.isdir(d):
+        os.makedirs(os.path.join(d, "broken"))
+        shutil.copy(os.path.join(TINY, "config.json"),
+                    os.path.join(d, "broken", "config.json"))
+    return d
+
+
+_refs = {}
+
+
+def reference(directory):
+    if directory not in _refs:
+        _refs[directory] = gpt2_numpy.GPT2(directory)
+    return _refs[directory]
+
+
+def greedy(directory, prompt, n):
+    """The reference's greedy continuation of `prompt` (ids), and whether
+    every step's best token leads the next by MIN_MARGIN."""
+    m = reference(directory)
+    cache = m.new_cache()
+    logits = m.forward(prompt, cache)[-1]
+    out, clear = [], True
+    for _ in range(n):
+        top2 = sorted(logits)[-2:]
+        clear = clear and top2[1] - top2[0] >= MIN_MARGIN
+        tok = int(logits.argmax())
+        out.append(tok)
+        if tok == EOT or len(out) == n:
+            break
+        logits = m.forward([tok], cache)[-1]
+    return out, clear
+
+
+def greedy_case(directory, key, n_prompt, n_gen):
+    """A prompt (ids) whose reference greedy continuation of n_gen tokens
+    is unambiguous and has no end-of-text; and that continuation."""
+    for attempt in range(300):
+        base = 1000 + 97 * (key + attempt)
+        prompt = [(base + 13 * i) % 50000 for i in range(n_prompt)]
+        out, clear = greedy(directory, prompt, n_gen)
+        if clear and len(out) == n_gen and EOT not in out:
+            return prompt, out
+    raise AssertionError("no unambiguous greedy case in %s" % directory)
+
+
+def streamed_ids(client, path, body):
+    """The token ids of a streamed answer's first choice, in order."""
+    ids = []
+    for event in client.stream(path, dict(body, stream=True)):
+        for ch in event.get("choices", []):
+            ids.extend(ch.get("token_ids") or [])
+    return ids
+
+
+def states(client):
+    r = client.get("/v1/models")
+    assert r.status == 200, r
+    return {m["id"]: m["state"] for m in r.json["data"]}
+
+
+class Generation(threading.Thread):
+    """One long streamed completion in the background: .ids (its token
+    ids), .finish, .first (set once its first chunk came), .error."""
+
+    def __init__(self, client, body):
+        threading.Thread.__init__(self, daemon=True)
+        self.client, self.body = client, body
+        self.ids, self.finish, self.error = [], None, None
+        self.first = threading.Event()
+
+    def run(self):
+        try:
+            for event in self.client.stream("/v1/completions",
+                                            dict(self.body, stream=True)):
+                for ch in event.get("choices", []):
+                    self.ids.extend(ch.get("token_ids") or [])
+                    self.finish = ch.get("finish_reason") or self.finish
+                self.first.set()
+        except Exception as e:  # noqa: BLE001 (reported by the test)
+            self.error = e
+        finally:
+            self.first.set()
+
+
+class ModelsCase(Case):
+    """A test that starts its own daemons; each is stopped (exit 0, no
+    sanitizer report) at the end of the test."""
+
+    def setUp(self):
+        self.servers = []
+
+    def tearDown(self):
+        for srv in self.servers:
+            rc, _ = srv.stop()
+            self.assertEqual(rc, 0, srv.log_tail())
+            self.assert_clean_log(srv)
+
+    def start(self, name, first, args):
+        srv = Server(GPT2D, first, WORKDIR, list(args), name=name).start()
+        self.servers.append(srv)
+        return srv
+
+    def log_of(self, srv):
+        with open(srv.log_path, "rb") as f:
+            return f.read().decode("utf-8", "replace")
+
+
+class ThreeModels(ModelsCase):
+    ARGS = ("--model", "small=" + SMALL, "--threads", "2", "--slots", "2")
+
+    def three(self):
+        return self.start("three", TINY,
+                          list(self.ARGS) + ["--models-dir", models_dir()])
+
+    def test_each_model_answers_with_its_own_reference_tokens(self):
+        srv = self.three()
+        c = srv.client()
+        self.assertEqual(states(c), {"tiny": "loaded", "small": "loaded",
+                                     "wide": "unloaded"})
+        for key, (name, directory) in enumerate(
+                (("tiny", TINY), ("small", SMALL), ("wide", WIDE))):
+            prompt, want = greedy_case(directory, key, 5, 8)
+            body = {"model": name, "prompt": prompt, "max_tokens": 8,
+                    "temperature": 0, "return_token_ids": True}
+            with self.subTest(model=name, kind="whole, n=2"):
+                r = c.complete(**dict(body, n=2))
+                self.assertEqual(r["model"], name)
+                for ch in r["choices"]:
+                    self.assertEqual(ch["token_ids"], want)
+            with self.subTest(model=name, kind="streamed"):
+                self.assertEqual(streamed_ids(c, "/v1/completions", body),
+                                 want)
+            with self.subTest(model=name, kind="chat"):
+                r = c.post("/v1/chat/completions", {
+                    "model": name, "max_tokens": 4, "temperature": 0,
+                    "messages": [{"role": "user", "content": "Hi"}]})
+                self.assertEqual(r.status, 200, r)
+                self.assertEqual(r.json["model"], name)
+        self.assertEqual(states(c), {"tiny": "loaded", "small": "loaded",
+                                     "wide": "loaded"})
+        m = c.metrics()
+        for name in ("tiny", "small", "wide"):
+            self.assertEqual(m['gpt2d_model_loaded{model="%s"}' % name], 1)
+            self.assertEqual(m['gpt2d_model_loads_total{model="%s"}' % name],
+                             1)
+        self.assertIn("model wide loaded from", self.log_of(srv))
+
+    def test_models_are_listed_and_unknown_ones_are_404_everywhere(self):
+        srv = self.three()
+        c = srv.client()
+        data = c.get("/v1/models").json["data"]
+        self.assertEqual([m["id"] for m in data], ["tiny", "small", "wide"])
+        self.assertEqual([m["default"] for m in data], [True, False, False])
+        self.assertEqual([m["max_model_len"] for m in data], [64, 33, 40])
+        one = c.get("/v1/models/small")
+        self.assertEqual((one.status, one.json["id"]), (200, "small"))
+        self.assertEqual(
+            self.assert_error(c.get("/v1/models/nope"), 404, "model")["code"],
+            "model_not_found")
+        cases = [
+            ("/v1/completions", {"prompt": "Hi", "max_tokens": 1}),
+            ("/v1/chat/completions",
+             {"messages": [{"role": "user", "content": "Hi"}]}),
+            ("/v1/inspect", {"prompt": "Hi"}),
+            ("/tokenize", {"content": "Hi"}),
+            ("/detokenize", {"tokens": [1]}),
+        ]
+        for path, body in cases:
+            with self.subTest(path=path):
+                e = self.assert_error(c.post(path, dict(body, model="nope")),
+                                      404, "model")
+                self.assertEqual(e["code"], "model_not_found")
+                self.assertIn("nope", e["message"])
+                # the default model when none is named
+                self.assertEqual(c.post(path, body).status, 200)
+        # each model's tokenizer answers for it
+        r = c.post("/tokenize", {"model": "wide", "content": "Hello world"})
+        self.assertEqual((r.status, r.json), (200, {"tokens": [15496, 995]}))
+
+    def test_sessions_are_each_models_own(self):
+        srv = self.three()
+        c = srv.client()
+        for name in ("tiny", "small"):
+            c.complete(model=name, prompt="One two three", max_tokens=2,
+                       session_id="conv-1")
+        listed = c.get("/v1/sessions").json["data"]
+        self.assertEqual(sorted((s["model"], s["id"]) for s in listed),
+                         [("small", "conv-1"), ("tiny", "conv-1")])
+        self.assertEqual(c.delete("/v1/sessions/conv-1").status, 200)
+        self.assertEqual(c.get("/v1/sessions").json["data"], [])
+        self.assertEqual(c.delete("/v1/sessions/conv-1").status, 404)
+
+
+class Memory(ModelsCase):
+    def slow(self, name, args):
+        return self.start(name, long_model(),
+                          ["--threads", "1", "--slots", "2",
+                           "--test-min-step-us", str(STEP_US)] + list(args))
+
+    def test_a_model_that_cannot_load_while_others_run_is_503_then_loads(self):
+        srv = self.slow("busy", ["--model", "tiny=" + TINY,
+                                 "--models-max", "1"])
+        c = srv.client()
+        self.assertEqual(states(c), {"ctx1024-model": "loaded",
+                                     "tiny": "unloaded"})
+        prompt, want = greedy_case(TINY, 40, 4, 6)
+        body = {"model": "ctx1024-model", "prompt": [5, 6, 7],
+                "max_tokens": LONG, "temperature": 0, "logit_bias": NO_EOT,
+                "return_token_ids": True, "speculative": False}
+        alone = c.complete(**body)["choices"][0]["token_ids"]
+        gen = Generation(c, body)
+        gen.start()
+        self.assertTrue(gen.first.wait(30))
+        r = c.post("/v1/completions", {"model": "tiny", "prompt": prompt,
+                                       "max_tokens": 6, "temperature": 0,
+                                       "return_token_ids": True})
+        e = self.assert_error(r, 503, "model")
+        self.assertEqual(e["code"], "model_unavailable")
+        self.assertGreaterEqual(int(r.headers["retry-after"]), 1)
+        self.assertTrue(gen.is_alive(), "the generation outlasted the 503")
+        gen.join(120)
+        self.assertIsNone(gen.error)
+        self.assertEqual((gen.ids, gen.finish), (alone, "length"))
+        # nothing holds the long model now: it makes room
+        r = c.complete(model="tiny", prompt=prompt, max_tokens=6,
+                       temperature=0, return_token_ids=True)
+        self.assertEqual(r["choices"][0]["token_ids"], want)
+        self.assertEqual(states(c), {"ctx1024-model": "unloaded",
+                                     "tiny": "loaded"})
+
+    def test_least_recently_used_idle_model_unloads_never_a_busy_one(self):
+        srv = self.slow("lru", ["--model", "tiny=" + TINY,
+                                "--model", "small=" + SMALL,
+                                "--models-max", "2"])
+        c = srv.client()
+        # listed models load at start while they fit: the third waits
+        self.assertEqual(states(c), {"ctx1024-model": "loaded",
+                                     "tiny": "loaded", "small": "unloaded"})
+        body = {"model": "ctx1024-model", "prompt": [8, 9, 10],
+                "max_tokens": LONG, "temperature": 0, "logit_bias": NO_EOT,
+                "return_token_ids": True, "speculative": False}
+        gen = Generation(c, body)
+        gen.start()
+        self.assertTrue(gen.first.wait(30))
+        # ctx1024-model was used last, but it is busy: tiny makes room
+        prompt, want = greedy_case(SMALL, 50, 4, 5)
+        r = c.complete(model="small", prompt=prompt, max_tokens=5,
+                       temperature=0, return_token_ids=True)
+        self.assertEqual(r["choices"][0]["token_ids"], want)
+        self.assertTrue(gen.is_alive())
+        self.assertEqual(states(c), {"ctx1024-model": "loaded",
+                                     "tiny": "unloaded", "small": "loaded"})
+        gen.join(120)
+        self.assertIsNone(gen.error)
+        self.assertEqual(len(gen.ids), LONG)
+        self.assertEqual(gen.finish, "length")
+        self.assertIn("model tiny unloaded (its memory was needed)",
+                      self.log_of(srv))
+
+    def test_models_memory_budget_unloads_for_room(self):
+        # the bytes each model counts, from a daemon without a budget
+        srv = self.start("sizes", TINY, ["--model", "small=" + SMALL,
+                                         "--threads", "1"])
+        m = srv.client().metrics()
+        tiny = int(m['gpt2d_model_memory_bytes{model="tiny"}'])
+        small = int(m['gpt2d_model_memory_bytes{model="small"}'])
+        budget = max(tiny, small) + min(tiny, small) // 2
+        srv = self.start("budget", TINY, ["--model", "small=" + SMALL,
+                                          "--threads", "1",
+                                          "--models-memory", str(budget)])
+        c = srv.client()
+        self.assertEqual(states(c), {"tiny": "loaded", "small": "unloaded"})
+        prompt, want = greedy_case(SMALL, 60, 4, 5)
+        r = c.complete(model="small", prompt=prompt, max_tokens=5,
+                       temperature=0, return_token_ids=True)
+        self.assertEqual(r["choices"][0]["token_ids"], want)
+        self.assertEqual(states(c), {"tiny": "unloaded", "small": "loaded"})
+        m = c.metrics()
+        self.assertEqual(int(m["gpt2d_models_memory_max_bytes"]), budget)
+        self.assertEqual(int(m["gpt2d_models_memory_bytes"]), small)
+
+    def test_an_idle_model_unloads_and_loads_again_when_asked(self):
+        srv = self.slow("idle", ["--model-idle-timeout", "1"])
+        c = srv.client()
+        body = {"prompt": [11, 12, 13], "max_tokens": 100, "temperature": 0,
+                "logit_bias": NO_EOT, "return_token_ids": True,
+                "speculative": False}
+        t0 = time.monotonic()
+        gen = Generation(c, body)
+        gen.start()
+        # held for the whole generation, longer than the idle timeout
+        while gen.is_alive():
+            self.assertEqual(states(c), {"ctx1024-model": "loaded"})
+            time.sleep(0.1)
+        self.assertGreater(time.monotonic() - t0, 1.5)
+        self.assertIsNone(gen.error)
+        self.assertEqual(len(gen.ids), 100)
+        self.assertTrue(wait_for(
+            lambda: states(c) == {"ctx1024-model": "unloaded"}, 30))
+        again = c.complete(**body)["choices"][0]["token_ids"]
+        self.assertEqual(again, gen.ids)
+        self.assertEqual(
+            c.metrics()['gpt2d_model_loads_total{model="ctx1024-model"}'], 2)
+        self.assertIn("model ctx1024-model unloaded (idle)", self.log_of(srv))
+
+    def test_a_broken_model_is_500_and_the_others_serve_on(self):
+        srv = self.start("broken", TINY, ["--models-dir", broken_models_dir(),
+                                          "--threads", "1"])
+        c = srv.client()
+        for _ in range(2):  # and again: a failed load leaves nothing held
+            e = self.assert_error(
+                c.post("/v1/completions", {"model": "broken", "prompt": "Hi"}),
+                500, "model")
+            self.assertEqual(e["code"], "model_load_failed")
+            self.assertIn("model.safetensors", e["message"])
+        self.assertEqual(states(c), {"tiny": "loaded", "broken": "unloaded"})
+        r = c.post("/v1/completions", {"model": "tiny", "prompt": "Hi",
+                                       "max_tokens": 2})
+        self.assertEqual(r.status, 200)
+
+
+class RefusedAtStart(Case):
+    def refused(self, args):
+        p = subprocess.run([GPT2D, "--port", "0", "--threads", "1"] + args,
+                           capture_output=True, timeout=60)
+        return p.returncode, p.stderr.decode() + p.stdout.decode()
+
+    def test_bad_model_lists_are_refused_with_the_reason(self):
+        empty = os.path.join(WORKDIR, "empty-models-dir")
+        os.makedirs(empty, exist_ok=True)
+        cases = [
+            (["--model", TINY, "--model", TINY], "two models are called 'tiny'"),
+            (["--model", "a b=" + TINY], "model id 'a b'"),
+            (["--model", TINY, "--models-memory", "1M"],
+             "more than --models-memory"),
+            (["--models-dir", empty], "holds no model"),
+        ]
+        for args, words in cases:
+            with self.subTest(args=args):
+                rc, out = self.refused(args)
+                self.assertEqual(rc, 2, out)
+                self.assertIn(words, out)
+                self.assertEqual(len(out.strip().splitlines()), 1, out)
+
+
+if __name__ == "__main__":
+    sys.exit(run_module(__name__, sys.argv[1:], "models_tests",
+                        os.environ.get("GPT2D_MODELS_SUMMARY")))
