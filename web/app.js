@@ -45,6 +45,8 @@ const ui = {
   copyText: $("copy-text"),
   serverText: $("server-text"),
   server: $("server"),
+  model: $("model"),
+  modelPick: $("model-pick"),
 };
 const view = new TokenView(ui.tokens, $("tip"));
 
@@ -58,6 +60,7 @@ const state = {
   canContinue: false,
   turns: 0,
   maxContext: null,     // the model's context length, once known
+  models: [],           // GET /v1/models' list
   shownText: "",        // the text of every chip shown, as the server sent it
 };
 
@@ -171,6 +174,7 @@ function stopSequences() {
 // readConstraint) adds its fields.
 function requestBody(prompt, { echo, maxTokens }, constraint = null) {
   const body = {
+    model: ui.model.value || undefined,
     prompt,
     max_tokens: maxTokens ?? numberField("max_tokens", { integer: true }) ?? 16,
     temperature: numberField("temperature"),
@@ -536,18 +540,37 @@ async function refreshServer() {
   }
   try {
     const models = await getJSON("v1/models", ui.apiKey.value.trim());
-    const m = models.data?.[0];
-    if (m) {
-      state.maxContext = m.max_model_len ?? null;
-      ui.serverText.textContent = state.maxContext
-        ? `${m.id} · context ${state.maxContext}`
-        : m.id;
-      if (state.maxContext) $("max_tokens").max = String(state.maxContext);
-    }
+    showModels(models.data ?? []);
   } catch (err) {
     ui.server.dataset.state = err.status === 401 ? "locked" : "down";
     ui.serverText.textContent = err.status === 401 ? "Ready · API key needed" : "Server error";
   }
+}
+
+// The models the server has: a picker when there are several (the one
+// picked stays picked; the server's default first), and the picked one's
+// context.
+function showModels(list) {
+  state.models = list;
+  const picked = ui.model.value;
+  ui.model.replaceChildren(...list.map((m) => {
+    const o = document.createElement("option");
+    o.value = m.id;
+    o.textContent = m.state === "loaded" || !m.state ? m.id : `${m.id} (${m.state})`;
+    return o;
+  }));
+  const keep = list.find((m) => m.id === picked) ?? list.find((m) => m.default) ?? list[0];
+  if (keep) ui.model.value = keep.id;
+  ui.modelPick.hidden = list.length < 2;
+  showModel();
+}
+
+function showModel() {
+  const m = state.models.find((x) => x.id === ui.model.value);
+  if (!m) return;
+  state.maxContext = m.max_model_len ?? null;
+  ui.serverText.textContent = state.maxContext ? `${m.id} · context ${state.maxContext}` : m.id;
+  if (state.maxContext) $("max_tokens").max = String(state.maxContext);
 }
 
 // ---- wiring ----
@@ -561,6 +584,16 @@ function wire() {
   ui.stop.addEventListener("click", stop);
   ui.copyText.addEventListener("click", copyText);
   ui.score.addEventListener("click", scorePrompt);
+  // another model: its own context, and conversations of its own
+  ui.model.addEventListener("change", () => {
+    showModel();
+    startConversation();
+    stop();
+    clearView();
+    resetStats();
+    clearError();
+    say(`Model ${ui.model.value}: a new conversation.`);
+  });
   ui.newSession.addEventListener("click", () => {
     startConversation();      // a run still streaming sees the new id and stops
     stop();

@@ -62,7 +62,10 @@ function showError(err) {
   ui.error.hidden = false;
 }
 
+// The model the playground's picker names (empty: the server's default).
 function inspect(body) {
+  const model = $("model")?.value;
+  if (model) body = { ...body, model };
   return postJSON("v1/inspect", body, {
     apiKey: ui.apiKey.value.trim(), signal: view.controller.signal,
   });

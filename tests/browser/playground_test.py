@@ -255,6 +255,45 @@ def test_generate_streams_token_chips(ctx):
     assert got == want_shown, (got, want_shown)
 
 
+def test_the_model_picker_sends_the_picked_model(ctx):
+    """The server has two models (test_playground.sh): the picker lists
+    both, the default picked; picking the other shows its context, starts
+    a new conversation and generates with it, token for token as the API
+    does for that model."""
+    b = ctx["browser"]
+    b.wait("the model picker", lambda: b.js(
+        "return !document.getElementById('model-pick').hidden"))
+    ids = b.js("return [...document.querySelectorAll('#model option')]"
+               ".map(o => o.value)")
+    assert ids == [ctx["model_id"], "second"], ids
+    assert b.js("return document.getElementById('model').value") == \
+        ctx["model_id"]
+    session = b.text("#session-id")
+    pick(b, "#model", "second")
+    b.wait("the second model's context", lambda: b.text(
+        "#server-text") == "second · context 64")
+    assert b.text("#session-id") != session
+    set_prompt(b, ctx["prompt"])
+    set_field(b, "#max_tokens", 6)
+    set_field(b, "#temperature", 0)
+    b.click("#generate")
+    b.wait("the first token chip", lambda: gen_chips(b) >= 1)
+    wait_idle(b)
+    assert error_text(b) == "", error_text(b)
+    status, _, body = ctx["server"].request("POST", "/v1/completions", {
+        "model": "second", "prompt": ctx["prompt"], "max_tokens": 6,
+        "temperature": 0, "logprobs": 1})
+    assert status == 200, body
+    want = [visible(t) for t in
+            json.loads(body)["choices"][0]["logprobs"]["tokens"]]
+    got = b.js("return [...document.querySelectorAll('#tokens .chip.gen')]"
+               ".map(c => c.textContent)")
+    assert got == want, (got, want)
+    pick(b, "#model", ctx["model_id"])
+    b.wait("the default model again", lambda: b.text(
+        "#server-text").startswith(ctx["model_id"]))
+
+
 def test_hovering_a_chip_shows_alternatives(ctx):
     b = ctx["browser"]
     chips = b.finds("#tokens .chip.gen")
@@ -981,6 +1020,7 @@ TESTS = [
     test_every_control_is_labelled_and_shows_focus,
     test_missing_key_shows_the_servers_401,
     test_api_key_is_kept_in_the_browser,
+    test_the_model_picker_sends_the_picked_model,
     test_generate_streams_token_chips,
     test_hovering_a_chip_shows_alternatives,
     test_chips_are_keyboard_reachable,

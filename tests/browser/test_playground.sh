@@ -34,6 +34,7 @@ model=$out/tiny-ctx1024
 [[ -x $chromium ]] || skip "chromium not installed ($chromium; apt-get install chromium chromium-driver)"
 [[ -x $chromedriver ]] || skip "chromedriver not installed ($chromedriver; apt-get install chromium-driver)"
 require_numpy
+require_tiny
 require_curl
 [[ -s $data/tokenizer/vocab.json ]] || skip "$data/tokenizer missing (tests/data/fetch-tokenizer.sh fetches it)"
 [[ -x $gpt2d ]] || { echo "test_playground: $gpt2d not built" >&2; exit 99; }
@@ -55,7 +56,7 @@ key="pg-test-$RANDOM$RANDOM"
 # generation outlasts the click on a machine of any speed.
 GPT2D_API_KEY=$key GPT2D_TEST_MIN_STEP_US=2000 \
     gpt2d_start "$out/gpt2d.log" "$work/port" "$model" \
-    --web-root "$srcdir/web" --slots 2 --threads 2
+    --model "second=$data/models/tiny" --web-root "$srcdir/web" --slots 2 --threads 2
 server_pid=$gpt2d_pid
 
 if ! port=$(gpt2d_wait "$server_pid" "$work/port" 30); then
