@@ -7,8 +7,8 @@
 # uses, cached in $GPT2D_SYSTEM_CACHE and reused while its package list is
 # unchanged), boots it with `systemd-nspawn -b` on a private network (only
 # its own loopback), and drives the installed unit from inside with
-# systemctl, journalctl and curl.  The set-up is the documented one: the
-# model where the README puts it, gpt2d.conf's own examples for port-file
+# systemctl, journalctl and curl.  The set-up is the documented one: a
+# directory of two models where the README puts them, gpt2d.conf's own examples for port-file
 # and api-key-file, the keys as the README's credential drop-in.  A test
 # drop-in only shortens WatchdogSec=, slows engine steps (so a stream is
 # still running when the service is stopped) and empties
@@ -16,13 +16,14 @@
 #
 # Checks, in order (one "ok:"/"FAIL:" line each):
 #   start      READY reached, the STATUS= line, no state-directory migration
-#   serve      a completion and a stream, with the key; 401 without it
+#   serve      a completion and a stream, with the key; 401 without it;
+#              the other model when named, 404 for one the directory lacks
 #   reload     keeps the PID and serves; the credential copy, not the edited
 #              file, is what a reload re-reads (the docs say: restart)
 #   restart    a new PID, the edited keys in force
 #   disk tier  a session's turn, a restart, and its next turn reports its
 #              history in cached_tokens, read back from the unit's
-#              CacheDirectory= (/var/cache/private/gpt2d holds *.kv files,
+#              CacheDirectory= (/var/cache/private/gpt2d/tiny holds *.kv files,
 #              the journal's "KV disk: N blocks" line, the disk-tier hit
 #              counter in /metrics)
 #   kill -9    restarted
@@ -148,15 +149,19 @@ fi
 # README: the model goes into /var/lib/private/gpt2d, the state directory
 # DynamicUser= uses, so systemd has nothing to migrate.
 install -d -m 0700 "$root/var/lib/private"
+# Two models, one directory each, served as a directory of models: tiny
+# (the default: the first by name) and wide.
 "$python" "$top/tests/reference/make_model.py" "$root/var/lib/private/gpt2d/models/tiny" \
     --vocab-dir "$vocab" --n-layer 2 --n-head 4 --n-embd 64 --n-ctx 256 >/dev/null
+"$python" "$top/tests/reference/make_model.py" "$root/var/lib/private/gpt2d/models/wide" \
+    --vocab-dir "$vocab" --n-layer 1 --n-head 2 --n-embd 96 --n-ctx 128 >/dev/null
 
-# gpt2d.conf as installed, with its own port-file and api-key-file examples
-# switched on.
+# gpt2d.conf as installed, with its own models-dir, port-file and
+# api-key-file examples switched on.
 conf=$root/etc/gpt2d/gpt2d.conf
-sed -i -e 's|^# model = .*|model = /var/lib/gpt2d/models/tiny|' \
+sed -i -e 's|^# \(models-dir = .*\)|\1|' \
     -e 's|^# \(port-file = .*\)|\1|' -e 's|^# \(api-key-file = .*\)|\1|' "$conf"
-for name in model port-file api-key-file; do
+for name in models-dir port-file api-key-file; do
     grep -q "^$name = " "$conf" || { echo "FAIL: gpt2d.conf has no '# $name = ' example"; exit 1; }
 done
 port_file=$(sed -n 's/^port-file = //p' "$conf")
@@ -255,7 +260,7 @@ check_start() {
     pass "systemctl start gpt2d returns after READY=1 ($((SECONDS - t0)) s)"
     local status
     status=$(show StatusText)
-    check "the STATUS= line: '$status'" [ "${status#Serving tiny on }" != "$status" ]
+    check "the STATUS= line: '$status'" [ "${status#Serving 2 models on }" != "$status" ]
     port=$(inside cat "$port_file" | tr -dc 0-9)
     check "gpt2d.conf's port-file example ($port_file) holds the port ($port)" [ -n "$port" ]
     check "no migration of the state directory (the model is where the README puts it)" \
@@ -268,6 +273,12 @@ check_serve() {
     out=$(api "$key_one" /v1/completions '{"prompt": "Hello, my name is", "max_tokens": 8, "seed": 1}')
     check "a completion: 200 with a choice" has '"choices"' "$out"
     check "a completion: 200" [ "$(tail -1 <<<"$out")" = 200 ]
+    check "the default model answers it (tiny)" has '"model": *"tiny"' "$out"
+    out=$(api "$key_one" /v1/completions '{"model": "wide", "prompt": "Hello", "max_tokens": 4}')
+    check "the directory's other model answers when named: 200, wide" \
+        has '"model": *"wide".*' "$out"
+    check "a model the directory lacks: 404 model_not_found" \
+        has '"code": *"model_not_found"' "$(api "$key_one" /v1/completions '{"model": "nope", "prompt": "Hi"}')"
     out=$(api "$key_one" /v1/completions '{"prompt": "Once upon a time", "max_tokens": 8, "stream": true}')
     check "a stream: data chunks" has '^data: \{.*"choices"' "$out"
     check "a stream: ends in [DONE], 200" [ "$(grep -v '^$' <<<"$out" | tail -2 | paste -sd' ')" = "data: [DONE] 200" ]
@@ -324,8 +335,8 @@ check_disk_tier() {
     # restarts it would be the start limit's fifth (StartLimitBurst=5 counts
     # manual starts too).  Clear the count, as an operator would.
     inside systemctl reset-failed gpt2d
-    files=$(inside find /var/cache/private/gpt2d -maxdepth 1 -name '*.kv' | wc -l)
-    check "disk tier: /var/cache/private/gpt2d (CacheDirectory=, DynamicUser=) holds $files *.kv files" \
+    files=$(inside find /var/cache/private/gpt2d/tiny -maxdepth 1 -name '*.kv' | wc -l)
+    check "disk tier: /var/cache/private/gpt2d/tiny (CacheDirectory=, DynamicUser=; a directory per model) holds $files *.kv files" \
         [ "$files" -gt 0 ]
     check "disk tier: /var/cache/gpt2d is systemd's link to it" \
         [ "$(inside readlink /var/cache/gpt2d)" = private/gpt2d ]
