@@ -17,9 +17,9 @@
  *
  * How many drafts: spec_policy.h's rule, with each row count's measured
  * step time (spec_cost.h: the engine's own decode steps, drafts or not)
- * and each sequence's measured acceptance.  That acceptance is per sequence, recent trials weighing
- * more (SPEC_MEMORY per step), and drifts back to even odds while the
- * sequence does not draft, so a sequence whose drafts failed tries again
+ * and each sequence's measured acceptance.  That acceptance is per
+ * sequence, recent trials weighing more (SPEC_MEMORY per step), and drifts
+ * back to even odds while the sequence does not draft, so a sequence whose drafts failed tries again
  * now and then: a draft that is always wrong costs a row every few steps.
  *
  * Threads: the engine thread, with e->lock held. */
@@ -27,6 +27,7 @@
 
 #include "engine/engine_shared.h"
 
+#include <assert.h>
 #include <string.h>
 
 #include "core/metrics.h"
@@ -140,8 +141,8 @@ size_t spec_plan(engine *e, size_t n_entries, size_t room)
     }
     if (!any)
         return 0;
-    if (n_entries + room > e->cfg.max_batch_rows)
-        room = e->cfg.max_batch_rows - n_entries;
+    /* batch_build's room is what its decode rows (one an entry) left */
+    assert(n_entries + room <= e->cfg.max_batch_rows);
     step_seconds(e, n_entries, room, e->spec_seconds);
     size_t added = spec_policy_allocate(
         offers, n_entries, room, e->spec_seconds, e->cfg.spec_ignore_cost);

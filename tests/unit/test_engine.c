@@ -2066,7 +2066,18 @@ typedef struct pause_case {
     const char *stop;    /* NULL, or its stop string */
     bool full_length;    /* 56 tokens under memcheck too */
     bool echo;           /* it scores its prompt */
+    bool speculate;      /* every draft prompt lookup finds is verified,
+                                 * before the pause and after it */
 } pause_case;
+
+/* The engine settings a case runs with (test-speculate-always's when it
+ * speculates). */
+static void pause_case_spec(const pause_case *pc, engine_config *cfg)
+{
+    cfg->spec_max_draft = pc->speculate ? 8 : 0;
+    cfg->spec_default = pc->speculate;
+    cfg->spec_ignore_cost = pc->speculate;
+}
 
 /* Tokens the watched and the filler request generate.  The cases whose
  * memory arithmetic is the point (evict, reserved) keep 56; the others
@@ -2103,6 +2114,7 @@ static void pause_case_alone(const pause_case *pc, const int32_t *prompt,
                              kv_identity who, outcome *o)
 {
     engine_config cfg = { .n_slots = 4, .max_queue = 8, .max_batch_rows = 16 };
+    pause_case_spec(pc, &cfg);
     engine *e = open_engine_cfg(&cfg);
     gen_params p = pause_case_params(pc, prompt, who);
     run(e, &p, o);
@@ -2127,6 +2139,7 @@ static void pause_case_run(const pause_case *pc, outcome *o,
                                        : pc->reserved ? 0
                                                       : 32,
                           .min_step_usec = 2000 };
+    pause_case_spec(pc, &cfg);
     if (pc->disk) {
         cfg.kv_disk_dir = test_scratch_dir();
         cfg.kv_disk_bytes = 64u << 20;
@@ -2163,7 +2176,13 @@ static void pause_case_run(const pause_case *pc, outcome *o,
     collect(watched, o);
     gen_request_lock(watched);
     ck_assert_uint_eq(gen_request_pauses(watched, NULL), 1);
+    const gen_usage usage = gen_request_usage(watched);
     gen_request_unlock(watched);
+    /* the case means nothing unless drafts were verified, and some kept */
+    if (pc->speculate)
+        ck_assert_uint_gt(usage.accepted_tokens, 0);
+    else
+        ck_assert_uint_eq(usage.draft_tokens, 0);
     engine_stats st = engine_get_stats(e);
     *evictions = st.kv.evictions;
     *disk_reads = st.kv.disk ? st.kv.disk_stats.reads : 0;
@@ -2212,6 +2231,18 @@ END_TEST
 START_TEST(test_engine_paused_sampled_sequence_is_bit_identical)
 {
     check_pause_case(&(pause_case){ .sampled = true, .n_seq = 1 });
+}
+END_TEST
+
+/* Speculating before the pause and after it (drafts verified, accepted and
+ * rolled back around the pause): as uninterrupted, alone and as a sibling
+ * (greedy: the random model's sampled text repeats too little to draft
+ * from), its cached history computed again in the second case. */
+START_TEST(test_engine_paused_speculating_sequence_is_bit_identical)
+{
+    check_pause_case(&(pause_case){ .n_seq = 1, .speculate = true });
+    check_pause_case(
+        &(pause_case){ .n_seq = 2, .evict = true, .speculate = true });
 }
 END_TEST
 
@@ -2682,6 +2713,8 @@ static Suite *engine_suite(void)
         pause, test_engine_callers_with_only_paused_work_fit_the_callers_table);
     tcase_add_test(pause, test_engine_paused_sampled_sequence_is_bit_identical);
     tcase_add_test(pause, test_engine_paused_sibling_is_bit_identical);
+    tcase_add_test(pause,
+                   test_engine_paused_speculating_sequence_is_bit_identical);
     tcase_add_test(pause, test_engine_paused_session_sequence_is_bit_identical);
     tcase_add_test(pause,
                    test_engine_paused_sequence_recomputed_is_bit_identical);
