@@ -77,8 +77,8 @@ static double busy_clock(const compute_share *s, const compute_member *self)
  * ended a turn within the grace, as a busy one that builds its next step
  * does.  When only those stand before it, *wake is when the first grace
  * ends (else it stays negative). */
-static bool is_next(const compute_share *s, const compute_member *m,
-                    double now, double *wake)
+static bool is_next(const compute_share *s, const compute_member *m, double now,
+                    double *wake)
 {
     *wake = -1.0;
     if (s->busy)

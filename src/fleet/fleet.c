@@ -50,7 +50,7 @@ struct fleet {
     fleet_entry *entries;
     size_t n;
     pthread_mutex_t lock;
-    pthread_cond_t changed; /* a model's state or holds changed */
+    pthread_cond_t changed;      /* a model's state or holds changed */
     size_t used_bytes, n_loaded; /* LOADING and LOADED ones */
     bool stopping;
     pthread_t sweeper;
@@ -119,8 +119,7 @@ static int add_entry(fleet *f, const char *id, size_t id_len, const char *dir,
             memcmp(f->entries[i].id, id, id_len) == 0)
             return error_set(err, "two models are called '%.*s' (%s and %s)",
                              (int)id_len, id, f->entries[i].dir, dir);
-    fleet_entry *grown =
-        realloc(f->entries, (f->n + 1) * sizeof *f->entries);
+    fleet_entry *grown = realloc(f->entries, (f->n + 1) * sizeof *f->entries);
     if (grown == NULL)
         return error_set(err, "out of memory for the models' list");
     f->entries = grown;
@@ -205,8 +204,9 @@ static int add_directory(fleet *f, const char *root, gpt2d_error *err)
     }
     free(names);
     if (rc == 0 && n == 0 && f->n == 0)
-        return error_set(err, "--models-dir %s holds no model (no "
-                              "subdirectory with a config.json)",
+        return error_set(err,
+                         "--models-dir %s holds no model (no "
+                         "subdirectory with a config.json)",
                          root);
     return rc;
 }
@@ -414,8 +414,7 @@ int fleet_create(fleet **out, const settings *cfg,
         return -1;
     }
     rc = load_at_start(f, err);
-    if (rc == 0 &&
-        thread_start(&f->sweeper, sweep, f, "gpt2d-models") != 0)
+    if (rc == 0 && thread_start(&f->sweeper, sweep, f, "gpt2d-models") != 0)
         rc = error_set(err, "cannot start the models' thread");
     f->sweeper_started = rc == 0;
     if (rc != 0) {
@@ -482,8 +481,7 @@ int fleet_no_such_model(fleet *f, const char *name, gpt2d_error *err)
         }
         len += (size_t)n;
     }
-    return error_set(err, "no model '%.200s' (this server has %s)", name,
-                     ids);
+    return error_set(err, "no model '%.200s' (this server has %s)", name, ids);
 }
 
 static fleet_entry *find(fleet *f, const char *name)

@@ -18,10 +18,9 @@ static int load_tokenizer(served_model *s, const char *dir, gpt2d_error *err)
     if (tokenizer_load(&s->tok, vocab_path, merges_path, err) != 0)
         return -1;
     if (tokenizer_vocab_size(s->tok) > s->mdl.config.vocab_size)
-        return error_set(err,
-                         "%s: tokenizer has %zu tokens but the model only %zu",
-                         dir, tokenizer_vocab_size(s->tok),
-                         s->mdl.config.vocab_size);
+        return error_set(
+            err, "%s: tokenizer has %zu tokens but the model only %zu", dir,
+            tokenizer_vocab_size(s->tok), s->mdl.config.vocab_size);
     return 0;
 }
 
@@ -170,8 +169,9 @@ int served_model_load(served_model **out, const served_model_spec *spec,
     if (load_tokenizer(s, spec->dir, err) != 0 ||
         load_grammars(s, c->grammar_memory, err) != 0)
         goto fail;
-    s->token_text_most =
-        spec->token_text_most != NULL ? spec->token_text_most(s->tok) : 0;
+    s->token_text_most = spec->token_text_most != NULL
+                             ? spec->token_text_most(s->tok)
+                             : 0;
     const engine_config ec = engine_config_for(s, spec);
     if (engine_create(&s->eng, &s->mdl, s->tok, &ec, err) != 0)
         goto fail;

@@ -131,7 +131,8 @@ END_TEST
 /* One that has used less and just ended its turn is building its next
  * step: the next turn waits for it (for the grace), or the two would
  * alternate one for one whatever their steps cost. */
-START_TEST(test_a_member_between_two_turns_keeps_the_next_from_one_that_used_more)
+START_TEST(
+    test_a_member_between_two_turns_keeps_the_next_from_one_that_used_more)
 {
     compute_share *s = NULL;
     gpt2d_error err;
