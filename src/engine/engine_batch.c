@@ -262,9 +262,17 @@ size_t batch_build(engine *e, size_t *rows_out, size_t *prefill_out,
         }
         if (!r->prefill_started) {
             share_action a = shared_prefill(e, k, r);
-            if (a == SHARE_WAIT)
+            if (a == SHARE_WAIT) {
+                r->share_waited = true;
                 continue;
+            }
+            /* the prompt it waited for has ended (one token, or none, to
+             * generate: in the step that computed the prefix): the blocks
+             * are cached, unreferenced */
+            if (a == SHARE_NONE && r->share_waited)
+                a = SHARE_REBEGIN;
             if (a == SHARE_REBEGIN) {
+                r->share_waited = false;
                 size_t n_run = 0;
                 for (size_t i = 0; i < r->n_seq; i++)
                     n_run += r->seqs[i].has_kv;

@@ -96,6 +96,8 @@ struct gen_request {
     bool first_token_seen;
     bool kv_loading;      /* sequence 0 waits for blocks from disk */
     bool prefill_started; /* a chunk of its prompt has run */
+    bool share_waited;    /* it waited for an earlier prompt's prefix
+                           * (engine_batch.c's shared_prefill) */
     size_t lens_done;     /* logit-lens rows stored */
 
     /* readers: under the lock */
