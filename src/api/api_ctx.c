@@ -141,8 +141,11 @@ int api_model_acquire(const api_ctx *ctx, const char *name, bool wait,
     case FLEET_LOAD_FAILED:
         break;
     }
-    api_error_set(e, 500, "model", "model '%.200s' could not be loaded: %s",
-                  name != NULL ? name : "", err.message);
+    /* the reason names the operator's files: it goes to the log */
+    api_error_set(e, 500, "model",
+                  "model '%.200s' could not be loaded (the server's log "
+                  "says why)",
+                  name != NULL ? name : "");
     e->code = "model_load_failed";
     return -1;
 }
@@ -178,6 +181,11 @@ static void model_parse_run(void *arg)
     if (j->root == NULL &&
         (j->root = api_parse_object(j->body, j->len, &j->e)) == NULL) {
         j->rc = -1;
+        return;
+    }
+    const json_t *named = json_object_get(j->root, "model");
+    if (named != NULL && !json_is_string(named) && !json_is_null(named)) {
+        j->rc = api_error_set(&j->e, 400, "model", "model must be a string");
         return;
     }
     if (*j->model == NULL &&

@@ -196,11 +196,12 @@ void api_metrics(const api_ctx *ctx, api_response *r)
     const size_t n = list_models(ctx, &info, &loaded);
     metrics_model *models = calloc(n > 0 ? n : 1, sizeof *models);
     for (size_t i = 0; models != NULL && i < n; i++) {
-        models[i] = (metrics_model){ .id = info[i].id,
-                                     .loaded = loaded[i] != NULL,
-                                     .loads = info[i].loads,
-                                     .bytes = loaded[i] != NULL ? info[i].bytes
-                                                                : 0 };
+        models[i] = (metrics_model){
+            .id = info[i].id,
+            .loaded = loaded[i] != NULL,
+            .loads = info[i].loads,
+            .bytes = info[i].state == FLEET_MODEL_UNLOADED ? 0 : info[i].bytes
+        };
         if (loaded[i] == NULL)
             continue;
         engine_stats st = engine_get_stats(loaded[i]->eng);
@@ -303,6 +304,11 @@ static int detokenize_parse(void *arg, json_t *root, api_error *e)
     return 0;
 }
 
+static void release_model(void *models, void *held)
+{
+    fleet_release(models, held);
+}
+
 /* Runs a token job for `who` and answers with what it made.  `most_ids`
  * bounds the ids the body can hold, so the job's charge covers its
  * answer before it starts. */
@@ -317,7 +323,9 @@ static void run_token_job(const api_ctx *ctx, const api_caller *who,
                             api_body_bytes(most_ids), &charge, &j.model,
                             r) != 0)
         return;
-    api_model_release(ctx, j.model);
+    /* a content body renders its text from the model's tokenizer as it
+     * is sent: the model stays held (not unloaded) until then */
+    api_body_hold(j.answer, release_model, ctx->models, j.model);
     api_body_take_charge(j.answer, &charge);
     api_response_source(r, 200, "application/json", api_body_source(j.answer));
 }
@@ -388,7 +396,26 @@ void api_sessions_list(const api_ctx *ctx, const api_caller *who,
                       json_pack("{s:s, s:o}", "object", "list", "data", data));
 }
 
-/* Deletes the session `id` of `who` in every loaded model that has it. */
+/* Whether `who`'s session `id` runs a request in model m. */
+static bool session_busy_in(served_model *m, const api_caller *who,
+                            const char *id)
+{
+    size_t cap = engine_sessions(m->eng, who->principal, NULL, 0);
+    engine_session_info *info = calloc(cap > 0 ? cap : 1, sizeof *info);
+    if (info == NULL)
+        return false; /* the delete itself says busy, if it is */
+    size_t n = engine_sessions(m->eng, who->principal, info, cap);
+    bool busy = false;
+    for (size_t i = 0; i < n && i < cap; i++)
+        busy = busy || (strcmp(info[i].kv.id, id) == 0 && info[i].kv.busy);
+    free(info);
+    return busy;
+}
+
+/* Deletes the session `id` of `who` in every model that may hold it: the
+ * loaded ones, and those with a disk tier (its history may be there),
+ * which load for it.  Busy in any of them: 409, and nothing deleted (only
+ * a loaded model's session can be busy). */
 void api_session_delete(const api_ctx *ctx, const api_caller *who,
                         const char *id, api_response *r)
 {
@@ -396,19 +423,44 @@ void api_session_delete(const api_ctx *ctx, const api_caller *who,
     size_t n = fleet_look_loaded(ctx->models, loaded, FLEET_MAX_MODELS);
     size_t deleted = 0, busy = 0;
     for (size_t i = 0; i < n; i++) {
-        switch (engine_session_delete(loaded[i]->eng, who->principal, id)) {
+        busy += session_busy_in(loaded[i], who, id);
+        fleet_unlook(ctx->models, loaded[i]);
+    }
+    fleet_model_info *info = NULL;
+    size_t n_models = 0;
+    if (busy == 0 && (info = calloc(FLEET_MAX_MODELS, sizeof *info)) != NULL)
+        n_models = fleet_models(ctx->models, info, FLEET_MAX_MODELS);
+    api_error e;
+    for (size_t i = 0; i < n_models && i < FLEET_MAX_MODELS; i++) {
+        served_model *m = fleet_look(ctx->models, info[i].id);
+        bool looked = m != NULL;
+        int retry_after = 0;
+        if (m == NULL && info[i].disk_tier &&
+            api_model_acquire(ctx, info[i].id, true, &m, &e, &retry_after) !=
+                0) {
+            free(info);
+            api_response_set_retry_after(r, retry_after);
+            api_response_error(r, &e);
+            return;
+        }
+        if (m == NULL)
+            continue; /* unloaded, no disk tier: it holds no session */
+        switch (engine_session_delete(m->eng, who->principal, id)) {
         case 0:
             deleted++;
             break;
         case -2:
-            busy++;
+            busy++; /* became busy since it was looked at */
             break;
         default:
             break;
         }
-        fleet_unlook(ctx->models, loaded[i]);
+        if (looked)
+            fleet_unlook(ctx->models, m);
+        else
+            api_model_release(ctx, m);
     }
-    api_error e;
+    free(info);
     if (busy > 0) {
         api_error_set(&e, 409, NULL, "session '%.128s' is busy with a request",
                       id);

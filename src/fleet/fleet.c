@@ -15,6 +15,7 @@
 #include "core/monotonic.h"
 #include "core/notify.h"
 #include "core/thread.h"
+#include "kv/kvdir.h"
 
 /* Turns at the worker pool (compute_share.h): a model that asks for one
  * this long after its last was idle, not busy; and how long a model that
@@ -36,9 +37,11 @@ typedef struct fleet_entry {
     model_config config;
     size_t bytes; /* served_model_bytes */
     fleet_model_state state;
-    served_model *sm; /* when LOADED */
-    size_t holds;     /* requests holding it */
-    double last_used; /* monotonic seconds it was last released */
+    served_model *sm;               /* when LOADED */
+    size_t holds;                   /* requests holding it */
+    unsigned long attempts, failed; /* loads begun; the last that failed */
+    gpt2d_error load_error;         /* why that one failed */
+    double last_used;               /* monotonic seconds it was last released */
     size_t loads;
 } fleet_entry;
 
@@ -75,10 +78,24 @@ const char *fleet_model_state_name(fleet_model_state s)
 
 /* ---- the list ---- */
 
-/* Ids appear in URLs (/v1/models/ID) and metrics labels. */
+/* Whether the `len` bytes at `id` end with `tail`. */
+static bool ends_with(const char *id, size_t len, const char *tail)
+{
+    const size_t n = strlen(tail);
+    return len >= n && memcmp(id + len - n, tail, n) == 0;
+}
+
+/* Ids appear in URLs (/v1/models/ID) and metrics labels, and name each
+ * model's disk tier inside --kv-cache-dir: no "." or "..", nothing that
+ * starts with a dot, and no name the tier's own files use there (the lock,
+ * blocks, their partial writes, the sessions files). */
 static bool id_valid(const char *id, size_t len)
 {
-    if (len == 0 || len > SERVED_MODEL_ID_MAX)
+    if (len == 0 || len > SERVED_MODEL_ID_MAX || id[0] == '.' ||
+        ends_with(id, len, ".kv") || ends_with(id, len, ".part") ||
+        (len == strlen(KVDIR_LOCK_NAME) &&
+         memcmp(id, KVDIR_LOCK_NAME, len) == 0) ||
+        (len >= 9 && memcmp(id, "sessions-", 9) == 0))
         return false;
     for (size_t i = 0; i < len; i++) {
         const char c = id[i];
@@ -109,7 +126,9 @@ static int add_entry(fleet *f, const char *id, size_t id_len, const char *dir,
     if (!id_valid(id, id_len))
         return error_set(err,
                          "model id '%.*s' (for %s): ids are 1 to %d of "
-                         "A-Z a-z 0-9 . _ - :",
+                         "A-Z a-z 0-9 . _ - :, not starting with a dot, and "
+                         "not a name the disk tier's files use (*.kv, "
+                         "*.part, sessions-*, " KVDIR_LOCK_NAME ")",
                          (int)(id_len < 200 ? id_len : 200), id, dir,
                          SERVED_MODEL_ID_MAX);
     if (f->n == FLEET_MAX_MODELS)
@@ -153,6 +172,8 @@ static bool listed_already(const fleet *f, const char *dir)
     char *real = realpath(dir, NULL);
     bool found = false;
     for (size_t i = 0; real != NULL && !found && i < f->n; i++) {
+        if (!f->entries[i].listed)
+            continue; /* two links to one directory: two models */
         char *other = realpath(f->entries[i].dir, NULL);
         found = other != NULL && strcmp(real, other) == 0;
         free(other);
@@ -194,7 +215,8 @@ static int add_directory(fleet *f, const char *root, gpt2d_error *err)
         n++;
     }
     closedir(d);
-    qsort(names, n, sizeof *names, compare_names);
+    if (n > 1)
+        qsort(names, n, sizeof *names, compare_names);
     for (size_t i = 0; i < n; i++) {
         char dir[4096];
         snprintf(dir, sizeof dir, "%s/%s", root, names[i]);
@@ -223,6 +245,8 @@ static int describe(fleet *f, gpt2d_error *err)
             return error_set(err, "%s: %s", e->dir, strerror(errno));
         if (model_config_read(&e->config, e->dir, err) != 0)
             return -1;
+        if (served_model_check(&e->config, c, e->id, err) != 0)
+            return -2;
         e->bytes = served_model_bytes(&e->config, c);
         if (c->models_memory > 0 && e->bytes > c->models_memory) {
             error_set(err,
@@ -260,6 +284,7 @@ static int load_locked(fleet *f, fleet_entry *e, bool at_start,
                        gpt2d_error *err)
 {
     e->state = FLEET_MODEL_LOADING;
+    e->attempts++;
     f->used_bytes += e->bytes;
     f->n_loaded++;
     pthread_mutex_unlock(&f->lock);
@@ -279,6 +304,13 @@ static int load_locked(fleet *f, fleet_entry *e, bool at_start,
                  e->dir, monotonic_seconds() - t0, (double)e->bytes / 1e6);
     pthread_mutex_lock(&f->lock);
     if (rc != 0) {
+        /* those that waited for this load get its answer, not a load of
+         * their own each */
+        e->failed = e->attempts;
+        e->load_error = *err;
+        if (!at_start)
+            log_warn("model %s could not be loaded from %s: %s", e->id, e->dir,
+                     err->message);
         e->state = FLEET_MODEL_UNLOADED;
         f->used_bytes -= e->bytes;
         f->n_loaded--;
@@ -333,6 +365,17 @@ static bool any_changing(const fleet *f)
     return false;
 }
 
+/* Whether some model's engine runs (and kicks the watchdog from its
+ * loop); a model being loaded has none yet. */
+static bool any_engine(const fleet *f)
+{
+    for (size_t i = 0; i < f->n; i++)
+        if (f->entries[i].state == FLEET_MODEL_LOADED ||
+            f->entries[i].state == FLEET_MODEL_UNLOADING)
+            return true;
+    return false;
+}
+
 /* ---- the sweeper: idle models, and the watchdog while none runs ---- */
 
 static void *sweep(void *arg)
@@ -349,9 +392,9 @@ static void *sweep(void *arg)
         }
         if (f->stopping)
             break;
-        /* an engine kicks the watchdog from its loop; with none loaded,
-         * nothing can hang but this */
-        if (f->n_loaded == 0) {
+        /* an engine kicks the watchdog from its loop; with none (while
+         * the first loads, or all were idle), this thread does */
+        if (!any_engine(f)) {
             pthread_mutex_unlock(&f->lock);
             (void)notify_watchdog_kick(&f->watchdog,
                                        (uint64_t)(monotonic_seconds() * 1e6));
@@ -521,6 +564,17 @@ fleet_status fleet_acquire(fleet *f, const char *name, bool wait,
             st = FLEET_NOT_LOADED;
             break;
         }
+        if (e->state == FLEET_MODEL_LOADING) {
+            const unsigned long attempt = e->attempts;
+            while (e->state == FLEET_MODEL_LOADING && e->attempts == attempt)
+                pthread_cond_wait(&f->changed, &f->lock);
+            if (e->failed == attempt) {
+                *err = e->load_error;
+                st = FLEET_LOAD_FAILED;
+                break;
+            }
+            continue;
+        }
         if (e->state != FLEET_MODEL_UNLOADED) {
             pthread_cond_wait(&f->changed, &f->lock);
             continue;
@@ -623,6 +677,7 @@ size_t fleet_models(fleet *f, fleet_model_info *out, size_t cap)
         m->config = e->config;
         m->bytes = e->bytes;
         m->loads = e->loads;
+        m->disk_tier = e->kv_dir != NULL;
         m->is_default = i == 0;
     }
     const size_t n = f->n;

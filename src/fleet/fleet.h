@@ -96,8 +96,9 @@ typedef struct fleet_model_info {
     char id[SERVED_MODEL_ID_MAX + 1];
     fleet_model_state state;
     model_config config;
-    size_t bytes; /* what the budget counts for it */
-    size_t loads; /* times it was loaded */
+    size_t bytes;   /* what the budget counts for it */
+    size_t loads;   /* times it was loaded */
+    bool disk_tier; /* its KV cache has one (--kv-cache-dir) */
     bool is_default;
 } fleet_model_info;
 

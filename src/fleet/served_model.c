@@ -89,20 +89,18 @@ size_t served_model_bytes(const model_config *mc, const settings *cfg)
            kv_blocks_for(mc, cfg) * kvcache_block_bytes(&shape, cfg->kv_half);
 }
 
-/* What the settings mean for this model's shapes; -1 and a message when
- * they cannot work together. */
-static int plan_kv(served_model *s, const settings *c, gpt2d_error *err)
+int served_model_check(const model_config *mc, const settings *c,
+                       const char *id, gpt2d_error *err)
 {
-    const kv_shape shape = served_model_kv_shape(&s->mdl.config);
-    s->kv_blocks = kv_blocks_for(&s->mdl.config, c);
-    if (s->kv_blocks == 0) {
+    const kv_shape shape = served_model_kv_shape(mc);
+    if (kv_blocks_for(mc, c) == 0) {
         const size_t need = kvcache_block_bytes(&shape, c->kv_half) *
                             kvcache_blocks_per_context(&shape);
         return error_set(err,
                          "--kv-memory of %zu bytes cannot hold one full "
                          "context: that takes %zu bytes (%.1f MB) for model "
                          "%s (%s)",
-                         c->kv_memory, need, (double)need / (1 << 20), s->id,
+                         c->kv_memory, need, (double)need / (1 << 20), id,
                          kv_dtype_name(c->kv_half));
     }
     if (c->max_batch_rows <= c->slots)
@@ -162,10 +160,11 @@ int served_model_load(served_model **out, const served_model_spec *spec,
     s->model_loaded = true;
     /* the id the daemon knows it by, not only its directory's name */
     snprintf(s->mdl.name, sizeof s->mdl.name, "%s", s->id);
-    if (plan_kv(s, c, err) != 0) {
+    if (served_model_check(&s->mdl.config, c, s->id, err) != 0) {
         rc = -2;
         goto fail;
     }
+    s->kv_blocks = kv_blocks_for(&s->mdl.config, c);
     if (load_tokenizer(s, spec->dir, err) != 0 ||
         load_grammars(s, c->grammar_memory, err) != 0)
         goto fail;

@@ -61,6 +61,11 @@ int served_model_load(served_model **out, const served_model_spec *spec,
 void served_model_shutdown(served_model *s, int drain_ms);
 void served_model_free(served_model *s);
 
+/* Whether the settings work with a model of config `mc` (a KV cache of
+ * at least one full context; a step room beside the slots); -1 and a
+ * message naming `id` when not. */
+int served_model_check(const model_config *mc, const settings *cfg,
+                       const char *id, gpt2d_error *err);
 /* The KV cache's shape for a model of these dimensions. */
 kv_shape served_model_kv_shape(const model_config *mc);
 /* Bytes a model of config `mc` takes once loaded with these settings: its

@@ -27,8 +27,10 @@ running" holds on any machine; every wait is
 bounded by an event the test observes, never a wall-clock guess.
 """
 
+import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -38,7 +40,8 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-from gpt2d_client import EOT, NO_EOT, Server  # noqa: E402
+from gpt2d_client import (EOT, NO_EOT, Server, http_request,  # noqa: E402
+                          read_raw)
 from testlib import (DATA, GPT2D, SRCDIR, TINY, Case,  # noqa: E402
                      long_context_model, run_module, wait_for)
 
@@ -68,6 +71,15 @@ def models_dir():
 def long_model():
     """tiny's shape with a 1024-token context: room for LONG tokens."""
     return long_context_model(os.path.join(WORKDIR, "ctx1024-model"), TINY, 11)
+
+
+def long_models_dir():
+    """A --models-dir holding `long`, the 1024-token model."""
+    d = os.path.join(WORKDIR, "long-dir")
+    if not os.path.isdir(d):
+        os.makedirs(d)
+        os.symlink(long_model(), os.path.join(d, "long"))
+    return d
 
 
 def broken_models_dir():
@@ -249,6 +261,9 @@ class ThreeModels(ModelsCase):
                 self.assertIn("nope", e["message"])
                 # the default model when none is named
                 self.assertEqual(c.post(path, body).status, 200)
+        self.assertEqual(self.assert_error(
+            c.post("/tokenize", {"model": 5, "content": "Hi"}), 400,
+            "model")["message"], "model must be a string")
         # each model's tokenizer answers for it
         r = c.post("/tokenize", {"model": "wide", "content": "Hello world"})
         self.assertEqual((r.status, r.json), (200, {"tokens": [15496, 995]}))
@@ -379,6 +394,67 @@ class Memory(ModelsCase):
             c.metrics()['gpt2d_model_loads_total{model="ctx1024-model"}'], 2)
         self.assertIn("model ctx1024-model unloaded (idle)", self.log_of(srv))
 
+    def test_a_detokenize_answer_read_slowly_outlives_an_unload(self):
+        """Attack on this issue, finding 1: a /detokenize answer renders its
+        text from the model's tokenizer as it is sent; the model it names
+        was let go before, and unloading it for another model freed the
+        tokenizer under the answer (the daemon crashed).  It is held until
+        the answer is sent: here the other model waits for it, 503."""
+        srv = self.start("detok", TINY, ["--model", "small=" + SMALL,
+                                         "--models-max", "1", "--threads",
+                                         "1", "--max-body", "8M"])
+        c = srv.client()
+        # 66 bytes of text each: 26 MB, far more than the sockets' buffers
+        # hold (a small receive buffer would make the rest crawl)
+        n = 400000
+        body = json.dumps({"model": "tiny", "tokens": [38093] * n}).encode()
+        sock = socket.create_connection(("127.0.0.1", srv.port))
+        try:
+            sock.sendall(http_request("POST", "/detokenize", body))
+            head, _ = read_raw(sock, until=lambda d: b"\r\n\r\n" in d,
+                               size=1)
+            self.assertIn(b" 200 ", head.split(b"\r\n")[0])
+            r = c.post("/v1/completions", {"model": "small", "prompt": "Hi",
+                                           "max_tokens": 2})
+            e = self.assert_error(r, 503, "model")
+            self.assertEqual(e["code"], "model_unavailable")
+            self.assertEqual(states(c), {"tiny": "loaded",
+                                         "small": "unloaded"})
+            want = ('{"content":"' + (" " + "=" * 65) * n + '"}').encode()
+            data = bytearray()
+            sock.settimeout(60)
+            while len(data) < len(want):
+                chunk = sock.recv(1 << 20)
+                if not chunk:
+                    break
+                data += chunk
+        finally:
+            sock.close()
+        self.assertEqual(bytes(data), want)
+        # read whole, the answer lets go of its model: small loads now
+        self.assertTrue(wait_for(lambda: c.post(
+            "/v1/completions", {"model": "small", "prompt": "Hi",
+                                "max_tokens": 2}).status == 200, 30))
+
+    def test_deleting_a_session_reaches_an_unloaded_models_disk_tier(self):
+        """Attack on this issue, finding 2: a session of a model unloaded
+        since (its history on the model's disk tier) was not found by
+        DELETE (404), and came back when the model loaded again."""
+        kv = os.path.join(WORKDIR, "delete-kv")
+        srv = self.start("delete", TINY, ["--model", "small=" + SMALL,
+                                          "--models-max", "1", "--threads",
+                                          "1", "--kv-cache-dir", kv])
+        c = srv.client()
+        c.complete(model="small", prompt="One two three four five",
+                   max_tokens=2, session_id="private")
+        c.complete(model="tiny", prompt="Hello", max_tokens=2)
+        self.assertEqual(states(c), {"tiny": "loaded", "small": "unloaded"})
+        r = c.delete("/v1/sessions/private")
+        self.assertEqual((r.status, r.json.get("deleted")), (200, True), r)
+        c.complete(model="small", prompt="Hello", max_tokens=2)
+        self.assertEqual(c.get("/v1/sessions").json["data"], [])
+        self.assertEqual(c.delete("/v1/sessions/private").status, 404)
+
     def test_a_broken_model_is_500_and_the_others_serve_on(self):
         srv = self.start("broken", TINY, ["--models-dir", broken_models_dir(),
                                           "--threads", "1"])
@@ -388,7 +464,10 @@ class Memory(ModelsCase):
                 c.post("/v1/completions", {"model": "broken", "prompt": "Hi"}),
                 500, "model")
             self.assertEqual(e["code"], "model_load_failed")
-            self.assertIn("model.safetensors", e["message"])
+            # the reason names the operator's files: the log has it
+            self.assertNotIn(broken_models_dir(), e["message"])
+        self.assertIn("model broken could not be loaded from", self.log_of(srv))
+        self.assertIn("model.safetensors", self.log_of(srv))
         self.assertEqual(states(c), {"tiny": "loaded", "broken": "unloaded"})
         r = c.post("/v1/completions", {"model": "tiny", "prompt": "Hi",
                                        "max_tokens": 2})
@@ -410,6 +489,15 @@ class RefusedAtStart(Case):
             (["--model", TINY, "--models-memory", "1M"],
              "more than --models-memory"),
             (["--models-dir", empty], "holds no model"),
+            (["--model", "..=" + TINY], "model id '..'"),
+            (["--model", ".hidden=" + TINY], "model id '.hidden'"),
+            (["--model", "gpt2d.lock=" + TINY], "model id 'gpt2d.lock'"),
+            (["--model", "a.kv=" + TINY], "model id 'a.kv'"),
+            # a --models-dir model the KV budget cannot serve: at start
+            (["--model", TINY, "--models-dir", long_models_dir(),
+              "--kv-memory", "512k"],
+             "cannot hold one full context: that takes 1048576 bytes (1.0 "
+             "MB) for model long"),
         ]
         for args, words in cases:
             with self.subTest(args=args):
