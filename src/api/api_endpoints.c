@@ -346,18 +346,29 @@ void api_detokenize(const api_ctx *ctx, const api_caller *who, const char *body,
 }
 
 /* One model's sessions of `who` appended to `data`; -1 on OOM. */
+/* who's sessions in model m (malloc'ed, *n of them; NULL on OOM).
+ * Counted first; sessions begun in between are left for the next look. */
+static engine_session_info *sessions_of(const served_model *m,
+                                        const api_caller *who, size_t *n)
+{
+    size_t cap = engine_sessions(m->eng, who->principal, NULL, 0);
+    engine_session_info *info = calloc(cap > 0 ? cap : 1, sizeof *info);
+    *n = 0;
+    if (info == NULL)
+        return NULL;
+    *n = engine_sessions(m->eng, who->principal, info, cap);
+    if (*n > cap)
+        *n = cap;
+    return info;
+}
+
 static int list_sessions(const served_model *m, const api_caller *who,
                          json_t *data)
 {
-    /* Counted first; sessions begun in between are left for the next
-     * listing. */
-    size_t cap = engine_sessions(m->eng, who->principal, NULL, 0);
-    engine_session_info *info = calloc(cap > 0 ? cap : 1, sizeof *info);
+    size_t n;
+    engine_session_info *info = sessions_of(m, who, &n);
     if (info == NULL)
         return -1;
-    size_t n = engine_sessions(m->eng, who->principal, info, cap);
-    if (n > cap)
-        n = cap;
     for (size_t i = 0; i < n; i++)
         json_array_append_new(
             data,
@@ -397,16 +408,13 @@ void api_sessions_list(const api_ctx *ctx, const api_caller *who,
 }
 
 /* Whether `who`'s session `id` runs a request in model m. */
-static bool session_busy_in(served_model *m, const api_caller *who,
+static bool session_busy_in(const served_model *m, const api_caller *who,
                             const char *id)
 {
-    size_t cap = engine_sessions(m->eng, who->principal, NULL, 0);
-    engine_session_info *info = calloc(cap > 0 ? cap : 1, sizeof *info);
-    if (info == NULL)
-        return false; /* the delete itself says busy, if it is */
-    size_t n = engine_sessions(m->eng, who->principal, info, cap);
-    bool busy = false;
-    for (size_t i = 0; i < n && i < cap; i++)
+    size_t n;
+    engine_session_info *info = sessions_of(m, who, &n);
+    bool busy = false; /* on OOM, the delete itself says busy, if it is */
+    for (size_t i = 0; i < n; i++)
         busy = busy || (strcmp(info[i].kv.id, id) == 0 && info[i].kv.busy);
     free(info);
     return busy;

@@ -356,24 +356,27 @@ static fleet_entry *least_recent_idle(fleet *f, const fleet_entry *except)
     return best;
 }
 
-static bool any_changing(const fleet *f)
+/* Whether some model is in state a or b. */
+static bool any_in(const fleet *f, fleet_model_state a, fleet_model_state b)
 {
     for (size_t i = 0; i < f->n; i++)
-        if (f->entries[i].state == FLEET_MODEL_LOADING ||
-            f->entries[i].state == FLEET_MODEL_UNLOADING)
+        if (f->entries[i].state == a || f->entries[i].state == b)
             return true;
     return false;
+}
+
+/* Whether memory is on its way in or out: another thread loads or
+ * unloads a model. */
+static bool any_changing(const fleet *f)
+{
+    return any_in(f, FLEET_MODEL_LOADING, FLEET_MODEL_UNLOADING);
 }
 
 /* Whether some model's engine runs (and kicks the watchdog from its
  * loop); a model being loaded has none yet. */
 static bool any_engine(const fleet *f)
 {
-    for (size_t i = 0; i < f->n; i++)
-        if (f->entries[i].state == FLEET_MODEL_LOADED ||
-            f->entries[i].state == FLEET_MODEL_UNLOADING)
-            return true;
-    return false;
+    return any_in(f, FLEET_MODEL_LOADED, FLEET_MODEL_UNLOADING);
 }
 
 /* ---- the sweeper: idle models, and the watchdog while none runs ---- */
