@@ -11,6 +11,7 @@
 
 #include "api/api_body.h"
 #include "core/metrics.h"
+#include "fleet/model_counters.h"
 
 /* One model as /v1/models shows it: OpenAI's fields, then ours (its
  * state in this daemon, and what it is when loaded). */
@@ -22,6 +23,8 @@ static json_t *model_object(const api_ctx *ctx, const fleet_model_info *m,
         "created", (json_int_t)ctx->started, "owned_by", "gpt2d",
         "max_model_len", (json_int_t)m->config.n_ctx, "state",
         fleet_model_state_name(m->state), "default", m->is_default);
+    if (o != NULL && m->draft[0] != '\0')
+        json_object_set_new(o, "draft", json_string(m->draft));
     if (o != NULL && loaded != NULL) {
         json_object_set_new(o, "dtype",
                             json_string(model_dtype_name(loaded->mdl.dtype)));
@@ -104,79 +107,14 @@ void api_health(const api_ctx *ctx, bool stopping, api_response *r)
         api_response_json(r, 200, json_pack("{s:s}", "status", "ok"));
 }
 
-static metrics_kv_share kv_share_of(size_t accounts, size_t share,
-                                    const uint64_t evicted[KV_EVICTED_KINDS])
-{
-    return (
-        metrics_kv_share){ .accounts = accounts,
-                           .share_blocks = share,
-                           .evicted_own = evicted[KV_EVICTED_OWN],
-                           .evicted_over = evicted[KV_EVICTED_OVER_SHARE],
-                           .evicted_under = evicted[KV_EVICTED_UNDER_SHARE] };
-}
-
-/* One loaded model's engine counts (st) and grammar counts, added to g. */
-static void add_model(metrics_gauges *g, const engine_stats *stp,
+/* One loaded model's engine and grammar figures, added to g. */
+static void add_model(metrics_gauges *g, const engine_stats *st,
                       const served_model *m)
 {
-    const engine_stats st = *stp;
-    g->queue_depth += st.queue_depth;
-    g->running += st.running;
-    g->paused += st.paused;
-    g->slots_total += st.slots_total;
-    g->slots_busy += st.slots_busy;
-    g->kv_blocks_free += st.kv.blocks_free;
-    g->kv_blocks_cached += st.kv.blocks_cached;
-    g->kv_blocks_in_use += st.kv.blocks_in_use;
-    g->kv_blocks_reserved += st.kv.blocks_reserved;
-    g->kv_bytes += st.kv.bytes_total;
-    g->kv_sessions += st.kv.sessions;
-    g->kv_evictions += st.kv.evictions;
-    g->kv_hit_tokens_ram += st.kv.hit_tokens_ram;
-    g->kv_hit_tokens_disk += st.kv.hit_tokens_disk;
-    g->kv_disk_slower += st.kv.disk_slower;
-    const metrics_kv_share ram = kv_share_of(st.kv.accounts, st.kv.share_blocks,
-                                             st.kv.evicted);
-    g->kv_share.accounts += ram.accounts;
-    g->kv_share.share_blocks += ram.share_blocks;
-    g->kv_share.evicted_own += ram.evicted_own;
-    g->kv_share.evicted_over += ram.evicted_over;
-    g->kv_share.evicted_under += ram.evicted_under;
-    g->kv_sessions_forgotten += st.kv.sessions_forgotten;
-    if (st.kv.disk) {
-        const kv_disk_stats *d = &st.kv.disk_stats;
-        metrics_disk *t = &g->disk;
-        g->kv_disk = true;
-        t->blocks += d->blocks;
-        t->bytes += d->bytes;
-        t->max_bytes += d->max_bytes;
-        t->writes += d->writes;
-        t->reads += d->reads;
-        t->evictions += d->evictions;
-        t->write_skipped += d->write_skipped;
-        t->write_errors += d->write_errors;
-        t->read_errors += d->read_errors;
-        t->foreign += d->foreign;
-        const metrics_kv_share disk = kv_share_of(d->accounts, d->share_blocks,
-                                                  d->evicted);
-        t->share.accounts += disk.accounts;
-        t->share.share_blocks += disk.share_blocks;
-        t->share.evicted_own += disk.evicted_own;
-        t->share.evicted_over += disk.evicted_over;
-        t->share.evicted_under += disk.evicted_under;
-    }
     grammar_cache_stats gs;
     grammar_cache_stats_get(m->grammars, &gs);
-    metrics_grammars *mg = &g->grammars;
-    mg->entries += gs.entries;
-    mg->bytes += gs.bytes;
-    mg->hits += gs.hits;
-    mg->misses += gs.misses;
-    mg->compiles += gs.compiles;
-    mg->compile_seconds += gs.compile_seconds;
-    mg->mask_hits += gs.mask_hits;
-    mg->mask_misses += gs.mask_misses;
-    mg->mask_seconds += gs.mask_seconds;
+    model_gauges_add(g, st, &gs);
+    model_counters_add(g, st, &gs);
 }
 
 void api_metrics(const api_ctx *ctx, api_response *r)
@@ -200,15 +138,18 @@ void api_metrics(const api_ctx *ctx, api_response *r)
             .id = info[i].id,
             .loaded = loaded[i] != NULL,
             .loads = info[i].loads,
-            .bytes = info[i].state == FLEET_MODEL_UNLOADED ? 0 : info[i].bytes
+            .bytes = info[i].state == FLEET_MODEL_UNLOADED ? 0 : info[i].bytes,
+            .compute_seconds = info[i].retired_compute_seconds
         };
+        /* what its earlier loads did stays counted */
+        model_counters_merge(&g, &info[i].retired);
         if (loaded[i] == NULL)
             continue;
         engine_stats st = engine_get_stats(loaded[i]->eng);
         models[i].queue_depth = st.queue_depth;
         models[i].running = st.running;
         models[i].kv_blocks_in_use = st.kv.blocks_in_use;
-        models[i].compute_seconds = st.compute_seconds;
+        models[i].compute_seconds += st.compute_seconds;
         add_model(&g, &st, loaded[i]);
     }
     g.models = models;

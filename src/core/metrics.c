@@ -122,6 +122,7 @@ static atomic_uint_fast64_t preemptions[2]; /* by metrics_preemption */
 static atomic_uint_fast64_t spec_steps;
 static atomic_uint_fast64_t spec_proposed[METRICS_SPEC_POSITIONS];
 static atomic_uint_fast64_t spec_accepted[METRICS_SPEC_POSITIONS];
+static atomic_uint_fast64_t spec_draft_passes, spec_draft_nanoseconds;
 
 static void counter_add(atomic_uint_fast64_t *c, uint_fast64_t n)
 {
@@ -210,6 +211,12 @@ void metrics_spec_verified(size_t proposed, size_t accepted)
         if (i < accepted)
             counter_add(&spec_accepted[i], 1);
     }
+}
+
+void metrics_spec_draft_passes(size_t passes, double seconds)
+{
+    counter_add(&spec_draft_passes, passes);
+    counter_add(&spec_draft_nanoseconds, (uint64_t)(seconds * 1e9));
 }
 
 /* ---- gauges kept here ---- */
@@ -759,7 +766,8 @@ static void render_spec(FILE *f)
         atomic_uint_fast64_t *c;
     } kinds[] = {
         { "gpt2d_spec_draft_tokens_total",
-          "Draft tokens proposed by speculative decoding (prompt lookup), "
+          "Draft tokens proposed by speculative decoding (prompt lookup or "
+          "a draft model), "
           "by their position in the draft.",
           spec_proposed },
         { "gpt2d_spec_accepted_tokens_total",
@@ -773,6 +781,15 @@ static void render_spec(FILE *f)
             fprintf(f, "%s{position=\"%zu\"} %ju\n", kinds[k].name, i + 1,
                     (uintmax_t)counter_get(&kinds[k].c[i]));
     }
+    render_counter(f, "gpt2d_spec_draft_model_passes_total",
+                   "Passes of draft models (--draft), each guessing one "
+                   "token for every sequence it drafts for.",
+                   &spec_draft_passes);
+    render_header(f, "gpt2d_spec_draft_model_seconds_total", "counter",
+                  "Time the draft models' passes took: what their guesses "
+                  "cost the steps.");
+    fprintf(f, "gpt2d_spec_draft_model_seconds_total %.6f\n",
+            (double)counter_get(&spec_draft_nanoseconds) * 1e-9);
 }
 
 char *metrics_render(const metrics_gauges *gauges)

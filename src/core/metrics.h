@@ -49,6 +49,9 @@ void metrics_preempted(metrics_preemption why);
  * the position), up to METRICS_SPEC_POSITIONS. */
 #define METRICS_SPEC_POSITIONS 16
 void metrics_spec_verified(size_t proposed, size_t accepted);
+/* A draft model ran `passes` passes (their guesses are the drafts above)
+ * in `seconds`. */
+void metrics_spec_draft_passes(size_t passes, double seconds);
 
 /* How a KV tier is shared between accounts (API keys or client
  * addresses): how many hold blocks, each one's guaranteed share, and the

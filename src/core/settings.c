@@ -91,6 +91,14 @@ static const option_spec options[] = {
       "A model to serve: a directory with config.json, model.safetensors, "
       "vocab.json, merges.txt, known as ID (default: the directory's name). "
       "Repeat it for several models; the first is the default." },
+    { "draft", 0, OPT_MODEL, FIELD(drafts), "[MODEL=]DRAFT", NULL, "none", 0, 0,
+      false,
+      "Speculative decoding with a draft model: DRAFT (a model this daemon "
+      "serves, or a model's directory) guesses the tokens MODEL (default: the "
+      "first model) then checks several at a time, as prompt lookup's are "
+      "checked: the answer is the same. DRAFT must share MODEL's vocabulary; "
+      "a much smaller one (distilgpt2 for gpt2-xl) pays. Repeat it for other "
+      "models; each draft counts in --models-memory with its model." },
     { "models-dir", 0, OPT_OPTIONAL_PATH, FIELD(models_dir), "DIR", NULL, NULL,
       0, 0, false,
       "Serve every subdirectory of DIR that holds a config.json as a model "
@@ -197,11 +205,12 @@ static const option_spec options[] = {
       "stream briefly instead of once for long; 0: no bound." },
     { "speculative", 0, OPT_BOOL, FIELD(speculative), "BOOL", "true", NULL, 0,
       0, false,
-      "Speculative decoding by prompt lookup for requests that do not say "
-      "(their \"speculative\" field): tokens that continue an earlier match of "
-      "the text's last few tokens (in the prompt or the answer so far) are "
-      "proposed, and the model checks them all in one step, so text that "
-      "copies from its prompt comes several tokens a step. The answer is "
+      "Speculative decoding for requests that do not say (their "
+      "\"speculative\" field): the model's draft (--draft) guesses the next "
+      "tokens, or without one, tokens that continue an earlier match of the "
+      "text's last few tokens (in the prompt or the answer so far) are "
+      "proposed (prompt lookup); the model checks them all in one step, so "
+      "text comes several tokens a step. The answer is "
       "bit-identical with or without (greedy or seeded); how many are "
       "proposed follows their measured acceptance and the batch's size. "
       "Never under --matmul blas." },
@@ -555,10 +564,10 @@ static int apply_value(settings *s, const option_spec *o, const char *value,
             m->source = s->source;
         }
         if (value[0] == '\0')
-            return error_set(err, "%s: model needs a value", where);
+            return error_set(err, "%s: %s needs a value", where, o->name);
         if (m->n == SETTINGS_MAX_MODELS)
-            return error_set(err, "%s: more than %d models", where,
-                             SETTINGS_MAX_MODELS);
+            return error_set(err, "%s: more than %d %ss", where,
+                             SETTINGS_MAX_MODELS, o->name);
         if ((m->item[m->n] = strdup(value)) == NULL)
             return error_set(err, "%s: out of memory", where);
         m->n++;
@@ -955,9 +964,12 @@ void settings_free(settings *s)
         free(s->api_key);
         s->api_key = NULL;
     }
-    for (size_t i = 0; i < s->models.n; i++)
-        free(s->models.item[i]);
-    s->models.n = 0;
+    settings_models *lists[] = { &s->models, &s->drafts };
+    for (size_t l = 0; l < sizeof lists / sizeof *lists; l++) {
+        for (size_t i = 0; i < lists[l]->n; i++)
+            free(lists[l]->item[i]);
+        lists[l]->n = 0;
+    }
     for (size_t i = 0; i < N_OPTIONS; i++) {
         if (options[i].type == OPT_PATH ||
             options[i].type == OPT_OPTIONAL_PATH ||

@@ -31,6 +31,7 @@ typedef struct settings_models {
 
 typedef struct settings {
     settings_models models; /* --model, repeated */
+    settings_models drafts; /* --draft, repeated: "[MODEL=]DRAFT" */
     char *models_dir;       /* --models-dir: each subdirectory a model */
     size_t models_memory;   /* --models-memory bytes of loaded models
                                  * (weights and KV caches); 0: no bound */

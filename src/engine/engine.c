@@ -152,23 +152,28 @@ static void *engine_main(void *arg)
             compute_share_begin(e->cfg.share, &e->turns);
         const double t_step = monotonic_seconds();
         gpt2d_error err = { { 0 } };
-        int rc = forward_step(e->fwd, e->m, e->pool, kvcache_geometry(e->kv),
+        int rc = e->n_draft_seqs > 0 ? draft_run(e, &err) : 0;
+        /* what the draft model took is not the step's price */
+        const double t_draft = monotonic_seconds() - t_step;
+        if (rc == 0)
+            rc = forward_step(e->fwd, e->m, e->pool, kvcache_geometry(e->kv),
                               e->batch, n, e->logits, &err);
         double t_forward = 0.0;
         if (rc == 0) {
-            t_forward = monotonic_seconds() - t_step;
+            t_forward = monotonic_seconds() - t_step - t_draft;
             metrics_observe_batch_rows(rows);
             batch_sample(e, n);
             if (e->n_lens > 0)
                 rc = lens_run(e, batch_logit_rows(e, n), &err);
         }
         if (rc == 0) {
-            double took = monotonic_seconds() - t_step;
-            metrics_observe_step(took);
+            const double whole = monotonic_seconds() - t_step;
+            metrics_observe_step(whole);
             log_debug("step: %zu decode rows, %zu prompt rows, %.2f ms "
-                      "(forward %.2f ms)",
-                      rows - prefill_rows, prefill_rows, took * 1e3,
-                      t_forward * 1e3);
+                      "(forward %.2f ms, draft %.2f ms)",
+                      rows - prefill_rows, prefill_rows, whole * 1e3,
+                      t_forward * 1e3, t_draft * 1e3);
+            const double took = whole - t_draft;
             /* lens rows cost less than the prompt rows the budget
              * learns the price of: their steps teach it nothing */
             if (e->n_lens == 0)
@@ -236,6 +241,9 @@ static int engine_alloc_step(engine *e, gpt2d_error *err)
     e->spec_offers = calloc(rows, sizeof *e->spec_offers);
     e->spec_drafts = calloc(rows, sizeof *e->spec_drafts);
     e->spec_seconds = calloc(rows + 1, sizeof *e->spec_seconds);
+    e->spec_by_model = calloc(rows, sizeof *e->spec_by_model);
+    e->spec_order = calloc(rows, sizeof *e->spec_order);
+    e->spec_entry = calloc(rows, sizeof *e->spec_entry);
     /* an entry for every caller with work: at most one per queued or
      * running request, and one more (engine_fair.c) */
     e->n_callers_cap = e->cfg.max_queue + e->running_cap + 1;
@@ -246,7 +254,8 @@ static int engine_alloc_step(engine *e, gpt2d_error *err)
     e->masks = calloc(e->n_scratch * e->mask_words, sizeof *e->masks);
     if (!e->logits || !e->batch || !e->entries || !e->jobs || !e->lens ||
         !e->queue || !e->running || !e->plan || !e->spec_offers ||
-        !e->spec_drafts || !e->spec_seconds ||
+        !e->spec_drafts || !e->spec_seconds || !e->spec_by_model ||
+        !e->spec_order || !e->spec_entry ||
         spec_cost_init(&e->spec_cost, rows) != 0 || !e->callers ||
         !e->scratch || !e->masks)
         return error_set(err, "engine: out of memory for %zu batch rows", rows);
@@ -309,6 +318,51 @@ static void cache_identity(const model *m, const tokenizer *tok,
             snprintf(hex[d] + 2 * i, 3, "%02x", digests[d][i]);
     log_info("KV cache identity %s: weights %s, tokenizer %s, %s", hex[0],
              hex[1], hex[2], text);
+}
+
+/* The draft model's pass scratch and KV cache: as many blocks as the
+ * model's (each smaller; at least one full context of its own), for as
+ * many sequences, no disk tier (its K/V
+ * are quick to compute again and decide no answer). */
+static int draft_create(engine *e, const tokenizer *tok,
+                        const kv_cache_config *target, gpt2d_error *err)
+{
+    const model *d = e->cfg.draft;
+    const model_config *c = &d->config;
+    if (c->vocab_size != e->vocab)
+        return error_set(err,
+                         "draft model %s has %zu tokens, model %s %zu: a "
+                         "draft must share the model's vocabulary",
+                         d->name, c->vocab_size, e->m->name, e->vocab);
+    e->draft = d;
+    e->draft_share = draft_share_of(e->m, d);
+    /* a step's decode rows are at most its slots, and as many again while
+     * preemption hands slots over */
+    e->draft_cap = 2 * e->cfg.n_slots;
+    e->draft_seqs = calloc(e->draft_cap, sizeof *e->draft_seqs);
+    e->draft_batch = calloc(e->draft_cap, sizeof *e->draft_batch);
+    e->draft_logits = calloc(e->draft_cap * c->vocab_size,
+                             sizeof *e->draft_logits);
+    if (e->draft_seqs == NULL || e->draft_batch == NULL ||
+        e->draft_logits == NULL)
+        return error_set(err, "engine: out of memory for the draft model");
+    if (forward_state_create(&e->draft_fwd, d, e->cfg.max_batch_rows,
+                             e->cfg.n_threads, err) != 0)
+        return -1;
+    const kv_shape shape = { .n_layer = c->n_layer,
+                             .n_head = c->n_head,
+                             .n_embd = c->n_embd,
+                             .n_ctx = c->n_ctx };
+    const size_t context = kvcache_blocks_per_context(&shape);
+    const kv_cache_config kc = { .n_blocks = target->n_blocks > context
+                                                 ? target->n_blocks
+                                                 : context,
+                                 .max_seqs = target->max_seqs,
+                                 .half = target->half,
+                                 .now = target->now };
+    uint8_t identity[SHA256_BYTES];
+    cache_identity(d, tok, e->draft_fwd, kc.half, false, identity);
+    return kvcache_create(&e->draft_kv, &shape, &kc, identity, err);
 }
 
 /* However tight --step-cost, a step beside streams carries this many
@@ -395,7 +449,8 @@ int engine_create(engine **out, const model *m, const tokenizer *tok,
     cache_identity(m, tok, e->fwd, cfg->kv_half,
                    cfg->kv_disk_dir != NULL && cfg->kv_disk_dir[0] != '\0',
                    identity);
-    if (kvcache_create(&e->kv, &shape, &kc, identity, err) != 0) {
+    if (kvcache_create(&e->kv, &shape, &kc, identity, err) != 0 ||
+        (cfg->draft != NULL && draft_create(e, tok, &kc, err) != 0)) {
         engine_destroy(e);
         return -1;
     }
@@ -442,6 +497,14 @@ void engine_destroy(engine *e)
     free(e->spec_offers);
     free(e->spec_drafts);
     free(e->spec_seconds);
+    free(e->spec_by_model);
+    free(e->spec_order);
+    free(e->spec_entry);
+    kvcache_free(e->draft_kv);
+    free(e->draft_seqs);
+    free(e->draft_batch);
+    free(e->draft_logits);
+    forward_state_free(e->draft_fwd);
     spec_cost_free(&e->spec_cost);
     free(e->callers);
     free(e->queue);

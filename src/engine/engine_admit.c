@@ -153,6 +153,7 @@ void admit_release_kv(engine *e, seq_state *s, double now)
         kvcache_seq_end(e->kv, s->kv, now);
         s->has_kv = false;
     }
+    draft_release(e, s, now);
 }
 
 void admit_release_all_kv(engine *e, gen_request *r, double now)

@@ -238,7 +238,7 @@ size_t batch_build(engine *e, size_t *rows_out, size_t *prefill_out,
     size_t draft_room = e->cfg.max_batch_rows - rows;
     if (prompt_work(e))
         draft_room = draft_room > e->chunk ? draft_room - e->chunk : 0;
-    rows += spec_plan(e, n, draft_room);
+    rows += spec_plan(e, n, draft_room, now);
     const size_t decode_rows = rows, room = e->cfg.max_batch_rows - rows;
     const size_t budget = step_budget_prefill_rows(&e->budget, decode_rows,
                                                    e->cfg.n_slots, room);

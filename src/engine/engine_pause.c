@@ -34,6 +34,7 @@ void pause_seq(engine *e, gen_request *r, size_t i, double now)
         kvcache_seq_end(e->kv, s->kv, now);
         s->has_kv = false;
     }
+    draft_release(e, s, now);
     s->kv_loading = false;
     s->phase = SEQ_PAUSED;
     s->t_paused = now;

@@ -196,8 +196,11 @@ static void commit_drafts(engine *e, size_t n_entries)
 {
     for (size_t b = 0; b < n_entries; b++) {
         const batch_entry *be = &e->entries[b];
-        if (be->n_draft == 0)
+        if (be->n_draft == 0) {
+            if (be->draft_rows > 0) /* the draft model caught up */
+                spec_settle(e, be);
             continue;
+        }
         const seq_state *s = &be->r->seqs[be->seq];
         kvcache_seq_commit(e->kv, s->kv, e->batch[b].tokens,
                            e->jobs[be->job].n_applied);

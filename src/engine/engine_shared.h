@@ -13,13 +13,14 @@
  *                     sequences begun and released                 (admit_)
  *   engine_fair.c     who is owed a slot, and who gives one way     (fair_)
  *   engine_pause.c    sequences paused and resumed                 (pause_)
+ *   engine_draft.c    a draft model's guesses and its KV cache     (draft_)
  *   gen_request.c     the request shared with a connection      (request_)
  *
  * Calls run down that list only: engine.c calls any file below it,
- * publish calls lens, spec and admit, batch calls spec and admit, admit
- * calls fair and
- * pause, and all of them call gen_request.c, which calls none of them and
- * knows no engine.  The queue is read through engine_queue_at, here.
+ * publish calls lens, spec and admit, batch calls spec and admit, spec
+ * calls draft, admit calls fair, pause and draft, pause calls draft, and
+ * all of them call gen_request.c, which calls none of them and knows no
+ * engine.  The queue is read through engine_queue_at, here.
  *
  * Threads: unless a function says otherwise, the engine thread calls it
  * with e->lock held (engine.c, "Locks").  Fields marked "engine thread
@@ -79,9 +80,19 @@ typedef struct batch_entry {
     bool resume;  /* a resumed sequence's history */
     size_t start; /* position of the first row */
     size_t n_rows, n_logits;
-    size_t n_draft; /* a decode row's drafts, in the rows after it */
-    size_t job;     /* then: the index of its first sample job */
+    size_t n_draft;    /* a decode row's drafts, in the rows after it */
+    size_t draft_rows; /* the draft model's backlog it computes this step
+                          (engine_draft.c); 0: the draft model runs none */
+    size_t job;        /* then: the index of its first sample job */
 } batch_entry;
+
+/* A sequence in this step's draft passes (engine_draft.c). */
+typedef struct draft_seq {
+    size_t entry;   /* its batch entry */
+    size_t k;       /* the guesses it takes: passes it stays in; 0: it
+                       only catches up */
+    forward_seq fs; /* its first pass: the backlog */
+} draft_seq;
 
 /* A slice of one inspect request's logit-lens rows in the current step. */
 typedef struct lens_entry {
@@ -145,7 +156,25 @@ struct engine {
     const int32_t **spec_drafts; /* engine thread only (engine_spec.c) */
     double *spec_seconds;        /* [max_batch_rows + 1] */
     spec_cost spec_cost;         /* each row count's step time */
-    caller_state *callers;       /* [n_callers_cap]: fairness bookkeeping */
+    bool *spec_by_model;         /* [max_batch_rows]: the same */
+    size_t *spec_order;          /* [max_batch_rows]: the same */
+    size_t *spec_entry;          /* [max_batch_rows]: the same */
+
+    /* Speculative decoding with a draft model (engine_draft.c); draft is
+     * NULL without one.  Engine thread only, but for draft_kv (e->lock). */
+    const model *draft;
+    forward_state *draft_fwd;
+    kv_cache *draft_kv;
+    size_t draft_cap;          /* sequences a step's passes may carry */
+    draft_seq *draft_seqs;     /* [draft_cap]: this step's */
+    size_t n_draft_seqs;       /* and how many */
+    size_t draft_passes;       /* this step's passes after the first */
+    forward_seq *draft_batch;  /* [draft_cap]: a pass */
+    float *draft_logits;       /* [draft_cap][vocab] */
+    double draft_pass_seconds; /* a pass of one row a sequence, measured */
+    double draft_share;        /* a pass's reads over a target step's,
+                                  until one is measured */
+    caller_state *callers;     /* [n_callers_cap]: fairness bookkeeping */
     size_t n_callers_cap;
     double
         prefill_hold_until; /* prefill waits until then while others decode */
@@ -261,18 +290,48 @@ bool pause_resumable(const gen_request *r, size_t i);
  * running sequences it must fit as a second request's would (kvcache.h). */
 kv_begin_status pause_resume(engine *e, gen_request *r, size_t i, double now);
 
+/* ---- engine_draft.c: a draft model's guesses ---- */
+
+/* Whether sequence s has a sequence in the draft model's cache, begun now
+ * if it had none (false: the cache cannot take it now). */
+bool draft_begin(engine *e, gen_request *r, seq_state *s, double now);
+/* The most guesses the draft model's context leaves sequence s. */
+size_t draft_bound(const engine *e, const gen_request *r, const seq_state *s);
+/* Tokens of its text the draft model has not computed. */
+size_t draft_backlog(const gen_request *r, const seq_state *s);
+/* Entry b (a decode row whose sequence has begun in the draft cache)
+ * joins this step's draft passes: its backlog, then k guesses.  With more
+ * backlog than rows_left, it only catches up (rows_left of it) and takes
+ * no guesses.  Returns the guesses it takes. */
+size_t draft_take(engine *e, size_t b, size_t k, size_t rows_left);
+/* Without e->lock, before the step's forward pass: the draft passes; each
+ * guess written where its decode row reads its drafts.  -1 when a pass
+ * failed. */
+int draft_run(engine *e, gpt2d_error *err);
+/* After the samples: the draft keeps the K/V of entry be's backlog and of
+ * its first `accepted` guesses (the text now). */
+void draft_settle(engine *e, const batch_entry *be, size_t accepted);
+/* The sequence's draft sequence ends (it ended or is paused). */
+void draft_release(engine *e, seq_state *s, double now);
+/* A pass's expected time, beside a target step of target_step seconds. */
+double draft_pass_estimate(const engine *e, double target_step);
+/* Any thread: what a draft pass reads against a target step, from the
+ * models' shapes. */
+double draft_share_of(const model *target, const model *draft);
+
 /* ---- engine_spec.c: speculative decoding ---- */
 
 /* After the step's decode rows (its first n entries): drafts by prompt
  * lookup added to the rows of sequences that may speculate, as many as
  * their measured acceptance pays for at this batch size, within `room`
  * rows.  Returns the rows added. */
-size_t spec_plan(engine *e, size_t n_entries, size_t room);
+size_t spec_plan(engine *e, size_t n_entries, size_t room, double now);
 /* The engine thread, after a step of `rows` rows (`prompt_rows` of them a
  * prompt's) that took `seconds`: what a step of that size costs. */
 void spec_observe(engine *e, size_t rows, size_t prompt_rows, double seconds);
 /* Entry b's drafts were verified: what stands of them is known
- * (e->jobs[be->job].n_emitted); its acceptance and the metrics learn it. */
+ * (e->jobs[be->job].n_emitted); its acceptance, the metrics and the draft
+ * model's cache learn it.  Also for an entry whose draft only caught up. */
 void spec_settle(engine *e, const batch_entry *be);
 
 /* ---- engine_batch.c: composing a step ---- */

@@ -45,8 +45,8 @@
 /* The highest draft count sequence s may have at its length: its inputs
  * stay where plain decoding would feed tokens (the reservation, the
  * context). */
-static size_t draft_bound(const engine *e, const gen_request *r,
-                          const seq_state *s)
+static size_t spec_bound(const engine *e, const gen_request *r,
+                         const seq_state *s)
 {
     const size_t g = s->out.n_tokens;         /* the engine's own write */
     size_t end = r->n_prompt + r->max_tokens; /* positions it may fill */
@@ -82,25 +82,54 @@ static size_t propose(const gen_request *r, const seq_state *s, size_t g,
     return n;
 }
 
-/* Finds entry b's drafts: their start in *draft, the offer's count and
- * acceptance.  None for a row that may not speculate. */
+/* Whether entry b's row may carry drafts this step (decays its
+ * acceptance's memory when it may). */
+static bool may_draft(const engine *e, size_t b)
+{
+    const batch_entry *be = &e->entries[b];
+    gen_request *r = be->r;
+    seq_state *s = &r->seqs[be->seq];
+    if (r->spec_max_draft == 0 || be->prefill)
+        return false;
+    s->spec_hits *= SPEC_MEMORY;
+    s->spec_trials *= SPEC_MEMORY;
+    const size_t g = s->out.n_tokens; /* the engine's own write */
+    return g > 0 && s->generated[g - 1] == s->next_token;
+}
+
+/* Its drafts' measured chance of acceptance, even odds to begin with. */
+static double acceptance(const seq_state *s)
+{
+    return (s->spec_hits + 1.0) / (s->spec_trials + 2.0);
+}
+
+/* Whether the draft model guesses for entry b (may_draft said it may):
+ * with one, for every request that sent no prediction. */
+static bool drafts_by_model(const engine *e, size_t b)
+{
+    return e->draft != NULL && e->entries[b].r->n_prediction == 0;
+}
+
+/* Finds entry b's drafts by lookup: their start in *draft, the offer's
+ * count and acceptance.  None for a row that may not speculate, or whose
+ * drafts the draft model makes (*by_model). */
 static void find_drafts(engine *e, size_t b, spec_offer *o,
-                        const int32_t **draft)
+                        const int32_t **draft, bool *by_model)
 {
     const batch_entry *be = &e->entries[b];
     gen_request *r = be->r;
     seq_state *s = &r->seqs[be->seq];
     *o = (spec_offer){ 0 };
     *draft = NULL;
-    if (r->spec_max_draft == 0 || be->prefill)
+    *by_model = false;
+    if (!may_draft(e, b))
         return;
-    s->spec_hits *= SPEC_MEMORY;
-    s->spec_trials *= SPEC_MEMORY;
-    const size_t g = s->out.n_tokens; /* the engine's own write */
-    if (g == 0 || s->generated[g - 1] != s->next_token)
+    if (drafts_by_model(e, b)) {
+        *by_model = true;
         return;
-    o->avail = propose(r, s, g, draft_bound(e, r, s), draft);
-    o->accept = (s->spec_hits + 1.0) / (s->spec_trials + 2.0);
+    }
+    o->avail = propose(r, s, s->out.n_tokens, spec_bound(e, r, s), draft);
+    o->accept = acceptance(s);
 }
 
 /* seconds[d], d = 0..room: a step of n + d rows, as measured
@@ -114,14 +143,16 @@ static void step_seconds(const engine *e, size_t n, size_t room,
     }
 }
 
-/* Makes entry b's row carry k drafts from `draft`. */
+/* Makes entry b's row carry k drafts: from `draft`, or (NULL) the draft
+ * model's, written there before the forward pass. */
 static void add_drafts(engine *e, size_t b, const int32_t *draft, size_t k)
 {
     batch_entry *be = &e->entries[b];
     seq_state *s = &be->r->seqs[be->seq];
     const size_t g = s->out.n_tokens;
     /* the drafts come before the history's end; they go after it */
-    memcpy(s->generated + g, draft, k * sizeof *draft);
+    if (draft != NULL)
+        memcpy(s->generated + g, draft, k * sizeof *draft);
     kvcache_seq_grow(e->kv, s->kv, 1 + k); /* from the committed length */
     forward_seq *fs = &e->batch[b];
     fs->tokens = s->generated + g - 1; /* next_token, then the drafts */
@@ -130,37 +161,103 @@ static void add_drafts(engine *e, size_t b, const int32_t *draft, size_t k)
     be->n_draft = k;
 }
 
-size_t spec_plan(engine *e, size_t n_entries, size_t room)
+/* The draft model's part of the plan: offers for the rows it guesses for
+ * (their sequences begun in its cache), the number of passes and who
+ * takes them (spec_policy_passes), within `room` rows; `base` decode
+ * rows and lookup drafts are in the step already.  Returns the rows
+ * added. */
+static size_t plan_model_drafts(engine *e, size_t n_entries, const bool *mine,
+                                size_t base, size_t room, double now)
+{
+    spec_offer *offers = e->spec_offers;
+    size_t m = 0;
+    for (size_t b = 0; b < n_entries && m < e->draft_cap; b++) {
+        if (!mine[b])
+            continue;
+        gen_request *r = e->entries[b].r;
+        seq_state *s = &r->seqs[e->entries[b].seq];
+        size_t bound = spec_bound(e, r, s);
+        const size_t room_in_draft = draft_bound(e, r, s);
+        if (room_in_draft < bound)
+            bound = room_in_draft;
+        if (bound == 0 || !draft_begin(e, r, s, now))
+            continue;
+        offers[m] = (spec_offer){ .avail = bound, .accept = acceptance(s) };
+        e->spec_entry[m++] = b;
+    }
+    if (m == 0)
+        return 0;
+    step_seconds(e, base, room, e->spec_seconds);
+    size_t passes = 0;
+    spec_policy_passes(offers, m, (double)n_entries, room, e->spec_seconds,
+                       draft_pass_estimate(e, e->spec_seconds[0]),
+                       e->cfg.spec_ignore_cost, e->spec_order, &passes);
+    /* the first pass carries every backlog: at most a step's rows */
+    size_t added = 0, rows_left = e->cfg.max_batch_rows;
+    for (size_t i = 0; i < m && rows_left > 0; i++) {
+        const size_t b = e->spec_entry[i];
+        if (offers[i].k == 0)
+            continue;
+        const size_t backlog = draft_backlog(
+            e->entries[b].r, &e->entries[b].r->seqs[e->entries[b].seq]);
+        const size_t k = draft_take(e, b, offers[i].k, rows_left);
+        rows_left -= backlog < rows_left ? backlog : rows_left;
+        if (k > 0) {
+            add_drafts(e, b, NULL, k);
+            added += k;
+        }
+    }
+    return added;
+}
+
+size_t spec_plan(engine *e, size_t n_entries, size_t room, double now)
 {
     spec_offer *offers = e->spec_offers;
     const int32_t **drafts = e->spec_drafts;
-    bool any = false;
+    bool *mine = e->spec_by_model;
+    bool any = false, any_model = false;
+    e->n_draft_seqs = 0;
+    e->draft_passes = 0;
     for (size_t b = 0; b < n_entries; b++) {
-        find_drafts(e, b, &offers[b], &drafts[b]);
+        find_drafts(e, b, &offers[b], &drafts[b], &mine[b]);
         any = any || offers[b].avail > 0;
+        any_model = any_model || mine[b];
     }
-    if (!any)
+    if (!any && !any_model)
         return 0;
     /* batch_build's room is what its decode rows (one an entry) left */
     assert(n_entries + room <= e->cfg.max_batch_rows);
-    step_seconds(e, n_entries, room, e->spec_seconds);
-    size_t added = spec_policy_allocate(
-        offers, n_entries, room, e->spec_seconds, e->cfg.spec_ignore_cost);
-    for (size_t b = 0; b < n_entries; b++)
-        if (offers[b].k > 0)
-            add_drafts(e, b, drafts[b], offers[b].k);
+    size_t added = 0;
+    if (any) {
+        step_seconds(e, n_entries, room, e->spec_seconds);
+        added = spec_policy_allocate(offers, n_entries, room, e->spec_seconds,
+                                     e->cfg.spec_ignore_cost);
+        for (size_t b = 0; b < n_entries; b++)
+            if (offers[b].k > 0)
+                add_drafts(e, b, drafts[b], offers[b].k);
+    }
+    if (any_model && added < room)
+        added += plan_model_drafts(e, n_entries, mine, n_entries + added,
+                                   room - added, now);
     return added;
 }
 
 void spec_settle(engine *e, const batch_entry *be)
 {
+    if (be->n_draft == 0) { /* the draft model only caught up */
+        draft_settle(e, be, 0);
+        return;
+    }
     seq_state *s = &be->r->seqs[be->seq];
     const size_t k = be->n_draft;
-    const size_t accepted = e->jobs[be->job].n_emitted - 1;
+    const sample_job *j = &e->jobs[be->job];
+    const size_t accepted = j->n_emitted - 1;
     /* the drafts it reached: up to the first rejected one */
     s->spec_hits += (double)accepted;
     s->spec_trials += (double)(accepted < k ? accepted + 1 : k);
     metrics_spec_verified(k, accepted);
+    /* those the answer took are its text */
+    draft_settle(e, be, j->n_applied > 0 ? j->n_applied - 1 : 0);
 }
 
 void spec_observe(engine *e, size_t rows, size_t prompt_rows, double seconds)

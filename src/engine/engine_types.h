@@ -38,11 +38,16 @@ typedef struct engine_config {
                                  * steps of a full batch (step_budget.h);
                                  * 0: no bound */
     /* Speculative decoding by prompt lookup (engine_spec.c). */
-    size_t spec_max_draft;  /* the most drafts a sequence verifies in one
+    size_t spec_max_draft; /* the most drafts a sequence verifies in one
                                  * step; 0: never (batch-variant products) */
-    bool spec_default;      /* for requests that do not say */
-    bool spec_ignore_cost;  /* tests: every draft found is verified,
+    bool spec_default;     /* for requests that do not say */
+    bool spec_ignore_cost; /* tests: every draft found is verified,
                                  * whatever it costs (spec_policy.h) */
+    /* NULL, or a draft model (engine_draft.c): borrowed, outlives the
+     * engine; its vocabulary is the model's (a shorter context drafts
+     * for the positions it has).  Its guesses replace prompt lookup's, but for requests that
+     * send a prediction. */
+    const struct model *draft;
     unsigned min_step_usec; /* 0; tests: every step lasts at least this
                                  * long, so that how long a generation runs
                                  * does not depend on the machine's speed */

@@ -50,6 +50,11 @@ typedef struct seq_state {
     /* speculative decoding: its drafts' acceptance, recent trials
      * weighing more (engine_spec.c) */
     double spec_hits, spec_trials;
+    /* with a draft model: its sequence in the draft's cache, the
+     * positions computed there, and (when one could not begin) the text
+     * length before which it is not tried again (engine_draft.c) */
+    bool draft_has_kv;
+    size_t draft_kv, draft_len, draft_retry_at;
     double t_last_token;
     double t_paused; /* SEQ_PAUSED: since when; < 0: never ran yet */
     /* readers: under the request lock */

@@ -61,3 +61,77 @@ size_t spec_policy_allocate(spec_offer *offers, size_t n, size_t room,
     }
     return best_d;
 }
+
+/* The tokens k drafts accepted with probability a each are expected to
+ * add: a + a^2 + ... + a^k. */
+static double expected_tokens(double a, size_t k)
+{
+    double v = 0.0, p = 1.0;
+    for (size_t j = 0; j < k; j++) {
+        p *= a;
+        v += p;
+    }
+    return v;
+}
+
+/* Ranks the offers that have drafts by acceptance, likelier first (the
+ * lower index among equals); returns how many. */
+static size_t rank_offers(const spec_offer *offers, size_t n, size_t *order)
+{
+    size_t m = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (offers[i].avail == 0)
+            continue;
+        size_t at = m++;
+        while (at > 0 && offers[order[at - 1]].accept < offers[i].accept) {
+            order[at] = order[at - 1];
+            at--;
+        }
+        order[at] = i;
+    }
+    return m;
+}
+
+size_t spec_policy_passes(spec_offer *offers, size_t n, double base_tokens,
+                          size_t room, const double *seconds,
+                          double pass_seconds, bool ignore_cost, size_t *order,
+                          size_t *passes)
+{
+    for (size_t i = 0; i < n; i++)
+        offers[i].k = 0;
+    *passes = 0;
+    const size_t m = rank_offers(offers, n, order);
+    size_t most = 0;
+    for (size_t r = 0; r < m; r++)
+        if (offers[order[r]].avail > most)
+            most = offers[order[r]].avail;
+    double best_rate = base_tokens / seconds[0];
+    size_t best_k = 0, best_m = 0, best_d = 0;
+    for (size_t k = 1; k <= most; k++) {
+        double tokens = base_tokens;
+        size_t d = 0;
+        for (size_t r = 0; r < m; r++) {
+            const spec_offer *o = &offers[order[r]];
+            const size_t take = o->avail < k ? o->avail : k;
+            if (d + take > room)
+                break;
+            d += take;
+            tokens += expected_tokens(o->accept, take);
+            const double rate = tokens /
+                                (seconds[d] + (double)k * pass_seconds);
+            if (ignore_cost ? d > best_d : rate > best_rate) {
+                best_rate = rate;
+                best_k = k;
+                best_m = r + 1;
+                best_d = d;
+            }
+        }
+    }
+    for (size_t r = 0; r < best_m; r++) {
+        spec_offer *o = &offers[order[r]];
+        o->k = o->avail < best_k ? o->avail : best_k;
+        if (o->k > *passes)
+            *passes = o->k;
+    }
+    return best_d;
+}

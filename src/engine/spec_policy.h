@@ -34,4 +34,20 @@ typedef struct spec_offer {
 size_t spec_policy_allocate(spec_offer *offers, size_t n, size_t room,
                             const double *seconds, bool ignore_cost);
 
+/* With a draft model, whose passes run one draft position of every
+ * drafting sequence at once: each sequence that drafts takes the same
+ * number K of drafts (or all it may have, when fewer), and the step costs
+ * seconds[d] + K * pass_seconds.  The sequences are ranked by their
+ * acceptance (the likelier first); the K and the number of the ranking's
+ * first sequences with the most tokens per second win, against the
+ * base_tokens the step gives without them (seconds[0]).  Sets
+ * offers[i].k, *passes to the most drafts any takes (0: none), and
+ * returns the drafts in all (at most room).  `order` is scratch for n
+ * indices.  With ignore_cost every draft found is taken, room permitting
+ * (the largest total). */
+size_t spec_policy_passes(spec_offer *offers, size_t n, double base_tokens,
+                          size_t room, const double *seconds,
+                          double pass_seconds, bool ignore_cost, size_t *order,
+                          size_t *passes);
+
 #endif

@@ -15,6 +15,7 @@
 #include "core/monotonic.h"
 #include "core/notify.h"
 #include "core/thread.h"
+#include "fleet/model_counters.h"
 #include "kv/kvdir.h"
 
 /* Turns at the worker pool (compute_share.h): a model that asks for one
@@ -32,8 +33,10 @@
 typedef struct fleet_entry {
     char id[SERVED_MODEL_ID_MAX + 1];
     char *dir;
-    char *kv_dir; /* its disk tier; NULL: none */
-    bool listed;  /* named by --model: loaded at start if it fits */
+    char *kv_dir;    /* its disk tier; NULL: none */
+    bool listed;     /* named by --model: loaded at start if it fits */
+    char *draft_dir; /* --draft's model for it; NULL: none */
+    char draft_id[SERVED_MODEL_ID_MAX + 1];
     model_config config;
     size_t bytes; /* served_model_bytes */
     fleet_model_state state;
@@ -43,6 +46,8 @@ typedef struct fleet_entry {
     gpt2d_error load_error;         /* why that one failed */
     double last_used;               /* monotonic seconds it was last released */
     size_t loads;
+    metrics_gauges retired; /* counters of its earlier loads */
+    double retired_compute_seconds;
 } fleet_entry;
 
 struct fleet {
@@ -165,6 +170,53 @@ static int add_listed(fleet *f, const char *item, gpt2d_error *err)
     return add_entry(f, name, len, item, true, err);
 }
 
+/* The entry called `id` (len bytes), or NULL. */
+static fleet_entry *find_entry(fleet *f, const char *id, size_t len)
+{
+    for (size_t i = 0; i < f->n; i++)
+        if (strlen(f->entries[i].id) == len &&
+            memcmp(f->entries[i].id, id, len) == 0)
+            return &f->entries[i];
+    return NULL;
+}
+
+/* --draft's "[MODEL=]DRAFT": MODEL one of the models (default: the
+ * first), DRAFT another model's id or a model's directory.  The draft is
+ * loaded with its model, as its own copy (a draft served as a model as
+ * well is in memory twice). */
+static int add_draft(fleet *f, const char *item, gpt2d_error *err)
+{
+    const char *eq = strchr(item, '=');
+    fleet_entry *target = &f->entries[0];
+    const char *draft = item;
+    if (eq != NULL && memchr(item, '/', (size_t)(eq - item)) == NULL) {
+        target = find_entry(f, item, (size_t)(eq - item));
+        if (target == NULL)
+            return error_set(err, "--draft %s: there is no model '%.*s'", item,
+                             (int)(eq - item), item);
+        draft = eq + 1;
+    }
+    if (target->draft_dir != NULL)
+        return error_set(err, "--draft %s: model %s has a draft already (%s)",
+                         item, target->id, target->draft_id);
+    const fleet_entry *named = find_entry(f, draft, strlen(draft));
+    const char *name = draft;
+    size_t len = strlen(draft);
+    if (named == NULL)
+        base_name(draft, &name, &len);
+    if (len > SERVED_MODEL_ID_MAX)
+        len = SERVED_MODEL_ID_MAX;
+    if (named == target)
+        return error_set(err, "--draft %s: a model cannot draft for itself",
+                         item);
+    memcpy(target->draft_id, name, len);
+    target->draft_id[len] = '\0';
+    if ((target->draft_dir = strdup(named != NULL ? named->dir : draft)) ==
+        NULL)
+        return error_set(err, "out of memory for the models' list");
+    return 0;
+}
+
 /* Whether --model named the directory `dir` is (a model the directory
  * lists as well is served once, under --model's id). */
 static bool listed_already(const fleet *f, const char *dir)
@@ -248,6 +300,15 @@ static int describe(fleet *f, gpt2d_error *err)
         if (served_model_check(&e->config, c, e->id, err) != 0)
             return -2;
         e->bytes = served_model_bytes(&e->config, c);
+        if (e->draft_dir != NULL) {
+            model_config draft;
+            if (model_config_read(&draft, e->draft_dir, err) != 0)
+                return -1;
+            if (served_model_check_draft(&e->config, e->id, &draft, e->draft_id,
+                                         err) != 0)
+                return -2;
+            e->bytes += served_model_draft_bytes(&e->config, &draft, c);
+        }
         if (c->models_memory > 0 && e->bytes > c->models_memory) {
             error_set(err,
                       "model %s takes %zu bytes (%.1f MB: weights and KV "
@@ -292,6 +353,8 @@ static int load_locked(fleet *f, fleet_entry *e, bool at_start,
                                      .dir = e->dir,
                                      .cfg = f->cfg,
                                      .kv_disk_dir = e->kv_dir,
+                                     .draft_id = e->draft_id,
+                                     .draft_dir = e->draft_dir,
                                      .pool = f->pool,
                                      .share = f->share,
                                      .token_text_most = f->token_text_most };
@@ -333,9 +396,15 @@ static void unload_locked(fleet *f, fleet_entry *e, const char *why)
     e->sm = NULL;
     pthread_mutex_unlock(&f->lock);
     served_model_shutdown(sm, 0);
+    /* its counters stay in the sums /metrics shows */
+    const engine_stats st = engine_get_stats(sm->eng);
+    grammar_cache_stats gs;
+    grammar_cache_stats_get(sm->grammars, &gs);
     served_model_free(sm);
     log_info("model %s unloaded (%s)", e->id, why);
     pthread_mutex_lock(&f->lock);
+    model_counters_add(&e->retired, &st, &gs);
+    e->retired_compute_seconds += st.compute_seconds;
     e->state = FLEET_MODEL_UNLOADED;
     f->used_bytes -= e->bytes;
     f->n_loaded--;
@@ -445,6 +514,8 @@ int fleet_create(fleet **out, const settings *cfg,
         rc = add_listed(f, cfg->models.item[i], err);
     if (rc == 0 && cfg->models_dir != NULL && cfg->models_dir[0] != '\0')
         rc = add_directory(f, cfg->models_dir, err);
+    for (size_t i = 0; rc == 0 && i < cfg->drafts.n; i++)
+        rc = add_draft(f, cfg->drafts.item[i], err);
     if (rc != 0) {
         fleet_free(f);
         return -2;
@@ -505,6 +576,7 @@ void fleet_free(fleet *f)
         served_model_free(f->entries[i].sm);
         free(f->entries[i].dir);
         free(f->entries[i].kv_dir);
+        free(f->entries[i].draft_dir);
     }
     free(f->entries);
     compute_share_free(f->share);
@@ -682,6 +754,10 @@ size_t fleet_models(fleet *f, fleet_model_info *out, size_t cap)
         m->loads = e->loads;
         m->disk_tier = e->kv_dir != NULL;
         m->is_default = i == 0;
+        snprintf(m->draft, sizeof m->draft, "%s",
+                 e->draft_dir != NULL ? e->draft_id : "");
+        m->retired = e->retired;
+        m->retired_compute_seconds = e->retired_compute_seconds;
     }
     const size_t n = f->n;
     pthread_mutex_unlock(&f->lock);

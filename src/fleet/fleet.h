@@ -34,6 +34,7 @@
 #include <stddef.h>
 
 #include "core/error.h"
+#include "core/metrics.h"
 #include "core/settings.h"
 #include "fleet/served_model.h"
 
@@ -100,6 +101,10 @@ typedef struct fleet_model_info {
     size_t loads;   /* times it was loaded */
     bool disk_tier; /* its KV cache has one (--kv-cache-dir) */
     bool is_default;
+    char draft[SERVED_MODEL_ID_MAX + 1]; /* its draft model; "": none */
+    /* the counters of its loads before this one (model_counters.h) */
+    metrics_gauges retired;
+    double retired_compute_seconds;
 } fleet_model_info;
 
 /* How many models there are; copies the first `cap` into out. */

@@ -89,6 +89,30 @@ size_t served_model_bytes(const model_config *mc, const settings *cfg)
            kv_blocks_for(mc, cfg) * kvcache_block_bytes(&shape, cfg->kv_half);
 }
 
+size_t served_model_draft_bytes(const model_config *mc,
+                                const model_config *draft, const settings *cfg)
+{
+    const kv_shape shape = served_model_kv_shape(draft);
+    /* engine.c's draft cache: the model's blocks, at least a context */
+    size_t blocks = kv_blocks_for(mc, cfg);
+    if (blocks < kvcache_blocks_per_context(&shape))
+        blocks = kvcache_blocks_per_context(&shape);
+    return model_bytes_estimate(draft, cfg->dtype) +
+           blocks * kvcache_block_bytes(&shape, cfg->kv_half);
+}
+
+int served_model_check_draft(const model_config *mc, const char *id,
+                             const model_config *draft, const char *draft_id,
+                             gpt2d_error *err)
+{
+    if (draft->vocab_size != mc->vocab_size)
+        return error_set(err,
+                         "draft %s has %zu tokens, model %s %zu: a draft must "
+                         "share its model's vocabulary",
+                         draft_id, draft->vocab_size, id, mc->vocab_size);
+    return 0;
+}
+
 int served_model_check(const model_config *mc, const settings *c,
                        const char *id, gpt2d_error *err)
 {
@@ -140,6 +164,7 @@ static engine_config engine_config_for(const served_model *s,
         .spec_ignore_cost = c->test_speculate_always,
         .pool = spec->pool,
         .share = spec->share,
+        .draft = s->draft_loaded ? &s->draft : NULL,
     };
 }
 
@@ -165,6 +190,18 @@ int served_model_load(served_model **out, const served_model_spec *spec,
         goto fail;
     }
     s->kv_blocks = kv_blocks_for(&s->mdl.config, c);
+    if (spec->draft_dir != NULL) {
+        if (model_load_for(&s->draft, spec->draft_dir, c->dtype, c->matmul,
+                           err) != 0)
+            goto fail;
+        s->draft_loaded = true;
+        snprintf(s->draft.name, sizeof s->draft.name, "%s", spec->draft_id);
+        if (served_model_check_draft(&s->mdl.config, s->id, &s->draft.config,
+                                     spec->draft_id, err) != 0) {
+            rc = -2;
+            goto fail;
+        }
+    }
     if (load_tokenizer(s, spec->dir, err) != 0 ||
         load_grammars(s, c->grammar_memory, err) != 0)
         goto fail;
@@ -198,5 +235,7 @@ void served_model_free(served_model *s)
     tokenizer_free(s->tok);
     if (s->model_loaded)
         model_free(&s->mdl);
+    if (s->draft_loaded)
+        model_free(&s->draft);
     free(s);
 }

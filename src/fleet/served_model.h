@@ -33,6 +33,8 @@ typedef struct served_model {
     size_t token_text_most; /* spec.token_text_most(tok): what bounds an
                                inspect answer's token texts */
     engine *eng;
+    model draft; /* its draft model (--draft), when draft_loaded */
+    bool draft_loaded;
     size_t kv_blocks; /* the KV cache's size, from the settings */
     size_t n_slots;   /* --slots: the sequences one request may run */
     bool kv_half;
@@ -45,6 +47,8 @@ typedef struct served_model_spec {
     const char *dir;
     const settings *cfg;     /* dtype, matmul, slots, KV and engine limits */
     const char *kv_disk_dir; /* its disk tier; NULL or "": none */
+    const char *draft_id;    /* NULL, or its draft model's name */
+    const char *draft_dir;   /* and where the draft is */
     threadpool *pool;        /* shared; NULL: the engine's own */
     compute_share *share;    /* NULL: none */
     /* The API's longest token text (inspect_answer.h), handed down so
@@ -72,5 +76,17 @@ kv_shape served_model_kv_shape(const model_config *mc);
  * weights as `dtype` keeps them (float32 for auto) and its KV cache.  What
  * --models-memory counts, before and after loading. */
 size_t served_model_bytes(const model_config *mc, const settings *cfg);
+/* What a draft model of config `draft` adds to a model of config `mc`:
+ * its weights, and its KV cache of as many (smaller) blocks, at least
+ * one full context of its own. */
+size_t served_model_draft_bytes(const model_config *mc,
+                                const model_config *draft, const settings *cfg);
+/* Whether a model of config `draft` can draft for one of config `mc`
+ * (the same vocabulary; a shorter context drafts for its first positions
+ * only); -1 and a message naming both
+ * when not. */
+int served_model_check_draft(const model_config *mc, const char *id,
+                             const model_config *draft, const char *draft_id,
+                             gpt2d_error *err);
 
 #endif

@@ -19,6 +19,12 @@ real processes on 127.0.0.1 (run by tests/integration/test_models.sh).
     (which finishes with exactly its answer); an idle model unloads after
     --model-idle-timeout and loads again on the next request; a model whose
     files are broken is a 500 naming why, and the others serve on.
+  - Draft models (--draft): each model answers with its own reference
+    tokens, whole, streamed, with n > 1 and a session's second turn,
+    while a draft guesses for it (itself, from a copy: every greedy guess
+    holds; a smaller model's context: it drafts for the positions it
+    has); seeded sampling gives the same text with and without; the
+    guesses show in usage, /v1/models and /metrics.
   - Lists the daemon refuses at start (exit 2, one line saying why).
 
 Slow generations come from --test-min-step-us (every engine step lasts at
@@ -386,12 +392,26 @@ class Memory(ModelsCase):
         self.assertGreater(time.monotonic() - t0, 1.5)
         self.assertIsNone(gen.error)
         self.assertEqual(len(gen.ids), 100)
+        # its prompt again: cached tokens, counted before the unload
+        c.complete(**dict(body, max_tokens=1))
+        hits = 'gpt2d_kv_hit_tokens_total{tier="ram"}'
+        compute = 'gpt2d_model_compute_seconds_total{model="ctx1024-model"}'
+        before = c.metrics()
+        self.assertGreater(before[hits], 0)
         self.assertTrue(wait_for(
             lambda: states(c) == {"ctx1024-model": "unloaded"}, 30))
+        # counters never go back: the unloaded model's stay in the sums
+        after = c.metrics()
+        self.assertEqual(after[hits], before[hits])
+        self.assertGreaterEqual(after[compute], before[compute])
+        self.assertGreater(after[compute], 0)
         again = c.complete(**body)["choices"][0]["token_ids"]
         self.assertEqual(again, gen.ids)
-        self.assertEqual(
-            c.metrics()['gpt2d_model_loads_total{model="ctx1024-model"}'], 2)
+        m = c.metrics()
+        self.assertEqual(m['gpt2d_model_loads_total{model="ctx1024-model"}'],
+                         2)
+        self.assertGreaterEqual(m[hits], before[hits])
+        self.assertGreater(m[compute], after[compute])
         self.assertIn("model ctx1024-model unloaded (idle)", self.log_of(srv))
 
     def test_a_detokenize_answer_read_slowly_outlives_an_unload(self):
@@ -474,6 +494,89 @@ class Memory(ModelsCase):
         self.assertEqual(r.status, 200)
 
 
+def draft_copy():
+    """A copy of tiny in another directory: a draft that is the model."""
+    d = os.path.join(WORKDIR, "tiny-copy")
+    if not os.path.isdir(d):
+        shutil.copytree(TINY, d)
+    return d
+
+
+class Drafts(ModelsCase):
+    """tiny drafted for by a copy of itself, small (context 33) by tiny
+    (context 64) and wide by small (context 33 for wide's 40), every
+    guess verified whatever it costs (--test-speculate-always)."""
+
+    def daemon(self):
+        return self.start("drafts", TINY, [
+            "--model", "small=" + SMALL, "--model", "wide=" + WIDE,
+            "--draft", "tiny=" + draft_copy(), "--draft",
+            "small=tiny", "--draft", "wide=small", "--threads", "2",
+            "--slots", "3", "--test-speculate-always=true"])
+
+    def test_answers_are_each_models_own_with_a_draft(self):
+        srv = self.daemon()
+        c = srv.client()
+        listed = {m["id"]: m.get("draft") for m in
+                  c.get("/v1/models").json["data"]}
+        self.assertEqual(listed, {"tiny": "tiny-copy", "small": "tiny",
+                                  "wide": "small"})
+        accepted = {}
+        for key, (name, directory) in enumerate(
+                (("tiny", TINY), ("small", SMALL), ("wide", WIDE))):
+            prompt, want = greedy_case(directory, 10 + key, 5, 12)
+            body = {"model": name, "prompt": prompt, "max_tokens": 12,
+                    "temperature": 0, "return_token_ids": True}
+            with self.subTest(model=name, kind="whole, n=2"):
+                r = c.complete(**dict(body, n=2))
+                for ch in r["choices"]:
+                    self.assertEqual(ch["token_ids"], want)
+                details = r["usage"]["completion_tokens_details"]
+                accepted[name] = details["accepted_prediction_tokens"]
+                self.assertGreater(details["accepted_prediction_tokens"] +
+                                   details["rejected_prediction_tokens"], 0)
+            with self.subTest(model=name, kind="streamed"):
+                self.assertEqual(streamed_ids(c, "/v1/completions", body),
+                                 want)
+            with self.subTest(model=name, kind="a session's two turns"):
+                first = c.complete(**dict(body, session_id="s" + name))
+                self.assertEqual(first["choices"][0]["token_ids"], want)
+                turn = prompt + want + prompt[:3]
+                ref, _ = greedy(directory, turn, 6)
+                second = c.complete(**dict(body, prompt=turn, max_tokens=6,
+                                           session_id="s" + name))
+                self.assertEqual(second["choices"][0]["token_ids"], ref)
+                self.assertGreaterEqual(
+                    second["usage"]["prompt_tokens_details"]["cached_tokens"],
+                    len(prompt) + len(want) - 1)
+        # tiny's own guesses hold: after the prompt's step, every token of
+        # both sequences but those past the last step's guesses
+        self.assertGreaterEqual(accepted["tiny"], 2 * 6)
+        m = c.metrics()
+        self.assertGreater(m["gpt2d_spec_draft_model_passes_total"], 0)
+        self.assertGreater(m["gpt2d_spec_draft_model_seconds_total"], 0)
+
+    def test_seeded_sampling_is_the_same_with_and_without(self):
+        srv = self.daemon()
+        c = srv.client()
+        for name in ("tiny", "wide"):
+            body = {"model": name, "prompt": "The rain in Spain",
+                    "max_tokens": 16, "temperature": 0.9, "seed": 77,
+                    "n": 2, "frequency_penalty": 0.3,
+                    "return_token_ids": True}
+            on = c.complete(**body)
+            off = c.complete(**dict(body, speculative=False))
+            with self.subTest(model=name):
+                self.assertEqual([ch["token_ids"] for ch in on["choices"]],
+                                 [ch["token_ids"] for ch in off["choices"]])
+                self.assertEqual(
+                    off["usage"]["completion_tokens_details"]
+                    ["rejected_prediction_tokens"], 0)
+                streamed = streamed_ids(c, "/v1/completions",
+                                        dict(body, n=1))
+                self.assertEqual(streamed, on["choices"][0]["token_ids"])
+
+
 class RefusedAtStart(Case):
     def refused(self, args):
         p = subprocess.run([GPT2D, "--port", "0", "--threads", "1"] + args,
@@ -498,6 +601,13 @@ class RefusedAtStart(Case):
               "--kv-memory", "512k"],
              "cannot hold one full context: that takes 1048576 bytes (1.0 "
              "MB) for model long"),
+            (["--model", TINY, "--draft", "nope=" + SMALL],
+             "--draft nope=%s: there is no model 'nope'" % SMALL),
+            (["--model", TINY, "--model", "small=" + SMALL, "--draft",
+              "tiny=tiny"], "a model cannot draft for itself"),
+            (["--model", TINY, "--model", "small=" + SMALL, "--draft",
+              "small", "--draft", "tiny=" + WIDE],
+             "model tiny has a draft already (small)"),
         ]
         for args, words in cases:
             with self.subTest(args=args):

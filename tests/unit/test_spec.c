@@ -12,6 +12,7 @@
  * answer against a plain forward loop.) */
 #include <check.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -208,6 +209,77 @@ START_TEST(test_policy_takes_the_likeliest_drafts_first)
 }
 END_TEST
 
+/* ---- spec_policy_passes: a draft model's passes ---- */
+
+/* A lone stream (a row 1/16 of its step) whose draft pass costs 0.05 of
+ * it: at acceptance 0.5, two passes give 1.75 tokens in 1.2875 (1.359 a
+ * step), one 1.5 in 1.175 (1.277), three 1.875 in 1.4 (1.339).  A draft
+ * half as dear as the model pays for nothing. */
+START_TEST(test_passes_lone_stream_pays_for_cheap_passes)
+{
+    double t[101];
+    size_t order[1], passes = 9;
+    linear(t, 1, 100, 1.0, 1.0 / 16);
+    spec_offer o = { .avail = 8, .accept = 0.5 };
+    ck_assert_uint_eq(
+        spec_policy_passes(&o, 1, 1.0, 100, t, 0.05, false, order, &passes), 2);
+    ck_assert_uint_eq(o.k, 2);
+    ck_assert_uint_eq(passes, 2);
+    ck_assert_uint_eq(
+        spec_policy_passes(&o, 1, 1.0, 100, t, 0.5, false, order, &passes), 0);
+    ck_assert_uint_eq(o.k, 0);
+    ck_assert_uint_eq(passes, 0);
+    /* no more than its context leaves it (avail), nor the room */
+    o.avail = 1;
+    ck_assert_uint_eq(
+        spec_policy_passes(&o, 1, 1.0, 100, t, 0.05, false, order, &passes), 1);
+    o.avail = 8;
+    o.accept = 0.95;
+    ck_assert_uint_eq(
+        spec_policy_passes(&o, 1, 1.0, 3, t, 0.05, false, order, &passes), 3);
+}
+END_TEST
+
+/* Of two sequences, the one whose guesses hold takes all eight; the
+ * other's rows would cost more than its 0.25 tokens give. */
+START_TEST(test_passes_rank_sequences_by_acceptance)
+{
+    double t[101];
+    size_t order[2], passes = 0;
+    linear(t, 2, 100, 1.0, 0.2);
+    spec_offer o[2] = { { .avail = 8, .accept = 0.2 },
+                        { .avail = 8, .accept = 0.95 } };
+    ck_assert_uint_eq(
+        spec_policy_passes(o, 2, 2.0, 100, t, 0.05, false, order, &passes), 8);
+    ck_assert_uint_eq(o[0].k, 0);
+    ck_assert_uint_eq(o[1].k, 8);
+    ck_assert_uint_eq(passes, 8);
+}
+END_TEST
+
+/* Cost-blind (tests): the most drafts the room holds, the same K for
+ * each, fewer for one whose context ends sooner. */
+START_TEST(test_passes_cost_blind_takes_all_the_room_holds)
+{
+    double t[101];
+    size_t order[2], passes = 0;
+    linear(t, 2, 100, 1.0, 1.0);
+    spec_offer o[2] = { { .avail = 8, .accept = 0.1 },
+                        { .avail = 8, .accept = 0.1 } };
+    ck_assert_uint_eq(
+        spec_policy_passes(o, 2, 2.0, 10, t, 1.0, true, order, &passes), 10);
+    ck_assert_uint_eq(o[0].k, 5);
+    ck_assert_uint_eq(o[1].k, 5);
+    ck_assert_uint_eq(passes, 5);
+    o[0].avail = 3;
+    ck_assert_uint_eq(
+        spec_policy_passes(o, 2, 2.0, 100, t, 1.0, true, order, &passes), 11);
+    ck_assert_uint_eq(o[0].k, 3);
+    ck_assert_uint_eq(o[1].k, 8);
+    ck_assert_uint_eq(passes, 8);
+}
+END_TEST
+
 /* ---- the engine, with and without ---- */
 
 static void load_fixtures(void)
@@ -221,7 +293,11 @@ static void unload_fixtures(void)
     model_free(&g_model);
 }
 
-static engine *open_engine(size_t spec_max_draft, size_t slots)
+/* The draft model of the engines open_engine makes; NULL: none. */
+static const model *g_draft;
+
+static engine *open_engine_on(const model *m, size_t spec_max_draft,
+                              size_t slots)
 {
     engine_config cfg = { .n_threads = 2,
                           .n_slots = slots,
@@ -230,12 +306,18 @@ static engine *open_engine(size_t spec_max_draft, size_t slots)
                           .spec_max_draft = spec_max_draft,
                           .spec_default = true,
                           /* what is drafted depends on the text alone */
-                          .spec_ignore_cost = true };
+                          .spec_ignore_cost = true,
+                          .draft = spec_max_draft > 0 ? g_draft : NULL };
     engine *e = NULL;
     gpt2d_error err = { { 0 } };
-    ck_assert_msg(engine_create(&e, &g_model, g_tok, &cfg, &err) == 0, "%s",
+    ck_assert_msg(engine_create(&e, m, g_tok, &cfg, &err) == 0, "%s",
                   err.message);
     return e;
+}
+
+static engine *open_engine(size_t spec_max_draft, size_t slots)
+{
+    return open_engine_on(&g_model, spec_max_draft, slots);
 }
 
 static int32_t *encode(const char *text, size_t *n)
@@ -575,6 +657,130 @@ START_TEST(test_spec_stop_inside_a_step_keeps_what_plain_decoding_keeps)
 }
 END_TEST
 
+/* ---- a draft model ---- */
+
+static model g_draft_model;
+static size_t g_case_drafts, g_case_accepted;
+
+static void load_model(const char *name, model *m)
+{
+    char rel[256], dir[4096];
+    gpt2d_error err = { { 0 } };
+    snprintf(rel, sizeof rel, "models/%s", name);
+    test_data_path(dir, sizeof dir, rel);
+    ck_assert_msg(model_load(m, dir, MODEL_DTYPE_AUTO, &err) == 0, "%s",
+                  err.message);
+}
+
+static void begin_draft_case(const model *draft)
+{
+    g_draft = draft;
+    g_case_drafts = g_drafts;
+    g_case_accepted = g_accepted;
+}
+
+/* The model drafts for itself: greedy, every guess holds. */
+static void draft_itself(void)
+{
+    begin_draft_case(&g_model);
+}
+
+/* A random model of another shape (2 layers, 128 wide): its guesses
+ * mostly fail. */
+static void draft_random(void)
+{
+    load_model("w128h2", &g_draft_model);
+    begin_draft_case(&g_draft_model);
+}
+
+/* The model trained here (4 layers, 128 wide, n_ctx 256). */
+static void draft_trained(void)
+{
+    load_model("trained-tiny", &g_draft_model);
+    begin_draft_case(&g_draft_model);
+}
+
+static void end_draft_case(void)
+{
+    if (g_draft == &g_draft_model)
+        model_free(&g_draft_model);
+    g_draft = NULL;
+}
+
+/* Last in a draft model's case: its guesses were verified, and some
+ * rejected (seeded sampling rejects even a model's own most likely
+ * token). */
+START_TEST(test_draft_guesses_were_verified)
+{
+    const size_t drafts = g_drafts - g_case_drafts,
+                 accepted = g_accepted - g_case_accepted;
+    ck_assert_uint_gt(drafts, 0);
+    ck_assert_msg(accepted < drafts,
+                  "%zu of %zu guesses accepted: none rolled back", accepted,
+                  drafts);
+}
+END_TEST
+
+/* Greedy, the model's own guesses all hold: each step keeps every one
+ * of them, and the answer is the same. */
+START_TEST(test_draft_itself_greedy_guesses_all_hold)
+{
+    size_t n = 0;
+    int32_t *prompt = encode("Once upon a time", &n);
+    gen_params p = params(prompt, n, LONG);
+    const model *saved = g_draft;
+    g_draft = &g_model;
+    engine *spec = open_engine(8, 2), *plain = open_engine(0, 2);
+    g_draft = saved;
+    answer a, b;
+    run_all(spec, &p, 1, &a);
+    run_all(plain, &p, 1, &b);
+    assert_same_answer(&a, &b, "drafted by itself");
+    ck_assert_uint_eq(a.seq[0].n_tokens, LONG);
+    /* after the prompt's step, 1 + 8 tokens a step; the last step's
+     * guesses are what is left */
+    const size_t after_first = LONG - 1;
+    ck_assert_uint_eq(a.usage.accepted_tokens, a.usage.draft_tokens);
+    ck_assert_uint_eq(a.usage.accepted_tokens,
+                      after_first - (after_first + 8) / 9);
+    engine_destroy(spec);
+    engine_destroy(plain);
+    free(prompt);
+}
+END_TEST
+
+/* A draft whose context (64) is shorter than the model's (256, the
+ * trained model): it drafts while the text fits in it, then the model
+ * decodes alone; the answer is the same. */
+START_TEST(test_draft_with_a_shorter_context)
+{
+    model target;
+    load_model("trained-tiny", &target);
+    const model *saved = g_draft;
+    g_draft = &g_model;
+    size_t n = 0;
+    int32_t *prompt = encode("Once upon a time there was a little girl who "
+                             "lived in a village near the forest.",
+                             &n);
+    ck_assert_uint_lt(n, g_model.config.n_ctx);
+    gen_params p = params(prompt, n, MAX_GEN);
+    ck_assert_uint_gt(n + MAX_GEN, g_model.config.n_ctx);
+    engine *spec = open_engine_on(&target, 8, 2),
+           *plain = open_engine_on(&target, 0, 2);
+    answer a, b;
+    run_all(spec, &p, 1, &a);
+    run_all(plain, &p, 1, &b);
+    assert_same_answer(&a, &b, "a draft of a shorter context");
+    ck_assert_uint_eq(a.seq[0].n_tokens, MAX_GEN);
+    ck_assert_uint_gt(a.usage.draft_tokens, 0);
+    engine_destroy(spec);
+    engine_destroy(plain);
+    g_draft = saved;
+    model_free(&target);
+    free(prompt);
+}
+END_TEST
+
 /* Last in its case: the cases before it must have both kept drafts and
  * rolled some back, or the comparisons above proved less than they say. */
 START_TEST(test_spec_cases_exercised_acceptance_and_rejection)
@@ -608,6 +814,9 @@ static Suite *spec_suite(void)
     tcase_add_test(policy,
                    test_cost_averages_each_row_count_and_fills_the_gaps);
     tcase_add_test(policy, test_policy_takes_the_likeliest_drafts_first);
+    tcase_add_test(policy, test_passes_lone_stream_pays_for_cheap_passes);
+    tcase_add_test(policy, test_passes_rank_sequences_by_acceptance);
+    tcase_add_test(policy, test_passes_cost_blind_takes_all_the_room_holds);
     suite_add_tcase(s, policy);
 
     /* one process for the case (CK_FORK=no or not): the counters of the
@@ -626,6 +835,41 @@ static Suite *spec_suite(void)
     tcase_add_test(
         same, test_spec_stop_inside_a_step_keeps_what_plain_decoding_keeps);
     suite_add_tcase(s, same);
+
+    /* The same promises with a draft model guessing (test_spec's prompt
+     * lookup remains for the requests with a prediction): each pair of
+     * the fixtures. */
+    static const struct {
+        const char *name;
+        void (*setup)(void);
+    } pairs[] = { { "draft: the model itself", draft_itself },
+                  { "draft: a random model", draft_random },
+                  { "draft: the trained model", draft_trained } };
+    /* memcheck needs each path once: one pair, the two whose code
+     * differs (a guess rejected, one held) both in it */
+    const size_t first_pair = test_quick() ? 1 : 0,
+                 end_pair = test_quick() ? 2 : sizeof pairs / sizeof *pairs;
+    for (size_t i = first_pair; i < end_pair; i++) {
+        TCase *d = tcase_create(pairs[i].name);
+        tcase_add_unchecked_fixture(d, load_fixtures, unload_fixtures);
+        tcase_add_unchecked_fixture(d, pairs[i].setup, end_draft_case);
+        tcase_set_timeout(d, 600);
+        tcase_add_test(d, test_spec_greedy_is_bit_identical);
+        tcase_add_test(d,
+                       test_spec_seeded_sampling_with_penalties_and_siblings);
+        tcase_add_test(d, test_spec_beside_other_requests_and_stop_strings);
+        tcase_add_test(d, test_spec_up_to_the_end_of_the_context);
+        tcase_add_test(d, test_spec_session_turns_are_bit_identical);
+        tcase_add_test(d, test_spec_request_may_turn_it_off);
+        tcase_add_test(
+            d, test_spec_stop_inside_a_step_keeps_what_plain_decoding_keeps);
+        if (pairs[i].setup == draft_itself || test_quick()) {
+            tcase_add_test(d, test_draft_itself_greedy_guesses_all_hold);
+            tcase_add_test(d, test_draft_with_a_shorter_context);
+        }
+        tcase_add_test(d, test_draft_guesses_were_verified);
+        suite_add_tcase(s, d);
+    }
     return s;
 }
 

@@ -1,0 +1,224 @@
+#!/usr/bin/env python3
+"""draft.py — what speculative decoding with a draft model (--draft) gives.
+
+    python3 bench/draft.py --build BUILD shapes [--target gpt2-xl]
+        [--drafts distilgpt2,gpt2] [--dtype float32] [--tokens 48]
+        [--ks 1,2,4,8] [--repeats 3]
+    python3 bench/draft.py --build BUILD pair TARGET_DIR DRAFT_DIR
+        --heldout FILE [--tokens 64] [--requests 8] [--repeats 3]
+
+shapes: random weights in GPT-2's shapes (bench/sizes.py makes them), one
+greedy stream.  Random models never agree, so what is measured is the
+price: for each k, a daemon whose draft guesses k tokens every step and
+whose model verifies all of them (--test-speculate-always,
+--speculative-tokens k) decodes one stream; its mean step (the draft's k
+passes and the model's step of 1 + k rows, from gpt2d's own
+gpt2d_step_seconds between the first token and the last) against the
+plain daemon's step.  What a draft accepted with probability a (each
+guess on its own) gives is then exact arithmetic: a step keeps
+1 + a + ... + a^k tokens on average, so the speed-up is that times the
+plain step over the step with k guesses; the best k for each a.  And
+what a draft that is always wrong costs under the engine's own rule
+(no --test-speculate-always): the same stream with "speculative" false
+and true, alternating, medians of --repeats.
+
+pair: a real model and its draft (the trained test models).  Greedy
+requests of --tokens tokens on the first 32 tokens of each held-out text,
+one at a time, "speculative" false and true alternating for --repeats
+rounds; the median tokens per second of each, the acceptance seen
+(usage.completion_tokens_details), and whether every answer was the same
+(it must be).  Then the same with every guess verified.
+
+Timing is wall-clock or gpt2d's own on a shared machine: run it when
+nothing else does.  It reports; it never fails on a number.
+"""
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SRC = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(SRC, "tests", "integration"))
+
+import sizes  # noqa: E402
+from gpt2d_client import Server  # noqa: E402
+
+ACCEPTANCE = (0.3, 0.6, 0.9)
+
+
+def start(build, target, work, args):
+    server = Server(os.path.join(build, "src", "gpt2d"), target, work, args)
+    server.start(timeout=900)
+    return server
+
+
+def mean_step(server, tokens):
+    """gpt2d's mean step while one greedy stream decodes (sizes.py's
+    window: from its first token to its end)."""
+    server.client(timeout=600).complete(prompt=sizes.PROMPT, max_tokens=4,
+                                        temperature=0)
+    step, _ = sizes.one_stream(server, tokens)
+    return step
+
+
+def timed(client, body):
+    t0 = time.monotonic()
+    r = client.complete(**body)
+    return time.monotonic() - t0, r
+
+
+def shapes(args):
+    target = sizes.ensure_model(args.build, args.target, args.python)
+    base = ["--dtype", args.dtype, "--threads", str(args.threads),
+            "--slots", "1"]
+    ks = [int(k) for k in args.ks.split(",")]
+    with tempfile.TemporaryDirectory(prefix="gpt2d-draft-") as work:
+        server = start(args.build, target, work, base)
+        try:
+            plain = statistics.median(mean_step(server, args.tokens)
+                                      for _ in range(args.repeats))
+        finally:
+            server.stop()
+        print("%s, %s, one stream: plain step %.1f ms" % (
+            args.target, args.dtype, 1e3 * plain))
+        for name in args.drafts.split(","):
+            draft = sizes.ensure_model(args.build, name, args.python)
+            steps = {}
+            for k in ks:
+                server = start(args.build, target, work, base + [
+                    "--draft", draft, "--speculative-tokens", str(k),
+                    "--test-speculate-always=true"])
+                try:
+                    steps[k] = statistics.median(
+                        mean_step(server, args.tokens)
+                        for _ in range(args.repeats))
+                finally:
+                    server.stop()
+                print("  draft %s, k %d: step %.1f ms (%.2fx the plain "
+                      "step)" % (name, k, 1e3 * steps[k], steps[k] / plain))
+                sys.stdout.flush()
+            cells = []
+            for a in ACCEPTANCE:
+                best = max(ks, key=lambda k: (1 - a ** (k + 1)) / (1 - a) *
+                           plain / steps[k])
+                gain = (1 - a ** (best + 1)) / (1 - a) * plain / steps[best]
+                cells.append("a=%.1f: %.2fx (k %d)" % (a, gain, best))
+            print("  draft %s: %s" % (name, "; ".join(cells)))
+            overhead(args, target, draft, base, work, name)
+    return 0
+
+
+def overhead(args, target, draft, base, work, name):
+    """A draft that is always wrong, under the engine's own rule."""
+    server = start(args.build, target, work, base + ["--draft", draft])
+    try:
+        c = server.client(timeout=600)
+        body = {"prompt": sizes.PROMPT, "max_tokens": args.tokens,
+                "temperature": 0, "logit_bias": {"50256": -100}}
+        timed(c, dict(body, max_tokens=4))
+        off, on = [], []
+        for _ in range(args.repeats):
+            off.append(timed(c, dict(body, speculative=False))[0])
+            t, r = timed(c, dict(body, speculative=True))
+            on.append(t)
+            d = r["usage"]["completion_tokens_details"]
+        print("  draft %s, always wrong, the engine's rule: %.3fx the plain "
+              "time (%d guesses, %d accepted in the last)" % (
+                  name, statistics.median(on) / statistics.median(off),
+                  d["accepted_prediction_tokens"] +
+                  d["rejected_prediction_tokens"],
+                  d["accepted_prediction_tokens"]))
+    finally:
+        server.stop()
+
+
+def prompts(client, path, n):
+    with open(path, encoding="utf-8") as f:
+        texts = [t.strip() for t in f.read().split("<|endoftext|>")
+                 if t.strip()]
+    out = []
+    for t in texts[:n]:
+        r = client.post("/tokenize", {"content": t})
+        out.append(r.json["tokens"][:32])
+    return out
+
+
+def pair_round(client, ps, tokens, spec):
+    t0 = time.monotonic()
+    answers, acc, prop = [], 0, 0
+    for p in ps:
+        r = client.complete(prompt=p, max_tokens=tokens, temperature=0,
+                            logit_bias={"50256": -100}, speculative=spec,
+                            return_token_ids=True)
+        answers.append(r["choices"][0]["token_ids"])
+        d = r["usage"]["completion_tokens_details"]
+        acc += d["accepted_prediction_tokens"]
+        prop += d["accepted_prediction_tokens"] + \
+            d["rejected_prediction_tokens"]
+    return len(ps) * tokens / (time.monotonic() - t0), answers, acc, prop
+
+
+def pair(args):
+    for always in (False, True):
+        with tempfile.TemporaryDirectory(prefix="gpt2d-draft-") as work:
+            server = start(args.build, args.target_dir, work, [
+                "--draft", args.draft_dir, "--threads", str(args.threads),
+                "--slots", "1", "--test-speculate-always=%s" %
+                ("true" if always else "false")])
+            try:
+                c = server.client(timeout=600)
+                ps = prompts(c, args.heldout, args.requests)
+                pair_round(c, ps[:1], 8, False)
+                rate = {False: [], True: []}
+                same, acc, prop = True, 0, 0
+                for _ in range(args.repeats):
+                    off, a_off, _, _ = pair_round(c, ps, args.tokens, False)
+                    on, a_on, a, p = pair_round(c, ps, args.tokens, True)
+                    rate[False].append(off)
+                    rate[True].append(on)
+                    same = same and a_on == a_off
+                    acc, prop = acc + a, prop + p
+            finally:
+                server.stop()
+        off, on = statistics.median(rate[False]), statistics.median(rate[True])
+        print("%s drafting for %s%s: %.1f tok/s off, %.1f on (%.2fx), "
+              "acceptance %.2f (%d of %d), answers %s" % (
+                  os.path.basename(args.draft_dir.rstrip("/")),
+                  os.path.basename(args.target_dir.rstrip("/")),
+                  ", every guess verified" if always else "", off, on,
+                  on / off, acc / prop if prop else 0.0, acc, prop,
+                  "the same" if same else "DIFFERENT"))
+        sys.stdout.flush()
+    return 0
+
+
+def main(argv):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--build", required=True)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--python", default="python3")
+    sub = ap.add_subparsers(dest="mode", required=True)
+    s = sub.add_parser("shapes")
+    s.add_argument("--target", default="gpt2-xl", choices=sorted(sizes.SHAPES))
+    s.add_argument("--drafts", default="distilgpt2,gpt2")
+    s.add_argument("--dtype", default="float32")
+    s.add_argument("--tokens", type=int, default=48)
+    s.add_argument("--ks", default="1,2,4,8")
+    p = sub.add_parser("pair")
+    p.add_argument("target_dir")
+    p.add_argument("draft_dir")
+    p.add_argument("--heldout", required=True)
+    p.add_argument("--tokens", type=int, default=64)
+    p.add_argument("--requests", type=int, default=8)
+    args = ap.parse_args(argv)
+    return shapes(args) if args.mode == "shapes" else pair(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
