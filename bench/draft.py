@@ -6,6 +6,7 @@
         [--ks 1,2,4,8] [--repeats 3]
     python3 bench/draft.py --build BUILD pair TARGET_DIR DRAFT_DIR
         --heldout FILE [--tokens 64] [--requests 8] [--repeats 3]
+    python3 bench/draft.py --build BUILD truncate MODEL_DIR LAYERS OUT_DIR
 
 shapes: random weights in GPT-2's shapes (bench/sizes.py makes them), one
 greedy stream.  Random models never agree, so what is measured is the
@@ -29,6 +30,11 @@ rounds; the median tokens per second of each, the acceptance seen
 (usage.completion_tokens_details), and whether every answer was the same
 (it must be).  Then the same with every guess verified.
 
+truncate: writes OUT_DIR, a draft made of MODEL_DIR's first LAYERS layers
+(its embeddings, those layers, its final LayerNorm and unembedding: a
+layer-skipping draft of the model itself, the only draft a model trained
+here has without training a second one).
+
 Timing is wall-clock or gpt2d's own on a shared machine: run it when
 nothing else does.  It reports; it never fails on a number.
 """
@@ -42,7 +48,9 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SRC = os.path.dirname(HERE)
-sys.path.insert(0, HERE)
+# bench/ after the standard library: bench/inspect.py is not `inspect`
+sys.path = [p for p in sys.path if os.path.abspath(p or ".") != HERE]
+sys.path.append(HERE)
 sys.path.insert(0, os.path.join(SRC, "tests", "integration"))
 
 import sizes  # noqa: E402
@@ -197,6 +205,40 @@ def pair(args):
     return 0
 
 
+def truncate(args):
+    sys.path.insert(0, os.path.join(SRC, "tests", "reference"))
+    import json
+    import shutil
+
+    import numpy as np
+    import gpt2_numpy
+    import make_model
+    src = args.model_dir
+    with open(os.path.join(src, "config.json"), encoding="utf-8") as f:
+        config = json.load(f)
+    tensors = gpt2_numpy.read_safetensors(
+        os.path.join(src, "model.safetensors"))
+    keep = []
+    for name, a in tensors.items():
+        parts = name.split(".")
+        layer = parts.index("h") + 1 if "h" in parts else None
+        if layer is not None and int(parts[layer]) >= args.layers:
+            continue
+        keep.append((name, np.ascontiguousarray(a, dtype=np.float32)))
+    os.makedirs(args.out_dir, exist_ok=True)
+    make_model.write_safetensors(
+        os.path.join(args.out_dir, "model.safetensors"), keep, "F32")
+    config["n_layer"] = args.layers
+    with open(os.path.join(args.out_dir, "config.json"), "w",
+              encoding="utf-8") as f:
+        json.dump(config, f, indent=1)
+    for name in ("vocab.json", "merges.txt"):
+        shutil.copy(os.path.join(src, name), args.out_dir)
+    print("%s: the first %d of %s's layers" % (args.out_dir, args.layers,
+                                               src))
+    return 0
+
+
 def main(argv):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--build", required=True)
@@ -216,8 +258,13 @@ def main(argv):
     p.add_argument("--heldout", required=True)
     p.add_argument("--tokens", type=int, default=64)
     p.add_argument("--requests", type=int, default=8)
+    t = sub.add_parser("truncate")
+    t.add_argument("model_dir")
+    t.add_argument("layers", type=int)
+    t.add_argument("out_dir")
     args = ap.parse_args(argv)
-    return shapes(args) if args.mode == "shapes" else pair(args)
+    return {"shapes": shapes, "pair": pair,
+            "truncate": truncate}[args.mode](args)
 
 
 if __name__ == "__main__":
