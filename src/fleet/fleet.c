@@ -48,6 +48,10 @@ typedef struct fleet_entry {
     size_t loads;
     metrics_gauges retired; /* counters of its earlier loads */
     double retired_compute_seconds;
+    /* UNLOADING: its counters when it was hidden, shown until the final
+     * ones join `retired` (no scrape sees them go back) */
+    metrics_gauges leaving;
+    double leaving_compute_seconds;
 } fleet_entry;
 
 struct fleet {
@@ -180,6 +184,16 @@ static fleet_entry *find_entry(fleet *f, const char *id, size_t len)
     return NULL;
 }
 
+/* Whether two paths name one directory. */
+static bool same_directory(const char *a, const char *b)
+{
+    char *ra = realpath(a, NULL), *rb = realpath(b, NULL);
+    const bool same = ra != NULL && rb != NULL && strcmp(ra, rb) == 0;
+    free(ra);
+    free(rb);
+    return same;
+}
+
 /* --draft's "[MODEL=]DRAFT": MODEL one of the models (default: the
  * first), DRAFT another model's id or a model's directory.  The draft is
  * loaded with its model, as its own copy (a draft served as a model as
@@ -206,7 +220,9 @@ static int add_draft(fleet *f, const char *item, gpt2d_error *err)
         base_name(draft, &name, &len);
     if (len > SERVED_MODEL_ID_MAX)
         len = SERVED_MODEL_ID_MAX;
-    if (named == target)
+    if (draft[0] == '\0')
+        return error_set(err, "--draft %s: the draft needs a value", item);
+    if (named == target || same_directory(target->dir, draft))
         return error_set(err, "--draft %s: a model cannot draft for itself",
                          item);
     memcpy(target->draft_id, name, len);
@@ -389,22 +405,38 @@ static int load_locked(fleet *f, fleet_entry *e, bool at_start,
 
 /* Lock held; `e` LOADED and held by none.  Unloads it with the lock
  * released. */
+/* A served model's counters (model_counters.h) into *counters. */
+static void counters_of(served_model *sm, metrics_gauges *counters,
+                        double *compute_seconds)
+{
+    const engine_stats st = engine_get_stats(sm->eng);
+    grammar_cache_stats gs;
+    grammar_cache_stats_get(sm->grammars, &gs);
+    *counters = (metrics_gauges){ 0 };
+    model_counters_add(counters, &st, &gs);
+    *compute_seconds = st.compute_seconds;
+}
+
 static void unload_locked(fleet *f, fleet_entry *e, const char *why)
 {
     served_model *sm = e->sm;
+    /* its counters stay in the sums /metrics shows: as they are now while
+     * it stops, then as it left them */
+    counters_of(sm, &e->leaving, &e->leaving_compute_seconds);
     e->state = FLEET_MODEL_UNLOADING;
     e->sm = NULL;
     pthread_mutex_unlock(&f->lock);
     served_model_shutdown(sm, 0);
-    /* its counters stay in the sums /metrics shows */
-    const engine_stats st = engine_get_stats(sm->eng);
-    grammar_cache_stats gs;
-    grammar_cache_stats_get(sm->grammars, &gs);
+    metrics_gauges last;
+    double last_compute;
+    counters_of(sm, &last, &last_compute);
     served_model_free(sm);
     log_info("model %s unloaded (%s)", e->id, why);
     pthread_mutex_lock(&f->lock);
-    model_counters_add(&e->retired, &st, &gs);
-    e->retired_compute_seconds += st.compute_seconds;
+    model_counters_merge(&e->retired, &last);
+    e->retired_compute_seconds += last_compute;
+    e->leaving = (metrics_gauges){ 0 };
+    e->leaving_compute_seconds = 0.0;
     e->state = FLEET_MODEL_UNLOADED;
     f->used_bytes -= e->bytes;
     f->n_loaded--;
@@ -757,7 +789,9 @@ size_t fleet_models(fleet *f, fleet_model_info *out, size_t cap)
         snprintf(m->draft, sizeof m->draft, "%s",
                  e->draft_dir != NULL ? e->draft_id : "");
         m->retired = e->retired;
-        m->retired_compute_seconds = e->retired_compute_seconds;
+        model_counters_merge(&m->retired, &e->leaving);
+        m->retired_compute_seconds = e->retired_compute_seconds +
+                                     e->leaving_compute_seconds;
     }
     const size_t n = f->n;
     pthread_mutex_unlock(&f->lock);

@@ -190,10 +190,17 @@ int served_model_load(served_model **out, const served_model_spec *spec,
         goto fail;
     }
     s->kv_blocks = kv_blocks_for(&s->mdl.config, c);
-    if (spec->draft_dir != NULL) {
+    if (spec->draft_dir != NULL && s->mdl.matmul == MODEL_MATMUL_BLAS)
+        log_warn("model %s: no speculative decoding under --matmul blas, so "
+                 "its draft %s is not loaded",
+                 s->id, spec->draft_id);
+    else if (spec->draft_dir != NULL) {
         if (model_load_for(&s->draft, spec->draft_dir, c->dtype, c->matmul,
                            err) != 0)
             goto fail;
+        log_info("model %s: draft %s from %s (%zu layers, %zu wide)", s->id,
+                 spec->draft_id, spec->draft_dir, s->draft.config.n_layer,
+                 s->draft.config.n_embd);
         s->draft_loaded = true;
         snprintf(s->draft.name, sizeof s->draft.name, "%s", spec->draft_id);
         if (served_model_check_draft(&s->mdl.config, s->id, &s->draft.config,

@@ -398,8 +398,26 @@ class Memory(ModelsCase):
         compute = 'gpt2d_model_compute_seconds_total{model="ctx1024-model"}'
         before = c.metrics()
         self.assertGreater(before[hits], 0)
+        # scraped as fast as it answers while the model unloads: no
+        # counter ever reads less than before (nor while it stops)
+        seen, done = [], threading.Event()
+
+        def scrape():
+            s = srv.client()
+            while not done.is_set():
+                m = s.metrics()
+                seen.append((m[hits], m[compute]))
+
+        scraper = threading.Thread(target=scrape, daemon=True)
+        scraper.start()
         self.assertTrue(wait_for(
             lambda: states(c) == {"ctx1024-model": "unloaded"}, 30))
+        done.set()
+        scraper.join(30)
+        self.assertGreater(len(seen), 10)
+        for (h0, c0), (h1, c1) in zip(seen, seen[1:]):
+            self.assertGreaterEqual(h1, h0, seen)
+            self.assertGreaterEqual(c1, c0, seen)
         # counters never go back: the unloaded model's stay in the sums
         after = c.metrics()
         self.assertEqual(after[hits], before[hits])
@@ -605,6 +623,10 @@ class RefusedAtStart(Case):
              "--draft nope=%s: there is no model 'nope'" % SMALL),
             (["--model", TINY, "--model", "small=" + SMALL, "--draft",
               "tiny=tiny"], "a model cannot draft for itself"),
+            (["--model", TINY, "--draft", TINY],
+             "a model cannot draft for itself"),
+            (["--model", TINY, "--draft", "tiny="],
+             "--draft tiny=: the draft needs a value"),
             (["--model", TINY, "--model", "small=" + SMALL, "--draft",
               "small", "--draft", "tiny=" + WIDE],
              "model tiny has a draft already (small)"),
