@@ -1317,7 +1317,8 @@ class Logs(LimitCase):
         self.assertEqual(rc, 0, srv.log_tail())
         with open(srv.log_path, encoding="utf-8", errors="replace") as f:
             steps = re.findall(r"step: (\d+) decode rows, (\d+) prompt rows, "
-                               r"[0-9.]+ ms \(forward [0-9.]+ ms\)", f.read())
+                               r"[0-9.]+ ms \(forward [0-9.]+ ms, draft "
+                               r"[0-9.]+ ms\)", f.read())
         # the prompt in one step (its last row gives the first token), then
         # one decode row for each of the two tokens after it
         self.assertEqual(steps, [("0", "7"), ("1", "0"), ("1", "0")])
