@@ -3,6 +3,7 @@
 #
 #   tests/fuzz/run.sh TARGET|all [SECONDS]   fuzz each target SECONDS (default 60)
 #   tests/fuzz/run.sh replay                 only replay seeds + regressions
+#   tests/fuzz/run.sh build                  only build the library and targets
 #   FUZZ_RUNS=10000000 tests/fuzz/run.sh tokenizer    a fixed number of executions
 #   FUZZ_JOBS=2 tests/fuzz/run.sh all 20      two targets at a time (one core each)
 #
@@ -59,7 +60,7 @@ JOBS=${FUZZ_JOBS:-1}
 [[ $JOBS =~ ^[1-9][0-9]*$ ]] || die "FUZZ_JOBS must be a positive number, got '$JOBS'"
 [[ $SECONDS_EACH =~ ^[0-9]+$ ]] || die "SECONDS must be a number, got '$SECONDS_EACH'"
 case $WHAT in
-all | replay) SELECTED=("${TARGETS[@]}") ;;
+all | replay | build) SELECTED=("${TARGETS[@]}") ;;
 completion_request | inspect_request | tokenizer | safetensors | grammar | json_schema) SELECTED=("$WHAT") ;;
 *) usage ;;
 esac
@@ -120,6 +121,7 @@ build_library
 for t in "${SELECTED[@]}"; do
     build_target "$t"
 done
+[[ $WHAT == build ]] && exit 0
 GPT2D_FUZZ_TOKENIZER=$(tokenizer_dir)
 export GPT2D_FUZZ_TOKENIZER
 
