@@ -42,6 +42,9 @@
 # GPT-2 vocabulary (taken from build/tests/data/tokenizer when `make check`
 # made it, else fetched by tests/data/fetch-tokenizer.sh).
 #
+# `test_service.sh --build-only` makes the build and stops (CI runs it
+# ahead, at low priority, while other stages run).
+#
 # Environment: GPT2D_SYSTEM_BUILD (default build-system), GPT2D_SYSTEM_CACHE
 # (default /var/cache/gpt2d-system-test), GPT2D_CACHE_DIR (the tokenizer
 # download cache), GPT2D_SYSTEM_KEEP=1 keeps the work directory.
@@ -93,6 +96,8 @@ if [[ ! -f $build/Makefile ]]; then
         { tail -20 "$build/configure.out"; exit 1; }
 fi
 make -C "$build" -j"$(nproc)" >"$build/make.out" 2>&1 || { tail -40 "$build/make.out"; exit 1; }
+# --build-only: the build above and nothing else (CI makes it ahead).
+[[ ${1:-} == --build-only ]] && { echo "built $build"; exit 0; }
 # The Python configure found (with numpy, for the test model), as make check uses.
 python=${PYTHON:-$(sed -n 's/^PYTHON = //p' "$build/Makefile")}
 
