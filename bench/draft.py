@@ -15,7 +15,8 @@ whose model verifies all of them (--test-speculate-always,
 --speculative-tokens k) decodes one stream; its mean step (the draft's k
 passes and the model's step of 1 + k rows, from gpt2d's own
 gpt2d_step_seconds between the first token and the last) against the
-plain daemon's step.  What a draft accepted with probability a (each
+same daemon's plain step ("speculative": false), alternating, medians of
+--repeats.  What a draft accepted with probability a (each
 guess on its own) gives is then exact arithmetic: a step keeps
 1 + a + ... + a^k tokens on average, so the speed-up is that times the
 plain step over the step with k guesses; the best k for each a.  And
@@ -65,13 +66,32 @@ def start(build, target, work, args):
     return server
 
 
-def mean_step(server, tokens):
-    """gpt2d's mean step while one greedy stream decodes (sizes.py's
-    window: from its first token to its end)."""
+def mean_step(server, tokens, spec):
+    """gpt2d's mean step while one greedy stream decodes, speculating or
+    not (sizes.py's window: from its first token to its end)."""
+    scraper = server.client(timeout=60)
+    body = {"prompt": sizes.PROMPT, "max_tokens": tokens, "temperature": 0,
+            "logit_bias": {"50256": -100}, "stream": True,
+            "speculative": spec}
+    start = None
+    for ev in server.client(timeout=600).stream("/v1/completions", body):
+        if start is None and ev.get("choices"):
+            start = sizes.engine_counters(scraper)
+    steps, seconds, _ = sizes.decode_window(
+        start, sizes.engine_counters(scraper), 1)
+    return seconds / steps
+
+
+def interleaved(server, tokens, repeats):
+    """Median steps without and with speculation, alternating in one
+    daemon (off, on, off, on, ...), so both see the same machine."""
     server.client(timeout=600).complete(prompt=sizes.PROMPT, max_tokens=4,
                                         temperature=0)
-    step, _ = sizes.one_stream(server, tokens)
-    return step
+    off, on = [], []
+    for _ in range(repeats):
+        off.append(mean_step(server, tokens, False))
+        on.append(mean_step(server, tokens, True))
+    return statistics.median(off), statistics.median(on)
 
 
 def timed(client, body):
@@ -85,36 +105,31 @@ def shapes(args):
     base = ["--dtype", args.dtype, "--threads", str(args.threads),
             "--slots", "1"]
     ks = [int(k) for k in args.ks.split(",")]
+    print("%s, %s, one stream; load average %.1f" % (
+        args.target, args.dtype, os.getloadavg()[0]))
     with tempfile.TemporaryDirectory(prefix="gpt2d-draft-") as work:
-        server = start(args.build, target, work, base)
-        try:
-            plain = statistics.median(mean_step(server, args.tokens)
-                                      for _ in range(args.repeats))
-        finally:
-            server.stop()
-        print("%s, %s, one stream: plain step %.1f ms" % (
-            args.target, args.dtype, 1e3 * plain))
         for name in args.drafts.split(","):
             draft = sizes.ensure_model(args.build, name, args.python)
-            steps = {}
+            ratio = {}
             for k in ks:
                 server = start(args.build, target, work, base + [
                     "--draft", draft, "--speculative-tokens", str(k),
                     "--test-speculate-always=true"])
                 try:
-                    steps[k] = statistics.median(
-                        mean_step(server, args.tokens)
-                        for _ in range(args.repeats))
+                    plain, step = interleaved(server, args.tokens,
+                                              args.repeats)
                 finally:
                     server.stop()
-                print("  draft %s, k %d: step %.1f ms (%.2fx the plain "
-                      "step)" % (name, k, 1e3 * steps[k], steps[k] / plain))
+                ratio[k] = step / plain
+                print("  draft %s, k %d: step %.1f ms, plain %.1f ms "
+                      "(%.2fx)" % (name, k, 1e3 * step, 1e3 * plain,
+                                   ratio[k]))
                 sys.stdout.flush()
             cells = []
             for a in ACCEPTANCE:
-                best = max(ks, key=lambda k: (1 - a ** (k + 1)) / (1 - a) *
-                           plain / steps[k])
-                gain = (1 - a ** (best + 1)) / (1 - a) * plain / steps[best]
+                best = max(ks, key=lambda k: (1 - a ** (k + 1)) / (1 - a) /
+                           ratio[k])
+                gain = (1 - a ** (best + 1)) / (1 - a) / ratio[best]
                 cells.append("a=%.1f: %.2fx (k %d)" % (a, gain, best))
             print("  draft %s: %s" % (name, "; ".join(cells)))
             overhead(args, target, draft, base, work, name)
