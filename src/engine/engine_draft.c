@@ -46,6 +46,14 @@ static size_t text_len(const gen_request *r, const seq_state *s)
     return r->n_prompt + s->out.n_tokens; /* the engine's own write */
 }
 
+/* The positions the draft may compute for the request: its own, within
+ * the draft's context. */
+static size_t draft_end(const engine *e, const gen_request *r)
+{
+    const size_t end = r->n_prompt + r->max_tokens;
+    return end < e->draft->config.n_ctx ? end : e->draft->config.n_ctx;
+}
+
 bool draft_begin(engine *e, gen_request *r, seq_state *s, double now)
 {
     if (s->draft_has_kv)
@@ -53,9 +61,7 @@ bool draft_begin(engine *e, gen_request *r, seq_state *s, double now)
     const size_t len = text_len(r, s);
     if (len < s->draft_retry_at)
         return false;
-    size_t max_total = r->n_prompt + r->max_tokens;
-    if (max_total > e->draft->config.n_ctx)
-        max_total = e->draft->config.n_ctx;
+    const size_t max_total = draft_end(e, r);
     const kv_begin b = { .who = &r->id,
                          .account = r->account,
                          .prompt = s->history,
@@ -79,14 +85,13 @@ bool draft_begin(engine *e, gen_request *r, seq_state *s, double now)
 size_t draft_bound(const engine *e, const gen_request *r, const seq_state *s)
 {
     /* it computes positions up to len + k - 2 */
-    size_t end = r->n_prompt + r->max_tokens;
-    if (end > e->draft->config.n_ctx)
-        end = e->draft->config.n_ctx;
+    const size_t end = draft_end(e, r);
     const size_t len = text_len(r, s);
     return end + 1 > len ? end + 1 - len : 0;
 }
 
-size_t draft_backlog(const gen_request *r, const seq_state *s)
+/* Tokens of its text the draft model has not computed. */
+static size_t draft_backlog(const gen_request *r, const seq_state *s)
 {
     return text_len(r, s) - s->draft_len;
 }
@@ -100,18 +105,19 @@ void draft_release(engine *e, seq_state *s, double now)
     s->draft_len = 0;
 }
 
-size_t draft_take(engine *e, size_t b, size_t k, size_t rows_left)
+size_t draft_take(engine *e, size_t b, size_t k, size_t *rows_left)
 {
     batch_entry *be = &e->entries[b];
     gen_request *r = be->r;
     seq_state *s = &r->seqs[be->seq];
     size_t backlog = draft_backlog(r, s);
-    if (backlog > rows_left) { /* catches up this much; drafts later */
-        backlog = rows_left;
+    if (backlog > *rows_left) { /* catches up this much; drafts later */
+        backlog = *rows_left;
         k = 0;
     }
     if (backlog == 0)
         return 0;
+    *rows_left -= backlog;
     kvcache_seq_grow(e->draft_kv, s->draft_kv, backlog + (k > 0 ? k - 1 : 0));
     draft_seq *d = &e->draft_seqs[e->n_draft_seqs++];
     *d = (draft_seq){ .entry = b,

@@ -297,13 +297,12 @@ kv_begin_status pause_resume(engine *e, gen_request *r, size_t i, double now);
 bool draft_begin(engine *e, gen_request *r, seq_state *s, double now);
 /* The most guesses the draft model's context leaves sequence s. */
 size_t draft_bound(const engine *e, const gen_request *r, const seq_state *s);
-/* Tokens of its text the draft model has not computed. */
-size_t draft_backlog(const gen_request *r, const seq_state *s);
 /* Entry b (a decode row whose sequence has begun in the draft cache)
- * joins this step's draft passes: its backlog, then k guesses.  With more
- * backlog than rows_left, it only catches up (rows_left of it) and takes
- * no guesses.  Returns the guesses it takes. */
-size_t draft_take(engine *e, size_t b, size_t k, size_t rows_left);
+ * joins this step's draft passes: its backlog, then k guesses; the
+ * backlog's rows come off *rows_left (the first pass's room).  With more
+ * backlog than that, it only catches up (*rows_left of it) and takes no
+ * guesses.  Returns the guesses it takes. */
+size_t draft_take(engine *e, size_t b, size_t k, size_t *rows_left);
 /* Without e->lock, before the step's forward pass: the draft passes; each
  * guess written where its decode row reads its drafts.  -1 when a pass
  * failed. */

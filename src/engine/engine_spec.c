@@ -198,10 +198,7 @@ static size_t plan_model_drafts(engine *e, size_t n_entries, const bool *mine,
         const size_t b = e->spec_entry[i];
         if (offers[i].k == 0)
             continue;
-        const size_t backlog = draft_backlog(
-            e->entries[b].r, &e->entries[b].r->seqs[e->entries[b].seq]);
-        const size_t k = draft_take(e, b, offers[i].k, rows_left);
-        rows_left -= backlog < rows_left ? backlog : rows_left;
+        const size_t k = draft_take(e, b, offers[i].k, &rows_left);
         if (k > 0) {
             add_drafts(e, b, NULL, k);
             added += k;

@@ -129,6 +129,16 @@ static void base_name(const char *dir, const char **name, size_t *len)
     *len = end - start;
 }
 
+/* The entry called `id` (len bytes), or NULL. */
+static fleet_entry *find_entry(fleet *f, const char *id, size_t len)
+{
+    for (size_t i = 0; i < f->n; i++)
+        if (strlen(f->entries[i].id) == len &&
+            memcmp(f->entries[i].id, id, len) == 0)
+            return &f->entries[i];
+    return NULL;
+}
+
 static int add_entry(fleet *f, const char *id, size_t id_len, const char *dir,
                      bool listed, gpt2d_error *err)
 {
@@ -142,11 +152,10 @@ static int add_entry(fleet *f, const char *id, size_t id_len, const char *dir,
                          SERVED_MODEL_ID_MAX);
     if (f->n == FLEET_MAX_MODELS)
         return error_set(err, "more than %d models", FLEET_MAX_MODELS);
-    for (size_t i = 0; i < f->n; i++)
-        if (strlen(f->entries[i].id) == id_len &&
-            memcmp(f->entries[i].id, id, id_len) == 0)
-            return error_set(err, "two models are called '%.*s' (%s and %s)",
-                             (int)id_len, id, f->entries[i].dir, dir);
+    const fleet_entry *same = find_entry(f, id, id_len);
+    if (same != NULL)
+        return error_set(err, "two models are called '%.*s' (%s and %s)",
+                         (int)id_len, id, same->dir, dir);
     fleet_entry *grown = realloc(f->entries, (f->n + 1) * sizeof *f->entries);
     if (grown == NULL)
         return error_set(err, "out of memory for the models' list");
@@ -172,16 +181,6 @@ static int add_listed(fleet *f, const char *item, gpt2d_error *err)
     size_t len;
     base_name(item, &name, &len);
     return add_entry(f, name, len, item, true, err);
-}
-
-/* The entry called `id` (len bytes), or NULL. */
-static fleet_entry *find_entry(fleet *f, const char *id, size_t len)
-{
-    for (size_t i = 0; i < f->n; i++)
-        if (strlen(f->entries[i].id) == len &&
-            memcmp(f->entries[i].id, id, len) == 0)
-            return &f->entries[i];
-    return NULL;
 }
 
 /* Whether two paths name one directory. */
@@ -403,8 +402,6 @@ static int load_locked(fleet *f, fleet_entry *e, bool at_start,
     return rc;
 }
 
-/* Lock held; `e` LOADED and held by none.  Unloads it with the lock
- * released. */
 /* A served model's counters (model_counters.h) into *counters. */
 static void counters_of(served_model *sm, metrics_gauges *counters,
                         double *compute_seconds)
@@ -417,6 +414,8 @@ static void counters_of(served_model *sm, metrics_gauges *counters,
     *compute_seconds = st.compute_seconds;
 }
 
+/* Lock held; `e` LOADED and held by none.  Unloads it with the lock
+ * released. */
 static void unload_locked(fleet *f, fleet_entry *e, const char *why)
 {
     served_model *sm = e->sm;
@@ -638,10 +637,7 @@ static fleet_entry *find(fleet *f, const char *name)
 {
     if (name == NULL || name[0] == '\0' || f->n == 1)
         return &f->entries[0];
-    for (size_t i = 0; i < f->n; i++)
-        if (strcmp(f->entries[i].id, name) == 0)
-            return &f->entries[i];
-    return NULL;
+    return find_entry(f, name, strlen(name));
 }
 
 fleet_status fleet_acquire(fleet *f, const char *name, bool wait,
