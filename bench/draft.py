@@ -6,6 +6,9 @@
         [--ks 1,2,4,8] [--repeats 3]
     python3 bench/draft.py --build BUILD pair TARGET_DIR DRAFT_DIR
         --heldout FILE [--tokens 64] [--requests 8] [--repeats 3]
+    python3 bench/draft.py --build BUILD agree [--target gpt2-xl]
+        [--draft distilgpt2] [--dtype float32] [--tokens 48]
+        [--percents 30,60,90] [--ks rule,1,8] [--repeats 3]
     python3 bench/draft.py --build BUILD truncate MODEL_DIR LAYERS OUT_DIR
 
 shapes: random weights in GPT-2's shapes (bench/sizes.py makes them), one
@@ -23,6 +26,17 @@ plain step over the step with k guesses; the best k for each a.  And
 what a draft that is always wrong costs under the engine's own rule
 (no --test-speculate-always): the same stream with "speculative" false
 and true, alternating, medians of --repeats.
+
+agree: the same shapes, with a draft constructed to agree as often as
+asked: a daemon with --test-draft-agree P makes the draft's guess the
+prediction's token at P % of positions (drawn independently) and another
+token elsewhere, and each drafted request sends the greedy answer (its
+token ids) as its prediction, so the draft agrees with the model at that
+rate while its passes cost what they cost.  For each P and each k ("rule":
+the engine's own choice; a number: --test-speculate-always with that many
+guesses a step), one greedy stream alternates "speculative" false and
+true; the median request times, the speed-up, the share of guesses the
+model kept, and whether every answer was the greedy one (it must be).
 
 pair: a real model and its draft (the trained test models).  Greedy
 requests of --tokens tokens on the first 32 tokens of each held-out text,
@@ -160,6 +174,55 @@ def overhead(args, target, draft, base, work, name):
         server.stop()
 
 
+def agree(args):
+    target = sizes.ensure_model(args.build, args.target, args.python)
+    draft = sizes.ensure_model(args.build, args.draft, args.python)
+    base = ["--dtype", args.dtype, "--threads", str(args.threads),
+            "--slots", "1", "--draft", draft]
+    print("%s drafted by %s, %s, one stream of %d tokens; load average %.1f"
+          % (args.target, args.draft, args.dtype, args.tokens,
+             os.getloadavg()[0]))
+    body = {"prompt": sizes.PROMPT, "max_tokens": args.tokens,
+            "temperature": 0, "logit_bias": {"50256": -100},
+            "return_token_ids": True}
+    with tempfile.TemporaryDirectory(prefix="gpt2d-draft-") as work:
+        for percent in [int(p) for p in args.percents.split(",")]:
+            for k in args.ks.split(","):
+                extra = ["--test-draft-agree", str(percent)]
+                if k != "rule":
+                    extra += ["--speculative-tokens", k,
+                              "--test-speculate-always=true"]
+                server = start(args.build, target, work, base + extra)
+                try:
+                    c = server.client(timeout=600)
+                    greedy = c.complete(**dict(body, speculative=False))
+                    ids = greedy["choices"][0]["token_ids"]
+                    drafted = dict(body, speculative=True, prediction={
+                        "type": "content", "content": ids})
+                    off, on, kept, guessed, same = [], [], 0, 0, True
+                    for _ in range(args.repeats):
+                        off.append(timed(c, dict(body, speculative=False))[0])
+                        t, r = timed(c, drafted)
+                        on.append(t)
+                        same = same and r["choices"][0]["token_ids"] == ids
+                        d = r["usage"]["completion_tokens_details"]
+                        kept += d["accepted_prediction_tokens"]
+                        guessed += d["accepted_prediction_tokens"] + \
+                            d["rejected_prediction_tokens"]
+                finally:
+                    server.stop()
+                plain, spec = statistics.median(off), statistics.median(on)
+                print("  agree %3d %%, k %-4s: %.2fx (plain %.0f ms, drafted "
+                      "%.0f ms; %.1f guesses a token, %.2f of them kept), "
+                      "answers %s" % (
+                          percent, k, plain / spec, 1e3 * plain, 1e3 * spec,
+                          guessed / args.repeats / len(ids),
+                          kept / guessed if guessed else 0.0,
+                          "the same" if same else "DIFFERENT"))
+                sys.stdout.flush()
+    return 0
+
+
 def prompts(client, path, n):
     with open(path, encoding="utf-8") as f:
         texts = [t.strip() for t in f.read().split("<|endoftext|>")
@@ -267,6 +330,14 @@ def main(argv):
     s.add_argument("--dtype", default="float32")
     s.add_argument("--tokens", type=int, default=48)
     s.add_argument("--ks", default="1,2,4,8")
+    g = sub.add_parser("agree")
+    g.add_argument("--target", default="gpt2-xl", choices=sorted(sizes.SHAPES))
+    g.add_argument("--draft", default="distilgpt2",
+                   choices=sorted(sizes.SHAPES))
+    g.add_argument("--dtype", default="float32")
+    g.add_argument("--tokens", type=int, default=48)
+    g.add_argument("--percents", default="30,60,90")
+    g.add_argument("--ks", default="rule,1,8")
     p = sub.add_parser("pair")
     p.add_argument("target_dir")
     p.add_argument("draft_dir")
@@ -278,7 +349,7 @@ def main(argv):
     t.add_argument("layers", type=int)
     t.add_argument("out_dir")
     args = ap.parse_args(argv)
-    return {"shapes": shapes, "pair": pair,
+    return {"shapes": shapes, "agree": agree, "pair": pair,
             "truncate": truncate}[args.mode](args)
 
 

@@ -38,6 +38,38 @@ static int read_content(json_t *c, gpt2d_buf *out, api_error *e)
     return 0;
 }
 
+/* content as token ids, as a prompt may be: an array of integers in the
+ * vocabulary. */
+static bool is_token_array(json_t *c)
+{
+    return json_is_array(c) && json_array_size(c) > 0 &&
+           json_is_integer(json_array_get(c, 0));
+}
+
+static int read_token_ids(json_t *c, size_t vocab, int32_t **ids, size_t *n,
+                          api_error *e)
+{
+    const size_t count = json_array_size(c);
+    int32_t *out = malloc(count * sizeof *out);
+    if (out == NULL)
+        return api_error_set(e, 500, NULL, "out of memory");
+    for (size_t j = 0; j < count; j++) {
+        json_t *v = json_array_get(c, j);
+        const json_int_t id = json_is_integer(v) ? json_integer_value(v) : -1;
+        if (id < 0 || (uint64_t)id >= vocab) {
+            free(out);
+            return api_error_set(e, 400, "prediction.content",
+                                 "prediction.content[%zu] is not a token id "
+                                 "in [0, %zu)",
+                                 j, vocab);
+        }
+        out[j] = (int32_t)id;
+    }
+    *ids = out;
+    *n = count;
+    return 0;
+}
+
 int api_prediction_parse(json_t *root, const tokenizer *tok, size_t n_ctx,
                          int32_t **ids, size_t *n, api_error *e)
 {
@@ -54,14 +86,23 @@ int api_prediction_parse(json_t *root, const tokenizer *tok, size_t n_ctx,
         strcmp(json_string_value(type), "content") != 0)
         return api_error_set(e, 400, "prediction.type",
                              "prediction.type must be \"content\"");
-    gpt2d_buf text = { 0 };
-    int rc = read_content(json_object_get(p, "content"), &text, e);
-    gpt2d_error err;
-    if (rc == 0 && text.len > 0 &&
-        tokenizer_encode_most(tok, (const char *)text.data, text.len, n_ctx,
-                              ids, n, &err) != 0)
-        rc = api_error_set(e, 500, NULL, "tokenizer: %s", err.message);
-    buf_free(&text);
+    json_t *content = json_object_get(p, "content");
+    int rc = 0;
+    if (is_token_array(content)) {
+        if (json_array_size(content) <= n_ctx)
+            rc = read_token_ids(content, tokenizer_vocab_size(tok), ids, n, e);
+        else
+            *n = json_array_size(content); /* refused below */
+    } else {
+        gpt2d_buf text = { 0 };
+        rc = read_content(content, &text, e);
+        gpt2d_error err;
+        if (rc == 0 && text.len > 0 &&
+            tokenizer_encode_most(tok, (const char *)text.data, text.len, n_ctx,
+                                  ids, n, &err) != 0)
+            rc = api_error_set(e, 500, NULL, "tokenizer: %s", err.message);
+        buf_free(&text);
+    }
     if (rc == 0 && *n > n_ctx) {
         free(*ids);
         *ids = NULL;

@@ -1,6 +1,7 @@
 /* prediction_request.h — the `prediction` field of a completion or chat
  * request (OpenAI's Predicted Outputs): what the client expects most of the
- * answer to be, {"type": "content", "content": "..." or [text parts]}.
+ * answer to be, {"type": "content", "content": "..." or [text parts]}, or (as a prompt
+ * may be) an array of token ids.
  * Speculative decoding proposes from it first (engine_spec.c); it never
  * changes the answer, only how fast it comes.
  *

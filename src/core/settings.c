@@ -228,6 +228,14 @@ static const option_spec options[] = {
       "prompt lookup finds, whatever it costs, so what is drafted depends on "
       "the text alone, not on how fast the machine is. Nothing else should "
       "want it." },
+    { "test-draft-agree", 0, OPT_UINT, FIELD(test_draft_agree), "PERCENT", "0",
+      NULL, 0, 100, false,
+      "For benchmarks: the draft model's guess for a request that sends a "
+      "prediction is the prediction's token at this percentage of "
+      "positions (drawn independently) and another token elsewhere, so a "
+      "greedy answer sent as its own prediction measures what a draft that "
+      "agrees this often gives, at the draft's real price; 0: the draft's "
+      "own guesses. Nothing else should want it." },
     { "max-stop-bytes", 0, OPT_COUNT, FIELD(max_stop_bytes), "N", "256", NULL,
       1, 65536, false, "Longest stop string, in bytes; longer ones get 400." },
     { "inspect-max-tokens", 0, OPT_COUNT, FIELD(inspect_max_tokens), "N", "256",

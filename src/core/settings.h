@@ -99,6 +99,7 @@ typedef struct settings {
     size_t speculative_tokens;  /* --speculative-tokens: the most drafts a
                                  * sequence verifies in one step */
     bool test_speculate_always; /* --test-speculate-always (tests only) */
+    unsigned test_draft_agree;  /* --test-draft-agree (benchmarks only) */
     int log_level;              /* --log-level error|warn|info|debug */
     int source; /* while loading: the source being read (settings.c) */
 } settings;

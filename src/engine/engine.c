@@ -336,6 +336,7 @@ static int draft_create(engine *e, const tokenizer *tok,
                          d->name, c->vocab_size, e->m->name, e->vocab);
     e->draft = d;
     e->draft_share = draft_share_of(e->m, d);
+    e->draft_agree_state = 0x9e3779b97f4a7c15u;
     /* a step's decode rows are at most its slots, and as many again while
      * preemption hands slots over */
     e->draft_cap = 2 * e->cfg.n_slots;

@@ -144,6 +144,26 @@ static int32_t most_likely(const float *logits, size_t vocab)
     return (int32_t)best;
 }
 
+/* cfg.draft_agree_percent (benchmarks): the guess at answer position
+ * `at` becomes the prediction's token there with that probability, and a
+ * token other than it otherwise, each position drawn on its own; a guess
+ * past the prediction stays the draft's. */
+static int32_t agreeing_guess(engine *e, const gen_request *r, size_t at,
+                              int32_t guess, size_t vocab)
+{
+    if (e->cfg.draft_agree_percent == 0 || at >= r->n_prediction)
+        return guess;
+    /* splitmix64 */
+    uint64_t z = (e->draft_agree_state += 0x9e3779b97f4a7c15u);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9u;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebu;
+    z ^= z >> 31;
+    const int32_t truth = r->prediction[at];
+    if (z % 100 < e->cfg.draft_agree_percent)
+        return truth;
+    return (int32_t)(((size_t)truth + 1) % vocab);
+}
+
 int draft_run(engine *e, gpt2d_error *err)
 {
     const double t_run = monotonic_seconds();
@@ -173,7 +193,8 @@ int draft_run(engine *e, gpt2d_error *err)
             seq_state *s = &be->r->seqs[be->seq];
             const size_t g = s->out.n_tokens;
             int32_t *slot = s->generated + g + p;
-            *slot = most_likely(e->draft_logits + row * V, V);
+            *slot = agreeing_guess(
+                e, be->r, g + p, most_likely(e->draft_logits + row * V, V), V);
             row++;
             if (p + 1 >= d->k)
                 continue;

@@ -174,7 +174,9 @@ struct engine {
     double draft_pass_seconds; /* a pass of one row a sequence, measured */
     double draft_share;        /* a pass's reads over a target step's,
                                   until one is measured */
-    caller_state *callers;     /* [n_callers_cap]: fairness bookkeeping */
+    /* cfg.draft_agree_percent's draws (engine_draft.c) */
+    uint64_t draft_agree_state;
+    caller_state *callers; /* [n_callers_cap]: fairness bookkeeping */
     size_t n_callers_cap;
     double
         prefill_hold_until; /* prefill waits until then while others decode */

@@ -104,10 +104,13 @@ static double acceptance(const seq_state *s)
 }
 
 /* Whether the draft model guesses for entry b (may_draft said it may):
- * with one, for every request that sent no prediction. */
+ * with one, for every request that sent no prediction (and under
+ * cfg.draft_agree_percent, for those that did: their prediction is what
+ * it agrees with). */
 static bool drafts_by_model(const engine *e, size_t b)
 {
-    return e->draft != NULL && e->entries[b].r->n_prediction == 0;
+    return e->draft != NULL && (e->entries[b].r->n_prediction == 0 ||
+                                e->cfg.draft_agree_percent > 0);
 }
 
 /* Finds entry b's drafts by lookup: their start in *draft, the offer's

@@ -48,6 +48,12 @@ typedef struct engine_config {
      * for the positions it has).  Its guesses replace prompt lookup's, but for requests that
      * send a prediction. */
     const struct model *draft;
+    /* 0; benchmarks: the draft model's guesses, for a request that sends a
+     * prediction, are the prediction's token at this percentage of
+     * positions (drawn independently) and another token elsewhere: a draft
+     * that agrees that often with a greedy answer sent as the prediction,
+     * at the draft's real price. */
+    unsigned draft_agree_percent;
     unsigned min_step_usec; /* 0; tests: every step lasts at least this
                                  * long, so that how long a generation runs
                                  * does not depend on the machine's speed */

@@ -54,6 +54,7 @@ MAIN_PORT = int(os.environ.get("GPT2D_API_PORT", "0"))
 TOL = 1e-3          # |logprob difference| a float32 server may show
 MIN_MARGIN = 5e-3   # greedy steps compared only where argmax is unambiguous
 N_CTX = 64          # the tiny model's context
+VOCAB_SIZE = 50257  # GPT-2's tokens, the fixtures' too
 BYTE_C3, BYTE_A9 = 127, 102   # byte-level tokens of b"\xc3" and b"\xa9" ("é")
 
 # ---------------------------------------------------------------- reference
@@ -851,9 +852,9 @@ class T3Streaming(ApiCase):
 
     def test_prediction_speeds_the_answer_it_predicts_and_changes_nothing(self):
         """OpenAI's Predicted Outputs: `prediction` is proposed first.  The
-        answer itself as the prediction (an answer whose text tokenizes
-        back to its own tokens: a random model's often does not) is
-        accepted whole; another text is rejected; the answer is the same in
+        answer itself as the prediction (its token ids, or an answer whose
+        text tokenizes back to its own tokens: a random model's often does
+        not) is accepted whole; another text is rejected; the answer is the same in
         every case, on both endpoints.  Bad shapes are 400s naming the
         field."""
         c = main_client()
@@ -882,6 +883,7 @@ class T3Streaming(ApiCase):
                       "content": [{"type": "text", "text": answer[:5]},
                                   {"type": "text", "text": answer[5:]}]},
                      True),
+                    ({"type": "content", "content": ids}, True),
                     ({"type": "content", "content": " zebra" * 30}, False)):
                 r = c.post(path, dict(req, prediction=prediction))
                 self.assertEqual(r.status, 200, r.body[:200])
@@ -903,6 +905,14 @@ class T3Streaming(ApiCase):
                            ({"type": "content", "content": [{"type": "image"}]},
                             "prediction.content"),
                            ({"type": "content", "content": " a" * 100},
+                            "prediction"),
+                           ({"type": "content", "content": [1, "x"]},
+                            "prediction.content"),
+                           ({"type": "content", "content": [1, -1]},
+                            "prediction.content"),
+                           ({"type": "content", "content": [VOCAB_SIZE]},
+                            "prediction.content"),
+                           ({"type": "content", "content": [1] * 100},
                             "prediction")):
             r = c.post("/v1/completions", {"prompt": "x", "prediction": bad})
             self.assert_error(r, 400, param)

@@ -295,6 +295,8 @@ static void unload_fixtures(void)
 
 /* The draft model of the engines open_engine makes; NULL: none. */
 static const model *g_draft;
+/* Their cfg.draft_agree_percent. */
+static unsigned g_agree;
 
 static engine *open_engine_on(const model *m, size_t spec_max_draft,
                               size_t slots)
@@ -307,7 +309,8 @@ static engine *open_engine_on(const model *m, size_t spec_max_draft,
                           .spec_default = true,
                           /* what is drafted depends on the text alone */
                           .spec_ignore_cost = true,
-                          .draft = spec_max_draft > 0 ? g_draft : NULL };
+                          .draft = spec_max_draft > 0 ? g_draft : NULL,
+                          .draft_agree_percent = g_agree };
     engine *e = NULL;
     gpt2d_error err = { { 0 } };
     ck_assert_msg(engine_create(&e, m, g_tok, &cfg, &err) == 0, "%s",
@@ -786,6 +789,53 @@ START_TEST(test_draft_with_a_shorter_context)
 }
 END_TEST
 
+/* The benchmarks' constructed draft (cfg.draft_agree_percent): a random
+ * draft that agrees with the prediction (the greedy answer) at every
+ * position has every guess held, as the model drafting for itself does;
+ * at half the positions some are held and some rolled back; the answer is
+ * the same each time. */
+START_TEST(test_draft_agreeing_as_often_as_asked)
+{
+    model random_draft;
+    load_model("w128h2", &random_draft);
+    size_t n = 0;
+    int32_t *prompt = encode("Once upon a time", &n);
+    gen_params p = params(prompt, n, LONG);
+    engine *plain = open_engine(0, 2);
+    answer want;
+    run_all(plain, &p, 1, &want);
+    engine_destroy(plain);
+    ck_assert_uint_eq(want.seq[0].n_tokens, LONG);
+    p.prediction = want.seq[0].tokens;
+    p.n_prediction = want.seq[0].n_tokens;
+    const model *saved = g_draft;
+    g_draft = &random_draft;
+    const unsigned percents[] = { 100, 50 };
+    for (size_t i = 0; i < 2; i++) {
+        g_agree = percents[i];
+        engine *e = open_engine(8, 2);
+        answer a;
+        run_all(e, &p, 1, &a);
+        engine_destroy(e);
+        assert_same_answer(&a, &want, "a draft agreeing as asked");
+        const size_t after_first = LONG - 1;
+        if (percents[i] == 100) {
+            ck_assert_uint_eq(a.usage.accepted_tokens, a.usage.draft_tokens);
+            ck_assert_uint_eq(a.usage.accepted_tokens,
+                              after_first - (after_first + 8) / 9);
+        } else {
+            ck_assert_uint_gt(a.usage.accepted_tokens, 0);
+            ck_assert_uint_lt(a.usage.accepted_tokens,
+                              a.usage.draft_tokens / 2);
+        }
+    }
+    g_agree = 0;
+    g_draft = saved;
+    model_free(&random_draft);
+    free(prompt);
+}
+END_TEST
+
 /* Last in its case: the cases before it must have both kept drafts and
  * rolled some back, or the comparisons above proved less than they say. */
 START_TEST(test_spec_cases_exercised_acceptance_and_rejection)
@@ -871,6 +921,7 @@ static Suite *spec_suite(void)
         if (i == 0) {
             tcase_add_test(d, test_draft_itself_greedy_guesses_all_hold);
             tcase_add_test(d, test_draft_with_a_shorter_context);
+            tcase_add_test(d, test_draft_agreeing_as_often_as_asked);
         }
         tcase_add_test(d, test_draft_guesses_were_verified);
         suite_add_tcase(s, d);
