@@ -79,7 +79,7 @@ export -f run_one
 
 # Slowest first, so the last suites to start are short ones and the parallel
 # runs end together; the rest keep the order they were given in.
-slow="test_forward test_engine test_sampler test_tokenizer"
+slow="test_engine test_spec test_forward test_sampler test_inspect test_matmul_q8 test_tokenizer"
 ordered=()
 for name in $slow; do
     for prog in "$@"; do

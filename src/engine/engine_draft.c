@@ -105,19 +105,26 @@ void draft_release(engine *e, seq_state *s, double now)
     s->draft_len = 0;
 }
 
-size_t draft_take(engine *e, size_t b, size_t k, size_t *rows_left)
+size_t draft_take(engine *e, size_t b, size_t k, draft_first_pass *room)
 {
     batch_entry *be = &e->entries[b];
     gen_request *r = be->r;
     seq_state *s = &r->seqs[be->seq];
     size_t backlog = draft_backlog(r, s);
-    if (backlog > *rows_left) { /* catches up this much; drafts later */
-        backlog = *rows_left;
+    /* a step leaves at most its own token and its accepted guesses */
+    const bool catching_up = backlog > 1 + e->cfg.spec_max_draft;
+    size_t fits = room->rows;
+    if (catching_up && room->catch_up < fits)
+        fits = room->catch_up;
+    if (backlog > fits) { /* catches up this much; drafts later */
+        backlog = fits;
         k = 0;
     }
     if (backlog == 0)
         return 0;
-    *rows_left -= backlog;
+    room->rows -= backlog;
+    if (catching_up)
+        room->catch_up -= backlog;
     kvcache_seq_grow(e->draft_kv, s->draft_kv, backlog + (k > 0 ? k - 1 : 0));
     draft_seq *d = &e->draft_seqs[e->n_draft_seqs++];
     *d = (draft_seq){ .entry = b,

@@ -299,12 +299,19 @@ kv_begin_status pause_resume(engine *e, gen_request *r, size_t i, double now);
 bool draft_begin(engine *e, gen_request *r, seq_state *s, double now);
 /* The most guesses the draft model's context leaves sequence s. */
 size_t draft_bound(const engine *e, const gen_request *r, const seq_state *s);
+/* The first draft pass's room: every backlog comes off rows; a backlog
+ * longer than one step leaves (a sequence catching up: its whole text
+ * the first time) off catch_up too. */
+typedef struct draft_first_pass {
+    size_t rows;
+    size_t catch_up;
+} draft_first_pass;
 /* Entry b (a decode row whose sequence has begun in the draft cache)
- * joins this step's draft passes: its backlog, then k guesses; the
- * backlog's rows come off *rows_left (the first pass's room).  With more
- * backlog than that, it only catches up (*rows_left of it) and takes no
- * guesses.  Returns the guesses it takes. */
-size_t draft_take(engine *e, size_t b, size_t k, size_t *rows_left);
+ * joins this step's draft passes: its backlog, then k guesses, the
+ * backlog's rows taken from *room.  With more backlog than the room
+ * holds, it only catches up (what the room holds) and takes no guesses.
+ * Returns the guesses it takes. */
+size_t draft_take(engine *e, size_t b, size_t k, draft_first_pass *room);
 /* Without e->lock, before the step's forward pass: the draft passes; each
  * guess written where its decode row reads its drafts.  -1 when a pass
  * failed. */

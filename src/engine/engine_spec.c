@@ -195,13 +195,22 @@ static size_t plan_model_drafts(engine *e, size_t n_entries, const bool *mine,
     spec_policy_passes(offers, m, (double)n_entries, room, e->spec_seconds,
                        draft_pass_estimate(e, e->spec_seconds[0]),
                        e->cfg.spec_ignore_cost, e->spec_order, &passes);
-    /* the first pass carries every backlog: at most a step's rows */
-    size_t added = 0, rows_left = e->cfg.max_batch_rows;
-    for (size_t i = 0; i < m && rows_left > 0; i++) {
+    /* the first pass carries every backlog, at most a step's rows; the
+     * backlogs of sequences catching up (a new one's is its whole text) at
+     * most the prompt rows the step budget lets a step carry beside these
+     * streams, so catching up never pauses them longer than a prompt
+     * chunk would (a draft's row costs less than the model's); the rest
+     * goes in the next steps */
+    size_t added = 0;
+    draft_first_pass left = { .rows = e->cfg.max_batch_rows,
+                              .catch_up = step_budget_prefill_rows(
+                                  &e->budget, n_entries, e->cfg.n_slots,
+                                  e->cfg.max_batch_rows) };
+    for (size_t i = 0; i < m && left.rows > 0; i++) {
         const size_t b = e->spec_entry[i];
         if (offers[i].k == 0)
             continue;
-        const size_t k = draft_take(e, b, offers[i].k, &rows_left);
+        const size_t k = draft_take(e, b, offers[i].k, &left);
         if (k > 0) {
             add_drafts(e, b, NULL, k);
             added += k;

@@ -295,8 +295,9 @@ static void unload_fixtures(void)
 
 /* The draft model of the engines open_engine makes; NULL: none. */
 static const model *g_draft;
-/* Their cfg.draft_agree_percent. */
+/* Their cfg.draft_agree_percent and cfg.step_cost_limit. */
 static unsigned g_agree;
+static double g_step_cost;
 
 static engine *open_engine_on(const model *m, size_t spec_max_draft,
                               size_t slots)
@@ -310,7 +311,8 @@ static engine *open_engine_on(const model *m, size_t spec_max_draft,
                           /* what is drafted depends on the text alone */
                           .spec_ignore_cost = true,
                           .draft = spec_max_draft > 0 ? g_draft : NULL,
-                          .draft_agree_percent = g_agree };
+                          .draft_agree_percent = g_agree,
+                          .step_cost_limit = g_step_cost };
     engine *e = NULL;
     gpt2d_error err = { { 0 } };
     ck_assert_msg(engine_create(&e, m, g_tok, &cfg, &err) == 0, "%s",
@@ -836,6 +838,53 @@ START_TEST(test_draft_agreeing_as_often_as_asked)
 }
 END_TEST
 
+/* A sequence's first draft pass carries its whole text; beside decoding
+ * streams the step budget bounds it as it bounds a prompt's rows (here to
+ * its least, a quarter of a chunk a step), so the draft catches up over
+ * several steps and guesses only then: fewer guesses than without the
+ * bound, every one of them held (the model drafts for itself), and the
+ * same answer. */
+START_TEST(test_draft_catches_up_within_the_step_budget)
+{
+    size_t n = 0;
+    int32_t *prompt = encode("one two three four five six seven eight nine "
+                             "ten eleven twelve thirteen fourteen fifteen "
+                             "sixteen seventeen eighteen nineteen twenty "
+                             "twenty-one twenty-two twenty-three twenty-four",
+                             &n);
+    ck_assert_uint_gt(n, 30);
+    gen_params p = params(prompt, n, 20);
+    ck_assert_uint_le(n + 20, g_model.config.n_ctx);
+    engine *plain = open_engine(0, 2);
+    answer want;
+    run_all(plain, &p, 1, &want);
+    engine_destroy(plain);
+    const model *saved = g_draft;
+    g_draft = &g_model;
+    answer bounded, free_run;
+    g_step_cost = 0.01;
+    engine *e = open_engine(8, 2);
+    run_all(e, &p, 1, &bounded);
+    engine_destroy(e);
+    g_step_cost = 0.0;
+    e = open_engine(8, 2);
+    run_all(e, &p, 1, &free_run);
+    engine_destroy(e);
+    g_draft = saved;
+    assert_same_answer(&bounded, &want, "catching up within the budget");
+    assert_same_answer(&free_run, &want, "catching up at once");
+    ck_assert_uint_eq(free_run.usage.accepted_tokens,
+                      free_run.usage.draft_tokens);
+    ck_assert_uint_eq(bounded.usage.accepted_tokens,
+                      bounded.usage.draft_tokens);
+    ck_assert_uint_gt(bounded.usage.draft_tokens, 0);
+    ck_assert_msg(bounded.usage.draft_tokens < free_run.usage.draft_tokens,
+                  "%zu guesses within the budget, %zu without",
+                  bounded.usage.draft_tokens, free_run.usage.draft_tokens);
+    free(prompt);
+}
+END_TEST
+
 /* Last in its case: the cases before it must have both kept drafts and
  * rolled some back, or the comparisons above proved less than they say. */
 START_TEST(test_spec_cases_exercised_acceptance_and_rejection)
@@ -922,6 +971,7 @@ static Suite *spec_suite(void)
             tcase_add_test(d, test_draft_itself_greedy_guesses_all_hold);
             tcase_add_test(d, test_draft_with_a_shorter_context);
             tcase_add_test(d, test_draft_agreeing_as_often_as_asked);
+            tcase_add_test(d, test_draft_catches_up_within_the_step_budget);
         }
         tcase_add_test(d, test_draft_guesses_were_verified);
         suite_add_tcase(s, d);
