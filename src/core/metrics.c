@@ -696,6 +696,13 @@ static void render_gauges(FILE *f, const metrics_gauges *st)
         f, "gpt2d_kv_blocks_reserved",
         "KV-cache blocks promised to running sequences, not yet taken.",
         st->kv_blocks_reserved);
+    render_gauge(f, "gpt2d_kv_blocks_scored",
+                 "KV-cache blocks in RAM that keep their tokens' scores "
+                 "(log-probabilities and top alternatives, computed for an "
+                 "echo with logprobs): a prompt that continues them is "
+                 "scored from the cache.  Every block has room for them "
+                 "(gpt2d_kv_bytes).",
+                 st->kv_blocks_scored);
     render_header(f, "gpt2d_kv_bytes", "gauge",
                   "KV-cache bytes by tier: RAM (--kv-memory, allocated at "
                   "start) and disk (files in --kv-cache-dir).");

@@ -138,6 +138,7 @@ typedef struct metrics_gauges {
     size_t inspect_memory; /* capture buffers of started inspects */
     size_t kv_blocks_free, kv_blocks_cached, kv_blocks_in_use;
     size_t kv_blocks_reserved;
+    size_t kv_blocks_scored;
     size_t kv_bytes;
     size_t kv_sessions;
     uint64_t kv_evictions;

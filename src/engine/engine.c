@@ -159,6 +159,8 @@ static void *engine_main(void *arg)
             rc = forward_step(e->fwd, e->m, e->pool, kvcache_geometry(e->kv),
                               e->batch, n, e->logits, &err);
         double t_forward = 0.0;
+        if (rc == 0)
+            rc = scores_step(e, n, &err);
         if (rc == 0) {
             t_forward = monotonic_seconds() - t_step - t_draft;
             metrics_observe_batch_rows(rows);
@@ -243,6 +245,9 @@ static int engine_alloc_step(engine *e, gpt2d_error *err)
     e->spec_seconds = calloc(rows + 1, sizeof *e->spec_seconds);
     e->spec_by_model = calloc(rows, sizeof *e->spec_by_model);
     e->spec_order = calloc(rows, sizeof *e->spec_order);
+    e->score_logits = malloc(e->vocab * sizeof *e->score_logits);
+    e->score_blob = calloc(1, sizeof *e->score_blob +
+                                  e->m->config.n_embd * sizeof(float));
     e->spec_entry = calloc(rows, sizeof *e->spec_entry);
     /* an entry for every caller with work: at most one per queued or
      * running request, and one more (engine_fair.c) */
@@ -514,6 +519,8 @@ void engine_destroy(engine *e)
     free(e->entries);
     free(e->batch);
     free(e->logits);
+    free(e->score_logits);
+    free(e->score_blob);
     forward_state_free(e->fwd);
     if (e->own_pool)
         threadpool_destroy(e->pool);

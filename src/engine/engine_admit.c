@@ -130,7 +130,10 @@ kv_begin_status admit_begin_kv(engine *e, gen_request *r, size_t n_run,
                    .n_prompt = r->n_prompt,
                    .max_total = r->n_prompt + r->max_tokens,
                    .n_seq = n_run,
-                   .reuse = !request_computes_whole_prompt(r),
+                   /* an inspect computes every position; a scoring
+                    * request only what no scored block holds */
+                   .reuse = r->inspect == NULL,
+                   .scored_only = r->score_prompt,
                    .keep_others_share = keep_others,
                    .now = now };
     kv_begin_status st = kvcache_seq_begin(e->kv, &b, seqs, &reused);
@@ -141,6 +144,7 @@ kv_begin_status admit_begin_kv(engine *e, gen_request *r, size_t n_run,
         r->seqs[i].has_kv = true;
     }
     pause_unstarted(r, n_run);
+    scores_from_cache(e, r, seqs[0], reused);
     r->kv_loading = kvcache_seq_loading(e->kv, seqs[0]);
     if (!r->kv_loading)
         admit_count_reuse(r, reused);

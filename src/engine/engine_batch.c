@@ -72,12 +72,13 @@ typedef enum share_action {
  * rather than computing them twice (a prompt array over one context, as
  * lm-eval's multiple choice sends).  Only before its own prefill starts,
  * only within one isolation domain, never for sessions (their history is
- * their own); only earlier prompts, so no two wait for each other. */
+ * their own); only earlier prompts, so no two wait for each other.  A
+ * scoring prompt reuses only scored blocks: it waits only for a scoring
+ * prompt, until that one is done (engine_scores.c). */
 static share_action shared_prefill(const engine *e, size_t k,
                                    const gen_request *r)
 {
-    if (r->session != NULL || request_computes_whole_prompt(r) ||
-        r->n_prompt < 2)
+    if (r->session != NULL || r->inspect != NULL || r->n_prompt < 2)
         return SHARE_NONE;
     const size_t reused = r->usage.cached_tokens; /* the engine's own write */
     for (size_t j = 0; j < k; j++) {
@@ -85,6 +86,8 @@ static share_action shared_prefill(const engine *e, size_t k,
         if (q->session != NULL ||
             memcmp(q->id.domain, r->id.domain, SHA256_BYTES) != 0)
             continue;
+        if (r->score_prompt && !q->score_prompt)
+            continue; /* it keeps no scores for r to reuse */
         size_t common = 0, lim = q->n_prompt < r->n_prompt - 1
                                      ? q->n_prompt
                                      : r->n_prompt - 1;
@@ -94,9 +97,10 @@ static share_action shared_prefill(const engine *e, size_t k,
         if (common < reused + KV_BLOCK_TOKENS)
             continue;
         const seq_state *qs = &q->seqs[0];
-        size_t done = qs->phase != SEQ_PREFILL ? q->n_prompt
-                      : q->kv_loading          ? 0
-                                               : seq_len(e, qs);
+        /* a scoring prompt keeps its blocks' scores once it is done */
+        size_t done = qs->phase != SEQ_PREFILL           ? q->n_prompt
+                      : q->kv_loading || r->score_prompt ? 0
+                                                         : seq_len(e, qs);
         return done >= common ? SHARE_REBEGIN : SHARE_WAIT;
     }
     return SHARE_NONE;
@@ -443,7 +447,8 @@ static void run_job(void *ctx, size_t task, size_t worker)
         return; /* its head samples it */
     if (j->seq == SIZE_MAX) {
         sampler_score(e->scratch[worker], j->logits, e->vocab,
-                      r->prompt[j->prompt_pos], r->n_top, &j->result);
+                      r->prompt[j->prompt_pos], ENGINE_MAX_LOGPROBS,
+                      &j->result);
         return;
     }
     if (j->n_draft > 0) {

@@ -34,7 +34,8 @@ static void fill_token(gen_token *t, const sample_result *res, size_t n_top)
 static void apply_score(gen_request *r, const sample_job *j)
 {
     /* published all at once when the prefill ends (prefill_done) */
-    fill_token(&r->prompt_scores[j->prompt_pos], &j->result, r->n_top);
+    fill_token(&r->prompt_scores[j->prompt_pos], &j->result,
+               ENGINE_MAX_LOGPROBS); /* scores_keep cuts them to n_top */
 }
 
 static void observe_timing(gen_request *r, seq_state *s, double now)
@@ -153,6 +154,7 @@ static void prefill_done(engine *e, size_t n_entries)
             continue;
         pthread_mutex_lock(&r->lock);
         if (r->score_prompt) {
+            scores_keep(e, r);
             for (size_t i = 0; i < r->n_seq; i++) {
                 r->seqs[i].out.prompt_scores = r->prompt_scores;
                 r->seqs[i].out.n_prompt_scored = r->n_prompt;

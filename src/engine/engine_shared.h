@@ -14,11 +14,14 @@
  *   engine_fair.c     who is owed a slot, and who gives one way     (fair_)
  *   engine_pause.c    sequences paused and resumed                 (pause_)
  *   engine_draft.c    a draft model's guesses and its KV cache     (draft_)
+ *   engine_scores.c   a scored prompt's scores from and into the KV
+ *                     cache                                        (scores_)
  *   gen_request.c     the request shared with a connection      (request_)
  *
  * Calls run down that list only: engine.c calls any file below it,
- * publish calls lens, spec and admit, batch calls spec and admit, spec
- * calls draft, admit calls fair, pause and draft, pause calls draft, and
+ * publish calls lens, spec, admit and scores, batch calls spec and admit,
+ * spec calls draft, admit calls fair, pause, draft and scores, pause calls
+ * draft, and
  * all of them call gen_request.c, which calls none of them and knows no
  * engine.  The queue is read through engine_queue_at, here.
  *
@@ -194,7 +197,9 @@ struct engine {
     size_t n_jobs;
     lens_entry *lens; /* [n_slots] */
     size_t n_lens, n_lens_rows;
-    const float *lens_logits; /* the lens rows' logits in `logits` */
+    const float *lens_logits;    /* the lens rows' logits in `logits` */
+    float *score_logits;         /* [vocab]: a reused prefix's boundary */
+    kv_block_scores *score_blob; /* a block's scores, being kept */
 };
 
 /* The queue's i-th request, in arrival order. */
@@ -291,6 +296,20 @@ bool pause_resumable(const gen_request *r, size_t i);
  * is SEQ_RESUME, or why not (and nothing changed).  Beside its caller's
  * running sequences it must fit as a second request's would (kvcache.h). */
 kv_begin_status pause_resume(engine *e, gen_request *r, size_t i, double now);
+
+/* ---- engine_scores.c: a scored prompt's scores and the KV cache ---- */
+
+/* After a scoring request's sequence `seq` began reusing `reused` prompt
+ * tokens (whole scored blocks): their scores, and the residual that
+ * scores the token after them. */
+void scores_from_cache(engine *e, gen_request *r, size_t seq, size_t reused);
+/* Engine thread, without e->lock, after the step's forward pass: the
+ * first token after a reused scored prefix scored, and each full block's
+ * last residual kept as its row passes.  -1 when an unembedding failed. */
+int scores_step(engine *e, size_t n_entries, gpt2d_error *err);
+/* A scoring request's prompt is done: its new full blocks keep their
+ * scores, and its scores show the alternatives it asked for. */
+void scores_keep(engine *e, gen_request *r);
 
 /* ---- engine_draft.c: a draft model's guesses ---- */
 

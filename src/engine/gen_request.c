@@ -45,6 +45,8 @@ void request_free(gen_request *r)
         free(r->seqs);
     }
     free(r->prompt_scores);
+    free(r->block_residuals);
+    free(r->boundary_residual);
     inspect_capture_free(r->inspect);
     free(r->prompt);
     free(r->prediction);
@@ -55,13 +57,6 @@ void request_free(gen_request *r)
     pthread_cond_destroy(&r->cond);
     pthread_mutex_destroy(&r->lock);
     free(r);
-}
-
-/* Whether the request computes every prompt position itself, reusing no
- * cached prefix: scoring and inspecting need each position's own rows. */
-bool request_computes_whole_prompt(const gen_request *r)
-{
-    return r->score_prompt || r->inspect != NULL;
 }
 
 /* Under a constraint a stop string ends the text only where the text before
@@ -182,6 +177,12 @@ gen_request *request_create(const gen_params *p, const request_setup *setup)
         /* nothing predicts the first token */
         r->prompt_scores[0].token = r->prompt[0];
         r->prompt_scores[0].logprob = NAN;
+        const size_t C = setup->model->n_embd;
+        r->block_residuals = calloc(p->n_prompt / KV_BLOCK_TOKENS * C + 1,
+                                    sizeof *r->block_residuals);
+        r->boundary_residual = calloc(C, sizeof *r->boundary_residual);
+        if (r->block_residuals == NULL || r->boundary_residual == NULL)
+            goto fail;
     }
     for (size_t i = 0; i < r->n_seq; i++) {
         if (seq_init(setup, r, &r->seqs[i], i, p) != 0)

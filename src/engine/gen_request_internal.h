@@ -105,9 +105,18 @@ struct gen_request {
                            * (engine_batch.c's shared_prefill) */
     size_t lens_done;     /* logit-lens rows stored */
 
+    /* Scoring from the cache (engine_scores.c), engine thread only:
+     * each full block's last residual row as the prefill passes it,
+     * [n_prompt / KV_BLOCK_TOKENS][n_embd]; the reused scored prefix's
+     * last one, [n_embd]; and how many prompt tokens that prefix holds. */
+    float *block_residuals;
+    float *boundary_residual;
+    size_t scored_reuse;
+
     /* readers: under the lock */
     gen_token *prompt_scores; /* [n_prompt] when score_prompt; shown to
-                                   readers once complete */
+                                   readers once complete (written without
+                                   the lock before that) */
     gen_usage usage;
     double queued_seconds; /* from submit to admission; -1 before */
     size_t pauses;         /* its sequences' preemptions */
@@ -140,8 +149,5 @@ void request_touch(gen_request *r);
 void request_finish_seq(gen_request *r, size_t i, finish_reason why);
 /* Takes the request lock: ends every sequence still running. */
 void request_finish_all(gen_request *r, finish_reason why);
-/* Whether the request computes every prompt position itself, reusing no
- * cached prefix: scoring and inspecting need each position's own rows. */
-bool request_computes_whole_prompt(const gen_request *r);
 
 #endif

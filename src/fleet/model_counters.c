@@ -97,6 +97,7 @@ void model_gauges_add(metrics_gauges *g, const engine_stats *st,
     g->kv_blocks_cached += kv->blocks_cached;
     g->kv_blocks_in_use += kv->blocks_in_use;
     g->kv_blocks_reserved += kv->blocks_reserved;
+    g->kv_blocks_scored += kv->blocks_scored;
     g->kv_bytes += kv->bytes_total;
     g->kv_sessions += kv->sessions;
     g->kv_share.accounts += kv->accounts;

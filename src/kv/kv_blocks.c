@@ -104,6 +104,8 @@ int32_t kv_block_take_free(kv_cache *c, long acct)
     k->parent = NONE;
     k->session = false;
     k->next_in_bucket = NONE;
+    /* new contents: no scores until they are written for them */
+    kvcache_block_scores(&c->geo, (uint32_t)b)->filled = 0;
     return b;
 }
 

@@ -19,6 +19,11 @@ kv_stats kvcache_stats(const kv_cache *c)
     st.blocks_cached = c->n_unref;
     st.blocks_in_use = c->n_blocks - c->n_free - c->n_unref;
     st.blocks_reserved = c->reserved;
+    for (size_t b = 0; b < c->n_blocks; b++)
+        st.blocks_scored +=
+            c->blocks[b].state != BLOCK_FREE &&
+            kvcache_block_scores(&c->geo, (uint32_t)b)->filled ==
+                KV_SCORES_FILLED;
     st.bytes_total = c->n_blocks * c->geo.block_bytes;
     st.seqs_total = c->n_seqs;
     st.seqs_running = c->n_seqs - kvcache_seqs_free(c);

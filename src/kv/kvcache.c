@@ -46,7 +46,8 @@ size_t kvcache_max_total(size_t n_prompt, size_t n_seq, size_t have)
     return total * KV_BLOCK_TOKENS;
 }
 
-size_t kvcache_block_bytes(const kv_shape *shape, bool half)
+/* K and V of a block. */
+static size_t kv_bytes_of(const kv_shape *shape, bool half)
 {
     const size_t es = half ? 2 : 4;
     size_t n = 2 * es * KV_BLOCK_TOKENS;
@@ -57,6 +58,25 @@ size_t kvcache_block_bytes(const kv_shape *shape, bool half)
         n *= factors[i];
     }
     return n;
+}
+
+/* A block's scores, to a whole number of cache lines (the next block's
+ * K/V stay aligned). */
+static size_t scores_bytes_of(const kv_shape *shape)
+{
+    if (shape->n_embd >
+        (SIZE_MAX - sizeof(kv_block_scores)) / sizeof(float) - 64)
+        return 0;
+    const size_t n = sizeof(kv_block_scores) + shape->n_embd * sizeof(float);
+    return (n + 63) / 64 * 64;
+}
+
+size_t kvcache_block_bytes(const kv_shape *shape, bool half)
+{
+    const size_t kv = kv_bytes_of(shape, half), scores = scores_bytes_of(shape);
+    if (kv == 0 || scores == 0 || kv > SIZE_MAX - scores)
+        return 0;
+    return kv + scores;
 }
 
 /* ---- create / free ---- */
@@ -89,6 +109,8 @@ int kvcache_create(kv_cache **out, const kv_shape *shape,
     if (c == NULL)
         return error_set(err, "KV cache: out of memory");
     c->geo = (kv_geometry){ .block_bytes = bb,
+                            .kv_bytes = kv_bytes_of(shape, kc->half),
+                            .n_embd = shape->n_embd,
                             .elem_size = kc->half ? 2 : 4,
                             .half = kc->half,
                             .n_layer = shape->n_layer,
@@ -265,6 +287,11 @@ static void match_ram(const kv_cache *c, const kv_begin *b, prefix_match *m)
                                         b->prompt + m->pos, want, &shared);
         if (x == NONE)
             break;
+        if (b->scored_only &&
+            (shared < KV_BLOCK_TOKENS ||
+             kvcache_block_scores(&c->geo, (uint32_t)x)->filled !=
+                 KV_SCORES_FILLED))
+            break; /* a scored prefix only, of whole blocks */
         if (shared == KV_BLOCK_TOKENS) {
             m->matched[m->n_matched++] = x;
             m->newly_held += c->blocks[x].refs == 0;
@@ -283,6 +310,8 @@ static void match_ram(const kv_cache *c, const kv_begin *b, prefix_match *m)
  * read, or kv_tier_unplan): it replaces the partial copy. */
 static void match_disk(kv_cache *c, const kv_begin *b, prefix_match *m)
 {
+    if (b->scored_only)
+        return; /* whether a block on disk has scores is not known */
     m->n_plan = kv_tier_plan(c, m->key, m->domain, b->prompt, m->pos, m->limit,
                              m->copy_n, m->plan);
     if (m->n_plan > 0) {
@@ -557,6 +586,34 @@ void kvcache_seq_end(kv_cache *c, size_t seq, double now)
     s->record = -1;
     kv_accounts_release(&c->acc, s->acct);
     s->acct = NONE;
+}
+
+const kv_block_scores *kvcache_seq_scores(const kv_cache *c, size_t seq,
+                                          size_t i)
+{
+    const kv_seq *s = &c->seqs[seq];
+    if (i >= s->n_blocks)
+        return NULL;
+    const kv_block_scores *sc = kvcache_block_scores(&c->geo, s->blocks[i]);
+    return sc->filled == KV_SCORES_FILLED ? sc : NULL;
+}
+
+void kvcache_seq_keep_scores(kv_cache *c, size_t seq, size_t i,
+                             const kv_block_scores *scores)
+{
+    const kv_seq *s = &c->seqs[seq];
+    if (i >= s->n_blocks)
+        return;
+    const uint32_t b = s->blocks[i];
+    const kv_block *k = &c->blocks[b];
+    if (k->state != BLOCK_CACHED || k->n_filled != KV_BLOCK_TOKENS)
+        return; /* only a full block's scores can be found again */
+    kv_block_scores *dst = kvcache_block_scores(&c->geo, b);
+    if (dst->filled == KV_SCORES_FILLED)
+        return; /* the same bits, written once */
+    memcpy(dst->tokens, scores->tokens, sizeof dst->tokens);
+    memcpy(dst->residual, scores->residual, c->geo.n_embd * sizeof(float));
+    dst->filled = KV_SCORES_FILLED;
 }
 
 size_t kvcache_seq_len(const kv_cache *c, size_t seq)

@@ -188,6 +188,8 @@ typedef struct kv_begin {
     size_t max_total;       /* n_prompt + max_tokens, <= n_ctx */
     size_t n_seq;           /* sequences of this prompt, >= 1 */
     bool reuse;             /* false: compute every prompt token */
+    bool scored_only;       /* with reuse: only whole blocks whose scores
+                                 * are kept (kvcache_seq_scores), in RAM */
     bool keep_others_share; /* n_seq > 1: only the first sequence may
                                  * take other accounts' kept blocks */
     double now;             /* caller's clock, seconds */
@@ -231,6 +233,15 @@ void kvcache_seq_trim(kv_cache *c, size_t seq);
 void kvcache_seq_end(kv_cache *c, size_t seq, double now);
 
 /* Positions the sequence has cached, and its block table. */
+/* The scores of block i of the sequence (kv_layout.h), or NULL when it
+ * has none. */
+const kv_block_scores *kvcache_seq_scores(const kv_cache *c, size_t seq,
+                                          size_t i);
+/* Keeps `scores` (computed for its tokens: kv_layout.h) with block i of
+ * the sequence, when that block is full and in the index, and has none
+ * yet. */
+void kvcache_seq_keep_scores(kv_cache *c, size_t seq, size_t i,
+                             const kv_block_scores *scores);
 size_t kvcache_seq_len(const kv_cache *c, size_t seq);
 const uint32_t *kvcache_seq_blocks(const kv_cache *c, size_t seq);
 size_t kvcache_seqs_free(const kv_cache *c);
@@ -263,6 +274,7 @@ typedef struct kv_stats {
     size_t blocks_cached;   /* holding a reusable prefix, unreferenced */
     size_t blocks_in_use;   /* held by running sequences */
     size_t blocks_reserved; /* promised to running sequences, not yet taken */
+    size_t blocks_scored;   /* holding their tokens' scores (kv_layout.h) */
     size_t bytes_total;
     size_t seqs_total, seqs_running;
     size_t sessions;

@@ -557,6 +557,11 @@ static int check_pool(const forward_state *st, threadpool *pool,
     return 0;
 }
 
+const float *forward_last_residuals(const forward_state *st)
+{
+    return st->x;
+}
+
 int forward_unembed(forward_state *st, const model *m, threadpool *pool,
                     const float *x, size_t n_rows, float *logits,
                     gpt2d_error *err)

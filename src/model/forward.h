@@ -86,6 +86,11 @@ int forward_step(forward_state *st, const model *m, threadpool *pool,
                  const kv_geometry *kv, const forward_seq *seqs, size_t n_seqs,
                  float *logits, gpt2d_error *err);
 
+/* The last forward_step's residual stream after its last block, before
+ * the final LayerNorm: a row of n_embd per input row, in the order of the
+ * step's sequences and their tokens; valid until the next forward_step. */
+const float *forward_last_residuals(const forward_state *st);
+
 /* The final LayerNorm and the unembedding of n_rows residual-stream rows x
  * (n_rows, n_embd) into logits (n_rows, vocab_size): the last stage of
  * forward_step, with the same kernels, so a row gives the bits forward_step

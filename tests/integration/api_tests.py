@@ -55,6 +55,10 @@ TOL = 1e-3          # |logprob difference| a float32 server may show
 MIN_MARGIN = 5e-3   # greedy steps compared only where argmax is unambiguous
 N_CTX = 64          # the tiny model's context
 VOCAB_SIZE = 50257  # GPT-2's tokens, the fixtures' too
+# Bytes of one of tiny's KV blocks (2 layers, 64 wide, floats): K and V of
+# 16 positions, then their scores (kv_layout.h: 8 + 16 x 168 bytes and a
+# 64-float residual, to a whole number of 64-byte lines).
+TINY_BLOCK = 2 * 2 * 64 * 16 * 4 + (8 + 16 * 168 + 64 * 4 + 63) // 64 * 64
 BYTE_C3, BYTE_A9 = 127, 102   # byte-level tokens of b"\xc3" and b"\xa9" ("é")
 
 # ---------------------------------------------------------------- reference
@@ -1352,7 +1356,7 @@ class T4Sessions(ApiCase):
         """Three sessions on two slots are all kept; when the KV memory (6
         blocks of 16 positions here) runs short, the least recently used
         sessions' history goes, the last used one stays."""
-        block = 2 * 2 * 64 * 16 * 4     # K and V, 2 layers, 64 wide, floats
+        block = TINY_BLOCK
         srv = Server(GPT2D, TINY, WORKDIR,
                      ["--slots", "2", "--threads", "1",
                       "--kv-memory", str(6 * block)], name="lru").start()
@@ -1938,7 +1942,7 @@ class T7dChatOnASmallKvCache(ServerCase):
     chat that names no max runs with what the cache holds for its n
     sequences; one that does is refused naming the field it sent."""
     NAME = "chatkv"
-    BLOCK = 2 * 2 * 64 * 16 * 4     # K and V, 2 layers, 64 wide, floats
+    BLOCK = TINY_BLOCK
     ARGS = ("--slots", "4", "--threads", "1", "--kv-memory", str(4 * BLOCK))
     HI = [{"role": "user", "content": "hi"}]
 

@@ -53,7 +53,12 @@ from testlib import (GPT2D, SRCDIR, TINY, Case,  # noqa: E402
                      long_context_model, run_module, wait_for)
 
 WORKDIR = os.environ.get("GPT2D_KVCACHE_WORKDIR", tempfile.gettempdir())
-BLOCK_FILE = 256 + 2 * 2 * 64 * 16 * 4  # header + K/V of tiny's 16 positions
+# A block of tiny (2 layers x 64) in RAM: K/V of 16 positions, then their
+# scores (kv_layout.h: 8 + 16 x 168 bytes and a 64-float residual, to a
+# whole number of 64-byte lines).
+SCORES = (8 + 16 * 168 + 64 * 4 + 63) // 64 * 64
+BLOCK = 2 * 2 * 64 * 16 * 4 + SCORES
+BLOCK_FILE = 256 + BLOCK                # header + the block
 RAM = 8 * (BLOCK_FILE - 256)            # 8 blocks: two of tiny's contexts
 
 
@@ -475,6 +480,74 @@ class SharedContext(CacheCase):
                         texts[k], self.cold(c, p, max_tokens=max_tokens), k)
         self.stop(s)
 
+    def test_scoring_a_shared_context_computes_it_once(self):
+        """Echo scoring (lm-eval's log-likelihoods: echo, logprobs,
+        max_tokens 0) and echo with 1 or 16 tokens: a prompt array of 4
+        over one 400-token context, then 4 requests one after another over
+        another, reuse the context (every full block of it after the
+        first: 3 x 400 and 400 each, 95 % at least) with every logprob and
+        top_logprobs entry the same as a cold run's (its own cache_salt),
+        the first token after the reused blocks included."""
+        model = long_context_model(os.path.join(WORKDIR, "long-model"), TINY, 5)
+        s = Server(GPT2D, model, WORKDIR,
+                   ["--slots", "4", "--threads", "1", "--max-n", "4"],
+                   name="scored").start()
+        self.servers.append(s)
+        c = s.client()
+
+        def scored(prompt, max_tokens, salt=None):
+            body = dict(prompt=prompt, max_tokens=max_tokens, echo=True,
+                        logprobs=5, temperature=0, logit_bias=NO_EOT)
+            if salt is not None:
+                body["cache_salt"] = salt
+            r = c.post("/v1/completions", body)
+            self.assertEqual(r.status, 200, r)
+            return r.json
+
+        def scores(choice):
+            lp = choice["logprobs"]
+            return (lp["tokens"], lp["token_logprobs"], lp["top_logprobs"],
+                    choice["text"])
+
+        for max_tokens in (0, 1, 16):
+            with self.subTest(max_tokens=max_tokens, shape="array"):
+                context = [200 + max_tokens + (i * 11) % 5000
+                           for i in range(400)]
+                prompts = [context + [9000 + 3 * k, 9001 + 3 * k]
+                           for k in range(4)]
+                r = scored(prompts, max_tokens)
+                self.assertGreaterEqual(
+                    r["usage"]["prompt_tokens_details"]["cached_tokens"],
+                    3 * 400 * 95 // 100)
+                # the context's 25 full blocks keep their scores
+                self.assertGreaterEqual(
+                    metric_sum(c.metrics(), "gpt2d_kv_blocks_scored"), 25)
+                by_index = {ch["index"]: ch for ch in r["choices"]}
+                for k, p in enumerate(prompts):
+                    cold = scored(p, max_tokens, salt="array-%d-%d" % (
+                        max_tokens, k))
+                    self.assertEqual(
+                        cold["usage"]["prompt_tokens_details"]["cached_tokens"],
+                        0)
+                    self.assertEqual(scores(by_index[k]),
+                                     scores(cold["choices"][0]), k)
+            with self.subTest(max_tokens=max_tokens, shape="one by one"):
+                context = [300 + max_tokens + (i * 13) % 5000
+                           for i in range(400)]
+                for k in range(4):
+                    p = context + [9100 + k]
+                    r = scored(p, max_tokens)
+                    cached = r["usage"]["prompt_tokens_details"]["cached_tokens"]
+                    if k == 0:
+                        self.assertEqual(cached, 0)
+                    else:
+                        self.assertGreaterEqual(cached, 400 * 95 // 100)
+                    cold = scored(p, max_tokens, salt="seq-%d-%d" % (
+                        max_tokens, k))
+                    self.assertEqual(scores(r["choices"][0]),
+                                     scores(cold["choices"][0]), k)
+        self.stop(s)
+
 
 class Sharing(CacheCase):
     """Two API keys on the long-context model (1024 positions) with KV
@@ -482,7 +555,7 @@ class Sharing(CacheCase):
 
     ALICE = "sk-kv-alice-%d" % os.getpid()
     BOB = "sk-kv-bob-%d" % os.getpid()
-    LONG_BLOCK = 2 * 2 * 64 * 16 * 4    # K/V of 16 positions, 2 layers x 64
+    LONG_BLOCK = BLOCK                  # 2 layers x 64, as tiny's
 
     def keyed_server(self, name, extra=(), env=None):
         keys = os.path.join(WORKDIR, "sharing-keys")

@@ -747,17 +747,80 @@ START_TEST(test_engine_score_prompt_across_chunks)
 }
 END_TEST
 
-START_TEST(test_engine_score_prompt_never_reuses_cache)
+/* A scored prompt's scores, copied out, and what it reused. */
+typedef struct scored {
+    gen_token t[40];
+    size_t cached;
+} scored;
+
+static void score_once(engine *e, const gen_params *p, scored *out)
+{
+    gen_request *r = NULL;
+    ck_assert_int_eq(submit(e, p, &r), ENGINE_OK);
+    wait_finished(r);
+    gen_request_lock(r);
+    const gen_output *o = gen_request_output(r, 0);
+    ck_assert_uint_eq(o->n_prompt_scored, p->n_prompt);
+    ck_assert_uint_le(p->n_prompt, 40);
+    memset(out, 0, sizeof *out);
+    for (size_t i = 0; i < p->n_prompt; i++) {
+        out->t[i].token = o->prompt_scores[i].token;
+        out->t[i].logprob = o->prompt_scores[i].logprob;
+        out->t[i].n_top = o->prompt_scores[i].n_top;
+        memcpy(out->t[i].top, o->prompt_scores[i].top,
+               out->t[i].n_top * sizeof out->t[i].top[0]);
+    }
+    out->cached = gen_request_usage(r).cached_tokens;
+    gen_request_unlock(r);
+    gen_request_release(r);
+}
+
+/* Bit for bit: every token, logprob and alternative. */
+static void assert_same_scores(const scored *a, const scored *b, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        ck_assert_int_eq(a->t[i].token, b->t[i].token);
+        ck_assert_msg(
+            memcmp(&a->t[i].logprob, &b->t[i].logprob, sizeof(float)) == 0,
+            "position %zu: logprob %.9g vs %.9g", i, (double)a->t[i].logprob,
+            (double)b->t[i].logprob);
+        ck_assert_uint_eq(a->t[i].n_top, b->t[i].n_top);
+        ck_assert_msg(memcmp(a->t[i].top, b->t[i].top,
+                             a->t[i].n_top * sizeof a->t[i].top[0]) == 0,
+                      "position %zu: the alternatives differ", i);
+    }
+}
+
+/* A scored prompt keeps its full blocks' scores in the cache: scored
+ * again (chunked: 28-row chunks), it reuses them and scores the first
+ * token after them from the kept residual; every score is the same bits
+ * as a cold run's (another domain), each with the alternatives it asked
+ * for.  A plain request's blocks keep no scores: nothing is reused after
+ * one. */
+START_TEST(test_engine_score_prompt_reuses_scored_blocks)
 {
     engine *e = open_engine(1, 32, 4);
-    int32_t *prompt = prompt_of(10);
-    gen_params p = greedy_params(prompt, 10, 2);
+    int32_t *prompt = prompt_of(37);
+    gen_params p = greedy_params(prompt, 37, 2);
     outcome o;
     run(e, &p, &o);
     p.score_prompt = true;
     p.logprobs = true;
-    run(e, &p, &o);
-    ck_assert_uint_eq(o.usage.cached_tokens, 0);
+    p.n_top_logprobs = 5;
+    scored first, again, fewer, cold;
+    score_once(e, &p, &first);
+    ck_assert_uint_eq(first.cached, 0);
+    score_once(e, &p, &again);
+    ck_assert_uint_eq(again.cached, 32); /* its two full blocks */
+    assert_same_scores(&again, &first, 37);
+    p.n_top_logprobs = 2;
+    score_once(e, &p, &fewer);
+    ck_assert_uint_eq(fewer.cached, 32);
+    p.identity = caller(9, 9);
+    score_once(e, &p, &cold);
+    ck_assert_uint_eq(cold.cached, 0);
+    assert_same_scores(&fewer, &cold, 37);
+    ck_assert_uint_eq(cold.t[36].n_top, 2);
     engine_destroy(e);
     free(prompt);
 }
@@ -2628,7 +2691,7 @@ static Suite *engine_suite(void)
         score, test_engine_score_prompt_equals_log_softmax_of_direct_logits);
     tcase_add_test(score, test_engine_score_prompt_across_chunks);
     tcase_add_test(score, test_engine_score_prompt_then_generate);
-    tcase_add_test(score, test_engine_score_prompt_never_reuses_cache);
+    tcase_add_test(score, test_engine_score_prompt_reuses_scored_blocks);
     tcase_add_test(
         score,
         test_engine_score_prompt_is_published_before_a_first_token_finish);

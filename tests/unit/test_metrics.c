@@ -360,6 +360,7 @@ START_TEST(test_render_is_valid_exposition_text)
         { "gpt2d_slots_busy", "gauge" },
         { "gpt2d_kv_blocks", "gauge" },
         { "gpt2d_kv_blocks_reserved", "gauge" },
+        { "gpt2d_kv_blocks_scored", "gauge" },
         { "gpt2d_kv_bytes", "gauge" },
         { "gpt2d_kv_sessions", "gauge" },
         { "gpt2d_kv_evictions_total", "counter" },
@@ -383,6 +384,7 @@ START_TEST(test_gauges_report_engine_stats)
                           .kv_blocks_cached = 25,
                           .kv_blocks_in_use = 15,
                           .kv_blocks_reserved = 9,
+                          .kv_blocks_scored = 4,
                           .kv_bytes = 12345,
                           .kv_sessions = 4,
                           .kv_evictions = 77,
@@ -400,6 +402,7 @@ START_TEST(test_gauges_report_engine_stats)
     ck_assert_double_eq(value_of(sc, "gpt2d_kv_blocks", "state=\"in_use\""),
                         15);
     ck_assert_double_eq(value_of(sc, "gpt2d_kv_blocks_reserved", ""), 9);
+    ck_assert_double_eq(value_of(sc, "gpt2d_kv_blocks_scored", ""), 4);
     ck_assert_double_eq(value_of(sc, "gpt2d_kv_bytes", "tier=\"ram\""), 12345);
     ck_assert(!has_series(sc, "gpt2d_kv_disk_blocks")); /* no disk tier */
     ck_assert_double_eq(value_of(sc, "gpt2d_kv_sessions", ""), 4);
