@@ -102,9 +102,7 @@ bool admit_session_in_use(const engine *e, const uint8_t *owner,
 
 /* ---- a request's KV sequences ---- */
 
-/* What the request reuses from the cache, once known (a read from disk
- * may fail and leave those tokens to be computed). */
-void admit_count_reuse(gen_request *r, size_t reused)
+static void admit_count_reuse(gen_request *r, size_t reused)
 {
     pthread_mutex_lock(&r->lock);
     size_t before = r->usage.cached_tokens;
@@ -112,6 +110,15 @@ void admit_count_reuse(gen_request *r, size_t reused)
     pthread_mutex_unlock(&r->lock);
     if (reused > before)
         metrics_add_cached_tokens(reused - before);
+}
+
+/* What the request reuses from the cache, once known (a read from disk
+ * may fail and leave those tokens to be computed): counted, and a scoring
+ * request's scores of them taken. */
+void admit_reused(engine *e, gen_request *r, size_t reused)
+{
+    scores_from_cache(e, r, r->seqs[0].kv, reused);
+    admit_count_reuse(r, reused);
 }
 
 /* Begins the KV sequences of the request's first n_run sequences
@@ -144,10 +151,9 @@ kv_begin_status admit_begin_kv(engine *e, gen_request *r, size_t n_run,
         r->seqs[i].has_kv = true;
     }
     pause_unstarted(r, n_run);
-    scores_from_cache(e, r, seqs[0], reused);
     r->kv_loading = kvcache_seq_loading(e->kv, seqs[0]);
     if (!r->kv_loading)
-        admit_count_reuse(r, reused);
+        admit_reused(e, r, reused);
     return KV_BEGUN;
 }
 

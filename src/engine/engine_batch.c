@@ -262,7 +262,7 @@ size_t batch_build(engine *e, size_t *rows_out, size_t *prefill_out,
             if (!kvcache_seq_ready(e->kv, s->kv, &reused))
                 continue; /* its blocks are still on their way */
             r->kv_loading = false;
-            admit_count_reuse(r, reused);
+            admit_reused(e, r, reused);
         }
         if (!r->prefill_started) {
             share_action a = shared_prefill(e, k, r);

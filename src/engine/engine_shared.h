@@ -237,8 +237,9 @@ void admit_schedule(engine *e, double now);
  * kept share. */
 kv_begin_status admit_begin_kv(engine *e, gen_request *r, size_t n_run,
                                bool keep_others, double now);
-/* What the request reuses from the cache, once known. */
-void admit_count_reuse(gen_request *r, size_t reused);
+/* What the request reuses from the cache, once known: counted, and a
+ * scoring request's scores of it taken (engine_scores.c). */
+void admit_reused(engine *e, gen_request *r, size_t reused);
 /* Gives back a sequence's KV sequence, or all of the request's. */
 void admit_release_kv(engine *e, seq_state *s, double now);
 void admit_release_all_kv(engine *e, gen_request *r, double now);

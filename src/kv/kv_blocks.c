@@ -201,6 +201,12 @@ void kv_block_publish(kv_cache *c, kv_seq *s, size_t i)
     int32_t twin = kv_index_add(c, b, parent_key);
     if (twin == NONE)
         return;
+    /* the copy given up may have scores its twin lacks (read back from
+     * disk): the same tokens after the same prefix, the same scores */
+    const kv_block_scores *mine = kvcache_block_scores(&c->geo, (uint32_t)b);
+    kv_block_scores *theirs = kvcache_block_scores(&c->geo, (uint32_t)twin);
+    if (mine->filled == KV_SCORES_FILLED && theirs->filled != KV_SCORES_FILLED)
+        memcpy(theirs, mine, c->geo.block_bytes - c->geo.kv_bytes);
     kv_block_ref(c, twin);
     s->blocks[i] = (uint32_t)twin;
     if (i + 1 < s->n_blocks)

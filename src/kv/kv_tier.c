@@ -22,8 +22,9 @@
 
 #define KV_DISK_WRITE_QUEUE 16 /* blocks copied for the disk writer */
 
-static kv_block_meta meta_of(const kv_cache *c, const kv_block *k)
+static kv_block_meta meta_of(const kv_cache *c, int32_t b)
 {
+    const kv_block *k = &c->blocks[b];
     kv_block_meta m;
     memcpy(m.account, c->acc.a[k->acct].tag, KV_ACCOUNT_BYTES);
     memcpy(m.parent_key, k->parent_key, SHA256_BYTES);
@@ -32,6 +33,8 @@ static kv_block_meta meta_of(const kv_cache *c, const kv_block *k)
     memcpy(m.tokens, k->tokens, sizeof m.tokens);
     m.n_filled = k->n_filled;
     m.session = k->session;
+    m.scored = kvcache_block_scores(&c->geo, (uint32_t)b)->filled ==
+               KV_SCORES_FILLED;
     return m;
 }
 
@@ -40,7 +43,7 @@ void kv_tier_spill(kv_cache *c, int32_t b, bool wait)
 {
     if (c->disk == NULL)
         return;
-    kv_block_meta m = meta_of(c, &c->blocks[b]);
+    kv_block_meta m = meta_of(c, b);
     kvdisk_put(c->disk, &m, c->geo.base + (size_t)b * c->geo.block_bytes, wait);
 }
 
@@ -122,7 +125,8 @@ static bool disk_pays(kv_cache *c)
  * `copy_n` positions would give, or none. */
 size_t kv_tier_plan(kv_cache *c, const uint8_t key[SHA256_BYTES],
                     const uint8_t domain[SHA256_BYTES], const int32_t *prompt,
-                    size_t pos, size_t limit, size_t copy_n, disk_plan *plan)
+                    size_t pos, size_t limit, size_t copy_n, bool scored_only,
+                    disk_plan *plan)
 {
     if (c->disk == NULL || pos >= limit)
         return 0;
@@ -140,7 +144,8 @@ size_t kv_tier_plan(kv_cache *c, const uint8_t key[SHA256_BYTES],
         kv_block_meta m;
         long e = kvdisk_best_child(c->disk, k, domain, prompt + at, want,
                                    &shared, &m);
-        if (e < 0 || (at == pos && shared <= copy_n))
+        if (e < 0 || (at == pos && shared <= copy_n) ||
+            (scored_only && (shared < KV_BLOCK_TOKENS || !m.scored)))
             break;
         kvdisk_pin(c->disk, e);
         plan[n++] = (disk_plan){ .entry = e, .n_use = shared, .m = m };

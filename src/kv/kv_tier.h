@@ -16,10 +16,12 @@ void kv_tier_spill(kv_cache *c, int32_t b, bool wait);
 int32_t kv_tier_take(kv_cache *c, long acct);
 /* The blocks on disk that continue the prompt after `pos` (the RAM walk
  * ended there, at chain key `key`), pinned; more than a RAM copy of
- * `copy_n` positions would give, or none. */
+ * `copy_n` positions would give, or none; with `scored_only`, whole
+ * blocks that hold their scores only. */
 size_t kv_tier_plan(kv_cache *c, const uint8_t key[SHA256_BYTES],
                     const uint8_t domain[SHA256_BYTES], const int32_t *prompt,
-                    size_t pos, size_t limit, size_t copy_n, disk_plan *plan);
+                    size_t pos, size_t limit, size_t copy_n, bool scored_only,
+                    disk_plan *plan);
 /* Unpins a plan not taken. */
 void kv_tier_unplan(kv_cache *c, const disk_plan *plan, size_t n_plan);
 /* Takes a block for each planned read (out of the sequence's reservation)

@@ -310,10 +310,8 @@ static void match_ram(const kv_cache *c, const kv_begin *b, prefix_match *m)
  * read, or kv_tier_unplan): it replaces the partial copy. */
 static void match_disk(kv_cache *c, const kv_begin *b, prefix_match *m)
 {
-    if (b->scored_only)
-        return; /* whether a block on disk has scores is not known */
     m->n_plan = kv_tier_plan(c, m->key, m->domain, b->prompt, m->pos, m->limit,
-                             m->copy_n, m->plan);
+                             m->copy_n, b->scored_only, m->plan);
     if (m->n_plan > 0) {
         m->copy_src = NONE;
         m->copy_n = 0;

@@ -189,7 +189,7 @@ typedef struct kv_begin {
     size_t n_seq;           /* sequences of this prompt, >= 1 */
     bool reuse;             /* false: compute every prompt token */
     bool scored_only;       /* with reuse: only whole blocks whose scores
-                                 * are kept (kvcache_seq_scores), in RAM */
+                                 * are kept (kvcache_seq_scores) */
     bool keep_others_share; /* n_seq > 1: only the first sequence may
                                  * take other accounts' kept blocks */
     double now;             /* caller's clock, seconds */

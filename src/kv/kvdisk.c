@@ -29,6 +29,11 @@
 #define NAME_HEX (2 * SHA256_BYTES)
 static const char MAGIC[8] = "GPT2DKV"; /* with its NUL */
 
+/* file_header.flags: a session's history; a block whose data holds its
+ * tokens' scores. */
+#define FILE_SESSION 1u
+#define FILE_SCORED 2u
+
 typedef struct file_header {
     char magic[8];
     uint32_t version;
@@ -39,7 +44,7 @@ typedef struct file_header {
     uint8_t domain[SHA256_BYTES];
     int32_t tokens[KVDISK_BLOCK_TOKENS];
     uint32_t n_filled;
-    uint32_t session;
+    uint32_t flags; /* FILE_SESSION (all a version-1 file has), FILE_SCORED */
     uint64_t data_bytes;
     uint64_t data_checksum;
     uint64_t header_checksum; /* header_sum() */
@@ -307,7 +312,7 @@ static void header_of(const kv_disk *d, const kv_block_meta *m,
     memcpy(h->domain, m->domain, SHA256_BYTES);
     memcpy(h->tokens, m->tokens, sizeof h->tokens);
     h->n_filled = m->n_filled;
-    h->session = m->session;
+    h->flags = (m->session ? FILE_SESSION : 0) | (m->scored ? FILE_SCORED : 0);
     memcpy(h->account, m->account, KV_ACCOUNT_BYTES);
     h->data_bytes = d->block_bytes;
     h->data_checksum = checksum64(data, d->block_bytes);
@@ -552,7 +557,9 @@ static void scan(kv_disk *d)
             d->st.foreign++;
             continue;
         }
-        kv_block_meta m = { .n_filled = h.n_filled, .session = h.session != 0 };
+        kv_block_meta m = { .n_filled = h.n_filled,
+                            .session = (h.flags & FILE_SESSION) != 0,
+                            .scored = (h.flags & FILE_SCORED) != 0 };
         if (hc == HEADER_OK) {
             memcpy(m.parent_key, h.parent_key, SHA256_BYTES);
             memcpy(m.chain, h.chain, SHA256_BYTES);

@@ -47,6 +47,7 @@ typedef struct kv_block_meta {
     int32_t tokens[KVDISK_BLOCK_TOKENS];
     uint32_t n_filled;
     bool session;
+    bool scored; /* its data holds its tokens' scores (kv_layout.h) */
     uint8_t account[KV_ACCOUNT_BYTES]; /* whose request computed it */
 } kv_block_meta;
 

@@ -382,6 +382,37 @@ class Identity(CacheCase):
         self.assert_as_cold(s, (0, 5), 0)
         self.stop(s)
 
+    def test_scores_come_back_from_disk(self):
+        """A scored prompt's blocks keep their scores on disk: after a
+        restart the same scoring request reads its two full blocks back
+        and its scores are the same as before, and as a cold run's."""
+        prompt = [400 + (i * 17) % 5000 for i in range(40)]
+        body = dict(prompt=prompt, max_tokens=0, echo=True, logprobs=3)
+
+        def scored(c, **kw):
+            r = c.post("/v1/completions", dict(body, **kw))
+            self.assertEqual(r.status, 200, r)
+            lp = r.json["choices"][0]["logprobs"]
+            return ((lp["tokens"], lp["token_logprobs"], lp["top_logprobs"]),
+                    r.json["usage"]["prompt_tokens_details"]["cached_tokens"])
+
+        s = self.server("scored-1")
+        first, cached = scored(s.client())
+        self.assertEqual(cached, 0)
+        self.stop(s)
+        s = self.server("scored-2")
+        c = s.client()
+        again, cached = scored(c)
+        self.assertEqual(cached, 32)
+        self.assertEqual(again, first)
+        self.assertGreaterEqual(
+            metric_sum(c.metrics(), 'gpt2d_kv_hit_tokens_total{tier="disk"}'),
+            32)
+        cold, cached = scored(c, cache_salt="cold")
+        self.assertEqual(cached, 0)
+        self.assertEqual(cold, first)
+        self.stop(s)
+
     def test_the_same_model_restarted_reuses_its_cache(self):
         """Also after another model ran on the directory: its files, and
         its sessions' file, are still ours."""
