@@ -9,7 +9,11 @@
     python3 bench/draft.py --build BUILD agree [--target gpt2-xl]
         [--draft distilgpt2] [--dtype float32] [--tokens 48]
         [--percents 30,60,90] [--ks rule,1,8] [--repeats 3]
+    python3 bench/draft.py --build BUILD overhead [--target gpt2-xl]
+        [--draft distilgpt2] [--dtype float32] [--tokens 48]
     python3 bench/draft.py --build BUILD truncate MODEL_DIR LAYERS OUT_DIR
+
+(--binary GPT2D runs that daemon rather than BUILD's, to compare builds.)
 
 shapes: random weights in GPT-2's shapes (bench/sizes.py makes them), one
 greedy stream.  Random models never agree, so what is measured is the
@@ -45,6 +49,9 @@ rounds; the median tokens per second of each, the acceptance seen
 (usage.completion_tokens_details), and whether every answer was the same
 (it must be).  Then the same with every guess verified.
 
+overhead: shapes' last line alone: a random (always wrong) draft under the
+engine's own rule, "speculative" false and true alternating.
+
 truncate: writes OUT_DIR, a draft made of MODEL_DIR's first LAYERS layers
 (its embeddings, those layers, its final LayerNorm and unembedding: a
 layer-skipping draft of the model itself, the only draft a model trained
@@ -74,8 +81,12 @@ from gpt2d_client import Server  # noqa: E402
 ACCEPTANCE = (0.3, 0.6, 0.9)
 
 
+BINARY = None  # --binary: another gpt2d than BUILD's
+
+
 def start(build, target, work, args):
-    server = Server(os.path.join(build, "src", "gpt2d"), target, work, args)
+    server = Server(BINARY or os.path.join(build, "src", "gpt2d"), target,
+                    work, args)
     server.start(timeout=900)
     return server
 
@@ -223,6 +234,19 @@ def agree(args):
     return 0
 
 
+def overhead_only(args):
+    target = sizes.ensure_model(args.build, args.target, args.python)
+    draft = sizes.ensure_model(args.build, args.draft, args.python)
+    base = ["--dtype", args.dtype, "--threads", str(args.threads),
+            "--slots", "1"]
+    print("%s drafted by %s (random weights: always wrong), %s; load "
+          "average %.1f" % (args.target, args.draft, args.dtype,
+                            os.getloadavg()[0]))
+    with tempfile.TemporaryDirectory(prefix="gpt2d-draft-") as work:
+        overhead(args, target, draft, base, work, args.draft)
+    return 0
+
+
 def prompts(client, path, n):
     with open(path, encoding="utf-8") as f:
         texts = [t.strip() for t in f.read().split("<|endoftext|>")
@@ -323,6 +347,7 @@ def main(argv):
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--python", default="python3")
+    ap.add_argument("--binary", help="this gpt2d rather than BUILD's")
     sub = ap.add_subparsers(dest="mode", required=True)
     s = sub.add_parser("shapes")
     s.add_argument("--target", default="gpt2-xl", choices=sorted(sizes.SHAPES))
@@ -348,8 +373,17 @@ def main(argv):
     t.add_argument("model_dir")
     t.add_argument("layers", type=int)
     t.add_argument("out_dir")
+    o = sub.add_parser("overhead")
+    o.add_argument("--target", default="gpt2-xl", choices=sorted(sizes.SHAPES))
+    o.add_argument("--draft", default="distilgpt2",
+                   choices=sorted(sizes.SHAPES))
+    o.add_argument("--dtype", default="float32")
+    o.add_argument("--tokens", type=int, default=48)
     args = ap.parse_args(argv)
-    return {"shapes": shapes, "agree": agree, "pair": pair,
+    global BINARY
+    BINARY = args.binary
+    return {"shapes": shapes, "overhead": overhead_only, "agree": agree,
+            "pair": pair,
             "truncate": truncate}[args.mode](args)
 
 
