@@ -126,11 +126,11 @@ static void plan_inspect_memory(daemon_state *d, bool defaulted)
 {
     /* GPT-2 checkpoints share one tokenizer: the default model's longest
      * token stands for every model's */
-    served_model *first = fleet_look(d->models, NULL);
-    if (first == NULL)
+    gpt2d_error err;
+    const tokenizer *tok = fleet_tokenizer(d->models, NULL, &err);
+    if (tok == NULL)
         return;
-    const size_t token_text_most = first->token_text_most;
-    fleet_unlook(d->models, first);
+    const size_t token_text_most = inspect_token_text_most(tok);
     fleet_model_info *info = calloc(FLEET_MAX_MODELS, sizeof *info);
     if (info == NULL)
         return;
@@ -338,7 +338,7 @@ static int wait_for_stop(daemon_state *d, const sigset_t *set)
 static void teardown(daemon_state *d)
 {
     /* The server first: its threads hold request references into the
-     * engine. */
+     * engine, and answers still being sent read the fleet's tokenizers. */
     http_stop(d->http);
     workpool_stop(d->work);
     fleet_free(d->models);

@@ -48,8 +48,6 @@ struct api_body {
     char piece[PIECE_MAX];       /* the piece being copied out ... */
     size_t piece_len, piece_off; /* ... and how much of it was */
     work_charge charge;
-    void (*release)(void *owner, void *held); /* api_body_hold's */
-    void *owner, *held;
 };
 
 static const char *head_of(const api_body *b)
@@ -271,20 +269,10 @@ size_t api_body_read(api_body *b, char *buf, size_t max)
     return n;
 }
 
-void api_body_hold(api_body *b, void (*release)(void *owner, void *held),
-                   void *owner, void *held)
-{
-    b->release = release;
-    b->owner = owner;
-    b->held = held;
-}
-
 void api_body_free(api_body *b)
 {
     if (b == NULL)
         return;
-    if (b->release != NULL)
-        b->release(b->owner, b->held);
     work_charge_release(&b->charge);
     free(b->ids);
     free(b);

@@ -19,7 +19,8 @@
 typedef struct api_body api_body;
 
 /* Take ownership of ids[0, n) (malloc'ed; valid ids of tok); NULL on OOM,
- * and then the ids are still the caller's. */
+ * and then the ids are still the caller's.  A content body renders its
+ * text from `tok` as it is sent: tok must outlive the body. */
 api_body *api_body_token_list(int32_t *ids, size_t n);
 api_body *api_body_content(const tokenizer *tok, int32_t *ids, size_t n);
 /* What a body of n ids holds: the most its answer's charge needs. */
@@ -27,11 +28,6 @@ size_t api_body_bytes(size_t n_ids);
 /* The body holds the charge from now on, lowered to what it holds, and
  * releases it when freed; *charge is zeroed. */
 void api_body_take_charge(api_body *b, work_charge *charge);
-/* What the body reads from while it is sent (a content body: its
- * tokenizer) stays held until it is freed: then release(owner, held) is
- * called once. */
-void api_body_hold(api_body *b, void (*release)(void *owner, void *held),
-                   void *owner, void *held);
 /* The answer's length in bytes, known from the start. */
 size_t api_body_length(const api_body *b);
 /* Copies the next bytes of the answer into buf; 0 at its end. */

@@ -111,6 +111,14 @@ int api_charge_tokens(const api_ctx *ctx, const api_caller *caller,
  * a request holds its model for seconds, not minutes. */
 #define MODEL_BUSY_RETRY_SECONDS 5
 
+/* The answer to a name no model has; `err` is fleet_no_such_model's. */
+static int model_not_found(api_error *e, const gpt2d_error *err)
+{
+    api_error_set(e, 404, "model", "%s", err->message);
+    e->code = "model_not_found";
+    return -1;
+}
+
 int api_model_acquire(const api_ctx *ctx, const char *name, bool wait,
                       served_model **out, api_error *e, int *retry_after)
 {
@@ -121,9 +129,7 @@ int api_model_acquire(const api_ctx *ctx, const char *name, bool wait,
     case FLEET_NOT_LOADED:
         return 1;
     case FLEET_UNKNOWN:
-        api_error_set(e, 404, "model", "%s", err.message);
-        e->code = "model_not_found";
-        return -1;
+        return model_not_found(e, &err);
     case FLEET_NO_ROOM:
         api_error_set(e, 503, "model",
                       "model '%.200s' cannot be loaded now: the memory for "
@@ -175,19 +181,25 @@ static const char *model_named(json_t *root)
     return json_string_value(json_object_get(root, "model"));
 }
 
+/* The body as a JSON object whose "model", if any, is a string (or
+ * null): 0 with *root set (once: a job that runs again keeps it), or -1
+ * with `e` set. */
+static int parse_naming_body(json_t **root, const char *body, size_t len,
+                             api_error *e)
+{
+    if (*root == NULL && (*root = api_parse_object(body, len, e)) == NULL)
+        return -1;
+    const json_t *named = json_object_get(*root, "model");
+    if (named != NULL && !json_is_string(named) && !json_is_null(named))
+        return api_error_set(e, 400, "model", "model must be a string");
+    return 0;
+}
+
 static void model_parse_run(void *arg)
 {
     model_parse_job *j = arg;
-    if (j->root == NULL &&
-        (j->root = api_parse_object(j->body, j->len, &j->e)) == NULL) {
-        j->rc = -1;
+    if ((j->rc = parse_naming_body(&j->root, j->body, j->len, &j->e)) != 0)
         return;
-    }
-    const json_t *named = json_object_get(j->root, "model");
-    if (named != NULL && !json_is_string(named) && !json_is_null(named)) {
-        j->rc = api_error_set(&j->e, 400, "model", "model must be a string");
-        return;
-    }
     if (*j->model == NULL &&
         (j->rc = api_model_acquire(j->ctx, model_named(j->root), false,
                                    j->model, &j->e, &j->retry_after)) != 0)
@@ -232,4 +244,53 @@ int api_parse_for_model(const api_ctx *ctx, const api_caller *who,
         *served = NULL;
     }
     return rc;
+}
+
+typedef struct tokenizer_parse_job {
+    const api_ctx *ctx;
+    const char *body;
+    size_t len;
+    int (*parse)(void *arg, json_t *root, api_error *e);
+    void *arg;
+    const tokenizer **tok;
+    api_error e;
+    int rc; /* 0 or -1 (e) */
+} tokenizer_parse_job;
+
+static void tokenizer_parse_run(void *arg)
+{
+    tokenizer_parse_job *j = arg;
+    json_t *root = NULL;
+    gpt2d_error err = { { 0 } };
+    if ((j->rc = parse_naming_body(&root, j->body, j->len, &j->e)) == 0) {
+        *j->tok = fleet_tokenizer(j->ctx->models, model_named(root), &err);
+        j->rc = *j->tok == NULL ? model_not_found(&j->e, &err)
+                                : j->parse(j->arg, root, &j->e);
+    }
+    json_decref(root);
+}
+
+int api_parse_for_tokenizer(const api_ctx *ctx, const api_caller *who,
+                            const api_client *client, const char *body,
+                            size_t len,
+                            int (*parse)(void *arg, json_t *root, api_error *e),
+                            void *arg, size_t memory, work_charge *charge,
+                            const tokenizer **tok, api_response *r)
+{
+    tokenizer_parse_job j = { .ctx = ctx,
+                              .body = body,
+                              .len = len,
+                              .parse = parse,
+                              .arg = arg,
+                              .tok = tok,
+                              .rc = -1 };
+    if (api_work(ctx, who, client, tokenizer_parse_run, &j, memory, charge,
+                 r) != 0)
+        return -1;
+    if (j.rc == 0)
+        return 0;
+    if (charge != NULL)
+        work_charge_release(charge);
+    api_response_error(r, &j.e);
+    return -1;
 }

@@ -62,6 +62,19 @@ int api_parse_for_model(const api_ctx *ctx, const api_caller *who,
                         void *arg, size_t memory, work_charge *charge,
                         served_model **served, api_response *r);
 
+/* api_parse_for_model for work that needs only the named model's
+ * tokenizer (fleet_tokenizer): its JSON, then the tokenizer (in *tok),
+ * then parse(arg, root, e).  The model is neither loaded nor counted as
+ * used, and the tokenizer outlives every request.  0 when parse
+ * succeeded; -1 with the answer in `r` (the JSON's 400, 404
+ * model_not_found, parse's error, or api_work's) and *charge released. */
+int api_parse_for_tokenizer(const api_ctx *ctx, const api_caller *who,
+                            const api_client *client, const char *body,
+                            size_t len,
+                            int (*parse)(void *arg, json_t *root, api_error *e),
+                            void *arg, size_t memory, work_charge *charge,
+                            const tokenizer **tok, api_response *r);
+
 /* ---- work outside the engine (workpool.h) ----
  *
  * Runs fn(arg) on ctx->work for `who`, waiting for a worker and for

@@ -170,9 +170,10 @@ void api_metrics(const api_ctx *ctx, api_response *r)
 
 /* One /tokenize or /detokenize on the work pool: the body in, the answer
  * (or the 400 it earns) out.  The request's body is the connection's and
- * outlives the job. */
+ * outlives the job.  The named model's tokenizer is the fleet's, loaded
+ * or not (fleet_tokenizer): tokenizing never loads a model. */
 typedef struct token_job {
-    served_model *model;
+    const tokenizer *tok;
     api_body *answer; /* NULL: `e` says why */
 } token_job;
 
@@ -185,7 +186,7 @@ static int tokenize_parse(void *arg, json_t *root, api_error *e)
     int32_t *ids = NULL;
     size_t n = 0;
     gpt2d_error err;
-    if (tokenizer_encode(j->model->tok, json_string_value(content),
+    if (tokenizer_encode(j->tok, json_string_value(content),
                          json_string_length(content), &ids, &n, &err) != 0)
         return api_error_set(e, 500, NULL, "tokenizer: %s", err.message);
     /* the answer holds the ids: no more room than they take */
@@ -234,20 +235,15 @@ static int detokenize_parse(void *arg, json_t *root, api_error *e)
     token_job *j = arg;
     int32_t *ids = NULL;
     size_t n = 0;
-    if (read_token_array(root, j->model->tok, &ids, &n, e) != 0)
+    if (read_token_array(root, j->tok, &ids, &n, e) != 0)
         return -1;
     /* counting the answer's length walks its text: work for the pool */
-    j->answer = api_body_content(j->model->tok, ids, n);
+    j->answer = api_body_content(j->tok, ids, n);
     if (j->answer == NULL) {
         free(ids);
         return api_error_set(e, 500, NULL, "out of memory");
     }
     return 0;
-}
-
-static void release_model(void *models, void *held)
-{
-    fleet_release(models, held);
 }
 
 /* Runs a token job for `who` and answers with what it made.  `most_ids`
@@ -260,13 +256,13 @@ static void run_token_job(const api_ctx *ctx, const api_caller *who,
 {
     token_job j = { NULL, NULL };
     work_charge charge;
-    if (api_parse_for_model(ctx, who, client, body, len, parse, &j,
-                            api_body_bytes(most_ids), &charge, &j.model,
-                            r) != 0)
+    if (api_parse_for_tokenizer(ctx, who, client, body, len, parse, &j,
+                                api_body_bytes(most_ids), &charge, &j.tok,
+                                r) != 0)
         return;
-    /* a content body renders its text from the model's tokenizer as it
-     * is sent: the model stays held (not unloaded) until then */
-    api_body_hold(j.answer, release_model, ctx->models, j.model);
+    /* a content body renders its text from the tokenizer as it is sent:
+     * the fleet's, which outlives every connection, whatever the model
+     * does meanwhile */
     api_body_take_charge(j.answer, &charge);
     api_response_source(r, 200, "application/json", api_body_source(j.answer));
 }

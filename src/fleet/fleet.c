@@ -38,7 +38,8 @@ typedef struct fleet_entry {
     char *draft_dir; /* --draft's model for it; NULL: none */
     char draft_id[SERVED_MODEL_ID_MAX + 1];
     model_config config;
-    size_t bytes; /* served_model_bytes */
+    tokenizer *tok; /* read at start; lent to `sm` whenever it loads */
+    size_t bytes;   /* served_model_bytes */
     fleet_model_state state;
     served_model *sm;               /* when LOADED */
     size_t holds;                   /* requests holding it */
@@ -300,7 +301,8 @@ static int add_directory(fleet *f, const char *root, gpt2d_error *err)
     return rc;
 }
 
-/* Each model's config, what it counts, and where its disk tier is. */
+/* Each model's config and tokenizer, what it counts, and where its disk
+ * tier is. */
 static int describe(fleet *f, gpt2d_error *err)
 {
     const settings *c = f->cfg;
@@ -310,7 +312,8 @@ static int describe(fleet *f, gpt2d_error *err)
         struct stat st;
         if (stat(e->dir, &st) != 0)
             return error_set(err, "%s: %s", e->dir, strerror(errno));
-        if (model_config_read(&e->config, e->dir, err) != 0)
+        if (model_config_read(&e->config, e->dir, err) != 0 ||
+            served_model_tokenizer_load(&e->tok, e->dir, &e->config, err) != 0)
             return -1;
         if (served_model_check(&e->config, c, e->id, err) != 0)
             return -2;
@@ -367,6 +370,7 @@ static int load_locked(fleet *f, fleet_entry *e, bool at_start,
     const served_model_spec spec = { .id = e->id,
                                      .dir = e->dir,
                                      .cfg = f->cfg,
+                                     .tok = e->tok,
                                      .kv_disk_dir = e->kv_dir,
                                      .draft_id = e->draft_id,
                                      .draft_dir = e->draft_dir,
@@ -605,6 +609,7 @@ void fleet_free(fleet *f)
     fleet_shutdown(f, 0);
     for (size_t i = 0; i < f->n; i++) {
         served_model_free(f->entries[i].sm);
+        tokenizer_free(f->entries[i].tok); /* after its borrower */
         free(f->entries[i].dir);
         free(f->entries[i].kv_dir);
         free(f->entries[i].draft_dir);
@@ -638,6 +643,18 @@ static fleet_entry *find(fleet *f, const char *name)
     if (name == NULL || name[0] == '\0' || f->n == 1)
         return &f->entries[0];
     return find_entry(f, name, strlen(name));
+}
+
+const tokenizer *fleet_tokenizer(fleet *f, const char *name, gpt2d_error *err)
+{
+    /* the list and each entry's tokenizer are fixed once fleet_create
+     * returns: no lock, and the model's state is none of our business */
+    const fleet_entry *e = find(f, name);
+    if (e == NULL) {
+        fleet_no_such_model(f, name, err);
+        return NULL;
+    }
+    return e->tok;
 }
 
 fleet_status fleet_acquire(fleet *f, const char *name, bool wait,

@@ -18,6 +18,11 @@
  * does not fit waits up to a second for requests to let go of theirs
  * before the answer is FLEET_NO_ROOM.
  *
+ * Tokenizers: each model's is read from its directory at start, owned by
+ * the fleet until fleet_free and lent to the model whenever it loads, so
+ * what needs only the tokenizer (/tokenize, /detokenize) never loads a
+ * model (fleet_tokenizer).
+ *
  * Every model's engine shares one worker pool, in turns fair by step time
  * (compute_share.h).  With several models each one's disk tier is a
  * subdirectory of --kv-cache-dir named by its id (one model: the directory
@@ -43,8 +48,9 @@ typedef struct fleet fleet;
 /* The most models one daemon lists. */
 #define FLEET_MAX_MODELS 256
 
-/* Reads the models' list and configs, then loads those that fit.  -1 and
- * a message when a model cannot be read or loaded at start; -2 for a
+/* Reads the models' list, configs and tokenizers, then loads those that
+ * fit.  -1 and a message when a model (its config or tokenizer, for every
+ * model; its weights, for those loaded) cannot be read at start; -2 for a
  * usage error (bad ids, duplicate ids, no models, a model that could
  * never fit the budget, settings the default model's shapes refuse).
  * `token_text_most`: served_model_spec's, for every model. */
@@ -75,6 +81,14 @@ void fleet_release(fleet *f, served_model *m);
 /* FLEET_UNKNOWN's message: "no model 'NAME' (this server has 'a', 'b')";
  * returns -1. */
 int fleet_no_such_model(fleet *f, const char *name, gpt2d_error *err);
+
+/* The tokenizer of the model `name` names (NULL or "": the default; with
+ * one model, whatever is named, as fleet_acquire), whether the model is
+ * loaded or not: it is neither loaded for this nor counted as used.  The
+ * fleet owns it until fleet_free (so it outlives every request), and it
+ * may be used from any thread (tokenizer.h); no lock.  NULL when no model
+ * has that name, and then `err` says so (fleet_no_such_model). */
+const tokenizer *fleet_tokenizer(fleet *f, const char *name, gpt2d_error *err);
 
 /* Looking is not using: a model held by a look (the models' list, the
  * metrics, the sessions' list) is not unloaded meanwhile, but its idle

@@ -10,17 +10,32 @@
 
 #include "core/log.h"
 
-static int load_tokenizer(served_model *s, const char *dir, gpt2d_error *err)
+/* A tokenizer with more tokens than the model would hand it ids past its
+ * embedding table. */
+static int check_tokenizer(const tokenizer *tok, const char *dir,
+                           const model_config *mc, gpt2d_error *err)
+{
+    if (tokenizer_vocab_size(tok) > mc->vocab_size)
+        return error_set(err,
+                         "%s: tokenizer has %zu tokens but the model only %zu",
+                         dir, tokenizer_vocab_size(tok), mc->vocab_size);
+    return 0;
+}
+
+int served_model_tokenizer_load(tokenizer **out, const char *dir,
+                                const model_config *mc, gpt2d_error *err)
 {
     char vocab_path[4096], merges_path[4096];
     snprintf(vocab_path, sizeof vocab_path, "%s/vocab.json", dir);
     snprintf(merges_path, sizeof merges_path, "%s/merges.txt", dir);
-    if (tokenizer_load(&s->tok, vocab_path, merges_path, err) != 0)
+    *out = NULL;
+    if (tokenizer_load(out, vocab_path, merges_path, err) != 0)
         return -1;
-    if (tokenizer_vocab_size(s->tok) > s->mdl.config.vocab_size)
-        return error_set(
-            err, "%s: tokenizer has %zu tokens but the model only %zu", dir,
-            tokenizer_vocab_size(s->tok), s->mdl.config.vocab_size);
+    if (check_tokenizer(*out, dir, mc, err) != 0) {
+        tokenizer_free(*out);
+        *out = NULL;
+        return -1;
+    }
     return 0;
 }
 
@@ -210,7 +225,10 @@ int served_model_load(served_model **out, const served_model_spec *spec,
             goto fail;
         }
     }
-    if (load_tokenizer(s, spec->dir, err) != 0 ||
+    /* checked again: the config read now may not be the one the
+     * tokenizer was checked against when it was loaded */
+    s->tok = spec->tok;
+    if (check_tokenizer(s->tok, spec->dir, &s->mdl.config, err) != 0 ||
         load_grammars(s, c->grammar_memory, err) != 0)
         goto fail;
     s->token_text_most = spec->token_text_most != NULL
@@ -240,7 +258,6 @@ void served_model_free(served_model *s)
         engine_destroy(s->eng);
     grammar_cache_free(s->grammars);
     grammar_vocab_free(s->grammar_vocab);
-    tokenizer_free(s->tok);
     if (s->model_loaded)
         model_free(&s->mdl);
     if (s->draft_loaded)

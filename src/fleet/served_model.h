@@ -1,7 +1,8 @@
 /* served_model.h — one model as the daemon serves it: its weights, its
- * tokenizer, its constraints' tables and its engine (with its own KV cache,
- * and so its own isolation domain), loaded from one directory and freed
- * together.
+ * constraints' tables and its engine (with its own KV cache, and so its
+ * own isolation domain), loaded from one directory and freed together;
+ * and its tokenizer, borrowed from whoever loaded it from that directory
+ * (the fleet, which needs it while the model is not loaded too).
  *
  * Threads: loaded and freed by whoever the fleet lets (fleet.h); while
  * loaded, read-only to every thread that holds it, the engine and the
@@ -27,7 +28,7 @@
 typedef struct served_model {
     char id[SERVED_MODEL_ID_MAX + 1];
     model mdl;
-    tokenizer *tok;
+    const tokenizer *tok; /* spec.tok, borrowed: its owner outlives us */
     grammar_vocab *grammar_vocab; /* the tokens constraints mask */
     grammar_cache *grammars;
     size_t token_text_most; /* spec.token_text_most(tok): what bounds an
@@ -46,6 +47,8 @@ typedef struct served_model_spec {
     const char *id;
     const char *dir;
     const settings *cfg;     /* dtype, matmul, slots, KV and engine limits */
+    const tokenizer *tok;    /* dir's (served_model_tokenizer_load), which
+                                must outlive the served model */
     const char *kv_disk_dir; /* its disk tier; NULL or "": none */
     const char *draft_id;    /* NULL, or its draft model's name */
     const char *draft_dir;   /* and where the draft is */
@@ -61,6 +64,11 @@ typedef struct served_model_spec {
  * model's shapes (a usage error). */
 int served_model_load(served_model **out, const served_model_spec *spec,
                       gpt2d_error *err);
+/* The tokenizer of the model directory `dir` (its vocab.json and
+ * merges.txt), checked against the model's config `mc`: no more tokens
+ * than the model has.  -1 and a message naming the file when not. */
+int served_model_tokenizer_load(tokenizer **out, const char *dir,
+                                const model_config *mc, gpt2d_error *err);
 /* Stops the engine (running work gets `drain_ms`, then is cancelled). */
 void served_model_shutdown(served_model *s, int drain_ms);
 void served_model_free(served_model *s);

@@ -316,6 +316,16 @@ class T1Endpoints(ApiCase):
         r = main_client().post("/tokenize", {"content": "Hello world"})
         self.assertEqual(r.status, 200, r)
         self.assertEqual(r.json["tokens"], [15496, 995])
+        # one model answers whatever a request names
+        for path, body, want in (
+                ("/tokenize", {"content": "Hello world"},
+                 {"tokens": [15496, 995]}),
+                ("/detokenize", {"tokens": [15496, 995]},
+                 {"content": "Hello world"})):
+            with self.subTest(path=path):
+                r = main_client().post(path, dict(body,
+                                                  model="some-other-name"))
+                self.assertEqual((r.status, r.json), (200, want))
 
     def test_tokenize_detokenize_round_trip_unicode(self):
         text = "Héllo wörld — 日本語 ✓ <|endoftext|> tabs\tand\nlines"

@@ -19,13 +19,20 @@ real processes on 127.0.0.1 (run by tests/integration/test_models.sh).
     (which finishes with exactly its answer); an idle model unloads after
     --model-idle-timeout and loads again on the next request; a model whose
     files are broken is a 500 naming why, and the others serve on.
+  - Tokenizing (/tokenize, /detokenize) uses the model's tokenizer, read at
+    start: for a model that is not loaded it answers as the loaded ones do
+    and leaves it unloaded, even where there is no room to load it, and it
+    is not a use of the model (the least recently used one is unloaded);
+    a /detokenize answer read slowly outlives its model's unload.
   - Draft models (--draft): each model answers with its own reference
     tokens, whole, streamed, with n > 1 and a session's second turn,
     while a draft guesses for it (itself, from a copy: every greedy guess
     holds; a smaller model's context: it drafts for the positions it
     has); seeded sampling gives the same text with and without; the
     guesses show in usage, /v1/models and /metrics.
-  - Lists the daemon refuses at start (exit 2, one line saying why).
+  - Lists the daemon refuses at start (exit 2, one line saying why), and
+    model directories whose tokenizer cannot be read, even those that would
+    load only on first use (exit 1, one line naming the file).
 
 Slow generations come from --test-min-step-us (every engine step lasts at
 least that long; speculation off, so a step is one token), so "still
@@ -46,8 +53,8 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-from gpt2d_client import (EOT, NO_EOT, Server, http_request,  # noqa: E402
-                          read_raw)
+from gpt2d_client import (EOT, NO_EOT, Server, Vocab,  # noqa: E402
+                          http_request, read_raw)
 from testlib import (DATA, GPT2D, SRCDIR, TINY, Case,  # noqa: E402
                      long_context_model, run_module, wait_for)
 
@@ -88,14 +95,28 @@ def long_models_dir():
     return d
 
 
-def broken_models_dir():
-    """A --models-dir whose one model has a config.json and no weights."""
-    d = os.path.join(WORKDIR, "broken-dir")
+def model_dir_of(name, files, edit=None):
+    """A --models-dir holding one model `name` made of tiny's `files`;
+    edit(config) changes its config.json."""
+    d = os.path.join(WORKDIR, name + "-dir")
     if not os.path.isdir(d):
-        os.makedirs(os.path.join(d, "broken"))
-        shutil.copy(os.path.join(TINY, "config.json"),
-                    os.path.join(d, "broken", "config.json"))
+        os.makedirs(os.path.join(d, name))
+        for f in files:
+            shutil.copy(os.path.join(TINY, f), os.path.join(d, name, f))
+        if edit is not None:
+            path = os.path.join(d, name, "config.json")
+            with open(path, encoding="utf-8") as f:
+                config = json.load(f)
+            edit(config)
+            with open(path, "w", encoding="utf-8") as f:
+                json.dump(config, f)
     return d
+
+
+def broken_models_dir():
+    """A --models-dir whose one model has a config.json and a tokenizer,
+    and no weights."""
+    return model_dir_of("broken", ("config.json", "vocab.json", "merges.txt"))
 
 
 _refs = {}
@@ -274,6 +295,32 @@ class ThreeModels(ModelsCase):
         r = c.post("/tokenize", {"model": "wide", "content": "Hello world"})
         self.assertEqual((r.status, r.json), (200, {"tokens": [15496, 995]}))
 
+    def test_tokenizing_is_not_a_use_of_the_model(self):
+        """Tokenizing needs only a model's tokenizer, read at start: it
+        does not load the model, nor count as using it, so the least
+        recently used model is still the one unloaded for another."""
+        srv = self.start("lru-tokenize", TINY,
+                         list(self.ARGS) + ["--models-dir", models_dir(),
+                                            "--models-max", "2"])
+        c = srv.client()
+        self.assertEqual(states(c), {"tiny": "loaded", "small": "loaded",
+                                     "wide": "unloaded"})
+        for name in ("tiny", "small"):
+            c.complete(model=name, prompt="Hi", max_tokens=1)
+        # tiny was used longest ago, and tokenizing with it changes nothing
+        for path, body in (("/tokenize", {"content": "Hi"}),
+                           ("/detokenize", {"tokens": [17250]})):
+            with self.subTest(path=path):
+                r = c.post(path, dict(body, model="tiny"))
+                self.assertEqual(r.status, 200, r)
+        r = c.post("/tokenize", {"model": "wide", "content": "Hello world"})
+        self.assertEqual((r.status, r.json), (200, {"tokens": [15496, 995]}))
+        self.assertEqual(states(c), {"tiny": "loaded", "small": "loaded",
+                                     "wide": "unloaded"})
+        c.complete(model="wide", prompt="Hi", max_tokens=1)
+        self.assertEqual(states(c), {"tiny": "unloaded", "small": "loaded",
+                                     "wide": "loaded"})
+
     def test_sessions_are_each_models_own(self):
         srv = self.three()
         c = srv.client()
@@ -376,6 +423,73 @@ class Memory(ModelsCase):
         self.assertEqual(int(m["gpt2d_models_memory_max_bytes"]), budget)
         self.assertEqual(int(m["gpt2d_models_memory_bytes"]), small)
 
+    def test_tokenizing_for_a_model_with_no_room_leaves_it_unloaded(self):
+        """/tokenize and /detokenize for a model that is not loaded, under
+        a --models-memory without room for it beside the loaded one: they
+        loaded it (unloading the other) or, while the other ran a request,
+        were a 503.  Its tokenizer is read at start: they answer as the
+        loaded model does, and it stays unloaded."""
+        sizes = self.slow("tok-sizes", ["--model", "tiny=" + TINY])
+        m = sizes.client().metrics()
+        long = int(m['gpt2d_model_memory_bytes{model="ctx1024-model"}'])
+        tiny = int(m['gpt2d_model_memory_bytes{model="tiny"}'])
+        budget = max(long, tiny) + min(long, tiny) // 2
+        srv = self.slow("tok-budget", ["--model", "tiny=" + TINY,
+                                       "--models-memory", str(budget)])
+        c = srv.client()
+        as_started = {"ctx1024-model": "loaded", "tiny": "unloaded"}
+        self.assertEqual(states(c), as_started)
+        text = "H\u00e9llo w\u00f6rld \u65e5\u672c <|endoftext|> \u2713\tend"
+        r = c.post("/tokenize", {"model": "ctx1024-model", "content": text})
+        self.assertEqual(r.status, 200, r)
+        ids = r.json["tokens"]
+        self.assertIn(EOT, ids)
+        self.assertEqual(Vocab(os.path.join(TINY, "vocab.json")).decode(ids),
+                         text.encode("utf-8"))
+
+        def tokenize_unloaded():
+            r = c.post("/tokenize", {"model": "tiny", "content": text})
+            self.assertEqual((r.status, r.json), (200, {"tokens": ids}))
+            r = c.post("/tokenize", {"model": "tiny",
+                                     "content": "Hello world"})
+            self.assertEqual((r.status, r.json),
+                             (200, {"tokens": [15496, 995]}))
+            r = c.post("/detokenize", {"model": "tiny", "tokens": ids})
+            self.assertEqual((r.status, r.json), (200, {"content": text}))
+            # its own vocabulary's bounds: a 400, not a load
+            self.assert_error(c.post("/detokenize", {
+                "model": "tiny", "tokens": [15496, 50257]}), 400, "tokens")
+            self.assertEqual(states(c), as_started)
+
+        before = c.metrics()
+        with self.subTest(loaded="idle"):
+            tokenize_unloaded()
+        with self.subTest(loaded="running a request"):
+            gen = Generation(c, {"model": "ctx1024-model", "prompt": [5, 6, 7],
+                                 "max_tokens": LONG, "temperature": 0,
+                                 "logit_bias": NO_EOT, "speculative": False,
+                                 "return_token_ids": True})
+            gen.start()
+            self.assertTrue(gen.first.wait(30))
+            tokenize_unloaded()
+            self.assertTrue(gen.is_alive(), "the generation outlasted them")
+            # loading it is what has no room
+            r = c.post("/v1/completions", {"model": "tiny", "prompt": "Hi",
+                                           "max_tokens": 1})
+            e = self.assert_error(r, 503, "model")
+            self.assertEqual(e["code"], "model_unavailable")
+            gen.join(120)
+            self.assertIsNone(gen.error)
+            self.assertEqual((len(gen.ids), gen.finish), (LONG, "length"))
+        after = c.metrics()
+        for series in ("gpt2d_model_loaded", "gpt2d_model_loads_total",
+                       "gpt2d_model_memory_bytes"):
+            for name in ("ctx1024-model", "tiny"):
+                key = '%s{model="%s"}' % (series, name)
+                self.assertEqual(after[key], before[key], key)
+        self.assertEqual(after['gpt2d_model_loads_total{model="tiny"}'], 0)
+        self.assertEqual(int(after["gpt2d_models_memory_bytes"]), long)
+
     def test_an_idle_model_unloads_and_loads_again_when_asked(self):
         srv = self.slow("idle", ["--model-idle-timeout", "1"])
         c = srv.client()
@@ -436,8 +550,9 @@ class Memory(ModelsCase):
         """Attack on this issue, finding 1: a /detokenize answer renders its
         text from the model's tokenizer as it is sent; the model it names
         was let go before, and unloading it for another model freed the
-        tokenizer under the answer (the daemon crashed).  It is held until
-        the answer is sent: here the other model waits for it, 503."""
+        tokenizer under the answer (the daemon crashed).  The tokenizer is
+        the daemon's, not the loaded model's, and holds no model: the
+        other model loads in its place meanwhile, and the answer is whole."""
         srv = self.start("detok", TINY, ["--model", "small=" + SMALL,
                                          "--models-max", "1", "--threads",
                                          "1", "--max-body", "8M"])
@@ -454,10 +569,9 @@ class Memory(ModelsCase):
             self.assertIn(b" 200 ", head.split(b"\r\n")[0])
             r = c.post("/v1/completions", {"model": "small", "prompt": "Hi",
                                            "max_tokens": 2})
-            e = self.assert_error(r, 503, "model")
-            self.assertEqual(e["code"], "model_unavailable")
-            self.assertEqual(states(c), {"tiny": "loaded",
-                                         "small": "unloaded"})
+            self.assertEqual(r.status, 200, r)
+            self.assertEqual(states(c), {"tiny": "unloaded",
+                                         "small": "loaded"})
             want = ('{"content":"' + (" " + "=" * 65) * n + '"}').encode()
             data = bytearray()
             sock.settimeout(60)
@@ -469,10 +583,7 @@ class Memory(ModelsCase):
         finally:
             sock.close()
         self.assertEqual(bytes(data), want)
-        # read whole, the answer lets go of its model: small loads now
-        self.assertTrue(wait_for(lambda: c.post(
-            "/v1/completions", {"model": "small", "prompt": "Hi",
-                                "max_tokens": 2}).status == 200, 30))
+        self.assertEqual(states(c), {"tiny": "unloaded", "small": "loaded"})
 
     def test_deleting_a_session_reaches_an_unloaded_models_disk_tier(self):
         """Attack on this issue, finding 2: a session of a model unloaded
@@ -635,6 +746,36 @@ class RefusedAtStart(Case):
             with self.subTest(args=args):
                 rc, out = self.refused(args)
                 self.assertEqual(rc, 2, out)
+                self.assertIn(words, out)
+                self.assertEqual(len(out.strip().splitlines()), 1, out)
+
+
+class TokenizerRefusedAtStart(Case):
+    def test_a_model_whose_tokenizer_cannot_be_read_stops_the_start(self):
+        """Every model's tokenizer is read at start, also a --models-dir
+        model's that would load only on first use: a directory whose
+        tokenizer is missing, malformed or larger than the model's
+        vocabulary stops the daemon (exit 1, as a bad file of a model
+        loaded at start does; one line naming it)."""
+        weights = ("config.json", "model.safetensors")
+        no_vocab = model_dir_of("no-vocab", weights + ("merges.txt",))
+        no_merges = model_dir_of("no-merges", weights + ("vocab.json",))
+        larger = model_dir_of(
+            "larger", weights + ("vocab.json", "merges.txt"),
+            lambda config: config.update(vocab_size=50000))
+        cases = [
+            (no_vocab, os.path.join(no_vocab, "no-vocab", "vocab.json")),
+            (no_merges, os.path.join(no_merges, "no-merges", "merges.txt")),
+            (larger, "tokenizer has 50257 tokens but the model only 50000"),
+        ]
+        for directory, words in cases:
+            with self.subTest(directory=directory):
+                p = subprocess.run(
+                    [GPT2D, "--port", "0", "--threads", "1", "--model", TINY,
+                     "--models-dir", directory],
+                    capture_output=True, timeout=60)
+                out = p.stderr.decode() + p.stdout.decode()
+                self.assertEqual(p.returncode, 1, out)
                 self.assertIn(words, out)
                 self.assertEqual(len(out.strip().splitlines()), 1, out)
 

@@ -3,7 +3,8 @@
 # model's own reference tokens, the models' list and states, 404 for an
 # unknown model, 503 while the memory is held by models in use, least
 # recently used and idle unloading without failing a running request, a
-# broken model's 500, bad lists refused at start
+# broken model's 500, tokenizing for an unloaded model without loading it,
+# bad lists and unreadable tokenizers refused at start
 # (tests/integration/models_tests.py, which starts its own servers).  Ends
 # with the line "N passed, N failed".
 #
