@@ -67,6 +67,9 @@ WIDE = os.path.join(DATA, "models", "w72h6-untied")   # 2 layers, context 40
 MIN_MARGIN = 5e-3
 STEP_US = 20000     # --test-min-step-us where a generation must last
 LONG = 120          # tokens of a generation that outlasts the test's checks
+# Bytes of a KV block of tiny's shape (2 layers, 64 wide, floats): K and V
+# of 16 positions, then their scores (kv_layout.h).
+TINY_BLOCK = 2 * 2 * 16 * 64 * 4 + (8 + 16 * 168 + 64 * 4 + 63) // 64 * 64
 
 
 def models_dir():
@@ -728,8 +731,8 @@ class RefusedAtStart(Case):
             # a --models-dir model the KV budget cannot serve: at start
             (["--model", TINY, "--models-dir", long_models_dir(),
               "--kv-memory", "512k"],
-             "cannot hold one full context: that takes 1048576 bytes (1.0 "
-             "MB) for model long"),
+             "cannot hold one full context: that takes %d bytes (%.1f "
+             "MB) for model long" % (64 * TINY_BLOCK, 64 * TINY_BLOCK / 2**20)),
             (["--model", TINY, "--draft", "nope=" + SMALL],
              "--draft nope=%s: there is no model 'nope'" % SMALL),
             (["--model", TINY, "--model", "small=" + SMALL, "--draft",

@@ -128,17 +128,21 @@ wait "$first" 2>/dev/null || true
 expect_serving "missing web root is reported" \
     "warn: web-root $work/no-web is not a directory: the playground is not served" \
     --web-root "$work/no-web"
-# --kv-memory: as many blocks of 16 positions as it holds (3.25 contexts
-# of floats: 13 blocks; 26 of halves), whatever the slots
-ctx_bytes=$("${PYTHON:-python3}" -c '
+# --kv-memory: as many blocks of 16 positions as it holds, whatever the
+# slots: 13.5 blocks of floats (K/V and the scores, kv_layout.h) give 13,
+# and as many bytes of halves what they hold
+read -r kv_memory half_blocks < <("${PYTHON:-python3}" -c '
 import json, sys
 c = json.load(open(sys.argv[1]))
-print(c["n_layer"] * 2 * c.get("n_positions", c.get("n_ctx")) * c["n_embd"] * 4)
+kv = c["n_layer"] * 2 * 16 * c["n_embd"] * 4
+scores = (8 + 16 * 168 + c["n_embd"] * 4 + 63) // 64 * 64
+memory = 13 * (kv + scores) + (kv + scores) // 2
+print(memory, memory // (kv // 2 + scores))
 ' "$tiny/config.json")
 expect_serving "blocks from --kv-memory" "; 4 KV slots, KV cache of 13 blocks of 16 tokens = 3.2 full contexts (.*sized by --kv-memory" \
-    --kv-memory $((3 * ctx_bytes + ctx_bytes / 4))
-expect_serving "half blocks from --kv-memory" "; 4 KV slots, KV cache of 26 blocks of 16 tokens = 6.5 full contexts (.*float16, sized by --kv-memory" \
-    --kv-memory $((3 * ctx_bytes + ctx_bytes / 4)) --kv-dtype float16
+    --kv-memory "$kv_memory"
+expect_serving "half blocks from --kv-memory" "; 4 KV slots, KV cache of $half_blocks blocks of 16 tokens = [0-9.]* full contexts (.*float16, sized by --kv-memory" \
+    --kv-memory "$kv_memory" --kv-dtype float16
 
 echo "cli model errors: $failures failed"
 [[ $failures -eq 0 ]]
