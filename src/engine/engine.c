@@ -245,6 +245,9 @@ static int engine_alloc_step(engine *e, gpt2d_error *err)
     e->spec_seconds = calloc(rows + 1, sizeof *e->spec_seconds);
     e->spec_by_model = calloc(rows, sizeof *e->spec_by_model);
     e->spec_order = calloc(rows, sizeof *e->spec_order);
+    /* blas rounds a row by the rows beside it: a score kept from one step
+     * is not what a cold run's step computes, so none are kept there */
+    e->scores_cached = e->m->matmul != MODEL_MATMUL_BLAS;
     e->score_logits = malloc(e->vocab * sizeof *e->score_logits);
     e->score_blob = calloc(1, sizeof *e->score_blob +
                                   e->m->config.n_embd * sizeof(float));
@@ -262,7 +265,7 @@ static int engine_alloc_step(engine *e, gpt2d_error *err)
         !e->spec_drafts || !e->spec_seconds || !e->spec_by_model ||
         !e->spec_order || !e->spec_entry ||
         spec_cost_init(&e->spec_cost, rows) != 0 || !e->callers ||
-        !e->scratch || !e->masks)
+        !e->scratch || !e->masks || !e->score_logits || !e->score_blob)
         return error_set(err, "engine: out of memory for %zu batch rows", rows);
     /* Touched now, as the KV pool is: a step may fill every row (a chunk
      * of echo scoring, the logit lens), and the memory is the daemon's from

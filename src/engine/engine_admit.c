@@ -139,7 +139,8 @@ kv_begin_status admit_begin_kv(engine *e, gen_request *r, size_t n_run,
                    .n_seq = n_run,
                    /* an inspect computes every position; a scoring
                     * request only what no scored block holds */
-                   .reuse = r->inspect == NULL,
+                   .reuse = r->inspect == NULL &&
+                            (!r->score_prompt || e->scores_cached),
                    .scored_only = r->score_prompt,
                    .keep_others_share = keep_others,
                    .now = now };

@@ -78,7 +78,8 @@ typedef enum share_action {
 static share_action shared_prefill(const engine *e, size_t k,
                                    const gen_request *r)
 {
-    if (r->session != NULL || r->inspect != NULL || r->n_prompt < 2)
+    if (r->session != NULL || r->inspect != NULL || r->n_prompt < 2 ||
+        (r->score_prompt && !e->scores_cached))
         return SHARE_NONE;
     const size_t reused = r->usage.cached_tokens; /* the engine's own write */
     for (size_t j = 0; j < k; j++) {

@@ -130,8 +130,8 @@ void scores_keep(engine *e, gen_request *r)
     const size_t C = e->m->config.n_embd;
     const size_t seq = r->seqs[0].kv;
     kv_block_scores *blob = e->score_blob;
-    for (size_t i = r->scored_reuse / KV_BLOCK_TOKENS;
-         i < r->n_prompt / KV_BLOCK_TOKENS; i++) {
+    const size_t n_full = e->scores_cached ? r->n_prompt / KV_BLOCK_TOKENS : 0;
+    for (size_t i = r->scored_reuse / KV_BLOCK_TOKENS; i < n_full; i++) {
         blob->filled = 0;
         for (size_t t = 0; t < KV_BLOCK_TOKENS; t++)
             score_to_kv(&blob->tokens[t],

@@ -198,6 +198,7 @@ struct engine {
     lens_entry *lens; /* [n_slots] */
     size_t n_lens, n_lens_rows;
     const float *lens_logits;    /* the lens rows' logits in `logits` */
+    bool scores_cached;          /* scoring from the cache (not blas) */
     float *score_logits;         /* [vocab]: a reused prefix's boundary */
     kv_block_scores *score_blob; /* a block's scores, being kept */
 };

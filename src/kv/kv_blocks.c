@@ -147,6 +147,13 @@ void kv_block_unref(kv_cache *c, int32_t b)
 
 /* Whether a cached block may be taken over by a new sequence: partial
  * (nothing descends from it) and held by no one. */
+bool kv_scores_fit(const kv_cache *c, int32_t b, const uint8_t *chain)
+{
+    const kv_block_scores *sc = kvcache_block_scores(&c->geo, (uint32_t)b);
+    return sc->filled == KV_SCORES_FILLED &&
+           memcmp(sc->chain, chain, SHA256_BYTES) == 0;
+}
+
 bool kv_block_adoptable(const kv_cache *c, int32_t b)
 {
     const kv_block *k = &c->blocks[b];
@@ -203,10 +210,10 @@ void kv_block_publish(kv_cache *c, kv_seq *s, size_t i)
         return;
     /* the copy given up may have scores its twin lacks (read back from
      * disk): the same tokens after the same prefix, the same scores */
-    const kv_block_scores *mine = kvcache_block_scores(&c->geo, (uint32_t)b);
-    kv_block_scores *theirs = kvcache_block_scores(&c->geo, (uint32_t)twin);
-    if (mine->filled == KV_SCORES_FILLED && theirs->filled != KV_SCORES_FILLED)
-        memcpy(theirs, mine, c->geo.block_bytes - c->geo.kv_bytes);
+    if (kv_scores_fit(c, b, k->chain) && !kv_scores_fit(c, twin, k->chain))
+        memcpy(kvcache_block_scores(&c->geo, (uint32_t)twin),
+               kvcache_block_scores(&c->geo, (uint32_t)b),
+               c->geo.block_bytes - c->geo.kv_bytes);
     kv_block_ref(c, twin);
     s->blocks[i] = (uint32_t)twin;
     if (i + 1 < s->n_blocks)

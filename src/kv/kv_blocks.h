@@ -26,6 +26,9 @@ void kv_blocks_drop_domain(kv_cache *c, const uint8_t domain[SHA256_BYTES]);
 /* Whether a cached block may be taken over by a new sequence: partial
  * (nothing descends from it) and held by no one. */
 bool kv_block_adoptable(const kv_cache *c, int32_t b);
+/* Whether block b's memory holds scores of its own tokens: written for
+ * its chain key (a full block's, once in the index). */
+bool kv_scores_fit(const kv_cache *c, int32_t b, const uint8_t *chain);
 /* Takes cached partial block `b` out of the index for a sequence of
  * account `acct` that keeps its first n positions and writes the rest: the
  * block is charged to `acct` from now on. */

@@ -96,9 +96,10 @@ typedef struct kv_seq {
     uint8_t domain[SHA256_BYTES];
     uint8_t root[SHA256_BYTES];
     bool session;
-    long record;    /* session record, or -1 */
-    long acct;      /* whose blocks it makes (held) */
-    kv_load *loads; /* in position order */
+    long record;      /* session record, or -1 */
+    long acct;        /* whose blocks it makes (held) */
+    kv_load *loads;   /* in position order */
+    bool scored_only; /* reads from disk count only with their scores */
 } kv_seq;
 
 typedef struct kv_session {

@@ -44,7 +44,10 @@ typedef struct kv_token_score {
 } kv_token_score;
 
 typedef struct kv_block_scores {
-    uint64_t filled; /* KV_SCORES_FILLED, or not scored */
+    uint64_t filled;   /* KV_SCORES_FILLED, or not scored */
+    uint8_t chain[32]; /* the block's chain key they were written for: a
+                        * block's memory holds other tokens later (a disk
+                        * read of part of a block, then other tokens) */
     kv_token_score tokens[KV_BLOCK_TOKENS];
     float residual[]; /* n_embd: the last position's, before ln_f */
 } kv_block_scores;

@@ -5,6 +5,7 @@
  * Threads: kvcache.h's (the engine's lock). */
 #include "config.h"
 
+#include "kv/kv_blocks.h"
 #include "kv/kv_tier.h"
 
 #include <stdio.h>
@@ -19,11 +20,10 @@ kv_stats kvcache_stats(const kv_cache *c)
     st.blocks_cached = c->n_unref;
     st.blocks_in_use = c->n_blocks - c->n_free - c->n_unref;
     st.blocks_reserved = c->reserved;
-    for (size_t b = 0; b < c->n_blocks; b++)
-        st.blocks_scored +=
-            c->blocks[b].state != BLOCK_FREE &&
-            kvcache_block_scores(&c->geo, (uint32_t)b)->filled ==
-                KV_SCORES_FILLED;
+    for (size_t b = 0; b < c->n_blocks; b++) /* no disk read writes these */
+        st.blocks_scored += c->blocks[b].state == BLOCK_CACHED &&
+                            c->blocks[b].n_filled == KV_BLOCK_TOKENS &&
+                            kv_scores_fit(c, (int32_t)b, c->blocks[b].chain);
     st.bytes_total = c->n_blocks * c->geo.block_bytes;
     st.seqs_total = c->n_seqs;
     st.seqs_running = c->n_seqs - kvcache_seqs_free(c);

@@ -33,8 +33,7 @@ static kv_block_meta meta_of(const kv_cache *c, int32_t b)
     memcpy(m.tokens, k->tokens, sizeof m.tokens);
     m.n_filled = k->n_filled;
     m.session = k->session;
-    m.scored = kvcache_block_scores(&c->geo, (uint32_t)b)->filled ==
-               KV_SCORES_FILLED;
+    m.scored = k->n_filled == KV_BLOCK_TOKENS && kv_scores_fit(c, b, k->chain);
     return m;
 }
 
@@ -294,7 +293,13 @@ bool kvcache_seq_ready(kv_cache *c, size_t seq, size_t *n_reused)
         kv_load *l = s->loads;
         s->loads = l->next;
         kv_block *k = &c->blocks[l->block];
-        if (!failed && l->rd.ok) {
+        /* part of a block holds its scores no more (the rest will be other
+         * tokens); a scoring sequence takes a block only with them */
+        const bool scored = l->n_use == KV_BLOCK_TOKENS &&
+                            kv_scores_fit(c, l->block, l->m.chain);
+        if (!scored)
+            kvcache_block_scores(&c->geo, l->block)->filled = 0;
+        if (!failed && l->rd.ok && (scored || !s->scored_only)) {
             memcpy(k->tokens, l->m.tokens, l->n_use * sizeof *k->tokens);
             k->n_filled = (uint32_t)l->n_use;
             memcpy(s->tokens + s->n_tokens, l->m.tokens,

@@ -287,10 +287,8 @@ static void match_ram(const kv_cache *c, const kv_begin *b, prefix_match *m)
                                         b->prompt + m->pos, want, &shared);
         if (x == NONE)
             break;
-        if (b->scored_only &&
-            (shared < KV_BLOCK_TOKENS ||
-             kvcache_block_scores(&c->geo, (uint32_t)x)->filled !=
-                 KV_SCORES_FILLED))
+        if (b->scored_only && (shared < KV_BLOCK_TOKENS ||
+                               !kv_scores_fit(c, x, c->blocks[x].chain)))
             break; /* a scored prefix only, of whole blocks */
         if (shared == KV_BLOCK_TOKENS) {
             m->matched[m->n_matched++] = x;
@@ -365,6 +363,7 @@ static void start_first(kv_cache *c, kv_seq *s, const kv_begin *b, long acct,
     s->n_tokens = 0;
     s->reserved = m->total - m->n_matched;
     s->session = b->session != NULL;
+    s->scored_only = b->scored_only;
     s->record = record;
     s->acct = acct;
     memcpy(s->domain, m->domain, SHA256_BYTES);
@@ -592,8 +591,12 @@ const kv_block_scores *kvcache_seq_scores(const kv_cache *c, size_t seq,
     const kv_seq *s = &c->seqs[seq];
     if (i >= s->n_blocks)
         return NULL;
-    const kv_block_scores *sc = kvcache_block_scores(&c->geo, s->blocks[i]);
-    return sc->filled == KV_SCORES_FILLED ? sc : NULL;
+    const int32_t b = (int32_t)s->blocks[i];
+    const kv_block *k = &c->blocks[b];
+    if (k->state != BLOCK_CACHED || k->n_filled != KV_BLOCK_TOKENS ||
+        !kv_scores_fit(c, b, k->chain))
+        return NULL;
+    return kvcache_block_scores(&c->geo, (uint32_t)b);
 }
 
 void kvcache_seq_keep_scores(kv_cache *c, size_t seq, size_t i,
@@ -606,9 +609,10 @@ void kvcache_seq_keep_scores(kv_cache *c, size_t seq, size_t i,
     const kv_block *k = &c->blocks[b];
     if (k->state != BLOCK_CACHED || k->n_filled != KV_BLOCK_TOKENS)
         return; /* only a full block's scores can be found again */
-    kv_block_scores *dst = kvcache_block_scores(&c->geo, b);
-    if (dst->filled == KV_SCORES_FILLED)
+    if (kv_scores_fit(c, (int32_t)b, k->chain))
         return; /* the same bits, written once */
+    kv_block_scores *dst = kvcache_block_scores(&c->geo, b);
+    memcpy(dst->chain, k->chain, SHA256_BYTES);
     memcpy(dst->tokens, scores->tokens, sizeof dst->tokens);
     memcpy(dst->residual, scores->residual, c->geo.n_embd * sizeof(float));
     dst->filled = KV_SCORES_FILLED;

@@ -56,9 +56,9 @@ MIN_MARGIN = 5e-3   # greedy steps compared only where argmax is unambiguous
 N_CTX = 64          # the tiny model's context
 VOCAB_SIZE = 50257  # GPT-2's tokens, the fixtures' too
 # Bytes of one of tiny's KV blocks (2 layers, 64 wide, floats): K and V of
-# 16 positions, then their scores (kv_layout.h: 8 + 16 x 168 bytes and a
+# 16 positions, then their scores (kv_layout.h: 40 + 16 x 168 bytes and a
 # 64-float residual, to a whole number of 64-byte lines).
-TINY_BLOCK = 2 * 2 * 64 * 16 * 4 + (8 + 16 * 168 + 64 * 4 + 63) // 64 * 64
+TINY_BLOCK = 2 * 2 * 64 * 16 * 4 + (40 + 16 * 168 + 64 * 4 + 63) // 64 * 64
 BYTE_C3, BYTE_A9 = 127, 102   # byte-level tokens of b"\xc3" and b"\xa9" ("é")
 
 # ---------------------------------------------------------------- reference

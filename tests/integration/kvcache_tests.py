@@ -54,9 +54,9 @@ from testlib import (GPT2D, SRCDIR, TINY, Case,  # noqa: E402
 
 WORKDIR = os.environ.get("GPT2D_KVCACHE_WORKDIR", tempfile.gettempdir())
 # A block of tiny (2 layers x 64) in RAM: K/V of 16 positions, then their
-# scores (kv_layout.h: 8 + 16 x 168 bytes and a 64-float residual, to a
+# scores (kv_layout.h: 40 + 16 x 168 bytes and a 64-float residual, to a
 # whole number of 64-byte lines).
-SCORES = (8 + 16 * 168 + 64 * 4 + 63) // 64 * 64
+SCORES = (40 + 16 * 168 + 64 * 4 + 63) // 64 * 64
 BLOCK = 2 * 2 * 64 * 16 * 4 + SCORES
 BLOCK_FILE = 256 + BLOCK                # header + the block
 RAM = 8 * (BLOCK_FILE - 256)            # 8 blocks: two of tiny's contexts
@@ -411,6 +411,52 @@ class Identity(CacheCase):
         cold, cached = scored(c, cache_salt="cold")
         self.assertEqual(cached, 0)
         self.assertEqual(cold, first)
+        self.stop(s)
+
+    def test_no_scores_from_the_cache_under_blas(self):
+        """blas rounds a row by the rows beside it: a kept score would not
+        be what a cold run computes, so scoring computes every position
+        there, every time."""
+        prompt = [500 + (i * 7) % 5000 for i in range(40)]
+        s = self.server("blas", extra=["--matmul", "blas"])
+        c = s.client()
+        for _ in range(2):
+            r = c.post("/v1/completions", dict(prompt=prompt, max_tokens=0,
+                                               echo=True, logprobs=2))
+            self.assertEqual(r.status, 200, r)
+            self.assertEqual(
+                r.json["usage"]["prompt_tokens_details"]["cached_tokens"], 0)
+        self.assertEqual(metric_sum(c.metrics(), "gpt2d_kv_blocks_scored"), 0)
+        self.stop(s)
+
+    def test_part_of_a_scored_block_read_back_keeps_no_scores(self):
+        """The attack on scoring from the cache: a plain request reads
+        back only part of a scored block (8 of its positions) and fills it
+        with other tokens; the block it makes is not scored, so a scoring
+        request over that text reuses only the first block and its scores
+        are a cold run's (they were the first prompt's)."""
+        first = [1000 + 3 * i for i in range(33)]
+        plain = first[:24] + [20000 + i for i in range(16)]
+        later = plain[:32] + [777, 778]
+        body = dict(max_tokens=0, echo=True, logprobs=3)
+
+        def scored(c, prompt, **kw):
+            r = c.post("/v1/completions", dict(body, prompt=prompt, **kw))
+            self.assertEqual(r.status, 200, r)
+            lp = r.json["choices"][0]["logprobs"]
+            return ((lp["tokens"], lp["token_logprobs"], lp["top_logprobs"]),
+                    r.json["usage"]["prompt_tokens_details"]["cached_tokens"])
+
+        s = self.server("partial-1")
+        scored(s.client(), first)
+        self.stop(s)
+        s = self.server("partial-2")
+        c = s.client()
+        self.turn(c, plain, max_tokens=1)
+        warm, cached = scored(c, later)
+        self.assertEqual(cached, 16)
+        cold, _ = scored(c, later, cache_salt="cold")
+        self.assertEqual(warm, cold)
         self.stop(s)
 
     def test_the_same_model_restarted_reuses_its_cache(self):

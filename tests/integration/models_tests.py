@@ -69,7 +69,7 @@ STEP_US = 20000     # --test-min-step-us where a generation must last
 LONG = 120          # tokens of a generation that outlasts the test's checks
 # Bytes of a KV block of tiny's shape (2 layers, 64 wide, floats): K and V
 # of 16 positions, then their scores (kv_layout.h).
-TINY_BLOCK = 2 * 2 * 16 * 64 * 4 + (8 + 16 * 168 + 64 * 4 + 63) // 64 * 64
+TINY_BLOCK = 2 * 2 * 16 * 64 * 4 + (40 + 16 * 168 + 64 * 4 + 63) // 64 * 64
 
 
 def models_dir():

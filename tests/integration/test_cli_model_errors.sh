@@ -135,7 +135,7 @@ read -r kv_memory half_blocks < <("${PYTHON:-python3}" -c '
 import json, sys
 c = json.load(open(sys.argv[1]))
 kv = c["n_layer"] * 2 * 16 * c["n_embd"] * 4
-scores = (8 + 16 * 168 + c["n_embd"] * 4 + 63) // 64 * 64
+scores = (40 + 16 * 168 + c["n_embd"] * 4 + 63) // 64 * 64
 memory = 13 * (kv + scores) + (kv + scores) // 2
 print(memory, memory // (kv // 2 + scores))
 ' "$tiny/config.json")

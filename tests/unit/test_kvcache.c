@@ -1012,10 +1012,10 @@ START_TEST(test_create_refuses_a_budget_below_one_context)
     kc.n_blocks = 4;
     kc.max_seqs = 0;
     ck_assert_int_eq(kvcache_create(&c, &cfg, &kc, fingerprint, &err), -1);
-    /* K and V, then the scores: 8 + 16 x 168 bytes and an 8-float
+    /* K and V, then the scores: 40 + 16 x 168 bytes and an 8-float
      * residual, to a whole number of 64-byte lines */
-    const size_t scores = (8 + B * 168 + 8 * 4 + 63) / 64 * 64;
-    ck_assert_uint_eq(scores, 2752);
+    const size_t scores = (40 + B * 168 + 8 * 4 + 63) / 64 * 64;
+    ck_assert_uint_eq(scores, 2816);
     ck_assert_uint_eq(kvcache_block_bytes(&cfg, false),
                       2 * 4 * B * 2 * 8 + scores);
     ck_assert_uint_eq(kvcache_block_bytes(&cfg, true),
