@@ -5,7 +5,7 @@
         [--drafts distilgpt2,gpt2] [--dtype float32] [--tokens 48]
         [--ks 1,2,4,8] [--repeats 3]
     python3 bench/draft.py --build BUILD pair TARGET_DIR DRAFT_DIR
-        --heldout FILE [--tokens 64] [--requests 8] [--repeats 3]
+        --heldout FILE [--tokens 64] [--requests 8] [--k 8] [--repeats 3]
     python3 bench/draft.py --build BUILD agree [--target gpt2-xl]
         [--draft distilgpt2] [--dtype float32] [--tokens 48]
         [--percents 30,60,90] [--ks rule,1,8] [--repeats 3]
@@ -278,7 +278,8 @@ def pair(args):
         with tempfile.TemporaryDirectory(prefix="gpt2d-draft-") as work:
             server = start(args.build, args.target_dir, work, [
                 "--draft", args.draft_dir, "--threads", str(args.threads),
-                "--slots", "1", "--test-speculate-always=%s" %
+                "--slots", "1", "--speculative-tokens", str(args.k),
+                "--test-speculate-always=%s" %
                 ("true" if always else "false")])
             try:
                 c = server.client(timeout=600)
@@ -296,10 +297,10 @@ def pair(args):
             finally:
                 server.stop()
         off, on = statistics.median(rate[False]), statistics.median(rate[True])
-        print("%s drafting for %s%s: %.1f tok/s off, %.1f on (%.2fx), "
-              "acceptance %.2f (%d of %d), answers %s" % (
+        print("%s drafting for %s, k <= %d%s: %.1f tok/s off, %.1f on "
+              "(%.2fx), acceptance %.2f (%d of %d), answers %s" % (
                   os.path.basename(args.draft_dir.rstrip("/")),
-                  os.path.basename(args.target_dir.rstrip("/")),
+                  os.path.basename(args.target_dir.rstrip("/")), args.k,
                   ", every guess verified" if always else "", off, on,
                   on / off, acc / prop if prop else 0.0, acc, prop,
                   "the same" if same else "DIFFERENT"))
@@ -369,6 +370,8 @@ def main(argv):
     p.add_argument("--heldout", required=True)
     p.add_argument("--tokens", type=int, default=64)
     p.add_argument("--requests", type=int, default=8)
+    p.add_argument("--k", type=int, default=8,
+                   help="--speculative-tokens: the most guesses a step")
     t = sub.add_parser("truncate")
     t.add_argument("model_dir")
     t.add_argument("layers", type=int)
