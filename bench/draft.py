@@ -342,6 +342,17 @@ def truncate(args):
     return 0
 
 
+def shape_pair_parser(sub, mode):
+    """A mode on one model and one draft in GPT-2's shapes."""
+    p = sub.add_parser(mode)
+    p.add_argument("--target", default="gpt2-xl", choices=sorted(sizes.SHAPES))
+    p.add_argument("--draft", default="distilgpt2",
+                   choices=sorted(sizes.SHAPES))
+    p.add_argument("--dtype", default="float32")
+    p.add_argument("--tokens", type=int, default=48)
+    return p
+
+
 def main(argv):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--build", required=True)
@@ -356,12 +367,7 @@ def main(argv):
     s.add_argument("--dtype", default="float32")
     s.add_argument("--tokens", type=int, default=48)
     s.add_argument("--ks", default="1,2,4,8")
-    g = sub.add_parser("agree")
-    g.add_argument("--target", default="gpt2-xl", choices=sorted(sizes.SHAPES))
-    g.add_argument("--draft", default="distilgpt2",
-                   choices=sorted(sizes.SHAPES))
-    g.add_argument("--dtype", default="float32")
-    g.add_argument("--tokens", type=int, default=48)
+    g = shape_pair_parser(sub, "agree")
     g.add_argument("--percents", default="30,60,90")
     g.add_argument("--ks", default="rule,1,8")
     p = sub.add_parser("pair")
@@ -376,12 +382,7 @@ def main(argv):
     t.add_argument("model_dir")
     t.add_argument("layers", type=int)
     t.add_argument("out_dir")
-    o = sub.add_parser("overhead")
-    o.add_argument("--target", default="gpt2-xl", choices=sorted(sizes.SHAPES))
-    o.add_argument("--draft", default="distilgpt2",
-                   choices=sorted(sizes.SHAPES))
-    o.add_argument("--dtype", default="float32")
-    o.add_argument("--tokens", type=int, default=48)
+    shape_pair_parser(sub, "overhead")
     args = ap.parse_args(argv)
     global BINARY
     BINARY = args.binary

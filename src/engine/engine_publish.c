@@ -22,20 +22,13 @@
 #include "core/log.h"
 #include "core/metrics.h"
 
-static void fill_token(gen_token *t, const sample_result *res, size_t n_top)
-{
-    t->token = res->token;
-    t->logprob = res->logprob;
-    t->n_top = res->n_top < n_top ? res->n_top : n_top;
-    memcpy(t->top, res->top, t->n_top * sizeof t->top[0]);
-}
-
 /* With the request lock held: what a new prompt score changes. */
 static void apply_score(gen_request *r, const sample_job *j)
 {
     /* published all at once when the prefill ends (prefill_done) */
-    fill_token(&r->prompt_scores[j->prompt_pos], &j->result,
-               ENGINE_MAX_LOGPROBS); /* scores_keep cuts them to n_top */
+    request_fill_token(
+        &r->prompt_scores[j->prompt_pos], &j->result,
+        ENGINE_MAX_LOGPROBS); /* scores_keep cuts them to n_top */
 }
 
 static void observe_timing(gen_request *r, seq_state *s, double now)
@@ -70,7 +63,7 @@ static void apply_sample(engine *e, gen_request *r, size_t i,
         return;
     }
     size_t g = s->out.n_tokens;
-    fill_token(&s->tokens[g], res, r->n_top);
+    request_fill_token(&s->tokens[g], res, r->n_top);
     s->generated[g] = res->token;
     s->out.n_tokens = g + 1;
     s->out.cum_logprob += res->logprob;

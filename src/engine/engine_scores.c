@@ -89,11 +89,7 @@ static int score_boundary(engine *e, gen_request *r, gpt2d_error *err)
     sample_result res;
     sampler_score(e->scratch[0], e->score_logits, e->vocab, r->prompt[pos],
                   ENGINE_MAX_LOGPROBS, &res);
-    gen_token *t = &r->prompt_scores[pos];
-    t->token = res.token;
-    t->logprob = res.logprob;
-    t->n_top = res.n_top;
-    memcpy(t->top, res.top, res.n_top * sizeof t->top[0]);
+    request_fill_token(&r->prompt_scores[pos], &res, ENGINE_MAX_LOGPROBS);
     return 0;
 }
 

@@ -194,6 +194,14 @@ fail:
     return NULL;
 }
 
+void request_fill_token(gen_token *t, const sample_result *res, size_t n_top)
+{
+    t->token = res->token;
+    t->logprob = res->logprob;
+    t->n_top = res->n_top < n_top ? res->n_top : n_top;
+    memcpy(t->top, res->top, t->n_top * sizeof t->top[0]);
+}
+
 void request_unref(gen_request *r)
 {
     if (atomic_fetch_sub(&r->refs, 1) == 1)

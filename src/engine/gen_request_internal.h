@@ -145,6 +145,9 @@ void request_free(gen_request *r);
 void request_unref(gen_request *r);
 /* With the request lock held: wakes the readers; something changed. */
 void request_touch(gen_request *r);
+/* A sampled or scored token as the request keeps it, with at most n_top
+ * of its alternatives. */
+void request_fill_token(gen_token *t, const sample_result *res, size_t n_top);
 /* With the request lock held: publishes the end of sequence i. */
 void request_finish_seq(gen_request *r, size_t i, finish_reason why);
 /* Takes the request lock: ends every sequence still running. */

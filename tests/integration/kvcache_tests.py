@@ -102,6 +102,17 @@ class CacheCase(Case):
         return r.json["choices"][0]["text"], \
             r.json["usage"]["prompt_tokens_details"]["cached_tokens"]
 
+    def echo_scores(self, c, prompt, **kw):
+        """The prompt's scores (echo, 3 alternatives a token, nothing
+        generated) and cached_tokens."""
+        body = dict(prompt=prompt, max_tokens=0, echo=True, logprobs=3)
+        body.update(kw)
+        r = c.post("/v1/completions", body)
+        self.assertEqual(r.status, 200, r)
+        lp = r.json["choices"][0]["logprobs"]
+        return ((lp["tokens"], lp["token_logprobs"], lp["top_logprobs"]),
+                r.json["usage"]["prompt_tokens_details"]["cached_tokens"])
+
     def cold(self, c, prompt, **kw):
         """The same request with nothing reusable (its own cache_salt)."""
         self.salt = getattr(self, "salt", 0) + 1
@@ -387,28 +398,19 @@ class Identity(CacheCase):
         restart the same scoring request reads its two full blocks back
         and its scores are the same as before, and as a cold run's."""
         prompt = [400 + (i * 17) % 5000 for i in range(40)]
-        body = dict(prompt=prompt, max_tokens=0, echo=True, logprobs=3)
-
-        def scored(c, **kw):
-            r = c.post("/v1/completions", dict(body, **kw))
-            self.assertEqual(r.status, 200, r)
-            lp = r.json["choices"][0]["logprobs"]
-            return ((lp["tokens"], lp["token_logprobs"], lp["top_logprobs"]),
-                    r.json["usage"]["prompt_tokens_details"]["cached_tokens"])
-
         s = self.server("scored-1")
-        first, cached = scored(s.client())
+        first, cached = self.echo_scores(s.client(), prompt)
         self.assertEqual(cached, 0)
         self.stop(s)
         s = self.server("scored-2")
         c = s.client()
-        again, cached = scored(c)
+        again, cached = self.echo_scores(c, prompt)
         self.assertEqual(cached, 32)
         self.assertEqual(again, first)
         self.assertGreaterEqual(
             metric_sum(c.metrics(), 'gpt2d_kv_hit_tokens_total{tier="disk"}'),
             32)
-        cold, cached = scored(c, cache_salt="cold")
+        cold, cached = self.echo_scores(c, prompt, cache_salt="cold")
         self.assertEqual(cached, 0)
         self.assertEqual(cold, first)
         self.stop(s)
@@ -438,24 +440,16 @@ class Identity(CacheCase):
         first = [1000 + 3 * i for i in range(33)]
         plain = first[:24] + [20000 + i for i in range(16)]
         later = plain[:32] + [777, 778]
-        body = dict(max_tokens=0, echo=True, logprobs=3)
-
-        def scored(c, prompt, **kw):
-            r = c.post("/v1/completions", dict(body, prompt=prompt, **kw))
-            self.assertEqual(r.status, 200, r)
-            lp = r.json["choices"][0]["logprobs"]
-            return ((lp["tokens"], lp["token_logprobs"], lp["top_logprobs"]),
-                    r.json["usage"]["prompt_tokens_details"]["cached_tokens"])
 
         s = self.server("partial-1")
-        scored(s.client(), first)
+        self.echo_scores(s.client(), first)
         self.stop(s)
         s = self.server("partial-2")
         c = s.client()
         self.turn(c, plain, max_tokens=1)
-        warm, cached = scored(c, later)
+        warm, cached = self.echo_scores(c, later)
         self.assertEqual(cached, 16)
-        cold, _ = scored(c, later, cache_salt="cold")
+        cold, _ = self.echo_scores(c, later, cache_salt="cold")
         self.assertEqual(warm, cold)
         self.stop(s)
 
