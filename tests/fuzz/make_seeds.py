@@ -16,6 +16,11 @@ Seeds are real inputs, so the fuzzer starts from what the daemon meets:
                        by a NUL and texts that steer fuzz_grammar.c's walk
   json_schema/         the schemas of tests/unit/test_json_schema.c and the
                        patterns of tests/unit/test_regex_gbnf.c
+  multipart/           the /v1/files upload the OpenAI Python SDK (httpx)
+                       sends, with and without a Content-Type line before it,
+                       and the shapes of tests/unit/test_multipart.c: quoted
+                       and escaped parameters, padding, empty parts, data
+                       holding "--" and NULs, a preamble and an epilogue
   safetensors/         the header (+ a little data) of each fixture model when
                        --models DIR is given, and complete micro models for the
                        fixed config fuzz_safetensors.c loads against (F32 tied,
@@ -351,6 +356,53 @@ def bodies_from_unit_test_all(name):
         out.append(c_unescape("".join(parts)))
 
 
+def multipart_seeds():
+    """Content-Type NUL body, or a body alone (boundary "b")."""
+    b = b"a0f3c9e14b7d2e6f8a1b3c5d7e9f0a2b"
+    jsonl = (b'{"custom_id": "r1", "method": "POST", "url": "/v1/completions"}\n'
+             b'{"custom_id": "r2", "method": "POST", "url": "/v1/completions"}\n')
+    sdk = (b"--" + b + b"\r\n"
+           b'Content-Disposition: form-data; name="purpose"\r\n\r\n'
+           b"batch\r\n--" + b + b"\r\n"
+           b'Content-Disposition: form-data; name="file"; filename="in.jsonl"\r\n'
+           b"Content-Type: application/octet-stream\r\n\r\n"
+           + jsonl + b"\r\n--" + b + b"--\r\n")
+    ct = b"multipart/form-data; boundary=" + b
+    cd = b'Content-Disposition: form-data; name="a"\r\n'
+    bodies = [
+        sdk.replace(b, b"b"),
+        sdk.replace(b, b"b").replace(b"application/octet-stream",
+                                     b"application/jsonl"),
+        b"--b--\r\n",
+        b"preamble\r\n--b \t\r\n" + cd + b"\r\n\r\n--b\r\n" + cd
+        + b"\r\n--b--\r\nepilogue",
+        b"--b\r\ncontent-disposition: FORM-DATA ; NAME=one;filename=a.txt\r\n"
+        b"X-Other: x\r\nCONTENT-TYPE:  text/plain; charset=utf-8 \r\n\r\n1\r\n"
+        b'--b\r\nContent-Disposition: form-data; name="q\\"uote"; '
+        b'filename="C:\\\\x.jsonl"; filename*=UTF-8\'\'y\r\n\r\n2\r\n--b--',
+        b"--b\r\n" + cd + b"\r\na\0b\r\n--bound\r\n--bX\r\nx--b\r\n-\r\n"
+        b"--\r\n\r\n--b--",
+        b"--b\r\n\r\nv\r\n--b--",
+        b"--b\r\n" + cd + cd + b"\r\nv\r\n--b--",
+        b"--b\r\n" + cd + b" folded\r\n\r\nv\r\n--b--",
+        b"--b\r\nX-Pad: " + b"p" * 1020 + b"\r\n" + cd + b"\r\nv\r\n--b--",
+        b"--b\n" + cd.replace(b"\r", b"") + b"\nv\n--b--\n",
+    ]
+    # A body holding a NUL needs the Content-Type line before it.
+    seeds = [ct + b"\0" + sdk] + [b"multipart/form-data; boundary=b\0" + x
+                                  for x in bodies if b"\0" in x or x is bodies[0]]
+    bodies = [x for x in bodies if b"\0" not in x]
+    seeds += bodies
+    seeds += [c + b"\0" + bodies[2] for c in (
+        b"Multipart/Form-Data ;charset=utf-8; BOUNDARY = \"b\" ;",
+        b'multipart/form-data; boundary="a b:c=d/e?(f)"',
+        b'multipart/form-data; boundary="x\\-y"',
+        b"multipart/form-data; boundary=" + b"z" * 71,
+        b"multipart/form-data; boundary=\"\"", b"application/json",
+        b"multipart/form-data; boundary=\"b\"; boundary=b")]
+    return seeds
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--models", help="BUILD/tests/data/models (fixture headers)")
@@ -379,6 +431,8 @@ def main():
         write_seed("safetensors", s)
     for s in json_schema_seeds():
         write_seed("json_schema", s)
+    for s in multipart_seeds():
+        write_seed("multipart", s)
     return 0
 
 

@@ -8,9 +8,9 @@
 #   FUZZ_JOBS=2 tests/fuzz/run.sh all 20      two targets at a time (one core each)
 #
 # Targets: completion_request, inspect_request, tokenizer, safetensors,
-# grammar, json_schema (tests/fuzz/fuzz_*.c).
-# CI smoke run: FUZZ_JOBS=2 tests/fuzz/run.sh all 20   (120 s of fuzzing in
-# all, one minute on 2 cores).
+# grammar, json_schema, multipart (tests/fuzz/fuzz_*.c).
+# CI smoke run: FUZZ_JOBS=2 tests/fuzz/run.sh all 20   (140 s of fuzzing in
+# all, 70 s on 2 cores).
 #
 # How it builds: a dedicated `configure CC=clang` build directory
 # ($GPT2D_FUZZ_BUILD, default ${TMPDIR:-/tmp}/gpt2d-fuzz) compiles
@@ -34,13 +34,13 @@ SRC=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 FUZZ_SRC=$SRC/tests/fuzz
 BUILD=${GPT2D_FUZZ_BUILD:-${TMPDIR:-/tmp}/gpt2d-fuzz}
 CC=${FUZZ_CC:-clang}
-TARGETS=(completion_request inspect_request tokenizer safetensors grammar json_schema)
+TARGETS=(completion_request inspect_request tokenizer safetensors grammar json_schema multipart)
 # shellcheck disable=SC2054  # the commas belong to -fsanitize=
 FUZZ_CFLAGS=(-g -O2 -fno-omit-frame-pointer -fsanitize=fuzzer-no-link
     -fsanitize=address,undefined -fno-sanitize-recover=undefined)
 # Inputs larger than these add nothing the smaller ones do not reach.
 declare -A MAX_LEN=([completion_request]=2048 [inspect_request]=2048 [tokenizer]=1024
-    [safetensors]=8192 [grammar]=2048 [json_schema]=2048)
+    [safetensors]=8192 [grammar]=2048 [json_schema]=2048 [multipart]=4096)
 
 die() {
     echo "run.sh: $*" >&2
@@ -61,7 +61,7 @@ JOBS=${FUZZ_JOBS:-1}
 [[ $SECONDS_EACH =~ ^[0-9]+$ ]] || die "SECONDS must be a number, got '$SECONDS_EACH'"
 case $WHAT in
 all | replay | build) SELECTED=("${TARGETS[@]}") ;;
-completion_request | inspect_request | tokenizer | safetensors | grammar | json_schema) SELECTED=("$WHAT") ;;
+completion_request | inspect_request | tokenizer | safetensors | grammar | json_schema | multipart) SELECTED=("$WHAT") ;;
 *) usage ;;
 esac
 command -v "$CC" >/dev/null || die "$CC not found (Debian: apt-get install clang libclang-rt-14-dev)"

@@ -16,7 +16,7 @@ set -euo pipefail
 }
 
 status=0
-for target in completion_request inspect_request tokenizer safetensors grammar json_schema; do
+for target in completion_request inspect_request tokenizer safetensors grammar json_schema multipart; do
     replay=$GPT2D_BUILDDIR/tests/fuzz/replay_$target
     [[ -x $replay ]] || {
         echo "FAIL: $replay is not built" >&2
