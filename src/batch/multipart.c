@@ -263,6 +263,21 @@ static size_t find_delimiter(const char *body, size_t len, size_t from,
 
 /* ---- a part's headers ---- */
 
+/* Copies Content-Disposition's parameter `what` into out[cap], once. */
+static int take_param(const param *p, const char *what, char *out, size_t cap,
+                      bool *seen, size_t index, char *err, size_t err_cap)
+{
+    if (*seen)
+        return fail(err, err_cap,
+                    "part %zu: its Content-Disposition has two %ss", index,
+                    what);
+    if (!param_copy(p, out, cap))
+        return fail(err, err_cap, "part %zu: its %s is longer than %zu bytes",
+                    index, what, cap - 1);
+    *seen = true;
+    return 0;
+}
+
 static int read_disposition(const char *v, size_t n, size_t index,
                             multipart_part *part, char *err, size_t err_cap)
 {
@@ -280,26 +295,14 @@ static int read_disposition(const char *v, size_t n, size_t index,
     while ((rc = next_param(v, n, &i, &p, &why)) == 1) {
         /* filename*= (RFC 5987) is ignored: RFC 7578 4.2 forbids it. */
         if (ieq(p.name, p.name_len, "name")) {
-            if (named)
-                return fail(err, err_cap,
-                            "part %zu: its Content-Disposition has two names",
-                            index);
-            if (!param_copy(&p, part->name, sizeof part->name))
-                return fail(err, err_cap,
-                            "part %zu: its name is longer than %zu bytes",
-                            index, sizeof part->name - 1);
-            named = true;
+            if (take_param(&p, "name", part->name, sizeof part->name, &named,
+                           index, err, err_cap) != 0)
+                return -1;
         } else if (ieq(p.name, p.name_len, "filename")) {
-            if (filenamed)
-                return fail(err, err_cap,
-                            "part %zu: its Content-Disposition has two "
-                            "filenames",
-                            index);
-            if (!param_copy(&p, part->filename, sizeof part->filename))
-                return fail(err, err_cap,
-                            "part %zu: its filename is longer than %zu bytes",
-                            index, sizeof part->filename - 1);
-            filenamed = true;
+            if (take_param(&p, "filename", part->filename,
+                           sizeof part->filename, &filenamed, index, err,
+                           err_cap) != 0)
+                return -1;
         }
     }
     if (rc < 0)

@@ -51,6 +51,16 @@ static void assert_data(const multipart_part *p, const char *want, size_t len)
     ck_assert_int_eq(memcmp(p->data, want, len), 0);
 }
 
+static void assert_part(const multipart_part *p, const char *name,
+                        const char *filename, const char *content_type,
+                        const char *data, size_t len)
+{
+    ck_assert_str_eq(p->name, name);
+    ck_assert_str_eq(p->filename, filename);
+    ck_assert_str_eq(p->content_type, content_type);
+    assert_data(p, data, len);
+}
+
 /* A refusal whose message contains `want`. */
 static void assert_refused(int rc, const char *want)
 {
@@ -62,14 +72,9 @@ static void assert_refused(int rc, const char *want)
 START_TEST(test_openai_sdk_upload_body)
 {
     ck_assert_int_eq(PARSE(SDK_BODY, B), 2);
-    ck_assert_str_eq(parts[0].name, "purpose");
-    ck_assert_str_eq(parts[0].filename, "");
-    ck_assert_str_eq(parts[0].content_type, "");
-    assert_data(&parts[0], "batch", 5);
-    ck_assert_str_eq(parts[1].name, "file");
-    ck_assert_str_eq(parts[1].filename, "in.jsonl");
-    ck_assert_str_eq(parts[1].content_type, "application/octet-stream");
-    assert_data(&parts[1], SDK_FILE, sizeof SDK_FILE - 1);
+    assert_part(&parts[0], "purpose", "", "", "batch", 5);
+    assert_part(&parts[1], "file", "in.jsonl", "application/octet-stream",
+                SDK_FILE, sizeof SDK_FILE - 1);
     ck_assert_ptr_eq(multipart_find(parts, 2, "file"), &parts[1]);
     ck_assert_ptr_eq(multipart_find(parts, 2, "purpose"), &parts[0]);
     ck_assert_ptr_null(multipart_find(parts, 2, "model"));
@@ -187,13 +192,8 @@ START_TEST(test_preamble_padding_and_epilogue)
         "2\r\n"
         "--b--\r\nan epilogue\r\n--b\r\n";
     ck_assert_int_eq(PARSE(body, "b"), 2);
-    ck_assert_str_eq(parts[0].name, "one");
-    ck_assert_str_eq(parts[0].filename, "a.txt");
-    ck_assert_str_eq(parts[0].content_type, "text/plain; charset=utf-8");
-    assert_data(&parts[0], "1", 1);
-    ck_assert_str_eq(parts[1].name, "q\"uote");
-    ck_assert_str_eq(parts[1].filename, "C:\\dir\\x.jsonl");
-    assert_data(&parts[1], "2", 1);
+    assert_part(&parts[0], "one", "a.txt", "text/plain; charset=utf-8", "1", 1);
+    assert_part(&parts[1], "q\"uote", "C:\\dir\\x.jsonl", "", "2", 1);
 }
 END_TEST
 
