@@ -22,11 +22,10 @@ enum {
 };
 
 typedef struct multipart_part {
-    char name[64];      /* Content-Disposition's name=, never "" */
-    char filename[256]; /* its filename=, "" when there is none */
-    char
-        content_type[128]; /* the Content-Type header as sent, "" when absent */
-    const char *data;      /* points into the body */
+    char name[64];          /* Content-Disposition's name=, never "" */
+    char filename[256];     /* its filename=, "" when there is none */
+    char content_type[128]; /* Content-Type as sent, "" when absent */
+    const char *data;       /* points into the body */
     size_t len;
 } multipart_part;
 
