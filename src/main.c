@@ -52,6 +52,7 @@
 #include "core/notify.h"
 #include "core/settings.h"
 #include "api/workpool.h"
+#include "batch/batch_run.h"
 
 /* Everything the daemon owns, torn down in reverse order of creation. */
 typedef struct daemon_state {
@@ -62,6 +63,8 @@ typedef struct daemon_state {
     token_budget *budget;
     workpool *work;
     api_ctx api;
+    kv_dir_lock batch_dir;  /* --batch-dir, ours until we exit */
+    batch_service *batches; /* NULL: no --batch-dir */
     http_server *http;
 } daemon_state;
 
@@ -214,7 +217,18 @@ static int start(daemon_state *d, gpt2d_error *err)
         .chat = &d->chat,
         .budget = d->budget,
     };
-    if (http_start(&d->http, &d->cfg, &d->api, err) != 0)
+    if (d->cfg.batch_dir != NULL && d->cfg.batch_dir[0] != '\0') {
+        /* the directory is the daemon's alone, as --kv-cache-dir is */
+        if (kvdir_claim(&d->batch_dir, d->cfg.batch_dir, err) != 0)
+            return -2;
+        const size_t parallel = d->cfg.batch_parallel > 0
+                                    ? d->cfg.batch_parallel
+                                    : d->cfg.slots;
+        if (batch_service_start(&d->batches, d->cfg.batch_dir, parallel,
+                                &d->api, err) != 0)
+            return -1;
+    }
+    if (http_start(&d->http, &d->cfg, &d->api, d->batches, err) != 0)
         return -1;
     check_web_root(d->cfg.web_root);
     if (d->cfg.port_file != NULL && d->cfg.port_file[0] != '\0' &&
@@ -340,6 +354,8 @@ static void teardown(daemon_state *d)
     /* The server first: its threads hold request references into the
      * engine, and answers still being sent read the fleet's tokenizers. */
     http_stop(d->http);
+    batch_service_free(d->batches);
+    kvdir_release(&d->batch_dir);
     workpool_stop(d->work);
     fleet_free(d->models);
     token_budget_free(d->budget);
@@ -354,6 +370,7 @@ int main(int argc, char **argv)
     daemon_state d;
     memset(&d, 0, sizeof d);
     d.kv_dir = KV_DIR_LOCK_NONE;
+    d.batch_dir = KV_DIR_LOCK_NONE;
     gpt2d_error err = { { 0 } };
     switch (settings_load(&d.cfg, argc, argv, &err)) {
     case SETTINGS_EXIT_OK:
@@ -399,6 +416,10 @@ int main(int argc, char **argv)
              d.cfg.drain_ms);
     notify_stopping("Draining: running requests have up to %d ms",
                     d.cfg.drain_ms);
+    /* Batch lines first: each one in flight is cancelled and left
+     * unanswered, to run again after a restart, before the engines stop
+     * (which would end them with whatever they had). */
+    batch_service_stop(d.batches);
     http_quiesce(d.http);
     fleet_shutdown(d.models, d.cfg.drain_ms);
     /* Every request has now finished or been cancelled; give the connections

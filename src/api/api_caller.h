@@ -11,6 +11,7 @@
 #ifndef GPT2D_API_CALLER_H
 #define GPT2D_API_CALLER_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -36,6 +37,9 @@ typedef struct api_caller {
     api_limits limits;
     size_t metrics_key; /* its series in /metrics (metrics_key_id):
                                  * the key's name, or 0, "-" */
+    /* Batch work (batch_run.h): its requests run at the engine's
+     * background priority (gen_params.background). */
+    bool background;
 } api_caller;
 
 void api_caller_of_key(api_caller *who, const char *key, size_t len);

@@ -165,6 +165,20 @@ static const option_spec options[] = {
     { "kv-disk", 0, OPT_BYTES, FIELD(kv_disk), "SIZE", "1G", NULL, 4 * KIB,
       1024ULL * 1024 * KIB *KIB *KIB, false,
       "Most bytes the disk tier keeps in --kv-cache-dir. Suffixes k, M, G (x1024)." },
+    { "batch-dir", 0, OPT_OPTIONAL_PATH, FIELD(batch_dir), "DIR", NULL, NULL, 0,
+      0, false,
+      "Directory of the Files and Batch APIs (/v1/files, /v1/batches): uploaded "
+      "batch input, the batches and their answers, kept across restarts (a "
+      "batch resumes where it stopped); none: the two APIs answer 404." },
+    { "max-file-bytes", 0, OPT_BYTES, FIELD(max_file_bytes), "SIZE", "100M",
+      NULL, 1, 1024ULL * KIB *KIB *KIB, false,
+      "Largest file a client may upload to /v1/files (a batch's input); larger "
+      "ones get 413. The upload is held in memory while it arrives. Suffixes k, "
+      "M, G (x1024)." },
+    { "batch-parallel", 0, OPT_COUNT, FIELD(batch_parallel), "N", NULL,
+      "--slots", 1, SETTINGS_MAX_SLOTS, false,
+      "Batch lines answered at once, across all batches. They run below every "
+      "interactive request: on capacity no interactive request wants." },
     { "max-queue", 0, OPT_COUNT, FIELD(max_queue), "N", "64", NULL, 1, 1000000,
       false, "Requests that may wait for a slot; beyond this, 429 at once." },
     { "max-n", 0, OPT_COUNT, FIELD(max_n), "N", "4", NULL, 1, 1024, false,

@@ -51,6 +51,11 @@ typedef struct settings {
     bool kv_half;           /* --kv-dtype float16 (default float32) */
     char *kv_cache_dir;     /* --kv-cache-dir: the disk tier; none by default */
     size_t kv_disk;         /* --kv-disk bytes, default 1 GiB */
+    char *batch_dir;        /* --batch-dir: the Files and Batch APIs'
+                                 * files; none by default (the APIs off) */
+    size_t max_file_bytes;  /* --max-file-bytes per upload, default 100 MiB */
+    size_t batch_parallel;  /* --batch-parallel lines in flight; 0
+                                 * (default): --slots */
     size_t max_queue;       /* --max-queue, default 64 */
     size_t max_batch_rows;  /* --max-batch-rows, default 256 */
     size_t max_body_bytes;  /* --max-body, default 1 MiB */

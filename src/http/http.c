@@ -30,6 +30,7 @@
 #include "core/log.h"
 #include "core/metrics.h"
 #include "core/monotonic.h"
+#include "batch/batch_api.h"
 #include "http/http_internal.h"
 
 /* ------------------------------------------------------------------ */
@@ -49,6 +50,10 @@ static const route routes[] = {
     { ROUTE_DETOKENIZE, "/detokenize", false, "POST", "/detokenize" },
     { ROUTE_SESSIONS, "/v1/sessions", false, "GET", "/v1/sessions" },
     { ROUTE_SESSION, "/v1/sessions/", true, "DELETE", "/v1/sessions/{id}" },
+    { ROUTE_FILES, "/v1/files", false, "GET, POST", "/v1/files" },
+    { ROUTE_FILES, "/v1/files/", true, "GET, DELETE", "/v1/files/{id}" },
+    { ROUTE_BATCHES, "/v1/batches", false, "GET, POST", "/v1/batches" },
+    { ROUTE_BATCHES, "/v1/batches/", true, "GET, POST", "/v1/batches/{id}" },
 };
 static const route static_route = { ROUTE_STATIC, "/", true, "GET", "static" };
 static const route no_route = { ROUTE_NONE, "", false, "", "other" };
@@ -77,11 +82,33 @@ static const route *route_find(const char *url)
 /* Dispatch                                                            */
 /* ------------------------------------------------------------------ */
 
+/* Whether `method` is one of the comma-separated `methods`. */
+static bool method_listed(const char *methods, const char *method)
+{
+    const size_t len = strlen(method);
+    for (const char *m = methods; *m != '\0';) {
+        const size_t n = strcspn(m, ",");
+        if (n == len && strncmp(m, method, len) == 0)
+            return true;
+        m += n;
+        while (*m == ',' || *m == ' ')
+            m++;
+    }
+    return false;
+}
+
 static bool method_allowed(const route *r, const char *method)
 {
-    if (strcmp(method, r->methods) == 0)
+    if (method_listed(r->methods, method))
         return true;
-    return strcmp(method, "HEAD") == 0 && strcmp(r->methods, "GET") == 0;
+    return strcmp(method, "HEAD") == 0 && method_listed(r->methods, "GET");
+}
+
+size_t http_request_body_limit(const http_request *hr)
+{
+    if (hr->route->id == ROUTE_FILES && strcmp(hr->method, "POST") == 0)
+        return hr->srv->cfg->max_file_bytes;
+    return hr->srv->cfg->max_body_bytes;
 }
 
 /* Everything that can be refused before the body is read: a body whose
@@ -127,13 +154,18 @@ static bool early_checks(http_request *hr, enum MHD_Result *rc)
     hr->authorized = r->id != ROUTE_HEALTH && r->id != ROUTE_STATIC;
     const char *cl = MHD_lookup_connection_value(
         hr->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
-    if (cl != NULL && strtoull(cl, NULL, 10) > srv->cfg->max_body_bytes) {
+    if (cl != NULL && strtoull(cl, NULL, 10) > http_request_body_limit(hr)) {
         *rc = http_reply_error(
             hr, 413, NULL, "request body of %s bytes is over the limit of %zu",
-            cl, srv->cfg->max_body_bytes);
+            cl, http_request_body_limit(hr));
         return true;
     }
     return false;
+}
+
+static const char *query_value(void *conn, const char *name)
+{
+    return MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, name);
 }
 
 static enum MHD_Result dispatch(http_request *hr, const char *url)
@@ -145,7 +177,7 @@ static enum MHD_Result dispatch(http_request *hr, const char *url)
     if (hr->too_large)
         return http_reply_error(hr, 413, NULL,
                                 "request body is over the limit of %zu bytes",
-                                srv->cfg->max_body_bytes);
+                                http_request_body_limit(hr));
     const char *body = hr->body != NULL ? hr->body : "";
     api_client client = { http_request_client_gone, hr };
     switch (hr->route->id) {
@@ -187,6 +219,25 @@ static enum MHD_Result dispatch(http_request *hr, const char *url)
     case ROUTE_SESSION:
         api_session_delete(api, &hr->caller, url + strlen("/v1/sessions/"), r);
         break;
+    case ROUTE_FILES:
+    case ROUTE_BATCHES: {
+        const bool files = hr->route->id == ROUTE_FILES;
+        const batch_call call = {
+            .method = hr->method,
+            .rest = url + strlen(files ? "/v1/files" : "/v1/batches"),
+            .content_type = MHD_lookup_connection_value(
+                hr->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE),
+            .body = body,
+            .len = hr->len,
+            .query = query_value,
+            .query_arg = hr->conn,
+        };
+        if (files)
+            batch_api_files(srv->batches, &hr->caller, &call, r);
+        else
+            batch_api_batches(srv->batches, &hr->caller, &call, r);
+        break;
+    }
     case ROUTE_STATIC:
         return http_reply_static(hr, url);
     default:
@@ -240,7 +291,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
         *upload_data_size = 0;
         /* only a chunked body can grow past the limit: a longer
          * Content-Length was refused before the body */
-        if (n > srv->cfg->max_body_bytes - hr->len)
+        if (n > http_request_body_limit(hr) - hr->len)
             return http_framing_refuse_body_over_limit(hr);
         http_request_append_body(hr, upload_data, n);
         return MHD_YES;
@@ -369,7 +420,7 @@ static int resolve(const settings *cfg, struct sockaddr_storage *addr,
 }
 
 int http_start(http_server **out, const settings *cfg, const api_ctx *api,
-               gpt2d_error *err)
+               batch_service *batches, gpt2d_error *err)
 {
     *out = NULL;
     http_server *srv = calloc(1, sizeof *srv);
@@ -377,6 +428,7 @@ int http_start(http_server **out, const settings *cfg, const api_ctx *api,
         return error_set(err, "out of memory");
     srv->cfg = cfg;
     srv->api = api;
+    srv->batches = batches;
     atomic_init(&srv->stopping, false);
     const char *mhd = MHD_get_version();
     srv->head_in_place = mhd != NULL && (strcmp(mhd, "0.9.75") == 0 ||

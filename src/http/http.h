@@ -20,15 +20,16 @@
 #define GPT2D_HTTP_H
 
 #include "api/api.h"
+#include "batch/batch_run.h"
 #include "core/error.h"
 #include "core/settings.h"
 
 typedef struct http_server http_server;
 
-/* Loads the API keys, binds host:port and starts serving.  `cfg` and `api`
- * must outlive the server. */
+/* Loads the API keys, binds host:port and starts serving.  `cfg`, `api`
+ * and `batches` (NULL: no --batch-dir) must outlive the server. */
 int http_start(http_server **out, const settings *cfg, const api_ctx *api,
-               gpt2d_error *err);
+               batch_service *batches, gpt2d_error *err);
 /* The port actually bound (useful with --port 0). */
 unsigned http_port(const http_server *srv);
 /* Re-reads --api-key-file and GPT2D_API_KEY (SIGHUP); on failure the old

@@ -305,12 +305,11 @@ static void linger(int fd)
  * close the connection (after on_completed logs the 413). */
 enum MHD_Result http_framing_refuse_body_over_limit(http_request *hr)
 {
-    const settings *cfg = hr->srv->cfg;
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(
         hr->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
     api_error e;
     api_error_set(&e, 413, NULL, "request body is over the limit of %zu bytes",
-                  cfg->max_body_bytes);
+                  http_request_body_limit(hr));
     api_response_free(&hr->resp);
     memset(&hr->resp, 0, sizeof hr->resp);
     api_response_error(&hr->resp, &e);

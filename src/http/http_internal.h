@@ -38,6 +38,7 @@ struct http_server {
     struct MHD_Daemon *daemon;
     const settings *cfg;
     const api_ctx *api;
+    batch_service *batches; /* NULL: no --batch-dir */
     unsigned port;
     atomic_bool stopping;
     atomic_size_t in_flight; /* requests begun and not yet completed */
@@ -60,6 +61,8 @@ typedef enum route_id {
     ROUTE_DETOKENIZE,
     ROUTE_SESSIONS,
     ROUTE_SESSION,
+    ROUTE_FILES, /* /v1/files and /v1/files/... */
+    ROUTE_BATCHES,
     ROUTE_STATIC,
     ROUTE_NONE,
 } route_id;
@@ -68,7 +71,7 @@ typedef struct route {
     route_id id;
     const char *path; /* exact path, or prefix when `prefix` */
     bool prefix;
-    const char *methods; /* the Allow header */
+    const char *methods; /* the Allow header: "GET" or "GET, POST" */
     const char *label;   /* metrics label */
 } route;
 
@@ -159,6 +162,10 @@ void http_framing_find_nul(http_request *hr, const char *method,
 /* A NUL in the head, or a body whose length the headers do not settle:
  * true when a refusal was queued (into *rc). */
 bool http_framing_refuse(http_request *hr, enum MHD_Result *rc);
+/* The most bytes the request's body may have: an upload's are a file's
+ * (--max-file-bytes), every other's --max-body (http.c). */
+size_t http_request_body_limit(const http_request *hr);
+
 /* A chunked body grew past --max-body: 413 written to the socket; the
  * connection closes (returns MHD_NO). */
 enum MHD_Result http_framing_refuse_body_over_limit(http_request *hr);

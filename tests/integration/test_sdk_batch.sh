@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# test_sdk_batch.sh — OpenAI's Files and Batch APIs through the official
+# OpenAI Node SDK (tests/integration/sdk_batch_test.js), against a real gpt2d
+# on 127.0.0.1 serving the `tiny` model with a --batch-dir of its own.
+#
+# Exit 77 (skipped) when Node.js, the SDK fixture (tests/data/fetch-openai-sdk.sh)
+# or the tiny model is missing.  Ends with the line "N passed, N failed".
+#
+# Environment (from `make check`): GPT2D_BUILDDIR, GPT2D_SRCDIR,
+# GPT2D_TEST_DATA, NODE.  By hand:
+#   GPT2D_BUILDDIR=$PWD GPT2D_SRCDIR=/path/to/src GPT2D_TEST_DATA=$PWD/tests/data \
+#   bash $GPT2D_SRCDIR/tests/integration/test_sdk_batch.sh
+set -euo pipefail
+
+# shellcheck source=tests/integration/harness.sh
+. "$(dirname "$0")/harness.sh"
+require_tiny
+require_curl
+node=${NODE:-node}
+"$node" --version >/dev/null 2>&1 || skip "Node.js not found ('$node')"
+sdk=$data/openai-sdk/package
+[[ -f $sdk/index.js ]] || skip "$sdk missing (tests/data/fetch-openai-sdk.sh fetches it)"
+
+make_workdir sdk-batch
+
+# shellcheck source=tests/integration/tally.sh
+. "$srcdir/tests/integration/tally.sh"
+
+mkdir -m 700 "$work/batches"
+gpt2d_start "$work/gpt2d.log" "$work/port" "$tiny" --slots 4 --threads 2 \
+    --batch-dir "$work/batches"
+server_pid=$gpt2d_pid
+if ! port=$(gpt2d_wait "$server_pid" "$work/port"); then
+    fail "server starts and answers /health within 10 s"
+    tail -n 30 "$work/gpt2d.log" | sed 's/^/  | /'
+    finish
+fi
+
+rc=0
+GPT2D_SDK_DIR=$sdk GPT2D_BASE_URL=http://127.0.0.1:$port \
+    timeout 120 "$node" "$srcdir/tests/integration/sdk_batch_test.js" >"$work/out" 2>&1 || rc=$?
+cat "$work/out"
+if read -r n_pass _ n_fail _ < <(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$work/out"); then
+    passed=$((passed + n_pass))
+    failed=$((failed + n_fail))
+fi
+[[ $rc -eq 0 ]] || fail "sdk_batch_test.js exits 0 (exit $rc)"
+
+kill -TERM "$server_pid"
+rc=0
+wait "$server_pid" || rc=$?
+server_pid=
+if [[ $rc -eq 0 ]]; then
+    pass "SIGTERM: exit 0"
+else
+    fail "SIGTERM: exit $rc"
+    tail -n 30 "$work/gpt2d.log" | sed 's/^/  | /'
+fi
+if grep -qE 'ERROR: (Address|Leak)Sanitizer|runtime error:' "$work/gpt2d.log"; then
+    fail "server log has a sanitizer report"
+    grep -m1 -A30 -E 'ERROR: (Address|Leak)Sanitizer|runtime error:' "$work/gpt2d.log" |
+        sed 's/^/  | /'
+fi
+finish
