@@ -97,9 +97,9 @@ static void idle_wait(engine *e)
 static void charge_step(engine *e, size_t n_entries, double now)
 {
     for (size_t b = 0; b < n_entries; b++)
-        fair_charge(e, e->entries[b].r->account, e->entries[b].n_rows, now);
+        fair_charge(e, e->entries[b].r, e->entries[b].n_rows, now);
     for (size_t i = 0; i < e->n_lens; i++)
-        fair_charge(e, e->lens[i].r->account, e->lens[i].n_rows, now);
+        fair_charge(e, e->lens[i].r, e->lens[i].n_rows, now);
 }
 
 /* With cfg.min_step_usec (tests only), sleeps out the rest of the step. */
