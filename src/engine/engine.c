@@ -13,7 +13,8 @@
  *   3. builds one batch: a decode row for every generating sequence first,
  *      then prefill chunks of admitted prompts while they fit, unless
  *      prefill has had its share of the time while others decode
- *      (engine_batch.c);
+ *      (engine_batch.c); background (batch) sequences only while no
+ *      interactive request holds a slot, and then a bounded step;
  *   4. runs forward_step on the worker pool, then every sample (and prompt
  *      score) of the step on the pool too, one sampler_scratch per worker;
  *   5. appends the results to each request's output under its lock and wakes
