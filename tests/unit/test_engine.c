@@ -2894,14 +2894,15 @@ START_TEST(test_engine_interactive_callers_are_served_before_background)
 END_TEST
 
 /* A background prompt being computed gives its slot to an interactive
- * request too (one slot; its prompt cut to 2 rows a step, so it is still
- * being computed), and resumes to the same bits as alone. */
+ * request too (one slot; its prompt cut to a row a step, 50 steps of at
+ * least 5 ms, so it is still being computed), and resumes to the same
+ * bits as alone. */
 START_TEST(test_engine_background_prompt_paused_mid_prefill_same_bits)
 {
     engine_config cfg = { .n_slots = 1,
                           .max_queue = 8,
                           .max_batch_rows = 16,
-                          .background_step_rows = 2,
+                          .background_step_rows = 1,
                           .min_step_usec = 5000 };
     int32_t *prompt = prompt_of(50), *other = prompt_of(4);
     other[0] = 7;
