@@ -10,7 +10,9 @@
  *
  *   - Interactive callers before background (batch) ones; an interactive
  *     item's first victims are running background sequences, and a
- *     background item pauses only another background caller's.
+ *     background item pauses only another background caller's.  No
+ *     background item starts while an interactive request holds a slot:
+ *     it would compute nothing there (engine_batch.c).
  *   - The caller owed the next slot offers its oldest waiting item: a
  *     paused sequence (in its request's admission order), else its first
  *     queued request (first come first served within a caller).
@@ -225,6 +227,19 @@ static bool oldest_waiting(const engine *e, const caller_state *c,
     return false;
 }
 
+bool admit_interactive_running(const engine *e)
+{
+    for (size_t k = 0; k < e->n_running; k++) {
+        const gen_request *r = e->running[k];
+        if (r->background)
+            continue;
+        for (size_t i = 0; i < r->n_seq; i++)
+            if (r->seqs[i].has_kv)
+                return true;
+    }
+    return false;
+}
+
 static size_t slots_held(const engine *e)
 {
     size_t held = 0;
@@ -325,6 +340,12 @@ void admit_schedule(engine *e, double now)
     size_t free_slots = e->cfg.n_slots - slots_held(e);
     preempt_plan plan = { .victims = e->plan, .cap = e->cfg.n_slots };
     for (caller_state *c; (c = fair_next(e)) != NULL;) {
+        /* interactive callers come first: past them, only background
+         * ones, which would compute nothing beside interactive work
+         * (engine_batch.c) but hold a slot and memory; they start once
+         * none holds a slot */
+        if (fair_background(c) && admit_interactive_running(e))
+            break;
         waiting_item w;
         if (!oldest_waiting(e, c, &w)) {
             fair_block(c);

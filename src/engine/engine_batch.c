@@ -222,26 +222,6 @@ static bool prompt_work(const engine *e, bool background)
     return false;
 }
 
-/* Whether an interactive request holds a slot: then the step is its
- * class's, and background sequences compute nothing (they keep their
- * slots and their blocks, and wait; nothing of theirs moves on, and a
- * row's bits never depend on the step it runs in).  Interactive work that
- * holds no slot (queued, paused) could not start this step, whatever it
- * waits for (memory, a session, a slot no one gives up): background work
- * runs meanwhile, so that what it holds comes free. */
-static bool interactive_holds_slot(const engine *e)
-{
-    for (size_t k = 0; k < e->n_running; k++) {
-        const gen_request *r = e->running[k];
-        if (r->background)
-            continue;
-        for (size_t i = 0; i < r->n_seq; i++)
-            if (r->seqs[i].has_kv)
-                return true;
-    }
-    return false;
-}
-
 /* The most rows the step may carry: a background step's are bounded, so
  * an interactive request that arrives during it waits little. */
 static size_t step_limit(const engine *e, bool background)
@@ -316,8 +296,15 @@ static size_t add_decode_rows(engine *e, bool background, size_t limit)
 size_t batch_build(engine *e, size_t *rows_out, size_t *prefill_out,
                    bool *mixed_out, double now)
 {
-    /* background work runs only in steps no interactive request is in */
-    const bool background = !interactive_holds_slot(e);
+    /* Background work runs only in steps no interactive request is in:
+     * while one holds a slot, background sequences compute nothing (they
+     * keep their slots and their blocks, and wait; nothing of theirs moves
+     * on, and a row's bits never depend on the step it runs in).
+     * Interactive work that holds no slot (queued, paused) could not start
+     * this step, whatever it waits for (memory, a session, a slot no one
+     * gives up): background work runs meanwhile, so that what it holds
+     * comes free. */
+    const bool background = !admit_interactive_running(e);
     const size_t limit = step_limit(e, background);
     size_t n = add_decode_rows(e, background, limit), rows = n;
     *mixed_out = false;

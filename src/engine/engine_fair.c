@@ -237,6 +237,11 @@ bool fair_owns(const caller_state *c, const gen_request *r)
     return owns(c, r);
 }
 
+bool fair_background(const caller_state *c)
+{
+    return c->background;
+}
+
 void fair_block(caller_state *c)
 {
     c->blocked = true;

@@ -231,6 +231,8 @@ engine_status admit_could_run(const engine *e, const gen_params *p, size_t n,
  * ENGINE_OK the engine holds its reference to each it queued. */
 engine_status admit_enqueue(engine *e, gen_request **r, size_t n,
                             engine_refusal *why);
+/* Whether an interactive (not background) request holds a slot. */
+bool admit_interactive_running(const engine *e);
 /* Drops the cancelled requests from the queue. */
 void admit_drop_cancelled(engine *e);
 /* Free slots to waiting work (paused sequences, queued requests), fairly
@@ -264,6 +266,8 @@ void fair_enqueued(engine *e, const gen_request *r);
 void fair_refresh(engine *e, double now);
 /* Whether r is c's: its account and its class (background or not). */
 bool fair_owns(const caller_state *c, const gen_request *r);
+/* Whether c is a background (batch) caller. */
+bool fair_background(const caller_state *c);
 /* The caller with waiting work owed the next slot, or NULL. */
 caller_state *fair_next(engine *e);
 /* Nothing of `c` starts in this pass. */

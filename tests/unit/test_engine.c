@@ -2831,6 +2831,35 @@ START_TEST(test_engine_background_gets_no_rows_beside_interactive_work)
 }
 END_TEST
 
+/* A free slot, but an interactive request runs: a background request
+ * waits queued (beside interactive work it would compute nothing, yet
+ * hold a slot and memory), and starts when the interactive one ends. */
+START_TEST(test_engine_background_waits_queued_beside_interactive_work)
+{
+    engine_config cfg = { .n_slots = 2,
+                          .max_queue = 8,
+                          .max_batch_rows = 16,
+                          .min_step_usec = 2000 };
+    scene sc;
+    scene_open(&sc, &cfg);
+    gen_request *a1 = scene_running(&sc, sc.a, 1);
+    gen_params bp = greedy_params(sc.prompt, 4, 8);
+    bp.identity = sc.b;
+    bp.background = true;
+    gen_request *bg = NULL;
+    ck_assert_int_eq(submit(sc.e, &bp, &bg), ENGINE_OK);
+    scene_keep(&sc, bg);
+    wait_tokens(a1, n_tokens_of(a1) + 3);
+    assert_slots(sc.e, 1, 1);
+    gen_request_cancel(a1);
+    wait_finished(bg);
+    gen_request_lock(bg);
+    ck_assert_uint_eq(gen_request_output(bg, 0)->finish, FINISH_LENGTH);
+    gen_request_unlock(bg);
+    scene_close(&sc);
+}
+END_TEST
+
 /* A step of background work only carries at most background_step_rows
  * rows (8): a 45-token prompt, one 45-row step interactively, is cut into
  * steps of at most 8, and its answer is the same bits. */
@@ -3074,6 +3103,8 @@ static Suite *engine_suite(void)
         bg, test_engine_interactive_request_takes_a_background_slot_at_once);
     tcase_add_test(bg,
                    test_engine_background_gets_no_rows_beside_interactive_work);
+    tcase_add_test(bg,
+                   test_engine_background_waits_queued_beside_interactive_work);
     tcase_add_test(
         bg, test_engine_background_step_carries_at_most_its_rows_same_bits);
     tcase_add_test(
