@@ -19,7 +19,9 @@
  *     victims below, among interactive callers only.
  *   - A background item never pauses an interactive sequence: it takes
  *     free slots, or a slot of another background caller by the rules
- *     below.
+ *     below, and only while no interactive request holds a slot
+ *     (engine_admit.c: beside interactive work it would compute
+ *     nothing).
  *
  * The rules within a class (engine_admit.c applies them each step):
  *
