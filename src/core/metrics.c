@@ -119,7 +119,7 @@ static atomic_uint_fast64_t request_timeouts;
 static atomic_uint_fast64_t write_timeouts;
 static atomic_uint_fast64_t prefill_bounded;
 static atomic_uint_fast64_t inspect_bytes;
-static atomic_uint_fast64_t preemptions[2]; /* by metrics_preemption */
+static atomic_uint_fast64_t preemptions[3]; /* by metrics_preemption */
 static atomic_uint_fast64_t spec_steps;
 static atomic_uint_fast64_t spec_proposed[METRICS_SPEC_POSITIONS];
 static atomic_uint_fast64_t spec_accepted[METRICS_SPEC_POSITIONS];
@@ -202,7 +202,7 @@ void metrics_add_inspect_bytes(size_t n)
 }
 void metrics_preempted(metrics_preemption why)
 {
-    counter_add(&preemptions[why == METRICS_PREEMPT_KEY_LIMIT], 1);
+    counter_add(&preemptions[why], 1);
 }
 void metrics_spec_verified(size_t proposed, size_t accepted)
 {
@@ -838,6 +838,10 @@ char *metrics_render(const metrics_gauges *gauges)
                         "or this key above its max-seqs.",
                         "reason", "fair_share", counter_get(&preemptions[0]),
                         "key_limit", counter_get(&preemptions[1]));
+    render_counter(f, "gpt2d_background_preemptions_total",
+                   "Background (batch) sequences paused at a step boundary "
+                   "for an interactive request.",
+                   &preemptions[METRICS_PREEMPT_BACKGROUND]);
     render_counter(f, "gpt2d_inspect_bytes_total",
                    "Bytes of POST /v1/inspect answers (attention, logit lens "
                    "and residual norms as JSON).",

@@ -37,10 +37,12 @@ void metrics_observe_token_latency(double seconds); /* between tokens */
 void metrics_observe_step(double seconds);          /* one engine step */
 void metrics_observe_batch_rows(size_t rows); /* rows in one engine step */
 /* A sequence paused for another caller's (engine_fair.c): that caller was
- * below its fair share, or this one above its key's max-seqs. */
+ * below its fair share, or this one above its key's max-seqs; or it was
+ * background (batch) work and an interactive request waited. */
 typedef enum metrics_preemption {
     METRICS_PREEMPT_FAIR_SHARE,
     METRICS_PREEMPT_KEY_LIMIT,
+    METRICS_PREEMPT_BACKGROUND,
 } metrics_preemption;
 void metrics_preempted(metrics_preemption why);
 /* Speculative decoding: a sequence had `proposed` drafts verified in one

@@ -217,6 +217,12 @@ static const option_spec options[] = {
       "streams lasts at most this percentage of a decode step of a full batch "
       "(the engine measures both as it runs), so a long prompt pauses every "
       "stream briefly instead of once for long; 0: no bound." },
+    { "background-step-rows", 0, OPT_COUNT, FIELD(background_step_rows), "N",
+      "32", NULL, 0, 65536, false,
+      "A step that runs only background (batch) work carries at most this many "
+      "token rows, so that an interactive request arriving during it waits "
+      "little; batch work never runs beside interactive requests. 0: no "
+      "bound." },
     { "speculative", 0, OPT_BOOL, FIELD(speculative), "BOOL", "true", NULL, 0,
       0, false,
       "Speculative decoding for requests that do not say (their "

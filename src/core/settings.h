@@ -78,7 +78,9 @@ typedef struct settings {
                                  * caller's token budget; 0 (default): none */
     unsigned prefill_share;           /* --prefill-share percent, default 50 */
     unsigned step_cost; /* --step-cost percent of a decode step, 0: off */
-    unsigned test_min_step_us; /* --test-min-step-us: a floor on every engine
+    size_t background_step_rows; /* --background-step-rows, default 32;
+                                 * 0: no bound */
+    unsigned test_min_step_us;   /* --test-min-step-us: a floor on every engine
                                  * step, for the test suites; 0: none */
     size_t max_stop_bytes; /* --max-stop-bytes per stop string, default 256 */
     size_t inspect_max_tokens;    /* --inspect-max-tokens, default 256 */

@@ -13,7 +13,8 @@
  *   3. builds one batch: a decode row for every generating sequence first,
  *      then prefill chunks of admitted prompts while they fit, unless
  *      prefill has had its share of the time while others decode
- *      (engine_batch.c);
+ *      (engine_batch.c); background (batch) sequences only while no
+ *      interactive request holds a slot, and then a bounded step;
  *   4. runs forward_step on the worker pool, then every sample (and prompt
  *      score) of the step on the pool too, one sampler_scratch per worker;
  *   5. appends the results to each request's output under its lock and wakes
@@ -97,9 +98,9 @@ static void idle_wait(engine *e)
 static void charge_step(engine *e, size_t n_entries, double now)
 {
     for (size_t b = 0; b < n_entries; b++)
-        fair_charge(e, e->entries[b].r->account, e->entries[b].n_rows, now);
+        fair_charge(e, e->entries[b].r, e->entries[b].n_rows, now);
     for (size_t i = 0; i < e->n_lens; i++)
-        fair_charge(e, e->lens[i].r->account, e->lens[i].n_rows, now);
+        fair_charge(e, e->lens[i].r, e->lens[i].n_rows, now);
 }
 
 /* With cfg.min_step_usec (tests only), sleeps out the rest of the step. */

@@ -8,6 +8,11 @@
  *
  * Each step, while waiting work remains (engine_fair.c's rules say whose):
  *
+ *   - Interactive callers before background (batch) ones; an interactive
+ *     item's first victims are running background sequences, and a
+ *     background item pauses only another background caller's.  No
+ *     background item starts while an interactive request holds a slot:
+ *     it would compute nothing there (engine_batch.c).
  *   - The caller owed the next slot offers its oldest waiting item: a
  *     paused sequence (in its request's admission order), else its first
  *     queued request (first come first served within a caller).
@@ -198,18 +203,13 @@ typedef struct waiting_item {
     size_t queue; /* queued: its queue index; SIZE_MAX for a paused one */
 } waiting_item;
 
-static bool same_account(const gen_request *r, const uint8_t *account)
-{
-    return memcmp(r->account, account, SHA256_BYTES) == 0;
-}
-
 /* The caller's oldest waiting item that may start now. */
-static bool oldest_waiting(const engine *e, const uint8_t *account,
+static bool oldest_waiting(const engine *e, const caller_state *c,
                            waiting_item *out)
 {
     for (size_t k = 0; k < e->n_running; k++) {
         gen_request *r = e->running[k];
-        if (!same_account(r, account))
+        if (!fair_owns(c, r))
             continue;
         for (size_t i = 0; i < r->n_seq; i++)
             if (pause_resumable(r, i)) {
@@ -219,10 +219,23 @@ static bool oldest_waiting(const engine *e, const uint8_t *account,
     }
     for (size_t i = 0; i < e->q_len; i++) {
         gen_request *r = engine_queue_at(e, i);
-        if (same_account(r, account)) {
+        if (fair_owns(c, r)) {
             *out = (waiting_item){ .r = r, .queue = i };
             return true;
         }
+    }
+    return false;
+}
+
+bool admit_interactive_running(const engine *e)
+{
+    for (size_t k = 0; k < e->n_running; k++) {
+        const gen_request *r = e->running[k];
+        if (r->background)
+            continue;
+        for (size_t i = 0; i < r->n_seq; i++)
+            if (r->seqs[i].has_kv)
+                return true;
     }
     return false;
 }
@@ -244,7 +257,7 @@ static void start_request(engine *e, caller_state *c, size_t queue_index,
     gen_request *r = engine_queue_at(e, queue_index);
     queue_remove(e, queue_index);
     fair_started(c, n_run);
-    fair_new_waiting(e, r->account, r->n_seq - n_run);
+    fair_new_waiting(e, r, r->n_seq - n_run);
     if (!start_inspect(e, r, now))
         return;
     metrics_add_prompt_tokens(r->n_prompt);
@@ -327,8 +340,14 @@ void admit_schedule(engine *e, double now)
     size_t free_slots = e->cfg.n_slots - slots_held(e);
     preempt_plan plan = { .victims = e->plan, .cap = e->cfg.n_slots };
     for (caller_state *c; (c = fair_next(e)) != NULL;) {
+        /* interactive callers come first: past them, only background
+         * ones, which would compute nothing beside interactive work
+         * (engine_batch.c) but hold a slot and memory; they start once
+         * none holds a slot */
+        if (fair_background(c) && admit_interactive_running(e))
+            break;
         waiting_item w;
-        if (!oldest_waiting(e, fair_account(c), &w)) {
+        if (!oldest_waiting(e, c, &w)) {
             fair_block(c);
             continue;
         }
@@ -360,7 +379,7 @@ void admit_schedule(engine *e, double now)
         for (size_t v = 0; v < n_pause; v++) {
             const preempt_victim *x = &plan.victims[v];
             pause_count(x->r, x->why);
-            fair_paused(e, x->r->account, true);
+            fair_paused(e, x->r, true);
         }
         free_slots = free_slots + n_pause - n_run;
         if (w.queue == SIZE_MAX)
@@ -457,7 +476,7 @@ static engine_status enqueue_one(engine *e, gen_request *r, engine_refusal *why)
     }
     /* its wait starts now, not at a busy session's first refusal */
     r->t_submit = monotonic_seconds();
-    fair_enqueued(e, r->account);
+    fair_enqueued(e, r);
     atomic_store(&r->refs, 2);
     e->queue[(e->q_head + e->q_len++) % e->cfg.max_queue] = r;
     return ENGINE_OK;

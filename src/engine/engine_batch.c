@@ -3,6 +3,10 @@
  * step has room and prefill its share of the time) and, once the forward
  * pass has run, its sample jobs on the worker pool.
  *
+ * Background (batch) work has steps of its own: while an interactive
+ * request holds a slot, background sequences get no rows; a step with
+ * background work only carries at most cfg.background_step_rows rows.
+ *
  * Determinism.  A sequence's tokens must not depend on what else runs.
  * With the panel kernels forward_step is bit-identical per sequence
  * whatever shares the batch and however its prompt is chunked (test_forward
@@ -14,7 +18,9 @@
  * cannot hold the whole next chunk the prompt waits for the next step
  * rather than run a shorter one.  The step
  * budget is max_batch_rows = chunk + n_slots, so one whole chunk always fits
- * beside every possible decode row and prefill never starves.
+ * beside every possible decode row and prefill never starves.  So under
+ * blas a background step's bound does not cut prompts (its step may carry
+ * a whole chunk); with the panel kernels it cuts them anywhere.
  *
  * Threads: the engine thread; batch_build with e->lock held, batch_sample
  * without it (the step's requests stay put: only the engine thread changes
@@ -87,6 +93,8 @@ static share_action shared_prefill(const engine *e, size_t k,
         if (q->session != NULL ||
             memcmp(q->id.domain, r->id.domain, SHA256_BYTES) != 0)
             continue;
+        if (q->background && !r->background)
+            continue; /* it computes nothing while r runs */
         if (r->score_prompt && !q->score_prompt)
             continue; /* it keeps no scores for r to reuse */
         size_t common = 0, lim = q->n_prompt < r->n_prompt - 1
@@ -107,12 +115,16 @@ static share_action shared_prefill(const engine *e, size_t k,
     return SHARE_NONE;
 }
 
-/* Whether a sequence of a caller other than r's is generating. */
+/* Whether a sequence of an interactive caller other than r's is
+ * generating.  Background prompts are never held back: a step with
+ * background work is short already (background_step_rows). */
 static bool others_decoding(const engine *e, const gen_request *r)
 {
+    if (r->background)
+        return false;
     for (size_t k = 0; k < e->n_running; k++) {
         const gen_request *q = e->running[k];
-        if (memcmp(q->account, r->account, SHA256_BYTES) == 0)
+        if (q->background || memcmp(q->account, r->account, SHA256_BYTES) == 0)
             continue;
         for (size_t i = 0; i < q->n_seq; i++)
             if (q->seqs[i].phase == SEQ_DECODE)
@@ -127,12 +139,13 @@ static bool others_decoding(const engine *e, const gen_request *r)
  * what is left of the prompt rows' budget (`left`): a lens row is one
  * unembedding, less work than a prompt row, so a step with lens rows is
  * never longer than one with as many prompt rows. */
-static void plan_lens(engine *e, size_t *left, bool *mixed_out, double now)
+static void plan_lens(engine *e, bool background, size_t *left, bool *mixed_out,
+                      double now)
 {
     e->n_lens = e->n_lens_rows = 0;
     for (size_t k = 0; k<e->n_running && * left> 0; k++) {
         gen_request *r = e->running[k];
-        if (r->seqs[0].phase != SEQ_LENS)
+        if (r->seqs[0].phase != SEQ_LENS || r->background != background)
             continue;
         const bool others = others_decoding(e, r);
         if (others && now < e->prefill_hold_until)
@@ -158,10 +171,13 @@ static void plan_lens(engine *e, size_t *left, bool *mixed_out, double now)
  * step's prompt rows.  Usually one row each (all but the last token is
  * still cached).  Not held back like prefill: a resumed stream is one of
  * the streams prefill would wait for. */
-static size_t add_resumed(engine *e, size_t n, size_t *rows, size_t *left)
+static size_t add_resumed(engine *e, bool background, size_t n, size_t *rows,
+                          size_t *left)
 {
     for (size_t k = 0; k<e->n_running && * left> 0; k++) {
         gen_request *r = e->running[k];
+        if (r->background != background)
+            continue;
         for (size_t i = 0; i<r->n_seq && * left> 0; i++) {
             seq_state *s = &r->seqs[i];
             if (s->phase != SEQ_RESUME)
@@ -189,12 +205,14 @@ static size_t add_resumed(engine *e, size_t n, size_t *rows, size_t *left)
     return n;
 }
 
-/* Whether a running request has prompt rows (or lens rows, or a resumed
- * history) still to compute. */
-static bool prompt_work(const engine *e)
+/* Whether a running request of the step's class has prompt rows (or lens
+ * rows, or a resumed history) still to compute. */
+static bool prompt_work(const engine *e, bool background)
 {
     for (size_t k = 0; k < e->n_running; k++) {
         const gen_request *r = e->running[k];
+        if (r->background != background)
+            continue;
         if (r->seqs[0].phase == SEQ_PREFILL || r->seqs[0].phase == SEQ_LENS)
             return true;
         for (size_t i = 0; i < r->n_seq; i++)
@@ -204,8 +222,60 @@ static bool prompt_work(const engine *e)
     return false;
 }
 
+/* The most rows the step may carry: a background step's are bounded, so
+ * an interactive request that arrives during it waits little. */
+static size_t step_limit(const engine *e, bool background)
+{
+    const size_t bound = e->cfg.background_step_rows;
+    return background && bound > 0 && bound < e->cfg.max_batch_rows
+               ? bound
+               : e->cfg.max_batch_rows;
+}
+
+/* Decode rows of the step's class: one for every generating sequence, at
+ * most `limit` (only a background step's bound can be below the slots);
+ * when they are more, they take turns, from where the last cut step
+ * stopped.  Returns the entries (one row each). */
+static size_t add_decode_rows(engine *e, bool background, size_t limit)
+{
+    size_t want = 0;
+    for (size_t k = 0; k < e->n_running; k++) {
+        const gen_request *r = e->running[k];
+        if (r->background != background)
+            continue;
+        for (size_t i = 0; i < r->n_seq; i++)
+            want += r->seqs[i].phase == SEQ_DECODE;
+    }
+    const size_t first = want > limit ? e->decode_turn % want : 0;
+    size_t n = 0, j = 0;
+    for (size_t k = 0; k < e->n_running; k++) {
+        gen_request *r = e->running[k];
+        if (r->background != background)
+            continue;
+        for (size_t i = 0; i < r->n_seq; i++) {
+            seq_state *s = &r->seqs[i];
+            if (s->phase != SEQ_DECODE)
+                continue;
+            const size_t turn = (j++ + want - first) % want;
+            if (turn >= limit)
+                continue; /* its turn comes in a next step */
+            n = add_entry(e, n, r, i, false, seq_len(e, s), &s->next_token, 1,
+                          1);
+        }
+    }
+    if (want > limit)
+        e->decode_turn = first + limit;
+    return n;
+}
+
 /* Decode rows first (they always fit: at most one per slot), then prefill
  * chunks in admission order while the step has room.
+ *
+ * A step is interactive (an interactive request holds a slot) or
+ * background; only its class's requests have rows in it.  A background
+ * step carries at most cfg.background_step_rows rows, its decode rows
+ * and drafts included, and its prompts are cut to fit (under blas only
+ * whole chunks: such a step may carry one).
  *
  * Beside decoding streams, the step's prompt rows are also bounded by the
  * step budget (--step-cost): every stream waits for the whole step, so a
@@ -226,34 +296,39 @@ static bool prompt_work(const engine *e)
 size_t batch_build(engine *e, size_t *rows_out, size_t *prefill_out,
                    bool *mixed_out, double now)
 {
-    size_t n = 0, rows = 0;
-    for (size_t k = 0; k < e->n_running; k++) {
-        gen_request *r = e->running[k];
-        for (size_t i = 0; i < r->n_seq; i++) {
-            seq_state *s = &r->seqs[i];
-            if (s->phase != SEQ_DECODE)
-                continue;
-            n = add_entry(e, n, r, i, false, seq_len(e, s), &s->next_token, 1,
-                          1);
-            rows++;
-        }
-    }
+    /* Background work runs only in steps no interactive request is in:
+     * while one holds a slot, background sequences compute nothing (they
+     * keep their slots and their blocks, and wait; nothing of theirs moves
+     * on, and a row's bits never depend on the step it runs in).
+     * Interactive work that holds no slot (queued, paused) could not start
+     * this step, whatever it waits for (memory, a session, a slot no one
+     * gives up): background work runs meanwhile, so that what it holds
+     * comes free. */
+    const bool background = !admit_interactive_running(e);
+    const size_t limit = step_limit(e, background);
+    size_t n = add_decode_rows(e, background, limit), rows = n;
     *mixed_out = false;
     /* drafts leave a whole chunk to waiting prompts */
-    size_t draft_room = e->cfg.max_batch_rows - rows;
-    if (prompt_work(e))
+    size_t draft_room = limit - rows;
+    if (prompt_work(e, background))
         draft_room = draft_room > e->chunk ? draft_room - e->chunk : 0;
     rows += spec_plan(e, n, draft_room, now);
-    const size_t decode_rows = rows, room = e->cfg.max_batch_rows - rows;
+    /* Under blas a background step's prompts still take whole chunks (the
+     * determinism above), which may outlast the bound; with the panel
+     * kernels a cut anywhere gives the same bits. */
+    const bool blas = e->m->matmul == MODEL_MATMUL_BLAS;
+    const bool bg_cut = limit < e->cfg.max_batch_rows && !blas;
+    const size_t decode_rows = rows,
+                 room = (blas ? e->cfg.max_batch_rows : limit) - rows;
     const size_t budget = step_budget_prefill_rows(&e->budget, decode_rows,
                                                    e->cfg.n_slots, room);
     size_t prefill_left = budget;
     bool bounded = false;
-    n = add_resumed(e, n, &rows, &prefill_left);
+    n = add_resumed(e, background, n, &rows, &prefill_left);
     for (size_t k = 0; k < e->n_running && prefill_left > 0; k++) {
         gen_request *r = e->running[k];
         seq_state *s = &r->seqs[0];
-        if (s->phase != SEQ_PREFILL)
+        if (s->phase != SEQ_PREFILL || r->background != background)
             continue;
         const bool others = others_decoding(e, r);
         if (others && now < e->prefill_hold_until)
@@ -297,10 +372,10 @@ size_t batch_build(engine *e, size_t *rows_out, size_t *prefill_out,
         if (end > r->n_prompt)
             end = r->n_prompt;
         if (end - start > prefill_left) {
-            if (budget >= room)
+            if (budget >= room && !bg_cut)
                 break; /* unbounded: whole chunks, as they fit */
             end = start + prefill_left;
-            bounded = true;
+            bounded = bounded || budget < room; /* --step-cost's cut */
         }
         size_t len = end - start;
         size_t n_logits = r->score_prompt
@@ -313,7 +388,7 @@ size_t batch_build(engine *e, size_t *rows_out, size_t *prefill_out,
         prefill_left -= len;
         *mixed_out = *mixed_out || others;
     }
-    plan_lens(e, &prefill_left, mixed_out, now);
+    plan_lens(e, background, &prefill_left, mixed_out, now);
     if (bounded)
         metrics_prefill_bounded();
     *rows_out = rows;

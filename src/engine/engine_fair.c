@@ -2,7 +2,28 @@
  * address's) sequences running and work waiting, what it has been served,
  * and which sequence gives way when a caller below its share waits.
  *
- * The rules (engine_admit.c applies them each step):
+ * A caller is an account and a class: a key's interactive requests are
+ * one caller, its background (batch) requests another, so a key's batch
+ * never eats its interactive share.  Background callers come below every
+ * interactive one:
+ *
+ *   - Every interactive caller with waiting work is served before any
+ *     background caller; among the callers of one class the rules below
+ *     apply.
+ *   - A waiting interactive item takes a slot from a running background
+ *     sequence first (the youngest request's last sequence first, at any
+ *     length, a prompt being computed too when engine_pause.c can pause
+ *     it), whatever its own max_seqs: a background sequence computes
+ *     nothing while interactive work holds a slot (engine_batch.c), so
+ *     its slot is idle capacity.  Only then the fair-share and key-limit
+ *     victims below, among interactive callers only.
+ *   - A background item never pauses an interactive sequence: it takes
+ *     free slots, or a slot of another background caller by the rules
+ *     below, and only while no interactive request holds a slot
+ *     (engine_admit.c: beside interactive work it would compute
+ *     nothing).
+ *
+ * The rules within a class (engine_admit.c applies them each step):
  *
  *   - Never idle: a free slot goes to waiting work at the next step,
  *     whoever owns it.  A caller alone runs on every slot.
@@ -26,8 +47,8 @@
  *     (engine_pause.c), youngest request first, its last sequence first;
  *     a sequence within PREEMPT_MIN_LEFT tokens of its end is left to
  *     finish (its slot is free within as many steps, sooner than a pause
- *     and a resume pay off), and prompts being computed and inspects are
- *     never paused.
+ *     and a resume pay off), and inspects and prompts being computed are
+ *     never paused (but a background prompt engine_pause.c can pause).
  *
  * Callers are kept in a table with an entry for every queued and every
  * running request (paused ones included) and one more, so a caller with
@@ -52,6 +73,7 @@
 
 struct caller_state {
     uint8_t account[SHA256_BYTES];
+    bool background; /* the account's batch work, a caller of its own */
     bool used;
     double vtime;       /* rows computed for it, caught up on arrival */
     double t_charged;   /* when rows were last computed for it */
@@ -74,33 +96,39 @@ static bool same(const uint8_t *a, const uint8_t *b)
     return memcmp(a, b, SHA256_BYTES) == 0;
 }
 
-static caller_state *caller_find(engine *e, const uint8_t *account)
+/* Whether r is c's: its account, and its class. */
+static bool owns(const caller_state *c, const gen_request *r)
+{
+    return c->background == r->background && same(c->account, r->account);
+}
+
+static caller_state *caller_find(engine *e, const gen_request *r)
 {
     for (size_t i = 0; i < e->n_callers_cap; i++)
-        if (e->callers[i].used && same(e->callers[i].account, account))
+        if (e->callers[i].used && owns(&e->callers[i], r))
             return &e->callers[i];
     return NULL;
 }
 
-/* Whether `account` has a request queued or running. */
-static bool caller_busy(const engine *e, const uint8_t *account)
+/* Whether caller c has a request queued or running. */
+static bool caller_busy(const engine *e, const caller_state *c)
 {
     for (size_t i = 0; i < e->q_len; i++)
-        if (same(engine_queue_at(e, i)->account, account))
+        if (owns(c, engine_queue_at(e, i)))
             return true;
     for (size_t k = 0; k < e->n_running; k++)
-        if (same(e->running[k]->account, account))
+        if (owns(c, e->running[k]))
             return true;
     return false;
 }
 
-/* The caller's entry, made if need be.  At most max_queue plus the
+/* The entry of r's caller, made if need be.  At most max_queue plus the
  * running requests' callers have work, and the table has room for one
  * more, so a free entry is always found: an unused one, or the longest
  * idle one, forgotten. */
-static caller_state *caller_get(engine *e, const uint8_t *account, double now)
+static caller_state *caller_get(engine *e, const gen_request *r, double now)
 {
-    caller_state *c = caller_find(e, account);
+    caller_state *c = caller_find(e, r);
     if (c != NULL)
         return c;
     for (size_t i = 0; i < e->n_callers_cap; i++) {
@@ -110,23 +138,24 @@ static caller_state *caller_get(engine *e, const uint8_t *account, double now)
             break;
         }
         if ((c == NULL || x->last_active < c->last_active) &&
-            !caller_busy(e, x->account))
+            !caller_busy(e, x))
             c = x;
     }
     if (c == NULL)
         abort(); /* more callers with work than requests: a bug */
     memset(c, 0, sizeof *c);
     c->used = true;
-    memcpy(c->account, account, SHA256_BYTES);
+    memcpy(c->account, r->account, SHA256_BYTES);
+    c->background = r->background;
     c->last_active = now;
     c->cap = SIZE_MAX;
     return c;
 }
 
-void fair_enqueued(engine *e, const uint8_t *account)
+void fair_enqueued(engine *e, const gen_request *r)
 {
     const double now = monotonic_seconds();
-    caller_get(e, account, now)->last_active = now;
+    caller_get(e, r, now)->last_active = now;
 }
 
 static void count_request(caller_state *c, const gen_request *r)
@@ -145,7 +174,7 @@ void fair_refresh(engine *e, double now)
     }
     for (size_t k = 0; k < e->n_running; k++) {
         gen_request *r = e->running[k];
-        caller_state *c = caller_get(e, r->account, now);
+        caller_state *c = caller_get(e, r, now);
         count_request(c, r);
         for (size_t i = 0; i < r->n_seq; i++) {
             c->running += r->seqs[i].has_kv;
@@ -154,39 +183,38 @@ void fair_refresh(engine *e, double now)
     }
     for (size_t i = 0; i < e->q_len; i++) {
         gen_request *r = engine_queue_at(e, i);
-        caller_state *c = caller_get(e, r->account, now);
+        caller_state *c = caller_get(e, r, now);
         count_request(c, r);
         c->waiting++;
     }
     /* A caller with work again starts at the least virtual time of those
-     * that had work: its idle time earns it nothing, costs it nothing. */
-    double floor = -1.0;
+     * of its class that had work: its idle time earns it nothing, costs it
+     * nothing.  (Virtual times are compared within a class only.) */
+    double floor[2] = { -1.0, -1.0 };
     for (size_t i = 0; i < e->n_callers_cap; i++) {
         const caller_state *c = &e->callers[i];
-        if (c->used && c->backlogged && (floor < 0.0 || c->vtime < floor))
-            floor = c->vtime;
+        double *f = &floor[c->background];
+        if (c->used && c->backlogged && (*f < 0.0 || c->vtime < *f))
+            *f = c->vtime;
     }
     for (size_t i = 0; i < e->n_callers_cap; i++) {
         caller_state *c = &e->callers[i];
         if (!c->used)
             continue;
         const bool has_work = c->running > 0 || c->waiting > 0;
-        if (has_work && !c->backlogged && floor > c->vtime)
-            c->vtime = floor;
+        if (has_work && !c->backlogged && floor[c->background] > c->vtime)
+            c->vtime = floor[c->background];
         if (has_work)
             c->last_active = now;
         c->backlogged = has_work;
     }
 }
 
-caller_state *fair_caller(engine *e, const uint8_t *account)
-{
-    return caller_find(e, account);
-}
-
 /* Whether a owes its next slot before b. */
 static bool served_before(const caller_state *a, const caller_state *b)
 {
+    if (a->background != b->background)
+        return !a->background; /* interactive first */
     if (a->running != b->running)
         return a->running < b->running;
     if (a->vtime != b->vtime)
@@ -206,9 +234,14 @@ caller_state *fair_next(engine *e)
     return best;
 }
 
-const uint8_t *fair_account(const caller_state *c)
+bool fair_owns(const caller_state *c, const gen_request *r)
 {
-    return c->account;
+    return owns(c, r);
+}
+
+bool fair_background(const caller_state *c)
+{
+    return c->background;
 }
 
 void fair_block(caller_state *c)
@@ -222,31 +255,34 @@ void fair_started(caller_state *c, size_t n_seq)
     c->waiting--;
 }
 
-void fair_paused(engine *e, const uint8_t *account, bool later_resumed)
+void fair_paused(engine *e, const gen_request *r, bool later_resumed)
 {
-    caller_state *c = caller_find(e, account);
+    caller_state *c = caller_find(e, r);
     c->running--;
     c->waiting += later_resumed;
 }
 
-void fair_new_waiting(engine *e, const uint8_t *account, size_t n)
+void fair_new_waiting(engine *e, const gen_request *r, size_t n)
 {
-    caller_find(e, account)->waiting += n;
+    caller_find(e, r)->waiting += n;
 }
 
 bool fair_others_have_work(const engine *e, const caller_state *c)
 {
+    /* the KV cache keeps shares by account: the same key's other class
+     * is no other account */
     for (size_t i = 0; i < e->n_callers_cap; i++) {
         const caller_state *x = &e->callers[i];
-        if (x != c && x->used && (x->running > 0 || x->waiting > 0))
+        if (x->used && !same(x->account, c->account) &&
+            (x->running > 0 || x->waiting > 0))
             return true;
     }
     return false;
 }
 
-void fair_charge(engine *e, const uint8_t *account, size_t rows, double now)
+void fair_charge(engine *e, const gen_request *r, size_t rows, double now)
 {
-    caller_state *c = caller_find(e, account);
+    caller_state *c = caller_find(e, r);
     if (c != NULL) {
         c->vtime += (double)rows;
         c->t_charged = now;
@@ -268,35 +304,44 @@ static size_t planned_of(const preempt_plan *p, const caller_state *c)
 {
     size_t n = 0;
     for (size_t i = 0; i < p->n; i++)
-        n += same(p->victims[i].r->account, c->account);
+        n += owns(c, p->victims[i].r);
     return n;
 }
 
-static bool preemptible(const engine *e, const gen_request *r, size_t i)
+/* Whether sequence i may be paused; `for_interactive`: a background
+ * sequence for an interactive item, which it would never let compute
+ * again before it ends (so none is left to finish). */
+static bool preemptible(const engine *e, const gen_request *r, size_t i,
+                        bool for_interactive)
 {
     const seq_state *s = &r->seqs[i];
     if (!s->has_kv || r->inspect != NULL || atomic_load(&r->cancelled))
         return false;
     if (s->phase == SEQ_WAIT_PREFILL)
         return true; /* nothing computed of its own yet */
+    if (s->phase == SEQ_PREFILL)
+        return r->background && pause_prefill_ok(r);
     if (s->phase != SEQ_DECODE)
         return false;
+    if (for_interactive)
+        return true;
     const size_t done = s->out.n_tokens,
                  room = e->m->config.n_ctx - r->n_prompt;
     const size_t end = r->max_tokens < room ? r->max_tokens : room;
     return end > done + PREEMPT_MIN_LEFT;
 }
 
-/* Y's sequence to pause: its youngest request's last preemptible one. */
+/* Y's sequence to pause: its youngest request's last preemptible one.
+ * y NULL: any background caller's, for an interactive item. */
 static bool youngest_of(const engine *e, const caller_state *y,
                         const preempt_plan *p, preempt_victim *out)
 {
     for (size_t k = e->n_running; k-- > 0;) {
         gen_request *r = e->running[k];
-        if (!same(r->account, y->account))
+        if (y != NULL ? !owns(y, r) : !r->background)
             continue;
         for (size_t i = r->n_seq; i-- > 0;)
-            if (preemptible(e, r, i) && !planned(p, r, i)) {
+            if (preemptible(e, r, i, y == NULL) && !planned(p, r, i)) {
                 out->r = r;
                 out->seq = i;
                 return true;
@@ -316,8 +361,14 @@ static bool was_tried(const caller_state *const *tried, size_t n,
 
 bool fair_plan_victim(const engine *e, const caller_state *x, preempt_plan *p)
 {
+    if (p->n >= p->cap)
+        return false;
+    if (!x->background && youngest_of(e, NULL, p, &p->victims[p->n])) {
+        p->victims[p->n++].why = PREEMPT_BACKGROUND;
+        return true;
+    }
     const size_t xr = x->running + p->given + p->n;
-    if (xr >= x->cap || p->n >= p->cap)
+    if (xr >= x->cap)
         return false;
     /* callers with nothing to pause; only running ones are tried, and at
      * most n_slots run */
@@ -330,7 +381,7 @@ bool fair_plan_victim(const engine *e, const caller_state *x, preempt_plan *p)
         for (size_t i = 0; i < e->n_callers_cap; i++) {
             const caller_state *c = &e->callers[i];
             if (c == x || !c->used || c->running == 0 ||
-                was_tried(tried, n_tried, c))
+                c->background != x->background || was_tried(tried, n_tried, c))
                 continue;
             const size_t cr = c->running - planned_of(p, c);
             const bool over_share = cr >= xr + 2, over_cap = cr > c->cap;

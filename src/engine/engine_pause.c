@@ -20,6 +20,17 @@
  * A sibling (n > 1) that has not had a slot yet waits the same way: it
  * resumes from the prompt alone, once sequence 0 has computed it.
  *
+ * A prompt being computed may be paused the same way (background work
+ * gives way to interactive: engine_fair.c), when nothing but its first
+ * token follows its last chunk: one sequence (the siblings' fork and first
+ * samples come with the prompt's last chunk, not with a resumed history),
+ * no scores (kept from prompt chunks only), no session (its record follows
+ * the prompt's end), something to generate (a prompt that generates
+ * nothing ends with its last chunk), its blocks not on their way from
+ * disk.  Resumed, the rest of the prompt runs as a history, cut where
+ * prefill would cut it, and its last row's logits give the first token:
+ * the row the prompt's last chunk would have sampled.
+ *
  * Threads: the engine thread, with e->lock held. */
 #include "config.h"
 
@@ -45,8 +56,9 @@ void pause_count(gen_request *r, preempt_reason why)
     pthread_mutex_lock(&r->lock);
     r->pauses++;
     pthread_mutex_unlock(&r->lock);
-    metrics_preempted(why == PREEMPT_KEY_LIMIT ? METRICS_PREEMPT_KEY_LIMIT
-                                               : METRICS_PREEMPT_FAIR_SHARE);
+    metrics_preempted(why == PREEMPT_KEY_LIMIT    ? METRICS_PREEMPT_KEY_LIMIT
+                      : why == PREEMPT_BACKGROUND ? METRICS_PREEMPT_BACKGROUND
+                                                  : METRICS_PREEMPT_FAIR_SHARE);
 }
 
 void pause_unstarted(gen_request *r, size_t first)
@@ -58,6 +70,12 @@ void pause_unstarted(gen_request *r, size_t first)
         s->phase = SEQ_PAUSED;
         s->t_paused = -1.0; /* waiting for its first slot: not a pause */
     }
+}
+
+bool pause_prefill_ok(const gen_request *r)
+{
+    return r->n_seq == 1 && !r->score_prompt && r->inspect == NULL &&
+           r->session == NULL && r->max_tokens > 0 && !r->kv_loading;
 }
 
 bool pause_resumable(const gen_request *r, size_t i)

@@ -56,10 +56,12 @@
 typedef struct caller_state caller_state;
 
 /* Why a sequence was paused (engine_fair.c): its caller ran at least two
- * more than the waiting one, or more than its own max_seqs. */
+ * more than the waiting one, or more than its own max_seqs; or it was
+ * background work and an interactive item waited. */
 typedef enum preempt_reason {
     PREEMPT_FAIR_SHARE,
     PREEMPT_KEY_LIMIT,
+    PREEMPT_BACKGROUND,
 } preempt_reason;
 
 typedef struct preempt_victim {
@@ -183,6 +185,9 @@ struct engine {
     size_t n_callers_cap;
     double
         prefill_hold_until; /* prefill waits until then while others decode */
+    size_t decode_turn;     /* engine thread only: a background step cut
+                               short of its decode rows starts the next one
+                               here (engine_batch.c) */
     bool stopping;
     double deadline;
     bool thread_started, joined;
@@ -226,6 +231,8 @@ engine_status admit_could_run(const engine *e, const gen_params *p, size_t n,
  * ENGINE_OK the engine holds its reference to each it queued. */
 engine_status admit_enqueue(engine *e, gen_request **r, size_t n,
                             engine_refusal *why);
+/* Whether an interactive (not background) request holds a slot. */
+bool admit_interactive_running(const engine *e);
 /* Drops the cancelled requests from the queue. */
 void admit_drop_cancelled(engine *e);
 /* Free slots to waiting work (paused sequences, queued requests), fairly
@@ -250,15 +257,17 @@ void admit_release_all_kv(engine *e, gen_request *r, double now);
 /* Any thread, before the engine starts: the fairness table of n callers,
  * zeroed; NULL when out of memory (freed with free). */
 caller_state *fair_callers_create(size_t n);
-/* An HTTP thread, in engine_submit: `account` has queued work. */
-void fair_enqueued(engine *e, const uint8_t *account);
+/* An HTTP thread, in engine_submit: r's caller (its account and class)
+ * has queued work. */
+void fair_enqueued(engine *e, const gen_request *r);
 /* Recounts each caller's running sequences and waiting work, and brings a
  * caller with work again up to the others' least virtual time; every
  * caller may start work again (fair_block). */
 void fair_refresh(engine *e, double now);
-/* The caller of `account` (counted by fair_refresh), or NULL. */
-caller_state *fair_caller(engine *e, const uint8_t *account);
-const uint8_t *fair_account(const caller_state *c);
+/* Whether r is c's: its account and its class (background or not). */
+bool fair_owns(const caller_state *c, const gen_request *r);
+/* Whether c is a background (batch) caller. */
+bool fair_background(const caller_state *c);
 /* The caller with waiting work owed the next slot, or NULL. */
 caller_state *fair_next(engine *e);
 /* Nothing of `c` starts in this pass. */
@@ -266,17 +275,17 @@ void fair_block(caller_state *c);
 /* `c` started one waiting item (a request, or a paused sequence) with n_seq
  * sequences. */
 void fair_started(caller_state *c, size_t n_seq);
-/* A sequence of `account` was paused; it waits to resume unless
- * !later_resumed. */
-void fair_paused(engine *e, const uint8_t *account, bool later_resumed);
-/* A started request of `account` left n sequences waiting. */
-void fair_new_waiting(engine *e, const uint8_t *account, size_t n);
-/* Whether a caller other than `c` runs or waits: then a request's further
- * sequences leave the KV memory others keep within their shares (nothing
- * is kept from them for callers that send nothing). */
+/* A sequence of r was paused; it waits to resume unless !later_resumed. */
+void fair_paused(engine *e, const gen_request *r, bool later_resumed);
+/* Started request r left n sequences waiting. */
+void fair_new_waiting(engine *e, const gen_request *r, size_t n);
+/* Whether a caller of another account than `c` runs or waits: then a
+ * request's further sequences leave the KV memory others keep within
+ * their shares (nothing is kept from them for callers that send
+ * nothing). */
 bool fair_others_have_work(const engine *e, const caller_state *c);
-/* The step at `now` computed `rows` rows for `account`. */
-void fair_charge(engine *e, const uint8_t *account, size_t rows, double now);
+/* The step at `now` computed `rows` rows for r's caller. */
+void fair_charge(engine *e, const gen_request *r, size_t rows, double now);
 /* Adds to p the next sequence to pause so that `x` runs one more, by the
  * rules; false when none may be paused. */
 bool fair_plan_victim(const engine *e, const caller_state *x, preempt_plan *p);
@@ -291,6 +300,9 @@ void pause_count(gen_request *r, preempt_reason why);
 /* Sequences first.. of a request that starts without them wait paused
  * (not counted as pauses). */
 void pause_unstarted(gen_request *r, size_t first);
+/* Whether sequence 0 of r, its prompt being computed, may be paused: its
+ * resume then computes the rest of the prompt as a resumed history. */
+bool pause_prefill_ok(const gen_request *r);
 /* Whether paused sequence i may resume now (a sibling waits for sequence
  * 0's prompt). */
 bool pause_resumable(const gen_request *r, size_t i);

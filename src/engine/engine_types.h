@@ -33,6 +33,11 @@ typedef struct engine_config {
     double prefill_share;           /* while sequences decode, the share of the
                                  * engine's time prefill may take; 0: 0.5,
                                  * 1: no limit */
+    size_t background_step_rows;    /* a step with background (batch) work
+                                 * only carries at most this many rows, so
+                                 * an interactive request arriving during
+                                 * it waits little (engine_batch.c);
+                                 * 0: max_batch_rows */
     double step_cost_limit;         /* a step with prompt rows beside decoding
                                  * streams lasts at most this many decode
                                  * steps of a full batch (step_budget.h);

@@ -160,6 +160,7 @@ gen_request *request_create(const gen_params *p, const request_setup *setup)
     r->max_queued = p->max_queued > 0 ? p->max_queued : setup->max_queued;
     r->max_sessions = p->max_sessions > 0 ? p->max_sessions
                                           : setup->max_sessions;
+    r->background = p->background;
     r->cost = (double)p->n_prompt +
               (double)p->n_sequences *
                   (double)(p->max_tokens > 0 ? p->max_tokens : 1);

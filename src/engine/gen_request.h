@@ -81,6 +81,13 @@ typedef struct gen_params {
      * Predicted Outputs): speculation's first source of drafts; copied. */
     const int32_t *prediction;
     size_t n_prediction;
+    /* Batch work (the OpenAI Batch API): it runs only on capacity no
+     * interactive request wants.  Its sequences count apart from its
+     * key's interactive ones for fairness, give their slots to any
+     * interactive request first, and compute nothing in a step while an
+     * interactive request holds a slot (engine_fair.c, engine_batch.c);
+     * its answer is the same bits as interactively. */
+    bool background;
 } gen_params;
 
 /* One scored token: a prompt token (when scoring) or a generated one. */

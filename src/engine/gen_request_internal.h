@@ -96,6 +96,7 @@ struct gen_request {
     size_t n_prediction;
     size_t spec_max_draft; /* drafts a sequence may have verified in a
                                    step; 0: no speculative decoding */
+    bool background;       /* batch work (gen_params.background) */
 
     /* engine thread only */
     bool first_token_seen;

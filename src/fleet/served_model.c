@@ -169,6 +169,7 @@ static engine_config engine_config_for(const served_model *s,
         .max_sessions_per_caller = c->max_sessions_per_key,
         .prefill_share = c->prefill_share / 100.0,
         .step_cost_limit = c->step_cost / 100.0,
+        .background_step_rows = c->background_step_rows,
         .min_step_usec = c->test_min_step_us,
         /* OpenBLAS rounds a row by the rows that share its call: drafts
          * would change the answer, so no speculation there */

@@ -2664,6 +2664,313 @@ START_TEST(test_engine_prefill_flood_leaves_decode_its_share)
 }
 END_TEST
 
+/* ---- background (batch) work ---- */
+
+/* The gpt2d_batch_rows histogram: steps so far, and those of at most
+ * `rows` rows (a bucket bound). */
+static unsigned long steps_total(void)
+{
+    return counter_total("gpt2d_batch_rows_count");
+}
+
+static unsigned long steps_within(unsigned rows)
+{
+    char name[64];
+    snprintf(name, sizeof name, "gpt2d_batch_rows_bucket{le=\"%u\"}", rows);
+    return counter_total(name);
+}
+
+/* Every token and logprob of every sequence the same bits. */
+static void assert_same_bits(const outcome *x, const outcome *y)
+{
+    ck_assert_uint_eq(x->n_seq, y->n_seq);
+    for (size_t i = 0; i < x->n_seq; i++) {
+        assert_same_tokens(&x->seq[i], &y->seq[i]);
+        ck_assert_msg(memcmp(x->seq[i].logprobs, y->seq[i].logprobs,
+                             x->seq[i].n_tokens * sizeof(float)) == 0,
+                      "sequence %zu: logprobs differ", i);
+    }
+}
+
+/* p's outcome on an engine of its own, nothing else running. */
+static void run_alone(const engine_config *cfg, const gen_params *p, outcome *o)
+{
+    engine_config quick = *cfg;
+    quick.min_step_usec = 0;
+    engine *e = open_engine_cfg(&quick);
+    run(e, p, o);
+    engine_destroy(e);
+}
+
+/* A background request alone runs on every slot at once (four sequences
+ * on four slots), and its answer is the same bits as the same request's
+ * interactively. */
+START_TEST(test_engine_background_request_alone_takes_every_slot_same_bits)
+{
+    engine_config cfg = { .n_slots = 4,
+                          .max_queue = 8,
+                          .max_batch_rows = 16,
+                          .min_step_usec = 2000 };
+    int32_t *prompt = prompt_of(20);
+    gen_params p = sampled_params(prompt, 20, 30, 1234);
+    ban_eot(&p);
+    p.logprobs = true;
+    p.n_top_logprobs = 2;
+    p.n_sequences = 4;
+    outcome inter;
+    run_alone(&cfg, &p, &inter);
+
+    engine *e = open_engine_cfg(&cfg);
+    p.background = true;
+    gen_request *r = NULL;
+    ck_assert_int_eq(submit(e, &p, &r), ENGINE_OK);
+    wait_tokens(r, 1);
+    assert_running_paused(e, 4, 0);
+    ck_assert(!finished(r));
+    wait_finished(r);
+    outcome bg;
+    collect(r, &bg);
+    gen_request_release(r);
+    engine_destroy(e);
+    assert_same_bits(&inter, &bg);
+    free(prompt);
+}
+END_TEST
+
+/* Two slots, both held by a key's background request (two sequences): the
+ * same key's interactive request takes one at once (a background
+ * preemption; one caller's interactive share is not eaten by its batch),
+ * and the background request still ends with the same bits as alone. */
+START_TEST(test_engine_interactive_request_takes_a_background_slot_at_once)
+{
+    engine_config cfg = { .n_slots = 2,
+                          .max_queue = 8,
+                          .max_batch_rows = 16,
+                          .min_step_usec = 2000 };
+    int32_t *prompt = prompt_of(4), *other = prompt_of(4);
+    other[0] = 7;
+    const kv_identity a = caller(1, 1);
+    gen_params bp = sampled_params(prompt, 4, 56, 99);
+    ban_eot(&bp);
+    bp.logprobs = true;
+    bp.n_sequences = 2;
+    bp.identity = a;
+    outcome alone;
+    run_alone(&cfg, &bp, &alone);
+
+    engine *e = open_engine_cfg(&cfg);
+    bp.background = true;
+    gen_request *bg = NULL, *in = NULL;
+    ck_assert_int_eq(submit(e, &bp, &bg), ENGINE_OK);
+    wait_tokens(bg, 8);
+    const unsigned long before = counter_total(
+        "gpt2d_background_preemptions_total");
+    gen_params ip = greedy_params(other, 4, 12);
+    ban_eot(&ip);
+    ip.identity = a;
+    ck_assert_int_eq(submit(e, &ip, &in), ENGINE_OK);
+    wait_tokens(in, 1);
+    ck_assert(!finished(bg));
+    assert_running_paused(e, 2, 1);
+    ck_assert_uint_eq(counter_total("gpt2d_background_preemptions_total"),
+                      before + 1);
+    gen_request_lock(bg);
+    ck_assert_uint_eq(gen_request_pauses(bg, NULL), 1);
+    gen_request_unlock(bg);
+    wait_finished(in);
+    wait_finished(bg);
+    outcome o;
+    collect(bg, &o);
+    assert_same_bits(&alone, &o);
+    gen_request_release(in);
+    gen_request_release(bg);
+    engine_destroy(e);
+    free(prompt);
+    free(other);
+}
+END_TEST
+
+/* A free slot each, but while the interactive request runs the background
+ * one computes nothing: its tokens stand still (one step's slack at each
+ * end, where the test thread races the engine), and go on after. */
+START_TEST(test_engine_background_gets_no_rows_beside_interactive_work)
+{
+    engine_config cfg = { .n_slots = 2,
+                          .max_queue = 8,
+                          .max_batch_rows = 16,
+                          .min_step_usec = 5000 };
+    scene sc;
+    scene_open(&sc, &cfg);
+    gen_params bp = greedy_params(sc.prompt, 4, g_n_ctx - 4);
+    ban_eot(&bp);
+    bp.identity = sc.b;
+    bp.background = true;
+    gen_request *bg = NULL;
+    ck_assert_int_eq(submit(sc.e, &bp, &bg), ENGINE_OK);
+    scene_keep(&sc, bg);
+    wait_tokens(bg, 2);
+    gen_params ip = greedy_params(sc.prompt, 4, 16);
+    ban_eot(&ip);
+    ip.identity = sc.a;
+    gen_request *in = NULL;
+    ck_assert_int_eq(submit(sc.e, &ip, &in), ENGINE_OK);
+    scene_keep(&sc, in);
+    wait_tokens(in, 1);
+    assert_running_paused(sc.e, 2, 0);
+    const size_t n0 = n_tokens_of(bg);
+    wait_finished(in);
+    const size_t n1 = n_tokens_of(bg);
+    ck_assert_uint_eq(n_tokens_of(in), 16);
+    ck_assert_msg(n1 <= n0 + 2,
+                  "background went on beside interactive "
+                  "work: %zu tokens, then %zu",
+                  n0, n1);
+    wait_tokens(bg, n1 + 2);
+    ck_assert(!finished(bg));
+    scene_close(&sc);
+}
+END_TEST
+
+/* A free slot, but an interactive request runs: a background request
+ * waits queued (beside interactive work it would compute nothing, yet
+ * hold a slot and memory), and starts when the interactive one ends. */
+START_TEST(test_engine_background_waits_queued_beside_interactive_work)
+{
+    engine_config cfg = { .n_slots = 2,
+                          .max_queue = 8,
+                          .max_batch_rows = 16,
+                          .min_step_usec = 2000 };
+    scene sc;
+    scene_open(&sc, &cfg);
+    gen_request *a1 = scene_running(&sc, sc.a, 1);
+    gen_params bp = greedy_params(sc.prompt, 4, 8);
+    bp.identity = sc.b;
+    bp.background = true;
+    gen_request *bg = NULL;
+    ck_assert_int_eq(submit(sc.e, &bp, &bg), ENGINE_OK);
+    scene_keep(&sc, bg);
+    wait_tokens(a1, n_tokens_of(a1) + 3);
+    assert_slots(sc.e, 1, 1);
+    gen_request_cancel(a1);
+    wait_finished(bg);
+    gen_request_lock(bg);
+    ck_assert_uint_eq(gen_request_output(bg, 0)->finish, FINISH_LENGTH);
+    gen_request_unlock(bg);
+    scene_close(&sc);
+}
+END_TEST
+
+/* A step of background work only carries at most background_step_rows
+ * rows (8): a 45-token prompt, one 45-row step interactively, is cut into
+ * steps of at most 8, and its answer is the same bits. */
+START_TEST(test_engine_background_step_carries_at_most_its_rows_same_bits)
+{
+    engine_config cfg = { .n_slots = 2,
+                          .max_queue = 8,
+                          .max_batch_rows = 64,
+                          .background_step_rows = 8 };
+    int32_t *prompt = prompt_of(45);
+    gen_params p = sampled_params(prompt, 45, 10, 4321);
+    p.logprobs = true;
+    engine *e = open_engine_cfg(&cfg);
+    unsigned long steps = steps_total(), within = steps_within(8);
+    outcome inter;
+    run(e, &p, &inter);
+    /* interactively, the prompt is one step */
+    ck_assert_uint_gt(steps_total() - steps, steps_within(8) - within);
+    engine_destroy(e);
+
+    e = open_engine_cfg(&cfg);
+    p.background = true;
+    steps = steps_total();
+    within = steps_within(8);
+    outcome bg;
+    run(e, &p, &bg);
+    ck_assert_uint_ge(steps_total() - steps, 6); /* 45 rows, 8 a step */
+    ck_assert_uint_eq(steps_total() - steps, steps_within(8) - within);
+    engine_destroy(e);
+    assert_same_bits(&inter, &bg);
+    free(prompt);
+}
+END_TEST
+
+/* One slot: A's interactive request runs; B's background request and then
+ * C's interactive one queue.  When A's ends C's runs first, though B's
+ * came before it (and neither caller has been served). */
+START_TEST(test_engine_interactive_callers_are_served_before_background)
+{
+    engine_config cfg = { .n_slots = 1,
+                          .max_queue = 8,
+                          .max_batch_rows = 16,
+                          .min_step_usec = 1000 };
+    scene sc;
+    scene_open(&sc, &cfg);
+    gen_request *a1 = scene_running(&sc, sc.a, 1);
+    gen_params bp = greedy_params(sc.prompt, 4, g_n_ctx - 4);
+    ban_eot(&bp);
+    bp.identity = sc.b;
+    bp.background = true;
+    gen_request *b1 = NULL;
+    ck_assert_int_eq(submit(sc.e, &bp, &b1), ENGINE_OK);
+    scene_keep(&sc, b1);
+    gen_request *c1 = scene_long(&sc, caller(3, 3), 1);
+    gen_request_cancel(a1);
+    wait_tokens(c1, 1);
+    ck_assert_uint_eq(n_tokens_of(b1), 0);
+    assert_slots(sc.e, 1, 1);
+    scene_close(&sc);
+}
+END_TEST
+
+/* A background prompt being computed gives its slot to an interactive
+ * request too (one slot; its prompt cut to a row a step, 50 steps of at
+ * least 5 ms, so it is still being computed), and resumes to the same
+ * bits as alone. */
+START_TEST(test_engine_background_prompt_paused_mid_prefill_same_bits)
+{
+    engine_config cfg = { .n_slots = 1,
+                          .max_queue = 8,
+                          .max_batch_rows = 16,
+                          .background_step_rows = 1,
+                          .min_step_usec = 5000 };
+    int32_t *prompt = prompt_of(50), *other = prompt_of(4);
+    other[0] = 7;
+    gen_params bp = sampled_params(prompt, 50, 10, 555);
+    ban_eot(&bp);
+    bp.logprobs = true;
+    bp.identity = caller(2, 2);
+    outcome alone;
+    run_alone(&cfg, &bp, &alone);
+
+    engine *e = open_engine_cfg(&cfg);
+    bp.background = true;
+    gen_request *bg = NULL, *in = NULL;
+    ck_assert_int_eq(submit(e, &bp, &bg), ENGINE_OK);
+    for (int i = 0; engine_get_stats(e).slots_busy == 0; i++) {
+        ck_assert_int_lt(i, WAIT_MS);
+        monotonic_sleep_ms(1);
+    }
+    monotonic_sleep_ms(10);
+    gen_params ip = greedy_params(other, 4, 4);
+    ip.identity = caller(1, 1);
+    ck_assert_int_eq(submit(e, &ip, &in), ENGINE_OK);
+    wait_tokens(in, 1);
+    ck_assert_uint_eq(n_tokens_of(bg), 0);
+    gen_request_lock(bg);
+    ck_assert_uint_eq(gen_request_pauses(bg, NULL), 1);
+    gen_request_unlock(bg);
+    wait_finished(bg);
+    outcome o;
+    collect(bg, &o);
+    assert_same_bits(&alone, &o);
+    gen_request_release(in);
+    gen_request_release(bg);
+    engine_destroy(e);
+    free(prompt);
+    free(other);
+}
+END_TEST
+
 static Suite *engine_suite(void)
 {
     Suite *s = suite_create("engine");
@@ -2787,6 +3094,24 @@ static Suite *engine_suite(void)
     tcase_add_test(pause,
                    test_engine_paused_sequence_keeps_its_stop_string_and_echo);
     suite_add_tcase(s, pause);
+
+    TCase *bg = tcase_create("background");
+    tcase_add_unchecked_fixture(bg, load_fixtures, unload_fixtures);
+    tcase_add_test(
+        bg, test_engine_background_request_alone_takes_every_slot_same_bits);
+    tcase_add_test(
+        bg, test_engine_interactive_request_takes_a_background_slot_at_once);
+    tcase_add_test(bg,
+                   test_engine_background_gets_no_rows_beside_interactive_work);
+    tcase_add_test(bg,
+                   test_engine_background_waits_queued_beside_interactive_work);
+    tcase_add_test(
+        bg, test_engine_background_step_carries_at_most_its_rows_same_bits);
+    tcase_add_test(
+        bg, test_engine_interactive_callers_are_served_before_background);
+    tcase_add_test(bg,
+                   test_engine_background_prompt_paused_mid_prefill_same_bits);
+    suite_add_tcase(s, bg);
 
     return s;
 }
