@@ -121,6 +121,7 @@ static void params_for_prompt(const completion_run *run, size_t p,
     memcpy(gp->account, run->caller.account, SHA256_BYTES);
     gp->max_seqs = run->caller.limits.max_seqs;
     gp->max_queued = run->caller.limits.max_queued;
+    gp->background = run->caller.background;
     gp->identity = api_caller_identity(
         &run->caller, req->has_cache_salt ? req->cache_salt : NULL,
         req->cache_salt_len);

@@ -118,6 +118,7 @@ static atomic_uint_fast64_t cancelled;
 static atomic_uint_fast64_t request_timeouts;
 static atomic_uint_fast64_t write_timeouts;
 static atomic_uint_fast64_t prefill_bounded;
+static atomic_uint_fast64_t background_abandoned;
 static atomic_uint_fast64_t inspect_bytes;
 static atomic_uint_fast64_t preemptions[3]; /* by metrics_preemption */
 static atomic_uint_fast64_t spec_steps;
@@ -195,6 +196,10 @@ void metrics_write_timeout(void)
 void metrics_prefill_bounded(void)
 {
     counter_add(&prefill_bounded, 1);
+}
+void metrics_background_step_abandoned(void)
+{
+    counter_add(&background_abandoned, 1);
 }
 void metrics_add_inspect_bytes(size_t n)
 {
@@ -842,6 +847,11 @@ char *metrics_render(const metrics_gauges *gauges)
                    "Background (batch) sequences paused at a step boundary "
                    "for an interactive request.",
                    &preemptions[METRICS_PREEMPT_BACKGROUND]);
+    render_counter(f, "gpt2d_background_steps_abandoned_total",
+                   "Steps of background (batch) work stopped between two "
+                   "layers for an interactive request that arrived, and run "
+                   "again later.",
+                   &background_abandoned);
     render_counter(f, "gpt2d_inspect_bytes_total",
                    "Bytes of POST /v1/inspect answers (attention, logit lens "
                    "and residual norms as JSON).",

@@ -19,11 +19,12 @@ void metrics_request_done(const char *endpoint, int http_status);
 void metrics_add_prompt_tokens(size_t n);
 void metrics_add_generated_tokens(size_t n);
 void metrics_add_cached_tokens(size_t n);
-void metrics_cancelled(void);             /* a client vanished mid-request */
-void metrics_request_timeout(void);       /* cut by --request-timeout */
-void metrics_write_timeout(void);         /* stopped reading for --timeout */
-void metrics_prefill_bounded(void);       /* --step-cost cut a step's prefill */
-void metrics_add_inspect_bytes(size_t n); /* a /v1/inspect answer's size */
+void metrics_cancelled(void);       /* a client vanished mid-request */
+void metrics_request_timeout(void); /* cut by --request-timeout */
+void metrics_write_timeout(void);   /* stopped reading for --timeout */
+void metrics_prefill_bounded(void); /* --step-cost cut a step's prefill */
+void metrics_background_step_abandoned(void); /* an interactive request came */
+void metrics_add_inspect_bytes(size_t n);     /* a /v1/inspect answer's size */
 /* The bytes every inspect capture's buffers hold now (inspect.c takes and
  * gives them back; gpt2d_inspect_memory_bytes reads them through
  * inspect_memory): a gauge kept here, since a capture may outlive the

@@ -17,6 +17,9 @@
  *      interactive request holds a slot, and then a bounded step;
  *   4. runs forward_step on the worker pool, then every sample (and prompt
  *      score) of the step on the pool too, one sampler_scratch per worker;
+ *      a step of background work alone is stopped between two layers when
+ *      an interactive request is queued meanwhile (step_abandon), and its
+ *      sequences give back the room they grew into, as if it had not run;
  *   5. appends the results to each request's output under its lock and wakes
  *      its reader (engine_publish.c), and retires finished requests.
  *
@@ -116,6 +119,34 @@ static void pad_step(const engine *e, double t_step)
     nanosleep(&ts, NULL);
 }
 
+/* Whether the step of n entries may be stopped for an interactive
+ * request: background work alone, with nothing that happens only once
+ * (a draft model's passes, drafts to verify, scores, lens rows). */
+static bool abandonable(const engine *e, size_t n)
+{
+    if (n == 0 || e->n_lens > 0 || e->n_draft_seqs > 0)
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        const batch_entry *b = &e->entries[i];
+        if (!b->r->background || b->n_draft > 0 || b->draft_rows > 0 ||
+            b->r->score_prompt)
+            return false;
+    }
+    return true;
+}
+
+/* A background step stopped for an interactive request: its sequences
+ * give back the room they grew into, as if it had not run; they run it
+ * again when their turn comes. */
+static void abandon_step(engine *e, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        const batch_entry *b = &e->entries[i];
+        kvcache_seq_trim(e->kv, b->r->seqs[b->seq].kv);
+    }
+    metrics_background_step_abandoned();
+}
+
 static void *engine_main(void *arg)
 {
     engine *e = arg;
@@ -146,6 +177,8 @@ static void *engine_main(void *arg)
             retire_finished(e, now);
             continue;
         }
+        e->step_abandonable = abandonable(e, n);
+        atomic_store(&e->step_abandon, false);
         pthread_mutex_unlock(&e->lock);
         watchdog_kick(e);
 
@@ -159,6 +192,11 @@ static void *engine_main(void *arg)
         if (rc == 0)
             rc = forward_step(e->fwd, e->m, e->pool, kvcache_geometry(e->kv),
                               e->batch, n, e->logits, &err);
+        const bool abandoned = rc == FORWARD_ABANDONED;
+        if (abandoned) {
+            rc = -1; /* nothing of it is used: skip to its undoing */
+            err.message[0] = '\0';
+        }
         double t_forward = 0.0;
         if (rc == 0)
             rc = scores_step(e, n, &err);
@@ -198,8 +236,11 @@ static void *engine_main(void *arg)
         }
 
         pthread_mutex_lock(&e->lock);
+        e->step_abandonable = false;
         now = monotonic_seconds();
-        if (rc != 0)
+        if (abandoned)
+            abandon_step(e, n);
+        else if (rc != 0)
             publish_failure(e, n, &err);
         else {
             kvcache_note_compute(e->kv, rows, t_forward);
@@ -455,6 +496,8 @@ int engine_create(engine **out, const model *m, const tokenizer *tok,
         engine_destroy(e);
         return -1;
     }
+    atomic_init(&e->step_abandon, false);
+    forward_state_set_abandon(e->fwd, &e->step_abandon);
     uint8_t identity[SHA256_BYTES];
     cache_identity(m, tok, e->fwd, cfg->kv_half,
                    cfg->kv_disk_dir != NULL && cfg->kv_disk_dir[0] != '\0',

@@ -497,5 +497,9 @@ engine_status admit_enqueue(engine *e, gen_request **r, size_t n,
     }
     if (e->q_len > q_len)
         pthread_cond_signal(&e->cond);
+    /* background work alone is running: it gives way within a layer */
+    for (size_t k = 0; k < n && e->step_abandonable; k++)
+        if (!r[k]->background)
+            atomic_store(&e->step_abandon, true);
     return ENGINE_OK;
 }

@@ -188,6 +188,11 @@ struct engine {
     size_t decode_turn;     /* engine thread only: a background step cut
                                short of its decode rows starts the next one
                                here (engine_batch.c) */
+    /* The step running is background work alone, none of it speculative,
+     * scored or a lens (e->lock): an interactive request queued meanwhile
+     * sets step_abandon, and forward_step stops at its next layer. */
+    bool step_abandonable;
+    atomic_bool step_abandon;
     bool stopping;
     double deadline;
     bool thread_started, joined;

@@ -111,8 +111,11 @@ gen_request *request_create(const gen_params *p, const request_setup *setup)
     r->n_seq = p->n_sequences;
     r->seed = p->seed;
     r->score_prompt = p->score_prompt;
-    /* an inspect request generates nothing */
-    if (p->inspect == NULL &&
+    /* an inspect request generates nothing; background work does not
+     * speculate: a draft buys one stream's latency with compute, which
+     * batch work wants for throughput, and its steps stay ones an
+     * interactive request can stop (engine.c) */
+    if (p->inspect == NULL && !p->background &&
         (p->speculative > 0 || (p->speculative == 0 && setup->spec_default)))
         r->spec_max_draft = setup->spec_max_draft;
     r->n_top = p->logprobs ? p->n_top_logprobs : 0;

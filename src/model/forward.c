@@ -52,6 +52,7 @@
 
 #include <cblas.h>
 #include <math.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -71,7 +72,8 @@ typedef struct seq_rows {
 struct forward_state {
     model_config cfg;
     size_t max_rows;
-    forward_profile *profile; /* NULL, or where steps' time goes */
+    forward_profile *profile;   /* NULL, or where steps' time goes */
+    const atomic_bool *abandon; /* NULL, or: stop this step (set_abandon) */
     /* activations, all (max_rows, ·) */
     float *x;   /* (R, C) residual stream */
     float *xn;  /* (R, C) LayerNorm output */
@@ -578,6 +580,16 @@ int forward_unembed(forward_state *st, const model *m, threadpool *pool,
     return 0;
 }
 
+void forward_state_set_abandon(forward_state *st, const atomic_bool *flag)
+{
+    st->abandon = flag;
+}
+
+static bool abandoned(const forward_state *st)
+{
+    return st->abandon != NULL && atomic_load(st->abandon);
+}
+
 int forward_step(forward_state *st, const model *m, threadpool *pool,
                  const kv_geometry *kv, const forward_seq *seqs, size_t n_seqs,
                  float *logits, gpt2d_error *err)
@@ -598,6 +610,8 @@ int forward_step(forward_state *st, const model *m, threadpool *pool,
     /* clang-format off */
     const panel_dtype dt = m->panel_dtype;
     for (size_t l = 0; l < st->cfg.n_layer; l++) {
+        if (abandoned(st))
+            return FORWARD_ABANDONED;
         const layer_weights *w = &m->layers[l];
         layernorm_forward(st, pool, st->xn, st->x, NULL, R, w->ln_1_w,
                           w->ln_1_b);
@@ -623,6 +637,8 @@ int forward_step(forward_state *st, const model *m, threadpool *pool,
         capture_block(st, n_seqs, l);
     }
     /* clang-format on */
+    if (abandoned(st))
+        return FORWARD_ABANDONED;
     if (L > 0)
         unembed(st, m, pool, st->x, st->logit_rows, L, logits);
     if (prof != NULL) {

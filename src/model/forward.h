@@ -13,6 +13,8 @@
 #ifndef GPT2D_FORWARD_H
 #define GPT2D_FORWARD_H
 
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -81,10 +83,19 @@ void forward_state_arithmetic(const forward_state *st, char *out, size_t size);
  * sum(n_logits) rows of vocab_size floats, in sequence order, each
  * sequence's rows in token order.  Fails (and changes nothing) when the rows
  * exceed max_rows, a token id is out of range, or a sequence would pass
- * n_ctx. */
+ * n_ctx.  Returns FORWARD_ABANDONED when the abandon flag
+ * (forward_state_set_abandon) was set before a layer or the unembedding:
+ * then nothing it computed may be used (neither logits nor the keys and
+ * values it wrote past each sequence's length, which the next step
+ * writes again). */
+enum { FORWARD_ABANDONED = 1 };
 int forward_step(forward_state *st, const model *m, threadpool *pool,
                  const kv_geometry *kv, const forward_seq *seqs, size_t n_seqs,
                  float *logits, gpt2d_error *err);
+/* The flag forward_step looks at between layers (NULL: none): set by
+ * another thread, it stops the step that runs (the engine's background
+ * steps, for an interactive request that arrives). */
+void forward_state_set_abandon(forward_state *st, const atomic_bool *flag);
 
 /* The last forward_step's residual stream after its last block, before
  * the final LayerNorm: a row of n_embd per input row, in the order of the

@@ -11,6 +11,7 @@
  * set the CPU has), so the portable kernels are checked on AVX2 machines
  * too. */
 #include <check.h>
+#include <stdatomic.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdbool.h>
@@ -809,6 +810,54 @@ START_TEST(test_out_of_range_token_refused)
 }
 END_TEST
 
+/* A step stopped by its abandon flag (the engine's background steps, for
+ * an interactive request) says so, and leaves nothing behind: the
+ * sequence's length is unchanged once it gives back its room, and the
+ * same step run again gives the bits a sequence never stopped gives. */
+START_TEST(test_abandoned_step_changes_nothing)
+{
+    harness h;
+    fx_seq s;
+    test_slot stopped, plain;
+    harness_open(&h, g_tiny, 2, MAX_ROWS);
+    fx_seq_load(g_tiny, fx_seq_find(g_tiny, "prompt"), h.vocab, &s);
+    ck_assert_uint_ge(s.n, 5);
+    slot_open(&h, &stopped);
+    slot_open(&h, &plain);
+    float *a = logits_alloc(&h, 2), *b = logits_alloc(&h, 2);
+    step_seq first[] = { { &stopped, s.tokens, 3, 1 },
+                         { &plain, s.tokens, 3, 1 } };
+    step_ok(&h, first, 2, a);
+
+    atomic_bool abandon;
+    atomic_init(&abandon, true);
+    forward_state_set_abandon(h.st, &abandon);
+    step_seq next = { &stopped, s.tokens + 3, 2, 2 };
+    forward_seq *fs = to_forward(&h, &next, 1, true);
+    ck_assert_int_eq(forward_step(h.st, &h.m, h.pool, kvcache_geometry(h.kv),
+                                  fs, 1, a, &h.err),
+                     FORWARD_ABANDONED);
+    free(fs);
+    kvcache_seq_trim(h.kv, stopped.seq);
+    ck_assert_uint_eq(slot_len(&stopped), 3);
+
+    atomic_store(&abandon, false);
+    step_ok(&h, &next, 1, a);
+    forward_state_set_abandon(h.st, NULL);
+    step_seq same = { &plain, s.tokens + 3, 2, 2 };
+    step_ok(&h, &same, 1, b);
+    ck_assert_uint_eq(slot_len(&stopped), 5);
+    ck_assert_msg(memcmp(a, b, 2 * h.vocab * sizeof *a) == 0,
+                  "a step run again after it was stopped gave other bits");
+    free(a);
+    free(b);
+    slot_close(&stopped);
+    slot_close(&plain);
+    fx_seq_free(&s);
+    harness_close(&h);
+}
+END_TEST
+
 START_TEST(test_more_rows_than_max_rows_refused)
 {
     harness h;
@@ -1526,6 +1575,7 @@ static Suite *forward_suite(void)
                         (int)g_n_ctx_models);
     tcase_add_test(lim, test_out_of_range_token_refused);
     tcase_add_test(lim, test_more_rows_than_max_rows_refused);
+    tcase_add_test(lim, test_abandoned_step_changes_nothing);
     tcase_add_test(lim, test_forced_isa_picks_the_kernels);
     tcase_add_test(lim, test_matmul_auto_follows_the_kernels);
     suite_add_tcase(s, lim);
