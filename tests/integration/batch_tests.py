@@ -20,7 +20,7 @@ import time
 
 from testlib import (GPT2D, TINY, Case, ServerCase, key_file,
                      long_context_model, run_module, wait_for)
-from gpt2d_client import Server
+from gpt2d_client import Server, metric_sum, parse_metrics
 
 WORKDIR = os.environ.get("GPT2D_BATCH_WORKDIR", tempfile.gettempdir())
 KEY_A, KEY_B = "sk-batch-a", "sk-batch-b"
@@ -372,6 +372,38 @@ class Cancel(BatchCase):
         # cancelling a finished batch changes nothing
         again = c.post("/v1/batches/%s/cancel" % b["id"]).json
         self.assertEqual(again["status"], "cancelled")
+
+
+class Priority(BatchCase):
+    """Batch lines give way to an interactive request at once, and neither
+    answer changes."""
+    NAME = "batch-priority"
+    MODEL = staticmethod(slow_model)
+    ARGS = ("--slots", "2", "--threads", "1", "--test-min-step-us", "3000",
+            "--batch-parallel", "2")
+
+    def test_an_interactive_request_takes_a_batch_lines_slot(self):
+        c = self.a()
+        b = self.new_batch(c, slow_lines(4, tokens=300))
+        def both_running():
+            m = parse_metrics(c.get("/metrics").body.decode())
+            return metric_sum(m, "gpt2d_sequences_running") >= 2
+        self.assertTrue(wait_for(both_running, 30), "batch lines never ran")
+        body = {"prompt": "Interactive", "max_tokens": 12, "seed": 9}
+        t0 = time.monotonic()
+        during = c.post("/v1/completions", body)
+        took = time.monotonic() - t0
+        self.assertEqual(during.status, 200, during)
+        m = parse_metrics(c.get("/metrics").body.decode())
+        self.assertGreaterEqual(
+            metric_sum(m, "gpt2d_background_preemptions_total"), 1)
+        mid = c.get("/v1/batches/" + b["id"]).json
+        self.assertEqual(mid["request_counts"]["completed"], 0,
+                         "a 300-token line finished within %.2f s" % took)
+        c.post("/v1/batches/%s/cancel" % b["id"])
+        wait_batch(c, b["id"], ("cancelled",))
+        alone = c.post("/v1/completions", body)
+        self.assertEqual(answer_part(during.json), answer_part(alone.json))
 
 
 class Restart(Case):
