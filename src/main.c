@@ -225,7 +225,7 @@ static int start(daemon_state *d, gpt2d_error *err)
                                     ? d->cfg.batch_parallel
                                     : d->cfg.slots;
         if (batch_service_start(&d->batches, d->cfg.batch_dir, parallel,
-                                &d->api, err) != 0)
+                                d->cfg.test_batch_window, &d->api, err) != 0)
             return -1;
     }
     if (http_start(&d->http, &d->cfg, &d->api, d->batches, err) != 0)

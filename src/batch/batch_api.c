@@ -9,11 +9,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "batch/batch_record.h"
 #include "batch/file_store.h"
 #include "batch/multipart.h"
+#include "text/utf8.h"
 
 /* Most parts an upload may have (file, purpose, and a few a client adds). */
 #define UPLOAD_MAX_PARTS 8
@@ -90,6 +92,52 @@ static const char *query(const batch_call *c, const char *name)
     return c->query != NULL ? c->query(c->query_arg, name) : NULL;
 }
 
+/* ---- uploads ---- */
+
+struct batch_upload {
+    int fd;
+    size_t len;
+};
+
+batch_upload *batch_upload_begin(batch_service *s)
+{
+    if (s == NULL)
+        return NULL;
+    batch_upload *u = malloc(sizeof *u);
+    if (u == NULL)
+        return NULL;
+    u->fd = file_store_spool(batch_service_files(s));
+    u->len = 0;
+    if (u->fd < 0) {
+        free(u);
+        return NULL;
+    }
+    return u;
+}
+
+int batch_upload_write(batch_upload *u, const char *data, size_t n)
+{
+    while (n > 0) {
+        ssize_t w = write(u->fd, data, n);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return -1;
+        data += w;
+        n -= (size_t)w;
+        u->len += (size_t)w;
+    }
+    return 0;
+}
+
+void batch_upload_free(batch_upload *u)
+{
+    if (u == NULL)
+        return;
+    close(u->fd);
+    free(u);
+}
+
 /* ---- files ---- */
 
 static json_t *file_json(const stored_file *f)
@@ -100,6 +148,10 @@ static json_t *file_json(const stored_file *f)
                      f->filename, "purpose", f->purpose, "status", "processed",
                      "status_details", "expires_at");
 }
+
+static void store_upload(batch_service *s, const api_caller *who,
+                         const char *body, size_t len, const char *boundary,
+                         api_response *r);
 
 static void upload(batch_service *s, const api_caller *who, const batch_call *c,
                    api_response *r)
@@ -115,9 +167,37 @@ static void upload(batch_service *s, const api_caller *who, const batch_call *c,
                                              : err);
         return;
     }
+    /* a spooled body is read through a map: the page cache holds it, not
+     * the heap */
+    const char *body = c->body;
+    size_t len = c->len;
+    void *map = NULL;
+    if (c->upload != NULL && c->upload->len > 0) {
+        len = c->upload->len;
+        map = mmap(NULL, len, PROT_READ, MAP_PRIVATE, c->upload->fd, 0);
+        if (map == MAP_FAILED) {
+            answer_error(r, 500, NULL, NULL, "the upload cannot be read: %s",
+                         strerror(errno));
+            return;
+        }
+        body = map;
+    } else if (c->upload != NULL) {
+        body = "";
+        len = 0;
+    }
+    store_upload(s, who, body, len, boundary, r);
+    if (map != NULL)
+        munmap(map, len);
+}
+
+static void store_upload(batch_service *s, const api_caller *who,
+                         const char *body, size_t len, const char *boundary,
+                         api_response *r)
+{
+    char err[256];
     multipart_part parts[UPLOAD_MAX_PARTS];
-    int n = multipart_parse(c->body, c->len, boundary, parts, UPLOAD_MAX_PARTS,
-                            err, sizeof err);
+    int n = multipart_parse(body, len, boundary, parts, UPLOAD_MAX_PARTS, err,
+                            sizeof err);
     if (n < 0) {
         answer_error(r, 400, NULL, "invalid_upload",
                      "the upload is not "
@@ -148,10 +228,15 @@ static void upload(batch_service *s, const api_caller *who, const batch_call *c,
         answer_error(r, 400, "file", NULL, "%s", "file is empty");
         return;
     }
-    stored_file f;
-    gpt2d_error e;
     const char *name = file->filename[0] != '\0' ? file->filename
                                                  : "upload.jsonl";
+    if (!utf8_valid(name, strlen(name))) {
+        answer_error(r, 400, "file", NULL, "%s",
+                     "the file's filename is not valid UTF-8");
+        return;
+    }
+    stored_file f;
+    gpt2d_error e;
     if (file_store_add(batch_service_files(s), who->account, "batch", name,
                        file->data, file->len, &f, &e) != 0) {
         answer_error(r, 500, NULL, NULL, "the file cannot be stored: %s",
@@ -275,14 +360,18 @@ void batch_api_files(batch_service *s, const api_caller *who,
         api_response_json(r, 200, file_json(&f));
         return;
     }
-    if (batch_service_file_in_use(s, who->account, id)) {
+    const int rc = batch_service_delete_file(s, who->account, id);
+    if (rc < 0) { /* deleted by another request since */
+        answer_error(r, 404, NULL, NULL, "no such file: %s", id);
+        return;
+    }
+    if (rc > 0) {
         answer_error(r, 409, NULL, "file_in_use",
                      "file %s is the input of a batch that has not finished: "
                      "cancel it first",
                      id);
         return;
     }
-    file_store_delete(batch_service_files(s), who->account, id);
     api_response_json(
         r, 200,
         json_pack("{s:s, s:s, s:b}", "id", id, "object", "file", "deleted", 1));

@@ -25,14 +25,26 @@
 #include "api/api_common.h"
 #include "batch/batch_run.h"
 
+/* An upload's bytes as they arrive, kept on disk (file_store_spool) so
+ * that a file of --max-file-bytes takes no memory while it comes. */
+typedef struct batch_upload batch_upload;
+
+/* A new upload's spool; NULL without the service or when it cannot be
+ * made (the caller then keeps the body in memory). */
+batch_upload *batch_upload_begin(batch_service *s);
+/* Appends n bytes: 0, or -1 (the disk failed). */
+int batch_upload_write(batch_upload *u, const char *data, size_t n);
+void batch_upload_free(batch_upload *u);
+
 /* One request to these routes, as http/ hands it over. */
 typedef struct batch_call {
     const char *method;       /* "GET", "POST", "DELETE" */
     const char *rest;         /* the path after /v1/files or /v1/batches: "",
                          * "/{id}", "/{id}/content", "/{id}/cancel" */
     const char *content_type; /* NULL when the request has none */
-    const char *body;
+    const char *body;         /* the body, unless it was spooled: */
     size_t len;
+    batch_upload *upload; /* NULL, or where the body is */
     /* A query parameter's value, or NULL when absent. */
     const char *(*query)(void *arg, const char *name);
     void *query_arg;

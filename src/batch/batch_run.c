@@ -60,6 +60,7 @@ struct batch_service {
     size_t turn; /* round robin over the jobs */
     pthread_t *workers;
     size_t n_workers;
+    int64_t window; /* a new batch's seconds to expiry */
     atomic_bool stopping;
 };
 
@@ -188,8 +189,9 @@ static char *error_line(const batch_job *j, size_t line, json_t *custom_id,
 /* The whole answer of a response, body or source. */
 static json_t *response_json(api_response *r)
 {
+    /* an answer may hold U+0000 (a token that decodes to it) */
     if (r->body != NULL)
-        return json_loadb(r->body, r->body_len, 0, NULL);
+        return json_loadb(r->body, r->body_len, JSON_ALLOW_NUL, NULL);
     if (r->source.read == NULL)
         return NULL;
     size_t len = 0, cap = 4096;
@@ -204,8 +206,9 @@ static json_t *response_json(api_response *r)
         }
         n = r->source.read(r->source.self, buf + len, cap - len, NULL);
         if (n < 0) {
-            json_t *o = n == API_SOURCE_END ? json_loadb(buf, len, 0, NULL)
-                                            : NULL;
+            json_t *o = n == API_SOURCE_END
+                            ? json_loadb(buf, len, JSON_ALLOW_NUL, NULL)
+                            : NULL;
             free(buf);
             return o;
         }
@@ -240,7 +243,10 @@ static char *answer(batch_service *s, batch_job *j, size_t line,
 {
     *is_error = true;
     json_error_t je;
-    json_t *req = json_loadb(text, len, 0, &je);
+    /* as strict as a request's body (duplicate keys are refused), but a
+     * U+0000 inside is left for the endpoint to refuse, as it does */
+    json_t *req = json_loadb(text, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL,
+                             &je);
     json_t *custom_id = json_object_get(req, "custom_id");
     json_t *body = json_object_get(req, "body");
     const char *method = json_string_value(json_object_get(req, "method"));
@@ -310,6 +316,11 @@ static char *answer(batch_service *s, batch_job *j, size_t line,
             out = o != NULL ? json_dumps(o, JSON_COMPACT) : NULL;
             json_decref(o);
             *is_error = r.status != 200;
+            if (out == NULL) { /* whole, but it cannot be written down */
+                *is_error = true;
+                out = error_line(j, line, custom_id, "server_error",
+                                 "the answer could not be written as JSON");
+            }
         }
         api_response_free(&r);
     }
@@ -590,8 +601,19 @@ static task next_task(batch_service *s)
                     return t;
                 }
             }
-            if (j->in_flight == 0)
-                finish(s, j, BATCH_COMPLETED);
+            if (j->in_flight > 0)
+                continue;
+            if (j->rec.completed + j->rec.failed < j->rec.total &&
+                j->input != NULL) {
+                /* a line gave up without an answer (memory ran short):
+                 * the input is read again for the lines it left */
+                rewind(j->input);
+                j->next_line = 0;
+                j->input_done = false;
+                k--; /* this batch again */
+                continue;
+            }
+            finish(s, j, BATCH_COMPLETED);
             continue;
         case BATCH_CANCELLING:
             atomic_store(&j->stop, true);
@@ -774,7 +796,7 @@ static int load(batch_service *s, gpt2d_error *err)
 }
 
 int batch_service_start(batch_service **out, const char *dir, size_t parallel,
-                        const api_ctx *api, gpt2d_error *err)
+                        unsigned window, const api_ctx *api, gpt2d_error *err)
 {
     *out = NULL;
     batch_service *s = calloc(1, sizeof *s);
@@ -784,6 +806,7 @@ int batch_service_start(batch_service **out, const char *dir, size_t parallel,
     pthread_cond_init(&s->cond, NULL);
     atomic_init(&s->stopping, false);
     s->api = api;
+    s->window = window > 0 ? (int64_t)window : BATCH_WINDOW_SECONDS;
     char files[4200];
     snprintf(files, sizeof files, "%s/files", dir);
     snprintf(s->dir, sizeof s->dir, "%s/batches", dir);
@@ -854,15 +877,6 @@ int batch_service_create(batch_service *s, const api_caller *who,
                          const char *input_file_id, const char *endpoint,
                          json_t *metadata, json_t **out, api_error *e)
 {
-    stored_file f;
-    if (!file_store_get(s->files, who->account, input_file_id, &f))
-        return api_error_set(e, 404, "input_file_id", "no such file: %s",
-                             input_file_id);
-    if (strcmp(f.purpose, "batch") != 0)
-        return api_error_set(e, 400, "input_file_id",
-                             "file %s has purpose \"%s\"; a batch reads a "
-                             "file uploaded with purpose \"batch\"",
-                             input_file_id, f.purpose);
     batch_job *j = job_new();
     if (j == NULL)
         return api_error_set(e, 500, NULL, "out of memory");
@@ -876,11 +890,22 @@ int batch_service_create(batch_service *s, const api_caller *who,
     j->rec.metadata = metadata != NULL ? json_incref(metadata) : NULL;
     j->rec.status = BATCH_VALIDATING;
     j->rec.created_at = (int64_t)time(NULL);
-    j->rec.expires_at = j->rec.created_at + BATCH_WINDOW_SECONDS;
+    j->rec.expires_at = j->rec.created_at + s->window;
+    /* the file is looked up under the lock a delete takes too
+     * (batch_service_delete_file): it cannot go between the two */
     pthread_mutex_lock(&s->lock);
     gpt2d_error err;
     int rc = -1;
-    if (!make_room(s))
+    stored_file f;
+    if (!file_store_get(s->files, who->account, input_file_id, &f))
+        api_error_set(e, 404, "input_file_id", "no such file: %s",
+                      input_file_id);
+    else if (strcmp(f.purpose, "batch") != 0)
+        api_error_set(e, 400, "input_file_id",
+                      "file %s has purpose \"%s\"; a batch reads a file "
+                      "uploaded with purpose \"batch\"",
+                      input_file_id, f.purpose);
+    else if (!make_room(s))
         api_error_set(e, 429, NULL,
                       "the server keeps at most %d batches and all are "
                       "running: retry when one has finished",
@@ -918,10 +943,12 @@ int batch_service_cancel(batch_service *s, const uint8_t *owner, const char *id,
     batch_job *j = find(s, owner, id);
     if (j != NULL && (j->rec.status == BATCH_VALIDATING ||
                       j->rec.status == BATCH_IN_PROGRESS)) {
+        /* validating and no worker at it: nothing ran */
+        const bool nothing_ran = j->rec.status == BATCH_VALIDATING && !j->busy;
         j->rec.status = BATCH_CANCELLING;
         j->rec.cancelling_at = (int64_t)time(NULL);
         atomic_store(&j->stop, true);
-        if (j->done == NULL && !j->busy) { /* validating: nothing ran */
+        if (nothing_ran) {
             j->rec.status = BATCH_CANCELLED;
             j->rec.cancelled_at = j->rec.cancelling_at;
         }
@@ -968,8 +995,8 @@ json_t *batch_service_list(batch_service *s, const uint8_t *owner,
                      more);
 }
 
-bool batch_service_file_in_use(batch_service *s, const uint8_t *owner,
-                               const char *id)
+int batch_service_delete_file(batch_service *s, const uint8_t *owner,
+                              const char *id)
 {
     bool used = false;
     pthread_mutex_lock(&s->lock);
@@ -977,6 +1004,7 @@ bool batch_service_file_in_use(batch_service *s, const uint8_t *owner,
         used = !batch_status_final(s->jobs[k]->rec.status) &&
                memcmp(s->jobs[k]->rec.owner, owner, SHA256_BYTES) == 0 &&
                strcmp(s->jobs[k]->rec.input_file_id, id) == 0;
+    int rc = used ? 1 : file_store_delete(s->files, owner, id);
     pthread_mutex_unlock(&s->lock);
-    return used;
+    return rc;
 }

@@ -38,9 +38,11 @@
 typedef struct batch_service batch_service;
 
 /* Opens `dir` (files/ and batches/ in it), resumes the batches a previous
- * run left unfinished and starts `parallel` workers.  0 or -1. */
+ * run left unfinished and starts `parallel` workers.  A new batch expires
+ * `window` seconds after it is made (0: BATCH_WINDOW_SECONDS; shorter
+ * only for the tests).  0 or -1. */
 int batch_service_start(batch_service **out, const char *dir, size_t parallel,
-                        const api_ctx *api, gpt2d_error *err);
+                        unsigned window, const api_ctx *api, gpt2d_error *err);
 /* Stops the workers: lines in flight are cancelled, not answered (a
  * restart runs them again).  Call before the engines stop. */
 void batch_service_stop(batch_service *s);
@@ -65,8 +67,10 @@ int batch_service_cancel(batch_service *s, const uint8_t *owner, const char *id,
  * newest), at most `limit`: OpenAI's list object. */
 json_t *batch_service_list(batch_service *s, const uint8_t *owner,
                            const char *after, size_t limit);
-/* Whether one of `owner`'s unfinished batches reads file `id`. */
-bool batch_service_file_in_use(batch_service *s, const uint8_t *owner,
-                               const char *id);
+/* Deletes `owner`'s file `id`: 0, -1 when it has none, 1 when one of its
+ * unfinished batches reads it (kept).  Checked and deleted under the lock
+ * batch_service_create looks the file up under. */
+int batch_service_delete_file(batch_service *s, const uint8_t *owner,
+                              const char *id);
 
 #endif

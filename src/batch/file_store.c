@@ -166,10 +166,16 @@ static int scan(file_store *s, gpt2d_error *err)
         if (len != 29 + 5 || strcmp(name + 29, ".json") != 0)
             continue;
         stored_file f;
-        if (s->n == FILE_STORE_MAX_FILES || !read_meta(s, name, &f) ||
-            !content_there(s, &f)) {
-            log_warn("--batch-dir: %s/%s is not a whole file: skipped", s->dir,
-                     name);
+        if (s->n == FILE_STORE_MAX_FILES || !read_meta(s, name, &f)) {
+            log_warn("--batch-dir: %s/%s is not a file's description: "
+                     "skipped",
+                     s->dir, name);
+            continue;
+        }
+        if (!content_there(s, &f)) {
+            /* its bytes never came: an adoption cut short, which its
+             * batch makes again */
+            unlinkat(dirfd(d), name, 0);
             continue;
         }
         s->files[s->n++] = f;
@@ -312,15 +318,33 @@ int file_store_adopt(file_store *s, const uint8_t *owner, const char *id,
     } else if (f == NULL) {
         error_set(err, "the server keeps at most %d files: delete some first",
                   FILE_STORE_MAX_FILES);
-    } else {
+    } else if (write_meta(s, f, err) == 0) {
+        /* the description first: a crash before the rename leaves the
+         * bytes where they were, for the caller to adopt again, and a
+         * description without bytes, which the next start deletes */
         path_of(s, f->id, "", path, sizeof path);
-        if (rename(from, path) != 0)
+        if (rename(from, path) != 0) {
             error_set(err, "%s: %s", path, strerror(errno));
-        else
-            rc = commit_entry(s, f, out, err);
+            path_of(s, f->id, ".json", path, sizeof path);
+            unlink(path);
+        } else {
+            *out = *f;
+            s->n++;
+            rc = 0;
+        }
     }
     pthread_mutex_unlock(&s->lock);
     return rc;
+}
+
+int file_store_spool(file_store *s)
+{
+    char path[4200];
+    snprintf(path, sizeof path, "%s/upload-XXXXXX.tmp", s->dir);
+    int fd = mkostemps(path, 4, O_CLOEXEC);
+    if (fd >= 0)
+        unlink(path);
+    return fd;
 }
 
 bool file_store_get(file_store *s, const uint8_t *owner, const char *id,
@@ -390,7 +414,7 @@ size_t file_store_list(file_store *s, const uint8_t *owner, const char *purpose,
     if (mine == NULL)
         return 0;
     qsort(mine, n, sizeof *mine, by_order);
-    size_t start = 0;
+    size_t start = after != NULL ? n : 0; /* an unknown `after`: none */
     if (after != NULL)
         for (size_t i = 0; i < n; i++) {
             const size_t k = newest ? n - 1 - i : i;

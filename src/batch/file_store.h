@@ -74,6 +74,12 @@ size_t file_store_list(file_store *s, const uint8_t *owner, const char *purpose,
                        bool newest, const char *after, stored_file *out,
                        size_t max);
 
+/* A file in the store's directory with no name (created, then unlinked):
+ * where an upload's bytes wait until they are parsed, on disk rather than
+ * in memory, and gone with its descriptor however the process ends.  A
+ * descriptor open for reading and writing, or -1 with errno. */
+int file_store_spool(file_store *s);
+
 /* A new random id: `prefix` and 24 hex digits, into out[cap]. */
 void file_store_new_id(const char *prefix, char *out, size_t cap);
 

@@ -237,6 +237,11 @@ static const option_spec options[] = {
     { "speculative-tokens", 0, OPT_COUNT, FIELD(speculative_tokens), "N", "8",
       NULL, 1, 16, false,
       "The most proposed tokens one sequence has checked in one step." },
+    { "test-batch-window", 0, OPT_UINT, FIELD(test_batch_window), "SECONDS",
+      "0", NULL, 0, 86400, false,
+      "For the test suites: a batch's completion window is this many seconds "
+      "instead of 24 hours, so that expiry can be seen; 0: 24 hours. Nothing "
+      "else should want it." },
     { "test-min-step-us", 0, OPT_UINT, FIELD(test_min_step_us), "US", "0", NULL,
       0, 1000000, false,
       "For the test suites: every engine step lasts at least this many "

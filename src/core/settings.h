@@ -80,6 +80,8 @@ typedef struct settings {
     unsigned step_cost; /* --step-cost percent of a decode step, 0: off */
     size_t background_step_rows; /* --background-step-rows, default 32;
                                  * 0: no bound */
+    unsigned test_batch_window;  /* --test-batch-window seconds instead of a
+                                 * batch's 24 hours (tests); 0: 24 h */
     unsigned test_min_step_us;   /* --test-min-step-us: a floor on every engine
                                  * step, for the test suites; 0: none */
     size_t max_stop_bytes; /* --max-stop-bytes per stop string, default 256 */

@@ -392,11 +392,18 @@ void admit_schedule(engine *e, double now)
 /* ---- quotas: what a caller may have queued ---- */
 
 /* Requests of `account` waiting in the queue. */
-static size_t caller_queued_count(const engine *e, const uint8_t *account)
+/* Requests of `account` in the same class as `background` waiting in the
+ * queue: a key's batch lines (at most --batch-parallel at once) never
+ * take its interactive requests' places, nor these theirs. */
+static size_t caller_queued_count(const engine *e, const uint8_t *account,
+                                  bool background)
 {
     size_t n = 0;
-    for (size_t i = 0; i < e->q_len; i++)
-        n += memcmp(engine_queue_at(e, i)->account, account, SHA256_BYTES) == 0;
+    for (size_t i = 0; i < e->q_len; i++) {
+        const gen_request *q = engine_queue_at(e, i);
+        n += memcmp(q->account, account, SHA256_BYTES) == 0 &&
+             q->background == background;
+    }
     return n;
 }
 
@@ -470,7 +477,7 @@ static engine_status enqueue_one(engine *e, gen_request *r, engine_refusal *why)
     }
     if (e->q_len >= e->cfg.max_queue)
         return ENGINE_QUEUE_FULL;
-    if (caller_queued_count(e, r->account) >= r->max_queued) {
+    if (caller_queued_count(e, r->account, r->background) >= r->max_queued) {
         why->limit = r->max_queued;
         return ENGINE_CALLER_QUEUE_FULL;
     }

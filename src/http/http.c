@@ -178,6 +178,10 @@ static enum MHD_Result dispatch(http_request *hr, const char *url)
         return http_reply_error(hr, 413, NULL,
                                 "request body is over the limit of %zu bytes",
                                 http_request_body_limit(hr));
+    if (hr->upload_failed)
+        return http_reply_error(hr, 500, NULL,
+                                "the upload could not be kept on disk "
+                                "while it arrived (--batch-dir full?)");
     const char *body = hr->body != NULL ? hr->body : "";
     api_client client = { http_request_client_gone, hr };
     switch (hr->route->id) {
@@ -229,6 +233,7 @@ static enum MHD_Result dispatch(http_request *hr, const char *url)
                 hr->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE),
             .body = body,
             .len = hr->len,
+            .upload = hr->upload,
             .query = query_value,
             .query_arg = hr->conn,
         };
@@ -293,7 +298,17 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
          * Content-Length was refused before the body */
         if (n > http_request_body_limit(hr) - hr->len)
             return http_framing_refuse_body_over_limit(hr);
-        http_request_append_body(hr, upload_data, n);
+        /* an upload to /v1/files waits on disk, not in memory */
+        if (hr->route->id == ROUTE_FILES && hr->len == 0 &&
+            strcmp(hr->method, "POST") == 0)
+            hr->upload = batch_upload_begin(srv->batches);
+        if (hr->upload == NULL) {
+            http_request_append_body(hr, upload_data, n);
+        } else if (!hr->upload_failed) {
+            hr->upload_failed = batch_upload_write(hr->upload, upload_data,
+                                                   n) != 0;
+            hr->len += n;
+        }
         return MHD_YES;
     }
     return dispatch(hr, url);

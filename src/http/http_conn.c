@@ -104,6 +104,7 @@ void http_request_unref(http_request *hr)
         return;
     api_response_free(&hr->resp);
     free(hr->body);
+    batch_upload_free(hr->upload);
     free(hr);
 }
 

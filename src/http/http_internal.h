@@ -26,6 +26,7 @@
 #include <microhttpd.h>
 
 #include "api/api.h"
+#include "batch/batch_api.h"
 #include "core/addr_list.h"
 #include "core/settings.h"
 #include "http/http.h"
@@ -93,7 +94,10 @@ typedef struct http_request {
     struct timespec t0;
     char *body;
     size_t len, cap;
-    bool too_large; /* could not hold the body (out of memory) */
+    bool too_large;       /* could not hold the body (out of memory) */
+    batch_upload *upload; /* NULL, or where an upload's body is spooled
+                             (len counts its bytes; body stays NULL) */
+    bool upload_failed;   /* the spool could not take the bytes */
     bool http_1_0;
     bool responded;
     bool preflight;   /* answered as a CORS preflight */

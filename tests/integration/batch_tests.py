@@ -16,6 +16,7 @@ import os
 import shutil
 import sys
 import tempfile
+import threading
 import time
 
 from testlib import (GPT2D, TINY, Case, ServerCase, key_file,
@@ -23,7 +24,7 @@ from testlib import (GPT2D, TINY, Case, ServerCase, key_file,
 from gpt2d_client import Server, metric_sum, parse_metrics
 
 WORKDIR = os.environ.get("GPT2D_BATCH_WORKDIR", tempfile.gettempdir())
-KEY_A, KEY_B = "sk-batch-a", "sk-batch-b"
+KEY_A, KEY_B, KEY_C = "sk-batch-a", "sk-batch-b", "sk-batch-c"
 
 
 def slow_model():
@@ -109,7 +110,8 @@ class BatchCase(ServerCase):
     def setUpClass(cls):
         os.makedirs(WORKDIR, exist_ok=True)
         keys = key_file(os.path.join(WORKDIR, cls.NAME + "-keys"),
-                        [KEY_A + " name=a", KEY_B + " name=b"])
+                        [KEY_A + " name=a", KEY_B + " name=b",
+                         KEY_C + " name=c max-queued=1"])
         cls.ARGS = tuple(cls.ARGS) + ("--api-key-file", keys, "--batch-dir",
                                       batch_dir(cls.NAME + "-dir"))
         super().setUpClass()
@@ -328,6 +330,80 @@ class Answers(BatchCase):
         self.assertEqual(answer_part(x["response"]["body"]), answer_part(alone))
         self.assertIsNone(b["error_file_id"])
 
+    def test_an_upload_larger_than_max_body_is_kept_whole(self):
+        """An upload is limited by --max-file-bytes, not --max-body (1M),
+        and comes back byte for byte."""
+        c = self.b()
+        data = jsonl([line("big%d" % i, {"prompt": "x" * 200, "max_tokens": 1})
+                      for i in range(6000)])
+        self.assertGreater(len(data), 1 << 20)
+        r = upload(c, data)
+        self.assertEqual(r.status, 200, r)
+        self.assertEqual(r.json["bytes"], len(data))
+        content = c.get("/v1/files/%s/content" % r.json["id"])
+        self.assertEqual(content.body, data)
+        self.assertEqual(c.delete("/v1/files/" + r.json["id"]).status, 200)
+
+    def test_an_answer_holding_nul_is_kept(self):
+        """Token 188 decodes to U+0000: the answer holds it, and the line
+        is answered like any other."""
+        body = {"prompt": "hello", "max_tokens": 3, "temperature": 0,
+                "logit_bias": {"188": 100}}
+        c = self.a()
+        b = self.new_batch(c, [line("nul", body),
+                               line("dup", {"prompt": "a"}), ])
+        b = wait_batch(c, b["id"], ("completed",))
+        self.assertEqual(b["request_counts"],
+                         {"total": 2, "completed": 2, "failed": 0})
+        out = {x["custom_id"]: x for x in file_lines(c, b["output_file_id"])}
+        self.assertEqual(out["nul"]["response"]["body"]["choices"][0]["text"],
+                         "\u0000" * 3)
+
+    def test_a_line_with_duplicate_keys_is_not_json(self):
+        c = self.a()
+        f = upload(c, b'{"custom_id": "d", "method": "POST", "url": '
+                      b'"/v1/completions", "body": {"prompt": "a", '
+                      b'"prompt": "b", "max_tokens": 1}}\n')
+        b = c.post("/v1/batches", {"input_file_id": f.json["id"],
+                                   "endpoint": "/v1/completions",
+                                   "completion_window": "24h"}).json
+        b = wait_batch(c, b["id"], ("completed",))
+        [x] = file_lines(c, b["error_file_id"])
+        self.assertEqual(x["error"]["code"], "invalid_json")
+        self.assertIn("duplicate", x["error"]["message"])
+
+    def test_a_filename_not_utf8_is_400(self):
+        ctype, body = multipart({"purpose": b"batch",
+                                 "file": ("x", b"{}\n")})
+        body = body.replace(b'filename="x"', b'filename="bad\xff.jsonl"')
+        r = self.a().post("/v1/files", raw=body,
+                          headers={"Content-Type": ctype})
+        self.assert_error(r, 400, "file")
+
+    def test_a_file_is_either_deleted_or_read_by_a_batch(self):
+        """A DELETE and a batch create on one file at once: never both."""
+        c = self.b()
+        for _ in range(20):
+            fid = upload(c, jsonl([line("x", {"prompt": "x",
+                                               "max_tokens": 1})])).json["id"]
+            got = {}
+            def delete():
+                got["delete"] = c.delete("/v1/files/" + fid).status
+            def create():
+                got["create"] = c.post("/v1/batches", {
+                    "input_file_id": fid, "endpoint": "/v1/completions",
+                    "completion_window": "24h"}).status
+            threads = [threading.Thread(target=delete),
+                       threading.Thread(target=create)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            self.assertIn(got["delete"], (200, 409))
+            self.assertIn(got["create"], (200, 404))
+            self.assertFalse(got["delete"] == 200 and got["create"] == 200,
+                             got)
+
     def test_an_input_file_in_use_is_not_deleted(self):
         c = self.a()
         b = self.new_batch(c, [line("q", {"prompt": "Hi", "max_tokens": 2})])
@@ -340,7 +416,8 @@ class Answers(BatchCase):
 
 def slow_lines(n, tokens=200):
     return [line("s%d" % i, {"prompt": "Line %d says" % i,
-                             "max_tokens": tokens, "seed": i})
+                             "max_tokens": tokens, "seed": i,
+                             "logit_bias": {"50256": -100}})
             for i in range(n)]
 
 
@@ -379,8 +456,9 @@ class Priority(BatchCase):
     answer changes."""
     NAME = "batch-priority"
     MODEL = staticmethod(slow_model)
+    # more lines in flight than slots: two wait in the engine's queue
     ARGS = ("--slots", "2", "--threads", "1", "--test-min-step-us", "3000",
-            "--batch-parallel", "2")
+            "--batch-parallel", "4")
 
     def test_an_interactive_request_takes_a_batch_lines_slot(self):
         c = self.a()
@@ -404,6 +482,50 @@ class Priority(BatchCase):
         wait_batch(c, b["id"], ("cancelled",))
         alone = c.post("/v1/completions", body)
         self.assertEqual(answer_part(during.json), answer_part(alone.json))
+
+    def test_a_keys_batch_leaves_its_queue_to_its_requests(self):
+        """Key c may queue one request: its batch lines, waiting for the
+        engine, take none of that place from its interactive requests."""
+        c = self.client(api_key=KEY_C)
+        b = self.new_batch(c, slow_lines(6, tokens=300))
+        def queued():
+            m = parse_metrics(c.get("/metrics").body.decode())
+            return (metric_sum(m, "gpt2d_sequences_running") >= 2 and
+                    metric_sum(m, "gpt2d_queue_depth") >= 1)
+        self.assertTrue(wait_for(queued, 30), "no batch line waited")
+        r = c.post("/v1/completions", {"prompt": "Mine", "max_tokens": 4,
+                                       "seed": 1})
+        self.assertEqual(r.status, 200, r)
+        c.post("/v1/batches/%s/cancel" % b["id"])
+        wait_batch(c, b["id"], ("cancelled",))
+
+
+class Expiry(BatchCase):
+    """A batch whose window passes (--test-batch-window: 2 s instead of
+    24 h) ends expired: its answers so far kept, every other line an error
+    line, each line exactly once."""
+    NAME = "batch-expiry"
+    MODEL = staticmethod(slow_model)
+    ARGS = ("--slots", "1", "--threads", "1", "--test-min-step-us", "3000",
+            "--batch-parallel", "1", "--test-batch-window", "2")
+
+    def test_an_expired_batch_answers_every_line_once(self):
+        c = self.a()
+        n = 30
+        b = self.new_batch(c, slow_lines(n, tokens=60))
+        self.assertLessEqual(b["expires_at"] - b["created_at"], 2)
+        b = wait_batch(c, b["id"], ("expired",), timeout=60)
+        self.assertIsInstance(b["expired_at"], int)
+        counts = b["request_counts"]
+        self.assertEqual(counts["total"], n)
+        self.assertEqual(counts["completed"] + counts["failed"], n)
+        self.assertGreater(counts["failed"], 0)
+        out = file_lines(c, b["output_file_id"])
+        err = file_lines(c, b["error_file_id"])
+        self.assertEqual(len(out), counts["completed"])
+        self.assertTrue(all(x["error"]["code"] == "batch_expired" for x in err))
+        self.assertEqual(sorted(x["custom_id"] for x in out + err),
+                         sorted("s%d" % i for i in range(n)))
 
 
 class Restart(Case):
