@@ -77,11 +77,12 @@ int batch_record_save(const batch_record *b, const char *dir, gpt2d_error *err)
     char owner[2 * SHA256_BYTES + 1], principal[2 * SHA256_BYTES + 1];
     hex_encode(b->owner, SHA256_BYTES, owner);
     hex_encode(b->principal, SHA256_BYTES, principal);
-    json_t *own = json_pack(
-        "{s:s, s:s, s:I, s:I, s:I}", "owner", owner, "principal", principal,
-        "max_seqs", (json_int_t)b->limits.max_seqs, "max_queued",
-        (json_int_t)b->limits.max_queued, "tokens_per_minute",
-        (json_int_t)b->limits.tokens_per_minute);
+    json_t *own = json_pack("{s:s, s:s, s:s, s:I, s:I, s:I}", "owner", owner,
+                            "principal", principal, "key_name", b->key_name,
+                            "max_seqs", (json_int_t)b->limits.max_seqs,
+                            "max_queued", (json_int_t)b->limits.max_queued,
+                            "tokens_per_minute",
+                            (json_int_t)b->limits.tokens_per_minute);
     if (o == NULL || own == NULL || json_object_set_new(o, "gpt2d", own) != 0) {
         json_decref(o);
         return error_set(err, "out of memory");
@@ -146,6 +147,7 @@ int batch_record_load(batch_record *b, const char *path, gpt2d_error *err)
                               .max_queued = (size_t)queued,
                               .tokens_per_minute = (uint64_t)tpm };
     copy_string(b->id, sizeof b->id, o, "id");
+    copy_string(b->key_name, sizeof b->key_name, own, "key_name");
     copy_string(b->endpoint, sizeof b->endpoint, o, "endpoint");
     copy_string(b->input_file_id, sizeof b->input_file_id, o, "input_file_id");
     copy_string(b->output_file_id, sizeof b->output_file_id, o,

@@ -16,6 +16,7 @@
 
 #include "api/api_caller.h"
 #include "core/error.h"
+#include "core/metrics.h"
 
 /* OpenAI's statuses, in the order a batch may pass them. */
 typedef enum batch_status {
@@ -40,6 +41,7 @@ typedef struct batch_record {
     uint8_t owner[SHA256_BYTES];
     uint8_t principal[SHA256_BYTES];
     api_limits limits;
+    char key_name[METRICS_KEY_NAME_MAX + 1]; /* its series in /metrics, or "" */
     char endpoint[32]; /* "/v1/completions", "/v1/chat/completions" */
     char input_file_id[32];
     char output_file_id[32]; /* "" until there is one */

@@ -36,6 +36,8 @@
 #include "api/api_completions.h"
 #include "batch/batch_record.h"
 #include "core/log.h"
+#include "core/sha256.h"
+#include "core/metrics.h"
 
 typedef struct batch_job {
     batch_record rec;
@@ -45,8 +47,9 @@ typedef struct batch_job {
     uint8_t *done;    /* a bit per line: answered */
     size_t in_flight; /* lines being answered */
     int out_fd, err_fd;
-    bool busy;        /* a worker validates it */
-    atomic_bool stop; /* its lines in flight give up (cancel, expiry) */
+    bool busy;          /* a worker validates it */
+    size_t metrics_key; /* its key's series in /metrics (rec.key_name) */
+    atomic_bool stop;   /* its lines in flight give up (cancel, expiry) */
 } batch_job;
 
 struct batch_service {
@@ -275,7 +278,9 @@ static char *answer(batch_service *s, batch_job *j, size_t line,
                          "a batch's requests cannot stream: drop \"stream\"");
     } else {
         char *request = json_dumps(body, JSON_COMPACT);
-        api_caller who = { .limits = j->rec.limits, .background = true };
+        api_caller who = { .limits = j->rec.limits,
+                           .metrics_key = j->metrics_key,
+                           .background = true };
         memcpy(who.principal, j->rec.principal, SHA256_BYTES);
         memcpy(who.account, j->rec.owner, SHA256_BYTES);
         line_probe probe = { s, j };
@@ -487,6 +492,60 @@ static int open_answers(batch_service *s, batch_job *j, bool resume)
     return 0;
 }
 
+/* The custom_ids of the lines read so far, as 64 bits of each one's
+ * SHA-256 in an open-addressed table (0: empty).  Two different ids share
+ * them with a chance of about n^2 / 2^65: 7e-11 for 50,000 lines. */
+typedef struct id_set {
+    uint64_t *slot;
+    size_t cap, n;
+} id_set;
+
+/* Whether the line's custom_id (if it has one) was in the set; adds it.
+ * A line that is not a request has none: it gets its error line later. */
+static bool custom_id_seen(id_set *set, const char *text, size_t len)
+{
+    json_t *o = json_loadb(text, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL,
+                           NULL);
+    json_t *id = json_object_get(o, "custom_id");
+    bool seen = false;
+    if (json_is_string(id)) {
+        uint8_t digest[SHA256_BYTES];
+        sha256(json_string_value(id), json_string_length(id), digest);
+        uint64_t h;
+        memcpy(&h, digest, sizeof h);
+        h |= 1; /* never the empty slot */
+        if (2 * (set->n + 1) > set->cap) {
+            size_t cap = set->cap ? 2 * set->cap : 1024;
+            uint64_t *grown = calloc(cap, sizeof *grown);
+            for (size_t i = 0; grown != NULL && i < set->cap; i++) {
+                uint64_t v = set->slot[i];
+                size_t k = (size_t)(v >> 1) % cap;
+                while (v != 0 && grown[k] != 0)
+                    k = (k + 1) % cap;
+                if (v != 0)
+                    grown[k] = v;
+            }
+            if (grown != NULL) {
+                free(set->slot);
+                set->slot = grown;
+                set->cap = cap;
+            }
+        }
+        if (set->cap > 0 && 2 * (set->n + 1) <= set->cap) {
+            size_t k = (size_t)(h >> 1) % set->cap;
+            while (set->slot[k] != 0 && set->slot[k] != h)
+                k = (k + 1) % set->cap;
+            seen = set->slot[k] == h;
+            if (!seen) {
+                set->slot[k] = h;
+                set->n++;
+            }
+        }
+    }
+    json_decref(o);
+    return seen;
+}
+
 /* Opens the batch's input (and with `count`, counts its lines into
  * *lines); 0, or -1 with why in *code and *message. */
 static int open_input(batch_service *s, const batch_record *rec, bool count,
@@ -509,11 +568,26 @@ static int open_input(batch_service *s, const batch_record *rec, bool count,
     char *text = NULL;
     size_t cap = 0;
     ssize_t len;
+    id_set seen = { 0 };
+    bool repeated = false;
     *lines = 0;
-    while ((len = getline(&text, &cap, *in)) >= 0)
-        *lines += !blank(text, (size_t)len);
+    while (!repeated && (len = getline(&text, &cap, *in)) >= 0) {
+        if (blank(text, (size_t)len))
+            continue;
+        repeated = custom_id_seen(&seen, text, (size_t)len);
+        ++*lines;
+    }
     free(text);
+    free(seen.slot);
     rewind(*in);
+    if (repeated) {
+        fclose(*in);
+        *in = NULL;
+        *code = "duplicate_custom_id";
+        *message = "two lines have the same custom_id: each line's must be "
+                   "unique, so that its answer can be told apart";
+        return -1;
+    }
     if (*lines == 0) {
         fclose(*in);
         *in = NULL;
@@ -768,6 +842,7 @@ static int load(batch_service *s, gpt2d_error *err)
             job_free(j);
             continue;
         }
+        j->metrics_key = metrics_key_id(j->rec.key_name);
         s->jobs[s->n_jobs++] = j;
     }
     closedir(d);
@@ -884,6 +959,9 @@ int batch_service_create(batch_service *s, const api_caller *who,
     memcpy(j->rec.owner, who->account, SHA256_BYTES);
     memcpy(j->rec.principal, who->principal, SHA256_BYTES);
     j->rec.limits = who->limits;
+    j->metrics_key = who->metrics_key;
+    snprintf(j->rec.key_name, sizeof j->rec.key_name, "%s",
+             metrics_key_name(who->metrics_key));
     snprintf(j->rec.endpoint, sizeof j->rec.endpoint, "%s", endpoint);
     snprintf(j->rec.input_file_id, sizeof j->rec.input_file_id, "%s",
              input_file_id);

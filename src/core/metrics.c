@@ -330,6 +330,13 @@ size_t metrics_key_id(const char *name)
     return id;
 }
 
+const char *metrics_key_name(size_t key)
+{
+    if (key == 0 || key >= atomic_load_explicit(&n_keys, memory_order_acquire))
+        return "";
+    return key_table[key].name;
+}
+
 /* An id from metrics_key_id; anything else counts under "-". */
 static key_series *key_of(size_t key)
 {

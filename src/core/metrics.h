@@ -79,6 +79,8 @@ typedef struct metrics_kv_share {
  * http_keys.c checks), registered if new under a lock; 0 for NULL, "", a
  * longer name or a full table.  Any thread. */
 size_t metrics_key_id(const char *name);
+/* The name of id `key` (metrics_key_id's), "" for 0 or an unknown id. */
+const char *metrics_key_name(size_t key);
 
 /* Why a key's request got 429: the error's `code`. */
 typedef enum metrics_refusal {

@@ -404,6 +404,27 @@ class Answers(BatchCase):
             self.assertFalse(got["delete"] == 200 and got["create"] == 200,
                              got)
 
+    def test_repeated_custom_ids_fail_the_batch(self):
+        c = self.a()
+        b = self.new_batch(c, [line("same", {"prompt": "a", "max_tokens": 1}),
+                               line("other", {"prompt": "b", "max_tokens": 1}),
+                               line("same", {"prompt": "c", "max_tokens": 1})])
+        b = wait_batch(c, b["id"], ("failed",))
+        self.assertEqual(b["errors"]["data"][0]["code"], "duplicate_custom_id")
+        self.assertIsInstance(b["failed_at"], int)
+        self.assertIsNone(b["output_file_id"])
+
+    def test_a_batchs_tokens_count_under_its_key(self):
+        c = self.b()
+        series = 'gpt2d_key_tokens_total{key="b",kind="completion"}'
+        def completion_tokens():
+            return parse_metrics(c.get("/metrics").body.decode()).get(series, 0)
+        before = completion_tokens()
+        b = self.new_batch(c, [line("t", {"prompt": "Count", "max_tokens": 7,
+                                          "logit_bias": {"50256": -100}})])
+        wait_batch(c, b["id"], ("completed",))
+        self.assertEqual(completion_tokens() - before, 7)
+
     def test_an_input_file_in_use_is_not_deleted(self):
         c = self.a()
         b = self.new_batch(c, [line("q", {"prompt": "Hi", "max_tokens": 2})])
