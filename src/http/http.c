@@ -104,13 +104,6 @@ static bool method_allowed(const route *r, const char *method)
     return strcmp(method, "HEAD") == 0 && method_listed(r->methods, "GET");
 }
 
-size_t http_request_body_limit(const http_request *hr)
-{
-    if (hr->route->id == ROUTE_FILES && strcmp(hr->method, "POST") == 0)
-        return hr->srv->cfg->max_file_bytes;
-    return hr->srv->cfg->max_body_bytes;
-}
-
 /* Everything that can be refused before the body is read: a body whose
  * length is in doubt, unknown path, wrong method, missing key, a declared
  * body that is too large.  Returns true when a response was queued (into

@@ -169,6 +169,13 @@ bool http_is_token(const char *s)
     return true;
 }
 
+size_t http_request_body_limit(const http_request *hr)
+{
+    if (hr->route->id == ROUTE_FILES && strcmp(hr->method, "POST") == 0)
+        return hr->srv->cfg->max_file_bytes;
+    return hr->srv->cfg->max_body_bytes;
+}
+
 /* Appends upload data (the caller keeps it within max_body_bytes); out of
  * memory, the rest is read and dropped and the answer is 413. */
 void http_request_append_body(http_request *hr, const char *data, size_t n)

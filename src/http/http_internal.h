@@ -167,7 +167,7 @@ void http_framing_find_nul(http_request *hr, const char *method,
  * true when a refusal was queued (into *rc). */
 bool http_framing_refuse(http_request *hr, enum MHD_Result *rc);
 /* The most bytes the request's body may have: an upload's are a file's
- * (--max-file-bytes), every other's --max-body (http.c). */
+ * (--max-file-bytes), every other's --max-body (http_conn.c). */
 size_t http_request_body_limit(const http_request *hr);
 
 /* A chunked body grew past --max-body: 413 written to the socket; the
