@@ -33,7 +33,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "api/api_completions.h"
+#include "batch/batch_line.h"
 #include "batch/batch_record.h"
 #include "core/log.h"
 #include "core/sha256.h"
@@ -128,211 +128,6 @@ static bool blank(const char *text, size_t len)
     return true;
 }
 
-/* ---- a line's answer ---- */
-
-/* Appends `line` and a newline in one write, synced. */
-static int append_line(int fd, const char *line)
-{
-    size_t len = strlen(line);
-    char *buf = malloc(len + 1);
-    if (buf == NULL)
-        return -1;
-    memcpy(buf, line, len);
-    buf[len] = '\n';
-    size_t done = 0;
-    while (done < len + 1) {
-        ssize_t w = write(fd, buf + done, len + 1 - done);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            break;
-        done += (size_t)w;
-    }
-    free(buf);
-    return done == len + 1 && fdatasync(fd) == 0 ? 0 : -1;
-}
-
-/* The answer line's id: the batch's and the line's index, from which a
- * restart knows the line is answered. */
-static void request_id(const batch_job *j, size_t line, char *out, size_t cap)
-{
-    snprintf(out, cap, "batch_req_%s_%zu", j->rec.id + strlen("batch_"), line);
-}
-
-static bool line_of_id(const batch_job *j, const char *id, size_t *line)
-{
-    char prefix[64];
-    snprintf(prefix, sizeof prefix, "batch_req_%s_",
-             j->rec.id + strlen("batch_"));
-    if (id == NULL || strncmp(id, prefix, strlen(prefix)) != 0)
-        return false;
-    char *end;
-    unsigned long long v = strtoull(id + strlen(prefix), &end, 10);
-    if (*end != '\0' || v >= j->rec.total)
-        return false;
-    *line = (size_t)v;
-    return true;
-}
-
-/* An error line: the line is not a request this batch can run. */
-static char *error_line(const batch_job *j, size_t line, json_t *custom_id,
-                        const char *code, const char *message)
-{
-    char id[96];
-    request_id(j, line, id, sizeof id);
-    json_t *o = json_pack(
-        "{s:s, s:O, s:n, s:{s:s, s:s}}", "id", id, "custom_id",
-        custom_id != NULL ? custom_id : json_null(), "response", "error",
-        "code", code, "message", message);
-    char *text = o != NULL ? json_dumps(o, JSON_COMPACT) : NULL;
-    json_decref(o);
-    return text;
-}
-
-/* The whole answer of a response, body or source. */
-static json_t *response_json(api_response *r)
-{
-    /* an answer may hold U+0000 (a token that decodes to it) */
-    if (r->body != NULL)
-        return json_loadb(r->body, r->body_len, JSON_ALLOW_NUL, NULL);
-    if (r->source.read == NULL)
-        return NULL;
-    size_t len = 0, cap = 4096;
-    char *buf = malloc(cap);
-    for (ssize_t n = 0; buf != NULL; len += (size_t)n) {
-        if (cap - len < 4096) {
-            char *grown = realloc(buf, cap * 2);
-            if (grown == NULL)
-                break;
-            buf = grown;
-            cap *= 2;
-        }
-        n = r->source.read(r->source.self, buf + len, cap - len, NULL);
-        if (n < 0) {
-            json_t *o = n == API_SOURCE_END
-                            ? json_loadb(buf, len, JSON_ALLOW_NUL, NULL)
-                            : NULL;
-            free(buf);
-            return o;
-        }
-    }
-    free(buf);
-    return NULL;
-}
-
-typedef struct line_probe {
-    const batch_service *s;
-    batch_job *j;
-} line_probe;
-
-static bool line_gone(void *arg)
-{
-    const line_probe *p = arg;
-    return atomic_load(&p->s->stopping) || atomic_load(&p->j->stop);
-}
-
-/* Sleeps `seconds`, waking early when the line must give up. */
-static void wait_to_retry(const line_probe *p, int seconds)
-{
-    for (int ms = 0; ms < seconds * 1000 && !line_gone((void *)p); ms += 50)
-        nanosleep(&(struct timespec){ .tv_nsec = 50 * 1000 * 1000 }, NULL);
-}
-
-/* Answers line `line` of the batch: its answer line (*is_error: for the
- * error file), or NULL when it gave up (cancelled, stopping) or memory ran
- * out: it is not answered. */
-static char *answer(batch_service *s, batch_job *j, size_t line,
-                    const char *text, size_t len, bool *is_error)
-{
-    *is_error = true;
-    json_error_t je;
-    /* as strict as a request's body (duplicate keys are refused), but a
-     * U+0000 inside is left for the endpoint to refuse, as it does */
-    json_t *req = json_loadb(text, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL,
-                             &je);
-    json_t *custom_id = json_object_get(req, "custom_id");
-    json_t *body = json_object_get(req, "body");
-    const char *method = json_string_value(json_object_get(req, "method"));
-    const char *url = json_string_value(json_object_get(req, "url"));
-    char message[512];
-    char *out = NULL;
-    if (!json_is_object(req)) {
-        snprintf(message, sizeof message, "line %zu is not a JSON object: %s",
-                 line + 1, req == NULL ? je.text : "another JSON value");
-        out = error_line(j, line, NULL, "invalid_json", message);
-    } else if (!json_is_string(custom_id)) {
-        out = error_line(j, line, custom_id, "missing_custom_id",
-                         "custom_id must be a string");
-    } else if (method == NULL || strcmp(method, "POST") != 0) {
-        out = error_line(j, line, custom_id, "invalid_method",
-                         "method must be \"POST\"");
-    } else if (url == NULL || strcmp(url, j->rec.endpoint) != 0) {
-        snprintf(message, sizeof message,
-                 "url must be this batch's endpoint, %s", j->rec.endpoint);
-        out = error_line(j, line, custom_id, "invalid_url", message);
-    } else if (!json_is_object(body)) {
-        out = error_line(j, line, custom_id, "invalid_body",
-                         "body must be a JSON object: the request");
-    } else if (json_is_true(json_object_get(body, "stream"))) {
-        out = error_line(j, line, custom_id, "invalid_body",
-                         "a batch's requests cannot stream: drop \"stream\"");
-    } else {
-        char *request = json_dumps(body, JSON_COMPACT);
-        api_caller who = { .limits = j->rec.limits,
-                           .metrics_key = j->metrics_key,
-                           .background = true };
-        memcpy(who.principal, j->rec.principal, SHA256_BYTES);
-        memcpy(who.account, j->rec.owner, SHA256_BYTES);
-        line_probe probe = { s, j };
-        const api_client client = { line_gone, &probe };
-        api_response r = { 0 };
-        for (bool again = request != NULL; again;) {
-            memset(&r, 0, sizeof r);
-            if (strcmp(j->rec.endpoint, "/v1/completions") == 0)
-                api_completions(s->api, &who, request, strlen(request), &client,
-                                &r);
-            else
-                api_chat_completions(s->api, &who, request, strlen(request),
-                                     &client, &r);
-            again = !r.cancelled && (r.status == 429 || r.status == 503) &&
-                    !line_gone(&probe);
-            if (again) {
-                wait_to_retry(&probe, r.retry_after > 0 ? r.retry_after : 1);
-                api_response_free(&r);
-            }
-        }
-        free(request);
-        /* a whole answer is written even when the line was told to give
-         * up just after it; a refusal left to retry is not an answer */
-        if (request != NULL && !r.cancelled && r.status != 429 &&
-            r.status != 503) {
-            char id[96];
-            request_id(j, line, id, sizeof id);
-            json_t *answer_body = response_json(&r);
-            json_t *o = answer_body == NULL
-                            ? NULL
-                            : json_pack("{s:s, s:O, s:{s:i, s:o, s:o}, s:n}",
-                                        "id", id, "custom_id", custom_id,
-                                        "response", "status_code", r.status,
-                                        "request_id",
-                                        r.id[0] != '\0' ? json_string(r.id)
-                                                        : json_null(),
-                                        "body", answer_body, "error");
-            out = o != NULL ? json_dumps(o, JSON_COMPACT) : NULL;
-            json_decref(o);
-            *is_error = r.status != 200;
-            if (out == NULL) { /* whole, but it cannot be written down */
-                *is_error = true;
-                out = error_line(j, line, custom_id, "server_error",
-                                 "the answer could not be written as JSON");
-            }
-        }
-        api_response_free(&r);
-    }
-    json_decref(req);
-    return out;
-}
-
 /* ---- finishing a batch ---- */
 
 /* Every unanswered line of an expired batch gets its error line. */
@@ -349,12 +144,13 @@ static void expire_lines(batch_job *j)
             continue;
         if (!is_done(j, line)) {
             json_t *req = json_loadb(text, (size_t)len, 0, NULL);
-            char *out = error_line(j, line, json_object_get(req, "custom_id"),
-                                   "batch_expired",
-                                   "the batch's completion window passed "
-                                   "before this request ran");
+            char *out = batch_line_error(&j->rec, line,
+                                         json_object_get(req, "custom_id"),
+                                         "batch_expired",
+                                         "the batch's completion window passed "
+                                         "before this request ran");
             json_decref(req);
-            if (out != NULL && append_line(j->err_fd, out) == 0) {
+            if (out != NULL && batch_line_append(j->err_fd, out) == 0) {
                 mark_done(j, line);
                 j->rec.failed++;
             }
@@ -469,8 +265,9 @@ static int open_answers(batch_service *s, batch_job *j, bool resume)
                text[len - 1] == '\n') {
             json_t *o = json_loadb(text, (size_t)len, 0, NULL);
             size_t line;
-            if (line_of_id(j, json_string_value(json_object_get(o, "id")),
-                           &line) &&
+            if (batch_line_of_id(&j->rec,
+                                 json_string_value(json_object_get(o, "id")),
+                                 &line) &&
                 !is_done(j, line)) {
                 mark_done(j, line);
                 if (k == 0)
@@ -490,60 +287,6 @@ static int open_answers(batch_service *s, batch_job *j, bool resume)
             return -1;
     }
     return 0;
-}
-
-/* The custom_ids of the lines read so far, as 64 bits of each one's
- * SHA-256 in an open-addressed table (0: empty).  Two different ids share
- * them with a chance of about n^2 / 2^65: 7e-11 for 50,000 lines. */
-typedef struct id_set {
-    uint64_t *slot;
-    size_t cap, n;
-} id_set;
-
-/* Whether the line's custom_id (if it has one) was in the set; adds it.
- * A line that is not a request has none: it gets its error line later. */
-static bool custom_id_seen(id_set *set, const char *text, size_t len)
-{
-    json_t *o = json_loadb(text, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL,
-                           NULL);
-    json_t *id = json_object_get(o, "custom_id");
-    bool seen = false;
-    if (json_is_string(id)) {
-        uint8_t digest[SHA256_BYTES];
-        sha256(json_string_value(id), json_string_length(id), digest);
-        uint64_t h;
-        memcpy(&h, digest, sizeof h);
-        h |= 1; /* never the empty slot */
-        if (2 * (set->n + 1) > set->cap) {
-            size_t cap = set->cap ? 2 * set->cap : 1024;
-            uint64_t *grown = calloc(cap, sizeof *grown);
-            for (size_t i = 0; grown != NULL && i < set->cap; i++) {
-                uint64_t v = set->slot[i];
-                size_t k = (size_t)(v >> 1) % cap;
-                while (v != 0 && grown[k] != 0)
-                    k = (k + 1) % cap;
-                if (v != 0)
-                    grown[k] = v;
-            }
-            if (grown != NULL) {
-                free(set->slot);
-                set->slot = grown;
-                set->cap = cap;
-            }
-        }
-        if (set->cap > 0 && 2 * (set->n + 1) <= set->cap) {
-            size_t k = (size_t)(h >> 1) % set->cap;
-            while (set->slot[k] != 0 && set->slot[k] != h)
-                k = (k + 1) % set->cap;
-            seen = set->slot[k] == h;
-            if (!seen) {
-                set->slot[k] = h;
-                set->n++;
-            }
-        }
-    }
-    json_decref(o);
-    return seen;
 }
 
 /* Opens the batch's input (and with `count`, counts its lines into
@@ -568,17 +311,17 @@ static int open_input(batch_service *s, const batch_record *rec, bool count,
     char *text = NULL;
     size_t cap = 0;
     ssize_t len;
-    id_set seen = { 0 };
+    batch_ids seen = { 0 };
     bool repeated = false;
     *lines = 0;
     while (!repeated && (len = getline(&text, &cap, *in)) >= 0) {
         if (blank(text, (size_t)len))
             continue;
-        repeated = custom_id_seen(&seen, text, (size_t)len);
+        repeated = batch_ids_seen(&seen, text, (size_t)len);
         ++*lines;
     }
     free(text);
-    free(seen.slot);
+    batch_ids_free(&seen);
     rewind(*in);
     if (repeated) {
         fclose(*in);
@@ -747,7 +490,7 @@ static void answered(batch_job *j, size_t line, char *out, bool is_error)
         free(out);
         return;
     }
-    if (append_line(is_error ? j->err_fd : j->out_fd, out) == 0) {
+    if (batch_line_append(is_error ? j->err_fd : j->out_fd, out) == 0) {
         mark_done(j, line);
         if (is_error)
             j->rec.failed++;
@@ -773,7 +516,13 @@ static void *worker(void *arg)
         if (t.kind == TASK_LINE) {
             pthread_mutex_unlock(&s->lock);
             bool is_error;
-            char *out = answer(s, t.j, t.line, t.text, t.len, &is_error);
+            const batch_line_ctx ctx = { .api = s->api,
+                                         .rec = &t.j->rec,
+                                         .metrics_key = t.j->metrics_key,
+                                         .stopping = &s->stopping,
+                                         .stop = &t.j->stop };
+            char *out = batch_line_answer(&ctx, t.line, t.text, t.len,
+                                          &is_error);
             free(t.text);
             pthread_mutex_lock(&s->lock);
             answered(t.j, t.line, out, is_error);
