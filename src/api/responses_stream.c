@@ -25,6 +25,7 @@
 
 #include "api/completion_stream.h"
 #include "api/responses_answer.h"
+#include "api/sse_out.h"
 
 typedef struct responses_stream {
     completion_run *run;
@@ -33,28 +34,10 @@ typedef struct responses_stream {
     size_t text_sent;   /* bytes of the text fed to `out` */
     uint64_t version;   /* the engine version seen */
     json_int_t seq;     /* the next event's sequence_number */
-    char *buf;          /* SSE bytes not yet handed to the server */
-    size_t len, off, cap;
+    sse_out out_bytes;  /* SSE bytes not yet handed to the server */
     bool started, done, gone;
     api_counts counts;
 } responses_stream;
-
-static int append(responses_stream *s, const char *data, size_t n)
-{
-    if (s->len + n > s->cap) {
-        size_t cap = s->cap ? s->cap : 1024;
-        while (cap < s->len + n)
-            cap *= 2;
-        char *b = realloc(s->buf, cap);
-        if (b == NULL)
-            return -1;
-        s->buf = b;
-        s->cap = cap;
-    }
-    memcpy(s->buf + s->len, data, n);
-    s->len += n;
-    return 0;
-}
 
 /* responses_emit: numbers the event and queues it (a reference is
  * stolen). */
@@ -62,16 +45,10 @@ static int queue_event(void *arg, json_t *event)
 {
     responses_stream *s = arg;
     const char *type = json_string_value(json_object_get(event, "type"));
-    char *text = NULL;
+    int rc = -1;
     if (type != NULL && json_object_set_new(event, "sequence_number",
                                             json_integer(s->seq)) == 0)
-        text = json_dumps(event, JSON_COMPACT);
-    int rc = -1;
-    if (text != NULL)
-        rc = append(s, "event: ", 7) | append(s, type, strlen(type)) |
-             append(s, "\ndata: ", 7) | append(s, text, strlen(text)) |
-             append(s, "\n\n", 2);
-    free(text);
+        rc = sse_out_event(&s->out_bytes, type, json_incref(event));
     json_decref(event);
     s->seq++;
     return rc;
@@ -127,7 +104,7 @@ static int collect(responses_stream *s, bool *any)
     if (r != NULL)
         gen_request_lock(r);
     const gen_output *out = r != NULL ? gen_request_output(r, 0) : &empty;
-    const size_t before = s->len;
+    const size_t before = s->out_bytes.len;
     int rc = 0;
     for (; rc == 0 && s->tokens_sent < out->n_tokens; s->tokens_sent++) {
         s->text_sent = completion_stream_delta_end(out, s->tokens_sent,
@@ -142,7 +119,7 @@ static int collect(responses_stream *s, bool *any)
         gen_request_unlock(r);
     if (rc == 0 && fin != FINISH_NONE)
         rc = stream_end(s, fin == FINISH_LENGTH, fin == FINISH_CANCELLED);
-    *any = s->len > before;
+    *any = s->out_bytes.len > before;
     return rc != 0 ? -1 : fin != FINISH_NONE;
 }
 
@@ -172,15 +149,9 @@ static ssize_t stream_read(void *self, char *buf, size_t max,
 {
     responses_stream *s = self;
     for (;;) {
-        if (s->off < s->len) {
-            size_t n = s->len - s->off;
-            if (n > max)
-                n = max;
-            memcpy(buf, s->buf + s->off, n);
-            s->off += n;
+        const size_t n = sse_out_take(&s->out_bytes, buf, max);
+        if (n > 0)
             return (ssize_t)n;
-        }
-        s->off = s->len = 0;
         if (s->done)
             return API_SOURCE_END;
         if (s->gone || api_client_gone(client)) {
@@ -223,7 +194,7 @@ static void stream_free(void *self)
     stream_cancel(s);
     responses_output_free(&s->out);
     completion_run_free(s->run);
-    free(s->buf);
+    sse_out_free(&s->out_bytes);
     free(s);
 }
 
