@@ -25,6 +25,10 @@ void api_completions(const api_ctx *ctx, const api_caller *who,
 void api_chat_completions(const api_ctx *ctx, const api_caller *who,
                           const char *body, size_t len,
                           const api_client *client, api_response *r);
+/* POST /v1/responses (OpenAI's Responses API, read into chat's path; no
+ * stored responses yet). */
+void api_responses(const api_ctx *ctx, const api_caller *who, const char *body,
+                   size_t len, const api_client *client, api_response *r);
 
 /* The error `caller`'s refused engine_submit gets (429 with Retry-After
  * seconds in *retry_after, counted in the key's metrics; 409, 503, 500);

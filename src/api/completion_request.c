@@ -638,5 +638,6 @@ void completion_request_free(completion_request *req)
         free(req->stop[i]);
     api_constraint_free(&req->constraint);
     free(req->prediction);
+    json_decref(req->answer_fields);
     memset(req, 0, sizeof *req);
 }

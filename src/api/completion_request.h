@@ -68,6 +68,10 @@ typedef struct completion_request {
     /* chat with tools: how the answer's calls are read (its call_prefix
      * NULL otherwise); the chat template's strings, not owned */
     tool_call_format tool_calls;
+    /* NULL, or what an endpoint reading another API's body into this
+     * request keeps for its answer (/v1/responses' fields that the
+     * Response repeats): a reference, released with the request */
+    json_t *answer_fields;
 } completion_request;
 
 /* Limits a request is validated against. */

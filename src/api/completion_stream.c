@@ -26,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "api/sse_out.h"
 #include "api/tool_calls.h"
 
 /* Where one choice's stream stands. */
@@ -45,41 +46,16 @@ typedef struct completion_stream {
     completion_run *run;
     choice_state *choices; /* [n_prompts * n] */
     uint64_t *versions;    /* [n_prompts]: engine versions seen */
-    char *buf;             /* SSE bytes not yet handed to the server */
-    size_t len, off, cap;
-    bool done;         /* `data: [DONE]` queued */
-    bool gone;         /* the client left */
-    api_counts counts; /* for the access log, taken at the end */
+    sse_out out;           /* SSE bytes not yet handed to the server */
+    bool done;             /* `data: [DONE]` queued */
+    bool gone;             /* the client left */
+    api_counts counts;     /* for the access log, taken at the end */
 } completion_stream;
-
-static int stream_append(completion_stream *s, const char *data, size_t n)
-{
-    if (s->len + n > s->cap) {
-        size_t cap = s->cap ? s->cap : 1024;
-        while (cap < s->len + n)
-            cap *= 2;
-        char *b = realloc(s->buf, cap);
-        if (b == NULL)
-            return -1;
-        s->buf = b;
-        s->cap = cap;
-    }
-    memcpy(s->buf + s->len, data, n);
-    s->len += n;
-    return 0;
-}
 
 /* Appends `data: <obj>\n\n` (a reference to obj is stolen). */
 static int stream_event(completion_stream *s, json_t *obj)
 {
-    char *text = obj != NULL ? json_dumps(obj, JSON_COMPACT) : NULL;
-    json_decref(obj);
-    if (text == NULL)
-        return -1;
-    int rc = stream_append(s, "data: ", 6) |
-             stream_append(s, text, strlen(text)) | stream_append(s, "\n\n", 2);
-    free(text);
-    return rc;
+    return sse_out_event(&s->out, NULL, obj);
 }
 
 /* The generated tokens a chunk covers, for return_token_ids. */
@@ -364,7 +340,7 @@ static int stream_finish(completion_stream *s, bool cancelled)
             return -1;
     }
     s->done = true;
-    return stream_append(s, "data: [DONE]\n\n", 14);
+    return sse_out_append(&s->out, "data: [DONE]\n\n", 14);
 }
 
 /* Sleeps until the first unfinished request changes (or a slice passes). */
@@ -401,15 +377,9 @@ static ssize_t stream_read(void *self, char *buf, size_t max,
 {
     completion_stream *s = self;
     for (;;) {
-        if (s->off < s->len) {
-            size_t n = s->len - s->off;
-            if (n > max)
-                n = max;
-            memcpy(buf, s->buf + s->off, n);
-            s->off += n;
+        const size_t n = sse_out_take(&s->out, buf, max);
+        if (n > 0)
             return (ssize_t)n;
-        }
-        s->off = s->len = 0;
         if (s->done)
             return API_SOURCE_END;
         if (s->gone || api_client_gone(client)) {
@@ -448,7 +418,7 @@ static void stream_free(void *self)
     completion_run_free(s->run);
     free(s->choices);
     free(s->versions);
-    free(s->buf);
+    sse_out_free(&s->out);
     free(s);
 }
 

@@ -30,7 +30,7 @@
 static const char *const endpoint_names[] = {
     "completions", "chat",      "inspect",    "models",   "health",
     "metrics",     "tokenize",  "detokenize", "sessions", "files",
-    "batches",     "preflight", "other",
+    "batches",     "responses", "preflight",  "other",
 };
 enum { N_ENDPOINTS = sizeof endpoint_names / sizeof endpoint_names[0] };
 

@@ -41,6 +41,9 @@ static const route routes[] = {
     { ROUTE_COMPLETIONS, "/v1/completions", false, "POST", "/v1/completions" },
     { ROUTE_CHAT_COMPLETIONS, "/v1/chat/completions", false, "POST",
       "/v1/chat/completions" },
+    { ROUTE_RESPONSES, "/v1/responses", false, "POST", "/v1/responses" },
+    { ROUTE_RESPONSE, "/v1/responses/", true, "GET, DELETE",
+      "/v1/responses/{id}" },
     { ROUTE_INSPECT, "/v1/inspect", false, "POST", "/v1/inspect" },
     { ROUTE_MODELS, "/v1/models", false, "GET", "/v1/models" },
     { ROUTE_MODEL, "/v1/models/", true, "GET", "/v1/models/{id}" },
@@ -180,6 +183,7 @@ static enum MHD_Result dispatch(http_request *hr, const char *url)
     switch (hr->route->id) {
     case ROUTE_COMPLETIONS:
     case ROUTE_CHAT_COMPLETIONS:
+    case ROUTE_RESPONSES:
     case ROUTE_INSPECT:
         /* Generation may outlast the idle timeout; the completion callback
          * restores it for the next request on this connection.  Meanwhile
@@ -189,9 +193,16 @@ static enum MHD_Result dispatch(http_request *hr, const char *url)
             api_completions(api, &hr->caller, body, hr->len, &client, r);
         else if (hr->route->id == ROUTE_CHAT_COMPLETIONS)
             api_chat_completions(api, &hr->caller, body, hr->len, &client, r);
+        else if (hr->route->id == ROUTE_RESPONSES)
+            api_responses(api, &hr->caller, body, hr->len, &client, r);
         else
             api_inspect(api, &hr->caller, body, hr->len, &client, r);
         break;
+    case ROUTE_RESPONSE:
+        return http_reply_error(hr, 404, NULL,
+                                "stored responses are not available yet: "
+                                "no response can be retrieved (%s)",
+                                hr->path);
     case ROUTE_MODELS:
         api_models(api, r);
         break;
@@ -347,7 +358,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     const api_counts counts = api_response_counts(&hr->resp);
     if (hr->route->id == ROUTE_COMPLETIONS ||
         hr->route->id == ROUTE_CHAT_COMPLETIONS ||
-        hr->route->id == ROUTE_INSPECT)
+        hr->route->id == ROUTE_RESPONSES || hr->route->id == ROUTE_INSPECT)
         MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT,
                                   srv->cfg->connection_timeout);
     deadline_cut cut = http_deadline_request_done(srv->deadline, hr->watch);

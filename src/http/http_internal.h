@@ -53,6 +53,8 @@ struct http_server {
 typedef enum route_id {
     ROUTE_COMPLETIONS,
     ROUTE_CHAT_COMPLETIONS,
+    ROUTE_RESPONSES,
+    ROUTE_RESPONSE, /* /v1/responses/...: nothing stored yet */
     ROUTE_INSPECT,
     ROUTE_MODELS,
     ROUTE_MODEL,

@@ -5,6 +5,8 @@
  *     the `tiny` fixture's limits (n_ctx 64, GPT-2's vocabulary, 4 slots);
  *   - chat_request_parse (POST /v1/chat/completions) with the same limits
  *     and the built-in chat template;
+ *   - the same body as POST /v1/responses': translated into a chat body
+ *     (responses_request.c), parsed as chat, a refusal renamed back;
  *   - api_tokenize and api_detokenize (POST /tokenize, /detokenize), which
  *     parse the same kind of body and need nothing but the tokenizer (and
  *     a work pool of one thread to run on); an answer they make as it is
@@ -25,6 +27,7 @@
 #include "api/api_endpoints.h"
 #include "api/chat_request.h"
 #include "api/completion_request.h"
+#include "api/responses_request.h"
 #include "fuzz.h"
 #include "fuzz_request.h"
 
@@ -219,6 +222,33 @@ static void check_endpoint_response(api_response *r, const char *what)
     api_response_free(r);
 }
 
+/* POST /v1/responses' reading: its translation, then chat's parser. */
+static void fuzz_responses(const char *body, size_t size)
+{
+    api_error e;
+    memset(&e, 0, sizeof e);
+    json_t *root = api_parse_object(body, size, &e);
+    if (root == NULL) {
+        fuzz_check_refused(&e);
+        return;
+    }
+    responses_translation t;
+    completion_request req;
+    if (responses_request_translate(root, &t, &e) != 0) {
+        fuzz_check_refused(&e);
+    } else if (chat_request_parse_root(&req, t.chat, tok, &tpl, &limits, &e) ==
+               0) {
+        check_chat_accepted(&req);
+        completion_request_free(&req);
+        responses_translation_free(&t);
+    } else {
+        responses_request_rename_error(&t, &e);
+        fuzz_check_refused(&e);
+        responses_translation_free(&t);
+    }
+    json_decref(root);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     const char *body = (const char *)data;
@@ -238,6 +268,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     } else {
         fuzz_check_refused(&e);
     }
+    fuzz_responses(body, size);
 
     api_ctx ctx = { .models = models, .work = work };
     api_caller who;

@@ -3008,6 +3008,393 @@ class T12bToolCallsAuto(ToolCallCase):
         self.assertGreater(stopped, 0)
 
 
+# ---------------------------------------------------------------- responses
+
+RESPONSE_EVENTS_TEXT = [
+    "response.created", "response.in_progress", "response.output_item.added",
+    "response.content_part.added"]
+RESPONSE_TEXT_END = ["response.output_text.done", "response.content_part.done",
+                     "response.output_item.done"]
+
+
+def responses_tool(tool):
+    """A chat tool in the Responses API's flat shape."""
+    return dict(tool["function"], type="function")
+
+
+def response_text(body):
+    """The text of a Response that answered with one message item."""
+    assert len(body["output"]) == 1, body["output"]
+    item = body["output"][0]
+    assert item["type"] == "message", item
+    assert len(item["content"]) == 1, item
+    return item["content"][0]["text"]
+
+
+class T13Responses(ToolCallCase):
+    """POST /v1/responses (issue 33 part 1, no stored responses): a
+    Responses body is read into chat's path, so its answer equals the chat
+    completion of the same conversation and seed, whole and streamed; the
+    Response object and its events have the shapes and order the OpenAI SDK
+    reads; every field it cannot honour is a 400 naming it."""
+    NAME = "responses"
+    ARGS = ("--slots", "2", "--threads", "1")
+
+    def respond(self, **body):
+        r = self.client().post("/v1/responses", body)
+        self.assertEqual(r.status, 200, r)
+        return r.json
+
+    def stream(self, **body):
+        events, es = stream_events(self.client(), "/v1/responses",
+                                   dict(body, stream=True))
+        self.assertEqual(es.status, 200)
+        self.assertFalse(es.done, "no data: [DONE] on /v1/responses")
+        self.assertEqual([e["sequence_number"] for e in events],
+                         list(range(len(events))))
+        return events
+
+    def assert_response_shape(self, body, chat=None):
+        self.assertRegex(body["id"], r"^resp_[0-9a-f]{24}$")
+        self.assertEqual(body["object"], "response")
+        self.assertIsInstance(body["created_at"], int)
+        self.assertEqual(body["model"], "long-model")
+        self.assertIsNone(body["error"])
+        self.assertFalse(body["background"])
+        self.assertIsNone(body["previous_response_id"])
+        self.assertIsNone(body["reasoning"])
+        self.assertEqual(body["service_tier"], "default")
+        self.assertIn(body["status"], ("completed", "incomplete"))
+        if body["status"] == "incomplete":
+            self.assertEqual(body["incomplete_details"],
+                             {"reason": "max_output_tokens"})
+            self.assertEqual(body["output"][-1]["status"], "incomplete")
+        else:
+            self.assertIsNone(body["incomplete_details"])
+            self.assertTrue(all(i["status"] == "completed"
+                                for i in body["output"]))
+        self.assertIsInstance(body["completed_at"], int)
+        u = body["usage"]
+        self.assertEqual(u["total_tokens"],
+                         u["input_tokens"] + u["output_tokens"])
+        self.assertEqual(u["output_tokens_details"], {"reasoning_tokens": 0})
+        self.assertIsInstance(u["input_tokens_details"]["cached_tokens"], int)
+        for item in body["output"]:
+            if item["type"] == "message":
+                self.assertRegex(item["id"], r"^msg_[0-9a-f]{24}$")
+                self.assertEqual(item["role"], "assistant")
+                self.assertEqual(
+                    [(p["type"], p["annotations"], p["logprobs"])
+                     for p in item["content"]],
+                    [("output_text", [], [])])
+            else:
+                self.assertEqual(item["type"], "function_call")
+                self.assertRegex(item["id"], r"^fc_[0-9a-f]{24}$")
+                self.assertRegex(item["call_id"], CALL_ID)
+        if chat is not None:
+            ch = chat["choices"][0]
+            self.assertEqual(body["status"], "incomplete"
+                             if ch["finish_reason"] == "length"
+                             else "completed")
+            self.assertEqual(u["input_tokens"], chat["usage"]["prompt_tokens"])
+            self.assertEqual(u["output_tokens"],
+                             chat["usage"]["completion_tokens"])
+
+    def test_text_equals_chat_of_the_same_conversation(self):
+        for temperature in (0, 1):
+            body = self.respond(input="Hello there", instructions="Be brief.",
+                                max_output_tokens=12, seed=5,
+                                temperature=temperature,
+                                metadata={"run": "a"}, user="u1",
+                                safety_identifier="s1", store=True)
+            chat = self.chat(messages=[
+                {"role": "system", "content": "Be brief."},
+                {"role": "user", "content": "Hello there"}],
+                max_completion_tokens=12, seed=5, temperature=temperature)
+            self.assert_response_shape(body, chat)
+            self.assertEqual(response_text(body),
+                             chat["choices"][0]["message"]["content"])
+            echo = {k: body[k] for k in (
+                "instructions", "max_output_tokens", "metadata", "user",
+                "safety_identifier", "store", "temperature", "top_p",
+                "tools", "tool_choice", "text", "truncation",
+                "parallel_tool_calls", "max_tool_calls", "top_logprobs")}
+            self.assertEqual(echo, {
+                "instructions": "Be brief.", "max_output_tokens": 12,
+                "metadata": {"run": "a"}, "user": "u1",
+                "safety_identifier": "s1", "store": True,
+                "temperature": float(temperature), "top_p": 1.0,
+                "tools": [], "tool_choice": "auto",
+                "text": {"format": {"type": "text"}},
+                "truncation": "disabled", "parallel_tool_calls": True,
+                "max_tool_calls": None, "top_logprobs": 0})
+
+    def test_defaults_and_no_user_fields_when_not_sent(self):
+        body = self.respond(input="Hi", max_output_tokens=2, seed=1)
+        self.assertIsNone(body["instructions"])
+        self.assertEqual(body["metadata"], {})
+        self.assertTrue(body["store"])
+        self.assertNotIn("user", body)
+        self.assertNotIn("safety_identifier", body)
+        self.assertNotIn("output_text", body)   # the SDK adds it
+
+    def test_input_items_equal_chat_messages(self):
+        items = [
+            {"role": "developer", "content": [
+                {"type": "input_text", "text": "Be brief."},
+                {"type": "input_text", "text": "Be kind."}]},
+            {"type": "message", "role": "user", "content": "Hi"},
+            {"type": "message", "role": "assistant", "status": "completed",
+             "id": "msg_1", "content": [
+                 {"type": "output_text", "text": " Hello", "annotations": []}]},
+            {"role": "user", "content": [{"type": "input_text",
+                                          "text": "Again"}]},
+        ]
+        messages = [
+            {"role": "system", "content": "Be brief.\nBe kind."},
+            {"role": "user", "content": "Hi"},
+            {"role": "assistant", "content": " Hello"},
+            {"role": "user", "content": "Again"},
+        ]
+        body = self.respond(input=items, max_output_tokens=10, seed=3)
+        chat = self.chat(messages=messages, max_completion_tokens=10, seed=3)
+        self.assert_response_shape(body, chat)
+        self.assertEqual(response_text(body),
+                         chat["choices"][0]["message"]["content"])
+
+    def check_text_events(self, events, whole):
+        types = [e["type"] for e in events]
+        n_delta = types.count("response.output_text.delta")
+        end = "response.completed" if whole["status"] == "completed" \
+            else "response.incomplete"
+        self.assertEqual(types, RESPONSE_EVENTS_TEXT
+                         + ["response.output_text.delta"] * n_delta
+                         + RESPONSE_TEXT_END + [end])
+        for e in events[:2]:
+            self.assertEqual(e["response"]["status"], "in_progress")
+            self.assertEqual(e["response"]["output"], [])
+            self.assertIsNone(e["response"]["usage"])
+        item_id = events[2]["item"]["id"]
+        self.assertEqual(events[2]["item"]["content"], [])
+        self.assertEqual(events[2]["output_index"], 0)
+        self.assertEqual(events[3]["part"], {"type": "output_text", "text": "",
+                                             "annotations": [], "logprobs": []})
+        deltas = [e for e in events if e["type"].endswith("text.delta")]
+        for e in deltas + events[3:-2]:
+            if "item_id" in e:
+                self.assertEqual((e["item_id"], e["output_index"],
+                                  e["content_index"]), (item_id, 0, 0))
+        for e in deltas:
+            self.assertEqual(e["logprobs"], [])
+        text = "".join(e["delta"] for e in deltas)
+        done = events[-4]
+        self.assertEqual(done["text"], text)
+        self.assertEqual(events[-3]["part"]["text"], text)
+        self.assertEqual(events[-2]["item"]["content"][0]["text"], text)
+        self.assertEqual(events[-2]["item"]["status"],
+                         whole["output"][0]["status"])
+        final = events[-1]["response"]
+        self.assertEqual(text, response_text(whole))
+        self.assertEqual(final["output"], [events[-2]["item"]])
+        self.assertEqual(final["status"], whole["status"])
+        self.assertEqual(final["usage"]["output_tokens"],
+                         whole["usage"]["output_tokens"])
+        self.assertEqual(final["usage"]["input_tokens"],
+                         whole["usage"]["input_tokens"])
+
+    def test_stream_events_join_to_the_whole_answer(self):
+        for max_out, bias in ((40, {}), (4, NO_EOT)):
+            req = dict(input="Tell me a story", instructions="Be brief.",
+                       max_output_tokens=max_out, seed=7, logit_bias=bias)
+            whole = self.respond(**req)
+            events = self.stream(**req)
+            self.check_text_events(events, whole)
+            if bias:
+                self.assertEqual(whole["status"], "incomplete")
+                self.assertEqual(events[-1]["response"]["incomplete_details"],
+                                 {"reason": "max_output_tokens"})
+
+    def test_tools_give_function_call_items_as_chat_calls(self):
+        tools = [responses_tool(t) for t in TOOLS]
+        for seed in range(3):
+            req = dict(input="Weather?", tools=tools, tool_choice="required",
+                       seed=seed, max_output_tokens=200)
+            body = self.respond(**req)
+            chat = self.chat(messages=[{"role": "user", "content": "Weather?"}],
+                             tools=TOOLS, tool_choice="required", seed=seed,
+                             max_completion_tokens=200)
+            self.assert_response_shape(body, chat)
+            calls = self.assert_calls(chat["choices"][0]["message"],
+                                      chat["choices"][0]["finish_reason"])
+            self.assertEqual(
+                [(i["type"], i["name"], i["arguments"]) for i in body["output"]],
+                [("function_call", c["function"]["name"],
+                  c["function"]["arguments"]) for c in calls])
+            self.assertEqual([t["strict"] for t in body["tools"]],
+                             [True, True, True])
+            self.assertEqual(body["tools"][0]["name"], "get_weather")
+            events = self.stream(**req)
+            types = [e["type"] for e in events]
+            self.assertEqual(types[:2], ["response.created",
+                                         "response.in_progress"])
+            self.assertEqual(types[-1],
+                             "response." + events[-1]["response"]["status"])
+            final = events[-1]["response"]["output"]
+            self.assertEqual([(i["name"], i["arguments"]) for i in final],
+                             [(i["name"], i["arguments"])
+                              for i in body["output"]])
+            for k, item in enumerate(final):
+                mine = [e for e in events if e.get("output_index") == k]
+                self.assertEqual(mine[0]["type"], "response.output_item.added")
+                self.assertEqual(mine[0]["item"]["arguments"], "")
+                self.assertEqual(mine[-1]["type"], "response.output_item.done")
+                self.assertEqual(mine[-2]["type"],
+                                 "response.function_call_arguments.done")
+                self.assertEqual(mine[-2]["arguments"], item["arguments"])
+                self.assertEqual("".join(
+                    e["delta"] for e in mine
+                    if e["type"] == "response.function_call_arguments.delta"),
+                    item["arguments"])
+                self.assertEqual(mine[-1]["item"], item)
+
+    def test_function_call_items_as_input_equal_chat_tool_messages(self):
+        tools = [responses_tool(t) for t in TOOLS]
+        args = json.dumps({"city": "Oslo", "days": 2})
+        items = [
+            {"role": "user", "content": "Weather?"},
+            {"type": "message", "role": "assistant",
+             "content": [{"type": "output_text", "text": "Let me look."}]},
+            {"type": "function_call", "call_id": "call_a", "name": "get_weather",
+             "arguments": args},
+            {"type": "function_call", "call_id": "call_b", "name": "now",
+             "arguments": "{}"},
+            {"type": "function_call_output", "call_id": "call_a",
+             "output": "Sunny"},
+            {"type": "function_call_output", "call_id": "call_b",
+             "output": [{"type": "input_text", "text": "noon"}]},
+        ]
+        messages = [
+            {"role": "user", "content": "Weather?"},
+            {"role": "assistant", "content": "Let me look.", "tool_calls": [
+                {"id": "call_a", "type": "function", "function": {
+                    "name": "get_weather", "arguments": args}},
+                {"id": "call_b", "type": "function", "function": {
+                    "name": "now", "arguments": "{}"}}]},
+            {"role": "tool", "tool_call_id": "call_a", "content": "Sunny"},
+            {"role": "tool", "tool_call_id": "call_b", "content": "noon"},
+        ]
+        body = self.respond(input=items, tools=tools, tool_choice="none",
+                            seed=2, max_output_tokens=10)
+        chat = self.chat(messages=messages, tools=TOOLS, tool_choice="none",
+                         seed=2, max_completion_tokens=10)
+        self.assert_response_shape(body, chat)
+        self.assertEqual(response_text(body),
+                         chat["choices"][0]["message"]["content"])
+
+    def test_json_schema_text_format_is_chats_response_format(self):
+        import jsonschema
+        schema = {"type": "object", "properties": {
+            "name": {"type": "string", "maxLength": 8},
+            "age": {"type": "integer", "minimum": 0, "maximum": 120}},
+            "required": ["name", "age"], "additionalProperties": False}
+        fmt = {"type": "json_schema", "name": "person", "schema": schema,
+               "strict": True}
+        for seed in range(2):
+            body = self.respond(input="A person", text={"format": fmt},
+                                seed=seed, max_output_tokens=60)
+            chat = self.chat(messages=[{"role": "user", "content": "A person"}],
+                             response_format={"type": "json_schema",
+                                              "json_schema": {
+                                                  "name": "person",
+                                                  "schema": schema,
+                                                  "strict": True}},
+                             seed=seed, max_completion_tokens=60)
+            self.assert_response_shape(body, chat)
+            text = response_text(body)
+            self.assertEqual(text, chat["choices"][0]["message"]["content"])
+            self.assertEqual(body["text"], {"format": fmt})
+            if body["status"] == "completed":
+                jsonschema.validate(json.loads(text), schema)
+        body = self.respond(input="A thing", seed=1, max_output_tokens=40,
+                            text={"format": {"type": "json_object"}})
+        chat = self.chat(messages=[{"role": "user", "content": "A thing"}],
+                         response_format={"type": "json_object"}, seed=1,
+                         max_completion_tokens=40)
+        self.assertEqual(response_text(body),
+                         chat["choices"][0]["message"]["content"])
+
+    def test_what_cannot_be_honoured_is_400_naming_the_field(self):
+        weather = responses_tool(WEATHER_TOOL)
+        cases = [
+            ({"previous_response_id": "resp_x"}, "previous_response_id"),
+            ({"background": True}, "background"),
+            ({"reasoning": {"effort": "low"}}, "reasoning"),
+            ({"include": ["message.output_text.logprobs"]}, "include[0]"),
+            ({"top_logprobs": 2}, "top_logprobs"),
+            ({"truncation": "auto"}, "truncation"),
+            ({"truncation": "sometimes"}, "truncation"),
+            ({"conversation": "conv_1"}, "conversation"),
+            ({"prompt": {"id": "p"}}, "prompt"),
+            ({"n": 2}, "n"),
+            ({"tools": [{"type": "web_search"}]}, "tools[0].type"),
+            ({"tools": [weather, {"type": "file_search"}]}, "tools[1].type"),
+            ({"tools": [dict(weather, name="a b")]}, "tools[0].name"),
+            ({"tool_choice": {"type": "web_search_preview"}},
+             "tool_choice.type"),
+            ({"tools": [weather],
+              "tool_choice": {"type": "function", "name": "nope"}},
+             "tool_choice.name"),
+            ({"text": {"format": {"type": "grammar"}}}, "text.format.type"),
+            ({"text": {"format": {"type": "json_schema", "name": "x",
+                                  "schema": {"type": "object", "x-y": 1},
+                                  "strict": True}}},
+             "text.format.schema.x-y"),
+            ({"metadata": {str(i): "v" for i in range(17)}}, "metadata"),
+            ({"metadata": {"k": 1}}, "metadata.k"),
+            ({"max_output_tokens": 0}, "max_output_tokens"),
+            ({"input": None}, "input"),
+            ({"input": []}, "input"),
+            ({"input": [{"role": "user", "content": [
+                {"type": "input_text", "text": "a"},
+                {"type": "input_image", "image_url": "http://x"}]}]},
+             "input[0].content[1].type"),
+            ({"input": [{"role": "user", "content": "a"},
+                        {"type": "reasoning", "summary": []}]}, "input[1].type"),
+            ({"input": [{"role": "tool", "content": "a"}]}, "input[0].role"),
+            ({"input": [{"role": "user", "content": "a"},
+                        {"type": "function_call", "call_id": "c", "name": "f",
+                         "arguments": "{"}]}, "input[1].arguments"),
+            ({"input": [{"type": "function_call_output", "call_id": "c",
+                         "output": "x"}]}, "input[0].call_id"),
+            ({"input": "word " * 1100}, "input"),
+            ({"input": "hi", "instructions": "word " * 1100}, "input"),
+        ]
+        for extra, param in cases:
+            body = dict({"input": "Hi", "max_output_tokens": 4}, **extra)
+            r = self.client().post("/v1/responses", body)
+            self.assertEqual(r.status, 400, (extra, r))
+            err = r.json["error"]
+            self.assertEqual(err["param"], param, (extra, err))
+            self.assertNotIn("messages", err["message"], err)
+        r = self.client().post("/v1/responses",
+                               {"input": "Hi", "previous_response_id": "r"})
+        self.assertIn("not available yet", r.json["error"]["message"])
+
+    def test_stored_responses_are_not_there_yet(self):
+        for method in ("GET", "DELETE"):
+            r = self.client().request(method, "/v1/responses/resp_x")
+            self.assertEqual(r.status, 404, r)
+            self.assertIn("not available yet", r.json["error"]["message"])
+        r = self.client().get("/v1/responses")
+        self.assertEqual(r.status, 405, r)
+
+    def test_metrics_count_responses(self):
+        self.respond(input="Hi", max_output_tokens=1, seed=1)
+        text = self.client().get("/metrics").body.decode()
+        self.assertRegex(text, r'gpt2d_requests_total\{endpoint="responses",'
+                         r'code="200"\} [1-9]')
+
+
 class T10Inspect(ServerCase):
     """POST /v1/inspect over HTTP: the numbers against the numpy reference,
     the bounds, and what every endpoint has (an API key, CORS, metrics, an

@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# test_sdk_responses.sh — POST /v1/responses through the official OpenAI
+# Node SDK (tests/integration/sdk_responses_test.js), against a real gpt2d
+# on 127.0.0.1 serving a tiny-shaped model with a 1024-token context (room
+# for tool descriptions and JSON answers).
+#
+# Exit 77 (skipped) when Node.js, the SDK fixture (tests/data/fetch-openai-sdk.sh),
+# numpy or the tokenizer is missing.  Ends with the line "N passed, N failed".
+#
+# Environment (from `make check`): GPT2D_BUILDDIR, GPT2D_SRCDIR,
+# GPT2D_TEST_DATA, NODE, PYTHON.  By hand:
+#   GPT2D_BUILDDIR=$PWD GPT2D_SRCDIR=/path/to/src GPT2D_TEST_DATA=$PWD/tests/data \
+#   bash $GPT2D_SRCDIR/tests/integration/test_sdk_responses.sh
+set -euo pipefail
+
+# shellcheck source=tests/integration/harness.sh
+. "$(dirname "$0")/harness.sh"
+require_numpy
+require_curl
+node=${NODE:-node}
+"$node" --version >/dev/null 2>&1 || skip "Node.js not found ('$node')"
+sdk=$data/openai-sdk/package
+[[ -f $sdk/index.js ]] || skip "$sdk missing (tests/data/fetch-openai-sdk.sh fetches it)"
+[[ -s $data/tokenizer/vocab.json ]] ||
+    skip "$data/tokenizer missing (tests/data/fetch-tokenizer.sh fetches it)"
+[[ -x $gpt2d ]] || { echo "$test_name: $gpt2d not built" >&2; exit 99; }
+
+make_workdir sdk-responses
+
+# shellcheck source=tests/integration/tally.sh
+. "$srcdir/tests/integration/tally.sh"
+
+model=$work/tiny-ctx1024
+"$python" "$srcdir/tests/reference/make_model.py" "$model" --vocab-dir "$data/tokenizer" \
+    --n-layer 2 --n-head 4 --n-embd 64 --n-ctx 1024 --seed 33 >/dev/null
+
+gpt2d_start "$work/gpt2d.log" "$work/port" "$model" --slots 4 --threads 2
+server_pid=$gpt2d_pid
+if ! port=$(gpt2d_wait "$server_pid" "$work/port"); then
+    fail "server starts and answers /health within 10 s"
+    tail -n 30 "$work/gpt2d.log" | sed 's/^/  | /'
+    finish
+fi
+
+rc=0
+GPT2D_SDK_DIR=$sdk GPT2D_BASE_URL=http://127.0.0.1:$port \
+    timeout 300 "$node" "$srcdir/tests/integration/sdk_responses_test.js" >"$work/out" 2>&1 || rc=$?
+cat "$work/out"
+if read -r n_pass _ n_fail _ < <(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$work/out"); then
+    passed=$((passed + n_pass))
+    failed=$((failed + n_fail))
+fi
+[[ $rc -eq 0 ]] || fail "sdk_responses_test.js exits 0 (exit $rc)"
+
+kill -TERM "$server_pid"
+rc=0
+wait "$server_pid" || rc=$?
+server_pid=
+if [[ $rc -eq 0 ]]; then
+    pass "SIGTERM: exit 0"
+else
+    fail "SIGTERM: exit $rc"
+    tail -n 30 "$work/gpt2d.log" | sed 's/^/  | /'
+fi
+if grep -qE 'ERROR: (Address|Leak)Sanitizer|runtime error:' "$work/gpt2d.log"; then
+    fail "server log has a sanitizer report"
+    grep -m1 -A30 -E 'ERROR: (Address|Leak)Sanitizer|runtime error:' "$work/gpt2d.log" |
+        sed 's/^/  | /'
+fi
+finish
