@@ -104,7 +104,11 @@ enum MHD_Result http_reply_preflight(http_request *hr)
         MHD_add_response_header(resp, "Access-Control-Allow-Headers",
                                 asked != NULL && header_name_list_ok(asked)
                                     ? asked
-                                    : "Authorization, Content-Type");
+                                    : "Authorization, Content-Type, "
+                                      "x-api-key, anthropic-version, "
+                                      "anthropic-beta, "
+                                      "anthropic-dangerous-direct-browser-"
+                                      "access");
         MHD_add_response_header(resp, "Access-Control-Max-Age", "600");
     }
     hr->status = 204;
