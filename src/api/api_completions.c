@@ -389,6 +389,21 @@ static bool run_any_cancelled(const completion_run *run)
 static void respond_whole(completion_run *run, api_response *r)
 {
     api_error e;
+    if (run->ep->whole != NULL) {
+        const gen_usage u = completion_run_usage(run);
+        api_response_set_counts(
+            r, (api_counts){ .prompt_tokens = u.prompt_tokens,
+                             .completion_tokens = u.completion_tokens,
+                             .pauses = completion_run_pauses(run) });
+        json_t *body = run->ep->whole(run);
+        if (body == NULL) {
+            api_error_set(&e, 500, NULL, "out of memory building the response");
+            api_response_error(r, &e);
+        } else {
+            api_response_json(r, 200, body);
+        }
+        return;
+    }
     json_t *choices = json_array();
     for (size_t p = 0; p < run->n_reqs && choices != NULL; p++)
         if (add_choices(run, p, choices) != 0) {
@@ -443,9 +458,9 @@ static int parse_for_model(void *arg, json_t *root, api_error *e)
     return compile_constraint(run, e);
 }
 
-static void serve(const api_ctx *ctx, const api_caller *who, const char *body,
-                  size_t len, const api_client *client, api_response *r,
-                  const completion_endpoint *ep)
+void completion_serve(const api_ctx *ctx, const api_caller *who,
+                      const char *body, size_t len, const api_client *client,
+                      api_response *r, const completion_endpoint *ep)
 {
     completion_run *run = completion_run_new(ep, ctx, who);
     api_error e;
@@ -473,7 +488,9 @@ static void serve(const api_ctx *ctx, const api_caller *who, const char *body,
     }
     if (run->req.stream) {
         api_source stream;
-        if (completion_stream_open(run, &stream) != 0) {
+        if ((ep->stream_open != NULL
+                 ? ep->stream_open(run, &stream)
+                 : completion_stream_open(run, &stream)) != 0) {
             completion_run_cancel(run);
             completion_run_free(run);
             api_error_set(&e, 500, NULL, "out of memory");
@@ -548,12 +565,12 @@ void api_completions(const api_ctx *ctx, const api_caller *who,
                      const char *body, size_t len, const api_client *client,
                      api_response *r)
 {
-    serve(ctx, who, body, len, client, r, &text_endpoint);
+    completion_serve(ctx, who, body, len, client, r, &text_endpoint);
 }
 
 void api_chat_completions(const api_ctx *ctx, const api_caller *who,
                           const char *body, size_t len,
                           const api_client *client, api_response *r)
 {
-    serve(ctx, who, body, len, client, r, &chat_endpoint);
+    completion_serve(ctx, who, body, len, client, r, &chat_endpoint);
 }

@@ -19,8 +19,8 @@ static int parse_run(completion_request *req, const api_ctx *ctx,
                      const served_model *served, const completion_limits *lim,
                      json_t *root, api_error *e)
 {
-    return messages_request_parse(req, root, served->tok, ctx->chat, lim,
-                                  false, e);
+    return messages_request_parse(req, root, served->tok, ctx->chat, lim, false,
+                                  e);
 }
 
 static json_t *whole(const completion_run *run)
@@ -91,8 +91,7 @@ void api_messages_count_tokens(const api_ctx *ctx, const api_caller *who,
     if (api_parse_for_model(ctx, who, client, body, len, parse_count, &job, 0,
                             NULL, &job.model, r) != 0)
         return;
-    api_response_json(r, 200,
-                      json_pack("{s:I}", "input_tokens",
-                                (json_int_t)job.tokens));
+    api_response_json(
+        r, 200, json_pack("{s:I}", "input_tokens", (json_int_t)job.tokens));
     api_model_release(ctx, job.model);
 }

@@ -78,6 +78,12 @@ typedef struct completion_endpoint {
     /* NULL, or the choice of the chunk that opens each choice's stream
      * before its first token (chat's `delta.role`). */
     json_t *(*chunk_opening)(const completion_run *run, size_t index);
+    /* NULL, or an answer of another shape altogether (Anthropic's Message,
+     * api_messages.c), which then needs none of the choice and chunk
+     * callbacks above: the whole answer's body from the finished run
+     * (NULL on OOM), and the event stream over the running run. */
+    json_t *(*whole)(const completion_run *run);
+    int (*stream_open)(completion_run *run, api_source *src);
 } completion_endpoint;
 
 /* One completion in flight: the parsed request and its engine requests.

@@ -52,10 +52,9 @@ json_t *messages_message_json(const completion_run *run, const gen_output *out,
     json_t *content = json_array();
     if (content != NULL && out != NULL)
         json_array_append_new(
-            content,
-            json_pack("{s:s, s:o, s:n}", "type", "text", "text",
-                      api_json_string_bytes(out->text, out->text_len),
-                      "citations"));
+            content, json_pack("{s:s, s:o, s:n}", "type", "text", "text",
+                               api_json_string_bytes(out->text, out->text_len),
+                               "citations"));
     return json_pack(
         "{s:s, s:s, s:s, s:s, s:o, s:o, s:o, s:n, s:n, s:o}", "id", run->id,
         "type", "message", "role", "assistant", "model", run->model->id,

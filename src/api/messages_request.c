@@ -65,9 +65,10 @@ static const struct {
 static bool known_field(const char *k)
 {
     static const char *const known[] = {
-        "model",  "system", "messages",    "max_tokens", "stop_sequences",
-        "stream", "temperature", "top_p",  "top_k",      "seed",
-        "cache_salt", "tools", "tool_choice",
+        "model",          "system", "messages",    "max_tokens",
+        "stop_sequences", "stream", "temperature", "top_p",
+        "top_k",          "seed",   "cache_salt",  "tools",
+        "tool_choice",
     };
     for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
         if (strcmp(k, known[i]) == 0)
@@ -85,8 +86,8 @@ static int check_fields(json_t *root, api_error *e)
     json_t *v;
     json_object_foreach(root, k, v)
     {
-        for (size_t i = 0;
-             i < sizeof refused_fields / sizeof refused_fields[0]; i++)
+        for (size_t i = 0; i < sizeof refused_fields / sizeof refused_fields[0];
+             i++)
             if (strcmp(k, refused_fields[i].field) == 0 && !json_is_null(v) &&
                 !(strcmp(k, "thinking") == 0 && json_is_object(v) &&
                   json_is_string(json_object_get(v, "type")) &&
@@ -95,8 +96,8 @@ static int check_fields(json_t *root, api_error *e)
                 return api_error_set(e, 400, k, "%s: %s", k,
                                      refused_fields[i].why);
         bool refused = false;
-        for (size_t i = 0;
-             i < sizeof refused_fields / sizeof refused_fields[0]; i++)
+        for (size_t i = 0; i < sizeof refused_fields / sizeof refused_fields[0];
+             i++)
             refused |= strcmp(k, refused_fields[i].field) == 0;
         if (!refused && !known_field(k))
             return api_error_set(e, 400, k,
@@ -112,9 +113,9 @@ static int check_fields(json_t *root, api_error *e)
                              "/v1/messages yet: use /v1/chat/completions' "
                              "tools");
     json_t *choice = json_object_get(root, "tool_choice");
-    const char *type = json_is_object(choice) ? json_string_value(json_object_get(
-                                                    choice, "type"))
-                                              : NULL;
+    const char *type = json_is_object(choice)
+                           ? json_string_value(json_object_get(choice, "type"))
+                           : NULL;
     if (choice != NULL && !json_is_null(choice) &&
         (type == NULL ||
          (strcmp(type, "none") != 0 && strcmp(type, "auto") != 0)))
@@ -131,8 +132,9 @@ static int add_block(json_t *block, const char *where, json_t *parts,
 {
     char param[160];
     if (!json_is_object(block))
-        return api_error_set(e, 400, where, "%s must be a content block "
-                                            "object",
+        return api_error_set(e, 400, where,
+                             "%s must be a content block "
+                             "object",
                              where);
     snprintf(param, sizeof param, "%s.type", where);
     json_t *type = json_object_get(block, "type");
@@ -170,8 +172,7 @@ static int add_content(json_t *content, const char *where, json_t *parts,
                        api_error *e)
 {
     if (json_is_string(content)) {
-        json_t *part = json_pack("{s:s, s:O}", "type", "text", "text",
-                                 content);
+        json_t *part = json_pack("{s:s, s:O}", "type", "text", "text", content);
         if (part == NULL || json_array_append_new(parts, part) != 0)
             return api_error_set(e, 500, NULL, "out of memory");
         return 0;
@@ -198,9 +199,8 @@ static int translate_messages(json_t *root, json_t *out, origin_map *map,
     if (system != NULL && !json_is_null(system)) {
         json_t *parts = json_array();
         if (parts == NULL ||
-            json_array_append_new(out, json_pack("{s:s, s:o}", "role",
-                                                 "system", "content",
-                                                 parts)) != 0)
+            json_array_append_new(out, json_pack("{s:s, s:o}", "role", "system",
+                                                 "content", parts)) != 0)
             return api_error_set(e, 500, NULL, "out of memory");
         if (add_content(system, "system", parts, e) != 0)
             return -1;
@@ -237,9 +237,8 @@ static int translate_messages(json_t *root, json_t *out, origin_map *map,
         if (last_role == NULL || strcmp(role, last_role) != 0) {
             parts = json_array();
             if (parts == NULL ||
-                json_array_append_new(out, json_pack("{s:s, s:o}", "role",
-                                                     role, "content",
-                                                     parts)) != 0)
+                json_array_append_new(out, json_pack("{s:s, s:o}", "role", role,
+                                                     "content", parts)) != 0)
                 return api_error_set(e, 500, NULL, "out of memory");
             map->first[map->n++] = i;
             last_role = role;

@@ -98,15 +98,14 @@ static int emit_end(messages_stream *s, const gen_output *out)
            emit(s, "content_block_stop",
                 json_pack("{s:s, s:i}", "type", "content_block_stop", "index",
                           0)) |
-           emit(s, "message_delta",
-                json_pack("{s:s, s:{s:s, s:o, s:n, s:n}, s:o}", "type",
-                          "message_delta", "delta", "stop_reason", reason,
-                          "stop_sequence",
-                          sequence != NULL ? json_string(sequence)
-                                           : json_null(),
-                          "stop_details", "container", "usage",
-                          messages_usage_json(
-                              completion_run_usage(s->run)))) |
+           emit(
+               s, "message_delta",
+               json_pack("{s:s, s:{s:s, s:o, s:n, s:n}, s:o}", "type",
+                         "message_delta", "delta", "stop_reason", reason,
+                         "stop_sequence",
+                         sequence != NULL ? json_string(sequence) : json_null(),
+                         "stop_details", "container", "usage",
+                         messages_usage_json(completion_run_usage(s->run)))) |
            emit(s, "message_stop", json_pack("{s:s}", "type", "message_stop"));
 }
 

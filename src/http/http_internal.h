@@ -54,6 +54,8 @@ typedef enum route_id {
     ROUTE_COMPLETIONS,
     ROUTE_CHAT_COMPLETIONS,
     ROUTE_INSPECT,
+    ROUTE_MESSAGES,     /* Anthropic's: its errors in Anthropic's shape */
+    ROUTE_COUNT_TOKENS, /* /v1/messages/count_tokens, the same */
     ROUTE_MODELS,
     ROUTE_MODEL,
     ROUTE_HEALTH,
