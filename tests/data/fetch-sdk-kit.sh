@@ -26,7 +26,8 @@ KIT=$GPT2D_SRCDIR/tests/data/sdk-kit
 DEST=$GPT2D_TEST_DATA/sdk-kit-tree
 npm=${NPM:-npm}
 # The packages package.json names, which must be there once npm is done.
-DIRECT=(openai zod ai @ai-sdk/openai-compatible @langchain/openai @langchain/core)
+DIRECT=(openai zod ai @ai-sdk/openai-compatible @langchain/openai @langchain/core
+    @anthropic-ai/sdk)
 # shellcheck source=tests/data/npm-package.sh
 . "$GPT2D_SRCDIR/tests/data/npm-package.sh"
 
