@@ -4,7 +4,8 @@ answer is the same conversation's chat completion in Anthropic's shapes
 (the text equal, seeded or greedy, whole and streamed), its stop_reason
 and stop_sequence, its usage (input_tokens + cache_read_input_tokens is
 the prompt), the prefill, count_tokens, every refusal in Anthropic's error
-shape, and the API key sent as x-api-key.
+shape (the token budget's 400 and 429 too), and the API key sent as
+x-api-key.
 
 Run by test_messages.sh; by hand:
     GPT2D_BUILDDIR=$PWD GPT2D_SRCDIR=/path/to/src \\
@@ -24,6 +25,7 @@ from gpt2d_client import metric_sum
 
 WORKDIR = os.environ.get("GPT2D_MESSAGES_WORKDIR", tempfile.gettempdir())
 KEY_A, KEY_B = "sk-messages-a", "sk-messages-b"
+KEY_SMALL = "sk-messages-small"  # a token budget of 40 a minute
 SYSTEM = "You answer briefly."
 HELLO = "Hello there, who are you?"
 
@@ -65,7 +67,8 @@ class MessagesCase(ServerCase):
     def setUpClass(cls):
         os.makedirs(WORKDIR, exist_ok=True)
         keys = key_file(os.path.join(WORKDIR, cls.NAME + "-keys"),
-                        [KEY_A + " name=a", KEY_B + " name=b"])
+                        [KEY_A + " name=a", KEY_B + " name=b",
+                         KEY_SMALL + " name=small tokens-per-minute=40"])
         cls.ARGS = tuple(cls.ARGS) + ("--api-key-file", keys)
         super().setUpClass()
 
@@ -353,6 +356,22 @@ class Messages(MessagesCase):
         r = anon.post("/v1/chat/completions", {"messages": body["messages"]},
                       headers={"x-api-key": "sk-wrong"})
         self.assert_error(r, 401)
+
+    def test_token_budget_refusals_in_anthropic_shape(self):
+        small = self.client(api_key=KEY_SMALL)
+        user = [{"role": "user", "content": "Hi"}]
+        r = small.post("/v1/messages", {"max_tokens": 100, "messages": user})
+        self.assert_anthropic_error(r, 400, "invalid_request_error",
+                                    "max_tokens")
+        self.assertIn("max_tokens", r.json["error"]["message"])
+        first = small.post("/v1/messages", {"max_tokens": 30,
+                                            "temperature": 0,
+                                            "messages": user})
+        self.assertEqual(first.status, 200, first)
+        r = small.post("/v1/messages", {"max_tokens": 30, "messages": user})
+        self.assert_anthropic_error(r, 429, "rate_limit_error",
+                                    "the token budget of this API key")
+        self.assertGreater(int(r.headers["retry-after"]), 0)
 
     def test_metrics_count_both_routes_as_messages(self):
         before = self.a().metrics()
