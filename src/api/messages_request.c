@@ -42,42 +42,52 @@ typedef struct origin_map {
     size_t n;
 } origin_map;
 
-/* Fields of the body that are accepted and need nothing done. */
-static const char *const ignored_fields[] = {
+/* Where `k` is in `list` (of `n`), or -1. */
+static long find(const char *const *list, size_t n, const char *k)
+{
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(k, list[i]) == 0)
+            return (long)i;
+    return -1;
+}
+#define FIND(list, k) find(list, sizeof list / sizeof list[0], k)
+
+/* Fields copied to the chat body under the same name: always, and only
+ * for a run (count_tokens accepts them and leaves them unread). */
+static const char *const copied[] = { "model", "cache_salt" };
+static const char *const copied_for_run[] = {
+    "temperature", "top_p", "top_k", "seed", "stream",
+};
+/* Fields read here, and those accepted with nothing to do. */
+static const char *const read_here[] = {
+    "system",         "messages", "max_tokens",
+    "stop_sequences", "tools",    "tool_choice",
+};
+static const char *const ignored[] = {
     "metadata", "service_tier", "inference_geo", "speed", "cache_control",
 };
 
-/* Fields that ask for what this model cannot do. */
-static const struct {
-    const char *field, *why;
-} refused_fields[] = {
-    { "thinking", "extended thinking is not supported by this model" },
-    { "output_config", "output_config (structured output) is not supported "
-                       "on /v1/messages: use /v1/chat/completions' "
-                       "response_format" },
-    { "container", "containers are not supported" },
-    { "mcp_servers", "MCP servers are not supported" },
-    { "diagnostics", "diagnostics are not supported" },
-    { "context_management", "context_management is not supported" },
+/* Fields that ask for what this model cannot do, and why not. */
+static const char *const refused[] = {
+    "thinking",    "output_config", "container",
+    "mcp_servers", "diagnostics",   "context_management",
+};
+static const char *const refused_why[] = {
+    "extended thinking is not supported by this model",
+    "output_config (structured output) is not supported on /v1/messages: "
+    "use /v1/chat/completions' response_format",
+    "containers are not supported",
+    "MCP servers are not supported",
+    "diagnostics are not supported",
+    "context_management is not supported",
 };
 
-/* The fields a count_tokens body may have besides those of a run. */
-static bool known_field(const char *k)
+/* thinking: {"type": "disabled"} asks for nothing. */
+static bool asks_nothing(const char *k, json_t *v)
 {
-    static const char *const known[] = {
-        "model",          "system", "messages",    "max_tokens",
-        "stop_sequences", "stream", "temperature", "top_p",
-        "top_k",          "seed",   "cache_salt",  "tools",
-        "tool_choice",
-    };
-    for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
-        if (strcmp(k, known[i]) == 0)
-            return true;
-    for (size_t i = 0; i < sizeof ignored_fields / sizeof ignored_fields[0];
-         i++)
-        if (strcmp(k, ignored_fields[i]) == 0)
-            return true;
-    return false;
+    const char *type = json_string_value(json_object_get(v, "type"));
+    return json_is_null(v) || (strcmp(k, "thinking") == 0 && type != NULL &&
+                               strcmp(type, "disabled") == 0);
 }
 
 static int check_fields(json_t *root, api_error *e)
@@ -86,20 +96,11 @@ static int check_fields(json_t *root, api_error *e)
     json_t *v;
     json_object_foreach(root, k, v)
     {
-        for (size_t i = 0; i < sizeof refused_fields / sizeof refused_fields[0];
-             i++)
-            if (strcmp(k, refused_fields[i].field) == 0 && !json_is_null(v) &&
-                !(strcmp(k, "thinking") == 0 && json_is_object(v) &&
-                  json_is_string(json_object_get(v, "type")) &&
-                  strcmp(json_string_value(json_object_get(v, "type")),
-                         "disabled") == 0))
-                return api_error_set(e, 400, k, "%s: %s", k,
-                                     refused_fields[i].why);
-        bool refused = false;
-        for (size_t i = 0; i < sizeof refused_fields / sizeof refused_fields[0];
-             i++)
-            refused |= strcmp(k, refused_fields[i].field) == 0;
-        if (!refused && !known_field(k))
+        const long r = FIND(refused, k);
+        if (r >= 0 && !asks_nothing(k, v))
+            return api_error_set(e, 400, k, "%s: %s", k, refused_why[r]);
+        if (r < 0 && FIND(copied, k) < 0 && FIND(copied_for_run, k) < 0 &&
+            FIND(read_here, k) < 0 && FIND(ignored, k) < 0)
             return api_error_set(e, 400, k,
                                  "%s: unknown field (Extra inputs are not "
                                  "permitted)",
@@ -278,17 +279,13 @@ static int translate_run(json_t *root, json_t *chat, bool count, api_error *e)
                              "stop_sequences must be an array of strings");
     if (json_array_size(v) > 0)
         json_object_set(chat, "stop", v);
-    static const char *const same[] = {
-        "model", "temperature", "top_p", "top_k", "seed", "cache_salt",
-    };
-    for (size_t i = 0; i < sizeof same / sizeof same[0]; i++) {
-        v = json_object_get(root, same[i]);
-        if (v != NULL && (!count || i == 0 || i == 5))
-            json_object_set(chat, same[i], v);
-    }
-    v = json_object_get(root, "stream");
-    if (!count && v != NULL)
-        json_object_set(chat, "stream", v);
+    for (size_t i = 0; i < sizeof copied / sizeof copied[0]; i++)
+        if ((v = json_object_get(root, copied[i])) != NULL)
+            json_object_set(chat, copied[i], v);
+    for (size_t i = 0;
+         !count && i < sizeof copied_for_run / sizeof copied_for_run[0]; i++)
+        if ((v = json_object_get(root, copied_for_run[i])) != NULL)
+            json_object_set(chat, copied_for_run[i], v);
     return 0;
 }
 
@@ -313,7 +310,7 @@ static void anthropic_path(const char *chat, const origin_map *map, char *out,
 {
     size_t k = 0;
     const char *rest = NULL;
-    if (sscanf(chat, "messages[%zu]", &k) == 1)
+    if (sscanf(chat, "messages[%zu]", &k) == 1 && strchr(chat, ']') != NULL)
         rest = strchr(chat, ']') + 1;
     if (rest == NULL) {
         snprintf(out, size, "%s", chat);
