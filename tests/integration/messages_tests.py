@@ -16,6 +16,7 @@ Environment:
 
 import json
 import os
+import socket
 import sys
 import tempfile
 
@@ -322,6 +323,45 @@ class Messages(MessagesCase):
                                     "request body is not valid JSON")
         r = self.a().get("/v1/messages")
         self.assert_anthropic_error(r, 405, "invalid_request_error", "GET")
+        # the HTTP layer's own refusals too: a body over --max-body (1 MiB),
+        # declared (refused before it is read), and chunked (the answer
+        # written to the socket by hand once the bytes pass the limit)
+        head = (b"POST /v1/messages HTTP/1.1\r\nHost: x\r\n"
+                b"Authorization: Bearer " + KEY_A.encode() + b"\r\n")
+        chunk = b"x" * (1 << 16)
+        for framing, body, said in (
+                (b"Content-Length: %d\r\n\r\n" % (2 << 20), [],
+                 "request body of"),
+                (b"Transfer-Encoding: chunked\r\n\r\n",
+                 [b"%x\r\n" % len(chunk) + chunk + b"\r\n"] * 40,
+                 "request body is over the limit")):
+            with self.subTest(framing=framing):
+                self.assert_413_is_anthropic(head + framing, body, said)
+
+    def assert_413_is_anthropic(self, head, pieces, said):
+        data = b""
+        with socket.create_connection(("127.0.0.1", self.server.port),
+                                      timeout=30) as s:
+            try:
+                s.sendall(head)
+                for piece in pieces:
+                    s.sendall(piece)
+            except OSError:
+                pass  # the server answered and closed while we sent
+            while True:
+                try:
+                    more = s.recv(65536)
+                except OSError:
+                    break
+                if not more:
+                    break
+                data += more
+        head, _, body = data.partition(b"\r\n\r\n")
+        self.assertTrue(head.startswith(b"HTTP/1.1 413"), data[:200])
+        err = json.loads(body)
+        self.assertEqual(err["type"], "error", err)
+        self.assertEqual(err["error"]["type"], "request_too_large")
+        self.assertTrue(err["error"]["message"].startswith(said), err)
 
     def test_x_api_key_is_a_key_like_bearer_and_a_wrong_one_is_401(self):
         body = {"max_tokens": 2, "messages": [{"role": "user",
