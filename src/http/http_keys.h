@@ -1,7 +1,7 @@
 /* http_keys.h — the API keys: read from --api-key-file and GPT2D_API_KEY,
  * matched against the key a request carries (Authorization: Bearer, or
- * x-api-key) in time independent of
- * where a key differs, and replaced whole on SIGHUP.
+ * x-api-key) in time independent of where a key differs, and replaced
+ * whole on SIGHUP.
  *
  * The keys file: one key a line, then optionally its attributes, words of
  * the form NAME=VALUE (blank lines and lines starting with # skipped):
