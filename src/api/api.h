@@ -24,5 +24,6 @@
 #include "api/api_ctx.h"
 #include "api/api_endpoints.h"
 #include "api/api_inspect.h"
+#include "api/api_messages.h"
 
 #endif

@@ -147,9 +147,46 @@ json_t *api_error_json(const api_error *e)
     return inner != NULL ? json_pack("{s:o}", "error", inner) : NULL;
 }
 
+/* Anthropic's `type` for each status we send; 503 is gpt2d's "busy or
+ * stopping", Anthropic's overloaded (its own status for that is 529). */
+static const char *anthropic_error_type(int status)
+{
+    switch (status) {
+    case 401:
+        return "authentication_error";
+    case 403:
+        return "permission_error";
+    case 404:
+        return "not_found_error";
+    case 413:
+        return "request_too_large";
+    case 429:
+        return "rate_limit_error";
+    case 503:
+    case 529:
+        return "overloaded_error";
+    default:
+        return status >= 500 ? "api_error" : "invalid_request_error";
+    }
+}
+
+json_t *api_error_json_anthropic(const api_error *e)
+{
+    const size_t plen = strlen(e->param);
+    const bool named = plen == 0 || strncmp(e->message, e->param, plen) == 0;
+    char msg[sizeof e->param + sizeof e->message + 2];
+    snprintf(msg, sizeof msg, "%s%s%s", named ? "" : e->param,
+             named ? "" : ": ", e->message);
+    return json_pack("{s:s, s:{s:s, s:o}, s:n}", "type", "error", "error",
+                     "type", anthropic_error_type(e->status), "message",
+                     api_json_string_bytes(msg, strlen(msg)), "request_id");
+}
+
 void api_response_error(api_response *r, const api_error *e)
 {
-    api_response_json(r, e->status, api_error_json(e));
+    api_response_json(r, e->status,
+                      r->anthropic ? api_error_json_anthropic(e)
+                                   : api_error_json(e));
 }
 
 bool api_client_gone(const api_client *c)

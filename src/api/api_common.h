@@ -37,6 +37,11 @@ int api_error_set(api_error *e, int status, const char *param, const char *fmt,
 /* The one builder of OpenAI's error object, {"error": {...}}, for a body
  * and for an SSE error event alike; NULL on OOM. */
 json_t *api_error_json(const api_error *e);
+/* The same error in Anthropic's shape, for /v1/messages: {"type": "error",
+ * "error": {"type", "message"}, "request_id": null}, its type Anthropic's
+ * for the status, the field at fault (Anthropic has no `param`) at the
+ * start of the message unless the message starts with it already. */
+json_t *api_error_json_anthropic(const api_error *e);
 
 /* ---- the client ---- */
 
@@ -97,11 +102,13 @@ typedef struct api_response {
     char id[48];       /* what the request made ("cmpl-…"), or "":
                                  * its X-Request-Id unless the client sent one */
     api_counts counts; /* for the access log, when no source has them */
+    bool anthropic;    /* errors in Anthropic's shape (/v1/messages) */
 } api_response;
 
 /* Frees the body or the source. */
 void api_response_free(api_response *r);
-/* Sets the response to the error object of `e`. */
+/* Sets the response to the error object of `e` (Anthropic's when the
+ * response says so). */
 void api_response_error(api_response *r, const api_error *e);
 /* Serialises `obj` (a reference is stolen) as the body. */
 void api_response_json(api_response *r, int status, json_t *obj);

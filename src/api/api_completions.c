@@ -459,9 +459,9 @@ static int parse_for_model(void *arg, json_t *root, api_error *e)
     return compile_constraint(run, e);
 }
 
-static void serve(const api_ctx *ctx, const api_caller *who, const char *body,
-                  size_t len, const api_client *client, api_response *r,
-                  const completion_endpoint *ep)
+void completion_serve(const api_ctx *ctx, const api_caller *who,
+                      const char *body, size_t len, const api_client *client,
+                      api_response *r, const completion_endpoint *ep)
 {
     completion_run *run = completion_run_new(ep, ctx, who);
     api_error e;
@@ -566,18 +566,18 @@ void api_completions(const api_ctx *ctx, const api_caller *who,
                      const char *body, size_t len, const api_client *client,
                      api_response *r)
 {
-    serve(ctx, who, body, len, client, r, &text_endpoint);
+    completion_serve(ctx, who, body, len, client, r, &text_endpoint);
 }
 
 void api_chat_completions(const api_ctx *ctx, const api_caller *who,
                           const char *body, size_t len,
                           const api_client *client, api_response *r)
 {
-    serve(ctx, who, body, len, client, r, &chat_endpoint);
+    completion_serve(ctx, who, body, len, client, r, &chat_endpoint);
 }
 
 void api_responses(const api_ctx *ctx, const api_caller *who, const char *body,
                    size_t len, const api_client *client, api_response *r)
 {
-    serve(ctx, who, body, len, client, r, &responses_endpoint);
+    completion_serve(ctx, who, body, len, client, r, &responses_endpoint);
 }

@@ -15,6 +15,7 @@
 #include "api/api_caller.h"
 #include "api/api_common.h"
 #include "api/api_ctx.h"
+#include "api/completion_run.h"
 #include "api/completion_request.h"
 #include "engine/engine.h"
 #include "text/tokenizer.h"
@@ -29,6 +30,13 @@ void api_chat_completions(const api_ctx *ctx, const api_caller *who,
  * stored responses yet). */
 void api_responses(const api_ctx *ctx, const api_caller *who, const char *body,
                    size_t len, const api_client *client, api_response *r);
+
+/* The one path both run, for an endpoint that is read and answers like a
+ * completion (api_messages.c's): parse on the work pool, submit, then
+ * the whole answer or the event stream (completion_run.h). */
+void completion_serve(const api_ctx *ctx, const api_caller *who,
+                      const char *body, size_t len, const api_client *client,
+                      api_response *r, const completion_endpoint *ep);
 
 /* The error `caller`'s refused engine_submit gets (429 with Retry-After
  * seconds in *retry_after, counted in the key's metrics; 409, 503, 500);

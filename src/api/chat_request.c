@@ -19,6 +19,7 @@
 #include "api/chat_request.h"
 
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -421,10 +422,20 @@ static int parse_messages(json_t *root, const chat_template *tpl,
  * long markers would otherwise make megabytes of text to tokenize on the
  * connection's thread for a certain 400). */
 static int render_prompt(completion_request *req, const chat_template *tpl,
-                         const chat_turn *turns, size_t n, const tokenizer *tok,
-                         const completion_limits *lim, api_error *e)
+                         const chat_turn *turns, size_t n, bool prefill,
+                         const tokenizer *tok, const completion_limits *lim,
+                         api_error *e)
 {
-    const size_t bytes = chat_template_rendered_bytes(tpl, turns, n);
+    /* a prefill is the last turn written up to its content: the template
+     * already ends the other turns with the assistant's prefix */
+    const chat_turn *prefilled = prefill && n > 0 &&
+                                         turns[n - 1].role ==
+                                             CHAT_ROLE_ASSISTANT
+                                     ? &turns[--n]
+                                     : NULL;
+    size_t bytes = chat_template_rendered_bytes(tpl, turns, n);
+    if (prefilled != NULL && bytes != SIZE_MAX)
+        bytes += prefilled->len;
     const size_t longest = tokenizer_longest_token(tok);
     if (longest > 0 && bytes / longest > lim->n_ctx)
         return api_error_set(e, 400, "messages",
@@ -437,7 +448,9 @@ static int render_prompt(completion_request *req, const chat_template *tpl,
     gpt2d_buf text = GPT2D_BUF_INIT;
     req->prompts = calloc(1, sizeof *req->prompts);
     if (req->prompts == NULL ||
-        chat_template_render(tpl, turns, n, &text) != 0) {
+        chat_template_render(tpl, turns, n, &text) != 0 ||
+        (prefilled != NULL &&
+         buf_append(&text, prefilled->content, prefilled->len) != 0)) {
         buf_free(&text);
         return api_error_set(e, 500, NULL, "out of memory");
     }
@@ -593,6 +606,14 @@ int chat_request_parse_root(completion_request *req, json_t *root,
                             const tokenizer *tok, const chat_template *tpl,
                             const completion_limits *lim, api_error *e)
 {
+    return chat_request_parse_turns(req, root, tok, tpl, lim, false, e);
+}
+
+int chat_request_parse_turns(completion_request *req, json_t *root,
+                             const tokenizer *tok, const chat_template *tpl,
+                             const completion_limits *lim, bool prefill,
+                             api_error *e)
+{
     completion_request_init(req);
     chat_tools tools;
     chat_turn *turns = NULL;
@@ -614,7 +635,7 @@ int chat_request_parse_root(completion_request *req, json_t *root,
         parse_n(req, root, lim, e) == 0 &&
         parse_max_tokens(req, root, &max_param, &max_given, e) == 0 &&
         completion_request_parse_stop(req, root, lim, e) == 0 &&
-        render_prompt(req, tpl, turns, n_turns, tok, lim, e) == 0) {
+        render_prompt(req, tpl, turns, n_turns, prefill, tok, lim, e) == 0) {
         if (max_given)
             req->max_param = max_param;
         else

@@ -6,6 +6,7 @@
 #ifndef GPT2D_CHAT_REQUEST_H
 #define GPT2D_CHAT_REQUEST_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "api/api_common.h"
@@ -23,5 +24,13 @@ int chat_request_parse(completion_request *req, const char *body, size_t len,
 int chat_request_parse_root(completion_request *req, json_t *root,
                             const tokenizer *tok, const chat_template *tpl,
                             const completion_limits *lim, api_error *e);
+/* The same, and with `prefill` a last assistant message is the start of
+ * the reply (Anthropic's prefill): the prompt ends with the assistant's
+ * prefix and that message's content, without its suffix, and the model
+ * goes on from there. */
+int chat_request_parse_turns(completion_request *req, json_t *root,
+                             const tokenizer *tok, const chat_template *tpl,
+                             const completion_limits *lim, bool prefill,
+                             api_error *e);
 
 #endif

@@ -81,8 +81,9 @@ typedef struct completion_endpoint {
     /* NULL, or an answer of another API's shape: the whole answer built
      * here from the finished run and its usage `u` (NULL on OOM), in place
      * of choices in the envelope, and its event stream opened here, as
-     * completion_stream_open, in place of chunks (/v1/responses'; the
-     * choice and chunk callbacks are then unused). */
+     * completion_stream_open, in place of chunks (/v1/responses', and Anthropic's
+     * Message: api_messages.c; the choice and chunk callbacks are then
+     * unused). */
     json_t *(*whole)(const completion_run *run, gen_usage u);
     int (*stream_open)(completion_run *run, api_source *src);
 } completion_endpoint;

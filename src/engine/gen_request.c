@@ -233,6 +233,7 @@ void request_finish_seq(gen_request *r, size_t i, finish_reason why)
     if (s->out.n_tokens > 0 && !textstream_stopped(&s->ts))
         s->text_end[s->out.n_tokens - 1] = s->out.text_len;
     s->out.finish = why;
+    s->out.stop = textstream_stopped_by(&s->ts);
     s->phase = SEQ_DONE;
     r->n_finished++;
     request_touch(r);

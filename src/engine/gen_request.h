@@ -116,6 +116,9 @@ typedef struct gen_output {
                                        * (never computed) for a single sequence
                                        * without logprobs */
     finish_reason finish;
+    const char *stop; /* FINISH_STOP by a stop string: that string (of
+                       * gen_params.stop; of two starting at the same byte,
+                       * the earlier in that list), else NULL */
 } gen_output;
 
 typedef struct gen_usage {

@@ -45,6 +45,9 @@ static const route routes[] = {
     { ROUTE_RESPONSE, "/v1/responses/", true, "GET, DELETE",
       "/v1/responses/{id}" },
     { ROUTE_INSPECT, "/v1/inspect", false, "POST", "/v1/inspect" },
+    { ROUTE_MESSAGES, "/v1/messages", false, "POST", "/v1/messages" },
+    { ROUTE_COUNT_TOKENS, "/v1/messages/count_tokens", false, "POST",
+      "/v1/messages/count_tokens" },
     { ROUTE_MODELS, "/v1/models", false, "GET", "/v1/models" },
     { ROUTE_MODEL, "/v1/models/", true, "GET", "/v1/models/{id}" },
     { ROUTE_HEALTH, "/health", false, "GET", "/health" },
@@ -144,7 +147,8 @@ static bool early_checks(http_request *hr, enum MHD_Result *rc)
         !http_request_authorize(srv, hr->conn, &hr->caller)) {
         *rc = http_reply_error(hr, 401, NULL,
                                "missing or incorrect API key: "
-                               "send Authorization: Bearer KEY");
+                               "send Authorization: Bearer KEY "
+                               "(or x-api-key: KEY)");
         return true;
     }
     hr->authorized = r->id != ROUTE_HEALTH && r->id != ROUTE_STATIC;
@@ -185,6 +189,7 @@ static enum MHD_Result dispatch(http_request *hr, const char *url)
     case ROUTE_CHAT_COMPLETIONS:
     case ROUTE_RESPONSES:
     case ROUTE_INSPECT:
+    case ROUTE_MESSAGES:
         /* Generation may outlast the idle timeout; the completion callback
          * restores it for the next request on this connection.  Meanwhile
          * the reaper cuts a client that stops taking the answer (stall_check). */
@@ -195,6 +200,8 @@ static enum MHD_Result dispatch(http_request *hr, const char *url)
             api_chat_completions(api, &hr->caller, body, hr->len, &client, r);
         else if (hr->route->id == ROUTE_RESPONSES)
             api_responses(api, &hr->caller, body, hr->len, &client, r);
+        else if (hr->route->id == ROUTE_MESSAGES)
+            api_messages(api, &hr->caller, body, hr->len, &client, r);
         else
             api_inspect(api, &hr->caller, body, hr->len, &client, r);
         break;
@@ -214,6 +221,9 @@ static enum MHD_Result dispatch(http_request *hr, const char *url)
         break;
     case ROUTE_METRICS:
         api_metrics(api, r);
+        break;
+    case ROUTE_COUNT_TOKENS:
+        api_messages_count_tokens(api, &hr->caller, body, hr->len, &client, r);
         break;
     case ROUTE_TOKENIZE:
         api_tokenize(api, &hr->caller, body, hr->len, &client, r);
@@ -282,6 +292,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
         snprintf(hr->method, sizeof hr->method, "%s", method);
         snprintf(hr->path, sizeof hr->path, "%s", url);
         hr->route = route_find(url);
+        hr->resp.anthropic = hr->route->id == ROUTE_MESSAGES ||
+                             hr->route->id == ROUTE_COUNT_TOKENS;
         hr->watch = http_deadline_watch_of(conn);
         http_deadline_request_begun(srv->deadline, hr->watch);
         hr->http_1_0 = strcmp(version, MHD_HTTP_VERSION_1_0) == 0;
@@ -358,7 +370,8 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     const api_counts counts = api_response_counts(&hr->resp);
     if (hr->route->id == ROUTE_COMPLETIONS ||
         hr->route->id == ROUTE_CHAT_COMPLETIONS ||
-        hr->route->id == ROUTE_RESPONSES || hr->route->id == ROUTE_INSPECT)
+        hr->route->id == ROUTE_RESPONSES || hr->route->id == ROUTE_INSPECT ||
+        hr->route->id == ROUTE_MESSAGES)
         MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT,
                                   srv->cfg->connection_timeout);
     deadline_cut cut = http_deadline_request_done(srv->deadline, hr->watch);

@@ -79,9 +79,11 @@ static void caller_of_address(const http_server *srv,
 bool http_request_authorize(http_server *srv, struct MHD_Connection *conn,
                             api_caller *who)
 {
-    http_keys_result k = http_keys_authorize(
+    http_keys_result k = http_keys_authorize_key(
         srv->keys,
-        MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Authorization"),
+        http_key_given(
+            MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Authorization"),
+            MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "x-api-key")),
         who);
     if (k == HTTP_KEYS_REFUSED)
         return false;

@@ -310,8 +310,10 @@ enum MHD_Result http_framing_refuse_body_over_limit(http_request *hr)
     api_error e;
     api_error_set(&e, 413, NULL, "request body is over the limit of %zu bytes",
                   http_request_body_limit(hr));
+    const bool anthropic = hr->resp.anthropic;
     api_response_free(&hr->resp);
     memset(&hr->resp, 0, sizeof hr->resp);
+    hr->resp.anthropic = anthropic;
     api_response_error(&hr->resp, &e);
     hr->status = 413;
     hr->responded = true;

@@ -56,6 +56,8 @@ typedef enum route_id {
     ROUTE_RESPONSES,
     ROUTE_RESPONSE, /* /v1/responses/...: nothing stored yet */
     ROUTE_INSPECT,
+    ROUTE_MESSAGES,     /* Anthropic's: its errors in Anthropic's shape */
+    ROUTE_COUNT_TOKENS, /* /v1/messages/count_tokens, the same */
     ROUTE_MODELS,
     ROUTE_MODEL,
     ROUTE_HEALTH,

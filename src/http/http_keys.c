@@ -479,13 +479,28 @@ int http_keys_reload(http_keys *k, gpt2d_error *err)
     return 0;
 }
 
+const char *http_key_given(const char *authorization, const char *x_api_key)
+{
+    const char *bearer = http_key_bearer(authorization);
+    const char *x = x_api_key != NULL && x_api_key[0] != '\0' ? x_api_key
+                                                              : NULL;
+    if (bearer != NULL && x != NULL && strcmp(bearer, x) != 0)
+        return ""; /* two keys: no key matches that */
+    return bearer != NULL ? bearer : x;
+}
+
 http_keys_result http_keys_authorize(http_keys *k, const char *authorization,
                                      api_caller *who)
+{
+    return http_keys_authorize_key(k, http_key_bearer(authorization), who);
+}
+
+http_keys_result http_keys_authorize_key(http_keys *k, const char *given,
+                                         api_caller *who)
 {
     pthread_rwlock_rdlock(&k->lock);
     http_keys_result r = HTTP_KEYS_NONE;
     if (k->set.n > 0) {
-        const char *given = http_key_bearer(authorization);
         long i = given != NULL ? keys_index(&k->set, given, strlen(given)) : -1;
         r = i >= 0 ? HTTP_KEYS_MATCH : HTTP_KEYS_REFUSED;
         if (i >= 0)

@@ -1,6 +1,7 @@
 /* http_keys.h — the API keys: read from --api-key-file and GPT2D_API_KEY,
- * matched against a request's Authorization header in time independent of
- * where a key differs, and replaced whole on SIGHUP.
+ * matched against the key a request carries (Authorization: Bearer, or
+ * x-api-key) in time independent of where a key differs, and replaced
+ * whole on SIGHUP.
  *
  * The keys file: one key a line, then optionally its attributes, words of
  * the form NAME=VALUE (blank lines and lines starting with # skipped):
@@ -57,6 +58,14 @@ typedef enum http_keys_result {
  * defaults (the caller is the client's address: api_caller_of_address). */
 http_keys_result http_keys_authorize(http_keys *k, const char *authorization,
                                      api_caller *who);
+/* The same for the key itself (NULL: none was sent), as http_key_given
+ * reads it from the request's headers. */
+http_keys_result http_keys_authorize_key(http_keys *k, const char *given,
+                                         api_caller *who);
+/* The key a request carries: Authorization's bearer token, or (Anthropic's
+ * header) x-api-key's value; either may be NULL when absent.  Both sent
+ * and different: "", which matches no key.  NULL when there is none. */
+const char *http_key_given(const char *authorization, const char *x_api_key);
 /* Wipes the keys from memory and frees; NULL is fine. */
 void http_keys_free(http_keys *k);
 

@@ -104,7 +104,11 @@ enum MHD_Result http_reply_preflight(http_request *hr)
         MHD_add_response_header(resp, "Access-Control-Allow-Headers",
                                 asked != NULL && header_name_list_ok(asked)
                                     ? asked
-                                    : "Authorization, Content-Type");
+                                    : "Authorization, Content-Type, "
+                                      "x-api-key, anthropic-version, "
+                                      "anthropic-beta, "
+                                      "anthropic-dangerous-direct-browser-"
+                                      "access");
         MHD_add_response_header(resp, "Access-Control-Max-Age", "600");
     }
     hr->status = 204;
@@ -132,8 +136,10 @@ enum MHD_Result http_reply_error(http_request *hr, int status,
     api_error_set(&e, status, param, "%s", msg);
     if (status == 401)
         e.code = "invalid_api_key";
+    const bool anthropic = hr->resp.anthropic;
     api_response_free(&hr->resp);
     memset(&hr->resp, 0, sizeof hr->resp);
+    hr->resp.anthropic = anthropic;
     api_response_error(&hr->resp, &e);
     if (status == 405)
         hr->resp.allow = hr->route->methods;

@@ -67,7 +67,7 @@ void textstream_free(textstream *ts)
  * owner's check (if any) lets end the text, or SIZE_MAX.  Released text
  * cannot hold the start of one: it would have been a held prefix (see
  * hold_back), and a start the check refused is released past once seen. */
-static size_t find_stop(const textstream *ts)
+static size_t find_stop(const textstream *ts, size_t *which)
 {
     size_t best = SIZE_MAX;
     for (size_t i = 0; i < ts->n_stop; i++) {
@@ -82,6 +82,7 @@ static size_t find_stop(const textstream *ts)
             if (ts->stop_check == NULL ||
                 ts->stop_check(ts->stop_ctx, ts->text, at)) {
                 best = at;
+                *which = i;
                 break;
             }
             from = hit + 1;
@@ -122,8 +123,10 @@ static size_t hold_back(const textstream *ts)
 /* Releases what is safe after new text arrived; cuts at a stop string. */
 static textstream_status settle(textstream *ts, bool final)
 {
-    size_t stop_at = find_stop(ts);
+    size_t which = 0;
+    size_t stop_at = find_stop(ts, &which);
     if (stop_at != SIZE_MAX) {
+        ts->stopped_by = ts->stop[which];
         ts->len = stop_at;
         ts->released = stop_at;
         ts->stopped = true;

@@ -44,6 +44,7 @@ typedef struct textstream {
     size_t stop_len[TEXTSTREAM_MAX_STOP];
     size_t n_stop;
     bool stopped, finished;
+    const char *stopped_by; /* the stop string that cut it (one of stop[]) */
     bool (*stop_check)(void *ctx, const char *text, size_t len);
     void *stop_ctx;
 } textstream;
@@ -82,6 +83,13 @@ static inline size_t textstream_len(const textstream *ts)
 static inline bool textstream_stopped(const textstream *ts)
 {
     return ts->stopped;
+}
+/* The stop string that cut the text (a pointer into the stream's copies,
+ * valid while it lives), or NULL while it is not stopped by one.  Of two
+ * that start at the same byte, the one given first to textstream_init. */
+static inline const char *textstream_stopped_by(const textstream *ts)
+{
+    return ts->stopped ? ts->stopped_by : NULL;
 }
 
 #endif

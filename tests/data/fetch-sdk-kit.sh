@@ -1,10 +1,11 @@
 #!/bin/bash
 # fetch-sdk-kit.sh — test fixture: the client SDKs structured output and
-# tool calls are checked with (tests/integration/test_sdk_structured.sh).
+# tool calls are checked with (tests/integration/test_sdk_structured.sh),
+# and Anthropic's, which drives /v1/messages (test_sdk_messages.sh).
 #
 # Installs the npm packages of tests/data/sdk-kit/package.json (openai,
 # zod, ai with @ai-sdk/openai-compatible, @langchain/openai with
-# @langchain/core) and their dependencies, exactly as
+# @langchain/core, @anthropic-ai/sdk) and their dependencies, exactly as
 # tests/data/sdk-kit/package-lock.json pins them: `npm ci` checks every
 # tarball against the lockfile's sha512 `integrity` and runs no install
 # script.  The tree lands in $GPT2D_TEST_DATA/sdk-kit-tree/node_modules
@@ -26,7 +27,8 @@ KIT=$GPT2D_SRCDIR/tests/data/sdk-kit
 DEST=$GPT2D_TEST_DATA/sdk-kit-tree
 npm=${NPM:-npm}
 # The packages package.json names, which must be there once npm is done.
-DIRECT=(openai zod ai @ai-sdk/openai-compatible @langchain/openai @langchain/core)
+DIRECT=(openai zod ai @ai-sdk/openai-compatible @langchain/openai @langchain/core
+    @anthropic-ai/sdk)
 # shellcheck source=tests/data/npm-package.sh
 . "$GPT2D_SRCDIR/tests/data/npm-package.sh"
 

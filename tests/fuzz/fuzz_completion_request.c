@@ -7,6 +7,8 @@
  *     and the built-in chat template;
  *   - the same body as POST /v1/responses': translated into a chat body
  *     (responses_request.c), parsed as chat, a refusal renamed back;
+ *   - messages_request_parse (Anthropic's POST /v1/messages, and its
+ *     count_tokens), which reads the body as a chat and must give one;
  *   - api_tokenize and api_detokenize (POST /tokenize, /detokenize), which
  *     parse the same kind of body and need nothing but the tokenizer (and
  *     a work pool of one thread to run on); an answer they make as it is
@@ -27,6 +29,7 @@
 #include "api/api_endpoints.h"
 #include "api/chat_request.h"
 #include "api/completion_request.h"
+#include "api/messages_request.h"
 #include "api/responses_request.h"
 #include "fuzz.h"
 #include "fuzz_request.h"
@@ -269,6 +272,24 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         fuzz_check_refused(&e);
     }
     fuzz_responses(body, size);
+
+    for (int count = 0; count <= 1; count++) {
+        memset(&e, 0, sizeof e);
+        json_t *root = json_loadb(body, size, JSON_REJECT_DUPLICATES, NULL);
+        if (!json_is_object(root)) {
+            json_decref(root);
+            continue;
+        }
+        if (messages_request_parse(&req, root, tok, &tpl, &limits, count != 0,
+                                   &e) == 0) {
+            check_chat_accepted(&req);
+            FUZZ_CHECK(count || req.max_tokens >= 1, "messages: max_tokens 0");
+            completion_request_free(&req);
+        } else {
+            fuzz_check_refused(&e);
+        }
+        json_decref(root);
+    }
 
     api_ctx ctx = { .models = models, .work = work };
     api_caller who;

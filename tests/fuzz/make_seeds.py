@@ -192,6 +192,32 @@ def bodies_from_api_tests():
     return bodies
 
 
+def messages_bodies():
+    """Anthropic's Messages bodies (messages_tests.py's shapes): system as a
+    string and as blocks, joined turns, a prefill, stop_sequences, the
+    refused blocks and fields."""
+    user = {"role": "user", "content": "Hi"}
+    bodies = [
+        {"model": "tiny", "max_tokens": 4, "messages": [user]},
+        {"max_tokens": 4, "system": "Be brief.", "temperature": 0.5,
+         "top_k": 40, "top_p": 0.9, "seed": 1, "stream": True,
+         "messages": [user, {"role": "assistant", "content": "Hello"},
+                      {"role": "user", "content": [
+                          {"type": "text", "text": "a"},
+                          {"type": "text", "text": "b"}]}]},
+        {"max_tokens": 4, "system": [{"type": "text", "text": "S",
+                                      "cache_control": {"type": "ephemeral"}}],
+         "messages": [user, user, {"role": "assistant", "content": "Pre"}],
+         "stop_sequences": ["\n", " the"], "metadata": {"user_id": "u"}},
+        {"max_tokens": 4, "messages": [{"role": "user", "content": [
+            {"type": "image", "source": {"type": "base64", "data": ""}}]}]},
+        {"max_tokens": 4, "messages": [user], "thinking": {"type": "disabled"},
+         "tool_choice": {"type": "none"}, "tools": []},
+        {"messages": [user], "tools": [{"name": "f", "input_schema": {}}]},
+    ]
+    return [json.dumps(b).encode() for b in bodies]
+
+
 def inspect_bodies():
     """POST /v1/inspect: each field valid and invalid, near the fuzz
     target's limits (12 layers, 48 tokens, 2000 attention probabilities)."""
@@ -409,7 +435,7 @@ def main():
     args = ap.parse_args()
 
     for body in (bodies_from_unit_test("test_api.c") + bodies_from_unit_test("test_chat.c")
-                 + bodies_from_api_tests()):
+                 + bodies_from_api_tests() + messages_bodies()):
         write_seed("completion_request", body)
     for body in bodies_from_unit_test("test_inspect.c") + inspect_bodies():
         write_seed("inspect_request", body)

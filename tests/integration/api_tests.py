@@ -55,6 +55,11 @@ TOL = 1e-3          # |logprob difference| a float32 server may show
 MIN_MARGIN = 5e-3   # greedy steps compared only where argmax is unambiguous
 N_CTX = 64          # the tiny model's context
 VOCAB_SIZE = 50257  # GPT-2's tokens, the fixtures' too
+# A preflight's Access-Control-Allow-Headers when the browser lists none
+# (or a list that is not header names): the OpenAI and Anthropic SDKs'.
+DEFAULT_ALLOW_HEADERS = ("Authorization, Content-Type, x-api-key, "
+                         "anthropic-version, anthropic-beta, "
+                         "anthropic-dangerous-direct-browser-access")
 # Bytes of one of tiny's KV blocks (2 layers, 64 wide, floats): K and V of
 # 16 positions, then their scores (kv_layout.h: 40 + 16 x 168 bytes and a
 # 64-float residual, to a whole number of 64-byte lines).
@@ -2053,11 +2058,11 @@ class T7cCorsAndRequestIds(ServerCase):
                 status, h = self.preflight(self.ORIGIN, asked)
                 self.assertEqual(status, 204, h)
                 self.assertEqual(self.field(h, "access-control-allow-headers"),
-                                 "Authorization, Content-Type")
+                                 DEFAULT_ALLOW_HEADERS)
         # without the header: the plain default
         status, h = self.preflight(self.ORIGIN)
         self.assertEqual(self.field(h, "access-control-allow-headers"),
-                         "Authorization, Content-Type")
+                         DEFAULT_ALLOW_HEADERS)
 
     def test_preflight_from_another_origin_gets_no_permission(self):
         for origin in ("http://evil.example", "http://app.example:3001",

@@ -1153,6 +1153,20 @@ START_TEST(test_api_key_is_read_from_a_bearer_header)
 }
 END_TEST
 
+/* Anthropic's x-api-key names the key as well as a bearer token; both
+ * sent must agree, or the request carries a key that matches none. */
+START_TEST(test_api_key_is_read_from_x_api_key_too)
+{
+    ck_assert_str_eq(http_key_given("Bearer alpha", NULL), "alpha");
+    ck_assert_str_eq(http_key_given(NULL, "alpha"), "alpha");
+    ck_assert_str_eq(http_key_given("Bearer alpha", "alpha"), "alpha");
+    ck_assert_str_eq(http_key_given("Bearer alpha", "beta"), "");
+    ck_assert_str_eq(http_key_given("Basic alpha", "beta"), "beta");
+    ck_assert_ptr_null(http_key_given(NULL, ""));
+    ck_assert_ptr_null(http_key_given(NULL, NULL));
+}
+END_TEST
+
 static Suite *api_suite(void)
 {
     Suite *s = suite_create("api");
@@ -1218,6 +1232,7 @@ static Suite *api_suite(void)
     tcase_add_test(stream, test_json_string_bytes_replaces_invalid_utf8);
     tcase_add_test(stream, test_random_ids_are_prefixed_hex_and_distinct);
     tcase_add_test(stream, test_api_key_is_read_from_a_bearer_header);
+    tcase_add_test(stream, test_api_key_is_read_from_x_api_key_too);
     suite_add_tcase(s, stream);
     return s;
 }

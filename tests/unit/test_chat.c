@@ -13,6 +13,7 @@
 
 #include "api/chat_request.h"
 #include "api/chat_tools.h"
+#include "api/messages_request.h"
 #include "grammar/grammar.h"
 #include "text/chat_template.h"
 #include "test_api_util.h"
@@ -1549,6 +1550,90 @@ START_TEST(test_a_bad_text_grammar_is_named_by_its_field)
 }
 END_TEST
 
+/* ---- Anthropic's Messages body, read as a chat ---- */
+
+static int parse_messages_body(completion_request *req, const char *body,
+                               bool count, api_error *e)
+{
+    json_t *root = json_loads(body, 0, NULL);
+    ck_assert_ptr_nonnull(root);
+    int rc = messages_request_parse(req, root, tok, &builtin, &limits, count,
+                                    e);
+    json_decref(root);
+    return rc;
+}
+
+/* system blocks, two user messages joined into one turn, and a last
+ * assistant message left open: the prompt ends with its text, no suffix. */
+START_TEST(test_anthropic_body_renders_as_the_chat_transcript_with_prefill)
+{
+    completion_request req;
+    api_error e;
+    ck_assert_int_eq(
+        parse_messages_body(
+            &req,
+            "{\"max_tokens\": 5, \"system\": [{\"type\": \"text\", \"text\": "
+            "\"S\"}], \"messages\": [{\"role\": \"user\", \"content\": "
+            "[{\"type\": \"text\", \"text\": \"a\"}, {\"type\": \"text\", "
+            "\"text\": \"b\"}]}, {\"role\": \"user\", \"content\": \"c\"}, "
+            "{\"role\": \"assistant\", \"content\": \" Pre\"}], "
+            "\"stop_sequences\": [\"zz\"]}",
+            false, &e),
+        0);
+    assert_prompt_is(&req, "System: S\nUser: a\nb\nc\nAssistant: Pre");
+    ck_assert_uint_eq(req.max_tokens, 5);
+    ck_assert_str_eq(req.max_param, "max_tokens");
+    /* the request's stop first, then the template's */
+    ck_assert_uint_eq(req.n_stop, 1 + builtin.n_stop);
+    ck_assert_str_eq(req.stop[0], "zz");
+    ck_assert_str_eq(req.stop[1], builtin.stop[0]);
+    completion_request_free(&req);
+
+    /* count_tokens: no max_tokens needed */
+    ck_assert_int_eq(
+        parse_messages_body(
+            &req, "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}]}",
+            true, &e),
+        0);
+    assert_prompt_is(&req, "User: Hi\nAssistant:");
+    completion_request_free(&req);
+}
+END_TEST
+
+/* What chat_request.c refuses is told in the Messages body's names. */
+START_TEST(test_anthropic_errors_name_its_own_fields)
+{
+    completion_request req;
+    api_error e;
+    ck_assert_int_eq(
+        parse_messages_body(&req,
+                            "{\"max_tokens\": 60, \"messages\": [{\"role\": "
+                            "\"user\", \"content\": \"Hello there\"}]}",
+                            false, &e),
+        -1);
+    ck_assert_int_eq(e.status, 400);
+    ck_assert_str_eq(e.param, "max_tokens");
+    ck_assert_ptr_null(strstr(e.message, "max_completion_tokens"));
+    ck_assert_ptr_nonnull(strstr(e.message, "max_tokens"));
+    ck_assert_int_eq(
+        parse_messages_body(&req,
+                            "{\"max_tokens\": 2, \"messages\": [{\"role\": "
+                            "\"user\", \"content\": \"x\"}], "
+                            "\"stop_sequences\": [1]}",
+                            false, &e),
+        -1);
+    ck_assert_str_eq(e.param, "stop_sequences");
+    ck_assert_int_eq(
+        parse_messages_body(&req,
+                            "{\"max_tokens\": 2, \"messages\": [{\"role\": "
+                            "\"user\", \"content\": \"x\"}, {\"role\": "
+                            "\"user\", \"content\": [{\"type\": \"text\"}]}]}",
+                            false, &e),
+        -1);
+    ck_assert_str_eq(e.param, "messages.1.content.0.text");
+}
+END_TEST
+
 static Suite *chat_suite(void)
 {
     Suite *s = suite_create("chat");
@@ -1589,6 +1674,9 @@ static Suite *chat_suite(void)
     tcase_add_loop_test(req, test_each_bad_field_is_a_400_naming_its_param, 0,
                         (int)(sizeof bad_bodies / sizeof bad_bodies[0]));
     tcase_add_test(req, test_refusals_say_why);
+    tcase_add_test(
+        req, test_anthropic_body_renders_as_the_chat_transcript_with_prefill);
+    tcase_add_test(req, test_anthropic_errors_name_its_own_fields);
     tcase_set_timeout(req, 300);
     suite_add_tcase(s, req);
 

@@ -367,6 +367,33 @@ START_TEST(test_stream_init_rejects_overflowing_size)
 }
 END_TEST
 
+/* Which stop string cut the text: the earliest to start, and of two that
+ * start at the same byte the one listed first (an empty one does not count
+ * as listed); none while the stream runs or when it ends another way. */
+START_TEST(test_stream_names_the_stop_that_cut_it)
+{
+    const char *stops[] = { "", "\nUs", "cd", "\nUser:" };
+    open_stream(64, stops, 4);
+    ck_assert_int_eq(push("ab"), TEXTSTREAM_MORE);
+    ck_assert_ptr_null(textstream_stopped_by(&ts));
+    ck_assert_int_eq(push("\nUser: cd"), TEXTSTREAM_STOPPED);
+    ck_assert_text("ab");
+    ck_assert_str_eq(textstream_stopped_by(&ts), "\nUs");
+    textstream_free(&ts);
+
+    const char *later[] = { "\nUser:", "b" };
+    open_stream(64, later, 2);
+    ck_assert_int_eq(push("ab\nUser:"), TEXTSTREAM_STOPPED);
+    ck_assert_str_eq(textstream_stopped_by(&ts), "b");
+    textstream_free(&ts);
+
+    open_stream(64, later, 2);
+    push("a");
+    textstream_finish(&ts);
+    ck_assert_ptr_null(textstream_stopped_by(&ts));
+}
+END_TEST
+
 static Suite *textstream_suite(void)
 {
     Suite *s = suite_create("textstream");
@@ -395,6 +422,7 @@ static Suite *textstream_suite(void)
     tcase_add_test(stop, test_stream_finish_releases_held_prefix);
     tcase_add_test(stop, test_stream_multibyte_stop_split_mid_character);
     tcase_add_test(stop, test_stream_ignores_empty_stop_strings);
+    tcase_add_test(stop, test_stream_names_the_stop_that_cut_it);
     suite_add_tcase(s, stop);
 
     TCase *limits = tcase_create("limits");
