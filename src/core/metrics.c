@@ -28,9 +28,9 @@
 /* "preflight": CORS preflights (OPTIONS) of any route, so a browser's
  * preflights do not count as answers of the endpoint they ask about. */
 static const char *const endpoint_names[] = {
-    "completions", "chat",     "inspect",    "models",    "health",
-    "metrics",     "tokenize", "detokenize", "sessions",  "files",
-    "batches",     "responses", "messages",  "preflight", "other",
+    "completions", "chat",      "inspect",    "models",    "health",
+    "metrics",     "tokenize",  "detokenize", "sessions",  "files",
+    "batches",     "responses", "messages",   "preflight", "other",
 };
 enum { N_ENDPOINTS = sizeof endpoint_names / sizeof endpoint_names[0] };
 
