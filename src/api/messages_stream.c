@@ -26,12 +26,11 @@
 
 #include "api/completion_stream.h"
 #include "api/messages_answer.h"
-#include "core/buf.h"
+#include "api/sse_out.h"
 
 typedef struct messages_stream {
     completion_run *run;
-    gpt2d_buf out; /* SSE bytes not yet handed over, from `off` */
-    size_t off;
+    sse_out out; /* SSE bytes not yet handed over */
     size_t tokens_sent, text_sent;
     uint64_t version;
     bool started, done, gone;
@@ -41,17 +40,7 @@ typedef struct messages_stream {
 /* Appends `event: name` and its data (a reference to obj is stolen). */
 static int emit(messages_stream *s, const char *name, json_t *obj)
 {
-    char *text = obj != NULL ? json_dumps(obj, JSON_COMPACT) : NULL;
-    json_decref(obj);
-    if (text == NULL)
-        return -1;
-    char head[64];
-    int n = snprintf(head, sizeof head, "event: %s\ndata: ", name);
-    int rc = buf_append(&s->out, head, (size_t)n) |
-             buf_append(&s->out, text, strlen(text)) |
-             buf_append(&s->out, "\n\n", 2);
-    free(text);
-    return rc;
+    return sse_out_event(&s->out, name, obj);
 }
 
 static int emit_text(messages_stream *s, const char *text, size_t len)
@@ -167,15 +156,9 @@ static ssize_t stream_read(void *self, char *buf, size_t max,
 {
     messages_stream *s = self;
     for (;;) {
-        if (s->off < s->out.len) {
-            size_t n = s->out.len - s->off;
-            if (n > max)
-                n = max;
-            memcpy(buf, s->out.data + s->off, n);
-            s->off += n;
+        const size_t n = sse_out_take(&s->out, buf, max);
+        if (n > 0)
             return (ssize_t)n;
-        }
-        s->off = s->out.len = 0;
         if (s->done)
             return API_SOURCE_END;
         if (s->gone || api_client_gone(client)) {
@@ -203,7 +186,7 @@ static void stream_free(void *self)
         return;
     stream_cancel(s);
     completion_run_free(s->run);
-    buf_free(&s->out);
+    sse_out_free(&s->out);
     free(s);
 }
 

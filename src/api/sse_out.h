@@ -1,7 +1,7 @@
 /* sse_out.h — the server-sent-event bytes a stream has written and the
- * server has not taken yet (sse_out.c): what both event streams
- * (completion_stream.c, responses_stream.c) queue, and hand over from
- * their api_source's read.
+ * server has not taken yet (sse_out.c): what every event stream
+ * (completion_stream.c, responses_stream.c, messages_stream.c) queues, and
+ * hands over from its api_source's read.
  *
  * Threads: one stream's, one call at a time. */
 #ifndef GPT2D_SSE_OUT_H
