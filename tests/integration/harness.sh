@@ -70,6 +70,57 @@ gpt2d_wait() {
     return 1
 }
 
+# gpt2d_up: after gpt2d_start, server_pid is its pid and port its port
+# once /health answers; otherwise a failed check, its log's tail, and the
+# script finishes (tally.sh).
+gpt2d_up() {
+    server_pid=$gpt2d_pid
+    if ! port=$(gpt2d_wait "$server_pid" "$work/port"); then
+        fail "server starts and answers /health within 10 s"
+        tail -n 30 "$work/gpt2d.log" | sed 's/^/  | /'
+        finish
+    fi
+}
+
+# node_suite SECONDS SCRIPT [ARGS...]: tests/integration/SCRIPT under node
+# for at most SECONDS (its environment goes before the call), its output
+# shown and its "N passed, N failed" line added to the tally; a nonzero
+# exit is a failed check.
+node_suite() {
+    local seconds=$1 script=$2 rc=0
+    shift 2
+    # shellcheck disable=SC2154  # node: set by the script that sources this
+    timeout "$seconds" "$node" "$srcdir/tests/integration/$script" "$@" \
+        >"$work/out" 2>&1 || rc=$?
+    cat "$work/out"
+    local n_pass n_fail
+    if read -r n_pass _ n_fail _ < <(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$work/out"); then
+        passed=$((passed + n_pass))
+        failed=$((failed + n_fail))
+    fi
+    [[ $rc -eq 0 ]] || fail "$script exits 0 (exit $rc)"
+}
+
+# gpt2d_stop_clean: SIGTERM to server_pid; checks it exits 0 and that its
+# log has no sanitizer report.
+gpt2d_stop_clean() {
+    kill -TERM "$server_pid"
+    local rc=0
+    wait "$server_pid" || rc=$?
+    server_pid=
+    if [[ $rc -eq 0 ]]; then
+        pass "SIGTERM: exit 0"
+    else
+        fail "SIGTERM: exit $rc"
+        tail -n 30 "$work/gpt2d.log" | sed 's/^/  | /'
+    fi
+    if grep -qE 'ERROR: (Address|Leak)Sanitizer|runtime error:' "$work/gpt2d.log"; then
+        fail "server log has a sanitizer report"
+        grep -m1 -A30 -E 'ERROR: (Address|Leak)Sanitizer|runtime error:' "$work/gpt2d.log" |
+            sed 's/^/  | /'
+    fi
+}
+
 # make_workdir NAME: sets work to a fresh directory under TMPDIR, and
 # server_pid to empty.  On exit the gpt2d whose pid the script has put in
 # server_pid, if still running, is killed, and the directory removed.

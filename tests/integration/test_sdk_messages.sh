@@ -49,37 +49,10 @@ key=sk-sdk-messages
 printf '%s name=sdk\n' "$key" >"$work/keys"
 gpt2d_start "$work/gpt2d.log" "$work/port" "$model" --slots 2 --threads 1 \
     --api-key-file "$work/keys"
-server_pid=$gpt2d_pid
-if ! port=$(gpt2d_wait "$server_pid" "$work/port"); then
-    fail "server starts and answers /health within 10 s"
-    tail -n 30 "$work/gpt2d.log" | sed 's/^/  | /'
-    finish
-fi
+gpt2d_up
 
-rc=0
 GPT2D_SDK_KIT=$kit GPT2D_BASE_URL=http://127.0.0.1:$port GPT2D_API_KEY_FOR_TEST=$key \
-    timeout 300 "$node" "$srcdir/tests/integration/sdk_messages_test.js" "$@" >"$work/out" 2>&1 ||
-    rc=$?
-cat "$work/out"
-if read -r n_pass _ n_fail _ < <(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$work/out"); then
-    passed=$((passed + n_pass))
-    failed=$((failed + n_fail))
-fi
-[[ $rc -eq 0 ]] || fail "sdk_messages_test.js exits 0 (exit $rc)"
+    node_suite 300 sdk_messages_test.js "$@"
 
-kill -TERM "$server_pid"
-rc=0
-wait "$server_pid" || rc=$?
-server_pid=
-if [[ $rc -eq 0 ]]; then
-    pass "SIGTERM: exit 0"
-else
-    fail "SIGTERM: exit $rc"
-    tail -n 30 "$work/gpt2d.log" | sed 's/^/  | /'
-fi
-if grep -qE 'ERROR: (Address|Leak)Sanitizer|runtime error:' "$work/gpt2d.log"; then
-    fail "server log has a sanitizer report"
-    grep -m1 -A30 -E 'ERROR: (Address|Leak)Sanitizer|runtime error:' "$work/gpt2d.log" |
-        sed 's/^/  | /'
-fi
+gpt2d_stop_clean
 finish
