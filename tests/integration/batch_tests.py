@@ -514,14 +514,19 @@ class Priority(BatchCase):
 
     def test_a_keys_batch_leaves_its_queue_to_its_requests(self):
         """Key c may queue one request: its batch lines, waiting for the
-        engine, take none of that place from its interactive requests."""
+        engine, take none of that place from its interactive requests.
+
+        Lines refused while one waits retry a second later, all at once:
+        lines of 900 tokens (>= 2.7 s) keep both slots busy across a
+        retry, so one of them is caught waiting (300-token lines ended in
+        step with the retries on a slower machine and none ever was)."""
         c = self.client(api_key=KEY_C)
-        b = self.new_batch(c, slow_lines(6, tokens=300))
+        b = self.new_batch(c, slow_lines(6, tokens=900))
         def queued():
             m = parse_metrics(c.get("/metrics").body.decode())
             return (metric_sum(m, "gpt2d_sequences_running") >= 2 and
                     metric_sum(m, "gpt2d_queue_depth") >= 1)
-        self.assertTrue(wait_for(queued, 30), "no batch line waited")
+        self.assertTrue(wait_for(queued, 60), "no batch line waited")
         r = c.post("/v1/completions", {"prompt": "Mine", "max_tokens": 4,
                                        "seed": 1})
         self.assertEqual(r.status, 200, r)
