@@ -63,6 +63,8 @@ typedef struct daemon_state {
     token_budget *budget;
     workpool *work;
     api_ctx api;
+    kv_dir_lock responses_dir; /* --responses-dir, ours until we exit */
+    response_store *responses;
     kv_dir_lock batch_dir;  /* --batch-dir, ours until we exit */
     batch_service *batches; /* NULL: no --batch-dir */
     http_server *http;
@@ -182,6 +184,27 @@ static void check_web_root(const char *dir)
 /* -1: something failed (exit 1); -2: the settings cannot work together
  * for this model, or --kv-cache-dir is not this daemon's to use (a usage
  * error, exit 2). */
+/* The stored responses: under --responses-dir (the daemon's alone, as
+ * --kv-cache-dir is), or in memory. */
+static int open_responses(daemon_state *d, gpt2d_error *err)
+{
+    const char *dir = d->cfg.responses_dir;
+    if (dir != NULL && dir[0] == '\0')
+        dir = NULL;
+    if (dir != NULL && kvdir_claim(&d->responses_dir, dir, err) != 0)
+        return -1;
+    if (response_store_open(&d->responses, dir, d->cfg.max_responses_per_key,
+                            d->cfg.max_responses, err) != 0)
+        return -1;
+    if (dir == NULL)
+        log_info("gpt2d: stored responses are kept in memory until exit "
+                 "(no --responses-dir)");
+    else
+        log_info("gpt2d: %zu stored responses in %s",
+                 response_store_count(d->responses), dir);
+    return 0;
+}
+
 static int start(daemon_state *d, gpt2d_error *err)
 {
     const bool memory_defaulted = d->cfg.response_memory == 0;
@@ -202,6 +225,8 @@ static int start(daemon_state *d, gpt2d_error *err)
     plan_inspect_memory(d, memory_defaulted);
     if (token_budget_create(&d->budget, BUDGET_CALLERS, err) != 0)
         return -1;
+    if (open_responses(d, err) != 0)
+        return -2;
     if (workpool_start(&d->work, d->cfg.threads, d->cfg.response_memory,
                        WORK_WAIT_MS, err) != 0)
         return -1;
@@ -216,6 +241,7 @@ static int start(daemon_state *d, gpt2d_error *err)
         .started = time(NULL),
         .chat = &d->chat,
         .budget = d->budget,
+        .responses = d->responses,
     };
     if (d->cfg.batch_dir != NULL && d->cfg.batch_dir[0] != '\0') {
         /* the directory is the daemon's alone, as --kv-cache-dir is */
@@ -359,6 +385,9 @@ static void teardown(daemon_state *d)
     workpool_stop(d->work);
     fleet_free(d->models);
     token_budget_free(d->budget);
+    /* after the work pool and the server: parsing reads it */
+    response_store_close(d->responses);
+    kvdir_release(&d->responses_dir);
     chat_template_free(&d->chat);
     /* after the engines: its KV cache wrote the sessions file on the way */
     kvdir_release(&d->kv_dir);
@@ -371,6 +400,7 @@ int main(int argc, char **argv)
     memset(&d, 0, sizeof d);
     d.kv_dir = KV_DIR_LOCK_NONE;
     d.batch_dir = KV_DIR_LOCK_NONE;
+    d.responses_dir = KV_DIR_LOCK_NONE;
     gpt2d_error err = { { 0 } };
     switch (settings_load(&d.cfg, argc, argv, &err)) {
     case SETTINGS_EXIT_OK:

@@ -25,5 +25,6 @@
 #include "api/api_endpoints.h"
 #include "api/api_inspect.h"
 #include "api/api_messages.h"
+#include "api/api_responses.h"
 
 #endif

@@ -37,9 +37,10 @@
 #include <string.h>
 
 static int chat_parse(completion_request *req, const api_ctx *ctx,
-                      const served_model *served, const completion_limits *lim,
-                      json_t *root, api_error *e)
+                      const api_caller *caller, const served_model *served,
+                      const completion_limits *lim, json_t *root, api_error *e)
 {
+    (void)caller;
     return chat_request_parse_root(req, root, served->tok, ctx->chat, lim, e);
 }
 

@@ -30,6 +30,10 @@ typedef struct api_error {
     char message[512];
 } api_error;
 
+/* The code of a 400 for a prompt (with what it asks to generate) longer
+ * than the model's context, as OpenAI names it. */
+#define API_CONTEXT_EXCEEDED "context_length_exceeded"
+
 /* Fills `e` (type derived from the status) and returns -1, so a parser can
  * `return api_error_set(...)`.  `param` may be NULL. */
 int api_error_set(api_error *e, int status, const char *param, const char *fmt,

@@ -454,7 +454,8 @@ static int parse_for_model(void *arg, json_t *root, api_error *e)
         .kv_blocks = engine_kv_blocks(m->eng),
         .token_budget = run->caller.limits.tokens_per_minute,
     };
-    if (run->ep->parse(&run->req, run->ctx, m, &lim, root, e) != 0)
+    if (run->ep->parse(&run->req, run->ctx, &run->caller, m, &lim, root, e) !=
+        0)
         return -1;
     return compile_constraint(run, e);
 }
@@ -517,10 +518,11 @@ void completion_serve(const api_ctx *ctx, const api_caller *who,
 /* ---- /v1/completions' own shapes ---- */
 
 static int text_parse(completion_request *req, const api_ctx *ctx,
-                      const served_model *served, const completion_limits *lim,
-                      json_t *root, api_error *e)
+                      const api_caller *caller, const served_model *served,
+                      const completion_limits *lim, json_t *root, api_error *e)
 {
     (void)ctx;
+    (void)caller;
     return completion_request_parse_root(req, root, served->tok, lim, e);
 }
 

@@ -26,8 +26,8 @@ void api_completions(const api_ctx *ctx, const api_caller *who,
 void api_chat_completions(const api_ctx *ctx, const api_caller *who,
                           const char *body, size_t len,
                           const api_client *client, api_response *r);
-/* POST /v1/responses (OpenAI's Responses API, read into chat's path; no
- * stored responses yet). */
+/* POST /v1/responses (OpenAI's Responses API, read into chat's path;
+ * api_responses.h). */
 void api_responses(const api_ctx *ctx, const api_caller *who, const char *body,
                    size_t len, const api_client *client, api_response *r);
 

@@ -16,6 +16,7 @@
 
 #include "api/api_caller.h"
 #include "api/api_common.h"
+#include "api/response_store.h"
 #include "api/token_budget.h"
 #include "api/workpool.h"
 #include "engine/engine.h"
@@ -35,6 +36,8 @@ typedef struct api_ctx {
     token_budget *budget;      /* each caller's tokens per minute (its own
                                  * lock: the one shared object a handler
                                  * writes) */
+    response_store *responses; /* stored responses (its own lock); NULL:
+                                 * none kept */
 } api_ctx;
 
 /* ---- the model a request names (fleet.h) ----

@@ -16,9 +16,10 @@
 #include "api/messages_stream.h"
 
 static int parse_run(completion_request *req, const api_ctx *ctx,
-                     const served_model *served, const completion_limits *lim,
-                     json_t *root, api_error *e)
+                     const api_caller *caller, const served_model *served,
+                     const completion_limits *lim, json_t *root, api_error *e)
 {
+    (void)caller;
     return messages_request_parse(req, root, served->tok, ctx->chat, lim, false,
                                   e);
 }

@@ -437,14 +437,17 @@ static int render_prompt(completion_request *req, const chat_template *tpl,
     if (prefilled != NULL && bytes != SIZE_MAX)
         bytes += prefilled->len;
     const size_t longest = tokenizer_longest_token(tok);
-    if (longest > 0 && bytes / longest > lim->n_ctx)
-        return api_error_set(e, 400, "messages",
-                             "the messages are written as "
-                             "%zu bytes of text, so at least %zu tokens (no "
-                             "token is longer than %zu bytes): more than this "
-                             "model's maximum context length of %zu tokens; "
-                             "shorten the messages or send fewer",
-                             bytes, bytes / longest, longest, lim->n_ctx);
+    if (longest > 0 && bytes / longest > lim->n_ctx) {
+        api_error_set(e, 400, "messages",
+                      "the messages are written as "
+                      "%zu bytes of text, so at least %zu tokens (no "
+                      "token is longer than %zu bytes): more than this "
+                      "model's maximum context length of %zu tokens; "
+                      "shorten the messages or send fewer",
+                      bytes, bytes / longest, longest, lim->n_ctx);
+        e->code = API_CONTEXT_EXCEEDED;
+        return -1;
+    }
     gpt2d_buf text = GPT2D_BUF_INIT;
     req->prompts = calloc(1, sizeof *req->prompts);
     if (req->prompts == NULL ||

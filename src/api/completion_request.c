@@ -450,20 +450,25 @@ int completion_request_check_context(const completion_request *req,
 {
     for (size_t i = 0; i < req->n_prompts; i++) {
         size_t np = req->prompts[i].n;
-        if (np > lim->n_ctx)
-            return api_error_set(
-                e, 400, prompt_param,
-                "this model's maximum context length is %zu tokens, "
-                "but the prompt has %zu tokens",
-                lim->n_ctx, np);
-        if (np + req->max_tokens > lim->n_ctx)
-            return api_error_set(
+        if (np > lim->n_ctx) {
+            api_error_set(e, 400, prompt_param,
+                          "this model's maximum context length is %zu tokens, "
+                          "but the prompt has %zu tokens",
+                          lim->n_ctx, np);
+            e->code = API_CONTEXT_EXCEEDED;
+            return -1;
+        }
+        if (np + req->max_tokens > lim->n_ctx) {
+            api_error_set(
                 e, 400, max_param,
                 "this model's maximum context length is %zu tokens, "
                 "however you requested %zu tokens (%zu in your prompt; "
                 "%zu for the completion); reduce the prompt or %s",
                 lim->n_ctx, np + req->max_tokens, np, req->max_tokens,
                 max_param);
+            e->code = API_CONTEXT_EXCEEDED;
+            return -1;
+        }
     }
     return 0;
 }
@@ -639,5 +644,6 @@ void completion_request_free(completion_request *req)
     api_constraint_free(&req->constraint);
     free(req->prediction);
     json_decref(req->answer_fields);
+    json_decref(req->kept);
     memset(req, 0, sizeof *req);
 }

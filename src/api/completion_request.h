@@ -72,6 +72,9 @@ typedef struct completion_request {
      * request keeps for its answer (/v1/responses' fields that the
      * Response repeats): a reference, released with the request */
     json_t *answer_fields;
+    /* NULL, or what such an endpoint keeps beside its answer (a stored
+     * response's conversation: responses_keep.h): the same */
+    json_t *kept;
 } completion_request;
 
 /* Limits a request is validated against. */

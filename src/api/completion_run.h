@@ -53,11 +53,11 @@ typedef struct completion_endpoint {
     const char *log_label;    /* "completion" in the --log-prompts line */
     const char *n_fields;     /* what sets the sequences: "n/best_of" */
     const char *prompt_field; /* what holds the prompt: "prompt" */
-    /* The body (parsed: `root`) into `req` for `served`; on failure a 400
-     * (or 500) in `e`. */
+    /* The body (parsed: `root`) of `caller`'s request into `req` for
+     * `served`; on failure a 400 (or 500) in `e`. */
     int (*parse)(completion_request *req, const api_ctx *ctx,
-                 const served_model *served, const completion_limits *lim,
-                 json_t *root, api_error *e);
+                 const api_caller *caller, const served_model *served,
+                 const completion_limits *lim, json_t *root, api_error *e);
     /* One choice of the whole answer: the prompt's `prompt`, as choice
      * `index`; NULL on OOM. */
     json_t *(*choice)(const completion_run *run, size_t prompt, size_t index,

@@ -23,9 +23,11 @@
 #include "api/responses_request.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "api/api_fields.h"
+#include "api/chat_request.h"
 
 /* Fields chat reads as they are. */
 static const char *const passed_through[] = {
@@ -59,9 +61,6 @@ static int refuse_unsupported(json_t *root, api_error *e)
     static const struct {
         const char *key, *why;
     } refused[] = {
-        { "previous_response_id",
-          "stored responses are not available yet: send the whole "
-          "conversation as input" },
         { "conversation", "conversations are not supported: send the "
                           "conversation as input" },
         { "prompt", "prompt templates are not supported: send input" },
@@ -107,18 +106,47 @@ static int refuse_unsupported(json_t *root, api_error *e)
         return api_error_set(e, 400, "top_logprobs",
                              "top_logprobs is not supported yet "
                              "(output logprobs come later)");
-    v = json_object_get(root, "truncation");
+    return 0;
+}
+
+int responses_request_previous(json_t *root, const char **id, api_error *e)
+{
+    *id = NULL;
+    json_t *v = NULL;
+    if (api_field_optional(root, "previous_response_id", "previous_response_id",
+                           API_FIELD_STRING, &v, e) != 0)
+        return -1;
+    json_t *session = json_object_get(root, "session_id");
+    if (v != NULL && session != NULL && !json_is_null(session))
+        return api_error_set(e, 400, "session_id",
+                             "session_id and previous_response_id cannot be "
+                             "sent together: a stored response already "
+                             "keeps its conversation's cache");
+    *id = v != NULL ? json_string_value(v) : NULL;
+    return 0;
+}
+
+bool responses_request_truncates(json_t *root)
+{
+    json_t *v = json_object_get(root, "truncation");
+    return json_is_string(v) && strcmp(json_string_value(v), "auto") == 0;
+}
+
+/* truncation: "disabled" (the default) or "auto"; echoed. */
+static int parse_truncation(json_t *root, json_t *echo, api_error *e)
+{
+    json_t *v = json_object_get(root, "truncation");
     if (v != NULL && !json_is_null(v) &&
-        !(json_is_string(v) && strcmp(json_string_value(v), "disabled") == 0)) {
-        if (json_is_string(v) && strcmp(json_string_value(v), "auto") == 0)
-            return api_error_set(e, 400, "truncation",
-                                 "truncation \"auto\" is not supported yet: "
-                                 "send \"disabled\" and shorten the input "
-                                 "yourself");
+        !(json_is_string(v) && (strcmp(json_string_value(v), "disabled") == 0 ||
+                                strcmp(json_string_value(v), "auto") == 0)))
         return api_error_set(e, 400, "truncation",
                              "truncation must be \"disabled\" or \"auto\"");
-    }
-    return 0;
+    return json_object_set_new(echo, "truncation",
+                               json_string(responses_request_truncates(root)
+                                               ? "auto"
+                                               : "disabled")) != 0
+               ? oom(e)
+               : 0;
 }
 
 /* metadata: up to 16 pairs, keys up to 64 characters, string values up to
@@ -198,10 +226,9 @@ static int echo_plain_fields(json_t *root, json_t *echo, api_error *e)
                             max_calls >= 0 ? json_integer(max_calls)
                                            : json_null()) != 0 ||
         json_object_set_new(echo, "parallel_tool_calls",
-                            json_boolean(parallel)) != 0 ||
-        json_object_set_new(echo, "truncation", json_string("disabled")) != 0)
+                            json_boolean(parallel)) != 0)
         return oom(e);
-    return 0;
+    return parse_truncation(root, echo, e);
 }
 
 /* One content part of a message item, as chat's text part. */
@@ -267,8 +294,10 @@ static json_t *message_content(json_t *item, const char *path, api_error *e)
 static int add_message(responses_translation *t, json_t *msg, const char *path,
                        bool output, api_error *e)
 {
-    json_t *origin = json_pack("{s:s, s:[], s:b}", "path", path, "calls",
-                               "output", output);
+    /* the items it was made of: one, then each call joined to it */
+    json_t *origin = json_pack("{s:s, s:[], s:b, s:i}", "path", path, "calls",
+                               "output", output, "items",
+                               strcmp(path, "instructions") != 0);
     if (msg == NULL || origin == NULL ||
         json_array_append_new(json_object_get(t->chat, "messages"), msg) != 0 ||
         json_array_append_new(t->origins, origin) != 0) {
@@ -332,6 +361,12 @@ static int function_call_item(responses_translation *t, json_t *item,
             return -1;
         last = json_array_get(msgs, n);
         origin = json_array_get(t->origins, n);
+    } else if (json_object_set_new(
+                   origin, "items",
+                   json_integer(
+                       json_integer_value(json_object_get(origin, "items")) +
+                       1)) != 0) {
+        return oom(e);
     }
     json_t *calls = json_object_get(last, "tool_calls");
     if (calls == NULL) {
@@ -379,17 +414,15 @@ static int function_call_output_item(responses_translation *t, json_t *item,
                        path, true, e);
 }
 
-static int input_item(responses_translation *t, json_t *item, size_t j,
+static int input_item(responses_translation *t, json_t *item, const char *path,
                       api_error *e)
 {
-    char path[32];
-    snprintf(path, sizeof path, "input[%zu]", j);
     if (!json_is_object(item))
         return api_error_set(e, 400, path, "%s must be an object", path);
     json_t *type = json_object_get(item, "type");
     if (type == NULL || json_is_null(type))
         return message_item(t, item, path, e);
-    char param[48];
+    char param[64];
     snprintf(param, sizeof param, "%s.type", path);
     if (!json_is_string(type))
         return api_error_set(e, 400, param, "%s must be a string", param);
@@ -406,7 +439,90 @@ static int input_item(responses_translation *t, json_t *item, size_t j,
                          param, ty);
 }
 
-static int parse_input(json_t *root, responses_translation *t, api_error *e)
+/* An input item as a stored response keeps it and input_items lists it
+ * (issue 33's brief, §1.3): a message's `type`, `status` and parts made
+ * explicit (a string content is one text part: chat reads both the
+ * same), every item with an id (its own, or a new one).  `item` was read
+ * by input_item already.  A new reference, NULL on OOM. */
+static json_t *normal_item(json_t *item)
+{
+    json_t *n = json_deep_copy(item);
+    if (n == NULL)
+        return NULL;
+    const char *type = json_string_value(json_object_get(n, "type"));
+    const char *prefix = "msg_";
+    int rc = 0;
+    if (type == NULL || strcmp(type, "message") == 0) {
+        json_t *content = json_object_get(n, "content");
+        const char *role = json_string_value(json_object_get(n, "role"));
+        rc |= json_object_set_new(n, "type", json_string("message"));
+        if (json_is_string(content)) {
+            const bool said = role != NULL && strcmp(role, "assistant") == 0;
+            rc |= json_object_set_new(
+                n, "content",
+                json_pack("[{s:s, s:O}]", "type",
+                          said ? "output_text" : "input_text", "text",
+                          content));
+        }
+    } else if (strcmp(type, "function_call") == 0) {
+        prefix = "fc_";
+    } else {
+        prefix = "fco_";
+    }
+    if (!json_is_string(json_object_get(n, "status")))
+        rc |= json_object_set_new(n, "status", json_string("completed"));
+    if (!json_is_string(json_object_get(n, "id"))) {
+        char id[48];
+        api_random_id(id, sizeof id, prefix);
+        rc |= json_object_set_new(n, "id", json_string(id));
+    }
+    if (rc != 0) {
+        json_decref(n);
+        return NULL;
+    }
+    return n;
+}
+
+/* The conversation a previous response leaves (`previous`: its record,
+ * responses_keep.h): what it inherited and was given, then its output. */
+static int inherit(responses_translation *t, json_t *previous, api_error *e)
+{
+    json_t *conv = json_object_get(t->kept, "conversation");
+    json_t *parts[2] = {
+        json_object_get(previous, "conversation"),
+        json_object_get(json_object_get(previous, "response"), "output"),
+    };
+    for (size_t k = 0; k < 2; k++)
+        for (size_t j = 0; j < json_array_size(parts[k]); j++) {
+            json_t *item = json_array_get(parts[k], j);
+            if (input_item(t, item, "previous_response_id", e) != 0)
+                return -1;
+            if (json_array_append(conv, item) != 0)
+                return oom(e);
+        }
+    return 0;
+}
+
+/* One item of this request's own input: read, and kept as
+ * normal_item. */
+static int own_item(responses_translation *t, json_t *item, const char *path,
+                    api_error *e)
+{
+    if (input_item(t, item, path, e) != 0)
+        return -1;
+    json_t *n = normal_item(item);
+    if (n == NULL ||
+        json_array_append(json_object_get(t->kept, "conversation"), n) != 0 ||
+        json_array_append_new(json_object_get(t->kept, "input_items"), n) !=
+            0) {
+        json_decref(n);
+        return oom(e);
+    }
+    return 0;
+}
+
+static int parse_input(json_t *root, json_t *previous, responses_translation *t,
+                       api_error *e)
 {
     json_t *instr = json_object_get(root, "instructions");
     if (json_is_string(instr) && json_string_length(instr) > 0 &&
@@ -414,20 +530,28 @@ static int parse_input(json_t *root, responses_translation *t, api_error *e)
                     json_pack("{s:s, s:O}", "role", "system", "content", instr),
                     "instructions", false, e) != 0)
         return -1;
+    if (previous != NULL && inherit(t, previous, e) != 0)
+        return -1;
     json_t *input = json_object_get(root, "input");
     if (input == NULL || json_is_null(input))
         return api_error_set(e, 400, "input", "input is required");
-    if (json_is_string(input))
-        return add_message(
-            t, json_pack("{s:s, s:O}", "role", "user", "content", input),
-            "input", false, e);
+    if (json_is_string(input)) {
+        json_t *item = json_pack("{s:s, s:O}", "role", "user", "content",
+                                 input);
+        int rc = item != NULL ? own_item(t, item, "input", e) : oom(e);
+        json_decref(item);
+        return rc;
+    }
     if (!json_is_array(input) || json_array_size(input) == 0)
         return api_error_set(e, 400, "input",
                              "input must be a string or a non-empty array "
                              "of items");
-    for (size_t j = 0; j < json_array_size(input); j++)
-        if (input_item(t, json_array_get(input, j), j, e) != 0)
+    for (size_t j = 0; j < json_array_size(input); j++) {
+        char path[32];
+        snprintf(path, sizeof path, "input[%zu]", j);
+        if (own_item(t, json_array_get(input, j), path, e) != 0)
             return -1;
+    }
     return 0;
 }
 
@@ -588,8 +712,32 @@ static int parse_tool_choice(json_t *root, responses_translation *t,
                : 0;
 }
 
-int responses_request_translate(json_t *root, responses_translation *t,
-                                api_error *e)
+/* A continued conversation keeps its cache domain: the previous
+ * response's cache_salt unless this request sends its own; the salt, if
+ * any, is kept with the new response. */
+static int carry_salt(json_t *root, json_t *previous, responses_translation *t,
+                      api_error *e)
+{
+    json_t *salt = json_object_get(root, "cache_salt");
+    if ((salt == NULL || json_is_null(salt)) && previous != NULL) {
+        salt = json_object_get(previous, "cache_salt");
+        if (json_is_string(salt) &&
+            json_object_set(t->chat, "cache_salt", salt) != 0)
+            return oom(e);
+    }
+    if (json_is_string(salt) &&
+        json_object_set(t->kept, "cache_salt", salt) != 0)
+        return oom(e);
+    json_t *prev = json_object_get(root, "previous_response_id");
+    return json_object_set_new(t->echo, "previous_response_id",
+                               json_is_string(prev) ? json_incref(prev)
+                                                    : json_null()) != 0
+               ? oom(e)
+               : 0;
+}
+
+int responses_request_translate(json_t *root, json_t *previous,
+                                responses_translation *t, api_error *e)
 {
     memset(t, 0, sizeof *t);
     if (!json_is_object(root))
@@ -597,7 +745,9 @@ int responses_request_translate(json_t *root, responses_translation *t,
     t->chat = json_pack("{s:[]}", "messages");
     t->origins = json_array();
     t->echo = json_object();
-    if (t->chat == NULL || t->origins == NULL || t->echo == NULL) {
+    t->kept = json_pack("{s:[], s:[]}", "conversation", "input_items");
+    if (t->chat == NULL || t->origins == NULL || t->echo == NULL ||
+        t->kept == NULL) {
         responses_translation_free(t);
         return oom(e);
     }
@@ -610,15 +760,19 @@ int responses_request_translate(json_t *root, responses_translation *t,
         }
     }
     json_t *max = json_object_get(root, "max_output_tokens");
+    const char *prev_id = NULL;
     int rc = -1;
     if (max != NULL &&
         json_object_set(t->chat, "max_completion_tokens", max) != 0)
         oom(e);
-    else if (refuse_unsupported(root, e) == 0 &&
+    else if (responses_request_previous(root, &prev_id, e) == 0 &&
+             refuse_unsupported(root, e) == 0 &&
              echo_plain_fields(root, t->echo, e) == 0 &&
              parse_metadata(root, t->echo, e) == 0 &&
-             parse_input(root, t, e) == 0 && parse_text(root, t, e) == 0 &&
-             parse_tools(root, t, e) == 0 && parse_tool_choice(root, t, e) == 0)
+             parse_input(root, previous, t, e) == 0 &&
+             carry_salt(root, previous, t, e) == 0 &&
+             parse_text(root, t, e) == 0 && parse_tools(root, t, e) == 0 &&
+             parse_tool_choice(root, t, e) == 0)
         rc = 0;
     if (rc != 0)
         responses_translation_free(t);
@@ -630,7 +784,106 @@ void responses_translation_free(responses_translation *t)
     json_decref(t->chat);
     json_decref(t->origins);
     json_decref(t->echo);
+    json_decref(t->kept);
     memset(t, 0, sizeof *t);
+}
+
+/* ---- truncation "auto" ---- */
+
+static bool is_user(json_t *msgs, size_t i)
+{
+    const char *role = json_string_value(
+        json_object_get(json_array_get(msgs, i), "role"));
+    return role != NULL && strcmp(role, "user") == 0;
+}
+
+/* t->chat's messages and t->origins as `msgs` and `origins` are, but for
+ * [first, from): the turns dropped. */
+static int keep_from(responses_translation *t, json_t *msgs, json_t *origins,
+                     size_t first, size_t from)
+{
+    json_t *m = json_array(), *o = json_array();
+    for (size_t i = 0; m != NULL && o != NULL && i < json_array_size(msgs); i++)
+        if ((i < first || i >= from) &&
+            (json_array_append(m, json_array_get(msgs, i)) != 0 ||
+             json_array_append(o, json_array_get(origins, i)) != 0))
+            break;
+    if (m == NULL || o == NULL ||
+        json_array_size(m) != json_array_size(msgs) - (from - first) ||
+        json_object_set_new(t->chat, "messages", m) != 0) {
+        json_decref(m);
+        json_decref(o);
+        return -1;
+    }
+    json_decref(t->origins);
+    t->origins = o;
+    return 0;
+}
+
+static bool context_exceeded(const api_error *e)
+{
+    return e->code != NULL && strcmp(e->code, API_CONTEXT_EXCEEDED) == 0;
+}
+
+/* The request read with the fewest oldest turns dropped that makes it fit
+ * (found by bisection: dropping more never makes a prompt longer); the
+ * dropped turns' items leave the kept conversation too, since no later
+ * turn could hold them again.  Called after the whole conversation did
+ * not fit (`e` says so); -1 with `e` when no number of turns does. */
+static int parse_truncated(completion_request *req, responses_translation *t,
+                           const tokenizer *tok, const chat_template *tpl,
+                           const completion_limits *lim, api_error *e)
+{
+    json_t *msgs = json_incref(json_object_get(t->chat, "messages"));
+    json_t *origins = json_incref(t->origins);
+    const size_t n = json_array_size(msgs);
+    const size_t first = n > 0 && json_integer_value(json_object_get(
+                                      json_array_get(origins, 0), "items")) ==
+                                      0; /* instr. */
+    /* turn d + 1 starts at starts[d]: each user message after `first` */
+    size_t *starts = calloc(n > 0 ? n : 1, sizeof *starts), n_starts = 0;
+    for (size_t i = first + 1; starts != NULL && i < n; i++)
+        if (is_user(msgs, i))
+            starts[n_starts++] = i;
+    int rc = -1;
+    size_t lo = 1, hi = n_starts, best = 0;
+    while (starts != NULL && lo <= hi) {
+        const size_t mid = lo + (hi - lo) / 2;
+        api_error tried;
+        if (keep_from(t, msgs, origins, first, starts[mid - 1]) != 0) {
+            oom(e);
+            break;
+        }
+        if (chat_request_parse_root(req, t->chat, tok, tpl, lim, &tried) == 0) {
+            completion_request_free(req);
+            best = mid;
+            hi = mid - 1;
+        } else if (context_exceeded(&tried)) {
+            lo = mid + 1;
+        } else {
+            *e = tried; /* wrong whatever is dropped */
+            best = 0;
+            break;
+        }
+    }
+    if (best > 0 && keep_from(t, msgs, origins, first, starts[best - 1]) == 0)
+        rc = chat_request_parse_root(req, t->chat, tok, tpl, lim, e);
+    if (rc == 0) {
+        size_t items = 0;
+        for (size_t i = first; i < starts[best - 1]; i++)
+            items += (size_t)json_integer_value(
+                json_object_get(json_array_get(origins, i), "items"));
+        json_t *conv = json_object_get(t->kept, "conversation");
+        for (size_t k = 0; k < items; k++)
+            json_array_remove(conv, 0);
+    } else if (best == 0 && starts != NULL) {
+        /* the messages as sent, for the error's names */
+        keep_from(t, msgs, origins, first, first);
+    }
+    free(starts);
+    json_decref(msgs);
+    json_decref(origins);
+    return rc;
 }
 
 /* ---- chat's param back in Responses' names ---- */
@@ -674,6 +927,7 @@ static void rename_param(const responses_translation *t, const char *param,
                  strncmp(rest, ".content", 8) == 0)
             rest = ".output";
         else if (strcmp(path, "instructions") == 0 ||
+                 strcmp(path, "previous_response_id") == 0 ||
                  (strcmp(path, "input") == 0 &&
                   strncmp(rest, ".content", 8) == 0))
             rest = "";
@@ -715,4 +969,30 @@ void responses_request_rename_error(const responses_translation *t,
         memcpy(e->message, msg, sizeof msg);
     }
     memcpy(e->param, renamed, sizeof renamed);
+}
+
+int responses_request_parse(completion_request *req, json_t *root,
+                            json_t *previous, const tokenizer *tok,
+                            const chat_template *tpl,
+                            const completion_limits *lim, api_error *e)
+{
+    responses_translation t;
+    if (responses_request_translate(root, previous, &t, e) != 0)
+        return -1;
+    /* truncation "auto": the oldest turns go until the prompt (and what
+     * it asks to generate) fits */
+    int rc = chat_request_parse_root(req, t.chat, tok, tpl, lim, e);
+    if (rc != 0 && context_exceeded(e) && responses_request_truncates(root))
+        rc = parse_truncated(req, &t, tok, tpl, lim, e);
+    if (rc != 0) {
+        responses_request_rename_error(&t, e);
+    } else {
+        req->answer_fields = t.echo;
+        req->kept = t.kept;
+        t.echo = t.kept = NULL;
+        if (req->max_param != NULL)
+            req->max_param = "max_output_tokens";
+    }
+    responses_translation_free(&t);
+    return rc;
 }

@@ -6,7 +6,8 @@
  *                                             before any token
  *   the items' events                         responses_answer.h
  *   response.completed | response.incomplete  the Response, whole, with
- *                                             usage
+ *                                             usage (kept first, when
+ *                                             stored: responses_keep.h)
  *
  * If the engine cancels the run (shutdown), an `error` event and
  * response.failed end it.  No `data: [DONE]`: OpenAI sends none here.
@@ -25,6 +26,7 @@
 
 #include "api/completion_stream.h"
 #include "api/responses_answer.h"
+#include "api/responses_keep.h"
 #include "api/sse_out.h"
 
 typedef struct responses_stream {
@@ -54,6 +56,7 @@ static int queue_event(void *arg, json_t *event)
     return rc;
 }
 
+/* The Response as an event; a finished one is kept first (store). */
 static int queue_response(responses_stream *s, const char *type,
                           const char *status, const gen_usage *u,
                           const char *error_message)
@@ -62,6 +65,8 @@ static int queue_response(responses_stream *s, const char *type,
                                         error_message);
     if (response == NULL)
         return -1;
+    if (u != NULL)
+        responses_keep(s->run, response);
     return queue_event(
         s, json_pack("{s:s, s:o}", "type", type, "response", response));
 }

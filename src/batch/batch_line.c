@@ -3,7 +3,6 @@
 
 #include "batch/batch_line.h"
 
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +10,7 @@
 #include <unistd.h>
 
 #include "api/api_completions.h"
+#include "core/fd_io.h"
 #include "core/sha256.h"
 
 /* Appends `line` and a newline in one write, synced. */
@@ -22,17 +22,9 @@ int batch_line_append(int fd, const char *line)
         return -1;
     memcpy(buf, line, len);
     buf[len] = '\n';
-    size_t done = 0;
-    while (done < len + 1) {
-        ssize_t w = write(fd, buf + done, len + 1 - done);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            break;
-        done += (size_t)w;
-    }
+    const bool whole = fd_write_all(fd, buf, len + 1);
     free(buf);
-    return done == len + 1 && fdatasync(fd) == 0 ? 0 : -1;
+    return whole && fdatasync(fd) == 0 ? 0 : -1;
 }
 
 /* The answer line's id: the batch's and the line's index, from which a

@@ -17,6 +17,7 @@
 
 #include <jansson.h>
 
+#include "core/fd_io.h"
 #include "core/hex.h"
 #include "core/log.h"
 
@@ -72,18 +73,11 @@ static int write_whole(const char *path, const char *data, size_t len,
                   0600);
     if (fd < 0)
         return error_set(err, "%s: %s", tmp, strerror(errno));
-    size_t done = 0;
-    while (done < len) {
-        ssize_t w = write(fd, data + done, len - done);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0) {
-            int e = errno;
-            close(fd);
-            unlink(tmp);
-            return error_set(err, "%s: %s", tmp, strerror(e));
-        }
-        done += (size_t)w;
+    if (!fd_write_all(fd, data, len)) {
+        int e = errno;
+        close(fd);
+        unlink(tmp);
+        return error_set(err, "%s: %s", tmp, strerror(e));
     }
     if (fdatasync(fd) != 0 || close(fd) != 0 || rename(tmp, path) != 0) {
         int e = errno;

@@ -179,6 +179,20 @@ static const option_spec options[] = {
       "--slots", 1, SETTINGS_MAX_SLOTS, false,
       "Batch lines answered at once, across all batches. They run below every "
       "interactive request: on capacity no interactive request wants." },
+    { "responses-dir", 0, OPT_OPTIONAL_PATH, FIELD(responses_dir), "DIR", NULL,
+      NULL, 0, 0, false,
+      "Directory of the stored responses (POST /v1/responses with store, "
+      "GET /v1/responses/{id}, previous_response_id), kept across restarts; "
+      "none: kept in memory until the daemon exits." },
+    { "max-responses-per-key", 0, OPT_COUNT, FIELD(max_responses_per_key), "N",
+      "1000", NULL, 1, 1000000, false,
+      "Stored responses one key keeps: a new one beyond this forgets the "
+      "key's least recently used (stored, read or continued)." },
+    { "max-responses", 0, OPT_COUNT, FIELD(max_responses), "N", "10000", NULL,
+      1, 10000000, false,
+      "Stored responses kept in all: when full, the key with the most gives "
+      "up its least recently used, so no key is pushed below another's "
+      "share." },
     { "max-queue", 0, OPT_COUNT, FIELD(max_queue), "N", "64", NULL, 1, 1000000,
       false, "Requests that may wait for a slot; beyond this, 429 at once." },
     { "max-n", 0, OPT_COUNT, FIELD(max_n), "N", "4", NULL, 1, 1024, false,

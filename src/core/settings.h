@@ -56,17 +56,21 @@ typedef struct settings {
     size_t max_file_bytes;  /* --max-file-bytes per upload, default 100 MiB */
     size_t batch_parallel;  /* --batch-parallel lines in flight; 0
                                  * (default): --slots */
-    size_t max_queue;       /* --max-queue, default 64 */
-    size_t max_batch_rows;  /* --max-batch-rows, default 256 */
-    size_t max_body_bytes;  /* --max-body, default 1 MiB */
-    size_t max_connections; /* --max-connections, default 256 */
-    size_t grammar_memory;  /* --grammar-memory bytes for compiled
+    char *responses_dir;    /* --responses-dir: stored responses; none by
+                                 * default (kept in memory) */
+    size_t max_responses_per_key; /* --max-responses-per-key, default 1000 */
+    size_t max_responses;         /* --max-responses, default 10000 */
+    size_t max_queue;             /* --max-queue, default 64 */
+    size_t max_batch_rows;        /* --max-batch-rows, default 256 */
+    size_t max_body_bytes;        /* --max-body, default 1 MiB */
+    size_t max_connections;       /* --max-connections, default 256 */
+    size_t grammar_memory;        /* --grammar-memory bytes for compiled
                                  * constraints, default 256 MiB */
-    size_t response_memory; /* --response-memory bytes for unread
+    size_t response_memory;       /* --response-memory bytes for unread
                                  * answers; 0 (default): 64 MiB, or 8 x
                                  * max-body when that is more */
-    unsigned connection_timeout; /* --timeout seconds idle, default 60 */
-    unsigned request_timeout;    /* --request-timeout seconds to receive a
+    unsigned connection_timeout;  /* --timeout seconds idle, default 60 */
+    unsigned request_timeout;     /* --request-timeout seconds to receive a
                                  * request, default 30; 0 = no limit */
     size_t max_n;              /* --max-n sequences per completion, default 4 */
     size_t max_seqs_per_key;   /* --max-seqs-per-key kept while another key

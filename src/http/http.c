@@ -205,11 +205,12 @@ static enum MHD_Result dispatch(http_request *hr, const char *url)
         else
             api_inspect(api, &hr->caller, body, hr->len, &client, r);
         break;
-    case ROUTE_RESPONSE:
-        return http_reply_error(hr, 404, NULL,
-                                "stored responses are not available yet: "
-                                "no response can be retrieved (%s)",
-                                hr->path);
+    case ROUTE_RESPONSE: {
+        const api_query q = { query_value, hr->conn };
+        api_response_stored(api, &hr->caller, hr->method,
+                            url + strlen("/v1/responses/"), &q, r);
+        break;
+    }
     case ROUTE_MODELS:
         api_models(api, r);
         break;

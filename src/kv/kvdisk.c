@@ -11,6 +11,7 @@
 
 #include "kv/kvdisk.h"
 #include "kv/kvdir.h"
+#include "core/fd_io.h"
 #include "core/log.h"
 #include "core/monotonic.h"
 #include "core/thread.h"
@@ -339,36 +340,6 @@ static header_check check_header(const kv_disk *d, const file_header *h)
     return HEADER_OK;
 }
 
-static bool write_all(int fd, const void *p, size_t n)
-{
-    const char *b = p;
-    while (n > 0) {
-        ssize_t w = write(fd, b, n);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            return false;
-        b += w;
-        n -= (size_t)w;
-    }
-    return true;
-}
-
-static bool read_all(int fd, void *p, size_t n)
-{
-    char *b = p;
-    while (n > 0) {
-        ssize_t r = read(fd, b, n);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0)
-            return false;
-        b += r;
-        n -= (size_t)r;
-    }
-    return true;
-}
-
 /* Writes a temporary file and renames it into place, so a kill -9 never
  * leaves a torn file under a real name. */
 static bool write_file(const kv_disk *d, const uint8_t id[SHA256_BYTES],
@@ -382,8 +353,8 @@ static bool write_file(const kv_disk *d, const uint8_t id[SHA256_BYTES],
     int fd = kvdir_create(tmp);
     if (fd < 0)
         return false;
-    bool ok = write_all(fd, &h, sizeof h) &&
-              write_all(fd, data, d->block_bytes);
+    bool ok = fd_write_all(fd, &h, sizeof h) &&
+              fd_write_all(fd, data, d->block_bytes);
     ok = close(fd) == 0 && ok;
     if (ok && rename(tmp, path) == 0)
         return true;
@@ -401,13 +372,14 @@ static bool read_file(const kv_disk *d, const uint8_t id[SHA256_BYTES],
     if (fd < 0)
         return false;
     file_header h;
-    bool ok = read_all(fd, &h, sizeof h) && check_header(d, &h) == HEADER_OK &&
+    bool ok = fd_read_all(fd, &h, sizeof h) &&
+              check_header(d, &h) == HEADER_OK &&
               memcmp(h.parent_key, m->parent_key, SHA256_BYTES) == 0 &&
               memcmp(h.domain, m->domain, SHA256_BYTES) == 0 &&
               h.n_filled == m->n_filled &&
               memcmp(h.tokens, m->tokens, m->n_filled * sizeof m->tokens[0]) ==
                   0 &&
-              read_all(fd, dst, d->block_bytes) &&
+              fd_read_all(fd, dst, d->block_bytes) &&
               checksum64(dst, d->block_bytes) == h.data_checksum;
     close(fd);
     return ok;
@@ -550,7 +522,7 @@ static void scan(kv_disk *d)
             continue; /* unreadable, or a link: not followed */
         file_header h;
         struct stat st;
-        bool read_ok = read_all(fd, &h, sizeof h) && fstat(fd, &st) == 0;
+        bool read_ok = fd_read_all(fd, &h, sizeof h) && fstat(fd, &st) == 0;
         close(fd);
         header_check hc = read_ok ? check_header(d, &h) : HEADER_BAD;
         if (hc == HEADER_FOREIGN) {

@@ -6,7 +6,9 @@
  *   - chat_request_parse (POST /v1/chat/completions) with the same limits
  *     and the built-in chat template;
  *   - the same body as POST /v1/responses': translated into a chat body
- *     (responses_request.c), parsed as chat, a refusal renamed back;
+ *     (responses_request.c), parsed as chat (its oldest turns dropped
+ *     under truncation "auto"), a refusal renamed back; alone and as the
+ *     continuation of a stored response (the body read as its record);
  *   - messages_request_parse (Anthropic's POST /v1/messages, and its
  *     count_tokens), which reads the body as a chat and must give one;
  *   - api_tokenize and api_detokenize (POST /tokenize, /detokenize), which
@@ -225,7 +227,11 @@ static void check_endpoint_response(api_response *r, const char *what)
     api_response_free(r);
 }
 
-/* POST /v1/responses' reading: its translation, then chat's parser. */
+/* POST /v1/responses' reading (translation, chat's parser, truncation),
+ * alone and continuing a previous response's record: the body itself,
+ * whose "conversation" and "response"."output" are read as the stored
+ * items (a record the daemon wrote holds items it accepted before; here
+ * they are anything). */
 static void fuzz_responses(const char *body, size_t size)
 {
     api_error e;
@@ -235,19 +241,20 @@ static void fuzz_responses(const char *body, size_t size)
         fuzz_check_refused(&e);
         return;
     }
-    responses_translation t;
-    completion_request req;
-    if (responses_request_translate(root, &t, &e) != 0) {
-        fuzz_check_refused(&e);
-    } else if (chat_request_parse_root(&req, t.chat, tok, &tpl, &limits, &e) ==
-               0) {
-        check_chat_accepted(&req);
-        completion_request_free(&req);
-        responses_translation_free(&t);
-    } else {
-        responses_request_rename_error(&t, &e);
-        fuzz_check_refused(&e);
-        responses_translation_free(&t);
+    for (int continued = 0; continued < 2; continued++) {
+        completion_request req;
+        memset(&e, 0, sizeof e);
+        if (responses_request_parse(&req, root, continued ? root : NULL, tok,
+                                    &tpl, &limits, &e) == 0) {
+            check_chat_accepted(&req);
+            FUZZ_CHECK(
+                json_is_array(json_object_get(req.kept, "input_items")) &&
+                    json_is_object(req.answer_fields),
+                "an accepted response keeps no input items");
+            completion_request_free(&req);
+        } else {
+            fuzz_check_refused(&e);
+        }
     }
     json_decref(root);
 }

@@ -218,6 +218,40 @@ def messages_bodies():
     return [json.dumps(b).encode() for b in bodies]
 
 
+def responses_bodies():
+    """POST /v1/responses bodies (api_tests' T13Responses shapes), and
+    ones that are also a stored response's record (the fuzz target reads
+    the body as the previous response too): a conversation, an output of
+    a message and a call, truncation "auto" over the fuzz context."""
+    said = {"type": "message", "id": "msg_1", "role": "assistant",
+            "status": "completed",
+            "content": [{"type": "output_text", "text": "Hello",
+                         "annotations": [], "logprobs": []}]}
+    call = {"type": "function_call", "id": "fc_1", "call_id": "call_1",
+            "name": "f", "arguments": "{}", "status": "completed"}
+    bodies = [
+        {"input": "Hi", "max_output_tokens": 4, "instructions": "Be brief."},
+        {"input": [{"role": "user", "content": "Hi"}, said,
+                   {"role": "user", "content": [
+                       {"type": "input_text", "text": "more"}]}],
+         "truncation": "auto", "store": False},
+        {"input": [call, {"type": "function_call_output",
+                          "call_id": "call_1", "output": "42"}],
+         "tools": [{"type": "function", "name": "f", "parameters": {}}]},
+        {"input": "Again", "previous_response_id": "resp_0",
+         "conversation": [{"type": "message", "id": "msg_0", "role": "user",
+                           "status": "completed",
+                           "content": [{"type": "input_text",
+                                        "text": "word " * 40}]}],
+         "response": {"output": [said]}, "truncation": "auto",
+         "max_output_tokens": 8, "cache_salt": "s"},
+        {"input": "x", "previous_response_id": 5},
+        {"input": "x", "previous_response_id": "r", "session_id": "s"},
+        {"input": "x", "truncation": "middle"},
+    ]
+    return [json.dumps(b).encode() for b in bodies]
+
+
 def inspect_bodies():
     """POST /v1/inspect: each field valid and invalid, near the fuzz
     target's limits (12 layers, 48 tokens, 2000 attention probabilities)."""
@@ -435,7 +469,8 @@ def main():
     args = ap.parse_args()
 
     for body in (bodies_from_unit_test("test_api.c") + bodies_from_unit_test("test_chat.c")
-                 + bodies_from_api_tests() + messages_bodies()):
+                 + bodies_from_api_tests() + messages_bodies()
+                 + responses_bodies()):
         write_seed("completion_request", body)
     for body in bodies_from_unit_test("test_inspect.c") + inspect_bodies():
         write_seed("inspect_request", body)

@@ -3037,11 +3037,12 @@ def response_text(body):
 
 
 class T13Responses(ToolCallCase):
-    """POST /v1/responses (issue 33 part 1, no stored responses): a
-    Responses body is read into chat's path, so its answer equals the chat
-    completion of the same conversation and seed, whole and streamed; the
-    Response object and its events have the shapes and order the OpenAI SDK
-    reads; every field it cannot honour is a 400 naming it."""
+    """POST /v1/responses (issue 33): a Responses body is read into chat's
+    path, so its answer equals the chat completion of the same
+    conversation and seed, whole and streamed; the Response object and its
+    events have the shapes and order the OpenAI SDK reads; every field it
+    cannot honour is a 400 naming it.  Stored responses (in memory here:
+    no --responses-dir) are read, listed, deleted and continued."""
     NAME = "responses"
     ARGS = ("--slots", "2", "--threads", "1")
 
@@ -3332,11 +3333,13 @@ class T13Responses(ToolCallCase):
         weather = responses_tool(WEATHER_TOOL)
         cases = [
             ({"previous_response_id": "resp_x"}, "previous_response_id"),
+            ({"previous_response_id": 5}, "previous_response_id"),
+            ({"previous_response_id": "resp_x", "session_id": "s"},
+             "session_id"),
             ({"background": True}, "background"),
             ({"reasoning": {"effort": "low"}}, "reasoning"),
             ({"include": ["message.output_text.logprobs"]}, "include[0]"),
             ({"top_logprobs": 2}, "top_logprobs"),
-            ({"truncation": "auto"}, "truncation"),
             ({"truncation": "sometimes"}, "truncation"),
             ({"conversation": "conv_1"}, "conversation"),
             ({"prompt": {"id": "p"}}, "prompt"),
@@ -3383,15 +3386,174 @@ class T13Responses(ToolCallCase):
             self.assertNotIn("messages", err["message"], err)
         r = self.client().post("/v1/responses",
                                {"input": "Hi", "previous_response_id": "r"})
-        self.assertIn("not available yet", r.json["error"]["message"])
+        self.assertEqual(r.json["error"]["code"],
+                         "previous_response_not_found")
+        r = self.client().post("/v1/responses", {"input": "word " * 1100})
+        self.assertEqual(r.json["error"]["code"], "context_length_exceeded")
 
-    def test_stored_responses_are_not_there_yet(self):
-        for method in ("GET", "DELETE"):
-            r = self.client().request(method, "/v1/responses/resp_x")
-            self.assertEqual(r.status, 404, r)
-            self.assertIn("not available yet", r.json["error"]["message"])
-        r = self.client().get("/v1/responses")
-        self.assertEqual(r.status, 405, r)
+    def test_a_stored_response_is_read_listed_and_deleted(self):
+        items = [{"role": "user", "content": "One"},
+                 {"type": "message", "role": "assistant",
+                  "content": [{"type": "output_text", "text": " Two"}]},
+                 {"role": "developer", "content": [
+                     {"type": "input_text", "text": "Three"}]}]
+        body = self.respond(input=items, max_output_tokens=3, seed=1)
+        c = self.client()
+        path = "/v1/responses/" + body["id"]
+        got = c.get(path)
+        self.assertEqual(got.status, 200, got)
+        self.assertEqual(got.json, body)
+        # this request's own input items, normalised, each with an id
+        page = c.get(path + "/input_items?order=asc").json
+        self.assertEqual(page["object"], "list")
+        self.assertFalse(page["has_more"])
+        data = page["data"]
+        self.assertEqual([(i["type"], i["role"], i["status"]) for i in data],
+                         [("message", "user", "completed"),
+                          ("message", "assistant", "completed"),
+                          ("message", "developer", "completed")])
+        self.assertEqual(data[0]["content"],
+                         [{"type": "input_text", "text": "One"}])
+        self.assertEqual(data[1]["content"],
+                         [{"type": "output_text", "text": " Two"}])
+        for item in data:
+            self.assertRegex(item["id"], r"^msg_[0-9a-f]{24}$")
+        self.assertEqual((page["first_id"], page["last_id"]),
+                         (data[0]["id"], data[2]["id"]))
+        # newest first by default; limit and after page through
+        self.assertEqual(c.get(path + "/input_items").json["data"],
+                         data[::-1])
+        first = c.get(path + "/input_items?limit=2").json
+        self.assertEqual(first["data"], data[:0:-1])
+        self.assertTrue(first["has_more"])
+        rest = c.get(path + "/input_items?limit=2&after=" +
+                     first["last_id"]).json
+        self.assertEqual(rest["data"], data[:1])
+        self.assertFalse(rest["has_more"])
+        for query, param in (("limit=0", "limit"), ("limit=101", "limit"),
+                             ("limit=x", "limit"), ("order=up", "order"),
+                             ("after=msg_x", "after"), ("include=x",
+                                                        "include")):
+            r = c.get(path + "/input_items?" + query)
+            self.assertEqual(r.status, 400, (query, r))
+            self.assertEqual(r.json["error"]["param"], param)
+        gone = c.request("DELETE", path)
+        self.assertEqual(gone.status, 200, gone)
+        self.assertEqual(gone.json, {"id": body["id"], "object": "response",
+                                     "deleted": True})
+        for method, p in (("GET", path), ("DELETE", path),
+                          ("GET", path + "/input_items")):
+            r = c.request(method, p)
+            self.assertEqual(r.status, 404, (method, p, r))
+            self.assertEqual(r.json["error"]["message"],
+                             "Response with id '%s' not found." % body["id"])
+        r = c.post("/v1/responses", {"input": "x",
+                                     "previous_response_id": body["id"]})
+        self.assertEqual(r.status, 400, r)
+        self.assertEqual((r.json["error"]["param"], r.json["error"]["code"]),
+                         ("previous_response_id",
+                          "previous_response_not_found"))
+        for p in ("/v1/responses/resp_x/other", "/v1/responses/"):
+            self.assertEqual(c.get(p).status, 404, p)
+        r = c.request("DELETE", path + "/input_items")
+        self.assertEqual(r.status, 404, r)
+        self.assertEqual(c.get("/v1/responses").status, 405)
+
+    def test_store_false_keeps_nothing(self):
+        body = self.respond(input="Hi", max_output_tokens=2, seed=1,
+                            store=False)
+        self.assertIs(body["store"], False)
+        r = self.client().get("/v1/responses/" + body["id"])
+        self.assertEqual(r.status, 404, r)
+
+    def test_a_continued_turn_is_the_conversation_sent_whole(self):
+        """previous_response_id writes the stored conversation before the
+        new input, without the previous instructions (OpenAI's rule), and
+        keeps its cache_salt: the answer, its prompt's length and the
+        cached part are those of the same conversation sent whole."""
+        nb = {"50256": -100}
+        r1 = self.respond(input="First words", instructions="Be brief.",
+                          max_output_tokens=6, seed=4, logit_bias=nb,
+                          cache_salt="continued-salt")
+        r2 = self.respond(input="Second", previous_response_id=r1["id"],
+                          max_output_tokens=6, seed=5, logit_bias=nb)
+        self.assertEqual(r2["previous_response_id"], r1["id"])
+        self.assertIsNone(r2["instructions"])
+        whole = [{"role": "user", "content": "First words"}, r1["output"][0],
+                 {"role": "user", "content": "Second"}]
+        one = self.respond(input=whole, max_output_tokens=6, seed=5,
+                           logit_bias=nb, cache_salt="continued-salt")
+        self.assertEqual(response_text(r2), response_text(one))
+        self.assertEqual(r2["usage"]["input_tokens"],
+                         one["usage"]["input_tokens"])
+        # r1's prompt began with its instructions, which r2's has not: r2
+        # found nothing of r1's cached, but `one`, salted as r1 was, found
+        # all of r2's prompt: r2 ran under the salt it inherited
+        self.assertEqual(r2["usage"]["input_tokens_details"]
+                         ["cached_tokens"], 0)
+        self.assertEqual(one["usage"]["input_tokens_details"]
+                         ["cached_tokens"], one["usage"]["input_tokens"] - 1)
+        r3 = self.respond(input="Third", previous_response_id=r2["id"],
+                          max_output_tokens=6, seed=6, logit_bias=nb)
+        self.assertGreaterEqual(r3["usage"]["input_tokens_details"]
+                                ["cached_tokens"],
+                                r2["usage"]["input_tokens"])
+
+    def test_truncation_auto_drops_the_oldest_turns(self):
+        """Over the context, "disabled" is a 400 naming input; "auto" drops
+        whole turns from the oldest until the prompt and max_output_tokens
+        fit, and answers as the shortest such tail sent whole."""
+        long = "word " * 200
+        turns = []
+        for i in range(6):
+            turns += [{"role": "user", "content": "%d %s" % (i, long)},
+                      {"type": "message", "role": "assistant", "content": [
+                          {"type": "output_text", "text": " ok %d" % i}]}]
+        turns.append({"role": "user", "content": "Last"})
+        body = {"input": turns, "instructions": "Be brief.",
+                "max_output_tokens": 8, "seed": 2}
+        r = self.client().post("/v1/responses", body)
+        self.assertEqual(r.status, 400, r)
+        self.assertEqual((r.json["error"]["param"], r.json["error"]["code"]),
+                         ("input", "context_length_exceeded"))
+        auto = self.respond(**dict(body, truncation="auto"))
+        self.assertEqual(auto["truncation"], "auto")
+        for drop in range(1, 6):
+            tail = dict(body, input=turns[2 * drop:])
+            r = self.client().post("/v1/responses", tail)
+            if r.status == 200:
+                break
+        self.assertEqual(r.status, 200, "no tail of the turns fits")
+        self.assertEqual(response_text(auto), response_text(r.json))
+        self.assertEqual(auto["usage"]["input_tokens"],
+                         r.json["usage"]["input_tokens"])
+        # the stored conversation is the tail that was sent: its next turn
+        # fits without truncation, as that tail and answer sent whole
+        nxt = self.respond(input="More", previous_response_id=auto["id"],
+                           max_output_tokens=8, seed=3)
+        whole = self.respond(input=turns[2 * drop:] + auto["output"] +
+                             [{"role": "user", "content": "More"}],
+                             max_output_tokens=8, seed=3)
+        self.assertEqual(response_text(nxt), response_text(whole))
+        self.assertEqual(nxt["usage"]["input_tokens"],
+                         whole["usage"]["input_tokens"])
+        # hundreds of short turns: the fewest oldest go (found by
+        # bisection), and the tail kept fits with max_output_tokens
+        many = []
+        for i in range(300):
+            many += [{"role": "user", "content": "turn %d" % i},
+                     {"role": "assistant", "content": "ok"}]
+        many.append({"role": "user", "content": "Last"})
+        big = self.respond(input=many, truncation="auto", max_output_tokens=8,
+                           seed=2)
+        used = big["usage"]["input_tokens"]
+        self.assertLessEqual(used + 8, 1024)
+        self.assertGreater(used + 8, 1024 - 24, "more dropped than needed")
+        # what cannot fit even alone is still a 400
+        r = self.client().post("/v1/responses", dict(
+            body, truncation="auto", input="word " * 1100))
+        self.assertEqual(r.status, 400, r)
+        self.assertEqual(r.json["error"]["param"], "input")
 
     def test_metrics_count_responses(self):
         self.respond(input="Hi", max_output_tokens=1, seed=1)

@@ -4,21 +4,39 @@
 // client.responses.stream helper's finalResponse(), tools, text.format
 // json_schema, refusals as BadRequestError naming the Responses field; each
 // answer checked against client.chat.completions.create of the same
-// conversation and seed (issue 33's brief, §7.2, without stored responses).
+// conversation and seed (issue 33's brief, §7.2).  Stored responses:
+// previous_response_id three turns deep (cached_tokens growing, the answer
+// that of the conversation sent whole), responses.retrieve, delete,
+// inputItems.list, and another key refused all of them.
+//
+// Two phases, the daemon restarted between them on the same
+// --responses-dir and --kv-cache-dir: "first" (everything above; the
+// conversation written to GPT2D_STATE_FILE), "restarted" (the conversation
+// retrieved and continued: its earlier turns cached from the disk tier,
+// the answer that of the conversation sent whole).
 //
 // Run by test_sdk_responses.sh against a gpt2d serving a tiny-shaped model
 // with a 1024-token context:
 //   GPT2D_SDK_DIR=.../openai-sdk/package GPT2D_BASE_URL=http://127.0.0.1:PORT \
-//   node sdk_responses_test.js
+//   GPT2D_API_KEY_FOR_TEST=KEY GPT2D_OTHER_KEY_FOR_TEST=KEY2 \
+//   GPT2D_PHASE=first|restarted GPT2D_STATE_FILE=FILE node sdk_responses_test.js
 // Prints "ok: NAME" or "FAIL: NAME" per check, then "N passed, N failed";
 // exit status 0 only when every check passed.
 'use strict';
 
 const assert = require('node:assert/strict');
 
-const { OpenAI, BadRequestError } = require(process.env.GPT2D_SDK_DIR);
+const fs = require('node:fs');
+
+const { OpenAI, BadRequestError, NotFoundError } = require(process.env.GPT2D_SDK_DIR);
 const BASE = process.env.GPT2D_BASE_URL;
-const client = new OpenAI({ apiKey: 'unused', baseURL: BASE + '/v1', maxRetries: 0 });
+const KEY = process.env.GPT2D_API_KEY_FOR_TEST;
+const client = new OpenAI({ apiKey: KEY, baseURL: BASE + '/v1', maxRetries: 0 });
+const other = new OpenAI({
+  apiKey: process.env.GPT2D_OTHER_KEY_FOR_TEST, baseURL: BASE + '/v1', maxRetries: 0,
+});
+const PHASE = process.env.GPT2D_PHASE || 'first';
+const STATE = process.env.GPT2D_STATE_FILE;
 
 const NO_EOT = { 50256: -100 };
 const EOT_LIKELY = { 50256: 4 };
@@ -92,8 +110,214 @@ async function streamed(body) {
   return events;
 }
 
+const cached = (r) => r.usage.input_tokens_details.cached_tokens;
+
+// A Response as plain data: what the server sent, without what the SDK
+// adds to its objects (output_text, _request_id).
+function plain(r) {
+  const copy = JSON.parse(JSON.stringify(r));
+  delete copy.output_text;
+  delete copy._request_id;
+  return copy;
+}
+
+function assertNotFoundBadRequest(e) {
+  assert.ok(e instanceof BadRequestError, String(e));
+  assert.equal(e.param, 'previous_response_id');
+  assert.equal(e.code, 'previous_response_not_found');
+  return true;
+}
+
+// A cache domain of its own: the conversation sent whole finds nothing
+// cached, so its answer owes nothing to the stored one's blocks.
+let salts = 0;
+function freshSalt() {
+  salts++;
+  return 'whole-' + process.pid + '-' + salts;
+}
+
+async function metric(name) {
+  const res = await fetch(BASE + '/metrics', { headers: { Authorization: 'Bearer ' + KEY } });
+  const text = await res.text();
+  const line = text.split('\n').find((l) => l.startsWith(name + ' '));
+  assert.ok(line, name + ' in /metrics');
+  return Number(line.split(' ')[1]);
+}
+
+// The three turns the first phase stores and the second continues.
+const TURNS = ['Tell me a story', 'Go on', 'And then?'];
+const STORY = { max_output_tokens: 12, logit_bias: NO_EOT };
+
+async function storedChecks(MODEL) {
+  const t = [];
+  await check('previous_response_id three turns deep: cached_tokens grows, the answer is the conversation sent whole', async () => {
+    for (let i = 0; i < TURNS.length; i++) {
+      t.push(await client.responses.create({
+        model: MODEL, input: TURNS[i], seed: 21 + i, ...STORY,
+        ...(i > 0 ? { previous_response_id: t[i - 1].id } : {}),
+      }));
+      assert.equal(t[i].previous_response_id, i > 0 ? t[i - 1].id : null);
+      assert.equal(t[i].store, true);
+      messageText(t[i]);
+    }
+    // each turn's prompt begins with the whole previous prompt, cached
+    assert.ok(cached(t[1]) >= t[0].usage.input_tokens, JSON.stringify(t[1].usage));
+    assert.ok(cached(t[2]) >= t[1].usage.input_tokens, JSON.stringify(t[2].usage));
+    assert.ok(cached(t[0]) < cached(t[1]) && cached(t[1]) < cached(t[2]));
+    const whole = await client.responses.create({
+      model: MODEL, seed: 23, ...STORY, cache_salt: freshSalt(),
+      input: [{ role: 'user', content: TURNS[0] }, t[0].output[0],
+        { role: 'user', content: TURNS[1] }, t[1].output[0],
+        { role: 'user', content: TURNS[2] }],
+    });
+    assert.equal(cached(whole), 0);
+    assert.equal(whole.usage.input_tokens, t[2].usage.input_tokens);
+    assert.equal(whole.output_text, t[2].output_text);
+  });
+  if (t.length < 3) return null;
+
+  await check('responses.retrieve: the Response as it was created', async () => {
+    for (const r of t) assert.deepEqual(plain(await client.responses.retrieve(r.id)), plain(r));
+  });
+
+  await check('inputItems.list: the request\'s own items, newest first, paged', async () => {
+    const page = await client.responses.inputItems.list(t[2].id);
+    assert.equal(page.data.length, 1);
+    const [item] = page.data;
+    assert.match(item.id, /^msg_[0-9a-f]{24}$/);
+    assert.deepEqual([item.type, item.role, item.status, item.content],
+      ['message', 'user', 'completed', [{ type: 'input_text', text: TURNS[2] }]]);
+    const input = [{ role: 'user', content: 'a' }, { role: 'system', content: 'b' },
+      { role: 'user', content: [{ type: 'input_text', text: 'c' }] }];
+    const r = await client.responses.create({ model: MODEL, input, max_output_tokens: 1, seed: 1 });
+    const asc = await client.responses.inputItems.list(r.id, { order: 'asc' });
+    assert.deepEqual(asc.data.map((i) => [i.role, i.content[0].text]),
+      [['user', 'a'], ['system', 'b'], ['user', 'c']]);
+    const texts = [];
+    for await (const i of client.responses.inputItems.list(r.id, { limit: 1 })) texts.push(i.content[0].text);
+    assert.deepEqual(texts, ['c', 'b', 'a']);
+  });
+
+  await check('a streamed response is stored as its last event shows it, and continues', async () => {
+    const events = await streamed({ model: MODEL, input: 'Stream me', seed: 7, ...STORY });
+    const last = events[events.length - 1].response;
+    assert.deepEqual(plain(await client.responses.retrieve(last.id)), last);
+    const next = await client.responses.create({
+      model: MODEL, previous_response_id: last.id, input: 'More', seed: 8, ...STORY,
+    });
+    assert.ok(cached(next) >= last.usage.input_tokens, JSON.stringify(next.usage));
+  });
+
+  await check('a function_call_output continues the call it answers', async () => {
+    let call;
+    for (let seed = 1; seed < 20 && !call; seed++) {
+      const r = await client.responses.create({
+        model: MODEL, input: 'Weather?', tools: [WEATHER], tool_choice: 'required',
+        max_output_tokens: 120, seed,
+      });
+      if (r.status === 'completed') call = r;
+    }
+    assert.ok(call, 'no seed under 20 finished its call');
+    const answer = { type: 'function_call_output', call_id: call.output[0].call_id, output: '{"temp":20}' };
+    const body = { model: MODEL, tools: [WEATHER], max_output_tokens: 8, seed: 2, logit_bias: NO_EOT };
+    const next = await client.responses.create({ ...body, previous_response_id: call.id, input: [answer] });
+    const whole = await client.responses.create({
+      ...body, cache_salt: freshSalt(),
+      input: [{ role: 'user', content: 'Weather?' }, ...call.output, answer],
+    });
+    assert.equal(next.output_text, whole.output_text);
+    assert.equal(next.usage.input_tokens, whole.usage.input_tokens);
+    assert.ok(cached(next) >= call.usage.input_tokens);
+  });
+
+  await check('another key can neither retrieve, list, delete nor continue a response', async () => {
+    const id = t[1].id;
+    for (const call of [() => other.responses.retrieve(id), () => other.responses.delete(id),
+      () => other.responses.inputItems.list(id)]) {
+      await assert.rejects(call(), (e) => {
+        assert.ok(e instanceof NotFoundError, String(e));
+        // word for word what a made-up id gets
+        assert.equal(e.message, "404 Response with id '" + id + "' not found.");
+        return true;
+      });
+    }
+    await assert.rejects(other.responses.create({
+      model: MODEL, input: 'x', previous_response_id: id,
+    }), assertNotFoundBadRequest);
+    // the same conversation sent whole by the other key finds none of it
+    const whole = await other.responses.create({
+      model: MODEL, seed: 22, ...STORY,
+      input: [{ role: 'user', content: TURNS[0] }, t[0].output[0], { role: 'user', content: TURNS[1] }],
+    });
+    assert.equal(whole.output_text, t[1].output_text);
+    assert.ok(cached(whole) < t[0].usage.input_tokens, JSON.stringify(whole.usage));
+    assert.deepEqual(plain(await client.responses.retrieve(id)), plain(t[1]));
+  });
+
+  await check('responses.delete: gone for retrieve and continue; its continuations still continue', async () => {
+    const d = await client.responses.create({ model: MODEL, input: TURNS[0], seed: 21, ...STORY });
+    const e = await client.responses.create({
+      model: MODEL, previous_response_id: d.id, input: TURNS[1], seed: 22, ...STORY,
+    });
+    await client.responses.delete(d.id);
+    await assert.rejects(client.responses.retrieve(d.id), NotFoundError);
+    await assert.rejects(client.responses.delete(d.id), NotFoundError);
+    await assert.rejects(client.responses.create({
+      model: MODEL, input: 'x', previous_response_id: d.id,
+    }), assertNotFoundBadRequest);
+    const f = await client.responses.create({
+      model: MODEL, previous_response_id: e.id, input: TURNS[2], seed: 23, ...STORY,
+    });
+    assert.equal(f.output_text, t[2].output_text);
+  });
+
+  await check('store: false keeps nothing', async () => {
+    const r = await client.responses.create({ model: MODEL, input: 'Hi', max_output_tokens: 2, store: false });
+    assert.equal(r.store, false);
+    await assert.rejects(client.responses.retrieve(r.id), NotFoundError);
+    await assert.rejects(client.responses.create({
+      model: MODEL, input: 'x', previous_response_id: r.id,
+    }), assertNotFoundBadRequest);
+  });
+  return t;
+}
+
+// The second phase: the daemon was restarted on the same directories.
+async function restartedChecks(MODEL) {
+  const t = JSON.parse(fs.readFileSync(STATE, 'utf8'));
+  await check('after a restart: retrieve and inputItems.list answer as before', async () => {
+    assert.deepEqual(plain(await client.responses.retrieve(t[2].id)), plain(t[2]));
+    const page = await client.responses.inputItems.list(t[2].id);
+    assert.deepEqual(page.data.map((i) => i.content[0].text), [TURNS[2]]);
+  });
+  await check('after a restart: a continued turn finds the earlier turns cached on disk, and is the conversation sent whole', async () => {
+    const before = await metric('gpt2d_kv_hit_tokens_total{tier="disk"}');
+    const next = await client.responses.create({
+      model: MODEL, previous_response_id: t[2].id, input: 'The end?', seed: 24, ...STORY,
+    });
+    assert.ok(cached(next) >= t[2].usage.input_tokens, JSON.stringify(next.usage));
+    assert.ok(await metric('gpt2d_kv_hit_tokens_total{tier="disk"}') >= before + t[2].usage.input_tokens);
+    const whole = await client.responses.create({
+      model: MODEL, seed: 24, ...STORY, cache_salt: freshSalt(),
+      input: [{ role: 'user', content: TURNS[0] }, t[0].output[0],
+        { role: 'user', content: TURNS[1] }, t[1].output[0],
+        { role: 'user', content: TURNS[2] }, t[2].output[0],
+        { role: 'user', content: 'The end?' }],
+    });
+    assert.equal(cached(whole), 0);
+    assert.equal(whole.usage.input_tokens, next.usage.input_tokens);
+    assert.equal(whole.output_text, next.output_text);
+  });
+}
+
 async function main() {
   const MODEL = await model();
+  if (PHASE === 'restarted') {
+    await restartedChecks(MODEL);
+    console.log(passed + ' passed, ' + failed + ' failed');
+    process.exitCode = failed === 0 && passed > 0 ? 0 : 1;
+    return;
+  }
   const ask = { model: MODEL, instructions: 'Be brief.', input: 'Hello there' };
   const asChat = {
     model: MODEL,
@@ -246,7 +470,8 @@ async function main() {
       [{ reasoning: { effort: 'low' } }, 'reasoning'],
       [{ background: true }, 'background'],
       [{ previous_response_id: 'resp_0' }, 'previous_response_id'],
-      [{ truncation: 'auto' }, 'truncation'],
+      [{ previous_response_id: 'resp_0', session_id: 's' }, 'session_id'],
+      [{ truncation: 'middle' }, 'truncation'],
       [{ include: ['message.output_text.logprobs'] }, 'include[0]'],
       [{ tools: [{ ...WEATHER, name: 'a b' }] }, 'tools[0].name'],
       [{ max_output_tokens: 2000 }, 'max_output_tokens'],
@@ -263,6 +488,9 @@ async function main() {
         });
     }
   });
+
+  const turns = await storedChecks(MODEL);
+  if (turns !== null) fs.writeFileSync(STATE, JSON.stringify(turns.map(plain)));
 
   console.log(passed + ' passed, ' + failed + ' failed');
   process.exitCode = failed === 0 && passed > 0 ? 0 : 1;

@@ -2,7 +2,10 @@
 # test_sdk_responses.sh — POST /v1/responses through the official OpenAI
 # Node SDK (tests/integration/sdk_responses_test.js), against a real gpt2d
 # on 127.0.0.1 serving a tiny-shaped model with a 1024-token context (room
-# for tool descriptions and JSON answers).
+# for tool descriptions and JSON answers), two API keys, stored responses
+# under --responses-dir and the KV cache's disk tier.  The suite runs, the
+# daemon is stopped (SIGTERM) and started again on the same directories,
+# and the suite's second phase continues the first's conversation.
 #
 # Exit 77 (skipped) when Node.js, the SDK fixture (tests/data/fetch-openai-sdk.sh),
 # numpy or the tokenizer is missing.  Ends with the line "N passed, N failed".
@@ -34,11 +37,24 @@ model=$work/tiny-ctx1024
 "$python" "$srcdir/tests/reference/make_model.py" "$model" --vocab-dir "$data/tokenizer" \
     --n-layer 2 --n-head 4 --n-embd 64 --n-ctx 1024 --seed 33 >/dev/null
 
-gpt2d_start "$work/gpt2d.log" "$work/port" "$model" --slots 4 --threads 2
-gpt2d_up
+key=sk-sdk-responses other=sk-sdk-responses-other
+printf '%s name=sdk\n%s name=other\n' "$key" "$other" >"$work/keys"
+start_gpt2d() {
+    gpt2d_start "$work/gpt2d.log" "$work/port" "$model" --slots 4 --threads 2 \
+        --api-key-file "$work/keys" --responses-dir "$work/responses" \
+        --kv-cache-dir "$work/kv"
+    gpt2d_up
+}
+suite() {
+    GPT2D_SDK_DIR=$sdk GPT2D_BASE_URL=http://127.0.0.1:$port GPT2D_API_KEY_FOR_TEST=$key \
+        GPT2D_OTHER_KEY_FOR_TEST=$other GPT2D_PHASE=$1 GPT2D_STATE_FILE=$work/state.json \
+        node_suite 300 sdk_responses_test.js
+}
 
-GPT2D_SDK_DIR=$sdk GPT2D_BASE_URL=http://127.0.0.1:$port \
-    node_suite 300 sdk_responses_test.js
-
+start_gpt2d
+suite first
+gpt2d_stop_clean
+start_gpt2d
+suite restarted
 gpt2d_stop_clean
 finish

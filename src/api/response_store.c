@@ -1,0 +1,458 @@
+/* response_store.c — stored responses, per account, bounded (see
+ * response_store.h). */
+#include "config.h"
+
+#include "api/response_store.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/fd_io.h"
+#include "core/hex.h"
+#include "core/log.h"
+#include "kv/kvdir.h"
+
+#define ID_MAX 32
+#define PREFIX "resp_"
+#define PREFIX_LEN 5
+#define HEX_DIGITS 24
+
+typedef struct entry {
+    char id[ID_MAX];
+    uint8_t owner[SHA256_BYTES];
+    int64_t used_ns; /* wall clock: a file's mtime carries it over */
+    json_t *record;  /* memory alone: the record; on disk: NULL */
+} entry;
+
+struct response_store {
+    char dir[4096]; /* "" in memory alone */
+    size_t per_key, total;
+    pthread_mutex_t lock;
+    entry *e; /* n in use of cap */
+    size_t n, cap;
+    int64_t last_ns; /* the latest use stamped */
+};
+
+/* Now, as a use's time (under the lock): later than every earlier use, so
+ * two uses are never tied. */
+static int64_t stamp(response_store *s)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_REALTIME, &t);
+    int64_t ns = (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+    if (ns <= s->last_ns)
+        ns = s->last_ns + 1;
+    s->last_ns = ns;
+    return ns;
+}
+
+/* "resp_" and 24 lower-case hex digits: the ids the daemon makes, so a
+ * file name made of one never leaves the directory. */
+static bool valid_id(const char *id)
+{
+    if (strncmp(id, PREFIX, PREFIX_LEN) != 0 ||
+        strlen(id) != PREFIX_LEN + HEX_DIGITS)
+        return false;
+    for (const char *p = id + PREFIX_LEN; *p != '\0'; p++)
+        if (!((*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'f')))
+            return false;
+    return true;
+}
+
+static void path_of(const response_store *s, const char *id, const char *suffix,
+                    char *out, size_t cap)
+{
+    snprintf(out, cap, "%s/%.31s%.15s", s->dir, id, suffix);
+}
+
+static bool on_disk(const response_store *s)
+{
+    return s->dir[0] != '\0';
+}
+
+/* ---- the table (under the lock) ---- */
+
+static entry *find(response_store *s, const uint8_t *owner, const char *id)
+{
+    for (size_t i = 0; i < s->n; i++)
+        if (strcmp(s->e[i].id, id) == 0 &&
+            memcmp(s->e[i].owner, owner, SHA256_BYTES) == 0)
+            return &s->e[i];
+    return NULL;
+}
+
+/* Takes entry i out; its record (memory alone) is the caller's. */
+static entry take(response_store *s, size_t i)
+{
+    entry out = s->e[i];
+    s->e[i] = s->e[--s->n];
+    return out;
+}
+
+/* The least recently used entry of `owner` (NULL: any owner's), or n. */
+static size_t lru_of(const response_store *s, const uint8_t *owner)
+{
+    size_t best = s->n;
+    for (size_t i = 0; i < s->n; i++)
+        if ((owner == NULL ||
+             memcmp(s->e[i].owner, owner, SHA256_BYTES) == 0) &&
+            (best == s->n || s->e[i].used_ns < s->e[best].used_ns))
+            best = i;
+    return best;
+}
+
+static size_t count_of(const response_store *s, const uint8_t *owner)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < s->n; i++)
+        k += memcmp(s->e[i].owner, owner, SHA256_BYTES) == 0;
+    return k;
+}
+
+/* The owner with the most records (ties: the one whose least recently
+ * used record is older).  Quadratic in the owners, not the records: each
+ * owner is counted once, at its first record. */
+static const uint8_t *largest_owner(const response_store *s)
+{
+    const uint8_t *best = NULL;
+    size_t best_n = 0;
+    int64_t best_lru = 0;
+    for (size_t i = 0; i < s->n; i++) {
+        bool first = true;
+        for (size_t j = 0; j < i && first; j++)
+            first = memcmp(s->e[j].owner, s->e[i].owner, SHA256_BYTES) != 0;
+        if (!first)
+            continue;
+        size_t k = count_of(s, s->e[i].owner);
+        int64_t lru = s->e[lru_of(s, s->e[i].owner)].used_ns;
+        if (best == NULL || k > best_n || (k == best_n && lru < best_lru)) {
+            best = s->e[i].owner;
+            best_n = k;
+            best_lru = lru;
+        }
+    }
+    return best;
+}
+
+/* The entry the bounds give up for a new record of `owner`, taken out of
+ * the table into *out; false when there is room. */
+static bool evict_one(response_store *s, const uint8_t *owner, entry *out)
+{
+    size_t i = s->n;
+    if (count_of(s, owner) >= s->per_key)
+        i = lru_of(s, owner);
+    else if (s->n >= s->total)
+        i = lru_of(s, largest_owner(s));
+    if (i >= s->n)
+        return false;
+    *out = take(s, i);
+    return true;
+}
+
+/* ---- the disk ---- */
+
+static int write_record(const response_store *s, const char *id,
+                        const char *text, gpt2d_error *err)
+{
+    char tmp[4200];
+    path_of(s, id, ".json.tmp", tmp, sizeof tmp);
+    int fd = kvdir_create(tmp);
+    if (fd < 0)
+        return error_set(err, "%s: %s", tmp, strerror(errno));
+    if (!fd_write_all(fd, text, strlen(text)) || fdatasync(fd) != 0) {
+        int e = errno;
+        close(fd);
+        unlink(tmp);
+        return error_set(err, "%s: %s", tmp, strerror(e));
+    }
+    if (close(fd) != 0) {
+        unlink(tmp);
+        return error_set(err, "%s: %s", tmp, strerror(errno));
+    }
+    return 0;
+}
+
+static void forget_file(const response_store *s, const char *id)
+{
+    char path[4200];
+    path_of(s, id, ".json", path, sizeof path);
+    unlink(path);
+}
+
+static void touch(const response_store *s, const char *id, int64_t ns)
+{
+    char path[4200];
+    path_of(s, id, ".json", path, sizeof path);
+    const struct timespec t[2] = { { .tv_sec = 0, .tv_nsec = UTIME_OMIT },
+                                   { .tv_sec = (time_t)(ns / 1000000000),
+                                     .tv_nsec = ns % 1000000000 } };
+    utimensat(AT_FDCWD, path, t, AT_SYMLINK_NOFOLLOW);
+}
+
+static json_t *read_record(const response_store *s, const char *id)
+{
+    char path[4200];
+    path_of(s, id, ".json", path, sizeof path);
+    int fd = kvdir_open_read(path);
+    if (fd < 0)
+        return NULL;
+    FILE *f = fdopen(fd, "r");
+    if (f == NULL) {
+        close(fd);
+        return NULL;
+    }
+    json_t *o = json_loadf(f, JSON_REJECT_DUPLICATES, NULL);
+    fclose(f);
+    return o;
+}
+
+static int grow(response_store *s)
+{
+    if (s->n < s->cap)
+        return 0;
+    size_t cap = s->cap > 0 ? 2 * s->cap : 64;
+    entry *e = realloc(s->e, cap * sizeof *e);
+    if (e == NULL)
+        return -1;
+    s->e = e;
+    s->cap = cap;
+    return 0;
+}
+
+/* The records already in the directory; a name that is not a record's is
+ * left alone, a torn write deleted, an unreadable record skipped (logged). */
+static int scan(response_store *s, gpt2d_error *err)
+{
+    DIR *d = opendir(s->dir);
+    if (d == NULL)
+        return error_set(err, "--responses-dir %s: %s", s->dir,
+                         strerror(errno));
+    struct dirent *ent;
+    int rc = 0;
+    while (rc == 0 && (ent = readdir(d)) != NULL) {
+        const char *name = ent->d_name;
+        size_t len = strlen(name);
+        if (len > 9 && strcmp(name + len - 9, ".json.tmp") == 0) {
+            unlinkat(dirfd(d), name, 0);
+            continue;
+        }
+        char id[ID_MAX];
+        if (len <= 5 || strcmp(name + len - 5, ".json") != 0 ||
+            len - 5 >= sizeof id)
+            continue;
+        memcpy(id, name, len - 5);
+        id[len - 5] = '\0';
+        if (!valid_id(id))
+            continue;
+        struct stat st;
+        json_t *o = read_record(s, id);
+        const char *owner = json_string_value(json_object_get(o, "owner"));
+        uint8_t digest[SHA256_BYTES];
+        if (o == NULL || owner == NULL ||
+            !hex_decode(owner, digest, SHA256_BYTES) ||
+            fstatat(dirfd(d), name, &st, AT_SYMLINK_NOFOLLOW) != 0) {
+            log_warn("--responses-dir: %s/%s is not a stored response: "
+                     "skipped",
+                     s->dir, name);
+            json_decref(o);
+            continue;
+        }
+        json_decref(o);
+        if (grow(s) != 0) {
+            rc = error_set(err, "out of memory");
+            break;
+        }
+        entry *e = &s->e[s->n++];
+        memset(e, 0, sizeof *e);
+        snprintf(e->id, sizeof e->id, "%s", id);
+        memcpy(e->owner, digest, SHA256_BYTES);
+        e->used_ns = (int64_t)st.st_mtim.tv_sec * 1000000000 +
+                     st.st_mtim.tv_nsec;
+        if (e->used_ns > s->last_ns)
+            s->last_ns = e->used_ns;
+    }
+    closedir(d);
+    return rc;
+}
+
+/* ---- the interface ---- */
+
+int response_store_open(response_store **out, const char *dir, size_t per_key,
+                        size_t total, gpt2d_error *err)
+{
+    *out = NULL;
+    response_store *s = calloc(1, sizeof *s);
+    if (s == NULL)
+        return error_set(err, "out of memory");
+    s->per_key = per_key > 0 ? per_key : 1;
+    s->total = total > 0 ? total : 1;
+    pthread_mutex_init(&s->lock, NULL);
+    if (dir != NULL) {
+        if (strlen(dir) >= sizeof s->dir - 64) {
+            response_store_close(s);
+            return error_set(err, "--responses-dir: the path is too long");
+        }
+        snprintf(s->dir, sizeof s->dir, "%s", dir);
+        if (kvdir_check(dir, err) != 0 || scan(s, err) != 0) {
+            response_store_close(s);
+            return -1;
+        }
+        /* bounds lowered since the records were made: the same rule */
+        entry gone;
+        while (s->n > s->total) {
+            gone = take(s, lru_of(s, largest_owner(s)));
+            forget_file(s, gone.id);
+        }
+        for (size_t i = 0; i < s->n;) {
+            if (count_of(s, s->e[i].owner) > s->per_key) {
+                gone = take(s, lru_of(s, s->e[i].owner));
+                forget_file(s, gone.id);
+                i = 0;
+            } else {
+                i++;
+            }
+        }
+    }
+    *out = s;
+    return 0;
+}
+
+void response_store_close(response_store *s)
+{
+    if (s == NULL)
+        return;
+    for (size_t i = 0; i < s->n; i++)
+        json_decref(s->e[i].record);
+    free(s->e);
+    pthread_mutex_destroy(&s->lock);
+    free(s);
+}
+
+int response_store_put(response_store *s, const uint8_t *owner, const char *id,
+                       json_t *record, gpt2d_error *err)
+{
+    if (!valid_id(id))
+        return error_set(err, "%s is not a response id", id);
+    char hex[2 * SHA256_BYTES + 1];
+    hex_encode(owner, SHA256_BYTES, hex);
+    json_t *copy = json_deep_copy(record);
+    if (copy == NULL ||
+        json_object_set_new(copy, "owner", json_string(hex)) != 0) {
+        json_decref(copy);
+        return error_set(err, "out of memory");
+    }
+    if (on_disk(s)) {
+        char *text = json_dumps(copy, JSON_COMPACT);
+        json_decref(copy);
+        copy = NULL;
+        int rc = text != NULL ? write_record(s, id, text, err)
+                              : error_set(err, "out of memory");
+        free(text);
+        if (rc != 0)
+            return -1;
+    }
+    pthread_mutex_lock(&s->lock);
+    int rc = 0;
+    if (grow(s) != 0) {
+        rc = error_set(err, "out of memory");
+    } else if (on_disk(s)) {
+        char tmp[4200], path[4200];
+        path_of(s, id, ".json.tmp", tmp, sizeof tmp);
+        path_of(s, id, ".json", path, sizeof path);
+        if (rename(tmp, path) != 0)
+            rc = error_set(err, "%s: %s", path, strerror(errno));
+    }
+    if (rc != 0) {
+        pthread_mutex_unlock(&s->lock);
+        json_decref(copy);
+        if (on_disk(s)) {
+            char tmp[4200];
+            path_of(s, id, ".json.tmp", tmp, sizeof tmp);
+            unlink(tmp);
+        }
+        return -1;
+    }
+    /* at most two leave: one per bound */
+    entry gone[2];
+    size_t n_gone = 0;
+    while (n_gone < 2 && evict_one(s, owner, &gone[n_gone]))
+        n_gone++;
+    entry *e = &s->e[s->n++];
+    memset(e, 0, sizeof *e);
+    snprintf(e->id, sizeof e->id, "%s", id);
+    memcpy(e->owner, owner, SHA256_BYTES);
+    e->used_ns = stamp(s);
+    e->record = copy;
+    if (on_disk(s))
+        touch(s, id, e->used_ns);
+    pthread_mutex_unlock(&s->lock);
+    for (size_t i = 0; i < n_gone; i++) {
+        json_decref(gone[i].record);
+        if (on_disk(s))
+            forget_file(s, gone[i].id);
+    }
+    return 0;
+}
+
+json_t *response_store_get(response_store *s, const uint8_t *owner,
+                           const char *id)
+{
+    pthread_mutex_lock(&s->lock);
+    entry *e = find(s, owner, id);
+    json_t *record = NULL;
+    char name[ID_MAX] = "";
+    int64_t ns = 0;
+    if (e != NULL) {
+        e->used_ns = ns = stamp(s);
+        /* a copy: the caller may change what it is given */
+        record = e->record != NULL ? json_deep_copy(e->record) : NULL;
+        snprintf(name, sizeof name, "%s", e->id);
+    }
+    pthread_mutex_unlock(&s->lock);
+    if (e == NULL || !on_disk(s))
+        return record;
+    /* read outside the lock: a record forgotten meanwhile reads as gone */
+    record = read_record(s, name);
+    const char *o = json_string_value(json_object_get(record, "owner"));
+    uint8_t digest[SHA256_BYTES];
+    if (o == NULL || !hex_decode(o, digest, SHA256_BYTES) ||
+        memcmp(digest, owner, SHA256_BYTES) != 0) {
+        json_decref(record);
+        return NULL;
+    }
+    touch(s, name, ns);
+    return record;
+}
+
+bool response_store_delete(response_store *s, const uint8_t *owner,
+                           const char *id)
+{
+    pthread_mutex_lock(&s->lock);
+    entry *e = find(s, owner, id);
+    entry gone = { 0 };
+    if (e != NULL)
+        gone = take(s, (size_t)(e - s->e));
+    pthread_mutex_unlock(&s->lock);
+    if (e == NULL)
+        return false;
+    json_decref(gone.record);
+    if (on_disk(s))
+        forget_file(s, gone.id);
+    return true;
+}
+
+size_t response_store_count(response_store *s)
+{
+    pthread_mutex_lock(&s->lock);
+    size_t n = s->n;
+    pthread_mutex_unlock(&s->lock);
+    return n;
+}
