@@ -29,7 +29,7 @@ python=${PYTHON:-/usr/bin/python3}
 
 BUILD_PACKAGES=(build-essential autoconf automake libtool pkg-config
                 libmicrohttpd-dev libjansson-dev libopenblas-dev libsystemd-dev)
-TEST_PACKAGES=(check python3 python3-numpy python3-jsonschema fortunes curl ca-certificates chromium chromium-driver nginx systemd groff-base)
+TEST_PACKAGES=(check python3 python3-numpy python3-jsonschema fortunes curl ca-certificates chromium chromium-driver nginx prometheus systemd groff-base)
 
 as_root() { if [[ $(id -u) -eq 0 ]]; then "$@"; else sudo "$@"; fi; }
 
@@ -47,12 +47,15 @@ install_packages() {
     echo "Installing: ${missing[*]}"
     as_root apt-get update -qq
     as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
-    # nginx is here only for the scale-out test, which runs its own instance:
-    # don't leave the system's nginx service listening on port 80.
-    if [[ " ${missing[*]} " == *" nginx "* && -d /run/systemd/system ]]; then
-        echo "Stopping and disabling the nginx service the package started (the tests run their own)."
-        as_root systemctl disable --now nginx >/dev/null 2>&1 || true
-    fi
+    # nginx and prometheus are here only for the scale-out and dashboard
+    # tests, which run their own instances: don't leave the system's
+    # services listening (nginx on port 80, prometheus on 9090).
+    for service in nginx prometheus; do
+        if [[ " ${missing[*]} " == *" $service "* && -d /run/systemd/system ]]; then
+            echo "Stopping and disabling the $service service the package started (the tests run their own)."
+            as_root systemctl disable --now "$service" >/dev/null 2>&1 || true
+        fi
+    done
 }
 
 build() {

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "api/api_body.h"
+#include "api/response_store.h"
 #include "core/metrics.h"
 #include "fleet/model_counters.h"
 
@@ -128,6 +129,10 @@ void api_metrics(const api_ctx *ctx, api_response *r)
         .response_memory = ws.memory_used,
         .response_memory_max = ws.memory,
         .inspect_memory = inspect_memory(),
+        .start_time = (int64_t)ctx->started,
+        .responses_stored = ctx->responses != NULL
+                                ? response_store_count(ctx->responses)
+                                : 0,
     };
     fleet_model_info *info;
     served_model **loaded;

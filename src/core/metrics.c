@@ -558,8 +558,10 @@ static void render_keys(FILE *f)
     render_header(f, "gpt2d_key_pauses_total", "counter",
                   "Times a sequence of the key's was paused for another "
                   "key's (preempted), by API key name.");
+    /* from a key's first request on, zero included: a rate() then counts
+     * the first pause too */
     for (size_t i = 0; i < n; i++)
-        if (counter_get(&key_table[i].pauses) > 0)
+        if (counter_get(&key_table[i].requests) > 0)
             fprintf(f, "gpt2d_key_pauses_total{key=\"%s\"} %ju\n",
                     key_table[i].name,
                     (uintmax_t)counter_get(&key_table[i].pauses));
@@ -567,7 +569,7 @@ static void render_keys(FILE *f)
                   "Time the key's sequences stood paused before they resumed, "
                   "by API key name.");
     for (size_t i = 0; i < n; i++)
-        if (counter_get(&key_table[i].pauses) > 0)
+        if (counter_get(&key_table[i].requests) > 0)
             fprintf(f, "gpt2d_key_paused_seconds_total{key=\"%s\"} %.6f\n",
                     key_table[i].name,
                     (double)counter_get(&key_table[i].paused_ns) * 1e-9);
@@ -669,6 +671,16 @@ static void render_gauges(FILE *f, const metrics_gauges *st)
 {
     if (st == NULL)
         return;
+    if (st->start_time > 0) {
+        /* a restart (systemd's watchdog, a crash) shows as a change */
+        render_header(f, "gpt2d_start_time_seconds", "gauge",
+                      "When the daemon started, in Unix seconds.");
+        fprintf(f, "gpt2d_start_time_seconds %jd\n", (intmax_t)st->start_time);
+    }
+    render_gauge(f, "gpt2d_responses_stored",
+                 "Stored responses of the Responses API (store), every "
+                 "key's.",
+                 st->responses_stored);
     render_gauge(f, "gpt2d_queue_depth", "Requests waiting for the engine.",
                  st->queue_depth);
     render_gauge(f, "gpt2d_sequences_running",

@@ -134,6 +134,8 @@ typedef struct metrics_model {
 /* Every engine series below is the sum over the loaded models: a KV
  * counter of a model goes with it when it unloads. */
 typedef struct metrics_gauges {
+    int64_t start_time; /* Unix seconds the daemon started (0: not shown) */
+    size_t responses_stored; /* the Responses API's stored responses */
     size_t queue_depth;
     size_t running; /* sequences holding a slot */
     size_t paused;  /* sequences waiting for a slot again */
