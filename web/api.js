@@ -51,6 +51,13 @@ async function send(url, init) {
   }
 }
 
+/** GET a text endpoint (/metrics). */
+export async function getText(url, apiKey) {
+  const resp = await send(url, { headers: headers(apiKey, false), cache: "no-store" });
+  if (!resp.ok) throw await errorFrom(resp);
+  return resp.text();
+}
+
 /** GET a JSON endpoint. */
 export async function getJSON(url, apiKey) {
   const resp = await send(url, { headers: headers(apiKey, false), cache: "no-store" });

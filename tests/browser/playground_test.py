@@ -164,7 +164,8 @@ def test_static_files_have_correct_types(ctx):
             "/constraint.js": "text/javascript",
             "/tokens.js": "text/javascript", "/style.css": "text/css",
             "/inside.js": "text/javascript", "/inside.css": "text/css",
-            "/favicon.svg": "image/svg+xml"}
+            "/server.html": "text/html", "/server.js": "text/javascript",
+            "/server.css": "text/css", "/favicon.svg": "image/svg+xml"}
     for path, ctype in want.items():
         status, headers, body = srv.request("GET", path, auth=False)
         assert status == 200, "%s: %d" % (path, status)
@@ -1003,6 +1004,101 @@ def test_narrow_screen_has_no_sideways_scroll(ctx):
     b.set_window(1280, 1000)
 
 
+# ---- the Server page ----
+
+def readings(b):
+    return int(b.js("return Number(document.body.dataset.readings || 0)"))
+
+
+def chart_value(b, chart, series):
+    return b.js("const v = document.querySelector("
+                "'[data-chart=\"' + arguments[0] + '\"] [data-series=\"'"
+                " + arguments[1] + '\"]'); return v ? v.textContent : null",
+                chart, series)
+
+
+def test_server_page_draws_the_metrics_and_follows_the_load(ctx):
+    """Server (server.html) reads /metrics with the playground's key every
+    2 s: its charts follow a load the test makes, and agree with /metrics."""
+    b = ctx["browser"]
+    b.go(ctx["base"] + "server.html")
+    b.wait("the page title", lambda: b.js("return document.title") ==
+           "gpt2d server")
+    b.wait("a reading", lambda: readings(b) >= 1)
+    assert b.text("#server-text").startswith(ctx["model_id"]), \
+        b.text("#server-text")
+    charts = b.js("return [...document.querySelectorAll('.chart')].map(c => "
+                  "[c.dataset.chart, c.querySelectorAll('polyline').length,"
+                  " c.querySelector('svg').getAttribute('aria-label')])")
+    assert [c[0] for c in charts] == ["tokens", "requests", "ttft", "gap",
+                                      "blocks", "bytes", "hits"], charts
+    assert all(n >= 2 and "last two minutes: now " in label
+               for _, n, label in charts), charts
+    slots = ctx["server"].metric("gpt2d_slots_total")
+    b.wait("the slots", lambda: chart_value(b, "requests", "slots") ==
+           str(int(slots)))
+    # a load: generated tokens a second and first-token times appear
+    seen = readings(b)
+    for i in range(4):
+        status, _, body = ctx["server"].request("POST", "/v1/completions", {
+            "prompt": "Load %d" % i, "max_tokens": 24, "seed": i,
+            "logit_bias": {"50256": -100}})
+        assert status == 200, body
+    b.wait("a reading after the load", lambda: readings(b) >= seen + 1)
+    b.wait("generated tokens a second", lambda: float(
+        chart_value(b, "tokens", "generated") or 0) > 0, 10)
+    assert re.match(r"^\d+ ms$|^\d+\.\d\d s$",
+                    chart_value(b, "ttft", "p50")), chart_value(b, "ttft", "p50")
+    row = b.js("const r = document.querySelector('#keys tr[data-key=\"playground\"]');"
+               "return r ? [...r.cells].map(c => c.textContent) : null")
+    assert row is not None and row[3] == "0", row
+    # the key itself is nowhere on the page
+    assert ctx["key"] not in b.js("return document.body.innerText")
+
+
+def test_server_page_shows_a_keys_refusals(ctx):
+    """A key that spends its token budget gets 429s: the keys table shows
+    them by reason, and the row stands out."""
+    b = ctx["browser"]
+    tight = Server(ctx["base"], ctx["tight_key"])
+    codes = [tight.request("POST", "/v1/completions",
+                           {"prompt": "Tight", "max_tokens": 12})[0]
+             for _ in range(6)]
+    assert 429 in codes, codes
+    b.wait("the refusal in the keys table", lambda: b.js(
+        "const r = document.querySelector('#keys tr[data-key=\"tight\"]');"
+        "return r && r.classList.contains('refused') && "
+        "r.querySelector('.refusals').textContent.startsWith('token_budget ')"),
+        10)
+    shown = b.js("return document.querySelector('#keys tr[data-key=\"tight\"]"
+                 " .refusals').textContent")
+    want = ctx["server"].metric('gpt2d_key_refused_total{key="tight",'
+                                'reason="token_budget"}')
+    assert shown == "token_budget %d" % want, (shown, want)
+    assert ctx["tight_key"] not in b.js("return document.body.innerText")
+
+
+def test_server_page_pauses_by_keyboard_and_fits_a_narrow_screen(ctx):
+    b = ctx["browser"]
+    b.js("document.getElementById('pause').focus()")
+    b.keys("\ue007")                                    # Enter
+    assert b.js("return document.getElementById('pause')"
+                ".getAttribute('aria-pressed')") == "true"
+    n = readings(b)
+    time.sleep(4.5)
+    assert readings(b) == n, "readings went on while paused"
+    b.keys("\ue007")
+    b.wait("readings again", lambda: readings(b) > n, 10)
+    b.set_window(375, 900)
+    b.wait("the narrow layout", lambda: b.js("return window.innerWidth") <= 400)
+    overflow = b.js("return document.documentElement.scrollWidth - window.innerWidth")
+    assert overflow <= 0, "the page is %dpx wider than the screen" % overflow
+    b.screenshot(os.path.join(ctx["out"], "server-narrow.png"))
+    b.set_window(1280, 1000)
+    b.screenshot(os.path.join(ctx["out"], "server.png"))
+    b.go(ctx["base"])                                   # back to the playground
+
+
 def test_no_console_errors(ctx):
     """No script error and no Content-Security-Policy violation all along."""
     entries = ctx["browser"].console()
@@ -1045,6 +1141,9 @@ TESTS = [
     test_inside_view_fits_a_narrow_screen,
     test_screenshot_of_a_scored_completion,
     test_narrow_screen_has_no_sideways_scroll,
+    test_server_page_draws_the_metrics_and_follows_the_load,
+    test_server_page_shows_a_keys_refusals,
+    test_server_page_pauses_by_keyboard_and_fits_a_narrow_screen,
     test_no_console_errors,
 ]
 
@@ -1053,6 +1152,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--base", required=True)
     ap.add_argument("--api-key", required=True)
+    ap.add_argument("--tight-key", required=True,
+                    help="a key with a small token budget (name=tight)")
     ap.add_argument("--out", required=True)
     ap.add_argument("--long-tokens", type=int, default=900)
     add_browser_arguments(ap)
@@ -1075,7 +1176,8 @@ def main():
     model_id = json.loads(body)["data"][0]["id"] if status == 200 else "?"
 
     ctx = {"server": server, "base": a.base,
-           "key": a.api_key, "out": a.out, "model_id": model_id,
+           "key": a.api_key, "tight_key": a.tight_key, "out": a.out,
+           "model_id": model_id,
            "prompt": "The quick brown fox jumps over",
            "long_tokens": a.long_tokens}
     return run_browser_tests(TESTS, ctx, a.select, a.chromium, a.chromedriver,

@@ -52,11 +52,15 @@ fi
 make_workdir browser
 
 key="pg-test-$RANDOM$RANDOM"
+# A second key with a small token budget: the Server page shows its 429s.
+tight="pg-tight-$RANDOM$RANDOM"
+printf '%s name=playground\n%s name=tight tokens-per-minute=40\n' "$key" "$tight" >"$work/keys"
 # Steps of at least 2 ms (test instrumentation): the Stop test's long
 # generation outlasts the click on a machine of any speed.
-GPT2D_API_KEY=$key GPT2D_TEST_MIN_STEP_US=2000 \
+GPT2D_TEST_MIN_STEP_US=2000 \
     gpt2d_start "$out/gpt2d.log" "$work/port" "$model" \
-    --model "second=$data/models/tiny" --web-root "$srcdir/web" --slots 2 --threads 2
+    --model "second=$data/models/tiny" --web-root "$srcdir/web" --slots 2 --threads 2 \
+    --api-key-file "$work/keys"
 server_pid=$gpt2d_pid
 
 if ! port=$(gpt2d_wait "$server_pid" "$work/port" 30); then
@@ -68,7 +72,7 @@ base="http://127.0.0.1:$port/"
 
 rc=0
 timeout 300 "$python" "$srcdir/tests/browser/playground_test.py" \
-    --base "$base" --api-key "$key" --out "$out" \
+    --base "$base" --api-key "$key" --tight-key "$tight" --out "$out" \
     --chromium "$chromium" --chromedriver "$chromedriver" "$@" || rc=$?
 
 # A clean stop after all that: SIGTERM, exit 0, promptly.
