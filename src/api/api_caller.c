@@ -27,6 +27,7 @@ static void account(api_caller *who, const char *label, const void *data,
     memset(who, 0, sizeof *who);
     principal(who, label, data, len);
     memcpy(who->account, who->principal, SHA256_BYTES);
+    memcpy(who->owner, who->principal, SHA256_BYTES);
 }
 
 void api_caller_of_key(api_caller *who, const char *key, size_t len)

@@ -34,6 +34,10 @@ typedef struct api_caller {
      * address, even when the cache is global.  The per-key account id:
      * the same key gives the same account after a reload or restart. */
     uint8_t account[SHA256_BYTES];
+    /* Whose stored responses it reads and makes: the key, or the address
+     * itself (not its network, and not everyone's even when the cache
+     * is global): what is stored is one caller's own. */
+    uint8_t owner[SHA256_BYTES];
     api_limits limits;
     size_t metrics_key; /* its series in /metrics (metrics_key_id):
                                  * the key's name, or 0, "-" */

@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "api/response_store.h"
+#include "core/log.h"
 #include "api/responses_answer.h"
 #include "api/responses_keep.h"
 #include "api/responses_request.h"
@@ -28,13 +29,38 @@
 
 #define NOT_FOUND_CODE "previous_response_not_found"
 
-/* `caller`'s stored response `id` (a copy), or NULL. */
+/* Whether a record has the shape responses_keep.c writes (a file on
+ * disk may have been damaged): the Response, a conversation, and input
+ * items that each have an id. */
+static bool record_whole(json_t *r)
+{
+    json_t *items = json_object_get(r, "input_items");
+    if (!json_is_object(json_object_get(r, "response")) ||
+        !json_is_array(
+            json_object_get(json_object_get(r, "response"), "output")) ||
+        !json_is_array(json_object_get(r, "conversation")) ||
+        !json_is_array(items))
+        return false;
+    for (size_t i = 0; i < json_array_size(items); i++)
+        if (!json_is_string(json_object_get(json_array_get(items, i), "id")))
+            return false;
+    return true;
+}
+
+/* `caller`'s stored response `id` (a copy), or NULL (also when its record
+ * is damaged: logged). */
 static json_t *stored(const api_ctx *ctx, const api_caller *caller,
                       const char *id)
 {
-    return ctx->responses != NULL
-               ? response_store_get(ctx->responses, caller->account, id)
-               : NULL;
+    json_t *r = ctx->responses != NULL
+                    ? response_store_get(ctx->responses, caller->owner, id)
+                    : NULL;
+    if (r != NULL && !record_whole(r)) {
+        log_warn("responses: the record of %.64s is damaged: not used", id);
+        json_decref(r);
+        r = NULL;
+    }
+    return r;
 }
 
 /* The previous response a body continues (a copy; NULL with *id NULL when
@@ -120,8 +146,8 @@ static void list_items(json_t *items, const api_query *q, api_response *r)
     const char *v = q->value(q->arg, "limit");
     if (v != NULL) {
         char *end = NULL;
-        limit = strtol(v, &end, 10);
-        if (end == v || *end != '\0' || limit < 1 || limit > 100) {
+        limit = v[0] >= '0' && v[0] <= '9' ? strtol(v, &end, 10) : 0;
+        if (end == NULL || *end != '\0' || limit < 1 || limit > 100) {
             bad_query(r, "limit", "limit must be an integer from 1 to 100");
             return;
         }
@@ -199,8 +225,19 @@ void api_response_stored(const api_ctx *ctx, const api_caller *who,
     memcpy(id, rest, len);
     id[len] = '\0';
     if (strcmp(method, "DELETE") == 0) {
-        if (ctx->responses == NULL ||
-            !response_store_delete(ctx->responses, who->account, id)) {
+        const int rc = ctx->responses != NULL
+                           ? response_store_delete(ctx->responses, who->owner,
+                                                   id)
+                           : -1;
+        if (rc == -2) {
+            api_error e;
+            api_error_set(&e, 500, NULL,
+                          "the response could not be deleted from the "
+                          "disk; it is still kept (the log says why)");
+            api_response_error(r, &e);
+            return;
+        }
+        if (rc != 0) {
             not_found(r, id);
             return;
         }

@@ -24,6 +24,10 @@
 #define PREFIX "resp_"
 #define PREFIX_LEN 5
 #define HEX_DIGITS 24
+/* A record holds one conversation: about a context of text (and one
+ * request's input, at most --max-body); a file larger than this is not
+ * one of ours. */
+#define RECORD_MAX_BYTES ((off_t)64 << 20)
 
 typedef struct entry {
     char id[ID_MAX];
@@ -117,28 +121,64 @@ static size_t count_of(const response_store *s, const uint8_t *owner)
     return k;
 }
 
-/* The owner with the most records (ties: the one whose least recently
- * used record is older).  Quadratic in the owners, not the records: each
- * owner is counted once, at its first record. */
-static const uint8_t *largest_owner(const response_store *s)
+/* The table's entries ordered by owner, then least recently used first:
+ * each owner's records in one run. */
+typedef struct by_owner {
+    const uint8_t *owner;
+    int64_t used_ns;
+    size_t index;
+} by_owner;
+
+static int by_owner_cmp(const void *a, const void *b)
 {
-    const uint8_t *best = NULL;
-    size_t best_n = 0;
-    int64_t best_lru = 0;
-    for (size_t i = 0; i < s->n; i++) {
-        bool first = true;
-        for (size_t j = 0; j < i && first; j++)
-            first = memcmp(s->e[j].owner, s->e[i].owner, SHA256_BYTES) != 0;
-        if (!first)
-            continue;
-        size_t k = count_of(s, s->e[i].owner);
-        int64_t lru = s->e[lru_of(s, s->e[i].owner)].used_ns;
-        if (best == NULL || k > best_n || (k == best_n && lru < best_lru)) {
-            best = s->e[i].owner;
-            best_n = k;
-            best_lru = lru;
+    const by_owner *x = a, *y = b;
+    int c = memcmp(x->owner, y->owner, SHA256_BYTES);
+    if (c != 0)
+        return c;
+    return (x->used_ns > y->used_ns) - (x->used_ns < y->used_ns);
+}
+
+static by_owner *sorted_by_owner(const response_store *s)
+{
+    by_owner *v = malloc((s->n > 0 ? s->n : 1) * sizeof *v);
+    for (size_t i = 0; v != NULL && i < s->n; i++)
+        v[i] = (by_owner){ s->e[i].owner, s->e[i].used_ns, i };
+    if (v != NULL)
+        qsort(v, s->n, sizeof *v, by_owner_cmp);
+    return v;
+}
+
+/* The entry a full store gives up for a new record of `incoming`: the
+ * least recently used of the owner with the most records, the new one
+ * counted (so an owner makes room from its own before it takes another's
+ * share); ties: `incoming`, then the owner whose record is older.  One
+ * sort: n log n. */
+static size_t victim_when_full(const response_store *s, const uint8_t *incoming)
+{
+    by_owner *v = sorted_by_owner(s);
+    if (v == NULL)
+        return lru_of(s, incoming) < s->n ? lru_of(s, incoming)
+                                          : lru_of(s, NULL);
+    size_t best = s->n, best_k = 0;
+    bool best_mine = false;
+    for (size_t g = 0; g < s->n;) {
+        size_t end = g + 1;
+        while (end < s->n &&
+               memcmp(v[end].owner, v[g].owner, SHA256_BYTES) == 0)
+            end++;
+        const bool mine = memcmp(v[g].owner, incoming, SHA256_BYTES) == 0;
+        const size_t k = end - g + mine;
+        if (best == s->n || k > best_k ||
+            (k == best_k &&
+             (mine > best_mine ||
+              (mine == best_mine && v[g].used_ns < s->e[best].used_ns)))) {
+            best = v[g].index;
+            best_k = k;
+            best_mine = mine;
         }
+        g = end;
     }
+    free(v);
     return best;
 }
 
@@ -150,7 +190,7 @@ static bool evict_one(response_store *s, const uint8_t *owner, entry *out)
     if (count_of(s, owner) >= s->per_key)
         i = lru_of(s, owner);
     else if (s->n >= s->total)
-        i = lru_of(s, largest_owner(s));
+        i = victim_when_full(s, owner);
     if (i >= s->n)
         return false;
     *out = take(s, i);
@@ -180,11 +220,17 @@ static int write_record(const response_store *s, const char *id,
     return 0;
 }
 
-static void forget_file(const response_store *s, const char *id)
+/* Deletes a record's file: true when it is gone (or was never there). */
+static bool forget_file(const response_store *s, const char *id)
 {
     char path[4200];
     path_of(s, id, ".json", path, sizeof path);
-    unlink(path);
+    if (unlink(path) == 0 || errno == ENOENT)
+        return true;
+    log_warn("--responses-dir: %s could not be deleted (%s): it is back "
+             "after a restart",
+             path, strerror(errno));
+    return false;
 }
 
 static void touch(const response_store *s, const char *id, int64_t ns)
@@ -197,15 +243,20 @@ static void touch(const response_store *s, const char *id, int64_t ns)
     utimensat(AT_FDCWD, path, t, AT_SYMLINK_NOFOLLOW);
 }
 
+/* A record's file read: a regular file (not through a link; a FIFO
+ * planted there does not block), at most RECORD_MAX_BYTES; NULL when it
+ * is not one. */
 static json_t *read_record(const response_store *s, const char *id)
 {
     char path[4200];
     path_of(s, id, ".json", path, sizeof path);
-    int fd = kvdir_open_read(path);
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
     if (fd < 0)
         return NULL;
-    FILE *f = fdopen(fd, "r");
-    if (f == NULL) {
+    struct stat st;
+    FILE *f = NULL;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) ||
+        st.st_size > RECORD_MAX_BYTES || (f = fdopen(fd, "r")) == NULL) {
         close(fd);
         return NULL;
     }
@@ -240,11 +291,15 @@ static int scan(response_store *s, gpt2d_error *err)
     while (rc == 0 && (ent = readdir(d)) != NULL) {
         const char *name = ent->d_name;
         size_t len = strlen(name);
-        if (len > 9 && strcmp(name + len - 9, ".json.tmp") == 0) {
-            unlinkat(dirfd(d), name, 0);
+        char id[ID_MAX];
+        if (len > 9 && len - 9 < sizeof id &&
+            strcmp(name + len - 9, ".json.tmp") == 0) {
+            memcpy(id, name, len - 9);
+            id[len - 9] = '\0';
+            if (valid_id(id))
+                unlinkat(dirfd(d), name, 0); /* a write cut short */
             continue;
         }
-        char id[ID_MAX];
         if (len <= 5 || strcmp(name + len - 5, ".json") != 0 ||
             len - 5 >= sizeof id)
             continue;
@@ -283,6 +338,69 @@ static int scan(response_store *s, gpt2d_error *err)
     return rc;
 }
 
+/* Records kept by each owner when every owner is cut to `cap`. */
+static size_t kept_at(const by_owner *v, size_t n, size_t cap)
+{
+    size_t kept = 0;
+    for (size_t g = 0; g < n;) {
+        size_t end = g + 1;
+        while (end < n && memcmp(v[end].owner, v[g].owner, SHA256_BYTES) == 0)
+            end++;
+        kept += end - g < cap ? end - g : cap;
+        g = end;
+    }
+    return kept;
+}
+
+/* Bounds lowered since the records were made: each owner keeps its
+ * per_key most recently used; then, over the total, every owner is cut
+ * to the largest count that fits (those with the most give up their least
+ * recently used, as at run time; a few places may stay empty).  One sort,
+ * not a sort per record forgotten. */
+static void trim_to_bounds(response_store *s)
+{
+    by_owner *v = sorted_by_owner(s);
+    bool *drop = calloc(s->n > 0 ? s->n : 1, sizeof *drop);
+    if (v == NULL || drop == NULL) {
+        free(v);
+        free(drop);
+        return;
+    }
+    size_t cap = s->per_key;
+    if (kept_at(v, s->n, cap) > s->total) {
+        size_t lo = 0, hi = cap; /* kept_at(lo) <= total < kept_at(hi) */
+        while (hi - lo > 1) {
+            size_t mid = lo + (hi - lo) / 2;
+            if (kept_at(v, s->n, mid) <= s->total)
+                lo = mid;
+            else
+                hi = mid;
+        }
+        cap = lo;
+    }
+    for (size_t g = 0; g < s->n;) {
+        size_t end = g + 1;
+        while (end < s->n &&
+               memcmp(v[end].owner, v[g].owner, SHA256_BYTES) == 0)
+            end++;
+        for (size_t k = g; k + cap < end; k++) /* the least recently used */
+            drop[v[k].index] = true;
+        g = end;
+    }
+    size_t n = 0;
+    for (size_t i = 0; i < s->n; i++) {
+        if (drop[i]) {
+            forget_file(s, s->e[i].id);
+            json_decref(s->e[i].record);
+        } else {
+            s->e[n++] = s->e[i];
+        }
+    }
+    s->n = n;
+    free(v);
+    free(drop);
+}
+
 /* ---- the interface ---- */
 
 int response_store_open(response_store **out, const char *dir, size_t per_key,
@@ -305,21 +423,7 @@ int response_store_open(response_store **out, const char *dir, size_t per_key,
             response_store_close(s);
             return -1;
         }
-        /* bounds lowered since the records were made: the same rule */
-        entry gone;
-        while (s->n > s->total) {
-            gone = take(s, lru_of(s, largest_owner(s)));
-            forget_file(s, gone.id);
-        }
-        for (size_t i = 0; i < s->n;) {
-            if (count_of(s, s->e[i].owner) > s->per_key) {
-                gone = take(s, lru_of(s, s->e[i].owner));
-                forget_file(s, gone.id);
-                i = 0;
-            } else {
-                i++;
-            }
-        }
+        trim_to_bounds(s);
     }
     *out = s;
     return 0;
@@ -426,27 +530,36 @@ json_t *response_store_get(response_store *s, const uint8_t *owner,
     if (o == NULL || !hex_decode(o, digest, SHA256_BYTES) ||
         memcmp(digest, owner, SHA256_BYTES) != 0) {
         json_decref(record);
+        if (record == NULL) {
+            /* lost from the disk (or never a record): no longer kept */
+            pthread_mutex_lock(&s->lock);
+            entry *gone = find(s, owner, name);
+            if (gone != NULL && gone->used_ns == ns)
+                take(s, (size_t)(gone - s->e));
+            pthread_mutex_unlock(&s->lock);
+        }
         return NULL;
     }
     touch(s, name, ns);
     return record;
 }
 
-bool response_store_delete(response_store *s, const uint8_t *owner,
-                           const char *id)
+int response_store_delete(response_store *s, const uint8_t *owner,
+                          const char *id)
 {
     pthread_mutex_lock(&s->lock);
     entry *e = find(s, owner, id);
+    int rc = e != NULL ? 0 : -1;
+    /* the file first: a record whose file stays would be back after a
+     * restart, so it stays in the table too */
+    if (e != NULL && on_disk(s) && !forget_file(s, e->id))
+        rc = -2;
     entry gone = { 0 };
-    if (e != NULL)
+    if (rc == 0)
         gone = take(s, (size_t)(e - s->e));
     pthread_mutex_unlock(&s->lock);
-    if (e == NULL)
-        return false;
     json_decref(gone.record);
-    if (on_disk(s))
-        forget_file(s, gone.id);
-    return true;
+    return rc;
 }
 
 size_t response_store_count(response_store *s)

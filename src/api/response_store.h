@@ -22,8 +22,9 @@
  * restart.  Records are read from disk when asked for; the table in
  * memory holds ids, owners and times.
  *
- * Threads: any; one mutex guards the table, and no disk write or read is
- * made while it is held. */
+ * Threads: any; one mutex guards the table.  A record's bytes are
+ * written and read without it; a file is renamed, dated or deleted under
+ * it, so the table and the directory agree. */
 #ifndef GPT2D_RESPONSE_STORE_H
 #define GPT2D_RESPONSE_STORE_H
 
@@ -53,9 +54,10 @@ int response_store_put(response_store *s, const uint8_t *owner, const char *id,
  * (or it can no longer be read). */
 json_t *response_store_get(response_store *s, const uint8_t *owner,
                            const char *id);
-/* Forgets `owner`'s record `id`: true, or false when it has none. */
-bool response_store_delete(response_store *s, const uint8_t *owner,
-                           const char *id);
+/* Forgets `owner`'s record `id`: 0, -1 when it has none, -2 when its
+ * file could not be deleted (then it is still kept; the log says why). */
+int response_store_delete(response_store *s, const uint8_t *owner,
+                          const char *id);
 /* Records kept, every account's. */
 size_t response_store_count(response_store *s);
 

@@ -27,7 +27,7 @@ void responses_keep(const completion_run *run, json_t *response)
         (salt != NULL && json_object_set(record, "cache_salt", salt) != 0))
         error_set(&err, "out of memory");
     else
-        rc = response_store_put(store, run->caller.account, run->id, record,
+        rc = response_store_put(store, run->caller.owner, run->id, record,
                                 &err);
     json_decref(record);
     if (rc != 0) {

@@ -439,44 +439,95 @@ static int input_item(responses_translation *t, json_t *item, const char *path,
                          param, ty);
 }
 
+/* An item's own id when it is one to keep: 1-64 characters of
+ * A-Z a-z 0-9 _ - (what OpenAI's ids are made of). */
+static bool keepable_id(json_t *id)
+{
+    const char *s = json_string_value(id);
+    size_t n = s != NULL ? strlen(s) : 0;
+    if (n == 0 || n > 64)
+        return false;
+    for (size_t i = 0; i < n; i++)
+        if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= 'A' && s[i] <= 'Z') ||
+              (s[i] >= '0' && s[i] <= '9') || s[i] == '_' || s[i] == '-'))
+            return false;
+    return true;
+}
+
+/* Text parts as kept: {type, text} ({type: "refusal", refusal}), an
+ * output_text with no annotations; a string as one part of `type`. */
+static json_t *normal_parts(json_t *content, const char *type)
+{
+    if (json_is_string(content))
+        return json_pack("[{s:s, s:O}]", "type", type, "text", content);
+    json_t *out = json_array();
+    for (size_t k = 0; out != NULL && k < json_array_size(content); k++) {
+        json_t *part = json_array_get(content, k);
+        const char *t = json_string_value(json_object_get(part, "type"));
+        const bool refusal = t != NULL && strcmp(t, "refusal") == 0;
+        json_t *p = refusal
+                        ? json_pack("{s:s, s:O}", "type", "refusal", "refusal",
+                                    json_object_get(part, "refusal"))
+                        : json_pack("{s:s, s:O}", "type", t, "text",
+                                    json_object_get(part, "text"));
+        if (p != NULL && !refusal && strcmp(t, "output_text") == 0)
+            json_object_set_new(p, "annotations", json_array());
+        if (p == NULL || json_array_append_new(out, p) != 0) {
+            json_decref(out);
+            out = NULL;
+        }
+    }
+    return out;
+}
+
 /* An input item as a stored response keeps it and input_items lists it
- * (issue 33's brief, §1.3): a message's `type`, `status` and parts made
- * explicit (a string content is one text part: chat reads both the
- * same), every item with an id (its own, or a new one).  `item` was read
- * by input_item already.  A new reference, NULL on OOM. */
+ * (issue 33's brief, §1.3): the fields that make the prompt and no
+ * others (a record holds what the model read, not what a client added),
+ * a message's `type`, `status` and parts made explicit (a string content
+ * is one text part: chat reads both the same), every item with an id
+ * (its own when keepable_id, or a new one).  `item` was read by
+ * input_item already.  A new reference, NULL on OOM. */
 static json_t *normal_item(json_t *item)
 {
-    json_t *n = json_deep_copy(item);
-    if (n == NULL)
-        return NULL;
-    const char *type = json_string_value(json_object_get(n, "type"));
-    const char *prefix = "msg_";
-    int rc = 0;
+    const char *type = json_string_value(json_object_get(item, "type"));
+    const char *prefix;
+    json_t *n;
     if (type == NULL || strcmp(type, "message") == 0) {
-        json_t *content = json_object_get(n, "content");
-        const char *role = json_string_value(json_object_get(n, "role"));
-        rc |= json_object_set_new(n, "type", json_string("message"));
-        if (json_is_string(content)) {
-            const bool said = role != NULL && strcmp(role, "assistant") == 0;
-            rc |= json_object_set_new(
-                n, "content",
-                json_pack("[{s:s, s:O}]", "type",
-                          said ? "output_text" : "input_text", "text",
-                          content));
-        }
+        prefix = "msg_";
+        json_t *role = json_object_get(item, "role");
+        const bool said = strcmp(json_string_value(role), "assistant") == 0;
+        n = json_pack("{s:s, s:O, s:o}", "type", "message", "role", role,
+                      "content",
+                      normal_parts(json_object_get(item, "content"),
+                                   said ? "output_text" : "input_text"));
     } else if (strcmp(type, "function_call") == 0) {
         prefix = "fc_";
+        n = json_pack("{s:s, s:O, s:O, s:O}", "type", "function_call",
+                      "call_id", json_object_get(item, "call_id"), "name",
+                      json_object_get(item, "name"), "arguments",
+                      json_object_get(item, "arguments"));
     } else {
         prefix = "fco_";
+        json_t *out = json_object_get(item, "output");
+        n = json_pack("{s:s, s:O, s:o}", "type", "function_call_output",
+                      "call_id", json_object_get(item, "call_id"), "output",
+                      json_is_string(out) ? json_incref(out)
+                                          : normal_parts(out, "input_text"));
     }
-    if (!json_is_string(json_object_get(n, "status")))
-        rc |= json_object_set_new(n, "status", json_string("completed"));
-    if (!json_is_string(json_object_get(n, "id"))) {
-        char id[48];
-        api_random_id(id, sizeof id, prefix);
-        rc |= json_object_set_new(n, "id", json_string(id));
-    }
-    if (rc != 0) {
+    if (n == NULL)
+        return NULL;
+    const char *status = json_string_value(json_object_get(item, "status"));
+    if (status == NULL || (strcmp(status, "incomplete") != 0 &&
+                           strcmp(status, "in_progress") != 0))
+        status = "completed";
+    json_t *id = json_object_get(item, "id");
+    char fresh[48];
+    if (!keepable_id(id))
+        api_random_id(fresh, sizeof fresh, prefix);
+    if (json_object_set_new(n, "status", json_string(status)) != 0 ||
+        json_object_set_new(n, "id",
+                            keepable_id(id) ? json_incref(id)
+                                            : json_string(fresh)) != 0) {
         json_decref(n);
         return NULL;
     }

@@ -3415,7 +3415,8 @@ class T13Responses(ToolCallCase):
         self.assertEqual(data[0]["content"],
                          [{"type": "input_text", "text": "One"}])
         self.assertEqual(data[1]["content"],
-                         [{"type": "output_text", "text": " Two"}])
+                         [{"type": "output_text", "text": " Two",
+                           "annotations": []}])
         for item in data:
             self.assertRegex(item["id"], r"^msg_[0-9a-f]{24}$")
         self.assertEqual((page["first_id"], page["last_id"]),
@@ -3458,6 +3459,39 @@ class T13Responses(ToolCallCase):
         r = c.request("DELETE", path + "/input_items")
         self.assertEqual(r.status, 404, r)
         self.assertEqual(c.get("/v1/responses").status, 405)
+
+    def test_a_stored_item_keeps_what_makes_the_prompt_only(self):
+        """Fields the prompt does not read, and ids that are not ids, are
+        not kept: a record holds about the conversation's text."""
+        items = [{"role": "user", "content": "Hi", "junk": "J" * 5000,
+                  "id": "I" * 400, "status": "S" * 100},
+                 {"type": "message", "role": "assistant", "id": "msg_ok-1",
+                  "content": [{"type": "output_text", "text": " Yo",
+                               "annotations": ["A" * 100],
+                               "extra": 1}]},
+                 {"type": "function_call", "call_id": "c1", "name": "f",
+                  "arguments": "{}", "junk": [1, 2, 3]},
+                 {"type": "function_call_output", "call_id": "c1",
+                  "output": [{"type": "input_text", "text": "42",
+                              "junk": True}]},
+                 {"role": "user", "content": "More"}]
+        body = self.respond(input=items, max_output_tokens=2, seed=1)
+        page = self.client().get("/v1/responses/%s/input_items?order=asc"
+                                 % body["id"]).json["data"]
+        self.assertEqual(sorted(page[0]), ["content", "id", "role", "status",
+                                           "type"])
+        self.assertRegex(page[0]["id"], r"^msg_[0-9a-f]{24}$")
+        self.assertEqual(page[0]["status"], "completed")
+        self.assertEqual(page[1]["id"], "msg_ok-1")
+        self.assertEqual(page[1]["content"], [
+            {"type": "output_text", "text": " Yo", "annotations": []}])
+        self.assertEqual(sorted(page[2]), ["arguments", "call_id", "id",
+                                           "name", "status", "type"])
+        self.assertRegex(page[2]["id"], r"^fc_[0-9a-f]{24}$")
+        self.assertEqual(page[3]["output"],
+                         [{"type": "input_text", "text": "42"}])
+        self.assertRegex(page[3]["id"], r"^fco_[0-9a-f]{24}$")
+        self.assertNotIn("JJJJ", json.dumps(page))
 
     def test_store_false_keeps_nothing(self):
         body = self.respond(input="Hi", max_output_tokens=2, seed=1,

@@ -285,6 +285,13 @@ async function storedChecks(MODEL) {
 // The second phase: the daemon was restarted on the same directories.
 async function restartedChecks(MODEL) {
   const t = JSON.parse(fs.readFileSync(STATE, 'utf8'));
+  await check('after a restart: a record damaged on disk is not found, and its continuations still continue', async () => {
+    await assert.rejects(client.responses.retrieve(t[0].id), NotFoundError);
+    await assert.rejects(client.responses.inputItems.list(t[0].id, { after: 'x' }), NotFoundError);
+    await assert.rejects(client.responses.create({
+      model: MODEL, input: 'x', previous_response_id: t[0].id,
+    }), assertNotFoundBadRequest);
+  });
   await check('after a restart: retrieve and inputItems.list answer as before', async () => {
     assert.deepEqual(plain(await client.responses.retrieve(t[2].id)), plain(t[2]));
     const page = await client.responses.inputItems.list(t[2].id);

@@ -54,6 +54,16 @@ suite() {
 start_gpt2d
 suite first
 gpt2d_stop_clean
+# A record damaged on disk (an input item's id no longer a string): the
+# second phase finds it unusable, not a crash.
+"$python" - "$work/state.json" "$work/responses" <<'PY'
+import json, sys
+first = json.load(open(sys.argv[1]))[0]["id"]
+path = "%s/%s.json" % (sys.argv[2], first)
+record = json.load(open(path))
+record["input_items"][0]["id"] = 5
+json.dump(record, open(path, "w"))
+PY
 start_gpt2d
 suite restarted
 gpt2d_stop_clean

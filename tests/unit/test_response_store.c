@@ -63,7 +63,7 @@ static void each_accounts_own(const char *dir)
     ck_assert_int_eq(get_n(s, BOB, ID[1]), 11);
     /* another account's id is missing to it */
     ck_assert_int_eq(get_n(s, BOB, ID[0]), -1);
-    ck_assert(!response_store_delete(s, BOB, ID[0]));
+    ck_assert_int_eq(response_store_delete(s, BOB, ID[0]), -1);
     ck_assert_int_eq(get_n(s, ALICE, ID[0]), 10);
     ck_assert_int_eq(get_n(s, ALICE, "resp_x"), -1);
     /* what get gives is the caller's: changing it changes nothing kept */
@@ -71,9 +71,9 @@ static void each_accounts_own(const char *dir)
     json_object_set_new(r, "n", json_integer(99));
     json_decref(r);
     ck_assert_int_eq(get_n(s, ALICE, ID[0]), 10);
-    ck_assert(response_store_delete(s, ALICE, ID[0]));
+    ck_assert_int_eq(response_store_delete(s, ALICE, ID[0]), 0);
     ck_assert_int_eq(get_n(s, ALICE, ID[0]), -1);
-    ck_assert(!response_store_delete(s, ALICE, ID[0]));
+    ck_assert_int_eq(response_store_delete(s, ALICE, ID[0]), -1);
     ck_assert_uint_eq(response_store_count(s), 1);
     response_store_close(s);
 }
@@ -136,6 +136,43 @@ START_TEST(test_a_full_store_takes_from_the_largest_key)
 }
 END_TEST
 
+START_TEST(test_a_new_record_is_counted_before_anyone_gives_one_up)
+{
+    /* full at 3, one each: alice's second must come from alice, not from
+     * bob, whose record is the oldest of all */
+    response_store *s = open_store(NULL, 2, 3);
+    put(s, BOB, ID[0], 0);
+    put(s, ALICE, ID[1], 1);
+    put(s, CAROL, ID[2], 2);
+    put(s, ALICE, ID[3], 3);
+    ck_assert_int_eq(get_n(s, BOB, ID[0]), 0);
+    ck_assert_int_eq(get_n(s, CAROL, ID[2]), 2);
+    ck_assert_int_eq(get_n(s, ALICE, ID[1]), -1);
+    ck_assert_int_eq(get_n(s, ALICE, ID[3]), 3);
+    response_store_close(s);
+}
+END_TEST
+
+START_TEST(test_a_lowered_total_cuts_the_largest_keys_first)
+{
+    response_store *s = open_store("lowered", 10, 100);
+    put(s, ALICE, ID[0], 0);
+    put(s, ALICE, ID[1], 1);
+    put(s, ALICE, ID[2], 2);
+    put(s, BOB, ID[3], 3);
+    put(s, BOB, ID[4], 4);
+    put(s, CAROL, ID[5], 5);
+    response_store_close(s);
+    /* 3 places: one each, each key's most recent */
+    s = open_store("lowered", 10, 3);
+    ck_assert_uint_eq(response_store_count(s), 3);
+    ck_assert_int_eq(get_n(s, ALICE, ID[2]), 2);
+    ck_assert_int_eq(get_n(s, BOB, ID[4]), 4);
+    ck_assert_int_eq(get_n(s, CAROL, ID[5]), 5);
+    response_store_close(s);
+}
+END_TEST
+
 START_TEST(test_kept_across_a_reopen_in_the_same_order)
 {
     response_store *s = open_store("reopen", 3, 100);
@@ -157,6 +194,13 @@ START_TEST(test_kept_across_a_reopen_in_the_same_order)
     fd = open(name, O_WRONLY | O_CREAT | O_EXCL, 0600);
     ck_assert_int_ge(fd, 0);
     close(fd);
+    snprintf(name, sizeof name, "%s/notes.json.tmp", path);
+    fd = open(name, O_WRONLY | O_CREAT | O_EXCL, 0600);
+    ck_assert_int_ge(fd, 0);
+    close(fd);
+    /* a FIFO where a record would be: skipped, and the open not stuck */
+    snprintf(name, sizeof name, "%s/resp_0000000000000000000000ff.json", path);
+    ck_assert_int_eq(mkfifo(name, 0600), 0);
     snprintf(name, sizeof name, "%s/%s.json", path, ID[3]);
     fd = open(name, O_WRONLY | O_CREAT | O_EXCL, 0600);
     ck_assert_int_eq(write(fd, "{\"owner\": 5", 11), 11);
@@ -176,6 +220,8 @@ START_TEST(test_kept_across_a_reopen_in_the_same_order)
     ck_assert_int_ne(stat(name, &st), 0);
     snprintf(name, sizeof name, "%s/notes.txt", path);
     ck_assert_int_eq(stat(name, &st), 0);
+    snprintf(name, sizeof name, "%s/notes.json.tmp", path);
+    ck_assert_int_eq(stat(name, &st), 0); /* not a name of ours */
     snprintf(name, sizeof name, "%s/%s.json", path, ID[1]);
     ck_assert_int_ne(stat(name, &st), 0); /* forgotten is deleted */
 
@@ -210,6 +256,19 @@ START_TEST(test_a_failed_write_keeps_nothing)
     json_decref(record);
     ck_assert_int_eq(rmdir(tmp), 0);
     ck_assert_int_eq(get_n(s, ALICE, ID[0]), 0);
+    /* a file that cannot be deleted (a directory in its place): the
+     * delete fails and the record stays, or it would be back after a
+     * restart */
+    char file[600];
+    snprintf(file, sizeof file, "%s/%s.json", path, ID[0]);
+    ck_assert_int_eq(unlink(file), 0);
+    ck_assert_int_eq(mkdir(file, 0700), 0); /* unlink() fails: EISDIR */
+    ck_assert_int_eq(response_store_delete(s, ALICE, ID[0]), -2);
+    ck_assert_uint_eq(response_store_count(s), 1);
+    /* and a record whose file is no longer one is forgotten when read */
+    ck_assert_int_eq(get_n(s, ALICE, ID[0]), -1);
+    ck_assert_uint_eq(response_store_count(s), 0);
+    ck_assert_int_eq(rmdir(file), 0);
     response_store_close(s);
 }
 END_TEST
@@ -224,6 +283,8 @@ int main(void)
     tcase_add_test(tc, test_a_key_forgets_its_least_recently_used_in_memory);
     tcase_add_test(tc, test_a_key_forgets_its_least_recently_used_on_disk);
     tcase_add_test(tc, test_a_full_store_takes_from_the_largest_key);
+    tcase_add_test(tc, test_a_new_record_is_counted_before_anyone_gives_one_up);
+    tcase_add_test(tc, test_a_lowered_total_cuts_the_largest_keys_first);
     tcase_add_test(tc, test_kept_across_a_reopen_in_the_same_order);
     tcase_add_test(tc, test_a_failed_write_keeps_nothing);
     suite_add_tcase(s, tc);
