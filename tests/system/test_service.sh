@@ -288,6 +288,10 @@ check_serve() {
     check "a stream: data chunks" has '^data: \{.*"choices"' "$out"
     check "a stream: ends in [DONE], 200" [ "$(grep -v '^$' <<<"$out" | tail -2 | paste -sd' ')" = "data: [DONE] 200" ]
     check "the credential's key is required: 401 without it" [ "$(status_with sk-wrong)" = 401 ]
+    out=$(inside curl -sS --max-time 30 -w '\n%{http_code}' "http://127.0.0.1:$port/server.html")
+    check "the installed playground's Server page: 200" \
+        [ "$(tail -1 <<<"$out")" = 200 ]
+    check "the Server page is the installed one" has '<title>gpt2d server</title>' "$out"
 }
 
 check_reload_and_restart() {
@@ -333,6 +337,11 @@ check_disk_tier() {
     out=$(api "$key_two" /v1/completions \
         "{\"prompt\": [$turn1], \"max_tokens\": 2, \"session_id\": \"chat-disk\"}")
     check "disk tier: turn 1 of a session (40 tokens), 200" [ "$(tail -1 <<<"$out")" = 200 ]
+    # a stored response (gpt2d.conf's responses-dir, under StateDirectory=)
+    local stored
+    stored=$(api "$key_two" /v1/responses '{"input": "Remember me", "max_output_tokens": 2}' |
+        grep -o '"id": *"resp_[0-9a-f]*"' | head -1 | grep -o 'resp_[0-9a-f]*' || true)
+    check "stored responses: one made before the restart (${stored:-none})" [ -n "$stored" ]
     pid=$(main_pid)
     inside systemctl restart gpt2d
     check "disk tier: systemctl restart: a new PID, serving" serving_again "$pid"
@@ -345,6 +354,10 @@ check_disk_tier() {
         [ "$files" -gt 0 ]
     check "disk tier: /var/cache/gpt2d is systemd's link to it" \
         [ "$(inside readlink /var/cache/gpt2d)" = private/gpt2d ]
+    check "stored responses: kept in /var/lib/private/gpt2d/responses" \
+        inside test -s "/var/lib/private/gpt2d/responses/$stored.json"
+    check "stored responses: retrieved after the restart" \
+        has "\"id\": *\"$stored\"" "$(get "$key_two" "/v1/responses/$stored")"
     line=$(journal _PID="$(main_pid)" | grep -m1 -E 'KV disk: [0-9]+ blocks' || true)
     n=$(sed -n 's/.*KV disk: \([0-9]*\) blocks .*/\1/p' <<<"$line")
     check "disk tier: the new process's start-up line: '${line%%;*}'" [ "${n:-0}" -gt 0 ]
