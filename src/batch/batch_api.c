@@ -237,7 +237,7 @@ static void store_upload(batch_service *s, const api_caller *who,
     }
     stored_file f;
     gpt2d_error e;
-    if (file_store_add(batch_service_files(s), who->account, "batch", name,
+    if (file_store_add(batch_service_files(s), who->owner, "batch", name,
                        file->data, file->len, &f, &e) != 0) {
         answer_error(r, 500, NULL, NULL, "the file cannot be stored: %s",
                      e.message);
@@ -265,8 +265,8 @@ static void list_files(batch_service *s, const api_caller *who,
         return;
     }
     const bool newest = order == NULL || strcmp(order, "desc") == 0;
-    size_t total = file_store_list(batch_service_files(s), who->account,
-                                   purpose, newest, query(c, "after"), files,
+    size_t total = file_store_list(batch_service_files(s), who->owner, purpose,
+                                   newest, query(c, "after"), files,
                                    (size_t)limit);
     size_t n = total < (size_t)limit ? total : (size_t)limit;
     json_t *data = json_array();
@@ -310,7 +310,7 @@ static void file_content(batch_service *s, const api_caller *who,
                          const char *id, api_response *r)
 {
     size_t bytes;
-    int fd = file_store_open_content(batch_service_files(s), who->account, id,
+    int fd = file_store_open_content(batch_service_files(s), who->owner, id,
                                      &bytes);
     file_body *b = fd >= 0 ? malloc(sizeof *b) : NULL;
     if (b == NULL) {
@@ -352,7 +352,7 @@ void batch_api_files(batch_service *s, const api_caller *who,
         return;
     }
     stored_file f;
-    if (!file_store_get(batch_service_files(s), who->account, id, &f)) {
+    if (!file_store_get(batch_service_files(s), who->owner, id, &f)) {
         answer_error(r, 404, NULL, NULL, "no such file: %s", id);
         return;
     }
@@ -360,7 +360,7 @@ void batch_api_files(batch_service *s, const api_caller *who,
         api_response_json(r, 200, file_json(&f));
         return;
     }
-    const int rc = batch_service_delete_file(s, who->account, id);
+    const int rc = batch_service_delete_file(s, who->owner, id);
     if (rc < 0) { /* deleted by another request since */
         answer_error(r, 404, NULL, NULL, "no such file: %s", id);
         return;
@@ -475,7 +475,7 @@ void batch_api_batches(batch_service *s, const api_caller *who,
             const long limit = query_limit(c, 20, 100, r);
             if (limit >= 0)
                 api_response_json(r, 200,
-                                  batch_service_list(s, who->account,
+                                  batch_service_list(s, who->owner,
                                                      query(c, "after"),
                                                      (size_t)limit));
         }
@@ -484,7 +484,7 @@ void batch_api_batches(batch_service *s, const api_caller *who,
     api_error e;
     json_t *o;
     if (post && path_id(c->rest, "cancel", id, sizeof id)) {
-        if (batch_service_cancel(s, who->account, id, &o, &e) == 0)
+        if (batch_service_cancel(s, who->owner, id, &o, &e) == 0)
             api_response_json(r, 200, o);
         else
             api_response_error(r, &e);
@@ -495,7 +495,7 @@ void batch_api_batches(batch_service *s, const api_caller *who,
                      c->rest);
         return;
     }
-    o = batch_service_get(s, who->account, id);
+    o = batch_service_get(s, who->owner, id);
     if (o == NULL)
         answer_error(r, 404, NULL, NULL, "no such batch: %s", id);
     else

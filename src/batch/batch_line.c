@@ -151,7 +151,7 @@ char *batch_line_answer(const batch_line_ctx *c, size_t line, const char *text,
                            .metrics_key = c->metrics_key,
                            .background = true };
         memcpy(who.principal, rec->principal, SHA256_BYTES);
-        memcpy(who.account, rec->owner, SHA256_BYTES);
+        memcpy(who.account, rec->account, SHA256_BYTES);
         memcpy(who.owner, rec->owner, SHA256_BYTES);
         const api_client client = { line_gone, (void *)c };
         api_response r = { 0 };

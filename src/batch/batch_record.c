@@ -74,15 +74,17 @@ void batch_record_fail(batch_record *b, const char *code, const char *message)
 int batch_record_save(const batch_record *b, const char *dir, gpt2d_error *err)
 {
     json_t *o = batch_record_json(b);
-    char owner[2 * SHA256_BYTES + 1], principal[2 * SHA256_BYTES + 1];
+    char owner[2 * SHA256_BYTES + 1], principal[2 * SHA256_BYTES + 1],
+        account[2 * SHA256_BYTES + 1];
     hex_encode(b->owner, SHA256_BYTES, owner);
     hex_encode(b->principal, SHA256_BYTES, principal);
-    json_t *own = json_pack("{s:s, s:s, s:s, s:I, s:I, s:I}", "owner", owner,
-                            "principal", principal, "key_name", b->key_name,
-                            "max_seqs", (json_int_t)b->limits.max_seqs,
-                            "max_queued", (json_int_t)b->limits.max_queued,
-                            "tokens_per_minute",
-                            (json_int_t)b->limits.tokens_per_minute);
+    hex_encode(b->account, SHA256_BYTES, account);
+    json_t *own = json_pack(
+        "{s:s, s:s, s:s, s:s, s:I, s:I, s:I}", "owner", owner, "principal",
+        principal, "account", account, "key_name", b->key_name, "max_seqs",
+        (json_int_t)b->limits.max_seqs, "max_queued",
+        (json_int_t)b->limits.max_queued, "tokens_per_minute",
+        (json_int_t)b->limits.tokens_per_minute);
     if (o == NULL || own == NULL || json_object_set_new(o, "gpt2d", own) != 0) {
         json_decref(o);
         return error_set(err, "out of memory");
@@ -142,6 +144,10 @@ int batch_record_load(batch_record *b, const char *path, gpt2d_error *err)
         json_decref(o);
         return error_set(err, "%s: not a batch of ours", path);
     }
+    /* a batch made before "account" was kept: its owner was its account */
+    const char *account = json_string_value(json_object_get(own, "account"));
+    if (account == NULL || !hex_decode(account, b->account, SHA256_BYTES))
+        memcpy(b->account, b->owner, SHA256_BYTES);
     b->status = (batch_status)found;
     b->limits = (api_limits){ .max_seqs = (size_t)seqs,
                               .max_queued = (size_t)queued,

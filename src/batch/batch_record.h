@@ -36,10 +36,13 @@ typedef enum batch_status {
 
 typedef struct batch_record {
     char id[40]; /* "batch_" and 24 hex digits */
-    /* whose it is: the account owns it (and its files); its lines run as
-     * the caller that made it, with that caller's limits at the time */
+    /* whose it is: the caller's owner (api_caller.owner: the key, or the
+     * address) owns it and its files; its lines run as the caller that
+     * made it (its principal and account), with that caller's limits at
+     * the time */
     uint8_t owner[SHA256_BYTES];
     uint8_t principal[SHA256_BYTES];
+    uint8_t account[SHA256_BYTES];
     api_limits limits;
     char key_name[METRICS_KEY_NAME_MAX + 1]; /* its series in /metrics, or "" */
     char endpoint[32]; /* "/v1/completions", "/v1/chat/completions" */

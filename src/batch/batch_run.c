@@ -705,8 +705,9 @@ int batch_service_create(batch_service *s, const api_caller *who,
     if (j == NULL)
         return api_error_set(e, 500, NULL, "out of memory");
     file_store_new_id("batch_", j->rec.id, sizeof j->rec.id);
-    memcpy(j->rec.owner, who->account, SHA256_BYTES);
+    memcpy(j->rec.owner, who->owner, SHA256_BYTES);
     memcpy(j->rec.principal, who->principal, SHA256_BYTES);
+    memcpy(j->rec.account, who->account, SHA256_BYTES);
     j->rec.limits = who->limits;
     j->metrics_key = who->metrics_key;
     snprintf(j->rec.key_name, sizeof j->rec.key_name, "%s",
@@ -724,7 +725,7 @@ int batch_service_create(batch_service *s, const api_caller *who,
     gpt2d_error err;
     int rc = -1;
     stored_file f;
-    if (!file_store_get(s->files, who->account, input_file_id, &f))
+    if (!file_store_get(s->files, who->owner, input_file_id, &f))
         api_error_set(e, 404, "input_file_id", "no such file: %s",
                       input_file_id);
     else if (strcmp(f.purpose, "batch") != 0)

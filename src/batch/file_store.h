@@ -2,8 +2,8 @@
  * daemon's own disk (--batch-dir/files): a batch's input, uploaded by a
  * client, and its output and error files, made by the batch runner.
  *
- * A file belongs to the account that made it (api_caller.account: the API
- * key, the same after a restart) and is seen by no other: another
+ * A file belongs to the caller that made it (api_caller.owner: the API
+ * key, the same after a restart, or the client's address) and is seen by no other: another
  * account's file is "not found", exactly as a missing one.
  *
  * On disk each file is two: its bytes (`<id>`) and what the API shows of

@@ -1758,6 +1758,12 @@ class TrustedProxy(LimitCase):
     ARGS = ("--slots", "2", "--threads", "1", "--trusted-proxy", "10.0.0.0/8, 127.0.0.1",
             "--tokens-per-minute-per-key", "100")
 
+    @classmethod
+    def setUpClass(cls):
+        cls.ARGS = tuple(cls.ARGS) + ("--batch-dir", os.path.join(
+            WORKDIR, "proxy-batches-%d" % os.getpid()))
+        super().setUpClass()
+
     def sessions(self, c, xff=None):
         headers = {"X-Forwarded-For": xff} if xff is not None else None
         r = c.get("/v1/sessions", headers=headers)
@@ -1803,6 +1809,35 @@ class TrustedProxy(LimitCase):
         # the cache and the sessions stay each address's own
         self.assertIn("v6-mine", self.sessions(c, "2001:db8:1:2::1"))
         self.assertNotIn("v6-mine", self.sessions(c, "2001:db8:1:2::2"))
+
+    def test_ipv6_clients_of_one_64_keep_their_own_stored_things(self):
+        # an attack on issue 33: stored responses (and batch files) were a
+        # /64's, as the budget is, so a neighbour read them
+        c = self.client()
+        me, other = ("X-Forwarded-For", "2001:db8:7:7::1"), \
+            ("X-Forwarded-For", "2001:db8:7:7::2")
+        r = c.post("/v1/responses", {"input": "Mine", "max_output_tokens": 1},
+                   headers=dict([me]))
+        self.assertEqual(r.status, 200, r)
+        path = "/v1/responses/" + r.json["id"]
+        self.assertEqual(c.get(path, headers=dict([me])).status, 200)
+        for method in ("GET", "DELETE"):
+            self.assertEqual(c.request(method, path,
+                                       headers=dict([other])).status, 404)
+        boundary = "b0undary"
+        upload = ("--%s\r\nContent-Disposition: form-data; name=\"purpose\""
+                  "\r\n\r\nbatch\r\n--%s\r\nContent-Disposition: form-data; "
+                  "name=\"file\"; filename=\"in.jsonl\"\r\n\r\n{}\r\n--%s--\r\n"
+                  % (boundary, boundary, boundary)).encode()
+        r = c.request("POST", "/v1/files", raw=upload, headers=dict([
+            me, ("Content-Type", "multipart/form-data; boundary=" + boundary)]))
+        self.assertEqual(r.status, 200, r)
+        listed = c.get("/v1/files", headers=dict([other])).json["data"]
+        self.assertEqual(listed, [])
+        self.assertEqual(c.get("/v1/files/" + r.json["id"],
+                               headers=dict([other])).status, 404)
+        self.assertEqual(c.get("/v1/files/" + r.json["id"],
+                               headers=dict([me])).status, 200)
 
     def test_more_than_16_forwarded_for_lines_still_name_the_client(self):
         # review of issue 19, finding 3: past 16 lines the proxy itself was
