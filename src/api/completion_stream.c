@@ -344,8 +344,9 @@ static int stream_finish(completion_stream *s, bool cancelled)
 }
 
 /* Sleeps until the first unfinished request changes (or a slice passes). */
-static void stream_wait(completion_stream *s)
+static void stream_wait(void *self)
 {
+    completion_stream *s = self;
     completion_run *run = s->run;
     for (size_t p = 0; p < run->n_reqs; p++) {
         gen_request *r = run->reqs[p];
@@ -372,35 +373,32 @@ static void stream_cancel(void *self)
     stream_count(s, completion_run_usage(s->run));
 }
 
+/* sse_steps: the chunks of what is new, and the end once every choice
+ * has finished (or the run was cancelled). */
+static int stream_step(void *self, bool *any)
+{
+    completion_stream *s = self;
+    bool cancelled = false;
+    int rc = stream_collect(s, any, &cancelled);
+    if (rc < 0)
+        return -1;
+    if (rc == 1 || cancelled)
+        return stream_finish(s, cancelled) != 0 ? -1 : 1;
+    return 0;
+}
+
+static const sse_steps steps = {
+    .step = stream_step,
+    .wait = stream_wait,
+    .cancel = stream_cancel,
+};
+
 static ssize_t stream_read(void *self, char *buf, size_t max,
                            const api_client *client)
 {
     completion_stream *s = self;
-    for (;;) {
-        const size_t n = sse_out_take(&s->out, buf, max);
-        if (n > 0)
-            return (ssize_t)n;
-        if (s->done)
-            return API_SOURCE_END;
-        if (s->gone || api_client_gone(client)) {
-            stream_cancel(s);
-            return API_SOURCE_ERROR;
-        }
-        bool any = false, cancelled = false;
-        int rc = stream_collect(s, &any, &cancelled);
-        if (rc < 0) {
-            stream_cancel(s);
-            return API_SOURCE_ERROR;
-        }
-        if (rc == 1 || cancelled) {
-            if (stream_finish(s, cancelled) != 0) {
-                stream_cancel(s);
-                return API_SOURCE_ERROR;
-            }
-        } else if (!any) {
-            stream_wait(s);
-        }
-    }
+    return sse_out_drive(&s->out, &s->done, &s->gone, &steps, s, buf, max,
+                         client);
 }
 
 static api_counts stream_counts(const void *self)

@@ -151,26 +151,27 @@ static void stream_cancel(void *self)
     count(s);
 }
 
+/* sse_steps: the opening events first, then those of what is new (collect
+ * waits for the run itself). */
+static int stream_step(void *self, bool *any)
+{
+    messages_stream *s = self;
+    if ((!s->started && emit_start(s) != 0) || collect(s, any) != 0)
+        return -1;
+    return s->done;
+}
+
+static const sse_steps steps = {
+    .step = stream_step,
+    .cancel = stream_cancel,
+};
+
 static ssize_t stream_read(void *self, char *buf, size_t max,
                            const api_client *client)
 {
     messages_stream *s = self;
-    for (;;) {
-        const size_t n = sse_out_take(&s->out, buf, max);
-        if (n > 0)
-            return (ssize_t)n;
-        if (s->done)
-            return API_SOURCE_END;
-        if (s->gone || api_client_gone(client)) {
-            stream_cancel(s);
-            return API_SOURCE_ERROR;
-        }
-        bool any = false;
-        if ((!s->started && emit_start(s) != 0) || collect(s, &any) != 0) {
-            stream_cancel(s);
-            return API_SOURCE_ERROR;
-        }
-    }
+    return sse_out_drive(&s->out, &s->done, &s->gone, &steps, s, buf, max,
+                         client);
 }
 
 static api_counts stream_counts(const void *self)

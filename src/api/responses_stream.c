@@ -128,8 +128,9 @@ static int collect(responses_stream *s, bool *any)
     return rc != 0 ? -1 : fin != FINISH_NONE;
 }
 
-static void wait_change(responses_stream *s)
+static void wait_change(void *self)
 {
+    responses_stream *s = self;
     gen_request *r = s->run->n_reqs > 0 ? s->run->reqs[0] : NULL;
     if (r == NULL)
         return;
@@ -149,40 +150,35 @@ static void stream_cancel(void *self)
     count(s, completion_run_usage(s->run));
 }
 
+/* sse_steps: the opening events first, then those of what is new. */
+static int stream_step(void *self, bool *any)
+{
+    responses_stream *s = self;
+    if (!s->started) {
+        s->started = true;
+        *any = true;
+        return queue_response(s, "response.created", "in_progress", NULL,
+                              NULL) != 0 ||
+                       queue_response(s, "response.in_progress", "in_progress",
+                                      NULL, NULL) != 0
+                   ? -1
+                   : 0;
+    }
+    return collect(s, any);
+}
+
+static const sse_steps steps = {
+    .step = stream_step,
+    .wait = wait_change,
+    .cancel = stream_cancel,
+};
+
 static ssize_t stream_read(void *self, char *buf, size_t max,
                            const api_client *client)
 {
     responses_stream *s = self;
-    for (;;) {
-        const size_t n = sse_out_take(&s->out_bytes, buf, max);
-        if (n > 0)
-            return (ssize_t)n;
-        if (s->done)
-            return API_SOURCE_END;
-        if (s->gone || api_client_gone(client)) {
-            stream_cancel(s);
-            return API_SOURCE_ERROR;
-        }
-        if (!s->started) {
-            s->started = true;
-            if (queue_response(s, "response.created", "in_progress", NULL,
-                               NULL) != 0 ||
-                queue_response(s, "response.in_progress", "in_progress", NULL,
-                               NULL) != 0) {
-                stream_cancel(s);
-                return API_SOURCE_ERROR;
-            }
-            continue;
-        }
-        bool any = false;
-        int rc = collect(s, &any);
-        if (rc < 0) {
-            stream_cancel(s);
-            return API_SOURCE_ERROR;
-        }
-        if (rc == 0 && !any)
-            wait_change(s);
-    }
+    return sse_out_drive(&s->out_bytes, &s->done, &s->gone, &steps, s, buf, max,
+                         client);
 }
 
 static api_counts stream_counts(const void *self)

@@ -56,3 +56,28 @@ void sse_out_free(sse_out *o)
     free(o->buf);
     memset(o, 0, sizeof *o);
 }
+
+ssize_t sse_out_drive(sse_out *out, const bool *done, const bool *gone,
+                      const sse_steps *steps, void *self, char *buf, size_t max,
+                      const api_client *client)
+{
+    for (;;) {
+        const size_t n = sse_out_take(out, buf, max);
+        if (n > 0)
+            return (ssize_t)n;
+        if (*done)
+            return API_SOURCE_END;
+        if (*gone || api_client_gone(client)) {
+            steps->cancel(self);
+            return API_SOURCE_ERROR;
+        }
+        bool any = false;
+        const int rc = steps->step(self, &any);
+        if (rc < 0) {
+            steps->cancel(self);
+            return API_SOURCE_ERROR;
+        }
+        if (rc == 0 && !any && steps->wait != NULL)
+            steps->wait(self);
+    }
+}
