@@ -194,7 +194,8 @@ static int open_responses(daemon_state *d, gpt2d_error *err)
     if (dir != NULL && kvdir_claim(&d->responses_dir, dir, err) != 0)
         return -1;
     if (response_store_open(&d->responses, dir, d->cfg.max_responses_per_key,
-                            d->cfg.max_responses, err) != 0)
+                            d->cfg.max_responses, d->cfg.max_responses_bytes,
+                            err) != 0)
         return -1;
     if (dir == NULL)
         log_info("gpt2d: stored responses are kept in memory until exit "

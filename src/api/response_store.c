@@ -33,12 +33,14 @@ typedef struct entry {
     char id[ID_MAX];
     uint8_t owner[SHA256_BYTES];
     int64_t used_ns; /* wall clock: a file's mtime carries it over */
+    size_t bytes;    /* the record as JSON text */
     json_t *record;  /* memory alone: the record; on disk: NULL */
 } entry;
 
 struct response_store {
     char dir[4096]; /* "" in memory alone */
-    size_t per_key, total;
+    size_t per_key, total, max_bytes;
+    size_t bytes; /* of every record kept */
     pthread_mutex_t lock;
     entry *e; /* n in use of cap */
     size_t n, cap;
@@ -98,6 +100,7 @@ static entry take(response_store *s, size_t i)
 {
     entry out = s->e[i];
     s->e[i] = s->e[--s->n];
+    s->bytes -= out.bytes;
     return out;
 }
 
@@ -138,6 +141,12 @@ static int by_owner_cmp(const void *a, const void *b)
     return (x->used_ns > y->used_ns) - (x->used_ns < y->used_ns);
 }
 
+static int by_used_cmp(const void *a, const void *b)
+{
+    const by_owner *x = a, *y = b;
+    return (x->used_ns > y->used_ns) - (x->used_ns < y->used_ns);
+}
+
 static by_owner *sorted_by_owner(const response_store *s)
 {
     by_owner *v = malloc((s->n > 0 ? s->n : 1) * sizeof *v);
@@ -148,12 +157,13 @@ static by_owner *sorted_by_owner(const response_store *s)
     return v;
 }
 
-/* The entry a full store gives up for a new record of `incoming`: the
- * least recently used of the owner with the most records, the new one
- * counted (so an owner makes room from its own before it takes another's
- * share); ties: `incoming`, then the owner whose record is older.  One
- * sort: n log n. */
-static size_t victim_when_full(const response_store *s, const uint8_t *incoming)
+/* The entry a full store gives up for a new record of `incoming`
+ * (`new_bytes` long): the least recently used of the owner with the most
+ * records (`by_bytes`: the most bytes), the new one counted (so an owner
+ * makes room from its own before it takes another's share); ties:
+ * `incoming`, then the owner whose record is older.  One sort: n log n. */
+static size_t victim_when_full(const response_store *s, const uint8_t *incoming,
+                               bool by_bytes, size_t new_bytes)
 {
     by_owner *v = sorted_by_owner(s);
     if (v == NULL)
@@ -167,7 +177,12 @@ static size_t victim_when_full(const response_store *s, const uint8_t *incoming)
                memcmp(v[end].owner, v[g].owner, SHA256_BYTES) == 0)
             end++;
         const bool mine = memcmp(v[g].owner, incoming, SHA256_BYTES) == 0;
-        const size_t k = end - g + mine;
+        size_t k = end - g + mine;
+        if (by_bytes) {
+            k = mine ? new_bytes : 0;
+            for (size_t r = g; r < end; r++)
+                k += s->e[v[r].index].bytes;
+        }
         if (best == s->n || k > best_k ||
             (k == best_k &&
              (mine > best_mine ||
@@ -182,15 +197,18 @@ static size_t victim_when_full(const response_store *s, const uint8_t *incoming)
     return best;
 }
 
-/* The entry the bounds give up for a new record of `owner`, taken out of
- * the table into *out; false when there is room. */
-static bool evict_one(response_store *s, const uint8_t *owner, entry *out)
+/* The entry the bounds give up for a new record of `owner`, `bytes`
+ * long, taken out of the table into *out; false when there is room. */
+static bool evict_one(response_store *s, const uint8_t *owner, size_t bytes,
+                      entry *out)
 {
     size_t i = s->n;
     if (count_of(s, owner) >= s->per_key)
         i = lru_of(s, owner);
     else if (s->n >= s->total)
-        i = victim_when_full(s, owner);
+        i = victim_when_full(s, owner, false, bytes);
+    else if (s->n > 0 && s->bytes + bytes > s->max_bytes)
+        i = victim_when_full(s, owner, true, bytes);
     if (i >= s->n)
         return false;
     *out = take(s, i);
@@ -331,6 +349,8 @@ static int scan(response_store *s, gpt2d_error *err)
         memcpy(e->owner, digest, SHA256_BYTES);
         e->used_ns = (int64_t)st.st_mtim.tv_sec * 1000000000 +
                      st.st_mtim.tv_nsec;
+        e->bytes = (size_t)st.st_size;
+        s->bytes += e->bytes;
         if (e->used_ns > s->last_ns)
             s->last_ns = e->used_ns;
     }
@@ -387,6 +407,20 @@ static void trim_to_bounds(response_store *s)
             drop[v[k].index] = true;
         g = end;
     }
+    /* over the bytes: the least recently used of all go (one pass) */
+    size_t bytes = 0;
+    for (size_t i = 0; i < s->n; i++)
+        bytes += drop[i] ? 0 : s->e[i].bytes;
+    if (bytes > s->max_bytes) {
+        for (size_t i = 0; i < s->n; i++)
+            v[i] = (by_owner){ s->e[i].owner, s->e[i].used_ns, i };
+        qsort(v, s->n, sizeof *v, by_used_cmp);
+        for (size_t k = 0; k < s->n && bytes > s->max_bytes; k++)
+            if (!drop[v[k].index]) {
+                drop[v[k].index] = true;
+                bytes -= s->e[v[k].index].bytes;
+            }
+    }
     size_t n = 0;
     for (size_t i = 0; i < s->n; i++) {
         if (drop[i]) {
@@ -397,6 +431,7 @@ static void trim_to_bounds(response_store *s)
         }
     }
     s->n = n;
+    s->bytes = bytes;
     free(v);
     free(drop);
 }
@@ -404,7 +439,7 @@ static void trim_to_bounds(response_store *s)
 /* ---- the interface ---- */
 
 int response_store_open(response_store **out, const char *dir, size_t per_key,
-                        size_t total, gpt2d_error *err)
+                        size_t total, size_t max_bytes, gpt2d_error *err)
 {
     *out = NULL;
     response_store *s = calloc(1, sizeof *s);
@@ -412,6 +447,7 @@ int response_store_open(response_store **out, const char *dir, size_t per_key,
         return error_set(err, "out of memory");
     s->per_key = per_key > 0 ? per_key : 1;
     s->total = total > 0 ? total : 1;
+    s->max_bytes = max_bytes > 0 ? max_bytes : 1;
     pthread_mutex_init(&s->lock, NULL);
     if (dir != NULL) {
         if (strlen(dir) >= sizeof s->dir - 64) {
@@ -448,23 +484,31 @@ int response_store_put(response_store *s, const uint8_t *owner, const char *id,
     char hex[2 * SHA256_BYTES + 1];
     hex_encode(owner, SHA256_BYTES, hex);
     json_t *copy = json_deep_copy(record);
+    char *text = NULL;
     if (copy == NULL ||
-        json_object_set_new(copy, "owner", json_string(hex)) != 0) {
+        json_object_set_new(copy, "owner", json_string(hex)) != 0 ||
+        (text = json_dumps(copy, JSON_COMPACT)) == NULL) {
         json_decref(copy);
         return error_set(err, "out of memory");
     }
-    if (on_disk(s)) {
-        char *text = json_dumps(copy, JSON_COMPACT);
+    const size_t bytes = strlen(text);
+    int rc = 0;
+    if (bytes > s->max_bytes)
+        rc = error_set(err,
+                       "the response is %zu bytes as JSON, more than all "
+                       "stored responses may take (--max-responses-bytes "
+                       "%zu)",
+                       bytes, s->max_bytes);
+    else if (on_disk(s))
+        rc = write_record(s, id, text, err);
+    free(text);
+    if (on_disk(s) || rc != 0) {
         json_decref(copy);
         copy = NULL;
-        int rc = text != NULL ? write_record(s, id, text, err)
-                              : error_set(err, "out of memory");
-        free(text);
-        if (rc != 0)
-            return -1;
     }
+    if (rc != 0)
+        return -1;
     pthread_mutex_lock(&s->lock);
-    int rc = 0;
     if (grow(s) != 0) {
         rc = error_set(err, "out of memory");
     } else if (on_disk(s)) {
@@ -484,17 +528,33 @@ int response_store_put(response_store *s, const uint8_t *owner, const char *id,
         }
         return -1;
     }
-    /* at most two leave: one per bound */
-    entry gone[2];
-    size_t n_gone = 0;
-    while (n_gone < 2 && evict_one(s, owner, &gone[n_gone]))
-        n_gone++;
+    /* what the bounds give up, taken out under the lock, freed after */
+    entry *gone = NULL;
+    size_t n_gone = 0, cap_gone = 0;
+    entry victim;
+    while (evict_one(s, owner, bytes, &victim)) {
+        if (n_gone == cap_gone) {
+            size_t cap = cap_gone > 0 ? 2 * cap_gone : 4;
+            entry *g = realloc(gone, cap * sizeof *g);
+            if (g == NULL) {
+                /* forgotten from the table; its file stays until the
+                 * next start applies the bounds again */
+                json_decref(victim.record);
+                continue;
+            }
+            gone = g;
+            cap_gone = cap;
+        }
+        gone[n_gone++] = victim;
+    }
     entry *e = &s->e[s->n++];
     memset(e, 0, sizeof *e);
     snprintf(e->id, sizeof e->id, "%s", id);
     memcpy(e->owner, owner, SHA256_BYTES);
     e->used_ns = stamp(s);
+    e->bytes = bytes;
     e->record = copy;
+    s->bytes += bytes;
     if (on_disk(s))
         touch(s, id, e->used_ns);
     pthread_mutex_unlock(&s->lock);
@@ -503,6 +563,7 @@ int response_store_put(response_store *s, const uint8_t *owner, const char *id,
         if (on_disk(s))
             forget_file(s, gone[i].id);
     }
+    free(gone);
     return 0;
 }
 

@@ -11,10 +11,11 @@
  *
  * Bounds and eviction (the README's "Stored responses"): an account keeps
  * at most `per_key` records; a new one beyond that forgets the account's
- * least recently used.  The store holds at most `total`; when it is full,
- * the account with the most records forgets its least recently used, so
- * no account is pushed below another's share.  "Used": stored, read, or
- * continued.
+ * least recently used.  The store holds at most `total` records and
+ * `max_bytes` of them as JSON text; when a new one does not fit, the
+ * account with the most records (or bytes), the new one counted, forgets
+ * its least recently used, so no account is pushed below another's
+ * share.  "Used": stored, read, or continued.
  *
  * On disk each record is `<id>.json`, written under a temporary name,
  * synced and renamed (a crash leaves a whole record or none); its file's
@@ -42,7 +43,7 @@ typedef struct response_store response_store;
 /* Opens the store: `dir` (made mode 0700; claimed by the caller, kvdir.h)
  * and the records in it, or memory alone when `dir` is NULL.  0 or -1. */
 int response_store_open(response_store **out, const char *dir, size_t per_key,
-                        size_t total, gpt2d_error *err);
+                        size_t total, size_t max_bytes, gpt2d_error *err);
 void response_store_close(response_store *s);
 
 /* Keeps `record` (borrowed; written as it is) as `owner`'s record `id`,

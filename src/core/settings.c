@@ -193,6 +193,11 @@ static const option_spec options[] = {
       "Stored responses kept in all: when full, the key with the most gives "
       "up its least recently used, so no key is pushed below another's "
       "share." },
+    { "max-responses-bytes", 0, OPT_BYTES, FIELD(max_responses_bytes), "SIZE",
+      "256M", NULL, 4 * KIB, 1024ULL * KIB *KIB *KIB, false,
+      "Bytes the stored responses may take in all, as JSON text (in memory, "
+      "without --responses-dir, a few times that): the key with the most "
+      "gives up its least recently used first. Suffixes k, M, G (x1024)." },
     { "max-queue", 0, OPT_COUNT, FIELD(max_queue), "N", "64", NULL, 1, 1000000,
       false, "Requests that may wait for a slot; beyond this, 429 at once." },
     { "max-n", 0, OPT_COUNT, FIELD(max_n), "N", "4", NULL, 1, 1024, false,

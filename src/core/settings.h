@@ -60,6 +60,7 @@ typedef struct settings {
                                  * default (kept in memory) */
     size_t max_responses_per_key; /* --max-responses-per-key, default 1000 */
     size_t max_responses;         /* --max-responses, default 10000 */
+    size_t max_responses_bytes;   /* --max-responses-bytes, default 256M */
     size_t max_queue;             /* --max-queue, default 64 */
     size_t max_batch_rows;        /* --max-batch-rows, default 256 */
     size_t max_body_bytes;        /* --max-body, default 1 MiB */

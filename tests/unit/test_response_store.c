@@ -22,8 +22,8 @@ static const char *ID[] = {
     "resp_000000000000000000000005", "resp_000000000000000000000006",
 };
 
-static response_store *open_store(const char *name, size_t per_key,
-                                  size_t total)
+static response_store *open_bytes(const char *name, size_t per_key,
+                                  size_t total, size_t max_bytes)
 {
     char dir[512];
     response_store *s;
@@ -31,9 +31,15 @@ static response_store *open_store(const char *name, size_t per_key,
     ck_assert_msg(
         response_store_open(
             &s, name != NULL ? test_scratch_path(dir, sizeof dir, name) : NULL,
-            per_key, total, &err) == 0,
+            per_key, total, max_bytes, &err) == 0,
         "open: %s", err.message);
     return s;
+}
+
+static response_store *open_store(const char *name, size_t per_key,
+                                  size_t total)
+{
+    return open_bytes(name, per_key, total, (size_t)1 << 30);
 }
 
 static void put(response_store *s, const uint8_t *owner, const char *id, int n)
@@ -149,6 +155,72 @@ START_TEST(test_a_new_record_is_counted_before_anyone_gives_one_up)
     ck_assert_int_eq(get_n(s, CAROL, ID[2]), 2);
     ck_assert_int_eq(get_n(s, ALICE, ID[1]), -1);
     ck_assert_int_eq(get_n(s, ALICE, ID[3]), 3);
+    response_store_close(s);
+}
+END_TEST
+
+/* A record of about `kb` kilobytes as JSON. */
+static void put_big(response_store *s, const uint8_t *owner, const char *id,
+                    int n, size_t kb)
+{
+    char *pad = malloc(kb * 1024 + 1);
+    memset(pad, 'p', kb * 1024);
+    pad[kb * 1024] = '\0';
+    json_t *record = json_pack("{s:i, s:s}", "n", n, "pad", pad);
+    gpt2d_error err;
+    ck_assert_msg(response_store_put(s, owner, id, record, &err) == 0,
+                  "put: %s", err.message);
+    json_decref(record);
+    free(pad);
+}
+
+static void bytes_bound(const char *dir)
+{
+    /* 10 kB in all, records of 3 kB: three fit */
+    response_store *s = open_bytes(dir, 10, 100, 10 * 1024);
+    put_big(s, BOB, ID[0], 0, 3);
+    put_big(s, ALICE, ID[1], 1, 3);
+    put_big(s, ALICE, ID[2], 2, 3);
+    /* alice's third: alice holds the most bytes, the new one counted */
+    put_big(s, ALICE, ID[3], 3, 3);
+    ck_assert_uint_eq(response_store_count(s), 3);
+    ck_assert_int_eq(get_n(s, BOB, ID[0]), 0);
+    ck_assert_int_eq(get_n(s, ALICE, ID[1]), -1);
+    ck_assert_int_eq(get_n(s, ALICE, ID[3]), 3);
+    /* one larger than the whole bound is refused, and nothing goes */
+    char *pad = malloc(11 * 1024 + 1);
+    memset(pad, 'p', 11 * 1024);
+    pad[11 * 1024] = '\0';
+    json_t *record = json_pack("{s:s}", "pad", pad);
+    gpt2d_error err;
+    ck_assert_int_eq(response_store_put(s, CAROL, ID[4], record, &err), -1);
+    ck_assert_ptr_nonnull(strstr(err.message, "--max-responses-bytes"));
+    json_decref(record);
+    free(pad);
+    ck_assert_uint_eq(response_store_count(s), 3);
+    /* a record of 9 kB: everyone else's go, least recently used first */
+    put_big(s, CAROL, ID[5], 5, 9);
+    ck_assert_uint_eq(response_store_count(s), 1);
+    ck_assert_int_eq(get_n(s, CAROL, ID[5]), 5);
+    response_store_close(s);
+}
+
+START_TEST(test_the_bytes_bound_takes_from_the_key_with_the_most_in_memory)
+{
+    bytes_bound(NULL);
+}
+END_TEST
+
+START_TEST(test_the_bytes_bound_takes_from_the_key_with_the_most_on_disk)
+{
+    bytes_bound("bytes");
+    /* and a lowered bound applies at start: the least recently used go */
+    response_store *s = open_bytes("bytes", 10, 100, 10 * 1024);
+    put_big(s, BOB, ID[0], 0, 3);
+    response_store_close(s);
+    s = open_bytes("bytes", 10, 100, 5 * 1024);
+    ck_assert_uint_eq(response_store_count(s), 1);
+    ck_assert_int_eq(get_n(s, BOB, ID[0]), 0);
     response_store_close(s);
 }
 END_TEST
@@ -285,6 +357,10 @@ int main(void)
     tcase_add_test(tc, test_a_full_store_takes_from_the_largest_key);
     tcase_add_test(tc, test_a_new_record_is_counted_before_anyone_gives_one_up);
     tcase_add_test(tc, test_a_lowered_total_cuts_the_largest_keys_first);
+    tcase_add_test(
+        tc, test_the_bytes_bound_takes_from_the_key_with_the_most_in_memory);
+    tcase_add_test(
+        tc, test_the_bytes_bound_takes_from_the_key_with_the_most_on_disk);
     tcase_add_test(tc, test_kept_across_a_reopen_in_the_same_order);
     tcase_add_test(tc, test_a_failed_write_keeps_nothing);
     suite_add_tcase(s, tc);
