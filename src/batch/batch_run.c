@@ -764,25 +764,54 @@ json_t *batch_service_get(batch_service *s, const uint8_t *owner,
     return o;
 }
 
+/* Cancels `j` (s->lock held): cancelling while lines run, cancelled at
+ * once when nothing ran. */
+static void cancel_job(batch_service *s, batch_job *j)
+{
+    /* validating and no worker at it: nothing ran */
+    const bool nothing_ran = j->rec.status == BATCH_VALIDATING && !j->busy;
+    j->rec.status = BATCH_CANCELLING;
+    j->rec.cancelling_at = (int64_t)time(NULL);
+    atomic_store(&j->stop, true);
+    if (nothing_ran) {
+        j->rec.status = BATCH_CANCELLED;
+        j->rec.cancelled_at = j->rec.cancelling_at;
+    }
+    save(s, j);
+    pthread_cond_broadcast(&s->cond);
+}
+
+size_t batch_service_cancel_unaccepted(batch_service *s,
+                                       bool (*accepted)(void *arg,
+                                                        const uint8_t *owner),
+                                       void *arg)
+{
+    size_t n = 0;
+    pthread_mutex_lock(&s->lock);
+    for (size_t k = 0; k < s->n_jobs; k++) {
+        batch_job *j = s->jobs[k];
+        if ((j->rec.status == BATCH_VALIDATING ||
+             j->rec.status == BATCH_IN_PROGRESS) &&
+            !accepted(arg, j->rec.owner)) {
+            log_info("batch %s cancelled: its API key is no longer in the "
+                     "keys file",
+                     j->rec.id);
+            cancel_job(s, j);
+            n++;
+        }
+    }
+    pthread_mutex_unlock(&s->lock);
+    return n;
+}
+
 int batch_service_cancel(batch_service *s, const uint8_t *owner, const char *id,
                          json_t **out, api_error *e)
 {
     pthread_mutex_lock(&s->lock);
     batch_job *j = find(s, owner, id);
     if (j != NULL && (j->rec.status == BATCH_VALIDATING ||
-                      j->rec.status == BATCH_IN_PROGRESS)) {
-        /* validating and no worker at it: nothing ran */
-        const bool nothing_ran = j->rec.status == BATCH_VALIDATING && !j->busy;
-        j->rec.status = BATCH_CANCELLING;
-        j->rec.cancelling_at = (int64_t)time(NULL);
-        atomic_store(&j->stop, true);
-        if (nothing_ran) {
-            j->rec.status = BATCH_CANCELLED;
-            j->rec.cancelled_at = j->rec.cancelling_at;
-        }
-        save(s, j);
-        pthread_cond_broadcast(&s->cond);
-    }
+                      j->rec.status == BATCH_IN_PROGRESS))
+        cancel_job(s, j);
     if (j != NULL)
         *out = batch_record_json(&j->rec);
     pthread_mutex_unlock(&s->lock);

@@ -61,6 +61,13 @@ json_t *batch_service_get(batch_service *s, const uint8_t *owner,
                           const char *id);
 /* Cancels `owner`'s batch `id`: 0 with its object (cancelling, or as it
  * was when it had finished), or -1 with 404 in `e`. */
+/* Cancels every unfinished batch whose owner `accepted` no longer accepts
+ * (its API key was taken out of the keys file): its lines in flight end,
+ * no other starts, as a cancel by its owner (logged).  How many. */
+size_t batch_service_cancel_unaccepted(batch_service *s,
+                                       bool (*accepted)(void *arg,
+                                                        const uint8_t *owner),
+                                       void *arg);
 int batch_service_cancel(batch_service *s, const uint8_t *owner, const char *id,
                          json_t **out, api_error *e);
 /* `owner`'s batches, newest first, after batch `after` (NULL: from the

@@ -64,9 +64,26 @@ static const route routes[] = {
 static const route static_route = { ROUTE_STATIC, "/", true, "GET", "static" };
 static const route no_route = { ROUTE_NONE, "", false, "", "other" };
 
+static bool owner_accepted(void *keys, const uint8_t *owner)
+{
+    return http_keys_accept_owner(keys, owner);
+}
+
+/* The batches of keys no longer in the keys file stop: nobody may start
+ * work under a key the operator took out. */
+static void cancel_revoked_batches(http_server *srv)
+{
+    if (srv->batches != NULL)
+        batch_service_cancel_unaccepted(srv->batches, owner_accepted,
+                                        srv->keys);
+}
+
 int http_reload_keys(http_server *srv, gpt2d_error *err)
 {
-    return http_keys_reload(srv->keys, err);
+    if (http_keys_reload(srv->keys, err) != 0)
+        return -1;
+    cancel_revoked_batches(srv);
+    return 0;
 }
 
 static const route *route_find(const char *url)
@@ -471,6 +488,8 @@ int http_start(http_server **out, const settings *cfg, const api_ctx *api,
         free(srv);
         return -1;
     }
+    /* a batch resumed at start whose key is gone since */
+    cancel_revoked_batches(srv);
     struct sockaddr_storage addr;
     socklen_t addr_len = 0;
     if (http_deadline_start(&srv->deadline, cfg, err) != 0 ||

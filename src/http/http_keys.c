@@ -514,6 +514,17 @@ http_keys_result http_keys_authorize_key(http_keys *k, const char *given,
     return r;
 }
 
+bool http_keys_accept_owner(http_keys *k, const uint8_t *owner)
+{
+    pthread_rwlock_rdlock(&k->lock);
+    bool accepted = k->set.n == 0;
+    const api_caller *callers = BUF_ITEMS(&k->set.callers, api_caller);
+    for (size_t i = 0; !accepted && i < k->set.n; i++)
+        accepted = memcmp(callers[i].owner, owner, SHA256_BYTES) == 0;
+    pthread_rwlock_unlock(&k->lock);
+    return accepted;
+}
+
 void http_keys_free(http_keys *k)
 {
     if (k == NULL)

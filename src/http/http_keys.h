@@ -32,6 +32,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "api/api.h"
 #include "core/error.h"
@@ -66,6 +67,10 @@ http_keys_result http_keys_authorize_key(http_keys *k, const char *given,
  * header) x-api-key's value; either may be NULL when absent.  Both sent
  * and different: "", which matches no key.  NULL when there is none. */
 const char *http_key_given(const char *authorization, const char *x_api_key);
+/* Whether what `owner` (api_caller.owner) made may still run: one of the
+ * keys is its, or no keys are configured.  A key taken out of the file
+ * (and reloaded) is no longer any owner's. */
+bool http_keys_accept_owner(http_keys *k, const uint8_t *owner);
 /* Wipes the keys from memory and frees; NULL is fine. */
 void http_keys_free(http_keys *k);
 

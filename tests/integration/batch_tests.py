@@ -14,6 +14,7 @@ Environment:
 import json
 import os
 import shutil
+import signal
 import sys
 import tempfile
 import threading
@@ -532,6 +533,45 @@ class Priority(BatchCase):
         self.assertEqual(r.status, 200, r)
         c.post("/v1/batches/%s/cancel" % b["id"])
         wait_batch(c, b["id"], ("cancelled",))
+
+
+class Revoked(BatchCase):
+    """A key taken out of the keys file (SIGHUP) stops its batches: the
+    lines in flight end, no other starts, and the batch ends cancelled;
+    another key's batch goes on."""
+    NAME = "batch-revoked"
+    MODEL = staticmethod(slow_model)
+    ARGS = ("--slots", "2", "--threads", "1", "--test-min-step-us", "3000",
+            "--batch-parallel", "2")
+
+    def test_a_revoked_keys_batch_is_cancelled(self):
+        a, b = self.a(), self.b()
+        ba = self.new_batch(a, slow_lines(2, tokens=10))
+        bb = self.new_batch(b, slow_lines(8, tokens=300))
+        def b_running():
+            m = parse_metrics(b.get("/metrics").body.decode())
+            return metric_sum(m, "gpt2d_sequences_running") >= 1
+        self.assertTrue(wait_for(b_running, 30), "b's lines never ran")
+        key_file(os.path.join(WORKDIR, self.NAME + "-keys"),
+                 [KEY_A + " name=a", KEY_C + " name=c max-queued=1"])
+        os.kill(self.server.pid, signal.SIGHUP)
+        self.assertTrue(wait_for(lambda: "API keys reloaded" in
+                                 self.log_text(), 10))
+        # b can no longer ask; its batch ends cancelled, not all answered
+        done = wait_batch(a, ba["id"], ("completed",))
+        self.assertEqual(done["request_counts"]["completed"], 2)
+        self.assertEqual(b.get("/v1/batches/" + bb["id"]).status, 401)
+        self.assertTrue(wait_for(lambda: "batch %s cancelled: its API key "
+                                 "is no longer in the keys file" % bb["id"]
+                                 in self.log_text(), 30))
+        def cancelled():
+            with open(os.path.join(WORKDIR, self.NAME + "-dir", "batches",
+                                   bb["id"] + ".json")) as f:
+                rec = json.load(f)
+            return rec if rec["status"] == "cancelled" else None
+        rec = wait_for(cancelled, 60)
+        self.assertIsNotNone(rec, "b's batch did not end cancelled")
+        self.assertLess(rec["request_counts"]["completed"], 8)
 
 
 class Expiry(BatchCase):
