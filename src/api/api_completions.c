@@ -460,6 +460,14 @@ static int parse_for_model(void *arg, json_t *root, api_error *e)
     return compile_constraint(run, e);
 }
 
+/* A body naming no model: the endpoint may name it (api_parse_for_model). */
+static void name_model(void *arg, json_t *root)
+{
+    completion_run *run = arg;
+    if (run->ep->name_model != NULL)
+        run->ep->name_model(run->ctx, &run->caller, root);
+}
+
 void completion_serve(const api_ctx *ctx, const api_caller *who,
                       const char *body, size_t len, const api_client *client,
                       api_response *r, const completion_endpoint *ep)
@@ -471,8 +479,8 @@ void completion_serve(const api_ctx *ctx, const api_caller *who,
         api_response_error(r, &e);
         return;
     }
-    if (api_parse_for_model(ctx, who, client, body, len, parse_for_model, run,
-                            0, NULL, &run->model, r) != 0) {
+    if (api_parse_for_model(ctx, who, client, body, len, parse_for_model,
+                            name_model, run, 0, NULL, &run->model, r) != 0) {
         completion_run_free(run);
         return;
     }

@@ -166,6 +166,7 @@ typedef struct model_parse_job {
     const char *body;
     size_t len;
     int (*parse)(void *arg, json_t *root, api_error *e);
+    void (*name_model)(void *arg, json_t *root);
     void *arg;
     served_model **model;
     json_t *root; /* the body parsed; kept when the model must load */
@@ -200,6 +201,9 @@ static void model_parse_run(void *arg)
     model_parse_job *j = arg;
     if ((j->rc = parse_naming_body(&j->root, j->body, j->len, &j->e)) != 0)
         return;
+    if (*j->model == NULL && j->name_model != NULL &&
+        model_named(j->root) == NULL)
+        j->name_model(j->arg, j->root);
     if (*j->model == NULL &&
         (j->rc = api_model_acquire(j->ctx, model_named(j->root), false,
                                    j->model, &j->e, &j->retry_after)) != 0)
@@ -210,13 +214,15 @@ static void model_parse_run(void *arg)
 int api_parse_for_model(const api_ctx *ctx, const api_caller *who,
                         const api_client *client, const char *body, size_t len,
                         int (*parse)(void *arg, json_t *root, api_error *e),
-                        void *arg, size_t memory, work_charge *charge,
+                        void (*name_model)(void *arg, json_t *root), void *arg,
+                        size_t memory, work_charge *charge,
                         served_model **served, api_response *r)
 {
     model_parse_job j = { .ctx = ctx,
                           .body = body,
                           .len = len,
                           .parse = parse,
+                          .name_model = name_model,
                           .arg = arg,
                           .model = served,
                           .rc = -1 };

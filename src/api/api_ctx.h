@@ -54,15 +54,17 @@ void api_model_release(const api_ctx *ctx, served_model *m);
 
 /* A body that names a model, parsed on the work pool as api_work runs a
  * job (with `memory` and `charge` as there): its JSON, then the model it
- * names (held in *served, which must be NULL), then parse(arg, root, e)
- * with *served set.  When the model must load first, that happens on this
+ * names (held in *served, which must be NULL; a body naming none is first
+ * given to name_model(arg, root) when that is not NULL, which may set its
+ * "model"), then parse(arg, root, e) with *served set.  When the model must load first, that happens on this
  * thread, and the job runs again.  0 when parse succeeded; -1 with the
  * answer in `r` (the JSON's 400, the model's error, parse's error, or
  * api_work's), *charge released and *served given back. */
 int api_parse_for_model(const api_ctx *ctx, const api_caller *who,
                         const api_client *client, const char *body, size_t len,
                         int (*parse)(void *arg, json_t *root, api_error *e),
-                        void *arg, size_t memory, work_charge *charge,
+                        void (*name_model)(void *arg, json_t *root), void *arg,
+                        size_t memory, work_charge *charge,
                         served_model **served, api_response *r);
 
 /* api_parse_for_model for work that needs only the named model's

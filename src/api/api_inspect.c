@@ -291,8 +291,8 @@ void api_inspect(const api_ctx *ctx, const api_caller *who, const char *body,
     inspect_request req;
     memset(&req, 0, sizeof req);
     inspect_parse_job pj = { ctx, &req, NULL };
-    if (api_parse_for_model(ctx, who, client, body, len, inspect_parse, &pj, 0,
-                            NULL, &pj.model, r) != 0)
+    if (api_parse_for_model(ctx, who, client, body, len, inspect_parse, NULL,
+                            &pj, 0, NULL, &pj.model, r) != 0)
         return;
     serve_parsed(ctx, who, pj.model, &req, body, len, client, r);
     inspect_request_free(&req);

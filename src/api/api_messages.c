@@ -88,8 +88,8 @@ void api_messages_count_tokens(const api_ctx *ctx, const api_caller *who,
                                const api_client *client, api_response *r)
 {
     count_job job = { .ctx = ctx };
-    if (api_parse_for_model(ctx, who, client, body, len, parse_count, &job, 0,
-                            NULL, &job.model, r) != 0)
+    if (api_parse_for_model(ctx, who, client, body, len, parse_count, NULL,
+                            &job, 0, NULL, &job.model, r) != 0)
         return;
     api_response_json(
         r, 200, json_pack("{s:I}", "input_tokens", (json_int_t)job.tokens));

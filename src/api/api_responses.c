@@ -101,6 +101,21 @@ static int responses_parse(completion_request *req, const api_ctx *ctx,
     return rc;
 }
 
+/* A continuation that names no model runs on the previous response's (if
+ * that is not served any more: its 404). */
+static void responses_name_model(const api_ctx *ctx, const api_caller *caller,
+                                 json_t *root)
+{
+    const char *id = json_string_value(
+        json_object_get(root, "previous_response_id"));
+    json_t *previous = id != NULL ? stored(ctx, caller, id) : NULL;
+    json_t *named = json_object_get(json_object_get(previous, "response"),
+                                    "model");
+    if (json_is_string(named))
+        json_object_set(root, "model", named);
+    json_decref(previous);
+}
+
 /* The whole answer, kept before it is sent. */
 static json_t *responses_answer(const completion_run *run, gen_usage u)
 {
@@ -120,6 +135,7 @@ const completion_endpoint responses_endpoint = {
     .parse = responses_parse,
     .whole = responses_answer,
     .stream_open = responses_stream_open,
+    .name_model = responses_name_model,
 };
 
 /* ---- the stored responses ---- */

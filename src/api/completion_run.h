@@ -86,6 +86,11 @@ typedef struct completion_endpoint {
      * unused). */
     json_t *(*whole)(const completion_run *run, gen_usage u);
     int (*stream_open)(completion_run *run, api_source *src);
+    /* NULL, or, for a body that names no model, sets the one it means in
+     * `root` ("model"): /v1/responses' continuation is the previous
+     * response's model's. */
+    void (*name_model)(const api_ctx *ctx, const api_caller *caller,
+                       json_t *root);
 } completion_endpoint;
 
 /* One completion in flight: the parsed request and its engine requests.

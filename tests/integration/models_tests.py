@@ -263,6 +263,26 @@ class ThreeModels(ModelsCase):
                              1)
         self.assertIn("model wide loaded from", self.log_of(srv))
 
+    def test_a_continued_response_keeps_its_model(self):
+        """previous_response_id without a model runs on the previous
+        response's model, not the default; a model named wins."""
+        c = self.three().client()
+        r1 = c.post("/v1/responses", {"model": "small", "input": "Hi",
+                                      "max_output_tokens": 2})
+        self.assertEqual((r1.status, r1.json["model"]), (200, "small"))
+        r2 = c.post("/v1/responses", {"previous_response_id": r1.json["id"],
+                                      "input": "Go", "max_output_tokens": 2})
+        self.assertEqual((r2.status, r2.json["model"]), (200, "small"), r2)
+        r3 = c.post("/v1/responses", {"previous_response_id": r2.json["id"],
+                                      "model": "tiny", "input": "So",
+                                      "max_output_tokens": 2})
+        self.assertEqual((r3.status, r3.json["model"]), (200, "tiny"), r3)
+        # an unknown id still names no model: the default's 400 for the id
+        e = self.assert_error(c.post("/v1/responses", {
+            "previous_response_id": "resp_x", "input": "x"}), 400,
+            "previous_response_id")
+        self.assertEqual(e["code"], "previous_response_not_found")
+
     def test_models_are_listed_and_unknown_ones_are_404_everywhere(self):
         srv = self.three()
         c = srv.client()
