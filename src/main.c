@@ -197,10 +197,7 @@ static int open_responses(daemon_state *d, gpt2d_error *err)
                             d->cfg.max_responses, d->cfg.max_responses_bytes,
                             err) != 0)
         return -1;
-    if (dir == NULL)
-        log_info("gpt2d: stored responses are kept in memory until exit "
-                 "(no --responses-dir)");
-    else
+    if (dir != NULL)
         log_info("gpt2d: %zu stored responses in %s",
                  response_store_count(d->responses), dir);
     return 0;

@@ -513,7 +513,7 @@ def bad_cases(cfg):
         (c, "POST", "/v1/completions", {"prompt": "Hi", "max_tokens": "ten"},
          {"status": 400, "param": "max_tokens", "message": r"max_tokens must be an integer"}),
         (c, "POST", "/v1/completions", {"prompt": [15496], "max_tokens": n_ctx},
-         {"status": 400, "param": "max_tokens",
+         {"status": 400, "param": "max_tokens", "code": "context_length_exceeded",
           "message": r"this model's maximum context length is %d tokens, however you "
                      r"requested %d tokens \(1 in your prompt; %d for the completion\).*"
                      % (n_ctx, n_ctx + 1, n_ctx)}),

@@ -548,6 +548,7 @@ START_TEST(test_prompt_over_the_context_is_refused_for_the_prompt)
     ck_assert_int_eq(parse(&req, body, &e), -1);
     tokenizer_cache_stats_get(tok, &after);
     ck_assert_str_eq(e.param, "prompt");
+    ck_assert_str_eq(e.code, API_CONTEXT_EXCEEDED);
     ck_assert_msg(strstr(e.message, "maximum context length is 64 tokens") !=
                       NULL,
                   "%s", e.message);

@@ -795,6 +795,7 @@ START_TEST(test_refusals_say_why)
         e.message, "this model's maximum context length is 64 tokens, however "
                    "you requested 66 tokens (6 in your prompt; 60 for the "
                    "completion); reduce the prompt or max_completion_tokens");
+    ck_assert_str_eq(e.code, "context_length_exceeded");
 }
 END_TEST
 
