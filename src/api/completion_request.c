@@ -27,15 +27,17 @@ static int prompt_over_context(const completion_limits *lim, size_t n,
                                bool counted, api_error *e)
 {
     if (counted)
-        return api_error_set(
-            e, 400, "prompt",
-            "this model's maximum context length is %zu tokens, "
-            "but the prompt has %zu tokens",
-            lim->n_ctx, n);
-    return api_error_set(e, 400, "prompt",
-                         "this model's maximum context length is %zu tokens, "
-                         "but the prompt has more",
-                         lim->n_ctx);
+        api_error_set(e, 400, "prompt",
+                      "this model's maximum context length is %zu tokens, "
+                      "but the prompt has %zu tokens",
+                      lim->n_ctx, n);
+    else
+        api_error_set(e, 400, "prompt",
+                      "this model's maximum context length is %zu tokens, "
+                      "but the prompt has more",
+                      lim->n_ctx);
+    e->code = API_CONTEXT_EXCEEDED;
+    return -1;
 }
 
 static int prompt_from_ids(completion_prompt *p, json_t *arr,

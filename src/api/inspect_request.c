@@ -82,11 +82,14 @@ static int check_sizes(const inspect_request *req, const inspect_limits *lim,
                        api_error *e)
 {
     const size_t n = req->prompt.n;
-    if (n > lim->n_ctx)
-        return api_error_set(e, 400, "prompt",
-                             "this model's maximum context length is %zu "
-                             "tokens, but the prompt has %zu tokens",
-                             lim->n_ctx, n);
+    if (n > lim->n_ctx) {
+        api_error_set(e, 400, "prompt",
+                      "this model's maximum context length is %zu "
+                      "tokens, but the prompt has %zu tokens",
+                      lim->n_ctx, n);
+        e->code = API_CONTEXT_EXCEEDED;
+        return -1;
+    }
     if (lim->max_tokens > 0 && n > lim->max_tokens)
         return api_error_set(e, 400, "prompt",
                              "the prompt has %zu tokens; /v1/inspect takes at "

@@ -873,6 +873,7 @@ START_TEST(test_request_sizes_are_bounded_with_the_numbers)
     ck_assert_int_eq(parse(&req, long_one, &small_ctx, &e), -1);
     ck_assert_msg(strstr(e.message, "maximum context length is 200") != NULL,
                   "%s", e.message);
+    ck_assert_str_eq(e.code, "context_length_exceeded");
     inspect_limits tight = LIMITS;
     tight.max_attention = 1000;
     char *one_layer = body_of_ids(100,
