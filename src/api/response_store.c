@@ -21,9 +21,6 @@
 #include "kv/kvdir.h"
 
 #define ID_MAX 32
-#define PREFIX "resp_"
-#define PREFIX_LEN 5
-#define HEX_DIGITS 24
 /* A record holds one conversation: about a context of text (and one
  * request's input, at most --max-body); a file larger than this is not
  * one of ours. */
@@ -60,17 +57,10 @@ static int64_t stamp(response_store *s)
     return ns;
 }
 
-/* "resp_" and 24 lower-case hex digits: the ids the daemon makes, so a
- * file name made of one never leaves the directory. */
+/* "resp_" and 24 lower-case hex digits: the ids the daemon makes. */
 static bool valid_id(const char *id)
 {
-    if (strncmp(id, PREFIX, PREFIX_LEN) != 0 ||
-        strlen(id) != PREFIX_LEN + HEX_DIGITS)
-        return false;
-    for (const char *p = id + PREFIX_LEN; *p != '\0'; p++)
-        if (!((*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'f')))
-            return false;
-    return true;
+    return hex_id_valid(id, "resp_", 24);
 }
 
 static void path_of(const response_store *s, const char *id, const char *suffix,
@@ -147,6 +137,15 @@ static int by_used_cmp(const void *a, const void *b)
     return (x->used_ns > y->used_ns) - (x->used_ns < y->used_ns);
 }
 
+/* The end of the run of v[g]'s owner in v[0..n) (sorted_by_owner). */
+static size_t run_end(const by_owner *v, size_t n, size_t g)
+{
+    size_t end = g + 1;
+    while (end < n && memcmp(v[end].owner, v[g].owner, SHA256_BYTES) == 0)
+        end++;
+    return end;
+}
+
 static by_owner *sorted_by_owner(const response_store *s)
 {
     by_owner *v = malloc((s->n > 0 ? s->n : 1) * sizeof *v);
@@ -172,10 +171,7 @@ static size_t victim_when_full(const response_store *s, const uint8_t *incoming,
     size_t best = s->n, best_k = 0;
     bool best_mine = false;
     for (size_t g = 0; g < s->n;) {
-        size_t end = g + 1;
-        while (end < s->n &&
-               memcmp(v[end].owner, v[g].owner, SHA256_BYTES) == 0)
-            end++;
+        const size_t end = run_end(v, s->n, g);
         const bool mine = memcmp(v[g].owner, incoming, SHA256_BYTES) == 0;
         size_t k = end - g + mine;
         if (by_bytes) {
@@ -363,9 +359,7 @@ static size_t kept_at(const by_owner *v, size_t n, size_t cap)
 {
     size_t kept = 0;
     for (size_t g = 0; g < n;) {
-        size_t end = g + 1;
-        while (end < n && memcmp(v[end].owner, v[g].owner, SHA256_BYTES) == 0)
-            end++;
+        const size_t end = run_end(v, n, g);
         kept += end - g < cap ? end - g : cap;
         g = end;
     }
@@ -399,10 +393,7 @@ static void trim_to_bounds(response_store *s)
         cap = lo;
     }
     for (size_t g = 0; g < s->n;) {
-        size_t end = g + 1;
-        while (end < s->n &&
-               memcmp(v[end].owner, v[g].owner, SHA256_BYTES) == 0)
-            end++;
+        const size_t end = run_end(v, s->n, g);
         for (size_t k = g; k + cap < end; k++) /* the least recently used */
             drop[v[k].index] = true;
         g = end;

@@ -44,16 +44,10 @@ void file_store_new_id(const char *prefix, char *out, size_t cap)
     snprintf(out, cap, "%s%s", prefix, hex);
 }
 
-/* Whether `id` is one of ours: "file-" and 24 lower-case hex digits (so
- * an id from a client never names a path outside the directory). */
+/* Whether `id` is one of ours: "file-" and 24 lower-case hex digits. */
 static bool valid_id(const char *id)
 {
-    if (strncmp(id, "file-", 5) != 0 || strlen(id) != 5 + 24)
-        return false;
-    for (const char *p = id + 5; *p != '\0'; p++)
-        if (!((*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'f')))
-            return false;
-    return true;
+    return hex_id_valid(id, "file-", 24);
 }
 
 static void path_of(const file_store *s, const char *id, const char *suffix,

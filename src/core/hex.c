@@ -38,3 +38,14 @@ bool hex_decode(const char *text, uint8_t *bytes, size_t n)
     }
     return true;
 }
+
+bool hex_id_valid(const char *id, const char *prefix, size_t digits)
+{
+    const size_t n = strlen(prefix);
+    if (strncmp(id, prefix, n) != 0 || strlen(id) != n + digits)
+        return false;
+    for (const char *p = id + n; *p != '\0'; p++)
+        if (!((*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'f')))
+            return false;
+    return true;
+}

@@ -14,5 +14,9 @@ void hex_encode(const uint8_t *bytes, size_t n, char *out);
 /* Reads exactly 2 x n hex digits (either case) into bytes[n]; false when
  * `text` is not that. */
 bool hex_decode(const char *text, uint8_t *bytes, size_t n);
+/* Whether `id` is `prefix` and exactly `digits` lower-case hex digits: an
+ * id the daemon made, so one sent by a client never names a path outside
+ * the directory it is looked up in. */
+bool hex_id_valid(const char *id, const char *prefix, size_t digits);
 
 #endif
