@@ -118,3 +118,16 @@ int api_field_cache_salt(json_t *root, char out[API_CACHE_SALT_MAX + 1],
     *present = true;
     return 0;
 }
+
+bool api_field_is_name(const char *s, size_t len, size_t max)
+{
+    if (len == 0 || len > max)
+        return false;
+    for (size_t i = 0; i < len; i++) {
+        char c = s[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+              (c >= '0' && c <= '9') || c == '_' || c == '-'))
+            return false;
+    }
+    return true;
+}

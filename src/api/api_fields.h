@@ -44,4 +44,8 @@ int api_field_bool(json_t *obj, const char *key, const char *param, bool *out,
 int api_field_cache_salt(json_t *root, char out[API_CACHE_SALT_MAX + 1],
                          size_t *len, bool *present, api_error *e);
 
+/* Whether s[0..len) is 1 to `max` characters of A-Z a-z 0-9 _ -: what
+ * OpenAI's function names and item ids are made of. */
+bool api_field_is_name(const char *s, size_t len, size_t max);
+
 #endif

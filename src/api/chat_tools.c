@@ -29,15 +29,7 @@ void chat_tools_free(chat_tools *t)
 
 static bool valid_name(const char *s, size_t len)
 {
-    if (len == 0 || len > TOOL_NAME_MAX)
-        return false;
-    for (size_t i = 0; i < len; i++) {
-        char c = s[i];
-        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-              (c >= '0' && c <= '9') || c == '_' || c == '-'))
-            return false;
-    }
-    return true;
+    return api_field_is_name(s, len, TOOL_NAME_MAX);
 }
 
 static int oom(api_error *e)

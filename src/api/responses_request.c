@@ -443,15 +443,8 @@ static int input_item(responses_translation *t, json_t *item, const char *path,
  * A-Z a-z 0-9 _ - (what OpenAI's ids are made of). */
 static bool keepable_id(json_t *id)
 {
-    const char *s = json_string_value(id);
-    size_t n = s != NULL ? strlen(s) : 0;
-    if (n == 0 || n > 64)
-        return false;
-    for (size_t i = 0; i < n; i++)
-        if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= 'A' && s[i] <= 'Z') ||
-              (s[i] >= '0' && s[i] <= '9') || s[i] == '_' || s[i] == '-'))
-            return false;
-    return true;
+    return json_is_string(id) &&
+           api_field_is_name(json_string_value(id), json_string_length(id), 64);
 }
 
 /* Text parts as kept: {type, text} ({type: "refusal", refusal}), an
